@@ -1,0 +1,215 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_PENDING: _ClassVar[JobState]
+    JOB_STATE_STARTING: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_MIGRATING: _ClassVar[JobState]
+    JOB_STATE_SUCCEEDED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+
+class NodeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NODE_STATE_UNSPECIFIED: _ClassVar[NodeState]
+    NODE_STATE_READY: _ClassVar[NodeState]
+    NODE_STATE_DRAINING: _ClassVar[NodeState]
+    NODE_STATE_DRAINED: _ClassVar[NodeState]
+    NODE_STATE_UNREACHABLE: _ClassVar[NodeState]
+    NODE_STATE_DOWN: _ClassVar[NodeState]
+
+class InventorySource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INVENTORY_SOURCE_UNSPECIFIED: _ClassVar[InventorySource]
+    INVENTORY_SOURCE_NVML: _ClassVar[InventorySource]
+    INVENTORY_SOURCE_DECLARED: _ClassVar[InventorySource]
+
+class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKER_STATE_UNSPECIFIED: _ClassVar[WorkerState]
+    WORKER_STATE_RUNNING: _ClassVar[WorkerState]
+    WORKER_STATE_EXITED: _ClassVar[WorkerState]
+    WORKER_STATE_STOPPING: _ClassVar[WorkerState]
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_PENDING: JobState
+JOB_STATE_STARTING: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_MIGRATING: JobState
+JOB_STATE_SUCCEEDED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLED: JobState
+NODE_STATE_UNSPECIFIED: NodeState
+NODE_STATE_READY: NodeState
+NODE_STATE_DRAINING: NodeState
+NODE_STATE_DRAINED: NodeState
+NODE_STATE_UNREACHABLE: NodeState
+NODE_STATE_DOWN: NodeState
+INVENTORY_SOURCE_UNSPECIFIED: InventorySource
+INVENTORY_SOURCE_NVML: InventorySource
+INVENTORY_SOURCE_DECLARED: InventorySource
+WORKER_STATE_UNSPECIFIED: WorkerState
+WORKER_STATE_RUNNING: WorkerState
+WORKER_STATE_EXITED: WorkerState
+WORKER_STATE_STOPPING: WorkerState
+
+class Gpu(_message.Message):
+    __slots__ = ("index", "uuid", "model", "memory_bytes", "foreign_used_bytes", "nvlink_peers")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FOREIGN_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_PEERS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    model: str
+    memory_bytes: int
+    foreign_used_bytes: int
+    nvlink_peers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., foreign_used_bytes: _Optional[int] = ..., nvlink_peers: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class NodeInventory(_message.Message):
+    __slots__ = ("source", "gpus", "hostname", "cpu_count", "host_memory_bytes")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    HOST_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    source: InventorySource
+    gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
+    hostname: str
+    cpu_count: int
+    host_memory_bytes: int
+    def __init__(self, source: _Optional[_Union[InventorySource, str]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., hostname: _Optional[str] = ..., cpu_count: _Optional[int] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
+
+class ModelSpec(_message.Message):
+    __slots__ = ("name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_HEADS_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    vocab_size: int
+    seq_length: int
+    def __init__(self, name: _Optional[str] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ...) -> None: ...
+
+class ResourceHint(_message.Message):
+    __slots__ = ("gpus", "gpu_types")
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
+    gpus: int
+    gpu_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, gpus: _Optional[int] = ..., gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    HINT_FIELD_NUMBER: _ClassVar[int]
+    ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tenant: str
+    model: ModelSpec
+    global_batch_size: int
+    iterations: int
+    hint: ResourceHint
+    entrypoint: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    checkpoint_every: int
+    max_retries: int
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ...) -> None: ...
+
+class Plan(_message.Message):
+    __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "gpu_model", "memory_per_gpu_bytes", "memory_source")
+    DP_FIELD_NUMBER: _ClassVar[int]
+    TP_FIELD_NUMBER: _ClassVar[int]
+    PP_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
+    GRAD_ACCUM_FIELD_NUMBER: _ClassVar[int]
+    GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PER_GPU_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    dp: int
+    tp: int
+    pp: int
+    micro_batch: int
+    grad_accum: int
+    gpu_model: str
+    memory_per_gpu_bytes: int
+    memory_source: str
+    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., gpu_model: _Optional[str] = ..., memory_per_gpu_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ...) -> None: ...
+
+class NodeSlice(_message.Message):
+    __slots__ = ("node_id", "gpu_indices")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, node_id: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Placement(_message.Message):
+    __slots__ = ("slices", "rendezvous")
+    SLICES_FIELD_NUMBER: _ClassVar[int]
+    RENDEZVOUS_FIELD_NUMBER: _ClassVar[int]
+    slices: _containers.RepeatedCompositeFieldContainer[NodeSlice]
+    rendezvous: str
+    def __init__(self, slices: _Optional[_Iterable[_Union[NodeSlice, _Mapping]]] = ..., rendezvous: _Optional[str] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("seq", "job_id", "time", "kind", "message")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    job_id: str
+    time: float
+    kind: str
+    message: str
+    def __init__(self, seq: _Optional[int] = ..., job_id: _Optional[str] = ..., time: _Optional[float] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ("iteration", "samples_per_second", "loss", "step_time_seconds", "peak_memory_bytes", "time", "checkpoint_iteration")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    STEP_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    samples_per_second: float
+    loss: float
+    step_time_seconds: float
+    peak_memory_bytes: int
+    time: float
+    checkpoint_iteration: int
+    def __init__(self, iteration: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., loss: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., time: _Optional[float] = ..., checkpoint_iteration: _Optional[int] = ...) -> None: ...

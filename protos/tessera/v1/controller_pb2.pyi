@@ -1,0 +1,160 @@
+from tessera.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Job(_message.Message):
+    __slots__ = ("id", "spec", "state", "reason", "attempt", "plan", "placement", "progress", "submit_time", "start_time", "end_time", "restarts", "events")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    spec: _common_pb2.JobSpec
+    state: _common_pb2.JobState
+    reason: str
+    attempt: int
+    plan: _common_pb2.Plan
+    placement: _common_pb2.Placement
+    progress: _common_pb2.Progress
+    submit_time: float
+    start_time: float
+    end_time: float
+    restarts: int
+    events: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobEvent]
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    BUSY_GPUS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    state: _common_pb2.NodeState
+    reason: str
+    inventory: _common_pb2.NodeInventory
+    last_heartbeat: float
+    busy_gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., reason: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., busy_gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("request_id", "spec")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    spec: _common_pb2.JobSpec
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job", "created")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    created: bool
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id", "with_events")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    WITH_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    with_events: bool
+    def __init__(self, job_id: _Optional[str] = ..., with_events: _Optional[bool] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("states", "tenant")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
+    tenant: str
+    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("request_id", "job_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job_id: str
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class WatchJobEventsRequest(_message.Message):
+    __slots__ = ("job_id", "after_seq")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    after_seq: int
+    def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
+class DrainNodeRequest(_message.Message):
+    __slots__ = ("request_id", "node_id", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    node_id: str
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class UndrainNodeRequest(_message.Message):
+    __slots__ = ("request_id", "node_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    node_id: str
+    def __init__(self, request_id: _Optional[str] = ..., node_id: _Optional[str] = ...) -> None: ...
+
+class GetJobLogsRequest(_message.Message):
+    __slots__ = ("job_id", "rank", "attempt", "tail_bytes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TAIL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank: int
+    attempt: int
+    tail_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., attempt: _Optional[int] = ..., tail_bytes: _Optional[int] = ...) -> None: ...
+
+class GetJobLogsResponse(_message.Message):
+    __slots__ = ("node_id", "path", "data")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    path: str
+    data: bytes
+    def __init__(self, node_id: _Optional[str] = ..., path: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,30 @@
+"""structlog setup: JSON lines when stderr is not a terminal, key=value on a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure(level: str = "info", json: bool | None = None) -> None:
+    """Configure structlog and the stdlib root logger once per process."""
+    as_json = (not sys.stderr.isatty()) if json is None else json
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    lvl = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    logging.basicConfig(stream=sys.stderr, level=lvl, format="%(message)s")
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )

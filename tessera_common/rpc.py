@@ -1,0 +1,92 @@
+"""The one place that builds gRPC servers and channels.
+
+Every server and channel in Tessera comes from here, so message limits, keepalive, retries and
+deadlines are set once. Transport security: plaintext only for now (see docs/operations.md); bind
+the controller and agents to a management network.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_DEADLINE_S = 10.0
+
+# Retries only for UNAVAILABLE: every mutating RPC carries a request id, so a retried call that
+# did reach the server returns the stored answer instead of acting twice.
+_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "tessera.v1.Controller"}, {"service": "tessera.v1.AgentRegistry"},
+                         {"service": "tessera.v1.NodeAgent"}],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+_COMMON_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = _COMMON_OPTIONS + [
+    ("grpc.enable_retries", 1),
+    ("grpc.service_config", _SERVICE_CONFIG),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    # Reconnect fast after a peer restarts: agents must re-register within a lease.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+_SERVER_OPTIONS: list[tuple[str, Any]] = _COMMON_OPTIONS + [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.so_reuseport", 0),
+]
+
+
+def aio_server(
+    listen: str, registrations: Sequence[tuple[Any, Any]], interceptors: Sequence[Any] = ()
+) -> tuple[grpc.aio.Server, int]:
+    """Build an asyncio server on `listen` (host:port, port 0 = pick one).
+
+    `registrations` is a list of (add_XServicer_to_server, servicer). Returns the server, not yet
+    started, and the bound port. Raises OSError when the address cannot be bound.
+    """
+    server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=list(interceptors))
+    for add, servicer in registrations:
+        add(servicer, server)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot bind gRPC server to {listen!r}")
+    return server, port
+
+
+def aio_channel(target: str) -> grpc.aio.Channel:
+    """An asyncio channel to host:port with Tessera's limits and retry policy."""
+    return grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+
+
+def sync_channel(target: str) -> grpc.Channel:
+    """A blocking channel to host:port (SDK and CLI) with the same limits and retry policy."""
+    return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+
+
+def host_of(address: str) -> str:
+    """The host part of host:port ([v6]:port included)."""
+    host, _, _ = address.rpartition(":")
+    return host.strip("[]") or "127.0.0.1"
