@@ -1,0 +1,1 @@
+"""Estimator: pure models of memory, speed and Cells, and the service that answers them."""
