@@ -1,0 +1,241 @@
+"""Job files: a YAML document that maps onto a `tessera.v1.JobSpec`.
+
+The schema is documented in docs/job-file.md. This module checks what can be checked from the file
+alone (types, ranges, names, the GPU catalog) and builds the proto; the controller validates the
+spec again on submit (registered model names, cluster-dependent limits).
+
+Every error is a `JobFileError(field, reason)`, whose message reads "field: reason".
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tessera.v1 import common_pb2
+
+from estimator import catalog
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+DEFAULT_TENANT = "default"
+DEFAULT_MAX_RETRIES = 2
+
+# Variables the agent sets for every worker (docs/worker-contract.md): a job cannot override them.
+RESERVED_ENV = frozenset(
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+     "CUDA_VISIBLE_DEVICES"}
+)
+RESERVED_ENV_PREFIX = "TESSERA_"
+
+# (field, upper bound) of the model dimensions; each must also be > 0.
+MODEL_DIMS: tuple[tuple[str, int], ...] = (
+    ("hidden_size", 65_536),
+    ("num_layers", 1_024),
+    ("num_heads", 1_024),
+    ("vocab_size", 4_000_000),
+    ("seq_length", 1_048_576),
+)
+
+TOP_LEVEL_KEYS = (
+    "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
+    "entrypoint", "env", "checkpoint_every", "max_retries",
+)
+
+
+class JobFileError(ValueError):
+    """A job file that cannot become a JobSpec: `field` names the offending key (dotted path)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def load_job_file(path: str | Path) -> common_pb2.JobSpec:
+    """Read and parse the job file at `path`. OSError if unreadable; JobFileError if invalid."""
+    return parse_job_yaml(Path(path).read_text(encoding="utf-8"))
+
+
+def parse_job_yaml(text: str) -> common_pb2.JobSpec:
+    """Parse one YAML document into a JobSpec; JobFileError on bad YAML or a bad field."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise JobFileError("yaml", " ".join(str(exc).split())) from None
+    return job_spec_from_dict(data)
+
+
+def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
+    """Build a JobSpec from a parsed mapping (the YAML document), checking every field."""
+    if not isinstance(data, Mapping):
+        raise JobFileError("job", "the file must be a mapping of fields (name, model, ...)")
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise JobFileError(str(key), _unknown(str(key), TOP_LEVEL_KEYS))
+    spec = common_pb2.JobSpec()
+    spec.name = _name(data, "name", required=True)
+    spec.tenant = _name(data, "tenant", required=False) or DEFAULT_TENANT
+    if "model" not in data:
+        raise JobFileError("model", "required")
+    spec.model.CopyFrom(_model(data["model"]))
+    spec.global_batch_size = _int(data, "global_batch_size", 1, 1_048_576, required=True)
+    spec.iterations = _int(data, "iterations", 1, 10**9, required=True)
+    if "gpus" in data or "gpu_types" in data:
+        spec.hint.gpus = _int(data, "gpus", 0, 4096, required=False, default=0)
+        spec.hint.gpu_types.extend(_gpu_types(data.get("gpu_types")))
+    spec.entrypoint.extend(_entrypoint(data.get("entrypoint")))
+    for key, value in _env(data.get("env")).items():
+        spec.env[key] = value
+    spec.checkpoint_every = _int(data, "checkpoint_every", 0, 10**9, required=False, default=0)
+    spec.max_retries = _int(data, "max_retries", 0, 100, required=False, default=DEFAULT_MAX_RETRIES)
+    return spec
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of keeping the last one silently."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[str | int] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if isinstance(key, str | int):
+            if key in seen:
+                raise JobFileError(str(key), f"duplicate key (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _unknown(key: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown field ({hint}known: {', '.join(known)})"
+
+
+def _name(data: Mapping[str, Any], key: str, *, required: bool) -> str:
+    if key not in data or data[key] is None:
+        if required:
+            raise JobFileError(key, "required")
+        return ""
+    value = data[key]
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        raise JobFileError(
+            key, "must be 1-63 lowercase letters, digits or '-', starting with a letter or digit"
+        )
+    return value
+
+
+def _int(
+    data: Mapping[str, Any], key: str, lo: int, hi: int, *, required: bool, default: int = 0,
+    prefix: str = "",
+) -> int:
+    field = prefix + key
+    if key not in data or data[key] is None:
+        if required:
+            raise JobFileError(field, "required")
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobFileError(field, f"must be an integer, got {value!r}")
+    if value < lo:
+        raise JobFileError(field, f"must be >= {lo}, got {value}")
+    if value > hi:
+        raise JobFileError(field, f"must be <= {hi:,}, got {value:,}")
+    return value
+
+
+def _model(value: Any) -> common_pb2.ModelSpec:
+    model = common_pb2.ModelSpec()
+    if isinstance(value, str):
+        if not MODEL_NAME_RE.fullmatch(value):
+            raise JobFileError("model", f"invalid registered model name {value!r}")
+        model.name = value
+        return model
+    if not isinstance(value, Mapping):
+        raise JobFileError(
+            "model", "must be a registered model name or a mapping of hidden_size, num_layers, "
+            "num_heads, vocab_size, seq_length"
+        )
+    known = ("name",) + tuple(k for k, _ in MODEL_DIMS)
+    for key in value:
+        if key not in known:
+            raise JobFileError(f"model.{key}", _unknown(str(key), known))
+    name = value.get("name")
+    if name is not None:
+        if not isinstance(name, str) or not MODEL_NAME_RE.fullmatch(name):
+            raise JobFileError("model.name", f"invalid model name {name!r}")
+        model.name = name
+    for key, hi in MODEL_DIMS:
+        setattr(model, key, _int(value, key, 1, hi, required=True, prefix="model."))
+    if model.hidden_size % model.num_heads:
+        raise JobFileError(
+            "model.hidden_size",
+            f"must be divisible by num_heads ({model.hidden_size} % {model.num_heads} != 0)",
+        )
+    return model
+
+
+def _gpu_types(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, list):
+        raise JobFileError("gpu_types", "must be a list of GPU model names, e.g. [A100-80GB, A40-48GB]")
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise JobFileError(f"gpu_types[{i}]", f"must be a GPU model name, got {item!r}")
+        try:
+            canonical = catalog.lookup(item).name
+        except catalog.UnknownGpuError as exc:
+            raise JobFileError(f"gpu_types[{i}]", str(exc)) from None
+        if canonical not in out:
+            out.append(canonical)
+    return out
+
+
+def _entrypoint(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise JobFileError("entrypoint", "must be a list of arguments (argv), not a shell string")
+    if not isinstance(value, list):
+        raise JobFileError("entrypoint", "must be a list of arguments (argv)")
+    for i, arg in enumerate(value):
+        if not isinstance(arg, str):
+            raise JobFileError(f"entrypoint[{i}]", f"must be a string (quote numbers), got {arg!r}")
+        if "\0" in arg:
+            raise JobFileError(f"entrypoint[{i}]", "must not contain a NUL character")
+    if value and not value[0]:
+        raise JobFileError("entrypoint[0]", "the program must not be empty")
+    return list(value)
+
+
+def _env(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise JobFileError("env", "must be a mapping of NAME: value")
+    out: dict[str, str] = {}
+    for name, val in value.items():
+        field = f"env.{name}"
+        if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
+            raise JobFileError(field, "invalid name: must match [A-Z_][A-Z0-9_]*")
+        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
+            raise JobFileError(field, "reserved: set by the agent for every worker (docs/worker-contract.md)")
+        if isinstance(val, bool) or val is None or not isinstance(val, str | int | float):
+            raise JobFileError(field, f"must be a string (quote it), got {val!r}")
+        text = str(val)
+        if "\0" in text:
+            raise JobFileError(field, "must not contain a NUL character")
+        out[name] = text
+    return out

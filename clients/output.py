@@ -1,0 +1,301 @@
+"""What tessctl prints: tables in the habits of kubectl, and JSON (the proto3 JSON mapping).
+
+Pure functions of the messages and of `now` (seconds since the epoch, passed in by the caller), so
+they are tested with literal inputs. docs/cli.md describes every column and JSON shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from tessera.v1 import common_pb2, controller_pb2
+
+REASON_WIDTH = 40
+NONE = "-"
+
+JOB_COLUMNS = ("ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "REASON")
+JOB_WIDE_COLUMNS = JOB_COLUMNS[:-1] + ("PLAN(dp/tp/pp/mb/ga)", "NODES", "ATTEMPT", "LOSS", "REASON")
+NODE_COLUMNS = ("NAME", "STATE", "GPUS", "FREE", "SOURCE", "HEARTBEAT", "ADDRESS")
+NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "REASON")
+EVENT_COLUMNS = ("SEQ", "AGE", "KIND", "MESSAGE")
+
+
+# -- JSON -------------------------------------------------------------------------------------------
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    """The proto3 JSON mapping of a message: snake_case keys, enums by name, every scalar and list
+    field present even when default; int64 fields are strings and bytes are base64, as the mapping
+    says; unset message fields (a pending job's plan) are absent."""
+    return json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+
+
+def dumps(value: Any, *, compact: bool = False) -> str:
+    """One JSON value as text: indented for a person, or on one line (watch streams)."""
+    if compact:
+        return json.dumps(value, separators=(",", ":"), sort_keys=False)
+    return json.dumps(value, indent=2, sort_keys=False)
+
+
+def jobs_json(jobs: Sequence[controller_pb2.Job]) -> dict[str, Any]:
+    """`get jobs -o json`: {"jobs": [Job, ...]} (the ListJobsResponse mapping)."""
+    return to_dict(controller_pb2.ListJobsResponse(jobs=jobs))
+
+
+def nodes_json(nodes: Sequence[controller_pb2.Node]) -> dict[str, Any]:
+    """`get nodes -o json`: {"nodes": [Node, ...]} (the ListNodesResponse mapping)."""
+    return to_dict(controller_pb2.ListNodesResponse(nodes=nodes))
+
+
+# -- small formats ----------------------------------------------------------------------------------
+
+
+def age(since: float, now: float) -> str:
+    """kubectl-style age of a timestamp: 45s, 12m, 5h, 3d; "-" when the timestamp is unset."""
+    if since <= 0:
+        return NONE
+    s = max(0, int(now - since))
+    if s < 120:
+        return f"{s}s"
+    if s < 120 * 60:
+        return f"{s // 60}m"
+    if s < 48 * 3600:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def job_state(state: int) -> str:
+    return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_") if state else "UNKNOWN"
+
+
+def node_state(state: int) -> str:
+    return common_pb2.NodeState.Name(state).removeprefix("NODE_STATE_") if state else "UNKNOWN"
+
+
+def source(src: int) -> str:
+    return {common_pb2.INVENTORY_SOURCE_NVML: "nvml", common_pb2.INVENTORY_SOURCE_DECLARED: "declared"}.get(
+        src, "unknown"
+    )
+
+
+def truncate(text: str, width: int = REASON_WIDTH) -> str:
+    """One line, at most `width` characters ("..." marks a cut)."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    return text[: width - 3] + "..."
+
+
+def gib(n: int) -> str:
+    return f"{n / 1024**3:.0f}Gi" if n else NONE
+
+
+def gpu_summary(models: Sequence[str]) -> str:
+    """"4xA100-80GB", or "2xA100-80GB,1xA40-48GB" for a mix; "-" for none."""
+    if not models:
+        return NONE
+    counts = Counter(m or "?" for m in models)
+    return ",".join(f"{n}x{m}" for m, n in counts.items())
+
+
+def job_gpus(job: controller_pb2.Job) -> str:
+    """GPUs a job holds: count from its placement, model from its plan ("2xA100-80GB")."""
+    count = sum(len(s.gpu_indices) for s in job.placement.slices)
+    if not count:
+        return NONE
+    return f"{count}x{job.plan.gpu_model or '?'}"
+
+
+def job_plan(job: controller_pb2.Job) -> str:
+    p = job.plan
+    if not job.HasField("plan") or not (p.dp or p.tp or p.pp):
+        return NONE
+    return f"{p.dp}/{p.tp}/{p.pp}/{p.micro_batch}/{p.grad_accum}"
+
+
+def job_nodes(job: controller_pb2.Job) -> str:
+    nodes = [s.node_id for s in job.placement.slices]
+    return ",".join(dict.fromkeys(nodes)) or NONE
+
+
+def job_iter(job: controller_pb2.Job) -> str:
+    return f"{job.progress.iteration}/{job.spec.iterations}"
+
+
+def job_loss(job: controller_pb2.Job) -> str:
+    if not job.HasField("progress") or job.progress.iteration <= 0:
+        return NONE
+    return f"{job.progress.loss:.4g}"
+
+
+def node_gpus(node: controller_pb2.Node) -> str:
+    return gpu_summary([g.model for g in node.inventory.gpus])
+
+
+def node_free(node: controller_pb2.Node) -> int:
+    busy = set(node.busy_gpus)
+    return sum(1 for g in node.inventory.gpus if g.index not in busy)
+
+
+# -- tables -----------------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by three spaces, as kubectl prints them; no trailing blanks."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = []
+    for row in [list(headers), *rows]:
+        lines.append("   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def job_row(job: controller_pb2.Job, now: float, wide: bool = False) -> list[str]:
+    head = [
+        job.id, job.spec.name, job.spec.tenant, job_state(job.state), job_gpus(job), job_iter(job),
+        age(job.submit_time, now),
+    ]
+    if not wide:
+        return head + [truncate(job.reason) or NONE]
+    return head + [
+        job_plan(job), job_nodes(job), str(job.attempt), job_loss(job), " ".join(job.reason.split()) or NONE,
+    ]
+
+
+def jobs_table(jobs: Sequence[controller_pb2.Job], now: float, wide: bool = False) -> str:
+    return table(JOB_WIDE_COLUMNS if wide else JOB_COLUMNS, [job_row(j, now, wide) for j in jobs])
+
+
+def node_row(node: controller_pb2.Node, now: float, wide: bool = False) -> list[str]:
+    row = [
+        node.id, node_state(node.state), node_gpus(node), str(node_free(node)), source(node.inventory.source),
+        age(node.last_heartbeat, now), node.address or NONE,
+    ]
+    if wide:
+        inv = node.inventory
+        row += [
+            inv.hostname or NONE, str(inv.cpu_count) if inv.cpu_count else NONE, gib(inv.host_memory_bytes),
+            " ".join(node.reason.split()) or NONE,
+        ]
+    return row
+
+
+def nodes_table(nodes: Sequence[controller_pb2.Node], now: float, wide: bool = False) -> str:
+    return table(NODE_WIDE_COLUMNS if wide else NODE_COLUMNS, [node_row(n, now, wide) for n in nodes])
+
+
+def events_table(events: Sequence[common_pb2.JobEvent], now: float) -> str:
+    rows = [[str(e.seq), age(e.time, now), e.kind or NONE, " ".join(e.message.split())] for e in events]
+    return table(EVENT_COLUMNS, rows)
+
+
+# -- describe ---------------------------------------------------------------------------------------
+
+
+def _fmt_time(t: float) -> str:
+    if t <= 0:
+        return NONE
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _kv(pairs: Sequence[tuple[str, str]], indent: int = 0) -> list[str]:
+    width = max((len(k) for k, _ in pairs), default=0) + 2
+    return [" " * indent + f"{k + ':':<{width}}{v}".rstrip() for k, v in pairs]
+
+
+def describe_job(job: controller_pb2.Job, now: float) -> str:
+    """`describe job`: the spec, state with its reason, plan, placement, progress and events."""
+    spec = job.spec
+    m = spec.model
+    model = m.name if not m.hidden_size else (
+        f"{m.name + ' ' if m.name else ''}hidden={m.hidden_size} layers={m.num_layers} heads={m.num_heads} "
+        f"vocab={m.vocab_size} seq={m.seq_length}"
+    )
+    lines = _kv([
+        ("ID", job.id), ("Name", spec.name), ("Tenant", spec.tenant), ("State", job_state(job.state)),
+        ("Reason", " ".join(job.reason.split()) or NONE), ("Model", model),
+        ("Global batch", str(spec.global_batch_size)), ("Iterations", job_iter(job)),
+        ("GPU hint", (f"{spec.hint.gpus or 'any'} of {', '.join(spec.hint.gpu_types) or 'any type'}")),
+        ("Entrypoint", " ".join(spec.entrypoint) or "(reference trainer)"),
+        ("Checkpoint every", str(spec.checkpoint_every or "trainer default")),
+        ("Max retries", str(spec.max_retries)), ("Attempt", str(job.attempt)), ("Restarts", str(job.restarts)),
+        ("Submitted", f"{_fmt_time(job.submit_time)} ({age(job.submit_time, now)} ago)"),
+        ("Started", _fmt_time(job.start_time)), ("Ended", _fmt_time(job.end_time)),
+    ])
+    if spec.env:
+        lines.append("Env:")
+        lines += _kv(sorted(spec.env.items()), indent=2)
+    if job.HasField("plan"):
+        p = job.plan
+        lines.append("Plan:")
+        lines += _kv([
+            ("GPU model", p.gpu_model or NONE), ("dp/tp/pp", f"{p.dp}/{p.tp}/{p.pp}"),
+            ("Micro batch", str(p.micro_batch)), ("Grad accum", str(p.grad_accum)),
+            ("Memory/GPU", f"{gib(p.memory_per_gpu_bytes)} ({p.memory_source or 'unknown source'})"),
+        ], indent=2)
+    if job.placement.slices:
+        lines.append("Placement:")
+        lines += _kv([(s.node_id, "GPUs " + ",".join(map(str, s.gpu_indices))) for s in job.placement.slices],
+                     indent=2)
+        lines += _kv([("Rendezvous", job.placement.rendezvous or NONE)], indent=2)
+    if job.HasField("progress"):
+        pr = job.progress
+        ckpt = str(pr.checkpoint_iteration) if pr.checkpoint_iteration >= 0 else "none"
+        lines.append("Progress:")
+        lines += _kv([
+            ("Iteration", job_iter(job)), ("Loss", job_loss(job)), ("Samples/s", f"{pr.samples_per_second:.1f}"),
+            ("Step time", f"{pr.step_time_seconds:.3f}s"), ("Peak memory", gib(pr.peak_memory_bytes)),
+            ("Checkpoint", ckpt), ("Reported", f"{age(pr.time, now)} ago" if pr.time else NONE),
+        ], indent=2)
+    lines.append("Events:")
+    if job.events:
+        lines += ["  " + line for line in events_table(job.events, now).splitlines()]
+    else:
+        lines.append("  <none>")
+    return "\n".join(lines)
+
+
+def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controller_pb2.Job] = ()) -> str:
+    """`describe node`: state with its reason, inventory, each GPU, and the jobs placed on it."""
+    inv = node.inventory
+    lines = _kv([
+        ("Name", node.id), ("Address", node.address or NONE), ("State", node_state(node.state)),
+        ("Reason", " ".join(node.reason.split()) or NONE), ("Hostname", inv.hostname or NONE),
+        ("Inventory", source(inv.source) + (" (no GPU probed: workers run on CPU)"
+                                            if inv.source == common_pb2.INVENTORY_SOURCE_DECLARED else "")),
+        ("CPUs", str(inv.cpu_count) if inv.cpu_count else NONE), ("Memory", gib(inv.host_memory_bytes)),
+        ("GPUs", f"{node_gpus(node)} ({node_free(node)} free)"),
+        ("Heartbeat", f"{_fmt_time(node.last_heartbeat)} ({age(node.last_heartbeat, now)} ago)"),
+    ])
+    busy = set(node.busy_gpus)
+    rows = [
+        [str(g.index), g.model or "?", gib(g.memory_bytes), gib(g.foreign_used_bytes),
+         ",".join(map(str, g.nvlink_peers)) or "pcie", "busy" if g.index in busy else "free", g.uuid or NONE]
+        for g in inv.gpus
+    ]
+    lines.append("GPUs:")
+    if rows:
+        lines += ["  " + line for line in
+                  table(("INDEX", "MODEL", "MEMORY", "FOREIGN", "NVLINK", "USE", "UUID"), rows).splitlines()]
+    else:
+        lines.append("  <none>")
+    lines.append("Jobs:")
+    placed = [j for j in jobs if any(s.node_id == node.id for s in j.placement.slices)]
+    if placed:
+        jrows = [[j.id, j.spec.name, job_state(j.state),
+                  ",".join(",".join(map(str, s.gpu_indices)) for s in j.placement.slices if s.node_id == node.id)]
+                 for j in placed]
+        lines += ["  " + line for line in table(("ID", "NAME", "STATE", "GPUS"), jrows).splitlines()]
+    else:
+        lines.append("  <none>")
+    return "\n".join(lines)

@@ -1,0 +1,259 @@
+"""The Python SDK of the Tessera controller API.
+
+    from clients.sdk import Client
+    from clients.jobfile import load_job_file
+
+    with Client("controller:50051") as c:
+        job = c.submit(load_job_file("examples/jobs/tiny.yaml"))
+        done = c.wait(job.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=600)
+
+Every call is blocking and has a deadline (`timeout`, 10 s by default); streams (`watch`, `wait`)
+take their own. Every mutating call carries a request id (a fresh uuid4 unless given), so retrying
+it with the same id is safe. gRPC failures surface as `TesseraError(code, message)`, where `code` is
+the status code name ("NOT_FOUND", "INVALID_ARGUMENT", ...); `ControllerUnreachable` (a subclass,
+code "UNAVAILABLE") means no connection to the controller could be made at all.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+
+from tessera_common.rpc import sync_channel
+
+Job = controller_pb2.Job
+Node = controller_pb2.Node
+JobEvent = common_pb2.JobEvent
+JobSpec = common_pb2.JobSpec
+
+TERMINAL_STATES = frozenset(
+    {common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED}
+)
+
+# How long wait() keeps resuming while the controller is unreachable (a restart takes seconds).
+UNAVAILABLE_GRACE_S = 30.0
+
+# Details that gRPC core gives when no connection could be made (as opposed to a server that
+# answered UNAVAILABLE itself).
+_CONNECT_FAILURES = (
+    "failed to connect", "connection refused", "dns resolution failed", "name resolution",
+    "no route to host", "network is unreachable", "connect failed", "deadline exceeded while waiting",
+)
+
+
+class TesseraError(Exception):
+    """A failed controller call: `code` is the gRPC status code name, `message` its details."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = " ".join(message.split())  # always one line
+        super().__init__(f"{code}: {self.message}")
+
+
+class ControllerUnreachable(TesseraError):
+    """No connection to the controller could be made (refused, unresolvable, timed out)."""
+
+    def __init__(self, target: str, message: str) -> None:
+        super().__init__("UNAVAILABLE", message)
+        self.target = target
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What SubmitJob answered: the job, and whether this call created it (False: the request id
+    had been seen and the job it created first is returned)."""
+
+    job: controller_pb2.Job
+    created: bool
+
+
+def state_value(state: int | str) -> int:
+    """A JobState enum value from a value or a name ("RUNNING", "running", "JOB_STATE_RUNNING")."""
+    if isinstance(state, int):
+        return state
+    name = state.strip().upper()
+    if not name.startswith("JOB_STATE_"):
+        name = "JOB_STATE_" + name
+    try:
+        return common_pb2.JobState.Value(name)
+    except ValueError:
+        known = ", ".join(n.removeprefix("JOB_STATE_") for n in common_pb2.JobState.keys()[1:])
+        raise ValueError(f"unknown job state {state!r} (known: {known})") from None
+
+
+class Client:
+    """A blocking client of one controller at `target` (host:port)."""
+
+    def __init__(self, target: str, timeout: float = 10.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = sync_channel(target)
+        self._stub = controller_pb2_grpc.ControllerStub(self._channel)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the channel; the client cannot be used afterwards."""
+        self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def submit(self, spec: common_pb2.JobSpec, request_id: str | None = None) -> controller_pb2.Job:
+        """Submit a job; returns it (PENDING). The same request_id returns the job it first created."""
+        return self.submit_ex(spec, request_id).job
+
+    def submit_ex(self, spec: common_pb2.JobSpec, request_id: str | None = None) -> SubmitResult:
+        """Like submit, and also says whether this call created the job."""
+        req = controller_pb2.SubmitJobRequest(request_id=request_id or _new_id(), spec=spec)
+        resp = self._call(self._stub.SubmitJob, req)
+        return SubmitResult(job=resp.job, created=resp.created)
+
+    def get(self, job_id: str, with_events: bool = False) -> controller_pb2.Job:
+        """The job with this id, with its events when with_events. NOT_FOUND if there is none."""
+        return self._call(self._stub.GetJob, controller_pb2.GetJobRequest(job_id=job_id, with_events=with_events))
+
+    def list(self, states: Iterable[int | str] | None = None, tenant: str = "") -> list[controller_pb2.Job]:
+        """Jobs in any of `states` (all when None or empty) of `tenant` (all when empty)."""
+        req = controller_pb2.ListJobsRequest(states=[state_value(s) for s in states or ()], tenant=tenant)
+        return list(self._call(self._stub.ListJobs, req).jobs)
+
+    def cancel(self, job_id: str, request_id: str | None = None) -> controller_pb2.Job:
+        """Cancel a job (its workers are stopped); returns the job. Cancelling an ended job is a no-op
+        or FAILED_PRECONDITION, as the controller decides."""
+        req = controller_pb2.CancelJobRequest(request_id=request_id or _new_id(), job_id=job_id)
+        return self._call(self._stub.CancelJob, req)
+
+    def watch(
+        self, job_id: str, after_seq: int = 0, timeout: float | None = None
+    ) -> Iterator[common_pb2.JobEvent]:
+        """The job's events after `after_seq`, then new ones as they happen, until the job ends (or
+        `timeout` seconds pass: DEADLINE_EXCEEDED). Close the iterator to stop early."""
+        req = controller_pb2.WatchJobEventsRequest(job_id=job_id, after_seq=after_seq)
+        stream = self._stub.WatchJobEvents(req, timeout=timeout)
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+        finally:
+            stream.cancel()
+
+    def wait(
+        self, job_id: str, states: Iterable[int | str], timeout: float | None = None
+    ) -> controller_pb2.Job:
+        """Block until the job's state is one of `states` and return the job.
+
+        Driven by the job's event stream (the state is re-read after each event that is not
+        PROGRESS), never by polling. Raises TesseraError DEADLINE_EXCEEDED after `timeout` seconds,
+        and FAILED_PRECONDITION when the job ends in a state outside `states`. A stream broken by a
+        controller restart is resumed from the last event seen; after UNAVAILABLE_GRACE_S seconds
+        without a controller the UNAVAILABLE error is raised.
+        """
+        wanted = {state_value(s) for s in states}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        job = self.get(job_id, with_events=True)
+        last_seq = max((e.seq for e in job.events), default=0)
+        down_since: float | None = None
+        while True:
+            if job.state in wanted:
+                return job
+            if job.state in TERMINAL_STATES:
+                name = common_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_")
+                raise TesseraError("FAILED_PRECONDITION", f"job {job_id} ended {name}: {job.reason}")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TesseraError("DEADLINE_EXCEEDED", f"job {job_id} did not reach {_names(wanted)} in time")
+            try:
+                events = self.watch(job_id, after_seq=last_seq, timeout=remaining)
+                try:
+                    for event in events:
+                        last_seq = max(last_seq, event.seq)
+                        if event.kind != "PROGRESS":
+                            job = self.get(job_id)
+                            if job.state in wanted or job.state in TERMINAL_STATES:
+                                break
+                finally:
+                    events.close()
+                job = self.get(job_id)
+                down_since = None
+            except TesseraError as exc:
+                if exc.code == "DEADLINE_EXCEEDED" and deadline is not None and time.monotonic() >= deadline:
+                    raise TesseraError(
+                        "DEADLINE_EXCEEDED", f"job {job_id} did not reach {_names(wanted)} in time"
+                    ) from None
+                if exc.code != "UNAVAILABLE":
+                    raise
+                now = time.monotonic()
+                down_since = down_since or now
+                if now - down_since > UNAVAILABLE_GRACE_S:
+                    raise
+                time.sleep(0.5)  # the controller is restarting: resume the stream
+
+    def logs(
+        self, job_id: str, rank: int = 0, attempt: int = 0, tail_bytes: int = 0
+    ) -> controller_pb2.GetJobLogsResponse:
+        """The last `tail_bytes` (0 = 64 KiB) of a rank's log of an attempt (0 = the current or last
+        one), read through the agent that ran it: `.data` (bytes), `.node_id`, `.path`."""
+        req = controller_pb2.GetJobLogsRequest(job_id=job_id, rank=rank, attempt=attempt, tail_bytes=tail_bytes)
+        return self._call(self._stub.GetJobLogs, req)
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def nodes(self) -> list[controller_pb2.Node]:
+        """Every node the controller knows, in any state."""
+        return list(self._call(self._stub.ListNodes, controller_pb2.ListNodesRequest()).nodes)
+
+    def node(self, node_id: str) -> controller_pb2.Node:
+        """One node by id (from ListNodes); TesseraError NOT_FOUND if the controller has none."""
+        for node in self.nodes():
+            if node.id == node_id:
+                return node
+        raise TesseraError("NOT_FOUND", f"node {node_id} not found")
+
+    def drain(self, node_id: str, reason: str = "", request_id: str | None = None) -> controller_pb2.Node:
+        """Stop placing work on a node and move its jobs away; returns the node (DRAINING/DRAINED)."""
+        req = controller_pb2.DrainNodeRequest(request_id=request_id or _new_id(), node_id=node_id, reason=reason)
+        return self._call(self._stub.DrainNode, req)
+
+    def undrain(self, node_id: str, request_id: str | None = None) -> controller_pb2.Node:
+        """Make a drained node schedulable again; returns the node."""
+        req = controller_pb2.UndrainNodeRequest(request_id=request_id or _new_id(), node_id=node_id)
+        return self._call(self._stub.UndrainNode, req)
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: grpc.RpcError) -> TesseraError:
+        code_obj = exc.code() if hasattr(exc, "code") else None
+        code = code_obj.name if code_obj is not None else "UNKNOWN"
+        details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
+        if code == "UNAVAILABLE" and any(s in details.lower() for s in _CONNECT_FAILURES):
+            return ControllerUnreachable(self.target, details)
+        return TesseraError(code, details)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _names(states: set[int]) -> str:
+    return "/".join(sorted(common_pb2.JobState.Name(s).removeprefix("JOB_STATE_") for s in states))

@@ -1,0 +1,466 @@
+"""tessctl: the admin CLI of a Tessera controller, in the habits of kubectl (docs/cli.md).
+
+Exit status: 0 on success, 1 on any error (one line on stderr, "tessctl: error: ..."), 2 on a usage
+error, 130 when interrupted (Ctrl-C ends a --watch or a logs --follow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from typing import Any, NoReturn, TextIO
+
+from tessera.v1 import controller_pb2
+
+from clients import output
+from clients.jobfile import JobFileError, load_job_file, parse_job_yaml
+from clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, TesseraError, state_value
+
+DEFAULT_CONTROLLER = "127.0.0.1:50051"
+WATCH_POLL_S = 2.0  # table refresh of the lists that have no watch stream (all jobs, nodes)
+FOLLOW_POLL_S = 1.0  # logs --follow: the log API has no stream (see docs/cli.md)
+OUTPUTS = ("table", "wide", "json")
+
+
+class UsageError(Exception):
+    """A usage problem found after parsing: exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line: "tessctl: error: ... (see 'tessctl get --help')"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"tessctl: error: {message} (see '{self.prog} --help')\n")
+
+
+def _common_options() -> argparse.ArgumentParser:
+    # SUPPRESS: an option given before the subcommand is not reset by the subcommand's parser.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--controller", metavar="HOST:PORT", default=argparse.SUPPRESS,
+        help=f"controller address (default: $TESSERA_CONTROLLER or {DEFAULT_CONTROLLER})",
+    )
+    common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
+                        help="output format (default: table)")
+    common.add_argument("--timeout", type=_positive_float, metavar="SECONDS", default=argparse.SUPPRESS,
+                        help="deadline of each call to the controller (default: 10)")
+    return common
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value
+
+
+def _states(text: str) -> list[int]:
+    try:
+        return [state_value(s) for s in text.split(",") if s.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = _Parser(
+        prog="tessctl", parents=[common],
+        description="Submit and inspect training jobs and nodes of a Tessera controller.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(parent: Any, name: str, func: Callable[..., int], help: str, **kw: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(name, parents=[common], help=help, description=help, **kw)
+        p.set_defaults(func=func)
+        return p
+
+    p = command(sub, "submit", cmd_submit, "submit a job file")
+    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
+    p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+
+    get = command(sub, "get", _needs_resource, "list jobs or nodes")
+    get_sub = get.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
+    p = command(get_sub, "jobs", cmd_get_jobs, "list jobs", aliases=["job"])
+    p.add_argument("ids", nargs="*", metavar="ID", help="only these jobs")
+    p.add_argument("--state", type=_states, action="append", default=[], metavar="STATE[,STATE]",
+                   help="only jobs in these states (pending, running, ...); repeatable")
+    p.add_argument("--tenant", default="", help="only jobs of this tenant")
+    p.add_argument("-w", "--watch", action="store_true", help="print again on every change")
+    p = command(get_sub, "nodes", cmd_get_nodes, "list nodes", aliases=["node"])
+    p.add_argument("ids", nargs="*", metavar="ID", help="only these nodes")
+    p.add_argument("-w", "--watch", action="store_true", help="print again on every change")
+
+    desc = command(sub, "describe", _needs_resource, "show one job or node in detail, with events")
+    desc_sub = desc.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
+    p = command(desc_sub, "job", cmd_describe_job, "a job with its plan, placement, progress and events",
+                aliases=["jobs"])
+    p.add_argument("id", metavar="ID")
+    p = command(desc_sub, "node", cmd_describe_node, "a node with its GPUs and the jobs placed on it",
+                aliases=["nodes"])
+    p.add_argument("id", metavar="ID")
+
+    p = command(sub, "cancel", cmd_cancel, "cancel a job")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+
+    p = command(sub, "drain", cmd_drain, "stop placing work on a node and move its jobs away")
+    p.add_argument("node", metavar="NODE")
+    p.add_argument("--reason", default="", help="why (shown in the node's REASON)")
+    p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+
+    p = command(sub, "undrain", cmd_undrain, "make a drained node schedulable again")
+    p.add_argument("node", metavar="NODE")
+    p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+
+    p = command(sub, "logs", cmd_logs, "print a worker's log")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--rank", type=_non_negative_int, default=0, help="rank (default 0)")
+    p.add_argument("--attempt", type=_non_negative_int, default=0, help="attempt (default: the current or last)")
+    p.add_argument("--tail", type=_non_negative_int, default=0, metavar="BYTES",
+                   help="last BYTES of the log (default: 64 KiB)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+
+    command(sub, "version", cmd_version, "print the version of tessctl")
+    return parser
+
+
+def _needs_resource(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    raise UsageError("a resource is required")  # argparse makes it required: not reached
+
+
+# -- commands ---------------------------------------------------------------------------------------
+
+
+def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    if args.filename == "-":
+        spec = parse_job_yaml(sys.stdin.read())
+    else:
+        spec = load_job_file(args.filename)
+    result = client.submit_ex(spec, request_id=args.request_id)
+    if args.output == "json":
+        _print(out, output.dumps({**output.to_dict(result.job), "created": result.created}))
+    else:
+        _print(out, output.jobs_table([result.job], time.time(), wide=args.output == "wide"))
+        if not result.created:
+            print(f"tessctl: request id seen before: job {result.job.id} was not created again", file=sys.stderr)
+    return 0
+
+
+def cmd_get_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    states = [s for group in args.state for s in group]
+
+    def fetch() -> list[controller_pb2.Job]:
+        if args.ids:
+            return [client.get(i) for i in args.ids]
+        return client.list(states=states, tenant=args.tenant)
+
+    render = _renderer(out, args.output, output.jobs_json, output.jobs_table, "jobs")
+    if not args.watch:
+        render(fetch(), first=True)
+        return 0
+    if len(args.ids) == 1:
+        return _watch_one_job(client, args.ids[0], render)
+    return _poll(fetch, render, key=lambda jobs: [j.SerializeToString(deterministic=True) for j in jobs])
+
+
+def cmd_get_nodes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    def fetch() -> list[controller_pb2.Node]:
+        nodes = client.nodes()
+        if not args.ids:
+            return nodes
+        by_id = {n.id: n for n in nodes}
+        missing = [i for i in args.ids if i not in by_id]
+        if missing:
+            raise TesseraError("NOT_FOUND", f"node {missing[0]} not found")
+        return [by_id[i] for i in args.ids]
+
+    def key(nodes: list[controller_pb2.Node]) -> list[bytes]:
+        # A heartbeat alone is no change worth printing.
+        stripped = []
+        for n in nodes:
+            c = controller_pb2.Node()
+            c.CopyFrom(n)
+            c.last_heartbeat = 0
+            stripped.append(c.SerializeToString(deterministic=True))
+        return stripped
+
+    render = _renderer(out, args.output, output.nodes_json, output.nodes_table, "nodes")
+    if not args.watch:
+        render(fetch(), first=True)
+        return 0
+    return _poll(fetch, render, key=key)
+
+
+def cmd_describe_job(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    job = client.get(args.id, with_events=True)
+    if args.output == "json":
+        _print(out, output.dumps(output.to_dict(job)))
+    else:
+        _print(out, output.describe_job(job, time.time()))
+    return 0
+
+
+def cmd_describe_node(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    node = client.node(args.id)
+    if args.output == "json":
+        _print(out, output.dumps(output.to_dict(node)))
+        return 0
+    active = [s for s in controller_pb2.JobState.values() if s and s not in TERMINAL_STATES]
+    jobs = client.list(states=active)
+    _print(out, output.describe_node(node, time.time(), jobs))
+    return 0
+
+
+def cmd_cancel(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    return _print_job(out, args.output, client.cancel(args.id, request_id=args.request_id))
+
+
+def cmd_drain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    return _print_node(out, args.output, client.drain(args.node, reason=args.reason, request_id=args.request_id))
+
+
+def cmd_undrain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    return _print_node(out, args.output, client.undrain(args.node, request_id=args.request_id))
+
+
+def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    resp = client.logs(args.id, rank=args.rank, attempt=args.attempt, tail_bytes=args.tail)
+    if args.output == "json":
+        if args.follow:
+            raise UsageError("--follow prints raw log text: it cannot be combined with -o json")
+        _print(out, output.dumps(output.to_dict(resp)))
+        return 0
+    _write_bytes(out, resp.data)
+    if not args.follow:
+        return 0
+    prev_path, prev = resp.path, bytes(resp.data)
+    while True:
+        ended = client.get(args.id).state in TERMINAL_STATES
+        if not ended:
+            time.sleep(FOLLOW_POLL_S)
+        resp = client.logs(args.id, rank=args.rank, attempt=args.attempt, tail_bytes=args.tail)
+        data = bytes(resp.data)
+        if resp.path != prev_path:
+            print(f"tessctl: now following {resp.node_id}:{resp.path}", file=sys.stderr)
+            _write_bytes(out, data)
+        else:
+            _write_bytes(out, data[_overlap(prev, data):])
+        prev_path, prev = resp.path, data
+        if ended:
+            return 0
+
+
+def cmd_version(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
+    version = _version()
+    if args.output == "json":
+        _print(out, output.dumps({"client_version": version}))
+    else:
+        _print(out, f"tessctl {version}")
+    return 0
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _print(out: TextIO, text: str) -> None:
+    out.write(text + "\n")
+    out.flush()
+
+
+def _write_bytes(out: TextIO, data: bytes) -> None:
+    if not data:
+        return
+    buf = getattr(out, "buffer", None)
+    if buf is not None:
+        out.flush()
+        buf.write(data)
+        buf.flush()
+    else:
+        out.write(data.decode("utf-8", errors="replace"))
+        out.flush()
+
+
+def _print_job(out: TextIO, fmt: str, job: controller_pb2.Job) -> int:
+    if fmt == "json":
+        _print(out, output.dumps(output.to_dict(job)))
+    else:
+        _print(out, output.jobs_table([job], time.time(), wide=fmt == "wide"))
+    return 0
+
+
+def _print_node(out: TextIO, fmt: str, node: controller_pb2.Node) -> int:
+    if fmt == "json":
+        _print(out, output.dumps(output.to_dict(node)))
+    else:
+        _print(out, output.nodes_table([node], time.time(), wide=fmt == "wide"))
+    return 0
+
+
+def _renderer(
+    out: TextIO, fmt: str, as_json: Callable[[Any], dict[str, Any]], as_table: Callable[..., str], what: str
+) -> Callable[..., None]:
+    """A function that prints one snapshot of a list: JSON (indented once, one line per snapshot
+    when watching) or a table (redrawn in place on a terminal, appended otherwise)."""
+    tty = out.isatty()
+
+    def render(items: Sequence[Any], first: bool = False, watching: bool = False) -> None:
+        if fmt == "json":
+            _print(out, output.dumps(as_json(items), compact=watching))
+            return
+        if not items:
+            if first:
+                print(f"No {what} found.", file=sys.stderr)
+            if not watching:
+                return
+        text = as_table(items, time.time(), wide=fmt == "wide")
+        if watching and tty:
+            out.write("\x1b[H\x1b[2J")  # home + clear: redraw in place
+        elif watching and not first:
+            out.write("\n")
+        _print(out, text)
+
+    return render
+
+
+def _poll(fetch: Callable[[], list[Any]], render: Callable[..., None], key: Callable[[list[Any]], Any]) -> int:
+    """--watch of a list with no watch stream: fetch every WATCH_POLL_S, print when it changed."""
+    items = fetch()
+    last = key(items)
+    render(items, first=True, watching=True)
+    while True:
+        time.sleep(WATCH_POLL_S)
+        items = fetch()
+        k = key(items)
+        if k != last:
+            last = k
+            render(items, watching=True)
+
+
+def _watch_one_job(client: Client, job_id: str, render: Callable[..., None]) -> int:
+    """--watch of one job: print it again after each of its events, until it ends."""
+    job = client.get(job_id)
+    last = job.SerializeToString(deterministic=True)
+    render([job], first=True, watching=True)
+    for _event in client.watch(job_id):
+        job = client.get(job_id)
+        k = job.SerializeToString(deterministic=True)
+        if k != last:
+            last = k
+            render([job], watching=True)
+    job = client.get(job_id)
+    if job.SerializeToString(deterministic=True) != last:
+        render([job], watching=True)
+    return 0
+
+
+def _overlap(prev: bytes, new: bytes) -> int:
+    """Length of the longest suffix of `prev` that is a prefix of `new`: the part of a re-read log
+    tail that was already printed (logs --follow)."""
+    if not prev or not new:
+        return 0
+    if new.startswith(prev):
+        return len(prev)
+    anchor = prev[-256:]
+    end = len(new)
+    while (pos := new.rfind(anchor, 0, end)) >= 0:
+        n = pos + len(anchor)
+        if prev.endswith(new[:n]):
+            return n
+        end = n - 1
+    for n in range(min(len(anchor), len(new)) - 1, 0, -1):  # an overlap shorter than the anchor
+        if prev.endswith(new[:n]):
+            return n
+    return 0
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tessera")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _unreachable_message(exc: ControllerUnreachable) -> str:
+    cause = exc.message.rsplit(":", 1)[-1].strip()
+    return f"cannot reach controller at {exc.target}" + (f" ({cause})" if cause else "")
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run tessctl with `argv` (default sys.argv[1:]); returns the exit status."""
+    out = out or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.output = getattr(args, "output", "table")
+    args.controller = getattr(args, "controller", None) or os.environ.get("TESSERA_CONTROLLER") or DEFAULT_CONTROLLER
+    timeout = getattr(args, "timeout", 10.0)
+    client: Client | None = None
+    try:
+        if args.command == "version":
+            return cmd_version(None, args, out)
+        client = Client(args.controller, timeout=timeout)
+        return int(args.func(client, args, out))
+    except ControllerUnreachable as exc:
+        return _fail(_unreachable_message(exc))
+    except TesseraError as exc:
+        return _fail(str(exc))
+    except JobFileError as exc:
+        return _fail(f"{args.filename}: {exc}")
+    except UsageError as exc:
+        print(f"tessctl: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # e.g. `tessctl logs ID | head`
+            _silence_stdout()
+            return 1
+        where = f" {exc.filename}" if exc.filename else ""
+        return _fail(f"cannot read{where}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a CLI prints one line, never a traceback
+        if os.environ.get("TESSCTL_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc}")
+    finally:
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001, S110 - closing a channel must not mask the result
+                pass
+
+
+def _fail(message: str) -> int:
+    print(f"tessctl: error: {_one_line(message)}", file=sys.stderr)
+    return 1
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
