@@ -1,0 +1,1 @@
+"""The Tessera controller: durable state, scheduling rounds, node registry, agent calls."""

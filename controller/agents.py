@@ -1,0 +1,68 @@
+"""Calls from the controller to node agents, with the controller's epoch on every call."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import structlog
+
+from tessera.v1 import agent_pb2, agent_pb2_grpc
+from tessera_common.rpc import aio_channel
+
+log = structlog.get_logger("controller.agents")
+CALL_TIMEOUT_S = 5.0
+# A Stop is repeated at most this often for the same attempt on the same node while its workers exit.
+STOP_RESEND_S = 10.0
+
+
+class AgentClients:
+    def __init__(self) -> None:
+        self._stubs: dict[str, tuple[grpc.aio.Channel, agent_pb2_grpc.NodeAgentStub]] = {}
+        self._stops: dict[tuple[str, str, int], float] = {}
+
+    def stub(self, address: str) -> agent_pb2_grpc.NodeAgentStub:
+        if address not in self._stubs:
+            ch = aio_channel(address)
+            self._stubs[address] = (ch, agent_pb2_grpc.NodeAgentStub(ch))
+        return self._stubs[address][1]
+
+    async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
+        resp: agent_pb2.LaunchResponse = await self.stub(address).Launch(req, timeout=CALL_TIMEOUT_S)
+        log.info("launch", address=address, job_id=req.job_id, attempt=req.attempt,
+                 ranks=[r.rank for r in req.ranks], started=resp.started)
+        return resp
+
+    async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None:
+        """Best effort: a node that cannot be reached has its stale workers stopped when it returns."""
+        key, now = (address, job_id, attempt), time.monotonic()
+        if now - self._stops.get(key, -1e9) < STOP_RESEND_S:
+            return
+        self._stops[key] = now
+        if len(self._stops) > 10_000:
+            self._stops = {k: t for k, t in self._stops.items() if now - t < STOP_RESEND_S}
+        req = agent_pb2.StopRequest(request_id=f"stop/{job_id}/{attempt}/{epoch}", controller_epoch=epoch,
+                                    job_id=job_id, attempt=attempt, grace_seconds=grace_s, reason=reason)
+        try:
+            await self.stub(address).Stop(req, timeout=CALL_TIMEOUT_S)
+            log.info("stop", address=address, job_id=job_id, attempt=attempt, reason=reason)
+        except grpc.aio.AioRpcError as e:
+            log.warning("stop_failed", address=address, job_id=job_id, attempt=attempt, code=e.code().name,
+                        details=e.details())
+
+    async def drain(self, address: str, epoch: int, drain: bool) -> None:
+        try:
+            await self.stub(address).Drain(agent_pb2.DrainRequest(request_id=f"drain/{drain}/{epoch}",
+                                                                  controller_epoch=epoch, drain=drain),
+                                           timeout=CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as e:
+            log.warning("drain_failed", address=address, code=e.code().name, details=e.details())
+
+    async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
+        resp: agent_pb2.ReadLogResponse = await self.stub(address).ReadLog(req, timeout=CALL_TIMEOUT_S)
+        return resp
+
+    async def close(self) -> None:
+        for ch, _ in self._stubs.values():
+            await ch.close()
+        self._stubs.clear()

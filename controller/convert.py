@@ -1,0 +1,41 @@
+"""Domain records to API messages."""
+
+from __future__ import annotations
+
+from controller.core.snapshot import PlanChoice, Slice
+from controller.store import EventRecord, JobRecord
+from tessera.v1 import common_pb2, controller_pb2
+
+
+def event_pb(e: EventRecord) -> common_pb2.JobEvent:
+    return common_pb2.JobEvent(seq=e.seq, job_id=e.job_id, time=e.time, kind=e.kind, message=e.message)
+
+
+def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
+           events: list[EventRecord] | None = None) -> controller_pb2.Job:
+    msg = controller_pb2.Job(
+        id=j.id, spec=j.spec, state=j.state, reason=j.reason, attempt=j.attempt, submit_time=j.submit_time,
+        start_time=j.start_time, end_time=j.end_time, restarts=j.restarts,
+    )
+    if j.plan is not None:
+        msg.plan.CopyFrom(j.plan)
+    if j.placement is not None:
+        msg.placement.CopyFrom(j.placement)
+    prog = progress or j.progress
+    if prog is not None:
+        msg.progress.CopyFrom(prog)
+    if events:
+        msg.events.extend(event_pb(e) for e in events)
+    return msg
+
+
+def plan_pb(p: PlanChoice) -> common_pb2.Plan:
+    return common_pb2.Plan(dp=p.dp, tp=p.tp, pp=p.pp, micro_batch=p.micro_batch, grad_accum=p.grad_accum,
+                           gpu_model=p.gpu_model, memory_per_gpu_bytes=p.memory_per_gpu_bytes,
+                           memory_source=p.memory_source)
+
+
+def placement_pb(slices: tuple[Slice, ...], rendezvous: str) -> common_pb2.Placement:
+    return common_pb2.Placement(
+        slices=[common_pb2.NodeSlice(node_id=s.node_id, gpu_indices=list(s.gpu_indices)) for s in slices],
+        rendezvous=rendezvous)

@@ -1,0 +1,1 @@
+"""Pure scheduling core: plain functions over frozen dataclasses (no I/O, no clocks, no randomness)."""

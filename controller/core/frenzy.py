@@ -1,0 +1,192 @@
+"""The Frenzy policy: MARP resource plans ranked per job, placed by HAS best-fit (frenzy.txt Sec. IV).
+
+MARP gives, for each (DP d, TP t), the bytes per GPU a job needs; the plans are ranked fewest GPUs
+first, then smallest TP (less communication), so a job asks for the least it can run on. HAS walks
+the ranked plans and takes the first one the free GPUs can hold, then places it:
+1. a single node that holds the whole gang, smallest sufficient GPU memory first, and among those
+   the node with the fewest free GPUs that still suffice (best fit);
+2. else greedily the node with the most free GPUs, and repeat for what is left.
+A gang is placed whole or not at all. Jobs are visited in submission order; one that does not fit
+does not block smaller ones behind it (backfill).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.core.snapshot import (
+    Decision,
+    GpuView,
+    JobView,
+    NodeView,
+    PlanChoice,
+    RoundPlan,
+    Slice,
+    Snapshot,
+)
+from estimator.memory import marp_memory
+
+GIB = 1024**3
+TP_CHOICES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class FrenzyConfig:
+    # Held back on every GPU for the CUDA context, allocator slack and NCCL buffers, which no
+    # tensor formula counts (reference/estimation.md 1.7: 300 MiB to 2 GiB).
+    reserve_bytes: int = 1 * GIB
+    max_dp: int = 1024
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    dp: int
+    tp: int
+    micro_batch: int
+    bytes_per_gpu: int
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp
+
+
+def resource_plans(job: JobView, max_gpus: int, cfg: FrenzyConfig) -> list[ResourcePlan]:
+    """MARP's ranked plans for a job: every (d, t) with d dividing the global batch, d*t <= max_gpus."""
+    m = job.model
+    plans: list[ResourcePlan] = []
+    for tp in TP_CHOICES:
+        if m.num_heads % tp or m.hidden_size % tp:
+            continue
+        for dp in range(1, min(job.global_batch_size, cfg.max_dp) + 1):
+            n = dp * tp
+            if n > max_gpus:
+                break
+            if job.global_batch_size % dp:
+                continue
+            if job.gpus_hint and n != job.gpus_hint:
+                continue
+            mb = job.global_batch_size // dp
+            est = marp_memory(m, mb, tp)
+            plans.append(ResourcePlan(dp, tp, mb, est.total_bytes))
+    plans.sort(key=lambda p: (p.gpus, p.tp))
+    return plans
+
+
+def _usable(g: GpuView, cfg: FrenzyConfig) -> int:
+    return g.memory_bytes - g.foreign_used_bytes - cfg.reserve_bytes
+
+
+@dataclass
+class _Group:
+    """Free GPUs of one model on one node that can hold the plan's bytes."""
+
+    node_id: str
+    model: str
+    memory_bytes: int
+    free: list[int]
+
+
+def _groups(nodes: tuple[NodeView, ...], need: int, allowed: tuple[str, ...], cfg: FrenzyConfig) -> list[_Group]:
+    out: dict[tuple[str, str], _Group] = {}
+    for node in nodes:
+        for g in node.idle():
+            if allowed and g.model not in allowed:
+                continue
+            if _usable(g, cfg) < need:
+                continue
+            grp = out.setdefault((node.id, g.model), _Group(node.id, g.model, g.memory_bytes, []))
+            grp.free.append(g.index)
+    return sorted(out.values(), key=lambda x: (x.node_id, x.model))
+
+
+def has_place(plan: ResourcePlan, nodes: tuple[NodeView, ...], allowed: tuple[str, ...],
+              cfg: FrenzyConfig) -> tuple[Slice, ...] | None:
+    """HAS placement of one plan on the free GPUs; None when the gang does not fit whole."""
+    groups = _groups(nodes, plan.bytes_per_gpu, allowed, cfg)
+    if sum(len(g.free) for g in groups) < plan.gpus:
+        return None
+    whole = [g for g in groups if len(g.free) >= plan.gpus]
+    if whole:
+        best = min(whole, key=lambda g: (g.memory_bytes, len(g.free), g.node_id))
+        return (Slice(best.node_id, tuple(sorted(best.free)[: plan.gpus])),)
+    # No single node: greedily the one with the most free GPUs, in whole TP groups so that no
+    # tensor-parallel group straddles two nodes.
+    left = plan.gpus
+    slices: list[Slice] = []
+    pool = list(groups)
+    while left > 0:
+        pool = [g for g in pool if len(g.free) >= plan.tp]
+        if not pool:
+            return None
+        g = max(pool, key=lambda x: (len(x.free), -x.memory_bytes, x.node_id))
+        take = min(left, len(g.free) // plan.tp * plan.tp)
+        slices.append(Slice(g.node_id, tuple(sorted(g.free)[:take])))
+        left -= take
+        pool.remove(g)
+    return tuple(slices)
+
+
+def _gib(b: float) -> str:
+    return f"{b / GIB:.1f} GiB"
+
+
+def _cluster_text(snap: Snapshot) -> str:
+    if not snap.cluster_gpus:
+        return "no GPUs registered"
+    return ", ".join(f"{c} x {m} ({_gib(b)})" for m, b, c in snap.cluster_gpus)
+
+
+def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot, cfg: FrenzyConfig) -> str:
+    total = sum(c for _, _, c in snap.cluster_gpus)
+    if job.gpus_hint and job.gpus_hint > total:
+        return f"asks for {job.gpus_hint} GPUs; the cluster has {total}: {_cluster_text(snap)}"
+    if not plans:
+        return (f"no plan: global batch {job.global_batch_size} cannot be split over "
+                f"{job.gpus_hint or total} GPUs with TP in {TP_CHOICES}")
+    allowed = [x for x in snap.cluster_gpus if not job.gpu_types or x[0] in job.gpu_types]
+    biggest = max((b for _, b, _ in allowed), default=0) - cfg.reserve_bytes
+    smallest = min(plans, key=lambda p: p.bytes_per_gpu)
+    if smallest.bytes_per_gpu > biggest:
+        return (f"fits nowhere: needs at least {_gib(smallest.bytes_per_gpu)} per GPU "
+                f"(MARP, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
+                f"the cluster has {_cluster_text(snap)}")
+    best = plans[0]
+    free = sum(len(n.idle()) for n in snap.nodes)
+    return (f"waiting for GPUs: smallest plan needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
+            f"(dp={best.dp} tp={best.tp}); {free} GPUs free now")
+
+
+def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
+    """Place pending jobs in submission order with MARP + HAS; running jobs keep their GPUs."""
+    nodes = {n.id: n for n in snap.nodes}
+    max_gpus = sum(c for _, _, c in snap.cluster_gpus) or sum(len(n.gpus) for n in snap.nodes)
+    decisions: list[Decision] = []
+    for job in sorted(snap.pending, key=lambda j: (j.submit_time, j.id)):
+        plans = resource_plans(job, max_gpus, cfg)
+        placed = None
+        for plan in plans:
+            slices = has_place(plan, tuple(nodes.values()), job.gpu_types, cfg)
+            if slices is not None:
+                placed = (plan, slices)
+                break
+        if placed is None:
+            decisions.append(Decision(job.id, "pending", _pending_reason(job, plans, snap, cfg)))
+            continue
+        plan, slices = placed
+        models = {g.model for s in slices for g in nodes[s.node_id].gpus if g.index in s.gpu_indices}
+        smallest_model = min(
+            (g for s in slices for g in nodes[s.node_id].gpus if g.index in s.gpu_indices),
+            key=lambda g: g.memory_bytes,
+        ).model
+        for s in slices:
+            n = nodes[s.node_id]
+            nodes[s.node_id] = NodeView(n.id, n.gpus, n.busy | frozenset(s.gpu_indices))
+        where = " + ".join(f"{len(s.gpu_indices)} on {s.node_id}" for s in slices)
+        mixed = f"; mixed GPU types {sorted(models)}" if len(models) > 1 else ""
+        reason = (f"HAS: plan dp={plan.dp} tp={plan.tp} micro_batch={plan.micro_batch} needs "
+                  f"{_gib(plan.bytes_per_gpu)}/GPU (MARP); {plan.gpus} x {smallest_model}: {where}"
+                  f"{' (best fit)' if len(slices) == 1 else ' (no single node fits: greedy multi-node)'}{mixed}")
+        choice = PlanChoice(plan.dp, plan.tp, 1, plan.micro_batch, 1, smallest_model,
+                            plan.bytes_per_gpu, "formula:marp")
+        decisions.append(Decision(job.id, "start", reason, choice, slices))
+    return RoundPlan(tuple(decisions))

@@ -1,0 +1,128 @@
+"""Validation of a submitted JobSpec: every problem as (field, reason), nothing stored until clean."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from estimator.catalog import UnknownGpuError, lookup
+from estimator.models import REGISTERED, ModelDims, registered
+from tessera.v1 import common_pb2
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# argv[0] is a program, not a command line: these only make sense to a shell.
+SHELL_META = set(";|&$`<>(){}*?!~\n\r\t\"' \\")
+RESERVED_ENV_PREFIXES = ("TESSERA_",)
+RESERVED_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "CUDA_VISIBLE_DEVICES"}
+
+LIMITS = {
+    "hidden_size": 65536, "num_layers": 1024, "num_heads": 1024,
+    "vocab_size": 4_000_000, "seq_length": 1_048_576,
+}
+MAX_GLOBAL_BATCH = 1_048_576
+MAX_ITERATIONS = 1_000_000_000
+MAX_GPUS_HINT = 4096
+MAX_ARGV = 256
+MAX_ARG_LEN = 4096
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
+
+
+def resolve_model(m: common_pb2.ModelSpec) -> ModelDims:
+    """Dimensions of a validated ModelSpec: explicit dimensions win over the registered name."""
+    if m.hidden_size:
+        return ModelDims(m.hidden_size, m.num_layers, m.num_heads, m.vocab_size, m.seq_length, m.name)
+    dims = registered(m.name)
+    assert dims is not None, "resolve_model on an unvalidated spec"
+    return dims
+
+
+def _model_errors(m: common_pb2.ModelSpec) -> list[FieldError]:
+    dims = ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length")
+    given = [d for d in dims if getattr(m, d)]
+    if not given:
+        if not m.name:
+            return [FieldError("model", "give a registered name or hidden_size, num_layers, num_heads, "
+                                        "vocab_size and seq_length")]
+        if registered(m.name) is None:
+            return [FieldError("model.name", f"unknown model {m.name!r}; registered: {', '.join(sorted(REGISTERED))}")]
+        return []
+    errs: list[FieldError] = []
+    for d in dims:
+        v = getattr(m, d)
+        if v <= 0:
+            errs.append(FieldError(f"model.{d}", "required, must be > 0" if v == 0 else "must be > 0"))
+        elif v > LIMITS[d]:
+            errs.append(FieldError(f"model.{d}", f"{v} is larger than the limit {LIMITS[d]}"))
+    if not errs and m.hidden_size % m.num_heads:
+        errs.append(FieldError("model.num_heads", f"hidden_size {m.hidden_size} is not divisible by {m.num_heads}"))
+    if m.name and not NAME_RE.match(m.name.lower()):
+        errs.append(FieldError("model.name", "must match [a-z0-9][a-z0-9-]{0,62}"))
+    return errs
+
+
+def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
+    """All problems of a JobSpec; an empty list means it may be stored."""
+    errs: list[FieldError] = []
+    if not spec.name:
+        errs.append(FieldError("name", "required"))
+    elif not NAME_RE.match(spec.name):
+        errs.append(FieldError("name", "must match [a-z0-9][a-z0-9-]{0,62} (no paths, spaces or shell characters)"))
+    if spec.tenant and not NAME_RE.match(spec.tenant):
+        errs.append(FieldError("tenant", "must match [a-z0-9][a-z0-9-]{0,62}"))
+    if not spec.HasField("model"):
+        errs.append(FieldError("model", "required"))
+    else:
+        errs += _model_errors(spec.model)
+    if spec.global_batch_size <= 0:
+        errs.append(FieldError("global_batch_size", "required, must be >= 1"))
+    elif spec.global_batch_size > MAX_GLOBAL_BATCH:
+        errs.append(FieldError("global_batch_size", f"larger than the limit {MAX_GLOBAL_BATCH}"))
+    if spec.iterations <= 0:
+        errs.append(FieldError("iterations", "required, must be >= 1"))
+    elif spec.iterations > MAX_ITERATIONS:
+        errs.append(FieldError("iterations", f"larger than the limit {MAX_ITERATIONS}"))
+    if spec.hint.gpus < 0 or spec.hint.gpus > MAX_GPUS_HINT:
+        errs.append(FieldError("hint.gpus", f"must be between 0 and {MAX_GPUS_HINT}"))
+    for i, t in enumerate(spec.hint.gpu_types):
+        try:
+            lookup(t)
+        except UnknownGpuError as e:
+            errs.append(FieldError(f"hint.gpu_types[{i}]", str(e)))
+    if len(spec.entrypoint) > MAX_ARGV:
+        errs.append(FieldError("entrypoint", f"more than {MAX_ARGV} arguments"))
+    for i, arg in enumerate(spec.entrypoint):
+        if "\0" in arg or len(arg) > MAX_ARG_LEN:
+            errs.append(FieldError(f"entrypoint[{i}]", "contains NUL or is too long"))
+    if spec.entrypoint:
+        prog = spec.entrypoint[0]
+        if not prog or any(c in SHELL_META for c in prog):
+            errs.append(FieldError("entrypoint[0]", "must be a program path, not a shell command line "
+                                                    "(the argv is run without a shell)"))
+    for k, v in spec.env.items():
+        if not ENV_NAME_RE.match(k):
+            errs.append(FieldError(f"env.{k}", "name must match [A-Z_][A-Z0-9_]*"))
+        elif k in RESERVED_ENV or k.startswith(RESERVED_ENV_PREFIXES):
+            errs.append(FieldError(f"env.{k}", "reserved for the worker contract"))
+        if "\0" in v or len(v) > MAX_ARG_LEN:
+            errs.append(FieldError(f"env.{k}", "value contains NUL or is too long"))
+    if spec.checkpoint_every < 0:
+        errs.append(FieldError("checkpoint_every", "must be >= 0"))
+    if not 0 <= spec.max_retries <= 100:
+        errs.append(FieldError("max_retries", "must be between 0 and 100"))
+    return errs
+
+
+def canonical_gpu_types(spec: common_pb2.JobSpec) -> tuple[str, ...]:
+    return tuple(lookup(t).name for t in spec.hint.gpu_types)

@@ -1,0 +1,497 @@
+"""The controller's engine: turns submissions, heartbeats and rounds into stored state and agent calls.
+
+Every state change is written to the store before the agent call that acts on it, so a controller
+killed at any point restarts into a state it can reconcile: a job marked STARTING whose workers never
+appeared is launched again under the same attempt number, which agents treat as a no-op if they had
+already started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+import structlog
+
+from controller import metrics
+from controller.agents import AgentClients
+from controller.convert import placement_pb, plan_pb
+from controller.core import frenzy
+from controller.core.attempts import RankStatus, judge
+from controller.core.snapshot import GpuView, JobView, NodeView, Snapshot
+from controller.core.validate import canonical_gpu_types, resolve_model
+from controller.registry import LivenessConfig, LiveNode, index_workers, liveness_at
+from controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
+from tessera.v1 import agent_pb2, common_pb2
+from tessera_common.rpc import host_of
+
+P = common_pb2
+log = structlog.get_logger("controller")
+
+DEFAULT_ENTRYPOINT = ("{python}", "-m", "clients.reference_trainer")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    round_interval_s: float = 300.0
+    inspect_interval_s: float = 20.0
+    debounce_s: float = 1.0
+    stop_grace_s: float = 30.0
+    checkpoint_root: str = "/var/lib/tessera/checkpoints"
+    port_base: int = 29500
+    port_count: int = 2000
+    liveness: LivenessConfig = field(default_factory=LivenessConfig)
+    frenzy: frenzy.FrenzyConfig = field(default_factory=frenzy.FrenzyConfig)
+
+
+class JobNotFound(Exception):
+    pass
+
+
+class NodeNotFound(Exception):
+    pass
+
+
+class Engine:
+    def __init__(self, store: Store, agents: AgentClients, cfg: EngineConfig, epoch: int,
+                 wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic) -> None:
+        self.store, self.agents, self.cfg, self.epoch = store, agents, cfg, epoch
+        self.wall, self.mono = wall, mono
+        self.nodes: dict[str, LiveNode] = {}
+        self.progress: dict[str, common_pb2.Progress] = {}
+        self._kick = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self._round_lock = asyncio.Lock()
+        self.started_mono = mono()
+        self.rounds = 0
+        self.records: dict[str, NodeRecord] = {r.id: r for r in store.list_nodes()}
+        for rec in self.records.values():
+            # Known from before a restart: unknown liveness until the agent registers again.
+            self.nodes[rec.id] = LiveNode(rec.id, rec.address, rec.inventory, agent_pb2.NodeStatus(),
+                                          last_seen=self.started_mono, last_seen_wall=0.0)
+
+    # ---------------------------------------------------------------- notifications
+
+    def kick(self) -> None:
+        """Ask for a scheduling round soon (debounced)."""
+        self._kick.set()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_changed(self, timeout: float) -> None:
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    async def _save(self, job: JobRecord, events: list[tuple[str, str]]) -> list[EventRecord]:
+        evs = self.store.save_job(job, self.wall(), events)
+        for kind, msg in events:
+            log.info("job_event", job_id=job.id, kind=kind, message=msg, attempt=job.attempt)
+        await self._notify()
+        return evs
+
+    # ---------------------------------------------------------------- client API
+
+    async def submit(self, spec: common_pb2.JobSpec, request_id: str) -> tuple[JobRecord, bool]:
+        if not spec.tenant:
+            spec.tenant = "default"
+        job_id = "j-" + uuid.uuid4().hex[:12]
+        rec = JobRecord(id=job_id, request_id=request_id, spec=spec, state=P.JOB_STATE_PENDING,
+                        reason="waiting for the next scheduling round", submit_time=self.wall())
+        stored, created = self.store.create_job(rec, ("SUBMITTED", f"submitted by tenant {spec.tenant}"))
+        if created:
+            log.info("job_submitted", job_id=job_id, name=spec.name, tenant=spec.tenant)
+            metrics.JOBS_SUBMITTED.inc()
+            await self._notify()
+            self.kick()
+        return stored, created
+
+    def get(self, job_id: str) -> JobRecord:
+        job = self.store.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    async def cancel(self, job_id: str) -> JobRecord:
+        job = self.get(job_id)
+        if job.state in TERMINAL:
+            return job
+        was_active = job.state in ACTIVE
+        job = job.with_(state=P.JOB_STATE_CANCELLED, reason="cancelled by user", end_time=self.wall(),
+                        stop_requested=True)
+        await self._save(job, [("CANCELLED", "cancelled by user")])
+        if was_active:
+            await self._stop_attempt(job, "job cancelled")
+        self.kick()
+        return job
+
+    async def drain(self, node_id: str, reason: str) -> NodeRecord:
+        rec = self.records.get(node_id)
+        if rec is None:
+            raise NodeNotFound(node_id)
+        rec = NodeRecord(rec.id, rec.address, rec.inventory, True, reason or "drained by admin")
+        self._put_node(rec)
+        log.info("node_drain", node_id=node_id, reason=rec.drain_reason)
+        live = self.nodes.get(node_id)
+        if live is not None and live.liveness == P.NODE_STATE_READY:
+            await self.agents.drain(live.address, self.epoch, True)
+        for job in self._jobs_on(node_id):
+            await self._migrate_off(job, f"node {node_id} is draining: {rec.drain_reason}")
+        await self._notify()
+        return rec
+
+    async def undrain(self, node_id: str) -> NodeRecord:
+        rec = self.records.get(node_id)
+        if rec is None:
+            raise NodeNotFound(node_id)
+        rec = NodeRecord(rec.id, rec.address, rec.inventory, False, "")
+        self._put_node(rec)
+        live = self.nodes.get(node_id)
+        if live is not None and live.liveness == P.NODE_STATE_READY:
+            await self.agents.drain(live.address, self.epoch, False)
+        self.kick()
+        await self._notify()
+        return rec
+
+    def _put_node(self, rec: NodeRecord) -> None:
+        self.store.put_node(rec)
+        self.records[rec.id] = rec
+
+    def node_state(self, node_id: str) -> tuple[int, str]:
+        """Admin state over liveness: DRAINING/DRAINED win while the node is alive."""
+        rec = self.records.get(node_id)
+        live = self.nodes.get(node_id)
+        liveness = live.liveness if live else P.NODE_STATE_UNREACHABLE
+        if liveness != P.NODE_STATE_READY:
+            age = self.mono() - live.last_seen if live else 0.0
+            why = "not registered since the controller started" if live and not live.registered \
+                else f"no heartbeat for {age:.0f}s"
+            return liveness, why
+        if rec is not None and rec.drained:
+            if self._jobs_on(node_id) or (live and self._running_gpus(live)):
+                return P.NODE_STATE_DRAINING, rec.drain_reason
+            return P.NODE_STATE_DRAINED, rec.drain_reason
+        return P.NODE_STATE_READY, ""
+
+    def busy_gpus(self) -> dict[str, set[int]]:
+        """GPUs held per node: by active attempts' placements and by any worker an agent reports running."""
+        busy: dict[str, set[int]] = {n: self._running_gpus(live) for n, live in self.nodes.items()}
+        for job in self.store.list_jobs(states=ACTIVE):
+            for s in job.placement.slices if job.placement else ():
+                busy.setdefault(s.node_id, set()).update(s.gpu_indices)
+        return busy
+
+    @staticmethod
+    def _running_gpus(live: LiveNode) -> set[int]:
+        return {i for ws in live.running.values() for w in ws
+                if w.state != P.WORKER_STATE_EXITED for i in w.gpu_indices}
+
+    # ---------------------------------------------------------------- agents
+
+    async def register(self, status: agent_pb2.NodeStatus) -> None:
+        node_id = status.node_id
+        rec = self.records.get(node_id)
+        if rec is None or rec.address != status.address or rec.inventory != status.inventory:
+            drained = rec.drained if rec else False
+            self._put_node(NodeRecord(node_id, status.address, status.inventory, drained,
+                                      rec.drain_reason if rec else ""))
+        now = self.mono()
+        live = LiveNode(node_id, status.address, status.inventory, status, now, self.wall(), registered=True)
+        old = self.nodes.get(node_id)
+        self.nodes[node_id] = live
+        log.info("node_registered", node_id=node_id, address=status.address, gpus=len(status.inventory.gpus),
+                 source=P.InventorySource.Name(status.inventory.source), workers=len(status.workers),
+                 returned=old is not None)
+        await self._observe(live, status)
+        await self._liveness_tick()
+        self.kick()
+
+    async def heartbeat(self, status: agent_pb2.NodeStatus, epoch: int) -> bool:
+        """Record a heartbeat; False when the agent must register again."""
+        live = self.nodes.get(status.node_id)
+        if live is None or not live.registered or epoch != self.epoch or live.address != status.address:
+            return False
+        live.last_seen, live.last_seen_wall, live.status = self.mono(), self.wall(), status
+        await self._observe(live, status)
+        if live.liveness != P.NODE_STATE_READY:
+            await self._liveness_tick()
+        return True
+
+    async def _observe(self, live: LiveNode, status: agent_pb2.NodeStatus) -> None:
+        """Fold a node's reported workers into job states."""
+        previous = live.running
+        live.running = index_workers(status)
+        touched = {k[0] for k in live.running} | {k[0] for k in previous}
+        for job_id in touched:
+            job = self.store.get_job(job_id)
+            workers = live.running.get((job_id, job.attempt)) if job else None
+            await self._stop_stale(live, job_id, job)
+            if job is None or job.state not in ACTIVE:
+                continue
+            if workers:
+                r0 = [w for w in workers if w.rank == 0 and w.HasField("progress")]
+                if r0 and r0[0].progress.iteration >= self.progress.get(job_id, P.Progress()).iteration:
+                    self.progress[job_id] = r0[0].progress
+            await self._evaluate(job)
+
+    async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None) -> None:
+        for (jid, attempt), ws in live.running.items():
+            if jid == job_id and any(w.state != P.WORKER_STATE_EXITED for w in ws):
+                if job is None or job.state not in ACTIVE or attempt != job.attempt:
+                    await self.agents.stop(live.address, self.epoch, job_id, attempt, self.cfg.stop_grace_s,
+                                           "stale attempt: not the job's current attempt")
+
+    def _rank_statuses(self, job: JobRecord) -> dict[int, RankStatus]:
+        out: dict[int, RankStatus] = {}
+        for s in job.placement.slices if job.placement else ():
+            live = self.nodes.get(s.node_id)
+            if live is None:
+                continue
+            for w in live.running.get((job.id, job.attempt), []):
+                out[w.rank] = RankStatus(w.rank, w.state != P.WORKER_STATE_EXITED, w.exit_code, w.reason,
+                                         w.progress.iteration if w.HasField("progress") else 0)
+        return out
+
+    async def _evaluate(self, job: JobRecord) -> None:
+        if job.state not in ACTIVE or job.plan is None:
+            return
+        world = job.plan.dp * job.plan.tp * job.plan.pp
+        verdict = judge(world, self._rank_statuses(job), job.spec.iterations, job.stop_requested)
+        prog = self.progress.get(job.id)
+        if verdict.kind == "running" and job.state == P.JOB_STATE_STARTING:
+            await self._save(job.with_(state=P.JOB_STATE_RUNNING, reason="training", progress=prog),
+                             [("RUNNING", f"all {world} ranks running (attempt {job.attempt})")])
+        elif verdict.kind == "succeeded":
+            await self._save(job.with_(state=P.JOB_STATE_SUCCEEDED, reason=verdict.reason, end_time=self.wall(),
+                                       progress=prog),
+                             [("SUCCEEDED", verdict.reason)])
+            metrics.JOBS_FINISHED.labels("succeeded").inc()
+            self.kick()
+        elif verdict.kind == "failed":
+            await self._stop_attempt(job, "another rank failed")
+            if job.retries < job.spec.max_retries:
+                why = f"attempt {job.attempt} failed: {verdict.reason}; retry {job.retries + 1} of {job.spec.max_retries}"
+                await self._requeue(job, why, "ATTEMPT_FAILED", retry=True)
+            else:
+                why = f"attempt {job.attempt} failed: {verdict.reason}"
+                if job.spec.max_retries:
+                    why += f" (after {job.retries} retries)"
+                await self._save(job.with_(state=P.JOB_STATE_FAILED, reason=why, end_time=self.wall(),
+                                           progress=prog), [("FAILED", why)])
+                metrics.JOBS_FINISHED.labels("failed").inc()
+                self.kick()
+        elif verdict.kind == "interrupted":
+            await self._stop_attempt(job, "another rank was interrupted")
+            await self._requeue(job, f"attempt {job.attempt} interrupted: {verdict.reason}", "REQUEUED")
+        elif verdict.kind == "stopped":
+            if job.state == P.JOB_STATE_MIGRATING or job.stop_requested:
+                await self._requeue(job, job.reason or "stopped for migration", "STOPPED")
+            elif job.retries < job.spec.max_retries:
+                await self._requeue(job, f"attempt {job.attempt} exited 0 before iteration {job.spec.iterations}",
+                                    "ATTEMPT_FAILED", retry=True)
+            else:
+                why = f"program exited 0 before reaching {job.spec.iterations} iterations"
+                await self._save(job.with_(state=P.JOB_STATE_FAILED, reason=why, end_time=self.wall(),
+                                           progress=prog), [("FAILED", why)])
+                self.kick()
+
+    async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False) -> None:
+        job = job.with_(state=P.JOB_STATE_PENDING, reason=f"requeued: {why}", restarts=job.restarts + 1,
+                        retries=job.retries + (1 if retry else 0), stop_requested=False,
+                        progress=self.progress.get(job.id, job.progress))
+        await self._save(job, [(kind, why)])
+        metrics.REQUEUES.inc()
+        self.kick()
+
+    async def _stop_attempt(self, job: JobRecord, reason: str) -> None:
+        for s in job.placement.slices if job.placement else ():
+            live = self.nodes.get(s.node_id)
+            if live is not None and live.liveness == P.NODE_STATE_READY:
+                await self.agents.stop(live.address, self.epoch, job.id, job.attempt, self.cfg.stop_grace_s, reason)
+
+    async def _migrate_off(self, job: JobRecord, why: str) -> None:
+        job = job.with_(state=P.JOB_STATE_MIGRATING, reason=why, stop_requested=True)
+        await self._save(job, [("MIGRATING", f"{why}: stopping attempt {job.attempt} with a checkpoint")])
+        await self._stop_attempt(job, why)
+        await self._evaluate(job)
+
+    def _jobs_on(self, node_id: str) -> list[JobRecord]:
+        return [j for j in self.store.list_jobs(states=ACTIVE)
+                if j.placement and any(s.node_id == node_id for s in j.placement.slices)]
+
+    # ---------------------------------------------------------------- liveness and inspection
+
+    async def _liveness_tick(self) -> None:
+        now = self.mono()
+        for live in list(self.nodes.values()):
+            new = liveness_at(live, now, self.cfg.liveness)
+            if new != live.liveness:
+                old, live.liveness = live.liveness, new
+                log.info("node_liveness", node_id=live.id, old=P.NodeState.Name(old), new=P.NodeState.Name(new))
+                if new == P.NODE_STATE_READY:
+                    self.kick()
+            if new == P.NODE_STATE_READY or now - live.last_seen <= self.cfg.liveness.lease_s:
+                continue
+            # Past its lease (or never back since a controller restart): its jobs are lost there.
+            for job in self._jobs_on(live.id):
+                await self._stop_attempt(job, f"node {live.id} lost")
+                await self._requeue(job, f"node {live.id} is {P.NodeState.Name(new)[11:]} "
+                                         f"(no heartbeat within the {self.cfg.liveness.lease_s:g}s lease)",
+                                    "NODE_LOST")
+        await self._notify()
+
+    async def inspect(self) -> None:
+        """Periodic pass over running jobs: persist progress, relaunch missing ranks, evaluate."""
+        for job in self.store.list_jobs(states=ACTIVE):
+            prog = self.progress.get(job.id)
+            if prog is not None and (job.progress is None or prog.iteration != job.progress.iteration):
+                job = job.with_(progress=prog)
+                self.store.save_job(job, self.wall())
+            if job.state == P.JOB_STATE_STARTING:
+                await self._launch(job, only_missing=True)
+            await self._evaluate(job)
+
+    # ---------------------------------------------------------------- rounds
+
+    def snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
+        nodes: list[NodeView] = []
+        totals: dict[tuple[str, int], int] = {}
+        busy = self.busy_gpus()
+        for rec in sorted(self.records.values(), key=lambda r: r.id):
+            for g in rec.inventory.gpus:
+                totals[(g.model, g.memory_bytes)] = totals.get((g.model, g.memory_bytes), 0) + 1
+            state, _ = self.node_state(rec.id)
+            if state != P.NODE_STATE_READY:
+                continue
+            live = self.nodes[rec.id]
+            gpus = tuple(GpuView(g.index, g.model, g.memory_bytes, g.foreign_used_bytes)
+                         for g in live.inventory.gpus)
+            nodes.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ()))))
+        pending = self.store.list_jobs(states=[P.JOB_STATE_PENDING])
+        views = tuple(JobView(j.id, j.submit_time, resolve_model(j.spec.model), j.spec.global_batch_size,
+                              j.spec.hint.gpus, canonical_gpu_types(j.spec)) for j in pending)
+        cluster = tuple(sorted((m, b, c) for (m, b), c in totals.items()))
+        return Snapshot(tuple(nodes), views, cluster), {j.id: j for j in pending}
+
+    async def run_round(self) -> None:
+        async with self._round_lock:
+            t0 = time.perf_counter()
+            snap, pending = self.snapshot()
+            plan = frenzy.plan_round(snap, self.cfg.frenzy)
+            self.rounds += 1
+            for d in plan.decisions:
+                job = self.store.get_job(d.job_id)
+                if job is None or job.state != P.JOB_STATE_PENDING:
+                    continue  # changed while the round ran (e.g. cancelled)
+                if d.action == "pending":
+                    if job.reason != d.reason:
+                        await self._save(job.with_(reason=d.reason), [("PENDING", d.reason)])
+                    continue
+                assert d.plan is not None
+                attempt = job.attempt + 1
+                rendezvous = f"{host_of(self.nodes[d.slices[0].node_id].address)}:{self._port(job.id, attempt, d.slices[0].node_id)}"
+                job = job.with_(state=P.JOB_STATE_STARTING, reason=d.reason, attempt=attempt,
+                                plan=plan_pb(d.plan), placement=placement_pb(d.slices, rendezvous),
+                                start_time=job.start_time or self.wall(), stop_requested=False)
+                await self._save(job, [("PLACED", f"attempt {attempt}: {d.reason}")])
+                await self._launch(job)
+            dt = time.perf_counter() - t0
+            metrics.ROUND_SECONDS.observe(dt)
+            log.info("round", round=self.rounds, pending=len(pending), started=len(plan.starts()), seconds=round(dt, 4))
+
+    def _port(self, job_id: str, attempt: int, node_id: str) -> int:
+        """A rendezvous port on rank 0's node that no other active attempt there holds."""
+        used = set()
+        for j in self.store.list_jobs(states=ACTIVE):
+            if j.placement and j.placement.slices and j.placement.slices[0].node_id == node_id:
+                used.add(int(j.placement.rendezvous.rpartition(":")[2]))
+        start = int(hashlib.sha256(f"{job_id}/{attempt}".encode()).hexdigest(), 16) % self.cfg.port_count
+        for i in range(self.cfg.port_count):
+            port = self.cfg.port_base + (start + i) % self.cfg.port_count
+            if port not in used:
+                return port
+        raise RuntimeError("no free rendezvous port")
+
+    def _launch_requests(self, job: JobRecord) -> list[tuple[str, agent_pb2.LaunchRequest]]:
+        assert job.plan is not None and job.placement is not None
+        spec = job.spec
+        argv = list(spec.entrypoint) or list(DEFAULT_ENTRYPOINT)
+        world = job.plan.dp * job.plan.tp * job.plan.pp
+        out, rank = [], 0
+        for s in job.placement.slices:
+            ranks = []
+            for local, gpu in enumerate(s.gpu_indices):
+                ranks.append(agent_pb2.RankAssignment(rank=rank, local_rank=local, gpu_indices=[gpu]))
+                rank += 1
+            req = agent_pb2.LaunchRequest(
+                request_id=f"{job.id}/{job.attempt}/{s.node_id}", controller_epoch=self.epoch, job_id=job.id,
+                attempt=job.attempt, world_size=world, ranks=ranks, rendezvous=job.placement.rendezvous,
+                plan=job.plan, argv=argv, env=dict(spec.env),
+                checkpoint_dir=f"{self.cfg.checkpoint_root}/{job.id}", iterations=spec.iterations,
+                global_batch_size=spec.global_batch_size, model=_model_pb(job), checkpoint_every=spec.checkpoint_every)
+            out.append((s.node_id, req))
+        return out
+
+    async def _launch(self, job: JobRecord, only_missing: bool = False) -> None:
+        for node_id, req in self._launch_requests(job):
+            live = self.nodes.get(node_id)
+            if live is None or live.liveness != P.NODE_STATE_READY:
+                continue
+            if only_missing and (job.id, job.attempt) in live.running:
+                continue
+            try:
+                await self.agents.launch(live.address, req)
+            except grpc.aio.AioRpcError as e:
+                why = f"launch on {node_id} failed: {e.code().name}: {e.details()}"
+                await self._stop_attempt(job, why)
+                await self._requeue(job, why, "LAUNCH_FAILED")
+                return
+
+    # ---------------------------------------------------------------- loops
+
+    async def round_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._kick.wait(), self.cfg.round_interval_s)
+                await asyncio.sleep(self.cfg.debounce_s)  # gather a burst of arrivals into one round
+            except TimeoutError:
+                pass
+            self._kick.clear()
+            try:
+                await self.run_round()
+            except Exception:
+                log.exception("round_failed")
+
+    async def liveness_loop(self) -> None:
+        period = max(0.2, min(1.0, self.cfg.liveness.lease_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self._liveness_tick()
+                metrics.update_nodes(self)
+            except Exception:
+                log.exception("liveness_failed")
+
+    async def inspect_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.inspect_interval_s)
+            try:
+                await self.inspect()
+                metrics.update_jobs(self.store)
+            except Exception:
+                log.exception("inspect_failed")
+
+
+def _model_pb(job: JobRecord) -> common_pb2.ModelSpec:
+    m = resolve_model(job.spec.model)
+    return common_pb2.ModelSpec(name=m.name, hidden_size=m.hidden_size, num_layers=m.num_layers,
+                                num_heads=m.num_heads, vocab_size=m.vocab_size, seq_length=m.seq_length)

@@ -1,0 +1,105 @@
+"""`tessera-controller`: the asyncio controller daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import structlog
+
+from controller.agents import AgentClients
+from controller.core.frenzy import GIB, FrenzyConfig
+from controller.engine import Engine, EngineConfig
+from controller.registry import LivenessConfig
+from controller.service import ControllerService, RegistryService
+from controller.store import SqliteStore
+from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
+from tessera_common import logs, metrics, notify, rpc
+
+log = structlog.get_logger("controller")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="tessera-controller", description=__doc__)
+    p.add_argument("--listen", default="127.0.0.1:50051", help="host:port for the client and agent APIs")
+    p.add_argument("--state-dir", required=True, help="directory for the SQLite state (created if missing)")
+    p.add_argument("--round-interval", type=float, default=300.0, help="seconds between scheduling rounds")
+    p.add_argument("--inspect-interval", type=float, default=20.0, help="seconds between running-job inspections")
+    p.add_argument("--debounce", type=float, default=1.0, help="seconds a round waits after an arrival/departure")
+    p.add_argument("--lease", type=float, default=15.0, help="seconds without heartbeat before UNREACHABLE")
+    p.add_argument("--heartbeat-interval", type=float, default=5.0, help="heartbeat period asked of agents")
+    p.add_argument("--down-after", type=float, default=120.0, help="seconds without heartbeat before DOWN")
+    p.add_argument("--stop-grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--checkpoint-root", default="", help="shared checkpoint storage (default STATE_DIR/checkpoints)")
+    p.add_argument("--gpu-reserve-gb", type=float, default=1.0, help="GiB kept free on every GPU")
+    p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty)")
+    p.add_argument("--log-level", default="info")
+    args = p.parse_args(argv)
+    for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0")
+    if args.heartbeat_interval >= args.lease:
+        p.error("--heartbeat-interval must be shorter than --lease")
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
+    ckpt.mkdir(parents=True, exist_ok=True)
+    store = SqliteStore(state / "controller.db")
+    epoch = store.next_epoch()
+    structlog.contextvars.bind_contextvars(epoch=epoch)
+    cfg = EngineConfig(
+        round_interval_s=args.round_interval, inspect_interval_s=args.inspect_interval, debounce_s=args.debounce,
+        stop_grace_s=args.stop_grace, checkpoint_root=str(ckpt),
+        liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after),
+        frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
+    agents = AgentClients()
+    engine = Engine(store, agents, cfg, epoch)
+    server, port = rpc.aio_server(args.listen, [
+        (controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
+        (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine)),
+    ])
+    await server.start()
+    mport = metrics.serve(args.metrics_listen)
+    host = args.listen.rpartition(":")[0]
+    log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
+             checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
+    tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
+                                              notify.watchdog_loop())]
+    notify.notify(f"READY=1\nSTATUS=serving on {host}:{port}, epoch {epoch}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    notify.notify("STOPPING=1")
+    log.info("controller_stopping")
+    for t in tasks:
+        t.cancel()
+    await server.stop(grace=2.0)
+    await agents.close()
+    store.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logs.configure(args.log_level)
+    try:
+        asyncio.run(serve(args))
+    except OSError as e:
+        print(f"tessera-controller: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

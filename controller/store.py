@@ -1,0 +1,315 @@
+"""Durable controller state behind one interface, with SQLite (default) and in-memory backends.
+
+Both backends pass the same contract suite (tests/unit/test_store_contract.py). SQLite runs in WAL
+mode with synchronous=FULL: a call returns only after its transaction is on disk, so an
+acknowledged submit survives a kill -9 of the controller right after.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from tessera.v1 import common_pb2
+
+SCHEMA_VERSION = 1
+TERMINAL = frozenset({common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED})
+ACTIVE = frozenset({common_pb2.JOB_STATE_STARTING, common_pb2.JOB_STATE_RUNNING, common_pb2.JOB_STATE_MIGRATING})
+
+
+class RequestConflict(Exception):
+    """A request id was reused for a different job spec."""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    request_id: str
+    spec: common_pb2.JobSpec
+    state: int
+    reason: str
+    submit_time: float
+    attempt: int = 0
+    plan: common_pb2.Plan | None = None
+    placement: common_pb2.Placement | None = None
+    progress: common_pb2.Progress | None = None
+    start_time: float = 0.0
+    end_time: float = 0.0
+    restarts: int = 0
+    retries: int = 0
+    # The controller asked the current attempt to stop (cancel, drain, migration): exits are expected.
+    stop_requested: bool = False
+
+    def with_(self, **kw: object) -> JobRecord:
+        return replace(self, **kw)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    seq: int
+    job_id: str
+    time: float
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    id: str
+    address: str
+    inventory: common_pb2.NodeInventory = field(default_factory=common_pb2.NodeInventory)
+    drained: bool = False
+    drain_reason: str = ""
+
+
+class Store(Protocol):
+    def next_epoch(self) -> int: ...
+    def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]: ...
+    def get_job(self, job_id: str) -> JobRecord | None: ...
+    def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
+    def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]: ...
+    def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]: ...
+    def put_node(self, node: NodeRecord) -> None: ...
+    def get_node(self, node_id: str) -> NodeRecord | None: ...
+    def list_nodes(self) -> list[NodeRecord]: ...
+    def close(self) -> None: ...
+
+
+def _msg_bytes(m: object | None) -> bytes | None:
+    return None if m is None else m.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
+
+
+def _parse(cls: type, data: bytes | None) -> object | None:
+    if data is None:
+        return None
+    msg = cls()
+    msg.ParseFromString(data)
+    return msg
+
+
+class MemoryStore:
+    """In-memory backend: the simulator's and the tests' store. Same contract, no durability."""
+
+    def __init__(self) -> None:
+        self._epoch = 0
+        self._jobs: dict[str, JobRecord] = {}
+        self._by_request: dict[str, str] = {}
+        self._events: list[EventRecord] = []
+        self._nodes: dict[str, NodeRecord] = {}
+
+    def next_epoch(self) -> int:
+        self._epoch += 1
+        return self._epoch
+
+    def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]:
+        if job.request_id in self._by_request:
+            old = self._jobs[self._by_request[job.request_id]]
+            if _msg_bytes(old.spec) != _msg_bytes(job.spec):
+                raise RequestConflict(job.request_id)
+            return old, False
+        if job.id in self._jobs:
+            raise KeyError(f"job id {job.id} exists")
+        self._jobs[job.id] = job
+        self._by_request[job.request_id] = job.id
+        self._append(job.id, job.submit_time, [event])
+        return job, True
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        return self._jobs.get(job_id)
+
+    def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
+        st = set(states)
+        return [j for j in sorted(self._jobs.values(), key=lambda j: (j.submit_time, j.id))
+                if (not st or j.state in st) and (not tenant or j.spec.tenant == tenant)]
+
+    def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
+        if job.id not in self._jobs:
+            raise KeyError(job.id)
+        self._jobs[job.id] = job
+        return self._append(job.id, time, events)
+
+    def _append(self, job_id: str, time: float, events: Sequence[tuple[str, str]]) -> list[EventRecord]:
+        out = []
+        for kind, message in events:
+            ev = EventRecord(len(self._events) + 1, job_id, time, kind, message)
+            self._events.append(ev)
+            out.append(ev)
+        return out
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]:
+        return [e for e in self._events if e.job_id == job_id and e.seq > after_seq]
+
+    def put_node(self, node: NodeRecord) -> None:
+        self._nodes[node.id] = node
+
+    def get_node(self, node_id: str) -> NodeRecord | None:
+        return self._nodes.get(node_id)
+
+    def list_nodes(self) -> list[NodeRecord]:
+        return [self._nodes[k] for k in sorted(self._nodes)]
+
+    def close(self) -> None:
+        pass
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, state INTEGER NOT NULL,
+  reason TEXT NOT NULL, submit_time REAL NOT NULL, attempt INTEGER NOT NULL, spec BLOB NOT NULL,
+  plan BLOB, placement BLOB, progress BLOB, start_time REAL NOT NULL, end_time REAL NOT NULL,
+  restarts INTEGER NOT NULL, retries INTEGER NOT NULL, stop_requested INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, time REAL NOT NULL,
+  kind TEXT NOT NULL, message TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id, seq);
+CREATE TABLE IF NOT EXISTS nodes (
+  id TEXT PRIMARY KEY, address TEXT NOT NULL, inventory BLOB NOT NULL, drained INTEGER NOT NULL,
+  drain_reason TEXT NOT NULL);
+"""
+
+_JOB_COLS = ("id, request_id, tenant, state, reason, submit_time, attempt, spec, plan, placement, progress, "
+             "start_time, end_time, restarts, retries, stop_requested")
+
+
+class SqliteStore:
+    """SQLite backend: one file under the state dir, WAL, synchronous=FULL, one writer."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        with self._tx():
+            for stmt in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(stmt)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise RuntimeError(f"state was written by a newer Tessera (schema {row[0]} > {SCHEMA_VERSION})")
+
+    class _Tx:
+        def __init__(self, store: SqliteStore) -> None:
+            self.s = store
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.s._lock.acquire()
+            self.s._db.execute("BEGIN IMMEDIATE")
+            return self.s._db
+
+        def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+            try:
+                self.s._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+            finally:
+                self.s._lock.release()
+
+    def _tx(self) -> SqliteStore._Tx:
+        return SqliteStore._Tx(self)
+
+    def next_epoch(self) -> int:
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()
+            epoch = (int(row[0]) if row else 0) + 1
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('epoch', ?)", (str(epoch),))
+        return epoch
+
+    @staticmethod
+    def _row(job: JobRecord) -> tuple[object, ...]:
+        return (job.id, job.request_id, job.spec.tenant, job.state, job.reason, job.submit_time, job.attempt,
+                _msg_bytes(job.spec), _msg_bytes(job.plan), _msg_bytes(job.placement), _msg_bytes(job.progress),
+                job.start_time, job.end_time, job.restarts, job.retries, int(job.stop_requested))
+
+    @staticmethod
+    def _job(r: tuple) -> JobRecord:  # type: ignore[type-arg]
+        return JobRecord(
+            id=r[0], request_id=r[1], state=r[3], reason=r[4], submit_time=r[5], attempt=r[6],
+            spec=_parse(common_pb2.JobSpec, r[7]),  # type: ignore[arg-type]
+            plan=_parse(common_pb2.Plan, r[8]),  # type: ignore[arg-type]
+            placement=_parse(common_pb2.Placement, r[9]),  # type: ignore[arg-type]
+            progress=_parse(common_pb2.Progress, r[10]),  # type: ignore[arg-type]
+            start_time=r[11], end_time=r[12], restarts=r[13], retries=r[14], stop_requested=bool(r[15]),
+        )
+
+    def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]:
+        with self._tx() as db:
+            row = db.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE request_id=?", (job.request_id,)).fetchone()
+            if row is not None:
+                old = self._job(row)
+                if _msg_bytes(old.spec) != _msg_bytes(job.spec):
+                    raise RequestConflict(job.request_id)
+                return old, False
+            db.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({','.join('?' * 16)})", self._row(job))
+            db.execute("INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
+                       (job.id, job.submit_time, *event))
+        return job, True
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id=?", (job_id,)).fetchone()
+        return None if row is None else self._job(row)
+
+    def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
+        st = list(states)
+        q = f"SELECT {_JOB_COLS} FROM jobs WHERE 1=1"
+        args: list[object] = []
+        if st:
+            q += f" AND state IN ({','.join('?' * len(st))})"
+            args += st
+        if tenant:
+            q += " AND tenant=?"
+            args.append(tenant)
+        with self._lock:
+            rows = self._db.execute(q + " ORDER BY submit_time, id", args).fetchall()
+        return [self._job(r) for r in rows]
+
+    def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
+        out = []
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state=?, reason=?, attempt=?, plan=?, placement=?, progress=?, start_time=?, "
+                "end_time=?, restarts=?, retries=?, stop_requested=? WHERE id=?",
+                (job.state, job.reason, job.attempt, _msg_bytes(job.plan), _msg_bytes(job.placement),
+                 _msg_bytes(job.progress), job.start_time, job.end_time, job.restarts, job.retries,
+                 int(job.stop_requested), job.id))
+            if cur.rowcount != 1:
+                raise KeyError(job.id)
+            for kind, message in events:
+                c = db.execute("INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
+                               (job.id, time, kind, message))
+                out.append(EventRecord(int(c.lastrowid or 0), job.id, time, kind, message))
+        return out
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]:
+        with self._lock:
+            rows = self._db.execute("SELECT seq, job_id, time, kind, message FROM events WHERE job_id=? AND seq>? "
+                                    "ORDER BY seq", (job_id, after_seq)).fetchall()
+        return [EventRecord(*r) for r in rows]
+
+    def put_node(self, node: NodeRecord) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?)",
+                       (node.id, node.address, _msg_bytes(node.inventory), int(node.drained), node.drain_reason))
+
+    def _node(self, r: tuple) -> NodeRecord:  # type: ignore[type-arg]
+        return NodeRecord(r[0], r[1], _parse(common_pb2.NodeInventory, r[2]), bool(r[3]), r[4])  # type: ignore[arg-type]
+
+    def get_node(self, node_id: str) -> NodeRecord | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
+        return None if row is None else self._node(row)
+
+    def list_nodes(self) -> list[NodeRecord]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM nodes ORDER BY id").fetchall()
+        return [self._node(r) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

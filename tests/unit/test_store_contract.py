@@ -1,0 +1,115 @@
+"""One contract suite for every Store backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.store import JobRecord, MemoryStore, NodeRecord, RequestConflict, SqliteStore, Store
+from tessera.v1 import common_pb2
+
+P = common_pb2
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s: Store = SqliteStore(tmp_path / "state.db") if request.param == "sqlite" else MemoryStore()
+    yield s
+    s.close()
+
+
+def _job(i: int, req: str | None = None, tenant: str = "t") -> JobRecord:
+    spec = P.JobSpec(name=f"job{i}", tenant=tenant, model=P.ModelSpec(name="gpt2-small"),
+                     global_batch_size=8, iterations=10)
+    return JobRecord(id=f"j-{i}", request_id=req or f"r-{i}", spec=spec, state=P.JOB_STATE_PENDING,
+                     reason="new", submit_time=float(i))
+
+
+def test_epoch_grows(store: Store) -> None:
+    a, b = store.next_epoch(), store.next_epoch()
+    assert b == a + 1
+
+
+def test_create_is_idempotent_on_request_id(store: Store) -> None:
+    j, created = store.create_job(_job(1), ("SUBMITTED", "x"))
+    assert created
+    again = _job(1).with_(id="j-other")
+    j2, created2 = store.create_job(again, ("SUBMITTED", "x"))
+    assert not created2 and j2.id == "j-1"
+    assert [j.id for j in store.list_jobs()] == ["j-1"]
+    assert len(store.events("j-1")) == 1
+
+
+def test_request_id_reuse_with_other_spec_conflicts(store: Store) -> None:
+    store.create_job(_job(1), ("SUBMITTED", "x"))
+    other = _job(2, req="r-1")
+    with pytest.raises(RequestConflict):
+        store.create_job(other, ("SUBMITTED", "x"))
+    assert store.get_job("j-2") is None
+    stored = store.get_job("j-1")
+    assert stored is not None and stored.spec.name == "job1"
+
+
+def test_save_roundtrip_and_events(store: Store) -> None:
+    store.create_job(_job(1), ("SUBMITTED", "x"))
+    job = store.get_job("j-1")
+    assert job is not None
+    plan = P.Plan(dp=2, tp=1, pp=1, micro_batch=4, grad_accum=1, gpu_model="A10-24GB")
+    placement = P.Placement(slices=[P.NodeSlice(node_id="n1", gpu_indices=[0, 1])], rendezvous="h:1")
+    evs = store.save_job(job.with_(state=P.JOB_STATE_STARTING, attempt=1, plan=plan, placement=placement,
+                                   progress=P.Progress(iteration=3, loss=1.5), stop_requested=True),
+                         5.0, [("PLACED", "on n1"), ("STARTED", "go")])
+    assert [e.kind for e in evs] == ["PLACED", "STARTED"]
+    got = store.get_job("j-1")
+    assert got is not None
+    assert got.state == P.JOB_STATE_STARTING and got.attempt == 1 and got.stop_requested
+    assert got.plan == plan and got.placement == placement and got.progress is not None
+    assert got.progress.iteration == 3
+    kinds = [e.kind for e in store.events("j-1")]
+    assert kinds == ["SUBMITTED", "PLACED", "STARTED"]
+    first = store.events("j-1")[0].seq
+    assert [e.kind for e in store.events("j-1", after_seq=first)] == ["PLACED", "STARTED"]
+    seqs = [e.seq for e in store.events("j-1")]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 3
+
+
+def test_save_unknown_job_raises(store: Store) -> None:
+    with pytest.raises(KeyError):
+        store.save_job(_job(9), 1.0)
+
+
+def test_list_filters(store: Store) -> None:
+    store.create_job(_job(1, tenant="a"), ("SUBMITTED", ""))
+    store.create_job(_job(2, tenant="b"), ("SUBMITTED", ""))
+    j2 = store.get_job("j-2")
+    assert j2 is not None
+    store.save_job(j2.with_(state=P.JOB_STATE_RUNNING), 3.0)
+    assert [j.id for j in store.list_jobs(states=[P.JOB_STATE_RUNNING])] == ["j-2"]
+    assert [j.id for j in store.list_jobs(tenant="a")] == ["j-1"]
+    assert [j.id for j in store.list_jobs()] == ["j-1", "j-2"]
+
+
+def test_nodes(store: Store) -> None:
+    inv = P.NodeInventory(source=P.INVENTORY_SOURCE_DECLARED, gpus=[P.Gpu(index=0, model="A10-24GB")])
+    store.put_node(NodeRecord("n1", "127.0.0.1:1", inv))
+    store.put_node(NodeRecord("n0", "127.0.0.1:2", inv, drained=True, drain_reason="maint"))
+    assert [n.id for n in store.list_nodes()] == ["n0", "n1"]
+    n0 = store.get_node("n0")
+    assert n0 is not None and n0.drained and n0.drain_reason == "maint" and n0.inventory == inv
+    assert store.get_node("nx") is None
+
+
+def test_sqlite_survives_reopen(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "state.db")
+    e1 = s.next_epoch()
+    s.create_job(_job(1), ("SUBMITTED", ""))
+    s.close()
+    s2 = SqliteStore(tmp_path / "state.db")
+    assert s2.next_epoch() == e1 + 1
+    assert s2.get_job("j-1") is not None
+    mode = s2._db.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = s2._db.execute("PRAGMA synchronous").fetchone()[0]
+    assert mode == "wal" and sync == 2  # 2 = FULL
+    s2.close()
