@@ -118,7 +118,7 @@ def has_place(plan: ResourcePlan, nodes: tuple[NodeView, ...], allowed: tuple[st
         pool = [g for g in pool if len(g.free) >= plan.tp]
         if not pool:
             return None
-        g = max(pool, key=lambda x: (len(x.free), -x.memory_bytes, x.node_id))
+        g = min(pool, key=lambda x: (-len(x.free), x.memory_bytes, x.node_id))
         take = min(left, len(g.free) // plan.tp * plan.tp)
         slices.append(Slice(g.node_id, tuple(sorted(g.free)[:take])))
         left -= take

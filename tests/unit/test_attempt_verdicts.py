@@ -1,0 +1,32 @@
+from controller.core.attempts import EXIT_UNKNOWN, RankStatus, judge
+
+
+def rs(rank: int, running: bool, code: int = 0, it: int = 0, reason: str = "") -> RankStatus:
+    return RankStatus(rank, running, code, reason, it)
+
+
+def test_starting_until_all_ranks_run() -> None:
+    assert judge(2, {0: rs(0, True)}, 10, False).kind == "starting"
+    assert judge(2, {0: rs(0, True), 1: rs(1, True)}, 10, False).kind == "running"
+
+
+def test_success_needs_all_zero_and_iterations() -> None:
+    done = {0: rs(0, False, 0, 10), 1: rs(1, False, 0, 10)}
+    assert judge(2, done, 10, False).kind == "succeeded"
+    early = {0: rs(0, False, 0, 4), 1: rs(1, False, 0, 4)}
+    assert judge(2, early, 10, False).kind == "stopped"
+    assert judge(2, {0: rs(0, False, 0, 10), 1: rs(1, True)}, 10, False).kind == "starting"
+
+
+def test_failures_and_signals() -> None:
+    v = judge(2, {0: rs(0, True), 1: rs(1, False, 3, reason="bad plan")}, 10, False)
+    assert v.kind == "failed" and v.reason == "rank 1: exit code 3; bad plan"
+    v = judge(1, {0: rs(0, False, -9)}, 10, False)
+    assert v.kind == "failed" and "SIGKILL" in v.reason and "out of memory" in v.reason
+    assert judge(1, {0: rs(0, False, 127)}, 10, False).reason.startswith("rank 0: exit code 127 (program not found")
+    assert judge(1, {0: rs(0, False, EXIT_UNKNOWN)}, 10, False).kind == "interrupted"
+
+
+def test_requested_stop_ignores_exit_codes() -> None:
+    assert judge(2, {0: rs(0, False, -15), 1: rs(1, False, 0)}, 10, True).kind == "stopped"
+    assert judge(2, {0: rs(0, False, -15), 1: rs(1, True)}, 10, True).kind == "starting"
