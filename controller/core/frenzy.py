@@ -138,6 +138,8 @@ def _cluster_text(snap: Snapshot) -> str:
 
 def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot, cfg: FrenzyConfig) -> str:
     total = sum(c for _, _, c in snap.cluster_gpus)
+    if total == 0:
+        return "waiting for nodes: no GPUs registered"
     if job.gpus_hint and job.gpus_hint > total:
         return f"asks for {job.gpus_hint} GPUs; the cluster has {total}: {_cluster_text(snap)}"
     if not plans:
