@@ -1,0 +1,240 @@
+"""The worker contract as pure functions: request validation, worker paths and the worker environment.
+
+docs/worker-contract.md is the specification. Nothing here spawns, reads the clock or touches the
+file system, so every rule is unit-testable with literal inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from tessera.v1 import agent_pb2, common_pb2
+
+from .errors import InvalidArgument
+
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+# Set by the agent for every worker; a job's env may not override them.
+CONTRACT_VARS: frozenset[str] = frozenset(
+    {
+        "TESSERA_JOB_ID",
+        "TESSERA_ATTEMPT",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TESSERA_RENDEZVOUS",
+        "TESSERA_PLAN",
+        "TESSERA_MODEL",
+        "TESSERA_ITERATIONS",
+        "TESSERA_GLOBAL_BATCH_SIZE",
+        "TESSERA_CHECKPOINT_DIR",
+        "TESSERA_CHECKPOINT_EVERY",
+        "TESSERA_AGENT_ADDR",
+        "CUDA_VISIBLE_DEVICES",
+        "TESSERA_INVENTORY_SOURCE",
+        # Not in the contract table, but the agent sets it: NVML numbers GPUs in PCI bus order while
+        # CUDA's default order is "fastest first", so without it CUDA_VISIBLE_DEVICES=2 could be
+        # another GPU than NVML's index 2 (the one the controller placed the rank on).
+        "CUDA_DEVICE_ORDER",
+    }
+)
+
+# Inherited from the agent's own environment but meaningless (or harmful) for a worker: a worker
+# must not ping the agent's systemd watchdog or claim its sockets.
+NOT_INHERITED: frozenset[str] = frozenset(
+    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
+)
+
+MAX_RANKS_PER_LAUNCH = 1024
+
+
+def attempt_dir(work_dir: Path, job_id: str, attempt: int) -> Path:
+    """The attempt's working directory: <work-dir>/jobs/<job_id>/attempt-<attempt>/."""
+    return work_dir / "jobs" / job_id / f"attempt-{attempt}"
+
+
+def log_path(work_dir: Path, job_id: str, attempt: int, rank: int) -> Path:
+    """The rank's log: <work-dir>/jobs/<job_id>/attempt-<attempt>/rank-<rank>.log."""
+    return attempt_dir(work_dir, job_id, attempt) / f"rank-{rank}.log"
+
+
+def default_checkpoint_dir(work_dir: Path, job_id: str) -> Path:
+    """Where checkpoints go when the Launch names no directory: shared by the job's attempts on this node."""
+    return work_dir / "jobs" / job_id / "checkpoints"
+
+
+def validate_job_id(job_id: str, field: str = "job_id") -> None:
+    if not JOB_ID_RE.match(job_id):
+        raise InvalidArgument(field, f"{job_id!r} does not match {JOB_ID_RE.pattern}")
+
+
+def split_host_port(address: str, field: str) -> tuple[str, int]:
+    """Split "host:port" or "[v6]:port"; port 1..65535."""
+    host, sep, port_s = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        raise InvalidArgument(field, f"{address!r} is not host:port with a port in 1..65535")
+    return host, int(port_s)
+
+
+def _no_nul(value: str, field: str) -> None:
+    # exec() refuses NUL bytes; say so as a field error instead of a spawn failure.
+    if "\0" in value:
+        raise InvalidArgument(field, "contains a NUL byte")
+
+
+def validate_launch(req: agent_pb2.LaunchRequest, gpu_indices: Iterable[int]) -> None:
+    """Check a LaunchRequest against the contract and this node's GPU indices.
+
+    Raises InvalidArgument("field: reason") for the first problem. GPU *availability* (another
+    attempt holding a GPU) is state, not shape, and is the supervisor's FAILED_PRECONDITION.
+    """
+    validate_job_id(req.job_id)
+    if req.attempt < 1:
+        raise InvalidArgument("attempt", f"must be >= 1 (1 is the first launch), got {req.attempt}")
+    if not req.argv:
+        raise InvalidArgument("argv", "must not be empty")
+    if not req.argv[0]:
+        raise InvalidArgument("argv[0]", "must not be empty")
+    for i, arg in enumerate(req.argv):
+        _no_nul(arg, f"argv[{i}]")
+    if req.world_size < 1:
+        raise InvalidArgument("world_size", f"must be >= 1, got {req.world_size}")
+    if not req.ranks:
+        raise InvalidArgument("ranks", "must list at least one rank")
+    if len(req.ranks) > min(req.world_size, MAX_RANKS_PER_LAUNCH):
+        raise InvalidArgument("ranks", f"{len(req.ranks)} ranks for world_size {req.world_size}")
+    split_host_port(req.rendezvous, "rendezvous")
+    known = set(gpu_indices)
+    seen_ranks: set[int] = set()
+    seen_local: set[int] = set()
+    gpu_owner: dict[int, int] = {}
+    for i, r in enumerate(req.ranks):
+        field = f"ranks[{i}]"
+        if not 0 <= r.rank < req.world_size:
+            raise InvalidArgument(f"{field}.rank", f"{r.rank} is outside 0..{req.world_size - 1}")
+        if r.rank in seen_ranks:
+            raise InvalidArgument(f"{field}.rank", f"rank {r.rank} is listed twice")
+        seen_ranks.add(r.rank)
+        if not 0 <= r.local_rank < len(req.ranks):
+            raise InvalidArgument(f"{field}.local_rank", f"{r.local_rank} is outside 0..{len(req.ranks) - 1}")
+        if r.local_rank in seen_local:
+            raise InvalidArgument(f"{field}.local_rank", f"local rank {r.local_rank} is listed twice")
+        seen_local.add(r.local_rank)
+        for g in r.gpu_indices:
+            if g not in known:
+                raise InvalidArgument(
+                    f"{field}.gpu_indices", f"GPU {g} does not exist on this node (have {sorted(known)})"
+                )
+            if g in gpu_owner:
+                raise InvalidArgument(
+                    f"{field}.gpu_indices", f"GPU {g} is given to both rank {gpu_owner[g]} and rank {r.rank}"
+                )
+            gpu_owner[g] = r.rank
+    for name, value in req.env.items():
+        if not ENV_NAME_RE.match(name):
+            raise InvalidArgument(f"env.{name}", f"name does not match {ENV_NAME_RE.pattern}")
+        if name in CONTRACT_VARS:
+            raise InvalidArgument(
+                f"env.{name}", "is set by the agent (worker contract) and cannot be overridden"
+            )
+        _no_nul(value, f"env.{name}")
+    if req.checkpoint_dir:
+        _no_nul(req.checkpoint_dir, "checkpoint_dir")
+        # A relative directory would resolve against each attempt's own cwd, so attempts would not
+        # find each other's checkpoints.
+        if not req.checkpoint_dir.startswith("/"):
+            raise InvalidArgument("checkpoint_dir", f"{req.checkpoint_dir!r} must be an absolute path")
+    for name in ("iterations", "global_batch_size", "checkpoint_every"):
+        if getattr(req, name) < 0:
+            raise InvalidArgument(name, f"must be >= 0, got {getattr(req, name)}")
+
+
+def validate_stop(job_id: str, attempt: int, grace_seconds: float) -> None:
+    validate_job_id(job_id)
+    if attempt < 0:
+        raise InvalidArgument("attempt", f"must be >= 0 (0 = every attempt), got {attempt}")
+    if not math.isfinite(grace_seconds) or grace_seconds < 0:
+        raise InvalidArgument("grace_seconds", f"must be a finite number >= 0, got {grace_seconds}")
+
+
+def plan_json(plan: common_pb2.Plan) -> str:
+    """TESSERA_PLAN: fixed keys in the contract's order, whatever fields the proto grows later."""
+    return json.dumps(
+        {
+            "dp": plan.dp,
+            "tp": plan.tp,
+            "pp": plan.pp,
+            "micro_batch": plan.micro_batch,
+            "grad_accum": plan.grad_accum,
+            "gpu_model": plan.gpu_model,
+            "memory_per_gpu_bytes": plan.memory_per_gpu_bytes,
+            "memory_source": plan.memory_source,
+        }
+    )
+
+
+def model_json(model: common_pb2.ModelSpec) -> str:
+    """TESSERA_MODEL: fixed keys in the contract's order."""
+    return json.dumps(
+        {
+            "name": model.name,
+            "hidden_size": model.hidden_size,
+            "num_layers": model.num_layers,
+            "num_heads": model.num_heads,
+            "vocab_size": model.vocab_size,
+            "seq_length": model.seq_length,
+        }
+    )
+
+
+def worker_env(
+    base: Mapping[str, str],
+    req: agent_pb2.LaunchRequest,
+    rank: agent_pb2.RankAssignment,
+    *,
+    agent_addr: str,
+    declared: bool,
+    checkpoint_dir: str,
+) -> dict[str, str]:
+    """The whole environment of one worker.
+
+    The agent's own environment first (PATH, PYTHONPATH, proxies...), minus systemd's per-service
+    variables, then the job's env, then the contract variables, which always win.
+    """
+    env = {k: v for k, v in base.items() if k not in NOT_INHERITED}
+    env.update(req.env)
+    master_addr, master_port = split_host_port(req.rendezvous, "rendezvous")
+    env.update(
+        {
+            "TESSERA_JOB_ID": req.job_id,
+            "TESSERA_ATTEMPT": str(req.attempt),
+            "RANK": str(rank.rank),
+            "LOCAL_RANK": str(rank.local_rank),
+            "WORLD_SIZE": str(req.world_size),
+            "LOCAL_WORLD_SIZE": str(len(req.ranks)),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port),
+            "TESSERA_RENDEZVOUS": req.rendezvous,
+            "TESSERA_PLAN": plan_json(req.plan),
+            "TESSERA_MODEL": model_json(req.model),
+            "TESSERA_ITERATIONS": str(req.iterations),
+            "TESSERA_GLOBAL_BATCH_SIZE": str(req.global_batch_size),
+            "TESSERA_CHECKPOINT_DIR": checkpoint_dir,
+            "TESSERA_CHECKPOINT_EVERY": str(req.checkpoint_every),
+            "TESSERA_AGENT_ADDR": agent_addr,
+            # Declared GPUs do not exist: an empty list hides any real GPU so the worker runs on CPU.
+            "CUDA_VISIBLE_DEVICES": "" if declared else ",".join(str(g) for g in rank.gpu_indices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "TESSERA_INVENTORY_SOURCE": "declared" if declared else "nvml",
+        }
+    )
+    return env

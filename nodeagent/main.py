@@ -1,0 +1,181 @@
+"""tessera-agent: command line, logging, metrics, signals and systemd notify around `Agent`.
+
+Exit status: 0 after SIGTERM/SIGINT, 2 for bad arguments, an invalid inventory or no NVML without
+--inventory (one line on stderr), 1 for an unexpected failure. stdout stays empty; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import structlog
+from tessera.v1 import common_pb2
+
+from tessera_common import logs
+from tessera_common import metrics as common_metrics
+from tessera_common.notify import notify, watchdog_loop
+
+from . import inventory
+from .agent import Agent, AgentConfig
+from .version import __version__
+
+log = structlog.get_logger("nodeagent.main")
+
+NODE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class UsageError(Exception):
+    """A bad command line: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tessera-agent", description="Tessera node agent: one per GPU server.")
+    p.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
+    p.add_argument(
+        "--node-id", required=True, metavar="NAME", help="this node's name, [a-z0-9][a-z0-9._-]{0,62}"
+    )
+    p.add_argument("--inventory", metavar="FILE", help="declared GPU inventory (YAML); omit to probe NVML")
+    p.add_argument(
+        "--work-dir", required=True, metavar="DIR", help="worker directories, logs and agent state"
+    )
+    p.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT", help="NodeAgent gRPC address")
+    p.add_argument(
+        "--advertise", metavar="HOST", help="host reported to the controller (default: listen host)"
+    )
+    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus /metrics here")
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    p.add_argument(
+        "--kill-workers-on-exit",
+        action="store_true",
+        help="stop workers (SIGTERM, grace, SIGKILL) when the agent exits; default: leave them running",
+    )
+    p.add_argument(
+        "--stop-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="grace between SIGTERM and SIGKILL with --kill-workers-on-exit (default 10)",
+    )
+    p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
+    return p
+
+
+def _host_port(value: str, flag: str, allow_port0: bool) -> str:
+    host, sep, port = value.rpartition(":")
+    low = 0 if allow_port0 else 1
+    if not sep or not host.strip("[]") or not port.isdigit() or not low <= int(port) <= 65535:
+        raise UsageError(f"{flag}: {value!r} is not HOST:PORT with a port in {low}..65535")
+    return value
+
+
+def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Namespace]:
+    """Parse and validate the command line; UsageError with a one-line message on any problem."""
+    args = build_parser().parse_args(argv)
+    if not NODE_ID_RE.match(args.node_id):
+        raise UsageError(f"--node-id: {args.node_id!r} does not match {NODE_ID_RE.pattern}")
+    _host_port(args.controller, "--controller", allow_port0=False)
+    _host_port(args.listen, "--listen", allow_port0=True)
+    if args.metrics_listen:
+        _host_port(args.metrics_listen, "--metrics-listen", allow_port0=True)
+    if args.advertise is not None and (not args.advertise.strip("[]") or "/" in args.advertise):
+        raise UsageError(f"--advertise: {args.advertise!r} is not a host name or address")
+    if not args.stop_grace >= 0:
+        raise UsageError(f"--stop-grace: must be >= 0, got {args.stop_grace}")
+    work_dir = Path(args.work_dir).expanduser()
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        work_dir = work_dir.resolve()
+        probe = work_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(
+            f"--work-dir: {work_dir} is not a writable directory: {exc.strerror or exc}"
+        ) from None
+    config = AgentConfig(
+        controller=args.controller,
+        node_id=args.node_id,
+        work_dir=work_dir,
+        listen=args.listen,
+        advertise=args.advertise,
+        kill_workers_on_exit=args.kill_workers_on_exit,
+        stop_grace_on_exit=args.stop_grace,
+    )
+    return config, args
+
+
+def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, bool]:
+    """The declared file when given, else NVML; (inventory, probe again later?)."""
+    if args.inventory:
+        try:
+            return inventory.load_declared(args.inventory, args.node_id), False
+        except inventory.InventoryError as exc:
+            raise UsageError(f"--inventory: {exc}") from None
+    try:
+        return inventory.probe_nvml(), True
+    except inventory.NvmlUnavailable as exc:
+        raise UsageError(
+            f"{exc}; on a node without NVML pass --inventory FILE (see docs/inventory.md)"
+        ) from None
+
+
+async def run(config: AgentConfig, inv: common_pb2.NodeInventory, nvml: bool) -> int:
+    agent = Agent(config, inv, prober=inventory.probe_nvml if nvml else None)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await agent.start()
+    except OSError as exc:
+        print(f"tessera-agent: error: --listen: cannot serve on {config.listen}: {exc}", file=sys.stderr)
+        return 2
+    notify("READY=1")
+    notify(f"STATUS=serving on {agent.address}")
+    watchdog = asyncio.create_task(watchdog_loop(), name="watchdog")
+    await stop.wait()
+    log.info("signal received; shutting down")
+    notify("STOPPING=1")
+    watchdog.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watchdog
+    await agent.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config, args = parse_config(argv)
+        logs.configure(args.log_level)
+        inv, nvml = load_inventory(args)
+        if args.metrics_listen:
+            try:
+                port = common_metrics.serve(args.metrics_listen)
+            except OSError as exc:
+                raise UsageError(f"--metrics-listen: cannot serve on {args.metrics_listen}: {exc}") from None
+            log.info("metrics serving", listen=args.metrics_listen, port=port)
+    except UsageError as exc:
+        print(f"tessera-agent: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run(config, inv, nvml))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
