@@ -32,9 +32,10 @@ def to_dict(message: Message) -> dict[str, Any]:
     """The proto3 JSON mapping of a message: snake_case keys, enums by name, every scalar and list
     field present even when default; int64 fields are strings and bytes are base64, as the mapping
     says; unset message fields (a pending job's plan) are absent."""
-    return json_format.MessageToDict(
+    result: dict[str, Any] = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
+    return result
 
 
 def dumps(value: Any, *, compact: bool = False) -> str:

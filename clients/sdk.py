@@ -16,9 +16,10 @@ code "UNAVAILABLE") means no connection to the controller could be made at all.
 
 from __future__ import annotations
 
+import builtins
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -82,7 +83,7 @@ def state_value(state: int | str) -> int:
     if not name.startswith("JOB_STATE_"):
         name = "JOB_STATE_" + name
     try:
-        return common_pb2.JobState.Value(name)
+        return int(common_pb2.JobState.Value(name))
     except ValueError:
         known = ", ".join(n.removeprefix("JOB_STATE_") for n in common_pb2.JobState.keys()[1:])
         raise ValueError(f"unknown job state {state!r} (known: {known})") from None
@@ -140,7 +141,7 @@ class Client:
 
     def watch(
         self, job_id: str, after_seq: int = 0, timeout: float | None = None
-    ) -> Iterator[common_pb2.JobEvent]:
+    ) -> Generator[common_pb2.JobEvent, None, None]:
         """The job's events after `after_seq`, then new ones as they happen, until the job ends (or
         `timeout` seconds pass: DEADLINE_EXCEEDED). Close the iterator to stop early."""
         req = controller_pb2.WatchJobEventsRequest(job_id=job_id, after_seq=after_seq)
@@ -213,7 +214,7 @@ class Client:
 
     # -- nodes -----------------------------------------------------------------------------------
 
-    def nodes(self) -> list[controller_pb2.Node]:
+    def nodes(self) -> builtins.list[controller_pb2.Node]:
         """Every node the controller knows, in any state."""
         return list(self._call(self._stub.ListNodes, controller_pb2.ListNodesRequest()).nodes)
 

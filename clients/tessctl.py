@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
-from tessera.v1 import controller_pb2
+from tessera.v1 import common_pb2, controller_pb2
 
 from clients import output
 from clients.jobfile import JobFileError, load_job_file, parse_job_yaml
@@ -222,7 +222,7 @@ def cmd_describe_node(client: Client, args: argparse.Namespace, out: TextIO) -> 
     if args.output == "json":
         _print(out, output.dumps(output.to_dict(node)))
         return 0
-    active = [s for s in controller_pb2.JobState.values() if s and s not in TERMINAL_STATES]
+    active = [s for s in common_pb2.JobState.values() if s and s not in TERMINAL_STATES]
     jobs = client.list(states=active)
     _print(out, output.describe_node(node, time.time(), jobs))
     return 0

@@ -1,0 +1,642 @@
+"""tessctl and the SDK against a fake Controller servicer on loopback.
+
+The fake is a small in-memory Controller (real gRPC, built by tessera_common.rpc on 127.0.0.1:0, on
+its own event loop thread); tessctl runs as a real subprocess. Synchronisation is on process output
+and on the fake's state, never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+
+from clients.jobfile import load_job_file
+from clients.sdk import Client, ControllerUnreachable, TesseraError
+from tessera_common import rpc
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS = REPO / "examples" / "jobs"
+NOW = 1_700_000_000.0
+
+S = common_pb2
+
+
+class FakeController(controller_pb2_grpc.ControllerServicer):
+    """In-memory controller: jobs, events, nodes, logs; mutated by tests through `FakeServer.call`."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, controller_pb2.Job] = {}
+        self.events: dict[str, list[common_pb2.JobEvent]] = {}
+        self.nodes: dict[str, controller_pb2.Node] = {}
+        self.logs: dict[tuple[str, int], bytes] = {}
+        self.requests: dict[str, str] = {}
+        self.log_requests: list[controller_pb2.GetJobLogsRequest] = []
+        self.changed = asyncio.Condition()
+        self.seq = 0
+
+    # -- helpers used by tests (run on the server loop) --
+
+    def add_job(self, job: controller_pb2.Job) -> None:
+        self.jobs[job.id] = job
+        self.events.setdefault(job.id, [])
+
+    async def event(self, job_id: str, kind: str, message: str = "", state: int | None = None,
+                    mutate: Callable[[controller_pb2.Job], None] | None = None) -> None:
+        job = self.jobs[job_id]
+        if state is not None:
+            job.state = state
+        if mutate:
+            mutate(job)
+        self.seq += 1
+        self.events[job_id].append(S.JobEvent(seq=self.seq, job_id=job_id, time=NOW, kind=kind, message=message))
+        async with self.changed:
+            self.changed.notify_all()
+
+    # -- the API --
+
+    async def SubmitJob(self, request: Any, context: Any) -> Any:
+        if not request.spec.name:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "spec.name: required")
+        if request.request_id in self.requests:
+            return controller_pb2.SubmitJobResponse(job=self.jobs[self.requests[request.request_id]], created=False)
+        job_id = f"j-{len(self.jobs) + 1:06d}"
+        job = controller_pb2.Job(id=job_id, spec=request.spec, state=S.JOB_STATE_PENDING, submit_time=NOW,
+                                 reason="waiting for the next scheduling round")
+        self.add_job(job)
+        self.requests[request.request_id] = job_id
+        await self.event(job_id, "SUBMITTED", "job submitted")
+        return controller_pb2.SubmitJobResponse(job=job, created=True)
+
+    async def _job(self, job_id: str, context: Any) -> controller_pb2.Job:
+        if job_id not in self.jobs:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"job {job_id} not found")
+        return self.jobs[job_id]
+
+    async def GetJob(self, request: Any, context: Any) -> Any:
+        job = controller_pb2.Job()
+        job.CopyFrom(await self._job(request.job_id, context))
+        if request.with_events:
+            job.events.extend(self.events[job.id])
+        return job
+
+    async def ListJobs(self, request: Any, context: Any) -> Any:
+        jobs = [j for j in self.jobs.values()
+                if (not request.states or j.state in request.states)
+                and (not request.tenant or j.spec.tenant == request.tenant)]
+        return controller_pb2.ListJobsResponse(jobs=jobs)
+
+    async def CancelJob(self, request: Any, context: Any) -> Any:
+        job = await self._job(request.job_id, context)
+        if job.state not in (S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED):
+            job.reason = "cancelled by the user"
+            await self.event(job.id, "CANCELLED", "cancelled by the user", state=S.JOB_STATE_CANCELLED)
+        return job
+
+    async def WatchJobEvents(self, request: Any, context: Any) -> Any:
+        job = await self._job(request.job_id, context)
+        after = request.after_seq
+        while True:
+            for e in self.events[job.id]:
+                if e.seq > after:
+                    after = e.seq
+                    yield e
+            if job.state in (S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED):
+                return
+            async with self.changed:
+                await self.changed.wait()
+
+    async def ListNodes(self, request: Any, context: Any) -> Any:
+        return controller_pb2.ListNodesResponse(nodes=list(self.nodes.values()))
+
+    async def _node(self, node_id: str, context: Any) -> controller_pb2.Node:
+        if node_id not in self.nodes:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"node {node_id} not found")
+        return self.nodes[node_id]
+
+    async def DrainNode(self, request: Any, context: Any) -> Any:
+        node = await self._node(request.node_id, context)
+        node.state = S.NODE_STATE_DRAINING
+        node.reason = request.reason or "drained by an operator"
+        return node
+
+    async def UndrainNode(self, request: Any, context: Any) -> Any:
+        node = await self._node(request.node_id, context)
+        node.state = S.NODE_STATE_READY
+        node.reason = ""
+        return node
+
+    async def GetJobLogs(self, request: Any, context: Any) -> Any:
+        await self._job(request.job_id, context)
+        self.log_requests.append(request)
+        data = self.logs.get((request.job_id, request.rank))
+        if data is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no log for rank {request.rank} of job {request.job_id}")
+        tail = request.tail_bytes or 65536
+        return controller_pb2.GetJobLogsResponse(
+            node_id="node-a", path=f"/var/lib/tessera/agent/jobs/{request.job_id}/attempt-1/rank-{request.rank}.log",
+            data=data[-tail:],
+        )
+
+
+class FakeServer:
+    """Runs a FakeController on its own event loop thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.fake: FakeController = self.run(self._make())
+        self.server, port = self.run(self._start())
+        self.address = f"127.0.0.1:{port}"
+
+    async def _make(self) -> FakeController:
+        return FakeController()
+
+    async def _start(self) -> tuple[Any, int]:
+        server, port = rpc.aio_server(
+            "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, self.fake)]
+        )
+        await server.start()
+        return server, port
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
+
+    def call(self, fn: Callable[[FakeController], Any]) -> Any:
+        """Run fn(fake) on the server loop (awaiting it if it returns a coroutine)."""
+
+        async def go() -> Any:
+            result = fn(self.fake)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+
+        return self.run(go())
+
+    def stop(self) -> None:
+        self.run(self.server.stop(grace=None))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+def _running_job() -> controller_pb2.Job:
+    spec = load_job_file(JOBS / "tiny.yaml")
+    return controller_pb2.Job(
+        id="j-run", spec=spec, state=S.JOB_STATE_RUNNING, attempt=1, submit_time=NOW - 300, start_time=NOW - 200,
+        reason="placed on 2xA100-80GB: best throughput",
+        plan=S.Plan(dp=2, tp=1, pp=1, micro_batch=4, grad_accum=2, gpu_model="A100-80GB",
+                    memory_per_gpu_bytes=3 * 1024**3, memory_source="formula"),
+        placement=S.Placement(slices=[S.NodeSlice(node_id="node-a", gpu_indices=[0, 1])], rendezvous="10.0.0.1:29500"),
+        progress=S.Progress(iteration=10, loss=2.5, samples_per_second=100.0, time=NOW - 1, checkpoint_iteration=-1),
+    )
+
+
+def _nodes() -> list[controller_pb2.Node]:
+    a100 = [S.Gpu(index=i, model="A100-80GB", memory_bytes=80 * 10**9, nvlink_peers=[j for j in range(4) if j != i])
+            for i in range(4)]
+    a40 = [S.Gpu(index=i, model="A40-48GB", memory_bytes=48 * 10**9) for i in range(2)]
+    return [
+        controller_pb2.Node(id="node-a", address="10.0.0.1:50052", state=S.NODE_STATE_READY, last_heartbeat=NOW,
+                            busy_gpus=[0, 1], inventory=S.NodeInventory(
+                                source=S.INVENTORY_SOURCE_DECLARED, gpus=a100, hostname="a", cpu_count=32,
+                                host_memory_bytes=256 * 1024**3)),
+        controller_pb2.Node(id="node-b", address="10.0.0.2:50052", state=S.NODE_STATE_READY, last_heartbeat=NOW,
+                            inventory=S.NodeInventory(source=S.INVENTORY_SOURCE_NVML, gpus=a40, hostname="b")),
+    ]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    srv = FakeServer()
+
+    def seed(fake: FakeController) -> None:
+        fake.add_job(_running_job())
+        for n in _nodes():
+            fake.nodes[n.id] = n
+        fake.logs[("j-run", 0)] = b"step 1 loss 5.0\nstep 2 loss 4.0\n"
+
+    srv.call(seed)
+    srv.call(lambda f: f.event("j-run", "PLACED", "placed on node-a GPUs 0,1"))
+    srv.call(lambda f: f.event("j-run", "STARTED", "attempt 1 started"))
+    yield srv
+    srv.stop()
+
+
+def tessctl(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k != "TESSERA_CONTROLLER"}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "clients.tessctl", *args], cwd=REPO, env=full_env, input=stdin,
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def ok_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    return json.loads(proc.stdout)  # the whole stdout is one JSON value
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("tessctl: error: ")
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+# -- submit -----------------------------------------------------------------------------------------
+
+
+def test_submit_json_is_one_object_with_id_and_is_idempotent(server: FakeServer) -> None:
+    path = str(JOBS / "tiny.yaml")
+    out = ok_json(tessctl("--controller", server.address, "submit", "-f", path, "--request-id", "r1", "-o", "json"))
+    assert out["id"].startswith("j-")
+    assert out["created"] is True
+    assert out["state"] == "JOB_STATE_PENDING"
+    assert out["spec"]["name"] == "tiny"
+    assert out["spec"]["model"]["hidden_size"] == 64
+    assert out["spec"]["iterations"] == "40"  # int64: a string in the proto3 JSON mapping
+    stored = server.call(lambda f: f.jobs[out["id"]].spec)
+    assert stored == load_job_file(path)
+
+    again = ok_json(tessctl("-o", "json", "--controller", server.address, "submit", "-f", path, "--request-id", "r1"))
+    assert again["id"] == out["id"]
+    assert again["created"] is False
+
+
+def test_submit_table_and_stdin(server: FakeServer) -> None:
+    text = (JOBS / "small.yaml").read_text()
+    proc = tessctl("--controller", server.address, "submit", "-f", "-", stdin=text)
+    assert proc.returncode == 0, proc.stderr
+    header, row = proc.stdout.splitlines()
+    assert header.split() == ["ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "REASON"]
+    assert row.split()[:6] == [row.split()[0], "small", "research", "PENDING", "-", "0/40"]
+
+
+def test_submit_bad_file_is_one_line(server: FakeServer, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((JOBS / "tiny.yaml").read_text() + "entrypoint: python train.py --fast\n")
+    line = one_line_error(tessctl("--controller", server.address, "submit", "-f", str(bad)))
+    assert line == f"tessctl: error: {bad}: entrypoint: must be a list of arguments (argv), not a shell string"
+    line = one_line_error(tessctl("--controller", server.address, "submit", "-f", str(tmp_path / "none.yaml")))
+    assert "cannot read" in line and "No such file" in line
+
+
+def test_submit_invalid_argument_from_controller(server: FakeServer, tmp_path: Path) -> None:
+    # The fake rejects nothing the job file accepts, so drive INVALID_ARGUMENT through the SDK.
+    with Client(server.address) as c, pytest.raises(TesseraError) as err:
+        c.submit(common_pb2.JobSpec())
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert str(err.value) == "INVALID_ARGUMENT: spec.name: required"
+
+
+# -- get --------------------------------------------------------------------------------------------
+
+
+def test_get_jobs_json_is_one_value(server: FakeServer) -> None:
+    out = ok_json(tessctl("--controller", server.address, "get", "jobs", "-o", "json"))
+    assert list(out) == ["jobs"]
+    (job,) = out["jobs"]
+    assert job["id"] == "j-run"
+    assert job["state"] == "JOB_STATE_RUNNING"
+    assert job["plan"]["gpu_model"] == "A100-80GB"
+    assert job["placement"]["slices"] == [{"node_id": "node-a", "gpu_indices": [0, 1]}]
+    assert job["events"] == []  # ListJobs carries no events
+
+    empty = ok_json(tessctl("--controller", server.address, "get", "jobs", "--state", "pending,failed", "-o", "json"))
+    assert empty == {"jobs": []}
+    assert ok_json(tessctl("--controller", server.address, "-o", "json", "get", "jobs", "--tenant", "x")) == {"jobs": []}
+    one = ok_json(tessctl("--controller", server.address, "-o", "json", "get", "job", "j-run", "--state", "RUNNING"))
+    assert [j["id"] for j in one["jobs"]] == ["j-run"]
+
+
+def test_get_jobs_table_and_wide(server: FakeServer) -> None:
+    proc = tessctl("--controller", server.address, "get", "jobs")
+    assert proc.returncode == 0, proc.stderr
+    header, row = proc.stdout.splitlines()
+    assert header.split() == ["ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "REASON"]
+    cells = row.split()
+    assert cells[:6] == ["j-run", "tiny", "default", "RUNNING", "2xA100-80GB", "10/40"]
+
+    proc = tessctl("-o", "wide", "--controller", server.address, "get", "jobs")
+    header, row = proc.stdout.splitlines()
+    assert header.split() == ["ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "PLAN(dp/tp/pp/mb/ga)",
+                              "NODES", "ATTEMPT", "LOSS", "REASON"]
+    assert row.split()[7:11] == ["2/1/1/4/2", "node-a", "1", "2.5"]
+
+
+def test_get_jobs_empty_table_says_so(server: FakeServer) -> None:
+    proc = tessctl("--controller", server.address, "get", "jobs", "--state", "failed")
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == "No jobs found."
+
+
+def test_get_nodes_json_and_table(server: FakeServer) -> None:
+    out = ok_json(tessctl("--controller", server.address, "get", "nodes", "-o", "json"))
+    assert [n["id"] for n in out["nodes"]] == ["node-a", "node-b"]
+    assert out["nodes"][0]["inventory"]["source"] == "INVENTORY_SOURCE_DECLARED"
+    assert out["nodes"][0]["busy_gpus"] == [0, 1]
+
+    proc = tessctl("--controller", server.address, "get", "nodes")
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "STATE", "GPUS", "FREE", "SOURCE", "HEARTBEAT", "ADDRESS"]
+    a = lines[1].split()
+    assert a[:5] == ["node-a", "READY", "4xA100-80GB", "2", "declared"]
+    assert a[-1] == "10.0.0.1:50052"
+    assert lines[2].split()[:5] == ["node-b", "READY", "2xA40-48GB", "2", "nvml"]
+
+    proc = tessctl("--controller", server.address, "get", "nodes", "node-b", "-o", "wide")
+    header, row = proc.stdout.splitlines()
+    assert header.split()[-4:] == ["HOSTNAME", "CPUS", "MEMORY", "REASON"]
+    assert row.split()[-4:] == ["b", "-", "-", "-"]
+    line = one_line_error(tessctl("--controller", server.address, "get", "node", "node-z"))
+    assert line == "tessctl: error: NOT_FOUND: node node-z not found"
+
+
+# -- describe ---------------------------------------------------------------------------------------
+
+
+def test_describe_job_json_includes_events(server: FakeServer) -> None:
+    out = ok_json(tessctl("--controller", server.address, "describe", "job", "j-run", "-o", "json"))
+    assert out["id"] == "j-run"
+    assert [e["kind"] for e in out["events"]] == ["PLACED", "STARTED"]
+    assert out["events"][0]["seq"] == "1"
+    assert out["reason"] == "placed on 2xA100-80GB: best throughput"
+
+
+def test_describe_job_table(server: FakeServer) -> None:
+    proc = tessctl("--controller", server.address, "describe", "job", "j-run")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "State:" in text and "RUNNING" in text
+    assert "Reason:" in text and "best throughput" in text
+    assert "Events:" in text and "PLACED" in text and "attempt 1 started" in text
+    assert "node-a" in text and "GPUs 0,1" in text
+
+
+def test_describe_missing_job_is_not_found(server: FakeServer) -> None:
+    line = one_line_error(tessctl("--controller", server.address, "describe", "job", "j-404"))
+    assert line == "tessctl: error: NOT_FOUND: job j-404 not found"
+    line = one_line_error(tessctl("--controller", server.address, "-o", "json", "describe", "job", "j-404"))
+    assert line == "tessctl: error: NOT_FOUND: job j-404 not found"
+
+
+def test_describe_node(server: FakeServer) -> None:
+    proc = tessctl("--controller", server.address, "describe", "node", "node-a")
+    assert proc.returncode == 0, proc.stderr
+    assert "declared" in proc.stdout and "4xA100-80GB (2 free)" in proc.stdout
+    assert "j-run" in proc.stdout  # the job placed on it
+    out = ok_json(tessctl("--controller", server.address, "describe", "node", "node-a", "-o", "json"))
+    assert out["id"] == "node-a" and len(out["inventory"]["gpus"]) == 4
+    one_line_error(tessctl("--controller", server.address, "describe", "node", "nope"))
+
+
+# -- cancel, drain, undrain -------------------------------------------------------------------------
+
+
+def test_cancel(server: FakeServer) -> None:
+    out = ok_json(tessctl("--controller", server.address, "cancel", "j-run", "-o", "json"))
+    assert out["state"] == "JOB_STATE_CANCELLED"
+    assert server.call(lambda f: f.jobs["j-run"].state) == S.JOB_STATE_CANCELLED
+    proc = tessctl("--controller", server.address, "cancel", "j-run")
+    assert proc.returncode == 0 and "CANCELLED" in proc.stdout
+    line = one_line_error(tessctl("--controller", server.address, "cancel", "j-nope"))
+    assert line == "tessctl: error: NOT_FOUND: job j-nope not found"
+
+
+def test_drain_and_undrain(server: FakeServer) -> None:
+    out = ok_json(tessctl("--controller", server.address, "drain", "node-a", "--reason", "disk swap", "-o", "json"))
+    assert out["state"] == "NODE_STATE_DRAINING" and out["reason"] == "disk swap"
+    proc = tessctl("--controller", server.address, "-o", "wide", "undrain", "node-a")
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[1].split()[:2] == ["node-a", "READY"]
+    line = one_line_error(tessctl("--controller", server.address, "drain", "node-z"))
+    assert line == "tessctl: error: NOT_FOUND: node node-z not found"
+
+
+# -- logs -------------------------------------------------------------------------------------------
+
+
+def test_logs(server: FakeServer) -> None:
+    proc = tessctl("--controller", server.address, "logs", "j-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "step 1 loss 5.0\nstep 2 loss 4.0\n"
+    proc = tessctl("--controller", server.address, "logs", "j-run", "--tail", "16", "--attempt", "1")
+    assert proc.stdout == "step 2 loss 4.0\n"
+    req = server.call(lambda f: f.log_requests[-1])
+    assert (req.tail_bytes, req.attempt, req.rank) == (16, 1, 0)
+    out = ok_json(tessctl("--controller", server.address, "logs", "j-run", "-o", "json"))
+    assert out["node_id"] == "node-a" and out["path"].endswith("rank-0.log")
+    line = one_line_error(tessctl("--controller", server.address, "logs", "j-run", "--rank", "3"))
+    assert line == "tessctl: error: NOT_FOUND: no log for rank 3 of job j-run"
+
+
+def test_logs_follow_until_the_job_ends(server: FakeServer) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.tessctl", "--controller", server.address, "logs", "j-run", "-f"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "step 1 loss 5.0\n"
+    assert proc.stdout.readline() == "step 2 loss 4.0\n"
+    server.call(lambda f: f.logs.__setitem__(("j-run", 0), f.logs[("j-run", 0)] + b"step 3 loss 3.0\n"))
+    assert proc.stdout.readline() == "step 3 loss 3.0\n"
+
+    async def finish(f: FakeController) -> None:
+        f.logs[("j-run", 0)] += b"step 4 loss 2.0\ndone\n"
+        await f.event("j-run", "SUCCEEDED", "finished", state=S.JOB_STATE_SUCCEEDED)
+
+    server.call(finish)
+    rest, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert rest == "step 4 loss 2.0\ndone\n"
+
+
+# -- watch ------------------------------------------------------------------------------------------
+
+
+def test_get_one_job_watch_follows_its_events_until_it_ends(server: FakeServer) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.tessctl", "--controller", server.address, "get", "jobs", "j-run",
+         "--watch", "-o", "json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    assert first["jobs"][0]["progress"]["iteration"] == "10"
+
+    def progress(job: controller_pb2.Job) -> None:
+        job.progress.iteration = 20
+
+    server.call(lambda f: f.event("j-run", "PROGRESS", "iteration 20", mutate=progress))
+    second = json.loads(proc.stdout.readline())
+    assert second["jobs"][0]["progress"]["iteration"] == "20"
+    server.call(lambda f: f.event("j-run", "SUCCEEDED", "done", state=S.JOB_STATE_SUCCEEDED))
+    rest, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    last = json.loads(rest.splitlines()[-1])
+    assert last["jobs"][0]["state"] == "JOB_STATE_SUCCEEDED"
+
+
+def test_get_nodes_watch_prints_changes_and_stops_on_interrupt(server: FakeServer) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.tessctl", "--controller", server.address, "-o", "json", "get", "nodes", "-w"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    assert first["nodes"][1]["state"] == "NODE_STATE_READY"
+
+    def down(f: FakeController) -> None:
+        f.nodes["node-b"].state = S.NODE_STATE_UNREACHABLE
+
+    server.call(down)
+    second = json.loads(proc.stdout.readline())
+    assert second["nodes"][1]["state"] == "NODE_STATE_UNREACHABLE"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "Traceback" not in err
+
+
+# -- errors and options -----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_controller() -> None:
+    target = f"127.0.0.1:{_free_port()}"
+    line = one_line_error(tessctl("--controller", target, "get", "jobs"))
+    assert line.startswith(f"tessctl: error: cannot reach controller at {target}")
+    line = one_line_error(tessctl("get", "nodes", "-o", "json", env={"TESSERA_CONTROLLER": target}))
+    assert line.startswith(f"tessctl: error: cannot reach controller at {target}")
+    with Client(target, timeout=5) as c, pytest.raises(ControllerUnreachable) as err:
+        c.nodes()
+    assert err.value.code == "UNAVAILABLE" and err.value.target == target
+
+
+def test_controller_from_environment(server: FakeServer) -> None:
+    out = ok_json(tessctl("get", "jobs", "-o", "json", env={"TESSERA_CONTROLLER": server.address}))
+    assert [j["id"] for j in out["jobs"]] == ["j-run"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["get", "pods"],
+        ["-o", "yaml", "get", "jobs"],
+        ["get", "jobs", "-o", "yaml"],
+        ["submit"],
+        ["logs"],
+        ["logs", "j-1", "--rank", "-1"],
+        ["get", "jobs", "--state", "bogus"],
+        ["frobnicate"],
+        [],
+        ["estimate"],
+        ["logs", "j-run", "-f", "-o", "json"],
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(server: FakeServer, args: list[str]) -> None:
+    proc = tessctl("--controller", server.address, *args)
+    one_line_error(proc, code=2)
+
+
+def test_version_and_console_script() -> None:
+    script = Path(sys.executable).parent / "tessctl"
+    if not script.exists():
+        pytest.skip("the tessctl console script is not installed in this environment")
+    proc = subprocess.run([str(script), "version"], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.startswith("tessctl ")
+    proc = subprocess.run([str(script), "version", "-o", "json"], capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert json.loads(proc.stdout)["client_version"]
+
+
+# -- SDK ----------------------------------------------------------------------------------------------
+
+
+def test_sdk_submit_get_list_cancel(server: FakeServer) -> None:
+    spec = load_job_file(JOBS / "medium.yaml")
+    with Client(server.address) as c:
+        res = c.submit_ex(spec, request_id="abc")
+        assert res.created and res.job.spec == spec
+        assert c.submit(spec, request_id="abc").id == res.job.id
+        assert c.get(res.job.id, with_events=True).events[0].kind == "SUBMITTED"
+        assert {j.id for j in c.list()} == {"j-run", res.job.id}
+        assert [j.id for j in c.list(states=["pending"])] == [res.job.id]
+        assert [j.id for j in c.list(states=[S.JOB_STATE_RUNNING], tenant="default")] == ["j-run"]
+        assert c.cancel(res.job.id).state == S.JOB_STATE_CANCELLED
+        with pytest.raises(TesseraError) as err:
+            c.get("j-missing")
+        assert err.value.code == "NOT_FOUND" and err.value.message == "job j-missing not found"
+        assert [n.id for n in c.nodes()] == ["node-a", "node-b"]
+        assert c.node("node-b").inventory.source == S.INVENTORY_SOURCE_NVML
+        assert c.drain("node-b", reason="r").state == S.NODE_STATE_DRAINING
+        assert c.undrain("node-b").state == S.NODE_STATE_READY
+        assert c.logs("j-run", tail_bytes=5).data == b" 4.0\n"
+
+
+def test_sdk_watch_replays_after_seq(server: FakeServer) -> None:
+    with Client(server.address) as c:
+        server.call(lambda f: f.event("j-run", "SUCCEEDED", "done", state=S.JOB_STATE_SUCCEEDED))
+        assert [e.kind for e in c.watch("j-run")] == ["PLACED", "STARTED", "SUCCEEDED"]
+        assert [e.kind for e in c.watch("j-run", after_seq=2)] == ["SUCCEEDED"]
+
+
+def test_sdk_wait_is_driven_by_events(server: FakeServer) -> None:
+    with Client(server.address) as c:
+        result: dict[str, Any] = {}
+
+        def waiter() -> None:
+            try:
+                result["job"] = c.wait("j-run", {"SUCCEEDED"}, timeout=30)
+            except (TesseraError, ValueError) as exc:  # reported through result
+                result["error"] = exc
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        # A PROGRESS event does not end the wait; SUCCEEDED does.
+        server.call(lambda f: f.event("j-run", "PROGRESS", "iteration 30"))
+        server.call(lambda f: f.event("j-run", "SUCCEEDED", "done", state=S.JOB_STATE_SUCCEEDED))
+        t.join(timeout=30)
+        assert "error" not in result, result
+        assert result["job"].state == S.JOB_STATE_SUCCEEDED
+        # Already there: returns at once.
+        assert c.wait("j-run", ["succeeded"], timeout=5).state == S.JOB_STATE_SUCCEEDED
+
+
+def test_sdk_wait_errors(server: FakeServer) -> None:
+    with Client(server.address) as c:
+        with pytest.raises(TesseraError) as err:
+            c.wait("j-run", {"SUCCEEDED"}, timeout=0.5)
+        assert err.value.code == "DEADLINE_EXCEEDED"
+        server.call(lambda f: f.event("j-run", "FAILED", "exit 1", state=S.JOB_STATE_FAILED))
+        with pytest.raises(TesseraError) as err:
+            c.wait("j-run", {"SUCCEEDED"}, timeout=5)
+        assert err.value.code == "FAILED_PRECONDITION" and "ended FAILED" in err.value.message
+        with pytest.raises(TesseraError) as err:
+            c.wait("j-missing", {"SUCCEEDED"}, timeout=5)
+        assert err.value.code == "NOT_FOUND"
+        with pytest.raises(ValueError, match="unknown job state"):
+            c.wait("j-run", {"DONE"}, timeout=5)
