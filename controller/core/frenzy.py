@@ -12,6 +12,7 @@ does not block smaller ones behind it (backfill).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from controller.core.snapshot import (
@@ -158,15 +159,37 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot, cfg
             f"(dp={best.dp} tp={best.tp}); {free} GPUs free now")
 
 
+class _FreeIndex:
+    """Sorted usable bytes of the free GPUs, per allowed-type filter: rejects a plan in O(log n)
+    before HAS walks the nodes. Rebuilt lazily after each placement."""
+
+    def __init__(self, cfg: FrenzyConfig) -> None:
+        self.cfg = cfg
+        self._cache: dict[tuple[str, ...], list[int]] = {}
+
+    def invalidate(self) -> None:
+        self._cache.clear()
+
+    def count_at_least(self, nodes: dict[str, NodeView], allowed: tuple[str, ...], need: int) -> int:
+        if allowed not in self._cache:
+            self._cache[allowed] = sorted(_usable(g, self.cfg) for n in nodes.values() for g in n.idle()
+                                          if not allowed or g.model in allowed)
+        xs = self._cache[allowed]
+        return len(xs) - bisect_left(xs, need)
+
+
 def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
     """Place pending jobs in submission order with MARP + HAS; running jobs keep their GPUs."""
     nodes = {n.id: n for n in snap.nodes}
     max_gpus = sum(c for _, _, c in snap.cluster_gpus) or sum(len(n.gpus) for n in snap.nodes)
+    free = _FreeIndex(cfg)
     decisions: list[Decision] = []
     for job in sorted(snap.pending, key=lambda j: (j.submit_time, j.id)):
         plans = resource_plans(job, max_gpus, cfg)
         placed = None
         for plan in plans:
+            if free.count_at_least(nodes, job.gpu_types, plan.bytes_per_gpu) < plan.gpus:
+                continue
             slices = has_place(plan, tuple(nodes.values()), job.gpu_types, cfg)
             if slices is not None:
                 placed = (plan, slices)
@@ -183,6 +206,7 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
         for s in slices:
             n = nodes[s.node_id]
             nodes[s.node_id] = NodeView(n.id, n.gpus, n.busy | frozenset(s.gpu_indices))
+        free.invalidate()
         where = " + ".join(f"{len(s.gpu_indices)} on {s.node_id}" for s in slices)
         mixed = f"; mixed GPU types {sorted(models)}" if len(models) > 1 else ""
         reason = (f"HAS: plan dp={plan.dp} tp={plan.tp} micro_batch={plan.micro_batch} needs "

@@ -1,0 +1,143 @@
+"""Control-plane throughput: one real controller process, N simulated agents, M submits.
+
+The agents are in-process asyncio gRPC clients (no workers, no NodeAgent server): they register with
+a declared inventory and heartbeat with their whole (empty) state, as real agents do. Jobs ask for a
+GPU type that no simulated node has, so every round runs over the full cluster but launches nothing.
+
+    python bench/control_plane.py --agents 1000 --heartbeats 10 --submits 2000 --out bench/results
+
+Prints one JSON object and writes it to OUT/control_plane.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc  # noqa: E402
+from tessera_common.rpc import aio_channel  # noqa: E402
+from tests.procs import start_controller  # noqa: E402
+
+GB = 1000**3
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
+
+
+def summary(lat_s: list[float], wall: float) -> dict[str, float]:
+    ms = [x * 1000 for x in lat_s]
+    return {"count": len(ms), "wall_s": round(wall, 3), "per_s": round(len(ms) / wall, 1),
+            "p50_ms": round(pct(ms, 50), 3), "p90_ms": round(pct(ms, 90), 3), "p99_ms": round(pct(ms, 99), 3),
+            "max_ms": round(max(ms), 3), "mean_ms": round(statistics.fmean(ms), 3)}
+
+
+def status(i: int) -> agent_pb2.NodeStatus:
+    inv = common_pb2.NodeInventory(source=common_pb2.INVENTORY_SOURCE_DECLARED, hostname=f"sim{i}", gpus=[
+        common_pb2.Gpu(index=k, uuid=f"SIM-{i}-{k}", model="A10-24GB", memory_bytes=24 * GB) for k in range(8)])
+    return agent_pb2.NodeStatus(node_id=f"sim-{i:05d}", address=f"127.0.0.1:{20000 + i % 40000}", inventory=inv)
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    tmp = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
+    # Lease long enough that no simulated node lapses while the single client process is busy.
+    ctl = start_controller(tmp / "state", "--lease", "600", "--heartbeat-interval", "5", "--round-interval", "300",
+                           "--debounce", "1", "--inspect-interval", "20", fast=False)
+    try:
+        channels = [aio_channel(ctl.address) for _ in range(args.channels)]
+        regs = [agent_pb2_grpc.AgentRegistryStub(c) for c in channels]
+        sts = [status(i) for i in range(args.agents)]
+        sem = asyncio.Semaphore(args.concurrency)
+
+        async def timed(coro_fn, lat: list[float]) -> object:  # type: ignore[no-untyped-def]
+            async with sem:
+                t0 = time.perf_counter()
+                r = await coro_fn()
+                lat.append(time.perf_counter() - t0)
+                return r
+
+        reg_lat: list[float] = []
+        t0 = time.perf_counter()
+        resps = await asyncio.gather(*[timed(lambda i=i: regs[i % len(regs)].Register(
+            agent_pb2.RegisterRequest(request_id=str(uuid.uuid4()), status=sts[i]), timeout=60), reg_lat)
+            for i in range(args.agents)])
+        reg_wall = time.perf_counter() - t0
+        epoch = resps[0].controller_epoch  # type: ignore[attr-defined]
+
+        hb_lat: list[float] = []
+        t0 = time.perf_counter()
+        rereg = 0
+        for _ in range(args.heartbeats):
+            out = await asyncio.gather(*[timed(lambda i=i: regs[i % len(regs)].Heartbeat(
+                agent_pb2.HeartbeatRequest(status=sts[i], controller_epoch=epoch), timeout=60), hb_lat)
+                for i in range(args.agents)])
+            rereg += sum(1 for r in out if r.reregister)  # type: ignore[attr-defined]
+        hb_wall = time.perf_counter() - t0
+
+        ctl_stubs = [controller_pb2_grpc.ControllerStub(c) for c in channels]
+        spec = common_pb2.JobSpec(name="bench", model=common_pb2.ModelSpec(name="gpt2-small"), global_batch_size=32,
+                                  iterations=100, hint=common_pb2.ResourceHint(gpu_types=["H100"]))
+        sub_lat: list[float] = []
+        t0 = time.perf_counter()
+        await asyncio.gather(*[timed(lambda i=i: ctl_stubs[i % len(ctl_stubs)].SubmitJob(
+            controller_pb2.SubmitJobRequest(request_id=f"bench-{i}", spec=spec), timeout=60), sub_lat)
+            for i in range(args.submits)])
+        sub_wall = time.perf_counter() - t0
+
+        # One more heartbeat sweep while rounds run over the pending jobs and all nodes.
+        hb2_lat: list[float] = []
+        t0 = time.perf_counter()
+        await asyncio.gather(*[timed(lambda i=i: regs[i % len(regs)].Heartbeat(
+            agent_pb2.HeartbeatRequest(status=sts[i], controller_epoch=epoch), timeout=60), hb2_lat)
+            for i in range(args.agents)])
+        hb2_wall = time.perf_counter() - t0
+        nodes = await ctl_stubs[0].ListNodes(controller_pb2.ListNodesRequest(), timeout=60)
+        ready = sum(1 for n in nodes.nodes if n.state == common_pb2.NODE_STATE_READY)
+        for c in channels:
+            await c.close()
+        rounds = [e for e in ctl.events() if e.get("event") == "round" and e.get("pending")]
+        return {
+            "agents": args.agents, "gpus": args.agents * 8, "concurrency": args.concurrency,
+            "register": summary(reg_lat, reg_wall),
+            "heartbeat": summary(hb_lat, hb_wall), "heartbeat_reregister_answers": rereg,
+            "submit": summary(sub_lat, sub_wall),
+            "heartbeat_after_submits": summary(hb2_lat, hb2_wall),
+            "nodes_ready": ready,
+            "round_seconds_with_pending": [r["seconds"] for r in rounds][-5:],
+            "round_pending_jobs": [r["pending"] for r in rounds][-5:],
+            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+            "note": "one client process drives all agents; client and controller share the machine",
+        }
+    finally:
+        ctl.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--agents", type=int, default=1000)
+    p.add_argument("--heartbeats", type=int, default=10, help="heartbeat sweeps over all agents")
+    p.add_argument("--submits", type=int, default=2000)
+    p.add_argument("--concurrency", type=int, default=64, help="calls in flight at once")
+    p.add_argument("--channels", type=int, default=4)
+    p.add_argument("--out", default="bench/results")
+    args = p.parse_args()
+    result = asyncio.run(run(args))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "control_plane.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
