@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets up everything Tessera needs on a fresh Debian/Ubuntu machine: system packages (systemd-analyze
+# for the unit checks), a virtual environment in .venv, and the project with its dev extras
+# (torch==2.13.0 CPU for the trainer, pytest, grpcio-tools). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+  else
+    echo "setup: systemd-analyze missing and not root: the systemd unit checks will fail" >&2
+  fi
+fi
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import torch, grpc, tessera.v1.controller_pb2" >/dev/null
