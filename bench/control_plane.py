@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc  # noqa: E402
 from tessera_common.rpc import aio_channel  # noqa: E402
-from tests.procs import start_controller  # noqa: E402
+from tessera_common.localcluster import start_controller  # noqa: E402
 
 GB = 1000**3
 

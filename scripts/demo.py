@@ -1,0 +1,100 @@
+"""The local demo: a controller and three agents with declared heterogeneous GPUs on loopback, the
+example jobs submitted with tessctl, trained for real on CPU, watched to the end.
+
+    scripts/demo.sh            # set up, then run this
+    .venv/bin/python scripts/demo.py [--keep] [--state DIR]
+
+With --keep the cluster stays up after the jobs end (Ctrl-C stops it); the tessctl commands to try
+are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from clients.sdk import Client  # noqa: E402
+from tessera.v1 import common_pb2 as P  # noqa: E402
+from tessera_common.localcluster import REPO, start_agent, start_controller, tessctl, wait_for  # noqa: E402
+
+NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml")]
+JOBS = ["tiny", "small", "medium", "wide", "huge"]
+FINAL = {P.JOB_STATE_SUCCEEDED, P.JOB_STATE_FAILED, P.JOB_STATE_CANCELLED}
+
+
+def show(ctl: str, *args: str) -> None:
+    cp = tessctl(ctl, *args, check=False)
+    print(f"\n$ tessctl {' '.join(args)}\n{cp.stdout}{cp.stderr}", end="", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--state", default=str(REPO / "demo-state"), help="where the demo keeps state and logs")
+    p.add_argument("--keep", action="store_true", help="leave the cluster running after the jobs end")
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the jobs")
+    args = p.parse_args()
+    root = Path(args.state).resolve()
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    daemons = []
+    try:
+        ctl = start_controller(root / "controller", "--round-interval", "300", "--lease", "6",
+                               "--heartbeat-interval", "1", "--debounce", "0.5", "--inspect-interval", "5",
+                               fast=False)
+        daemons.append(ctl)
+        print(f"controller on {ctl.address} (state {root / 'controller'}, log {ctl.log_path})")
+        for node_id, inv in NODES:
+            a = start_agent(ctl.address, node_id, REPO / "examples/inventories" / inv, root / node_id)
+            daemons.append(a)
+            print(f"agent {node_id} on {a.address} with {inv} (declared inventory: no GPU probed, workers on CPU)")
+        with Client(ctl.address) as c:
+            wait_for(lambda: sum(n.state == P.NODE_STATE_READY for n in c.nodes()) == len(NODES), 30, "nodes READY")
+            show(ctl.address, "get", "nodes")
+            ids = {}
+            for name in JOBS:
+                out = tessctl(ctl.address, "submit", "-f", str(REPO / "examples/jobs" / f"{name}.yaml"), "-o", "json")
+                ids[name] = json.loads(out.stdout)["id"]
+                print(f"submitted examples/jobs/{name}.yaml as {ids[name]}")
+            t0 = time.monotonic()
+            running = [ids[n] for n in JOBS if n != "huge"]
+            last = ""
+            while time.monotonic() - t0 < args.timeout:
+                jobs = {j.id: j for j in c.list()}
+                line = "  ".join(f"{j.spec.name}={P.JobState.Name(j.state)[10:]}"
+                                 f"({j.progress.iteration}/{j.spec.iterations})" for j in jobs.values())
+                if line != last:
+                    print(f"[{time.monotonic() - t0:5.1f}s] {line}", flush=True)
+                    last = line
+                if all(jobs[i].state in FINAL for i in running):
+                    break
+                time.sleep(1.0)  # a progress display, not synchronisation
+            show(ctl.address, "get", "jobs", "-o", "wide")
+            show(ctl.address, "describe", "job", ids["wide"])
+            show(ctl.address, "describe", "job", ids["huge"])
+            show(ctl.address, "logs", ids["tiny"], "--tail", "600")
+            ok = all(c.get(i).state == P.JOB_STATE_SUCCEEDED for i in running)
+            huge = c.get(ids["huge"])
+            print(f"\n{'OK' if ok else 'NOT OK'}: {sum(c.get(i).state == P.JOB_STATE_SUCCEEDED for i in running)}"
+                  f"/{len(running)} jobs SUCCEEDED; huge is {P.JobState.Name(huge.state)[10:]}: {huge.reason}")
+            if args.keep:
+                print(f"\ncluster left running; try: .venv/bin/tessctl --controller {ctl.address} get jobs")
+                print("Ctrl-C to stop it")
+                try:
+                    while True:
+                        time.sleep(3600)
+                except KeyboardInterrupt:
+                    pass
+            return 0 if ok else 1
+    finally:
+        for d in reversed(daemons):
+            d.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""A local cluster of real daemons (controller, agents) for the demo, the tests and the benchmarks.
+
+Daemons log JSON lines to a file; callers synchronise on those events (bounded waits), never on
+fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent  # the checkout, for relative example paths
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PATH"] = f"{BIN}{os.pathsep}{e.get('PATH', '')}"
+    e["PYTHONUNBUFFERED"] = "1"
+    e.pop("NOTIFY_SOCKET", None)
+    return e
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll pred until it returns a truthy value; fail with `what` after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Daemon:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    address: str = ""
+    argv: list[str] = field(default_factory=list)
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+        return out
+
+    def wait_event(self, event: str, timeout: float = 30.0, **match: Any) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+            for e in self.events():
+                if e.get("event") == event and all(e.get(k) == v for k, v in match.items()):
+                    return e
+            return None
+
+        return wait_for(find, timeout, f"{self.name} log event {event} {match}")
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _spawn(name: str, argv: list[str], log_path: Path) -> Daemon:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env(),
+                                cwd=REPO)
+    return Daemon(name, proc, log_path, argv=argv)
+
+
+FAST_CONTROLLER = ["--round-interval", "30", "--inspect-interval", "1", "--debounce", "0.2", "--lease", "3",
+                   "--heartbeat-interval", "0.5", "--down-after", "30", "--stop-grace", "10"]
+
+
+def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", fast: bool = True) -> Daemon:
+    argv = [str(BIN / "tessera-controller"), "--listen", listen, "--state-dir", str(state_dir)]
+    argv += (FAST_CONTROLLER if fast else []) + list(extra)
+    d = _spawn("controller", argv, state_dir.parent / f"{state_dir.name}-controller.log")
+    start = len([e for e in d.events() if e.get("event") == "controller_started"]) if d.log_path.exists() else 0
+    ev = wait_for(lambda: [e for e in d.events() if e.get("event") == "controller_started"][start:]
+                  or (d.proc.poll() is not None and _raise(d)), 30, "controller start")[0]
+    d.address = ev["listen"]
+    return d
+
+
+def _raise(d: Daemon) -> None:
+    raise RuntimeError(f"{d.name} exited {d.proc.returncode}:\n{d.log_path.read_text()[-3000:]}")
+
+
+def start_agent(controller: str, node_id: str, inventory: Path | str, work_dir: Path, *extra: str) -> Daemon:
+    argv = [str(BIN / "tessera-agent"), "--controller", controller, "--node-id", node_id,
+            "--inventory", str(inventory), "--work-dir", str(work_dir), "--listen", "127.0.0.1:0"] + list(extra)
+    d = _spawn(f"agent {node_id}", argv, work_dir.parent / f"{node_id}-agent.log")
+    ev = d.wait_event("agent serving", 30)
+    d.address = ev["address"]
+    return d
+
+
+def tessctl(controller: str, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    cp = subprocess.run([str(BIN / "tessctl"), "--controller", controller, *args], capture_output=True, text=True,
+                        env=env(), timeout=timeout, cwd=REPO)
+    if check and cp.returncode != 0:
+        raise AssertionError(f"tessctl {' '.join(args)} exited {cp.returncode}: {cp.stderr}")
+    return cp
+
+
+def tessctl_json(controller: str, *args: str) -> Any:
+    return json.loads(tessctl(controller, *args, "-o", "json").stdout)
