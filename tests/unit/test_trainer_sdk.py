@@ -200,7 +200,7 @@ class FakeAgent(agent_pb2_grpc.NodeAgentServicer):
         self.checkpoint = False
         self.got_one = threading.Event()
 
-    async def ReportProgress(self, request, context):  # noqa: N802 - gRPC method name
+    async def ReportProgress(self, request, context):
         self.requests.append(request)
         self.got_one.set()
         return agent_pb2.ReportProgressResponse(stop_requested=self.stop, checkpoint_requested=self.checkpoint)

@@ -1,0 +1,51 @@
+"""Entry point: read the contract, install the signal handlers, check the plan, then import torch.
+
+Exit codes: 0 = all iterations done, or stopped cooperatively after a checkpoint; 3 = this
+configuration is not supported by the reference trainer (one line on stderr says why); 1 = any other
+error (traceback on stderr); 2 = bad command-line flags.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Sequence
+
+from clients.reference_trainer.config import EXIT_ERROR, EXIT_UNSUPPORTED, Unsupported, parse_options, resolve
+from clients.trainer_sdk import ContractError, TrainerContext
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(sys.argv[1:] if argv is None else argv)
+    try:
+        ctx = TrainerContext.from_env()
+    except ContractError as e:
+        print(f"bad worker environment: {e}", file=sys.stderr, flush=True)
+        return EXIT_UNSUPPORTED
+    # Before the slow torch import: a SIGTERM from now on means "stop at the next step boundary".
+    ctx.install_signal_handlers()
+    try:
+        cfg = resolve(ctx, options)
+    except Unsupported as e:
+        print(str(e), file=sys.stderr, flush=True)
+        return EXIT_UNSUPPORTED
+    try:
+        import warnings
+
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        from clients.reference_trainer import checkpoint, train
+
+        try:
+            return train.run(ctx, cfg)
+        except checkpoint.IncompatibleCheckpoint as e:
+            print(f"incompatible checkpoint: {e}", file=sys.stderr, flush=True)
+            return EXIT_UNSUPPORTED
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return 130
+    except Exception:  # noqa: BLE001 - any failure becomes a non-zero exit with its traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+        return EXIT_ERROR
+    finally:
+        ctx.close()

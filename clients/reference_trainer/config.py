@@ -1,0 +1,191 @@
+"""What the reference trainer will run, decided from the worker contract before torch is imported.
+
+Pure: `resolve(ctx, options)` turns a TrainerContext into a TrainConfig or raises Unsupported with the
+one-line reason the trainer prints before exiting with EXIT_UNSUPPORTED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from clients.trainer_sdk import ModelDims, Plan, TrainerContext
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+# The configuration cannot be run by this trainer (plan kind, batch layout, model): retrying the same
+# launch cannot help.
+EXIT_UNSUPPORTED = 3
+
+DEFAULT_SEED = 1234
+DEFAULT_LR = 3e-3
+DEFAULT_WEIGHT_DECAY = 0.01
+DEFAULT_CHECKPOINT_EVERY = 10
+DEFAULT_KEEP_CHECKPOINTS = 2
+DEFAULT_DIST_TIMEOUT_S = 300.0
+
+
+class Unsupported(Exception):
+    """This configuration cannot be run by the reference trainer; str(e) is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs outside the worker contract: argv flags and TESSERA_TRAINER_* / TESSERA_TORCH_THREADS."""
+
+    seed: int = DEFAULT_SEED
+    lr: float = DEFAULT_LR
+    weight_decay: float = DEFAULT_WEIGHT_DECAY
+    tied_head: bool = True
+    keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
+    # torch intra-op threads per process (TESSERA_TORCH_THREADS); 1 keeps many ranks on few cores sane.
+    torch_threads: int = 1
+    # Pad every step to at least this long (TESSERA_TRAINER_MIN_STEP_SECONDS): demos and tests that
+    # need a tiny run to last long enough to be stopped, migrated or killed. Numerics are unchanged.
+    min_step_seconds: float = 0.0
+    # Timeout of the rendezvous and of every collective (TESSERA_DIST_TIMEOUT_SECONDS).
+    dist_timeout_s: float = DEFAULT_DIST_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: ModelDims
+    plan: Plan
+    world_size: int
+    iterations: int
+    global_batch: int
+    micro_batch: int
+    grad_accum: int
+    checkpoint_every: int
+    options: Options
+    # Human-readable notes on what was derived (printed at start).
+    notes: tuple[str, ...] = ()
+
+    @property
+    def per_rank_batch(self) -> int:
+        return self.micro_batch * self.grad_accum
+
+
+def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
+    """Options from argv flags and the environment (flags win). Raises SystemExit(2) on bad flags."""
+    e = os.environ if env is None else env
+    p = argparse.ArgumentParser(prog="python -m clients.reference_trainer",
+                                description="Tessera's reference trainer (a small GPT on synthetic data). "
+                                            "Everything else comes from the worker contract's environment.")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="model init and data seed")
+    p.add_argument("--lr", type=float, default=DEFAULT_LR, help="AdamW learning rate (constant)")
+    p.add_argument("--weight-decay", type=float, default=DEFAULT_WEIGHT_DECAY)
+    p.add_argument("--untied-head", action="store_true", help="do not tie the LM head to the embedding")
+    p.add_argument("--keep-checkpoints", type=int, default=DEFAULT_KEEP_CHECKPOINTS)
+    args = p.parse_args(list(argv))
+
+    def env_num(name: str, default: float, cast: type) -> float:
+        raw = e.get(name, "").strip()
+        if not raw:
+            return default
+        try:
+            return cast(raw)
+        except ValueError:
+            p.error(f"{name} must be a number, got {raw!r}")
+            raise  # unreachable: p.error exits
+
+    return Options(
+        seed=args.seed,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        tied_head=not args.untied_head,
+        keep_checkpoints=max(1, args.keep_checkpoints),
+        torch_threads=max(1, int(env_num("TESSERA_TORCH_THREADS", 1, int))),
+        min_step_seconds=max(0.0, float(env_num("TESSERA_TRAINER_MIN_STEP_SECONDS", 0.0, float))),
+        dist_timeout_s=max(1.0, float(env_num("TESSERA_DIST_TIMEOUT_SECONDS", DEFAULT_DIST_TIMEOUT_S, float))),
+    )
+
+
+def resolve_model(model: ModelDims) -> ModelDims:
+    """Fill a registered model's missing dimensions; Unsupported if some are still missing or invalid."""
+    if not model.complete and model.name:
+        known = _registered(model.name)
+        if known is not None:
+            model = ModelDims(
+                name=model.name,
+                hidden_size=model.hidden_size or known.hidden_size,
+                num_layers=model.num_layers or known.num_layers,
+                num_heads=model.num_heads or known.num_heads,
+                vocab_size=model.vocab_size or known.vocab_size,
+                seq_length=model.seq_length or known.seq_length,
+            )
+    if not model.complete:
+        raise Unsupported(f"model {model.name or '(unnamed)'!r} has missing dimensions and is not a registered "
+                          f"name: {model.to_dict()}")
+    if model.hidden_size % model.num_heads:
+        raise Unsupported(f"model hidden_size={model.hidden_size} is not divisible by "
+                          f"num_heads={model.num_heads}")
+    if model.vocab_size < 2:
+        raise Unsupported(f"model vocab_size={model.vocab_size} is too small (need >= 2)")
+    return model
+
+
+def _registered(name: str) -> ModelDims | None:
+    try:
+        from estimator.models import registered
+    except ImportError:
+        return None
+    m = registered(name)
+    if m is None:
+        return None
+    return ModelDims(name=name, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
+                     vocab_size=m.vocab_size, seq_length=m.seq_length)
+
+
+def batch_layout(global_batch: int, dp: int, micro_batch: int, grad_accum: int) -> tuple[int, int, str]:
+    """(micro_batch, grad_accum, note) such that micro_batch * grad_accum * dp == global_batch exactly.
+
+    Keeps the plan's pair when it is exact. Otherwise takes the largest micro batch that divides the
+    per-rank batch and is no larger than the plan's (the plan's micro batch bounds memory), and the
+    accumulation that makes up the rest. Unsupported when the global batch is not a positive multiple
+    of dp.
+    """
+    if global_batch <= 0:
+        raise Unsupported(f"global batch size must be > 0, got {global_batch}")
+    if global_batch % dp:
+        raise Unsupported(f"global batch {global_batch} is not divisible by dp={dp}")
+    per_rank = global_batch // dp
+    if micro_batch * grad_accum == per_rank:
+        return micro_batch, grad_accum, ""
+    mb = max(1, min(micro_batch, per_rank))
+    while per_rank % mb:
+        mb -= 1
+    ga = per_rank // mb
+    note = (f"plan micro_batch={micro_batch} grad_accum={grad_accum} dp={dp} does not give the global batch "
+            f"{global_batch}; using micro_batch={mb} grad_accum={ga}")
+    return mb, ga, note
+
+
+def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
+    """The run this trainer will do for `ctx`, or Unsupported with the reason."""
+    plan = ctx.plan
+    if plan.tp > 1 or plan.pp > 1:
+        raise Unsupported(f"plan kind not supported by the reference trainer yet: tp={plan.tp} pp={plan.pp}")
+    if plan.dp != ctx.world_size:
+        raise Unsupported(f"plan dp={plan.dp} does not match WORLD_SIZE={ctx.world_size} (tp=pp=1)")
+    if ctx.iterations < 0:
+        raise Unsupported(f"iterations must be >= 0, got {ctx.iterations}")
+    model = resolve_model(ctx.model)
+    micro, accum, note = batch_layout(ctx.global_batch_size, plan.dp, plan.micro_batch, plan.grad_accum)
+    notes = [note] if note else []
+    if plan.extra:
+        notes.append(f"ignoring plan fields this trainer does not use: {sorted(plan.extra)}")
+    return TrainConfig(
+        model=model,
+        plan=plan,
+        world_size=ctx.world_size,
+        iterations=ctx.iterations,
+        global_batch=ctx.global_batch_size,
+        micro_batch=micro,
+        grad_accum=accum,
+        checkpoint_every=ctx.checkpoint_interval(DEFAULT_CHECKPOINT_EVERY),
+        options=options,
+        notes=tuple(notes),
+    )

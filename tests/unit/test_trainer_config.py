@@ -1,0 +1,124 @@
+"""The reference trainer's pure parts: plan checks, batch layout, model resolution, synthetic data."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from clients.reference_trainer.cli import main
+from clients.reference_trainer.config import (
+    EXIT_UNSUPPORTED,
+    Options,
+    Unsupported,
+    batch_layout,
+    parse_options,
+    resolve,
+    resolve_model,
+)
+from clients.reference_trainer.data import MarkovData, rank_slice
+from clients.trainer_sdk import ModelDims, Plan, TrainerContext
+
+TINY = ModelDims("t", 32, 2, 2, 64, 32)
+
+
+def ctx_for(plan: Plan, world_size: int, global_batch: int, model: ModelDims = TINY) -> TrainerContext:
+    return TrainerContext(plan=plan, world_size=world_size, global_batch_size=global_batch, model=model,
+                          iterations=10)
+
+
+@pytest.mark.parametrize(
+    ("global_batch", "dp", "micro", "accum", "expected"),
+    [
+        (32, 4, 2, 4, (2, 4)),  # exact: kept
+        (32, 4, 4, 4, (4, 2)),  # too big: the plan's micro batch is kept, accumulation shrinks
+        (24, 2, 5, 1, (4, 3)),  # largest divisor of 12 that is <= 5
+        (7, 1, 8, 1, (7, 1)),  # micro batch larger than the per-rank batch
+        (13, 1, 4, 1, (1, 13)),  # a prime per-rank batch
+    ],
+)
+def test_batch_layout_keeps_the_global_batch(global_batch: int, dp: int, micro: int, accum: int,
+                                             expected: tuple[int, int]) -> None:
+    mb, ga, note = batch_layout(global_batch, dp, micro, accum)
+    assert (mb, ga) == expected and mb * ga * dp == global_batch
+    assert (note == "") == ((micro, accum) == expected)
+
+
+@pytest.mark.parametrize(("global_batch", "dp", "why"), [(10, 4, "not divisible by dp=4"), (0, 1, "> 0")])
+def test_batch_layout_impossible(global_batch: int, dp: int, why: str) -> None:
+    with pytest.raises(Unsupported, match=why):
+        batch_layout(global_batch, dp, 1, 1)
+
+
+def test_resolve_refuses_tp_and_pp_with_the_one_line_message() -> None:
+    with pytest.raises(Unsupported) as e:
+        resolve(ctx_for(Plan(dp=1, tp=2, micro_batch=4), 2, 4), Options())
+    assert str(e.value) == "plan kind not supported by the reference trainer yet: tp=2 pp=1"
+    with pytest.raises(Unsupported, match=r"^plan kind not supported by the reference trainer yet: tp=1 pp=4$"):
+        resolve(ctx_for(Plan(dp=1, pp=4, micro_batch=4), 4, 4), Options())
+    with pytest.raises(Unsupported, match="plan dp=2 does not match WORLD_SIZE=1"):
+        resolve(ctx_for(Plan(dp=2, micro_batch=4), 1, 8), Options())
+
+
+def test_resolve_dp_plan() -> None:
+    cfg = resolve(ctx_for(Plan(dp=2, micro_batch=2, grad_accum=2), 2, 8), Options())
+    assert (cfg.micro_batch, cfg.grad_accum, cfg.global_batch, cfg.checkpoint_every) == (2, 2, 8, 10)
+    assert cfg.notes == ()
+
+
+def test_resolve_model() -> None:
+    assert resolve_model(TINY) == TINY
+    with pytest.raises(Unsupported, match="missing dimensions"):
+        resolve_model(ModelDims(name="no-such-model"))
+    with pytest.raises(Unsupported, match="not divisible by num_heads=3"):
+        resolve_model(ModelDims("odd", 32, 1, 3, 64, 8))
+
+
+def test_resolve_registered_model_name() -> None:
+    models = pytest.importorskip("estimator.models")
+    known = models.registered("gpt2-small")
+    if known is None:
+        pytest.skip("gpt2-small is not registered")
+    m = resolve_model(ModelDims(name="gpt2-small", seq_length=128))
+    assert (m.hidden_size, m.num_layers, m.num_heads, m.vocab_size, m.seq_length) == (
+        known.hidden_size, known.num_layers, known.num_heads, known.vocab_size, 128)
+
+
+def test_options_from_flags_and_env() -> None:
+    o = parse_options(["--seed", "7", "--lr", "0.01", "--untied-head"],
+                      {"TESSERA_TORCH_THREADS": "2", "TESSERA_TRAINER_MIN_STEP_SECONDS": "0.25"})
+    assert (o.seed, o.lr, o.tied_head, o.torch_threads, o.min_step_seconds) == (7, 0.01, False, 2, 0.25)
+    assert parse_options([], {}) == Options()
+
+
+def test_cli_exits_3_before_importing_torch(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TESSERA_PLAN", '{"dp": 1, "tp": 2, "pp": 1, "micro_batch": 4, "grad_accum": 1}')
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert main([]) == EXIT_UNSUPPORTED
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    assert capsys.readouterr().err == "plan kind not supported by the reference trainer yet: tp=2 pp=1\n"
+
+
+def test_markov_data_is_a_pure_function_of_seed_and_index() -> None:
+    a, b = MarkovData(64, 32, seed=1), MarkovData(64, 32, seed=1)
+    assert a.sample(12345) == b.sample(12345)
+    assert a.samples(10, 3) == [a.sample(10), a.sample(11), a.sample(12)]
+    s = a.sample(0)
+    assert len(s) == 33 and all(0 <= t < 64 for t in s)
+    assert MarkovData(64, 32, seed=2).sample(0) != s or MarkovData(64, 32, seed=2).sample(1) != a.sample(1)
+    # Low entropy: most transitions follow the first successor.
+    first = a._first
+    seqs = a.samples(0, 50)
+    hits = sum(seq[i + 1] == first[seq[i]] for seq in seqs for i in range(32))
+    assert hits / (50 * 32) > 0.8
+
+
+def test_rank_slice_partitions_each_global_batch() -> None:
+    assert [rank_slice(3, 8, 2, r) for r in (0, 1)] == [(24, 4), (28, 4)]
+    assert rank_slice(3, 8, 1, 0) == (24, 8)
