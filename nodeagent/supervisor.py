@@ -402,6 +402,14 @@ class Supervisor:
                 await self._wait_exited(att, grace + KILL_WAIT_SECONDS)
         return [w.status() for att in atts for w in att.workers]
 
+    async def wait_exited(self, job_id: str, attempt: int, timeout: float) -> bool:
+        """Wait until every worker of the attempt has exited; False on timeout or unknown attempt."""
+        att = self._attempts.get((job_id, attempt))
+        if att is None:
+            return False
+        await att.spawned.wait()
+        return await self._wait_exited(att, timeout)
+
     async def _wait_exited(self, att: Attempt, timeout: float) -> bool:
         waits = [w.exited.wait() for w in att.workers if w.active]
         if not waits:

@@ -1,0 +1,226 @@
+"""Declared inventory parsing (golden output, errors naming the field) and NVML probing with a fake NVML."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tessera.v1 import common_pb2
+
+from nodeagent.inventory import (
+    HostFacts,
+    InventoryError,
+    NvmlUnavailable,
+    load_declared,
+    parse_declared,
+    probe_nvml,
+)
+
+HOST = HostFacts(hostname="gpu-a", cpu_count=64, memory_bytes=512 * 1024**3)
+
+DECLARED = """\
+gpus:
+  - model: a100-80gb
+    count: 2
+    nvlink: true
+  - model: T4
+    count: 1
+    memory_gb: 15.5
+"""
+
+GOLDEN = """\
+source: INVENTORY_SOURCE_DECLARED
+gpus {
+  uuid: "DECLARED-node-a-0"
+  model: "A100-80GB"
+  memory_bytes: 80000000000
+  nvlink_peers: 1
+}
+gpus {
+  index: 1
+  uuid: "DECLARED-node-a-1"
+  model: "A100-80GB"
+  memory_bytes: 80000000000
+  nvlink_peers: 0
+}
+gpus {
+  index: 2
+  uuid: "DECLARED-node-a-2"
+  model: "T4-16GB"
+  memory_bytes: 15500000000
+}
+hostname: "gpu-a"
+cpu_count: 64
+host_memory_bytes: 549755813888
+"""
+
+
+def test_declared_golden(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(DECLARED)
+    inv = load_declared(path, "node-a", HOST)
+    assert text_format.MessageToString(inv) == GOLDEN
+
+
+def test_declared_nvlink_groups_are_separate() -> None:
+    doc = {"gpus": [{"model": "H100", "count": 4, "nvlink": True}, {"model": "H100", "count": 2, "nvlink": True}]}
+    inv = parse_declared(doc, "n", HOST)
+    assert [list(g.nvlink_peers) for g in inv.gpus] == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2], [5], [4]]
+    assert {g.model for g in inv.gpus} == {"H100-80GB"}
+
+
+def test_declared_without_nvlink_has_no_peers() -> None:
+    inv = parse_declared({"gpus": [{"model": "A10", "count": 3}]}, "n", HOST)
+    assert all(not g.nvlink_peers for g in inv.gpus)
+    assert inv.gpus[0].memory_bytes == 24 * 10**9  # the catalog's memory for the model
+
+
+def test_example_inventories_load() -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "inventories"
+    files = sorted(examples.glob("*.yaml"))
+    for f in files:
+        inv = load_declared(f, "demo")
+        assert inv.source == common_pb2.INVENTORY_SOURCE_DECLARED and inv.gpus
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"gpus": [{"model": "X100", "count": 1}]}, "gpus[0].model: unknown GPU model 'X100'"),
+        ({"gpus": [{"count": 1}]}, "gpus[0].model: required"),
+        ({"gpus": [{"model": "A100", "count": 0}]}, "gpus[0].count: must be an integer in 1..64, got 0"),
+        ({"gpus": [{"model": "A100", "count": 65}]}, "gpus[0].count: must be an integer in 1..64"),
+        ({"gpus": [{"model": "A100", "count": "4"}]}, "gpus[0].count: must be an integer"),
+        ({"gpus": [{"model": "A100", "count": True}]}, "gpus[0].count: must be an integer"),
+        ({"gpus": [{"model": "A100"}]}, "gpus[0].count: must be an integer in 1..64, got None"),
+        ({"gpus": [{"model": "A100", "count": 1}, {"model": "A100", "count": 1, "memory_gb": 0}]},
+         "gpus[1].memory_gb: must be a number in (0, 1024]"),
+        ({"gpus": [{"model": "A100", "count": 1, "memory_gb": 2000}]}, "gpus[0].memory_gb"),
+        ({"gpus": [{"model": "A100", "count": 1, "nvlink": "yes"}]}, "gpus[0].nvlink: must be true or false"),
+        ({"gpus": [{"model": "A100", "count": 1, "nvlnk": True}]}, "gpus[0].nvlnk: unknown key"),
+        ({"gpus": []}, "gpus: must be a non-empty list"),
+        ({"gpu": []}, "gpu: unknown key"),
+        ({}, "gpus: must be a non-empty list"),
+        ([1, 2], "inventory: must be a mapping"),
+        ({"gpus": ["A100"]}, "gpus[0]: must be a mapping"),
+    ],
+)
+def test_declared_errors_name_the_field(doc: object, message: str) -> None:
+    with pytest.raises(InventoryError) as err:
+        parse_declared(doc, "n", HOST)
+    assert message in str(err.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="cannot read"):
+        load_declared(tmp_path / "nope.yaml", "n", HOST)
+
+
+def test_invalid_yaml_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("gpus: [\n")
+    with pytest.raises(InventoryError, match="not valid YAML"):
+        load_declared(path, "n", HOST)
+    path.write_text("gpus:\n  - model: nope\n    count: 1\n")
+    with pytest.raises(InventoryError, match=r"bad\.yaml: gpus\[0\]\.model"):
+        load_declared(path, "n", HOST)
+
+
+# --- NVML, through a fake module ----------------------------------------------------------------------
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+def fake_nvml(
+    gpus: list[tuple[str, int]],
+    procs: dict[int, list[tuple[int, int | None]]] | None = None,
+    p2p: set[frozenset[int]] | None = None,
+    fail_init: bool = False,
+    p2p_supported: bool = True,
+) -> types.SimpleNamespace:
+    procs = procs or {}
+    p2p = p2p or set()
+    calls: list[str] = []
+
+    def init() -> None:
+        calls.append("init")
+        if fail_init:
+            raise FakeNVMLError("Driver Not Loaded")
+
+    def p2p_status(a: int, b: int, cap: int) -> int:
+        if not p2p_supported:
+            raise FakeNVMLError("Not Supported")
+        return 0 if frozenset((a, b)) in p2p else 4
+
+    def compute(h: int) -> list[types.SimpleNamespace]:
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in procs.get(h, [])]
+
+    def graphics(h: int) -> list[types.SimpleNamespace]:
+        raise FakeNVMLError("Not Supported")
+
+    def nvlink_state(h: int, link: int) -> int:
+        raise FakeNVMLError("Not Supported")
+
+    return types.SimpleNamespace(
+        NVMLError=FakeNVMLError,
+        NVML_P2P_CAPS_INDEX_NVLINK=2,
+        NVML_P2P_STATUS_OK=0,
+        NVML_FEATURE_ENABLED=1,
+        NVML_NVLINK_MAX_LINKS=2,
+        calls=calls,
+        nvmlInit=init,
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: len(gpus),
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: gpus[h][0].encode() if h % 2 else gpus[h][0],  # bytes on old releases
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=gpus[h][1]),
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h:04d}",
+        nvmlDeviceGetP2PStatus=p2p_status,
+        nvmlDeviceGetComputeRunningProcesses=compute,
+        nvmlDeviceGetGraphicsRunningProcesses=graphics,
+        nvmlDeviceGetNvLinkState=nvlink_state,
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"0000:{h:02x}:00.0"),
+    )
+
+
+def test_probe_nvml_maps_names_peers_and_foreign_memory() -> None:
+    gb = 10**9
+    nv = fake_nvml(
+        [("NVIDIA A100-SXM4-80GB", 80 * gb), ("NVIDIA A100-SXM4-80GB", 80 * gb), ("NVIDIA Quantum Q9000", 8 * gb)],
+        procs={0: [(999_999_991, 3 * gb), (4242, 5 * gb)], 1: [(999_999_992, None)]},
+        p2p={frozenset((0, 1))},
+    )
+    # 4242 is a worker's session leader: its memory is the agent's own, not foreign.
+    inv = probe_nvml(own_pids={4242}, nvml=nv, host=HOST)  # type: ignore[arg-type]
+    assert inv.source == common_pb2.INVENTORY_SOURCE_NVML
+    assert [g.model for g in inv.gpus] == ["A100-80GB", "A100-80GB", "NVIDIA Quantum Q9000"]
+    assert [g.uuid for g in inv.gpus] == ["GPU-0000", "GPU-0001", "GPU-0002"]
+    assert [list(g.nvlink_peers) for g in inv.gpus] == [[1], [0], []]
+    assert [g.foreign_used_bytes for g in inv.gpus] == [3 * gb, 0, 0]
+    assert inv.gpus[0].memory_bytes == 80 * gb
+    assert (inv.hostname, inv.cpu_count) == ("gpu-a", 64)
+    assert nv.calls == ["init", "shutdown"]
+
+
+def test_probe_nvml_without_p2p_query_reads_links() -> None:
+    nv = fake_nvml([("Tesla V100-SXM2-32GB", 32 * 10**9)] * 2, p2p_supported=False)
+
+    def state(h: int, link: int) -> int:
+        if link == 0:
+            return 1
+        raise FakeNVMLError("Invalid Argument")
+
+    nv.nvmlDeviceGetNvLinkState = state
+    nv.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: types.SimpleNamespace(busId=f"0000:{1 - h:02X}:00.0")
+    inv = probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]
+    assert [list(g.nvlink_peers) for g in inv.gpus] == [[1], [0]]
+    assert {g.model for g in inv.gpus} == {"V100-32GB"}
+
+
+def test_probe_nvml_unavailable() -> None:
+    with pytest.raises(NvmlUnavailable, match="Driver Not Loaded"):
+        probe_nvml(nvml=fake_nvml([], fail_init=True), host=HOST)  # type: ignore[arg-type]
