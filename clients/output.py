@@ -35,7 +35,21 @@ def to_dict(message: Message) -> dict[str, Any]:
     result: dict[str, Any] = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
-    return result
+    return _in_field_order(message.DESCRIPTOR, result)
+
+
+def _in_field_order(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
+    """Keys in the order the .proto declares them (MessageToDict puts defaults last), recursively."""
+    out: dict[str, Any] = {}
+    for field in descriptor.fields:
+        if field.name not in value:
+            continue
+        v = value[field.name]
+        sub = field.message_type
+        if sub is not None and not sub.GetOptions().map_entry:
+            v = [_in_field_order(sub, x) for x in v] if isinstance(v, list) else _in_field_order(sub, v)
+        out[field.name] = v
+    return out
 
 
 def dumps(value: Any, *, compact: bool = False) -> str:
@@ -95,7 +109,15 @@ def truncate(text: str, width: int = REASON_WIDTH) -> str:
 
 
 def gib(n: int) -> str:
+    """Host memory in GiB, as free(1) and kubectl show it."""
     return f"{n / 1024**3:.0f}Gi" if n else NONE
+
+
+def gb(n: int) -> str:
+    """GPU memory in GB (10^9), as GPU names and the catalog give it: 80GB, 3.2GB."""
+    if not n:
+        return NONE
+    return f"{n / 1e9:.0f}GB" if n >= 10**10 else f"{n / 1e9:.1f}GB"
 
 
 def gpu_summary(models: Sequence[str]) -> str:
@@ -242,7 +264,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         lines += _kv([
             ("GPU model", p.gpu_model or NONE), ("dp/tp/pp", f"{p.dp}/{p.tp}/{p.pp}"),
             ("Micro batch", str(p.micro_batch)), ("Grad accum", str(p.grad_accum)),
-            ("Memory/GPU", f"{gib(p.memory_per_gpu_bytes)} ({p.memory_source or 'unknown source'})"),
+            ("Memory/GPU", f"{gb(p.memory_per_gpu_bytes)} ({p.memory_source or 'unknown source'})"),
         ], indent=2)
     if job.placement.slices:
         lines.append("Placement:")
@@ -255,7 +277,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         lines.append("Progress:")
         lines += _kv([
             ("Iteration", job_iter(job)), ("Loss", job_loss(job)), ("Samples/s", f"{pr.samples_per_second:.1f}"),
-            ("Step time", f"{pr.step_time_seconds:.3f}s"), ("Peak memory", gib(pr.peak_memory_bytes)),
+            ("Step time", f"{pr.step_time_seconds:.3f}s"), ("Peak memory", gb(pr.peak_memory_bytes)),
             ("Checkpoint", ckpt), ("Reported", f"{age(pr.time, now)} ago" if pr.time else NONE),
         ], indent=2)
     lines.append("Events:")
@@ -275,12 +297,12 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
         ("Inventory", source(inv.source) + (" (no GPU probed: workers run on CPU)"
                                             if inv.source == common_pb2.INVENTORY_SOURCE_DECLARED else "")),
         ("CPUs", str(inv.cpu_count) if inv.cpu_count else NONE), ("Memory", gib(inv.host_memory_bytes)),
-        ("GPUs", f"{node_gpus(node)} ({node_free(node)} free)"),
+        ("Capacity", f"{node_gpus(node)} ({node_free(node)} free)"),
         ("Heartbeat", f"{_fmt_time(node.last_heartbeat)} ({age(node.last_heartbeat, now)} ago)"),
     ])
     busy = set(node.busy_gpus)
     rows = [
-        [str(g.index), g.model or "?", gib(g.memory_bytes), gib(g.foreign_used_bytes),
+        [str(g.index), g.model or "?", gb(g.memory_bytes), gb(g.foreign_used_bytes),
          ",".join(map(str, g.nvlink_peers)) or "pcie", "busy" if g.index in busy else "free", g.uuid or NONE]
         for g in inv.gpus
     ]

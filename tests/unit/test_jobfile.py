@@ -232,3 +232,13 @@ def test_bad_yaml(text: str, field: str, reason: str) -> None:
 def test_load_job_file_missing(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         load_job_file(tmp_path / "none.yaml")
+
+
+def test_the_documented_example_parses() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "job-file.md").read_text()
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    spec = parse_job_yaml(block)
+    assert spec.name == "small" and spec.tenant == "research"
+    assert list(spec.hint.gpu_types) == ["A100-80GB", "A40-48GB"]
+    assert list(spec.entrypoint) == ["python", "-m", "my_project.train", "--lr", "3e-4"]
+    assert dict(spec.env) == {"WANDB_MODE": "offline"}
