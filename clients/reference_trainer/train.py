@@ -25,6 +25,7 @@ from clients.reference_trainer.model import GPT, param_groups
 from clients.trainer_sdk import TrainerContext
 
 GRAD_CLIP = 1.0
+FINAL_REPORT_TRIES = 3
 
 
 def say(ctx: TrainerContext, msg: str) -> None:
@@ -193,7 +194,11 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
             ctx.report(it, loss_avg, _sps(cfg, step_time), step_time, _peak_memory(device), last_ckpt)
 
     if ctx.is_rank0:
-        ctx.report(it, loss_avg, _sps(cfg, step_time), step_time, _peak_memory(device), last_ckpt, force=True)
+        # The last report decides "done" versus "stopped" for the controller: try it a few times.
+        for _ in range(FINAL_REPORT_TRIES):
+            if ctx.report(it, loss_avg, _sps(cfg, step_time), step_time, _peak_memory(device), last_ckpt,
+                          force=True) or not ctx.agent_addr:
+                break
     if it >= cfg.iterations:
         say(ctx, f"done iteration={it} loss={loss_avg:.7g} checkpoint_iteration={last_ckpt}")
     else:

@@ -108,14 +108,19 @@ def free_port() -> int:
 
 
 class FakeAgent(agent_pb2_grpc.NodeAgentServicer):
-    def __init__(self, stop_at: int | None = None) -> None:
+    """Records reports; asks for a stop from iteration `stop_at` on, and for one checkpoint in its
+    answer to the first report when `checkpoint_first`."""
+
+    def __init__(self, stop_at: int | None = None, checkpoint_first: bool = False) -> None:
         self.stop_at = stop_at
+        self.checkpoint_first = checkpoint_first
         self.requests: list[agent_pb2.ReportProgressRequest] = []
 
     async def ReportProgress(self, request, context):
         self.requests.append(request)
         stop = self.stop_at is not None and request.progress.iteration >= self.stop_at
-        return agent_pb2.ReportProgressResponse(stop_requested=stop)
+        ckpt = self.checkpoint_first and len(self.requests) == 1
+        return agent_pb2.ReportProgressResponse(stop_requested=stop, checkpoint_requested=ckpt)
 
 
 @contextmanager
@@ -147,9 +152,10 @@ def serve(servicer: FakeAgent) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, FakeAgent, Path]:
-    """One process, micro_batch 8, no accumulation, reporting to a fake agent."""
+    """One process, micro_batch 8, no accumulation, reporting to a fake agent that asks for a
+    checkpoint in its first answer (checkpoints change nothing in the numerics)."""
     tmp = tmp_path_factory.mktemp("reference")
-    agent = FakeAgent()
+    agent = FakeAgent(checkpoint_first=True)
     with serve(agent) as addr:
         run = train(_contract_env(tmp / "ckpt", {"micro_batch": 8, "grad_accum": 1}, TESSERA_AGENT_ADDR=addr),
                     tmp)
@@ -173,8 +179,15 @@ def test_single_process_learns_checkpoints_and_reports(reference: tuple[Run, Fak
     meta = ref.meta()
     assert (meta["world_size"], meta["data_position"], meta["plan"]["micro_batch"]) == (1, 30 * GLOBAL_BATCH, 8)
 
+    # The agent's checkpoint request (answer to the report of iteration 1) is honoured at the next
+    # step boundary, and reported at once (forced, past the throttle).
+    assert "checkpoint iteration=2 " in run.out
+    pairs = [(r.progress.iteration, r.progress.checkpoint_iteration) for r in agent.requests]
+    assert pairs[0] == (1, -1)
+    assert next(p for p in pairs if p[1] != -1) == (2, 2)
+
     # Progress reached the agent, throttled, and the last (forced) report says done + checkpointed.
-    assert 1 <= len(agent.requests) < ITERATIONS
+    assert 2 <= len(agent.requests) < ITERATIONS
     first, last = agent.requests[0], agent.requests[-1]
     assert (first.job_id, first.attempt, first.rank, first.progress.iteration) == ("job-test", 1, 0, 1)
     assert (last.progress.iteration, last.progress.checkpoint_iteration) == (30, 30)
@@ -223,9 +236,10 @@ def _read_lines(stream, q: queue.Queue[str | None]) -> None:
 
 def test_sigterm_checkpoints_exits_0_and_resumes(reference: tuple[Run, FakeAgent, Path], tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
-    # Only the stop and the end checkpoint; steps padded to 50 ms so that 25 steps remain after SIGTERM.
+    # Only the stop and the end checkpoint; steps padded to 100 ms so that ~2.5 s of the run remain
+    # after SIGTERM is sent at step 5 (the SIGTERM must land mid-run).
     env = _contract_env(ckpt, {"micro_batch": 8}, TESSERA_CHECKPOINT_EVERY="1000",
-                        TESSERA_TRAINER_MIN_STEP_SECONDS="0.05")
+                        TESSERA_TRAINER_MIN_STEP_SECONDS="0.1")
     p = subprocess.Popen(ARGV, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_read_lines, args=(p.stdout, lines), daemon=True).start()
