@@ -89,6 +89,7 @@ class Registrar:
         self.registered = asyncio.Event()  # set after the first successful registration
         self.registrations = 0
         self.heartbeats = 0
+        self.failures = 0  # failed Register/Heartbeat calls, in total
         self.last_success: float | None = None  # time.monotonic()
 
     async def run(self) -> None:
@@ -122,6 +123,7 @@ class Registrar:
         self._on_result(True)
 
     def _failed(self, call: str, exc: grpc.RpcError) -> None:
+        self.failures += 1
         self._on_result(False)
         code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
         log.warning(

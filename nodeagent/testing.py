@@ -70,7 +70,8 @@ class FakeRegistry(agent_pb2_grpc.AgentRegistryServicer):
     """An AgentRegistry that records every call and answers as configured.
 
     `reregister_next` makes the next heartbeat answer reregister=True; `fail_with` makes every call
-    fail with that status code (an unreachable or broken controller).
+    fail with that status code (an unreachable or broken controller); `heartbeat_errors` fails the
+    next heartbeats one by one.
     """
 
     def __init__(self, epoch: int = 1, interval: float = 30.0, lease: float = 90.0) -> None:
@@ -83,11 +84,15 @@ class FakeRegistry(agent_pb2_grpc.AgentRegistryServicer):
         self.received: list[agent_pb2.NodeStatus] = []
         self.reregister_next = False
         self.fail_with: grpc.StatusCode | None = None
+        # Status codes the next heartbeats fail with, one per heartbeat.
+        self.heartbeat_errors: list[grpc.StatusCode] = []
+        self.refused = 0  # calls answered with an error
 
     async def Register(
         self, request: agent_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.RegisterResponse:
         if self.fail_with is not None:
+            self.refused += 1
             await context.abort(self.fail_with, "fake registry refuses")
         self.registers.append(request)
         self._record(request.status)
@@ -99,7 +104,11 @@ class FakeRegistry(agent_pb2_grpc.AgentRegistryServicer):
         self, request: agent_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.HeartbeatResponse:
         if self.fail_with is not None:
+            self.refused += 1
             await context.abort(self.fail_with, "fake registry refuses")
+        if self.heartbeat_errors:
+            self.refused += 1
+            await context.abort(self.heartbeat_errors.pop(0), "fake registry refuses this heartbeat")
         self.heartbeats.append(request)
         self._record(request.status)
         if self.reregister_next:

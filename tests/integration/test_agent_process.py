@@ -1,0 +1,167 @@
+"""The tessera-agent program itself: command line errors, SIGTERM, workers outliving the agent and
+re-adopted by the next one. The controller is a fake AgentRegistry in the test process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
+
+from nodeagent import process
+from nodeagent.supervisor import EXIT_UNKNOWN
+from nodeagent.testing import FakeRegistry, launch_request, wait_until
+from tessera_common import rpc
+
+RUNNING = common_pb2.WORKER_STATE_RUNNING
+EXITED = common_pb2.WORKER_STATE_EXITED
+TIMEOUT = 15.0
+EPOCH = 5
+
+_SCRIPT = Path(sys.executable).parent / "tessera-agent"
+AGENT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "nodeagent.main"]
+
+WAIT_FOR_TERM = [
+    sys.executable,
+    "-c",
+    textwrap.dedent(
+        """
+        import signal, sys, pathlib
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+        pathlib.Path("ready").touch()
+        signal.pause()
+        """
+    ),
+]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=30, check=False)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"--node-id": "Bad_Name"}, "--node-id: 'Bad_Name' does not match"),
+        ({"--controller": "nohost"}, "--controller: 'nohost' is not HOST:PORT"),
+        ({"--inventory": "/nonexistent.yaml"}, "--inventory: /nonexistent.yaml: cannot read"),
+        ({"--listen": "127.0.0.1:99999"}, "--listen: '127.0.0.1:99999' is not HOST:PORT"),
+        ({"--log-level": "loud"}, "--log-level: invalid choice: 'loud'"),
+        ({"--controller": None}, "the following arguments are required: --controller"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, override: dict[str, str | None], message: str) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("gpus:\n  - model: T4\n    count: 1\n")
+    flags: dict[str, str | None] = {
+        "--controller": "127.0.0.1:1", "--node-id": "n1", "--work-dir": str(tmp_path), "--inventory": str(inv),
+        **override,
+    }
+    result = run_cli(*[x for flag, value in flags.items() if value is not None for x in (flag, value)])
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tessera-agent: error: ") and message in lines[0], lines
+
+
+def test_invalid_inventory_names_the_field(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("gpus:\n  - model: Z9000\n    count: 2\n")
+    result = run_cli("--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path), "--inventory",
+                     str(inv))
+    assert result.returncode == 2
+    assert "gpus[0].model: unknown GPU model 'Z9000'" in result.stderr
+
+
+@pytest.fixture
+async def registry() -> AsyncIterator[tuple[FakeRegistry, str]]:
+    fake = FakeRegistry(epoch=EPOCH, interval=30.0)
+    server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_AgentRegistryServicer_to_server, fake)])
+    await server.start()
+    yield fake, f"127.0.0.1:{port}"
+    await server.stop(0)
+
+
+def _append(path: Path) -> IO[bytes]:
+    return open(path, "ab")
+
+
+async def start_agent(controller: str, work_dir: Path, inventory: Path, log: Path) -> asyncio.subprocess.Process:
+    with _append(log) as err:
+        return await asyncio.create_subprocess_exec(
+            *AGENT, "--controller", controller, "--node-id", "node-p", "--inventory", str(inventory),
+            "--work-dir", str(work_dir), "--metrics-listen", "127.0.0.1:0",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=err,
+        )
+
+
+async def stop_agent(agent: asyncio.subprocess.Process) -> tuple[int, bytes]:
+    agent.send_signal(signal.SIGTERM)
+    out, _ = await asyncio.wait_for(agent.communicate(), TIMEOUT)
+    assert agent.returncode is not None
+    return agent.returncode, out
+
+
+async def test_workers_outlive_the_agent_and_are_readopted(
+    registry: tuple[FakeRegistry, str], tmp_path: Path
+) -> None:
+    fake, controller = registry
+    work_dir, inv, log = tmp_path / "work", tmp_path / "inv.yaml", tmp_path / "agent.log"
+    inv.write_text("gpus:\n  - model: A100-80GB\n    count: 2\n")
+    agents: list[asyncio.subprocess.Process] = []
+    worker_pid = 0
+    try:
+        agents.append(await start_agent(controller, work_dir, inv, log))
+        reg = await wait_until(lambda: fake.registers and fake.registers[0], TIMEOUT, "first agent registered")
+        assert reg.status.node_id == "node-p" and len(reg.status.inventory.gpus) == 2
+        channel = rpc.aio_channel(reg.status.address)
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        launched = await stub.Launch(launch_request(argv=WAIT_FOR_TERM, epoch=EPOCH), timeout=5)
+        worker_pid = launched.workers[0].pid
+        await wait_until((work_dir / "jobs/job-1/attempt-1/ready").exists, TIMEOUT, "worker ready")
+        await channel.close()
+
+        code, out = await stop_agent(agents[0])
+        assert (code, out) == (0, b"")  # nothing on stdout, ever
+        assert process.is_alive(worker_pid, None), "the worker must outlive the agent"
+        first_lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        serving = next(e for e in first_lines if e["event"] == "agent serving")
+        assert serving["address"] == reg.status.address
+
+        agents.append(await start_agent(controller, work_dir, inv, log))
+        reg2 = await wait_until(lambda: len(fake.registers) >= 2 and fake.registers[1], TIMEOUT, "re-registered")
+        (w,) = reg2.status.workers
+        assert (w.job_id, w.state, w.pid) == ("job-1", RUNNING, worker_pid)
+
+        channel = rpc.aio_channel(reg2.status.address)
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        stop = agent_pb2.StopRequest(controller_epoch=EPOCH, job_id="job-1", attempt=1, grace_seconds=10,
+                                     reason="cancel")
+        await stub.Stop(stop, timeout=5)
+
+        def exit_reported() -> agent_pb2.WorkerStatus | None:
+            st = fake.last_status()
+            ws = [x for x in (st.workers if st else ()) if x.state == EXITED]
+            return ws[0] if ws else None
+
+        done = await wait_until(exit_reported, TIMEOUT, "exit of the re-adopted worker reported")
+        assert done.exit_code == EXIT_UNKNOWN and done.reason.startswith("stopped by controller (cancel)")
+        await channel.close()
+        code, out = await stop_agent(agents[1])
+        assert (code, out) == (0, b"")
+    finally:
+        for a in agents:
+            if a.returncode is None:
+                a.kill()
+                await a.wait()
+        if worker_pid and process.is_alive(worker_pid, None):
+            os.killpg(worker_pid, signal.SIGKILL)
