@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format
@@ -114,10 +114,20 @@ def gib(n: int) -> str:
 
 
 def gb(n: int) -> str:
-    """GPU memory in GB (10^9), as GPU names and the catalog give it: 80GB, 3.2GB."""
+    """GPU memory in GB (10^9), as GPU names and the catalog give it: 80GB, 3.2GB, 38MB."""
     if not n:
         return NONE
+    if n < 10**9:
+        return f"{n / 1e6:.0f}MB"
     return f"{n / 1e9:.0f}GB" if n >= 10**10 else f"{n / 1e9:.1f}GB"
+
+
+GpuModels = Mapping[tuple[str, int], str]
+
+
+def gpu_models(nodes: Sequence[controller_pb2.Node]) -> dict[tuple[str, int], str]:
+    """(node id, GPU index) -> GPU model, from the nodes' inventories (for job_gpus)."""
+    return {(n.id, g.index): g.model for n in nodes for g in n.inventory.gpus}
 
 
 def gpu_summary(models: Sequence[str]) -> str:
@@ -128,12 +138,13 @@ def gpu_summary(models: Sequence[str]) -> str:
     return ",".join(f"{n}x{m}" for m, n in counts.items())
 
 
-def job_gpus(job: controller_pb2.Job) -> str:
-    """GPUs a job holds: count from its placement, model from its plan ("2xA100-80GB")."""
-    count = sum(len(s.gpu_indices) for s in job.placement.slices)
-    if not count:
-        return NONE
-    return f"{count}x{job.plan.gpu_model or '?'}"
+def job_gpus(job: controller_pb2.Job, models: GpuModels | None = None) -> str:
+    """GPUs of a job's (current or last) placement: "2xA100-80GB". Each GPU's model comes from its
+    node's inventory when `models` knows it (a placement across GPU types reads
+    "4xA100-80GB,2xA40-48GB"), else from the plan."""
+    models = models or {}
+    per_gpu = [models.get((s.node_id, i), job.plan.gpu_model) for s in job.placement.slices for i in s.gpu_indices]
+    return gpu_summary(per_gpu)
 
 
 def job_plan(job: controller_pb2.Job) -> str:
@@ -181,9 +192,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def job_row(job: controller_pb2.Job, now: float, wide: bool = False) -> list[str]:
+def job_row(job: controller_pb2.Job, now: float, wide: bool = False, models: GpuModels | None = None) -> list[str]:
     head = [
-        job.id, job.spec.name, job.spec.tenant, job_state(job.state), job_gpus(job), job_iter(job),
+        job.id, job.spec.name, job.spec.tenant, job_state(job.state), job_gpus(job, models), job_iter(job),
         age(job.submit_time, now),
     ]
     if not wide:
@@ -193,8 +204,10 @@ def job_row(job: controller_pb2.Job, now: float, wide: bool = False) -> list[str
     ]
 
 
-def jobs_table(jobs: Sequence[controller_pb2.Job], now: float, wide: bool = False) -> str:
-    return table(JOB_WIDE_COLUMNS if wide else JOB_COLUMNS, [job_row(j, now, wide) for j in jobs])
+def jobs_table(
+    jobs: Sequence[controller_pb2.Job], now: float, wide: bool = False, models: GpuModels | None = None
+) -> str:
+    return table(JOB_WIDE_COLUMNS if wide else JOB_COLUMNS, [job_row(j, now, wide, models) for j in jobs])
 
 
 def node_row(node: controller_pb2.Node, now: float, wide: bool = False) -> list[str]:

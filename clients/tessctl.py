@@ -171,7 +171,10 @@ def cmd_get_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
             return [client.get(i) for i in args.ids]
         return client.list(states=states, tenant=args.tenant)
 
-    render = _renderer(out, args.output, output.jobs_json, output.jobs_table, "jobs")
+    def table(jobs: Sequence[controller_pb2.Job], now: float, wide: bool) -> str:
+        return output.jobs_table(jobs, now, wide, _gpu_models(client, jobs))
+
+    render = _renderer(out, args.output, output.jobs_json, table, "jobs")
     if not args.watch:
         render(fetch(), first=True)
         return 0
@@ -229,7 +232,7 @@ def cmd_describe_node(client: Client, args: argparse.Namespace, out: TextIO) -> 
 
 
 def cmd_cancel(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    return _print_job(out, args.output, client.cancel(args.id, request_id=args.request_id))
+    return _print_job(out, args.output, client.cancel(args.id, request_id=args.request_id), client)
 
 
 def cmd_drain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
@@ -297,12 +300,23 @@ def _write_bytes(out: TextIO, data: bytes) -> None:
         out.flush()
 
 
-def _print_job(out: TextIO, fmt: str, job: controller_pb2.Job) -> int:
+def _print_job(out: TextIO, fmt: str, job: controller_pb2.Job, client: Client | None = None) -> int:
     if fmt == "json":
         _print(out, output.dumps(output.to_dict(job)))
     else:
-        _print(out, output.jobs_table([job], time.time(), wide=fmt == "wide"))
+        models = _gpu_models(client, [job]) if client else None
+        _print(out, output.jobs_table([job], time.time(), wide=fmt == "wide", models=models))
     return 0
+
+
+def _gpu_models(client: Client, jobs: Sequence[controller_pb2.Job]) -> output.GpuModels | None:
+    """GPU models of the nodes the jobs are placed on, for the GPUS column; None if unavailable."""
+    if not any(j.placement.slices for j in jobs):
+        return None
+    try:
+        return output.gpu_models(client.nodes())
+    except TesseraError:
+        return None  # the plan's GPU model is shown instead
 
 
 def _print_node(out: TextIO, fmt: str, node: controller_pb2.Node) -> int:

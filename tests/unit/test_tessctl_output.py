@@ -163,3 +163,16 @@ def test_version_in_process() -> None:
 )
 def test_log_overlap(prev: bytes, new: bytes, n: int) -> None:
     assert _overlap(prev, new) == n
+
+
+def test_job_gpus_across_gpu_types() -> None:
+    job = _job()  # node-a GPUs 0,1 and node-b GPU 3; the plan says A100-80GB
+    models = output.gpu_models([
+        _node(),
+        controller_pb2.Node(id="node-b", inventory=S.NodeInventory(
+            gpus=[S.Gpu(index=i, model="A40-48GB") for i in range(4)])),
+    ])
+    assert output.job_gpus(job, models) == "2xA100-80GB,1xA40-48GB"
+    assert output.job_gpus(job, {}) == "3xA100-80GB"  # nodes unknown: the plan's model
+    assert output.jobs_table([job], NOW, models=models).splitlines()[1].split()[4] == "2xA100-80GB,1xA40-48GB"
+    assert output.gb(38 * 10**6) == "38MB" and output.gb(3_200_000_000) == "3.2GB" and output.gb(0) == "-"
