@@ -209,7 +209,8 @@ class CheckpointRef:
 
     def meta(self) -> dict[str, Any]:
         """The checkpoint's meta.json."""
-        return json.loads((self.path / CHECKPOINT_META).read_text())
+        meta: dict[str, Any] = json.loads((self.path / CHECKPOINT_META).read_text())
+        return meta
 
 
 def checkpoint_path(checkpoint_dir: str | os.PathLike[str], iteration: int) -> Path:

@@ -86,7 +86,8 @@ class GPT(nn.Module):
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
     """AdamW groups: decay on matrices and embeddings, none on biases and LayerNorm parameters."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for p in model.parameters():  # shared (tied) parameters appear once
         if not p.requires_grad:
             continue

@@ -120,7 +120,7 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
     if ref is not None:
         snap = checkpoint.load(ref, dims, opts.seed, map_location=device)
         model.load_state_dict(snap.model_state)
-        optimizer.load_state_dict(snap.optimizer_state)
+        optimizer.load_state_dict(dict(snap.optimizer_state))
         checkpoint.restore_rng(snap.rng)
         start, last_loss, last_ckpt = snap.iteration, snap.loss, snap.iteration
         if snap.data_position != start * cfg.global_batch:

@@ -274,6 +274,11 @@ def test_sigterm_checkpoints_exits_0_and_resumes(reference: tuple[Run, FakeAgent
         assert loss == pytest.approx(ref_losses[it], rel=RESUME_RTOL), f"iteration {it}"
     assert latest_checkpoint(ckpt).iteration == ITERATIONS  # type: ignore[union-attr]
 
+    # Launched again after the end (e.g. a relaunch that raced the completion): nothing to train.
+    again = train(_contract_env(ckpt, {"micro_batch": 8}), tmp_path)
+    assert again.rc == 0, again.err
+    assert "resumed from step 30" in again.out and "done iteration=30" in again.out and not again.losses
+
 
 def test_agent_stop_request_checkpoints_and_exits_0(tmp_path: Path) -> None:
     """The agent answers the first report (iteration 1) with stop_requested: stop at the next boundary."""
