@@ -7,6 +7,7 @@ error, 130 when interrupted (Ctrl-C ends a --watch or a logs --follow).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -244,10 +245,10 @@ def cmd_undrain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    if args.output == "json" and args.follow:
+        raise UsageError("--follow prints raw log text: it cannot be combined with -o json")
     resp = client.logs(args.id, rank=args.rank, attempt=args.attempt, tail_bytes=args.tail)
     if args.output == "json":
-        if args.follow:
-            raise UsageError("--follow prints raw log text: it cannot be combined with -o json")
         _print(out, output.dumps(output.to_dict(resp)))
         return 0
     _write_bytes(out, resp.data)
@@ -457,10 +458,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return _fail(f"internal error: {type(exc).__name__}: {exc}")
     finally:
         if client is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing must not mask the result
                 client.close()
-            except Exception:  # noqa: BLE001, S110 - closing a channel must not mask the result
-                pass
 
 
 def _fail(message: str) -> int:

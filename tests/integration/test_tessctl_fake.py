@@ -554,7 +554,7 @@ def test_controller_from_environment(server: FakeServer) -> None:
         ["frobnicate"],
         [],
         ["estimate"],
-        ["logs", "j-run", "-f", "-o", "json"],
+        ["logs", "j-none", "-f", "-o", "json"],
     ],
 )
 def test_usage_errors_exit_2_with_one_line(server: FakeServer, args: list[str]) -> None:
