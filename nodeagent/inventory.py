@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 import structlog
 import yaml
@@ -52,7 +52,7 @@ def host_facts() -> HostFacts:
     return HostFacts(socket.gethostname(), os.cpu_count() or 0, int(mem))
 
 
-def _is_int(v: object) -> bool:
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -154,7 +154,8 @@ def _import_pynvml() -> ModuleType:
         import pynvml
     except ImportError as exc:  # the dependency is declared, but keep the message clear
         raise NvmlUnavailable(f"nvidia-ml-py is not installed: {exc}") from None
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 def _same_session(pid: int, own_pids: Collection[int]) -> bool:

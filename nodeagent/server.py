@@ -70,7 +70,7 @@ class DrainFlag:
                 self._on_change()
 
 
-class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):
+class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]  # generated, untyped
     def __init__(self, supervisor: Supervisor, fence: EpochFence, drain: DrainFlag) -> None:
         self.supervisor = supervisor
         self.fence = fence

@@ -30,9 +30,9 @@ from .errors import FailedPrecondition, InvalidArgument, NotFound
 
 log = structlog.get_logger("nodeagent.supervisor")
 
-RUNNING = common_pb2.WORKER_STATE_RUNNING
-STOPPING = common_pb2.WORKER_STATE_STOPPING
-EXITED = common_pb2.WORKER_STATE_EXITED
+RUNNING: int = common_pb2.WORKER_STATE_RUNNING
+STOPPING: int = common_pb2.WORKER_STATE_STOPPING
+EXITED: int = common_pb2.WORKER_STATE_EXITED
 
 RETENTION_SECONDS = 3600.0
 MAX_EXITED_RECORDS = 2000
@@ -74,7 +74,7 @@ class Worker:
             job_id=self.job_id,
             attempt=self.attempt,
             rank=self.rank,
-            state=self.state,  # type: ignore[arg-type]
+            state=self.state,
             pid=self.pid,
             exit_code=self.exit_code,
             log_path=str(self.log_path),

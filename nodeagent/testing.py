@@ -66,7 +66,7 @@ def launch_request(
     )
 
 
-class FakeRegistry(agent_pb2_grpc.AgentRegistryServicer):
+class FakeRegistry(agent_pb2_grpc.AgentRegistryServicer):  # type: ignore[misc]  # generated, untyped
     """An AgentRegistry that records every call and answers as configured.
 
     `reregister_next` makes the next heartbeat answer reregister=True; `fail_with` makes every call

@@ -70,7 +70,9 @@ async def registry() -> AsyncIterator[tuple[FakeRegistry, str]]:
 
 
 def make_agent(controller: str, work_dir: Path) -> Agent:
-    inv = parse_declared({"gpus": [{"model": "A100-80GB", "count": 4, "nvlink": True}]}, "node-1", host_facts())
+    inv = parse_declared(
+        {"gpus": [{"model": "A100-80GB", "count": 4, "nvlink": True}]}, "node-1", host_facts()
+    )
     config = AgentConfig(
         controller=controller,
         node_id="node-1",
@@ -111,14 +113,18 @@ async def ready(agent: Agent, ranks: int = 1, job: str = "job-1", attempt: int =
     await wait_until(lambda: all((d / f"ready-{r}").exists() for r in range(ranks)), TIMEOUT, "workers ready")
 
 
-def worker_in(status: agent_pb2.NodeStatus | None, job_id: str, rank: int = 0) -> agent_pb2.WorkerStatus | None:
+def worker_in(
+    status: agent_pb2.NodeStatus | None, job_id: str, rank: int = 0
+) -> agent_pb2.WorkerStatus | None:
     for w in status.workers if status else ():
         if w.job_id == job_id and w.rank == rank:
             return w
     return None
 
 
-async def test_registers_with_inventory_then_heartbeats(registry: tuple[FakeRegistry, str], agent: Agent) -> None:
+async def test_registers_with_inventory_then_heartbeats(
+    registry: tuple[FakeRegistry, str], agent: Agent
+) -> None:
     fake, _ = registry
     fake.interval = 0.05  # applies from the next registration; ask for one
     await registered(agent)
@@ -135,7 +141,9 @@ async def test_registers_with_inventory_then_heartbeats(registry: tuple[FakeRegi
     assert [g.uuid for g in st.inventory.gpus] == [f"DECLARED-node-1-{i}" for i in range(4)]
     assert list(st.inventory.gpus[0].nvlink_peers) == [1, 2, 3]
     hb = fake.heartbeats[-1]
-    assert hb.controller_epoch == EPOCH and hb.status.node_id == "node-1" and hb.status.inventory == st.inventory
+    assert (
+        hb.controller_epoch == EPOCH and hb.status.node_id == "node-1" and hb.status.inventory == st.inventory
+    )
     assert agent.fence.epoch == EPOCH
 
 
@@ -152,10 +160,14 @@ async def test_reregisters_on_reregister_new_epoch_and_not_found(
     await wait_until(lambda: agent.fence.epoch == EPOCH + 1, TIMEOUT, "fence raised")
     fake.heartbeat_errors = [grpc.StatusCode.NOT_FOUND]
     await wait_until(lambda: len(fake.registers) == 4, TIMEOUT, "re-registration after NOT_FOUND")
-    await wait_until(lambda: fake.heartbeats and fake.heartbeats[-1].controller_epoch == EPOCH + 1, TIMEOUT, "hb")
+    await wait_until(
+        lambda: fake.heartbeats and fake.heartbeats[-1].controller_epoch == EPOCH + 1, TIMEOUT, "hb"
+    )
 
 
-async def test_keeps_retrying_an_unreachable_controller(registry: tuple[FakeRegistry, str], tmp_path: Path) -> None:
+async def test_keeps_retrying_an_unreachable_controller(
+    registry: tuple[FakeRegistry, str], tmp_path: Path
+) -> None:
     fake, address = registry
     fake.fail_with = grpc.StatusCode.UNAVAILABLE  # a controller that is down
     a = make_agent(address, tmp_path)
@@ -204,7 +216,9 @@ async def test_launch_stop_and_epoch_fencing(
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "GPU 1 is held" in err.value.details()
 
     # A newer epoch is accepted and becomes the floor.
-    drained = await stub.Drain(agent_pb2.DrainRequest(request_id="d1", controller_epoch=EPOCH + 2, drain=True))
+    drained = await stub.Drain(
+        agent_pb2.DrainRequest(request_id="d1", controller_epoch=EPOCH + 2, drain=True)
+    )
     assert drained.draining and agent.fence.epoch == EPOCH + 2
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Stop(agent_pb2.StopRequest(job_id="job-1", attempt=1, controller_epoch=EPOCH), timeout=5)
@@ -212,11 +226,16 @@ async def test_launch_stop_and_epoch_fencing(
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Launch(launch_request("job-3", argv=["true"], gpus=[[3]], epoch=EPOCH + 2), timeout=5)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "draining" in err.value.details()
-    await wait_until(lambda: fake.last_status() and fake.last_status().draining, TIMEOUT, "drain in a heartbeat")
+    await wait_until(lambda: any(st.draining for st in fake.received), TIMEOUT, "drain in a heartbeat")
 
     await ready(agent, ranks=2)
     stop = agent_pb2.StopRequest(
-        request_id="s1", controller_epoch=EPOCH + 2, job_id="job-1", attempt=1, grace_seconds=10, reason="cancel"
+        request_id="s1",
+        controller_epoch=EPOCH + 2,
+        job_id="job-1",
+        attempt=1,
+        grace_seconds=10,
+        reason="cancel",
     )
     stopped = await stub.Stop(stop, timeout=5)
     assert len(stopped.workers) == 2
@@ -257,10 +276,14 @@ async def test_progress_from_a_worker_reaches_the_heartbeat(
     w = await wait_until(progressed, TIMEOUT, "progress in a heartbeat")
     assert (w.progress.loss, w.progress.samples_per_second, w.state) == (1.25, 80.0, RUNNING)
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.ReportProgress(agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1, rank=5), timeout=5)
+        await stub.ReportProgress(
+            agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1, rank=5), timeout=5
+        )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     # The same call, from the worker's side, learns that a stop was asked for.
-    await stub.Stop(agent_pb2.StopRequest(controller_epoch=EPOCH, job_id="job-1", grace_seconds=10), timeout=5)
+    await stub.Stop(
+        agent_pb2.StopRequest(controller_epoch=EPOCH, job_id="job-1", grace_seconds=10), timeout=5
+    )
     resp = await stub.ReportProgress(
         agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1, rank=0, progress=w.progress), timeout=5
     )
@@ -285,8 +308,9 @@ async def test_worker_exit_triggers_a_prompt_heartbeat(
     fake, _ = registry  # heartbeat interval 30 s: only a prompt heartbeat can beat the timeout below
     await registered(agent)
     await stub.Launch(
-        launch_request(argv=py("import pathlib, time; pathlib.Path('started').touch(); raise SystemExit(3)"),
-                       epoch=EPOCH),
+        launch_request(
+            argv=py("import pathlib, time; pathlib.Path('started').touch(); raise SystemExit(3)"), epoch=EPOCH
+        ),
         timeout=5,
     )
 

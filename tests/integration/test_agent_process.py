@@ -59,11 +59,16 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ({"--controller": None}, "the following arguments are required: --controller"),
     ],
 )
-def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, override: dict[str, str | None], message: str) -> None:
+def test_bad_arguments_exit_2_with_one_line(
+    tmp_path: Path, override: dict[str, str | None], message: str
+) -> None:
     inv = tmp_path / "inv.yaml"
     inv.write_text("gpus:\n  - model: T4\n    count: 1\n")
     flags: dict[str, str | None] = {
-        "--controller": "127.0.0.1:1", "--node-id": "n1", "--work-dir": str(tmp_path), "--inventory": str(inv),
+        "--controller": "127.0.0.1:1",
+        "--node-id": "n1",
+        "--work-dir": str(tmp_path),
+        "--inventory": str(inv),
         **override,
     }
     result = run_cli(*[x for flag, value in flags.items() if value is not None for x in (flag, value)])
@@ -76,8 +81,9 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, override: dict[str, 
 def test_invalid_inventory_names_the_field(tmp_path: Path) -> None:
     inv = tmp_path / "inv.yaml"
     inv.write_text("gpus:\n  - model: Z9000\n    count: 2\n")
-    result = run_cli("--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path), "--inventory",
-                     str(inv))
+    result = run_cli(
+        "--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path), "--inventory", str(inv)
+    )
     assert result.returncode == 2
     assert "gpus[0].model: unknown GPU model 'Z9000'" in result.stderr
 
@@ -95,12 +101,25 @@ def _append(path: Path) -> IO[bytes]:
     return open(path, "ab")
 
 
-async def start_agent(controller: str, work_dir: Path, inventory: Path, log: Path) -> asyncio.subprocess.Process:
+async def start_agent(
+    controller: str, work_dir: Path, inventory: Path, log: Path
+) -> asyncio.subprocess.Process:
     with _append(log) as err:
         return await asyncio.create_subprocess_exec(
-            *AGENT, "--controller", controller, "--node-id", "node-p", "--inventory", str(inventory),
-            "--work-dir", str(work_dir), "--metrics-listen", "127.0.0.1:0",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=err,
+            *AGENT,
+            "--controller",
+            controller,
+            "--node-id",
+            "node-p",
+            "--inventory",
+            str(inventory),
+            "--work-dir",
+            str(work_dir),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
         )
 
 
@@ -121,7 +140,9 @@ async def test_workers_outlive_the_agent_and_are_readopted(
     worker_pid = 0
     try:
         agents.append(await start_agent(controller, work_dir, inv, log))
-        reg = await wait_until(lambda: fake.registers and fake.registers[0], TIMEOUT, "first agent registered")
+        reg = await wait_until(
+            lambda: fake.registers and fake.registers[0], TIMEOUT, "first agent registered"
+        )
         assert reg.status.node_id == "node-p" and len(reg.status.inventory.gpus) == 2
         channel = rpc.aio_channel(reg.status.address)
         stub = agent_pb2_grpc.NodeAgentStub(channel)
@@ -138,14 +159,17 @@ async def test_workers_outlive_the_agent_and_are_readopted(
         assert serving["address"] == reg.status.address
 
         agents.append(await start_agent(controller, work_dir, inv, log))
-        reg2 = await wait_until(lambda: len(fake.registers) >= 2 and fake.registers[1], TIMEOUT, "re-registered")
+        reg2 = await wait_until(
+            lambda: len(fake.registers) >= 2 and fake.registers[1], TIMEOUT, "re-registered"
+        )
         (w,) = reg2.status.workers
         assert (w.job_id, w.state, w.pid) == ("job-1", RUNNING, worker_pid)
 
         channel = rpc.aio_channel(reg2.status.address)
         stub = agent_pb2_grpc.NodeAgentStub(channel)
-        stop = agent_pb2.StopRequest(controller_epoch=EPOCH, job_id="job-1", attempt=1, grace_seconds=10,
-                                     reason="cancel")
+        stop = agent_pb2.StopRequest(
+            controller_epoch=EPOCH, job_id="job-1", attempt=1, grace_seconds=10, reason="cancel"
+        )
         await stub.Stop(stop, timeout=5)
 
         def exit_reported() -> agent_pb2.WorkerStatus | None:

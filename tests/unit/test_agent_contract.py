@@ -42,13 +42,22 @@ def test_field_errors() -> None:
     assert _invalid(launch_request(argv=["", "x"])) == "argv[0]: must not be empty"
     assert _invalid(launch_request(argv=["python", "a\0b"])) == "argv[1]: contains a NUL byte"
     assert _invalid(launch_request(gpus=[[7]])).startswith("ranks[0].gpu_indices: GPU 7 does not exist")
-    assert _invalid(launch_request(gpus=[[0], [0]])) == "ranks[1].gpu_indices: GPU 0 is given to both rank 0 and rank 1"
-    assert _invalid(launch_request(gpus=[[0]], first_rank=2, world_size=2)).startswith("ranks[0].rank: 2 is outside")
+    assert (
+        _invalid(launch_request(gpus=[[0], [0]]))
+        == "ranks[1].gpu_indices: GPU 0 is given to both rank 0 and rank 1"
+    )
+    assert _invalid(launch_request(gpus=[[0]], first_rank=2, world_size=2)).startswith(
+        "ranks[0].rank: 2 is outside"
+    )
     assert _invalid(launch_request(gpus=[], world_size=1)) == "ranks: must list at least one rank"
-    assert _invalid(launch_request(gpus=[[0], [1]], world_size=1)).startswith("ranks: 2 ranks for world_size 1")
+    assert _invalid(launch_request(gpus=[[0], [1]], world_size=1)).startswith(
+        "ranks: 2 ranks for world_size 1"
+    )
     assert _invalid(launch_request(rendezvous="nohost")).startswith("rendezvous: ")
     assert _invalid(launch_request(rendezvous="h:0")).startswith("rendezvous: ")
-    assert _invalid(launch_request(checkpoint_dir="ckpt")).startswith("checkpoint_dir: 'ckpt' must be an absolute path")
+    assert _invalid(launch_request(checkpoint_dir="ckpt")).startswith(
+        "checkpoint_dir: 'ckpt' must be an absolute path"
+    )
     req = launch_request(gpus=[[0], [1]])
     req.ranks[1].local_rank = 0
     assert _invalid(req) == "ranks[1].local_rank: local rank 0 is listed twice"
@@ -57,7 +66,9 @@ def test_field_errors() -> None:
     assert _invalid(req) == "iterations: must be >= 0, got -1"
 
 
-@pytest.mark.parametrize("name", ["RANK", "CUDA_VISIBLE_DEVICES", "TESSERA_PLAN", "MASTER_PORT", "CUDA_DEVICE_ORDER"])
+@pytest.mark.parametrize(
+    "name", ["RANK", "CUDA_VISIBLE_DEVICES", "TESSERA_PLAN", "MASTER_PORT", "CUDA_DEVICE_ORDER"]
+)
 def test_env_cannot_override_contract(name: str) -> None:
     msg = _invalid(launch_request(env={name: "1"}))
     assert msg == f"env.{name}: is set by the agent (worker contract) and cannot be overridden"
@@ -70,35 +81,64 @@ def test_env_names_validated(name: str) -> None:
 
 def test_validate_stop() -> None:
     contract.validate_stop("job", 0, 0.0)
-    for args, field in [(("job", -1, 1.0), "attempt"), (("job", 1, -1.0), "grace_seconds"),
-                        (("job", 1, float("nan")), "grace_seconds"), (("../x", 1, 1.0), "job_id")]:
+    for args, field in [
+        (("job", -1, 1.0), "attempt"),
+        (("job", 1, -1.0), "grace_seconds"),
+        (("job", 1, float("nan")), "grace_seconds"),
+        (("../x", 1, 1.0), "job_id"),
+    ]:
         with pytest.raises(InvalidArgument) as err:
             contract.validate_stop(*args)
         assert err.value.field == field
 
 
 def test_worker_env_nvml_node() -> None:
-    req = launch_request(gpus=[[0, 1], [2, 3]], env={"MY_FLAG": "on"}, rendezvous="10.0.0.5:29400", world_size=4)
+    req = launch_request(
+        gpus=[[0, 1], [2, 3]], env={"MY_FLAG": "on"}, rendezvous="10.0.0.5:29400", world_size=4
+    )
     base = {"PATH": "/usr/bin", "NOTIFY_SOCKET": "/run/systemd/notify", "RANK": "99", "WATCHDOG_USEC": "1"}
-    env = contract.worker_env(base, req, req.ranks[1], agent_addr="127.0.0.1:7000", declared=False,
-                              checkpoint_dir="/ckpt/job-1")
+    env = contract.worker_env(
+        base, req, req.ranks[1], agent_addr="127.0.0.1:7000", declared=False, checkpoint_dir="/ckpt/job-1"
+    )
     assert env["PATH"] == "/usr/bin" and env["MY_FLAG"] == "on"
     assert "NOTIFY_SOCKET" not in env and "WATCHDOG_USEC" not in env
     expected = {
-        "TESSERA_JOB_ID": "job-1", "TESSERA_ATTEMPT": "1", "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
-        "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400",
-        "TESSERA_RENDEZVOUS": "10.0.0.5:29400", "TESSERA_ITERATIONS": "100", "TESSERA_GLOBAL_BATCH_SIZE": "16",
-        "TESSERA_CHECKPOINT_DIR": "/ckpt/job-1", "TESSERA_CHECKPOINT_EVERY": "0",
-        "TESSERA_AGENT_ADDR": "127.0.0.1:7000", "CUDA_VISIBLE_DEVICES": "2,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "TESSERA_JOB_ID": "job-1",
+        "TESSERA_ATTEMPT": "1",
+        "RANK": "1",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.5",
+        "MASTER_PORT": "29400",
+        "TESSERA_RENDEZVOUS": "10.0.0.5:29400",
+        "TESSERA_ITERATIONS": "100",
+        "TESSERA_GLOBAL_BATCH_SIZE": "16",
+        "TESSERA_CHECKPOINT_DIR": "/ckpt/job-1",
+        "TESSERA_CHECKPOINT_EVERY": "0",
+        "TESSERA_AGENT_ADDR": "127.0.0.1:7000",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "TESSERA_INVENTORY_SOURCE": "nvml",
     }
     assert {k: env[k] for k in expected} == expected
     assert json.loads(env["TESSERA_PLAN"]) == {
-        "dp": 2, "tp": 1, "pp": 1, "micro_batch": 2, "grad_accum": 4, "gpu_model": "A100-80GB",
-        "memory_per_gpu_bytes": 0, "memory_source": "",
+        "dp": 2,
+        "tp": 1,
+        "pp": 1,
+        "micro_batch": 2,
+        "grad_accum": 4,
+        "gpu_model": "A100-80GB",
+        "memory_per_gpu_bytes": 0,
+        "memory_source": "",
     }
     assert list(json.loads(env["TESSERA_MODEL"])) == [
-        "name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length"
+        "name",
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "vocab_size",
+        "seq_length",
     ]
 
 

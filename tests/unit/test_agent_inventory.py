@@ -65,7 +65,9 @@ def test_declared_golden(tmp_path: Path) -> None:
 
 
 def test_declared_nvlink_groups_are_separate() -> None:
-    doc = {"gpus": [{"model": "H100", "count": 4, "nvlink": True}, {"model": "H100", "count": 2, "nvlink": True}]}
+    doc = {
+        "gpus": [{"model": "H100", "count": 4, "nvlink": True}, {"model": "H100", "count": 2, "nvlink": True}]
+    }
     inv = parse_declared(doc, "n", HOST)
     assert [list(g.nvlink_peers) for g in inv.gpus] == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2], [5], [4]]
     assert {g.model for g in inv.gpus} == {"H100-80GB"}
@@ -95,8 +97,10 @@ def test_example_inventories_load() -> None:
         ({"gpus": [{"model": "A100", "count": "4"}]}, "gpus[0].count: must be an integer"),
         ({"gpus": [{"model": "A100", "count": True}]}, "gpus[0].count: must be an integer"),
         ({"gpus": [{"model": "A100"}]}, "gpus[0].count: must be an integer in 1..64, got None"),
-        ({"gpus": [{"model": "A100", "count": 1}, {"model": "A100", "count": 1, "memory_gb": 0}]},
-         "gpus[1].memory_gb: must be a number in (0, 1024]"),
+        (
+            {"gpus": [{"model": "A100", "count": 1}, {"model": "A100", "count": 1, "memory_gb": 0}]},
+            "gpus[1].memory_gb: must be a number in (0, 1024]",
+        ),
         ({"gpus": [{"model": "A100", "count": 1, "memory_gb": 2000}]}, "gpus[0].memory_gb"),
         ({"gpus": [{"model": "A100", "count": 1, "nvlink": "yes"}]}, "gpus[0].nvlink: must be true or false"),
         ({"gpus": [{"model": "A100", "count": 1, "nvlnk": True}]}, "gpus[0].nvlnk: unknown key"),
@@ -190,7 +194,11 @@ def fake_nvml(
 def test_probe_nvml_maps_names_peers_and_foreign_memory() -> None:
     gb = 10**9
     nv = fake_nvml(
-        [("NVIDIA A100-SXM4-80GB", 80 * gb), ("NVIDIA A100-SXM4-80GB", 80 * gb), ("NVIDIA Quantum Q9000", 8 * gb)],
+        [
+            ("NVIDIA A100-SXM4-80GB", 80 * gb),
+            ("NVIDIA A100-SXM4-80GB", 80 * gb),
+            ("NVIDIA Quantum Q9000", 8 * gb),
+        ],
         procs={0: [(999_999_991, 3 * gb), (4242, 5 * gb)], 1: [(999_999_992, None)]},
         p2p={frozenset((0, 1))},
     )
@@ -215,7 +223,9 @@ def test_probe_nvml_without_p2p_query_reads_links() -> None:
         raise FakeNVMLError("Invalid Argument")
 
     nv.nvmlDeviceGetNvLinkState = state
-    nv.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: types.SimpleNamespace(busId=f"0000:{1 - h:02X}:00.0")
+    nv.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: types.SimpleNamespace(
+        busId=f"0000:{1 - h:02X}:00.0"
+    )
     inv = probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]
     assert [list(g.nvlink_peers) for g in inv.gpus] == [[1], [0]]
     assert {g.model for g in inv.gpus} == {"V100-32GB"}

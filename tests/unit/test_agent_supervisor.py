@@ -42,7 +42,9 @@ WAIT_FOR_TERM = py(
 
 
 def make_supervisor(work_dir: Path, **kw: object) -> Supervisor:
-    return Supervisor(work_dir, range(4), declared=True, agent_addr="127.0.0.1:5555", poll_interval=0.05, **kw)  # type: ignore[arg-type]
+    return Supervisor(
+        work_dir, range(4), declared=True, agent_addr="127.0.0.1:5555", poll_interval=0.05, **kw
+    )  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -63,8 +65,12 @@ async def ready(sup: Supervisor, ranks: int = 1, job: str = "job-1", attempt: in
 
 async def test_launch_sets_the_env_contract(tmp_path: Path) -> None:
     sup = Supervisor(
-        tmp_path, range(4), declared=False, agent_addr="127.0.0.1:5555",
-        base_env={**os.environ, "INHERITED_VAR": "yes", "NOTIFY_SOCKET": "/run/x"}, poll_interval=0.05,
+        tmp_path,
+        range(4),
+        declared=False,
+        agent_addr="127.0.0.1:5555",
+        base_env={**os.environ, "INHERITED_VAR": "yes", "NOTIFY_SOCKET": "/run/x"},
+        poll_interval=0.05,
     )
     argv = py(
         """
@@ -82,7 +88,11 @@ async def test_launch_sets_the_env_contract(tmp_path: Path) -> None:
     assert env0["CWD"] == str(d)
     assert (env0["CUDA_VISIBLE_DEVICES"], env1["CUDA_VISIBLE_DEVICES"]) == ("0,1", "3")
     assert (env0["RANK"], env1["RANK"], env1["LOCAL_RANK"], env1["WORLD_SIZE"], env1["LOCAL_WORLD_SIZE"]) == (
-        "0", "1", "1", "2", "2"
+        "0",
+        "1",
+        "1",
+        "2",
+        "2",
     )
     assert (env1["MASTER_ADDR"], env1["MASTER_PORT"]) == ("10.1.2.3", "29401")
     assert env1["TESSERA_JOB_ID"] == "job-1" and env1["TESSERA_ATTEMPT"] == "1"
@@ -163,8 +173,11 @@ async def test_cooperative_stop_exits_zero(sup: Supervisor) -> None:
 
 async def test_exit_codes_are_reported(sup: Supervisor) -> None:
     await sup.launch(launch_request("exit3", argv=py("import sys; sys.exit(3)"), gpus=[[0]]))
-    await sup.launch(launch_request("killed", argv=py("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"),
-                                    gpus=[[1]]))
+    await sup.launch(
+        launch_request(
+            "killed", argv=py("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"), gpus=[[1]]
+        )
+    )
     assert await sup.wait_exited("exit3", 1, TIMEOUT) and await sup.wait_exited("killed", 1, TIMEOUT)
     by_job = {s.job_id: s for s in sup.statuses()}
     assert (by_job["exit3"].exit_code, by_job["exit3"].reason) == (3, "exit code 3")
@@ -217,7 +230,9 @@ async def test_older_or_stopped_attempts_are_refused(sup: Supervisor) -> None:
 
 
 async def test_read_log_tail(sup: Supervisor) -> None:
-    argv = py("import sys; [print(f'line {i:04d}') for i in range(2000)]; print('to stderr', file=sys.stderr)")
+    argv = py(
+        "import sys; [print(f'line {i:04d}') for i in range(2000)]; print('to stderr', file=sys.stderr)"
+    )
     await sup.launch(launch_request(argv=argv, gpus=[[0], [1]]))
     assert await sup.wait_exited("job-1", 1, TIMEOUT)
     await sup.launch(launch_request(attempt=2, argv=py("print('second attempt')")))
@@ -259,10 +274,12 @@ async def test_progress_is_recorded_and_answers_stop(sup: Supervisor) -> None:
     assert (st.progress.iteration, st.progress.loss) == (5, 2.5)
     assert sup.request_checkpoint("job-1", 1)
     assert sup.report_progress("job-1", 1, 0, common_pb2.Progress(iteration=6, checkpoint_iteration=-1)) == (
-        True, False
+        True,
+        False,
     )
     assert sup.report_progress("job-1", 1, 0, common_pb2.Progress(iteration=7, checkpoint_iteration=7)) == (
-        False, False
+        False,
+        False,
     )
     await sup.stop("job-1", 1, grace=10.0, wait=True)
     assert sup.report_progress("job-1", 1, 0, common_pb2.Progress(iteration=8))[1] is True
@@ -332,10 +349,27 @@ async def test_restore_reports_workers_that_died_while_the_agent_was_down(tmp_pa
     dead_pid = _dead_pid()
     state = {
         "workers": [
-            {"job_id": "j", "attempt": 2, "rank": 0, "local_rank": 0, "gpu_indices": [1], "state": int(RUNNING),
-             "pid": dead_pid, "started": 1, "log_path": str(tmp_path / "x.log")},
-            {"job_id": "j", "attempt": 1, "rank": 0, "state": int(EXITED), "exit_code": 4, "reason": "exit code 4",
-             "exited_at": 1e12, "log_path": str(tmp_path / "y.log")},
+            {
+                "job_id": "j",
+                "attempt": 2,
+                "rank": 0,
+                "local_rank": 0,
+                "gpu_indices": [1],
+                "state": int(RUNNING),
+                "pid": dead_pid,
+                "started": 1,
+                "log_path": str(tmp_path / "x.log"),
+            },
+            {
+                "job_id": "j",
+                "attempt": 1,
+                "rank": 0,
+                "state": int(EXITED),
+                "exit_code": 4,
+                "reason": "exit code 4",
+                "exited_at": 1e12,
+                "log_path": str(tmp_path / "y.log"),
+            },
             {"job_id": "broken"},
         ],
         "launched": {"j": 3},

@@ -1,0 +1,105 @@
+"""The servicer's shell: epoch fence, drain, error mapping; and the registration backoff."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from tessera.v1 import agent_pb2
+
+from nodeagent.errors import FailedPrecondition
+from nodeagent.registration import Backoff
+from nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer
+from nodeagent.supervisor import Supervisor
+from nodeagent.testing import launch_request
+
+
+class Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class FakeContext:
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Aborted(code, details)
+
+
+def test_fence_refuses_older_epochs_and_rises() -> None:
+    raised: list[int] = []
+    fence = EpochFence(on_raise=raised.append)
+    fence.check(0)  # before any registration, an unset epoch passes
+    fence.observe(5)
+    fence.check(5)
+    with pytest.raises(FailedPrecondition, match=r"^stale controller epoch 4 < 5$"):
+        fence.check(4)
+    fence.check(7)
+    assert fence.epoch == 7 and raised == [5, 7]
+    fence.observe(3)  # never goes down
+    assert fence.epoch == 7
+
+
+def test_backoff_is_bounded() -> None:
+    b = Backoff(initial=0.1, cap=2.0)
+    delays = [b.next() for _ in range(8)]
+    assert delays[:5] == [0.1, 0.2, 0.4, 0.8, 1.6] and max(delays) == 2.0
+    b.reset()
+    assert b.next() == 0.1
+
+
+@pytest.fixture
+def servicer(tmp_path: Path) -> NodeAgentServicer:
+    sup = Supervisor(tmp_path, range(2), declared=True, poll_interval=0.05)
+    return NodeAgentServicer(sup, EpochFence(epoch=3), DrainFlag())
+
+
+async def call(coro: Any) -> Aborted:
+    with pytest.raises(Aborted) as err:
+        await coro
+    return err.value
+
+
+async def test_errors_map_to_status_codes(servicer: NodeAgentServicer) -> None:
+    ctx: Any = FakeContext()
+    err = await call(servicer.Launch(launch_request(epoch=2), ctx))
+    assert (err.code, err.details) == (grpc.StatusCode.FAILED_PRECONDITION, "stale controller epoch 2 < 3")
+    err = await call(servicer.Launch(launch_request(epoch=3, argv=[]), ctx))
+    assert (err.code, err.details) == (grpc.StatusCode.INVALID_ARGUMENT, "argv: must not be empty")
+    err = await call(servicer.ReportProgress(agent_pb2.ReportProgressRequest(job_id="x", attempt=1), ctx))
+    assert err.code == grpc.StatusCode.NOT_FOUND
+    err = await call(
+        servicer.Stop(agent_pb2.StopRequest(controller_epoch=3, job_id="j", grace_seconds=-1), ctx)
+    )
+    assert err.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details == "grace_seconds: must be a finite number >= 0, got -1.0"
+
+
+async def test_an_unexpected_exception_is_internal_not_a_crash(servicer: NodeAgentServicer) -> None:
+    def boom(*_: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    servicer.supervisor.read_log = boom  # type: ignore[method-assign,assignment]
+    ctx: Any = FakeContext()
+    err = await call(servicer.ReadLog(agent_pb2.ReadLogRequest(controller_epoch=3, job_id="j"), ctx))
+    assert err.code == grpc.StatusCode.INTERNAL and "disk on fire" in err.details
+
+
+async def test_drain_refuses_new_launches_but_answers_retries(servicer: NodeAgentServicer) -> None:
+    ctx: Any = FakeContext()
+    first = await servicer.Launch(launch_request(argv=["true"], epoch=3), ctx)
+    assert first.started
+    resp = await servicer.Drain(agent_pb2.DrainRequest(controller_epoch=3, drain=True), ctx)
+    assert resp.draining
+    again = await servicer.Launch(launch_request(argv=["true"], epoch=3), ctx)
+    assert not again.started and again.workers[0].pid == first.workers[0].pid
+    err = await call(servicer.Launch(launch_request("other", argv=["true"], gpus=[[1]], epoch=3), ctx))
+    assert (err.code, err.details) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "node is draining: no new launches",
+    )
+    assert not (await servicer.Drain(agent_pb2.DrainRequest(controller_epoch=3, drain=False), ctx)).draining
+    assert (await servicer.Launch(launch_request("other", argv=["true"], gpus=[[1]], epoch=3), ctx)).started
+    await servicer.supervisor.shutdown(kill_workers=True, grace=0)
