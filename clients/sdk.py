@@ -44,7 +44,7 @@ UNAVAILABLE_GRACE_S = 30.0
 # Details that gRPC core gives when no connection could be made (as opposed to a server that
 # answered UNAVAILABLE itself).
 _CONNECT_FAILURES = (
-    "failed to connect", "connection refused", "dns resolution failed", "name resolution",
+    "failed to connect", "connection refused", "dns resolution failed", "name resolution", "errors resolving",
     "no route to host", "network is unreachable", "connect failed", "deadline exceeded while waiting",
 )
 

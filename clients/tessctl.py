@@ -417,7 +417,7 @@ def _one_line(text: str) -> str:
 
 
 def _unreachable_message(exc: ControllerUnreachable) -> str:
-    cause = exc.message.rsplit(":", 1)[-1].strip()
+    cause = exc.message.rsplit(":", 1)[-1].strip(" []")
     return f"cannot reach controller at {exc.target}" + (f" ({cause})" if cause else "")
 
 

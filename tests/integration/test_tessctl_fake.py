@@ -640,3 +640,8 @@ def test_sdk_wait_errors(server: FakeServer) -> None:
         assert err.value.code == "NOT_FOUND"
         with pytest.raises(ValueError, match="unknown job state"):
             c.wait("j-run", {"DONE"}, timeout=5)
+
+
+def test_unresolvable_controller() -> None:
+    line = one_line_error(tessctl("--controller", "nosuchhost.invalid:50051", "get", "jobs"))
+    assert line.startswith("tessctl: error: cannot reach controller at nosuchhost.invalid:50051")
