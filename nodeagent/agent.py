@@ -117,6 +117,7 @@ class Agent:
                 {
                     "controller_epoch": self.fence.epoch,
                     "draining": self.drain.draining,
+                    "port": self.port,
                     **self.supervisor.export_state(),
                 }
             )
@@ -156,9 +157,7 @@ class Agent:
         finally:
             self._restoring = False
         servicer = NodeAgentServicer(self.supervisor, self.fence, self.drain)
-        self.server, self.port = rpc.aio_server(
-            self.config.listen, [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)]
-        )
+        self.server, self.port = self._bind(servicer, state.get("port"))
         self.address = join_host_port(advertise_host(self.config), self.port)
         self.supervisor.agent_addr = join_host_port(local_host(self.config.listen), self.port)
         adopted = self.supervisor.restore(state)
@@ -190,15 +189,34 @@ class Agent:
         if self._prober is not None:
             self._tasks.append(asyncio.create_task(self._refresh_inventory(), name="inventory"))
 
+    def _bind(self, servicer: NodeAgentServicer, previous_port: object) -> tuple[grpc.aio.Server, int]:
+        """Bind the NodeAgent server; raises OSError when the listen address cannot be bound.
+
+        With port 0, the port of the previous run is tried first: workers re-adopted from that run
+        still report progress to the TESSERA_AGENT_ADDR they were started with.
+        """
+        registrations = [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)]
+        host, _, port = self.config.listen.rpartition(":")
+        if port == "0" and isinstance(previous_port, int) and 0 < previous_port < 65536:
+            try:
+                return rpc.aio_server(f"{host}:{previous_port}", registrations)
+            except (OSError, RuntimeError):
+                log.info("previous port is taken; binding a new one", port=previous_port)
+        try:
+            return rpc.aio_server(self.config.listen, registrations)
+        except RuntimeError as exc:  # grpc reports a failed bind as RuntimeError
+            raise OSError(str(exc)) from None
+
     async def _refresh_inventory(self) -> None:
-        """Re-probe NVML now and then: foreign memory changes, and a GPU can fall off the bus."""
+        """Re-probe NVML now and then: foreign memory changes, and a GPU can fall off the bus.
+        The first probe runs at once, so re-adopted workers' memory stops counting as foreign."""
         assert self._prober is not None
         while True:
-            await asyncio.sleep(self.config.inventory_refresh_seconds)
             try:
                 inv = await asyncio.to_thread(self._prober, self.supervisor.own_pids())
             except Exception as exc:  # noqa: BLE001 (any NVML failure: keep the last good inventory)
                 log.warning("inventory refresh failed", error=str(exc))
+                await asyncio.sleep(self.config.inventory_refresh_seconds)
                 continue
             before = [(g.index, g.uuid) for g in self.inventory.gpus]
             after = [(g.index, g.uuid) for g in inv.gpus]
@@ -207,6 +225,7 @@ class Agent:
                 self.supervisor.gpu_indices = frozenset(g.index for g in inv.gpus)
                 self.wake.set()
             self.inventory = inv
+            await asyncio.sleep(self.config.inventory_refresh_seconds)
 
     async def close(self, grace: float = 2.0) -> None:
         """Stop serving and registering; stop the workers only with kill_workers_on_exit."""

@@ -238,3 +238,16 @@ def worker_env(
         }
     )
     return env
+
+
+# argv[0] placeholder for "the Python this agent runs on", so the controller's default entrypoint
+# (the reference trainer) needs no knowledge of each node's interpreter path.
+PYTHON_PLACEHOLDER = "{python}"
+
+
+def worker_argv(argv: Iterable[str], python: str) -> list[str]:
+    """The argv to exec: the placeholder as argv[0] becomes the agent's own interpreter."""
+    out = list(argv)
+    if out and out[0] == PYTHON_PLACEHOLDER:
+        out[0] = python
+    return out

@@ -279,7 +279,8 @@ class Supervisor:
             if not req.checkpoint_dir:
                 Path(ckpt).mkdir(parents=True, exist_ok=True)
             with open(w.log_path, "ab") as log_file:
-                proc = process.spawn(req.argv, cwd=cwd, env=env, log_file=log_file)
+                argv = contract.worker_argv(req.argv, sys.executable)
+                proc = process.spawn(argv, cwd=cwd, env=env, log_file=log_file)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             reason = f"spawn failed: {exc}"
             self._append_log(w, f"tessera-agent: {reason}\n")

@@ -164,6 +164,8 @@ async def test_workers_outlive_the_agent_and_are_readopted(
         )
         (w,) = reg2.status.workers
         assert (w.job_id, w.state, w.pid) == ("job-1", RUNNING, worker_pid)
+        # Same port as before, so the worker's TESSERA_AGENT_ADDR still reaches its agent.
+        assert reg2.status.address == reg.status.address
 
         channel = rpc.aio_channel(reg2.status.address)
         stub = agent_pb2_grpc.NodeAgentStub(channel)
