@@ -16,6 +16,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
