@@ -151,8 +151,9 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
     ) -> agent_pb2.ReportProgressResponse:
         # Not fenced: it comes from a local worker, which knows no controller epoch.
         async def run() -> agent_pb2.ReportProgressResponse:
+            progress = request.progress if request.HasField("progress") else None
             checkpoint, stop = self.supervisor.report_progress(
-                request.job_id, request.attempt, request.rank, request.progress
+                request.job_id, request.attempt, request.rank, progress
             )
             return agent_pb2.ReportProgressResponse(checkpoint_requested=checkpoint, stop_requested=stop)
 

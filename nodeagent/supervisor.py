@@ -241,7 +241,7 @@ class Supervisor:
                     gpu_indices=tuple(r.gpu_indices),
                     log_path=contract.log_path(self.work_dir, req.job_id, req.attempt, r.rank),
                 )
-                for r in sorted(req.ranks, key=lambda r: r.local_rank)
+                for r in sorted(req.ranks, key=lambda r: r.rank)
             ],
         )
         self._attempts[att.key] = att
@@ -282,7 +282,7 @@ class Supervisor:
             with open(w.log_path, "ab") as log_file:
                 argv = contract.worker_argv(req.argv, sys.executable)
                 proc = process.spawn(argv, cwd=cwd, env=env, log_file=log_file)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure: the rank ends EXITED, not half-started)
             reason = f"spawn failed: {exc}"
             self._append_log(w, f"tessera-agent: {reason}\n")
             log.warning(
@@ -436,13 +436,15 @@ class Supervisor:
     # --- progress, checkpoints, logs ------------------------------------------------------------------
 
     def report_progress(
-        self, job_id: str, attempt: int, rank: int, progress: common_pb2.Progress
+        self, job_id: str, attempt: int, rank: int, progress: common_pb2.Progress | None
     ) -> tuple[bool, bool]:
-        """Record a worker's progress; returns (checkpoint_requested, stop_requested) for it."""
+        """Record a worker's progress (None: just ask); returns (checkpoint_requested, stop_requested)."""
         att = self._attempts.get((job_id, attempt))
         w = next((w for w in att.workers if w.rank == rank), None) if att else None
         if att is None or w is None:
             raise NotFound(f"no worker for job {job_id} attempt {attempt} rank {rank} on this node")
+        if progress is None:
+            return att.checkpoint_floor is not None, att.stop_requested
         w.progress = common_pb2.Progress()
         w.progress.CopyFrom(progress)
         if att.checkpoint_floor is not None and progress.checkpoint_iteration > att.checkpoint_floor:

@@ -269,6 +269,8 @@ async def test_read_log_refuses_a_path_outside_the_work_dir(sup: Supervisor, tmp
 async def test_progress_is_recorded_and_answers_stop(sup: Supervisor) -> None:
     await sup.launch(launch_request(argv=WAIT_FOR_TERM))
     await ready(sup)
+    assert sup.report_progress("job-1", 1, 0, None) == (False, False)  # a report without progress
+    assert not sup.statuses()[0].HasField("progress")
     assert sup.report_progress("job-1", 1, 0, common_pb2.Progress(iteration=5, loss=2.5)) == (False, False)
     (st,) = sup.statuses()
     assert (st.progress.iteration, st.progress.loss) == (5, 2.5)
