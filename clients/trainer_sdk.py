@@ -37,6 +37,8 @@ DEFAULT_CHECKPOINT_DIR = "checkpoints"
 DEFAULT_CHECKPOINT_EVERY = 10
 DEFAULT_REPORT_INTERVAL_S = 0.5
 DEFAULT_REPORT_DEADLINE_S = 1.0
+# A worker that cannot reach its agent for this long stops itself (env TESSERA_AGENT_LOSS_TIMEOUT).
+DEFAULT_AGENT_LOSS_TIMEOUT_S = 60.0
 # After a failed report, unforced reports wait this long (doubling per failure, capped at 10 s).
 _FAILURE_BACKOFF_S = 1.0
 _FAILURE_BACKOFF_MAX_S = 10.0
@@ -44,6 +46,16 @@ _FAILURE_BACKOFF_MAX_S = 10.0
 CHECKPOINT_META = "meta.json"
 LATEST_FILE = "latest"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def _env_float(e: Mapping[str, str], name: str, default: float) -> float:
+    raw = e.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ContractError(f"{name} must be a number, got {raw!r}") from None
 
 
 class ContractError(ValueError):
@@ -287,7 +299,7 @@ def prune_checkpoints(checkpoint_dir: str | os.PathLike[str], keep: int = 2) -> 
     if ckpts:
         newest = ckpts[-1].iteration
         for entry in root.iterdir():
-            m = re.match(r"^step-(\d+)\.tmp$", entry.name)
+            m = re.match(r"^step-(\d+)\.tmp(\.\d+)?$", entry.name)
             if m and int(m.group(1)) < newest:
                 doomed.append(entry)
     for path in doomed:
@@ -313,7 +325,9 @@ def checkpoint_writer(
     root = Path(checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(root, iteration)
-    tmp = final.with_name(final.name + ".tmp")
+    # Per-process temporary name: a stale attempt still running on a lost node may write the same
+    # step into the same directory; neither may clobber the other's half-written files.
+    tmp = final.with_name(f"{final.name}.tmp.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -322,8 +336,15 @@ def checkpoint_writer(
         (tmp / CHECKPOINT_META).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         _fsync_tree(tmp)
         if final.exists():  # e.g. a previous attempt wrote the same step: the new one replaces it
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / CHECKPOINT_META).exists():
+                raise
+            # Another writer completed the same step first: training is deterministic in
+            # (seed, step), so its checkpoint stands for ours.
+            shutil.rmtree(tmp, ignore_errors=True)
         _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -379,6 +400,7 @@ class TrainerContext:
         in_tessera: bool = False,
         report_interval_s: float = DEFAULT_REPORT_INTERVAL_S,
         report_deadline_s: float = DEFAULT_REPORT_DEADLINE_S,
+        agent_loss_timeout_s: float = DEFAULT_AGENT_LOSS_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.job_id = job_id
@@ -401,6 +423,7 @@ class TrainerContext:
         self.in_tessera = in_tessera
         self.report_interval_s = report_interval_s
         self.report_deadline_s = report_deadline_s
+        self.agent_loss_timeout_s = agent_loss_timeout_s
 
         self.stop_requested = False
         self.checkpoint_requested = False
@@ -409,6 +432,7 @@ class TrainerContext:
         self._clock = clock
         self._next_report_at = float("-inf")
         self._failures = 0
+        self._failing_since = 0.0
         self._channel: Any = None
         self._stub: Any = None
         self._signals_received = 0
@@ -473,6 +497,7 @@ class TrainerContext:
             "inventory_source": e.get("TESSERA_INVENTORY_SOURCE", "").strip().lower(),
             "cuda_visible_devices": e.get("CUDA_VISIBLE_DEVICES"),
             "in_tessera": bool(e.get("TESSERA_JOB_ID")),
+            "agent_loss_timeout_s": _env_float(e, "TESSERA_AGENT_LOSS_TIMEOUT", DEFAULT_AGENT_LOSS_TIMEOUT_S),
         }
         kwargs.update(overrides)
         return cls(**kwargs)
@@ -596,7 +621,17 @@ class TrainerContext:
         return True
 
     def _on_report_failure(self, now: float, why: str) -> None:
+        if self._failures == 0:
+            self._failing_since = now
         self._failures += 1
+        # Self-fencing: a worker whose agent is gone (killed, node partitioned) has likely been
+        # requeued elsewhere by now; it checkpoints and stops instead of training on as a duplicate.
+        if (self.in_tessera and self.agent_loss_timeout_s > 0 and not self.stop_requested
+                and now - self._failing_since >= self.agent_loss_timeout_s):
+            log.warning("tessera: agent %s unreachable for %.0fs: stopping (checkpoint, then exit)",
+                        self.agent_addr, now - self._failing_since)
+            self.stop_requested = True
+            self.stop_reason = self.stop_reason or "agent unreachable"
         backoff = min(_FAILURE_BACKOFF_MAX_S, _FAILURE_BACKOFF_S * 2 ** (self._failures - 1))
         self._next_report_at = max(self._next_report_at, now + backoff)
         if self._failures == 1 or self._failures % 20 == 0:

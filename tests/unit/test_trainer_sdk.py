@@ -173,7 +173,7 @@ def test_checkpoint_writer_atomic_latest_and_keep(tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     for n in (10, 20, 30):
         with checkpoint_writer(root, n, {"world_size": 2}) as d:
-            assert d == root / f"step-{n}.tmp" and d.is_dir()
+            assert d == root / f"step-{n}.tmp.{os.getpid()}" and d.is_dir()
             assert latest_checkpoint(root) is None or latest_checkpoint(root).iteration < n  # type: ignore[union-attr]
             (d / "state.bin").write_bytes(b"x" * n)
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-20", "step-30"]
@@ -329,3 +329,37 @@ def test_signal_handlers_request_stop(signum: int) -> None:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def test_worker_stops_itself_when_its_agent_stays_unreachable() -> None:
+    from clients.trainer_sdk import TrainerContext
+
+    now = [0.0]
+    ctx = TrainerContext.from_env({"TESSERA_JOB_ID": "j-1", "TESSERA_AGENT_ADDR": "127.0.0.1:1",
+                                   "TESSERA_AGENT_LOSS_TIMEOUT": "5"}, clock=lambda: now[0])
+    stopped_at = None
+    for i in range(40):
+        now[0] = i * 0.5
+        ctx.report(i, 1.0, 1.0, 0.1, force=True)
+        if ctx.should_stop():
+            stopped_at = now[0]
+            break
+    assert stopped_at == 5.0 and ctx.stop_reason == "agent unreachable"
+    ctx.close()
+
+
+def test_concurrent_writers_of_one_step_do_not_clobber(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from clients.trainer_sdk import checkpoint_writer, latest_checkpoint
+
+    with checkpoint_writer(tmp_path, 10) as a:
+        (a / "state").write_text("first")
+        # A second writer (another process in real life) finishes the same step meanwhile.
+        other = tmp_path / "step-10.tmp.999999"
+        other.mkdir()
+        (other / "state").write_text("second")
+        (other / "meta.json").write_text('{"iteration": 10}')
+        other.rename(tmp_path / "step-10")
+    got = latest_checkpoint(tmp_path)
+    assert got is not None and got.iteration == 10
+    assert (tmp_path / "step-10" / "state").read_text() in {"first", "second"}
+    assert not list(tmp_path.glob("step-10.tmp*"))
