@@ -148,3 +148,14 @@ def test_worker_env_declared_node_hides_gpus() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["TESSERA_INVENTORY_SOURCE"] == "declared"
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("::1", "29500")
+
+
+def test_python_placeholder_is_replaced_only_as_argv0() -> None:
+    assert contract.worker_argv(["{python}", "-m", "x", "{python}"], "/venv/bin/python") == [
+        "/venv/bin/python",
+        "-m",
+        "x",
+        "{python}",
+    ]
+    assert contract.worker_argv(["torchrun", "{python}"], "/p") == ["torchrun", "{python}"]
+    assert contract.worker_argv([], "/p") == []

@@ -112,6 +112,13 @@ async def test_declared_node_gets_empty_cuda_visible_devices(sup: Supervisor) ->
     assert (attempt_dir(sup) / "cvd").read_text() == "''"
 
 
+async def test_python_placeholder_runs_the_agents_interpreter(sup: Supervisor) -> None:
+    argv = ["{python}", "-c", "import sys, pathlib; pathlib.Path('exe').write_text(sys.executable)"]
+    await sup.launch(launch_request(argv=argv))
+    assert await sup.wait_exited("job-1", 1, TIMEOUT)
+    assert (attempt_dir(sup) / "exe").read_text() == sys.executable
+
+
 async def test_relaunch_of_same_attempt_spawns_nothing(sup: Supervisor) -> None:
     argv = py(
         """
