@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO
@@ -97,6 +98,11 @@ async def registry() -> AsyncIterator[tuple[FakeRegistry, str]]:
     await server.stop(0)
 
 
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode())
+
+
 def _append(path: Path) -> IO[bytes]:
     return open(path, "ab")
 
@@ -164,6 +170,11 @@ async def test_workers_outlive_the_agent_and_are_readopted(
         )
         (w,) = reg2.status.workers
         assert (w.job_id, w.state, w.pid) == ("job-1", RUNNING, worker_pid)
+        metrics_port = [
+            json.loads(line) for line in log.read_text().splitlines() if "metrics serving" in line
+        ][-1]
+        metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{metrics_port['port']}/metrics")
+        assert "tessera_agent_registered 1.0" in metrics and "tessera_agent_workers_running 1.0" in metrics
         # Same port as before, so the worker's TESSERA_AGENT_ADDR still reaches its agent.
         assert reg2.status.address == reg.status.address
 

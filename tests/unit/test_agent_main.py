@@ -1,0 +1,59 @@
+"""Command-line parsing and the addresses the agent reports (in process; the program itself is tested
+in tests/integration/test_agent_process.py)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from nodeagent.agent import AgentConfig, advertise_host, join_host_port, local_host
+from nodeagent.main import UsageError, parse_config
+
+
+def test_parse_config_defaults(tmp_path: Path) -> None:
+    work = tmp_path / "new" / "dir"
+    config, args = parse_config(
+        ["--controller", "ctl:50051", "--node-id", "gpu-07.rack2", "--work-dir", str(work)]
+    )
+    assert work.is_dir() and config.work_dir == work.resolve()
+    assert (config.listen, config.advertise, config.kill_workers_on_exit) == ("127.0.0.1:0", None, False)
+    assert args.inventory is None and args.log_level == "info"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--node-id=-bad"], "--node-id: '-bad' does not match"),
+        (["--node-id", "a" * 64], "--node-id: "),
+        (["--controller", "ctl:0"], "--controller: 'ctl:0' is not HOST:PORT with a port in 1..65535"),
+        (["--metrics-listen", "nope"], "--metrics-listen: 'nope' is not HOST:PORT"),
+        (["--stop-grace", "-1"], "--stop-grace: must be >= 0"),
+    ],
+)
+def test_parse_config_errors(tmp_path: Path, extra: list[str], message: str) -> None:
+    argv = ["--controller", "ctl:50051", "--node-id", "n1", "--work-dir", str(tmp_path), *extra]
+    with pytest.raises(UsageError) as err:
+        parse_config(argv)
+    assert str(err.value).startswith(message)
+
+
+def test_unwritable_work_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(UsageError, match="--work-dir: .* is not a writable directory"):
+        parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(blocker / "sub")])
+
+
+def config(listen: str, advertise: str | None = None) -> AgentConfig:
+    return AgentConfig(controller="c:1", node_id="n", work_dir=Path("/w"), listen=listen, advertise=advertise)
+
+
+def test_addresses() -> None:
+    assert advertise_host(config("10.0.0.7:7070")) == "10.0.0.7"
+    assert advertise_host(config("0.0.0.0:7070")) == socket.gethostname()  # a wildcard cannot be dialled
+    assert advertise_host(config("0.0.0.0:7070", advertise="gpu-07.mgmt")) == "gpu-07.mgmt"
+    assert join_host_port("::1", 7070) == "[::1]:7070" and join_host_port("h", 1) == "h:1"
+    assert local_host("0.0.0.0:0") == "127.0.0.1" and local_host("[::]:0") == "::1"
+    assert local_host("10.0.0.7:0") == "10.0.0.7" and local_host("[fd00::1]:0") == "fd00::1"
