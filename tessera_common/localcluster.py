@@ -130,3 +130,24 @@ def tessctl(controller: str, *args: str, check: bool = True, timeout: float = 30
 
 def tessctl_json(controller: str, *args: str) -> Any:
     return json.loads(tessctl(controller, *args, "-o", "json").stdout)
+
+
+def kill_strays(root: Path) -> int:
+    """SIGKILL every process whose working directory is under `root` (workers orphaned by a test
+    that kill -9'd their agent). Returns how many were killed."""
+    killed = 0
+    root = root.resolve()
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
+            continue
+        try:
+            cwd = (pid_dir / "cwd").resolve()
+        except OSError:
+            continue
+        if cwd == root or root in cwd.parents:
+            try:
+                os.kill(int(pid_dir.name), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed

@@ -1,0 +1,64 @@
+"""A real local cluster per test: a controller and agents with declared GPUs, as processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from clients.sdk import Client
+from tessera.v1 import common_pb2 as P
+from tests.procs import REPO, Daemon, kill_strays, start_agent, start_controller, wait_for
+
+INVENTORIES = REPO / "examples" / "inventories"
+
+
+@dataclass
+class Cluster:
+    root: Path
+    controller: Daemon
+    agents: dict[str, Daemon] = field(default_factory=dict)
+
+    def client(self) -> Client:
+        return Client(self.controller.address)
+
+    def add_agent(self, node_id: str, inventory: str) -> Daemon:
+        a = start_agent(self.controller.address, node_id, INVENTORIES / inventory, self.root / node_id)
+        self.agents[node_id] = a
+        return a
+
+    def wait_ready(self, n: int, timeout: float = 30) -> None:
+        with self.client() as c:
+            wait_for(lambda: sum(x.state == P.NODE_STATE_READY for x in c.nodes()) >= n, timeout, f"{n} nodes READY")
+
+    def restart_controller(self) -> Daemon:
+        port = self.controller.address.rpartition(":")[2]
+        self.controller = start_controller(self.root / "state", listen=f"127.0.0.1:{port}")
+        return self.controller
+
+
+def make_cluster(root: Path, nodes: list[tuple[str, str]]) -> Cluster:
+    c = Cluster(root, start_controller(root / "state"))
+    for node_id, inv in nodes:
+        c.add_agent(node_id, inv)
+    c.wait_ready(len(nodes))
+    return c
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+    made: list[Cluster] = []
+
+    def make(nodes: list[tuple[str, str]]) -> Cluster:
+        c = make_cluster(tmp_path, nodes)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        for a in c.agents.values():
+            a.stop()
+        c.controller.stop()
+    kill_strays(tmp_path)
