@@ -19,6 +19,7 @@ import yaml
 from tessera.v1 import common_pb2
 
 from estimator import catalog
+from tessera_common.contract import CONTRACT_VARS
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -27,12 +28,6 @@ ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 DEFAULT_TENANT = "default"
 DEFAULT_MAX_RETRIES = 2
 
-# Variables the agent sets for every worker (docs/worker-contract.md): a job cannot override them.
-RESERVED_ENV = frozenset(
-    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-     "CUDA_VISIBLE_DEVICES"}
-)
-RESERVED_ENV_PREFIX = "TESSERA_"
 
 # (field, upper bound) of the model dimensions; each must also be > 0.
 MODEL_DIMS: tuple[tuple[str, int], ...] = (
@@ -231,7 +226,7 @@ def _env(value: Any) -> dict[str, str]:
         field = f"env.{name}"
         if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
             raise JobFileError(field, "invalid name: must match [A-Z_][A-Z0-9_]*")
-        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
+        if name in CONTRACT_VARS:
             raise JobFileError(field, "reserved: set by the agent for every worker (docs/worker-contract.md)")
         if isinstance(val, bool) or val is None or not isinstance(val, str | int | float):
             raise JobFileError(field, f"must be a string (quote it), got {val!r}")

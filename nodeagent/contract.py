@@ -14,38 +14,14 @@ from pathlib import Path
 
 from tessera.v1 import agent_pb2, common_pb2
 
+from tessera_common.contract import CONTRACT_VARS
+
 from .errors import InvalidArgument
+
+__all__ = ["CONTRACT_VARS"]
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-
-# Set by the agent for every worker; a job's env may not override them.
-CONTRACT_VARS: frozenset[str] = frozenset(
-    {
-        "TESSERA_JOB_ID",
-        "TESSERA_ATTEMPT",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "TESSERA_RENDEZVOUS",
-        "TESSERA_PLAN",
-        "TESSERA_MODEL",
-        "TESSERA_ITERATIONS",
-        "TESSERA_GLOBAL_BATCH_SIZE",
-        "TESSERA_CHECKPOINT_DIR",
-        "TESSERA_CHECKPOINT_EVERY",
-        "TESSERA_AGENT_ADDR",
-        "CUDA_VISIBLE_DEVICES",
-        "TESSERA_INVENTORY_SOURCE",
-        # Not in the contract table, but the agent sets it: NVML numbers GPUs in PCI bus order while
-        # CUDA's default order is "fastest first", so without it CUDA_VISIBLE_DEVICES=2 could be
-        # another GPU than NVML's index 2 (the one the controller placed the rank on).
-        "CUDA_DEVICE_ORDER",
-    }
-)
 
 # Inherited from the agent's own environment but meaningless (or harmful) for a worker: a worker
 # must not ping the agent's systemd watchdog or claim its sockets.

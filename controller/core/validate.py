@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from estimator.catalog import UnknownGpuError, lookup
 from estimator.models import REGISTERED, ModelDims, registered
 from tessera.v1 import common_pb2
+from tessera_common.contract import CONTRACT_VARS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -15,9 +16,6 @@ JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # argv[0] is a program, not a command line: these only make sense to a shell.
 SHELL_META = set(";|&$`<>(){}*?!~\n\r\t\"' \\")
-RESERVED_ENV_PREFIXES = ("TESSERA_",)
-RESERVED_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "CUDA_VISIBLE_DEVICES"}
 
 LIMITS = {
     "hidden_size": 65536, "num_layers": 1024, "num_heads": 1024,
@@ -113,7 +111,7 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
     for k, v in spec.env.items():
         if not ENV_NAME_RE.match(k):
             errs.append(FieldError(f"env.{k}", "name must match [A-Z_][A-Z0-9_]*"))
-        elif k in RESERVED_ENV or k.startswith(RESERVED_ENV_PREFIXES):
+        elif k in CONTRACT_VARS:
             errs.append(FieldError(f"env.{k}", "reserved for the worker contract"))
         if "\0" in v or len(v) > MAX_ARG_LEN:
             errs.append(FieldError(f"env.{k}", "value contains NUL or is too long"))

@@ -1,0 +1,32 @@
+"""Names of the worker contract (docs/worker-contract.md) that every component must agree on."""
+
+from __future__ import annotations
+
+# Set by the agent for every worker; a job's env may not override them. Other TESSERA_* names are
+# the job's to set (trainer knobs such as TESSERA_TORCH_THREADS or TESSERA_AGENT_LOSS_TIMEOUT).
+CONTRACT_VARS: frozenset[str] = frozenset(
+    {
+        "TESSERA_JOB_ID",
+        "TESSERA_ATTEMPT",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TESSERA_RENDEZVOUS",
+        "TESSERA_PLAN",
+        "TESSERA_MODEL",
+        "TESSERA_ITERATIONS",
+        "TESSERA_GLOBAL_BATCH_SIZE",
+        "TESSERA_CHECKPOINT_DIR",
+        "TESSERA_CHECKPOINT_EVERY",
+        "TESSERA_AGENT_ADDR",
+        "CUDA_VISIBLE_DEVICES",
+        "TESSERA_INVENTORY_SOURCE",
+        # Not in the contract table, but the agent sets it: NVML numbers GPUs in PCI bus order while
+        # CUDA's default order is "fastest first", so without it CUDA_VISIBLE_DEVICES=2 could be
+        # another GPU than NVML's index 2 (the one the controller placed the rank on).
+        "CUDA_DEVICE_ORDER",
+    }
+)
