@@ -24,9 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc  # noqa: E402
-from tessera_common.rpc import aio_channel  # noqa: E402
-from tessera_common.localcluster import start_controller  # noqa: E402
+from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
+
+from tessera_common.localcluster import start_controller
+from tessera_common.rpc import aio_channel
 
 GB = 1000**3
 

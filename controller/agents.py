@@ -6,8 +6,8 @@ import time
 
 import grpc
 import structlog
-
 from tessera.v1 import agent_pb2, agent_pb2_grpc
+
 from tessera_common.rpc import aio_channel
 
 log = structlog.get_logger("controller.agents")

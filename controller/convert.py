@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from tessera.v1 import common_pb2, controller_pb2
+
 from controller.core.snapshot import PlanChoice, Slice
 from controller.store import EventRecord, JobRecord
-from tessera.v1 import common_pb2, controller_pb2
 
 
 def event_pb(e: EventRecord) -> common_pb2.JobEvent:

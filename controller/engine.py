@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import grpc
 import structlog
+from tessera.v1 import agent_pb2, common_pb2
 
 from controller import metrics
 from controller.agents import AgentClients
@@ -27,7 +28,6 @@ from controller.core.snapshot import GpuView, JobView, NodeView, Snapshot
 from controller.core.validate import canonical_gpu_types, resolve_model
 from controller.registry import LivenessConfig, LiveNode, index_workers, liveness_at
 from controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
-from tessera.v1 import agent_pb2, common_pb2
 from tessera_common.rpc import host_of
 
 P = common_pb2
@@ -245,10 +245,10 @@ class Engine:
 
     async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None) -> None:
         for (jid, attempt), ws in live.running.items():
-            if jid == job_id and any(w.state != P.WORKER_STATE_EXITED for w in ws):
-                if job is None or job.state not in ACTIVE or attempt != job.attempt:
-                    await self.agents.stop(live.address, self.epoch, job_id, attempt, self.cfg.stop_grace_s,
-                                           "stale attempt: not the job's current attempt")
+            stale = job is None or job.state not in ACTIVE or attempt != job.attempt
+            if jid == job_id and stale and any(w.state != P.WORKER_STATE_EXITED for w in ws):
+                await self.agents.stop(live.address, self.epoch, job_id, attempt, self.cfg.stop_grace_s,
+                                       "stale attempt: not the job's current attempt")
 
     def _rank_statuses(self, job: JobRecord) -> dict[int, RankStatus]:
         out: dict[int, RankStatus] = {}

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import structlog
+from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
 from controller.agents import AgentClients
 from controller.core.frenzy import GIB, FrenzyConfig
@@ -18,7 +19,6 @@ from controller.engine import Engine, EngineConfig
 from controller.registry import LivenessConfig
 from controller.service import ControllerService, RegistryService
 from controller.store import SqliteStore
-from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 from tessera_common import logs, metrics, notify, rpc
 
 log = structlog.get_logger("controller")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
-
 from tessera.v1 import common_pb2
 
 if TYPE_CHECKING:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clients.sdk import Client  # noqa: E402
-from tessera.v1 import common_pb2 as P  # noqa: E402
-from tessera_common.localcluster import REPO, start_agent, start_controller, tessctl, wait_for  # noqa: E402
+from tessera.v1 import common_pb2 as P
+
+from clients.sdk import Client
+from tessera_common.localcluster import REPO, start_agent, start_controller, tessctl, wait_for
 
 NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml")]
 JOBS = ["tiny", "small", "medium", "wide", "huge"]

@@ -1,5 +1,14 @@
 """Test access to the local-cluster helpers (real processes, event-based waits)."""
 
 from tessera_common.localcluster import (  # noqa: F401
-    BIN, REPO, Daemon, env, kill_strays, start_agent, start_controller, tessctl, tessctl_json, wait_for,
+    BIN,
+    REPO,
+    Daemon,
+    env,
+    kill_strays,
+    start_agent,
+    start_controller,
+    tessctl,
+    tessctl_json,
+    wait_for,
 )

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tessera.v1 import common_pb2
+
 from estimator.catalog import UnknownGpuError, lookup
 from estimator.models import REGISTERED, ModelDims, registered
-from tessera.v1 import common_pb2
 from tessera_common.contract import CONTRACT_VARS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from tessera.v1 import common_pb2 as P
+
 from tests.e2e.cluster import Cluster
 from tests.procs import REPO, tessctl, tessctl_json
 
@@ -16,7 +16,7 @@ DEMO_NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("
 
 
 def losses(text: str) -> list[float]:
-    return [float(m) for m in re.findall(r"^(?:\[rank \d+\] )?step iteration=\d+/\d+ loss=([0-9.]+)", text, re.M)]
+    return [float(m) for m in re.findall(r"^(?:\[rank \d+\] )?step iteration=\d+/\d+ loss=([0-9.]+)", text, re.MULTILINE)]
 
 
 def test_heterogeneous_cluster_trains_jobs_of_different_sizes(cluster_factory) -> None:  # type: ignore[no-untyped-def]

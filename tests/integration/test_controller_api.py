@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tessera.v1 import common_pb2 as P
 
 from clients.sdk import Client, TesseraError
-from tessera.v1 import common_pb2 as P
 from tests.procs import Daemon, start_controller
 
 
@@ -62,12 +62,12 @@ def test_same_request_id_is_idempotent(client: Client) -> None:
 
 
 @pytest.mark.parametrize("bad, field", [
-    (dict(name=""), "name"),
-    (dict(name="../etc/passwd"), "name"),
-    (dict(name="a;rm -rf"), "name"),
-    (dict(global_batch_size=-4), "global_batch_size"),
-    (dict(iterations=0), "iterations"),
-    (dict(tenant="Bad Tenant"), "tenant"),
+    ({"name": ""}, "name"),
+    ({"name": "../etc/passwd"}, "name"),
+    ({"name": "a;rm -rf"}, "name"),
+    ({"global_batch_size": -4}, "global_batch_size"),
+    ({"iterations": 0}, "iterations"),
+    ({"tenant": "Bad Tenant"}, "tenant"),
 ])
 def test_bad_specs_rejected_with_field(client: Client, bad: dict[str, object], field: str) -> None:
     before = len(client.list())

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tessera.v1 import common_pb2
 
 from controller.store import JobRecord, MemoryStore, NodeRecord, RequestConflict, SqliteStore, Store
-from tessera.v1 import common_pb2
 
 P = common_pb2
 
@@ -33,7 +33,7 @@ def test_epoch_grows(store: Store) -> None:
 
 
 def test_create_is_idempotent_on_request_id(store: Store) -> None:
-    j, created = store.create_job(_job(1), ("SUBMITTED", "x"))
+    _j, created = store.create_job(_job(1), ("SUBMITTED", "x"))
     assert created
     again = _job(1).with_(id="j-other")
     j2, created2 = store.create_job(again, ("SUBMITTED", "x"))
