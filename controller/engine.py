@@ -237,10 +237,11 @@ class Engine:
             await self._stop_stale(live, job_id, job)
             if job is None or job.state not in ACTIVE:
                 continue
-            if workers:
-                r0 = [w for w in workers if w.rank == 0 and w.HasField("progress")]
-                if r0 and r0[0].progress.iteration >= self.progress.get(job_id, P.Progress()).iteration:
-                    self.progress[job_id] = r0[0].progress
+            # Rank 0 of the current attempt speaks for the job (an attempt resumed from an older
+            # checkpoint may report a lower iteration than the previous attempt's last report).
+            r0 = [w for w in workers or () if w.rank == 0 and w.HasField("progress")]
+            if r0:
+                self.progress[job_id] = r0[0].progress
             await self._evaluate(job)
 
     async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None) -> None:
