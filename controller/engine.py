@@ -145,7 +145,8 @@ class Engine:
         if live is not None and live.liveness == P.NODE_STATE_READY:
             await self.agents.drain(live.address, self.epoch, True)
         for job in self._jobs_on(node_id):
-            await self._migrate_off(job, f"node {node_id} is draining: {rec.drain_reason}")
+            if job.state != P.JOB_STATE_MIGRATING:
+                await self._migrate_off(job, f"node {node_id} is draining: {rec.drain_reason}")
         await self._notify()
         return rec
 
@@ -211,6 +212,9 @@ class Engine:
         log.info("node_registered", node_id=node_id, address=status.address, gpus=len(status.inventory.gpus),
                  source=P.InventorySource.Name(status.inventory.source), workers=len(status.workers),
                  returned=old is not None)
+        if self.records[node_id].drained != status.draining:
+            # The admin's word, kept by the controller, wins over what the agent remembers.
+            await self.agents.drain(status.address, self.epoch, self.records[node_id].drained)
         await self._observe(live, status)
         await self._liveness_tick()
         self.kick()
