@@ -393,14 +393,17 @@ class Engine:
             snap, pending = self.snapshot()
             plan = frenzy.plan_round(snap, self.cfg.frenzy)
             self.rounds += 1
-            for d in plan.decisions:
+            # New pending reasons of the whole round in one transaction (no await since the snapshot,
+            # so the jobs are as the round saw them).
+            reasons = [(pending[d.job_id].with_(reason=d.reason), [("PENDING", d.reason)])
+                       for d in plan.decisions if d.action == "pending" and pending[d.job_id].reason != d.reason]
+            if reasons:
+                self.store.save_jobs(reasons, self.wall())
+                await self._notify()
+            for d in plan.starts():
                 job = self.store.get_job(d.job_id)
                 if job is None or job.state != P.JOB_STATE_PENDING:
-                    continue  # changed while the round ran (e.g. cancelled)
-                if d.action == "pending":
-                    if job.reason != d.reason:
-                        await self._save(job.with_(reason=d.reason), [("PENDING", d.reason)])
-                    continue
+                    continue  # changed while earlier launches of this round were awaited (e.g. cancelled)
                 assert d.plan is not None
                 attempt = job.attempt + 1
                 rendezvous = f"{host_of(self.nodes[d.slices[0].node_id].address)}:{self._port(job.id, attempt, d.slices[0].node_id)}"

@@ -72,6 +72,7 @@ class Store(Protocol):
     def get_job(self, job_id: str) -> JobRecord | None: ...
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]: ...
+    def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None: ...
     def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]: ...
     def put_node(self, node: NodeRecord) -> None: ...
     def get_node(self, node_id: str) -> NodeRecord | None: ...
@@ -131,6 +132,13 @@ class MemoryStore:
             raise KeyError(job.id)
         self._jobs[job.id] = job
         return self._append(job.id, time, events)
+
+    def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None:
+        missing = [j.id for j, _ in updates if j.id not in self._jobs]
+        if missing:
+            raise KeyError(missing[0])
+        for job, events in updates:
+            self.save_job(job, time, events)
 
     def _append(self, job_id: str, time: float, events: Sequence[tuple[str, str]]) -> list[EventRecord]:
         out = []
@@ -269,22 +277,33 @@ class SqliteStore:
             rows = self._db.execute(q + " ORDER BY submit_time, id", args).fetchall()
         return [self._job(r) for r in rows]
 
-    def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
+    @staticmethod
+    def _write(db: sqlite3.Connection, job: JobRecord, time: float,
+               events: Sequence[tuple[str, str]]) -> list[EventRecord]:
+        cur = db.execute(
+            "UPDATE jobs SET state=?, reason=?, attempt=?, plan=?, placement=?, progress=?, start_time=?, "
+            "end_time=?, restarts=?, retries=?, stop_requested=? WHERE id=?",
+            (job.state, job.reason, job.attempt, _msg_bytes(job.plan), _msg_bytes(job.placement),
+             _msg_bytes(job.progress), job.start_time, job.end_time, job.restarts, job.retries,
+             int(job.stop_requested), job.id))
+        if cur.rowcount != 1:
+            raise KeyError(job.id)
         out = []
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE jobs SET state=?, reason=?, attempt=?, plan=?, placement=?, progress=?, start_time=?, "
-                "end_time=?, restarts=?, retries=?, stop_requested=? WHERE id=?",
-                (job.state, job.reason, job.attempt, _msg_bytes(job.plan), _msg_bytes(job.placement),
-                 _msg_bytes(job.progress), job.start_time, job.end_time, job.restarts, job.retries,
-                 int(job.stop_requested), job.id))
-            if cur.rowcount != 1:
-                raise KeyError(job.id)
-            for kind, message in events:
-                c = db.execute("INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
-                               (job.id, time, kind, message))
-                out.append(EventRecord(int(c.lastrowid or 0), job.id, time, kind, message))
+        for kind, message in events:
+            c = db.execute("INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
+                           (job.id, time, kind, message))
+            out.append(EventRecord(int(c.lastrowid or 0), job.id, time, kind, message))
         return out
+
+    def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
+        with self._tx() as db:
+            return self._write(db, job, time, events)
+
+    def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None:
+        """Several jobs in one transaction (one fsync): all stored or none."""
+        with self._tx() as db:
+            for job, events in updates:
+                self._write(db, job, time, events)
 
     def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]:
         with self._lock:

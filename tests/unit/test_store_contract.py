@@ -113,3 +113,16 @@ def test_sqlite_survives_reopen(tmp_path: Path) -> None:
     sync = s2._db.execute("PRAGMA synchronous").fetchone()[0]
     assert mode == "wal" and sync == 2  # 2 = FULL
     s2.close()
+
+
+def test_save_jobs_is_all_or_nothing(store: Store) -> None:
+    store.create_job(_job(1), ("SUBMITTED", ""))
+    store.create_job(_job(2), ("SUBMITTED", ""))
+    j1, j2 = store.get_job("j-1"), store.get_job("j-2")
+    assert j1 is not None and j2 is not None
+    store.save_jobs([(j1.with_(reason="a"), [("PENDING", "a")]), (j2.with_(reason="b"), [])], 7.0)
+    assert [store.get_job(i).reason for i in ("j-1", "j-2")] == ["a", "b"]  # type: ignore[union-attr]
+    with pytest.raises(KeyError):
+        store.save_jobs([(j1.with_(reason="x"), [("PENDING", "x")]), (_job(9), [])], 8.0)
+    assert store.get_job("j-1").reason == "a"  # type: ignore[union-attr]
+    assert [e.kind for e in store.events("j-1")] == ["SUBMITTED", "PENDING"]
