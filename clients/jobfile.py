@@ -40,8 +40,9 @@ MODEL_DIMS: tuple[tuple[str, int], ...] = (
 
 TOP_LEVEL_KEYS = (
     "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
-    "entrypoint", "env", "checkpoint_every", "max_retries",
+    "entrypoint", "env", "checkpoint_every", "max_retries", "launcher",
 )
+LAUNCHER_KEYS = ("name", "argv", "per_node", "head_argv")
 
 
 class JobFileError(ValueError):
@@ -90,7 +91,33 @@ def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
         spec.env[key] = value
     spec.checkpoint_every = _int(data, "checkpoint_every", 0, 10**9, required=False, default=0)
     spec.max_retries = _int(data, "max_retries", 0, 100, required=False, default=DEFAULT_MAX_RETRIES)
+    if "launcher" in data:
+        spec.launcher.CopyFrom(_launcher(data["launcher"]))
     return spec
+
+
+def _launcher(value: Any) -> common_pb2.Launcher:
+    """`launcher: torchrun` (a built-in) or a mapping {argv: [...], per_node: bool, head_argv: [...]}.
+    Placeholders are checked by the controller (docs/launchers.md)."""
+    if isinstance(value, str):
+        return common_pb2.Launcher(name=value)
+    if not isinstance(value, Mapping):
+        raise JobFileError("launcher", "must be a built-in name or a mapping with argv")
+    for key in value:
+        if key not in LAUNCHER_KEYS:
+            raise JobFileError(f"launcher.{key}", _unknown(str(key), LAUNCHER_KEYS))
+    out = common_pb2.Launcher(name=str(value.get("name", "")))
+    for key in ("argv", "head_argv"):
+        if key in value:
+            argv = value[key]
+            if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+                raise JobFileError(f"launcher.{key}", "must be a list of strings (argv, run without a shell)")
+            getattr(out, key).extend(argv)
+    per_node = value.get("per_node", False)
+    if not isinstance(per_node, bool):
+        raise JobFileError("launcher.per_node", "must be true or false")
+    out.per_node = per_node
+    return out
 
 
 class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]

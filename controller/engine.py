@@ -22,7 +22,7 @@ from tessera.v1 import agent_pb2, common_pb2
 from controller import metrics
 from controller.agents import AgentClients
 from controller.convert import placement_pb, plan_pb
-from controller.core import frenzy
+from controller.core import frenzy, launchers
 from controller.core.attempts import RankStatus, judge
 from controller.core.snapshot import GpuView, JobView, NodeView, Snapshot
 from controller.core.validate import canonical_gpu_types, resolve_model
@@ -32,9 +32,6 @@ from tessera_common.rpc import host_of
 
 P = common_pb2
 log = structlog.get_logger("controller")
-
-DEFAULT_ENTRYPOINT = ("{python}", "-m", "clients.reference_trainer")
-
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -269,7 +266,7 @@ class Engine:
     async def _evaluate(self, job: JobRecord) -> None:
         if job.state not in ACTIVE or job.plan is None:
             return
-        world = job.plan.dp * job.plan.tp * job.plan.pp
+        world = self._processes(job)
         verdict = judge(world, self._rank_statuses(job), job.spec.iterations, job.stop_requested)
         prog = self.progress.get(job.id)
         if verdict.kind == "running" and job.state == P.JOB_STATE_STARTING:
@@ -430,24 +427,45 @@ class Engine:
         raise RuntimeError("no free rendezvous port")
 
     def _launch_requests(self, job: JobRecord) -> list[tuple[str, agent_pb2.LaunchRequest]]:
+        """One Launch per node of the placement: its ranks (or one process, for a per-node
+        launcher) and the argv of the job's launcher template with the plan substituted."""
         assert job.plan is not None and job.placement is not None
-        spec = job.spec
-        argv = list(spec.entrypoint) or list(DEFAULT_ENTRYPOINT)
-        world = job.plan.dp * job.plan.tp * job.plan.pp
+        spec, plan, slices = job.spec, job.plan, job.placement.slices
+        tpl = launchers.template_of(spec.launcher)
+        entry = list(spec.entrypoint) or list(tpl.default_entrypoint)
+        world = plan.dp * plan.tp * plan.pp
+        host, _, port = job.placement.rendezvous.rpartition(":")
+        ckpt = f"{self.cfg.checkpoint_root}/{job.id}"
+        values: dict[str, object] = {
+            "nnodes": len(slices), "world_size": world, "master_addr": host, "master_port": port, "dp": plan.dp, "tp": plan.tp,
+            "pp": plan.pp, "micro_batch": plan.micro_batch, "grad_accum": plan.grad_accum,
+            "global_batch_size": spec.global_batch_size, "iterations": spec.iterations, "checkpoint_dir": ckpt,
+            "world_info": launchers.world_info([(s.node_id, list(s.gpu_indices)) for s in slices])}
         out, rank = [], 0
-        for s in job.placement.slices:
-            ranks = []
-            for local, gpu in enumerate(s.gpu_indices):
-                ranks.append(agent_pb2.RankAssignment(rank=rank, local_rank=local, gpu_indices=[gpu]))
-                rank += 1
+        for node_rank, s in enumerate(slices):
+            if tpl.per_node:
+                ranks = [agent_pb2.RankAssignment(rank=node_rank, local_rank=0, gpu_indices=list(s.gpu_indices))]
+            else:
+                ranks = [agent_pb2.RankAssignment(rank=rank + i, local_rank=i, gpu_indices=[g])
+                         for i, g in enumerate(s.gpu_indices)]
+                rank += len(s.gpu_indices)
+            argv = launchers.expand(tpl, entry, {**values, "node_rank": node_rank,
+                                                 "nproc_per_node": len(s.gpu_indices)}, head=node_rank == 0)
             req = agent_pb2.LaunchRequest(
                 request_id=f"{job.id}/{job.attempt}/{s.node_id}", controller_epoch=self.epoch, job_id=job.id,
                 attempt=job.attempt, world_size=world, ranks=ranks, rendezvous=job.placement.rendezvous,
-                plan=job.plan, argv=argv, env=dict(spec.env),
-                checkpoint_dir=f"{self.cfg.checkpoint_root}/{job.id}", iterations=spec.iterations,
+                plan=plan, argv=argv, env=dict(spec.env), checkpoint_dir=ckpt, iterations=spec.iterations,
                 global_batch_size=spec.global_batch_size, model=_model_pb(job), checkpoint_every=spec.checkpoint_every)
             out.append((s.node_id, req))
         return out
+
+    @staticmethod
+    def _processes(job: JobRecord) -> int:
+        """How many worker processes the agents run for the attempt."""
+        assert job.plan is not None and job.placement is not None
+        if launchers.template_of(job.spec.launcher).per_node:
+            return len(job.placement.slices)
+        return job.plan.dp * job.plan.tp * job.plan.pp
 
     async def _launch(self, job: JobRecord, only_missing: bool = False) -> None:
         for node_id, req in self._launch_requests(job):

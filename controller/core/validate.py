@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from tessera.v1 import common_pb2
 
+from controller.core import launchers
 from estimator.catalog import UnknownGpuError, lookup
 from estimator.models import REGISTERED, ModelDims, registered
 from tessera_common.contract import CONTRACT_VARS
@@ -116,6 +117,7 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
             errs.append(FieldError(f"env.{k}", "reserved for the worker contract"))
         if "\0" in v or len(v) > MAX_ARG_LEN:
             errs.append(FieldError(f"env.{k}", "value contains NUL or is too long"))
+    errs += [FieldError(f, r) for f, r in launchers.check(spec.launcher)]
     if spec.checkpoint_every < 0:
         errs.append(FieldError("checkpoint_every", "must be >= 0"))
     if not 0 <= spec.max_retries <= 100:

@@ -116,7 +116,7 @@ class ResourceHint(_message.Message):
     def __init__(self, gpus: _Optional[int] = ..., gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries")
+    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,7 @@ class JobSpec(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHER_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: ModelSpec
@@ -144,7 +145,20 @@ class JobSpec(_message.Message):
     env: _containers.ScalarMap[str, str]
     checkpoint_every: int
     max_retries: int
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ...) -> None: ...
+    launcher: Launcher
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ...) -> None: ...
+
+class Launcher(_message.Message):
+    __slots__ = ("name", "argv", "per_node", "head_argv")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_ARGV_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    per_node: bool
+    head_argv: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., per_node: _Optional[bool] = ..., head_argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Plan(_message.Message):
     __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "gpu_model", "memory_per_gpu_bytes", "memory_source")

@@ -1,0 +1,59 @@
+"""Launcher templates: expansion per node and validation, with golden argv."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from controller.core import launchers
+from controller.core.validate import validate_spec
+from tessera.v1 import common_pb2 as P
+
+VALUES: dict[str, object] = {"nnodes": 2, "world_size": 6, "master_addr": "10.0.0.1", "master_port": "29501",
+                             "dp": 6, "tp": 1, "pp": 1, "micro_batch": 4, "grad_accum": 1,
+                             "global_batch_size": 24, "iterations": 30, "checkpoint_dir": "/ckpt/j-1",
+                             "world_info": "", "node_rank": 1, "nproc_per_node": 2}
+
+
+def test_direct_is_the_entrypoint_itself() -> None:
+    tpl = launchers.template_of(P.Launcher())
+    assert not tpl.per_node
+    assert launchers.expand(tpl, ["train", "--x"], VALUES, head=False) == ["train", "--x"]
+    assert launchers.expand(tpl, list(tpl.default_entrypoint), VALUES, head=True) == \
+        ["{python}", "-m", "clients.reference_trainer"]
+
+
+def test_torchrun_golden() -> None:
+    tpl = launchers.template_of(P.Launcher(name="torchrun"))
+    assert tpl.per_node
+    assert launchers.expand(tpl, list(tpl.default_entrypoint), VALUES, head=False) == [
+        "{python}", "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1", "--nproc-per-node=2",
+        "--master-addr=10.0.0.1", "--master-port=29501", "-m", "clients.reference_trainer"]
+
+
+def test_custom_template_with_head_and_plan_fields() -> None:
+    lz = P.Launcher(argv=["ray", "start", "--address={master_addr}:{master_port}", "--block"], per_node=True,
+                    head_argv=["{python}", "drive.py", "--dp={dp}", "--ckpt={checkpoint_dir}", "{entrypoint}"])
+    assert launchers.check(lz) == []
+    tpl = launchers.template_of(lz)
+    assert launchers.expand(tpl, ["--steps", "3"], VALUES, head=True) == \
+        ["{python}", "drive.py", "--dp=6", "--ckpt=/ckpt/j-1", "--steps", "3"]
+    assert launchers.expand(tpl, [], VALUES, head=False) == ["ray", "start", "--address=10.0.0.1:29501", "--block"]
+
+
+def test_world_info_is_base64_json() -> None:
+    wi = launchers.world_info([("n1", [2, 3]), ("n2", [0])])
+    assert json.loads(base64.urlsafe_b64decode(wi)) == {"n1": [2, 3], "n2": [0]}
+
+
+def test_bad_launchers_name_the_field() -> None:
+    assert launchers.check(P.Launcher(name="slurm"))[0][0] == "launcher.name"
+    assert launchers.check(P.Launcher(name="torchrun", argv=["x"]))[0][0] == "launcher"
+    assert launchers.check(P.Launcher(argv=["run", "--n={gpus}"]))[0] == (
+        "launcher.argv[1]", launchers.check(P.Launcher(argv=["run", "--n={gpus}"]))[0][1])
+    assert "unknown placeholder {gpus}" in launchers.check(P.Launcher(argv=["run", "--n={gpus}"]))[0][1]
+    assert launchers.check(P.Launcher(argv=["run", "x{entrypoint}"]))[0][0] == "launcher.argv[1]"
+    assert launchers.check(P.Launcher(argv=["a"], head_argv=["b"]))[0][0] == "launcher.head_argv"
+    spec = P.JobSpec(name="j", model=P.ModelSpec(name="gpt2-small"), global_batch_size=8, iterations=1,
+                     launcher=P.Launcher(name="mpirun"))
+    assert [str(e) for e in validate_spec(spec)][0].startswith("launcher.name: unknown launcher 'mpirun'")
