@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from tessera.v1 import common_pb2 as P
+
 from tests.e2e.cluster import Cluster
 from tests.procs import tessctl
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import base64
 import json
 
+from tessera.v1 import common_pb2 as P
+
 from controller.core import launchers
 from controller.core.validate import validate_spec
-from tessera.v1 import common_pb2 as P
 
 VALUES: dict[str, object] = {"nnodes": 2, "world_size": 6, "master_addr": "10.0.0.1", "master_port": "29501",
                              "dp": 6, "tp": 1, "pp": 1, "micro_batch": 4, "grad_accum": 1,
@@ -56,4 +57,4 @@ def test_bad_launchers_name_the_field() -> None:
     assert launchers.check(P.Launcher(argv=["a"], head_argv=["b"]))[0][0] == "launcher.head_argv"
     spec = P.JobSpec(name="j", model=P.ModelSpec(name="gpt2-small"), global_batch_size=8, iterations=1,
                      launcher=P.Launcher(name="mpirun"))
-    assert [str(e) for e in validate_spec(spec)][0].startswith("launcher.name: unknown launcher 'mpirun'")
+    assert next(str(e) for e in validate_spec(spec)).startswith("launcher.name: unknown launcher 'mpirun'")
