@@ -1,8 +1,33 @@
-"""Model dimensions: registered names and the dataclass every estimator function takes."""
+"""Model dimensions: registered names and the dataclass every estimator function takes.
+
+Three families (the ones the seeds evaluate):
+
+- ``decoder``: decoder-only dense transformer. With ``gated=False`` it is GPT-2 style (LayerNorm,
+  biases, learned position embeddings, GELU MLP of ``ffn_hidden`` = 4h, dropout). With ``gated=True``
+  it is LLaMA style (RMSNorm, no biases, rotary positions so no position parameters, SwiGLU MLP of
+  three ``h x ffn_hidden`` matrices, no dropout).
+- ``encoder``: BERT (masked LM): word + position + token-type embeddings and their LayerNorm, the
+  GPT-2-style layer stack (bidirectional attention; same shapes), and the MLM head (a dense h x h
+  transform + LayerNorm, the output projection tied to the word embedding, plus a V bias). No pooler.
+- ``moe``: GShard-style mixture of experts on the GPT-2-style stack: every ``moe_every``-th layer
+  (GShard: every other one) replaces its MLP by ``num_experts`` expert MLPs and an ``h x E`` router;
+  each token goes to its ``top_k`` experts with a ``capacity_factor``. Experts are sharded across
+  DP ranks by the plan's ``ep``.
+
+Only the first six fields are required; every added field has a default that keeps the original
+meaning (a GPT-2-style decoder with a 4h MLP and tied embeddings), so ``ModelDims(h, l, a, v, s)``
+and the REGISTERED names keep working.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+from estimator.plans import PlanError
+
+Family = Literal["decoder", "encoder", "moe"]
+FAMILIES = ("decoder", "encoder", "moe")
 
 
 @dataclass(frozen=True)
@@ -13,15 +38,104 @@ class ModelDims:
     vocab_size: int
     seq_length: int
     name: str = ""
+    family: Family = "decoder"
+    ffn_hidden: int = 0  # 0: 4 * hidden_size
+    gated: bool = False  # LLaMA style (SwiGLU, RMSNorm, no bias, rotary, no dropout)
+    num_kv_heads: int = 0  # 0: num_heads (grouped-query attention when smaller)
+    tied_embeddings: bool = True
+    num_experts: int = 0  # moe only
+    top_k: int = 2
+    moe_every: int = 2  # every moe_every-th layer (1-based: layers moe_every-1, 2*moe_every-1, ...) is MoE
+    capacity_factor: float = 1.0
 
     @property
     def signature(self) -> str:
         """A stable key for caches: same dimensions, same signature, whatever the name."""
-        return f"h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}-v{self.vocab_size}-s{self.seq_length}"
+        base = f"h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}-v{self.vocab_size}-s{self.seq_length}"
+        extra: list[str] = []
+        if self.family != "decoder":
+            extra.append(self.family)
+        if self.ffn_hidden and self.ffn_hidden != 4 * self.hidden_size:
+            extra.append(f"f{self.ffn_hidden}")
+        if self.gated:
+            extra.append("gated")
+        if self.num_kv_heads and self.num_kv_heads != self.num_heads:
+            extra.append(f"kv{self.num_kv_heads}")
+        if not self.tied_embeddings:
+            extra.append("untied")
+        if self.family == "moe":
+            extra.append(f"e{self.num_experts}k{self.top_k}m{self.moe_every}c{self.capacity_factor:g}")
+        return "-".join([base, *extra])
+
+    # Derived sizes -------------------------------------------------------------------------------
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden_size
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def has_bias(self) -> bool:
+        return not self.gated
+
+    @property
+    def has_dropout(self) -> bool:
+        """GPT-2 and BERT train with dropout (1-byte masks); LLaMA does not."""
+        return not self.gated
+
+    @property
+    def learned_positions(self) -> bool:
+        return not self.gated
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer i (0-based) has experts."""
+        return self.family == "moe" and self.num_experts > 0 and (i + 1) % self.moe_every == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    def validate(self) -> ModelDims:
+        """Raise PlanError naming the field (``model.hidden_size``...) for impossible dimensions."""
+        for f in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise PlanError(f"model.{f}", f"must be an integer >= 1, got {v!r}")
+        for f in ("ffn_hidden", "num_kv_heads", "num_experts"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise PlanError(f"model.{f}", f"must be an integer >= 0, got {v!r}")
+        if self.family not in FAMILIES:
+            raise PlanError("model.family", f"{self.family!r} is not one of {', '.join(FAMILIES)}")
+        if self.hidden_size % self.num_heads:
+            raise PlanError("model.num_heads",
+                            f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.num_heads % self.kv_heads:
+            raise PlanError("model.num_kv_heads",
+                            f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}")
+        if self.family == "moe":
+            if self.num_experts < 1:
+                raise PlanError("model.num_experts", "a moe model needs num_experts >= 1")
+            if not 1 <= self.top_k <= self.num_experts:
+                raise PlanError("model.top_k", f"must be in 1..num_experts ({self.num_experts}), got {self.top_k}")
+            if self.moe_every < 1:
+                raise PlanError("model.moe_every", f"must be >= 1, got {self.moe_every}")
+            if not self.capacity_factor > 0:
+                raise PlanError("model.capacity_factor", f"must be > 0, got {self.capacity_factor}")
+        elif self.num_experts:
+            raise PlanError("model.num_experts", f"only the moe family has experts (family {self.family!r})")
+        return self
 
 
 # Public configurations of the families the seeds evaluate (GPT-2: OpenAI's released configs;
 # LLaMA-2: Meta's model card; BERT: Devlin et al. Table; seq_length is the pretraining context).
+# GShard MoE and the larger BERTs: the Crius artifact's models (shared/data/arena/models.json).
 REGISTERED: dict[str, ModelDims] = {
     m.name: m
     for m in [
@@ -29,10 +143,15 @@ REGISTERED: dict[str, ModelDims] = {
         ModelDims(1024, 24, 16, 50257, 1024, "gpt2-medium"),
         ModelDims(1280, 36, 20, 50257, 1024, "gpt2-large"),
         ModelDims(1600, 48, 25, 50257, 1024, "gpt2-xl"),
-        ModelDims(4096, 32, 32, 32000, 4096, "llama2-7b"),
-        ModelDims(5120, 40, 40, 32000, 4096, "llama2-13b"),
-        ModelDims(1024, 24, 16, 30522, 512, "bert-large"),
-        ModelDims(768, 12, 12, 30522, 512, "bert-base"),
+        ModelDims(4096, 32, 32, 32000, 4096, "llama2-7b", ffn_hidden=11008, gated=True, tied_embeddings=False),
+        ModelDims(5120, 40, 40, 32000, 4096, "llama2-13b", ffn_hidden=13824, gated=True, tied_embeddings=False),
+        ModelDims(1024, 24, 16, 30522, 512, "bert-large", family="encoder"),
+        ModelDims(768, 12, 12, 30522, 512, "bert-base", family="encoder"),
+        ModelDims(768, 8, 16, 32000, 1024, "moe-690m", family="moe", num_experts=16),
+        ModelDims(768, 16, 16, 32000, 1024, "moe-1.3b", family="moe", num_experts=16),
+        ModelDims(1024, 16, 16, 32000, 1024, "moe-2.4b", family="moe", num_experts=16),
+        ModelDims(1536, 16, 16, 32000, 1024, "moe-10b", family="moe", num_experts=32),
+        ModelDims(2048, 16, 16, 32000, 1024, "moe-27b", family="moe", num_experts=48),
     ]
 }
 

@@ -11,6 +11,12 @@ Conventions (stated once, used everywhere):
 - `ep` (expert parallel, MoE only) shards the experts over ep of the dp ranks (GShard: ep = dp).
 - `virtual_stages` > 1 is Megatron's interleaved 1F1B (v model chunks per pipeline rank).
 
+Precision recipes (bytes per parameter = params + grads + optimizer state, for Adam; the memory
+module states each in full): ``fp32`` 4+4+8 = 16 with fp32 activations; ``amp`` (PyTorch AMP) fp32
+params, grads and Adam = 16 with bf16 autocast activations; ``mixed`` (ZeRO paper, DeepSpeed fp16)
+2+2+12 = 16; ``megatron-bf16`` (Megatron's default) 2+4+12 = 18; ``megatron-fp16`` (Frenzy's MARP)
+2+2+16 = 20; ``bf16`` (pure bf16, bf16 Adam states) 2+2+4 = 8.
+
 `PlanError` (a ValueError) names the offending field in `.field` and in its message, e.g.
 ``plan.tp: model.num_heads 12 is not divisible by tp 8``. Construction checks the plan by itself;
 `plan.check(num_gpus=..., model=...)` checks it against a GPU count and a model.
@@ -27,7 +33,7 @@ if TYPE_CHECKING:
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Checkpointing = Literal["none", "selective", "full"]
-Precision = Literal["fp32", "amp", "megatron-bf16", "megatron-fp16", "bf16"]
+Precision = Literal["fp32", "amp", "mixed", "megatron-bf16", "megatron-fp16", "bf16"]
 
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 OFFLOADS: tuple[str, ...] = get_args(Offload)
@@ -104,13 +110,14 @@ class ExecutionPlan:
                                         f"does not equal num_gpus {num_gpus}")
         if model is None:
             return self
+        model.validate()
         heads = model.num_heads
         if heads % self.tp:
             raise PlanError("plan.tp", f"model.num_heads {heads} is not divisible by tp {self.tp}")
-        kv = getattr(model, "kv_heads", heads)
+        kv = model.kv_heads
         if kv % self.tp:
             raise PlanError("plan.tp", f"model.num_kv_heads {kv} is not divisible by tp {self.tp}")
-        ffn = getattr(model, "ffn", 4 * model.hidden_size)
+        ffn = model.ffn
         if ffn % self.tp:
             raise PlanError("plan.tp", f"model ffn_hidden {ffn} is not divisible by tp {self.tp}")
         chunks = self.pp * self.virtual_stages
@@ -120,7 +127,7 @@ class ExecutionPlan:
         if self.sequence_parallel and model.seq_length % self.tp:
             raise PlanError("plan.sequence_parallel",
                             f"model.seq_length {model.seq_length} is not divisible by tp {self.tp}")
-        experts = getattr(model, "num_experts", 0)
+        experts = model.num_experts if model.family == "moe" else 0
         if self.ep > 1 and not experts:
             raise PlanError("plan.ep", "expert parallelism needs a mixture-of-experts model")
         if experts and experts % self.ep:
