@@ -40,7 +40,7 @@ MODEL_DIMS: tuple[tuple[str, int], ...] = (
 
 TOP_LEVEL_KEYS = (
     "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
-    "entrypoint", "env", "checkpoint_every", "max_retries", "launcher",
+    "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout",
 )
 LAUNCHER_KEYS = ("name", "argv", "per_node", "head_argv")
 
@@ -93,6 +93,7 @@ def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
     spec.max_retries = _int(data, "max_retries", 0, 100, required=False, default=DEFAULT_MAX_RETRIES)
     if "launcher" in data:
         spec.launcher.CopyFrom(_launcher(data["launcher"]))
+    spec.progress_timeout_seconds = _int(data, "progress_timeout", -1, 10**7, required=False, default=0)
     return spec
 
 

@@ -23,7 +23,7 @@ from controller import metrics
 from controller.agents import AgentClients
 from controller.convert import placement_pb, plan_pb
 from controller.core import frenzy, launchers
-from controller.core.attempts import RankStatus, judge
+from controller.core.attempts import RankStatus, judge, stalled
 from controller.core.snapshot import GpuView, JobView, NodeView, Snapshot
 from controller.core.validate import canonical_gpu_types, resolve_model
 from controller.registry import LivenessConfig, LiveNode, index_workers, liveness_at
@@ -40,10 +40,19 @@ class EngineConfig:
     debounce_s: float = 1.0
     stop_grace_s: float = 30.0
     checkpoint_root: str = "/var/lib/tessera/checkpoints"
+    start_timeout_s: float = 300.0
+    progress_timeout_s: float = 900.0
     port_base: int = 29500
     port_count: int = 2000
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     frenzy: frenzy.FrenzyConfig = field(default_factory=frenzy.FrenzyConfig)
+
+
+@dataclass
+class AttemptClock:
+    attempt: int
+    launched: float
+    progress_at: float | None = None
 
 
 class JobNotFound(Exception):
@@ -61,6 +70,8 @@ class Engine:
         self.wall, self.mono = wall, mono
         self.nodes: dict[str, LiveNode] = {}
         self.progress: dict[str, common_pb2.Progress] = {}
+        # Launch and last-progress times of each active attempt (monotonic, in memory).
+        self._clocks: dict[str, AttemptClock] = {}
         self._kick = asyncio.Event()
         self._changed = asyncio.Condition()
         self._round_lock = asyncio.Lock()
@@ -91,6 +102,9 @@ class Engine:
 
     async def _save(self, job: JobRecord, events: list[tuple[str, str]]) -> list[EventRecord]:
         evs = self.store.save_job(job, self.wall(), events)
+        if job.state not in ACTIVE:  # its record now holds the last progress
+            self._clocks.pop(job.id, None)
+            self.progress.pop(job.id, None)
         for kind, msg in events:
             log.info("job_event", job_id=job.id, kind=kind, message=msg, attempt=job.attempt)
         await self._notify()
@@ -242,6 +256,10 @@ class Engine:
             # checkpoint may report a lower iteration than the previous attempt's last report).
             r0 = [w for w in workers or () if w.rank == 0 and w.HasField("progress")]
             if r0:
+                if r0[0].progress != self.progress.get(job_id):
+                    clock = self._clocks.get(job_id)
+                    if clock is not None and clock.attempt == job.attempt:
+                        clock.progress_at = self.mono()
                 self.progress[job_id] = r0[0].progress
             await self._evaluate(job)
 
@@ -268,7 +286,7 @@ class Engine:
             return
         world = self._processes(job)
         verdict = judge(world, self._rank_statuses(job), job.spec.iterations, job.stop_requested)
-        prog = self.progress.get(job.id)
+        prog = self.progress.get(job.id, job.progress)
         if verdict.kind == "running" and job.state == P.JOB_STATE_STARTING:
             await self._save(job.with_(state=P.JOB_STATE_RUNNING, reason="training", progress=prog),
                              [("RUNNING", f"all {world} ranks running (attempt {job.attempt})")])
@@ -279,18 +297,11 @@ class Engine:
             metrics.JOBS_FINISHED.labels("succeeded").inc()
             self.kick()
         elif verdict.kind == "failed":
-            await self._stop_attempt(job, "another rank failed")
-            if job.retries < job.spec.max_retries:
-                why = f"attempt {job.attempt} failed: {verdict.reason}; retry {job.retries + 1} of {job.spec.max_retries}"
-                await self._requeue(job, why, "ATTEMPT_FAILED", retry=True)
-            else:
-                why = f"attempt {job.attempt} failed: {verdict.reason}"
-                if job.spec.max_retries:
-                    why += f" (after {job.retries} retries)"
-                await self._save(job.with_(state=P.JOB_STATE_FAILED, reason=why, end_time=self.wall(),
-                                           progress=prog), [("FAILED", why)])
-                metrics.JOBS_FINISHED.labels("failed").inc()
-                self.kick()
+            reason = verdict.reason
+            last = await self._last_log_line(job, verdict.rank)
+            if last:
+                reason += f"; last log line: {last}"
+            await self._attempt_failed(job, reason)
         elif verdict.kind == "interrupted":
             await self._stop_attempt(job, "another rank was interrupted")
             await self._requeue(job, f"attempt {job.attempt} interrupted: {verdict.reason}", "REQUEUED")
@@ -305,6 +316,44 @@ class Engine:
                 await self._save(job.with_(state=P.JOB_STATE_FAILED, reason=why, end_time=self.wall(),
                                            progress=prog), [("FAILED", why)])
                 self.kick()
+
+    async def _attempt_failed(self, job: JobRecord, reason: str) -> None:
+        """Stop what is left of the attempt; retry within max_retries, else fail the job."""
+        await self._stop_attempt(job, "another rank failed")
+        if job.retries < job.spec.max_retries:
+            why = f"attempt {job.attempt} failed: {reason}; retry {job.retries + 1} of {job.spec.max_retries}"
+            await self._requeue(job, why, "ATTEMPT_FAILED", retry=True)
+            return
+        why = f"attempt {job.attempt} failed: {reason}"
+        if job.spec.max_retries:
+            why += f" (after {job.retries} retries)"
+        await self._save(job.with_(state=P.JOB_STATE_FAILED, reason=why, end_time=self.wall(),
+                                   progress=self.progress.get(job.id, job.progress)), [("FAILED", why)])
+        metrics.JOBS_FINISHED.labels("failed").inc()
+        self.kick()
+
+    async def _last_log_line(self, job: JobRecord, rank: int) -> str:
+        """The last non-empty line of a rank's log (its error, usually); empty when unavailable."""
+        if rank < 0 or job.placement is None:
+            return ""
+        per_node = launchers.template_of(job.spec.launcher).per_node
+        first = 0
+        for i, s in enumerate(job.placement.slices):
+            n = 1 if per_node else len(s.gpu_indices)
+            if (per_node and i == rank) or (not per_node and first <= rank < first + n):
+                live = self.nodes.get(s.node_id)
+                if live is None or live.liveness != P.NODE_STATE_READY:
+                    return ""
+                try:
+                    resp = await self.agents.read_log(live.address, agent_pb2.ReadLogRequest(
+                        controller_epoch=self.epoch, job_id=job.id, attempt=job.attempt, rank=rank,
+                        tail_bytes=4096))
+                except grpc.aio.AioRpcError:
+                    return ""
+                lines = [ln.strip() for ln in resp.data.decode(errors="replace").splitlines() if ln.strip()]
+                return lines[-1][:300] if lines else ""
+            first += n
+        return ""
 
     async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False) -> None:
         job = job.with_(state=P.JOB_STATE_PENDING, reason=f"requeued: {why}", restarts=job.restarts + 1,
@@ -352,7 +401,9 @@ class Engine:
         await self._notify()
 
     async def inspect(self) -> None:
-        """Periodic pass over running jobs: persist progress, relaunch missing ranks, evaluate."""
+        """Periodic pass over running jobs: persist progress, relaunch missing ranks, fail hung
+        attempts, evaluate."""
+        now = self.mono()
         for job in self.store.list_jobs(states=ACTIVE):
             prog = self.progress.get(job.id)
             if prog is not None and (job.progress is None or prog.iteration != job.progress.iteration):
@@ -360,6 +411,15 @@ class Engine:
                 self.store.save_job(job, self.wall())
             if job.state == P.JOB_STATE_STARTING:
                 await self._launch(job, only_missing=True)
+            # Unknown since a controller restart: the clock starts now, with a full timeout.
+            clock = self._clocks.setdefault(job.id, AttemptClock(job.attempt, now))
+            timeout = job.spec.progress_timeout_seconds or self.cfg.progress_timeout_s
+            hung = None if job.stop_requested else stalled(
+                now, clock.launched, clock.progress_at, job.state == P.JOB_STATE_STARTING,
+                self.cfg.start_timeout_s, timeout)
+            if hung:
+                await self._attempt_failed(job, hung)
+                continue
             await self._evaluate(job)
 
     # ---------------------------------------------------------------- rounds
@@ -408,6 +468,7 @@ class Engine:
                                 plan=plan_pb(d.plan), placement=placement_pb(d.slices, rendezvous),
                                 start_time=job.start_time or self.wall(), stop_requested=False)
                 await self._save(job, [("PLACED", f"attempt {attempt}: {d.reason}")])
+                self._clocks[job.id] = AttemptClock(attempt, self.mono())
                 await self._launch(job)
             dt = time.perf_counter() - t0
             metrics.ROUND_SECONDS.observe(dt)

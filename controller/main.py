@@ -35,6 +35,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heartbeat-interval", type=float, default=5.0, help="heartbeat period asked of agents")
     p.add_argument("--down-after", type=float, default=120.0, help="seconds without heartbeat before DOWN")
     p.add_argument("--stop-grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--start-timeout", type=float, default=300.0,
+                   help="seconds for every rank of an attempt to be running, else the attempt failed")
+    p.add_argument("--progress-timeout", type=float, default=900.0,
+                   help="seconds without progress from rank 0 before an attempt counts as hung (jobs may "
+                        "override; <= 0 = never)")
     p.add_argument("--checkpoint-root", default="", help="shared checkpoint storage (default STATE_DIR/checkpoints)")
     p.add_argument("--gpu-reserve-gb", type=float, default=1.0, help="GiB kept free on every GPU")
     p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty)")
@@ -58,7 +63,8 @@ async def serve(args: argparse.Namespace) -> None:
     structlog.contextvars.bind_contextvars(epoch=epoch)
     cfg = EngineConfig(
         round_interval_s=args.round_interval, inspect_interval_s=args.inspect_interval, debounce_s=args.debounce,
-        stop_grace_s=args.stop_grace, checkpoint_root=str(ckpt),
+        stop_grace_s=args.stop_grace, checkpoint_root=str(ckpt), start_timeout_s=args.start_timeout,
+        progress_timeout_s=args.progress_timeout,
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
     agents = AgentClients()

@@ -23,6 +23,8 @@ class Verdict:
     # "starting" | "running" | "succeeded" | "failed" | "interrupted" | "stopped"
     kind: str
     reason: str = ""
+    # The rank whose exit decided a "failed" or "interrupted" verdict.
+    rank: int = -1
 
 
 def describe_exit(code: int) -> str:
@@ -55,9 +57,9 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
         if stop_requested:
             continue
         if r.exit_code == EXIT_UNKNOWN:
-            return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}")
-        detail = f"; {r.reason}" if r.reason else ""
-        return Verdict("failed", f"rank {r.rank}: {describe_exit(r.exit_code)}{detail}")
+            return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}", r.rank)
+        detail = f"; {r.reason}" if r.reason and r.reason != describe_exit(r.exit_code) else ""
+        return Verdict("failed", f"rank {r.rank}: {describe_exit(r.exit_code)}{detail}", r.rank)
     if len(ranks) == world_size and all(not r.running for r in ranks.values()):
         r0 = ranks.get(0)
         if not stop_requested and r0 is not None and r0.exit_code == 0 and r0.iteration >= iterations:
@@ -66,3 +68,24 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
     if len(ranks) == world_size and all(r.running for r in ranks.values()):
         return Verdict("running")
     return Verdict("starting")
+
+
+def stalled(now: float, launched_at: float, last_progress_at: float | None, starting: bool,
+            start_timeout: float, progress_timeout: float) -> str | None:
+    """Why an attempt counts as hung at `now`, or None.
+
+    Not every rank running `start_timeout` seconds after launch: the launch hangs. Rank 0 silent for
+    `progress_timeout` seconds since launch or its last report (<= 0: never checked): the training
+    hangs (a stuck rendezvous or collective looks like this).
+    """
+    if starting:
+        if now - launched_at > start_timeout:
+            return f"not every rank was running {start_timeout:g}s after launch"
+        return None
+    if progress_timeout <= 0:
+        return None
+    since = max(launched_at, last_progress_at or launched_at)
+    if now - since > progress_timeout:
+        what = "since launch" if last_progress_at is None else "since its last report"
+        return f"no progress from rank 0 for {progress_timeout:g}s {what} (hung?)"
+    return None

@@ -1,4 +1,9 @@
-"""What a scheduling round sees and what it decides."""
+"""What a scheduling round sees and what it decides.
+
+Everything here is a frozen value. The live controller and the simulator build a `Snapshot`; a policy
+(controller/core/policy.py) turns it into a `RoundPlan`. Fields added after the first policy (Frenzy)
+all have defaults, so a snapshot of pending jobs and node occupancy alone stays valid.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ class GpuView:
     model: str
     memory_bytes: int
     foreign_used_bytes: int = 0
+    # NVLink island inside the node (GPUs with the same number talk over NVLink); -1 = unknown/PCIe.
+    island: int = -1
 
 
 @dataclass(frozen=True)
@@ -34,16 +41,39 @@ class JobView:
     model: ModelDims
     global_batch_size: int
     gpus_hint: int = 0
+    # Allowed GPU types (a restriction): empty = any.
     gpu_types: tuple[str, ...] = ()
+    # The GPU type the user asked for (a preference the Crius policy may change; FCFS keeps it).
+    gpu_type_hint: str = ""
+    iterations: int = 0
+    done_iterations: float = 0.0
+    # Absolute time (same clock as Snapshot.now) by which the job must finish; 0 = none.
+    deadline: float = 0.0
+    restarts: int = 0
+    # Cache key of the estimates (same key, same Cells); "" = model signature + global batch.
+    estimate_key: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.estimate_key or f"{self.model.signature}-b{self.global_batch_size}"
+
+    @property
+    def remaining_iterations(self) -> float:
+        return max(0.0, self.iterations - self.done_iterations)
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    nodes: tuple[NodeView, ...]
-    # Jobs waiting for a placement, in no particular order (the policy orders them).
-    pending: tuple[JobView, ...]
-    # GPU models that exist in the cluster at all, READY or not: a pending reason names them.
-    cluster_gpus: tuple[tuple[str, int, int], ...] = ()  # (model, memory_bytes, count)
+class Cell:
+    """Crius's scheduling candidate: a job on `gpus` GPUs of one type with `stages` pipeline stages
+    (0 = the estimator's best stage count, not stated)."""
+
+    gpu_type: str
+    gpus: int
+    stages: int = 0
+
+    def __str__(self) -> str:
+        st = f", {self.stages} stage{'s' if self.stages != 1 else ''}" if self.stages else ""
+        return f"{self.gpus} x {self.gpu_type}{st}"
 
 
 @dataclass(frozen=True)
@@ -69,18 +99,76 @@ class Slice:
 
 
 @dataclass(frozen=True)
+class RunningView:
+    """A job that holds GPUs now: its Cell, plan and placement as the last round decided them."""
+
+    job: JobView
+    cell: Cell
+    slices: tuple[Slice, ...]
+    plan: PlanChoice | None = None
+    # Started by opportunistic execution ahead of an earlier job still pending: it may be suspended
+    # when that job can start (Crius Sec. 6.1).
+    opportunistic: bool = False
+    since: float = 0.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple[NodeView, ...]
+    # Jobs waiting for a placement, in no particular order (the policy orders them).
+    pending: tuple[JobView, ...]
+    # GPU models that exist in the cluster at all, READY or not: a pending reason names them.
+    cluster_gpus: tuple[tuple[str, int, int], ...] = ()  # (model, memory_bytes, count)
+    # Jobs holding GPUs. Their GPUs are also in NodeView.busy; busy GPUs no running job claims are
+    # held by something the policy may not touch.
+    running: tuple[RunningView, ...] = ()
+    now: float = 0.0
+    # Ids of pending jobs that arrived since the last round; None = treat every pending job as new.
+    arrivals: tuple[str, ...] | None = None
+    # Jobs that left (finished, failed, cancelled) since the last round.
+    departures: int = 0
+
+
+@dataclass(frozen=True)
 class Decision:
     job_id: str
-    # "start": place now; "pending": leave waiting, reason says why.
+    # "start": place a pending job now; "pending": leave it waiting, reason says why;
+    # "keep": a running job stays as it is; "migrate": a running job restarts from its checkpoint in
+    # a new Cell or placement (scale up/down, type change, move); "stop": a running job is suspended
+    # back to pending (its checkpoint kept); "drop": the job cannot run (infeasible, deadline missed).
     action: str
     reason: str
     plan: PlanChoice | None = None
     slices: tuple[Slice, ...] = ()
+    cell: Cell | None = None
+    previous: Cell | None = None
+    # For "migrate": "scale-up", "scale-down", "type-change", "move"; "" otherwise.
+    change: str = ""
+    iteration_s: float = 0.0
+    opportunistic: bool = False
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """Cost and outcome of one round, deterministic (no wall-clock time)."""
+
+    estimate_calls: int = 0
+    choices_evaluated: int = 0
+    budget_exhausted: bool = False
+    estimated_throughput: float = 0.0  # samples/s of every job placed after this round, by the estimates
 
 
 @dataclass(frozen=True)
 class RoundPlan:
     decisions: tuple[Decision, ...] = field(default_factory=tuple)
+    stats: RoundStats = field(default_factory=RoundStats)
+    policy: str = ""
 
     def starts(self) -> tuple[Decision, ...]:
         return tuple(d for d in self.decisions if d.action == "start")
+
+    def migrations(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if d.action == "migrate")
+
+    def of(self, action: str) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if d.action == action)

@@ -107,7 +107,7 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
             errs.append(FieldError(f"entrypoint[{i}]", "contains NUL or is too long"))
     if spec.entrypoint:
         prog = spec.entrypoint[0]
-        if not prog or any(c in SHELL_META for c in prog):
+        if not prog or (prog != launchers.PYTHON and any(c in SHELL_META for c in prog)):
             errs.append(FieldError("entrypoint[0]", "must be a program path, not a shell command line "
                                                     "(the argv is run without a shell)"))
     for k, v in spec.env.items():

@@ -30,3 +30,20 @@ def test_failures_and_signals() -> None:
 def test_requested_stop_ignores_exit_codes() -> None:
     assert judge(2, {0: rs(0, False, -15), 1: rs(1, False, 0)}, 10, True).kind == "stopped"
     assert judge(2, {0: rs(0, False, -15), 1: rs(1, True)}, 10, True).kind == "starting"
+
+
+def test_failed_verdict_names_the_rank() -> None:
+    v = judge(2, {0: rs(0, True), 1: rs(1, False, 3)}, 10, False)
+    assert v.rank == 1 and v.reason == "rank 1: exit code 3"
+
+
+def test_stalled() -> None:
+    from controller.core.attempts import stalled
+
+    assert stalled(10.0, 0.0, None, True, 30, 60) is None
+    assert stalled(31.0, 0.0, None, True, 30, 60) == "not every rank was running 30s after launch"
+    assert stalled(59.0, 0.0, None, False, 30, 60) is None
+    assert stalled(61.0, 0.0, None, False, 30, 60) == "no progress from rank 0 for 60s since launch (hung?)"
+    assert stalled(100.0, 0.0, 50.0, False, 30, 60) is None
+    assert stalled(111.0, 0.0, 50.0, False, 30, 60) == "no progress from rank 0 for 60s since its last report (hung?)"
+    assert stalled(10_000.0, 0.0, None, False, 30, -1) is None

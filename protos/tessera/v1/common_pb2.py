@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tessera/v1/common.proto\x12\ntessera.v1\"y\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x1a\n\x12\x66oreign_used_bytes\x18\x05 \x01(\x03\x12\x14\n\x0cnvlink_peers\x18\x06 \x03(\x05\"\x9b\x01\n\rNodeInventory\x12+\n\x06source\x18\x01 \x01(\x0e\x32\x1b.tessera.v1.InventorySource\x12\x1d\n\x04gpus\x18\x02 \x03(\x0b\x32\x0f.tessera.v1.Gpu\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12\x11\n\tcpu_count\x18\x04 \x01(\x05\x12\x19\n\x11host_memory_bytes\x18\x05 \x01(\x03\"}\n\tModelSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bhidden_size\x18\x02 \x01(\x05\x12\x12\n\nnum_layers\x18\x03 \x01(\x05\x12\x11\n\tnum_heads\x18\x04 \x01(\x05\x12\x12\n\nvocab_size\x18\x05 \x01(\x05\x12\x12\n\nseq_length\x18\x06 \x01(\x05\"/\n\x0cResourceHint\x12\x0c\n\x04gpus\x18\x01 \x01(\x05\x12\x11\n\tgpu_types\x18\x02 \x03(\t\"\xe6\x02\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12$\n\x05model\x18\x03 \x01(\x0b\x32\x15.tessera.v1.ModelSpec\x12\x19\n\x11global_batch_size\x18\x04 \x01(\x03\x12\x12\n\niterations\x18\x05 \x01(\x03\x12&\n\x04hint\x18\x06 \x01(\x0b\x32\x18.tessera.v1.ResourceHint\x12\x12\n\nentrypoint\x18\x07 \x03(\t\x12)\n\x03\x65nv\x18\x08 \x03(\x0b\x32\x1c.tessera.v1.JobSpec.EnvEntry\x12\x18\n\x10\x63heckpoint_every\x18\t \x01(\x03\x12\x13\n\x0bmax_retries\x18\n \x01(\x05\x12&\n\x08launcher\x18\x0b \x01(\x0b\x32\x14.tessera.v1.Launcher\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"K\n\x08Launcher\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgv\x18\x02 \x03(\t\x12\x10\n\x08per_node\x18\x03 \x01(\x08\x12\x11\n\thead_argv\x18\x04 \x03(\t\"\x9b\x01\n\x04Plan\x12\n\n\x02\x64p\x18\x01 \x01(\x05\x12\n\n\x02tp\x18\x02 \x01(\x05\x12\n\n\x02pp\x18\x03 \x01(\x05\x12\x13\n\x0bmicro_batch\x18\x04 \x01(\x05\x12\x12\n\ngrad_accum\x18\x05 \x01(\x05\x12\x11\n\tgpu_model\x18\x06 \x01(\t\x12\x1c\n\x14memory_per_gpu_bytes\x18\x07 \x01(\x03\x12\x15\n\rmemory_source\x18\x08 \x01(\t\"1\n\tNodeSlice\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x02 \x03(\x05\"F\n\tPlacement\x12%\n\x06slices\x18\x01 \x03(\x0b\x32\x15.tessera.v1.NodeSlice\x12\x12\n\nrendezvous\x18\x02 \x01(\t\"T\n\x08JobEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\xa9\x01\n\x08Progress\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\x1a\n\x12samples_per_second\x18\x02 \x01(\x01\x12\x0c\n\x04loss\x18\x03 \x01(\x01\x12\x19\n\x11step_time_seconds\x18\x04 \x01(\x01\x12\x19\n\x11peak_memory_bytes\x18\x05 \x01(\x03\x12\x0c\n\x04time\x18\x06 \x01(\x01\x12\x1c\n\x14\x63heckpoint_iteration\x18\x07 \x01(\x03*\xcc\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x16\n\x12JOB_STATE_STARTING\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_MIGRATING\x10\x04\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x05\x12\x14\n\x10JOB_STATE_FAILED\x10\x06\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x07*\x9f\x01\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10NODE_STATE_READY\x10\x01\x12\x17\n\x13NODE_STATE_DRAINING\x10\x02\x12\x16\n\x12NODE_STATE_DRAINED\x10\x03\x12\x1a\n\x16NODE_STATE_UNREACHABLE\x10\x04\x12\x13\n\x0fNODE_STATE_DOWN\x10\x05*m\n\x0fInventorySource\x12 \n\x1cINVENTORY_SOURCE_UNSPECIFIED\x10\x00\x12\x19\n\x15INVENTORY_SOURCE_NVML\x10\x01\x12\x1d\n\x19INVENTORY_SOURCE_DECLARED\x10\x02*y\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14WORKER_STATE_RUNNING\x10\x01\x12\x17\n\x13WORKER_STATE_EXITED\x10\x02\x12\x19\n\x15WORKER_STATE_STOPPING\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tessera/v1/common.proto\x12\ntessera.v1\"y\n\x03Gpu\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x1a\n\x12\x66oreign_used_bytes\x18\x05 \x01(\x03\x12\x14\n\x0cnvlink_peers\x18\x06 \x03(\x05\"\x9b\x01\n\rNodeInventory\x12+\n\x06source\x18\x01 \x01(\x0e\x32\x1b.tessera.v1.InventorySource\x12\x1d\n\x04gpus\x18\x02 \x03(\x0b\x32\x0f.tessera.v1.Gpu\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12\x11\n\tcpu_count\x18\x04 \x01(\x05\x12\x19\n\x11host_memory_bytes\x18\x05 \x01(\x03\"}\n\tModelSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bhidden_size\x18\x02 \x01(\x05\x12\x12\n\nnum_layers\x18\x03 \x01(\x05\x12\x11\n\tnum_heads\x18\x04 \x01(\x05\x12\x12\n\nvocab_size\x18\x05 \x01(\x05\x12\x12\n\nseq_length\x18\x06 \x01(\x05\"/\n\x0cResourceHint\x12\x0c\n\x04gpus\x18\x01 \x01(\x05\x12\x11\n\tgpu_types\x18\x02 \x03(\t\"\x88\x03\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12$\n\x05model\x18\x03 \x01(\x0b\x32\x15.tessera.v1.ModelSpec\x12\x19\n\x11global_batch_size\x18\x04 \x01(\x03\x12\x12\n\niterations\x18\x05 \x01(\x03\x12&\n\x04hint\x18\x06 \x01(\x0b\x32\x18.tessera.v1.ResourceHint\x12\x12\n\nentrypoint\x18\x07 \x03(\t\x12)\n\x03\x65nv\x18\x08 \x03(\x0b\x32\x1c.tessera.v1.JobSpec.EnvEntry\x12\x18\n\x10\x63heckpoint_every\x18\t \x01(\x03\x12\x13\n\x0bmax_retries\x18\n \x01(\x05\x12&\n\x08launcher\x18\x0b \x01(\x0b\x32\x14.tessera.v1.Launcher\x12 \n\x18progress_timeout_seconds\x18\x0c \x01(\x03\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"K\n\x08Launcher\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgv\x18\x02 \x03(\t\x12\x10\n\x08per_node\x18\x03 \x01(\x08\x12\x11\n\thead_argv\x18\x04 \x03(\t\"\x9b\x01\n\x04Plan\x12\n\n\x02\x64p\x18\x01 \x01(\x05\x12\n\n\x02tp\x18\x02 \x01(\x05\x12\n\n\x02pp\x18\x03 \x01(\x05\x12\x13\n\x0bmicro_batch\x18\x04 \x01(\x05\x12\x12\n\ngrad_accum\x18\x05 \x01(\x05\x12\x11\n\tgpu_model\x18\x06 \x01(\t\x12\x1c\n\x14memory_per_gpu_bytes\x18\x07 \x01(\x03\x12\x15\n\rmemory_source\x18\x08 \x01(\t\"1\n\tNodeSlice\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x02 \x03(\x05\"F\n\tPlacement\x12%\n\x06slices\x18\x01 \x03(\x0b\x32\x15.tessera.v1.NodeSlice\x12\x12\n\nrendezvous\x18\x02 \x01(\t\"T\n\x08JobEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\xa9\x01\n\x08Progress\x12\x11\n\titeration\x18\x01 \x01(\x03\x12\x1a\n\x12samples_per_second\x18\x02 \x01(\x01\x12\x0c\n\x04loss\x18\x03 \x01(\x01\x12\x19\n\x11step_time_seconds\x18\x04 \x01(\x01\x12\x19\n\x11peak_memory_bytes\x18\x05 \x01(\x03\x12\x0c\n\x04time\x18\x06 \x01(\x01\x12\x1c\n\x14\x63heckpoint_iteration\x18\x07 \x01(\x03*\xcc\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x16\n\x12JOB_STATE_STARTING\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_MIGRATING\x10\x04\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x05\x12\x14\n\x10JOB_STATE_FAILED\x10\x06\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x07*\x9f\x01\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10NODE_STATE_READY\x10\x01\x12\x17\n\x13NODE_STATE_DRAINING\x10\x02\x12\x16\n\x12NODE_STATE_DRAINED\x10\x03\x12\x1a\n\x16NODE_STATE_UNREACHABLE\x10\x04\x12\x13\n\x0fNODE_STATE_DOWN\x10\x05*m\n\x0fInventorySource\x12 \n\x1cINVENTORY_SOURCE_UNSPECIFIED\x10\x00\x12\x19\n\x15INVENTORY_SOURCE_NVML\x10\x01\x12\x1d\n\x19INVENTORY_SOURCE_DECLARED\x10\x02*y\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14WORKER_STATE_RUNNING\x10\x01\x12\x17\n\x13WORKER_STATE_EXITED\x10\x02\x12\x19\n\x15WORKER_STATE_STOPPING\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBSPEC_ENVENTRY']._loaded_options = None
   _globals['_JOBSPEC_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_JOBSTATE']._serialized_start=1474
-  _globals['_JOBSTATE']._serialized_end=1678
-  _globals['_NODESTATE']._serialized_start=1681
-  _globals['_NODESTATE']._serialized_end=1840
-  _globals['_INVENTORYSOURCE']._serialized_start=1842
-  _globals['_INVENTORYSOURCE']._serialized_end=1951
-  _globals['_WORKERSTATE']._serialized_start=1953
-  _globals['_WORKERSTATE']._serialized_end=2074
+  _globals['_JOBSTATE']._serialized_start=1508
+  _globals['_JOBSTATE']._serialized_end=1712
+  _globals['_NODESTATE']._serialized_start=1715
+  _globals['_NODESTATE']._serialized_end=1874
+  _globals['_INVENTORYSOURCE']._serialized_start=1876
+  _globals['_INVENTORYSOURCE']._serialized_end=1985
+  _globals['_WORKERSTATE']._serialized_start=1987
+  _globals['_WORKERSTATE']._serialized_end=2108
   _globals['_GPU']._serialized_start=39
   _globals['_GPU']._serialized_end=160
   _globals['_NODEINVENTORY']._serialized_start=163
@@ -50,19 +50,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESOURCEHINT']._serialized_start=447
   _globals['_RESOURCEHINT']._serialized_end=494
   _globals['_JOBSPEC']._serialized_start=497
-  _globals['_JOBSPEC']._serialized_end=855
-  _globals['_JOBSPEC_ENVENTRY']._serialized_start=813
-  _globals['_JOBSPEC_ENVENTRY']._serialized_end=855
-  _globals['_LAUNCHER']._serialized_start=857
-  _globals['_LAUNCHER']._serialized_end=932
-  _globals['_PLAN']._serialized_start=935
-  _globals['_PLAN']._serialized_end=1090
-  _globals['_NODESLICE']._serialized_start=1092
-  _globals['_NODESLICE']._serialized_end=1141
-  _globals['_PLACEMENT']._serialized_start=1143
-  _globals['_PLACEMENT']._serialized_end=1213
-  _globals['_JOBEVENT']._serialized_start=1215
-  _globals['_JOBEVENT']._serialized_end=1299
-  _globals['_PROGRESS']._serialized_start=1302
-  _globals['_PROGRESS']._serialized_end=1471
+  _globals['_JOBSPEC']._serialized_end=889
+  _globals['_JOBSPEC_ENVENTRY']._serialized_start=847
+  _globals['_JOBSPEC_ENVENTRY']._serialized_end=889
+  _globals['_LAUNCHER']._serialized_start=891
+  _globals['_LAUNCHER']._serialized_end=966
+  _globals['_PLAN']._serialized_start=969
+  _globals['_PLAN']._serialized_end=1124
+  _globals['_NODESLICE']._serialized_start=1126
+  _globals['_NODESLICE']._serialized_end=1175
+  _globals['_PLACEMENT']._serialized_start=1177
+  _globals['_PLACEMENT']._serialized_end=1247
+  _globals['_JOBEVENT']._serialized_start=1249
+  _globals['_JOBEVENT']._serialized_end=1333
+  _globals['_PROGRESS']._serialized_start=1336
+  _globals['_PROGRESS']._serialized_end=1505
 # @@protoc_insertion_point(module_scope)

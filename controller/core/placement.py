@@ -1,0 +1,283 @@
+"""Placement of whole gangs on the free GPUs of a round, and a cheap virtual view for policy search.
+
+Rules (docs/scheduler.md, "Placement"):
+- a gang is placed whole or not at all, on GPUs of one type (a node holding two GPU models counts as
+  two groups, one per model);
+- fewest nodes first: the gang is split evenly, q GPUs on each of n/q nodes, trying the largest
+  per-node share q first (q divides n, q <= the largest group, q a multiple of the TP degree);
+- best fit: among the groups with at least q free GPUs, those with the fewest free GPUs first, then
+  the group order of the snapshot (node order, then model); the "scatter" preference (the Crius
+  artifact's baselines) takes the groups with the most free GPUs first instead;
+- a TP group (tp consecutive ranks) never leaves one NVLink island of a node when islands are known.
+
+`ClusterState` is the mutable working copy of one round (GPU indices). `Trial` is a virtual overlay
+that tracks free *counts* only, so a policy can try thousands of what-ifs without copying the
+cluster; applying a chosen what-if to the `ClusterState` uses the same choice rules and lands on the
+same groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from controller.core.snapshot import NodeView, Slice, Snapshot
+
+BEST_FIT = "best-fit"
+SCATTER = "scatter"
+
+
+def quotas(n: int, max_per_node: int, tp: int = 1) -> list[int]:
+    """Per-node shares to try for a gang of n GPUs, fewest nodes first."""
+    out = [q for q in range(min(n, max_per_node), 0, -1) if n % q == 0 and q % tp == 0]
+    return out
+
+
+@dataclass
+class Group:
+    """The GPUs of one model on one node."""
+
+    gid: int
+    node_id: str
+    gpu_type: str
+    order: int
+    capacity: int
+    free: list[int]
+    islands: dict[int, int] = field(default_factory=dict)
+
+    def tp_room(self, tp: int) -> int:
+        """GPUs usable by whole TP groups of size tp, each inside one NVLink island."""
+        if tp <= 1 or not self.islands:
+            return len(self.free)
+        per: dict[int, int] = {}
+        for g in self.free:
+            isl = self.islands.get(g, -1)
+            per[isl] = per.get(isl, 0) + 1
+        if -1 in per:  # unknown island for some GPU: treat the node as one island
+            return len(self.free) // tp * tp
+        return sum(c // tp * tp for c in per.values())
+
+    def pick(self, q: int, tp: int) -> list[int]:
+        """q free GPU indices: the lowest indices, or whole TP groups per island when tp > 1."""
+        if tp <= 1 or not self.islands:
+            return self.free[:q]
+        per: dict[int, list[int]] = {}
+        for g in self.free:
+            per.setdefault(self.islands.get(g, -1), []).append(g)
+        out: list[int] = []
+        # Best fit inside the node too: islands with the fewest free GPUs that hold a TP group first.
+        for isl in sorted(per, key=lambda i: (len(per[i]), i)):
+            gs = per[isl]
+            take = min(len(gs) // tp * tp, q - len(out))
+            out.extend(gs[:take])
+            if len(out) == q:
+                break
+        return sorted(out)
+
+
+class Pool:
+    """Free GPUs of one type, with a histogram of free counts per group."""
+
+    def __init__(self, gpu_type: str, groups: list[Group]) -> None:
+        self.gpu_type = gpu_type
+        self.groups = groups
+        self.max_cap = max((g.capacity for g in groups), default=0)
+        self.total = sum(g.capacity for g in groups)
+        self.hist = [0] * (self.max_cap + 1)
+        for g in groups:
+            self.hist[len(g.free)] += 1
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(f * c for f, c in enumerate(self.hist))
+
+    def _moved(self, g: Group, before: int) -> None:
+        self.hist[before] -= 1
+        self.hist[len(g.free)] += 1
+
+
+def fits_hist(hist: Sequence[int], n: int, max_cap: int, tp: int = 1) -> int:
+    """Fewest nodes a gang of n GPUs needs given a histogram of free counts; 0 if it does not fit."""
+    if n <= 0 or max_cap <= 0:
+        return 0
+    suffix = [0] * (max_cap + 2)
+    for f in range(max_cap, -1, -1):
+        suffix[f] = suffix[f + 1] + hist[f]
+    for q in quotas(n, max_cap, tp):
+        if suffix[q] >= n // q:
+            return n // q
+    return 0
+
+
+class ClusterState:
+    """The GPUs of a round: which are free, grouped by type, node and model."""
+
+    def __init__(self, groups: list[Group]) -> None:
+        self.groups = groups
+        by_type: dict[str, list[Group]] = {}
+        for g in groups:
+            by_type.setdefault(g.gpu_type, []).append(g)
+        self.pools = {t: Pool(t, gs) for t, gs in sorted(by_type.items())}
+        self._by_node_type = {(g.node_id, g.gpu_type): g for g in groups}
+
+    @staticmethod
+    def from_nodes(nodes: Iterable[NodeView], release: Iterable[Slice] = ()) -> ClusterState:
+        """Free GPUs are the idle ones plus `release` (the GPUs of running jobs a policy may move)."""
+        extra: dict[str, set[int]] = {}
+        for s in release:
+            extra.setdefault(s.node_id, set()).update(s.gpu_indices)
+        groups: list[Group] = []
+        order = 0
+        for node in nodes:
+            by_model: dict[str, list[int]] = {}
+            free: dict[str, list[int]] = {}
+            isl: dict[str, dict[int, int]] = {}
+            mine = extra.get(node.id, set())
+            for g in node.gpus:
+                by_model.setdefault(g.model, []).append(g.index)
+                if g.island >= 0:
+                    isl.setdefault(g.model, {})[g.index] = g.island
+                if g.index not in node.busy or g.index in mine:
+                    free.setdefault(g.model, []).append(g.index)
+            for model in sorted(by_model):
+                groups.append(Group(len(groups), node.id, model, order, len(by_model[model]),
+                                    sorted(free.get(model, [])), isl.get(model, {})))
+                order += 1
+        return ClusterState(groups)
+
+    @staticmethod
+    def from_snapshot(snap: Snapshot) -> ClusterState:
+        return ClusterState.from_nodes(snap.nodes, (s for r in snap.running for s in r.slices))
+
+    def types(self) -> list[str]:
+        return list(self.pools)
+
+    def group(self, node_id: str, gpu_type: str) -> Group:
+        return self._by_node_type[(node_id, gpu_type)]
+
+    def fits(self, gpu_type: str, n: int, tp: int = 1) -> int:
+        """Fewest nodes a gang of n GPUs of this type needs on the free GPUs now; 0 if none."""
+        pool = self.pools.get(gpu_type)
+        if pool is None:
+            return 0
+        if tp <= 1 or not any(g.islands for g in pool.groups):
+            return fits_hist(pool.hist, n, pool.max_cap)
+        return len(self.place(gpu_type, n, tp) or ())
+
+    def place(self, gpu_type: str, n: int, tp: int = 1, prefer: str = BEST_FIT,
+              nodes: int = 0) -> tuple[Slice, ...] | None:
+        """Slices for a gang of n GPUs of one type (not taken yet); None if it does not fit whole.
+        `nodes` > 0 asks for exactly that many nodes."""
+        pool = self.pools.get(gpu_type)
+        if pool is None or n <= 0:
+            return None
+        for q in quotas(n, pool.max_cap, tp):
+            k = n // q
+            if nodes and k != nodes:
+                continue
+            elig = [g for g in pool.groups if g.tp_room(tp) >= q]
+            if len(elig) < k:
+                continue
+            if prefer == SCATTER:
+                elig.sort(key=lambda g: (-len(g.free), g.order))
+            else:
+                elig.sort(key=lambda g: (len(g.free), g.order))
+            return tuple(Slice(g.node_id, tuple(g.pick(q, tp))) for g in elig[:k])
+        return None
+
+    def take(self, slices: Sequence[Slice], gpu_type: str) -> None:
+        pool = self.pools[gpu_type]
+        for s in slices:
+            g = self._by_node_type[(s.node_id, gpu_type)]
+            before = len(g.free)
+            want = set(s.gpu_indices)
+            if not want <= set(g.free):
+                raise ValueError(f"GPUs {sorted(want - set(g.free))} of {s.node_id} are not free")
+            g.free = [i for i in g.free if i not in want]
+            pool._moved(g, before)
+
+    def release(self, slices: Sequence[Slice], gpu_type: str) -> None:
+        pool = self.pools[gpu_type]
+        for s in slices:
+            g = self._by_node_type[(s.node_id, gpu_type)]
+            before = len(g.free)
+            if set(s.gpu_indices) & set(g.free):
+                raise ValueError(f"GPUs of {s.node_id} released twice")
+            g.free = sorted(g.free + list(s.gpu_indices))
+            pool._moved(g, before)
+
+    def free_gpus(self, gpu_type: str) -> int:
+        pool = self.pools.get(gpu_type)
+        return pool.free_gpus if pool else 0
+
+
+class Trial:
+    """A virtual change set over a ClusterState that tracks free counts only (tp = 1 semantics).
+
+    `take` chooses groups exactly as `ClusterState.place` would with the same free counts, so a
+    what-if found here can be applied for real afterwards."""
+
+    __slots__ = ("base", "over", "hists")
+
+    def __init__(self, base: ClusterState) -> None:
+        self.base = base
+        self.over: dict[int, int] = {}
+        self.hists: dict[str, list[int]] = {}
+
+    def copy(self) -> Trial:
+        t = Trial(self.base)
+        t.over = dict(self.over)
+        t.hists = {k: list(v) for k, v in self.hists.items()}
+        return t
+
+    def free_of(self, g: Group) -> int:
+        return self.over.get(g.gid, len(g.free))
+
+    def _hist(self, gpu_type: str) -> list[int]:
+        h = self.hists.get(gpu_type)
+        if h is None:
+            h = list(self.base.pools[gpu_type].hist)
+            self.hists[gpu_type] = h
+        return h
+
+    def _set(self, g: Group, new: int) -> None:
+        h = self._hist(g.gpu_type)
+        h[self.free_of(g)] -= 1
+        h[new] += 1
+        self.over[g.gid] = new
+
+    def fits(self, gpu_type: str, n: int) -> int:
+        pool = self.base.pools.get(gpu_type)
+        if pool is None:
+            return 0
+        h = self.hists.get(gpu_type, pool.hist)
+        return fits_hist(h, n, pool.max_cap)
+
+    def free_gpus(self, gpu_type: str) -> int:
+        pool = self.base.pools.get(gpu_type)
+        if pool is None:
+            return 0
+        h = self.hists.get(gpu_type, pool.hist)
+        return sum(f * c for f, c in enumerate(h))
+
+    def take(self, gpu_type: str, n: int, prefer: str = BEST_FIT) -> list[tuple[Group, int]] | None:
+        pool = self.base.pools.get(gpu_type)
+        if pool is None or n <= 0:
+            return None
+        k_nodes = self.fits(gpu_type, n)
+        if not k_nodes:
+            return None
+        q = n // k_nodes
+        elig = [g for g in pool.groups if self.free_of(g) >= q]
+        if prefer == SCATTER:
+            elig.sort(key=lambda g: (-self.free_of(g), g.order))
+        else:
+            elig.sort(key=lambda g: (self.free_of(g), g.order))
+        chosen = [(g, q) for g in elig[:k_nodes]]
+        for g, c in chosen:
+            self._set(g, self.free_of(g) - c)
+        return chosen
+
+    def give(self, parts: Iterable[tuple[Group, int]]) -> None:
+        for g, c in parts:
+            self._set(g, self.free_of(g) + c)

@@ -1,0 +1,334 @@
+"""One scheduling round: `plan_round(snapshot, estimates, policy, config) -> RoundPlan`.
+
+The live controller and the simulator call this same function. It is pure and deterministic: the
+only inputs are its arguments; the optional wall-clock budget reads a clock the caller passes in
+(`RoundConfig.clock`), and with no clock the round is bounded by a count of evaluated choices.
+
+A policy is a small object behind the `Policy` protocol: it reads a `RoundContext` (the snapshot,
+a mutable copy of the free GPUs, memoised estimates, the budget) and returns decisions for the jobs
+it acts on. `plan_round` fills in the rest (running jobs kept, pending jobs with a reason), checks
+that the plan is physically possible (no GPU given twice, whole gangs, one GPU type per gang) and
+counts what the round cost.
+
+The `Estimates` protocol is what a round needs from the estimator: the Cells of a job on a given
+GPU type, count and node spread, with an estimated iteration time each. The simulator passes a
+table of measured iteration times (the Crius artifact's) or the estimator itself; the live
+controller passes the Cell estimator (estimator/cells.py) behind `CachedEstimates`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from controller.core.placement import ClusterState
+from controller.core.snapshot import (
+    Cell,
+    Decision,
+    JobView,
+    PlanChoice,
+    RoundPlan,
+    RoundStats,
+    RunningView,
+    Slice,
+    Snapshot,
+)
+
+
+@dataclass(frozen=True)
+class CellEstimate:
+    """One Cell of a job with its estimated iteration time (seconds per global batch)."""
+
+    cell: Cell
+    iteration_s: float
+    memory_per_gpu_bytes: int = 0
+    plan: PlanChoice | None = None
+    # Where the number comes from: "table:arena", "formula", "profiled", "measured", "fitted"...
+    source: str = ""
+
+
+@runtime_checkable
+class Estimates(Protocol):
+    """What a round asks the estimator. Implementations must be deterministic."""
+
+    def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
+        """The job's Cells on `gpus` GPUs of `gpu_type` spread evenly over `nodes` nodes: one per
+        feasible pipeline-stage count (Crius: 1 .. gpus, powers of two), each with the iteration
+        time of the best plan inside it. Empty when the job cannot run there (out of memory, a
+        plan the estimator does not cover)."""
+        ...
+
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
+        """GPU counts (ascending) at which the job fits in memory on this type: the Cells of a job
+        submitted without a GPU count come from this range."""
+        ...
+
+
+@runtime_checkable
+class DataParallelMemory(Protocol):
+    """Optional: whether plain data parallelism fits in memory. Baselines in the Crius artifact's
+    mode schedule with data-parallel profiles ("schedule with DP data, run with Alpa")."""
+
+    def dp_fits(self, job: JobView, gpu_type: str, gpus: int) -> bool: ...
+
+
+class CachedEstimates:
+    """Memoises `cells` and `gpu_counts` by (job estimate key, type, GPUs, nodes) across rounds."""
+
+    def __init__(self, inner: Estimates) -> None:
+        self.inner = inner
+        self._cells: dict[tuple[str, str, int, int], tuple[CellEstimate, ...]] = {}
+        self._counts: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._dp: dict[tuple[str, str, int], bool] = {}
+        self.misses = 0
+
+    def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
+        k = (job.key, gpu_type, gpus, nodes)
+        got = self._cells.get(k)
+        if got is None:
+            self.misses += 1
+            got = tuple(self.inner.cells(job, gpu_type, gpus, nodes))
+            self._cells[k] = got
+        return got
+
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
+        k = (job.key, gpu_type)
+        got = self._counts.get(k)
+        if got is None:
+            got = tuple(self.inner.gpu_counts(job, gpu_type))
+            self._counts[k] = got
+        return got
+
+    def dp_fits(self, job: JobView, gpu_type: str, gpus: int) -> bool:
+        inner = self.inner
+        if not isinstance(inner, DataParallelMemory):
+            return True
+        k = (job.key, gpu_type, gpus)
+        got = self._dp.get(k)
+        if got is None:
+            got = inner.dp_fits(job, gpu_type, gpus)
+            self._dp[k] = got
+        return got
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """Knobs of one round, with the defaults the live controller uses."""
+
+    # Crius search depth: the most scaling steps (GPU count halved/doubled, GPU type changed) one
+    # scheduling choice may make (Crius Sec. 6.1 and 8.7).
+    search_depth: int = 3
+    # Deterministic budget: the most scheduling choices a round evaluates. Past it, jobs still to
+    # be decided get only a direct fit (no scaling of others) and the stats say so.
+    max_evaluations: int = 500_000
+    # Wall-clock budget per round in seconds (0 = none). Needs `clock`; a budget by time makes the
+    # round depend on the machine, so the simulator leaves it off by default.
+    time_budget_s: float = 0.0
+    clock: Callable[[], float] | None = None
+    # Length of a round; the deadline-aware policy counts one round before a job can start.
+    interval_s: float = 300.0
+    # Upper bound of the GPUs of one job (0 = the largest node group count times the nodes).
+    max_gpus_per_job: int = 0
+
+
+class Policy(Protocol):
+    """A scheduling policy: decisions for the jobs it acts on, from a round's context."""
+
+    @property
+    def name(self) -> str: ...
+
+    def plan(self, ctx: RoundContext) -> list[Decision]: ...
+
+
+class BudgetExhausted(Exception):
+    pass
+
+
+@dataclass
+class RoundContext:
+    """What a policy reads and uses during one round. `state` starts with the GPUs of running jobs
+    held; a policy that moves a running job releases them first."""
+
+    snap: Snapshot
+    estimates: Estimates
+    config: RoundConfig
+    state: ClusterState = field(init=False)
+    running: dict[str, RunningView] = field(init=False)
+    pending: list[JobView] = field(init=False)
+    arrivals: frozenset[str] = field(init=False)
+    estimate_calls: int = 0
+    evaluations: int = 0
+    budget_exhausted: bool = False
+    _memo: dict[tuple[str, str, int, int], CellEstimate | None] = field(default_factory=dict)
+    _t0: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.state = ClusterState.from_nodes(self.snap.nodes)
+        self.running = {r.job.id: r for r in sorted(self.snap.running, key=lambda r: r.job.id)}
+        self.pending = sorted(self.snap.pending, key=queue_key)
+        ids = [j.id for j in self.pending]
+        self.arrivals = frozenset(ids if self.snap.arrivals is None else self.snap.arrivals)
+        if self.config.clock is not None:
+            self._t0 = self.config.clock()
+
+    # ------------------------------------------------------------------ estimates
+
+    def best(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> CellEstimate | None:
+        """The job's best Cell (fastest stage count) on this resource, memoised for the round."""
+        k = (job.key, gpu_type, gpus, nodes)
+        if k in self._memo:
+            return self._memo[k]
+        self.estimate_calls += 1
+        cells = self.estimates.cells(job, gpu_type, gpus, nodes)
+        best = min(cells, key=lambda c: (c.iteration_s, c.cell.stages), default=None)
+        if best is not None and best.iteration_s <= 0:
+            best = None
+        self._memo[k] = best
+        return best
+
+    def throughput(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> float:
+        """Samples per second of the job's best Cell there; 0 when it cannot run."""
+        b = self.best(job, gpu_type, gpus, nodes)
+        return job.global_batch_size / b.iteration_s if b else 0.0
+
+    def dp_fits(self, job: JobView, gpu_type: str, gpus: int) -> bool:
+        est = self.estimates
+        if isinstance(est, DataParallelMemory):
+            return est.dp_fits(job, gpu_type, gpus)
+        return True
+
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
+        return self.estimates.gpu_counts(job, gpu_type)
+
+    # ------------------------------------------------------------------ cluster
+
+    def types(self) -> list[str]:
+        return self.state.types()
+
+    def max_per_node(self, gpu_type: str) -> int:
+        pool = self.state.pools.get(gpu_type)
+        return pool.max_cap if pool else 0
+
+    def ideal_nodes(self, gpu_type: str, gpus: int) -> int:
+        cap = self.max_per_node(gpu_type)
+        if cap <= 0:
+            return 0
+        return 1 if gpus <= cap else -(-gpus // cap)
+
+    def total_gpus(self, gpu_type: str) -> int:
+        pool = self.state.pools.get(gpu_type)
+        return pool.total if pool else 0
+
+    def max_gpus(self) -> int:
+        if self.config.max_gpus_per_job:
+            return self.config.max_gpus_per_job
+        return max((p.total for p in self.state.pools.values()), default=0)
+
+    # ------------------------------------------------------------------ budget
+
+    def spend(self, n: int = 1) -> bool:
+        """Count n evaluated choices; False once the round's budget is spent."""
+        if self.budget_exhausted:
+            return False
+        self.evaluations += n
+        if self.evaluations > self.config.max_evaluations:
+            self.budget_exhausted = True
+        elif self.config.clock is not None and self.config.time_budget_s > 0 and self.evaluations % 64 == 0:
+            if self.config.clock() - self._t0 > self.config.time_budget_s:
+                self.budget_exhausted = True
+        return not self.budget_exhausted
+
+
+def queue_key(job: JobView) -> tuple[float, str]:
+    """The order of the queue: submission time, then id."""
+    return (job.submit_time, job.id)
+
+
+class PlanError(ValueError):
+    """A policy returned a plan that cannot be carried out (a bug in the policy)."""
+
+
+def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
+               config: RoundConfig | None = None) -> RoundPlan:
+    """Decide one round: each job's Cell, plan and placement, and a reason for each job pending,
+    scaled, moved, suspended or dropped. Pure and deterministic (see the module docstring)."""
+    cfg = config or RoundConfig()
+    ctx = RoundContext(snapshot, estimates, cfg)
+    decided = policy.plan(ctx)
+    return finalize(ctx, decided, policy.name)
+
+
+def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -> RoundPlan:
+    by_id: dict[str, Decision] = {}
+    for d in decided:
+        if d.job_id in by_id:
+            raise PlanError(f"policy {policy_name} decided job {d.job_id} twice")
+        by_id[d.job_id] = d
+    out: list[Decision] = []
+    for r in ctx.running.values():
+        d = by_id.pop(r.job.id, None)
+        if d is None:
+            d = Decision(r.job.id, "keep", "running", r.plan, r.slices, r.cell, opportunistic=r.opportunistic)
+        elif d.action == "start":
+            raise PlanError(f"policy {policy_name} started job {r.job.id}, which is running")
+        elif d.action == "pending":
+            raise PlanError(f"policy {policy_name} left running job {r.job.id} pending; use stop")
+        out.append(d)
+    for j in ctx.pending:
+        d = by_id.pop(j.id, None)
+        if d is None:
+            d = Decision(j.id, "pending", f"waiting: {policy_name} did not place it this round")
+        elif d.action in ("keep", "migrate", "stop"):
+            raise PlanError(f"policy {policy_name} gave action {d.action} to pending job {j.id}")
+        out.append(d)
+    if by_id:
+        raise PlanError(f"policy {policy_name} decided unknown jobs {sorted(by_id)}")
+    _check(ctx, out, policy_name)
+    jobs = {j.id: j for j in ctx.pending}
+    jobs.update((r.job.id, r.job) for r in ctx.running.values())
+    thr = 0.0
+    for d in out:
+        if d.action in ("start", "migrate", "keep") and d.iteration_s > 0:
+            thr += jobs[d.job_id].global_batch_size / d.iteration_s
+    stats = RoundStats(ctx.estimate_calls, ctx.evaluations, ctx.budget_exhausted, thr)
+    return RoundPlan(tuple(out), stats, policy_name)
+
+
+def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -> None:
+    """Every GPU given once, to a gang placed whole on GPUs of its Cell's type that are idle or
+    held by running jobs of this round's plan."""
+    types: dict[tuple[str, int], str] = {}
+    idle: set[tuple[str, int]] = set()
+    for n in ctx.snap.nodes:
+        for g in n.gpus:
+            types[(n.id, g.index)] = g.model
+            if g.index not in n.busy:
+                idle.add((n.id, g.index))
+    usable = set(idle)
+    for r in ctx.running.values():
+        usable.update((s.node_id, i) for s in r.slices for i in s.gpu_indices)
+    used: dict[tuple[str, int], str] = {}
+    for d in decisions:
+        if d.action not in ("start", "migrate", "keep"):
+            continue
+        if not d.slices:
+            raise PlanError(f"policy {policy_name}: {d.action} of {d.job_id} without a placement")
+        gpus = [(s.node_id, i) for s in d.slices for i in s.gpu_indices]
+        if d.cell is not None:
+            if len(gpus) != d.cell.gpus:
+                raise PlanError(f"policy {policy_name}: {d.job_id} has {len(gpus)} GPUs for {d.cell}")
+            bad = [g for g in gpus if types.get(g) != d.cell.gpu_type]
+            if bad:
+                raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPUs not of type "
+                                f"{d.cell.gpu_type}: {bad[:4]}")
+        for g in gpus:
+            if g not in usable:
+                raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPU {g}, which is not free")
+            if g in used:
+                raise PlanError(f"policy {policy_name}: GPU {g} given to {used[g]} and {d.job_id}")
+            used[g] = d.job_id
+
+
+def slices_gpus(slices: Sequence[Slice]) -> int:
+    return sum(len(s.gpu_indices) for s in slices)
