@@ -186,13 +186,16 @@ class ClusterState:
         return None
 
     def take(self, slices: Sequence[Slice], gpu_type: str) -> None:
+        """Mark the slices' GPUs used; ValueError (and nothing changed) if any is not free."""
         pool = self.pools[gpu_type]
+        for s in slices:
+            g = self._by_node_type.get((s.node_id, gpu_type))
+            if g is None or not set(s.gpu_indices) <= set(g.free):
+                raise ValueError(f"GPUs {list(s.gpu_indices)} of {s.node_id} ({gpu_type}) are not free")
         for s in slices:
             g = self._by_node_type[(s.node_id, gpu_type)]
             before = len(g.free)
             want = set(s.gpu_indices)
-            if not want <= set(g.free):
-                raise ValueError(f"GPUs {sorted(want - set(g.free))} of {s.node_id} are not free")
             g.free = [i for i in g.free if i not in want]
             pool._moved(g, before)
 
@@ -217,7 +220,7 @@ class Trial:
     `take` chooses groups exactly as `ClusterState.place` would with the same free counts, so a
     what-if found here can be applied for real afterwards."""
 
-    __slots__ = ("base", "over", "hists")
+    __slots__ = ("base", "hists", "over")
 
     def __init__(self, base: ClusterState) -> None:
         self.base = base

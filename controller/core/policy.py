@@ -232,11 +232,11 @@ class RoundContext:
         if self.budget_exhausted:
             return False
         self.evaluations += n
-        if self.evaluations > self.config.max_evaluations:
-            self.budget_exhausted = True
-        elif self.config.clock is not None and self.config.time_budget_s > 0 and self.evaluations % 64 == 0:
-            if self.config.clock() - self._t0 > self.config.time_budget_s:
-                self.budget_exhausted = True
+        over = self.evaluations > self.config.max_evaluations
+        clock = self.config.clock
+        if not over and clock is not None and self.config.time_budget_s > 0 and self.evaluations % 64 == 0:
+            over = clock() - self._t0 > self.config.time_budget_s
+        self.budget_exhausted = over
         return not self.budget_exhausted
 
 
@@ -267,20 +267,24 @@ def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -
         by_id[d.job_id] = d
     out: list[Decision] = []
     for r in ctx.running.values():
-        d = by_id.pop(r.job.id, None)
-        if d is None:
+        got = by_id.pop(r.job.id, None)
+        if got is None:
             d = Decision(r.job.id, "keep", "running", r.plan, r.slices, r.cell, opportunistic=r.opportunistic)
-        elif d.action == "start":
+        elif got.action == "start":
             raise PlanError(f"policy {policy_name} started job {r.job.id}, which is running")
-        elif d.action == "pending":
+        elif got.action == "pending":
             raise PlanError(f"policy {policy_name} left running job {r.job.id} pending; use stop")
+        else:
+            d = got
         out.append(d)
     for j in ctx.pending:
-        d = by_id.pop(j.id, None)
-        if d is None:
+        got = by_id.pop(j.id, None)
+        if got is None:
             d = Decision(j.id, "pending", f"waiting: {policy_name} did not place it this round")
-        elif d.action in ("keep", "migrate", "stop"):
-            raise PlanError(f"policy {policy_name} gave action {d.action} to pending job {j.id}")
+        elif got.action in ("keep", "migrate", "stop"):
+            raise PlanError(f"policy {policy_name} gave action {got.action} to pending job {j.id}")
+        else:
+            d = got
         out.append(d)
     if by_id:
         raise PlanError(f"policy {policy_name} decided unknown jobs {sorted(by_id)}")
@@ -314,20 +318,20 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
             continue
         if not d.slices:
             raise PlanError(f"policy {policy_name}: {d.action} of {d.job_id} without a placement")
-        gpus = [(s.node_id, i) for s in d.slices for i in s.gpu_indices]
+        gpu_ids = [(s.node_id, i) for s in d.slices for i in s.gpu_indices]
         if d.cell is not None:
-            if len(gpus) != d.cell.gpus:
-                raise PlanError(f"policy {policy_name}: {d.job_id} has {len(gpus)} GPUs for {d.cell}")
-            bad = [g for g in gpus if types.get(g) != d.cell.gpu_type]
+            if len(gpu_ids) != d.cell.gpus:
+                raise PlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for {d.cell}")
+            bad = [g for g in gpu_ids if types.get(g) != d.cell.gpu_type]
             if bad:
                 raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPUs not of type "
                                 f"{d.cell.gpu_type}: {bad[:4]}")
-        for g in gpus:
-            if g not in usable:
-                raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPU {g}, which is not free")
-            if g in used:
-                raise PlanError(f"policy {policy_name}: GPU {g} given to {used[g]} and {d.job_id}")
-            used[g] = d.job_id
+        for gid in gpu_ids:
+            if gid not in usable:
+                raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPU {gid}, which is not free")
+            if gid in used:
+                raise PlanError(f"policy {policy_name}: GPU {gid} given to {used[gid]} and {d.job_id}")
+            used[gid] = d.job_id
 
 
 def slices_gpus(slices: Sequence[Slice]) -> int:

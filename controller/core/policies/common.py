@@ -1,0 +1,223 @@
+"""What every policy needs inside a round: the current allocation of each job, applied changes,
+and the decisions they turn into at the end (virtual allocation, applied once: Crius Sec. 6.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from controller.core.placement import BEST_FIT, Group, Trial
+from controller.core.policy import CellEstimate, RoundContext, queue_key
+from controller.core.snapshot import Cell, Decision, JobView, PlanChoice, RunningView, Slice
+
+
+@dataclass
+class Alloc:
+    """A job's allocation as the round has it so far."""
+
+    job: JobView
+    gpu_type: str
+    gpus: int
+    slices: tuple[Slice, ...]
+    est: CellEstimate | None
+    orig: RunningView | None = None
+    note: str = ""
+    opportunistic: bool = False
+
+    @property
+    def nodes(self) -> int:
+        return len(self.slices)
+
+    @property
+    def thr(self) -> float:
+        e = self.est
+        return self.job.global_batch_size / e.iteration_s if e and e.iteration_s > 0 else 0.0
+
+
+def free_text(ctx: RoundContext, state_free: dict[str, int] | None = None) -> str:
+    parts = []
+    for t in ctx.types():
+        f = state_free[t] if state_free is not None else ctx.state.free_gpus(t)
+        parts.append(f"{f}/{ctx.total_gpus(t)} {t}")
+    return "free now: " + ", ".join(parts)
+
+
+def where(slices: Sequence[Slice]) -> str:
+    if len(slices) == 1:
+        return f"node {slices[0].node_id}"
+    return f"{len(slices)} nodes ({', '.join(s.node_id for s in slices[:3])}{', ...' if len(slices) > 3 else ''})"
+
+
+def thr_text(job: JobView, est: CellEstimate | None) -> str:
+    if est is None or est.iteration_s <= 0:
+        return "no estimate"
+    return f"est. {est.iteration_s:.3g} s/iter, {job.global_batch_size / est.iteration_s:.1f} samples/s"
+
+
+def synth_plan(job: JobView, est: CellEstimate | None, cell: Cell) -> PlanChoice:
+    """The estimate's plan, or a data-parallel stand-in where the estimate names none (tables)."""
+    if est is not None and est.plan is not None:
+        return est.plan
+    pp = max(1, cell.stages)
+    dp = max(1, cell.gpus // pp)
+    mb = max(1, job.global_batch_size // dp)
+    return PlanChoice(dp, 1, pp if dp * pp == cell.gpus else 1, mb, 1, cell.gpu_type,
+                      est.memory_per_gpu_bytes if est else 0, (est.source if est else "") or "unknown")
+
+
+def change_kind(prev: Cell, new: Cell) -> str:
+    if prev.gpu_type != new.gpu_type:
+        return "type-change"
+    if new.gpus > prev.gpus:
+        return "scale-up"
+    if new.gpus < prev.gpus:
+        return "scale-down"
+    return "move"
+
+
+@dataclass
+class Board:
+    """The round's working allocation over `ctx.state` (running jobs' GPUs held)."""
+
+    ctx: RoundContext
+    name: str
+    allocs: dict[str, Alloc] = field(default_factory=dict)
+    waiting: dict[str, JobView] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    suspended: dict[str, str] = field(default_factory=dict)
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        for r in self.ctx.running.values():
+            n = len(r.slices)
+            est = self.ctx.best(r.job, r.cell.gpu_type, r.cell.gpus, n)
+            self.allocs[r.job.id] = Alloc(r.job, r.cell.gpu_type, r.cell.gpus, r.slices, est, r,
+                                          opportunistic=r.opportunistic)
+        for j in self.ctx.pending:
+            self.waiting[j.id] = j
+
+    # ------------------------------------------------------------------ virtual parts
+
+    def parts(self, a: Alloc) -> list[tuple[Group, int]]:
+        st = self.ctx.state
+        return [(st.group(s.node_id, a.gpu_type), len(s.gpu_indices)) for s in a.slices]
+
+    def shrink_parts(self, a: Alloc) -> tuple[list[tuple[Group, int]], tuple[Slice, ...], tuple[Slice, ...]]:
+        """Halving a job: (released parts, kept slices, released slices). One node keeps its lowest
+        half; several nodes keep the first half of the nodes."""
+        st = self.ctx.state
+        keep: tuple[Slice, ...]
+        rel: tuple[Slice, ...]
+        if len(a.slices) == 1:
+            s = a.slices[0]
+            half = len(s.gpu_indices) // 2
+            keep = (Slice(s.node_id, s.gpu_indices[:half]),)
+            rel = (Slice(s.node_id, s.gpu_indices[half:]),)
+        else:
+            k = len(a.slices) // 2
+            keep, rel = a.slices[:k], a.slices[k:]
+        return [(st.group(s.node_id, a.gpu_type), len(s.gpu_indices)) for s in rel], keep, rel
+
+    def trial(self) -> Trial:
+        return Trial(self.ctx.state)
+
+    # ------------------------------------------------------------------ real changes
+
+    def place(self, gpu_type: str, gpus: int, prefer: str = BEST_FIT, tp: int = 1) -> tuple[Slice, ...] | None:
+        return self.ctx.state.place(gpu_type, gpus, tp, prefer)
+
+    def start(self, job: JobView, gpu_type: str, slices: tuple[Slice, ...], note: str,
+              est: CellEstimate | None = None) -> Alloc:
+        self.ctx.state.take(slices, gpu_type)
+        if est is None:
+            est = self.ctx.best(job, gpu_type, len([i for s in slices for i in s.gpu_indices]), len(slices))
+        a = Alloc(job, gpu_type, sum(len(s.gpu_indices) for s in slices), slices, est, None, note)
+        self.allocs[job.id] = a
+        self.waiting.pop(job.id, None)
+        self.reasons.pop(job.id, None)
+        self.version += 1
+        return a
+
+    def release(self, a: Alloc) -> None:
+        self.ctx.state.release(a.slices, a.gpu_type)
+        self.version += 1
+
+    def reassign(self, a: Alloc, gpu_type: str, slices: tuple[Slice, ...], note: str,
+                 already_released: bool = False) -> None:
+        """Give a job new GPUs (its old ones are released first unless already released)."""
+        if not already_released:
+            self.release(a)
+        self.ctx.state.take(slices, gpu_type)
+        a.gpu_type = gpu_type
+        a.slices = slices
+        a.gpus = sum(len(s.gpu_indices) for s in slices)
+        a.est = self.ctx.best(a.job, gpu_type, a.gpus, len(slices))
+        a.note = note if not a.note else f"{a.note}; {note}"
+        self.version += 1
+
+    def shrink(self, a: Alloc, note: str) -> None:
+        _, keep, rel = self.shrink_parts(a)
+        self.ctx.state.release(rel, a.gpu_type)
+        a.slices = keep
+        a.gpus = sum(len(s.gpu_indices) for s in keep)
+        a.est = self.ctx.best(a.job, a.gpu_type, a.gpus, len(keep))
+        a.note = note if not a.note else f"{a.note}; {note}"
+        self.version += 1
+
+    def suspend(self, a: Alloc, reason: str) -> None:
+        self.release(a)
+        del self.allocs[a.job.id]
+        if a.orig is not None:
+            self.suspended[a.job.id] = reason
+        else:  # started this round and taken back: simply pending
+            self.waiting[a.job.id] = a.job
+            self.reasons[a.job.id] = reason
+
+    def pend(self, job: JobView, reason: str) -> None:
+        self.reasons[job.id] = reason
+
+    def drop(self, job: JobView, reason: str) -> None:
+        self.waiting.pop(job.id, None)
+        self.dropped[job.id] = reason
+
+    # ------------------------------------------------------------------ the end of the round
+
+    def earliest_waiting(self) -> tuple[float, str] | None:
+        keys = [queue_key(j) for j in self.waiting.values() if j.id not in self.dropped]
+        return min(keys) if keys else None
+
+    def decisions(self, opportunistic: bool = True) -> list[Decision]:
+        out: list[Decision] = []
+        first_wait = self.earliest_waiting() if opportunistic else None
+        for a in self.allocs.values():
+            cell = Cell(a.gpu_type, a.gpus, a.est.cell.stages if a.est else 0)
+            opp = first_wait is not None and queue_key(a.job) > first_wait
+            it = a.est.iteration_s if a.est else 0.0
+            plan = synth_plan(a.job, a.est, cell)
+            if a.orig is None:
+                why = f"{self.name}: Cell {cell} on {where(a.slices)}; {thr_text(a.job, a.est)}"
+                if a.note:
+                    why += f"; {a.note}"
+                if opp:
+                    why += "; opportunistic: an earlier job is still waiting"
+                out.append(Decision(a.job.id, "start", why, plan, a.slices, cell, iteration_s=it, opportunistic=opp))
+            elif a.slices == a.orig.slices and a.gpu_type == a.orig.cell.gpu_type:
+                out.append(Decision(a.job.id, "keep", f"{self.name}: running in {cell}", a.orig.plan or plan,
+                                    a.slices, cell, iteration_s=it, opportunistic=opp and a.orig.opportunistic))
+            else:
+                kind = change_kind(a.orig.cell, cell)
+                why = f"{self.name}: {kind} from {a.orig.cell} to {cell} on {where(a.slices)}; {thr_text(a.job, a.est)}"
+                if a.note:
+                    why += f"; {a.note}"
+                out.append(Decision(a.job.id, "migrate", why, plan, a.slices, cell, a.orig.cell, kind, it,
+                                    opp and a.orig.opportunistic))
+        for jid, why in self.suspended.items():
+            out.append(Decision(jid, "stop", why))
+        for jid, why in self.dropped.items():
+            out.append(Decision(jid, "drop", why))
+        for jid in self.waiting:
+            if jid in self.dropped:
+                continue
+            out.append(Decision(jid, "pending", self.reasons.get(jid, f"{self.name}: waiting")))
+        return out

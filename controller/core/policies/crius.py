@@ -1,0 +1,545 @@
+"""The Crius Cell policy (crius.txt Sec. 6.1, Algorithm 1), the default policy of Tessera.
+
+Per round, with departures and arrivals as Algorithm 1 has them:
+1. SchedDeparture: the waiting jobs, in queue order, each get CellBasedSched. A job that still does
+   not fit may take the GPUs of opportunistic jobs queued after it, which are then suspended
+   (opportunistic execution: large jobs do not starve).
+2. SchedArrival: each new job gets CellBasedSched; a job that fits while an earlier job waits runs
+   opportunistically.
+3. Extra scheduling (CellBasedSched()): released resources go to running jobs, one step at a time,
+   the step with the largest estimated gain of cluster throughput first (scale up, change type,
+   move to fewer nodes).
+4. FinalizeAlloc: the virtual allocation becomes decisions once, at the end (start, migrate, stop).
+
+CellBasedSched(job) explores scheduling choices: the job takes one of its Cells (GPU type x count x
+stages), after at most `search_depth` scaling steps of running jobs (halve a job's GPUs, move a job
+to another GPU type, halve a job on another type to make room for such a move). Each choice is
+scored by the estimated cluster throughput it leads to (sum of samples/s by the Cell estimates);
+the best feasible one is applied virtually. The search is a depth-first walk with an upper bound
+(a choice cannot gain more than the job's own throughput plus the best positive step per level),
+on a virtual overlay of free-GPU counts (controller/core/placement.py `Trial`), so trying a choice
+costs microseconds.
+
+Two modes:
+- "paper": Cells from the hint (N/2, N, 2N) on every GPU type, or from the memory-feasible range
+  when there is no hint; pick the best choice by cluster throughput; waiting jobs are retried every
+  round; released resources go to running jobs only when no job is left waiting.
+- "artifact": as the Crius artifact's `scheduler.py` runs it: a new job first tries its requested
+  type and count as they are and takes them when they fit with the best locality; only otherwise
+  the downgrade search (halve/move jobs including itself) runs, with depth 3, or 2 once more than
+  150 jobs run; waiting jobs are retried only in rounds with departures; running jobs are upgraded
+  (up to 10 steps, any gain > 0) after arrivals, and after departures when nothing arrived.
+
+The deadline-aware variant (`crius-ddl`, Sec. 8.5) only counts Cells that finish the job before its
+deadline (one round to start plus the restart cost) and drops waiting jobs that can no longer make
+it. What this simplifies: TP groups are not kept inside NVLink islands during the search (only at
+the final placement, which then may fail and fall back); the search does not move a job twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.core.placement import BEST_FIT, Group, Trial
+from controller.core.policies.common import Alloc, Board, free_text
+from controller.core.policy import CellEstimate, RoundContext, queue_key
+from controller.core.snapshot import Decision, JobView
+
+PAPER = "paper"
+ARTIFACT = "artifact"
+
+
+@dataclass(frozen=True)
+class CriusOptions:
+    mode: str = PAPER
+    # None: RoundConfig.search_depth ("artifact": 3, or 2 when more than 150 jobs run).
+    search_depth: int | None = None
+    deadline_aware: bool = False
+    scale_count: bool = True  # adaptivity scaling (off: Crius-NA of the ablation)
+    change_type: bool = True  # heterogeneity scaling (off: Crius-NH)
+    opportunistic: bool = True
+    upgrade_steps: int = 10
+    # Relative throughput gain a running job's scale-up / type change / move needs.
+    upgrade_min_gain: float = 0.0
+    # Restart cost assumed by the deadline check (s).
+    restart_s: float = 40.0
+
+
+@dataclass
+class _Op:
+    kind: str  # "shrink" | "htc"
+    alloc: Alloc
+    to_type: str
+    gain: float
+    released: list[tuple[Group, int]] = field(default_factory=list)
+
+
+@dataclass
+class _Choice:
+    value: float
+    gpu_type: str
+    gpus: int
+    nodes: int
+    ops: list[_Op]
+
+
+class CriusPolicy:
+    def __init__(self, options: CriusOptions | None = None) -> None:
+        self.options = options or CriusOptions()
+        suffix = "-ddl" if self.options.deadline_aware else ""
+        self._name = f"crius{suffix}"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    # ------------------------------------------------------------------ the round
+
+    def plan(self, ctx: RoundContext) -> list[Decision]:
+        o = self.options
+        b = Board(ctx, self.name)
+        run = _Round(self, ctx, b)
+        if o.deadline_aware:
+            run.drop_late()
+        arrivals = [j for j in ctx.pending if j.id in ctx.arrivals]
+        older = [j for j in ctx.pending if j.id not in ctx.arrivals]
+        departures = ctx.snap.departures > 0 or ctx.snap.arrivals is None
+        if o.mode == ARTIFACT:
+            if departures and older:
+                run.restart_waiting(older)
+            if departures and not arrivals:
+                run.upgrade()
+            for j in arrivals:
+                run.arrive(j)
+            if arrivals:
+                run.upgrade()
+        else:
+            run.restart_waiting(older)
+            for j in arrivals:
+                run.arrive(j)
+            if not any(j.id not in run.hopeless for j in b.waiting.values()):
+                run.upgrade()
+        return b.decisions(o.opportunistic)
+
+
+class _Round:
+    """One round of the Crius policy over a Board."""
+
+    def __init__(self, pol: CriusPolicy, ctx: RoundContext, b: Board) -> None:
+        self.o = pol.options
+        self.ctx = ctx
+        self.b = b
+        self.name = pol.name
+        self.failed: dict[str, int] = {}  # estimate-key signature -> board version when it failed
+        self.hopeless: set[str] = set()  # jobs with no feasible Cell even on an empty cluster
+        self.failed_reason: dict[str, str] = {}
+        if self.o.search_depth is not None:
+            self.depth = self.o.search_depth
+        elif self.o.mode == ARTIFACT:
+            self.depth = 3 if len(ctx.running) <= 150 else 2
+        else:
+            self.depth = ctx.config.search_depth
+
+    # ------------------------------------------------------------------ estimates
+
+    def types_for(self, job: JobView) -> list[str]:
+        ts = self.ctx.types()
+        return [t for t in ts if not job.gpu_types or t in job.gpu_types]
+
+    def ddl_ok(self, job: JobView, est: CellEstimate | None, restart: bool) -> bool:
+        if not self.o.deadline_aware or job.deadline <= 0 or est is None:
+            return True
+        cfg = self.ctx.config
+        end = (self.ctx.snap.now + cfg.interval_s + (self.o.restart_s if restart else 0.0)
+               + job.remaining_iterations * est.iteration_s)
+        return end <= job.deadline
+
+    def thr(self, job: JobView, gpu_type: str, gpus: int, nodes: int, restart: bool = True) -> float:
+        est = self.ctx.best(job, gpu_type, gpus, nodes)
+        if est is None or not self.ddl_ok(job, est, restart):
+            return 0.0
+        return job.global_batch_size / est.iteration_s
+
+    def ideal_thr(self, job: JobView, gpu_type: str, gpus: int) -> float:
+        n = self.ctx.ideal_nodes(gpu_type, gpus)
+        return self.thr(job, gpu_type, gpus, n) if n else 0.0
+
+    def alloc_thr(self, a: Alloc) -> float:
+        return self.thr(a.job, a.gpu_type, a.gpus, a.nodes, restart=False) if a.est else 0.0
+
+    # ------------------------------------------------------------------ Cells of a job
+
+    def target_cells(self, job: JobView) -> list[tuple[str, int, int]]:
+        """(GPU type, GPUs, scaling steps it costs) of the job's Cells."""
+        o = self.o
+        types = self.types_for(job)
+        req = job.gpu_type_hint if job.gpu_type_hint in types else ""
+        out: list[tuple[str, int, int]] = []
+        cap = self.ctx.max_gpus()
+        if o.mode == ARTIFACT:
+            n0 = job.gpus_hint or self._smallest_count(job, req or (types[0] if types else ""))
+            if n0 <= 0:
+                return []
+            for t in types:
+                tc = 0 if (not req or t == req) else 1
+                if tc and not o.change_type:
+                    continue
+                n, c = n0, 0
+                while n >= 1:
+                    if c and not o.scale_count:
+                        break
+                    out.append((t, n, tc + c))
+                    n //= 2
+                    c += 1
+            return out
+        for t in types:
+            if req and t != req and not o.change_type:
+                continue
+            if job.gpus_hint:
+                n = job.gpus_hint
+                counts = sorted({max(1, n // 2), n, 2 * n}) if o.scale_count else [n]
+            else:
+                feas = [c for c in self.ctx.gpu_counts(job, t) if c & (c - 1) == 0]
+                counts = feas[:3] if o.scale_count else feas[:1]
+            for n in counts:
+                if 0 < n <= min(cap, self.ctx.total_gpus(t)):
+                    out.append((t, n, 0))
+        return out
+
+    def _smallest_count(self, job: JobView, gpu_type: str) -> int:
+        if not gpu_type:
+            return 0
+        cs = self.ctx.gpu_counts(job, gpu_type)
+        return cs[0] if cs else 0
+
+    # ------------------------------------------------------------------ search
+
+    def _shrink_list(self, gpu_type: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
+        allocs = [a for a in self.b.allocs.values() if a.gpu_type == gpu_type and a.gpus > 1
+                  and a.job.id not in exclude]
+        if self.o.mode == ARTIFACT and allocs:
+            # The artifact prefers the largest jobs: only those with at least half the largest count.
+            top = max(a.gpus for a in allocs)
+            allocs = [a for a in allocs if a.gpus >= top // 2]
+        out = []
+        for a in allocs:
+            k = a.nodes // 2 if a.nodes > 1 else 1
+            new = self.thr(a.job, a.gpu_type, a.gpus // 2, k)
+            if new <= 0:
+                continue
+            out.append((new - self.alloc_thr(a), a))
+        out.sort(key=lambda x: (-x[0], queue_key(x[1].job)))
+        return out
+
+    def _htc_list(self, src: str, dst: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
+        out = []
+        for a in self.b.allocs.values():
+            if a.gpu_type != src or a.job.id in exclude:
+                continue
+            if a.job.gpu_types and dst not in a.job.gpu_types:
+                continue
+            new = self.ideal_thr(a.job, dst, a.gpus)
+            if new <= 0:
+                continue
+            out.append((new - self.alloc_thr(a), a))
+        out.sort(key=lambda x: (-x[0], queue_key(x[1].job)))
+        return out
+
+    def search(self, job: JobView, base: Trial, exclude: set[str], direct_only: bool = False) -> _Choice | None:
+        """The best scheduling choice for a job over the board (see the module docstring)."""
+        cells = []
+        for t, n, cost in self.target_cells(job):
+            if cost > self.depth and not direct_only:
+                continue
+            ti = self.ideal_thr(job, t, n)
+            if ti > 0:
+                cells.append((ti, t, n, cost))
+        if not cells:
+            return None
+        cells.sort(key=lambda c: (-c[0], c[3], c[1], c[2]))
+        ex = _Explorer(self, job, exclude)
+        for ti, t, n, cost in cells:
+            if not self.ctx.spend():
+                direct_only = True
+            left0 = 0 if direct_only else self.depth - cost
+            ex.target(t, n, ti, left0)
+            if ex.best is not None and ti + left0 * ex.bound_pos <= ex.best.value:
+                continue
+            ex.explore(base.copy(), [], 0.0, left0)
+        return ex.best
+
+    def apply(self, job: JobView, ch: _Choice, extra_note: str = "") -> Alloc | None:
+        """Apply a choice for real: the scaling steps, then the job's placement."""
+        b = self.b
+        notes = []
+        for op in ch.ops:
+            a = op.alloc
+            if op.kind == "shrink":
+                b.shrink(a, f"scaled down to make room for {job.id}")
+                notes.append(f"{a.job.id} halved to {a.gpus} x {a.gpu_type}")
+            else:
+                b.release(a)
+                sl = b.place(op.to_type, a.gpus)
+                if sl is None:  # the virtual view was optimistic; keep the job where it was
+                    b.ctx.state.take(a.slices, a.gpu_type)
+                    continue
+                old = a.gpu_type
+                b.reassign(a, op.to_type, sl, f"moved from {old} to make room for {job.id}", already_released=True)
+                notes.append(f"{a.job.id} moved {old} -> {op.to_type}")
+        sl = b.place(ch.gpu_type, ch.gpus, BEST_FIT)
+        if sl is None:
+            return None
+        note = ("made room: " + ", ".join(notes)) if notes else ""
+        if extra_note:
+            note = f"{note}; {extra_note}" if note else extra_note
+        return b.start(job, ch.gpu_type, sl, note)
+
+    # ------------------------------------------------------------------ Algorithm 1 steps
+
+    def _sig(self, job: JobView) -> str:
+        return f"{job.key}|{job.gpus_hint}|{job.gpu_type_hint}|{','.join(job.gpu_types)}"
+
+    def cell_based_sched(self, job: JobView, allow_reclaim: bool) -> bool:
+        b = self.b
+        sig = self._sig(job)
+        if not self.o.deadline_aware and self.failed.get(sig) == b.version:
+            b.pend(job, self.failed_reason.get(sig, f"{self.name}: waiting"))
+            return False
+        if self._hopeless(job):
+            return False
+        direct_only = self.ctx.budget_exhausted
+        base = b.trial()
+        if self.o.mode == ARTIFACT and not direct_only:
+            req = job.gpu_type_hint if job.gpu_type_hint in self.types_for(job) else ""
+            n0 = job.gpus_hint
+            nodes = base.fits(req, n0) if req and n0 else 0
+            if (nodes and nodes == self.ctx.ideal_nodes(req, n0) and self.thr(job, req, n0, nodes) > 0
+                    and self.apply(job, _Choice(0.0, req, n0, nodes, [])) is not None):
+                return True
+        ch = self.search(job, base, set(), direct_only)
+        if ch is not None and self.apply(job, ch) is not None:
+            return True
+        if allow_reclaim and self.o.opportunistic and not direct_only and self._reclaim(job):
+            return True
+        reason = self._pending_reason(job)
+        b.pend(job, reason)
+        self.failed[sig] = b.version
+        self.failed_reason[sig] = reason
+        return False
+
+    def _reclaim(self, job: JobView) -> bool:
+        """Opportunistic execution: take back the GPUs of jobs queued after this one that run
+        opportunistically; suspend those whose GPUs the job needs."""
+        b = self.b
+        mine = queue_key(job)
+        opp = [a for a in b.allocs.values() if queue_key(a.job) > mine
+               and (a.opportunistic or a.orig is None)]
+        if not opp:
+            return False
+        tr = b.trial()
+        for a in opp:
+            tr.give(b.parts(a))
+        ch = self.search(job, tr, {a.job.id for a in opp})
+        if ch is None:
+            return False
+        saved = [(a, a.slices) for a in sorted(opp, key=lambda a: queue_key(a.job))]
+        for a, _ in saved:
+            b.release(a)
+        got = self.apply(job, ch, "started by suspending opportunistic jobs queued after it")
+        if got is None:
+            for a, sl in saved:
+                b.ctx.state.take(sl, a.gpu_type)
+            return False
+        for a, sl in saved:
+            try:
+                b.ctx.state.take(sl, a.gpu_type)
+            except ValueError:
+                del b.allocs[a.job.id]
+                why = (f"{self.name}: suspended (opportunistic execution): its GPUs went to {job.id}, "
+                       f"queued before it")
+                if a.orig is not None:
+                    b.suspended[a.job.id] = why
+                else:
+                    b.waiting[a.job.id] = a.job
+                    b.reasons[a.job.id] = why
+        return True
+
+    def _hopeless(self, job: JobView) -> bool:
+        """No Cell of the job is feasible anywhere, even on an empty cluster."""
+        if job.id in self.hopeless:
+            return True
+        for t, n, _ in self.target_cells(job):
+            if self.ideal_thr(job, t, n) > 0:
+                return False
+        self.hopeless.add(job.id)
+        cells = ", ".join(sorted({f"{n} x {t}" for t, n, _ in self.target_cells(job)})) or "none"
+        if self.o.deadline_aware and job.deadline > 0:
+            self.b.drop(job, f"{self.name}: dropped: no Cell ({cells}) finishes before the deadline")
+        else:
+            self.b.pend(job, f"{self.name}: fits nowhere: no feasible Cell among {cells} "
+                             f"(out of memory or not covered by the estimates)")
+        return True
+
+    def _pending_reason(self, job: JobView) -> str:
+        cells = sorted({(t, n) for t, n, c in self.target_cells(job)}, key=lambda x: (x[0], x[1]))
+        txt = ", ".join(f"{n} x {t}" for t, n in cells[:6]) + (", ..." if len(cells) > 6 else "")
+        budget = "; round budget spent, only direct fits tried" if self.ctx.budget_exhausted else ""
+        return (f"{self.name}: waiting for GPUs: no Cell ({txt}) fits, even after up to {self.depth} "
+                f"scaling steps of running jobs; {free_text(self.ctx)}{budget}")
+
+    def restart_waiting(self, jobs: list[JobView]) -> None:
+        for j in sorted(jobs, key=queue_key):
+            if j.id in self.b.waiting and j.id not in self.b.dropped:
+                self.cell_based_sched(j, allow_reclaim=True)
+
+    def arrive(self, job: JobView) -> None:
+        self.cell_based_sched(job, allow_reclaim=False)
+
+    def drop_late(self) -> None:
+        now = self.ctx.snap.now
+        for j in list(self.b.waiting.values()):
+            if j.deadline > 0 and j.deadline <= now:
+                self.b.drop(j, f"{self.name}: dropped: its deadline passed while it waited")
+
+    def upgrade(self) -> None:
+        """Give free GPUs to running jobs, one step at a time, the largest gain first."""
+        ctx, b, o = self.ctx, self.b, self.o
+        types = ctx.types()
+        for _ in range(o.upgrade_steps):
+            if ctx.budget_exhausted:
+                return
+            cands: list[tuple[float, int, Alloc, str, int]] = []
+            for i, a in enumerate(b.allocs.values()):
+                cur = self.alloc_thr(a)
+                opts: list[tuple[str, int]] = []
+                if o.change_type:
+                    opts += [(t, a.gpus) for t in types if t != a.gpu_type
+                             and (not a.job.gpu_types or t in a.job.gpu_types)]
+                if o.scale_count and 2 * a.gpus <= ctx.max_gpus():
+                    opts.append((a.gpu_type, 2 * a.gpus))
+                if a.nodes > ctx.ideal_nodes(a.gpu_type, a.gpus):
+                    opts.append((a.gpu_type, a.gpus))
+                for t, n in opts:
+                    ub = self.ideal_thr(a.job, t, n) - cur
+                    if ub > o.upgrade_min_gain * cur and ub > 0:
+                        cands.append((ub, i, a, t, n))
+            cands.sort(key=lambda c: (-c[0], c[1]))
+            best: tuple[float, Alloc, str, int, int] | None = None
+            for ub, _, a, t, n in cands:
+                if best is not None and ub <= best[0]:
+                    break
+                if not ctx.spend():
+                    break
+                tr = b.trial()
+                tr.give(b.parts(a))
+                nodes = tr.fits(t, n)
+                if not nodes:
+                    continue
+                if t == a.gpu_type and n == a.gpus and nodes >= a.nodes:
+                    continue
+                gain = self.thr(a.job, t, n, nodes) - self.alloc_thr(a)
+                if gain > o.upgrade_min_gain * self.alloc_thr(a) and gain > 0 and (best is None or gain > best[0]):
+                    best = (gain, a, t, n, nodes)
+            if best is None:
+                return
+            _, a, t, n, _nodes = best
+            old = (a.gpu_type, a.gpus, a.nodes)
+            b.release(a)
+            sl = b.place(t, n)
+            if sl is None:
+                b.ctx.state.take(a.slices, a.gpu_type)
+                return
+            what = ("scaled up" if n > old[1] else "moved to fewer nodes") if t == old[0] else f"moved from {old[0]}"
+            b.reassign(a, t, sl, f"{what}: released GPUs give +{best[0]:.1f} samples/s", already_released=True)
+
+
+class _Explorer:
+    """Depth-first walk over scaling steps for one job (CellBasedSched's SCALERESOURCE + BESTPERF)."""
+
+    def __init__(self, r: _Round, job: JobView, exclude: set[str]) -> None:
+        self.r = r
+        self.job = job
+        self.exclude = exclude
+        self.types = r.ctx.types()
+        self.best: _Choice | None = None
+        self._shrink: dict[str, list[tuple[float, Alloc]]] = {}
+        self._htc: dict[tuple[str, str], list[tuple[float, Alloc]]] = {}
+        self.t, self.n, self.ti, self.bound_pos = "", 0, 0.0, 0.0
+        self.seen: set[frozenset[tuple[str, str, str]]] = set()
+
+    def shrink_l(self, t: str) -> list[tuple[float, Alloc]]:
+        if t not in self._shrink:
+            self._shrink[t] = self.r._shrink_list(t, self.exclude) if self.r.o.scale_count else []
+        return self._shrink[t]
+
+    def htc_l(self, s: str, d: str) -> list[tuple[float, Alloc]]:
+        if (s, d) not in self._htc:
+            self._htc[(s, d)] = self.r._htc_list(s, d, self.exclude) if self.r.o.change_type else []
+        return self._htc[(s, d)]
+
+    def target(self, t: str, n: int, ti: float, left: int) -> None:
+        self.t, self.n, self.ti = t, n, ti
+        self.seen = set()
+        g = 0.0
+        if left > 0:
+            for d in self.types:
+                if d != t:
+                    hl = self.htc_l(t, d)
+                    if hl:
+                        g = max(g, hl[0][0])
+        self.bound_pos = g
+
+    def explore(self, tr: Trial, ops: list[_Op], gsum: float, left: int) -> None:
+        r, t, n = self.r, self.t, self.n
+        if self.best is not None and gsum + self.ti + left * self.bound_pos <= self.best.value:
+            return
+        if not r.ctx.spend():
+            left = 0
+        nodes = tr.fits(t, n)
+        if nodes:
+            v = gsum + r.thr(self.job, t, n, nodes)
+            if v > 0 and (self.best is None or v > self.best.value):
+                self.best = _Choice(v, t, n, nodes, list(ops))
+            if nodes <= r.ctx.ideal_nodes(t, n):
+                return
+        if left <= 0:
+            return
+        modified = {op.alloc.job.id for op in ops}
+        cand: list[_Op] = []
+        for g, a in self.shrink_l(t):
+            if a.job.id not in modified:
+                rel, _, _ = r.b.shrink_parts(a)
+                cand.append(_Op("shrink", a, t, g, rel))
+                break
+        for d in self.types:
+            if d == t:
+                continue
+            for g, a in self.htc_l(t, d):
+                if a.job.id in modified:
+                    continue
+                if tr.fits(d, a.gpus):
+                    cand.append(_Op("htc", a, d, g))
+                    break
+            if left >= 2:
+                for g, a in self.shrink_l(d):
+                    if a.job.id not in modified:
+                        rel, _, _ = r.b.shrink_parts(a)
+                        cand.append(_Op("shrink", a, d, g, rel))
+                        break
+        done = {(o.kind, o.alloc.job.id, o.to_type) for o in ops}
+        for op in cand:
+            key = frozenset(done | {(op.kind, op.alloc.job.id, op.to_type)})
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            tr2 = tr.copy()
+            if op.kind == "shrink":
+                tr2.give(op.released)
+                gain = op.gain
+            else:
+                tr2.give(r.b.parts(op.alloc))
+                got = tr2.take(op.to_type, op.alloc.gpus)
+                if got is None:
+                    continue
+                gain = r.thr(op.alloc.job, op.to_type, op.alloc.gpus, len(got)) - r.alloc_thr(op.alloc)
+            self.explore(tr2, [*ops, _Op(op.kind, op.alloc, op.to_type, gain, op.released)], gsum + gain, left - 1)

@@ -1,0 +1,44 @@
+"""The Frenzy policy (frenzy.txt Sec. IV) behind the Policy protocol: MARP resource plans per job,
+placed by HAS best fit (controller/core/frenzy.py does the work; this adapter only adds the Cell and
+the estimated iteration time to each start).
+
+Simplifies, as the original: no scaling or migration of running jobs, no GPU-type preference
+beyond the memory fit, jobs in submission order with backfill. "artifact" and "paper" are the same
+(Frenzy's artifact is its paper's algorithm)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from controller.core import frenzy
+from controller.core.policy import RoundContext
+from controller.core.snapshot import Cell, Decision, Snapshot
+
+
+class FrenzyPolicy:
+    def __init__(self, cfg: frenzy.FrenzyConfig | None = None, mode: str = "paper") -> None:
+        self.cfg = cfg or frenzy.FrenzyConfig()
+        self.mode = mode
+
+    @property
+    def name(self) -> str:
+        return "frenzy"
+
+    def plan(self, ctx: RoundContext) -> list[Decision]:
+        snap = ctx.snap
+        inner = Snapshot(snap.nodes, snap.pending, snap.cluster_gpus)
+        jobs = {j.id: j for j in snap.pending}
+        types = {(n.id, g.index): g.model for n in snap.nodes for g in n.gpus}
+        out: list[Decision] = []
+        for d in frenzy.plan_round(inner, self.cfg).decisions:
+            if d.action != "start" or d.plan is None:
+                out.append(replace(d, reason=f"frenzy: {d.reason}"))
+                continue
+            models = {types[(s.node_id, i)] for s in d.slices for i in s.gpu_indices}
+            cell = Cell(d.plan.gpu_model, d.plan.gpus, d.plan.pp) if len(models) == 1 else None
+            it = 0.0
+            if cell is not None:
+                est = ctx.best(jobs[d.job_id], cell.gpu_type, cell.gpus, len(d.slices))
+                it = est.iteration_s if est else 0.0
+            out.append(replace(d, reason=f"frenzy: {d.reason}", cell=cell, iteration_s=it))
+        return out
