@@ -22,7 +22,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +48,11 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Shape of one model of the artifact. layers/hidden/seq: s*h*l of the profile's ``seq_hid`` split
-    with the published architecture; global batch: the artifact's job configs (sched/models/*.py).
-    ``params`` None = the profile's ``parameter_size``."""
+    """Shape of one model of the artifact: layers/hidden/seq split the profile's ``seq_hid`` (= s*h*l)
+    with the published architecture; the global batch is the artifact's job config
+    (sched/models/*.py ``local_bsz``). ``params``/``seq`` None = the profiled model's; a model whose
+    profile is a sibling's (llama30 <- llama7b) names its own, and its forward time is scaled by
+    the FLOPs per sample (params x seq)."""
 
     profile: str
     history: str
@@ -59,6 +61,7 @@ class ModelSpec:
     seq: int
     global_batch: int
     params: float | None = None
+    profile_seq: int | None = None
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -68,9 +71,9 @@ MODELS: dict[str, ModelSpec] = {
     "t5": ModelSpec("t5", "t5", 32, 1024, 512, 16),
     "gpt2": ModelSpec("gpt2", "gpt2", 48, 1600, 1024, 16),
     "llama7": ModelSpec("llama7b", "llama7b", 32, 4096, 4096, 8),
-    # The artifact's llama30b profile is a copy of llama7b's (data README); LLaMA-30B has 32.5 B
-    # parameters, 60 layers of 6656, a 2048-token context.
-    "llama30": ModelSpec("llama30b", "llama30b", 60, 6656, 2048, 4, params=32.5e9),
+    # The artifact's llama30b profile is a copy of llama7b's (data README): 6.74 B parameters at
+    # 4096 tokens. LLaMA-30B: 32.5 B parameters, 60 layers of 6656, a 2048-token context.
+    "llama30": ModelSpec("llama30b", "llama30b", 60, 6656, 2048, 4, params=32.5e9, profile_seq=4096),
 }
 
 # Artifact's profiled offload runs use 4 CPU threads per GPU; the placements rows are taken as the same.
@@ -101,21 +104,29 @@ def history_in_si(p: Params) -> Params:
     )
 
 
-def build_workload(name: str, spec: ModelSpec, rows: list[perf_data.ProfileRow]) -> Workload:
-    profiled = rows[0].param_mib * MIB
-    params = spec.params or profiled
+def build_workloads(
+    name: str, spec: ModelSpec, rows: list[perf_data.ProfileRow]
+) -> tuple[Workload, Workload]:
+    """(the profiled model, the model whose placements are predicted); the same unless the profile
+    is a sibling's."""
+    profiled_params = rows[0].param_mib * MIB
     ref_t, ref_b, beta = forward_profile(perf_data.forward_points(rows, spec.global_batch))
-    return Workload(
-        name=name,
-        params=params,
+    profiled = Workload(
+        name=f"{name}-profile",
+        params=profiled_params,
         layers=spec.layers,
         hidden=spec.hidden,
-        seq=spec.seq,
+        seq=spec.profile_seq or spec.seq,
         global_batch=spec.global_batch,
-        fwd_ref_time=ref_t * params / profiled,  # forward time scales with the parameter count
+        fwd_ref_time=ref_t,
         fwd_ref_batch=ref_b,
         fwd_exponent=beta,
     )
+    if spec.params is None and spec.profile_seq is None:
+        return profiled, replace(profiled, name=name)
+    params = spec.params or profiled_params
+    flops = params * spec.seq / (profiled_params * profiled.seq)
+    return profiled, replace(profiled, name=name, params=params, seq=spec.seq, fwd_ref_time=ref_t * flops)
 
 
 def kinds(row: perf_data.PlacementRow, nodes: int) -> list[str]:
@@ -142,8 +153,8 @@ def run(root: Path, env: Environment) -> dict[str, Any]:
     t0 = time.perf_counter()
     for name, spec in MODELS.items():
         prof = perf_data.read_profile(morph / "profile" / spec.profile)
-        workload = build_workload(name, spec, prof)
-        samples = perf_data.profile_samples(prof, workload)
+        profiled, workload = build_workloads(name, spec, prof)
+        samples = perf_data.profile_samples(prof, profiled)
         params: dict[str, Params] = {}
         fitted[name] = {"workload": asdict(workload), "profile_samples": len(samples)}
         for mode in MODES:

@@ -221,15 +221,12 @@ def profile_config(row: ProfileRow, workload: Workload, *, use_measured_forward:
 def profile_samples(
     rows: Sequence[ProfileRow], workload: Workload, *, use_measured_forward: bool = False
 ) -> list[Sample]:
-    """Samples to fit on. The profile's own model size (``parameter_size``) replaces the workload's,
-    since a profile may come from a sibling model (the artifact's llama30b profile is llama7b's)."""
+    """Samples to fit on: each profiled run of ``workload`` (the model that was profiled) with its
+    measured iteration time and parts. With ``use_measured_forward`` the run's measured forward time
+    replaces the workload's forward model (the paper's T_fwd "from profilers")."""
     out = []
     for row in rows:
-        w = workload
-        profiled_params = row.param_mib * MIB
-        if abs(profiled_params - w.params) / w.params > 1e-3:
-            w = _rescale(w, profiled_params)
-        cfg = profile_config(row, w, use_measured_forward=use_measured_forward)
+        cfg = profile_config(row, workload, use_measured_forward=use_measured_forward)
         out.append(
             Sample(
                 cfg,
@@ -239,21 +236,6 @@ def profile_samples(
             )
         )
     return out
-
-
-def _rescale(w: Workload, params: float) -> Workload:
-    """The same workload with another parameter count; the forward time scales with it."""
-    return Workload(
-        name=w.name,
-        params=params,
-        layers=w.layers,
-        hidden=w.hidden,
-        seq=w.seq,
-        global_batch=w.global_batch,
-        fwd_ref_time=w.fwd_ref_time * params / w.params,
-        fwd_ref_batch=w.fwd_ref_batch,
-        fwd_exponent=w.fwd_exponent,
-    )
 
 
 def forward_points(rows: Sequence[ProfileRow], global_batch: int) -> list[tuple[float, float]]:

@@ -157,17 +157,18 @@ class Environment:
     """Cluster constants, bandwidths one way (defaults: the Morphling cluster, 8 x 8 A800).
 
     ``intra_node_bw``: NVLink per GPU; the data README's 400 GB/s is the bidirectional figure, so
-    200 GB/s each way. ``inter_node_bw``: one server's RDMA bandwidth, split evenly over
-    ``nics_per_node`` NICs. The README says "100 GB/s"; the measured multi-node rows, and the
-    artifact's own code (2 and 20 GB/s), only fit 100 Gb/s = 12.5 GB/s per server, which is the
-    default (docs/estimator-perf-model.md, "Bandwidths"). ``grad_bytes``/``act_bytes``: bytes per
-    gradient / activation element on the wire; ``offload_bytes``: bytes per parameter moved over PCIe
-    by ZeRO-Offload (fp16 gradients down, fp16 parameters up). Latencies: per ring step / p2p send.
+    200 GB/s each way. ``inter_node_bw``: one NIC's RDMA rate (the paper's B_inter); ``gpus_per_nic``:
+    GPUs of a server behind one NIC (mode "tessera"). The README's "100 GB/s" between servers is not
+    what the measured multi-node rows show: they fit 100 Gb/s = 12.5 GB/s NICs, one per pair of GPUs
+    (docs/estimator-perf-model.md, "Bandwidths"). ``net_efficiency``: what collectives get of a link
+    (mode "tessera"). ``grad_bytes``/``act_bytes``: bytes per gradient / activation element on the
+    wire; ``offload_bytes``: bytes per parameter over PCIe under ZeRO-Offload (fp16 gradients down,
+    fp16 parameters up). Latencies: per ring step / p2p send.
     """
 
     intra_node_bw: float = 200e9
     inter_node_bw: float = 12.5e9
-    nics_per_node: int = 1
+    gpus_per_nic: int = 2
     pcie_bw: float = 32e9
     grad_bytes: float = 2.0
     act_bytes: float = 2.0
@@ -179,7 +180,7 @@ class Environment:
     def __post_init__(self) -> None:
         for name in ("intra_node_bw", "inter_node_bw", "pcie_bw", "grad_bytes", "act_bytes", "offload_bytes"):
             _positive(getattr(self, name), f"env.{name}")
-        _positive_int(self.nics_per_node, "env.nics_per_node")
+        _positive_int(self.gpus_per_nic, "env.gpus_per_nic")
         for name in ("intra_latency", "inter_latency"):
             v = getattr(self, name)
             _require(math.isfinite(v) and v >= 0, f"env.{name}", f"must be >= 0, got {v!r}")
@@ -192,7 +193,7 @@ class Environment:
     @property
     def nic_bw(self) -> float:
         """What one NIC delivers to a collective (link rate x ``net_efficiency``)."""
-        return self.inter_node_bw / self.nics_per_node * self.net_efficiency
+        return self.inter_node_bw * self.net_efficiency
 
     @property
     def nvlink_bw(self) -> float:
@@ -401,48 +402,60 @@ def overlap(k: float, x: float, y: float) -> float:
 @dataclass(frozen=True)
 class _Group:
     nodes: int  # servers the group spans
-    min_per_node: int  # fewest members on one of those servers
-    max_per_node: int
+    max_per_node: int  # most members on one server (the NVLink stage)
+    nic_load: float  # worst server: groups of this kind sharing each of its NICs in use
 
 
-def _groups(config: RunConfig) -> dict[str, _Group]:
-    """Worst DP and TP groups and the PP chain under Megatron's rank order (TP, then DP, then PP)."""
+def _nics(gpus_on_node: int, env: Environment) -> int:
+    return max(1, -(-gpus_on_node // env.gpus_per_nic))
+
+
+def _groups(config: RunConfig, env: Environment) -> dict[str, _Group]:
+    """Worst DP and TP groups and PP chain under Megatron's rank order (TP, then DP, then PP).
+
+    A server holding ``k`` GPUs of the job uses ceil(k / gpus_per_nic) NICs; the groups of one kind
+    with members there (k / members-of-one-group) share them.
+    """
     plan = config.plan
     d, t, p = plan.dp, plan.tp, plan.pp
+    per_node = config.placement.gpus_per_node
     node_of = config.placement.node_of_rank()
 
     def rank(ti: int, di: int, pi: int) -> int:
         return ti + t * (di + d * pi)
 
     def worst(members: list[list[int]]) -> _Group:
-        best = _Group(1, 0, 0)
+        out = _Group(1, 1, 0.0)
         for ranks in members:
             counts: dict[int, int] = {}
             for r in ranks:
                 counts[node_of[r]] = counts.get(node_of[r], 0) + 1
-            g = _Group(len(counts), min(counts.values()), max(counts.values()))
-            # Worst = most servers, then fewest GPUs on the thinnest server.
-            if (g.nodes, -g.min_per_node) > (best.nodes, -best.min_per_node) or best.max_per_node == 0:
-                best = g
-        return best
+            load = max((per_node[n] / c) / _nics(per_node[n], env) for n, c in counts.items())
+            g = _Group(len(counts), max(counts.values()), load if len(counts) > 1 else 0.0)
+            if (g.nodes, g.nic_load, g.max_per_node) > (out.nodes, out.nic_load, out.max_per_node):
+                out = g
+        return out
 
     dp_groups = [[rank(ti, di, pi) for di in range(d)] for ti in range(t) for pi in range(p)]
     tp_groups = [[rank(ti, di, pi) for ti in range(t)] for di in range(d) for pi in range(p)]
-    # PP: how many consecutive-stage boundaries cross a server (max over chains).
-    crossings = 0
+    # PP: the boundaries between consecutive stages that cross a server, on the worst chain; all
+    # GPUs of the sending server send at once, over its NICs.
+    crossings, pp_load = 0, 0.0
     for ti in range(t):
         for di in range(d):
-            c = sum(1 for pi in range(p - 1) if node_of[rank(ti, di, pi)] != node_of[rank(ti, di, pi + 1)])
+            c = 0
+            for pi in range(p - 1):
+                src, dst = node_of[rank(ti, di, pi)], node_of[rank(ti, di, pi + 1)]
+                if src != dst:
+                    c += 1
+                    pp_load = max(pp_load, per_node[src] / _nics(per_node[src], env))
             crossings = max(crossings, c)
-    return {
-        "dp": worst(dp_groups),
-        "tp": worst(tp_groups),
-        "pp": _Group(crossings, 0, 0),
-    }
+    return {"dp": worst(dp_groups), "tp": worst(tp_groups), "pp": _Group(crossings, 1, pp_load)}
 
 
 def _allreduce_time(nbytes: float, group: _Group, size: int, env: Environment) -> float:
-    """Hierarchical ring all-reduce of ``nbytes`` per GPU in a group of ``size`` GPUs."""
+    """Hierarchical ring all-reduce of ``nbytes`` per GPU in a group of ``size`` GPUs: reduce inside
+    each server over NVLink, ring across the servers over the NICs they share (``nic_load``)."""
     if size <= 1 or nbytes <= 0:
         return 0.0
     t = 0.0
@@ -451,8 +464,7 @@ def _allreduce_time(nbytes: float, group: _Group, size: int, env: Environment) -
         t += 2.0 * (local - 1) / local * nbytes / env.nvlink_bw + 2 * (local - 1) * env.intra_latency
     n = group.nodes
     if n > 1:
-        rails = min(group.min_per_node, env.nics_per_node)
-        t += 2.0 * (n - 1) / n * nbytes / (rails * env.nic_bw) + 2 * (n - 1) * env.inter_latency
+        t += 2.0 * (n - 1) / n * nbytes * group.nic_load / env.nic_bw + 2 * (n - 1) * env.inter_latency
     return t
 
 
@@ -495,31 +507,31 @@ def breakdown(
         t_tp = v_tp / env.intra_node_bw
         t_pp = v_pp / b_net
     else:
-        groups = _groups(config)
+        groups = _groups(config, env)
         t_dp = _allreduce_time(grad_bytes, groups["dp"], d, env)
         g_tp = groups["tp"]
         if t > 1:
-            b_tp = (
-                env.nvlink_bw if g_tp.nodes == 1 else min(g_tp.min_per_node, env.nics_per_node) * env.nic_bw
-            )
-            lat = env.intra_latency if g_tp.nodes == 1 else env.inter_latency
-            t_tp = v_tp / b_tp + 4 * 2 * (t - 1) * w.layers * a * m * lat
+            # On the critical path: Megatron's 4 all-reduces per layer, NVLink inside a server.
+            if g_tp.nodes == 1:
+                t_tp = v_tp / env.nvlink_bw + 4 * 2 * (t - 1) * w.layers * a * m * env.intra_latency
+            else:
+                t_tp = v_tp * g_tp.nic_load / env.nic_bw + 4 * 2 * (t - 1) * w.layers * a * m * env.inter_latency
         else:
             t_tp = 0.0
         if p > 1:
             # Critical path of 1F1B: 2*(m+p-2) sends of one micro-batch's boundary activation
-            # (split over the TP ranks); the crossing boundaries go over one NIC per GPU.
+            # (split over the TP ranks); the crossing boundaries go through the servers' NICs.
             x_mb = bsh / (d * m * t)
-            cross = groups["pp"].nodes
+            g_pp = groups["pp"]
+            cross = g_pp.nodes
             inside = (p - 1) - cross
-            per_crossing = x_mb / env.nic_bw + env.inter_latency
+            per_crossing = x_mb * g_pp.nic_load / env.nic_bw + env.inter_latency
             per_inside = x_mb / env.nvlink_bw + env.intra_latency
             worst = per_crossing if cross > 0 else per_inside
             t_pp = a * (2.0 * (cross * per_crossing + inside * per_inside) + 2.0 * (m - 1) * worst)
         else:
             t_pp = 0.0
 
-    # ---- T_cc (A.1): GA runs a-1 steps without sync, the last one overlapped with the DP sync
     # Mode "tessera": ZeRO-DP reduce-scatters gradients during the backward pass but all-gathers the
     # updated parameters after the optimizer step, so half of the DP volume is exposed. (ZeRO-Offload
     # keeps the paper's form, where the DP sync also meets the offload in T_oo.)
