@@ -143,13 +143,45 @@ def stats(errs: list[float]) -> dict[str, float]:
     }
 
 
+# Reading the data README's "100 GB/s between servers" literally: one 100 GB/s pipe per server.
+README_ENV = replace(DEFAULT_ENV, inter_node_bw=100e9, gpus_per_nic=8)
+
+# Leave-one-model-out calibration grid of the inter-node constants (NIC rate, GPUs per NIC).
+GRID = [
+    replace(DEFAULT_ENV, inter_node_bw=bw * 1e9, gpus_per_nic=g)
+    for bw in (6.25, 12.5, 25.0, 50.0, 100.0)
+    for g in (1, 2, 4, 8)
+]
+
+
+def regular(placement: str) -> bool:
+    """Every server holds an even number of the job's GPUs, or every server exactly one."""
+    counts = [int(c) for c in placement]
+    return len(counts) == 1 or all(c % 2 == 0 for c in counts) or all(c == 1 for c in counts)
+
+
+@dataclass
+class ModelRun:
+    name: str
+    rows: list[perf_data.PlacementRow]
+    configs: list[Any]
+    params: dict[str, Params]
+
+
+def _errors(run: ModelRun, col: str, env: Environment) -> list[float]:
+    mode: Mode = "morphling" if col in ("history", "morphling") else "tessera"
+    out = []
+    for row, cfg in zip(run.rows, run.configs, strict=True):
+        pred = predict(run.params[col], cfg, mode, env)
+        out.append(abs(pred - row.iter_time) / row.iter_time if math.isfinite(pred) else math.inf)
+    return out
+
+
 def run(root: Path, env: Environment) -> dict[str, Any]:
     morph = root / "morphling"
     history = perf_data.read_history(morph / "profile" / "history.csv")
-    columns = [*MODES, "history"]
-    errs: dict[str, dict[str, dict[str, list[float]]]] = {c: {} for c in columns}
     fitted: dict[str, dict[str, Any]] = {}
-    rows_out: list[dict[str, Any]] = []
+    runs: list[ModelRun] = []
     t0 = time.perf_counter()
     for name, spec in MODELS.items():
         prof = perf_data.read_profile(morph / "profile" / spec.profile)
@@ -165,37 +197,107 @@ def run(root: Path, env: Environment) -> dict[str, Any]:
             }
         params["history"] = history_in_si(history[spec.history])
         fitted[name]["history"] = {"params": asdict(params["history"])}
-        for row in perf_data.read_placements(morph / "placements" / name / "placements.csv"):
-            cfg = perf_data.placement_config(row, workload, offload_cpus=OFFLOAD_CPUS)
-            groups = ["all", name, *kinds(row, cfg.placement.nodes)]
+        rows = perf_data.read_placements(morph / "placements" / name / "placements.csv")
+        configs = [perf_data.placement_config(r, workload, offload_cpus=OFFLOAD_CPUS) for r in rows]
+        runs.append(ModelRun(name, rows, configs, params))
+    fit_seconds = time.perf_counter() - t0
+
+    # Per-row errors of each column.
+    cols: dict[str, dict[str, list[float]]] = {
+        "morphling": {r.name: _errors(r, "morphling", env) for r in runs},
+        "tessera": {r.name: _errors(r, "tessera", env) for r in runs},
+        "history": {r.name: _errors(r, "history", env) for r in runs},
+        "tessera-readme-bw": {r.name: _errors(r, "tessera", README_ENV) for r in runs},
+    }
+    # Leave one model out: the inter-node constants that best predict the other models' multi-node
+    # rows (the stand-in for the offline link measurement of Appendix A.1).
+    grid_err = [{r.name: _errors(r, "tessera", g) for r in runs} for g in GRID]
+    lomo: dict[str, list[float]] = {}
+    chosen: dict[str, dict[str, float]] = {}
+    for held in runs:
+
+        def others_mean(i: int, held_name: str = held.name) -> float:
+            errs = [
+                e
+                for r in runs
+                if r.name != held_name
+                for e, c in zip(grid_err[i][r.name], r.configs, strict=True)
+                if c.placement.nodes > 1
+            ]
+            return statistics.fmean(errs)
+
+        best = min(range(len(GRID)), key=others_mean)
+        lomo[held.name] = grid_err[best][held.name]
+        chosen[held.name] = {
+            "inter_node_bw": GRID[best].inter_node_bw,
+            "gpus_per_nic": GRID[best].gpus_per_nic,
+        }
+    cols["tessera-lomo-bw"] = lomo
+
+    def table(col: str, keep: Any = None) -> dict[str, dict[str, float]]:
+        groups: dict[str, list[float]] = {}
+        for r in runs:
+            for row, cfg, e in zip(r.rows, r.configs, cols[col][r.name], strict=True):
+                if keep is not None and not keep(row):
+                    continue
+                for g in ["all", r.name, *kinds(row, cfg.placement.nodes)]:
+                    groups.setdefault(g, []).append(e)
+        return {g: stats(v) for g, v in groups.items()}
+
+    def cross(col: str) -> dict[str, dict[str, float]]:
+        groups: dict[str, list[float]] = {}
+        for r in runs:
+            for row, cfg, e in zip(r.rows, r.configs, cols[col][r.name], strict=True):
+                nodes, kind = kinds(row, cfg.placement.nodes)
+                groups.setdefault(f"{r.name}/{kind}/{nodes}", []).append(e)
+        return {g: stats(v) for g, v in sorted(groups.items())}
+
+    predictions = []
+    for r in runs:
+        for i, (row, cfg) in enumerate(zip(r.rows, r.configs, strict=True)):
             rec: dict[str, Any] = {
-                "model": name,
+                "model": r.name,
                 "exec_plan": row.exec_plan,
                 "placement": row.placement,
                 "measured_s": row.iter_time,
             }
-            for col in columns:
-                mode: Mode = "morphling" if col == "history" else col  # type: ignore[assignment]
-                pred = predict(params[col], cfg, mode, env)
-                err = abs(pred - row.iter_time) / row.iter_time if math.isfinite(pred) else math.inf
-                rec[col] = round(pred, 5)
-                for g in groups:
-                    errs[col].setdefault(g, []).append(err)
-            rows_out.append(rec)
-    elapsed = time.perf_counter() - t0
-
-    def table(col: str) -> dict[str, dict[str, float]]:
-        return {g: stats(v) for g, v in errs[col].items()}
+            for col in ("morphling", "tessera", "history"):
+                col_mode: Mode = "morphling" if col != "tessera" else "tessera"
+                rec[col] = round(predict(r.params[col], cfg, col_mode, env), 5)
+            rec["tessera_err_pct"] = round(100 * cols["tessera"][r.name][i], 2)
+            predictions.append(rec)
 
     return {
         "benchmark": "estimator_morphling",
         "data": str(morph),
-        "rows": len(rows_out),
+        "rows": len(predictions),
         "environment": asdict(env),
-        "seconds": round(elapsed, 2),
-        "error": {col: table(col) for col in columns},
+        "fit_seconds": round(fit_seconds, 2),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "columns": {
+            "morphling": "the paper's model (Appendix A), fitted on each model's profile",
+            "tessera": "placement-aware extension, fitted on each model's profile",
+            "history": "the paper's model with the authors' parameters (profile/history.csv)",
+            "tessera-readme-bw": "tessera with the README's 100 GB/s per server taken literally",
+            "tessera-lomo-bw": "tessera with NIC rate and GPUs per NIC chosen on the other models' rows",
+        },
+        "error": {col: table(col) for col in cols},
+        "error_by_model_kind_nodes": {col: cross(col) for col in ("morphling", "tessera")},
+        "diagnostics": {
+            "tessera_regular_placements": table("tessera", lambda row: regular(row.placement))["all"],
+            "tessera_irregular_placements": table("tessera", lambda row: not regular(row.placement))["all"],
+            "history_without_gpt2_offload": stats(
+                [
+                    e
+                    for r in runs
+                    for row, e in zip(r.rows, cols["history"][r.name], strict=True)
+                    if not (r.name == "gpt2" and row.exec_plan == "zero-offload")
+                ]
+            ),
+            "lomo_choice": chosen,
+        },
         "fitted": fitted,
-        "predictions": rows_out,
+        "predictions": predictions,
     }
 
 

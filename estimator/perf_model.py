@@ -144,7 +144,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
 # Adam at ~20 G params/s on a GPU, ~1 G params/s per CPU thread, 10 ms of fixed overhead.
 # k_host: 4 bytes per parameter over ~20 GB/s of host bandwidth per server.
 DEFAULT_PARAMS = Params(
-    k_bwd=2.0, k_sync=2.0, k_opt=5e-11, k_os_offload=2e-9, k_const=0.01, k_off=2.0, k_swap=2.0, k_host=2e-10
+    k_bwd=2.0, k_sync=1.0, k_opt=5e-11, k_os_offload=2e-9, k_const=0.01, k_off=2.0, k_swap=2.0, k_host=2e-10
 )
 
 
@@ -515,7 +515,9 @@ def breakdown(
             if g_tp.nodes == 1:
                 t_tp = v_tp / env.nvlink_bw + 4 * 2 * (t - 1) * w.layers * a * m * env.intra_latency
             else:
-                t_tp = v_tp * g_tp.nic_load / env.nic_bw + 4 * 2 * (t - 1) * w.layers * a * m * env.inter_latency
+                t_tp = (
+                    v_tp * g_tp.nic_load / env.nic_bw + 4 * 2 * (t - 1) * w.layers * a * m * env.inter_latency
+                )
         else:
             t_tp = 0.0
         if p > 1:
