@@ -160,6 +160,10 @@ def regular(placement: str) -> bool:
     return len(counts) == 1 or all(c % 2 == 0 for c in counts) or all(c == 1 for c in counts)
 
 
+def _anomalous(model: str, row: perf_data.PlacementRow) -> bool:
+    return (model == "vit" and len(row.placement) > 1) or (model == "t5" and row.exec_plan[0].isdigit())
+
+
 @dataclass
 class ModelRun:
     name: str
@@ -234,11 +238,13 @@ def run(root: Path, env: Environment) -> dict[str, Any]:
         }
     cols["tessera-lomo-bw"] = lomo
 
-    def table(col: str, keep: Any = None) -> dict[str, dict[str, float]]:
+    def table(col: str, keep: Any = None, exclude: Any = None) -> dict[str, dict[str, float]]:
         groups: dict[str, list[float]] = {}
         for r in runs:
             for row, cfg, e in zip(r.rows, r.configs, cols[col][r.name], strict=True):
                 if keep is not None and not keep(row):
+                    continue
+                if exclude is not None and exclude(r.name, row):
                     continue
                 for g in ["all", r.name, *kinds(row, cfg.placement.nodes)]:
                     groups.setdefault(g, []).append(e)
@@ -295,6 +301,14 @@ def run(root: Path, env: Environment) -> dict[str, Any]:
                 ]
             ),
             "lomo_choice": chosen,
+            # Two groups of rows show behaviour that the single-node DP profile cannot carry: ViT's
+            # multi-node rows (placements with an odd GPU count on a server run up to 8x slower than
+            # even ones of the same size) and T5's Megatron 3D rows (2-2.5x slower per GPU than its
+            # DeepSpeed DP runs). The mean over the other rows, and over those.
+            "tessera_without_vit_multinode_and_t5_3d": table("tessera", exclude=_anomalous)["all"],
+            "tessera_vit_multinode_and_t5_3d": table(
+                "tessera", exclude=lambda m, row: not _anomalous(m, row)
+            )["all"],
         },
         "fitted": fitted,
         "predictions": predictions,

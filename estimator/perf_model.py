@@ -15,18 +15,21 @@ communication volumes V_dp, V_tp, V_pp of A.1 over the bottleneck bandwidth (int
 job sits on one server, else inter-node), T_opt = k_opt*P/x and, with ZeRO-Offload,
 T_opt = k_os_offload*P/(d*c) and T_off = P/(d*B_pcie).
 
-Mode ``"tessera"`` keeps those equations and the same seven parameters, and changes what the paper
-leaves placement-blind (see docs/estimator-perf-model.md):
+Mode ``"tessera"`` keeps those equations and the seven parameters, and changes what the paper
+leaves placement-blind (docs/estimator-perf-model.md has the equations and the measured accuracy):
 
 * ranks are laid out on the placement in Megatron's order (TP fastest, then DP, then PP), so each
   DP, TP and PP group knows how many servers it spans and how many of its GPUs share a server;
 * DP gradients are reduced hierarchically: a ring inside each server over NVLink, then a ring
-  across the servers that the group spans, over the NICs of the group's GPUs on the server where
-  it has the fewest, plus a per-hop latency;
-* PP sends cross a server boundary only where two consecutive stages do; TP all-reduces use
-  NVLink unless a TP group spans servers;
-* the forward time follows the power law T(b) = T_ref*(b/b_ref)^beta measured by the profile,
-  applied to the work per GPU (a TP shard of batch b costs what batch b/t costs).
+  across the servers the group spans, over NICs that ``gpus_per_nic`` GPUs share and that all
+  groups with members on that server share; TP all-reduces use NVLink unless a TP group spans
+  servers; PP sends cross a server only where two consecutive stages do (1F1B critical path);
+* ZeRO-DP exposes the parameter all-gather after the optimizer step (half the DP volume);
+* ZeRO-Offload's transfers also load the host side of each server, shared by its GPUs: one more
+  fitted coefficient, ``k_host`` (seconds per parameter), fitted with the seven;
+* collectives get ``net_efficiency`` of a link's rate, plus a latency per ring step;
+* the forward time follows the profiled power law T(b) = T_ref*(b/b_ref)^beta, applied to the work
+  per GPU (a TP shard of batch b costs what batch b/t costs).
 
 Units: seconds, bytes, bytes per second, parameter counts. Everything here is pure: no I/O, no
 clock, no randomness; the fitting routines are deterministic.
