@@ -1,16 +1,34 @@
-"""Memory per GPU: Frenzy's MARP formula (frenzy.txt Sec. IV-A).
+"""Memory per GPU for an execution plan: the fuller analytical formula (default) and Frenzy's MARP.
 
-MARP counts W = V*h + l*(12h^2 + 13h) weights, 20 bytes of static state per weight (mixed-precision
-Adam, split by TP size t), and Korthikanti et al.'s activation bytes for TP without sequence
-parallelism, s*b*h*l*(10 + 24/t + 5as/(ht)), with the micro-batch b = B/d of the global batch B over
-d data-parallel ranks.
+Modes of `estimate_memory(model, plan, mode=...)`:
+- ``"formula"`` (default): parameters of the most loaded rank by model family, bytes per parameter by
+  precision recipe, ZeRO-1/2/3 and FSDP sharding over dp, CPU offload, Korthikanti activations with
+  TP/SP, selective or full recomputation, flash or plain attention, 1F1B in-flight micro-batches on
+  the first pipeline stage, logits and cross-entropy on the last, and a stated ``other`` reserve.
+- ``"marp"``: Frenzy's MARP (frenzy.txt Sec. IV-A), kept exactly as the controller's Frenzy policy
+  uses it (`marp_params`, `marp_memory`, `MemoryEstimate`, `STATIC_BYTES_PER_PARAM`).
+- ``"traced"``: estimator.traced runs one training step of the rank's torch module under fake
+  tensors with torch's MemTracker (imports torch lazily; this module never imports torch).
+
+Sources: Korthikanti et al. 2022 (arXiv 2205.05198) Table 2; Rajbhandari et al. 2019 (ZeRO) Sec. 5;
+Megatron-LM `theoretical_memory_usage.py` and its README's distributed-optimizer table;
+shared/reference/estimation.md (which checks these against Korthikanti Fig. 1 and the ZeRO table).
+docs/estimator-memory.md states every term.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from estimator.models import ModelDims
+from estimator.plans import ExecutionPlan, PlanError
+
+GIB = 1024**3
+
+# ------------------------------------------------------------------------------------------------
+# MARP (Frenzy): unchanged API, golden-tested by the controller's Frenzy policy.
 
 STATIC_BYTES_PER_PARAM = 20  # Frenzy: fp16 params+grads, fp32 master, Adam m and v (Megatron fp16 recipe)
 
@@ -40,3 +58,499 @@ def marp_memory(m: ModelDims, micro_batch: int, tp: int) -> MemoryEstimate:
     static = STATIC_BYTES_PER_PARAM * marp_params(m) / tp
     act = s * micro_batch * h * l * (10 + 24 / tp + 5 * a * s / (h * tp))
     return MemoryEstimate(int(static), int(act))
+
+
+# ------------------------------------------------------------------------------------------------
+# Precision recipes
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Bytes per parameter of one precision recipe with Adam(W), and the activation element size.
+
+    `param` and `grad` are the model's parameter and gradient copies; `optimizer` is everything the
+    optimizer keeps (fp32 master copy, fp32 main gradients where the recipe keeps them apart, Adam
+    m and v). ZeRO-1 shards `optimizer`, ZeRO-2 also `grad`, ZeRO-3/FSDP also `param`.
+    """
+
+    name: str
+    param: int
+    grad: int
+    optimizer: int
+    activation: int  # bytes per activation element
+    cast_grad: bool  # the optimizer step makes an fp32 copy of each (shard of a) gradient
+    description: str
+
+    @property
+    def bytes_per_param(self) -> int:
+        return self.param + self.grad + self.optimizer
+
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in [
+    Recipe("fp32", 4, 4, 8, 4, False, "fp32 params, fp32 grads, fp32 Adam m and v (16 B/param); fp32 activations"),
+    Recipe("amp", 4, 4, 8, 2, False,
+           "PyTorch AMP: fp32 params, grads and Adam (16 B/param), bf16/fp16 autocast activations"),
+    Recipe("mixed", 2, 2, 12, 2, True,
+           "ZeRO paper / DeepSpeed fp16: fp16 params and grads, fp32 master + m + v (2+2+12 = 16 B/param)"),
+    Recipe("megatron-bf16", 2, 4, 12, 2, False,
+           "Megatron default: bf16 params, fp32 main grads, fp32 master + m + v (2+4+12 = 18 B/param)"),
+    Recipe("megatron-fp16", 2, 2, 16, 2, False,
+           "Megatron fp16 (Frenzy's 20): fp16 params and grads, fp32 main param + main grad + m + v "
+           "(2+2+16 = 20 B/param)"),
+    Recipe("bf16", 2, 2, 4, 2, False, "pure bf16: bf16 params, grads, Adam m and v (2+2+4 = 8 B/param)"),
+]}
+
+
+# ------------------------------------------------------------------------------------------------
+# Result
+
+
+Source = Literal["formula", "formula:marp", "traced"]
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Peak bytes on the most loaded GPU of a plan, by category; `total` is their sum.
+
+    `activations` is everything transient at the peak (stored activations of the in-flight
+    micro-batches, loss and backward temporaries, the optimizer step's temporaries when that is the
+    peak). `other` is the stated reserve for the CUDA context, cuBLAS/NCCL workspaces and allocator
+    slack, which no tensor-level count sees. `cpu_bytes` is host memory for offloaded state.
+    """
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    activations: int
+    other: int
+    source: str
+    stage: int = 0
+    cpu_bytes: int = 0
+    capacity_bytes: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.other
+
+    @property
+    def tensor_bytes(self) -> int:
+        """The total without the `other` reserve: what a tensor-level tracker counts."""
+        return self.total - self.other
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity_bytes is None else self.total <= self.capacity_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parameters": self.parameters, "gradients": self.gradients, "optimizer": self.optimizer,
+            "activations": self.activations, "other": self.other, "total": self.total,
+            "source": self.source, "stage": self.stage, "cpu_bytes": self.cpu_bytes,
+            "capacity_bytes": self.capacity_bytes, "fits": self.fits, "notes": list(self.notes),
+        }
+
+
+# CUDA context (300 MiB - 2 GiB, estimation.md 1.7), cuBLAS workspace, NCCL buffers, allocator slack:
+# one stated constant, 1 GiB, the same figure the controller reserves per GPU (docs/choices.md).
+DEFAULT_OTHER_BYTES = 1 * GIB
+
+
+# ------------------------------------------------------------------------------------------------
+# Layout: which layers each pipeline stage holds, what one rank holds
+
+
+def stage_layers(m: ModelDims, plan: ExecutionPlan) -> list[tuple[int, ...]]:
+    """Layer indices per pipeline stage: L // pp each, the first L % pp stages one more."""
+    p, n = plan.pp, m.num_layers
+    out: list[tuple[int, ...]] = []
+    start = 0
+    for i in range(p):
+        k = n // p + (1 if i < n % p else 0)
+        out.append(tuple(range(start, start + k)))
+        start += k
+    return out
+
+
+def local_vocab(m: ModelDims, tp: int) -> int:
+    """Rows of the vocabulary-parallel embedding on one rank: ceil(V / tp) (no padding to 128)."""
+    return -(-m.vocab_size // tp)
+
+
+def _norm_params(m: ModelDims) -> int:
+    return m.hidden_size if m.gated else 2 * m.hidden_size
+
+
+def layer_params(m: ModelDims, index: int, tp: int = 1, ep: int = 1) -> tuple[int, int]:
+    """(dense, expert) parameters of layer `index` on one rank (Megatron's TP split, E/ep experts)."""
+    h, d = m.hidden_size, m.head_dim
+    a_l, kv_l, f_l = m.num_heads // tp, m.kv_heads // tp, m.ffn // tp
+    bias = m.has_bias
+    qkv_out = (a_l + 2 * kv_l) * d
+    dense = 2 * _norm_params(m) + h * qkv_out + a_l * d * h + (qkv_out + h if bias else 0)
+    if m.is_moe_layer(index):
+        e_l = m.num_experts // ep
+        dense += h * m.num_experts  # router, replicated
+        expert = e_l * (2 * h * f_l + f_l + h)
+        return dense, expert
+    if m.gated:
+        dense += 3 * h * f_l
+    else:
+        dense += 2 * h * f_l + (f_l + h if bias else 0)
+    return dense, 0
+
+
+def embedding_params(m: ModelDims, tp: int = 1) -> int:
+    h = m.hidden_size
+    n = local_vocab(m, tp) * h
+    if m.learned_positions:
+        n += m.seq_length * h
+    if m.family == "encoder":
+        n += 2 * h + 2 * h  # token types, embedding LayerNorm
+    return n
+
+
+def head_params(m: ModelDims, tp: int = 1, has_embedding: bool = True) -> int:
+    """Final norm, MLM transform (encoder), and the output projection if it is not the embedding itself."""
+    h = m.hidden_size
+    n = _norm_params(m)
+    if m.family == "encoder":
+        n += h * h + h + local_vocab(m, tp)  # dense + its bias, output bias
+    if not m.tied_embeddings or not has_embedding:
+        n += local_vocab(m, tp) * h  # untied head, or Megatron's copy of the embedding on the last stage
+    return n
+
+
+def num_params(m: ModelDims) -> int:
+    """All parameters of the model (no parallelism)."""
+    total = embedding_params(m) + head_params(m)
+    for i in range(m.num_layers):
+        d, e = layer_params(m, i)
+        total += d + e
+    return total
+
+
+def rank_params(m: ModelDims, plan: ExecutionPlan, stage: int) -> tuple[int, int, int]:
+    """(dense, expert, largest single tensor) parameters on one rank of pipeline stage `stage`."""
+    layers = stage_layers(m, plan)[stage]
+    first, last = stage == 0, stage == plan.pp - 1
+    tp, h = plan.tp, m.hidden_size
+    dense = expert = 0
+    largest = 0
+    for i in layers:
+        d, e = layer_params(m, i, tp, plan.ep)
+        dense += d
+        expert += e
+        f_l = m.ffn // tp
+        if m.is_moe_layer(i):
+            largest = max(largest, (m.num_experts // plan.ep) * h * f_l)
+        else:
+            largest = max(largest, h * f_l, h * (m.num_heads // tp + 2 * m.kv_heads // tp) * m.head_dim)
+    if first:
+        dense += embedding_params(m, tp)
+        largest = max(largest, local_vocab(m, tp) * h)
+    if last:
+        dense += head_params(m, tp, has_embedding=first)
+        if not m.tied_embeddings or not first:
+            largest = max(largest, local_vocab(m, tp) * h)
+    return dense, expert, largest
+
+
+# ------------------------------------------------------------------------------------------------
+# Activations
+
+
+def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                            recompute: str = "none") -> float:
+    """Korthikanti et al. 2022 Table 2: activation bytes of one transformer layer (fp16, dropout, no flash).
+
+    none: sbh(10 + 24/t + 5as/(ht)); sp: sbh(34/t + 5as/(ht)); selective drops the 5as/(ht) term;
+    full recompute stores only the layer input, 2sbh (1/t of it with sp).
+    """
+    if recompute == "full":
+        return 2 * s * b * h / (t if sp else 1)
+    attn = 0.0 if recompute == "selective" else 5 * a * s / (h * t)
+    linear = 34 / t if sp else 10 + 24 / t
+    return s * b * h * (linear + attn)
+
+
+def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, layers: int, t: int = 1, p: int = 1,
+                                 sp: bool = False, recompute: str = "none", v: int = 1,
+                                 m: int | None = None) -> float:
+    """Activation bytes on the first pipeline stage, as Megatron's theoretical estimator counts them.
+
+    (layers / p) layers, p micro-batches in flight (1F1B; m/p of that when m < p), times the
+    interleaving penalty 1 + (p-1)/(p v). Reproduces Korthikanti Fig. 1 (estimation.md 1.1).
+    """
+    act = korthikanti_layer_bytes(s, b, h, a, t, sp, recompute) * layers / p * p
+    if v > 1:
+        act *= 1 + (p - 1) / (p * v)
+    if m is not None and m < p:
+        act *= m / p
+    return act
+
+
+def zero_model_state_bytes(psi: float, nd: int, stage: int, k: int = 12) -> float:
+    """The ZeRO paper's per-GPU model states (mixed precision, 2 + 2 + K bytes), for stage 0..3."""
+    if stage == 0:
+        return (4 + k) * psi
+    if stage == 1:
+        return 4 * psi + k * psi / nd
+    if stage == 2:
+        return 2 * psi + (2 + k) * psi / nd
+    if stage == 3:
+        return (4 + k) * psi / nd
+    raise ValueError(f"ZeRO stage must be 0..3, got {stage}")
+
+
+@dataclass(frozen=True)
+class _ActShape:
+    tokens: int  # s * b
+    e: int  # bytes per activation element
+    tp: int
+    sp_div: int  # tp with sequence parallelism, else 1
+    flash: bool
+    ckpt: str
+    ep: int = 1
+
+
+def _ln_bytes(m: ModelDims, x: _ActShape) -> float:
+    """One norm: its input plus its statistics per token: RMSNorm an fp32 rstd; LayerNorm mean and
+    rstd in the activation dtype, as PyTorch's CPU kernel keeps them (CUDA: fp32, +4 B/token, noise)."""
+    n = x.tokens / x.sp_div
+    return n * (x.e * m.hidden_size + (4 if m.gated else 2 * x.e))
+
+
+def _attention_core_bytes(m: ModelDims, x: _ActShape, b: int) -> float:
+    """Scores/softmax/dropout of plain attention, or flash's logsumexp."""
+    a_l, s = m.num_heads // x.tp, m.seq_length
+    if x.flash:
+        return 4 * b * a_l * s
+    per = x.e + (x.e + 1 if m.has_dropout else 0)  # softmax out (+ dropout mask and output)
+    return per * b * a_l * s * s
+
+
+def layer_stored_bytes(m: ModelDims, index: int, x: _ActShape, b: int) -> float:
+    """Bytes one layer keeps for backward, per micro-batch (the reference module's program)."""
+    t, n, e, h = x.tp, x.tokens, x.e, m.hidden_size
+    a_l, kv_l, d, f_l = m.num_heads // t, m.kv_heads // t, m.head_dim, m.ffn // t
+    mask = (n / x.sp_div) * h if m.has_dropout else 0  # 1-byte dropout mask
+    total = 2 * _ln_bytes(m, x)
+    # attention: QKV input, QKV output (Q, K, V views), core, output (= projection input), dropout mask
+    total += e * n * h / x.sp_div + e * n * (a_l + 2 * kv_l) * d + e * n * a_l * d + mask
+    if kv_l != a_l:
+        total += 2 * e * n * a_l * d  # K and V repeated to all heads
+    if not (x.ckpt == "selective" and not x.flash):
+        total += _attention_core_bytes(m, x, b)
+    if m.is_moe_layer(index):
+        total += _moe_stored_bytes(m, x)
+    elif m.gated:
+        total += e * n * h / x.sp_div + 4 * e * n * f_l  # input; gate, silu(gate), up, product
+    else:
+        total += e * n * h / x.sp_div + 2 * e * n * f_l  # input; GELU input and output
+    return total + mask
+
+
+def _moe_slots(m: ModelDims, tokens: int) -> int:
+    return math.ceil(m.capacity_factor * m.top_k * tokens / m.num_experts) * m.num_experts
+
+
+def _moe_stored_bytes(m: ModelDims, x: _ActShape) -> float:
+    """Router input, fp32 probabilities, top-k indices, dispatched rows through two expert matmuls."""
+    n, e, h, f_l = x.tokens, x.e, m.hidden_size, m.ffn // x.tp
+    slots = _moe_slots(m, n)
+    router = e * n * h + 4 * n * m.num_experts + 8 * n * m.top_k
+    dispatch = 16 * slots + e * slots * (2 * h + 2 * f_l + 1)
+    return router + dispatch
+
+
+def embedding_stored_bytes(m: ModelDims, x: _ActShape) -> float:
+    """Token ids (int64, kept by the embedding's backward), and the encoder's LayerNorm / dropout mask."""
+    n, h = x.tokens, m.hidden_size
+    total: float = 8 * n  # input ids
+    if m.family == "encoder":
+        total += _ln_bytes(m, x)
+    if m.has_dropout:
+        total += n * h / x.sp_div
+    return total
+
+
+def head_stored_bytes(m: ModelDims, x: _ActShape) -> float:
+    """Final norm, MLM transform (encoder), output projection input, kept for backward."""
+    n, e, h = x.tokens, x.e, m.hidden_size
+    if m.family == "encoder":
+        return e * n * h * 3 + _ln_bytes(m, _ActShape(n, e, x.tp, 1, x.flash, x.ckpt))
+    return _ln_bytes(m, x) + e * n * h / x.sp_div
+
+
+def loss_peak_bytes(m: ModelDims, x: _ActShape) -> float:
+    """Cross-entropy over the local logits at its peak (start of backward): the fp32 log-softmax
+    output it keeps, the gradient coming from NLL and the gradient it produces (3 x 4 bytes), plus
+    the int64 targets."""
+    n = x.tokens
+    return 12 * n * local_vocab(m, x.tp) + 8 * n
+
+
+# ------------------------------------------------------------------------------------------------
+# The estimate
+
+
+def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formula",
+                    gpu: str | None = None, num_gpus: int | None = None,
+                    other_bytes: int = DEFAULT_OTHER_BYTES) -> MemoryBreakdown:
+    """Peak bytes on the most loaded GPU of `plan` for one training step of `model`.
+
+    mode: "formula" (default), "marp" (Frenzy's MARP: static + activations, tp and the micro-batch
+    only) or "traced" (estimator.traced; needs torch). `gpu` (a catalog name) sets capacity_bytes and
+    fits; an unknown name is a PlanError on field "gpu". `num_gpus`, when given, must equal
+    dp*tp*pp. Errors name the field (PlanError, a ValueError).
+    """
+    model.validate()
+    plan.check(num_gpus=num_gpus, model=model)
+    capacity = _capacity(gpu)
+    if mode == "formula":
+        est = _formula(model, plan, other_bytes)
+    elif mode == "marp":
+        mm = marp_memory(model, plan.micro_batch, plan.tp)
+        est = MemoryBreakdown(mm.static_bytes, 0, 0, mm.activation_bytes, other_bytes, "formula:marp",
+                              notes=("MARP: static 20 B/param over tp, Korthikanti TP activations",))
+    elif mode == "traced":
+        from estimator.traced import traced_memory
+
+        est = traced_memory(model, plan, other_bytes=other_bytes)
+    else:
+        raise PlanError("mode", f"{mode!r} is not one of formula, marp, traced")
+    if capacity is not None:
+        est = MemoryBreakdown(est.parameters, est.gradients, est.optimizer, est.activations, est.other,
+                              est.source, est.stage, est.cpu_bytes, capacity, est.notes)
+    return est
+
+
+def _capacity(gpu: str | None) -> int | None:
+    if gpu is None:
+        return None
+    from estimator.catalog import UnknownGpuError, lookup
+
+    try:
+        return lookup(gpu).memory_bytes
+    except UnknownGpuError as e:
+        raise PlanError("gpu", str(e)) from e
+
+
+def _state_bytes(model: ModelDims, plan: ExecutionPlan, stage: int) -> tuple[int, int, int, int, int]:
+    """(parameters, gradients, optimizer, cpu, largest optimizer shard) bytes on one rank of `stage`."""
+    r = RECIPES[plan.precision]
+    dense, expert, largest = rank_params(model, plan, stage)
+    z = plan.zero_stage
+    cpu = 0
+    params = grads = opt = 0.0
+    for n, dp in ((dense, plan.dp), (expert, plan.dp // plan.ep)):
+        if n == 0:
+            continue
+        params += r.param * n / (dp if z >= 3 else 1)
+        g = r.grad * n / (dp if z >= 2 else 1)
+        o = r.optimizer * n / (dp if z >= 1 else 1)
+        if plan.offload != "none":
+            cpu += int(o)
+            o = 0
+            if z >= 2:  # ZeRO-Offload keeps the gradient partitions on the host too
+                cpu += int(g)
+                g = 0
+        if plan.offload == "optimizer+params":
+            cpu += int(params)
+            params = 0
+        grads += g
+        opt += o
+    shard = math.ceil(largest / plan.dp) if z >= 1 else largest
+    return int(params), int(grads), int(opt), cpu, shard
+
+
+def _zero3_working_set(model: ModelDims, plan: ExecutionPlan, stage: int) -> int:
+    """ZeRO-3/FSDP gather the parameters of the running layer (and prefetch the next): two layers'
+    full parameters in the param dtype, plus one layer's unsharded gradient before reduce-scatter."""
+    if plan.zero_stage < 3:
+        return 0
+    r = RECIPES[plan.precision]
+    layers = stage_layers(model, plan)[stage]
+    biggest = max(sum(layer_params(model, i, plan.tp, plan.ep)) for i in layers)
+    return 2 * biggest * r.param + biggest * r.grad
+
+
+def _stage_activations(model: ModelDims, plan: ExecutionPlan, stage: int) -> float:
+    r = RECIPES[plan.precision]
+    b = plan.micro_batch
+    x = _ActShape(model.seq_length * b, r.activation, plan.tp,
+                  plan.tp if plan.sequence_parallel and plan.tp > 1 else 1, plan.flash_attention,
+                  plan.checkpointing, plan.ep)
+    layers = stage_layers(model, plan)[stage]
+    first, last = stage == 0, stage == plan.pp - 1
+    full = plan.checkpointing == "full"
+    inflight = min(plan.grad_accum, plan.pp - stage)
+    per_layer = [layer_stored_bytes(model, i, x, b) for i in layers]
+    stored = sum(per_layer) if not full else len(layers) * x.e * x.tokens * model.hidden_size / x.sp_div
+    if first:
+        stored += embedding_stored_bytes(model, x)
+    if last:
+        stored += head_stored_bytes(model, x)
+    if plan.virtual_stages > 1 and stage == 0:
+        p, v = plan.pp, plan.virtual_stages
+        mb = min(plan.grad_accum, p) * (1 + (p - 1) / (p * v))
+    else:
+        mb = inflight
+    acts = stored * mb
+    # The peak comes at the start of a backward: the loss on the last stage; elsewhere the incoming
+    # gradient plus the backward working set of the stage's last layer (rebuilt first when recomputed).
+    g_in = x.e * x.tokens * model.hidden_size / x.sp_div
+    layer_bump = g_in + (_layer_backward_bytes(model, layers[-1], x, b) if layers else 0)
+    if full and per_layer:
+        layer_bump += per_layer[-1]
+    bump = max(layer_bump, loss_peak_bytes(model, x)) if last else layer_bump
+    return acts + bump
+
+
+def _layer_backward_bytes(m: ModelDims, index: int, x: _ActShape, b: int) -> float:
+    """The working set at the start of one layer's backward, beyond its stored activations and the
+    incoming gradient: the dropout gradient (or, with SP, the all-gathered gradient), the MLP output
+    projection's weight gradient before it reaches the gradient buffer, and its input gradient;
+    SwiGLU's two product gradients; MoE's expert weight gradient and dispatched-row gradients; the
+    attention core rebuilt under selective recomputation of plain attention."""
+    t, n, e, h = x.tp, x.tokens, x.e, m.hidden_size
+    f_l = m.ffn // t
+    drop = m.has_dropout
+    pre = 0.0
+    if x.sp_div > 1:
+        pre = e * n * h - (n * h / t if drop else 0)  # gathered gradient; the sharded one is freed
+    elif drop:
+        pre = e * n * h - n * h  # dropout gradient, mask freed
+    if m.is_moe_layer(index):
+        slots = _moe_slots(m, n)
+        e_l = m.num_experts // x.ep
+        work = pre + e * (e_l * h * f_l) + e * slots * f_l + e * slots * h
+    else:
+        work = pre + e * h * f_l + e * n * f_l
+        if m.gated:
+            work = max(work, 2 * e * n * f_l)
+    if x.ckpt == "selective" and not x.flash:
+        work = max(work, _attention_core_bytes(m, _ActShape(n, e, t, x.sp_div, False, "none"), b))
+    return work
+
+
+def _formula(model: ModelDims, plan: ExecutionPlan, other_bytes: int) -> MemoryBreakdown:
+    r = RECIPES[plan.precision]
+    best: MemoryBreakdown | None = None
+    stages = {0, plan.pp - 1}
+    for st in sorted(stages):
+        params, grads, opt, cpu, shard = _state_bytes(model, plan, st)
+        acts = _stage_activations(model, plan, st) + _zero3_working_set(model, plan, st)
+        # The optimizer step's temporaries (sqrt(v) + eps per tensor, an fp32 gradient copy where
+        # the recipe casts) when they exceed the activations; after backward, activations are gone.
+        state_elem = 2 if r.name == "bf16" else 4
+        opt_tmp = 0 if plan.offload != "none" else shard * (state_elem + (4 if r.cast_grad else 0))
+        acts = max(acts, opt_tmp)
+        notes = (f"recipe {r.name}: {r.description}", f"stage {st} of {plan.pp}",
+                 f"other = {other_bytes} B reserve (CUDA context, workspaces, allocator slack)")
+        est = MemoryBreakdown(params, grads, opt, int(acts), other_bytes, "formula", st, cpu, None, notes)
+        if best is None or est.total > best.total:
+            best = est
+    assert best is not None
+    return best
