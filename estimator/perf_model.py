@@ -37,6 +37,7 @@ clock, no randomness; the fitting routines are deterministic.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -413,16 +414,17 @@ def _nics(gpus_on_node: int, env: Environment) -> int:
     return max(1, -(-gpus_on_node // env.gpus_per_nic))
 
 
-def _groups(config: RunConfig, env: Environment) -> dict[str, _Group]:
+@functools.lru_cache(maxsize=4096)
+def _groups(plan: Plan, placement: Placement, env: Environment) -> dict[str, _Group]:
     """Worst DP and TP groups and PP chain under Megatron's rank order (TP, then DP, then PP).
 
     A server holding ``k`` GPUs of the job uses ceil(k / gpus_per_nic) NICs; the groups of one kind
-    with members there (k / members-of-one-group) share them.
+    with members there (k / members-of-one-group) share them. Cached: it only depends on its
+    (frozen) arguments, and the simulator asks for the same shapes again and again.
     """
-    plan = config.plan
     d, t, p = plan.dp, plan.tp, plan.pp
-    per_node = config.placement.gpus_per_node
-    node_of = config.placement.node_of_rank()
+    per_node = placement.gpus_per_node
+    node_of = placement.node_of_rank()
 
     def rank(ti: int, di: int, pi: int) -> int:
         return ti + t * (di + d * pi)
@@ -510,7 +512,7 @@ def breakdown(
         t_tp = v_tp / env.intra_node_bw
         t_pp = v_pp / b_net
     else:
-        groups = _groups(config, env)
+        groups = _groups(config.plan, config.placement, env)
         t_dp = _allreduce_time(grad_bytes, groups["dp"], d, env)
         g_tp = groups["tp"]
         if t > 1:
@@ -857,9 +859,12 @@ def forward_profile(points: Sequence[tuple[float, float]]) -> tuple[float, float
 
 
 def relative_error(predicted: float, measured: float) -> float:
+    """|predicted - measured| / measured."""
+    _positive(measured, "measured")
     return abs(predicted - measured) / measured
 
 
 def mode_of(text: str) -> Mode:
+    """A mode name from text (a CLI flag, a request field), or an error naming ``mode``."""
     _require(text in MODES, "mode", f"must be one of {MODES}, got {text!r}")
     return cast(Mode, text)
