@@ -105,12 +105,42 @@ def _parse_json_object(raw: str, var: str) -> dict[str, Any]:
     return value
 
 
+PP_SCHEDULES = ("gpipe", "1f1b")
+_TRUE = frozenset({"1", "true", "yes", "on", "cpu", "optimizer"})
+_FALSE = frozenset({"", "0", "false", "no", "off", "none"})
+# Other spellings of plan keys accepted on input (Plan.to_dict writes the snake_case names).
+_PLAN_ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"zero_stage": ("zero",), "activation_checkpointing": ("gradient_checkpointing",)})
+
+
+def _bool_field(d: Mapping[str, Any], names: tuple[str, ...], what: str) -> bool | None:
+    """The first of `names` present in d as a bool (JSON true/false, 0/1, or a word), else None."""
+    for name in names:
+        if name in d and d[name] is not None:
+            value = d[name]
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, int) and value in (0, 1):
+                return bool(value)
+            if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+                return value.strip().lower() in _TRUE
+            raise ContractError(f"{what}.{name} must be true or false, got {value!r}")
+    return None
+
+
 @dataclass(frozen=True)
 class Plan:
     """The execution plan (common.proto Plan). Global batch = micro_batch * grad_accum * dp.
 
     `extra` holds keys this SDK does not know (future plan kinds), so a trainer can refuse what it
     cannot run instead of silently ignoring it.
+
+    Optional keys beyond 3D parallelism (docs/worker-contract.md, "Execution plan options"), all with
+    defaults that mean "plain 3D parallelism": `zero_stage` (0 = replicated data parallelism; 1, 2, 3 =
+    ZeRO stages, run as sharded data parallelism), `offload` (optimizer state, gradients and sharded
+    parameters in CPU memory: ZeRO-Offload), `activation_checkpointing` (recompute activations in the
+    backward pass), `pp_schedule` ("gpipe" or "1f1b"; "" = the trainer's default). With pp > 1,
+    `grad_accum` is the pipeline's micro-batch count per step.
     """
 
     dp: int = 1
@@ -122,9 +152,13 @@ class Plan:
     memory_per_gpu_bytes: int = 0
     memory_source: str = ""
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+    zero_stage: int = 0
+    offload: bool = False
+    activation_checkpointing: bool = False
+    pp_schedule: str = ""
 
     _KNOWN = ("dp", "tp", "pp", "micro_batch", "grad_accum", "gpu_model", "memory_per_gpu_bytes",
-              "memory_source")
+              "memory_source", "zero_stage", "offload", "activation_checkpointing", "pp_schedule")
 
     @property
     def world_size(self) -> int:
@@ -142,15 +176,29 @@ class Plan:
         Accepts snake_case or camelCase keys and int64 values as strings (protobuf's JSON mapping).
         A missing or zero dp, tp, pp, micro_batch or grad_accum takes its default (proto JSON omits
         zero fields): tp = pp = grad_accum = 1, dp = `default_dp`, micro_batch = `default_micro_batch`.
-        Negative values raise ContractError.
+        Negative values raise ContractError. `zero_stage` must be 0-3, `offload` and
+        `activation_checkpointing` booleans (or 0/1, "true"/"false"; `offload` also "cpu",
+        "optimizer", "none"), `pp_schedule` one of PP_SCHEDULES (any case) or empty.
         """
+        def names(name: str) -> tuple[str, ...]:
+            out = [name, _camel(name)]
+            for alias in _PLAN_ALIASES.get(name, ()):
+                out += [alias, _camel(alias)]
+            return tuple(out)
+
         def get_int(name: str, default: int) -> int:
-            v = _int_field(d, (name, _camel(name)), "plan")
+            v = _int_field(d, names(name), "plan")
             if v is not None and v < 0:
                 raise ContractError(f"plan.{name} must be >= 0, got {v}")
             return default if not v else v
 
-        known = set(cls._KNOWN) | {_camel(k) for k in cls._KNOWN}
+        zero_stage = get_int("zero_stage", 0)
+        if zero_stage > 3:
+            raise ContractError(f"plan.zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
+        pp_schedule = _str_field(d, names("pp_schedule")).strip().lower()
+        if pp_schedule not in ("", *PP_SCHEDULES):
+            raise ContractError(f"plan.pp_schedule must be one of {', '.join(PP_SCHEDULES)}, got {pp_schedule!r}")
+        known = {n for k in cls._KNOWN for n in names(k)}
         return cls(
             dp=get_int("dp", default_dp),
             tp=get_int("tp", 1),
@@ -161,6 +209,10 @@ class Plan:
             memory_per_gpu_bytes=get_int("memory_per_gpu_bytes", 0),
             memory_source=_str_field(d, ("memory_source", "memorySource")),
             extra=MappingProxyType({k: v for k, v in d.items() if k not in known}),
+            zero_stage=zero_stage,
+            offload=bool(_bool_field(d, names("offload"), "plan")),
+            activation_checkpointing=bool(_bool_field(d, names("activation_checkpointing"), "plan")),
+            pp_schedule=pp_schedule,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,60 +1,93 @@
-"""The reference trainer's checkpoints: one torch.save state dict inside the SDK's atomic layout.
+"""The reference trainer's checkpoints: torch.distributed.checkpoint (DCP) inside the SDK's atomic layout.
 
-    <checkpoint_dir>/step-<N>/state.pt    model, optimizer, iteration, RNG states, data position, ...
-    <checkpoint_dir>/step-<N>/meta.json   the same facts without tensors (written last = complete)
-    <checkpoint_dir>/latest               "step-<N>"
+    <checkpoint_dir>/step-<N>/.metadata, __<rank>_0.distcp   DCP: {"model": ..., "optim": ...}
+    <checkpoint_dir>/step-<N>/trainer.pt                     RNG states (rank 0, torch.save)
+    <checkpoint_dir>/step-<N>/meta.json                      iteration, data position, loss, plan, model,
+                                                             seed, ... (written last = complete)
+    <checkpoint_dir>/latest                                  "step-<N>"
 
-Data-parallel replicas are identical, so rank 0 saves the unwrapped model's state dict and any
-data-parallel world size can load it.
+Every rank writes its own shards of the model and optimizer state (`get_model_state_dict` /
+`get_optimizer_state_dict` with flattened optimizer keys, so that state is addressed by parameter
+name, not by position), replicated tensors once. Loading asks DCP for exactly the pieces this rank
+holds under its plan, so a checkpoint written under one plan and world size loads under any other
+(DP, FSDP, TP, PP and their combinations): that is the resharding.
+
+A tied LM head is stored once under `tok_emb.weight` in the optimizer state (torch's own choice for
+shared parameters); a last pipeline stage holding the head's copy reads the embedding's state for it.
+The model state also carries `head.weight` (torch lists both names of a tied parameter).
+
+Checkpoints of the previous format (`state.pt`, `tessera-reference-trainer/1`: plain torch.save by
+rank 0, fused qkv) are still read, onto any plan.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 
-from clients.trainer_sdk import CheckpointRef, ModelDims, Plan, checkpoint_writer
+from clients.reference_trainer.parallel import Engine
+from clients.trainer_sdk import CHECKPOINT_META, CheckpointRef, ModelDims, Plan, checkpoint_writer
 
-STATE_FILE = "state.pt"
-FORMAT = "tessera-reference-trainer/1"
+FORMAT = "tessera-reference-trainer/2"
+LEGACY_FORMAT = "tessera-reference-trainer/1"
+LEGACY_STATE_FILE = "state.pt"
+TRAINER_FILE = "trainer.pt"
+_FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
+_TIED = "tok_emb.weight"
+_HEAD = "head.weight"
+
+
+class IncompatibleCheckpoint(Exception):
+    """The checkpoint was written for a different model, data seed or global batch than this job runs."""
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """What a loaded checkpoint holds."""
-
+class Restored:
     iteration: int
-    data_position: int
     loss: float
-    model_state: Mapping[str, Any]
-    optimizer_state: Mapping[str, Any]
-    rng: Mapping[str, Any]
     meta: Mapping[str, Any]
+
+
+# ------------------------------------------------------------------------------------------- save
 
 
 def save(
     checkpoint_dir: Path,
     iteration: int,
     *,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    engine: Engine,
+    is_rank0: bool,
     data_position: int,
     loss: float,
     world_size: int,
     plan: Plan,
     dims: ModelDims,
     seed: int,
+    global_batch: int,
     keep: int,
 ) -> Path:
-    """Write the checkpoint of `iteration` atomically (rank 0 only) and return its directory."""
-    rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
+    """Write the checkpoint of `iteration` (a collective: every rank calls it) and return its path.
+
+    Rank 0 opens the SDK's atomic writer (`step-<N>.tmp.<pid>/`) and tells the others its name; every
+    rank writes its DCP shards there; rank 0 adds trainer.pt, then meta.json last, and publishes the
+    directory by renaming it to `step-<N>/` once all ranks are done.
+    """
     meta = {
         "format": FORMAT,
         "data_position": data_position,
@@ -63,45 +96,72 @@ def save(
         "plan": plan.to_dict(),
         "model": dims.to_dict(),
         "seed": seed,
+        "global_batch": global_batch,
+        "tied_head": engine.tied,
     }
-    state = {
-        **meta,
-        "iteration": iteration,
-        "model_state": model.state_dict(),
-        "optimizer_state": optimizer.state_dict(),
-        "rng": rng,
-    }
-    with checkpoint_writer(checkpoint_dir, iteration, meta, keep=keep) as tmp:
-        torch.save(state, tmp / STATE_FILE)
-        final = tmp.with_name(tmp.name.removesuffix(".tmp"))
+    final = Path(checkpoint_dir) / f"step-{iteration}"
+    state = _state_to_save(engine)
+    if is_rank0:
+        with checkpoint_writer(checkpoint_dir, iteration, meta, keep=keep) as tmp:
+            _broadcast_path(engine, str(tmp))
+            _dcp_save(engine, state, tmp)
+            torch.save({"iteration": iteration, "rng": _rng_state(), "time": time.time()}, tmp / TRAINER_FILE)
+    else:
+        tmp = Path(_broadcast_path(engine, None))
+        _dcp_save(engine, state, tmp)
+    if engine.distributed:
+        dist.barrier()  # nobody moves on (or exits) before the checkpoint is published
     return final
 
 
-class IncompatibleCheckpoint(Exception):
-    """The checkpoint was written for a different model or data seed than this job runs."""
+def _broadcast_path(engine: Engine, path: str | None) -> str:
+    if not engine.distributed:
+        assert path is not None
+        return path
+    box = [path]
+    dist.broadcast_object_list(box, src=0)
+    assert box[0] is not None
+    return box[0]
 
 
-def load(ref: CheckpointRef, dims: ModelDims, seed: int, map_location: torch.device) -> Snapshot:
-    """Load a checkpoint; IncompatibleCheckpoint if it is for other model dimensions or another seed."""
-    state = torch.load(ref.path / STATE_FILE, map_location=map_location, weights_only=True)
-    if state.get("format") != FORMAT:
-        raise IncompatibleCheckpoint(f"{ref.path}: unknown checkpoint format {state.get('format')!r}")
-    saved = ModelDims.from_dict(state["model"])
-    if (saved.hidden_size, saved.num_layers, saved.num_heads, saved.vocab_size, saved.seq_length) != (
-            dims.hidden_size, dims.num_layers, dims.num_heads, dims.vocab_size, dims.seq_length):
-        raise IncompatibleCheckpoint(f"{ref.path} was written for model {saved.to_dict()}, this job runs "
-                                     f"{dims.to_dict()}")
-    if state["seed"] != seed:
-        raise IncompatibleCheckpoint(f"{ref.path} was written with seed {state['seed']}, this run uses {seed}")
-    return Snapshot(
-        iteration=int(state["iteration"]),
-        data_position=int(state["data_position"]),
-        loss=float(state["loss"]),
-        model_state=state["model_state"],
-        optimizer_state=state["optimizer_state"],
-        rng=state["rng"],
-        meta={k: state[k] for k in ("world_size", "plan", "model", "seed")},
-    )
+def _dcp_save(engine: Engine, state: dict[str, Any], path: Path) -> None:
+    try:
+        dcp.save(state, checkpoint_id=str(path), no_dist=not engine.distributed)
+    finally:
+        if engine.distributed:
+            # Every rank's files are in place before rank 0 writes meta.json and renames.
+            dist.barrier()
+
+
+def _state_to_save(engine: Engine) -> dict[str, Any]:
+    model_sd = get_model_state_dict(engine.model)
+    optim_sd = get_optimizer_state_dict(engine.model, engine.optimizer, options=_FLAT)
+    if engine.head_copy:
+        # The first stage saves the tied weight's optimizer state (as tok_emb.weight); this copy's is equal.
+        optim_sd = {k: v for k, v in optim_sd.items() if not _names_param(k, _HEAD)}
+    return {"model": model_sd, "optim": optim_sd}
+
+
+def _names_param(flat_key: str, fqn: str) -> bool:
+    """True for a flattened optimizer key ('state.<fqn>.<name>' / 'param_groups.<fqn>.<name>') of `fqn`."""
+    return flat_key.startswith((f"state.{fqn}.", f"param_groups.{fqn}."))
+
+
+def _rename_param(flat: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in flat.items():
+        if _names_param(k, old):
+            head, _, rest = k.partition(f".{old}.")
+            k = f"{head}.{new}.{rest}"
+        out[k] = v
+    return out
+
+
+def _rng_state() -> dict[str, Any]:
+    rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
 
 
 def restore_rng(rng: Mapping[str, Any]) -> None:
@@ -109,4 +169,128 @@ def restore_rng(rng: Mapping[str, Any]) -> None:
     py = rng["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+        states = [s.cpu() for s in rng["cuda"]]
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+
+
+# ------------------------------------------------------------------------------------------- load
+
+
+def check_compatible(ref: CheckpointRef, dims: ModelDims, seed: int, global_batch: int, tied_head: bool) -> dict[str, Any]:
+    """meta.json of `ref` if this job can resume from it, else IncompatibleCheckpoint with the reason."""
+    meta = ref.meta()
+    fmt = meta.get("format")
+    if fmt not in (FORMAT, LEGACY_FORMAT):
+        raise IncompatibleCheckpoint(f"{ref.path}: unknown checkpoint format {fmt!r}")
+    saved = ModelDims.from_dict(meta.get("model", {}))
+    if (saved.hidden_size, saved.num_layers, saved.num_heads, saved.vocab_size, saved.seq_length) != (
+            dims.hidden_size, dims.num_layers, dims.num_heads, dims.vocab_size, dims.seq_length):
+        raise IncompatibleCheckpoint(f"{ref.path} was written for model {saved.to_dict()}, this job runs "
+                                     f"{dims.to_dict()}")
+    if meta.get("seed") != seed:
+        raise IncompatibleCheckpoint(f"{ref.path} was written with seed {meta.get('seed')}, this run uses {seed}")
+    if meta.get("tied_head", True) != tied_head:
+        raise IncompatibleCheckpoint(f"{ref.path} was written with tied_head={meta.get('tied_head')}, this run "
+                                     f"uses {tied_head}")
+    iteration = int(meta["iteration"])
+    if int(meta["data_position"]) != iteration * global_batch:
+        raise IncompatibleCheckpoint(
+            f"{ref.path}: data position {meta['data_position']} is not iteration {iteration} x global batch "
+            f"{global_batch}; the global batch must not change within a job")
+    return meta
+
+
+def load(ref: CheckpointRef, engine: Engine, dims: ModelDims, seed: int, global_batch: int) -> Restored:
+    """Load `ref` into this rank's model and optimizer (a collective: every rank calls it), restore the
+    RNG states, and return where training resumes."""
+    meta = check_compatible(ref, dims, seed, global_batch, engine.tied)
+    if meta["format"] == LEGACY_FORMAT:
+        rng = _load_legacy(ref.path, engine, dims)
+    else:
+        model_sd = get_model_state_dict(engine.model)
+        optim_sd = get_optimizer_state_dict(engine.model, engine.optimizer, options=_FLAT)
+        if engine.head_copy:
+            optim_sd = _rename_param(optim_sd, _HEAD, _TIED)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(ref.path), no_dist=not engine.distributed)
+        optim_sd = state["optim"]
+        if engine.head_copy:
+            optim_sd = _rename_param(optim_sd, _TIED, _HEAD)
+        set_model_state_dict(engine.model, state["model"])
+        set_optimizer_state_dict(engine.model, engine.optimizer, optim_sd, options=_FLAT)
+        rng = torch.load(ref.path / TRAINER_FILE, map_location="cpu", weights_only=True)["rng"]
+    restore_rng(rng)
+    return Restored(iteration=int(meta["iteration"]), loss=float(meta["loss"]), meta=meta)
+
+
+# ------------------------------------------------------------------ the previous format (state.pt)
+
+
+def _legacy_param_order(dims: ModelDims, tied: bool) -> list[str]:
+    """Parameter names of the format-1 model in `model.parameters()` order (fused qkv)."""
+    names = ["tok_emb.weight", "pos_emb.weight"]
+    for i in range(dims.num_layers):
+        for sub in ("ln1", "attn.qkv", "attn.proj", "ln2", "fc", "out"):
+            names += [f"blocks.{i}.{sub}.weight", f"blocks.{i}.{sub}.bias"]
+    names += ["ln_f.weight", "ln_f.bias"]
+    if not tied:
+        names.append("head.weight")
+    return names
+
+
+def _legacy_split(name: str, value: Any) -> list[tuple[str, Any]]:
+    """A format-1 entry under the current names: the fused qkv becomes q, k, v (tensors chunked along
+    their first dimension, anything else repeated)."""
+    if ".attn.qkv." not in name:
+        return [(name, value)]
+    names = [name.replace(".attn.qkv.", f".attn.{part}.") for part in ("q", "k", "v")]
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        return [(n, c.contiguous()) for n, c in zip(names, value.chunk(3, dim=0), strict=True)]
+    return [(n, value) for n in names]
+
+
+def _load_legacy(path: Path, engine: Engine, dims: ModelDims) -> Mapping[str, Any]:
+    state = torch.load(path / LEGACY_STATE_FILE, map_location="cpu", weights_only=True)
+    model_sd: dict[str, Any] = {}
+    for name, value in state["model_state"].items():
+        model_sd.update(_legacy_split(name, value))
+    if engine.tied:
+        model_sd[_HEAD] = model_sd[_TIED]
+
+    # Positional optimizer state -> flattened, name-keyed ("state.<fqn>.<k>", "param_groups.<fqn>.<k>").
+    old = state["optimizer_state"]
+    order = _legacy_param_order(dims, engine.tied)
+    positional = [n for n in order if _legacy_is_matrix(n)] + [n for n in order if not _legacy_is_matrix(n)]
+    flat: dict[str, Any] = {}
+    for group in old["param_groups"]:
+        for idx in group["params"]:
+            name = positional[idx]
+            for k, v in group.items():
+                if k != "params":
+                    flat.update((f"param_groups.{n}.{k}", x) for n, x in _legacy_split(name, v))
+            for k, v in old["state"].get(idx, {}).items():
+                flat.update((f"state.{n}.{k}", x) for n, x in _legacy_split(name, v))
+    if engine.head_copy:
+        flat = _rename_param(flat, _TIED, _HEAD)
+    wanted = set(get_model_state_dict(engine.model))
+    missing = wanted - set(model_sd)
+    if missing:
+        raise IncompatibleCheckpoint(f"{path}: format-1 checkpoint lacks {sorted(missing)[:3]}")
+    full = StateDictOptions(full_state_dict=True, strict=False)
+    set_model_state_dict(engine.model, {k: v for k, v in model_sd.items() if k in wanted}, options=full)
+    set_optimizer_state_dict(engine.model, engine.optimizer, flat,
+                             options=StateDictOptions(full_state_dict=True, flatten_optimizer_state_dict=True))
+    return dict(state["rng"])
+
+
+def _legacy_is_matrix(name: str) -> bool:
+    return name.endswith("weight") and not name.split(".")[-2].startswith("ln")
+
+
+def describe(ref: CheckpointRef) -> str:
+    """`written at world size N under plan ...` for the resume line."""
+    meta = json.loads((ref.path / CHECKPOINT_META).read_text())
+    plan = Plan.from_dict(meta.get("plan", {}))
+    return (f"written at world size {meta.get('world_size')}, plan dp={plan.dp} tp={plan.tp} pp={plan.pp} "
+            f"zero_stage={plan.zero_stage}")

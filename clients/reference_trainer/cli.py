@@ -33,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import warnings
 
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        # DCP at world size 1 (no process group) says it saves/loads "in a single process": intended.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
         from clients.reference_trainer import checkpoint, train
 
         try:

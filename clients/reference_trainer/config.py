@@ -49,6 +49,9 @@ class Options:
     dist_timeout_s: float = DEFAULT_DIST_TIMEOUT_S
 
 
+DEFAULT_PP_SCHEDULE = "1f1b"
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     model: ModelDims
@@ -57,15 +60,48 @@ class TrainConfig:
     iterations: int
     global_batch: int
     micro_batch: int
+    # Micro-batches per optimizer step on each data-parallel replica (the pipeline's micro-batch count
+    # when pp > 1).
     grad_accum: int
     checkpoint_every: int
     options: Options
     # Human-readable notes on what was derived (printed at start).
     notes: tuple[str, ...] = ()
+    # What is run, after the plan's options were reconciled (see resolve): 0 = replicated data
+    # parallelism (DDP), 2 = FSDP2 without resharding after forward, 3 = FSDP2 resharding.
+    zero_stage: int = 0
+    offload: bool = False
+    activation_checkpointing: bool = False
+    # "gpipe" or "1f1b" when pp > 1, else "".
+    pp_schedule: str = ""
 
     @property
     def per_rank_batch(self) -> int:
         return self.micro_batch * self.grad_accum
+
+    @property
+    def dp(self) -> int:
+        return self.plan.dp
+
+    @property
+    def tp(self) -> int:
+        return self.plan.tp
+
+    @property
+    def pp(self) -> int:
+        return self.plan.pp
+
+    def describe(self) -> str:
+        """One line naming the plan kind, e.g. `dp=2 tp=2 pp=1 fsdp=zero3 offload ac`."""
+        parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
+        parts.append(f"zero{self.zero_stage}(fsdp2)" if self.zero_stage else ("ddp" if self.dp > 1 else "replicated"))
+        if self.pp > 1:
+            parts.append(f"schedule={self.pp_schedule}")
+        if self.offload:
+            parts.append("cpu-offload")
+        if self.activation_checkpointing:
+            parts.append("activation-checkpointing")
+        return " ".join(parts)
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
@@ -163,18 +199,66 @@ def batch_layout(global_batch: int, dp: int, micro_batch: int, grad_accum: int) 
     return mb, ga, note
 
 
+def pipeline_layout(per_rank: int, micro_batch: int, grad_accum: int, pp: int, schedule: str,
+                    explicit: bool) -> tuple[int, int, str, str]:
+    """(micro_batch, micro-batch count, schedule, note) for a pipeline of `pp` stages.
+
+    1F1B needs at least `pp` micro-batches per step (torch's Schedule1F1B refuses fewer): with fewer,
+    the micro batch shrinks to the largest divisor of the per-replica batch that gives enough of them.
+    When even single-sample micro-batches are too few, a default schedule falls back to GPipe and an
+    explicitly requested 1F1B is Unsupported.
+    """
+    if schedule != "1f1b" or grad_accum >= pp:
+        return micro_batch, grad_accum, schedule, ""
+    if per_rank < pp:
+        if explicit:
+            raise Unsupported(f"pp_schedule 1f1b with pp={pp} needs at least {pp} micro-batches per step, but each "
+                              f"data-parallel replica trains on only {per_rank} samples per step")
+        return micro_batch, grad_accum, "gpipe", (f"{per_rank} samples per replica cannot make {pp} micro-batches "
+                                                  f"for 1F1B: running GPipe")
+    mb = min(micro_batch, per_rank // pp)
+    while per_rank % mb:
+        mb -= 1
+    return mb, per_rank // mb, schedule, (f"1F1B with pp={pp} needs >= {pp} micro-batches: using micro_batch={mb} "
+                                          f"x {per_rank // mb} micro-batches")
+
+
 def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
     """The run this trainer will do for `ctx`, or Unsupported with the reason."""
     plan = ctx.plan
-    if plan.tp > 1 or plan.pp > 1:
-        raise Unsupported(f"plan kind not supported by the reference trainer yet: tp={plan.tp} pp={plan.pp}")
-    if plan.dp != ctx.world_size:
-        raise Unsupported(f"plan dp={plan.dp} does not match WORLD_SIZE={ctx.world_size} (tp=pp=1)")
+    if plan.world_size != ctx.world_size:
+        if plan.tp == plan.pp == 1:
+            raise Unsupported(f"plan dp={plan.dp} does not match WORLD_SIZE={ctx.world_size} (tp=pp=1)")
+        raise Unsupported(f"plan dp={plan.dp} x tp={plan.tp} x pp={plan.pp} = {plan.world_size} processes does "
+                          f"not match WORLD_SIZE={ctx.world_size}")
     if ctx.iterations < 0:
         raise Unsupported(f"iterations must be >= 0, got {ctx.iterations}")
     model = resolve_model(ctx.model)
+    if plan.tp > 1 and model.num_heads % plan.tp:
+        raise Unsupported(f"plan tp={plan.tp} does not divide the model's num_heads={model.num_heads} "
+                          f"(tensor parallelism splits whole attention heads)")
+    if plan.pp > model.num_layers:
+        raise Unsupported(f"plan pp={plan.pp} has more pipeline stages than the model has layers "
+                          f"({model.num_layers})")
     micro, accum, note = batch_layout(ctx.global_batch_size, plan.dp, plan.micro_batch, plan.grad_accum)
     notes = [note] if note else []
+    schedule = ""
+    if plan.pp > 1:
+        micro, accum, schedule, note = pipeline_layout(micro * accum, micro, accum, plan.pp,
+                                                       plan.pp_schedule or DEFAULT_PP_SCHEDULE,
+                                                       explicit=bool(plan.pp_schedule))
+        if note:
+            notes.append(note)
+    elif plan.pp_schedule:
+        notes.append(f"pp_schedule={plan.pp_schedule} ignored: pp=1")
+    zero = plan.zero_stage
+    if zero == 1:
+        zero = 2
+        notes.append("zero_stage=1 runs as ZeRO-2 (FSDP2 shards gradients with the optimizer state; it has no "
+                     "optimizer-only sharding)")
+    if plan.offload and zero < 2:
+        zero = 2
+        notes.append("offload runs on sharded data parallelism: using ZeRO-2 (FSDP2 with CPUOffloadPolicy)")
     if plan.extra:
         notes.append(f"ignoring plan fields this trainer does not use: {sorted(plan.extra)}")
     return TrainConfig(
@@ -188,4 +272,8 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
         checkpoint_every=ctx.checkpoint_interval(DEFAULT_CHECKPOINT_EVERY),
         options=options,
         notes=tuple(notes),
+        zero_stage=zero,
+        offload=plan.offload,
+        activation_checkpointing=plan.activation_checkpointing,
+        pp_schedule=schedule,
     )

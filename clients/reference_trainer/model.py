@@ -1,4 +1,16 @@
-"""A small GPT: token + position embedding, pre-LayerNorm blocks of causal self-attention and MLP."""
+"""A small GPT: token + position embedding, pre-LayerNorm blocks of causal self-attention and MLP.
+
+The module tree is laid out for every plan the trainer runs:
+
+- attention has separate `q`, `k`, `v` projections (not a fused qkv), so that a column-wise tensor-
+  parallel split of each gives every TP rank whole heads; the head count is read from the local
+  projection width (`head_dim` is fixed), so the same code runs on a TP shard;
+- the blocks live in a `ModuleDict` keyed "0", "1", ...: a pipeline stage deletes the blocks it does not
+  own and every remaining parameter keeps its fully-qualified name (`blocks.3.fc.weight`), which is what
+  lets a distributed checkpoint written by one plan load into another;
+- `tok_emb`/`pos_emb` (first stage) and `ln_f`/`head` (last stage) may be None on a pipeline stage;
+  `forward(idx)` then takes or returns hidden states instead of token ids or logits.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from clients.trainer_sdk import ModelDims
 
@@ -14,16 +27,18 @@ from clients.trainer_sdk import ModelDims
 class CausalSelfAttention(nn.Module):
     def __init__(self, hidden: int, heads: int) -> None:
         super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.head_dim = hidden // heads
+        self.q = nn.Linear(hidden, hidden)
+        self.k = nn.Linear(hidden, hidden)
+        self.v = nn.Linear(hidden, hidden)
         self.proj = nn.Linear(hidden, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, h = x.shape
-        q, k, v = self.qkv(x).split(h, dim=2)
-        q, k, v = (z.view(b, t, self.heads, h // self.heads).transpose(1, 2) for z in (q, k, v))
+        b, t, _ = x.shape
+        # -1 heads: all of them, or this tensor-parallel rank's share (its q/k/v outputs are narrower).
+        q, k, v = (lin(x).view(b, t, -1, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).contiguous().view(b, t, h))
+        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class Block(nn.Module):
@@ -41,21 +56,28 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Decoder-only transformer built from ModelDims; `tied_head` shares the embedding with the head."""
+    """Decoder-only transformer built from ModelDims; `tied_head` shares the embedding with the head.
 
-    def __init__(self, dims: ModelDims, tied_head: bool = True) -> None:
+    `activation_checkpointing` recomputes each block's activations in the backward pass
+    (torch.utils.checkpoint, non-reentrant) instead of keeping them.
+    """
+
+    def __init__(self, dims: ModelDims, tied_head: bool = True, activation_checkpointing: bool = False) -> None:
         super().__init__()
         self.dims = dims
-        self.tok_emb = nn.Embedding(dims.vocab_size, dims.hidden_size)
-        self.pos_emb = nn.Embedding(dims.seq_length, dims.hidden_size)
-        self.blocks = nn.ModuleList(Block(dims.hidden_size, dims.num_heads) for _ in range(dims.num_layers))
-        self.ln_f = nn.LayerNorm(dims.hidden_size)
-        self.head = nn.Linear(dims.hidden_size, dims.vocab_size, bias=False)
+        self.activation_checkpointing = activation_checkpointing
+        self.tok_emb: nn.Embedding | None = nn.Embedding(dims.vocab_size, dims.hidden_size)
+        self.pos_emb: nn.Embedding | None = nn.Embedding(dims.seq_length, dims.hidden_size)
+        self.blocks = nn.ModuleDict({str(i): Block(dims.hidden_size, dims.num_heads)
+                                     for i in range(dims.num_layers)})
+        self.ln_f: nn.LayerNorm | None = nn.LayerNorm(dims.hidden_size)
+        self.head: nn.Linear | None = nn.Linear(dims.hidden_size, dims.vocab_size, bias=False)
         self.apply(self._init)
         # GPT-2's scaled init of the projections that write into the residual stream.
         for name, p in self.named_parameters():
             if name.endswith(("attn.proj.weight", "out.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * max(1, dims.num_layers)))
+        self.tied_head = tied_head
         if tied_head:
             self.head.weight = self.tok_emb.weight
 
@@ -68,20 +90,46 @@ class GPT(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits (batch, seq, vocab) and, with targets, the mean cross-entropy over all tokens."""
-        _, t = idx.shape
-        if t > self.dims.seq_length:
-            raise ValueError(f"sequence of {t} tokens is longer than seq_length={self.dims.seq_length}")
-        pos = torch.arange(t, device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.ln_f(x))
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-        return logits, loss
+    def keep_stage(self, layers: range, first: bool, last: bool) -> None:
+        """Turn this model into one pipeline stage: keep the blocks in `layers`, the embeddings only if
+        `first`, the final LayerNorm and head only if `last`. A tied head on a last stage that is not
+        also the first keeps its own copy of the embedding weight (the trainer keeps the two copies
+        equal by summing their gradients)."""
+        for key in list(self.blocks.keys()):
+            if int(key) not in layers:
+                del self.blocks[key]
+        if not first:
+            self.tok_emb = None
+            self.pos_emb = None
+        if not last:
+            self.ln_f = None
+            self.head = None
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids (batch, seq) -> logits (batch, seq, vocab). A pipeline stage without embeddings
+        takes hidden states instead of ids; one without a head returns hidden states."""
+        if self.tok_emb is not None:
+            assert self.pos_emb is not None
+            t = idx.shape[1]
+            if t > self.dims.seq_length:
+                raise ValueError(f"sequence of {t} tokens is longer than seq_length={self.dims.seq_length}")
+            x = self.tok_emb(idx) + self.pos_emb(torch.arange(t, device=idx.device))
+        else:
+            x = idx
+        for block in self.blocks.values():
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        if self.head is None:
+            return x
+        assert self.ln_f is not None
+        return self.head(self.ln_f(x))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over all tokens of the batch."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:

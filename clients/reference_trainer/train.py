@@ -1,13 +1,14 @@
-"""The training loop: DDP (gloo on CPU, NCCL on GPU), gradient accumulation, checkpoint and resume.
+"""The training loop: every plan of clients.reference_trainer.parallel, checkpoint and resume.
 
-One collective per step carries the step's loss and every rank's stop / checkpoint wishes, so all
-ranks agree at each step boundary on whether to checkpoint and whether to stop (a SIGTERM may reach
-the ranks at different moments; the agent's answers reach rank 0 only).
+One collective per step carries the step's loss, the squared gradient norm (for clipping) and every
+rank's stop / checkpoint wishes, so all ranks agree at each step boundary on whether to checkpoint and
+whether to stop (a SIGTERM may reach the ranks at different moments; the agent's answers reach rank 0
+only).
 """
 
 from __future__ import annotations
 
-import contextlib
+import math
 import os
 import random
 import sys
@@ -16,15 +17,13 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from clients.reference_trainer import checkpoint
 from clients.reference_trainer.config import TrainConfig
 from clients.reference_trainer.data import MarkovData, rank_slice
-from clients.reference_trainer.model import GPT, param_groups
+from clients.reference_trainer.parallel import Engine
 from clients.trainer_sdk import TrainerContext
 
-GRAD_CLIP = 1.0
 FINAL_REPORT_TRIES = 3
 
 
@@ -62,13 +61,15 @@ class Dist:
         dist.init_process_group(backend=backend, init_method="env://", rank=ctx.rank,
                                 world_size=ctx.world_size, timeout=timedelta(seconds=timeout_s))
 
-    def agree(self, loss: float, stop: bool, ckpt: bool) -> tuple[float, bool, bool]:
-        """(mean loss over ranks, any rank wants to stop, any rank wants a checkpoint)."""
+    def agree(self, loss_share: float, norm_sq_share: float, stop: bool, ckpt: bool) -> tuple[float, float, bool, bool]:
+        """Sum over ranks of (loss share, squared-norm share), any rank wants to stop, any rank wants a
+        checkpoint: the step's one all-reduce."""
         if not self.enabled:
-            return loss, stop, ckpt
-        t = torch.tensor([loss, float(stop), float(ckpt)], dtype=torch.float64, device=self.device)
+            return loss_share, norm_sq_share, stop, ckpt
+        t = torch.tensor([loss_share, norm_sq_share, float(stop), float(ckpt)], dtype=torch.float64,
+                         device=self.device)
         dist.all_reduce(t)
-        return float(t[0]) / self.world_size, bool(t[1] > 0), bool(t[2] > 0)
+        return float(t[0]), float(t[1]), bool(t[2] > 0), bool(t[3] > 0)
 
     def barrier(self) -> None:
         if not self.enabled:
@@ -102,15 +103,12 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
         say(ctx, f"note: {note}")
     say(ctx, f"reference trainer: job={ctx.job_id} attempt={ctx.attempt} rank={ctx.rank}/{ctx.world_size} "
              f"device={device} model=h{dims.hidden_size}-l{dims.num_layers}-a{dims.num_heads}-"
-             f"v{dims.vocab_size}-s{dims.seq_length} global_batch={cfg.global_batch} dp={cfg.plan.dp} "
+             f"v{dims.vocab_size}-s{dims.seq_length} global_batch={cfg.global_batch} plan={cfg.describe()} "
              f"micro_batch={cfg.micro_batch} grad_accum={cfg.grad_accum} iterations={cfg.iterations} "
              f"checkpoint_every={cfg.checkpoint_every} checkpoint_dir={ctx.checkpoint_dir}")
 
-    torch.manual_seed(opts.seed)
     random.seed(opts.seed)
-    model = GPT(dims, tied_head=opts.tied_head).to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, opts.weight_decay), lr=opts.lr, betas=(0.9, 0.95),
-                                  eps=1e-8)
+    engine = Engine(cfg, ctx.rank, device, group.enabled)
     data = MarkovData(dims.vocab_size, dims.seq_length, opts.seed)
 
     start = 0
@@ -118,41 +116,29 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
     last_ckpt = -1
     ref = ctx.latest_checkpoint()
     if ref is not None:
-        snap = checkpoint.load(ref, dims, opts.seed, map_location=device)
-        model.load_state_dict(snap.model_state)
-        optimizer.load_state_dict(dict(snap.optimizer_state))
-        checkpoint.restore_rng(snap.rng)
-        start, last_loss, last_ckpt = snap.iteration, snap.loss, snap.iteration
-        if snap.data_position != start * cfg.global_batch:
-            raise checkpoint.IncompatibleCheckpoint(
-                f"{ref.path}: data position {snap.data_position} is not iteration {start} x global batch "
-                f"{cfg.global_batch}; the global batch must not change within a job")
-        say(ctx, f"resumed from step {start} ({ref.path}, written at world size {snap.meta['world_size']})")
+        restored = checkpoint.load(ref, engine, dims, opts.seed, cfg.global_batch)
+        start, last_loss, last_ckpt = restored.iteration, restored.loss, restored.iteration
+        say(ctx, f"resumed from step {start} ({ref.path}, {checkpoint.describe(ref)})")
     else:
         say(ctx, "fresh start")
 
-    ddp: torch.nn.Module = model
-    if group.enabled:
-        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-
-    dp_rank = ctx.rank  # tp == pp == 1: every rank is a data-parallel replica
+    needs_data = engine.holds_input or engine.holds_target
     it = start
     loss_avg = last_loss
     step_time = 0.0
-    _, stop, want_ckpt = group.agree(0.0, ctx.stop_requested, ctx.checkpoint_requested)
+    _, _, stop, want_ckpt = group.agree(0.0, 0.0, ctx.stop_requested, ctx.checkpoint_requested)
     while True:
         done = it >= cfg.iterations
         periodic = it % cfg.checkpoint_every == 0
         if it > 0 and it != last_ckpt and (done or stop or want_ckpt or periodic):
             t0 = time.perf_counter()
-            group.barrier()  # every rank finished step `it` before rank 0 saves
+            path = checkpoint.save(
+                ctx.checkpoint_dir, it, engine=engine, is_rank0=ctx.is_rank0,
+                data_position=it * cfg.global_batch, loss=loss_avg, world_size=ctx.world_size,
+                plan=cfg.plan, dims=dims, seed=opts.seed, global_batch=cfg.global_batch,
+                keep=opts.keep_checkpoints)
             if ctx.is_rank0:
-                path = checkpoint.save(
-                    ctx.checkpoint_dir, it, model=model, optimizer=optimizer,
-                    data_position=it * cfg.global_batch, loss=loss_avg, world_size=ctx.world_size,
-                    plan=cfg.plan, dims=dims, seed=opts.seed, keep=opts.keep_checkpoints)
                 say(ctx, f"checkpoint iteration={it} path={path} seconds={time.perf_counter() - t0:.3f}")
-            group.barrier()  # nobody moves on (or exits) before the checkpoint is complete
             last_ckpt = it
             ctx.checkpoint_requested = False
             if ctx.is_rank0 and not (done or stop):
@@ -164,23 +150,14 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
             break
 
         t0 = time.perf_counter()
-        first, count = rank_slice(it, cfg.global_batch, cfg.plan.dp, dp_rank)
-        batch = torch.tensor(data.samples(first, count), dtype=torch.long, device=device)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        for micro in range(cfg.grad_accum):
-            chunk = batch[micro * cfg.micro_batch:(micro + 1) * cfg.micro_batch]
-            sync = contextlib.nullcontext() if (micro == cfg.grad_accum - 1 or not group.enabled) \
-                else ddp.no_sync()  # type: ignore[operator]
-            with sync:
-                _, loss = ddp(chunk[:, :-1], chunk[:, 1:])
-                assert loss is not None
-                (loss / cfg.grad_accum).backward()
-            loss_sum += loss.detach().to(torch.float64)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss_avg, stop, want_ckpt = group.agree(float(loss_sum) / cfg.grad_accum, ctx.stop_requested,
-                                                ctx.checkpoint_requested)
+        batch = None
+        if needs_data:
+            first, count = rank_slice(it, cfg.global_batch, cfg.dp, engine.coords.dp_rank)
+            batch = torch.tensor(data.samples(first, count), dtype=torch.long, device=device)
+        loss_share = engine.forward_backward(batch)
+        loss_avg, norm_sq, stop, want_ckpt = group.agree(loss_share, engine.grad_norm_sq_share(),
+                                                         ctx.stop_requested, ctx.checkpoint_requested)
+        engine.clip_and_step(math.sqrt(norm_sq))
         it += 1
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -1,4 +1,4 @@
-"""The reference trainer as real processes: learning, DP=2 on gloo, SIGTERM + resume, agent stop, tp=2.
+"""The reference trainer as real processes: learning, DP=2 on gloo, SIGTERM + resume, agent stop, exit 3.
 
 Every run uses the same tiny model (hidden 32, 2 layers, 2 heads, vocab 64, seq 32), global batch 8 and
 30 iterations, on CPU. A single-process run is the reference the other runs are compared with.
@@ -293,10 +293,13 @@ def test_agent_stop_request_checkpoints_and_exits_0(tmp_path: Path) -> None:
     assert (last.iteration, last.checkpoint_iteration) == (2, 2)
 
 
-def test_tp2_plan_exits_3_with_the_reason(tmp_path: Path) -> None:
-    env = _contract_env(tmp_path / "ckpt", {"micro_batch": 8}, world_size=2)
-    env["TESSERA_PLAN"] = json.dumps({"dp": 1, "tp": 2, "pp": 1, "micro_batch": 8, "grad_accum": 1})
+def test_plan_it_cannot_run_exits_3_with_the_reason(tmp_path: Path) -> None:
+    """tp=4 cannot split 2 attention heads: exit 3 with one line, before any checkpoint. (Real TP, PP,
+    FSDP plans are trained in test_trainer_plans.py.)"""
+    env = _contract_env(tmp_path / "ckpt", {"micro_batch": 8}, world_size=4)
+    env["TESSERA_PLAN"] = json.dumps({"dp": 1, "tp": 4, "pp": 1, "micro_batch": 8, "grad_accum": 1})
     run = train(env, tmp_path)
     assert run.rc == 3
-    assert run.err.strip().splitlines()[-1] == "plan kind not supported by the reference trainer yet: tp=2 pp=1"
+    assert run.err.strip().splitlines()[-1] == ("plan tp=4 does not divide the model's num_heads=2 (tensor "
+                                                "parallelism splits whole attention heads)")
     assert not (tmp_path / "ckpt").exists()

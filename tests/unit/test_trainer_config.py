@@ -50,14 +50,39 @@ def test_batch_layout_impossible(global_batch: int, dp: int, why: str) -> None:
         batch_layout(global_batch, dp, 1, 1)
 
 
-def test_resolve_refuses_tp_and_pp_with_the_one_line_message() -> None:
-    with pytest.raises(Unsupported) as e:
-        resolve(ctx_for(Plan(dp=1, tp=2, micro_batch=4), 2, 4), Options())
-    assert str(e.value) == "plan kind not supported by the reference trainer yet: tp=2 pp=1"
-    with pytest.raises(Unsupported, match=r"^plan kind not supported by the reference trainer yet: tp=1 pp=4$"):
-        resolve(ctx_for(Plan(dp=1, pp=4, micro_batch=4), 4, 4), Options())
-    with pytest.raises(Unsupported, match="plan dp=2 does not match WORLD_SIZE=1"):
+def test_resolve_refuses_what_the_trainer_cannot_run_with_one_line() -> None:
+    with pytest.raises(Unsupported, match=r"^plan dp=2 does not match WORLD_SIZE=1 \(tp=pp=1\)$"):
         resolve(ctx_for(Plan(dp=2, micro_batch=4), 1, 8), Options())
+    with pytest.raises(Unsupported, match=r"^plan dp=1 x tp=2 x pp=2 = 4 processes does not match WORLD_SIZE=2$"):
+        resolve(ctx_for(Plan(dp=1, tp=2, pp=2, micro_batch=4), 2, 4), Options())
+    with pytest.raises(Unsupported, match="tp=4 does not divide the model's num_heads=2"):
+        resolve(ctx_for(Plan(dp=1, tp=4, micro_batch=4), 4, 4), Options())
+    with pytest.raises(Unsupported, match="pp=4 has more pipeline stages than the model has layers"):
+        resolve(ctx_for(Plan(dp=1, pp=4, micro_batch=4), 4, 4), Options())
+    with pytest.raises(Unsupported, match="1f1b with pp=2 needs at least 2 micro-batches per step"):
+        resolve(ctx_for(Plan(dp=2, pp=2, micro_batch=1, pp_schedule="1f1b"), 4, 2), Options())
+
+
+def test_resolve_tp_pp_and_options() -> None:
+    cfg = resolve(ctx_for(Plan(dp=1, tp=2, pp=2, micro_batch=2, grad_accum=4), 4, 8), Options())
+    assert (cfg.tp, cfg.pp, cfg.micro_batch, cfg.grad_accum, cfg.pp_schedule, cfg.zero_stage) == (2, 2, 2, 4, "1f1b", 0)
+    assert cfg.describe() == "dp=1 tp=2 pp=2 replicated schedule=1f1b"
+    # 1F1B needs >= pp micro-batches: the micro batch shrinks (the global batch stays).
+    cfg = resolve(ctx_for(Plan(dp=1, pp=2, micro_batch=8), 2, 8), Options())
+    assert (cfg.micro_batch, cfg.grad_accum, cfg.pp_schedule) == (4, 2, "1f1b") and "1F1B" in cfg.notes[0]
+    # ... and a default schedule falls back to GPipe when one sample per micro-batch is still too few.
+    cfg = resolve(ctx_for(Plan(dp=2, pp=2, micro_batch=1), 4, 2), Options())
+    assert (cfg.micro_batch, cfg.grad_accum, cfg.pp_schedule) == (1, 1, "gpipe")
+    cfg = resolve(ctx_for(Plan(dp=1, pp=2, micro_batch=2, grad_accum=4, pp_schedule="gpipe"), 2, 8), Options())
+    assert (cfg.micro_batch, cfg.grad_accum, cfg.pp_schedule) == (2, 4, "gpipe") and cfg.notes == ()
+    # ZeRO-1 and offload without sharding run as ZeRO-2, said in a note.
+    cfg = resolve(ctx_for(Plan(dp=2, micro_batch=4, zero_stage=1), 2, 8), Options())
+    assert cfg.zero_stage == 2 and "ZeRO-2" in cfg.notes[0]
+    cfg = resolve(ctx_for(Plan(dp=2, micro_batch=4, offload=True, activation_checkpointing=True), 2, 8), Options())
+    assert (cfg.zero_stage, cfg.offload, cfg.activation_checkpointing) == (2, True, True)
+    assert cfg.describe() == "dp=2 tp=1 pp=1 zero2(fsdp2) cpu-offload activation-checkpointing"
+    cfg = resolve(ctx_for(Plan(dp=2, micro_batch=4, zero_stage=3), 2, 8), Options())
+    assert (cfg.zero_stage, cfg.notes) == (3, ())
 
 
 def test_resolve_dp_plan() -> None:
@@ -94,7 +119,7 @@ def test_options_from_flags_and_env() -> None:
 def test_cli_exits_3_before_importing_torch(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TESSERA_PLAN", '{"dp": 1, "tp": 2, "pp": 1, "micro_batch": 4, "grad_accum": 1}')
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "0")
     old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -102,7 +127,7 @@ def test_cli_exits_3_before_importing_torch(monkeypatch: pytest.MonkeyPatch,
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    assert capsys.readouterr().err == "plan kind not supported by the reference trainer yet: tp=2 pp=1\n"
+    assert capsys.readouterr().err == "plan dp=1 x tp=2 x pp=1 = 2 processes does not match WORLD_SIZE=4\n"
 
 
 def test_markov_data_is_a_pure_function_of_seed_and_index() -> None:

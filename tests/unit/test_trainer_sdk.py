@@ -96,15 +96,18 @@ def test_from_env_proto_json_forms_and_fallbacks() -> None:
         "WORLD_SIZE": "2", "RANK": "0",
         "TESSERA_RENDEZVOUS": "[fd00::1]:29501",
         "TESSERA_PLAN": json.dumps({"dp": 2, "microBatch": 4, "gpuModel": "V100-32GB",
-                                    "memoryPerGpuBytes": "1000", "zeroStage": 2}),
+                                    "memoryPerGpuBytes": "1000", "zeroStage": 2, "offload": "cpu",
+                                    "activationCheckpointing": True, "ppSchedule": "GPipe",
+                                    "futureKnob": 1}),
         "TESSERA_MODEL": json.dumps({"name": "gpt2-medium"}),
         "TESSERA_INVENTORY_SOURCE": "DECLARED",
         "CUDA_VISIBLE_DEVICES": "",
     }
     ctx = TrainerContext.from_env(env)
     assert ctx.plan == Plan(dp=2, tp=1, pp=1, micro_batch=4, grad_accum=1, gpu_model="V100-32GB",
-                            memory_per_gpu_bytes=1000)
-    assert dict(ctx.plan.extra) == {"zeroStage": 2}
+                            memory_per_gpu_bytes=1000, zero_stage=2, offload=True, activation_checkpointing=True,
+                            pp_schedule="gpipe")
+    assert dict(ctx.plan.extra) == {"futureKnob": 1}
     assert ctx.global_batch_size == 8  # no TESSERA_GLOBAL_BATCH_SIZE: the plan's
     assert ctx.model == ModelDims(name="gpt2-medium") and not ctx.model.complete
     assert (ctx.master_addr, ctx.master_port) == ("fd00::1", 29501)
@@ -123,6 +126,9 @@ def test_from_env_no_plan_uses_world_size_and_overrides_win() -> None:
         ({"TESSERA_PLAN": "[1, 2]"}, "TESSERA_PLAN must be a JSON object"),
         ({"TESSERA_PLAN": '{"dp": "two"}'}, "plan.dp must be an integer"),
         ({"TESSERA_PLAN": '{"tp": -1}'}, "plan.tp must be >= 0"),
+        ({"TESSERA_PLAN": '{"zero_stage": 4}'}, "plan.zero_stage must be 0, 1, 2 or 3"),
+        ({"TESSERA_PLAN": '{"offload": "maybe"}'}, "plan.offload must be true or false"),
+        ({"TESSERA_PLAN": '{"pp_schedule": "zigzag"}'}, "plan.pp_schedule must be one of gpipe, 1f1b"),
         ({"TESSERA_MODEL": '{"hidden_size": 1.5}'}, "model.hidden_size must be an integer"),
         ({"TESSERA_ITERATIONS": "ten"}, "TESSERA_ITERATIONS must be an integer"),
         ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2 is outside WORLD_SIZE=2"),
