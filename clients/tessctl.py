@@ -138,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="last BYTES of the log (default: 64 KiB)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
 
+    p = command(sub, "simulate", cmd_simulate, "replay a trace under scheduling policies, locally (tessera-sim)")
+    from controller.sim.cli import add_arguments as _sim_arguments
+
+    _sim_arguments(p)
+
     command(sub, "version", cmd_version, "print the version of tessctl")
     return parser
 
@@ -269,6 +274,14 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         prev_path, prev = resp.path, data
         if ended:
             return 0
+
+
+def cmd_simulate(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
+    """`tessctl simulate`: the same flags and output as tessera-sim (controller/sim/cli.py)."""
+    from controller.sim.cli import run_and_report
+
+    with contextlib.redirect_stdout(out):
+        return run_and_report(args, prog="tessctl simulate")
 
 
 def cmd_version(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
@@ -433,6 +446,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if args.command == "version":
             return cmd_version(None, args, out)
+        if args.command == "simulate":  # runs here, needs no controller
+            return cmd_simulate(None, args, out)
         client = Client(args.controller, timeout=timeout)
         return int(args.func(client, args, out))
     except ControllerUnreachable as exc:

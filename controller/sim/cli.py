@@ -1,0 +1,263 @@
+"""tessera-sim (and `tessctl simulate`): replay a trace on a simulated cluster under several policies,
+side by side in one process, and write the metrics as JSON and CSV (and PNG plots) under --out.
+
+    tessera-sim --trace arena-philly --cluster crius-1280 --oracle arena --rules arena \\
+        --policies crius,fcfs,gavel,elasticflow-l --rounds 500 --out /tmp/sim
+    tessera-sim --trace philly --cluster crius-1280 --policies crius,gavel,elasticflow-l,gandiva,sia,fcfs \\
+        --hours 24 --seed 1 --out /tmp/philly
+    tessera-sim --trace morphling-base --cluster morphling-64 --rules morphling --out /tmp/morph
+
+A policy may carry a mode: `crius@artifact`, `gavel@paper`. Exit status 0, 1 on a bad input (one
+line on stderr with the file, line and field), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from controller.core.policies import UnknownPolicy, make_policy
+from controller.core.policy import CachedEstimates, Estimates, RoundConfig
+from controller.sim.clusters import ClusterError, builtin_names, load_cluster
+from controller.sim.engine import RULES, ArenaTruth, Rules, SimResult, Simulator, Truth
+from controller.sim.metrics import (
+    compare,
+    summarize,
+    timing,
+    write_jobs_csv,
+    write_rounds_csv,
+    write_summary_csv,
+)
+from controller.sim.oracles import (
+    ArenaOracle,
+    MorphlingOracle,
+    OracleError,
+    arena_type,
+    load_estimator_oracle,
+)
+from controller.sim.traces import (
+    PhillyOptions,
+    TraceError,
+    TraceJob,
+    generate_philly,
+    load_arena,
+    load_morphling,
+)
+
+TRACES = ("arena-philly", "arena-venus", "arena-pai", "philly", "morphling-base", "morphling-bp", "morphling-mt")
+ALIASES = {"arena-helios": "arena-venus", "helios": "arena-venus"}
+
+
+class SimInputError(ValueError):
+    pass
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get("TESSERA_DATA_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for base in [Path.cwd(), *Path.cwd().parents, *here.parents]:
+        for cand in (base / "shared" / "data", base.parent / "shared" / "data"):
+            if (cand / "arena").is_dir():
+                return cand
+    return Path("../shared/data")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, help=f"{', '.join(TRACES)} or a CSV file in the arena format")
+    p.add_argument("--cluster", default="crius-1280", help=f"{', '.join(builtin_names())} or a JSON file")
+    p.add_argument("--oracle", default="", help="arena | morphling | estimator | module:factory "
+                   "(default: by trace)")
+    p.add_argument("--rules", default="", choices=["", *RULES], help="arena | fair | morphling (default: by trace)")
+    p.add_argument("--policies", default="crius,fcfs", help="comma-separated, each optionally name@mode")
+    p.add_argument("--mode", default="auto", choices=["auto", "paper", "artifact"],
+                   help="mode of the baselines (auto: artifact under --rules arena, else paper); crius "
+                        "runs its paper mode unless written crius@artifact")
+    p.add_argument("--rounds", type=int, default=0, help="rounds to simulate (default: 2,000 under arena "
+                   "and fair rules, else until every job is done)")
+    p.add_argument("--hours", type=float, default=24.0, help="philly: hours of trace")
+    p.add_argument("--start-hour", type=float, default=0.0, help="philly: hours skipped from the trace start")
+    p.add_argument("--load", type=float, default=1.0, help="philly: arrival rate multiplier")
+    p.add_argument("--seed", type=int, default=1, help="philly: seed of the generator")
+    p.add_argument("--depth", type=int, default=3, help="search depth of Crius")
+    p.add_argument("--restart-cost", type=float, default=None, help="fair/morphling: seconds per restart")
+    p.add_argument("--data-dir", default="", help="the shared data folder (default: $TESSERA_DATA_DIR or "
+                   "../shared/data)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="no table on stdout")
+
+
+def _trace_name(t: str) -> str:
+    return ALIASES.get(t, t)
+
+
+def load_inputs(args: argparse.Namespace) -> tuple[Any, list[TraceJob], Estimates, Truth, Rules, Any]:
+    data = Path(args.data_dir) if args.data_dir else default_data_dir()
+    cluster = load_cluster(args.cluster)
+    trace = _trace_name(args.trace)
+    morph = trace.startswith("morphling")
+    oracle_name = args.oracle or ("morphling" if morph else "arena")
+    rules_name = args.rules or ("arena" if trace.startswith("arena") or trace.endswith(".csv") else
+                                "morphling" if morph else "fair")
+    rules = RULES[rules_name]
+    if args.restart_cost is not None:
+        rules = Rules(**{**rules.__dict__, "fixed_cost": float(args.restart_cost)})
+    types = cluster.gpu_types()
+    est: Estimates
+    truth: Truth
+    arena: ArenaOracle | None = None
+    if oracle_name == "arena":
+        arena = ArenaOracle(data / "arena")
+        est, truth = arena, ArenaTruth(arena)
+    elif oracle_name == "morphling":
+        m = MorphlingOracle(data / "morphling", cluster.per_node(types[0]) if types else 8)
+        est, truth = m, Truth(m)
+    else:
+        est = load_estimator_oracle(oracle_name, types)
+        truth = Truth(est)
+    est = CachedEstimates(est)
+    by_short = {arena_type(t): t for t in types}
+    if trace.startswith("arena-") or trace.endswith(".csv"):
+        path = Path(args.trace) if trace.endswith(".csv") else data / "arena" / f"trace_{trace[6:]}.csv"
+        models = arena.models if arena else json.loads((data / "arena" / "models.json").read_text())
+        jobs = load_arena(path, models, known_types=list(by_short))
+        if rules.iteration_divisor == 1 and rules.name != "morphling":
+            rules = Rules(**{**rules.__dict__, "iteration_divisor": 5})
+    elif trace == "philly":
+        if arena is None:
+            raise SimInputError("--trace philly draws the artifact's models: it needs --oracle arena "
+                                "(or give an arena-format CSV with --trace FILE)")
+        order = [by_short[s] for s in ("a100", "v100", "a40", "a10") if s in by_short] or types
+
+        def feasible(key: str, t: str, n: int) -> float:
+            cap = cluster.per_node(t)
+            nodes = 1 if n <= cap else n // cap
+            return arena.iteration_time(key, t, n, nodes) if arena else 0.0
+
+        opts = PhillyOptions(args.seed, args.hours, args.start_hour, args.load)
+        jobs = generate_philly(data / "traces" / "philly.csv", feasible, order, arena.models, opts)
+        jobs = [TraceJob(j.id, j.submit_time, j.iterations, j.model_key, j.model, j.global_batch_size, j.gpus,
+                         arena_type(j.gpu_type), j.deadline) for j in jobs]
+        rules = Rules(**{**rules.__dict__, "iteration_divisor": 1})
+    elif morph:
+        jobs = load_morphling(data / "morphling" / "workloads" / f"workload-{trace.split('-', 1)[1]}.csv")
+    else:
+        raise SimInputError(f"unknown trace {args.trace!r}: use one of {', '.join(TRACES)} or a CSV file")
+    return cluster, jobs, est, truth, rules, by_short
+
+
+def parse_policies(spec: str, mode: str, rules: Rules) -> list[tuple[str, str, str]]:
+    """(label, name, mode) per policy."""
+    out = []
+    for raw in spec.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        name, _, m = raw.partition("@")
+        if not m:
+            if name.startswith("crius"):
+                m = "paper"
+            elif mode == "auto":
+                m = "artifact" if rules.name == "arena" else "paper"
+            else:
+                m = mode
+        out.append((raw, name, m))
+    if not out:
+        raise SimInputError("--policies: no policy given")
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    cluster, jobs, est, truth, rules, by_short = load_inputs(args)
+    specs = parse_policies(args.policies, args.mode, rules)
+    policies = [(label, make_policy(name, m), m) for label, name, m in specs]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = RoundConfig(search_depth=args.depth, interval_s=rules.interval_s,
+                      max_gpus_per_job=16 if rules.name in ("arena", "fair") else 0)
+    sim = Simulator(cluster, jobs, est, truth, rules, args.trace, cfg,
+                    type_of=lambda s: by_short.get(s, s))
+    results: dict[str, SimResult] = {}
+    for label, pol, m in policies:
+        results[label] = sim.run(pol, m, rounds=args.rounds)
+    summaries = {k: summarize(v) for k, v in results.items()}
+    ref = next((k for k in results if k.split("@")[0] == "crius"), next(iter(results)))
+    comp = compare(results, ref)
+    doc = {
+        "config": {"trace": args.trace, "cluster": cluster.name, "oracle": args.oracle or "default",
+                   "rules": rules.name, "interval_s": rules.interval_s, "rounds": args.rounds,
+                   "seed": args.seed, "hours": args.hours, "load": args.load, "depth": args.depth,
+                   "jobs_in_trace": len(jobs)},
+        "policies": summaries,
+        "comparison": comp,
+    }
+    (out / "metrics.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    (out / "timing.json").write_text(json.dumps({k: timing(v) for k, v in results.items()}, indent=1,
+                                                sort_keys=True) + "\n")
+    write_summary_csv(summaries, out / "summary.csv")
+    for label, res in results.items():
+        d = out / label.replace("@", "_")
+        d.mkdir(exist_ok=True)
+        write_rounds_csv(res, d / "rounds.csv")
+        write_jobs_csv(res, d / "jobs.csv")
+    plots: list[str] = []
+    if not args.no_plots:
+        from controller.sim.plots import draw
+
+        plots = draw(results, comp, out)
+    return {**doc, "plots": plots, "timing": {k: timing(v) for k, v in results.items()}}
+
+
+def table(doc: dict[str, Any]) -> str:
+    rows = [("policy", "finished", "JCT avg", "JCT p50", "JCT p99", "queue", "thr avg", "thr busy", "thr peak",
+             "restarts", "round s")]
+    for label, s in doc["policies"].items():
+        t = doc.get("timing", {}).get(label, {})
+        rows.append((label, f"{s['jobs_finished']}/{s['jobs_submitted']}", f"{s['jct_avg_s']:.0f}",
+                     f"{s['jct_median_s']:.0f}", f"{s['jct_p99_s']:.0f}", f"{s['queue_avg_s']:.0f}",
+                     f"{s['throughput_avg']:.0f}", f"{s['throughput_avg_busy']:.0f}", f"{s['throughput_peak']:.0f}",
+                     f"{s['restarts_per_job']:.2f}", f"{t.get('round_s_avg', 0):.4f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    comp = doc.get("comparison", {})
+    ref = comp.get("reference")
+    for k, c in comp.items():
+        if isinstance(c, dict):
+            lines.append(f"{ref} vs {k}: JCT -{100 * c['jct_reduction_finished']:.1f}% (finished jobs), "
+                         f"-{100 * c['jct_reduction_padded']:.1f}% (artifact padding); throughput "
+                         f"{c['throughput_ratio']:.2f}x (all rounds), {c['throughput_ratio_busy']:.2f}x (rounds > 100)")
+    return "\n".join(lines)
+
+
+def build_parser(prog: str = "tessera-sim") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Replay a trace under several scheduling policies.")
+    add_arguments(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_and_report(args)
+
+
+def run_and_report(args: argparse.Namespace, prog: str = "tessera-sim") -> int:
+    try:
+        doc = run(args)
+    except (TraceError, ClusterError, OracleError, SimInputError, UnknownPolicy) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(table(doc))
+        print(f"metrics: {Path(args.out) / 'metrics.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,416 @@
+"""The simulation loop: a simulated clock, simulated nodes and GPUs, the same `plan_round` as the
+live controller, and a throughput oracle that says how fast each placed job really trains.
+
+Each round: (1) running jobs progress over the last interval and the finished ones leave; (2) the
+jobs submitted since arrive; (3) `plan_round` decides; (4) the decisions are applied: starts and
+migrations pay the restart cost of the rules, suspended jobs go back to the queue with their
+progress, dropped jobs leave; (5) the round's metrics are recorded.
+
+Three sets of rules (`Rules`), see docs/simulator.md:
+- "arena": the Crius artifact's simulator (scheduler.py, simulator.py, trace_manager.py): 300 s
+  rounds; jobs arrive in 300 s chunks and their submission time becomes the round's time; a job's
+  progress is the floor of its cumulative execution time over its *current* iteration time (the
+  artifact's `update_remained_iter_num`); a job that gains GPUs pays min(10 s x GPUs, 40 s) under
+  Crius and min(150 s x GPUs, 600 s) under the baselines, and a cost over 300 s loses whole rounds
+  (`resched_time_debt_table`); cluster throughput per round is scaled by the cost;
+- "fair": the same clock, but arrivals at their real time, progress counted interval by interval,
+  and every policy pays the same restart cost (default 260 s, Morphling's measured cost per
+  placement change) for every start and every change of its GPUs;
+- "morphling": the Morphling artifact's rules: 60 s rounds, 260 s per placement change, a job ends
+  after its `steps` iterations.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from controller.core.policy import CachedEstimates, Estimates, Policy, RoundConfig, plan_round
+from controller.core.snapshot import Cell, JobView, NodeView, RunningView, Slice, Snapshot
+from controller.sim.clusters import Cluster
+from controller.sim.oracles import ArenaOracle
+from controller.sim.traces import TraceJob
+
+
+@dataclass(frozen=True)
+class Rules:
+    name: str
+    interval_s: float = 300.0
+    default_rounds: int = 0  # 0 = until every job is done
+    progress: str = "exact"  # "artifact" | "exact"
+    arrivals: str = "exact"  # "artifact" | "exact"
+    # Restart cost: (seconds per GPU, cap) for Crius and for the others; or one fixed cost for all.
+    crius_cost: tuple[float, float] = (10.0, 40.0)
+    other_cost: tuple[float, float] = (150.0, 600.0)
+    fixed_cost: float | None = None
+    # Which jobs pay: "gain" = jobs that got a GPU they did not hold (the artifact), "change" = any
+    # change of the GPU set, first start included.
+    pays: str = "change"
+    # Arena traces scale iterations by 5 at generation; the artifact's simulator divides them back.
+    iteration_divisor: int = 1
+    deadline_factor: float = 1.0
+
+    def cost(self, policy: str, gpus: int) -> float:
+        if self.fixed_cost is not None:
+            return self.fixed_cost
+        per, cap = self.crius_cost if policy.startswith("crius") else self.other_cost
+        return min(per * gpus, cap)
+
+
+ARENA = Rules("arena", 300.0, 2000, "artifact", "artifact", pays="gain", iteration_divisor=5, deadline_factor=5.0)
+FAIR = Rules("fair", 300.0, 2000, "exact", "exact", fixed_cost=260.0, iteration_divisor=5, deadline_factor=5.0)
+MORPHLING = Rules("morphling", 60.0, 0, "exact", "exact", fixed_cost=260.0)
+RULES = {"arena": ARENA, "fair": FAIR, "morphling": MORPHLING}
+
+
+class Truth:
+    """How fast a job really trains on a resource (seconds per iteration; 0 = cannot run) and its
+    throughput for the metrics. Defaults to the estimates' best Cell."""
+
+    def __init__(self, est: Estimates) -> None:
+        self.est = est
+        self._memo: dict[tuple[str, str, int, int], float] = {}
+
+    def iteration_s(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> float:
+        k = (job.key, gpu_type, gpus, nodes)
+        v = self._memo.get(k)
+        if v is None:
+            cells = self.est.cells(job, gpu_type, gpus, nodes)
+            v = min((c.iteration_s for c in cells), default=0.0)
+            self._memo[k] = v
+        return v
+
+    def throughput(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> float:
+        it = self.iteration_s(job, gpu_type, gpus, nodes)
+        return job.global_batch_size / it if it > 0 else 0.0
+
+
+class ArenaTruth(Truth):
+    """The artifact's own numbers: throughput of the optimal plan, iteration time rounded as its
+    `_get_iter_time(force_opt=True)` does."""
+
+    def __init__(self, oracle: ArenaOracle) -> None:
+        super().__init__(oracle)
+        self.oracle = oracle
+
+    def iteration_s(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> float:
+        return self.oracle.iteration_time(job.key, gpu_type, gpus, nodes)
+
+    def throughput(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> float:
+        return self.oracle.throughput(job.key, gpu_type, gpus, nodes)
+
+
+@dataclass
+class SimJob:
+    t: TraceJob
+    view: JobView
+    arrive_round: int
+    arrive_time: float  # when it entered the queue (arena: the round's time)
+    iters_total: float
+    state: str = "future"  # future | pending | running | done | dropped
+    cell: Cell | None = None
+    slices: tuple[Slice, ...] = ()
+    plan_opp: bool = False
+    done: float = 0.0
+    exec_time: float = 0.0
+    it_s: float = 0.0
+    debt: float = 0.0  # arena: seconds left in the artifact's debt table (0 = not in it)
+    in_debt: bool = False
+    blocked: float = 0.0  # exact: restart seconds still to pay
+    pay_now: float = 0.0  # arena: restart seconds paid inside this round
+    queue_s: float = 0.0
+    pending_since: float = 0.0
+    first_start: float | None = None
+    end: float | None = None
+    launches: int = 0  # GPU-set changes that paid a cost (first start included)
+    changes: int = 0  # GPU-set changes after the first start (restarts)
+    suspensions: int = 0
+    reason: str = ""
+
+
+@dataclass
+class RoundRecord:
+    index: int
+    time: float
+    throughput: float
+    running: int
+    pending: int
+    gpus_used: int
+    started: int
+    migrated: int
+    suspended: int
+    finished: int
+    evaluations: int
+
+
+@dataclass
+class SimResult:
+    policy: str
+    mode: str
+    rules: str
+    trace: str
+    cluster: str
+    jobs: list[SimJob]
+    rounds: list[RoundRecord]
+    round_seconds: list[float] = field(default_factory=list)
+
+
+class Simulator:
+    def __init__(self, cluster: Cluster, trace: Sequence[TraceJob], estimates: Estimates, truth: Truth,
+                 rules: Rules, trace_name: str = "", round_config: RoundConfig | None = None,
+                 type_of: Callable[[str], str] | None = None) -> None:
+        self.cluster = cluster
+        self.trace = list(trace)
+        self.estimates = estimates
+        self.truth = truth
+        self.rules = rules
+        self.trace_name = trace_name
+        self.cfg = round_config or RoundConfig(interval_s=rules.interval_s)
+        # Trace GPU type spelling -> cluster type name ("a40" -> "A40-48GB").
+        self.type_of = type_of or (lambda s: s)
+
+    def run(self, policy: Policy, mode: str = "", rounds: int = 0, max_rounds: int = 100_000,
+            clock: Callable[[], float] = time.perf_counter) -> SimResult:
+        r_ = self.rules
+        interval = r_.interval_s
+        est = self.estimates if isinstance(self.estimates, CachedEstimates) else CachedEstimates(self.estimates)
+        nodes0 = self.cluster.nodes()
+        node_index = {n.id: i for i, n in enumerate(nodes0)}
+        busy: list[set[int]] = [set() for _ in nodes0]
+        node_views: list[NodeView] = list(nodes0)
+        dirty: set[int] = set()
+        cluster_gpus = self.cluster.cluster_gpus()
+        if not self.trace:
+            return SimResult(policy.name, mode, r_.name, self.trace_name, self.cluster.name, [], [])
+        t0 = self.trace[0].submit_time
+        # Arrival round of each job.
+        jobs: list[SimJob] = []
+        for tj in self.trace:
+            if r_.arrivals == "artifact":
+                # trace_manager.py: the first 300 s chunk whose end reaches the submission.
+                k = max(0, math.ceil((tj.submit_time - t0) / interval) - 1)
+                arrive_t = t0 + k * interval
+            else:
+                k = max(0, math.ceil((tj.submit_time - t0) / interval))
+                arrive_t = tj.submit_time
+            deadline = 0.0
+            if tj.deadline > 0:
+                base = t0 + k * interval if r_.arrivals == "artifact" else tj.submit_time
+                deadline = base + (tj.deadline - tj.submit_time) * r_.deadline_factor
+            iters = max(1, tj.iterations // r_.iteration_divisor)
+            view = JobView(tj.id, tj.submit_time, tj.model, tj.global_batch_size, tj.gpus, (),
+                           self.type_of(tj.gpu_type) if tj.gpu_type else "", iters, 0.0, deadline, 0, tj.model_key)
+            jobs.append(SimJob(tj, view, k, arrive_t, float(iters)))
+        by_round: dict[int, list[SimJob]] = {}
+        for j in jobs:
+            by_round.setdefault(j.arrive_round, []).append(j)
+        last_arrival = max(by_round)
+        limit = rounds or r_.default_rounds or max_rounds
+        running: dict[str, SimJob] = {}
+        pending: dict[str, SimJob] = {}
+        records: list[RoundRecord] = []
+        secs: list[float] = []
+        departures = 0
+
+        def hold(j: SimJob, on: bool) -> None:
+            for s in j.slices:
+                i = node_index[s.node_id]
+                if on:
+                    busy[i].update(s.gpu_indices)
+                else:
+                    busy[i].difference_update(s.gpu_indices)
+                dirty.add(i)
+
+        for r in range(limit):
+            now = t0 + r * interval
+            finished_now = 0
+            # (1) progress over the last interval
+            if r > 0:
+                for j in list(running.values()):
+                    if self._progress(j, now, interval):
+                        finished_now += 1
+                        hold(j, False)
+                        del running[j.t.id]
+            departures = finished_now
+            # (2) arrivals
+            new_ids = []
+            for j in by_round.get(r, ()):
+                j.state = "pending"
+                j.pending_since = j.arrive_time
+                pending[j.t.id] = j
+                new_ids.append(j.t.id)
+            if not running and not pending and r > last_arrival:
+                break
+            # (3) decide
+            for i in dirty:
+                n0 = nodes0[i]
+                node_views[i] = NodeView(n0.id, n0.gpus, frozenset(busy[i]))
+            dirty.clear()
+            run_views = tuple(
+                RunningView(self._view(j), j.cell, j.slices, opportunistic=j.plan_opp)  # type: ignore[arg-type]
+                for j in running.values())
+            snap = Snapshot(tuple(node_views), tuple(self._view(j) for j in pending.values()), cluster_gpus,
+                            run_views, now, tuple(new_ids), departures)
+            c0 = clock()
+            plan = plan_round(snap, est, policy, self.cfg)
+            secs.append(clock() - c0)
+            # (4) apply
+            started = migrated = suspended = 0
+            paying: list[SimJob] = []
+            # GPUs given up this round are released before any are taken (a job may start on GPUs
+            # another job leaves in the same round).
+            for d in plan.decisions:
+                if d.action in ("migrate", "stop", "drop") and d.job_id in running:
+                    hold(running[d.job_id], False)
+            for d in plan.decisions:
+                found = running.get(d.job_id) or pending.get(d.job_id)
+                if found is None:
+                    continue
+                j = found
+                if d.action == "start" or d.action == "migrate":
+                    old = {(s.node_id, i) for s in j.slices for i in s.gpu_indices}
+                    new = {(s.node_id, i) for s in d.slices for i in s.gpu_indices}
+                    j.cell = d.cell or Cell(self._type_at(d.slices), len(new))
+                    j.slices = d.slices
+                    j.plan_opp = d.opportunistic
+                    hold(j, True)
+                    job_view = self._view(j)
+                    j.it_s = self._iter_s(job_view, j)
+                    pays = bool(new - old) if r_.pays == "gain" else (new != old)
+                    if d.action == "start":
+                        started += 1
+                        del pending[j.t.id]
+                        running[j.t.id] = j
+                        j.state = "running"
+                        j.queue_s += now - j.pending_since
+                        if j.first_start is None:
+                            j.first_start = now
+                        else:
+                            j.changes += 1
+                    else:
+                        migrated += 1
+                        j.changes += 1
+                    if pays:
+                        paying.append(j)
+                    j.reason = d.reason
+                elif d.action == "keep":
+                    j.plan_opp = d.opportunistic
+                elif d.action == "stop":
+                    suspended += 1
+                    del running[j.t.id]
+                    j.state = "pending"
+                    j.suspensions += 1
+                    j.pending_since = now
+                    pending[j.t.id] = j
+                    j.slices, j.cell = (), None
+                    if r_.progress == "artifact":
+                        # The artifact restarts the count from what was left (exec time kept).
+                        j.iters_total = max(0.0, j.iters_total - math.floor(j.exec_time / j.it_s) if j.it_s else j.iters_total)
+                    j.in_debt, j.debt, j.blocked = False, 0.0, 0.0
+                    j.reason = d.reason
+                elif d.action == "drop":
+                    running.pop(j.t.id, None)
+                    pending.pop(j.t.id, None)
+                    j.state = "dropped"
+                    j.queue_s += now - j.pending_since if j.first_start is None else 0.0
+                    j.reason = d.reason
+                elif d.action == "pending":
+                    j.reason = d.reason
+            for j in paying:
+                j.launches += 1
+                cost = r_.cost(policy.name, len([i for s in j.slices for i in s.gpu_indices]))
+                if r_.progress == "artifact":
+                    self._artifact_cost(j, cost, interval)
+                else:
+                    j.blocked = cost
+            # (5) metrics
+            thr = self._metric(running.values(), paying, interval)
+            records.append(RoundRecord(r, now, thr, len(running), len(pending),
+                                       sum(len(b) for b in busy), started, migrated, suspended, finished_now,
+                                       plan.stats.choices_evaluated))
+        end_t = t0 + len(records) * interval
+        for j in pending.values():
+            j.queue_s += end_t - j.pending_since
+        return SimResult(policy.name, mode, r_.name, self.trace_name, self.cluster.name, jobs, records, secs)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _view(self, j: SimJob) -> JobView:
+        v = j.view
+        if v.done_iterations != j.done or v.restarts != j.changes:
+            v = JobView(v.id, v.submit_time, v.model, v.global_batch_size, v.gpus_hint, v.gpu_types,
+                        v.gpu_type_hint, int(j.iters_total) if self.rules.progress == "artifact" else v.iterations,
+                        j.done, v.deadline, j.changes, v.estimate_key)
+            j.view = v
+        return v
+
+    def _type_at(self, slices: Sequence[Slice]) -> str:
+        if not hasattr(self, "_node_type"):
+            self._node_type = {n.id: n.gpus[0].model for n in self.cluster.nodes()}
+        return self._node_type.get(slices[0].node_id, "")
+
+    def _iter_s(self, view: JobView, j: SimJob) -> float:
+        assert j.cell is not None
+        return self.truth.iteration_s(view, j.cell.gpu_type, j.cell.gpus, len(j.slices))
+
+    def _progress(self, j: SimJob, now: float, interval: float) -> bool:
+        """Advance a running job over [now - interval, now]; True when it finished."""
+        if self.rules.progress == "artifact":
+            if j.in_debt:
+                return False
+            j.exec_time += interval
+            if j.it_s <= 0:
+                return False
+            left = j.iters_total - math.floor(j.exec_time / j.it_s)
+            j.done = j.iters_total - max(0.0, left)
+            if left <= 0:
+                j.state, j.end = "done", now
+                return True
+            return False
+        avail = interval
+        use = min(j.blocked, avail)
+        j.blocked -= use
+        avail -= use
+        if j.it_s <= 0 or avail <= 0:
+            return False
+        need = (j.iters_total - j.done) * j.it_s
+        if need <= avail:
+            j.done = j.iters_total
+            j.state, j.end = "done", now - interval + use + need
+            return True
+        j.done += avail / j.it_s
+        return False
+
+    @staticmethod
+    def _artifact_cost(j: SimJob, cost: float, interval: float) -> None:
+        # scheduler.py `_get_cluster_perf`: a cost within the round only scales this round's
+        # throughput; a larger one becomes a debt that stops progress round by round.
+        j.pay_now = cost if cost <= interval else 0.0
+        if cost <= interval:
+            j.in_debt, j.debt = False, 0.0
+        else:
+            j.in_debt, j.debt = True, cost
+
+    def _metric(self, running: Iterable[SimJob], paying: list[SimJob], interval: float) -> float:
+        total = 0.0
+        paid = {id(j) for j in paying}
+        for j in running:
+            assert j.cell is not None
+            thr = self.truth.throughput(j.view, j.cell.gpu_type, j.cell.gpus, len(j.slices))
+            if self.rules.progress == "artifact":
+                if id(j) in paid and j.pay_now:
+                    thr *= (interval - j.pay_now) / interval
+                    j.pay_now = 0.0
+                if j.in_debt:
+                    if j.debt <= interval:
+                        thr *= (interval - j.debt) / interval
+                        j.in_debt, j.debt = False, 0.0
+                    else:
+                        thr = 0.0
+                        j.debt -= interval
+            else:
+                thr *= max(0.0, interval - j.blocked) / interval
+            total += thr
+        return total

@@ -1,0 +1,166 @@
+"""Metrics of a simulated run, and the comparison of policies side by side.
+
+Everything in `summarize` and `compare` is deterministic (no wall-clock time): a replay from the
+same seed writes the same metrics.json. Round times (wall clock) are in `timing`, a separate file.
+
+Two ways of averaging JCT are printed (docs/simulator.md):
+- "finished": the mean over the jobs each policy finished within the horizon;
+- "artifact": the Crius artifact's plot/plotter.py: each other policy's list is padded with the
+  largest JCT any policy saw, up to the number of jobs the reference (crius) finished, and
+  compared with the reference's mean over its finished jobs.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from controller.sim.engine import SimResult
+
+# The artifact's plotter averages throughput over rounds above this (plot_cluster_thr).
+BUSY_THRESHOLD = 100.0
+
+
+def _pct(xs: Sequence[float], p: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    k = (len(s) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return round(x, nd)
+
+
+def jct_list(res: SimResult) -> list[float]:
+    return [j.end - j.arrive_time for j in res.jobs if j.state == "done" and j.end is not None]
+
+
+def summarize(res: SimResult) -> dict[str, Any]:
+    horizon = len(res.rounds)
+    arrived = [j for j in res.jobs if j.arrive_round < horizon]
+    done = [j for j in arrived if j.state == "done" and j.end is not None]
+    jct = sorted(j.end - j.arrive_time for j in done if j.end is not None)
+    started = [j for j in arrived if j.first_start is not None]
+    thr = [r.throughput for r in res.rounds]
+    busy = [x for x in thr if x > BUSY_THRESHOLD]
+    total_gpus = max((r.gpus_used for r in res.rounds), default=0)
+    first = min((j.arrive_time for j in arrived), default=0.0)
+    last_end = max((j.end for j in done if j.end is not None), default=first)
+    return {
+        "policy": res.policy,
+        "mode": res.mode,
+        "rules": res.rules,
+        "trace": res.trace,
+        "cluster": res.cluster,
+        "rounds": horizon,
+        "jobs_submitted": len(arrived),
+        "jobs_finished": len(done),
+        "jobs_dropped": sum(1 for j in arrived if j.state == "dropped"),
+        "jobs_running_at_end": sum(1 for j in arrived if j.state == "running"),
+        "jobs_pending_at_end": sum(1 for j in arrived if j.state == "pending"),
+        "jct_avg_s": _r(statistics.fmean(jct)) if jct else 0.0,
+        "jct_median_s": _r(_pct(jct, 50)),
+        "jct_p99_s": _r(_pct(jct, 99)),
+        "jct_max_s": _r(max(jct, default=0.0)),
+        "queue_avg_s": _r(statistics.fmean([j.queue_s for j in done])) if done else 0.0,
+        "queue_avg_all_s": _r(statistics.fmean([j.queue_s for j in arrived if j.state != "dropped"]))
+        if arrived else 0.0,
+        "throughput_avg": _r(statistics.fmean(thr)) if thr else 0.0,
+        "throughput_avg_busy": _r(statistics.fmean(busy)) if busy else 0.0,
+        "throughput_peak": _r(max(thr, default=0.0)),
+        "makespan_s": _r(last_end - first) if done else 0.0,
+        "all_finished": len(done) == len(arrived),
+        "restarts_per_job": _r(statistics.fmean([j.changes for j in started])) if started else 0.0,
+        "launches_per_job": _r(statistics.fmean([j.launches for j in started])) if started else 0.0,
+        "suspensions": sum(j.suspensions for j in arrived),
+        "gpus_used_peak": total_gpus,
+        "choices_evaluated": sum(r.evaluations for r in res.rounds),
+    }
+
+
+def timing(res: SimResult) -> dict[str, float]:
+    s = res.round_seconds
+    return {
+        "rounds": len(s),
+        "round_s_avg": statistics.fmean(s) if s else 0.0,
+        "round_s_p50": _pct(s, 50),
+        "round_s_p99": _pct(s, 99),
+        "round_s_max": max(s, default=0.0),
+        "total_s": sum(s),
+    }
+
+
+def compare(results: dict[str, SimResult], ref: str) -> dict[str, Any]:
+    """JCT reduction and throughput ratio of `ref` against every other policy, both averagings."""
+    if ref not in results:
+        return {}
+    lists = {k: jct_list(v) for k, v in results.items()}
+    max_jct = max((max(x) for x in lists.values() if x), default=0.0)
+    ref_l = lists[ref]
+    ref_avg = statistics.fmean(ref_l) if ref_l else 0.0
+    ref_s = summarize(results[ref])
+    out: dict[str, Any] = {"reference": ref, "max_jct_s": _r(max_jct)}
+    for k, v in results.items():
+        if k == ref:
+            continue
+        lst = lists[k]
+        avg = statistics.fmean(lst) if lst else 0.0
+        padded = lst + [max_jct] * max(0, len(ref_l) - len(lst))
+        pavg = statistics.fmean(padded) if padded else 0.0
+        s = summarize(v)
+        out[k] = {
+            "jct_avg_finished_s": _r(avg),
+            "jct_reduction_finished": _r((avg - ref_avg) / avg, 4) if avg else 0.0,
+            "jct_avg_padded_s": _r(pavg),
+            "jct_reduction_padded": _r((pavg - ref_avg) / pavg, 4) if pavg else 0.0,
+            "padding_applies": len(lst) <= len(ref_l),
+            "throughput_ratio": _r(ref_s["throughput_avg"] / s["throughput_avg"], 4) if s["throughput_avg"] else 0.0,
+            "throughput_ratio_busy": _r(ref_s["throughput_avg_busy"] / s["throughput_avg_busy"], 4)
+            if s["throughput_avg_busy"] else 0.0,
+            "peak_ratio": _r(ref_s["throughput_peak"] / s["throughput_peak"], 4) if s["throughput_peak"] else 0.0,
+        }
+    return out
+
+
+def write_rounds_csv(res: SimResult, path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "time_s", "throughput", "running", "pending", "gpus_used", "started", "migrated",
+                    "suspended", "finished", "choices_evaluated"])
+        for r in res.rounds:
+            w.writerow([r.index, _r(r.time), _r(r.throughput), r.running, r.pending, r.gpus_used, r.started,
+                        r.migrated, r.suspended, r.finished, r.evaluations])
+
+
+def write_jobs_csv(res: SimResult, path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["job", "model", "gpus_asked", "type_asked", "arrive_s", "state", "first_start_s", "end_s",
+                    "jct_s", "queue_s", "restarts", "suspensions", "last_reason"])
+        for j in res.jobs:
+            if j.arrive_round >= len(res.rounds):
+                continue
+            jct = _r(j.end - j.arrive_time) if j.end is not None else ""
+            w.writerow([j.t.id, j.t.model_key, j.t.gpus, j.t.gpu_type, _r(j.arrive_time), j.state,
+                        _r(j.first_start) if j.first_start is not None else "", _r(j.end) if j.end else "",
+                        jct, _r(j.queue_s), j.changes, j.suspensions, j.reason])
+
+
+SUMMARY_FIELDS = ("policy", "mode", "rules", "rounds", "jobs_submitted", "jobs_finished", "jobs_dropped",
+                  "jct_avg_s", "jct_median_s", "jct_p99_s", "queue_avg_s", "queue_avg_all_s", "throughput_avg",
+                  "throughput_avg_busy", "throughput_peak", "makespan_s", "restarts_per_job", "launches_per_job")
+
+
+def write_summary_csv(summaries: dict[str, dict[str, Any]], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["label", *SUMMARY_FIELDS])
+        for label, s in summaries.items():
+            w.writerow([label, *(s[k] for k in SUMMARY_FIELDS)])

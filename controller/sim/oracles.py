@@ -1,0 +1,241 @@
+"""Throughput oracles: what the simulated jobs really achieve, and what policies are told.
+
+- `ArenaOracle`: the Crius artifact's measured table (data/arena/iter_time_optimal.json: Alpa's best
+  plan per model and resources), with the artifact's query rules (db_querier.py): an exact
+  `<nodes>_<type>_<nodes>_n_<per node>_d` entry; else the entry at the best locality times 0.9 per
+  halving of the per-node share; else the next larger model of the family at the same resources
+  times 1.8 per size step; iteration times over 300 s or negative are infeasible. Its data-parallel
+  memory filter (dp_mem.json: per-replica GB x 1.2 <= 0.8 x GPU memory) is `dp_fits`. Stage counts
+  of the Cells come from iter_time_estimated.json where it has the resource.
+- `MorphlingOracle`: the Morphling artifact's measured placements (data/morphling/placements): the
+  best execution plan measured for a model on a placement (GPUs per server).
+- `load_estimator_oracle(spec)`: any object with the `Estimates` protocol, e.g. the Cell estimator,
+  named as `module:factory` (the factory takes the cluster's GPU type names).
+
+All are deterministic and implement controller.core.policy.Estimates.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from controller.core.policy import CellEstimate, Estimates
+from controller.core.snapshot import Cell, JobView
+from controller.sim.clusters import ARENA_TYPES
+
+SIZES = {"wide_resnet": ["500M", "1B", "2B", "4B", "6.8B", "13B"],
+         "bert": ["760M", "1.3B", "2.6B", "6.7B", "15B", "39B"],
+         "moe": ["690M", "1.3B", "2.4B", "10B", "27B", "70B"]}
+LOCALITY_SCALE = 0.9
+PARAM_SCALE = 1.8
+MAX_ITER_S = 300.0
+XLA_FRACTION = 0.8
+COUNTS = (1, 2, 4, 8, 16)
+
+
+class OracleError(ValueError):
+    pass
+
+
+def arena_type(name: str) -> str:
+    """Cluster GPU type name -> the artifact's short name ("A100-40GB" -> "a100")."""
+    for short, (full, _, _, _) in ARENA_TYPES.items():
+        if full == name:
+            return short
+    return name.split("-")[0].lower()
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise OracleError(f"{path}: cannot read: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise OracleError(f"{path} line {e.lineno}: not valid JSON: {e.msg}") from None
+
+
+class ArenaOracle:
+    """The Crius artifact's throughput table behind the Estimates protocol."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.dir = data_dir
+        self.table: dict[str, dict[str, float]] = _read_json(data_dir / "iter_time_optimal.json")
+        dp = _read_json(data_dir / "dp_mem.json")
+        self.dp_mem: dict[str, list[float]] = dp[0] if isinstance(dp, list) else dp
+        self.models: dict[str, dict[str, dict[str, object]]] = _read_json(data_dir / "models.json")
+        self.stages: dict[tuple[str, str], int] = {}
+        est_path = data_dir / "iter_time_estimated.json"
+        if est_path.exists():
+            est = _read_json(est_path)
+            for m, res in est.items():
+                for r, plans in res.items():
+                    good = [p for p in plans if p.get("values") and p["values"][-1] > 0]
+                    if good:
+                        best = min(good, key=lambda p: p["values"][-1])
+                        self.stages[(m, r)] = int(best["pp_dp_tp"][0])
+        self._thr: dict[tuple[str, str, int, int], float] = {}
+
+    # ------------------------------------------------------------------ the artifact's query
+
+    def known_models(self) -> list[str]:
+        return sorted({k.rsplit("_", 1)[0] for k in self.table})
+
+    def throughput(self, key: str, gpu_type: str, gpus: int, nodes: int) -> float:
+        """Samples/s of the optimal plan (the artifact's `query_db(only_opt=True)`); 0 = infeasible."""
+        k = (key, gpu_type, gpus, nodes)
+        got = self._thr.get(k)
+        if got is None:
+            got = self._query(key, arena_type(gpu_type), gpus, nodes)
+            self._thr[k] = got
+        return got
+
+    def _query(self, key: str, t: str, gpus: int, nodes: int) -> float:
+        if nodes <= 0 or gpus % nodes:
+            return 0.0
+        per = gpus // nodes
+        fam, size, batch_s = _split_key(key)
+        batch = int(batch_s)
+        l2 = f"{nodes}_{t}_{nodes}_n_{per}_d"
+        row = self.table.get(key)
+        factor = 1.0
+        it: float | None = None
+        if row is not None and l2 in row:
+            it = row[l2]
+        else:
+            cap = ARENA_TYPES[t][1] if t in ARENA_TYPES else per
+            best = [gpus] if gpus <= cap else [cap] * (gpus // cap)
+            l2b = f"{len(best)}_{t}_{len(best)}_n_{best[0]}_d"
+            if row is not None and l2b in row:
+                it = row[l2b]
+                mf = int(math.log2(best[0] // per)) if best[0] // per >= 1 else 0
+                if mf:
+                    factor = LOCALITY_SCALE ** mf
+            else:
+                sizes = SIZES.get(fam, [])
+                if size in sizes:
+                    for i, s in enumerate(sizes):
+                        if i <= sizes.index(size):
+                            continue
+                        g = self.table.get(f"{fam}_{s}_{batch}")
+                        if g is not None and l2 in g:
+                            it = g[l2]
+                            factor = PARAM_SCALE ** (i - sizes.index(size))
+                            break
+        if it is None or not it or it > MAX_ITER_S:
+            return 0.0
+        thr = round(batch / float(it), 3) * factor
+        return thr if thr > 0 else 0.0
+
+    def iteration_time(self, key: str, gpu_type: str, gpus: int, nodes: int) -> float:
+        """The artifact's `_get_iter_time(force_opt=True)`: round(batch / thr, 3); 0 if infeasible."""
+        thr = self.throughput(key, gpu_type, gpus, nodes)
+        if thr <= 0:
+            return 0.0
+        return round(int(_split_key(key)[2]) / thr, 3)
+
+    def dp_fits(self, job: JobView, gpu_type: str, gpus: int) -> bool:
+        t = arena_type(gpu_type)
+        need_list = self.dp_mem.get(job.key)
+        if need_list is None or gpus not in COUNTS:
+            return False
+        idx = COUNTS.index(gpus)
+        if idx >= len(need_list):
+            return False
+        need = need_list[idx]
+        mem = ARENA_TYPES[t][2] if t in ARENA_TYPES else 0
+        return not (need != 0 and (need == -1 or need * 1.2 > mem * XLA_FRACTION))
+
+    # ------------------------------------------------------------------ Estimates protocol
+
+    def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
+        thr = self.throughput(job.key, gpu_type, gpus, nodes)
+        if thr <= 0:
+            return ()
+        per = gpus // nodes
+        st = self.stages.get((job.key, f"{nodes}_{arena_type(gpu_type)}_{nodes}_n_{per}_d"), 0)
+        return (CellEstimate(Cell(gpu_type, gpus, st), job.global_batch_size / thr, source="table:arena"),)
+
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
+        t = arena_type(gpu_type)
+        cap = ARENA_TYPES[t][1] if t in ARENA_TYPES else 1
+        return [n for n in COUNTS if self.throughput(job.key, gpu_type, n, 1 if n <= cap else n // cap) > 0]
+
+
+def _split_key(key: str) -> tuple[str, str, str]:
+    head, batch = key.rsplit("_", 1)
+    fam, size = head.rsplit("_", 1)
+    return fam, size, batch
+
+
+class MorphlingOracle:
+    """Measured iteration times of the Morphling artifact, by model and placement."""
+
+    def __init__(self, data_dir: Path, per_node: int = 8) -> None:
+        self.per_node = per_node
+        root = data_dir / "placements"
+        self.best: dict[tuple[str, str], tuple[float, str]] = {}
+        for model in ("vit", "roberta", "bert", "t5", "gpt2", "llama7", "llama30"):
+            path = root / model / "placements.csv"
+            try:
+                text = path.read_text(encoding="utf-8-sig")
+            except OSError as e:
+                raise OracleError(f"{path}: cannot read: {e.strerror}") from None
+            for ln, row in enumerate(csv.DictReader(text.splitlines()), start=2):
+                try:
+                    it = float(row["iter_time"])
+                    place = "".join(sorted(row["placement"].strip(), reverse=True))
+                except (KeyError, ValueError):
+                    raise OracleError(f"{path} line {ln}: field iter_time or placement is not valid") from None
+                if it <= 0 or not place.isdigit():
+                    continue
+                k = (model, place)
+                if k not in self.best or it < self.best[k][0]:
+                    self.best[k] = (it, row.get("exec_plan", ""))
+
+    def iteration_time(self, model: str, placement: str) -> float:
+        got = self.best.get((model, "".join(sorted(placement, reverse=True))))
+        return got[0] if got else 0.0
+
+    def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
+        if nodes <= 0 or gpus % nodes:
+            return ()
+        per = gpus // nodes
+        if per > 9:
+            return ()
+        it = self.iteration_time(job.key, str(per) * nodes)
+        if it <= 0:
+            return ()
+        return (CellEstimate(Cell(gpu_type, gpus, 0), it, source="table:morphling"),)
+
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
+        out = set()
+        for m, place in self.best:
+            if m == job.key:
+                out.add(sum(int(c) for c in place))
+        return sorted(out)
+
+
+def load_estimator_oracle(spec: str, gpu_types: Sequence[str]) -> Estimates:
+    """`module:factory` -> factory(gpu_types), which must return an object with the Estimates
+    protocol. `estimator` alone means `estimator.cells:tessera_estimates`."""
+    if spec in ("", "estimator"):
+        spec = "estimator.cells:tessera_estimates"
+    mod_name, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise OracleError(f"oracle {spec!r}: cannot import {mod_name}: {e}") from None
+    factory = getattr(mod, attr or "tessera_estimates", None)
+    if factory is None:
+        raise OracleError(f"oracle {spec!r}: {mod_name} has no {attr or 'tessera_estimates'} "
+                          f"(a factory taking the cluster's GPU types and returning Estimates)")
+    est = factory(list(gpu_types))
+    if not isinstance(est, Estimates):
+        raise OracleError(f"oracle {spec!r}: {type(est).__name__} does not implement cells() and gpu_counts()")
+    return est

@@ -1,0 +1,271 @@
+"""Job traces for the simulator: the Crius artifact's traces, Philly with a seeded generator, and the
+Morphling workloads. Every loader reports a bad file as `TraceError: FILE line N: field F: why`.
+
+- `load_arena(path)`: `job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,
+  gpu_type` (data/arena/trace_*.csv), as the artifact replays them.
+- `generate_philly(path, oracle models, seed, hours, start_hour, load)`: data/traces/philly.csv
+  (timestamp, duration, num_gpus) with GPU count and type, model, size and batch drawn by a seeded
+  generator as Crius Sec. 8.1 and the artifact's `traces/regenerate_sim_trace.py` do; iterations
+  from the duration at the requested resources (docs/simulator.md gives every rule).
+- `load_morphling(path)`: data/morphling/workloads/workload-*.csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from estimator.models import ModelDims
+
+
+class TraceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    id: str
+    submit_time: float
+    iterations: int
+    # Estimate key: the oracle's model name, e.g. "bert_1.3B_128" (arena) or "gpt2" (Morphling).
+    model_key: str
+    model: ModelDims
+    global_batch_size: int
+    gpus: int  # the user's request (0 = none)
+    gpu_type: str  # the user's request, in the trace's own spelling ("a40"); "" = none
+    deadline: float = 0.0
+    # Morphling: guaranteed (SLA) job; its initial execution plan.
+    sla: bool = False
+    exec_plan: str = ""
+
+
+def _open_rows(path: Path, required: Sequence[str]) -> tuple[list[dict[str, str]], list[int]]:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror}") from None
+    lines = text.splitlines()
+    if not lines:
+        raise TraceError(f"{path} line 1: empty file, expected a header with {', '.join(required)}")
+    reader = csv.DictReader(lines)
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [f for f in required if f not in header]
+    if missing:
+        raise TraceError(f"{path} line 1: header lacks field(s) {', '.join(missing)} "
+                         f"(has {', '.join(header) or 'nothing'})")
+    rows, nums = [], []
+    for i, row in enumerate(reader, start=2):
+        if not any((v or "").strip() for v in row.values()):
+            continue
+        rows.append({(k or "").strip(): (v or "").strip() for k, v in row.items()})
+        nums.append(i)
+    return rows, nums
+
+
+def _num(path: Path, line: int, row: dict[str, str], field: str, kind: Callable[[str], float],
+         positive: bool = False, allow_zero: bool = True) -> float:
+    raw = row.get(field, "")
+    try:
+        v = kind(raw)
+    except (TypeError, ValueError):
+        raise TraceError(f"{path} line {line}: field {field}: not a number: {raw!r}") from None
+    if math.isnan(v) or math.isinf(v):
+        raise TraceError(f"{path} line {line}: field {field}: not a finite number: {raw!r}")
+    if positive and (v < 0 or (v == 0 and not allow_zero)):
+        raise TraceError(f"{path} line {line}: field {field}: must be {'> 0' if not allow_zero else '>= 0'}, got {raw}")
+    return v
+
+
+def _int(raw: str) -> int:
+    f = float(raw)
+    if f != int(f):
+        raise ValueError(raw)
+    return int(f)
+
+
+# ---------------------------------------------------------------------------------------- arena
+
+
+ARENA_FIELDS = ("job_id", "submission_time", "num_iteration", "model_name", "deadline", "batch_size",
+                "num_gpu", "gpu_type")
+
+
+def arena_dims(family: str, size: str, models: dict[str, dict[str, dict[str, object]]]) -> ModelDims:
+    """ModelDims for an arena model name; Wide-ResNet (not a transformer) gets stand-in dims."""
+    spec = models.get(family, {}).get(size, {})
+
+    def g(k: str, d: int) -> int:
+        v = spec.get(k, d)
+        return int(v) if isinstance(v, (int, float)) else d
+
+    name = f"{family}_{size}"
+    if family == "wide_resnet":
+        return ModelDims(g("num_channels", 224), g("layer_num", 50), 1, g("num_classes", 1024), g("image_size", 224), name)
+    return ModelDims(g("hidden_size", 1024), g("num_layers", 24), g("num_heads", 16), g("vocab_size", 32000),
+                     g("seq_len", 1024), name)
+
+
+def load_arena(path: Path, models: dict[str, dict[str, dict[str, object]]], known_types: Sequence[str] = (),
+               known_models: Sequence[str] = ()) -> list[TraceJob]:
+    rows, nums = _open_rows(path, ARENA_FIELDS)
+    out: list[TraceJob] = []
+    seen: set[str] = set()
+    for row, ln in zip(rows, nums, strict=True):
+        jid = row["job_id"]
+        if not jid:
+            raise TraceError(f"{path} line {ln}: field job_id: empty")
+        if jid in seen:
+            raise TraceError(f"{path} line {ln}: field job_id: duplicate {jid!r}")
+        seen.add(jid)
+        sub = _num(path, ln, row, "submission_time", float, positive=True)
+        iters = int(_num(path, ln, row, "num_iteration", _int, positive=True, allow_zero=False))
+        ddl = _num(path, ln, row, "deadline", float)
+        batch = int(_num(path, ln, row, "batch_size", _int, positive=True, allow_zero=False))
+        gpus = int(_num(path, ln, row, "num_gpu", _int, positive=True, allow_zero=False))
+        if gpus & (gpus - 1):
+            raise TraceError(f"{path} line {ln}: field num_gpu: must be a power of two, got {gpus}")
+        mname = row["model_name"]
+        if "__" not in mname:
+            raise TraceError(f"{path} line {ln}: field model_name: expected <family>__<size>, got {mname!r}")
+        family, size = mname.split("__", 1)
+        key = f"{family}_{size}_{batch}"
+        if known_models and f"{family}_{size}" not in known_models:
+            raise TraceError(f"{path} line {ln}: field model_name: unknown model {mname!r}")
+        gtype = row["gpu_type"].lower()
+        if known_types and gtype not in known_types:
+            raise TraceError(f"{path} line {ln}: field gpu_type: {gtype!r} is not in the cluster "
+                             f"({', '.join(known_types)})")
+        out.append(TraceJob(jid, sub, iters, key, arena_dims(family, size, models), batch, gpus, gtype, ddl))
+    out.sort(key=lambda j: j.submit_time)  # stable: file order among equal times
+    return out
+
+
+# ---------------------------------------------------------------------------------------- philly
+
+PHILLY_FIELDS = ("timestamp", "duration", "num_gpus")
+
+# The artifact's draw (traces/regenerate_sim_trace.py, Philly): cumulative weights out of the last.
+_FAMILIES = ("wide_resnet", "bert", "moe")
+_P_FAMILY = (15, 40, 100)
+_SIZES = {"wide_resnet": ("500M", "1B", "2B", "4B", "6.8B", "13B"),
+          "bert": ("760M", "1.3B", "2.6B", "6.7B", "15B", "39B"),
+          "moe": ("690M", "1.3B", "2.4B", "10B", "27B", "70B")}
+_P_SIZE = (10, 25, 50, 70, 85, 95)
+_BATCHES = {"wide_resnet": (256, 512, 1024), "bert": (128, 256, 512), "moe": (256, 512, 1024)}
+_P_BATCH = (50, 60, 65)
+_COUNTS = (1, 2, 4, 8, 16)
+_P_COUNT = (10, 25, 45, 65, 80)
+_P_TYPE = (15, 30, 60, 90)
+
+
+def _pick(rng: random.Random, cum: Sequence[int]) -> int:
+    x = rng.randint(0, cum[-1] - 1)
+    for i, c in enumerate(cum):
+        if x < c:
+            return i
+    return len(cum) - 1
+
+
+@dataclass(frozen=True)
+class PhillyOptions:
+    seed: int = 1
+    hours: float = 24.0
+    start_hour: float = 0.0
+    # Load scaling: submission gaps divided by this factor (2.0 = twice the arrival rate).
+    load: float = 1.0
+    families: tuple[str, ...] = ("wide_resnet", "bert", "moe")
+    min_iterations: int = 100
+    max_iterations: int = 1_000_000
+
+
+def generate_philly(path: Path, feasible: Callable[[str, str, int], float], gpu_types: Sequence[str],
+                    models: dict[str, dict[str, dict[str, object]]], opts: PhillyOptions) -> list[TraceJob]:
+    """Philly arrivals and durations with the artifact's seeded draw of model, size, batch, GPU count
+    and type. `feasible(model_key, gpu_type, gpus)` gives the iteration time (s) of the request at
+    its best locality, 0 if it cannot run: infeasible draws are drawn again, as the artifact does.
+    `gpu_types`: the four types in the artifact's order (a100, v100, a40, a10)."""
+    rows, nums = _open_rows(path, PHILLY_FIELDS)
+    recs: list[tuple[float, float, int, int]] = []
+    for row, ln in zip(rows, nums, strict=True):
+        try:
+            ts = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S").timestamp()
+        except ValueError:
+            raise TraceError(f"{path} line {ln}: field timestamp: expected YYYY-MM-DD HH:MM:SS, "
+                             f"got {row['timestamp']!r}") from None
+        dur = _num(path, ln, row, "duration", float, positive=True)
+        n = int(_num(path, ln, row, "num_gpus", _int, positive=True, allow_zero=False))
+        recs.append((ts, dur, n, ln))
+    recs.sort()
+    if not recs:
+        return []
+    t0 = recs[0][0] + opts.start_hour * 3600
+    t1 = t0 + opts.hours * 3600
+    fams = [f for f in _FAMILIES if f in opts.families]
+    if not fams:
+        raise TraceError(f"no model family left: {opts.families}")
+    rng = random.Random(opts.seed)
+    out: list[TraceJob] = []
+    for ts, dur, _n, ln in recs:
+        if ts < t0 or ts >= t1:
+            continue
+        sub = (ts - t0) / opts.load
+        for _attempt in range(10_000):
+            fi = _pick(rng, _P_FAMILY)
+            fam = _FAMILIES[fi]
+            batch = _BATCHES[fam][_pick(rng, _P_BATCH)]
+            si = _pick(rng, _P_SIZE)
+            size = _SIZES[fam][si]
+            cap = min(len(_P_COUNT) - 1, si + 2)
+            x = rng.randint(0, _P_COUNT[cap] - 1)
+            gpus = next(_COUNTS[i] for i, c in enumerate(_P_COUNT) if x < c)
+            gtype = gpu_types[min(_pick(rng, _P_TYPE), len(gpu_types) - 1)]
+            if fam not in fams:
+                continue
+            key = f"{fam}_{size}_{batch}"
+            it = feasible(key, gtype, gpus)
+            if it > 0:
+                break
+        else:
+            raise TraceError(f"{path} line {ln}: no feasible model drawn in 10,000 tries (seed {opts.seed})")
+        iters = int(min(opts.max_iterations, max(opts.min_iterations, dur // it)))
+        out.append(TraceJob(f"philly-{ln}", sub, iters, key, arena_dims(fam, size, models), batch, gpus, gtype,
+                            sub + dur * 1.5))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- morphling
+
+MORPHLING_FIELDS = ("name", "submission_time", "duration", "application", "num_gpus", "exec_plan", "steps", "is_sla")
+
+MORPHLING_MODELS = {
+    "vit": ModelDims(768, 12, 12, 1000, 197, "vit"),
+    "roberta": ModelDims(1024, 24, 16, 50265, 512, "roberta"),
+    "bert": ModelDims(1024, 24, 16, 30522, 512, "bert"),
+    "t5": ModelDims(1024, 48, 16, 32128, 512, "t5"),
+    "gpt2": ModelDims(1600, 48, 25, 50257, 1024, "gpt2"),
+    "llama7": ModelDims(4096, 32, 32, 32000, 4096, "llama7"),
+    "llama30": ModelDims(6656, 60, 52, 32000, 2048, "llama30"),
+}
+
+
+def load_morphling(path: Path) -> list[TraceJob]:
+    rows, nums = _open_rows(path, MORPHLING_FIELDS)
+    out = []
+    for row, ln in zip(rows, nums, strict=True):
+        app = row["application"]
+        if app not in MORPHLING_MODELS:
+            raise TraceError(f"{path} line {ln}: field application: unknown {app!r} "
+                             f"(known: {', '.join(MORPHLING_MODELS)})")
+        sub = _num(path, ln, row, "submission_time", float, positive=True)
+        gpus = int(_num(path, ln, row, "num_gpus", _int, positive=True, allow_zero=False))
+        steps = int(_num(path, ln, row, "steps", _int, positive=True, allow_zero=False))
+        sla = int(_num(path, ln, row, "is_sla", _int)) == 1
+        out.append(TraceJob(row["name"], sub, steps, app, MORPHLING_MODELS[app], 1, gpus, "", 0.0, sla,
+                            row["exec_plan"]))
+    out.sort(key=lambda j: j.submit_time)
+    return out

@@ -1,0 +1,71 @@
+"""The simulation loop on a literal cluster: the artifact's rules to the second, and the fair rules."""
+
+from __future__ import annotations
+
+from controller.core.estimates import TableEstimates
+from controller.core.policies import make_policy
+from controller.core.policy import RoundConfig
+from controller.sim.clusters import Cluster, NodeGroup
+from controller.sim.engine import ARENA, FAIR, Rules, Simulator, Truth
+from controller.sim.metrics import compare, summarize
+from controller.sim.traces import TraceJob
+from estimator.models import ModelDims
+
+M = ModelDims(64, 2, 4, 256, 64, "m")
+CLUSTER = Cluster("tiny", (NodeGroup("x-", 1, 4, "X", 40.0),))
+
+
+def tj(jid: str, t: float, gpus: int, iters: int, key: str = "k") -> TraceJob:
+    return TraceJob(jid, t, iters, key, M, 10, gpus, "X")
+
+
+def sim(trace: list[TraceJob], rules: Rules, table: dict[tuple[str, str, int], float]) -> Simulator:
+    est = TableEstimates(table)
+    return Simulator(CLUSTER, trace, est, Truth(est), rules, "t", RoundConfig(interval_s=rules.interval_s))
+
+
+def test_arena_rules_chunks_progress_and_restart_debt() -> None:
+    # 100 iterations after the artifact's division by 5; 10 s each: 1,000 s of work.
+    one = [tj("a", 1000.0, 1, 500)]
+    res = sim(one, ARENA, {("k", "X", 1): 10.0}).run(make_policy("fcfs", "artifact"))
+    a = res.jobs[0]
+    # Progress is floor(cumulative execution time / iteration time): 4 rounds of 300 s.
+    assert a.end is not None and a.end - a.arrive_time == 1200.0
+    # 1 GPU pays min(150 s, 600 s) = 150 s: inside the round, so only the throughput is scaled.
+    assert res.rounds[0].throughput == 1.0 * (300 - 150) / 300
+    # 4 GPUs pay 600 s > 300 s: a debt that costs one whole round of progress.
+    four = [tj("b", 1000.0, 4, 500)]
+    res4 = sim(four, ARENA, {("k", "X", 4): 10.0}).run(make_policy("fcfs", "artifact"))
+    b = res4.jobs[0]
+    assert b.end is not None and b.end - b.arrive_time == 1500.0
+    assert [r.throughput for r in res4.rounds[:3]] == [0.0, 0.0, 1.0]
+    # Crius pays min(10 s x GPUs, 40 s): no debt.
+    resc = sim(four, ARENA, {("k", "X", 4): 10.0}).run(make_policy("crius"))
+    assert resc.jobs[0].end is not None and resc.jobs[0].end - resc.jobs[0].arrive_time == 1200.0
+
+
+def test_arena_arrivals_come_in_300_s_chunks_stamped_with_the_round_time() -> None:
+    trace = [tj("a", 1000.0, 1, 5), tj("b", 1299.0, 1, 5), tj("c", 1300.0, 1, 5), tj("d", 1301.0, 1, 5)]
+    res = sim(trace, ARENA, {("k", "X", 1): 1.0}).run(make_policy("fcfs", "artifact"), rounds=5)
+    assert [j.arrive_round for j in res.jobs] == [0, 0, 0, 1]
+    assert [j.arrive_time for j in res.jobs] == [1000.0, 1000.0, 1000.0, 1300.0]
+
+
+def test_fair_rules_count_every_second() -> None:
+    trace = [tj("a", 1000.0, 1, 500)]
+    res = sim(trace, FAIR, {("k", "X", 1): 10.0}).run(make_policy("fcfs"))
+    a = res.jobs[0]
+    assert a.end == 1000.0 + 260.0 + 1000.0  # restart cost, then 100 iterations of 10 s
+    s = summarize(res)
+    assert s["jobs_finished"] == 1 and s["jct_avg_s"] == 1260.0 and s["restarts_per_job"] == 0
+
+
+def test_waiting_suspension_and_comparison() -> None:
+    # Two 4-GPU jobs on a 4-GPU node: the second waits for the first.
+    trace = [tj("a", 0.0, 4, 5000), tj("b", 10.0, 4, 5000)]
+    s = sim(trace, ARENA, {("k", "X", 4): 1.0, ("k", "X", 2): 1.5, ("k", "X", 1): 2.5})
+    fc = s.run(make_policy("fcfs", "artifact"))
+    cr = s.run(make_policy("crius"))
+    assert summarize(fc)["jobs_finished"] == 2 and fc.jobs[1].queue_s > 0
+    comp = compare({"crius": cr, "fcfs": fc}, "crius")
+    assert set(comp["fcfs"]) >= {"jct_reduction_finished", "jct_reduction_padded", "throughput_ratio"}
