@@ -1,0 +1,861 @@
+"""Cells of a job and their agile estimation (crius.txt Sec. 4.2 and 5.1).
+
+A Cell is (job, GPU type, GPU count, pipeline stages). Inside a Cell the stage partition is fixed
+(partition.py: by FLOPs and inter-operator communication) and only data and tensor parallelism per
+stage remain. The Cell's estimate is the best of its 2^Ns assembled plans: every stage is either
+data-parallel-only or tensor-parallel-only, its computation comes from compute.py (analytical prior
+or one-device profiling) and its communication from comm.py (profiled table or alpha-beta). The
+pipeline latency follows Sec. 5.1:
+
+    T_iter = sum_i T_i + (B - 1) * max_i (T_i - Tcomm_i) + max_i (Tsync_i + Topt_i)
+
+with T_i = compute + intra-stage communication + the communication from the previous stage for one
+micro-batch, Tcomm_i that inter-stage part (overlapped in the steady state), B = 4 * Ns micro-batches
+(GPipe, as in the paper's Figure 10), and a last term that the paper leaves implicit: the gradient
+all-reduce of data-parallel stages and the optimizer step, once per iteration, stages in parallel.
+We read "the slowest stage" as the stage with the largest latency once its overlapped communication
+is taken off. A plan whose memory exceeds the GPU's usable memory on any stage is dropped.
+
+The best assembled plan is found exactly without enumerating 2^Ns plans (thresholds on the two max
+terms, then an independent choice per stage); `enumerate_plans` enumerates them for checks.
+
+Everything here is pure: frozen dataclasses in, frozen dataclasses out; `CellEstimator` keeps an
+in-memory cache keyed by (model signature, plan, GPU type).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from estimator.catalog import GpuType, UnknownGpuError, lookup
+from estimator.comm import CommModel, Link
+from estimator.compute import (
+    DEFAULT_PRIOR,
+    EfficiencyPrior,
+    StageProfiler,
+    optimizer_step_time,
+    profile_stage_compute,
+    stage_compute_time,
+)
+from estimator.models import ModelDims
+from estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
+
+
+class CellInputError(ValueError):
+    """Bad input to the Cell estimator; the message starts with the offending field."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Values with their source
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A number and where it comes from: formula, traced, profiled, fitted or measured (+ detail)."""
+
+    value: float
+    source: str
+
+
+# ---------------------------------------------------------------------------------------------------
+# Model description (local to the Cell estimator until models.py carries the family fields)
+
+FAMILIES = ("gpt", "bert", "moe")
+
+
+@dataclass(frozen=True)
+class CellModel:
+    """A training job's model as the Cell estimator needs it.
+
+    `family`: "gpt" (decoder) and "bert" (encoder) are dense transformers with the same costs in the
+    non-causal FLOP count; "moe" is GShard: every `moe_every`-th layer's FFN is `num_experts` experts
+    with top-`top_k` routing over groups of `expert_group_size` tokens, experts sharded across the DP
+    ranks of a stage. `ffn_mult`: FFN width / hidden. `recompute`: activation recomputation (full
+    layers; Alpa's default in the Crius artifact). `dtype_bytes`: 2 for fp16/bf16 training.
+    """
+
+    family: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    vocab_size: int
+    seq_length: int
+    global_batch: int
+    ffn_mult: int = 4
+    num_experts: int = 0
+    top_k: int = 2
+    expert_group_size: int = 2048
+    moe_every: int = 2
+    dtype_bytes: int = 2
+    recompute: bool = True
+    state_bytes_per_param: float = 16.0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.state_bytes_per_param <= 0:
+            raise CellInputError(f"state_bytes_per_param: must be > 0, got {self.state_bytes_per_param}")
+        if self.family not in FAMILIES:
+            raise CellInputError(f"family: unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
+        for f in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "global_batch",
+                  "ffn_mult", "dtype_bytes"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v <= 0:
+                raise CellInputError(f"{f}: must be a positive integer, got {v!r}")
+        if self.hidden_size % self.num_heads:
+            raise CellInputError(
+                f"num_heads: {self.num_heads} heads do not divide hidden_size {self.hidden_size}")
+        if self.family == "moe":
+            for f in ("num_experts", "top_k", "expert_group_size", "moe_every"):
+                v = getattr(self, f)
+                if not isinstance(v, int) or v <= 0:
+                    raise CellInputError(f"{f}: must be a positive integer for a MoE model, got {v!r}")
+            if self.top_k > self.num_experts:
+                raise CellInputError(f"top_k: {self.top_k} exceeds num_experts {self.num_experts}")
+
+    @property
+    def signature(self) -> str:
+        """Same dimensions and batch, same signature (the name does not count)."""
+        s = (f"{self.family}-h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}-v{self.vocab_size}"
+             f"-s{self.seq_length}-b{self.global_batch}-f{self.ffn_mult}-d{self.dtype_bytes}"
+             f"-r{int(self.recompute)}-o{self.state_bytes_per_param:g}")
+        if self.family == "moe":
+            s += f"-e{self.num_experts}k{self.top_k}g{self.expert_group_size}m{self.moe_every}"
+        return s
+
+    @classmethod
+    def from_dims(cls, dims: ModelDims, global_batch: int, family: str = "gpt", **kw: Any) -> CellModel:
+        """Build from the shared ModelDims (estimator/models.py) plus the job's global batch."""
+        return cls(family=family, hidden_size=dims.hidden_size, num_layers=dims.num_layers,
+                   num_heads=dims.num_heads, vocab_size=dims.vocab_size, seq_length=dims.seq_length,
+                   global_batch=global_batch, name=kw.pop("name", dims.name), **kw)
+
+
+def _dense_layer(m: CellModel, idx: int) -> Operator:
+    h, s, a, f, d = m.hidden_size, m.seq_length, m.num_heads, m.ffn_mult, m.dtype_bytes
+    passes = 4 if m.recompute else 3  # forward, backward (2x), recomputed forward
+    fwd = 2 * (4 * h * h + 2 * f * h * h) + 4 * s * h  # per token (non-causal attention count)
+    rep = 10 * h * d / 2  # Korthikanti bytes per token (written for 2-byte activations)
+    shard = (8 * h + 4 * f * h) * d / 2 + 5 * a * s
+    calls = 6 if m.recompute else 4
+    return Operator(
+        name=f"layer{idx}", flops=passes * fwd * s, params=4 * h * h + 2 * f * h * h + (9 + f) * h,
+        out_bytes=s * h * d, traffic_bytes=rep * s, traffic_sharded_bytes=shard * s,
+        tp_comm_bytes=calls * s * h * d, comm_calls=calls,
+        stored_bytes=(s * h * d) if m.recompute else (rep + shard) * s,
+        shape=LayerShape("transformer", h, a, f * h, s, recompute=m.recompute),
+    )
+
+
+def _moe_layer(m: CellModel, idx: int) -> Operator:
+    h, s, a, f, d = m.hidden_size, m.seq_length, m.num_heads, m.ffn_mult, m.dtype_bytes
+    e, k, g = m.num_experts, m.top_k, m.expert_group_size
+    passes = 4 if m.recompute else 3
+    # attention + top-k expert FFNs + gating + one-hot dispatch/combine einsums (E*C = k*G per token)
+    fwd = 2 * 4 * h * h + 4 * s * h + k * 4 * f * h * h + 2 * h * e + 2 * 2 * h * (k * g)
+    rep = 10 * h * d / 2 + 2 * (k * g) * d  # + dispatch mask and combine weights per token
+    shard = (8 * h + k * 4 * f * h) * d / 2 + 5 * a * s
+    calls = 6 if m.recompute else 4
+    expert = e * (2 * f * h * h + f * h + h)
+    return Operator(
+        name=f"moe{idx}", flops=passes * fwd * s, params=4 * h * h + 4 * h + h * e + expert,
+        expert_params=expert, out_bytes=s * h * d, traffic_bytes=rep * s, traffic_sharded_bytes=shard * s,
+        tp_comm_bytes=calls * s * h * d, a2a_bytes=calls * k * s * h * d, comm_calls=calls,
+        stored_bytes=(s * h * d) if m.recompute else (rep + shard) * s,
+        shape=LayerShape("moe", h, a, f * h, s, experts=e, top_k=k, recompute=m.recompute),
+    )
+
+
+def model_operators(m: CellModel) -> tuple[Operator, ...]:
+    """The operator chain: embedding, layers (dense or MoE), head (logits + loss), per sample."""
+    h, s, v, d = m.hidden_size, m.seq_length, m.vocab_size, m.dtype_bytes
+    ops = [Operator("embedding", flops=0.0, params=v * h + s * h, out_bytes=s * h * d,
+                    traffic_bytes=2 * s * h * d, stored_bytes=0.0,
+                    shape=LayerShape("embedding", h, seq=s, vocab=v))]
+    for i in range(m.num_layers):
+        if m.family == "moe" and (i % m.moe_every) == m.moe_every - 1:
+            ops.append(_moe_layer(m, i))
+        else:
+            ops.append(_dense_layer(m, i))
+    # logits: forward + backward matmuls (not recomputed); fp32 logits, softmax and their gradient
+    ops.append(Operator("head", flops=6.0 * h * v * s, params=v * h, out_bytes=0.0,
+                        traffic_sharded_bytes=3 * 4 * s * v, tp_comm_bytes=2 * s * h * d, comm_calls=2,
+                        stored_bytes=s * h * d, shape=LayerShape("head", h, seq=s, vocab=v)))
+    return tuple(ops)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cluster description
+
+
+@dataclass(frozen=True)
+class GpuPool:
+    """The GPUs of one type in the cluster and how they are wired.
+
+    `intra_link`: "nvlink" or "pcie" between GPUs of one node; `nic_gbps`: the node's network
+    bandwidth in GB/s per direction (100 Gb/s InfiniBand = 12.5); `pcie_gbps` per direction.
+    `intra_efficiency` / `network_efficiency` override the LinkPrior's achievable fraction for this
+    pool's links (what a profiled table of this pool would say; None = the prior).
+    """
+
+    gpu: str
+    num_gpus: int
+    gpus_per_node: int
+    intra_link: str = ""
+    nic_gbps: float = 12.5
+    pcie_gbps: float = 32.0
+    intra_efficiency: float | None = None
+    network_efficiency: float | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            entry = lookup(self.gpu)
+        except UnknownGpuError as exc:
+            raise CellInputError(f"gpu: {exc}") from exc
+        object.__setattr__(self, "gpu", entry.name)
+        if self.num_gpus < 1:
+            raise CellInputError(f"num_gpus: must be >= 1, got {self.num_gpus}")
+        if self.gpus_per_node < 1:
+            raise CellInputError(f"gpus_per_node: must be >= 1, got {self.gpus_per_node}")
+        if not self.intra_link:
+            object.__setattr__(self, "intra_link", "nvlink" if entry.nvlink_gbps > 0 else "pcie")
+        if self.intra_link not in ("nvlink", "pcie"):
+            raise CellInputError(f"intra_link: must be 'nvlink' or 'pcie', got {self.intra_link!r}")
+        if self.intra_link == "nvlink" and entry.nvlink_gbps <= 0:
+            raise CellInputError(f"intra_link: {entry.name} has no NVLink in the catalog")
+        if self.nic_gbps <= 0 or self.pcie_gbps <= 0:
+            raise CellInputError("nic_gbps: link bandwidths must be > 0")
+        for f in ("intra_efficiency", "network_efficiency"):
+            v = getattr(self, f)
+            if v is not None and not 0 < v <= 1:
+                raise CellInputError(f"{f}: must be in (0, 1], got {v}")
+
+    @property
+    def gpu_type(self) -> GpuType:
+        return lookup(self.gpu)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    pools: tuple[GpuPool, ...]
+
+    @classmethod
+    def from_mapping(cls, obj: Mapping[str, Any]) -> ClusterSpec:
+        """{"pools": [{"gpu": "A100-40GB", "nodes": 80, "gpus_per_node": 4, "intra_link": "nvlink",
+        "nic_gbps": 12.5}, ...]}; `num_gpus` may replace `nodes`."""
+        pools = []
+        for i, p in enumerate(obj.get("pools", [])):
+            try:
+                per = int(p["gpus_per_node"])
+                n = int(p["num_gpus"]) if "num_gpus" in p else int(p["nodes"]) * per
+                pools.append(GpuPool(str(p["gpu"]), n, per, str(p.get("intra_link", "")),
+                                     float(p.get("nic_gbps", 12.5)), float(p.get("pcie_gbps", 32.0))))
+            except KeyError as exc:
+                raise CellInputError(f"pools[{i}].{exc.args[0]}: missing") from exc
+        if not pools:
+            raise CellInputError("pools: a cluster needs at least one GPU pool")
+        return cls(tuple(pools))
+
+
+@dataclass(frozen=True)
+class LinkPrior:
+    """Achievable fraction of nominal bandwidth and per-message latency per link kind (a prior)."""
+
+    nvlink_efficiency: float = 0.8
+    pcie_efficiency: float = 0.8
+    network_efficiency: float = 0.8
+    nvlink_latency_s: float = 5e-6
+    pcie_latency_s: float = 10e-6
+    network_latency_s: float = 20e-6
+    all_to_all_efficiency: float = 1.0
+    source: str = "prior:links(0.8)"
+
+
+def pool_links(pool: GpuPool, prior: LinkPrior) -> tuple[Link, Link]:
+    """(intra-node link, inter-node link) of a pool; NVLink bandwidth per direction = catalog / 2."""
+    g = pool.gpu_type
+    if pool.intra_link == "nvlink":
+        eff = pool.intra_efficiency or prior.nvlink_efficiency
+        intra = Link("nvlink", g.nvlink_gbps / 2, prior.nvlink_latency_s, eff, "catalog")
+    else:
+        eff = pool.intra_efficiency or prior.pcie_efficiency
+        intra = Link("pcie", pool.pcie_gbps, prior.pcie_latency_s, eff, "cluster")
+    inter = Link("ib", pool.nic_gbps, prior.network_latency_s, pool.network_efficiency or prior.network_efficiency,
+                 "cluster")
+    return intra, inter
+
+
+# ---------------------------------------------------------------------------------------------------
+# Plans and configuration
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage: operators [start, end), its GPUs and their (dp, tp) layout (tp ranks innermost)."""
+
+    start: int
+    end: int
+    dp: int
+    tp: int
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp
+
+    @property
+    def kind(self) -> str:
+        if self.tp == 1:
+            return "dp"
+        return "tp" if self.dp == 1 else "hybrid"
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    stages: tuple[StagePlan, ...]
+    num_microbatches: int
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(s.gpus for s in self.stages)
+
+    def describe(self) -> str:
+        parts = [f"{s.kind}{s.gpus}" if s.kind != "hybrid" else f"dp{s.dp}xtp{s.tp}" for s in self.stages]
+        return f"pp{self.num_stages}[{','.join(parts)}]xmb{self.num_microbatches}"
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """Knobs of the Cell estimator, with their defaults and where each comes from.
+
+    - `prior`: compute efficiency prior (compute.py);
+    - `links`: link efficiency/latency prior;
+    - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; crius.txt Figure 10);
+    - `usable_memory_fraction` of the catalog memory, after `reserved_bytes` (CUDA context,
+      workspace, communicator buffers);
+    - `max_gpus`: the largest GPU count considered for one job; `stage_counts`: None = powers of two;
+    - `balance_tolerance`: partition.py.
+    """
+
+    prior: EfficiencyPrior = DEFAULT_PRIOR
+    links: LinkPrior = LinkPrior()
+    microbatches_per_stage: int = 4
+    usable_memory_fraction: float = 0.95
+    reserved_bytes: float = 1.5e9
+    max_gpus: int = 64
+    stage_counts: tuple[int, ...] | None = None
+    balance_tolerance: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.microbatches_per_stage < 1:
+            raise CellInputError("microbatches_per_stage: must be >= 1")
+        if not 0 < self.usable_memory_fraction <= 1:
+            raise CellInputError("usable_memory_fraction: must be in (0, 1]")
+        if self.max_gpus < 1:
+            raise CellInputError("max_gpus: must be >= 1")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stage costs
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Costs of one stage option, per micro-batch unless said otherwise (seconds, bytes)."""
+
+    plan: StagePlan
+    compute: float
+    intra_comm: float  # TP all-reduces + MoE all-to-all, on the critical path
+    inter_comm: float  # activation + gradient from/to the previous stage (overlapped in steady state)
+    sync: float  # per iteration: DP gradient all-reduce + optimizer step
+    memory_bytes: float
+    fits: bool
+    compute_source: str
+    comm_source: str
+
+    @property
+    def latency(self) -> float:
+        """T_i of Sec. 5.1: compute + intra-stage + inter-stage communication."""
+        return self.compute + self.intra_comm + self.inter_comm
+
+    @property
+    def busy(self) -> float:
+        """T_i - Tcomm_i: what the stage occupies in the steady state."""
+        return self.compute + self.intra_comm
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    plan: CellPlan
+    iter_time: float
+    stages: tuple[StageCost, ...]
+
+    @property
+    def memory_bytes(self) -> float:
+        return max(s.memory_bytes for s in self.stages)
+
+    @property
+    def fits(self) -> bool:
+        return all(s.fits for s in self.stages)
+
+    def breakdown(self) -> dict[str, float]:
+        """Totals over the pipeline in the authors' split: computation, intra-, inter-stage comm."""
+        b = self.plan.num_microbatches
+        k = max(range(len(self.stages)), key=lambda i: self.stages[i].busy)
+        comp = sum(s.compute for s in self.stages) + (b - 1) * self.stages[k].compute
+        intra = sum(s.intra_comm for s in self.stages) + (b - 1) * self.stages[k].intra_comm
+        inter = sum(s.inter_comm for s in self.stages)
+        sync = max(s.sync for s in self.stages)
+        return {"compute": comp, "intra_comm": intra, "inter_comm": inter, "sync": sync,
+                "total": self.iter_time}
+
+
+def pipeline_latency(latencies: Sequence[float], inter_comm: Sequence[float], num_microbatches: int) -> float:
+    """Sec. 5.1: sum_i T_i + (B - 1) * max_i (T_i - Tcomm_i).
+
+    `latencies[i]` is T_i (stage compute + its communication for one micro-batch) and `inter_comm[i]`
+    the part of it spent receiving from the previous stage, overlapped in the steady state.
+    """
+    if len(latencies) != len(inter_comm) or not latencies:
+        raise CellInputError("latencies: need one latency and one inter-stage time per stage")
+    if num_microbatches < 1:
+        raise CellInputError(f"num_microbatches: must be >= 1, got {num_microbatches}")
+    return sum(latencies) + (num_microbatches - 1) * max(t - c for t, c in zip(latencies, inter_comm))
+
+
+def iteration_time(stages: Sequence[StageCost], num_microbatches: int) -> float:
+    """Pipeline latency plus the once-per-iteration gradient sync and optimizer step (max over stages)."""
+    lat = pipeline_latency([s.latency for s in stages], [s.inter_comm for s in stages], num_microbatches)
+    return lat + max(s.sync for s in stages)
+
+
+def _node(rank: int, per_node: int) -> int:
+    return rank // per_node
+
+
+@dataclass(frozen=True)
+class _Placement:
+    nodes: int
+    per_node: int
+
+
+def _stage_cost(
+    ops: Sequence[Operator],
+    plan: StagePlan,
+    first_rank: int,
+    prev: tuple[int, int] | None,
+    place: _Placement,
+    gpu: GpuType,
+    intra: Link,
+    inter: Link,
+    micro_batch: float,
+    stage_index: int,
+    num_stages: int,
+    num_microbatches: int,
+    cfg: CellConfig,
+    comm: CommModel,
+    profiler: StageProfiler | None,
+    state_bytes: float,
+) -> StageCost:
+    dp, tp = plan.dp, plan.tp
+    pn = place.per_node
+    sops = ops[plan.start:plan.end]
+    samples = micro_batch / dp
+    if profiler is not None and all(o.shape is not None for o in sops):
+        ce = profile_stage_compute(sops, dp, tp, micro_batch, profiler)
+    else:
+        ce = stage_compute_time(sops, gpu, dp, tp, micro_batch, cfg.prior)
+    sources: set[str] = set()
+
+    # groups: TP = tp consecutive ranks; DP = dp ranks with stride tp
+    tp_cross = _node(first_rank, pn) != _node(first_rank + tp - 1, pn)
+    dp_cross = _node(first_rank, pn) != _node(first_rank + (dp - 1) * tp, pn)
+    tp_link = inter if tp_cross else intra
+    dp_link = inter if dp_cross else intra
+    dp_share = min(tp, pn) if dp_cross else 1
+
+    intra_t = 0.0
+    for o in sops:
+        if tp > 1 and o.tp_comm_bytes > 0:
+            calls = max(1, o.comm_calls)
+            e = comm.time("all_reduce", o.tp_comm_bytes * samples / calls, tp, tp_link)
+            intra_t += calls * e.seconds
+            sources.add(e.source)
+        if dp > 1 and o.a2a_bytes > 0:
+            calls = max(1, o.comm_calls)
+            a2a_link = replace(dp_link, efficiency=dp_link.efficiency * cfg.links.all_to_all_efficiency)
+            e = comm.time("all_to_all", o.a2a_bytes * samples / calls / tp, dp, a2a_link, dp_share)
+            intra_t += calls * e.seconds
+            sources.add(e.source)
+
+    # inter-stage: activation forward + gradient backward from the previous stage
+    inter_t = 0.0
+    if prev is not None and plan.start > 0:
+        nbytes = 2 * ops[plan.start - 1].out_bytes * micro_batch
+        prev_first, prev_gpus = prev
+        cur_nodes = {_node(r, pn) for r in range(first_rank, first_rank + plan.gpus)}
+        prev_nodes = {_node(r, pn) for r in range(prev_first, prev_first + prev_gpus)}
+        if cur_nodes == prev_nodes and len(cur_nodes) == 1:
+            pieces = plan.gpus if intra.kind == "nvlink" else 1
+            e = comm.time("p2p", nbytes / pieces, 2, intra)
+        else:
+            e = comm.time("p2p", nbytes / min(len(cur_nodes), len(prev_nodes)), 2, inter)
+        inter_t += e.seconds
+        sources.add(e.source)
+        if tp > 1:  # Alpa-style: send 1/tp slices, then all-gather inside the TP group
+            e = comm.time("all_gather", nbytes, tp, tp_link)
+            inter_t += e.seconds
+            sources.add(e.source)
+
+    # per iteration: gradient all-reduce of replicated parameters, then the optimizer step
+    dense = sum(o.params - o.expert_params for o in sops)
+    expert = sum(o.expert_params for o in sops)
+    sync = 0.0
+    if dp > 1:
+        e = comm.time("all_reduce", dense / tp * 2, dp, dp_link, dp_share)
+        sync += e.seconds
+        sources.add(e.source)
+    params_here = dense / tp + expert / (tp * dp)
+    sync += optimizer_step_time(params_here, gpu, state_bytes)
+
+    # memory: model states + stored activations of the in-flight micro-batches (1F1B) + one
+    # operator's transient activations
+    inflight = min(num_microbatches, num_stages - stage_index)
+    stored = sum(o.stored_bytes for o in sops) * samples * inflight
+    transient = max((o.traffic_bytes + o.traffic_sharded_bytes / tp for o in sops), default=0.0) * samples
+    mem = params_here * state_bytes + stored + transient + cfg.reserved_bytes
+    fits = mem <= gpu.memory_bytes * cfg.usable_memory_fraction
+    comm_src = "+".join(sorted(sources)) if sources else "formula:none"
+    compute_t = ce.seconds + cfg.prior.microbatch_overhead_s
+    return StageCost(plan, compute_t, intra_t, inter_t, sync, mem, fits, ce.source, comm_src)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The 2^Ns assembled plans and the exact best one
+
+
+def stage_options(gpus: int) -> tuple[tuple[int, int], ...]:
+    """Sec. 5.1: a stage is either data-parallel-only or tensor-parallel-only (one option on 1 GPU)."""
+    return ((gpus, 1),) if gpus == 1 else ((gpus, 1), (1, gpus))
+
+
+def enumerate_plans(options: Sequence[Sequence[StageCost]], num_microbatches: int) -> list[PlanEstimate]:
+    """Every combination of one option per stage (2^Ns for DP-only/TP-only), memory-infeasible dropped."""
+    out = []
+    for combo in itertools.product(*options):
+        if not all(c.fits for c in combo):
+            continue
+        plan = CellPlan(tuple(c.plan for c in combo), num_microbatches)
+        out.append(PlanEstimate(plan, iteration_time(combo, num_microbatches), tuple(combo)))
+    return out
+
+
+def best_plan(options: Sequence[Sequence[StageCost]], num_microbatches: int) -> PlanEstimate | None:
+    """The fastest feasible combination, exactly, in O(|X| * |S| * sum of options).
+
+    For a fixed bound x on max busy and s on max sync, each stage independently takes its feasible
+    option with the smallest latency; trying every observed (x, s) pair finds the optimum.
+    """
+    feas = [[c for c in opts if c.fits] for opts in options]
+    if any(not f for f in feas):
+        return None
+    xs = sorted({c.busy for f in feas for c in f})
+    ss = sorted({c.sync for f in feas for c in f})
+    best: PlanEstimate | None = None
+    for x in xs:
+        for s in ss:
+            pick = []
+            for f in feas:
+                ok = [c for c in f if c.busy <= x and c.sync <= s]
+                if not ok:
+                    break
+                pick.append(min(ok, key=lambda c: (c.latency, c.plan.tp)))
+            else:
+                t = iteration_time(pick, num_microbatches)
+                if best is None or t < best.iter_time - 1e-15:
+                    best = PlanEstimate(CellPlan(tuple(c.plan for c in pick), num_microbatches), t,
+                                        tuple(pick))
+    return best
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cells
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One scheduling candidate: job x GPU type x GPU count x pipeline stages, with its estimate.
+
+    `iter_time`, `memory_per_gpu` (bytes, the most loaded GPU of the best plan) and the breakdown
+    carry their sources. `fits` is False with a `reason` when no assembled plan fits in memory or
+    the Cell cannot be formed.
+    """
+
+    signature: str
+    gpu_type: str
+    num_gpus: int
+    num_stages: int
+    nodes: int
+    gpus_per_node: int
+    fits: bool
+    reason: str
+    plan: CellPlan | None = None
+    iter_time: Sourced | None = None
+    memory_per_gpu: Sourced | None = None
+    breakdown: tuple[tuple[str, float], ...] = ()
+    plans_assembled: int = 0
+    plans_feasible: int = 0
+    stage_gpus: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str, int, int, int, int]:
+        return (self.signature, self.gpu_type, self.num_gpus, self.num_stages, self.nodes, self.gpus_per_node)
+
+
+_PARTITIONS: dict[tuple[str, int, int, float], StagePartition | str] = {}
+
+
+def _partition(signature: str, ops: Sequence[Operator], num_gpus: int, num_stages: int,
+               tolerance: float) -> StagePartition:
+    """partition_stages, memoised by model signature (the operators are a function of it)."""
+    key = (signature, num_gpus, num_stages, tolerance)
+    hit = _PARTITIONS.get(key)
+    if hit is None:
+        try:
+            hit = partition_stages(ops, num_gpus, num_stages, tolerance)
+        except PartitionError as exc:
+            hit = str(exc)
+        if len(_PARTITIONS) > 100_000:
+            _PARTITIONS.clear()
+        _PARTITIONS[key] = hit
+    if isinstance(hit, str):
+        raise CellInputError(hit)
+    return hit
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, c = [], 1
+    while c <= n:
+        out.append(c)
+        c *= 2
+    return out
+
+
+@dataclass
+class CellEstimator:
+    """Cells of jobs with caches; one instance per configuration (the controller keeps one).
+
+    Caches: stage costs by (model signature, stage plan, micro-batch, placement, GPU type); Cells by
+    their key; both in memory. `record_measured` overrides a Cell's iteration time with a live
+    measurement (source "measured"); `invalidate` drops a model's entries.
+    """
+
+    config: CellConfig = field(default_factory=CellConfig)
+    comm: CommModel = field(default_factory=CommModel)
+    profiler: StageProfiler | None = None
+    _ops: dict[str, tuple[Operator, ...]] = field(default_factory=dict)
+    _stage_cache: dict[tuple[Any, ...], StageCost] = field(default_factory=dict)
+    _cell_cache: dict[tuple[Any, ...], Cell] = field(default_factory=dict)
+    _measured: dict[tuple[str, str, int, int], float] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+    def operators(self, model: CellModel) -> tuple[Operator, ...]:
+        sig = model.signature
+        if sig not in self._ops:
+            self._ops[sig] = model_operators(model)
+        return self._ops[sig]
+
+    def invalidate(self, signature: str | None = None) -> None:
+        if signature is None:
+            self._ops.clear()
+            self._stage_cache.clear()
+            self._cell_cache.clear()
+            return
+        self._ops.pop(signature, None)
+        self._stage_cache = {k: v for k, v in self._stage_cache.items() if k[0] != signature}
+        self._cell_cache = {k: v for k, v in self._cell_cache.items() if k[0] != signature}
+
+    def record_measured(self, signature: str, gpu: str, num_gpus: int, num_stages: int, seconds: float) -> None:
+        """A live iteration time for a Cell; later answers carry it with source "measured"."""
+        if seconds <= 0:
+            raise CellInputError(f"seconds: must be > 0, got {seconds}")
+        try:
+            name = lookup(gpu).name
+        except UnknownGpuError as exc:
+            raise CellInputError(f"gpu: {exc}") from exc
+        self._measured[(signature, name, num_gpus, num_stages)] = seconds
+        self._cell_cache = {k: v for k, v in self._cell_cache.items()
+                            if not (k[0] == signature and k[1] == name and k[2] == num_gpus and k[3] == num_stages)}
+
+    # -- one Cell ------------------------------------------------------------------------------------
+
+    def stage_costs(
+        self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int,
+        nodes: int | None = None, gpus_per_node: int | None = None,
+        options: Sequence[Sequence[tuple[int, int]]] | None = None,
+        num_microbatches: int | None = None,
+    ) -> tuple[list[list[StageCost]], tuple[int, ...], _Placement]:
+        """Stage options with their costs for a Cell (DP-only/TP-only unless `options` are given).
+
+        Returns (options per stage, GPUs per stage, placement). `num_microbatches` defaults to
+        microbatches_per_stage x num_stages (capped by the global batch).
+        """
+        place = self._placement(pool, num_gpus, nodes, gpus_per_node)
+        ops = self.operators(model)
+        part = _partition(model.signature, ops, num_gpus, num_stages, self.config.balance_tolerance)
+        b = num_microbatches or min(self.config.microbatches_per_stage * num_stages, model.global_batch)
+        if b < 1 or b > model.global_batch:
+            raise CellInputError(f"num_microbatches: must be in [1, {model.global_batch}], got {b}")
+        mb = model.global_batch / b
+        gpu = pool.gpu_type
+        intra, inter = pool_links(pool, self.config.links)
+        out: list[list[StageCost]] = []
+        first = 0
+        prev: tuple[int, int] | None = None
+        for i, ((start, end), g) in enumerate(zip(part.bounds, part.gpus)):
+            opts = options[i] if options is not None else stage_options(g)
+            row = []
+            for dp, tp in opts:
+                if dp * tp != g:
+                    raise CellInputError(f"options[{i}]: dp {dp} x tp {tp} != {g} GPUs of stage {i}")
+                if dp > mb:  # a micro-batch cannot be split over more DP ranks than it has samples
+                    continue
+                if tp > model.num_heads:
+                    continue
+                sp = StagePlan(start, end, dp, tp)
+                key = (model.signature, sp, b, first, prev, place, pool, self.profiler is not None)
+                c = self._stage_cache.get(key)
+                if c is None:
+                    c = _stage_cost(ops, sp, first, prev, place, gpu, intra, inter, mb, i, num_stages, b,
+                                    self.config, self.comm, self.profiler, model.state_bytes_per_param)
+                    self._stage_cache[key] = c
+                row.append(c)
+            out.append(row)
+            prev = (first, g)
+            first += g
+        return out, part.gpus, place
+
+    def _placement(self, pool: GpuPool, num_gpus: int, nodes: int | None, per_node: int | None) -> _Placement:
+        if num_gpus < 1:
+            raise CellInputError(f"num_gpus: must be >= 1, got {num_gpus}")
+        if num_gpus > pool.num_gpus:
+            raise CellInputError(f"num_gpus: {num_gpus} exceeds the {pool.num_gpus} {pool.gpu} GPUs of the pool")
+        if per_node is None and nodes is None:
+            per_node = min(num_gpus, pool.gpus_per_node)
+            nodes = math.ceil(num_gpus / per_node)
+        elif per_node is None:
+            assert nodes is not None
+            per_node = num_gpus // nodes if nodes > 0 else 0
+        elif nodes is None:
+            nodes = num_gpus // per_node if per_node > 0 else 0
+        if per_node < 1 or nodes < 1 or per_node * nodes != num_gpus:
+            raise CellInputError(f"nodes: {nodes} nodes x {per_node} GPUs per node != num_gpus {num_gpus}")
+        if per_node > pool.gpus_per_node:
+            raise CellInputError(
+                f"gpus_per_node: {per_node} exceeds the {pool.gpus_per_node} GPUs of a {pool.gpu} node")
+        return _Placement(nodes, per_node)
+
+    def cell(
+        self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int,
+        nodes: int | None = None, gpus_per_node: int | None = None,
+    ) -> Cell:
+        """Estimate one Cell: the best of its 2^Ns assembled plans (memory-infeasible ones dropped).
+
+        B = microbatches_per_stage x Ns micro-batches (the paper's rule); when no assembled plan fits,
+        B is doubled (more gradient accumulation, smaller micro-batches) while it divides the batch.
+        """
+        place = self._placement(pool, num_gpus, nodes, gpus_per_node)
+        key = (model.signature, pool.gpu, num_gpus, num_stages, place.nodes, place.per_node, pool)
+        hit = self._cell_cache.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self.misses += 1
+        cell = self._cell(model, pool, num_gpus, num_stages, place)
+        self._cell_cache[key] = cell
+        return cell
+
+    def _cell(self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int, place: _Placement) -> Cell:
+        base: dict[str, Any] = {"signature": model.signature, "gpu_type": pool.gpu, "num_gpus": num_gpus,
+                                "num_stages": num_stages, "nodes": place.nodes, "gpus_per_node": place.per_node}
+        b = min(self.config.microbatches_per_stage * num_stages, model.global_batch)
+        reason = ""
+        assembled = 0
+        stage_gpus: tuple[int, ...] = ()
+        while True:
+            try:
+                opts, stage_gpus, _ = self.stage_costs(model, pool, num_gpus, num_stages, place.nodes,
+                                                       place.per_node, num_microbatches=b)
+            except CellInputError as exc:
+                return Cell(**base, fits=False, reason=str(exc))
+            assembled = math.prod(len(stage_options(g)) for g in stage_gpus)
+            best = best_plan(opts, b)
+            if best is not None:
+                break
+            worst = next(i for i, row in enumerate(opts) if not any(c.fits for c in row))
+            if opts[worst]:
+                need = min(c.memory_bytes for c in opts[worst])
+                reason = (f"memory: no DP-only/TP-only plan of stage {worst} fits with {b} micro-batches "
+                          f"({need / 1e9:.1f} GB needed, {pool.gpu_type.memory_gb:g} GB per GPU)")
+            else:
+                reason = f"plan: stage {worst} has no valid (dp, tp) for {b} micro-batches"
+            if 2 * b > model.global_batch or model.global_batch % (2 * b):
+                return Cell(**base, fits=False, reason=reason, plans_assembled=assembled, stage_gpus=stage_gpus)
+            b *= 2
+        feasible = math.prod(sum(1 for c in row if c.fits) for row in opts)
+        srcs = sorted({s.compute_source for s in best.stages} | {s.comm_source for s in best.stages})
+        source = "+".join(s for s in srcs if s != "formula:none")
+        mkey = (model.signature, pool.gpu, num_gpus, num_stages)
+        it = (Sourced(self._measured[mkey], "measured") if mkey in self._measured
+              else Sourced(best.iter_time, source))
+        return Cell(**base, fits=True, reason="", plan=best.plan, iter_time=it,
+                    memory_per_gpu=Sourced(best.memory_bytes, "formula:cells-memory"),
+                    breakdown=tuple(best.breakdown().items()), plans_assembled=assembled,
+                    plans_feasible=feasible, stage_gpus=stage_gpus)
+
+    # -- all Cells of a job ---------------------------------------------------------------------------
+
+    def cells(self, model: CellModel, cluster: ClusterSpec | Iterable[GpuPool]) -> tuple[Cell, ...]:
+        """All Cells of a job on the cluster's GPU types: power-of-two GPU counts up to
+        min(max_gpus, GPUs of the type), packed onto as few nodes as possible, and pipeline stage
+        counts (powers of two by default) up to min(GPUs, layers)."""
+        pools = cluster.pools if isinstance(cluster, ClusterSpec) else tuple(cluster)
+        out = []
+        for pool in pools:
+            for n in _pow2_upto(min(self.config.max_gpus, pool.num_gpus)):
+                counts = self.config.stage_counts or tuple(_pow2_upto(n))
+                for s in counts:
+                    if s > n or s > model.num_layers:
+                        continue
+                    out.append(self.cell(model, pool, n, s))
+        return tuple(out)
+
+    def best_cells(self, model: CellModel, cluster: ClusterSpec | Iterable[GpuPool]) -> tuple[Cell, ...]:
+        """Per (GPU type, GPU count), the fitting Cell with the smallest iteration time."""
+        best: dict[tuple[str, int], Cell] = {}
+        for c in self.cells(model, cluster):
+            if not c.fits or c.iter_time is None:
+                continue
+            k = (c.gpu_type, c.num_gpus)
+            cur = best.get(k)
+            if cur is None or (cur.iter_time is not None and c.iter_time.value < cur.iter_time.value):
+                best[k] = c
+        return tuple(best[k] for k in sorted(best))
+
+
+def job_cells(model: CellModel, cluster: ClusterSpec, config: CellConfig | None = None,
+              comm: CommModel | None = None) -> tuple[Cell, ...]:
+    """All Cells of one job (a fresh estimator: no cache across calls)."""
+    est = CellEstimator(config or CellConfig(), comm or CommModel())
+    return est.cells(model, cluster)
+
+
+def with_prior(config: CellConfig, prior: EfficiencyPrior, links: LinkPrior | None = None) -> CellConfig:
+    return replace(config, prior=prior, links=links or config.links)

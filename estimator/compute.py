@@ -1,0 +1,237 @@
+"""Per-stage computation time for DP-only and TP-only stages (crius.txt Sec. 5.1).
+
+Crius profiles each stage's computation on one device for the data-parallel-only and the
+tensor-parallel-only plan. Without a device, Tessera computes the same two numbers analytically from
+the operators' FLOPs and the GPU catalog with a stated efficiency prior (a two-term roofline):
+
+    t = matmul_flops / (peak_dense * matmul_efficiency) + traffic_multiplier * traffic_bytes / mem_bw
+
+- `matmul_flops` are the training FLOPs that run as matrix multiplies (forward, backward and the
+  recomputed forward), divided by TP; each DP rank runs micro_batch / dp samples;
+- `traffic_bytes` are the activation bytes of Korthikanti et al. (reference/estimation.md 1.1:
+  34sbh + 5as^2b per layer without TP; the 10sbh part is not divided by TP, the rest is), which are
+  read and written by memory-bound kernels (softmax, norms, dropout, GeLU); `traffic_multiplier`
+  says how many times each such byte crosses DRAM per training step;
+- a per-GPU-type `gpu_scale` (default 1.0) absorbs what the catalog figures miss.
+
+The two coefficients are a prior: their default values and what they were fitted on are in
+`DEFAULT_PRIOR.source` and docs/estimator-cells.md. With a device, `profile_stage_compute` runs the
+operators for real with torch (imported lazily: the controller imports this module without torch).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from estimator.catalog import GpuType
+from estimator.partition import LayerShape, Operator
+
+
+@dataclass(frozen=True)
+class EfficiencyPrior:
+    """Analytical compute prior; see the module docstring for the formula."""
+
+    matmul_efficiency: float = 0.70
+    traffic_multiplier: float = 6.0
+    microbatch_overhead_s: float = 0.0
+    gpu_scale: tuple[tuple[str, float], ...] = ()
+    source: str = "prior:default"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.matmul_efficiency <= 1:
+            raise ValueError(f"matmul_efficiency: must be in (0, 1], got {self.matmul_efficiency}")
+        if self.traffic_multiplier < 0:
+            raise ValueError(f"traffic_multiplier: must be >= 0, got {self.traffic_multiplier}")
+        if self.microbatch_overhead_s < 0:
+            raise ValueError(f"microbatch_overhead_s: must be >= 0, got {self.microbatch_overhead_s}")
+        for name, v in self.gpu_scale:
+            if v <= 0:
+                raise ValueError(f"gpu_scale[{name}]: must be > 0, got {v}")
+
+    def scale_for(self, gpu: GpuType) -> float:
+        for name, v in self.gpu_scale:
+            if name == gpu.name:
+                return v
+        return 1.0
+
+
+# Fitted by bench/estimator_arena.py on the training half of the arena pairs (split by model,
+# seed 0; the held-out half is never seen): see docs/estimator-cells.md for the exact procedure.
+DEFAULT_PRIOR = EfficiencyPrior(
+    matmul_efficiency=0.70,
+    traffic_multiplier=6.0,
+    source="prior:roofline(eta_mm=0.70,kappa=6.0)",
+)
+
+
+@dataclass(frozen=True)
+class ComputeEstimate:
+    seconds: float
+    source: str
+
+
+def _check_degrees(dp: int, tp: int, micro_batch: float) -> None:
+    if dp < 1:
+        raise ValueError(f"dp: must be >= 1, got {dp}")
+    if tp < 1:
+        raise ValueError(f"tp: must be >= 1, got {tp}")
+    if micro_batch <= 0:
+        raise ValueError(f"micro_batch: must be > 0, got {micro_batch}")
+
+
+def stage_compute_time(
+    ops: Sequence[Operator],
+    gpu: GpuType,
+    dp: int,
+    tp: int,
+    micro_batch: float,
+    prior: EfficiencyPrior = DEFAULT_PRIOR,
+) -> ComputeEstimate:
+    """Seconds for one micro-batch (forward + backward) of `ops` on one GPU of a (dp, tp) stage.
+
+    `micro_batch` is the number of samples the whole stage processes per micro-batch; each DP rank
+    gets micro_batch / dp of them. Expert FFNs under DP keep the same per-rank work (top-k routing
+    with balanced experts), so the formula is the same; only their communication differs (comm.py).
+    """
+    _check_degrees(dp, tp, micro_batch)
+    samples = micro_batch / dp
+    mm = sum(o.flops for o in ops) * samples / tp
+    traffic = sum(o.traffic_bytes + o.traffic_sharded_bytes / tp for o in ops) * samples
+    t = mm / (gpu.tflops_fp16 * 1e12 * prior.matmul_efficiency)
+    t += prior.traffic_multiplier * traffic / (gpu.bandwidth_gbps * 1e9)
+    return ComputeEstimate(t * prior.scale_for(gpu), f"formula:{prior.source}")
+
+
+def optimizer_step_time(params_per_gpu: float, gpu: GpuType, bytes_per_param: float = 16.0) -> float:
+    """Seconds of the memory-bound optimizer update: every state byte is read and written once."""
+    if params_per_gpu < 0:
+        raise ValueError("params_per_gpu: must be >= 0")
+    return 2.0 * bytes_per_param * params_per_gpu / (gpu.bandwidth_gbps * 1e9)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Profiling on one device (optional; torch imported lazily)
+
+
+@dataclass
+class StageProfiler:
+    """Times operators on one real device with torch: Crius's single-device profiling.
+
+    Each distinct (shape, local samples, tp) is built once as a torch module with the TP-sharded
+    dimensions (heads / tp, ffn / tp, vocab / tp; experts / dp under expert parallelism) and timed for
+    forward + backward (+ a second forward under recomputation). Results are cached in the instance.
+    `dtype` is a torch dtype name ("float16", "bfloat16", "float32"); CPU runs use float32.
+    """
+
+    device: str = "cpu"
+    dtype: str = "float16"
+    repeats: int = 3
+    warmup: int = 1
+    _cache: dict[tuple[Any, ...], float] = field(default_factory=dict)
+
+    def op_seconds(self, shape: LayerShape, samples: int, dp: int, tp: int) -> float:
+        key = (shape, samples, dp, tp)
+        if key not in self._cache:
+            self._cache[key] = _time_layer(shape, samples, dp, tp, self.device, self.dtype,
+                                           self.repeats, self.warmup)
+        return self._cache[key]
+
+
+def profile_stage_compute(
+    ops: Sequence[Operator],
+    dp: int,
+    tp: int,
+    micro_batch: float,
+    profiler: StageProfiler,
+) -> ComputeEstimate:
+    """Seconds per micro-batch of `ops` on one GPU of a (dp, tp) stage, measured on `profiler.device`.
+
+    Every operator needs a `shape`; operators with the same shape are timed once.
+    """
+    _check_degrees(dp, tp, micro_batch)
+    samples = max(1, round(micro_batch / dp))
+    total = 0.0
+    for o in ops:
+        if o.shape is None:
+            raise ValueError(f"ops[{o.name}].shape: profiling needs the operator's shape")
+        total += profiler.op_seconds(o.shape, samples, dp, tp)
+    return ComputeEstimate(total, f"profiled:torch:{profiler.device}")
+
+
+def _time_layer(shape: LayerShape, samples: int, dp: int, tp: int, device: str, dtype_name: str,
+                repeats: int, warmup: int) -> float:
+    import torch  # lazy: only the profiler needs torch
+
+    dev = torch.device(device)
+    dtype = getattr(torch, dtype_name) if dev.type != "cpu" else torch.float32
+    h, s = shape.hidden, shape.seq
+    heads = max(1, shape.heads // tp)
+    hd = max(1, shape.hidden // max(1, shape.heads))
+    ffn = max(1, shape.ffn // tp) if shape.ffn else 4 * h // tp
+    kw: dict[str, Any] = {"device": dev, "dtype": dtype}
+
+    def p(*dims: int) -> Any:
+        return (torch.randn(*dims, **kw) * 0.02).requires_grad_(True)
+
+    if shape.kind == "embedding":
+        table = p(max(1, shape.vocab // tp), h)
+        idx = torch.randint(0, max(1, shape.vocab // tp), (samples, s), device=dev)
+
+        def fwd() -> Any:
+            return torch.nn.functional.embedding(idx, table)
+
+    elif shape.kind == "head":
+        w = p(max(1, shape.vocab // tp), h)
+        x = torch.randn(samples, s, h, **kw)
+
+        def fwd() -> Any:
+            return (x @ w.t()).float().logsumexp(-1)
+
+    else:
+        wqkv, wo = p(3 * heads * hd, h), p(h, heads * hd)
+        moe = shape.kind == "moe" and shape.experts > 0
+        # expert parallelism: each DP rank holds experts/dp experts and receives top_k tokens per token
+        n_exp = max(1, shape.experts // dp) if moe else 1
+        w1, w2 = p(n_exp, h, ffn), p(n_exp, ffn, h)
+        wg = p(h, max(1, shape.experts)) if moe else None
+        x = torch.randn(samples, s, h, **kw).requires_grad_(True)
+        tokens = samples * s * (shape.top_k if moe else 1)
+
+        def fwd() -> Any:
+            q, k, v = (x @ wqkv.t()).view(samples, s, 3, heads, hd).unbind(2)
+            a = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            y = x + a.transpose(1, 2).reshape(samples, s, heads * hd) @ wo.t()
+            y = torch.nn.functional.layer_norm(y, (h,))
+            if wg is not None:
+                torch.softmax((y @ wg).float(), -1)
+            t = y.reshape(-1, h)
+            per = max(1, tokens // n_exp)
+            t = t.repeat((per * n_exp + t.shape[0] - 1) // t.shape[0], 1)[: per * n_exp].view(n_exp, per, h)
+            f = torch.bmm(torch.nn.functional.gelu(torch.bmm(t, w1)), w2)
+            return f.float().sum() + y.float().sum()
+
+    def step() -> None:
+        out = fwd()
+        if shape.recompute:
+            with torch.no_grad():
+                fwd()
+        loss = out.float().sum() if out.requires_grad else None
+        if loss is not None:
+            loss.backward()
+
+    sync: Callable[[], None] = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return float(statistics.median(times))

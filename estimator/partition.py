@@ -1,0 +1,243 @@
+"""Stage partition by FLOPs and inter-operator communication (crius.txt Sec. 4.2, Figure 7).
+
+A model is a chain of operators (embedding, transformer layers, head). For a Cell with `num_gpus` GPUs
+and `num_stages` pipeline stages:
+
+1. every operator is mapped to a fractional GPU share proportional to its FLOPs
+   (`share_i = num_gpus * flops_i / total_flops`), so that, in theory, every operator takes the same
+   time (`T = FLOPs / GPUs`);
+2. the chain is cut into `num_stages` contiguous stages whose compute stays similar: first the
+   smallest achievable bottleneck (the largest stage FLOPs) is found, then, among the cuts whose
+   bottleneck is within `balance_tolerance` of it, the cut points whose inter-operator communication
+   (bytes crossing the boundary) is smallest are chosen;
+3. the shares of each stage's operators are accumulated into its GPU count, rounded to powers of two
+   that add up to `num_gpus` (the paper: "the number of GPUs accumulated for each stage approximates a
+   power of 2").
+
+Pure: no I/O, deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What a profiler needs to rebuild an operator on one device (estimator.compute)."""
+
+    kind: str  # "embedding" | "transformer" | "moe" | "head"
+    hidden: int
+    heads: int = 1
+    ffn: int = 0
+    seq: int = 1
+    vocab: int = 0
+    experts: int = 0
+    top_k: int = 0
+    recompute: bool = False
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator of the model chain, with per-sample (one sequence) costs.
+
+    - `flops`: training FLOPs per sample that run as matrix multiplies (forward + backward, plus the
+      recomputed forward when activation recomputation is on);
+    - `traffic_bytes`: memory-bound bytes per sample on one GPU (elementwise ops, softmax, norms),
+      split into `traffic_bytes` (replicated under TP) and `traffic_sharded_bytes` (divided by TP);
+    - `params` / `expert_params`: parameter counts; expert parameters are sharded across DP ranks
+      (GShard expert parallelism) when the operator's stage is data parallel;
+    - `out_bytes`: bytes per sample of the activation handed to the next operator (the inter-operator
+      communication of Sec. 4.2; a pipeline boundary sends this forward and its gradient backward);
+    - `tp_comm_bytes`: bytes per sample all-reduced over the TP group per training step (Megatron: 2
+      forward + 2 backward all-reduces per layer, 2 more under recomputation);
+    - `a2a_bytes`: bytes per sample exchanged by all-to-all per training step when experts are
+      sharded across DP ranks (dispatch + combine, forward, backward and recomputation);
+    - `stored_bytes`: activation bytes per sample kept for the backward pass (the operator's input
+      only under recomputation, else its full activations); not divided by TP;
+    - `comm_calls`: collective calls per training step behind `tp_comm_bytes` / `a2a_bytes` (for the
+      per-message latency terms);
+    - `shape`: what a profiler needs to rebuild the operator (estimator.compute).
+
+    `traffic_bytes + traffic_sharded_bytes` is also the operator's transient activation footprint per
+    sample (Korthikanti et al.'s count), which the memory check uses.
+    """
+
+    name: str
+    flops: float
+    params: float = 0.0
+    expert_params: float = 0.0
+    out_bytes: float = 0.0
+    traffic_bytes: float = 0.0
+    traffic_sharded_bytes: float = 0.0
+    tp_comm_bytes: float = 0.0
+    a2a_bytes: float = 0.0
+    stored_bytes: float = 0.0
+    comm_calls: int = 0
+    shape: LayerShape | None = None
+
+
+@dataclass(frozen=True)
+class StagePartition:
+    """The result: operator index ranges [start, end) per stage and GPUs per stage."""
+
+    bounds: tuple[tuple[int, int], ...]
+    gpus: tuple[int, ...]
+    stage_flops: tuple[float, ...]
+    gpu_shares: tuple[float, ...]  # fractional GPUs per operator (Fig. 7 step 1)
+    cut_bytes: tuple[float, ...]  # bytes crossing each of the num_stages-1 boundaries (per sample)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.bounds)
+
+
+class PartitionError(ValueError):
+    """Raised for inputs that admit no partition; the message names the offending field."""
+
+
+def gpu_shares(ops: Sequence[Operator], num_gpus: int) -> tuple[float, ...]:
+    """Fig. 7 step 1: fractional GPUs per operator, proportional to its FLOPs."""
+    total = sum(o.flops for o in ops)
+    if total <= 0:
+        raise PartitionError("ops: total flops must be > 0")
+    return tuple(num_gpus * o.flops / total for o in ops)
+
+
+def _is_pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+def power_of_two_split(shares: Sequence[float], total: int) -> tuple[int, ...] | None:
+    """Round fractional shares to powers of two that sum to `total`, or None when impossible.
+
+    Starts from the largest power of two not above each share (at least 1) and, while the sum is short,
+    doubles the stage whose share is furthest above its count; while the sum is over, halves the stage
+    furthest below its share. Equal shares of a power-of-two total give equal counts.
+    """
+    n = len(shares)
+    if n == 0 or n > total:
+        return None
+    counts = []
+    for s in shares:
+        c = 1
+        while c * 2 <= s + 1e-9:
+            c *= 2
+        counts.append(c)
+    for _ in range(4 * total):
+        cur = sum(counts)
+        if cur == total:
+            return tuple(counts)
+        if cur < total:
+            room = [i for i in range(n) if cur + counts[i] <= total]
+            if not room:
+                return None
+            i = max(room, key=lambda k: (shares[k] / counts[k], -k))
+            counts[i] *= 2
+        else:
+            big = [i for i in range(n) if counts[i] > 1]
+            if not big:
+                return None
+            i = min(big, key=lambda k: (shares[k] / counts[k], k))
+            counts[i] //= 2
+    return tuple(counts) if sum(counts) == total else None
+
+
+def _min_bottleneck(flops: Sequence[float], k: int) -> float:
+    """Smallest achievable max-stage FLOPs when cutting the chain into k contiguous non-empty parts."""
+    n = len(flops)
+    pre = [0.0]
+    for f in flops:
+        pre.append(pre[-1] + f)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(k + 1)]
+    best[0][0] = 0.0
+    for s in range(1, k + 1):
+        for j in range(s, n + 1):
+            b = inf
+            for i in range(s - 1, j):
+                v = max(best[s - 1][i], pre[j] - pre[i])
+                b = min(b, v)
+            best[s][j] = b
+    return best[k][n]
+
+
+def partition_stages(
+    ops: Sequence[Operator],
+    num_gpus: int,
+    num_stages: int,
+    balance_tolerance: float = 0.1,
+) -> StagePartition:
+    """Cut `ops` into `num_stages` contiguous stages and give each a power-of-two GPU count.
+
+    Among all cuts whose largest stage has at most (1 + balance_tolerance) times the smallest possible
+    largest-stage FLOPs, the one whose boundaries carry the fewest bytes (`out_bytes` of the operator
+    before each cut) wins; ties go to the most balanced, then the earliest cuts. Raises PartitionError
+    naming the field when `num_stages` exceeds the operators or the GPUs, or when no power-of-two GPU
+    split exists.
+    """
+    if num_gpus < 1:
+        raise PartitionError(f"num_gpus: must be >= 1, got {num_gpus}")
+    if num_stages < 1:
+        raise PartitionError(f"num_stages: must be >= 1, got {num_stages}")
+    if num_stages > len(ops):
+        raise PartitionError(f"num_stages: {num_stages} stages but only {len(ops)} operators")
+    if num_stages > num_gpus:
+        raise PartitionError(f"num_stages: {num_stages} stages but only {num_gpus} GPUs")
+    if balance_tolerance < 0:
+        raise PartitionError("balance_tolerance: must be >= 0")
+    for o in ops:
+        if o.flops < 0:
+            raise PartitionError(f"ops[{o.name}].flops: must be >= 0")
+    shares = gpu_shares(ops, num_gpus)
+    flops = [o.flops for o in ops]
+    n = len(ops)
+    limit = _min_bottleneck(flops, num_stages) * (1 + balance_tolerance) * (1 + 1e-12)
+    pre = [0.0]
+    for f in flops:
+        pre.append(pre[-1] + f)
+    # DP: cost[s][j] = (boundary bytes, max stage flops) of the best way to cut ops[:j] into s stages
+    inf = (float("inf"), float("inf"))
+    cost: list[list[tuple[float, float]]] = [[inf] * (n + 1) for _ in range(num_stages + 1)]
+    back = [[-1] * (n + 1) for _ in range(num_stages + 1)]
+    cost[0][0] = (0.0, 0.0)
+    for s in range(1, num_stages + 1):
+        for j in range(s, n + 1):
+            best = inf
+            arg = -1
+            for i in range(s - 1, j):
+                prev = cost[s - 1][i]
+                if prev == inf:
+                    continue
+                seg = pre[j] - pre[i]
+                if seg > limit:
+                    continue
+                cut = ops[i - 1].out_bytes if i > 0 else 0.0
+                cand = (prev[0] + cut, max(prev[1], seg))
+                if cand < best:
+                    best, arg = cand, i
+            cost[s][j] = best
+            back[s][j] = arg
+    if cost[num_stages][n] == inf:  # cannot happen with a consistent limit; kept as a guard
+        raise PartitionError("ops: no balanced partition found")
+    bounds: list[tuple[int, int]] = []
+    j = n
+    for s in range(num_stages, 0, -1):
+        i = back[s][j]
+        bounds.append((i, j))
+        j = i
+    bounds.reverse()
+    stage_flops = tuple(pre[b] - pre[a] for a, b in bounds)
+    stage_shares = [sum(shares[a:b]) for a, b in bounds]
+    if num_gpus % num_stages == 0 and _is_pow2(num_gpus // num_stages):
+        # the common case (power-of-two Cells): equal GPUs per stage, as Alpa's submeshes
+        gpus: tuple[int, ...] | None = tuple([num_gpus // num_stages] * num_stages)
+    else:
+        gpus = power_of_two_split(stage_shares, num_gpus)
+    if gpus is None:
+        raise PartitionError(
+            f"num_gpus: {num_gpus} GPUs cannot be split into {num_stages} power-of-two stage groups"
+        )
+    cut_bytes = tuple(ops[a - 1].out_bytes for a, _ in bounds[1:])
+    return StagePartition(tuple(bounds), gpus, stage_flops, shares, cut_bytes)
