@@ -106,25 +106,30 @@ def _parse_json_object(raw: str, var: str) -> dict[str, Any]:
 
 
 PP_SCHEDULES = ("gpipe", "1f1b")
-_TRUE = frozenset({"1", "true", "yes", "on", "cpu", "optimizer"})
-_FALSE = frozenset({"", "0", "false", "no", "off", "none"})
-# Other spellings of plan keys accepted on input (Plan.to_dict writes the snake_case names).
-_PLAN_ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {"zero_stage": ("zero",), "activation_checkpointing": ("gradient_checkpointing",)})
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+CHECKPOINTINGS = ("none", "selective", "full")
+# The estimator's sharding names (estimator/plans.py) and the ZeRO stage each means.
+SHARDINGS = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
-def _bool_field(d: Mapping[str, Any], names: tuple[str, ...], what: str) -> bool | None:
-    """The first of `names` present in d as a bool (JSON true/false, 0/1, or a word), else None."""
+def _choice_field(d: Mapping[str, Any], names: tuple[str, ...], what: str, choices: tuple[str, ...],
+                  true: str) -> str | None:
+    """The first of `names` present in d as one of `choices` (any case); JSON true/false (or 1/0,
+    "true"/"false") mean `true` / "none". None when absent."""
     for name in names:
         if name in d and d[name] is not None:
             value = d[name]
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, int) and value in (0, 1):
-                return bool(value)
-            if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-                return value.strip().lower() in _TRUE
-            raise ContractError(f"{what}.{name} must be true or false, got {value!r}")
+            if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+                return true if value else "none"
+            if isinstance(value, str):
+                v = value.strip().lower()
+                if v in choices:
+                    return v
+                if v in _TRUE | _FALSE:
+                    return true if v in _TRUE else "none"
+            raise ContractError(f"{what}.{name} must be one of {', '.join(choices)} (or true/false), got {value!r}")
     return None
 
 
@@ -135,12 +140,12 @@ class Plan:
     `extra` holds keys this SDK does not know (future plan kinds), so a trainer can refuse what it
     cannot run instead of silently ignoring it.
 
-    Optional keys beyond 3D parallelism (docs/worker-contract.md, "Execution plan options"), all with
-    defaults that mean "plain 3D parallelism": `zero_stage` (0 = replicated data parallelism; 1, 2, 3 =
-    ZeRO stages, run as sharded data parallelism), `offload` (optimizer state, gradients and sharded
-    parameters in CPU memory: ZeRO-Offload), `activation_checkpointing` (recompute activations in the
-    backward pass), `pp_schedule` ("gpipe" or "1f1b"; "" = the trainer's default). With pp > 1,
-    `grad_accum` is the pipeline's micro-batch count per step.
+    Optional keys beyond 3D parallelism (docs/worker-contract.md, "Execution plan options"), with
+    defaults that mean plain 3D parallelism: `zero_stage` 0-3 (0 = replicated data parallelism; also
+    read from the estimator's `sharding`: none/zero1/zero2/zero3/fsdp), `offload` (none/optimizer/
+    optimizer+params: model state in CPU memory, ZeRO-Offload), `activation_checkpointing`
+    (none/selective/full; also read from `checkpointing`), `pp_schedule` ("gpipe" or "1f1b"; "" = the
+    trainer's default). With pp > 1, `grad_accum` is the pipeline's micro-batch count per step.
     """
 
     dp: int = 1
@@ -153,8 +158,8 @@ class Plan:
     memory_source: str = ""
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
     zero_stage: int = 0
-    offload: bool = False
-    activation_checkpointing: bool = False
+    offload: str = "none"
+    activation_checkpointing: str = "none"
     pp_schedule: str = ""
 
     _KNOWN = ("dp", "tp", "pp", "micro_batch", "grad_accum", "gpu_model", "memory_per_gpu_bytes",
@@ -176,29 +181,35 @@ class Plan:
         Accepts snake_case or camelCase keys and int64 values as strings (protobuf's JSON mapping).
         A missing or zero dp, tp, pp, micro_batch or grad_accum takes its default (proto JSON omits
         zero fields): tp = pp = grad_accum = 1, dp = `default_dp`, micro_batch = `default_micro_batch`.
-        Negative values raise ContractError. `zero_stage` must be 0-3, `offload` and
-        `activation_checkpointing` booleans (or 0/1, "true"/"false"; `offload` also "cpu",
-        "optimizer", "none"), `pp_schedule` one of PP_SCHEDULES (any case) or empty.
+        Negative values raise ContractError. `zero_stage` (alias `zero`) must be 0-3, or come from
+        `sharding` (SHARDINGS); `offload` one of OFFLOADS, `activation_checkpointing` (alias
+        `checkpointing`) one of CHECKPOINTINGS, either also as a boolean (true = "optimizer" /
+        "full"); `pp_schedule` one of PP_SCHEDULES or empty. Any case.
         """
-        def names(name: str) -> tuple[str, ...]:
-            out = [name, _camel(name)]
-            for alias in _PLAN_ALIASES.get(name, ()):
-                out += [alias, _camel(alias)]
-            return tuple(out)
+        def names(*keys: str) -> tuple[str, ...]:
+            return tuple(n for k in keys for n in (k, _camel(k)))
 
-        def get_int(name: str, default: int) -> int:
-            v = _int_field(d, names(name), "plan")
+        def get_int(name: str, default: int, *aliases: str) -> int:
+            v = _int_field(d, names(name, *aliases), "plan")
             if v is not None and v < 0:
                 raise ContractError(f"plan.{name} must be >= 0, got {v}")
             return default if not v else v
 
-        zero_stage = get_int("zero_stage", 0)
+        zero_stage = get_int("zero_stage", 0, "zero")
         if zero_stage > 3:
             raise ContractError(f"plan.zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
+        sharding = _str_field(d, ("sharding",)).strip().lower()
+        if sharding:
+            if sharding not in SHARDINGS:
+                raise ContractError(f"plan.sharding must be one of {', '.join(SHARDINGS)}, got {sharding!r}")
+            zero_stage = max(zero_stage, SHARDINGS[sharding])
         pp_schedule = _str_field(d, names("pp_schedule")).strip().lower()
         if pp_schedule not in ("", *PP_SCHEDULES):
             raise ContractError(f"plan.pp_schedule must be one of {', '.join(PP_SCHEDULES)}, got {pp_schedule!r}")
-        known = {n for k in cls._KNOWN for n in names(k)}
+        offload = _choice_field(d, names("offload"), "plan", OFFLOADS, "optimizer") or "none"
+        ac = _choice_field(d, names("activation_checkpointing", "checkpointing"), "plan", CHECKPOINTINGS,
+                           "full") or "none"
+        known = set(names(*cls._KNOWN, "zero", "sharding", "checkpointing"))
         return cls(
             dp=get_int("dp", default_dp),
             tp=get_int("tp", 1),
@@ -210,8 +221,8 @@ class Plan:
             memory_source=_str_field(d, ("memory_source", "memorySource")),
             extra=MappingProxyType({k: v for k, v in d.items() if k not in known}),
             zero_stage=zero_stage,
-            offload=bool(_bool_field(d, names("offload"), "plan")),
-            activation_checkpointing=bool(_bool_field(d, names("activation_checkpointing"), "plan")),
+            offload=offload,
+            activation_checkpointing=ac,
             pp_schedule=pp_schedule,
         )
 

@@ -70,8 +70,10 @@ class TrainConfig:
     # What is run, after the plan's options were reconciled (see resolve): 0 = replicated data
     # parallelism (DDP), 2 = FSDP2 without resharding after forward, 3 = FSDP2 resharding.
     zero_stage: int = 0
-    offload: bool = False
-    activation_checkpointing: bool = False
+    # "none", or "optimizer" / "optimizer+params" (both run as FSDP2's CPUOffloadPolicy).
+    offload: str = "none"
+    # "none", "selective" (the attention core) or "full" (every block).
+    activation_checkpointing: str = "none"
     # "gpipe" or "1f1b" when pp > 1, else "".
     pp_schedule: str = ""
 
@@ -97,10 +99,10 @@ class TrainConfig:
         parts.append(f"zero{self.zero_stage}(fsdp2)" if self.zero_stage else ("ddp" if self.dp > 1 else "replicated"))
         if self.pp > 1:
             parts.append(f"schedule={self.pp_schedule}")
-        if self.offload:
-            parts.append("cpu-offload")
-        if self.activation_checkpointing:
-            parts.append("activation-checkpointing")
+        if self.offload != "none":
+            parts.append(f"offload={self.offload}")
+        if self.activation_checkpointing != "none":
+            parts.append(f"activation-checkpointing={self.activation_checkpointing}")
         return " ".join(parts)
 
 
@@ -115,6 +117,9 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     p.add_argument("--weight-decay", type=float, default=DEFAULT_WEIGHT_DECAY)
     p.add_argument("--untied-head", action="store_true", help="do not tie the LM head to the embedding")
     p.add_argument("--keep-checkpoints", type=int, default=DEFAULT_KEEP_CHECKPOINTS)
+    # Launchers in the torch.distributed.launch tradition (DeepSpeed's) pass the local rank as a flag;
+    # the trainer reads LOCAL_RANK from the environment, which they set too.
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(list(argv))
 
     def env_num(name: str, default: float, cast: type) -> float:
@@ -223,6 +228,25 @@ def pipeline_layout(per_rank: int, micro_batch: int, grad_accum: int, pp: int, s
                                           f"x {per_rank // mb} micro-batches")
 
 
+def _refuse_unsupported_extras(plan: Plan) -> None:
+    """Plan options the estimator knows (estimator/plans.py) that this trainer cannot run: Unsupported
+    when they ask for something, rather than running a different plan under their name."""
+    e = plan.extra
+    sp = e.get("sequence_parallel", e.get("sequenceParallel", False))
+    if sp not in (False, 0, None, "", "false", "none"):
+        raise Unsupported("plan sequence_parallel is not supported by the reference trainer (tensor parallelism "
+                          "without sequence parallelism only)")
+    for key, camel, what in (("virtual_stages", "virtualStages", "interleaved 1F1B (virtual_stages > 1)"),
+                             ("ep", "ep", "expert parallelism (ep > 1)")):
+        raw = e.get(key, e.get(camel, 1))
+        try:
+            value = int(raw or 1)
+        except (TypeError, ValueError):
+            raise Unsupported(f"plan {key}={raw!r} is not an integer") from None
+        if value > 1:
+            raise Unsupported(f"plan {what} is not supported by the reference trainer: {key}={value}")
+
+
 def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
     """The run this trainer will do for `ctx`, or Unsupported with the reason."""
     plan = ctx.plan
@@ -256,9 +280,15 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
         zero = 2
         notes.append("zero_stage=1 runs as ZeRO-2 (FSDP2 shards gradients with the optimizer state; it has no "
                      "optimizer-only sharding)")
-    if plan.offload and zero < 2:
-        zero = 2
-        notes.append("offload runs on sharded data parallelism: using ZeRO-2 (FSDP2 with CPUOffloadPolicy)")
+    if plan.offload != "none":
+        if zero < 2:
+            zero = 2
+            notes.append(f"offload={plan.offload} runs on sharded data parallelism: using ZeRO-2 (FSDP2 with "
+                         f"CPUOffloadPolicy)")
+        if plan.offload == "optimizer":
+            notes.append("offload=optimizer runs as FSDP2's CPUOffloadPolicy, which offloads the sharded "
+                         "parameters and gradients too")
+    _refuse_unsupported_extras(plan)
     if plan.extra:
         notes.append(f"ignoring plan fields this trainer does not use: {sorted(plan.extra)}")
     return TrainConfig(

@@ -127,7 +127,7 @@ def _noop() -> None:
     return None
 
 
-def _forked_rank(env: Mapping[str, str], out_path: str, err_path: str, cwd: str) -> None:
+def _forked_rank(env: Mapping[str, str], out_path: str, err_path: str, cwd: str, argv: Sequence[str]) -> None:
     """Body of a forked rank: the contract's environment, stdout/stderr to files, then cli.main()."""
     os.environ.clear()
     os.environ.update(env)
@@ -139,7 +139,7 @@ def _forked_rank(env: Mapping[str, str], out_path: str, err_path: str, cwd: str)
     from clients.reference_trainer.cli import main
 
     try:
-        rc = main([])
+        rc = main(list(argv))
     except SystemExit as e:
         rc = e.code if isinstance(e.code, int) else 1
     sys.stdout.flush()
@@ -148,13 +148,14 @@ def _forked_rank(env: Mapping[str, str], out_path: str, err_path: str, cwd: str)
 
 
 def run_ranks(envs: Sequence[Mapping[str, str]], *, mode: str = "subprocess", timeout: float = 180.0,
-              cwd: str | os.PathLike[str] | None = None) -> list[RankResult]:
-    """Start one process per environment, wait for all (at most `timeout` seconds, then kill them and
-    raise TimeoutError) and return their exit codes and output, by rank."""
+              cwd: str | os.PathLike[str] | None = None, argv: Sequence[str] = ()) -> list[RankResult]:
+    """Start one process per environment (the trainer with flags `argv`), wait for all (at most
+    `timeout` seconds, then kill them and raise TimeoutError) and return their exit codes and output,
+    by rank."""
     workdir = str(cwd or os.getcwd())
     deadline = time.monotonic() + timeout
     if mode == "subprocess":
-        procs = [subprocess.Popen([sys.executable, "-m", "clients.reference_trainer"], env=dict(env), cwd=workdir,
+        procs = [subprocess.Popen([sys.executable, "-m", "clients.reference_trainer", *argv], env=dict(env), cwd=workdir,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for env in envs]
         results = []
         try:
@@ -173,7 +174,7 @@ def run_ranks(envs: Sequence[Mapping[str, str]], *, mode: str = "subprocess", ti
     ctx = warm_forkserver()
     with tempfile.TemporaryDirectory(prefix="tessera-ranks-") as tmp:
         paths = [(os.path.join(tmp, f"rank-{r}.out"), os.path.join(tmp, f"rank-{r}.err")) for r in range(len(envs))]
-        procs = [ctx.Process(target=_forked_rank, args=(dict(env), out, err, workdir))
+        procs = [ctx.Process(target=_forked_rank, args=(dict(env), out, err, workdir, list(argv)))
                  for env, (out, err) in zip(envs, paths, strict=True)]
         for p in procs:
             p.start()
@@ -194,14 +195,15 @@ def run_ranks(envs: Sequence[Mapping[str, str]], *, mode: str = "subprocess", ti
 def launch(plan: Mapping[str, Any], *, model: Mapping[str, Any], checkpoint_dir: str | os.PathLike[str],
            iterations: int, global_batch: int, mode: str = "subprocess", timeout: float = 180.0,
            checkpoint_every: int = 1000, extra: Mapping[str, str] | None = None,
-           cwd: str | os.PathLike[str] | None = None, attempt: int = 1) -> list[RankResult]:
+           cwd: str | os.PathLike[str] | None = None, attempt: int = 1,
+           argv: Sequence[str] = ()) -> list[RankResult]:
     """Run all ranks of `plan` to completion on this machine (a fresh rendezvous port)."""
     port = free_port()
     envs = [contract_env(plan=plan, model=model, checkpoint_dir=checkpoint_dir, iterations=iterations,
                          global_batch=global_batch, rank=r, port=port, checkpoint_every=checkpoint_every,
                          extra=extra, attempt=attempt)
             for r in range(world_size(plan))]
-    return run_ranks(envs, mode=mode, timeout=timeout, cwd=cwd)
+    return run_ranks(envs, mode=mode, timeout=timeout, cwd=cwd, argv=argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ from clients.trainer_sdk import ModelDims
 class CausalSelfAttention(nn.Module):
     def __init__(self, hidden: int, heads: int) -> None:
         super().__init__()
+        self.recompute_core = False  # selective activation checkpointing: recompute softmax(QK^T)V
         self.head_dim = hidden // heads
         self.q = nn.Linear(hidden, hidden)
         self.k = nn.Linear(hidden, hidden)
@@ -37,7 +38,10 @@ class CausalSelfAttention(nn.Module):
         b, t, _ = x.shape
         # -1 heads: all of them, or this tensor-parallel rank's share (its q/k/v outputs are narrower).
         q, k, v = (lin(x).view(b, t, -1, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.recompute_core and torch.is_grad_enabled():
+            y = checkpoint(F.scaled_dot_product_attention, q, k, v, is_causal=True, use_reentrant=False)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -58,14 +62,18 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Decoder-only transformer built from ModelDims; `tied_head` shares the embedding with the head.
 
-    `activation_checkpointing` recomputes each block's activations in the backward pass
-    (torch.utils.checkpoint, non-reentrant) instead of keeping them.
+    `activation_checkpointing` (torch.utils.checkpoint, non-reentrant): "full" keeps only each
+    block's input and recomputes the block in the backward pass; "selective" recomputes only the
+    attention core (Megatron's selective recomputation); "none" keeps everything.
     """
 
-    def __init__(self, dims: ModelDims, tied_head: bool = True, activation_checkpointing: bool = False) -> None:
+    def __init__(self, dims: ModelDims, tied_head: bool = True, activation_checkpointing: str = "none") -> None:
         super().__init__()
+        if activation_checkpointing not in ("none", "selective", "full"):
+            raise ValueError(f"activation_checkpointing must be none, selective or full, got "
+                             f"{activation_checkpointing!r}")
         self.dims = dims
-        self.activation_checkpointing = activation_checkpointing
+        self.activation_checkpointing = activation_checkpointing == "full"
         self.tok_emb: nn.Embedding | None = nn.Embedding(dims.vocab_size, dims.hidden_size)
         self.pos_emb: nn.Embedding | None = nn.Embedding(dims.seq_length, dims.hidden_size)
         self.blocks = nn.ModuleDict({str(i): Block(dims.hidden_size, dims.num_heads)
@@ -77,6 +85,8 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith(("attn.proj.weight", "out.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * max(1, dims.num_layers)))
+        for block in self.blocks.values():
+            block.attn.recompute_core = activation_checkpointing == "selective"
         self.tied_head = tied_head
         if tied_head:
             self.head.weight = self.tok_emb.weight

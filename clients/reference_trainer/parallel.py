@@ -11,13 +11,14 @@ the optimizer, and one training step.
 |                           | parameters size" on the second micro-batch)                              |
 | zero_stage 2 / 3          | FSDP2 `fully_shard` of every block and of the root over "dp",            |
 |                           | reshard_after_forward False (ZeRO-2) / True (ZeRO-3)                     |
-| offload                   | FSDP2 `CPUOffloadPolicy`: sharded parameters, gradients and the          |
-|                           | optimizer state live in CPU memory; the optimizer steps on the CPU       |
+| offload (optimizer,       | FSDP2 `CPUOffloadPolicy`: sharded parameters, gradients and the          |
+|   optimizer+params)       | optimizer state live in CPU memory; the optimizer steps on the CPU       |
 | tp > 1                    | DTensor tensor parallelism over "tp": ColwiseParallel on attention       |
 |                           | q/k/v and MLP fc, RowwiseParallel on attention proj and MLP out          |
 | pp > 1                    | torch.distributed.pipelining: PipelineStage over "pp", ScheduleGPipe or  |
 |                           | Schedule1F1B with `grad_accum` micro-batches                             |
-| activation_checkpointing  | torch.utils.checkpoint (non-reentrant) around every block                |
+| activation_checkpointing  | torch.utils.checkpoint (non-reentrant) around every block ("full") or    |
+|                           | around the attention core only ("selective")                             |
 | grad_accum (pp = 1)       | `grad_accum` forward/backward passes per step, loss / grad_accum         |
 
 Ranks are laid out pp-major, tp-minor: rank = (pp_rank * dp + dp_rank) * tp + tp_rank, so a tensor-
@@ -101,6 +102,7 @@ class Engine:
         # keeps its share.
         torch.manual_seed(opts.seed)
         model = GPT(cfg.model, tied_head=opts.tied_head, activation_checkpointing=cfg.activation_checkpointing)
+        self.total_params = sum(p.numel() for p in model.parameters())
         self.tied = opts.tied_head
         if cfg.pp > 1:
             model.keep_stage(stage_layers(cfg.model.num_layers, cfg.pp, c.pp_rank), c.first_stage, c.last_stage)
@@ -147,6 +149,11 @@ class Engine:
             kind = Schedule1F1B if cfg.pp_schedule == "1f1b" else ScheduleGPipe
             self.schedule = kind(stage, n_microbatches=cfg.grad_accum, loss_fn=lm_loss)
 
+    @property
+    def local_params(self) -> int:
+        """Parameter elements held by this rank (its shards, its stage); a tied head's copy counts."""
+        return sum(_local(p).numel() for p in self.model.parameters())
+
     # ---- construction helpers
 
     def _tensor_parallel(self) -> None:
@@ -166,8 +173,8 @@ class Engine:
         kwargs: dict[str, Any] = {
             "mesh": self.mesh["dp"],
             "reshard_after_forward": self.cfg.zero_stage >= 3,
-            "offload_policy": CPUOffloadPolicy(pin_memory=self.device.type == "cuda") if self.cfg.offload
-            else OffloadPolicy(),
+            "offload_policy": CPUOffloadPolicy(pin_memory=self.device.type == "cuda")
+            if self.cfg.offload != "none" else OffloadPolicy(),
         }
         for block in self.model.blocks.values():
             fully_shard(block, **kwargs)
@@ -225,8 +232,7 @@ class Engine:
     def _local_grads(self) -> Iterator[torch.Tensor]:
         for p in self.model.parameters():
             if p.grad is not None:
-                g = p.grad
-                yield g.to_local() if hasattr(g, "to_local") else g
+                yield _local(p.grad)
 
     def _all_reduce_grads_over_dp(self) -> None:
         grads = list(self._local_grads())
@@ -253,7 +259,7 @@ class Engine:
         p = self._tied_param()
         if p is None or p.grad is None:
             return
-        g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+        g = _local(p.grad)
         dist.all_reduce(g, group=self._tie_groups[(self.coords.dp_rank, self.coords.tp_rank)])
 
     def grad_norm_sq_share(self) -> float:
@@ -288,6 +294,12 @@ class Engine:
                 g.mul_(coef)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor; a plain tensor itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
 
 
 class _null:

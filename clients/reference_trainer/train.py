@@ -110,6 +110,9 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
     random.seed(opts.seed)
     engine = Engine(cfg, ctx.rank, device, group.enabled)
     data = MarkovData(dims.vocab_size, dims.seq_length, opts.seed)
+    c = engine.coords
+    say(ctx, f"parallel: pp_rank={c.pp_rank} dp_rank={c.dp_rank} tp_rank={c.tp_rank} "
+             f"parameters local={engine.local_params} total={engine.total_params}")
 
     start = 0
     last_loss = float("nan")

@@ -78,11 +78,36 @@ def test_resolve_tp_pp_and_options() -> None:
     # ZeRO-1 and offload without sharding run as ZeRO-2, said in a note.
     cfg = resolve(ctx_for(Plan(dp=2, micro_batch=4, zero_stage=1), 2, 8), Options())
     assert cfg.zero_stage == 2 and "ZeRO-2" in cfg.notes[0]
-    cfg = resolve(ctx_for(Plan(dp=2, micro_batch=4, offload=True, activation_checkpointing=True), 2, 8), Options())
-    assert (cfg.zero_stage, cfg.offload, cfg.activation_checkpointing) == (2, True, True)
-    assert cfg.describe() == "dp=2 tp=1 pp=1 zero2(fsdp2) cpu-offload activation-checkpointing"
-    cfg = resolve(ctx_for(Plan(dp=2, micro_batch=4, zero_stage=3), 2, 8), Options())
-    assert (cfg.zero_stage, cfg.notes) == (3, ())
+    cfg = resolve(ctx_for(Plan(dp=2, micro_batch=4, offload="optimizer", activation_checkpointing="full"), 2, 8),
+                  Options())
+    assert (cfg.zero_stage, cfg.offload, cfg.activation_checkpointing) == (2, "optimizer", "full")
+    assert cfg.describe() == "dp=2 tp=1 pp=1 zero2(fsdp2) offload=optimizer activation-checkpointing=full"
+    cfg = resolve(ctx_for(Plan(dp=2, micro_batch=4, zero_stage=3, offload="optimizer+params"), 2, 8), Options())
+    assert (cfg.zero_stage, cfg.offload, cfg.notes) == (3, "optimizer+params", ())
+
+
+@pytest.mark.parametrize(("extra", "why"), [
+    ({"sequence_parallel": True}, "sequence_parallel is not supported"),
+    ({"virtualStages": 2}, r"interleaved 1F1B \(virtual_stages > 1\) is not supported"),
+    ({"ep": 2}, r"expert parallelism \(ep > 1\) is not supported"),
+])
+def test_resolve_refuses_estimator_options_it_cannot_run(extra: dict[str, object], why: str) -> None:
+    plan = Plan.from_dict({"dp": 2, "micro_batch": 4, **extra})
+    with pytest.raises(Unsupported, match=why):
+        resolve(ctx_for(plan, 2, 8), Options())
+    # Their defaults (and options that change nothing this trainer does) only make a note.
+    plan = Plan.from_dict({"dp": 2, "micro_batch": 4, "sequence_parallel": False, "virtual_stages": 1,
+                           "precision": "fp32"})
+    assert "ignoring plan fields" in resolve(ctx_for(plan, 2, 8), Options()).notes[-1]
+
+
+def test_plan_reads_the_estimators_vocabulary() -> None:
+    p = Plan.from_dict({"dp": 4, "sharding": "fsdp", "offload": "optimizer+params", "checkpointing": "selective"})
+    assert (p.zero_stage, p.offload, p.activation_checkpointing, dict(p.extra)) == (3, "optimizer+params",
+                                                                                    "selective", {})
+    p = Plan.from_dict({"dp": 4, "zero": 2, "offload": True, "activation_checkpointing": True})
+    assert (p.zero_stage, p.offload, p.activation_checkpointing) == (2, "optimizer", "full")
+    assert Plan.from_dict(p.to_dict()) == p
 
 
 def test_resolve_dp_plan() -> None:
@@ -114,6 +139,7 @@ def test_options_from_flags_and_env() -> None:
                       {"TESSERA_TORCH_THREADS": "2", "TESSERA_TRAINER_MIN_STEP_SECONDS": "0.25"})
     assert (o.seed, o.lr, o.tied_head, o.torch_threads, o.min_step_seconds) == (7, 0.01, False, 2, 0.25)
     assert parse_options([], {}) == Options()
+    assert parse_options(["--local_rank=3"], {}) == Options()  # DeepSpeed's launcher passes it
 
 
 def test_cli_exits_3_before_importing_torch(monkeypatch: pytest.MonkeyPatch,

@@ -96,7 +96,7 @@ def test_from_env_proto_json_forms_and_fallbacks() -> None:
         "WORLD_SIZE": "2", "RANK": "0",
         "TESSERA_RENDEZVOUS": "[fd00::1]:29501",
         "TESSERA_PLAN": json.dumps({"dp": 2, "microBatch": 4, "gpuModel": "V100-32GB",
-                                    "memoryPerGpuBytes": "1000", "zeroStage": 2, "offload": "cpu",
+                                    "memoryPerGpuBytes": "1000", "zeroStage": 2, "offload": "optimizer",
                                     "activationCheckpointing": True, "ppSchedule": "GPipe",
                                     "futureKnob": 1}),
         "TESSERA_MODEL": json.dumps({"name": "gpt2-medium"}),
@@ -105,7 +105,7 @@ def test_from_env_proto_json_forms_and_fallbacks() -> None:
     }
     ctx = TrainerContext.from_env(env)
     assert ctx.plan == Plan(dp=2, tp=1, pp=1, micro_batch=4, grad_accum=1, gpu_model="V100-32GB",
-                            memory_per_gpu_bytes=1000, zero_stage=2, offload=True, activation_checkpointing=True,
+                            memory_per_gpu_bytes=1000, zero_stage=2, offload="optimizer", activation_checkpointing="full",
                             pp_schedule="gpipe")
     assert dict(ctx.plan.extra) == {"futureKnob": 1}
     assert ctx.global_batch_size == 8  # no TESSERA_GLOBAL_BATCH_SIZE: the plan's
@@ -127,7 +127,8 @@ def test_from_env_no_plan_uses_world_size_and_overrides_win() -> None:
         ({"TESSERA_PLAN": '{"dp": "two"}'}, "plan.dp must be an integer"),
         ({"TESSERA_PLAN": '{"tp": -1}'}, "plan.tp must be >= 0"),
         ({"TESSERA_PLAN": '{"zero_stage": 4}'}, "plan.zero_stage must be 0, 1, 2 or 3"),
-        ({"TESSERA_PLAN": '{"offload": "maybe"}'}, "plan.offload must be true or false"),
+        ({"TESSERA_PLAN": '{"offload": "maybe"}'}, "plan.offload must be one of none, optimizer"),
+        ({"TESSERA_PLAN": '{"sharding": "zero4"}'}, "plan.sharding must be one of none, zero1"),
         ({"TESSERA_PLAN": '{"pp_schedule": "zigzag"}'}, "plan.pp_schedule must be one of gpipe, 1f1b"),
         ({"TESSERA_MODEL": '{"hidden_size": 1.5}'}, "model.hidden_size must be an integer"),
         ({"TESSERA_ITERATIONS": "ten"}, "TESSERA_ITERATIONS must be an integer"),

@@ -1,0 +1,188 @@
+"""Every plan kind the reference trainer runs, as real processes on CPU with gloo, against one process.
+
+Each plan trains the same tiny GPT (hidden 32, 2 layers, 2 heads, vocab 64, seq 16) on the same global
+batch of 8 for a few steps; its loss at every step must match a single-process run (micro batch 8, no
+accumulation) within PLAN_RTOL = 1e-4. Only the order of floating-point sums differs between plans
+(observed: at most 3e-7 relative, the printed precision), while changing the seed moves the losses by
+more than 100x the tolerance (test_a_changed_seed_moves_the_curve_far_more_than_migration).
+
+The ranks are forked from a forkserver that imported torch once (clients.reference_trainer.local,
+mode "fork"): each rank is still its own OS process running the trainer's `cli.main()` with the worker
+contract's environment and a gloo process group over TCP, but does not pay the seconds of torch import
+per rank, which keeps this module within ~1 minute on a 2-core machine. The subprocess path (exactly
+what an agent runs) is covered by test_trainer_train.py and by the e2e tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clients.reference_trainer.local import RankResult, launch, warm_forkserver
+from clients.trainer_sdk import latest_checkpoint
+
+pytestmark = pytest.mark.slow
+
+MODEL = {"name": "tiny", "hidden_size": 32, "num_layers": 2, "num_heads": 2, "vocab_size": 64, "seq_length": 16}
+GLOBAL_BATCH = 8
+STEPS = 4  # per plan test
+MIGRATION_STEPS = 6  # K = 3 on plan A, then K more on plan B
+# Plan vs one process, every step: relative tolerance on the loss.
+PLAN_RTOL = 1e-4
+# Migration (checkpoint on plan A, resume on plan B) vs an uninterrupted run, every step.
+MIGRATION_RTOL = 1e-4
+TIMEOUT = 120.0
+STEP = re.compile(r"step iteration=(\d+)/\d+ loss=(\S+)")
+PARAMS = re.compile(r"parameters local=(\d+) total=(\d+)")
+
+
+def losses(out: str) -> dict[int, float]:
+    return {int(m.group(1)): float(m.group(2)) for m in STEP.finditer(out)}
+
+
+def run(plan: dict[str, Any], ckpt: Path, iterations: int, argv: tuple[str, ...] = ()) -> list[RankResult]:
+    results = launch(plan, model=MODEL, checkpoint_dir=ckpt, iterations=iterations, global_batch=GLOBAL_BATCH,
+                     mode="fork", timeout=TIMEOUT, cwd=ckpt.parent, argv=argv)
+    for r in results:
+        assert r.rc == 0, f"rank {r.rank} exited {r.rc}:\n{r.out[-2000:]}\n{r.err[-4000:]}"
+    return results
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
+    """One process, micro batch 8, MIGRATION_STEPS steps: the curve every plan must reproduce."""
+    warm_forkserver()
+    tmp = tmp_path_factory.mktemp("reference")
+    (single,) = run({"dp": 1, "micro_batch": 8}, tmp / "ckpt", MIGRATION_STEPS)
+    curve = losses(single.out)
+    assert sorted(curve) == list(range(1, MIGRATION_STEPS + 1))
+    assert curve[MIGRATION_STEPS] < curve[1]
+    return curve
+
+
+def assert_matches(curve: dict[int, float], ref: dict[int, float], steps: range, rtol: float) -> None:
+    assert sorted(curve) == list(steps), curve
+    for it in steps:
+        assert curve[it] == pytest.approx(ref[it], rel=rtol), f"iteration {it}: {curve[it]} vs {ref[it]}"
+
+
+PLANS: dict[str, tuple[dict[str, Any], str]] = {
+    # name: (TESSERA_PLAN, what the trainer says it runs)
+    "dp2-ddp": ({"dp": 2, "micro_batch": 4}, "dp=2 tp=1 pp=1 ddp"),
+    "dp2-zero2": ({"dp": 2, "micro_batch": 4, "zero_stage": 2}, "dp=2 tp=1 pp=1 zero2(fsdp2)"),
+    "dp2-zero3": ({"dp": 2, "micro_batch": 4, "sharding": "zero3"}, "dp=2 tp=1 pp=1 zero3(fsdp2)"),
+    "tp2": ({"dp": 1, "tp": 2, "micro_batch": 8}, "dp=1 tp=2 pp=1 replicated"),
+    "pp2-gpipe": ({"dp": 1, "pp": 2, "micro_batch": 2, "grad_accum": 4, "pp_schedule": "gpipe"},
+                  "dp=1 tp=1 pp=2 replicated schedule=gpipe"),
+    "pp2-1f1b": ({"dp": 1, "pp": 2, "micro_batch": 2, "grad_accum": 4, "pp_schedule": "1f1b"},
+                 "dp=1 tp=1 pp=2 replicated schedule=1f1b"),
+    "tp2xdp2": ({"dp": 2, "tp": 2, "micro_batch": 4}, "dp=2 tp=2 pp=1 ddp"),
+    "pp2xdp2-zero2": ({"dp": 2, "pp": 2, "micro_batch": 2, "grad_accum": 2, "zero_stage": 2},
+                      "dp=2 tp=1 pp=2 zero2(fsdp2) schedule=1f1b"),
+    "grad-accum": ({"dp": 1, "micro_batch": 2, "grad_accum": 4}, "dp=1 tp=1 pp=1 replicated"),
+    "dp2-grad-accum": ({"dp": 2, "micro_batch": 2, "grad_accum": 2}, "dp=2 tp=1 pp=1 ddp"),
+    "activation-checkpointing": ({"dp": 2, "micro_batch": 4, "activation_checkpointing": "full", "zero_stage": 3},
+                                 "dp=2 tp=1 pp=1 zero3(fsdp2) activation-checkpointing=full"),
+    "selective-checkpointing-tp2": ({"dp": 1, "tp": 2, "micro_batch": 8, "checkpointing": "selective"},
+                                    "dp=1 tp=2 pp=1 replicated activation-checkpointing=selective"),
+    "offload": ({"dp": 2, "micro_batch": 4, "zero_stage": 3, "offload": "optimizer+params"},
+                "dp=2 tp=1 pp=1 zero3(fsdp2) offload=optimizer+params"),
+}
+# Plans whose ranks each hold only part of the parameters.
+SHARDED = {"dp2-zero2", "dp2-zero3", "tp2", "pp2-gpipe", "pp2-1f1b", "tp2xdp2", "pp2xdp2-zero2",
+           "activation-checkpointing", "selective-checkpointing-tp2", "offload"}
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_plan_matches_one_process(name: str, reference: dict[int, float], tmp_path: Path) -> None:
+    plan, kind = PLANS[name]
+    results = run(plan, tmp_path / "ckpt", STEPS)
+    for r in results:  # every rank prints the step's global mean loss
+        assert f"plan={kind} " in r.out, r.out[:600]
+        assert_matches(losses(r.out), reference, range(1, STEPS + 1), PLAN_RTOL)
+        local, total = map(int, PARAMS.search(r.out).groups())  # type: ignore[union-attr]
+        assert (local < total) == (name in SHARDED), (name, local, total)
+    # The end-of-run checkpoint is one DCP checkpoint written by all ranks, published once.
+    ref = latest_checkpoint(tmp_path / "ckpt")
+    assert ref is not None and ref.iteration == STEPS
+    meta = ref.meta()
+    assert (meta["format"], meta["world_size"], meta["data_position"]) == (
+        "tessera-reference-trainer/2", len(results), STEPS * GLOBAL_BATCH)
+    assert (ref.path / ".metadata").is_file()
+
+
+def _migrate(tmp_path: Path, plans: list[tuple[dict[str, Any], int]], reference: dict[int, float]) -> None:
+    """Train on each plan in turn up to its iteration count, in one checkpoint directory (each stops
+    with a checkpoint, the next resumes from it), and compare the whole curve to the reference."""
+    ckpt = tmp_path / "ckpt"
+    curve: dict[int, float] = {}
+    start, previous_world = 0, 0
+    for plan, until in plans:
+        results = run(plan, ckpt, until)
+        out = results[0].out
+        if start == 0:
+            assert "fresh start" in out
+        else:
+            assert f"resumed from step {start} " in out, out[:800]
+            assert f"written at world size {previous_world}," in out, out[:800]
+        part = losses(out)
+        assert sorted(part) == list(range(start + 1, until + 1))
+        curve.update(part)
+        start, previous_world = until, len(results)
+    assert_matches(curve, reference, range(1, plans[-1][1] + 1), MIGRATION_RTOL)
+
+
+def test_migration_dp2_to_tp2xpp2_keeps_the_loss_curve(reference: dict[int, float], tmp_path: Path) -> None:
+    """Morphling's reconfiguration: K = 3 steps on DP 2 (DDP), checkpoint, then 3 more on TP 2 x PP 2
+    (the tied head moves to a pipeline stage of its own, every matrix is split in two): the curve is
+    the uninterrupted one."""
+    _migrate(tmp_path, [({"dp": 2, "micro_batch": 4}, 3),
+                        ({"dp": 1, "tp": 2, "pp": 2, "micro_batch": 4, "grad_accum": 2}, 6)], reference)
+
+
+def test_migration_chain_across_sharded_plans(reference: dict[int, float], tmp_path: Path) -> None:
+    """ZeRO-3 with offload on DP 2 -> one process with accumulation 2 -> PP 2 x DP 2 (1F1B): two
+    reshardings, each from sharded optimizer state, two steps each."""
+    _migrate(tmp_path, [({"dp": 2, "micro_batch": 4, "zero_stage": 3, "offload": "optimizer"}, 2),
+                        ({"dp": 1, "micro_batch": 4, "grad_accum": 2}, 4),
+                        ({"dp": 2, "pp": 2, "micro_batch": 2, "grad_accum": 2}, 6)], reference)
+
+
+def test_a_changed_seed_moves_the_curve_far_more_than_migration(reference: dict[int, float],
+                                                                tmp_path: Path) -> None:
+    """Morphling's yardstick (Table 3): reconfiguration must change the loss less than a new seed does.
+    Here a new seed moves the 6-step curve by > 100x the migration tolerance."""
+    (other,) = run({"dp": 1, "micro_batch": 8}, tmp_path / "ckpt", MIGRATION_STEPS, argv=("--seed", "99"))
+    seeded = losses(other.out)
+    worst = max(abs(seeded[i] - reference[i]) / reference[i] for i in reference)
+    assert worst > 100 * MIGRATION_RTOL, worst
+
+
+def test_resume_refuses_a_changed_global_batch(reference: dict[int, float], tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    run({"dp": 2, "micro_batch": 4}, ckpt, 2)
+    (r,) = launch({"dp": 1, "micro_batch": 4}, model=MODEL, checkpoint_dir=ckpt, iterations=4, global_batch=4,
+                  mode="fork", timeout=TIMEOUT, cwd=tmp_path)
+    assert r.rc == 3
+    assert "the global batch must not change within a job" in r.err.strip().splitlines()[-1]
+
+
+def test_checkpoint_of_one_plan_is_complete_for_every_other(reference: dict[int, float], tmp_path: Path) -> None:
+    """A PP 2 x TP 2 checkpoint (every rank wrote a different part) holds the whole model: copied
+    alone into a fresh directory, it resumes one process on the reference curve."""
+    ckpt = tmp_path / "ckpt"
+    run({"dp": 1, "tp": 2, "pp": 2, "micro_batch": 2, "grad_accum": 4, "pp_schedule": "gpipe"}, ckpt, 3)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    shutil.copytree(ckpt / "step-3", fresh / "step-3")
+    meta = json.loads((fresh / "step-3" / "meta.json").read_text())
+    assert (meta["plan"]["tp"], meta["plan"]["pp"], meta["plan"]["pp_schedule"]) == (2, 2, "gpipe")
+    assert len(list((fresh / "step-3").glob("*.distcp"))) == 4
+    (single,) = run({"dp": 1, "micro_batch": 8}, fresh, MIGRATION_STEPS)
+    assert "resumed from step 3 " in single.out
+    assert_matches(losses(single.out), reference, range(4, MIGRATION_STEPS + 1), MIGRATION_RTOL)
