@@ -230,8 +230,8 @@ def table(doc: dict[str, Any]) -> str:
     ref = comp.get("reference")
     for k, c in comp.items():
         if isinstance(c, dict):
-            lines.append(f"{ref} vs {k}: JCT -{100 * c['jct_reduction_finished']:.1f}% (finished jobs), "
-                         f"-{100 * c['jct_reduction_padded']:.1f}% (artifact padding); throughput "
+            lines.append(f"{ref} vs {k}: JCT {-100 * c['jct_reduction_finished']:+.1f}% (finished jobs), "
+                         f"{-100 * c['jct_reduction_padded']:+.1f}% (artifact padding); throughput "
                          f"{c['throughput_ratio']:.2f}x (all rounds), {c['throughput_ratio_busy']:.2f}x (rounds > 100)")
     return "\n".join(lines)
 

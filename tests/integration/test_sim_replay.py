@@ -26,7 +26,7 @@ def run(out: Path, *extra: str) -> dict[str, object]:
 
 
 def test_short_replay_is_bit_for_bit_reproducible(tmp_path: Path) -> None:
-    extra = ("--policies", "crius,crius@artifact,fcfs", "--rounds", "40")
+    extra = ("--policies", "crius,crius@artifact,fcfs,gavel,elasticflow-l", "--rounds", "40")
     a = (run(tmp_path / "a", *extra), (tmp_path / "a" / "metrics.json").read_bytes())
     b = (run(tmp_path / "b", *extra), (tmp_path / "b" / "metrics.json").read_bytes())
     assert a[1] == b[1]

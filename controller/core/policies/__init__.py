@@ -10,7 +10,9 @@ from collections.abc import Callable
 
 from controller.core.policies.crius import CriusOptions, CriusPolicy
 from controller.core.policies.fcfs import FcfsPolicy
+from controller.core.policies.elasticflow import ElasticFlowPolicy
 from controller.core.policies.frenzy import FrenzyPolicy
+from controller.core.policies.gavel import GavelPolicy
 from controller.core.policy import Policy
 
 MODES = ("paper", "artifact")
@@ -28,6 +30,9 @@ FACTORIES: dict[str, Callable[[str], Policy]] = {
     "crius-no": lambda m: _crius(m, opportunistic=False),
     "fcfs": lambda m: FcfsPolicy(m),
     "frenzy": lambda m: FrenzyPolicy(mode=m),
+    "gavel": lambda m: GavelPolicy(m),
+    "elasticflow": lambda m: ElasticFlowPolicy(m, loose=False),
+    "elasticflow-l": lambda m: ElasticFlowPolicy(m, loose=True),
 }
 
 ALIASES = {"elasticflow-ls": "elasticflow-l", "ef": "elasticflow-l", "ef-ls": "elasticflow-l"}

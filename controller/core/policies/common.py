@@ -3,7 +3,7 @@ and the decisions they turn into at the end (virtual allocation, applied once: C
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from controller.core.placement import BEST_FIT, Group, Trial
@@ -221,3 +221,26 @@ class Board:
                 continue
             out.append(Decision(jid, "pending", self.reasons.get(jid, f"{self.name}: waiting")))
         return out
+
+
+def place_as_requested(b: Board, job: JobView, gpu_type: str, gpus: int, prefer: str, relaxed: bool,
+                       feasible: Callable[[int], bool]) -> tuple[Slice, ...] | None:
+    """The Crius artifact's baseline placement: the best locality (per node min(n, node size)),
+    then, if allowed, halving the per-node share while `feasible(nodes)` holds."""
+    ctx = b.ctx
+    k = ctx.ideal_nodes(gpu_type, gpus)
+    if k <= 0 or not feasible(k):
+        return None
+    sl = ctx.state.place(gpu_type, gpus, 1, prefer, nodes=k)
+    if sl is not None or not relaxed:
+        return sl
+    per = gpus // k
+    while per > 1:
+        per //= 2
+        k = gpus // per
+        if not feasible(k):
+            return None
+        sl = ctx.state.place(gpu_type, gpus, 1, prefer, nodes=k)
+        if sl is not None:
+            return sl
+    return None

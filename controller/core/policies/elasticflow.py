@@ -1,0 +1,276 @@
+"""ElasticFlow (ASPLOS'23) as a baseline: deadline-aware admission and elastic data-parallel scaling,
+blind to GPU types and parallel plans (baselines.md Sec. 4).
+
+`elasticflow` uses the jobs' deadlines; `elasticflow-l` (ElasticFlow-LS, the throughput variant the
+Crius paper compares with) loosens every deadline to 1e9 s.
+
+- "artifact" (Crius `ElasticFlowSched`): pools per GPU type, each job stays on the type it asked
+  for. A job's minimum satisfactory share is the smallest power of two (1..16) whose data-parallel
+  iteration time meets its deadline from now, counting one round and the restart cost (under LS:
+  the smallest count where data parallelism fits in memory). Admission: the minimum shares of the
+  type's jobs, earliest deadline first, must fit in the type's GPUs; otherwise the job waits (not
+  declined). Allocation: every job of the type gets its minimum share, then the job with the
+  largest throughput gain is doubled while GPUs remain (up to 16); then every job of the type is
+  placed again from scratch, multi-node jobs on whole nodes first, the rest first fit, largest
+  first. Waiting jobs are retried in rounds with departures; the first that fails blocks its type.
+  Pending jobs past their deadline are dropped.
+- "paper": the same admission and doubling, but over the whole cluster as one pool of GPUs (any
+  type, ElasticFlow's homogeneous view), the doubling by marginal throughput per GPU, run every
+  round, and placement by Tessera's rules (fewest nodes, best fit) with running jobs kept where
+  they are unless their share changes.
+
+Simplifies: no time-varying plan over future slots (progressive filling checks a constant share);
+buddy allocation is replaced by the placement above.
+"""
+
+from __future__ import annotations
+
+from controller.core.policies.common import Alloc, Board
+from controller.core.policy import RoundContext, queue_key
+from controller.core.snapshot import Decision, JobView, Slice
+
+PAPER = "paper"
+ARTIFACT = "artifact"
+LOOSE = 1e9
+MAX_GPUS = 16
+RESTART_PER_GPU, RESTART_CAP = 150.0, 600.0
+
+
+class ElasticFlowPolicy:
+    def __init__(self, mode: str = PAPER, loose: bool = True) -> None:
+        self.mode = mode
+        self.loose = loose
+
+    @property
+    def name(self) -> str:
+        return "elasticflow-l" if self.loose else "elasticflow"
+
+    def plan(self, ctx: RoundContext) -> list[Decision]:
+        b = Board(ctx, self.name)
+        _EF(self, b).round()
+        return b.decisions(opportunistic=False)
+
+
+class _EF:
+    def __init__(self, pol: ElasticFlowPolicy, b: Board) -> None:
+        self.pol = pol
+        self.b = b
+        self.ctx = b.ctx
+        self.art = pol.mode == ARTIFACT
+        self.name = pol.name
+
+    # ------------------------------------------------------------------ shares
+
+    def deadline(self, job: JobView) -> float:
+        if self.pol.loose or job.deadline <= 0:
+            return job.submit_time + LOOSE
+        return job.deadline
+
+    def it_dp(self, job: JobView, t: str, n: int) -> float:
+        ctx = self.ctx
+        if not ctx.dp_fits(job, t, n):
+            return 0.0
+        e = ctx.best(job, t, n, ctx.ideal_nodes(t, n))
+        return e.iteration_s if e else 0.0
+
+    def thr_dp(self, job: JobView, t: str, n: int) -> float:
+        it = self.it_dp(job, t, n)
+        return job.global_batch_size / it if it > 0 else -1e9
+
+    def min_share(self, job: JobView, t: str, current: int) -> int:
+        ctx = self.ctx
+        cost = min(RESTART_PER_GPU * (current or job.gpus_hint or 1), RESTART_CAP)
+        n = 1
+        while n <= MAX_GPUS and n <= ctx.total_gpus(t):
+            it = self.it_dp(job, t, n)
+            if it > 0 and ctx.snap.now + cost + ctx.config.interval_s + job.remaining_iterations * it \
+                    <= self.deadline(job):
+                return n
+            n *= 2
+        return 0
+
+    def type_of(self, job: JobView) -> str:
+        if job.gpu_type_hint in self.ctx.types():
+            return job.gpu_type_hint
+        return self.ctx.types()[0] if self.ctx.types() else ""
+
+    # ------------------------------------------------------------------ the round
+
+    def round(self) -> None:
+        ctx, b = self.ctx, self.b
+        for j in list(b.waiting.values()):
+            if not self.pol.loose and j.deadline > 0 and j.deadline <= ctx.snap.now:
+                b.drop(j, f"{self.name}: dropped: its deadline passed while it waited")
+        departures = ctx.snap.departures > 0 or ctx.snap.arrivals is None
+        older = [j for j in ctx.pending if j.id not in ctx.arrivals and j.id in b.waiting]
+        if departures or not self.art:
+            blocked: set[str] = set()
+            for j in older:
+                t = self.type_of(j)
+                if self.art and t in blocked:
+                    b.pend(j, f"{self.name}: waiting behind an earlier job of {t}")
+                    continue
+                if not self.fit(j):
+                    blocked.add(t)
+        for j in ctx.pending:
+            if j.id in ctx.arrivals and j.id in b.waiting:
+                self.fit(j)
+
+    def pool(self, t: str) -> list[Alloc]:
+        if self.art:
+            return [a for a in self.b.allocs.values() if a.gpu_type == t]
+        return list(self.b.allocs.values())
+
+    def fit(self, job: JobView) -> bool:
+        ctx, b = self.ctx, self.b
+        t = self.type_of(job)
+        if not t:
+            b.pend(job, f"{self.name}: fits nowhere: no GPU type in the cluster")
+            return False
+        if self.art:
+            return self._fit_type(job, t)
+        return self._fit_cluster(job)
+
+    # --------------------------------------------------------------- artifact: one pool per type
+
+    def _fit_type(self, job: JobView, t: str) -> bool:
+        ctx, b = self.ctx, self.b
+        members = self.pool(t)
+        order = sorted([(self.deadline(a.job), i, a.job, a.gpus) for i, a in enumerate(members)]
+                       + [(self.deadline(job), len(members), job, 0)], key=lambda x: (x[0], x[1]))
+        total = ctx.total_gpus(t)
+        shares: dict[str, int] = {}
+        for _, _, j, cur in order:
+            m = self.min_share(j, t, cur)
+            if m == 0 or m > total:
+                why = "no share meets its deadline" if m == 0 else f"the minimum shares exceed the {ctx.total_gpus(t)} {t}"
+                b.pend(job, f"{self.name}: not admitted on {t}: {why}")
+                return False
+            shares[j.id] = m
+            total -= m
+        jobs = {a.job.id: a.job for a in members}
+        jobs[job.id] = job
+        left = total
+        while left > 0:
+            best: tuple[float, str] | None = None
+            for jid in [a.job.id for a in members] + [job.id]:
+                n = shares[jid]
+                if n > left or n >= MAX_GPUS:
+                    continue
+                g = self.thr_dp(jobs[jid], t, 2 * n) - self.thr_dp(jobs[jid], t, n)
+                if best is None or g > best[0]:
+                    best = (g, jid)
+            if best is None or best[0] <= -1e9:
+                break
+            left -= shares[best[1]]
+            shares[best[1]] *= 2
+        # Place the whole type again: multi-node jobs on whole nodes in node order, then first fit.
+        saved = [(a, a.slices) for a in members]
+        for a in members:
+            b.release(a)
+        pool = ctx.state.pools[t]
+        cap = pool.max_cap
+        order_j = sorted([*members, None], key=lambda a: -shares[a.job.id if a else job.id])
+        nodes = [g for g in pool.groups if len(g.free) == g.capacity]
+        partial = [g for g in pool.groups if 0 < len(g.free) < g.capacity]
+        placed: dict[str, tuple[Slice, ...]] = {}
+        ok = True
+        free_nodes = list(nodes)
+        for a in order_j:
+            jid = a.job.id if a else job.id
+            n = shares[jid]
+            if n <= cap:
+                continue
+            k = n // cap
+            if len(free_nodes) < k:
+                ok = False
+                break
+            use, free_nodes = free_nodes[:k], free_nodes[k:]
+            placed[jid] = tuple(Slice(g.node_id, tuple(g.free[:cap])) for g in use)
+            for g in use:
+                ctx.state.take((Slice(g.node_id, tuple(g.free[:cap])),), t)
+        if ok:
+            rest = sorted(partial + free_nodes, key=lambda g: g.order)
+            for g in rest:
+                for a in order_j:
+                    jid = a.job.id if a else job.id
+                    if jid in placed or shares[jid] > cap:
+                        continue
+                    if shares[jid] <= len(g.free):
+                        sl = (Slice(g.node_id, tuple(g.free[:shares[jid]])),)
+                        ctx.state.take(sl, t)
+                        placed[jid] = sl
+            ok = len(placed) == len(members) + 1
+        if not ok:
+            for sl in placed.values():
+                ctx.state.release(sl, t)
+            for a, sl in saved:
+                ctx.state.take(sl, t)
+            b.pend(job, f"{self.name}: admitted on {t} but its GPUs could not be laid out; waiting")
+            return False
+        for a in members:
+            sl = placed[a.job.id]
+            if sl != a.slices:
+                a.note = f"re-placed by {self.name} when {job.id} was admitted"
+            a.slices = sl
+            a.gpus = shares[a.job.id]
+            a.est = ctx.best(a.job, t, a.gpus, len(sl))
+        ctx.state.release(placed[job.id], t)
+        b.start(job, t, placed[job.id], f"admitted (minimum share {self.min_share(job, t, 0)}), "
+                                        f"elastic share {shares[job.id]}")
+        return True
+
+    # --------------------------------------------------------------- paper: one pool for the cluster
+
+    def _fit_cluster(self, job: JobView) -> bool:
+        ctx, b = self.ctx, self.b
+        types = ctx.types()
+        total = sum(ctx.total_gpus(t) for t in types)
+        members = list(b.allocs.values())
+        need = 0
+        for a in sorted(members, key=lambda a: self.deadline(a.job)):
+            need += self.min_share(a.job, a.gpu_type, a.gpus) or a.gpus
+        best_t, m = "", 0
+        for t in types:
+            mm = self.min_share(job, t, 0)
+            if mm and (m == 0 or mm < m):
+                best_t, m = t, mm
+        if m == 0 or need + m > total:
+            b.pend(job, f"{self.name}: not admitted: the minimum shares would exceed the cluster's {total} GPUs")
+            return False
+        # Start at the minimum share on the type with the most free GPUs (type-blind), then grow.
+        order = sorted(types, key=lambda t: (-ctx.state.free_gpus(t), types.index(t)))
+        for t in order:
+            mm = self.min_share(job, t, 0)
+            if not mm:
+                continue
+            sl = b.place(t, mm)
+            if sl is not None:
+                a = b.start(job, t, sl, f"admitted with its minimum share {mm}")
+                self._grow([a])
+                return True
+        b.pend(job, f"{self.name}: admitted (minimum share {m}) but no type has {m} free GPUs together")
+        return False
+
+    def _grow(self, allocs: list[Alloc]) -> None:
+        ctx, b = self.ctx, self.b
+        while True:
+            best: tuple[float, int, Alloc] | None = None
+            for i, a in enumerate(sorted(b.allocs.values(), key=lambda a: queue_key(a.job))):
+                if 2 * a.gpus > MAX_GPUS:
+                    continue
+                g = (self.thr_dp(a.job, a.gpu_type, 2 * a.gpus) - self.thr_dp(a.job, a.gpu_type, a.gpus)) / a.gpus
+                if g > 0 and (best is None or g > best[0]):
+                    tr = b.trial()
+                    tr.give(b.parts(a))
+                    if tr.fits(a.gpu_type, 2 * a.gpus):
+                        best = (g, i, a)
+            if best is None:
+                return
+            a = best[2]
+            b.release(a)
+            sl = b.place(a.gpu_type, 2 * a.gpus)
+            if sl is None:
+                ctx.state.take(a.slices, a.gpu_type)
+                return
+            b.reassign(a, a.gpu_type, sl, "scaled up by ElasticFlow's marginal-return doubling", already_released=True)

@@ -1,0 +1,286 @@
+"""Gavel (OSDI'20) as a baseline: heterogeneity-aware allocation over GPU types at the GPU count the
+user asked for (baselines.md Sec. 3).
+
+- "artifact" (Crius `GavelSched`): no time fractions. A new job is dropped when no GPU type can run
+  its request; otherwise it is admitted by a binary program over all running jobs plus itself:
+  each job on exactly one type, the GPUs of each type within its total, at most 3 running jobs
+  changing type, maximise the sum of (data-parallel-profiled) throughputs. Jobs whose type changed
+  are re-placed (best locality, then relaxed, nodes with most idle GPUs first); if any does not fit,
+  the admission fails and the job waits. Waiting jobs are retried in rounds with departures, and
+  the first that fails blocks its requested type.
+- "paper" (max-sum-throughput policy, `max_sum_throughput.py`): each round the LP
+  max sum T_mj X_mj, sum_j X_mj <= 1, sum_m s_m X_mj <= n_j over all active jobs is solved through its
+  dual (one price per GPU type, exact coordinate descent over the breakpoints); each job goes to the
+  type of its largest reduced profit T_mj - price_j s_m. Running jobs move when their type changes
+  and there is room; waiting jobs start in order of reduced profit, and a large job never blocks a
+  smaller one.
+
+Simplifies: the binary program is solved by a bounded branch and bound over at most 3 moves (the
+12 best moves per level), not CPLEX; the paper mode has no time-slicing between rounds (Gavel's
+6-minute time shares would restart long LLM jobs every round), so an allocation is sticky and the
+priorities X_mj / f_mj reduce to the reduced profits.
+"""
+
+from __future__ import annotations
+
+from controller.core.placement import BEST_FIT, SCATTER
+from controller.core.policies.common import Alloc, Board, place_as_requested
+from controller.core.policy import RoundContext, queue_key
+from controller.core.snapshot import Decision, JobView
+
+PAPER = "paper"
+ARTIFACT = "artifact"
+INFEASIBLE = -1e9
+MAX_MOVES = 3
+BRANCH = 12
+
+
+class GavelPolicy:
+    def __init__(self, mode: str = PAPER) -> None:
+        self.mode = mode
+
+    @property
+    def name(self) -> str:
+        return "gavel"
+
+    def plan(self, ctx: RoundContext) -> list[Decision]:
+        b = Board(ctx, self.name)
+        if self.mode == ARTIFACT:
+            _Artifact(b).round()
+        else:
+            _Paper(b).round()
+        return b.decisions(opportunistic=False)
+
+
+def _count(ctx: RoundContext, job: JobView) -> int:
+    if job.gpus_hint:
+        return job.gpus_hint
+    for t in ctx.types():
+        cs = ctx.gpu_counts(job, t)
+        if cs:
+            return cs[0]
+    return 0
+
+
+class _Artifact:
+    def __init__(self, b: Board) -> None:
+        self.b = b
+        self.ctx = b.ctx
+        self.types = self.ctx.types()
+
+    def thr_dp(self, job: JobView, t: str, n: int) -> float:
+        ctx = self.ctx
+        if not ctx.dp_fits(job, t, n):
+            return INFEASIBLE
+        v = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
+        return v if v > 0 else INFEASIBLE
+
+    def round(self) -> None:
+        ctx, b = self.ctx, self.b
+        departures = ctx.snap.departures > 0 or ctx.snap.arrivals is None
+        older = [j for j in ctx.pending if j.id not in ctx.arrivals]
+        if departures:
+            blocked: set[str] = set()
+            for j in older:
+                req = j.gpu_type_hint
+                if req in blocked:
+                    b.pend(j, f"gavel: waiting behind an earlier job asking for {req}")
+                    continue
+                if not self.fit(j):
+                    blocked.add(req)
+        for j in ctx.pending:
+            if j.id not in ctx.arrivals:
+                continue
+            n = _count(ctx, j)
+            if not any(n and ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in self.types):
+                b.drop(j, f"gavel: dropped: {n} GPUs of no type can run it")
+                continue
+            self.fit(j)
+
+    def fit(self, job: JobView) -> bool:
+        ctx, b = self.ctx, self.b
+        n = _count(ctx, job)
+        running = sorted(b.allocs.values(), key=lambda a: (a.orig.since if a.orig else 1e18, queue_key(a.job)))
+        sol = self.solve(running, job, n)
+        if sol is None:
+            b.pend(job, "gavel: not admitted: the GPUs of each type are all allocated (binary program infeasible)")
+            return False
+        new_t, moves = sol
+        saved = [(a, a.gpu_type, a.slices) for a, _ in moves]
+        for a, _ in moves:
+            b.release(a)
+        placed: list[tuple[Alloc, str]] = []
+        ok = True
+        for a, t in moves:
+            sl = place_as_requested(b, a.job, t, a.gpus, SCATTER, True,
+                                    lambda k, a=a, t=t: self._ok(a.job, t, a.gpus, k))
+            if sl is None:
+                ok = False
+                break
+            b.ctx.state.take(sl, t)
+            placed.append((a, t))
+            a.gpu_type, a.slices = t, sl
+        target = None
+        if ok:
+            target = place_as_requested(b, job, new_t, n, SCATTER, True, lambda k: self._ok(job, new_t, n, k))
+        if not ok or target is None:
+            for a, t in placed:
+                b.ctx.state.release(a.slices, t)
+            for a, t0, sl0 in saved:
+                a.gpu_type, a.slices = t0, sl0
+                b.ctx.state.take(sl0, t0)
+            b.pend(job, f"gavel: admitted to {n} x {new_t} but the placement failed (fragmentation or "
+                        f"relaxed locality out of memory); waiting")
+            return False
+        for a, t in placed:
+            a.est = ctx.best(a.job, t, a.gpus, len(a.slices))
+            a.note = f"type changed by Gavel's admission of {job.id}"
+        b.start(job, new_t, target, f"admitted by Gavel's binary program ({len(moves)} jobs change type)")
+        return True
+
+    def _ok(self, job: JobView, t: str, n: int, nodes: int) -> bool:
+        return self.ctx.dp_fits(job, t, n) and self.ctx.throughput(job, t, n, nodes) > 0
+
+    def solve(self, running: list[Alloc], job: JobView, n: int) -> tuple[str, list[tuple[Alloc, str]]] | None:
+        """max sum T over (running jobs + job) x type, totals per type, <= 3 running jobs moved."""
+        ctx = self.ctx
+        cap = {t: ctx.total_gpus(t) for t in self.types}
+        use = dict.fromkeys(self.types, 0)
+        rows = []
+        for a in running:
+            use[a.gpu_type] += a.gpus
+            tv = {t: self.thr_dp(a.job, t, a.gpus) for t in self.types}
+            rows.append((a, tv))
+        moves_from: dict[str, list[tuple[float, int, str]]] = {t: [] for t in self.types}
+        positive: list[tuple[float, int, str]] = []
+        for i, (a, tv) in enumerate(rows):
+            for t in self.types:
+                if t == a.gpu_type:
+                    continue
+                g = tv[t] - tv[a.gpu_type]
+                moves_from[a.gpu_type].append((g, i, t))
+                if g > 0:
+                    positive.append((g, i, t))
+        for lst in moves_from.values():
+            lst.sort(key=lambda x: (-x[0], x[1], x[2]))
+        positive.sort(key=lambda x: (-x[0], x[1], x[2]))
+        max_pos = positive[0][0] if positive else 0.0
+        tnew = {t: self.thr_dp(job, t, n) for t in self.types}
+        best: list[tuple[float, str, list[tuple[int, str]]]] = []
+
+        def dfs(use: dict[str, int], value: float, moves: list[tuple[int, str]], t_new: str) -> None:
+            over = [t for t in self.types if use[t] > cap[t]]
+            if not over:
+                if not best or value > best[0][0]:
+                    best[:] = [(value, t_new, list(moves))]
+            if len(moves) >= MAX_MOVES:
+                return
+            if not over and best and value + (MAX_MOVES - len(moves)) * max_pos <= best[0][0]:
+                return
+            moved = {i for i, _ in moves}
+            pool = moves_from[over[0]] if over else positive
+            k = 0
+            for g, i, t in pool:
+                if i in moved:
+                    continue
+                a = rows[i][0]
+                if use[t] + a.gpus > cap[t]:
+                    continue
+                k += 1
+                if k > BRANCH:
+                    break
+                use2 = dict(use)
+                use2[a.gpu_type] -= a.gpus
+                use2[t] += a.gpus
+                dfs(use2, value + g, [*moves, (i, t)], t_new)
+
+        base = sum(tv[a.gpu_type] for a, tv in rows)
+        for t in sorted(self.types, key=lambda t: -tnew[t]):
+            if n > cap[t]:
+                continue
+            use2 = dict(use)
+            use2[t] += n
+            dfs(use2, base + tnew[t], [], t)
+        if not best:
+            return None
+        _, t_new, mv = best[0]
+        return t_new, [(rows[i][0], t) for i, t in mv]
+
+
+class _Paper:
+    def __init__(self, b: Board) -> None:
+        self.b = b
+        self.ctx = b.ctx
+        self.types = self.ctx.types()
+
+    def round(self) -> None:
+        ctx, b = self.ctx, self.b
+        jobs: list[tuple[JobView, int, Alloc | None]] = []
+        for a in b.allocs.values():
+            jobs.append((a.job, a.gpus, a))
+        for j in ctx.pending:
+            n = _count(ctx, j)
+            if n:
+                jobs.append((j, n, None))
+        thr = [{t: ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) if n <= ctx.total_gpus(t) else 0.0
+                for t in self.types} for j, n, _ in jobs]
+        price = self.prices(jobs, thr)
+        want: list[tuple[float, int, str]] = []
+        for i, (j, n, a) in enumerate(jobs):
+            red = {t: thr[i][t] - price[t] * n for t in self.types if thr[i][t] > 0}
+            if not red:
+                if a is None:
+                    b.pend(j, "gavel: fits nowhere: no GPU type runs its request")
+                continue
+            t = max(self.types, key=lambda x: (red.get(x, -1e18), -self.types.index(x)))
+            want.append((red[t], i, t))
+        want.sort(key=lambda w: (-w[0], queue_key(jobs[w[1]][0])))
+        for red, i, t in want:
+            j, n, a = jobs[i]
+            if a is not None:
+                if a.gpu_type == t:
+                    continue
+                b.release(a)
+                sl = b.place(t, n, BEST_FIT)
+                if sl is None:
+                    b.ctx.state.take(a.slices, a.gpu_type)
+                    continue
+                old = a.gpu_type
+                b.reassign(a, t, sl, f"Gavel's allocation moves it from {old} (price-adjusted gain)",
+                           already_released=True)
+            else:
+                sl = b.place(t, n, BEST_FIT)
+                if sl is None or ctx.throughput(j, t, n, len(sl)) <= 0:
+                    b.pend(j, f"gavel: its share is {n} x {t} (price {price[t]:.2f}/GPU) and that does not "
+                              f"fit now; smaller jobs may pass it")
+                    continue
+                b.start(j, t, sl, f"Gavel's max-sum-throughput share (reduced profit {red:.1f})")
+
+    def prices(self, jobs: list[tuple[JobView, int, Alloc | None]], thr: list[dict[str, float]]) -> dict[str, float]:
+        ctx = self.ctx
+        lam = dict.fromkeys(self.types, 0.0)
+        for _ in range(30):
+            changed = False
+            for t in self.types:
+                cap = ctx.total_gpus(t)
+                bps = []
+                for i, (_, n, _) in enumerate(jobs):
+                    if thr[i][t] <= 0:
+                        continue
+                    alt = max([0.0] + [thr[i][u] - lam[u] * n for u in self.types if u != t and thr[i][u] > 0])
+                    bp = (thr[i][t] - alt) / n
+                    if bp > 0:
+                        bps.append((bp, n))
+                bps.sort(key=lambda x: -x[0])
+                new, used = 0.0, 0
+                for bp, n in bps:
+                    if used + n > cap:
+                        new = bp
+                        break
+                    used += n
+                if abs(new - lam[t]) > 1e-9:
+                    changed = True
+                lam[t] = new
+            if not changed:
+                break
+        return lam
