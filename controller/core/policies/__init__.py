@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from controller.core.policies.crius import CriusOptions, CriusPolicy
-from controller.core.policies.fcfs import FcfsPolicy
 from controller.core.policies.elasticflow import ElasticFlowPolicy
+from controller.core.policies.fcfs import FcfsPolicy
 from controller.core.policies.frenzy import FrenzyPolicy
 from controller.core.policies.gavel import GavelPolicy
 from controller.core.policy import Policy

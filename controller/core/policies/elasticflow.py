@@ -122,7 +122,7 @@ class _EF:
         return list(self.b.allocs.values())
 
     def fit(self, job: JobView) -> bool:
-        ctx, b = self.ctx, self.b
+        b = self.b
         t = self.type_of(job)
         if not t:
             b.pend(job, f"{self.name}: fits nowhere: no GPU type in the cluster")
@@ -157,9 +157,9 @@ class _EF:
                 n = shares[jid]
                 if n > left or n >= MAX_GPUS:
                     continue
-                g = self.thr_dp(jobs[jid], t, 2 * n) - self.thr_dp(jobs[jid], t, n)
-                if best is None or g > best[0]:
-                    best = (g, jid)
+                gain = self.thr_dp(jobs[jid], t, 2 * n) - self.thr_dp(jobs[jid], t, n)
+                if best is None or gain > best[0]:
+                    best = (gain, jid)
             if best is None or best[0] <= -1e9:
                 break
             left -= shares[best[1]]
@@ -176,8 +176,8 @@ class _EF:
         placed: dict[str, tuple[Slice, ...]] = {}
         ok = True
         free_nodes = list(nodes)
-        for a in order_j:
-            jid = a.job.id if a else job.id
+        for mem in order_j:
+            jid = mem.job.id if mem else job.id
             n = shares[jid]
             if n <= cap:
                 continue
@@ -192,29 +192,29 @@ class _EF:
         if ok:
             rest = sorted(partial + free_nodes, key=lambda g: g.order)
             for g in rest:
-                for a in order_j:
-                    jid = a.job.id if a else job.id
+                for mem in order_j:
+                    jid = mem.job.id if mem else job.id
                     if jid in placed or shares[jid] > cap:
                         continue
                     if shares[jid] <= len(g.free):
-                        sl = (Slice(g.node_id, tuple(g.free[:shares[jid]])),)
-                        ctx.state.take(sl, t)
-                        placed[jid] = sl
+                        one: tuple[Slice, ...] = (Slice(g.node_id, tuple(g.free[:shares[jid]])),)
+                        ctx.state.take(one, t)
+                        placed[jid] = one
             ok = len(placed) == len(members) + 1
         if not ok:
-            for sl in placed.values():
-                ctx.state.release(sl, t)
-            for a, sl in saved:
-                ctx.state.take(sl, t)
+            for got in placed.values():
+                ctx.state.release(got, t)
+            for a, before in saved:
+                ctx.state.take(before, t)
             b.pend(job, f"{self.name}: admitted on {t} but its GPUs could not be laid out; waiting")
             return False
         for a in members:
-            sl = placed[a.job.id]
-            if sl != a.slices:
+            now_sl = placed[a.job.id]
+            if now_sl != a.slices:
                 a.note = f"re-placed by {self.name} when {job.id} was admitted"
-            a.slices = sl
+            a.slices = now_sl
             a.gpus = shares[a.job.id]
-            a.est = ctx.best(a.job, t, a.gpus, len(sl))
+            a.est = ctx.best(a.job, t, a.gpus, len(now_sl))
         ctx.state.release(placed[job.id], t)
         b.start(job, t, placed[job.id], f"admitted (minimum share {self.min_share(job, t, 0)}), "
                                         f"elastic share {shares[job.id]}")
@@ -230,11 +230,11 @@ class _EF:
         need = 0
         for a in sorted(members, key=lambda a: self.deadline(a.job)):
             need += self.min_share(a.job, a.gpu_type, a.gpus) or a.gpus
-        best_t, m = "", 0
+        m = 0
         for t in types:
             mm = self.min_share(job, t, 0)
             if mm and (m == 0 or mm < m):
-                best_t, m = t, mm
+                m = mm
         if m == 0 or need + m > total:
             b.pend(job, f"{self.name}: not admitted: the minimum shares would exceed the cluster's {total} GPUs")
             return False

@@ -23,6 +23,8 @@ priorities X_mj / f_mj reduce to the reduced profits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from controller.core.placement import BEST_FIT, SCATTER
 from controller.core.policies.common import Alloc, Board, place_as_requested
 from controller.core.policy import RoundContext, queue_key
@@ -112,8 +114,7 @@ class _Artifact:
         placed: list[tuple[Alloc, str]] = []
         ok = True
         for a, t in moves:
-            sl = place_as_requested(b, a.job, t, a.gpus, SCATTER, True,
-                                    lambda k, a=a, t=t: self._ok(a.job, t, a.gpus, k))
+            sl = place_as_requested(b, a.job, t, a.gpus, SCATTER, True, self._checker(a.job, t, a.gpus))
             if sl is None:
                 ok = False
                 break
@@ -137,6 +138,9 @@ class _Artifact:
             a.note = f"type changed by Gavel's admission of {job.id}"
         b.start(job, new_t, target, f"admitted by Gavel's binary program ({len(moves)} jobs change type)")
         return True
+
+    def _checker(self, job: JobView, t: str, n: int) -> Callable[[int], bool]:
+        return lambda nodes: self._ok(job, t, n, nodes)
 
     def _ok(self, job: JobView, t: str, n: int, nodes: int) -> bool:
         return self.ctx.dp_fits(job, t, n) and self.ctx.throughput(job, t, n, nodes) > 0
@@ -170,9 +174,8 @@ class _Artifact:
 
         def dfs(use: dict[str, int], value: float, moves: list[tuple[int, str]], t_new: str) -> None:
             over = [t for t in self.types if use[t] > cap[t]]
-            if not over:
-                if not best or value > best[0][0]:
-                    best[:] = [(value, t_new, list(moves))]
+            if not over and (not best or value > best[0][0]):
+                best[:] = [(value, t_new, list(moves))]
             if len(moves) >= MAX_MOVES:
                 return
             if not over and best and value + (MAX_MOVES - len(moves)) * max_pos <= best[0][0]:
@@ -226,18 +229,19 @@ class _Paper:
                 for t in self.types} for j, n, _ in jobs]
         price = self.prices(jobs, thr)
         want: list[tuple[float, int, str]] = []
-        for i, (j, n, a) in enumerate(jobs):
+        for i, (j, n, cur) in enumerate(jobs):
             red = {t: thr[i][t] - price[t] * n for t in self.types if thr[i][t] > 0}
             if not red:
-                if a is None:
+                if cur is None:
                     b.pend(j, "gavel: fits nowhere: no GPU type runs its request")
                 continue
             t = max(self.types, key=lambda x: (red.get(x, -1e18), -self.types.index(x)))
             want.append((red[t], i, t))
         want.sort(key=lambda w: (-w[0], queue_key(jobs[w[1]][0])))
-        for red, i, t in want:
-            j, n, a = jobs[i]
-            if a is not None:
+        for profit, i, t in want:
+            j, n, held = jobs[i]
+            if held is not None:
+                a = held
                 if a.gpu_type == t:
                     continue
                 b.release(a)
@@ -254,7 +258,7 @@ class _Paper:
                     b.pend(j, f"gavel: its share is {n} x {t} (price {price[t]:.2f}/GPU) and that does not "
                               f"fit now; smaller jobs may pass it")
                     continue
-                b.start(j, t, sl, f"Gavel's max-sum-throughput share (reduced profit {red:.1f})")
+                b.start(j, t, sl, f"Gavel's max-sum-throughput share (reduced profit {profit:.1f})")
 
     def prices(self, jobs: list[tuple[JobView, int, Alloc | None]], thr: list[dict[str, float]]) -> dict[str, float]:
         ctx = self.ctx
