@@ -23,7 +23,9 @@ rank 0, fused qkv) are still read, onto any plan.
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -206,22 +208,41 @@ def load(ref: CheckpointRef, engine: Engine, dims: ModelDims, seed: int, global_
     RNG states, and return where training resumes."""
     meta = check_compatible(ref, dims, seed, global_batch, engine.tied)
     if meta["format"] == LEGACY_FORMAT:
-        rng = _load_legacy(ref.path, engine, dims)
+        # Rank 0 rewrites the old file as a (private, unpublished) DCP checkpoint of the whole model;
+        # every rank then reads its part of it like any other checkpoint.
+        mine = str(_convert_legacy(ref.path, dims, engine.tied)) if _is_rank0() else None
+        converted = _broadcast_path(engine, mine)
+        try:
+            _load_dcp(Path(converted), engine)
+        finally:
+            if engine.distributed:
+                dist.barrier()
+            if _is_rank0():
+                shutil.rmtree(converted, ignore_errors=True)
+        rng = torch.load(ref.path / LEGACY_STATE_FILE, map_location="cpu", weights_only=True)["rng"]
     else:
-        model_sd = get_model_state_dict(engine.model)
-        optim_sd = get_optimizer_state_dict(engine.model, engine.optimizer, options=_FLAT)
-        if engine.head_copy:
-            optim_sd = _rename_param(optim_sd, _HEAD, _TIED)
-        state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=str(ref.path), no_dist=not engine.distributed)
-        optim_sd = state["optim"]
-        if engine.head_copy:
-            optim_sd = _rename_param(optim_sd, _TIED, _HEAD)
-        set_model_state_dict(engine.model, state["model"])
-        set_optimizer_state_dict(engine.model, engine.optimizer, optim_sd, options=_FLAT)
+        _load_dcp(ref.path, engine)
         rng = torch.load(ref.path / TRAINER_FILE, map_location="cpu", weights_only=True)["rng"]
     restore_rng(rng)
     return Restored(iteration=int(meta["iteration"]), loss=float(meta["loss"]), meta=meta)
+
+
+def _is_rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def _load_dcp(path: Path, engine: Engine) -> None:
+    model_sd = get_model_state_dict(engine.model)
+    optim_sd = get_optimizer_state_dict(engine.model, engine.optimizer, options=_FLAT)
+    if engine.head_copy:
+        optim_sd = _rename_param(optim_sd, _HEAD, _TIED)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(path), no_dist=not engine.distributed)
+    optim_sd = state["optim"]
+    if engine.head_copy:
+        optim_sd = _rename_param(optim_sd, _TIED, _HEAD)
+    set_model_state_dict(engine.model, state["model"])
+    set_optimizer_state_dict(engine.model, engine.optimizer, optim_sd, options=_FLAT)
 
 
 # ------------------------------------------------------------------ the previous format (state.pt)
@@ -250,17 +271,18 @@ def _legacy_split(name: str, value: Any) -> list[tuple[str, Any]]:
     return [(n, value) for n in names]
 
 
-def _load_legacy(path: Path, engine: Engine, dims: ModelDims) -> Mapping[str, Any]:
+def _convert_legacy(path: Path, dims: ModelDims, tied: bool) -> Path:
+    """Write the format-1 checkpoint in `path` as a DCP checkpoint of the whole model under the current
+    names (fused qkv split into q, k, v, with its Adam moments; the positional optimizer state keyed
+    by parameter name) into a temporary sibling directory, and return that directory."""
     state = torch.load(path / LEGACY_STATE_FILE, map_location="cpu", weights_only=True)
     model_sd: dict[str, Any] = {}
     for name, value in state["model_state"].items():
         model_sd.update(_legacy_split(name, value))
-    if engine.tied:
+    if tied:
         model_sd[_HEAD] = model_sd[_TIED]
-
-    # Positional optimizer state -> flattened, name-keyed ("state.<fqn>.<k>", "param_groups.<fqn>.<k>").
     old = state["optimizer_state"]
-    order = _legacy_param_order(dims, engine.tied)
+    order = _legacy_param_order(dims, tied)
     positional = [n for n in order if _legacy_is_matrix(n)] + [n for n in order if not _legacy_is_matrix(n)]
     flat: dict[str, Any] = {}
     for group in old["param_groups"]:
@@ -271,17 +293,10 @@ def _load_legacy(path: Path, engine: Engine, dims: ModelDims) -> Mapping[str, An
                     flat.update((f"param_groups.{n}.{k}", x) for n, x in _legacy_split(name, v))
             for k, v in old["state"].get(idx, {}).items():
                 flat.update((f"state.{n}.{k}", x) for n, x in _legacy_split(name, v))
-    if engine.head_copy:
-        flat = _rename_param(flat, _TIED, _HEAD)
-    wanted = set(get_model_state_dict(engine.model))
-    missing = wanted - set(model_sd)
-    if missing:
-        raise IncompatibleCheckpoint(f"{path}: format-1 checkpoint lacks {sorted(missing)[:3]}")
-    full = StateDictOptions(full_state_dict=True, strict=False)
-    set_model_state_dict(engine.model, {k: v for k, v in model_sd.items() if k in wanted}, options=full)
-    set_optimizer_state_dict(engine.model, engine.optimizer, flat,
-                             options=StateDictOptions(full_state_dict=True, flatten_optimizer_state_dict=True))
-    return dict(state["rng"])
+    out = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    shutil.rmtree(out, ignore_errors=True)
+    dcp.save({"model": model_sd, "optim": flat}, checkpoint_id=str(out), no_dist=True)
+    return out
 
 
 def _legacy_is_matrix(name: str) -> bool:

@@ -147,49 +147,117 @@ def _forked_rank(env: Mapping[str, str], out_path: str, err_path: str, cwd: str,
     os._exit(rc)
 
 
+class Ranks:
+    """Running ranks (see start_ranks): their pids, their output so far, and a bounded wait."""
+
+    def __init__(self, envs: Sequence[Mapping[str, str]], mode: str, cwd: str, argv: Sequence[str]) -> None:
+        if mode not in ("subprocess", "fork"):
+            raise ValueError(f"mode must be 'subprocess' or 'fork', got {mode!r}")
+        self.mode = mode
+        self._tmp = tempfile.TemporaryDirectory(prefix="tessera-ranks-")
+        self._paths = [(Path(self._tmp.name) / f"rank-{r}.out", Path(self._tmp.name) / f"rank-{r}.err")
+                       for r in range(len(envs))]
+        for out, err in self._paths:
+            out.touch()
+            err.touch()
+        self._procs: list[Any] = []
+        if mode == "subprocess":
+            for env, (out, err) in zip(envs, self._paths, strict=True):
+                with open(out, "w") as fo, open(err, "w") as fe:
+                    self._procs.append(subprocess.Popen([sys.executable, "-m", "clients.reference_trainer", *argv],
+                                                        env=dict(env), cwd=cwd, stdout=fo, stderr=fe))
+        else:
+            ctx = warm_forkserver()
+            for env, (out, err) in zip(envs, self._paths, strict=True):
+                proc = ctx.Process(target=_forked_rank, args=(dict(env), str(out), str(err), cwd, list(argv)))
+                proc.start()
+                self._procs.append(proc)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def output(self, rank: int) -> str:
+        return self._paths[rank][0].read_text()
+
+    def wait_for_output(self, rank: int, text: str, timeout: float) -> str:
+        """Poll rank's stdout until it contains `text` (bounded by `timeout`; TimeoutError after, or
+        RuntimeError if every rank ended first). Returns the output so far."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.output(rank)
+            if text in out:
+                return out
+            if all(not self._alive(p) for p in self._procs):
+                raise RuntimeError(f"ranks ended before rank {rank} printed {text!r}: {out[-1500:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {rank} did not print {text!r} in {timeout:.0f} s: {out[-1500:]}")
+            time.sleep(0.05)
+
+    def _alive(self, p: Any) -> bool:
+        return p.poll() is None if self.mode == "subprocess" else p.is_alive()
+
+    def _rc(self, p: Any) -> int:
+        if self.mode == "subprocess":
+            return int(p.returncode)
+        return p.exitcode if p.exitcode is not None else -1
+
+    def kill(self) -> None:
+        for p in self._procs:
+            if self._alive(p):
+                p.kill()
+        for p in self._procs:
+            (p.wait if self.mode == "subprocess" else p.join)()
+
+    def wait(self, timeout: float) -> list[RankResult]:
+        """Wait for every rank (at most `timeout` seconds in all; then kill them and raise TimeoutError)."""
+        deadline = time.monotonic() + timeout
+        try:
+            for p in self._procs:
+                left = max(0.1, deadline - time.monotonic())
+                if self.mode == "subprocess":
+                    try:
+                        p.wait(timeout=left)
+                    except subprocess.TimeoutExpired:
+                        break
+                else:
+                    p.join(left)
+            if any(self._alive(p) for p in self._procs):
+                tails = "".join(self.output(r)[-400:] + err.read_text()[-800:]
+                                for r, (_, err) in enumerate(self._paths))
+                self.kill()
+                raise TimeoutError(f"ranks still running after {timeout:.0f} s: {tails}")
+            return [RankResult(r, self._rc(p), out.read_text(), err.read_text())
+                    for r, (p, (out, err)) in enumerate(zip(self._procs, self._paths, strict=True))]
+        finally:
+            if not any(self._alive(p) for p in self._procs):
+                self._tmp.cleanup()
+
+
+def start_ranks(envs: Sequence[Mapping[str, str]], *, mode: str = "subprocess",
+                cwd: str | os.PathLike[str] | None = None, argv: Sequence[str] = ()) -> Ranks:
+    """Start one trainer process per environment (with flags `argv`); stdout and stderr go to files
+    readable while they run."""
+    return Ranks(envs, mode, str(cwd or os.getcwd()), argv)
+
+
 def run_ranks(envs: Sequence[Mapping[str, str]], *, mode: str = "subprocess", timeout: float = 180.0,
               cwd: str | os.PathLike[str] | None = None, argv: Sequence[str] = ()) -> list[RankResult]:
     """Start one process per environment (the trainer with flags `argv`), wait for all (at most
     `timeout` seconds, then kill them and raise TimeoutError) and return their exit codes and output,
     by rank."""
-    workdir = str(cwd or os.getcwd())
-    deadline = time.monotonic() + timeout
-    if mode == "subprocess":
-        procs = [subprocess.Popen([sys.executable, "-m", "clients.reference_trainer", *argv], env=dict(env), cwd=workdir,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for env in envs]
-        results = []
-        try:
-            for rank, p in enumerate(procs):
-                out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-                results.append(RankResult(rank, p.returncode, out, err))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            for p in procs:
-                p.wait()
-            raise TimeoutError(f"ranks still running after {timeout:.0f} s") from None
-        return results
-    if mode != "fork":
-        raise ValueError(f"mode must be 'subprocess' or 'fork', got {mode!r}")
-    ctx = warm_forkserver()
-    with tempfile.TemporaryDirectory(prefix="tessera-ranks-") as tmp:
-        paths = [(os.path.join(tmp, f"rank-{r}.out"), os.path.join(tmp, f"rank-{r}.err")) for r in range(len(envs))]
-        procs = [ctx.Process(target=_forked_rank, args=(dict(env), out, err, workdir, list(argv)))
-                 for env, (out, err) in zip(envs, paths, strict=True)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(max(0.1, deadline - time.monotonic()))
-        if any(p.is_alive() for p in procs):
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-            for p in procs:
-                p.join()
-            tails = "".join(Path(out).read_text()[-400:] + Path(err).read_text()[-800:] for out, err in paths)
-            raise TimeoutError(f"ranks still running after {timeout:.0f} s: {tails}")
-        return [RankResult(r, p.exitcode if p.exitcode is not None else -1, Path(out).read_text(), Path(err).read_text())
-                for r, (p, (out, err)) in enumerate(zip(procs, paths, strict=True))]
+    return start_ranks(envs, mode=mode, cwd=cwd, argv=argv).wait(timeout)
+
+
+def plan_envs(plan: Mapping[str, Any], *, model: Mapping[str, Any], checkpoint_dir: str | os.PathLike[str],
+              iterations: int, global_batch: int, checkpoint_every: int = 1000,
+              extra: Mapping[str, str] | None = None, attempt: int = 1) -> list[dict[str, str]]:
+    """The environments of every rank of `plan` on this machine (a fresh rendezvous port)."""
+    port = free_port()
+    return [contract_env(plan=plan, model=model, checkpoint_dir=checkpoint_dir, iterations=iterations,
+                         global_batch=global_batch, rank=r, port=port, checkpoint_every=checkpoint_every,
+                         extra=extra, attempt=attempt)
+            for r in range(world_size(plan))]
 
 
 def launch(plan: Mapping[str, Any], *, model: Mapping[str, Any], checkpoint_dir: str | os.PathLike[str],
@@ -198,11 +266,8 @@ def launch(plan: Mapping[str, Any], *, model: Mapping[str, Any], checkpoint_dir:
            cwd: str | os.PathLike[str] | None = None, attempt: int = 1,
            argv: Sequence[str] = ()) -> list[RankResult]:
     """Run all ranks of `plan` to completion on this machine (a fresh rendezvous port)."""
-    port = free_port()
-    envs = [contract_env(plan=plan, model=model, checkpoint_dir=checkpoint_dir, iterations=iterations,
-                         global_batch=global_batch, rank=r, port=port, checkpoint_every=checkpoint_every,
-                         extra=extra, attempt=attempt)
-            for r in range(world_size(plan))]
+    envs = plan_envs(plan, model=model, checkpoint_dir=checkpoint_dir, iterations=iterations,
+                     global_batch=global_batch, checkpoint_every=checkpoint_every, extra=extra, attempt=attempt)
     return run_ranks(envs, mode=mode, timeout=timeout, cwd=cwd, argv=argv)
 
 

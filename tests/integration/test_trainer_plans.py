@@ -16,14 +16,16 @@ what an agent runs) is covered by test_trainer_train.py and by the e2e tests.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clients.reference_trainer.local import RankResult, launch, warm_forkserver
+from clients.reference_trainer.local import RankResult, launch, plan_envs, start_ranks, warm_forkserver
 from clients.trainer_sdk import latest_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -186,3 +188,137 @@ def test_checkpoint_of_one_plan_is_complete_for_every_other(reference: dict[int,
     (single,) = run({"dp": 1, "micro_batch": 8}, fresh, MIGRATION_STEPS)
     assert "resumed from step 3 " in single.out
     assert_matches(losses(single.out), reference, range(4, MIGRATION_STEPS + 1), MIGRATION_RTOL)
+
+
+def test_sigterm_to_one_pipeline_rank_checkpoints_all_and_resumes_elsewhere(reference: dict[int, float],
+                                                                           tmp_path: Path) -> None:
+    """SIGTERM reaches only the last stage of a PP 2 run: at the next step boundary both ranks agree to
+    stop, write one DCP checkpoint together and exit 0; DP 2 with ZeRO-2 resumes it on the curve."""
+    ckpt = tmp_path / "ckpt"
+    # Steps padded to 0.2 s so that the run is still going when the signal lands (numerics unchanged).
+    envs = plan_envs({"dp": 1, "pp": 2, "micro_batch": 2, "grad_accum": 4}, model=MODEL, checkpoint_dir=ckpt,
+                     iterations=MIGRATION_STEPS, global_batch=GLOBAL_BATCH,
+                     extra={"TESSERA_TRAINER_MIN_STEP_SECONDS": "0.2"})
+    ranks = start_ranks(envs, mode="fork", cwd=tmp_path)
+    try:
+        ranks.wait_for_output(0, "step iteration=2/", TIMEOUT)
+        os.kill(ranks.pids[1], signal.SIGTERM)
+        results = ranks.wait(TIMEOUT)
+    finally:
+        ranks.kill()
+    stops = []
+    for r in results:
+        assert r.rc == 0, r.err[-3000:]
+        m = re.search(r"stopped iteration=(\d+) .*checkpoint_iteration=(\d+) reason=(\S+)", r.out)
+        assert m, r.out[-1500:]
+        stops.append((int(m.group(1)), int(m.group(2)), m.group(3)))
+    (it0, ck0, why0), (it1, ck1, why1) = stops
+    assert it0 == it1 == ck0 == ck1 and 2 <= it0 < MIGRATION_STEPS
+    assert (why0, why1) == ("peer", "SIGTERM")
+    assert latest_checkpoint(ckpt).iteration == it0  # type: ignore[union-attr]
+
+    (a, _) = run({"dp": 2, "micro_batch": 4, "zero_stage": 2}, ckpt, MIGRATION_STEPS)
+    assert f"resumed from step {it0} " in a.out
+    assert_matches(losses(a.out), reference, range(it0 + 1, MIGRATION_STEPS + 1), MIGRATION_RTOL)
+
+
+# ---------------------------------------------------------------- checkpoints of the previous format
+
+
+def _train_format1(ckpt: Path, save_at: int, until: int) -> dict[int, float]:
+    """The previous trainer's model and loop (fused qkv, ModuleList, one process): train to `save_at`,
+    write its checkpoint format (state.pt by torch.save, format 1) there, and go on to `until`.
+    Returns its losses after the checkpoint."""
+    import math
+    import random
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from clients.reference_trainer.data import MarkovData
+    from clients.reference_trainer.model import param_groups
+    from clients.trainer_sdk import checkpoint_writer
+
+    h, layers, heads, vocab, seq = (MODEL[k] for k in ("hidden_size", "num_layers", "num_heads", "vocab_size",
+                                                       "seq_length"))
+
+    class Attn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, t, _ = x.shape
+            q, k, v = (z.view(b, t, heads, h // heads).transpose(1, 2) for z in self.qkv(x).split(h, dim=2))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.transpose(1, 2).contiguous().view(b, t, h))
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.attn, self.ln2 = nn.LayerNorm(h), Attn(), nn.LayerNorm(h)
+            self.fc, self.out = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x + self.attn(self.ln1(x))
+            return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+    class OldGPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok_emb, self.pos_emb = nn.Embedding(vocab, h), nn.Embedding(seq, h)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f, self.head = nn.LayerNorm(h), nn.Linear(h, vocab, bias=False)
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, std=0.02)
+                if isinstance(m, nn.Linear) and m.bias is not None:
+                    nn.init.normal_(m.bias, std=0.02)  # non-zero, so that a mis-split bias shows
+            self.head.weight = self.tok_emb.weight
+
+        def forward(self, idx: torch.Tensor) -> torch.Tensor:
+            x = self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1]))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln_f(x))
+
+    seed = 1234
+    torch.manual_seed(seed)
+    random.seed(seed)
+    model = OldGPT()
+    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
+    data = MarkovData(vocab, seq, seed)
+    after: dict[int, float] = {}
+    for step in range(until):
+        batch = torch.tensor(data.samples(step * GLOBAL_BATCH, GLOBAL_BATCH))
+        logits = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, vocab), batch[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step + 1 > save_at:
+            after[step + 1] = float(loss)
+        if step + 1 == save_at:
+            meta = {"format": "tessera-reference-trainer/1", "data_position": save_at * GLOBAL_BATCH,
+                    "loss": float(loss), "world_size": 1, "plan": {"dp": 1, "micro_batch": GLOBAL_BATCH},
+                    "model": MODEL, "seed": seed}
+            state = {**meta, "iteration": save_at, "model_state": model.state_dict(),
+                     "optimizer_state": opt.state_dict(),
+                     "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}
+            with checkpoint_writer(ckpt, save_at, meta) as tmp:
+                torch.save(state, tmp / "state.pt")
+    assert all(math.isfinite(v) for v in after.values())
+    return after
+
+
+def test_format1_checkpoint_of_the_previous_trainer_resumes_on_any_plan(tmp_path: Path) -> None:
+    """A DP checkpoint of the previous format (torch.save, fused qkv, positional optimizer state)
+    resumes under PP 2 x TP 2: the qkv matrix and its Adam moments are split into q, k, v, the tied
+    head's state reaches the last stage, and the curve is the one the old trainer would have followed."""
+    ckpt = tmp_path / "ckpt"
+    old = _train_format1(ckpt, save_at=3, until=MIGRATION_STEPS)
+    results = run({"dp": 1, "tp": 2, "pp": 2, "micro_batch": 4, "grad_accum": 2}, ckpt, MIGRATION_STEPS)
+    assert "resumed from step 3 " in results[0].out
+    assert_matches(losses(results[0].out), old, range(4, MIGRATION_STEPS + 1), MIGRATION_RTOL)
