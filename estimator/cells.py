@@ -92,12 +92,12 @@ class CellModel:
     moe_every: int = 2
     dtype_bytes: int = 2
     recompute: bool = True
-    state_bytes_per_param: float = 16.0
+    optimizer_bytes_per_param: float = 12.0
     name: str = ""
 
     def __post_init__(self) -> None:
-        if self.state_bytes_per_param <= 0:
-            raise CellInputError(f"state_bytes_per_param: must be > 0, got {self.state_bytes_per_param}")
+        if self.optimizer_bytes_per_param < 0:
+            raise CellInputError(f"optimizer_bytes_per_param: must be >= 0, got {self.optimizer_bytes_per_param}")
         if self.family not in FAMILIES:
             raise CellInputError(f"family: unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
         for f in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "global_batch",
@@ -121,7 +121,7 @@ class CellModel:
         """Same dimensions and batch, same signature (the name does not count)."""
         s = (f"{self.family}-h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}-v{self.vocab_size}"
              f"-s{self.seq_length}-b{self.global_batch}-f{self.ffn_mult}-d{self.dtype_bytes}"
-             f"-r{int(self.recompute)}-o{self.state_bytes_per_param:g}")
+             f"-r{int(self.recompute)}-o{self.optimizer_bytes_per_param:g}")
         if self.family == "moe":
             s += f"-e{self.num_experts}k{self.top_k}g{self.expert_group_size}m{self.moe_every}"
         return s
@@ -337,6 +337,9 @@ class CellConfig:
     - `prior`: compute efficiency prior (compute.py);
     - `links`: link efficiency/latency prior;
     - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; crius.txt Figure 10);
+    - `dp_shards_optimizer`: DP ranks of a stage shard the optimizer states (ZeRO-1, as Alpa's
+      auto-sharding and FSDP/ZeRO trainers do); the gradient reduce-scatter + parameter all-gather
+      move the same bytes as the all-reduce, so only memory and the optimizer step change;
     - `usable_memory_fraction` of the catalog memory, after `reserved_bytes` (CUDA context,
       workspace, communicator buffers);
     - `max_gpus`: the largest GPU count considered for one job; `stage_counts`: None = powers of two;
@@ -346,6 +349,7 @@ class CellConfig:
     prior: EfficiencyPrior = DEFAULT_PRIOR
     links: LinkPrior = LinkPrior()
     microbatches_per_stage: int = 4
+    dp_shards_optimizer: bool = True
     usable_memory_fraction: float = 0.95
     reserved_bytes: float = 1.5e9
     max_gpus: int = 64
@@ -461,7 +465,7 @@ def _stage_cost(
     cfg: CellConfig,
     comm: CommModel,
     profiler: StageProfiler | None,
-    state_bytes: float,
+    model: CellModel,
 ) -> StageCost:
     dp, tp = plan.dp, plan.tp
     pn = place.per_node
@@ -518,18 +522,22 @@ def _stage_cost(
     expert = sum(o.expert_params for o in sops)
     sync = 0.0
     if dp > 1:
-        e = comm.time("all_reduce", dense / tp * 2, dp, dp_link, dp_share)
+        e = comm.time("all_reduce", dense / tp * model.dtype_bytes, dp, dp_link, dp_share)
         sync += e.seconds
         sources.add(e.source)
     params_here = dense / tp + expert / (tp * dp)
-    sync += optimizer_step_time(params_here, gpu, state_bytes)
+    weight_bytes = 2.0 * model.dtype_bytes  # weights + gradients
+    opt_shard = dp if cfg.dp_shards_optimizer else 1
+    params_opt = dense / (tp * opt_shard) + expert / (tp * dp)  # whose optimizer states live here
+    sync += optimizer_step_time(params_opt, gpu, weight_bytes + model.optimizer_bytes_per_param)
 
     # memory: model states + stored activations of the in-flight micro-batches (1F1B) + one
     # operator's transient activations
     inflight = min(num_microbatches, num_stages - stage_index)
     stored = sum(o.stored_bytes for o in sops) * samples * inflight
     transient = max((o.traffic_bytes + o.traffic_sharded_bytes / tp for o in sops), default=0.0) * samples
-    mem = params_here * state_bytes + stored + transient + cfg.reserved_bytes
+    states = params_here * weight_bytes + params_opt * model.optimizer_bytes_per_param
+    mem = states + stored + transient + cfg.reserved_bytes
     fits = mem <= gpu.memory_bytes * cfg.usable_memory_fraction
     comm_src = "+".join(sorted(sources)) if sources else "formula:none"
     compute_t = ce.seconds + cfg.prior.microbatch_overhead_s
@@ -734,7 +742,7 @@ class CellEstimator:
                 c = self._stage_cache.get(key)
                 if c is None:
                     c = _stage_cost(ops, sp, first, prev, place, gpu, intra, inter, mb, i, num_stages, b,
-                                    self.config, self.comm, self.profiler, model.state_bytes_per_param)
+                                    self.config, self.comm, self.profiler, model)
                     self._stage_cache[key] = c
                 row.append(c)
             out.append(row)
