@@ -312,12 +312,20 @@ class _ActShape:
     flash: bool
     ckpt: str
     ep: int = 1
+    amp: bool = False  # autocast: fp32 residual stream and norms, bf16 weight copies kept for backward
+
+    @property
+    def resid(self) -> int:
+        """Bytes per element of the residual stream (a layer's input and output)."""
+        return 4 if self.amp else self.e
 
 
 def _ln_bytes(m: ModelDims, x: _ActShape) -> float:
     """One norm: its input plus its statistics per token: RMSNorm an fp32 rstd; LayerNorm mean and
     rstd in the activation dtype, as PyTorch's CPU kernel keeps them (CUDA: fp32, +4 B/token, noise)."""
     n = x.tokens / x.sp_div
+    if x.amp:  # autocast runs norms in fp32
+        return n * (4 * m.hidden_size + (4 if m.gated else 8))
     return n * (x.e * m.hidden_size + (4 if m.gated else 2 * x.e))
 
 
@@ -336,6 +344,9 @@ def layer_stored_bytes(m: ModelDims, index: int, x: _ActShape, b: int) -> float:
     a_l, kv_l, d, f_l = m.num_heads // t, m.kv_heads // t, m.head_dim, m.ffn // t
     mask = (n / x.sp_div) * h if m.has_dropout else 0  # 1-byte dropout mask
     total = 2 * _ln_bytes(m, x)
+    if x.amp:  # the bf16 copies of the weight matrices that autocast made and the matmuls keep
+        dense, expert = layer_params(m, index, t, x.ep)
+        total += 2 * (dense + expert)
     # attention: QKV input, QKV output (Q, K, V views), core, output (= projection input), dropout mask
     total += e * n * h / x.sp_div + e * n * (a_l + 2 * kv_l) * d + e * n * a_l * d + mask
     if kv_l != a_l:
@@ -356,11 +367,12 @@ def _moe_slots(m: ModelDims, tokens: int) -> int:
 
 
 def _moe_stored_bytes(m: ModelDims, x: _ActShape) -> float:
-    """Router input, fp32 probabilities, top-k indices, dispatched rows through two expert matmuls."""
+    """Router input, fp32 probabilities, top-k indices, two int64 slot indices, the dispatched rows
+    received, through the expert MLP, returned and weighted (index_add keeps its source), the gates."""
     n, e, h, f_l = x.tokens, x.e, m.hidden_size, m.ffn // x.tp
     slots = _moe_slots(m, n)
     router = e * n * h + 4 * n * m.num_experts + 8 * n * m.top_k
-    dispatch = 16 * slots + e * slots * (2 * h + 2 * f_l + 1)
+    dispatch = 16 * slots + e * slots * (3 * h + 2 * f_l + 1)  # rows in, out, weighted; GELU in, out; gate
     return router + dispatch
 
 
@@ -378,9 +390,10 @@ def embedding_stored_bytes(m: ModelDims, x: _ActShape) -> float:
 def head_stored_bytes(m: ModelDims, x: _ActShape) -> float:
     """Final norm, MLM transform (encoder), output projection input, kept for backward."""
     n, e, h = x.tokens, x.e, m.hidden_size
+    copy = 2 * local_vocab(m, x.tp) * h if x.amp else 0  # autocast's bf16 copy of the output weight
     if m.family == "encoder":
-        return e * n * h * 3 + _ln_bytes(m, _ActShape(n, e, x.tp, 1, x.flash, x.ckpt))
-    return _ln_bytes(m, x) + e * n * h / x.sp_div
+        return e * n * h * 3 + _ln_bytes(m, _ActShape(n, e, x.tp, 1, x.flash, x.ckpt, x.ep, x.amp)) + copy
+    return _ln_bytes(m, x) + e * n * h / x.sp_div + copy
 
 
 def loss_peak_bytes(m: ModelDims, x: _ActShape) -> float:
@@ -481,13 +494,13 @@ def _stage_activations(model: ModelDims, plan: ExecutionPlan, stage: int) -> flo
     b = plan.micro_batch
     x = _ActShape(model.seq_length * b, r.activation, plan.tp,
                   plan.tp if plan.sequence_parallel and plan.tp > 1 else 1, plan.flash_attention,
-                  plan.checkpointing, plan.ep)
+                  plan.checkpointing, plan.ep, plan.precision == "amp")
     layers = stage_layers(model, plan)[stage]
     first, last = stage == 0, stage == plan.pp - 1
     full = plan.checkpointing == "full"
     inflight = min(plan.grad_accum, plan.pp - stage)
     per_layer = [layer_stored_bytes(model, i, x, b) for i in layers]
-    stored = sum(per_layer) if not full else len(layers) * x.e * x.tokens * model.hidden_size / x.sp_div
+    stored = sum(per_layer) if not full else len(layers) * x.resid * x.tokens * model.hidden_size / x.sp_div
     if first:
         stored += embedding_stored_bytes(model, x)
     if last:
@@ -500,11 +513,14 @@ def _stage_activations(model: ModelDims, plan: ExecutionPlan, stage: int) -> flo
     acts = stored * mb
     # The peak comes at the start of a backward: the loss on the last stage; elsewhere the incoming
     # gradient plus the backward working set of the stage's last layer (rebuilt first when recomputed).
-    g_in = x.e * x.tokens * model.hidden_size / x.sp_div
+    g_in = x.resid * x.tokens * model.hidden_size / x.sp_div
     layer_bump = g_in + (_layer_backward_bytes(model, layers[-1], x, b) if layers else 0)
-    if full and per_layer:
-        layer_bump += per_layer[-1]
-    bump = max(layer_bump, loss_peak_bytes(model, x)) if last else layer_bump
+    if full and per_layer:  # rebuilt activations; the layer input is the one kept
+        layer_bump += per_layer[-1] - x.resid * x.tokens * model.hidden_size / x.sp_div
+    if last:  # by the first layer's backward, the head's stored tensors are gone
+        bump = max(layer_bump - head_stored_bytes(model, x), loss_peak_bytes(model, x))
+    else:
+        bump = layer_bump
     return acts + bump
 
 
@@ -525,7 +541,9 @@ def _layer_backward_bytes(m: ModelDims, index: int, x: _ActShape, b: int) -> flo
     if m.is_moe_layer(index):
         slots = _moe_slots(m, n)
         e_l = m.num_experts // x.ep
-        work = pre + e * (e_l * h * f_l) + e * slots * f_l + e * slots * h
+        # at the second expert matmul's backward: its weight and input gradients, the returned-row
+        # gradient; the weighted and returned rows it kept are freed by then (and the dropout grad)
+        work = e * (e_l * h * f_l) + e * slots * f_l - e * slots * h - (n * h / x.sp_div if drop else 0)
     else:
         work = pre + e * h * f_l + e * n * f_l
         if m.gated:

@@ -113,7 +113,7 @@ def run_step(model: ModelDims, plan: ExecutionPlan, stage: int = 0, *, fake: boo
         mod = _Microbatches(Stage(shape))
         mod.train()
         opt = _SimAdam(mod, plan, recipe)
-        mt = MemTracker()
+        mt = _peak_tracker_class(MemTracker)()
         mt.track_external(mod, opt, *opt.main_grads)
         before = mt.get_tracker_snapshot("current")
         dev = next(iter(before))
@@ -134,22 +134,17 @@ def _step(mod: Any, opt: Any, plan: ExecutionPlan, shape: Any, stage: int, recip
     m = shape.model
     b, s, h = plan.micro_batch, m.seq_length, m.hidden_size
     inflight = min(plan.grad_accum, plan.pp - stage)
-    autocast: Any = torch.autocast("cpu", dtype=torch.bfloat16) if recipe.name == "amp" else None
     s_local = s // plan.tp if plan.sequence_parallel and plan.tp > 1 else s
     ins: list[tuple[Any, Any]] = []
     for _ in range(inflight):
         if shape.first:
             inp = torch.zeros(b, s, dtype=torch.long)
-        else:  # the activation received from the previous stage
-            act_dtype = torch.bfloat16 if recipe.activation == 2 else torch.float32
-            inp = torch.zeros(b, s_local, h, dtype=act_dtype, requires_grad=True)
+        else:  # the activation received from the previous stage (the residual stream's dtype)
+            inp = torch.zeros(b, s_local, h, dtype=shape.dtype, requires_grad=True)
         ins.append((inp, torch.zeros(b, s, dtype=torch.long) if shape.last else None))
-    # One root call runs the in-flight forwards (MemTracker refuses a second root forward per iteration).
-    if autocast is not None:
-        with autocast:
-            outs = mod(ins)
-    else:
-        outs = mod(ins)
+    # One root call runs the in-flight forwards (MemTracker refuses a second root forward per
+    # iteration); with AMP each micro-batch's forward is its own autocast region, as in a schedule.
+    outs = mod(ins, recipe.name == "amp")
     if not shape.last:  # Megatron frees a sent output's data at once (deallocate_output_tensor)
         for out in outs:
             out.untyped_storage().resize_(0)
@@ -244,6 +239,21 @@ def _sim_adam_class() -> Any:
     return SimAdam
 
 
+def _peak_tracker_class(base: Any) -> Any:
+    """MemTracker keeping only the global peak: its per-op update of every module's local peak is
+    O(modules) per op (30 s of a 7B step); the global peak and snapshot it keeps are the same."""
+
+    class PeakTracker(base):  # type: ignore[misc,valid-type]
+        def _update_peak_stats(self, peak_state: Any) -> None:
+            for dev, dev_snap in self._curr_mem_snap.items():
+                total = dev_snap["Total"]
+                if self._peak_mem.get(dev, 0) < total:
+                    self._peak_mem[dev] = total
+                    self._peak_mem_snap[dev] = dict(dev_snap)
+
+    return PeakTracker
+
+
 def _Microbatches(stage: Any) -> Any:
     import torch
 
@@ -254,8 +264,15 @@ def _Microbatches(stage: Any) -> Any:
             super().__init__()
             self.stage = stage
 
-        def forward(self, ins: list[tuple[Any, Any]]) -> list[Any]:
-            return [self.stage(i, t) for i, t in ins]
+        def forward(self, ins: list[tuple[Any, Any]], amp: bool = False) -> list[Any]:
+            outs = []
+            for i, t in ins:
+                if amp:
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        outs.append(self.stage(i, t))
+                else:
+                    outs.append(self.stage(i, t))
+            return outs
 
     return Microbatches(stage)
 
