@@ -243,7 +243,7 @@ def _peak_tracker_class(base: Any) -> Any:
     """MemTracker keeping only the global peak: its per-op update of every module's local peak is
     O(modules) per op (30 s of a 7B step); the global peak and snapshot it keeps are the same."""
 
-    class PeakTracker(base):  # type: ignore[misc,valid-type]
+    class PeakTracker(base):  # type: ignore[misc]
         def _update_peak_stats(self, peak_state: Any) -> None:
             for dev, dev_snap in self._curr_mem_snap.items():
                 total = dev_snap["Total"]
