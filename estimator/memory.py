@@ -98,6 +98,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            "Megatron fp16 (Frenzy's 20): fp16 params and grads, fp32 main param + main grad + m + v "
            "(2+2+16 = 20 B/param)"),
     Recipe("bf16", 2, 2, 4, 2, False, "pure bf16: bf16 params, grads, Adam m and v (2+2+4 = 8 B/param)"),
+    Recipe("mixed-adafactor", 2, 2, 4, 2, True,
+           "fp16 params and grads, fp32 master, Adafactor without momentum: factored second moment "
+           "(rows + columns of each matrix, not counted per parameter) (2+2+4 = 8 B/param); GShard, T5"),
 ]}
 
 

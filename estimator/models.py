@@ -135,7 +135,8 @@ class ModelDims:
 
 # Public configurations of the families the seeds evaluate (GPT-2: OpenAI's released configs;
 # LLaMA-2: Meta's model card; BERT: Devlin et al. Table; seq_length is the pretraining context).
-# GShard MoE and the larger BERTs: the Crius artifact's models (shared/data/arena/models.json).
+# GShard MoE: the Crius artifact's models (shared/data/arena/models.json; its trainer uses an 8h
+# expert MLP and untied embeddings, sjtu-epcc/arena runtime/crius_worker/jax/trainer/moe_trainer.py).
 REGISTERED: dict[str, ModelDims] = {
     m.name: m
     for m in [
@@ -147,11 +148,10 @@ REGISTERED: dict[str, ModelDims] = {
         ModelDims(5120, 40, 40, 32000, 4096, "llama2-13b", ffn_hidden=13824, gated=True, tied_embeddings=False),
         ModelDims(1024, 24, 16, 30522, 512, "bert-large", family="encoder"),
         ModelDims(768, 12, 12, 30522, 512, "bert-base", family="encoder"),
-        ModelDims(768, 8, 16, 32000, 1024, "moe-690m", family="moe", num_experts=16),
-        ModelDims(768, 16, 16, 32000, 1024, "moe-1.3b", family="moe", num_experts=16),
-        ModelDims(1024, 16, 16, 32000, 1024, "moe-2.4b", family="moe", num_experts=16),
-        ModelDims(1536, 16, 16, 32000, 1024, "moe-10b", family="moe", num_experts=32),
-        ModelDims(2048, 16, 16, 32000, 1024, "moe-27b", family="moe", num_experts=48),
+        *(ModelDims(h, l, 16, 32000, 1024, f"moe-{size}", family="moe", num_experts=e, ffn_hidden=8 * h,
+                    tied_embeddings=False)
+          for size, h, l, e in (("690m", 768, 8, 16), ("1.3b", 768, 16, 16), ("2.4b", 1024, 16, 16),
+                                ("10b", 1536, 16, 32), ("27b", 2048, 16, 48))),
     ]
 }
 

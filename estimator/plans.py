@@ -15,7 +15,8 @@ Precision recipes (bytes per parameter = params + grads + optimizer state, for A
 module states each in full): ``fp32`` 4+4+8 = 16 with fp32 activations; ``amp`` (PyTorch AMP) fp32
 params, grads and Adam = 16 with bf16 autocast activations; ``mixed`` (ZeRO paper, DeepSpeed fp16)
 2+2+12 = 16; ``megatron-bf16`` (Megatron's default) 2+4+12 = 18; ``megatron-fp16`` (Frenzy's MARP)
-2+2+16 = 20; ``bf16`` (pure bf16, bf16 Adam states) 2+2+4 = 8.
+2+2+16 = 20; ``bf16`` (pure bf16, bf16 Adam states) 2+2+4 = 8; ``mixed-adafactor`` (fp16 params
+and grads, fp32 master, Adafactor's factored second moment, no momentum; GShard, T5) 2+2+4 = 8.
 
 `PlanError` (a ValueError) names the offending field in `.field` and in its message, e.g.
 ``plan.tp: model.num_heads 12 is not divisible by tp 8``. Construction checks the plan by itself;
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Checkpointing = Literal["none", "selective", "full"]
-Precision = Literal["fp32", "amp", "mixed", "megatron-bf16", "megatron-fp16", "bf16"]
+Precision = Literal["fp32", "amp", "mixed", "megatron-bf16", "megatron-fp16", "bf16", "mixed-adafactor"]
 
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 OFFLOADS: tuple[str, ...] = get_args(Offload)
@@ -106,8 +107,8 @@ class ExecutionPlan:
             if num_gpus < 1:
                 raise PlanError("num_gpus", f"must be >= 1, got {num_gpus}")
             if self.num_gpus != num_gpus:
-                raise PlanError("plan", f"dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {self.num_gpus} "
-                                        f"does not equal num_gpus {num_gpus}")
+                raise PlanError("num_gpus", f"plan dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {self.num_gpus} "
+                                            f"does not equal num_gpus {num_gpus}")
         if model is None:
             return self
         model.validate()

@@ -204,8 +204,15 @@ def _sim_adam_class() -> Any:
                     st["master"] = torch.zeros(shard, dtype=torch.float32)
                 if recipe.name == "megatron-fp16":
                     st["main_grad_fp32"] = torch.zeros(shard, dtype=torch.float32)
-                st["exp_avg"] = torch.zeros(shard, dtype=sdtype)
-                st["exp_avg_sq"] = torch.zeros(shard, dtype=sdtype)
+                if recipe.name == "mixed-adafactor":  # factored second moment, no momentum
+                    rows = p.shape[0] if p.dim() >= 2 else shard
+                    cols = p.numel() // p.shape[0] if p.dim() >= 2 else 0
+                    st["v_row"] = torch.zeros(math.ceil(rows / dp) if z >= 1 else rows, dtype=torch.float32)
+                    if cols:
+                        st["v_col"] = torch.zeros(cols, dtype=torch.float32)
+                else:
+                    st["exp_avg"] = torch.zeros(shard, dtype=sdtype)
+                    st["exp_avg_sq"] = torch.zeros(shard, dtype=sdtype)
                 self.state[p] = st
 
         @torch.no_grad()
@@ -215,7 +222,7 @@ def _sim_adam_class() -> Any:
             for group in self.param_groups:
                 for p in group["params"]:
                     st = self.state[p]
-                    k = st["exp_avg"].numel()
+                    k = st["master"].numel() if "master" in st else st["exp_avg"].numel()
                     g = self._grad_of.get(id(p))
                     if g is None:
                         assert p.grad is not None
@@ -226,10 +233,14 @@ def _sim_adam_class() -> Any:
                         g = st["main_grad_fp32"]
                     elif self.recipe.cast_grad:
                         g = g.float()
-                    m, v = st["exp_avg"], st["exp_avg_sq"]
-                    m.mul_(0.9).add_(g, alpha=0.1)
-                    v.mul_(0.999).addcmul_(g, g, value=0.001)
-                    denom = v.sqrt().add_(1e-8)
+                    if "exp_avg" in st:
+                        m, v = st["exp_avg"], st["exp_avg_sq"]
+                        m.mul_(0.9).add_(g, alpha=0.1)
+                        v.mul_(0.999).addcmul_(g, g, value=0.001)
+                        denom = v.sqrt().add_(1e-8)
+                    else:  # Adafactor: an update-sized temporary from the factored moments
+                        m = g
+                        denom = g.abs().add_(1e-30)
                     target = st.get("master", p.view(-1)[:k])
                     target.addcdiv_(m, denom, value=-group["lr"])
                     if "master" in st:
