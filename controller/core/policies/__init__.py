@@ -12,7 +12,9 @@ from controller.core.policies.crius import CriusOptions, CriusPolicy
 from controller.core.policies.elasticflow import ElasticFlowPolicy
 from controller.core.policies.fcfs import FcfsPolicy
 from controller.core.policies.frenzy import FrenzyPolicy
+from controller.core.policies.gandiva import GandivaPolicy
 from controller.core.policies.gavel import GavelPolicy
+from controller.core.policies.sia import SiaPolicy
 from controller.core.policy import Policy
 
 MODES = ("paper", "artifact")
@@ -31,6 +33,8 @@ FACTORIES: dict[str, Callable[[str], Policy]] = {
     "fcfs": lambda m: FcfsPolicy(m),
     "frenzy": lambda m: FrenzyPolicy(mode=m),
     "gavel": lambda m: GavelPolicy(m),
+    "gandiva": lambda m: GandivaPolicy(m),
+    "sia": lambda m: SiaPolicy(m),
     "elasticflow": lambda m: ElasticFlowPolicy(m, loose=False),
     "elasticflow-l": lambda m: ElasticFlowPolicy(m, loose=True),
 }

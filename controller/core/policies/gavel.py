@@ -237,7 +237,8 @@ class _Paper:
                 continue
             t = max(self.types, key=lambda x: (red.get(x, -1e18), -self.types.index(x)))
             want.append((red[t], i, t))
-        want.sort(key=lambda w: (-w[0], queue_key(jobs[w[1]][0])))
+        # Running jobs move first (they free GPUs), then waiting jobs start; each by reduced profit.
+        want.sort(key=lambda w: (jobs[w[1]][2] is None, -w[0], queue_key(jobs[w[1]][0])))
         for profit, i, t in want:
             j, n, held = jobs[i]
             if held is not None:

@@ -1,0 +1,304 @@
+"""Sia (SOSP'23) as a baseline: goodput-optimised configurations per GPU type (baselines.md Sec. 5).
+
+Configurations are (GPU type, count) with count in 1, 2, 4, 8, 16 (whole nodes beyond a node).
+A job's goodput G_ic is its throughput in configuration c (no statistical efficiency: the batch is
+the user's, as Crius keeps it), normalised by the row's smallest positive value.
+
+- "artifact" (Crius `SiaSched`, baselines/sia_sched.py): on each arrival the program
+  max sum_i sum_c A_ic min((N_min G_ic / min_c G_ic x f_i)^p, 3000) + (1 + allocated(new)), p = +0.5,
+  with the reallocation factor f_i = max((T_i - N_i S) / (T_i + S), 0.01) (S = 600 s, T_i the
+  job's age, N_i its reschedules; 0.01 for the new job); running jobs non-preemptive (each keeps
+  one configuration) and, as the artifact applies only type changes to them, at most 5 of them
+  change GPU type at their count; the GPUs of each type within its total; the new job must be
+  allocated. Changed jobs are placed again (best locality, then relaxed, most idle nodes first);
+  waiting jobs are retried in rounds with departures, with the data-parallel memory check, and
+  block nothing; a new job no type can run is dropped.
+- "paper" (Sia Eq. 1 at p = -0.5, lambda = 1.1): every round, minimise sum_i G_i^p over allocated
+  jobs plus lambda per unallocated job, with the same restart factor; waiting jobs start on their
+  smallest configuration and a job grows at most 2x per round.
+
+Simplifies: both programs are solved by bounded local search (the artifact's: at most 5 moves, 12
+best per level, instead of GLPK with a 30 s limit; T_i is the job's age, not its execution time; the
+paper's: one greedy pass of start / double / change type per job, best first),
+not a MILP solver; restart costs come from the rules of the simulation, not Sia's per-model table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from controller.core.placement import BEST_FIT, SCATTER
+from controller.core.policies.common import Alloc, Board, place_as_requested
+from controller.core.policy import RoundContext, queue_key
+from controller.core.snapshot import Decision, JobView
+
+PAPER = "paper"
+ARTIFACT = "artifact"
+COUNTS = (1, 2, 4, 8, 16)
+S_RESTART = 600.0
+BONUS = 1e3
+MAX_MOVES = 5
+BRANCH = 12
+CLIP = 3000.0
+NODE_BUDGET = 2000  # search nodes per admission
+LAMBDA = 1.1
+
+
+def _check(ok: Callable[[JobView, str, int, int], bool], job: JobView, t: str, n: int) -> Callable[[int], bool]:
+    return lambda k: ok(job, t, n, k)
+
+
+class SiaPolicy:
+    def __init__(self, mode: str = PAPER) -> None:
+        self.mode = mode
+
+    @property
+    def name(self) -> str:
+        return "sia"
+
+    def plan(self, ctx: RoundContext) -> list[Decision]:
+        b = Board(ctx, self.name)
+        s = _Sia(b, self.mode == ARTIFACT)
+        if self.mode == ARTIFACT:
+            s.artifact_round()
+        else:
+            s.paper_round()
+        return b.decisions(opportunistic=False)
+
+
+Config = tuple[str, int]
+
+
+class _Sia:
+    def __init__(self, b: Board, art: bool) -> None:
+        self.b = b
+        self.ctx = b.ctx
+        self.art = art
+        self.p = 0.5 if art else -0.5
+
+    def configs(self, job: JobView) -> dict[Config, float]:
+        """Normalised goodput of each feasible configuration."""
+        ctx = self.ctx
+        out: dict[Config, float] = {}
+        for t in ctx.types():
+            if job.gpu_types and t not in job.gpu_types:
+                continue
+            for n in COUNTS:
+                if n > ctx.total_gpus(t) or (ctx.config.max_gpus_per_job and n > ctx.config.max_gpus_per_job):
+                    continue
+                if self.art and not ctx.dp_fits(job, t, n):
+                    continue
+                g = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
+                if g > 0:
+                    out[(t, n)] = g
+        if out:
+            lo = min(out.values())
+            out = {k: v / lo for k, v in out.items()}
+        return out
+
+    def restart_factor(self, job: JobView) -> float:
+        age = max(0.0, self.ctx.snap.now - job.submit_time)
+        return max(0.0, (age - job.restarts * S_RESTART) / (age + S_RESTART)) if age + S_RESTART > 0 else 0.0
+
+    # ------------------------------------------------------------------ artifact
+
+    def artifact_round(self) -> None:
+        ctx, b = self.ctx, self.b
+        departures = ctx.snap.departures > 0 or ctx.snap.arrivals is None
+        if departures:  # the artifact's restart trial blocks no type
+            for j in [j for j in ctx.pending if j.id not in ctx.arrivals]:
+                self.admit(j, dp_check=True)
+        for j in ctx.pending:
+            if j.id not in ctx.arrivals:
+                continue
+            n = j.gpus_hint or 1
+            if not any(ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in ctx.types()):
+                b.drop(j, f"sia: dropped: {n} GPUs of no type can run it")
+                continue
+            self.admit(j, dp_check=False)
+
+    def goodputs(self, job: JobView, factor: float) -> dict[Config, float]:
+        """The artifact's `_gen_goodput_matrix` and factors: N_min x G / min G, times the reallocation
+        factor, to the power p, clipped at 3,000."""
+        ctx = self.ctx
+        raw: dict[Config, float] = {}
+        for t in ctx.types():
+            for n in COUNTS:
+                if n > ctx.total_gpus(t):
+                    continue
+                g = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
+                if g > 0:
+                    raw[(t, n)] = g
+        if not raw:
+            return {}
+        lo = min(raw.values())
+        nmin = min(n for _, n in raw)
+        return {c: min((nmin * v / lo * factor) ** self.p, CLIP) for c, v in raw.items()}
+
+    def realloc_factor(self, job: JobView, running: bool) -> float:
+        if not running:
+            return 0.01
+        age = max(0.0, self.ctx.snap.now - job.submit_time)
+        return max((age - (job.restarts + 1) * S_RESTART) / (age + S_RESTART), 0.01)
+
+    def admit(self, job: JobView, dp_check: bool) -> bool:
+        """Admission by the artifact's program: running jobs may change GPU type at their count (at
+        most 5 of them), the new job takes any configuration; maximise the sum of goodputs plus 1
+        for allocating the new job; GPUs of each type within its total."""
+        ctx, b = self.ctx, self.b
+        types = ctx.types()
+        cap = {t: ctx.total_gpus(t) for t in types}
+        use = dict.fromkeys(types, 0)
+        rows: list[tuple[Alloc, dict[Config, float]]] = []
+        for a in sorted(b.allocs.values(), key=lambda a: queue_key(a.job)):
+            use[a.gpu_type] += a.gpus
+            rows.append((a, self.goodputs(a.job, self.realloc_factor(a.job, True))))
+        moves_from: dict[str, list[tuple[float, int, str]]] = {t: [] for t in types}
+        positive: list[tuple[float, int, str]] = []
+        for i, (a, tab) in enumerate(rows):
+            here = tab.get((a.gpu_type, a.gpus), 0.0)
+            for t in types:
+                if t != a.gpu_type and (t, a.gpus) in tab:
+                    g = tab[(t, a.gpus)] - here
+                    moves_from[a.gpu_type].append((g, i, t))
+                    if g > 0:
+                        positive.append((g, i, t))
+        for lst in moves_from.values():
+            lst.sort(key=lambda m: (-m[0], m[1], m[2]))
+        positive.sort(key=lambda m: (-m[0], m[1], m[2]))
+        max_pos = positive[0][0] if positive else 0.0
+        newtab = self.goodputs(job, self.realloc_factor(job, False))
+        if not newtab:
+            b.pend(job, "sia: fits nowhere: no configuration is feasible")
+            return False
+        best: list[tuple[float, Config, list[tuple[int, str]]]] = []
+        visits = [0]
+
+        def dfs(use: dict[str, int], val: float, mv: list[tuple[int, str]], c_new: Config) -> None:
+            visits[0] += 1
+            if visits[0] > NODE_BUDGET or not ctx.spend():
+                return
+            over = [t for t in types if use[t] > cap[t]]
+            if not over and (not best or val > best[0][0]):
+                best[:] = [(val, c_new, list(mv))]
+            if len(mv) >= MAX_MOVES:
+                return
+            if not over and best and val + (MAX_MOVES - len(mv)) * max_pos <= best[0][0]:
+                return
+            moved = {i for i, _ in mv}
+            k = 0
+            for g, i, t in (moves_from[over[0]] if over else positive):
+                if i in moved:
+                    continue
+                a = rows[i][0]
+                if use[t] + a.gpus > cap[t]:
+                    continue
+                k += 1
+                if k > (BRANCH if not mv else 3):
+                    break
+                use2 = dict(use)
+                use2[a.gpu_type] -= a.gpus
+                use2[t] += a.gpus
+                dfs(use2, val + g, [*mv, (i, t)], c_new)
+
+        for cfg in sorted(newtab, key=lambda c: (-newtab[c], c)):
+            if best and 1 + newtab[cfg] + MAX_MOVES * max_pos <= best[0][0]:
+                continue
+            use2 = dict(use)
+            use2[cfg[0]] += cfg[1]
+            dfs(use2, 1 + newtab[cfg], [], cfg)
+        if not best:
+            b.pend(job, "sia: not admitted: no feasible program")
+            return False
+        _, c_new, mv = best[0]
+        changed = [(rows[i][0], t) for i, t in mv]
+
+        def ok(j: JobView, t: str, n: int, k: int) -> bool:
+            return (not dp_check or ctx.dp_fits(j, t, n)) and ctx.throughput(j, t, n, k) > 0
+
+        saved = [(a, a.gpu_type, a.slices) for a, _ in changed]
+        for a, _ in changed:
+            b.release(a)
+        done: list[Alloc] = []
+        good = True
+        for a, t in changed:
+            sl = place_as_requested(b, a.job, t, a.gpus, SCATTER, True, _check(ok, a.job, t, a.gpus))
+            if sl is None:
+                good = False
+                break
+            ctx.state.take(sl, t)
+            a.gpu_type, a.slices = t, sl
+            done.append(a)
+        t_new, n_new = c_new
+        target = place_as_requested(b, job, t_new, n_new, SCATTER, True, _check(ok, job, t_new, n_new)) \
+            if good else None
+        if target is None:
+            for a in done:
+                ctx.state.release(a.slices, a.gpu_type)
+            for a, t0, sl0 in saved:
+                a.gpu_type, a.slices = t0, sl0
+                ctx.state.take(sl0, t0)
+            b.pend(job, f"sia: admitted to {n_new} x {t_new} but the placement failed; waiting")
+            return False
+        for a in done:
+            a.est = ctx.best(a.job, a.gpu_type, a.gpus, len(a.slices))
+            a.note = f"GPU type changed by Sia when {job.id} was admitted"
+        b.start(job, t_new, target, f"Sia configuration {n_new} x {t_new} ({len(changed)} jobs change type)")
+        return True
+
+    # ------------------------------------------------------------------ paper
+
+    def cost(self, job: JobView, cfg: Config | None, cur: Config | None, tab: dict[Config, float]) -> float:
+        if cfg is None or cfg not in tab:
+            return LAMBDA
+        c: float = tab[cfg] ** self.p
+        if cur is not None and cfg != cur:
+            r = self.restart_factor(job)
+            c = c / r if r > 0 else LAMBDA * 10
+        return c
+
+    def paper_round(self) -> None:
+        ctx, b = self.ctx, self.b
+        # 1) waiting jobs start on their cheapest-to-hold configuration (1 GPU first), FIFO.
+        for j in list(ctx.pending):
+            tab = self.configs(j)
+            if not tab:
+                b.pend(j, "sia: fits nowhere: no configuration is feasible")
+                continue
+            small = sorted((c for c in tab if c[1] == min(n for _, n in tab)), key=lambda c: -tab[c])
+            for t, n in small:
+                sl = b.place(t, n, BEST_FIT)
+                if sl is not None:
+                    b.start(j, t, sl, f"Sia: starts on its smallest configuration {n} x {t}")
+                    break
+            else:
+                b.pend(j, "sia: waiting: no smallest configuration fits now")
+        # 2) one pass of improvements, best first: double (at most 2x per round) or change type.
+        cands: list[tuple[float, str, Config]] = []
+        for a in b.allocs.values():
+            tab = self.configs(a.job)
+            cur = (a.gpu_type, a.gpus)
+            here = self.cost(a.job, cur, cur, tab)
+            for cfg in tab:
+                if cfg == cur or cfg[1] > 2 * a.gpus:
+                    continue
+                d = here - self.cost(a.job, cfg, cur, tab)
+                if d > 1e-9:
+                    cands.append((d, a.job.id, cfg))
+        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+        moved: set[str] = set()
+        for _d, jid, (t, n) in cands:
+            if jid in moved or jid not in b.allocs:
+                continue
+            a = b.allocs[jid]
+            tr = b.trial()
+            tr.give(b.parts(a))
+            if not tr.fits(t, n):
+                continue
+            b.release(a)
+            sl = b.place(t, n, BEST_FIT)
+            if sl is None:
+                ctx.state.take(a.slices, a.gpu_type)
+                continue
+            b.reassign(a, t, sl, "Sia's goodput objective prefers this configuration", already_released=True)
+            moved.add(jid)

@@ -1,0 +1,73 @@
+"""Gavel, ElasticFlow, Gandiva and Sia on literal clusters, in the modes of baselines.md."""
+
+from __future__ import annotations
+
+from controller.core.estimates import TableEstimates
+from controller.core.policies import make_policy
+from controller.core.policy import plan_round
+from controller.core.snapshot import Cell, Decision, GpuView, JobView, NodeView, RunningView, Slice, Snapshot
+from estimator.models import ModelDims
+
+GB = 1000**3
+M = ModelDims(64, 2, 4, 256, 64, "m")
+
+
+def node(nid: str, model: str, n: int, busy: tuple[int, ...] = ()) -> NodeView:
+    return NodeView(nid, tuple(GpuView(i, model, 40 * GB) for i in range(n)), frozenset(busy))
+
+
+def job(jid: str, key: str, t: float, n: int, gtype: str) -> JobView:
+    return JobView(jid, t, M, 100, n, (), gtype, 1000, estimate_key=key)
+
+
+def run(j: JobView, gtype: str, slices: tuple[Slice, ...]) -> RunningView:
+    return RunningView(j, Cell(gtype, sum(len(s.gpu_indices) for s in slices)), slices)
+
+
+def by_id(decisions: tuple[Decision, ...]) -> dict[str, Decision]:
+    return {d.job_id: d for d in decisions}
+
+
+def test_gavel_artifact_admission_changes_a_running_jobs_type() -> None:
+    est = TableEstimates({("a", "FAST", 2): 1.0, ("a", "SLOW", 2): 1.1, ("b", "FAST", 2): 1.0, ("b", "SLOW", 2): 5.0})
+    a, b = job("A", "a", 0, 2, "FAST"), job("B", "b", 1, 2, "FAST")
+    snap = Snapshot((node("f", "FAST", 2, (0, 1)), node("s", "SLOW", 2)), (b,),
+                    running=(run(a, "FAST", (Slice("f", (0, 1)),)),), arrivals=("B",))
+    d = by_id(plan_round(snap, est, make_policy("gavel", "artifact")).decisions)
+    assert d["A"].action == "migrate" and d["A"].cell == Cell("SLOW", 2)
+    assert d["B"].action == "start" and d["B"].cell == Cell("FAST", 2)
+    # The paper mode prices the fast type high enough that A, which barely needs it, moves too.
+    p = by_id(plan_round(snap, est, make_policy("gavel", "paper")).decisions)
+    assert p["B"].cell == Cell("FAST", 2) and p["A"].cell == Cell("SLOW", 2)
+
+
+def test_elasticflow_ls_gives_minimum_shares_then_doubles_and_repacks() -> None:
+    table = {(k, "X", n): t for k in ("a", "b") for n, t in ((1, 4.0), (2, 2.2), (4, 1.3))}
+    est = TableEstimates(table)
+    a, b = job("A", "a", 0, 1, "X"), job("B", "b", 1, 1, "X")
+    snap = Snapshot((node("x", "X", 4, (0,)),), (b,), running=(run(a, "X", (Slice("x", (0,)),)),), arrivals=("B",))
+    d = by_id(plan_round(snap, est, make_policy("elasticflow-l", "artifact")).decisions)
+    # Minimum share 1 each, then the larger gain doubles first: A and B end with 2 GPUs each.
+    assert d["A"].cell == Cell("X", 2) and d["B"].cell == Cell("X", 2)
+    assert d["A"].action == "migrate" and d["B"].action == "start"
+
+
+def test_gandiva_grows_onto_idle_gpus_of_its_node_after_departures() -> None:
+    est = TableEstimates({("a", "X", 1): 4.0, ("a", "X", 2): 2.2, ("a", "X", 4): 1.3})
+    a = job("A", "a", 0, 1, "X")
+    snap = Snapshot((node("x", "X", 4, (0,)),), (), running=(run(a, "X", (Slice("x", (0,)),)),),
+                    arrivals=(), departures=1)
+    d = by_id(plan_round(snap, est, make_policy("gandiva", "artifact")).decisions)
+    assert d["A"].action == "migrate" and d["A"].cell == Cell("X", 4) and d["A"].change == "scale-up"
+    quiet = Snapshot(snap.nodes, (), running=snap.running, arrivals=(), departures=0)
+    assert plan_round(quiet, est, make_policy("gandiva", "artifact")).decisions[0].action == "keep"
+
+
+def test_sia_artifact_admits_with_the_best_configuration() -> None:
+    est = TableEstimates({("b", "X", n): 4.0 / n ** 0.8 for n in (1, 2, 4)})
+    b = job("B", "b", 0, 1, "X")
+    snap = Snapshot((node("x", "X", 4),), (b,), arrivals=("B",))
+    d = by_id(plan_round(snap, est, make_policy("sia", "artifact")).decisions)
+    assert d["B"].action == "start" and d["B"].cell == Cell("X", 4)
+    p = by_id(plan_round(snap, est, make_policy("sia", "paper")).decisions)
+    assert p["B"].action == "start"
