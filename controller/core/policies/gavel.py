@@ -280,7 +280,7 @@ class _Paper:
                 new, used = 0.0, 0
                 for bp, n in bps:
                     if used + n > cap:
-                        new = bp
+                        new = bp * (1 + 1e-9) + 1e-12  # just past the job that does not fit
                         break
                     used += n
                 if abs(new - lam[t]) > 1e-9:
