@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +122,9 @@ def run_step(model: ModelDims, plan: ExecutionPlan, stage: int = 0, *, fake: boo
         params = snap.get("Parameter", 0) + snap.get("Buffer", 0)
         grads = snap.get("Gradient", 0) + snap.get("Other", 0)
         optimizer = snap.get("Optstate", 0)
-        with mt:
+        with mt, warnings.catch_warnings():
+            # MemTracker warns about the None targets of non-last stages among the module inputs
+            warnings.filterwarnings("ignore", message="Expected a tensor or a traceable wrapper-subclass")
             _step(mod, opt, plan, shape, stage, recipe, torch)
         peak_snap = mt.get_tracker_snapshot("peak")
     peak_dev = peak_snap.get(dev, {})
@@ -313,3 +316,71 @@ def _accumulate_into(buf: Any) -> Any:
         p.grad = None
 
     return hook
+
+
+# ---------------------------------------------------------------------------------------------------
+# The same step on real CPU tensors, measured by the operating system (traced-vs-real check)
+
+
+def real_cpu_peak(model: ModelDims, plan: ExecutionPlan, stage: int = 0, timeout_s: float = 300) -> dict[str, Any]:
+    """Run the step on real CPU tensors in a fresh process and measure its peak from the OS.
+
+    The child builds the stage and its resident state, reads its resident set size (RSS), runs the
+    step without any tracker, and reads its peak RSS (ru_maxrss). glibc's malloc is told to serve
+    every allocation above 64 KiB by mmap (MALLOC_MMAP_THRESHOLD_), so freed tensors go back to the
+    OS at once and RSS follows the live tensors. Returns rss_before, rss_peak, resident (tensor bytes
+    of the state, counted), and peak = resident + (rss_peak - rss_before): the step's peak tensor
+    bytes as the OS saw them (page-rounded; includes small non-tensor allocations of the step).
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    arg = json.dumps({"model": model.__dict__, "plan": plan.to_dict(), "stage": stage})
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "estimator.traced", arg], capture_output=True, text=True,
+                         env=env, timeout=timeout_s, check=True)
+    res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return res
+
+
+def _real_child(arg: str) -> None:
+    import json
+    import resource
+
+    import torch
+
+    from estimator.torch_models import RankShape, Stage
+
+    d = json.loads(arg)
+    model, plan, stage = ModelDims(**d["model"]), ExecutionPlan(**d["plan"]), int(d["stage"])
+    torch.set_num_threads(1)
+    recipe = RECIPES[plan.precision]
+    dtype = {4: torch.float32, 2: torch.bfloat16}[recipe.param]
+    shape = RankShape(model=model, layers=stage_layers(model, plan)[stage], first=stage == 0,
+                      last=stage == plan.pp - 1, tp=plan.tp, sp=plan.sequence_parallel, ep=plan.ep,
+                      flash=plan.flash_attention, checkpointing=plan.checkpointing,
+                      micro_batch=plan.micro_batch, dtype=dtype)
+    mod = _Microbatches(Stage(shape))
+    mod.train()
+    opt = _SimAdam(mod, plan, recipe)
+    tensors = [*mod.parameters(), *opt.main_grads, *(p.grad for p in mod.parameters() if p.grad is not None),
+               *(t for st in opt.state.values() for t in st.values())]
+    resident = sum(t.untyped_storage().nbytes() for t in tensors)
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+
+    before = rss()
+    _step(mod, opt, plan, shape, stage, recipe, torch)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"rss_before": before, "rss_peak": peak, "resident": resident,
+                      "peak": resident + peak - before}))
+
+
+if __name__ == "__main__":
+    import sys
+
+    _real_child(sys.argv[1])
