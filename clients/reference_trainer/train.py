@@ -119,9 +119,11 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
     last_ckpt = -1
     ref = ctx.latest_checkpoint()
     if ref is not None:
+        t0 = time.perf_counter()
         restored = checkpoint.load(ref, engine, dims, opts.seed, cfg.global_batch)
         start, last_loss, last_ckpt = restored.iteration, restored.loss, restored.iteration
-        say(ctx, f"resumed from step {start} ({ref.path}, {checkpoint.describe(ref)})")
+        say(ctx, f"resumed from step {start} ({ref.path}, {checkpoint.describe(ref)}) "
+                 f"load_seconds={time.perf_counter() - t0:.3f}")
     else:
         say(ctx, "fresh start")
 
