@@ -98,9 +98,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            "Megatron fp16 (Frenzy's 20): fp16 params and grads, fp32 main param + main grad + m + v "
            "(2+2+16 = 20 B/param)"),
     Recipe("bf16", 2, 2, 4, 2, False, "pure bf16: bf16 params, grads, Adam m and v (2+2+4 = 8 B/param)"),
-    Recipe("mixed-adafactor", 2, 2, 4, 2, True,
-           "fp16 params and grads, fp32 master, Adafactor without momentum: factored second moment "
-           "(rows + columns of each matrix, not counted per parameter) (2+2+4 = 8 B/param); GShard, T5"),
+    Recipe("mixed-adafactor", 2, 4, 4, 2, False,
+           "fp16 params, fp32 grads, fp32 master, Adafactor without momentum: factored second moment "
+           "(rows + columns of each matrix, not counted per parameter) (2+4+4 = 10 B/param); how the "
+           "Crius artifact trains its GShard MoE (Alpa, optax.adafactor)"),
 ]}
 
 
@@ -391,20 +392,20 @@ def embedding_stored_bytes(m: ModelDims, x: _ActShape) -> float:
 
 
 def head_stored_bytes(m: ModelDims, x: _ActShape) -> float:
-    """Final norm, MLM transform (encoder), output projection input, kept for backward."""
+    """Final norm, MLM transform (encoder), output projection input, the loss's fp32 log-softmax and
+    targets: what the last stage keeps per micro-batch for backward."""
     n, e, h = x.tokens, x.e, m.hidden_size
     copy = 2 * local_vocab(m, x.tp) * h if x.amp else 0  # autocast's bf16 copy of the output weight
+    loss = 4 * n * local_vocab(m, x.tp) + 8 * n  # the fp32 log-softmax the loss keeps; int64 targets
     if m.family == "encoder":
-        return e * n * h * 3 + _ln_bytes(m, _ActShape(n, e, x.tp, 1, x.flash, x.ckpt, x.ep, x.amp)) + copy
-    return _ln_bytes(m, x) + e * n * h / x.sp_div + copy
+        return e * n * h * 3 + _ln_bytes(m, _ActShape(n, e, x.tp, 1, x.flash, x.ckpt, x.ep, x.amp)) + copy + loss
+    return _ln_bytes(m, x) + e * n * h / x.sp_div + copy + loss
 
 
 def loss_peak_bytes(m: ModelDims, x: _ActShape) -> float:
-    """Cross-entropy over the local logits at its peak (start of backward): the fp32 log-softmax
-    output it keeps, the gradient coming from NLL and the gradient it produces (3 x 4 bytes), plus
-    the int64 targets."""
-    n = x.tokens
-    return 12 * n * local_vocab(m, x.tp) + 8 * n
+    """Cross-entropy over the local logits at the start of its backward, beyond what it keeps (the
+    fp32 log-softmax, in head_stored_bytes): the gradient from NLL and the one it produces (2 x 4 B)."""
+    return 8 * x.tokens * local_vocab(m, x.tp)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -501,7 +502,7 @@ def _stage_activations(model: ModelDims, plan: ExecutionPlan, stage: int) -> flo
     layers = stage_layers(model, plan)[stage]
     first, last = stage == 0, stage == plan.pp - 1
     full = plan.checkpointing == "full"
-    inflight = min(plan.grad_accum, plan.pp - stage)
+    inflight = plan.grad_accum if plan.schedule == "gpipe" else min(plan.grad_accum, plan.pp - stage)
     per_layer = [layer_stored_bytes(model, i, x, b) for i in layers]
     stored = sum(per_layer) if not full else len(layers) * x.resid * x.tokens * model.hidden_size / x.sp_div
     if first:

@@ -10,13 +10,15 @@ Conventions (stated once, used everywhere):
 - With pp > 1, `grad_accum` is also the number of micro-batches m in the pipeline (1F1B).
 - `ep` (expert parallel, MoE only) shards the experts over ep of the dp ranks (GShard: ep = dp).
 - `virtual_stages` > 1 is Megatron's interleaved 1F1B (v model chunks per pipeline rank).
+- `schedule`: "1f1b" (a stage holds at most pp - stage micro-batches in flight) or "gpipe" (all
+  forwards, then all backwards: every stage holds all grad_accum micro-batches; Alpa's default).
 
 Precision recipes (bytes per parameter = params + grads + optimizer state, for Adam; the memory
 module states each in full): ``fp32`` 4+4+8 = 16 with fp32 activations; ``amp`` (PyTorch AMP) fp32
 params, grads and Adam = 16 with bf16 autocast activations; ``mixed`` (ZeRO paper, DeepSpeed fp16)
 2+2+12 = 16; ``megatron-bf16`` (Megatron's default) 2+4+12 = 18; ``megatron-fp16`` (Frenzy's MARP)
-2+2+16 = 20; ``bf16`` (pure bf16, bf16 Adam states) 2+2+4 = 8; ``mixed-adafactor`` (fp16 params
-and grads, fp32 master, Adafactor's factored second moment, no momentum; GShard, T5) 2+2+4 = 8.
+2+2+16 = 20; ``bf16`` (pure bf16, bf16 Adam states) 2+2+4 = 8; ``mixed-adafactor`` (fp16 params,
+fp32 grads, fp32 master, Adafactor's factored second moment, no momentum; GShard) 2+4+4 = 10.
 
 `PlanError` (a ValueError) names the offending field in `.field` and in its message, e.g.
 ``plan.tp: model.num_heads 12 is not divisible by tp 8``. Construction checks the plan by itself;
@@ -34,12 +36,14 @@ if TYPE_CHECKING:
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Checkpointing = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "gpipe"]
 Precision = Literal["fp32", "amp", "mixed", "megatron-bf16", "megatron-fp16", "bf16", "mixed-adafactor"]
 
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 OFFLOADS: tuple[str, ...] = get_args(Offload)
 CHECKPOINTINGS: tuple[str, ...] = get_args(Checkpointing)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
 
 
 class PlanError(ValueError):
@@ -66,6 +70,7 @@ class ExecutionPlan:
     precision: Precision = "megatron-bf16"
     ep: int = 1
     virtual_stages: int = 1
+    schedule: Schedule = "1f1b"
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "micro_batch", "grad_accum", "ep", "virtual_stages"):
@@ -73,7 +78,8 @@ class ExecutionPlan:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise PlanError(f"plan.{name}", f"must be an integer >= 1, got {v!r}")
         for name, allowed in (("sharding", SHARDINGS), ("offload", OFFLOADS),
-                              ("checkpointing", CHECKPOINTINGS), ("precision", PRECISIONS)):
+                              ("checkpointing", CHECKPOINTINGS), ("precision", PRECISIONS),
+                              ("schedule", SCHEDULES)):
             v = getattr(self, name)
             if v not in allowed:
                 raise PlanError(f"plan.{name}", f"{v!r} is not one of {', '.join(allowed)}")
@@ -156,4 +162,5 @@ class ExecutionPlan:
         """A stable, compact cache key."""
         return ("dp{dp}-tp{tp}-pp{pp}-mb{micro_batch}-ga{grad_accum}-{sharding}-off:{offload}-"
                 "ac:{checkpointing}-sp{sp}-fa{fa}-{precision}-ep{ep}-v{virtual_stages}").format(
-            sp=int(self.sequence_parallel), fa=int(self.flash_attention), **self.to_dict())
+            sp=int(self.sequence_parallel), fa=int(self.flash_attention), **self.to_dict()) + \
+            ("-gpipe" if self.schedule == "gpipe" else "")

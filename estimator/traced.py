@@ -136,7 +136,7 @@ def run_step(model: ModelDims, plan: ExecutionPlan, stage: int = 0, *, fake: boo
 def _step(mod: Any, opt: Any, plan: ExecutionPlan, shape: Any, stage: int, recipe: Recipe, torch: Any) -> None:
     m = shape.model
     b, s, h = plan.micro_batch, m.seq_length, m.hidden_size
-    inflight = min(plan.grad_accum, plan.pp - stage)
+    inflight = plan.grad_accum if plan.schedule == "gpipe" else min(plan.grad_accum, plan.pp - stage)
     s_local = s // plan.tp if plan.sequence_parallel and plan.tp > 1 else s
     ins: list[tuple[Any, Any]] = []
     for _ in range(inflight):
@@ -208,8 +208,8 @@ def _sim_adam_class() -> Any:
                 if recipe.name == "megatron-fp16":
                     st["main_grad_fp32"] = torch.zeros(shard, dtype=torch.float32)
                 if recipe.name == "mixed-adafactor":  # factored second moment, no momentum
-                    rows = p.shape[0] if p.dim() >= 2 else shard
-                    cols = p.numel() // p.shape[0] if p.dim() >= 2 else 0
+                    rows = p.numel() // p.shape[-1] if p.dim() >= 2 else shard
+                    cols = p.numel() // p.shape[-2] if p.dim() >= 2 else 0
                     st["v_row"] = torch.zeros(math.ceil(rows / dp) if z >= 1 else rows, dtype=torch.float32)
                     if cols:
                         st["v_col"] = torch.zeros(cols, dtype=torch.float32)
