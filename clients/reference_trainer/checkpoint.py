@@ -236,7 +236,7 @@ def _load_dcp(path: Path, engine: Engine) -> None:
     optim_sd = get_optimizer_state_dict(engine.model, engine.optimizer, options=_FLAT)
     if engine.head_copy:
         optim_sd = _rename_param(optim_sd, _HEAD, _TIED)
-    state = {"model": model_sd, "optim": optim_sd}
+    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=str(path), no_dist=not engine.distributed)
     optim_sd = state["optim"]
     if engine.head_copy:

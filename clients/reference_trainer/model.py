@@ -86,6 +86,7 @@ class GPT(nn.Module):
             if name.endswith(("attn.proj.weight", "out.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * max(1, dims.num_layers)))
         for block in self.blocks.values():
+            assert isinstance(block, Block)
             block.attn.recompute_core = activation_checkpointing == "selective"
         self.tied_head = tied_head
         if tied_head:

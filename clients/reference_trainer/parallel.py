@@ -246,7 +246,7 @@ class Engine:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
 
-    def _tied_param(self) -> nn.Parameter | None:
+    def _tied_param(self) -> torch.Tensor | None:
         if self.coords.first_stage:
             assert self.model.tok_emb is not None
             return self.model.tok_emb.weight

@@ -45,12 +45,12 @@ def pick_device(ctx: TrainerContext) -> torch.device:
 
 
 class Dist:
-    """The process group, or nothing at world size 1."""
+    """The process group, or nothing at world size 1 (unless FSDP2 needs one: ZeRO-Offload on one GPU)."""
 
-    def __init__(self, ctx: TrainerContext, device: torch.device, timeout_s: float) -> None:
+    def __init__(self, ctx: TrainerContext, device: torch.device, timeout_s: float, force: bool = False) -> None:
         self.world_size = ctx.world_size
         self.device = device
-        self.enabled = ctx.world_size > 1
+        self.enabled = ctx.world_size > 1 or force
         if not self.enabled:
             return
         os.environ["MASTER_ADDR"] = ctx.master_addr
@@ -89,7 +89,7 @@ def run(ctx: TrainerContext, cfg: TrainConfig) -> int:
     opts = cfg.options
     torch.set_num_threads(opts.torch_threads)
     device = pick_device(ctx)
-    group = Dist(ctx, device, opts.dist_timeout_s)
+    group = Dist(ctx, device, opts.dist_timeout_s, force=cfg.zero_stage >= 2)
     try:
         return _train(ctx, cfg, device, group)
     finally:

@@ -94,6 +94,9 @@ PLANS: dict[str, tuple[dict[str, Any], str]] = {
                                     "dp=1 tp=2 pp=1 replicated activation-checkpointing=selective"),
     "offload": ({"dp": 2, "micro_batch": 4, "zero_stage": 3, "offload": "optimizer+params"},
                 "dp=2 tp=1 pp=1 zero3(fsdp2) offload=optimizer+params"),
+    # Morphling's one-GPU plan: ZeRO-Offload on a single rank (a process group of one for FSDP2).
+    "offload-one-process": ({"dp": 1, "micro_batch": 4, "grad_accum": 2, "offload": "optimizer"},
+                            "dp=1 tp=1 pp=1 zero2(fsdp2) offload=optimizer"),
 }
 # Plans whose ranks each hold only part of the parameters.
 SHARDED = {"dp2-zero2", "dp2-zero3", "tp2", "pp2-gpipe", "pp2-1f1b", "tp2xdp2", "pp2xdp2-zero2",
