@@ -86,6 +86,9 @@ PLANS: dict[str, tuple[dict[str, Any], str]] = {
     "tp2xdp2": ({"dp": 2, "tp": 2, "micro_batch": 4}, "dp=2 tp=2 pp=1 ddp"),
     "pp2xdp2-zero2": ({"dp": 2, "pp": 2, "micro_batch": 2, "grad_accum": 2, "zero_stage": 2},
                       "dp=2 tp=1 pp=2 zero2(fsdp2) schedule=1f1b"),
+    # Full 3D: 8 processes (PP 2 x DP 2 x TP 2), ZeRO-3 over the dp dimension (FSDP2 on DTensor TP).
+    "pp2xdp2xtp2-zero3": ({"dp": 2, "tp": 2, "pp": 2, "micro_batch": 2, "grad_accum": 2, "zero_stage": 3},
+                          "dp=2 tp=2 pp=2 zero3(fsdp2) schedule=1f1b"),
     "grad-accum": ({"dp": 1, "micro_batch": 2, "grad_accum": 4}, "dp=1 tp=1 pp=1 replicated"),
     "dp2-grad-accum": ({"dp": 2, "micro_batch": 2, "grad_accum": 2}, "dp=2 tp=1 pp=1 ddp"),
     "activation-checkpointing": ({"dp": 2, "micro_batch": 4, "activation_checkpointing": "full", "zero_stage": 3},
@@ -99,7 +102,7 @@ PLANS: dict[str, tuple[dict[str, Any], str]] = {
                             "dp=1 tp=1 pp=1 zero2(fsdp2) offload=optimizer"),
 }
 # Plans whose ranks each hold only part of the parameters.
-SHARDED = {"dp2-zero2", "dp2-zero3", "tp2", "pp2-gpipe", "pp2-1f1b", "tp2xdp2", "pp2xdp2-zero2",
+SHARDED = {"dp2-zero2", "dp2-zero3", "tp2", "pp2-gpipe", "pp2-1f1b", "tp2xdp2", "pp2xdp2-zero2", "pp2xdp2xtp2-zero3",
            "activation-checkpointing", "selective-checkpointing-tp2", "offload"}
 
 
