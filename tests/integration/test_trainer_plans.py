@@ -9,7 +9,7 @@ more than 100x the tolerance (test_a_changed_seed_moves_the_curve_far_more_than_
 The ranks are forked from a forkserver that imported torch once (clients.reference_trainer.local,
 mode "fork"): each rank is still its own OS process running the trainer's `cli.main()` with the worker
 contract's environment and a gloo process group over TCP, but does not pay the seconds of torch import
-per rank, which keeps this module within ~1 minute on a 2-core machine. The subprocess path (exactly
+per rank, which keeps this module within 1-2 minutes on a 2-core machine. The subprocess path (exactly
 what an agent runs) is covered by test_trainer_train.py and by the e2e tests.
 """
 
