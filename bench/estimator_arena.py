@@ -46,8 +46,10 @@ from estimator.cells import (
     ClusterSpec,
     GpuPool,
     LinkPrior,
+    clear_caches,
 )
 from estimator.compute import DEFAULT_PRIOR, EfficiencyPrior
+from estimator.models import ModelDims
 from estimator.tuning import tune_cell
 
 # The artifact's GPU types (crius.txt Table 1; data/README.md): GPUs per node, intra-node link and
@@ -60,8 +62,9 @@ ARENA_GPUS: dict[str, dict[str, Any]] = {
 }
 # Achievable fraction of the NIC per GPU type of the artifact's cluster: fitted (see --refit and
 # docs/estimator-cells.md), standing in for the per-pool communication tables we do not have.
-ARENA_NETWORK: dict[str, float] = {"a100": 0.9911, "v100": 0.5689, "a40": 0.0216, "a10": 0.0157}
+ARENA_NETWORK: dict[str, float] = {"a100": 1.0, "v100": 0.5695, "a40": 0.0216, "a10": 0.0157}
 FAMILIES = ("bert", "moe")
+RECIPE = "mixed-adafactor"
 # The fitted constants: (name, kind) with kind "unit" in (0, 1] or "pos" > 0. Per-GPU-type network
 # efficiencies stand in for the per-pool communication tables the artifact profiled and we do not have.
 PARAMS: tuple[tuple[str, str], ...] = (
@@ -84,19 +87,21 @@ def data_dir(arg: str | None) -> Path:
 
 
 def arena_model(key: str, dims: dict[str, Any]) -> CellModel | None:
+    """The artifact's model as a CellModel: ModelDims from models.json, the artifact's training recipe
+    (fp16, Adafactor with an fp32 master copy: memory.py's "mixed-adafactor"), Alpa's recomputation.
+    MoE: FFN 8h, every other layer MoE, top-2, groups of expert_group_size tokens (Alpa's GShard MoE)."""
     parts = key.split("_")
     if parts[0] not in FAMILIES:
         return None
     fam, size, batch = parts[0], parts[1], int(parts[2])
     c = dims[fam][size]
-    dtype = 2 if c.get("dtype", "float16") in ("float16", "bfloat16") else 4
+    h = c["hidden_size"]
     if fam == "bert":
-        return CellModel("bert", c["hidden_size"], c["num_layers"], c["num_heads"], c["vocab_size"],
-                         c["seq_len"], batch, dtype_bytes=dtype, name=key)
-    # the artifact's MoE: FFN width 8h, every other layer MoE, top-2 routing (Alpa's GShard MoE)
-    return CellModel("moe", c["hidden_size"], c["num_layers"], c["num_heads"], c["vocab_size"], c["seq_len"],
-                     batch, ffn_mult=8, num_experts=c["num_experts"], top_k=2,
-                     expert_group_size=c["expert_group_size"], dtype_bytes=dtype, name=key)
+        md = ModelDims(h, c["num_layers"], c["num_heads"], c["vocab_size"], c["seq_len"], key, family="encoder")
+        return CellModel.from_dims(md, batch, precision=RECIPE)
+    md = ModelDims(h, c["num_layers"], c["num_heads"], c["vocab_size"], c["seq_len"], key, family="moe",
+                   ffn_hidden=8 * h, num_experts=c["num_experts"], top_k=2, tied_embeddings=False)
+    return CellModel.from_dims(md, batch, precision=RECIPE, expert_group_size=c["expert_group_size"])
 
 
 def parse_resources(r: str) -> tuple[str, int, int]:
@@ -285,23 +290,31 @@ def breakdown_by(rows: list[dict[str, Any]], field: str, value_key: str) -> dict
     return {k: summary(v) for k, v in sorted(groups.items())}
 
 
-def cost_of_cells(cluster_json: Any, models: dict[str, CellModel], cfg: CellConfig) -> dict[str, Any]:
+def cost_of_cells(cluster_json: Any, models: dict[str, CellModel], cfg: CellConfig,
+                  repeats: int = 5) -> dict[str, Any]:
+    """Seconds to produce all Cells of one job on the 4-type cluster: cold (fresh estimator, module
+    memo cleared) and cached (the same call again); median of `repeats`."""
     spec = cluster_json[0] if isinstance(cluster_json, list) else cluster_json
     cluster = ClusterSpec(tuple(pools(spec).values()))
     out = {}
     for key in ("bert_2.6B_256", "moe_10B_512"):
         model = models[key]
-        est = CellEstimator(cfg)
-        t0 = time.perf_counter()
-        cells = est.cells(model, cluster)
-        cold = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        again = est.cells(model, cluster)
-        warm = time.perf_counter() - t0
-        assert again == cells
-        out[key] = {"cells": len(cells), "fitting": sum(c.fits for c in cells), "cold_s": round(cold, 4),
-                    "cached_s": round(warm, 6), "gpu_types": len(cluster.pools),
-                    "max_gpus": cfg.max_gpus}
+        colds, warms = [], []
+        for _ in range(repeats):
+            est = CellEstimator(cfg)
+            clear_caches()
+            t0 = time.perf_counter()
+            cells = est.cells(model, cluster)
+            colds.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            again = est.cells(model, cluster)
+            warms.append(time.perf_counter() - t0)
+            assert again == cells
+        out[key] = {"cells": len(cells), "fitting": sum(c.fits for c in cells),
+                    "cold_s_median": round(statistics.median(colds), 4), "cold_s_min": round(min(colds), 4),
+                    "cached_s_median": round(statistics.median(warms), 6), "repeats": repeats,
+                    "gpu_types": len(cluster.pools), "gpu_counts": "1..64 (powers of two)",
+                    "stage_counts": "1..min(GPUs, layers) (powers of two)"}
     return out
 
 

@@ -43,6 +43,7 @@ from estimator.compute import (
 )
 from estimator.models import ModelDims
 from estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
+from estimator.plans import PRECISIONS, ExecutionPlan, PlanError
 
 
 class CellInputError(ValueError):
@@ -67,15 +68,23 @@ class Sourced:
 FAMILIES = ("gpt", "bert", "moe")
 
 
+_FAMILY_OF_DIMS = {"decoder": "gpt", "encoder": "bert", "moe": "moe"}
+
+
 @dataclass(frozen=True)
 class CellModel:
     """A training job's model as the Cell estimator needs it.
 
     `family`: "gpt" (decoder) and "bert" (encoder) are dense transformers with the same costs in the
     non-causal FLOP count; "moe" is GShard: every `moe_every`-th layer's FFN is `num_experts` experts
-    with top-`top_k` routing over groups of `expert_group_size` tokens, experts sharded across the DP
-    ranks of a stage. `ffn_mult`: FFN width / hidden. `recompute`: activation recomputation (full
-    layers; Alpa's default in the Crius artifact). `dtype_bytes`: 2 for fp16/bf16 training.
+    with top-`top_k` routing over groups of `expert_group_size` tokens with `capacity_factor`, experts
+    sharded across the DP ranks of a stage. `ffn_mult`: FFN width / hidden (a gated MLP counts 1.5x).
+    `recompute`: full activation recomputation (Alpa's default in the Crius artifact).
+    `dtype_bytes`: activation bytes (2 for fp16/bf16). Model state per parameter:
+    `weight_grad_bytes` for the weights and gradients (0 = 2 x dtype_bytes) plus
+    `optimizer_bytes_per_param` (12: fp32 master weights and two Adam moments, reference/estimation.md
+    1.2); `precision` names the recipe of estimator/memory.py they come from. Under
+    `CellConfig.dp_shards_optimizer` the optimizer bytes are divided over the DP ranks (ZeRO-1).
     """
 
     family: str
@@ -85,53 +94,81 @@ class CellModel:
     vocab_size: int
     seq_length: int
     global_batch: int
-    ffn_mult: int = 4
+    ffn_mult: float = 4
     num_experts: int = 0
     top_k: int = 2
     expert_group_size: int = 2048
     moe_every: int = 2
+    capacity_factor: float = 1.0
     dtype_bytes: int = 2
     recompute: bool = True
+    weight_grad_bytes: float = 0.0
     optimizer_bytes_per_param: float = 12.0
+    precision: str = "mixed"
     name: str = ""
 
     def __post_init__(self) -> None:
-        if self.optimizer_bytes_per_param < 0:
-            raise CellInputError(f"optimizer_bytes_per_param: must be >= 0, got {self.optimizer_bytes_per_param}")
         if self.family not in FAMILIES:
             raise CellInputError(f"family: unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
         for f in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "global_batch",
-                  "ffn_mult", "dtype_bytes"):
+                  "dtype_bytes"):
             v = getattr(self, f)
-            if not isinstance(v, int) or v <= 0:
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise CellInputError(f"{f}: must be a positive integer, got {v!r}")
+        for f in ("ffn_mult", "capacity_factor"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise CellInputError(f"{f}: must be a positive number, got {v!r}")
+        for f in ("weight_grad_bytes", "optimizer_bytes_per_param"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, float)) or v < 0:
+                raise CellInputError(f"{f}: must be >= 0, got {v!r}")
         if self.hidden_size % self.num_heads:
             raise CellInputError(
                 f"num_heads: {self.num_heads} heads do not divide hidden_size {self.hidden_size}")
         if self.family == "moe":
             for f in ("num_experts", "top_k", "expert_group_size", "moe_every"):
                 v = getattr(self, f)
-                if not isinstance(v, int) or v <= 0:
+                if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                     raise CellInputError(f"{f}: must be a positive integer for a MoE model, got {v!r}")
             if self.top_k > self.num_experts:
                 raise CellInputError(f"top_k: {self.top_k} exceeds num_experts {self.num_experts}")
 
     @property
+    def state_bytes_per_param(self) -> float:
+        return (self.weight_grad_bytes or 2.0 * self.dtype_bytes) + self.optimizer_bytes_per_param
+
+    @property
     def signature(self) -> str:
-        """Same dimensions and batch, same signature (the name does not count)."""
+        """Same dimensions, batch and recipe, same signature (the name does not count)."""
         s = (f"{self.family}-h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}-v{self.vocab_size}"
-             f"-s{self.seq_length}-b{self.global_batch}-f{self.ffn_mult}-d{self.dtype_bytes}"
-             f"-r{int(self.recompute)}-o{self.optimizer_bytes_per_param:g}")
+             f"-s{self.seq_length}-b{self.global_batch}-f{self.ffn_mult:g}-d{self.dtype_bytes}"
+             f"-r{int(self.recompute)}-w{self.weight_grad_bytes:g}-o{self.optimizer_bytes_per_param:g}")
         if self.family == "moe":
-            s += f"-e{self.num_experts}k{self.top_k}g{self.expert_group_size}m{self.moe_every}"
+            s += (f"-e{self.num_experts}k{self.top_k}g{self.expert_group_size}m{self.moe_every}"
+                  f"c{self.capacity_factor:g}")
         return s
 
     @classmethod
-    def from_dims(cls, dims: ModelDims, global_batch: int, family: str = "gpt", **kw: Any) -> CellModel:
-        """Build from the shared ModelDims (estimator/models.py) plus the job's global batch."""
-        return cls(family=family, hidden_size=dims.hidden_size, num_layers=dims.num_layers,
-                   num_heads=dims.num_heads, vocab_size=dims.vocab_size, seq_length=dims.seq_length,
-                   global_batch=global_batch, name=kw.pop("name", dims.name), **kw)
+    def from_dims(cls, dims: ModelDims, global_batch: int, precision: str = "mixed", recompute: bool = True,
+                  expert_group_size: int = 2048, name: str | None = None) -> CellModel:
+        """From the shared ModelDims (estimator/models.py), the job's global batch and a precision recipe
+        of estimator/memory.py (bytes of weights, gradients and optimizer per parameter)."""
+        from estimator.memory import RECIPES
+
+        if precision not in RECIPES:
+            raise CellInputError(f"precision: unknown recipe {precision!r}; known: {', '.join(RECIPES)}")
+        r = RECIPES[precision]
+        ffn = dims.ffn * (1.5 if dims.gated else 1.0) / dims.hidden_size
+        return cls(family=_FAMILY_OF_DIMS.get(dims.family, dims.family), hidden_size=dims.hidden_size,
+                   num_layers=dims.num_layers, num_heads=dims.num_heads, vocab_size=dims.vocab_size,
+                   seq_length=dims.seq_length, global_batch=global_batch,
+                   ffn_mult=int(ffn) if float(ffn).is_integer() else ffn,
+                   num_experts=dims.num_experts, top_k=dims.top_k, expert_group_size=expert_group_size,
+                   moe_every=dims.moe_every, capacity_factor=dims.capacity_factor, dtype_bytes=r.activation,
+                   recompute=recompute, weight_grad_bytes=float(r.param + r.grad),
+                   optimizer_bytes_per_param=float(r.optimizer), precision=precision,
+                   name=dims.name if name is None else name)
 
 
 def _dense_layer(m: CellModel, idx: int) -> Operator:
@@ -146,26 +183,27 @@ def _dense_layer(m: CellModel, idx: int) -> Operator:
         out_bytes=s * h * d, traffic_bytes=rep * s, traffic_sharded_bytes=shard * s,
         tp_comm_bytes=calls * s * h * d, comm_calls=calls,
         stored_bytes=(s * h * d) if m.recompute else (rep + shard) * s,
-        shape=LayerShape("transformer", h, a, f * h, s, recompute=m.recompute),
+        shape=LayerShape("transformer", h, a, round(f * h), s, recompute=m.recompute),
     )
 
 
 def _moe_layer(m: CellModel, idx: int) -> Operator:
     h, s, a, f, d = m.hidden_size, m.seq_length, m.num_heads, m.ffn_mult, m.dtype_bytes
-    e, k, g = m.num_experts, m.top_k, m.expert_group_size
+    e, k, g, cf = m.num_experts, m.top_k, m.expert_group_size, m.capacity_factor
     passes = 4 if m.recompute else 3
-    # attention + top-k expert FFNs + gating + one-hot dispatch/combine einsums (E*C = k*G per token)
-    fwd = 2 * 4 * h * h + 4 * s * h + k * 4 * f * h * h + 2 * h * e + 2 * 2 * h * (k * g)
-    rep = 10 * h * d / 2 + 2 * (k * g) * d  # + dispatch mask and combine weights per token
+    slots = cf * k * g  # E * C expert slots per group: the one-hot dispatch/combine tensors per token
+    # attention + top-k expert FFNs + gating + one-hot dispatch/combine einsums
+    fwd = 2 * 4 * h * h + 4 * s * h + k * 4 * f * h * h + 2 * h * e + 2 * 2 * h * slots
+    rep = 10 * h * d / 2 + 2 * slots * d  # + dispatch mask and combine weights per token
     shard = (8 * h + k * 4 * f * h) * d / 2 + 5 * a * s
     calls = 6 if m.recompute else 4
     expert = e * (2 * f * h * h + f * h + h)
     return Operator(
         name=f"moe{idx}", flops=passes * fwd * s, params=4 * h * h + 4 * h + h * e + expert,
         expert_params=expert, out_bytes=s * h * d, traffic_bytes=rep * s, traffic_sharded_bytes=shard * s,
-        tp_comm_bytes=calls * s * h * d, a2a_bytes=calls * k * s * h * d, comm_calls=calls,
+        tp_comm_bytes=calls * s * h * d, a2a_bytes=calls * cf * k * s * h * d, comm_calls=calls,
         stored_bytes=(s * h * d) if m.recompute else (rep + shard) * s,
-        shape=LayerShape("moe", h, a, f * h, s, experts=e, top_k=k, recompute=m.recompute),
+        shape=LayerShape("moe", h, a, round(f * h), s, experts=e, top_k=k, recompute=m.recompute),
     )
 
 
@@ -270,14 +308,14 @@ class LinkPrior:
     because every cluster's fabric differs; measure yours with estimator.comm_profile.
     """
 
-    nvlink_efficiency: float = 0.4402
-    pcie_efficiency: float = 0.6928
+    nvlink_efficiency: float = 0.4558
+    pcie_efficiency: float = 0.6691
     network_efficiency: float = 0.8
     nvlink_latency_s: float = 5e-6
     pcie_latency_s: float = 10e-6
     network_latency_s: float = 20e-6
-    all_to_all_efficiency: float = 0.138
-    source: str = "prior:links(nvlink=0.44,pcie=0.69,net=0.8,a2a=0.138;fit:arena-train-seed0)"
+    all_to_all_efficiency: float = 0.1363
+    source: str = "prior:links(nvlink=0.456,pcie=0.669,net=0.8,a2a=0.136;fit:arena-train-seed0)"
 
 
 def pool_links(pool: GpuPool, prior: LinkPrior) -> tuple[Link, Link]:
@@ -532,7 +570,7 @@ def _stage_cost(
         sync += e.seconds
         sources.add(e.source)
     params_here = dense / tp + expert / (tp * dp)
-    weight_bytes = 2.0 * model.dtype_bytes  # weights + gradients
+    weight_bytes = model.weight_grad_bytes or 2.0 * model.dtype_bytes  # weights + gradients
     opt_shard = dp if cfg.dp_shards_optimizer else 1
     params_opt = dense / (tp * opt_shard) + expert / (tp * dp)  # whose optimizer states live here
     sync += optimizer_step_time(params_opt, gpu, weight_bytes + model.optimizer_bytes_per_param)
@@ -607,7 +645,8 @@ class Cell:
     """One scheduling candidate: job x GPU type x GPU count x pipeline stages, with its estimate.
 
     `iter_time`, `memory_per_gpu` (bytes, the most loaded GPU of the best plan) and the breakdown
-    carry their sources. `fits` is False with a `reason` when no assembled plan fits in memory or
+    carry their sources. `execution_plan` is the best plan as the shared estimator.plans.ExecutionPlan
+    when all its stages have the same (dp, tp) (None otherwise), e.g. for estimator.memory's breakdown. `fits` is False with a `reason` when no assembled plan fits in memory or
     the Cell cannot be formed.
     """
 
@@ -626,6 +665,7 @@ class Cell:
     plans_assembled: int = 0
     plans_feasible: int = 0
     stage_gpus: tuple[int, ...] = ()
+    execution_plan: ExecutionPlan | None = None
 
     @property
     def key(self) -> tuple[str, str, int, int, int, int]:
@@ -633,6 +673,11 @@ class Cell:
 
 
 _PARTITIONS: dict[tuple[str, int, int, float], StagePartition | str] = {}
+
+
+def clear_caches() -> None:
+    """Drop the module-level partition memo (CellEstimator instances hold their own caches)."""
+    _PARTITIONS.clear()
 
 
 def _partition(signature: str, ops: Sequence[Operator], num_gpus: int, num_stages: int,
@@ -651,6 +696,29 @@ def _partition(signature: str, ops: Sequence[Operator], num_gpus: int, num_stage
     if isinstance(hit, str):
         raise CellInputError(hit)
     return hit
+
+
+def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None = None) -> ExecutionPlan | None:
+    """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp); None when the stages
+    differ or the batch does not split into whole micro-batches per rank."""
+    cfg = config or CellConfig()
+    layouts = {(s.dp, s.tp) for s in plan.stages}
+    if len(layouts) != 1:
+        return None
+    dp, tp = layouts.pop()
+    b = plan.num_microbatches
+    if model.global_batch % (b * dp):
+        return None
+    experts = model.num_experts if model.family == "moe" else 0
+    try:
+        return ExecutionPlan(
+            dp=dp, tp=tp, pp=plan.num_stages, micro_batch=model.global_batch // (b * dp), grad_accum=b,
+            sharding="zero1" if cfg.dp_shards_optimizer and dp > 1 else "none",
+            checkpointing="full" if model.recompute else "none",
+            precision=model.precision if model.precision in PRECISIONS else "mixed",  # type: ignore[arg-type]
+            ep=dp if experts and experts % dp == 0 else 1, schedule="1f1b")
+    except PlanError:
+        return None
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -832,7 +900,8 @@ class CellEstimator:
         return Cell(**base, fits=True, reason="", plan=best.plan, iter_time=it,
                     memory_per_gpu=Sourced(best.memory_bytes, "formula:cells-memory"),
                     breakdown=tuple(best.breakdown().items()), plans_assembled=assembled,
-                    plans_feasible=feasible, stage_gpus=stage_gpus)
+                    plans_feasible=feasible, stage_gpus=stage_gpus,
+                    execution_plan=execution_plan(model, best.plan, self.config))
 
     # -- all Cells of a job ---------------------------------------------------------------------------
 

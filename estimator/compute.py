@@ -66,10 +66,10 @@ class EfficiencyPrior:
 # Alpa's runtime in the loop: hence the per-micro-batch overhead. docs/estimator-cells.md has the
 # procedure and the accuracy. Refit for another runtime (or let live metrics override, cells.py).
 DEFAULT_PRIOR = EfficiencyPrior(
-    matmul_efficiency=0.5583,
-    traffic_multiplier=4.4278,
-    microbatch_overhead_s=0.0372,
-    source="prior:roofline(eta_mm=0.558,kappa=4.43,mb=37.2ms;fit:arena-train-seed0)",
+    matmul_efficiency=0.5597,
+    traffic_multiplier=4.5415,
+    microbatch_overhead_s=0.03662,
+    source="prior:roofline(eta_mm=0.560,kappa=4.54,mb=36.6ms;fit:arena-train-seed0)",
 )
 
 

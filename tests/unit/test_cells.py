@@ -218,3 +218,30 @@ def test_no_torch_at_import() -> None:
             "estimator.partition, estimator.comm_profile; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_from_shared_model_dims_and_execution_plan() -> None:
+    from estimator.memory import estimate_memory
+    from estimator.models import registered
+
+    moe = registered("moe-690m")
+    llama = registered("llama2-7b")
+    bert = registered("bert-large")
+    assert moe is not None and llama is not None and bert is not None
+    m = CellModel.from_dims(moe, 256, precision="mixed-adafactor")
+    assert (m.family, m.ffn_mult, m.num_experts, m.top_k) == ("moe", 8, 16, 2)
+    assert m.state_bytes_per_param == 10  # 2 + 4 + 4
+    assert CellModel.from_dims(bert, 8).family == "bert"
+    assert CellModel.from_dims(llama, 8).ffn_mult == pytest.approx(11008 * 1.5 / 4096)  # SwiGLU: 3 matrices
+    with pytest.raises(CellInputError, match="^precision:"):
+        CellModel.from_dims(bert, 8, precision="fp8")
+
+    g = CellModel.from_dims(registered("gpt2-medium"), 64)  # type: ignore[arg-type]
+    c = CellEstimator().cell(g, A100, 4, 1)
+    ep = c.execution_plan
+    assert ep is not None and (ep.dp * ep.tp, ep.pp) == (4, 1)
+    assert ep.global_batch == 64 and ep.grad_accum == c.plan.num_microbatches  # type: ignore[union-attr]
+    # the Cell's memory agrees with estimator.memory's formula for the same plan within 20%
+    mem = estimate_memory(registered("gpt2-medium"), ep, gpu="A100-40GB")  # type: ignore[arg-type]
+    assert c.memory_per_gpu is not None
+    assert abs(c.memory_per_gpu.value - mem.total) / mem.total < 0.2
