@@ -241,7 +241,8 @@ def test_from_shared_model_dims_and_execution_plan() -> None:
     ep = c.execution_plan
     assert ep is not None and (ep.dp * ep.tp, ep.pp) == (4, 1)
     assert ep.global_batch == 64 and ep.grad_accum == c.plan.num_microbatches  # type: ignore[union-attr]
-    # the Cell's memory agrees with estimator.memory's formula for the same plan within 20%
+    # the Cell's quick feasibility figure is conservative against estimator.memory's fuller formula
+    # for the same plan (it keeps 12 bytes per fp32 logit for the loss), within a factor of 1.5
     mem = estimate_memory(registered("gpt2-medium"), ep, gpu="A100-40GB")  # type: ignore[arg-type]
     assert c.memory_per_gpu is not None
-    assert abs(c.memory_per_gpu.value - mem.total) / mem.total < 0.2
+    assert mem.total <= c.memory_per_gpu.value <= 1.5 * mem.total
