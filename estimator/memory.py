@@ -392,20 +392,21 @@ def embedding_stored_bytes(m: ModelDims, x: _ActShape) -> float:
 
 
 def head_stored_bytes(m: ModelDims, x: _ActShape) -> float:
-    """Final norm, MLM transform (encoder), output projection input, the loss's fp32 log-softmax and
+    """Final norm, MLM transform (encoder), output projection input, the loss's fp32 softmax and
     targets: what the last stage keeps per micro-batch for backward."""
     n, e, h = x.tokens, x.e, m.hidden_size
     copy = 2 * local_vocab(m, x.tp) * h if x.amp else 0  # autocast's bf16 copy of the output weight
-    loss = 4 * n * local_vocab(m, x.tp) + 8 * n  # the fp32 log-softmax the loss keeps; int64 targets
+    loss = 4 * n * local_vocab(m, x.tp) + 8 * n  # the fp32 softmax the loss keeps; int64 targets
     if m.family == "encoder":
         return e * n * h * 3 + _ln_bytes(m, _ActShape(n, e, x.tp, 1, x.flash, x.ckpt, x.ep, x.amp)) + copy + loss
     return _ln_bytes(m, x) + e * n * h / x.sp_div + copy + loss
 
 
 def loss_peak_bytes(m: ModelDims, x: _ActShape) -> float:
-    """Cross-entropy over the local logits at the start of its backward, beyond what it keeps (the
-    fp32 log-softmax, in head_stored_bytes): the gradient from NLL and the one it produces (2 x 4 B)."""
-    return 8 * x.tokens * local_vocab(m, x.tp)
+    """Cross-entropy (Megatron's: the fp32 softmax it keeps, in head_stored_bytes, becomes the
+    gradient in place) at its peak, beyond what it keeps: the logits' gradient in the activation dtype
+    in backward, or the logits themselves beside their fp32 copy in forward; e bytes per logit."""
+    return x.e * x.tokens * local_vocab(m, x.tp)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -507,8 +508,11 @@ def _stage_activations(model: ModelDims, plan: ExecutionPlan, stage: int) -> flo
     stored = sum(per_layer) if not full else len(layers) * x.resid * x.tokens * model.hidden_size / x.sp_div
     if first:
         stored += embedding_stored_bytes(model, x)
+    head = head_stored_bytes(model, x) if last else 0.0
+    # full recomputation rebuilds the head and loss too: each micro-batch keeps its input and targets
+    head_kept = x.resid * x.tokens * model.hidden_size / x.sp_div + 8 * x.tokens if full else head
     if last:
-        stored += head_stored_bytes(model, x)
+        stored += head_kept
     if plan.virtual_stages > 1 and stage == 0:
         p, v = plan.pp, plan.virtual_stages
         mb = min(plan.grad_accum, p) * (1 + (p - 1) / (p * v))
@@ -522,7 +526,7 @@ def _stage_activations(model: ModelDims, plan: ExecutionPlan, stage: int) -> flo
     if full and per_layer:  # rebuilt activations; the layer input is the one kept
         layer_bump += per_layer[-1] - x.resid * x.tokens * model.hidden_size / x.sp_div
     if last:  # by the first layer's backward, the head's stored tensors are gone
-        bump = max(layer_bump - head_stored_bytes(model, x), loss_peak_bytes(model, x))
+        bump = max(layer_bump - head_kept, head - head_kept + loss_peak_bytes(model, x))
     else:
         bump = layer_bump
     return acts + bump

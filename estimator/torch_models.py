@@ -18,8 +18,9 @@ Table 2), so that the analytical formula and the trace describe the same program
   a reduce-scatter a 1/tp one, an all-reduce is in place, an all-to-all makes a same-size tensor).
 
 Approximations (stated in docs/estimator-memory.md): the vocabulary-parallel embedding looks up the
-local table without Megatron's masking temporaries; the vocabulary-parallel cross-entropy is a plain
-cross-entropy over the local logits; MoE dispatch uses index gather/scatter (token indices are
+local table without Megatron's masking temporaries; the vocabulary-parallel cross-entropy keeps what
+Megatron's does (an fp32 softmax of the local logits, turned into the gradient in place) without its
+all-reduces of the max and the sum; MoE dispatch uses index gather/scatter (token indices are
 arbitrary: memory does not depend on which token goes where, only on the capacity).
 """
 
@@ -141,6 +142,30 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     out: torch.Tensor = torch.ops.aten.native_dropout(x, p, True)[0]
     return out
+
+
+class _CrossEntropy(torch.autograd.Function):
+    """Megatron's (vocabulary-parallel) cross-entropy: an fp32 softmax computed in place in the
+    upcast logits is all it keeps, and its backward turns that buffer into the gradient in place."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = logits.float()
+        x.sub_(x.amax(dim=-1, keepdim=True))
+        x.exp_()
+        x.div_(x.sum(dim=-1, keepdim=True))
+        picked = x.gather(-1, targets.unsqueeze(-1))
+        ctx.save_for_backward(x, targets)
+        ctx.dtype = logits.dtype
+        return -picked.log().mean()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        softmax, targets = ctx.saved_tensors
+        softmax.scatter_add_(-1, targets.unsqueeze(-1),
+                             torch.full_like(targets, -1, dtype=softmax.dtype).unsqueeze(-1))
+        softmax.mul_(g / targets.numel())
+        return softmax.to(ctx.dtype), None
 
 
 class _RMSNormFn(torch.autograd.Function):
@@ -408,7 +433,7 @@ class Head(nn.Module):
         else:
             x = self.norm(x)
             logits = _apply(_GatherLinear, x, w, None, self.tp) if self.sp else F.linear(x, w)
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        return _apply(_CrossEntropy, logits, targets)
 
 
 class Stage(nn.Module):
@@ -440,5 +465,8 @@ class Stage(nn.Module):
                 x = blk(x)
         if self.head is not None:
             assert targets is not None
+            if self.r.checkpointing == "full":  # the head and loss are recomputed too
+                loss: torch.Tensor = checkpoint(self.head, x, targets, use_reentrant=False)
+                return loss
             return self.head(x, targets)  # type: ignore[no-any-return]
         return x
