@@ -19,6 +19,8 @@ import yaml
 from tessera.v1 import common_pb2
 
 from estimator import catalog
+from estimator.convert import model_dims
+from estimator.plans import PlanError
 from tessera_common.contract import CONTRACT_VARS
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -37,6 +39,15 @@ MODEL_DIMS: tuple[tuple[str, int], ...] = (
     ("vocab_size", 4_000_000),
     ("seq_length", 1_048_576),
 )
+
+# Optional refinements of explicit dimensions (ModelSpec fields 7-15; docs/job-file.md): the model
+# family and its shape. Absent = a GPT-2-style decoder, as before they existed.
+MODEL_FAMILY_KEYS = (
+    "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor",
+    "tied_embeddings",
+)
+FAMILIES = {"decoder": common_pb2.MODEL_FAMILY_DECODER, "encoder": common_pb2.MODEL_FAMILY_ENCODER,
+            "moe": common_pb2.MODEL_FAMILY_MOE}
 
 TOP_LEVEL_KEYS = (
     "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
@@ -140,8 +151,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _unknown(key: str, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
+def _unknown(key: str, known: tuple[str, ...], suggest_first: tuple[str, ...] = ()) -> str:
+    close = difflib.get_close_matches(key, suggest_first, n=1) or difflib.get_close_matches(key, known, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"unknown field ({hint}known: {', '.join(known)})"
 
@@ -190,10 +201,11 @@ def _model(value: Any) -> common_pb2.ModelSpec:
             "model", "must be a registered model name or a mapping of hidden_size, num_layers, "
             "num_heads, vocab_size, seq_length"
         )
-    known = ("name",) + tuple(k for k, _ in MODEL_DIMS)
+    primary = ("name",) + tuple(k for k, _ in MODEL_DIMS)
+    known = primary + MODEL_FAMILY_KEYS
     for key in value:
         if key not in known:
-            raise JobFileError(f"model.{key}", _unknown(str(key), known))
+            raise JobFileError(f"model.{key}", _unknown(str(key), known, primary))
     name = value.get("name")
     if name is not None:
         if not isinstance(name, str) or not MODEL_NAME_RE.fullmatch(name):
@@ -206,7 +218,34 @@ def _model(value: Any) -> common_pb2.ModelSpec:
             "model.hidden_size",
             f"must be divisible by num_heads ({model.hidden_size} % {model.num_heads} != 0)",
         )
+    _model_family(value, model)
     return model
+
+
+def _model_family(value: Mapping[str, Any], model: common_pb2.ModelSpec) -> None:
+    """The optional family keys, then the estimator's own check of the whole model."""
+    if "family" in value:
+        family = value["family"]
+        if not isinstance(family, str) or family not in FAMILIES:
+            raise JobFileError("model.family", f"must be one of {', '.join(FAMILIES)}, got {family!r}")
+        model.family = FAMILIES[family]
+    for key in ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every"):
+        setattr(model, key, _int(value, key, 1, 1_048_576, required=False, default=0, prefix="model."))
+    for key in ("gated", "tied_embeddings"):
+        flag = value.get(key)
+        if flag is not None and not isinstance(flag, bool):
+            raise JobFileError(f"model.{key}", f"must be true or false, got {flag!r}")
+    model.gated = bool(value.get("gated", False))
+    model.untied_embeddings = value.get("tied_embeddings", True) is False
+    if "capacity_factor" in value:
+        cf = value["capacity_factor"]
+        if isinstance(cf, bool) or not isinstance(cf, int | float) or not 0 < cf <= 1000:
+            raise JobFileError("model.capacity_factor", f"must be a number in (0, 1000], got {cf!r}")
+        model.capacity_factor = float(cf)
+    try:
+        model_dims(model)
+    except PlanError as exc:
+        raise JobFileError(exc.field, exc.reason) from None
 
 
 def _gpu_types(value: Any) -> list[str]:

@@ -18,13 +18,14 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_DEADLINE_S = 10.0
 
 # Retries only for UNAVAILABLE: every mutating RPC carries a request id, so a retried call that
-# did reach the server returns the stored answer instead of acting twice.
+# did reach the server returns the stored answer instead of acting twice (the Estimator's calls
+# read, FitPerformance has a request id, ReportStepTimes counts a (job, iteration) once).
 _SERVICE_CONFIG = json.dumps(
     {
         "methodConfig": [
             {
                 "name": [{"service": "tessera.v1.Controller"}, {"service": "tessera.v1.AgentRegistry"},
-                         {"service": "tessera.v1.NodeAgent"}],
+                         {"service": "tessera.v1.NodeAgent"}, {"service": "tessera.v1.Estimator"}],
                 "retryPolicy": {
                     "maxAttempts": 4,
                     "initialBackoff": "0.1s",

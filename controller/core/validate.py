@@ -9,7 +9,9 @@ from tessera.v1 import common_pb2
 
 from controller.core import launchers
 from estimator.catalog import UnknownGpuError, lookup
+from estimator.convert import model_refinements
 from estimator.models import REGISTERED, ModelDims, registered
+from estimator.plans import PlanError
 from tessera_common.contract import CONTRACT_VARS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -42,7 +44,8 @@ class FieldError:
 def resolve_model(m: common_pb2.ModelSpec) -> ModelDims:
     """Dimensions of a validated ModelSpec: explicit dimensions win over the registered name."""
     if m.hidden_size:
-        return ModelDims(m.hidden_size, m.num_layers, m.num_heads, m.vocab_size, m.seq_length, m.name)
+        return ModelDims(m.hidden_size, m.num_layers, m.num_heads, m.vocab_size, m.seq_length, m.name,
+                         **model_refinements(m))
     dims = registered(m.name)
     assert dims is not None, "resolve_model on an unvalidated spec"
     return dims
@@ -69,6 +72,11 @@ def _model_errors(m: common_pb2.ModelSpec) -> list[FieldError]:
         errs.append(FieldError("model.num_heads", f"hidden_size {m.hidden_size} is not divisible by {m.num_heads}"))
     if m.name and not NAME_RE.match(m.name.lower()):
         errs.append(FieldError("model.name", "must match [a-z0-9][a-z0-9-]{0,62}"))
+    if not errs:  # the family fields (ModelSpec 7-15), checked as the estimator checks them
+        try:
+            resolve_model(m).validate()
+        except PlanError as e:
+            errs.append(FieldError(e.field, e.reason))
     return errs
 
 

@@ -39,6 +39,53 @@ class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKER_STATE_RUNNING: _ClassVar[WorkerState]
     WORKER_STATE_EXITED: _ClassVar[WorkerState]
     WORKER_STATE_STOPPING: _ClassVar[WorkerState]
+
+class ModelFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_FAMILY_UNSPECIFIED: _ClassVar[ModelFamily]
+    MODEL_FAMILY_DECODER: _ClassVar[ModelFamily]
+    MODEL_FAMILY_ENCODER: _ClassVar[ModelFamily]
+    MODEL_FAMILY_MOE: _ClassVar[ModelFamily]
+
+class Sharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SHARDING_UNSPECIFIED: _ClassVar[Sharding]
+    SHARDING_NONE: _ClassVar[Sharding]
+    SHARDING_ZERO1: _ClassVar[Sharding]
+    SHARDING_ZERO2: _ClassVar[Sharding]
+    SHARDING_ZERO3: _ClassVar[Sharding]
+    SHARDING_FSDP: _ClassVar[Sharding]
+
+class Offload(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OFFLOAD_UNSPECIFIED: _ClassVar[Offload]
+    OFFLOAD_NONE: _ClassVar[Offload]
+    OFFLOAD_OPTIMIZER: _ClassVar[Offload]
+    OFFLOAD_OPTIMIZER_AND_PARAMS: _ClassVar[Offload]
+
+class Checkpointing(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHECKPOINTING_UNSPECIFIED: _ClassVar[Checkpointing]
+    CHECKPOINTING_NONE: _ClassVar[Checkpointing]
+    CHECKPOINTING_SELECTIVE: _ClassVar[Checkpointing]
+    CHECKPOINTING_FULL: _ClassVar[Checkpointing]
+
+class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRECISION_UNSPECIFIED: _ClassVar[Precision]
+    PRECISION_FP32: _ClassVar[Precision]
+    PRECISION_AMP: _ClassVar[Precision]
+    PRECISION_MIXED: _ClassVar[Precision]
+    PRECISION_MEGATRON_BF16: _ClassVar[Precision]
+    PRECISION_MEGATRON_FP16: _ClassVar[Precision]
+    PRECISION_BF16: _ClassVar[Precision]
+    PRECISION_MIXED_ADAFACTOR: _ClassVar[Precision]
+
+class PipelineSchedule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PIPELINE_SCHEDULE_UNSPECIFIED: _ClassVar[PipelineSchedule]
+    PIPELINE_SCHEDULE_1F1B: _ClassVar[PipelineSchedule]
+    PIPELINE_SCHEDULE_GPIPE: _ClassVar[PipelineSchedule]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_STARTING: JobState
@@ -60,6 +107,35 @@ WORKER_STATE_UNSPECIFIED: WorkerState
 WORKER_STATE_RUNNING: WorkerState
 WORKER_STATE_EXITED: WorkerState
 WORKER_STATE_STOPPING: WorkerState
+MODEL_FAMILY_UNSPECIFIED: ModelFamily
+MODEL_FAMILY_DECODER: ModelFamily
+MODEL_FAMILY_ENCODER: ModelFamily
+MODEL_FAMILY_MOE: ModelFamily
+SHARDING_UNSPECIFIED: Sharding
+SHARDING_NONE: Sharding
+SHARDING_ZERO1: Sharding
+SHARDING_ZERO2: Sharding
+SHARDING_ZERO3: Sharding
+SHARDING_FSDP: Sharding
+OFFLOAD_UNSPECIFIED: Offload
+OFFLOAD_NONE: Offload
+OFFLOAD_OPTIMIZER: Offload
+OFFLOAD_OPTIMIZER_AND_PARAMS: Offload
+CHECKPOINTING_UNSPECIFIED: Checkpointing
+CHECKPOINTING_NONE: Checkpointing
+CHECKPOINTING_SELECTIVE: Checkpointing
+CHECKPOINTING_FULL: Checkpointing
+PRECISION_UNSPECIFIED: Precision
+PRECISION_FP32: Precision
+PRECISION_AMP: Precision
+PRECISION_MIXED: Precision
+PRECISION_MEGATRON_BF16: Precision
+PRECISION_MEGATRON_FP16: Precision
+PRECISION_BF16: Precision
+PRECISION_MIXED_ADAFACTOR: Precision
+PIPELINE_SCHEDULE_UNSPECIFIED: PipelineSchedule
+PIPELINE_SCHEDULE_1F1B: PipelineSchedule
+PIPELINE_SCHEDULE_GPIPE: PipelineSchedule
 
 class Gpu(_message.Message):
     __slots__ = ("index", "uuid", "model", "memory_bytes", "foreign_used_bytes", "nvlink_peers")
@@ -92,20 +168,70 @@ class NodeInventory(_message.Message):
     def __init__(self, source: _Optional[_Union[InventorySource, str]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., hostname: _Optional[str] = ..., cpu_count: _Optional[int] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
-    __slots__ = ("name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length")
+    __slots__ = ("name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor", "untied_embeddings")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     NUM_HEADS_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEQ_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    FFN_HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    GATED_FIELD_NUMBER: _ClassVar[int]
+    NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
+    NUM_EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MOE_EVERY_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    UNTIED_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     hidden_size: int
     num_layers: int
     num_heads: int
     vocab_size: int
     seq_length: int
-    def __init__(self, name: _Optional[str] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ...) -> None: ...
+    family: ModelFamily
+    ffn_hidden: int
+    gated: bool
+    num_kv_heads: int
+    num_experts: int
+    top_k: int
+    moe_every: int
+    capacity_factor: float
+    untied_embeddings: bool
+    def __init__(self, name: _Optional[str] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., family: _Optional[_Union[ModelFamily, str]] = ..., ffn_hidden: _Optional[int] = ..., gated: _Optional[bool] = ..., num_kv_heads: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., moe_every: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., untied_embeddings: _Optional[bool] = ...) -> None: ...
+
+class ExecutionPlan(_message.Message):
+    __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "sharding", "offload", "checkpointing", "sequence_parallel", "flash_attention", "precision", "ep", "virtual_stages", "schedule")
+    DP_FIELD_NUMBER: _ClassVar[int]
+    TP_FIELD_NUMBER: _ClassVar[int]
+    PP_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
+    GRAD_ACCUM_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_FIELD_NUMBER: _ClassVar[int]
+    OFFLOAD_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTING_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    FLASH_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    EP_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    dp: int
+    tp: int
+    pp: int
+    micro_batch: int
+    grad_accum: int
+    sharding: Sharding
+    offload: Offload
+    checkpointing: Checkpointing
+    sequence_parallel: bool
+    flash_attention: bool
+    precision: Precision
+    ep: int
+    virtual_stages: int
+    schedule: PipelineSchedule
+    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., sharding: _Optional[_Union[Sharding, str]] = ..., offload: _Optional[_Union[Offload, str]] = ..., checkpointing: _Optional[_Union[Checkpointing, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., schedule: _Optional[_Union[PipelineSchedule, str]] = ...) -> None: ...
 
 class ResourceHint(_message.Message):
     __slots__ = ("gpus", "gpu_types")

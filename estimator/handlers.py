@@ -1,0 +1,488 @@
+"""The estimator's API as plain functions over tessera.v1 messages.
+
+`Estimator` answers the requests of the `tessera.v1.Estimator` service (protos/tessera/v1/
+estimator.proto) by calling the library: estimator.memory.estimate_memory, estimator.cells
+(CellEstimator), estimator.perf_model (fit, refit, predict). The gRPC servicer (estimator/service.py)
+and `tessctl estimate` without `--estimator` both call it, so both answer the same.
+
+No grpc and no asyncio here; torch only through estimator.traced, on a traced-mode request. Bad
+input raises the library's errors (PlanError, CellInputError, PerfModelInputError), each naming
+the field as a request path; `field_error` turns any of them into (field, reason).
+
+Caches (thread-safe, bounded LRU): memory answers by (model signature, plan, GPU type, mode); Cell
+answers by the whole request, over one CellEstimator per Cell configuration (which caches stage
+costs and Cells by model signature, plan and GPU type); fitted performance models by (model key,
+GPU type); FitPerformance answers by request id.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import statistics
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, replace
+from importlib import metadata
+from typing import Generic, TypeVar
+
+from tessera.v1 import estimator_pb2 as pb
+
+from estimator import perf_model as pm
+from estimator.catalog import UnknownGpuError, lookup
+from estimator.cells import (
+    Cell,
+    CellConfig,
+    CellEstimator,
+    CellInputError,
+    CellModel,
+    ClusterSpec,
+    GpuPool,
+)
+from estimator.convert import PRECISION, execution_plan, model_dims, plan_message
+from estimator.memory import estimate_memory
+from estimator.plans import PlanError
+
+MODES: dict[int, str] = {pb.MEMORY_MODE_UNSPECIFIED: "formula", pb.MEMORY_MODE_FORMULA: "formula",
+                         pb.MEMORY_MODE_MARP: "marp", pb.MEMORY_MODE_TRACED: "traced"}
+PERF_MODES: dict[int, pm.Mode] = {pb.PERF_MODE_UNSPECIFIED: "tessera", pb.PERF_MODE_MORPHLING: "morphling",
+                                  pb.PERF_MODE_TESSERA: "tessera"}
+PERF_MODE_VALUE = {"morphling": pb.PERF_MODE_MORPHLING, "tessera": pb.PERF_MODE_TESSERA}
+ZEROS: dict[int, pm.Zero] = {pb.ZERO_KIND_UNSPECIFIED: "none", pb.ZERO_KIND_NONE: "none",
+                             pb.ZERO_KIND_ZERO_DP: "zero-dp", pb.ZERO_KIND_OFFLOAD: "offload"}
+LINKS = {pb.INTRA_LINK_UNSPECIFIED: "", pb.INTRA_LINK_NVLINK: "nvlink", pb.INTRA_LINK_PCIE: "pcie"}
+CELL_PRECISION = "mixed"  # CellModel's default recipe
+LIVE_WINDOW = 64  # step times kept per (job, model, plan, GPU type) for the online refit
+MEASURED_SOURCE_NOTE = "estimate (the Cell's time is measured)"
+
+
+class TracedUnavailable(RuntimeError):
+    """Traced mode was asked for where torch cannot be imported."""
+
+
+def field_error(exc: BaseException) -> tuple[str, str] | None:
+    """(field, reason) of an input error of the estimator library; None for anything else."""
+    if isinstance(exc, PlanError):
+        return exc.field, exc.reason
+    if isinstance(exc, pm.PerfModelInputError):
+        return exc.field, str(exc).removeprefix(f"{exc.field}: ")
+    if isinstance(exc, (CellInputError, UnknownGpuError)):
+        field, sep, reason = str(exc).partition(": ")
+        return (field, reason) if sep and " " not in field else ("input", str(exc))
+    return None
+
+
+def _prefixed(prefix: str, exc: Exception) -> PlanError:
+    fe = field_error(exc)
+    assert fe is not None
+    return PlanError(f"{prefix}.{fe[0]}" if fe[0] != "input" else prefix, fe[1])
+
+
+def canonical_gpu(name: str, field: str) -> str:
+    """The catalog name of a GPU name or alias; PlanError on `field` when unknown."""
+    try:
+        return lookup(name).name
+    except UnknownGpuError as exc:
+        raise PlanError(field, str(exc)) from None
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Lru(Generic[K, V]):
+    """A small thread-safe LRU map."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            v = self._d.get(key)
+            if v is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._d.move_to_end(key)
+            return v
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+# -- Cells ------------------------------------------------------------------------------------------
+
+
+def cluster_spec(c: pb.ClusterSpec, field: str = "cluster") -> ClusterSpec:
+    """The library's ClusterSpec; errors name ``cluster.pools[i].FIELD``."""
+    if not c.pools:
+        raise PlanError(f"{field}.pools", "a cluster needs at least one GPU pool")
+    pools = []
+    for i, p in enumerate(c.pools):
+        where = f"{field}.pools[{i}]"
+        if p.intra_link not in LINKS:
+            raise PlanError(f"{where}.intra_link", f"unknown value {p.intra_link}")
+        if not p.gpu:
+            raise PlanError(f"{where}.gpu", "required, a catalog GPU name such as A100-80GB")
+        try:
+            pools.append(GpuPool(p.gpu, p.num_gpus, p.gpus_per_node, LINKS[p.intra_link], p.nic_gbps or 12.5,
+                                 p.pcie_gbps or 32.0))
+        except (CellInputError, UnknownGpuError) as exc:
+            raise _prefixed(where, exc) from None
+    return ClusterSpec(tuple(pools))
+
+
+def cluster_message(spec: ClusterSpec) -> pb.ClusterSpec:
+    link = {"nvlink": pb.INTRA_LINK_NVLINK, "pcie": pb.INTRA_LINK_PCIE}
+    return pb.ClusterSpec(pools=[
+        pb.GpuPool(gpu=p.gpu, num_gpus=p.num_gpus, gpus_per_node=p.gpus_per_node,
+                   intra_link=link[p.intra_link],
+                   nic_gbps=p.nic_gbps, pcie_gbps=p.pcie_gbps)
+        for p in spec.pools])
+
+
+def cell_config(o: pb.CellOptions) -> CellConfig:
+    if o.max_gpus < 0:
+        raise PlanError("options.max_gpus", f"must be >= 1 (0 = 64), got {o.max_gpus}")
+    if o.microbatches_per_stage < 0:
+        raise PlanError("options.microbatches_per_stage", f"must be >= 1 (0 = 4), got {o.microbatches_per_stage}")
+    for i, s in enumerate(o.stage_counts):
+        if s < 1:
+            raise PlanError(f"options.stage_counts[{i}]", f"must be >= 1, got {s}")
+    base = CellConfig()
+    return replace(base, max_gpus=o.max_gpus or base.max_gpus,
+                   microbatches_per_stage=o.microbatches_per_stage or base.microbatches_per_stage,
+                   stage_counts=tuple(sorted(set(o.stage_counts))) or None)
+
+
+def cell_model(req: pb.GetCellsRequest) -> CellModel:
+    dims = model_dims(req.model)
+    if req.global_batch_size < 1:
+        raise PlanError("global_batch_size", f"required, must be >= 1, got {req.global_batch_size}")
+    if req.precision and req.precision not in PRECISION:
+        raise PlanError("precision", f"unknown value {req.precision}")
+    recompute = req.options.recompute if req.options.HasField("recompute") else True
+    try:
+        return CellModel.from_dims(dims, int(req.global_batch_size), precision=PRECISION.get(req.precision, CELL_PRECISION),
+                                   recompute=recompute)
+    except CellInputError as exc:
+        raise _prefixed("model", exc) from None
+
+
+def cell_message(c: Cell) -> pb.Cell:
+    """A Cell as a message; every estimated number carries its source."""
+    msg = pb.Cell(gpu_type=c.gpu_type, num_gpus=c.num_gpus, num_stages=c.num_stages, nodes=c.nodes,
+                  gpus_per_node=c.gpus_per_node, fits=c.fits, reason=c.reason, plans_assembled=c.plans_assembled,
+                  plans_feasible=c.plans_feasible, stage_gpus=list(c.stage_gpus))
+    if c.plan is not None:
+        msg.plan.CopyFrom(pb.CellPlan(
+            stages=[pb.CellStage(first_operator=s.start, end_operator=s.end, dp=s.dp, tp=s.tp) for s in c.plan.stages],
+            num_microbatches=c.plan.num_microbatches, description=c.plan.describe()))
+    if c.execution_plan is not None:
+        msg.execution_plan.CopyFrom(plan_message(c.execution_plan))
+    if c.iter_time is not None:
+        msg.iter_time_seconds.CopyFrom(pb.SourcedValue(value=c.iter_time.value, source=c.iter_time.source))
+    if c.memory_per_gpu is not None:
+        msg.memory_per_gpu_bytes.CopyFrom(pb.SourcedValue(value=c.memory_per_gpu.value, source=c.memory_per_gpu.source))
+    est_source = c.iter_time.source if c.iter_time is not None else ""
+    if est_source == "measured":
+        est_source = MEASURED_SOURCE_NOTE
+    for name, seconds in c.breakdown:
+        msg.breakdown.append(pb.TimeComponent(name=name, seconds=seconds, source=est_source))
+    return msg
+
+
+# -- performance model ------------------------------------------------------------------------------
+
+
+def perf_mode(value: int, field: str = "mode") -> pm.Mode:
+    if value not in PERF_MODES:
+        raise PlanError(field, f"unknown value {value}")
+    return PERF_MODES[value]
+
+
+def environment(e: pb.PerfEnvironment, base: pm.Environment = pm.DEFAULT_ENV) -> pm.Environment:
+    """`base` with the message's non-zero fields; errors name ``env.FIELD``."""
+    changes: dict[str, float | int] = {}
+    for f in ("intra_node_bw", "inter_node_bw", "gpus_per_nic", "pcie_bw", "net_efficiency"):
+        v = getattr(e, f)
+        if v:
+            changes[f] = v
+    return replace(base, **changes) if changes else base  # type: ignore[arg-type]
+
+
+def run_config(c: pb.PerfRunConfig) -> pm.RunConfig:
+    """The library's RunConfig; PerfModelInputError names the field inside the config."""
+    w = c.workload
+    workload = pm.Workload(name=w.name, params=w.params, layers=w.layers, hidden=w.hidden, seq=w.seq,
+                           global_batch=int(w.global_batch), fwd_ref_time=w.fwd_ref_time,
+                           fwd_ref_batch=w.fwd_ref_batch or 1.0, fwd_exponent=w.fwd_exponent or 1.0)
+    p = c.plan
+    if p.zero not in ZEROS:
+        raise PlanError("plan.zero", f"unknown value {p.zero}")
+    plan = pm.Plan(dp=p.dp or 1, tp=p.tp or 1, pp=p.pp or 1, zero=ZEROS[p.zero], ga_steps=p.ga_steps or 1,
+                   checkpointing=p.checkpointing, micro_batches=p.micro_batches or 1)
+    if not c.gpus_per_node:
+        raise PlanError("gpus_per_node", "required: GPUs per server, e.g. [8, 8]")
+    placement = pm.Placement(tuple(c.gpus_per_node))
+    return pm.RunConfig(workload, plan, placement, cpus=c.cpus or 1, fwd_time=c.fwd_time or None)
+
+
+def sample(s: pb.PerfSample) -> pm.Sample:
+    cfg = _in("config", run_config, s.config)
+    return pm.Sample(cfg, s.iter_time, t_cc=s.t_cc or None, t_oo=s.t_oo or None, time=s.time)
+
+
+T = TypeVar("T")
+M = TypeVar("M")
+
+
+def _in(prefix: str, fn: Callable[[M], T], arg: M) -> T:
+    """fn(arg), with the field of an input error put under `prefix`."""
+    try:
+        return fn(arg)
+    except (PlanError, pm.PerfModelInputError, CellInputError) as exc:
+        raise _prefixed(prefix, exc) from None
+
+
+def params_message(p: pm.Params) -> pb.PerfParams:
+    return pb.PerfParams(k_bwd=p.k_bwd, k_sync=p.k_sync, k_opt=p.k_opt, k_os_offload=p.k_os_offload,
+                         k_const=p.k_const, k_off=p.k_off, k_swap=p.k_swap, k_host=p.k_host)
+
+
+def params_of(m: pb.PerfParams) -> pm.Params:
+    return pm.Params(m.k_bwd, m.k_sync, m.k_opt, m.k_os_offload, m.k_const, m.k_off, m.k_swap, m.k_host)
+
+
+@dataclass(frozen=True)
+class FittedModel:
+    """A performance model kept under (model key, GPU type): its parameters, mode, environment and
+    the samples it was first fitted on (the base of later online refits)."""
+
+    params: pm.Params
+    mode: pm.Mode
+    env: pm.Environment
+    samples: tuple[pm.Sample, ...] = ()
+
+
+def _config_key(c: pm.RunConfig) -> tuple[Hashable, ...]:
+    p = c.plan
+    return (p.dp, p.tp, p.pp, p.zero, p.ga_steps, p.checkpointing, p.micro_batches, c.placement.gpus_per_node,
+            c.cpus)
+
+
+# -- the API ----------------------------------------------------------------------------------------
+
+
+class Estimator:
+    """State behind the Estimator API: caches, Cell estimators, fitted performance models.
+
+    Thread-safe: the service calls it from worker threads. Cell computations are serialised per
+    Cell configuration and traced-mode runs are serialised (torch's fake-tensor tracing is heavy
+    and process-global); formula and MARP estimates run in parallel.
+    """
+
+    def __init__(self, memory_cache_size: int = 4096, cells_cache_size: int = 256, max_cell_configs: int = 16,
+                 max_live_windows: int = 4096) -> None:
+        self._memory: _Lru[tuple[str, str, str, str], pb.MemoryBreakdown] = _Lru(memory_cache_size)
+        self._cells: _Lru[bytes, pb.GetCellsResponse] = _Lru(cells_cache_size)
+        self._cell_estimators: OrderedDict[CellConfig, tuple[CellEstimator, threading.Lock]] = OrderedDict()
+        self._max_cell_configs = max_cell_configs
+        self._measured: dict[tuple[str, str, int, int], float] = {}
+        self._models: dict[tuple[str, str], FittedModel] = {}
+        self._live: OrderedDict[tuple[Hashable, ...], OrderedDict[str, tuple[float, float]]] = OrderedDict()
+        self._seq = 0
+        self._max_live = max_live_windows
+        self._fits: _Lru[str, pb.FitPerformanceResponse] = _Lru(1024)
+        self._lock = threading.Lock()
+        self._traced_lock = threading.Lock()
+
+    # -- EstimateMemory ---------------------------------------------------------------------------
+
+    def estimate_memory(self, req: pb.EstimateMemoryRequest) -> pb.EstimateMemoryResponse:
+        """Peak bytes per GPU of req.plan for req.model (estimator.memory.estimate_memory)."""
+        dims = model_dims(req.model)
+        plan = execution_plan(req.plan, int(req.global_batch_size))
+        if req.num_gpus < 0:
+            raise PlanError("num_gpus", f"must be >= 1 (0 = dp*tp*pp), got {req.num_gpus}")
+        plan.check(num_gpus=req.num_gpus or None, model=dims)
+        if req.mode not in MODES:
+            raise PlanError("mode", f"unknown value {req.mode}")
+        mode = MODES[req.mode]
+        gpu = canonical_gpu(req.gpu, "gpu") if req.gpu else ""
+        key = (dims.signature, plan.key, gpu, mode)
+        mem = self._memory.get(key)
+        if mem is None:
+            if mode == "traced":
+                if importlib.util.find_spec("torch") is None:
+                    raise TracedUnavailable("mode: traced mode needs torch, which this estimator cannot import")
+                with self._traced_lock:
+                    est = estimate_memory(dims, plan, mode=mode, gpu=gpu or None)
+            else:
+                est = estimate_memory(dims, plan, mode=mode, gpu=gpu or None)
+            mem = pb.MemoryBreakdown(
+                parameters=est.parameters, gradients=est.gradients, optimizer=est.optimizer,
+                activations=est.activations, other=est.other, total=est.total, capacity=est.capacity_bytes or 0,
+                source=est.source, stage=est.stage, cpu_bytes=est.cpu_bytes, notes=list(est.notes))
+            if est.fits is not None:
+                mem.fits = est.fits
+            self._memory.put(key, mem)
+        return pb.EstimateMemoryResponse(memory=mem, plan=plan_message(plan), gpu=gpu, model_signature=dims.signature,
+                                         num_gpus=plan.num_gpus)
+
+    # -- GetCells ---------------------------------------------------------------------------------
+
+    def get_cells(self, req: pb.GetCellsRequest) -> pb.GetCellsResponse:
+        """All Cells of a job on the cluster's GPU types (or the best per type and count)."""
+        key = req.SerializeToString(deterministic=True)
+        hit = self._cells.get(key)
+        if hit is not None:
+            return hit
+        model = cell_model(req)
+        cluster = cluster_spec(req.cluster)
+        config = cell_config(req.options)
+        est, lock = self._cell_estimator(config)
+        with lock:
+            cells = est.best_cells(model, cluster) if req.best_only else est.cells(model, cluster)
+        resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells])
+        self._cells.put(key, resp)
+        return resp
+
+    def _cell_estimator(self, config: CellConfig) -> tuple[CellEstimator, threading.Lock]:
+        with self._lock:
+            hit = self._cell_estimators.get(config)
+            if hit is not None:
+                self._cell_estimators.move_to_end(config)
+                return hit
+            est = CellEstimator(config)
+            for (sig, gpu, n, s), seconds in self._measured.items():
+                est.record_measured(sig, gpu, n, s, seconds)
+            entry = (est, threading.Lock())
+            self._cell_estimators[config] = entry
+            while len(self._cell_estimators) > self._max_cell_configs:
+                self._cell_estimators.popitem(last=False)
+            return entry
+
+    # -- FitPerformance ---------------------------------------------------------------------------
+
+    def fit_performance(self, req: pb.FitPerformanceRequest) -> pb.FitPerformanceResponse:
+        """Fit Morphling's model to req.samples (perf_model.fit) and keep it under (model key, GPU
+        type). The same request id returns the first answer."""
+        if req.request_id:
+            seen = self._fits.get(req.request_id)
+            if seen is not None:
+                return seen
+        if not req.samples:
+            raise PlanError("samples", "needs at least one sample")
+        samples = [_in(f"samples[{i}]", sample, s) for i, s in enumerate(req.samples)]
+        mode = perf_mode(req.mode)
+        env = _in("env", environment, req.env)
+        gpu = canonical_gpu(req.gpu_type, "gpu_type") if req.gpu_type else ""
+        key = req.model_key or samples[0].config.workload.name
+        if not key:
+            raise PlanError("model_key", "required when the samples' workload has no name")
+        params = pm.fit(samples, mode, env)
+        err = pm.rmsle(params, samples, mode, env)
+        with self._lock:
+            self._models[(key, gpu)] = FittedModel(params, mode, env, tuple(samples))
+        resp = pb.FitPerformanceResponse(model_key=key, gpu_type=gpu, mode=PERF_MODE_VALUE[mode],
+                                         params=params_message(params), rmsle=err, num_samples=len(samples),
+                                         source=f"fitted:{mode}:rmsle")
+        if req.request_id:
+            self._fits.put(req.request_id, resp)
+        return resp
+
+    def fitted(self, model_key: str, gpu_type: str = "") -> FittedModel | None:
+        with self._lock:
+            return self._models.get((model_key, gpu_type))
+
+    # -- ReportStepTimes --------------------------------------------------------------------------
+
+    def report_step_times(self, req: pb.ReportStepTimesRequest) -> pb.ReportStepTimesResponse:
+        """Online refit (perf_model.refit) of the model kept under (model key, GPU type) from a
+        running job's step times; returns the prediction for the job's configuration before and
+        after. Without a fitted model the refit starts from the prior (DEFAULT_PARAMS)."""
+        cfg = _in("config", run_config, req.config)
+        if not req.steps:
+            raise PlanError("steps", "needs at least one step time")
+        for i, st in enumerate(req.steps):
+            if not (math.isfinite(st.seconds) and st.seconds > 0):
+                raise PlanError(f"steps[{i}].seconds", f"must be a finite number > 0, got {st.seconds!r}")
+        gpu = canonical_gpu(req.gpu_type, "gpu_type") if req.gpu_type else ""
+        key = req.model_key or cfg.workload.name
+        if not key:
+            raise PlanError("model_key", "required when the workload has no name")
+        cell_sig = None
+        if req.HasField("model"):
+            if not gpu:
+                raise PlanError("gpu_type", "required with model (the Cell's GPU type)")
+            cell_sig = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size)).signature
+        with self._lock:
+            fitted = self._models.get((key, gpu))
+            mode = perf_mode(req.mode) if req.mode else (fitted.mode if fitted else "tessera")
+            params = fitted.params if fitted else pm.DEFAULT_PARAMS
+            if mode == "tessera" and params.k_host == 0:
+                params = replace(params, k_host=pm.DEFAULT_PARAMS.k_host)
+            env = _in("env", environment, req.env) if req.HasField("env") else (fitted.env if fitted else pm.DEFAULT_ENV)
+            base = fitted.samples if fitted else ()
+            wkey = (req.job_id or key, key, gpu, _config_key(cfg))
+            window = self._live.setdefault(wkey, OrderedDict())
+            self._live.move_to_end(wkey)
+            for st in req.steps:
+                self._seq += 1
+                window[f"i{st.iteration}" if st.iteration else f"s{self._seq}"] = (st.seconds, st.time or self._seq)
+            while len(window) > LIVE_WINDOW:
+                window.popitem(last=False)
+            while len(self._live) > self._max_live:
+                self._live.popitem(last=False)
+            steps = list(window.values())
+        live = [pm.Sample(cfg, s, time=t) for s, t in steps]
+        before = pm.predict(params, cfg, mode, env)
+        new = pm.refit(params, live, mode, env, base_samples=base)
+        after = pm.predict(new, cfg, mode, env)
+        measured = statistics.median(s for s, _ in steps)
+        with self._lock:
+            self._models[(key, gpu)] = FittedModel(new, mode, env, base)
+            if cell_sig is not None:
+                p = cfg.plan
+                mkey = (cell_sig, gpu, p.gpus, p.pp)
+                self._measured[mkey] = measured
+                for est, _lock in self._cell_estimators.values():
+                    est.record_measured(cell_sig, gpu, p.gpus, p.pp, measured)
+                self._cells.clear()
+        return pb.ReportStepTimesResponse(params=params_message(new), predicted_before_seconds=before,
+                                          predicted_seconds=after, measured_seconds=measured,
+                                          samples_used=len(live), source=f"fitted:{mode}:refit")
+
+    # -- Health -----------------------------------------------------------------------------------
+
+    def health(self) -> pb.HealthResponse:
+        with self._lock:
+            cells = sum(e.misses for e, _ in self._cell_estimators.values())
+            fitted = len(self._models)
+        return pb.HealthResponse(status="SERVING", version=version(), memory_cache_entries=len(self._memory),
+                                 cell_cache_entries=cells, fitted_models=fitted,
+                                 traced_available=importlib.util.find_spec("torch") is not None)
+
+
+def version() -> str:
+    try:
+        return metadata.version("tessera")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,77 @@
+"""`tessera-estimator`: the estimator daemon (the tessera.v1.Estimator gRPC API).
+
+Exit status: 0 after SIGTERM/SIGINT, 1 when the address cannot be bound, 2 for bad arguments.
+stdout stays empty; logs go to stderr (structlog: JSON when stderr is not a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+
+import structlog
+from tessera.v1 import estimator_pb2_grpc
+
+from estimator.handlers import Estimator, version
+from estimator.service import EstimatorService
+from tessera_common import logs, metrics, notify, rpc
+
+log = structlog.get_logger("estimator")
+
+DEFAULT_LISTEN = "127.0.0.1:50053"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="tessera-estimator", description=__doc__)
+    p.add_argument("--listen", default=DEFAULT_LISTEN,
+                   help=f"host:port of the Estimator API (port 0 = pick one; default {DEFAULT_LISTEN})")
+    p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty)")
+    p.add_argument("--memory-cache", type=int, default=4096, help="memory answers kept (LRU)")
+    p.add_argument("--cells-cache", type=int, default=256, help="GetCells answers kept (LRU)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    args = p.parse_args(argv)
+    if ":" not in args.listen:
+        p.error("--listen must be host:port")
+    if args.memory_cache < 1 or args.cells_cache < 1:
+        p.error("cache sizes must be >= 1")
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    service = EstimatorService(Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache))
+    server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)])
+    await server.start()
+    mport = metrics.serve(args.metrics_listen)
+    host = args.listen.rpartition(":")[0]
+    log.info("estimator_started", listen=f"{host}:{port}", metrics_port=mport, version=version(), pid=os.getpid())
+    watchdog = asyncio.create_task(notify.watchdog_loop())
+    notify.notify(f"READY=1\nSTATUS=serving on {host}:{port}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    notify.notify("STOPPING=1")
+    log.info("estimator_stopping")
+    watchdog.cancel()
+    await server.stop(grace=2.0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logs.configure(args.log_level)
+    try:
+        asyncio.run(serve(args))
+    except OSError as e:
+        print(f"tessera-estimator: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
