@@ -114,17 +114,28 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
+def _enum_word(value: str, prefix: str) -> str:
+    """A plan option's value in lower case, from its own spelling or protobuf's enum name in the JSON
+    mapping of common.proto's ExecutionPlan (`SHARDING_ZERO3`, `OFFLOAD_OPTIMIZER_AND_PARAMS`,
+    `PIPELINE_SCHEDULE_GPIPE`; `..._UNSPECIFIED` = "")."""
+    v = value.strip().lower()
+    if prefix and v.startswith(prefix):
+        v = v[len(prefix):]
+        v = "" if v == "unspecified" else v.replace("_and_", "+")
+    return v
+
+
 def _choice_field(d: Mapping[str, Any], names: tuple[str, ...], what: str, choices: tuple[str, ...],
-                  true: str) -> str | None:
-    """The first of `names` present in d as one of `choices` (any case); JSON true/false (or 1/0,
-    "true"/"false") mean `true` / "none". None when absent."""
+                  true: str, prefix: str = "") -> str | None:
+    """The first of `names` present in d as one of `choices` (any case, or its protobuf enum name
+    with `prefix`); JSON true/false (or 1/0, "true"/"false") mean `true` / "none". None when absent."""
     for name in names:
         if name in d and d[name] is not None:
             value = d[name]
             if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
                 return true if value else "none"
             if isinstance(value, str):
-                v = value.strip().lower()
+                v = _enum_word(value, prefix) or "none"
                 if v in choices:
                     return v
                 if v in _TRUE | _FALSE:
@@ -182,9 +193,12 @@ class Plan:
         A missing or zero dp, tp, pp, micro_batch or grad_accum takes its default (proto JSON omits
         zero fields): tp = pp = grad_accum = 1, dp = `default_dp`, micro_batch = `default_micro_batch`.
         Negative values raise ContractError. `zero_stage` (alias `zero`) must be 0-3, or come from
-        `sharding` (SHARDINGS); `offload` one of OFFLOADS, `activation_checkpointing` (alias
-        `checkpointing`) one of CHECKPOINTINGS, either also as a boolean (true = "optimizer" /
-        "full"); `pp_schedule` one of PP_SCHEDULES or empty. Any case.
+        `sharding` (SHARDINGS); `offload` one of OFFLOADS, `activation_checkpointing` (aliases
+        `checkpointing`, `gradient_checkpointing`) one of CHECKPOINTINGS, either also as a boolean
+        (true = "optimizer" / "full"); `pp_schedule` (alias `schedule`) one of PP_SCHEDULES or
+        empty. Any case; protobuf's enum names (common.proto ExecutionPlan: `SHARDING_ZERO3`,
+        `OFFLOAD_OPTIMIZER_AND_PARAMS`, `CHECKPOINTING_FULL`, `PIPELINE_SCHEDULE_GPIPE`, `*_UNSPECIFIED`)
+        are read too.
         """
         def names(*keys: str) -> tuple[str, ...]:
             return tuple(n for k in keys for n in (k, _camel(k)))
@@ -198,18 +212,18 @@ class Plan:
         zero_stage = get_int("zero_stage", 0, "zero")
         if zero_stage > 3:
             raise ContractError(f"plan.zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
-        sharding = _str_field(d, ("sharding",)).strip().lower()
+        sharding = _enum_word(_str_field(d, ("sharding",)), "sharding_")
         if sharding:
             if sharding not in SHARDINGS:
                 raise ContractError(f"plan.sharding must be one of {', '.join(SHARDINGS)}, got {sharding!r}")
             zero_stage = max(zero_stage, SHARDINGS[sharding])
-        pp_schedule = _str_field(d, names("pp_schedule")).strip().lower()
+        pp_schedule = _enum_word(_str_field(d, names("pp_schedule", "schedule")), "pipeline_schedule_")
         if pp_schedule not in ("", *PP_SCHEDULES):
             raise ContractError(f"plan.pp_schedule must be one of {', '.join(PP_SCHEDULES)}, got {pp_schedule!r}")
-        offload = _choice_field(d, names("offload"), "plan", OFFLOADS, "optimizer") or "none"
-        ac = _choice_field(d, names("activation_checkpointing", "checkpointing"), "plan", CHECKPOINTINGS,
-                           "full") or "none"
-        known = set(names(*cls._KNOWN, "zero", "sharding", "checkpointing"))
+        offload = _choice_field(d, names("offload"), "plan", OFFLOADS, "optimizer", "offload_") or "none"
+        ac = _choice_field(d, names("activation_checkpointing", "checkpointing", "gradient_checkpointing"), "plan",
+                           CHECKPOINTINGS, "full", "checkpointing_") or "none"
+        known = set(names(*cls._KNOWN, "zero", "sharding", "checkpointing", "gradient_checkpointing", "schedule"))
         return cls(
             dp=get_int("dp", default_dp),
             tp=get_int("tp", 1),

@@ -108,6 +108,16 @@ def test_plan_reads_the_estimators_vocabulary() -> None:
     p = Plan.from_dict({"dp": 4, "zero": 2, "offload": True, "activation_checkpointing": True})
     assert (p.zero_stage, p.offload, p.activation_checkpointing) == (2, "optimizer", "full")
     assert Plan.from_dict(p.to_dict()) == p
+    # common.proto's ExecutionPlan in protobuf's JSON mapping (enum names, camelCase).
+    p = Plan.from_dict({"dp": 2, "microBatch": 4, "sharding": "SHARDING_ZERO2", "offload": "OFFLOAD_OPTIMIZER_AND_PARAMS",
+                        "checkpointing": "CHECKPOINTING_SELECTIVE", "schedule": "PIPELINE_SCHEDULE_GPIPE",
+                        "precision": "PRECISION_FP32"})
+    assert (p.zero_stage, p.offload, p.activation_checkpointing, p.pp_schedule, dict(p.extra)) == (
+        2, "optimizer+params", "selective", "gpipe", {"precision": "PRECISION_FP32"})
+    p = Plan.from_dict({"sharding": "SHARDING_UNSPECIFIED", "offload": "OFFLOAD_UNSPECIFIED",
+                        "checkpointing": "CHECKPOINTING_NONE", "schedule": "PIPELINE_SCHEDULE_UNSPECIFIED",
+                        "gradient_checkpointing": False})
+    assert (p.zero_stage, p.offload, p.activation_checkpointing, p.pp_schedule) == (0, "none", "none", "")
 
 
 def test_resolve_dp_plan() -> None:
