@@ -18,6 +18,7 @@ from typing import Any, NoReturn, TextIO
 from tessera.v1 import common_pb2, controller_pb2
 
 from clients import output
+from clients.estimate import ClusterFileError, EstimatorUnreachable
 from clients.jobfile import JobFileError, load_job_file, parse_job_yaml
 from clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, TesseraError, state_value
 
@@ -142,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     from controller.sim.cli import add_arguments as _sim_arguments
 
     _sim_arguments(p)
+
+    est = command(sub, "estimate", _needs_resource, "ask the estimator about a job: memory per GPU, Cells")
+    from clients.estimate import add_arguments as _estimate_arguments
+
+    _estimate_arguments(est, command)
 
     command(sub, "version", cmd_version, "print the version of tessctl")
     return parser
@@ -448,14 +454,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_version(None, args, out)
         if args.command == "simulate":  # runs here, needs no controller
             return cmd_simulate(None, args, out)
+        if args.command == "estimate":  # in-process, or asks a tessera-estimator: no controller
+            return int(args.func(None, args, out))
         client = Client(args.controller, timeout=timeout)
         return int(args.func(client, args, out))
+    except EstimatorUnreachable as exc:
+        return _fail(f"cannot reach estimator at {exc.target} ({exc.message})")
     except ControllerUnreachable as exc:
         return _fail(_unreachable_message(exc))
     except TesseraError as exc:
         return _fail(str(exc))
     except JobFileError as exc:
         return _fail(f"{args.filename}: {exc}")
+    except ClusterFileError as exc:
+        return _fail(str(exc))
     except UsageError as exc:
         print(f"tessctl: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2

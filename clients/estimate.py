@@ -1,0 +1,468 @@
+"""`tessctl estimate memory|cells`: ask the estimator about a job file (docs/estimator-service.md).
+
+The same request message goes either to the library in this process (estimator.handlers.Estimator,
+the default: no server needed) or to a `tessera-estimator` (`--estimator HOST:PORT`); the answer is
+the same response message, printed by the same functions, so both paths print the same output.
+An input error of the library becomes the same INVALID_ARGUMENT "field: reason" the service sends.
+
+Cluster files (`--cluster FILE`, repeatable, or FILE,FILE): YAML or JSON, one of
+- ``{pools: [{gpu: A100-80GB, nodes: 2, gpus_per_node: 4, intra_link: nvlink, nic_gbps: 12.5}, ...]}``
+  (``num_gpus`` may replace ``nodes``; ``intra_link``, ``nic_gbps``, ``pcie_gbps`` are optional);
+- a declared node inventory (docs/inventory.md, examples/inventories/*.yaml): one node;
+- a simulator cluster (controller/sim/clusters/*.json: ``node_groups``).
+Pools of the same GPU type, node size and links are merged (their GPUs add up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
+
+from clients.sdk import TesseraError
+from estimator.convert import execution_plan, plan_fields
+from estimator.plans import PlanError
+from tessera_common.rpc import sync_channel
+
+MODES = {"formula": estimator_pb2.MEMORY_MODE_FORMULA, "marp": estimator_pb2.MEMORY_MODE_MARP,
+         "traced": estimator_pb2.MEMORY_MODE_TRACED}
+DEFAULT_TIMEOUT_S = 300.0  # a traced-mode estimate of a large model takes a while on a cold service
+POOL_KEYS = ("gpu", "nodes", "num_gpus", "gpus_per_node", "intra_link", "nic_gbps", "pcie_gbps")
+LINKS = {"": estimator_pb2.INTRA_LINK_UNSPECIFIED, "nvlink": estimator_pb2.INTRA_LINK_NVLINK,
+         "pcie": estimator_pb2.INTRA_LINK_PCIE}
+GB = 1e9
+GIB = 1024**3
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot be read or understood; the message starts with the file."""
+
+
+class EstimatorUnreachable(TesseraError):
+    def __init__(self, target: str, message: str) -> None:
+        super().__init__("UNAVAILABLE", message)
+        self.target = target
+
+
+# -- arguments --------------------------------------------------------------------------------------
+
+
+def plan_arg(text: str) -> common_pb2.ExecutionPlan:
+    """argparse type of --plan: ``dp=2,tp=2,pp=1,micro_batch=4,sharding=zero2,...``."""
+    pairs: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"--plan wants key=value pairs separated by commas, got {part!r}")
+        if key.strip() in pairs:
+            raise argparse.ArgumentTypeError(f"--plan gives {key.strip()} twice")
+        pairs[key.strip()] = value
+    try:
+        return plan_fields(pairs)
+    except PlanError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
+    """The `estimate memory` and `estimate cells` subcommands (command(parent, name, func, help))."""
+    sub = estimate.add_subparsers(dest="what", metavar="WHAT", required=True)
+    p = command(sub, "memory", cmd_memory, "peak memory per GPU of a job under a plan, by category")
+    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md)")
+    p.add_argument("--gpu", required=True, metavar="TYPE", help="GPU type (catalog name or alias, e.g. a100-80gb)")
+    p.add_argument("--plan", type=plan_arg, default=None, metavar="K=V[,K=V]",
+                   help="execution plan: dp, tp, pp, micro_batch, grad_accum, sharding (none|zero1|zero2|zero3|fsdp), "
+                        "offload (none|optimizer|optimizer+params), checkpointing (none|selective|full), "
+                        "sequence_parallel, flash_attention, precision, ep, virtual_stages, schedule (1f1b|gpipe); "
+                        "unset sizes are 1 and grad_accum keeps the job's global batch (default: one GPU)")
+    p.add_argument("--mode", choices=tuple(MODES), default="formula",
+                   help="formula (default), marp (Frenzy) or traced (a fake-tensor torch step: needs torch)")
+    p.add_argument("--gpus", type=_positive_int, default=None, metavar="N",
+                   help="GPU count the plan must use (default: the job's gpus hint, if any)")
+    _estimator_option(p)
+    p = command(sub, "cells", cmd_cells, "the Cells of a job on a cluster: best plan, iteration time, memory")
+    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md)")
+    p.add_argument("--cluster", required=True, action="append", metavar="FILE[,FILE]",
+                   help="cluster description: pools, declared node inventories or a simulator cluster "
+                        "(repeatable; docs/estimator-service.md)")
+    p.add_argument("--precision", choices=("mixed", "megatron-bf16", "megatron-fp16", "bf16", "fp32", "amp",
+                                           "mixed-adafactor"), default=None,
+                   help="recipe of the model-state bytes (default: mixed)")
+    p.add_argument("--max-gpus", type=_positive_int, default=0, metavar="N",
+                   help="largest GPU count of a Cell (default 64)")
+    p.add_argument("--best", action="store_true", help="only the fastest fitting Cell per GPU type and count")
+    _estimator_option(p)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
+    return value
+
+
+def _estimator_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--estimator", metavar="HOST:PORT", default=None,
+                   help="ask this tessera-estimator instead of running the estimator in-process")
+
+
+# -- backends ---------------------------------------------------------------------------------------
+
+
+class EstimatorClient:
+    """A blocking client of a tessera-estimator; failures are TesseraError like the SDK's."""
+
+    def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = sync_channel(target)
+        self._stub = estimator_pb2_grpc.EstimatorStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def call(self, method: str, request: Message) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            code = exc.code().name if hasattr(exc, "code") and exc.code() is not None else "UNKNOWN"
+            details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
+            if code == "UNAVAILABLE":
+                raise EstimatorUnreachable(self.target, details) from None
+            raise TesseraError(code, details) from None
+
+
+class InProcess:
+    """The library in this process, answering as the service does (errors included)."""
+
+    def __init__(self) -> None:
+        from estimator.handlers import Estimator
+
+        self._est = Estimator()
+
+    def close(self) -> None:
+        pass
+
+    def call(self, method: str, request: Message) -> Any:
+        from estimator.handlers import TracedUnavailable, field_error
+
+        fn = {"EstimateMemory": self._est.estimate_memory, "GetCells": self._est.get_cells}[method]
+        try:
+            return fn(request)  # type: ignore[operator]
+        except TracedUnavailable as exc:
+            raise TesseraError("FAILED_PRECONDITION", str(exc)) from None
+        except Exception as exc:
+            fe = field_error(exc)
+            if fe is None:
+                raise
+            raise TesseraError("INVALID_ARGUMENT", f"{fe[0]}: {fe[1]}") from None
+
+
+def _backend(args: argparse.Namespace) -> EstimatorClient | InProcess:
+    if args.estimator:
+        return EstimatorClient(args.estimator, timeout=getattr(args, "timeout", DEFAULT_TIMEOUT_S))
+    return InProcess()
+
+
+def _ask(args: argparse.Namespace, method: str, request: Message) -> Any:
+    backend = _backend(args)
+    try:
+        return backend.call(method, request)
+    finally:
+        backend.close()
+
+
+# -- requests ---------------------------------------------------------------------------------------
+
+
+def memory_request(spec: common_pb2.JobSpec, gpu: str, plan: common_pb2.ExecutionPlan | None, mode: str,
+                   gpus: int | None) -> estimator_pb2.EstimateMemoryRequest:
+    """The EstimateMemory request of a job file and the command's flags."""
+    return estimator_pb2.EstimateMemoryRequest(
+        model=spec.model, plan=plan or common_pb2.ExecutionPlan(), gpu=gpu, mode=MODES[mode],
+        num_gpus=spec.hint.gpus if gpus is None else gpus, global_batch_size=spec.global_batch_size)
+
+
+def cells_request(spec: common_pb2.JobSpec, cluster: estimator_pb2.ClusterSpec, precision: str | None = None,
+                  max_gpus: int = 0, best: bool = False) -> estimator_pb2.GetCellsRequest:
+    from estimator.convert import PRECISION_VALUE
+
+    return estimator_pb2.GetCellsRequest(
+        model=spec.model, global_batch_size=spec.global_batch_size, cluster=cluster,
+        precision=PRECISION_VALUE[precision] if precision else common_pb2.PRECISION_UNSPECIFIED,
+        options=estimator_pb2.CellOptions(max_gpus=max_gpus), best_only=best)
+
+
+# -- cluster files ----------------------------------------------------------------------------------
+
+
+def load_cluster(paths: Sequence[str]) -> estimator_pb2.ClusterSpec:
+    """One ClusterSpec from cluster files (each FILE or FILE,FILE); ClusterFileError names the file
+    and the field."""
+    files = [p.strip() for arg in paths for p in arg.split(",") if p.strip()]
+    if not files:
+        raise ClusterFileError("--cluster: no file given")
+    merged: dict[tuple[Any, ...], estimator_pb2.GpuPool] = {}
+    for path in files:
+        try:
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ClusterFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ClusterFileError(f"{path}: not valid YAML or JSON: {' '.join(str(exc).split())}") from None
+        try:
+            pools = cluster_pools(doc)
+        except ClusterFileError as exc:
+            raise ClusterFileError(f"{path}: {exc}") from None
+        for pool in pools:
+            key = (pool.gpu, pool.gpus_per_node, pool.intra_link, pool.nic_gbps, pool.pcie_gbps)
+            if key in merged:
+                merged[key].num_gpus += pool.num_gpus
+            else:
+                merged[key] = pool
+    return estimator_pb2.ClusterSpec(pools=list(merged.values()))
+
+
+def cluster_pools(doc: Any) -> list[estimator_pb2.GpuPool]:
+    """The GPU pools of one parsed cluster document (any of the three formats)."""
+    if not isinstance(doc, Mapping):
+        raise ClusterFileError("must be a mapping with 'pools', 'gpus' (a node inventory) or 'node_groups'")
+    if "pools" in doc:
+        return _pools(doc)
+    if "gpus" in doc:
+        return _inventory(doc)
+    if "node_groups" in doc:
+        return _node_groups(doc)
+    raise ClusterFileError("must have 'pools', 'gpus' (a node inventory) or 'node_groups'")
+
+
+def _canonical(name: Any, field: str) -> str:
+    from estimator.catalog import UnknownGpuError, lookup
+
+    if not isinstance(name, str) or not name.strip():
+        raise ClusterFileError(f"{field}: required, a catalog GPU name such as A100-80GB")
+    try:
+        return lookup(name).name
+    except UnknownGpuError as exc:
+        raise ClusterFileError(f"{field}: {exc}") from None
+
+
+def _int(obj: Mapping[str, Any], key: str, field: str, lo: int = 1) -> int:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ClusterFileError(f"{field}.{key}: must be an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _pools(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
+    extra = sorted(str(k) for k in doc if k not in ("pools", "name", "description"))
+    if extra:
+        raise ClusterFileError(f"{extra[0]}: unknown key (known: pools, name, description)")
+    items = doc["pools"]
+    if not isinstance(items, list) or not items:
+        raise ClusterFileError("pools: must be a non-empty list")
+    out = []
+    for i, p in enumerate(items):
+        field = f"pools[{i}]"
+        if not isinstance(p, Mapping):
+            raise ClusterFileError(f"{field}: must be a mapping with gpu, nodes and gpus_per_node")
+        unknown = sorted(str(k) for k in p if k not in POOL_KEYS)
+        if unknown:
+            raise ClusterFileError(f"{field}.{unknown[0]}: unknown key (known: {', '.join(POOL_KEYS)})")
+        per = _int(p, "gpus_per_node", field)
+        if ("nodes" in p) == ("num_gpus" in p):
+            raise ClusterFileError(f"{field}: give nodes or num_gpus (one of them)")
+        n = _int(p, "num_gpus", field) if "num_gpus" in p else _int(p, "nodes", field) * per
+        link = p.get("intra_link", "")
+        if link not in LINKS:
+            raise ClusterFileError(f"{field}.intra_link: must be nvlink or pcie, got {link!r}")
+        pool = estimator_pb2.GpuPool(gpu=_canonical(p.get("gpu"), f"{field}.gpu"), num_gpus=n, gpus_per_node=per,
+                                     intra_link=LINKS[link])
+        for key in ("nic_gbps", "pcie_gbps"):
+            if key in p:
+                v = p[key]
+                if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+                    raise ClusterFileError(f"{field}.{key}: must be a number > 0 (GB/s), got {v!r}")
+                setattr(pool, key, float(v))
+        out.append(pool)
+    return out
+
+
+def _inventory(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
+    """A declared node inventory: one node; each GPU group of it a pool (NVLink when declared so)."""
+    from nodeagent.inventory import HostFacts, InventoryError, parse_declared
+
+    try:
+        inv = parse_declared(doc, "cluster", HostFacts("", 0, 0))
+    except InventoryError as exc:
+        raise ClusterFileError(str(exc)) from None
+    groups: dict[tuple[str, bool], int] = {}
+    for g in inv.gpus:
+        k = (g.model, bool(g.nvlink_peers))
+        groups[k] = groups.get(k, 0) + 1
+    return [estimator_pb2.GpuPool(gpu=model, num_gpus=n, gpus_per_node=n,
+                                  intra_link=estimator_pb2.INTRA_LINK_NVLINK if nv else estimator_pb2.INTRA_LINK_PCIE)
+            for (model, nv), n in groups.items()]
+
+
+def _node_groups(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
+    """A simulator cluster: each node group a pool; NVLink when its nodes are one NVLink island."""
+    groups = doc["node_groups"]
+    if not isinstance(groups, list) or not groups:
+        raise ClusterFileError("node_groups: must be a non-empty list")
+    out = []
+    for i, g in enumerate(groups):
+        field = f"node_groups[{i}]"
+        if not isinstance(g, Mapping):
+            raise ClusterFileError(f"{field}: must be a mapping with count, gpus and gpu_type")
+        count, per = _int(g, "count", field), _int(g, "gpus", field)
+        islands = g.get("nvlink_islands", 0)
+        out.append(estimator_pb2.GpuPool(
+            gpu=_canonical(g.get("gpu_type"), f"{field}.gpu_type"), num_gpus=count * per, gpus_per_node=per,
+            intra_link=estimator_pb2.INTRA_LINK_NVLINK if islands == 1 else estimator_pb2.INTRA_LINK_PCIE))
+    return out
+
+
+# -- output -----------------------------------------------------------------------------------------
+
+
+def to_json(message: Message) -> Any:
+    """A response as JSON: the proto3 JSON mapping (snake_case, defaults present) with two changes
+    for people and scripts: 64-bit integers are JSON numbers, and execution plans are written in the
+    --plan vocabulary ({"dp": 2, "sharding": "zero2", ...})."""
+    d = json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                  always_print_fields_with_no_presence=True)
+    return _plain(message.DESCRIPTOR, d, message)
+
+
+def _plain(desc: Any, d: dict[str, Any], msg: Message | None) -> dict[str, Any]:
+    if desc.full_name == "tessera.v1.ExecutionPlan":
+        assert msg is not None
+        return execution_plan(msg).to_dict()  # type: ignore[arg-type]
+    out: dict[str, Any] = {}
+    for f in desc.fields:
+        if f.name not in d:
+            continue
+        v = d[f.name]
+        sub = getattr(msg, f.name) if msg is not None else None
+        if f.message_type is not None and not f.message_type.GetOptions().map_entry:
+            if isinstance(v, list):
+                v = [_plain(f.message_type, x, m) for x, m in zip(v, sub or [])]
+            else:
+                v = _plain(f.message_type, v, sub)
+        elif f.type in (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
+                        FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64):
+            v = [int(x) for x in v] if isinstance(v, list) else int(v)
+        out[f.name] = v
+    return out
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, indent=2)
+
+
+def _gb(n: float) -> str:
+    return f"{n / GB:.2f}"
+
+
+def _plan_text(plan: common_pb2.ExecutionPlan) -> str:
+    d = execution_plan(plan).to_dict()
+    shown = [f"{k}={d[k]}" for k in ("dp", "tp", "pp", "micro_batch", "grad_accum")]
+    from estimator.plans import ExecutionPlan
+
+    defaults = ExecutionPlan().to_dict()
+    shown += [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in d.items()
+              if k not in ("dp", "tp", "pp", "micro_batch", "grad_accum") and v != defaults[k]]
+    return ",".join(shown)
+
+
+def memory_table(job: str, resp: estimator_pb2.EstimateMemoryResponse, wide: bool = False) -> str:
+    m = resp.memory
+    head = [("Job", job), ("Model", resp.model_signature), ("GPU", resp.gpu or "-"),
+            ("Plan", _plan_text(resp.plan)), ("GPUs", str(resp.num_gpus)), ("Source", m.source),
+            ("Stage", f"{m.stage} (the most loaded pipeline stage)")]
+    lines = [f"{k + ':':<9} {v}" for k, v in head]
+    rows = [(name, getattr(m, name)) for name in ("parameters", "gradients", "optimizer", "activations", "other",
+                                                  "total")]
+    if m.capacity:
+        rows.append(("capacity", m.capacity))
+    if m.cpu_bytes:
+        rows.append(("cpu (offloaded)", m.cpu_bytes))
+    width = max(len(r[0]) for r in rows)
+    lines += ["", f"{'CATEGORY':<{width}}  {'BYTES':>15}  {'GB':>9}  {'GIB':>9}"]
+    lines += [f"{name:<{width}}  {n:>15}  {_gb(n):>9}  {n / GIB:>9.2f}" for name, n in rows]
+    if m.HasField("fits"):
+        lines += ["", f"Fits:     {'yes' if m.fits else 'no'} ({_gb(m.total)} of {_gb(m.capacity)} GB)"]
+    if wide and m.notes:
+        lines += ["", "Notes:"] + [f"  {n}" for n in m.notes]
+    return "\n".join(lines)
+
+
+CELL_COLUMNS = ("GPU", "GPUS", "STAGES", "NODES", "FITS", "ITER(s)", "MEM/GPU(GB)", "PLAN", "SOURCE", "REASON")
+
+
+def cells_table(resp: estimator_pb2.GetCellsResponse, wide: bool = False) -> str:
+    rows = []
+    for c in resp.cells:
+        it = c.iter_time_seconds
+        src = it.source if c.HasField("iter_time_seconds") else "-"
+        if not wide:
+            src = src.split("(")[0] if len(src) > 40 else src
+        reason = c.reason if wide or len(c.reason) <= 40 else c.reason[:39] + "…"
+        rows.append([
+            c.gpu_type, str(c.num_gpus), str(c.num_stages), f"{c.nodes}x{c.gpus_per_node}", "yes" if c.fits else "no",
+            f"{it.value:.4g}" if c.HasField("iter_time_seconds") else "-",
+            _gb(c.memory_per_gpu_bytes.value) if c.HasField("memory_per_gpu_bytes") else "-",
+            c.plan.description if c.HasField("plan") else "-", src, reason or "-",
+        ])
+    headers = list(CELL_COLUMNS)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    out = ["   ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    out += ["   ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    fits = sum(c.fits for c in resp.cells)
+    out.append(f"\n{len(resp.cells)} Cells, {fits} fit; model {resp.model_signature}")
+    return "\n".join(out)
+
+
+# -- commands ---------------------------------------------------------------------------------------
+
+
+def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
+    from clients.jobfile import load_job_file
+
+    spec = load_job_file(args.filename)
+    req = memory_request(spec, args.gpu, args.plan, args.mode, args.gpus)
+    resp = _ask(args, "EstimateMemory", req)
+    if args.output == "json":
+        out.write(dumps(to_json(resp)) + "\n")
+    else:
+        out.write(memory_table(spec.name, resp, wide=args.output == "wide") + "\n")
+    return 0
+
+
+def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
+    from clients.jobfile import load_job_file
+
+    spec = load_job_file(args.filename)
+    cluster = load_cluster(args.cluster)
+    req = cells_request(spec, cluster, args.precision, args.max_gpus, args.best)
+    resp = _ask(args, "GetCells", req)
+    if args.output == "json":
+        out.write(dumps(to_json(resp)) + "\n")
+    else:
+        out.write(cells_table(resp, wide=args.output == "wide") + "\n")
+    return 0
