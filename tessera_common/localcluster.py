@@ -114,6 +114,12 @@ def _start(name: str, argv: list[str], log_path: Path, ready_event: str, address
     return d
 
 
+def start_estimator(log_path: Path, *extra: str, listen: str = "127.0.0.1:0") -> Daemon:
+    """A tessera-estimator on `listen`; its address once it logged estimator_started."""
+    argv = [str(BIN / "tessera-estimator"), "--listen", listen, *extra]
+    return _start("estimator", argv, log_path, "estimator_started", "listen")
+
+
 def start_agent(controller: str, node_id: str, inventory: Path | str, work_dir: Path, *extra: str) -> Daemon:
     argv = [str(BIN / "tessera-agent"), "--controller", controller, "--node-id", node_id,
             "--inventory", str(inventory), "--work-dir", str(work_dir), "--listen", "127.0.0.1:0"] + list(extra)

@@ -1,0 +1,309 @@
+"""The Estimator gRPC service on loopback: a real asyncio server (tessera_common.rpc, 127.0.0.1:0) over
+estimator.handlers; its answers equal the library's, bad input is INVALID_ARGUMENT naming the field,
+the performance model is fitted and refitted online, and a slow call does not block the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+import grpc
+import pytest
+from tessera.v1 import common_pb2 as c
+from tessera.v1 import estimator_pb2 as pb
+from tessera.v1 import estimator_pb2_grpc
+
+from estimator import perf_model as pm
+from estimator.cells import CellEstimator, CellModel, ClusterSpec
+from estimator.convert import model_dims
+from estimator.handlers import Estimator, params_of, run_config
+from estimator.memory import estimate_memory
+from estimator.models import REGISTERED, ModelDims
+from estimator.plans import ExecutionPlan
+from estimator.service import EstimatorService
+from tessera_common import rpc
+
+
+@dataclass
+class Server:
+    stub: estimator_pb2_grpc.EstimatorStub
+    service: EstimatorService
+
+
+async def _serve(estimator: Estimator) -> AsyncIterator[Server]:
+    service = EstimatorService(estimator)
+    server, port = rpc.aio_server("127.0.0.1:0", [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)])
+    await server.start()
+    channel = rpc.aio_channel(f"127.0.0.1:{port}")
+    try:
+        yield Server(estimator_pb2_grpc.EstimatorStub(channel), service)
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
+@pytest.fixture
+async def srv() -> AsyncIterator[Server]:
+    async for s in _serve(Estimator()):
+        yield s
+
+
+GPT = c.ModelSpec(name="gpt2-small")
+SMALL = c.ModelSpec(hidden_size=128, num_layers=4, num_heads=4, vocab_size=512, seq_length=64)
+LLAMA_LIKE = c.ModelSpec(hidden_size=256, num_layers=4, num_heads=8, vocab_size=1000, seq_length=128, gated=True,
+                         ffn_hidden=688, num_kv_heads=4, untied_embeddings=True)
+MOE = c.ModelSpec(hidden_size=256, num_layers=4, num_heads=8, vocab_size=1000, seq_length=128,
+                  family=c.MODEL_FAMILY_MOE, num_experts=8, top_k=2)
+
+
+# -- memory -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "plan", "lib_plan", "mode"), [
+    (GPT, c.ExecutionPlan(dp=2, micro_batch=4, sharding=c.SHARDING_ZERO2), ExecutionPlan(dp=2, micro_batch=4,
+                                                                                          grad_accum=2,
+                                                                                          sharding="zero2"),
+     pb.MEMORY_MODE_FORMULA),
+    (SMALL, c.ExecutionPlan(tp=2, pp=2, micro_batch=2, checkpointing=c.CHECKPOINTING_SELECTIVE,
+                            sequence_parallel=True, flash_attention=False),
+     ExecutionPlan(tp=2, pp=2, micro_batch=2, grad_accum=8, checkpointing="selective", sequence_parallel=True,
+                   flash_attention=False), pb.MEMORY_MODE_UNSPECIFIED),
+    (LLAMA_LIKE, c.ExecutionPlan(dp=4, micro_batch=1, precision=c.PRECISION_BF16, sharding=c.SHARDING_FSDP),
+     ExecutionPlan(dp=4, micro_batch=1, grad_accum=4, precision="bf16", sharding="fsdp"), pb.MEMORY_MODE_FORMULA),
+    (MOE, c.ExecutionPlan(dp=4, ep=4, micro_batch=2, offload=c.OFFLOAD_OPTIMIZER, sharding=c.SHARDING_ZERO1),
+     ExecutionPlan(dp=4, ep=4, micro_batch=2, grad_accum=2, offload="optimizer", sharding="zero1"),
+     pb.MEMORY_MODE_FORMULA),
+    (GPT, c.ExecutionPlan(tp=4, micro_batch=2), ExecutionPlan(tp=4, micro_batch=2, grad_accum=8), pb.MEMORY_MODE_MARP),
+])
+async def test_memory_equals_the_library(srv: Server, spec: c.ModelSpec, plan: c.ExecutionPlan,
+                                         lib_plan: ExecutionPlan, mode: int) -> None:
+    req = pb.EstimateMemoryRequest(model=spec, plan=plan, gpu="a100-80gb", mode=mode, global_batch_size=16)
+    resp = await srv.stub.EstimateMemory(req)
+    dims = model_dims(spec)
+    lib = estimate_memory(dims, lib_plan, mode={2: "marp"}.get(mode, "formula"), gpu="A100-80GB")
+    m = resp.memory
+    got = (m.parameters, m.gradients, m.optimizer, m.activations, m.other, m.total, m.capacity, m.fits, m.source,
+           m.stage, m.cpu_bytes, list(m.notes))
+    want = (lib.parameters, lib.gradients, lib.optimizer, lib.activations, lib.other, lib.total, lib.capacity_bytes,
+            lib.fits, lib.source, lib.stage, lib.cpu_bytes, list(lib.notes))
+    assert got == want
+    assert resp.gpu == "A100-80GB" and resp.num_gpus == lib_plan.num_gpus
+    assert resp.model_signature == dims.signature
+    again = await srv.stub.EstimateMemory(req)  # the cached answer is the same answer
+    assert again == resp
+
+
+async def test_memory_registered_moe_and_no_gpu(srv: Server) -> None:
+    resp = await srv.stub.EstimateMemory(pb.EstimateMemoryRequest(
+        model=c.ModelSpec(name="moe-1.3b"), plan=c.ExecutionPlan(dp=8, ep=8, micro_batch=1, grad_accum=4)))
+    lib = estimate_memory(REGISTERED["moe-1.3b"], ExecutionPlan(dp=8, ep=8, grad_accum=4))
+    assert resp.memory.total == lib.total
+    assert not resp.memory.HasField("fits") and resp.memory.capacity == 0 and resp.gpu == ""
+
+
+# -- Cells ------------------------------------------------------------------------------------------
+
+CLUSTER = pb.ClusterSpec(pools=[
+    pb.GpuPool(gpu="A100-40GB", num_gpus=16, gpus_per_node=4),
+    pb.GpuPool(gpu="V100", num_gpus=16, gpus_per_node=8),
+    pb.GpuPool(gpu="a40", num_gpus=8, gpus_per_node=2, intra_link=pb.INTRA_LINK_PCIE),
+    pb.GpuPool(gpu="A10-24GB", num_gpus=8, gpus_per_node=2, nic_gbps=3.125),
+])
+LIB_CLUSTER = ClusterSpec.from_mapping({"pools": [
+    {"gpu": "A100-40GB", "num_gpus": 16, "gpus_per_node": 4},
+    {"gpu": "V100", "num_gpus": 16, "gpus_per_node": 8},
+    {"gpu": "a40", "num_gpus": 8, "gpus_per_node": 2, "intra_link": "pcie"},
+    {"gpu": "A10-24GB", "num_gpus": 8, "gpus_per_node": 2, "nic_gbps": 3.125},
+]})
+
+
+async def test_cells_equal_the_library(srv: Server) -> None:
+    req = pb.GetCellsRequest(model=c.ModelSpec(name="gpt2-medium"), global_batch_size=64, cluster=CLUSTER)
+    resp = await srv.stub.GetCells(req)
+    model = CellModel.from_dims(REGISTERED["gpt2-medium"], 64)
+    lib = CellEstimator().cells(model, LIB_CLUSTER)
+    assert resp.model_signature == model.signature
+    assert len(resp.cells) == len(lib) > 20
+    assert {x.gpu_type for x in resp.cells} == {"A100-40GB", "V100-32GB", "A40-48GB", "A10-24GB"}
+    for got, want in zip(resp.cells, lib):
+        assert (got.gpu_type, got.num_gpus, got.num_stages, got.nodes, got.gpus_per_node, got.fits, got.reason) == (
+            want.gpu_type, want.num_gpus, want.num_stages, want.nodes, want.gpus_per_node, want.fits, want.reason)
+        if want.fits:
+            assert want.iter_time is not None and want.memory_per_gpu is not None and want.plan is not None
+            assert got.iter_time_seconds.value == want.iter_time.value
+            assert got.iter_time_seconds.source == want.iter_time.source and got.iter_time_seconds.source
+            assert got.memory_per_gpu_bytes.value == want.memory_per_gpu.value
+            assert got.memory_per_gpu_bytes.source == want.memory_per_gpu.source
+            assert got.plan.description == want.plan.describe()
+            assert [(s.dp, s.tp) for s in got.plan.stages] == [(s.dp, s.tp) for s in want.plan.stages]
+            assert {b.name: b.seconds for b in got.breakdown} == dict(want.breakdown)
+            assert all(b.source == want.iter_time.source for b in got.breakdown)
+    best = await srv.stub.GetCells(pb.GetCellsRequest(model=req.model, global_batch_size=64, cluster=CLUSTER,
+                                                      best_only=True))
+    want_best = CellEstimator().best_cells(model, LIB_CLUSTER)
+    assert [(x.gpu_type, x.num_gpus, x.num_stages) for x in best.cells] == [
+        (x.gpu_type, x.num_gpus, x.num_stages) for x in want_best]
+    assert await srv.stub.GetCells(req) == resp  # cached
+
+
+async def test_cells_that_do_not_fit_say_why(srv: Server) -> None:
+    req = pb.GetCellsRequest(model=c.ModelSpec(name="llama2-13b"), global_batch_size=8, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A10", num_gpus=4, gpus_per_node=2)]), options=pb.CellOptions(max_gpus=2))
+    resp = await srv.stub.GetCells(req)
+    assert resp.cells and not any(x.fits for x in resp.cells)
+    assert all(x.reason.startswith("memory:") for x in resp.cells)
+    assert not any(x.HasField("iter_time_seconds") for x in resp.cells)
+
+
+# -- bad input --------------------------------------------------------------------------------------
+
+PLAN2 = c.ExecutionPlan(dp=2)
+
+
+@pytest.mark.parametrize(("method", "request_", "field"), [
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=c.ModelSpec(hidden_size=0, num_layers=2, num_heads=2,
+                                                                  vocab_size=10, seq_length=8)), "model.hidden_size"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=c.ModelSpec(hidden_size=64, num_layers=-2, num_heads=2,
+                                                                  vocab_size=10, seq_length=8)), "model.num_layers"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=c.ModelSpec(hidden_size=100, num_layers=2, num_heads=3,
+                                                                  vocab_size=10, seq_length=8)), "model.num_heads"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=PLAN2, num_gpus=4), "num_gpus"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=PLAN2, gpu="Z9000"), "gpu"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(tp=5)), "plan.tp"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(dp=-1)), "plan.dp"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(dp=2, grad_accum=3),
+                                                global_batch_size=16), "plan"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=c.ModelSpec(name="gpt9")), "model.name"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=c.ModelSpec(hidden_size=64, num_layers=2, num_heads=2,
+                                                                  vocab_size=10, seq_length=8,
+                                                                  family=c.MODEL_FAMILY_MOE)), "model.num_experts"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A100", num_gpus=4, gpus_per_node=4), pb.GpuPool(gpu="B300", num_gpus=4,
+                                                                             gpus_per_node=4)])),
+     "cluster.pools[1].gpu"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A100", num_gpus=0, gpus_per_node=4)])), "cluster.pools[0].num_gpus"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, cluster=CLUSTER), "global_batch_size"),
+    ("GetCells", pb.GetCellsRequest(model=c.ModelSpec(hidden_size=96, num_layers=2, num_heads=5, vocab_size=10,
+                                                      seq_length=8), global_batch_size=8, cluster=CLUSTER),
+     "model.num_heads"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8), "cluster.pools"),
+    ("FitPerformance", pb.FitPerformanceRequest(), "samples"),
+    ("ReportStepTimes", pb.ReportStepTimesRequest(), "config.workload.params"),
+])
+async def test_bad_input_is_invalid_argument_naming_the_field(srv: Server, method: str, request_: object,
+                                                              field: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await getattr(srv.stub, method)(request_)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (err.value.details() or "").startswith(f"{field}: "), err.value.details()
+
+
+# -- performance model ------------------------------------------------------------------------------
+
+WORKLOAD = pb.PerfWorkload(name="gpt-1.3b", params=1.3e9, layers=24, hidden=2048, seq=1024, global_batch=64,
+                           fwd_ref_time=0.06)
+TRUTH = replace(pm.DEFAULT_PARAMS, k_bwd=2.3, k_sync=3.0, k_opt=8e-11, k_const=0.03)
+PROFILE = [  # (dp, tp, pp, ga, zero, gpus per node)
+    (1, 1, 1, 1, pb.ZERO_KIND_NONE, [1]), (2, 1, 1, 1, pb.ZERO_KIND_NONE, [2]), (4, 1, 1, 2, pb.ZERO_KIND_NONE, [4]),
+    (8, 1, 1, 1, pb.ZERO_KIND_ZERO_DP, [8]), (4, 2, 1, 1, pb.ZERO_KIND_NONE, [8]),
+    (2, 2, 2, 1, pb.ZERO_KIND_NONE, [4, 4]), (16, 1, 1, 1, pb.ZERO_KIND_NONE, [8, 8]),
+]
+
+
+def _config(dp: int, tp: int, pp: int, ga: int, zero: int, per_node: list[int]) -> pb.PerfRunConfig:
+    return pb.PerfRunConfig(workload=WORKLOAD, plan=pb.PerfPlan(dp=dp, tp=tp, pp=pp, ga_steps=ga, zero=zero,  # type: ignore[arg-type]
+                                                                micro_batches=4 if pp > 1 else 1),
+                            gpus_per_node=per_node)
+
+
+def _truth(cfg: pb.PerfRunConfig) -> float:
+    return pm.predict(TRUTH, run_config(cfg))
+
+
+async def test_fit_then_online_refit_moves_predictions_toward_reported_times(srv: Server) -> None:
+    samples = [pb.PerfSample(config=_config(*row), iter_time=_truth(_config(*row)), time=i)
+               for i, row in enumerate(PROFILE)]
+    fit = await srv.stub.FitPerformance(pb.FitPerformanceRequest(request_id="fit-1", gpu_type="a800",
+                                                                 samples=samples))
+    assert fit.model_key == "gpt-1.3b" and fit.gpu_type == "A800-80GB" and fit.num_samples == len(PROFILE)
+    assert fit.rmsle < 0.02 and fit.mode == pb.PERF_MODE_TESSERA and fit.source.startswith("fitted")
+    again = await srv.stub.FitPerformance(pb.FitPerformanceRequest(request_id="fit-1", gpu_type="a800"))
+    assert again == fit  # the request id returns the first answer (no samples needed)
+
+    job = _config(8, 1, 1, 1, pb.ZERO_KIND_NONE, [4, 4])  # a placement the profile did not have
+    fitted_pred = pm.predict(params_of(fit.params), run_config(job))
+    measured = 1.5 * fitted_pred  # the job runs slower than predicted (e.g. a congested fabric)
+    steps = [pb.StepTime(seconds=measured * (1 + 0.01 * (i % 3)), iteration=i + 1) for i in range(5)]
+    r1 = await srv.stub.ReportStepTimes(pb.ReportStepTimesRequest(job_id="j-1", gpu_type="A800-80GB", config=job,
+                                                                  steps=steps))
+    assert r1.predicted_before_seconds == pytest.approx(fitted_pred, rel=1e-9)
+    assert r1.samples_used == 5 and r1.source.endswith("refit")
+    assert abs(r1.predicted_seconds - r1.measured_seconds) < abs(r1.predicted_before_seconds - r1.measured_seconds)
+    # the same iterations again count once; new ones move the prediction further
+    dup = await srv.stub.ReportStepTimes(pb.ReportStepTimesRequest(job_id="j-1", gpu_type="A800-80GB", config=job,
+                                                                   steps=steps[:2]))
+    assert dup.samples_used == 5
+    more = [pb.StepTime(seconds=measured, iteration=i) for i in range(6, 12)]
+    r2 = await srv.stub.ReportStepTimes(pb.ReportStepTimesRequest(job_id="j-1", gpu_type="A800-80GB", config=job,
+                                                                  steps=more))
+    assert r2.predicted_before_seconds == pytest.approx(dup.predicted_seconds, rel=1e-9)
+    assert abs(r2.predicted_seconds - measured) <= abs(r1.predicted_seconds - measured) + 1e-12
+    assert abs(r2.predicted_seconds - measured) / measured < 0.25
+
+
+async def test_report_without_a_fit_starts_from_the_prior_and_marks_the_cell_measured(srv: Server) -> None:
+    cells_req = pb.GetCellsRequest(model=SMALL, global_batch_size=16, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A100-80GB", num_gpus=4, gpus_per_node=4)]))
+    before = {(x.num_gpus, x.num_stages): x for x in (await srv.stub.GetCells(cells_req)).cells}
+    assert before[(4, 1)].iter_time_seconds.source.startswith("formula")
+    job = _config(4, 1, 1, 1, pb.ZERO_KIND_NONE, [4])
+    r = await srv.stub.ReportStepTimes(pb.ReportStepTimesRequest(
+        job_id="j-2", model_key="small", gpu_type="A100", config=job, steps=[pb.StepTime(seconds=0.5, time=1.0)],
+        model=SMALL, global_batch_size=16))
+    assert r.measured_seconds == 0.5 and r.samples_used == 1
+    after = {(x.num_gpus, x.num_stages): x for x in (await srv.stub.GetCells(cells_req)).cells}
+    assert after[(4, 1)].iter_time_seconds.value == 0.5
+    assert after[(4, 1)].iter_time_seconds.source == "measured"
+    assert after[(2, 1)] == before[(2, 1)]
+    health = await srv.stub.Health(pb.HealthRequest())
+    assert health.status == "SERVING" and health.fitted_models == 1 and health.cell_cache_entries > 0
+
+
+# -- the loop stays responsive ----------------------------------------------------------------------
+
+
+async def _call(stub: estimator_pb2_grpc.EstimatorStub, req: pb.EstimateMemoryRequest) -> pb.EstimateMemoryResponse:
+    resp: pb.EstimateMemoryResponse = await stub.EstimateMemory(req)
+    return resp
+
+
+class _Blocking(Estimator):
+    """EstimateMemory blocks its worker thread until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def estimate_memory(self, req: pb.EstimateMemoryRequest) -> pb.EstimateMemoryResponse:
+        self.entered.set()
+        assert self.release.wait(30)
+        return super().estimate_memory(req)
+
+
+async def test_a_slow_call_runs_in_a_thread_and_the_loop_keeps_answering() -> None:
+    est = _Blocking()
+    async for s in _serve(est):
+        slow = asyncio.create_task(_call(s.stub, pb.EstimateMemoryRequest(model=GPT)))
+        assert await asyncio.to_thread(est.entered.wait, 30)
+        health = await asyncio.wait_for(s.stub.Health(pb.HealthRequest()), 5)  # answered while the call runs
+        cells = await asyncio.wait_for(s.stub.GetCells(pb.GetCellsRequest(
+            model=SMALL, global_batch_size=16, cluster=pb.ClusterSpec(
+                pools=[pb.GpuPool(gpu="A40", num_gpus=2, gpus_per_node=2)]))), 10)
+        assert health.status == "SERVING" and cells.cells and not slow.done()
+        est.release.set()
+        assert (await slow).memory.total == estimate_memory(ModelDims(768, 12, 12, 50257, 1024), ExecutionPlan()).total
