@@ -68,3 +68,18 @@ def test_agent_notifies_ready(tmp_path: Path) -> None:
         proc.kill()
         sock.close()
         ctl.stop()
+
+
+def test_estimator_notifies_ready_watchdog_stopping(tmp_path: Path) -> None:
+    sock, path = _listen(tmp_path)
+    proc = _run([str(BIN / "tessera-estimator"), "--listen", "127.0.0.1:0"], path, tmp_path / "e.log")
+    try:
+        msgs = _recv_until(sock, "READY=1")
+        assert any(m.startswith("READY=1") and "STATUS=serving on 127.0.0.1:" in m for m in msgs)
+        assert "WATCHDOG=1" in _recv_until(sock, "WATCHDOG=1")[-1]
+        proc.send_signal(signal.SIGTERM)
+        assert "STOPPING=1" in _recv_until(sock, "STOPPING=1")[-1]
+        assert proc.wait(15) == 0
+    finally:
+        proc.kill()
+        sock.close()

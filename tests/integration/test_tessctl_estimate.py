@@ -1,0 +1,142 @@
+"""`tessctl estimate memory|cells` as a subprocess: in-process and through a real tessera-estimator
+(--estimator), the same JSON either way; one JSON value with -o json; tables; one-line errors.
+
+The two runs compared are started together and then waited for (each is a fresh Python); the
+tables and the error cases run tessctl.main in this process, which is the same code without the start.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from clients import tessctl
+from estimator.memory import estimate_memory
+from estimator.models import ModelDims
+from estimator.plans import ExecutionPlan
+from tessera_common.localcluster import start_estimator
+from tests.procs import BIN, REPO, Daemon, env
+
+pytestmark = pytest.mark.slow
+
+JOBS = REPO / "examples" / "jobs"
+INV = REPO / "examples" / "inventories"
+MEDIUM = str(JOBS / "medium.yaml")
+
+
+@pytest.fixture(scope="module")
+def estimator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = start_estimator(tmp_path_factory.mktemp("est") / "estimator.log")
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(BIN / "tessctl"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env(), cwd=REPO)
+
+
+def _wait(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def _both(address: str, *args: str) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+    """The same tessctl command in-process and through the estimator at `address`."""
+    local, remote = _start(*args), _start(*args, "--estimator", address)
+    return _wait(local), _wait(remote)
+
+
+def test_memory_json_is_the_same_in_process_and_through_the_service(estimator: Daemon) -> None:
+    args = ("estimate", "memory", "-f", MEDIUM, "--gpu", "a100-80gb", "--plan",
+            "dp=2,tp=2,micro_batch=2,sharding=zero2,checkpointing=selective", "-o", "json")
+    (rc1, out1, err1), (rc2, out2, err2) = _both(estimator.address, *args)
+    assert (rc1, err1) == (0, "") and (rc2, err2) == (0, ""), err1 + err2
+    assert out1 == out2
+    doc = json.loads(out1)  # one JSON value
+    mem = doc["memory"]
+    lib = estimate_memory(ModelDims(192, 4, 6, 512, 128), ExecutionPlan(
+        dp=2, tp=2, micro_batch=2, grad_accum=2, sharding="zero2", checkpointing="selective"), gpu="A100-80GB")
+    assert {k: mem[k] for k in ("parameters", "gradients", "optimizer", "activations", "other", "total")} == {
+        "parameters": lib.parameters, "gradients": lib.gradients, "optimizer": lib.optimizer,
+        "activations": lib.activations, "other": lib.other, "total": lib.total}
+    assert mem["capacity"] == 80_000_000_000 and mem["fits"] is True and mem["source"] == "formula"
+    assert doc["plan"]["sharding"] == "zero2" and doc["plan"]["grad_accum"] == 2 and doc["gpu"] == "A100-80GB"
+
+
+def test_cells_json_is_the_same_in_process_and_through_the_service(estimator: Daemon) -> None:
+    inventories = f"{INV / 'a100-node.yaml'},{INV / 'a40-node.yaml'}"
+    (rc1, out1, err1), (rc2, out2, err2) = _both(
+        estimator.address, "estimate", "cells", "-f", MEDIUM, "--cluster", inventories,
+        "--cluster", str(INV / "a10-node.yaml"), "-o", "json")
+    assert rc1 == rc2 == 0, err1 + err2
+    assert out1 == out2
+    doc = json.loads(out1)
+    cells = doc["cells"]
+    assert [(c["gpu_type"], c["num_gpus"], c["num_stages"]) for c in cells][:3] == [
+        ("A100-80GB", 1, 1), ("A100-80GB", 2, 1), ("A100-80GB", 2, 2)]
+    assert {c["gpu_type"] for c in cells} == {"A100-80GB", "A40-48GB", "A10-24GB"}
+    for c in cells:
+        assert c["fits"] and c["reason"] == ""
+        assert c["iter_time_seconds"]["value"] > 0 and c["iter_time_seconds"]["source"].startswith("formula")
+        assert c["memory_per_gpu_bytes"]["source"] and c["plan"]["description"].startswith(f"pp{c['num_stages']}")
+        assert all(b["source"] for b in c["breakdown"])
+
+
+def _main(*args: str) -> tuple[int, str]:
+    """tessctl in this process (usage errors exit through argparse): (status, stdout)."""
+    out = io.StringIO()
+    try:
+        rc = tessctl.main(list(args), out=out)
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    return rc, out.getvalue()
+
+
+def test_tables_and_a_simulator_cluster() -> None:
+    rc, out = _main("estimate", "memory", "-f", MEDIUM, "--gpu", "A40", "--plan", "pp=2,micro_batch=1")
+    assert rc == 0
+    assert "GPU:      A40-48GB" in out and "Plan:     dp=1,tp=1,pp=2,micro_batch=1,grad_accum=8" in out
+    assert "Fits:     yes" in out and out.splitlines()[9].split()[0] == "parameters"
+    rc, out = _main("estimate", "cells", "-f", MEDIUM, "--cluster",
+                    str(REPO / "controller/sim/clusters/crius-1280.json"), "--best", "--max-gpus", "8")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:5] == ["GPU", "GPUS", "STAGES", "NODES", "FITS"]
+    assert {line.split()[0] for line in lines[1:-2]} == {"A100-40GB", "V100-32GB", "A40-48GB", "A10-24GB"}
+    assert lines[-1].startswith(f"{len(lines) - 3} Cells")
+
+
+def test_errors_are_one_line_with_the_field_on_both_paths(estimator: Daemon, capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    (rc1, out1, err1), (rc2, out2, err2) = _both(
+        estimator.address, "estimate", "memory", "-f", MEDIUM, "--gpu", "a100", "--plan", "tp=4")
+    assert rc1 == rc2 == 1 and out1 == out2 == ""
+    assert err1 == err2 == "tessctl: error: INVALID_ARGUMENT: plan.tp: model.num_heads 6 is not divisible by tp 4\n"
+    cases = [
+        (("estimate", "memory", "-f", MEDIUM, "--gpu", "Z9000", "--estimator", estimator.address),
+         1, "tessctl: error: INVALID_ARGUMENT: gpu: unknown GPU model 'Z9000'"),
+        (("estimate", "memory", "-f", MEDIUM, "--gpu", "a100", "--plan", "dp=2", "--gpus", "4"),
+         1, "tessctl: error: INVALID_ARGUMENT: num_gpus: plan dp*tp*pp = 2*1*1 = 2 does not equal num_gpus 4"),
+        (("estimate", "cells", "-f", MEDIUM, "--cluster", str(JOBS / "tiny.yaml")),
+         1, f"tessctl: error: {JOBS / 'tiny.yaml'}: must have 'pools'"),
+        (("estimate", "cells", "-f", MEDIUM, "--cluster", str(JOBS / "missing.yaml")),
+         1, f"tessctl: error: {JOBS / 'missing.yaml'}: cannot read"),
+        (("estimate", "memory", "-f", MEDIUM, "--gpu", "a100", "--plan", "dp=0"),
+         2, "tessctl: error: argument --plan: plan.dp: must be an integer >= 1, got 0"),
+        (("estimate", "memory", "-f", MEDIUM), 2, "tessctl: error: the following arguments are required: --gpu"),
+        (("estimate", "memory", "-f", MEDIUM, "--gpu", "a100", "--estimator", "127.0.0.1:1"),
+         1, "tessctl: error: cannot reach estimator at 127.0.0.1:1"),
+    ]
+    capsys.readouterr()
+    for args, want_rc, want_err in cases:
+        rc, out = _main(*args)
+        err = capsys.readouterr().err
+        assert (rc, out) == (want_rc, ""), err
+        assert err.startswith(want_err) and err.count("\n") == 1, err

@@ -1,0 +1,115 @@
+"""The shared vocabulary (estimator/convert.py) and tessctl's cluster files (clients/estimate.py)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+from tessera.v1 import common_pb2 as c
+from tessera.v1 import estimator_pb2 as pb
+
+from clients.estimate import ClusterFileError, cluster_pools, load_cluster, plan_arg, to_json
+from clients.jobfile import JobFileError, job_spec_from_dict
+from controller.core.validate import resolve_model, validate_spec
+from estimator.convert import execution_plan, model_dims, model_spec, plan_fields, plan_message
+from estimator.models import REGISTERED, ModelDims
+from estimator.plans import ExecutionPlan, PlanError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_model_spec_round_trip_for_every_registered_model() -> None:
+    for dims in REGISTERED.values():
+        assert model_dims(model_spec(dims)) == dims
+
+
+def test_a_spec_without_family_fields_is_the_decoder_it_always_was() -> None:
+    spec = c.ModelSpec(hidden_size=128, num_layers=4, num_heads=4, vocab_size=512, seq_length=64)
+    assert model_dims(spec) == ModelDims(128, 4, 4, 512, 64)
+    assert resolve_model(spec) == ModelDims(128, 4, 4, 512, 64)
+
+
+def test_family_fields_reach_the_controller_and_are_validated() -> None:
+    moe = c.ModelSpec(hidden_size=256, num_layers=4, num_heads=8, vocab_size=1000, seq_length=128,
+                      family=c.MODEL_FAMILY_MOE, num_experts=8, top_k=1, untied_embeddings=True)
+    dims = resolve_model(moe)
+    assert (dims.family, dims.num_experts, dims.top_k, dims.moe_every, dims.tied_embeddings) == ("moe", 8, 1, 2, False)
+    spec = c.JobSpec(name="j", model=moe, global_batch_size=8, iterations=1)
+    assert validate_spec(spec) == []
+    spec.model.num_experts = 0
+    assert [str(e) for e in validate_spec(spec)] == ["model.num_experts: a moe model needs num_experts >= 1"]
+
+
+def test_plan_defaults_and_the_global_batch() -> None:
+    assert execution_plan(c.ExecutionPlan()) == ExecutionPlan()
+    assert execution_plan(c.ExecutionPlan(dp=2, micro_batch=4), global_batch=64).grad_accum == 8
+    with pytest.raises(PlanError) as err:
+        execution_plan(c.ExecutionPlan(dp=3), global_batch=64)
+    assert err.value.field == "plan.grad_accum"
+    with pytest.raises(PlanError) as err:
+        execution_plan(c.ExecutionPlan(dp=2, grad_accum=2), global_batch=64)
+    assert err.value.field == "plan"
+    plan = ExecutionPlan(dp=4, tp=2, pp=2, micro_batch=2, grad_accum=8, sharding="zero3", offload="optimizer+params",
+                         checkpointing="selective", sequence_parallel=True, flash_attention=False, precision="fp32",
+                         virtual_stages=2, schedule="gpipe")
+    assert execution_plan(plan_message(plan)) == plan
+
+
+def test_plan_flag() -> None:
+    msg = plan_arg("dp=2, tp=2,micro_batch=4,sharding=zero2,flash_attention=false,precision=mixed-adafactor")
+    assert execution_plan(msg) == ExecutionPlan(dp=2, tp=2, micro_batch=4, sharding="zero2", flash_attention=False,
+                                                precision="mixed-adafactor")
+    for bad, text in (("dp=0", "plan.dp: must be an integer >= 1"), ("sharding=zero9", "plan.sharding: 'zero9'"),
+                      ("dp", "key=value"), ("dp=1,dp=2", "twice"), ("mb=2", "plan.mb: unknown field")):
+        with pytest.raises(argparse.ArgumentTypeError, match=text):
+            plan_arg(bad)
+    assert plan_fields({"offload": "optimizer+params"}).offload == c.OFFLOAD_OPTIMIZER_AND_PARAMS
+
+
+def test_job_file_model_families() -> None:
+    base = {"name": "m", "global_batch_size": 8, "iterations": 1}
+    spec = job_spec_from_dict({**base, "model": {"hidden_size": 256, "num_layers": 4, "num_heads": 8,
+                                                 "vocab_size": 1000, "seq_length": 128, "family": "moe",
+                                                 "num_experts": 8, "tied_embeddings": False}})
+    assert model_dims(spec.model) == ModelDims(256, 4, 8, 1000, 128, family="moe", num_experts=8,
+                                               tied_embeddings=False)
+    with pytest.raises(JobFileError, match="model.num_experts: only the moe family"):
+        job_spec_from_dict({**base, "model": {"hidden_size": 256, "num_layers": 4, "num_heads": 8,
+                                              "vocab_size": 1000, "seq_length": 128, "num_experts": 8}})
+    with pytest.raises(JobFileError, match="model.family: must be one of"):
+        job_spec_from_dict({**base, "model": {"hidden_size": 256, "num_layers": 4, "num_heads": 8,
+                                              "vocab_size": 1000, "seq_length": 128, "family": "rnn"}})
+
+
+def test_cluster_files_in_three_formats(tmp_path: Path) -> None:
+    pools = cluster_pools({"pools": [{"gpu": "a100", "nodes": 2, "gpus_per_node": 4},
+                                     {"gpu": "A10", "num_gpus": 6, "gpus_per_node": 2, "nic_gbps": 3.125}]})
+    assert [(p.gpu, p.num_gpus, p.gpus_per_node, p.nic_gbps) for p in pools] == [
+        ("A100-80GB", 8, 4, 0.0), ("A10-24GB", 6, 2, 3.125)]
+    inv = REPO / "examples" / "inventories"
+    merged = load_cluster([f"{inv / 'a100-node.yaml'},{inv / 'a100-node.yaml'}", str(inv / "a10-node.yaml")])
+    assert [(p.gpu, p.num_gpus, p.gpus_per_node, p.intra_link) for p in merged.pools] == [
+        ("A100-80GB", 8, 4, pb.INTRA_LINK_NVLINK), ("A10-24GB", 4, 4, pb.INTRA_LINK_PCIE)]
+    sim = load_cluster([str(REPO / "controller/sim/clusters/crius-testbed.json")])
+    assert [(p.gpu, p.num_gpus, p.gpus_per_node) for p in sim.pools] == [("A40-48GB", 32, 2), ("A10-24GB", 32, 2)]
+    bad = tmp_path / "bad.yaml"
+    for doc, text in (("pools: [{gpu: Z9, nodes: 1, gpus_per_node: 4}]", "pools[0].gpu: unknown GPU model 'Z9'"),
+                      ("pools: [{gpu: A100, gpus_per_node: 4}]", "pools[0]: give nodes or num_gpus"),
+                      ("pools: [{gpu: A100, nodes: 1, gpus_per_node: 0}]", "pools[0].gpus_per_node: must be"),
+                      ("pools: [{gpu: A100, nodes: 1, gpus_per_node: 4, color: red}]", "pools[0].color: unknown"),
+                      ("gpus: [{model: A100, count: 0}]", "gpus[0].count"), ("[1, 2]", "must be a mapping"),
+                      ("{", "not valid YAML")):
+        bad.write_text(doc)
+        with pytest.raises(ClusterFileError, match=f"^{re.escape(str(bad))}: .*{re.escape(text)}"):
+            load_cluster([str(bad)])
+
+
+def test_json_has_integer_numbers_and_plans_in_the_flag_vocabulary() -> None:
+    resp = pb.EstimateMemoryResponse(memory=pb.MemoryBreakdown(total=2**40, capacity=80 * 10**9, fits=True),
+                                     plan=plan_message(ExecutionPlan(dp=2, sharding="zero1")))
+    doc = to_json(resp)
+    assert doc["memory"]["total"] == 2**40 and doc["memory"]["fits"] is True
+    assert doc["plan"] == ExecutionPlan(dp=2, sharding="zero1").to_dict()
+    assert "fits" not in to_json(pb.EstimateMemoryResponse(memory=pb.MemoryBreakdown()))["memory"]
