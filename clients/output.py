@@ -275,7 +275,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         p = job.plan
         lines.append("Plan:")
         lines += _kv([
-            ("GPU model", p.gpu_model or NONE), ("dp/tp/pp", f"{p.dp}/{p.tp}/{p.pp}"),
+            ("Cell", job.cell or NONE), ("GPU model", p.gpu_model or NONE), ("dp/tp/pp", f"{p.dp}/{p.tp}/{p.pp}"),
             ("Micro batch", str(p.micro_batch)), ("Grad accum", str(p.grad_accum)),
             ("Memory/GPU", f"{gb(p.memory_per_gpu_bytes)} ({p.memory_source or 'unknown source'})"),
         ], indent=2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tessera.v1 import common_pb2, controller_pb2
 
-from controller.core.snapshot import PlanChoice, Slice
+from controller.core.snapshot import Cell, PlanChoice, Slice
 from controller.store import EventRecord, JobRecord
 
 
@@ -20,6 +20,7 @@ def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
     )
     if j.plan is not None:
         msg.plan.CopyFrom(j.plan)
+        msg.cell = str(Cell(j.plan.gpu_model, j.plan.dp * j.plan.tp * j.plan.pp, j.plan.pp))
     if j.placement is not None:
         msg.placement.CopyFrom(j.placement)
     prog = progress or j.progress

@@ -21,13 +21,30 @@ from tessera.v1 import agent_pb2, common_pb2
 
 from controller import metrics
 from controller.agents import AgentClients
+from controller.cell_estimates import CellEstimates
 from controller.convert import placement_pb, plan_pb
 from controller.core import frenzy, launchers
 from controller.core.attempts import RankStatus, judge, stalled
-from controller.core.snapshot import GpuView, JobView, NodeView, Snapshot
+from controller.core.policies import make_policy
+from controller.core.policies.crius import CriusOptions, CriusPolicy
+from controller.core.policies.frenzy import FrenzyPolicy
+from controller.core.policy import CachedEstimates, Policy, RoundConfig, plan_round
+from controller.core.snapshot import (
+    Cell,
+    Decision,
+    GpuView,
+    JobView,
+    NodeView,
+    PlanChoice,
+    RoundPlan,
+    RunningView,
+    Slice,
+    Snapshot,
+)
 from controller.core.validate import canonical_gpu_types, resolve_model
 from controller.registry import LivenessConfig, LiveNode, index_workers, liveness_at
 from controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
+from estimator.catalog import CATALOG
 from tessera_common.rpc import host_of
 
 P = common_pb2
@@ -40,6 +57,11 @@ class EngineConfig:
     debounce_s: float = 1.0
     stop_grace_s: float = 30.0
     checkpoint_root: str = "/var/lib/tessera/checkpoints"
+    policy: str = "crius"
+    policy_mode: str = "paper"
+    search_depth: int = 3
+    round_budget_s: float = 10.0
+    min_gain: float = 0.2
     start_timeout_s: float = 300.0
     progress_timeout_s: float = 900.0
     port_base: int = 29500
@@ -53,6 +75,14 @@ class AttemptClock:
     attempt: int
     launched: float
     progress_at: float | None = None
+    # Set on the attempt a migration started: when the stop was requested.
+    migration_started: float | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    decision: Decision
+    requested: float  # monotonic
 
 
 class JobNotFound(Exception):
@@ -72,6 +102,17 @@ class Engine:
         self.progress: dict[str, common_pb2.Progress] = {}
         # Launch and last-progress times of each active attempt (monotonic, in memory).
         self._clocks: dict[str, AttemptClock] = {}
+        # Migrations under way: the round's decision, until the old attempt has stopped.
+        self._moves: dict[str, Move] = {}
+        self._estimates_cache: tuple[object, CachedEstimates] | None = None
+        self.policy: Policy
+        if cfg.policy == "frenzy":
+            self.policy = FrenzyPolicy(cfg.frenzy)
+        elif cfg.policy == "crius":
+            # A restart costs real time on a live cluster: a running job moves only for a clear gain.
+            self.policy = CriusPolicy(CriusOptions(mode=cfg.policy_mode, upgrade_min_gain=cfg.min_gain))
+        else:
+            self.policy = make_policy(cfg.policy, cfg.policy_mode)
         self._kick = asyncio.Event()
         self._changed = asyncio.Condition()
         self._round_lock = asyncio.Lock()
@@ -194,17 +235,24 @@ class Engine:
             return P.NODE_STATE_DRAINED, rec.drain_reason
         return P.NODE_STATE_READY, ""
 
-    def busy_gpus(self) -> dict[str, set[int]]:
-        """GPUs held per node: by active attempts' placements and by any worker an agent reports running."""
-        busy: dict[str, set[int]] = {n: self._running_gpus(live) for n, live in self.nodes.items()}
+    def busy_gpus(self, exclude: str = "") -> dict[str, set[int]]:
+        """GPUs held per node: by active attempts' placements, by the targets of migrations under way,
+        and by any worker an agent reports running (all but job `exclude`'s own)."""
+        busy: dict[str, set[int]] = {n: self._running_gpus(live, exclude) for n, live in self.nodes.items()}
         for job in self.store.list_jobs(states=ACTIVE):
+            if job.id == exclude:
+                continue
             for s in job.placement.slices if job.placement else ():
                 busy.setdefault(s.node_id, set()).update(s.gpu_indices)
+        for job_id, move in self._moves.items():
+            if job_id != exclude:
+                for sl in move.decision.slices:
+                    busy.setdefault(sl.node_id, set()).update(sl.gpu_indices)
         return busy
 
     @staticmethod
-    def _running_gpus(live: LiveNode) -> set[int]:
-        return {i for ws in live.running.values() for w in ws
+    def _running_gpus(live: LiveNode, exclude: str = "") -> set[int]:
+        return {i for (job_id, _), ws in live.running.items() if job_id != exclude for w in ws
                 if w.state != P.WORKER_STATE_EXITED for i in w.gpu_indices}
 
     # ---------------------------------------------------------------- agents
@@ -260,6 +308,14 @@ class Engine:
                     clock = self._clocks.get(job_id)
                     if clock is not None and clock.attempt == job.attempt:
                         clock.progress_at = self.mono()
+                        if clock.migration_started is not None:
+                            total = clock.progress_at - clock.migration_started
+                            first = clock.progress_at - clock.launched
+                            clock.migration_started = None
+                            metrics.MIGRATION_SECONDS.observe(total)
+                            self.store.save_job(job, self.wall(), [(
+                                "RESUMED", (f"first progress of attempt {job.attempt} {first:.1f}s after relaunch; "
+                                           f"migration cost {total:.1f}s (stop + restart + first report)"))])
                 self.progress[job_id] = r0[0].progress
             await self._evaluate(job)
 
@@ -306,6 +362,19 @@ class Engine:
             await self._stop_attempt(job, "another rank was interrupted")
             await self._requeue(job, f"attempt {job.attempt} interrupted: {verdict.reason}", "REQUEUED")
         elif verdict.kind == "stopped":
+            move = self._moves.pop(job.id, None)
+            if move is not None and job.state == P.JOB_STATE_MIGRATING:
+                d = move.decision
+                stopped_in = self.mono() - move.requested
+                if d.plan is not None and self._target_free(job, d.slices):
+                    await self._start_attempt(
+                        job.with_(restarts=job.restarts + 1), d.plan, d.slices,
+                        f"{d.reason} (attempt {job.attempt} stopped in {stopped_in:.1f}s)", "MIGRATED")
+                    self._clocks[job.id].migration_started = move.requested
+                    metrics.MIGRATIONS.inc()
+                    return
+                await self._requeue(job, f"migration target no longer free after {stopped_in:.1f}s", "STOPPED")
+                return
             if job.state == P.JOB_STATE_MIGRATING or job.stop_requested:
                 await self._requeue(job, job.reason or "stopped for migration", "STOPPED")
             elif job.retries < job.spec.max_retries:
@@ -424,10 +493,17 @@ class Engine:
 
     # ---------------------------------------------------------------- rounds
 
+    def _job_view(self, j: JobRecord) -> JobView:
+        prog = self.progress.get(j.id, j.progress)
+        return JobView(j.id, j.submit_time, resolve_model(j.spec.model), j.spec.global_batch_size,
+                       j.spec.hint.gpus, canonical_gpu_types(j.spec), iterations=j.spec.iterations,
+                       done_iterations=float(prog.iteration) if prog else 0.0, restarts=j.restarts)
+
     def snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
         nodes: list[NodeView] = []
         totals: dict[tuple[str, int], int] = {}
         busy = self.busy_gpus()
+        gpu_type: dict[tuple[str, int], str] = {}
         for rec in sorted(self.records.values(), key=lambda r: r.id):
             for g in rec.inventory.gpus:
                 totals[(g.model, g.memory_bytes)] = totals.get((g.model, g.memory_bytes), 0) + 1
@@ -435,44 +511,133 @@ class Engine:
             if state != P.NODE_STATE_READY:
                 continue
             live = self.nodes[rec.id]
-            gpus = tuple(GpuView(g.index, g.model, g.memory_bytes, g.foreign_used_bytes)
-                         for g in live.inventory.gpus)
+            gpus = tuple(GpuView(g.index, g.model, g.memory_bytes, g.foreign_used_bytes,
+                                 island=0 if g.nvlink_peers else -1) for g in live.inventory.gpus)
+            gpu_type.update(((rec.id, g.index), g.model) for g in live.inventory.gpus)
             nodes.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ()))))
         pending = self.store.list_jobs(states=[P.JOB_STATE_PENDING])
-        views = tuple(JobView(j.id, j.submit_time, resolve_model(j.spec.model), j.spec.global_batch_size,
-                              j.spec.hint.gpus, canonical_gpu_types(j.spec)) for j in pending)
+        views = tuple(self._job_view(j) for j in pending)
+        running: list[RunningView] = []
+        for j in self.store.list_jobs(states=[P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING]):
+            if j.plan is None or j.placement is None:
+                continue
+            types = {gpu_type.get((s.node_id, i)) for s in j.placement.slices for i in s.gpu_indices}
+            if len(types) != 1 or None in types:
+                continue  # on a node not READY, or a mixed-type gang: its GPUs stay busy, untouched
+            (t,) = types
+            slices = tuple(Slice(s.node_id, tuple(s.gpu_indices)) for s in j.placement.slices)
+            p = j.plan
+            choice = PlanChoice(p.dp, p.tp, p.pp, p.micro_batch, p.grad_accum, p.gpu_model,
+                                p.memory_per_gpu_bytes, p.memory_source)
+            running.append(RunningView(self._job_view(j), Cell(str(t), p.dp * p.tp * p.pp, p.pp), slices, choice,
+                                       since=j.start_time))
         cluster = tuple(sorted((m, b, c) for (m, b), c in totals.items()))
-        return Snapshot(tuple(nodes), views, cluster), {j.id: j for j in pending}
+        snap = Snapshot(tuple(nodes), views, cluster, running=tuple(running), now=self.wall())
+        return snap, {j.id: j for j in pending}
+
+    def _estimates(self) -> CachedEstimates:
+        """Cell estimates over the registered GPU pools, memoised across rounds until the pools change."""
+        pools: dict[str, tuple[int, int, bool]] = {}
+        for rec in self.records.values():
+            per: dict[str, int] = {}
+            nvl: dict[str, bool] = {}
+            for g in rec.inventory.gpus:
+                per[g.model] = per.get(g.model, 0) + 1
+                nvl[g.model] = nvl.get(g.model, False) or bool(g.nvlink_peers)
+            for m, n in per.items():
+                tot, most, nv = pools.get(m, (0, 0, False))
+                pools[m] = (tot + n, max(most, n), nv or nvl[m])
+        key = tuple(sorted(pools.items()))
+        if self._estimates_cache is None or self._estimates_cache[0] != key:
+            known = {m: v for m, v in pools.items() if m in CATALOG}
+            self._estimates_cache = (key, CachedEstimates(CellEstimates(known)))
+        return self._estimates_cache[1]
 
     async def run_round(self) -> None:
         async with self._round_lock:
             t0 = time.perf_counter()
             snap, pending = self.snapshot()
-            plan = frenzy.plan_round(snap, self.cfg.frenzy)
+            rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
+                               time_budget_s=self.cfg.round_budget_s, clock=time.monotonic)
+            if snap.cluster_gpus:
+                plan = plan_round(snap, self._estimates(), self.policy, rcfg)
+            else:  # whatever the policy, nothing can be placed or estimated yet
+                plan = RoundPlan(tuple(Decision(j.id, "pending", "waiting for nodes: no GPUs registered")
+                                       for j in snap.pending), policy=self.policy.name)
             self.rounds += 1
             # New pending reasons of the whole round in one transaction (no await since the snapshot,
-            # so the jobs are as the round saw them).
-            reasons = [(pending[d.job_id].with_(reason=d.reason), [("PENDING", d.reason)])
-                       for d in plan.decisions if d.action == "pending" and pending[d.job_id].reason != d.reason]
+            # so the jobs are as the round saw them). A job the policy drops stays PENDING with the
+            # reason: the user decides whether to cancel it.
+            views = {j.id: j for j in snap.pending}
+            reasons = []
+            for d in plan.decisions:
+                if d.action not in ("pending", "drop") or d.job_id not in pending:
+                    continue
+                why = d.reason
+                if "fits nowhere" in why and plan.policy != "frenzy":
+                    # Say what memory the job needs and what exists, whatever the policy.
+                    marp = frenzy.memory_reason(views[d.job_id], snap, self.cfg.frenzy)
+                    if marp.startswith("fits nowhere"):
+                        why = f"{why}; {marp}"
+                if pending[d.job_id].reason != why:
+                    reasons.append((pending[d.job_id].with_(reason=why), [("PENDING", why)]))
             if reasons:
                 self.store.save_jobs(reasons, self.wall())
                 await self._notify()
+            # Moves and suspensions first: they free GPUs that this round's starts may use.
+            for d in plan.migrations() + plan.of("stop"):
+                job = self.store.get_job(d.job_id)
+                if job is None or job.state != P.JOB_STATE_RUNNING:
+                    continue  # still starting, or changed meanwhile: next round decides again
+                if d.action == "migrate":
+                    await self._migrate(job, d)
+                else:
+                    await self._migrate_off(job, f"suspended by {plan.policy}: {d.reason}")
             for d in plan.starts():
                 job = self.store.get_job(d.job_id)
                 if job is None or job.state != P.JOB_STATE_PENDING:
                     continue  # changed while earlier launches of this round were awaited (e.g. cancelled)
                 assert d.plan is not None
-                attempt = job.attempt + 1
-                rendezvous = f"{host_of(self.nodes[d.slices[0].node_id].address)}:{self._port(job.id, attempt, d.slices[0].node_id)}"
-                job = job.with_(state=P.JOB_STATE_STARTING, reason=d.reason, attempt=attempt,
-                                plan=plan_pb(d.plan), placement=placement_pb(d.slices, rendezvous),
-                                start_time=job.start_time or self.wall(), stop_requested=False)
-                await self._save(job, [("PLACED", f"attempt {attempt}: {d.reason}")])
-                self._clocks[job.id] = AttemptClock(attempt, self.mono())
-                await self._launch(job)
+                if not self._target_free(job, d.slices):
+                    # GPUs the policy counted on (e.g. of a job whose move was skipped) are held.
+                    why = "placement conflict: its GPUs are still held; the next round decides again"
+                    await self._save(job.with_(reason=why), [("PENDING", why)])
+                    self.kick()
+                    continue
+                await self._start_attempt(job, d.plan, d.slices, d.reason, "PLACED")
             dt = time.perf_counter() - t0
             metrics.ROUND_SECONDS.observe(dt)
-            log.info("round", round=self.rounds, pending=len(pending), started=len(plan.starts()), seconds=round(dt, 4))
+            log.info("round", round=self.rounds, policy=plan.policy, pending=len(pending),
+                     started=len(plan.starts()), migrated=len(plan.migrations()), seconds=round(dt, 4))
+
+    async def _start_attempt(self, job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], reason: str,
+                             kind: str) -> JobRecord:
+        """Store the next attempt (plan, placement, rendezvous) as STARTING, then launch it."""
+        attempt = job.attempt + 1
+        rendezvous = f"{host_of(self.nodes[slices[0].node_id].address)}:{self._port(job.id, attempt, slices[0].node_id)}"
+        job = job.with_(state=P.JOB_STATE_STARTING, reason=reason, attempt=attempt, plan=plan_pb(plan),
+                        placement=placement_pb(slices, rendezvous), start_time=job.start_time or self.wall(),
+                        stop_requested=False)
+        await self._save(job, [(kind, f"attempt {attempt}: {reason}")])
+        self._clocks[job.id] = AttemptClock(attempt, self.mono())
+        await self._launch(job)
+        return job
+
+    async def _migrate(self, job: JobRecord, d: Decision) -> None:
+        """Stop a running attempt with a checkpoint; when it has stopped, relaunch it on the
+        decision's placement and plan (`_evaluate`, verdict "stopped")."""
+        self._moves[job.id] = Move(d, self.mono())
+        what = f"{d.change or 'move'} {d.previous or ''} -> {d.cell or ''}".replace("  ", " ")
+        job = job.with_(state=P.JOB_STATE_MIGRATING, reason=f"migrating: {d.reason}", stop_requested=True)
+        await self._save(job, [("MIGRATING", f"{what}: {d.reason}; stopping attempt {job.attempt} with a checkpoint")])
+        await self._stop_attempt(job, f"migrating: {d.reason}")
+
+    def _target_free(self, job: JobRecord, slices: tuple[Slice, ...]) -> bool:
+        busy = self.busy_gpus(exclude=job.id)
+        for s in slices:
+            if self.node_state(s.node_id)[0] != P.NODE_STATE_READY or busy.get(s.node_id, set()) & set(s.gpu_indices):
+                return False
+        return True
 
     def _port(self, job_id: str, attempt: int, node_id: str) -> int:
         """A rendezvous port on rank 0's node that no other active attempt there holds."""

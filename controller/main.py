@@ -15,6 +15,7 @@ from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
 from controller.agents import AgentClients
 from controller.core.frenzy import GIB, FrenzyConfig
+from controller.core.policies import ALIASES, policy_names
 from controller.engine import Engine, EngineConfig
 from controller.registry import LivenessConfig
 from controller.service import ControllerService, RegistryService
@@ -35,6 +36,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heartbeat-interval", type=float, default=5.0, help="heartbeat period asked of agents")
     p.add_argument("--down-after", type=float, default=120.0, help="seconds without heartbeat before DOWN")
     p.add_argument("--stop-grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--policy", default="crius",
+                   help=f"scheduling policy: {', '.join(policy_names())} (default crius)")
+    p.add_argument("--policy-mode", default="paper", choices=("paper", "artifact"),
+                   help="the policy as its paper describes it, or as the Crius artifact ran it")
+    p.add_argument("--search-depth", type=int, default=3, help="Crius: scaling steps one choice may make")
+    p.add_argument("--min-gain", type=float, default=0.2,
+                   help="Crius: relative throughput gain a running job's scale-up or move must bring")
+    p.add_argument("--round-budget", type=float, default=10.0, help="wall-clock seconds a round may search")
     p.add_argument("--start-timeout", type=float, default=300.0,
                    help="seconds for every rank of an attempt to be running, else the attempt failed")
     p.add_argument("--progress-timeout", type=float, default=900.0,
@@ -48,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
+    if args.policy.strip().lower() not in policy_names() and args.policy not in ALIASES:
+        p.error(f"--policy: unknown policy {args.policy!r}; use one of {', '.join(policy_names())}")
+    if args.search_depth < 0:
+        p.error("--search-depth must be >= 0")
     if args.heartbeat_interval >= args.lease:
         p.error("--heartbeat-interval must be shorter than --lease")
     return args
@@ -64,6 +77,8 @@ async def serve(args: argparse.Namespace) -> None:
     cfg = EngineConfig(
         round_interval_s=args.round_interval, inspect_interval_s=args.inspect_interval, debounce_s=args.debounce,
         stop_grace_s=args.stop_grace, checkpoint_root=str(ckpt), start_timeout_s=args.start_timeout,
+        policy=args.policy, policy_mode=args.policy_mode, search_depth=args.search_depth,
+        round_budget_s=args.round_budget, min_gain=args.min_gain,
         progress_timeout_s=args.progress_timeout,
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 JOBS_SUBMITTED = Counter("tessera_jobs_submitted_total", "Jobs accepted by SubmitJob")
 JOBS_FINISHED = Counter("tessera_jobs_finished_total", "Jobs that reached a final state", ["outcome"])
 REQUEUES = Counter("tessera_job_requeues_total", "Attempts requeued (node lost, migration, retry)")
+MIGRATIONS = Counter("tessera_migrations_total", "Running jobs moved to a new Cell or placement")
+MIGRATION_SECONDS = Histogram("tessera_migration_seconds", "Stop request to first progress of the new attempt",
+                              buckets=(1, 2, 5, 10, 20, 40, 80, 160, 320))
 ROUND_SECONDS = Histogram("tessera_round_seconds", "Wall time of one scheduling round",
                           buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30))
 JOBS = Gauge("tessera_jobs", "Jobs by state", ["state"])

@@ -1,4 +1,4 @@
-"""The local demo: a controller and three agents with declared heterogeneous GPUs on loopback, the
+"""The local demo: a controller and four agents with declared heterogeneous GPUs on loopback, the
 example jobs submitted with tessctl, trained for real on CPU, watched to the end.
 
     scripts/demo.sh            # set up, then run this
@@ -24,7 +24,8 @@ from tessera.v1 import common_pb2 as P
 from clients.sdk import Client
 from tessera_common.localcluster import REPO, start_agent, start_controller, tessctl, wait_for
 
-NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml")]
+NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml"),
+         ("node-a10b", "a10-node.yaml")]
 JOBS = ["tiny", "small", "medium", "wide", "huge"]
 FINAL = {P.JOB_STATE_SUCCEEDED, P.JOB_STATE_FAILED, P.JOB_STATE_CANCELLED}
 
@@ -39,6 +40,7 @@ def main() -> int:
     p.add_argument("--state", default=str(REPO / "demo-state"), help="where the demo keeps state and logs")
     p.add_argument("--keep", action="store_true", help="leave the cluster running after the jobs end")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the jobs")
+    p.add_argument("--policy", default="crius", help="the controller's scheduling policy (default crius)")
     args = p.parse_args()
     root = Path(args.state).resolve()
     shutil.rmtree(root, ignore_errors=True)
@@ -47,7 +49,7 @@ def main() -> int:
     try:
         ctl = start_controller(root / "controller", "--round-interval", "300", "--lease", "6",
                                "--heartbeat-interval", "1", "--debounce", "0.5", "--inspect-interval", "5",
-                               fast=False)
+                               "--policy", args.policy, fast=False)
         daemons.append(ctl)
         print(f"controller on {ctl.address} (state {root / 'controller'}, log {ctl.log_path})")
         for node_id, inv in NODES:

@@ -159,6 +159,13 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot, cfg
             f"(dp={best.dp} tp={best.tp}); {free} GPUs free now")
 
 
+def memory_reason(job: JobView, snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> str:
+    """MARP's account of why a job waits (the memory it needs, what the cluster has), for any policy
+    whose own reason for a job that fits nowhere does not say it."""
+    max_gpus = sum(c for _, _, c in snap.cluster_gpus)
+    return _pending_reason(job, resource_plans(job, max_gpus, cfg), snap, cfg)
+
+
 class _FreeIndex:
     """Sorted usable bytes of the free GPUs, per allowed-type filter: rejects a plan in O(log n)
     before HAS walks the nodes. Rebuilt lazily after each placement."""

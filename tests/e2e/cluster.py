@@ -19,6 +19,7 @@ INVENTORIES = REPO / "examples" / "inventories"
 class Cluster:
     root: Path
     controller: Daemon
+    policy: str = "frenzy"
     agents: dict[str, Daemon] = field(default_factory=dict)
 
     def client(self) -> Client:
@@ -35,12 +36,12 @@ class Cluster:
 
     def restart_controller(self) -> Daemon:
         port = self.controller.address.rpartition(":")[2]
-        self.controller = start_controller(self.root / "state", listen=f"127.0.0.1:{port}")
+        self.controller = start_controller(self.root / "state", "--policy", self.policy, listen=f"127.0.0.1:{port}")
         return self.controller
 
 
-def make_cluster(root: Path, nodes: list[tuple[str, str]]) -> Cluster:
-    c = Cluster(root, start_controller(root / "state"))
+def make_cluster(root: Path, nodes: list[tuple[str, str]], policy: str) -> Cluster:
+    c = Cluster(root, start_controller(root / "state", "--policy", policy), policy=policy)
     for node_id, inv in nodes:
         c.add_agent(node_id, inv)
     c.wait_ready(len(nodes))
@@ -51,8 +52,9 @@ def make_cluster(root: Path, nodes: list[tuple[str, str]]) -> Cluster:
 def cluster_factory(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
     made: list[Cluster] = []
 
-    def make(nodes: list[tuple[str, str]]) -> Cluster:
-        c = make_cluster(tmp_path, nodes)
+    def make(nodes: list[tuple[str, str]], policy: str = "frenzy") -> Cluster:
+        """Most tests pin Frenzy (MARP + HAS) for placements they can predict; Crius tests ask for it."""
+        c = make_cluster(tmp_path, nodes, policy)
         made.append(c)
         return c
 

@@ -1,0 +1,62 @@
+"""The live controller's `Estimates` (controller/core/policy.py): Crius's Cell estimator
+(estimator/cells.py) over the GPU types the registered nodes have.
+
+Only Cells whose best plan has one (dp, tp) layout in every stage are offered: that is what a worker
+can run from a single `Plan` (dp x tp x pp ranks, global batch = micro_batch x grad_accum x dp).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from controller.core.policy import CellEstimate
+from controller.core.snapshot import Cell, JobView, PlanChoice
+from estimator.cells import CellEstimator, CellInputError, CellModel, GpuPool
+
+
+class CellEstimates:
+    """Estimates over the cluster's GPU pools: {type: (total GPUs, GPUs per node, NVLink)}."""
+
+    def __init__(self, pools: dict[str, tuple[int, int, bool]], max_gpus: int = 64) -> None:
+        self.pools = {t: GpuPool(t, n, per, "nvlink" if nv else "pcie") for t, (n, per, nv) in pools.items()}
+        self.est = CellEstimator()
+        self.max_gpus = max_gpus
+
+    def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
+        pool = self.pools.get(gpu_type)
+        if pool is None or nodes < 1 or gpus % nodes or gpus > pool.num_gpus:
+            return ()
+        try:
+            model = CellModel.from_dims(job.model, job.global_batch_size)
+        except CellInputError:
+            return ()
+        out = []
+        stages = 1
+        while stages <= min(gpus, job.model.num_layers):
+            try:
+                c = self.est.cell(model, pool, gpus, stages, nodes=nodes, gpus_per_node=gpus // nodes)
+            except CellInputError:
+                c = None
+            if c is not None and c.fits and c.execution_plan is not None and c.iter_time is not None:
+                ep = c.execution_plan
+                mem = int(c.memory_per_gpu.value) if c.memory_per_gpu else 0
+                plan = PlanChoice(ep.dp, ep.tp, ep.pp, ep.micro_batch, ep.grad_accum, gpu_type, mem,
+                                  c.memory_per_gpu.source if c.memory_per_gpu else "")
+                out.append(CellEstimate(Cell(gpu_type, gpus, stages), c.iter_time.value, mem, plan,
+                                        c.iter_time.source))
+            stages *= 2
+        return out
+
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
+        pool = self.pools.get(gpu_type)
+        if pool is None:
+            return ()
+        out = []
+        n = 1
+        while n <= min(pool.num_gpus, self.max_gpus):
+            nodes = math.ceil(n / pool.gpus_per_node)
+            if n % nodes == 0 and self.cells(job, gpu_type, n, nodes):
+                out.append(n)
+            n *= 2
+        return out
