@@ -79,7 +79,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
     """The `estimate memory` and `estimate cells` subcommands (command(parent, name, func, help))."""
     sub = estimate.add_subparsers(dest="what", metavar="WHAT", required=True)
     p = command(sub, "memory", cmd_memory, "peak memory per GPU of a job under a plan, by category")
-    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md)")
+    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
     p.add_argument("--gpu", required=True, metavar="TYPE", help="GPU type (catalog name or alias, e.g. a100-80gb)")
     p.add_argument("--plan", type=plan_arg, default=None, metavar="K=V[,K=V]",
                    help="execution plan: dp, tp, pp, micro_batch, grad_accum, sharding (none|zero1|zero2|zero3|fsdp), "
@@ -92,7 +92,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
                    help="GPU count the plan must use (default: the job's gpus hint, if any)")
     _estimator_option(p)
     p = command(sub, "cells", cmd_cells, "the Cells of a job on a cluster: best plan, iteration time, memory")
-    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md)")
+    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
     p.add_argument("--cluster", required=True, action="append", metavar="FILE[,FILE]",
                    help="cluster description: pools, declared node inventories or a simulator cluster "
                         "(repeatable; docs/estimator-service.md)")
@@ -441,10 +441,17 @@ def cells_table(resp: estimator_pb2.GetCellsResponse, wide: bool = False) -> str
 # -- commands ---------------------------------------------------------------------------------------
 
 
-def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
-    from clients.jobfile import load_job_file
+def _job(filename: str) -> common_pb2.JobSpec:
+    """The job file (`-` = stdin), checked as `tessctl submit` checks it."""
+    import sys
 
-    spec = load_job_file(args.filename)
+    from clients.jobfile import load_job_file, parse_job_yaml
+
+    return parse_job_yaml(sys.stdin.read()) if filename == "-" else load_job_file(filename)
+
+
+def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
+    spec = _job(args.filename)
     req = memory_request(spec, args.gpu, args.plan, args.mode, args.gpus)
     resp = _ask(args, "EstimateMemory", req)
     if args.output == "json":
@@ -455,9 +462,7 @@ def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
-    from clients.jobfile import load_job_file
-
-    spec = load_job_file(args.filename)
+    spec = _job(args.filename)
     cluster = load_cluster(args.cluster)
     req = cells_request(spec, cluster, args.precision, args.max_gpus, args.best)
     resp = _ask(args, "GetCells", req)
