@@ -113,3 +113,24 @@ def test_json_has_integer_numbers_and_plans_in_the_flag_vocabulary() -> None:
     assert doc["memory"]["total"] == 2**40 and doc["memory"]["fits"] is True
     assert doc["plan"] == ExecutionPlan(dp=2, sharding="zero1").to_dict()
     assert "fits" not in to_json(pb.EstimateMemoryResponse(memory=pb.MemoryBreakdown()))["memory"]
+
+
+def test_the_estimator_library_imports_without_torch_and_grpc() -> None:
+    """The pure modules and the API handlers need neither torch nor grpc (only the service does)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"  # None in sys.modules makes the import fail
+        "sys.modules['grpc'] = None\n"
+        "import estimator.catalog, estimator.models, estimator.plans, estimator.memory, estimator.cells\n"
+        "import estimator.perf_model, estimator.convert, estimator.handlers, estimator.tuning\n"
+        "from tessera.v1 import common_pb2, estimator_pb2\n"
+        "from estimator.handlers import Estimator\n"
+        "r = Estimator().estimate_memory(estimator_pb2.EstimateMemoryRequest(model=common_pb2.ModelSpec(name='gpt2-small')))\n"
+        "assert r.memory.total > 0\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
