@@ -307,3 +307,18 @@ async def test_a_slow_call_runs_in_a_thread_and_the_loop_keeps_answering() -> No
         assert health.status == "SERVING" and cells.cells and not slow.done()
         est.release.set()
         assert (await slow).memory.total == estimate_memory(ModelDims(768, 12, 12, 50257, 1024), ExecutionPlan()).total
+
+
+async def test_traced_mode_through_the_service(srv: Server) -> None:
+    pytest.importorskip("torch")
+    tiny = c.ModelSpec(hidden_size=64, num_layers=2, num_heads=4, vocab_size=256, seq_length=32)
+    req = pb.EstimateMemoryRequest(model=tiny, plan=c.ExecutionPlan(dp=2, micro_batch=2, sharding=c.SHARDING_ZERO1),
+                                   gpu="a10", mode=pb.MEMORY_MODE_TRACED, global_batch_size=8)
+    resp = await srv.stub.EstimateMemory(req)
+    lib = estimate_memory(ModelDims(64, 2, 4, 256, 32), ExecutionPlan(dp=2, micro_batch=2, grad_accum=2,
+                                                                       sharding="zero1"), mode="traced", gpu="A10-24GB")
+    m = resp.memory
+    assert m.source == "traced" == lib.source
+    assert (m.parameters, m.gradients, m.optimizer, m.activations, m.total) == (
+        lib.parameters, lib.gradients, lib.optimizer, lib.activations, lib.total)
+    assert await srv.stub.EstimateMemory(req) == resp  # cached: the notes (with the trace's wall time) too
