@@ -358,10 +358,10 @@ class Estimator:
         cluster = cluster_spec(req.cluster)
         config = cell_config(req.options)
         est, lock = self._cell_estimator(config)
-        with lock:
+        with lock:  # computed and kept under the lock a measurement takes to update this estimator
             cells = est.best_cells(model, cluster) if req.best_only else est.cells(model, cluster)
-        resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells])
-        self._cells.put(key, resp)
+            resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells])
+            self._cells.put(key, resp)
         return resp
 
     def _cell_estimator(self, config: CellConfig) -> tuple[CellEstimator, threading.Lock]:
@@ -459,13 +459,16 @@ class Estimator:
         measured = statistics.median(s for s, _ in steps)
         with self._lock:
             self._models[(key, gpu)] = FittedModel(new, mode, env, base)
-            if cell_sig is not None:
-                p = cfg.plan
-                mkey = (cell_sig, gpu, p.gpus, p.pp)
-                self._measured[mkey] = measured
-                for est, _lock in self._cell_estimators.values():
-                    est.record_measured(cell_sig, gpu, p.gpus, p.pp, measured)
-                self._cells.clear()
+            estimators = list(self._cell_estimators.values())
+            if cell_sig is not None:  # estimators made from now on start with it
+                self._measured[(cell_sig, gpu, cfg.plan.gpus, cfg.plan.pp)] = measured
+        if cell_sig is not None:
+            # Outside self._lock (a Cell computation may hold an estimator's lock for a while, and
+            # Health takes self._lock on the event loop); each estimator under its own lock.
+            for est, lock in estimators:
+                with lock:
+                    est.record_measured(cell_sig, gpu, cfg.plan.gpus, cfg.plan.pp, measured)
+            self._cells.clear()
         return pb.ReportStepTimesResponse(params=params_message(new), predicted_before_seconds=before,
                                           predicted_seconds=after, measured_seconds=measured,
                                           samples_used=len(live), source=f"fitted:{mode}:refit")
