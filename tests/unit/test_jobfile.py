@@ -35,8 +35,8 @@ GOLDEN: dict[str, common_pb2.JobSpec] = {
         max_retries=2,
     ),
     "wide.yaml": common_pb2.JobSpec(
-        name="wide", tenant="default", model=_model(64, 2, 4, 256, 64), global_batch_size=24, iterations=30,
-        hint=common_pb2.ResourceHint(gpus=6), checkpoint_every=10, max_retries=2,
+        name="wide", tenant="default", model=_model(64, 2, 4, 256, 64), global_batch_size=32, iterations=30,
+        hint=common_pb2.ResourceHint(gpus=8), checkpoint_every=10, max_retries=2,
     ),
     "huge.yaml": common_pb2.JobSpec(
         name="huge", tenant="default", model=_model(25600, 128, 160, 50257, 2048), global_batch_size=1536,
