@@ -361,6 +361,8 @@ def layer_stored_bytes(m: ModelDims, index: int, x: _ActShape, b: int) -> float:
         total += _moe_stored_bytes(m, x)
     elif m.gated:
         total += e * n * h / x.sp_div + 4 * e * n * f_l  # input; gate, silu(gate), up, product
+        if x.amp:  # autocast casts the fp32 norm output once for each of the two input projections
+            total += e * n * h / x.sp_div
     else:
         total += e * n * h / x.sp_div + 2 * e * n * f_l  # input; GELU input and output
     return total + mask
@@ -405,8 +407,13 @@ def head_stored_bytes(m: ModelDims, x: _ActShape) -> float:
 def loss_peak_bytes(m: ModelDims, x: _ActShape) -> float:
     """Cross-entropy (Megatron's: the fp32 softmax it keeps, in head_stored_bytes, becomes the
     gradient in place) at its peak, beyond what it keeps: the logits' gradient in the activation dtype
-    in backward, or the logits themselves beside their fp32 copy in forward; e bytes per logit."""
-    return x.e * x.tokens * local_vocab(m, x.tp)
+    (or the logits beside their fp32 copy in forward), or the output layer's backward after it."""
+    n, v = x.tokens, local_vocab(m, x.tp)
+    # fp32 logits: the softmax is computed in them and the gradient is the softmax (no copies)
+    cast = x.e * n * v if x.e < 4 else 0
+    freed = 4 * n * v if x.e < 4 else 0
+    # then the output layer's backward: input and weight gradients beside the logits' gradient
+    return max(cast, cast - freed + x.e * n * m.hidden_size + x.e * v * m.hidden_size)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -325,8 +325,9 @@ def _accumulate_into(buf: Any) -> Any:
 def real_cpu_peak(model: ModelDims, plan: ExecutionPlan, stage: int = 0, timeout_s: float = 300) -> dict[str, Any]:
     """Run the step on real CPU tensors in a fresh process and measure its peak from the OS.
 
-    The child builds the stage and its resident state, reads its resident set size (RSS), runs the
-    step without any tracker, and reads its peak RSS (ru_maxrss). glibc's malloc is told to serve
+    The child builds the stage and its resident state, runs one step (which loads the kernels' code
+    pages), reads its resident set size (RSS), resets the high-water mark (/proc/self/clear_refs),
+    runs a second step without any tracker, and reads the high-water mark (VmHWM). glibc's malloc is told to serve
     every allocation above 64 KiB by mmap (MALLOC_MMAP_THRESHOLD_), so freed tensors go back to the
     OS at once and RSS follows the live tensors. Returns rss_before, rss_peak, resident (tensor bytes
     of the state, counted), and peak = resident + (rss_peak - rss_before): the step's peak tensor
@@ -369,14 +370,26 @@ def _real_child(arg: str) -> None:
                *(t for st in opt.state.values() for t in st.values())]
     resident = sum(t.untyped_storage().nbytes() for t in tensors)
 
-    def rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize()
+    def status(key: str) -> int:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        raise KeyError(key)
 
-    before = rss()
+    # A first step loads the kernels' code pages (file-backed RSS); the second one is measured, with
+    # the high-water mark reset (Linux clear_refs 5) when the kernel allows it.
     _step(mod, opt, plan, shape, stage, recipe, torch)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"rss_before": before, "rss_peak": peak, "resident": resident,
+    before = status("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = True
+    except OSError:
+        reset = False
+    _step(mod, opt, plan, shape, stage, recipe, torch)
+    peak = status("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"rss_before": before, "rss_peak": peak, "resident": resident, "hwm_reset": reset,
                       "peak": resident + peak - before}))
 
 
