@@ -42,7 +42,7 @@ class CellEstimates:
                 ep = c.execution_plan
                 mem = int(c.memory_per_gpu.value) if c.memory_per_gpu else 0
                 plan = PlanChoice(ep.dp, ep.tp, ep.pp, ep.micro_batch, ep.grad_accum, gpu_type, mem,
-                                  c.memory_per_gpu.source if c.memory_per_gpu else "")
+                                  c.memory_per_gpu.source if c.memory_per_gpu else "", ep)
                 out.append(CellEstimate(Cell(gpu_type, gpus, stages), c.iter_time.value, mem, plan,
                                         c.iter_time.source))
             stages *= 2

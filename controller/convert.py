@@ -6,6 +6,7 @@ from tessera.v1 import common_pb2, controller_pb2
 
 from controller.core.snapshot import Cell, PlanChoice, Slice
 from controller.store import EventRecord, JobRecord
+from estimator.convert import plan_message
 
 
 def event_pb(e: EventRecord) -> common_pb2.JobEvent:
@@ -32,9 +33,12 @@ def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
 
 
 def plan_pb(p: PlanChoice) -> common_pb2.Plan:
-    return common_pb2.Plan(dp=p.dp, tp=p.tp, pp=p.pp, micro_batch=p.micro_batch, grad_accum=p.grad_accum,
-                           gpu_model=p.gpu_model, memory_per_gpu_bytes=p.memory_per_gpu_bytes,
-                           memory_source=p.memory_source)
+    msg = common_pb2.Plan(dp=p.dp, tp=p.tp, pp=p.pp, micro_batch=p.micro_batch, grad_accum=p.grad_accum,
+                          gpu_model=p.gpu_model, memory_per_gpu_bytes=p.memory_per_gpu_bytes,
+                          memory_source=p.memory_source)
+    if p.execution is not None:
+        msg.options.CopyFrom(plan_message(p.execution))
+    return msg
 
 
 def placement_pb(slices: tuple[Slice, ...], rendezvous: str) -> common_pb2.Placement:

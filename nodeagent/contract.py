@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from google.protobuf import json_format
 from tessera.v1 import agent_pb2, common_pb2
 
 from tessera_common.contract import CONTRACT_VARS
@@ -143,19 +144,24 @@ def validate_stop(job_id: str, attempt: int, grace_seconds: float) -> None:
 
 
 def plan_json(plan: common_pb2.Plan) -> str:
-    """TESSERA_PLAN: fixed keys in the contract's order, whatever fields the proto grows later."""
-    return json.dumps(
-        {
-            "dp": plan.dp,
-            "tp": plan.tp,
-            "pp": plan.pp,
-            "micro_batch": plan.micro_batch,
-            "grad_accum": plan.grad_accum,
-            "gpu_model": plan.gpu_model,
-            "memory_per_gpu_bytes": plan.memory_per_gpu_bytes,
-            "memory_source": plan.memory_source,
-        }
-    )
+    """TESSERA_PLAN: fixed keys in the contract's order, then the options of the whole execution
+    plan (sharding, offload, checkpointing, schedule, ...) as protobuf's JSON names them, when set."""
+    out: dict[str, object] = {
+        "dp": plan.dp,
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "micro_batch": plan.micro_batch,
+        "grad_accum": plan.grad_accum,
+        "gpu_model": plan.gpu_model,
+        "memory_per_gpu_bytes": plan.memory_per_gpu_bytes,
+        "memory_source": plan.memory_source,
+    }
+    if plan.HasField("options"):
+        opts = json_format.MessageToDict(plan.options, preserving_proto_field_name=True)
+        for key in ("dp", "tp", "pp", "micro_batch", "grad_accum"):
+            opts.pop(key, None)  # the plan's own sizes are authoritative
+        out.update(opts)
+    return json.dumps(out)
 
 
 def model_json(model: common_pb2.ModelSpec) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from estimator.models import ModelDims
+from estimator.plans import ExecutionPlan
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class PlanChoice:
     gpu_model: str
     memory_per_gpu_bytes: int
     memory_source: str
+    # The estimator's whole plan (sharding, checkpointing, schedule) when it gave one.
+    execution: ExecutionPlan | None = None
 
     @property
     def gpus(self) -> int:

@@ -159,3 +159,18 @@ def test_python_placeholder_is_replaced_only_as_argv0() -> None:
     ]
     assert contract.worker_argv(["torchrun", "{python}"], "/p") == ["torchrun", "{python}"]
     assert contract.worker_argv([], "/p") == []
+
+
+def test_plan_json_carries_the_execution_plan_options() -> None:
+    import json
+
+    from tessera.v1 import common_pb2
+
+    plan = common_pb2.Plan(dp=2, tp=1, pp=1, micro_batch=2, grad_accum=4, gpu_model="A100-80GB",
+                           options=common_pb2.ExecutionPlan(dp=9, sharding=common_pb2.SHARDING_ZERO1,
+                                                            checkpointing=common_pb2.CHECKPOINTING_FULL))
+    got = json.loads(contract.plan_json(plan))
+    assert got["dp"] == 2  # the plan's sizes win over the options'
+    assert got["sharding"] == "SHARDING_ZERO1" and got["checkpointing"] == "CHECKPOINTING_FULL"
+    assert "options" not in got
+    assert "sharding" not in json.loads(contract.plan_json(common_pb2.Plan(dp=1)))

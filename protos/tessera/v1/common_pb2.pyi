@@ -289,7 +289,7 @@ class Launcher(_message.Message):
     def __init__(self, name: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., per_node: _Optional[bool] = ..., head_argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "gpu_model", "memory_per_gpu_bytes", "memory_source")
+    __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "gpu_model", "memory_per_gpu_bytes", "memory_source", "options")
     DP_FIELD_NUMBER: _ClassVar[int]
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
@@ -298,6 +298,7 @@ class Plan(_message.Message):
     GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_PER_GPU_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
     dp: int
     tp: int
     pp: int
@@ -306,7 +307,8 @@ class Plan(_message.Message):
     gpu_model: str
     memory_per_gpu_bytes: int
     memory_source: str
-    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., gpu_model: _Optional[str] = ..., memory_per_gpu_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ...) -> None: ...
+    options: ExecutionPlan
+    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., gpu_model: _Optional[str] = ..., memory_per_gpu_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., options: _Optional[_Union[ExecutionPlan, _Mapping]] = ...) -> None: ...
 
 class NodeSlice(_message.Message):
     __slots__ = ("node_id", "gpu_indices")
