@@ -27,10 +27,18 @@ BEST_FIT = "best-fit"
 SCATTER = "scatter"
 
 
+_QUOTAS: dict[tuple[int, int, int], list[int]] = {}
+
+
 def quotas(n: int, max_per_node: int, tp: int = 1) -> list[int]:
     """Per-node shares to try for a gang of n GPUs, fewest nodes first."""
-    out = [q for q in range(min(n, max_per_node), 0, -1) if n % q == 0 and q % tp == 0]
-    return out
+    k = (n, max_per_node, tp)
+    got = _QUOTAS.get(k)
+    if got is None:
+        got = [q for q in range(min(n, max_per_node), 0, -1) if n % q == 0 and q % tp == 0]
+        if len(_QUOTAS) < 100_000:
+            _QUOTAS[k] = got
+    return got
 
 
 @dataclass
@@ -86,25 +94,33 @@ class Pool:
         self.hist = [0] * (self.max_cap + 1)
         for g in groups:
             self.hist[len(g.free)] += 1
+        self._buckets: list[list[Group]] | None = None
 
     @property
     def free_gpus(self) -> int:
         return sum(f * c for f, c in enumerate(self.hist))
 
+    def buckets(self) -> list[list[Group]]:
+        """Groups by free count (index), each in snapshot order; rebuilt after a change."""
+        if self._buckets is None:
+            b: list[list[Group]] = [[] for _ in range(self.max_cap + 1)]
+            for g in self.groups:
+                b[len(g.free)].append(g)
+            self._buckets = b
+        return self._buckets
+
     def _moved(self, g: Group, before: int) -> None:
         self.hist[before] -= 1
         self.hist[len(g.free)] += 1
+        self._buckets = None
 
 
 def fits_hist(hist: Sequence[int], n: int, max_cap: int, tp: int = 1) -> int:
     """Fewest nodes a gang of n GPUs needs given a histogram of free counts; 0 if it does not fit."""
     if n <= 0 or max_cap <= 0:
         return 0
-    suffix = [0] * (max_cap + 2)
-    for f in range(max_cap, -1, -1):
-        suffix[f] = suffix[f + 1] + hist[f]
     for q in quotas(n, max_cap, tp):
-        if suffix[q] >= n // q:
+        if sum(hist[q:]) >= n // q:
             return n // q
     return 0
 
@@ -271,12 +287,24 @@ class Trial:
         if not k_nodes:
             return None
         q = n // k_nodes
-        elig = [g for g in pool.groups if self.free_of(g) >= q]
+        buckets = pool.buckets()
+        moved: dict[int, list[Group]] = {}
+        for gid, f in self.over.items():
+            g = self.base.groups[gid]
+            if g.gpu_type == gpu_type:
+                moved.setdefault(f, []).append(g)
+        levels = range(q, pool.max_cap + 1)
         if prefer == SCATTER:
-            elig.sort(key=lambda g: (-self.free_of(g), g.order))
-        else:
-            elig.sort(key=lambda g: (self.free_of(g), g.order))
-        chosen = [(g, q) for g in elig[:k_nodes]]
+            levels = range(pool.max_cap, q - 1, -1)
+        picked: list[Group] = []
+        for f in levels:
+            at = [g for g in buckets[f] if g.gid not in self.over] + moved.get(f, [])
+            if moved.get(f):
+                at.sort(key=lambda g: g.order)
+            picked.extend(at[: k_nodes - len(picked)])
+            if len(picked) >= k_nodes:
+                break
+        chosen = [(g, q) for g in picked]
         for g, c in chosen:
             self._set(g, self.free_of(g) - c)
         return chosen

@@ -327,9 +327,12 @@ class Simulator:
                     j.blocked = cost
             # (5) metrics
             thr = self._metric(running.values(), paying, interval)
+            stuck = r > last_arrival and not running and started == 0
             records.append(RoundRecord(r, now, thr, len(running), len(pending),
                                        sum(len(b) for b in busy), started, migrated, suspended, finished_now,
                                        plan.stats.choices_evaluated))
+            if stuck and not rounds:
+                break  # an idle cluster and no more arrivals: the waiting jobs can never start
         end_t = t0 + len(records) * interval
         for j in pending.values():
             j.queue_s += end_t - j.pending_since

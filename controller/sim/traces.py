@@ -203,7 +203,13 @@ def generate_philly(path: Path, feasible: Callable[[str, str, int], float], gpu_
     recs.sort()
     if not recs:
         return []
-    t0 = recs[0][0] + opts.start_hour * 3600
+    # The trace's head is sparse (a few jobs a day for three weeks): start at the first day with
+    # at least 100 submissions, as the artifact starts after its START_TIMESTAMP.
+    per_day: dict[int, int] = {}
+    for ts, _, _, _ in recs:
+        per_day[int(ts // 86400)] = per_day.get(int(ts // 86400), 0) + 1
+    dense = min((d for d, c in per_day.items() if c >= 100), default=int(recs[0][0] // 86400))
+    t0 = max(recs[0][0], dense * 86400.0) + opts.start_hour * 3600
     t1 = t0 + opts.hours * 3600
     fams = [f for f in _FAMILIES if f in opts.families]
     if not fams:

@@ -63,6 +63,9 @@ class CriusOptions:
     upgrade_min_gain: float = 0.0
     # Restart cost assumed by the deadline check (s).
     restart_s: float = 40.0
+    # Most choices one CellBasedSched explores (deterministic; bounds a round's cost together with
+    # RoundConfig.max_evaluations); a job whose search runs out keeps the best choice found.
+    search_budget: int = 200
 
 
 @dataclass
@@ -130,9 +133,13 @@ class _Round:
         self.ctx = ctx
         self.b = b
         self.name = pol.name
-        self.failed: dict[str, int] = {}  # estimate-key signature -> board version when it failed
+        # estimate-key signature -> free GPUs per type when a search for it failed: a job like it is
+        # searched again only once some type has more free GPUs (the artifact caches failures by
+        # model too, `infeasible_job_infos`).
+        self.failed: dict[str, dict[str, int]] = {}
         self.hopeless: set[str] = set()  # jobs with no feasible Cell even on an empty cluster
         self.failed_reason: dict[str, str] = {}
+        self._lists: dict[tuple[str, str, str, int], list[tuple[float, Alloc]]] = {}
         if self.o.search_depth is not None:
             self.depth = self.o.search_depth
         elif self.o.mode == ARTIFACT:
@@ -231,6 +238,30 @@ class _Round:
         out.sort(key=lambda x: (-x[0], queue_key(x[1].job)))
         return out
 
+    def shrink_list(self, t: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
+        """Halving candidates on a type, least loss first; cached while the board is unchanged."""
+        if not self.o.scale_count:
+            return []
+        if exclude:
+            return self._shrink_list(t, exclude)
+        k = ("s", t, "", self.b.version)
+        got = self._lists.get(k)
+        if got is None:
+            got = self._lists[k] = self._shrink_list(t, exclude)
+        return got
+
+    def htc_list(self, src: str, dst: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
+        """Moves from src to dst, largest gain first; cached while the board is unchanged."""
+        if not self.o.change_type:
+            return []
+        if exclude:
+            return self._htc_list(src, dst, exclude)
+        k = ("h", src, dst, self.b.version)
+        got = self._lists.get(k)
+        if got is None:
+            got = self._lists[k] = self._htc_list(src, dst, exclude)
+        return got
+
     def _htc_list(self, src: str, dst: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
         out = []
         for a in self.b.allocs.values():
@@ -258,10 +289,19 @@ class _Round:
             return None
         cells.sort(key=lambda c: (-c[0], c[3], c[1], c[2]))
         ex = _Explorer(self, job, exclude)
+        # Direct fits first: an incumbent that bounds the search of the cells that need room.
+        for ti, t, n, cost in cells:
+            nodes = base.fits(t, n)
+            if nodes:
+                v = self.thr(job, t, n, nodes)
+                if v > 0 and (ex.best is None or v > ex.best.value):
+                    ex.best = _Choice(v, t, n, nodes, [])
         for ti, t, n, cost in cells:
             if not self.ctx.spend():
                 direct_only = True
             left0 = 0 if direct_only else self.depth - cost
+            if left0 > 0 and base.free_gpus(t) + ex.freeable(t, left0) < n:
+                continue  # even the largest steps cannot free n GPUs of this type
             ex.target(t, n, ti, left0)
             if ex.best is not None and ti + left0 * ex.bound_pos <= ex.best.value:
                 continue
@@ -302,7 +342,9 @@ class _Round:
     def cell_based_sched(self, job: JobView, allow_reclaim: bool) -> bool:
         b = self.b
         sig = self._sig(job)
-        if not self.o.deadline_aware and self.failed.get(sig) == b.version:
+        seen = self.failed.get(sig)
+        if not self.o.deadline_aware and seen is not None and all(
+                self.ctx.state.free_gpus(t) <= f for t, f in seen.items()):
             b.pend(job, self.failed_reason.get(sig, f"{self.name}: waiting"))
             return False
         if self._hopeless(job):
@@ -323,7 +365,7 @@ class _Round:
             return True
         reason = self._pending_reason(job)
         b.pend(job, reason)
-        self.failed[sig] = b.version
+        self.failed[sig] = {t: self.ctx.state.free_gpus(t) for t in self.ctx.types()}
         self.failed_reason[sig] = reason
         return False
 
@@ -465,23 +507,55 @@ class _Explorer:
         self._shrink: dict[str, list[tuple[float, Alloc]]] = {}
         self._htc: dict[tuple[str, str], list[tuple[float, Alloc]]] = {}
         self.t, self.n, self.ti, self.bound_pos = "", 0, 0.0, 0.0
+        self._freeable: dict[str, list[int]] = {}
+        self._htc_sized: dict[tuple[str, str], dict[int, list[tuple[float, Alloc]]]] = {}
+        self.visits = 0
+        self.ideal = 0
         self.seen: set[frozenset[tuple[str, str, str]]] = set()
+        # Paper mode: a scaling step counts as a cost of making room; steps that raise throughput
+        # on their own belong to the extra-scheduling step (upgrade), so their gain is capped at 0.
+        self.clamp = r.o.mode != ARTIFACT
 
     def shrink_l(self, t: str) -> list[tuple[float, Alloc]]:
         if t not in self._shrink:
-            self._shrink[t] = self.r._shrink_list(t, self.exclude) if self.r.o.scale_count else []
+            self._shrink[t] = self.r.shrink_list(t, self.exclude)
         return self._shrink[t]
 
     def htc_l(self, s: str, d: str) -> list[tuple[float, Alloc]]:
         if (s, d) not in self._htc:
-            self._htc[(s, d)] = self.r._htc_list(s, d, self.exclude) if self.r.o.change_type else []
+            self._htc[(s, d)] = self.r.htc_list(s, d, self.exclude)
         return self._htc[(s, d)]
+
+    def htc_by_size(self, s: str, d: str) -> dict[int, list[tuple[float, Alloc]]]:
+        got = self._htc_sized.get((s, d))
+        if got is None:
+            got = {}
+            for g, a in self.htc_l(s, d):
+                got.setdefault(a.gpus, []).append((g, a))
+            self._htc_sized[(s, d)] = got
+        return got
+
+    def freeable(self, t: str, steps: int) -> int:
+        """Most GPUs of type t that `steps` scaling steps could free (halving or moving jobs)."""
+        got = self._freeable.get(t)
+        if got is None:
+            o = self.r.o
+            sizes = []
+            for a in self.r.b.allocs.values():
+                if a.gpu_type != t or a.job.id in self.exclude:
+                    continue
+                best = a.gpus if o.change_type else (a.gpus // 2 if o.scale_count else 0)
+                sizes.append(best)
+            got = sorted(sizes, reverse=True)
+            self._freeable[t] = got
+        return sum(got[:steps])
 
     def target(self, t: str, n: int, ti: float, left: int) -> None:
         self.t, self.n, self.ti = t, n, ti
+        self.ideal = self.r.ctx.ideal_nodes(t, n)
         self.seen = set()
         g = 0.0
-        if left > 0:
+        if left > 0 and not self.clamp:
             for d in self.types:
                 if d != t:
                     hl = self.htc_l(t, d)
@@ -493,14 +567,15 @@ class _Explorer:
         r, t, n = self.r, self.t, self.n
         if self.best is not None and gsum + self.ti + left * self.bound_pos <= self.best.value:
             return
-        if not r.ctx.spend():
+        self.visits += 1
+        if self.visits > r.o.search_budget or not r.ctx.spend():
             left = 0
         nodes = tr.fits(t, n)
         if nodes:
             v = gsum + r.thr(self.job, t, n, nodes)
             if v > 0 and (self.best is None or v > self.best.value):
                 self.best = _Choice(v, t, n, nodes, list(ops))
-            if nodes <= r.ctx.ideal_nodes(t, n):
+            if nodes <= self.ideal:
                 return
         if left <= 0:
             return
@@ -514,13 +589,23 @@ class _Explorer:
         for d in self.types:
             if d == t:
                 continue
-            for g, a in self.htc_l(t, d):
-                if a.job.id in modified:
+            room: dict[int, bool] = {}
+            moved_one = False
+            pick: tuple[float, int, Alloc] | None = None
+            for size, lst in self.htc_by_size(t, d).items():
+                ok = room[size] = bool(tr.fits(d, size))
+                if not ok:
                     continue
-                if tr.fits(d, a.gpus):
-                    cand.append(_Op("htc", a, d, g))
-                    break
-            if left >= 2:
+                for i, (g, a) in enumerate(lst):
+                    if a.job.id not in modified:
+                        if pick is None or (g, -i) > (pick[0], -pick[1]):
+                            pick = (g, i, a)
+                        break
+            if pick is not None:
+                cand.append(_Op("htc", pick[2], d, pick[0]))
+                moved_one = True
+            # Halving a job on d only helps a later move to d that lacks room.
+            if left >= 2 and not moved_one and room:
                 for g, a in self.shrink_l(d):
                     if a.job.id not in modified:
                         rel, _, _ = r.b.shrink_parts(a)
@@ -528,6 +613,9 @@ class _Explorer:
                         break
         done = {(o.kind, o.alloc.job.id, o.to_type) for o in ops}
         for op in cand:
+            g_ub = min(op.gain, 0.0) if self.clamp else op.gain
+            if self.best is not None and gsum + g_ub + self.ti + (left - 1) * self.bound_pos <= self.best.value:
+                continue
             key = frozenset(done | {(op.kind, op.alloc.job.id, op.to_type)})
             if key in self.seen:
                 continue
@@ -542,4 +630,6 @@ class _Explorer:
                 if got is None:
                     continue
                 gain = r.thr(op.alloc.job, op.to_type, op.alloc.gpus, len(got)) - r.alloc_thr(op.alloc)
+            if self.clamp:
+                gain = min(gain, 0.0)
             self.explore(tr2, [*ops, _Op(op.kind, op.alloc, op.to_type, gain, op.released)], gsum + gain, left - 1)
