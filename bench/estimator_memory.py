@@ -249,9 +249,9 @@ def run_real(quick: bool) -> dict[str, Any]:
             "memtracker_rel_err": rel(traced.peak, real_mt.peak),
             "real_rss_peak": rss["peak"], "rss_rel_err": round(rel(traced.peak, rss["peak"]), 4),
         }
-    out["note"] = ("rss_rel_err = (traced - OS peak) / OS peak; OS peak = resident state + (peak RSS - RSS "
-                   "before the step), glibc mmap threshold 64 KiB; bf16 on CPU adds kernel-internal fp32 "
-                   "workspaces no tensor tracker sees")
+    out["note"] = ("rss_rel_err = (traced - OS peak) / OS peak; OS peak = resident state + (VmHWM - VmRSS) "
+                   "of a second real step in a child process (high-water mark reset by clear_refs, glibc "
+                   "mmap threshold 64 KiB, one thread)")
     return out
 
 
