@@ -327,7 +327,9 @@ class Simulator:
                     j.blocked = cost
             # (5) metrics
             thr = self._metric(running.values(), paying, interval)
-            stuck = r > last_arrival and not running and started == 0
+            # Nothing can change any more: no arrivals left, no job making progress, no start.
+            stuck = (r > last_arrival and started == 0 and migrated == 0
+                     and not any(j.it_s > 0 for j in running.values()))
             records.append(RoundRecord(r, now, thr, len(running), len(pending),
                                        sum(len(b) for b in busy), started, migrated, suspended, finished_now,
                                        plan.stats.choices_evaluated))

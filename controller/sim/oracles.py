@@ -180,6 +180,7 @@ class MorphlingOracle:
         self.per_node = per_node
         root = data_dir / "placements"
         self.best: dict[tuple[str, str], tuple[float, str]] = {}
+        self._fallback: dict[tuple[str, str], float] = {}
         for model in ("vit", "roberta", "bert", "t5", "gpt2", "llama7", "llama30"):
             path = root / model / "placements.csv"
             try:
@@ -199,8 +200,31 @@ class MorphlingOracle:
                     self.best[k] = (it, row.get("exec_plan", ""))
 
     def iteration_time(self, model: str, placement: str) -> float:
-        got = self.best.get((model, "".join(sorted(placement, reverse=True))))
-        return got[0] if got else 0.0
+        """Measured seconds per iteration of the best plan on this placement. A placement not
+        measured takes the best measured one with the same GPUs on as many servers, else on more
+        servers (more spread, slower), else on fewer servers times 0.9 per extra server."""
+        key = "".join(sorted(placement, reverse=True))
+        got = self.best.get((model, key))
+        if got:
+            return got[0]
+        memo = self._fallback.get((model, key))
+        if memo is not None:
+            return memo
+        total, servers = sum(int(c) for c in key), len(key)
+        same = [(v[0], len(p)) for (m, p), v in self.best.items() if m == model and sum(int(c) for c in p) == total]
+        out = 0.0
+        if same:
+            eq = [t for t, k in same if k == servers]
+            more = [t for t, k in same if k > servers]
+            if eq:
+                out = min(eq)
+            elif more:
+                out = min(more)
+            else:
+                t, k = min(same, key=lambda x: (x[0], -x[1]))
+                out = t / (0.9 ** (servers - k))
+        self._fallback[(model, key)] = out
+        return out
 
     def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
         if nodes <= 0 or gpus % nodes:

@@ -245,7 +245,7 @@ class _EF:
             if not mm:
                 continue
             sl = b.place(t, mm)
-            if sl is not None:
+            if sl is not None and ctx.throughput(job, t, mm, len(sl)) > 0:
                 a = b.start(job, t, sl, f"admitted with its minimum share {mm}")
                 self._grow([a])
                 return True
@@ -270,7 +270,7 @@ class _EF:
             a = best[2]
             b.release(a)
             sl = b.place(a.gpu_type, 2 * a.gpus)
-            if sl is None:
+            if sl is None or ctx.throughput(a.job, a.gpu_type, 2 * a.gpus, len(sl)) <= 0:
                 ctx.state.take(a.slices, a.gpu_type)
                 return
             b.reassign(a, a.gpu_type, sl, "scaled up by ElasticFlow's marginal-return doubling", already_released=True)
