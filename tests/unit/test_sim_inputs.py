@@ -116,3 +116,20 @@ def test_arena_oracle_follows_the_artifact_query_rules(tmp_path: Path) -> None:
     assert not o.dp_fits(j, "A100-40GB", 1) and o.dp_fits(j, "A100-40GB", 2)
     assert o.dp_fits(j, "A10-24GB", 4) and not o.dp_fits(j, "A100-40GB", 8)
     assert o.dp_fits(j, "A10-24GB", 16)
+
+
+def test_morphling_oracle_uses_the_nearest_measured_placement(tmp_path: Path) -> None:
+    from controller.sim.oracles import MorphlingOracle
+
+    for m in ("vit", "roberta", "bert", "t5", "gpt2", "llama7", "llama30"):
+        d = tmp_path / "placements" / m
+        d.mkdir(parents=True)
+        (d / "placements.csv").write_text("exec_plan,placement,iter_time,forward,overlap_sync,optimize\n"
+                                          "ga,44,2.0,0,0,0\n142,8,1.0,0,0,0\n118,8,1.5,0,0,0\n")
+    o = MorphlingOracle(tmp_path)
+    assert o.iteration_time("bert", "8") == 1.0  # best plan measured on one server
+    assert o.iteration_time("bert", "44") == 2.0
+    assert o.iteration_time("bert", "2222") == 2.0  # 4 servers unmeasured: the 2-server one
+    j = JobView("j", 0.0, ModelDims(1, 1, 1, 1, 1), 1, estimate_key="gpt2")
+    assert o.gpu_counts(j, "A800-80GB") == [8]
+    assert o.cells(j, "A800-80GB", 8, 1)[0].iteration_s == 1.0
