@@ -202,7 +202,8 @@ class MorphlingOracle:
     def iteration_time(self, model: str, placement: str) -> float:
         """Measured seconds per iteration of the best plan on this placement. A placement not
         measured takes the best measured one with the same GPUs on as many servers, else on more
-        servers (more spread, slower), else on fewer servers times 0.9 per extra server."""
+        servers (more spread, slower), else on the most servers measured below, times 0.9 per
+        extra server."""
         key = "".join(sorted(placement, reverse=True))
         got = self.best.get((model, key))
         if got:
@@ -220,8 +221,9 @@ class MorphlingOracle:
                 out = min(eq)
             elif more:
                 out = min(more)
-            else:
-                t, k = min(same, key=lambda x: (x[0], -x[1]))
+            else:  # only fewer servers measured: the closest count, 0.9x per extra server
+                k = max(kk for _, kk in same)
+                t = min(tt for tt, kk in same if kk == k)
                 out = t / (0.9 ** (servers - k))
         self._fallback[(model, key)] = out
         return out
