@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import signal
-import sys
 from pathlib import Path
 
 import structlog
@@ -20,7 +17,7 @@ from controller.engine import Engine, EngineConfig
 from controller.registry import LivenessConfig
 from controller.service import ControllerService, RegistryService
 from controller.store import SqliteStore
-from tessera_common import logs, metrics, notify, rpc
+from tessera_common import daemon, metrics, rpc
 
 log = structlog.get_logger("controller")
 
@@ -93,15 +90,8 @@ async def serve(args: argparse.Namespace) -> None:
     host = args.listen.rpartition(":")[0]
     log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
              checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
-    tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
-                                              notify.watchdog_loop())]
-    notify.notify(f"READY=1\nSTATUS=serving on {host}:{port}, epoch {epoch}")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    notify.notify("STOPPING=1")
+    tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop())]
+    await daemon.serve_until_signal(f"serving on {host}:{port}, epoch {epoch}")
     log.info("controller_stopping")
     for t in tasks:
         t.cancel()
@@ -112,14 +102,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logs.configure(args.log_level)
-    try:
-        asyncio.run(serve(args))
-    except OSError as e:
-        print(f"tessera-controller: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
+    daemon.run("tessera-controller", args.log_level, lambda: serve(args))
 
 
 if __name__ == "__main__":

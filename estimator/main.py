@@ -7,18 +7,14 @@ stdout stays empty; logs go to stderr (structlog: JSON when stderr is not a term
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import os
-import signal
-import sys
 
 import structlog
 from tessera.v1 import estimator_pb2_grpc
 
 from estimator.handlers import Estimator, version
 from estimator.service import EstimatorService
-from tessera_common import logs, metrics, notify, rpc
+from tessera_common import daemon, metrics, rpc
 
 log = structlog.get_logger("estimator")
 
@@ -48,29 +44,14 @@ async def serve(args: argparse.Namespace) -> None:
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]
     log.info("estimator_started", listen=f"{host}:{port}", metrics_port=mport, version=version(), pid=os.getpid())
-    watchdog = asyncio.create_task(notify.watchdog_loop())
-    notify.notify(f"READY=1\nSTATUS=serving on {host}:{port}")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    notify.notify("STOPPING=1")
+    await daemon.serve_until_signal(f"serving on {host}:{port}")
     log.info("estimator_stopping")
-    watchdog.cancel()
     await server.stop(grace=2.0)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logs.configure(args.log_level)
-    try:
-        asyncio.run(serve(args))
-    except OSError as e:
-        print(f"tessera-estimator: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
+    daemon.run("tessera-estimator", args.log_level, lambda: serve(args))
 
 
 if __name__ == "__main__":
