@@ -6,7 +6,6 @@ Every run uses the same tiny model (hidden 32, 2 layers, 2 heads, vocab 64, seq 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import queue
@@ -18,8 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +24,7 @@ import pytest
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 
 from clients.trainer_sdk import latest_checkpoint
-from tessera_common.rpc import aio_server
+from tests.fake_agent import serve
 
 pytestmark = pytest.mark.slow
 
@@ -123,28 +120,6 @@ class FakeAgent(agent_pb2_grpc.NodeAgentServicer):
         return agent_pb2.ReportProgressResponse(stop_requested=stop, checkpoint_requested=ckpt)
 
 
-@contextmanager
-def serve(servicer: FakeAgent) -> Iterator[str]:
-    ready = threading.Event()
-    box: dict[str, object] = {}
-
-    async def main() -> None:
-        server, port = aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)])
-        await server.start()
-        stop = asyncio.Event()
-        box.update(port=port, loop=asyncio.get_running_loop(), stop=stop)
-        ready.set()
-        await stop.wait()
-        await server.stop(None)
-
-    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
-    thread.start()
-    assert ready.wait(10), "fake agent did not start"
-    try:
-        yield f"127.0.0.1:{box['port']}"
-    finally:
-        box["loop"].call_soon_threadsafe(box["stop"].set)  # type: ignore[attr-defined]
-        thread.join(10)
 
 
 # ------------------------------------------------------------------------------------- reference

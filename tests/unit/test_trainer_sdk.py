@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -12,8 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,7 +26,7 @@ from clients.trainer_sdk import (
     latest_checkpoint,
     list_checkpoints,
 )
-from tessera_common.rpc import aio_server
+from tests.fake_agent import serve
 
 FULL_ENV = {
     "TESSERA_JOB_ID": "job-42",
@@ -213,29 +210,6 @@ class FakeAgent(agent_pb2_grpc.NodeAgentServicer):
         return agent_pb2.ReportProgressResponse(stop_requested=self.stop, checkpoint_requested=self.checkpoint)
 
 
-@contextmanager
-def serve(servicer: FakeAgent) -> Iterator[str]:
-    """Serve `servicer` as NodeAgent on 127.0.0.1:<free port> in a background event loop."""
-    ready = threading.Event()
-    box: dict[str, object] = {}
-
-    async def main() -> None:
-        server, port = aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)])
-        await server.start()
-        stop = asyncio.Event()
-        box.update(port=port, loop=asyncio.get_running_loop(), stop=stop)
-        ready.set()
-        await stop.wait()
-        await server.stop(None)
-
-    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
-    thread.start()
-    assert ready.wait(10), "fake agent did not start"
-    try:
-        yield f"127.0.0.1:{box['port']}"
-    finally:
-        box["loop"].call_soon_threadsafe(box["stop"].set)  # type: ignore[attr-defined]
-        thread.join(10)
 
 
 class Clock:
