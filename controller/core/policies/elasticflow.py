@@ -14,10 +14,11 @@ Crius paper compares with) loosens every deadline to 1e9 s.
   placed again from scratch, multi-node jobs on whole nodes first, the rest first fit, largest
   first. Waiting jobs are retried in rounds with departures; the first that fails blocks its type.
   Pending jobs past their deadline are dropped.
-- "paper": the same admission and doubling, but over the whole cluster as one pool of GPUs (any
-  type, ElasticFlow's homogeneous view), the doubling by marginal throughput per GPU, run every
-  round, and placement by Tessera's rules (fewest nodes, best fit) with running jobs kept where
-  they are unless their share changes.
+- "paper": the same admission, but over the whole cluster as one pool of GPUs (any type,
+  ElasticFlow's homogeneous view), every round; a job starts at its minimum share on the type with
+  the most free GPUs; once no admitted job waits, spare GPUs go to the largest marginal throughput
+  per GPU, one doubling at a time; placement by Tessera's rules (fewest nodes, best fit), running
+  jobs kept where they are unless their share changes.
 
 Simplifies: no time-varying plan over future slots (progressive filling checks a constant share);
 buddy allocation is replaced by the placement above.
@@ -58,6 +59,7 @@ class _EF:
         self.ctx = b.ctx
         self.art = pol.mode == ARTIFACT
         self.name = pol.name
+        self._need: int | None = None
 
     # ------------------------------------------------------------------ shares
 
@@ -115,6 +117,8 @@ class _EF:
         for j in ctx.pending:
             if j.id in ctx.arrivals and j.id in b.waiting:
                 self.fit(j)
+        if not self.art and not any(j.id not in b.dropped for j in b.waiting.values()):
+            self._grow()  # spare GPUs go to admitted jobs once nobody waits
 
     def pool(self, t: str) -> list[Alloc]:
         if self.art:
@@ -226,10 +230,9 @@ class _EF:
         ctx, b = self.ctx, self.b
         types = ctx.types()
         total = sum(ctx.total_gpus(t) for t in types)
-        members = list(b.allocs.values())
-        need = 0
-        for a in sorted(members, key=lambda a: self.deadline(a.job)):
-            need += self.min_share(a.job, a.gpu_type, a.gpus) or a.gpus
+        if self._need is None:  # the minimum shares of the admitted jobs, once per round
+            self._need = sum(self.min_share(a.job, a.gpu_type, a.gpus) or a.gpus for a in b.allocs.values())
+        need = self._need
         m = 0
         for t in types:
             mm = self.min_share(job, t, 0)
@@ -246,28 +249,39 @@ class _EF:
                 continue
             sl = b.place(t, mm)
             if sl is not None and ctx.throughput(job, t, mm, len(sl)) > 0:
-                a = b.start(job, t, sl, f"admitted with its minimum share {mm}")
-                self._grow([a])
+                b.start(job, t, sl, f"admitted with its minimum share {mm}")
+                self._need = need + mm
                 return True
         b.pend(job, f"{self.name}: admitted (minimum share {m}) but no type has {m} free GPUs together")
         return False
 
-    def _grow(self, allocs: list[Alloc]) -> None:
+    def _grow(self) -> None:
+        """Spare GPUs to the largest marginal return per GPU, one doubling at a time; a job whose
+        doubling does not fit now is not tried again this round."""
         ctx, b = self.ctx, self.b
+        skip: set[str] = set()
         while True:
             best: tuple[float, int, Alloc] | None = None
+            cands = []
             for i, a in enumerate(sorted(b.allocs.values(), key=lambda a: queue_key(a.job))):
-                if 2 * a.gpus > MAX_GPUS:
+                if 2 * a.gpus > MAX_GPUS or a.job.id in skip:
                     continue
                 g = (self.thr_dp(a.job, a.gpu_type, 2 * a.gpus) - self.thr_dp(a.job, a.gpu_type, a.gpus)) / a.gpus
-                if g > 0 and (best is None or g > best[0]):
-                    tr = b.trial()
-                    tr.give(b.parts(a))
-                    if tr.fits(a.gpu_type, 2 * a.gpus):
-                        best = (g, i, a)
+                if g > 0:
+                    cands.append((g, i, a))
+            cands.sort(key=lambda c: (-c[0], c[1]))
+            for g, i, a in cands:
+                tr = b.trial()
+                tr.give(b.parts(a))
+                if tr.fits(a.gpu_type, 2 * a.gpus):
+                    best = (g, i, a)
+                    break
+                skip.add(a.job.id)
             if best is None:
                 return
             a = best[2]
+            if 4 * a.gpus > MAX_GPUS:
+                skip.add(a.job.id)
             b.release(a)
             sl = b.place(a.gpu_type, 2 * a.gpus)
             if sl is None or ctx.throughput(a.job, a.gpu_type, 2 * a.gpus, len(sl)) <= 0:
