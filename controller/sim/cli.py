@@ -38,6 +38,7 @@ from controller.sim.oracles import (
     MorphlingOracle,
     OracleError,
     arena_type,
+    cell_estimator_oracle,
     load_estimator_oracle,
 )
 from controller.sim.traces import (
@@ -119,6 +120,12 @@ def load_inputs(args: argparse.Namespace) -> tuple[Any, list[TraceJob], Estimate
     elif oracle_name == "morphling":
         m = MorphlingOracle(data / "morphling", cluster.per_node(types[0]) if types else 8)
         est, truth = m, Truth(m)
+    elif oracle_name == "estimator":
+        est = cell_estimator_oracle({t: (sum(g.count * g.gpus for g in cluster.groups if g.gpu_type == t),
+                                         cluster.per_node(t),
+                                         any(g.nvlink_islands for g in cluster.groups if g.gpu_type == t))
+                                     for t in types})
+        truth = Truth(est)
     else:
         est = load_estimator_oracle(oracle_name, types)
         truth = Truth(est)

@@ -247,11 +247,24 @@ class MorphlingOracle:
         return sorted(out)
 
 
+def cell_estimator_oracle(pools: dict[str, tuple[int, int, bool]]) -> Estimates:
+    """The live controller's Cell estimates (controller/cell_estimates.py over estimator/cells.py)
+    for the cluster's GPU pools {type: (GPUs, GPUs per node, NVLink)}."""
+    try:
+        from controller.cell_estimates import CellEstimates
+        from estimator.catalog import CATALOG
+    except ImportError as e:  # pragma: no cover - depends on the estimator being installed
+        raise OracleError(f"oracle 'estimator': {e}") from None
+    known = {t: v for t, v in pools.items() if t in CATALOG}
+    if not known:
+        raise OracleError(f"oracle 'estimator': no GPU type of the cluster is in the catalog ({', '.join(pools)})")
+    est: Estimates = CellEstimates(known)
+    return est
+
+
 def load_estimator_oracle(spec: str, gpu_types: Sequence[str]) -> Estimates:
     """`module:factory` -> factory(gpu_types), which must return an object with the Estimates
-    protocol. `estimator` alone means `estimator.cells:tessera_estimates`."""
-    if spec in ("", "estimator"):
-        spec = "estimator.cells:tessera_estimates"
+    protocol."""
     mod_name, _, attr = spec.partition(":")
     try:
         mod = importlib.import_module(mod_name)

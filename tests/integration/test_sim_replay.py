@@ -57,3 +57,9 @@ def test_tessctl_simulate_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     p = subprocess.run([sys.executable, "-m", "controller.sim.cli", "--trace", "arena-pai", "--cluster", "nope",
                         "--out", str(tmp_path / "u")], capture_output=True, text=True, check=False)
     assert p.returncode == 1 and "unknown cluster 'nope'" in p.stderr
+
+
+def test_the_cell_estimator_can_be_the_oracle(tmp_path: Path) -> None:
+    pytest.importorskip("controller.cell_estimates")
+    doc = run(tmp_path, "--policies", "crius,fcfs", "--rounds", "30", "--oracle", "estimator", "--rules", "fair")
+    assert doc["policies"]["crius"]["jobs_submitted"] > 0  # type: ignore[index]
