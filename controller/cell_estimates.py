@@ -8,20 +8,42 @@ can run from a single `Plan` (dp x tp x pp ranks, global batch = micro_batch x g
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from controller.core.policy import CellEstimate
 from controller.core.snapshot import Cell, JobView, PlanChoice
 from estimator.cells import CellEstimator, CellInputError, CellModel, GpuPool
 
+# (Cell model signature, GPU type, GPUs, stages): what a measured iteration time belongs to.
+MeasuredKey = tuple[str, str, int, int]
+
+
+def measured_key(job: JobView, cell: Cell) -> MeasuredKey | None:
+    try:
+        sig = CellModel.from_dims(job.model, job.global_batch_size).signature
+    except CellInputError:
+        return None
+    return (sig, cell.gpu_type, cell.gpus, cell.stages)
+
 
 class CellEstimates:
     """Estimates over the cluster's GPU pools: {type: (total GPUs, GPUs per node, NVLink)}."""
 
-    def __init__(self, pools: dict[str, tuple[int, int, bool]], max_gpus: int = 64) -> None:
+    def __init__(self, pools: dict[str, tuple[int, int, bool]], max_gpus: int = 64,
+                 measured: Mapping[MeasuredKey, float] | None = None) -> None:
         self.pools = {t: GpuPool(t, n, per, "nvlink" if nv else "pcie") for t, (n, per, nv) in pools.items()}
         self.est = CellEstimator()
         self.max_gpus = max_gpus
+        for (sig, gpu, n, stages), seconds in (measured or {}).items():
+            self.est.record_measured(sig, gpu, n, stages, seconds)
+
+    def record_measured(self, job: JobView, cell: Cell, seconds: float) -> MeasuredKey | None:
+        """A running job's measured iteration time for its Cell: later answers for that Cell carry it
+        (source "measured"). Returns the key it is kept under, None if the job's model has no Cells."""
+        key = measured_key(job, cell)
+        if key is not None:
+            self.est.record_measured(*key, seconds)
+        return key
 
     def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
         pool = self.pools.get(gpu_type)

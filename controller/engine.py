@@ -21,14 +21,14 @@ from tessera.v1 import agent_pb2, common_pb2
 
 from controller import metrics
 from controller.agents import AgentClients
-from controller.cell_estimates import CellEstimates
+from controller.cell_estimates import CellEstimates, MeasuredKey
 from controller.convert import placement_pb, plan_pb
 from controller.core import frenzy, launchers
 from controller.core.attempts import RankStatus, judge, stalled
 from controller.core.policies import make_policy
 from controller.core.policies.crius import CriusOptions, CriusPolicy
 from controller.core.policies.frenzy import FrenzyPolicy
-from controller.core.policy import CachedEstimates, Policy, RoundConfig, plan_round
+from controller.core.policy import CachedEstimates, CellEstimate, Policy, RoundConfig, plan_round
 from controller.core.snapshot import (
     Cell,
     Decision,
@@ -41,7 +41,9 @@ from controller.core.snapshot import (
     Slice,
     Snapshot,
 )
+from controller.core.step_times import Learned, StepTimeConfig, StepTimes
 from controller.core.validate import canonical_gpu_types, resolve_model
+from controller.estimator_feed import EstimatorFeed, step_times_request
 from controller.registry import LivenessConfig, LiveNode, index_workers, liveness_at
 from controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
 from estimator.catalog import CATALOG
@@ -66,6 +68,13 @@ class EngineConfig:
     progress_timeout_s: float = 900.0
     port_base: int = 29500
     port_count: int = 2000
+    # Whose step times the estimates learn from: "nvml" (nodes whose GPUs were probed), "all"
+    # (declared inventories too: only for demos and tests, where a CPU process stands in for the
+    # declared GPU and its step times say nothing about that GPU), or "off".
+    learn_step_times: str = "nvml"
+    # host:port of a tessera-estimator that receives the step times too ("" = none).
+    estimator: str = ""
+    step_times: StepTimeConfig = field(default_factory=StepTimeConfig)
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     frenzy: frenzy.FrenzyConfig = field(default_factory=frenzy.FrenzyConfig)
 
@@ -105,6 +114,11 @@ class Engine:
         # Migrations under way: the round's decision, until the old attempt has stopped.
         self._moves: dict[str, Move] = {}
         self._estimates_cache: tuple[object, CachedEstimates] | None = None
+        # Cells' measured iteration times (kept across estimate rebuilds; in memory: a restarted
+        # controller learns them again from the next reports).
+        self.step_times = StepTimes(cfg.step_times)
+        self.measured: dict[MeasuredKey, float] = {}
+        self.estimator_feed = EstimatorFeed(cfg.estimator) if cfg.estimator else None
         self.policy: Policy
         if cfg.policy == "frenzy":
             self.policy = FrenzyPolicy(cfg.frenzy)
@@ -316,6 +330,7 @@ class Engine:
                             self.store.save_job(job, self.wall(), [(
                                 "RESUMED", (f"first progress of attempt {job.attempt} {first:.1f}s after relaunch; "
                                            f"migration cost {total:.1f}s (stop + restart + first report)"))])
+                    await self._learn(job, r0[0].progress)
                 self.progress[job_id] = r0[0].progress
             await self._evaluate(job)
 
@@ -550,8 +565,66 @@ class Engine:
         key = tuple(sorted(pools.items()))
         if self._estimates_cache is None or self._estimates_cache[0] != key:
             known = {m: v for m, v in pools.items() if m in CATALOG}
-            self._estimates_cache = (key, CachedEstimates(CellEstimates(known)))
+            self._estimates_cache = (key, CachedEstimates(CellEstimates(known, measured=self.measured)))
         return self._estimates_cache[1]
+
+    def _learnable(self, job: JobRecord) -> tuple[str, list[int]] | None:
+        """(GPU type, GPUs per node) of the job's placement when its step times may be learned from."""
+        if self.cfg.learn_step_times == "off" or job.plan is None or job.placement is None:
+            return None
+        types: set[str] = set()
+        per_node: list[int] = []
+        for s in job.placement.slices:
+            rec = self.records.get(s.node_id)
+            if rec is None:
+                return None
+            if self.cfg.learn_step_times == "nvml" and rec.inventory.source != P.INVENTORY_SOURCE_NVML:
+                return None  # a declared GPU: the worker's step time is not that GPU's
+            by_index = {g.index: g.model for g in rec.inventory.gpus}
+            types.update(by_index.get(i, "") for i in s.gpu_indices)
+            per_node.append(len(s.gpu_indices))
+        if len(types) != 1 or not (t := types.pop()) or t not in CATALOG:
+            return None
+        return t, per_node
+
+    async def _learn(self, job: JobRecord, progress: common_pb2.Progress) -> None:
+        """A new rank-0 report: the Cell's measured iteration time, for the next rounds' estimates
+        and, with --estimator, for the estimator service's online refit."""
+        where = self._learnable(job)
+        if where is None:
+            return
+        learned = self.step_times.add(job.id, job.attempt, progress.iteration, progress.step_time_seconds,
+                                      progress.time)
+        if learned is None:
+            return
+        gpu_type, per_node = where
+        assert job.plan is not None
+        p = job.plan
+        view = self._job_view(job)
+        cell = Cell(gpu_type, p.dp * p.tp * p.pp, p.pp)
+        estimates = self._estimates()
+        before = [c for c in estimates.cells(view, gpu_type, cell.gpus, len(per_node)) if c.cell == cell]
+        inner = estimates.inner
+        assert isinstance(inner, CellEstimates)
+        key = inner.record_measured(view, cell, learned.seconds)
+        if key is not None:
+            self.measured[key] = learned.seconds
+            estimates.forget(view.key)
+            metrics.MEASURED_CELLS.inc()
+        current = self.store.get_job(job.id)  # as stored now: nothing else of the job may be overwritten
+        if learned.first and current is not None and current.attempt == job.attempt:
+            await self._save(current, [("MEASURED", self._measured_text(cell, learned, before))])
+        if self.estimator_feed is not None:
+            self.estimator_feed.send(step_times_request(job, gpu_type, per_node, learned, view.key))
+
+    @staticmethod
+    def _measured_text(cell: Cell, learned: Learned, before: list[CellEstimate]) -> str:
+        text = f"Cell {cell}: measured {learned.seconds:.4g} s/iteration (median of {learned.samples} steps)"
+        if before and before[0].source != "measured":
+            est = before[0].iteration_s
+            off = 100 * (est - learned.seconds) / learned.seconds
+            text += f"; estimated {est:.4g} s ({before[0].source}), {abs(off):.0f}% too {'high' if off > 0 else 'low'}"
+        return text + "; the next rounds use the measured time"
 
     async def run_round(self) -> None:
         async with self._round_lock:

@@ -49,6 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-root", default="", help="shared checkpoint storage (default STATE_DIR/checkpoints)")
     p.add_argument("--gpu-reserve-gb", type=float, default=1.0, help="GiB kept free on every GPU")
     p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty)")
+    p.add_argument("--estimator", default="",
+                   help="host:port of a tessera-estimator that receives running jobs' step times (online refit)")
+    p.add_argument("--learn-step-times", default="nvml", choices=("nvml", "all", "off"),
+                   help="whose step times replace Cell estimates: nodes with NVML inventories (default), "
+                        "all nodes (declared inventories too: demos and tests only), or none")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
@@ -76,7 +81,8 @@ async def serve(args: argparse.Namespace) -> None:
         stop_grace_s=args.stop_grace, checkpoint_root=str(ckpt), start_timeout_s=args.start_timeout,
         policy=args.policy, policy_mode=args.policy_mode, search_depth=args.search_depth,
         round_budget_s=args.round_budget, min_gain=args.min_gain,
-        progress_timeout_s=args.progress_timeout,
+        progress_timeout_s=args.progress_timeout, estimator=args.estimator,
+        learn_step_times=args.learn_step_times,
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
     agents = AgentClients()
@@ -97,6 +103,8 @@ async def serve(args: argparse.Namespace) -> None:
         t.cancel()
     await server.stop(grace=2.0)
     await agents.close()
+    if engine.estimator_feed is not None:
+        await engine.estimator_feed.close()
     store.close()
 
 

@@ -19,6 +19,10 @@ MIGRATION_SECONDS = Histogram("tessera_migration_seconds", "Stop request to firs
                               buckets=(1, 2, 5, 10, 20, 40, 80, 160, 320))
 ROUND_SECONDS = Histogram("tessera_round_seconds", "Wall time of one scheduling round",
                           buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30))
+STEP_REPORTS = Counter("tessera_step_time_reports_total",
+                       "Live step-time reports forwarded to the estimator service", ["outcome"])
+MEASURED_CELLS = Counter("tessera_measured_cell_updates_total",
+                         "Cell iteration times replaced by a running job's measured median")
 JOBS = Gauge("tessera_jobs", "Jobs by state", ["state"])
 QUEUE = Gauge("tessera_queue_length", "Jobs PENDING")
 NODES = Gauge("tessera_nodes", "Nodes by state", ["state"])

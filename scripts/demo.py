@@ -1,5 +1,5 @@
-"""The local demo: a controller and four agents with declared heterogeneous GPUs on loopback, the
-example jobs submitted with tessctl, trained for real on CPU, watched to the end.
+"""The local demo: an estimator, a controller and four agents with declared heterogeneous GPUs on
+loopback, the example jobs submitted with tessctl, trained for real on CPU, watched to the end.
 
     scripts/demo.sh            # set up, then run this
     .venv/bin/python scripts/demo.py [--keep] [--state DIR]
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tessera.v1 import common_pb2 as P
 
 from clients.sdk import Client
-from tessera_common.localcluster import REPO, start_agent, start_controller, tessctl, wait_for
+from tessera_common.localcluster import REPO, start_agent, start_controller, start_estimator, tessctl, wait_for
 
 NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml"),
          ("node-a10b", "a10-node.yaml")]
@@ -47,9 +47,14 @@ def main() -> int:
     root.mkdir(parents=True)
     daemons = []
     try:
+        est = start_estimator(root / "estimator.log")
+        daemons.append(est)
+        print(f"estimator on {est.address} (log {est.log_path})")
+        # The controller forwards running jobs' step times to the estimator, but learns only from
+        # NVML-probed nodes (docs/operations.md): these declared ones run their workers on CPU.
         ctl = start_controller(root / "controller", "--round-interval", "300", "--lease", "6",
                                "--heartbeat-interval", "1", "--debounce", "0.5", "--inspect-interval", "5",
-                               "--policy", args.policy, fast=False)
+                               "--policy", args.policy, "--estimator", est.address, fast=False)
         daemons.append(ctl)
         print(f"controller on {ctl.address} (state {root / 'controller'}, log {ctl.log_path})")
         for node_id, inv in NODES:
@@ -81,6 +86,9 @@ def main() -> int:
             show(ctl.address, "describe", "job", ids["wide"])
             show(ctl.address, "describe", "job", ids["huge"])
             show(ctl.address, "logs", ids["tiny"], "--tail", "600")
+            inventories = ",".join(str(REPO / "examples/inventories" / inv) for _, inv in NODES)
+            show(ctl.address, "estimate", "cells", "-f", str(REPO / "examples/jobs/medium.yaml"), "--cluster",
+                 inventories, "--best", "--estimator", est.address)
             ok = all(c.get(i).state == P.JOB_STATE_SUCCEEDED for i in running)
             huge = c.get(ids["huge"])
             print(f"\n{'OK' if ok else 'NOT OK'}: {sum(c.get(i).state == P.JOB_STATE_SUCCEEDED for i in running)}"

@@ -100,6 +100,12 @@ class CachedEstimates:
             self._counts[k] = got
         return got
 
+    def forget(self, key: str) -> None:
+        """Drop what is memoised for one estimate key (its inner answers changed, e.g. measured)."""
+        self._cells = {k: v for k, v in self._cells.items() if k[0] != key}
+        self._counts = {k: v for k, v in self._counts.items() if k[0] != key}
+        self._dp = {k: v for k, v in self._dp.items() if k[0] != key}
+
     def dp_fits(self, job: JobView, gpu_type: str, gpus: int) -> bool:
         inner = self.inner
         if not isinstance(inner, DataParallelMemory):
