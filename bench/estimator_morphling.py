@@ -160,6 +160,14 @@ def regular(placement: str) -> bool:
     return len(counts) == 1 or all(c % 2 == 0 for c in counts) or all(c == 1 for c in counts)
 
 
+def pod_class(placement: str) -> str:
+    """How the artifact's launcher starts a placement (perf_data.launcher_pods)."""
+    per_pod, most = perf_data.launcher_pods(placement)
+    if most == 1:
+        return "one pod per server"
+    return "1-GPU pods sharing a server" if per_pod == 1 else "multi-GPU pods sharing a server"
+
+
 def _anomalous(model: str, row: perf_data.PlacementRow) -> bool:
     return (model == "vit" and len(row.placement) > 1) or (model == "t5" and row.exec_plan[0].isdigit())
 
@@ -258,6 +266,28 @@ def run(root: Path, env: Environment) -> dict[str, Any]:
                 groups.setdefault(f"{r.name}/{kind}/{nodes}", []).append(e)
         return {g: stats(v) for g, v in sorted(groups.items())}
 
+    def by_pods() -> dict[str, Any]:
+        """DP-family multi-node rows by launcher pod layout; in the class where several 1-GPU pods
+        share a server, the mean of measured/predicted per model and plan family."""
+        errs: dict[str, list[float]] = {}
+        ratio: dict[str, list[float]] = {}
+        for r in runs:
+            for row, cfg, e in zip(r.rows, r.configs, cols["tessera"][r.name], strict=True):
+                if cfg.placement.nodes == 1 or cfg.plan.kind == "3d":
+                    continue
+                cls = pod_class(row.placement)
+                errs.setdefault(cls, []).append(e)
+                if cls == "1-GPU pods sharing a server":
+                    fam = "zero-offload" if cfg.plan.zero == "offload" else "ga/gc/zero-dp"
+                    pred = predict(r.params["tessera"], cfg, "tessera", env)
+                    ratio.setdefault(f"{r.name}/{fam}", []).append(row.iter_time / pred)
+        return {
+            "tessera_error": {c: stats(v) for c, v in sorted(errs.items())},
+            "measured_over_predicted_1gpu_pods_sharing": {
+                k: {"n": len(v), "mean": round(statistics.fmean(v), 2)} for k, v in sorted(ratio.items())
+            },
+        }
+
     predictions = []
     for r in runs:
         for i, (row, cfg) in enumerate(zip(r.rows, r.configs, strict=True)):
@@ -306,6 +336,7 @@ def run(root: Path, env: Environment) -> dict[str, Any]:
             # even ones of the same size) and T5's Megatron 3D rows (2-2.5x slower per GPU than its
             # DeepSpeed DP runs). The mean over the other rows, and over those.
             "tessera_without_vit_multinode_and_t5_3d": table("tessera", exclude=_anomalous)["all"],
+            "launcher_pods": by_pods(),
             "tessera_vit_multinode_and_t5_3d": table(
                 "tessera", exclude=lambda m, row: not _anomalous(m, row)
             )["all"],

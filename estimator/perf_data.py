@@ -185,6 +185,20 @@ def parse_exec_plan(text: str, gpus: int | None = None) -> PlanSpec:
     )
 
 
+def launcher_pods(placement: str) -> tuple[int, int]:
+    """(GPUs per pod, most pods on one server) when the artifact's launcher starts ``placement``.
+
+    The Morphling controller (``sched/controller.py``, ``_create_pytorch_job``) gives every pod
+    gcd(GPUs per server) GPUs (``nproc_per_node``) and starts as many pods as that takes, so "35"
+    runs as 8 pods of 1 GPU (3 on one server, 5 on the other) and "26" as 4 pods of 2 GPUs. Used by
+    the benchmark to group rows; the performance model itself does not use it (see
+    docs/estimator-perf-model.md, "Not under 10%").
+    """
+    counts = Placement.parse(placement).gpus_per_node
+    per_pod = math.gcd(*counts)
+    return per_pod, max(counts) // per_pod
+
+
 def plan_from_spec(spec: PlanSpec, micro_batches: int = 1) -> Plan:
     if spec.kind == "3d":
         return Plan(dp=spec.dp, tp=spec.tp, pp=spec.pp, micro_batches=micro_batches)

@@ -22,7 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tessera.v1 import common_pb2 as P
 
 from clients.sdk import Client
-from tessera_common.localcluster import REPO, start_agent, start_controller, start_estimator, tessctl, wait_for
+from tessera_common.localcluster import (
+    REPO,
+    start_agent,
+    start_controller,
+    start_estimator,
+    tessctl,
+    wait_for,
+)
 
 NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml"),
          ("node-a10b", "a10-node.yaml")]

@@ -94,6 +94,18 @@ def test_exec_plan_strings() -> None:
             perf_data.parse_exec_plan(bad)
 
 
+def test_launcher_pods_follow_the_artifact_controller() -> None:
+    # sched/controller.py: nproc_per_node = gcd(GPUs per server), pods = GPUs / nproc_per_node.
+    assert perf_data.launcher_pods("8") == (8, 1)
+    assert perf_data.launcher_pods("44") == (4, 1)
+    assert perf_data.launcher_pods("26") == (2, 3)
+    assert perf_data.launcher_pods("35") == (1, 5)
+    assert perf_data.launcher_pods("11111111") == (1, 1)
+    assert perf_data.launcher_pods("8,8,16") == (8, 2)
+    with pytest.raises(PerfModelInputError):
+        perf_data.launcher_pods("3x")
+
+
 def test_placements_rows(tmp_path: Path) -> None:
     path = tmp_path / "placements.csv"
     path.write_text(
