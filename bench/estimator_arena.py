@@ -290,6 +290,36 @@ def breakdown_by(rows: list[dict[str, Any]], field: str, value_key: str) -> dict
     return {k: summary(v) for k, v in sorted(groups.items())}
 
 
+def live_ratio(rows: Sequence[dict[str, Any]], pick: str) -> dict[str, Any]:
+    """What a per-job calibration from live metrics would give: for each pair, the same model's other
+    Cells on the same GPU type are taken as already run (their measured optimum reported live), and
+    the estimate is scaled by the geometric mean of their measured/estimated ratios. `pick`:
+    "smallest" (one other Cell: the fewest GPUs, as a job that ran small first) or "all" (every other
+    Cell). Scored on the pair itself, which was not used; pairs with no other Cell are skipped."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["estimate"]:
+            by.setdefault((row["model"], row["gpu"]), []).append(row)
+    errs: list[float | None] = []
+    both: list[tuple[float, float, float]] = []
+    for group in by.values():
+        for row in group:
+            others = [o for o in group if o is not row]
+            if not others:
+                continue
+            if pick == "smallest":
+                others = [min(others, key=lambda o: o["gpus"])]
+            ratio = math.exp(statistics.fmean(math.log(o["measured"] / o["estimate"]) for o in others))
+            err = abs(row["estimate"] * ratio - row["measured"]) / row["measured"]
+            errs.append(err)
+            if row["authors"] is not None:
+                both.append((err, row["authors_rel_err"], row["rel_err"]))
+    return {"all": summary(errs),
+            "pairs_with_authors_estimate": {"tessera_live_ratio": summary([a for a, _, _ in both]),
+                                            "authors": summary([b for _, b, _ in both]),
+                                            "tessera": summary([c for _, _, c in both])}}
+
+
 def cost_of_cells(cluster_json: Any, models: dict[str, CellModel], cfg: CellConfig,
                   repeats: int = 5) -> dict[str, Any]:
     """Seconds to produce all Cells of one job on the 4-type cluster: cold (fresh estimator, module
@@ -439,6 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "authors_held_out": summary([row["authors_rel_err"] for row in both if row["split"] == "test"]),
             },
         }
+        if name == "shipped":
+            block["live_ratio"] = {"smallest": live_ratio(rows, "smallest"), "all": live_ratio(rows, "all")}
         if tuned:
             block["after_cell_guided_tuning"] = {
                 "all": summary([row["tuned_rel_err"] for row in rows]),
