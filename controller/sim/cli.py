@@ -5,6 +5,7 @@ side by side in one process, and write the metrics as JSON and CSV (and PNG plot
         --policies crius,fcfs,gavel,elasticflow-l --rounds 500 --out /tmp/sim
     tessera-sim --trace philly --cluster crius-1280 --policies crius,gavel,elasticflow-l,gandiva,sia,fcfs \\
         --hours 24 --seed 1 --out /tmp/philly
+    tessera-sim --trace philly --oracle estimator --families bert,moe,gpt,llama --hours 24 --out /tmp/llm
     tessera-sim --trace morphling-base --cluster morphling-64 --rules morphling --out /tmp/morph
 
 A policy may carry a mode: `crius@artifact`, `gavel@paper`. Exit status 0, 1 on a bad input (one
@@ -23,6 +24,7 @@ from typing import Any
 
 from controller.core.policies import UnknownPolicy, make_policy
 from controller.core.policy import CachedEstimates, Estimates, RoundConfig
+from controller.core.snapshot import JobView
 from controller.sim.clusters import ClusterError, builtin_names, load_cluster
 from controller.sim.engine import RULES, ArenaTruth, Rules, SimResult, Simulator, Truth
 from controller.sim.metrics import (
@@ -42,12 +44,18 @@ from controller.sim.oracles import (
     load_estimator_oracle,
 )
 from controller.sim.traces import (
+    ARTIFACT_FAMILIES,
+    FAMILIES,
+    MAX_ITER_S,
+    TRANSFORMER_FAMILIES,
     PhillyOptions,
     TraceError,
     TraceJob,
     generate_philly,
     load_arena,
     load_morphling,
+    philly_dims,
+    split_philly_key,
 )
 
 TRACES = ("arena-philly", "arena-venus", "arena-pai", "philly", "morphling-base", "morphling-bp", "morphling-mt")
@@ -86,6 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-hour", type=float, default=0.0, help="philly: hours skipped from the trace start")
     p.add_argument("--load", type=float, default=1.0, help="philly: arrival rate multiplier")
     p.add_argument("--seed", type=int, default=1, help="philly: seed of the generator")
+    p.add_argument("--families", default="", help=f"philly: model families drawn, comma-separated, of "
+                   f"{', '.join(FAMILIES)} (default: {','.join(ARTIFACT_FAMILIES)} under --oracle arena, "
+                   f"{','.join(TRANSFORMER_FAMILIES)} under the estimator)")
     p.add_argument("--depth", type=int, default=3, help="search depth of Crius")
     p.add_argument("--restart-cost", type=float, default=None, help="fair/morphling: seconds per restart")
     p.add_argument("--data-dir", default="", help="the shared data folder (default: $TESSERA_DATA_DIR or "
@@ -97,6 +108,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _trace_name(t: str) -> str:
     return ALIASES.get(t, t)
+
+
+def philly_families(spec: str, oracle: str) -> tuple[str, ...]:
+    """The families `--trace philly` draws: `--families`, else the oracle's default. The arena
+    oracle is a measured table of the artifact's three families; the Cell estimator covers
+    transformers only (no Wide-ResNet); a `module:factory` oracle takes what it is given."""
+    if not spec.strip():
+        return ARTIFACT_FAMILIES if oracle == "arena" else TRANSFORMER_FAMILIES
+    out: list[str] = []
+    for raw in spec.split(","):
+        f = raw.strip().lower()
+        if not f:
+            continue
+        if f not in FAMILIES:
+            raise SimInputError(f"--families: unknown family {f!r} (known: {', '.join(FAMILIES)})")
+        if oracle == "arena" and f not in ARTIFACT_FAMILIES:
+            raise SimInputError(f"--families: {f} is not in the arena oracle's measured table (it has "
+                                f"{', '.join(ARTIFACT_FAMILIES)}); use --oracle estimator for {f}")
+        if oracle == "estimator" and f not in TRANSFORMER_FAMILIES:
+            raise SimInputError(f"--families: {f} is not covered by the estimator oracle (it estimates "
+                                f"transformers: {', '.join(TRANSFORMER_FAMILIES)}); use --oracle arena for {f}")
+        if f not in out:
+            out.append(f)
+    if not out:
+        raise SimInputError(f"--families: no family given (known: {', '.join(FAMILIES)})")
+    return tuple(out)
 
 
 def load_inputs(args: argparse.Namespace) -> tuple[Any, list[TraceJob], Estimates, Truth, Rules, Any]:
@@ -114,6 +151,12 @@ def load_inputs(args: argparse.Namespace) -> tuple[Any, list[TraceJob], Estimate
     est: Estimates
     truth: Truth
     arena: ArenaOracle | None = None
+    if args.families.strip() and _trace_name(args.trace) != "philly":
+        raise SimInputError("--families: only --trace philly draws model families")
+    if trace == "philly" and oracle_name == "morphling":
+        raise SimInputError("--trace philly: the morphling oracle has no Philly models; use --oracle arena "
+                            "or estimator")
+    families = philly_families(args.families, oracle_name) if trace == "philly" else ()
     if oracle_name == "arena":
         arena = ArenaOracle(data / "arena")
         est, truth = arena, ArenaTruth(arena)
@@ -133,23 +176,30 @@ def load_inputs(args: argparse.Namespace) -> tuple[Any, list[TraceJob], Estimate
     by_short = {arena_type(t): t for t in types}
     if trace.startswith("arena-") or trace.endswith(".csv"):
         path = Path(args.trace) if trace.endswith(".csv") else data / "arena" / f"trace_{trace[6:]}.csv"
-        models = arena.models if arena else json.loads((data / "arena" / "models.json").read_text())
-        jobs = load_arena(path, models, known_types=list(by_short))
+        models = arena.models if arena else _arena_models(data)
+        jobs = load_arena(path, models, known_types=list(by_short), estimator_dims=arena is None)
         if rules.iteration_divisor == 1 and rules.name != "morphling":
             rules = Rules(**{**rules.__dict__, "iteration_divisor": 5})
     elif trace == "philly":
-        if arena is None:
-            raise SimInputError("--trace philly draws the artifact's models: it needs --oracle arena "
-                                "(or give an arena-format CSV with --trace FILE)")
         order = [by_short[s] for s in ("a100", "v100", "a40", "a10") if s in by_short] or types
+        models = arena.models if arena else _arena_models(data)
+        real = truth
 
         def feasible(key: str, t: str, n: int) -> float:
             cap = cluster.per_node(t)
             nodes = 1 if n <= cap else n // cap
-            return arena.iteration_time(key, t, n, nodes) if arena else 0.0
+            if arena is not None:
+                return arena.iteration_time(key, t, n, nodes)
+            # Other oracles: the best Cell's iteration time, over MAX_ITER_S infeasible (the artifact's rule).
+            fam, size, batch = split_philly_key(key)
+            view = JobView(key, 0.0, philly_dims(fam, size, models, estimator=True), batch, n,
+                           estimate_key=key)
+            it = real.iteration_s(view, t, n, nodes)
+            return it if 0 < it <= MAX_ITER_S else 0.0
 
-        opts = PhillyOptions(args.seed, args.hours, args.start_hour, args.load)
-        jobs = generate_philly(data / "traces" / "philly.csv", feasible, order, arena.models, opts)
+        opts = PhillyOptions(args.seed, args.hours, args.start_hour, args.load, families,
+                             estimator_dims=arena is None)
+        jobs = generate_philly(data / "traces" / "philly.csv", feasible, order, models, opts)
         jobs = [TraceJob(j.id, j.submit_time, j.iterations, j.model_key, j.model, j.global_batch_size, j.gpus,
                          arena_type(j.gpu_type), j.deadline) for j in jobs]
         rules = Rules(**{**rules.__dict__, "iteration_divisor": 1})
@@ -158,6 +208,17 @@ def load_inputs(args: argparse.Namespace) -> tuple[Any, list[TraceJob], Estimate
     else:
         raise SimInputError(f"unknown trace {args.trace!r}: use one of {', '.join(TRACES)} or a CSV file")
     return cluster, jobs, est, truth, rules, by_short
+
+
+def _arena_models(data: Path) -> dict[str, dict[str, dict[str, object]]]:
+    path = data / "arena" / "models.json"
+    try:
+        out = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SimInputError(f"{path}: cannot read the artifact's model dimensions: {exc}") from None
+    if not isinstance(out, dict):
+        raise SimInputError(f"{path}: expected an object of model families, got {type(out).__name__}")
+    return out
 
 
 def parse_policies(spec: str, mode: str, rules: Rules) -> list[tuple[str, str, str]]:
@@ -201,7 +262,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": {"trace": args.trace, "cluster": cluster.name, "oracle": args.oracle or "default",
                    "rules": rules.name, "interval_s": rules.interval_s, "rounds": args.rounds,
                    "seed": args.seed, "hours": args.hours, "load": args.load, "depth": args.depth,
-                   "jobs_in_trace": len(jobs)},
+                   "jobs_in_trace": len(jobs),
+                   **({"families": list(philly_families(args.families, args.oracle or "arena"))}
+                      if _trace_name(args.trace) == "philly" else {})},
         "policies": summaries,
         "comparison": comp,
     }

@@ -3,10 +3,12 @@ Morphling workloads. Every loader reports a bad file as `TraceError: FILE line N
 
 - `load_arena(path)`: `job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,
   gpu_type` (data/arena/trace_*.csv), as the artifact replays them.
-- `generate_philly(path, oracle models, seed, hours, start_hour, load)`: data/traces/philly.csv
-  (timestamp, duration, num_gpus) with GPU count and type, model, size and batch drawn by a seeded
-  generator as Crius Sec. 8.1 and the artifact's `traces/regenerate_sim_trace.py` do; iterations
-  from the duration at the requested resources (docs/simulator.md gives every rule).
+- `generate_philly(path, oracle models, seed, hours, start_hour, load, families)`:
+  data/traces/philly.csv (timestamp, duration, num_gpus) with GPU count and type, model, size and
+  batch drawn by a seeded generator as Crius Sec. 8.1 and the artifact's
+  `traces/regenerate_sim_trace.py` do, over the artifact's families (Wide-ResNet, BERT, MoE) and
+  ours (GPT-3 and LLaMA sizes, for oracles that estimate them); iterations from the duration at the
+  requested resources (docs/simulator.md gives every rule).
 - `load_morphling(path)`: data/morphling/workloads/workload-*.csv.
 """
 
@@ -16,7 +18,7 @@ import csv
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -111,7 +113,9 @@ def arena_dims(family: str, size: str, models: dict[str, dict[str, dict[str, obj
 
 
 def load_arena(path: Path, models: dict[str, dict[str, dict[str, object]]], known_types: Sequence[str] = (),
-               known_models: Sequence[str] = ()) -> list[TraceJob]:
+               known_models: Sequence[str] = (), estimator_dims: bool = False) -> list[TraceJob]:
+    """The artifact's trace CSV. `estimator_dims`: each model in the estimator's own family (BERT an
+    encoder, MoE GShard), as `philly_dims` builds them for an oracle other than the measured table."""
     rows, nums = _open_rows(path, ARENA_FIELDS)
     out: list[TraceJob] = []
     seen: set[str] = set()
@@ -140,7 +144,8 @@ def load_arena(path: Path, models: dict[str, dict[str, dict[str, object]]], know
         if known_types and gtype not in known_types:
             raise TraceError(f"{path} line {ln}: field gpu_type: {gtype!r} is not in the cluster "
                              f"({', '.join(known_types)})")
-        out.append(TraceJob(jid, sub, iters, key, arena_dims(family, size, models), batch, gpus, gtype, ddl))
+        out.append(TraceJob(jid, sub, iters, key, philly_dims(family, size, models, estimator=estimator_dims), batch,
+                            gpus, gtype, ddl))
     out.sort(key=lambda j: j.submit_time)  # stable: file order among equal times
     return out
 
@@ -150,17 +155,56 @@ def load_arena(path: Path, models: dict[str, dict[str, dict[str, object]]], know
 PHILLY_FIELDS = ("timestamp", "duration", "num_gpus")
 
 # The artifact's draw (traces/regenerate_sim_trace.py, Philly): cumulative weights out of the last.
-_FAMILIES = ("wide_resnet", "bert", "moe")
-_P_FAMILY = (15, 40, 100)
+# Its three families keep its draw exactly; GPT and LLaMA are ours, for oracles that can estimate
+# them (the Cell estimator; the artifact's measured table has only its own three).
+ARTIFACT_FAMILIES = ("wide_resnet", "bert", "moe")
+FAMILIES = (*ARTIFACT_FAMILIES, "gpt", "llama")
+# Families the Cell estimator covers (estimator/models.py: decoder, encoder, moe); not Wide-ResNet.
+TRANSFORMER_FAMILIES = ("bert", "moe", "gpt", "llama")
+# Family weights: the artifact's 15/25/60; GPT and LLaMA weigh as much as BERT. The draw is over
+# the chosen families only, in FAMILIES order (the artifact's three: cumulative 15/40/100, as it).
+_W_FAMILY = {"wide_resnet": 15, "bert": 25, "moe": 60, "gpt": 25, "llama": 25}
 _SIZES = {"wide_resnet": ("500M", "1B", "2B", "4B", "6.8B", "13B"),
           "bert": ("760M", "1.3B", "2.6B", "6.7B", "15B", "39B"),
-          "moe": ("690M", "1.3B", "2.4B", "10B", "27B", "70B")}
+          "moe": ("690M", "1.3B", "2.4B", "10B", "27B", "70B"),
+          # GPT-3 (Brown et al. 2020, Table 2.1) sizes from 350M to 13B.
+          "gpt": ("350M", "760M", "1.3B", "2.7B", "6.7B", "13B"),
+          # LLaMA (Touvron et al. 2023, Table 2); 65B is left out: 65.2B x 16 B/param of weights,
+          # gradients and Adam states is over 16 x 48 GB, and a request stops at 16 GPUs.
+          "llama": ("7B", "13B", "33B")}
 _P_SIZE = (10, 25, 50, 70, 85, 95)
-_BATCHES = {"wide_resnet": (256, 512, 1024), "bert": (128, 256, 512), "moe": (256, 512, 1024)}
+_P_SIZES = {"llama": (40, 75, 100)}  # else _P_SIZE
+_BATCHES = {"wide_resnet": (256, 512, 1024), "bert": (128, 256, 512), "moe": (256, 512, 1024),
+            # GPT-3 trained with 0.5M-1M tokens per batch (256-512 sequences of 2,048) at these sizes.
+            "gpt": (128, 256, 512),
+            # LLaMA fine-tuning recipes: 128 sequences (Stanford Alpaca, Vicuna), 64 to 256 here.
+            "llama": (64, 128, 256)}
 _P_BATCH = (50, 60, 65)
 _COUNTS = (1, 2, 4, 8, 16)
 _P_COUNT = (10, 25, 45, 65, 80)
+# The largest GPU count a size may request: the artifact caps the count draw at the size's rank + 2
+# (4, 8, then 16 GPUs); every LLaMA size may ask for up to 16.
+_MAX_GPUS = {"llama": (16, 16, 16)}  # else (4, 8, 16, 16, 16, 16)
 _P_TYPE = (15, 30, 60, 90)
+# Iteration time over this is infeasible (the artifact's rule, controller/sim/oracles.py MAX_ITER_S).
+MAX_ITER_S = 300.0
+
+# Dimensions of GPT and LLaMA (ModelDims: hidden, layers, heads, vocabulary, sequence).
+# GPT: GPT-3 Table 2.1 (d_model, n_layers, d_head; 2,048-token context; GPT-2's 50,257-token BPE,
+# tied embeddings). Two rows of that table are inconsistent (1.3B: 24 heads x 128 != 2,048;
+# 13B: d_model 5,140 is not a multiple of its 40 heads): we keep d_head 128, so 1.3B has 16 heads
+# and 13B d_model 5,120 = 40 x 128 (as OPT-13B and Megatron's GPT-3 13B).
+# LLaMA: Table 2 of the LLaMA paper (dimension, heads, layers; 2,048-token context), the SwiGLU
+# width of the released params.json (2/3 x 4h rounded up to a multiple of 256: 11,008, 13,824,
+# 17,920), 32,000-token vocabulary, untied embeddings, RMSNorm and rotary positions (gated=True).
+_GPT = {"350M": (1024, 24, 16), "760M": (1536, 24, 16), "1.3B": (2048, 24, 16), "2.7B": (2560, 32, 32),
+        "6.7B": (4096, 32, 32), "13B": (5120, 40, 40)}
+_LLAMA = {"7B": (4096, 32, 32, 11008), "13B": (5120, 40, 40, 13824), "33B": (6656, 60, 52, 17920)}
+PHILLY_DIMS: dict[str, dict[str, ModelDims]] = {
+    "gpt": {s: ModelDims(h, l, a, 50257, 2048, f"gpt_{s}") for s, (h, l, a) in _GPT.items()},
+    "llama": {s: ModelDims(h, l, a, 32000, 2048, f"llama_{s}", ffn_hidden=f, gated=True, tied_embeddings=False)
+              for s, (h, l, a, f) in _LLAMA.items()},
+}
 
 
 def _pick(rng: random.Random, cum: Sequence[int]) -> int:
@@ -171,6 +215,26 @@ def _pick(rng: random.Random, cum: Sequence[int]) -> int:
     return len(cum) - 1
 
 
+def philly_dims(family: str, size: str, models: dict[str, dict[str, dict[str, object]]],
+                estimator: bool = False) -> ModelDims:
+    """ModelDims of a Philly job. GPT and LLaMA: PHILLY_DIMS. The artifact's families: `arena_dims`
+    (every transformer a GPT-2-style decoder; what the arena oracle's runs have always used), or with
+    `estimator` the estimator's own family: BERT an encoder, MoE GShard-style with the artifact's
+    expert count, an 8h expert MLP and untied embeddings (as estimator/models.py registers them)."""
+    if family in PHILLY_DIMS:
+        return PHILLY_DIMS[family][size]
+    d = arena_dims(family, size, models)
+    if not estimator or family == "wide_resnet":
+        return d
+    if family == "bert":
+        return replace(d, family="encoder")
+    if family == "moe":
+        e = models.get(family, {}).get(size, {}).get("num_experts", 16)
+        return replace(d, family="moe", num_experts=int(e) if isinstance(e, (int, float)) else 16,
+                       ffn_hidden=8 * d.hidden_size, tied_embeddings=False)
+    return d
+
+
 @dataclass(frozen=True)
 class PhillyOptions:
     seed: int = 1
@@ -178,9 +242,12 @@ class PhillyOptions:
     start_hour: float = 0.0
     # Load scaling: submission gaps divided by this factor (2.0 = twice the arrival rate).
     load: float = 1.0
-    families: tuple[str, ...] = ("wide_resnet", "bert", "moe")
+    # Families drawn, any of FAMILIES (order does not matter; the draw follows FAMILIES' order).
+    families: tuple[str, ...] = ARTIFACT_FAMILIES
     min_iterations: int = 100
     max_iterations: int = 1_000_000
+    # Dimensions the estimator's families expect (philly_dims); False keeps the artifact's.
+    estimator_dims: bool = False
 
 
 def generate_philly(path: Path, feasible: Callable[[str, str, int], float], gpu_types: Sequence[str],
@@ -188,7 +255,17 @@ def generate_philly(path: Path, feasible: Callable[[str, str, int], float], gpu_
     """Philly arrivals and durations with the artifact's seeded draw of model, size, batch, GPU count
     and type. `feasible(model_key, gpu_type, gpus)` gives the iteration time (s) of the request at
     its best locality, 0 if it cannot run: infeasible draws are drawn again, as the artifact does.
-    `gpu_types`: the four types in the artifact's order (a100, v100, a40, a10)."""
+    `gpu_types`: the four types in the artifact's order (a100, v100, a40, a10). The model key is
+    `<family>_<size>_<batch>`; `philly_dims` gives the dimensions."""
+    unknown = [f for f in opts.families if f not in FAMILIES]
+    if unknown:
+        raise TraceError(f"families: unknown family {unknown[0]!r} (known: {', '.join(FAMILIES)})")
+    fams = [f for f in FAMILIES if f in opts.families]
+    if not fams:
+        raise TraceError("families: none given (known: " + ", ".join(FAMILIES) + ")")
+    p_family: list[int] = []
+    for f in fams:
+        p_family.append((p_family[-1] if p_family else 0) + _W_FAMILY[f])
     rows, nums = _open_rows(path, PHILLY_FIELDS)
     recs: list[tuple[float, float, int, int]] = []
     for row, ln in zip(rows, nums, strict=True):
@@ -211,9 +288,6 @@ def generate_philly(path: Path, feasible: Callable[[str, str, int], float], gpu_
     dense = min((d for d, c in per_day.items() if c >= 100), default=int(recs[0][0] // 86400))
     t0 = max(recs[0][0], dense * 86400.0) + opts.start_hour * 3600
     t1 = t0 + opts.hours * 3600
-    fams = [f for f in _FAMILIES if f in opts.families]
-    if not fams:
-        raise TraceError(f"no model family left: {opts.families}")
     rng = random.Random(opts.seed)
     out: list[TraceJob] = []
     for ts, dur, _n, ln in recs:
@@ -221,27 +295,31 @@ def generate_philly(path: Path, feasible: Callable[[str, str, int], float], gpu_
             continue
         sub = (ts - t0) / opts.load
         for _attempt in range(10_000):
-            fi = _pick(rng, _P_FAMILY)
-            fam = _FAMILIES[fi]
+            fam = fams[_pick(rng, p_family)]
             batch = _BATCHES[fam][_pick(rng, _P_BATCH)]
-            si = _pick(rng, _P_SIZE)
+            si = _pick(rng, _P_SIZES.get(fam, _P_SIZE))
             size = _SIZES[fam][si]
-            cap = min(len(_P_COUNT) - 1, si + 2)
-            x = rng.randint(0, _P_COUNT[cap] - 1)
+            top = _MAX_GPUS[fam][si] if fam in _MAX_GPUS else _COUNTS[min(len(_P_COUNT) - 1, si + 2)]
+            x = rng.randint(0, _P_COUNT[_COUNTS.index(top)] - 1)
             gpus = next(_COUNTS[i] for i, c in enumerate(_P_COUNT) if x < c)
             gtype = gpu_types[min(_pick(rng, _P_TYPE), len(gpu_types) - 1)]
-            if fam not in fams:
-                continue
             key = f"{fam}_{size}_{batch}"
             it = feasible(key, gtype, gpus)
             if it > 0:
                 break
         else:
-            raise TraceError(f"{path} line {ln}: no feasible model drawn in 10,000 tries (seed {opts.seed})")
+            raise TraceError(f"{path} line {ln}: no feasible model drawn in 10,000 tries (seed {opts.seed}, "
+                             f"families {', '.join(fams)})")
         iters = int(min(opts.max_iterations, max(opts.min_iterations, dur // it)))
-        out.append(TraceJob(f"philly-{ln}", sub, iters, key, arena_dims(fam, size, models), batch, gpus, gtype,
-                            sub + dur * 1.5))
+        out.append(TraceJob(f"philly-{ln}", sub, iters, key, philly_dims(fam, size, models, opts.estimator_dims),
+                            batch, gpus, gtype, sub + dur * 1.5))
     return out
+
+
+def split_philly_key(key: str) -> tuple[str, str, int]:
+    """`<family>_<size>_<batch>` -> (family, size, batch)."""
+    fam, size, batch = key.rsplit("_", 2)
+    return fam, size, int(batch)
 
 
 # ---------------------------------------------------------------------------------------- morphling
