@@ -12,7 +12,8 @@ the field as a request path; `field_error` turns any of them into (field, reason
 Caches (thread-safe, bounded LRU): memory answers by (model signature, plan, GPU type, mode); Cell
 answers by the whole request, over one CellEstimator per Cell configuration (which caches stage
 costs and Cells by model signature, plan and GPU type); fitted performance models by (model key,
-GPU type); FitPerformance answers by request id.
+GPU type); FitPerformance answers by request id. With an `EstimatorState` (estimator/state.py), the
+fitted models and measured Cells are also written to disk as they are learned and read back at start.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from estimator.cells import (
 from estimator.convert import PRECISION, execution_plan, model_dims, plan_message
 from estimator.memory import estimate_memory
 from estimator.plans import PlanError
+from estimator.state import EstimatorState
 
 MODES: dict[int, str] = {pb.MEMORY_MODE_UNSPECIFIED: "formula", pb.MEMORY_MODE_FORMULA: "formula",
                          pb.MEMORY_MODE_MARP: "marp", pb.MEMORY_MODE_TRACED: "traced"}
@@ -299,7 +301,7 @@ class Estimator:
     """
 
     def __init__(self, memory_cache_size: int = 4096, cells_cache_size: int = 256, max_cell_configs: int = 16,
-                 max_live_windows: int = 4096) -> None:
+                 max_live_windows: int = 4096, state: EstimatorState | None = None) -> None:
         self._memory: _Lru[tuple[str, str, str, str], pb.MemoryBreakdown] = _Lru(memory_cache_size)
         self._cells: _Lru[bytes, pb.GetCellsResponse] = _Lru(cells_cache_size)
         self._cell_estimators: OrderedDict[CellConfig, tuple[CellEstimator, threading.Lock]] = OrderedDict()
@@ -312,6 +314,11 @@ class Estimator:
         self._fits: _Lru[str, pb.FitPerformanceResponse] = _Lru(1024)
         self._lock = threading.Lock()
         self._traced_lock = threading.Lock()
+        # What was learned before a restart (fitted models, measured Cells) comes back from `state`.
+        self._state = state
+        if state is not None:
+            fitted, self._measured = state.load()
+            self._models = {k: FittedModel(*f) for k, f in fitted.items()}
 
     # -- EstimateMemory ---------------------------------------------------------------------------
 
@@ -401,6 +408,8 @@ class Estimator:
         err = pm.rmsle(params, samples, mode, env)
         with self._lock:
             self._models[(key, gpu)] = FittedModel(params, mode, env, tuple(samples))
+            if self._state is not None:
+                self._state.put_fitted(key, gpu, (params, mode, env, tuple(samples)))
         resp = pb.FitPerformanceResponse(model_key=key, gpu_type=gpu, mode=PERF_MODE_VALUE[mode],
                                          params=params_message(params), rmsle=err, num_samples=len(samples),
                                          source=f"fitted:{mode}:rmsle")
@@ -462,6 +471,10 @@ class Estimator:
             estimators = list(self._cell_estimators.values())
             if cell_sig is not None:  # estimators made from now on start with it
                 self._measured[(cell_sig, gpu, cfg.plan.gpus, cfg.plan.pp)] = measured
+            if self._state is not None:
+                self._state.put_fitted(key, gpu, (new, mode, env, base))
+                if cell_sig is not None:
+                    self._state.put_measured((cell_sig, gpu, cfg.plan.gpus, cfg.plan.pp), measured)
         if cell_sig is not None:
             # Outside self._lock (a Cell computation may hold an estimator's lock for a while, and
             # Health takes self._lock on the event loop); each estimator under its own lock.

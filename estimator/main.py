@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import structlog
 from tessera.v1 import estimator_pb2_grpc
 
 from estimator.handlers import Estimator, version
 from estimator.service import EstimatorService
+from estimator.state import EstimatorState
 from tessera_common import daemon, metrics, rpc
 
 log = structlog.get_logger("estimator")
@@ -28,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty)")
     p.add_argument("--memory-cache", type=int, default=4096, help="memory answers kept (LRU)")
     p.add_argument("--cells-cache", type=int, default=256, help="GetCells answers kept (LRU)")
+    p.add_argument("--state-dir", default="",
+                   help="keep fitted performance models and measured Cell times in DIR/estimator.db across "
+                        "restarts (default: in memory only)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     args = p.parse_args(argv)
     if ":" not in args.listen:
@@ -38,15 +43,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    service = EstimatorService(Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache))
+    state = None
+    if args.state_dir:
+        Path(args.state_dir).mkdir(parents=True, exist_ok=True)
+        state = EstimatorState(Path(args.state_dir) / "estimator.db")
+    estimator = Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache, state=state)
+    service = EstimatorService(estimator)
     server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)])
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]
-    log.info("estimator_started", listen=f"{host}:{port}", metrics_port=mport, version=version(), pid=os.getpid())
+    log.info("estimator_started", listen=f"{host}:{port}", metrics_port=mport, version=version(), pid=os.getpid(),
+             state=str(state.path) if state else "memory only", fitted_models=estimator.health().fitted_models)
     await daemon.serve_until_signal(f"serving on {host}:{port}")
     log.info("estimator_stopping")
     await server.stop(grace=2.0)
+    if state is not None:
+        state.close()
 
 
 def main(argv: list[str] | None = None) -> None:

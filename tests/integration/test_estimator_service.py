@@ -9,6 +9,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import grpc
 import pytest
@@ -24,6 +25,7 @@ from estimator.memory import estimate_memory
 from estimator.models import REGISTERED, ModelDims
 from estimator.plans import ExecutionPlan
 from estimator.service import EstimatorService
+from estimator.state import EstimatorState, StateError
 from tessera_common import rpc
 
 
@@ -322,3 +324,42 @@ async def test_traced_mode_through_the_service(srv: Server) -> None:
     assert (m.parameters, m.gradients, m.optimizer, m.activations, m.total) == (
         lib.parameters, lib.gradients, lib.optimizer, lib.activations, lib.total)
     assert await srv.stub.EstimateMemory(req) == resp  # cached: the notes (with the trace's wall time) too
+
+
+# -- what is learned survives a restart ---------------------------------------------------------------
+
+
+async def test_fitted_models_and_measured_cells_survive_a_restart(tmp_path: Path) -> None:
+    db = tmp_path / "estimator.db"
+    samples = [pb.PerfSample(config=_config(*row), iter_time=_truth(_config(*row)), time=i)
+               for i, row in enumerate(PROFILE)]
+    job = _config(8, 1, 1, 1, pb.ZERO_KIND_NONE, [4, 4])
+    cells_req = pb.GetCellsRequest(model=SMALL, global_batch_size=16, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A100-80GB", num_gpus=4, gpus_per_node=4)]))
+    state = EstimatorState(db)
+    async for first in _serve(Estimator(state=state)):
+        await first.stub.FitPerformance(pb.FitPerformanceRequest(gpu_type="a800", samples=samples))
+        r = await first.stub.ReportStepTimes(pb.ReportStepTimesRequest(
+            job_id="j-1", gpu_type="A800-80GB", config=job, steps=[pb.StepTime(seconds=2.0, iteration=1)]))
+        await first.stub.ReportStepTimes(pb.ReportStepTimesRequest(
+            job_id="j-2", model_key="small", gpu_type="A100", config=_config(4, 1, 1, 1, pb.ZERO_KIND_NONE, [4]),
+            steps=[pb.StepTime(seconds=0.5, iteration=1)], model=SMALL, global_batch_size=16))
+    state.close()  # as at shutdown; a crash loses nothing either (each write is committed)
+
+    state = EstimatorState(db)
+    async for second in _serve(Estimator(state=state)):
+        assert (await second.stub.Health(pb.HealthRequest())).fitted_models == 2
+        # The refitted model is back: the next report starts from it, not from the first fit.
+        again = await second.stub.ReportStepTimes(pb.ReportStepTimesRequest(
+            job_id="j-3", gpu_type="A800-80GB", config=job, steps=[pb.StepTime(seconds=2.0, iteration=1)]))
+        assert again.predicted_before_seconds == pytest.approx(r.predicted_seconds, rel=1e-9)
+        cells = {(x.num_gpus, x.num_stages): x for x in (await second.stub.GetCells(cells_req)).cells}
+        assert (cells[(4, 1)].iter_time_seconds.value, cells[(4, 1)].iter_time_seconds.source) == (0.5, "measured")
+    state.close()
+
+
+def test_state_file_that_cannot_be_read_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "estimator.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StateError, match="estimator.db"):
+        EstimatorState(bad).load()
