@@ -18,4 +18,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import torch, grpc, tessera.v1.controller_pb2" >/dev/null
+# DeepSpeed, for the deepspeed launcher's end-to-end test (tests/e2e/test_deepspeed_launcher_e2e.py).
+# Its setup.py imports torch: built against the torch installed above, not in an isolated build
+# environment (which would fetch a multi-GB CUDA torch). No ops are compiled (DS_BUILD_OPS unset).
+.venv/bin/python -m pip install -q --no-build-isolation 'deepspeed==0.19.8' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import torch, grpc, tessera.v1.controller_pb2, deepspeed.launcher.launch" >/dev/null 2>&1 || {
+  echo "setup: the project's packages did not install (torch, grpc, generated protos, deepspeed)" >&2; exit 1; }

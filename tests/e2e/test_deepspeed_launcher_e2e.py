@@ -1,0 +1,33 @@
+"""The deepspeed launcher template for real: DeepSpeed's per-node launcher (deepspeed.launcher.launch)
+started by two agents, each starting its node's ranks of the reference trainer (CPU, gloo).
+
+Needs DeepSpeed importable by the agents' interpreter: scripts/setup.sh installs it."""
+
+from __future__ import annotations
+
+import pytest
+from tessera.v1 import common_pb2 as P
+
+from tests.e2e.cluster import Cluster
+from tests.procs import tessctl
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (scripts/setup.sh installs it)")
+
+
+def test_deepspeed_launcher_across_two_nodes(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cl: Cluster = cluster_factory([("node-a", "a40-node.yaml"), ("node-b", "a40-node.yaml")])
+    spec = P.JobSpec(name="via-deepspeed", model=P.ModelSpec(hidden_size=64, num_layers=2, num_heads=4,
+                                                             vocab_size=256, seq_length=64),
+                     global_batch_size=16, iterations=20, hint=P.ResourceHint(gpus=4),
+                     launcher=P.Launcher(name="deepspeed"))
+    with cl.client() as c:
+        job = c.submit(spec)
+        done = c.wait(job.id, {"SUCCEEDED", "FAILED"}, timeout=300)
+        log = tessctl(cl.controller.address, "logs", job.id, "--tail", "1000000").stdout
+        assert done.state == P.JOB_STATE_SUCCEEDED, f"{done.reason}\n{log[-3000:]}"
+        assert sorted(len(s.gpu_indices) for s in done.placement.slices) == [2, 2]
+        assert done.progress.iteration == 20
+    launched = [e for a in cl.agents.values() for e in a.events() if e.get("event") == "attempt launched"]
+    assert len(launched) == 2 and all(len(e["ranks"]) == 1 for e in launched)  # one launcher per node
+    assert "rank=0/4" in log and "done iteration=20" in log
