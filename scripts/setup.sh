@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything Tessera needs on a fresh Debian/Ubuntu machine: system packages (systemd-analyze
-# for the unit checks), a virtual environment in .venv, and the project with its dev extras
-# (torch==2.13.0 CPU for the trainer, pytest, grpcio-tools). Idempotent.
+# for the unit checks), a virtual environment in .venv, the project with its dev extras
+# (torch==2.13.0 CPU for the trainer, pytest, grpcio-tools), and DeepSpeed for the launcher test.
+# Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v systemd-analyze >/dev/null 2>&1; then
