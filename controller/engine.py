@@ -160,6 +160,7 @@ class Engine:
         if job.state not in ACTIVE:  # its record now holds the last progress
             self._clocks.pop(job.id, None)
             self.progress.pop(job.id, None)
+            self.step_times.forget(job.id)
         for kind, msg in events:
             log.info("job_event", job_id=job.id, kind=kind, message=msg, attempt=job.attempt)
         await self._notify()
@@ -603,7 +604,9 @@ class Engine:
         view = self._job_view(job)
         cell = Cell(gpu_type, p.dp * p.tp * p.pp, p.pp)
         estimates = self._estimates()
-        before = [c for c in estimates.cells(view, gpu_type, cell.gpus, len(per_node)) if c.cell == cell]
+        # The estimate being replaced, for the event (a Cell computation: only the first time).
+        before = ([c for c in estimates.cells(view, gpu_type, cell.gpus, len(per_node)) if c.cell == cell]
+                  if learned.first else [])
         inner = estimates.inner
         assert isinstance(inner, CellEstimates)
         key = inner.record_measured(view, cell, learned.seconds)
