@@ -99,22 +99,26 @@ def timing(res: SimResult) -> dict[str, float]:
 
 def compare(results: dict[str, SimResult], ref: str) -> dict[str, Any]:
     """JCT reduction and throughput ratio of `ref` against every other policy, both averagings."""
-    if ref not in results:
+    return compare_lists({k: jct_list(v) for k, v in results.items()},
+                         {k: summarize(v) for k, v in results.items()}, ref)
+
+
+def compare_lists(lists: dict[str, list[float]], summaries: dict[str, dict[str, Any]], ref: str) -> dict[str, Any]:
+    """`compare` from each policy's JCTs of finished jobs and its summary (policies simulated apart)."""
+    if ref not in lists:
         return {}
-    lists = {k: jct_list(v) for k, v in results.items()}
     max_jct = max((max(x) for x in lists.values() if x), default=0.0)
     ref_l = lists[ref]
     ref_avg = statistics.fmean(ref_l) if ref_l else 0.0
-    ref_s = summarize(results[ref])
+    ref_s = summaries[ref]
     out: dict[str, Any] = {"reference": ref, "max_jct_s": _r(max_jct)}
-    for k, v in results.items():
+    for k, lst in lists.items():
         if k == ref:
             continue
-        lst = lists[k]
         avg = statistics.fmean(lst) if lst else 0.0
         padded = lst + [max_jct] * max(0, len(ref_l) - len(lst))
         pavg = statistics.fmean(padded) if padded else 0.0
-        s = summarize(v)
+        s = summaries[k]
         out[k] = {
             "jct_avg_finished_s": _r(avg),
             "jct_reduction_finished": _r((avg - ref_avg) / avg, 4) if avg else 0.0,
