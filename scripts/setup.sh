@@ -19,7 +19,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-# DeepSpeed, for the deepspeed launcher's end-to-end test (tests/e2e/test_deepspeed_launcher_e2e.py).
+# DeepSpeed, for the deepspeed launcher's end-to-end test (tests/e2e/test_launchers_e2e.py).
 # Its setup.py imports torch: built against the torch installed above, not in an isolated build
 # environment (which would fetch a multi-GB CUDA torch). No ops are compiled (DS_BUILD_OPS unset).
 .venv/bin/python -m pip install -q --no-build-isolation 'deepspeed==0.19.8' 2>&1 | grep -v "^WARNING: Location" || true
