@@ -618,7 +618,7 @@ class Engine:
         if learned.first and current is not None and current.attempt == job.attempt:
             await self._save(current, [("MEASURED", self._measured_text(cell, learned, before))])
         if self.estimator_feed is not None:
-            self.estimator_feed.send(step_times_request(job, gpu_type, per_node, learned, view.key))
+            self.estimator_feed.send(step_times_request(job, view.model, gpu_type, per_node, learned, view.key))
 
     @staticmethod
     def _measured_text(cell: Cell, learned: Learned, before: list[CellEstimate]) -> str:

@@ -17,11 +17,11 @@ from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
 from controller import metrics
 from controller.core.step_times import Learned
-from controller.core.validate import resolve_model
 from controller.store import JobRecord
 from estimator.catalog import CATALOG
 from estimator.compute import DEFAULT_PRIOR
 from estimator.memory import num_params
+from estimator.models import ModelDims
 from tessera_common.rpc import aio_channel
 
 log = structlog.get_logger("controller.estimator_feed")
@@ -33,14 +33,13 @@ _ZERO = {common_pb2.SHARDING_ZERO1: estimator_pb2.ZERO_KIND_ZERO_DP,
          common_pb2.SHARDING_FSDP: estimator_pb2.ZERO_KIND_ZERO_DP}
 
 
-def step_times_request(job: JobRecord, gpu_type: str, gpus_per_node: list[int], learned: Learned,
+def step_times_request(job: JobRecord, dims: ModelDims, gpu_type: str, gpus_per_node: list[int], learned: Learned,
                        model_key: str) -> estimator_pb2.ReportStepTimesRequest:
     """The ReportStepTimes call for one attempt's new steps. The workload's forward reference is the
     roofline of one sample on one GPU (2 x parameters x tokens at the prior's matmul efficiency):
     the refit moves the model's parameters around it, and the Cell's measured time is exact anyway."""
     assert job.plan is not None
     p = job.plan
-    dims = resolve_model(job.spec.model)
     params = float(num_params(dims))
     gpu = CATALOG[gpu_type]
     fwd = 2.0 * params * dims.seq_length / (gpu.tflops_fp16 * 1e12 * DEFAULT_PRIOR.matmul_efficiency)
