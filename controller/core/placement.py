@@ -143,22 +143,13 @@ class ClusterState:
         for s in release:
             extra.setdefault(s.node_id, set()).update(s.gpu_indices)
         groups: list[Group] = []
-        order = 0
         for node in nodes:
-            by_model: dict[str, list[int]] = {}
-            free: dict[str, list[int]] = {}
-            isl: dict[str, dict[int, int]] = {}
-            mine = extra.get(node.id, set())
-            for g in node.gpus:
-                by_model.setdefault(g.model, []).append(g.index)
-                if g.island >= 0:
-                    isl.setdefault(g.model, {})[g.index] = g.island
-                if g.index not in node.busy or g.index in mine:
-                    free.setdefault(g.model, []).append(g.index)
-            for model in sorted(by_model):
-                groups.append(Group(len(groups), node.id, model, order, len(by_model[model]),
-                                    sorted(free.get(model, [])), isl.get(model, {})))
-                order += 1
+            mine = extra.get(node.id)
+            for model, cap, idle, isl in node.by_model:
+                free = list(idle)
+                if mine:
+                    free = sorted(set(free) | {i for i in mine if node.models.get(i) == model})
+                groups.append(Group(len(groups), node.id, model, len(groups), cap, free, isl))
         return ClusterState(groups)
 
     @staticmethod

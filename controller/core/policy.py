@@ -308,16 +308,8 @@ def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -
 def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -> None:
     """Every GPU given once, to a gang placed whole on GPUs of its Cell's type that are idle or
     held by running jobs of this round's plan."""
-    types: dict[tuple[str, int], str] = {}
-    idle: set[tuple[str, int]] = set()
-    for n in ctx.snap.nodes:
-        for g in n.gpus:
-            types[(n.id, g.index)] = g.model
-            if g.index not in n.busy:
-                idle.add((n.id, g.index))
-    usable = set(idle)
-    for r in ctx.running.values():
-        usable.update((s.node_id, i) for s in r.slices for i in s.gpu_indices)
+    nodes = {n.id: n for n in ctx.snap.nodes}
+    held = {(s.node_id, i) for r in ctx.running.values() for s in r.slices for i in s.gpu_indices}
     used: dict[tuple[str, int], str] = {}
     for d in decisions:
         if d.action not in ("start", "migrate", "keep"):
@@ -328,12 +320,14 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
         if d.cell is not None:
             if len(gpu_ids) != d.cell.gpus:
                 raise PlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for {d.cell}")
-            bad = [g for g in gpu_ids if types.get(g) != d.cell.gpu_type]
+            bad = [g for g in gpu_ids if g[0] not in nodes or nodes[g[0]].models.get(g[1]) != d.cell.gpu_type]
             if bad:
                 raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPUs not of type "
                                 f"{d.cell.gpu_type}: {bad[:4]}")
         for gid in gpu_ids:
-            if gid not in usable:
+            node = nodes.get(gid[0])
+            idle = node is not None and gid[1] in node.models and gid[1] not in node.busy
+            if not idle and gid not in held:
                 raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPU {gid}, which is not free")
             if gid in used:
                 raise PlanError(f"policy {policy_name}: GPU {gid} given to {used[gid]} and {d.job_id}")

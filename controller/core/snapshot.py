@@ -8,6 +8,7 @@ all have defaults, so a snapshot of pending jobs and node occupancy alone stays 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from estimator.models import ModelDims
 from estimator.plans import ExecutionPlan
@@ -33,6 +34,24 @@ class NodeView:
 
     def idle(self) -> tuple[GpuView, ...]:
         return tuple(g for g in self.gpus if g.index not in self.busy)
+
+    # Derived once per view: the simulator keeps a node's view from round to round until its
+    # occupancy changes, and every round's placement and plan check read these for all nodes.
+    @cached_property
+    def models(self) -> dict[int, str]:
+        """GPU index -> model."""
+        return {g.index: g.model for g in self.gpus}
+
+    @cached_property
+    def by_model(self) -> tuple[tuple[str, int, tuple[int, ...], dict[int, int]], ...]:
+        """Per GPU model, in model order: (model, GPU count, idle indices sorted, index -> NVLink
+        island for the GPUs whose island is known)."""
+        out = []
+        for model in sorted({g.model for g in self.gpus}):
+            mine = [g for g in self.gpus if g.model == model]
+            out.append((model, len(mine), tuple(sorted(g.index for g in mine if g.index not in self.busy)),
+                        {g.index: g.island for g in mine if g.island >= 0}))
+        return tuple(out)
 
 
 @dataclass(frozen=True)
