@@ -110,8 +110,17 @@ def has_place(plan: ResourcePlan, nodes: tuple[NodeView, ...], allowed: tuple[st
     if whole:
         best = min(whole, key=lambda g: (g.memory_bytes, len(g.free), g.node_id))
         return (Slice(best.node_id, tuple(sorted(best.free)[: plan.gpus])),)
-    # No single node: greedily the one with the most free GPUs, in whole TP groups so that no
-    # tensor-parallel group straddles two nodes.
+    # No single node: greedily the node with the most free GPUs, in whole TP groups so that no
+    # tensor-parallel group straddles two nodes, and all of one GPU model (a gang runs on one type:
+    # docs/scheduler.md, "Placement"), the model with the least sufficient memory first.
+    for _, model in sorted({(g.memory_bytes, g.model) for g in groups}):
+        got = _greedy([g for g in groups if g.model == model], plan)
+        if got is not None:
+            return got
+    return None
+
+
+def _greedy(groups: list[_Group], plan: ResourcePlan) -> tuple[Slice, ...] | None:
     left = plan.gpus
     slices: list[Slice] = []
     pool = list(groups)
@@ -119,7 +128,7 @@ def has_place(plan: ResourcePlan, nodes: tuple[NodeView, ...], allowed: tuple[st
         pool = [g for g in pool if len(g.free) >= plan.tp]
         if not pool:
             return None
-        g = min(pool, key=lambda x: (-len(x.free), x.memory_bytes, x.node_id))
+        g = min(pool, key=lambda x: (-len(x.free), x.node_id))
         take = min(left, len(g.free) // plan.tp * plan.tp)
         slices.append(Slice(g.node_id, tuple(sorted(g.free)[:take])))
         left -= take

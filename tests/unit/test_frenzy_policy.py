@@ -66,8 +66,12 @@ def test_has_prefers_single_node_smallest_memory_then_best_fit() -> None:
 def test_has_multi_node_greedy_whole_gang_or_nothing() -> None:
     nodes = (node("a100", "A100-80GB", 80, 4), node("a40", "A40-48GB", 48, 2), node("a10", "A10-24GB", 24, 4))
     six = ResourcePlan(dp=6, tp=1, micro_batch=4, bytes_per_gpu=1 * GIB)
-    # No node has 6: greedily the most free (a10 before a100 on ties: smaller memory), then the rest.
-    assert has_place(six, nodes, (), CFG) == (Slice("a10", (0, 1, 2, 3)), Slice("a100", (0, 1)))
+    # No node has 6 and no GPU model has 6 free: a gang never mixes models (one Cell, one type).
+    assert has_place(six, nodes, (), CFG) is None
+    # Two A10 nodes and two A100 nodes hold 6: greedily the most free inside the model with the
+    # least sufficient memory, then the rest.
+    more = (*nodes, node("a10b", "A10-24GB", 24, 4, busy=(0,)), node("a100b", "A100-80GB", 80, 4))
+    assert has_place(six, more, (), CFG) == (Slice("a10", (0, 1, 2, 3)), Slice("a10b", (1, 2)))
     eleven = ResourcePlan(dp=11, tp=1, micro_batch=1, bytes_per_gpu=1 * GIB)
     assert has_place(eleven, nodes, (), CFG) is None
     # A TP group never straddles nodes: 3 free on one node holds only one TP-2 group.
@@ -77,7 +81,7 @@ def test_has_multi_node_greedy_whole_gang_or_nothing() -> None:
 
 
 def test_plan_round_places_in_submission_order_with_backfill() -> None:
-    nodes = (node("a100", "A100-80GB", 80, 4), node("a10", "A10-24GB", 24, 4))
+    nodes = (node("a100", "A100-80GB", 80, 4), node("a10", "A10-24GB", 24, 4), node("a10b", "A10-24GB", 24, 4))
     huge = ModelDims(25600, 128, 160, 50257, 2048, "huge")
     snap = Snapshot(nodes, (job("j2", t=2.0), job("j1", t=1.0), job("big", model=huge, t=0.5),
                             job("wide", t=3.0, gpus=6, batch=24)), cluster(*nodes))
@@ -85,13 +89,13 @@ def test_plan_round_places_in_submission_order_with_backfill() -> None:
     by = {d.job_id: d for d in rp.decisions}
     assert [d.job_id for d in rp.decisions] == ["big", "j1", "j2", "wide"]
     assert by["big"].action == "pending" and "fits nowhere" in by["big"].reason
-    assert "4 x A100-80GB" in by["big"].reason and "4 x A10-24GB" in by["big"].reason
+    assert "4 x A100-80GB" in by["big"].reason and "8 x A10-24GB" in by["big"].reason
     assert by["j1"].action == "start" and by["j1"].slices == (Slice("a10", (0,)),)
     assert by["j2"].slices == (Slice("a10", (1,)),)
     assert by["j1"].plan is not None and (by["j1"].plan.dp, by["j1"].plan.tp) == (1, 1)
-    # 6 GPUs: a10 has 2 left, a100 has 4: greedy multi-node, whole gang.
+    # 6 GPUs: a10 has 2 left, a10b 4: greedy multi-node inside one model, whole gang.
     assert by["wide"].action == "start"
-    assert sorted(len(s.gpu_indices) for s in by["wide"].slices) == [2, 4]
+    assert by["wide"].slices == (Slice("a10b", (0, 1, 2, 3)), Slice("a10", (2, 3)))
     assert "multi-node" in by["wide"].reason
 
 
