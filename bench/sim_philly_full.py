@@ -36,7 +36,7 @@ POLICIES = "crius,gavel,elasticflow-l,gandiva,sia,fcfs"
 def command(policy: str, hours: float, out: Path) -> list[str]:
     return [sys.executable, "-m", "controller.sim.cli", "--trace", "philly", "--cluster", "crius-1280",
             "--oracle", "arena", "--rules", "fair", "--policies", policy, "--hours", f"{hours:g}", "--seed", "1",
-            "--rounds", "100000", "--out", str(out), "--no-plots", "--quiet"]
+            "--until-done", "--out", str(out), "--no-plots", "--quiet"]
 
 
 def run_one(policy: str, hours: float, out: Path, fresh: bool) -> dict[str, Any]:

@@ -90,6 +90,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "runs its paper mode unless written crius@artifact")
     p.add_argument("--rounds", type=int, default=0, help="rounds to simulate (default: 2,000 under arena "
                    "and fair rules, else until every job is done)")
+    p.add_argument("--until-done", action="store_true", help="run until every job is done or none can "
+                   "ever start (then --rounds, default 100,000, is only a cap)")
     p.add_argument("--hours", type=float, default=24.0, help="philly: hours of trace")
     p.add_argument("--start-hour", type=float, default=0.0, help="philly: hours skipped from the trace start")
     p.add_argument("--load", type=float, default=1.0, help="philly: arrival rate multiplier")
@@ -254,13 +256,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     type_of=lambda s: by_short.get(s, s))
     results: dict[str, SimResult] = {}
     for label, pol, m in policies:
-        results[label] = sim.run(pol, m, rounds=args.rounds)
+        results[label] = sim.run(pol, m, rounds=args.rounds, until_done=args.until_done)
     summaries = {k: summarize(v) for k, v in results.items()}
     ref = next((k for k in results if k.split("@")[0] == "crius"), next(iter(results)))
     comp = compare(results, ref)
     doc = {
         "config": {"trace": args.trace, "cluster": cluster.name, "oracle": args.oracle or "default",
                    "rules": rules.name, "interval_s": rules.interval_s, "rounds": args.rounds,
+                   "until_done": args.until_done,
                    "seed": args.seed, "hours": args.hours, "load": args.load, "depth": args.depth,
                    "jobs_in_trace": len(jobs),
                    **({"families": list(philly_families(args.families, args.oracle or "arena"))}

@@ -172,7 +172,9 @@ class Simulator:
         self.type_of = type_of or (lambda s: s)
 
     def run(self, policy: Policy, mode: str = "", rounds: int = 0, max_rounds: int = 100_000,
-            clock: Callable[[], float] = time.perf_counter) -> SimResult:
+            clock: Callable[[], float] = time.perf_counter, until_done: bool = False) -> SimResult:
+        """Simulate `rounds` rounds (0: the rules' default, else until every job is done). With
+        `until_done`, `rounds` is only a cap: the run ends once every job is done or none can."""
         r_ = self.rules
         interval = r_.interval_s
         est = self.estimates if isinstance(self.estimates, CachedEstimates) else CachedEstimates(self.estimates)
@@ -207,7 +209,7 @@ class Simulator:
         for j in jobs:
             by_round.setdefault(j.arrive_round, []).append(j)
         last_arrival = max(by_round)
-        limit = rounds or r_.default_rounds or max_rounds
+        limit = (rounds or max_rounds) if until_done else (rounds or r_.default_rounds or max_rounds)
         running: dict[str, SimJob] = {}
         pending: dict[str, SimJob] = {}
         records: list[RoundRecord] = []
@@ -333,7 +335,7 @@ class Simulator:
             records.append(RoundRecord(r, now, thr, len(running), len(pending),
                                        sum(len(b) for b in busy), started, migrated, suspended, finished_now,
                                        plan.stats.choices_evaluated))
-            if stuck and not rounds:
+            if stuck and (until_done or not rounds):
                 break  # an idle cluster and no more arrivals: the waiting jobs can never start
         end_t = t0 + len(records) * interval
         for j in pending.values():

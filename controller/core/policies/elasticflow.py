@@ -15,7 +15,9 @@ Crius paper compares with) loosens every deadline to 1e9 s.
   first. Waiting jobs are retried in rounds with departures; the first that fails blocks its type.
   Pending jobs past their deadline are dropped.
 - "paper": the same admission, but over the whole cluster as one pool of GPUs (any type,
-  ElasticFlow's homogeneous view), every round; a job starts at its minimum share on the type with
+  ElasticFlow's homogeneous view), every round; a job no share of 1-16 GPUs of any type can serve
+  (data parallelism does not fit its memory, or no share meets its deadline) is declined (dropped)
+  as the paper's admission control declines it, where the artifact lets it wait; a job starts at its minimum share on the type with
   the most free GPUs; once no admitted job waits, spare GPUs go to the largest marginal throughput
   per GPU, one doubling at a time; placement by Tessera's rules (fewest nodes, best fit), running
   jobs kept where they are unless their share changes.
@@ -238,7 +240,13 @@ class _EF:
             mm = self.min_share(job, t, 0)
             if mm and (m == 0 or mm < m):
                 m = mm
-        if m == 0 or need + m > total:
+        if m == 0:
+            # No share will ever do (memory does not shrink, the deadline only nears): declined,
+            # as ElasticFlow's admission control declines a job it cannot serve.
+            b.drop(job, f"{self.name}: declined: no data-parallel share of 1-{MAX_GPUS} GPUs of any type "
+                        + ("fits its memory" if self.pol.loose else "fits its memory and meets its deadline"))
+            return False
+        if need + m > total:
             b.pend(job, f"{self.name}: not admitted: the minimum shares would exceed the cluster's {total} GPUs")
             return False
         # Start at the minimum share on the type with the most free GPUs (type-blind), then grow.
