@@ -5,7 +5,8 @@ first, then smallest TP (less communication), so a job asks for the least it can
 the ranked plans and takes the first one the free GPUs can hold, then places it:
 1. a single node that holds the whole gang, smallest sufficient GPU memory first, and among those
    the node with the fewest free GPUs that still suffice (best fit);
-2. else greedily the node with the most free GPUs, and repeat for what is left.
+2. else, inside one GPU model (least sufficient memory first), greedily the node with the most free
+   GPUs, and repeat for what is left: a gang runs on one type (docs/scheduler.md, "Placement").
 A gang is placed whole or not at all. Jobs are visited in submission order; one that does not fit
 does not block smaller ones behind it (backfill).
 """
@@ -214,21 +215,17 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
             decisions.append(Decision(job.id, "pending", _pending_reason(job, plans, snap, cfg)))
             continue
         plan, slices = placed
-        models = {g.model for s in slices for g in nodes[s.node_id].gpus if g.index in s.gpu_indices}
-        smallest_model = min(
-            (g for s in slices for g in nodes[s.node_id].gpus if g.index in s.gpu_indices),
-            key=lambda g: g.memory_bytes,
-        ).model
+        first = slices[0]
+        model = next(g.model for g in nodes[first.node_id].gpus if g.index == first.gpu_indices[0])
         for s in slices:
             n = nodes[s.node_id]
             nodes[s.node_id] = NodeView(n.id, n.gpus, n.busy | frozenset(s.gpu_indices))
         free.invalidate()
         where = " + ".join(f"{len(s.gpu_indices)} on {s.node_id}" for s in slices)
-        mixed = f"; mixed GPU types {sorted(models)}" if len(models) > 1 else ""
         reason = (f"HAS: plan dp={plan.dp} tp={plan.tp} micro_batch={plan.micro_batch} needs "
-                  f"{_gib(plan.bytes_per_gpu)}/GPU (MARP); {plan.gpus} x {smallest_model}: {where}"
-                  f"{' (best fit)' if len(slices) == 1 else ' (no single node fits: greedy multi-node)'}{mixed}")
-        choice = PlanChoice(plan.dp, plan.tp, 1, plan.micro_batch, 1, smallest_model,
+                  f"{_gib(plan.bytes_per_gpu)}/GPU (MARP); {plan.gpus} x {model}: {where}"
+                  f"{' (best fit)' if len(slices) == 1 else ' (no single node fits: greedy multi-node)'}")
+        choice = PlanChoice(plan.dp, plan.tp, 1, plan.micro_batch, 1, model,
                             plan.bytes_per_gpu, "formula:marp")
         decisions.append(Decision(job.id, "start", reason, choice, slices))
     return RoundPlan(tuple(decisions))
