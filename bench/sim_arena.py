@@ -3,7 +3,7 @@
 Runs tessera-sim on data/arena (trace_philly.csv, cluster_1280.json, iter_time_optimal.json) under
 the artifact's rules for 500 and 2,000 rounds, then under the fair rules, and on Philly with the
 seeded generator; prints each table beside the artifact's published numbers (issue 4) with both
-ways of averaging JCT.
+ways of averaging JCT. Writes each run's metrics to bench/results/sim_arena.json.
 
     .venv/bin/python bench/sim_arena.py [--rounds 500,2000] [--fair] [--philly-hours 24] [--out DIR]
 """
@@ -91,6 +91,8 @@ def main() -> None:
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="sim_arena-"))
+    results: dict[str, Any] = {"benchmark": "sim_arena", "published_500": PUBLISHED_500,
+                               "published_2000": PUBLISHED_2000, "runs": {}}
     common = ["--trace", "arena-philly", "--cluster", "crius-1280", "--oracle", "arena", "--no-plots",
               "--policies", args.policies]
     for r in [int(x) for x in args.rounds.split(",") if x]:
@@ -100,18 +102,24 @@ def main() -> None:
                     ({k: v for k, v in PUBLISHED_2000.items()} if r == 2000 else None), r))
         print()
         (base / f"arena-{r}.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+        results["runs"][f"arena-{r}"] = {"seconds": round(secs, 1), **doc}
     if args.fair:
         doc, secs = run(base / "fair-2000", *common, "--rules", "fair", "--rounds", "2000")
         print(f"== Crius artifact inputs, fair rules (every restart costs 260 s), 2000 rounds ({secs:.0f} s) ==")
         print(table(doc, None, 0))
         print()
+        results["runs"]["fair-2000"] = {"seconds": round(secs, 1), **doc}
     if args.philly_hours:
         doc, secs = run(base / "philly", "--trace", "philly", "--cluster", "crius-1280", "--oracle", "arena",
                         "--rules", "fair", "--hours", str(args.philly_hours), "--seed", "1", "--no-plots",
                         "--policies", args.policies)
         print(f"== Philly, seeded generator (seed 1), {args.philly_hours:g} h, fair rules ({secs:.0f} s) ==")
         print(table(doc, None, 0))
-    print(f"\noutputs under {base}")
+        results["runs"][f"philly-{args.philly_hours:g}h"] = {"seconds": round(secs, 1), **doc}
+    path = Path(__file__).resolve().parent / "results" / "sim_arena.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    print(f"\noutputs under {base}; wrote {path}")
 
 
 if __name__ == "__main__":
