@@ -6,12 +6,13 @@ for the Crius policy in both modes and for the baselines.
     .venv/bin/python bench/sim_round_cost.py [--repeat 3] [--data-dir ../shared/data]
 
 Target (issue 4): under 1 s for crius. The paper reports 0.88-5.98 s per job; the artifact's crius
-takes 5-10 s per arriving job once the cluster is busy.
+takes 5-10 s per arriving job once the cluster is busy. Writes bench/results/sim_round_cost.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def main() -> None:
     print(f"snapshot: {len(snap.running)} running ({used} of 1280 GPUs busy), {len(snap.pending)} queued "
           f"(all arriving this round), depth 3, estimates cached")
     cfg = RoundConfig(search_depth=3)
+    rows = []
     print(f"{'policy':<16} {'s/round (cpu)':>14} {'s/round (wall)':>15} {'started':>8} {'migrated':>9} "
           f"{'suspended':>10} {'choices':>9}")
     for spec in ("crius", "crius@artifact", "fcfs", "gavel", "elasticflow-l", "sia", "gandiva"):
@@ -96,6 +98,15 @@ def main() -> None:
             wall.append(time.perf_counter() - w0)
         print(f"{spec:<16} {min(cpu):>14.3f} {min(wall):>15.3f} {len(plan.starts()):>8} "
               f"{len(plan.migrations()):>9} {len(plan.of('stop')):>10} {plan.stats.choices_evaluated:>9}")
+        rows.append({"policy": spec, "cpu_s": round(min(cpu), 4), "wall_s": round(min(wall), 4),
+                     "started": len(plan.starts()), "migrated": len(plan.migrations()),
+                     "suspended": len(plan.of("stop")), "choices": plan.stats.choices_evaluated})
+    path = Path(__file__).resolve().parent / "results" / "sim_round_cost.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"benchmark": "sim_round_cost", "running": len(snap.running),
+                                "queued": len(snap.pending), "gpus_busy": used, "depth": 3,
+                                "repeat": args.repeat, "target_s": 1.0, "policies": rows}, indent=1) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
