@@ -73,30 +73,34 @@ def main() -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         runs = list(pool.map(lambda p: run_one(p, args.hours, base / p, args.fresh), policies))
     summaries: dict[str, dict[str, Any]] = {}
+    timings: dict[str, dict[str, Any]] = {}
     lists: dict[str, list[float]] = {}
     config: dict[str, Any] = {}
     for p in policies:
         doc = json.loads((base / p / "metrics.json").read_text())
         config = doc["config"]
         summaries[p] = doc["policies"][p]
+        timings[p] = json.loads((base / p / "timing.json").read_text())[p]
         lists[p] = jcts(base / p / p.replace("@", "_") / "jobs.csv")
     ref = "crius" if "crius" in policies else policies[0]
     comp = compare_lists(lists, summaries, ref)
     result = {"benchmark": "sim_philly_full", "command": " ".join(command("<policy>", args.hours, base / "<policy>")),
-              "config": {**config, "policies": policies}, "runs": runs, "policies": summaries, "comparison": comp}
+              "config": {**config, "policies": policies}, "runs": runs, "policies": summaries, "round_seconds": timings, "comparison": comp}
     path = REPO / "bench" / "results" / "sim_philly_full.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
 
     head = ("policy", "finished", "JCT avg", "JCT p50", "JCT p99", "queue avg", "thr avg", "thr peak",
-            "makespan h", "restarts/job", "wall s")
+            "makespan h", "restarts/job", "s/round avg", "s/round p99", "wall s")
     rows = [head]
     for r in runs:
         s = summaries[r["policy"]]
         rows.append((r["policy"], f"{s['jobs_finished']}/{s['jobs_submitted']}", f"{s['jct_avg_s']:,.0f}",
                      f"{s['jct_median_s']:,.0f}", f"{s['jct_p99_s']:,.0f}", f"{s['queue_avg_s']:,.0f}",
                      f"{s['throughput_avg']:,.0f}", f"{s['throughput_peak']:,.0f}", f"{s['makespan_s'] / 3600:,.0f}",
-                     f"{s['restarts_per_job']:.2f}", "-" if r["seconds"] is None else f"{r['seconds']:,.0f}"))
+                     f"{s['restarts_per_job']:.2f}", f"{timings[r['policy']]['round_s_avg']:.4f}",
+                     f"{timings[r['policy']]['round_s_p99']:.4f}",
+                     "-" if r["seconds"] is None else f"{r['seconds']:,.0f}"))
     w = [max(len(row[i]) for row in rows) for i in range(len(head))]
     print(f"== Philly, seeded generator (seed 1), {config.get('jobs_in_trace')} jobs, fair rules ==")
     print("\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(row)) for row in rows))

@@ -48,6 +48,7 @@ def summarize(res: SimResult) -> dict[str, Any]:
     done = [j for j in arrived if j.state == "done" and j.end is not None]
     jct = sorted(j.end - j.arrive_time for j in done if j.end is not None)
     started = [j for j in arrived if j.first_start is not None]
+    kept = [j.queue_s for j in arrived if j.state != "dropped"]
     thr = [r.throughput for r in res.rounds]
     busy = [x for x in thr if x > BUSY_THRESHOLD]
     total_gpus = max((r.gpus_used for r in res.rounds), default=0)
@@ -70,8 +71,7 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "jct_p99_s": _r(_pct(jct, 99)),
         "jct_max_s": _r(max(jct, default=0.0)),
         "queue_avg_s": _r(statistics.fmean([j.queue_s for j in done])) if done else 0.0,
-        "queue_avg_all_s": _r(statistics.fmean([j.queue_s for j in arrived if j.state != "dropped"]))
-        if arrived else 0.0,
+        "queue_avg_all_s": _r(statistics.fmean(kept)) if kept else 0.0,
         "throughput_avg": _r(statistics.fmean(thr)) if thr else 0.0,
         "throughput_avg_busy": _r(statistics.fmean(busy)) if busy else 0.0,
         "throughput_peak": _r(max(thr, default=0.0)),

@@ -83,3 +83,13 @@ def test_until_done_stops_once_no_waiting_job_can_ever_start() -> None:
     # "a" ends at 360 s (260 s start cost + 10 iterations of 10 s); the round at 600 s sees it
     # done, starts nothing and has nothing running: the run ends with that round.
     assert a.end == 360.0 and [r.time for r in done.rounds] == [0.0, 300.0, 600.0]
+
+
+def test_summary_of_a_run_where_every_job_was_dropped() -> None:
+    # ElasticFlow (paper mode) declines a job whose data-parallel replica fits no share: the
+    # summary of a run with only such jobs has no queue times to average, and says so with zeros.
+    trace = [tj("a", 0.0, 1, 50)]
+    res = sim(trace, FAIR, {("k", "X", 1): 10.0}).run(make_policy("fcfs"))
+    res.jobs[0].state = "dropped"
+    s = summarize(res)
+    assert s["jobs_dropped"] == 1 and s["queue_avg_all_s"] == 0.0 and s["jobs_finished"] == 0
