@@ -17,10 +17,10 @@ Crius paper compares with) loosens every deadline to 1e9 s.
 - "paper": the same admission, but over the whole cluster as one pool of GPUs (any type,
   ElasticFlow's homogeneous view), every round; a job no share of 1-16 GPUs of any type can serve
   (data parallelism does not fit its memory, or no share meets its deadline) is declined (dropped)
-  as the paper's admission control declines it, where the artifact lets it wait; a job starts at its minimum share on the type with
-  the most free GPUs; once no admitted job waits, spare GPUs go to the largest marginal throughput
-  per GPU, one doubling at a time; placement by Tessera's rules (fewest nodes, best fit), running
-  jobs kept where they are unless their share changes.
+  as the paper's admission control declines it, where the artifact lets it wait; a job starts at
+  its minimum share on the type with the most free GPUs; once no admitted job waits, spare GPUs go
+  to the largest marginal throughput per GPU, one doubling at a time; placement by Tessera's rules
+  (fewest nodes, best fit), running jobs kept where they are unless their share changes.
 
 Simplifies: no time-varying plan over future slots (progressive filling checks a constant share);
 buddy allocation is replaced by the placement above.
