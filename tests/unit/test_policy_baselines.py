@@ -52,6 +52,21 @@ def test_elasticflow_ls_gives_minimum_shares_then_doubles_and_repacks() -> None:
     assert d["A"].action == "migrate" and d["B"].action == "start"
 
 
+def test_elasticflow_paper_declines_a_job_no_data_parallel_share_can_run() -> None:
+    # "big" runs under Alpa's plans (the table has times) but its data-parallel replica fits on no
+    # count: ElasticFlow, data-parallel only, can never serve it.
+    table = {(k, "X", n): 1.0 for k in ("big", "a") for n in (1, 2, 4)}
+    est = TableEstimates(table, dp_ok={("big", "X", n): False for n in (1, 2, 4)})
+    big, a = job("BIG", "big", 0, 2, "X"), job("A", "a", 1, 1, "X")
+    snap = Snapshot((node("x", "X", 4),), (big, a), arrivals=("BIG", "A"))
+    d = by_id(plan_round(snap, est, make_policy("elasticflow-l", "paper")).decisions)
+    assert d["BIG"].action == "drop" and "declined" in d["BIG"].reason and "fits its memory" in d["BIG"].reason
+    assert d["A"].action == "start"
+    # The artifact's ElasticFlowSched lets it wait instead.
+    art = by_id(plan_round(snap, est, make_policy("elasticflow-l", "artifact")).decisions)
+    assert art["BIG"].action == "pending"
+
+
 def test_gandiva_grows_onto_idle_gpus_of_its_node_after_departures() -> None:
     est = TableEstimates({("a", "X", 1): 4.0, ("a", "X", 2): 2.2, ("a", "X", 4): 1.3})
     a = job("A", "a", 0, 1, "X")
