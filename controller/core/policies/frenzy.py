@@ -28,17 +28,14 @@ class FrenzyPolicy:
         snap = ctx.snap
         inner = Snapshot(snap.nodes, snap.pending, snap.cluster_gpus)
         jobs = {j.id: j for j in snap.pending}
-        types = {(n.id, g.index): g.model for n in snap.nodes for g in n.gpus}
         out: list[Decision] = []
         for d in frenzy.plan_round(inner, self.cfg).decisions:
             if d.action != "start" or d.plan is None:
                 out.append(replace(d, reason=f"frenzy: {d.reason}"))
                 continue
-            models = {types[(s.node_id, i)] for s in d.slices for i in s.gpu_indices}
-            cell = Cell(d.plan.gpu_model, d.plan.gpus, d.plan.pp) if len(models) == 1 else None
-            it = 0.0
-            if cell is not None:
-                est = ctx.best(jobs[d.job_id], cell.gpu_type, cell.gpus, len(d.slices))
-                it = est.iteration_s if est else 0.0
-            out.append(replace(d, reason=f"frenzy: {d.reason}", cell=cell, iteration_s=it))
+            # HAS keeps a gang on one GPU model, the plan's: that is the Cell.
+            cell = Cell(d.plan.gpu_model, d.plan.gpus, d.plan.pp)
+            est = ctx.best(jobs[d.job_id], cell.gpu_type, cell.gpus, len(d.slices))
+            out.append(replace(d, reason=f"frenzy: {d.reason}", cell=cell,
+                               iteration_s=est.iteration_s if est else 0.0))
         return out
