@@ -101,7 +101,7 @@ async def serve(args: argparse.Namespace) -> None:
     log.info("controller_stopping")
     for t in tasks:
         t.cancel()
-    await server.stop(grace=2.0)
+    await rpc.stop_server(server, grace=2.0)
     await agents.close()
     if engine.estimator_feed is not None:
         await engine.estimator_feed.close()

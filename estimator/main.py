@@ -57,7 +57,7 @@ async def serve(args: argparse.Namespace) -> None:
              state=str(state.path) if state else "memory only", fitted_models=estimator.health().fitted_models)
     await daemon.serve_until_signal(f"serving on {host}:{port}")
     log.info("estimator_stopping")
-    await server.stop(grace=2.0)
+    await rpc.stop_server(server, grace=2.0)
     if state is not None:
         state.close()
 

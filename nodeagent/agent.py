@@ -230,7 +230,7 @@ class Agent:
     async def close(self, grace: float = 2.0) -> None:
         """Stop serving and registering; stop the workers only with kill_workers_on_exit."""
         if self.server is not None:
-            await self.server.stop(grace)
+            await rpc.stop_server(self.server, grace)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from tessera.v1 import agent_pb2_grpc
 
-from tessera_common.rpc import aio_server
+from tessera_common import rpc
 
 
 @contextmanager
@@ -20,13 +20,13 @@ def serve(servicer: agent_pb2_grpc.NodeAgentServicer) -> Iterator[str]:
     box: dict[str, object] = {}
 
     async def main() -> None:
-        server, port = aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)])
+        server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)])
         await server.start()
         stop = asyncio.Event()
         box.update(port=port, loop=asyncio.get_running_loop(), stop=stop)
         ready.set()
         await stop.wait()
-        await server.stop(None)
+        await rpc.stop_server(server, grace=0)
 
     thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
     thread.start()

@@ -95,7 +95,7 @@ async def registry() -> AsyncIterator[tuple[FakeRegistry, str]]:
     server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_AgentRegistryServicer_to_server, fake)])
     await server.start()
     yield fake, f"127.0.0.1:{port}"
-    await server.stop(0)
+    await rpc.stop_server(server, grace=0)
 
 
 def _get(url: str) -> str:

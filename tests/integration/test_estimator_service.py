@@ -44,7 +44,7 @@ async def _serve(estimator: Estimator) -> AsyncIterator[Server]:
         yield Server(estimator_pb2_grpc.EstimatorStub(channel), service)
     finally:
         await channel.close()
-        await server.stop(None)
+        await rpc.stop_server(server, grace=0)
 
 
 @pytest.fixture

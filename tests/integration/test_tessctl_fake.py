@@ -187,7 +187,7 @@ class FakeServer:
         return self.run(go())
 
     def stop(self) -> None:
-        self.run(self.server.stop(grace=None))
+        self.run(rpc.stop_server(self.server, grace=0))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
 
