@@ -95,6 +95,9 @@ class Pool:
         for g in groups:
             self.hist[len(g.free)] += 1
         self._buckets: list[list[Group]] | None = None
+        # Without NVLink islands a group's room for any TP size is its free count, so the
+        # histogram and buckets answer placement without looking at every group.
+        self.has_islands = any(g.islands for g in groups)
 
     @property
     def free_gpus(self) -> int:
@@ -123,6 +126,18 @@ def fits_hist(hist: Sequence[int], n: int, max_cap: int, tp: int = 1) -> int:
         if sum(hist[q:]) >= n // q:
             return n // q
     return 0
+
+
+def _first(buckets: list[list[Group]], q: int, k: int, prefer: str) -> list[Group]:
+    """The k groups with at least q free GPUs that the sort in ClusterState.place would put
+    first: fewest free (best fit) or most free (scatter), then snapshot order."""
+    counts = range(len(buckets) - 1, q - 1, -1) if prefer == SCATTER else range(q, len(buckets))
+    out: list[Group] = []
+    for f in counts:
+        out.extend(buckets[f][: k - len(out)])
+        if len(out) == k:
+            break
+    return out
 
 
 class ClusterState:
@@ -167,7 +182,7 @@ class ClusterState:
         pool = self.pools.get(gpu_type)
         if pool is None:
             return 0
-        if tp <= 1 or not any(g.islands for g in pool.groups):
+        if tp <= 1 or not pool.has_islands:
             return fits_hist(pool.hist, n, pool.max_cap)
         return len(self.place(gpu_type, n, tp) or ())
 
@@ -178,10 +193,15 @@ class ClusterState:
         pool = self.pools.get(gpu_type)
         if pool is None or n <= 0:
             return None
+        by_count = tp <= 1 or not pool.has_islands
         for q in quotas(n, pool.max_cap, tp):
             k = n // q
             if nodes and k != nodes:
                 continue
+            if by_count:
+                if sum(pool.hist[q:]) < k:
+                    continue
+                return tuple(Slice(g.node_id, tuple(g.pick(q, tp))) for g in _first(pool.buckets(), q, k, prefer))
             elig = [g for g in pool.groups if g.tp_room(tp) >= q]
             if len(elig) < k:
                 continue

@@ -75,9 +75,19 @@ class _Sia:
         self.ctx = b.ctx
         self.art = art
         self.p = 0.5 if art else -0.5
+        # Jobs of one model, batch and type restriction share their table (a long queue holds
+        # thousands of jobs but few distinct models); read-only, valid for this round.
+        self._configs: dict[tuple[str, int, tuple[str, ...]], dict[Config, float]] = {}
 
     def configs(self, job: JobView) -> dict[Config, float]:
         """Normalised goodput of each feasible configuration."""
+        k = (job.key, job.global_batch_size, job.gpu_types)
+        got = self._configs.get(k)
+        if got is None:
+            got = self._configs[k] = self._configs_of(job)
+        return got
+
+    def _configs_of(self, job: JobView) -> dict[Config, float]:
         ctx = self.ctx
         out: dict[Config, float] = {}
         for t in ctx.types():
@@ -265,7 +275,8 @@ class _Sia:
             if not tab:
                 b.pend(j, "sia: fits nowhere: no configuration is feasible")
                 continue
-            small = sorted((c for c in tab if c[1] == min(n for _, n in tab)), key=lambda c: -tab[c])
+            fewest = min(n for _, n in tab)
+            small = sorted((c for c in tab if c[1] == fewest), key=lambda c: -tab[c])
             for t, n in small:
                 sl = b.place(t, n, BEST_FIT)
                 if sl is not None:
