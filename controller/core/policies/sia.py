@@ -77,15 +77,24 @@ class _Sia:
         self.p = 0.5 if art else -0.5
         # Jobs of one model, batch and type restriction share their table (a long queue holds
         # thousands of jobs but few distinct models); read-only, valid for this round.
-        self._configs: dict[tuple[str, int, tuple[str, ...]], dict[Config, float]] = {}
+        self._configs: dict[tuple[str, int, tuple[str, ...]], tuple[dict[Config, float], list[Config]]] = {}
 
-    def configs(self, job: JobView) -> dict[Config, float]:
-        """Normalised goodput of each feasible configuration."""
+    def _table(self, job: JobView) -> tuple[dict[Config, float], list[Config]]:
         k = (job.key, job.global_batch_size, job.gpu_types)
         got = self._configs.get(k)
         if got is None:
-            got = self._configs[k] = self._configs_of(job)
+            tab = self._configs_of(job)
+            fewest = min((n for _, n in tab), default=0)
+            got = self._configs[k] = (tab, sorted((c for c in tab if c[1] == fewest), key=lambda c: -tab[c]))
         return got
+
+    def configs(self, job: JobView) -> dict[Config, float]:
+        """Normalised goodput of each feasible configuration."""
+        return self._table(job)[0]
+
+    def smallest(self, job: JobView) -> list[Config]:
+        """The configurations with the fewest GPUs, highest goodput first."""
+        return self._table(job)[1]
 
     def _configs_of(self, job: JobView) -> dict[Config, float]:
         ctx = self.ctx
@@ -270,18 +279,22 @@ class _Sia:
     def paper_round(self) -> None:
         ctx, b = self.ctx, self.b
         # 1) waiting jobs start on their cheapest-to-hold configuration (1 GPU first), FIFO.
+        # This step only takes GPUs, so a configuration that did not fit stays full for the rest
+        # of it: a long queue is not placed job by job against a full cluster.
+        full: set[Config] = set()
         for j in list(ctx.pending):
             tab = self.configs(j)
             if not tab:
                 b.pend(j, "sia: fits nowhere: no configuration is feasible")
                 continue
-            fewest = min(n for _, n in tab)
-            small = sorted((c for c in tab if c[1] == fewest), key=lambda c: -tab[c])
-            for t, n in small:
+            for t, n in self.smallest(j):
+                if (t, n) in full:
+                    continue
                 sl = b.place(t, n, BEST_FIT)
                 if sl is not None:
                     b.start(j, t, sl, f"Sia: starts on its smallest configuration {n} x {t}")
                     break
+                full.add((t, n))
             else:
                 b.pend(j, "sia: waiting: no smallest configuration fits now")
         # 2) one pass of improvements, best first: double (at most 2x per round) or change type.
