@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from controller.core.estimates import TableEstimates
 from controller.core.policies import make_policy
-from controller.core.policy import plan_round
+from controller.core.policy import CellEstimate, plan_round
 from controller.core.snapshot import Cell, Decision, GpuView, JobView, NodeView, RunningView, Slice, Snapshot
 from estimator.models import ModelDims
 
@@ -86,3 +86,44 @@ def test_sia_artifact_admits_with_the_best_configuration() -> None:
     assert d["B"].action == "start" and d["B"].cell == Cell("X", 4)
     p = by_id(plan_round(snap, est, make_policy("sia", "paper")).decisions)
     assert p["B"].action == "start"
+
+
+def test_sia_paper_halves_a_running_job_when_the_objective_pays_for_a_waiting_one() -> None:
+    # A gains little from its last doubling (2.1 -> 1.9 s/iter): halving it costs the objective
+    # less than the lambda of leaving B unallocated (Eq. 1), so B starts on the GPUs A gives back.
+    table = {("a", "X", 1): 4.0, ("a", "X", 2): 2.1, ("a", "X", 4): 1.9,
+             ("b", "X", 1): 4.0, ("b", "X", 2): 2.0, ("b", "X", 4): 1.0}
+    a, b = job("A", "a", 0, 4, "X"), job("B", "b", 1e6, 1, "X")
+    snap = Snapshot((node("x", "X", 4, (0, 1, 2, 3)),), (b,),
+                    running=(run(a, "X", (Slice("x", (0, 1, 2, 3)),)),), now=1e6, arrivals=("B",))
+    d = by_id(plan_round(snap, TableEstimates(table), make_policy("sia", "paper")).decisions)
+    assert d["A"].action == "migrate" and d["A"].change == "scale-down" and d["A"].cell == Cell("X", 2)
+    assert d["B"].action == "start" and d["B"].cell == Cell("X", 1) and "halved" in d["B"].reason
+    # When A scales well (1.0 s/iter on 4), halving it costs more than B waiting: B waits.
+    est = TableEstimates({**table, ("a", "X", 4): 1.0})
+    d = by_id(plan_round(snap, est, make_policy("sia", "paper")).decisions)
+    assert d["A"].action == "keep" and d["B"].action == "pending"
+
+
+class _OneNodeOnly(TableEstimates):
+    """Estimates that cover a gang only on one node (as the arena table does for small jobs)."""
+
+    def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> tuple[CellEstimate, ...]:
+        return tuple(super().cells(job, gpu_type, gpus, nodes)) if nodes == 1 else ()
+
+
+def test_sia_paper_places_a_job_only_on_node_counts_it_can_run_on() -> None:
+    # One free GPU on each of two nodes: B's 2 GPUs fit by count, but B runs only on one node.
+    est = _OneNodeOnly({("b", "X", 2): 1.0, ("c", "X", 1): 1.0})
+    c, d_ = job("C", "c", 0, 1, "X"), job("D", "c", 0, 1, "X")
+    b = job("B", "b", 1, 2, "X")
+    snap = Snapshot((node("x1", "X", 2, (0,)), node("x2", "X", 2, (0,))), (b,),
+                    running=(run(c, "X", (Slice("x1", (0,)),)), run(d_, "X", (Slice("x2", (0,)),))),
+                    arrivals=("B",))
+    d = by_id(plan_round(snap, est, make_policy("sia", "paper")).decisions)
+    assert d["B"].action == "pending"
+    # With one node's GPUs free, it starts there.
+    snap = Snapshot((node("x1", "X", 2), node("x2", "X", 2, (0, 1))), (b,),
+                    running=(run(d_, "X", (Slice("x2", (0, 1)),)),), arrivals=("B",))
+    d = by_id(plan_round(snap, est, make_policy("sia", "paper")).decisions)
+    assert d["B"].action == "start" and d["B"].slices == (Slice("x1", (0, 1)),)

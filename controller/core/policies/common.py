@@ -156,9 +156,11 @@ class Board:
         a.note = note if not a.note else f"{a.note}; {note}"
         self.version += 1
 
-    def shrink(self, a: Alloc, note: str) -> None:
+    def shrink(self, a: Alloc, note: str, released: bool = False) -> None:
+        """Halve a job (shrink_parts); `released`: its freed half was already given back."""
         _, keep, rel = self.shrink_parts(a)
-        self.ctx.state.release(rel, a.gpu_type)
+        if not released:
+            self.ctx.state.release(rel, a.gpu_type)
         a.slices = keep
         a.gpus = sum(len(s.gpu_indices) for s in keep)
         a.est = self.ctx.best(a.job, a.gpu_type, a.gpus, len(keep))

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controller.core.placement import BEST_FIT, SCATTER
+from controller.core.placement import BEST_FIT, SCATTER, quotas
 from controller.core.policies.common import Alloc, Board, place_as_requested
 from controller.core.policy import RoundContext, queue_key
-from controller.core.snapshot import Decision, JobView
+from controller.core.snapshot import Decision, JobView, Slice
 
 PAPER = "paper"
 ARTIFACT = "artifact"
@@ -42,6 +42,7 @@ BRANCH = 12
 CLIP = 3000.0
 NODE_BUDGET = 2000  # search nodes per admission
 LAMBDA = 1.1
+MAX_DONOR_TRIALS = 16  # halvings tried per waiting job and configuration (placement checks)
 
 
 def _check(ok: Callable[[JobView, str, int, int], bool], job: JobView, t: str, n: int) -> Callable[[int], bool]:
@@ -276,27 +277,98 @@ class _Sia:
             c = c / r if r > 0 else LAMBDA * 10
         return c
 
+    def donor_list(self, t: str) -> list[tuple[float, str]]:
+        """Running jobs of type t that could give half their GPUs back, with what halving adds to
+        the objective (restart factor included), least first."""
+        out: list[tuple[float, str]] = []
+        for a in self.b.allocs.values():
+            if a.orig is None or a.gpu_type != t or a.gpus < 2 or a.gpus % 2:
+                continue
+            tab = self.configs(a.job)
+            cur, half = (t, a.gpus), (t, a.gpus // 2)
+            if half in tab:
+                out.append((self.cost(a.job, half, cur, tab) - self.cost(a.job, cur, cur, tab), a.job.id))
+        out.sort()
+        return out
+
+    def make_room(self, job: JobView, donors: dict[str, list[tuple[float, str]]], moved: set[str]) -> str:
+        """Eq. 1's trade at the head of the queue: an unallocated job costs lambda, so halving a
+        running job is worth it when the objective falls by more than the halving adds. Starts the
+        job on GPUs one halving frees and returns their type; "" when no halving pays or fits."""
+        b = self.b
+        tab = self.configs(job)
+        for t, n in self.smallest(job):
+            gain = LAMBDA - self.cost(job, (t, n), None, tab)
+            if gain <= 0:
+                continue
+            if t not in donors:
+                donors[t] = self.donor_list(t)
+            tried = 0
+            for loss, jid in donors[t]:
+                if loss >= gain - 1e-9 or tried >= MAX_DONOR_TRIALS:
+                    break
+                a = b.allocs.get(jid)
+                if jid in moved or a is None or a.gpu_type != t:
+                    continue
+                tried += 1
+                tr = b.trial()
+                rel, _, freed = b.shrink_parts(a)
+                tr.give(rel)
+                if not tr.fits(t, n):
+                    continue
+                b.ctx.state.release(freed, t)
+                sl = self.place(job, t, n)
+                if sl is None:  # fits by count, but on no node count the job can run on
+                    b.ctx.state.take(freed, t)
+                    continue
+                b.shrink(a, f"halved by Sia to start {job.id}", released=True)
+                moved.add(jid)
+                b.start(job, t, sl, f"Sia: starts on its smallest configuration {n} x {t} "
+                                    f"(GPUs of {jid}, halved: the objective falls by {gain - loss:.3f})")
+                return t
+        return ""
+
+    def place(self, job: JobView, t: str, n: int, full: set[tuple[str, int, int]] | None = None,
+              ) -> tuple[Slice, ...] | None:
+        """n GPUs of type t on the fewest nodes the job can run on (a configuration's goodput is
+        its best locality's; a job put on a spread the estimates do not cover would not run).
+        `full`: (type, GPUs, nodes) that did not fit earlier while GPUs were only taken."""
+        ctx = self.ctx
+        for q in quotas(n, ctx.max_per_node(t)):
+            k = n // q
+            if (full is not None and (t, n, k) in full) or ctx.throughput(job, t, n, k) <= 0:
+                continue
+            sl = ctx.state.place(t, n, 1, BEST_FIT, nodes=k)
+            if sl is not None:
+                return sl
+            if full is not None:
+                full.add((t, n, k))
+        return None
+
     def paper_round(self) -> None:
         ctx, b = self.ctx, self.b
         # 1) waiting jobs start on their cheapest-to-hold configuration (1 GPU first), FIFO.
         # This step only takes GPUs, so a configuration that did not fit stays full for the rest
         # of it: a long queue is not placed job by job against a full cluster.
-        full: set[Config] = set()
+        full: set[tuple[str, int, int]] = set()
+        moved: set[str] = set()
+        donors: dict[str, list[tuple[float, str]]] = {}
         for j in list(ctx.pending):
             tab = self.configs(j)
             if not tab:
                 b.pend(j, "sia: fits nowhere: no configuration is feasible")
                 continue
             for t, n in self.smallest(j):
-                if (t, n) in full:
-                    continue
-                sl = b.place(t, n, BEST_FIT)
+                sl = self.place(j, t, n, full)
                 if sl is not None:
                     b.start(j, t, sl, f"Sia: starts on its smallest configuration {n} x {t}")
                     break
-                full.add((t, n))
             else:
-                b.pend(j, "sia: waiting: no smallest configuration fits now")
+                t_room = self.make_room(j, donors, moved)
+                if t_room:
+                    full = {c for c in full if c[0] != t_room}  # a shrink gave GPUs of this type back
+                else:
+                    b.pend(j, "sia: waiting: no smallest configuration fits now")
         # 2) one pass of improvements, best first: double (at most 2x per round) or change type.
         cands: list[tuple[float, str, Config]] = []
         for a in b.allocs.values():
@@ -310,7 +382,6 @@ class _Sia:
                 if d > 1e-9:
                     cands.append((d, a.job.id, cfg))
         cands.sort(key=lambda c: (-c[0], c[1], c[2]))
-        moved: set[str] = set()
         for _d, jid, (t, n) in cands:
             if jid in moved or jid not in b.allocs:
                 continue
@@ -320,7 +391,7 @@ class _Sia:
             if not tr.fits(t, n):
                 continue
             b.release(a)
-            sl = b.place(t, n, BEST_FIT)
+            sl = self.place(a.job, t, n)
             if sl is None:
                 ctx.state.take(a.slices, a.gpu_type)
                 continue
