@@ -15,11 +15,14 @@ the user's, as Crius keeps it), normalised by the row's smallest positive value.
   block nothing; a new job no type can run is dropped.
 - "paper" (Sia Eq. 1 at p = -0.5, lambda = 1.1): every round, minimise sum_i G_i^p over allocated
   jobs plus lambda per unallocated job, with the same restart factor; waiting jobs start on their
-  smallest configuration and a job grows at most 2x per round.
+  smallest configuration, on the fewest nodes the estimates cover; one that does not fit starts on
+  GPUs a running job gives back by halving when that adds less to the objective than its lambda
+  takes away; a job grows at most 2x per round.
 
 Simplifies: both programs are solved by bounded local search (the artifact's: at most 5 moves, 12
 best per level, instead of GLPK with a 30 s limit; T_i is the job's age, not its execution time; the
-paper's: one greedy pass of start / double / change type per job, best first),
+paper's: one greedy pass of start (halving at most one running job per waiting job) / double /
+change type per job, best first),
 not a MILP solver; restart costs come from the rules of the simulation, not Sia's per-model table.
 """
 
