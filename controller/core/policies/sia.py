@@ -351,8 +351,8 @@ class _Sia:
     def paper_round(self) -> None:
         ctx, b = self.ctx, self.b
         # 1) waiting jobs start on their cheapest-to-hold configuration (1 GPU first), FIFO.
-        # This step only takes GPUs, so a configuration that did not fit stays full for the rest
-        # of it: a long queue is not placed job by job against a full cluster.
+        # Starting jobs only takes GPUs, so a placement that did not fit stays full until a halving
+        # gives GPUs of its type back: a long queue is not placed job by job against a full cluster.
         full: set[tuple[str, int, int]] = set()
         moved: set[str] = set()
         donors: dict[str, list[tuple[float, str]]] = {}
