@@ -1,0 +1,112 @@
+"""The estimator's checks that need a GPU (issue 3), for a machine that has one.
+
+1. The node agent's NVML inventory, read from the driver (nodeagent.inventory.probe_nvml).
+2. Traced against real: for a few models and single-GPU plans, the peak of one training step
+   traced under fake tensors (the estimator's `traced` mode, on the CPU) against the same step run
+   on the GPU, measured by torch.cuda.max_memory_allocated (and by MemTracker on the GPU).
+
+    python bench/estimator_gpu.py [--out FILE]
+
+Prints a table and writes bench/results/estimator_gpu.json (or FILE). Exits 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from estimator.models import ModelDims
+from estimator.plans import ExecutionPlan
+from estimator.traced import run_step
+
+CASES: list[tuple[str, ModelDims, ExecutionPlan]] = [
+    ("gpt-125m fp32 mb4", ModelDims(768, 12, 12, 50257, 1024, "gpt-125m"),
+     ExecutionPlan(micro_batch=4, precision="fp32")),
+    ("gpt-125m bf16 mb8", ModelDims(768, 12, 12, 50257, 1024, "gpt-125m"), ExecutionPlan(micro_batch=8)),
+    ("gpt-350m bf16 mb8 full-ckpt", ModelDims(1024, 24, 16, 50257, 1024, "gpt-350m"),
+     ExecutionPlan(micro_batch=8, checkpointing="full")),
+    ("gpt-350m bf16 mb4 plain-attn", ModelDims(1024, 24, 16, 50257, 1024, "gpt-350m"),
+     ExecutionPlan(micro_batch=4, flash_attention=False)),
+    ("gpt-1.3b bf16 mb4 selective", ModelDims(2048, 24, 16, 50257, 2048, "gpt-1.3b"),
+     ExecutionPlan(micro_batch=4, checkpointing="selective")),
+]
+
+
+def inventory() -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    from nodeagent.inventory import probe_nvml
+
+    t0 = time.perf_counter()
+    inv = probe_nvml()
+    return {"seconds": round(time.perf_counter() - t0, 3), "inventory": MessageToDict(inv)}
+
+
+def traced_vs_real(name: str, model: ModelDims, plan: ExecutionPlan) -> dict[str, Any]:
+    import torch
+
+    traced = run_step(model, plan, 0, fake=True)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    prev = torch.get_default_device()
+    torch.set_default_device("cuda")
+    try:
+        t0 = time.perf_counter()
+        real = run_step(model, plan, 0, fake=False)
+        torch.cuda.synchronize()
+        real_s = time.perf_counter() - t0
+    finally:
+        torch.set_default_device(prev)
+    peak = torch.cuda.max_memory_allocated() - base
+    torch.cuda.empty_cache()
+    return {"case": name, "plan": plan.key, "traced_peak": traced.peak, "traced_s": round(traced.seconds, 2),
+            "cuda_max_allocated": peak, "cuda_memtracker_peak": real.peak, "real_s": round(real_s, 2),
+            "rel_err": round((traced.peak - peak) / peak, 4)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "estimator_gpu.json"))
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("estimator_gpu: no CUDA device here", file=sys.stderr)
+        return 2
+    result: dict[str, Any] = {"benchmark": "estimator_gpu", "device": torch.cuda.get_device_name(0),
+                              "torch": torch.__version__}
+    try:
+        result["nvml"] = inventory()
+        gpus = result["nvml"]["inventory"].get("gpus", [])
+        print(f"NVML inventory in {result['nvml']['seconds']} s: " +
+              ", ".join(f"{g.get('model')} {int(g.get('memoryBytes', 0)) / 2**30:.1f} GiB" for g in gpus))
+    except Exception as exc:  # noqa: BLE001 - report and go on to the memory checks
+        result["nvml"] = {"error": f"{type(exc).__name__}: {exc}"}
+        print(f"NVML inventory failed: {result['nvml']['error']}")
+    rows = [traced_vs_real(*c) for c in CASES]
+    result["traced_vs_real"] = rows
+    errs = [abs(r["rel_err"]) for r in rows]
+    result["mean_abs_rel_err"] = round(sum(errs) / len(errs), 4)
+    result["max_abs_rel_err"] = round(max(errs), 4)
+    print(f"{'case':<30} {'traced GiB':>10} {'cuda max GiB':>12} {'error':>8}")
+    for r in rows:
+        print(f"{r['case']:<30} {r['traced_peak'] / 2**30:>10.3f} {r['cuda_max_allocated'] / 2**30:>12.3f} "
+              f"{100 * r['rel_err']:>7.2f}%")
+    print(f"mean |error| {100 * result['mean_abs_rel_err']:.2f}%, max {100 * result['max_abs_rel_err']:.2f}%")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
