@@ -4,6 +4,10 @@
 2. Traced against real: for a few models and single-GPU plans, the peak of one training step
    traced under fake tensors (the estimator's `traced` mode, on the CPU) against the same step run
    on the GPU, measured by torch.cuda.max_memory_allocated (and by MemTracker on the GPU).
+3. Compute time: the Cell estimator's analytical stage time (estimator.compute.stage_compute_time,
+   the catalog's figures for this GPU and the efficiency prior fitted on the Crius artifact's
+   A100/V100/A40/A10 table) against the same operators profiled on the GPU with torch
+   (profile_stage_compute, fp16, forward + backward + recomputation).
 
     python bench/estimator_gpu.py [--out FILE]
 
@@ -72,6 +76,38 @@ def traced_vs_real(name: str, model: ModelDims, plan: ExecutionPlan) -> dict[str
             "rel_err": round((traced.peak - peak) / peak, 4)}
 
 
+COMPUTE_CASES: list[tuple[str, dict[str, Any], int, int]] = [
+    # (name, CellModel fields, micro-batch, tp)
+    ("gpt h1024 L24 s1024", {"family": "gpt", "hidden_size": 1024, "num_layers": 24, "num_heads": 16,
+                             "vocab_size": 50257, "seq_length": 1024}, 8, 1),
+    ("gpt h2048 L24 s2048", {"family": "gpt", "hidden_size": 2048, "num_layers": 24, "num_heads": 16,
+                             "vocab_size": 50257, "seq_length": 2048}, 4, 1),
+    ("gpt h4096 L8 s2048 tp2", {"family": "gpt", "hidden_size": 4096, "num_layers": 8, "num_heads": 32,
+                                "vocab_size": 50257, "seq_length": 2048}, 4, 2),
+    ("bert h1024 L24 s512", {"family": "bert", "hidden_size": 1024, "num_layers": 24, "num_heads": 16,
+                             "vocab_size": 30522, "seq_length": 512}, 32, 1),
+    ("moe h1024 L12 e16 s1024", {"family": "moe", "hidden_size": 1024, "num_layers": 12, "num_heads": 16,
+                                 "vocab_size": 32000, "seq_length": 1024, "num_experts": 16}, 8, 1),
+]
+
+
+def compute_vs_profiled(gpu_name: str) -> list[dict[str, Any]]:
+    from estimator.catalog import lookup
+    from estimator.cells import CellModel, model_operators
+    from estimator.compute import StageProfiler, profile_stage_compute, stage_compute_time
+
+    gpu = lookup(gpu_name)
+    prof = StageProfiler(device="cuda", dtype="float16", repeats=5, warmup=2)
+    rows = []
+    for name, fields, mb, tp in COMPUTE_CASES:
+        ops = model_operators(CellModel(**fields, global_batch=mb))
+        est = stage_compute_time(ops, gpu, 1, tp, mb)
+        real = profile_stage_compute(ops, 1, tp, mb, prof)
+        rows.append({"case": name, "micro_batch": mb, "tp": tp, "formula_s": est.seconds, "profiled_s": real.seconds,
+                     "rel_err": round((est.seconds - real.seconds) / real.seconds, 4), "formula_source": est.source})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "estimator_gpu.json"))
@@ -101,6 +137,13 @@ def main() -> int:
         print(f"{r['case']:<30} {r['traced_peak'] / 2**30:>10.3f} {r['cuda_max_allocated'] / 2**30:>12.3f} "
               f"{100 * r['rel_err']:>7.2f}%")
     print(f"mean |error| {100 * result['mean_abs_rel_err']:.2f}%, max {100 * result['max_abs_rel_err']:.2f}%")
+    gpu_name = "H100-80GB" if "H100" in result["device"] else "H200-141GB" if "H200" in result["device"] else ""
+    if gpu_name:
+        comp = compute_vs_profiled(gpu_name)
+        result["compute"] = {"gpu": gpu_name, "rows": comp}
+        print(f"\n{'stage (one micro-batch, fwd+bwd)':<28} {'formula s':>10} {'profiled s':>11} {'error':>8}")
+        for r in comp:
+            print(f"{r['case']:<28} {r['formula_s']:>10.4f} {r['profiled_s']:>11.4f} {100 * r['rel_err']:>7.1f}%")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
