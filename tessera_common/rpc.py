@@ -88,9 +88,10 @@ STOP_OVERRUN_S = 5.0
 async def stop_server(server: grpc.aio.Server, grace: float) -> bool:
     """Stop `server`, giving in-flight calls `grace` seconds; False if gRPC never said it finished.
 
-    grpc.aio's shutdown waits for a completion from gRPC core that, rarely, never comes (seen once
-    in CI: an agent's stop(0) waited until the test's 300 s timeout). A process shutting down must
-    not hang on it, so the wait is bounded and the rest of the shutdown goes on.
+    grpc.aio's shutdown waits for a completion from gRPC core; if that never comes (the most likely
+    reading of a CI run where a test's agent hung in close() until the 300 s timeout, with the
+    event loop idle), a process shutting down must not hang on it, so the wait is bounded and the
+    rest of the shutdown goes on.
     """
     try:
         await asyncio.wait_for(server.stop(grace), timeout=grace + STOP_OVERRUN_S)
