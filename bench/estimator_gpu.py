@@ -26,6 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from estimator.catalog import GpuType, from_nvml
 from estimator.models import ModelDims
 from estimator.plans import ExecutionPlan
 from estimator.traced import run_step
@@ -91,12 +92,10 @@ COMPUTE_CASES: list[tuple[str, dict[str, Any], int, int]] = [
 ]
 
 
-def compute_vs_profiled(gpu_name: str) -> list[dict[str, Any]]:
-    from estimator.catalog import lookup
+def compute_vs_profiled(gpu: GpuType) -> list[dict[str, Any]]:
     from estimator.cells import CellModel, model_operators
     from estimator.compute import StageProfiler, profile_stage_compute, stage_compute_time
 
-    gpu = lookup(gpu_name)
     prof = StageProfiler(device="cuda", dtype="float16", repeats=5, warmup=2)
     rows = []
     for name, fields, mb, tp in COMPUTE_CASES:
@@ -137,10 +136,12 @@ def main() -> int:
         print(f"{r['case']:<30} {r['traced_peak'] / 2**30:>10.3f} {r['cuda_max_allocated'] / 2**30:>12.3f} "
               f"{100 * r['rel_err']:>7.2f}%")
     print(f"mean |error| {100 * result['mean_abs_rel_err']:.2f}%, max {100 * result['max_abs_rel_err']:.2f}%")
-    gpu_name = "H100-80GB" if "H100" in result["device"] else "H200-141GB" if "H200" in result["device"] else ""
-    if gpu_name:
-        comp = compute_vs_profiled(gpu_name)
-        result["compute"] = {"gpu": gpu_name, "rows": comp}
+    gpu, note = from_nvml(result["device"], torch.cuda.get_device_properties(0).total_memory)
+    if gpu is None:
+        print(f"no catalog entry for {result['device']} ({note}): compute check skipped")
+    else:
+        comp = compute_vs_profiled(gpu)
+        result["compute"] = {"gpu": gpu.name, "rows": comp}
         print(f"\n{'stage (one micro-batch, fwd+bwd)':<28} {'formula s':>10} {'profiled s':>11} {'error':>8}")
         for r in comp:
             print(f"{r['case']:<28} {r['formula_s']:>10.4f} {r['profiled_s']:>11.4f} {100 * r['rel_err']:>7.1f}%")

@@ -55,10 +55,7 @@ def main() -> int:
         daemons.append(est)
         ctl = lc.start_controller(root / "controller", "--estimator", est.address)
         daemons.append(ctl)
-        argv = [str(lc.BIN / "tessera-agent"), "--controller", ctl.address, "--node-id", "gpu-node",
-                "--work-dir", str(root / "gpu-node"), "--listen", "127.0.0.1:0"]
-        agent = lc._start("agent gpu-node", argv, root / "agent.log", "agent serving", "address")
-        daemons.append(agent)
+        daemons.append(lc.start_agent(ctl.address, "gpu-node", None, root / "gpu-node"))  # NVML inventory
         print(lc.tessctl(ctl.address, "get", "nodes", "-o", "wide").stdout)
         out = lc.tessctl(ctl.address, "submit", "-f", str(REPO / "examples/jobs/tiny.yaml"), "-o", "json").stdout
         job = json.loads(out)["id"]

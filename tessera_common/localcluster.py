@@ -120,9 +120,11 @@ def start_estimator(log_path: Path, *extra: str, listen: str = "127.0.0.1:0") ->
     return _start("estimator", argv, log_path, "estimator_started", "listen")
 
 
-def start_agent(controller: str, node_id: str, inventory: Path | str, work_dir: Path, *extra: str) -> Daemon:
-    argv = [str(BIN / "tessera-agent"), "--controller", controller, "--node-id", node_id,
-            "--inventory", str(inventory), "--work-dir", str(work_dir), "--listen", "127.0.0.1:0"] + list(extra)
+def start_agent(controller: str, node_id: str, inventory: Path | str | None, work_dir: Path, *extra: str) -> Daemon:
+    """An agent with a declared inventory file, or reading NVML when `inventory` is None."""
+    argv = [str(BIN / "tessera-agent"), "--controller", controller, "--node-id", node_id]
+    argv += ["--inventory", str(inventory)] if inventory is not None else []
+    argv += ["--work-dir", str(work_dir), "--listen", "127.0.0.1:0", *extra]
     return _start(f"agent {node_id}", argv, work_dir.parent / f"{node_id}-agent.log", "agent serving", "address")
 
 
