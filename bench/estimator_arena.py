@@ -1,7 +1,7 @@
 """Crius Cell estimator against the Crius artifact's measured optima (data/arena/).
 
-For every (model, resources) pair of iter_time_optimal.json with a measured time (> 0) and a model
-family the estimator covers (BERT, GShard MoE; Wide-ResNet is not covered), Tessera's estimate of the
+For every (model, resources) pair of iter_time_optimal.json with a measured time (> 0) (BERT, GShard
+MoE and Wide-ResNet: every family of the artifact), Tessera's estimate of the
 Cell's best iteration time (best over pipeline stage counts, each Cell the best of its 2^Ns assembled
 plans) is compared with the measured optimum of Alpa's full search: mean, median, max relative error,
 per family and per GPU type, side by side with the authors' own single-device estimates
@@ -11,12 +11,16 @@ Calibration, stated: ten constants (six global: matmul efficiency, memory-traffi
 per-micro-batch overhead, all-to-all, NVLink and PCIe efficiency; and one network efficiency per GPU
 type, standing in for the per-pool communication tables) were fitted with `--refit`: seeded random
 starts then Nelder-Mead, minimising mean |log(estimate/measured)| over the TRAINING half of the
-models (a seeded split of model keys within each family; seed 0). The shipped constants are that fit.
+BERT/MoE models (a seeded split of model keys within each family; seed 0); and the FP32 efficiency
+(Wide-ResNet trains in float32) alone, by golden-section search, on the training half of the
+Wide-ResNet models with the ten shipped constants held. The shipped constants are that fit (the
+Nelder-Mead starts from the shipped point, so a rerun may move the ten a little on a flat objective).
 Errors are reported on the held-out half, on all pairs and on the pairs that also have the authors'
 estimate, plus the same with nominal unfitted constants, and after Cell-guided tuning.
 
-Also reports the cost of producing all Cells of one job for the 4-type cluster of cluster_1280.json,
-cold and cached. Prints JSON and writes bench/results/estimator_arena.json.
+Also compares the Wide-ResNet data-parallel memory with dp_mem.json (`dp_memory`; the transformers'
+are in bench/estimator_memory.py) and reports the cost of producing all Cells of one job for the
+4-type cluster of cluster_1280.json, cold and cached. Prints JSON and writes bench/results/estimator_arena.json.
 
 Usage: .venv/bin/python bench/estimator_arena.py [--data DIR] [--seed 0] [--refit]
 """
@@ -47,6 +51,7 @@ from estimator.cells import (
     GpuPool,
     LinkPrior,
     clear_caches,
+    model_operators,
 )
 from estimator.compute import DEFAULT_PRIOR, EfficiencyPrior
 from estimator.models import ModelDims
@@ -62,8 +67,12 @@ ARENA_GPUS: dict[str, dict[str, Any]] = {
 }
 # Achievable fraction of the NIC per GPU type of the artifact's cluster: fitted (see --refit and
 # docs/estimator-cells.md), standing in for the per-pool communication tables we do not have.
-ARENA_NETWORK: dict[str, float] = {"a100": 1.0, "v100": 0.5695, "a40": 0.0216, "a10": 0.0157}
-FAMILIES = ("bert", "moe")
+ARENA_NETWORK: dict[str, float] = {"a100": 1.0, "v100": 0.4843, "a40": 0.0256, "a10": 0.0143}
+# Every trainer of the artifact runs 16 micro-batches (sjtu-epcc/arena runtime/crius_worker/jax/run.sh:
+# micro_batches_num=16 for wide_resnet, bert and moe), so the bench estimates its Cells with B = 16
+# rather than the paper's 4 x Ns.
+ARENA_MICROBATCHES = 16
+FAMILIES = ("bert", "moe", "wide")  # the first "_"-part of the artifact's model keys
 RECIPE = "mixed-adafactor"
 # The fitted constants: (name, kind) with kind "unit" in (0, 1] or "pos" > 0. Per-GPU-type network
 # efficiencies stand in for the per-pool communication tables the artifact profiled and we do not have.
@@ -86,15 +95,24 @@ def data_dir(arg: str | None) -> Path:
     return d
 
 
+def family_of(key: str) -> str:
+    return key.split("_")[0]
+
+
 def arena_model(key: str, dims: dict[str, Any]) -> CellModel | None:
     """The artifact's model as a CellModel: ModelDims from models.json, the artifact's training recipe
     (fp16, Adafactor with an fp32 master copy: memory.py's "mixed-adafactor"), Alpa's recomputation.
-    MoE: FFN 8h, every other layer MoE, top-2, groups of expert_group_size tokens (Alpa's GShard MoE)."""
-    parts = key.split("_")
-    if parts[0] not in FAMILIES:
+    MoE: FFN 8h, every other layer MoE, top-2, groups of expert_group_size tokens (Alpa's GShard MoE).
+    Wide-ResNet: Alpa's model in float32 with SGD + momentum (CellModel.wide_resnet)."""
+    if family_of(key) not in FAMILIES:
         return None
-    fam, size, batch = parts[0], parts[1], int(parts[2])
+    fam_size, batch_s = key.rsplit("_", 1)
+    fam, size = fam_size.rsplit("_", 1)
+    batch = int(batch_s)
     c = dims[fam][size]
+    if fam == "wide_resnet":
+        return CellModel.wide_resnet(c["layer_num"], c["width_factor"], c["num_channels"], c["num_classes"],
+                                     c["image_size"], batch, name=key)
     h = c["hidden_size"]
     if fam == "bert":
         md = ModelDims(h, c["num_layers"], c["num_heads"], c["vocab_size"], c["seq_len"], key, family="encoder")
@@ -137,7 +155,7 @@ def best_cell(est: CellEstimator, model: CellModel, pool: GpuPool, nodes: int, p
 def shipped_params() -> dict[str, float]:
     """The constants this checkout ships: compute.DEFAULT_PRIOR, cells.LinkPrior() and ARENA_NETWORK."""
     lp = LinkPrior()
-    out = {"matmul_efficiency": DEFAULT_PRIOR.matmul_efficiency,
+    out = {"matmul_efficiency": DEFAULT_PRIOR.matmul_efficiency, "fp32_efficiency": DEFAULT_PRIOR.fp32_efficiency,
            "traffic_multiplier": DEFAULT_PRIOR.traffic_multiplier,
            "microbatch_overhead_ms": DEFAULT_PRIOR.microbatch_overhead_s * 1e3,
            "all_to_all_efficiency": lp.all_to_all_efficiency, "nvlink_efficiency": lp.nvlink_efficiency,
@@ -150,12 +168,14 @@ def shipped_params() -> dict[str, float]:
 def config_from(params: dict[str, float], pool_map: dict[str, GpuPool]) -> tuple[CellConfig, dict[str, GpuPool]]:
     """A CellConfig and the arena pools (with their network efficiency) from named constants."""
     mm, kappa, ovh = params["matmul_efficiency"], params["traffic_multiplier"], params["microbatch_overhead_ms"]
-    prior = EfficiencyPrior(mm, kappa, microbatch_overhead_s=ovh / 1e3,
-                            source=f"prior:roofline(eta_mm={mm:.3f},kappa={kappa:.2f},mb={ovh:.1f}ms)")
+    f32 = params["fp32_efficiency"]
+    prior = EfficiencyPrior(mm, kappa, microbatch_overhead_s=ovh / 1e3, fp32_efficiency=f32,
+                            source=f"prior:roofline(eta_mm={mm:.3f},eta_fp32={f32:.3f},kappa={kappa:.2f},"
+                                   f"mb={ovh:.1f}ms)")
     links = LinkPrior(nvlink_efficiency=params["nvlink_efficiency"], pcie_efficiency=params["pcie_efficiency"],
                       all_to_all_efficiency=params["all_to_all_efficiency"], source="prior:links(arena)")
     pm = {t: replace(p, network_efficiency=params.get(f"network_efficiency.{t}")) for t, p in pool_map.items()}
-    return CellConfig(prior=prior, links=links), pm
+    return CellConfig(prior=prior, links=links, num_microbatches=ARENA_MICROBATCHES), pm
 
 
 def estimate_pairs(cfg: CellConfig, pairs: Sequence[Pair], models: dict[str, CellModel],
@@ -236,24 +256,30 @@ def _from_params(p: dict[str, float]) -> list[float]:
     return z
 
 
+def mean_log_error(pairs: Sequence[Pair], est: dict[tuple[str, str], Cell | None]) -> float:
+    tot = 0.0
+    for m, r, t in pairs:
+        c = est[(m, r)]
+        tot += abs(math.log(c.iter_time.value / t)) if c and c.iter_time else 2.0
+    return tot / len(pairs)
+
+
 def fit(pairs: Sequence[Pair], models: dict[str, CellModel], pool_map: dict[str, GpuPool], seed: int,
         starts: int = 40, iters: int = 250) -> tuple[dict[str, float], float, int]:
-    """Seeded random starts in _BOX, then two Nelder-Mead passes from the best; mean |log ratio|."""
+    """The PARAMS: seeded random starts in _BOX, then two Nelder-Mead passes from the best; mean |log
+    ratio| over `pairs` (the transformer training pairs; the FP32 efficiency does not act on them)."""
     calls = 0
+    fixed = shipped_params()
 
     def loss(z: list[float]) -> float:
         nonlocal calls
         calls += 1
-        cfg, pm = config_from(_to_params(z), pool_map)
+        cfg, pm = config_from({**fixed, **_to_params(z)}, pool_map)
         est = estimate_pairs(cfg, pairs, models, pm)
-        tot = 0.0
-        for m, r, t in pairs:
-            c = est[(m, r)]
-            tot += abs(math.log(c.iter_time.value / t)) if c and c.iter_time else 2.0
-        return tot / len(pairs)
+        return mean_log_error(pairs, est)
 
     rng = random.Random(seed)
-    best_z, best_v = _from_params(shipped_params()), math.inf
+    best_z, best_v = _from_params(fixed), math.inf
     best_v = loss(best_z)
     for _ in range(starts):
         p = {name: (rng.uniform(*_BOX[name]) if name in _BOX else rng.uniform(0.02, 0.95)) for name, _ in PARAMS}
@@ -263,7 +289,36 @@ def fit(pairs: Sequence[Pair], models: dict[str, CellModel], pool_map: dict[str,
             best_z, best_v = z, v
     for _ in range(2):
         best_z, best_v = nelder_mead(loss, best_z, [0.3] * len(PARAMS), iters)
-    return _to_params(best_z), best_v, calls
+    return {**fixed, **_to_params(best_z)}, best_v, calls
+
+
+def fit_fp32(pairs: Sequence[Pair], models: dict[str, CellModel], pool_map: dict[str, GpuPool],
+             params: dict[str, float], iters: int = 30) -> tuple[dict[str, float], float, int]:
+    """The FP32 efficiency alone, on the float32 (Wide-ResNet) training pairs, the other constants
+    held: golden-section search of mean |log ratio| over log(eta) in [log 0.05, 0]."""
+    calls = 0
+
+    def loss(log_eta: float) -> float:
+        nonlocal calls
+        calls += 1
+        cfg, pm = config_from({**params, "fp32_efficiency": math.exp(log_eta)}, pool_map)
+        return mean_log_error(pairs, estimate_pairs(cfg, pairs, models, pm))
+
+    g = (math.sqrt(5) - 1) / 2
+    a, b = math.log(0.05), 0.0
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = loss(c), loss(d)
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = loss(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = loss(d)
+    x, v = (c, fc) if fc < fd else (d, fd)
+    return {**params, "fp32_efficiency": math.exp(x)}, v, calls
 
 
 def split(keys: Sequence[str], seed: int) -> tuple[set[str], set[str]]:
@@ -271,7 +326,7 @@ def split(keys: Sequence[str], seed: int) -> tuple[set[str], set[str]]:
     rng = random.Random(seed)
     train: set[str] = set()
     for fam in FAMILIES:
-        ks = sorted(k for k in keys if k.split("_")[0] == fam)
+        ks = sorted(k for k in keys if family_of(k) == fam)
         rng.shuffle(ks)
         train.update(ks[: len(ks) // 2])
     return train, set(keys) - train
@@ -320,6 +375,55 @@ def live_ratio(rows: Sequence[dict[str, Any]], pick: str) -> dict[str, Any]:
                                             "tessera": summary([c for _, _, c in both])}}
 
 
+GIB = 1024**3
+
+
+def dp_memory_bytes(model: CellModel, gpus: int, microbatches: int = 16) -> float:
+    """Per-GPU memory of the artifact's data-parallel run of a Wide-ResNet (its trainer's settings:
+    16 micro-batches, Alpa's GPipe schedule on one stage, so every micro-batch's stored activations
+    are in flight at the turn; coarse-grained remat; float32 weights, gradients and momentum, all
+    replicated), from the same operators as the Cells: states + stored activations of the whole
+    per-GPU batch + one operator's transient activations of one micro-batch.
+
+    Replicated momentum is read from the data, not from the trainer: with it sharded over the DP
+    ranks (ZeRO-1, as bench/estimator_memory.py maps BERT and MoE), the shortfall at 16 GPUs grows
+    with the model at 4.4-4.6 bytes per parameter (500M, 1B, 2B), i.e. the momentum is all there."""
+    ops = model_operators(model)
+    params = sum(o.params for o in ops)
+    per_gpu = model.global_batch / gpus
+    states = params * model.state_bytes_per_param
+    stored = sum(o.stored_bytes for o in ops) * per_gpu
+    transient = max(o.traffic_bytes + o.traffic_sharded_bytes for o in ops) * per_gpu / microbatches
+    return states + stored + transient
+
+
+def dp_memory_rows(dp_mem: dict[str, list[float]], models: dict[str, CellModel]) -> dict[str, Any]:
+    """Wide-ResNet rows of dp_mem.json (GiB at 1, 2, 4, 8, 16 GPUs; -1 = did not run) against
+    dp_memory_bytes."""
+    rows, unmeasured = [], []
+    for key, values in sorted(dp_mem.items()):
+        model = models.get(key)
+        if model is None or model.family != "wresnet":
+            continue
+        for i, gib in enumerate(values):
+            n = 2**i
+            est = dp_memory_bytes(model, n) / GIB
+            if gib <= 0:
+                unmeasured.append({"model": key, "gpus": n, "estimate_gib": round(est, 2)})
+                continue
+            rows.append({"model": key, "gpus": n, "measured_gib": gib, "estimate_gib": round(est, 3),
+                         "rel_err": round((est - gib) / gib, 4)})
+    errs = [abs(r["rel_err"]) for r in rows]
+    return {"wide_resnet": {"n": len(rows), "mean_abs_rel_err": round(statistics.fmean(errs), 4),
+                            "median_abs_rel_err": round(statistics.median(errs), 4),
+                            "max_abs_rel_err": round(max(errs), 4),
+                            "mean_signed_rel_err": round(statistics.fmean(r["rel_err"] for r in rows), 4)}
+            if rows else {"n": 0},
+            "rows": rows,
+            "unmeasured": {"count": len(unmeasured), "estimate_over_40gib": sum(u["estimate_gib"] > 40 for u in unmeasured),
+                           "note": "-1 in dp_mem.json: did not run (the artifact's largest GPU has 40 GB; V100s 32)"}}
+
+
 def cost_of_cells(cluster_json: Any, models: dict[str, CellModel], cfg: CellConfig,
                   repeats: int = 5) -> dict[str, Any]:
     """Seconds to produce all Cells of one job on the 4-type cluster: cold (fresh estimator, module
@@ -348,7 +452,7 @@ def cost_of_cells(cluster_json: Any, models: dict[str, CellModel], cfg: CellConf
     return out
 
 
-NOMINAL = {"matmul_efficiency": 0.5, "traffic_multiplier": 4.0, "microbatch_overhead_ms": 1.0,
+NOMINAL = {"matmul_efficiency": 0.5, "fp32_efficiency": 0.5, "traffic_multiplier": 4.0, "microbatch_overhead_ms": 1.0,
            "all_to_all_efficiency": 0.8, "nvlink_efficiency": 0.8, "pcie_efficiency": 0.8,
            "network_efficiency.a100": 0.8, "network_efficiency.v100": 0.8, "network_efficiency.a40": 0.8,
            "network_efficiency.a10": 0.8}
@@ -401,10 +505,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             a = authors_best(estimated, m, r)
             if a is not None:
-                authors_all.append({"family": m.split("_")[0], "gpu": parse_resources(r)[0],
+                authors_all.append({"family": family_of(m), "gpu": parse_resources(r)[0],
                                     "err": abs(a - t) / t})
             if model is None:
-                k = f"family_not_covered:{m.split('_')[0]}"
+                k = f"family_not_covered:{family_of(m)}"
                 skipped[k] = skipped.get(k, 0) + 1
                 continue
             models[m] = model
@@ -426,10 +530,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs: dict[str, dict[str, float]] = {"shipped": shipped_params(), "nominal_unfitted": NOMINAL}
     if args.refit:
         t0 = time.perf_counter()
-        params, loss, calls = fit(train, models, pool_map, args.seed, args.starts, args.iters)
-        result["refit"] = {"on": "training half (model keys)", "objective": "mean |log(estimate/measured)|",
-                           "params": {k: round(v, 4) for k, v in params.items()}, "train_loss": round(loss, 4),
-                           "evaluations": calls, "seconds": round(time.perf_counter() - t0, 1)}
+        fp16_train = [p for p in train if models[p[0]].dtype_bytes < 4]
+        fp32_train = [p for p in train if models[p[0]].dtype_bytes >= 4]
+        params, loss, calls = fit(fp16_train, models, pool_map, args.seed, args.starts, args.iters)
+        fp32, loss32, calls32 = fit_fp32(fp32_train, models, pool_map, shipped_params())
+        params["fp32_efficiency"] = fp32["fp32_efficiency"]
+        result["refit"] = {"on": "training half (model keys); the PARAMS on the BERT/MoE pairs; "
+                                 "fp32_efficiency on the Wide-ResNet pairs with the shipped PARAMS held",
+                           "objective": "mean |log(estimate/measured)|",
+                           "params": {k: round(v, 4) for k, v in params.items()},
+                           "train_loss": {"bert_moe": round(loss, 4), "wide_resnet": round(loss32, 4)},
+                           "evaluations": calls + calls32, "seconds": round(time.perf_counter() - t0, 1)}
         configs["refit_on_train"] = params
 
     rows_by_cfg: dict[str, list[dict[str, Any]]] = {}
@@ -443,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             a = authors_best(estimated, m, r)
             g, nodes, per = parse_resources(r)
             tu = tuned.get((m, r))
-            rows.append({"model": m, "resources": r, "family": m.split("_")[0], "gpu": g,
+            rows.append({"model": m, "resources": r, "family": family_of(m), "gpu": g,
                          "gpus": nodes * per, "measured": round(t, 4),
                          "estimate": round(c.iter_time.value, 4) if c and c.iter_time else None,
                          "plan": c.plan.describe() if c and c.plan else None,
@@ -478,6 +589,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "pairs_with_authors_estimate": summary([row["tuned_rel_err"] for row in both]),
             }
         result[name] = block
+    dp_mem = json.loads((arena / "dp_mem.json").read_text())
+    dp_mem = dp_mem[0] if isinstance(dp_mem, list) else dp_mem
+    dp_models = {k: m for k in dp_mem if (m := models.get(k) or arena_model(k, dims)) is not None}
+    result["dp_memory"] = dp_memory_rows(dp_mem, dp_models)
     result["cells_cost"] = cost_of_cells(cluster, models, config_from(shipped_params(), pool_map)[0])
     out = REPO / "bench" / "results" / "estimator_arena.json"
     out.parent.mkdir(parents=True, exist_ok=True)

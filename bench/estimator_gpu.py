@@ -7,9 +7,12 @@
 3. Compute time: the Cell estimator's analytical stage time (estimator.compute.stage_compute_time,
    the catalog's figures for this GPU and the efficiency prior fitted on the Crius artifact's
    A100/V100/A40/A10 table) against the same operators profiled on the GPU with torch
-   (profile_stage_compute, fp16, forward + backward + recomputation).
+   (profile_stage_compute, fp16 for the transformers and float32 for the Wide-ResNet stage, forward
+   + backward + recomputation).
 
     python bench/estimator_gpu.py [--out FILE]
+    python bench/estimator_gpu.py --rescore FILE   # no GPU: a recorded run's profiled stage times
+                                                   # against this checkout's analytical prior
 
 Prints a table and writes bench/results/estimator_gpu.json (or FILE). Exits 2 without a GPU.
 """
@@ -89,28 +92,73 @@ COMPUTE_CASES: list[tuple[str, dict[str, Any], int, int]] = [
                              "vocab_size": 30522, "seq_length": 512}, 32, 1),
     ("moe h1024 L12 e16 s1024", {"family": "moe", "hidden_size": 1024, "num_layers": 12, "num_heads": 16,
                                  "vocab_size": 32000, "seq_length": 1024, "num_experts": 16}, 8, 1),
+    ("wide-resnet50 w2 f224 fp32", {"family": "wresnet", "hidden_size": 224, "num_layers": 50, "num_heads": 1,
+                                    "vocab_size": 1024, "seq_length": 224, "width_factor": 2, "dtype_bytes": 4,
+                                    "weight_grad_bytes": 8.0, "optimizer_bytes_per_param": 4.0}, 16, 1),
 ]
+
+
+def formula_rows(gpu: GpuType, profiled: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """The analytical stage time of every COMPUTE_CASES stage on `gpu`; with `profiled` (case ->
+    seconds, from a recorded run), the relative error against it."""
+    from estimator.cells import CellModel, model_operators
+    from estimator.compute import stage_compute_time
+
+    rows = []
+    for name, fields, mb, tp in COMPUTE_CASES:
+        model = CellModel(**fields, global_batch=mb)
+        est = stage_compute_time(model_operators(model), gpu, 1, tp, mb, fp32=model.dtype_bytes >= 4)
+        row: dict[str, Any] = {"case": name, "micro_batch": mb, "tp": tp, "formula_s": est.seconds,
+                               "formula_source": est.source}
+        if profiled is not None:
+            if name not in profiled:
+                continue
+            row["profiled_s"] = profiled[name]
+            row["rel_err"] = round((est.seconds - profiled[name]) / profiled[name], 4)
+        rows.append(row)
+    return rows
+
+
+def rescore(path: Path) -> int:
+    """Re-score a recorded run's profiled stage times against this checkout's prior (no GPU)."""
+    from estimator.catalog import lookup
+
+    rec = json.loads(path.read_text())
+    comp = rec.get("compute")
+    if not comp:
+        print(f"estimator_gpu: {path} has no compute rows", file=sys.stderr)
+        return 2
+    rows = formula_rows(lookup(comp["gpu"]), {r["case"]: r["profiled_s"] for r in comp["rows"]})
+    errs = [abs(r["rel_err"]) for r in rows]
+    print(f"{path} ({rec.get('device')}), prior of this checkout:")
+    for r in rows:
+        print(f"{r['case']:<28} {r['formula_s']:>10.4f} {r['profiled_s']:>11.4f} {100 * r['rel_err']:>7.1f}%")
+    print(f"mean |error| {100 * sum(errs) / len(errs):.1f}% over {len(rows)} stages")
+    print(json.dumps({"rescored": str(path), "rows": rows}, indent=1))
+    return 0
 
 
 def compute_vs_profiled(gpu: GpuType) -> list[dict[str, Any]]:
     from estimator.cells import CellModel, model_operators
-    from estimator.compute import StageProfiler, profile_stage_compute, stage_compute_time
+    from estimator.compute import StageProfiler, profile_stage_compute
 
-    prof = StageProfiler(device="cuda", dtype="float16", repeats=5, warmup=2)
-    rows = []
+    half = StageProfiler(device="cuda", dtype="float16", repeats=5, warmup=2)
+    single = StageProfiler(device="cuda", dtype="float32", repeats=5, warmup=2)
+    profiled = {}
     for name, fields, mb, tp in COMPUTE_CASES:
-        ops = model_operators(CellModel(**fields, global_batch=mb))
-        est = stage_compute_time(ops, gpu, 1, tp, mb)
-        real = profile_stage_compute(ops, 1, tp, mb, prof)
-        rows.append({"case": name, "micro_batch": mb, "tp": tp, "formula_s": est.seconds, "profiled_s": real.seconds,
-                     "rel_err": round((est.seconds - real.seconds) / real.seconds, 4), "formula_source": est.source})
-    return rows
+        model = CellModel(**fields, global_batch=mb)
+        prof = single if model.dtype_bytes >= 4 else half
+        profiled[name] = profile_stage_compute(model_operators(model), 1, tp, mb, prof).seconds
+    return formula_rows(gpu, profiled)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "estimator_gpu.json"))
+    ap.add_argument("--rescore", metavar="FILE", help="re-score a recorded run's stage times; no GPU needed")
     args = ap.parse_args()
+    if args.rescore:
+        return rescore(Path(args.rescore))
     import torch
 
     if not torch.cuda.is_available():

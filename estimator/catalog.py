@@ -1,14 +1,15 @@
-"""GPU catalog: memory, dense BF16/FP16 rate, memory bandwidth and interconnect per GPU model.
+"""GPU catalog: memory, dense BF16/FP16 rate, FP32 rate, memory bandwidth and interconnect per GPU model.
 
 Figures are from ../shared/reference/gpus.md, which names a public source for each row; rows marked
 there as unconfirmed (†) carry `confirmed=False`. An A100-40GB is not an A100-80GB: entries are keyed
-by model *and* memory size.
+by model *and* memory size. The FP32 (non-tensor) rates are not in gpus.md: `FP32_TFLOPS` names the
+public page each comes from; 0 means not known (compute.py then uses a stated fraction of the FP16 rate).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 GIB = 1024**3
 GB = 1000**3
@@ -23,6 +24,17 @@ class GpuType:
     nvlink_gbps: float  # 0 = PCIe only
     source: str
     confirmed: bool = True
+    tflops_fp32: float = 0.0  # non-tensor FP32 peak (CUDA cores), as the datasheet gives it; 0 = not known
+    fp32_shares_int32: bool = False  # GA10x/AD10x: half of the FP32 lanes are the INT32 lanes
+
+    @property
+    def tflops_fp32_dense(self) -> float:
+        """The FP32 rate a dense kernel (convolution, GEMM) can draw on: the datasheet peak counts
+        every FP32 lane, but on GA10x/AD10x parts half of them also execute the kernels' INT32
+        (address) work, so only the dedicated half is counted (NVIDIA Ampere GA102 whitepaper: one
+        datapath FP32 only, the other FP32 or INT32). 0 when the catalog has no FP32 figure."""
+        return self.tflops_fp32 / 2 if self.fp32_shares_int32 else self.tflops_fp32
+
 
     @property
     def memory_bytes(self) -> int:
@@ -56,6 +68,27 @@ CATALOG: dict[str, GpuType] = {
         GpuType("P100-16GB", 16, 21.2, 732, 160, _SRC),
     ]
 }
+
+# Non-tensor FP32 peak, TFLOPS, with the public page it was read from. FP32 training without TF32
+# (the Crius artifact's Wide-ResNet: float32 under XLA, docs/estimator-cells.md) runs at this rate.
+FP32_TFLOPS: dict[str, tuple[float, str]] = {
+    "A100-40GB": (19.5, "techpowerup.com gpu-specs A100 SXM4 40 GB (19.49)"),
+    "A100-80GB": (19.5, "same GA100 part as the 40 GB (techpowerup.com, 19.49)"),
+    "V100-16GB": (15.7, "cvw.cac.cornell.edu Tesla V100: 5120 FP32 cores x 2 x 1.53 GHz"),
+    "V100-32GB": (15.7, "cvw.cac.cornell.edu Tesla V100: 5120 FP32 cores x 2 x 1.53 GHz"),
+    "A10-24GB": (31.2, "sysrqmts.com A10 PCIe (31.24)"),
+    "A40-48GB": (37.4, "ecer.com reproduction of the A40 datasheet (peak FP32 non-tensor 37.4)"),
+    "RTX-A4000-16GB": (19.2, "ecer.com RTX A4000 datasheet (single precision 19.2)"),
+    "H100-80GB": (66.9, "glennklockwood.com/garden/processors/h100 (FP32 66.9); hpctech.co.jp H100 table (67)"),
+    "H100-PCIE-80GB": (51.0, "archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100 (FP32 51)"),
+    "H200-141GB": (66.9, "glennklockwood.com: the H200 is the H100 SXM5 with more HBM3e memory"),
+}
+# Ampere GA10x and Ada AD10x parts (the A10, A40, RTX A6000/A4000, RTX 3090/4090, L4, L40S).
+FP32_SHARES_INT32 = frozenset({"A10-24GB", "A40-48GB", "RTX-A6000-48GB", "RTX-A4000-16GB", "RTX-3090-24GB",
+                               "RTX-4090-24GB", "L4-24GB", "L40S-48GB"})
+CATALOG = {name: replace(g, tflops_fp32=FP32_TFLOPS[name][0] if name in FP32_TFLOPS else 0.0,
+                         fp32_shares_int32=name in FP32_SHARES_INT32)
+           for name, g in CATALOG.items()}
 
 # Short names users and traces write; each maps to one entry (the memory size of the Crius tables).
 ALIASES: dict[str, str] = {

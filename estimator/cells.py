@@ -41,6 +41,7 @@ from estimator.compute import (
     profile_stage_compute,
     stage_compute_time,
 )
+from estimator.convnets import STAGE_SIZES, wide_resnet_operators
 from estimator.models import ModelDims
 from estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
 from estimator.plans import PRECISIONS, ExecutionPlan, PlanError
@@ -65,7 +66,7 @@ class Sourced:
 # ---------------------------------------------------------------------------------------------------
 # Model description (local to the Cell estimator until models.py carries the family fields)
 
-FAMILIES = ("gpt", "bert", "moe")
+FAMILIES = ("gpt", "bert", "moe", "wresnet")
 
 
 _FAMILY_OF_DIMS = {"decoder": "gpt", "encoder": "bert", "moe": "moe"}
@@ -85,6 +86,11 @@ class CellModel:
     `optimizer_bytes_per_param` (12: fp32 master weights and two Adam moments, reference/estimation.md
     1.2); `precision` names the recipe of estimator/memory.py they come from. Under
     `CellConfig.dp_shards_optimizer` the optimizer bytes are divided over the DP ranks (ZeRO-1).
+
+    "wresnet" is Alpa's Wide-ResNet (estimator/convnets.py); build it with `CellModel.wide_resnet`.
+    Its fields read: `hidden_size` = the stem's filters, `num_layers` = the ResNet depth (50, 101,
+    152, 200), `vocab_size` = classes, `seq_length` = image side, `num_heads` = 1, `width_factor` =
+    the widening of each block's 3x3 convolution (0 for transformers).
     """
 
     family: str
@@ -106,6 +112,7 @@ class CellModel:
     optimizer_bytes_per_param: float = 12.0
     precision: str = "mixed"
     name: str = ""
+    width_factor: int = 0
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -133,6 +140,17 @@ class CellModel:
                     raise CellInputError(f"{f}: must be a positive integer for a MoE model, got {v!r}")
             if self.top_k > self.num_experts:
                 raise CellInputError(f"top_k: {self.top_k} exceeds num_experts {self.num_experts}")
+        if self.family == "wresnet":
+            if self.num_layers not in STAGE_SIZES:
+                raise CellInputError(
+                    f"num_layers: Wide-ResNet depth must be one of {', '.join(map(str, STAGE_SIZES))}, "
+                    f"got {self.num_layers}")
+            if self.num_heads != 1:
+                raise CellInputError(f"num_heads: must be 1 for a Wide-ResNet, got {self.num_heads}")
+            if isinstance(self.width_factor, bool) or not isinstance(self.width_factor, int) or self.width_factor < 1:
+                raise CellInputError(f"width_factor: must be a positive integer for a Wide-ResNet, got {self.width_factor!r}")
+        elif self.width_factor:
+            raise CellInputError(f"width_factor: only the wresnet family has one (family {self.family!r})")
 
     @property
     def state_bytes_per_param(self) -> float:
@@ -147,7 +165,19 @@ class CellModel:
         if self.family == "moe":
             s += (f"-e{self.num_experts}k{self.top_k}g{self.expert_group_size}m{self.moe_every}"
                   f"c{self.capacity_factor:g}")
+        if self.family == "wresnet":
+            s += f"-wf{self.width_factor}"
         return s
+
+    @classmethod
+    def wide_resnet(cls, depth: int, width_factor: int, filters: int, num_classes: int, image_size: int,
+                    global_batch: int, name: str = "") -> CellModel:
+        """Alpa's Wide-ResNet as the Crius artifact trains it: float32 throughout, SGD with Nesterov
+        momentum (4 B weights + 4 B gradients + 4 B momentum per parameter), coarse-grained remat."""
+        return cls(family="wresnet", hidden_size=filters, num_layers=depth, num_heads=1, vocab_size=num_classes,
+                   seq_length=image_size, global_batch=global_batch, dtype_bytes=4, recompute=True,
+                   weight_grad_bytes=8.0, optimizer_bytes_per_param=4.0, precision="fp32-sgd-momentum",
+                   name=name, width_factor=width_factor)
 
     @classmethod
     def from_dims(cls, dims: ModelDims, global_batch: int, precision: str = "mixed", recompute: bool = True,
@@ -208,7 +238,11 @@ def _moe_layer(m: CellModel, idx: int) -> Operator:
 
 
 def model_operators(m: CellModel) -> tuple[Operator, ...]:
-    """The operator chain: embedding, layers (dense or MoE), head (logits + loss), per sample."""
+    """The operator chain: embedding, layers (dense or MoE), head (logits + loss), per sample; for a
+    Wide-ResNet: stem, bottleneck blocks, head (estimator/convnets.py)."""
+    if m.family == "wresnet":
+        return wide_resnet_operators(m.num_layers, m.width_factor, m.hidden_size, m.vocab_size, m.seq_length,
+                                     m.dtype_bytes, m.recompute)
     h, s, v, d = m.hidden_size, m.seq_length, m.vocab_size, m.dtype_bytes
     ops = [Operator("embedding", flops=0.0, params=v * h + s * h, out_bytes=s * h * d,
                     traffic_bytes=2 * s * h * d, stored_bytes=0.0,
@@ -308,14 +342,14 @@ class LinkPrior:
     because every cluster's fabric differs; measure yours with estimator.comm_profile.
     """
 
-    nvlink_efficiency: float = 0.4558
-    pcie_efficiency: float = 0.6691
+    nvlink_efficiency: float = 0.5652
+    pcie_efficiency: float = 0.7187
     network_efficiency: float = 0.8
     nvlink_latency_s: float = 5e-6
     pcie_latency_s: float = 10e-6
     network_latency_s: float = 20e-6
-    all_to_all_efficiency: float = 0.1363
-    source: str = "prior:links(nvlink=0.456,pcie=0.669,net=0.8,a2a=0.136;fit:arena-train-seed0)"
+    all_to_all_efficiency: float = 0.0999
+    source: str = "prior:links(nvlink=0.565,pcie=0.719,net=0.8,a2a=0.100;fit:arena-train-seed0)"
 
 
 def pool_links(pool: GpuPool, prior: LinkPrior) -> tuple[Link, Link]:
@@ -381,6 +415,8 @@ class CellConfig:
     - `prior`: compute efficiency prior (compute.py);
     - `links`: link efficiency/latency prior;
     - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; crius.txt Figure 10);
+    - `num_microbatches`: when > 0, B is this for every Cell instead (a runtime that fixes it: the
+      Crius artifact's trainers all run 16), capped by the global batch;
     - `dp_shards_optimizer`: DP ranks of a stage shard the optimizer states (ZeRO-1, as Alpa's
       auto-sharding and FSDP/ZeRO trainers do); the gradient reduce-scatter + parameter all-gather
       move the same bytes as the all-reduce, so only memory and the optimizer step change;
@@ -393,6 +429,7 @@ class CellConfig:
     prior: EfficiencyPrior = DEFAULT_PRIOR
     links: LinkPrior = LinkPrior()
     microbatches_per_stage: int = 4
+    num_microbatches: int = 0
     dp_shards_optimizer: bool = True
     usable_memory_fraction: float = 0.95
     reserved_bytes: float = 1.5e9
@@ -403,6 +440,8 @@ class CellConfig:
     def __post_init__(self) -> None:
         if self.microbatches_per_stage < 1:
             raise CellInputError("microbatches_per_stage: must be >= 1")
+        if self.num_microbatches < 0:
+            raise CellInputError("num_microbatches: must be >= 0 (0 = microbatches_per_stage x stages)")
         if not 0 < self.usable_memory_fraction <= 1:
             raise CellInputError("usable_memory_fraction: must be in (0, 1]")
         if self.max_gpus < 1:
@@ -518,7 +557,7 @@ def _stage_cost(
     if profiler is not None and all(o.shape is not None for o in sops):
         ce = profile_stage_compute(sops, dp, tp, micro_batch, profiler)
     else:
-        ce = stage_compute_time(sops, gpu, dp, tp, micro_batch, cfg.prior)
+        ce = stage_compute_time(sops, gpu, dp, tp, micro_batch, cfg.prior, fp32=model.dtype_bytes >= 4)
     sources: set[str] = set()
 
     # groups: TP = tp consecutive ranks; DP = dp ranks with stride tp
@@ -702,6 +741,8 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
     """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp); None when the stages
     differ or the batch does not split into whole micro-batches per rank."""
     cfg = config or CellConfig()
+    if model.family == "wresnet":  # the shared plan vocabulary (and estimator.memory) is for transformers
+        return None
     layouts = {(s.dp, s.tp) for s in plan.stages}
     if len(layouts) != 1:
         return None
@@ -787,12 +828,12 @@ class CellEstimator:
         """Stage options with their costs for a Cell (DP-only/TP-only unless `options` are given).
 
         Returns (options per stage, GPUs per stage, placement). `num_microbatches` defaults to
-        microbatches_per_stage x num_stages (capped by the global batch).
+        the configuration's (`_default_microbatches`).
         """
         place = self._placement(pool, num_gpus, nodes, gpus_per_node)
         ops = self.operators(model)
         part = _partition(model.signature, ops, num_gpus, num_stages, self.config.balance_tolerance)
-        b = num_microbatches or min(self.config.microbatches_per_stage * num_stages, model.global_batch)
+        b = num_microbatches or self._default_microbatches(model, num_stages)
         if b < 1 or b > model.global_batch:
             raise CellInputError(f"num_microbatches: must be in [1, {model.global_batch}], got {b}")
         mb = model.global_batch / b
@@ -864,10 +905,15 @@ class CellEstimator:
         self._cell_cache[key] = cell
         return cell
 
+    def _default_microbatches(self, model: CellModel, num_stages: int) -> int:
+        """B: the configuration's fixed count, else microbatches_per_stage x Ns; at most the batch."""
+        b = self.config.num_microbatches or self.config.microbatches_per_stage * num_stages
+        return min(b, model.global_batch)
+
     def _cell(self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int, place: _Placement) -> Cell:
         base: dict[str, Any] = {"signature": model.signature, "gpu_type": pool.gpu, "num_gpus": num_gpus,
                                 "num_stages": num_stages, "nodes": place.nodes, "gpus_per_node": place.per_node}
-        b = min(self.config.microbatches_per_stage * num_stages, model.global_batch)
+        b = self._default_microbatches(model, num_stages)
         reason = ""
         assembled = 0
         stage_gpus: tuple[int, ...] = ()

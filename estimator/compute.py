@@ -16,6 +16,10 @@ the operators' FLOPs and the GPU catalog with a stated efficiency prior (a two-t
   pipeline instructions), added by cells.py;
 - a per-GPU-type `gpu_scale` (default 1.0) absorbs what the catalog figures miss.
 
+Models trained in float32 (4-byte activations, no tensor cores) take the catalog's dense FP32 rate
+(`GpuType.tflops_fp32_dense`: the non-tensor peak, halved on GA10x/AD10x parts) with their own efficiency `fp32_efficiency` instead of the FP16 peak and `matmul_efficiency`
+(a GPU whose FP32 rate is not in the catalog is taken at 1/8 of its FP16 rate, stated in the source).
+
 The two coefficients are a prior: their default values and what they were fitted on are in
 `DEFAULT_PRIOR.source` and docs/estimator-cells.md. With a device, `profile_stage_compute` runs the
 operators for real with torch (imported lazily: the controller imports this module without torch).
@@ -40,12 +44,15 @@ class EfficiencyPrior:
     matmul_efficiency: float = 0.5
     traffic_multiplier: float = 4.0
     microbatch_overhead_s: float = 0.0
+    fp32_efficiency: float = 0.5
     gpu_scale: tuple[tuple[str, float], ...] = ()
     source: str = "prior:default"
 
     def __post_init__(self) -> None:
-        if not 0 < self.matmul_efficiency <= 1:
-            raise ValueError(f"matmul_efficiency: must be in (0, 1], got {self.matmul_efficiency}")
+        for name in ("matmul_efficiency", "fp32_efficiency"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise ValueError(f"{name}: must be in (0, 1], got {v}")
         if self.traffic_multiplier < 0:
             raise ValueError(f"traffic_multiplier: must be >= 0, got {self.traffic_multiplier}")
         if self.microbatch_overhead_s < 0:
@@ -65,11 +72,14 @@ class EfficiencyPrior:
 # measured optima (13 of 26 BERT/MoE model keys, 119 of 236 pairs; the held-out half never seen), with
 # Alpa's runtime in the loop: hence the per-micro-batch overhead. docs/estimator-cells.md has the
 # procedure and the accuracy. Refit for another runtime (or let live metrics override, cells.py).
+# fp32_efficiency: the same bench, fitted alone on the training half of the artifact's Wide-ResNet
+# models (float32 convolutions) with the other constants held.
 DEFAULT_PRIOR = EfficiencyPrior(
-    matmul_efficiency=0.5597,
-    traffic_multiplier=4.5415,
-    microbatch_overhead_s=0.03662,
-    source="prior:roofline(eta_mm=0.560,kappa=4.54,mb=36.6ms;fit:arena-train-seed0)",
+    matmul_efficiency=0.5929,
+    traffic_multiplier=5.6652,
+    microbatch_overhead_s=0.013456,
+    fp32_efficiency=0.4126,
+    source="prior:roofline(eta_mm=0.593,eta_fp32=0.413,kappa=5.67,mb=13.5ms;fit:arena-train-seed0)",
 )
 
 
@@ -95,20 +105,29 @@ def stage_compute_time(
     tp: int,
     micro_batch: float,
     prior: EfficiencyPrior = DEFAULT_PRIOR,
+    fp32: bool = False,
 ) -> ComputeEstimate:
     """Seconds for one micro-batch (forward + backward) of `ops` on one GPU of a (dp, tp) stage.
 
     `micro_batch` is the number of samples the whole stage processes per micro-batch; each DP rank
     gets micro_batch / dp of them. Expert FFNs under DP keep the same per-rank work (top-k routing
     with balanced experts), so the formula is the same; only their communication differs (comm.py).
+    `fp32`: the model computes in float32 (FP32 peak and `fp32_efficiency`, see the module doc).
     """
     _check_degrees(dp, tp, micro_batch)
     samples = micro_batch / dp
     mm = sum(o.flops for o in ops) * samples / tp
     traffic = sum(o.traffic_bytes + o.traffic_sharded_bytes / tp for o in ops) * samples
-    t = mm / (gpu.tflops_fp16 * 1e12 * prior.matmul_efficiency)
+    source = f"formula:{prior.source}"
+    if fp32:
+        peak = gpu.tflops_fp32_dense or gpu.tflops_fp16 / 8
+        if not gpu.tflops_fp32_dense:
+            source += f";fp32=fp16/8({gpu.name})"
+        t = mm / (peak * 1e12 * prior.fp32_efficiency)
+    else:
+        t = mm / (gpu.tflops_fp16 * 1e12 * prior.matmul_efficiency)
     t += prior.traffic_multiplier * traffic / (gpu.bandwidth_gbps * 1e9)
-    return ComputeEstimate(t * prior.scale_for(gpu), f"formula:{prior.source}")
+    return ComputeEstimate(t * prior.scale_for(gpu), source)
 
 
 def optimizer_step_time(params_per_gpu: float, gpu: GpuType, bytes_per_param: float = 16.0) -> float:
@@ -167,6 +186,42 @@ def profile_stage_compute(
     return ComputeEstimate(total, f"profiled:torch:{profiler.device}")
 
 
+def _conv_forward(shape: LayerShape, samples: int, tp: int, kw: dict[str, Any], p: Callable[..., Any]) -> Callable[[], Any]:
+    """A Wide-ResNet operator (estimator/convnets.py) as torch ops, output channels split over `tp`
+    (the 3x3 convolution row-parallel: all its input channels of this rank, every output channel)."""
+    import torch  # lazy: only the profiler needs torch
+
+    F = torch.nn.functional
+
+    def bn(y: Any) -> Any:
+        return F.batch_norm(y, None, None, training=True)
+
+    size = shape.seq
+    if shape.kind == "stem":
+        w0 = p(max(1, shape.hidden // tp), 3, 7, 7)
+        x = torch.randn(samples, 3, size, size, **kw)
+        return lambda: F.max_pool2d(F.relu(bn(F.conv2d(x, w0, stride=2, padding=3))), 3, 2, 1)
+    if shape.kind == "pool_head":
+        wd = p(max(1, shape.vocab // tp), shape.hidden)
+        x = torch.randn(samples, shape.hidden, size, size, **kw).requires_grad_(True)
+        return lambda: (x.mean((2, 3)) @ wd.t()).float().logsumexp(-1)
+    c_in, f, wf, stride = shape.hidden, shape.ffn, shape.heads, shape.stride
+    f_tp, out_tp = max(1, f // tp), max(1, 4 * f // tp)
+    w1, w2, w3 = p(f_tp, c_in, 1, 1), p(f * wf, f_tp, 3, 3), p(out_tp, f * wf, 1, 1)
+    proj = c_in != 4 * f or stride != 1
+    wp = p(out_tp, c_in, 1, 1) if proj else None
+    x = torch.randn(samples, c_in, size, size, **kw).requires_grad_(True)
+
+    def fwd() -> Any:
+        y = F.relu(bn(F.conv2d(x, w1)))
+        y = F.relu(bn(F.conv2d(y, w2, stride=stride, padding=1)))
+        y = bn(F.conv2d(y, w3))
+        r = bn(F.conv2d(x, wp, stride=stride)) if wp is not None else x[:, :out_tp]
+        return F.relu(y + r)
+
+    return fwd
+
+
 def _time_layer(shape: LayerShape, samples: int, dp: int, tp: int, device: str, dtype_name: str,
                 repeats: int, warmup: int) -> float:
     import torch  # lazy: only the profiler needs torch
@@ -182,7 +237,9 @@ def _time_layer(shape: LayerShape, samples: int, dp: int, tp: int, device: str, 
     def p(*dims: int) -> Any:
         return (torch.randn(*dims, **kw) * 0.02).requires_grad_(True)
 
-    if shape.kind == "embedding":
+    if shape.kind in ("stem", "bottleneck", "pool_head"):
+        fwd = _conv_forward(shape, samples, tp, kw, p)
+    elif shape.kind == "embedding":
         table = p(max(1, shape.vocab // tp), h)
         idx = torch.randint(0, max(1, shape.vocab // tp), (samples, s), device=dev)
 

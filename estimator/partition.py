@@ -27,8 +27,8 @@ from dataclasses import dataclass
 class LayerShape:
     """What a profiler needs to rebuild an operator on one device (estimator.compute)."""
 
-    kind: str  # "embedding" | "transformer" | "moe" | "head"
-    hidden: int
+    kind: str  # "embedding" | "transformer" | "moe" | "head" | "stem" | "bottleneck" | "pool_head"
+    hidden: int  # transformers: hidden size; convnets: input channels (stem: its output channels)
     heads: int = 1
     ffn: int = 0
     seq: int = 1
@@ -36,6 +36,7 @@ class LayerShape:
     experts: int = 0
     top_k: int = 0
     recompute: bool = False
+    stride: int = 1  # convnets: the block's stride (heads = width factor, ffn = filters, seq = input side)
 
 
 @dataclass(frozen=True)

@@ -114,8 +114,8 @@ def _trace_name(t: str) -> str:
 
 def philly_families(spec: str, oracle: str) -> tuple[str, ...]:
     """The families `--trace philly` draws: `--families`, else the oracle's default. The arena
-    oracle is a measured table of the artifact's three families; the Cell estimator covers
-    transformers only (no Wide-ResNet); a `module:factory` oracle takes what it is given."""
+    oracle is a measured table of the artifact's three families; the controller's Cells cover
+    transformers only (no Wide-ResNet: no worker plan); a `module:factory` oracle takes what it is given."""
     if not spec.strip():
         return ARTIFACT_FAMILIES if oracle == "arena" else TRANSFORMER_FAMILIES
     out: list[str] = []

@@ -159,7 +159,9 @@ PHILLY_FIELDS = ("timestamp", "duration", "num_gpus")
 # them (the Cell estimator; the artifact's measured table has only its own three).
 ARTIFACT_FAMILIES = ("wide_resnet", "bert", "moe")
 FAMILIES = (*ARTIFACT_FAMILIES, "gpt", "llama")
-# Families the Cell estimator covers (estimator/models.py: decoder, encoder, moe); not Wide-ResNet.
+# Families the live controller's Cells cover (controller/cell_estimates.py over ModelDims: decoder,
+# encoder, moe). The Cell estimator also models Wide-ResNet (CellModel.wide_resnet), but a Cell is
+# offered only with a plan a worker runs, and no worker here trains a convnet.
 TRANSFORMER_FAMILIES = ("bert", "moe", "gpt", "llama")
 # Family weights: the artifact's 15/25/60; GPT and LLaMA weigh as much as BERT. The draw is over
 # the chosen families only, in FAMILIES order (the artifact's three: cumulative 15/40/100, as it).
