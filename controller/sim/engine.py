@@ -127,6 +127,7 @@ class SimJob:
     launches: int = 0  # GPU-set changes that paid a cost (first start included)
     changes: int = 0  # GPU-set changes after the first start (restarts)
     suspensions: int = 0
+    unrunnable: int = 0  # starts/migrations onto GPUs the truth says it cannot run on (0 s/iteration)
     reason: str = ""
 
 
@@ -280,6 +281,11 @@ class Simulator:
                     hold(j, True)
                     job_view = self._view(j)
                     j.it_s = self._iter_s(job_view, j)
+                    if j.it_s <= 0:
+                        # The policy believed it could run there; the truth says it cannot. The job
+                        # holds the GPUs without progress until a policy moves it (as a real job
+                        # that keeps failing would); counted so that a run's summary shows it.
+                        j.unrunnable += 1
                     pays = bool(new - old) if r_.pays == "gain" else (new != old)
                     if d.action == "start":
                         started += 1

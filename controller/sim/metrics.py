@@ -80,6 +80,8 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "restarts_per_job": _r(statistics.fmean([j.changes for j in started])) if started else 0.0,
         "launches_per_job": _r(statistics.fmean([j.launches for j in started])) if started else 0.0,
         "suspensions": sum(j.suspensions for j in arrived),
+        "unrunnable_placements": sum(j.unrunnable for j in arrived),
+        "jobs_placed_unrunnable": sum(1 for j in arrived if j.unrunnable),
         "gpus_used_peak": total_gpus,
         "choices_evaluated": sum(r.evaluations for r in res.rounds),
     }

@@ -93,3 +93,19 @@ def test_summary_of_a_run_where_every_job_was_dropped() -> None:
     res.jobs[0].state = "dropped"
     s = summarize(res)
     assert s["jobs_dropped"] == 1 and s["queue_avg_all_s"] == 0.0 and s["jobs_finished"] == 0
+
+
+def test_a_start_the_truth_cannot_run_is_counted() -> None:
+    # The policy's estimates offer 1 GPU; the truth has no time for it (the model does not run
+    # there): the job holds its GPU without progress, and the summary says so.
+    trace = [tj("a", 0.0, 1, 50)]
+    est = TableEstimates({("k", "X", 1): 10.0})
+    truth = Truth(TableEstimates({("k", "X", 2): 10.0}))
+    res = Simulator(CLUSTER, trace, est, truth, FAIR, "t", RoundConfig(interval_s=300.0)).run(
+        make_policy("fcfs"), rounds=3)
+    a = res.jobs[0]
+    assert a.state == "running" and a.done == 0.0 and a.unrunnable == 1
+    s = summarize(res)
+    assert s["unrunnable_placements"] == 1 and s["jobs_placed_unrunnable"] == 1 and s["jobs_finished"] == 0
+    ok = sim(trace, FAIR, {("k", "X", 1): 10.0}).run(make_policy("fcfs"))
+    assert summarize(ok)["unrunnable_placements"] == 0
