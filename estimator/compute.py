@@ -16,6 +16,14 @@ the operators' FLOPs and the GPU catalog with a stated efficiency prior (a two-t
   pipeline instructions), added by cells.py;
 - a per-GPU-type `gpu_scale` (default 1.0) absorbs what the catalog figures miss.
 
+Convolution operators (Wide-ResNet) add, per micro-batch, `conv_weight_traffic` times their weight
+bytes (of this GPU's TP shard; replicated under DP) of memory traffic. The Crius authors' single-
+device profiles of Wide-ResNet data-parallel stages (data/arena/iter_time_estimated.json, A100) take
+a + b x per-GPU batch seconds with a growing with the weights (about 2.0, 3.7 and 8.8 s for the
+0.5, 1 and 2 B models, whatever the batch), so part of a convnet's step scales with its weights and
+the number of micro-batches, not with its images; what inside the kernels does it (weight-gradient
+partial sums at small batches would) was not measured.
+
 Models trained in float32 (4-byte activations, no tensor cores) take the catalog's dense FP32 rate
 (`GpuType.tflops_fp32_dense`: the non-tensor peak, halved on GA10x/AD10x parts) with their own efficiency `fp32_efficiency` instead of the FP16 peak and `matmul_efficiency`
 (a GPU whose FP32 rate is not in the catalog is taken at 1/8 of its FP16 rate, stated in the source).
@@ -34,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from estimator.catalog import GpuType
-from estimator.partition import LayerShape, Operator
+from estimator.partition import CONV_KINDS, LayerShape, Operator
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class EfficiencyPrior:
     traffic_multiplier: float = 4.0
     microbatch_overhead_s: float = 0.0
     fp32_efficiency: float = 0.5
+    conv_weight_traffic: float = 0.0
     gpu_scale: tuple[tuple[str, float], ...] = ()
     source: str = "prior:default"
 
@@ -55,6 +64,8 @@ class EfficiencyPrior:
                 raise ValueError(f"{name}: must be in (0, 1], got {v}")
         if self.traffic_multiplier < 0:
             raise ValueError(f"traffic_multiplier: must be >= 0, got {self.traffic_multiplier}")
+        if self.conv_weight_traffic < 0:
+            raise ValueError(f"conv_weight_traffic: must be >= 0, got {self.conv_weight_traffic}")
         if self.microbatch_overhead_s < 0:
             raise ValueError(f"microbatch_overhead_s: must be >= 0, got {self.microbatch_overhead_s}")
         for name, v in self.gpu_scale:
@@ -72,14 +83,15 @@ class EfficiencyPrior:
 # measured optima (13 of 26 BERT/MoE model keys, 119 of 236 pairs; the held-out half never seen), with
 # Alpa's runtime in the loop: hence the per-micro-batch overhead. docs/estimator-cells.md has the
 # procedure and the accuracy. Refit for another runtime (or let live metrics override, cells.py).
-# fp32_efficiency: the same bench, fitted alone on the training half of the artifact's Wide-ResNet
-# models (float32 convolutions) with the other constants held.
+# fp32_efficiency and conv_weight_traffic: the same bench, fitted on the training half of the
+# artifact's Wide-ResNet models (float32 convolutions) with the other constants held.
 DEFAULT_PRIOR = EfficiencyPrior(
     matmul_efficiency=0.5929,
     traffic_multiplier=5.6652,
     microbatch_overhead_s=0.013456,
-    fp32_efficiency=0.4126,
-    source="prior:roofline(eta_mm=0.593,eta_fp32=0.413,kappa=5.67,mb=13.5ms;fit:arena-train-seed0)",
+    fp32_efficiency=0.584,
+    conv_weight_traffic=81.07,
+    source="prior:roofline(eta_mm=0.593,eta_fp32=0.584,kappa=5.67,mb=13.5ms,kw=81;fit:arena-train-seed0)",
 )
 
 
@@ -127,6 +139,10 @@ def stage_compute_time(
     else:
         t = mm / (gpu.tflops_fp16 * 1e12 * prior.matmul_efficiency)
     t += prior.traffic_multiplier * traffic / (gpu.bandwidth_gbps * 1e9)
+    if prior.conv_weight_traffic:
+        conv_params = sum(o.params for o in ops if o.shape is not None and o.shape.kind in CONV_KINDS)
+        weight_bytes = conv_params / tp * (4 if fp32 else 2)
+        t += prior.conv_weight_traffic * weight_bytes / (gpu.bandwidth_gbps * 1e9)
     return ComputeEstimate(t * prior.scale_for(gpu), source)
 
 

@@ -22,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# Operator kinds that are convolutions (estimator/convnets.py); the head's dense layer is not one.
+CONV_KINDS = frozenset({"stem", "bottleneck"})
+
 
 @dataclass(frozen=True)
 class LayerShape:

@@ -141,3 +141,16 @@ def test_fixed_number_of_microbatches() -> None:
     assert capped.plan is not None and capped.plan.num_microbatches == 64  # at most the batch
     with pytest.raises(CellInputError, match="^num_microbatches:"):
         CellConfig(num_microbatches=-1)
+
+
+def test_conv_weight_traffic_per_micro_batch() -> None:
+    conv = Operator("b", flops=0.0, params=1e9, shape=bottleneck(0, 8, 4, 2, 8, 1, 4, True).shape)
+    dense = Operator("h", flops=0.0, params=1e9, shape=wide_resnet_operators(50, 2, 4, 10, 32)[-1].shape)
+    prior = EfficiencyPrior(traffic_multiplier=0.0, conv_weight_traffic=10.0)
+    a100 = lookup("A100-40GB")  # 1,555 GB/s
+    one = stage_compute_time([conv, dense], a100, 1, 1, 1, prior, fp32=True).seconds
+    assert one == pytest.approx(10.0 * 4e9 / 1555e9)  # convolution weights only, 4 bytes each
+    assert stage_compute_time([conv], a100, 4, 1, 8, prior, fp32=True).seconds == pytest.approx(one)  # DP: all
+    assert stage_compute_time([conv], a100, 1, 2, 1, prior, fp32=True).seconds == pytest.approx(one / 2)  # TP shard
+    with pytest.raises(ValueError, match="^conv_weight_traffic:"):
+        EfficiencyPrior(conv_weight_traffic=-1.0)
