@@ -305,10 +305,10 @@ def _train_format1(ckpt: Path, save_at: int, until: int) -> dict[int, float]:
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step + 1 > save_at:
-            after[step + 1] = float(loss)
+            after[step + 1] = loss.item()
         if step + 1 == save_at:
             meta = {"format": "tessera-reference-trainer/1", "data_position": save_at * GLOBAL_BATCH,
-                    "loss": float(loss), "world_size": 1, "plan": {"dp": 1, "micro_batch": GLOBAL_BATCH},
+                    "loss": loss.item(), "world_size": 1, "plan": {"dp": 1, "micro_batch": GLOBAL_BATCH},
                     "model": MODEL, "seed": seed}
             state = {**meta, "iteration": save_at, "model_state": model.state_dict(),
                      "optimizer_state": opt.state_dict(),
