@@ -25,10 +25,11 @@ the number of micro-batches, not with its images; what inside the kernels does i
 partial sums at small batches would) was not measured.
 
 Models trained in float32 (4-byte activations, no tensor cores) take the catalog's dense FP32 rate
-(`GpuType.tflops_fp32_dense`: the non-tensor peak, halved on GA10x/AD10x parts) with their own efficiency `fp32_efficiency` instead of the FP16 peak and `matmul_efficiency`
-(a GPU whose FP32 rate is not in the catalog is taken at 1/8 of its FP16 rate, stated in the source).
+(`GpuType.tflops_fp32_dense`: the non-tensor peak, halved on GA10x/AD10x parts) with their own
+efficiency `fp32_efficiency` instead of the FP16 peak and `matmul_efficiency` (a GPU whose FP32 rate
+is not in the catalog is taken at 1/8 of its FP16 rate, stated in the source).
 
-The two coefficients are a prior: their default values and what they were fitted on are in
+The coefficients are a prior: their default values and what they were fitted on are in
 `DEFAULT_PRIOR.source` and docs/estimator-cells.md. With a device, `profile_stage_compute` runs the
 operators for real with torch (imported lazily: the controller imports this module without torch).
 """
@@ -79,9 +80,10 @@ class EfficiencyPrior:
         return 1.0
 
 
-# Fitted by `bench/estimator_arena.py --refit` (seed 0) on the training half of the Crius artifact's
-# measured optima (13 of 26 BERT/MoE model keys, 119 of 236 pairs; the held-out half never seen), with
-# Alpa's runtime in the loop: hence the per-micro-batch overhead. docs/estimator-cells.md has the
+# Fitted by `bench/estimator_arena.py --refit` (seed 0, 16 micro-batches as the artifact's trainers) on
+# the training half of the Crius artifact's measured optima (13 of 26 BERT/MoE model keys, 119 of 236
+# pairs; the held-out half never seen), with Alpa's runtime in the loop: hence the per-micro-batch
+# overhead. docs/estimator-cells.md has the
 # procedure and the accuracy. Refit for another runtime (or let live metrics override, cells.py).
 # fp32_efficiency and conv_weight_traffic: the same bench, fitted on the training half of the
 # artifact's Wide-ResNet models (float32 convolutions) with the other constants held.
