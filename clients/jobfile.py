@@ -40,14 +40,14 @@ MODEL_DIMS: tuple[tuple[str, int], ...] = (
     ("seq_length", 1_048_576),
 )
 
-# Optional refinements of explicit dimensions (ModelSpec fields 7-15; docs/job-file.md): the model
+# Optional refinements of explicit dimensions (ModelSpec fields 7-16; docs/job-file.md): the model
 # family and its shape. Absent = a GPT-2-style decoder, as before they existed.
 MODEL_FAMILY_KEYS = (
     "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor",
-    "tied_embeddings",
+    "tied_embeddings", "width_factor",
 )
 FAMILIES = {"decoder": common_pb2.MODEL_FAMILY_DECODER, "encoder": common_pb2.MODEL_FAMILY_ENCODER,
-            "moe": common_pb2.MODEL_FAMILY_MOE}
+            "moe": common_pb2.MODEL_FAMILY_MOE, "wide_resnet": common_pb2.MODEL_FAMILY_WIDE_RESNET}
 
 TOP_LEVEL_KEYS = (
     "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
@@ -229,7 +229,7 @@ def _model_family(value: Mapping[str, Any], model: common_pb2.ModelSpec) -> None
         if not isinstance(family, str) or family not in FAMILIES:
             raise JobFileError("model.family", f"must be one of {', '.join(FAMILIES)}, got {family!r}")
         model.family = FAMILIES[family]
-    for key in ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every"):
+    for key in ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every", "width_factor"):
         setattr(model, key, _int(value, key, 1, 1_048_576, required=False, default=0, prefix="model."))
     for key in ("gated", "tied_embeddings"):
         flag = value.get(key)

@@ -69,7 +69,7 @@ class Sourced:
 FAMILIES = ("gpt", "bert", "moe", "wresnet")
 
 
-_FAMILY_OF_DIMS = {"decoder": "gpt", "encoder": "bert", "moe": "moe"}
+_FAMILY_OF_DIMS = {"decoder": "gpt", "encoder": "bert", "moe": "moe", "wresnet": "wresnet"}
 
 
 @dataclass(frozen=True)
@@ -183,8 +183,13 @@ class CellModel:
     def from_dims(cls, dims: ModelDims, global_batch: int, precision: str = "mixed", recompute: bool = True,
                   expert_group_size: int = 2048, name: str | None = None) -> CellModel:
         """From the shared ModelDims (estimator/models.py), the job's global batch and a precision recipe
-        of estimator/memory.py (bytes of weights, gradients and optimizer per parameter)."""
+        of estimator/memory.py (bytes of weights, gradients and optimizer per parameter). A Wide-ResNet
+        takes the artifact's recipe (`wide_resnet`), whatever `precision` and `recompute` say."""
         from estimator.memory import RECIPES
+
+        if dims.family == "wresnet":
+            return cls.wide_resnet(dims.num_layers, dims.width_factor, dims.hidden_size, dims.vocab_size,
+                                   dims.seq_length, global_batch, name=dims.name if name is None else name)
 
         if precision not in RECIPES:
             raise CellInputError(f"precision: unknown recipe {precision!r}; known: {', '.join(RECIPES)}")

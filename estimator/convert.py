@@ -25,9 +25,10 @@ FAMILY_OF: dict[int, Family] = {
     pb.MODEL_FAMILY_DECODER: "decoder",
     pb.MODEL_FAMILY_ENCODER: "encoder",
     pb.MODEL_FAMILY_MOE: "moe",
+    pb.MODEL_FAMILY_WIDE_RESNET: "wresnet",
 }
 FAMILY_VALUE: dict[str, int] = {"decoder": pb.MODEL_FAMILY_DECODER, "encoder": pb.MODEL_FAMILY_ENCODER,
-                                "moe": pb.MODEL_FAMILY_MOE}
+                                "moe": pb.MODEL_FAMILY_MOE, "wresnet": pb.MODEL_FAMILY_WIDE_RESNET}
 
 # enum value <-> the library's spelling; UNSPECIFIED reads as the library's default.
 SHARDING: dict[int, str] = {pb.SHARDING_UNSPECIFIED: "none", pb.SHARDING_NONE: "none", pb.SHARDING_ZERO1: "zero1",
@@ -67,20 +68,22 @@ SCHEDULE_VALUE = _inverse(SCHEDULE)
 
 
 def model_refinements(m: pb.ModelSpec) -> dict[str, Any]:
-    """ModelDims keyword arguments of a spec's family fields (ModelSpec fields 7-15); every default
+    """ModelDims keyword arguments of a spec's family fields (ModelSpec fields 7-16); every default
     maps to ModelDims's own default, so a spec without them is the GPT-2-style decoder it always was."""
     if m.family not in FAMILY_OF:
         raise PlanError("model.family", f"unknown family value {m.family}")
     if not math.isfinite(m.capacity_factor) or m.capacity_factor < 0:
         raise PlanError("model.capacity_factor", f"must be a number > 0 (0 = 1.0), got {m.capacity_factor!r}")
-    for f in ("top_k", "moe_every"):
+    for f in ("top_k", "moe_every", "width_factor"):
         if getattr(m, f) < 0:
             raise PlanError(f"model.{f}", f"must be >= 1 (0 = 2), got {getattr(m, f)}")
+    family = FAMILY_OF[m.family]
     return {
-        "family": FAMILY_OF[m.family], "ffn_hidden": m.ffn_hidden, "gated": m.gated,
+        "family": family, "ffn_hidden": m.ffn_hidden, "gated": m.gated,
         "num_kv_heads": m.num_kv_heads, "tied_embeddings": not m.untied_embeddings,
         "num_experts": m.num_experts, "top_k": m.top_k or 2, "moe_every": m.moe_every or 2,
         "capacity_factor": m.capacity_factor or 1.0,
+        "width_factor": (m.width_factor or 2) if family == "wresnet" else m.width_factor,
     }
 
 
@@ -114,7 +117,7 @@ def model_spec(d: ModelDims) -> pb.ModelSpec:
         vocab_size=d.vocab_size, seq_length=d.seq_length, family=FAMILY_VALUE[d.family],
         ffn_hidden=d.ffn_hidden, gated=d.gated, num_kv_heads=d.num_kv_heads, num_experts=d.num_experts,
         top_k=d.top_k, moe_every=d.moe_every, capacity_factor=d.capacity_factor,
-        untied_embeddings=not d.tied_embeddings,
+        untied_embeddings=not d.tied_embeddings, width_factor=d.width_factor,
     )
 
 

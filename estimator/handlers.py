@@ -325,6 +325,7 @@ class Estimator:
     def estimate_memory(self, req: pb.EstimateMemoryRequest) -> pb.EstimateMemoryResponse:
         """Peak bytes per GPU of req.plan for req.model (estimator.memory.estimate_memory)."""
         dims = model_dims(req.model)
+        dims.require_transformer("the memory estimate")
         plan = execution_plan(req.plan, int(req.global_batch_size))
         if req.num_gpus < 0:
             raise PlanError("num_gpus", f"must be >= 1 (0 = dp*tp*pp), got {req.num_gpus}")

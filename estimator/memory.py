@@ -52,6 +52,7 @@ class MemoryEstimate:
 
 def marp_memory(m: ModelDims, micro_batch: int, tp: int) -> MemoryEstimate:
     """Peak bytes per GPU under MARP for a micro-batch and a TP size (DP does not change it)."""
+    m.require_transformer("the MARP formula")
     if micro_batch < 1 or tp < 1:
         raise ValueError("micro_batch and tp must be >= 1")
     s, h, l, a = m.seq_length, m.hidden_size, m.num_layers, m.num_heads
@@ -227,6 +228,11 @@ def head_params(m: ModelDims, tp: int = 1, has_embedding: bool = True) -> int:
 
 def num_params(m: ModelDims) -> int:
     """All parameters of the model (no parallelism)."""
+    if not m.is_transformer:
+        from estimator.convnets import wide_resnet_operators
+
+        return int(sum(o.params for o in wide_resnet_operators(m.num_layers, m.width_factor, m.hidden_size,
+                                                               m.vocab_size, m.seq_length)))
     total = embedding_params(m) + head_params(m)
     for i in range(m.num_layers):
         d, e = layer_params(m, i)
@@ -431,6 +437,7 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
     dp*tp*pp. Errors name the field (PlanError, a ValueError).
     """
     model.validate()
+    model.require_transformer("the memory estimate")
     plan.check(num_gpus=num_gpus, model=model)
     capacity = _capacity(gpu)
     if mode == "formula":

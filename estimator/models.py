@@ -13,6 +13,11 @@ Three families (the ones the seeds evaluate):
   (GShard: every other one) replaces its MLP by ``num_experts`` expert MLPs and an ``h x E`` router;
   each token goes to its ``top_k`` experts with a ``capacity_factor``. Experts are sharded across
   DP ranks by the plan's ``ep``.
+- ``wresnet``: Alpa's Wide-ResNet, the Crius artifact's third family (estimator/convnets.py). Its
+  fields read: ``hidden_size`` = the stem's filters, ``num_layers`` = the depth (50, 101, 152, 200),
+  ``num_heads`` = 1, ``vocab_size`` = classes, ``seq_length`` = the image side, ``width_factor`` =
+  the widening of each block's 3x3 convolution. Only the Cell estimator models it (``is_transformer``
+  is False: the memory formulas, the traced mode and the workers are for transformers).
 
 Only the first six fields are required; every added field has a default that keeps the original
 meaning (a GPT-2-style decoder with a 4h MLP and tied embeddings), so ``ModelDims(h, l, a, v, s)``
@@ -24,10 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from estimator.convnets import STAGE_SIZES
 from estimator.plans import PlanError
 
-Family = Literal["decoder", "encoder", "moe"]
-FAMILIES = ("decoder", "encoder", "moe")
+Family = Literal["decoder", "encoder", "moe", "wresnet"]
+FAMILIES = ("decoder", "encoder", "moe", "wresnet")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,18 @@ class ModelDims:
     top_k: int = 2
     moe_every: int = 2  # every moe_every-th layer (1-based: layers moe_every-1, 2*moe_every-1, ...) is MoE
     capacity_factor: float = 1.0
+    width_factor: int = 0  # wresnet only
+
+    @property
+    def is_transformer(self) -> bool:
+        return self.family != "wresnet"
+
+    def require_transformer(self, what: str) -> None:
+        """PlanError naming ``model.family`` when `what` (a memory formula, a trace...) is asked of a
+        family it does not cover."""
+        if not self.is_transformer:
+            raise PlanError("model.family", f"{what} covers transformers; a {self.family} model has Cells "
+                                            "only (GetCells / tessctl estimate cells)")
 
     @property
     def signature(self) -> str:
@@ -65,6 +83,8 @@ class ModelDims:
             extra.append("untied")
         if self.family == "moe":
             extra.append(f"e{self.num_experts}k{self.top_k}m{self.moe_every}c{self.capacity_factor:g}")
+        if self.family == "wresnet":
+            extra.append(f"wf{self.width_factor}")
         return "-".join([base, *extra])
 
     # Derived sizes -------------------------------------------------------------------------------
@@ -130,6 +150,16 @@ class ModelDims:
                 raise PlanError("model.capacity_factor", f"must be > 0, got {self.capacity_factor}")
         elif self.num_experts:
             raise PlanError("model.num_experts", f"only the moe family has experts (family {self.family!r})")
+        if self.family == "wresnet":
+            if self.num_layers not in STAGE_SIZES:
+                raise PlanError("model.num_layers", f"a Wide-ResNet's depth is one of "
+                                                    f"{', '.join(map(str, STAGE_SIZES))}, got {self.num_layers}")
+            if self.num_heads != 1:
+                raise PlanError("model.num_heads", f"must be 1 for a Wide-ResNet, got {self.num_heads}")
+            if isinstance(self.width_factor, bool) or not isinstance(self.width_factor, int) or self.width_factor < 1:
+                raise PlanError("model.width_factor", f"must be an integer >= 1, got {self.width_factor!r}")
+        elif self.width_factor:
+            raise PlanError("model.width_factor", f"only the wresnet family has one (family {self.family!r})")
         return self
 
 
@@ -152,6 +182,10 @@ REGISTERED: dict[str, ModelDims] = {
                     tied_embeddings=False)
           for size, h, l, e in (("690m", 768, 8, 16), ("1.3b", 768, 16, 16), ("2.4b", 1024, 16, 16),
                                 ("10b", 1536, 16, 32), ("27b", 2048, 16, 48))),
+        # Wide-ResNet: the Crius artifact's models.json (Table 2), 1,024 classes, 224 x 224 images.
+        *(ModelDims(f, d, 1, 1024, 224, f"wide-resnet-{size}", family="wresnet", width_factor=w)
+          for size, f, d, w in (("500m", 224, 50, 2), ("1b", 320, 50, 2), ("2b", 448, 50, 2), ("4b", 640, 50, 2),
+                                ("6.8b", 320, 50, 16), ("13b", 320, 101, 16))),
     ]
 }
 

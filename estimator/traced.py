@@ -60,6 +60,7 @@ def traced_memory(model: ModelDims, plan: ExecutionPlan, *,
                   other_bytes: int = DEFAULT_OTHER_BYTES) -> MemoryBreakdown:
     """The traced peak on the most loaded rank (first or last pipeline stage) as a MemoryBreakdown."""
     model.validate()
+    model.require_transformer("the traced mode")
     plan.check(model=model)
     best: StepTrace | None = None
     for st in sorted({0, plan.pp - 1}):
@@ -93,6 +94,7 @@ def _check_supported(plan: ExecutionPlan) -> None:
 
 def run_step(model: ModelDims, plan: ExecutionPlan, stage: int = 0, *, fake: bool = True) -> StepTrace:
     """Run one step of pipeline stage `stage` of `plan` under MemTracker; fake tensors unless fake=False."""
+    model.require_transformer("the traced mode")
     _check_supported(plan)
     import contextlib
 

@@ -58,9 +58,10 @@ def _model_errors(m: common_pb2.ModelSpec) -> list[FieldError]:
         if not m.name:
             return [FieldError("model", "give a registered name or hidden_size, num_layers, num_heads, "
                                         "vocab_size and seq_length")]
-        if registered(m.name) is None:
+        named = registered(m.name)
+        if named is None:
             return [FieldError("model.name", f"unknown model {m.name!r}; registered: {', '.join(sorted(REGISTERED))}")]
-        return []
+        return _family_errors(named)
     errs: list[FieldError] = []
     for d in dims:
         v = getattr(m, d)
@@ -72,12 +73,20 @@ def _model_errors(m: common_pb2.ModelSpec) -> list[FieldError]:
         errs.append(FieldError("model.num_heads", f"hidden_size {m.hidden_size} is not divisible by {m.num_heads}"))
     if m.name and not NAME_RE.match(m.name.lower()):
         errs.append(FieldError("model.name", "must match [a-z0-9][a-z0-9-]{0,62}"))
-    if not errs:  # the family fields (ModelSpec 7-15), checked as the estimator checks them
+    if not errs:  # the family fields (ModelSpec 7-16), checked as the estimator checks them
         try:
-            resolve_model(m).validate()
+            errs += _family_errors(resolve_model(m).validate())
         except PlanError as e:
             errs.append(FieldError(e.field, e.reason))
     return errs
+
+
+def _family_errors(dims: ModelDims) -> list[FieldError]:
+    if dims.is_transformer:
+        return []
+    return [FieldError("model.family", f"a {dims.family} job cannot run on this control plane: its plans, memory "
+                                       "checks and workers are for transformers (the estimator answers its "
+                                       "Cells: tessctl estimate cells)")]
 
 
 def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:

@@ -151,6 +151,23 @@ async def test_cells_equal_the_library(srv: Server) -> None:
     assert await srv.stub.GetCells(req) == resp  # cached
 
 
+async def test_wide_resnet_cells_equal_the_library_and_its_memory_is_refused(srv: Server) -> None:
+    req = pb.GetCellsRequest(model=c.ModelSpec(name="wide-resnet-500m"), global_batch_size=256, cluster=CLUSTER,
+                             best_only=True)
+    resp = await srv.stub.GetCells(req)
+    model = CellModel.from_dims(REGISTERED["wide-resnet-500m"], 256)
+    want = CellEstimator().best_cells(model, LIB_CLUSTER)
+    assert model.family == "wresnet" and resp.model_signature == model.signature
+    assert [(x.gpu_type, x.num_gpus, x.num_stages, x.iter_time_seconds.value) for x in resp.cells] == [
+        (x.gpu_type, x.num_gpus, x.num_stages, x.iter_time.value) for x in want if x.iter_time]
+    assert resp.cells and not any(x.HasField("execution_plan") for x in resp.cells)  # no worker plan
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await srv.stub.EstimateMemory(pb.EstimateMemoryRequest(model=req.model, plan=c.ExecutionPlan(),
+                                                               global_batch_size=256))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (err.value.details() or "").startswith("model.family: the memory estimate covers transformers")
+
+
 async def test_cells_that_do_not_fit_say_why(srv: Server) -> None:
     req = pb.GetCellsRequest(model=c.ModelSpec(name="llama2-13b"), global_batch_size=8, cluster=pb.ClusterSpec(
         pools=[pb.GpuPool(gpu="A10", num_gpus=4, gpus_per_node=2)]), options=pb.CellOptions(max_gpus=2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from pathlib import Path
 
@@ -134,3 +135,59 @@ def test_the_estimator_library_imports_without_torch_and_grpc() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
                           check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_wide_resnet_through_the_shared_vocabulary() -> None:
+    spec = c.ModelSpec(hidden_size=224, num_layers=50, num_heads=1, vocab_size=1024, seq_length=224,
+                       family=c.MODEL_FAMILY_WIDE_RESNET)
+    dims = model_dims(spec)
+    assert (dims.family, dims.width_factor, dims.is_transformer) == ("wresnet", 2, False)  # 0 = 2
+    assert dims == dataclasses.replace(REGISTERED["wide-resnet-500m"], name="")
+    assert model_dims(model_spec(REGISTERED["wide-resnet-6.8b"])).width_factor == 16
+    for field, changes in (("model.num_layers", {"num_layers": 34}), ("model.num_heads", {"num_heads": 2}),
+                           ("model.width_factor", {"width_factor": -1})):
+        bad = c.ModelSpec()
+        bad.CopyFrom(spec)
+        for k, v in changes.items():
+            setattr(bad, k, v)
+        with pytest.raises(PlanError) as err:
+            model_dims(bad)
+        assert err.value.field == field
+    gpt_with_width = c.ModelSpec(hidden_size=128, num_layers=4, num_heads=4, vocab_size=512, seq_length=64,
+                                 width_factor=2)
+    with pytest.raises(PlanError, match="only the wresnet family"):
+        model_dims(gpt_with_width)
+
+
+def test_a_wide_resnet_job_is_refused_by_the_controller_with_the_field() -> None:
+    want = [("model.family: a wresnet job cannot run on this control plane: its plans, memory checks and workers "
+             "are for transformers (the estimator answers its Cells: tessctl estimate cells)")]
+    named = c.JobSpec(name="w", model=c.ModelSpec(name="wide-resnet-500m"), global_batch_size=256, iterations=1)
+    assert [str(e) for e in validate_spec(named)] == want
+    explicit = c.JobSpec(name="w", model=model_spec(REGISTERED["wide-resnet-1b"]), global_batch_size=256,
+                         iterations=1)
+    assert [str(e) for e in validate_spec(explicit)] == want
+
+
+def test_job_file_wide_resnet() -> None:
+    base = {"name": "w", "global_batch_size": 256, "iterations": 1}
+    spec = job_spec_from_dict({**base, "model": {"hidden_size": 320, "num_layers": 50, "num_heads": 1,
+                                                 "vocab_size": 1024, "seq_length": 224, "family": "wide_resnet",
+                                                 "width_factor": 16}})
+    assert model_dims(spec.model) == ModelDims(320, 50, 1, 1024, 224, family="wresnet", width_factor=16)
+    with pytest.raises(JobFileError, match="model.num_layers: a Wide-ResNet's depth"):
+        job_spec_from_dict({**base, "model": {"hidden_size": 320, "num_layers": 34, "num_heads": 1,
+                                              "vocab_size": 1024, "seq_length": 224, "family": "wide_resnet"}})
+
+
+def test_memory_and_traced_refuse_a_wide_resnet_naming_the_family() -> None:
+    from estimator.memory import estimate_memory, marp_memory, num_params
+    from estimator.traced import traced_memory
+
+    wrn = REGISTERED["wide-resnet-500m"]
+    assert num_params(wrn) == 495_046_176
+    for call in (lambda: estimate_memory(wrn, ExecutionPlan()), lambda: marp_memory(wrn, 1, 1),
+                 lambda: traced_memory(wrn, ExecutionPlan())):
+        with pytest.raises(PlanError) as err:
+            call()
+        assert err.value.field == "model.family" and "has Cells only" in err.value.reason

@@ -46,6 +46,7 @@ class ModelFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_FAMILY_DECODER: _ClassVar[ModelFamily]
     MODEL_FAMILY_ENCODER: _ClassVar[ModelFamily]
     MODEL_FAMILY_MOE: _ClassVar[ModelFamily]
+    MODEL_FAMILY_WIDE_RESNET: _ClassVar[ModelFamily]
 
 class Sharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -111,6 +112,7 @@ MODEL_FAMILY_UNSPECIFIED: ModelFamily
 MODEL_FAMILY_DECODER: ModelFamily
 MODEL_FAMILY_ENCODER: ModelFamily
 MODEL_FAMILY_MOE: ModelFamily
+MODEL_FAMILY_WIDE_RESNET: ModelFamily
 SHARDING_UNSPECIFIED: Sharding
 SHARDING_NONE: Sharding
 SHARDING_ZERO1: Sharding
@@ -168,7 +170,7 @@ class NodeInventory(_message.Message):
     def __init__(self, source: _Optional[_Union[InventorySource, str]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., hostname: _Optional[str] = ..., cpu_count: _Optional[int] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
-    __slots__ = ("name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor", "untied_embeddings")
+    __slots__ = ("name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor", "untied_embeddings", "width_factor")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +186,7 @@ class ModelSpec(_message.Message):
     MOE_EVERY_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FACTOR_FIELD_NUMBER: _ClassVar[int]
     UNTIED_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FACTOR_FIELD_NUMBER: _ClassVar[int]
     name: str
     hidden_size: int
     num_layers: int
@@ -199,7 +202,8 @@ class ModelSpec(_message.Message):
     moe_every: int
     capacity_factor: float
     untied_embeddings: bool
-    def __init__(self, name: _Optional[str] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., family: _Optional[_Union[ModelFamily, str]] = ..., ffn_hidden: _Optional[int] = ..., gated: _Optional[bool] = ..., num_kv_heads: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., moe_every: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., untied_embeddings: _Optional[bool] = ...) -> None: ...
+    width_factor: int
+    def __init__(self, name: _Optional[str] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., family: _Optional[_Union[ModelFamily, str]] = ..., ffn_hidden: _Optional[int] = ..., gated: _Optional[bool] = ..., num_kv_heads: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., moe_every: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., untied_embeddings: _Optional[bool] = ..., width_factor: _Optional[int] = ...) -> None: ...
 
 class ExecutionPlan(_message.Message):
     __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "sharding", "offload", "checkpointing", "sequence_parallel", "flash_attention", "precision", "ep", "virtual_stages", "schedule")
