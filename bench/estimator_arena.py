@@ -14,14 +14,15 @@ starts then Nelder-Mead, minimising mean |log(estimate/measured)| over the TRAIN
 BERT/MoE models (a seeded split of model keys within each family; seed 0); and the two constants
 only the Wide-ResNet uses (FP32 efficiency: it trains in float32; convolution weight traffic per
 micro-batch), by Nelder-Mead, on the training half of the Wide-ResNet models with the ten shipped
-constants held. The shipped constants are that fit (the
-Nelder-Mead starts from the shipped point, so a rerun may move the ten a little on a flat objective).
+constants held. The shipped constants are that fit (the Nelder-Mead starts from the shipped point,
+so a rerun may move the ten a little on a flat objective).
 Errors are reported on the held-out half, on all pairs and on the pairs that also have the authors'
 estimate, plus the same with nominal unfitted constants, and after Cell-guided tuning.
 
 Also compares the Wide-ResNet data-parallel memory with dp_mem.json (`dp_memory`; the transformers'
 are in bench/estimator_memory.py) and reports the cost of producing all Cells of one job for the
-4-type cluster of cluster_1280.json, cold and cached. Prints JSON and writes bench/results/estimator_arena.json.
+4-type cluster of cluster_1280.json, cold and cached. Prints JSON and writes
+bench/results/estimator_arena.json.
 
 Usage: .venv/bin/python bench/estimator_arena.py [--data DIR] [--seed 0] [--refit]
 """
@@ -269,7 +270,7 @@ def mean_log_error(pairs: Sequence[Pair], est: dict[tuple[str, str], Cell | None
 def fit(pairs: Sequence[Pair], models: dict[str, CellModel], pool_map: dict[str, GpuPool], seed: int,
         starts: int = 40, iters: int = 250) -> tuple[dict[str, float], float, int]:
     """The PARAMS: seeded random starts in _BOX, then two Nelder-Mead passes from the best; mean |log
-    ratio| over `pairs` (the transformer training pairs; the FP32 efficiency does not act on them)."""
+    ratio| over `pairs` (the transformer training pairs; the convnet constants do not act on them)."""
     calls = 0
     fixed = shipped_params()
 
@@ -371,7 +372,7 @@ def live_ratio(rows: Sequence[dict[str, Any]], pick: str) -> dict[str, Any]:
 GIB = 1024**3
 
 
-def dp_memory_bytes(model: CellModel, gpus: int, microbatches: int = 16) -> float:
+def dp_memory_bytes(model: CellModel, gpus: int, microbatches: int = ARENA_MICROBATCHES) -> float:
     """Per-GPU memory of the artifact's data-parallel run of a Wide-ResNet (its trainer's settings:
     16 micro-batches, Alpa's GPipe schedule on one stage, so every micro-batch's stored activations
     are in flight at the turn; coarse-grained remat; float32 weights, gradients and momentum, all
