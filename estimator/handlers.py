@@ -179,6 +179,9 @@ def cell_model(req: pb.GetCellsRequest) -> CellModel:
         raise PlanError("global_batch_size", f"required, must be >= 1, got {req.global_batch_size}")
     if req.precision and req.precision not in PRECISION:
         raise PlanError("precision", f"unknown value {req.precision}")
+    if req.precision and not dims.is_transformer:
+        raise PlanError("precision", f"a {dims.family} model has one recipe (float32, SGD with momentum); "
+                                     "leave precision unset")
     recompute = req.options.recompute if req.options.HasField("recompute") else True
     try:
         return CellModel.from_dims(dims, int(req.global_batch_size), precision=PRECISION.get(req.precision, CELL_PRECISION),

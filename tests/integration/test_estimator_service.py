@@ -166,6 +166,10 @@ async def test_wide_resnet_cells_equal_the_library_and_its_memory_is_refused(srv
                                                                global_batch_size=256))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (err.value.details() or "").startswith("model.family: the memory estimate covers transformers")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await srv.stub.GetCells(pb.GetCellsRequest(model=req.model, global_batch_size=256, cluster=CLUSTER,
+                                                   precision=c.PRECISION_MIXED))
+    assert (err.value.details() or "").startswith("precision: a wresnet model has one recipe")
 
 
 async def test_cells_that_do_not_fit_say_why(srv: Server) -> None:
