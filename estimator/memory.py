@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from estimator.convnets import wide_resnet_operators
 from estimator.models import ModelDims
 from estimator.plans import ExecutionPlan, PlanError
 
@@ -229,8 +230,6 @@ def head_params(m: ModelDims, tp: int = 1, has_embedding: bool = True) -> int:
 def num_params(m: ModelDims) -> int:
     """All parameters of the model (no parallelism)."""
     if not m.is_transformer:
-        from estimator.convnets import wide_resnet_operators
-
         return int(sum(o.params for o in wide_resnet_operators(m.num_layers, m.width_factor, m.hidden_size,
                                                                m.vocab_size, m.seq_length)))
     total = embedding_params(m) + head_params(m)
