@@ -288,6 +288,28 @@ def run(root: Path, env: Environment) -> dict[str, Any]:
             },
         }
 
+    def by_omp() -> dict[str, Any]:
+        """DP-family rows per model by the processes with OMP_NUM_THREADS unset on the busiest server
+        (perf_data.launcher_omp_unset; single-server rows included): tessera's error and the median
+        of measured minus predicted seconds."""
+        groups: dict[str, list[tuple[float, float]]] = {}
+        for r in runs:
+            for row, cfg, e in zip(r.rows, r.configs, cols["tessera"][r.name], strict=True):
+                if cfg.plan.kind == "3d":
+                    continue
+                unset = min(perf_data.launcher_omp_unset(r.name, row.exec_plan, row.placement), 4)
+                key = f"{r.name}/{'4+' if unset == 4 else unset}"
+                pred = predict(r.params["tessera"], cfg, "tessera", env)
+                groups.setdefault(key, []).append((e, row.iter_time - pred))
+        return {
+            k: {
+                "n": len(v),
+                "tessera_mean_pct": round(100 * statistics.fmean(e for e, _ in v), 1),
+                "median_excess_s": round(statistics.median(x for _, x in v), 3),
+            }
+            for k, v in sorted(groups.items())
+        }
+
     predictions = []
     for r in runs:
         for i, (row, cfg) in enumerate(zip(r.rows, r.configs, strict=True)):
@@ -337,6 +359,7 @@ def run(root: Path, env: Environment) -> dict[str, Any]:
             # DeepSpeed DP runs). The mean over the other rows, and over those.
             "tessera_without_vit_multinode_and_t5_3d": table("tessera", exclude=_anomalous)["all"],
             "launcher_pods": by_pods(),
+            "launcher_omp_unset": by_omp(),
             "tessera_vit_multinode_and_t5_3d": table(
                 "tessera", exclude=lambda m, row: not _anomalous(m, row)
             )["all"],

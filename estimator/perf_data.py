@@ -199,6 +199,25 @@ def launcher_pods(placement: str) -> tuple[int, int]:
     return per_pod, max(counts) // per_pod
 
 
+# Applications whose ZeRO-Offload pods the artifact's launcher gives OMP_NUM_THREADS (CPUs per server).
+OMP_SET_FOR_OFFLOAD = frozenset({"vit", "roberta", "swin"})
+
+
+def launcher_omp_unset(application: str, exec_plan: str, placement: str) -> int:
+    """How many processes with OMP_NUM_THREADS unset the artifact's launcher puts on one server.
+
+    ``torch.distributed.launch`` sets OMP_NUM_THREADS=1 only when it starts more than one process
+    (``nproc_per_node`` > 1), and the launcher itself sets it only for the ZeRO-Offload pods of
+    ViT, RoBERTa and Swin; every other pod of one GPU runs torch with a thread pool of every core of
+    its server. 0 when every process has it set; else the most such processes on one server. Used
+    by the benchmark to group rows (docs/estimator-perf-model.md); the model does not use it.
+    """
+    per_pod, most = launcher_pods(placement)
+    if per_pod > 1 or (exec_plan == "zero-offload" and application in OMP_SET_FOR_OFFLOAD):
+        return 0
+    return most
+
+
 def plan_from_spec(spec: PlanSpec, micro_batches: int = 1) -> Plan:
     if spec.kind == "3d":
         return Plan(dp=spec.dp, tp=spec.tp, pp=spec.pp, micro_batches=micro_batches)

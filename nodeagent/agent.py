@@ -51,6 +51,8 @@ class AgentConfig:
     stop_grace_on_exit: float = 10.0
     inventory_refresh_seconds: float = 10.0
     poll_interval: float = 1.0
+    # OMP_NUM_THREADS of workers whose job does not set it; None = usable CPUs / GPUs of the node.
+    worker_threads: int | None = None
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -98,6 +100,7 @@ class Agent:
             on_change=self._workers_changed,
             persist=self._persist,
             poll_interval=config.poll_interval,
+            omp_threads=config.worker_threads,
         )
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -171,6 +174,7 @@ class Agent:
             controller=self.config.controller,
             inventory_source=common_pb2.InventorySource.Name(self.inventory.source),
             gpus=len(self.inventory.gpus),
+            worker_omp_threads=self.supervisor.omp_threads,
             readopted_workers=adopted,
             controller_epoch=self.fence.epoch,
             draining=self.drain.draining,

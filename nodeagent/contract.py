@@ -33,6 +33,18 @@ NOT_INHERITED: frozenset[str] = frozenset(
 MAX_RANKS_PER_LAUNCH = 1024
 
 
+def cpu_threads_per_gpu(cpus: int, gpus: int) -> int:
+    """OMP_NUM_THREADS of a worker: the node's usable CPUs shared evenly by its GPUs, at least 1.
+
+    torch sizes its OpenMP pool to every core, and torchrun caps it at 1 only when it starts more
+    than one process itself. Several workers with a pool of every core each oversubscribe the host,
+    and their CPU-side work slows down with the number of such workers on the node (docs/worker-
+    contract.md, "CPU threads"). Shared per GPU rather than per rank of one job because other jobs'
+    workers take the node's other GPUs.
+    """
+    return max(1, cpus // max(1, gpus))
+
+
 def attempt_dir(work_dir: Path, job_id: str, attempt: int) -> Path:
     """The attempt's working directory: <work-dir>/jobs/<job_id>/attempt-<attempt>/."""
     return work_dir / "jobs" / job_id / f"attempt-{attempt}"
@@ -186,14 +198,17 @@ def worker_env(
     agent_addr: str,
     declared: bool,
     checkpoint_dir: str,
+    omp_threads: int,
 ) -> dict[str, str]:
     """The whole environment of one worker.
 
     The agent's own environment first (PATH, PYTHONPATH, proxies...), minus systemd's per-service
-    variables, then the job's env, then the contract variables, which always win.
+    variables, then the job's env, then the contract variables, which always win. OMP_NUM_THREADS is
+    `omp_threads` unless the job or the agent's environment sets it.
     """
     env = {k: v for k, v in base.items() if k not in NOT_INHERITED}
     env.update(req.env)
+    env.setdefault("OMP_NUM_THREADS", str(omp_threads))
     master_addr, master_port = split_host_port(req.rendezvous, "rendezvous")
     env.update(
         {

@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="grace between SIGTERM and SIGKILL with --kill-workers-on-exit (default 10)",
     )
+    p.add_argument(
+        "--worker-threads",
+        type=int,
+        metavar="N",
+        help="OMP_NUM_THREADS of workers whose job does not set it (default: usable CPUs / GPUs)",
+    )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
     return p
 
@@ -93,6 +99,8 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         _host_port(args.metrics_listen, "--metrics-listen", allow_port0=True)
     if args.advertise is not None and (not args.advertise.strip("[]") or "/" in args.advertise):
         raise UsageError(f"--advertise: {args.advertise!r} is not a host name or address")
+    if args.worker_threads is not None and args.worker_threads < 1:
+        raise UsageError(f"--worker-threads: must be >= 1, got {args.worker_threads}")
     if not args.stop_grace >= 0:
         raise UsageError(f"--stop-grace: must be >= 0, got {args.stop_grace}")
     work_dir = Path(args.work_dir).expanduser()
@@ -114,6 +122,7 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         advertise=args.advertise,
         kill_workers_on_exit=args.kill_workers_on_exit,
         stop_grace_on_exit=args.stop_grace,
+        worker_threads=args.worker_threads,
     )
     return config, args
 

@@ -43,6 +43,14 @@ def spawn(
     )
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: taskset, systemd CPUAffinity=, cpusets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), None if unknown.
 

@@ -136,6 +136,7 @@ class Supervisor:
         on_change: Callable[[], None] | None = None,
         persist: Callable[[], None] | None = None,
         base_env: Mapping[str, str] | None = None,
+        omp_threads: int | None = None,
         clock: Callable[[], float] = time.time,
         retention_seconds: float = RETENTION_SECONDS,
         max_exited: int = MAX_EXITED_RECORDS,
@@ -149,6 +150,10 @@ class Supervisor:
         self._on_change = on_change or (lambda: None)
         self._persist = persist or (lambda: None)
         self._base_env = base_env
+        # None: this node's usable CPUs shared by its GPUs (contract.cpu_threads_per_gpu).
+        self.omp_threads = omp_threads or contract.cpu_threads_per_gpu(
+            process.usable_cpus(), len(self.gpu_indices)
+        )
         self._clock = clock
         self.retention_seconds = retention_seconds
         self.max_exited = max_exited
@@ -273,7 +278,13 @@ class Supervisor:
             ckpt = str(contract.default_checkpoint_dir(self.work_dir, req.job_id))
         base = os.environ if self._base_env is None else self._base_env
         env = contract.worker_env(
-            base, req, rank, agent_addr=self.agent_addr, declared=self.declared, checkpoint_dir=ckpt
+            base,
+            req,
+            rank,
+            agent_addr=self.agent_addr,
+            declared=self.declared,
+            checkpoint_dir=ckpt,
+            omp_threads=self.omp_threads,
         )
         try:
             cwd.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,13 @@ def test_worker_env_nvml_node() -> None:
     )
     base = {"PATH": "/usr/bin", "NOTIFY_SOCKET": "/run/systemd/notify", "RANK": "99", "WATCHDOG_USEC": "1"}
     env = contract.worker_env(
-        base, req, req.ranks[1], agent_addr="127.0.0.1:7000", declared=False, checkpoint_dir="/ckpt/job-1"
+        base,
+        req,
+        req.ranks[1],
+        agent_addr="127.0.0.1:7000",
+        declared=False,
+        checkpoint_dir="/ckpt/job-1",
+        omp_threads=8,
     )
     assert env["PATH"] == "/usr/bin" and env["MY_FLAG"] == "on"
     assert "NOTIFY_SOCKET" not in env and "WATCHDOG_USEC" not in env
@@ -120,6 +126,7 @@ def test_worker_env_nvml_node() -> None:
         "CUDA_VISIBLE_DEVICES": "2,3",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "TESSERA_INVENTORY_SOURCE": "nvml",
+        "OMP_NUM_THREADS": "8",
     }
     assert {k: env[k] for k in expected} == expected
     assert json.loads(env["TESSERA_PLAN"]) == {
@@ -144,10 +151,32 @@ def test_worker_env_nvml_node() -> None:
 
 def test_worker_env_declared_node_hides_gpus() -> None:
     req = launch_request(gpus=[[0, 1]], rendezvous="[::1]:29500")
-    env = contract.worker_env({}, req, req.ranks[0], agent_addr="a:1", declared=True, checkpoint_dir="/c")
+    env = contract.worker_env(
+        {}, req, req.ranks[0], agent_addr="a:1", declared=True, checkpoint_dir="/c", omp_threads=1
+    )
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["TESSERA_INVENTORY_SOURCE"] == "declared"
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("::1", "29500")
+
+
+def test_omp_threads_default_and_who_overrides_it() -> None:
+    def omp(base: dict[str, str], job_env: dict[str, str]) -> str:
+        req = launch_request(gpus=[[0]], env=job_env)
+        env = contract.worker_env(
+            base, req, req.ranks[0], agent_addr="a:1", declared=False, checkpoint_dir="/c", omp_threads=4
+        )
+        return env["OMP_NUM_THREADS"]
+
+    assert omp({}, {}) == "4"
+    assert omp({"OMP_NUM_THREADS": "2"}, {}) == "2"  # the agent's environment (a systemd drop-in)
+    assert omp({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "16"}) == "16"  # the job's env wins
+
+
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "threads"), [(64, 8, 8), (96, 8, 12), (20, 8, 2), (2, 4, 1), (16, 0, 16), (0, 8, 1)]
+)
+def test_cpu_threads_per_gpu(cpus: int, gpus: int, threads: int) -> None:
+    assert contract.cpu_threads_per_gpu(cpus, gpus) == threads
 
 
 def test_python_placeholder_is_replaced_only_as_argv0() -> None:

@@ -20,6 +20,9 @@ def test_parse_config_defaults(tmp_path: Path) -> None:
     assert work.is_dir() and config.work_dir == work.resolve()
     assert (config.listen, config.advertise, config.kill_workers_on_exit) == ("127.0.0.1:0", None, False)
     assert args.inventory is None and args.log_level == "info"
+    assert config.worker_threads is None
+    config, _ = parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(work), "--worker-threads", "6"])
+    assert config.worker_threads == 6
 
 
 @pytest.mark.parametrize(
@@ -30,6 +33,7 @@ def test_parse_config_defaults(tmp_path: Path) -> None:
         (["--controller", "ctl:0"], "--controller: 'ctl:0' is not HOST:PORT with a port in 1..65535"),
         (["--metrics-listen", "nope"], "--metrics-listen: 'nope' is not HOST:PORT"),
         (["--stop-grace", "-1"], "--stop-grace: must be >= 0"),
+        (["--worker-threads", "0"], "--worker-threads: must be >= 1, got 0"),
     ],
 )
 def test_parse_config_errors(tmp_path: Path, extra: list[str], message: str) -> None:

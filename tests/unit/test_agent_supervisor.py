@@ -69,8 +69,13 @@ async def test_launch_sets_the_env_contract(tmp_path: Path) -> None:
         range(4),
         declared=False,
         agent_addr="127.0.0.1:5555",
-        base_env={**os.environ, "INHERITED_VAR": "yes", "NOTIFY_SOCKET": "/run/x"},
+        base_env={
+            **{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"},
+            "INHERITED_VAR": "yes",
+            "NOTIFY_SOCKET": "/run/x",
+        },
         poll_interval=0.05,
+        omp_threads=3,
     )
     argv = py(
         """
@@ -102,7 +107,14 @@ async def test_launch_sets_the_env_contract(tmp_path: Path) -> None:
     assert json.loads(env1["TESSERA_PLAN"])["dp"] == 2
     assert env1["JOB_VAR"] == "x" and env1["INHERITED_VAR"] == "yes" and "NOTIFY_SOCKET" not in env1
     assert env1["PATH"] == os.environ["PATH"]
+    assert env0["OMP_NUM_THREADS"] == env1["OMP_NUM_THREADS"] == "3"
     assert [(s.state, s.exit_code) for s in sup.statuses()] == [(EXITED, 0), (EXITED, 0)]
+
+
+def test_default_omp_threads_share_the_usable_cpus_per_gpu(tmp_path: Path) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    assert Supervisor(tmp_path, range(4), declared=True).omp_threads == max(1, cpus // 4)
+    assert Supervisor(tmp_path, [], declared=True).omp_threads == cpus
 
 
 async def test_declared_node_gets_empty_cuda_visible_devices(sup: Supervisor) -> None:

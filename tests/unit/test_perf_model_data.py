@@ -106,6 +106,17 @@ def test_launcher_pods_follow_the_artifact_controller() -> None:
         perf_data.launcher_pods("3x")
 
 
+def test_launcher_omp_unset_counts_single_gpu_pods_without_the_variable() -> None:
+    # torch.distributed.launch sets OMP_NUM_THREADS=1 only for nproc_per_node > 1; the artifact's
+    # controller sets it for the ZeRO-Offload pods of vit/roberta/swin.
+    assert perf_data.launcher_omp_unset("vit", "ga", "35") == 5
+    assert perf_data.launcher_omp_unset("vit", "ga", "1") == 1
+    assert perf_data.launcher_omp_unset("vit", "ga", "26") == 0
+    assert perf_data.launcher_omp_unset("vit", "zero-offload", "35") == 0
+    assert perf_data.launcher_omp_unset("t5", "zero-offload", "35") == 5
+    assert perf_data.launcher_omp_unset("gpt2", "181", "11111111") == 1
+
+
 def test_placements_rows(tmp_path: Path) -> None:
     path = tmp_path / "placements.csv"
     path.write_text(
