@@ -204,11 +204,11 @@ def worker_env(
 
     The agent's own environment first (PATH, PYTHONPATH, proxies...), minus systemd's per-service
     variables, then the job's env, then the contract variables, which always win. OMP_NUM_THREADS is
-    `omp_threads` unless the job or the agent's environment sets it.
+    `omp_threads` unless the job's env sets it (the agent's own value is not passed on).
     """
     env = {k: v for k, v in base.items() if k not in NOT_INHERITED}
+    env["OMP_NUM_THREADS"] = str(omp_threads)
     env.update(req.env)
-    env.setdefault("OMP_NUM_THREADS", str(omp_threads))
     master_addr, master_port = split_host_port(req.rendezvous, "rendezvous")
     env.update(
         {

@@ -168,8 +168,8 @@ def test_omp_threads_default_and_who_overrides_it() -> None:
         return env["OMP_NUM_THREADS"]
 
     assert omp({}, {}) == "4"
-    assert omp({"OMP_NUM_THREADS": "2"}, {}) == "2"  # the agent's environment (a systemd drop-in)
-    assert omp({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "16"}) == "16"  # the job's env wins
+    assert omp({"OMP_NUM_THREADS": "64"}, {}) == "4"  # the agent's own value is not passed on
+    assert omp({"OMP_NUM_THREADS": "64"}, {"OMP_NUM_THREADS": "16"}) == "16"  # the job's env wins
 
 
 @pytest.mark.parametrize(

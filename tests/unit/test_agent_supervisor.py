@@ -70,7 +70,8 @@ async def test_launch_sets_the_env_contract(tmp_path: Path) -> None:
         declared=False,
         agent_addr="127.0.0.1:5555",
         base_env={
-            **{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"},
+            **os.environ,
+            "OMP_NUM_THREADS": "64",
             "INHERITED_VAR": "yes",
             "NOTIFY_SOCKET": "/run/x",
         },
