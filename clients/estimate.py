@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ from tessera_common.rpc import sync_channel
 MODES = {"formula": estimator_pb2.MEMORY_MODE_FORMULA, "marp": estimator_pb2.MEMORY_MODE_MARP,
          "traced": estimator_pb2.MEMORY_MODE_TRACED}
 DEFAULT_TIMEOUT_S = 300.0  # a traced-mode estimate of a large model takes a while on a cold service
-POOL_KEYS = ("gpu", "nodes", "num_gpus", "gpus_per_node", "intra_link", "nic_gbps", "pcie_gbps")
+POOL_KEYS = ("gpu", "nodes", "num_gpus", "gpus_per_node", "intra_link", "nic_gbps", "pcie_gbps", "price_per_hour",
+             "currency")
 LINKS = {"": estimator_pb2.INTRA_LINK_UNSPECIFIED, "nvlink": estimator_pb2.INTRA_LINK_NVLINK,
          "pcie": estimator_pb2.INTRA_LINK_PCIE}
 GB = 1e9
@@ -229,7 +231,8 @@ def load_cluster(paths: Sequence[str]) -> estimator_pb2.ClusterSpec:
         except ClusterFileError as exc:
             raise ClusterFileError(f"{path}: {exc}") from None
         for pool in pools:
-            key = (pool.gpu, pool.gpus_per_node, pool.intra_link, pool.nic_gbps, pool.pcie_gbps)
+            price = pool.price_per_hour if pool.HasField("price_per_hour") else None
+            key = (pool.gpu, pool.gpus_per_node, pool.intra_link, pool.nic_gbps, pool.pcie_gbps, price, pool.currency)
             if key in merged:
                 merged[key].num_gpus += pool.num_gpus
             else:
@@ -298,6 +301,18 @@ def _pools(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
                 if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
                     raise ClusterFileError(f"{field}.{key}: must be a number > 0 (GB/s), got {v!r}")
                 setattr(pool, key, float(v))
+        if "price_per_hour" in p:
+            v = p["price_per_hour"]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
+                raise ClusterFileError(f"{field}.price_per_hour: must be a number >= 0 (per GPU-hour), got {v!r}")
+            pool.price_per_hour = float(v)
+        if "currency" in p:
+            cur = p["currency"]
+            if not isinstance(cur, str) or not re.fullmatch(r"[A-Z]{3}", cur):
+                raise ClusterFileError(f"{field}.currency: must be an ISO 4217 code such as USD, got {cur!r}")
+            if "price_per_hour" not in p:
+                raise ClusterFileError(f"{field}.currency: given without price_per_hour")
+            pool.currency = cur
         out.append(pool)
     return out
 
@@ -413,9 +428,17 @@ def memory_table(job: str, resp: estimator_pb2.EstimateMemoryResponse, wide: boo
 
 
 CELL_COLUMNS = ("GPU", "GPUS", "STAGES", "NODES", "FITS", "ITER(s)", "MEM/GPU(GB)", "PLAN", "SOURCE", "REASON")
+COST_COLUMNS = ("COST/h", "COST(job)")
 
 
-def cells_table(resp: estimator_pb2.GetCellsResponse, wide: bool = False) -> str:
+def _money(value: float, currency: str) -> str:
+    return f"{value:.4g} {currency}".rstrip()
+
+
+def cells_table(resp: estimator_pb2.GetCellsResponse, wide: bool = False, iterations: int = 0) -> str:
+    """The Cells as a table; the cost columns only when some pool has a price (COST(job): the job's
+    iterations x the cost of one)."""
+    priced = any(c.HasField("cost_per_hour") for c in resp.cells)
     rows = []
     for c in resp.cells:
         it = c.iter_time_seconds
@@ -429,7 +452,14 @@ def cells_table(resp: estimator_pb2.GetCellsResponse, wide: bool = False) -> str
             _gb(c.memory_per_gpu_bytes.value) if c.HasField("memory_per_gpu_bytes") else "-",
             c.plan.description if c.HasField("plan") else "-", src, reason or "-",
         ])
+        if priced:
+            per_hour = _money(c.cost_per_hour.value, c.currency) if c.HasField("cost_per_hour") else "-"
+            job = (_money(c.cost_per_iteration.value * iterations, c.currency)
+                   if c.HasField("cost_per_iteration") and iterations > 0 else "-")
+            rows[-1][-2:-2] = [per_hour, job]
     headers = list(CELL_COLUMNS)
+    if priced:
+        headers[-2:-2] = COST_COLUMNS
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     out = ["   ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     out += ["   ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
@@ -469,5 +499,5 @@ def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
     if args.output == "json":
         out.write(dumps(to_json(resp)) + "\n")
     else:
-        out.write(cells_table(resp, wide=args.output == "wide") + "\n")
+        out.write(cells_table(resp, wide=args.output == "wide", iterations=spec.iterations) + "\n")
     return 0

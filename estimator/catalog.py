@@ -4,6 +4,8 @@ Figures are from ../shared/reference/gpus.md, which names a public source for ea
 there as unconfirmed (†) carry `confirmed=False`. An A100-40GB is not an A100-80GB: entries are keyed
 by model *and* memory size. The FP32 (non-tensor) rates are not in gpus.md: `FP32_TFLOPS` names the
 public page each comes from; 0 means not known (compute.py then uses a stated fraction of the FP16 rate).
+Prices (`PRICES`) are known for the four rented types of the Espresso paper only, in the currency of
+their source; a cluster's own prices (GpuPool.price_per_hour) replace them.
 """
 
 from __future__ import annotations
@@ -89,6 +91,34 @@ FP32_SHARES_INT32 = frozenset({"A10-24GB", "A40-48GB", "RTX-A6000-48GB", "RTX-A4
 CATALOG = {name: replace(g, tflops_fp32=FP32_TFLOPS[name][0] if name in FP32_TFLOPS else 0.0,
                          fp32_shares_int32=name in FP32_SHARES_INT32)
            for name, g in CATALOG.items()}
+
+
+
+@dataclass(frozen=True)
+class Price:
+    """What one GPU costs per hour, in `currency` (ISO 4217 code), and where the figure comes from."""
+
+    per_hour: float
+    currency: str
+    source: str
+
+
+# The only public prices among the seeds: Espresso's rented GPUs (shared/seeds/espresso.txt, Table I,
+# the same figures as its artifact's gpu_config.json, shared/data/espresso/), JuChi Cloud (matpool.com)
+# in yuan per GPU-hour. Cloud list prices move and differ by provider; a cluster states its own.
+_ESPRESSO = "Espresso Table I (JuChi Cloud rental, matpool.com)"
+PRICES: dict[str, Price] = {
+    "RTX-A6000-48GB": Price(6.0, "CNY", _ESPRESSO),
+    "A30-24GB": Price(4.0, "CNY", _ESPRESSO),
+    "RTX-3090-24GB": Price(2.5, "CNY", _ESPRESSO),
+    "RTX-A4000-16GB": Price(2.0, "CNY", _ESPRESSO),
+}
+
+
+def price(name: str) -> Price | None:
+    """The catalog's price of one GPU of this type per hour, None when no public figure is known."""
+    return PRICES.get(lookup(name).name)
+
 
 # Short names users and traces write; each maps to one entry (the memory size of the Crius tables).
 ALIASES: dict[str, str] = {

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from estimator.catalog import GpuType, UnknownGpuError, lookup
+from estimator.catalog import GpuType, Price, UnknownGpuError, lookup, price
 from estimator.comm import CommModel, Link
 from estimator.compute import (
     DEFAULT_PRIOR,
@@ -275,7 +275,9 @@ class GpuPool:
     `intra_link`: "nvlink" or "pcie" between GPUs of one node; `nic_gbps`: the node's network
     bandwidth in GB/s per direction (100 Gb/s InfiniBand = 12.5); `pcie_gbps` per direction.
     `intra_efficiency` / `network_efficiency` override the LinkPrior's achievable fraction for this
-    pool's links (what a profiled table of this pool would say; None = the prior).
+    pool's links (what a profiled table of this pool would say; None = the prior). `price_per_hour`:
+    what one of these GPUs costs per hour in `currency` (an ISO 4217 code, or empty); None = the
+    catalog's public price when it has one.
     """
 
     gpu: str
@@ -286,6 +288,8 @@ class GpuPool:
     pcie_gbps: float = 32.0
     intra_efficiency: float | None = None
     network_efficiency: float | None = None
+    price_per_hour: float | None = None
+    currency: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -309,10 +313,23 @@ class GpuPool:
             v = getattr(self, f)
             if v is not None and not 0 < v <= 1:
                 raise CellInputError(f"{f}: must be in (0, 1], got {v}")
+        if self.price_per_hour is not None and not 0 <= self.price_per_hour < math.inf:
+            raise CellInputError(f"price_per_hour: must be a number >= 0, got {self.price_per_hour}")
+        if self.currency and not (len(self.currency) == 3 and self.currency.isascii() and self.currency.isupper()):
+            raise CellInputError(f"currency: must be an ISO 4217 code such as USD, got {self.currency!r}")
+        if self.currency and self.price_per_hour is None:
+            raise CellInputError("currency: given without price_per_hour")
 
     @property
     def gpu_type(self) -> GpuType:
         return lookup(self.gpu)
+
+    @property
+    def price(self) -> Price | None:
+        """One GPU's price per hour: the cluster's own, else the catalog's public one, else None."""
+        if self.price_per_hour is not None:
+            return Price(self.price_per_hour, self.currency, "cluster")
+        return price(self.gpu)
 
 
 @dataclass(frozen=True)
@@ -322,14 +339,18 @@ class ClusterSpec:
     @classmethod
     def from_mapping(cls, obj: Mapping[str, Any]) -> ClusterSpec:
         """{"pools": [{"gpu": "A100-40GB", "nodes": 80, "gpus_per_node": 4, "intra_link": "nvlink",
-        "nic_gbps": 12.5}, ...]}; `num_gpus` may replace `nodes`."""
+        "nic_gbps": 12.5, "price_per_hour": 1.9, "currency": "USD"}, ...]}; `num_gpus` may replace
+        `nodes`."""
         pools = []
         for i, p in enumerate(obj.get("pools", [])):
             try:
                 per = int(p["gpus_per_node"])
                 n = int(p["num_gpus"]) if "num_gpus" in p else int(p["nodes"]) * per
+                price = p.get("price_per_hour")
                 pools.append(GpuPool(str(p["gpu"]), n, per, str(p.get("intra_link", "")),
-                                     float(p.get("nic_gbps", 12.5)), float(p.get("pcie_gbps", 32.0))))
+                                     float(p.get("nic_gbps", 12.5)), float(p.get("pcie_gbps", 32.0)),
+                                     price_per_hour=None if price is None else float(price),
+                                     currency=str(p.get("currency", ""))))
             except KeyError as exc:
                 raise CellInputError(f"pools[{i}].{exc.args[0]}: missing") from exc
         if not pools:
@@ -710,6 +731,11 @@ class Cell:
     plans_feasible: int = 0
     stage_gpus: tuple[int, ...] = ()
     execution_plan: ExecutionPlan | None = None
+    # Espresso's cost (Eq. 1 for one iteration): GPUs x price per hour, and x iteration time when the
+    # Cell fits; in `currency`. None when the pool has no known price.
+    cost_per_hour: Sourced | None = None
+    cost_per_iteration: Sourced | None = None
+    currency: str = ""
 
     @property
     def key(self) -> tuple[str, str, int, int, int, int]:
@@ -918,6 +944,11 @@ class CellEstimator:
     def _cell(self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int, place: _Placement) -> Cell:
         base: dict[str, Any] = {"signature": model.signature, "gpu_type": pool.gpu, "num_gpus": num_gpus,
                                 "num_stages": num_stages, "nodes": place.nodes, "gpus_per_node": place.per_node}
+        unit = pool.price
+        if unit is not None:
+            where = "cluster" if unit.source == "cluster" else f"catalog:{unit.source}"
+            base["cost_per_hour"] = Sourced(num_gpus * unit.per_hour, where)
+            base["currency"] = unit.currency
         b = self._default_microbatches(model, num_stages)
         reason = ""
         assembled = 0
@@ -948,6 +979,9 @@ class CellEstimator:
         mkey = (model.signature, pool.gpu, num_gpus, num_stages)
         it = (Sourced(self._measured[mkey], "measured") if mkey in self._measured
               else Sourced(best.iter_time, source))
+        cost = base.get("cost_per_hour")
+        if cost is not None:
+            base["cost_per_iteration"] = Sourced(cost.value * it.value / 3600, "formula:cost_per_hour x iter_time")
         return Cell(**base, fits=True, reason="", plan=best.plan, iter_time=it,
                     memory_per_gpu=Sourced(best.memory_bytes, "formula:cells-memory"),
                     breakdown=tuple(best.breakdown().items()), plans_assembled=assembled,

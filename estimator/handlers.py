@@ -144,7 +144,9 @@ def cluster_spec(c: pb.ClusterSpec, field: str = "cluster") -> ClusterSpec:
             raise PlanError(f"{where}.gpu", "required, a catalog GPU name such as A100-80GB")
         try:
             pools.append(GpuPool(p.gpu, p.num_gpus, p.gpus_per_node, LINKS[p.intra_link], p.nic_gbps or 12.5,
-                                 p.pcie_gbps or 32.0))
+                                 p.pcie_gbps or 32.0,
+                                 price_per_hour=p.price_per_hour if p.HasField("price_per_hour") else None,
+                                 currency=p.currency))
         except (CellInputError, UnknownGpuError) as exc:
             raise _prefixed(where, exc) from None
     return ClusterSpec(tuple(pools))
@@ -155,7 +157,8 @@ def cluster_message(spec: ClusterSpec) -> pb.ClusterSpec:
     return pb.ClusterSpec(pools=[
         pb.GpuPool(gpu=p.gpu, num_gpus=p.num_gpus, gpus_per_node=p.gpus_per_node,
                    intra_link=link[p.intra_link],
-                   nic_gbps=p.nic_gbps, pcie_gbps=p.pcie_gbps)
+                   nic_gbps=p.nic_gbps, pcie_gbps=p.pcie_gbps, price_per_hour=p.price_per_hour,
+                   currency=p.currency)
         for p in spec.pools])
 
 
@@ -205,6 +208,10 @@ def cell_message(c: Cell) -> pb.Cell:
         msg.iter_time_seconds.CopyFrom(pb.SourcedValue(value=c.iter_time.value, source=c.iter_time.source))
     if c.memory_per_gpu is not None:
         msg.memory_per_gpu_bytes.CopyFrom(pb.SourcedValue(value=c.memory_per_gpu.value, source=c.memory_per_gpu.source))
+    for name, v in (("cost_per_hour", c.cost_per_hour), ("cost_per_iteration", c.cost_per_iteration)):
+        if v is not None:
+            getattr(msg, name).CopyFrom(pb.SourcedValue(value=v.value, source=v.source))
+    msg.currency = c.currency
     est_source = c.iter_time.source if c.iter_time is not None else ""
     if est_source == "measured":
         est_source = MEASURED_SOURCE_NOTE

@@ -109,13 +109,13 @@ async def test_memory_registered_moe_and_no_gpu(srv: Server) -> None:
 # -- Cells ------------------------------------------------------------------------------------------
 
 CLUSTER = pb.ClusterSpec(pools=[
-    pb.GpuPool(gpu="A100-40GB", num_gpus=16, gpus_per_node=4),
+    pb.GpuPool(gpu="A100-40GB", num_gpus=16, gpus_per_node=4, price_per_hour=1.5, currency="USD"),
     pb.GpuPool(gpu="V100", num_gpus=16, gpus_per_node=8),
     pb.GpuPool(gpu="a40", num_gpus=8, gpus_per_node=2, intra_link=pb.INTRA_LINK_PCIE),
     pb.GpuPool(gpu="A10-24GB", num_gpus=8, gpus_per_node=2, nic_gbps=3.125),
 ])
 LIB_CLUSTER = ClusterSpec.from_mapping({"pools": [
-    {"gpu": "A100-40GB", "num_gpus": 16, "gpus_per_node": 4},
+    {"gpu": "A100-40GB", "num_gpus": 16, "gpus_per_node": 4, "price_per_hour": 1.5, "currency": "USD"},
     {"gpu": "V100", "num_gpus": 16, "gpus_per_node": 8},
     {"gpu": "a40", "num_gpus": 8, "gpus_per_node": 2, "intra_link": "pcie"},
     {"gpu": "A10-24GB", "num_gpus": 8, "gpus_per_node": 2, "nic_gbps": 3.125},
@@ -133,6 +133,12 @@ async def test_cells_equal_the_library(srv: Server) -> None:
     for got, want in zip(resp.cells, lib):
         assert (got.gpu_type, got.num_gpus, got.num_stages, got.nodes, got.gpus_per_node, got.fits, got.reason) == (
             want.gpu_type, want.num_gpus, want.num_stages, want.nodes, want.gpus_per_node, want.fits, want.reason)
+        assert got.HasField("cost_per_hour") == (want.cost_per_hour is not None) == (got.gpu_type == "A100-40GB")
+        if want.cost_per_hour is not None:
+            assert (got.cost_per_hour.value, got.cost_per_hour.source, got.currency) == (
+                want.cost_per_hour.value, "cluster", "USD")
+        if want.cost_per_iteration is not None:
+            assert got.cost_per_iteration.value == want.cost_per_iteration.value
         if want.fits:
             assert want.iter_time is not None and want.memory_per_gpu is not None and want.plan is not None
             assert got.iter_time_seconds.value == want.iter_time.value
@@ -209,6 +215,12 @@ PLAN2 = c.ExecutionPlan(dp=2)
      "cluster.pools[1].gpu"),
     ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(
         pools=[pb.GpuPool(gpu="A100", num_gpus=0, gpus_per_node=4)])), "cluster.pools[0].num_gpus"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A100", num_gpus=4, gpus_per_node=4, price_per_hour=-2)])),
+     "cluster.pools[0].price_per_hour"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A100", num_gpus=4, gpus_per_node=4, price_per_hour=2, currency="dollars")])),
+     "cluster.pools[0].currency"),
     ("GetCells", pb.GetCellsRequest(model=GPT, cluster=CLUSTER), "global_batch_size"),
     ("GetCells", pb.GetCellsRequest(model=c.ModelSpec(hidden_size=96, num_layers=2, num_heads=5, vocab_size=10,
                                                       seq_length=8), global_batch_size=8, cluster=CLUSTER),

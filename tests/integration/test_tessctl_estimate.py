@@ -111,6 +111,15 @@ def test_tables_and_a_simulator_cluster() -> None:
     assert lines[0].split()[:5] == ["GPU", "GPUS", "STAGES", "NODES", "FITS"]
     assert {line.split()[0] for line in lines[1:-2]} == {"A100-40GB", "V100-32GB", "A40-48GB", "A10-24GB"}
     assert lines[-1].startswith(f"{len(lines) - 3} Cells")
+    assert "COST/h" not in lines[0]  # no pool of that cluster has a price
+    rc, out = _main("estimate", "cells", "-f", MEDIUM, "--cluster", str(REPO / "examples/clusters/espresso-rental.yaml"),
+                    "--best", "--max-gpus", "2")
+    assert rc == 0
+    head, *rows = out.splitlines()
+    cols = head.split()
+    assert cols[cols.index("PLAN") + 1: cols.index("PLAN") + 3] == ["COST/h", "COST(job)"]
+    a30 = next(r for r in rows if r.startswith("A30-24GB ") and r.split()[1] == "2")
+    assert "8 CNY" in a30  # 2 GPUs x 4 yuan per hour (the catalog's Espresso price)
 
 
 def test_errors_are_one_line_with_the_field_on_both_paths(estimator: Daemon, capsys: pytest.CaptureFixture[str]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import math
 import random
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from estimator.catalog import lookup
+from estimator.catalog import Price, lookup, price
 from estimator.cells import (
     CellConfig,
     CellEstimator,
@@ -16,6 +20,7 @@ from estimator.cells import (
     CellModel,
     ClusterSpec,
     GpuPool,
+    Sourced,
     StageCost,
     StagePlan,
     best_plan,
@@ -28,6 +33,7 @@ from estimator.cells import (
 from estimator.compute import DEFAULT_PRIOR, EfficiencyPrior, stage_compute_time
 from estimator.partition import Operator
 
+REPO = Path(__file__).resolve().parents[2]
 GPT = CellModel("gpt", hidden_size=1024, num_layers=8, num_heads=16, vocab_size=32000, seq_length=1024,
                 global_batch=64, name="gpt-350m-ish")
 MOE = CellModel("moe", hidden_size=768, num_layers=8, num_heads=16, vocab_size=32000, seq_length=1024,
@@ -147,6 +153,45 @@ def test_job_cells_over_a_cluster() -> None:
     assert all(c.iter_time is not None for c in cells if c.fits)
     best = CellEstimator(CellConfig()).best_cells(GPT, cluster)
     assert len(best) == 7
+
+
+def test_cells_carry_the_cost_of_their_gpus() -> None:
+    cluster = ClusterSpec.from_mapping({"pools": [
+        {"gpu": "A30", "num_gpus": 4, "gpus_per_node": 4},  # the catalog's price: Espresso Table I
+        {"gpu": "A100-40GB", "num_gpus": 4, "gpus_per_node": 4, "price_per_hour": 1.5, "currency": "USD"},
+        {"gpu": "A40", "num_gpus": 2, "gpus_per_node": 2}]})  # no known price
+    cells = {(c.gpu_type, c.num_gpus, c.num_stages): c for c in job_cells(GPT, cluster)}
+    a30 = cells[("A30-24GB", 4, 1)]
+    assert a30.cost_per_hour == Sourced(16.0, "catalog:Espresso Table I (JuChi Cloud rental, matpool.com)")
+    assert a30.currency == "CNY" and a30.fits and a30.iter_time is not None and a30.cost_per_iteration is not None
+    assert a30.cost_per_iteration.value == pytest.approx(16.0 * a30.iter_time.value / 3600)
+    a100 = cells[("A100-40GB", 2, 2)]
+    assert (a100.cost_per_hour, a100.currency) == (Sourced(3.0, "cluster"), "USD")
+    assert all(c.cost_per_hour is None and c.cost_per_iteration is None and c.currency == ""
+               for c in cells.values() if c.gpu_type == "A40-48GB")
+
+
+def test_catalog_prices_are_the_espresso_artifacts() -> None:
+    assert (price("A6000"), price("a100")) == (Price(6.0, "CNY", price("A30").source), None)  # type: ignore[union-attr]
+    cfg = REPO.parent / "shared" / "data" / "espresso" / "gpu_config.json"
+    if not cfg.exists():
+        pytest.skip("../shared/data is not beside the repository")
+    names = {"a30-pcie-24gb": "A30", "a6000-pcie4-48gb": "A6000", "a4000-pcie4-16gb": "A4000",
+             "3090-pcie4-24gb": "RTX3090"}
+    for key, row in json.loads(cfg.read_text()).items():
+        assert price(names[key]).per_hour == row["cost"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"price_per_hour": -1.0}, "price_per_hour: must be a number >= 0"),
+     ({"price_per_hour": math.nan}, "price_per_hour: must be a number >= 0"),
+     ({"price_per_hour": 1.0, "currency": "usd"}, "currency: must be an ISO 4217 code"),
+     ({"currency": "USD"}, "currency: given without price_per_hour")],
+)
+def test_bad_prices_name_the_field(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(CellInputError, match=f"^{re.escape(message)}"):
+        GpuPool("A100", 8, 8, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

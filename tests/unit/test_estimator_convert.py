@@ -89,6 +89,10 @@ def test_cluster_files_in_three_formats(tmp_path: Path) -> None:
                                      {"gpu": "A10", "num_gpus": 6, "gpus_per_node": 2, "nic_gbps": 3.125}]})
     assert [(p.gpu, p.num_gpus, p.gpus_per_node, p.nic_gbps) for p in pools] == [
         ("A100-80GB", 8, 4, 0.0), ("A10-24GB", 6, 2, 3.125)]
+    assert not pools[0].HasField("price_per_hour")
+    priced = cluster_pools({"pools": [{"gpu": "H100", "nodes": 1, "gpus_per_node": 8, "price_per_hour": 0,
+                                       "currency": "EUR"}]})
+    assert priced[0].HasField("price_per_hour") and (priced[0].price_per_hour, priced[0].currency) == (0.0, "EUR")
     inv = REPO / "examples" / "inventories"
     merged = load_cluster([f"{inv / 'a100-node.yaml'},{inv / 'a100-node.yaml'}", str(inv / "a10-node.yaml")])
     assert [(p.gpu, p.num_gpus, p.gpus_per_node, p.intra_link) for p in merged.pools] == [
@@ -100,6 +104,12 @@ def test_cluster_files_in_three_formats(tmp_path: Path) -> None:
                       ("pools: [{gpu: A100, gpus_per_node: 4}]", "pools[0]: give nodes or num_gpus"),
                       ("pools: [{gpu: A100, nodes: 1, gpus_per_node: 0}]", "pools[0].gpus_per_node: must be"),
                       ("pools: [{gpu: A100, nodes: 1, gpus_per_node: 4, color: red}]", "pools[0].color: unknown"),
+                      ("pools: [{gpu: A100, nodes: 1, gpus_per_node: 4, price_per_hour: -1}]",
+                       "pools[0].price_per_hour: must be a number >= 0"),
+                      ("pools: [{gpu: A100, nodes: 1, gpus_per_node: 4, price_per_hour: 2, currency: usd}]",
+                       "pools[0].currency: must be an ISO 4217 code"),
+                      ("pools: [{gpu: A100, nodes: 1, gpus_per_node: 4, currency: USD}]",
+                       "pools[0].currency: given without price_per_hour"),
                       ("gpus: [{model: A100, count: 0}]", "gpus[0].count"), ("[1, 2]", "must be a mapping"),
                       ("{", "not valid YAML")):
         bad.write_text(doc)

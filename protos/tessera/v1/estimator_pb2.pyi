@@ -107,20 +107,24 @@ class EstimateMemoryResponse(_message.Message):
     def __init__(self, memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., gpu: _Optional[str] = ..., model_signature: _Optional[str] = ..., num_gpus: _Optional[int] = ...) -> None: ...
 
 class GpuPool(_message.Message):
-    __slots__ = ("gpu", "num_gpus", "gpus_per_node", "intra_link", "nic_gbps", "pcie_gbps")
+    __slots__ = ("gpu", "num_gpus", "gpus_per_node", "intra_link", "nic_gbps", "pcie_gbps", "price_per_hour", "currency")
     GPU_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
     GPUS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
     INTRA_LINK_FIELD_NUMBER: _ClassVar[int]
     NIC_GBPS_FIELD_NUMBER: _ClassVar[int]
     PCIE_GBPS_FIELD_NUMBER: _ClassVar[int]
+    PRICE_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    CURRENCY_FIELD_NUMBER: _ClassVar[int]
     gpu: str
     num_gpus: int
     gpus_per_node: int
     intra_link: IntraLink
     nic_gbps: float
     pcie_gbps: float
-    def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., intra_link: _Optional[_Union[IntraLink, str]] = ..., nic_gbps: _Optional[float] = ..., pcie_gbps: _Optional[float] = ...) -> None: ...
+    price_per_hour: float
+    currency: str
+    def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., intra_link: _Optional[_Union[IntraLink, str]] = ..., nic_gbps: _Optional[float] = ..., pcie_gbps: _Optional[float] = ..., price_per_hour: _Optional[float] = ..., currency: _Optional[str] = ...) -> None: ...
 
 class ClusterSpec(_message.Message):
     __slots__ = ("pools",)
@@ -197,7 +201,7 @@ class TimeComponent(_message.Message):
     def __init__(self, name: _Optional[str] = ..., seconds: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Cell(_message.Message):
-    __slots__ = ("gpu_type", "num_gpus", "num_stages", "nodes", "gpus_per_node", "fits", "reason", "plan", "execution_plan", "iter_time_seconds", "memory_per_gpu_bytes", "breakdown", "plans_assembled", "plans_feasible", "stage_gpus")
+    __slots__ = ("gpu_type", "num_gpus", "num_stages", "nodes", "gpus_per_node", "fits", "reason", "plan", "execution_plan", "iter_time_seconds", "memory_per_gpu_bytes", "breakdown", "plans_assembled", "plans_feasible", "stage_gpus", "cost_per_hour", "cost_per_iteration", "currency")
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
     NUM_STAGES_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +217,9 @@ class Cell(_message.Message):
     PLANS_ASSEMBLED_FIELD_NUMBER: _ClassVar[int]
     PLANS_FEASIBLE_FIELD_NUMBER: _ClassVar[int]
     STAGE_GPUS_FIELD_NUMBER: _ClassVar[int]
+    COST_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    COST_PER_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    CURRENCY_FIELD_NUMBER: _ClassVar[int]
     gpu_type: str
     num_gpus: int
     num_stages: int
@@ -228,7 +235,10 @@ class Cell(_message.Message):
     plans_assembled: int
     plans_feasible: int
     stage_gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., num_stages: _Optional[int] = ..., nodes: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., fits: _Optional[bool] = ..., reason: _Optional[str] = ..., plan: _Optional[_Union[CellPlan, _Mapping]] = ..., execution_plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., iter_time_seconds: _Optional[_Union[SourcedValue, _Mapping]] = ..., memory_per_gpu_bytes: _Optional[_Union[SourcedValue, _Mapping]] = ..., breakdown: _Optional[_Iterable[_Union[TimeComponent, _Mapping]]] = ..., plans_assembled: _Optional[int] = ..., plans_feasible: _Optional[int] = ..., stage_gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    cost_per_hour: SourcedValue
+    cost_per_iteration: SourcedValue
+    currency: str
+    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., num_stages: _Optional[int] = ..., nodes: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., fits: _Optional[bool] = ..., reason: _Optional[str] = ..., plan: _Optional[_Union[CellPlan, _Mapping]] = ..., execution_plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., iter_time_seconds: _Optional[_Union[SourcedValue, _Mapping]] = ..., memory_per_gpu_bytes: _Optional[_Union[SourcedValue, _Mapping]] = ..., breakdown: _Optional[_Iterable[_Union[TimeComponent, _Mapping]]] = ..., plans_assembled: _Optional[int] = ..., plans_feasible: _Optional[int] = ..., stage_gpus: _Optional[_Iterable[int]] = ..., cost_per_hour: _Optional[_Union[SourcedValue, _Mapping]] = ..., cost_per_iteration: _Optional[_Union[SourcedValue, _Mapping]] = ..., currency: _Optional[str] = ...) -> None: ...
 
 class GetCellsResponse(_message.Message):
     __slots__ = ("model_signature", "cells")
