@@ -736,6 +736,8 @@ class Cell:
     cost_per_hour: Sourced | None = None
     cost_per_iteration: Sourced | None = None
     currency: str = ""
+    # The best plan's stages: times per micro-batch (compute, intra, inter) and per iteration (sync).
+    stage_costs: tuple[StageCost, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, int, int, int, int]:
@@ -985,7 +987,7 @@ class CellEstimator:
         return Cell(**base, fits=True, reason="", plan=best.plan, iter_time=it,
                     memory_per_gpu=Sourced(best.memory_bytes, "formula:cells-memory"),
                     breakdown=tuple(best.breakdown().items()), plans_assembled=assembled,
-                    plans_feasible=feasible, stage_gpus=stage_gpus,
+                    plans_feasible=feasible, stage_gpus=stage_gpus, stage_costs=best.stages,
                     execution_plan=execution_plan(model, best.plan, self.config))
 
     # -- all Cells of a job ---------------------------------------------------------------------------

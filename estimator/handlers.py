@@ -200,7 +200,10 @@ def cell_message(c: Cell) -> pb.Cell:
                   plans_feasible=c.plans_feasible, stage_gpus=list(c.stage_gpus))
     if c.plan is not None:
         msg.plan.CopyFrom(pb.CellPlan(
-            stages=[pb.CellStage(first_operator=s.start, end_operator=s.end, dp=s.dp, tp=s.tp) for s in c.plan.stages],
+            stages=[pb.CellStage(first_operator=s.start, end_operator=s.end, dp=s.dp, tp=s.tp,
+                                 compute_seconds=sc.compute, intra_comm_seconds=sc.intra_comm,
+                                 inter_comm_seconds=sc.inter_comm, sync_seconds=sc.sync, memory_bytes=sc.memory_bytes)
+                    for s, sc in zip(c.plan.stages, c.stage_costs, strict=True)],
             num_microbatches=c.plan.num_microbatches, description=c.plan.describe()))
     if c.execution_plan is not None:
         msg.execution_plan.CopyFrom(plan_message(c.execution_plan))

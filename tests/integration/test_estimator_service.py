@@ -147,6 +147,9 @@ async def test_cells_equal_the_library(srv: Server) -> None:
             assert got.memory_per_gpu_bytes.source == want.memory_per_gpu.source
             assert got.plan.description == want.plan.describe()
             assert [(s.dp, s.tp) for s in got.plan.stages] == [(s.dp, s.tp) for s in want.plan.stages]
+            assert [(s.compute_seconds, s.intra_comm_seconds, s.inter_comm_seconds, s.sync_seconds, s.memory_bytes)
+                    for s in got.plan.stages] == [(x.compute, x.intra_comm, x.inter_comm, x.sync, x.memory_bytes)
+                                                  for x in want.stage_costs]
             assert {b.name: b.seconds for b in got.breakdown} == dict(want.breakdown)
             assert all(b.source == want.iter_time.source for b in got.breakdown)
     best = await srv.stub.GetCells(pb.GetCellsRequest(model=req.model, global_batch_size=64, cluster=CLUSTER,

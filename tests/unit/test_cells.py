@@ -155,6 +155,16 @@ def test_job_cells_over_a_cluster() -> None:
     assert len(best) == 7
 
 
+def test_cells_carry_their_stage_times_and_they_give_the_iteration_time() -> None:
+    cells = [c for c in job_cells(GPT, ClusterSpec((A100,))) if c.fits]
+    assert cells and all(c.plan is not None and len(c.stage_costs) == c.num_stages for c in cells)
+    for c in cells:
+        assert c.plan is not None and c.iter_time is not None
+        assert [(x.plan.dp, x.plan.tp) for x in c.stage_costs] == [(s.dp, s.tp) for s in c.plan.stages]
+        assert iteration_time(c.stage_costs, c.plan.num_microbatches) == pytest.approx(c.iter_time.value)
+        assert c.memory_per_gpu is not None and max(x.memory_bytes for x in c.stage_costs) == c.memory_per_gpu.value
+
+
 def test_cells_carry_the_cost_of_their_gpus() -> None:
     cluster = ClusterSpec.from_mapping({"pools": [
         {"gpu": "A30", "num_gpus": 4, "gpus_per_node": 4},  # the catalog's price: Espresso Table I

@@ -169,16 +169,26 @@ class SourcedValue(_message.Message):
     def __init__(self, value: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class CellStage(_message.Message):
-    __slots__ = ("first_operator", "end_operator", "dp", "tp")
+    __slots__ = ("first_operator", "end_operator", "dp", "tp", "compute_seconds", "intra_comm_seconds", "inter_comm_seconds", "sync_seconds", "memory_bytes")
     FIRST_OPERATOR_FIELD_NUMBER: _ClassVar[int]
     END_OPERATOR_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
     TP_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    INTRA_COMM_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    INTER_COMM_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SYNC_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     first_operator: int
     end_operator: int
     dp: int
     tp: int
-    def __init__(self, first_operator: _Optional[int] = ..., end_operator: _Optional[int] = ..., dp: _Optional[int] = ..., tp: _Optional[int] = ...) -> None: ...
+    compute_seconds: float
+    intra_comm_seconds: float
+    inter_comm_seconds: float
+    sync_seconds: float
+    memory_bytes: float
+    def __init__(self, first_operator: _Optional[int] = ..., end_operator: _Optional[int] = ..., dp: _Optional[int] = ..., tp: _Optional[int] = ..., compute_seconds: _Optional[float] = ..., intra_comm_seconds: _Optional[float] = ..., inter_comm_seconds: _Optional[float] = ..., sync_seconds: _Optional[float] = ..., memory_bytes: _Optional[float] = ...) -> None: ...
 
 class CellPlan(_message.Message):
     __slots__ = ("stages", "num_microbatches", "description")
