@@ -105,6 +105,24 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
                    help="largest GPU count of a Cell (default 64)")
     p.add_argument("--best", action="store_true", help="only the fastest fitting Cell per GPU type and count")
     _estimator_option(p)
+    p = command(sub, "stages", cmd_stages,
+                "Espresso's stage placement of a job over pipeline stages of mixed GPU types")
+    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
+    p.add_argument("--stages", required=True, metavar="TYPE[,TYPE]...",
+                   help="the GPU type of each pipeline stage, in any order (a type may repeat)")
+    p.add_argument("--dp", type=_positive_int, default=1, metavar="N", help="GPUs per stage (default 1)")
+    p.add_argument("--cluster", action="append", metavar="FILE[,FILE]",
+                   help="take each type's node size, links and price from these cluster files (default: one "
+                        "node of dp GPUs per stage, 100 Gb/s between nodes)")
+    p.add_argument("--microbatches", type=_positive_int, default=0, metavar="N",
+                   help="pipeline micro-batches (default: 4 x stages, or the largest count under it that divides "
+                        "the batch)")
+    p.add_argument("--precision", choices=("mixed", "megatron-bf16", "megatron-fp16", "bf16", "fp32", "amp",
+                                           "mixed-adafactor"), default=None,
+                   help="recipe of the model-state bytes (default: mixed)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="also search every order and split for the optimum under the same estimate")
+    _estimator_option(p)
 
 
 def _positive_int(text: str) -> int:
@@ -162,7 +180,8 @@ class InProcess:
     def call(self, method: str, request: Message) -> Any:
         from estimator.handlers import TracedUnavailable, field_error
 
-        fn = {"EstimateMemory": self._est.estimate_memory, "GetCells": self._est.get_cells}[method]
+        fn = {"EstimateMemory": self._est.estimate_memory, "GetCells": self._est.get_cells,
+              "PlaceStages": self._est.place_stages}[method]
         try:
             return fn(request)  # type: ignore[operator]
         except TracedUnavailable as exc:
@@ -207,6 +226,33 @@ def cells_request(spec: common_pb2.JobSpec, cluster: estimator_pb2.ClusterSpec, 
         model=spec.model, global_batch_size=spec.global_batch_size, cluster=cluster,
         precision=PRECISION_VALUE[precision] if precision else common_pb2.PRECISION_UNSPECIFIED,
         options=estimator_pb2.CellOptions(max_gpus=max_gpus), best_only=best)
+
+
+def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estimator_pb2.ClusterSpec | None,
+                   microbatches: int = 0, precision: str | None = None,
+                   exhaustive: bool = False) -> estimator_pb2.PlaceStagesRequest:
+    """The PlaceStages request of a job file and the command's flags; ClusterFileError when a stage's
+    type is not in the given cluster."""
+    from estimator.catalog import UnknownGpuError, lookup
+    from estimator.convert import PRECISION_VALUE
+
+    stages = []
+    for i, name in enumerate(t.strip() for t in types.split(",")):
+        try:
+            gpu = lookup(name).name
+        except UnknownGpuError as exc:
+            raise ClusterFileError(f"--stages[{i}]: {exc}") from None
+        if cluster is None:
+            stages.append(estimator_pb2.GpuPool(gpu=gpu, num_gpus=dp, gpus_per_node=dp))
+            continue
+        pool = next((p for p in cluster.pools if p.gpu == gpu), None)
+        if pool is None:
+            raise ClusterFileError(f"--stages[{i}]: {gpu} is not in the cluster files")
+        stages.append(pool)
+    return estimator_pb2.PlaceStagesRequest(
+        model=spec.model, global_batch_size=spec.global_batch_size, stages=stages, dp=dp,
+        num_microbatches=microbatches, exhaustive=exhaustive,
+        precision=PRECISION_VALUE[precision] if precision else common_pb2.PRECISION_UNSPECIFIED)
 
 
 # -- cluster files ----------------------------------------------------------------------------------
@@ -468,6 +514,22 @@ def cells_table(resp: estimator_pb2.GetCellsResponse, wide: bool = False, iterat
     return "\n".join(out)
 
 
+def placement_table(title: str, p: estimator_pb2.StagePlacement, wide: bool = False) -> str:
+    it = p.iter_time_seconds
+    source = it.source if wide else it.source.split("(")[0]
+    lines = [f"{title}: {p.description}",
+             (f"  iteration {it.value:.4g} s ({source}); memory {_gb(p.memory_per_gpu_bytes)} GB on the fullest "
+              f"GPU; fits: {'yes' if p.fits else 'no'}")]
+    head = ("STAGE", "GPU", "LAYERS", "COMPUTE(s/mb)", "INTRA(s/mb)", "INTER(s/mb)", "SYNC(s)", "MEM/GPU(GB)", "FITS")
+    rows = [(str(i), s.gpu_type, str(s.layers), f"{s.stage.compute_seconds:.4g}", f"{s.stage.intra_comm_seconds:.3g}",
+             f"{s.stage.inter_comm_seconds:.3g}", f"{s.stage.sync_seconds:.3g}", _gb(s.stage.memory_bytes),
+             "yes" if s.fits else "no") for i, s in enumerate(p.stages)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines.append("  " + "   ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
+    lines += ["  " + "   ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
 # -- commands ---------------------------------------------------------------------------------------
 
 
@@ -500,4 +562,20 @@ def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
         out.write(dumps(to_json(resp)) + "\n")
     else:
         out.write(cells_table(resp, wide=args.output == "wide", iterations=spec.iterations) + "\n")
+    return 0
+
+
+def cmd_stages(client: Any, args: argparse.Namespace, out: Any) -> int:
+    spec = _job(args.filename)
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    req = stages_request(spec, args.stages, args.dp, cluster, args.microbatches, args.precision, args.exhaustive)
+    resp = _ask(args, "PlaceStages", req)
+    if args.output == "json":
+        out.write(dumps(to_json(resp)) + "\n")
+        return 0
+    wide = args.output == "wide"
+    text = [f"Model:     {resp.model_signature}", placement_table("Espresso", resp.placement, wide)]
+    if resp.HasField("optimum"):
+        text.append(placement_table("Optimum", resp.optimum, wide))
+    out.write("\n".join(text) + "\n")
     return 0

@@ -40,10 +40,12 @@ from estimator.cells import (
     CellModel,
     ClusterSpec,
     GpuPool,
+    StageCost,
 )
 from estimator.convert import PRECISION, execution_plan, model_dims, plan_message
 from estimator.memory import estimate_memory
 from estimator.plans import PlanError
+from estimator.stage_placer import HeteroPlan, StagePlacer
 from estimator.state import EstimatorState
 
 MODES: dict[int, str] = {pb.MEMORY_MODE_UNSPECIFIED: "formula", pb.MEMORY_MODE_FORMULA: "formula",
@@ -135,21 +137,22 @@ def cluster_spec(c: pb.ClusterSpec, field: str = "cluster") -> ClusterSpec:
     """The library's ClusterSpec; errors name ``cluster.pools[i].FIELD``."""
     if not c.pools:
         raise PlanError(f"{field}.pools", "a cluster needs at least one GPU pool")
-    pools = []
-    for i, p in enumerate(c.pools):
-        where = f"{field}.pools[{i}]"
-        if p.intra_link not in LINKS:
-            raise PlanError(f"{where}.intra_link", f"unknown value {p.intra_link}")
-        if not p.gpu:
-            raise PlanError(f"{where}.gpu", "required, a catalog GPU name such as A100-80GB")
-        try:
-            pools.append(GpuPool(p.gpu, p.num_gpus, p.gpus_per_node, LINKS[p.intra_link], p.nic_gbps or 12.5,
-                                 p.pcie_gbps or 32.0,
-                                 price_per_hour=p.price_per_hour if p.HasField("price_per_hour") else None,
-                                 currency=p.currency))
-        except (CellInputError, UnknownGpuError) as exc:
-            raise _prefixed(where, exc) from None
-    return ClusterSpec(tuple(pools))
+    return ClusterSpec(tuple(gpu_pool(p, f"{field}.pools[{i}]") for i, p in enumerate(c.pools)))
+
+
+def gpu_pool(p: pb.GpuPool, where: str) -> GpuPool:
+    """The library's GpuPool; errors name ``WHERE.FIELD``."""
+    if p.intra_link not in LINKS:
+        raise PlanError(f"{where}.intra_link", f"unknown value {p.intra_link}")
+    if not p.gpu:
+        raise PlanError(f"{where}.gpu", "required, a catalog GPU name such as A100-80GB")
+    try:
+        return GpuPool(p.gpu, p.num_gpus, p.gpus_per_node, LINKS[p.intra_link], p.nic_gbps or 12.5,
+                       p.pcie_gbps or 32.0,
+                       price_per_hour=p.price_per_hour if p.HasField("price_per_hour") else None,
+                       currency=p.currency)
+    except (CellInputError, UnknownGpuError) as exc:
+        raise _prefixed(where, exc) from None
 
 
 def cluster_message(spec: ClusterSpec) -> pb.ClusterSpec:
@@ -193,6 +196,23 @@ def cell_model(req: pb.GetCellsRequest) -> CellModel:
         raise _prefixed("model", exc) from None
 
 
+def stage_message(sc: StageCost) -> pb.CellStage:
+    """One stage's operators, layout, times and memory per GPU."""
+    return pb.CellStage(first_operator=sc.plan.start, end_operator=sc.plan.end, dp=sc.plan.dp, tp=sc.plan.tp,
+                        compute_seconds=sc.compute, intra_comm_seconds=sc.intra_comm,
+                        inter_comm_seconds=sc.inter_comm, sync_seconds=sc.sync, memory_bytes=sc.memory_bytes)
+
+
+def placement_message(p: HeteroPlan) -> pb.StagePlacement:
+    srcs = sorted({c.compute_source for c in p.stage_costs} | {c.comm_source for c in p.stage_costs})
+    source = "+".join(x for x in srcs if x != "formula:none")
+    return pb.StagePlacement(
+        stages=[pb.PlacedStage(gpu_type=s.pool.gpu, layers=s.layers, stage=stage_message(c), fits=c.fits)
+                for s, c in zip(p.stages, p.stage_costs, strict=True)],
+        iter_time_seconds=pb.SourcedValue(value=p.iter_time, source=source), memory_per_gpu_bytes=p.memory_per_gpu,
+        fits=p.fits, num_microbatches=p.num_microbatches, description=p.describe())
+
+
 def cell_message(c: Cell) -> pb.Cell:
     """A Cell as a message; every estimated number carries its source."""
     msg = pb.Cell(gpu_type=c.gpu_type, num_gpus=c.num_gpus, num_stages=c.num_stages, nodes=c.nodes,
@@ -200,10 +220,7 @@ def cell_message(c: Cell) -> pb.Cell:
                   plans_feasible=c.plans_feasible, stage_gpus=list(c.stage_gpus))
     if c.plan is not None:
         msg.plan.CopyFrom(pb.CellPlan(
-            stages=[pb.CellStage(first_operator=s.start, end_operator=s.end, dp=s.dp, tp=s.tp,
-                                 compute_seconds=sc.compute, intra_comm_seconds=sc.intra_comm,
-                                 inter_comm_seconds=sc.inter_comm, sync_seconds=sc.sync, memory_bytes=sc.memory_bytes)
-                    for s, sc in zip(c.plan.stages, c.stage_costs, strict=True)],
+            stages=[stage_message(sc) for sc in c.stage_costs],
             num_microbatches=c.plan.num_microbatches, description=c.plan.describe()))
     if c.execution_plan is not None:
         msg.execution_plan.CopyFrom(plan_message(c.execution_plan))
@@ -383,6 +400,27 @@ class Estimator:
             cells = est.best_cells(model, cluster) if req.best_only else est.cells(model, cluster)
             resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells])
             self._cells.put(key, resp)
+        return resp
+
+    def place_stages(self, req: pb.PlaceStagesRequest) -> pb.PlaceStagesResponse:
+        """Espresso's stage placement over the request's mixed stages (and the optimum if asked)."""
+        model = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size,
+                                              precision=req.precision))
+        if not req.stages:
+            raise PlanError("stages", "the allocation needs at least one stage (one GpuPool per stage)")
+        pools = [gpu_pool(p, f"stages[{i}]") for i, p in enumerate(req.stages)]
+        if req.dp < 0 or req.num_microbatches < 0:
+            raise PlanError("dp" if req.dp < 0 else "num_microbatches", "must be >= 0 (0 = the default)")
+        try:
+            placer = StagePlacer(model, pools, req.dp or 1, req.num_microbatches or None)
+            optimum = placer.exhaustive() if req.exhaustive else None  # first: a search too large is refused at once
+            resp = pb.PlaceStagesResponse(model_signature=model.signature, placement=placement_message(placer.place()))
+            if optimum is not None:
+                resp.optimum.CopyFrom(placement_message(optimum))
+        except CellInputError as exc:
+            field, sep, reason = str(exc).partition(": ")
+            field = {"family": "model.family"}.get(field, field.replace("pools", "stages")) if sep else "stages"
+            raise PlanError(field, reason or str(exc)) from None
         return resp
 
     def _cell_estimator(self, config: CellConfig) -> tuple[CellEstimator, threading.Lock]:

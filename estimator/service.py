@@ -44,6 +44,9 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
     async def GetCells(self, request: pb.GetCellsRequest, context: Any) -> pb.GetCellsResponse:
         return await self._run("GetCells", self.estimator.get_cells, request, context)
 
+    async def PlaceStages(self, request: pb.PlaceStagesRequest, context: Any) -> pb.PlaceStagesResponse:
+        return await self._run("PlaceStages", self.estimator.place_stages, request, context)
+
     async def FitPerformance(self, request: pb.FitPerformanceRequest, context: Any) -> pb.FitPerformanceResponse:
         return await self._run("FitPerformance", self.estimator.fit_performance, request, context)
 

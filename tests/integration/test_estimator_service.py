@@ -18,13 +18,14 @@ from tessera.v1 import estimator_pb2 as pb
 from tessera.v1 import estimator_pb2_grpc
 
 from estimator import perf_model as pm
-from estimator.cells import CellEstimator, CellModel, ClusterSpec
+from estimator.cells import CellEstimator, CellModel, ClusterSpec, GpuPool
 from estimator.convert import model_dims
 from estimator.handlers import Estimator, params_of, run_config
 from estimator.memory import estimate_memory
 from estimator.models import REGISTERED, ModelDims
 from estimator.plans import ExecutionPlan
 from estimator.service import EstimatorService
+from estimator.stage_placer import StagePlacer
 from estimator.state import EstimatorState, StateError
 from tessera_common import rpc
 
@@ -181,6 +182,25 @@ async def test_wide_resnet_cells_equal_the_library_and_its_memory_is_refused(srv
     assert (err.value.details() or "").startswith("precision: a wresnet model has one recipe")
 
 
+async def test_stage_placement_equals_the_library(srv: Server) -> None:
+    a6000 = pb.GpuPool(gpu="A6000", num_gpus=8, gpus_per_node=4, intra_link=pb.INTRA_LINK_PCIE, nic_gbps=0.3125)
+    a4000 = pb.GpuPool(gpu="A4000", num_gpus=8, gpus_per_node=4, nic_gbps=0.3125)
+    req = pb.PlaceStagesRequest(model=c.ModelSpec(name="gpt2-medium"), global_batch_size=32,
+                                stages=[a4000, a6000, a6000], dp=2, exhaustive=True)
+    resp = await srv.stub.PlaceStages(req)
+    pools = [GpuPool("A4000", 8, 4, nic_gbps=0.3125), GpuPool("A6000", 8, 4, "pcie", nic_gbps=0.3125)]
+    placer = StagePlacer(CellModel.from_dims(REGISTERED["gpt2-medium"], 32), [pools[0], pools[1], pools[1]], 2)
+    for got, want in ((resp.placement, placer.place()), (resp.optimum, placer.exhaustive())):
+        assert got.description == want.describe() and got.iter_time_seconds.value == want.iter_time
+        assert got.fits == want.fits and got.memory_per_gpu_bytes == want.memory_per_gpu
+        assert [(s.gpu_type, s.layers, s.stage.compute_seconds) for s in got.stages] == [
+            (s.pool.gpu, s.layers, c.compute) for s, c in zip(want.stages, want.stage_costs, strict=True)]
+        assert got.iter_time_seconds.source.startswith("formula:")
+    assert resp.optimum.iter_time_seconds.value <= resp.placement.iter_time_seconds.value
+    assert not (await srv.stub.PlaceStages(pb.PlaceStagesRequest(
+        model=req.model, global_batch_size=32, stages=[a4000, a6000], dp=2))).HasField("optimum")
+
+
 async def test_cells_that_do_not_fit_say_why(srv: Server) -> None:
     req = pb.GetCellsRequest(model=c.ModelSpec(name="llama2-13b"), global_batch_size=8, cluster=pb.ClusterSpec(
         pools=[pb.GpuPool(gpu="A10", num_gpus=4, gpus_per_node=2)]), options=pb.CellOptions(max_gpus=2))
@@ -229,6 +249,20 @@ PLAN2 = c.ExecutionPlan(dp=2)
                                                       seq_length=8), global_batch_size=8, cluster=CLUSTER),
      "model.num_heads"),
     ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8), "cluster.pools"),
+    ("PlaceStages", pb.PlaceStagesRequest(model=GPT, global_batch_size=8), "stages"),
+    ("PlaceStages", pb.PlaceStagesRequest(model=GPT, global_batch_size=8, stages=[pb.GpuPool(
+        gpu="A100", num_gpus=4, gpus_per_node=4), pb.GpuPool(gpu="Q1", num_gpus=4, gpus_per_node=4)]), "stages[1].gpu"),
+    ("PlaceStages", pb.PlaceStagesRequest(model=GPT, global_batch_size=64, dp=4, stages=[pb.GpuPool(
+        gpu="A100", num_gpus=2, gpus_per_node=2)]), "stages[0]"),
+    ("PlaceStages", pb.PlaceStagesRequest(model=GPT, global_batch_size=8, dp=4, stages=[pb.GpuPool(
+        gpu="A100", num_gpus=4, gpus_per_node=4)]), "dp"),
+    ("PlaceStages", pb.PlaceStagesRequest(model=c.ModelSpec(name="wide-resnet-500m"), global_batch_size=64,
+                                          stages=[pb.GpuPool(gpu="A100", num_gpus=1, gpus_per_node=1)]),
+     "model.family"),
+    ("PlaceStages", pb.PlaceStagesRequest(model=c.ModelSpec(name="gpt2-xl"), global_batch_size=64, exhaustive=True,
+                                          stages=[pb.GpuPool(gpu=g, num_gpus=1, gpus_per_node=1)
+                                                  for g in ("A100", "A40", "A10", "V100", "A30", "L4")]),
+     "exhaustive"),
     ("FitPerformance", pb.FitPerformanceRequest(), "samples"),
     ("ReportStepTimes", pb.ReportStepTimesRequest(), "config.workload.params"),
 ])

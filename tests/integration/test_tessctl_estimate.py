@@ -1,4 +1,4 @@
-"""`tessctl estimate memory|cells` as a subprocess: in-process and through a real tessera-estimator
+"""`tessctl estimate memory|cells|stages` as a subprocess: in-process and through a real tessera-estimator
 (--estimator), the same JSON either way; one JSON value with -o json; tables; one-line errors.
 
 The two runs compared are started together and then waited for (each is a fresh Python); the
@@ -89,6 +89,21 @@ def test_cells_json_is_the_same_in_process_and_through_the_service(estimator: Da
         assert all(b["source"] for b in c["breakdown"])
 
 
+def test_stage_placement_json_is_the_same_in_process_and_through_the_service(estimator: Daemon) -> None:
+    args = ("estimate", "stages", "-f", MEDIUM, "--stages", "A6000,A30,a4000", "--dp", "2", "--microbatches", "4",
+            "--cluster", str(REPO / "examples/clusters/espresso-rental.yaml"), "--exhaustive", "-o", "json")
+    (rc1, out1, err1), (rc2, out2, err2) = _both(estimator.address, *args)
+    assert rc1 == rc2 == 0, err1 + err2
+    assert out1 == out2
+    doc = json.loads(out1)
+    for key in ("placement", "optimum"):
+        p = doc[key]
+        assert sorted(s["gpu_type"] for s in p["stages"]) == ["A30-24GB", "RTX-A4000-16GB", "RTX-A6000-48GB"]
+        assert sum(s["layers"] for s in p["stages"]) == 4 and p["fits"]
+        assert all(s["stage"]["dp"] == 2 and s["stage"]["compute_seconds"] > 0 for s in p["stages"])
+    assert doc["optimum"]["iter_time_seconds"]["value"] <= doc["placement"]["iter_time_seconds"]["value"]
+
+
 def _main(*args: str) -> tuple[int, str]:
     """tessctl in this process (usage errors exit through argparse): (status, stdout)."""
     out = io.StringIO()
@@ -112,6 +127,11 @@ def test_tables_and_a_simulator_cluster() -> None:
     assert {line.split()[0] for line in lines[1:-2]} == {"A100-40GB", "V100-32GB", "A40-48GB", "A10-24GB"}
     assert lines[-1].startswith(f"{len(lines) - 3} Cells")
     assert "COST/h" not in lines[0]  # no pool of that cluster has a price
+    rc, out = _main("estimate", "stages", "-f", MEDIUM, "--stages", "A40,A10", "--dp", "2", "--microbatches", "4")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[1].startswith("Espresso: [") and lines[1].endswith("] dp2 mb4") and "fits: yes" in lines[2]
+    assert lines[3].split()[:3] == ["STAGE", "GPU", "LAYERS"] and len(lines) == 6
     rc, out = _main("estimate", "cells", "-f", MEDIUM, "--cluster", str(REPO / "examples/clusters/espresso-rental.yaml"),
                     "--best", "--max-gpus", "2")
     assert rc == 0
@@ -137,6 +157,12 @@ def test_errors_are_one_line_with_the_field_on_both_paths(estimator: Daemon, cap
          1, f"tessctl: error: {JOBS / 'tiny.yaml'}: must have 'pools'"),
         (("estimate", "cells", "-f", MEDIUM, "--cluster", str(JOBS / "missing.yaml")),
          1, f"tessctl: error: {JOBS / 'missing.yaml'}: cannot read"),
+        (("estimate", "stages", "-f", MEDIUM, "--stages", "A40,Z9"),
+         1, "tessctl: error: --stages[1]: unknown GPU model 'Z9'"),
+        (("estimate", "stages", "-f", MEDIUM, "--stages", "A40,A100", "--cluster", str(INV / "a40-node.yaml")),
+         1, "tessctl: error: --stages[1]: A100-80GB is not in the cluster files"),
+        (("estimate", "stages", "-f", MEDIUM, "--stages", "A40,A10,A10,A40,A40"),
+         1, "tessctl: error: INVALID_ARGUMENT: stages: 5 stages for 4 layers"),
         (("estimate", "memory", "-f", MEDIUM, "--gpu", "a100", "--plan", "dp=0"),
          2, "tessctl: error: argument --plan: plan.dp: must be an integer >= 1, got 0"),
         (("estimate", "memory", "-f", MEDIUM), 2, "tessctl: error: the following arguments are required: --gpu"),

@@ -258,6 +258,62 @@ class GetCellsResponse(_message.Message):
     cells: _containers.RepeatedCompositeFieldContainer[Cell]
     def __init__(self, model_signature: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[Cell, _Mapping]]] = ...) -> None: ...
 
+class PlaceStagesRequest(_message.Message):
+    __slots__ = ("model", "global_batch_size", "precision", "stages", "dp", "num_microbatches", "exhaustive")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    DP_FIELD_NUMBER: _ClassVar[int]
+    NUM_MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTIVE_FIELD_NUMBER: _ClassVar[int]
+    model: _common_pb2.ModelSpec
+    global_batch_size: int
+    precision: _common_pb2.Precision
+    stages: _containers.RepeatedCompositeFieldContainer[GpuPool]
+    dp: int
+    num_microbatches: int
+    exhaustive: bool
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., stages: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ..., dp: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., exhaustive: _Optional[bool] = ...) -> None: ...
+
+class PlacedStage(_message.Message):
+    __slots__ = ("gpu_type", "layers", "stage", "fits")
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    FITS_FIELD_NUMBER: _ClassVar[int]
+    gpu_type: str
+    layers: int
+    stage: CellStage
+    fits: bool
+    def __init__(self, gpu_type: _Optional[str] = ..., layers: _Optional[int] = ..., stage: _Optional[_Union[CellStage, _Mapping]] = ..., fits: _Optional[bool] = ...) -> None: ...
+
+class StagePlacement(_message.Message):
+    __slots__ = ("stages", "iter_time_seconds", "memory_per_gpu_bytes", "fits", "num_microbatches", "description")
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    ITER_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PER_GPU_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FITS_FIELD_NUMBER: _ClassVar[int]
+    NUM_MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    stages: _containers.RepeatedCompositeFieldContainer[PlacedStage]
+    iter_time_seconds: SourcedValue
+    memory_per_gpu_bytes: float
+    fits: bool
+    num_microbatches: int
+    description: str
+    def __init__(self, stages: _Optional[_Iterable[_Union[PlacedStage, _Mapping]]] = ..., iter_time_seconds: _Optional[_Union[SourcedValue, _Mapping]] = ..., memory_per_gpu_bytes: _Optional[float] = ..., fits: _Optional[bool] = ..., num_microbatches: _Optional[int] = ..., description: _Optional[str] = ...) -> None: ...
+
+class PlaceStagesResponse(_message.Message):
+    __slots__ = ("model_signature", "placement", "optimum")
+    MODEL_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    OPTIMUM_FIELD_NUMBER: _ClassVar[int]
+    model_signature: str
+    placement: StagePlacement
+    optimum: StagePlacement
+    def __init__(self, model_signature: _Optional[str] = ..., placement: _Optional[_Union[StagePlacement, _Mapping]] = ..., optimum: _Optional[_Union[StagePlacement, _Mapping]] = ...) -> None: ...
+
 class PerfWorkload(_message.Message):
     __slots__ = ("name", "params", "layers", "hidden", "seq", "global_batch", "fwd_ref_time", "fwd_ref_batch", "fwd_exponent")
     NAME_FIELD_NUMBER: _ClassVar[int]

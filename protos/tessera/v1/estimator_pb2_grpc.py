@@ -48,6 +48,11 @@ class EstimatorStub:
                 request_serializer=tessera_dot_v1_dot_estimator__pb2.GetCellsRequest.SerializeToString,
                 response_deserializer=tessera_dot_v1_dot_estimator__pb2.GetCellsResponse.FromString,
                 _registered_method=True)
+        self.PlaceStages = channel.unary_unary(
+                '/tessera.v1.Estimator/PlaceStages',
+                request_serializer=tessera_dot_v1_dot_estimator__pb2.PlaceStagesRequest.SerializeToString,
+                response_deserializer=tessera_dot_v1_dot_estimator__pb2.PlaceStagesResponse.FromString,
+                _registered_method=True)
         self.FitPerformance = channel.unary_unary(
                 '/tessera.v1.Estimator/FitPerformance',
                 request_serializer=tessera_dot_v1_dot_estimator__pb2.FitPerformanceRequest.SerializeToString,
@@ -87,6 +92,14 @@ class EstimatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlaceStages(self, request, context):
+        """Espresso's stage placement: which stage of a pipeline over mixed GPU types takes which type and
+        how many layers (Alg. 2), optionally with the exhaustive optimum under the same estimate.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FitPerformance(self, request, context):
         """Fits Morphling's performance model to sampled runs and keeps it under (model_key, gpu_type).
         """
@@ -119,6 +132,11 @@ def add_EstimatorServicer_to_server(servicer, server):
                     servicer.GetCells,
                     request_deserializer=tessera_dot_v1_dot_estimator__pb2.GetCellsRequest.FromString,
                     response_serializer=tessera_dot_v1_dot_estimator__pb2.GetCellsResponse.SerializeToString,
+            ),
+            'PlaceStages': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlaceStages,
+                    request_deserializer=tessera_dot_v1_dot_estimator__pb2.PlaceStagesRequest.FromString,
+                    response_serializer=tessera_dot_v1_dot_estimator__pb2.PlaceStagesResponse.SerializeToString,
             ),
             'FitPerformance': grpc.unary_unary_rpc_method_handler(
                     servicer.FitPerformance,
@@ -194,6 +212,33 @@ class Estimator:
             '/tessera.v1.Estimator/GetCells',
             tessera_dot_v1_dot_estimator__pb2.GetCellsRequest.SerializeToString,
             tessera_dot_v1_dot_estimator__pb2.GetCellsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlaceStages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tessera.v1.Estimator/PlaceStages',
+            tessera_dot_v1_dot_estimator__pb2.PlaceStagesRequest.SerializeToString,
+            tessera_dot_v1_dot_estimator__pb2.PlaceStagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,276 @@
+"""Stage placement over mixed GPU types: Espresso's resource-aware stage placer (Sec. III-C, Alg. 2).
+
+A pipeline of k stages, stage s on `dp` GPUs of one type (data parallel inside the stage, as
+Espresso's DeepSpeed runs), the types given by an allocation (the multiset N of Alg. 1). The placer
+decides which type takes which position and how many transformer layers each stage holds. Stage
+costs are the Cell estimator's (`cells._stage_cost`: compute from the catalog and the efficiency
+prior, memory with the 1F1B in-flight micro-batches of the stage's position), each stage on nodes of
+its own, so activations between stages cross the network; the iteration time is the Cell
+estimator's (Crius Sec. 5.1 plus the slowest stage's gradient sync and optimizer step).
+
+Alg. 2 as written: for each layer count l0 of stage 0, take at each position the remaining type of
+least compute-memory ratio CMR(t, s) = F(t) / M(t) x alpha(t, s) (Eq. 10: F the FP16 rate, M the
+memory, alpha = max(l_m, l_c) / l_c with l_m the most layers that fit there and l_c the most whose
+gradient sync fits in the window the earlier stages' backward passes leave), give it min(l_m, l_f)
+layers (l_f: its share of the layers by compute rate, Whale's balance), add any layers left to
+stages 1..k-1 one by one while they fit, and keep the plan of least estimated iteration time.
+`exhaustive` scores every order and every split with the same estimate, the paper's "Optimal".
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from estimator.cells import (
+    CellConfig,
+    CellInputError,
+    CellModel,
+    GpuPool,
+    StageCost,
+    StagePlan,
+    _Placement,
+    _stage_cost,
+    iteration_time,
+    model_operators,
+    pool_links,
+)
+from estimator.comm import CommModel, Link
+from estimator.partition import Operator
+
+__all__ = ["HeteroPlan", "HeteroStage", "StagePlacer"]
+
+
+@dataclass(frozen=True)
+class HeteroStage:
+    """One pipeline stage: `dp` GPUs of `pool`'s type holding `layers` transformer layers (stage 0
+    also holds the embedding, the last stage the head)."""
+
+    pool: GpuPool
+    layers: int
+
+
+@dataclass(frozen=True)
+class HeteroPlan:
+    stages: tuple[HeteroStage, ...]
+    dp: int
+    num_microbatches: int
+    stage_costs: tuple[StageCost, ...]
+    iter_time: float
+
+    @property
+    def fits(self) -> bool:
+        return all(c.fits for c in self.stage_costs)
+
+    @property
+    def memory_per_gpu(self) -> float:
+        return max(c.memory_bytes for c in self.stage_costs)
+
+    def describe(self) -> str:
+        """e.g. "[A30-24GB:10, RTX-A6000-48GB:14] dp2 mb8"."""
+        inner = ", ".join(f"{s.pool.gpu}:{s.layers}" for s in self.stages)
+        return f"[{inner}] dp{self.dp} mb{self.num_microbatches}"
+
+
+class StagePlacer:
+    """Places one model on one allocation; stage costs are memoised per (type, position, layers)."""
+
+    def __init__(self, model: CellModel, pools: Sequence[GpuPool], dp: int, num_microbatches: int | None = None,
+                 config: CellConfig | None = None, comm: CommModel | None = None) -> None:
+        if model.family == "wresnet":
+            raise CellInputError("family: stage placement covers transformer layers, not a Wide-ResNet")
+        if not pools:
+            raise CellInputError("pools: the allocation needs at least one stage")
+        if len(pools) > model.num_layers:
+            raise CellInputError(f"pools: {len(pools)} stages for {model.num_layers} layers")
+        if dp < 1:
+            raise CellInputError(f"dp: must be >= 1, got {dp}")
+        self.config = config or CellConfig()
+        # Default: the paper's 4 x stages micro-batches, or the largest count under it that divides the batch.
+        target = min(self.config.microbatches_per_stage * len(pools), model.global_batch)
+        b = num_microbatches or max(d for d in range(1, target + 1) if model.global_batch % d == 0)
+        if not 1 <= b <= model.global_batch or model.global_batch % b:
+            raise CellInputError(f"num_microbatches: must divide the global batch {model.global_batch}, got {b}")
+        if dp > model.global_batch // b:
+            raise CellInputError(f"dp: {dp} ranks for micro-batches of {model.global_batch // b} samples")
+        for i, p in enumerate(pools):
+            if dp > p.num_gpus:
+                raise CellInputError(f"pools[{i}]: {p.gpu} has {p.num_gpus} GPUs, a stage needs dp = {dp}")
+        self.model = model
+        self.pools = tuple(pools)
+        self.dp = dp
+        self.num_microbatches = b
+        self.comm = comm or CommModel()
+        self.ops: tuple[Operator, ...] = model_operators(model)
+        self._cache: dict[tuple[GpuPool, int, int, int], StageCost] = {}
+
+    # -- the estimate of one plan --------------------------------------------------------------------
+
+    def _bounds(self, layers: Sequence[int]) -> list[tuple[int, int]]:
+        """Operator ranges: the embedding joins stage 0, the head the last stage."""
+        out, start = [], 0
+        for i, n in enumerate(layers):
+            end = start + n + (1 if i == 0 else 0) + (1 if i == len(layers) - 1 else 0)
+            out.append((start, end))
+            start = end
+        return out
+
+    def stage_cost(self, pool: GpuPool, position: int, start: int, end: int) -> StageCost:
+        """The stage's costs without the inter-stage transfer (added by `evaluate`)."""
+        key = (pool, position, start, end)
+        hit = self._cache.get(key)
+        if hit is None:
+            per_node = min(self.dp, pool.gpus_per_node)
+            place = _Placement(math.ceil(self.dp / per_node), per_node)
+            intra, inter = pool_links(pool, self.config.links)
+            hit = _stage_cost(self.ops, StagePlan(start, end, self.dp, 1), 0, None, place, pool.gpu_type, intra,
+                              inter, self.model.global_batch / self.num_microbatches, position, len(self.pools),
+                              self.num_microbatches, self.config, self.comm, None, self.model)
+            self._cache[key] = hit
+        return hit
+
+    def _p2p(self, prev: GpuPool, cur: GpuPool, start: int) -> float:
+        """Activation forward and gradient backward between two stages on different nodes: over the
+        slower of the two networks, split over the fewer nodes' NICs."""
+        nbytes = 2 * self.ops[start - 1].out_bytes * self.model.global_batch / self.num_microbatches
+        links = [pool_links(p, self.config.links)[1] for p in (prev, cur)]
+        link: Link = min(links, key=lambda x: x.bandwidth_gbps * x.efficiency)
+        nodes = min(math.ceil(self.dp / min(self.dp, p.gpus_per_node)) for p in (prev, cur))
+        return self.comm.time("p2p", nbytes / nodes, 2, link).seconds
+
+    def evaluate(self, stages: Sequence[HeteroStage]) -> HeteroPlan:
+        if len(stages) != len(self.pools):
+            raise CellInputError(f"stages: {len(stages)} given for an allocation of {len(self.pools)}")
+        if sorted(s.pool.gpu for s in stages) != sorted(p.gpu for p in self.pools):
+            raise CellInputError("stages: the GPU types must be the allocation's")
+        if any(s.layers < 1 for s in stages) or sum(s.layers for s in stages) != self.model.num_layers:
+            raise CellInputError(f"stages: layers must be >= 1 each and add up to {self.model.num_layers}")
+        costs = []
+        for i, ((start, end), st) in enumerate(zip(self._bounds([s.layers for s in stages]), stages, strict=True)):
+            c = self.stage_cost(st.pool, i, start, end)
+            if i > 0:
+                c = replace(c, inter_comm=self._p2p(stages[i - 1].pool, st.pool, start))
+            costs.append(c)
+        return HeteroPlan(tuple(stages), self.dp, self.num_microbatches, tuple(costs),
+                          iteration_time(costs, self.num_microbatches))
+
+    # -- Alg. 2 ----------------------------------------------------------------------------------------
+
+    def _range(self, position: int, n: int) -> tuple[int, int]:
+        """Operators of a stage of n layers at this position, wherever the stages before end (the
+        layers are alike: only the embedding of stage 0 and the head of the last change the cost)."""
+        k, last = len(self.pools), len(self.ops)
+        if k == 1:
+            return 0, last
+        if position == 0:
+            return 0, n + 1
+        if position == k - 1:
+            return last - 1 - n, last
+        return 1, 1 + n
+
+    def _max_layers(self, pool: GpuPool, position: int, limit: float | None = None) -> int:
+        """l_m (most layers that fit at this position), or with `limit` l_c (most whose gradient sync
+        takes at most `limit` seconds); 0 when not even one does."""
+        k, total = len(self.pools), self.model.num_layers
+        sizes = [total] if k == 1 else range(1, total - (k - 1) + 1)
+        best = 0
+        for n in sizes:
+            c = self.stage_cost(pool, position, *self._range(position, n))
+            if not (c.fits if limit is None else self._grad_sync(c) <= limit):
+                break
+            best = n
+        return best
+
+    def _grad_sync(self, c: StageCost) -> float:
+        return c.sync
+
+    def _backward(self, c: StageCost) -> float:
+        """The last micro-batch's backward pass: 2 of the 3 forward-equivalents (3 of 4 with recomputation)."""
+        share = 3 / 4 if self.model.recompute else 2 / 3
+        return c.compute * share
+
+    def _balanced(self) -> dict[str, float]:
+        """l_f per type: the layers in proportion to the FP16 rate over the allocation (Whale)."""
+        rate = sum(p.gpu_type.tflops_fp16 for p in self.pools)
+        return {p.gpu: self.model.num_layers * p.gpu_type.tflops_fp16 / rate for p in self.pools}
+
+    def place(self) -> HeteroPlan:
+        """Alg. 2: the plan of least estimated iteration time among those it builds; when none fits
+        in memory, the best of them anyway (its stage costs say which stage does not fit)."""
+        k = len(self.pools)
+        types = {p.gpu: p for p in self.pools}
+        l_m = {(t, s): self._max_layers(p, s) for t, p in types.items() for s in range(k)}
+        l_f = self._balanced()
+        cands: list[HeteroPlan] = []
+        l_max = max(1, max(l_m[(t, 0)] for t in types))
+        for l0 in range(1, min(l_max, self.model.num_layers - (k - 1)) + 1):
+            left = [p.gpu for p in self.pools]
+            fit0 = [t for t in set(left) if l_m[(t, 0)] >= l0] or list(set(left))
+            first = self._least_cmr(fit0, 0, l0, l_m, window=None)
+            left.remove(first)
+            plan = [HeteroStage(types[first], l0)]
+            window = self._grad_sync(self.stage_cost(types[first], 0, *self._range(0, l0)))
+            for s in range(1, k):
+                prev = plan[-1]
+                window += self._backward(self.stage_cost(prev.pool, s - 1, *self._range(s - 1, prev.layers)))
+                t = self._least_cmr(sorted(set(left)), s, None, l_m, window)
+                left.remove(t)
+                plan.append(HeteroStage(types[t], max(1, min(l_m[(t, s)], round(l_f[t])))))
+            cands.append(self.evaluate(self._cover(plan, l_m)))
+        return _best(cands)
+
+    def _least_cmr(self, candidates: Sequence[str], position: int, layers: int | None,
+                   l_m: dict[tuple[str, int], int], window: float | None) -> str:
+        """The candidate type of least CMR(t, s) = F/M x max(l_m, l_c)/l_c (Eq. 10); ties by name."""
+        def cmr(t: str) -> tuple[float, str]:
+            pool = next(p for p in self.pools if p.gpu == t)
+            g = pool.gpu_type
+            lm = l_m[(t, position)] if layers is None else layers
+            lc = max(1, self._max_layers(pool, position, limit=window)) if window is not None else max(1, lm)
+            return g.tflops_fp16 / g.memory_gb * max(lm, lc) / lc, t
+        return min(candidates, key=cmr)
+
+    def _cover(self, plan: list[HeteroStage], l_m: dict[tuple[str, int], int]) -> list[HeteroStage]:
+        """AdjustToCoverAllLayers: layers short of the model go to stages 1..k-1 one by one, to the
+        one with the most room left under l_m (any of them once none has room); layers over it come
+        off the last stages first, none below 1 (stage 0 last)."""
+        total, k = self.model.num_layers, len(plan)
+        layers = [s.layers for s in plan]
+        later = list(range(1, k)) or [0]
+        while sum(layers) < total:
+            room = {i: l_m[(plan[i].pool.gpu, i)] - layers[i] for i in later}
+            layers[max(later, key=lambda i: (room[i], -i))] += 1
+        while sum(layers) > total:
+            i = next((j for j in reversed(later) if layers[j] > 1), 0)
+            layers[i] -= 1
+        return [HeteroStage(s.pool, n) for s, n in zip(plan, layers, strict=True)]
+
+    # -- the exhaustive optimum ----------------------------------------------------------------------
+
+    def exhaustive(self, max_plans: int = 2_000_000) -> HeteroPlan:
+        """Every distinct order of the allocation's types x every split of the layers (compositions
+        into k parts >= 1), scored by `evaluate`; the fastest that fits (else the fastest)."""
+        k, total = len(self.pools), self.model.num_layers
+        orders = sorted(set(itertools.permutations([p.gpu for p in self.pools])))
+        if len(orders) * math.comb(total - 1, k - 1) > max_plans:
+            raise CellInputError(f"exhaustive: {len(orders) * math.comb(total - 1, k - 1)} plans exceed "
+                                 f"max_plans {max_plans}")
+        types = {p.gpu: p for p in self.pools}
+        return _best([self.best_split([types[t] for t in order], max_plans) for order in orders])
+
+    def best_split(self, order: Sequence[GpuPool], max_plans: int = 2_000_000) -> HeteroPlan:
+        """For one order of the stages' types, the best split of the layers (every composition)."""
+        k, total = len(order), self.model.num_layers
+        if math.comb(total - 1, k - 1) > max_plans:
+            raise CellInputError(f"best_split: {math.comb(total - 1, k - 1)} splits exceed max_plans {max_plans}")
+        return _best(self.evaluate([HeteroStage(p, b - a) for p, a, b in zip(order, (0, *cuts), (*cuts, total),
+                                                                              strict=True)])
+                     for cuts in itertools.combinations(range(1, total), k - 1))
+
+
+def _best(plans: Iterable[HeteroPlan]) -> HeteroPlan:
+    """The fastest plan that fits, else the fastest."""
+    return min(plans, key=lambda p: (not p.fits, p.iter_time))
