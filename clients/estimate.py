@@ -236,14 +236,16 @@ def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estim
     from estimator.catalog import UnknownGpuError, lookup
     from estimator.convert import PRECISION_VALUE
 
-    stages = []
+    names = []
     for i, name in enumerate(t.strip() for t in types.split(",")):
         try:
-            gpu = lookup(name).name
+            names.append(lookup(name).name)
         except UnknownGpuError as exc:
             raise ClusterFileError(f"--stages[{i}]: {exc}") from None
-        if cluster is None:
-            stages.append(estimator_pb2.GpuPool(gpu=gpu, num_gpus=dp, gpus_per_node=dp))
+    stages = []
+    for i, gpu in enumerate(names):
+        if cluster is None:  # one node of dp GPUs per stage of this type
+            stages.append(estimator_pb2.GpuPool(gpu=gpu, num_gpus=dp * names.count(gpu), gpus_per_node=dp))
             continue
         pool = next((p for p in cluster.pools if p.gpu == gpu), None)
         if pool is None:

@@ -99,6 +99,10 @@ class StagePlacer:
         for i, p in enumerate(pools):
             if dp > p.num_gpus:
                 raise CellInputError(f"pools[{i}]: {p.gpu} has {p.num_gpus} GPUs, a stage needs dp = {dp}")
+            need = sum(q == p for q in pools) * dp
+            if need > p.num_gpus:
+                raise CellInputError(f"pools[{i}]: {sum(q == p for q in pools)} stages x dp {dp} of {p.gpu} need "
+                                     f"{need} GPUs, the pool has {p.num_gpus}")
         self.model = model
         self.pools = tuple(pools)
         self.dp = dp

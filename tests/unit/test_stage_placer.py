@@ -65,7 +65,8 @@ def test_memory_limits_what_a_small_gpu_takes() -> None:
      ({"pools": [A100] * 9}, "pools: 9 stages for 8 layers"),
      ({"num_microbatches": 3}, "num_microbatches: must divide the global batch 16"),
      ({"dp": 8, "num_microbatches": 4}, "dp: 8 ranks for micro-batches of 4 samples"),
-     ({"pools": [GpuPool("A100-40GB", 1, 1)], "dp": 2, "num_microbatches": 2}, "pools[0]: A100-40GB has 1 GPUs")],
+     ({"pools": [GpuPool("A100-40GB", 1, 1)], "dp": 2, "num_microbatches": 2}, "pools[0]: A100-40GB has 1 GPUs"),
+     ({"pools": [GpuPool("A100-40GB", 4, 4)] * 3, "dp": 2}, "pools[0]: 3 stages x dp 2 of A100-40GB need 6 GPUs")],
 )
 def test_bad_input_names_the_field(kwargs: dict[str, object], message: str) -> None:
     args: dict[str, object] = {"model": SMALL, "pools": [A100, A4000], "dp": 1, **kwargs}
