@@ -76,7 +76,7 @@ class HeteroPlan:
 
 
 class StagePlacer:
-    """Places one model on one allocation; stage costs are memoised per (type, position, layers)."""
+    """Places one model on one allocation; stage costs are memoised per (pool, position, operator range)."""
 
     def __init__(self, model: CellModel, pools: Sequence[GpuPool], dp: int, num_microbatches: int | None = None,
                  config: CellConfig | None = None, comm: CommModel | None = None) -> None:
