@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _sim_arguments(p)
 
-    est = command(sub, "estimate", _needs_resource, "ask the estimator about a job: memory per GPU, Cells")
+    est = command(sub, "estimate", _needs_resource, "ask the estimator about a job: memory per GPU, Cells, stage placement")
     from clients.estimate import add_arguments as _estimate_arguments
 
     _estimate_arguments(est, command)
