@@ -122,6 +122,9 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
                    help="recipe of the model-state bytes (default: mixed)")
     p.add_argument("--exhaustive", action="store_true",
                    help="also search every order and split for the optimum under the same estimate")
+    p.add_argument("--overlap-sync", action="store_true",
+                   help="score plans with Espresso's Eq. 9: a stage's gradient sync overlaps the earlier stages' "
+                        "backward passes")
     _estimator_option(p)
 
 
@@ -230,7 +233,7 @@ def cells_request(spec: common_pb2.JobSpec, cluster: estimator_pb2.ClusterSpec, 
 
 def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estimator_pb2.ClusterSpec | None,
                    microbatches: int = 0, precision: str | None = None,
-                   exhaustive: bool = False) -> estimator_pb2.PlaceStagesRequest:
+                   exhaustive: bool = False, overlap_sync: bool = False) -> estimator_pb2.PlaceStagesRequest:
     """The PlaceStages request of a job file and the command's flags; ClusterFileError when a stage's
     type is not in the given cluster."""
     from estimator.catalog import UnknownGpuError, lookup
@@ -253,7 +256,7 @@ def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estim
         stages.append(pool)
     return estimator_pb2.PlaceStagesRequest(
         model=spec.model, global_batch_size=spec.global_batch_size, stages=stages, dp=dp,
-        num_microbatches=microbatches, exhaustive=exhaustive,
+        num_microbatches=microbatches, exhaustive=exhaustive, overlap_sync=overlap_sync,
         precision=PRECISION_VALUE[precision] if precision else common_pb2.PRECISION_UNSPECIFIED)
 
 
@@ -570,7 +573,8 @@ def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
 def cmd_stages(client: Any, args: argparse.Namespace, out: Any) -> int:
     spec = _job(args.filename)
     cluster = load_cluster(args.cluster) if args.cluster else None
-    req = stages_request(spec, args.stages, args.dp, cluster, args.microbatches, args.precision, args.exhaustive)
+    req = stages_request(spec, args.stages, args.dp, cluster, args.microbatches, args.precision, args.exhaustive,
+                         args.overlap_sync)
     resp = _ask(args, "PlaceStages", req)
     if args.output == "json":
         out.write(dumps(to_json(resp)) + "\n")

@@ -412,7 +412,7 @@ class Estimator:
         if req.dp < 0 or req.num_microbatches < 0:
             raise PlanError("dp" if req.dp < 0 else "num_microbatches", "must be >= 0 (0 = the default)")
         try:
-            placer = StagePlacer(model, pools, req.dp or 1, req.num_microbatches or None)
+            placer = StagePlacer(model, pools, req.dp or 1, req.num_microbatches or None, overlap_sync=req.overlap_sync)
             optimum = placer.exhaustive() if req.exhaustive else None  # first: a search too large is refused at once
             resp = pb.PlaceStagesResponse(model_signature=model.signature, placement=placement_message(placer.place()))
             if optimum is not None:

@@ -6,7 +6,8 @@ decides which type takes which position and how many transformer layers each sta
 costs are the Cell estimator's (`cells._stage_cost`: compute from the catalog and the efficiency
 prior, memory with the 1F1B in-flight micro-batches of the stage's position), each stage on nodes of
 its own, so activations between stages cross the network; the iteration time is the Cell
-estimator's (Crius Sec. 5.1 plus the slowest stage's gradient sync and optimizer step).
+estimator's (Crius Sec. 5.1 plus the slowest stage's gradient sync and optimizer step), or with
+`overlap_sync` Espresso's Eq. 9 (each stage's sync overlapped with the earlier stages' backward).
 
 Alg. 2 as written: for each layer count l0 of stage 0, take at each position the remaining type of
 least compute-memory ratio CMR(t, s) = F(t) / M(t) x alpha(t, s) (Eq. 10: F the FP16 rate, M the
@@ -36,6 +37,7 @@ from estimator.cells import (
     _stage_cost,
     iteration_time,
     model_operators,
+    pipeline_latency,
     pool_links,
 )
 from estimator.comm import CommModel, Link
@@ -79,7 +81,7 @@ class StagePlacer:
     """Places one model on one allocation; stage costs are memoised per (pool, position, operator range)."""
 
     def __init__(self, model: CellModel, pools: Sequence[GpuPool], dp: int, num_microbatches: int | None = None,
-                 config: CellConfig | None = None, comm: CommModel | None = None) -> None:
+                 config: CellConfig | None = None, comm: CommModel | None = None, overlap_sync: bool = False) -> None:
         if model.family == "wresnet":
             raise CellInputError("family: stage placement covers transformer layers, not a Wide-ResNet")
         if not pools:
@@ -104,6 +106,7 @@ class StagePlacer:
                 raise CellInputError(f"pools[{i}]: {sum(q == p for q in pools)} stages x dp {dp} of {p.gpu} need "
                                      f"{need} GPUs, the pool has {p.num_gpus}")
         self.model = model
+        self.overlap_sync = overlap_sync
         self.pools = tuple(pools)
         self.dp = dp
         self.num_microbatches = b
@@ -158,8 +161,20 @@ class StagePlacer:
             if i > 0:
                 c = replace(c, inter_comm=self._p2p(stages[i - 1].pool, st.pool, start))
             costs.append(c)
-        return HeteroPlan(tuple(stages), self.dp, self.num_microbatches, tuple(costs),
-                          iteration_time(costs, self.num_microbatches))
+        return HeteroPlan(tuple(stages), self.dp, self.num_microbatches, tuple(costs), self._iter_time(costs))
+
+    def _iter_time(self, costs: Sequence[StageCost]) -> float:
+        """The Cell estimator's iteration time; with `overlap_sync`, Espresso's Eq. 9 instead: each
+        stage's gradient sync (and optimizer step) overlaps the backward passes of the stages before
+        it, so only max_i (sync_i - sum_{j<i} backward_j) is added to the pipeline."""
+        if not self.overlap_sync:
+            return iteration_time(costs, self.num_microbatches)
+        pipe = pipeline_latency([c.latency for c in costs], [c.inter_comm for c in costs], self.num_microbatches)
+        exposed, behind = 0.0, 0.0
+        for c in costs:
+            exposed = max(exposed, c.sync - behind)
+            behind += self._backward(c)
+        return pipe + exposed
 
     # -- Alg. 2 ----------------------------------------------------------------------------------------
 

@@ -127,7 +127,8 @@ def test_tables_and_a_simulator_cluster() -> None:
     assert {line.split()[0] for line in lines[1:-2]} == {"A100-40GB", "V100-32GB", "A40-48GB", "A10-24GB"}
     assert lines[-1].startswith(f"{len(lines) - 3} Cells")
     assert "COST/h" not in lines[0]  # no pool of that cluster has a price
-    rc, out = _main("estimate", "stages", "-f", MEDIUM, "--stages", "A40,A10,A40", "--dp", "2", "--microbatches", "4")
+    rc, out = _main("estimate", "stages", "-f", MEDIUM, "--stages", "A40,A10,A40", "--dp", "2", "--microbatches", "4",
+                    "--overlap-sync")
     assert rc == 0
     lines = out.splitlines()
     assert lines[1].startswith("Espresso: [") and lines[1].endswith("] dp2 mb4") and "fits: yes" in lines[2]

@@ -259,7 +259,7 @@ class GetCellsResponse(_message.Message):
     def __init__(self, model_signature: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[Cell, _Mapping]]] = ...) -> None: ...
 
 class PlaceStagesRequest(_message.Message):
-    __slots__ = ("model", "global_batch_size", "precision", "stages", "dp", "num_microbatches", "exhaustive")
+    __slots__ = ("model", "global_batch_size", "precision", "stages", "dp", "num_microbatches", "exhaustive", "overlap_sync")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +267,7 @@ class PlaceStagesRequest(_message.Message):
     DP_FIELD_NUMBER: _ClassVar[int]
     NUM_MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTIVE_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_SYNC_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelSpec
     global_batch_size: int
     precision: _common_pb2.Precision
@@ -274,7 +275,8 @@ class PlaceStagesRequest(_message.Message):
     dp: int
     num_microbatches: int
     exhaustive: bool
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., stages: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ..., dp: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., exhaustive: _Optional[bool] = ...) -> None: ...
+    overlap_sync: bool
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., stages: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ..., dp: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., exhaustive: _Optional[bool] = ..., overlap_sync: _Optional[bool] = ...) -> None: ...
 
 class PlacedStage(_message.Message):
     __slots__ = ("gpu_type", "layers", "stage", "fits")
