@@ -93,7 +93,6 @@ CATALOG = {name: replace(g, tflops_fp32=FP32_TFLOPS[name][0] if name in FP32_TFL
            for name, g in CATALOG.items()}
 
 
-
 @dataclass(frozen=True)
 class Price:
     """What one GPU costs per hour, in `currency` (ISO 4217 code), and where the figure comes from."""
