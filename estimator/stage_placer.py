@@ -131,7 +131,7 @@ class StagePlacer:
         hit = self._cache.get(key)
         if hit is None:
             per_node = min(self.dp, pool.gpus_per_node)
-            place = _Placement(math.ceil(self.dp / per_node), per_node)
+            place = _Placement(self._nodes(pool), per_node)
             intra, inter = pool_links(pool, self.config.links)
             hit = _stage_cost(self.ops, StagePlan(start, end, self.dp, 1), 0, None, place, pool.gpu_type, intra,
                               inter, self.model.global_batch / self.num_microbatches, position, len(self.pools),
@@ -139,14 +139,17 @@ class StagePlacer:
             self._cache[key] = hit
         return hit
 
+    def _nodes(self, pool: GpuPool) -> int:
+        """Nodes a stage of dp GPUs of this pool spans."""
+        return math.ceil(self.dp / min(self.dp, pool.gpus_per_node))
+
     def _p2p(self, prev: GpuPool, cur: GpuPool, start: int) -> float:
         """Activation forward and gradient backward between two stages on different nodes: over the
         slower of the two networks, split over the fewer nodes' NICs."""
         nbytes = 2 * self.ops[start - 1].out_bytes * self.model.global_batch / self.num_microbatches
         links = [pool_links(p, self.config.links)[1] for p in (prev, cur)]
         link: Link = min(links, key=lambda x: x.bandwidth_gbps * x.efficiency)
-        nodes = min(math.ceil(self.dp / min(self.dp, p.gpus_per_node)) for p in (prev, cur))
-        return self.comm.time("p2p", nbytes / nodes, 2, link).seconds
+        return self.comm.time("p2p", nbytes / min(self._nodes(prev), self._nodes(cur)), 2, link).seconds
 
     def evaluate(self, stages: Sequence[HeteroStage]) -> HeteroPlan:
         if len(stages) != len(self.pools):
@@ -198,13 +201,10 @@ class StagePlacer:
         best = 0
         for n in sizes:
             c = self.stage_cost(pool, position, *self._range(position, n))
-            if not (c.fits if limit is None else self._grad_sync(c) <= limit):
+            if not (c.fits if limit is None else c.sync <= limit):
                 break
             best = n
         return best
-
-    def _grad_sync(self, c: StageCost) -> float:
-        return c.sync
 
     def _backward(self, c: StageCost) -> float:
         """The last micro-batch's backward pass: 2 of the 3 forward-equivalents (3 of 4 with recomputation)."""
@@ -231,7 +231,7 @@ class StagePlacer:
             first = self._least_cmr(fit0, 0, l0, l_m, window=None)
             left.remove(first)
             plan = [HeteroStage(types[first], l0)]
-            window = self._grad_sync(self.stage_cost(types[first], 0, *self._range(0, l0)))
+            window = self.stage_cost(types[first], 0, *self._range(0, l0)).sync
             for s in range(1, k):
                 prev = plan[-1]
                 window += self._backward(self.stage_cost(prev.pool, s - 1, *self._range(s - 1, prev.layers)))
