@@ -24,10 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tessera.common.localcluster import start_controller
+from tessera.common.rpc import aio_channel
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
-
-from tessera_common.localcluster import start_controller
-from tessera_common.rpc import aio_channel
 
 GB = 1000**3
 

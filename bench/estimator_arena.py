@@ -44,7 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from estimator.cells import (
+from tessera.estimator.cells import (
     Cell,
     CellConfig,
     CellEstimator,
@@ -55,9 +55,9 @@ from estimator.cells import (
     clear_caches,
     model_operators,
 )
-from estimator.compute import DEFAULT_PRIOR, EfficiencyPrior
-from estimator.models import ModelDims
-from estimator.tuning import tune_cell
+from tessera.estimator.compute import DEFAULT_PRIOR, EfficiencyPrior
+from tessera.estimator.models import ModelDims
+from tessera.estimator.tuning import tune_cell
 
 # The artifact's GPU types (crius.txt Table 1; data/README.md): GPUs per node, intra-node link and
 # the node's NIC (Mellanox CX5 = 100 Gb/s = 12.5 GB/s, CX6 = 200 Gb/s = 25 GB/s).

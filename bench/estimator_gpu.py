@@ -1,10 +1,10 @@
 """The estimator's checks that need a GPU (issue 3), for a machine that has one.
 
-1. The node agent's NVML inventory, read from the driver (nodeagent.inventory.probe_nvml).
+1. The node agent's NVML inventory, read from the driver (tessera.nodeagent.inventory.probe_nvml).
 2. Traced against real: for a few models and single-GPU plans, the peak of one training step
    traced under fake tensors (the estimator's `traced` mode, on the CPU) against the same step run
    on the GPU, measured by torch.cuda.max_memory_allocated (and by MemTracker on the GPU).
-3. Compute time: the Cell estimator's analytical stage time (estimator.compute.stage_compute_time,
+3. Compute time: the Cell estimator's analytical stage time (tessera.estimator.compute.stage_compute_time,
    the catalog's figures for this GPU and the efficiency prior fitted on the Crius artifact's
    A100/V100/A40/A10 table) against the same operators profiled on the GPU with torch
    (profile_stage_compute, fp16 for the transformers and float32 for the Wide-ResNet stage, forward
@@ -29,10 +29,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from estimator.catalog import GpuType, from_nvml
-from estimator.models import ModelDims
-from estimator.plans import ExecutionPlan
-from estimator.traced import run_step
+from tessera.estimator.catalog import GpuType, from_nvml
+from tessera.estimator.models import ModelDims
+from tessera.estimator.plans import ExecutionPlan
+from tessera.estimator.traced import run_step
 
 CASES: list[tuple[str, ModelDims, ExecutionPlan]] = [
     ("gpt-125m fp32 mb4", ModelDims(768, 12, 12, 50257, 1024, "gpt-125m"),
@@ -50,7 +50,7 @@ CASES: list[tuple[str, ModelDims, ExecutionPlan]] = [
 def inventory() -> dict[str, Any]:
     from google.protobuf.json_format import MessageToDict
 
-    from nodeagent.inventory import probe_nvml
+    from tessera.nodeagent.inventory import probe_nvml
 
     t0 = time.perf_counter()
     inv = probe_nvml()
@@ -101,8 +101,8 @@ COMPUTE_CASES: list[tuple[str, dict[str, Any], int, int]] = [
 def formula_rows(gpu: GpuType, profiled: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """The analytical stage time of every COMPUTE_CASES stage on `gpu`; with `profiled` (case ->
     seconds, from a recorded run), the relative error against it."""
-    from estimator.cells import CellModel, model_operators
-    from estimator.compute import stage_compute_time
+    from tessera.estimator.cells import CellModel, model_operators
+    from tessera.estimator.compute import stage_compute_time
 
     rows = []
     for name, fields, mb, tp in COMPUTE_CASES:
@@ -121,7 +121,7 @@ def formula_rows(gpu: GpuType, profiled: dict[str, float] | None = None) -> list
 
 def rescore(path: Path) -> int:
     """Re-score a recorded run's profiled stage times against this checkout's prior (no GPU)."""
-    from estimator.catalog import lookup
+    from tessera.estimator.catalog import lookup
 
     rec = json.loads(path.read_text())
     comp = rec.get("compute")
@@ -139,8 +139,8 @@ def rescore(path: Path) -> int:
 
 
 def compute_vs_profiled(gpu: GpuType) -> list[dict[str, Any]]:
-    from estimator.cells import CellModel, model_operators
-    from estimator.compute import StageProfiler, profile_stage_compute
+    from tessera.estimator.cells import CellModel, model_operators
+    from tessera.estimator.compute import StageProfiler, profile_stage_compute
 
     half = StageProfiler(device="cuda", dtype="float16", repeats=5, warmup=2)
     single = StageProfiler(device="cuda", dtype="float32", repeats=5, warmup=2)

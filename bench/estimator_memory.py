@@ -34,9 +34,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from estimator.memory import GIB, estimate_memory, num_params
-from estimator.models import REGISTERED, ModelDims
-from estimator.plans import ExecutionPlan
+from tessera.estimator.memory import GIB, estimate_memory, num_params
+from tessera.estimator.models import REGISTERED, ModelDims
+from tessera.estimator.plans import ExecutionPlan
 
 
 def shared_data() -> Path:
@@ -229,7 +229,7 @@ def run_arena(data: Path, arena: dict[str, ModelDims]) -> dict[str, Any]:
 
 
 def run_real(quick: bool) -> dict[str, Any]:
-    from estimator.traced import real_cpu_peak, run_step
+    from tessera.estimator.traced import real_cpu_peak, run_step
 
     model = ModelDims(512, 4, 8, 8000, 512, "small-cpu")
     out: dict[str, Any] = {"model": dataclasses.asdict(model)}

@@ -29,8 +29,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from estimator import perf_data
-from estimator.perf_model import (
+from tessera.estimator import perf_data
+from tessera.estimator.perf_model import (
     DEFAULT_ENV,
     MODES,
     Environment,

@@ -46,9 +46,8 @@ JOBS = {  # model, global batch
 
 
 def _request(model: str, batch: int, best: bool = False) -> Any:
+    from tessera.clients.estimate import load_cluster
     from tessera.v1 import common_pb2, estimator_pb2
-
-    from clients.estimate import load_cluster
 
     return estimator_pb2.GetCellsRequest(model=common_pb2.ModelSpec(name=model), global_batch_size=batch,
                                          cluster=load_cluster([str(CLUSTER)]), best_only=best)
@@ -60,7 +59,7 @@ def _stats(xs: list[float]) -> dict[str, Any]:
 
 def child_in_process(model: str, batch: int, cached: int) -> dict[str, Any]:
     """Run in a fresh process: cold, then cached, in-process timings."""
-    from estimator.handlers import Estimator
+    from tessera.estimator.handlers import Estimator
 
     req, best = _request(model, batch), _request(model, batch, best=True)
     est = Estimator()
@@ -96,10 +95,9 @@ def in_process(model: str, batch: int, trials: int, cached: int) -> dict[str, An
 
 
 def through_service(model: str, batch: int, trials: int, cached: int, logs: Path) -> dict[str, Any]:
+    from tessera.common.localcluster import start_estimator
+    from tessera.common.rpc import sync_channel
     from tessera.v1 import estimator_pb2, estimator_pb2_grpc
-
-    from tessera_common.localcluster import start_estimator
-    from tessera_common.rpc import sync_channel
 
     req = _request(model, batch)
     colds, hits = [], []
@@ -139,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"estimator-bench-{os.getpid()}"
     logs.mkdir(parents=True, exist_ok=True)
-    from clients.estimate import load_cluster
+    from tessera.clients.estimate import load_cluster
 
     pools = [{"gpu": x.gpu, "num_gpus": x.num_gpus, "gpus_per_node": x.gpus_per_node}
              for x in load_cluster([str(CLUSTER)]).pools]

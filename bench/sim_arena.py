@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.sim import cli
+from tessera.controller.sim import cli
 
 # The artifact's simulator, 500 rounds on a 2-core CPU machine (issue 4): finished, average JCT
 # over finished jobs, average cluster throughput, peak.

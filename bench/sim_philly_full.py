@@ -28,13 +28,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from controller.sim.metrics import compare_lists
+from tessera.controller.sim.metrics import compare_lists
 
 POLICIES = "crius,gavel,elasticflow-l,gandiva,sia,fcfs"
 
 
 def command(policy: str, hours: float, out: Path) -> list[str]:
-    return [sys.executable, "-m", "controller.sim.cli", "--trace", "philly", "--cluster", "crius-1280",
+    return [sys.executable, "-m", "tessera.controller.sim.cli", "--trace", "philly", "--cluster", "crius-1280",
             "--oracle", "arena", "--rules", "fair", "--policies", policy, "--hours", f"{hours:g}", "--seed", "1",
             "--until-done", "--out", str(out), "--no-plots", "--quiet"]
 

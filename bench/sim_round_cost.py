@@ -16,14 +16,14 @@ import json
 import time
 from pathlib import Path
 
-from controller.core.placement import ClusterState
-from controller.core.policies import make_policy
-from controller.core.policy import CachedEstimates, RoundConfig, plan_round
-from controller.core.snapshot import Cell, JobView, NodeView, RunningView, Snapshot
-from controller.sim.cli import default_data_dir
-from controller.sim.clusters import load_cluster
-from controller.sim.oracles import ArenaOracle, arena_type
-from controller.sim.traces import load_arena
+from tessera.controller.core.placement import ClusterState
+from tessera.controller.core.policies import make_policy
+from tessera.controller.core.policy import CachedEstimates, RoundConfig, plan_round
+from tessera.controller.core.snapshot import Cell, JobView, NodeView, RunningView, Snapshot
+from tessera.controller.sim.cli import default_data_dir
+from tessera.controller.sim.clusters import load_cluster
+from tessera.controller.sim.oracles import ArenaOracle, arena_type
+from tessera.controller.sim.traces import load_arena
 
 
 def build(data: Path) -> tuple[Snapshot, CachedEstimates]:

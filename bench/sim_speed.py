@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.sim import cli
+from tessera.controller.sim import cli
 
 
 def main() -> None:

@@ -33,8 +33,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from estimator.cells import CellInputError, CellModel, GpuPool
-from estimator.stage_placer import HeteroPlan, HeteroStage, StagePlacer
+from tessera.estimator.cells import CellInputError, CellModel, GpuPool
+from tessera.estimator.stage_placer import HeteroPlan, HeteroStage, StagePlacer
 
 NIC_GBPS = 2.5 / 8  # Espresso Sec. V-A: 2.5 Gbps between instances
 TYPES = {

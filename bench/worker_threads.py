@@ -7,7 +7,7 @@ an OpenMP pool of every core of the server. This program reproduces that on any 
 processes run the same CPU-side step (a ViT-style input pipeline: 8 images of 224x224x3 to
 normalised float tensors, then 200 small in-place updates, the shape of an optimizer step's host
 work), all at once, first with OMP_NUM_THREADS unset (torch's default: every usable CPU), then with
-what the Tessera agent gives a worker (nodeagent.contract.cpu_threads_per_gpu: usable CPUs / GPUs,
+what the Tessera agent gives a worker (tessera.nodeagent.contract.cpu_threads_per_gpu: usable CPUs / GPUs,
 here with k GPUs on the node).
 
     python bench/worker_threads.py [--workers 1,2,3,4] [--steps 400] [--out bench/results]
@@ -31,8 +31,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from nodeagent.contract import cpu_threads_per_gpu
-from nodeagent.process import usable_cpus
+from tessera.nodeagent.contract import cpu_threads_per_gpu
+from tessera.nodeagent.process import usable_cpus
 
 WARMUP_STEPS = 5
 

@@ -1,6 +1,6 @@
 """`tessctl estimate memory|cells`: ask the estimator about a job file (docs/estimator-service.md).
 
-The same request message goes either to the library in this process (estimator.handlers.Estimator,
+The same request message goes either to the library in this process (tessera.estimator.handlers.Estimator,
 the default: no server needed) or to a `tessera-estimator` (`--estimator HOST:PORT`); the answer is
 the same response message, printed by the same functions, so both paths print the same output.
 An input error of the library becomes the same INVALID_ARGUMENT "field: reason" the service sends.
@@ -28,12 +28,12 @@ import yaml
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
-from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
-from clients.sdk import TesseraError
-from estimator.convert import execution_plan, plan_fields
-from estimator.plans import PlanError
-from tessera_common.rpc import sync_channel
+from tessera.clients.sdk import TesseraError
+from tessera.common.rpc import sync_channel
+from tessera.estimator.convert import execution_plan, plan_fields
+from tessera.estimator.plans import PlanError
+from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
 MODES = {"formula": estimator_pb2.MEMORY_MODE_FORMULA, "marp": estimator_pb2.MEMORY_MODE_MARP,
          "traced": estimator_pb2.MEMORY_MODE_TRACED}
@@ -173,7 +173,7 @@ class InProcess:
     """The library in this process, answering as the service does (errors included)."""
 
     def __init__(self) -> None:
-        from estimator.handlers import Estimator
+        from tessera.estimator.handlers import Estimator
 
         self._est = Estimator()
 
@@ -181,7 +181,7 @@ class InProcess:
         pass
 
     def call(self, method: str, request: Message) -> Any:
-        from estimator.handlers import TracedUnavailable, field_error
+        from tessera.estimator.handlers import TracedUnavailable, field_error
 
         fn = {"EstimateMemory": self._est.estimate_memory, "GetCells": self._est.get_cells,
               "PlaceStages": self._est.place_stages}[method]
@@ -223,7 +223,7 @@ def memory_request(spec: common_pb2.JobSpec, gpu: str, plan: common_pb2.Executio
 
 def cells_request(spec: common_pb2.JobSpec, cluster: estimator_pb2.ClusterSpec, precision: str | None = None,
                   max_gpus: int = 0, best: bool = False) -> estimator_pb2.GetCellsRequest:
-    from estimator.convert import PRECISION_VALUE
+    from tessera.estimator.convert import PRECISION_VALUE
 
     return estimator_pb2.GetCellsRequest(
         model=spec.model, global_batch_size=spec.global_batch_size, cluster=cluster,
@@ -236,8 +236,8 @@ def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estim
                    exhaustive: bool = False, overlap_sync: bool = False) -> estimator_pb2.PlaceStagesRequest:
     """The PlaceStages request of a job file and the command's flags; ClusterFileError when a stage's
     type is not in the given cluster."""
-    from estimator.catalog import UnknownGpuError, lookup
-    from estimator.convert import PRECISION_VALUE
+    from tessera.estimator.catalog import UnknownGpuError, lookup
+    from tessera.estimator.convert import PRECISION_VALUE
 
     names = []
     for i, name in enumerate(t.strip() for t in types.split(",")):
@@ -305,7 +305,7 @@ def cluster_pools(doc: Any) -> list[estimator_pb2.GpuPool]:
 
 
 def _canonical(name: Any, field: str) -> str:
-    from estimator.catalog import UnknownGpuError, lookup
+    from tessera.estimator.catalog import UnknownGpuError, lookup
 
     if not isinstance(name, str) or not name.strip():
         raise ClusterFileError(f"{field}: required, a catalog GPU name such as A100-80GB")
@@ -370,7 +370,7 @@ def _pools(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
 
 def _inventory(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
     """A declared node inventory: one node; each GPU group of it a pool (NVLink when declared so)."""
-    from nodeagent.inventory import HostFacts, InventoryError, parse_declared
+    from tessera.nodeagent.inventory import HostFacts, InventoryError, parse_declared
 
     try:
         inv = parse_declared(doc, "cluster", HostFacts("", 0, 0))
@@ -448,7 +448,7 @@ def _gb(n: float) -> str:
 def _plan_text(plan: common_pb2.ExecutionPlan) -> str:
     d = execution_plan(plan).to_dict()
     shown = [f"{k}={d[k]}" for k in ("dp", "tp", "pp", "micro_batch", "grad_accum")]
-    from estimator.plans import ExecutionPlan
+    from tessera.estimator.plans import ExecutionPlan
 
     defaults = ExecutionPlan().to_dict()
     shown += [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in d.items()
@@ -542,7 +542,7 @@ def _job(filename: str) -> common_pb2.JobSpec:
     """The job file (`-` = stdin), checked as `tessctl submit` checks it."""
     import sys
 
-    from clients.jobfile import load_job_file, parse_job_yaml
+    from tessera.clients.jobfile import load_job_file, parse_job_yaml
 
     return parse_job_yaml(sys.stdin.read()) if filename == "-" else load_job_file(filename)
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tessera.v1 import common_pb2
 
-from estimator import catalog
-from estimator.convert import model_dims
-from estimator.plans import PlanError
-from tessera_common.contract import CONTRACT_VARS
+from tessera.common.contract import CONTRACT_VARS
+from tessera.estimator import catalog
+from tessera.estimator.convert import model_dims
+from tessera.estimator.plans import PlanError
+from tessera.v1 import common_pb2
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

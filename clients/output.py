@@ -13,6 +13,7 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
+
 from tessera.v1 import common_pb2, controller_pb2
 
 REASON_WIDTH = 40

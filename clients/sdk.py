@@ -1,7 +1,7 @@
 """The Python SDK of the Tessera controller API.
 
-    from clients.sdk import Client
-    from clients.jobfile import load_job_file
+    from tessera.clients.sdk import Client
+    from tessera.clients.jobfile import load_job_file
 
     with Client("controller:50051") as c:
         job = c.submit(load_job_file("examples/jobs/tiny.yaml"))
@@ -25,9 +25,9 @@ from types import TracebackType
 from typing import Any, Self
 
 import grpc
-from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
-from tessera_common.rpc import sync_channel
+from tessera.common.rpc import sync_channel
+from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 Job = controller_pb2.Job
 Node = controller_pb2.Node

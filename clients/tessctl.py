@@ -15,12 +15,11 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
+from tessera.clients import output
+from tessera.clients.estimate import ClusterFileError, EstimatorUnreachable
+from tessera.clients.jobfile import JobFileError, load_job_file, parse_job_yaml
+from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, TesseraError, state_value
 from tessera.v1 import common_pb2, controller_pb2
-
-from clients import output
-from clients.estimate import ClusterFileError, EstimatorUnreachable
-from clients.jobfile import JobFileError, load_job_file, parse_job_yaml
-from clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, TesseraError, state_value
 
 DEFAULT_CONTROLLER = "127.0.0.1:50051"
 WATCH_POLL_S = 2.0  # table refresh of the lists that have no watch stream (all jobs, nodes)
@@ -140,12 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
 
     p = command(sub, "simulate", cmd_simulate, "replay a trace under scheduling policies, locally (tessera-sim)")
-    from controller.sim.cli import add_arguments as _sim_arguments
+    from tessera.controller.sim.cli import add_arguments as _sim_arguments
 
     _sim_arguments(p)
 
     est = command(sub, "estimate", _needs_resource, "ask the estimator about a job: memory per GPU, Cells, stage placement")
-    from clients.estimate import add_arguments as _estimate_arguments
+    from tessera.clients.estimate import add_arguments as _estimate_arguments
 
     _estimate_arguments(est, command)
 
@@ -284,7 +283,7 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_simulate(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
     """`tessctl simulate`: the same flags and output as tessera-sim (controller/sim/cli.py)."""
-    from controller.sim.cli import run_and_report
+    from tessera.controller.sim.cli import run_and_report
 
     with contextlib.redirect_stdout(out):
         return run_and_report(args, prog="tessctl simulate")

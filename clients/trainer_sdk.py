@@ -663,6 +663,7 @@ class TrainerContext:
         self._next_report_at = now + self.report_interval_s
         try:
             import grpc
+
             from tessera.v1 import agent_pb2, common_pb2
 
             stub = self._ensure_stub()
@@ -717,9 +718,8 @@ class TrainerContext:
 
     def _ensure_stub(self) -> Any:
         if self._stub is None:
+            from tessera.common.rpc import sync_channel
             from tessera.v1 import agent_pb2_grpc
-
-            from tessera_common.rpc import sync_channel
 
             self._channel = sync_channel(self.agent_addr)
             self._stub = agent_pb2_grpc.NodeAgentStub(self._channel)

@@ -6,11 +6,11 @@ import time
 
 import grpc
 import structlog
+
+from tessera.common.rpc import aio_channel
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 
-from tessera_common.rpc import aio_channel
-
-log = structlog.get_logger("controller.agents")
+log = structlog.get_logger("tessera.controller.agents")
 CALL_TIMEOUT_S = 5.0
 # A Stop is repeated at most this often for the same attempt on the same node while its workers exit.
 STOP_RESEND_S = 10.0

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from controller.core.policy import CellEstimate
-from controller.core.snapshot import Cell, JobView, PlanChoice
-from estimator.cells import CellEstimator, CellInputError, CellModel, GpuPool
+from tessera.controller.core.policy import CellEstimate
+from tessera.controller.core.snapshot import Cell, JobView, PlanChoice
+from tessera.estimator.cells import CellEstimator, CellInputError, CellModel, GpuPool
 
 # (Cell model signature, GPU type, GPUs, stages): what a measured iteration time belongs to.
 MeasuredKey = tuple[str, str, int, int]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from tessera.controller.core.snapshot import Cell, PlanChoice, Slice
+from tessera.controller.store import EventRecord, JobRecord
+from tessera.estimator.convert import plan_message
 from tessera.v1 import common_pb2, controller_pb2
-
-from controller.core.snapshot import Cell, PlanChoice, Slice
-from controller.store import EventRecord, JobRecord
-from estimator.convert import plan_message
 
 
 def event_pb(e: EventRecord) -> common_pb2.JobEvent:

@@ -17,19 +17,19 @@ from dataclasses import dataclass, field
 
 import grpc
 import structlog
-from tessera.v1 import agent_pb2, common_pb2
 
-from controller import metrics
-from controller.agents import AgentClients
-from controller.cell_estimates import CellEstimates, MeasuredKey
-from controller.convert import placement_pb, plan_pb
-from controller.core import frenzy, launchers
-from controller.core.attempts import RankStatus, judge, stalled
-from controller.core.policies import make_policy
-from controller.core.policies.crius import CriusOptions, CriusPolicy
-from controller.core.policies.frenzy import FrenzyPolicy
-from controller.core.policy import CachedEstimates, CellEstimate, Policy, RoundConfig, plan_round
-from controller.core.snapshot import (
+from tessera.common.rpc import host_of
+from tessera.controller import metrics
+from tessera.controller.agents import AgentClients
+from tessera.controller.cell_estimates import CellEstimates, MeasuredKey
+from tessera.controller.convert import placement_pb, plan_pb
+from tessera.controller.core import frenzy, launchers
+from tessera.controller.core.attempts import RankStatus, judge, stalled
+from tessera.controller.core.policies import make_policy
+from tessera.controller.core.policies.crius import CriusOptions, CriusPolicy
+from tessera.controller.core.policies.frenzy import FrenzyPolicy
+from tessera.controller.core.policy import CachedEstimates, CellEstimate, Policy, RoundConfig, plan_round
+from tessera.controller.core.snapshot import (
     Cell,
     Decision,
     GpuView,
@@ -41,13 +41,13 @@ from controller.core.snapshot import (
     Slice,
     Snapshot,
 )
-from controller.core.step_times import Learned, StepTimeConfig, StepTimes
-from controller.core.validate import canonical_gpu_types, resolve_model
-from controller.estimator_feed import EstimatorFeed, step_times_request
-from controller.registry import LivenessConfig, LiveNode, index_workers, liveness_at
-from controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
-from estimator.catalog import CATALOG
-from tessera_common.rpc import host_of
+from tessera.controller.core.step_times import Learned, StepTimeConfig, StepTimes
+from tessera.controller.core.validate import canonical_gpu_types, resolve_model
+from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
+from tessera.controller.registry import LivenessConfig, LiveNode, index_workers, liveness_at
+from tessera.controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
+from tessera.estimator.catalog import CATALOG
+from tessera.v1 import agent_pb2, common_pb2
 
 P = common_pb2
 log = structlog.get_logger("controller")

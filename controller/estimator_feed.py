@@ -13,18 +13,18 @@ import asyncio
 
 import grpc
 import structlog
+
+from tessera.common.rpc import aio_channel
+from tessera.controller import metrics
+from tessera.controller.core.step_times import Learned
+from tessera.controller.store import JobRecord
+from tessera.estimator.catalog import CATALOG
+from tessera.estimator.compute import DEFAULT_PRIOR
+from tessera.estimator.memory import num_params
+from tessera.estimator.models import ModelDims
 from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
-from controller import metrics
-from controller.core.step_times import Learned
-from controller.store import JobRecord
-from estimator.catalog import CATALOG
-from estimator.compute import DEFAULT_PRIOR
-from estimator.memory import num_params
-from estimator.models import ModelDims
-from tessera_common.rpc import aio_channel
-
-log = structlog.get_logger("controller.estimator_feed")
+log = structlog.get_logger("tessera.controller.estimator_feed")
 CALL_TIMEOUT_S = 10.0
 
 _ZERO = {common_pb2.SHARDING_ZERO1: estimator_pb2.ZERO_KIND_ZERO_DP,

@@ -8,16 +8,16 @@ import os
 from pathlib import Path
 
 import structlog
-from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
-from controller.agents import AgentClients
-from controller.core.frenzy import GIB, FrenzyConfig
-from controller.core.policies import ALIASES, policy_names
-from controller.engine import Engine, EngineConfig
-from controller.registry import LivenessConfig
-from controller.service import ControllerService, RegistryService
-from controller.store import SqliteStore
-from tessera_common import daemon, metrics, rpc
+from tessera.common import daemon, metrics, rpc
+from tessera.controller.agents import AgentClients
+from tessera.controller.core.frenzy import GIB, FrenzyConfig
+from tessera.controller.core.policies import ALIASES, policy_names
+from tessera.controller.engine import Engine, EngineConfig
+from tessera.controller.registry import LivenessConfig
+from tessera.controller.service import ControllerService, RegistryService
+from tessera.controller.store import SqliteStore
+from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
 log = structlog.get_logger("controller")
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
+
 from tessera.v1 import common_pb2
 
 if TYPE_CHECKING:
-    from controller.engine import Engine
-    from controller.store import Store
+    from tessera.controller.engine import Engine
+    from tessera.controller.store import Store
 
 JOBS_SUBMITTED = Counter("tessera_jobs_submitted_total", "Jobs accepted by SubmitJob")
 JOBS_FINISHED = Counter("tessera_jobs_finished_total", "Jobs that reached a final state", ["outcome"])

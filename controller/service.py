@@ -9,14 +9,14 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
+
+from tessera.controller.convert import event_pb, job_pb
+from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, validate_spec
+from tessera.controller.engine import Engine, JobNotFound, NodeNotFound
+from tessera.controller.store import TERMINAL, RequestConflict
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
-from controller.convert import event_pb, job_pb
-from controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, validate_spec
-from controller.engine import Engine, JobNotFound, NodeNotFound
-from controller.store import TERMINAL, RequestConflict
-
-log = structlog.get_logger("controller.service")
+log = structlog.get_logger("tessera.controller.service")
 NODE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 ADDRESS_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
 T = TypeVar("T")

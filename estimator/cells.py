@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from estimator.catalog import GpuType, Price, UnknownGpuError, lookup, price
-from estimator.comm import CommModel, Link
-from estimator.compute import (
+from tessera.estimator.catalog import GpuType, Price, UnknownGpuError, lookup, price
+from tessera.estimator.comm import CommModel, Link
+from tessera.estimator.compute import (
     DEFAULT_PRIOR,
     EfficiencyPrior,
     StageProfiler,
@@ -41,10 +41,10 @@ from estimator.compute import (
     profile_stage_compute,
     stage_compute_time,
 )
-from estimator.convnets import STAGE_SIZES, wide_resnet_operators
-from estimator.models import ModelDims
-from estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
-from estimator.plans import PRECISIONS, ExecutionPlan, PlanError
+from tessera.estimator.convnets import STAGE_SIZES, wide_resnet_operators
+from tessera.estimator.models import ModelDims
+from tessera.estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
+from tessera.estimator.plans import PRECISIONS, ExecutionPlan, PlanError
 
 
 class CellInputError(ValueError):
@@ -185,7 +185,7 @@ class CellModel:
         """From the shared ModelDims (estimator/models.py), the job's global batch and a precision recipe
         of estimator/memory.py (bytes of weights, gradients and optimizer per parameter). A Wide-ResNet
         takes the artifact's recipe (`wide_resnet`), whatever `precision` and `recompute` say."""
-        from estimator.memory import RECIPES
+        from tessera.estimator.memory import RECIPES
 
         if dims.family == "wresnet":
             return cls.wide_resnet(dims.num_layers, dims.width_factor, dims.hidden_size, dims.vocab_size,
@@ -365,7 +365,7 @@ class LinkPrior:
     NVLink, PCIe and all-to-all efficiencies were fitted with the compute prior on the training half of
     the Crius artifact's optima (bench/estimator_arena.py --refit, seed 0). The network efficiency is
     the nccl-tests-typical 0.8, not fitted: the arena fit is per GPU pool (`GpuPool.network_efficiency`)
-    because every cluster's fabric differs; measure yours with estimator.comm_profile.
+    because every cluster's fabric differs; measure yours with tessera.estimator.comm_profile.
     """
 
     nvlink_efficiency: float = 0.5652
@@ -710,8 +710,8 @@ class Cell:
     """One scheduling candidate: job x GPU type x GPU count x pipeline stages, with its estimate.
 
     `iter_time`, `memory_per_gpu` (bytes, the most loaded GPU of the best plan) and the breakdown
-    carry their sources. `execution_plan` is the best plan as the shared estimator.plans.ExecutionPlan
-    when all its stages have the same (dp, tp) (None otherwise), e.g. for estimator.memory's breakdown. `fits` is False with a `reason` when no assembled plan fits in memory or
+    carry their sources. `execution_plan` is the best plan as the shared tessera.estimator.plans.ExecutionPlan
+    when all its stages have the same (dp, tp) (None otherwise), e.g. for tessera.estimator.memory's breakdown. `fits` is False with a `reason` when no assembled plan fits in memory or
     the Cell cannot be formed.
     """
 
@@ -774,7 +774,7 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
     """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp); None when the stages
     differ or the batch does not split into whole micro-batches per rank."""
     cfg = config or CellConfig()
-    if model.family == "wresnet":  # the shared plan vocabulary (and estimator.memory) is for transformers
+    if model.family == "wresnet":  # the shared plan vocabulary (and tessera.estimator.memory) is for transformers
         return None
     layouts = {(s.dp, s.tp) for s in plan.stages}
     if len(layouts) != 1:

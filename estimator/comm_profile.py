@@ -3,11 +3,11 @@
 Crius profiles communication operators offline, per interconnect, and interpolates by traffic at
 estimation time (crius.txt Sec. 5.1). This tool measures all-reduce, all-gather, reduce-scatter,
 all-to-all and point-to-point for a range of message sizes across N local processes and writes the
-JSON that `estimator.comm.CommTable.from_json` reads:
+JSON that `tessera.estimator.comm.CommTable.from_json` reads:
 
-    python -m estimator.comm_profile --backend gloo --out table.json            # CPU, 2 processes
-    python -m estimator.comm_profile --backend nccl --world 8 --link nvlink --out nvlink.json
-    torchrun --nnodes 2 --nproc-per-node 1 ... -m estimator.comm_profile --backend nccl --link ib --out ib.json
+    python -m tessera.estimator.comm_profile --backend gloo --out table.json            # CPU, 2 processes
+    python -m tessera.estimator.comm_profile --backend nccl --world 8 --link nvlink --out nvlink.json
+    torchrun --nnodes 2 --nproc-per-node 1 ... -m tessera.estimator.comm_profile --backend nccl --link ib --out ib.json
 
 Without RANK/WORLD_SIZE in the environment it spawns `--world` local processes itself; under torchrun
 it runs as one of the ranks (rank 0 writes the file). Timing: `--warmup` untimed calls, then `--iters`
@@ -33,7 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from estimator.comm import COLLECTIVES, LINK_KINDS
+from tessera.estimator.comm import COLLECTIVES, LINK_KINDS
 
 DEFAULT_SIZES = tuple(1 << k for k in range(10, 25, 2))  # 1 KiB .. 16 MiB
 
@@ -162,10 +162,10 @@ def profile_local(world: int, backend: str, ops: Sequence[str], sizes: Sequence[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m estimator.comm_profile", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tessera.estimator.comm_profile", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    ap.add_argument("--out", required=True, help="JSON file to write (estimator.comm.CommTable format)")
+    ap.add_argument("--out", required=True, help="JSON file to write (tessera.estimator.comm.CommTable format)")
     ap.add_argument("--world", type=int, default=2, help="local processes to spawn (ignored under torchrun)")
     ap.add_argument("--ops", default=",".join(COLLECTIVES), help="comma-separated subset of " + ",".join(COLLECTIVES))
     ap.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),

@@ -42,8 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from estimator.catalog import GpuType
-from estimator.partition import CONV_KINDS, LayerShape, Operator
+from tessera.estimator.catalog import GpuType
+from tessera.estimator.partition import CONV_KINDS, LayerShape, Operator
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 estimator API (estimator/handlers.py), tessctl, and the controller's job validation, so a job spec
 and an estimator call mean the same model. Imports protobuf messages, never grpc or torch.
 
-Errors are `PlanError(field, reason)` (estimator.plans), with the field as a request path
+Errors are `PlanError(field, reason)` (tessera.estimator.plans), with the field as a request path
 (``model.hidden_size``, ``plan.dp``).
 """
 
@@ -13,10 +13,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tessera.estimator.models import REGISTERED, Family, ModelDims, registered
+from tessera.estimator.plans import ExecutionPlan, PlanError
 from tessera.v1 import common_pb2 as pb
-
-from estimator.models import REGISTERED, Family, ModelDims, registered
-from estimator.plans import ExecutionPlan, PlanError
 
 DIM_FIELDS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length")
 
@@ -44,7 +43,7 @@ PRECISION: dict[int, str] = {
 }
 SCHEDULE: dict[int, str] = {pb.PIPELINE_SCHEDULE_UNSPECIFIED: "1f1b", pb.PIPELINE_SCHEDULE_1F1B: "1f1b",
                             pb.PIPELINE_SCHEDULE_GPIPE: "gpipe"}
-DEFAULT_PRECISION = "megatron-bf16"  # estimator.plans.ExecutionPlan's default
+DEFAULT_PRECISION = "megatron-bf16"  # tessera.estimator.plans.ExecutionPlan's default
 
 PLAN_INT_FIELDS = ("dp", "tp", "pp", "micro_batch", "grad_accum", "ep", "virtual_stages")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from estimator.partition import LayerShape, Operator
+from tessera.estimator.partition import LayerShape, Operator
 
 # Bottleneck stage sizes by depth (Alpa's model_configs; 18 and 34 use basic blocks and are not here).
 STAGE_SIZES: dict[int, tuple[int, int, int, int]] = {

@@ -1,11 +1,11 @@
 """The estimator's API as plain functions over tessera.v1 messages.
 
 `Estimator` answers the requests of the `tessera.v1.Estimator` service (protos/tessera/v1/
-estimator.proto) by calling the library: estimator.memory.estimate_memory, estimator.cells
-(CellEstimator), estimator.perf_model (fit, refit, predict). The gRPC servicer (estimator/service.py)
+estimator.proto) by calling the library: tessera.estimator.memory.estimate_memory, tessera.estimator.cells
+(CellEstimator), tessera.estimator.perf_model (fit, refit, predict). The gRPC servicer (estimator/service.py)
 and `tessctl estimate` without `--estimator` both call it, so both answer the same.
 
-No grpc and no asyncio here; torch only through estimator.traced, on a traced-mode request. Bad
+No grpc and no asyncio here; torch only through tessera.estimator.traced, on a traced-mode request. Bad
 input raises the library's errors (PlanError, CellInputError, PerfModelInputError), each naming
 the field as a request path; `field_error` turns any of them into (field, reason).
 
@@ -28,11 +28,9 @@ from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Generic, TypeVar
 
-from tessera.v1 import estimator_pb2 as pb
-
-from estimator import perf_model as pm
-from estimator.catalog import UnknownGpuError, lookup
-from estimator.cells import (
+from tessera.estimator import perf_model as pm
+from tessera.estimator.catalog import UnknownGpuError, lookup
+from tessera.estimator.cells import (
     Cell,
     CellConfig,
     CellEstimator,
@@ -42,11 +40,12 @@ from estimator.cells import (
     GpuPool,
     StageCost,
 )
-from estimator.convert import PRECISION, execution_plan, model_dims, plan_message
-from estimator.memory import estimate_memory
-from estimator.plans import PlanError
-from estimator.stage_placer import HeteroPlan, StagePlacer
-from estimator.state import EstimatorState
+from tessera.estimator.convert import PRECISION, execution_plan, model_dims, plan_message
+from tessera.estimator.memory import estimate_memory
+from tessera.estimator.plans import PlanError
+from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
+from tessera.estimator.state import EstimatorState
+from tessera.v1 import estimator_pb2 as pb
 
 MODES: dict[int, str] = {pb.MEMORY_MODE_UNSPECIFIED: "formula", pb.MEMORY_MODE_FORMULA: "formula",
                          pb.MEMORY_MODE_MARP: "marp", pb.MEMORY_MODE_TRACED: "traced"}
@@ -353,7 +352,7 @@ class Estimator:
     # -- EstimateMemory ---------------------------------------------------------------------------
 
     def estimate_memory(self, req: pb.EstimateMemoryRequest) -> pb.EstimateMemoryResponse:
-        """Peak bytes per GPU of req.plan for req.model (estimator.memory.estimate_memory)."""
+        """Peak bytes per GPU of req.plan for req.model (tessera.estimator.memory.estimate_memory)."""
         dims = model_dims(req.model)
         dims.require_transformer("the memory estimate")
         plan = execution_plan(req.plan, int(req.global_batch_size))

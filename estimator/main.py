@@ -11,12 +11,12 @@ import os
 from pathlib import Path
 
 import structlog
-from tessera.v1 import estimator_pb2_grpc
 
-from estimator.handlers import Estimator, version
-from estimator.service import EstimatorService
-from estimator.state import EstimatorState
-from tessera_common import daemon, metrics, rpc
+from tessera.common import daemon, metrics, rpc
+from tessera.estimator.handlers import Estimator, version
+from tessera.estimator.service import EstimatorService
+from tessera.estimator.state import EstimatorState
+from tessera.v1 import estimator_pb2_grpc
 
 log = structlog.get_logger("estimator")
 

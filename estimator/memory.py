@@ -7,7 +7,7 @@ Modes of `estimate_memory(model, plan, mode=...)`:
   the first pipeline stage, logits and cross-entropy on the last, and a stated ``other`` reserve.
 - ``"marp"``: Frenzy's MARP (frenzy.txt Sec. IV-A), kept exactly as the controller's Frenzy policy
   uses it (`marp_params`, `marp_memory`, `MemoryEstimate`, `STATIC_BYTES_PER_PARAM`).
-- ``"traced"``: estimator.traced runs one training step of the rank's torch module under fake
+- ``"traced"``: tessera.estimator.traced runs one training step of the rank's torch module under fake
   tensors with torch's MemTracker (imports torch lazily; this module never imports torch).
 
 Sources: Korthikanti et al. 2022 (arXiv 2205.05198) Table 2; Rajbhandari et al. 2019 (ZeRO) Sec. 5;
@@ -22,9 +22,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from estimator.convnets import wide_resnet_operators
-from estimator.models import ModelDims
-from estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.convnets import wide_resnet_operators
+from tessera.estimator.models import ModelDims
+from tessera.estimator.plans import ExecutionPlan, PlanError
 
 GIB = 1024**3
 
@@ -431,7 +431,7 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
     """Peak bytes on the most loaded GPU of `plan` for one training step of `model`.
 
     mode: "formula" (default), "marp" (Frenzy's MARP: static + activations, tp and the micro-batch
-    only) or "traced" (estimator.traced; needs torch). `gpu` (a catalog name) sets capacity_bytes and
+    only) or "traced" (tessera.estimator.traced; needs torch). `gpu` (a catalog name) sets capacity_bytes and
     fits; an unknown name is a PlanError on field "gpu". `num_gpus`, when given, must equal
     dp*tp*pp. Errors name the field (PlanError, a ValueError).
     """
@@ -446,7 +446,7 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
         est = MemoryBreakdown(mm.static_bytes, 0, 0, mm.activation_bytes, other_bytes, "formula:marp",
                               notes=("MARP: static 20 B/param over tp, Korthikanti TP activations",))
     elif mode == "traced":
-        from estimator.traced import traced_memory
+        from tessera.estimator.traced import traced_memory
 
         est = traced_memory(model, plan, other_bytes=other_bytes)
     else:
@@ -460,7 +460,7 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
 def _capacity(gpu: str | None) -> int | None:
     if gpu is None:
         return None
-    from estimator.catalog import UnknownGpuError, lookup
+    from tessera.estimator.catalog import UnknownGpuError, lookup
 
     try:
         return lookup(gpu).memory_bytes

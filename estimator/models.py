@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from estimator.convnets import STAGE_SIZES
-from estimator.plans import PlanError
+from tessera.estimator.convnets import STAGE_SIZES
+from tessera.estimator.plans import PlanError
 
 Family = Literal["decoder", "encoder", "moe", "wresnet"]
 FAMILIES = ("decoder", "encoder", "moe", "wresnet")

@@ -28,7 +28,7 @@ CONV_KINDS = frozenset({"stem", "bottleneck"})
 
 @dataclass(frozen=True)
 class LayerShape:
-    """What a profiler needs to rebuild an operator on one device (estimator.compute)."""
+    """What a profiler needs to rebuild an operator on one device (tessera.estimator.compute)."""
 
     kind: str  # "embedding" | "transformer" | "moe" | "head" | "stem" | "bottleneck" | "pool_head"
     hidden: int  # transformers: hidden size; convnets: input channels (stem: its output channels)
@@ -62,7 +62,7 @@ class Operator:
       only under recomputation, else its full activations); not divided by TP;
     - `comm_calls`: collective calls per training step behind `tp_comm_bytes` / `a2a_bytes` (for the
       per-message latency terms);
-    - `shape`: what a profiler needs to rebuild the operator (estimator.compute).
+    - `shape`: what a profiler needs to rebuild the operator (tessera.estimator.compute).
 
     `traffic_bytes + traffic_sharded_bytes` is also the operator's transient activation footprint per
     sample (Korthikanti et al.'s count), which the memory check uses.

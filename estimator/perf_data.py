@@ -5,7 +5,7 @@
 * ``placements/<model>/placements.csv``: measured iteration times per (plan, placement).
 
 The readers return plain records; :func:`profile_samples` and :func:`placement_config` turn them into
-the performance model's :class:`~estimator.perf_model.Sample` / :class:`RunConfig`.
+the performance model's :class:`~tessera.estimator.perf_model.Sample` / :class:`RunConfig`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from estimator.perf_model import (
+from tessera.estimator.perf_model import (
     Params,
     PerfModelInputError,
     Placement,

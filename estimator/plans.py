@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
-    from estimator.models import ModelDims
+    from tessera.estimator.models import ModelDims
 
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
 Offload = Literal["none", "optimizer", "optimizer+params"]

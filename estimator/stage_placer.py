@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from estimator.cells import (
+from tessera.estimator.cells import (
     CellConfig,
     CellInputError,
     CellModel,
@@ -40,8 +40,8 @@ from estimator.cells import (
     pipeline_latency,
     pool_links,
 )
-from estimator.comm import CommModel, Link
-from estimator.partition import Operator
+from tessera.estimator.comm import CommModel, Link
+from tessera.estimator.partition import Operator
 
 __all__ = ["HeteroPlan", "HeteroStage", "StagePlacer"]
 

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
-from estimator import perf_model as pm
+from tessera.estimator import perf_model as pm
 
 # (Cell model signature, GPU type, GPUs, stages)
 MeasuredKey = tuple[str, str, int, int]

@@ -1,6 +1,6 @@
 """The torch modules that traced mode runs: one pipeline stage of one rank, with per-rank shard shapes.
 
-Imported only by estimator.traced (this module imports torch at the top; nothing else in estimator/
+Imported only by tessera.estimator.traced (this module imports torch at the top; nothing else in estimator/
 does). A `RankShape` says which part of the model one rank holds: the layers of its pipeline stage,
 the embedding if it is the first stage, the final norm, head and loss if it is the last, with the
 tensor-parallel dimensions divided by tp (heads, kv heads, ffn, vocabulary: Megatron's column- and
@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from estimator.memory import local_vocab
-from estimator.models import ModelDims
+from tessera.estimator.memory import local_vocab
+from tessera.estimator.models import ModelDims
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Traced mode: one training step of the rank's torch module under fake tensors, measured by MemTracker.
 
 `traced_memory(model, plan)` builds, for the first and the last pipeline stage of the plan, the
-module one rank holds (estimator.torch_models: per-rank shard shapes for TP/SP, E/ep experts, the
+module one rank holds (tessera.estimator.torch_models: per-rank shard shapes for TP/SP, E/ep experts, the
 stage's layers), allocates the recipe's resident state (parameters, gradient buffers, optimizer
 state, sharded over dp as the ZeRO stage says), and runs under torch's FakeTensorMode (no real
 memory, no compute) with torch.distributed._tools.mem_tracker.MemTracker:
@@ -28,15 +28,15 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from estimator.memory import (
+from tessera.estimator.memory import (
     DEFAULT_OTHER_BYTES,
     RECIPES,
     MemoryBreakdown,
     Recipe,
     stage_layers,
 )
-from estimator.models import ModelDims
-from estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.models import ModelDims
+from tessera.estimator.plans import ExecutionPlan, PlanError
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def traced_memory(model: ModelDims, plan: ExecutionPlan, *,
 def _cpu_bytes(model: ModelDims, plan: ExecutionPlan) -> int:
     if plan.offload == "none":
         return 0
-    from estimator.memory import _state_bytes
+    from tessera.estimator.memory import _state_bytes
 
     return _state_bytes(model, plan, 0)[3]
 
@@ -102,7 +102,7 @@ def run_step(model: ModelDims, plan: ExecutionPlan, stage: int = 0, *, fake: boo
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from estimator.torch_models import RankShape, Stage
+    from tessera.estimator.torch_models import RankShape, Stage
 
     recipe = RECIPES[plan.precision]
     dtype = {4: torch.float32, 2: torch.bfloat16}[recipe.param]
@@ -298,7 +298,7 @@ def _SimAdam(mod: Any, plan: ExecutionPlan, recipe: Recipe) -> Any:
 
 
 def _expert_params(mod: Any) -> set[int]:
-    from estimator.torch_models import MoE
+    from tessera.estimator.torch_models import MoE
 
     ids: set[int] = set()
     for sub in mod.modules():
@@ -342,7 +342,7 @@ def real_cpu_peak(model: ModelDims, plan: ExecutionPlan, stage: int = 0, timeout
 
     arg = json.dumps({"model": model.__dict__, "plan": plan.to_dict(), "stage": stage})
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-m", "estimator.traced", arg], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "tessera.estimator.traced", arg], capture_output=True, text=True,
                          env=env, timeout=timeout_s, check=True)
     res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return res
@@ -354,7 +354,7 @@ def _real_child(arg: str) -> None:
 
     import torch
 
-    from estimator.torch_models import RankShape, Stage
+    from tessera.estimator.torch_models import RankShape, Stage
 
     d = json.loads(arg)
     model, plan, stage = ModelDims(**d["model"]), ExecutionPlan(**d["plan"]), int(d["stage"])

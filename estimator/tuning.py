@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from estimator.cells import (
+from tessera.estimator.cells import (
     CellEstimator,
     CellInputError,
     CellModel,

@@ -17,18 +17,17 @@ from typing import Any
 
 import grpc.aio
 import structlog
+
+from tessera.common import rpc
+from tessera.nodeagent import metrics
+from tessera.nodeagent.registration import Registrar
+from tessera.nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer
+from tessera.nodeagent.state import FILE_NAME, StateFile
+from tessera.nodeagent.supervisor import Supervisor
+from tessera.nodeagent.version import __version__
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
-from tessera_common import rpc
-
-from . import metrics
-from .registration import Registrar
-from .server import DrainFlag, EpochFence, NodeAgentServicer
-from .state import FILE_NAME, StateFile
-from .supervisor import Supervisor
-from .version import __version__
-
-log = structlog.get_logger("nodeagent.agent")
+log = structlog.get_logger("tessera.nodeagent.agent")
 
 _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from google.protobuf import json_format
+
+from tessera.common.contract import CONTRACT_VARS
+from tessera.nodeagent.errors import InvalidArgument
 from tessera.v1 import agent_pb2, common_pb2
-
-from tessera_common.contract import CONTRACT_VARS
-
-from .errors import InvalidArgument
 
 __all__ = ["CONTRACT_VARS"]
 

@@ -17,11 +17,11 @@ from typing import Any, TypeGuard
 
 import structlog
 import yaml
+
+from tessera.estimator import catalog
 from tessera.v1 import common_pb2
 
-from estimator import catalog
-
-log = structlog.get_logger("nodeagent.inventory")
+log = structlog.get_logger("tessera.nodeagent.inventory")
 
 MAX_COUNT = 64
 MAX_MEMORY_GB = 1024

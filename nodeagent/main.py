@@ -17,17 +17,16 @@ from pathlib import Path
 from typing import NoReturn
 
 import structlog
+
+from tessera.common import logs
+from tessera.common import metrics as common_metrics
+from tessera.common.notify import notify, watchdog_loop
+from tessera.nodeagent import inventory
+from tessera.nodeagent.agent import Agent, AgentConfig
+from tessera.nodeagent.version import __version__
 from tessera.v1 import common_pb2
 
-from tessera_common import logs
-from tessera_common import metrics as common_metrics
-from tessera_common.notify import notify, watchdog_loop
-
-from . import inventory
-from .agent import Agent, AgentConfig
-from .version import __version__
-
-log = structlog.get_logger("nodeagent.main")
+log = structlog.get_logger("tessera.nodeagent.main")
 
 NODE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -20,7 +20,7 @@ from typing import IO
 
 import structlog
 
-log = structlog.get_logger("nodeagent.process")
+log = structlog.get_logger("tessera.nodeagent.process")
 
 
 def spawn(

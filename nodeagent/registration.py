@@ -22,11 +22,11 @@ from enum import Enum
 import grpc
 import grpc.aio
 import structlog
+
+from tessera.nodeagent.server import EpochFence
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 
-from .server import EpochFence
-
-log = structlog.get_logger("nodeagent.registration")
+log = structlog.get_logger("tessera.nodeagent.registration")
 
 DEFAULT_INTERVAL = 5.0
 MIN_INTERVAL = 0.05

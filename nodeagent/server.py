@@ -13,12 +13,12 @@ from typing import TypeVar
 import grpc
 import grpc.aio
 import structlog
+
+from tessera.nodeagent.errors import AgentError, FailedPrecondition
+from tessera.nodeagent.supervisor import Supervisor
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 
-from .errors import AgentError, FailedPrecondition
-from .supervisor import Supervisor
-
-log = structlog.get_logger("nodeagent.server")
+log = structlog.get_logger("tessera.nodeagent.server")
 
 T = TypeVar("T")
 

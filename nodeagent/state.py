@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-log = structlog.get_logger("nodeagent.state")
+log = structlog.get_logger("tessera.nodeagent.state")
 
 STATE_VERSION = 1
 FILE_NAME = "agent-state.json"

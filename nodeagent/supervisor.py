@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+
+from tessera.nodeagent import contract, process
+from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFound
 from tessera.v1 import agent_pb2, common_pb2
 
-from . import contract, process
-from .errors import FailedPrecondition, InvalidArgument, NotFound
-
-log = structlog.get_logger("nodeagent.supervisor")
+log = structlog.get_logger("tessera.nodeagent.supervisor")
 
 RUNNING: int = common_pb2.WORKER_STATE_RUNNING
 STOPPING: int = common_pb2.WORKER_STATE_STOPPING

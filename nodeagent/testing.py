@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 

@@ -19,10 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tessera.v1 import common_pb2 as P
-
-from clients.sdk import Client
-from tessera_common.localcluster import (
+from tessera.clients.sdk import Client
+from tessera.common.localcluster import (
     REPO,
     start_agent,
     start_controller,
@@ -30,6 +28,7 @@ from tessera_common.localcluster import (
     tessctl,
     wait_for,
 )
+from tessera.v1 import common_pb2 as P
 
 NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml"),
          ("node-a10b", "a10-node.yaml")]

@@ -21,14 +21,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tessera.clients.sdk import Client
+from tessera.common import localcluster as lc
 from tessera.v1 import common_pb2 as P
 
-from clients.sdk import Client
-from tessera_common import localcluster as lc
-
 FINAL = {P.JOB_STATE_SUCCEEDED, P.JOB_STATE_FAILED, P.JOB_STATE_CANCELLED}
-ENTRY_POINTS = {"tessera-controller": "controller.main", "tessera-agent": "nodeagent.main",
-                "tessera-estimator": "estimator.main", "tessctl": "clients.tessctl"}
+ENTRY_POINTS = {"tessera-controller": "tessera.controller.main", "tessera-agent": "tessera.nodeagent.main",
+                "tessera-estimator": "tessera.estimator.main", "tessctl": "tessera.clients.tessctl"}
 
 
 def wrappers(bin_dir: Path) -> None:

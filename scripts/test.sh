@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check .
-.venv/bin/mypy --strict controller/core estimator tessera_common
+# mypy reads files, not the editable install's import hook: it checks the tessera.* tree of symlinks.
+MYPYPATH=$(scripts/pkgtree.sh) .venv/bin/mypy --strict -p tessera.controller.core -p tessera.estimator -p tessera.common
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -8,9 +8,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tessera.common import rpc
 from tessera.v1 import agent_pb2_grpc
-
-from tessera_common import rpc
 
 
 @contextmanager

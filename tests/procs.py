@@ -1,6 +1,6 @@
 """Test access to the local-cluster helpers (real processes, event-based waits)."""
 
-from tessera_common.localcluster import (  # noqa: F401
+from tessera.common.localcluster import (  # noqa: F401
     BIN,
     REPO,
     Daemon,

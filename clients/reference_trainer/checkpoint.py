@@ -43,8 +43,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from clients.reference_trainer.parallel import Engine
-from clients.trainer_sdk import CHECKPOINT_META, CheckpointRef, ModelDims, Plan, checkpoint_writer
+from tessera.clients.reference_trainer.parallel import Engine
+from tessera.clients.trainer_sdk import CHECKPOINT_META, CheckpointRef, ModelDims, Plan, checkpoint_writer
 
 FORMAT = "tessera-reference-trainer/2"
 LEGACY_FORMAT = "tessera-reference-trainer/1"

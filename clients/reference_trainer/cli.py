@@ -11,8 +11,14 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from clients.reference_trainer.config import EXIT_ERROR, EXIT_UNSUPPORTED, Unsupported, parse_options, resolve
-from clients.trainer_sdk import ContractError, TrainerContext
+from tessera.clients.reference_trainer.config import (
+    EXIT_ERROR,
+    EXIT_UNSUPPORTED,
+    Unsupported,
+    parse_options,
+    resolve,
+)
+from tessera.clients.trainer_sdk import ContractError, TrainerContext
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         # DCP at world size 1 (no process group) says it saves/loads "in a single process": intended.
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-        from clients.reference_trainer import checkpoint, train
+        from tessera.clients.reference_trainer import checkpoint, train
 
         try:
             return train.run(ctx, cfg)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from clients.trainer_sdk import ModelDims
+from tessera.clients.trainer_sdk import ModelDims
 
 
 class CausalSelfAttention(nn.Module):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from controller.core.policy import CellEstimate
-from controller.core.snapshot import Cell, JobView
+from tessera.controller.core.policy import CellEstimate
+from tessera.controller.core.snapshot import Cell, JobView
 
 
 class TableEstimates:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from controller.core.snapshot import (
+from tessera.controller.core.snapshot import (
     Decision,
     GpuView,
     JobView,
@@ -26,7 +26,7 @@ from controller.core.snapshot import (
     Slice,
     Snapshot,
 )
-from estimator.memory import marp_memory
+from tessera.estimator.memory import marp_memory
 
 GIB = 1024**3
 TP_CHOICES = (1, 2, 4, 8)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from controller.core.snapshot import NodeView, Slice, Snapshot
+from tessera.controller.core.snapshot import NodeView, Slice, Snapshot
 
 BEST_FIT = "best-fit"
 SCATTER = "scatter"

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from controller.core.placement import ClusterState
-from controller.core.snapshot import (
+from tessera.controller.core.placement import ClusterState
+from tessera.controller.core.snapshot import (
     Cell,
     Decision,
     JobView,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from estimator.models import ModelDims
-from estimator.plans import ExecutionPlan
+from tessera.estimator.models import ModelDims
+from tessera.estimator.plans import ExecutionPlan
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tessera.common.contract import CONTRACT_VARS
+from tessera.controller.core import launchers
+from tessera.estimator.catalog import UnknownGpuError, lookup
+from tessera.estimator.convert import model_refinements
+from tessera.estimator.models import REGISTERED, ModelDims, registered
+from tessera.estimator.plans import PlanError
 from tessera.v1 import common_pb2
-
-from controller.core import launchers
-from estimator.catalog import UnknownGpuError, lookup
-from estimator.convert import model_refinements
-from estimator.models import REGISTERED, ModelDims, registered
-from estimator.plans import PlanError
-from tessera_common.contract import CONTRACT_VARS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.core.policies import UnknownPolicy, make_policy
-from controller.core.policy import CachedEstimates, Estimates, RoundConfig
-from controller.core.snapshot import JobView
-from controller.sim.clusters import ClusterError, builtin_names, load_cluster
-from controller.sim.engine import RULES, ArenaTruth, Rules, SimResult, Simulator, Truth
-from controller.sim.metrics import (
+from tessera.controller.core.policies import UnknownPolicy, make_policy
+from tessera.controller.core.policy import CachedEstimates, Estimates, RoundConfig
+from tessera.controller.core.snapshot import JobView
+from tessera.controller.sim.clusters import ClusterError, builtin_names, load_cluster
+from tessera.controller.sim.engine import RULES, ArenaTruth, Rules, SimResult, Simulator, Truth
+from tessera.controller.sim.metrics import (
     compare,
     summarize,
     timing,
@@ -35,7 +35,7 @@ from controller.sim.metrics import (
     write_rounds_csv,
     write_summary_csv,
 )
-from controller.sim.oracles import (
+from tessera.controller.sim.oracles import (
     ArenaOracle,
     MorphlingOracle,
     OracleError,
@@ -43,7 +43,7 @@ from controller.sim.oracles import (
     cell_estimator_oracle,
     load_estimator_oracle,
 )
-from controller.sim.traces import (
+from tessera.controller.sim.traces import (
     ARTIFACT_FAMILIES,
     FAMILIES,
     MAX_ITER_S,
@@ -282,7 +282,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         write_jobs_csv(res, d / "jobs.csv")
     plots: list[str] = []
     if not args.no_plots:
-        from controller.sim.plots import draw
+        from tessera.controller.sim.plots import draw
 
         plots = draw(results, comp, out)
     return {**doc, "plots": plots, "timing": {k: timing(v) for k, v in results.items()}}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.core.snapshot import GpuView, NodeView
+from tessera.controller.core.snapshot import GpuView, NodeView
 
 GB = 1000**3
 BUILTIN = Path(__file__).with_name("clusters")

@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from controller.core.policy import CachedEstimates, Estimates, Policy, RoundConfig, plan_round
-from controller.core.snapshot import Cell, JobView, NodeView, RunningView, Slice, Snapshot
-from controller.sim.clusters import Cluster
-from controller.sim.oracles import ArenaOracle
-from controller.sim.traces import TraceJob
+from tessera.controller.core.policy import CachedEstimates, Estimates, Policy, RoundConfig, plan_round
+from tessera.controller.core.snapshot import Cell, JobView, NodeView, RunningView, Slice, Snapshot
+from tessera.controller.sim.clusters import Cluster
+from tessera.controller.sim.oracles import ArenaOracle
+from tessera.controller.sim.traces import TraceJob
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.sim.engine import SimResult
+from tessera.controller.sim.engine import SimResult
 
 # The artifact's plotter averages throughput over rounds above this (plot_cluster_thr).
 BUSY_THRESHOLD = 100.0

@@ -12,7 +12,7 @@
 - `load_estimator_oracle(spec)`: any object with the `Estimates` protocol, e.g. the Cell estimator,
   named as `module:factory` (the factory takes the cluster's GPU type names).
 
-All are deterministic and implement controller.core.policy.Estimates.
+All are deterministic and implement tessera.controller.core.policy.Estimates.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.core.policy import CellEstimate, Estimates
-from controller.core.snapshot import Cell, JobView
-from controller.sim.clusters import ARENA_TYPES
+from tessera.controller.core.policy import CellEstimate, Estimates
+from tessera.controller.core.snapshot import Cell, JobView
+from tessera.controller.sim.clusters import ARENA_TYPES
 
 SIZES = {"wide_resnet": ["500M", "1B", "2B", "4B", "6.8B", "13B"],
          "bert": ["760M", "1.3B", "2.6B", "6.7B", "15B", "39B"],
@@ -251,8 +251,8 @@ def cell_estimator_oracle(pools: dict[str, tuple[int, int, bool]]) -> Estimates:
     """The live controller's Cell estimates (controller/cell_estimates.py over estimator/cells.py)
     for the cluster's GPU pools {type: (GPUs, GPUs per node, NVLink)}."""
     try:
-        from controller.cell_estimates import CellEstimates
-        from estimator.catalog import CATALOG
+        from tessera.controller.cell_estimates import CellEstimates
+        from tessera.estimator.catalog import CATALOG
     except ImportError as e:  # pragma: no cover - depends on the estimator being installed
         raise OracleError(f"oracle 'estimator': {e}") from None
     known = {t: v for t, v in pools.items() if t in CATALOG}

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from controller.sim.engine import SimResult
-from controller.sim.metrics import jct_list
+from tessera.controller.sim.engine import SimResult
+from tessera.controller.sim.metrics import jct_list
 
 
 def draw(results: dict[str, SimResult], comparison: dict[str, Any], out: Path) -> list[str]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from estimator.models import ModelDims
+from tessera.estimator.models import ModelDims
 
 
 class TraceError(ValueError):

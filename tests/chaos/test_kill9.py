@@ -6,9 +6,9 @@ import collections
 import time
 
 import pytest
-from tessera.v1 import common_pb2 as P
 
-from clients.sdk import Client
+from tessera.clients.sdk import Client
+from tessera.v1 import common_pb2 as P
 from tests.e2e.cluster import Cluster
 from tests.procs import tessctl, wait_for
 

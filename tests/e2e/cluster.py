@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from tessera.v1 import common_pb2 as P
 
-from clients.sdk import Client
+from tessera.clients.sdk import Client
+from tessera.v1 import common_pb2 as P
 from tests.procs import REPO, Daemon, kill_strays, start_agent, start_controller, wait_for
 
 INVENTORIES = REPO / "examples" / "inventories"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tessera.v1 import common_pb2 as P
 
+from tessera.v1 import common_pb2 as P
 from tests.chaos.test_kill9 import long_job, node_state
 from tests.e2e.cluster import Cluster
 from tests.procs import tessctl, tessctl_json, wait_for

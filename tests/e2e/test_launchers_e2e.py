@@ -5,8 +5,8 @@ by the agents' interpreter (scripts/setup.sh installs it)."""
 from __future__ import annotations
 
 import pytest
-from tessera.v1 import common_pb2 as P
 
+from tessera.v1 import common_pb2 as P
 from tests.e2e.cluster import Cluster
 from tests.procs import tessctl
 

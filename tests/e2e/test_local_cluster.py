@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from tessera.v1 import common_pb2 as P
 
+from tessera.v1 import common_pb2 as P
 from tests.e2e.cluster import Cluster
 from tests.procs import REPO, tessctl, tessctl_json
 

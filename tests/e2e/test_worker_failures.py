@@ -4,8 +4,8 @@ then failed with that reason."""
 from __future__ import annotations
 
 import pytest
-from tessera.v1 import common_pb2 as P
 
+from tessera.v1 import common_pb2 as P
 from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.slow

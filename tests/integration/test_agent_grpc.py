@@ -12,12 +12,12 @@ from pathlib import Path
 import grpc
 import grpc.aio
 import pytest
-from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
-from nodeagent.agent import Agent, AgentConfig
-from nodeagent.inventory import host_facts, parse_declared
-from nodeagent.testing import FakeRegistry, launch_request, wait_until
-from tessera_common import rpc
+from tessera.common import rpc
+from tessera.nodeagent.agent import Agent, AgentConfig
+from tessera.nodeagent.inventory import host_facts, parse_declared
+from tessera.nodeagent.testing import FakeRegistry, launch_request, wait_until
+from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 RUNNING = common_pb2.WORKER_STATE_RUNNING
 EXITED = common_pb2.WORKER_STATE_EXITED
@@ -43,7 +43,7 @@ REPORTS_PROGRESS = py(
     """
     import os, signal, sys
     from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
-    from tessera_common import rpc
+    from tessera.common import rpc
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
     stub = agent_pb2_grpc.NodeAgentStub(rpc.sync_channel(os.environ["TESSERA_AGENT_ADDR"]))
     resp = stub.ReportProgress(

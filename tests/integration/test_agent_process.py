@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
-from nodeagent import process
-from nodeagent.supervisor import EXIT_UNKNOWN
-from nodeagent.testing import FakeRegistry, launch_request, wait_until
-from tessera_common import rpc
+from tessera.common import rpc
+from tessera.nodeagent import process
+from tessera.nodeagent.supervisor import EXIT_UNKNOWN
+from tessera.nodeagent.testing import FakeRegistry, launch_request, wait_until
+from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 RUNNING = common_pb2.WORKER_STATE_RUNNING
 EXITED = common_pb2.WORKER_STATE_EXITED
@@ -29,7 +29,7 @@ TIMEOUT = 15.0
 EPOCH = 5
 
 _SCRIPT = Path(sys.executable).parent / "tessera-agent"
-AGENT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "nodeagent.main"]
+AGENT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "tessera.nodeagent.main"]
 
 WAIT_FOR_TERM = [
     sys.executable,

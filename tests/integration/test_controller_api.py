@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tessera.v1 import common_pb2 as P
 
-from clients.sdk import Client, TesseraError
+from tessera.clients.sdk import Client, TesseraError
+from tessera.v1 import common_pb2 as P
 from tests.procs import Daemon, start_controller
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+from tessera.clients.sdk import Client
 from tessera.v1 import common_pb2 as P
-
-from clients.sdk import Client
 from tests.procs import start_controller, wait_for
 
 

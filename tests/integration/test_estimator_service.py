@@ -1,5 +1,5 @@
-"""The Estimator gRPC service on loopback: a real asyncio server (tessera_common.rpc, 127.0.0.1:0) over
-estimator.handlers; its answers equal the library's, bad input is INVALID_ARGUMENT naming the field,
+"""The Estimator gRPC service on loopback: a real asyncio server (tessera.common.rpc, 127.0.0.1:0) over
+tessera.estimator.handlers; its answers equal the library's, bad input is INVALID_ARGUMENT naming the field,
 the performance model is fitted and refitted online, and a slow call does not block the loop.
 """
 
@@ -13,21 +13,21 @@ from pathlib import Path
 
 import grpc
 import pytest
+
+from tessera.common import rpc
+from tessera.estimator import perf_model as pm
+from tessera.estimator.cells import CellEstimator, CellModel, ClusterSpec, GpuPool
+from tessera.estimator.convert import model_dims
+from tessera.estimator.handlers import Estimator, params_of, run_config
+from tessera.estimator.memory import estimate_memory
+from tessera.estimator.models import REGISTERED, ModelDims
+from tessera.estimator.plans import ExecutionPlan
+from tessera.estimator.service import EstimatorService
+from tessera.estimator.stage_placer import StagePlacer
+from tessera.estimator.state import EstimatorState, StateError
 from tessera.v1 import common_pb2 as c
 from tessera.v1 import estimator_pb2 as pb
 from tessera.v1 import estimator_pb2_grpc
-
-from estimator import perf_model as pm
-from estimator.cells import CellEstimator, CellModel, ClusterSpec, GpuPool
-from estimator.convert import model_dims
-from estimator.handlers import Estimator, params_of, run_config
-from estimator.memory import estimate_memory
-from estimator.models import REGISTERED, ModelDims
-from estimator.plans import ExecutionPlan
-from estimator.service import EstimatorService
-from estimator.stage_placer import StagePlacer
-from estimator.state import EstimatorState, StateError
-from tessera_common import rpc
 
 
 @dataclass

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from estimator.memory import estimate_memory
-from estimator.models import REGISTERED, ModelDims
-from estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.memory import estimate_memory
+from tessera.estimator.models import REGISTERED, ModelDims
+from tessera.estimator.plans import ExecutionPlan, PlanError
 
 pytest.importorskip("torch")
 
-from estimator.traced import real_cpu_peak, run_step, traced_memory
+from tessera.estimator.traced import real_cpu_peak, run_step, traced_memory
 
 BASE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "vocab_size": 1000, "seq_length": 256}
 GPT = ModelDims(**BASE, name="tiny-gpt")

@@ -6,10 +6,10 @@ import asyncio
 
 import grpc.aio
 import pytest
-from tessera.v1 import agent_pb2_grpc
 
-from nodeagent.testing import FakeRegistry
-from tessera_common import rpc
+from tessera.common import rpc
+from tessera.nodeagent.testing import FakeRegistry
+from tessera.v1 import agent_pb2_grpc
 
 
 async def test_a_real_server_stops_within_its_grace() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clients import tessctl
-from controller.sim import cli
+from tessera.clients import tessctl
+from tessera.controller.sim import cli
 
 DATA = cli.default_data_dir()
 pytestmark = pytest.mark.skipif(not (DATA / "arena" / "trace_philly.csv").exists(),
@@ -54,12 +54,12 @@ def test_tessctl_simulate_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     rc = tessctl.main(["simulate", "--trace", str(bad), "--out", str(tmp_path / "t")])
     err = capsys.readouterr().err
     assert rc == 1 and "line 2: field num_gpu: not a number: 'four'" in err
-    p = subprocess.run([sys.executable, "-m", "controller.sim.cli", "--trace", "arena-pai", "--cluster", "nope",
+    p = subprocess.run([sys.executable, "-m", "tessera.controller.sim.cli", "--trace", "arena-pai", "--cluster", "nope",
                         "--out", str(tmp_path / "u")], capture_output=True, text=True, check=False)
     assert p.returncode == 1 and "unknown cluster 'nope'" in p.stderr
 
 
 def test_the_cell_estimator_can_be_the_oracle(tmp_path: Path) -> None:
-    pytest.importorskip("controller.cell_estimates")
+    pytest.importorskip("tessera.controller.cell_estimates")
     doc = run(tmp_path, "--policies", "crius,fcfs", "--rounds", "30", "--oracle", "estimator", "--rules", "fair")
     assert doc["policies"]["crius"]["jobs_submitted"] > 0  # type: ignore[index]

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tessera.clients.sdk import Client
+from tessera.common.localcluster import Daemon, start_controller, start_estimator, wait_for
+from tessera.common.rpc import sync_channel
 from tessera.v1 import agent_pb2, agent_pb2_grpc, estimator_pb2, estimator_pb2_grpc
 from tessera.v1 import common_pb2 as P
-
-from clients.sdk import Client
-from tessera_common.localcluster import Daemon, start_controller, start_estimator, wait_for
-from tessera_common.rpc import sync_channel
 from tests.fake_agent import serve
 
 STEP_S = 0.5

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from clients import tessctl
-from estimator.memory import estimate_memory
-from estimator.models import ModelDims
-from estimator.plans import ExecutionPlan
-from tessera_common.localcluster import start_estimator
+from tessera.clients import tessctl
+from tessera.common.localcluster import start_estimator
+from tessera.estimator.memory import estimate_memory
+from tessera.estimator.models import ModelDims
+from tessera.estimator.plans import ExecutionPlan
 from tests.procs import BIN, REPO, Daemon, env
 
 pytestmark = pytest.mark.slow

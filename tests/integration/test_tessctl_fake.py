@@ -1,6 +1,6 @@
 """tessctl and the SDK against a fake Controller servicer on loopback.
 
-The fake is a small in-memory Controller (real gRPC, built by tessera_common.rpc on 127.0.0.1:0, on
+The fake is a small in-memory Controller (real gRPC, built by tessera.common.rpc on 127.0.0.1:0, on
 its own event loop thread); tessctl runs as a real subprocess. Synchronisation is on process output
 and on the fake's state, never on fixed sleeps.
 """
@@ -21,11 +21,11 @@ from typing import Any
 
 import grpc
 import pytest
-from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
-from clients.jobfile import load_job_file
-from clients.sdk import Client, ControllerUnreachable, TesseraError
-from tessera_common import rpc
+from tessera.clients.jobfile import load_job_file
+from tessera.clients.sdk import Client, ControllerUnreachable, TesseraError
+from tessera.common import rpc
+from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = REPO / "examples" / "jobs"
@@ -239,7 +239,7 @@ def tessctl(*args: str, env: dict[str, str] | None = None, stdin: str | None = N
     full_env = {k: v for k, v in os.environ.items() if k != "TESSERA_CONTROLLER"}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "clients.tessctl", *args], cwd=REPO, env=full_env, input=stdin,
+        [sys.executable, "-m", "tessera.clients.tessctl", *args], cwd=REPO, env=full_env, input=stdin,
         capture_output=True, text=True, timeout=60, check=False,
     )
 
@@ -450,7 +450,7 @@ def test_logs(server: FakeServer) -> None:
 
 def test_logs_follow_until_the_job_ends(server: FakeServer) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.tessctl", "--controller", server.address, "logs", "j-run", "-f"],
+        [sys.executable, "-m", "tessera.clients.tessctl", "--controller", server.address, "logs", "j-run", "-f"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
@@ -474,7 +474,7 @@ def test_logs_follow_until_the_job_ends(server: FakeServer) -> None:
 
 def test_get_one_job_watch_follows_its_events_until_it_ends(server: FakeServer) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.tessctl", "--controller", server.address, "get", "jobs", "j-run",
+        [sys.executable, "-m", "tessera.clients.tessctl", "--controller", server.address, "get", "jobs", "j-run",
          "--watch", "-o", "json"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -497,7 +497,7 @@ def test_get_one_job_watch_follows_its_events_until_it_ends(server: FakeServer) 
 
 def test_get_nodes_watch_prints_changes_and_stops_on_interrupt(server: FakeServer) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.tessctl", "--controller", server.address, "-o", "json", "get", "nodes", "-w"],
+        [sys.executable, "-m", "tessera.clients.tessctl", "--controller", server.address, "-o", "json", "get", "nodes", "-w"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.contract import cpu_threads_per_gpu
-from nodeagent.process import usable_cpus
+from tessera.nodeagent.contract import cpu_threads_per_gpu
+from tessera.nodeagent.process import usable_cpus
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from tessera.v1 import agent_pb2
 
-from nodeagent import contract
-from nodeagent.errors import InvalidArgument
-from nodeagent.testing import launch_request
+from tessera.nodeagent import contract
+from tessera.nodeagent.errors import InvalidArgument
+from tessera.nodeagent.testing import launch_request
+from tessera.v1 import agent_pb2
 
 GPUS = range(4)
 

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
-from tessera.v1 import common_pb2
 
-from nodeagent.inventory import (
+from tessera.nodeagent.inventory import (
     HostFacts,
     InventoryError,
     NvmlUnavailable,
@@ -17,6 +16,7 @@ from nodeagent.inventory import (
     parse_declared,
     probe_nvml,
 )
+from tessera.v1 import common_pb2
 
 HOST = HostFacts(hostname="gpu-a", cpu_count=64, memory_bytes=512 * 1024**3)
 

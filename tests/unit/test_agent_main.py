@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent import AgentConfig, advertise_host, join_host_port, local_host
-from nodeagent.main import UsageError, parse_config
+from tessera.nodeagent.agent import AgentConfig, advertise_host, join_host_port, local_host
+from tessera.nodeagent.main import UsageError, parse_config
 
 
 def test_parse_config_defaults(tmp_path: Path) -> None:

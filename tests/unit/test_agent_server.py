@@ -7,13 +7,13 @@ from typing import Any
 
 import grpc
 import pytest
-from tessera.v1 import agent_pb2
 
-from nodeagent.errors import FailedPrecondition
-from nodeagent.registration import Backoff
-from nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer
-from nodeagent.supervisor import Supervisor
-from nodeagent.testing import launch_request
+from tessera.nodeagent.errors import FailedPrecondition
+from tessera.nodeagent.registration import Backoff
+from tessera.nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer
+from tessera.nodeagent.supervisor import Supervisor
+from tessera.nodeagent.testing import launch_request
+from tessera.v1 import agent_pb2
 
 
 class Aborted(Exception):

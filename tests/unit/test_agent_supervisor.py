@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tessera.v1 import common_pb2
 
-from nodeagent import process
-from nodeagent.errors import FailedPrecondition, InvalidArgument, NotFound
-from nodeagent.supervisor import EXIT_UNKNOWN, REASON_DOWN, Supervisor
-from nodeagent.testing import launch_request, wait_until
+from tessera.nodeagent import process
+from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFound
+from tessera.nodeagent.supervisor import EXIT_UNKNOWN, REASON_DOWN, Supervisor
+from tessera.nodeagent.testing import launch_request, wait_until
+from tessera.v1 import common_pb2
 
 RUNNING = common_pb2.WORKER_STATE_RUNNING
 STOPPING = common_pb2.WORKER_STATE_STOPPING

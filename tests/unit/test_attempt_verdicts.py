@@ -1,4 +1,4 @@
-from controller.core.attempts import EXIT_UNKNOWN, RankStatus, judge
+from tessera.controller.core.attempts import EXIT_UNKNOWN, RankStatus, judge
 
 
 def rs(rank: int, running: bool, code: int = 0, it: int = 0, reason: str = "") -> RankStatus:
@@ -38,7 +38,7 @@ def test_failed_verdict_names_the_rank() -> None:
 
 
 def test_stalled() -> None:
-    from controller.core.attempts import stalled
+    from tessera.controller.core.attempts import stalled
 
     assert stalled(10.0, 0.0, None, True, 30, 60) is None
     assert stalled(31.0, 0.0, None, True, 30, 60) == "not every rank was running 30s after launch"

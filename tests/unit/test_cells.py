@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.catalog import Price, lookup, price
-from estimator.cells import (
+from tessera.estimator.catalog import Price, lookup, price
+from tessera.estimator.cells import (
     CellConfig,
     CellEstimator,
     CellInputError,
@@ -30,8 +30,8 @@ from estimator.cells import (
     model_operators,
     pipeline_latency,
 )
-from estimator.compute import DEFAULT_PRIOR, EfficiencyPrior, stage_compute_time
-from estimator.partition import Operator
+from tessera.estimator.compute import DEFAULT_PRIOR, EfficiencyPrior, stage_compute_time
+from tessera.estimator.partition import Operator
 
 REPO = Path(__file__).resolve().parents[2]
 GPT = CellModel("gpt", hidden_size=1024, num_layers=8, num_heads=16, vocab_size=32000, seq_length=1024,
@@ -269,15 +269,15 @@ def test_plan_describe_and_options() -> None:
 
 
 def test_no_torch_at_import() -> None:
-    code = ("import sys; import estimator.cells, estimator.tuning, estimator.comm, estimator.compute, "
-            "estimator.partition, estimator.comm_profile; print('torch' in sys.modules)")
+    code = ("import sys; import tessera.estimator.cells, tessera.estimator.tuning, tessera.estimator.comm, tessera.estimator.compute, "
+            "tessera.estimator.partition, tessera.estimator.comm_profile; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_from_shared_model_dims_and_execution_plan() -> None:
-    from estimator.memory import estimate_memory
-    from estimator.models import registered
+    from tessera.estimator.memory import estimate_memory
+    from tessera.estimator.models import registered
 
     moe = registered("moe-690m")
     llama = registered("llama2-7b")
@@ -296,7 +296,7 @@ def test_from_shared_model_dims_and_execution_plan() -> None:
     ep = c.execution_plan
     assert ep is not None and (ep.dp * ep.tp, ep.pp) == (4, 1)
     assert ep.global_batch == 64 and ep.grad_accum == c.plan.num_microbatches  # type: ignore[union-attr]
-    # the Cell's quick feasibility figure is conservative against estimator.memory's fuller formula
+    # the Cell's quick feasibility figure is conservative against tessera.estimator.memory's fuller formula
     # for the same plan (it keeps 12 bytes per fp32 logit for the loss), within a factor of 1.5
     mem = estimate_memory(registered("gpt2-medium"), ep, gpu="A100-40GB")  # type: ignore[arg-type]
     assert c.memory_per_gpu is not None

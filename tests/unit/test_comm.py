@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from estimator.comm import (
+from tessera.estimator.comm import (
     AlphaBeta,
     CommError,
     CommModel,

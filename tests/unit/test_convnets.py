@@ -6,11 +6,23 @@ from dataclasses import replace
 
 import pytest
 
-from estimator.catalog import CATALOG, lookup
-from estimator.cells import CellConfig, CellEstimator, CellInputError, CellModel, GpuPool, execution_plan
-from estimator.compute import EfficiencyPrior, StageProfiler, profile_stage_compute, stage_compute_time
-from estimator.convnets import bottleneck, wide_resnet_operators
-from estimator.partition import Operator
+from tessera.estimator.catalog import CATALOG, lookup
+from tessera.estimator.cells import (
+    CellConfig,
+    CellEstimator,
+    CellInputError,
+    CellModel,
+    GpuPool,
+    execution_plan,
+)
+from tessera.estimator.compute import (
+    EfficiencyPrior,
+    StageProfiler,
+    profile_stage_compute,
+    stage_compute_time,
+)
+from tessera.estimator.convnets import bottleneck, wide_resnet_operators
+from tessera.estimator.partition import Operator
 
 
 def test_bottleneck_block_by_hand() -> None:

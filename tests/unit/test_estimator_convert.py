@@ -8,15 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
+
+from tessera.clients.estimate import ClusterFileError, cluster_pools, load_cluster, plan_arg, to_json
+from tessera.clients.jobfile import JobFileError, job_spec_from_dict
+from tessera.controller.core.validate import resolve_model, validate_spec
+from tessera.estimator.convert import execution_plan, model_dims, model_spec, plan_fields, plan_message
+from tessera.estimator.models import REGISTERED, ModelDims
+from tessera.estimator.plans import ExecutionPlan, PlanError
 from tessera.v1 import common_pb2 as c
 from tessera.v1 import estimator_pb2 as pb
-
-from clients.estimate import ClusterFileError, cluster_pools, load_cluster, plan_arg, to_json
-from clients.jobfile import JobFileError, job_spec_from_dict
-from controller.core.validate import resolve_model, validate_spec
-from estimator.convert import execution_plan, model_dims, model_spec, plan_fields, plan_message
-from estimator.models import REGISTERED, ModelDims
-from estimator.plans import ExecutionPlan, PlanError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,10 +135,10 @@ def test_the_estimator_library_imports_without_torch_and_grpc() -> None:
         "import sys\n"
         "sys.modules['torch'] = None\n"  # None in sys.modules makes the import fail
         "sys.modules['grpc'] = None\n"
-        "import estimator.catalog, estimator.models, estimator.plans, estimator.memory, estimator.cells\n"
-        "import estimator.perf_model, estimator.convert, estimator.handlers, estimator.tuning\n"
+        "import tessera.estimator.catalog, tessera.estimator.models, tessera.estimator.plans, tessera.estimator.memory, tessera.estimator.cells\n"
+        "import tessera.estimator.perf_model, tessera.estimator.convert, tessera.estimator.handlers, tessera.estimator.tuning\n"
         "from tessera.v1 import common_pb2, estimator_pb2\n"
-        "from estimator.handlers import Estimator\n"
+        "from tessera.estimator.handlers import Estimator\n"
         "r = Estimator().estimate_memory(estimator_pb2.EstimateMemoryRequest(model=common_pb2.ModelSpec(name='gpt2-small')))\n"
         "assert r.memory.total > 0\n"
     )
@@ -191,8 +191,8 @@ def test_job_file_wide_resnet() -> None:
 
 
 def test_memory_and_traced_refuse_a_wide_resnet_naming_the_family() -> None:
-    from estimator.memory import estimate_memory, marp_memory, num_params
-    from estimator.traced import traced_memory
+    from tessera.estimator.memory import estimate_memory, marp_memory, num_params
+    from tessera.estimator.traced import traced_memory
 
     wrn = REGISTERED["wide-resnet-500m"]
     assert num_params(wrn) == 495_046_176

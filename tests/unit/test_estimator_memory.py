@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from estimator import memory as mem
-from estimator.memory import (
+from tessera.estimator import memory as mem
+from tessera.estimator.memory import (
     GIB,
     RECIPES,
     estimate_memory,
@@ -18,8 +18,8 @@ from estimator.memory import (
     num_params,
     zero_model_state_bytes,
 )
-from estimator.models import REGISTERED, ModelDims
-from estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.models import REGISTERED, ModelDims
+from tessera.estimator.plans import ExecutionPlan, PlanError
 
 # Korthikanti et al. 2022 Fig. 1 (values as Calculon's validation.py lists them; estimation.md 1.1):
 # (h, a, L, t, p, b, v) -> params+optimizer GiB (18 B/param of 12Lh^2/(tp)), activations GiB with
@@ -181,8 +181,8 @@ def test_bad_input_names_the_field(call: object, field: str) -> None:
 
 
 def test_estimator_imports_without_torch() -> None:
-    code = ("import sys; import estimator.memory, estimator.plans, estimator.models, estimator.catalog; "
-            "from estimator.memory import estimate_memory; from estimator.models import REGISTERED; "
-            "from estimator.plans import ExecutionPlan; estimate_memory(REGISTERED['llama2-7b'], ExecutionPlan()); "
+    code = ("import sys; import tessera.estimator.memory, tessera.estimator.plans, tessera.estimator.models, tessera.estimator.catalog; "
+            "from tessera.estimator.memory import estimate_memory; from tessera.estimator.models import REGISTERED; "
+            "from tessera.estimator.plans import ExecutionPlan; estimate_memory(REGISTERED['llama2-7b'], ExecutionPlan()); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from estimator.models import REGISTERED, ModelDims
-from estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.models import REGISTERED, ModelDims
+from tessera.estimator.plans import ExecutionPlan, PlanError
 
 
 def field_of(exc: pytest.ExceptionInfo[PlanError]) -> str:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from controller.core.frenzy import GIB, FrenzyConfig, ResourcePlan, has_place, plan_round, resource_plans
-from controller.core.snapshot import GpuView, JobView, NodeView, Slice, Snapshot
-from estimator.memory import marp_memory, marp_params
-from estimator.models import REGISTERED, ModelDims
+from tessera.controller.core.frenzy import (
+    GIB,
+    FrenzyConfig,
+    ResourcePlan,
+    has_place,
+    plan_round,
+    resource_plans,
+)
+from tessera.controller.core.snapshot import GpuView, JobView, NodeView, Slice, Snapshot
+from tessera.estimator.memory import marp_memory, marp_params
+from tessera.estimator.models import REGISTERED, ModelDims
 
 GB = 1000**3
 CFG = FrenzyConfig()

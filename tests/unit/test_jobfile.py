@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
-from tessera.v1 import common_pb2
 
-from clients.jobfile import JobFileError, job_spec_from_dict, load_job_file, parse_job_yaml
+from tessera.clients.jobfile import JobFileError, job_spec_from_dict, load_job_file, parse_job_yaml
+from tessera.v1 import common_pb2
 
 JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 

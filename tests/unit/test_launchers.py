@@ -5,10 +5,9 @@ from __future__ import annotations
 import base64
 import json
 
+from tessera.controller.core import launchers
+from tessera.controller.core.validate import validate_spec
 from tessera.v1 import common_pb2 as P
-
-from controller.core import launchers
-from controller.core.validate import validate_spec
 
 VALUES: dict[str, object] = {"nnodes": 2, "world_size": 6, "master_addr": "10.0.0.1", "master_port": "29501",
                              "dp": 6, "tp": 1, "pp": 1, "micro_batch": 4, "grad_accum": 1,
@@ -21,7 +20,7 @@ def test_direct_is_the_entrypoint_itself() -> None:
     assert not tpl.per_node
     assert launchers.expand(tpl, ["train", "--x"], VALUES, head=False) == ["train", "--x"]
     assert launchers.expand(tpl, list(tpl.default_entrypoint), VALUES, head=True) == \
-        ["{python}", "-m", "clients.reference_trainer"]
+        ["{python}", "-m", "tessera.clients.reference_trainer"]
 
 
 def test_torchrun_golden() -> None:
@@ -29,7 +28,7 @@ def test_torchrun_golden() -> None:
     assert tpl.per_node
     assert launchers.expand(tpl, list(tpl.default_entrypoint), VALUES, head=False) == [
         "{python}", "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1", "--nproc-per-node=2",
-        "--master-addr=10.0.0.1", "--master-port=29501", "-m", "clients.reference_trainer"]
+        "--master-addr=10.0.0.1", "--master-port=29501", "-m", "tessera.clients.reference_trainer"]
 
 
 def test_custom_template_with_head_and_plan_fields() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from estimator.partition import (
+from tessera.estimator.partition import (
     Operator,
     PartitionError,
     gpu_shares,

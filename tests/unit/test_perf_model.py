@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from estimator.perf_model import (
+from tessera.estimator.perf_model import (
     DEFAULT_ENV,
     MODES,
     Environment,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator import perf_data
-from estimator.perf_model import PerfModelInputError, Workload, fit, forward_profile, predict
+from tessera.estimator import perf_data
+from tessera.estimator.perf_model import PerfModelInputError, Workload, fit, forward_profile, predict
 
 BOM = "\ufeff"
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "morphling"

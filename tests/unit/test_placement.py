@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from controller.core.placement import BEST_FIT, SCATTER, ClusterState, Group, quotas
-from controller.core.snapshot import Slice
+from tessera.controller.core.placement import BEST_FIT, SCATTER, ClusterState, Group, quotas
+from tessera.controller.core.snapshot import Slice
 
 
 def layout(rng: random.Random, nodes: int, cap: int) -> ClusterState:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from controller.core.estimates import TableEstimates
-from controller.core.policies import make_policy
-from controller.core.policy import CellEstimate, plan_round
-from controller.core.snapshot import Cell, Decision, GpuView, JobView, NodeView, RunningView, Slice, Snapshot
-from estimator.models import ModelDims
+from tessera.controller.core.estimates import TableEstimates
+from tessera.controller.core.policies import make_policy
+from tessera.controller.core.policy import CellEstimate, plan_round
+from tessera.controller.core.snapshot import (
+    Cell,
+    Decision,
+    GpuView,
+    JobView,
+    NodeView,
+    RunningView,
+    Slice,
+    Snapshot,
+)
+from tessera.estimator.models import ModelDims
 
 GB = 1000**3
 M = ModelDims(64, 2, 4, 256, 64, "m")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from controller.core.estimates import TableEstimates
-from controller.core.policies import make_policy
-from controller.core.policies.crius import CriusOptions, CriusPolicy
-from controller.core.policy import RoundConfig, plan_round
-from controller.core.snapshot import Cell, GpuView, JobView, NodeView, RunningView, Slice, Snapshot
-from estimator.models import ModelDims
+from tessera.controller.core.estimates import TableEstimates
+from tessera.controller.core.policies import make_policy
+from tessera.controller.core.policies.crius import CriusOptions, CriusPolicy
+from tessera.controller.core.policy import RoundConfig, plan_round
+from tessera.controller.core.snapshot import Cell, GpuView, JobView, NodeView, RunningView, Slice, Snapshot
+from tessera.estimator.models import ModelDims
 
 GB = 1000**3
 M = ModelDims(1024, 24, 16, 32000, 1024, "m")

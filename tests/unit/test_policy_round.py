@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from controller.core import frenzy
-from controller.core.estimates import TableEstimates
-from controller.core.placement import SCATTER, ClusterState, Trial, quotas
-from controller.core.policies import UnknownPolicy, make_policy
-from controller.core.policy import PlanError, RoundContext, plan_round
-from controller.core.snapshot import Cell, Decision, GpuView, JobView, NodeView, RunningView, Slice, Snapshot
-from estimator.models import REGISTERED, ModelDims
+from tessera.controller.core import frenzy
+from tessera.controller.core.estimates import TableEstimates
+from tessera.controller.core.placement import SCATTER, ClusterState, Trial, quotas
+from tessera.controller.core.policies import UnknownPolicy, make_policy
+from tessera.controller.core.policy import PlanError, RoundContext, plan_round
+from tessera.controller.core.snapshot import (
+    Cell,
+    Decision,
+    GpuView,
+    JobView,
+    NodeView,
+    RunningView,
+    Slice,
+    Snapshot,
+)
+from tessera.estimator.models import REGISTERED, ModelDims
 
 GB = 1000**3
 M = ModelDims(1024, 24, 16, 32000, 1024, "m")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from controller.core.estimates import TableEstimates
-from controller.core.policies import make_policy
-from controller.core.policy import RoundConfig
-from controller.sim.clusters import Cluster, NodeGroup
-from controller.sim.engine import ARENA, FAIR, Rules, Simulator, Truth
-from controller.sim.metrics import compare, summarize
-from controller.sim.traces import TraceJob
-from estimator.models import ModelDims
+from tessera.controller.core.estimates import TableEstimates
+from tessera.controller.core.policies import make_policy
+from tessera.controller.core.policy import RoundConfig
+from tessera.controller.sim.clusters import Cluster, NodeGroup
+from tessera.controller.sim.engine import ARENA, FAIR, Rules, Simulator, Truth
+from tessera.controller.sim.metrics import compare, summarize
+from tessera.controller.sim.traces import TraceJob
+from tessera.estimator.models import ModelDims
 
 M = ModelDims(64, 2, 4, 256, 64, "m")
 CLUSTER = Cluster("tiny", (NodeGroup("x-", 1, 4, "X", 40.0),))

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from controller.core.snapshot import JobView
-from controller.sim.clusters import ClusterError, load_cluster
-from controller.sim.oracles import ArenaOracle
-from controller.sim.traces import PhillyOptions, TraceError, generate_philly, load_arena, load_morphling
-from estimator.models import ModelDims
+from tessera.controller.core.snapshot import JobView
+from tessera.controller.sim.clusters import ClusterError, load_cluster
+from tessera.controller.sim.oracles import ArenaOracle
+from tessera.controller.sim.traces import (
+    PhillyOptions,
+    TraceError,
+    generate_philly,
+    load_arena,
+    load_morphling,
+)
+from tessera.estimator.models import ModelDims
 
 ARENA_HEADER = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type\n"
 
@@ -119,7 +125,7 @@ def test_arena_oracle_follows_the_artifact_query_rules(tmp_path: Path) -> None:
 
 
 def test_morphling_oracle_uses_the_nearest_measured_placement(tmp_path: Path) -> None:
-    from controller.sim.oracles import MorphlingOracle
+    from tessera.controller.sim.oracles import MorphlingOracle
 
     for m in ("vit", "roberta", "bert", "t5", "gpt2", "llama7", "llama30"):
         d = tmp_path / "placements" / m

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.sim import cli
-from controller.sim.traces import (
+from tessera.controller.sim import cli
+from tessera.controller.sim.traces import (
     ARTIFACT_FAMILIES,
     PHILLY_DIMS,
     TRANSFORMER_FAMILIES,

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from estimator.cells import (
+from tessera.estimator.cells import (
     CellInputError,
     CellModel,
     GpuPool,
@@ -14,7 +14,7 @@ from estimator.cells import (
     model_operators,
     pipeline_latency,
 )
-from estimator.stage_placer import HeteroStage, StagePlacer
+from tessera.estimator.stage_placer import HeteroStage, StagePlacer
 
 SMALL = CellModel("gpt", hidden_size=512, num_layers=8, num_heads=8, vocab_size=8000, seq_length=512,
                   global_batch=16, name="small")

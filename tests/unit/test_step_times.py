@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from controller.cell_estimates import CellEstimates
-from controller.core.policy import CachedEstimates
-from controller.core.snapshot import Cell, JobView
-from controller.core.step_times import StepTimeConfig, StepTimes
-from estimator.models import registered
+from tessera.controller.cell_estimates import CellEstimates
+from tessera.controller.core.policy import CachedEstimates
+from tessera.controller.core.snapshot import Cell, JobView
+from tessera.controller.core.step_times import StepTimeConfig, StepTimes
+from tessera.estimator.models import registered
 
 
 def feed(st: StepTimes, job: str, attempt: int, steps: list[tuple[int, float]]) -> list[tuple[float, int, list[int], bool]]:

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tessera.v1 import common_pb2
 
-from controller.store import JobRecord, MemoryStore, NodeRecord, RequestConflict, SqliteStore, Store
+from tessera.controller.store import JobRecord, MemoryStore, NodeRecord, RequestConflict, SqliteStore, Store
+from tessera.v1 import common_pb2
 
 P = common_pb2
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 
 import pytest
+
+from tessera.clients import output
+from tessera.clients.tessctl import _overlap, build_parser, main
 from tessera.v1 import common_pb2 as S
 from tessera.v1 import controller_pb2
-
-from clients import output
-from clients.tessctl import _overlap, build_parser, main
 
 NOW = 1_700_000_000.0
 

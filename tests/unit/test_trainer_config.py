@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from clients.reference_trainer.cli import main
-from clients.reference_trainer.config import (
+from tessera.clients.reference_trainer.cli import main
+from tessera.clients.reference_trainer.config import (
     EXIT_UNSUPPORTED,
     Options,
     Unsupported,
@@ -16,8 +16,8 @@ from clients.reference_trainer.config import (
     resolve,
     resolve_model,
 )
-from clients.reference_trainer.data import MarkovData, rank_slice
-from clients.trainer_sdk import ModelDims, Plan, TrainerContext
+from tessera.clients.reference_trainer.data import MarkovData, rank_slice
+from tessera.clients.trainer_sdk import ModelDims, Plan, TrainerContext
 
 TINY = ModelDims("t", 32, 2, 2, 64, 32)
 
@@ -135,7 +135,7 @@ def test_resolve_model() -> None:
 
 
 def test_resolve_registered_model_name() -> None:
-    models = pytest.importorskip("estimator.models")
+    models = pytest.importorskip("tessera.estimator.models")
     known = models.registered("gpt2-small")
     if known is None:
         pytest.skip("gpt2-small is not registered")

@@ -1,4 +1,4 @@
-"""Scheduling policies behind controller.core.policy.Policy, by name.
+"""Scheduling policies behind tessera.controller.core.policy.Policy, by name.
 
 `make_policy("crius")` is Tessera's default. Each baseline has two modes (baselines.md): "artifact",
 as the Crius artifact ran it, and "paper", as its own paper describes it.
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controller.core.policies.crius import CriusOptions, CriusPolicy
-from controller.core.policies.elasticflow import ElasticFlowPolicy
-from controller.core.policies.fcfs import FcfsPolicy
-from controller.core.policies.frenzy import FrenzyPolicy
-from controller.core.policies.gandiva import GandivaPolicy
-from controller.core.policies.gavel import GavelPolicy
-from controller.core.policies.sia import SiaPolicy
-from controller.core.policy import Policy
+from tessera.controller.core.policies.crius import CriusOptions, CriusPolicy
+from tessera.controller.core.policies.elasticflow import ElasticFlowPolicy
+from tessera.controller.core.policies.fcfs import FcfsPolicy
+from tessera.controller.core.policies.frenzy import FrenzyPolicy
+from tessera.controller.core.policies.gandiva import GandivaPolicy
+from tessera.controller.core.policies.gavel import GavelPolicy
+from tessera.controller.core.policies.sia import SiaPolicy
+from tessera.controller.core.policy import Policy
 
 MODES = ("paper", "artifact")
 

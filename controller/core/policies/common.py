@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from controller.core.placement import BEST_FIT, Group, Trial
-from controller.core.policy import CellEstimate, RoundContext, queue_key
-from controller.core.snapshot import Cell, Decision, JobView, PlanChoice, RunningView, Slice
+from tessera.controller.core.placement import BEST_FIT, Group, Trial
+from tessera.controller.core.policy import CellEstimate, RoundContext, queue_key
+from tessera.controller.core.snapshot import Cell, Decision, JobView, PlanChoice, RunningView, Slice
 
 
 @dataclass

@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.core.placement import BEST_FIT, Group, Trial
-from controller.core.policies.common import Alloc, Board, free_text
-from controller.core.policy import CellEstimate, RoundContext, queue_key
-from controller.core.snapshot import Decision, JobView
+from tessera.controller.core.placement import BEST_FIT, Group, Trial
+from tessera.controller.core.policies.common import Alloc, Board, free_text
+from tessera.controller.core.policy import CellEstimate, RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView
 
 PAPER = "paper"
 ARTIFACT = "artifact"

@@ -28,9 +28,9 @@ buddy allocation is replaced by the placement above.
 
 from __future__ import annotations
 
-from controller.core.policies.common import Alloc, Board
-from controller.core.policy import RoundContext, queue_key
-from controller.core.snapshot import Decision, JobView, Slice
+from tessera.controller.core.policies.common import Alloc, Board
+from tessera.controller.core.policy import RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, Slice
 
 PAPER = "paper"
 ARTIFACT = "artifact"

@@ -16,10 +16,10 @@ without a GPU type asks for the type where that count is fastest.
 
 from __future__ import annotations
 
-from controller.core.placement import BEST_FIT, SCATTER
-from controller.core.policies.common import Board, free_text
-from controller.core.policy import RoundContext
-from controller.core.snapshot import Decision, JobView
+from tessera.controller.core.placement import BEST_FIT, SCATTER
+from tessera.controller.core.policies.common import Board, free_text
+from tessera.controller.core.policy import RoundContext
+from tessera.controller.core.snapshot import Decision, JobView
 
 PAPER = "paper"
 ARTIFACT = "artifact"

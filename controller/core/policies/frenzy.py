@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from controller.core import frenzy
-from controller.core.policy import RoundContext
-from controller.core.snapshot import Cell, Decision, Snapshot
+from tessera.controller.core import frenzy
+from tessera.controller.core.policy import RoundContext
+from tessera.controller.core.snapshot import Cell, Decision, Snapshot
 
 
 class FrenzyPolicy:

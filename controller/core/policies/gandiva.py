@@ -18,10 +18,10 @@ grow-shrink (baselines.md Sec. 2).
 
 from __future__ import annotations
 
-from controller.core.placement import BEST_FIT, SCATTER
-from controller.core.policies.common import Board, place_as_requested
-from controller.core.policy import RoundContext, queue_key
-from controller.core.snapshot import Decision, JobView, Slice
+from tessera.controller.core.placement import BEST_FIT, SCATTER
+from tessera.controller.core.policies.common import Board, place_as_requested
+from tessera.controller.core.policy import RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, Slice
 
 PAPER = "paper"
 ARTIFACT = "artifact"

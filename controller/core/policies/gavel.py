@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controller.core.placement import BEST_FIT, SCATTER
-from controller.core.policies.common import Alloc, Board, place_as_requested
-from controller.core.policy import RoundContext, queue_key
-from controller.core.snapshot import Decision, JobView
+from tessera.controller.core.placement import BEST_FIT, SCATTER
+from tessera.controller.core.policies.common import Alloc, Board, place_as_requested
+from tessera.controller.core.policy import RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView
 
 PAPER = "paper"
 ARTIFACT = "artifact"

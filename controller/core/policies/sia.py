@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controller.core.placement import BEST_FIT, SCATTER, quotas
-from controller.core.policies.common import Alloc, Board, place_as_requested
-from controller.core.policy import RoundContext, queue_key
-from controller.core.snapshot import Decision, JobView, Slice
+from tessera.controller.core.placement import BEST_FIT, SCATTER, quotas
+from tessera.controller.core.policies.common import Alloc, Board, place_as_requested
+from tessera.controller.core.policy import RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, Slice
 
 PAPER = "paper"
 ARTIFACT = "artifact"

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from tessera_common import logs, notify
+from tessera.common import logs, notify
 
 
 async def serve_until_signal(status: str) -> None:
