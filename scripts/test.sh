@@ -9,4 +9,8 @@ PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check .
 # mypy reads files, not the editable install's import hook: it checks the tessera.* tree of symlinks.
 MYPYPATH=$(scripts/pkgtree.sh) .venv/bin/mypy --strict -p tessera.controller.core -p tessera.estimator -p tessera.common
+# The layers: the import contracts in pyproject.toml (import-linter reads files too: the same tree), and
+# no module over 600 lines without a docstring that says why it is one piece.
+PYTHONPATH=$(scripts/pkgtree.sh) .venv/bin/lint-imports --no-cache
+.venv/bin/python scripts/check_modules.py
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
