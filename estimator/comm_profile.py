@@ -1,7 +1,8 @@
 """Offline communication profiler: collectives and p2p with torch.distributed, written as a CommTable.
 
 Crius profiles communication operators offline, per interconnect, and interpolates by traffic at
-estimation time (crius.txt Sec. 5.1). This tool measures all-reduce, all-gather, reduce-scatter,
+estimation time (Crius Sec. 5.1: "A Codesign of Scheduling and Parallelization for Large Model
+Training in Heterogeneous Clusters", arXiv 2024). This tool measures all-reduce, all-gather, reduce-scatter,
 all-to-all and point-to-point for a range of message sizes across N local processes and writes the
 JSON that `tessera.estimator.comm.CommTable.from_json` reads:
 

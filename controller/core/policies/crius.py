@@ -1,4 +1,7 @@
-"""The Crius Cell policy (crius.txt Sec. 6.1, Algorithm 1), the default policy of Tessera.
+"""The Crius Cell policy (Crius Sec. 6.1, Algorithm 1), the default policy of Tessera.
+
+Crius: "A Codesign of Scheduling and Parallelization for Large Model Training in Heterogeneous
+Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 Per round, with departures and arrivals as Algorithm 1 has them:
 1. SchedDeparture: the waiting jobs, in queue order, each get CellBasedSched. A job that still does
