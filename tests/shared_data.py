@@ -2,7 +2,8 @@
 
 The data (traces and measurements from the Crius, Morphling and Espresso artifacts; what each file is
 and where it comes from: docs/reference/data.md) is not in the repository: it sits in the project's
-shared folder beside the clone, `<repo>/../shared/data`, or wherever `$TESSERA_DATA_DIR` points.
+shared folder beside the clone, `<repo>/../shared/data` (or beside a folder above it, as for a git
+worktree under the project), or wherever `$TESSERA_DATA_DIR` points.
 
 A plain clone has none of it, so there a test that needs it is skipped. Under CI (the environment
 variable `CI` set to anything but "", "0" or "false", as CI services set it) the data is expected
@@ -21,9 +22,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def data_dir() -> Path:
-    """`$TESSERA_DATA_DIR` when set, else `<repo>/../shared/data`."""
+    """`$TESSERA_DATA_DIR` when set; else the nearest `shared/data` folder beside the repository or
+    beside a folder above it; else `<repo>/../shared/data` (missing: the guard below says so)."""
     env = os.environ.get("TESSERA_DATA_DIR")
-    return Path(env) if env else REPO.parent / "shared" / "data"
+    if env:
+        return Path(env)
+    for base in REPO.parents:
+        cand = base / "shared" / "data"
+        if cand.is_dir():
+            return cand
+    return REPO.parent / "shared" / "data"
 
 
 def in_ci() -> bool:

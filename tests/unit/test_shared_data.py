@@ -46,7 +46,15 @@ def test_missing_data_fails_under_ci(data: Path, monkeypatch: pytest.MonkeyPatch
         require_shared_data(data / "espresso" / "gpu_config.json")
 
 
-def test_default_data_dir_is_the_shared_folder_beside_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_data_dir_is_the_nearest_shared_folder_above_the_repository(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TESSERA_DATA_DIR", raising=False)
-    repo = Path(__file__).resolve().parents[2]
-    assert shared_data.data_dir() == repo.parent / "shared" / "data"
+    repo = tmp_path / "project" / "wt" / "repo"
+    repo.mkdir(parents=True)
+    monkeypatch.setattr(shared_data, "REPO", repo)
+    if not any((p / "shared" / "data").is_dir() for p in [tmp_path, *tmp_path.parents]):
+        assert shared_data.data_dir() == tmp_path / "project" / "wt" / "shared" / "data"  # none: beside the clone
+    (tmp_path / "project" / "shared" / "data").mkdir(parents=True)
+    assert shared_data.data_dir() == tmp_path / "project" / "shared" / "data"  # a worktree's project
+    (tmp_path / "project" / "wt" / "shared" / "data").mkdir(parents=True)
+    assert shared_data.data_dir() == tmp_path / "project" / "wt" / "shared" / "data"  # the nearest wins
