@@ -8,8 +8,7 @@ data-parallel memory, and traced mode against real CPU steps.
    gradients + optimizer + activations; the `other` reserve is the same constant in both and is
    left out) against traced mode (FakeTensorMode + MemTracker), mean and max, and traced wall time.
    ZeRO-3/FSDP and interleaved plans are formula-only (traced mode does not simulate them): listed.
-2. ../shared/data/arena/dp_mem.json (docs/reference/data.md: the Crius artifact's measured per-GPU
-   memory of data-parallel
+2. ../shared/data/arena/dp_mem.json (the Crius artifact's measured per-GPU memory of data-parallel
    BERT and GShard-MoE training under Alpa; Wide-ResNet is not a transformer and is skipped): the
    formula for the same run (Alpa's settings read from the artifact's trainer: 16 micro-batches,
    GPipe schedule, coarse-grained rematerialisation, fp16 params with fp32 gradient accumulation and

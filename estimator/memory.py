@@ -159,8 +159,8 @@ class MemoryBreakdown:
 
 
 # CUDA context (300 MiB - 2 GiB, docs/reference/estimation.md 1.7), cuBLAS workspace, NCCL buffers,
-# allocator slack:
-# one stated constant, 1 GiB, the same figure the controller reserves per GPU (docs/choices.md).
+# allocator slack: one stated constant, 1 GiB, the same figure the controller reserves per GPU
+# (docs/choices.md).
 DEFAULT_OTHER_BYTES = 1 * GIB
 
 
