@@ -1,4 +1,4 @@
-"""Crius Cell estimator against the Crius artifact's measured optima (data/arena/).
+"""Crius Cell estimator against the Crius artifact's measured optima (data/arena/: docs/reference/data.md).
 
 For every (model, resources) pair of iter_time_optimal.json with a measured time (> 0) (BERT, GShard
 MoE and Wide-ResNet: every family of the artifact), Tessera's estimate of the
@@ -59,7 +59,7 @@ from tessera.estimator.compute import DEFAULT_PRIOR, EfficiencyPrior
 from tessera.estimator.models import ModelDims
 from tessera.estimator.tuning import tune_cell
 
-# The artifact's GPU types (crius.txt Table 1; data/README.md): GPUs per node, intra-node link and
+# The artifact's GPU types (Crius Table 1; docs/reference/data.md): GPUs per node, intra-node link and
 # the node's NIC (Mellanox CX5 = 100 Gb/s = 12.5 GB/s, CX6 = 200 Gb/s = 25 GB/s).
 ARENA_GPUS: dict[str, dict[str, Any]] = {
     "a100": {"gpu": "A100-40GB", "gpus_per_node": 4, "intra_link": "nvlink", "nic_gbps": 12.5},

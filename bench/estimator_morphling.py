@@ -11,7 +11,7 @@ with the measured iteration time. Three columns:
     python bench/estimator_morphling.py [--data DIR] [--out bench/results]
 
 Prints one JSON object and writes it to OUT/estimator_morphling.json. The data are looked up at
-<repo>/../shared/data unless --data says otherwise.
+<repo>/../shared/data unless --data says otherwise (what they are: docs/reference/data.md).
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ lands from the best order-and-split of the layers, and from Whale+ (stages on GP
 memory, layers in proportion to the compute rate) and HPH+ (stages on GPUs in increasing compute
 rate, the best split for that order, as its integer program finds), as in the paper's Sec. V.
 
-Setting, from the Espresso paper (shared/seeds/espresso.txt): the four rented GPU types of Table I
-(RTX A6000, A30, RTX 3090, RTX A4000), 2.5 Gb/s between instances, the models of Table II with the
-LLaMA shapes (LLaMA-1.3B 26 layers x 2048, LLaMA-3B 45 x 2560), sequence 4,096 and global batch 32
-(Sec. II-B), DP 2 inside each stage (Fig. 9). Allocations: every multiset of 3 or 4 stage types
+Setting, from the Espresso paper ("Espresso: Cost-Efficient Large Model Training by Exploiting GPU
+Heterogeneity in the Cloud", IEEE INFOCOM 2025; docs/reference/papers.md): the four rented GPU types
+of Table I (RTX A6000, A30, RTX 3090, RTX A4000), 2.5 Gb/s between instances, the models of Table II
+with the LLaMA shapes (LLaMA-1.3B 26 layers x 2048, LLaMA-3B 45 x 2560), sequence 4,096 and global
+batch 32 (Sec. II-B), DP 2 inside each stage (Fig. 9). Allocations: every multiset of 3 or 4 stage types
 drawn from the four (20 + 35 = 55), on each of the two models, where the exhaustive search stays
 within --max-plans plans (about 3.5 minutes on one core at the default).
 

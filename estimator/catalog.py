@@ -1,8 +1,8 @@
 """GPU catalog: memory, dense BF16/FP16 rate, FP32 rate, memory bandwidth and interconnect per GPU model.
 
-Figures are from ../shared/reference/gpus.md, which names a public source for each row; rows marked
+Figures are from docs/reference/gpus.md, which names a public source for each row; rows marked
 there as unconfirmed (†) carry `confirmed=False`. An A100-40GB is not an A100-80GB: entries are keyed
-by model *and* memory size. The FP32 (non-tensor) rates are not in gpus.md: `FP32_TFLOPS` names the
+by model *and* memory size. The FP32 (non-tensor) rates are not in that table: `FP32_TFLOPS` names the
 public page each comes from; 0 means not known (compute.py then uses a stated fraction of the FP16 rate).
 Prices (`PRICES`) are known for the four rented types of the Espresso paper only, in the currency of
 their source; a cluster's own prices (GpuPool.price_per_hour) replace them.
@@ -43,7 +43,7 @@ class GpuType:
         return int(self.memory_gb * GB)
 
 
-_SRC = "shared/reference/gpus.md"
+_SRC = "docs/reference/gpus.md"
 CATALOG: dict[str, GpuType] = {
     g.name: g
     for g in [
@@ -102,8 +102,9 @@ class Price:
     source: str
 
 
-# The only public prices among the seeds: Espresso's rented GPUs (shared/seeds/espresso.txt, Table I,
-# the same figures as its artifact's gpu_config.json, shared/data/espresso/), JuChi Cloud (matpool.com)
+# The only public prices among the seeds: Espresso's rented GPUs (Table I of "Espresso: Cost-Efficient
+# Large Model Training by Exploiting GPU Heterogeneity in the Cloud", IEEE INFOCOM 2025; the same figures
+# as its artifact's gpu_config.json, docs/reference/data.md), JuChi Cloud (matpool.com)
 # in yuan per GPU-hour. Cloud list prices move and differ by provider; a cluster states its own.
 _ESPRESSO = "Espresso Table I (JuChi Cloud rental, matpool.com)"
 PRICES: dict[str, Price] = {

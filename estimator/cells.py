@@ -1,4 +1,7 @@
-"""Cells of a job and their agile estimation (crius.txt Sec. 4.2 and 5.1).
+"""Cells of a job and their agile estimation (Crius Sec. 4.2 and 5.1).
+
+Crius: "A Codesign of Scheduling and Parallelization for Large Model Training in Heterogeneous
+Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 A Cell is (job, GPU type, GPU count, pipeline stages). Inside a Cell the stage partition is fixed
 (partition.py: by FLOPs and inter-operator communication) and only data and tensor parallelism per
@@ -83,7 +86,7 @@ class CellModel:
     `recompute`: full activation recomputation (Alpa's default in the Crius artifact).
     `dtype_bytes`: activation bytes (2 for fp16/bf16). Model state per parameter:
     `weight_grad_bytes` for the weights and gradients (0 = 2 x dtype_bytes) plus
-    `optimizer_bytes_per_param` (12: fp32 master weights and two Adam moments, reference/estimation.md
+    `optimizer_bytes_per_param` (12: fp32 master weights and two Adam moments, docs/reference/estimation.md
     1.2); `precision` names the recipe of estimator/memory.py they come from. Under
     `CellConfig.dp_shards_optimizer` the optimizer bytes are divided over the DP ranks (ZeRO-1).
 
@@ -440,7 +443,7 @@ class CellConfig:
 
     - `prior`: compute efficiency prior (compute.py);
     - `links`: link efficiency/latency prior;
-    - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; crius.txt Figure 10);
+    - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; Crius Figure 10);
     - `num_microbatches`: when > 0, B is this for every Cell instead (a runtime that fixes it: the
       Crius artifact's trainers all run 16), capped by the global batch;
     - `dp_shards_optimizer`: DP ranks of a stage shard the optimizer states (ZeRO-1, as Alpa's

@@ -1,4 +1,7 @@
-"""Communication model: collectives and point-to-point per link type (crius.txt Sec. 5.1).
+"""Communication model: collectives and point-to-point per link type (Crius Sec. 5.1).
+
+Crius: "A Codesign of Scheduling and Parallelization for Large Model Training in Heterogeneous
+Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 Crius obtains the latency of communication operators offline, per interconnect, and interpolates by
 traffic volume at estimation time ("traffic-based interpolation"). Here:
@@ -9,7 +12,7 @@ traffic volume at estimation time ("traffic-based interpolation"). Here:
   nccl-tests convention (all-reduce moves 2(n-1)/n of the buffer per rank, all-gather,
   reduce-scatter and all-to-all (n-1)/n, p2p 1);
 - `AlphaBeta` is the analytical fallback: `t = steps * alpha + factor(op, n) * bytes / (bw * eff)`
-  with the link bandwidth from the GPU catalog or the cluster's NIC (reference/estimation.md 3.3);
+  with the link bandwidth from the GPU catalog or the cluster's NIC (docs/reference/estimation.md 3.3);
 - `CommModel` asks the table first and falls back to the formula, and says which one answered
   (`source` = "profiled:<table>" or "formula:alpha-beta").
 

@@ -1,9 +1,10 @@
 """Offline communication profiler: collectives and p2p with torch.distributed, written as a CommTable.
 
 Crius profiles communication operators offline, per interconnect, and interpolates by traffic at
-estimation time (crius.txt Sec. 5.1). This tool measures all-reduce, all-gather, reduce-scatter,
-all-to-all and point-to-point for a range of message sizes across N local processes and writes the
-JSON that `tessera.estimator.comm.CommTable.from_json` reads:
+estimation time (Crius Sec. 5.1: "A Codesign of Scheduling and Parallelization for Large Model
+Training in Heterogeneous Clusters", arXiv 2024). This tool measures all-reduce, all-gather,
+reduce-scatter, all-to-all and point-to-point for a range of message sizes across N local processes
+and writes the JSON that `tessera.estimator.comm.CommTable.from_json` reads:
 
     python -m tessera.estimator.comm_profile --backend gloo --out table.json            # CPU, 2 processes
     python -m tessera.estimator.comm_profile --backend nccl --world 8 --link nvlink --out nvlink.json

@@ -1,4 +1,7 @@
-"""Per-stage computation time for DP-only and TP-only stages (crius.txt Sec. 5.1).
+"""Per-stage computation time for DP-only and TP-only stages (Crius Sec. 5.1).
+
+Crius: "A Codesign of Scheduling and Parallelization for Large Model Training in Heterogeneous
+Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 Crius profiles each stage's computation on one device for the data-parallel-only and the
 tensor-parallel-only plan. Without a device, Tessera computes the same two numbers analytically from
@@ -8,7 +11,7 @@ the operators' FLOPs and the GPU catalog with a stated efficiency prior (a two-t
 
 - `matmul_flops` are the training FLOPs that run as matrix multiplies (forward, backward and the
   recomputed forward), divided by TP; each DP rank runs micro_batch / dp samples;
-- `traffic_bytes` are the activation bytes of Korthikanti et al. (reference/estimation.md 1.1:
+- `traffic_bytes` are the activation bytes of Korthikanti et al. (docs/reference/estimation.md 1.1:
   34sbh + 5as^2b per layer without TP; the 10sbh part is not divided by TP, the rest is), which are
   read and written by memory-bound kernels (softmax, norms, dropout, GeLU); `traffic_multiplier`
   says how many times each such byte crosses DRAM per training step;

@@ -5,14 +5,15 @@ Modes of `estimate_memory(model, plan, mode=...)`:
   precision recipe, ZeRO-1/2/3 and FSDP sharding over dp, CPU offload, Korthikanti activations with
   TP/SP, selective or full recomputation, flash or plain attention, 1F1B in-flight micro-batches on
   the first pipeline stage, logits and cross-entropy on the last, and a stated ``other`` reserve.
-- ``"marp"``: Frenzy's MARP (frenzy.txt Sec. IV-A), kept exactly as the controller's Frenzy policy
+- ``"marp"``: Frenzy's MARP (Sec. IV-A of "Frenzy: A Memory-Aware Serverless LLM Training System for
+  Heterogeneous GPU Clusters", arXiv 2024), kept exactly as the controller's Frenzy policy
   uses it (`marp_params`, `marp_memory`, `MemoryEstimate`, `STATIC_BYTES_PER_PARAM`).
 - ``"traced"``: tessera.estimator.traced runs one training step of the rank's torch module under fake
   tensors with torch's MemTracker (imports torch lazily; this module never imports torch).
 
 Sources: Korthikanti et al. 2022 (arXiv 2205.05198) Table 2; Rajbhandari et al. 2019 (ZeRO) Sec. 5;
 Megatron-LM `theoretical_memory_usage.py` and its README's distributed-optimizer table;
-shared/reference/estimation.md (which checks these against Korthikanti Fig. 1 and the ZeRO table).
+docs/reference/estimation.md (which checks these against Korthikanti Fig. 1 and the ZeRO table).
 docs/estimator-memory.md states every term.
 """
 
@@ -157,8 +158,9 @@ class MemoryBreakdown:
         }
 
 
-# CUDA context (300 MiB - 2 GiB, estimation.md 1.7), cuBLAS workspace, NCCL buffers, allocator slack:
-# one stated constant, 1 GiB, the same figure the controller reserves per GPU (docs/choices.md).
+# CUDA context (300 MiB - 2 GiB, docs/reference/estimation.md 1.7), cuBLAS workspace, NCCL buffers,
+# allocator slack: one stated constant, 1 GiB, the same figure the controller reserves per GPU
+# (docs/choices.md).
 DEFAULT_OTHER_BYTES = 1 * GIB
 
 
@@ -289,7 +291,7 @@ def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, layers: int, t:
     """Activation bytes on the first pipeline stage, as Megatron's theoretical estimator counts them.
 
     (layers / p) layers, p micro-batches in flight (1F1B; m/p of that when m < p), times the
-    interleaving penalty 1 + (p-1)/(p v). Reproduces Korthikanti Fig. 1 (estimation.md 1.1).
+    interleaving penalty 1 + (p-1)/(p v). Reproduces Korthikanti Fig. 1 (docs/reference/estimation.md 1.1).
     """
     act = korthikanti_layer_bytes(s, b, h, a, t, sp, recompute) * layers / p * p
     if v > 1:

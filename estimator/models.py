@@ -165,8 +165,9 @@ class ModelDims:
 
 # Public configurations of the families the seeds evaluate (GPT-2: OpenAI's released configs;
 # LLaMA-2: Meta's model card; BERT: Devlin et al. Table; seq_length is the pretraining context).
-# GShard MoE: the Crius artifact's models (shared/data/arena/models.json; its trainer uses an 8h
-# expert MLP and untied embeddings, sjtu-epcc/arena runtime/crius_worker/jax/trainer/moe_trainer.py).
+# GShard MoE: the Crius artifact's models (arena/models.json of the shared data, docs/reference/data.md;
+# its trainer uses an 8h expert MLP and untied embeddings,
+# sjtu-epcc/arena runtime/crius_worker/jax/trainer/moe_trainer.py).
 REGISTERED: dict[str, ModelDims] = {
     m.name: m
     for m in [

@@ -1,4 +1,7 @@
-"""Stage partition by FLOPs and inter-operator communication (crius.txt Sec. 4.2, Figure 7).
+"""Stage partition by FLOPs and inter-operator communication (Crius Sec. 4.2, Figure 7).
+
+Crius: "A Codesign of Scheduling and Parallelization for Large Model Training in Heterogeneous
+Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 A model is a chain of operators (embedding, transformer layers, head). For a Cell with `num_gpus` GPUs
 and `num_stages` pipeline stages:

@@ -1,4 +1,4 @@
-"""Readers for the Morphling artifact's measurements (shared/data/morphling/, see its README).
+"""Readers for the Morphling artifact's measurements (shared/data/morphling/: docs/reference/data.md).
 
 * ``profile/<model>/config.csv`` + ``data.csv``: the sampled runs the paper fits on (UTF-8 BOM).
 * ``profile/history.csv``: the paper's fitted parameters per model.

@@ -1,7 +1,7 @@
 """Iteration-time model: Morphling's fitted performance model and Tessera's placement-aware extension.
 
-Mode ``"morphling"`` is the model of the Morphling paper (``shared/seeds/morphling.txt``, Sec. 4 and
-Appendix A) as written there:
+Mode ``"morphling"`` is the model of the Morphling paper ("Morphling: Exploiting Job Reconfigurability
+for Deep Learning Cluster Scheduling", MLSys 2025; Sec. 4 and Appendix A) as written there:
 
     T_iter = T_cc + T_oo + k_const                                             (A.3, Eq. 1)
     T_cc   = a*T_fwd + (a-1)*T_bwd + f^{k_sync}(T_bwd, T_comm_dp) + T_comm_tp + T_comm_pp   (A.1)

@@ -13,8 +13,8 @@ memory, no compute) with torch.distributed._tools.mem_tracker.MemTracker:
 The peak is MemTracker's global peak; parameters, gradients and optimizer are the resident state
 measured before the step; activations = peak - resident. Further micro-batches (m > pp) and further
 steps do not raise the peak, so they are not run. Fake tensors live on the CPU device (a CPU build of
-torch cannot run autograd on fake CUDA tensors, estimation.md 2.3); MemTracker's 512-byte rounding
-applies to CUDA only, so the bytes are exact tensor bytes.
+torch cannot run autograd on fake CUDA tensors, docs/reference/estimation.md 2.3); MemTracker's 512-byte
+rounding applies to CUDA only, so the bytes are exact tensor bytes.
 
 Not simulated (PlanError on plan.<field>): ZeRO-3/FSDP parameter gathering, interleaved pipelines.
 `run_step(..., fake=False)` runs the same step on real CPU tensors (for the traced-vs-real check).

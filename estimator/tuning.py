@@ -1,4 +1,7 @@
-"""Cell-guided parallelism tuning: the pruned search of crius.txt Sec. 5.2 (Figure 11).
+"""Cell-guided parallelism tuning: the pruned search of Crius Sec. 5.2 (Figure 11).
+
+Crius: "A Codesign of Scheduling and Parallelization for Large Model Training in Heterogeneous
+Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 Once a Cell is chosen, the job needs its best plan inside the Cell, which may mix data and tensor
 parallelism within a stage. A stage of N GPUs has the plans (dp, tp) = (N, 1), (N/2, 2), ..., (1, N)

@@ -1,4 +1,8 @@
-"""The Frenzy policy: MARP resource plans ranked per job, placed by HAS best-fit (frenzy.txt Sec. IV).
+"""The Frenzy policy: MARP resource plans ranked per job, placed by HAS best-fit (Frenzy Sec. IV).
+
+Frenzy: "Frenzy: A Memory-Aware Serverless LLM Training System for Heterogeneous GPU Clusters",
+arXiv 2024 (arXiv:2412.14479; docs/reference/papers.md). MARP: Memory-Aware Resource Predictor;
+HAS: Heterogeneity-Aware Scheduler.
 
 MARP gives, for each (DP d, TP t), the bytes per GPU a job needs; the plans are ranked fewest GPUs
 first, then smallest TP (less communication), so a job asks for the least it can run on. HAS walks
@@ -35,7 +39,7 @@ TP_CHOICES = (1, 2, 4, 8)
 @dataclass(frozen=True)
 class FrenzyConfig:
     # Held back on every GPU for the CUDA context, allocator slack and NCCL buffers, which no
-    # tensor formula counts (reference/estimation.md 1.7: 300 MiB to 2 GiB).
+    # tensor formula counts (docs/reference/estimation.md 1.7: 300 MiB to 2 GiB).
     reserve_bytes: int = 1 * GIB
     max_dp: int = 1024
 

@@ -12,10 +12,15 @@ import pytest
 
 from tessera.clients import tessctl
 from tessera.controller.sim import cli
+from tests.shared_data import require_shared_data
 
 DATA = cli.default_data_dir()
-pytestmark = pytest.mark.skipif(not (DATA / "arena" / "trace_philly.csv").exists(),
-                                reason="shared data (data/arena) not available")
+
+
+@pytest.fixture(autouse=True)
+def _arena_data() -> None:
+    """Every test here replays the Crius artifact's inputs: skipped without them, failed under CI."""
+    require_shared_data(DATA / "arena" / "trace_philly.csv")
 
 
 def run(out: Path, *extra: str) -> dict[str, object]:

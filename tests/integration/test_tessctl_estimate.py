@@ -86,7 +86,7 @@ def test_cells_json_is_the_same_in_process_and_through_the_service(estimator: Da
         assert c["fits"] and c["reason"] == ""
         assert c["iter_time_seconds"]["value"] > 0 and c["iter_time_seconds"]["source"].startswith("formula")
         assert c["memory_per_gpu_bytes"]["source"] and c["plan"]["description"].startswith(f"pp{c['num_stages']}")
-        assert all(b["source"] for b in c["breakdown"])
+        assert c["breakdown"] and all(b["source"] for b in c["breakdown"])
 
 
 def test_stage_placement_json_is_the_same_in_process_and_through_the_service(estimator: Daemon) -> None:

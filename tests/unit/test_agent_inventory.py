@@ -82,6 +82,8 @@ def test_declared_without_nvlink_has_no_peers() -> None:
 def test_example_inventories_load() -> None:
     examples = Path(__file__).resolve().parents[2] / "examples" / "inventories"
     files = sorted(examples.glob("*.yaml"))
+    # An empty glob would pass the loop below: name the inventories the examples ship.
+    assert [f.name for f in files] == ["a10-node.yaml", "a100-node.yaml", "a40-node.yaml"]
     for f in files:
         inv = load_declared(f, "demo")
         assert inv.source == common_pb2.INVENTORY_SOURCE_DECLARED and inv.gpus

@@ -346,6 +346,7 @@ async def test_shutdown_leaves_workers_running_and_a_new_supervisor_readopts_the
     await first.launch(launch_request(argv=WAIT_FOR_TERM, gpus=[[0], [1]]))
     await ready(first, ranks=2)
     pids = [s.pid for s in first.statuses()]
+    assert len(pids) == 2
     await first.shutdown()
     state = first.export_state()
     assert all(process.is_alive(pid, None) for pid in pids)

@@ -1,4 +1,5 @@
-"""Cell-guided tuning (crius.txt Sec. 5.2) and one-device compute profiling."""
+"""Cell-guided tuning (Crius, arXiv 2024: Sec. 5.2; docs/reference/papers.md) and one-device compute
+profiling."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def test_tuning_never_worse_than_the_estimate_and_prunes() -> None:
     assert r.estimate_plan == cell.plan
     assert r.plan.num_gpus == 16 and r.source.startswith("formula:")
     fav = favours(cell.plan)
-    for s, f in zip(r.plan.stages, fav):
+    assert len(fav) == len(r.plan.stages) == 2
+    for s, f in zip(r.plan.stages, fav, strict=True):
         assert (s.dp, s.tp) in pruned_stage_space(s.gpus, f)
 
 

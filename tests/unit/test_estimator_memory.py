@@ -21,7 +21,8 @@ from tessera.estimator.memory import (
 from tessera.estimator.models import REGISTERED, ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanError
 
-# Korthikanti et al. 2022 Fig. 1 (values as Calculon's validation.py lists them; estimation.md 1.1):
+# Korthikanti et al. 2022 Fig. 1 (values as Calculon's validation.py lists them;
+# docs/reference/estimation.md 1.1):
 # (h, a, L, t, p, b, v) -> params+optimizer GiB (18 B/param of 12Lh^2/(tp)), activations GiB with
 # TP only, with SP + selective recompute. s = 2048.
 FIG1 = {
@@ -57,7 +58,7 @@ def test_korthikanti_table2_rows() -> None:
         korthikanti_activation_bytes(s, b, h, a, 32, t=1, p=8) * 2 / 8
 
 
-# The ZeRO paper's table for psi = 7.5B, recomputed in estimation.md 1.3 (GB).
+# The ZeRO paper's table for psi = 7.5B, recomputed in docs/reference/estimation.md 1.3 (GB).
 ZERO_TABLE = {
     1: {1: 120, 4: 52.5, 16: 35.6, 64: 31.4, 256: 30.4, 1024: 30.1},
     2: {1: 120, 4: 41.2, 16: 21.6, 64: 16.6, 256: 15.4, 1024: 15.1},

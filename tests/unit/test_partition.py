@@ -1,4 +1,5 @@
-"""Stage partition by FLOPs and inter-operator communication (crius.txt Sec. 4.2, Figure 7)."""
+"""Stage partition by FLOPs and inter-operator communication (Crius, arXiv 2024: Sec. 4.2,
+Figure 7; docs/reference/papers.md)."""
 
 from __future__ import annotations
 

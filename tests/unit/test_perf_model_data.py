@@ -1,5 +1,6 @@
 """Readers of the Morphling artifact's CSVs (estimator/perf_data.py) and a small accuracy guard on
-the real files (<repo>/../shared/data, beside the clone in CI; skipped when absent)."""
+the real files (<repo>/../shared/data, beside the clone in CI; tests/shared_data.py: skipped when absent,
+failed when absent under CI)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 from tessera.estimator import perf_data
 from tessera.estimator.perf_model import PerfModelInputError, Workload, fit, forward_profile, predict
+from tests.shared_data import data_dir, require_shared_data
 
 BOM = "\ufeff"
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "morphling"
+SHARED = data_dir() / "morphling"
 
 CONFIG = (
     BOM + "nodes,gpus,parameter_size,batch_size,seq_hid,num_cpu_threads,zero_type,is_tp,is_pp\n"
@@ -132,7 +134,12 @@ def test_placements_rows(tmp_path: Path) -> None:
     assert perf_data.placement_config(rows[1], w).cpus == 4
 
 
-needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason="shared data not beside the repository")
+@pytest.fixture
+def morphling_data() -> Path:
+    return require_shared_data(SHARED)
+
+
+needs_data = pytest.mark.usefixtures("morphling_data")
 
 
 @needs_data

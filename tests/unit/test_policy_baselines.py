@@ -1,4 +1,5 @@
-"""Gavel, ElasticFlow, Gandiva and Sia on literal clusters, in the modes of baselines.md."""
+"""Gavel, ElasticFlow, Gandiva and Sia on literal clusters, in the modes of
+docs/reference/baselines.md."""
 
 from __future__ import annotations
 

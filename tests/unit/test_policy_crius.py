@@ -1,4 +1,5 @@
-"""The Crius Cell policy on literal clusters with golden decisions (crius.txt Fig. 3, Sec. 6.1)."""
+"""The Crius Cell policy on literal clusters with golden decisions (Crius, arXiv 2024:
+Fig. 3, Sec. 6.1; docs/reference/papers.md)."""
 
 from __future__ import annotations
 

@@ -74,6 +74,8 @@ def test_measured_cell_replaces_the_estimate_and_survives_a_rebuild() -> None:
     (now,) = [c for c in cached.cells(job, "A100-80GB", 2, 1) if c.cell.stages == 1]
     assert (now.iteration_s, now.source) == (0.75, "measured")
     # Other Cells keep their estimates; a rebuilt estimator (new pools) starts with the measurement.
-    assert all(c.source != "measured" for c in cached.cells(job, "A100-80GB", 1, 1))
+    one_gpu = list(cached.cells(job, "A100-80GB", 1, 1))
+    assert one_gpu  # without a 1-GPU Cell the next line would pass on nothing
+    assert all(c.source != "measured" for c in one_gpu)
     rebuilt = CellEstimates({"A100-80GB": (4, 2, True)}, measured={key: 0.75})
     assert [c.source for c in rebuilt.cells(job, "A100-80GB", 2, 1) if c.cell.stages == 1] == ["measured"]

@@ -1,7 +1,8 @@
 """Scheduling policies behind tessera.controller.core.policy.Policy, by name.
 
-`make_policy("crius")` is Tessera's default. Each baseline has two modes (baselines.md): "artifact",
-as the Crius artifact ran it, and "paper", as its own paper describes it.
+`make_policy("crius")` is Tessera's default. Each baseline has two modes
+(docs/reference/baselines.md): "artifact", as the Crius artifact ran it, and "paper", as its own
+paper describes it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The Crius Cell policy (crius.txt Sec. 6.1, Algorithm 1), the default policy of Tessera.
+"""The Crius Cell policy (Crius Sec. 6.1, Algorithm 1), the default policy of Tessera.
+
+Crius: "A Codesign of Scheduling and Parallelization for Large Model Training in Heterogeneous
+Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 Per round, with departures and arrivals as Algorithm 1 has them:
 1. SchedDeparture: the waiting jobs, in queue order, each get CellBasedSched. A job that still does
@@ -70,7 +73,7 @@ class CriusOptions:
 
 @dataclass
 class _Op:
-    kind: str  # "shrink" | "htc"
+    kind: str  # "shrink" (halve the job's GPUs) | "htc" (hardware type change: move it to another GPU type)
     alloc: Alloc
     to_type: str
     gain: float
@@ -496,7 +499,12 @@ class _Round:
 
 
 class _Explorer:
-    """Depth-first walk over scaling steps for one job (CellBasedSched's SCALERESOURCE + BESTPERF)."""
+    """Depth-first walk over scaling steps for one job (CellBasedSched's SCALERESOURCE + BESTPERF).
+
+    Names: `r` the round, `t`/`n` the GPU type and count of the Cell being made room for, `ti` that
+    Cell's ideal throughput (samples/s, `_Round.ideal_thr`), `bound_pos` the best positive gain one
+    step can add (the pruning bound), `thr` throughout = throughput in samples/s (docs/glossary.md).
+    """
 
     def __init__(self, r: _Round, job: JobView, exclude: set[str]) -> None:
         self.r = r

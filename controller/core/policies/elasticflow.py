@@ -1,5 +1,5 @@
 """ElasticFlow (ASPLOS'23) as a baseline: deadline-aware admission and elastic data-parallel scaling,
-blind to GPU types and parallel plans (baselines.md Sec. 4).
+blind to GPU types and parallel plans (docs/reference/baselines.md Sec. 4).
 
 `elasticflow` uses the jobs' deadlines; `elasticflow-l` (ElasticFlow-LS, the throughput variant the
 Crius paper compares with) loosens every deadline to 1e9 s.

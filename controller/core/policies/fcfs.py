@@ -1,5 +1,5 @@
-"""First come, first served (baselines.md Sec. 1): strict FIFO per GPU type, whole gangs, the GPU
-type and count the user asked for, no backfill, no scaling, no preemption.
+"""First come, first served (docs/reference/baselines.md Sec. 1): strict FIFO per GPU type, whole
+gangs, the GPU type and count the user asked for, no backfill, no scaling, no preemption.
 
 - "artifact" (Crius `FCFSSched`): a new job whose request is infeasible even with the best locality
   is dropped; a new job starts only if no job of its GPU type waits and a gang with the best

@@ -1,6 +1,7 @@
-"""The Frenzy policy (frenzy.txt Sec. IV) behind the Policy protocol: MARP resource plans per job,
+"""The Frenzy policy (Frenzy Sec. IV) behind the Policy protocol: MARP resource plans per job,
 placed by HAS best fit (controller/core/frenzy.py does the work; this adapter only adds the Cell and
-the estimated iteration time to each start).
+the estimated iteration time to each start). Frenzy: "Frenzy: A Memory-Aware Serverless LLM Training
+System for Heterogeneous GPU Clusters", arXiv 2024 (arXiv:2412.14479; docs/reference/papers.md).
 
 Simplifies, as the original: no scaling or migration of running jobs, no GPU-type preference
 beyond the memory fit, jobs in submission order with backfill. "artifact" and "paper" are the same

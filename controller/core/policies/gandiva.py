@@ -1,5 +1,5 @@
 """Gandiva (OSDI'18) as a baseline: introspective, heterogeneity-blind packing with migration and
-grow-shrink (baselines.md Sec. 2).
+grow-shrink (docs/reference/baselines.md Sec. 2).
 
 - "artifact" (Crius `GandivaSched`, which "ignores the affinity restriction, not considering GPU
   co-location and over-subscription"): type and count as requested; best locality, then relaxed;

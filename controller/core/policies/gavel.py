@@ -1,5 +1,5 @@
 """Gavel (OSDI'20) as a baseline: heterogeneity-aware allocation over GPU types at the GPU count the
-user asked for (baselines.md Sec. 3).
+user asked for (docs/reference/baselines.md Sec. 3).
 
 - "artifact" (Crius `GavelSched`): no time fractions. A new job is dropped when no GPU type can run
   its request; otherwise it is admitted by a binary program over all running jobs plus itself:

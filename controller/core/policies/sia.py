@@ -1,4 +1,5 @@
-"""Sia (SOSP'23) as a baseline: goodput-optimised configurations per GPU type (baselines.md Sec. 5).
+"""Sia (SOSP'23) as a baseline: goodput-optimised configurations per GPU type (docs/reference/baselines.md
+Sec. 5).
 
 Configurations are (GPU type, count) with count in 1, 2, 4, 8, 16 (whole nodes beyond a node).
 A job's goodput G_ic is its throughput in configuration c (no statistical efficiency: the batch is
