@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: sets up (scripts/setup.sh), checks the committed generated protobuf code, lints
-# (ruff; mypy --strict on the pure core), and runs
+# (ruff; mypy --strict on the pure core; the import contracts of pyproject.toml), and runs
 # the whole suite (unit, integration, e2e, chaos; slow tests included). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +9,6 @@ PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check .
 # mypy reads files, not the editable install's import hook: it checks the tessera.* tree of symlinks.
 MYPYPATH=$(scripts/pkgtree.sh) .venv/bin/mypy --strict -p tessera.controller.core -p tessera.estimator -p tessera.common
+# The layers (pyproject.toml [tool.importlinter]); import-linter reads files too, through the same tree.
+PYTHONPATH=$(scripts/pkgtree.sh) .venv/bin/lint-imports
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
