@@ -29,10 +29,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tessera.estimator.catalog import GpuType, from_nvml
+from tessera.common.gpus import GpuType, from_nvml
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan
-from tessera.estimator.traced import run_step
+from tessera.estimator.torch.traced import run_step
 
 CASES: list[tuple[str, ModelDims, ExecutionPlan]] = [
     ("gpt-125m fp32 mb4", ModelDims(768, 12, 12, 50257, 1024, "gpt-125m"),
@@ -121,7 +121,7 @@ def formula_rows(gpu: GpuType, profiled: dict[str, float] | None = None) -> list
 
 def rescore(path: Path) -> int:
     """Re-score a recorded run's profiled stage times against this checkout's prior (no GPU)."""
-    from tessera.estimator.catalog import lookup
+    from tessera.common.gpus import lookup
 
     rec = json.loads(path.read_text())
     comp = rec.get("compute")
@@ -140,7 +140,8 @@ def rescore(path: Path) -> int:
 
 def compute_vs_profiled(gpu: GpuType) -> list[dict[str, Any]]:
     from tessera.estimator.cells import CellModel, model_operators
-    from tessera.estimator.compute import StageProfiler, profile_stage_compute
+    from tessera.estimator.compute import profile_stage_compute
+    from tessera.estimator.torch.stage_profiler import StageProfiler
 
     half = StageProfiler(device="cuda", dtype="float16", repeats=5, warmup=2)
     single = StageProfiler(device="cuda", dtype="float32", repeats=5, warmup=2)

@@ -34,7 +34,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tessera.estimator.memory import GIB, estimate_memory, num_params
+from tessera.estimator.memory import estimate_memory, num_params
+from tessera.estimator.memory_terms import GIB
 from tessera.estimator.models import REGISTERED, ModelDims
 from tessera.estimator.plans import ExecutionPlan
 
@@ -151,10 +152,12 @@ def rel(a: float, b: float) -> float:
 
 
 def run_grid(cfgs: list[tuple[ModelDims, ExecutionPlan]]) -> dict[str, Any]:
+    from tessera.estimator.torch.traced import traced_memory
+
     rows = []
     for model, plan in cfgs:
         t0 = time.perf_counter()
-        tr = estimate_memory(model, plan, mode="traced")
+        tr = traced_memory(model, plan)
         wall = time.perf_counter() - t0
         f = estimate_memory(model, plan)
         rows.append({
@@ -229,7 +232,7 @@ def run_arena(data: Path, arena: dict[str, ModelDims]) -> dict[str, Any]:
 
 
 def run_real(quick: bool) -> dict[str, Any]:
-    from tessera.estimator.traced import real_cpu_peak, run_step
+    from tessera.estimator.torch.traced import real_cpu_peak, run_step
 
     model = ModelDims(512, 4, 8, 8000, 512, "small-cpu")
     out: dict[str, Any] = {"model": dataclasses.asdict(model)}

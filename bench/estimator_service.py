@@ -59,7 +59,7 @@ def _stats(xs: list[float]) -> dict[str, Any]:
 
 def child_in_process(model: str, batch: int, cached: int) -> dict[str, Any]:
     """Run in a fresh process: cold, then cached, in-process timings."""
-    from tessera.estimator.handlers import Estimator
+    from tessera.estimator.service.handlers import Estimator
 
     req, best = _request(model, batch), _request(model, batch, best=True)
     est = Estimator()

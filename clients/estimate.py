@@ -1,6 +1,6 @@
 """`tessctl estimate memory|cells`: ask the estimator about a job file (docs/estimator-service.md).
 
-The same request message goes either to the library in this process (tessera.estimator.handlers.Estimator,
+The same request message goes either to the library in this process (tessera.estimator.service.handlers.Estimator,
 the default: no server needed) or to a `tessera-estimator` (`--estimator HOST:PORT`); the answer is
 the same response message, printed by the same functions, so both paths print the same output.
 An input error of the library becomes the same INVALID_ARGUMENT "field: reason" the service sends.
@@ -173,7 +173,7 @@ class InProcess:
     """The library in this process, answering as the service does (errors included)."""
 
     def __init__(self) -> None:
-        from tessera.estimator.handlers import Estimator
+        from tessera.estimator.service.handlers import Estimator
 
         self._est = Estimator()
 
@@ -181,7 +181,7 @@ class InProcess:
         pass
 
     def call(self, method: str, request: Message) -> Any:
-        from tessera.estimator.handlers import TracedUnavailable, field_error
+        from tessera.estimator.service.handlers import TracedUnavailable, field_error
 
         fn = {"EstimateMemory": self._est.estimate_memory, "GetCells": self._est.get_cells,
               "PlaceStages": self._est.place_stages}[method]
@@ -236,7 +236,7 @@ def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estim
                    exhaustive: bool = False, overlap_sync: bool = False) -> estimator_pb2.PlaceStagesRequest:
     """The PlaceStages request of a job file and the command's flags; ClusterFileError when a stage's
     type is not in the given cluster."""
-    from tessera.estimator.catalog import UnknownGpuError, lookup
+    from tessera.common.gpus import UnknownGpuError, lookup
     from tessera.estimator.convert import PRECISION_VALUE
 
     names = []
@@ -305,7 +305,7 @@ def cluster_pools(doc: Any) -> list[estimator_pb2.GpuPool]:
 
 
 def _canonical(name: Any, field: str) -> str:
-    from tessera.estimator.catalog import UnknownGpuError, lookup
+    from tessera.common.gpus import UnknownGpuError, lookup
 
     if not isinstance(name, str) or not name.strip():
         raise ClusterFileError(f"{field}: required, a catalog GPU name such as A100-80GB")

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
+from tessera.common import gpus as catalog
 from tessera.common.contract import CONTRACT_VARS
-from tessera.estimator import catalog
 from tessera.estimator.convert import model_dims
 from tessera.estimator.plans import PlanError
 from tessera.v1 import common_pb2

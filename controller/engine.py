@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import grpc
 import structlog
 
+from tessera.common.gpus import CATALOG
 from tessera.common.rpc import host_of
 from tessera.controller import metrics
 from tessera.controller.agents import AgentClients
@@ -46,7 +47,6 @@ from tessera.controller.core.validate import canonical_gpu_types, resolve_model
 from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
 from tessera.controller.registry import LivenessConfig, LiveNode, index_workers, liveness_at
 from tessera.controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
-from tessera.estimator.catalog import CATALOG
 from tessera.v1 import agent_pb2, common_pb2
 
 P = common_pb2

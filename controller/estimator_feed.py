@@ -14,11 +14,11 @@ import asyncio
 import grpc
 import structlog
 
+from tessera.common.gpus import CATALOG
 from tessera.common.rpc import aio_channel
 from tessera.controller import metrics
 from tessera.controller.core.step_times import Learned
 from tessera.controller.store import JobRecord
-from tessera.estimator.catalog import CATALOG
 from tessera.estimator.compute import DEFAULT_PRIOR
 from tessera.estimator.memory import num_params
 from tessera.estimator.models import ModelDims

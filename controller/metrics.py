@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from tessera.v1 import common_pb2
 
 if TYPE_CHECKING:
-    from tessera.controller.engine import Engine
+    from tessera.controller.registry import LiveNode
     from tessera.controller.store import Store
 
 JOBS_SUBMITTED = Counter("tessera_jobs_submitted_total", "Jobs accepted by SubmitJob")
@@ -39,7 +40,19 @@ def update_jobs(store: Store) -> None:
     QUEUE.set(counts.get(common_pb2.JOB_STATE_PENDING, 0))
 
 
-def update_nodes(engine: Engine) -> None:
+class NodeStates(Protocol):
+    """What the node gauges read; the engine provides it (typed here, not as the Engine, because the
+    engine imports this module)."""
+
+    @property
+    def nodes(self) -> Mapping[str, LiveNode]: ...
+
+    def mono(self) -> float: ...
+
+    def node_state(self, node_id: str) -> tuple[int, str]: ...
+
+
+def update_nodes(engine: NodeStates) -> None:
     counts = {s: 0 for s in common_pb2.NodeState.values() if s}
     oldest = 0.0
     now = engine.mono()

@@ -24,6 +24,15 @@ terms, then an independent choice per stage); `enumerate_plans` enumerates them 
 
 Everything here is pure: frozen dataclasses in, frozen dataclasses out; `CellEstimator` keeps an
 in-memory cache keyed by (model signature, plan, GPU type).
+
+Why one module of about a thousand lines: it is the one computation of Sec. 5.1, read top to bottom
+in the paper's order (the model as an operator chain, the cluster's pools and links, one stage's
+costs, the pipeline latency and the exact best of the 2^Ns plans, the Cells of a job). Its parts
+share the Cell estimator's own types (`StagePlan`, `CellPlan`, `_Placement`, `CellConfig`) and one
+error type (`CellInputError`), raised by every part; tuning.py and stage_placer.py reuse them and the
+stage cost. Each part sits under its own section header. The seam to cut first, once the pools-file
+parsing has moved to its own parser, is the model description (`CellModel`, `model_operators`),
+which needs nothing else here but `CellInputError`.
 """
 
 from __future__ import annotations
@@ -34,12 +43,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tessera.estimator.catalog import GpuType, Price, UnknownGpuError, lookup, price
+from tessera.common.gpus import GpuType, UnknownGpuError, lookup
+from tessera.estimator.catalog import Price, price
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import (
     DEFAULT_PRIOR,
     EfficiencyPrior,
-    StageProfiler,
+    OperatorProfiler,
     optimizer_step_time,
     profile_stage_compute,
     stage_compute_time,
@@ -188,7 +198,7 @@ class CellModel:
         """From the shared ModelDims (estimator/models.py), the job's global batch and a precision recipe
         of estimator/memory.py (bytes of weights, gradients and optimizer per parameter). A Wide-ResNet
         takes the artifact's recipe (`wide_resnet`), whatever `precision` and `recompute` say."""
-        from tessera.estimator.memory import RECIPES
+        from tessera.estimator.memory_terms import RECIPES
 
         if dims.family == "wresnet":
             return cls.wide_resnet(dims.num_layers, dims.width_factor, dims.hidden_size, dims.vocab_size,
@@ -368,7 +378,7 @@ class LinkPrior:
     NVLink, PCIe and all-to-all efficiencies were fitted with the compute prior on the training half of
     the Crius artifact's optima (bench/estimator_arena.py --refit, seed 0). The network efficiency is
     the nccl-tests-typical 0.8, not fitted: the arena fit is per GPU pool (`GpuPool.network_efficiency`)
-    because every cluster's fabric differs; measure yours with tessera.estimator.comm_profile.
+    because every cluster's fabric differs; measure yours with tessera.estimator.torch.comm_profile.
     """
 
     nvlink_efficiency: float = 0.5652
@@ -576,7 +586,7 @@ def _stage_cost(
     num_microbatches: int,
     cfg: CellConfig,
     comm: CommModel,
-    profiler: StageProfiler | None,
+    profiler: OperatorProfiler | None,
     model: CellModel,
 ) -> StageCost:
     dp, tp = plan.dp, plan.tp
@@ -817,7 +827,7 @@ class CellEstimator:
 
     config: CellConfig = field(default_factory=CellConfig)
     comm: CommModel = field(default_factory=CommModel)
-    profiler: StageProfiler | None = None
+    profiler: OperatorProfiler | None = None
     _ops: dict[str, tuple[Operator, ...]] = field(default_factory=dict)
     _stage_cache: dict[tuple[Any, ...], StageCost] = field(default_factory=dict)
     _cell_cache: dict[tuple[Any, ...], Cell] = field(default_factory=dict)

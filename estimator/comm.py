@@ -7,7 +7,7 @@ Crius obtains the latency of communication operators offline, per interconnect, 
 traffic volume at estimation time ("traffic-based interpolation"). Here:
 
 - `CommTable` holds profiled points (op, link, world size, bytes) -> seconds, as written by
-  `python -m tessera.estimator.comm_profile`, and interpolates piecewise-linearly in bytes; a world size that
+  `python -m tessera.estimator.torch.comm_profile`, and interpolates piecewise-linearly in bytes; a world size that
   was not profiled is derived from the nearest profiled one through the bus-bandwidth factors of the
   nccl-tests convention (all-reduce moves 2(n-1)/n of the buffer per rank, all-gather,
   reduce-scatter and all-to-all (n-1)/n, p2p 1);
@@ -154,7 +154,7 @@ class CommTable:
 
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any], name: str | None = None) -> CommTable:
-        """Parse the JSON written by tessera.estimator.comm_profile (a string or the decoded object)."""
+        """Parse the JSON written by tessera.estimator.torch.comm_profile (a string or the decoded object)."""
         obj = json.loads(data) if isinstance(data, str) else data
         if not isinstance(obj, Mapping) or "entries" not in obj:
             raise CommError("entries: a comm table needs an 'entries' list")

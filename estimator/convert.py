@@ -1,7 +1,7 @@
 """The shared model and plan vocabulary between the tessera.v1 messages and the estimator library.
 
 `ModelSpec` <-> `ModelDims` and `ExecutionPlan` (message) <-> `ExecutionPlan` (dataclass). Used by the
-estimator API (estimator/handlers.py), tessctl, and the controller's job validation, so a job spec
+estimator API (estimator/service/handlers.py), tessctl, and the controller's job validation, so a job spec
 and an estimator call mean the same model. Imports protobuf messages, never grpc or torch.
 
 Errors are `PlanError(field, reason)` (tessera.estimator.plans), with the field as a request path

@@ -6,10 +6,12 @@ Modes of `estimate_memory(model, plan, mode=...)`:
   TP/SP, selective or full recomputation, flash or plain attention, 1F1B in-flight micro-batches on
   the first pipeline stage, logits and cross-entropy on the last, and a stated ``other`` reserve.
 - ``"marp"``: Frenzy's MARP (Sec. IV-A of "Frenzy: A Memory-Aware Serverless LLM Training System for
-  Heterogeneous GPU Clusters", arXiv 2024), kept exactly as the controller's Frenzy policy
-  uses it (`marp_params`, `marp_memory`, `MemoryEstimate`, `STATIC_BYTES_PER_PARAM`).
-- ``"traced"``: tessera.estimator.traced runs one training step of the rank's torch module under fake
-  tensors with torch's MemTracker (imports torch lazily; this module never imports torch).
+  Heterogeneous GPU Clusters", arXiv 2024), kept exactly as the controller's Frenzy policy uses it
+  (`marp_params`, `marp_memory`, `MemoryEstimate`, `STATIC_BYTES_PER_PARAM`).
+- ``"traced"`` is not here: tessera.estimator.torch.traced.traced_memory runs one training step of the
+  rank's torch module under fake tensors with torch's MemTracker. The library never imports the torch
+  layer; the service (and `tessctl estimate memory --mode traced`) calls it. Both modes count the
+  resident state with the terms of memory_terms.py.
 
 Sources: Korthikanti et al. 2022 (arXiv 2205.05198) Table 2; Rajbhandari et al. 2019 (ZeRO) Sec. 5;
 Megatron-LM `theoretical_memory_usage.py` and its README's distributed-optimizer table;
@@ -20,14 +22,23 @@ docs/estimator-memory.md states every term.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
 
 from tessera.estimator.convnets import wide_resnet_operators
+from tessera.estimator.memory_terms import (
+    DEFAULT_OTHER_BYTES,
+    RECIPES,
+    MemoryBreakdown,
+    embedding_params,
+    gpu_capacity,
+    head_params,
+    layer_params,
+    local_vocab,
+    stage_layers,
+    state_bytes,
+)
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanError
-
-GIB = 1024**3
 
 # ------------------------------------------------------------------------------------------------
 # MARP (Frenzy): unchanged API, golden-tested by the controller's Frenzy policy.
@@ -64,169 +75,7 @@ def marp_memory(m: ModelDims, micro_batch: int, tp: int) -> MemoryEstimate:
 
 
 # ------------------------------------------------------------------------------------------------
-# Precision recipes
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """Bytes per parameter of one precision recipe with Adam(W), and the activation element size.
-
-    `param` and `grad` are the model's parameter and gradient copies; `optimizer` is everything the
-    optimizer keeps (fp32 master copy, fp32 main gradients where the recipe keeps them apart, Adam
-    m and v). ZeRO-1 shards `optimizer`, ZeRO-2 also `grad`, ZeRO-3/FSDP also `param`.
-    """
-
-    name: str
-    param: int
-    grad: int
-    optimizer: int
-    activation: int  # bytes per activation element
-    cast_grad: bool  # the optimizer step makes an fp32 copy of each (shard of a) gradient
-    description: str
-
-    @property
-    def bytes_per_param(self) -> int:
-        return self.param + self.grad + self.optimizer
-
-
-RECIPES: dict[str, Recipe] = {r.name: r for r in [
-    Recipe("fp32", 4, 4, 8, 4, False, "fp32 params, fp32 grads, fp32 Adam m and v (16 B/param); fp32 activations"),
-    Recipe("amp", 4, 4, 8, 2, False,
-           "PyTorch AMP: fp32 params, grads and Adam (16 B/param), bf16/fp16 autocast activations"),
-    Recipe("mixed", 2, 2, 12, 2, True,
-           "ZeRO paper / DeepSpeed fp16: fp16 params and grads, fp32 master + m + v (2+2+12 = 16 B/param)"),
-    Recipe("megatron-bf16", 2, 4, 12, 2, False,
-           "Megatron default: bf16 params, fp32 main grads, fp32 master + m + v (2+4+12 = 18 B/param)"),
-    Recipe("megatron-fp16", 2, 2, 16, 2, False,
-           "Megatron fp16 (Frenzy's 20): fp16 params and grads, fp32 main param + main grad + m + v "
-           "(2+2+16 = 20 B/param)"),
-    Recipe("bf16", 2, 2, 4, 2, False, "pure bf16: bf16 params, grads, Adam m and v (2+2+4 = 8 B/param)"),
-    Recipe("mixed-adafactor", 2, 4, 4, 2, False,
-           "fp16 params, fp32 grads, fp32 master, Adafactor without momentum: factored second moment "
-           "(rows + columns of each matrix, not counted per parameter) (2+4+4 = 10 B/param); how the "
-           "Crius artifact trains its GShard MoE (Alpa, optax.adafactor)"),
-]}
-
-
-# ------------------------------------------------------------------------------------------------
-# Result
-
-
-Source = Literal["formula", "formula:marp", "traced"]
-
-
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Peak bytes on the most loaded GPU of a plan, by category; `total` is their sum.
-
-    `activations` is everything transient at the peak (stored activations of the in-flight
-    micro-batches, loss and backward temporaries, the optimizer step's temporaries when that is the
-    peak). `other` is the stated reserve for the CUDA context, cuBLAS/NCCL workspaces and allocator
-    slack, which no tensor-level count sees. `cpu_bytes` is host memory for offloaded state.
-    """
-
-    parameters: int
-    gradients: int
-    optimizer: int
-    activations: int
-    other: int
-    source: str
-    stage: int = 0
-    cpu_bytes: int = 0
-    capacity_bytes: int | None = None
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer + self.activations + self.other
-
-    @property
-    def tensor_bytes(self) -> int:
-        """The total without the `other` reserve: what a tensor-level tracker counts."""
-        return self.total - self.other
-
-    @property
-    def fits(self) -> bool | None:
-        return None if self.capacity_bytes is None else self.total <= self.capacity_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "parameters": self.parameters, "gradients": self.gradients, "optimizer": self.optimizer,
-            "activations": self.activations, "other": self.other, "total": self.total,
-            "source": self.source, "stage": self.stage, "cpu_bytes": self.cpu_bytes,
-            "capacity_bytes": self.capacity_bytes, "fits": self.fits, "notes": list(self.notes),
-        }
-
-
-# CUDA context (300 MiB - 2 GiB, docs/reference/estimation.md 1.7), cuBLAS workspace, NCCL buffers,
-# allocator slack: one stated constant, 1 GiB, the same figure the controller reserves per GPU
-# (docs/choices.md).
-DEFAULT_OTHER_BYTES = 1 * GIB
-
-
-# ------------------------------------------------------------------------------------------------
-# Layout: which layers each pipeline stage holds, what one rank holds
-
-
-def stage_layers(m: ModelDims, plan: ExecutionPlan) -> list[tuple[int, ...]]:
-    """Layer indices per pipeline stage: L // pp each, the first L % pp stages one more."""
-    p, n = plan.pp, m.num_layers
-    out: list[tuple[int, ...]] = []
-    start = 0
-    for i in range(p):
-        k = n // p + (1 if i < n % p else 0)
-        out.append(tuple(range(start, start + k)))
-        start += k
-    return out
-
-
-def local_vocab(m: ModelDims, tp: int) -> int:
-    """Rows of the vocabulary-parallel embedding on one rank: ceil(V / tp) (no padding to 128)."""
-    return -(-m.vocab_size // tp)
-
-
-def _norm_params(m: ModelDims) -> int:
-    return m.hidden_size if m.gated else 2 * m.hidden_size
-
-
-def layer_params(m: ModelDims, index: int, tp: int = 1, ep: int = 1) -> tuple[int, int]:
-    """(dense, expert) parameters of layer `index` on one rank (Megatron's TP split, E/ep experts)."""
-    h, d = m.hidden_size, m.head_dim
-    a_l, kv_l, f_l = m.num_heads // tp, m.kv_heads // tp, m.ffn // tp
-    bias = m.has_bias
-    qkv_out = (a_l + 2 * kv_l) * d
-    dense = 2 * _norm_params(m) + h * qkv_out + a_l * d * h + (qkv_out + h if bias else 0)
-    if m.is_moe_layer(index):
-        e_l = m.num_experts // ep
-        dense += h * m.num_experts  # router, replicated
-        expert = e_l * (2 * h * f_l + f_l + h)
-        return dense, expert
-    if m.gated:
-        dense += 3 * h * f_l
-    else:
-        dense += 2 * h * f_l + (f_l + h if bias else 0)
-    return dense, 0
-
-
-def embedding_params(m: ModelDims, tp: int = 1) -> int:
-    h = m.hidden_size
-    n = local_vocab(m, tp) * h
-    if m.learned_positions:
-        n += m.seq_length * h
-    if m.family == "encoder":
-        n += 2 * h + 2 * h  # token types, embedding LayerNorm
-    return n
-
-
-def head_params(m: ModelDims, tp: int = 1, has_embedding: bool = True) -> int:
-    """Final norm, MLM transform (encoder), and the output projection if it is not the embedding itself."""
-    h = m.hidden_size
-    n = _norm_params(m)
-    if m.family == "encoder":
-        n += h * h + h + local_vocab(m, tp)  # dense + its bias, output bias
-    if not m.tied_embeddings or not has_embedding:
-        n += local_vocab(m, tp) * h  # untied head, or Megatron's copy of the embedding on the last stage
-    return n
+# The whole model's parameters (what one rank holds: memory_terms.py)
 
 
 def num_params(m: ModelDims) -> int:
@@ -239,32 +88,6 @@ def num_params(m: ModelDims) -> int:
         d, e = layer_params(m, i)
         total += d + e
     return total
-
-
-def rank_params(m: ModelDims, plan: ExecutionPlan, stage: int) -> tuple[int, int, int]:
-    """(dense, expert, largest single tensor) parameters on one rank of pipeline stage `stage`."""
-    layers = stage_layers(m, plan)[stage]
-    first, last = stage == 0, stage == plan.pp - 1
-    tp, h = plan.tp, m.hidden_size
-    dense = expert = 0
-    largest = 0
-    for i in layers:
-        d, e = layer_params(m, i, tp, plan.ep)
-        dense += d
-        expert += e
-        f_l = m.ffn // tp
-        if m.is_moe_layer(i):
-            largest = max(largest, (m.num_experts // plan.ep) * h * f_l)
-        else:
-            largest = max(largest, h * f_l, h * (m.num_heads // tp + 2 * m.kv_heads // tp) * m.head_dim)
-    if first:
-        dense += embedding_params(m, tp)
-        largest = max(largest, local_vocab(m, tp) * h)
-    if last:
-        dense += head_params(m, tp, has_embedding=first)
-        if not m.tied_embeddings or not first:
-            largest = max(largest, local_vocab(m, tp) * h)
-    return dense, expert, largest
 
 
 # ------------------------------------------------------------------------------------------------
@@ -291,7 +114,7 @@ def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, layers: int, t:
     """Activation bytes on the first pipeline stage, as Megatron's theoretical estimator counts them.
 
     (layers / p) layers, p micro-batches in flight (1F1B; m/p of that when m < p), times the
-    interleaving penalty 1 + (p-1)/(p v). Reproduces Korthikanti Fig. 1 (docs/reference/estimation.md 1.1).
+    interleaving penalty 1 + (p-1)/(p v). Reproduces Korthikanti Fig. 1 (estimation.md 1.1).
     """
     act = korthikanti_layer_bytes(s, b, h, a, t, sp, recompute) * layers / p * p
     if v > 1:
@@ -432,15 +255,15 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
                     other_bytes: int = DEFAULT_OTHER_BYTES) -> MemoryBreakdown:
     """Peak bytes on the most loaded GPU of `plan` for one training step of `model`.
 
-    mode: "formula" (default), "marp" (Frenzy's MARP: static + activations, tp and the micro-batch
-    only) or "traced" (tessera.estimator.traced; needs torch). `gpu` (a catalog name) sets capacity_bytes and
-    fits; an unknown name is a PlanError on field "gpu". `num_gpus`, when given, must equal
-    dp*tp*pp. Errors name the field (PlanError, a ValueError).
+    mode: "formula" (default) or "marp" (Frenzy's MARP: static + activations, tp and the micro-batch
+    only); the traced mode is tessera.estimator.torch.traced.traced_memory, with the same arguments.
+    `gpu` (a catalog name) sets capacity_bytes and fits; an unknown name is a PlanError on field "gpu".
+    `num_gpus`, when given, must equal dp*tp*pp. Errors name the field (PlanError, a ValueError).
     """
     model.validate()
     model.require_transformer("the memory estimate")
     plan.check(num_gpus=num_gpus, model=model)
-    capacity = _capacity(gpu)
+    capacity = gpu_capacity(gpu)
     if mode == "formula":
         est = _formula(model, plan, other_bytes)
     elif mode == "marp":
@@ -448,54 +271,14 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
         est = MemoryBreakdown(mm.static_bytes, 0, 0, mm.activation_bytes, other_bytes, "formula:marp",
                               notes=("MARP: static 20 B/param over tp, Korthikanti TP activations",))
     elif mode == "traced":
-        from tessera.estimator.traced import traced_memory
-
-        est = traced_memory(model, plan, other_bytes=other_bytes)
+        # torch code sits in a layer above this library: the caller picks it (the service does)
+        raise PlanError("mode", "traced mode runs torch: call tessera.estimator.torch.traced.traced_memory")
     else:
         raise PlanError("mode", f"{mode!r} is not one of formula, marp, traced")
     if capacity is not None:
         est = MemoryBreakdown(est.parameters, est.gradients, est.optimizer, est.activations, est.other,
                               est.source, est.stage, est.cpu_bytes, capacity, est.notes)
     return est
-
-
-def _capacity(gpu: str | None) -> int | None:
-    if gpu is None:
-        return None
-    from tessera.estimator.catalog import UnknownGpuError, lookup
-
-    try:
-        return lookup(gpu).memory_bytes
-    except UnknownGpuError as e:
-        raise PlanError("gpu", str(e)) from e
-
-
-def _state_bytes(model: ModelDims, plan: ExecutionPlan, stage: int) -> tuple[int, int, int, int, int]:
-    """(parameters, gradients, optimizer, cpu, largest optimizer shard) bytes on one rank of `stage`."""
-    r = RECIPES[plan.precision]
-    dense, expert, largest = rank_params(model, plan, stage)
-    z = plan.zero_stage
-    cpu = 0
-    params = grads = opt = 0.0
-    for n, dp in ((dense, plan.dp), (expert, plan.dp // plan.ep)):
-        if n == 0:
-            continue
-        params += r.param * n / (dp if z >= 3 else 1)
-        g = r.grad * n / (dp if z >= 2 else 1)
-        o = r.optimizer * n / (dp if z >= 1 else 1)
-        if plan.offload != "none":
-            cpu += int(o)
-            o = 0
-            if z >= 2:  # ZeRO-Offload keeps the gradient partitions on the host too
-                cpu += int(g)
-                g = 0
-        if plan.offload == "optimizer+params":
-            cpu += int(params)
-            params = 0
-        grads += g
-        opt += o
-    shard = math.ceil(largest / plan.dp) if z >= 1 else largest
-    return int(params), int(grads), int(opt), cpu, shard
 
 
 def _zero3_working_set(model: ModelDims, plan: ExecutionPlan, stage: int) -> int:
@@ -581,7 +364,7 @@ def _formula(model: ModelDims, plan: ExecutionPlan, other_bytes: int) -> MemoryB
     best: MemoryBreakdown | None = None
     stages = {0, plan.pp - 1}
     for st in sorted(stages):
-        params, grads, opt, cpu, shard = _state_bytes(model, plan, st)
+        params, grads, opt, cpu, shard = state_bytes(model, plan, st)
         acts = _stage_activations(model, plan, st) + _zero3_working_set(model, plan, st)
         # The optimizer step's temporaries (sqrt(v) + eps per tensor, an fp32 gradient copy where
         # the recipe casts) when they exceed the activations; after backward, activations are gone.

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tessera.estimator.convnets import STAGE_SIZES
-from tessera.estimator.plans import PlanError
+from tessera.estimator.errors import PlanError
 
 Family = Literal["decoder", "encoder", "moe", "wresnet"]
 FAMILIES = ("decoder", "encoder", "moe", "wresnet")

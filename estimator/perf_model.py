@@ -33,6 +33,13 @@ leaves placement-blind (docs/estimator-perf-model.md has the equations and the m
 
 Units: seconds, bytes, bytes per second, parameter counts. Everything here is pure: no I/O, no
 clock, no randomness; the fitting routines are deterministic.
+
+Why one module of about 880 lines: the model is its equations and the parameters fitted to them,
+and the two halves change together. The parameters the fit searches, per mode, with their bounds and
+prior (`FIT_NAMES`, `BOUNDS`, `DEFAULT_PARAMS`) are declared beside `Params`, which the prediction
+reads; a term added to the prediction is a coefficient added to the fit (as `k_host` was). The
+sections (parameters, inputs, prediction, fitting) follow Appendix A, and callers use the module as
+one namespace (`perf_model.fit`, `perf_model.predict`, `perf_model.refit`).
 """
 
 from __future__ import annotations

@@ -20,15 +20,17 @@ params, grads and Adam = 16 with bf16 autocast activations; ``mixed`` (ZeRO pape
 2+2+16 = 20; ``bf16`` (pure bf16, bf16 Adam states) 2+2+4 = 8; ``mixed-adafactor`` (fp16 params,
 fp32 grads, fp32 master, Adafactor's factored second moment, no momentum; GShard) 2+4+4 = 10.
 
-`PlanError` (a ValueError) names the offending field in `.field` and in its message, e.g.
-``plan.tp: model.num_heads 12 is not divisible by tp 8``. Construction checks the plan by itself;
-`plan.check(num_gpus=..., model=...)` checks it against a GPU count and a model.
+`PlanError` (a ValueError, defined in errors.py) names the offending field in `.field` and in its
+message, e.g. ``plan.tp: model.num_heads 12 is not divisible by tp 8``. Construction checks the plan
+by itself; `plan.check(num_gpus=..., model=...)` checks it against a GPU count and a model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from tessera.estimator.errors import PlanError as PlanError  # noqa: PLC0414 (re-exported for the docs)
 
 if TYPE_CHECKING:
     from tessera.estimator.models import ModelDims
@@ -44,15 +46,6 @@ OFFLOADS: tuple[str, ...] = get_args(Offload)
 CHECKPOINTINGS: tuple[str, ...] = get_args(Checkpointing)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
-
-
-class PlanError(ValueError):
-    """Bad estimator input; `field` names it (``plan.tp``, ``model.num_heads``, ``num_gpus``...)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any, TypeGuard
 import structlog
 import yaml
 
-from tessera.estimator import catalog
+from tessera.common import gpus as catalog
 from tessera.v1 import common_pb2
 
 log = structlog.get_logger("tessera.nodeagent.inventory")

@@ -27,7 +27,7 @@ from tessera.v1 import common_pb2 as P
 
 FINAL = {P.JOB_STATE_SUCCEEDED, P.JOB_STATE_FAILED, P.JOB_STATE_CANCELLED}
 ENTRY_POINTS = {"tessera-controller": "tessera.controller.main", "tessera-agent": "tessera.nodeagent.main",
-                "tessera-estimator": "tessera.estimator.main", "tessctl": "tessera.clients.tessctl"}
+                "tessera-estimator": "tessera.estimator.service.main", "tessctl": "tessera.clients.tessctl"}
 
 
 def wrappers(bin_dir: Path) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: sets up (scripts/setup.sh), checks the committed generated protobuf code, lints
-# (ruff; mypy --strict on the pure core), and runs
+# (ruff; mypy --strict on the pure core; the import contracts of pyproject.toml), and runs
 # the whole suite (unit, integration, e2e, chaos; slow tests included). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

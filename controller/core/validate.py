@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 
 from tessera.common.contract import CONTRACT_VARS
+from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.controller.core import launchers
-from tessera.estimator.catalog import UnknownGpuError, lookup
 from tessera.estimator.convert import model_refinements
 from tessera.estimator.models import REGISTERED, ModelDims, registered
 from tessera.estimator.plans import PlanError

@@ -251,8 +251,8 @@ def cell_estimator_oracle(pools: dict[str, tuple[int, int, bool]]) -> Estimates:
     """The live controller's Cell estimates (controller/cell_estimates.py over estimator/cells.py)
     for the cluster's GPU pools {type: (GPUs, GPUs per node, NVLink)}."""
     try:
+        from tessera.common.gpus import CATALOG
         from tessera.controller.cell_estimates import CellEstimates
-        from tessera.estimator.catalog import CATALOG
     except ImportError as e:  # pragma: no cover - depends on the estimator being installed
         raise OracleError(f"oracle 'estimator': {e}") from None
     known = {t: v for t, v in pools.items() if t in CATALOG}

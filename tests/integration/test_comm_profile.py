@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_gloo_profile_two_processes_writes_a_table(tmp_path: Path) -> None:
     out = tmp_path / "gloo.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "tessera.estimator.comm_profile", "--backend", "gloo", "--world", "2", "--out", str(out),
+        [sys.executable, "-m", "tessera.estimator.torch.comm_profile", "--backend", "gloo", "--world", "2", "--out", str(out),
          "--sizes", "1KiB,256KiB", "--iters", "2", "--warmup", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
     )
@@ -46,7 +46,7 @@ def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
     for args, field in ((["--ops", "broadcast"], "--ops"), (["--sizes", "x"], "--sizes"),
                         (["--link", "smoke"], "--link")):
         proc = subprocess.run(
-            [sys.executable, "-m", "tessera.estimator.comm_profile", "--out", str(tmp_path / "t.json"), *args],
+            [sys.executable, "-m", "tessera.estimator.torch.comm_profile", "--out", str(tmp_path / "t.json"), *args],
             cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
         )
         assert proc.returncode == 2 and field in proc.stderr

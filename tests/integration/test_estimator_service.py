@@ -1,5 +1,5 @@
 """The Estimator gRPC service on loopback: a real asyncio server (tessera.common.rpc, 127.0.0.1:0) over
-tessera.estimator.handlers; its answers equal the library's, bad input is INVALID_ARGUMENT naming the field,
+tessera.estimator.service.handlers; its answers equal the library's, bad input is INVALID_ARGUMENT naming the field,
 the performance model is fitted and refitted online, and a slow call does not block the loop.
 """
 
@@ -18,13 +18,13 @@ from tessera.common import rpc
 from tessera.estimator import perf_model as pm
 from tessera.estimator.cells import CellEstimator, CellModel, ClusterSpec, GpuPool
 from tessera.estimator.convert import model_dims
-from tessera.estimator.handlers import Estimator, params_of, run_config
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.models import REGISTERED, ModelDims
 from tessera.estimator.plans import ExecutionPlan
-from tessera.estimator.service import EstimatorService
+from tessera.estimator.service.handlers import Estimator, params_of, run_config
+from tessera.estimator.service.server import EstimatorService
+from tessera.estimator.service.state import EstimatorState, StateError
 from tessera.estimator.stage_placer import StagePlacer
-from tessera.estimator.state import EstimatorState, StateError
 from tessera.v1 import common_pb2 as c
 from tessera.v1 import estimator_pb2 as pb
 from tessera.v1 import estimator_pb2_grpc
@@ -388,10 +388,12 @@ async def test_traced_mode_through_the_service(srv: Server) -> None:
     req = pb.EstimateMemoryRequest(model=tiny, plan=c.ExecutionPlan(dp=2, micro_batch=2, sharding=c.SHARDING_ZERO1),
                                    gpu="a10", mode=pb.MEMORY_MODE_TRACED, global_batch_size=8)
     resp = await srv.stub.EstimateMemory(req)
-    lib = estimate_memory(ModelDims(64, 2, 4, 256, 32), ExecutionPlan(dp=2, micro_batch=2, grad_accum=2,
-                                                                       sharding="zero1"), mode="traced", gpu="A10-24GB")
+    from tessera.estimator.torch.traced import traced_memory
+
+    lib = traced_memory(ModelDims(64, 2, 4, 256, 32), ExecutionPlan(dp=2, micro_batch=2, grad_accum=2, sharding="zero1"),
+                        gpu="A10-24GB")
     m = resp.memory
-    assert m.source == "traced" == lib.source
+    assert m.source == "traced" == lib.source and m.capacity == lib.capacity_bytes == 24 * 10**9
     assert (m.parameters, m.gradients, m.optimizer, m.activations, m.total) == (
         lib.parameters, lib.gradients, lib.optimizer, lib.activations, lib.total)
     assert await srv.stub.EstimateMemory(req) == resp  # cached: the notes (with the trace's wall time) too

@@ -16,7 +16,7 @@ from tessera.estimator.plans import ExecutionPlan, PlanError
 
 pytest.importorskip("torch")
 
-from tessera.estimator.traced import real_cpu_peak, run_step, traced_memory
+from tessera.estimator.torch.traced import real_cpu_peak, run_step, traced_memory
 
 BASE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "vocab_size": 1000, "seq_length": 256}
 GPT = ModelDims(**BASE, name="tiny-gpt")
@@ -35,7 +35,7 @@ CONFIGS = [
 
 @pytest.mark.parametrize(("model", "plan"), CONFIGS, ids=lambda x: getattr(x, "name", None) or x.key)
 def test_formula_matches_traced(model: ModelDims, plan: ExecutionPlan) -> None:
-    traced = estimate_memory(model, plan, mode="traced")
+    traced = traced_memory(model, plan)
     formula = estimate_memory(model, plan)
     assert traced.source == "traced" and traced.stage == formula.stage
     # the resident state is counted, not estimated: exact

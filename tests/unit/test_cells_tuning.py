@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tessera.estimator.cells import CellEstimator, CellInputError, CellModel, CellPlan, GpuPool
-from tessera.estimator.compute import StageProfiler, profile_stage_compute
+from tessera.estimator.compute import profile_stage_compute
 from tessera.estimator.partition import LayerShape, Operator
+from tessera.estimator.torch.stage_profiler import StageProfiler
 from tessera.estimator.tuning import favours, pruned_stage_space, stage_space, tune_cell
 
 GPT = CellModel("gpt", hidden_size=1024, num_layers=8, num_heads=16, vocab_size=32000, seq_length=1024,

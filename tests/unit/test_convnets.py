@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from tessera.estimator.catalog import CATALOG, lookup
+from tessera.common.gpus import CATALOG, lookup
 from tessera.estimator.cells import (
     CellConfig,
     CellEstimator,
@@ -17,12 +17,12 @@ from tessera.estimator.cells import (
 )
 from tessera.estimator.compute import (
     EfficiencyPrior,
-    StageProfiler,
     profile_stage_compute,
     stage_compute_time,
 )
 from tessera.estimator.convnets import bottleneck, wide_resnet_operators
 from tessera.estimator.partition import Operator
+from tessera.estimator.torch.stage_profiler import StageProfiler
 
 
 def test_bottleneck_block_by_hand() -> None:

@@ -136,9 +136,9 @@ def test_the_estimator_library_imports_without_torch_and_grpc() -> None:
         "sys.modules['torch'] = None\n"  # None in sys.modules makes the import fail
         "sys.modules['grpc'] = None\n"
         "import tessera.estimator.catalog, tessera.estimator.models, tessera.estimator.plans, tessera.estimator.memory, tessera.estimator.cells\n"
-        "import tessera.estimator.perf_model, tessera.estimator.convert, tessera.estimator.handlers, tessera.estimator.tuning\n"
+        "import tessera.estimator.perf_model, tessera.estimator.convert, tessera.estimator.service.handlers, tessera.estimator.tuning\n"
         "from tessera.v1 import common_pb2, estimator_pb2\n"
-        "from tessera.estimator.handlers import Estimator\n"
+        "from tessera.estimator.service.handlers import Estimator\n"
         "r = Estimator().estimate_memory(estimator_pb2.EstimateMemoryRequest(model=common_pb2.ModelSpec(name='gpt2-small')))\n"
         "assert r.memory.total > 0\n"
     )
@@ -192,7 +192,7 @@ def test_job_file_wide_resnet() -> None:
 
 def test_memory_and_traced_refuse_a_wide_resnet_naming_the_family() -> None:
     from tessera.estimator.memory import estimate_memory, marp_memory, num_params
-    from tessera.estimator.traced import traced_memory
+    from tessera.estimator.torch.traced import traced_memory
 
     wrn = REGISTERED["wide-resnet-500m"]
     assert num_params(wrn) == 495_046_176

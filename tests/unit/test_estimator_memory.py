@@ -10,14 +10,13 @@ import pytest
 
 from tessera.estimator import memory as mem
 from tessera.estimator.memory import (
-    GIB,
-    RECIPES,
     estimate_memory,
     korthikanti_activation_bytes,
     marp_memory,
     num_params,
     zero_model_state_bytes,
 )
+from tessera.estimator.memory_terms import DEFAULT_OTHER_BYTES, GIB, RECIPES, rank_params
 from tessera.estimator.models import REGISTERED, ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanError
 
@@ -104,7 +103,7 @@ def test_state_is_bytes_per_param_times_params_on_the_rank() -> None:
     est = estimate_memory(m, ExecutionPlan())
     assert est.parameters + est.gradients + est.optimizer == 18 * num_params(m)
     tp = estimate_memory(m, ExecutionPlan(tp=8, dp=1))
-    dense, _, _ = mem.rank_params(m, ExecutionPlan(tp=8), 0)
+    dense, _, _ = rank_params(m, ExecutionPlan(tp=8), 0)
     assert tp.parameters == 2 * dense and tp.optimizer == 12 * dense
     # every layer and the embedding split 8 ways; norms replicated
     assert abs(dense - num_params(m) / 8) / (num_params(m) / 8) < 0.001
@@ -114,7 +113,7 @@ def test_structure_of_the_estimate() -> None:
     m = REGISTERED["gpt2-xl"]
     base = estimate_memory(m, ExecutionPlan(micro_batch=4))
     assert base.source == "formula" and base.total == base.tensor_bytes + base.other
-    assert base.other == mem.DEFAULT_OTHER_BYTES
+    assert base.other == DEFAULT_OTHER_BYTES
     # gradient accumulation does not change the memory of a micro-batch (no pipeline)
     assert estimate_memory(m, ExecutionPlan(micro_batch=4, grad_accum=16)) == base
     # less activation memory: full < selective < none (plain attention); selective ~ flash
@@ -172,6 +171,8 @@ def test_capacity_and_fits_from_the_catalog() -> None:
     (lambda: estimate_memory(REGISTERED["gpt2-small"], ExecutionPlan(dp=2), num_gpus=4), "num_gpus"),
     (lambda: estimate_memory(REGISTERED["gpt2-small"], ExecutionPlan(), gpu="B300-1TB"), "gpu"),
     (lambda: estimate_memory(REGISTERED["gpt2-small"], ExecutionPlan(), mode="guess"), "mode"),
+    # the traced mode is torch code, a layer above the library: named, not run
+    (lambda: estimate_memory(REGISTERED["gpt2-small"], ExecutionPlan(), mode="traced"), "mode"),
     (lambda: estimate_memory(REGISTERED["gpt2-small"], ExecutionPlan(tp=5)), "plan.tp"),
 ])
 def test_bad_input_names_the_field(call: object, field: str) -> None:
@@ -182,7 +183,8 @@ def test_bad_input_names_the_field(call: object, field: str) -> None:
 
 
 def test_estimator_imports_without_torch() -> None:
-    code = ("import sys; import tessera.estimator.memory, tessera.estimator.plans, tessera.estimator.models, tessera.estimator.catalog; "
+    code = ("import sys; import tessera.estimator.memory, tessera.estimator.plans, tessera.estimator.models, "
+            "tessera.estimator.memory_terms, tessera.estimator.catalog, tessera.common.gpus; "
             "from tessera.estimator.memory import estimate_memory; from tessera.estimator.models import REGISTERED; "
             "from tessera.estimator.plans import ExecutionPlan; estimate_memory(REGISTERED['llama2-7b'], ExecutionPlan()); "
             "assert 'torch' not in sys.modules, 'torch imported'")

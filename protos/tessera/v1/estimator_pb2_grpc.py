@@ -27,7 +27,7 @@ if _version_not_supported:
 
 class EstimatorStub:
     """The estimator: memory per GPU, the Cells of a job, and the fitted performance model
-    (docs/estimator-service.md). The same functions are a library (estimator/handlers.py); `tessctl
+    (docs/estimator-service.md). The same functions are a library (estimator/service/handlers.py); `tessctl
     estimate` calls either. Every call but FitPerformance and ReportStepTimes only reads; bad input is
     INVALID_ARGUMENT with "field: reason".
     """
@@ -72,7 +72,7 @@ class EstimatorStub:
 
 class EstimatorServicer:
     """The estimator: memory per GPU, the Cells of a job, and the fitted performance model
-    (docs/estimator-service.md). The same functions are a library (estimator/handlers.py); `tessctl
+    (docs/estimator-service.md). The same functions are a library (estimator/service/handlers.py); `tessctl
     estimate` calls either. Every call but FitPerformance and ReportStepTimes only reads; bad input is
     INVALID_ARGUMENT with "field: reason".
     """
@@ -163,7 +163,7 @@ def add_EstimatorServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Estimator:
     """The estimator: memory per GPU, the Cells of a job, and the fitted performance model
-    (docs/estimator-service.md). The same functions are a library (estimator/handlers.py); `tessctl
+    (docs/estimator-service.md). The same functions are a library (estimator/service/handlers.py); `tessctl
     estimate` calls either. Every call but FitPerformance and ReportStepTimes only reads; bad input is
     INVALID_ARGUMENT with "field: reason".
     """

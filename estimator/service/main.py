@@ -13,9 +13,9 @@ from pathlib import Path
 import structlog
 
 from tessera.common import daemon, metrics, rpc
-from tessera.estimator.handlers import Estimator, version
-from tessera.estimator.service import EstimatorService
-from tessera.estimator.state import EstimatorState
+from tessera.estimator.service.handlers import Estimator, version
+from tessera.estimator.service.server import EstimatorService
+from tessera.estimator.service.state import EstimatorState
 from tessera.v1 import estimator_pb2_grpc
 
 log = structlog.get_logger("estimator")

@@ -1,7 +1,7 @@
 """Traced mode: one training step of the rank's torch module under fake tensors, measured by MemTracker.
 
 `traced_memory(model, plan)` builds, for the first and the last pipeline stage of the plan, the
-module one rank holds (tessera.estimator.torch_models: per-rank shard shapes for TP/SP, E/ep experts, the
+module one rank holds (tessera.estimator.torch.torch_models: per-rank shard shapes for TP/SP, E/ep experts, the
 stage's layers), allocates the recipe's resident state (parameters, gradient buffers, optimizer
 state, sharded over dp as the ZeRO stage says), and runs under torch's FakeTensorMode (no real
 memory, no compute) with torch.distributed._tools.mem_tracker.MemTracker:
@@ -28,12 +28,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.estimator.memory import (
+from tessera.estimator.memory_terms import (
     DEFAULT_OTHER_BYTES,
     RECIPES,
     MemoryBreakdown,
     Recipe,
+    gpu_capacity,
     stage_layers,
+    state_bytes,
 )
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanError
@@ -56,12 +58,17 @@ class StepTrace:
         return self.parameters + self.gradients + self.optimizer
 
 
-def traced_memory(model: ModelDims, plan: ExecutionPlan, *,
+def traced_memory(model: ModelDims, plan: ExecutionPlan, *, gpu: str | None = None, num_gpus: int | None = None,
                   other_bytes: int = DEFAULT_OTHER_BYTES) -> MemoryBreakdown:
-    """The traced peak on the most loaded rank (first or last pipeline stage) as a MemoryBreakdown."""
+    """The traced peak on the most loaded rank (first or last pipeline stage) as a MemoryBreakdown.
+
+    The traced counterpart of tessera.estimator.memory.estimate_memory, with its arguments: `gpu` (a
+    catalog name) sets capacity_bytes and fits; `num_gpus`, when given, must equal dp*tp*pp.
+    """
     model.validate()
     model.require_transformer("the traced mode")
-    plan.check(model=model)
+    plan.check(num_gpus=num_gpus, model=model)
+    capacity = gpu_capacity(gpu)
     best: StepTrace | None = None
     for st in sorted({0, plan.pp - 1}):
         tr = run_step(model, plan, st, fake=True)
@@ -73,15 +80,13 @@ def traced_memory(model: ModelDims, plan: ExecutionPlan, *,
              f"peak by MemTracker category: {best.peak_by_category}",
              f"other = {other_bytes} B reserve (not a tensor)")
     return MemoryBreakdown(best.parameters, best.gradients, best.optimizer, acts, other_bytes, "traced",
-                           best.stage, _cpu_bytes(model, plan), None, notes)
+                           best.stage, _cpu_bytes(model, plan), capacity, notes)
 
 
 def _cpu_bytes(model: ModelDims, plan: ExecutionPlan) -> int:
     if plan.offload == "none":
         return 0
-    from tessera.estimator.memory import _state_bytes
-
-    return _state_bytes(model, plan, 0)[3]
+    return state_bytes(model, plan, 0)[3]
 
 
 def _check_supported(plan: ExecutionPlan) -> None:
@@ -102,7 +107,7 @@ def run_step(model: ModelDims, plan: ExecutionPlan, stage: int = 0, *, fake: boo
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    from tessera.estimator.torch_models import RankShape, Stage
+    from tessera.estimator.torch.torch_models import RankShape, Stage
 
     recipe = RECIPES[plan.precision]
     dtype = {4: torch.float32, 2: torch.bfloat16}[recipe.param]
@@ -298,7 +303,7 @@ def _SimAdam(mod: Any, plan: ExecutionPlan, recipe: Recipe) -> Any:
 
 
 def _expert_params(mod: Any) -> set[int]:
-    from tessera.estimator.torch_models import MoE
+    from tessera.estimator.torch.torch_models import MoE
 
     ids: set[int] = set()
     for sub in mod.modules():
@@ -342,7 +347,7 @@ def real_cpu_peak(model: ModelDims, plan: ExecutionPlan, stage: int = 0, timeout
 
     arg = json.dumps({"model": model.__dict__, "plan": plan.to_dict(), "stage": stage})
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-m", "tessera.estimator.traced", arg], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "tessera.estimator.torch.traced", arg], capture_output=True, text=True,
                          env=env, timeout=timeout_s, check=True)
     res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return res
@@ -354,7 +359,7 @@ def _real_child(arg: str) -> None:
 
     import torch
 
-    from tessera.estimator.torch_models import RankShape, Stage
+    from tessera.estimator.torch.torch_models import RankShape, Stage
 
     d = json.loads(arg)
     model, plan, stage = ModelDims(**d["model"]), ExecutionPlan(**d["plan"]), int(d["stage"])

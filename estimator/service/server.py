@@ -1,4 +1,4 @@
-"""The `tessera.v1.Estimator` gRPC servicer: a thin asyncio shell over tessera.estimator.handlers.Estimator.
+"""The `tessera.v1.Estimator` gRPC servicer: a thin asyncio shell over tessera.estimator.service.handlers.Estimator.
 
 Every call but Health runs the library in a worker thread (asyncio.to_thread), so a traced-mode
 estimate or a cold Cell computation never blocks the event loop: Health, the watchdog and other calls
@@ -17,7 +17,7 @@ import grpc
 import structlog
 from prometheus_client import Counter, Histogram
 
-from tessera.estimator.handlers import Estimator, TracedUnavailable, field_error
+from tessera.estimator.service.handlers import Estimator, TracedUnavailable, field_error
 from tessera.v1 import estimator_pb2 as pb
 from tessera.v1 import estimator_pb2_grpc
 

@@ -2,17 +2,17 @@
 
 `Estimator` answers the requests of the `tessera.v1.Estimator` service (protos/tessera/v1/
 estimator.proto) by calling the library: tessera.estimator.memory.estimate_memory, tessera.estimator.cells
-(CellEstimator), tessera.estimator.perf_model (fit, refit, predict). The gRPC servicer (estimator/service.py)
+(CellEstimator), tessera.estimator.perf_model (fit, refit, predict). The gRPC servicer (estimator/service/server.py)
 and `tessctl estimate` without `--estimator` both call it, so both answer the same.
 
-No grpc and no asyncio here; torch only through tessera.estimator.traced, on a traced-mode request. Bad
+No grpc and no asyncio here; torch only through tessera.estimator.torch.traced, on a traced-mode request. Bad
 input raises the library's errors (PlanError, CellInputError, PerfModelInputError), each naming
 the field as a request path; `field_error` turns any of them into (field, reason).
 
 Caches (thread-safe, bounded LRU): memory answers by (model signature, plan, GPU type, mode); Cell
 answers by the whole request, over one CellEstimator per Cell configuration (which caches stage
 costs and Cells by model signature, plan and GPU type); fitted performance models by (model key,
-GPU type); FitPerformance answers by request id. With an `EstimatorState` (estimator/state.py), the
+GPU type); FitPerformance answers by request id. With an `EstimatorState` (estimator/service/state.py), the
 fitted models and measured Cells are also written to disk as they are learned and read back at start.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Generic, TypeVar
 
+from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.estimator import perf_model as pm
-from tessera.estimator.catalog import UnknownGpuError, lookup
 from tessera.estimator.cells import (
     Cell,
     CellConfig,
@@ -43,8 +43,9 @@ from tessera.estimator.cells import (
 from tessera.estimator.convert import PRECISION, execution_plan, model_dims, plan_message
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.plans import PlanError
+from tessera.estimator.service.state import EstimatorState
 from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
-from tessera.estimator.state import EstimatorState
+from tessera.estimator.torch.traced import traced_memory
 from tessera.v1 import estimator_pb2 as pb
 
 MODES: dict[int, str] = {pb.MEMORY_MODE_UNSPECIFIED: "formula", pb.MEMORY_MODE_FORMULA: "formula",
@@ -370,7 +371,7 @@ class Estimator:
                 if importlib.util.find_spec("torch") is None:
                     raise TracedUnavailable("mode: traced mode needs torch, which this estimator cannot import")
                 with self._traced_lock:
-                    est = estimate_memory(dims, plan, mode=mode, gpu=gpu or None)
+                    est = traced_memory(dims, plan, gpu=gpu or None)
             else:
                 est = estimate_memory(dims, plan, mode=mode, gpu=gpu or None)
             mem = pb.MemoryBreakdown(

@@ -1,10 +1,10 @@
 """The torch modules that traced mode runs: one pipeline stage of one rank, with per-rank shard shapes.
 
-Imported only by tessera.estimator.traced (this module imports torch at the top; nothing else in estimator/
-does). A `RankShape` says which part of the model one rank holds: the layers of its pipeline stage,
-the embedding if it is the first stage, the final norm, head and loss if it is the last, with the
-tensor-parallel dimensions divided by tp (heads, kv heads, ffn, vocabulary: Megatron's column- and
-row-parallel split) and the experts divided by ep.
+Imported only by tessera.estimator.torch.traced (this module imports torch at the top, as only the
+modules of estimator/torch/ may). A `RankShape` says which part of the model one rank holds: the
+layers of its pipeline stage, the embedding if it is the first stage, the final norm, head and loss
+if it is the last, with the tensor-parallel dimensions divided by tp (heads, kv heads, ffn,
+vocabulary: Megatron's column- and row-parallel split) and the experts divided by ep.
 
 What each module stores for backward is chosen to match Megatron-LM's layer (Korthikanti et al. 2022
 Table 2), so that the analytical formula and the trace describe the same program:
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tessera.estimator.memory import local_vocab
+from tessera.estimator.memory_terms import local_vocab
 from tessera.estimator.models import ModelDims
 
 

@@ -6,9 +6,9 @@ Training in Heterogeneous Clusters", arXiv 2024). This tool measures all-reduce,
 reduce-scatter, all-to-all and point-to-point for a range of message sizes across N local processes
 and writes the JSON that `tessera.estimator.comm.CommTable.from_json` reads:
 
-    python -m tessera.estimator.comm_profile --backend gloo --out table.json            # CPU, 2 processes
-    python -m tessera.estimator.comm_profile --backend nccl --world 8 --link nvlink --out nvlink.json
-    torchrun --nnodes 2 --nproc-per-node 1 ... -m tessera.estimator.comm_profile --backend nccl --link ib --out ib.json
+    python -m tessera.estimator.torch.comm_profile --backend gloo --out table.json            # CPU, 2 processes
+    python -m tessera.estimator.torch.comm_profile --backend nccl --world 8 --link nvlink --out nvlink.json
+    torchrun --nnodes 2 --nproc-per-node 1 ... -m tessera.estimator.torch.comm_profile --backend nccl --link ib --out ib.json
 
 Without RANK/WORLD_SIZE in the environment it spawns `--world` local processes itself; under torchrun
 it runs as one of the ranks (rank 0 writes the file). Timing: `--warmup` untimed calls, then `--iters`
@@ -163,7 +163,7 @@ def profile_local(world: int, backend: str, ops: Sequence[str], sizes: Sequence[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tessera.estimator.comm_profile", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tessera.estimator.torch.comm_profile", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     ap.add_argument("--out", required=True, help="JSON file to write (tessera.estimator.comm.CommTable format)")
