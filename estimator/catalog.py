@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from tessera.common.errors import InvalidInput
+
 GIB = 1024**3
 GB = 1000**3
 
@@ -129,8 +131,8 @@ ALIASES: dict[str, str] = {
 }
 
 
-class UnknownGpuError(ValueError):
-    pass
+class UnknownGpuError(InvalidInput, ValueError):
+    """A GPU name neither in the catalog nor an alias; the caller knows which field held it."""
 
 
 def _norm(name: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from tessera.estimator.convnets import wide_resnet_operators
 from tessera.estimator.models import ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 GIB = 1024**3
 
@@ -432,8 +432,8 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
 
     mode: "formula" (default), "marp" (Frenzy's MARP: static + activations, tp and the micro-batch
     only) or "traced" (tessera.estimator.traced; needs torch). `gpu` (a catalog name) sets capacity_bytes and
-    fits; an unknown name is a PlanError on field "gpu". `num_gpus`, when given, must equal
-    dp*tp*pp. Errors name the field (PlanError, a ValueError).
+    fits; an unknown name is a PlanInputError on field "gpu". `num_gpus`, when given, must equal
+    dp*tp*pp. Errors name the field (PlanInputError, a ValueError).
     """
     model.validate()
     model.require_transformer("the memory estimate")
@@ -450,7 +450,7 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
 
         est = traced_memory(model, plan, other_bytes=other_bytes)
     else:
-        raise PlanError("mode", f"{mode!r} is not one of formula, marp, traced")
+        raise PlanInputError("mode", f"{mode!r} is not one of formula, marp, traced")
     if capacity is not None:
         est = MemoryBreakdown(est.parameters, est.gradients, est.optimizer, est.activations, est.other,
                               est.source, est.stage, est.cpu_bytes, capacity, est.notes)
@@ -465,7 +465,7 @@ def _capacity(gpu: str | None) -> int | None:
     try:
         return lookup(gpu).memory_bytes
     except UnknownGpuError as e:
-        raise PlanError("gpu", str(e)) from e
+        raise PlanInputError("gpu", str(e)) from e
 
 
 def _state_bytes(model: ModelDims, plan: ExecutionPlan, stage: int) -> tuple[int, int, int, int, int]:

@@ -19,7 +19,7 @@ from tessera.estimator.memory import (
     zero_model_state_bytes,
 )
 from tessera.estimator.models import REGISTERED, ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 # Korthikanti et al. 2022 Fig. 1 (values as Calculon's validation.py lists them; estimation.md 1.1):
 # (h, a, L, t, p, b, v) -> params+optimizer GiB (18 B/param of 12Lh^2/(tp)), activations GiB with
@@ -174,7 +174,7 @@ def test_capacity_and_fits_from_the_catalog() -> None:
     (lambda: estimate_memory(REGISTERED["gpt2-small"], ExecutionPlan(tp=5)), "plan.tp"),
 ])
 def test_bad_input_names_the_field(call: object, field: str) -> None:
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         call()  # type: ignore[operator]
     assert e.value.field == field
     assert isinstance(e.value, ValueError)
