@@ -145,7 +145,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         if rec.placement is None or not rec.placement.slices:
             raise FailedPrecondition(f"job {rec.id} has not been placed yet")
         rank, node_id = request.rank, ""
-        for s in rec.placement.slices:  # type: ignore[union-attr]
+        for s in rec.placement.slices:
             if rank < len(s.gpu_indices):
                 node_id = s.node_id
                 break
@@ -155,7 +155,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         live = self.engine.nodes.get(node_id)
         if live is None or not live.registered:
             raise Unavailable(f"node {node_id} holding the log is not reachable")
-        resp = await self.engine.agents.read_log(live.address, agent_pb2.ReadLogRequest(  # type: ignore[union-attr]
+        resp = await self.engine.agents.read_log(live.address, agent_pb2.ReadLogRequest(
             controller_epoch=self.engine.epoch, job_id=rec.id, attempt=request.attempt or rec.attempt,
             rank=request.rank, tail_bytes=request.tail_bytes or 65536))
         return controller_pb2.GetJobLogsResponse(node_id=node_id, path=resp.path, data=resp.data)
