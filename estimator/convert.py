@@ -96,7 +96,7 @@ def model_dims(m: pb.ModelSpec) -> ModelDims:
     if not any(getattr(m, f) for f in DIM_FIELDS):
         if not m.name:
             raise PlanInputError("model", "give a registered name or hidden_size, num_layers, num_heads, "
-                                     "vocab_size and seq_length")
+                                          "vocab_size and seq_length")
         dims = registered(m.name)
         if dims is None:
             raise PlanInputError("model.name", f"unknown model {m.name!r}; registered: {', '.join(sorted(REGISTERED))}")
@@ -147,13 +147,13 @@ def execution_plan(p: pb.ExecutionPlan, global_batch: int = 0, default_precision
         if global_batch:
             if global_batch % (dp * mb):
                 raise PlanInputError("plan.grad_accum", f"global_batch_size {global_batch} is not a multiple of "
-                                                   f"dp*micro_batch = {dp}*{mb}; give grad_accum or another plan")
+                                                        f"dp*micro_batch = {dp}*{mb}; give grad_accum or another plan")
             ga = global_batch // (dp * mb)
         else:
             ga = 1
     elif global_batch and dp * mb * ga != global_batch:
         raise PlanInputError("plan", f"dp*micro_batch*grad_accum = {dp}*{mb}*{ga} = {dp * mb * ga} does not equal "
-                                f"global_batch_size {global_batch}")
+                                     f"global_batch_size {global_batch}")
     return ExecutionPlan(
         dp=dp, tp=p.tp or 1, pp=p.pp or 1, micro_batch=mb, grad_accum=ga,
         sharding=SHARDING[p.sharding],  # type: ignore[arg-type]

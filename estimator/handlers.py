@@ -178,7 +178,7 @@ def cell_model(req: pb.GetCellsRequest) -> CellModel:
         raise PlanInputError("precision", f"unknown value {req.precision}")
     if req.precision and not dims.is_transformer:
         raise PlanInputError("precision", f"a {dims.family} model has one recipe (float32, SGD with momentum); "
-                                     "leave precision unset")
+                                          "leave precision unset")
     recompute = req.options.recompute if req.options.HasField("recompute") else True
     try:
         return CellModel.from_dims(dims, int(req.global_batch_size), precision=PRECISION.get(req.precision, CELL_PRECISION),

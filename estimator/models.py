@@ -64,7 +64,7 @@ class ModelDims:
         family it does not cover."""
         if not self.is_transformer:
             raise PlanInputError("model.family", f"{what} covers transformers; a {self.family} model has Cells "
-                                            "only (GetCells / tessctl estimate cells)")
+                                                 "only (GetCells / tessctl estimate cells)")
 
     @property
     def signature(self) -> str:
@@ -135,10 +135,10 @@ class ModelDims:
             raise PlanInputError("model.family", f"{self.family!r} is not one of {', '.join(FAMILIES)}")
         if self.hidden_size % self.num_heads:
             raise PlanInputError("model.num_heads",
-                            f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+                                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.kv_heads:
             raise PlanInputError("model.num_kv_heads",
-                            f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}")
+                                 f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}")
         if self.family == "moe":
             if self.num_experts < 1:
                 raise PlanInputError("model.num_experts", "a moe model needs num_experts >= 1")
@@ -153,7 +153,7 @@ class ModelDims:
         if self.family == "wresnet":
             if self.num_layers not in STAGE_SIZES:
                 raise PlanInputError("model.num_layers", f"a Wide-ResNet's depth is one of "
-                                                    f"{', '.join(map(str, STAGE_SIZES))}, got {self.num_layers}")
+                                                         f"{', '.join(map(str, STAGE_SIZES))}, got {self.num_layers}")
             if self.num_heads != 1:
                 raise PlanInputError("model.num_heads", f"must be 1 for a Wide-ResNet, got {self.num_heads}")
             if isinstance(self.width_factor, bool) or not isinstance(self.width_factor, int) or self.width_factor < 1:

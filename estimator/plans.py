@@ -111,7 +111,7 @@ class ExecutionPlan:
                 raise PlanInputError("num_gpus", f"must be >= 1, got {num_gpus}")
             if self.num_gpus != num_gpus:
                 raise PlanInputError("num_gpus", f"plan dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {self.num_gpus} "
-                                            f"does not equal num_gpus {num_gpus}")
+                                                 f"does not equal num_gpus {num_gpus}")
         if model is None:
             return self
         model.validate()
@@ -127,10 +127,10 @@ class ExecutionPlan:
         chunks = self.pp * self.virtual_stages
         if model.num_layers < chunks:
             raise PlanInputError("plan.pp", f"model.num_layers {model.num_layers} is fewer than "
-                                       f"pp*virtual_stages = {chunks} pipeline chunks")
+                                            f"pp*virtual_stages = {chunks} pipeline chunks")
         if self.sequence_parallel and model.seq_length % self.tp:
             raise PlanInputError("plan.sequence_parallel",
-                            f"model.seq_length {model.seq_length} is not divisible by tp {self.tp}")
+                                 f"model.seq_length {model.seq_length} is not divisible by tp {self.tp}")
         experts = model.num_experts if model.family == "moe" else 0
         if self.ep > 1 and not experts:
             raise PlanInputError("plan.ep", "expert parallelism needs a mixture-of-experts model")

@@ -87,7 +87,7 @@ def _cpu_bytes(model: ModelDims, plan: ExecutionPlan) -> int:
 def _check_supported(plan: ExecutionPlan) -> None:
     if plan.zero_stage >= 3:
         raise PlanInputError("plan.sharding", "traced mode does not simulate ZeRO-3/FSDP parameter gathering; "
-                                         "use mode 'formula'")
+                                              "use mode 'formula'")
     if plan.virtual_stages > 1:
         raise PlanInputError("plan.virtual_stages", "traced mode does not simulate interleaved pipelines")
 

@@ -324,7 +324,7 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
             bad = [g for g in gpu_ids if g[0] not in nodes or nodes[g[0]].models.get(g[1]) != d.cell.gpu_type]
             if bad:
                 raise RoundPlanError(f"policy {policy_name}: {d.job_id} placed on GPUs not of type "
-                                f"{d.cell.gpu_type}: {bad[:4]}")
+                                     f"{d.cell.gpu_type}: {bad[:4]}")
         for gid in gpu_ids:
             node = nodes.get(gid[0])
             idle = node is not None and gid[1] in node.models and gid[1] not in node.busy
