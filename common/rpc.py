@@ -120,7 +120,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
 
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
         code, message = status_of(exc, method, self.name, self.translate)
-        if code == grpc.StatusCode.INTERNAL and not isinstance(exc, TesseraError):
+        if code == grpc.StatusCode.INTERNAL:  # a bug, ours or a library's: the traceback is for us
             log.error("rpc_failed", method=method, exc_info=exc)
         else:
             log.info("rpc_refused", method=method, code=code.name, message=message)
@@ -129,7 +129,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
     def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
-                return await behavior(request, context)
+                result = behavior(request, context)
+                return await result if inspect.isawaitable(result) else result
             except grpc.aio.AbortError:
                 raise  # the handler aborted with a status of its own
             except Exception as exc:

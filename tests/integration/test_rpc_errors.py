@@ -71,6 +71,11 @@ async def _unary(request: bytes, context: Any) -> bytes:
     return b"ok:" + request
 
 
+def _sync(request: bytes, context: Any) -> bytes:
+    _raise(request)
+    return b"sync:" + request
+
+
 async def _server_stream(request: bytes, context: Any) -> AsyncIterator[bytes]:
     yield b"first"
     yield b"second"
@@ -86,6 +91,7 @@ async def _bidi(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[b
 def _add(servicer: object, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
         "Unary": grpc.unary_unary_rpc_method_handler(_unary),
+        "Sync": grpc.unary_unary_rpc_method_handler(_sync),
         "ServerStream": grpc.unary_stream_rpc_method_handler(_server_stream),
         "Bidi": grpc.stream_stream_rpc_method_handler(_bidi),
     }),))
@@ -170,6 +176,19 @@ async def test_refusals_log_one_info_line_and_successes_pass_through(channel: gr
         assert await unary(b"fine", timeout=5) == b"ok:fine"
         await _status(unary(b"refused", timeout=5))
     assert [(e["event"], e["log_level"], e["code"]) for e in logs] == [("rpc_refused", "info", "FAILED_PRECONDITION")]
+
+
+async def test_an_internal_tessera_error_is_sent_and_logged_as_a_failure(channel: grpc.aio.Channel) -> None:
+    unary = channel.unary_unary(f"/{SERVICE}/Unary")
+    with capture_logs() as logs:
+        assert await _status(unary(b"root", timeout=5)) == EXPECTED["root"]
+    assert [(e["event"], e["log_level"]) for e in logs] == [("rpc_failed", "error")]
+
+
+async def test_a_plain_function_handler_is_mapped_too(channel: grpc.aio.Channel) -> None:
+    sync = channel.unary_unary(f"/{SERVICE}/Sync")
+    assert await sync(b"fine", timeout=5) == b"sync:fine"
+    assert await _status(sync(b"missing", timeout=5)) == EXPECTED["missing"]
 
 
 async def test_a_handler_that_aborts_keeps_its_own_status(channel: grpc.aio.Channel) -> None:
