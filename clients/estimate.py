@@ -29,10 +29,11 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from tessera.clients.sdk import TesseraError
+from tessera.clients.sdk import RpcError
+from tessera.common.errors import InvalidInput, TesseraError
 from tessera.common.rpc import sync_channel
 from tessera.estimator.convert import execution_plan, plan_fields
-from tessera.estimator.plans import PlanError
+from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
 MODES = {"formula": estimator_pb2.MEMORY_MODE_FORMULA, "marp": estimator_pb2.MEMORY_MODE_MARP,
@@ -46,11 +47,11 @@ GB = 1e9
 GIB = 1024**3
 
 
-class ClusterFileError(ValueError):
+class ClusterFileError(InvalidInput, ValueError):
     """A cluster file that cannot be read or understood; the message starts with the file."""
 
 
-class EstimatorUnreachable(TesseraError):
+class EstimatorUnreachable(RpcError):
     def __init__(self, target: str, message: str) -> None:
         super().__init__("UNAVAILABLE", message)
         self.target = target
@@ -73,7 +74,7 @@ def plan_arg(text: str) -> common_pb2.ExecutionPlan:
         pairs[key.strip()] = value
     try:
         return plan_fields(pairs)
-    except PlanError as exc:
+    except PlanInputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -147,7 +148,7 @@ def _estimator_option(p: argparse.ArgumentParser) -> None:
 
 
 class EstimatorClient:
-    """A blocking client of a tessera-estimator; failures are TesseraError like the SDK's."""
+    """A blocking client of a tessera-estimator; failures are RpcError like the SDK's."""
 
     def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.target = target
@@ -166,7 +167,7 @@ class EstimatorClient:
             details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
             if code == "UNAVAILABLE":
                 raise EstimatorUnreachable(self.target, details) from None
-            raise TesseraError(code, details) from None
+            raise RpcError(code, details) from None
 
 
 class InProcess:
@@ -181,19 +182,12 @@ class InProcess:
         pass
 
     def call(self, method: str, request: Message) -> Any:
-        from tessera.estimator.service.handlers import TracedUnavailable, field_error
-
         fn = {"EstimateMemory": self._est.estimate_memory, "GetCells": self._est.get_cells,
               "PlaceStages": self._est.place_stages}[method]
         try:
             return fn(request)  # type: ignore[operator]
-        except TracedUnavailable as exc:
-            raise TesseraError("FAILED_PRECONDITION", str(exc)) from None
-        except Exception as exc:
-            fe = field_error(exc)
-            if fe is None:
-                raise
-            raise TesseraError("INVALID_ARGUMENT", f"{fe[0]}: {fe[1]}") from None
+        except TesseraError as exc:  # the status the service would answer
+            raise RpcError(exc.code, exc.message) from None
 
 
 def _backend(args: argparse.Namespace) -> EstimatorClient | InProcess:

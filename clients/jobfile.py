@@ -19,8 +19,9 @@ import yaml
 
 from tessera.common import gpus as catalog
 from tessera.common.contract import CONTRACT_VARS
+from tessera.common.errors import InvalidArgument
 from tessera.estimator.convert import model_dims
-from tessera.estimator.plans import PlanError
+from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -56,13 +57,8 @@ TOP_LEVEL_KEYS = (
 LAUNCHER_KEYS = ("name", "argv", "per_node", "head_argv")
 
 
-class JobFileError(ValueError):
+class JobFileError(InvalidArgument, ValueError):
     """A job file that cannot become a JobSpec: `field` names the offending key (dotted path)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 def load_job_file(path: str | Path) -> common_pb2.JobSpec:
@@ -244,7 +240,7 @@ def _model_family(value: Mapping[str, Any], model: common_pb2.ModelSpec) -> None
         model.capacity_factor = float(cf)
     try:
         model_dims(model)
-    except PlanError as exc:
+    except PlanInputError as exc:
         raise JobFileError(exc.field, exc.reason) from None
 
 

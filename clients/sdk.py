@@ -9,9 +9,11 @@
 
 Every call is blocking and has a deadline (`timeout`, 10 s by default); streams (`watch`, `wait`)
 take their own. Every mutating call carries a request id (a fresh uuid4 unless given), so retrying
-it with the same id is safe. gRPC failures surface as `TesseraError(code, message)`, where `code` is
+it with the same id is safe. gRPC failures surface as `RpcError(code, message)`, where `code` is
 the status code name ("NOT_FOUND", "INVALID_ARGUMENT", ...); `ControllerUnreachable` (a subclass,
-code "UNAVAILABLE") means no connection to the controller could be made at all.
+code "UNAVAILABLE") means no connection to the controller could be made at all. `RpcError` is a
+`TesseraError` (tessera.common.errors, re-exported here), the root of every error Tessera raises on
+purpose, so ``except TesseraError`` catches a failed call as it always has.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Self
 
 import grpc
 
+from tessera.common.errors import Code, TesseraError
 from tessera.common.rpc import sync_channel
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
@@ -49,16 +52,22 @@ _CONNECT_FAILURES = (
 )
 
 
-class TesseraError(Exception):
-    """A failed controller call: `code` is the gRPC status code name, `message` its details."""
+class RpcError(TesseraError):
+    """A failed call as a client sees it: `code` the status code (a Code, equal to its name as a
+    str: ``err.code == "NOT_FOUND"``), `message` the status details on one line."""
 
     def __init__(self, code: str, message: str) -> None:
-        self.code = code
-        self.message = " ".join(message.split())  # always one line
-        super().__init__(f"{code}: {self.message}")
+        super().__init__(" ".join(message.split()))  # always one line
+        self.code = Code(code) if code in Code.__members__ else Code.UNKNOWN
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def __reduce__(self) -> tuple[type[RpcError], tuple[str, str]]:
+        return RpcError, (self.code.value, self.message)
 
 
-class ControllerUnreachable(TesseraError):
+class ControllerUnreachable(RpcError):
     """No connection to the controller could be made (refused, unresolvable, timed out)."""
 
     def __init__(self, target: str, message: str) -> None:
@@ -159,7 +168,7 @@ class Client:
         """Block until the job's state is one of `states` and return the job.
 
         Driven by the job's event stream (the state is re-read after each event that is not
-        PROGRESS), never by polling. Raises TesseraError DEADLINE_EXCEEDED after `timeout` seconds,
+        PROGRESS), never by polling. Raises RpcError DEADLINE_EXCEEDED after `timeout` seconds,
         and FAILED_PRECONDITION when the job ends in a state outside `states`. A stream broken by a
         controller restart is resumed from the last event seen; after UNAVAILABLE_GRACE_S seconds
         without a controller the UNAVAILABLE error is raised.
@@ -174,10 +183,10 @@ class Client:
                 return job
             if job.state in TERMINAL_STATES:
                 name = common_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_")
-                raise TesseraError("FAILED_PRECONDITION", f"job {job_id} ended {name}: {job.reason}")
+                raise RpcError("FAILED_PRECONDITION", f"job {job_id} ended {name}: {job.reason}")
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise TesseraError("DEADLINE_EXCEEDED", f"job {job_id} did not reach {_names(wanted)} in time")
+                raise RpcError("DEADLINE_EXCEEDED", f"job {job_id} did not reach {_names(wanted)} in time")
             try:
                 events = self.watch(job_id, after_seq=last_seq, timeout=remaining)
                 try:
@@ -191,9 +200,9 @@ class Client:
                     events.close()
                 job = self.get(job_id)
                 down_since = None
-            except TesseraError as exc:
+            except RpcError as exc:
                 if exc.code == "DEADLINE_EXCEEDED" and deadline is not None and time.monotonic() >= deadline:
-                    raise TesseraError(
+                    raise RpcError(
                         "DEADLINE_EXCEEDED", f"job {job_id} did not reach {_names(wanted)} in time"
                     ) from None
                 if exc.code != "UNAVAILABLE":
@@ -219,11 +228,11 @@ class Client:
         return list(self._call(self._stub.ListNodes, controller_pb2.ListNodesRequest()).nodes)
 
     def node(self, node_id: str) -> controller_pb2.Node:
-        """One node by id (from ListNodes); TesseraError NOT_FOUND if the controller has none."""
+        """One node by id (from ListNodes); RpcError NOT_FOUND if the controller has none."""
         for node in self.nodes():
             if node.id == node_id:
                 return node
-        raise TesseraError("NOT_FOUND", f"node {node_id} not found")
+        raise RpcError("NOT_FOUND", f"node {node_id} not found")
 
     def drain(self, node_id: str, reason: str = "", request_id: str | None = None) -> controller_pb2.Node:
         """Stop placing work on a node and move its jobs away; returns the node (DRAINING/DRAINED)."""
@@ -243,13 +252,13 @@ class Client:
         except grpc.RpcError as exc:
             raise self._error(exc) from None
 
-    def _error(self, exc: grpc.RpcError) -> TesseraError:
+    def _error(self, exc: grpc.RpcError) -> RpcError:
         code_obj = exc.code() if hasattr(exc, "code") else None
         code = code_obj.name if code_obj is not None else "UNKNOWN"
         details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
         if code == "UNAVAILABLE" and any(s in details.lower() for s in _CONNECT_FAILURES):
             return ControllerUnreachable(self.target, details)
-        return TesseraError(code, details)
+        return RpcError(code, details)
 
 
 def _new_id() -> str:

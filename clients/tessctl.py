@@ -18,7 +18,8 @@ from typing import Any, NoReturn, TextIO
 from tessera.clients import output
 from tessera.clients.estimate import ClusterFileError, EstimatorUnreachable
 from tessera.clients.jobfile import JobFileError, load_job_file, parse_job_yaml
-from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, TesseraError, state_value
+from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, RpcError, state_value
+from tessera.common.errors import InvalidInput
 from tessera.v1 import common_pb2, controller_pb2
 
 DEFAULT_CONTROLLER = "127.0.0.1:50051"
@@ -27,8 +28,8 @@ FOLLOW_POLL_S = 1.0  # logs --follow: the log API has no stream (see docs/cli.md
 OUTPUTS = ("table", "wide", "json")
 
 
-class UsageError(Exception):
-    """A usage problem found after parsing: exit 2."""
+class CliUsageError(InvalidInput):
+    """A tessctl usage problem found after parsing: exit 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _needs_resource(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    raise UsageError("a resource is required")  # argparse makes it required: not reached
+    raise CliUsageError("a resource is required")  # argparse makes it required: not reached
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def cmd_get_nodes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         by_id = {n.id: n for n in nodes}
         missing = [i for i in args.ids if i not in by_id]
         if missing:
-            raise TesseraError("NOT_FOUND", f"node {missing[0]} not found")
+            raise RpcError("NOT_FOUND", f"node {missing[0]} not found")
         return [by_id[i] for i in args.ids]
 
     def key(nodes: list[controller_pb2.Node]) -> list[bytes]:
@@ -256,7 +257,7 @@ def cmd_undrain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     if args.output == "json" and args.follow:
-        raise UsageError("--follow prints raw log text: it cannot be combined with -o json")
+        raise CliUsageError("--follow prints raw log text: it cannot be combined with -o json")
     resp = client.logs(args.id, rank=args.rank, attempt=args.attempt, tail_bytes=args.tail)
     if args.output == "json":
         _print(out, output.dumps(output.to_dict(resp)))
@@ -334,7 +335,7 @@ def _gpu_models(client: Client, jobs: Sequence[controller_pb2.Job]) -> output.Gp
         return None
     try:
         return output.gpu_models(client.nodes())
-    except TesseraError:
+    except RpcError:
         return None  # the plan's GPU model is shown instead
 
 
@@ -461,13 +462,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return _fail(f"cannot reach estimator at {exc.target} ({exc.message})")
     except ControllerUnreachable as exc:
         return _fail(_unreachable_message(exc))
-    except TesseraError as exc:
+    except RpcError as exc:
         return _fail(str(exc))
     except JobFileError as exc:
         return _fail(f"{args.filename}: {exc}")
     except ClusterFileError as exc:
         return _fail(str(exc))
-    except UsageError as exc:
+    except CliUsageError as exc:
         print(f"tessctl: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:

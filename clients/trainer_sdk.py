@@ -27,6 +27,8 @@ from pathlib import Path
 from types import FrameType, MappingProxyType
 from typing import Any, Self
 
+from tessera.common.errors import InvalidInput
+
 log = logging.getLogger(__name__)
 
 # Defaults used when a variable is absent (a run by hand, outside Tessera).
@@ -58,7 +60,7 @@ def _env_float(e: Mapping[str, str], name: str, default: float) -> float:
         raise ContractError(f"{name} must be a number, got {raw!r}") from None
 
 
-class ContractError(ValueError):
+class ContractError(InvalidInput, ValueError):
     """A contract variable is present but malformed (bad JSON, not an integer, ...)."""
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from tessera.common.errors import InvalidInput
+
 GIB = 1024**3
 GB = 1000**3
 
@@ -108,7 +110,7 @@ ALIASES: dict[str, str] = {
 }
 
 
-class UnknownGpuError(ValueError):
+class UnknownGpuError(InvalidInput, ValueError):
     pass
 
 

@@ -3,18 +3,26 @@
 Every server and channel in Tessera comes from here, so message limits, keepalive, retries and
 deadlines are set once. Transport security: plaintext only for now (see docs/operations.md); bind
 the controller and agents to a management network.
+
+Errors: every server built here answers through `ErrorInterceptor`, so a servicer raises and never
+aborts by hand. A `TesseraError` (tessera.common.errors) becomes its code and its message; any
+other exception becomes INTERNAL "METHOD failed; see the NAME log", logged with its traceback, so
+no internal text reaches the peer and no request can take a server down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 import grpc.aio
 import structlog
+
+from tessera.common.errors import TesseraError
 
 log = structlog.get_logger(__name__)
 
@@ -64,15 +72,102 @@ _SERVER_OPTIONS: list[tuple[str, Any]] = _COMMON_OPTIONS + [
 ]
 
 
+# A foreign exception (one a module outside tessera.common defines, JobNotFound say) -> the
+# TesseraError it means, for a server whose code cannot raise a TesseraError itself.
+Translate = Mapping[type[BaseException], Callable[[Any], TesseraError]]
+
+
+def status_of(exc: BaseException, method: str, name: str,
+              translate: Translate | None = None) -> tuple[grpc.StatusCode, str]:
+    """The status a server answers for `exc` raised by `method`; INTERNAL hides the text.
+
+    The message is made one line: status details end up in logs and in tessctl's one-line errors.
+    """
+    for cls, to_error in (translate or {}).items():
+        if isinstance(exc, cls):
+            exc = to_error(exc)
+            break
+    if isinstance(exc, TesseraError):
+        return grpc.StatusCode[exc.code.value], " ".join(exc.message.split())
+    return grpc.StatusCode.INTERNAL, f"{method} failed; see the {name} log"
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
+    """Map what a handler raises to a status, for unary and streaming RPCs alike (see status_of).
+
+    `name` says whose log holds the traceback of an INTERNAL error ("controller", "agent").
+    """
+
+    def __init__(self, name: str = "server", translate: Translate | None = None) -> None:
+        self.name = name
+        self.translate = dict(translate or {})
+
+    async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None:
+            return None  # unknown method: gRPC answers UNIMPLEMENTED itself
+        method = details.method.rpartition("/")[2]
+        wrap = {"unary_unary": (self._unary, grpc.unary_unary_rpc_method_handler),
+                "stream_unary": (self._unary, grpc.stream_unary_rpc_method_handler),
+                "unary_stream": (self._stream, grpc.unary_stream_rpc_method_handler),
+                "stream_stream": (self._stream, grpc.stream_stream_rpc_method_handler)}
+        for kind, (wrapper, make) in wrap.items():
+            behavior = getattr(handler, kind)
+            if behavior is not None:
+                return make(wrapper(method, behavior), request_deserializer=handler.request_deserializer,
+                            response_serializer=handler.response_serializer)
+        return handler
+
+    async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
+        code, message = status_of(exc, method, self.name, self.translate)
+        if code == grpc.StatusCode.INTERNAL:  # a bug, ours or a library's: the traceback is for us
+            log.error("rpc_failed", method=method, exc_info=exc)
+        else:
+            log.info("rpc_refused", method=method, code=code.name, message=message)
+        await context.abort(code, message)
+
+    def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                result = behavior(request, context)
+                return await result if inspect.isawaitable(result) else result
+            except grpc.aio.AbortError:
+                raise  # the handler aborted with a status of its own
+            except Exception as exc:
+                await self._abort(context, method, exc)
+                raise AssertionError("unreachable: abort raises") from exc
+
+        return call
+
+    def _stream(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        if not inspect.isasyncgenfunction(behavior):
+            return self._unary(method, behavior)  # a coroutine that writes with context.write
+
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                async for response in behavior(request, context):
+                    yield response
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                await self._abort(context, method, exc)
+                raise AssertionError("unreachable: abort raises") from exc
+
+        return call
+
+
 def aio_server(
-    listen: str, registrations: Sequence[tuple[Any, Any]], interceptors: Sequence[Any] = ()
+    listen: str, registrations: Sequence[tuple[Any, Any]], interceptors: Sequence[Any] = (),
+    name: str = "server", translate: Translate | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build an asyncio server on `listen` (host:port, port 0 = pick one).
 
-    `registrations` is a list of (add_XServicer_to_server, servicer). Returns the server, not yet
-    started, and the bound port. Raises OSError when the address cannot be bound.
+    `registrations` is a list of (add_XServicer_to_server, servicer). Errors are mapped by an
+    ErrorInterceptor(name, translate), outermost. Returns the server, not yet started, and the
+    bound port. Raises OSError when the address cannot be bound.
     """
-    server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=list(interceptors))
+    chain = [ErrorInterceptor(name, translate), *interceptors]
+    server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=chain)
     for add, servicer in registrations:
         add(servicer, server)
     port = server.add_insecure_port(listen)

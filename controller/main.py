@@ -15,7 +15,7 @@ from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.registry import LivenessConfig
-from tessera.controller.service import ControllerService, RegistryService
+from tessera.controller.service import ControllerService, RegistryService, translate
 from tessera.controller.store import SqliteStore
 from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
@@ -90,7 +90,7 @@ async def serve(args: argparse.Namespace) -> None:
     server, port = rpc.aio_server(args.listen, [
         (controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
         (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine)),
-    ])
+    ], name="controller", translate=translate())
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]

@@ -1,15 +1,24 @@
-"""gRPC servicers of the controller: thin shells that validate, call the engine and map errors."""
+"""gRPC servicers of the controller: thin shells that validate and call the engine.
+
+Errors are raised, never aborted by hand: rpc.ErrorInterceptor maps them (see `translate`)."""
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
-import grpc
 import structlog
 
+from tessera.common.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidInput,
+    NotFound,
+    TesseraError,
+    Unavailable,
+)
 from tessera.controller.convert import event_pb, job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, validate_spec
 from tessera.controller.engine import Engine, JobNotFound, NodeNotFound
@@ -19,60 +28,43 @@ from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, co
 log = structlog.get_logger("tessera.controller.service")
 NODE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 ADDRESS_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
-T = TypeVar("T")
 
 
-class Invalid(Exception):
-    pass
+def translate() -> dict[type[BaseException], Callable[[Any], TesseraError]]:
+    """The engine's and the store's own errors as the statuses the Controller API answers.
 
-
-def _rpc(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """Map domain errors to gRPC status codes; anything unexpected is INTERNAL, never a crash."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
-        try:
-            return await fn(self, request, context)
-        except Invalid as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        except JobNotFound as e:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"job {e.args[0]} not found")
-        except NodeNotFound as e:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"node {e.args[0]} not found")
-        except RequestConflict as e:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS,
-                                f"request_id: {e.args[0]} was already used for a different job spec")
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            log.exception("rpc_failed", method=fn.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{fn.__name__} failed; see the controller log")
-        raise AssertionError("unreachable")
-
-    return wrapper
+    They are defined outside tessera.common (engine.py, store.py), so the server's ErrorInterceptor
+    maps them by class; pass this as aio_server's `translate`.
+    """
+    return {
+        JobNotFound: lambda e: NotFound(f"job {e.args[0]} not found"),
+        NodeNotFound: lambda e: NotFound(f"node {e.args[0]} not found"),
+        RequestConflict: lambda e: AlreadyExists(
+            f"request_id: {e.args[0]} was already used for a different job spec"),
+    }
 
 
 def _request_id(rid: str) -> str:
     if not rid:
-        raise Invalid("request_id: required on every mutating call")
+        raise InvalidArgument("request_id", "required on every mutating call")
     if not REQUEST_ID_RE.match(rid):
-        raise Invalid("request_id: must match [A-Za-z0-9._:-]{1,128}")
+        raise InvalidArgument("request_id", "must match [A-Za-z0-9._:-]{1,128}")
     return rid
 
 
 def _job_id(jid: str) -> str:
     if not jid:
-        raise Invalid("job_id: required")
+        raise InvalidArgument("job_id", "required")
     if not JOB_ID_RE.match(jid):
-        raise Invalid("job_id: malformed")
+        raise InvalidArgument("job_id", "malformed")
     return jid
 
 
 def _node_id(nid: str) -> str:
     if not nid:
-        raise Invalid("node_id: required")
+        raise InvalidArgument("node_id", "required")
     if not NODE_ID_RE.match(nid):
-        raise Invalid("node_id: must match [a-z0-9][a-z0-9._-]{0,62}")
+        raise InvalidArgument("node_id", "must match [a-z0-9][a-z0-9._-]{0,62}")
     return nid
 
 
@@ -85,44 +77,35 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         prog = self.engine.progress.get(jid)
         return job_pb(rec, prog, self.engine.store.events(jid) if with_events else None)
 
-    @_rpc
     async def SubmitJob(self, request: controller_pb2.SubmitJobRequest, context: Any) -> controller_pb2.SubmitJobResponse:
         rid = _request_id(request.request_id)
         if not request.HasField("spec"):
-            raise Invalid("spec: required")
+            raise InvalidArgument("spec", "required")
         errors = validate_spec(request.spec)
         if errors:
-            raise Invalid("; ".join(map(str, errors)))
+            raise InvalidInput("; ".join(map(str, errors)))  # every bad field at once
         rec, created = await self.engine.submit(request.spec, rid)
         return controller_pb2.SubmitJobResponse(job=self._job(rec.id), created=created)
 
-    @_rpc
     async def GetJob(self, request: controller_pb2.GetJobRequest, context: Any) -> controller_pb2.Job:
         return self._job(_job_id(request.job_id), request.with_events)
 
-    @_rpc
     async def ListJobs(self, request: controller_pb2.ListJobsRequest, context: Any) -> controller_pb2.ListJobsResponse:
         for s in request.states:
             if s not in common_pb2.JobState.values() or s == 0:
-                raise Invalid(f"states: unknown state {s}")
+                raise InvalidArgument("states", f"unknown state {s}")
         recs = self.engine.store.list_jobs(request.states, request.tenant)
         return controller_pb2.ListJobsResponse(jobs=[job_pb(r, self.engine.progress.get(r.id)) for r in recs])
 
-    @_rpc
     async def CancelJob(self, request: controller_pb2.CancelJobRequest, context: Any) -> controller_pb2.Job:
         _request_id(request.request_id)
         rec = await self.engine.cancel(_job_id(request.job_id))
         return job_pb(rec, self.engine.progress.get(rec.id))
 
     async def WatchJobEvents(self, request: controller_pb2.WatchJobEventsRequest,
-                             context: grpc.aio.ServicerContext) -> AsyncIterator[common_pb2.JobEvent]:
-        try:
-            jid = _job_id(request.job_id)
-            self.engine.get(jid)
-        except Invalid as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        except JobNotFound:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id} not found")
+                             context: Any) -> AsyncIterator[common_pb2.JobEvent]:
+        jid = _job_id(request.job_id)
+        self.engine.get(jid)
         seq = request.after_seq
         while True:
             events = self.engine.store.events(jid, seq)
@@ -141,42 +124,38 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             id=rec.id, address=rec.address, state=state, reason=reason, inventory=rec.inventory,
             last_heartbeat=live.last_seen_wall if live else 0.0, busy_gpus=sorted(busy.get(node_id, ())))
 
-    @_rpc
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
         busy = self.engine.busy_gpus()
         return controller_pb2.ListNodesResponse(nodes=[self._node(n, busy) for n in sorted(self.engine.records)])
 
-    @_rpc
     async def DrainNode(self, request: controller_pb2.DrainNodeRequest, context: Any) -> controller_pb2.Node:
         _request_id(request.request_id)
         rec = await self.engine.drain(_node_id(request.node_id), request.reason[:500])
         return self._node(rec.id, self.engine.busy_gpus())
 
-    @_rpc
     async def UndrainNode(self, request: controller_pb2.UndrainNodeRequest, context: Any) -> controller_pb2.Node:
         _request_id(request.request_id)
         rec = await self.engine.undrain(_node_id(request.node_id))
         return self._node(rec.id, self.engine.busy_gpus())
 
-    @_rpc
     async def GetJobLogs(self, request: controller_pb2.GetJobLogsRequest, context: Any) -> controller_pb2.GetJobLogsResponse:
         rec = self.engine.get(_job_id(request.job_id))
         if request.rank < 0 or request.attempt < 0 or request.tail_bytes < 0:
-            raise Invalid("rank, attempt, tail_bytes: must be >= 0")
+            raise InvalidArgument("rank, attempt, tail_bytes", "must be >= 0")
         if rec.placement is None or not rec.placement.slices:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {rec.id} has not been placed yet")
+            raise FailedPrecondition(f"job {rec.id} has not been placed yet")
         rank, node_id = request.rank, ""
-        for s in rec.placement.slices:  # type: ignore[union-attr]
+        for s in rec.placement.slices:
             if rank < len(s.gpu_indices):
                 node_id = s.node_id
                 break
             rank -= len(s.gpu_indices)
         if not node_id:
-            raise Invalid(f"rank: job {rec.id} has no rank {request.rank}")
+            raise InvalidArgument("rank", f"job {rec.id} has no rank {request.rank}")
         live = self.engine.nodes.get(node_id)
         if live is None or not live.registered:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {node_id} holding the log is not reachable")
-        resp = await self.engine.agents.read_log(live.address, agent_pb2.ReadLogRequest(  # type: ignore[union-attr]
+            raise Unavailable(f"node {node_id} holding the log is not reachable")
+        resp = await self.engine.agents.read_log(live.address, agent_pb2.ReadLogRequest(
             controller_epoch=self.engine.epoch, job_id=rec.id, attempt=request.attempt or rec.attempt,
             rank=request.rank, tail_bytes=request.tail_bytes or 65536))
         return controller_pb2.GetJobLogsResponse(node_id=node_id, path=resp.path, data=resp.data)
@@ -190,14 +169,13 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
     def _check(status: agent_pb2.NodeStatus) -> None:
         _node_id(status.node_id)
         if not ADDRESS_RE.match(status.address):
-            raise Invalid("status.address: must be host:port")
+            raise InvalidArgument("status.address", "must be host:port")
         if not status.inventory.gpus:
-            raise Invalid("status.inventory.gpus: a node must report at least one GPU")
+            raise InvalidArgument("status.inventory.gpus", "a node must report at least one GPU")
         for g in status.inventory.gpus:
             if g.memory_bytes <= 0:
-                raise Invalid(f"status.inventory.gpus[{g.index}].memory_bytes: must be > 0")
+                raise InvalidArgument(f"status.inventory.gpus[{g.index}].memory_bytes", "must be > 0")
 
-    @_rpc
     async def Register(self, request: agent_pb2.RegisterRequest, context: Any) -> agent_pb2.RegisterResponse:
         self._check(request.status)
         await self.engine.register(request.status)
@@ -205,7 +183,6 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
         return agent_pb2.RegisterResponse(controller_epoch=self.engine.epoch, lease_seconds=lv.lease_s,
                                           heartbeat_interval_seconds=lv.heartbeat_interval_s)
 
-    @_rpc
     async def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Any) -> agent_pb2.HeartbeatResponse:
         ok = await self.engine.heartbeat(request.status, request.controller_epoch)
         return agent_pb2.HeartbeatResponse(reregister=not ok, controller_epoch=self.engine.epoch)

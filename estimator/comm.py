@@ -29,24 +29,26 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.common.errors import InvalidArgument
+
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 LINK_KINDS: tuple[str, ...] = ("nvlink", "pcie", "ib", "ethernet", "loopback")
 
 
-class CommError(ValueError):
-    """Bad input to the communication model; the message names the field."""
+class CommError(InvalidArgument, ValueError):
+    """Bad input to the communication model; `field` names the field, `reason` says why."""
 
 
 def _check_op(op: str) -> None:
     if op not in COLLECTIVES:
-        raise CommError(f"op: unknown collective {op!r}; known: {', '.join(COLLECTIVES)}")
+        raise CommError("op", f"unknown collective {op!r}; known: {', '.join(COLLECTIVES)}")
 
 
 def bus_factor(op: str, world: int) -> float:
     """Bytes each rank moves over its link, per byte of `nbytes` (nccl-tests busbw convention)."""
     _check_op(op)
     if world < 1:
-        raise CommError(f"world: must be >= 1, got {world}")
+        raise CommError("world", f"must be >= 1, got {world}")
     if op == "p2p":
         return 1.0
     if world == 1:
@@ -82,13 +84,13 @@ class Link:
 
     def __post_init__(self) -> None:
         if self.kind not in LINK_KINDS:
-            raise CommError(f"link.kind: unknown link kind {self.kind!r}; known: {', '.join(LINK_KINDS)}")
+            raise CommError("link.kind", f"unknown link kind {self.kind!r}; known: {', '.join(LINK_KINDS)}")
         if self.bandwidth_gbps <= 0:
-            raise CommError(f"link.bandwidth_gbps: must be > 0, got {self.bandwidth_gbps}")
+            raise CommError("link.bandwidth_gbps", f"must be > 0, got {self.bandwidth_gbps}")
         if not 0 < self.efficiency <= 1:
-            raise CommError(f"link.efficiency: must be in (0, 1], got {self.efficiency}")
+            raise CommError("link.efficiency", f"must be in (0, 1], got {self.efficiency}")
         if self.latency_s < 0:
-            raise CommError("link.latency_s: must be >= 0")
+            raise CommError("link.latency_s", "must be >= 0")
 
     @property
     def effective_bytes_per_s(self) -> float:
@@ -108,9 +110,9 @@ class AlphaBeta:
     def time(self, op: str, nbytes: float, world: int, link: Link, sharing: int = 1) -> CommEstimate:
         """Seconds for one collective; `sharing` groups share the link concurrently (e.g. one NIC)."""
         if nbytes < 0:
-            raise CommError(f"nbytes: must be >= 0, got {nbytes}")
+            raise CommError("nbytes", f"must be >= 0, got {nbytes}")
         if sharing < 1:
-            raise CommError(f"sharing: must be >= 1, got {sharing}")
+            raise CommError("sharing", f"must be >= 1, got {sharing}")
         f = bus_factor(op, world)
         if f == 0.0 or nbytes == 0:
             return CommEstimate(0.0, "formula:alpha-beta")
@@ -142,9 +144,9 @@ class CommTable:
         for p in points:
             _check_op(p.op)
             if p.world < 1:
-                raise CommError(f"world: must be >= 1, got {p.world}")
+                raise CommError("world", f"must be >= 1, got {p.world}")
             if p.nbytes < 0 or p.seconds < 0:
-                raise CommError("nbytes/seconds: profiled points must be >= 0")
+                raise CommError("nbytes/seconds", "profiled points must be >= 0")
             acc.setdefault((p.op, p.link, p.world), {})[float(p.nbytes)] = float(p.seconds)
         series = {}
         for k, pts in acc.items():
@@ -157,14 +159,14 @@ class CommTable:
         """Parse the JSON written by tessera.estimator.torch.comm_profile (a string or the decoded object)."""
         obj = json.loads(data) if isinstance(data, str) else data
         if not isinstance(obj, Mapping) or "entries" not in obj:
-            raise CommError("entries: a comm table needs an 'entries' list")
+            raise CommError("entries", "a comm table needs an 'entries' list")
         pts = []
         for i, e in enumerate(obj["entries"]):
             try:
                 pts.append(CommPoint(str(e["op"]), str(e["link"]), int(e["world"]), float(e["bytes"]),
                                      float(e["seconds"])))
             except (KeyError, TypeError, ValueError) as exc:
-                raise CommError(f"entries[{i}]: needs op, link, world, bytes, seconds ({exc})") from exc
+                raise CommError(f"entries[{i}]", f"needs op, link, world, bytes, seconds ({exc})") from exc
         meta = {k: v for k, v in obj.items() if k != "entries"}
         return cls.from_points(pts, name or str(meta.get("name", "table")), meta)
 
@@ -198,7 +200,7 @@ class CommTable:
         """Interpolated seconds, or None when the table has no point for this op and link."""
         _check_op(op)
         if nbytes < 0:
-            raise CommError(f"nbytes: must be >= 0, got {nbytes}")
+            raise CommError("nbytes", f"must be >= 0, got {nbytes}")
         key = (op, link, world)
         if key in self._series:
             xs, ys = self._series[key]
@@ -228,7 +230,7 @@ class CommModel:
 
     def time(self, op: str, nbytes: float, world: int, link: Link, sharing: int = 1) -> CommEstimate:
         if world < 1:
-            raise CommError(f"world: must be >= 1, got {world}")
+            raise CommError("world", f"must be >= 1, got {world}")
         if (op != "p2p" and world == 1) or nbytes == 0:
             return CommEstimate(0.0, "formula:none")
         if self.table is not None:

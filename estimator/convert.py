@@ -4,7 +4,7 @@
 estimator API (estimator/service/handlers.py), tessctl, and the controller's job validation, so a job spec
 and an estimator call mean the same model. Imports protobuf messages, never grpc or torch.
 
-Errors are `PlanError(field, reason)` (tessera.estimator.plans), with the field as a request path
+Errors are `PlanInputError(field, reason)` (tessera.estimator.plans), with the field as a request path
 (``model.hidden_size``, ``plan.dp``).
 """
 
@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from tessera.estimator.models import REGISTERED, Family, ModelDims, registered
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.v1 import common_pb2 as pb
 
 DIM_FIELDS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length")
@@ -70,12 +70,12 @@ def model_refinements(m: pb.ModelSpec) -> dict[str, Any]:
     """ModelDims keyword arguments of a spec's family fields (ModelSpec fields 7-16); every default
     maps to ModelDims's own default, so a spec without them is the GPT-2-style decoder it always was."""
     if m.family not in FAMILY_OF:
-        raise PlanError("model.family", f"unknown family value {m.family}")
+        raise PlanInputError("model.family", f"unknown family value {m.family}")
     if not math.isfinite(m.capacity_factor) or m.capacity_factor < 0:
-        raise PlanError("model.capacity_factor", f"must be a number > 0 (0 = 1.0), got {m.capacity_factor!r}")
+        raise PlanInputError("model.capacity_factor", f"must be a number > 0 (0 = 1.0), got {m.capacity_factor!r}")
     for f in ("top_k", "moe_every", "width_factor"):
         if getattr(m, f) < 0:
-            raise PlanError(f"model.{f}", f"must be >= 1 (0 = 2), got {getattr(m, f)}")
+            raise PlanInputError(f"model.{f}", f"must be >= 1 (0 = 2), got {getattr(m, f)}")
     family = FAMILY_OF[m.family]
     return {
         "family": family, "ffn_hidden": m.ffn_hidden, "gated": m.gated,
@@ -91,20 +91,20 @@ def model_dims(m: pb.ModelSpec) -> ModelDims:
 
     With explicit dimensions all five are required and each must be >= 1; the family fields refine
     them. A name alone must be registered (the family fields are then ignored: the registry says).
-    PlanError naming the field on anything else.
+    PlanInputError naming the field on anything else.
     """
     if not any(getattr(m, f) for f in DIM_FIELDS):
         if not m.name:
-            raise PlanError("model", "give a registered name or hidden_size, num_layers, num_heads, "
-                                     "vocab_size and seq_length")
+            raise PlanInputError("model", "give a registered name or hidden_size, num_layers, num_heads, "
+                                          "vocab_size and seq_length")
         dims = registered(m.name)
         if dims is None:
-            raise PlanError("model.name", f"unknown model {m.name!r}; registered: {', '.join(sorted(REGISTERED))}")
+            raise PlanInputError("model.name", f"unknown model {m.name!r}; registered: {', '.join(sorted(REGISTERED))}")
         return dims
     for f in DIM_FIELDS:
         v = getattr(m, f)
         if v < 1:
-            raise PlanError(f"model.{f}", "required, must be >= 1" if v == 0 else f"must be >= 1, got {v}")
+            raise PlanInputError(f"model.{f}", "required, must be >= 1" if v == 0 else f"must be >= 1, got {v}")
     return ModelDims(m.hidden_size, m.num_layers, m.num_heads, m.vocab_size, m.seq_length, m.name,
                      **model_refinements(m)).validate()
 
@@ -132,28 +132,28 @@ def execution_plan(p: pb.ExecutionPlan, global_batch: int = 0, default_precision
     for f in PLAN_INT_FIELDS:
         v = getattr(p, f)
         if v < 0:
-            raise PlanError(f"plan.{f}", f"must be an integer >= 1, got {v}")
+            raise PlanInputError(f"plan.{f}", f"must be an integer >= 1, got {v}")
     for name, table in (("sharding", SHARDING), ("offload", OFFLOAD), ("checkpointing", CHECKPOINTING),
                         ("schedule", SCHEDULE)):
         if getattr(p, name) not in table:
-            raise PlanError(f"plan.{name}", f"unknown value {getattr(p, name)}")
+            raise PlanInputError(f"plan.{name}", f"unknown value {getattr(p, name)}")
     if p.precision and p.precision not in PRECISION:
-        raise PlanError("plan.precision", f"unknown value {p.precision}")
+        raise PlanInputError("plan.precision", f"unknown value {p.precision}")
     dp, mb = p.dp or 1, p.micro_batch or 1
     ga = p.grad_accum
     if global_batch < 0:
-        raise PlanError("global_batch_size", f"must be >= 1, got {global_batch}")
+        raise PlanInputError("global_batch_size", f"must be >= 1, got {global_batch}")
     if not ga:
         if global_batch:
             if global_batch % (dp * mb):
-                raise PlanError("plan.grad_accum", f"global_batch_size {global_batch} is not a multiple of "
-                                                   f"dp*micro_batch = {dp}*{mb}; give grad_accum or another plan")
+                raise PlanInputError("plan.grad_accum", f"global_batch_size {global_batch} is not a multiple of "
+                                                        f"dp*micro_batch = {dp}*{mb}; give grad_accum or another plan")
             ga = global_batch // (dp * mb)
         else:
             ga = 1
     elif global_batch and dp * mb * ga != global_batch:
-        raise PlanError("plan", f"dp*micro_batch*grad_accum = {dp}*{mb}*{ga} = {dp * mb * ga} does not equal "
-                                f"global_batch_size {global_batch}")
+        raise PlanInputError("plan", f"dp*micro_batch*grad_accum = {dp}*{mb}*{ga} = {dp * mb * ga} does not equal "
+                                     f"global_batch_size {global_batch}")
     return ExecutionPlan(
         dp=dp, tp=p.tp or 1, pp=p.pp or 1, micro_batch=mb, grad_accum=ga,
         sharding=SHARDING[p.sharding],  # type: ignore[arg-type]
@@ -184,7 +184,7 @@ def plan_message(plan: ExecutionPlan) -> pb.ExecutionPlan:
 def plan_fields(text_pairs: dict[str, str]) -> pb.ExecutionPlan:
     """An ExecutionPlan message from `key=value` texts in the library's spelling (tessctl --plan):
     ``dp=2,tp=2,micro_batch=4,sharding=zero2,flash_attention=false,precision=bf16``.
-    Sizes must be integers >= 1; PlanError naming ``plan.KEY`` otherwise."""
+    Sizes must be integers >= 1; PlanInputError naming ``plan.KEY`` otherwise."""
     msg = pb.ExecutionPlan()
     tables = {"sharding": SHARDING_VALUE, "offload": OFFLOAD_VALUE, "checkpointing": CHECKPOINTING_VALUE,
               "precision": PRECISION_VALUE, "schedule": SCHEDULE_VALUE}
@@ -195,20 +195,20 @@ def plan_fields(text_pairs: dict[str, str]) -> pb.ExecutionPlan:
             try:
                 n = int(value)
             except ValueError:
-                raise PlanError(field, f"must be an integer >= 1, got {value!r}") from None
+                raise PlanInputError(field, f"must be an integer >= 1, got {value!r}") from None
             if n < 1:
-                raise PlanError(field, f"must be an integer >= 1, got {n}")
+                raise PlanInputError(field, f"must be an integer >= 1, got {n}")
             setattr(msg, key, n)
         elif key in tables:
             table = tables[key]
             if value.lower() not in table:
-                raise PlanError(field, f"{value!r} is not one of {', '.join(table)}")
+                raise PlanInputError(field, f"{value!r} is not one of {', '.join(table)}")
             setattr(msg, key, table[value.lower()])
         elif key in ("sequence_parallel", "flash_attention"):
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise PlanError(field, f"must be true or false, got {value!r}")
+                raise PlanInputError(field, f"must be true or false, got {value!r}")
             setattr(msg, key, value.lower() in ("true", "1", "yes"))
         else:
             known = (*PLAN_INT_FIELDS, *tables, "sequence_parallel", "flash_attention")
-            raise PlanError(field, f"unknown field; known: {', '.join(sorted(known))}")
+            raise PlanInputError(field, f"unknown field; known: {', '.join(sorted(known))}")
     return msg

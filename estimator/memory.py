@@ -38,7 +38,7 @@ from tessera.estimator.memory_terms import (
     state_bytes,
 )
 from tessera.estimator.models import ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 # ------------------------------------------------------------------------------------------------
 # MARP (Frenzy): unchanged API, golden-tested by the controller's Frenzy policy.
@@ -257,8 +257,8 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
 
     mode: "formula" (default) or "marp" (Frenzy's MARP: static + activations, tp and the micro-batch
     only); the traced mode is tessera.estimator.torch.traced.traced_memory, with the same arguments.
-    `gpu` (a catalog name) sets capacity_bytes and fits; an unknown name is a PlanError on field "gpu".
-    `num_gpus`, when given, must equal dp*tp*pp. Errors name the field (PlanError, a ValueError).
+    `gpu` (a catalog name) sets capacity_bytes and fits; an unknown name is a PlanInputError on field "gpu".
+    `num_gpus`, when given, must equal dp*tp*pp. Errors name the field (PlanInputError, a ValueError).
     """
     model.validate()
     model.require_transformer("the memory estimate")
@@ -272,9 +272,9 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
                               notes=("MARP: static 20 B/param over tp, Korthikanti TP activations",))
     elif mode == "traced":
         # torch code sits in a layer above this library: the caller picks it (the service does)
-        raise PlanError("mode", "traced mode runs torch: call tessera.estimator.torch.traced.traced_memory")
+        raise PlanInputError("mode", "traced mode runs torch: call tessera.estimator.torch.traced.traced_memory")
     else:
-        raise PlanError("mode", f"{mode!r} is not one of formula, marp, traced")
+        raise PlanInputError("mode", f"{mode!r} is not one of formula, marp, traced")
     if capacity is not None:
         est = MemoryBreakdown(est.parameters, est.gradients, est.optimizer, est.activations, est.other,
                               est.source, est.stage, est.cpu_bytes, capacity, est.notes)

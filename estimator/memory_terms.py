@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.estimator.models import ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 GIB = 1024**3
 
@@ -211,13 +211,13 @@ def rank_params(m: ModelDims, plan: ExecutionPlan, stage: int) -> tuple[int, int
 
 
 def gpu_capacity(gpu: str | None) -> int | None:
-    """The memory of a catalog GPU in bytes (None without a GPU); PlanError on field "gpu" if unknown."""
+    """The memory of a catalog GPU in bytes (None without a GPU); PlanInputError on field "gpu" if unknown."""
     if gpu is None:
         return None
     try:
         return lookup(gpu).memory_bytes
     except UnknownGpuError as e:
-        raise PlanError("gpu", str(e)) from e
+        raise PlanInputError("gpu", str(e)) from e
 
 
 def state_bytes(model: ModelDims, plan: ExecutionPlan, stage: int) -> tuple[int, int, int, int, int]:

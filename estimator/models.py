@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tessera.estimator.convnets import STAGE_SIZES
-from tessera.estimator.errors import PlanError
+from tessera.estimator.errors import PlanInputError
 
 Family = Literal["decoder", "encoder", "moe", "wresnet"]
 FAMILIES = ("decoder", "encoder", "moe", "wresnet")
@@ -60,11 +60,11 @@ class ModelDims:
         return self.family != "wresnet"
 
     def require_transformer(self, what: str) -> None:
-        """PlanError naming ``model.family`` when `what` (a memory formula, a trace...) is asked of a
+        """PlanInputError naming ``model.family`` when `what` (a memory formula, a trace...) is asked of a
         family it does not cover."""
         if not self.is_transformer:
-            raise PlanError("model.family", f"{what} covers transformers; a {self.family} model has Cells "
-                                            "only (GetCells / tessctl estimate cells)")
+            raise PlanInputError("model.family", f"{what} covers transformers; a {self.family} model has Cells "
+                                                 "only (GetCells / tessctl estimate cells)")
 
     @property
     def signature(self) -> str:
@@ -122,44 +122,44 @@ class ModelDims:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
     def validate(self) -> ModelDims:
-        """Raise PlanError naming the field (``model.hidden_size``...) for impossible dimensions."""
+        """Raise PlanInputError naming the field (``model.hidden_size``...) for impossible dimensions."""
         for f in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise PlanError(f"model.{f}", f"must be an integer >= 1, got {v!r}")
+                raise PlanInputError(f"model.{f}", f"must be an integer >= 1, got {v!r}")
         for f in ("ffn_hidden", "num_kv_heads", "num_experts"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise PlanError(f"model.{f}", f"must be an integer >= 0, got {v!r}")
+                raise PlanInputError(f"model.{f}", f"must be an integer >= 0, got {v!r}")
         if self.family not in FAMILIES:
-            raise PlanError("model.family", f"{self.family!r} is not one of {', '.join(FAMILIES)}")
+            raise PlanInputError("model.family", f"{self.family!r} is not one of {', '.join(FAMILIES)}")
         if self.hidden_size % self.num_heads:
-            raise PlanError("model.num_heads",
-                            f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+            raise PlanInputError("model.num_heads",
+                                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.kv_heads:
-            raise PlanError("model.num_kv_heads",
-                            f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}")
+            raise PlanInputError("model.num_kv_heads",
+                                 f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}")
         if self.family == "moe":
             if self.num_experts < 1:
-                raise PlanError("model.num_experts", "a moe model needs num_experts >= 1")
+                raise PlanInputError("model.num_experts", "a moe model needs num_experts >= 1")
             if not 1 <= self.top_k <= self.num_experts:
-                raise PlanError("model.top_k", f"must be in 1..num_experts ({self.num_experts}), got {self.top_k}")
+                raise PlanInputError("model.top_k", f"must be in 1..num_experts ({self.num_experts}), got {self.top_k}")
             if self.moe_every < 1:
-                raise PlanError("model.moe_every", f"must be >= 1, got {self.moe_every}")
+                raise PlanInputError("model.moe_every", f"must be >= 1, got {self.moe_every}")
             if not self.capacity_factor > 0:
-                raise PlanError("model.capacity_factor", f"must be > 0, got {self.capacity_factor}")
+                raise PlanInputError("model.capacity_factor", f"must be > 0, got {self.capacity_factor}")
         elif self.num_experts:
-            raise PlanError("model.num_experts", f"only the moe family has experts (family {self.family!r})")
+            raise PlanInputError("model.num_experts", f"only the moe family has experts (family {self.family!r})")
         if self.family == "wresnet":
             if self.num_layers not in STAGE_SIZES:
-                raise PlanError("model.num_layers", f"a Wide-ResNet's depth is one of "
-                                                    f"{', '.join(map(str, STAGE_SIZES))}, got {self.num_layers}")
+                raise PlanInputError("model.num_layers", f"a Wide-ResNet's depth is one of "
+                                                         f"{', '.join(map(str, STAGE_SIZES))}, got {self.num_layers}")
             if self.num_heads != 1:
-                raise PlanError("model.num_heads", f"must be 1 for a Wide-ResNet, got {self.num_heads}")
+                raise PlanInputError("model.num_heads", f"must be 1 for a Wide-ResNet, got {self.num_heads}")
             if isinstance(self.width_factor, bool) or not isinstance(self.width_factor, int) or self.width_factor < 1:
-                raise PlanError("model.width_factor", f"must be an integer >= 1, got {self.width_factor!r}")
+                raise PlanInputError("model.width_factor", f"must be an integer >= 1, got {self.width_factor!r}")
         elif self.width_factor:
-            raise PlanError("model.width_factor", f"only the wresnet family has one (family {self.family!r})")
+            raise PlanInputError("model.width_factor", f"only the wresnet family has one (family {self.family!r})")
         return self
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tessera.common.errors import InvalidArgument
+
 # Operator kinds that are convolutions (estimator/convnets.py); the head's dense layer is not one.
 CONV_KINDS = frozenset({"stem", "bottleneck"})
 
@@ -100,15 +102,15 @@ class StagePartition:
         return len(self.bounds)
 
 
-class PartitionError(ValueError):
-    """Raised for inputs that admit no partition; the message names the offending field."""
+class PartitionError(InvalidArgument, ValueError):
+    """Raised for inputs that admit no partition; `field` names the offending field."""
 
 
 def gpu_shares(ops: Sequence[Operator], num_gpus: int) -> tuple[float, ...]:
     """Fig. 7 step 1: fractional GPUs per operator, proportional to its FLOPs."""
     total = sum(o.flops for o in ops)
     if total <= 0:
-        raise PartitionError("ops: total flops must be > 0")
+        raise PartitionError("ops", "total flops must be > 0")
     return tuple(num_gpus * o.flops / total for o in ops)
 
 
@@ -185,18 +187,18 @@ def partition_stages(
     split exists.
     """
     if num_gpus < 1:
-        raise PartitionError(f"num_gpus: must be >= 1, got {num_gpus}")
+        raise PartitionError("num_gpus", f"must be >= 1, got {num_gpus}")
     if num_stages < 1:
-        raise PartitionError(f"num_stages: must be >= 1, got {num_stages}")
+        raise PartitionError("num_stages", f"must be >= 1, got {num_stages}")
     if num_stages > len(ops):
-        raise PartitionError(f"num_stages: {num_stages} stages but only {len(ops)} operators")
+        raise PartitionError("num_stages", f"{num_stages} stages but only {len(ops)} operators")
     if num_stages > num_gpus:
-        raise PartitionError(f"num_stages: {num_stages} stages but only {num_gpus} GPUs")
+        raise PartitionError("num_stages", f"{num_stages} stages but only {num_gpus} GPUs")
     if balance_tolerance < 0:
-        raise PartitionError("balance_tolerance: must be >= 0")
+        raise PartitionError("balance_tolerance", "must be >= 0")
     for o in ops:
         if o.flops < 0:
-            raise PartitionError(f"ops[{o.name}].flops: must be >= 0")
+            raise PartitionError(f"ops[{o.name}].flops", "must be >= 0")
     shares = gpu_shares(ops, num_gpus)
     flops = [o.flops for o in ops]
     n = len(ops)
@@ -227,7 +229,7 @@ def partition_stages(
             cost[s][j] = best
             back[s][j] = arg
     if cost[num_stages][n] == inf:  # cannot happen with a consistent limit; kept as a guard
-        raise PartitionError("ops: no balanced partition found")
+        raise PartitionError("ops", "no balanced partition found")
     bounds: list[tuple[int, int]] = []
     j = n
     for s in range(num_stages, 0, -1):
@@ -244,7 +246,7 @@ def partition_stages(
         gpus = power_of_two_split(stage_shares, num_gpus)
     if gpus is None:
         raise PartitionError(
-            f"num_gpus: {num_gpus} GPUs cannot be split into {num_stages} power-of-two stage groups"
+            "num_gpus", f"{num_gpus} GPUs cannot be split into {num_stages} power-of-two stage groups"
         )
     cut_bytes = tuple(ops[a - 1].out_bytes for a, _ in bounds[1:])
     return StagePartition(tuple(bounds), gpus, stage_flops, shares, cut_bytes)

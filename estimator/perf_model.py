@@ -53,6 +53,8 @@ from typing import Literal, cast
 import numpy as np
 import numpy.typing as npt
 
+from tessera.common.errors import InvalidArgument
+
 Mode = Literal["morphling", "tessera"]
 MODES: tuple[Mode, ...] = ("morphling", "tessera")
 Zero = Literal["none", "zero-dp", "offload"]
@@ -61,12 +63,8 @@ ZEROS: tuple[Zero, ...] = ("none", "zero-dp", "offload")
 FloatArray = npt.NDArray[np.float64]
 
 
-class PerfModelInputError(ValueError):
-    """Bad input to the performance model; ``field`` names the offending field."""
-
-    def __init__(self, field_name: str, reason: str) -> None:
-        super().__init__(f"{field_name}: {reason}")
-        self.field = field_name
+class PerfModelInputError(InvalidArgument, ValueError):
+    """Bad input to the performance model; ``field`` names the offending field, ``reason`` why."""
 
 
 def _require(ok: bool, field_name: str, reason: str) -> None:

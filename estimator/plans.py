@@ -20,9 +20,9 @@ params, grads and Adam = 16 with bf16 autocast activations; ``mixed`` (ZeRO pape
 2+2+16 = 20; ``bf16`` (pure bf16, bf16 Adam states) 2+2+4 = 8; ``mixed-adafactor`` (fp16 params,
 fp32 grads, fp32 master, Adafactor's factored second moment, no momentum; GShard) 2+4+4 = 10.
 
-`PlanError` (a ValueError, defined in errors.py) names the offending field in `.field` and in its
-message, e.g. ``plan.tp: model.num_heads 12 is not divisible by tp 8``. Construction checks the plan
-by itself; `plan.check(num_gpus=..., model=...)` checks it against a GPU count and a model.
+`PlanInputError` (an InvalidArgument and a ValueError, defined in errors.py) names the offending
+field in `.field`, e.g. ``plan.tp: model.num_heads 12 is not divisible by tp 8``. Construction checks
+the plan by itself; `plan.check(num_gpus=..., model=...)` checks it against a GPU count and a model.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from tessera.estimator.errors import PlanError as PlanError  # noqa: PLC0414 (re-exported for the docs)
+from tessera.estimator.errors import PlanInputError as PlanInputError  # noqa: PLC0414 (re-exported)
 
 if TYPE_CHECKING:
     from tessera.estimator.models import ModelDims
@@ -69,22 +69,22 @@ class ExecutionPlan:
         for name in ("dp", "tp", "pp", "micro_batch", "grad_accum", "ep", "virtual_stages"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise PlanError(f"plan.{name}", f"must be an integer >= 1, got {v!r}")
+                raise PlanInputError(f"plan.{name}", f"must be an integer >= 1, got {v!r}")
         for name, allowed in (("sharding", SHARDINGS), ("offload", OFFLOADS),
                               ("checkpointing", CHECKPOINTINGS), ("precision", PRECISIONS),
                               ("schedule", SCHEDULES)):
             v = getattr(self, name)
             if v not in allowed:
-                raise PlanError(f"plan.{name}", f"{v!r} is not one of {', '.join(allowed)}")
+                raise PlanInputError(f"plan.{name}", f"{v!r} is not one of {', '.join(allowed)}")
         for name in ("sequence_parallel", "flash_attention"):
             if not isinstance(getattr(self, name), bool):
-                raise PlanError(f"plan.{name}", f"must be true or false, got {getattr(self, name)!r}")
+                raise PlanInputError(f"plan.{name}", f"must be true or false, got {getattr(self, name)!r}")
         if self.dp % self.ep:
-            raise PlanError("plan.ep", f"ep {self.ep} must divide dp {self.dp} (experts shard over DP ranks)")
+            raise PlanInputError("plan.ep", f"ep {self.ep} must divide dp {self.dp} (experts shard over DP ranks)")
         if self.offload == "optimizer+params" and self.zero_stage < 3:
-            raise PlanError("plan.offload", "offloading parameters needs sharding zero3 or fsdp")
+            raise PlanInputError("plan.offload", "offloading parameters needs sharding zero3 or fsdp")
         if self.virtual_stages > 1 and self.pp == 1:
-            raise PlanError("plan.virtual_stages", "interleaving needs pp > 1")
+            raise PlanInputError("plan.virtual_stages", "interleaving needs pp > 1")
 
     @property
     def num_gpus(self) -> int:
@@ -101,37 +101,37 @@ class ExecutionPlan:
         return {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}[self.sharding]
 
     def check(self, num_gpus: int | None = None, model: ModelDims | None = None) -> ExecutionPlan:
-        """Raise PlanError if the plan does not fit `num_gpus` or `model`; return the plan otherwise."""
+        """Raise PlanInputError if the plan does not fit `num_gpus` or `model`; return the plan otherwise."""
         if num_gpus is not None:
             if num_gpus < 1:
-                raise PlanError("num_gpus", f"must be >= 1, got {num_gpus}")
+                raise PlanInputError("num_gpus", f"must be >= 1, got {num_gpus}")
             if self.num_gpus != num_gpus:
-                raise PlanError("num_gpus", f"plan dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {self.num_gpus} "
-                                            f"does not equal num_gpus {num_gpus}")
+                raise PlanInputError("num_gpus", f"plan dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {self.num_gpus} "
+                                                 f"does not equal num_gpus {num_gpus}")
         if model is None:
             return self
         model.validate()
         heads = model.num_heads
         if heads % self.tp:
-            raise PlanError("plan.tp", f"model.num_heads {heads} is not divisible by tp {self.tp}")
+            raise PlanInputError("plan.tp", f"model.num_heads {heads} is not divisible by tp {self.tp}")
         kv = model.kv_heads
         if kv % self.tp:
-            raise PlanError("plan.tp", f"model.num_kv_heads {kv} is not divisible by tp {self.tp}")
+            raise PlanInputError("plan.tp", f"model.num_kv_heads {kv} is not divisible by tp {self.tp}")
         ffn = model.ffn
         if ffn % self.tp:
-            raise PlanError("plan.tp", f"model ffn_hidden {ffn} is not divisible by tp {self.tp}")
+            raise PlanInputError("plan.tp", f"model ffn_hidden {ffn} is not divisible by tp {self.tp}")
         chunks = self.pp * self.virtual_stages
         if model.num_layers < chunks:
-            raise PlanError("plan.pp", f"model.num_layers {model.num_layers} is fewer than "
-                                       f"pp*virtual_stages = {chunks} pipeline chunks")
+            raise PlanInputError("plan.pp", f"model.num_layers {model.num_layers} is fewer than "
+                                            f"pp*virtual_stages = {chunks} pipeline chunks")
         if self.sequence_parallel and model.seq_length % self.tp:
-            raise PlanError("plan.sequence_parallel",
-                            f"model.seq_length {model.seq_length} is not divisible by tp {self.tp}")
+            raise PlanInputError("plan.sequence_parallel",
+                                 f"model.seq_length {model.seq_length} is not divisible by tp {self.tp}")
         experts = model.num_experts if model.family == "moe" else 0
         if self.ep > 1 and not experts:
-            raise PlanError("plan.ep", "expert parallelism needs a mixture-of-experts model")
+            raise PlanInputError("plan.ep", "expert parallelism needs a mixture-of-experts model")
         if experts and experts % self.ep:
-            raise PlanError("plan.ep", f"model.num_experts {experts} is not divisible by ep {self.ep}")
+            raise PlanInputError("plan.ep", f"model.num_experts {experts} is not divisible by ep {self.ep}")
         return self
 
     def with_(self, **changes: Any) -> ExecutionPlan:
@@ -143,11 +143,11 @@ class ExecutionPlan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ExecutionPlan:
-        """From a mapping such as a job file's `plan:`; unknown keys are a PlanError naming them."""
+        """From a mapping such as a job file's `plan:`; unknown keys are a PlanInputError naming them."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise PlanError(f"plan.{unknown[0]}", f"unknown field; known: {', '.join(sorted(known))}")
+            raise PlanInputError(f"plan.{unknown[0]}", f"unknown field; known: {', '.join(sorted(known))}")
         return cls(**d)
 
     @property

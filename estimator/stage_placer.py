@@ -83,27 +83,27 @@ class StagePlacer:
     def __init__(self, model: CellModel, pools: Sequence[GpuPool], dp: int, num_microbatches: int | None = None,
                  config: CellConfig | None = None, comm: CommModel | None = None, overlap_sync: bool = False) -> None:
         if model.family == "wresnet":
-            raise CellInputError("family: stage placement covers transformer layers, not a Wide-ResNet")
+            raise CellInputError("family", "stage placement covers transformer layers, not a Wide-ResNet")
         if not pools:
-            raise CellInputError("pools: the allocation needs at least one stage")
+            raise CellInputError("pools", "the allocation needs at least one stage")
         if len(pools) > model.num_layers:
-            raise CellInputError(f"pools: {len(pools)} stages for {model.num_layers} layers")
+            raise CellInputError("pools", f"{len(pools)} stages for {model.num_layers} layers")
         if dp < 1:
-            raise CellInputError(f"dp: must be >= 1, got {dp}")
+            raise CellInputError("dp", f"must be >= 1, got {dp}")
         self.config = config or CellConfig()
         # Default: the paper's 4 x stages micro-batches, or the largest count under it that divides the batch.
         target = min(self.config.microbatches_per_stage * len(pools), model.global_batch)
         b = num_microbatches or max(d for d in range(1, target + 1) if model.global_batch % d == 0)
         if not 1 <= b <= model.global_batch or model.global_batch % b:
-            raise CellInputError(f"num_microbatches: must divide the global batch {model.global_batch}, got {b}")
+            raise CellInputError("num_microbatches", f"must divide the global batch {model.global_batch}, got {b}")
         if dp > model.global_batch // b:
-            raise CellInputError(f"dp: {dp} ranks for micro-batches of {model.global_batch // b} samples")
+            raise CellInputError("dp", f"{dp} ranks for micro-batches of {model.global_batch // b} samples")
         for i, p in enumerate(pools):
             if dp > p.num_gpus:
-                raise CellInputError(f"pools[{i}]: {p.gpu} has {p.num_gpus} GPUs, a stage needs dp = {dp}")
+                raise CellInputError(f"pools[{i}]", f"{p.gpu} has {p.num_gpus} GPUs, a stage needs dp = {dp}")
             need = sum(q == p for q in pools) * dp
             if need > p.num_gpus:
-                raise CellInputError(f"pools[{i}]: {sum(q == p for q in pools)} stages x dp {dp} of {p.gpu} need "
+                raise CellInputError(f"pools[{i}]", f"{sum(q == p for q in pools)} stages x dp {dp} of {p.gpu} need "
                                      f"{need} GPUs, the pool has {p.num_gpus}")
         self.model = model
         self.overlap_sync = overlap_sync
@@ -153,11 +153,11 @@ class StagePlacer:
 
     def evaluate(self, stages: Sequence[HeteroStage]) -> HeteroPlan:
         if len(stages) != len(self.pools):
-            raise CellInputError(f"stages: {len(stages)} given for an allocation of {len(self.pools)}")
+            raise CellInputError("stages", f"{len(stages)} given for an allocation of {len(self.pools)}")
         if sorted(s.pool.gpu for s in stages) != sorted(p.gpu for p in self.pools):
-            raise CellInputError("stages: the GPU types must be the allocation's")
+            raise CellInputError("stages", "the GPU types must be the allocation's")
         if any(s.layers < 1 for s in stages) or sum(s.layers for s in stages) != self.model.num_layers:
-            raise CellInputError(f"stages: layers must be >= 1 each and add up to {self.model.num_layers}")
+            raise CellInputError("stages", f"layers must be >= 1 each and add up to {self.model.num_layers}")
         costs = []
         for i, ((start, end), st) in enumerate(zip(self._bounds([s.layers for s in stages]), stages, strict=True)):
             c = self.stage_cost(st.pool, i, start, end)
@@ -275,7 +275,7 @@ class StagePlacer:
         k, total = len(self.pools), self.model.num_layers
         orders = sorted(set(itertools.permutations([p.gpu for p in self.pools])))
         if len(orders) * math.comb(total - 1, k - 1) > max_plans:
-            raise CellInputError(f"exhaustive: {len(orders) * math.comb(total - 1, k - 1)} plans exceed "
+            raise CellInputError("exhaustive", f"{len(orders) * math.comb(total - 1, k - 1)} plans exceed "
                                  f"max_plans {max_plans}")
         types = {p.gpu: p for p in self.pools}
         return _best([self.best_split([types[t] for t in order], max_plans) for order in orders])
@@ -284,7 +284,7 @@ class StagePlacer:
         """For one order of the stages' types, the best split of the layers (every composition)."""
         k, total = len(order), self.model.num_layers
         if math.comb(total - 1, k - 1) > max_plans:
-            raise CellInputError(f"best_split: {math.comb(total - 1, k - 1)} splits exceed max_plans {max_plans}")
+            raise CellInputError("best_split", f"{math.comb(total - 1, k - 1)} splits exceed max_plans {max_plans}")
         return _best(self.evaluate([HeteroStage(p, b - a) for p, a, b in zip(order, (0, *cuts), (*cuts, total),
                                                                               strict=True)])
                      for cuts in itertools.combinations(range(1, total), k - 1))

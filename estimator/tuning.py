@@ -37,7 +37,7 @@ from tessera.estimator.cells import (
 
 def _log2(n: int) -> int:
     if n < 1 or n & (n - 1):
-        raise CellInputError(f"gpus: stage GPU counts must be powers of two, got {n}")
+        raise CellInputError("gpus", f"stage GPU counts must be powers of two, got {n}")
     return n.bit_length() - 1
 
 
@@ -55,7 +55,7 @@ def pruned_stage_space(gpus: int, favour: str) -> tuple[tuple[int, int], ...]:
     elif favour == "tp":
         keep = range((k + 1) // 2, k + 1)
     else:
-        raise CellInputError(f"favour: must be 'dp' or 'tp', got {favour!r}")
+        raise CellInputError("favour", f"must be 'dp' or 'tp', got {favour!r}")
     return tuple((gpus >> i, 1 << i) for i in keep)
 
 

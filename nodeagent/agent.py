@@ -202,11 +202,11 @@ class Agent:
         host, _, port = self.config.listen.rpartition(":")
         if port == "0" and isinstance(previous_port, int) and 0 < previous_port < 65536:
             try:
-                return rpc.aio_server(f"{host}:{previous_port}", registrations)
+                return rpc.aio_server(f"{host}:{previous_port}", registrations, name="agent")
             except (OSError, RuntimeError):
                 log.info("previous port is taken; binding a new one", port=previous_port)
         try:
-            return rpc.aio_server(self.config.listen, registrations)
+            return rpc.aio_server(self.config.listen, registrations, name="agent")
         except RuntimeError as exc:  # grpc reports a failed bind as RuntimeError
             raise OSError(str(exc)) from None
 

@@ -19,6 +19,7 @@ import structlog
 import yaml
 
 from tessera.common import gpus as catalog
+from tessera.common.errors import FailedPrecondition, InvalidInput
 from tessera.v1 import common_pb2
 
 log = structlog.get_logger("tessera.nodeagent.inventory")
@@ -28,11 +29,11 @@ MAX_MEMORY_GB = 1024
 _GROUP_KEYS = frozenset({"model", "count", "memory_gb", "nvlink"})
 
 
-class InventoryError(ValueError):
+class InventoryError(InvalidInput, ValueError):
     """The declared inventory file is unreadable or invalid; the message names the field."""
 
 
-class NvmlUnavailable(RuntimeError):
+class NvmlUnavailable(FailedPrecondition, RuntimeError):
     """NVML cannot be loaded or initialised (no driver, no GPU, no library)."""
 
 

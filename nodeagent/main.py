@@ -20,6 +20,7 @@ import structlog
 
 from tessera.common import logs
 from tessera.common import metrics as common_metrics
+from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.nodeagent import inventory
 from tessera.nodeagent.agent import Agent, AgentConfig
@@ -32,13 +33,13 @@ NODE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-class UsageError(Exception):
-    """A bad command line: reported as one line, exit status 2."""
+class AgentUsageError(InvalidInput):
+    """A bad tessera-agent command line: reported as one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise AgentUsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,25 +84,25 @@ def _host_port(value: str, flag: str, allow_port0: bool) -> str:
     host, sep, port = value.rpartition(":")
     low = 0 if allow_port0 else 1
     if not sep or not host.strip("[]") or not port.isdigit() or not low <= int(port) <= 65535:
-        raise UsageError(f"{flag}: {value!r} is not HOST:PORT with a port in {low}..65535")
+        raise AgentUsageError(f"{flag}: {value!r} is not HOST:PORT with a port in {low}..65535")
     return value
 
 
 def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Namespace]:
-    """Parse and validate the command line; UsageError with a one-line message on any problem."""
+    """Parse and validate the command line; AgentUsageError with a one-line message on any problem."""
     args = build_parser().parse_args(argv)
     if not NODE_ID_RE.match(args.node_id):
-        raise UsageError(f"--node-id: {args.node_id!r} does not match {NODE_ID_RE.pattern}")
+        raise AgentUsageError(f"--node-id: {args.node_id!r} does not match {NODE_ID_RE.pattern}")
     _host_port(args.controller, "--controller", allow_port0=False)
     _host_port(args.listen, "--listen", allow_port0=True)
     if args.metrics_listen:
         _host_port(args.metrics_listen, "--metrics-listen", allow_port0=True)
     if args.advertise is not None and (not args.advertise.strip("[]") or "/" in args.advertise):
-        raise UsageError(f"--advertise: {args.advertise!r} is not a host name or address")
+        raise AgentUsageError(f"--advertise: {args.advertise!r} is not a host name or address")
     if args.worker_threads is not None and args.worker_threads < 1:
-        raise UsageError(f"--worker-threads: must be >= 1, got {args.worker_threads}")
+        raise AgentUsageError(f"--worker-threads: must be >= 1, got {args.worker_threads}")
     if not args.stop_grace >= 0:
-        raise UsageError(f"--stop-grace: must be >= 0, got {args.stop_grace}")
+        raise AgentUsageError(f"--stop-grace: must be >= 0, got {args.stop_grace}")
     work_dir = Path(args.work_dir).expanduser()
     try:
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -110,7 +111,7 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise UsageError(
+        raise AgentUsageError(
             f"--work-dir: {work_dir} is not a writable directory: {exc.strerror or exc}"
         ) from None
     config = AgentConfig(
@@ -132,11 +133,11 @@ def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, 
         try:
             return inventory.load_declared(args.inventory, args.node_id), False
         except inventory.InventoryError as exc:
-            raise UsageError(f"--inventory: {exc}") from None
+            raise AgentUsageError(f"--inventory: {exc}") from None
     try:
         return inventory.probe_nvml(), True
     except inventory.NvmlUnavailable as exc:
-        raise UsageError(
+        raise AgentUsageError(
             f"{exc}; on a node without NVML pass --inventory FILE (see docs/inventory.md)"
         ) from None
 
@@ -174,9 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 port = common_metrics.serve(args.metrics_listen)
             except OSError as exc:
-                raise UsageError(f"--metrics-listen: cannot serve on {args.metrics_listen}: {exc}") from None
+                raise AgentUsageError(f"--metrics-listen: cannot serve on {args.metrics_listen}: {exc}") from None
             log.info("metrics serving", listen=args.metrics_listen, port=port)
-    except UsageError as exc:
+    except AgentUsageError as exc:
         print(f"tessera-agent: error: {exc}", file=sys.stderr)
         return 2
     try:

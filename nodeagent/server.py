@@ -1,32 +1,22 @@
 """The NodeAgent gRPC servicer: a thin shell over the supervisor, the epoch fence and the drain flag.
 
-Every handler maps the core's errors to status codes (InvalidArgument -> INVALID_ARGUMENT,
-FailedPrecondition -> FAILED_PRECONDITION, NotFound -> NOT_FOUND) and turns anything unexpected
-into INTERNAL after logging it, so no request can take the server down.
+Handlers raise the core's errors (InvalidArgument, FailedPrecondition, NotFound); the server's
+ErrorInterceptor (tessera.common.rpc) maps them to status codes and turns anything unexpected into
+INTERNAL after logging it, so no request can take the server down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any
 
-import grpc
-import grpc.aio
 import structlog
 
-from tessera.nodeagent.errors import AgentError, FailedPrecondition
+from tessera.nodeagent.errors import FailedPrecondition
 from tessera.nodeagent.supervisor import Supervisor
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 
 log = structlog.get_logger("tessera.nodeagent.server")
-
-T = TypeVar("T")
-
-_CODES = {
-    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
-    "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
-    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
-}
 
 
 class EpochFence:
@@ -76,85 +66,56 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
         self.fence = fence
         self.drain = drain
 
-    async def _handle(
-        self, context: grpc.aio.ServicerContext, method: str, fn: Callable[[], Awaitable[T]]
-    ) -> T:
-        try:
-            return await fn()
-        except AgentError as exc:
-            code, message = _CODES.get(exc.code, grpc.StatusCode.INTERNAL), str(exc)
-            log.info("request refused", method=method, code=code.name, error=message)
-        except Exception as exc:  # a bug must cost one request, not the agent
-            log.exception("request failed", method=method)
-            code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
-        await context.abort(code, message)
-        raise AssertionError("unreachable: abort raises")
-
     async def Launch(
-        self, request: agent_pb2.LaunchRequest, context: grpc.aio.ServicerContext
+        self, request: agent_pb2.LaunchRequest, context: Any
     ) -> agent_pb2.LaunchResponse:
-        async def run() -> agent_pb2.LaunchResponse:
-            self.fence.check(request.controller_epoch)
-            existing = self.supervisor.statuses_of(request.job_id, request.attempt)
-            # A retried Launch of an attempt already running answers as before, even when draining.
-            if self.drain.draining and existing is None:
-                raise FailedPrecondition("node is draining: no new launches")
-            started, workers = await self.supervisor.launch(request)
-            log.info(
-                "launch",
-                request_id=request.request_id,
-                job_id=request.job_id,
-                attempt=request.attempt,
-                started=started,
-            )
-            return agent_pb2.LaunchResponse(started=started, workers=workers)
-
-        return await self._handle(context, "Launch", run)
+        self.fence.check(request.controller_epoch)
+        existing = self.supervisor.statuses_of(request.job_id, request.attempt)
+        # A retried Launch of an attempt already running answers as before, even when draining.
+        if self.drain.draining and existing is None:
+            raise FailedPrecondition("node is draining: no new launches")
+        started, workers = await self.supervisor.launch(request)
+        log.info(
+            "launch",
+            request_id=request.request_id,
+            job_id=request.job_id,
+            attempt=request.attempt,
+            started=started,
+        )
+        return agent_pb2.LaunchResponse(started=started, workers=workers)
 
     async def Stop(
-        self, request: agent_pb2.StopRequest, context: grpc.aio.ServicerContext
+        self, request: agent_pb2.StopRequest, context: Any
     ) -> agent_pb2.StopResponse:
-        async def run() -> agent_pb2.StopResponse:
-            self.fence.check(request.controller_epoch)
-            workers = await self.supervisor.stop(
-                request.job_id, request.attempt, request.grace_seconds, request.reason
-            )
-            log.info("stop", request_id=request.request_id, job_id=request.job_id, attempt=request.attempt)
-            return agent_pb2.StopResponse(workers=workers)
-
-        return await self._handle(context, "Stop", run)
+        self.fence.check(request.controller_epoch)
+        workers = await self.supervisor.stop(
+            request.job_id, request.attempt, request.grace_seconds, request.reason
+        )
+        log.info("stop", request_id=request.request_id, job_id=request.job_id, attempt=request.attempt)
+        return agent_pb2.StopResponse(workers=workers)
 
     async def Drain(
-        self, request: agent_pb2.DrainRequest, context: grpc.aio.ServicerContext
+        self, request: agent_pb2.DrainRequest, context: Any
     ) -> agent_pb2.DrainResponse:
-        async def run() -> agent_pb2.DrainResponse:
-            self.fence.check(request.controller_epoch)
-            self.drain.set(request.drain)
-            return agent_pb2.DrainResponse(draining=self.drain.draining)
-
-        return await self._handle(context, "Drain", run)
+        self.fence.check(request.controller_epoch)
+        self.drain.set(request.drain)
+        return agent_pb2.DrainResponse(draining=self.drain.draining)
 
     async def ReadLog(
-        self, request: agent_pb2.ReadLogRequest, context: grpc.aio.ServicerContext
+        self, request: agent_pb2.ReadLogRequest, context: Any
     ) -> agent_pb2.ReadLogResponse:
-        async def run() -> agent_pb2.ReadLogResponse:
-            self.fence.check(request.controller_epoch)
-            path, data = self.supervisor.read_log(
-                request.job_id, request.attempt, request.rank, request.tail_bytes
-            )
-            return agent_pb2.ReadLogResponse(path=path, data=data)
-
-        return await self._handle(context, "ReadLog", run)
+        self.fence.check(request.controller_epoch)
+        path, data = self.supervisor.read_log(
+            request.job_id, request.attempt, request.rank, request.tail_bytes
+        )
+        return agent_pb2.ReadLogResponse(path=path, data=data)
 
     async def ReportProgress(
-        self, request: agent_pb2.ReportProgressRequest, context: grpc.aio.ServicerContext
+        self, request: agent_pb2.ReportProgressRequest, context: Any
     ) -> agent_pb2.ReportProgressResponse:
         # Not fenced: it comes from a local worker, which knows no controller epoch.
-        async def run() -> agent_pb2.ReportProgressResponse:
-            progress = request.progress if request.HasField("progress") else None
-            checkpoint, stop = self.supervisor.report_progress(
-                request.job_id, request.attempt, request.rank, progress
-            )
-            return agent_pb2.ReportProgressResponse(checkpoint_requested=checkpoint, stop_requested=stop)
-
-        return await self._handle(context, "ReportProgress", run)
+        progress = request.progress if request.HasField("progress") else None
+        checkpoint, stop = self.supervisor.report_progress(
+            request.job_id, request.attempt, request.rank, progress
+        )
+        return agent_pb2.ReportProgressResponse(checkpoint_requested=checkpoint, stop_requested=stop)

@@ -7,7 +7,8 @@ the whole table can be exported to (and re-adopted from) <work-dir>/agent-state.
 workers also survive an agent restart.
 
 Everything runs on the agent's event loop; the only blocking calls are the fork/exec of a worker,
-directory creation and small file reads and writes.
+directory creation and small file reads and writes. The records it keeps (Worker, Attempt) are in
+tessera.nodeagent.workers.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,100 +27,20 @@ import structlog
 
 from tessera.nodeagent import contract, process
 from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFound
+from tessera.nodeagent.workers import EXIT_UNKNOWN, EXITED, RUNNING, STOPPING, Attempt, Worker, describe_exit
 from tessera.v1 import agent_pb2, common_pb2
 
 log = structlog.get_logger("tessera.nodeagent.supervisor")
-
-RUNNING: int = common_pb2.WORKER_STATE_RUNNING
-STOPPING: int = common_pb2.WORKER_STATE_STOPPING
-EXITED: int = common_pb2.WORKER_STATE_EXITED
 
 RETENTION_SECONDS = 3600.0
 MAX_EXITED_RECORDS = 2000
 # How many jobs' "highest attempt launched/stopped" marks are kept (they fence late duplicates).
 MAX_JOB_MARKS = 10_000
 EXIT_SPAWN_FAILED = 127  # what a shell reports for "command not found"
-EXIT_UNKNOWN = -1000  # the worker was not our child when it ended: its exit status is lost
 REASON_DOWN = "exited while the agent was down"
 KILL_WAIT_SECONDS = 5.0
 DEFAULT_LOG_TAIL = 64 * 1024
 MAX_LOG_TAIL = 4 * 1024 * 1024
-
-
-@dataclass(eq=False)
-class Worker:
-    job_id: str
-    attempt: int
-    rank: int
-    local_rank: int
-    gpu_indices: tuple[int, ...]
-    log_path: Path
-    state: int = RUNNING
-    pid: int = 0
-    started: int | None = None  # /proc start time of pid, guards against pid reuse
-    exit_code: int = 0
-    reason: str = ""
-    progress: common_pb2.Progress | None = None
-    exited_at: float | None = None  # wall clock, so retention survives an agent restart
-    killed: bool = False  # the stop escalated to SIGKILL
-    adopted: bool = False  # re-adopted after an agent restart: not our child
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def active(self) -> bool:
-        return self.state != EXITED
-
-    def status(self) -> agent_pb2.WorkerStatus:
-        st = agent_pb2.WorkerStatus(
-            job_id=self.job_id,
-            attempt=self.attempt,
-            rank=self.rank,
-            state=self.state,
-            pid=self.pid,
-            exit_code=self.exit_code,
-            log_path=str(self.log_path),
-            reason=self.reason,
-            gpu_indices=list(self.gpu_indices),
-        )
-        if self.progress is not None:
-            st.progress.CopyFrom(self.progress)
-        return st
-
-
-@dataclass(eq=False)
-class Attempt:
-    job_id: str
-    attempt: int
-    world_size: int
-    workers: list[Worker]
-    spawned: asyncio.Event = field(default_factory=asyncio.Event)
-    stop_requested: bool = False
-    stop_reason: str = ""
-    stop_deadline: float | None = None  # wall clock of the pending SIGKILL
-    # checkpoint_iteration seen when a checkpoint was asked for; None = nothing asked.
-    checkpoint_floor: int | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.job_id, self.attempt)
-
-    @property
-    def active(self) -> bool:
-        return any(w.active for w in self.workers)
-
-    def last_exit(self) -> float:
-        return max((w.exited_at or 0.0) for w in self.workers)
-
-
-def _describe_exit(code: int) -> str:
-    if code == EXIT_UNKNOWN:
-        return "exit status unknown"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 class Supervisor:
@@ -348,8 +268,8 @@ class Supervisor:
 
     def _exit_reason(self, att: Attempt, w: Worker, code: int) -> str:
         if att.stop_requested:
-            return f"{self._stop_prefix(att, w)}, {_describe_exit(code)}"
-        return _describe_exit(code)
+            return f"{self._stop_prefix(att, w)}, {describe_exit(code)}"
+        return describe_exit(code)
 
     def _exited(self, att: Attempt, w: Worker, code: int, reason: str, notify: bool = True) -> None:
         w.state = EXITED

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from tessera.common.errors import TesseraError
 from tessera.controller.core.placement import ClusterState
 from tessera.controller.core.snapshot import (
     Cell,
@@ -251,8 +252,8 @@ def queue_key(job: JobView) -> tuple[float, str]:
     return (job.submit_time, job.id)
 
 
-class PlanError(ValueError):
-    """A policy returned a plan that cannot be carried out (a bug in the policy)."""
+class RoundPlanError(TesseraError, ValueError):
+    """A policy returned a round plan that cannot be carried out (a bug in the policy: INTERNAL)."""
 
 
 def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
@@ -269,7 +270,7 @@ def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -
     by_id: dict[str, Decision] = {}
     for d in decided:
         if d.job_id in by_id:
-            raise PlanError(f"policy {policy_name} decided job {d.job_id} twice")
+            raise RoundPlanError(f"policy {policy_name} decided job {d.job_id} twice")
         by_id[d.job_id] = d
     out: list[Decision] = []
     for r in ctx.running.values():
@@ -277,9 +278,9 @@ def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -
         if got is None:
             d = Decision(r.job.id, "keep", "running", r.plan, r.slices, r.cell, opportunistic=r.opportunistic)
         elif got.action == "start":
-            raise PlanError(f"policy {policy_name} started job {r.job.id}, which is running")
+            raise RoundPlanError(f"policy {policy_name} started job {r.job.id}, which is running")
         elif got.action == "pending":
-            raise PlanError(f"policy {policy_name} left running job {r.job.id} pending; use stop")
+            raise RoundPlanError(f"policy {policy_name} left running job {r.job.id} pending; use stop")
         else:
             d = got
         out.append(d)
@@ -288,12 +289,12 @@ def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -
         if got is None:
             d = Decision(j.id, "pending", f"waiting: {policy_name} did not place it this round")
         elif got.action in ("keep", "migrate", "stop"):
-            raise PlanError(f"policy {policy_name} gave action {got.action} to pending job {j.id}")
+            raise RoundPlanError(f"policy {policy_name} gave action {got.action} to pending job {j.id}")
         else:
             d = got
         out.append(d)
     if by_id:
-        raise PlanError(f"policy {policy_name} decided unknown jobs {sorted(by_id)}")
+        raise RoundPlanError(f"policy {policy_name} decided unknown jobs {sorted(by_id)}")
     _check(ctx, out, policy_name)
     jobs = {j.id: j for j in ctx.pending}
     jobs.update((r.job.id, r.job) for r in ctx.running.values())
@@ -315,22 +316,22 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
         if d.action not in ("start", "migrate", "keep"):
             continue
         if not d.slices:
-            raise PlanError(f"policy {policy_name}: {d.action} of {d.job_id} without a placement")
+            raise RoundPlanError(f"policy {policy_name}: {d.action} of {d.job_id} without a placement")
         gpu_ids = [(s.node_id, i) for s in d.slices for i in s.gpu_indices]
         if d.cell is not None:
             if len(gpu_ids) != d.cell.gpus:
-                raise PlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for {d.cell}")
+                raise RoundPlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for {d.cell}")
             bad = [g for g in gpu_ids if g[0] not in nodes or nodes[g[0]].models.get(g[1]) != d.cell.gpu_type]
             if bad:
-                raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPUs not of type "
-                                f"{d.cell.gpu_type}: {bad[:4]}")
+                raise RoundPlanError(f"policy {policy_name}: {d.job_id} placed on GPUs not of type "
+                                     f"{d.cell.gpu_type}: {bad[:4]}")
         for gid in gpu_ids:
             node = nodes.get(gid[0])
             idle = node is not None and gid[1] in node.models and gid[1] not in node.busy
             if not idle and gid not in held:
-                raise PlanError(f"policy {policy_name}: {d.job_id} placed on GPU {gid}, which is not free")
+                raise RoundPlanError(f"policy {policy_name}: {d.job_id} placed on GPU {gid}, which is not free")
             if gid in used:
-                raise PlanError(f"policy {policy_name}: GPU {gid} given to {used[gid]} and {d.job_id}")
+                raise RoundPlanError(f"policy {policy_name}: GPU {gid} given to {used[gid]} and {d.job_id}")
             used[gid] = d.job_id
 
 

@@ -10,7 +10,7 @@ from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.controller.core import launchers
 from tessera.estimator.convert import model_refinements
 from tessera.estimator.models import REGISTERED, ModelDims, registered
-from tessera.estimator.plans import PlanError
+from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -75,7 +75,7 @@ def _model_errors(m: common_pb2.ModelSpec) -> list[FieldError]:
     if not errs:  # the family fields (ModelSpec 7-16), checked as the estimator checks them
         try:
             errs += _family_errors(resolve_model(m).validate())
-        except PlanError as e:
+        except PlanInputError as e:
             errs.append(FieldError(e.field, e.reason))
     return errs
 

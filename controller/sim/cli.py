@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tessera.common.errors import InvalidInput
 from tessera.controller.core.policies import UnknownPolicy, make_policy
 from tessera.controller.core.policy import CachedEstimates, Estimates, RoundConfig
 from tessera.controller.core.snapshot import JobView
@@ -62,8 +63,8 @@ TRACES = ("arena-philly", "arena-venus", "arena-pai", "philly", "morphling-base"
 ALIASES = {"arena-helios": "arena-venus", "helios": "arena-venus"}
 
 
-class SimInputError(ValueError):
-    pass
+class SimInputError(InvalidInput, ValueError):
+    """A bad tessera-sim command line or input file; the message names the flag or file."""
 
 
 def default_data_dir() -> Path:

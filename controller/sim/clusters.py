@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.common.errors import InvalidInput
 from tessera.controller.core.snapshot import GpuView, NodeView
 
 GB = 1000**3
@@ -33,8 +34,8 @@ ARENA_TYPES: dict[str, tuple[str, int, int, int]] = {
 }
 
 
-class ClusterError(ValueError):
-    pass
+class ClusterError(InvalidInput, ValueError):
+    """A node-groups cluster file that cannot be read; the message names the file and line."""
 
 
 @dataclass(frozen=True)

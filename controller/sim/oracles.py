@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tessera.common.errors import InvalidInput
 from tessera.controller.core.policy import CellEstimate, Estimates
 from tessera.controller.core.snapshot import Cell, JobView
 from tessera.controller.sim.clusters import ARENA_TYPES
@@ -39,8 +40,8 @@ XLA_FRACTION = 0.8
 COUNTS = (1, 2, 4, 8, 16)
 
 
-class OracleError(ValueError):
-    pass
+class OracleError(InvalidInput, ValueError):
+    """An oracle that cannot answer for a job or a table that cannot be read."""
 
 
 def arena_type(name: str) -> str:

@@ -22,11 +22,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from tessera.common.errors import InvalidInput
 from tessera.estimator.models import ModelDims
 
 
-class TraceError(ValueError):
-    pass
+class TraceError(InvalidInput, ValueError):
+    """A trace file that cannot be read; the message names the file and line."""
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ estimator.proto) by calling the library: tessera.estimator.memory.estimate_memor
 and `tessctl estimate` without `--estimator` both call it, so both answer the same.
 
 No grpc and no asyncio here; torch only through tessera.estimator.torch.traced, on a traced-mode request. Bad
-input raises the library's errors (PlanError, CellInputError, PerfModelInputError), each naming
-the field as a request path; `field_error` turns any of them into (field, reason).
+input raises the library's errors (PlanInputError, CellInputError, PerfModelInputError), each an
+InvalidArgument (tessera.common.errors) whose `field` is a request path; the server's interceptor
+answers them as INVALID_ARGUMENT "field: reason".
 
 Caches (thread-safe, bounded LRU): memory answers by (model signature, plan, GPU type, mode); Cell
 answers by the whole request, over one CellEstimator per Cell configuration (which caches stage
@@ -28,6 +29,7 @@ from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Generic, TypeVar
 
+from tessera.common.errors import FailedPrecondition, InvalidArgument, InvalidInput
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.estimator import perf_model as pm
 from tessera.estimator.cells import (
@@ -42,7 +44,7 @@ from tessera.estimator.cells import (
 )
 from tessera.estimator.convert import PRECISION, execution_plan, model_dims, plan_message
 from tessera.estimator.memory import estimate_memory
-from tessera.estimator.plans import PlanError
+from tessera.estimator.plans import PlanInputError
 from tessera.estimator.service.state import EstimatorState
 from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
 from tessera.estimator.torch.traced import traced_memory
@@ -61,34 +63,24 @@ LIVE_WINDOW = 64  # step times kept per (job, model, plan, GPU type) for the onl
 MEASURED_SOURCE_NOTE = "estimate (the Cell's time is measured)"
 
 
-class TracedUnavailable(RuntimeError):
+class TracedUnavailable(FailedPrecondition, RuntimeError):
     """Traced mode was asked for where torch cannot be imported."""
 
 
-def field_error(exc: BaseException) -> tuple[str, str] | None:
-    """(field, reason) of an input error of the estimator library; None for anything else."""
-    if isinstance(exc, PlanError):
-        return exc.field, exc.reason
-    if isinstance(exc, pm.PerfModelInputError):
-        return exc.field, str(exc).removeprefix(f"{exc.field}: ")
-    if isinstance(exc, (CellInputError, UnknownGpuError)):
-        field, sep, reason = str(exc).partition(": ")
-        return (field, reason) if sep and " " not in field else ("input", str(exc))
-    return None
-
-
-def _prefixed(prefix: str, exc: Exception) -> PlanError:
-    fe = field_error(exc)
-    assert fe is not None
-    return PlanError(f"{prefix}.{fe[0]}" if fe[0] != "input" else prefix, fe[1])
+def _prefixed(prefix: str, exc: InvalidInput) -> PlanInputError:
+    """`exc` with its field put under `prefix`; an error without a field (an unknown GPU name) is
+    about the whole of `prefix`."""
+    if isinstance(exc, InvalidArgument):
+        return PlanInputError(f"{prefix}.{exc.field}", exc.reason)
+    return PlanInputError(prefix, str(exc))
 
 
 def canonical_gpu(name: str, field: str) -> str:
-    """The catalog name of a GPU name or alias; PlanError on `field` when unknown."""
+    """The catalog name of a GPU name or alias; PlanInputError on `field` when unknown."""
     try:
         return lookup(name).name
     except UnknownGpuError as exc:
-        raise PlanError(field, str(exc)) from None
+        raise PlanInputError(field, str(exc)) from None
 
 
 K = TypeVar("K", bound=Hashable)
@@ -136,16 +128,16 @@ class _Lru(Generic[K, V]):
 def cluster_spec(c: pb.ClusterSpec, field: str = "cluster") -> ClusterSpec:
     """The library's ClusterSpec; errors name ``cluster.pools[i].FIELD``."""
     if not c.pools:
-        raise PlanError(f"{field}.pools", "a cluster needs at least one GPU pool")
+        raise PlanInputError(f"{field}.pools", "a cluster needs at least one GPU pool")
     return ClusterSpec(tuple(gpu_pool(p, f"{field}.pools[{i}]") for i, p in enumerate(c.pools)))
 
 
 def gpu_pool(p: pb.GpuPool, where: str) -> GpuPool:
     """The library's GpuPool; errors name ``WHERE.FIELD``."""
     if p.intra_link not in LINKS:
-        raise PlanError(f"{where}.intra_link", f"unknown value {p.intra_link}")
+        raise PlanInputError(f"{where}.intra_link", f"unknown value {p.intra_link}")
     if not p.gpu:
-        raise PlanError(f"{where}.gpu", "required, a catalog GPU name such as A100-80GB")
+        raise PlanInputError(f"{where}.gpu", "required, a catalog GPU name such as A100-80GB")
     try:
         return GpuPool(p.gpu, p.num_gpus, p.gpus_per_node, LINKS[p.intra_link], p.nic_gbps or 12.5,
                        p.pcie_gbps or 32.0,
@@ -167,12 +159,12 @@ def cluster_message(spec: ClusterSpec) -> pb.ClusterSpec:
 
 def cell_config(o: pb.CellOptions) -> CellConfig:
     if o.max_gpus < 0:
-        raise PlanError("options.max_gpus", f"must be >= 1 (0 = 64), got {o.max_gpus}")
+        raise PlanInputError("options.max_gpus", f"must be >= 1 (0 = 64), got {o.max_gpus}")
     if o.microbatches_per_stage < 0:
-        raise PlanError("options.microbatches_per_stage", f"must be >= 1 (0 = 4), got {o.microbatches_per_stage}")
+        raise PlanInputError("options.microbatches_per_stage", f"must be >= 1 (0 = 4), got {o.microbatches_per_stage}")
     for i, s in enumerate(o.stage_counts):
         if s < 1:
-            raise PlanError(f"options.stage_counts[{i}]", f"must be >= 1, got {s}")
+            raise PlanInputError(f"options.stage_counts[{i}]", f"must be >= 1, got {s}")
     base = CellConfig()
     return replace(base, max_gpus=o.max_gpus or base.max_gpus,
                    microbatches_per_stage=o.microbatches_per_stage or base.microbatches_per_stage,
@@ -182,12 +174,12 @@ def cell_config(o: pb.CellOptions) -> CellConfig:
 def cell_model(req: pb.GetCellsRequest) -> CellModel:
     dims = model_dims(req.model)
     if req.global_batch_size < 1:
-        raise PlanError("global_batch_size", f"required, must be >= 1, got {req.global_batch_size}")
+        raise PlanInputError("global_batch_size", f"required, must be >= 1, got {req.global_batch_size}")
     if req.precision and req.precision not in PRECISION:
-        raise PlanError("precision", f"unknown value {req.precision}")
+        raise PlanInputError("precision", f"unknown value {req.precision}")
     if req.precision and not dims.is_transformer:
-        raise PlanError("precision", f"a {dims.family} model has one recipe (float32, SGD with momentum); "
-                                     "leave precision unset")
+        raise PlanInputError("precision", f"a {dims.family} model has one recipe (float32, SGD with momentum); "
+                                          "leave precision unset")
     recompute = req.options.recompute if req.options.HasField("recompute") else True
     try:
         return CellModel.from_dims(dims, int(req.global_batch_size), precision=PRECISION.get(req.precision, CELL_PRECISION),
@@ -245,7 +237,7 @@ def cell_message(c: Cell) -> pb.Cell:
 
 def perf_mode(value: int, field: str = "mode") -> pm.Mode:
     if value not in PERF_MODES:
-        raise PlanError(field, f"unknown value {value}")
+        raise PlanInputError(field, f"unknown value {value}")
     return PERF_MODES[value]
 
 
@@ -267,11 +259,11 @@ def run_config(c: pb.PerfRunConfig) -> pm.RunConfig:
                            fwd_ref_batch=w.fwd_ref_batch or 1.0, fwd_exponent=w.fwd_exponent or 1.0)
     p = c.plan
     if p.zero not in ZEROS:
-        raise PlanError("plan.zero", f"unknown value {p.zero}")
+        raise PlanInputError("plan.zero", f"unknown value {p.zero}")
     plan = pm.Plan(dp=p.dp or 1, tp=p.tp or 1, pp=p.pp or 1, zero=ZEROS[p.zero], ga_steps=p.ga_steps or 1,
                    checkpointing=p.checkpointing, micro_batches=p.micro_batches or 1)
     if not c.gpus_per_node:
-        raise PlanError("gpus_per_node", "required: GPUs per server, e.g. [8, 8]")
+        raise PlanInputError("gpus_per_node", "required: GPUs per server, e.g. [8, 8]")
     placement = pm.Placement(tuple(c.gpus_per_node))
     return pm.RunConfig(workload, plan, placement, cpus=c.cpus or 1, fwd_time=c.fwd_time or None)
 
@@ -289,7 +281,7 @@ def _in(prefix: str, fn: Callable[[M], T], arg: M) -> T:
     """fn(arg), with the field of an input error put under `prefix`."""
     try:
         return fn(arg)
-    except (PlanError, pm.PerfModelInputError, CellInputError) as exc:
+    except (PlanInputError, pm.PerfModelInputError, CellInputError) as exc:
         raise _prefixed(prefix, exc) from None
 
 
@@ -358,10 +350,10 @@ class Estimator:
         dims.require_transformer("the memory estimate")
         plan = execution_plan(req.plan, int(req.global_batch_size))
         if req.num_gpus < 0:
-            raise PlanError("num_gpus", f"must be >= 1 (0 = dp*tp*pp), got {req.num_gpus}")
+            raise PlanInputError("num_gpus", f"must be >= 1 (0 = dp*tp*pp), got {req.num_gpus}")
         plan.check(num_gpus=req.num_gpus or None, model=dims)
         if req.mode not in MODES:
-            raise PlanError("mode", f"unknown value {req.mode}")
+            raise PlanInputError("mode", f"unknown value {req.mode}")
         mode = MODES[req.mode]
         gpu = canonical_gpu(req.gpu, "gpu") if req.gpu else ""
         key = (dims.signature, plan.key, gpu, mode)
@@ -407,20 +399,19 @@ class Estimator:
         model = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size,
                                               precision=req.precision))
         if not req.stages:
-            raise PlanError("stages", "the allocation needs at least one stage (one GpuPool per stage)")
+            raise PlanInputError("stages", "the allocation needs at least one stage (one GpuPool per stage)")
         pools = [gpu_pool(p, f"stages[{i}]") for i, p in enumerate(req.stages)]
         if req.dp < 0 or req.num_microbatches < 0:
-            raise PlanError("dp" if req.dp < 0 else "num_microbatches", "must be >= 0 (0 = the default)")
+            raise PlanInputError("dp" if req.dp < 0 else "num_microbatches", "must be >= 0 (0 = the default)")
         try:
             placer = StagePlacer(model, pools, req.dp or 1, req.num_microbatches or None, overlap_sync=req.overlap_sync)
             optimum = placer.exhaustive() if req.exhaustive else None  # first: a search too large is refused at once
             resp = pb.PlaceStagesResponse(model_signature=model.signature, placement=placement_message(placer.place()))
             if optimum is not None:
                 resp.optimum.CopyFrom(placement_message(optimum))
-        except CellInputError as exc:
-            field, sep, reason = str(exc).partition(": ")
-            field = {"family": "model.family"}.get(field, field.replace("pools", "stages")) if sep else "stages"
-            raise PlanError(field, reason or str(exc)) from None
+        except CellInputError as exc:  # the placer's pools are the request's stages
+            field = {"family": "model.family"}.get(exc.field, exc.field.replace("pools", "stages"))
+            raise PlanInputError(field, exc.reason) from None
         return resp
 
     def _cell_estimator(self, config: CellConfig) -> tuple[CellEstimator, threading.Lock]:
@@ -448,14 +439,14 @@ class Estimator:
             if seen is not None:
                 return seen
         if not req.samples:
-            raise PlanError("samples", "needs at least one sample")
+            raise PlanInputError("samples", "needs at least one sample")
         samples = [_in(f"samples[{i}]", sample, s) for i, s in enumerate(req.samples)]
         mode = perf_mode(req.mode)
         env = _in("env", environment, req.env)
         gpu = canonical_gpu(req.gpu_type, "gpu_type") if req.gpu_type else ""
         key = req.model_key or samples[0].config.workload.name
         if not key:
-            raise PlanError("model_key", "required when the samples' workload has no name")
+            raise PlanInputError("model_key", "required when the samples' workload has no name")
         params = pm.fit(samples, mode, env)
         err = pm.rmsle(params, samples, mode, env)
         with self._lock:
@@ -481,18 +472,18 @@ class Estimator:
         after. Without a fitted model the refit starts from the prior (DEFAULT_PARAMS)."""
         cfg = _in("config", run_config, req.config)
         if not req.steps:
-            raise PlanError("steps", "needs at least one step time")
+            raise PlanInputError("steps", "needs at least one step time")
         for i, st in enumerate(req.steps):
             if not (math.isfinite(st.seconds) and st.seconds > 0):
-                raise PlanError(f"steps[{i}].seconds", f"must be a finite number > 0, got {st.seconds!r}")
+                raise PlanInputError(f"steps[{i}].seconds", f"must be a finite number > 0, got {st.seconds!r}")
         gpu = canonical_gpu(req.gpu_type, "gpu_type") if req.gpu_type else ""
         key = req.model_key or cfg.workload.name
         if not key:
-            raise PlanError("model_key", "required when the workload has no name")
+            raise PlanInputError("model_key", "required when the workload has no name")
         cell_sig = None
         if req.HasField("model"):
             if not gpu:
-                raise PlanError("gpu_type", "required with model (the Cell's GPU type)")
+                raise PlanInputError("gpu_type", "required with model (the Cell's GPU type)")
             cell_sig = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size)).signature
         with self._lock:
             fitted = self._models.get((key, gpu))

@@ -49,7 +49,8 @@ async def serve(args: argparse.Namespace) -> None:
         state = EstimatorState(Path(args.state_dir) / "estimator.db")
     estimator = Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache, state=state)
     service = EstimatorService(estimator)
-    server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)])
+    server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)],
+                                   name="estimator")
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]

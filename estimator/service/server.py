@@ -2,8 +2,9 @@
 
 Every call but Health runs the library in a worker thread (asyncio.to_thread), so a traced-mode
 estimate or a cold Cell computation never blocks the event loop: Health, the watchdog and other calls
-keep being answered. Errors: an input error of the library is INVALID_ARGUMENT "field: reason";
-traced mode without torch is FAILED_PRECONDITION; anything else is INTERNAL (and logged).
+keep being answered. Errors are raised, and the server's ErrorInterceptor (tessera.common.rpc)
+answers them: an input error of the library is INVALID_ARGUMENT "field: reason"; traced mode
+without torch is FAILED_PRECONDITION; anything else is INTERNAL (and logged, never sent).
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import grpc
-import structlog
 from prometheus_client import Counter, Histogram
 
-from tessera.estimator.service.handlers import Estimator, TracedUnavailable, field_error
+from tessera.common.errors import Code, TesseraError
+from tessera.estimator.service.handlers import Estimator
 from tessera.v1 import estimator_pb2 as pb
 from tessera.v1 import estimator_pb2_grpc
-
-log = structlog.get_logger("tessera.estimator.service")
 
 REQUESTS = Counter("tessera_estimator_requests_total", "Estimator calls by method and status code",
                    ["method", "code"])
@@ -59,24 +57,13 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
 
     async def _run(self, method: str, fn: Callable[[Req], Resp], request: Req, context: Any) -> Resp:
         start = time.perf_counter()
-        code, message = grpc.StatusCode.INTERNAL, ""
         try:
             result = await asyncio.to_thread(fn, request)
-        except TracedUnavailable as exc:
-            code, message = grpc.StatusCode.FAILED_PRECONDITION, str(exc)
-        except Exception as exc:
-            fe = field_error(exc)
-            if fe is not None:
-                code, message = grpc.StatusCode.INVALID_ARGUMENT, f"{fe[0]}: {fe[1]}"
-            else:
-                log.exception("estimator_call_failed", method=method)
-                message = f"{type(exc).__name__}: {exc}"
-        else:
-            REQUESTS.labels(method, "OK").inc()
+        except Exception as exc:  # counted here, answered by the interceptor
+            code = exc.code if isinstance(exc, TesseraError) else Code.INTERNAL
+            REQUESTS.labels(method, code.value).inc()
             SECONDS.labels(method).observe(time.perf_counter() - start)
-            return result
-        REQUESTS.labels(method, code.name).inc()
+            raise
+        REQUESTS.labels(method, "OK").inc()
         SECONDS.labels(method).observe(time.perf_counter() - start)
-        log.info("estimator_call_rejected", method=method, code=code.name, message=message)
-        await context.abort(code, " ".join(message.split()))
-        raise AssertionError("context.abort returned")  # pragma: no cover
+        return result

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
+from tessera.common.errors import TesseraError
 from tessera.estimator import perf_model as pm
 
 # (Cell model signature, GPU type, GPUs, stages)
@@ -30,8 +31,8 @@ CREATE TABLE IF NOT EXISTS measured (signature TEXT NOT NULL, gpu TEXT NOT NULL,
 """
 
 
-class StateError(OSError):
-    pass
+class StateError(TesseraError, OSError):
+    """The state database cannot be opened or a row in it read (INTERNAL: the operator's to fix)."""
 
 
 def _sample_dict(s: pm.Sample) -> dict[str, Any]:

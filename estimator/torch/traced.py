@@ -16,7 +16,7 @@ steps do not raise the peak, so they are not run. Fake tensors live on the CPU d
 torch cannot run autograd on fake CUDA tensors, docs/reference/estimation.md 2.3); MemTracker's 512-byte
 rounding applies to CUDA only, so the bytes are exact tensor bytes.
 
-Not simulated (PlanError on plan.<field>): ZeRO-3/FSDP parameter gathering, interleaved pipelines.
+Not simulated (PlanInputError on plan.<field>): ZeRO-3/FSDP parameter gathering, interleaved pipelines.
 `run_step(..., fake=False)` runs the same step on real CPU tensors (for the traced-vs-real check).
 """
 
@@ -38,7 +38,7 @@ from tessera.estimator.memory_terms import (
     state_bytes,
 )
 from tessera.estimator.models import ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,10 @@ def _cpu_bytes(model: ModelDims, plan: ExecutionPlan) -> int:
 
 def _check_supported(plan: ExecutionPlan) -> None:
     if plan.zero_stage >= 3:
-        raise PlanError("plan.sharding", "traced mode does not simulate ZeRO-3/FSDP parameter gathering; "
-                                         "use mode 'formula'")
+        raise PlanInputError("plan.sharding", "traced mode does not simulate ZeRO-3/FSDP parameter gathering; "
+                                              "use mode 'formula'")
     if plan.virtual_stages > 1:
-        raise PlanError("plan.virtual_stages", "traced mode does not simulate interleaved pipelines")
+        raise PlanInputError("plan.virtual_stages", "traced mode does not simulate interleaved pipelines")
 
 
 def run_step(model: ModelDims, plan: ExecutionPlan, stage: int = 0, *, fake: bool = True) -> StepTrace:

@@ -109,6 +109,29 @@ def test_unknown_ids(client: Client) -> None:
     assert code_of(lambda: client.logs("j-doesnotexist")).code == "NOT_FOUND"
 
 
+def test_error_statuses_and_messages(client: Client) -> None:
+    """The exact status and details of each error kind, unary and streaming (the interceptor's
+    mapping, the engine's errors through controller.service.translate)."""
+    def status(fn: object) -> tuple[str, str]:
+        err = code_of(fn)
+        return err.code, err.message
+
+    assert status(lambda: client.get("j-doesnotexist")) == ("NOT_FOUND", "job j-doesnotexist not found")
+    assert status(lambda: client.drain("no-such-node")) == ("NOT_FOUND", "node no-such-node not found")
+    assert status(lambda: client.get("../../x")) == ("INVALID_ARGUMENT", "job_id: malformed")
+    assert status(lambda: client.list(states=[99])) == ("INVALID_ARGUMENT", "states: unknown state 99")
+    # A server stream: the same mapping, before the first event and for a job that is not there.
+    assert status(lambda: list(client.watch("../../x", timeout=10))) == ("INVALID_ARGUMENT", "job_id: malformed")
+    assert status(lambda: list(client.watch("j-doesnotexist", timeout=10))) == (
+        "NOT_FOUND", "job j-doesnotexist not found")
+    job = client.submit(spec(name="unplaced"))
+    assert status(lambda: client.logs(job.id)) == ("FAILED_PRECONDITION", f"job {job.id} has not been placed yet")
+    assert status(lambda: client.logs(job.id, rank=-1)) == ("INVALID_ARGUMENT", "rank, attempt, tail_bytes: must be >= 0")
+    client.submit(spec(name="first"), request_id="reused-id")
+    assert status(lambda: client.submit(spec(name="second"), request_id="reused-id")) == (
+        "ALREADY_EXISTS", "request_id: reused-id was already used for a different job spec")
+
+
 def test_cancel_pending_is_final_and_idempotent(client: Client) -> None:
     job = client.submit(spec(name="cancelme"))
     c1 = client.cancel(job.id)

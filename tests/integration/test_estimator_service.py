@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from tessera.common import rpc
 from tessera.estimator import perf_model as pm
@@ -38,7 +39,8 @@ class Server:
 
 async def _serve(estimator: Estimator) -> AsyncIterator[Server]:
     service = EstimatorService(estimator)
-    server, port = rpc.aio_server("127.0.0.1:0", [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)])
+    server, port = rpc.aio_server("127.0.0.1:0", [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)],
+                                  name="estimator")
     await server.start()
     channel = rpc.aio_channel(f"127.0.0.1:{port}")
     try:
@@ -273,6 +275,31 @@ async def test_bad_input_is_invalid_argument_naming_the_field(srv: Server, metho
         await getattr(srv.stub, method)(request_)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (err.value.details() or "").startswith(f"{field}: "), err.value.details()
+
+
+def _count(method: str, code: str) -> float:
+    return REGISTRY.get_sample_value("tessera_estimator_requests_total", {"method": method, "code": code}) or 0.0
+
+
+async def test_a_bug_is_internal_without_its_text_and_every_outcome_is_counted(
+    srv: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = {code: _count("GetCells", code) for code in ("INTERNAL", "INVALID_ARGUMENT", "OK")}
+
+    def bug(request: object) -> None:
+        raise ZeroDivisionError("secret internals")
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await srv.stub.GetCells(pb.GetCellsRequest(model=GPT))  # no batch size: refused by the library
+    assert (err.value.code(), err.value.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "global_batch_size: required, must be >= 1, got 0")
+    monkeypatch.setattr(srv.service.estimator, "get_cells", bug)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await srv.stub.GetCells(pb.GetCellsRequest(model=GPT))
+    assert (err.value.code(), err.value.details()) == (
+        grpc.StatusCode.INTERNAL, "GetCells failed; see the estimator log")
+    after = {code: _count("GetCells", code) for code in before}
+    assert {k: after[k] - before[k] for k in before} == {"INTERNAL": 1, "INVALID_ARGUMENT": 1, "OK": 0}
 
 
 # -- performance model ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.models import REGISTERED, ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 pytest.importorskip("torch")
 
@@ -78,9 +78,9 @@ def test_traced_7b_in_seconds() -> None:
 
 
 def test_traced_refuses_what_it_does_not_simulate() -> None:
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         traced_memory(GPT, ExecutionPlan(dp=2, sharding="zero3"))
     assert e.value.field == "plan.sharding"
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         traced_memory(GPT, ExecutionPlan(pp=2, virtual_stages=2))
     assert e.value.field == "plan.virtual_stages"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tessera.nodeagent.agent import AgentConfig, advertise_host, join_host_port, local_host
-from tessera.nodeagent.main import UsageError, parse_config
+from tessera.nodeagent.main import AgentUsageError, parse_config
 
 
 def test_parse_config_defaults(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_parse_config_defaults(tmp_path: Path) -> None:
 )
 def test_parse_config_errors(tmp_path: Path, extra: list[str], message: str) -> None:
     argv = ["--controller", "ctl:50051", "--node-id", "n1", "--work-dir", str(tmp_path), *extra]
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(AgentUsageError) as err:
         parse_config(argv)
     assert str(err.value).startswith(message)
 
@@ -46,7 +46,7 @@ def test_parse_config_errors(tmp_path: Path, extra: list[str], message: str) -> 
 def test_unwritable_work_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(UsageError, match="--work-dir: .* is not a writable directory"):
+    with pytest.raises(AgentUsageError, match="--work-dir: .* is not a writable directory"):
         parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(blocker / "sub")])
 
 

@@ -14,7 +14,7 @@ from tessera.clients.jobfile import JobFileError, job_spec_from_dict
 from tessera.controller.core.validate import resolve_model, validate_spec
 from tessera.estimator.convert import execution_plan, model_dims, model_spec, plan_fields, plan_message
 from tessera.estimator.models import REGISTERED, ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.v1 import common_pb2 as c
 from tessera.v1 import estimator_pb2 as pb
 
@@ -46,10 +46,10 @@ def test_family_fields_reach_the_controller_and_are_validated() -> None:
 def test_plan_defaults_and_the_global_batch() -> None:
     assert execution_plan(c.ExecutionPlan()) == ExecutionPlan()
     assert execution_plan(c.ExecutionPlan(dp=2, micro_batch=4), global_batch=64).grad_accum == 8
-    with pytest.raises(PlanError) as err:
+    with pytest.raises(PlanInputError) as err:
         execution_plan(c.ExecutionPlan(dp=3), global_batch=64)
     assert err.value.field == "plan.grad_accum"
-    with pytest.raises(PlanError) as err:
+    with pytest.raises(PlanInputError) as err:
         execution_plan(c.ExecutionPlan(dp=2, grad_accum=2), global_batch=64)
     assert err.value.field == "plan"
     plan = ExecutionPlan(dp=4, tp=2, pp=2, micro_batch=2, grad_accum=8, sharding="zero3", offload="optimizer+params",
@@ -160,12 +160,12 @@ def test_wide_resnet_through_the_shared_vocabulary() -> None:
         bad.CopyFrom(spec)
         for k, v in changes.items():
             setattr(bad, k, v)
-        with pytest.raises(PlanError) as err:
+        with pytest.raises(PlanInputError) as err:
             model_dims(bad)
         assert err.value.field == field
     gpt_with_width = c.ModelSpec(hidden_size=128, num_layers=4, num_heads=4, vocab_size=512, seq_length=64,
                                  width_factor=2)
-    with pytest.raises(PlanError, match="only the wresnet family"):
+    with pytest.raises(PlanInputError, match="only the wresnet family"):
         model_dims(gpt_with_width)
 
 
@@ -198,6 +198,6 @@ def test_memory_and_traced_refuse_a_wide_resnet_naming_the_family() -> None:
     assert num_params(wrn) == 495_046_176
     for call in (lambda: estimate_memory(wrn, ExecutionPlan()), lambda: marp_memory(wrn, 1, 1),
                  lambda: traced_memory(wrn, ExecutionPlan())):
-        with pytest.raises(PlanError) as err:
+        with pytest.raises(PlanInputError) as err:
             call()
         assert err.value.field == "model.family" and "has Cells only" in err.value.reason

@@ -18,7 +18,7 @@ from tessera.estimator.memory import (
 )
 from tessera.estimator.memory_terms import DEFAULT_OTHER_BYTES, GIB, RECIPES, rank_params
 from tessera.estimator.models import REGISTERED, ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 # Korthikanti et al. 2022 Fig. 1 (values as Calculon's validation.py lists them;
 # docs/reference/estimation.md 1.1):
@@ -176,7 +176,7 @@ def test_capacity_and_fits_from_the_catalog() -> None:
     (lambda: estimate_memory(REGISTERED["gpt2-small"], ExecutionPlan(tp=5)), "plan.tp"),
 ])
 def test_bad_input_names_the_field(call: object, field: str) -> None:
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         call()  # type: ignore[operator]
     assert e.value.field == field
     assert isinstance(e.value, ValueError)

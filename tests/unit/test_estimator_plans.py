@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tessera.estimator.models import REGISTERED, ModelDims
-from tessera.estimator.plans import ExecutionPlan, PlanError
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 
-def field_of(exc: pytest.ExceptionInfo[PlanError]) -> str:
+def field_of(exc: pytest.ExceptionInfo[PlanInputError]) -> str:
     return exc.value.field
 
 
@@ -33,7 +33,7 @@ def test_defaults_and_derived_sizes() -> None:
     ({"virtual_stages": 2}, "plan.virtual_stages"), ({"dp": True}, "plan.dp"),
 ])
 def test_bad_plan_names_the_field(kwargs: dict[str, object], field: str) -> None:
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         ExecutionPlan(**kwargs)  # type: ignore[arg-type]
     assert field_of(e) == field
     assert str(e.value).startswith(field + ":")
@@ -42,10 +42,10 @@ def test_bad_plan_names_the_field(kwargs: dict[str, object], field: str) -> None
 def test_sizes_must_multiply_to_the_gpu_count() -> None:
     p = ExecutionPlan(dp=2, tp=2)
     assert p.check(num_gpus=4) is p
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         p.check(num_gpus=8)
     assert field_of(e) == "num_gpus" and "2*2*1 = 4" in str(e.value)
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         p.check(num_gpus=0)
     assert field_of(e) == "num_gpus"
 
@@ -68,12 +68,12 @@ def test_sizes_must_multiply_to_the_gpu_count() -> None:
     (ModelDims(1024, 4, 16, 1000, 128, family="rnn"), ExecutionPlan(), "model.family"),  # type: ignore[arg-type]
 ])
 def test_plan_against_model_names_the_field(model: ModelDims, plan: ExecutionPlan, field: str) -> None:
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         plan.check(model=model)
     assert field_of(e) == field
 
 
 def test_unknown_key_in_a_plan_mapping() -> None:
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(PlanInputError) as e:
         ExecutionPlan.from_dict({"dp": 2, "zero": 1})
     assert field_of(e) == "plan.zero"

@@ -8,7 +8,7 @@ from tessera.controller.core import frenzy
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.placement import SCATTER, ClusterState, Trial, quotas
 from tessera.controller.core.policies import UnknownPolicy, make_policy
-from tessera.controller.core.policy import PlanError, RoundContext, plan_round
+from tessera.controller.core.policy import RoundContext, RoundPlanError, plan_round
 from tessera.controller.core.snapshot import (
     Cell,
     Decision,
@@ -91,13 +91,13 @@ def test_plan_errors_catch_double_booking_and_busy_gpus() -> None:
     snap = Snapshot((node("a", "X", 2, busy=(1,)),), (JobView("p", 0.0, M, 8), JobView("q", 1.0, M, 8)))
     e = TableEstimates({})
     two = [Decision("p", "start", "", slices=(Slice("a", (0,)),)), Decision("q", "start", "", slices=(Slice("a", (0,)),))]
-    with pytest.raises(PlanError, match="given to p and q"):
+    with pytest.raises(RoundPlanError, match="given to p and q"):
         plan_round(snap, e, Bad(two))
-    with pytest.raises(PlanError, match="not free"):
+    with pytest.raises(RoundPlanError, match="not free"):
         plan_round(snap, e, Bad([Decision("p", "start", "", slices=(Slice("a", (1,)),))]))
-    with pytest.raises(PlanError, match="not of type"):
+    with pytest.raises(RoundPlanError, match="not of type"):
         plan_round(snap, e, Bad([Decision("p", "start", "", slices=(Slice("a", (0,)),), cell=Cell("Y", 1))]))
-    with pytest.raises(PlanError, match="twice"):
+    with pytest.raises(RoundPlanError, match="twice"):
         plan_round(snap, e, Bad([Decision("p", "pending", ""), Decision("p", "pending", "")]))
 
 

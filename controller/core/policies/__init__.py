@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tessera.common.errors import InvalidInput
 from tessera.controller.core.policies.crius import CriusOptions, CriusPolicy
 from tessera.controller.core.policies.elasticflow import ElasticFlowPolicy
 from tessera.controller.core.policies.fcfs import FcfsPolicy
@@ -43,8 +44,8 @@ FACTORIES: dict[str, Callable[[str], Policy]] = {
 ALIASES = {"elasticflow-ls": "elasticflow-l", "ef": "elasticflow-l", "ef-ls": "elasticflow-l"}
 
 
-class UnknownPolicy(ValueError):
-    pass
+class UnknownPolicy(InvalidInput, ValueError):
+    """A policy name that is neither registered nor an alias."""
 
 
 def policy_names() -> list[str]:

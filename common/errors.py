@@ -1,0 +1,102 @@
+"""The one error model of Tessera: every error raised on purpose is a `TesseraError` with a `code`.
+
+    TesseraError                         code INTERNAL unless a subclass says otherwise
+    ├── InvalidInput                     INVALID_ARGUMENT: a file, a command line, a name
+    │   └── InvalidArgument(field, reason)    one named field; the message reads "field: reason"
+    ├── NotFound                         NOT_FOUND: the job, node, attempt, rank or log is not there
+    ├── AlreadyExists                    ALREADY_EXISTS: a request id reused for something else
+    ├── FailedPrecondition               FAILED_PRECONDITION: well formed, but the state refuses it
+    ├── Unavailable                      UNAVAILABLE: a peer that cannot be reached
+    └── (tessera.clients.sdk.RpcError)   a failed call as a client sees it; code from the status
+
+Libraries raise these (or their own subclasses, which also stay ValueError where callers catch
+ValueError); the gRPC servers turn them into a status in one place, the interceptor of
+tessera.common.rpc, so a servicer never maps an error by hand. `Code` names a status code without
+importing grpc: the pure cores (the estimator library, the policies, the agent's supervisor) stay
+free of it, and rpc.py maps a Code to a grpc.StatusCode by name.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Code(enum.StrEnum):
+    """A gRPC status code by name; a str, so ``err.code == "NOT_FOUND"`` holds (the SDK's contract)."""
+
+    OK = "OK"
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+    UNAVAILABLE = "UNAVAILABLE"
+    DATA_LOSS = "DATA_LOSS"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+
+
+class TesseraError(Exception):
+    """Root of the errors Tessera raises on purpose; `code` is the status a server answers with.
+
+    `message` is what the peer sees (the status details), the same text as ``str(err)``.
+    """
+
+    code: Code = Code.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInput(TesseraError):
+    """Bad input that is not one request field: a file (the message names it), a command line."""
+
+    code = Code.INVALID_ARGUMENT
+
+
+class InvalidArgument(InvalidInput):
+    """A request field is malformed: `field` is its path (``plan.tp``, ``samples[2].config``)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[InvalidArgument], tuple[str, str]]:
+        # Subclasses keep the (field, reason) signature, so a copy (pickle, a process pool) rebuilds.
+        return type(self), (self.field, self.reason)
+
+
+class NotFound(TesseraError):
+    """The job, node, attempt, rank or log named by a request does not exist (here)."""
+
+    code = Code.NOT_FOUND
+
+
+class AlreadyExists(TesseraError):
+    """The request names something that exists already, differently (a reused request id)."""
+
+    code = Code.ALREADY_EXISTS
+
+
+class FailedPrecondition(TesseraError):
+    """The request is well formed but the state refuses it (GPU busy, draining, stale epoch, no torch)."""
+
+    code = Code.FAILED_PRECONDITION
+
+
+class Unavailable(TesseraError):
+    """A peer the request needs cannot be reached now; retrying later may succeed."""
+
+    code = Code.UNAVAILABLE

@@ -1,0 +1,96 @@
+"""The records the supervisor keeps: one Worker per rank, one Attempt per (job_id, attempt).
+
+Plain data and their status messages, apart from the process handling in supervisor.py, so the
+table (and what agent-state.json holds of it) can be read without the lifecycle around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tessera.v1 import agent_pb2, common_pb2
+
+RUNNING: int = common_pb2.WORKER_STATE_RUNNING
+STOPPING: int = common_pb2.WORKER_STATE_STOPPING
+EXITED: int = common_pb2.WORKER_STATE_EXITED
+EXIT_UNKNOWN = -1000  # the worker was not our child when it ended: its exit status is lost
+
+
+@dataclass(eq=False)
+class Worker:
+    job_id: str
+    attempt: int
+    rank: int
+    local_rank: int
+    gpu_indices: tuple[int, ...]
+    log_path: Path
+    state: int = RUNNING
+    pid: int = 0
+    started: int | None = None  # /proc start time of pid, guards against pid reuse
+    exit_code: int = 0
+    reason: str = ""
+    progress: common_pb2.Progress | None = None
+    exited_at: float | None = None  # wall clock, so retention survives an agent restart
+    killed: bool = False  # the stop escalated to SIGKILL
+    adopted: bool = False  # re-adopted after an agent restart: not our child
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def active(self) -> bool:
+        return self.state != EXITED
+
+    def status(self) -> agent_pb2.WorkerStatus:
+        st = agent_pb2.WorkerStatus(
+            job_id=self.job_id,
+            attempt=self.attempt,
+            rank=self.rank,
+            state=self.state,
+            pid=self.pid,
+            exit_code=self.exit_code,
+            log_path=str(self.log_path),
+            reason=self.reason,
+            gpu_indices=list(self.gpu_indices),
+        )
+        if self.progress is not None:
+            st.progress.CopyFrom(self.progress)
+        return st
+
+
+@dataclass(eq=False)
+class Attempt:
+    job_id: str
+    attempt: int
+    world_size: int
+    workers: list[Worker]
+    spawned: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_requested: bool = False
+    stop_reason: str = ""
+    stop_deadline: float | None = None  # wall clock of the pending SIGKILL
+    # checkpoint_iteration seen when a checkpoint was asked for; None = nothing asked.
+    checkpoint_floor: int | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.job_id, self.attempt)
+
+    @property
+    def active(self) -> bool:
+        return any(w.active for w in self.workers)
+
+    def last_exit(self) -> float:
+        return max((w.exited_at or 0.0) for w in self.workers)
+
+
+def describe_exit(code: int) -> str:
+    """How a worker ended, for its status's reason: "exit code 1", "killed by SIGKILL"."""
+    if code == EXIT_UNKNOWN:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
