@@ -32,7 +32,7 @@ from tessera.clients.sdk import TesseraError
 from tessera.common.inventoryfile import InventoryError, parse_inventory
 from tessera.common.rpc import sync_channel
 from tessera.common.yamlfile import parse_with_lines, read_yaml
-from tessera.estimator.clusterfile import ClusterFileError, parse_node_groups, parse_pools
+from tessera.estimator.clusterfile import ClusterFileError, catalog_gpu, parse_node_groups, parse_pools
 from tessera.estimator.convert import execution_plan, plan_fields
 from tessera.estimator.plans import PlanError
 from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
@@ -291,10 +291,12 @@ def cluster_pools(doc: Any) -> list[estimator_pb2.GpuPool]:
     if "gpus" in doc:
         return _inventory(doc)
     if "node_groups" in doc:
-        return [estimator_pb2.GpuPool(gpu=g.gpu_type, num_gpus=g.count * g.gpus, gpus_per_node=g.gpus,
+        return [estimator_pb2.GpuPool(gpu=g.gpu_type if g.in_catalog
+                                      else catalog_gpu(g.gpu_type, f"node_groups[{i}].gpu_type"),
+                                      num_gpus=g.count * g.gpus, gpus_per_node=g.gpus,
                                       intra_link=estimator_pb2.INTRA_LINK_NVLINK if g.nvlink_islands == 1
                                       else estimator_pb2.INTRA_LINK_PCIE)
-                for g in parse_node_groups(doc).groups]
+                for i, g in enumerate(parse_node_groups(doc).groups)]
     raise ClusterFileError("", "must have 'pools', 'gpus' (a node inventory) or 'node_groups'")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from tessera.common.yamlfile import InputFileError, parse_with_lines, read_and_parse
 from tessera.estimator import catalog
@@ -40,7 +40,7 @@ class InventorySpec:
     groups: tuple[GpuGroupSpec, ...]
 
 
-def _is_int(v: object) -> bool:
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

@@ -92,10 +92,11 @@ def load_yaml(text: str | bytes, file: str = "<string>", error: type[InputFileEr
     if len(text) > MAX_BYTES:
         raise error("", f"larger than {MAX_BYTES // (1024 * 1024)} MiB", file=file)
     if isinstance(text, bytes):
+        raw = text
         try:
-            text = text.decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            line = text.count(b"\n", 0, exc.start) + 1
+            line = raw.count(b"\n", 0, exc.start) + 1
             raise error("", f"not UTF-8 text (byte {exc.start})", file=file, line=line) from None
     loader = _Loader(text)
     try:

@@ -83,7 +83,7 @@ def _pool(field: str, p: Any) -> PoolSpec:
     link = p.get("intra_link", "")
     if link not in LINKS:
         raise ClusterFileError(f"{field}.intra_link", f"must be nvlink or pcie, got {link!r}")
-    gpu = _gpu(p.get("gpu"), f"{field}.gpu")
+    gpu = catalog_gpu(p.get("gpu"), f"{field}.gpu")
     if link == "nvlink" and lookup(gpu).nvlink_gbps <= 0:
         raise ClusterFileError(f"{field}.intra_link", f"{gpu} has no NVLink in the catalog")
     speeds: dict[str, float] = {}
@@ -125,8 +125,10 @@ MAX_GPUS_PER_NODE = 1_024
 
 @dataclass(frozen=True)
 class NodeGroupSpec:
-    """`count` nodes named prefix + index, each with `gpus` GPUs of `gpu_type` (the catalog's name)
-    and `memory_gb` each; `nvlink_islands`: 0 = PCIe only, k = the GPUs split into k NVLink islands."""
+    """`count` nodes named prefix + index, each with `gpus` GPUs of `gpu_type` and `memory_gb` each;
+    `nvlink_islands`: 0 = PCIe only, k = the GPUs split into k NVLink islands. `gpu_type` is the
+    catalog's name when `in_catalog`, else the file's: a simulated cluster may hold GPUs the catalog
+    lacks (frenzy-mixed's RTX 6000), which only the estimator, needing their specs, refuses."""
 
     prefix: str
     count: int
@@ -134,6 +136,7 @@ class NodeGroupSpec:
     gpu_type: str
     memory_gb: float
     nvlink_islands: int = 0
+    in_catalog: bool = True
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,13 @@ def _node_group(field: str, g: Any) -> NodeGroupSpec:
         raise ClusterFileError(f"{field}.prefix", f"expected a non-empty string, got {prefix!r}")
     count = _positive_int(need("count"), f"{field}.count", MAX_NODES_PER_GROUP)
     gpus = _positive_int(need("gpus"), f"{field}.gpus", MAX_GPUS_PER_NODE)
-    gpu_type = _gpu(need("gpu_type"), f"{field}.gpu_type")
+    gpu_type = need("gpu_type")
+    if not isinstance(gpu_type, str) or not gpu_type.strip():
+        raise ClusterFileError(f"{field}.gpu_type", f"expected a non-empty string, got {gpu_type!r}")
+    try:
+        gpu_type, in_catalog = lookup(gpu_type).name, True
+    except UnknownGpuError:
+        in_catalog = False
     mem = need("memory_gb")
     if not _is_number(mem):
         raise ClusterFileError(f"{field}.memory_gb", f"expected a number, got {mem!r}")
@@ -193,7 +202,7 @@ def _node_group(field: str, g: Any) -> NodeGroupSpec:
         raise ClusterFileError(f"{field}.nvlink_islands", f"expected an integer, got {islands!r}")
     if islands < 0 or (islands and gpus % islands):
         raise ClusterFileError(f"{field}.nvlink_islands", f"must divide gpus ({gpus}), got {islands}")
-    return NodeGroupSpec(prefix, count, gpus, gpu_type, float(mem), islands)
+    return NodeGroupSpec(prefix, count, gpus, gpu_type, float(mem), islands, in_catalog)
 
 
 def read_node_groups_file(path: str | Path) -> NodeGroupsSpec:
@@ -225,7 +234,8 @@ def _positive_int(v: Any, field: str, hi: int) -> int:
     return v
 
 
-def _gpu(name: Any, field: str) -> str:
+def catalog_gpu(name: Any, field: str) -> str:
+    """The catalog's name of a GPU the file names; ClusterFileError when it has none."""
     if not isinstance(name, str) or not name.strip():
         raise ClusterFileError(field, "required, a catalog GPU name such as A100-80GB")
     try:

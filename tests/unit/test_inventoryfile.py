@@ -68,8 +68,9 @@ def test_bad_input_names_file_line_and_field(tmp_path: Path, text: str, line: in
     path = _write(tmp_path, text)
     with pytest.raises(InventoryError) as err:
         read_inventory_file(path)
-    assert str(err.value) == f"{path} line {line}: field {field}: {why}"
-    assert (err.value.file, err.value.line, err.value.field, err.value.reason) == (str(path), line, field, why)
+    assert (err.value.file, err.value.line, err.value.field) == (str(path), line, field)
+    assert err.value.reason.startswith(why), err.value.reason
+    assert str(err.value) == f"{path} line {line}: field {field}: {err.value.reason}"
 
 
 @pytest.mark.parametrize(("text", "line", "field", "why"), BAD[:4], ids=[b[2] for b in BAD[:4]])
@@ -81,7 +82,8 @@ def test_the_agent_and_the_cli_report_the_same_error(
         load_declared(path, "n", HOST)
     with pytest.raises(ClusterFileError) as cli:
         load_cluster([str(path)])
-    assert str(agent.value) == str(cli.value) == f"{path} line {line}: field {field}: {why}"
+    assert str(agent.value) == str(cli.value)
+    assert str(cli.value).startswith(f"{path} line {line}: field {field}: {why}")
 
 
 def test_the_agent_and_the_cli_read_the_same_gpus(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ BAD = [
     (_groups(G0.replace('"gpus": 4', '"gpus": 2048')), 2, "node_groups[0].gpus", "must be <= 1,024, got 2,048"),
     (_groups(G0.replace('"count": 2', '"count": 10000000')), 2, "node_groups[0].count",
      "must be <= 100,000, got 10,000,000"),
-    (_groups(G0.replace('"A40"', '"X"')), 2, "node_groups[0].gpu_type", "unknown GPU model 'X'"),
+    (_groups(G0.replace('"A40"', '""')), 2, "node_groups[0].gpu_type", "expected a non-empty string, got ''"),
     (_groups(G0.replace('"prefix": "a-", ', "")), 2, "node_groups[0].prefix", "missing"),
     (_groups(G0.replace('"memory_gb": 48', '"memory_gb": true')), 2, "node_groups[0].memory_gb",
      "expected a number, got True"),
@@ -107,6 +107,15 @@ def test_bad_input_names_file_line_and_field(tmp_path: Path, text: str, line: in
     assert str(sim.value) == str(cli.value) == str(err.value)
 
 
+def test_a_gpu_the_catalog_lacks_is_simulated_but_not_estimated(tmp_path: Path) -> None:
+    path = _write(tmp_path, _groups(G0, G0.replace('"A40"', '"X9"').replace('"a-"', '"x-"')))
+    assert read_node_groups_file(path).groups[1] == NodeGroupSpec("x-", 2, 4, "X9", 48.0, 0, in_catalog=False)
+    assert sim_cluster(str(path)).gpu_types() == ["A40-48GB", "X9"]
+    with pytest.raises(ClusterFileError) as err:
+        cli_cluster([str(path)])
+    assert str(err.value).startswith(f"{path} line 3: field node_groups[1].gpu_type: unknown GPU model 'X9'; ")
+
+
 def test_bad_syntax_and_unknown_names(tmp_path: Path) -> None:
     path = _write(tmp_path, '{"node_groups": [\n {"prefix": "a-", "count": 2, \n "gpus": 4 "gpu_type": "X"}]}')
     with pytest.raises(ClusterError) as err:
@@ -124,6 +133,11 @@ def test_the_simulator_and_the_cli_read_the_same_groups(name: str) -> None:
     assert cluster.name == spec.name == name
     assert [(g.prefix, g.count, g.gpus, g.gpu_type, g.memory_gb, g.nvlink_islands) for g in cluster.groups] == [
         (g.prefix, g.count, g.gpus, g.gpu_type, g.memory_gb, g.nvlink_islands) for g in spec.groups]
+    unknown = [i for i, g in enumerate(spec.groups) if not g.in_catalog]
+    if unknown:  # frenzy-mixed's RTX 6000: simulated, but the estimator has no specs of it
+        with pytest.raises(ClusterFileError, match=rf"line \d+: field node_groups\[{unknown[0]}\]\.gpu_type: "):
+            cli_cluster([str(path)])
+        return
     link = {True: estimator_pb2.INTRA_LINK_NVLINK, False: estimator_pb2.INTRA_LINK_PCIE}
     pools = cli_cluster([str(path)]).pools
     expected: dict[tuple[str, int, int], int] = {}
