@@ -31,6 +31,12 @@ class ClusterFileError(InputFileError):
     """A cluster file (either format) that cannot be used; `field` names the offending key."""
 
 
+# Bounds of both formats: the simulator builds every node and the wire format holds 32-bit counts,
+# so a hostile count must be an error, not an exhausted memory or an overflow.
+MAX_NODES_PER_GROUP = 100_000
+MAX_GPUS_PER_NODE = 1_024
+
+
 # -- pools ----------------------------------------------------------------------------------------------
 
 POOLS_TOP_KEYS = ("pools", "name", "description")
@@ -76,10 +82,13 @@ def _pool(field: str, p: Any) -> PoolSpec:
     unknown = sorted(str(k) for k in p if k not in POOL_KEYS)
     if unknown:
         raise ClusterFileError(f"{field}.{unknown[0]}", f"unknown key (known: {', '.join(POOL_KEYS)})")
-    per = _int_at_least(p, "gpus_per_node", field)
+    per = _int_at_least(p, "gpus_per_node", field, MAX_GPUS_PER_NODE)
     if ("nodes" in p) == ("num_gpus" in p):
         raise ClusterFileError(field, "give nodes or num_gpus (one of them)")
-    n = _int_at_least(p, "num_gpus", field) if "num_gpus" in p else _int_at_least(p, "nodes", field) * per
+    if "num_gpus" in p:
+        n = _int_at_least(p, "num_gpus", field, MAX_NODES_PER_GROUP * MAX_GPUS_PER_NODE)
+    else:
+        n = _int_at_least(p, "nodes", field, MAX_NODES_PER_GROUP) * per
     link = p.get("intra_link", "")
     if link not in LINKS:
         raise ClusterFileError(f"{field}.intra_link", f"must be nvlink or pcie, got {link!r}")
@@ -119,8 +128,6 @@ def read_pools_file(path: str | Path) -> tuple[PoolSpec, ...]:
 
 NODE_GROUPS_TOP_KEYS = ("node_groups", "name", "description")
 NODE_GROUP_KEYS = ("prefix", "count", "gpus", "gpu_type", "memory_gb", "nvlink_islands")
-MAX_NODES_PER_GROUP = 100_000  # the simulator builds every node: a hostile count must not exhaust memory
-MAX_GPUS_PER_NODE = 1_024
 
 
 @dataclass(frozen=True)
@@ -217,10 +224,12 @@ def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _int_at_least(obj: Mapping[str, Any], key: str, field: str, lo: int = 1) -> int:
+def _int_at_least(obj: Mapping[str, Any], key: str, field: str, hi: int, lo: int = 1) -> int:
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise ClusterFileError(f"{field}.{key}", f"must be an integer >= {lo}, got {v!r}")
+    if v > hi:
+        raise ClusterFileError(f"{field}.{key}", f"must be <= {hi:,}, got {v:,}")
     return v
 
 
