@@ -56,6 +56,10 @@ class InputFileError(ValueError):
             return f"{self.field}: {self.reason}" if self.field else self.reason
         return f"{where}: field {self.field}: {self.reason}" if self.field else f"{where}: {self.reason}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A copy (pickle, a process pool) rebuilds from (field, reason) and keeps where it was.
+        return type(self), (self.field, self.reason), {"file": self.file, "line": self.line}
+
     def at(self, file: str, line: int | None) -> Self:
         """The same error, located (its class kept, so `except JobFileError` still catches it)."""
         return type(self)(self.field, self.reason, file=file, line=line)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,8 @@ def test_errors_are_located_once() -> None:
     assert str(InputFileError("a", "why")) == "a: why"
     assert str(InputFileError("", "cannot read: gone", file="f.yaml")) == "f.yaml: cannot read: gone"
     assert len(InputFileError("a", "x" * 10_000).reason) == 500
+    copied = pickle.loads(pickle.dumps(err.value))
+    assert (type(copied), str(copied), copied.line) == (InputFileError, str(err.value), 3)
 
 
 def test_merge_keys_may_be_overridden_but_keys_not_repeated() -> None:
