@@ -32,8 +32,8 @@ def test_builtin_clusters() -> None:
 
 def test_bad_cluster_files_name_line_and_field(tmp_path: Path) -> None:
     p = tmp_path / "c.json"
-    p.write_text('{"node_groups": [\n {"prefix": "a-", "count": 2, "gpus": 4, "gpu_type": "A40", "memory_gb": 40},\n'
-                 ' {"prefix": "b-", "count": 0, "gpus": 4, "gpu_type": "A40", "memory_gb": 40}\n]}\n')
+    p.write_text('{"node_groups": [\n {"prefix": "a-", "count": 2, "gpus": 4, "gpu_type": "X", "memory_gb": 40},\n'
+                 ' {"prefix": "b-", "count": 0, "gpus": 4, "gpu_type": "X", "memory_gb": 40}\n]}\n')
     with pytest.raises(ClusterError, match=r"line 3: field node_groups\[1\]\.count: must be > 0"):
         load_cluster(str(p))
     p.write_text('{"node_groups": [\n {"prefix": "a-", "count": 2, "gpus": "4", "gpu_type": "X", "memory_gb": 40}]}')
