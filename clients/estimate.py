@@ -10,28 +10,30 @@ Cluster files (`--cluster FILE`, repeatable, or FILE,FILE): YAML or JSON, one of
   (``num_gpus`` may replace ``nodes``; ``intra_link``, ``nic_gbps``, ``pcie_gbps`` are optional);
 - a declared node inventory (docs/inventory.md, examples/inventories/*.yaml): one node;
 - a simulator cluster (controller/sim/clusters/*.json: ``node_groups``).
-Pools of the same GPU type, node size and links are merged (their GPUs add up).
+Each format has one parser, shared with the estimator library, the agent and the simulator
+(tessera.estimator.clusterfile, tessera.common.inventoryfile): a bad file is a ClusterFileError
+`FILE line N: field F: why`. Pools of the same GPU type, node size and links are merged (their GPUs
+add up).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import grpc
-import yaml
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from tessera.clients.sdk import RpcError
-from tessera.common.errors import InvalidInput, TesseraError
+from tessera.common.errors import TesseraError
+from tessera.common.inventoryfile import InventoryError, parse_inventory
 from tessera.common.rpc import sync_channel
+from tessera.common.yamlfile import parse_with_lines, read_yaml
+from tessera.estimator.clusterfile import ClusterFileError, catalog_gpu, parse_node_groups, parse_pools
 from tessera.estimator.convert import execution_plan, plan_fields
 from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
@@ -39,16 +41,10 @@ from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 MODES = {"formula": estimator_pb2.MEMORY_MODE_FORMULA, "marp": estimator_pb2.MEMORY_MODE_MARP,
          "traced": estimator_pb2.MEMORY_MODE_TRACED}
 DEFAULT_TIMEOUT_S = 300.0  # a traced-mode estimate of a large model takes a while on a cold service
-POOL_KEYS = ("gpu", "nodes", "num_gpus", "gpus_per_node", "intra_link", "nic_gbps", "pcie_gbps", "price_per_hour",
-             "currency")
 LINKS = {"": estimator_pb2.INTRA_LINK_UNSPECIFIED, "nvlink": estimator_pb2.INTRA_LINK_NVLINK,
          "pcie": estimator_pb2.INTRA_LINK_PCIE}
 GB = 1e9
 GIB = 1024**3
-
-
-class ClusterFileError(InvalidInput, ValueError):
-    """A cluster file that cannot be read or understood; the message starts with the file."""
 
 
 class EstimatorUnreachable(RpcError):
@@ -238,7 +234,7 @@ def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estim
         try:
             names.append(lookup(name).name)
         except UnknownGpuError as exc:
-            raise ClusterFileError(f"--stages[{i}]: {exc}") from None
+            raise ClusterFileError(f"--stages[{i}]", str(exc)) from None
     stages = []
     for i, gpu in enumerate(names):
         if cluster is None:  # one node of dp GPUs per stage of this type
@@ -246,7 +242,7 @@ def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estim
             continue
         pool = next((p for p in cluster.pools if p.gpu == gpu), None)
         if pool is None:
-            raise ClusterFileError(f"--stages[{i}]: {gpu} is not in the cluster files")
+            raise ClusterFileError(f"--stages[{i}]", f"{gpu} is not in the cluster files")
         stages.append(pool)
     return estimator_pb2.PlaceStagesRequest(
         model=spec.model, global_batch_size=spec.global_batch_size, stages=stages, dp=dp,
@@ -258,23 +254,14 @@ def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estim
 
 
 def load_cluster(paths: Sequence[str]) -> estimator_pb2.ClusterSpec:
-    """One ClusterSpec from cluster files (each FILE or FILE,FILE); ClusterFileError names the file
-    and the field."""
+    """One ClusterSpec from cluster files (each FILE or FILE,FILE); ClusterFileError names the file,
+    the line and the field."""
     files = [p.strip() for arg in paths for p in arg.split(",") if p.strip()]
     if not files:
-        raise ClusterFileError("--cluster: no file given")
+        raise ClusterFileError("--cluster", "no file given")
     merged: dict[tuple[Any, ...], estimator_pb2.GpuPool] = {}
     for path in files:
-        try:
-            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ClusterFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise ClusterFileError(f"{path}: not valid YAML or JSON: {' '.join(str(exc).split())}") from None
-        try:
-            pools = cluster_pools(doc)
-        except ClusterFileError as exc:
-            raise ClusterFileError(f"{path}: {exc}") from None
+        pools = parse_with_lines(read_yaml(path, ClusterFileError), path, cluster_pools)
         for pool in pools:
             price = pool.price_per_hour if pool.HasField("price_per_hour") else None
             key = (pool.gpu, pool.gpus_per_node, pool.intra_link, pool.nic_gbps, pool.pcie_gbps, price, pool.currency)
@@ -286,115 +273,41 @@ def load_cluster(paths: Sequence[str]) -> estimator_pb2.ClusterSpec:
 
 
 def cluster_pools(doc: Any) -> list[estimator_pb2.GpuPool]:
-    """The GPU pools of one parsed cluster document (any of the three formats)."""
+    """The GPU pools of one parsed cluster document (any of the three formats, each by its parser)."""
     if not isinstance(doc, Mapping):
-        raise ClusterFileError("must be a mapping with 'pools', 'gpus' (a node inventory) or 'node_groups'")
+        raise ClusterFileError("", "must be a mapping with 'pools', 'gpus' (a node inventory) or 'node_groups'")
     if "pools" in doc:
-        return _pools(doc)
+        return [estimator_pb2.GpuPool(gpu=p.gpu, num_gpus=p.num_gpus, gpus_per_node=p.gpus_per_node,
+                                      intra_link=LINKS[p.intra_link], nic_gbps=p.nic_gbps or 0.0,
+                                      pcie_gbps=p.pcie_gbps or 0.0, price_per_hour=p.price_per_hour,
+                                      currency=p.currency)
+                for p in parse_pools(doc)]
     if "gpus" in doc:
         return _inventory(doc)
     if "node_groups" in doc:
-        return _node_groups(doc)
-    raise ClusterFileError("must have 'pools', 'gpus' (a node inventory) or 'node_groups'")
-
-
-def _canonical(name: Any, field: str) -> str:
-    from tessera.common.gpus import UnknownGpuError, lookup
-
-    if not isinstance(name, str) or not name.strip():
-        raise ClusterFileError(f"{field}: required, a catalog GPU name such as A100-80GB")
-    try:
-        return lookup(name).name
-    except UnknownGpuError as exc:
-        raise ClusterFileError(f"{field}: {exc}") from None
-
-
-def _int(obj: Mapping[str, Any], key: str, field: str, lo: int = 1) -> int:
-    v = obj.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ClusterFileError(f"{field}.{key}: must be an integer >= {lo}, got {v!r}")
-    return v
-
-
-def _pools(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
-    extra = sorted(str(k) for k in doc if k not in ("pools", "name", "description"))
-    if extra:
-        raise ClusterFileError(f"{extra[0]}: unknown key (known: pools, name, description)")
-    items = doc["pools"]
-    if not isinstance(items, list) or not items:
-        raise ClusterFileError("pools: must be a non-empty list")
-    out = []
-    for i, p in enumerate(items):
-        field = f"pools[{i}]"
-        if not isinstance(p, Mapping):
-            raise ClusterFileError(f"{field}: must be a mapping with gpu, nodes and gpus_per_node")
-        unknown = sorted(str(k) for k in p if k not in POOL_KEYS)
-        if unknown:
-            raise ClusterFileError(f"{field}.{unknown[0]}: unknown key (known: {', '.join(POOL_KEYS)})")
-        per = _int(p, "gpus_per_node", field)
-        if ("nodes" in p) == ("num_gpus" in p):
-            raise ClusterFileError(f"{field}: give nodes or num_gpus (one of them)")
-        n = _int(p, "num_gpus", field) if "num_gpus" in p else _int(p, "nodes", field) * per
-        link = p.get("intra_link", "")
-        if link not in LINKS:
-            raise ClusterFileError(f"{field}.intra_link: must be nvlink or pcie, got {link!r}")
-        pool = estimator_pb2.GpuPool(gpu=_canonical(p.get("gpu"), f"{field}.gpu"), num_gpus=n, gpus_per_node=per,
-                                     intra_link=LINKS[link])
-        for key in ("nic_gbps", "pcie_gbps"):
-            if key in p:
-                v = p[key]
-                if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
-                    raise ClusterFileError(f"{field}.{key}: must be a number > 0 (GB/s), got {v!r}")
-                setattr(pool, key, float(v))
-        if "price_per_hour" in p:
-            v = p["price_per_hour"]
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
-                raise ClusterFileError(f"{field}.price_per_hour: must be a number >= 0 (per GPU-hour), got {v!r}")
-            pool.price_per_hour = float(v)
-        if "currency" in p:
-            cur = p["currency"]
-            if not isinstance(cur, str) or not re.fullmatch(r"[A-Z]{3}", cur):
-                raise ClusterFileError(f"{field}.currency: must be an ISO 4217 code such as USD, got {cur!r}")
-            if "price_per_hour" not in p:
-                raise ClusterFileError(f"{field}.currency: given without price_per_hour")
-            pool.currency = cur
-        out.append(pool)
-    return out
+        return [estimator_pb2.GpuPool(gpu=g.gpu_type if g.in_catalog
+                                      else catalog_gpu(g.gpu_type, f"node_groups[{i}].gpu_type"),
+                                      num_gpus=g.count * g.gpus, gpus_per_node=g.gpus,
+                                      intra_link=estimator_pb2.INTRA_LINK_NVLINK if g.nvlink_islands == 1
+                                      else estimator_pb2.INTRA_LINK_PCIE)
+                for i, g in enumerate(parse_node_groups(doc).groups)]
+    raise ClusterFileError("", "must have 'pools', 'gpus' (a node inventory) or 'node_groups'")
 
 
 def _inventory(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
-    """A declared node inventory: one node; each GPU group of it a pool (NVLink when declared so)."""
-    from tessera.nodeagent.inventory import HostFacts, InventoryError, parse_declared
-
+    """A declared node inventory: one node; each GPU type of it a pool (NVLink where a group declares it
+    and has a peer to link to)."""
     try:
-        inv = parse_declared(doc, "cluster", HostFacts("", 0, 0))
+        spec = parse_inventory(doc)
     except InventoryError as exc:
-        raise ClusterFileError(str(exc)) from None
+        raise ClusterFileError(exc.field, exc.reason) from None
     groups: dict[tuple[str, bool], int] = {}
-    for g in inv.gpus:
-        k = (g.model, bool(g.nvlink_peers))
-        groups[k] = groups.get(k, 0) + 1
+    for g in spec.groups:
+        k = (g.model, g.nvlink and g.count > 1)
+        groups[k] = groups.get(k, 0) + g.count
     return [estimator_pb2.GpuPool(gpu=model, num_gpus=n, gpus_per_node=n,
                                   intra_link=estimator_pb2.INTRA_LINK_NVLINK if nv else estimator_pb2.INTRA_LINK_PCIE)
             for (model, nv), n in groups.items()]
-
-
-def _node_groups(doc: Mapping[str, Any]) -> list[estimator_pb2.GpuPool]:
-    """A simulator cluster: each node group a pool; NVLink when its nodes are one NVLink island."""
-    groups = doc["node_groups"]
-    if not isinstance(groups, list) or not groups:
-        raise ClusterFileError("node_groups: must be a non-empty list")
-    out = []
-    for i, g in enumerate(groups):
-        field = f"node_groups[{i}]"
-        if not isinstance(g, Mapping):
-            raise ClusterFileError(f"{field}: must be a mapping with count, gpus and gpu_type")
-        count, per = _int(g, "count", field), _int(g, "gpus", field)
-        islands = g.get("nvlink_islands", 0)
-        out.append(estimator_pb2.GpuPool(
-            gpu=_canonical(g.get("gpu_type"), f"{field}.gpu_type"), num_gpus=count * per, gpus_per_node=per,
-            intra_link=estimator_pb2.INTRA_LINK_NVLINK if islands == 1 else estimator_pb2.INTRA_LINK_PCIE))
-    return out
 
 
 # -- output -----------------------------------------------------------------------------------------
@@ -538,7 +451,7 @@ def _job(filename: str) -> common_pb2.JobSpec:
 
     from tessera.clients.jobfile import load_job_file, parse_job_yaml
 
-    return parse_job_yaml(sys.stdin.read()) if filename == "-" else load_job_file(filename)
+    return parse_job_yaml(sys.stdin.read(), "<stdin>") if filename == "-" else load_job_file(filename)
 
 
 def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:

@@ -4,7 +4,9 @@ The schema is documented in docs/job-file.md. This module checks what can be che
 alone (types, ranges, names, the GPU catalog) and builds the proto; the controller validates the
 spec again on submit (registered model names, cluster-dependent limits).
 
-Every error is a `JobFileError(field, reason)`, whose message reads "field: reason".
+Every error is a `JobFileError` (the shared tessera.common.yamlfile.InputFileError) naming the field;
+read from a file its message is `FILE line N: field F: why`, built from a dict in code `F: why`. The
+YAML itself is read by tessera.common.yamlfile (duplicate keys, aliases, nesting, NaN refused).
 """
 
 from __future__ import annotations
@@ -15,11 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tessera.common import gpus as catalog
 from tessera.common.contract import CONTRACT_VARS
-from tessera.common.errors import InvalidArgument
+from tessera.common.yamlfile import MAX_BYTES, InputFileError, load_yaml, parse_with_lines
 from tessera.estimator.convert import model_dims
 from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2
@@ -57,22 +57,22 @@ TOP_LEVEL_KEYS = (
 LAUNCHER_KEYS = ("name", "argv", "per_node", "head_argv")
 
 
-class JobFileError(InvalidArgument, ValueError):
-    """A job file that cannot become a JobSpec: `field` names the offending key (dotted path)."""
+class JobFileError(InputFileError):
+    """A job file that cannot become a JobSpec: `field` names the offending key (dotted path), ""
+    for a file that is not one safe YAML document; `file` and `line` where it was read from one."""
 
 
 def load_job_file(path: str | Path) -> common_pb2.JobSpec:
     """Read and parse the job file at `path`. OSError if unreadable; JobFileError if invalid."""
-    return parse_job_yaml(Path(path).read_text(encoding="utf-8"))
+    with open(path, "rb") as f:
+        raw = f.read(MAX_BYTES + 1)
+    return parse_job_yaml(raw, str(path))
 
 
-def parse_job_yaml(text: str) -> common_pb2.JobSpec:
-    """Parse one YAML document into a JobSpec; JobFileError on bad YAML or a bad field."""
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise JobFileError("yaml", " ".join(str(exc).split())) from None
-    return job_spec_from_dict(data)
+def parse_job_yaml(text: str | bytes, file: str = "<string>") -> common_pb2.JobSpec:
+    """Parse one YAML document into a JobSpec; JobFileError (`file line N: field F: why`) on bad YAML
+    or a bad field."""
+    return parse_with_lines(load_yaml(text, file, JobFileError), file, job_spec_from_dict)
 
 
 def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
@@ -126,25 +126,6 @@ def _launcher(value: Any) -> common_pb2.Launcher:
         raise JobFileError("launcher.per_node", "must be true or false")
     out.per_node = per_node
     return out
-
-
-class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """SafeLoader that rejects duplicate keys instead of keeping the last one silently."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[str | int] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, str | int):
-            if key in seen:
-                raise JobFileError(str(key), f"duplicate key (line {key_node.start_mark.line + 1})")
-            seen.add(key)
-    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=deep)
-    return mapping
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _unknown(key: str, known: tuple[str, ...], suggest_first: tuple[str, ...] = ()) -> str:

@@ -16,10 +16,11 @@ from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
 from tessera.clients import output
-from tessera.clients.estimate import ClusterFileError, EstimatorUnreachable
-from tessera.clients.jobfile import JobFileError, load_job_file, parse_job_yaml
+from tessera.clients.estimate import EstimatorUnreachable
+from tessera.clients.jobfile import load_job_file, parse_job_yaml
 from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, RpcError, state_value
 from tessera.common.errors import InvalidInput
+from tessera.common.yamlfile import InputFileError
 from tessera.v1 import common_pb2, controller_pb2
 
 DEFAULT_CONTROLLER = "127.0.0.1:50051"
@@ -162,7 +163,7 @@ def _needs_resource(client: Client, args: argparse.Namespace, out: TextIO) -> in
 
 def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     if args.filename == "-":
-        spec = parse_job_yaml(sys.stdin.read())
+        spec = parse_job_yaml(sys.stdin.read(), "<stdin>")
     else:
         spec = load_job_file(args.filename)
     result = client.submit_ex(spec, request_id=args.request_id)
@@ -464,9 +465,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return _fail(_unreachable_message(exc))
     except RpcError as exc:
         return _fail(str(exc))
-    except JobFileError as exc:
-        return _fail(f"{args.filename}: {exc}")
-    except ClusterFileError as exc:
+    except InputFileError as exc:  # a job, cluster or inventory file: the message names file, line and field
         return _fail(str(exc))
     except CliUsageError as exc:
         print(f"tessctl: error: {_one_line(str(exc))}", file=sys.stderr)

@@ -46,6 +46,7 @@ from typing import Any
 from tessera.common.errors import InvalidArgument
 from tessera.common.gpus import GpuType, UnknownGpuError, lookup
 from tessera.estimator.catalog import Price, price
+from tessera.estimator.clusterfile import PoolSpec, parse_pools
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import (
     DEFAULT_PRIOR,
@@ -354,22 +355,15 @@ class ClusterSpec:
     def from_mapping(cls, obj: Mapping[str, Any]) -> ClusterSpec:
         """{"pools": [{"gpu": "A100-40GB", "nodes": 80, "gpus_per_node": 4, "intra_link": "nvlink",
         "nic_gbps": 12.5, "price_per_hour": 1.9, "currency": "USD"}, ...]}; `num_gpus` may replace
-        `nodes`."""
-        pools = []
-        for i, p in enumerate(obj.get("pools", [])):
-            try:
-                per = int(p["gpus_per_node"])
-                n = int(p["num_gpus"]) if "num_gpus" in p else int(p["nodes"]) * per
-                price = p.get("price_per_hour")
-                pools.append(GpuPool(str(p["gpu"]), n, per, str(p.get("intra_link", "")),
-                                     float(p.get("nic_gbps", 12.5)), float(p.get("pcie_gbps", 32.0)),
-                                     price_per_hour=None if price is None else float(price),
-                                     currency=str(p.get("currency", ""))))
-            except KeyError as exc:
-                raise CellInputError(f"pools[{i}].{exc.args[0]}", "missing") from exc
-        if not pools:
-            raise CellInputError("pools", "a cluster needs at least one GPU pool")
-        return cls(tuple(pools))
+        `nodes`. Checked by the one `pools:` parser (estimator/clusterfile.py): ClusterFileError."""
+        return cls(tuple(pool_from_spec(p) for p in parse_pools(obj)))
+
+
+def pool_from_spec(spec: PoolSpec) -> GpuPool:
+    """The pool of a cluster file's PoolSpec; what the file leaves out takes GpuPool's defaults."""
+    given = {k: v for k, v in (("nic_gbps", spec.nic_gbps), ("pcie_gbps", spec.pcie_gbps)) if v is not None}
+    return GpuPool(spec.gpu, spec.num_gpus, spec.gpus_per_node, spec.intra_link, price_per_hour=spec.price_per_hour,
+                   currency=spec.currency, **given)
 
 
 @dataclass(frozen=True)

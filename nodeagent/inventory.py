@@ -1,36 +1,32 @@
 """The node's GPU inventory: declared in a YAML file (docs/inventory.md) or probed from NVML.
 
-`parse_declared` is pure (a parsed YAML document in, a NodeInventory out). `load_declared` adds the
-file read and the host facts; `probe_nvml` talks to the driver through nvidia-ml-py and tolerates
-each NVML call failing on its own, since older drivers and some GPUs lack NVLink or process queries.
+The file format has one parser, tessera.common.inventoryfile (the CLI reads the same files);
+`declared_inventory` turns its spec into this node's NodeInventory, `parse_declared` and
+`load_declared` are that for a parsed document and for a file. `probe_nvml` talks to the driver
+through nvidia-ml-py and tolerates each NVML call failing on its own, since older drivers and some
+GPUs lack NVLink or process queries.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeGuard
+from typing import Any
 
 import structlog
-import yaml
 
 from tessera.common import gpus as catalog
-from tessera.common.errors import FailedPrecondition, InvalidInput
+from tessera.common.errors import FailedPrecondition
+from tessera.common.inventoryfile import InventoryError, InventorySpec, parse_inventory, read_inventory_file
 from tessera.v1 import common_pb2
 
+__all__ = ["HostFacts", "InventoryError", "NvmlUnavailable", "declared_inventory", "host_facts", "load_declared",
+           "parse_declared", "probe_nvml"]
+
 log = structlog.get_logger("tessera.nodeagent.inventory")
-
-MAX_COUNT = 64
-MAX_MEMORY_GB = 1024
-_GROUP_KEYS = frozenset({"model", "count", "memory_gb", "nvlink"})
-
-
-class InventoryError(InvalidInput, ValueError):
-    """The declared inventory file is unreadable or invalid; the message names the field."""
 
 
 class NvmlUnavailable(FailedPrecondition, RuntimeError):
@@ -53,24 +49,12 @@ def host_facts() -> HostFacts:
     return HostFacts(socket.gethostname(), os.cpu_count() or 0, int(mem))
 
 
-def _is_int(v: object) -> TypeGuard[int]:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def parse_declared(doc: object, node_id: str, host: HostFacts) -> common_pb2.NodeInventory:
-    """Build a declared NodeInventory from the parsed YAML document.
+def declared_inventory(spec: InventorySpec, node_id: str, host: HostFacts) -> common_pb2.NodeInventory:
+    """The declared NodeInventory of a parsed inventory file.
 
     Groups are numbered in order; within an `nvlink: true` group every GPU lists the others as
     NVLink peers. UUIDs are "DECLARED-<node>-<index>" so they can never collide with real ones.
     """
-    if not isinstance(doc, Mapping):
-        raise InventoryError("inventory: must be a mapping with a 'gpus' list")
-    extra = sorted(str(k) for k in doc if k != "gpus")
-    if extra:
-        raise InventoryError(f"{extra[0]}: unknown key (the file holds only 'gpus')")
-    groups = doc.get("gpus")
-    if not isinstance(groups, list) or not groups:
-        raise InventoryError("gpus: must be a non-empty list of GPU groups")
     inv = common_pb2.NodeInventory(
         source=common_pb2.INVENTORY_SOURCE_DECLARED,
         hostname=host.hostname,
@@ -78,68 +62,32 @@ def parse_declared(doc: object, node_id: str, host: HostFacts) -> common_pb2.Nod
         host_memory_bytes=host.memory_bytes,
     )
     index = 0
-    for gi, group in enumerate(groups):
-        field = f"gpus[{gi}]"
-        if not isinstance(group, Mapping):
-            raise InventoryError(f"{field}: must be a mapping with model and count")
-        unknown = sorted(str(k) for k in group if k not in _GROUP_KEYS)
-        if unknown:
-            raise InventoryError(
-                f"{field}.{unknown[0]}: unknown key (known: {', '.join(sorted(_GROUP_KEYS))})"
-            )
-        model = group.get("model")
-        if not isinstance(model, str) or not model.strip():
-            raise InventoryError(f"{field}.model: required, a catalog GPU name such as A100-80GB")
-        try:
-            entry = catalog.lookup(model)
-        except catalog.UnknownGpuError as exc:
-            raise InventoryError(f"{field}.model: {exc}") from None
-        count = group.get("count")
-        if not _is_int(count) or not 1 <= count <= MAX_COUNT:
-            raise InventoryError(f"{field}.count: must be an integer in 1..{MAX_COUNT}, got {count!r}")
-        memory_bytes = entry.memory_bytes
-        if "memory_gb" in group:
-            mem = group["memory_gb"]
-            if not isinstance(mem, int | float) or isinstance(mem, bool) or not 0 < mem <= MAX_MEMORY_GB:
-                raise InventoryError(
-                    f"{field}.memory_gb: must be a number in (0, {MAX_MEMORY_GB}], got {mem!r}"
-                )
-            memory_bytes = int(mem * catalog.GB)  # GB as the catalog counts them (10^9)
-        nvlink = group.get("nvlink", False)
-        if not isinstance(nvlink, bool):
-            raise InventoryError(f"{field}.nvlink: must be true or false, got {nvlink!r}")
-        members = list(range(index, index + count))
+    for group in spec.groups:
+        members = list(range(index, index + group.count))
         for i in members:
             inv.gpus.append(
                 common_pb2.Gpu(
                     index=i,
                     uuid=f"DECLARED-{node_id}-{i}",
-                    model=entry.name,
-                    memory_bytes=memory_bytes,
-                    nvlink_peers=[p for p in members if p != i] if nvlink else [],
+                    model=group.model,
+                    memory_bytes=group.memory_bytes,
+                    nvlink_peers=[p for p in members if p != i] if group.nvlink else [],
                 )
             )
-        index += count
+        index += group.count
     return inv
+
+
+def parse_declared(doc: object, node_id: str, host: HostFacts) -> common_pb2.NodeInventory:
+    """The declared NodeInventory of a parsed YAML document; InventoryError naming the field."""
+    return declared_inventory(parse_inventory(doc), node_id, host)
 
 
 def load_declared(
     path: str | os.PathLike[str], node_id: str, host: HostFacts | None = None
 ) -> common_pb2.NodeInventory:
-    """Read and validate a declared inventory file; InventoryError with the field on any problem."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InventoryError(f"{p}: cannot read: {exc}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"{p}: not valid YAML: {exc}") from None
-    try:
-        return parse_declared(doc, node_id, host or host_facts())
-    except InventoryError as exc:
-        raise InventoryError(f"{p}: {exc}") from None
+    """Read and validate a declared inventory file; InventoryError `FILE line N: field F: why`."""
+    return declared_inventory(read_inventory_file(os.fspath(path)), node_id, host or host_facts())
 
 
 # --- NVML -------------------------------------------------------------------------------------------

@@ -155,7 +155,7 @@ def test_errors_are_one_line_with_the_field_on_both_paths(estimator: Daemon, cap
         (("estimate", "memory", "-f", MEDIUM, "--gpu", "a100", "--plan", "dp=2", "--gpus", "4"),
          1, "tessctl: error: INVALID_ARGUMENT: num_gpus: plan dp*tp*pp = 2*1*1 = 2 does not equal num_gpus 4"),
         (("estimate", "cells", "-f", MEDIUM, "--cluster", str(JOBS / "tiny.yaml")),
-         1, f"tessctl: error: {JOBS / 'tiny.yaml'}: must have 'pools'"),
+         1, f"tessctl: error: {JOBS / 'tiny.yaml'} line 3: must have 'pools'"),  # where its mapping starts
         (("estimate", "cells", "-f", MEDIUM, "--cluster", str(JOBS / "missing.yaml")),
          1, f"tessctl: error: {JOBS / 'missing.yaml'}: cannot read"),
         (("estimate", "stages", "-f", MEDIUM, "--stages", "A40,Z9"),

@@ -291,9 +291,11 @@ def test_submit_table_and_stdin(server: FakeServer) -> None:
 
 def test_submit_bad_file_is_one_line(server: FakeServer, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text((JOBS / "tiny.yaml").read_text() + "entrypoint: python train.py --fast\n")
+    tiny = (JOBS / "tiny.yaml").read_text()
+    bad.write_text(tiny + "entrypoint: python train.py --fast\n")
     line = one_line_error(tessctl("--controller", server.address, "submit", "-f", str(bad)))
-    assert line == f"tessctl: error: {bad}: entrypoint: must be a list of arguments (argv), not a shell string"
+    assert line == (f"tessctl: error: {bad} line {tiny.count(chr(10)) + 1}: field entrypoint: must be a list of "
+                    "arguments (argv), not a shell string")
     line = one_line_error(tessctl("--controller", server.address, "submit", "-f", str(tmp_path / "none.yaml")))
     assert "cannot read" in line and "No such file" in line
 

@@ -130,7 +130,7 @@ def test_invalid_yaml_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="not valid YAML"):
         load_declared(path, "n", HOST)
     path.write_text("gpus:\n  - model: nope\n    count: 1\n")
-    with pytest.raises(InventoryError, match=r"bad\.yaml: gpus\[0\]\.model"):
+    with pytest.raises(InventoryError, match=r"bad\.yaml line 2: field gpus\[0\]\.model"):
         load_declared(path, "n", HOST)
 
 

@@ -58,8 +58,7 @@ def test_code_is_its_name_as_a_string() -> None:
     assert RpcError("NOT_FOUND", "job x not found").code == "NOT_FOUND"
 
 
-@pytest.mark.parametrize("cls", [PlanInputError, CellInputError, PerfModelInputError, PartitionError, CommError,
-                                 JobFileError])
+@pytest.mark.parametrize("cls", [PlanInputError, CellInputError, PerfModelInputError, PartitionError, CommError])
 def test_library_input_errors_are_invalid_arguments_and_value_errors(cls: type[InvalidArgument]) -> None:
     err = cls("model.hidden_size", "must be > 0")
     assert isinstance(err, InvalidArgument) and isinstance(err, ValueError)
@@ -80,7 +79,17 @@ def test_the_libraries_raise_with_the_field_as_data_not_only_in_the_text() -> No
     assert (cell.value.field, cell.value.reason) == ("num_gpus", "must be >= 1, got 0")
     with pytest.raises(JobFileError) as job:
         parse_job_yaml("name: [")
-    assert job.value.field == "yaml"
+    assert job.value.field == "" and "YAML" in job.value.reason  # the document as a whole
+
+
+def test_file_errors_are_invalid_input_with_file_line_and_field() -> None:
+    # An input file's error (tessera.common.yamlfile.InputFileError) names its file and line besides the
+    # field, so it is an InvalidInput (code INVALID_ARGUMENT) rather than one request field's error.
+    err = JobFileError("model.hidden_size", "must be > 0").at("job.yaml", 7)
+    assert isinstance(err, InvalidInput) and isinstance(err, ValueError) and err.code is Code.INVALID_ARGUMENT
+    assert str(err) == err.message == "job.yaml line 7: field model.hidden_size: must be > 0"
+    copy = pickle.loads(pickle.dumps(err))  # a process pool hands errors back pickled
+    assert type(copy) is JobFileError and str(copy) == str(err) and (copy.file, copy.line) == ("job.yaml", 7)
 
 
 def test_errors_without_one_field_are_invalid_input() -> None:

@@ -113,7 +113,7 @@ def test_cluster_files_in_three_formats(tmp_path: Path) -> None:
                       ("gpus: [{model: A100, count: 0}]", "gpus[0].count"), ("[1, 2]", "must be a mapping"),
                       ("{", "not valid YAML")):
         bad.write_text(doc)
-        with pytest.raises(ClusterFileError, match=f"^{re.escape(str(bad))}: .*{re.escape(text)}"):
+        with pytest.raises(ClusterFileError, match=f"^{re.escape(str(bad))} line 1: .*{re.escape(text)}"):
             load_cluster([str(bad)])
 
 

@@ -207,7 +207,8 @@ def test_shell_string_entrypoint_message() -> None:
     text = "name: a\nmodel: gpt2-small\nglobal_batch_size: 8\niterations: 1\nentrypoint: python train.py --lr 3e-4\n"
     with pytest.raises(JobFileError) as err:
         parse_job_yaml(text)
-    assert str(err.value) == "entrypoint: must be a list of arguments (argv), not a shell string"
+    assert str(err.value) == (
+        "<string> line 5: field entrypoint: must be a list of arguments (argv), not a shell string")
 
 
 @pytest.mark.parametrize(
@@ -215,10 +216,10 @@ def test_shell_string_entrypoint_message() -> None:
     [
         ("", "job", "the file must be a mapping"),
         ("- a\n- b\n", "job", "the file must be a mapping"),
-        ("name: a\nname: b\n", "name", "duplicate key (line 2)"),
-        ("name: [unclosed\n", "yaml", "while parsing"),
-        ("a: 1\n---\nb: 2\n", "yaml", "expected a single document"),
-        ("name: !!python/object:os.system x\n", "yaml", "could not determine a constructor"),
+        ("name: a\nname: b\n", "name", "duplicate key (first at line 1)"),
+        ("name: [unclosed\n", "", "while parsing"),
+        ("a: 1\n---\nb: 2\n", "", "expected a single document"),
+        ("name: !!python/object:os.system x\n", "", "could not determine a constructor"),
     ],
 )
 def test_bad_yaml(text: str, field: str, reason: str) -> None:
@@ -242,3 +243,92 @@ def test_the_documented_example_parses() -> None:
     assert list(spec.hint.gpu_types) == ["A100-80GB", "A40-48GB"]
     assert list(spec.entrypoint) == ["python", "-m", "my_project.train", "--lr", "3e-4"]
     assert dict(spec.env) == {"WANDB_MODE": "offline"}
+
+
+# -- read from a file: `FILE line N: field F: why`, the line of the offending key ---------------------
+
+VALID = """\
+name: lab-job
+tenant: research
+model:
+  hidden_size: 128
+  num_layers: 4
+  num_heads: 4
+  vocab_size: 512
+  seq_length: 64
+global_batch_size: 16
+iterations: 40
+gpu_types: [a100-80gb]
+env: {WANDB_MODE: offline}
+"""
+
+
+def test_valid_file_gives_the_spec(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(VALID)
+    assert load_job_file(path) == common_pb2.JobSpec(
+        name="lab-job", tenant="research", model=_model(128, 4, 4, 512, 64), global_batch_size=16, iterations=40,
+        hint=common_pb2.ResourceHint(gpus=0, gpu_types=["A100-80GB"]), env={"WANDB_MODE": "offline"},
+        max_retries=2,
+    )
+
+
+FILE_BAD = [
+    (VALID.replace("num_heads: 4", "num_heads: 0"), 6, "model.num_heads", "must be >= 1, got 0"),
+    (VALID.replace("  seq_length: 64\n", ""), 3, "model.seq_length", "required"),
+    (VALID.replace("num_layers: 4", "num_layer: 4"), 5, "model.num_layer",
+     "unknown field (did you mean 'num_layers'? known: name, hidden_size"),
+    (VALID.replace("[a100-80gb]", "[a100-80gb, z9]"), 11, "gpu_types[1]", "unknown GPU model 'z9'"),
+    (VALID.replace("{WANDB_MODE: offline}", "{WANDB_MODE: offline, RANK: '1'}"), 12, "env.RANK", "reserved"),
+    (VALID.replace("{WANDB_MODE: offline}", "{LR: .nan}"), 12, "env.LR", "must be a finite number, got '.nan'"),
+    (VALID + "iterations: 41\n", 13, "iterations", "duplicate key (first at line 10)"),
+    (VALID + "priority: high\n", 13, "priority", "unknown field"),
+    ("\n\n- name: a\n", 3, "job", "the file must be a mapping of fields"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "field", "why"), FILE_BAD, ids=[b[2] for b in FILE_BAD])
+def test_bad_file_names_file_line_and_field(tmp_path: Path, text: str, line: int, field: str, why: str) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    with pytest.raises(JobFileError) as err:
+        load_job_file(path)
+    assert (err.value.file, err.value.line, err.value.field) == (str(path), line, field)
+    assert err.value.reason.startswith(why), err.value.reason
+    assert str(err.value) == f"{path} line {line}: field {field}: {err.value.reason}"
+
+
+LOL = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdef", "bcdefg"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (LOL, "line 1: field e[7][8][8][8][4]: more than 100,000 values once aliases are expanded"),
+        ("name: &x [*x]\n", "line 1: field name[0]: an alias refers to a node that contains it"),
+        ("name: " + "[" * 200 + "]" * 200 + "\n", "line 1: nested deeper than 64 levels"),
+        ("model:\n  capacity_factor: .inf\n", "line 2: field model.capacity_factor: must be a finite number, got '.inf'"),
+        (b"name: caf\xe9\n", "line 1: not UTF-8 text (byte 9)"),
+    ],
+    ids=["alias-bomb", "recursive-alias", "deep", "inf", "latin-1"],
+)
+def test_hostile_files_are_refused_with_a_line(tmp_path: Path, text: str | bytes, message: str) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(JobFileError) as err:
+        load_job_file(path)
+    assert str(err.value) == f"{path} {message}"
+
+
+def test_every_command_reports_the_same_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`tessctl submit` and `tessctl estimate` read job files through load_job_file: one message."""
+    from tessera.clients import tessctl
+
+    path = tmp_path / "job.yaml"
+    path.write_text(FILE_BAD[0][0])
+    expected = f"tessctl: error: {path} line 6: field model.num_heads: must be >= 1, got 0\n"
+    assert tessctl.main(["submit", "-f", str(path)]) == 1
+    assert capsys.readouterr().err == expected
+    assert tessctl.main(["estimate", "memory", "-f", str(path), "--gpu", "a100"]) == 1
+    assert capsys.readouterr().err == expected

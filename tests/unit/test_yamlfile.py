@@ -1,0 +1,128 @@
+"""The shared hardened YAML reader (tessera.common.yamlfile): lines kept, hostile input refused with
+`FILE line N: field F: why`, never a crash."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tessera.common.yamlfile import (
+    InputFileError,
+    YamlMap,
+    YamlSeq,
+    line_of,
+    load_yaml,
+    parse_with_lines,
+    read_yaml,
+)
+
+DOC = """\
+name: x
+model:
+  hidden_size: 64
+  a.b: dotted
+items:
+  - first
+  - {k: v}
+"""
+
+
+def test_containers_keep_their_lines() -> None:
+    doc = load_yaml(DOC, "f.yaml")
+    assert doc == {"name": "x", "model": {"hidden_size": 64, "a.b": "dotted"}, "items": ["first", {"k": "v"}]}
+    assert isinstance(doc, YamlMap) and isinstance(doc["items"], YamlSeq)
+    assert doc.key_lines == {"name": 1, "model": 2, "items": 5}
+    assert doc["items"].item_lines == [6, 7]
+
+
+@pytest.mark.parametrize(
+    ("field", "line"),
+    [("name", 1), ("model.hidden_size", 3), ("model.a.b", 4), ("model.missing", 2), ("items[1].k", 7),
+     ("items[1].gone", 7), ("items[9]", 5), ("job", 1), ("", 1)],
+)
+def test_line_of_a_field(field: str, line: int) -> None:
+    assert line_of(load_yaml(DOC), field) == line
+
+
+def test_line_of_a_document_built_in_code_is_unknown() -> None:
+    assert line_of({"a": {"b": 1}}, "a.b") is None
+
+
+def test_errors_are_located_once() -> None:
+    def parse(doc: Any) -> None:
+        raise InputFileError("model.hidden_size", "must be >= 1, got 0")
+
+    with pytest.raises(InputFileError) as err:
+        parse_with_lines(load_yaml(DOC, "f.yaml"), "f.yaml", parse)
+    assert str(err.value) == "f.yaml line 3: field model.hidden_size: must be >= 1, got 0"
+    assert str(InputFileError("a", "why")) == "a: why"
+    assert str(InputFileError("", "cannot read: gone", file="f.yaml")) == "f.yaml: cannot read: gone"
+    assert len(InputFileError("a", "x" * 10_000).reason) == 500
+    copied = pickle.loads(pickle.dumps(err.value))
+    assert (type(copied), str(copied), copied.line) == (InputFileError, str(err.value), 3)
+
+
+def test_merge_keys_may_be_overridden_but_keys_not_repeated() -> None:
+    doc = load_yaml("base: &b {x: 1, y: 2}\nm:\n  <<: *b\n  x: 3\n")
+    assert doc["m"] == {"x": 3, "y": 2}
+    with pytest.raises(InputFileError) as err:
+        load_yaml("m:\n  x: 1\n  y: 2\n  x: 3\n", "f.yaml")
+    assert str(err.value) == "f.yaml line 4: field m.x: duplicate key (first at line 2)"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: [1, -.Inf]\n", "f line 1: field a[1]: must be a finite number, got '-.Inf'"),
+        ("a:\n  b: .NaN\n", "f line 2: field a.b: must be a finite number, got '.NaN'"),
+        ("a: 1.0e+999\n", "f line 1: field a: must be a finite number, got '1.0e+999'"),
+        ("a: " + "1" * 5000, ("f: not valid YAML or JSON: Exceeds the limit (4300 digits) for integer string "
+                             "conversion: value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit")),
+        ("[" * 65 + "]" * 65, "f line 1: nested deeper than 64 levels"),
+        ("a: &x {b: *x}\n", "f line 1: field a.b: an alias refers to a node that contains it"),
+        ("? [1]\n: 2\n", "f line 1: a mapping key must be a plain value"),
+        ("a: [\n", ("f line 2: not valid YAML or JSON: while parsing a flow node, expected the node content, "
+                   "but found '<stream end>'")),
+        ("a: 1\n---\nb: 2\n", ("f line 2: not valid YAML or JSON: expected a single document in the stream, "
+                              "but found another document")),
+        ("a: !!python/name:os.system x\n", ("f line 1: not valid YAML or JSON: could not determine a constructor "
+                                            "for the tag 'tag:yaml.org,2002:python/name:os.system'")),
+    ],
+)
+def test_hostile_input_is_refused(text: str, message: str) -> None:
+    with pytest.raises(InputFileError) as err:
+        load_yaml(text, "f")
+    assert str(err.value) == message
+
+
+def test_aliases_within_the_limit_are_fine() -> None:
+    text = "a: &a [1, 2, 3]\nb: [*a, *a, *a]\n"
+    assert load_yaml(text)["b"] == [[1, 2, 3]] * 3
+    bomb = "a: &a [" + ", ".join(["x"] * 100) + "]\n" + "".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 100)}]\n" for p, c in zip("abc", "bcd"))
+    with pytest.raises(InputFileError, match="more than 100,000 values once aliases are expanded"):
+        load_yaml(bomb)
+
+
+class _FormatError(InputFileError):
+    pass
+
+
+def test_files(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    with pytest.raises(_FormatError) as err:
+        read_yaml(path, _FormatError)
+    assert str(err.value).startswith(f"{path}: cannot read: ")
+    path.write_text("")
+    assert read_yaml(path) is None
+    path.write_bytes(b"a: 1\nb: caf\xe9\n")
+    with pytest.raises(_FormatError) as err:
+        read_yaml(path, _FormatError)
+    assert str(err.value) == f"{path} line 2: not UTF-8 text (byte 11)"
+    path.write_text("#" * (4 * 1024 * 1024 + 1))
+    with pytest.raises(_FormatError) as err:
+        read_yaml(path, _FormatError)
+    assert str(err.value) == f"{path}: larger than 4 MiB"
