@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: sets up (scripts/setup.sh), checks the committed generated protobuf code, lints
-# (ruff; mypy --strict on the pure core), and runs
+# (ruff; mypy --strict on the pure core), checks the base install (scripts/check_install.sh), and runs
 # the whole suite (unit, integration, e2e, chaos; slow tests included). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +9,7 @@ PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 .venv/bin/ruff check .
 # mypy reads files, not the editable install's import hook: it checks the tessera.* tree of symlinks.
 MYPYPATH=$(scripts/pkgtree.sh) .venv/bin/mypy --strict -p tessera.controller.core -p tessera.estimator -p tessera.common
+# The base install (no extras) in a fresh venv: the console scripts, the README's estimator example,
+# the top-level names of the wheel. The suite below cannot see these: it runs on the .[dev] install.
+scripts/check_install.sh
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
