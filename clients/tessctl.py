@@ -27,7 +27,7 @@ WATCH_POLL_S = 2.0  # table refresh of the lists that have no watch stream (all 
 FOLLOW_POLL_S = 1.0  # logs --follow: the log API has no stream (see docs/cli.md)
 OUTPUTS = ("table", "wide", "json")
 SIMULATOR = "tessera.controller.sim.cli"  # run as a process by `tessctl simulate`, never imported
-SIMULATE_HELP = "replay a trace under scheduling policies, locally (tessera-sim; see 'tessctl simulate --help')"
+SIMULATE_HELP = "replay a trace under scheduling policies, locally (tessera-sim)"
 
 
 class UsageError(Exception):
@@ -291,8 +291,8 @@ def cmd_simulate(client: Client | None, args: argparse.Namespace, out: TextIO) -
     brings every policy with it), and the simulator parses and checks its own arguments.
     """
     code = f"import sys; from {SIMULATOR} import main; sys.exit(main(sys.argv[1:], prog='tessctl simulate'))"
-    streams = {name: _fd_or_pipe(stream) for name, stream in (("stdout", out), ("stderr", sys.stderr))}
-    proc = subprocess.run([sys.executable, "-c", code, *args.sim_args], check=False, **streams)
+    proc = subprocess.run([sys.executable, "-c", code, *args.sim_args], check=False,
+                          stdout=_fd_or_pipe(out), stderr=_fd_or_pipe(sys.stderr))
     for stream, data in ((out, proc.stdout), (sys.stderr, proc.stderr)):
         if data:  # the child wrote into a pipe: `stream` has no file descriptor of its own
             stream.write(data.decode(errors="replace"))

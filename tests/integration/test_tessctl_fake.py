@@ -23,7 +23,7 @@ import pytest
 from tessera.clients.jobfile import load_job_file
 from tessera.clients.sdk import Client, ControllerUnreachable, TesseraError
 from tessera.v1 import common_pb2, controller_pb2
-from tests.fake_controller import JOBS, FakeServer, seeded
+from tests.fake_controller import JOBS, FakeController, FakeServer, seeded
 
 REPO = Path(__file__).resolve().parents[2]
 S = common_pb2

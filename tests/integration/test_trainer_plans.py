@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tessera.clients.trainer import latest_checkpoint
 from tessera.clients.trainer.reference.local import (
     RankResult,
     launch,
@@ -32,7 +33,6 @@ from tessera.clients.trainer.reference.local import (
     start_ranks,
     warm_forkserver,
 )
-from tessera.clients.trainer import latest_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -248,9 +248,9 @@ def _train_format1(ckpt: Path, save_at: int, until: int) -> dict[int, float]:
     import torch.nn.functional as F
     from torch import nn
 
+    from tessera.clients.trainer import checkpoint_writer
     from tessera.clients.trainer.reference.data import MarkovData
     from tessera.clients.trainer.reference.model import param_groups
-    from tessera.clients.trainer import checkpoint_writer
 
     h, layers, heads, vocab, seq = (MODEL[k] for k in ("hidden_size", "num_layers", "num_heads", "vocab_size",
                                                        "seq_length"))

@@ -6,6 +6,7 @@ import signal
 
 import pytest
 
+from tessera.clients.trainer import ModelDims, Plan, TrainerContext
 from tessera.clients.trainer.reference.cli import main
 from tessera.clients.trainer.reference.config import (
     EXIT_UNSUPPORTED,
@@ -17,7 +18,6 @@ from tessera.clients.trainer.reference.config import (
     resolve_model,
 )
 from tessera.clients.trainer.reference.data import MarkovData, rank_slice
-from tessera.clients.trainer import ModelDims, Plan, TrainerContext
 
 TINY = ModelDims("t", 32, 2, 2, 64, 32)
 

@@ -11,6 +11,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from tessera.clients.trainer import ContractError, TrainerContext
 from tessera.clients.trainer.reference.config import (
     EXIT_ERROR,
     EXIT_UNSUPPORTED,
@@ -18,7 +19,6 @@ from tessera.clients.trainer.reference.config import (
     parse_options,
     resolve,
 )
-from tessera.clients.trainer import ContractError, TrainerContext
 
 
 def main(argv: Sequence[str] | None = None) -> int:

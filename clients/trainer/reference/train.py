@@ -18,11 +18,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from tessera.clients.trainer import TrainerContext
 from tessera.clients.trainer.reference import checkpoint
 from tessera.clients.trainer.reference.config import TrainConfig
 from tessera.clients.trainer.reference.data import MarkovData, rank_slice
 from tessera.clients.trainer.reference.parallel import Engine
-from tessera.clients.trainer import TrainerContext
 
 FINAL_REPORT_TRIES = 3
 
