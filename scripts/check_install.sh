@@ -38,7 +38,6 @@ mkdir "$src"
 
 "$PY" -m venv "$tmp/venv"
 venv="$tmp/venv"
-run "pip install --upgrade pip" "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 run "pip install . (no extras)" "$venv/bin/python" -m pip install -q --disable-pip-version-check "$src"
 ok "pip install . without extras ($((SECONDS - start)) s)"
 
