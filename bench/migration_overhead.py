@@ -2,7 +2,7 @@
 a new plan, first step.
 
 For each model size, the trainer runs plan A (default DP 2, DDP) as the agent runs it (one
-`python -m tessera.clients.reference_trainer` process per rank, gloo, the worker contract's environment); after
+`python -m tessera.clients.trainer.reference` process per rank, gloo, the worker contract's environment); after
 a few steps every rank gets SIGTERM (the agent's stop), checkpoints (DCP) and exits 0. Then plan B
 (default TP 2; or PP 2 / ZeRO-3 / ..., `--to`) starts on the same checkpoint directory, reshards the
 checkpoint and trains. Measured (wall clock, this machine, both plans on the same 2 processes' worth
@@ -44,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tessera.clients.reference_trainer.local import plan_envs
+from tessera.clients.trainer.reference.local import plan_envs
 
 SIZES: dict[str, dict[str, Any]] = {
     "xs": {"name": "xs", "hidden_size": 64, "num_layers": 2, "num_heads": 4, "vocab_size": 512, "seq_length": 64},
@@ -108,7 +108,7 @@ def start(plan: dict[str, Any], model: dict[str, Any], ckpt: Path, cwd: Path) ->
                      checkpoint_every=100_000, extra={"TESSERA_TORCH_THREADS": "1"})
     procs = []
     for env in envs:
-        p = Proc(subprocess.Popen([sys.executable, "-m", "tessera.clients.reference_trainer"], env=env, cwd=cwd,
+        p = Proc(subprocess.Popen([sys.executable, "-m", "tessera.clients.trainer.reference"], env=env, cwd=cwd,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         p.start_reader()
         procs.append(p)

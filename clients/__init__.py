@@ -1,1 +1,60 @@
-"""Tessera clients: the Python SDK, tessctl, the trainer SDK and the reference trainer."""
+"""Tessera's clients: the Python SDK, tessctl, and the trainer SDK with the reference trainer.
+
+The public surface is `__all__`:
+
+    from tessera.clients import Client, load_job_file, TesseraError
+
+    with Client("127.0.0.1:50051") as client:
+        job = client.submit(load_job_file("examples/jobs/tiny.yaml"))
+
+`Client` and its errors (`TesseraError`, and `ControllerUnreachable`, a TesseraError) come from
+`tessera.clients.sdk`; `load_job_file` and `JobFileError` from `tessera.clients.jobfile`;
+`TrainerContext` and `ContractError` from the trainer SDK, `tessera.clients.trainer`.
+
+The names load on first use (module `__getattr__`): every training process imports this package on
+its way to `tessera.clients.trainer`, and must not pay for grpc, YAML and the estimator's tables
+that the controller's SDK and the job-file parser import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tessera.clients.jobfile import JobFileError, load_job_file
+    from tessera.clients.sdk import Client, ControllerUnreachable, TesseraError
+    from tessera.clients.trainer import ContractError, TrainerContext
+
+__all__ = [
+    "Client",
+    "ContractError",
+    "ControllerUnreachable",
+    "JobFileError",
+    "TesseraError",
+    "TrainerContext",
+    "load_job_file",
+]
+
+_HOME = {
+    "Client": "tessera.clients.sdk",
+    "TesseraError": "tessera.clients.sdk",
+    "ControllerUnreachable": "tessera.clients.sdk",
+    "load_job_file": "tessera.clients.jobfile",
+    "JobFileError": "tessera.clients.jobfile",
+    "TrainerContext": "tessera.clients.trainer",
+    "ContractError": "tessera.clients.trainer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,7 +1,6 @@
 """The Python SDK of the Tessera controller API.
 
-    from tessera.clients.sdk import Client
-    from tessera.clients.jobfile import load_job_file
+    from tessera.clients import Client, load_job_file
 
     with Client("controller:50051") as c:
         job = c.submit(load_job_file("examples/jobs/tiny.yaml"))

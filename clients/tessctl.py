@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,8 @@ DEFAULT_CONTROLLER = "127.0.0.1:50051"
 WATCH_POLL_S = 2.0  # table refresh of the lists that have no watch stream (all jobs, nodes)
 FOLLOW_POLL_S = 1.0  # logs --follow: the log API has no stream (see docs/cli.md)
 OUTPUTS = ("table", "wide", "json")
+SIMULATOR = "tessera.controller.sim.cli"  # run as a process by `tessctl simulate`, never imported
+SIMULATE_HELP = "replay a trace under scheduling policies, locally (tessera-sim)"
 
 
 class CliUsageError(InvalidInput):
@@ -140,10 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="last BYTES of the log (default: 64 KiB)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
 
-    p = command(sub, "simulate", cmd_simulate, "replay a trace under scheduling policies, locally (tessera-sim)")
-    from tessera.controller.sim.cli import add_arguments as _sim_arguments
-
-    _sim_arguments(p)
+    # Every argument after `simulate`, --help included, goes to the simulator's own parser (see
+    # cmd_simulate); no common options here: `--out` must not abbreviate `--output`.
+    p = sub.add_parser("simulate", add_help=False, help=SIMULATE_HELP, description=SIMULATE_HELP)
+    p.set_defaults(func=cmd_simulate)
 
     est = command(sub, "estimate", _needs_resource, "ask the estimator about a job: memory per GPU, Cells, stage placement")
     from tessera.clients.estimate import add_arguments as _estimate_arguments
@@ -284,11 +287,19 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_simulate(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
-    """`tessctl simulate`: the same flags and output as tessera-sim (controller/sim/cli.py)."""
-    from tessera.controller.sim.cli import run_and_report
+    """`tessctl simulate ARGS`: tessera-sim ARGS in a child process, with its output and exit status.
 
-    with contextlib.redirect_stdout(out):
-        return run_and_report(args, prog="tessctl simulate")
+    A process, not an import: the clients never import the controller's packages (the simulator
+    brings every policy with it), and the simulator parses and checks its own arguments.
+    """
+    code = f"import sys; from {SIMULATOR} import main; sys.exit(main(sys.argv[1:], prog='tessctl simulate'))"
+    proc = subprocess.run([sys.executable, "-c", code, *args.sim_args], check=False,
+                          stdout=_fd_or_pipe(out), stderr=_fd_or_pipe(sys.stderr))
+    for stream, data in ((out, proc.stdout), (sys.stderr, proc.stderr)):
+        if data:  # the child wrote into a pipe: `stream` has no file descriptor of its own
+            stream.write(data.decode(errors="replace"))
+            stream.flush()
+    return proc.returncode
 
 
 def cmd_version(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
@@ -301,6 +312,17 @@ def cmd_version(client: Client | None, args: argparse.Namespace, out: TextIO) ->
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+def _fd_or_pipe(stream: TextIO) -> int:
+    """The file descriptor behind `stream` for a child to write to directly (ordered with ours), or
+    subprocess.PIPE when it has none (a StringIO, pytest's capture)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.PIPE
+    stream.flush()
+    return fd
 
 
 def _print(out: TextIO, text: str) -> None:
@@ -445,7 +467,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run tessctl with `argv` (default sys.argv[1:]); returns the exit status."""
     out = out or sys.stdout
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "simulate":
+        args.sim_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.output = getattr(args, "output", "table")
     args.controller = getattr(args, "controller", None) or os.environ.get("TESSERA_CONTROLLER") or DEFAULT_CONTROLLER
     timeout = getattr(args, "timeout", 10.0)

@@ -1,65 +1,100 @@
 #!/usr/bin/env bash
-# The base install as a user gets it, which the dev venv cannot show (it has every extra): builds the
-# wheel from a clean copy of the tree, installs it WITHOUT extras into a fresh venv, and, from outside
-# the checkout, checks that
-#   - the wheel's only top-level package is `tessera` (no `controller`, `clients`, ... in site-packages);
-#   - every console script answers --help;
-#   - the README's estimator example prints its table, and the same figures;
-#   - the folders' own names (controller, clients, ...) do not import;
-#   - torch was not pulled in (it is in the trainer extra only).
-# CI runs it (.ci/run). It needs the package index, or a pip cache, for the base dependencies.
+# The base install, as a user gets it: a fresh virtual environment in a temporary directory,
+# `pip install .` from this checkout WITHOUT extras (no torch, no dev tools), then, from outside the
+# checkout: every console script answers --help, the README's estimator example prints its table,
+# the folder names of the checkout are not importable, the wheel installs the top-level name
+# `tessera` only, and torch was not pulled in. CI runs it (scripts/test.sh); the test suite cannot
+# see these failures because it always runs on the `.[dev]` install. One line per check; exit 1 on
+# the first failure, with the command's output. PYTHON picks the interpreter (default python3).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$PWD
+repo=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
-tmp=$(mktemp -d)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-fail() { echo "check_install: $*" >&2; exit 1; }
+log="$tmp/out.log"
+start=$SECONDS
 
-# A copy, so that nothing of the working tree's own build/ (setuptools reuses stale build/lib files)
-# or editable install reaches the wheel.
-mkdir "$tmp/src"
-tar -cf - --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' \
-  --exclude=__pycache__ --exclude=./demo-state --exclude=./bench/results . | tar -xf - -C "$tmp/src"
+ok() { echo "check_install: ok: $*"; }
+fail() {
+  echo "check_install: FAILED: $*" >&2
+  if [ -s "$log" ]; then sed 's/^/  | /' "$log" | tail -n 40 >&2; fi
+  exit 1
+}
+# run DESCRIPTION COMMAND...: runs the command in the temporary directory (so nothing of the
+# checkout is on sys.path) with its output in $log; fails the check on a non-zero exit.
+run() {
+  local what=$1
+  shift
+  (cd "$tmp" && "$@") >"$log" 2>&1 || fail "$what (exit $?)"
+}
+
+# Build from a copy of the working tree's files (tracked, or new and not ignored): an in-tree build
+# would reuse build/lib, where a module since moved or deleted still lies and would ship in the wheel.
+src="$tmp/src"
+mkdir "$src"
+(cd "$repo" && git ls-files -z --cached --others --exclude-standard \
+  | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
+  | tar -c --null -T - -f -) | tar -x -C "$src"
 
 "$PY" -m venv "$tmp/venv"
-bin=$tmp/venv/bin
-"$bin/python" -m pip install -q --upgrade pip
-"$bin/python" -m pip wheel -q --no-deps -w "$tmp/dist" "$tmp/src"
-whl=$(echo "$tmp"/dist/tessera-*.whl)
-[ -f "$whl" ] || fail "no wheel built"
-tops=$("$bin/python" - "$whl" <<'EOF'
-import sys, zipfile
-names = {name.split("/")[0] for name in zipfile.ZipFile(sys.argv[1]).namelist()}
-print(" ".join(sorted(n for n in names if not n.endswith((".dist-info", ".data")))))
-EOF
-)
-[ "$tops" = tessera ] || fail "the wheel's top-level names are '$tops', not 'tessera' alone"
-"$bin/python" -m pip install -q "$whl"
+venv="$tmp/venv"
+run "pip install . (no extras)" "$venv/bin/python" -m pip install -q --disable-pip-version-check "$src"
+ok "pip install . without extras ($((SECONDS - start)) s)"
 
-# Outside the checkout: only the install is importable.
-cd "$tmp"
-for script in tessera-controller tessera-agent tessera-estimator tessera-sim tessctl; do
-  "$bin/$script" --help >/dev/null || fail "$script --help failed in a base install"
+if "$venv/bin/python" -m pip list --disable-pip-version-check --format=freeze 2>/dev/null | grep -qi '^torch=='; then
+  fail "torch was installed by the base install (it belongs to the trainer extra only)"
+fi
+ok "torch not installed"
+
+for script in tessera-controller tessera-agent tessera-estimator tessctl tessera-sim; do
+  [ -x "$venv/bin/$script" ] || fail "console script $script not installed"
+  run "$script --help" "$venv/bin/$script" --help
+  grep -q "usage:" "$log" || fail "$script --help printed no usage"
+  ok "$script --help"
 done
 
-out=$("$bin/tessctl" estimate memory -f "$repo/examples/jobs/tiny.yaml" --gpu a100-80gb) \
-  || fail "tessctl estimate memory (examples/jobs/tiny.yaml) failed in a base install"
-grep -q '^CATEGORY  *BYTES' <<<"$out" || fail "tessctl estimate memory printed no table: $out"
+# tessctl simulate runs the simulator as a child process: it must find it in the same install.
+run "tessctl simulate --help" "$venv/bin/tessctl" simulate --help
+grep -q "usage: tessctl simulate" "$log" || fail "tessctl simulate --help printed no usage"
+ok "tessctl simulate --help"
 
-# The README's example (its llama.yaml and command), with the total the README prints.
-printf 'name: llama\nmodel: llama2-7b\nglobal_batch_size: 64\niterations: 1000\n' >llama.yaml
-out=$("$bin/tessctl" estimate memory -f llama.yaml --gpu a100-80gb \
-  --plan dp=2,tp=4,micro_batch=1,sharding=zero1,checkpointing=selective) \
-  || fail "the README's tessctl estimate memory example failed in a base install"
-grep -q '^total  *29814816768 ' <<<"$out" || fail "the README's example printed another total: $out"
+# The README's first estimator command, on the repository's example job.
+run "tessctl estimate memory" "$venv/bin/tessctl" estimate memory -f "$repo/examples/jobs/tiny.yaml" --gpu a100-80gb
+grep -Eq '^CATEGORY +BYTES +GB +GIB$' "$log" && grep -Eq '^total +[0-9]+ ' "$log" \
+  || fail "tessctl estimate memory printed no memory table"
+ok "tessctl estimate memory -f examples/jobs/tiny.yaml --gpu a100-80gb prints its table"
 
+# The README's own example (its llama.yaml and command), with the total the README prints.
+printf 'name: llama\nmodel: llama2-7b\nglobal_batch_size: 64\niterations: 1000\n' >"$tmp/llama.yaml"
+run "the README's tessctl estimate memory example" "$venv/bin/tessctl" estimate memory -f "$tmp/llama.yaml" \
+  --gpu a100-80gb --plan dp=2,tp=4,micro_batch=1,sharding=zero1,checkpointing=selective
+grep -Eq '^total +29814816768 ' "$log" || fail "the README's example printed another total than the README's"
+ok "the README's llama2-7b example prints the README's total (29814816768 B)"
+
+# The folders of the checkout install under tessera.*: their own names must not be importable.
 for name in controller nodeagent estimator clients common tessera_common; do
-  if "$bin/python" -c "import $name" 2>/dev/null; then
-    fail "'import $name' works in a base install: a folder's own name leaked into site-packages"
+  if (cd "$tmp" && "$venv/bin/python" -c "import $name") >"$log" 2>&1; then
+    fail "'import $name' works outside the checkout (a top-level package leaked into site-packages)"
   fi
 done
-if "$bin/python" -c "import torch" 2>/dev/null; then
-  fail "the base install pulled in torch"
-fi
-echo "check_install: the base install works (wheel top level: tessera)"
+ok "import controller (nodeagent, estimator, clients, common, tessera_common) fails outside the checkout"
+run "import tessera.*" "$venv/bin/python" -c \
+  "import tessera.controller, tessera.nodeagent, tessera.estimator, tessera.clients, tessera.common, tessera.v1"
+ok "import tessera.controller, .nodeagent, .estimator, .clients, .common, .v1"
+
+# What the distribution put in site-packages: its top_level.txt and the first component of every
+# file of its RECORD (console scripts and the dist-info itself aside) must both be `tessera` alone.
+run "read the installed distribution" "$venv/bin/python" - <<'EOF'
+import sys
+from importlib import metadata
+
+dist = metadata.distribution("tessera")
+top_level = sorted((dist.read_text("top_level.txt") or "").split())
+files = dist.files or []
+roots = sorted({f.parts[0] for f in files if f.parts[0] != ".." and not f.parts[0].endswith((".dist-info", ".pth"))})
+print(f"top_level.txt: {' '.join(top_level)}; files under: {' '.join(roots)}")
+sys.exit(0 if top_level == ["tessera"] and roots == ["tessera"] else 1)
+EOF
+ok "the distribution's top-level names are tessera only ($(cat "$log"))"
+
+echo "check_install: all checks passed in $((SECONDS - start)) s"

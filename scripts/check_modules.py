@@ -29,10 +29,7 @@ KNOWN: dict[str, str] = {
     "controller/engine.py": "the engine becomes a composition root over pure modules",
     "estimator/cells.py": "the estimator split",
     "estimator/perf_model.py": "the estimator split",
-    "clients/trainer_sdk.py": "the trainer SDK's own subpackage",
     "controller/core/policies/crius.py": "split or a why-one-piece docstring",
-    "nodeagent/supervisor.py": "split or a why-one-piece docstring",
-    "tests/integration/test_tessctl_fake.py": "split or a why-one-piece docstring",
 }
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: sets up (scripts/setup.sh), checks the committed generated protobuf code, lints
-# (ruff; mypy --strict on the pure core; the import contracts of pyproject.toml), and runs
-# the whole suite (unit, integration, e2e, chaos; slow tests included). Extra arguments go to pytest.
+# (ruff; mypy --strict on the pure core; the import contracts of pyproject.toml; module sizes), checks
+# the base install (scripts/check_install.sh), and runs the whole suite (unit, integration, e2e,
+# chaos; slow tests included). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -13,4 +14,7 @@ MYPYPATH=$(scripts/pkgtree.sh) .venv/bin/mypy --strict -p tessera.controller.cor
 # no module over 600 lines without a docstring that says why it is one piece.
 PYTHONPATH=$(scripts/pkgtree.sh) .venv/bin/lint-imports --no-cache
 .venv/bin/python scripts/check_modules.py
+# The base install (no extras) in a fresh venv: the console scripts, the README's estimator example,
+# the top-level names of the wheel. The suite below cannot see these: it runs on the .[dev] install.
+scripts/check_install.sh
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

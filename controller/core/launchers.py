@@ -22,7 +22,10 @@ FIELDS = ("nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port",
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 
-DEFAULT_ENTRYPOINT = (PYTHON, "-m", "tessera.clients.reference_trainer")
+# The reference trainer's module (tessera.clients.trainer.reference.ENTRYPOINT_MODULE): a name, not an
+# import, since the controller never imports the clients.
+REFERENCE_TRAINER = "tessera.clients.trainer.reference"
+DEFAULT_ENTRYPOINT = (PYTHON, "-m", REFERENCE_TRAINER)
 
 
 @dataclass(frozen=True)
@@ -42,13 +45,13 @@ BUILTIN: dict[str, Template] = {
     "torchrun": Template((PYTHON, "-m", "torch.distributed.run", "--nnodes={nnodes}", "--node-rank={node_rank}",
                           "--nproc-per-node={nproc_per_node}", "--master-addr={master_addr}",
                           "--master-port={master_port}", ENTRYPOINT), per_node=True,
-                         default_entrypoint=("-m", "tessera.clients.reference_trainer")),
+                         default_entrypoint=("-m", REFERENCE_TRAINER)),
     # DeepSpeed's per-node launcher (what its runner starts on each host), given the world as
     # base64 JSON {node: [gpu indices]}: no ssh/pdsh between nodes.
     "deepspeed": Template((PYTHON, "-m", "deepspeed.launcher.launch", "--world_info={world_info}",
                            "--node_rank={node_rank}", "--master_addr={master_addr}",
                            "--master_port={master_port}", ENTRYPOINT), per_node=True,
-                          default_entrypoint=("--module", "tessera.clients.reference_trainer")),
+                          default_entrypoint=("--module", REFERENCE_TRAINER)),
 }
 
 

@@ -316,9 +316,9 @@ def build_parser(prog: str = "tessera-sim") -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_and_report(args)
+def main(argv: Sequence[str] | None = None, prog: str = "tessera-sim") -> int:
+    args = build_parser(prog).parse_args(argv)
+    return run_and_report(args, prog)
 
 
 def run_and_report(args: argparse.Namespace, prog: str = "tessera-sim") -> int:

@@ -1,13 +1,12 @@
 """tessctl and the SDK against a fake Controller servicer on loopback.
 
-The fake is a small in-memory Controller (real gRPC, built by tessera.common.rpc on 127.0.0.1:0, on
-its own event loop thread); tessctl runs as a real subprocess. Synchronisation is on process output
+The fake (tests/fake_controller.py) is a small in-memory Controller (real gRPC on 127.0.0.1:0, on its
+own event loop thread); tessctl runs as a real subprocess. Synchronisation is on process output
 and on the fake's state, never on fixed sleeps.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -15,222 +14,24 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from tessera.clients.jobfile import load_job_file
 from tessera.clients.sdk import Client, ControllerUnreachable, TesseraError
-from tessera.common import rpc
-from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from tessera.v1 import common_pb2, controller_pb2
+from tests.fake_controller import JOBS, FakeController, FakeServer, seeded
 
 REPO = Path(__file__).resolve().parents[2]
-JOBS = REPO / "examples" / "jobs"
-NOW = 1_700_000_000.0
-
 S = common_pb2
-
-
-class FakeController(controller_pb2_grpc.ControllerServicer):
-    """In-memory controller: jobs, events, nodes, logs; mutated by tests through `FakeServer.call`."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, controller_pb2.Job] = {}
-        self.events: dict[str, list[common_pb2.JobEvent]] = {}
-        self.nodes: dict[str, controller_pb2.Node] = {}
-        self.logs: dict[tuple[str, int], bytes] = {}
-        self.requests: dict[str, str] = {}
-        self.log_requests: list[controller_pb2.GetJobLogsRequest] = []
-        self.changed = asyncio.Condition()
-        self.seq = 0
-
-    # -- helpers used by tests (run on the server loop) --
-
-    def add_job(self, job: controller_pb2.Job) -> None:
-        self.jobs[job.id] = job
-        self.events.setdefault(job.id, [])
-
-    async def event(self, job_id: str, kind: str, message: str = "", state: int | None = None,
-                    mutate: Callable[[controller_pb2.Job], None] | None = None) -> None:
-        job = self.jobs[job_id]
-        if state is not None:
-            job.state = state
-        if mutate:
-            mutate(job)
-        self.seq += 1
-        self.events[job_id].append(S.JobEvent(seq=self.seq, job_id=job_id, time=NOW, kind=kind, message=message))
-        async with self.changed:
-            self.changed.notify_all()
-
-    # -- the API --
-
-    async def SubmitJob(self, request: Any, context: Any) -> Any:
-        if not request.spec.name:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "spec.name: required")
-        if request.request_id in self.requests:
-            return controller_pb2.SubmitJobResponse(job=self.jobs[self.requests[request.request_id]], created=False)
-        job_id = f"j-{len(self.jobs) + 1:06d}"
-        job = controller_pb2.Job(id=job_id, spec=request.spec, state=S.JOB_STATE_PENDING, submit_time=NOW,
-                                 reason="waiting for the next scheduling round")
-        self.add_job(job)
-        self.requests[request.request_id] = job_id
-        await self.event(job_id, "SUBMITTED", "job submitted")
-        return controller_pb2.SubmitJobResponse(job=job, created=True)
-
-    async def _job(self, job_id: str, context: Any) -> controller_pb2.Job:
-        if job_id not in self.jobs:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"job {job_id} not found")
-        return self.jobs[job_id]
-
-    async def GetJob(self, request: Any, context: Any) -> Any:
-        job = controller_pb2.Job()
-        job.CopyFrom(await self._job(request.job_id, context))
-        if request.with_events:
-            job.events.extend(self.events[job.id])
-        return job
-
-    async def ListJobs(self, request: Any, context: Any) -> Any:
-        jobs = [j for j in self.jobs.values()
-                if (not request.states or j.state in request.states)
-                and (not request.tenant or j.spec.tenant == request.tenant)]
-        return controller_pb2.ListJobsResponse(jobs=jobs)
-
-    async def CancelJob(self, request: Any, context: Any) -> Any:
-        job = await self._job(request.job_id, context)
-        if job.state not in (S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED):
-            job.reason = "cancelled by the user"
-            await self.event(job.id, "CANCELLED", "cancelled by the user", state=S.JOB_STATE_CANCELLED)
-        return job
-
-    async def WatchJobEvents(self, request: Any, context: Any) -> Any:
-        job = await self._job(request.job_id, context)
-        after = request.after_seq
-        while True:
-            for e in self.events[job.id]:
-                if e.seq > after:
-                    after = e.seq
-                    yield e
-            if job.state in (S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED):
-                return
-            async with self.changed:
-                await self.changed.wait()
-
-    async def ListNodes(self, request: Any, context: Any) -> Any:
-        return controller_pb2.ListNodesResponse(nodes=list(self.nodes.values()))
-
-    async def _node(self, node_id: str, context: Any) -> controller_pb2.Node:
-        if node_id not in self.nodes:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"node {node_id} not found")
-        return self.nodes[node_id]
-
-    async def DrainNode(self, request: Any, context: Any) -> Any:
-        node = await self._node(request.node_id, context)
-        node.state = S.NODE_STATE_DRAINING
-        node.reason = request.reason or "drained by an operator"
-        return node
-
-    async def UndrainNode(self, request: Any, context: Any) -> Any:
-        node = await self._node(request.node_id, context)
-        node.state = S.NODE_STATE_READY
-        node.reason = ""
-        return node
-
-    async def GetJobLogs(self, request: Any, context: Any) -> Any:
-        await self._job(request.job_id, context)
-        self.log_requests.append(request)
-        data = self.logs.get((request.job_id, request.rank))
-        if data is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no log for rank {request.rank} of job {request.job_id}")
-        tail = request.tail_bytes or 65536
-        return controller_pb2.GetJobLogsResponse(
-            node_id="node-a", path=f"/var/lib/tessera/agent/jobs/{request.job_id}/attempt-1/rank-{request.rank}.log",
-            data=data[-tail:],
-        )
-
-
-class FakeServer:
-    """Runs a FakeController on its own event loop thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.fake: FakeController = self.run(self._make())
-        self.server, port = self.run(self._start())
-        self.address = f"127.0.0.1:{port}"
-
-    async def _make(self) -> FakeController:
-        return FakeController()
-
-    async def _start(self) -> tuple[Any, int]:
-        server, port = rpc.aio_server(
-            "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, self.fake)]
-        )
-        await server.start()
-        return server, port
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
-
-    def call(self, fn: Callable[[FakeController], Any]) -> Any:
-        """Run fn(fake) on the server loop (awaiting it if it returns a coroutine)."""
-
-        async def go() -> Any:
-            result = fn(self.fake)
-            if asyncio.iscoroutine(result):
-                result = await result
-            return result
-
-        return self.run(go())
-
-    def stop(self) -> None:
-        self.run(rpc.stop_server(self.server, grace=0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
-
-def _running_job() -> controller_pb2.Job:
-    spec = load_job_file(JOBS / "tiny.yaml")
-    return controller_pb2.Job(
-        id="j-run", spec=spec, state=S.JOB_STATE_RUNNING, attempt=1, submit_time=NOW - 300, start_time=NOW - 200,
-        reason="placed on 2xA100-80GB: best throughput",
-        plan=S.Plan(dp=2, tp=1, pp=1, micro_batch=4, grad_accum=2, gpu_model="A100-80GB",
-                    memory_per_gpu_bytes=3 * 1024**3, memory_source="formula"),
-        placement=S.Placement(slices=[S.NodeSlice(node_id="node-a", gpu_indices=[0, 1])], rendezvous="10.0.0.1:29500"),
-        progress=S.Progress(iteration=10, loss=2.5, samples_per_second=100.0, time=NOW - 1, checkpoint_iteration=-1),
-    )
-
-
-def _nodes() -> list[controller_pb2.Node]:
-    a100 = [S.Gpu(index=i, model="A100-80GB", memory_bytes=80 * 10**9, nvlink_peers=[j for j in range(4) if j != i])
-            for i in range(4)]
-    a40 = [S.Gpu(index=i, model="A40-48GB", memory_bytes=48 * 10**9) for i in range(2)]
-    return [
-        controller_pb2.Node(id="node-a", address="10.0.0.1:50052", state=S.NODE_STATE_READY, last_heartbeat=NOW,
-                            busy_gpus=[0, 1], inventory=S.NodeInventory(
-                                source=S.INVENTORY_SOURCE_DECLARED, gpus=a100, hostname="a", cpu_count=32,
-                                host_memory_bytes=256 * 1024**3)),
-        controller_pb2.Node(id="node-b", address="10.0.0.2:50052", state=S.NODE_STATE_READY, last_heartbeat=NOW,
-                            inventory=S.NodeInventory(source=S.INVENTORY_SOURCE_NVML, gpus=a40, hostname="b")),
-    ]
 
 
 @pytest.fixture
 def server() -> Iterator[FakeServer]:
-    srv = FakeServer()
-
-    def seed(fake: FakeController) -> None:
-        fake.add_job(_running_job())
-        for n in _nodes():
-            fake.nodes[n.id] = n
-        fake.logs[("j-run", 0)] = b"step 1 loss 5.0\nstep 2 loss 4.0\n"
-
-    srv.call(seed)
-    srv.call(lambda f: f.event("j-run", "PLACED", "placed on node-a GPUs 0,1"))
-    srv.call(lambda f: f.event("j-run", "STARTED", "attempt 1 started"))
+    srv = seeded()
     yield srv
     srv.stop()
 
@@ -647,3 +448,45 @@ def test_sdk_wait_errors(server: FakeServer) -> None:
 def test_unresolvable_controller() -> None:
     line = one_line_error(tessctl("--controller", "nosuchhost.invalid:50051", "get", "jobs"))
     assert line.startswith("tessctl: error: cannot reach controller at nosuchhost.invalid:50051")
+
+
+# -- what tessctl imports -----------------------------------------------------------------------------
+
+# tessctl's main() in a fresh interpreter, then one last line: its exit status and every module loaded.
+_MAIN_THEN_MODULES = ("import json, sys\nfrom tessera.clients.tessctl import main\nrc = main(sys.argv[1:])\n"
+                      "print(json.dumps({'rc': rc, 'modules': sorted(sys.modules)}))")
+
+
+def tessctl_modules(*args: str) -> tuple[int, list[str], subprocess.CompletedProcess[str]]:
+    proc = subprocess.run([sys.executable, "-c", _MAIN_THEN_MODULES, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.stdout.strip(), proc.stderr
+    last = json.loads(proc.stdout.splitlines()[-1])
+    return last["rc"], last["modules"], proc
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    """The controller's and the agent's packages (policies, simulator, engine) and torch."""
+    return [m for m in modules
+            if m.split(".")[0] == "torch" or m.startswith(("tessera.controller", "tessera.nodeagent"))]
+
+
+def test_get_jobs_imports_no_policy_simulator_or_torch(server: FakeServer) -> None:
+    rc, modules, proc = tessctl_modules("--controller", server.address, "get", "jobs", "-o", "json")
+    assert rc == 0 and '"j-run"' in proc.stdout, proc.stderr
+    assert "tessera.clients.tessctl" in modules and "grpc" in modules  # the list is the real one
+    assert _heavy(modules) == []
+
+
+def test_simulate_runs_the_simulator_as_a_process(tmp_path: Path) -> None:
+    # --help and the simulator's own errors come from the child, under tessctl's name; this process
+    # imports none of the simulator.
+    rc, modules, proc = tessctl_modules("simulate", "--help")
+    assert rc == 0 and "usage: tessctl simulate" in proc.stdout and "--policies" in proc.stdout, proc.stderr
+    assert _heavy(modules) == []
+    rc, modules, proc = tessctl_modules("simulate", "--trace", "arena-pai", "--cluster", "nope",
+                                        "--out", str(tmp_path / "out"))
+    assert rc == 1 and proc.stderr.startswith("tessctl simulate: error: ") and "unknown cluster 'nope'" in proc.stderr
+    assert _heavy(modules) == []
+    rc, _, proc = tessctl_modules("simulate", "--out", str(tmp_path / "out"))
+    assert rc == 2 and "the following arguments are required: --trace" in proc.stderr

@@ -6,7 +6,7 @@ accumulation) within PLAN_RTOL = 1e-4. Only the order of floating-point sums dif
 (observed: at most 3e-7 relative, the printed precision), while changing the seed moves the losses by
 more than 100x the tolerance (test_a_changed_seed_moves_the_curve_far_more_than_migration).
 
-The ranks are forked from a forkserver that imported torch once (tessera.clients.reference_trainer.local,
+The ranks are forked from a forkserver that imported torch once (tessera.clients.trainer.reference.local,
 mode "fork"): each rank is still its own OS process running the trainer's `cli.main()` with the worker
 contract's environment and a gloo process group over TCP, but does not pay the seconds of torch import
 per rank, which keeps this module within 1-2 minutes on a 2-core machine. The subprocess path (exactly
@@ -25,14 +25,14 @@ from typing import Any
 
 import pytest
 
-from tessera.clients.reference_trainer.local import (
+from tessera.clients.trainer import latest_checkpoint
+from tessera.clients.trainer.reference.local import (
     RankResult,
     launch,
     plan_envs,
     start_ranks,
     warm_forkserver,
 )
-from tessera.clients.trainer_sdk import latest_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -248,9 +248,9 @@ def _train_format1(ckpt: Path, save_at: int, until: int) -> dict[int, float]:
     import torch.nn.functional as F
     from torch import nn
 
-    from tessera.clients.reference_trainer.data import MarkovData
-    from tessera.clients.reference_trainer.model import param_groups
-    from tessera.clients.trainer_sdk import checkpoint_writer
+    from tessera.clients.trainer import checkpoint_writer
+    from tessera.clients.trainer.reference.data import MarkovData
+    from tessera.clients.trainer.reference.model import param_groups
 
     h, layers, heads, vocab, seq = (MODEL[k] for k in ("hidden_size", "num_layers", "num_heads", "vocab_size",
                                                        "seq_length"))

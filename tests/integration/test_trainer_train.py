@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.clients.trainer_sdk import latest_checkpoint
+from tessera.clients.trainer import latest_checkpoint
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 from tests.fake_agent import serve
 
@@ -75,7 +75,7 @@ def _contract_env(ckpt: Path, plan: dict[str, int], world_size: int = 1, rank: i
     return env
 
 
-ARGV = [sys.executable, "-m", "tessera.clients.reference_trainer"]
+ARGV = [sys.executable, "-m", "tessera.clients.trainer.reference"]
 
 
 @dataclass

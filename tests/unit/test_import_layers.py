@@ -22,10 +22,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 # Module-level `import torch` is allowed in these folders only: the estimator's torch layer and the
-# reference trainer (a torch program; clients/reference_trainer, or clients/trainer/reference once the
-# trainer has its own subpackage).
-TORCH_FOLDERS = (REPO / "estimator" / "torch", REPO / "clients" / "reference_trainer",
-                 REPO / "clients" / "trainer" / "reference")
+# reference trainer (a torch program).
+TORCH_FOLDERS = (REPO / "estimator" / "torch", REPO / "clients" / "trainer" / "reference")
 
 _EDGES = """
 import json, sys

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 
 from tessera.controller.core import launchers
@@ -20,7 +21,18 @@ def test_direct_is_the_entrypoint_itself() -> None:
     assert not tpl.per_node
     assert launchers.expand(tpl, ["train", "--x"], VALUES, head=False) == ["train", "--x"]
     assert launchers.expand(tpl, list(tpl.default_entrypoint), VALUES, head=True) == \
-        ["{python}", "-m", "tessera.clients.reference_trainer"]
+        ["{python}", "-m", "tessera.clients.trainer.reference"]
+
+
+def test_the_default_entrypoint_names_the_reference_trainer() -> None:
+    # The controller names the module as a string (it never imports the clients): it must be the
+    # package that runs as `python -m`, for every built-in launcher.
+    from tessera.clients.trainer.reference import ENTRYPOINT_MODULE
+
+    assert launchers.REFERENCE_TRAINER == ENTRYPOINT_MODULE
+    assert importlib.util.find_spec(f"{ENTRYPOINT_MODULE}.__main__") is not None
+    for name, tpl in launchers.BUILTIN.items():
+        assert tpl.default_entrypoint[-1] == ENTRYPOINT_MODULE, name
 
 
 def test_torchrun_golden() -> None:
@@ -28,7 +40,7 @@ def test_torchrun_golden() -> None:
     assert tpl.per_node
     assert launchers.expand(tpl, list(tpl.default_entrypoint), VALUES, head=False) == [
         "{python}", "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1", "--nproc-per-node=2",
-        "--master-addr=10.0.0.1", "--master-port=29501", "-m", "tessera.clients.reference_trainer"]
+        "--master-addr=10.0.0.1", "--master-port=29501", "-m", "tessera.clients.trainer.reference"]
 
 
 def test_custom_template_with_head_and_plan_fields() -> None:

@@ -6,8 +6,9 @@ import signal
 
 import pytest
 
-from tessera.clients.reference_trainer.cli import main
-from tessera.clients.reference_trainer.config import (
+from tessera.clients.trainer import ModelDims, Plan, TrainerContext
+from tessera.clients.trainer.reference.cli import main
+from tessera.clients.trainer.reference.config import (
     EXIT_UNSUPPORTED,
     Options,
     Unsupported,
@@ -16,8 +17,7 @@ from tessera.clients.reference_trainer.config import (
     resolve,
     resolve_model,
 )
-from tessera.clients.reference_trainer.data import MarkovData, rank_slice
-from tessera.clients.trainer_sdk import ModelDims, Plan, TrainerContext
+from tessera.clients.trainer.reference.data import MarkovData, rank_slice
 
 TINY = ModelDims("t", 32, 2, 2, 64, 32)
 

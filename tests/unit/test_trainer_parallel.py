@@ -8,10 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # imports torch (seconds)
 
-from tessera.clients.reference_trainer.checkpoint import _legacy_param_order, _legacy_split, _rename_param
-from tessera.clients.reference_trainer.model import GPT, lm_loss
-from tessera.clients.reference_trainer.parallel import Coords, stage_layers
-from tessera.clients.trainer_sdk import ModelDims
+from tessera.clients.trainer import ModelDims
+from tessera.clients.trainer.reference.checkpoint import _legacy_param_order, _legacy_split, _rename_param
+from tessera.clients.trainer.reference.model import GPT, lm_loss
+from tessera.clients.trainer.reference.parallel import Coords, stage_layers
 
 TINY = ModelDims("t", 32, 4, 4, 64, 16)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.clients.trainer_sdk import (
+from tessera.clients.trainer import (
     DEFAULT_MODEL,
     ContractError,
     ModelDims,
@@ -139,8 +139,8 @@ def test_from_env_malformed(env: dict[str, str], fragment: str) -> None:
 
 
 def test_sdk_does_not_import_torch() -> None:
-    code = ("import sys, clients, tessera.clients.trainer_sdk, tessera.clients.reference_trainer, "
-            "tessera.clients.reference_trainer.cli, tessera.clients.reference_trainer.config, tessera.clients.reference_trainer.data; "
+    code = ("import sys, tessera.clients, tessera.clients.trainer, tessera.clients.trainer.reference, "
+            "tessera.clients.trainer.reference.cli, tessera.clients.trainer.reference.config, tessera.clients.trainer.reference.data; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -260,7 +260,7 @@ def _free_port() -> int:
 def test_report_survives_unreachable_agent(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     ctx = TrainerContext.from_env({"TESSERA_AGENT_ADDR": f"127.0.0.1:{_free_port()}"}, clock=clock)
-    with ctx, caplog.at_level(logging.WARNING, logger="tessera.clients.trainer_sdk"):
+    with ctx, caplog.at_level(logging.WARNING, logger="tessera.clients.trainer.context"):
         t0 = time.monotonic()
         assert ctx.report(1, 1.0, 1.0, 1.0) is False
         assert time.monotonic() - t0 < 5.0  # bounded by the report deadline (1 s) plus slack
@@ -313,7 +313,7 @@ def test_signal_handlers_request_stop(signum: int) -> None:
 
 
 def test_worker_stops_itself_when_its_agent_stays_unreachable() -> None:
-    from tessera.clients.trainer_sdk import TrainerContext
+    from tessera.clients.trainer import TrainerContext
 
     now = [0.0]
     ctx = TrainerContext.from_env({"TESSERA_JOB_ID": "j-1", "TESSERA_AGENT_ADDR": "127.0.0.1:1",
@@ -330,7 +330,7 @@ def test_worker_stops_itself_when_its_agent_stays_unreachable() -> None:
 
 
 def test_concurrent_writers_of_one_step_do_not_clobber(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tessera.clients.trainer_sdk import checkpoint_writer, latest_checkpoint
+    from tessera.clients.trainer import checkpoint_writer, latest_checkpoint
 
     with checkpoint_writer(tmp_path, 10) as a:
         (a / "state").write_text("first")

@@ -1,4 +1,4 @@
-"""The training loop: every plan of tessera.clients.reference_trainer.parallel, checkpoint and resume.
+"""The training loop: every plan of tessera.clients.trainer.reference.parallel, checkpoint and resume.
 
 One collective per step carries the step's loss, the squared gradient norm (for clipping) and every
 rank's stop / checkpoint wishes, so all ranks agree at each step boundary on whether to checkpoint and
@@ -18,11 +18,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from tessera.clients.reference_trainer import checkpoint
-from tessera.clients.reference_trainer.config import TrainConfig
-from tessera.clients.reference_trainer.data import MarkovData, rank_slice
-from tessera.clients.reference_trainer.parallel import Engine
-from tessera.clients.trainer_sdk import TrainerContext
+from tessera.clients.trainer import TrainerContext
+from tessera.clients.trainer.reference import checkpoint
+from tessera.clients.trainer.reference.config import TrainConfig
+from tessera.clients.trainer.reference.data import MarkovData, rank_slice
+from tessera.clients.trainer.reference.parallel import Engine
 
 FINAL_REPORT_TRIES = 3
 

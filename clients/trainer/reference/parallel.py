@@ -40,8 +40,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tessera.clients.reference_trainer.config import TrainConfig
-from tessera.clients.reference_trainer.model import GPT, lm_loss, param_groups
+from tessera.clients.trainer.reference.config import TrainConfig
+from tessera.clients.trainer.reference.model import GPT, lm_loss, param_groups
 
 GRAD_CLIP = 1.0
 

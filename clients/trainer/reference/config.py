@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tessera.clients.trainer_sdk import ModelDims, Plan, TrainerContext
+from tessera.clients.trainer import ModelDims, Plan, TrainerContext
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -109,7 +109,7 @@ class TrainConfig:
 def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
     """Options from argv flags and the environment (flags win). Raises SystemExit(2) on bad flags."""
     e = os.environ if env is None else env
-    p = argparse.ArgumentParser(prog="python -m tessera.clients.reference_trainer",
+    p = argparse.ArgumentParser(prog="python -m tessera.clients.trainer.reference",
                                 description="Tessera's reference trainer (a small GPT on synthetic data). "
                                             "Everything else comes from the worker contract's environment.")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="model init and data seed")

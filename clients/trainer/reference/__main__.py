@@ -1,10 +1,10 @@
-"""`python -m tessera.clients.reference_trainer`: see tessera.clients.reference_trainer.cli."""
+"""`python -m tessera.clients.trainer.reference`: see tessera.clients.trainer.reference.cli."""
 
 import logging
 import os
 import sys
 
-from tessera.clients.reference_trainer.cli import main
+from tessera.clients.trainer.reference.cli import main
 
 code = main()
 # Everything that matters is done (checkpoint fsynced and published, process group destroyed, the

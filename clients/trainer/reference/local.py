@@ -3,7 +3,7 @@ with the worker contract's environment (for tests, benchmarks and trying plans b
 
 Two ways to start the processes:
 
-- `"subprocess"`: `python -m tessera.clients.reference_trainer` per rank, exactly what an agent runs (each
+- `"subprocess"`: `python -m tessera.clients.trainer.reference` per rank, exactly what an agent runs (each
   process imports torch: seconds per rank on a small machine);
 - `"fork"`: ranks forked from a multiprocessing forkserver that imported torch and the trainer once
   (`warm_forkserver()`), then run the same `cli.main()` in a real OS process each, talking gloo over
@@ -12,7 +12,7 @@ Two ways to start the processes:
 
 Does not import torch (the forkserver does).
 
-    python -m tessera.clients.reference_trainer.local --plan '{"dp":2,"tp":2,"micro_batch":4}' --iterations 5
+    python -m tessera.clients.trainer.reference.local --plan '{"dp":2,"tp":2,"micro_batch":4}' --iterations 5
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ PRELOAD = [
     "torch.distributed.fsdp",
     "torch.distributed.checkpoint",
     "torch.distributed.tensor.parallel",
-    "tessera.clients.reference_trainer.train",
+    "tessera.clients.trainer.reference.train",
 ]
 # Variables of the worker contract (and torch's own) that a launch sets; inherited copies are dropped.
 _OWNED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -136,7 +136,7 @@ def _forked_rank(env: Mapping[str, str], out_path: str, err_path: str, cwd: str,
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)
         os.close(f)
-    from tessera.clients.reference_trainer.cli import main
+    from tessera.clients.trainer.reference.cli import main
 
     try:
         rc = main(list(argv))
@@ -164,7 +164,7 @@ class Ranks:
         if mode == "subprocess":
             for env, (out, err) in zip(envs, self._paths, strict=True):
                 with open(out, "w") as fo, open(err, "w") as fe:
-                    self._procs.append(subprocess.Popen([sys.executable, "-m", "tessera.clients.reference_trainer", *argv],
+                    self._procs.append(subprocess.Popen([sys.executable, "-m", "tessera.clients.trainer.reference", *argv],
                                                         env=dict(env), cwd=cwd, stdout=fo, stderr=fe))
         else:
             ctx = warm_forkserver()
@@ -272,7 +272,7 @@ def launch(plan: Mapping[str, Any], *, model: Mapping[str, Any], checkpoint_dir:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tessera.clients.reference_trainer.local",
+    p = argparse.ArgumentParser(prog="python -m tessera.clients.trainer.reference.local",
                                 description="Run every rank of a plan on this machine (CPU, gloo).")
     p.add_argument("--plan", required=True, help="TESSERA_PLAN JSON, e.g. '{\"dp\":2,\"tp\":2,\"micro_batch\":4}'")
     p.add_argument("--model", default='{"name":"tiny","hidden_size":32,"num_layers":2,"num_heads":2,'

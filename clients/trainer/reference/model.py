@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tessera.clients.trainer_sdk import ModelDims
+from tessera.clients.trainer import ModelDims
 
 
 class CausalSelfAttention(nn.Module):

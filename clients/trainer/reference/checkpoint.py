@@ -43,8 +43,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from tessera.clients.reference_trainer.parallel import Engine
-from tessera.clients.trainer_sdk import CHECKPOINT_META, CheckpointRef, ModelDims, Plan, checkpoint_writer
+from tessera.clients.trainer import CheckpointRef, ModelDims, Plan, checkpoint_writer
+from tessera.clients.trainer.checkpoints import CHECKPOINT_META
+from tessera.clients.trainer.reference.parallel import Engine
 
 FORMAT = "tessera-reference-trainer/2"
 LEGACY_FORMAT = "tessera-reference-trainer/1"

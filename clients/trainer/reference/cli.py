@@ -11,14 +11,14 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from tessera.clients.reference_trainer.config import (
+from tessera.clients.trainer import ContractError, TrainerContext
+from tessera.clients.trainer.reference.config import (
     EXIT_ERROR,
     EXIT_UNSUPPORTED,
     Unsupported,
     parse_options,
     resolve,
 )
-from tessera.clients.trainer_sdk import ContractError, TrainerContext
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         # DCP at world size 1 (no process group) says it saves/loads "in a single process": intended.
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-        from tessera.clients.reference_trainer import checkpoint, train
+        from tessera.clients.trainer.reference import checkpoint, train
 
         try:
             return train.run(ctx, cfg)
