@@ -42,16 +42,16 @@ from dataclasses import dataclass, field
 
 from tessera.controller.core.placement import BEST_FIT, Group, Trial
 from tessera.controller.core.policies.common import Alloc, Board, free_text
-from tessera.controller.core.policy import CellEstimate, RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView
+from tessera.controller.core.policy import CellEstimate, Mode, RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind
 
-PAPER = "paper"
-ARTIFACT = "artifact"
+PAPER = Mode.PAPER
+ARTIFACT = Mode.ARTIFACT
 
 
 @dataclass(frozen=True)
 class CriusOptions:
-    mode: str = PAPER
+    mode: Mode = PAPER
     # None: RoundConfig.search_depth ("artifact": 3, or 2 when more than 150 jobs run).
     search_depth: int | None = None
     deadline_aware: bool = False
@@ -66,6 +66,9 @@ class CriusOptions:
     # Most choices one CellBasedSched explores (deterministic; bounds a round's cost together with
     # RoundConfig.max_evaluations); a job whose search runs out keeps the best choice found.
     search_budget: int = 200
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a misspelt mode fails here
 
 
 @dataclass
@@ -345,7 +348,7 @@ class _Round:
         seen = self.failed.get(sig)
         if not self.o.deadline_aware and seen is not None and all(
                 self.ctx.state.free_gpus(t) <= f for t, f in seen.items()):
-            b.pend(job, self.failed_reason.get(sig, f"{self.name}: waiting"))
+            b.pend(job, PendingKind.NO_ROOM_NOW, self.failed_reason.get(sig, f"{self.name}: waiting"))
             return False
         if self._hopeless(job):
             return False
@@ -364,7 +367,7 @@ class _Round:
         if allow_reclaim and self.o.opportunistic and not direct_only and self._reclaim(job):
             return True
         reason = self._pending_reason(job)
-        b.pend(job, reason)
+        b.pend(job, PendingKind.NO_ROOM_NOW, reason)
         self.failed[sig] = {t: self.ctx.state.free_gpus(t) for t in self.ctx.types()}
         self.failed_reason[sig] = reason
         return False
@@ -403,7 +406,7 @@ class _Round:
                     b.suspended[a.job.id] = why
                 else:
                     b.waiting[a.job.id] = a.job
-                    b.reasons[a.job.id] = why
+                    b.pend(a.job, PendingKind.WAITING, why)
         return True
 
     def _hopeless(self, job: JobView) -> bool:
@@ -418,8 +421,9 @@ class _Round:
         if self.o.deadline_aware and job.deadline > 0:
             self.b.drop(job, f"{self.name}: dropped: no Cell ({cells}) finishes before the deadline")
         else:
-            self.b.pend(job, f"{self.name}: fits nowhere: no feasible Cell among {cells} "
-                             f"(out of memory or not covered by the estimates)")
+            self.b.pend(job, PendingKind.FITS_NOWHERE,
+                        f"{self.name}: fits nowhere: no feasible Cell among {cells} "
+                        f"(out of memory or not covered by the estimates)")
         return True
 
     def _pending_reason(self, job: JobView) -> str:
