@@ -50,6 +50,7 @@ class _Entry(Generic[O]):
 
     def make(self, name: str, mode: Mode, options: O | Mapping[str, object] | None) -> Policy:
         kind = self.options.__name__
+        explicit: set[str] = set()  # fields the caller named (a mapping's keys)
         if options is None:
             opts = self.options()
         elif isinstance(options, self.options):
@@ -64,15 +65,17 @@ class _Entry(Generic[O]):
                                        + ("; the mode is make_policy's argument" if "mode" in bad else ""))
             for k, v in options.items():
                 if not _is_a(v, hints[k]):
-                    raise BadPolicyOptions(f"policy {name!r}: option {k} must be {hints[k]}, not {v!r}")
+                    want = getattr(hints[k], "__name__", str(hints[k]))
+                    raise BadPolicyOptions(f"policy {name!r}: option {k} must be {want}, not {v!r}")
             opts = self.options(**typing.cast(dict[str, Any], dict(options)))
+            explicit = set(options)
         else:
             raise BadPolicyOptions(f"policy {name!r} takes {kind}, not {type(options).__name__}")
         default = self.options()
         for key, value in self.variant.items():
-            if getattr(opts, key) not in (value, getattr(default, key)):
-                raise BadPolicyOptions(f"policy {name!r} sets {key}={value!r}; the options say "
-                                       f"{getattr(opts, key)!r}")
+            got = getattr(opts, key)
+            if got != value and (key in explicit or got != getattr(default, key)):
+                raise BadPolicyOptions(f"policy {name!r} sets {key}={value!r}; the options say {got!r}")
         if self.variant:
             opts = dataclasses.replace(opts, **typing.cast(dict[str, Any], self.variant))
         return self.build(mode, opts)
