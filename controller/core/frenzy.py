@@ -165,13 +165,15 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
     biggest = max((b for _, b, _ in allowed), default=0) - cfg.reserve_bytes
     smallest = min(plans, key=lambda p: p.bytes_per_gpu)
     if smallest.bytes_per_gpu > biggest:
-        return PendingKind.FITS_NOWHERE, (f"fits nowhere: needs at least {_gib(smallest.bytes_per_gpu)} per GPU "
-                                          f"(MARP, dp={smallest.dp} tp={smallest.tp}, "
-                                          f"+{_gib(cfg.reserve_bytes)} reserve); the cluster has {_cluster_text(snap)}")
+        why = (f"fits nowhere: needs at least {_gib(smallest.bytes_per_gpu)} per GPU "
+               f"(MARP, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
+               f"the cluster has {_cluster_text(snap)}")
+        return PendingKind.FITS_NOWHERE, why
     best = plans[0]
     free = sum(len(n.idle()) for n in snap.nodes)
-    return PendingKind.NO_ROOM_NOW, (f"waiting for GPUs: smallest plan needs {best.gpus} x "
-                                     f"{_gib(best.bytes_per_gpu)} (dp={best.dp} tp={best.tp}); {free} GPUs free now")
+    why = (f"waiting for GPUs: smallest plan needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
+           f"(dp={best.dp} tp={best.tp}); {free} GPUs free now")
+    return PendingKind.NO_ROOM_NOW, why
 
 
 def memory_reason(job: JobView, snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> str:

@@ -266,7 +266,8 @@ class _Round:
         out.sort(key=lambda x: (-x[0], queue_key(x[1].job)))
         return out
 
-    def search(self, job: JobView, base: Trial, exclude: set[str], direct_only: bool = False) -> Choice | None:
+    def search(self, job: JobView, base: Trial, exclude: set[str],
+               direct_only: bool = False) -> Choice | None:
         """The best scheduling choice for a job over the board (see the module docstring)."""
         cells = []
         for t, n, cost in self.target_cells(job):
@@ -471,7 +472,8 @@ class _Round:
                 if t == a.gpu_type and n == a.gpus and nodes >= a.nodes:
                     continue
                 gain = self.throughput(a.job, t, n, nodes) - self.alloc_throughput(a)
-                if gain > o.upgrade_min_gain * self.alloc_throughput(a) and gain > 0 and (best is None or gain > best[0]):
+                if (gain > o.upgrade_min_gain * self.alloc_throughput(a) and gain > 0
+                        and (best is None or gain > best[0])):
                     best = (gain, a, t, n, nodes)
             if best is None:
                 return
