@@ -29,7 +29,6 @@ KNOWN: dict[str, str] = {
     "controller/engine.py": "the engine becomes a composition root over pure modules",
     "estimator/cells.py": "the estimator split",
     "estimator/perf_model.py": "the estimator split",
-    "controller/core/policies/crius.py": "split or a why-one-piece docstring",
 }
 
 

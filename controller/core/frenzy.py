@@ -21,10 +21,12 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from tessera.controller.core.snapshot import (
+    Action,
     Decision,
     GpuView,
     JobView,
     NodeView,
+    PendingKind,
     PlanChoice,
     RoundPlan,
     Slice,
@@ -151,33 +153,38 @@ def _cluster_text(snap: Snapshot) -> str:
     return ", ".join(f"{c} x {m} ({_gib(b)})" for m, b, c in snap.cluster_gpus)
 
 
-def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot, cfg: FrenzyConfig) -> str:
+def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
+                    cfg: FrenzyConfig) -> tuple[PendingKind, str]:
     total = sum(c for _, _, c in snap.cluster_gpus)
     if total == 0:
-        return "waiting for nodes: no GPUs registered"
+        return PendingKind.NO_ROOM_NOW, "waiting for nodes: no GPUs registered"
+    # This and the next two never run on the GPUs the cluster has; only the third says "fits nowhere".
     if job.gpus_hint and job.gpus_hint > total:
-        return f"asks for {job.gpus_hint} GPUs; the cluster has {total}: {_cluster_text(snap)}"
+        return (PendingKind.FITS_NOWHERE,
+                f"asks for {job.gpus_hint} GPUs; the cluster has {total}: {_cluster_text(snap)}")
     if not plans:
-        return (f"no plan: global batch {job.global_batch_size} cannot be split over "
-                f"{job.gpus_hint or total} GPUs with TP in {TP_CHOICES}")
+        return PendingKind.FITS_NOWHERE, (f"no plan: global batch {job.global_batch_size} cannot be split "
+                                          f"over {job.gpus_hint or total} GPUs with TP in {TP_CHOICES}")
     allowed = [x for x in snap.cluster_gpus if not job.gpu_types or x[0] in job.gpu_types]
     biggest = max((b for _, b, _ in allowed), default=0) - cfg.reserve_bytes
     smallest = min(plans, key=lambda p: p.bytes_per_gpu)
     if smallest.bytes_per_gpu > biggest:
-        return (f"fits nowhere: needs at least {_gib(smallest.bytes_per_gpu)} per GPU "
-                f"(MARP, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
-                f"the cluster has {_cluster_text(snap)}")
+        why = (f"fits nowhere: needs at least {_gib(smallest.bytes_per_gpu)} per GPU "
+               f"(MARP, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
+               f"the cluster has {_cluster_text(snap)}")
+        return PendingKind.FITS_NOWHERE, why
     best = plans[0]
     free = sum(len(n.idle()) for n in snap.nodes)
-    return (f"waiting for GPUs: smallest plan needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
-            f"(dp={best.dp} tp={best.tp}); {free} GPUs free now")
+    why = (f"waiting for GPUs: smallest plan needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
+           f"(dp={best.dp} tp={best.tp}); {free} GPUs free now")
+    return PendingKind.NO_ROOM_NOW, why
 
 
 def memory_reason(job: JobView, snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> str:
     """MARP's account of why a job waits (the memory it needs, what the cluster has), for any policy
     whose own reason for a job that fits nowhere does not say it."""
     max_gpus = sum(c for _, _, c in snap.cluster_gpus)
-    return _pending_reason(job, resource_plans(job, max_gpus, cfg), snap, cfg)
+    return _pending_reason(job, resource_plans(job, max_gpus, cfg), snap, cfg)[1]
 
 
 class _FreeIndex:
@@ -216,7 +223,8 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
                 placed = (plan, slices)
                 break
         if placed is None:
-            decisions.append(Decision(job.id, "pending", _pending_reason(job, plans, snap, cfg)))
+            kind, why = _pending_reason(job, plans, snap, cfg)
+            decisions.append(Decision(job.id, Action.PENDING, why, pending=kind))
             continue
         plan, slices = placed
         first = slices[0]
@@ -231,5 +239,5 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
                   f"{' (best fit)' if len(slices) == 1 else ' (no single node fits: greedy multi-node)'}")
         choice = PlanChoice(plan.dp, plan.tp, 1, plan.micro_batch, 1, model,
                             plan.bytes_per_gpu, "formula:marp")
-        decisions.append(Decision(job.id, "start", reason, choice, slices))
+        decisions.append(Decision(job.id, Action.START, reason, choice, slices))
     return RoundPlan(tuple(decisions))

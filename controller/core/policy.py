@@ -20,14 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from tessera.common.errors import TesseraError
 from tessera.controller.core.placement import ClusterState
 from tessera.controller.core.snapshot import (
+    Action,
     Cell,
     Decision,
     JobView,
+    PendingKind,
     PlanChoice,
     RoundPlan,
     RoundStats,
@@ -139,8 +142,35 @@ class RoundConfig:
     max_gpus_per_job: int = 0
 
 
+class Mode(StrEnum):
+    """Which description of a policy to follow: "paper", as its own paper describes it, or
+    "artifact", as the Crius artifact ran it (docs/scheduler.md; a policy may treat both alike)."""
+
+    PAPER = "paper"
+    ARTIFACT = "artifact"
+
+
 class Policy(Protocol):
-    """A scheduling policy: decisions for the jobs it acts on, from a round's context."""
+    """A scheduling policy: decisions for the jobs it acts on, from a round's context.
+
+    The contract, which `finalize` enforces (a breach raises `RoundPlanError`, a bug in the policy):
+    - At most one decision per job, and only for jobs of the snapshot (`ctx.running`, `ctx.pending`).
+    - A pending job may get `Action.START`, `PENDING` or `DROP`; a running job `KEEP`, `MIGRATE`,
+      `STOP` or `DROP`. A job the policy leaves out stays as it is: a running job is kept, a
+      pending job waits (`PendingKind.WAITING`, "waiting: <policy> did not place it this round").
+    - Every `PENDING` decision carries its `pending` kind (waiting, no room now, fits nowhere) and
+      no other decision carries one: the engine acts on the kind (a job that fits nowhere gets the
+      memory it needs added to its reason), people read the reason.
+    - `START`, `MIGRATE` and `KEEP` name their whole placement: with a `cell`, exactly `cell.gpus`
+      GPUs, all of `cell.gpu_type`; every GPU idle in the snapshot or held by a running job of this
+      round, and given to one job only.
+    A policy may read everything in the context, use `ctx.state` (its copy of the free GPUs) and the
+    memoised estimates, and keep state of its own between rounds only as a cache that does not
+    change its decisions (rounds must replay bit for bit). It may not change the snapshot, call
+    out (clock, network, randomness) other than through the context, or decide a job it was not
+    given; a round over its budget (`ctx.spend()` false) still returns decisions, with direct fits
+    only.
+    """
 
     @property
     def name(self) -> str: ...
@@ -266,7 +296,13 @@ def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
     return finalize(ctx, decided, policy.name)
 
 
+# The actions that hold GPUs after the round.
+_PLACED = (Action.START, Action.MIGRATE, Action.KEEP)
+
+
 def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -> RoundPlan:
+    """The round's plan from a policy's decisions: jobs it left out filled in, the `Policy` contract
+    checked (see its docstring), the cost and estimated throughput counted."""
     by_id: dict[str, Decision] = {}
     for d in decided:
         if d.job_id in by_id:
@@ -276,10 +312,11 @@ def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -
     for r in ctx.running.values():
         got = by_id.pop(r.job.id, None)
         if got is None:
-            d = Decision(r.job.id, "keep", "running", r.plan, r.slices, r.cell, opportunistic=r.opportunistic)
-        elif got.action == "start":
+            d = Decision(r.job.id, Action.KEEP, "running", r.plan, r.slices, r.cell,
+                         opportunistic=r.opportunistic)
+        elif got.action is Action.START:
             raise RoundPlanError(f"policy {policy_name} started job {r.job.id}, which is running")
-        elif got.action == "pending":
+        elif got.action is Action.PENDING:
             raise RoundPlanError(f"policy {policy_name} left running job {r.job.id} pending; use stop")
         else:
             d = got
@@ -287,20 +324,25 @@ def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -
     for j in ctx.pending:
         got = by_id.pop(j.id, None)
         if got is None:
-            d = Decision(j.id, "pending", f"waiting: {policy_name} did not place it this round")
-        elif got.action in ("keep", "migrate", "stop"):
+            d = Decision(j.id, Action.PENDING, f"waiting: {policy_name} did not place it this round",
+                         pending=PendingKind.WAITING)
+        elif got.action in (Action.KEEP, Action.MIGRATE, Action.STOP):
             raise RoundPlanError(f"policy {policy_name} gave action {got.action} to pending job {j.id}")
         else:
             d = got
         out.append(d)
     if by_id:
         raise RoundPlanError(f"policy {policy_name} decided unknown jobs {sorted(by_id)}")
+    for d in out:
+        if (d.action is Action.PENDING) != (d.pending is not None):
+            what = "without a pending kind" if d.pending is None else f"with pending kind {d.pending}"
+            raise RoundPlanError(f"policy {policy_name}: {d.action} of {d.job_id} {what}")
     _check(ctx, out, policy_name)
     jobs = {j.id: j for j in ctx.pending}
     jobs.update((r.job.id, r.job) for r in ctx.running.values())
     thr = 0.0
     for d in out:
-        if d.action in ("start", "migrate", "keep") and d.iteration_s > 0:
+        if d.action in _PLACED and d.iteration_s > 0:
             thr += jobs[d.job_id].global_batch_size / d.iteration_s
     stats = RoundStats(ctx.estimate_calls, ctx.evaluations, ctx.budget_exhausted, thr)
     return RoundPlan(tuple(out), stats, policy_name)
@@ -313,7 +355,7 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
     held = {(s.node_id, i) for r in ctx.running.values() for s in r.slices for i in s.gpu_indices}
     used: dict[tuple[str, int], str] = {}
     for d in decisions:
-        if d.action not in ("start", "migrate", "keep"):
+        if d.action not in _PLACED:
             continue
         if not d.slices:
             raise RoundPlanError(f"policy {policy_name}: {d.action} of {d.job_id} without a placement")

@@ -8,6 +8,7 @@ all have defaults, so a snapshot of pending jobs and node occupancy alone stays 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 
 from tessera.estimator.models import ModelDims
@@ -151,23 +152,61 @@ class Snapshot:
     departures: int = 0
 
 
+class Action(StrEnum):
+    """What a round does with one job. A StrEnum: `Action.START == "start"`, and stored, logged and
+    printed values are the plain strings."""
+
+    START = "start"  # place a pending job now
+    PENDING = "pending"  # leave it waiting; the decision's reason and `pending` kind say why
+    KEEP = "keep"  # a running job stays as it is
+    # A running job restarts from its checkpoint in a new Cell or placement (`Change` says how).
+    MIGRATE = "migrate"
+    STOP = "stop"  # a running job is suspended back to pending (its checkpoint kept)
+    DROP = "drop"  # the job cannot run (infeasible, deadline missed)
+
+
+class Change(StrEnum):
+    """How a migration changes a job's Cell; NONE ("") for every other action."""
+
+    NONE = ""
+    SCALE_UP = "scale-up"
+    SCALE_DOWN = "scale-down"
+    TYPE_CHANGE = "type-change"
+    MOVE = "move"  # same GPU type and count, other GPUs
+
+
+class PendingKind(StrEnum):
+    """Why a job is left pending, for code to act on (the reason text is for people)."""
+
+    WAITING = "waiting"  # queued behind others, or not its turn this round
+    NO_ROOM_NOW = "no_room_now"  # fits the cluster, not what is free now
+    FITS_NOWHERE = "fits_nowhere"  # no GPU type in the cluster can ever run it
+
+
 @dataclass(frozen=True)
 class Decision:
     job_id: str
-    # "start": place a pending job now; "pending": leave it waiting, reason says why;
-    # "keep": a running job stays as it is; "migrate": a running job restarts from its checkpoint in
-    # a new Cell or placement (scale up/down, type change, move); "stop": a running job is suspended
-    # back to pending (its checkpoint kept); "drop": the job cannot run (infeasible, deadline missed).
-    action: str
+    action: Action
     reason: str
     plan: PlanChoice | None = None
     slices: tuple[Slice, ...] = ()
     cell: Cell | None = None
     previous: Cell | None = None
-    # For "migrate": "scale-up", "scale-down", "type-change", "move"; "" otherwise.
-    change: str = ""
+    change: Change = Change.NONE
     iteration_s: float = 0.0
     opportunistic: bool = False
+    # Set on every pending decision a policy returns (`finalize` enforces it), None otherwise.
+    pending: PendingKind | None = None
+
+    def __post_init__(self) -> None:
+        # Callers outside the typed core may pass the plain strings: normalise them to the members
+        # (a misspelt action fails here, not later in the engine).
+        if type(self.action) is not Action:
+            object.__setattr__(self, "action", Action(self.action))
+        if type(self.change) is not Change:
+            object.__setattr__(self, "change", Change(self.change))
+        if self.pending is not None and type(self.pending) is not PendingKind:
+            object.__setattr__(self, "pending", PendingKind(self.pending))
 
 
 @dataclass(frozen=True)
@@ -187,10 +226,11 @@ class RoundPlan:
     policy: str = ""
 
     def starts(self) -> tuple[Decision, ...]:
-        return tuple(d for d in self.decisions if d.action == "start")
+        return tuple(d for d in self.decisions if d.action is Action.START)
 
     def migrations(self) -> tuple[Decision, ...]:
-        return tuple(d for d in self.decisions if d.action == "migrate")
+        return tuple(d for d in self.decisions if d.action is Action.MIGRATE)
 
     def of(self, action: str) -> tuple[Decision, ...]:
+        """The decisions of one action (an `Action`, or its plain string)."""
         return tuple(d for d in self.decisions if d.action == action)

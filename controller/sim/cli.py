@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tessera.common.errors import InvalidInput
-from tessera.controller.core.policies import UnknownPolicy, make_policy
-from tessera.controller.core.policy import CachedEstimates, Estimates, RoundConfig
+from tessera.controller.core.policies import UnknownPolicy, make_policy, parse_mode
+from tessera.controller.core.policy import CachedEstimates, Estimates, Mode, RoundConfig
 from tessera.controller.core.snapshot import JobView
 from tessera.controller.sim.clusters import ClusterError, builtin_names, load_cluster
 from tessera.controller.sim.engine import RULES, ArenaTruth, Rules, SimResult, Simulator, Truth
@@ -224,7 +224,7 @@ def _arena_models(data: Path) -> dict[str, dict[str, dict[str, object]]]:
     return out
 
 
-def parse_policies(spec: str, mode: str, rules: Rules) -> list[tuple[str, str, str]]:
+def parse_policies(spec: str, mode: str, rules: Rules) -> list[tuple[str, str, Mode]]:
     """(label, name, mode) per policy."""
     out = []
     for raw in spec.split(","):
@@ -239,7 +239,7 @@ def parse_policies(spec: str, mode: str, rules: Rules) -> list[tuple[str, str, s
                 m = "artifact" if rules.name == "arena" else "paper"
             else:
                 m = mode
-        out.append((raw, name, m))
+        out.append((raw, name, parse_mode(m)))
     if not out:
         raise SimInputError("--policies: no policy given")
     return out

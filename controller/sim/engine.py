@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tessera.controller.core.policy import CachedEstimates, Estimates, Policy, RoundConfig, plan_round
-from tessera.controller.core.snapshot import Cell, JobView, NodeView, RunningView, Slice, Snapshot
+from tessera.controller.core.snapshot import Action, Cell, JobView, NodeView, RunningView, Slice, Snapshot
 from tessera.controller.sim.clusters import Cluster
 from tessera.controller.sim.oracles import ArenaOracle
 from tessera.controller.sim.traces import TraceJob
@@ -265,14 +265,14 @@ class Simulator:
             # GPUs given up this round are released before any are taken (a job may start on GPUs
             # another job leaves in the same round).
             for d in plan.decisions:
-                if d.action in ("migrate", "stop", "drop") and d.job_id in running:
+                if d.action in (Action.MIGRATE, Action.STOP, Action.DROP) and d.job_id in running:
                     hold(running[d.job_id], False)
             for d in plan.decisions:
                 found = running.get(d.job_id) or pending.get(d.job_id)
                 if found is None:
                     continue
                 j = found
-                if d.action == "start" or d.action == "migrate":
+                if d.action is Action.START or d.action is Action.MIGRATE:
                     old = {(s.node_id, i) for s in j.slices for i in s.gpu_indices}
                     new = {(s.node_id, i) for s in d.slices for i in s.gpu_indices}
                     j.cell = d.cell or Cell(self._type_at(d.slices), len(new))
@@ -287,7 +287,7 @@ class Simulator:
                         # that keeps failing would); counted so that a run's summary shows it.
                         j.unrunnable += 1
                     pays = bool(new - old) if r_.pays == "gain" else (new != old)
-                    if d.action == "start":
+                    if d.action is Action.START:
                         started += 1
                         del pending[j.t.id]
                         running[j.t.id] = j
@@ -303,9 +303,9 @@ class Simulator:
                     if pays:
                         paying.append(j)
                     j.reason = d.reason
-                elif d.action == "keep":
+                elif d.action is Action.KEEP:
                     j.plan_opp = d.opportunistic
-                elif d.action == "stop":
+                elif d.action is Action.STOP:
                     suspended += 1
                     del running[j.t.id]
                     j.state = "pending"
@@ -318,13 +318,13 @@ class Simulator:
                         j.iters_total = max(0.0, j.iters_total - math.floor(j.exec_time / j.it_s) if j.it_s else j.iters_total)
                     j.in_debt, j.debt, j.blocked = False, 0.0, 0.0
                     j.reason = d.reason
-                elif d.action == "drop":
+                elif d.action is Action.DROP:
                     running.pop(j.t.id, None)
                     pending.pop(j.t.id, None)
                     j.state = "dropped"
                     j.queue_s += now - j.pending_since if j.first_start is None else 0.0
                     j.reason = d.reason
-                elif d.action == "pending":
+                elif d.action is Action.PENDING:
                     j.reason = d.reason
             for j in paying:
                 j.launches += 1

@@ -10,7 +10,7 @@ from tessera.controller.core.frenzy import (
     plan_round,
     resource_plans,
 )
-from tessera.controller.core.snapshot import GpuView, JobView, NodeView, Slice, Snapshot
+from tessera.controller.core.snapshot import GpuView, JobView, NodeView, PendingKind, Slice, Snapshot
 from tessera.estimator.memory import marp_memory, marp_params
 from tessera.estimator.models import REGISTERED, ModelDims
 
@@ -96,6 +96,7 @@ def test_plan_round_places_in_submission_order_with_backfill() -> None:
     by = {d.job_id: d for d in rp.decisions}
     assert [d.job_id for d in rp.decisions] == ["big", "j1", "j2", "wide"]
     assert by["big"].action == "pending" and "fits nowhere" in by["big"].reason
+    assert by["big"].pending is PendingKind.FITS_NOWHERE and by["j1"].pending is None
     assert "4 x A100-80GB" in by["big"].reason and "8 x A10-24GB" in by["big"].reason
     assert by["j1"].action == "start" and by["j1"].slices == (Slice("a10", (0,)),)
     assert by["j2"].slices == (Slice("a10", (1,)),)
@@ -112,6 +113,11 @@ def test_pending_reasons() -> None:
     by = {d.job_id: d for d in plan_round(snap, CFG).decisions}
     assert by["w"].action == "pending" and by["w"].reason.startswith("waiting for GPUs")
     assert by["many"].reason == "asks for 8 GPUs; the cluster has 2: 2 x A10-24GB (22.4 GiB)"
+    # More GPUs than the cluster has can never run; waiting for busy GPUs is no room now.
+    assert (by["w"].pending, by["many"].pending) == (PendingKind.NO_ROOM_NOW, PendingKind.FITS_NOWHERE)
+    empty = {d.job_id: d for d in plan_round(Snapshot((), (job("w"),), ()), CFG).decisions}
+    assert (empty["w"].reason, empty["w"].pending) == ("waiting for nodes: no GPUs registered",
+                                                       PendingKind.NO_ROOM_NOW)
 
 
 def test_foreign_memory_and_reserve_count() -> None:

@@ -7,7 +7,17 @@ from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.policies import make_policy
 from tessera.controller.core.policies.crius import CriusOptions, CriusPolicy
 from tessera.controller.core.policy import RoundConfig, plan_round
-from tessera.controller.core.snapshot import Cell, GpuView, JobView, NodeView, RunningView, Slice, Snapshot
+from tessera.controller.core.snapshot import (
+    Cell,
+    Decision,
+    GpuView,
+    JobView,
+    NodeView,
+    RoundPlan,
+    RunningView,
+    Slice,
+    Snapshot,
+)
 from tessera.estimator.models import ModelDims
 
 GB = 1000**3
@@ -27,8 +37,8 @@ def running(j: JobView, gtype: str, slices: tuple[Slice, ...], opp: bool = False
     return RunningView(j, Cell(gtype, sum(len(s.gpu_indices) for s in slices)), slices, opportunistic=opp)
 
 
-def by_id(plan: object) -> dict[str, object]:
-    return {d.job_id: d for d in plan.decisions}  # type: ignore[attr-defined]
+def by_id(plan: RoundPlan) -> dict[str, Decision]:
+    return {d.job_id: d for d in plan.decisions}
 
 
 def test_fig3a_scaling_homogeneous_gpus_between_jobs() -> None:
@@ -42,10 +52,10 @@ def test_fig3a_scaling_homogeneous_gpus_between_jobs() -> None:
                     running=(running(a, "X", (Slice("n0", (0, 1, 2, 3)),)),), arrivals=("B",))
     for mode in ("paper", "artifact"):
         d = by_id(plan_round(snap, est, make_policy("crius", mode)))
-        assert d["A"].action == "migrate" and d["A"].change == "scale-down"  # type: ignore[attr-defined]
-        assert d["A"].cell == Cell("X", 2) and d["A"].slices == (Slice("n0", (0, 1)),)  # type: ignore[attr-defined]
-        assert d["B"].action == "start" and d["B"].slices == (Slice("n0", (2, 3)),)  # type: ignore[attr-defined]
-        assert "A halved to 2 x X" in d["B"].reason  # type: ignore[attr-defined]
+        assert d["A"].action == "migrate" and d["A"].change == "scale-down"
+        assert d["A"].cell == Cell("X", 2) and d["A"].slices == (Slice("n0", (0, 1)),)
+        assert d["B"].action == "start" and d["B"].slices == (Slice("n0", (2, 3)),)
+        assert "A halved to 2 x X" in d["B"].reason
 
 
 def test_fig3b_exchanging_heterogeneous_gpus_between_jobs() -> None:
@@ -60,9 +70,9 @@ def test_fig3b_exchanging_heterogeneous_gpus_between_jobs() -> None:
     for mode in ("paper", "artifact"):
         plan = plan_round(snap, est, make_policy("crius", mode))
         d = by_id(plan)
-        assert d["A"].action == "migrate" and d["A"].change == "type-change"  # type: ignore[attr-defined]
-        assert d["A"].slices == (Slice("s", (0, 1)),)  # type: ignore[attr-defined]
-        assert d["B"].action == "start" and d["B"].cell == Cell("FAST", 2)  # type: ignore[attr-defined]
+        assert d["A"].action == "migrate" and d["A"].change == "type-change"
+        assert d["A"].slices == (Slice("s", (0, 1)),)
+        assert d["B"].action == "start" and d["B"].cell == Cell("FAST", 2)
         assert abs(plan.stats.estimated_throughput - (100 / 1.1 + 100)) < 1e-6
 
 
@@ -73,10 +83,10 @@ def test_paper_mode_takes_2n_on_an_idle_cluster_and_upgrades_when_nobody_waits()
     d = by_id(plan_round(snap, est, make_policy("crius")))
     # Cells 1, 2, 4 (N/2, N, 2N): 4 GPUs on one node is the fastest that fits; then the upgrade step
     # doubles it to 8 GPUs on two nodes since nobody waits.
-    assert d["A"].action == "start" and d["A"].cell == Cell("X", 8)  # type: ignore[attr-defined]
+    assert d["A"].action == "start" and d["A"].cell == Cell("X", 8)
     art = by_id(plan_round(snap, est, make_policy("crius", "artifact")))
     # The artifact takes the request as it is, then its upgrade trial doubles it step by step.
-    assert art["A"].cell == Cell("X", 8)  # type: ignore[attr-defined]
+    assert art["A"].cell == Cell("X", 8)
 
 
 def test_opportunistic_job_is_suspended_when_the_blocked_job_can_start() -> None:
@@ -90,15 +100,15 @@ def test_opportunistic_job_is_suspended_when_the_blocked_job_can_start() -> None
                      arrivals=("S",))
     opts = CriusOptions(scale_count=False, change_type=False)
     d1 = by_id(plan_round(snap1, est, CriusPolicy(opts)))
-    assert d1["P"].action == "pending" and "waiting for GPUs" in d1["P"].reason  # type: ignore[attr-defined]
-    assert d1["S"].action == "start" and d1["S"].opportunistic  # type: ignore[attr-defined]
+    assert d1["P"].action == "pending" and "waiting for GPUs" in d1["P"].reason
+    assert d1["S"].action == "start" and d1["S"].opportunistic
     # Round 2: R finished. P takes node a and S's node b; S is suspended.
     nodes2 = (node("a", "X", 2), node("b", "X", 2, busy=(0, 1)))
     snap2 = Snapshot(nodes2, (big,), running=(running(small, "X", (Slice("b", (0, 1)),), opp=True),),
                      arrivals=(), departures=1)
     d2 = by_id(plan_round(snap2, est, CriusPolicy(opts)))
-    assert d2["P"].action == "start" and d2["P"].cell == Cell("X", 4)  # type: ignore[attr-defined]
-    assert d2["S"].action == "stop" and "opportunistic" in d2["S"].reason  # type: ignore[attr-defined]
+    assert d2["P"].action == "start" and d2["P"].cell == Cell("X", 4)
+    assert d2["S"].action == "stop" and "opportunistic" in d2["S"].reason
 
 
 def test_search_depth_bounds_the_scaling_steps() -> None:
@@ -111,11 +121,11 @@ def test_search_depth_bounds_the_scaling_steps() -> None:
     snap = Snapshot(nodes, (b,), running=run, arrivals=("B",))
     pol = CriusPolicy(CriusOptions(upgrade_steps=0))
     d1 = by_id(plan_round(snap, est, pol, RoundConfig(search_depth=1)))
-    assert d1["B"].action == "pending" and "up to 1 scaling steps" in d1["B"].reason  # type: ignore[attr-defined]
+    assert d1["B"].action == "pending" and "up to 1 scaling steps" in d1["B"].reason
     # With depth 2 the two halvings free 2 + 2 GPUs, but on two nodes: B runs on 2 x 2.
     d2 = by_id(plan_round(snap, est, pol, RoundConfig(search_depth=2)))
-    assert d2["B"].action == "start" and len(d2["B"].slices) == 2  # type: ignore[attr-defined]
-    assert d2["A1"].change == "scale-down" and d2["A2"].change == "scale-down"  # type: ignore[attr-defined]
+    assert d2["B"].action == "start" and len(d2["B"].slices) == 2
+    assert d2["A1"].change == "scale-down" and d2["A2"].change == "scale-down"
 
 
 def test_deadline_variant_drops_jobs_that_cannot_finish_and_picks_cells_that_can() -> None:
@@ -124,8 +134,8 @@ def test_deadline_variant_drops_jobs_that_cannot_finish_and_picks_cells_that_can
     late = job("LATE", "a", t=0, gpus=2, gtype="X", iters=1000, deadline=500)
     snap = Snapshot((node("n0", "X", 4),), (ok, late), arrivals=("OK", "LATE"), now=0.0)
     d = by_id(plan_round(snap, est, make_policy("crius-ddl"), RoundConfig(interval_s=300)))
-    assert d["OK"].action == "start" and d["OK"].cell == Cell("X", 4)  # type: ignore[attr-defined]
-    assert d["LATE"].action == "drop" and "deadline" in d["LATE"].reason  # type: ignore[attr-defined]
+    assert d["OK"].action == "start" and d["OK"].cell == Cell("X", 4)
+    assert d["LATE"].action == "drop" and "deadline" in d["LATE"].reason
 
 
 def test_jobs_without_a_hint_take_cells_from_the_memory_feasible_range() -> None:
@@ -133,7 +143,7 @@ def test_jobs_without_a_hint_take_cells_from_the_memory_feasible_range() -> None
     a = JobView("A", 0.0, M, 100, estimate_key="a")  # no GPU count, no type
     snap = Snapshot((node("n0", "X", 4),), (a,))
     d = by_id(plan_round(snap, est, make_policy("crius")))
-    assert d["A"].action == "start" and d["A"].cell == Cell("X", 4)  # type: ignore[attr-defined]
+    assert d["A"].action == "start" and d["A"].cell == Cell("X", 4)
 
 
 def test_fits_nowhere_and_budget_and_determinism() -> None:
@@ -145,7 +155,7 @@ def test_fits_nowhere_and_budget_and_determinism() -> None:
     p2 = plan_round(snap, est, make_policy("crius"))
     assert p1 == p2
     d = by_id(p1)
-    assert d["H"].action == "pending" and "fits nowhere" in d["H"].reason  # type: ignore[attr-defined]
-    assert d["A"].action == "start"  # type: ignore[attr-defined]
+    assert d["H"].action == "pending" and "fits nowhere" in d["H"].reason
+    assert d["A"].action == "start"
     tiny = plan_round(snap, est, make_policy("crius"), RoundConfig(max_evaluations=0))
     assert tiny.stats.budget_exhausted

@@ -10,11 +10,13 @@ from tessera.controller.core.placement import SCATTER, ClusterState, Trial, quot
 from tessera.controller.core.policies import UnknownPolicy, make_policy
 from tessera.controller.core.policy import RoundContext, RoundPlanError, plan_round
 from tessera.controller.core.snapshot import (
+    Action,
     Cell,
     Decision,
     GpuView,
     JobView,
     NodeView,
+    PendingKind,
     RunningView,
     Slice,
     Snapshot,
@@ -90,15 +92,18 @@ def test_plan_errors_catch_double_booking_and_busy_gpus() -> None:
 
     snap = Snapshot((node("a", "X", 2, busy=(1,)),), (JobView("p", 0.0, M, 8), JobView("q", 1.0, M, 8)))
     e = TableEstimates({})
-    two = [Decision("p", "start", "", slices=(Slice("a", (0,)),)), Decision("q", "start", "", slices=(Slice("a", (0,)),))]
+    two = [Decision("p", Action.START, "", slices=(Slice("a", (0,)),)),
+           Decision("q", Action.START, "", slices=(Slice("a", (0,)),))]
     with pytest.raises(RoundPlanError, match="given to p and q"):
         plan_round(snap, e, Bad(two))
     with pytest.raises(RoundPlanError, match="not free"):
-        plan_round(snap, e, Bad([Decision("p", "start", "", slices=(Slice("a", (1,)),))]))
+        plan_round(snap, e, Bad([Decision("p", Action.START, "", slices=(Slice("a", (1,)),))]))
     with pytest.raises(RoundPlanError, match="not of type"):
-        plan_round(snap, e, Bad([Decision("p", "start", "", slices=(Slice("a", (0,)),), cell=Cell("Y", 1))]))
+        plan_round(snap, e, Bad([Decision("p", Action.START, "", slices=(Slice("a", (0,)),),
+                                          cell=Cell("Y", 1))]))
     with pytest.raises(RoundPlanError, match="twice"):
-        plan_round(snap, e, Bad([Decision("p", "pending", ""), Decision("p", "pending", "")]))
+        wait = Decision("p", Action.PENDING, "", pending=PendingKind.WAITING)
+        plan_round(snap, e, Bad([wait, wait]))
 
 
 def test_frenzy_adapter_matches_the_frenzy_round() -> None:
@@ -108,6 +113,7 @@ def test_frenzy_adapter_matches_the_frenzy_round() -> None:
     snap = Snapshot(nodes, jobs, (("A100-80GB", 80 * GB, 4), ("A10-24GB", 24 * GB, 4)))
     ours = plan_round(snap, TableEstimates({}), make_policy("frenzy"))
     theirs = frenzy.plan_round(snap)
+    assert [d.job_id for d in theirs.starts()] == ["j1", "j2"]  # else the comparison below says nothing
     assert [(d.job_id, d.action, d.slices) for d in ours.starts()] == \
         [(d.job_id, d.action, d.slices) for d in theirs.starts()]
     assert all(d.cell is not None and d.reason.startswith("frenzy: ") for d in ours.starts())

@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 
 from tessera.controller.core.placement import BEST_FIT, Group, Trial
 from tessera.controller.core.policy import CellEstimate, RoundContext, queue_key
-from tessera.controller.core.snapshot import Cell, Decision, JobView, PlanChoice, RunningView, Slice
+from tessera.controller.core.snapshot import (
+    Action,
+    Cell,
+    Change,
+    Decision,
+    JobView,
+    PendingKind,
+    PlanChoice,
+    RunningView,
+    Slice,
+)
 
 
 @dataclass
@@ -65,14 +75,14 @@ def synth_plan(job: JobView, est: CellEstimate | None, cell: Cell) -> PlanChoice
                       est.memory_per_gpu_bytes if est else 0, (est.source if est else "") or "unknown")
 
 
-def change_kind(prev: Cell, new: Cell) -> str:
+def change_kind(prev: Cell, new: Cell) -> Change:
     if prev.gpu_type != new.gpu_type:
-        return "type-change"
+        return Change.TYPE_CHANGE
     if new.gpus > prev.gpus:
-        return "scale-up"
+        return Change.SCALE_UP
     if new.gpus < prev.gpus:
-        return "scale-down"
-    return "move"
+        return Change.SCALE_DOWN
+    return Change.MOVE
 
 
 @dataclass
@@ -83,7 +93,9 @@ class Board:
     name: str
     allocs: dict[str, Alloc] = field(default_factory=dict)
     waiting: dict[str, JobView] = field(default_factory=dict)
+    # Pending jobs' reasons and kinds, set together by `pend`.
     reasons: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, PendingKind] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
     suspended: dict[str, str] = field(default_factory=dict)
     version: int = 0
@@ -136,6 +148,7 @@ class Board:
         self.allocs[job.id] = a
         self.waiting.pop(job.id, None)
         self.reasons.pop(job.id, None)
+        self.kinds.pop(job.id, None)
         self.version += 1
         return a
 
@@ -167,17 +180,21 @@ class Board:
         a.note = note if not a.note else f"{a.note}; {note}"
         self.version += 1
 
-    def suspend(self, a: Alloc, reason: str) -> None:
+    def suspend(self, a: Alloc, reason: str, kind: PendingKind = PendingKind.WAITING) -> None:
+        """Take a job's GPUs back: a running job stops; one started this round is simply pending
+        again, of `kind`."""
         self.release(a)
         del self.allocs[a.job.id]
         if a.orig is not None:
             self.suspended[a.job.id] = reason
-        else:  # started this round and taken back: simply pending
+        else:
             self.waiting[a.job.id] = a.job
-            self.reasons[a.job.id] = reason
+            self.pend(a.job, kind, reason)
 
-    def pend(self, job: JobView, reason: str) -> None:
+    def pend(self, job: JobView, kind: PendingKind, reason: str) -> None:
+        """Leave a job pending this round: `kind` for the engine, `reason` for people."""
         self.reasons[job.id] = reason
+        self.kinds[job.id] = kind
 
     def drop(self, job: JobView, reason: str) -> None:
         self.waiting.pop(job.id, None)
@@ -203,25 +220,28 @@ class Board:
                     why += f"; {a.note}"
                 if opp:
                     why += "; opportunistic: an earlier job is still waiting"
-                out.append(Decision(a.job.id, "start", why, plan, a.slices, cell, iteration_s=it, opportunistic=opp))
+                out.append(Decision(a.job.id, Action.START, why, plan, a.slices, cell, iteration_s=it,
+                                    opportunistic=opp))
             elif a.slices == a.orig.slices and a.gpu_type == a.orig.cell.gpu_type:
-                out.append(Decision(a.job.id, "keep", f"{self.name}: running in {cell}", a.orig.plan or plan,
-                                    a.slices, cell, iteration_s=it, opportunistic=opp and a.orig.opportunistic))
+                out.append(Decision(a.job.id, Action.KEEP, f"{self.name}: running in {cell}",
+                                    a.orig.plan or plan, a.slices, cell, iteration_s=it,
+                                    opportunistic=opp and a.orig.opportunistic))
             else:
                 kind = change_kind(a.orig.cell, cell)
                 why = f"{self.name}: {kind} from {a.orig.cell} to {cell} on {where(a.slices)}; {thr_text(a.job, a.est)}"
                 if a.note:
                     why += f"; {a.note}"
-                out.append(Decision(a.job.id, "migrate", why, plan, a.slices, cell, a.orig.cell, kind, it,
-                                    opp and a.orig.opportunistic))
+                out.append(Decision(a.job.id, Action.MIGRATE, why, plan, a.slices, cell, a.orig.cell, kind,
+                                    it, opp and a.orig.opportunistic))
         for jid, why in self.suspended.items():
-            out.append(Decision(jid, "stop", why))
+            out.append(Decision(jid, Action.STOP, why))
         for jid, why in self.dropped.items():
-            out.append(Decision(jid, "drop", why))
+            out.append(Decision(jid, Action.DROP, why))
         for jid in self.waiting:
             if jid in self.dropped:
                 continue
-            out.append(Decision(jid, "pending", self.reasons.get(jid, f"{self.name}: waiting")))
+            out.append(Decision(jid, Action.PENDING, self.reasons.get(jid, f"{self.name}: waiting"),
+                                pending=self.kinds.get(jid, PendingKind.WAITING)))
         return out
 
 

@@ -21,7 +21,8 @@ scored by the estimated cluster throughput it leads to (sum of samples/s by the 
 the best feasible one is applied virtually. The search is a depth-first walk with an upper bound
 (a choice cannot gain more than the job's own throughput plus the best positive step per level),
 on a virtual overlay of free-GPU counts (controller/core/placement.py `Trial`), so trying a choice
-costs microseconds.
+costs microseconds; it lives in crius_search.py (`Explorer`), whose docstring spells out the terms
+(scaling step, shrink, type change, throughput).
 
 Two modes:
 - "paper": Cells from the hint (N/2, N, 2N) on every GPU type, or from the memory-feasible range
@@ -41,20 +42,21 @@ the final placement, which then may fail and fall back); the search does not mov
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from tessera.controller.core.placement import BEST_FIT, Group, Trial
+from tessera.controller.core.placement import BEST_FIT, Trial
 from tessera.controller.core.policies.common import Alloc, Board, free_text
-from tessera.controller.core.policy import CellEstimate, RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView
+from tessera.controller.core.policies.crius_search import SHRINK, Candidates, Choice, Explorer
+from tessera.controller.core.policy import CellEstimate, Mode, RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind
 
-PAPER = "paper"
-ARTIFACT = "artifact"
+PAPER = Mode.PAPER
+ARTIFACT = Mode.ARTIFACT
 
 
 @dataclass(frozen=True)
 class CriusOptions:
-    mode: str = PAPER
+    mode: Mode = PAPER
     # None: RoundConfig.search_depth ("artifact": 3, or 2 when more than 150 jobs run).
     search_depth: int | None = None
     deadline_aware: bool = False
@@ -70,23 +72,8 @@ class CriusOptions:
     # RoundConfig.max_evaluations); a job whose search runs out keeps the best choice found.
     search_budget: int = 200
 
-
-@dataclass
-class _Op:
-    kind: str  # "shrink" (halve the job's GPUs) | "htc" (hardware type change: move it to another GPU type)
-    alloc: Alloc
-    to_type: str
-    gain: float
-    released: list[tuple[Group, int]] = field(default_factory=list)
-
-
-@dataclass
-class _Choice:
-    value: float
-    gpu_type: str
-    gpus: int
-    nodes: int
-    ops: list[_Op]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))  # a misspelt mode fails here
 
 
 class CriusPolicy:
@@ -132,9 +119,9 @@ class _Round:
     """One round of the Crius policy over a Board."""
 
     def __init__(self, pol: CriusPolicy, ctx: RoundContext, b: Board) -> None:
-        self.o = pol.options
+        self.opts = pol.options
         self.ctx = ctx
-        self.b = b
+        self.board = b
         self.name = pol.name
         # estimate-key signature -> free GPUs per type when a search for it failed: a job like it is
         # searched again only once some type has more free GPUs (the artifact caches failures by
@@ -142,10 +129,10 @@ class _Round:
         self.failed: dict[str, dict[str, int]] = {}
         self.hopeless: set[str] = set()  # jobs with no feasible Cell even on an empty cluster
         self.failed_reason: dict[str, str] = {}
-        self._lists: dict[tuple[str, str, str, int], list[tuple[float, Alloc]]] = {}
-        if self.o.search_depth is not None:
-            self.depth = self.o.search_depth
-        elif self.o.mode == ARTIFACT:
+        self._lists: dict[tuple[str, str, str, int], Candidates] = {}
+        if self.opts.search_depth is not None:
+            self.depth = self.opts.search_depth
+        elif self.opts.mode == ARTIFACT:
             self.depth = 3 if len(ctx.running) <= 150 else 2
         else:
             self.depth = ctx.config.search_depth
@@ -157,31 +144,34 @@ class _Round:
         return [t for t in ts if not job.gpu_types or t in job.gpu_types]
 
     def ddl_ok(self, job: JobView, est: CellEstimate | None, restart: bool) -> bool:
-        if not self.o.deadline_aware or job.deadline <= 0 or est is None:
+        if not self.opts.deadline_aware or job.deadline <= 0 or est is None:
             return True
         cfg = self.ctx.config
-        end = (self.ctx.snap.now + cfg.interval_s + (self.o.restart_s if restart else 0.0)
+        end = (self.ctx.snap.now + cfg.interval_s + (self.opts.restart_s if restart else 0.0)
                + job.remaining_iterations * est.iteration_s)
         return end <= job.deadline
 
-    def thr(self, job: JobView, gpu_type: str, gpus: int, nodes: int, restart: bool = True) -> float:
+    def throughput(self, job: JobView, gpu_type: str, gpus: int, nodes: int, restart: bool = True) -> float:
+        """Samples/s of the job's best Cell there (by the estimates); 0 when it cannot run there or
+        would miss its deadline (`restart`: counting the restart cost)."""
         est = self.ctx.best(job, gpu_type, gpus, nodes)
         if est is None or not self.ddl_ok(job, est, restart):
             return 0.0
         return job.global_batch_size / est.iteration_s
 
-    def ideal_thr(self, job: JobView, gpu_type: str, gpus: int) -> float:
+    def ideal_throughput(self, job: JobView, gpu_type: str, gpus: int) -> float:
+        """`throughput` on the fewest nodes that can hold the GPUs (the best locality)."""
         n = self.ctx.ideal_nodes(gpu_type, gpus)
-        return self.thr(job, gpu_type, gpus, n) if n else 0.0
+        return self.throughput(job, gpu_type, gpus, n) if n else 0.0
 
-    def alloc_thr(self, a: Alloc) -> float:
-        return self.thr(a.job, a.gpu_type, a.gpus, a.nodes, restart=False) if a.est else 0.0
+    def alloc_throughput(self, a: Alloc) -> float:
+        return self.throughput(a.job, a.gpu_type, a.gpus, a.nodes, restart=False) if a.est else 0.0
 
     # ------------------------------------------------------------------ Cells of a job
 
     def target_cells(self, job: JobView) -> list[tuple[str, int, int]]:
         """(GPU type, GPUs, scaling steps it costs) of the job's Cells."""
-        o = self.o
+        o = self.opts
         types = self.types_for(job)
         req = job.gpu_type_hint if job.gpu_type_hint in types else ""
         out: list[tuple[str, int, int]] = []
@@ -224,100 +214,101 @@ class _Round:
 
     # ------------------------------------------------------------------ search
 
-    def _shrink_list(self, gpu_type: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
-        allocs = [a for a in self.b.allocs.values() if a.gpu_type == gpu_type and a.gpus > 1
+    def _shrink_list(self, gpu_type: str, exclude: set[str]) -> Candidates:
+        allocs = [a for a in self.board.allocs.values() if a.gpu_type == gpu_type and a.gpus > 1
                   and a.job.id not in exclude]
-        if self.o.mode == ARTIFACT and allocs:
+        if self.opts.mode == ARTIFACT and allocs:
             # The artifact prefers the largest jobs: only those with at least half the largest count.
             top = max(a.gpus for a in allocs)
             allocs = [a for a in allocs if a.gpus >= top // 2]
         out = []
         for a in allocs:
             k = a.nodes // 2 if a.nodes > 1 else 1
-            new = self.thr(a.job, a.gpu_type, a.gpus // 2, k)
+            new = self.throughput(a.job, a.gpu_type, a.gpus // 2, k)
             if new <= 0:
                 continue
-            out.append((new - self.alloc_thr(a), a))
+            out.append((new - self.alloc_throughput(a), a))
         out.sort(key=lambda x: (-x[0], queue_key(x[1].job)))
         return out
 
-    def shrink_list(self, t: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
+    def shrink_list(self, t: str, exclude: set[str]) -> Candidates:
         """Halving candidates on a type, least loss first; cached while the board is unchanged."""
-        if not self.o.scale_count:
+        if not self.opts.scale_count:
             return []
         if exclude:
             return self._shrink_list(t, exclude)
-        k = ("s", t, "", self.b.version)
+        k = ("s", t, "", self.board.version)
         got = self._lists.get(k)
         if got is None:
             got = self._lists[k] = self._shrink_list(t, exclude)
         return got
 
-    def htc_list(self, src: str, dst: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
+    def type_change_list(self, src: str, dst: str, exclude: set[str]) -> Candidates:
         """Moves from src to dst, largest gain first; cached while the board is unchanged."""
-        if not self.o.change_type:
+        if not self.opts.change_type:
             return []
         if exclude:
-            return self._htc_list(src, dst, exclude)
-        k = ("h", src, dst, self.b.version)
+            return self._type_change_list(src, dst, exclude)
+        k = ("h", src, dst, self.board.version)
         got = self._lists.get(k)
         if got is None:
-            got = self._lists[k] = self._htc_list(src, dst, exclude)
+            got = self._lists[k] = self._type_change_list(src, dst, exclude)
         return got
 
-    def _htc_list(self, src: str, dst: str, exclude: set[str]) -> list[tuple[float, Alloc]]:
+    def _type_change_list(self, src: str, dst: str, exclude: set[str]) -> Candidates:
         out = []
-        for a in self.b.allocs.values():
+        for a in self.board.allocs.values():
             if a.gpu_type != src or a.job.id in exclude:
                 continue
             if a.job.gpu_types and dst not in a.job.gpu_types:
                 continue
-            new = self.ideal_thr(a.job, dst, a.gpus)
+            new = self.ideal_throughput(a.job, dst, a.gpus)
             if new <= 0:
                 continue
-            out.append((new - self.alloc_thr(a), a))
+            out.append((new - self.alloc_throughput(a), a))
         out.sort(key=lambda x: (-x[0], queue_key(x[1].job)))
         return out
 
-    def search(self, job: JobView, base: Trial, exclude: set[str], direct_only: bool = False) -> _Choice | None:
+    def search(self, job: JobView, base: Trial, exclude: set[str],
+               direct_only: bool = False) -> Choice | None:
         """The best scheduling choice for a job over the board (see the module docstring)."""
         cells = []
         for t, n, cost in self.target_cells(job):
             if cost > self.depth and not direct_only:
                 continue
-            ti = self.ideal_thr(job, t, n)
-            if ti > 0:
-                cells.append((ti, t, n, cost))
+            ideal = self.ideal_throughput(job, t, n)
+            if ideal > 0:
+                cells.append((ideal, t, n, cost))
         if not cells:
             return None
         cells.sort(key=lambda c: (-c[0], c[3], c[1], c[2]))
-        ex = _Explorer(self, job, exclude)
+        ex = Explorer(self, job, exclude)
         # Direct fits first: an incumbent that bounds the search of the cells that need room.
-        for ti, t, n, cost in cells:
+        for ideal, t, n, cost in cells:
             nodes = base.fits(t, n)
             if nodes:
-                v = self.thr(job, t, n, nodes)
+                v = self.throughput(job, t, n, nodes)
                 if v > 0 and (ex.best is None or v > ex.best.value):
-                    ex.best = _Choice(v, t, n, nodes, [])
-        for ti, t, n, cost in cells:
+                    ex.best = Choice(v, t, n, nodes, [])
+        for ideal, t, n, cost in cells:
             if not self.ctx.spend():
                 direct_only = True
-            left0 = 0 if direct_only else self.depth - cost
-            if left0 > 0 and base.free_gpus(t) + ex.freeable(t, left0) < n:
+            steps_left = 0 if direct_only else self.depth - cost
+            if steps_left > 0 and base.free_gpus(t) + ex.freeable(t, steps_left) < n:
                 continue  # even the largest steps cannot free n GPUs of this type
-            ex.target(t, n, ti, left0)
-            if ex.best is not None and ti + left0 * ex.bound_pos <= ex.best.value:
+            ex.target(t, n, ideal, steps_left)
+            if ex.best is not None and ideal + steps_left * ex.best_step_gain <= ex.best.value:
                 continue
-            ex.explore(base.copy(), [], 0.0, left0)
+            ex.explore(base.copy(), [], 0.0, steps_left)
         return ex.best
 
-    def apply(self, job: JobView, ch: _Choice, extra_note: str = "") -> Alloc | None:
+    def apply(self, job: JobView, ch: Choice, extra_note: str = "") -> Alloc | None:
         """Apply a choice for real: the scaling steps, then the job's placement."""
-        b = self.b
+        b = self.board
         notes = []
-        for op in ch.ops:
+        for op in ch.steps:
             a = op.alloc
-            if op.kind == "shrink":
+            if op.kind == SHRINK:
                 b.shrink(a, f"scaled down to make room for {job.id}")
                 notes.append(f"{a.job.id} halved to {a.gpus} x {a.gpu_type}")
             else:
@@ -343,31 +334,31 @@ class _Round:
         return f"{job.key}|{job.gpus_hint}|{job.gpu_type_hint}|{','.join(job.gpu_types)}"
 
     def cell_based_sched(self, job: JobView, allow_reclaim: bool) -> bool:
-        b = self.b
+        b = self.board
         sig = self._sig(job)
         seen = self.failed.get(sig)
-        if not self.o.deadline_aware and seen is not None and all(
+        if not self.opts.deadline_aware and seen is not None and all(
                 self.ctx.state.free_gpus(t) <= f for t, f in seen.items()):
-            b.pend(job, self.failed_reason.get(sig, f"{self.name}: waiting"))
+            b.pend(job, PendingKind.NO_ROOM_NOW, self.failed_reason.get(sig, f"{self.name}: waiting"))
             return False
         if self._hopeless(job):
             return False
         direct_only = self.ctx.budget_exhausted
         base = b.trial()
-        if self.o.mode == ARTIFACT and not direct_only:
+        if self.opts.mode == ARTIFACT and not direct_only:
             req = job.gpu_type_hint if job.gpu_type_hint in self.types_for(job) else ""
             n0 = job.gpus_hint
             nodes = base.fits(req, n0) if req and n0 else 0
-            if (nodes and nodes == self.ctx.ideal_nodes(req, n0) and self.thr(job, req, n0, nodes) > 0
-                    and self.apply(job, _Choice(0.0, req, n0, nodes, [])) is not None):
+            if (nodes and nodes == self.ctx.ideal_nodes(req, n0) and self.throughput(job, req, n0, nodes) > 0
+                    and self.apply(job, Choice(0.0, req, n0, nodes, [])) is not None):
                 return True
         ch = self.search(job, base, set(), direct_only)
         if ch is not None and self.apply(job, ch) is not None:
             return True
-        if allow_reclaim and self.o.opportunistic and not direct_only and self._reclaim(job):
+        if allow_reclaim and self.opts.opportunistic and not direct_only and self._reclaim(job):
             return True
         reason = self._pending_reason(job)
-        b.pend(job, reason)
+        b.pend(job, PendingKind.NO_ROOM_NOW, reason)
         self.failed[sig] = {t: self.ctx.state.free_gpus(t) for t in self.ctx.types()}
         self.failed_reason[sig] = reason
         return False
@@ -375,7 +366,7 @@ class _Round:
     def _reclaim(self, job: JobView) -> bool:
         """Opportunistic execution: take back the GPUs of jobs queued after this one that run
         opportunistically; suspend those whose GPUs the job needs."""
-        b = self.b
+        b = self.board
         mine = queue_key(job)
         opp = [a for a in b.allocs.values() if queue_key(a.job) > mine
                and (a.opportunistic or a.orig is None)]
@@ -406,7 +397,7 @@ class _Round:
                     b.suspended[a.job.id] = why
                 else:
                     b.waiting[a.job.id] = a.job
-                    b.reasons[a.job.id] = why
+                    b.pend(a.job, PendingKind.WAITING, why)
         return True
 
     def _hopeless(self, job: JobView) -> bool:
@@ -414,15 +405,16 @@ class _Round:
         if job.id in self.hopeless:
             return True
         for t, n, _ in self.target_cells(job):
-            if self.ideal_thr(job, t, n) > 0:
+            if self.ideal_throughput(job, t, n) > 0:
                 return False
         self.hopeless.add(job.id)
         cells = ", ".join(sorted({f"{n} x {t}" for t, n, _ in self.target_cells(job)})) or "none"
-        if self.o.deadline_aware and job.deadline > 0:
-            self.b.drop(job, f"{self.name}: dropped: no Cell ({cells}) finishes before the deadline")
+        if self.opts.deadline_aware and job.deadline > 0:
+            self.board.drop(job, f"{self.name}: dropped: no Cell ({cells}) finishes before the deadline")
         else:
-            self.b.pend(job, f"{self.name}: fits nowhere: no feasible Cell among {cells} "
-                             f"(out of memory or not covered by the estimates)")
+            self.board.pend(job, PendingKind.FITS_NOWHERE,
+                        f"{self.name}: fits nowhere: no feasible Cell among {cells} "
+                        f"(out of memory or not covered by the estimates)")
         return True
 
     def _pending_reason(self, job: JobView) -> str:
@@ -434,7 +426,7 @@ class _Round:
 
     def restart_waiting(self, jobs: list[JobView]) -> None:
         for j in sorted(jobs, key=queue_key):
-            if j.id in self.b.waiting and j.id not in self.b.dropped:
+            if j.id in self.board.waiting and j.id not in self.board.dropped:
                 self.cell_based_sched(j, allow_reclaim=True)
 
     def arrive(self, job: JobView) -> None:
@@ -442,20 +434,20 @@ class _Round:
 
     def drop_late(self) -> None:
         now = self.ctx.snap.now
-        for j in list(self.b.waiting.values()):
+        for j in list(self.board.waiting.values()):
             if j.deadline > 0 and j.deadline <= now:
-                self.b.drop(j, f"{self.name}: dropped: its deadline passed while it waited")
+                self.board.drop(j, f"{self.name}: dropped: its deadline passed while it waited")
 
     def upgrade(self) -> None:
         """Give free GPUs to running jobs, one step at a time, the largest gain first."""
-        ctx, b, o = self.ctx, self.b, self.o
+        ctx, b, o = self.ctx, self.board, self.opts
         types = ctx.types()
         for _ in range(o.upgrade_steps):
             if ctx.budget_exhausted:
                 return
             cands: list[tuple[float, int, Alloc, str, int]] = []
             for i, a in enumerate(b.allocs.values()):
-                cur = self.alloc_thr(a)
+                cur = self.alloc_throughput(a)
                 opts: list[tuple[str, int]] = []
                 if o.change_type:
                     opts += [(t, a.gpus) for t in types if t != a.gpu_type
@@ -465,7 +457,7 @@ class _Round:
                 if a.nodes > ctx.ideal_nodes(a.gpu_type, a.gpus):
                     opts.append((a.gpu_type, a.gpus))
                 for t, n in opts:
-                    ub = self.ideal_thr(a.job, t, n) - cur
+                    ub = self.ideal_throughput(a.job, t, n) - cur
                     if ub > o.upgrade_min_gain * cur and ub > 0:
                         cands.append((ub, i, a, t, n))
             cands.sort(key=lambda c: (-c[0], c[1]))
@@ -482,8 +474,9 @@ class _Round:
                     continue
                 if t == a.gpu_type and n == a.gpus and nodes >= a.nodes:
                     continue
-                gain = self.thr(a.job, t, n, nodes) - self.alloc_thr(a)
-                if gain > o.upgrade_min_gain * self.alloc_thr(a) and gain > 0 and (best is None or gain > best[0]):
+                gain = self.throughput(a.job, t, n, nodes) - self.alloc_throughput(a)
+                if (gain > o.upgrade_min_gain * self.alloc_throughput(a) and gain > 0
+                        and (best is None or gain > best[0])):
                     best = (gain, a, t, n, nodes)
             if best is None:
                 return
@@ -496,148 +489,3 @@ class _Round:
                 return
             what = ("scaled up" if n > old[1] else "moved to fewer nodes") if t == old[0] else f"moved from {old[0]}"
             b.reassign(a, t, sl, f"{what}: released GPUs give +{best[0]:.1f} samples/s", already_released=True)
-
-
-class _Explorer:
-    """Depth-first walk over scaling steps for one job (CellBasedSched's SCALERESOURCE + BESTPERF).
-
-    Names: `r` the round, `t`/`n` the GPU type and count of the Cell being made room for, `ti` that
-    Cell's ideal throughput (samples/s, `_Round.ideal_thr`), `bound_pos` the best positive gain one
-    step can add (the pruning bound), `thr` throughout = throughput in samples/s (docs/glossary.md).
-    """
-
-    def __init__(self, r: _Round, job: JobView, exclude: set[str]) -> None:
-        self.r = r
-        self.job = job
-        self.exclude = exclude
-        self.types = r.ctx.types()
-        self.best: _Choice | None = None
-        self._shrink: dict[str, list[tuple[float, Alloc]]] = {}
-        self._htc: dict[tuple[str, str], list[tuple[float, Alloc]]] = {}
-        self.t, self.n, self.ti, self.bound_pos = "", 0, 0.0, 0.0
-        self._freeable: dict[str, list[int]] = {}
-        self._htc_sized: dict[tuple[str, str], dict[int, list[tuple[float, Alloc]]]] = {}
-        self.visits = 0
-        self.ideal = 0
-        self.seen: set[frozenset[tuple[str, str, str]]] = set()
-        # Paper mode: a scaling step counts as a cost of making room; steps that raise throughput
-        # on their own belong to the extra-scheduling step (upgrade), so their gain is capped at 0.
-        self.clamp = r.o.mode != ARTIFACT
-
-    def shrink_l(self, t: str) -> list[tuple[float, Alloc]]:
-        if t not in self._shrink:
-            self._shrink[t] = self.r.shrink_list(t, self.exclude)
-        return self._shrink[t]
-
-    def htc_l(self, s: str, d: str) -> list[tuple[float, Alloc]]:
-        if (s, d) not in self._htc:
-            self._htc[(s, d)] = self.r.htc_list(s, d, self.exclude)
-        return self._htc[(s, d)]
-
-    def htc_by_size(self, s: str, d: str) -> dict[int, list[tuple[float, Alloc]]]:
-        got = self._htc_sized.get((s, d))
-        if got is None:
-            got = {}
-            for g, a in self.htc_l(s, d):
-                got.setdefault(a.gpus, []).append((g, a))
-            self._htc_sized[(s, d)] = got
-        return got
-
-    def freeable(self, t: str, steps: int) -> int:
-        """Most GPUs of type t that `steps` scaling steps could free (halving or moving jobs)."""
-        got = self._freeable.get(t)
-        if got is None:
-            o = self.r.o
-            sizes = []
-            for a in self.r.b.allocs.values():
-                if a.gpu_type != t or a.job.id in self.exclude:
-                    continue
-                best = a.gpus if o.change_type else (a.gpus // 2 if o.scale_count else 0)
-                sizes.append(best)
-            got = sorted(sizes, reverse=True)
-            self._freeable[t] = got
-        return sum(got[:steps])
-
-    def target(self, t: str, n: int, ti: float, left: int) -> None:
-        self.t, self.n, self.ti = t, n, ti
-        self.ideal = self.r.ctx.ideal_nodes(t, n)
-        self.seen = set()
-        g = 0.0
-        if left > 0 and not self.clamp:
-            for d in self.types:
-                if d != t:
-                    hl = self.htc_l(t, d)
-                    if hl:
-                        g = max(g, hl[0][0])
-        self.bound_pos = g
-
-    def explore(self, tr: Trial, ops: list[_Op], gsum: float, left: int) -> None:
-        r, t, n = self.r, self.t, self.n
-        if self.best is not None and gsum + self.ti + left * self.bound_pos <= self.best.value:
-            return
-        self.visits += 1
-        if self.visits > r.o.search_budget or not r.ctx.spend():
-            left = 0
-        nodes = tr.fits(t, n)
-        if nodes:
-            v = gsum + r.thr(self.job, t, n, nodes)
-            if v > 0 and (self.best is None or v > self.best.value):
-                self.best = _Choice(v, t, n, nodes, list(ops))
-            if nodes <= self.ideal:
-                return
-        if left <= 0:
-            return
-        modified = {op.alloc.job.id for op in ops}
-        cand: list[_Op] = []
-        for g, a in self.shrink_l(t):
-            if a.job.id not in modified:
-                rel, _, _ = r.b.shrink_parts(a)
-                cand.append(_Op("shrink", a, t, g, rel))
-                break
-        for d in self.types:
-            if d == t:
-                continue
-            room: dict[int, bool] = {}
-            moved_one = False
-            pick: tuple[float, int, Alloc] | None = None
-            for size, lst in self.htc_by_size(t, d).items():
-                ok = room[size] = bool(tr.fits(d, size))
-                if not ok:
-                    continue
-                for i, (g, a) in enumerate(lst):
-                    if a.job.id not in modified:
-                        if pick is None or (g, -i) > (pick[0], -pick[1]):
-                            pick = (g, i, a)
-                        break
-            if pick is not None:
-                cand.append(_Op("htc", pick[2], d, pick[0]))
-                moved_one = True
-            # Halving a job on d only helps a later move to d that lacks room.
-            if left >= 2 and not moved_one and room:
-                for g, a in self.shrink_l(d):
-                    if a.job.id not in modified:
-                        rel, _, _ = r.b.shrink_parts(a)
-                        cand.append(_Op("shrink", a, d, g, rel))
-                        break
-        done = {(o.kind, o.alloc.job.id, o.to_type) for o in ops}
-        for op in cand:
-            g_ub = min(op.gain, 0.0) if self.clamp else op.gain
-            if self.best is not None and gsum + g_ub + self.ti + (left - 1) * self.bound_pos <= self.best.value:
-                continue
-            key = frozenset(done | {(op.kind, op.alloc.job.id, op.to_type)})
-            if key in self.seen:
-                continue
-            self.seen.add(key)
-            tr2 = tr.copy()
-            if op.kind == "shrink":
-                tr2.give(op.released)
-                gain = op.gain
-            else:
-                tr2.give(r.b.parts(op.alloc))
-                got = tr2.take(op.to_type, op.alloc.gpus)
-                if got is None:
-                    continue
-                gain = r.thr(op.alloc.job, op.to_type, op.alloc.gpus, len(got)) - r.alloc_thr(op.alloc)
-            if self.clamp:
-                gain = min(gain, 0.0)
-            self.explore(tr2, [*ops, _Op(op.kind, op.alloc, op.to_type, gain, op.released)], gsum + gain, left - 1)

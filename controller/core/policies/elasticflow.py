@@ -28,20 +28,29 @@ buddy allocation is replaced by the placement above.
 
 from __future__ import annotations
 
-from tessera.controller.core.policies.common import Alloc, Board
-from tessera.controller.core.policy import RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView, Slice
+from dataclasses import dataclass
 
-PAPER = "paper"
-ARTIFACT = "artifact"
+from tessera.controller.core.policies.common import Alloc, Board
+from tessera.controller.core.policy import Mode, RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
+
+PAPER = Mode.PAPER
+ARTIFACT = Mode.ARTIFACT
 LOOSE = 1e9
 MAX_GPUS = 16
 RESTART_PER_GPU, RESTART_CAP = 150.0, 600.0
 
 
+@dataclass(frozen=True)
+class ElasticFlowOptions:
+    # ElasticFlow-LS (the Crius paper's baseline): every deadline loosened to 1e9 s. The policy
+    # name sets it ("elasticflow": False, "elasticflow-l": True).
+    loose: bool = True
+
+
 class ElasticFlowPolicy:
-    def __init__(self, mode: str = PAPER, loose: bool = True) -> None:
-        self.mode = mode
+    def __init__(self, mode: Mode = PAPER, loose: bool = True) -> None:
+        self.mode = Mode(mode)
         self.loose = loose
 
     @property
@@ -112,7 +121,7 @@ class _EF:
             for j in older:
                 t = self.type_of(j)
                 if self.art and t in blocked:
-                    b.pend(j, f"{self.name}: waiting behind an earlier job of {t}")
+                    b.pend(j, PendingKind.WAITING, f"{self.name}: waiting behind an earlier job of {t}")
                     continue
                 if not self.fit(j):
                     blocked.add(t)
@@ -131,7 +140,7 @@ class _EF:
         b = self.b
         t = self.type_of(job)
         if not t:
-            b.pend(job, f"{self.name}: fits nowhere: no GPU type in the cluster")
+            b.pend(job, PendingKind.FITS_NOWHERE, f"{self.name}: fits nowhere: no GPU type in the cluster")
             return False
         if self.art:
             return self._fit_type(job, t)
@@ -150,7 +159,7 @@ class _EF:
             m = self.min_share(j, t, cur)
             if m == 0 or m > total:
                 why = "no share meets its deadline" if m == 0 else f"the minimum shares exceed the {ctx.total_gpus(t)} {t}"
-                b.pend(job, f"{self.name}: not admitted on {t}: {why}")
+                b.pend(job, PendingKind.NO_ROOM_NOW, f"{self.name}: not admitted on {t}: {why}")
                 return False
             shares[j.id] = m
             total -= m
@@ -212,7 +221,8 @@ class _EF:
                 ctx.state.release(got, t)
             for a, before in saved:
                 ctx.state.take(before, t)
-            b.pend(job, f"{self.name}: admitted on {t} but its GPUs could not be laid out; waiting")
+            b.pend(job, PendingKind.NO_ROOM_NOW,
+                   f"{self.name}: admitted on {t} but its GPUs could not be laid out; waiting")
             return False
         for a in members:
             now_sl = placed[a.job.id]
@@ -247,7 +257,8 @@ class _EF:
                         + ("fits its memory" if self.pol.loose else "fits its memory and meets its deadline"))
             return False
         if need + m > total:
-            b.pend(job, f"{self.name}: not admitted: the minimum shares would exceed the cluster's {total} GPUs")
+            b.pend(job, PendingKind.NO_ROOM_NOW,
+                   f"{self.name}: not admitted: the minimum shares would exceed the cluster's {total} GPUs")
             return False
         # Start at the minimum share on the type with the most free GPUs (type-blind), then grow.
         order = sorted(types, key=lambda t: (-ctx.state.free_gpus(t), types.index(t)))
@@ -260,7 +271,8 @@ class _EF:
                 b.start(job, t, sl, f"admitted with its minimum share {mm}")
                 self._need = need + mm
                 return True
-        b.pend(job, f"{self.name}: admitted (minimum share {m}) but no type has {m} free GPUs together")
+        b.pend(job, PendingKind.NO_ROOM_NOW,
+               f"{self.name}: admitted (minimum share {m}) but no type has {m} free GPUs together")
         return False
 
     def _grow(self) -> None:

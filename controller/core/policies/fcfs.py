@@ -16,13 +16,15 @@ without a GPU type asks for the type where that count is fastest.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tessera.controller.core.placement import BEST_FIT, SCATTER
 from tessera.controller.core.policies.common import Board, free_text
-from tessera.controller.core.policy import RoundContext
-from tessera.controller.core.snapshot import Decision, JobView
+from tessera.controller.core.policy import Mode, RoundContext
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind
 
-PAPER = "paper"
-ARTIFACT = "artifact"
+PAPER = Mode.PAPER
+ARTIFACT = Mode.ARTIFACT
 
 
 def requested(ctx: RoundContext, job: JobView) -> tuple[str, int]:
@@ -46,9 +48,14 @@ def requested(ctx: RoundContext, job: JobView) -> tuple[str, int]:
     return (best[1], best[2])
 
 
+@dataclass(frozen=True)
+class FcfsOptions:
+    """FCFS has no options besides the mode."""
+
+
 class FcfsPolicy:
-    def __init__(self, mode: str = PAPER) -> None:
-        self.mode = mode
+    def __init__(self, mode: Mode = PAPER) -> None:
+        self.mode = Mode(mode)
 
     @property
     def name(self) -> str:
@@ -82,10 +89,12 @@ class FcfsPolicy:
         ctx = b.ctx
         t, n = requested(ctx, job)
         if not t:
-            b.pend(job, "fcfs: fits nowhere: no GPU type in the cluster holds the job")
+            b.pend(job, PendingKind.FITS_NOWHERE,
+                   "fcfs: fits nowhere: no GPU type in the cluster holds the job")
             return
         if t in blocked:
-            b.pend(job, f"fcfs: waiting behind an earlier job for {t} (FIFO, no backfill)")
+            b.pend(job, PendingKind.WAITING,
+                   f"fcfs: waiting behind an earlier job for {t} (FIFO, no backfill)")
             return
         ok = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)) > 0
         sl = None
@@ -98,10 +107,11 @@ class FcfsPolicy:
                     sl = None
         if not ok:
             # Never runnable as asked: it waits with a reason but blocks nobody.
-            b.pend(job, f"fcfs: fits nowhere: {n} x {t} is infeasible (out of memory or not covered)")
+            b.pend(job, PendingKind.FITS_NOWHERE,
+                   f"fcfs: fits nowhere: {n} x {t} is infeasible (out of memory or not covered)")
             return
         if sl is None:
             blocked.add(t)
-            b.pend(job, f"fcfs: waiting for {n} x {t}: {free_text(ctx)}")
+            b.pend(job, PendingKind.NO_ROOM_NOW, f"fcfs: waiting for {n} x {t}: {free_text(ctx)}")
             return
         b.start(job, t, sl, "as requested (FIFO)")

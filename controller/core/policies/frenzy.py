@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tessera.controller.core import frenzy
-from tessera.controller.core.policy import RoundContext
-from tessera.controller.core.snapshot import Cell, Decision, Snapshot
+from tessera.controller.core.policy import Mode, RoundContext
+from tessera.controller.core.snapshot import Action, Cell, Decision, Snapshot
 
 
 class FrenzyPolicy:
-    def __init__(self, cfg: frenzy.FrenzyConfig | None = None, mode: str = "paper") -> None:
+    def __init__(self, cfg: frenzy.FrenzyConfig | None = None, mode: Mode = Mode.PAPER) -> None:
         self.cfg = cfg or frenzy.FrenzyConfig()
-        self.mode = mode
+        self.mode = Mode(mode)
 
     @property
     def name(self) -> str:
@@ -31,7 +31,7 @@ class FrenzyPolicy:
         jobs = {j.id: j for j in snap.pending}
         out: list[Decision] = []
         for d in frenzy.plan_round(inner, self.cfg).decisions:
-            if d.action != "start" or d.plan is None:
+            if d.action is not Action.START or d.plan is None:
                 out.append(replace(d, reason=f"frenzy: {d.reason}"))
                 continue
             # HAS keeps a gang on one GPU model, the plan's: that is the Cell.

@@ -18,18 +18,25 @@ grow-shrink (docs/reference/baselines.md Sec. 2).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tessera.controller.core.placement import BEST_FIT, SCATTER
 from tessera.controller.core.policies.common import Board, place_as_requested
-from tessera.controller.core.policy import RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView, Slice
+from tessera.controller.core.policy import Mode, RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
 
-PAPER = "paper"
-ARTIFACT = "artifact"
+PAPER = Mode.PAPER
+ARTIFACT = Mode.ARTIFACT
+
+
+@dataclass(frozen=True)
+class GandivaOptions:
+    """Gandiva has no options besides the mode."""
 
 
 class GandivaPolicy:
-    def __init__(self, mode: str = PAPER) -> None:
-        self.mode = mode
+    def __init__(self, mode: Mode = PAPER) -> None:
+        self.mode = Mode(mode)
 
     @property
     def name(self) -> str:
@@ -84,10 +91,10 @@ class _Gandiva:
         b = self.b
         t, n = self.request(job)
         if not n or not self._feasible(job, t, n):
-            b.pend(job, "gandiva: fits nowhere as requested")
+            b.pend(job, PendingKind.FITS_NOWHERE, "gandiva: fits nowhere as requested")
             return
         if self.art and t in blocked:
-            b.pend(job, f"gandiva: waiting behind an earlier job of {t}")
+            b.pend(job, PendingKind.WAITING, f"gandiva: waiting behind an earlier job of {t}")
             return
         sl, where = self.find(job, t, n)
         if sl is None:
@@ -95,7 +102,8 @@ class _Gandiva:
             sl, where = self.find(job, t, n)
         if sl is None:
             blocked.add(t)
-            b.pend(job, f"gandiva: waiting for {n} GPUs ({'of ' + t if self.art else 'any type'})")
+            b.pend(job, PendingKind.NO_ROOM_NOW,
+                   f"gandiva: waiting for {n} GPUs ({'of ' + t if self.art else 'any type'})")
             return
         b.start(job, where, sl, "as requested" if self.art else f"affinity placement on {where}")
 

@@ -24,22 +24,28 @@ priorities X_mj / f_mj reduce to the reduced profits.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER
 from tessera.controller.core.policies.common import Alloc, Board, place_as_requested
-from tessera.controller.core.policy import RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView
+from tessera.controller.core.policy import Mode, RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind
 
-PAPER = "paper"
-ARTIFACT = "artifact"
+PAPER = Mode.PAPER
+ARTIFACT = Mode.ARTIFACT
 INFEASIBLE = -1e9
 MAX_MOVES = 3
 BRANCH = 12
 
 
+@dataclass(frozen=True)
+class GavelOptions:
+    """Gavel has no options besides the mode."""
+
+
 class GavelPolicy:
-    def __init__(self, mode: str = PAPER) -> None:
-        self.mode = mode
+    def __init__(self, mode: Mode = PAPER) -> None:
+        self.mode = Mode(mode)
 
     @property
     def name(self) -> str:
@@ -86,7 +92,7 @@ class _Artifact:
             for j in older:
                 req = j.gpu_type_hint
                 if req in blocked:
-                    b.pend(j, f"gavel: waiting behind an earlier job asking for {req}")
+                    b.pend(j, PendingKind.WAITING, f"gavel: waiting behind an earlier job asking for {req}")
                     continue
                 if not self.fit(j):
                     blocked.add(req)
@@ -105,7 +111,8 @@ class _Artifact:
         running = sorted(b.allocs.values(), key=lambda a: (a.orig.since if a.orig else 1e18, queue_key(a.job)))
         sol = self.solve(running, job, n)
         if sol is None:
-            b.pend(job, "gavel: not admitted: the GPUs of each type are all allocated (binary program infeasible)")
+            b.pend(job, PendingKind.NO_ROOM_NOW,
+                   "gavel: not admitted: the GPUs of each type are all allocated (binary program infeasible)")
             return False
         new_t, moves = sol
         saved = [(a, a.gpu_type, a.slices) for a, _ in moves]
@@ -130,8 +137,9 @@ class _Artifact:
             for a, t0, sl0 in saved:
                 a.gpu_type, a.slices = t0, sl0
                 b.ctx.state.take(sl0, t0)
-            b.pend(job, f"gavel: admitted to {n} x {new_t} but the placement failed (fragmentation or "
-                        f"relaxed locality out of memory); waiting")
+            b.pend(job, PendingKind.NO_ROOM_NOW,
+                   f"gavel: admitted to {n} x {new_t} but the placement failed (fragmentation or "
+                   f"relaxed locality out of memory); waiting")
             return False
         for a, t in placed:
             a.est = ctx.best(a.job, t, a.gpus, len(a.slices))
@@ -233,7 +241,7 @@ class _Paper:
             red = {t: thr[i][t] - price[t] * n for t in self.types if thr[i][t] > 0}
             if not red:
                 if cur is None:
-                    b.pend(j, "gavel: fits nowhere: no GPU type runs its request")
+                    b.pend(j, PendingKind.FITS_NOWHERE, "gavel: fits nowhere: no GPU type runs its request")
                 continue
             t = max(self.types, key=lambda x: (red.get(x, -1e18), -self.types.index(x)))
             want.append((red[t], i, t))
@@ -256,8 +264,9 @@ class _Paper:
             else:
                 sl = b.place(t, n, BEST_FIT)
                 if sl is None or ctx.throughput(j, t, n, len(sl)) <= 0:
-                    b.pend(j, f"gavel: its share is {n} x {t} (price {price[t]:.2f}/GPU) and that does not "
-                              f"fit now; smaller jobs may pass it")
+                    b.pend(j, PendingKind.NO_ROOM_NOW,
+                           f"gavel: its share is {n} x {t} (price {price[t]:.2f}/GPU) and that does not "
+                           f"fit now; smaller jobs may pass it")
                     continue
                 b.start(j, t, sl, f"Gavel's max-sum-throughput share (reduced profit {profit:.1f})")
 

@@ -30,14 +30,15 @@ not a MILP solver; restart costs come from the rules of the simulation, not Sia'
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER, quotas
 from tessera.controller.core.policies.common import Alloc, Board, place_as_requested
-from tessera.controller.core.policy import RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView, Slice
+from tessera.controller.core.policy import Mode, RoundContext, queue_key
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
 
-PAPER = "paper"
-ARTIFACT = "artifact"
+PAPER = Mode.PAPER
+ARTIFACT = Mode.ARTIFACT
 COUNTS = (1, 2, 4, 8, 16)
 S_RESTART = 600.0
 BONUS = 1e3
@@ -53,9 +54,14 @@ def _check(ok: Callable[[JobView, str, int, int], bool], job: JobView, t: str, n
     return lambda k: ok(job, t, n, k)
 
 
+@dataclass(frozen=True)
+class SiaOptions:
+    """Sia has no options besides the mode."""
+
+
 class SiaPolicy:
-    def __init__(self, mode: str = PAPER) -> None:
-        self.mode = mode
+    def __init__(self, mode: Mode = PAPER) -> None:
+        self.mode = Mode(mode)
 
     @property
     def name(self) -> str:
@@ -193,7 +199,7 @@ class _Sia:
         max_pos = positive[0][0] if positive else 0.0
         newtab = self.goodputs(job, self.realloc_factor(job, False))
         if not newtab:
-            b.pend(job, "sia: fits nowhere: no configuration is feasible")
+            b.pend(job, PendingKind.FITS_NOWHERE, "sia: fits nowhere: no configuration is feasible")
             return False
         best: list[tuple[float, Config, list[tuple[int, str]]]] = []
         visits = [0]
@@ -232,7 +238,7 @@ class _Sia:
             use2[cfg[0]] += cfg[1]
             dfs(use2, 1 + newtab[cfg], [], cfg)
         if not best:
-            b.pend(job, "sia: not admitted: no feasible program")
+            b.pend(job, PendingKind.NO_ROOM_NOW, "sia: not admitted: no feasible program")
             return False
         _, c_new, mv = best[0]
         changed = [(rows[i][0], t) for i, t in mv]
@@ -262,7 +268,8 @@ class _Sia:
             for a, t0, sl0 in saved:
                 a.gpu_type, a.slices = t0, sl0
                 ctx.state.take(sl0, t0)
-            b.pend(job, f"sia: admitted to {n_new} x {t_new} but the placement failed; waiting")
+            b.pend(job, PendingKind.NO_ROOM_NOW,
+                   f"sia: admitted to {n_new} x {t_new} but the placement failed; waiting")
             return False
         for a in done:
             a.est = ctx.best(a.job, a.gpu_type, a.gpus, len(a.slices))
@@ -360,7 +367,7 @@ class _Sia:
         for j in list(ctx.pending):
             tab = self.configs(j)
             if not tab:
-                b.pend(j, "sia: fits nowhere: no configuration is feasible")
+                b.pend(j, PendingKind.FITS_NOWHERE, "sia: fits nowhere: no configuration is feasible")
                 continue
             for t, n in self.smallest(j):
                 sl = self.place(j, t, n, full)
@@ -372,7 +379,7 @@ class _Sia:
                 if t_room:
                     full = {c for c in full if c[0] != t_room}  # a shrink gave GPUs of this type back
                 else:
-                    b.pend(j, "sia: waiting: no smallest configuration fits now")
+                    b.pend(j, PendingKind.NO_ROOM_NOW, "sia: waiting: no smallest configuration fits now")
         # 2) one pass of improvements, best first: double (at most 2x per round) or change type.
         cands: list[tuple[float, str, Config]] = []
         for a in b.allocs.values():
