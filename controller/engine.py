@@ -1,9 +1,11 @@
 """The controller's engine: turns submissions, heartbeats and rounds into stored state and agent calls.
 
-Every state change is written to the store before the agent call that acts on it, so a controller
-killed at any point restarts into a state it can reconcile: a job marked STARTING whose workers never
-appeared is launched again under the same attempt number, which agents treat as a no-op if they had
-already started it.
+Every state change is written to the store before the agent call that acts on it (a Launch goes out
+once its attempt is stored as STARTING, a Stop once the job's next state is stored: cancelled,
+migrating, requeued or failed), so a controller killed at any point restarts into a state it can
+reconcile: a job marked STARTING whose workers never appeared is launched again under the same
+attempt number, which agents treat as a no-op if they had already started it; workers of a job no
+longer active are stopped as stale when their agent reports them.
 
 The engine is the composition root: the decisions are pure functions in their own modules and the
 engine carries them out in order (store first, then agents).
@@ -285,8 +287,7 @@ class Engine:
             last = await self._last_log_line(job, verdict.rank)
             await self._attempt_failed(job, f"{why}; last log line: {last}" if last else why)
         elif step == "interrupted":
-            await self._stop_attempt(job, "another rank was interrupted")
-            await self._requeue(job, why, "REQUEUED")
+            await self._requeue(job, why, "REQUEUED", stop="another rank was interrupted")
         elif step == "relaunch":
             assert move is not None
             await self._relaunch(job, move)
@@ -312,11 +313,11 @@ class Engine:
         await self._requeue(job, f"migration target no longer free after {stopped_in:.1f}s", "STOPPED")
 
     async def _attempt_failed(self, job: JobRecord, reason: str) -> None:
-        """Stop what is left of the attempt; retry within max_retries, else fail the job."""
+        """Retry within max_retries, else fail the job; then stop what is left of the attempt."""
+        after, events = transitions.attempt_failed(job, reason, self._progress(job), self.wall())
+        await self._save(after, events)
         await self._stop_attempt(job, "another rank failed")
-        job, events = transitions.attempt_failed(job, reason, self._progress(job), self.wall())
-        await self._save(job, events)
-        if job.state == P.JOB_STATE_PENDING:
+        if after.state == P.JOB_STATE_PENDING:
             metrics.REQUEUES.inc()
         else:
             metrics.JOBS_FINISHED.labels("failed").inc()
@@ -345,8 +346,11 @@ class Engine:
             first += n
         return ""
 
-    async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False) -> None:
+    async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False, stop: str = "") -> None:
+        """Back to PENDING; with `stop`, then stop what is left of the attempt for that reason."""
         await self._save(*transitions.requeued(job, why, kind, retry, self._progress(job)))
+        if stop:
+            await self._stop_attempt(job, stop)
         metrics.REQUEUES.inc()
         self.kick()
 
@@ -378,8 +382,8 @@ class Engine:
             if not lease_lost(live, new, now, self.cfg.liveness):
                 continue
             for job in self.view.jobs_on(live.id):
-                await self._stop_attempt(job, f"node {live.id} lost")
-                await self._requeue(job, lost_reason(live.id, new, self.cfg.liveness), "NODE_LOST")
+                await self._requeue(job, lost_reason(live.id, new, self.cfg.liveness), "NODE_LOST",
+                                    stop=f"node {live.id} lost")
         await self.view.notify()
 
     async def inspect(self) -> None:
@@ -513,8 +517,7 @@ class Engine:
                 await self.agents.launch(live.address, req)
             except grpc.aio.AioRpcError as e:
                 why = f"launch on {node_id} failed: {e.code().name}: {e.details()}"
-                await self._stop_attempt(job, why)
-                await self._requeue(job, why, "LAUNCH_FAILED")
+                await self._requeue(job, why, "LAUNCH_FAILED", stop=why)
                 return
 
     # ---------------------------------------------------------------- loops
