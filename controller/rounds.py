@@ -47,12 +47,14 @@ def waiting_for_nodes(snap: Snapshot, policy: str) -> RoundPlan:
                      policy=policy)
 
 
-def pending_reason(d: Decision, view: JobView, snap: Snapshot, policy: str, frenzy_cfg: frenzy.FrenzyConfig) -> str:
-    """The PENDING reason to store for a job (`view`) the round left waiting (or dropped)."""
+def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, policy: str,
+                   frenzy_cfg: frenzy.FrenzyConfig) -> str:
+    """The PENDING reason to store for a job the round left waiting (or dropped); `views`: the
+    snapshot's pending jobs by id."""
     why = d.reason
     if "fits nowhere" in why and policy != "frenzy":
         # Say what memory the job needs and what exists, whatever the policy.
-        marp = frenzy.memory_reason(view, snap, frenzy_cfg)
+        marp = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
         if marp.startswith("fits nowhere"):
             why = f"{why}; {marp}"
     return why
@@ -67,7 +69,7 @@ def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Sna
     for d in plan.decisions:
         if d.action not in ("pending", "drop") or d.job_id not in pending:
             continue
-        why = pending_reason(d, views[d.job_id], snap, plan.policy, frenzy_cfg)
+        why = pending_reason(d, views, snap, plan.policy, frenzy_cfg)
         if pending[d.job_id].reason != why:
             out.append(pending_change(pending[d.job_id], why))
     return out

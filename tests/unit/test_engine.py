@@ -68,11 +68,12 @@ class ScriptedMoves:
 
 
 class Harness:
-    def __init__(self, policy: str = "frenzy", nodes: Sequence[str] = ("a", "b"), scripted: bool = False) -> None:
+    def __init__(self, policy: str = "frenzy", nodes: Sequence[str] = ("a", "b"), scripted: bool = False,
+                 learn: str = "nvml") -> None:
         self.store = MemoryStore()
         self.agents = FakeAgents(self.store)
         self.clock = Clock()
-        self.cfg = EngineConfig(policy=policy)
+        self.cfg = EngineConfig(policy=policy, learn_step_times=learn)
         self.policy = ScriptedMoves() if scripted else None
         self.engine = self._engine()
         self.submitted: list[str] = []
@@ -156,6 +157,11 @@ class Harness:
                 assert j.state in TERMINAL and j.end_time > 0
 
 
+def iteration(progress: P.Progress | None) -> int:
+    assert progress is not None
+    return int(progress.iteration)
+
+
 async def run_to_running(h: Harness, job_id: str) -> int:
     """The job's current attempt: its workers report in, the job is RUNNING."""
     await h.heartbeat(*h.nodes_of(job_id))
@@ -178,9 +184,9 @@ async def test_submit_place_lose_node_relaunch_restart_finish() -> None:
     # progress: seen at the next heartbeat, persisted by the next inspection
     h.agents.report(jid, 1, iteration=12)
     await h.heartbeat("a")
-    assert h.engine.view.progress(jid) is not None and h.engine.view.progress(jid).iteration == 12  # type: ignore[union-attr]
+    assert iteration(h.engine.view.progress(jid)) == 12
     await h.inspect()
-    assert h.job(jid).progress is not None and h.job(jid).progress.iteration == 12  # type: ignore[union-attr]
+    assert iteration(h.job(jid).progress) == 12
 
     # node a goes silent past its lease while b keeps beating: the job is requeued, nothing is sent to a
     h.clock.advance(LEASE / 2)
@@ -194,7 +200,7 @@ async def test_submit_place_lose_node_relaunch_restart_finish() -> None:
     assert h.state(jid) == "PENDING" and h.kinds(jid)[-1] == "NODE_LOST" and h.job(jid).restarts == 1
     assert "node a is UNREACHABLE" in h.job(jid).reason
     assert len(h.agents.stops()) == stops_before  # a is unreachable: no call to it
-    assert h.job(jid).progress.iteration == 12  # type: ignore[union-attr]  # resumes from what it reported
+    assert iteration(h.job(jid).progress) == 12  # resumes from what it reported
 
     # relaunched elsewhere: attempt 2 on b
     await h.round()
@@ -222,7 +228,7 @@ async def test_submit_place_lose_node_relaunch_restart_finish() -> None:
     h.agents.report(jid, 2, iteration=40)
     h.agents.exit(jid, 2, code=0)
     await h.heartbeat("b")
-    assert h.state(jid) == "SUCCEEDED" and h.job(jid).progress.iteration == 40  # type: ignore[union-attr]
+    assert h.state(jid) == "SUCCEEDED" and iteration(h.job(jid).progress) == 40
     assert h.kinds(jid) == ["SUBMITTED", "PLACED", "RUNNING", "NODE_LOST", "PLACED", "RUNNING", "SUCCEEDED"]
     assert sorted(h.agents.started) == [(jid, 1, "a"), (jid, 2, "b")]
 
@@ -390,3 +396,18 @@ async def test_pending_reasons_without_nodes_and_for_a_job_that_fits_nowhere() -
     await h.round()
     assert h.state(jid) == "STARTING"
     assert h.state(huge) == "PENDING" and "fits nowhere" in h.job(huge).reason
+
+
+async def test_step_times_replace_the_cell_estimate() -> None:
+    h = Harness(policy="crius", nodes=("a",), learn="all")
+    await h.register("a")
+    jid = await h.submit(tiny())
+    await h.round()
+    attempt = await run_to_running(h, jid)
+    for it in range(1, 7):  # 3 warm-up steps, then 3 samples: the first lesson
+        h.agents.report(jid, attempt, iteration=it, step_s=0.25)
+        await h.heartbeat("a")
+    measured = [e.message for e in h.store.events(jid) if e.kind == "MEASURED"]
+    assert len(measured) == 1 and "measured 0.25 s/iteration (median of 3 steps)" in measured[0]
+    assert list(h.engine.learner.measured.values()) == [0.25]
+    assert h.state(jid) == "RUNNING"  # the event did not overwrite the job
