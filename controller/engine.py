@@ -33,7 +33,7 @@ import structlog
 
 from tessera.controller import metrics, rounds, transitions
 from tessera.controller.agents import AgentCalls
-from tessera.controller.core import frenzy, launchers
+from tessera.controller.core import frenzy
 from tessera.controller.core.attempts import judge, stalled
 from tessera.controller.core.policy import Policy, RoundConfig, plan_round
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice, Snapshot
@@ -41,7 +41,7 @@ from tessera.controller.core.step_times import StepTimeConfig
 from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
 from tessera.controller.judging import processes, rank_statuses, settle
-from tessera.controller.launches import launch_requests, rendezvous, rendezvous_port
+from tessera.controller.launches import launch_requests, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
 from tessera.controller.registry import (
     LivenessConfig,
@@ -325,26 +325,17 @@ class Engine:
 
     async def _last_log_line(self, job: JobRecord, rank: int) -> str:
         """The last non-empty line of a rank's log (its error, usually); empty when unavailable."""
-        if rank < 0 or job.placement is None:
+        node_id = rank_node(job, rank)
+        live = self._live.nodes.get(node_id) if node_id else None
+        if live is None or live.liveness != P.NODE_STATE_READY:
             return ""
-        per_node = launchers.template_of(job.spec.launcher).per_node
-        first = 0
-        for i, s in enumerate(job.placement.slices):
-            n = 1 if per_node else len(s.gpu_indices)
-            if (per_node and i == rank) or (not per_node and first <= rank < first + n):
-                live = self._live.nodes.get(s.node_id)
-                if live is None or live.liveness != P.NODE_STATE_READY:
-                    return ""
-                try:
-                    resp = await self.agents.read_log(live.address, agent_pb2.ReadLogRequest(
-                        controller_epoch=self.epoch, job_id=job.id, attempt=job.attempt, rank=rank,
-                        tail_bytes=4096))
-                except grpc.aio.AioRpcError:
-                    return ""
-                lines = [ln.strip() for ln in resp.data.decode(errors="replace").splitlines() if ln.strip()]
-                return lines[-1][:300] if lines else ""
-            first += n
-        return ""
+        try:
+            resp = await self.agents.read_log(live.address, agent_pb2.ReadLogRequest(
+                controller_epoch=self.epoch, job_id=job.id, attempt=job.attempt, rank=rank, tail_bytes=4096))
+        except grpc.aio.AioRpcError:
+            return ""
+        lines = [ln.strip() for ln in resp.data.decode(errors="replace").splitlines() if ln.strip()]
+        return lines[-1][:300] if lines else ""
 
     async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False, stop: str = "") -> None:
         """Back to PENDING; with `stop`, then stop what is left of the attempt for that reason."""

@@ -75,3 +75,18 @@ def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str) -> list[tu
             global_batch_size=spec.global_batch_size, model=model_pb(job), checkpoint_every=spec.checkpoint_every)
         out.append((s.node_id, req))
     return out
+
+
+def rank_node(job: JobRecord, rank: int) -> str | None:
+    """The node running `rank` of the job's current placement (a per-node launcher runs one
+    process, rank = node rank, per node); None when there is no such rank."""
+    if rank < 0 or job.placement is None:
+        return None
+    per_node = launchers.template_of(job.spec.launcher).per_node
+    first = 0
+    for s in job.placement.slices:
+        n = 1 if per_node else len(s.gpu_indices)
+        if first <= rank < first + n:
+            return str(s.node_id)
+        first += n
+    return None

@@ -11,7 +11,7 @@ from tessera.controller.core.attempts import Verdict
 from tessera.controller.core.frenzy import FrenzyConfig
 from tessera.controller.core.snapshot import Cell, Decision, PlanChoice, RoundPlan, Slice, Snapshot
 from tessera.controller.judging import settle
-from tessera.controller.launches import rendezvous_port
+from tessera.controller.launches import rank_node, rendezvous_port
 from tessera.controller.registry import LivenessConfig, LiveNode, lease_lost, liveness_at, node_state
 from tessera.controller.snapshots import busy_gpus
 from tessera.controller.store import JobRecord
@@ -127,3 +127,11 @@ def test_rendezvous_port_skips_ports_held_on_the_same_node() -> None:
     assert rendezvous_port("j-1", 1, "b", held, 29500, 4) == first  # other nodes' ports do not count
     with pytest.raises(RuntimeError):
         rendezvous_port("j-1", 1, "a", held + [job(job_id="j-x", port=29502)], 29500, 4)
+
+
+def test_rank_node_counts_ranks_per_gpu_or_per_node() -> None:
+    rec = job(gpus=(0, 1)).with_(placement=P.Placement(slices=[P.NodeSlice(node_id="a", gpu_indices=[0, 1]),
+                                                               P.NodeSlice(node_id="b", gpu_indices=[3, 4])]))
+    assert [rank_node(rec, r) for r in (-1, 0, 1, 2, 3, 4)] == [None, "a", "a", "b", "b", None]
+    torchrun = rec.with_(spec=P.JobSpec(launcher=P.Launcher(name="torchrun")))
+    assert [rank_node(torchrun, r) for r in (0, 1, 2)] == ["a", "b", None]
