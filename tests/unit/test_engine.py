@@ -411,3 +411,21 @@ async def test_step_times_replace_the_cell_estimate() -> None:
     assert len(measured) == 1 and "measured 0.25 s/iteration (median of 3 steps)" in measured[0]
     assert list(h.engine.learner.measured.values()) == [0.25]
     assert h.state(jid) == "RUNNING"  # the event did not overwrite the job
+
+
+async def test_a_failed_relaunch_after_a_migration_requeues_the_job() -> None:
+    h = Harness(scripted=True)
+    await h.register("a", "b")
+    jid = await h.submit(tiny())
+    await h.round()
+    await run_to_running(h, jid)
+    assert isinstance(h.policy, ScriptedMoves)
+    h.policy.move[jid] = (Slice("b", (0,)),)
+    await h.round()
+    h.agents.fail_launch["b"] = grpc.StatusCode.UNAVAILABLE
+    await h.heartbeat("a")  # old attempt stopped; the relaunch on b is refused
+    assert h.state(jid) == "PENDING" and h.kinds(jid)[-2:] == ["MIGRATED", "LAUNCH_FAILED"]
+    assert h.engine.view.busy_gpus().get("b") == set()  # the move's hold on b is gone
+    del h.agents.fail_launch["b"]
+    await h.round()
+    assert h.state(jid) == "STARTING" and h.job(jid).attempt == 3
