@@ -7,7 +7,7 @@ skips the step unless `applies` (a job may be cancelled while an earlier launch 
 awaited), stores the step's transition (controller/transitions.py) and only then calls the agents.
 
 The two places that still read policy specifics are `policy_from_config` (Crius and Frenzy take
-options) and the "fits nowhere" text test in `pending_updates`.
+options) and the "fits nowhere" text test in `pending_reason`.
 """
 
 from __future__ import annotations
