@@ -1,10 +1,11 @@
 """A scheduling round of the live controller, as values: which policy, what it decides, and what
 the engine must store and do for each decision, in order.
 
-Pure. The engine snapshots (controller/snapshots.py), runs `plan_round` (controller/core/policy.py), stores `pending_updates` in
-one transaction, then carries out `steps` one at a time: before each it reads the job again and
-skips the step unless `applies` (a job may be cancelled while an earlier launch of the round is
-awaited), stores the step's transition (controller/transitions.py) and only then calls the agents.
+Pure. The engine snapshots (controller/snapshots.py), runs `plan_round` (controller/core/policy.py),
+stores `pending_updates` in one transaction, then carries out `steps` one at a time: before each it
+reads the job again and skips the step unless `applies` (a job may be cancelled while an earlier
+launch of the round is awaited), stores the step's transition (controller/transitions.py) and only
+then calls the agents.
 
 The two places that still read policy specifics are `policy_from_config` (Crius and Frenzy take
 options) and the "fits nowhere" text test in `pending_reason`.
