@@ -90,6 +90,9 @@ class EngineConfig:
 
 
 class Engine:
+    """Wires the pure parts to the store, the agents and the clocks; `policy` overrides the one the
+    config names (tests script decisions with it)."""
+
     def __init__(self, store: Store, agents: AgentCalls, cfg: EngineConfig, epoch: int,
                  wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
                  policy: Policy | None = None) -> None:
