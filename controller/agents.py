@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 import grpc
 import structlog
@@ -16,7 +17,22 @@ CALL_TIMEOUT_S = 5.0
 STOP_RESEND_S = 10.0
 
 
+class AgentCalls(Protocol):
+    """What the engine asks of node agents. `launch` and `read_log` raise grpc.aio.AioRpcError when
+    the call fails; `stop` and `drain` are best effort and never raise."""
+
+    async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse: ...
+
+    async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None: ...
+
+    async def drain(self, address: str, epoch: int, drain: bool) -> None: ...
+
+    async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse: ...
+
+
 class AgentClients:
+    """`AgentCalls` over gRPC, one channel per agent address."""
+
     def __init__(self) -> None:
         self._stubs: dict[str, tuple[grpc.aio.Channel, agent_pb2_grpc.NodeAgentStub]] = {}
         self._stops: dict[tuple[str, str, int], float] = {}

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from tessera.v1 import common_pb2
 
 if TYPE_CHECKING:
-    from tessera.controller.registry import LiveNode
-    from tessera.controller.store import Store
+    from tessera.controller.view import EngineView
 
 JOBS_SUBMITTED = Counter("tessera_jobs_submitted_total", "Jobs accepted by SubmitJob")
 JOBS_FINISHED = Counter("tessera_jobs_finished_total", "Jobs that reached a final state", ["outcome"])
@@ -31,36 +29,23 @@ NODES = Gauge("tessera_nodes", "Nodes by state", ["state"])
 HEARTBEAT_AGE = Gauge("tessera_heartbeat_age_max_seconds", "Oldest heartbeat among READY nodes")
 
 
-def update_jobs(store: Store) -> None:
+def update_jobs(view: EngineView) -> None:
     counts = {s: 0 for s in common_pb2.JobState.values() if s}
-    for j in store.list_jobs():
+    for j in view.jobs():
         counts[j.state] = counts.get(j.state, 0) + 1
     for s, n in counts.items():
         JOBS.labels(common_pb2.JobState.Name(s)[10:].lower()).set(n)
     QUEUE.set(counts.get(common_pb2.JOB_STATE_PENDING, 0))
 
 
-class NodeStates(Protocol):
-    """What the node gauges read; the engine provides it (typed here, not as the Engine, because the
-    engine imports this module)."""
-
-    @property
-    def nodes(self) -> Mapping[str, LiveNode]: ...
-
-    def mono(self) -> float: ...
-
-    def node_state(self, node_id: str) -> tuple[int, str]: ...
-
-
-def update_nodes(engine: NodeStates) -> None:
+def update_nodes(view: EngineView) -> None:
     counts = {s: 0 for s in common_pb2.NodeState.values() if s}
     oldest = 0.0
-    now = engine.mono()
-    for node_id, live in engine.nodes.items():
-        state, _ = engine.node_state(node_id)
-        counts[state] = counts.get(state, 0) + 1
-        if state == common_pb2.NODE_STATE_READY:
-            oldest = max(oldest, now - live.last_seen)
+    for node_id in view.node_ids():
+        node = view.node(node_id)
+        counts[node.state] = counts.get(node.state, 0) + 1
+        if node.state == common_pb2.NODE_STATE_READY:
+            oldest = max(oldest, node.heartbeat_age_s)
     for s, n in counts.items():
         NODES.labels(common_pb2.NodeState.Name(s)[11:].lower()).set(n)
     HEARTBEAT_AGE.set(oldest)

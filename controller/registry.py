@@ -6,6 +6,7 @@ lease to register again before its jobs are considered lost.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tessera.v1 import agent_pb2, common_pb2
@@ -49,3 +50,33 @@ def index_workers(status: agent_pb2.NodeStatus) -> dict[tuple[str, int], list[ag
     for w in status.workers:
         out.setdefault((w.job_id, w.attempt), []).append(w)
     return out
+
+
+def running_gpus(live: LiveNode, exclude: str = "") -> set[int]:
+    """GPUs the node's agent reports held by workers not yet exited (all but job `exclude`'s own)."""
+    return {i for (job_id, _), ws in live.running.items() if job_id != exclude for w in ws
+            if w.state != P.WORKER_STATE_EXITED for i in w.gpu_indices}
+
+
+def node_state(drained: bool, drain_reason: str, live: LiveNode | None, now: float,
+               holds_work: Callable[[], bool]) -> tuple[int, str]:
+    """A node's state and why: admin state over liveness, DRAINING/DRAINED win while it is alive.
+    `holds_work` (asked only of a drained live node) says whether jobs or workers still hold it."""
+    liveness = live.liveness if live else P.NODE_STATE_UNREACHABLE
+    if liveness != P.NODE_STATE_READY:
+        age = now - live.last_seen if live else 0.0
+        why = "not registered since the controller started" if live and not live.registered \
+            else f"no heartbeat for {age:.0f}s"
+        return liveness, why
+    if drained:
+        return (P.NODE_STATE_DRAINING if holds_work() else P.NODE_STATE_DRAINED), drain_reason
+    return P.NODE_STATE_READY, ""
+
+
+def lease_lost(live: LiveNode, state: int, now: float, cfg: LivenessConfig) -> bool:
+    """Past its lease (or never back since a controller restart): the node's jobs are lost there."""
+    return state != P.NODE_STATE_READY and now - live.last_seen > cfg.lease_s
+
+
+def lost_reason(node_id: str, state: int, cfg: LivenessConfig) -> str:
+    return f"node {node_id} is {P.NodeState.Name(state)[11:]} (no heartbeat within the {cfg.lease_s:g}s lease)"

@@ -15,14 +15,14 @@ from tessera.common.errors import (
     FailedPrecondition,
     InvalidArgument,
     InvalidInput,
-    NotFound,
     TesseraError,
     Unavailable,
 )
 from tessera.controller.convert import event_pb, job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, validate_spec
-from tessera.controller.engine import Engine, JobNotFound, NodeNotFound
+from tessera.controller.engine import Engine
 from tessera.controller.store import TERMINAL, RequestConflict
+from tessera.controller.view import EngineView
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger("tessera.controller.service")
@@ -31,14 +31,13 @@ ADDRESS_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
 
 
 def translate() -> dict[type[BaseException], Callable[[Any], TesseraError]]:
-    """The engine's and the store's own errors as the statuses the Controller API answers.
+    """The store's own errors as the statuses the Controller API answers.
 
-    They are defined outside tessera.common (engine.py, store.py), so the server's ErrorInterceptor
-    maps them by class; pass this as aio_server's `translate`.
+    RequestConflict is defined outside the error model (store.py), so the server's ErrorInterceptor
+    maps it by class; pass this as aio_server's `translate`. (The engine's JobNotFound and
+    NodeNotFound are NotFound errors themselves.)
     """
     return {
-        JobNotFound: lambda e: NotFound(f"job {e.args[0]} not found"),
-        NodeNotFound: lambda e: NotFound(f"node {e.args[0]} not found"),
         RequestConflict: lambda e: AlreadyExists(
             f"request_id: {e.args[0]} was already used for a different job spec"),
     }
@@ -71,11 +70,11 @@ def _node_id(nid: str) -> str:
 class ControllerService(controller_pb2_grpc.ControllerServicer):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.view: EngineView = engine.view
 
     def _job(self, jid: str, with_events: bool = False) -> controller_pb2.Job:
-        rec = self.engine.get(jid)
-        prog = self.engine.progress.get(jid)
-        return job_pb(rec, prog, self.engine.store.events(jid) if with_events else None)
+        rec = self.view.get(jid)
+        return job_pb(rec, self.view.progress(jid), self.view.events(jid) if with_events else None)
 
     async def SubmitJob(self, request: controller_pb2.SubmitJobRequest, context: Any) -> controller_pb2.SubmitJobResponse:
         rid = _request_id(request.request_id)
@@ -94,52 +93,50 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         for s in request.states:
             if s not in common_pb2.JobState.values() or s == 0:
                 raise InvalidArgument("states", f"unknown state {s}")
-        recs = self.engine.store.list_jobs(request.states, request.tenant)
-        return controller_pb2.ListJobsResponse(jobs=[job_pb(r, self.engine.progress.get(r.id)) for r in recs])
+        recs = self.view.jobs(request.states, request.tenant)
+        return controller_pb2.ListJobsResponse(jobs=[job_pb(r, self.view.progress(r.id)) for r in recs])
 
     async def CancelJob(self, request: controller_pb2.CancelJobRequest, context: Any) -> controller_pb2.Job:
         _request_id(request.request_id)
         rec = await self.engine.cancel(_job_id(request.job_id))
-        return job_pb(rec, self.engine.progress.get(rec.id))
+        return job_pb(rec, self.view.progress(rec.id))
 
     async def WatchJobEvents(self, request: controller_pb2.WatchJobEventsRequest,
                              context: Any) -> AsyncIterator[common_pb2.JobEvent]:
         jid = _job_id(request.job_id)
-        self.engine.get(jid)
+        self.view.get(jid)
         seq = request.after_seq
         while True:
-            events = self.engine.store.events(jid, seq)
+            events = self.view.events(jid, seq)
             for e in events:
                 seq = e.seq
                 yield event_pb(e)
-            if not events and self.engine.get(jid).state in TERMINAL:
+            if not events and self.view.get(jid).state in TERMINAL:
                 return
-            await self.engine.wait_changed(5.0)
+            await self.view.wait_changed(5.0)
 
     def _node(self, node_id: str, busy: dict[str, set[int]]) -> controller_pb2.Node:
-        rec = self.engine.records[node_id]
-        live = self.engine.nodes.get(node_id)
-        state, reason = self.engine.node_state(node_id)
+        n = self.view.node(node_id)
         return controller_pb2.Node(
-            id=rec.id, address=rec.address, state=state, reason=reason, inventory=rec.inventory,
-            last_heartbeat=live.last_seen_wall if live else 0.0, busy_gpus=sorted(busy.get(node_id, ())))
+            id=n.id, address=n.address, state=n.state, reason=n.reason, inventory=n.inventory,
+            last_heartbeat=n.last_heartbeat_wall, busy_gpus=sorted(busy.get(node_id, ())))
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
-        busy = self.engine.busy_gpus()
-        return controller_pb2.ListNodesResponse(nodes=[self._node(n, busy) for n in sorted(self.engine.records)])
+        busy = self.view.busy_gpus()
+        return controller_pb2.ListNodesResponse(nodes=[self._node(n, busy) for n in self.view.node_ids()])
 
     async def DrainNode(self, request: controller_pb2.DrainNodeRequest, context: Any) -> controller_pb2.Node:
         _request_id(request.request_id)
         rec = await self.engine.drain(_node_id(request.node_id), request.reason[:500])
-        return self._node(rec.id, self.engine.busy_gpus())
+        return self._node(rec.id, self.view.busy_gpus())
 
     async def UndrainNode(self, request: controller_pb2.UndrainNodeRequest, context: Any) -> controller_pb2.Node:
         _request_id(request.request_id)
         rec = await self.engine.undrain(_node_id(request.node_id))
-        return self._node(rec.id, self.engine.busy_gpus())
+        return self._node(rec.id, self.view.busy_gpus())
 
     async def GetJobLogs(self, request: controller_pb2.GetJobLogsRequest, context: Any) -> controller_pb2.GetJobLogsResponse:
-        rec = self.engine.get(_job_id(request.job_id))
+        rec = self.view.get(_job_id(request.job_id))
         if request.rank < 0 or request.attempt < 0 or request.tail_bytes < 0:
             raise InvalidArgument("rank, attempt, tail_bytes", "must be >= 0")
         if rec.placement is None or not rec.placement.slices:
@@ -152,10 +149,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             rank -= len(s.gpu_indices)
         if not node_id:
             raise InvalidArgument("rank", f"job {rec.id} has no rank {request.rank}")
-        live = self.engine.nodes.get(node_id)
-        if live is None or not live.registered:
+        address = self.view.agent_address(node_id)
+        if address is None:
             raise Unavailable(f"node {node_id} holding the log is not reachable")
-        resp = await self.engine.agents.read_log(live.address, agent_pb2.ReadLogRequest(
+        resp = await self.engine.agents.read_log(address, agent_pb2.ReadLogRequest(
             controller_epoch=self.engine.epoch, job_id=rec.id, attempt=request.attempt or rec.attempt,
             rank=request.rank, tail_bytes=request.tail_bytes or 65536))
         return controller_pb2.GetJobLogsResponse(node_id=node_id, path=resp.path, data=resp.data)

@@ -26,7 +26,6 @@ GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py")
 
 # Path (relative, POSIX) -> what removes it (issue 12).
 KNOWN: dict[str, str] = {
-    "controller/engine.py": "the engine becomes a composition root over pure modules",
     "estimator/cells.py": "the estimator split",
     "estimator/perf_model.py": "the estimator split",
 }

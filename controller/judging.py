@@ -1,0 +1,70 @@
+"""What an active attempt's reported workers mean for its job, and what the engine does next.
+
+`judge` (controller/core/attempts.py) turns rank statuses into a verdict; `settle` turns the verdict
+and the job's state into the engine's next step. Both pure: the engine gathers the worker reports
+from its live node table, and carries out the step (store writes first, then agent calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from tessera.controller.core import launchers
+from tessera.controller.core.attempts import RankStatus, Verdict
+from tessera.controller.registry import LiveNode
+from tessera.controller.store import JobRecord
+from tessera.v1 import common_pb2
+
+P = common_pb2
+
+# "wait": nothing to do yet; "running": every rank up, the job becomes RUNNING; "succeeded";
+# "failed": user code failed the attempt (retry or fail); "interrupted": stop what is left, requeue;
+# "relaunch": a migration's old attempt stopped, start the new one on the move's target;
+# "requeue": stopped on request, back to PENDING; "retry": exited 0 too early, retried;
+# "give_up": exited 0 too early with no retries left, the job failed.
+Step = Literal["wait", "running", "succeeded", "failed", "interrupted", "relaunch", "requeue", "retry", "give_up"]
+
+
+def processes(job: JobRecord) -> int:
+    """How many worker processes the agents run for the attempt."""
+    assert job.plan is not None and job.placement is not None
+    if launchers.template_of(job.spec.launcher).per_node:
+        return len(job.placement.slices)
+    return int(job.plan.dp * job.plan.tp * job.plan.pp)
+
+
+def rank_statuses(job: JobRecord, nodes: Mapping[str, LiveNode]) -> dict[int, RankStatus]:
+    """The latest reported status of each rank of the job's current attempt."""
+    out: dict[int, RankStatus] = {}
+    for s in job.placement.slices if job.placement else ():
+        live = nodes.get(s.node_id)
+        if live is None:
+            continue
+        for w in live.running.get((job.id, job.attempt), []):
+            out[w.rank] = RankStatus(w.rank, w.state != P.WORKER_STATE_EXITED, w.exit_code, w.reason,
+                                     w.progress.iteration if w.HasField("progress") else 0)
+    return out
+
+
+def settle(job: JobRecord, verdict: Verdict, move_pending: bool) -> tuple[Step, str]:
+    """The engine's next step for an active job and the reason to record. `move_pending`: a round's
+    migration of this job is waiting for its old attempt to stop."""
+    kind = verdict.kind
+    if kind == "running":
+        return ("running", "") if job.state == P.JOB_STATE_STARTING else ("wait", "")
+    if kind == "succeeded":
+        return "succeeded", verdict.reason
+    if kind == "failed":
+        return "failed", verdict.reason
+    if kind == "interrupted":
+        return "interrupted", f"attempt {job.attempt} interrupted: {verdict.reason}"
+    if kind != "stopped":
+        return "wait", ""
+    if move_pending and job.state == P.JOB_STATE_MIGRATING:
+        return "relaunch", ""
+    if job.state == P.JOB_STATE_MIGRATING or job.stop_requested:
+        return "requeue", job.reason or "stopped for migration"
+    if job.retries < job.spec.max_retries:
+        return "retry", f"attempt {job.attempt} exited 0 before iteration {job.spec.iterations}"
+    return "give_up", f"program exited 0 before reaching {job.spec.iterations} iterations"

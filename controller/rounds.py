@@ -1,0 +1,104 @@
+"""A scheduling round of the live controller, as values: which policy, what it decides, and what
+the engine must store and do for each decision, in order.
+
+Pure. The engine snapshots (controller/snapshots.py), runs `plan_round` (controller/core/policy.py),
+stores `pending_updates` in one transaction, then carries out `steps` one at a time: before each it
+reads the job again and skips the step unless `applies` (a job may be cancelled while an earlier
+launch of the round is awaited), stores the step's transition (controller/transitions.py) and only
+then calls the agents.
+
+Policies are built by the one factory (`make_policy(name, mode, options)`); what a waiting job waits
+for is the decision's typed `pending` kind, never its reason text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from tessera.controller.core import frenzy
+from tessera.controller.core.policies import PolicyOptions, make_policy
+from tessera.controller.core.policies.crius import CriusOptions
+from tessera.controller.core.policy import Mode, Policy
+from tessera.controller.core.snapshot import Action, Decision, JobView, PendingKind, RoundPlan, Snapshot
+from tessera.controller.store import JobRecord
+from tessera.controller.transitions import Change
+from tessera.controller.transitions import pending as pending_change
+from tessera.v1 import common_pb2
+
+P = common_pb2
+
+
+def policy_from_config(name: str, mode: Mode | str, min_gain: float, frenzy_cfg: frenzy.FrenzyConfig) -> Policy:
+    """The controller's policy from its flags."""
+    options: PolicyOptions | None = None
+    if name == "frenzy":
+        options = frenzy_cfg
+    elif name == "crius":
+        # A restart costs real time on a live cluster: a running job moves only for a clear gain.
+        options = CriusOptions(upgrade_min_gain=min_gain)
+    return make_policy(name, mode, options)
+
+
+def waiting_for_nodes(snap: Snapshot, policy: str) -> RoundPlan:
+    """The round's plan while no GPU is registered: whatever the policy, nothing can be placed or
+    estimated yet (`plan_round` runs only once the cluster has GPUs)."""
+    return RoundPlan(tuple(Decision(j.id, Action.PENDING, "waiting for nodes: no GPUs registered",
+                                    pending=PendingKind.NO_ROOM_NOW) for j in snap.pending),
+                     policy=policy)
+
+
+def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, policy: str,
+                   frenzy_cfg: frenzy.FrenzyConfig) -> str:
+    """The PENDING reason to store for a job the round left waiting (or dropped); `views`: the
+    snapshot's pending jobs by id."""
+    why = d.reason
+    if d.pending is PendingKind.FITS_NOWHERE and policy != "frenzy":
+        # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
+        # MARP's already).
+        marp = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
+        if marp.startswith("fits nowhere"):
+            why = f"{why}; {marp}"
+    return why
+
+
+def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Snapshot,
+                    frenzy_cfg: frenzy.FrenzyConfig) -> list[Change]:
+    """New reasons of the jobs the round leaves PENDING, for one transaction. A job the policy
+    drops stays PENDING with the reason: the user decides whether to cancel it."""
+    views = {j.id: j for j in snap.pending}
+    out = []
+    for d in plan.decisions:
+        if d.action not in (Action.PENDING, Action.DROP) or d.job_id not in pending:
+            continue
+        why = pending_reason(d, views, snap, plan.policy, frenzy_cfg)
+        if pending[d.job_id].reason != why:
+            out.append(pending_change(pending[d.job_id], why))
+    return out
+
+
+@dataclass(frozen=True)
+class RoundStep:
+    # "migrate": stop the running job with a checkpoint, relaunch it on the decision's target;
+    # "suspend": stop it with a checkpoint back to PENDING; "start": launch a pending job.
+    kind: Literal["migrate", "suspend", "start"]
+    decision: Decision
+
+
+def steps(plan: RoundPlan) -> tuple[RoundStep, ...]:
+    """The decisions to carry out, in order: moves and suspensions first, as they free GPUs that
+    this round's starts may use."""
+    out = [RoundStep("migrate" if d.action is Action.MIGRATE else "suspend", d)
+           for d in plan.migrations() + plan.of(Action.STOP)]
+    return tuple(out + [RoundStep("start", d) for d in plan.starts()])
+
+
+def applies(step: RoundStep, job: JobRecord | None) -> bool:
+    """Whether the job, as stored when the step comes, is still the one the round decided on: a
+    move or suspension needs it RUNNING (still starting: the next round decides again), a start
+    needs it PENDING (e.g. not cancelled meanwhile)."""
+    if job is None:
+        return False
+    return bool(job.state == (P.JOB_STATE_PENDING if step.kind == "start" else P.JOB_STATE_RUNNING))
+

@@ -1,0 +1,109 @@
+"""What a scheduling round sees, built from the store's records and the live node table.
+
+Pure: records and live nodes in, a policy `Snapshot` (controller/core/snapshot.py) out; the engine
+reads the store and passes what it read. The live controller's GPU occupancy (`busy_gpus`) is here
+too, because the snapshot, placement checks and `tessctl get nodes` must agree on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from tessera.controller.core.snapshot import (
+    Cell,
+    GpuView,
+    JobView,
+    NodeView,
+    PlanChoice,
+    RunningView,
+    Slice,
+    Snapshot,
+)
+from tessera.controller.core.validate import canonical_gpu_types, resolve_model
+from tessera.controller.registry import LiveNode, running_gpus
+from tessera.controller.store import JobRecord, NodeRecord
+from tessera.v1 import common_pb2
+
+P = common_pb2
+
+
+def job_view(job: JobRecord, progress: common_pb2.Progress | None) -> JobView:
+    """The policy's view of a job; `progress` is the latest report (the record's when None)."""
+    prog = progress if progress is not None else job.progress
+    return JobView(job.id, job.submit_time, resolve_model(job.spec.model), job.spec.global_batch_size,
+                   job.spec.hint.gpus, canonical_gpu_types(job.spec), iterations=job.spec.iterations,
+                   done_iterations=float(prog.iteration) if prog else 0.0, restarts=job.restarts)
+
+
+def jobs_on(active: Iterable[JobRecord], node_id: str) -> list[JobRecord]:
+    """The jobs among `active` placed (at least partly) on `node_id`."""
+    return [j for j in active if j.placement and any(s.node_id == node_id for s in j.placement.slices)]
+
+
+def busy_gpus(nodes: Mapping[str, LiveNode], active: Iterable[JobRecord],
+              move_targets: Mapping[str, tuple[Slice, ...]], exclude: str = "") -> dict[str, set[int]]:
+    """GPUs held per node: by active attempts' placements, by the targets of migrations under way,
+    and by any worker an agent reports running (all but job `exclude`'s own)."""
+    busy: dict[str, set[int]] = {n: running_gpus(live, exclude) for n, live in nodes.items()}
+    for job in active:
+        if job.id == exclude:
+            continue
+        for s in job.placement.slices if job.placement else ():
+            busy.setdefault(s.node_id, set()).update(s.gpu_indices)
+    for job_id, slices in move_targets.items():
+        if job_id != exclude:
+            for sl in slices:
+                busy.setdefault(sl.node_id, set()).update(sl.gpu_indices)
+    return busy
+
+
+def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNode], states: Mapping[str, int],
+                   busy: Mapping[str, set[int]], pending: Iterable[JobRecord], placed: Iterable[JobRecord],
+                   progress: Mapping[str, common_pb2.Progress], now: float) -> Snapshot:
+    """The round's input. `states`: each node's state (only READY nodes take work); `pending`: the
+    PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock)."""
+    views: list[NodeView] = []
+    totals: dict[tuple[str, int], int] = {}
+    gpu_type: dict[tuple[str, int], str] = {}
+    for rec in sorted(records.values(), key=lambda r: r.id):
+        for g in rec.inventory.gpus:
+            totals[(g.model, g.memory_bytes)] = totals.get((g.model, g.memory_bytes), 0) + 1
+        if states.get(rec.id) != P.NODE_STATE_READY:
+            continue
+        live = nodes[rec.id]
+        gpus = tuple(GpuView(g.index, g.model, g.memory_bytes, g.foreign_used_bytes,
+                             island=0 if g.nvlink_peers else -1) for g in live.inventory.gpus)
+        gpu_type.update(((rec.id, g.index), g.model) for g in live.inventory.gpus)
+        views.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ()))))
+    waiting = tuple(job_view(j, progress.get(j.id)) for j in pending)
+    running: list[RunningView] = []
+    for j in placed:
+        if j.plan is None or j.placement is None:
+            continue
+        types = {gpu_type.get((s.node_id, i)) for s in j.placement.slices for i in s.gpu_indices}
+        if len(types) != 1 or None in types:
+            continue  # on a node not READY, or a mixed-type gang: its GPUs stay busy, untouched
+        (t,) = types
+        slices = tuple(Slice(s.node_id, tuple(s.gpu_indices)) for s in j.placement.slices)
+        p = j.plan
+        choice = PlanChoice(p.dp, p.tp, p.pp, p.micro_batch, p.grad_accum, p.gpu_model,
+                            p.memory_per_gpu_bytes, p.memory_source)
+        running.append(RunningView(job_view(j, progress.get(j.id)), Cell(str(t), p.dp * p.tp * p.pp, p.pp), slices,
+                                   choice, since=j.start_time))
+    cluster = tuple(sorted((m, b, c) for (m, b), c in totals.items()))
+    return Snapshot(tuple(views), waiting, cluster, running=tuple(running), now=now)
+
+
+def gpu_pools(records: Iterable[NodeRecord]) -> dict[str, tuple[int, int, bool]]:
+    """The registered GPU pools: {type: (total GPUs, most GPUs on one node, any NVLink)}."""
+    pools: dict[str, tuple[int, int, bool]] = {}
+    for rec in records:
+        per: dict[str, int] = {}
+        nvl: dict[str, bool] = {}
+        for g in rec.inventory.gpus:
+            per[g.model] = per.get(g.model, 0) + 1
+            nvl[g.model] = nvl.get(g.model, False) or bool(g.nvlink_peers)
+        for m, n in per.items():
+            tot, most, nv = pools.get(m, (0, 0, False))
+            pools[m] = (tot + n, max(most, n), nv or nvl[m])
+    return pools

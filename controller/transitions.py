@@ -1,0 +1,90 @@
+"""A job's state changes as values: each function takes a stored record and returns the record to
+store next with the events to append. Pure (times are passed in); the engine stores the result
+before it makes the agent calls that act on it (the crash-safety rule of controller/engine.py).
+"""
+
+from __future__ import annotations
+
+from tessera.controller.convert import placement_pb, plan_pb
+from tessera.controller.core.snapshot import Decision, PlanChoice, Slice
+from tessera.controller.store import JobRecord
+from tessera.v1 import common_pb2
+
+P = common_pb2
+Events = list[tuple[str, str]]
+Change = tuple[JobRecord, Events]
+
+
+def submitted(job_id: str, request_id: str, spec: common_pb2.JobSpec, now: float) -> tuple[JobRecord, tuple[str, str]]:
+    rec = JobRecord(id=job_id, request_id=request_id, spec=spec, state=P.JOB_STATE_PENDING,
+                    reason="waiting for the next scheduling round", submit_time=now)
+    return rec, ("SUBMITTED", f"submitted by tenant {spec.tenant}")
+
+
+def cancelled(job: JobRecord, now: float) -> Change:
+    return (job.with_(state=P.JOB_STATE_CANCELLED, reason="cancelled by user", end_time=now, stop_requested=True),
+            [("CANCELLED", "cancelled by user")])
+
+
+def pending(job: JobRecord, why: str) -> Change:
+    return job.with_(reason=why), [("PENDING", why)]
+
+
+def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezvous: str, reason: str, kind: str,
+            now: float) -> Change:
+    """The job's next attempt (plan, placement, rendezvous) as STARTING; `kind` is the event's
+    (PLACED for a round's start, MIGRATED for a relaunch after a move)."""
+    attempt = job.attempt + 1
+    return (job.with_(state=P.JOB_STATE_STARTING, reason=reason, attempt=attempt, plan=plan_pb(plan),
+                      placement=placement_pb(slices, rendezvous), start_time=job.start_time or now,
+                      stop_requested=False),
+            [(kind, f"attempt {attempt}: {reason}")])
+
+
+def migrating(job: JobRecord, d: Decision) -> Change:
+    """A round moves the running job: stop it with a checkpoint, relaunch on `d` once stopped."""
+    what = f"{d.change or 'move'} {d.previous or ''} -> {d.cell or ''}".replace("  ", " ")
+    return (job.with_(state=P.JOB_STATE_MIGRATING, reason=f"migrating: {d.reason}", stop_requested=True),
+            [("MIGRATING", f"{what}: {d.reason}; stopping attempt {job.attempt} with a checkpoint")])
+
+
+def migrating_off(job: JobRecord, why: str) -> Change:
+    """Off its node (drain) or suspended by the policy: stopped with a checkpoint, then requeued."""
+    return (job.with_(state=P.JOB_STATE_MIGRATING, reason=why, stop_requested=True),
+            [("MIGRATING", f"{why}: stopping attempt {job.attempt} with a checkpoint")])
+
+
+def requeued(job: JobRecord, why: str, kind: str, retry: bool, progress: common_pb2.Progress | None) -> Change:
+    return (job.with_(state=P.JOB_STATE_PENDING, reason=f"requeued: {why}", restarts=job.restarts + 1,
+                      retries=job.retries + (1 if retry else 0), stop_requested=False, progress=progress),
+            [(kind, why)])
+
+
+def running(job: JobRecord, world: int, progress: common_pb2.Progress | None) -> Change:
+    return (job.with_(state=P.JOB_STATE_RUNNING, reason="training", progress=progress),
+            [("RUNNING", f"all {world} ranks running (attempt {job.attempt})")])
+
+
+def succeeded(job: JobRecord, why: str, progress: common_pb2.Progress | None, now: float) -> Change:
+    return (job.with_(state=P.JOB_STATE_SUCCEEDED, reason=why, end_time=now, progress=progress),
+            [("SUCCEEDED", why)])
+
+
+def failed(job: JobRecord, why: str, progress: common_pb2.Progress | None, now: float) -> Change:
+    return job.with_(state=P.JOB_STATE_FAILED, reason=why, end_time=now, progress=progress), [("FAILED", why)]
+
+
+def attempt_failed(job: JobRecord, reason: str, progress: common_pb2.Progress | None, now: float) -> Change:
+    """User code failed the attempt: requeued for a retry within max_retries, else the job failed."""
+    if job.retries < job.spec.max_retries:
+        why = f"attempt {job.attempt} failed: {reason}; retry {job.retries + 1} of {job.spec.max_retries}"
+        return requeued(job, why, "ATTEMPT_FAILED", True, progress)
+    why = f"attempt {job.attempt} failed: {reason}"
+    if job.spec.max_retries:
+        why += f" (after {job.retries} retries)"
+    return failed(job, why, progress, now)
+
+
+def resumed_text(attempt: int, first_s: float, total_s: float) -> str:
+    return (f"first progress of attempt {attempt} {first_s:.1f}s after relaunch; "
+            f"migration cost {total_s:.1f}s (stop + restart + first report)")

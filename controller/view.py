@@ -1,0 +1,173 @@
+"""The engine's in-memory state, and `EngineView`: the read-only queries over it and the store that
+the gRPC service, the metrics and the engine itself use.
+
+In memory (lost on a controller restart, rebuilt from registrations and heartbeats): the live node
+table, the latest progress of each active job, the clocks of active attempts and the migrations
+under way. Everything durable is in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tessera.controller.core.snapshot import Decision
+from tessera.controller.errors import JobNotFound, NodeNotFound
+from tessera.controller.registry import LiveNode, running_gpus
+from tessera.controller.registry import node_state as derive_node_state
+from tessera.controller.snapshots import busy_gpus, jobs_on
+from tessera.controller.store import ACTIVE, EventRecord, JobRecord, NodeRecord, Store
+from tessera.v1 import common_pb2
+
+P = common_pb2
+
+
+@dataclass
+class AttemptClock:
+    """Launch and last-progress times of an active attempt (monotonic seconds)."""
+
+    attempt: int
+    launched: float
+    progress_at: float | None = None
+    # Set on the attempt a migration started: when the stop was requested.
+    migration_started: float | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    """A round's migration of a running job, kept until its old attempt has stopped."""
+
+    decision: Decision
+    requested: float  # monotonic
+
+
+@dataclass
+class LiveState:
+    nodes: dict[str, LiveNode] = field(default_factory=dict)
+    # The store's node records, cached (the engine is their only writer).
+    records: dict[str, NodeRecord] = field(default_factory=dict)
+    # Latest rank-0 progress of each active job (the record holds it once the job ends).
+    progress: dict[str, common_pb2.Progress] = field(default_factory=dict)
+    clocks: dict[str, AttemptClock] = field(default_factory=dict)
+    moves: dict[str, Move] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    id: str
+    address: str
+    inventory: common_pb2.NodeInventory
+    state: int
+    reason: str
+    registered: bool
+    last_heartbeat_wall: float  # 0 = none since the controller started
+    heartbeat_age_s: float
+
+
+class EngineView(Protocol):
+    """What the controller knows, read-only."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job as stored; JobNotFound if there is none."""
+        ...
+
+    def jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]: ...
+
+    def progress(self, job_id: str) -> common_pb2.Progress | None:
+        """The latest progress report of an active job (None: see the record's)."""
+        ...
+
+    def node_ids(self) -> list[str]: ...
+
+    def node(self, node_id: str) -> NodeInfo:
+        """A known node with its state; NodeNotFound if there is none."""
+        ...
+
+    def agent_address(self, node_id: str) -> str | None:
+        """Where the node's agent serves, while it is registered with this controller."""
+        ...
+
+    def busy_gpus(self, exclude: str = "") -> dict[str, set[int]]: ...
+
+    async def wait_changed(self, timeout: float) -> None:
+        """Return when a job or node changed, or after `timeout` seconds."""
+        ...
+
+
+class LiveView:
+    """`EngineView` over the store and the engine's `LiveState`; also the engine's own queries."""
+
+    def __init__(self, store: Store, live: LiveState, epoch: int, mono: Callable[[], float]) -> None:
+        self._store, self._live, self._epoch, self._mono = store, live, epoch, mono
+        self._changed = asyncio.Condition()
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def get(self, job_id: str) -> JobRecord:
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
+        return self._store.list_jobs(states, tenant)
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]:
+        return self._store.events(job_id, after_seq)
+
+    def progress(self, job_id: str) -> common_pb2.Progress | None:
+        return self._live.progress.get(job_id)
+
+    def node_ids(self) -> list[str]:
+        return sorted(self._live.records)
+
+    def node(self, node_id: str) -> NodeInfo:
+        rec = self._live.records.get(node_id)
+        if rec is None:
+            raise NodeNotFound(node_id)
+        live = self._live.nodes.get(node_id)
+        state, reason = self.node_state(node_id)
+        return NodeInfo(rec.id, rec.address, rec.inventory, state, reason, live.registered if live else False,
+                        live.last_seen_wall if live else 0.0, self._mono() - live.last_seen if live else 0.0)
+
+    def agent_address(self, node_id: str) -> str | None:
+        live = self._live.nodes.get(node_id)
+        return live.address if live is not None and live.registered else None
+
+    def node_state(self, node_id: str) -> tuple[int, str]:
+        """Admin state over liveness: DRAINING/DRAINED win while the node is alive."""
+        rec = self._live.records.get(node_id)
+        live = self._live.nodes.get(node_id)
+
+        def holds_work() -> bool:
+            return bool(self.jobs_on(node_id)) or bool(live and running_gpus(live))
+
+        return derive_node_state(rec.drained if rec else False, rec.drain_reason if rec else "", live,
+                                 self._mono(), holds_work)
+
+    def jobs_on(self, node_id: str) -> list[JobRecord]:
+        return jobs_on(self._store.list_jobs(states=ACTIVE), node_id)
+
+    def busy_gpus(self, exclude: str = "") -> dict[str, set[int]]:
+        targets = {job_id: m.decision.slices for job_id, m in self._live.moves.items()}
+        return busy_gpus(self._live.nodes, self._store.list_jobs(states=ACTIVE), targets, exclude)
+
+    async def notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_changed(self, timeout: float) -> None:
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                pass

@@ -1,0 +1,183 @@
+"""In-memory node agents behind the engine's `AgentCalls` protocol (controller/agents.py), for engine
+unit tests without processes or sockets.
+
+Each call is checked against the store at the moment it is made: the engine must have stored the
+state a call acts on before making it (a Launch finds its attempt STARTING on that node; a Stop
+finds the attempt no longer the job's current running one, or asked to stop; a Drain finds the
+node's drained flag). Calls from an older controller epoch than one already seen are refused, as a
+real agent fences a stale controller. A violation is recorded and raised, so the engine's caller
+fails the test.
+
+The agents keep worker tables like real ones: a Launch starts one RUNNING worker per rank (a repeat
+of the same request starts nothing), a Stop ends them with `stop_exit_code` (0: a cooperative stop
+after a checkpoint). The test decides the rest: progress, exits, failed launches (`fail_launch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+
+from tessera.controller.store import ACTIVE, Store
+from tessera.v1 import agent_pb2, common_pb2
+
+P = common_pb2
+
+
+class Violation(AssertionError):
+    pass
+
+
+class ControllerKilled(BaseException):
+    """Raised by a Launch listed in `FakeAgents.kill_on_launch`: the controller dies as it makes
+    the call (the agent never gets it). BaseException, so no handler in the engine swallows it."""
+
+
+@dataclass(frozen=True)
+class Call:
+    kind: str  # "launch" | "stop" | "drain" | "read_log"
+    node_id: str
+    job_id: str = ""
+    attempt: int = 0
+    detail: str = ""
+
+
+@dataclass
+class FakeNode:
+    node_id: str
+    address: str
+    inventory: common_pb2.NodeInventory
+    workers: dict[tuple[str, int, int], agent_pb2.WorkerStatus] = field(default_factory=dict)
+    draining: bool = False
+
+
+def inventory(model: str, count: int, memory_gb: int, source: int = P.INVENTORY_SOURCE_DECLARED) -> common_pb2.NodeInventory:
+    return common_pb2.NodeInventory(source=source, gpus=[
+        common_pb2.Gpu(index=i, model=model, memory_bytes=memory_gb << 30) for i in range(count)])
+
+
+class FakeAgents:
+    """`AgentCalls` over in-memory agents, checking the crash-safety rule on every call."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.nodes: dict[str, FakeNode] = {}
+        self.calls: list[Call] = []
+        self.violations: list[str] = []
+        # (job, attempt, node) -> the LaunchRequest that started it: each started once.
+        self.started: dict[tuple[str, int, str], agent_pb2.LaunchRequest] = {}
+        self.fail_launch: dict[str, grpc.StatusCode] = {}
+        self.stop_exit_code = 0
+        self.log_lines: dict[tuple[str, int], str] = {}
+        self.kill_on_launch: set[str] = set()
+        self._epoch = 0
+
+    # ------------------------------------------------------------ the test's side
+
+    def add_node(self, node_id: str, inv: common_pb2.NodeInventory, address: str = "") -> FakeNode:
+        n = FakeNode(node_id, address or f"10.0.0.{len(self.nodes) + 1}:7070", inv)
+        self.nodes[node_id] = n
+        return n
+
+    def status(self, node_id: str) -> agent_pb2.NodeStatus:
+        n = self.nodes[node_id]
+        return agent_pb2.NodeStatus(node_id=n.node_id, address=n.address, inventory=n.inventory,
+                                    workers=list(n.workers.values()), draining=n.draining)
+
+    def workers(self, job_id: str, attempt: int | None = None) -> list[tuple[str, agent_pb2.WorkerStatus]]:
+        return [(n.node_id, w) for n in self.nodes.values() for (j, a, _), w in sorted(n.workers.items())
+                if j == job_id and (attempt is None or a == attempt)]
+
+    def report(self, job_id: str, attempt: int, iteration: int, step_s: float = 0.5, time: float = 0.0) -> None:
+        """Rank 0 of the attempt reports progress (seen by the controller at the next heartbeat)."""
+        for _, w in self.workers(job_id, attempt):
+            if w.rank == 0:
+                w.progress.CopyFrom(common_pb2.Progress(iteration=iteration, step_time_seconds=step_s, time=time,
+                                                        checkpoint_iteration=-1))
+
+    def exit(self, job_id: str, attempt: int, code: int = 0, ranks: set[int] | None = None) -> None:
+        for _, w in self.workers(job_id, attempt):
+            if ranks is None or w.rank in ranks:
+                w.state, w.exit_code = P.WORKER_STATE_EXITED, code
+
+    def crash(self, node_id: str) -> None:
+        """The node's host died: its workers are gone with it."""
+        self.nodes[node_id].workers.clear()
+
+    def launches(self) -> list[Call]:
+        return [c for c in self.calls if c.kind == "launch"]
+
+    def stops(self) -> list[Call]:
+        return [c for c in self.calls if c.kind == "stop"]
+
+    # ------------------------------------------------------------ AgentCalls
+
+    def _node(self, address: str) -> FakeNode:
+        return next(n for n in self.nodes.values() if n.address == address)
+
+    def _fence(self, epoch: int) -> None:
+        if epoch < self._epoch:
+            self._violate(f"call from epoch {epoch} after epoch {self._epoch}")
+        self._epoch = max(self._epoch, epoch)
+
+    def _violate(self, why: str) -> None:
+        self.violations.append(why)
+        raise Violation(why)
+
+    async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
+        n = self._node(address)
+        self._fence(req.controller_epoch)
+        self.calls.append(Call("launch", n.node_id, req.job_id, req.attempt, req.request_id))
+        job = self.store.get_job(req.job_id)
+        if job is None or job.state != P.JOB_STATE_STARTING or job.attempt != req.attempt:
+            self._violate(f"launch of {req.job_id} attempt {req.attempt} on {n.node_id}, stored as "
+                          f"{'nothing' if job is None else P.JobState.Name(job.state)} attempt "
+                          f"{job.attempt if job else '-'}")
+        assert job is not None and job.placement is not None
+        if n.node_id not in [s.node_id for s in job.placement.slices] or job.placement.rendezvous != req.rendezvous:
+            self._violate(f"launch of {req.job_id} on {n.node_id}: not the stored placement")
+        if req.job_id in self.kill_on_launch:
+            self.kill_on_launch.discard(req.job_id)
+            raise ControllerKilled(req.request_id)
+        if n.node_id in self.fail_launch:
+            raise grpc.aio.AioRpcError(self.fail_launch[n.node_id], grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       details="fake agent refused")
+        key = (req.job_id, req.attempt, n.node_id)
+        if key in self.started:
+            if self.started[key] != req:
+                self._violate(f"attempt {key} launched again with a different request")
+            return agent_pb2.LaunchResponse(started=False)
+        self.started[key] = req
+        for r in req.ranks:
+            n.workers[(req.job_id, req.attempt, r.rank)] = agent_pb2.WorkerStatus(
+                job_id=req.job_id, attempt=req.attempt, rank=r.rank, state=P.WORKER_STATE_RUNNING,
+                gpu_indices=r.gpu_indices)
+        return agent_pb2.LaunchResponse(started=True)
+
+    async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None:
+        n = self._node(address)
+        self._fence(epoch)
+        self.calls.append(Call("stop", n.node_id, job_id, attempt, reason))
+        job = self.store.get_job(job_id)
+        if job is not None and job.state in ACTIVE and job.attempt == attempt and not job.stop_requested:
+            self._violate(f"stop of {job_id} attempt {attempt} ({reason}) while stored as its current "
+                          f"{P.JobState.Name(job.state)} attempt")
+        for (j, a, _), w in n.workers.items():
+            if j == job_id and (attempt == 0 or a == attempt) and w.state != P.WORKER_STATE_EXITED:
+                w.state, w.exit_code = P.WORKER_STATE_EXITED, self.stop_exit_code
+
+    async def drain(self, address: str, epoch: int, drain: bool) -> None:
+        n = self._node(address)
+        self._fence(epoch)
+        self.calls.append(Call("drain", n.node_id, detail=str(drain)))
+        rec = self.store.get_node(n.node_id)
+        if rec is None or rec.drained != drain:
+            self._violate(f"drain={drain} of {n.node_id} before the store says so")
+        n.draining = drain
+
+    async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
+        n = self._node(address)
+        self.calls.append(Call("read_log", n.node_id, req.job_id, req.attempt, str(req.rank)))
+        line = self.log_lines.get((req.job_id, req.rank), "")
+        return agent_pb2.ReadLogResponse(path=f"/logs/{req.job_id}/{req.rank}.log", data=line.encode())
