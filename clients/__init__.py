@@ -7,9 +7,11 @@ The public surface is `__all__`:
     with Client("127.0.0.1:50051") as client:
         job = client.submit(load_job_file("examples/jobs/tiny.yaml"))
 
-`Client` and its errors (`TesseraError`, and `ControllerUnreachable`, a TesseraError) come from
-`tessera.clients.sdk`; `load_job_file` and `JobFileError` from `tessera.clients.jobfile`;
-`TrainerContext` and `ContractError` from the trainer SDK, `tessera.clients.trainer`.
+`Client` and its errors (`RpcError`, a failed call, and `ControllerUnreachable`, an RpcError) come
+from `tessera.clients.sdk`; `TesseraError` (tessera.common.errors) is the root of every error
+Tessera raises on purpose, these included; `load_job_file` and `JobFileError` from
+`tessera.clients.jobfile`; `TrainerContext` and `ContractError` from the trainer SDK,
+`tessera.clients.trainer`.
 
 The names load on first use (module `__getattr__`): every training process imports this package on
 its way to `tessera.clients.trainer`, and must not pay for grpc, YAML and the estimator's tables
@@ -23,14 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tessera.clients.jobfile import JobFileError, load_job_file
-    from tessera.clients.sdk import Client, ControllerUnreachable, TesseraError
+    from tessera.clients.sdk import Client, ControllerUnreachable, RpcError
     from tessera.clients.trainer import ContractError, TrainerContext
+    from tessera.common.errors import TesseraError
 
 __all__ = [
     "Client",
     "ContractError",
     "ControllerUnreachable",
     "JobFileError",
+    "RpcError",
     "TesseraError",
     "TrainerContext",
     "load_job_file",
@@ -38,7 +42,8 @@ __all__ = [
 
 _HOME = {
     "Client": "tessera.clients.sdk",
-    "TesseraError": "tessera.clients.sdk",
+    "TesseraError": "tessera.common.errors",
+    "RpcError": "tessera.clients.sdk",
     "ControllerUnreachable": "tessera.clients.sdk",
     "load_job_file": "tessera.clients.jobfile",
     "JobFileError": "tessera.clients.jobfile",

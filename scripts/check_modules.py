@@ -25,10 +25,7 @@ SKIP_DIRS = frozenset({".venv", "venv", "build", "dist", "demo-state", "node_mod
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py")
 
 # Path (relative, POSIX) -> what removes it (issue 12).
-KNOWN: dict[str, str] = {
-    "estimator/cells.py": "the estimator split",
-    "estimator/perf_model.py": "the estimator split",
-}
+KNOWN: dict[str, str] = {}
 
 
 def python_files(root: Path) -> Iterator[Path]:

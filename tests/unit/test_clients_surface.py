@@ -11,10 +11,12 @@ import pytest
 
 import tessera.clients
 from tessera.clients import jobfile, sdk, trainer
+from tessera.common import errors
 
 EXPECTED = {
     "Client": sdk.Client,
-    "TesseraError": sdk.TesseraError,
+    "TesseraError": errors.TesseraError,
+    "RpcError": sdk.RpcError,
     "ControllerUnreachable": sdk.ControllerUnreachable,
     "load_job_file": jobfile.load_job_file,
     "JobFileError": jobfile.JobFileError,
@@ -33,9 +35,9 @@ def test_all_names_the_public_surface() -> None:
 
 
 def test_the_error_types_are_exceptions_users_can_catch() -> None:
-    for name in ("TesseraError", "ControllerUnreachable", "JobFileError", "ContractError"):
-        assert issubclass(EXPECTED[name], Exception), name  # type: ignore[arg-type]
-    assert issubclass(sdk.ControllerUnreachable, sdk.TesseraError)
+    for name in ("TesseraError", "RpcError", "ControllerUnreachable", "JobFileError", "ContractError"):
+        assert issubclass(EXPECTED[name], errors.TesseraError), name  # type: ignore[arg-type]
+    assert issubclass(sdk.ControllerUnreachable, sdk.RpcError)
 
 
 def _modules_after(code: str) -> list[str]:
