@@ -22,7 +22,7 @@ terms, then an independent choice per stage); `enumerate_plans` enumerates them 
 Everything here is pure: frozen dataclasses in, frozen dataclasses out; `CellEstimator` keeps an
 in-memory cache keyed by (model signature, plan, GPU type).
 
-Why one module of about a thousand lines: it is the one computation of Sec. 5.1, read top to bottom
+Why one piece (about a thousand lines): it is the one computation of Sec. 5.1, read top to bottom
 in the paper's order (the model as an operator chain, the cluster's pools and links, one stage's
 costs, the pipeline latency and the exact best of the 2^Ns plans, the Cells of a job). Its parts
 share the Cell estimator's own types (`StagePlan`, `CellPlan`, `_Placement`, `CellConfig`) and one

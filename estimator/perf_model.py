@@ -34,7 +34,7 @@ leaves placement-blind (docs/estimator-perf-model.md has the equations and the m
 Units: seconds, bytes, bytes per second, parameter counts. Everything here is pure: no I/O, no
 clock, no randomness; the fitting routines are deterministic.
 
-Why one module of about 880 lines: the model is its equations and the parameters fitted to them,
+Why one piece (about 880 lines): the model is its equations and the parameters fitted to them,
 and the two halves change together. The parameters the fit searches, per mode, with their bounds and
 prior (`FIT_NAMES`, `BOUNDS`, `DEFAULT_PARAMS`) are declared beside `Params`, which the prediction
 reads; a term added to the prediction is a coefficient added to the fit (as `k_host` was). The
