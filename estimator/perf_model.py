@@ -1,7 +1,7 @@
 """Iteration-time model: Morphling's fitted performance model and Tessera's placement-aware extension.
 
-Mode ``"morphling"`` is the model of the Morphling paper ("Morphling: Exploiting Job Reconfigurability
-for Deep Learning Cluster Scheduling", MLSys 2025; Sec. 4 and Appendix A) as written there:
+Mode ``"morphling"`` is the model of the Morphling paper (``shared/seeds/morphling.txt``, Sec. 4 and
+Appendix A) as written there:
 
     T_iter = T_cc + T_oo + k_const                                             (A.3, Eq. 1)
     T_cc   = a*T_fwd + (a-1)*T_bwd + f^{k_sync}(T_bwd, T_comm_dp) + T_comm_tp + T_comm_pp   (A.1)
@@ -34,7 +34,7 @@ leaves placement-blind (docs/estimator-perf-model.md has the equations and the m
 Units: seconds, bytes, bytes per second, parameter counts. Everything here is pure: no I/O, no
 clock, no randomness; the fitting routines are deterministic.
 
-Why this is one piece of about 880 lines: the model is its equations and the parameters fitted to them,
+Why one piece (about 880 lines): the model is its equations and the parameters fitted to them,
 and the two halves change together. The parameters the fit searches, per mode, with their bounds and
 prior (`FIT_NAMES`, `BOUNDS`, `DEFAULT_PARAMS`) are declared beside `Params`, which the prediction
 reads; a term added to the prediction is a coefficient added to the fit (as `k_host` was). The
@@ -53,8 +53,6 @@ from typing import Literal, cast
 import numpy as np
 import numpy.typing as npt
 
-from tessera.common.errors import InvalidArgument
-
 Mode = Literal["morphling", "tessera"]
 MODES: tuple[Mode, ...] = ("morphling", "tessera")
 Zero = Literal["none", "zero-dp", "offload"]
@@ -63,8 +61,12 @@ ZEROS: tuple[Zero, ...] = ("none", "zero-dp", "offload")
 FloatArray = npt.NDArray[np.float64]
 
 
-class PerfModelInputError(InvalidArgument, ValueError):
-    """Bad input to the performance model; ``field`` names the offending field, ``reason`` why."""
+class PerfModelInputError(ValueError):
+    """Bad input to the performance model; ``field`` names the offending field."""
+
+    def __init__(self, field_name: str, reason: str) -> None:
+        super().__init__(f"{field_name}: {reason}")
+        self.field = field_name
 
 
 def _require(ok: bool, field_name: str, reason: str) -> None:
