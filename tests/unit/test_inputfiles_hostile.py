@@ -53,6 +53,9 @@ READERS: dict[str, tuple[Path, list[Callable[[Path], object]]]] = {
 def test_a_wrong_value_anywhere_is_an_input_file_error(fmt: str, tmp_path: Path) -> None:
     source, readers = READERS[fmt]
     doc = yaml.safe_load(source.read_text())
+    for key in ("pools", "node_groups", "gpus"):  # one item shows every field of a list; more is only slower
+        if key in doc:
+            doc[key] = doc[key][:1]
     path = tmp_path / f"f{source.suffix}"
     refused = 0
     for field in _paths(doc):
