@@ -1,4 +1,7 @@
-"""Cells of a job and their agile estimation (crius.txt Sec. 4.2 and 5.1).
+"""Cells of a job and their agile estimation (Crius Sec. 4.2 and 5.1).
+
+Crius: "A Codesign of Scheduling and Parallelization for Large Model Training in Heterogeneous
+Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 A Cell is (job, GPU type, GPU count, pipeline stages). Inside a Cell the stage partition is fixed
 (partition.py: by FLOPs and inter-operator communication) and only data and tensor parallelism per
@@ -40,8 +43,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tessera.common.errors import InvalidArgument
 from tessera.common.gpus import GpuType, UnknownGpuError, lookup
 from tessera.estimator.catalog import Price, price
+from tessera.estimator.clusterfile import PoolSpec, parse_pools
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import (
     DEFAULT_PRIOR,
@@ -54,11 +59,11 @@ from tessera.estimator.compute import (
 from tessera.estimator.convnets import STAGE_SIZES, wide_resnet_operators
 from tessera.estimator.models import ModelDims
 from tessera.estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
-from tessera.estimator.plans import PRECISIONS, ExecutionPlan, PlanError
+from tessera.estimator.plans import PRECISIONS, ExecutionPlan, PlanInputError
 
 
-class CellInputError(ValueError):
-    """Bad input to the Cell estimator; the message starts with the offending field."""
+class CellInputError(InvalidArgument, ValueError):
+    """Bad input to the Cell estimator; `field` names the offending field, `reason` says why."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -93,7 +98,7 @@ class CellModel:
     `recompute`: full activation recomputation (Alpa's default in the Crius artifact).
     `dtype_bytes`: activation bytes (2 for fp16/bf16). Model state per parameter:
     `weight_grad_bytes` for the weights and gradients (0 = 2 x dtype_bytes) plus
-    `optimizer_bytes_per_param` (12: fp32 master weights and two Adam moments, reference/estimation.md
+    `optimizer_bytes_per_param` (12: fp32 master weights and two Adam moments, docs/reference/estimation.md
     1.2); `precision` names the recipe of estimator/memory.py they come from. Under
     `CellConfig.dp_shards_optimizer` the optimizer bytes are divided over the DP ranks (ZeRO-1).
 
@@ -126,41 +131,41 @@ class CellModel:
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
-            raise CellInputError(f"family: unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
+            raise CellInputError("family", f"unknown model family {self.family!r}; known: {', '.join(FAMILIES)}")
         for f in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "global_batch",
                   "dtype_bytes"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise CellInputError(f"{f}: must be a positive integer, got {v!r}")
+                raise CellInputError(f, f"must be a positive integer, got {v!r}")
         for f in ("ffn_mult", "capacity_factor"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise CellInputError(f"{f}: must be a positive number, got {v!r}")
+                raise CellInputError(f, f"must be a positive number, got {v!r}")
         for f in ("weight_grad_bytes", "optimizer_bytes_per_param"):
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or v < 0:
-                raise CellInputError(f"{f}: must be >= 0, got {v!r}")
+                raise CellInputError(f, f"must be >= 0, got {v!r}")
         if self.hidden_size % self.num_heads:
             raise CellInputError(
-                f"num_heads: {self.num_heads} heads do not divide hidden_size {self.hidden_size}")
+                "num_heads", f"{self.num_heads} heads do not divide hidden_size {self.hidden_size}")
         if self.family == "moe":
             for f in ("num_experts", "top_k", "expert_group_size", "moe_every"):
                 v = getattr(self, f)
                 if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                    raise CellInputError(f"{f}: must be a positive integer for a MoE model, got {v!r}")
+                    raise CellInputError(f, f"must be a positive integer for a MoE model, got {v!r}")
             if self.top_k > self.num_experts:
-                raise CellInputError(f"top_k: {self.top_k} exceeds num_experts {self.num_experts}")
+                raise CellInputError("top_k", f"{self.top_k} exceeds num_experts {self.num_experts}")
         if self.family == "wresnet":
             if self.num_layers not in STAGE_SIZES:
                 raise CellInputError(
-                    f"num_layers: Wide-ResNet depth must be one of {', '.join(map(str, STAGE_SIZES))}, "
+                    "num_layers", f"Wide-ResNet depth must be one of {', '.join(map(str, STAGE_SIZES))}, "
                     f"got {self.num_layers}")
             if self.num_heads != 1:
-                raise CellInputError(f"num_heads: must be 1 for a Wide-ResNet, got {self.num_heads}")
+                raise CellInputError("num_heads", f"must be 1 for a Wide-ResNet, got {self.num_heads}")
             if isinstance(self.width_factor, bool) or not isinstance(self.width_factor, int) or self.width_factor < 1:
-                raise CellInputError(f"width_factor: must be a positive integer for a Wide-ResNet, got {self.width_factor!r}")
+                raise CellInputError("width_factor", f"must be a positive integer for a Wide-ResNet, got {self.width_factor!r}")
         elif self.width_factor:
-            raise CellInputError(f"width_factor: only the wresnet family has one (family {self.family!r})")
+            raise CellInputError("width_factor", f"only the wresnet family has one (family {self.family!r})")
 
     @property
     def state_bytes_per_param(self) -> float:
@@ -202,7 +207,7 @@ class CellModel:
                                    dims.seq_length, global_batch, name=dims.name if name is None else name)
 
         if precision not in RECIPES:
-            raise CellInputError(f"precision: unknown recipe {precision!r}; known: {', '.join(RECIPES)}")
+            raise CellInputError("precision", f"unknown recipe {precision!r}; known: {', '.join(RECIPES)}")
         r = RECIPES[precision]
         ffn = dims.ffn * (1.5 if dims.gated else 1.0) / dims.hidden_size
         return cls(family=_FAMILY_OF_DIMS.get(dims.family, dims.family), hidden_size=dims.hidden_size,
@@ -305,30 +310,30 @@ class GpuPool:
         try:
             entry = lookup(self.gpu)
         except UnknownGpuError as exc:
-            raise CellInputError(f"gpu: {exc}") from exc
+            raise CellInputError("gpu", f"{exc}") from exc
         object.__setattr__(self, "gpu", entry.name)
         if self.num_gpus < 1:
-            raise CellInputError(f"num_gpus: must be >= 1, got {self.num_gpus}")
+            raise CellInputError("num_gpus", f"must be >= 1, got {self.num_gpus}")
         if self.gpus_per_node < 1:
-            raise CellInputError(f"gpus_per_node: must be >= 1, got {self.gpus_per_node}")
+            raise CellInputError("gpus_per_node", f"must be >= 1, got {self.gpus_per_node}")
         if not self.intra_link:
             object.__setattr__(self, "intra_link", "nvlink" if entry.nvlink_gbps > 0 else "pcie")
         if self.intra_link not in ("nvlink", "pcie"):
-            raise CellInputError(f"intra_link: must be 'nvlink' or 'pcie', got {self.intra_link!r}")
+            raise CellInputError("intra_link", f"must be 'nvlink' or 'pcie', got {self.intra_link!r}")
         if self.intra_link == "nvlink" and entry.nvlink_gbps <= 0:
-            raise CellInputError(f"intra_link: {entry.name} has no NVLink in the catalog")
+            raise CellInputError("intra_link", f"{entry.name} has no NVLink in the catalog")
         if self.nic_gbps <= 0 or self.pcie_gbps <= 0:
-            raise CellInputError("nic_gbps: link bandwidths must be > 0")
+            raise CellInputError("nic_gbps", "link bandwidths must be > 0")
         for f in ("intra_efficiency", "network_efficiency"):
             v = getattr(self, f)
             if v is not None and not 0 < v <= 1:
-                raise CellInputError(f"{f}: must be in (0, 1], got {v}")
+                raise CellInputError(f, f"must be in (0, 1], got {v}")
         if self.price_per_hour is not None and not 0 <= self.price_per_hour < math.inf:
-            raise CellInputError(f"price_per_hour: must be a number >= 0, got {self.price_per_hour}")
+            raise CellInputError("price_per_hour", f"must be a number >= 0, got {self.price_per_hour}")
         if self.currency and not (len(self.currency) == 3 and self.currency.isascii() and self.currency.isupper()):
-            raise CellInputError(f"currency: must be an ISO 4217 code such as USD, got {self.currency!r}")
+            raise CellInputError("currency", f"must be an ISO 4217 code such as USD, got {self.currency!r}")
         if self.currency and self.price_per_hour is None:
-            raise CellInputError("currency: given without price_per_hour")
+            raise CellInputError("currency", "given without price_per_hour")
 
     @property
     def gpu_type(self) -> GpuType:
@@ -350,22 +355,15 @@ class ClusterSpec:
     def from_mapping(cls, obj: Mapping[str, Any]) -> ClusterSpec:
         """{"pools": [{"gpu": "A100-40GB", "nodes": 80, "gpus_per_node": 4, "intra_link": "nvlink",
         "nic_gbps": 12.5, "price_per_hour": 1.9, "currency": "USD"}, ...]}; `num_gpus` may replace
-        `nodes`."""
-        pools = []
-        for i, p in enumerate(obj.get("pools", [])):
-            try:
-                per = int(p["gpus_per_node"])
-                n = int(p["num_gpus"]) if "num_gpus" in p else int(p["nodes"]) * per
-                price = p.get("price_per_hour")
-                pools.append(GpuPool(str(p["gpu"]), n, per, str(p.get("intra_link", "")),
-                                     float(p.get("nic_gbps", 12.5)), float(p.get("pcie_gbps", 32.0)),
-                                     price_per_hour=None if price is None else float(price),
-                                     currency=str(p.get("currency", ""))))
-            except KeyError as exc:
-                raise CellInputError(f"pools[{i}].{exc.args[0]}: missing") from exc
-        if not pools:
-            raise CellInputError("pools: a cluster needs at least one GPU pool")
-        return cls(tuple(pools))
+        `nodes`. Checked by the one `pools:` parser (estimator/clusterfile.py): ClusterFileError."""
+        return cls(tuple(pool_from_spec(p) for p in parse_pools(obj)))
+
+
+def pool_from_spec(spec: PoolSpec) -> GpuPool:
+    """The pool of a cluster file's PoolSpec; what the file leaves out takes GpuPool's defaults."""
+    given = {k: v for k, v in (("nic_gbps", spec.nic_gbps), ("pcie_gbps", spec.pcie_gbps)) if v is not None}
+    return GpuPool(spec.gpu, spec.num_gpus, spec.gpus_per_node, spec.intra_link, price_per_hour=spec.price_per_hour,
+                   currency=spec.currency, **given)
 
 
 @dataclass(frozen=True)
@@ -450,7 +448,7 @@ class CellConfig:
 
     - `prior`: compute efficiency prior (compute.py);
     - `links`: link efficiency/latency prior;
-    - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; crius.txt Figure 10);
+    - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; Crius Figure 10);
     - `num_microbatches`: when > 0, B is this for every Cell instead (a runtime that fixes it: the
       Crius artifact's trainers all run 16), capped by the global batch;
     - `dp_shards_optimizer`: DP ranks of a stage shard the optimizer states (ZeRO-1, as Alpa's
@@ -475,13 +473,13 @@ class CellConfig:
 
     def __post_init__(self) -> None:
         if self.microbatches_per_stage < 1:
-            raise CellInputError("microbatches_per_stage: must be >= 1")
+            raise CellInputError("microbatches_per_stage", "must be >= 1")
         if self.num_microbatches < 0:
-            raise CellInputError("num_microbatches: must be >= 0 (0 = microbatches_per_stage x stages)")
+            raise CellInputError("num_microbatches", "must be >= 0 (0 = microbatches_per_stage x stages)")
         if not 0 < self.usable_memory_fraction <= 1:
-            raise CellInputError("usable_memory_fraction: must be in (0, 1]")
+            raise CellInputError("usable_memory_fraction", "must be in (0, 1]")
         if self.max_gpus < 1:
-            raise CellInputError("max_gpus: must be >= 1")
+            raise CellInputError("max_gpus", "must be >= 1")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -546,9 +544,9 @@ def pipeline_latency(latencies: Sequence[float], inter_comm: Sequence[float], nu
     the part of it spent receiving from the previous stage, overlapped in the steady state.
     """
     if len(latencies) != len(inter_comm) or not latencies:
-        raise CellInputError("latencies: need one latency and one inter-stage time per stage")
+        raise CellInputError("latencies", "need one latency and one inter-stage time per stage")
     if num_microbatches < 1:
-        raise CellInputError(f"num_microbatches: must be >= 1, got {num_microbatches}")
+        raise CellInputError("num_microbatches", f"must be >= 1, got {num_microbatches}")
     return sum(latencies) + (num_microbatches - 1) * max(t - c for t, c in zip(latencies, inter_comm))
 
 
@@ -754,7 +752,9 @@ class Cell:
         return (self.signature, self.gpu_type, self.num_gpus, self.num_stages, self.nodes, self.gpus_per_node)
 
 
-_PARTITIONS: dict[tuple[str, int, int, float], StagePartition | str] = {}
+# A refused partition is memoised as its (field, reason), so the refusal is raised again as a
+# CellInputError without keeping the exception (and its traceback's frames) alive.
+_PARTITIONS: dict[tuple[str, int, int, float], StagePartition | tuple[str, str]] = {}
 
 
 def clear_caches() -> None:
@@ -771,12 +771,12 @@ def _partition(signature: str, ops: Sequence[Operator], num_gpus: int, num_stage
         try:
             hit = partition_stages(ops, num_gpus, num_stages, tolerance)
         except PartitionError as exc:
-            hit = str(exc)
+            hit = (exc.field, exc.reason)
         if len(_PARTITIONS) > 100_000:
             _PARTITIONS.clear()
         _PARTITIONS[key] = hit
-    if isinstance(hit, str):
-        raise CellInputError(hit)
+    if isinstance(hit, tuple):
+        raise CellInputError(*hit)
     return hit
 
 
@@ -801,7 +801,7 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
             checkpointing="full" if model.recompute else "none",
             precision=model.precision if model.precision in PRECISIONS else "mixed",  # type: ignore[arg-type]
             ep=dp if experts and experts % dp == 0 else 1, schedule="1f1b", flash_attention=False)
-    except PlanError:
+    except PlanInputError:
         return None
 
 
@@ -851,11 +851,11 @@ class CellEstimator:
     def record_measured(self, signature: str, gpu: str, num_gpus: int, num_stages: int, seconds: float) -> None:
         """A live iteration time for a Cell; later answers carry it with source "measured"."""
         if seconds <= 0:
-            raise CellInputError(f"seconds: must be > 0, got {seconds}")
+            raise CellInputError("seconds", f"must be > 0, got {seconds}")
         try:
             name = lookup(gpu).name
         except UnknownGpuError as exc:
-            raise CellInputError(f"gpu: {exc}") from exc
+            raise CellInputError("gpu", f"{exc}") from exc
         self._measured[(signature, name, num_gpus, num_stages)] = seconds
         self._cell_cache = {k: v for k, v in self._cell_cache.items()
                             if not (k[0] == signature and k[1] == name and k[2] == num_gpus and k[3] == num_stages)}
@@ -878,7 +878,7 @@ class CellEstimator:
         part = _partition(model.signature, ops, num_gpus, num_stages, self.config.balance_tolerance)
         b = num_microbatches or self._default_microbatches(model, num_stages)
         if b < 1 or b > model.global_batch:
-            raise CellInputError(f"num_microbatches: must be in [1, {model.global_batch}], got {b}")
+            raise CellInputError("num_microbatches", f"must be in [1, {model.global_batch}], got {b}")
         mb = model.global_batch / b
         gpu = pool.gpu_type
         intra, inter = pool_links(pool, self.config.links)
@@ -890,7 +890,7 @@ class CellEstimator:
             row = []
             for dp, tp in opts:
                 if dp * tp != g:
-                    raise CellInputError(f"options[{i}]: dp {dp} x tp {tp} != {g} GPUs of stage {i}")
+                    raise CellInputError(f"options[{i}]", f"dp {dp} x tp {tp} != {g} GPUs of stage {i}")
                 if dp > mb:  # a micro-batch cannot be split over more DP ranks than it has samples
                     continue
                 if tp > model.num_heads:
@@ -910,9 +910,9 @@ class CellEstimator:
 
     def _placement(self, pool: GpuPool, num_gpus: int, nodes: int | None, per_node: int | None) -> _Placement:
         if num_gpus < 1:
-            raise CellInputError(f"num_gpus: must be >= 1, got {num_gpus}")
+            raise CellInputError("num_gpus", f"must be >= 1, got {num_gpus}")
         if num_gpus > pool.num_gpus:
-            raise CellInputError(f"num_gpus: {num_gpus} exceeds the {pool.num_gpus} {pool.gpu} GPUs of the pool")
+            raise CellInputError("num_gpus", f"{num_gpus} exceeds the {pool.num_gpus} {pool.gpu} GPUs of the pool")
         if per_node is None and nodes is None:
             per_node = min(num_gpus, pool.gpus_per_node)
             nodes = math.ceil(num_gpus / per_node)
@@ -922,10 +922,10 @@ class CellEstimator:
         elif nodes is None:
             nodes = num_gpus // per_node if per_node > 0 else 0
         if per_node < 1 or nodes < 1 or per_node * nodes != num_gpus:
-            raise CellInputError(f"nodes: {nodes} nodes x {per_node} GPUs per node != num_gpus {num_gpus}")
+            raise CellInputError("nodes", f"{nodes} nodes x {per_node} GPUs per node != num_gpus {num_gpus}")
         if per_node > pool.gpus_per_node:
             raise CellInputError(
-                f"gpus_per_node: {per_node} exceeds the {pool.gpus_per_node} GPUs of a {pool.gpu} node")
+                "gpus_per_node", f"{per_node} exceeds the {pool.gpus_per_node} GPUs of a {pool.gpu} node")
         return _Placement(nodes, per_node)
 
     def cell(

@@ -1,7 +1,7 @@
 """Iteration-time model: Morphling's fitted performance model and Tessera's placement-aware extension.
 
-Mode ``"morphling"`` is the model of the Morphling paper (``shared/seeds/morphling.txt``, Sec. 4 and
-Appendix A) as written there:
+Mode ``"morphling"`` is the model of the Morphling paper ("Morphling: Exploiting Job Reconfigurability
+for Deep Learning Cluster Scheduling", MLSys 2025; Sec. 4 and Appendix A) as written there:
 
     T_iter = T_cc + T_oo + k_const                                             (A.3, Eq. 1)
     T_cc   = a*T_fwd + (a-1)*T_bwd + f^{k_sync}(T_bwd, T_comm_dp) + T_comm_tp + T_comm_pp   (A.1)
@@ -53,6 +53,8 @@ from typing import Literal, cast
 import numpy as np
 import numpy.typing as npt
 
+from tessera.common.errors import InvalidArgument
+
 Mode = Literal["morphling", "tessera"]
 MODES: tuple[Mode, ...] = ("morphling", "tessera")
 Zero = Literal["none", "zero-dp", "offload"]
@@ -61,12 +63,8 @@ ZEROS: tuple[Zero, ...] = ("none", "zero-dp", "offload")
 FloatArray = npt.NDArray[np.float64]
 
 
-class PerfModelInputError(ValueError):
-    """Bad input to the performance model; ``field`` names the offending field."""
-
-    def __init__(self, field_name: str, reason: str) -> None:
-        super().__init__(f"{field_name}: {reason}")
-        self.field = field_name
+class PerfModelInputError(InvalidArgument, ValueError):
+    """Bad input to the performance model; ``field`` names the offending field, ``reason`` why."""
 
 
 def _require(ok: bool, field_name: str, reason: str) -> None:
