@@ -20,7 +20,7 @@ from tessera.clients import output
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
 from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, RpcError, state_value
-from tessera.common.errors import InvalidInput
+from tessera.common.errors import InvalidInput, TesseraError
 from tessera.common.yamlfile import InputFileError
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -496,6 +496,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except CliUsageError as exc:
         print(f"tessctl: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
+    except TesseraError as exc:  # any other error raised on purpose says what is wrong in its message
+        return _fail(str(exc))
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):  # e.g. `tessctl logs ID | head`
             _silence_stdout()

@@ -176,3 +176,18 @@ def test_job_gpus_across_gpu_types() -> None:
     assert output.job_gpus(job, {}) == "3xA100-80GB"  # nodes unknown: the plan's model
     assert output.jobs_table([job], NOW, models=models).splitlines()[1].split()[4] == "2xA100-80GB,1xA40-48GB"
     assert output.gb(38 * 10**6) == "38MB" and output.gb(3_200_000_000) == "3.2GB" and output.gb(0) == "-"
+
+
+def test_an_error_raised_on_purpose_prints_its_message_not_internal_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Any TesseraError that reaches tessctl's top (not only the kinds it names) is a one-line error
+    # with its own message and exit 1; only an unexpected exception reads "internal error".
+    from tessera.clients import tessctl
+    from tessera.common.errors import FailedPrecondition
+
+    def refuse(*_: object) -> int:
+        raise FailedPrecondition("node n1 is draining")
+
+    monkeypatch.setattr(tessctl, "cmd_version", refuse)
+    assert tessctl.main(["version"]) == 1
+    assert capsys.readouterr().err == "tessctl: error: node n1 is draining\n"
