@@ -7,13 +7,16 @@ acknowledged submit survives a kill -9 of the controller right after.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from tessera.common.errors import TesseraError
 from tessera.v1 import common_pb2
 
 SCHEMA_VERSION = 1
@@ -185,23 +188,66 @@ _JOB_COLS = ("id, request_id, tenant, state, reason, submit_time, attempt, spec,
              "start_time, end_time, restarts, retries, stop_requested")
 
 
+class StateError(TesseraError, OSError):
+    """The state database is corrupt, emptied or replaced: the controller refuses to start on it
+    (starting would forget every job silently). The operator restores it or chooses a new state dir."""
+
+
 class SqliteStore:
-    """SQLite backend: one file under the state dir, WAL, synchronous=FULL, one writer."""
+    """SQLite backend: one file under the state dir, WAL, synchronous=FULL, one writer.
+
+    Opening checks the file before trusting it: `PRAGMA quick_check` (page and b-tree structure;
+    a file that is not SQLite fails too), and the store's identity. Each database holds a random
+    `store_id`, also written to `<db>.id` beside it; a database without one (deleted, truncated,
+    emptied) or with another one (replaced) while the `.id` file names a store is refused with
+    StateError, instead of starting over at epoch 1 with no jobs.
+    """
 
     def __init__(self, path: str | Path) -> None:
+        path = Path(path)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        with self._tx():
-            for stmt in filter(str.strip, _SCHEMA.split(";")):
-                self._db.execute(stmt)
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise RuntimeError(f"state was written by a newer Tessera (schema {row[0]} > {SCHEMA_VERSION})")
+        marker = path.with_name(path.name + ".id")
+        known = marker.read_text().strip() if marker.exists() else None
+        try:
+            self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            problems = [r[0] for r in self._db.execute("PRAGMA quick_check(5)")]
+            if problems != ["ok"]:
+                raise StateError(f"{path}: the database is corrupt ({'; '.join(problems)}); restore it from a "
+                                 "backup, or start with a new --state-dir")
+            with self._tx():
+                for stmt in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(stmt)
+                row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                if row is None:
+                    self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise StateError(f"{path}: state was written by a newer Tessera "
+                                     f"(schema {row[0]} > {SCHEMA_VERSION})")
+                store_id = self._identity(path, marker, known)
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{path}: cannot be read as a SQLite database ({exc}); restore it from a backup, "
+                             "or start with a new --state-dir") from exc
+        if known != store_id:
+            _write_atomically(marker, store_id + "\n")
+
+    def _identity(self, path: Path, marker: Path, known: str | None) -> str:
+        """This database's store_id, made on first use; StateError when `.id` names another store."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
+        if row is not None:
+            if known is not None and row[0] != known:
+                raise StateError(f"{path} is store {row[0]}, but {marker} names store {known}: the database "
+                                 f"was replaced; restore the right one, or remove {marker} to adopt this one")
+            return str(row[0])
+        if known is not None:
+            raise StateError(f"{path} has no jobs, nodes or epoch of store {known} ({marker}): it was emptied, "
+                             f"truncated or deleted; restore it from a backup, or remove {marker} to start "
+                             "afresh (every job is forgotten)")
+        store_id = uuid.uuid4().hex
+        self._db.execute("INSERT INTO meta VALUES ('store_id', ?)", (store_id,))
+        return store_id
 
     class _Tx:
         def __init__(self, store: SqliteStore) -> None:
@@ -332,3 +378,12 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,105 @@
+"""The controller's SQLite state is checked before it is trusted: a corrupt, emptied, deleted or
+replaced database is refused (StateError, one line from the daemon) instead of starting over at
+epoch 1 with no jobs."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tessera.controller.store import JobRecord, SqliteStore, StateError
+from tessera.v1 import common_pb2 as P
+
+
+def _job(i: int) -> JobRecord:
+    spec = P.JobSpec(name=f"job{i}", tenant="t", model=P.ModelSpec(name="gpt2-small"), global_batch_size=8,
+                     iterations=10, env={"PAD": "x" * 400})  # a few hundred jobs fill many pages
+    return JobRecord(id=f"j-{i}", request_id=f"r-{i}", spec=spec, state=P.JOB_STATE_PENDING, reason="new",
+                     submit_time=float(i))
+
+
+def _filled(path: Path, jobs: int = 300) -> int:
+    s = SqliteStore(path)
+    epoch = s.next_epoch()
+    for i in range(jobs):
+        s.create_job(_job(i), ("SUBMITTED", ""))
+    s._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the main file, as after a clean stop
+    s.close()
+    return epoch
+
+
+def test_a_new_state_dir_gets_an_identity_and_reopens(tmp_path: Path) -> None:
+    db = tmp_path / "controller.db"
+    epoch = _filled(db, jobs=3)
+    marker = tmp_path / "controller.db.id"
+    assert len(marker.read_text().strip()) == 32
+    s = SqliteStore(db)
+    assert s.next_epoch() == epoch + 1 and s.get_job("j-2") is not None
+    s.close()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def test_an_emptied_or_deleted_database_is_refused(tmp_path: Path, damage: str) -> None:
+    db = tmp_path / "controller.db"
+    _filled(db, jobs=3)
+    if damage == "truncated":
+        db.write_bytes(b"")
+    else:
+        db.unlink()
+    with pytest.raises(StateError, match="emptied, truncated or deleted"):
+        SqliteStore(db)
+    (tmp_path / "controller.db.id").unlink()  # the operator's explicit "start afresh"
+    s = SqliteStore(db)
+    assert s.list_jobs([], "") == [] and s.next_epoch() == 1
+    s.close()
+
+
+def test_a_replaced_database_is_refused(tmp_path: Path) -> None:
+    ours, other = tmp_path / "a" / "controller.db", tmp_path / "b" / "controller.db"
+    ours.parent.mkdir()
+    other.parent.mkdir()
+    _filled(ours, jobs=2)
+    _filled(other, jobs=2)
+    shutil.copy(other, ours)
+    with pytest.raises(StateError, match="was replaced"):
+        SqliteStore(ours)
+
+
+def test_random_bytes_inside_the_database_are_found_at_open(tmp_path: Path) -> None:
+    db = tmp_path / "controller.db"
+    _filled(db)
+    size = db.stat().st_size
+    assert size > 64 * 1024
+    data = bytearray(db.read_bytes())
+    rng = random.Random(7)
+    at = size // 2
+    data[at:at + 16 * 1024] = bytes(rng.randrange(256) for _ in range(16 * 1024))
+    db.write_bytes(bytes(data))
+    with pytest.raises(StateError, match="corrupt|cannot be read"):
+        SqliteStore(db)
+
+
+def test_a_file_that_is_not_sqlite_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "controller.db"
+    db.write_bytes(bytes(random.Random(1).randrange(256) for _ in range(8192)))
+    with pytest.raises(StateError, match="cannot be read as a SQLite database"):
+        SqliteStore(db)
+
+
+def test_the_controller_exits_with_one_line_on_an_emptied_database(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    _filled(state / "controller.db", jobs=1)
+    (state / "controller.db").write_bytes(b"")
+    p = subprocess.run([sys.executable, "-m", "tessera.controller.main", "--listen", "127.0.0.1:0",
+                        "--state-dir", str(state)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 1
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tessera-controller: error: ")
+    assert "emptied, truncated or deleted" in lines[0]
