@@ -29,6 +29,8 @@ MAX_ITERATIONS = 1_000_000_000
 MAX_GPUS_HINT = 4096
 MAX_ARGV = 256
 MAX_ARG_LEN = 4096
+MAX_ENV = 1024  # entries; a job file is also bounded by its size (4 MiB)
+MAX_PROGRESS_TIMEOUT_S = 10**7  # the job file's bound
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
         if not prog or (prog != launchers.PYTHON and any(c in SHELL_META for c in prog)):
             errs.append(FieldError("entrypoint[0]", "must be a program path, not a shell command line "
                                                     "(the argv is run without a shell)"))
+    if len(spec.env) > MAX_ENV:
+        errs.append(FieldError("env", f"more than {MAX_ENV} variables"))
     for k, v in spec.env.items():
         if not ENV_NAME_RE.match(k):
             errs.append(FieldError(f"env.{k}", "name must match [A-Z_][A-Z0-9_]*"))
@@ -134,10 +138,32 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
         if "\0" in v or len(v) > MAX_ARG_LEN:
             errs.append(FieldError(f"env.{k}", "value contains NUL or is too long"))
     errs += [FieldError(f, r) for f, r in launchers.check(spec.launcher)]
-    if spec.checkpoint_every < 0:
-        errs.append(FieldError("checkpoint_every", "must be >= 0"))
+    errs += _launcher_argv_errors(spec.launcher)
+    if not 0 <= spec.checkpoint_every <= MAX_ITERATIONS:
+        errs.append(FieldError("checkpoint_every", f"must be between 0 and {MAX_ITERATIONS}"))
+    if not -1 <= spec.progress_timeout_seconds <= MAX_PROGRESS_TIMEOUT_S:
+        errs.append(FieldError("progress_timeout_seconds",
+                               f"must be between -1 (off) and {MAX_PROGRESS_TIMEOUT_S} seconds (0: the controller's)"))
     if not 0 <= spec.max_retries <= 100:
         errs.append(FieldError("max_retries", "must be between 0 and 100"))
+    return errs
+
+
+def _launcher_argv_errors(launcher: common_pb2.Launcher) -> list[FieldError]:
+    """A launcher template's argv is run without a shell, like an entrypoint: the same bounds, and a
+    program (argv[0]) that is {python}, {entrypoint} or a path, never a command line."""
+    errs: list[FieldError] = []
+    for field, argv in (("launcher.argv", launcher.argv), ("launcher.head_argv", launcher.head_argv)):
+        if len(argv) > MAX_ARGV:
+            errs.append(FieldError(field, f"more than {MAX_ARGV} arguments"))
+        for i, arg in enumerate(argv):
+            if "\0" in arg or len(arg) > MAX_ARG_LEN:
+                errs.append(FieldError(f"{field}[{i}]", "contains NUL or is too long"))
+        prog = argv[0] if argv else None
+        if prog is not None and prog not in (launchers.PYTHON, launchers.ENTRYPOINT) and (
+                not prog or any(c in SHELL_META for c in prog)):
+            errs.append(FieldError(f"{field}[0]", "must be {python}, {entrypoint} or a program path, not a shell "
+                                                  "command line (the argv is run without a shell)"))
     return errs
 
 

@@ -69,3 +69,27 @@ def test_bad_launchers_name_the_field() -> None:
     spec = P.JobSpec(name="j", model=P.ModelSpec(name="gpt2-small"), global_batch_size=8, iterations=1,
                      launcher=P.Launcher(name="mpirun"))
     assert next(str(e) for e in validate_spec(spec)).startswith("launcher.name: unknown launcher 'mpirun'")
+
+
+def _spec(**kw: object) -> P.JobSpec:
+    return P.JobSpec(name="j", model=P.ModelSpec(name="gpt2-small"), global_batch_size=8, iterations=1, **kw)
+
+
+def _fields(spec: P.JobSpec) -> list[str]:
+    return [e.field for e in validate_spec(spec)]
+
+
+def test_raw_grpc_gets_the_bounds_a_job_file_has() -> None:
+    # SubmitJob over raw gRPC may carry what no job file can: each is refused, naming its field.
+    assert _fields(_spec()) == []
+    assert _fields(_spec(progress_timeout_seconds=-5)) == ["progress_timeout_seconds"]
+    assert _fields(_spec(progress_timeout_seconds=-1)) == []  # -1 = never (docs/job-file.md)
+    assert _fields(_spec(checkpoint_every=2**62)) == ["checkpoint_every"]
+    assert _fields(_spec(env={f"V{i}": "x" for i in range(20_000)})) == ["env"]
+    assert _fields(_spec(launcher=P.Launcher(argv=["sh -c 'id'", "{entrypoint}"]))) == ["launcher.argv[0]"]
+    assert _fields(_spec(launcher=P.Launcher(argv=["run;id"], per_node=True, head_argv=["$(id)"]))) == [
+        "launcher.argv[0]", "launcher.head_argv[0]"]
+    assert _fields(_spec(launcher=P.Launcher(argv=["x"] * 300))) == ["launcher.argv"]
+    for ok in (["{python}", "-m", "torch.distributed.run", "{entrypoint}"], ["{entrypoint}"],
+               ["/opt/bin/launch", "{entrypoint}"]):
+        assert _fields(_spec(launcher=P.Launcher(argv=ok))) == [], ok
