@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from tessera.common import gpus as catalog
-from tessera.common.yamlfile import InputFileError, parse_with_lines, read_and_parse
+from tessera.common.yamlfile import InputFileError, parse_with_lines, read_and_parse, refuse_unknown_keys
 
 MAX_COUNT = 64
 MAX_MEMORY_GB = 1024
@@ -48,9 +48,7 @@ def parse_inventory(doc: Any) -> InventorySpec:
     """The spec of one parsed document; InventoryError naming the field (no file, no line)."""
     if not isinstance(doc, Mapping):
         raise InventoryError("inventory", "must be a mapping with a 'gpus' list")
-    extra = sorted(str(k) for k in doc if k != "gpus")
-    if extra:
-        raise InventoryError(extra[0], "unknown key (the file holds only 'gpus')")
+    refuse_unknown_keys(doc, ("gpus",), "", InventoryError, note="the file holds only 'gpus'")
     groups = doc.get("gpus")
     if not isinstance(groups, list) or not groups:
         raise InventoryError("gpus", "must be a non-empty list of GPU groups")
@@ -60,9 +58,7 @@ def parse_inventory(doc: Any) -> InventorySpec:
 def _group(field: str, group: Any) -> GpuGroupSpec:
     if not isinstance(group, Mapping):
         raise InventoryError(field, "must be a mapping with model and count")
-    unknown = sorted(str(k) for k in group if k not in GROUP_KEYS)
-    if unknown:
-        raise InventoryError(f"{field}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(GROUP_KEYS))})")
+    refuse_unknown_keys(group, sorted(GROUP_KEYS), field, InventoryError)
     model = group.get("model")
     if not isinstance(model, str) or not model.strip():
         raise InventoryError(f"{field}.model", "required, a catalog GPU name such as A100-80GB")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -129,6 +129,16 @@ def load_yaml(text: str | bytes, file: str = "<string>", error: type[InputFileEr
         raise error("", f"not valid YAML or JSON: {exc}", file=file) from None
     finally:
         loader.dispose()
+
+
+def refuse_unknown_keys(doc: Mapping[Any, Any], known: Sequence[str], field: str,
+                        error: type[InputFileError], note: str = "") -> None:
+    """`error` naming the first (sorted) key of `doc` not in `known`, as `field.key` (`key` at the top,
+    field ""); the reason lists the known keys, or says `note` instead."""
+    extra = sorted(str(k) for k in doc if k not in known)
+    if extra:
+        raise error(f"{field}.{extra[0]}" if field else extra[0],
+                    f"unknown key ({note or 'known: ' + ', '.join(known)})")
 
 
 def parse_with_lines(doc: Any, file: str, parse: Callable[[Any], _T]) -> _T:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.common.gpus import UnknownGpuError, lookup
-from tessera.common.yamlfile import InputFileError, read_and_parse
+from tessera.common.yamlfile import InputFileError, read_and_parse, refuse_unknown_keys
 
 
 class ClusterFileError(InputFileError):
@@ -65,9 +65,7 @@ def parse_pools(doc: Any) -> tuple[PoolSpec, ...]:
     """The pools of one parsed `pools:` document; ClusterFileError naming the field."""
     if not isinstance(doc, Mapping):
         raise ClusterFileError("pools", "the file must be a mapping with a 'pools' list")
-    extra = sorted(str(k) for k in doc if k not in POOLS_TOP_KEYS)
-    if extra:
-        raise ClusterFileError(extra[0], f"unknown key (known: {', '.join(POOLS_TOP_KEYS)})")
+    refuse_unknown_keys(doc, POOLS_TOP_KEYS, "", ClusterFileError)
     _text(doc, "name", "")
     _text(doc, "description", "")
     items = doc.get("pools")
@@ -79,9 +77,7 @@ def parse_pools(doc: Any) -> tuple[PoolSpec, ...]:
 def _pool(field: str, p: Any) -> PoolSpec:
     if not isinstance(p, Mapping):
         raise ClusterFileError(field, "must be a mapping with gpu, nodes and gpus_per_node")
-    unknown = sorted(str(k) for k in p if k not in POOL_KEYS)
-    if unknown:
-        raise ClusterFileError(f"{field}.{unknown[0]}", f"unknown key (known: {', '.join(POOL_KEYS)})")
+    refuse_unknown_keys(p, POOL_KEYS, field, ClusterFileError)
     per = _int_at_least(p, "gpus_per_node", field, MAX_GPUS_PER_NODE)
     if ("nodes" in p) == ("num_gpus" in p):
         raise ClusterFileError(field, "give nodes or num_gpus (one of them)")
@@ -157,9 +153,7 @@ def parse_node_groups(doc: Any) -> NodeGroupsSpec:
     """The node groups of one parsed `node_groups:` document; ClusterFileError naming the field."""
     if not isinstance(doc, Mapping):
         raise ClusterFileError("node_groups", "the file must be a mapping with a 'node_groups' list")
-    extra = sorted(str(k) for k in doc if k not in NODE_GROUPS_TOP_KEYS)
-    if extra:
-        raise ClusterFileError(extra[0], f"unknown key (known: {', '.join(NODE_GROUPS_TOP_KEYS)})")
+    refuse_unknown_keys(doc, NODE_GROUPS_TOP_KEYS, "", ClusterFileError)
     name, description = _text(doc, "name", ""), _text(doc, "description", "")
     items = doc.get("node_groups")
     if not isinstance(items, list) or not items:
@@ -178,9 +172,7 @@ def parse_node_groups(doc: Any) -> NodeGroupsSpec:
 def _node_group(field: str, g: Any) -> NodeGroupSpec:
     if not isinstance(g, Mapping):
         raise ClusterFileError(field, "expected a mapping with prefix, count, gpus, gpu_type and memory_gb")
-    unknown = sorted(str(k) for k in g if k not in NODE_GROUP_KEYS)
-    if unknown:
-        raise ClusterFileError(f"{field}.{unknown[0]}", f"unknown key (known: {', '.join(NODE_GROUP_KEYS)})")
+    refuse_unknown_keys(g, NODE_GROUP_KEYS, field, ClusterFileError)
 
     def need(key: str) -> Any:
         if key not in g:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.common.contract import CONTRACT_VARS
@@ -118,16 +119,7 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
             lookup(t)
         except UnknownGpuError as e:
             errs.append(FieldError(f"hint.gpu_types[{i}]", str(e)))
-    if len(spec.entrypoint) > MAX_ARGV:
-        errs.append(FieldError("entrypoint", f"more than {MAX_ARGV} arguments"))
-    for i, arg in enumerate(spec.entrypoint):
-        if "\0" in arg or len(arg) > MAX_ARG_LEN:
-            errs.append(FieldError(f"entrypoint[{i}]", "contains NUL or is too long"))
-    if spec.entrypoint:
-        prog = spec.entrypoint[0]
-        if not prog or (prog != launchers.PYTHON and any(c in SHELL_META for c in prog)):
-            errs.append(FieldError("entrypoint[0]", "must be a program path, not a shell command line "
-                                                    "(the argv is run without a shell)"))
+    errs += _argv_errors("entrypoint", spec.entrypoint, (launchers.PYTHON,), "a program path")
     if len(spec.env) > MAX_ENV:
         errs.append(FieldError("env", f"more than {MAX_ENV} variables"))
     for k, v in spec.env.items():
@@ -138,7 +130,9 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
         if "\0" in v or len(v) > MAX_ARG_LEN:
             errs.append(FieldError(f"env.{k}", "value contains NUL or is too long"))
     errs += [FieldError(f, r) for f, r in launchers.check(spec.launcher)]
-    errs += _launcher_argv_errors(spec.launcher)
+    for field, argv in (("launcher.argv", spec.launcher.argv), ("launcher.head_argv", spec.launcher.head_argv)):
+        errs += _argv_errors(field, argv, (launchers.PYTHON, launchers.ENTRYPOINT),
+                             "{python}, {entrypoint} or a program path")
     if not 0 <= spec.checkpoint_every <= MAX_ITERATIONS:
         errs.append(FieldError("checkpoint_every", f"must be between 0 and {MAX_ITERATIONS}"))
     if not -1 <= spec.progress_timeout_seconds <= MAX_PROGRESS_TIMEOUT_S:
@@ -149,21 +143,20 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
     return errs
 
 
-def _launcher_argv_errors(launcher: common_pb2.Launcher) -> list[FieldError]:
-    """A launcher template's argv is run without a shell, like an entrypoint: the same bounds, and a
-    program (argv[0]) that is {python}, {entrypoint} or a path, never a command line."""
+def _argv_errors(field: str, argv: Sequence[str], placeholders: tuple[str, ...], allowed: str) -> list[FieldError]:
+    """An argv is run without a shell: bounded, no NUL, and its program (argv[0]) one of the
+    `placeholders` or a path, never a command line (`allowed` says which in the error)."""
     errs: list[FieldError] = []
-    for field, argv in (("launcher.argv", launcher.argv), ("launcher.head_argv", launcher.head_argv)):
-        if len(argv) > MAX_ARGV:
-            errs.append(FieldError(field, f"more than {MAX_ARGV} arguments"))
-        for i, arg in enumerate(argv):
-            if "\0" in arg or len(arg) > MAX_ARG_LEN:
-                errs.append(FieldError(f"{field}[{i}]", "contains NUL or is too long"))
-        prog = argv[0] if argv else None
-        if prog is not None and prog not in (launchers.PYTHON, launchers.ENTRYPOINT) and (
-                not prog or any(c in SHELL_META for c in prog)):
-            errs.append(FieldError(f"{field}[0]", "must be {python}, {entrypoint} or a program path, not a shell "
-                                                  "command line (the argv is run without a shell)"))
+    if len(argv) > MAX_ARGV:
+        errs.append(FieldError(field, f"more than {MAX_ARGV} arguments"))
+    for i, arg in enumerate(argv):
+        if "\0" in arg or len(arg) > MAX_ARG_LEN:
+            errs.append(FieldError(f"{field}[{i}]", "contains NUL or is too long"))
+    if argv:
+        prog = argv[0]
+        if not prog or (prog not in placeholders and any(c in SHELL_META for c in prog)):
+            errs.append(FieldError(f"{field}[0]", f"must be {allowed}, not a shell command line "
+                                                  "(the argv is run without a shell)"))
     return errs
 
 
