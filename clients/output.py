@@ -61,8 +61,10 @@ def dumps(value: Any, *, compact: bool = False) -> str:
 
 
 def jobs_json(jobs: Sequence[controller_pb2.Job]) -> dict[str, Any]:
-    """`get jobs -o json`: {"jobs": [Job, ...]} (the ListJobsResponse mapping)."""
-    return to_dict(controller_pb2.ListJobsResponse(jobs=jobs))
+    """`get jobs -o json`: {"jobs": [Job, ...]} (the ListJobsResponse mapping, all pages joined)."""
+    out = to_dict(controller_pb2.ListJobsResponse(jobs=jobs))
+    out.pop("continue_token", None)
+    return out
 
 
 def nodes_json(nodes: Sequence[controller_pb2.Node]) -> dict[str, Any]:

@@ -56,14 +56,16 @@ class RegisterRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., status: _Optional[_Union[NodeStatus, _Mapping]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("controller_epoch", "lease_seconds", "heartbeat_interval_seconds")
+    __slots__ = ("controller_epoch", "lease_seconds", "heartbeat_interval_seconds", "fence_seconds")
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     controller_epoch: int
     lease_seconds: float
     heartbeat_interval_seconds: float
-    def __init__(self, controller_epoch: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., heartbeat_interval_seconds: _Optional[float] = ...) -> None: ...
+    fence_seconds: float
+    def __init__(self, controller_epoch: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., heartbeat_interval_seconds: _Optional[float] = ..., fence_seconds: _Optional[float] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("status", "controller_epoch")
@@ -82,7 +84,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, reregister: _Optional[bool] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class LaunchRequest(_message.Message):
-    __slots__ = ("request_id", "controller_epoch", "job_id", "attempt", "world_size", "ranks", "rendezvous", "plan", "argv", "env", "checkpoint_dir", "iterations", "global_batch_size", "model", "checkpoint_every")
+    __slots__ = ("request_id", "controller_epoch", "job_id", "attempt", "world_size", "ranks", "rendezvous", "plan", "argv", "env", "checkpoint_dir", "iterations", "global_batch_size", "model", "checkpoint_every", "tenant")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +107,7 @@ class LaunchRequest(_message.Message):
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     controller_epoch: int
     job_id: str
@@ -120,7 +123,8 @@ class LaunchRequest(_message.Message):
     global_batch_size: int
     model: _common_pb2.ModelSpec
     checkpoint_every: int
-    def __init__(self, request_id: _Optional[str] = ..., controller_epoch: _Optional[int] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankAssignment, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_dir: _Optional[str] = ..., iterations: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., checkpoint_every: _Optional[int] = ...) -> None: ...
+    tenant: str
+    def __init__(self, request_id: _Optional[str] = ..., controller_epoch: _Optional[int] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankAssignment, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_dir: _Optional[str] = ..., iterations: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., checkpoint_every: _Optional[int] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class RankAssignment(_message.Message):
     __slots__ = ("rank", "local_rank", "gpu_indices")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tessera.v1 import common_pb2 as tessera_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btessera/v1/controller.proto\x12\ntessera.v1\x1a\x17tessera/v1/common.proto\"\xed\x02\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.tessera.v1.JobSpec\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.tessera.v1.JobState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x1e\n\x04plan\x18\x06 \x01(\x0b\x32\x10.tessera.v1.Plan\x12(\n\tplacement\x18\x07 \x01(\x0b\x32\x15.tessera.v1.Placement\x12&\n\x08progress\x18\x08 \x01(\x0b\x32\x14.tessera.v1.Progress\x12\x13\n\x0bsubmit_time\x18\t \x01(\x01\x12\x12\n\nstart_time\x18\n \x01(\x01\x12\x10\n\x08\x65nd_time\x18\x0b \x01(\x01\x12\x10\n\x08restarts\x18\x0c \x01(\x05\x12$\n\x06\x65vents\x18\r \x03(\x0b\x32\x14.tessera.v1.JobEvent\x12\x0c\n\x04\x63\x65ll\x18\x0e \x01(\t\"\xb2\x01\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12$\n\x05state\x18\x03 \x01(\x0e\x32\x15.tessera.v1.NodeState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12,\n\tinventory\x18\x05 \x01(\x0b\x32\x19.tessera.v1.NodeInventory\x12\x16\n\x0elast_heartbeat\x18\x06 \x01(\x01\x12\x11\n\tbusy_gpus\x18\x07 \x03(\x05\"I\n\x10SubmitJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.tessera.v1.JobSpec\"B\n\x11SubmitJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.tessera.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"4\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bwith_events\x18\x02 \x01(\x08\"G\n\x0fListJobsRequest\x12$\n\x06states\x18\x01 \x03(\x0e\x32\x14.tessera.v1.JobState\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"1\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.tessera.v1.Job\"6\n\x10\x43\x61ncelJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\":\n\x15WatchJobEventsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\"\x12\n\x10ListNodesRequest\"4\n\x11ListNodesResponse\x12\x1f\n\x05nodes\x18\x01 \x03(\x0b\x32\x10.tessera.v1.Node\"G\n\x10\x44rainNodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"9\n\x12UndrainNodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\"V\n\x11GetJobLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x12\n\ntail_bytes\x18\x04 \x01(\x03\"A\n\x12GetJobLogsResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x32\xf1\x04\n\nController\x12H\n\tSubmitJob\x12\x1c.tessera.v1.SubmitJobRequest\x1a\x1d.tessera.v1.SubmitJobResponse\x12\x34\n\x06GetJob\x12\x19.tessera.v1.GetJobRequest\x1a\x0f.tessera.v1.Job\x12\x45\n\x08ListJobs\x12\x1b.tessera.v1.ListJobsRequest\x1a\x1c.tessera.v1.ListJobsResponse\x12:\n\tCancelJob\x12\x1c.tessera.v1.CancelJobRequest\x1a\x0f.tessera.v1.Job\x12K\n\x0eWatchJobEvents\x12!.tessera.v1.WatchJobEventsRequest\x1a\x14.tessera.v1.JobEvent0\x01\x12H\n\tListNodes\x12\x1c.tessera.v1.ListNodesRequest\x1a\x1d.tessera.v1.ListNodesResponse\x12;\n\tDrainNode\x12\x1c.tessera.v1.DrainNodeRequest\x1a\x10.tessera.v1.Node\x12?\n\x0bUndrainNode\x12\x1e.tessera.v1.UndrainNodeRequest\x1a\x10.tessera.v1.Node\x12K\n\nGetJobLogs\x12\x1d.tessera.v1.GetJobLogsRequest\x1a\x1e.tessera.v1.GetJobLogsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btessera/v1/controller.proto\x12\ntessera.v1\x1a\x17tessera/v1/common.proto\"\xa0\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.tessera.v1.JobSpec\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.tessera.v1.JobState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x1e\n\x04plan\x18\x06 \x01(\x0b\x32\x10.tessera.v1.Plan\x12(\n\tplacement\x18\x07 \x01(\x0b\x32\x15.tessera.v1.Placement\x12&\n\x08progress\x18\x08 \x01(\x0b\x32\x14.tessera.v1.Progress\x12\x13\n\x0bsubmit_time\x18\t \x01(\x01\x12\x12\n\nstart_time\x18\n \x01(\x01\x12\x10\n\x08\x65nd_time\x18\x0b \x01(\x01\x12\x10\n\x08restarts\x18\x0c \x01(\x05\x12$\n\x06\x65vents\x18\r \x03(\x0b\x32\x14.tessera.v1.JobEvent\x12\x0c\n\x04\x63\x65ll\x18\x0e \x01(\t\x12\x17\n\x0flaunch_failures\x18\x0f \x01(\x05\x12\x18\n\x10next_launch_time\x18\x10 \x01(\x01\"\xe4\x01\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12$\n\x05state\x18\x03 \x01(\x0e\x32\x15.tessera.v1.NodeState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12,\n\tinventory\x18\x05 \x01(\x0b\x32\x19.tessera.v1.NodeInventory\x12\x16\n\x0elast_heartbeat\x18\x06 \x01(\x01\x12\x11\n\tbusy_gpus\x18\x07 \x03(\x05\x12\x17\n\x0flaunch_failures\x18\x08 \x01(\x05\x12\x17\n\x0funhealthy_until\x18\t \x01(\x01\"I\n\x10SubmitJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.tessera.v1.JobSpec\"B\n\x11SubmitJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.tessera.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"4\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bwith_events\x18\x02 \x01(\x08\"n\n\x0fListJobsRequest\x12$\n\x06states\x18\x01 \x03(\x0e\x32\x14.tessera.v1.JobState\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x16\n\x0e\x63ontinue_token\x18\x04 \x01(\t\"I\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.tessera.v1.Job\x12\x16\n\x0e\x63ontinue_token\x18\x02 \x01(\t\"6\n\x10\x43\x61ncelJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\":\n\x15WatchJobEventsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\"\x12\n\x10ListNodesRequest\"4\n\x11ListNodesResponse\x12\x1f\n\x05nodes\x18\x01 \x03(\x0b\x32\x10.tessera.v1.Node\"G\n\x10\x44rainNodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"9\n\x12UndrainNodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\"V\n\x11GetJobLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x12\n\ntail_bytes\x18\x04 \x01(\x03\"A\n\x12GetJobLogsResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"G\n\x11RemoveNodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\"%\n\x12RemoveNodeResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\"\x0f\n\rWhoAmIRequest\"A\n\x0eWhoAmIResponse\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t2\xff\x05\n\nController\x12H\n\tSubmitJob\x12\x1c.tessera.v1.SubmitJobRequest\x1a\x1d.tessera.v1.SubmitJobResponse\x12\x34\n\x06GetJob\x12\x19.tessera.v1.GetJobRequest\x1a\x0f.tessera.v1.Job\x12\x45\n\x08ListJobs\x12\x1b.tessera.v1.ListJobsRequest\x1a\x1c.tessera.v1.ListJobsResponse\x12:\n\tCancelJob\x12\x1c.tessera.v1.CancelJobRequest\x1a\x0f.tessera.v1.Job\x12K\n\x0eWatchJobEvents\x12!.tessera.v1.WatchJobEventsRequest\x1a\x14.tessera.v1.JobEvent0\x01\x12H\n\tListNodes\x12\x1c.tessera.v1.ListNodesRequest\x1a\x1d.tessera.v1.ListNodesResponse\x12;\n\tDrainNode\x12\x1c.tessera.v1.DrainNodeRequest\x1a\x10.tessera.v1.Node\x12?\n\x0bUndrainNode\x12\x1e.tessera.v1.UndrainNodeRequest\x1a\x10.tessera.v1.Node\x12K\n\nGetJobLogs\x12\x1d.tessera.v1.GetJobLogsRequest\x1a\x1e.tessera.v1.GetJobLogsResponse\x12K\n\nRemoveNode\x12\x1d.tessera.v1.RemoveNodeRequest\x1a\x1e.tessera.v1.RemoveNodeResponse\x12?\n\x06WhoAmI\x12\x19.tessera.v1.WhoAmIRequest\x1a\x1a.tessera.v1.WhoAmIResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,35 +33,43 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tessera.v1.controller_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOB']._serialized_start=69
-  _globals['_JOB']._serialized_end=434
-  _globals['_NODE']._serialized_start=437
-  _globals['_NODE']._serialized_end=615
-  _globals['_SUBMITJOBREQUEST']._serialized_start=617
-  _globals['_SUBMITJOBREQUEST']._serialized_end=690
-  _globals['_SUBMITJOBRESPONSE']._serialized_start=692
-  _globals['_SUBMITJOBRESPONSE']._serialized_end=758
-  _globals['_GETJOBREQUEST']._serialized_start=760
-  _globals['_GETJOBREQUEST']._serialized_end=812
-  _globals['_LISTJOBSREQUEST']._serialized_start=814
-  _globals['_LISTJOBSREQUEST']._serialized_end=885
-  _globals['_LISTJOBSRESPONSE']._serialized_start=887
-  _globals['_LISTJOBSRESPONSE']._serialized_end=936
-  _globals['_CANCELJOBREQUEST']._serialized_start=938
-  _globals['_CANCELJOBREQUEST']._serialized_end=992
-  _globals['_WATCHJOBEVENTSREQUEST']._serialized_start=994
-  _globals['_WATCHJOBEVENTSREQUEST']._serialized_end=1052
-  _globals['_LISTNODESREQUEST']._serialized_start=1054
-  _globals['_LISTNODESREQUEST']._serialized_end=1072
-  _globals['_LISTNODESRESPONSE']._serialized_start=1074
-  _globals['_LISTNODESRESPONSE']._serialized_end=1126
-  _globals['_DRAINNODEREQUEST']._serialized_start=1128
-  _globals['_DRAINNODEREQUEST']._serialized_end=1199
-  _globals['_UNDRAINNODEREQUEST']._serialized_start=1201
-  _globals['_UNDRAINNODEREQUEST']._serialized_end=1258
-  _globals['_GETJOBLOGSREQUEST']._serialized_start=1260
-  _globals['_GETJOBLOGSREQUEST']._serialized_end=1346
-  _globals['_GETJOBLOGSRESPONSE']._serialized_start=1348
-  _globals['_GETJOBLOGSRESPONSE']._serialized_end=1413
-  _globals['_CONTROLLER']._serialized_start=1416
-  _globals['_CONTROLLER']._serialized_end=2041
+  _globals['_JOB']._serialized_end=485
+  _globals['_NODE']._serialized_start=488
+  _globals['_NODE']._serialized_end=716
+  _globals['_SUBMITJOBREQUEST']._serialized_start=718
+  _globals['_SUBMITJOBREQUEST']._serialized_end=791
+  _globals['_SUBMITJOBRESPONSE']._serialized_start=793
+  _globals['_SUBMITJOBRESPONSE']._serialized_end=859
+  _globals['_GETJOBREQUEST']._serialized_start=861
+  _globals['_GETJOBREQUEST']._serialized_end=913
+  _globals['_LISTJOBSREQUEST']._serialized_start=915
+  _globals['_LISTJOBSREQUEST']._serialized_end=1025
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1027
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1100
+  _globals['_CANCELJOBREQUEST']._serialized_start=1102
+  _globals['_CANCELJOBREQUEST']._serialized_end=1156
+  _globals['_WATCHJOBEVENTSREQUEST']._serialized_start=1158
+  _globals['_WATCHJOBEVENTSREQUEST']._serialized_end=1216
+  _globals['_LISTNODESREQUEST']._serialized_start=1218
+  _globals['_LISTNODESREQUEST']._serialized_end=1236
+  _globals['_LISTNODESRESPONSE']._serialized_start=1238
+  _globals['_LISTNODESRESPONSE']._serialized_end=1290
+  _globals['_DRAINNODEREQUEST']._serialized_start=1292
+  _globals['_DRAINNODEREQUEST']._serialized_end=1363
+  _globals['_UNDRAINNODEREQUEST']._serialized_start=1365
+  _globals['_UNDRAINNODEREQUEST']._serialized_end=1422
+  _globals['_GETJOBLOGSREQUEST']._serialized_start=1424
+  _globals['_GETJOBLOGSREQUEST']._serialized_end=1510
+  _globals['_GETJOBLOGSRESPONSE']._serialized_start=1512
+  _globals['_GETJOBLOGSRESPONSE']._serialized_end=1577
+  _globals['_REMOVENODEREQUEST']._serialized_start=1579
+  _globals['_REMOVENODEREQUEST']._serialized_end=1650
+  _globals['_REMOVENODERESPONSE']._serialized_start=1652
+  _globals['_REMOVENODERESPONSE']._serialized_end=1689
+  _globals['_WHOAMIREQUEST']._serialized_start=1691
+  _globals['_WHOAMIREQUEST']._serialized_end=1706
+  _globals['_WHOAMIRESPONSE']._serialized_start=1708
+  _globals['_WHOAMIRESPONSE']._serialized_end=1773
+  _globals['_CONTROLLER']._serialized_start=1776
+  _globals['_CONTROLLER']._serialized_end=2543
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "reason", "attempt", "plan", "placement", "progress", "submit_time", "start_time", "end_time", "restarts", "events", "cell")
+    __slots__ = ("id", "spec", "state", "reason", "attempt", "plan", "placement", "progress", "submit_time", "start_time", "end_time", "restarts", "events", "cell", "launch_failures", "next_launch_time")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,8 @@ class Job(_message.Message):
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     CELL_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_LAUNCH_TIME_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: _common_pb2.JobSpec
     state: _common_pb2.JobState
@@ -37,10 +39,12 @@ class Job(_message.Message):
     restarts: int
     events: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobEvent]
     cell: str
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., cell: _Optional[str] = ...) -> None: ...
+    launch_failures: int
+    next_launch_time: float
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., cell: _Optional[str] = ..., launch_failures: _Optional[int] = ..., next_launch_time: _Optional[float] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus")
+    __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus", "launch_failures", "unhealthy_until")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +52,8 @@ class Node(_message.Message):
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     BUSY_GPUS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_UNTIL_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     state: _common_pb2.NodeState
@@ -55,7 +61,9 @@ class Node(_message.Message):
     inventory: _common_pb2.NodeInventory
     last_heartbeat: float
     busy_gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., reason: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., busy_gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    launch_failures: int
+    unhealthy_until: float
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., reason: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., busy_gpus: _Optional[_Iterable[int]] = ..., launch_failures: _Optional[int] = ..., unhealthy_until: _Optional[float] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("request_id", "spec")
@@ -82,18 +90,24 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., with_events: _Optional[bool] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("states", "tenant")
+    __slots__ = ("states", "tenant", "limit", "continue_token")
     STATES_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
     tenant: str
-    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., tenant: _Optional[str] = ...) -> None: ...
+    limit: int
+    continue_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., tenant: _Optional[str] = ..., limit: _Optional[int] = ..., continue_token: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "continue_token")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+    continue_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., continue_token: _Optional[str] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("request_id", "job_id")
@@ -160,3 +174,33 @@ class GetJobLogsResponse(_message.Message):
     path: str
     data: bytes
     def __init__(self, node_id: _Optional[str] = ..., path: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class RemoveNodeRequest(_message.Message):
+    __slots__ = ("request_id", "node_id", "force")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    node_id: str
+    force: bool
+    def __init__(self, request_id: _Optional[str] = ..., node_id: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class RemoveNodeResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: bool
+    def __init__(self, removed: _Optional[bool] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("principal", "tenant", "role")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    tenant: str
+    role: str
+    def __init__(self, principal: _Optional[str] = ..., tenant: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...

@@ -81,6 +81,16 @@ class ControllerStub:
                 request_serializer=tessera_dot_v1_dot_controller__pb2.GetJobLogsRequest.SerializeToString,
                 response_deserializer=tessera_dot_v1_dot_controller__pb2.GetJobLogsResponse.FromString,
                 _registered_method=True)
+        self.RemoveNode = channel.unary_unary(
+                '/tessera.v1.Controller/RemoveNode',
+                request_serializer=tessera_dot_v1_dot_controller__pb2.RemoveNodeRequest.SerializeToString,
+                response_deserializer=tessera_dot_v1_dot_controller__pb2.RemoveNodeResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/tessera.v1.Controller/WhoAmI',
+                request_serializer=tessera_dot_v1_dot_controller__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=tessera_dot_v1_dot_controller__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -143,6 +153,20 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveNode(self, request, context):
+        """Forgets a node (admin): refused while it runs work unless forced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """The caller's identity as the controller sees it: tenant and role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -190,6 +214,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.GetJobLogs,
                     request_deserializer=tessera_dot_v1_dot_controller__pb2.GetJobLogsRequest.FromString,
                     response_serializer=tessera_dot_v1_dot_controller__pb2.GetJobLogsResponse.SerializeToString,
+            ),
+            'RemoveNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveNode,
+                    request_deserializer=tessera_dot_v1_dot_controller__pb2.RemoveNodeRequest.FromString,
+                    response_serializer=tessera_dot_v1_dot_controller__pb2.RemoveNodeResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=tessera_dot_v1_dot_controller__pb2.WhoAmIRequest.FromString,
+                    response_serializer=tessera_dot_v1_dot_controller__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -436,6 +470,60 @@ class Controller:
             '/tessera.v1.Controller/GetJobLogs',
             tessera_dot_v1_dot_controller__pb2.GetJobLogsRequest.SerializeToString,
             tessera_dot_v1_dot_controller__pb2.GetJobLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tessera.v1.Controller/RemoveNode',
+            tessera_dot_v1_dot_controller__pb2.RemoveNodeRequest.SerializeToString,
+            tessera_dot_v1_dot_controller__pb2.RemoveNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tessera.v1.Controller/WhoAmI',
+            tessera_dot_v1_dot_controller__pb2.WhoAmIRequest.SerializeToString,
+            tessera_dot_v1_dot_controller__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,
