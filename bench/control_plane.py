@@ -52,7 +52,8 @@ def status(i: int) -> agent_pb2.NodeStatus:
 async def run(args: argparse.Namespace) -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
     # Lease long enough that no simulated node lapses while the single client process is busy.
-    ctl = start_controller(tmp / "state", "--lease", "600", "--heartbeat-interval", "5", "--round-interval", "300",
+    ctl = start_controller(tmp / "state", "--lease", "600", "--heartbeat-interval", "5", "--down-after", "1200",
+                           "--round-interval", "300",
                            "--debounce", "1", "--inspect-interval", "20", fast=False)
     try:
         channels = [aio_channel(ctl.address) for _ in range(args.channels)]

@@ -97,6 +97,22 @@ def node_state(state: int) -> str:
     return common_pb2.NodeState.Name(state).removeprefix("NODE_STATE_") if state else "UNKNOWN"
 
 
+def node_status(node: controller_pb2.Node, now: float) -> str:
+    """The node's state, with ",UNHEALTHY" while its launch failures keep placements off it
+    (kubectl's "Ready,SchedulingDisabled")."""
+    state = node_state(node.state)
+    return state + ",UNHEALTHY" if node.unhealthy_until > now else state
+
+
+def launch_backoff(job: controller_pb2.Job, now: float) -> str:
+    """`describe job`'s launch failures: the count and when the next placement may be tried."""
+    if not job.launch_failures:
+        return "0"
+    if job.next_launch_time > now:
+        return f"{job.launch_failures} (next try {_fmt_time(job.next_launch_time)}, in {job.next_launch_time - now:.0f}s)"
+    return f"{job.launch_failures} (next try at the next round)"
+
+
 def source(src: int) -> str:
     return {common_pb2.INVENTORY_SOURCE_NVML: "nvml", common_pb2.INVENTORY_SOURCE_DECLARED: "declared"}.get(
         src, "unknown"
@@ -215,7 +231,7 @@ def jobs_table(
 
 def node_row(node: controller_pb2.Node, now: float, wide: bool = False) -> list[str]:
     row = [
-        node.id, node_state(node.state), node_gpus(node), str(node_free(node)), source(node.inventory.source),
+        node.id, node_status(node, now), node_gpus(node), str(node_free(node)), source(node.inventory.source),
         age(node.last_heartbeat, now), node.address or NONE,
     ]
     if wide:
@@ -268,6 +284,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         ("Entrypoint", " ".join(spec.entrypoint) or "(reference trainer)"),
         ("Checkpoint every", str(spec.checkpoint_every or "trainer default")),
         ("Max retries", str(spec.max_retries)), ("Attempt", str(job.attempt)), ("Restarts", str(job.restarts)),
+        ("Launch failures", launch_backoff(job, now)),
         ("Submitted", f"{_fmt_time(job.submit_time)} ({age(job.submit_time, now)} ago)"),
         ("Started", _fmt_time(job.start_time)), ("Ended", _fmt_time(job.end_time)),
     ])
@@ -308,13 +325,16 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
     """`describe node`: state with its reason, inventory, each GPU, and the jobs placed on it."""
     inv = node.inventory
     lines = _kv([
-        ("Name", node.id), ("Address", node.address or NONE), ("State", node_state(node.state)),
+        ("Name", node.id), ("Address", node.address or NONE), ("State", node_status(node, now)),
         ("Reason", " ".join(node.reason.split()) or NONE), ("Hostname", inv.hostname or NONE),
         ("Inventory", source(inv.source) + (" (no GPU probed: workers run on CPU)"
                                             if inv.source == common_pb2.INVENTORY_SOURCE_DECLARED else "")),
         ("CPUs", str(inv.cpu_count) if inv.cpu_count else NONE), ("Memory", gib(inv.host_memory_bytes)),
         ("Capacity", f"{node_gpus(node)} ({node_free(node)} free)"),
         ("Heartbeat", f"{_fmt_time(node.last_heartbeat)} ({age(node.last_heartbeat, now)} ago)"),
+        ("Launch failures", str(node.launch_failures) + (
+            f" (unhealthy: no placements until {_fmt_time(node.unhealthy_until)})"
+            if node.unhealthy_until > now else "")),
     ])
     busy = set(node.busy_gpus)
     rows = [

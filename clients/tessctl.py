@@ -251,12 +251,29 @@ def cmd_cancel(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return _print_job(out, args.output, client.cancel(args.id, request_id=args.request_id), client)
 
 
+# The controller did what was asked (it places nothing more there, or again) but the node's agent did
+# not confirm: distinct from 1 (nothing done) so scripts can tell the two apart.
+EXIT_UNCONFIRMED = 3
+
+
+def _unconfirmed(node: controller_pb2.Node, what: str) -> int:
+    if not node.agent_unconfirmed:
+        return 0
+    print(f"tessctl: warning: node {node.id} {what} in the controller, but not confirmed by its agent: "
+          f"{' '.join(node.agent_unconfirmed.split())}", file=sys.stderr)
+    return EXIT_UNCONFIRMED
+
+
 def cmd_drain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    return _print_node(out, args.output, client.drain(args.node, reason=args.reason, request_id=args.request_id))
+    node = client.drain(args.node, reason=args.reason, request_id=args.request_id)
+    _print_node(out, args.output, node)
+    return _unconfirmed(node, "drained")
 
 
 def cmd_undrain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    return _print_node(out, args.output, client.undrain(args.node, request_id=args.request_id))
+    node = client.undrain(args.node, request_id=args.request_id)
+    _print_node(out, args.output, node)
+    return _unconfirmed(node, "undrained")
 
 
 def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:

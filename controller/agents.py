@@ -19,13 +19,14 @@ STOP_RESEND_S = 10.0
 
 class AgentCalls(Protocol):
     """What the engine asks of node agents. `launch` and `read_log` raise grpc.aio.AioRpcError when
-    the call fails; `stop` and `drain` are best effort and never raise."""
+    the call fails; `stop` and `drain` are best effort and never raise (`drain` answers why the
+    agent did not confirm, "" when it did)."""
 
     async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse: ...
 
     async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None: ...
 
-    async def drain(self, address: str, epoch: int, drain: bool) -> None: ...
+    async def drain(self, address: str, epoch: int, drain: bool) -> str: ...
 
     async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse: ...
 
@@ -66,13 +67,15 @@ class AgentClients:
             log.warning("stop_failed", address=address, job_id=job_id, attempt=attempt, code=e.code().name,
                         details=e.details())
 
-    async def drain(self, address: str, epoch: int, drain: bool) -> None:
+    async def drain(self, address: str, epoch: int, drain: bool) -> str:
         try:
             await self.stub(address).Drain(agent_pb2.DrainRequest(request_id=f"drain/{drain}/{epoch}",
                                                                   controller_epoch=epoch, drain=drain),
                                            timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as e:
             log.warning("drain_failed", address=address, code=e.code().name, details=e.details())
+            return f"{e.code().name}: {e.details()}"
+        return ""
 
     async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
         resp: agent_pb2.ReadLogResponse = await self.stub(address).ReadLog(req, timeout=CALL_TIMEOUT_S)

@@ -35,6 +35,7 @@ from tessera.controller import metrics, rounds, transitions
 from tessera.controller.agents import AgentCalls
 from tessera.controller.core import frenzy
 from tessera.controller.core.attempts import judge, stalled
+from tessera.controller.core.backoff import BackoffConfig, healthy, may_launch
 from tessera.controller.core.policy import Policy, RoundConfig, plan_round
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice, Snapshot
 from tessera.controller.core.step_times import StepTimeConfig
@@ -86,6 +87,7 @@ class EngineConfig:
     estimator: str = ""
     step_times: StepTimeConfig = field(default_factory=StepTimeConfig)
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
+    backoff: BackoffConfig = field(default_factory=BackoffConfig)
     frenzy: frenzy.FrenzyConfig = field(default_factory=frenzy.FrenzyConfig)
 
 
@@ -99,7 +101,7 @@ class Engine:
         self.store, self.agents, self.cfg, self.epoch = store, agents, cfg, epoch
         self.wall, self.mono = wall, mono
         self._live = LiveState()
-        self.view = LiveView(store, self._live, epoch, mono)
+        self.view = LiveView(store, self._live, epoch, mono, wall)
         self.learner = StepLearner(cfg.step_times, cfg.learn_step_times)
         self.estimator_feed = EstimatorFeed(cfg.estimator) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
@@ -112,6 +114,9 @@ class Engine:
             # Known from before a restart: unknown liveness until the agent registers again.
             self._live.nodes[rec.id] = LiveNode(rec.id, rec.address, rec.inventory, agent_pb2.NodeStatus(),
                                                 last_seen=self.started_mono, last_seen_wall=0.0)
+            self._live.wake_at(rec.unhealthy_until)
+        for job in store.list_jobs(states=[P.JOB_STATE_PENDING]):
+            self._live.wake_at(job.next_launch_time)
 
     # ---------------------------------------------------------------- notifications
 
@@ -163,34 +168,42 @@ class Engine:
         self.kick()
         return job
 
-    async def drain(self, node_id: str, reason: str) -> NodeRecord:
+    async def drain(self, node_id: str, reason: str) -> tuple[NodeRecord, str]:
+        """Drain in the controller's state (no placements there, jobs moved off) whatever the agent
+        says; the second value is why the agent did not confirm ("" when it did)."""
         rec = self._live.records.get(node_id)
         if rec is None:
             raise NodeNotFound(node_id)
-        rec = NodeRecord(rec.id, rec.address, rec.inventory, True, reason or "drained by admin")
+        rec = rec.with_(drained=True, drain_reason=reason or "drained by admin")
         self._put_node(rec)
         log.info("node_drain", node_id=node_id, reason=rec.drain_reason)
-        live = self._live.nodes.get(node_id)
-        if live is not None and live.liveness == P.NODE_STATE_READY:
-            await self.agents.drain(live.address, self.epoch, True)
+        unconfirmed = await self._tell_drain(node_id, True)
         for job in self.view.jobs_on(node_id):
             if job.state != P.JOB_STATE_MIGRATING:
                 await self._migrate_off(job, f"node {node_id} is draining: {rec.drain_reason}")
         await self.view.notify()
-        return rec
+        return rec, unconfirmed
 
-    async def undrain(self, node_id: str) -> NodeRecord:
+    async def undrain(self, node_id: str) -> tuple[NodeRecord, str]:
         rec = self._live.records.get(node_id)
         if rec is None:
             raise NodeNotFound(node_id)
-        rec = NodeRecord(rec.id, rec.address, rec.inventory, False, "")
+        rec = rec.with_(drained=False, drain_reason="")
         self._put_node(rec)
-        live = self._live.nodes.get(node_id)
-        if live is not None and live.liveness == P.NODE_STATE_READY:
-            await self.agents.drain(live.address, self.epoch, False)
+        unconfirmed = await self._tell_drain(node_id, False)
         self.kick()
         await self.view.notify()
-        return rec
+        return rec, unconfirmed
+
+    async def _tell_drain(self, node_id: str, drain: bool) -> str:
+        live = self._live.nodes.get(node_id)
+        if live is None or live.liveness != P.NODE_STATE_READY:
+            state = P.NodeState.Name(live.liveness if live else P.NODE_STATE_UNREACHABLE)[11:]
+            return f"node {node_id} is {state}: its agent is told when it registers again"
+        err = await self.agents.drain(live.address, self.epoch, drain)
+        if err:
+            log.warning("node_drain_unconfirmed", node_id=node_id, drain=drain, error=err)
+        return f"the agent did not confirm: {err}" if err else ""
 
     def _put_node(self, rec: NodeRecord) -> None:
         self.store.put_node(rec)
@@ -202,9 +215,8 @@ class Engine:
         node_id = status.node_id
         rec = self._live.records.get(node_id)
         if rec is None or rec.address != status.address or rec.inventory != status.inventory:
-            drained = rec.drained if rec else False
-            self._put_node(NodeRecord(node_id, status.address, status.inventory, drained,
-                                      rec.drain_reason if rec else ""))
+            rec = rec or NodeRecord(node_id, status.address)
+            self._put_node(rec.with_(address=status.address, inventory=status.inventory))
         now = self.mono()
         live = LiveNode(node_id, status.address, status.inventory, status, now, self.wall(), registered=True)
         old = self._live.nodes.get(node_id)
@@ -365,6 +377,8 @@ class Engine:
     async def liveness_tick(self) -> None:
         """Move each node to the liveness its last heartbeat allows; requeue the jobs of nodes past
         their lease."""
+        if self._live.due(self.wall()):
+            self.kick()  # a job's launch backoff or a node's unhealthy period ran out
         now = self.mono()
         for live in list(self._live.nodes.values()):
             new = liveness_at(live, now, self.cfg.liveness)
@@ -423,10 +437,12 @@ class Engine:
     def snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
         """The round's input, and the PENDING jobs it lists by id."""
         states = {node_id: self.view.node_state(node_id)[0] for node_id in self._live.records}
-        pending = self.store.list_jobs(states=[P.JOB_STATE_PENDING])
+        now = self.wall()
+        pending = [j for j in self.store.list_jobs(states=[P.JOB_STATE_PENDING])
+                   if may_launch(j.next_launch_time, now)]  # the others back off after failed launches
         placed = self.store.list_jobs(states=[P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING])
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(), pending, placed,
-                              self._live.progress, self.wall())
+                              self._live.progress, now)
         return snap, {j.id: j for j in pending}
 
     async def run_round(self) -> None:
@@ -442,7 +458,8 @@ class Engine:
             self.rounds += 1
             # New pending reasons of the whole round in one transaction (no await since the snapshot,
             # so the jobs are as the round saw them).
-            updates = rounds.pending_updates(plan, pending, snap, self.cfg.frenzy)
+            sick = [r.id for r in self._live.records.values() if not healthy(r.unhealthy_until, self.wall())]
+            updates = rounds.pending_updates(plan, pending, snap, self.cfg.frenzy, sick)
             if updates:
                 self.store.save_jobs(updates, self.wall())
                 await self.view.notify()
@@ -494,9 +511,11 @@ class Engine:
         await self._stop_attempt(job, f"migrating: {d.reason}")
 
     def _target_free(self, job: JobRecord, slices: tuple[Slice, ...]) -> bool:
-        busy = self.view.busy_gpus(exclude=job.id)
+        busy, now = self.view.busy_gpus(exclude=job.id), self.wall()
         for s in slices:
             if self.view.node_state(s.node_id)[0] != P.NODE_STATE_READY or busy.get(s.node_id, set()) & set(s.gpu_indices):
+                return False
+            if not healthy(self._live.records[s.node_id].unhealthy_until, now):
                 return False
         return True
 
@@ -511,8 +530,34 @@ class Engine:
                 await self.agents.launch(live.address, req)
             except grpc.aio.AioRpcError as e:
                 why = f"launch on {node_id} failed: {e.code().name}: {e.details()}"
-                await self._requeue(job, why, "LAUNCH_FAILED", stop=why)
+                await self._launch_failed(job, node_id, why)
                 return
+            self._node_launched(node_id, ok=True)
+        current = self.store.get_job(job.id)  # heartbeats may have moved it on during the calls
+        if current is not None and current.attempt == job.attempt and current.launch_failures:
+            await self._save(transitions.launch_succeeded(current), [])
+
+    def _node_launched(self, node_id: str, ok: bool) -> None:
+        rec = self._live.records[node_id]
+        after = transitions.node_launch_succeeded(rec) if ok else \
+            transitions.node_launch_failed(rec, self.wall(), self.cfg.backoff)
+        if after != rec:
+            self._put_node(after)
+        if after.unhealthy_until > rec.unhealthy_until:
+            log.warning("node_unhealthy", node_id=node_id, launch_failures=after.launch_failures,
+                        until=after.unhealthy_until)
+            self._live.wake_at(after.unhealthy_until)
+
+    async def _launch_failed(self, job: JobRecord, node_id: str, why: str) -> None:
+        """Requeue with a backoff (no tight PLACED -> LAUNCH_FAILED loop), count the failure against
+        the node, and stop whatever ranks did start."""
+        self._node_launched(node_id, ok=False)
+        after, events = transitions.launch_failed(job, why, self._progress(job), self.wall(), self.cfg.backoff)
+        await self._save(after, events)
+        self._live.wake_at(after.next_launch_time)
+        await self._stop_attempt(job, why)
+        metrics.REQUEUES.inc()
+        self.kick()
 
     # ---------------------------------------------------------------- loops
 

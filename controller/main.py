@@ -14,7 +14,7 @@ from tessera.controller.agents import AgentClients
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
 from tessera.controller.engine import Engine, EngineConfig
-from tessera.controller.registry import LivenessConfig
+from tessera.controller.registry import LivenessConfig, default_fence, fence_problem, requeue_after
 from tessera.controller.service import ControllerService, RegistryService, translate
 from tessera.controller.store import SqliteStore
 from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
@@ -32,6 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lease", type=float, default=15.0, help="seconds without heartbeat before UNREACHABLE")
     p.add_argument("--heartbeat-interval", type=float, default=5.0, help="heartbeat period asked of agents")
     p.add_argument("--down-after", type=float, default=120.0, help="seconds without heartbeat before DOWN")
+    p.add_argument("--fence", type=float, default=0.0,
+                   help="seconds without an acknowledged heartbeat after which an agent stops its workers "
+                        "(default: max(lease/2, 2 heartbeat intervals); at least 2 intervals, under the lease)")
+    p.add_argument("--fence-grace", type=float, default=10.0,
+                   help="seconds an agent's fence waits between SIGTERM and SIGKILL; a silent node's jobs are "
+                        "requeued after lease + this + 1s (docs/fencing.md)")
     p.add_argument("--stop-grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL")
     p.add_argument("--policy", default="crius",
                    help=f"scheduling policy: {', '.join(policy_names())} (default crius)")
@@ -65,6 +71,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--search-depth must be >= 0")
     if args.heartbeat_interval >= args.lease:
         p.error("--heartbeat-interval must be shorter than --lease")
+    if args.fence < 0 or args.fence_grace < 0:
+        p.error("--fence and --fence-grace must be >= 0")
+    fence = args.fence or default_fence(args.lease, args.heartbeat_interval)
+    problem = fence_problem(args.lease, args.heartbeat_interval, fence)
+    if problem:
+        hint = "choose --fence" if args.fence else "lengthen --lease or shorten --heartbeat-interval"
+        p.error(f"--fence: {problem} ({hint})")
+    requeue = requeue_after(LivenessConfig(args.lease, args.heartbeat_interval, fence_grace_s=args.fence_grace))
+    if args.down_after < requeue:
+        p.error(f"--down-after ({args.down_after:g}s) must be at least lease + fence grace + 1s ({requeue:g}s): "
+                "a DOWN node's jobs have been requeued")
     return args
 
 
@@ -83,7 +100,7 @@ async def serve(args: argparse.Namespace) -> None:
         round_budget_s=args.round_budget, min_gain=args.min_gain,
         progress_timeout_s=args.progress_timeout, estimator=args.estimator,
         learn_step_times=args.learn_step_times,
-        liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after),
+        liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
     agents = AgentClients()
     engine = Engine(store, agents, cfg, epoch)

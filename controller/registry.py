@@ -1,7 +1,8 @@
-"""Node liveness from heartbeats: READY while the lease holds, then UNREACHABLE, then DOWN.
+"""Node liveness from heartbeats: READY while the lease holds, then UNREACHABLE, then DOWN; and the
+fencing bound after which a silent node's jobs may run elsewhere (docs/fencing.md).
 
 In memory only: after a controller restart every node starts unknown (UNREACHABLE) and gets a full
-lease to register again before its jobs are considered lost.
+lease (plus the fence grace) to register again before its jobs are considered lost.
 """
 
 from __future__ import annotations
@@ -33,6 +34,50 @@ class LivenessConfig:
     lease_s: float = 15.0
     heartbeat_interval_s: float = 5.0
     down_after_s: float = 120.0
+    # An agent that has had no heartbeat acknowledged for fence_s (measured on its own monotonic
+    # clock from the acknowledged heartbeat's send time) SIGTERMs its workers, and SIGKILLs them
+    # fence_grace_s later. 0 = derived from the lease (`fence_seconds`).
+    fence_s: float = 0.0
+    fence_grace_s: float = 10.0
+
+
+# Added to the requeue bound for what the arithmetic leaves out: the two monotonic clocks' rate
+# difference (NTP slews at most 500 ppm: 20 ms over 40 s), signal delivery and process exit.
+FENCE_MARGIN_S = 1.0
+
+
+def default_fence(lease_s: float, heartbeat_interval_s: float) -> float:
+    """Half the lease, but never under two heartbeat intervals (one lost heartbeat must not fence)."""
+    return max(lease_s / 2, 2 * heartbeat_interval_s)
+
+
+def fence_seconds(cfg: LivenessConfig) -> float:
+    """The bound sent to agents in RegisterResponse.fence_seconds."""
+    return cfg.fence_s or default_fence(cfg.lease_s, cfg.heartbeat_interval_s)
+
+
+def fence_problem(lease_s: float, heartbeat_interval_s: float, fence_s: float) -> str:
+    """Why these liveness settings cannot fence ("" when they can)."""
+    if fence_s < 2 * heartbeat_interval_s:
+        return (f"the fence ({fence_s:g}s) must be at least 2 heartbeat intervals "
+                f"({2 * heartbeat_interval_s:g}s): one late heartbeat would stop every worker")
+    if fence_s >= lease_s:
+        return (f"the fence ({fence_s:g}s) must be shorter than the lease ({lease_s:g}s): workers must stop "
+                "before the controller gives up on their node")
+    return ""
+
+
+def requeue_after(cfg: LivenessConfig) -> float:
+    """Seconds after a node's last heartbeat receipt before its jobs may run elsewhere.
+
+    The agent's fence deadline runs from the send time of its last acknowledged heartbeat, which
+    is no later than the controller's receipt of its last heartbeat (an acknowledged one was
+    received; a later one that was received but whose answer was lost only moves the agent's
+    deadline earlier). So by receipt + fence + fence grace, on any clock that runs at the same
+    rate, the workers have been killed; the lease is longer than the fence, which leaves room.
+    No clock offsets are compared, only durations.
+    """
+    return cfg.lease_s + cfg.fence_grace_s + FENCE_MARGIN_S
 
 
 def liveness_at(node: LiveNode, now: float, cfg: LivenessConfig) -> int:
@@ -74,9 +119,11 @@ def node_state(drained: bool, drain_reason: str, live: LiveNode | None, now: flo
 
 
 def lease_lost(live: LiveNode, state: int, now: float, cfg: LivenessConfig) -> bool:
-    """Past its lease (or never back since a controller restart): the node's jobs are lost there."""
-    return state != P.NODE_STATE_READY and now - live.last_seen > cfg.lease_s
+    """Past its lease and the fence grace (or never back since a controller restart): the node's
+    workers have stopped themselves, its jobs may run elsewhere."""
+    return state != P.NODE_STATE_READY and now - live.last_seen > requeue_after(cfg)
 
 
 def lost_reason(node_id: str, state: int, cfg: LivenessConfig) -> str:
-    return f"node {node_id} is {P.NodeState.Name(state)[11:]} (no heartbeat within the {cfg.lease_s:g}s lease)"
+    return (f"node {node_id} is {P.NodeState.Name(state)[11:]} (no heartbeat within the {cfg.lease_s:g}s lease "
+            f"+ {cfg.fence_grace_s:g}s fence grace: its agent has stopped the workers)")

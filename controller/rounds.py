@@ -13,7 +13,7 @@ for is the decision's typed `pending` kind, never its reason text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -64,15 +64,18 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
 
 
 def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Snapshot,
-                    frenzy_cfg: frenzy.FrenzyConfig) -> list[Change]:
+                    frenzy_cfg: frenzy.FrenzyConfig, unhealthy: Sequence[str] = ()) -> list[Change]:
     """New reasons of the jobs the round leaves PENDING, for one transaction. A job the policy
-    drops stays PENDING with the reason: the user decides whether to cancel it."""
+    drops stays PENDING with the reason: the user decides whether to cancel it. `unhealthy`: the
+    nodes the round left out for their failing launches (named, as the policy never saw them)."""
     views = {j.id: j for j in snap.pending}
     out = []
     for d in plan.decisions:
         if d.action not in (Action.PENDING, Action.DROP) or d.job_id not in pending:
             continue
         why = pending_reason(d, views, snap, plan.policy, frenzy_cfg)
+        if unhealthy:
+            why += f"; left out as unhealthy (launches failing): {', '.join(unhealthy)}"
         if pending[d.job_id].reason != why:
             out.append(pending_change(pending[d.job_id], why))
     return out

@@ -21,6 +21,7 @@ from tessera.common.errors import (
 from tessera.controller.convert import event_pb, job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, validate_spec
 from tessera.controller.engine import Engine
+from tessera.controller.registry import fence_seconds
 from tessera.controller.store import TERMINAL, RequestConflict
 from tessera.controller.view import EngineView
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
@@ -119,7 +120,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         n = self.view.node(node_id)
         return controller_pb2.Node(
             id=n.id, address=n.address, state=n.state, reason=n.reason, inventory=n.inventory,
-            last_heartbeat=n.last_heartbeat_wall, busy_gpus=sorted(busy.get(node_id, ())))
+            last_heartbeat=n.last_heartbeat_wall, busy_gpus=sorted(busy.get(node_id, ())),
+            launch_failures=n.launch_failures, unhealthy_until=n.unhealthy_until)
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
         busy = self.view.busy_gpus()
@@ -127,13 +129,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def DrainNode(self, request: controller_pb2.DrainNodeRequest, context: Any) -> controller_pb2.Node:
         _request_id(request.request_id)
-        rec = await self.engine.drain(_node_id(request.node_id), request.reason[:500])
-        return self._node(rec.id, self.view.busy_gpus())
+        rec, unconfirmed = await self.engine.drain(_node_id(request.node_id), request.reason[:500])
+        node = self._node(rec.id, self.view.busy_gpus())
+        node.agent_unconfirmed = unconfirmed
+        return node
 
     async def UndrainNode(self, request: controller_pb2.UndrainNodeRequest, context: Any) -> controller_pb2.Node:
         _request_id(request.request_id)
-        rec = await self.engine.undrain(_node_id(request.node_id))
-        return self._node(rec.id, self.view.busy_gpus())
+        rec, unconfirmed = await self.engine.undrain(_node_id(request.node_id))
+        node = self._node(rec.id, self.view.busy_gpus())
+        node.agent_unconfirmed = unconfirmed
+        return node
 
     async def GetJobLogs(self, request: controller_pb2.GetJobLogsRequest, context: Any) -> controller_pb2.GetJobLogsResponse:
         rec = self.view.get(_job_id(request.job_id))
@@ -178,7 +184,8 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
         await self.engine.register(request.status)
         lv = self.engine.cfg.liveness
         return agent_pb2.RegisterResponse(controller_epoch=self.engine.epoch, lease_seconds=lv.lease_s,
-                                          heartbeat_interval_seconds=lv.heartbeat_interval_s)
+                                          heartbeat_interval_seconds=lv.heartbeat_interval_s,
+                                          fence_seconds=fence_seconds(lv))
 
     async def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Any) -> agent_pb2.HeartbeatResponse:
         ok = await self.engine.heartbeat(request.status, request.controller_epoch)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from tessera.controller.core.backoff import healthy
 from tessera.controller.core.snapshot import (
     Cell,
     GpuView,
@@ -60,7 +61,8 @@ def busy_gpus(nodes: Mapping[str, LiveNode], active: Iterable[JobRecord],
 def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNode], states: Mapping[str, int],
                    busy: Mapping[str, set[int]], pending: Iterable[JobRecord], placed: Iterable[JobRecord],
                    progress: Mapping[str, common_pb2.Progress], now: float) -> Snapshot:
-    """The round's input. `states`: each node's state (only READY nodes take work); `pending`: the
+    """The round's input. `states`: each node's state (only READY nodes that are not unhealthy take
+    work; controller/core/backoff.py); `pending`: the
     PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock)."""
     views: list[NodeView] = []
     totals: dict[tuple[str, int], int] = {}
@@ -68,8 +70,8 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
     for rec in sorted(records.values(), key=lambda r: r.id):
         for g in rec.inventory.gpus:
             totals[(g.model, g.memory_bytes)] = totals.get((g.model, g.memory_bytes), 0) + 1
-        if states.get(rec.id) != P.NODE_STATE_READY:
-            continue
+        if states.get(rec.id) != P.NODE_STATE_READY or not healthy(rec.unhealthy_until, now):
+            continue  # a node whose launches keep failing is as unavailable as a drained one
         live = nodes[rec.id]
         gpus = tuple(GpuView(g.index, g.model, g.memory_bytes, g.foreign_used_bytes,
                              island=0 if g.nvlink_peers else -1) for g in live.inventory.gpus)

@@ -19,7 +19,7 @@ from typing import Protocol
 from tessera.common.errors import TesseraError
 from tessera.v1 import common_pb2
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TERMINAL = frozenset({common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED})
 ACTIVE = frozenset({common_pb2.JOB_STATE_STARTING, common_pb2.JOB_STATE_RUNNING, common_pb2.JOB_STATE_MIGRATING})
 
@@ -46,6 +46,10 @@ class JobRecord:
     retries: int = 0
     # The controller asked the current attempt to stop (cancel, drain, migration): exits are expected.
     stop_requested: bool = False
+    # Consecutive attempts whose Launch failed, and the wall time before which the job is not
+    # placed again (controller/core/backoff.py); a successful Launch resets both.
+    launch_failures: int = 0
+    next_launch_time: float = 0.0
 
     def with_(self, **kw: object) -> JobRecord:
         return replace(self, **kw)  # type: ignore[arg-type]
@@ -67,6 +71,13 @@ class NodeRecord:
     inventory: common_pb2.NodeInventory = field(default_factory=common_pb2.NodeInventory)
     drained: bool = False
     drain_reason: str = ""
+    # Consecutive failed Launches on this node (any job), and the wall time before which it takes
+    # no placements (controller/core/backoff.py); a successful Launch resets both.
+    launch_failures: int = 0
+    unhealthy_until: float = 0.0
+
+    def with_(self, **kw: object) -> NodeRecord:
+        return replace(self, **kw)  # type: ignore[arg-type]
 
 
 class Store(Protocol):
@@ -173,7 +184,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, state INTEGER NOT NULL,
   reason TEXT NOT NULL, submit_time REAL NOT NULL, attempt INTEGER NOT NULL, spec BLOB NOT NULL,
   plan BLOB, placement BLOB, progress BLOB, start_time REAL NOT NULL, end_time REAL NOT NULL,
-  restarts INTEGER NOT NULL, retries INTEGER NOT NULL, stop_requested INTEGER NOT NULL);
+  restarts INTEGER NOT NULL, retries INTEGER NOT NULL, stop_requested INTEGER NOT NULL,
+  launch_failures INTEGER NOT NULL DEFAULT 0, next_launch_time REAL NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, time REAL NOT NULL,
@@ -181,11 +193,22 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_job ON events(job_id, seq);
 CREATE TABLE IF NOT EXISTS nodes (
   id TEXT PRIMARY KEY, address TEXT NOT NULL, inventory BLOB NOT NULL, drained INTEGER NOT NULL,
-  drain_reason TEXT NOT NULL);
+  drain_reason TEXT NOT NULL, launch_failures INTEGER NOT NULL DEFAULT 0,
+  unhealthy_until REAL NOT NULL DEFAULT 0);
 """
 
+# Schema migrations: MIGRATIONS[v] brings a database at version v to v + 1, inside the opening
+# transaction (a crash mid-way leaves the old version, whole).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE jobs ADD COLUMN launch_failures INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN next_launch_time REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE nodes ADD COLUMN launch_failures INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE nodes ADD COLUMN unhealthy_until REAL NOT NULL DEFAULT 0"),
+}
+
 _JOB_COLS = ("id, request_id, tenant, state, reason, submit_time, attempt, spec, plan, placement, progress, "
-             "start_time, end_time, restarts, retries, stop_requested")
+             "start_time, end_time, restarts, retries, stop_requested, launch_failures, next_launch_time")
+_NODE_COLS = "id, address, inventory, drained, drain_reason, launch_failures, unhealthy_until"
 
 
 class StateError(TesseraError, OSError):
@@ -226,12 +249,21 @@ class SqliteStore:
                 elif int(row[0]) > SCHEMA_VERSION:
                     raise StateError(f"{path}: state was written by a newer Tessera "
                                      f"(schema {row[0]} > {SCHEMA_VERSION})")
+                else:
+                    self._migrate(int(row[0]))
                 store_id = self._identity(path, marker, known)
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{path}: cannot be read as a SQLite database ({exc}); restore it from a backup, "
                              "or start with a new --state-dir") from exc
         if known != store_id:
             _write_atomically(marker, store_id + "\n")
+
+    def _migrate(self, version: int) -> None:
+        for v in range(version, SCHEMA_VERSION):
+            for stmt in MIGRATIONS[v]:
+                self._db.execute(stmt)
+        if version != SCHEMA_VERSION:
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
     def _identity(self, path: Path, marker: Path, known: str | None) -> str:
         """This database's store_id, made on first use; StateError when `.id` names another store."""
@@ -278,7 +310,8 @@ class SqliteStore:
     def _row(job: JobRecord) -> tuple[object, ...]:
         return (job.id, job.request_id, job.spec.tenant, job.state, job.reason, job.submit_time, job.attempt,
                 _msg_bytes(job.spec), _msg_bytes(job.plan), _msg_bytes(job.placement), _msg_bytes(job.progress),
-                job.start_time, job.end_time, job.restarts, job.retries, int(job.stop_requested))
+                job.start_time, job.end_time, job.restarts, job.retries, int(job.stop_requested),
+                job.launch_failures, job.next_launch_time)
 
     @staticmethod
     def _job(r: tuple) -> JobRecord:  # type: ignore[type-arg]
@@ -289,6 +322,7 @@ class SqliteStore:
             placement=_parse(common_pb2.Placement, r[9]),  # type: ignore[arg-type]
             progress=_parse(common_pb2.Progress, r[10]),  # type: ignore[arg-type]
             start_time=r[11], end_time=r[12], restarts=r[13], retries=r[14], stop_requested=bool(r[15]),
+            launch_failures=r[16], next_launch_time=r[17],
         )
 
     def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]:
@@ -299,7 +333,7 @@ class SqliteStore:
                 if _msg_bytes(old.spec) != _msg_bytes(job.spec):
                     raise RequestConflict(job.request_id)
                 return old, False
-            db.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({','.join('?' * 16)})", self._row(job))
+            db.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({','.join('?' * 18)})", self._row(job))
             db.execute("INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
                        (job.id, job.submit_time, *event))
         return job, True
@@ -328,10 +362,10 @@ class SqliteStore:
                events: Sequence[tuple[str, str]]) -> list[EventRecord]:
         cur = db.execute(
             "UPDATE jobs SET state=?, reason=?, attempt=?, plan=?, placement=?, progress=?, start_time=?, "
-            "end_time=?, restarts=?, retries=?, stop_requested=? WHERE id=?",
+            "end_time=?, restarts=?, retries=?, stop_requested=?, launch_failures=?, next_launch_time=? WHERE id=?",
             (job.state, job.reason, job.attempt, _msg_bytes(job.plan), _msg_bytes(job.placement),
              _msg_bytes(job.progress), job.start_time, job.end_time, job.restarts, job.retries,
-             int(job.stop_requested), job.id))
+             int(job.stop_requested), job.launch_failures, job.next_launch_time, job.id))
         if cur.rowcount != 1:
             raise KeyError(job.id)
         out = []
@@ -359,20 +393,22 @@ class SqliteStore:
 
     def put_node(self, node: NodeRecord) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?)",
-                       (node.id, node.address, _msg_bytes(node.inventory), int(node.drained), node.drain_reason))
+            db.execute(f"INSERT OR REPLACE INTO nodes ({_NODE_COLS}) VALUES (?,?,?,?,?,?,?)",
+                       (node.id, node.address, _msg_bytes(node.inventory), int(node.drained), node.drain_reason,
+                        node.launch_failures, node.unhealthy_until))
 
     def _node(self, r: tuple) -> NodeRecord:  # type: ignore[type-arg]
-        return NodeRecord(r[0], r[1], _parse(common_pb2.NodeInventory, r[2]), bool(r[3]), r[4])  # type: ignore[arg-type]
+        return NodeRecord(r[0], r[1], _parse(common_pb2.NodeInventory, r[2]), bool(r[3]), r[4],  # type: ignore[arg-type]
+                          r[5], r[6])
 
     def get_node(self, node_id: str) -> NodeRecord | None:
         with self._lock:
-            row = self._db.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
+            row = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes WHERE id=?", (node_id,)).fetchone()
         return None if row is None else self._node(row)
 
     def list_nodes(self) -> list[NodeRecord]:
         with self._lock:
-            rows = self._db.execute("SELECT * FROM nodes ORDER BY id").fetchall()
+            rows = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes ORDER BY id").fetchall()
         return [self._node(r) for r in rows]
 
     def close(self) -> None:

@@ -6,8 +6,9 @@ before it makes the agent calls that act on it (the crash-safety rule of control
 from __future__ import annotations
 
 from tessera.controller.convert import placement_pb, plan_pb
+from tessera.controller.core.backoff import BackoffConfig, job_delay, node_unhealthy_for
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice
-from tessera.controller.store import JobRecord
+from tessera.controller.store import JobRecord, NodeRecord
 from tessera.v1 import common_pb2
 
 P = common_pb2
@@ -88,3 +89,29 @@ def attempt_failed(job: JobRecord, reason: str, progress: common_pb2.Progress | 
 def resumed_text(attempt: int, first_s: float, total_s: float) -> str:
     return (f"first progress of attempt {attempt} {first_s:.1f}s after relaunch; "
             f"migration cost {total_s:.1f}s (stop + restart + first report)")
+
+
+def launch_failed(job: JobRecord, why: str, progress: common_pb2.Progress | None, now: float,
+                  cfg: BackoffConfig) -> Change:
+    """A Launch of the attempt failed: back to PENDING, not placed again before the backoff runs
+    out (no retry is spent: the agent refused, the job's code never ran)."""
+    n = job.launch_failures + 1
+    delay = job_delay(n, cfg)
+    after, events = requeued(job, f"{why}; launch failure {n}, next try in {delay:g}s", "LAUNCH_FAILED", False,
+                             progress)
+    return after.with_(launch_failures=n, next_launch_time=now + delay), events
+
+
+def launch_succeeded(job: JobRecord) -> JobRecord:
+    return job.with_(launch_failures=0, next_launch_time=0.0)
+
+
+def node_launch_failed(rec: NodeRecord, now: float, cfg: BackoffConfig) -> NodeRecord:
+    """One more consecutive failed Launch on the node; from the threshold on it is unhealthy."""
+    n = rec.launch_failures + 1
+    hold = node_unhealthy_for(n, cfg)
+    return rec.with_(launch_failures=n, unhealthy_until=now + hold if hold else rec.unhealthy_until)
+
+
+def node_launch_succeeded(rec: NodeRecord) -> NodeRecord:
+    return rec.with_(launch_failures=0, unhealthy_until=0.0)

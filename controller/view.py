@@ -9,10 +9,12 @@ under way. Everything durable is in the store.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tessera.controller.core.backoff import healthy
 from tessera.controller.core.snapshot import Decision
 from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.registry import LiveNode, running_gpus
@@ -52,6 +54,19 @@ class LiveState:
     progress: dict[str, common_pb2.Progress] = field(default_factory=dict)
     clocks: dict[str, AttemptClock] = field(default_factory=dict)
     moves: dict[str, Move] = field(default_factory=dict)
+    # Wall times at which a job's launch backoff or a node's unhealthy period ends: a round is due
+    # then (rounds otherwise run only every --round-interval or on an arrival).
+    wakes: set[float] = field(default_factory=set)
+
+    def wake_at(self, t: float) -> None:
+        if t > 0:
+            self.wakes.add(t)
+
+    def due(self, now: float) -> bool:
+        """Whether a wake time has passed (each one answers True once)."""
+        passed = {t for t in self.wakes if t <= now}
+        self.wakes -= passed
+        return bool(passed)
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,8 @@ class NodeInfo:
     registered: bool
     last_heartbeat_wall: float  # 0 = none since the controller started
     heartbeat_age_s: float
+    launch_failures: int = 0
+    unhealthy_until: float = 0.0  # wall time; in the past = healthy
 
 
 class EngineView(Protocol):
@@ -104,8 +121,9 @@ class EngineView(Protocol):
 class LiveView:
     """`EngineView` over the store and the engine's `LiveState`; also the engine's own queries."""
 
-    def __init__(self, store: Store, live: LiveState, epoch: int, mono: Callable[[], float]) -> None:
-        self._store, self._live, self._epoch, self._mono = store, live, epoch, mono
+    def __init__(self, store: Store, live: LiveState, epoch: int, mono: Callable[[], float],
+                 wall: Callable[[], float] = time.time) -> None:
+        self._store, self._live, self._epoch, self._mono, self._wall = store, live, epoch, mono, wall
         self._changed = asyncio.Condition()
 
     @property
@@ -136,8 +154,12 @@ class LiveView:
             raise NodeNotFound(node_id)
         live = self._live.nodes.get(node_id)
         state, reason = self.node_state(node_id)
+        if state == P.NODE_STATE_READY and not healthy(rec.unhealthy_until, self._wall()):
+            reason = (f"unhealthy: {rec.launch_failures} consecutive launches failed; no placements for "
+                      f"{rec.unhealthy_until - self._wall():.0f}s")
         return NodeInfo(rec.id, rec.address, rec.inventory, state, reason, live.registered if live else False,
-                        live.last_seen_wall if live else 0.0, self._mono() - live.last_seen if live else 0.0)
+                        live.last_seen_wall if live else 0.0, self._mono() - live.last_seen if live else 0.0,
+                        rec.launch_failures, rec.unhealthy_until)
 
     def agent_address(self, node_id: str) -> str | None:
         live = self._live.nodes.get(node_id)

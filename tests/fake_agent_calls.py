@@ -68,6 +68,8 @@ class FakeAgents:
         # (job, attempt, node) -> the LaunchRequest that started it: each started once.
         self.started: dict[tuple[str, int, str], agent_pb2.LaunchRequest] = {}
         self.fail_launch: dict[str, grpc.StatusCode] = {}
+        # node id -> the error a Drain on it answers (the agent refused it, e.g. a raised epoch floor)
+        self.fail_drain: dict[str, str] = {}
         self.stop_exit_code = 0
         self.log_lines: dict[tuple[str, int], str] = {}
         self.kill_on_launch: set[str] = set()
@@ -167,14 +169,17 @@ class FakeAgents:
             if j == job_id and (attempt == 0 or a == attempt) and w.state != P.WORKER_STATE_EXITED:
                 w.state, w.exit_code = P.WORKER_STATE_EXITED, self.stop_exit_code
 
-    async def drain(self, address: str, epoch: int, drain: bool) -> None:
+    async def drain(self, address: str, epoch: int, drain: bool) -> str:
         n = self._node(address)
         self._fence(epoch)
         self.calls.append(Call("drain", n.node_id, detail=str(drain)))
         rec = self.store.get_node(n.node_id)
         if rec is None or rec.drained != drain:
             self._violate(f"drain={drain} of {n.node_id} before the store says so")
+        if n.node_id in self.fail_drain:
+            return self.fail_drain[n.node_id]
         n.draining = drain
+        return ""
 
     async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
         n = self._node(address)

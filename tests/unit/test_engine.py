@@ -25,6 +25,7 @@ from tessera.v1 import common_pb2 as P
 from tests.fake_agent_calls import ControllerKilled, FakeAgents, inventory
 
 LEASE = 15.0
+REQUEUE = LEASE + 10.0 + 1.0  # lease + the default fence grace + the margin (docs/fencing.md)
 
 
 class Clock:
@@ -188,7 +189,8 @@ async def test_submit_place_lose_node_relaunch_restart_finish() -> None:
     await h.inspect()
     assert iteration(h.job(jid).progress) == 12
 
-    # node a goes silent past its lease while b keeps beating: the job is requeued, nothing is sent to a
+    # node a goes silent past its lease while b keeps beating: UNREACHABLE, but its job stays put
+    # until a's agent has fenced its workers (lease + fence grace + margin after the last receipt)
     h.clock.advance(LEASE / 2)
     await h.heartbeat("b")
     h.clock.advance(LEASE / 2 + 1)
@@ -197,6 +199,13 @@ async def test_submit_place_lose_node_relaunch_restart_finish() -> None:
     await h.engine.liveness_tick()
     h.check()
     assert h.engine.view.node("a").state == P.NODE_STATE_UNREACHABLE
+    assert h.state(jid) == "RUNNING" and h.job(jid).restarts == 0
+    h.clock.advance(REQUEUE - LEASE - 1 - 0.01)  # just before the bound
+    await h.engine.liveness_tick()
+    assert h.state(jid) == "RUNNING"
+    h.clock.advance(0.02)
+    await h.engine.liveness_tick()
+    h.check()
     assert h.state(jid) == "PENDING" and h.kinds(jid)[-1] == "NODE_LOST" and h.job(jid).restarts == 1
     assert "node a is UNREACHABLE" in h.job(jid).reason
     assert len(h.agents.stops()) == stops_before  # a is unreachable: no call to it
@@ -366,10 +375,14 @@ async def test_failed_launch_requeues_and_a_hung_start_fails_the_attempt() -> No
     await h.round()
     assert h.state(jid) == "PENDING" and h.kinds(jid)[-1] == "LAUNCH_FAILED"
     assert "launch on a failed: UNAVAILABLE" in h.job(jid).reason
+    assert h.job(jid).launch_failures == 1 and h.job(jid).retries == 0  # not the job's fault: no retry spent
 
     del h.agents.fail_launch["a"]
     await h.round()
-    assert h.state(jid) == "STARTING" and h.job(jid).attempt == 2
+    assert h.state(jid) == "PENDING"  # backing off for 1 s
+    h.clock.advance(1)
+    await h.round()
+    assert h.state(jid) == "STARTING" and h.job(jid).attempt == 2 and h.job(jid).launch_failures == 0
     h.agents.crash("a")  # the workers never show up
     await h.heartbeat("a")
     h.clock.advance(h.cfg.start_timeout_s + 1)
@@ -427,5 +440,6 @@ async def test_a_failed_relaunch_after_a_migration_requeues_the_job() -> None:
     assert h.state(jid) == "PENDING" and h.kinds(jid)[-2:] == ["MIGRATED", "LAUNCH_FAILED"]
     assert h.engine.view.busy_gpus().get("b") == set()  # the move's hold on b is gone
     del h.agents.fail_launch["b"]
+    h.clock.advance(1)  # the launch backoff
     await h.round()
     assert h.state(jid) == "STARTING" and h.job(jid).attempt == 3
