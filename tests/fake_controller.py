@@ -33,6 +33,8 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         self.logs: dict[tuple[str, int], bytes] = {}
         self.requests: dict[str, str] = {}
         self.log_requests: list[controller_pb2.GetJobLogsRequest] = []
+        # What DrainNode/UndrainNode answer in Node.agent_unconfirmed (the agent refused the call).
+        self.agent_unconfirmed = ""
         self.changed = asyncio.Condition()
         self.seq = 0
 
@@ -119,13 +121,19 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         node = await self._node(request.node_id, context)
         node.state = S.NODE_STATE_DRAINING
         node.reason = request.reason or "drained by an operator"
-        return node
+        answer = controller_pb2.Node()
+        answer.CopyFrom(node)
+        answer.agent_unconfirmed = self.agent_unconfirmed
+        return answer
 
     async def UndrainNode(self, request: Any, context: Any) -> Any:
         node = await self._node(request.node_id, context)
         node.state = S.NODE_STATE_READY
         node.reason = ""
-        return node
+        answer = controller_pb2.Node()
+        answer.CopyFrom(node)
+        answer.agent_unconfirmed = self.agent_unconfirmed
+        return answer
 
     async def GetJobLogs(self, request: Any, context: Any) -> Any:
         await self._job(request.job_id, context)

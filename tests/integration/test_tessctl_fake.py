@@ -234,6 +234,22 @@ def test_drain_and_undrain(server: FakeServer) -> None:
     assert line == "tessctl: error: NOT_FOUND: node node-z not found"
 
 
+def test_drain_the_agent_did_not_confirm_exits_3(server: FakeServer) -> None:
+    """Finding 2: a drain the agent refused used to print DRAINING and exit 0."""
+    why = "the agent did not confirm: FAILED_PRECONDITION: stale controller epoch"
+    server.call(lambda f: setattr(f, "agent_unconfirmed", why))
+    try:
+        proc = tessctl("--controller", server.address, "drain", "node-a", "--reason", "r")
+        assert proc.returncode == 3
+        assert "DRAINING" in proc.stdout  # the controller's own state holds: it places nothing there
+        assert proc.stderr.strip() == ("tessctl: warning: node node-a drained in the controller, but not confirmed "
+                                       f"by its agent: {why}")
+        proc = tessctl("--controller", server.address, "undrain", "node-a", "-o", "json")
+        assert proc.returncode == 3 and json.loads(proc.stdout)["agent_unconfirmed"] == why
+    finally:
+        server.call(lambda f: setattr(f, "agent_unconfirmed", ""))
+
+
 # -- logs -------------------------------------------------------------------------------------------
 
 

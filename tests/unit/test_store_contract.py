@@ -126,3 +126,45 @@ def test_save_jobs_is_all_or_nothing(store: Store) -> None:
         store.save_jobs([(j1.with_(reason="x"), [("PENDING", "x")]), (_job(9), [])], 8.0)
     assert store.get_job("j-1").reason == "a"  # type: ignore[union-attr]
     assert [e.kind for e in store.events("j-1")] == ["SUBMITTED", "PENDING"]
+
+
+def test_launch_backoff_fields_roundtrip(store: Store) -> None:
+    store.create_job(_job(1), ("SUBMITTED", "x"))
+    job = store.get_job("j-1")
+    assert job is not None and job.launch_failures == 0 and job.next_launch_time == 0.0
+    store.save_job(job.with_(launch_failures=3, next_launch_time=1234.5), 2.0)
+    again = store.get_job("j-1")
+    assert again is not None and (again.launch_failures, again.next_launch_time) == (3, 1234.5)
+    store.put_node(NodeRecord("n1", "127.0.0.1:1", launch_failures=4, unhealthy_until=99.5))
+    node = store.get_node("n1")
+    assert node is not None and (node.launch_failures, node.unhealthy_until) == (4, 99.5)
+    assert store.list_nodes()[0] == node
+
+
+def test_sqlite_migrates_a_version_1_database(tmp_path: Path) -> None:
+    """A state directory written before the launch-backoff columns opens, keeps its jobs and nodes,
+    and reads them with no failures counted."""
+    import sqlite3
+
+    path = tmp_path / "state.db"
+    s = SqliteStore(path)
+    s.create_job(_job(1), ("SUBMITTED", "x"))
+    s.put_node(NodeRecord("n1", "127.0.0.1:1", drained=True, drain_reason="maint"))
+    s.close()
+    db = sqlite3.connect(path, isolation_level=None)  # as version 1 laid it out
+    for table, cols in (("jobs", ("launch_failures", "next_launch_time")),
+                        ("nodes", ("launch_failures", "unhealthy_until"))):
+        for col in cols:
+            db.execute(f"ALTER TABLE {table} DROP COLUMN {col}")
+    db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    db.close()
+
+    s = SqliteStore(path)
+    job, node = s.get_job("j-1"), s.get_node("n1")
+    assert job is not None and job.spec.name == "job1" and job.launch_failures == 0
+    assert node is not None and node.drained and node.drain_reason == "maint" and node.unhealthy_until == 0
+    s.put_node(node.with_(launch_failures=1))
+    s.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    db.close()

@@ -122,6 +122,24 @@ def test_describe_texts() -> None:
     assert "4xA100-80GB (3 free)" in node and "j-000001" in node and "j-000002" not in node
 
 
+def test_launch_failures_and_unhealthy_nodes_are_shown() -> None:
+    job = _pending()
+    assert "Launch failures:  0\n" in output.describe_job(job, NOW)
+    job.launch_failures, job.next_launch_time = 4, NOW + 8
+    assert "Launch failures:  4 (next try 2023-11-14T22:13:28Z, in 8s)" in output.describe_job(job, NOW)
+    job.next_launch_time = NOW - 1
+    assert "Launch failures:  4 (next try at the next round)" in output.describe_job(job, NOW)
+    node = _node()
+    node.state, node.launch_failures, node.unhealthy_until = S.NODE_STATE_READY, 3, NOW + 30
+    assert output.nodes_table([node], NOW).splitlines()[1].split()[:2] == ["node-a", "READY,UNHEALTHY"]
+    assert "Launch failures: 3 (unhealthy: no placements until 2023-11-14T22:13:50Z)" in \
+        " ".join(output.describe_node(node, NOW).split())
+    node.unhealthy_until = NOW - 1  # the hold ran out: healthy again, the count stays until a launch succeeds
+    assert output.nodes_table([node], NOW).splitlines()[1].split()[1] == "READY"
+    assert [ln.split() for ln in output.describe_node(node, NOW).splitlines() if "Launch" in ln] == [
+        ["Launch", "failures:", "3"]]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
