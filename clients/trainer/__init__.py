@@ -16,6 +16,7 @@ imports torch.
 
 from tessera.clients.trainer.checkpoints import (
     CheckpointRef,
+    StaleAttempt,
     checkpoint_writer,
     latest_checkpoint,
     list_checkpoints,
@@ -30,6 +31,7 @@ __all__ = [
     "ContractError",
     "ModelDims",
     "Plan",
+    "StaleAttempt",
     "TrainerContext",
     "checkpoint_writer",
     "latest_checkpoint",

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Self
 
-from tessera.clients.trainer.checkpoints import CheckpointRef, checkpoint_writer, latest_checkpoint
+from tessera.clients.trainer.checkpoints import CheckpointRef, checkpoint_writer, claim, latest_checkpoint
 from tessera.clients.trainer.plan import DEFAULT_MODEL, ContractError, ModelDims, Plan, json_object
 
 log = logging.getLogger(__name__)
@@ -213,13 +213,22 @@ class TrainerContext:
         """TESSERA_CHECKPOINT_EVERY, or `default` when it is 0 (the trainer's choice)."""
         return self.checkpoint_every if self.checkpoint_every > 0 else default
 
+    def claim_checkpoints(self) -> None:
+        """Raise the checkpoint directory's FENCE to this attempt: no older attempt promotes or
+        prunes from now on. StaleAttempt (a RuntimeError) if a later attempt already has."""
+        claim(self.checkpoint_dir, self.attempt)
+
     def latest_checkpoint(self) -> CheckpointRef | None:
+        """The checkpoint to resume from, read after claiming the directory for this attempt (so
+        no older attempt can promote a newer one behind it). StaleAttempt if this attempt is stale."""
+        self.claim_checkpoints()
         return latest_checkpoint(self.checkpoint_dir)
 
     def checkpoint_writer(self, iteration: int, meta: Mapping[str, Any] | None = None,
                           keep: int = 2) -> contextlib.AbstractContextManager[Path]:
-        """`checkpoint_writer` in this job's checkpoint directory (call on rank 0 only)."""
-        return checkpoint_writer(self.checkpoint_dir, iteration, meta, keep)
+        """`checkpoint_writer` in this job's checkpoint directory, fenced by this attempt (call on
+        rank 0 only)."""
+        return checkpoint_writer(self.checkpoint_dir, iteration, meta, keep, attempt=self.attempt)
 
     # ---- signals
 

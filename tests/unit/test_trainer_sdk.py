@@ -177,21 +177,23 @@ def test_checkpoint_writer_atomic_latest_and_keep(tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     for n in (10, 20, 30):
         with checkpoint_writer(root, n, {"world_size": 2}) as d:
-            assert d == root / f"step-{n}.tmp.{os.getpid()}" and d.is_dir()
+            assert d == root / "staging" / "attempt-1" / f"step-{n}" and d.is_dir()
             assert latest_checkpoint(root) is None or latest_checkpoint(root).iteration < n  # type: ignore[union-attr]
             (d / "state.bin").write_bytes(b"x" * n)
-    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-20", "step-30"]
-    assert (root / "latest").read_text() == "step-30\n"
+    assert sorted(p.name for p in root.iterdir()) == [".lock", "FENCE", "latest", "staging", "step-20", "step-30"]
+    assert (root / "latest").read_text() == "step-30\n" and (root / "FENCE").read_text() == "1\n"
+    assert not list((root / "staging" / "attempt-1").iterdir())
     ref = latest_checkpoint(root)
     assert ref is not None and ref.iteration == 30 and (ref.path / "state.bin").read_bytes() == b"x" * 30
     meta = ref.meta()
-    assert meta["iteration"] == 30 and meta["world_size"] == 2 and meta["time"] > 0
+    assert meta["iteration"] == 30 and meta["world_size"] == 2 and meta["time"] > 0 and meta["attempt"] == 1
 
     with pytest.raises(RuntimeError), checkpoint_writer(root, 40) as d:
         (d / "state.bin").write_bytes(b"partial")
         raise RuntimeError("disk full")
-    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-20", "step-30"]
+    assert sorted(p.name for p in root.iterdir()) == [".lock", "FENCE", "latest", "staging", "step-20", "step-30"]
     assert latest_checkpoint(root).iteration == 30  # type: ignore[union-attr]
+    assert not list((root / "staging" / "attempt-1").iterdir())
 
 
 # ---------------------------------------------------------------------------------------- reports
@@ -329,18 +331,14 @@ def test_worker_stops_itself_when_its_agent_stays_unreachable() -> None:
     ctx.close()
 
 
-def test_concurrent_writers_of_one_step_do_not_clobber(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_later_attempt_replaces_an_older_attempts_copy_of_a_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from tessera.clients.trainer import checkpoint_writer, latest_checkpoint
 
-    with checkpoint_writer(tmp_path, 10) as a:
+    with checkpoint_writer(tmp_path, 10, attempt=1) as a:
         (a / "state").write_text("first")
-        # A second writer (another process in real life) finishes the same step meanwhile.
-        other = tmp_path / "step-10.tmp.999999"
-        other.mkdir()
-        (other / "state").write_text("second")
-        (other / "meta.json").write_text('{"iteration": 10}')
-        other.rename(tmp_path / "step-10")
+    with checkpoint_writer(tmp_path, 10, attempt=2) as b:  # claims the fence at promotion
+        (b / "state").write_text("second")
     got = latest_checkpoint(tmp_path)
-    assert got is not None and got.iteration == 10
-    assert (tmp_path / "step-10" / "state").read_text() in {"first", "second"}
-    assert not list(tmp_path.glob("step-10.tmp*"))
+    assert got is not None and got.iteration == 10 and got.meta()["attempt"] == 2
+    assert (tmp_path / "step-10" / "state").read_text() == "second"
+    assert not list((tmp_path / "staging" / "attempt-2").iterdir())  # the replaced copy is gone too

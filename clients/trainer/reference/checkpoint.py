@@ -84,12 +84,14 @@ def save(
     seed: int,
     global_batch: int,
     keep: int,
+    attempt: int = 1,
 ) -> Path:
     """Write the checkpoint of `iteration` (a collective: every rank calls it) and return its path.
 
-    Rank 0 opens the SDK's atomic writer (`step-<N>.tmp.<pid>/`) and tells the others its name; every
-    rank writes its DCP shards there; rank 0 adds trainer.pt, then meta.json last, and publishes the
-    directory by renaming it to `step-<N>/` once all ranks are done.
+    Rank 0 opens the SDK's fenced writer (`staging/attempt-<A>/step-<N>/`) and tells the others its
+    name; every rank writes its DCP shards there; rank 0 adds trainer.pt, then meta.json last, and
+    publishes the directory by renaming it to `step-<N>/` once all ranks are done, unless a later
+    attempt holds the fence (StaleAttempt: nothing is published).
     """
     meta = {
         "format": FORMAT,
@@ -105,7 +107,7 @@ def save(
     final = Path(checkpoint_dir) / f"step-{iteration}"
     state = _state_to_save(engine)
     if is_rank0:
-        with checkpoint_writer(checkpoint_dir, iteration, meta, keep=keep) as tmp:
+        with checkpoint_writer(checkpoint_dir, iteration, meta, keep=keep, attempt=attempt) as tmp:
             _broadcast_path(engine, str(tmp))
             _dcp_save(engine, state, tmp)
             torch.save({"iteration": iteration, "rng": _rng_state(), "time": time.time()}, tmp / TRAINER_FILE)

@@ -1,8 +1,9 @@
 """Entry point: read the contract, install the signal handlers, check the plan, then import torch.
 
 Exit codes: 0 = all iterations done, or stopped cooperatively after a checkpoint; 3 = this
-configuration is not supported by the reference trainer (one line on stderr says why); 1 = any other
-error (traceback on stderr); 2 = bad command-line flags.
+configuration is not supported by the reference trainer (one line on stderr says why); 1 = a stale
+attempt (a later attempt of the job claimed the checkpoints: one line says so, nothing was published)
+or any other error (traceback on stderr); 2 = bad command-line flags.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from tessera.clients.trainer import ContractError, TrainerContext
+from tessera.clients.trainer import ContractError, StaleAttempt, TrainerContext
 from tessera.clients.trainer.reference.config import (
     EXIT_ERROR,
     EXIT_UNSUPPORTED,
@@ -48,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except checkpoint.IncompatibleCheckpoint as e:
             print(f"incompatible checkpoint: {e}", file=sys.stderr, flush=True)
             return EXIT_UNSUPPORTED
+        except StaleAttempt as e:  # a duplicate left by a lost node: it must not train or write on
+            print(f"stopping: {e}", file=sys.stderr, flush=True)
+            return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr, flush=True)
         return 130

@@ -141,7 +141,7 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
                 ctx.checkpoint_dir, it, engine=engine, is_rank0=ctx.is_rank0,
                 data_position=it * cfg.global_batch, loss=loss_avg, world_size=ctx.world_size,
                 plan=cfg.plan, dims=dims, seed=opts.seed, global_batch=cfg.global_batch,
-                keep=opts.keep_checkpoints)
+                keep=opts.keep_checkpoints, attempt=ctx.attempt)
             if ctx.is_rank0:
                 say(ctx, f"checkpoint iteration={it} path={path} seconds={time.perf_counter() - t0:.3f}")
             last_ckpt = it
