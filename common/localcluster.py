@@ -95,7 +95,7 @@ def _spawn(name: str, argv: list[str], log_path: Path) -> Daemon:
 
 FAST_CONTROLLER = ["--round-interval", "30", "--inspect-interval", "1", "--debounce", "0.2", "--lease", "3",
                    "--heartbeat-interval", "0.5", "--down-after", "30", "--stop-grace", "10",
-                   "--fence-grace", "2"]
+                   "--fence", "2.5", "--fence-grace", "2"]
 
 
 def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", fast: bool = True) -> Daemon:

@@ -47,6 +47,8 @@ from tessera.controller.learning import StepLearner
 from tessera.controller.registry import (
     LivenessConfig,
     LiveNode,
+    fence_seconds,
+    fenced,
     index_workers,
     lease_lost,
     liveness_at,
@@ -171,13 +173,7 @@ class Engine:
     async def drain(self, node_id: str, reason: str) -> tuple[NodeRecord, str]:
         """Drain in the controller's state (no placements there, jobs moved off) whatever the agent
         says; the second value is why the agent did not confirm ("" when it did)."""
-        rec = self._live.records.get(node_id)
-        if rec is None:
-            raise NodeNotFound(node_id)
-        rec = rec.with_(drained=True, drain_reason=reason or "drained by admin")
-        self._put_node(rec)
-        log.info("node_drain", node_id=node_id, reason=rec.drain_reason)
-        unconfirmed = await self._tell_drain(node_id, True)
+        rec, unconfirmed = await self._set_drain(node_id, True, reason or "drained by admin")
         for job in self.view.jobs_on(node_id):
             if job.state != P.JOB_STATE_MIGRATING:
                 await self._migrate_off(job, f"node {node_id} is draining: {rec.drain_reason}")
@@ -185,25 +181,23 @@ class Engine:
         return rec, unconfirmed
 
     async def undrain(self, node_id: str) -> tuple[NodeRecord, str]:
-        rec = self._live.records.get(node_id)
-        if rec is None:
-            raise NodeNotFound(node_id)
-        rec = rec.with_(drained=False, drain_reason="")
-        self._put_node(rec)
-        unconfirmed = await self._tell_drain(node_id, False)
+        rec, unconfirmed = await self._set_drain(node_id, False, "")
         self.kick()
         await self.view.notify()
         return rec, unconfirmed
 
-    async def _tell_drain(self, node_id: str, drain: bool) -> str:
+    async def _set_drain(self, node_id: str, drained: bool, reason: str) -> tuple[NodeRecord, str]:
+        rec = self._live.records.get(node_id)
+        if rec is None:
+            raise NodeNotFound(node_id)
+        self._put_node(rec := rec.with_(drained=drained, drain_reason=reason))
         live = self._live.nodes.get(node_id)
+        log.info("node_drain", node_id=node_id, drained=drained, reason=reason)
         if live is None or live.liveness != P.NODE_STATE_READY:
             state = P.NodeState.Name(live.liveness if live else P.NODE_STATE_UNREACHABLE)[11:]
-            return f"node {node_id} is {state}: its agent is told when it registers again"
-        err = await self.agents.drain(live.address, self.epoch, drain)
-        if err:
-            log.warning("node_drain_unconfirmed", node_id=node_id, drain=drain, error=err)
-        return f"the agent did not confirm: {err}" if err else ""
+            return rec, f"node {node_id} is {state}: its agent is told when it registers again"
+        err = await self.agents.drain(live.address, self.epoch, drained)
+        return rec, f"the agent did not confirm: {err}" if err else ""
 
     def _put_node(self, rec: NodeRecord) -> None:
         self.store.put_node(rec)
@@ -221,6 +215,8 @@ class Engine:
         live = LiveNode(node_id, status.address, status.inventory, status, now, self.wall(), registered=True)
         old = self._live.nodes.get(node_id)
         self._live.nodes[node_id] = live
+        if old is not None:
+            await self._back_after(node_id, now - old.last_seen)
         log.info("node_registered", node_id=node_id, address=status.address, gpus=len(status.inventory.gpus),
                  source=P.InventorySource.Name(status.inventory.source), workers=len(status.workers),
                  returned=old is not None)
@@ -236,11 +232,23 @@ class Engine:
         live = self._live.nodes.get(status.node_id)
         if live is None or not live.registered or epoch != self.epoch or live.address != status.address:
             return False
+        silent = self.mono() - live.last_seen
         live.last_seen, live.last_seen_wall, live.status = self.mono(), self.wall(), status
+        await self._back_after(live.id, silent)
         await self._observe(live, status)
         if live.liveness != P.NODE_STATE_READY:
             await self.liveness_tick()
         return True
+
+    async def _back_after(self, node_id: str, silent: float) -> None:
+        """Heard from after a silence past the fence: its agent has stopped the workers of its current
+        attempts, whose exits are no verdict on the job. Requeued first, not judged."""
+        if not fenced(silent, self.cfg.liveness):
+            return
+        why = f"node {node_id} was silent {silent:.1f}s, past the {fence_seconds(self.cfg.liveness):g}s fence"
+        for job in self.view.jobs_on(node_id):
+            if not job.stop_requested:  # a job asked to stop is settled by its exits as usual
+                await self._requeue(job, f"{why}: its agent stopped the workers", "NODE_LOST", stop=why)
 
     async def _observe(self, live: LiveNode, status: agent_pb2.NodeStatus) -> None:
         """Fold a node's reported workers into job states."""
@@ -539,9 +547,7 @@ class Engine:
 
     def _node_launched(self, node_id: str, ok: bool) -> None:
         rec = self._live.records[node_id]
-        after = transitions.node_launch_succeeded(rec) if ok else \
-            transitions.node_launch_failed(rec, self.wall(), self.cfg.backoff)
-        if after != rec:
+        if (after := transitions.node_launched(rec, ok, self.wall(), self.cfg.backoff)) != rec:
             self._put_node(after)
         if after.unhealthy_until > rec.unhealthy_until:
             log.warning("node_unhealthy", node_id=node_id, launch_failures=after.launch_failures,
@@ -549,8 +555,8 @@ class Engine:
             self._live.wake_at(after.unhealthy_until)
 
     async def _launch_failed(self, job: JobRecord, node_id: str, why: str) -> None:
-        """Requeue with a backoff (no tight PLACED -> LAUNCH_FAILED loop), count the failure against
-        the node, and stop whatever ranks did start."""
+        """Requeue with a backoff (no PLACED -> LAUNCH_FAILED loop), count it against the node, stop
+        whatever ranks did start."""
         self._node_launched(node_id, ok=False)
         after, events = transitions.launch_failed(job, why, self._progress(job), self.wall(), self.cfg.backoff)
         await self._save(after, events)

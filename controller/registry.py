@@ -118,6 +118,14 @@ def node_state(drained: bool, drain_reason: str, live: LiveNode | None, now: flo
     return P.NODE_STATE_READY, ""
 
 
+def fenced(silent_s: float, cfg: LivenessConfig) -> bool:
+    """Whether a node heard from again after `silent_s` seconds has stopped its workers meanwhile:
+    the agent went at least that long without an acknowledgement (its last acknowledged heartbeat
+    was sent before the controller's last receipt, and the next acknowledgement reaches it after
+    the controller's new receipt), so past the fence it has fenced."""
+    return silent_s > fence_seconds(cfg)
+
+
 def lease_lost(live: LiveNode, state: int, now: float, cfg: LivenessConfig) -> bool:
     """Past its lease and the fence grace (or never back since a controller restart): the node's
     workers have stopped themselves, its jobs may run elsewhere."""

@@ -106,12 +106,11 @@ def launch_succeeded(job: JobRecord) -> JobRecord:
     return job.with_(launch_failures=0, next_launch_time=0.0)
 
 
-def node_launch_failed(rec: NodeRecord, now: float, cfg: BackoffConfig) -> NodeRecord:
-    """One more consecutive failed Launch on the node; from the threshold on it is unhealthy."""
+def node_launched(rec: NodeRecord, ok: bool, now: float, cfg: BackoffConfig) -> NodeRecord:
+    """The node after a Launch on it: a success resets its count; a failure adds one, and from the
+    threshold on the node is unhealthy (no placements) for a doubling period."""
+    if ok:
+        return rec.with_(launch_failures=0, unhealthy_until=0.0)
     n = rec.launch_failures + 1
     hold = node_unhealthy_for(n, cfg)
     return rec.with_(launch_failures=n, unhealthy_until=now + hold if hold else rec.unhealthy_until)
-
-
-def node_launch_succeeded(rec: NodeRecord) -> NodeRecord:
-    return rec.with_(launch_failures=0, unhealthy_until=0.0)

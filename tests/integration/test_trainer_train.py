@@ -147,7 +147,8 @@ def test_single_process_learns_checkpoints_and_reports(reference: tuple[Run, Fak
     assert losses[ITERATIONS] < LEARNED_FRACTION * losses[1], losses
 
     # Checkpoints every 10 and at the end, the last 2 kept, `latest` points at the newest.
-    assert sorted(p.name for p in ckpt.iterdir()) == ["latest", "step-20", "step-30"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [".lock", "FENCE", "latest", "staging", "step-20", "step-30"]
+    assert (ckpt / "FENCE").read_text() == "1\n" and not list((ckpt / "staging" / "attempt-1").iterdir())
     assert (ckpt / "latest").read_text().strip() == "step-30"
     ref = latest_checkpoint(ckpt)
     assert ref is not None and ref.iteration == 30

@@ -68,20 +68,6 @@ async def test_requeue_waits_for_the_fence_even_when_the_controller_restarted() 
     assert "fence grace" in h.job(jid).reason
 
 
-async def test_a_node_back_within_the_bound_keeps_its_job() -> None:
-    h = Harness()
-    await h.register("a", "b")
-    jid = await h.submit(tiny())
-    await h.round()
-    await run_to_running(h, jid)
-    h.clock.advance(h.cfg.liveness.lease_s + 2)  # past the lease: UNREACHABLE, not yet lost
-    await h.engine.liveness_tick()
-    assert h.engine.view.node("a").state == P.NODE_STATE_UNREACHABLE and h.state(jid) == "RUNNING"
-    await h.heartbeat("a")
-    assert h.engine.view.node("a").state == P.NODE_STATE_READY and h.state(jid) == "RUNNING"
-    assert h.job(jid).restarts == 0
-
-
 async def test_launch_failures_back_off_exponentially_without_a_tight_loop() -> None:
     h = Harness(nodes=("a",))
     await h.register("a")
@@ -190,3 +176,27 @@ async def test_drain_refused_by_the_agent_holds_in_the_controller_and_says_so() 
     await h.engine.liveness_tick()
     rec, unconfirmed = await h.engine.drain("a", "")
     assert unconfirmed == "node a is UNREACHABLE: its agent is told when it registers again"
+
+
+async def test_a_node_back_after_a_silence_past_the_fence_has_its_jobs_requeued_not_failed() -> None:
+    """Its agent fenced the workers (SIGTERM: the reference trainer checkpoints and exits 0 early,
+    a custom one dies of the signal): those exits say nothing about the job, so no retry is spent
+    and the job does not fail."""
+    h = Harness()
+    await h.register("a", "b")
+    jid = await h.submit(tiny())  # max_retries 0: judged as a failure, the job would be FAILED
+    await h.round()
+    await run_to_running(h, jid)
+    fence = fence_seconds(h.cfg.liveness)
+    assert fence == 10
+    h.clock.advance(fence - 1)  # within the fence: nothing happens
+    await h.heartbeat("a", "b")
+    assert h.state(jid) == "RUNNING"
+    h.clock.advance(fence + 1)
+    await h.heartbeat("b")
+    h.agents.exit(jid, 1, code=-15)  # fenced by its agent
+    await h.heartbeat("a")
+    assert h.state(jid) == "PENDING" and h.kinds(jid)[-1] == "NODE_LOST" and h.job(jid).retries == 0
+    assert "node a was silent 11.0s, past the 10s fence: its agent stopped the workers" in h.job(jid).reason
+    await h.round()
+    assert h.state(jid) == "STARTING" and h.job(jid).attempt == 2
