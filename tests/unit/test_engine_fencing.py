@@ -7,8 +7,10 @@ from __future__ import annotations
 import itertools
 
 import grpc
+import pytest
 
 from tessera.controller.core.backoff import BackoffConfig, healthy, job_delay, may_launch, node_unhealthy_for
+from tessera.controller.main import parse_args
 from tessera.controller.registry import (
     FENCE_MARGIN_S,
     LivenessConfig,
@@ -200,3 +202,19 @@ async def test_a_node_back_after_a_silence_past_the_fence_has_its_jobs_requeued_
     assert "node a was silent 11.0s, past the 10s fence: its agent stopped the workers" in h.job(jid).reason
     await h.round()
     assert h.state(jid) == "STARTING" and h.job(jid).attempt == 2
+
+
+def test_controller_flags_validate_the_fence(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse_args(["--state-dir", "/tmp/x"])
+    assert (args.fence, args.fence_grace) == (0.0, 10.0)  # 0 = derived: 10 s with lease 15, interval 5
+    for argv, message in [
+        (["--fence", "9"], "--fence: the fence (9s) must be at least 2 heartbeat intervals (10s)"),
+        (["--fence", "15"], "--fence: the fence (15s) must be shorter than the lease (15s)"),
+        (["--lease", "8"], "(lengthen --lease or shorten --heartbeat-interval)"),
+        (["--fence-grace", "-1"], "--fence and --fence-grace must be >= 0"),
+        (["--down-after", "20"], "--down-after (20s) must be at least lease + fence grace + 1s (26s)"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            parse_args(["--state-dir", "/tmp/x", *argv])
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
