@@ -30,3 +30,9 @@ CONTRACT_VARS: frozenset[str] = frozenset(
         "CUDA_DEVICE_ORDER",
     }
 )
+
+# The first word of WorkerStatus.reason for a worker the agent's own fence stopped (no heartbeat
+# acknowledged for fence_seconds; docs/fencing.md), e.g. "fenced: no heartbeat acknowledged for
+# 10.0s". Its exit (0 after a checkpoint, or a signal) is no verdict on the job: the controller
+# requeues the attempt without spending a retry.
+FENCED_REASON = "fenced"

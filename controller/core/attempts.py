@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
+from tessera.common.contract import FENCED_REASON
+
 # Reported by an agent for a worker that ended while the agent was not running (exit code unknown).
 EXIT_UNKNOWN = -1000
 
@@ -47,11 +49,14 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
 
     - any rank that ended badly fails the attempt at once ("failed", user code) unless the controller
       had asked the attempt to stop, or the agent could not observe the exit ("interrupted");
+    - a rank its agent fenced (reason "fenced: ...", whatever its exit) interrupts the attempt;
     - all ranks exited 0: "succeeded" when rank 0 reached the job's iterations, else "stopped"
       (a cooperative stop after a checkpoint);
     - otherwise "running" once every rank is running, else "starting".
     """
     for r in sorted(ranks.values(), key=lambda x: x.rank):
+        if not r.running and not stop_requested and r.reason.split(":", 1)[0] == FENCED_REASON:
+            return Verdict("interrupted", f"rank {r.rank}: {r.reason}", r.rank)
         if r.running or r.exit_code == 0:
             continue
         if stop_requested:

@@ -218,3 +218,35 @@ def test_controller_flags_validate_the_fence(capsys: pytest.CaptureFixture[str])
             parse_args(["--state-dir", "/tmp/x", *argv])
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_rank_its_agent_fenced_interrupts_the_attempt_whatever_its_exit() -> None:
+    """The agent's keeper reports the workers it stopped with the reason "fenced: ..." (the
+    interface of tessera.common.contract.FENCED_REASON): a SIGTERM'd reference trainer exits 0 early
+    after its checkpoint, a custom program dies of the signal; neither is the job's failure."""
+    from tessera.controller.core.attempts import RankStatus, judge
+
+    why = "fenced: no heartbeat acknowledged for 10.0s"
+    for code in (0, -15, -9):
+        ranks = {0: RankStatus(0, False, code, why, 5), 1: RankStatus(1, False, 0, "", 5)}
+        v = judge(2, ranks, 100, stop_requested=False)
+        assert (v.kind, v.reason, v.rank) == ("interrupted", f"rank 0: {why}", 0)
+    # a stop the controller asked for is settled as a stop; other reasons are judged as before
+    assert judge(1, {0: RankStatus(0, False, 0, why, 5)}, 100, stop_requested=True).kind == "stopped"
+    assert judge(1, {0: RankStatus(0, False, -15, "fenceless", 5)}, 100, False).kind == "failed"
+
+
+async def test_fenced_workers_requeue_the_job_without_a_retry() -> None:
+    """The case the controller cannot time itself: it restarted, so it never saw the silence that
+    made the agent fence; the agent's report says so."""
+    h = Harness()
+    await h.register("a", "b")
+    jid = await h.submit(tiny())  # max_retries 0
+    await h.round()
+    await run_to_running(h, jid)
+    await h.restart()
+    for _, w in h.agents.workers(jid, 1):
+        w.state, w.exit_code, w.reason = P.WORKER_STATE_EXITED, 0, "fenced: no heartbeat acknowledged for 10.0s"
+    await h.register("a", "b")
+    assert h.state(jid) == "PENDING" and h.kinds(jid)[-1] == "REQUEUED" and h.job(jid).retries == 0
+    assert "fenced: no heartbeat acknowledged" in h.job(jid).reason
