@@ -84,7 +84,7 @@ def netns() -> Iterator[Netns]:
 
 
 def event_time(e: dict[str, object]) -> float:
-    return datetime.datetime.fromisoformat(str(e["timestamp"]).replace("Z", "+00:00")).timestamp()
+    return datetime.datetime.fromisoformat(str(e["timestamp"])).timestamp()
 
 
 def test_partitioned_node_requeued_after_the_fencing_bound_and_heals(chaos_cluster: Factory) -> None:
