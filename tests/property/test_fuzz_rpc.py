@@ -272,3 +272,21 @@ def test_every_service_is_fuzzed() -> None:
     services = {m.service for m in METHODS}
     assert services == {"Controller", "AgentRegistry", "NodeAgent", "Estimator"}
     assert len(METHODS) >= 20
+
+
+def test_corrupt_bytes_and_unknown_enums_get_a_status_naming_the_field(servers: dict[str, Daemon]) -> None:
+    """What the fuzzing found, as plain regression tests."""
+    for service, path in (("Controller", "/tessera.v1.Controller/ListNodes"),
+                          ("NodeAgent", "/tessera.v1.NodeAgent/Drain"),
+                          ("Estimator", "/tessera.v1.Estimator/Health")):
+        with sync_channel(servers[service].address) as channel, pytest.raises(grpc.RpcError) as e:
+            channel.unary_unary(path)(b"\x0a\x05abc", timeout=CALL_TIMEOUT_S)  # a field cut short
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details().startswith("request:")
+    req = SEEDS["Register"]
+    bad = agent_pb2.RegisterRequest()
+    bad.CopyFrom(req)
+    bad.status.inventory.source = -1  # type: ignore[assignment]
+    with sync_channel(servers["AgentRegistry"].address) as channel, pytest.raises(grpc.RpcError) as e:
+        channel.unary_unary("/tessera.v1.AgentRegistry/Register")(bad.SerializeToString(), timeout=CALL_TIMEOUT_S)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith("status.inventory.source:")
