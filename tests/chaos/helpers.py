@@ -30,7 +30,7 @@ def chaos_job(name: str, step_log: Path, iterations: int = 30, gpus: int = 1, st
 
 
 def checker(cl: Cluster, submitted: list[str], overlap_bound: float = 0.0) -> Checker:
-    return Checker(cl.controller.address, submitted, step_log=step_log_dir(cl.root),
+    return Checker(cl.client, submitted, step_log=step_log_dir(cl.root),
                    checkpoint_root=cl.root / "state" / "checkpoints", agents=list(cl.agents.values()),
                    overlap_bound=overlap_bound)
 

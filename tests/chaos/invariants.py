@@ -25,7 +25,7 @@ import os
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,7 +144,8 @@ class Checker:
     """What to check: the jobs the test submitted and where their traces are. `overlap_bound`:
     seconds two attempts may train at once (the fencing bound; 0 = none)."""
 
-    address: str
+    # A connected client (Cluster.client: whatever credentials the cluster needs).
+    client: Callable[[], Client]
     submitted: list[str]
     step_log: Path | None = None
     checkpoint_root: Path | None = None
@@ -153,7 +154,7 @@ class Checker:
 
     def snapshot(self) -> Report:
         r = Report()
-        with Client(self.address) as c:
+        with self.client() as c:
             listed = [j.id for j in c.list()]
             jobs = {i: c.get(i, with_events=True) for i in self.submitted}
         self._exist_once(r, listed, jobs)
