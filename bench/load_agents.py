@@ -208,8 +208,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             p.start()
         time.sleep(max(0.0, start_at - time.time()))
         cpu0, t0 = proc_cpu_seconds(pid), time.monotonic()
+        client_cpu0 = sum(proc_cpu_seconds(p.pid) for p in procs if p.pid is not None)
+        load0 = os.getloadavg()[0]
         samples, last_cpu, last_t, rss_max = [], cpu0, t0, 0.0
-        results = []
+        client_cpu, client_wall = 0.0, 1.0
+        results: list[dict[str, Any]] = []
         while len(results) < len(procs):
             with contextlib.suppress(queue.Empty):
                 results.append(q.get(timeout=5))
@@ -220,6 +223,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             samples.append((cpu - last_cpu) / (now - last_t))
             last_cpu, last_t = cpu, now
             rss_max = max(rss_max, proc_rss_mb(pid))
+            # The clients' CPU while they all run (a finished one has no /proc entry left to read).
+            if all(p.is_alive() for p in procs):
+                client_cpu = sum(proc_cpu_seconds(p.pid) for p in procs if p.pid is not None) - client_cpu0
+                client_wall = now - t0
         cpu_total = proc_cpu_seconds(pid) - cpu0
         wall = time.monotonic() - t0
         for p in procs:
@@ -256,6 +263,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "cpu_cores_max_5s": round(max(samples), 3) if samples else None,
                        "rss_mb_max": round(rss_max, 1), "rounds": len(rounds),
                        "round_seconds_max": max((r["seconds"] for r in rounds), default=None)},
+        "clients_cpu_cores_mean": round(client_cpu / client_wall, 3),
+        "machine_load_1min_at_start": round(load0, 2),
         "transport": "plaintext (mTLS once the daemons require it: see channel())",
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "note": "clients and controller share the machine's CPUs",

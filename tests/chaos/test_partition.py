@@ -114,8 +114,8 @@ def test_partitioned_node_requeued_after_the_fencing_bound_and_heals(chaos_clust
                 wait_for(lambda: c.get(jid).attempt >= 2 and c.get(jid).state == P.JOB_STATE_RUNNING, 60,
                          "the job running again elsewhere")
                 assert c.get(jid).placement.slices[0].node_id == "node-host"
-                wait_for(lambda: sum(s.attempt >= 2 and s.kind == "step" for s in step_lines(steps, jid)) >= 5, 60,
-                         "five steps of the new attempt")
+                wait_for(lambda: sum(s.attempt >= 2 and s.kind == "step" for s in step_lines(steps, jid)) >= 15, 60,
+                         "fifteen steps of the new attempt")
             finally:
                 ns.heal()
             wait_for(lambda: c.node("node-ns").state == P.NODE_STATE_READY, 30, "the partitioned node READY again")
