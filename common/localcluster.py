@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,9 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent  # the checkout, for relative example paths
 
 
-def env() -> dict[str, str]:
+def env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     e = dict(os.environ)
+    e.update(extra or {})
     e["PATH"] = f"{BIN}{os.pathsep}{e.get('PATH', '')}"
     e["PYTHONUNBUFFERED"] = "1"
     e.pop("NOTIFY_SOCKET", None)
@@ -85,11 +86,11 @@ class Daemon:
                 self.proc.wait(5)
 
 
-def _spawn(name: str, argv: list[str], log_path: Path) -> Daemon:
+def _spawn(name: str, argv: list[str], log_path: Path, extra_env: Mapping[str, str] | None = None) -> Daemon:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env(),
-                                cwd=REPO)
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env(extra_env), cwd=REPO)
     return Daemon(name, proc, log_path, argv=argv)
 
 
@@ -98,19 +99,22 @@ FAST_CONTROLLER = ["--round-interval", "30", "--inspect-interval", "1", "--debou
                    "--fence", "2.5", "--fence-grace", "2"]
 
 
-def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", fast: bool = True) -> Daemon:
+def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", fast: bool = True,
+                     extra_env: Mapping[str, str] | None = None) -> Daemon:
+    """`extra_env`: e.g. TESSERA_CRASH_AT (common/crashpoints.py) for this controller only."""
     argv = [str(BIN / "tessera-controller"), "--listen", listen, "--state-dir", str(state_dir)]
     argv += (FAST_CONTROLLER if fast else []) + list(extra)
     return _start("controller", argv, state_dir.parent / f"{state_dir.name}-controller.log", "controller_started",
-                  "listen")
+                  "listen", extra_env)
 
 
-def _start(name: str, argv: list[str], log_path: Path, ready_event: str, address_key: str) -> Daemon:
+def _start(name: str, argv: list[str], log_path: Path, ready_event: str, address_key: str,
+           extra_env: Mapping[str, str] | None = None) -> Daemon:
     """Spawn and wait for its ready line. A restart appends to the same log, so the line to wait
     for is the first one after those already there."""
     before = sum(1 for line in log_path.read_text(errors="replace").splitlines()
                  if f'"event": "{ready_event}"' in line) if log_path.exists() else 0
-    d = _spawn(name, argv, log_path)
+    d = _spawn(name, argv, log_path, extra_env)
     d.address = d.wait_event(ready_event, 30, skip=before)[address_key]
     return d
 
@@ -121,11 +125,13 @@ def start_estimator(log_path: Path, *extra: str, listen: str = "127.0.0.1:0") ->
     return _start("estimator", argv, log_path, "estimator_started", "listen")
 
 
-def start_agent(controller: str, node_id: str, inventory: Path | str | None, work_dir: Path, *extra: str) -> Daemon:
-    """An agent with a declared inventory file, or reading NVML when `inventory` is None."""
-    argv = [str(BIN / "tessera-agent"), "--controller", controller, "--node-id", node_id]
+def start_agent(controller: str, node_id: str, inventory: Path | str | None, work_dir: Path, *extra: str,
+                listen: str = "127.0.0.1:0", wrap: Sequence[str] = ()) -> Daemon:
+    """An agent with a declared inventory file, or reading NVML when `inventory` is None; `wrap`
+    runs it under another command (the partition test's `ip netns exec NS`)."""
+    argv = [*wrap, str(BIN / "tessera-agent"), "--controller", controller, "--node-id", node_id]
     argv += ["--inventory", str(inventory)] if inventory is not None else []
-    argv += ["--work-dir", str(work_dir), "--listen", "127.0.0.1:0", *extra]
+    argv += ["--work-dir", str(work_dir), "--listen", listen, *extra]
     return _start(f"agent {node_id}", argv, work_dir.parent / f"{node_id}-agent.log", "agent serving", "address")
 
 

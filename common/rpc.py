@@ -22,7 +22,7 @@ import grpc
 import grpc.aio
 import structlog
 
-from tessera.common.errors import TesseraError
+from tessera.common.errors import InvalidArgument, TesseraError
 
 log = structlog.get_logger(__name__)
 
@@ -89,7 +89,35 @@ def status_of(exc: BaseException, method: str, name: str,
             break
     if isinstance(exc, TesseraError):
         return grpc.StatusCode[exc.code.value], " ".join(exc.message.split())
+    if isinstance(exc, NotImplementedError):  # a generated servicer's method this server does not serve
+        return grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served by this {name}"
     return grpc.StatusCode.INTERNAL, f"{method} failed; see the {name} log"
+
+
+class _Undecodable:
+    """A request whose bytes are not the method's message: gRPC would answer UNKNOWN with the
+    parser's exception; the handler wrapper answers INVALID_ARGUMENT instead."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, or anything a parser raises
+            return _Undecodable(type(exc).__name__)
+
+    return parse
+
+
+def _refuse_undecodable(request: Any) -> None:
+    if isinstance(request, _Undecodable):
+        raise InvalidArgument("request", "not a valid message of the method's request type (corrupt wire format)")
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
@@ -114,7 +142,11 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
         for kind, (wrapper, make) in wrap.items():
             behavior = getattr(handler, kind)
             if behavior is not None:
-                return make(wrapper(method, behavior), request_deserializer=handler.request_deserializer,
+                # A unary request is parsed before the handler runs: a corrupt one reaches the
+                # wrapper as _Undecodable and is refused there with a status of ours.
+                parse = _tolerant(handler.request_deserializer) if kind.startswith("unary") \
+                    else handler.request_deserializer
+                return make(wrapper(method, behavior), request_deserializer=parse,
                             response_serializer=handler.response_serializer)
         return handler
 
@@ -129,6 +161,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
     def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
+                _refuse_undecodable(request)
                 result = behavior(request, context)
                 return await result if inspect.isawaitable(result) else result
             except grpc.aio.AbortError:
@@ -145,6 +178,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
+                _refuse_undecodable(request)
                 async for response in behavior(request, context):
                     yield response
             except grpc.aio.AbortError:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import grpc
 import structlog
 
+from tessera.common.crashpoints import crash_point
 from tessera.controller import metrics, rounds, transitions
 from tessera.controller.agents import AgentCalls
 from tessera.controller.core import frenzy
@@ -313,6 +314,7 @@ class Engine:
             await self._requeue(job, why, "REQUEUED", stop="another rank was interrupted")
         elif step == "relaunch":
             assert move is not None
+            crash_point("migrate.old_stopped")
             await self._relaunch(job, move)
         elif step == "requeue":
             await self._requeue(job, why, "STOPPED")
@@ -464,6 +466,8 @@ class Engine:
             else:
                 plan = rounds.waiting_for_nodes(snap, self.policy.name)
             self.rounds += 1
+            if rounds.steps(plan):  # a round that decided to act, not an idle one
+                crash_point("round.planned")
             # New pending reasons of the whole round in one transaction (no await since the snapshot,
             # so the jobs are as the round saw them).
             sick = [r.id for r in self._live.records.values() if not healthy(r.unhealthy_until, self.wall())]
@@ -482,6 +486,7 @@ class Engine:
                     await self._migrate_off(job, f"suspended by {plan.policy}: {d.reason}")
                 else:
                     await self._place(job, d)
+                    crash_point("round.between_launches")
             dt = time.perf_counter() - t0
             metrics.ROUND_SECONDS.observe(dt)
             log.info("round", round=self.rounds, policy=plan.policy, pending=len(pending),
@@ -507,6 +512,7 @@ class Engine:
                                           reason, kind, self.wall())
         await self._save(job, events)
         self._live.clocks[job.id] = AttemptClock(job.attempt, self.mono(), migration_started=migration_started)
+        crash_point("round.placed" if migration_started is None else "migrate.before_launch")
         await self._launch(job)
         return job
 
@@ -517,6 +523,7 @@ class Engine:
         job, events = transitions.migrating(job, d)
         await self._save(job, events)
         await self._stop_attempt(job, f"migrating: {d.reason}")
+        crash_point("migrate.checkpoint_requested")
 
     def _target_free(self, job: JobRecord, slices: tuple[Slice, ...]) -> bool:
         busy, now = self.view.busy_gpus(exclude=job.id), self.wall()
@@ -536,6 +543,7 @@ class Engine:
                 continue
             try:
                 await self.agents.launch(live.address, req)
+                crash_point("launch.answered")
             except grpc.aio.AioRpcError as e:
                 why = f"launch on {node_id} failed: {e.code().name}: {e.details()}"
                 await self._launch_failed(job, node_id, why)

@@ -173,6 +173,8 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
         _node_id(status.node_id)
         if not ADDRESS_RE.match(status.address):
             raise InvalidArgument("status.address", "must be host:port")
+        if status.inventory.source not in common_pb2.InventorySource.values():
+            raise InvalidArgument("status.inventory.source", f"unknown inventory source {status.inventory.source}")
         if not status.inventory.gpus:
             raise InvalidArgument("status.inventory.gpus", "a node must report at least one GPU")
         for g in status.inventory.gpus:

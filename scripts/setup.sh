@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything Tessera needs on a fresh Debian/Ubuntu machine: system packages (systemd-analyze
 # for the unit checks), a virtual environment in .venv, the project with its dev extras
-# (torch==2.13.0 CPU for the trainer, pytest, grpcio-tools), and DeepSpeed for the launcher test.
+# (torch==2.13.0 CPU for the trainer, pytest, hypothesis, grpcio-tools), iproute2 and iptables for the
+# chaos tests, and DeepSpeed for the launcher test.
 # Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,15 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
   else
     echo "setup: systemd-analyze missing and not root: the systemd unit checks will fail" >&2
+  fi
+fi
+# iproute2 (ip netns, veth) and iptables, for the network-partition chaos test (tests/chaos): root only.
+if ! command -v ip >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 iptables >/dev/null
+  else
+    echo "setup: ip or iptables missing and not root: the network-partition chaos test will fail" >&2
   fi
 fi
 PY=${PYTHON:-python3}

@@ -57,6 +57,13 @@ def inventory(model: str, count: int, memory_gb: int, source: int = P.INVENTORY_
         common_pb2.Gpu(index=i, model=model, memory_bytes=memory_gb << 30) for i in range(count)])
 
 
+def _without_epoch(req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchRequest:
+    out = agent_pb2.LaunchRequest()
+    out.CopyFrom(req)
+    out.controller_epoch = 0
+    return out
+
+
 class FakeAgents:
     """`AgentCalls` over in-memory agents, checking the crash-safety rule on every call."""
 
@@ -147,7 +154,8 @@ class FakeAgents:
                                        details="fake agent refused")
         key = (req.job_id, req.attempt, n.node_id)
         if key in self.started:
-            if self.started[key] != req:
+            # A restarted controller resends the attempt's request under its own, newer epoch.
+            if _without_epoch(self.started[key]) != _without_epoch(req):
                 self._violate(f"attempt {key} launched again with a different request")
             return agent_pb2.LaunchResponse(started=False)
         self.started[key] = req
