@@ -109,7 +109,7 @@ def _check_bounds(spec: common_pb2.JobSpec, model_by_name: bool) -> None:
     here exactly when SubmitJob would refuse its spec; the first problem, under the file's key."""
     for field, reason in jobspec.spec_errors(spec):
         for proto, key in _FILE_KEYS:
-            if field == proto or field.startswith(proto + ".") or field.startswith(proto + "["):
+            if field == proto or field.startswith((proto + ".", proto + "[")):
                 field = key + field[len(proto):]
                 break
         if model_by_name and field == "model.name":

@@ -90,8 +90,8 @@ def spec_errors(spec: common_pb2.JobSpec) -> Errors:
             ("env", len(spec.env), MAX_ENV, "variables"), ("entrypoint", len(spec.entrypoint), MAX_ARGV, "arguments"),
             ("launcher.argv", len(spec.launcher.argv), MAX_ARGV, "arguments"),
             ("launcher.head_argv", len(spec.launcher.head_argv), MAX_ARGV, "arguments")) if n > hi]
-        return counts or [("spec", f"{size:,} bytes serialized, over the limit of {MAX_SPEC_BYTES:,} "
-                         "(env and argv are for settings, not data)")]
+        return counts or [("spec", (f"{size:,} bytes serialized, over the limit of {MAX_SPEC_BYTES:,} "
+                         "(env and argv are for settings, not data)"))]
     errs: Errors = []
     if not spec.name:
         errs.append(("name", "required"))
@@ -140,8 +140,8 @@ def model_bound_errors(m: common_pb2.ModelSpec) -> Errors:
         errs.append(("model.name", f"must be {MODEL_NAME_RULE}"))
     dims = [d for d, _ in MODEL_DIMS if getattr(m, d)]
     if not dims and not m.name:
-        errs.append(("model", "give a registered name or hidden_size, num_layers, num_heads, vocab_size and "
-                              "seq_length"))
+        errs.append(("model", ("give a registered name or hidden_size, num_layers, num_heads, vocab_size and "
+                              "seq_length")))
     elif dims:
         for d, hi in MODEL_DIMS:
             errs += _range(f"model.{d}", getattr(m, d), 1, hi)
@@ -185,8 +185,8 @@ def argv_errors(field: str, argv: Sequence[str], placeholders: tuple[str, ...], 
     if argv:
         prog = argv[0]
         if not prog or (prog not in placeholders and any(c in SHELL_META for c in prog)):
-            errs.append((f"{field}[0]", f"must be {allowed}, not a shell command line "
-                                        "(the argv is run without a shell)"))
+            errs.append((f"{field}[0]", (f"must be {allowed}, not a shell command line "
+                                        "(the argv is run without a shell)")))
     return errs
 
 
@@ -198,8 +198,8 @@ def launcher_errors(launcher: common_pb2.Launcher) -> Errors:
     elif launcher.name and launcher.argv:
         errs.append(("launcher", "give a built-in name or an argv template, not both"))
     elif launcher.name and launcher.name not in BUILTIN_LAUNCHERS:
-        errs.append(("launcher.name", f"unknown launcher {launcher.name[:_KEY_SHOWN]!r}; built-in: "
-                                      f"{', '.join(BUILTIN_LAUNCHERS)}"))
+        errs.append(("launcher.name", (f"unknown launcher {launcher.name[:_KEY_SHOWN]!r}; built-in: "
+                                      f"{', '.join(BUILTIN_LAUNCHERS)}")))
     for field, argv in (("launcher.argv", launcher.argv), ("launcher.head_argv", launcher.head_argv)):
         bounded = argv_errors(field, argv, (PYTHON, ENTRYPOINT), "{python}, {entrypoint} or a program path")
         errs += bounded
@@ -208,8 +208,8 @@ def launcher_errors(launcher: common_pb2.Launcher) -> Errors:
         for i, arg in enumerate(argv):
             for name in _PLACEHOLDER.findall(arg):
                 if name not in LAUNCHER_FIELDS and f"{{{name}}}" not in (PYTHON, ENTRYPOINT):
-                    errs.append((f"{field}[{i}]", f"unknown placeholder {{{name}}}; known: {{python}}, "
-                                                  f"{{entrypoint}}, {', '.join('{' + f + '}' for f in LAUNCHER_FIELDS)}"))
+                    errs.append((f"{field}[{i}]", (f"unknown placeholder {{{name}}}; known: {{python}}, "
+                                                  f"{{entrypoint}}, {', '.join('{' + f + '}' for f in LAUNCHER_FIELDS)}")))
             if ENTRYPOINT in arg and arg != ENTRYPOINT:
                 errs.append((f"{field}[{i}]", "{entrypoint} must be an argument of its own"))
     if launcher.head_argv and not launcher.per_node:

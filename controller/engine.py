@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import grpc
 import structlog
 
+from tessera.common.errors import FailedPrecondition
 from tessera.controller import metrics, rounds, transitions
 from tessera.controller.agents import AgentCalls
 from tessera.controller.core import frenzy
@@ -192,6 +193,28 @@ class Engine:
         await self.view.notify()
         return rec
 
+    async def remove_node(self, node_id: str, force: bool, request_id: str) -> bool:
+        """Forget a node (RemoveNode): FailedPrecondition while attempts run on it unless `force`,
+        which requeues them as for a lost node. A node that heartbeats again is told to register
+        and comes back (an agent drained before keeps its drain: `register`)."""
+        rec = self._live.records.get(node_id)
+        if rec is not None:
+            jobs = self.view.jobs_on(node_id)
+            if jobs and not force:
+                raise FailedPrecondition(f"node {node_id} holds {len(jobs)} running attempt(s) "
+                                         f"({', '.join(j.id for j in jobs[:5])}): drain it first, or force")
+            for job in jobs:
+                await self._requeue(job, f"node {node_id} was removed by an admin", "NODE_LOST",
+                                    stop=f"node {node_id} removed")
+        if not self.store.remove_node(node_id, request_id, self.wall()):
+            raise NodeNotFound(node_id)
+        if self._live.records.pop(node_id, None) is not None:
+            self._live.nodes.pop(node_id, None)
+            log.info("node_removed", node_id=node_id, force=force)
+            await self.view.notify()
+            self.kick()
+        return True
+
     def _put_node(self, rec: NodeRecord) -> None:
         self.store.put_node(rec)
         self._live.records[rec.id] = rec
@@ -202,9 +225,10 @@ class Engine:
         node_id = status.node_id
         rec = self._live.records.get(node_id)
         if rec is None or rec.address != status.address or rec.inventory != status.inventory:
-            drained = rec.drained if rec else False
-            self._put_node(NodeRecord(node_id, status.address, status.inventory, drained,
-                                      rec.drain_reason if rec else ""))
+            # A node new to the store (or removed) keeps the drain its agent remembers.
+            drained = rec.drained if rec else status.draining
+            reason = rec.drain_reason if rec else ("drained before it registered" if drained else "")
+            self._put_node(NodeRecord(node_id, status.address, status.inventory, drained, reason))
         now = self.mono()
         live = LiveNode(node_id, status.address, status.inventory, status, now, self.wall(), registered=True)
         old = self._live.nodes.get(node_id)
