@@ -44,7 +44,7 @@ def decode(key: bytes, token: str, states: Iterable[int], tenant: str) -> tuple[
     if len(token) > MAX_TOKEN_CHARS:
         raise InvalidArgument(FIELD, f"longer than {MAX_TOKEN_CHARS} characters")
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raise InvalidArgument(FIELD, "malformed: pass back the token of the previous page unchanged") from None
     if len(raw) < _HEAD.size + 1 + _MAC_BYTES:
