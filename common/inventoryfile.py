@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from tessera.common import gpus as catalog
-from tessera.common.nodespec import MAX_GPUS_PER_NODE, MAX_GPU_MEMORY_BYTES
+from tessera.common.nodespec import MAX_GPU_MEMORY_BYTES, MAX_GPUS_PER_NODE
 from tessera.common.yamlfile import InputFileError, parse_with_lines, read_and_parse, refuse_unknown_keys
 
 # A node's bounds, the same the controller applies to every registration (common/nodespec.py).

@@ -14,10 +14,9 @@ import pytest
 from tessera.clients.sdk import Client, RpcError
 from tessera.common.rpc import sync_channel
 from tessera.v1 import agent_pb2 as A
-from tessera.v1 import agent_pb2_grpc
+from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 from tessera.v1 import common_pb2 as P
 from tessera.v1 import controller_pb2 as C
-from tessera.v1 import controller_pb2_grpc
 from tests.procs import Daemon, start_controller, tessctl, tessctl_json
 
 MANY = 2100  # three pages of the server's largest (1,000), and the default 500 too
@@ -158,10 +157,10 @@ def test_forged_registrations_are_refused(ctl: Daemon, client: Client) -> None:
     try:
         for status, field in ((_status("forged-1", gpus=20_000), "status.inventory.gpus"),
                               (_status("forged-2", model="A100\u202e-80GB"), "status.inventory.gpus[0].model")):
-            for call in (lambda: reg.Register(A.RegisterRequest(request_id="r", status=status), timeout=30),
-                         lambda: reg.Heartbeat(A.HeartbeatRequest(status=status, controller_epoch=1), timeout=30)):
+            for call in (lambda st: reg.Register(A.RegisterRequest(request_id="r", status=st), timeout=30),
+                         lambda st: reg.Heartbeat(A.HeartbeatRequest(status=st, controller_epoch=1), timeout=30)):
                 with pytest.raises(grpc.RpcError) as ei:
-                    call()
+                    call(status)
                 assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert (ei.value.details() or "").startswith(field + ":")
     finally:
