@@ -58,4 +58,8 @@ def _listed(job: controller_pb2.Job) -> controller_pb2.Job:
         job.spec.ClearField("entrypoint")
         job.spec.ClearField("launcher")
         job.spec_elided = True
+    if job.spec.ByteSize() > MAX_SPEC_BYTES:  # large elsewhere still: the identity and the size only
+        s = job.spec
+        job.spec.CopyFrom(common_pb2.JobSpec(name=s.name[:63], tenant=s.tenant[:63], iterations=s.iterations,
+                                             global_batch_size=s.global_batch_size))
     return job

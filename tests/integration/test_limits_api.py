@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import pytest
 
 from tessera.clients.sdk import Client, RpcError
 from tessera.common.rpc import sync_channel
+from tessera.controller.store import JobRecord, SqliteStore
 from tessera.v1 import agent_pb2 as A
 from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 from tessera.v1 import common_pb2 as P
@@ -194,3 +196,25 @@ def test_remove_node(ctl: Daemon, client: Client) -> None:
         assert cp.returncode == 1 and "NOT_FOUND" in cp.stderr
     finally:
         ch.close()
+
+
+def test_a_store_holding_ten_megabyte_specs_still_lists(tmp_path: Path) -> None:
+    # finding 5 as it was left behind: two 10 MB specs stored before the bounds existed
+    state = tmp_path / "state"
+    state.mkdir()
+    store = SqliteStore(state / "controller.db")
+    for i in range(2):
+        big = spec(f"legacy-{i}", env={f"V{k}": "x" * 4000 for k in range(2600)})
+        store.create_job(JobRecord(f"j-legacy{i}", f"r-legacy-{i}", big, P.JOB_STATE_PENDING, "", float(i)),
+                         ("SUBMITTED", ""))
+    store.close()
+    d = start_controller(state)
+    try:
+        out = tessctl_json(d.address, "get", "jobs")
+        assert [j["spec"]["name"] for j in out["jobs"]] == ["legacy-0", "legacy-1"]
+        assert all(j["spec_elided"] and not j["spec"]["env"] for j in out["jobs"])
+        assert "legacy-0" in tessctl(d.address, "get", "jobs").stdout
+        with Client(d.address, timeout=30) as c:
+            assert len(c.get("j-legacy0").spec.env) == 2600  # GetJob has it whole
+    finally:
+        d.stop()
