@@ -20,7 +20,7 @@ from tessera.common.errors import (
 )
 from tessera.common.nodespec import node_id_error, status_errors
 from tessera.controller.convert import event_pb, job_pb
-from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, validate_spec
+from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine
 from tessera.controller.listing import list_page
 from tessera.controller.store import TERMINAL, JobRecord, RequestConflict
@@ -89,7 +89,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidArgument("spec", "required")
         errors = validate_spec(request.spec)
         if errors:
-            raise InvalidInput("; ".join(map(str, errors)))  # every bad field at once
+            raise InvalidInput(summary(errors))  # every bad field at once, within a status's size
         rec, created = await self.engine.submit(request.spec, rid)
         return controller_pb2.SubmitJobResponse(job=self._job(rec.id), created=created)
 

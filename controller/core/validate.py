@@ -14,8 +14,10 @@ from tessera.v1 import common_pb2
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-# At most this many problems are named in one answer (a hostile spec could have thousands).
+# At most this many problems, and this many characters, in one answer: a hostile spec could have
+# thousands, and gRPC refuses status details over its metadata limit (8 KiB by default).
 MAX_REPORTED = 20
+MAX_MESSAGE = 2000
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,15 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
     if spec.HasField("model") and not any(f == "spec" or f.startswith("model") for f, _ in bounds):
         errs += _model_errors(spec.model)
     return errs[:MAX_REPORTED]
+
+
+def summary(errors: list[FieldError]) -> str:
+    """The problems as one status message: `field: reason; ...`, cut to MAX_MESSAGE characters."""
+    text = "; ".join(map(str, errors))
+    if len(text) <= MAX_MESSAGE:
+        return text
+    cut = text.rfind("; ", 0, MAX_MESSAGE - 20)
+    return text[:cut if cut > 0 else MAX_MESSAGE - 20] + "; ... (more problems)"
 
 
 def canonical_gpu_types(spec: common_pb2.JobSpec) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ import pytest
 from tessera.clients.jobfile import JobFileError, load_job_file, parse_job_yaml
 from tessera.common import jobspec
 from tessera.controller.core import launchers
-from tessera.controller.core.validate import validate_spec
+from tessera.controller.core.validate import MAX_MESSAGE, summary, validate_spec
 from tessera.v1 import common_pb2 as P
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -207,4 +207,8 @@ def test_reported_errors_are_bounded() -> None:
     spec = good(env={f"v{i}": "" for i in range(1000)})
     errs = validate_spec(spec)
     assert len(errs) == 20 and all(e.field.startswith("env.v") for e in errs)
-    assert len("; ".join(map(str, errs))) < 4096
+    assert len(summary(errs)) < 4096
+    many_placeholders = good(launcher=P.Launcher(argv=["run"] + ["--x={" + "q" * (i + 1) + "}" for i in range(200)]))
+    text = summary(validate_spec(many_placeholders))
+    assert len(text) <= MAX_MESSAGE and text.startswith("launcher.argv[1]: unknown placeholder")
+    assert text.endswith("; ... (more problems)")
