@@ -106,6 +106,7 @@ class Engine:
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
+        self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
         self.started_mono = mono()
         self.rounds = 0
         for rec in store.list_nodes():
@@ -197,6 +198,8 @@ class Engine:
         """Forget a node (RemoveNode): FailedPrecondition while attempts run on it unless `force`,
         which requeues them as for a lost node. A node that heartbeats again is told to register
         and comes back (an agent drained before keeps its drain: `register`)."""
+        if self._removals.get(request_id) == node_id:  # a retry: the node may be back, leave it be
+            return True
         rec = self._live.records.get(node_id)
         if rec is not None:
             jobs = self.view.jobs_on(node_id)
@@ -208,6 +211,9 @@ class Engine:
                                     stop=f"node {node_id} removed")
         if not self.store.remove_node(node_id, request_id, self.wall()):
             raise NodeNotFound(node_id)
+        self._removals[request_id] = node_id
+        while len(self._removals) > 1024:
+            del self._removals[next(iter(self._removals))]
         if self._live.records.pop(node_id, None) is not None:
             self._live.nodes.pop(node_id, None)
             log.info("node_removed", node_id=node_id, force=force)

@@ -49,6 +49,8 @@ async def test_remove_node_refused_while_it_runs_work_then_forced() -> None:
     assert not await h.engine.heartbeat(h.agents.status("a"), h.engine.epoch)
     await h.register("a")
     assert h.engine.view.node("a").state == P.NODE_STATE_READY
+    assert await h.engine.remove_node("a", True, "rm-2")  # a late retry leaves the returned node alone
+    assert h.engine.view.node("a").state == P.NODE_STATE_READY and h.store.get_node("a") is not None
 
 
 async def test_a_node_drained_before_removal_stays_drained_when_it_returns() -> None:
