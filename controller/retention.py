@@ -64,7 +64,7 @@ class Retention:
         except OSError:
             return []
         for entry in entries:
-            if not JOB_ID_RE.match(entry.name) or not entry.is_dir(follow_symlinks=False):
+            if not JOB_ID_RE.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
                 continue
             job = self.store.get_job(entry.name)
             if job is None:

@@ -49,7 +49,7 @@ def translate() -> dict[type[BaseException], Callable[[Any], TesseraError]]:
 def _request_id(rid: str) -> str:
     if not rid:
         raise InvalidArgument("request_id", "required on every mutating call")
-    if not REQUEST_ID_RE.match(rid):
+    if not REQUEST_ID_RE.fullmatch(rid):
         raise InvalidArgument("request_id", "must match [A-Za-z0-9._:-]{1,128}")
     return rid
 
@@ -57,7 +57,7 @@ def _request_id(rid: str) -> str:
 def _job_id(jid: str) -> str:
     if not jid:
         raise InvalidArgument("job_id", "required")
-    if not JOB_ID_RE.match(jid):
+    if not JOB_ID_RE.fullmatch(jid):
         raise InvalidArgument("job_id", "malformed")
     return jid
 

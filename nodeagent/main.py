@@ -100,7 +100,7 @@ def _host_port(value: str, flag: str, allow_port0: bool) -> str:
 def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Namespace]:
     """Parse and validate the command line; AgentUsageError with a one-line message on any problem."""
     args = build_parser().parse_args(argv)
-    if not NODE_ID_RE.match(args.node_id):
+    if not NODE_ID_RE.fullmatch(args.node_id):
         raise AgentUsageError(f"--node-id: {args.node_id!r} does not match {NODE_ID_RE.pattern}")
     _host_port(args.controller, "--controller", allow_port0=False)
     _host_port(args.listen, "--listen", allow_port0=True)
