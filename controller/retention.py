@@ -13,7 +13,7 @@ import asyncio
 import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,15 +42,20 @@ class Retention:
 
     def sweep_jobs(self) -> list[str]:
         """Delete the finished jobs past the job TTL; their ids."""
-        if self.cfg.job_ttl_s <= 0:
-            return []
-        before = self.wall() - self.cfg.job_ttl_s
         gone: list[str] = []
+        for batch in self._batches():
+            gone += batch
+        return gone
+
+    def _batches(self) -> Iterator[list[str]]:
+        if self.cfg.job_ttl_s <= 0:
+            return
+        before = self.wall() - self.cfg.job_ttl_s
         while True:
             batch = self.store.delete_finished_jobs(before, self.cfg.batch)
-            gone += batch
+            yield batch
             if len(batch) < self.cfg.batch:
-                return gone
+                return
 
     def expired_checkpoints(self) -> list[Path]:
         """Folders `<root>/<job id>` past the checkpoint TTL: of a job that finished that long ago, or
@@ -89,7 +94,10 @@ class Retention:
         return removed
 
     async def sweep(self) -> tuple[list[str], list[Path]]:
-        jobs = self.sweep_jobs()
+        jobs: list[str] = []
+        for batch in self._batches():  # one transaction each, the event loop served in between
+            jobs += batch
+            await asyncio.sleep(0)
         folders = await asyncio.to_thread(self.sweep_checkpoints)  # shared storage may be slow
         if jobs or folders:
             log.info("retention_sweep", jobs_removed=len(jobs), checkpoints_removed=len(folders))

@@ -127,3 +127,27 @@ async def test_ttl_zero_keeps_forever(tmp_path: Path) -> None:
     ret = Retention(h.store, str(tmp_path), RetentionConfig(job_ttl_s=0, checkpoint_ttl_s=0), wall=h.clock)
     assert ret.sweep_jobs() == [] and ret.sweep_checkpoints() == []
     assert h.state(jid) == "CANCELLED" and (tmp_path / jid).exists()
+
+
+async def test_the_async_sweep_deletes_in_batches(tmp_path: Path) -> None:
+    h = Harness()
+    ids = [await h.submit(tiny(f"j{i}")) for i in range(7)]
+    for jid in ids:
+        await h.engine.cancel(jid)
+    h.clock.advance(8 * DAY)
+    ret = Retention(h.store, str(tmp_path), RetentionConfig(batch=3), wall=h.clock)
+    jobs, folders = await ret.sweep()
+    assert sorted(jobs) == sorted(ids) and folders == [] and h.store.list_jobs() == []
+
+
+def test_controller_flags_and_page_key(tmp_path: Path) -> None:
+    from tessera.controller.main import page_key, parse_args
+
+    args = parse_args(["--state-dir", str(tmp_path), "--job-ttl", "0", "--checkpoint-ttl", "86400"])
+    assert (args.job_ttl, args.checkpoint_ttl, args.retention_interval) == (0, 86400, 600)
+    assert parse_args(["--state-dir", str(tmp_path)]).job_ttl == 7 * DAY
+    with pytest.raises(SystemExit):
+        parse_args(["--state-dir", str(tmp_path), "--job-ttl", "-1"])
+    key = page_key(tmp_path / "page-token.key")
+    assert len(key) == 32 and page_key(tmp_path / "page-token.key") == key  # kept across restarts
+    assert (tmp_path / "page-token.key").stat().st_mode & 0o777 == 0o600
