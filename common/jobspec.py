@@ -90,8 +90,8 @@ def spec_errors(spec: common_pb2.JobSpec) -> Errors:
             ("env", len(spec.env), MAX_ENV, "variables"), ("entrypoint", len(spec.entrypoint), MAX_ARGV, "arguments"),
             ("launcher.argv", len(spec.launcher.argv), MAX_ARGV, "arguments"),
             ("launcher.head_argv", len(spec.launcher.head_argv), MAX_ARGV, "arguments")) if n > hi]
-        return counts or [("spec", (f"{size:,} bytes serialized, over the limit of {MAX_SPEC_BYTES:,} "
-                         "(env and argv are for settings, not data)"))]
+        why = f"{size:,} bytes serialized, over the limit of {MAX_SPEC_BYTES:,} (env and argv are for settings, not data)"
+        return counts or [("spec", why)]
     errs: Errors = []
     if not spec.name:
         errs.append(("name", "required"))
