@@ -12,34 +12,32 @@ YAML itself is read by tessera.common.yamlfile (duplicate keys, aliases, nesting
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tessera.common import gpus as catalog
+from tessera.common import jobspec
 from tessera.common.contract import CONTRACT_VARS
 from tessera.common.yamlfile import MAX_BYTES, InputFileError, load_yaml, parse_with_lines
 from tessera.estimator.convert import model_dims
+from tessera.estimator.models import REGISTERED, registered
 from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2
 
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+NAME_RE = jobspec.NAME_RE
+MODEL_NAME_RE = jobspec.MODEL_NAME_RE
+ENV_NAME_RE = jobspec.ENV_NAME_RE
 
 DEFAULT_TENANT = "default"
 DEFAULT_MAX_RETRIES = 2
 
 
 # (field, upper bound) of the model dimensions; each must also be > 0.
-MODEL_DIMS: tuple[tuple[str, int], ...] = (
-    ("hidden_size", 65_536),
-    ("num_layers", 1_024),
-    ("num_heads", 1_024),
-    ("vocab_size", 4_000_000),
-    ("seq_length", 1_048_576),
-)
+MODEL_DIMS = jobspec.MODEL_DIMS
+# Proto field paths of tessera.common.jobspec's errors whose key in a job file is another.
+_FILE_KEYS = (("hint.gpu_types", "gpu_types"), ("hint.gpus", "gpus"), ("progress_timeout_seconds", "progress_timeout"),
+              ("spec", "job"))
 
 # Optional refinements of explicit dimensions (ModelSpec fields 7-16; docs/job-file.md): the model
 # family and its shape. Absent = a GPT-2-style decoder, as before they existed.
@@ -100,8 +98,23 @@ def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
     spec.max_retries = _int(data, "max_retries", 0, 100, required=False, default=DEFAULT_MAX_RETRIES)
     if "launcher" in data:
         spec.launcher.CopyFrom(_launcher(data["launcher"]))
-    spec.progress_timeout_seconds = _int(data, "progress_timeout", -1, 10**7, required=False, default=0)
+    spec.progress_timeout_seconds = _int(data, "progress_timeout", -1, jobspec.MAX_PROGRESS_TIMEOUT_S,
+                                         required=False, default=0)
+    _check_bounds(spec, isinstance(data["model"], str))
     return spec
+
+
+def _check_bounds(spec: common_pb2.JobSpec, model_by_name: bool) -> None:
+    """The bounds the controller applies on submit (tessera.common.jobspec), so a file is refused
+    here exactly when SubmitJob would refuse its spec; the first problem, under the file's key."""
+    for field, reason in jobspec.spec_errors(spec):
+        for proto, key in _FILE_KEYS:
+            if field == proto or field.startswith((proto + ".", proto + "[")):
+                field = key + field[len(proto):]
+                break
+        if model_by_name and field == "model.name":
+            field = "model"
+        raise JobFileError(field, reason)
 
 
 def _launcher(value: Any) -> common_pb2.Launcher:
@@ -141,9 +154,7 @@ def _name(data: Mapping[str, Any], key: str, *, required: bool) -> str:
         return ""
     value = data[key]
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-        raise JobFileError(
-            key, "must be 1-63 lowercase letters, digits or '-', starting with a letter or digit"
-        )
+        raise JobFileError(key, f"must be {jobspec.NAME_RULE}")
     return value
 
 
@@ -170,7 +181,9 @@ def _model(value: Any) -> common_pb2.ModelSpec:
     model = common_pb2.ModelSpec()
     if isinstance(value, str):
         if not MODEL_NAME_RE.fullmatch(value):
-            raise JobFileError("model", f"invalid registered model name {value!r}")
+            raise JobFileError("model", f"invalid registered model name {jobspec.shown_key(value)}")
+        if registered(value) is None:
+            raise JobFileError("model", f"unknown model {value!r}; registered: {', '.join(sorted(REGISTERED))}")
         model.name = value
         return model
     if not isinstance(value, Mapping):
@@ -186,7 +199,7 @@ def _model(value: Any) -> common_pb2.ModelSpec:
     name = value.get("name")
     if name is not None:
         if not isinstance(name, str) or not MODEL_NAME_RE.fullmatch(name):
-            raise JobFileError("model.name", f"invalid model name {name!r}")
+            raise JobFileError("model.name", f"invalid model name {jobspec.shown_key(str(name))}")
         model.name = name
     for key, hi in MODEL_DIMS:
         setattr(model, key, _int(value, key, 1, hi, required=True, prefix="model."))
@@ -269,7 +282,7 @@ def _env(value: Any) -> dict[str, str]:
     for name, val in value.items():
         field = f"env.{name}"
         if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
-            raise JobFileError(field, "invalid name: must match [A-Z_][A-Z0-9_]*")
+            raise JobFileError(f"env.{jobspec.shown_key(str(name))}", f"invalid name: must match {jobspec.ENV_NAME_RULE}")
         if name in CONTRACT_VARS:
             raise JobFileError(field, "reserved: set by the agent for every worker (docs/worker-contract.md)")
         if isinstance(val, bool) or val is None or not isinstance(val, str | int | float):

@@ -7,6 +7,7 @@ they are tested with literal inputs. docs/cli.md describes every column and JSON
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,6 +25,37 @@ JOB_WIDE_COLUMNS = JOB_COLUMNS[:-1] + ("PLAN(dp/tp/pp/mb/ga)", "NODES", "ATTEMPT
 NODE_COLUMNS = ("NAME", "STATE", "GPUS", "FREE", "SOURCE", "HEARTBEAT", "ADDRESS")
 NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "REASON")
 EVENT_COLUMNS = ("SEQ", "AGE", "KIND", "MESSAGE")
+
+
+# -- untrusted text ---------------------------------------------------------------------------------
+
+# Control characters (ESC starts terminal escape sequences), format characters (bidi overrides such
+# as U+202E, zero-width joiners, BOMs), surrogates, private-use and unassigned code points, and line
+# and paragraph separators: a name, reason or hostname holding one could redraw or reorder what a
+# terminal shows.
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def safe(text: str) -> str:
+    """Text from the network as a terminal may show it: every control, format or invisible
+    character becomes a visible escape (\x1b, \u202e, \U000e0001); the rest is kept. The one
+    function every table, describe and message of tessctl prints untrusted strings through (JSON
+    output is escaped by json itself)."""
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) not in _UNSAFE:
+            out.append(ch)
+            continue
+        code = ord(ch)
+        out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+def one_line(text: str) -> str:
+    """Whitespace runs (newlines, tabs) as one space, then `safe`."""
+    return safe(" ".join(text.split()))
 
 
 # -- JSON -------------------------------------------------------------------------------------------
@@ -120,8 +152,8 @@ def source(src: int) -> str:
 
 
 def truncate(text: str, width: int = REASON_WIDTH) -> str:
-    """One line, at most `width` characters ("..." marks a cut)."""
-    text = " ".join(text.split())
+    """One line, at most `width` characters ("..." marks a cut), made `safe`."""
+    text = one_line(text)
     if len(text) <= width:
         return text
     return text[: width - 3] + "..."
@@ -201,7 +233,9 @@ def node_free(node: controller_pb2.Node) -> int:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by three spaces, as kubectl prints them; no trailing blanks."""
+    """Left-aligned columns separated by three spaces, as kubectl prints them; no trailing blanks.
+    Every cell is made `safe`."""
+    rows = [[safe(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -219,7 +253,7 @@ def job_row(job: controller_pb2.Job, now: float, wide: bool = False, models: Gpu
     if not wide:
         return head + [truncate(job.reason) or NONE]
     return head + [
-        job_plan(job), job_nodes(job), str(job.attempt), job_loss(job), " ".join(job.reason.split()) or NONE,
+        job_plan(job), job_nodes(job), str(job.attempt), job_loss(job), one_line(job.reason) or NONE,
     ]
 
 
@@ -238,7 +272,7 @@ def node_row(node: controller_pb2.Node, now: float, wide: bool = False) -> list[
         inv = node.inventory
         row += [
             inv.hostname or NONE, str(inv.cpu_count) if inv.cpu_count else NONE, gib(inv.host_memory_bytes),
-            " ".join(node.reason.split()) or NONE,
+            one_line(node.reason) or NONE,
         ]
     return row
 
@@ -248,7 +282,7 @@ def nodes_table(nodes: Sequence[controller_pb2.Node], now: float, wide: bool = F
 
 
 def events_table(events: Sequence[common_pb2.JobEvent], now: float) -> str:
-    rows = [[str(e.seq), age(e.time, now), e.kind or NONE, " ".join(e.message.split())] for e in events]
+    rows = [[str(e.seq), age(e.time, now), e.kind or NONE, one_line(e.message)] for e in events]
     return table(EVENT_COLUMNS, rows)
 
 
@@ -264,6 +298,7 @@ def _fmt_time(t: float) -> str:
 
 
 def _kv(pairs: Sequence[tuple[str, str]], indent: int = 0) -> list[str]:
+    pairs = [(safe(k), safe(v)) for k, v in pairs]
     width = max((len(k) for k, _ in pairs), default=0) + 2
     return [" " * indent + f"{k + ':':<{width}}{v}".rstrip() for k, v in pairs]
 
@@ -278,7 +313,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
     )
     lines = _kv([
         ("ID", job.id), ("Name", spec.name), ("Tenant", spec.tenant), ("State", job_state(job.state)),
-        ("Reason", " ".join(job.reason.split()) or NONE), ("Model", model),
+        ("Reason", one_line(job.reason) or NONE), ("Model", model),
         ("Global batch", str(spec.global_batch_size)), ("Iterations", job_iter(job)),
         ("GPU hint", (f"{spec.hint.gpus or 'any'} of {', '.join(spec.hint.gpu_types) or 'any type'}")),
         ("Entrypoint", " ".join(spec.entrypoint) or "(reference trainer)"),
@@ -326,7 +361,7 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
     inv = node.inventory
     lines = _kv([
         ("Name", node.id), ("Address", node.address or NONE), ("State", node_status(node, now)),
-        ("Reason", " ".join(node.reason.split()) or NONE), ("Hostname", inv.hostname or NONE),
+        ("Reason", one_line(node.reason) or NONE), ("Hostname", inv.hostname or NONE),
         ("Inventory", source(inv.source) + (" (no GPU probed: workers run on CPU)"
                                             if inv.source == common_pb2.INVENTORY_SOURCE_DECLARED else "")),
         ("CPUs", str(inv.cpu_count) if inv.cpu_count else NONE), ("Memory", gib(inv.host_memory_bytes)),

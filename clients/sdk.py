@@ -18,9 +18,10 @@ purpose, so ``except TesseraError`` catches a failed call as it always has.
 from __future__ import annotations
 
 import builtins
+import itertools
 import time
 import uuid
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -39,6 +40,9 @@ JobSpec = common_pb2.JobSpec
 TERMINAL_STATES = frozenset(
     {common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED}
 )
+
+# The server's largest ListJobs page (controller/listing.py), the most `list(limit=N)` asks for at once.
+MAX_PAGE = 1000
 
 # How long wait() keeps resuming while the controller is unreachable (a restart takes seconds).
 UNAVAILABLE_GRACE_S = 30.0
@@ -136,10 +140,30 @@ class Client:
         """The job with this id, with its events when with_events. NOT_FOUND if there is none."""
         return self._call(self._stub.GetJob, controller_pb2.GetJobRequest(job_id=job_id, with_events=with_events))
 
-    def list(self, states: Iterable[int | str] | None = None, tenant: str = "") -> list[controller_pb2.Job]:
-        """Jobs in any of `states` (all when None or empty) of `tenant` (all when empty)."""
-        req = controller_pb2.ListJobsRequest(states=[state_value(s) for s in states or ()], tenant=tenant)
-        return list(self._call(self._stub.ListJobs, req).jobs)
+    def list(self, states: Iterable[int | str] | None = None, tenant: str = "",
+             limit: int | None = None) -> list[controller_pb2.Job]:
+        """Jobs in any of `states` (all when None or empty) of `tenant` (all when empty), oldest
+        first, every page joined; at most `limit` when given."""
+        page = min(limit, MAX_PAGE) if limit is not None and limit > 0 else 0
+        return list(itertools.islice(self.iter_jobs(states, tenant, page_size=page), limit))
+
+    def iter_jobs(self, states: Iterable[int | str] | None = None, tenant: str = "",
+                  page_size: int = 0) -> Iterator[controller_pb2.Job]:
+        """The jobs `list` returns, one page (`page_size` jobs; 0 = the server's default) per
+        ListJobs call, fetched as the iterator is consumed."""
+        req = controller_pb2.ListJobsRequest(states=[state_value(s) for s in states or ()], tenant=tenant,
+                                             limit=page_size)
+        seen: set[str] = set()
+        while True:
+            resp = self._call(self._stub.ListJobs, req)
+            yield from resp.jobs
+            token = resp.continue_token
+            if not token:
+                return
+            if token in seen or not resp.jobs:  # a server that would page forever
+                raise RpcError("INTERNAL", "the controller repeated a ListJobs page (continue_token)")
+            seen.add(token)
+            req.continue_token = token
 
     def cancel(self, job_id: str, request_id: str | None = None) -> controller_pb2.Job:
         """Cancel a job (its workers are stopped); returns the job. Cancelling an ended job is a no-op
@@ -242,6 +266,13 @@ class Client:
         """Make a drained node schedulable again; returns the node."""
         req = controller_pb2.UndrainNodeRequest(request_id=request_id or _new_id(), node_id=node_id)
         return self._call(self._stub.UndrainNode, req)
+
+    def remove_node(self, node_id: str, force: bool = False, request_id: str | None = None) -> bool:
+        """Forget a node (admin). FAILED_PRECONDITION while attempts run on it, unless `force`
+        (they are requeued); NOT_FOUND for an unknown node. An agent still running comes back at
+        its next heartbeat: drain it first to keep work off it."""
+        req = controller_pb2.RemoveNodeRequest(request_id=request_id or _new_id(), node_id=node_id, force=force)
+        return bool(self._call(self._stub.RemoveNode, req).removed)
 
     # -- plumbing --------------------------------------------------------------------------------
 

@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", type=_states, action="append", default=[], metavar="STATE[,STATE]",
                    help="only jobs in these states (pending, running, ...); repeatable")
     p.add_argument("--tenant", default="", help="only jobs of this tenant")
+    p.add_argument("--limit", type=_non_negative_int, default=0, metavar="N",
+                   help="at most N jobs, the oldest first (default 0: all, every page)")
     p.add_argument("-w", "--watch", action="store_true", help="print again on every change")
     p = command(get_sub, "nodes", cmd_get_nodes, "list nodes", aliases=["node"])
     p.add_argument("ids", nargs="*", metavar="ID", help="only these nodes")
@@ -133,6 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(sub, "undrain", cmd_undrain, "make a drained node schedulable again")
     p.add_argument("node", metavar="NODE")
+    p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+
+    delete = command(sub, "delete", _needs_resource, "remove a node from the controller (admin)")
+    delete_sub = delete.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
+    p = command(delete_sub, "node", cmd_delete_node, "forget a node: refused while it runs work unless --force",
+                aliases=["nodes"])
+    p.add_argument("node", metavar="NODE")
+    p.add_argument("--force", action="store_true", help="remove it even while it runs work (its jobs are requeued)")
     p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
 
     p = command(sub, "logs", cmd_logs, "print a worker's log")
@@ -175,7 +185,8 @@ def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     else:
         _print(out, output.jobs_table([result.job], time.time(), wide=args.output == "wide"))
         if not result.created:
-            print(f"tessctl: request id seen before: job {result.job.id} was not created again", file=sys.stderr)
+            print(f"tessctl: request id seen before: job {output.safe(result.job.id)} was not created again",
+                  file=sys.stderr)
     return 0
 
 
@@ -185,7 +196,7 @@ def cmd_get_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     def fetch() -> list[controller_pb2.Job]:
         if args.ids:
             return [client.get(i) for i in args.ids]
-        return client.list(states=states, tenant=args.tenant)
+        return client.list(states=states, tenant=args.tenant, limit=args.limit or None)
 
     def table(jobs: Sequence[controller_pb2.Job], now: float, wide: bool) -> str:
         return output.jobs_table(jobs, now, wide, _gpu_models(client, jobs))
@@ -276,6 +287,15 @@ def cmd_undrain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return _unconfirmed(node, "undrained")
 
 
+def cmd_delete_node(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    removed = client.remove_node(args.node, force=args.force, request_id=args.request_id)
+    if args.output == "json":
+        _print(out, output.dumps({"node_id": args.node, "removed": removed}))
+    else:
+        _print(out, f"node/{output.safe(args.node)} removed")
+    return 0
+
+
 def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     if args.output == "json" and args.follow:
         raise CliUsageError("--follow prints raw log text: it cannot be combined with -o json")
@@ -294,7 +314,7 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         resp = client.logs(args.id, rank=args.rank, attempt=args.attempt, tail_bytes=args.tail)
         data = bytes(resp.data)
         if resp.path != prev_path:
-            print(f"tessctl: now following {resp.node_id}:{resp.path}", file=sys.stderr)
+            print(f"tessctl: now following {output.safe(resp.node_id)}:{output.safe(resp.path)}", file=sys.stderr)
             _write_bytes(out, data)
         else:
             _write_bytes(out, data[_overlap(prev, data):])
@@ -472,7 +492,8 @@ def _version() -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """An error message on one line; what the controller sent back (a field it echoes) made safe."""
+    return output.one_line(str(text))
 
 
 def _unreachable_message(exc: ControllerUnreachable) -> str:

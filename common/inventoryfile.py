@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from tessera.common import gpus as catalog
+from tessera.common.nodespec import MAX_GPU_MEMORY_BYTES, MAX_GPUS_PER_NODE
 from tessera.common.yamlfile import InputFileError, parse_with_lines, read_and_parse, refuse_unknown_keys
 
-MAX_COUNT = 64
-MAX_MEMORY_GB = 1024
+# A node's bounds, the same the controller applies to every registration (common/nodespec.py).
+MAX_COUNT = MAX_GPUS_PER_NODE
+MAX_MEMORY_GB = MAX_GPU_MEMORY_BYTES // catalog.GB
 GROUP_KEYS = frozenset({"model", "count", "memory_gb", "nvlink"})
 
 
@@ -52,7 +54,11 @@ def parse_inventory(doc: Any) -> InventorySpec:
     groups = doc.get("gpus")
     if not isinstance(groups, list) or not groups:
         raise InventoryError("gpus", "must be a non-empty list of GPU groups")
-    return InventorySpec(tuple(_group(f"gpus[{gi}]", group) for gi, group in enumerate(groups)))
+    spec = InventorySpec(tuple(_group(f"gpus[{gi}]", group) for gi, group in enumerate(groups)))
+    total = sum(g.count for g in spec.groups)
+    if total > MAX_COUNT:
+        raise InventoryError("gpus", f"{total} GPUs in all: a node has at most {MAX_COUNT}")
+    return spec
 
 
 def _group(field: str, group: Any) -> GpuGroupSpec:

@@ -32,6 +32,7 @@ import grpc
 import structlog
 
 from tessera.common.crashpoints import crash_point
+from tessera.common.errors import FailedPrecondition
 from tessera.controller import metrics, rounds, transitions
 from tessera.controller.agents import AgentCalls
 from tessera.controller.core import frenzy
@@ -110,6 +111,7 @@ class Engine:
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
+        self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
         self.started_mono = mono()
         self.rounds = 0
         for rec in store.list_nodes():
@@ -200,6 +202,33 @@ class Engine:
         err = await self.agents.drain(live.address, self.epoch, drained)
         return rec, f"the agent did not confirm: {err}" if err else ""
 
+    async def remove_node(self, node_id: str, force: bool, request_id: str) -> bool:
+        """Forget a node (RemoveNode): FailedPrecondition while attempts run on it unless `force`,
+        which requeues them as for a lost node. A node that heartbeats again is told to register
+        and comes back (an agent drained before keeps its drain: `register`)."""
+        if self._removals.get(request_id) == node_id:  # a retry: the node may be back, leave it be
+            return True
+        rec = self._live.records.get(node_id)
+        if rec is not None:
+            jobs = self.view.jobs_on(node_id)
+            if jobs and not force:
+                raise FailedPrecondition(f"node {node_id} holds {len(jobs)} running attempt(s) "
+                                         f"({', '.join(j.id for j in jobs[:5])}): drain it first, or force")
+            for job in jobs:
+                await self._requeue(job, f"node {node_id} was removed by an admin", "NODE_LOST",
+                                    stop=f"node {node_id} removed")
+        if not self.store.remove_node(node_id, request_id, self.wall()):
+            raise NodeNotFound(node_id)
+        self._removals[request_id] = node_id
+        while len(self._removals) > 1024:
+            del self._removals[next(iter(self._removals))]
+        if self._live.records.pop(node_id, None) is not None:
+            self._live.nodes.pop(node_id, None)
+            log.info("node_removed", node_id=node_id, force=force)
+            await self.view.notify()
+            self.kick()
+        return True
+
     def _put_node(self, rec: NodeRecord) -> None:
         self.store.put_node(rec)
         self._live.records[rec.id] = rec
@@ -210,7 +239,10 @@ class Engine:
         node_id = status.node_id
         rec = self._live.records.get(node_id)
         if rec is None or rec.address != status.address or rec.inventory != status.inventory:
-            rec = rec or NodeRecord(node_id, status.address)
+            # A node new to the store (or removed) keeps the drain its agent remembers.
+            if rec is None:
+                rec = NodeRecord(node_id, status.address, drained=status.draining,
+                                 drain_reason="drained before it registered" if status.draining else "")
             self._put_node(rec.with_(address=status.address, inventory=status.inventory))
         now = self.mono()
         live = LiveNode(node_id, status.address, status.inventory, status, now, self.wall(), registered=True)

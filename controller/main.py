@@ -15,6 +15,7 @@ from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.registry import LivenessConfig, default_fence, fence_problem, requeue_after
+from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService, translate
 from tessera.controller.store import SqliteStore
 from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
@@ -60,8 +61,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learn-step-times", default="nvml", choices=("nvml", "all", "off"),
                    help="whose step times replace Cell estimates: nodes with NVML inventories (default), "
                         "all nodes (declared inventories too: demos and tests only), or none")
+    p.add_argument("--job-ttl", type=float, default=RetentionConfig.job_ttl_s, metavar="SECONDS",
+                   help="finished jobs and their events are removed this long after they ended "
+                        "(default 7 days; 0 = keep forever)")
+    p.add_argument("--checkpoint-ttl", type=float, default=RetentionConfig.checkpoint_ttl_s, metavar="SECONDS",
+                   help="checkpoint folders of finished jobs are removed this long after the job ended "
+                        "(default 30 days; 0 = keep forever)")
+    p.add_argument("--retention-interval", type=float, default=RetentionConfig.interval_s, metavar="SECONDS",
+                   help="seconds between retention sweeps (default 600)")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
+    for name in ("job_ttl", "checkpoint_ttl"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0 (0 = keep forever)")
+    if args.retention_interval <= 0:
+        p.error("--retention-interval must be > 0")
     for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
@@ -104,8 +118,10 @@ async def serve(args: argparse.Namespace) -> None:
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
     agents = AgentClients()
     engine = Engine(store, agents, cfg, epoch)
+    retention = Retention(store, str(ckpt), RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
     server, port = rpc.aio_server(args.listen, [
-        (controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
+        (controller_pb2_grpc.add_ControllerServicer_to_server,
+         ControllerService(engine, page_key=page_key(state / PAGE_KEY_FILE))),
         (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine)),
     ], name="controller", translate=translate())
     await server.start()
@@ -113,7 +129,8 @@ async def serve(args: argparse.Namespace) -> None:
     host = args.listen.rpartition(":")[0]
     log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
              checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
-    tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop())]
+    tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
+                                              retention.loop(engine.view.notify))]
     await daemon.serve_until_signal(f"serving on {host}:{port}, epoch {epoch}")
     log.info("controller_stopping")
     for t in tasks:
@@ -123,6 +140,29 @@ async def serve(args: argparse.Namespace) -> None:
     if engine.estimator_feed is not None:
         await engine.estimator_feed.close()
     store.close()
+
+
+PAGE_KEY_FILE = "page-token.key"
+
+
+def page_key(path: Path) -> bytes:
+    """The key that signs ListJobs continue tokens: kept in the state dir so tokens outlive a
+    restart; made (32 random bytes, mode 0600) at the first start."""
+    try:
+        key = path.read_bytes()
+        if len(key) >= 32:
+            return key
+    except FileNotFoundError:
+        pass
+    key = os.urandom(32)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return key
 
 
 def main(argv: list[str] | None = None) -> None:

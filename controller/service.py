@@ -4,7 +4,7 @@ Errors are raised, never aborted by hand: rpc.ErrorInterceptor maps them (see `t
 
 from __future__ import annotations
 
-import re
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,17 +18,19 @@ from tessera.common.errors import (
     TesseraError,
     Unavailable,
 )
+from tessera.common.nodespec import node_id_error, status_errors
 from tessera.controller.convert import event_pb, job_pb
-from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, validate_spec
+from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine
+from tessera.controller.listing import list_page
 from tessera.controller.registry import fence_seconds
-from tessera.controller.store import TERMINAL, RequestConflict
+from tessera.controller.store import TERMINAL, JobRecord, RequestConflict
 from tessera.controller.view import EngineView
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger("tessera.controller.service")
-NODE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-ADDRESS_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
+# Problems named in one refused registration or heartbeat, at most.
+MAX_REPORTED = 10
 
 
 def translate() -> dict[type[BaseException], Callable[[Any], TesseraError]]:
@@ -40,14 +42,15 @@ def translate() -> dict[type[BaseException], Callable[[Any], TesseraError]]:
     """
     return {
         RequestConflict: lambda e: AlreadyExists(
-            f"request_id: {e.args[0]} was already used for a different job spec"),
+            f"request_id: {e.args[0]} was already used for a different "
+            f"{e.args[1] if len(e.args) > 1 else 'job spec'}"),
     }
 
 
 def _request_id(rid: str) -> str:
     if not rid:
         raise InvalidArgument("request_id", "required on every mutating call")
-    if not REQUEST_ID_RE.match(rid):
+    if not REQUEST_ID_RE.fullmatch(rid):
         raise InvalidArgument("request_id", "must match [A-Za-z0-9._:-]{1,128}")
     return rid
 
@@ -55,23 +58,27 @@ def _request_id(rid: str) -> str:
 def _job_id(jid: str) -> str:
     if not jid:
         raise InvalidArgument("job_id", "required")
-    if not JOB_ID_RE.match(jid):
+    if not JOB_ID_RE.fullmatch(jid):
         raise InvalidArgument("job_id", "malformed")
     return jid
 
 
 def _node_id(nid: str) -> str:
-    if not nid:
-        raise InvalidArgument("node_id", "required")
-    if not NODE_ID_RE.match(nid):
-        raise InvalidArgument("node_id", "must match [a-z0-9][a-z0-9._-]{0,62}")
+    why = node_id_error(nid)
+    if why is not None:
+        raise InvalidArgument("node_id", why)
     return nid
 
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
-    def __init__(self, engine: Engine) -> None:
+    """`page_key` signs ListJobs continue tokens (controller/core/pagetoken.py): every controller
+    that may answer a client's next page needs the same key (tessera-controller keeps it in
+    STATE_DIR/page-token.key); None = a random key, good for this process only."""
+
+    def __init__(self, engine: Engine, page_key: bytes | None = None) -> None:
         self.engine = engine
         self.view: EngineView = engine.view
+        self.page_key = page_key or os.urandom(32)
 
     def _job(self, jid: str, with_events: bool = False) -> controller_pb2.Job:
         rec = self.view.get(jid)
@@ -83,7 +90,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidArgument("spec", "required")
         errors = validate_spec(request.spec)
         if errors:
-            raise InvalidInput("; ".join(map(str, errors)))  # every bad field at once
+            raise InvalidInput(summary(errors))  # every bad field at once, within a status's size
         rec, created = await self.engine.submit(request.spec, rid)
         return controller_pb2.SubmitJobResponse(job=self._job(rec.id), created=created)
 
@@ -94,8 +101,13 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         for s in request.states:
             if s not in common_pb2.JobState.values() or s == 0:
                 raise InvalidArgument("states", f"unknown state {s}")
-        recs = self.view.jobs(request.states, request.tenant)
-        return controller_pb2.ListJobsResponse(jobs=[job_pb(r, self.view.progress(r.id)) for r in recs])
+        states, tenant = list(request.states), request.tenant
+
+        def fetch(after: tuple[float, str] | None, limit: int) -> list[JobRecord]:
+            return self.view.jobs_page(states, tenant, after, limit)
+
+        return list_page(fetch, self.view.progress, self.page_key, states, tenant, request.limit,
+                         request.continue_token)
 
     async def CancelJob(self, request: controller_pb2.CancelJobRequest, context: Any) -> controller_pb2.Job:
         _request_id(request.request_id)
@@ -141,6 +153,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         node.agent_unconfirmed = unconfirmed
         return node
 
+    async def RemoveNode(self, request: controller_pb2.RemoveNodeRequest,
+                         context: Any) -> controller_pb2.RemoveNodeResponse:
+        rid = _request_id(request.request_id)
+        removed = await self.engine.remove_node(_node_id(request.node_id), request.force, rid)
+        return controller_pb2.RemoveNodeResponse(removed=removed)
+
     async def GetJobLogs(self, request: controller_pb2.GetJobLogsRequest, context: Any) -> controller_pb2.GetJobLogsResponse:
         rec = self.view.get(_job_id(request.job_id))
         if request.rank < 0 or request.attempt < 0 or request.tail_bytes < 0:
@@ -170,16 +188,12 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
 
     @staticmethod
     def _check(status: agent_pb2.NodeStatus) -> None:
-        _node_id(status.node_id)
-        if not ADDRESS_RE.match(status.address):
-            raise InvalidArgument("status.address", "must be host:port")
-        if status.inventory.source not in common_pb2.InventorySource.values():
-            raise InvalidArgument("status.inventory.source", f"unknown inventory source {status.inventory.source}")
-        if not status.inventory.gpus:
-            raise InvalidArgument("status.inventory.gpus", "a node must report at least one GPU")
-        for g in status.inventory.gpus:
-            if g.memory_bytes <= 0:
-                raise InvalidArgument(f"status.inventory.gpus[{g.index}].memory_bytes", "must be > 0")
+        """A forged or broken status is refused before anything of it is kept (common/nodespec.py)."""
+        errors = status_errors(status)
+        if len(errors) == 1:
+            raise InvalidArgument(*errors[0])
+        if errors:
+            raise InvalidInput("; ".join(f"{f}: {r}" for f, r in errors[:MAX_REPORTED]))
 
     async def Register(self, request: agent_pb2.RegisterRequest, context: Any) -> agent_pb2.RegisterResponse:
         self._check(request.status)
@@ -190,5 +204,6 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
                                           fence_seconds=fence_seconds(lv))
 
     async def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Any) -> agent_pb2.HeartbeatResponse:
+        self._check(request.status)
         ok = await self.engine.heartbeat(request.status, request.controller_epoch)
         return agent_pb2.HeartbeatResponse(reregister=not ok, controller_epoch=self.engine.epoch)

@@ -24,6 +24,17 @@ TERMINAL = frozenset({common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILE
 ACTIVE = frozenset({common_pb2.JOB_STATE_STARTING, common_pb2.JOB_STATE_RUNNING, common_pb2.JOB_STATE_MIGRATING})
 
 
+MAX_REMOVALS = 10_000
+
+
+def _page_key(j: JobRecord) -> tuple[float, str]:
+    return (j.submit_time, j.id)
+
+
+def _ended(j: JobRecord) -> float:
+    return max(j.end_time, j.submit_time)
+
+
 class RequestConflict(Exception):
     """A request id was reused for a different job spec."""
 
@@ -93,6 +104,24 @@ class Store(Protocol):
     def list_nodes(self) -> list[NodeRecord]: ...
     def close(self) -> None: ...
 
+    # Issue 13, limits: ListJobs pages, retention, node removal (docs/operations.md).
+    def list_jobs_page(self, states: Iterable[int] = (), tenant: str = "", after: tuple[float, str] | None = None,
+                       limit: int = 500) -> list[JobRecord]:
+        """At most `limit` jobs matching the filters, in (submit_time, id) order, strictly after the
+        key `after` (None: from the first). Keyset paging: stable while jobs come and go."""
+        ...
+
+    def delete_finished_jobs(self, ended_before: float, limit: int) -> list[str]:
+        """Delete at most `limit` jobs in a terminal state that ended before `ended_before` (wall
+        seconds), with their events, in one transaction; their ids."""
+        ...
+
+    def remove_node(self, node_id: str, request_id: str, time: float) -> bool:
+        """Delete the node and remember `request_id`, in one transaction. True when this call removed
+        it or `request_id` already had (a retry); False when there is no such node. RequestConflict
+        when `request_id` removed another node. The newest MAX_REMOVALS request ids are kept."""
+        ...
+
 
 def _msg_bytes(m: object | None) -> bytes | None:
     return None if m is None else m.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
@@ -114,7 +143,9 @@ class MemoryStore:
         self._jobs: dict[str, JobRecord] = {}
         self._by_request: dict[str, str] = {}
         self._events: list[EventRecord] = []
+        self._seq = 0
         self._nodes: dict[str, NodeRecord] = {}
+        self._removals: dict[str, str] = {}  # request id -> node id, oldest first
 
     def next_epoch(self) -> int:
         self._epoch += 1
@@ -157,7 +188,8 @@ class MemoryStore:
     def _append(self, job_id: str, time: float, events: Sequence[tuple[str, str]]) -> list[EventRecord]:
         out = []
         for kind, message in events:
-            ev = EventRecord(len(self._events) + 1, job_id, time, kind, message)
+            self._seq += 1
+            ev = EventRecord(self._seq, job_id, time, kind, message)
             self._events.append(ev)
             out.append(ev)
         return out
@@ -174,6 +206,33 @@ class MemoryStore:
     def list_nodes(self) -> list[NodeRecord]:
         return [self._nodes[k] for k in sorted(self._nodes)]
 
+    def list_jobs_page(self, states: Iterable[int] = (), tenant: str = "", after: tuple[float, str] | None = None,
+                       limit: int = 500) -> list[JobRecord]:
+        jobs = self.list_jobs(states, tenant)
+        return [j for j in jobs if after is None or _page_key(j) > after][:limit]
+
+    def delete_finished_jobs(self, ended_before: float, limit: int) -> list[str]:
+        gone = [j.id for j in self._jobs.values() if j.state in TERMINAL and _ended(j) < ended_before][:limit]
+        for job_id in gone:
+            del self._by_request[self._jobs.pop(job_id).request_id]
+        if gone:
+            dropped = set(gone)
+            self._events = [e for e in self._events if e.job_id not in dropped]
+        return gone
+
+    def remove_node(self, node_id: str, request_id: str, time: float) -> bool:
+        done = self._removals.get(request_id)
+        if done is not None:
+            if done != node_id:
+                raise RequestConflict(request_id, "node removal")
+            return True
+        if self._nodes.pop(node_id, None) is None:
+            return False
+        self._removals[request_id] = node_id
+        while len(self._removals) > MAX_REMOVALS:
+            del self._removals[next(iter(self._removals))]
+        return True
+
     def close(self) -> None:
         pass
 
@@ -187,6 +246,10 @@ CREATE TABLE IF NOT EXISTS jobs (
   restarts INTEGER NOT NULL, retries INTEGER NOT NULL, stop_requested INTEGER NOT NULL,
   launch_failures INTEGER NOT NULL DEFAULT 0, next_launch_time REAL NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_page ON jobs(submit_time, id);
+CREATE INDEX IF NOT EXISTS jobs_tenant_page ON jobs(tenant, submit_time, id);
+CREATE TABLE IF NOT EXISTS node_removals (
+  request_id TEXT PRIMARY KEY, node_id TEXT NOT NULL, time REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, time REAL NOT NULL,
   kind TEXT NOT NULL, message TEXT NOT NULL);
@@ -344,6 +407,10 @@ class SqliteStore:
         return None if row is None else self._job(row)
 
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
+        return self.list_jobs_page(states, tenant, None, -1)
+
+    def list_jobs_page(self, states: Iterable[int] = (), tenant: str = "", after: tuple[float, str] | None = None,
+                       limit: int = 500) -> list[JobRecord]:
         st = list(states)
         q = f"SELECT {_JOB_COLS} FROM jobs WHERE 1=1"
         args: list[object] = []
@@ -353,9 +420,37 @@ class SqliteStore:
         if tenant:
             q += " AND tenant=?"
             args.append(tenant)
+        if after is not None:
+            q += " AND (submit_time, id) > (?, ?)"
+            args += after
         with self._lock:
-            rows = self._db.execute(q + " ORDER BY submit_time, id", args).fetchall()
+            rows = self._db.execute(q + " ORDER BY submit_time, id LIMIT ?", [*args, limit]).fetchall()
         return [self._job(r) for r in rows]
+
+    def delete_finished_jobs(self, ended_before: float, limit: int) -> list[str]:
+        terminal = sorted(TERMINAL)
+        with self._tx() as db:
+            ids = [r[0] for r in db.execute(
+                f"SELECT id FROM jobs WHERE state IN ({','.join('?' * len(terminal))}) "
+                "AND MAX(end_time, submit_time) < ? LIMIT ?", [*terminal, ended_before, limit])]
+            for job_id in ids:
+                db.execute("DELETE FROM events WHERE job_id=?", (job_id,))
+                db.execute("DELETE FROM jobs WHERE id=?", (job_id,))
+        return ids
+
+    def remove_node(self, node_id: str, request_id: str, time: float) -> bool:
+        with self._tx() as db:
+            row = db.execute("SELECT node_id FROM node_removals WHERE request_id=?", (request_id,)).fetchone()
+            if row is not None:
+                if row[0] != node_id:
+                    raise RequestConflict(request_id, "node removal")
+                return True
+            if db.execute("DELETE FROM nodes WHERE id=?", (node_id,)).rowcount != 1:
+                return False
+            db.execute("INSERT INTO node_removals VALUES (?,?,?)", (request_id, node_id, time))
+            db.execute("DELETE FROM node_removals WHERE rowid <= (SELECT MAX(rowid) FROM node_removals) - ?",
+                       (MAX_REMOVALS,))
+        return True
 
     @staticmethod
     def _write(db: sqlite3.Connection, job: JobRecord, time: float,

@@ -95,6 +95,11 @@ class EngineView(Protocol):
 
     def jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
 
+    def jobs_page(self, states: Iterable[int], tenant: str, after: tuple[float, str] | None,
+                  limit: int) -> list[JobRecord]:
+        """Store.list_jobs_page: at most `limit` jobs after the key `after`."""
+        ...
+
     def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]: ...
 
     def progress(self, job_id: str) -> common_pb2.Progress | None:
@@ -138,6 +143,10 @@ class LiveView:
 
     def jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         return self._store.list_jobs(states, tenant)
+
+    def jobs_page(self, states: Iterable[int], tenant: str, after: tuple[float, str] | None,
+                  limit: int) -> list[JobRecord]:
+        return self._store.list_jobs_page(states, tenant, after, limit)
 
     def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]:
         return self._store.events(job_id, after_seq)

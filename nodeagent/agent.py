@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import grpc.aio
 import structlog
 
 from tessera.common import rpc
-from tessera.nodeagent import metrics
+from tessera.nodeagent import metrics, retention
 from tessera.nodeagent.registration import Registrar
 from tessera.nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer
 from tessera.nodeagent.state import FILE_NAME, StateFile
@@ -52,6 +53,8 @@ class AgentConfig:
     poll_interval: float = 1.0
     # OMP_NUM_THREADS of workers whose job does not set it; None = usable CPUs / GPUs of the node.
     worker_threads: int | None = None
+    # Exited attempts' folders and logs are removed this long after their last write (0 = never).
+    attempt_ttl_seconds: float = retention.DEFAULT_TTL_S
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -191,6 +194,8 @@ class Agent:
         self._tasks.append(asyncio.create_task(self.registrar.run(), name="registration"))
         if self._prober is not None:
             self._tasks.append(asyncio.create_task(self._refresh_inventory(), name="inventory"))
+        if self.config.attempt_ttl_seconds > 0:
+            self._tasks.append(asyncio.create_task(self._prune_attempts(), name="retention"))
 
     def _bind(self, servicer: NodeAgentServicer, previous_port: object) -> tuple[grpc.aio.Server, int]:
         """Bind the NodeAgent server; raises OSError when the listen address cannot be bound.
@@ -229,6 +234,16 @@ class Agent:
                 self.wake.set()
             self.inventory = inv
             await asyncio.sleep(self.config.inventory_refresh_seconds)
+
+    async def _prune_attempts(self) -> None:
+        while True:
+            keep = {(w.job_id, w.attempt) for w in self.supervisor.statuses()}
+            try:
+                await asyncio.to_thread(retention.prune_attempts, self.config.work_dir,
+                                        self.config.attempt_ttl_seconds, keep, time.time())
+            except Exception as exc:  # noqa: BLE001 (a failed sweep is retried at the next one)
+                log.warning("attempt prune failed", error=str(exc))
+            await asyncio.sleep(retention.INTERVAL_S)
 
     async def close(self, grace: float = 2.0) -> None:
         """Stop serving and registering; stop the workers only with kill_workers_on_exit."""

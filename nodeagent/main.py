@@ -24,6 +24,7 @@ from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.nodeagent import inventory
 from tessera.nodeagent.agent import Agent, AgentConfig
+from tessera.nodeagent.retention import DEFAULT_TTL_S
 from tessera.nodeagent.version import __version__
 from tessera.v1 import common_pb2
 
@@ -76,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="OMP_NUM_THREADS of workers whose job does not set it (default: usable CPUs / GPUs)",
     )
+    p.add_argument(
+        "--attempt-ttl",
+        type=float,
+        default=DEFAULT_TTL_S,
+        metavar="SECONDS",
+        help="remove an exited attempt's folder and logs this long after its last write "
+        "(default 7 days; 0 = keep forever)",
+    )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
     return p
 
@@ -91,7 +100,7 @@ def _host_port(value: str, flag: str, allow_port0: bool) -> str:
 def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Namespace]:
     """Parse and validate the command line; AgentUsageError with a one-line message on any problem."""
     args = build_parser().parse_args(argv)
-    if not NODE_ID_RE.match(args.node_id):
+    if not NODE_ID_RE.fullmatch(args.node_id):
         raise AgentUsageError(f"--node-id: {args.node_id!r} does not match {NODE_ID_RE.pattern}")
     _host_port(args.controller, "--controller", allow_port0=False)
     _host_port(args.listen, "--listen", allow_port0=True)
@@ -101,6 +110,8 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         raise AgentUsageError(f"--advertise: {args.advertise!r} is not a host name or address")
     if args.worker_threads is not None and args.worker_threads < 1:
         raise AgentUsageError(f"--worker-threads: must be >= 1, got {args.worker_threads}")
+    if not args.attempt_ttl >= 0:
+        raise AgentUsageError(f"--attempt-ttl: must be >= 0 (0 = keep forever), got {args.attempt_ttl}")
     if not args.stop_grace >= 0:
         raise AgentUsageError(f"--stop-grace: must be >= 0, got {args.stop_grace}")
     work_dir = Path(args.work_dir).expanduser()
@@ -123,6 +134,7 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         kill_workers_on_exit=args.kill_workers_on_exit,
         stop_grace_on_exit=args.stop_grace,
         worker_threads=args.worker_threads,
+        attempt_ttl_seconds=args.attempt_ttl,
     )
     return config, args
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import string
 from dataclasses import dataclass
 
+from tessera.common import jobspec
 from tessera.v1 import common_pb2
 
-PYTHON = "{python}"
-ENTRYPOINT = "{entrypoint}"
-FIELDS = ("nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port", "world_size", "dp", "tp",
-          "pp", "micro_batch", "grad_accum", "global_batch_size", "iterations", "checkpoint_dir", "world_info")
-_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+# The placeholders and built-in names are shared with the job-file parser (tessera.common.jobspec).
+PYTHON = jobspec.PYTHON
+ENTRYPOINT = jobspec.ENTRYPOINT
+FIELDS = jobspec.LAUNCHER_FIELDS
 
 
 # The reference trainer's module (tessera.clients.trainer.reference.ENTRYPOINT_MODULE): a name, not an
@@ -63,23 +62,8 @@ def template_of(launcher: common_pb2.Launcher) -> Template:
 
 
 def check(launcher: common_pb2.Launcher) -> list[tuple[str, str]]:
-    """Problems of a launcher field as (field, reason)."""
-    errs: list[tuple[str, str]] = []
-    if launcher.name and launcher.argv:
-        errs.append(("launcher", "give a built-in name or an argv template, not both"))
-    elif launcher.name and launcher.name not in BUILTIN:
-        errs.append(("launcher.name", f"unknown launcher {launcher.name!r}; built-in: {', '.join(sorted(BUILTIN))}"))
-    for field, argv in (("launcher.argv", launcher.argv), ("launcher.head_argv", launcher.head_argv)):
-        for i, arg in enumerate(argv):
-            for name in _PLACEHOLDER.findall(arg):
-                if name not in FIELDS and f"{{{name}}}" not in (PYTHON, ENTRYPOINT):
-                    errs.append((f"{field}[{i}]", (f"unknown placeholder {{{name}}}; known: "
-                                                  f"{{python}}, {{entrypoint}}, {', '.join('{' + f + '}' for f in FIELDS)}")))
-            if "{entrypoint}" in arg and arg != ENTRYPOINT:
-                errs.append((f"{field}[{i}]", "{entrypoint} must be an argument of its own"))
-    if launcher.head_argv and not launcher.per_node:
-        errs.append(("launcher.head_argv", "only for per-node launchers"))
-    return errs
+    """Problems of a launcher field as (field, reason) (tessera.common.jobspec.launcher_errors)."""
+    return jobspec.launcher_errors(launcher)
 
 
 def world_info(nodes: list[tuple[str, list[int]]]) -> str:

@@ -82,7 +82,7 @@ def test_bad_model_entrypoint_env_and_hints(client: Client) -> None:
     assert "model.hidden_size" in code_of(lambda: client.submit(s)).message
     s = spec()
     s.model.num_heads = 5
-    assert "model.num_heads" in code_of(lambda: client.submit(s)).message
+    assert "model.hidden_size: must be divisible by num_heads" in code_of(lambda: client.submit(s)).message
     s = spec()
     s.ClearField("model")
     s.model.name = "no-such-model"

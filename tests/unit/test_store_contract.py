@@ -168,3 +168,54 @@ def test_sqlite_migrates_a_version_1_database(tmp_path: Path) -> None:
     db = sqlite3.connect(path)
     assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
     db.close()
+
+
+def test_pages_follow_submit_time_then_id(store: Store) -> None:
+    for i in (3, 1, 2, 5, 4):
+        store.create_job(_job(i, tenant="a" if i % 2 else "b"), ("SUBMITTED", ""))
+    # two jobs with the same submit time: the id breaks the tie
+    store.create_job(JobRecord(**{**_job(6).__dict__, "id": "j-0", "request_id": "r-x", "submit_time": 2.0}),
+                     ("SUBMITTED", ""))
+    keys = [(j.submit_time, j.id) for j in store.list_jobs()]
+    assert keys == sorted(keys)
+    pages, after = [], None
+    while True:
+        page = store.list_jobs_page(after=after, limit=2)
+        if not page:
+            break
+        pages.append([j.id for j in page])
+        after = (page[-1].submit_time, page[-1].id)
+    assert pages == [["j-1", "j-0"], ["j-2", "j-3"], ["j-4", "j-5"]]
+    assert [j.id for j in store.list_jobs_page(tenant="a", after=(1.0, "j-1"), limit=10)] == ["j-3", "j-5"]
+    assert [j.id for j in store.list_jobs_page(states=[P.JOB_STATE_RUNNING], limit=10)] == []
+
+
+def test_delete_finished_jobs_takes_their_events(store: Store) -> None:
+    for i in range(1, 5):
+        store.create_job(_job(i), ("SUBMITTED", ""))
+    old = store.get_job("j-1")
+    assert old is not None
+    store.save_job(old.with_(state=P.JOB_STATE_SUCCEEDED, end_time=10.0), 10.0, [("SUCCEEDED", "")])
+    recent = store.get_job("j-2")
+    assert recent is not None
+    store.save_job(recent.with_(state=P.JOB_STATE_CANCELLED, end_time=100.0), 100.0, [("CANCELLED", "")])
+    assert store.delete_finished_jobs(ended_before=50.0, limit=10) == ["j-1"]
+    assert store.get_job("j-1") is None and store.events("j-1") == []
+    assert [e.kind for e in store.events("j-2")] == ["SUBMITTED", "CANCELLED"]
+    assert store.delete_finished_jobs(ended_before=50.0, limit=10) == []
+    # pending jobs are never removed, however old
+    assert {j.id for j in store.list_jobs()} == {"j-2", "j-3", "j-4"}
+    ev = store.save_job(store.get_job("j-3"), 200.0, [("X", "")])  # type: ignore[arg-type]
+    assert ev[0].seq > max(e.seq for e in store.events("j-2"))  # sequence numbers are never reused
+
+
+def test_remove_node_is_idempotent_by_request_id(store: Store) -> None:
+    store.put_node(NodeRecord("n1", "h:1"))
+    store.put_node(NodeRecord("n2", "h:2"))
+    assert store.remove_node("n1", "rm-1", 5.0)
+    assert store.get_node("n1") is None
+    assert store.remove_node("n1", "rm-1", 6.0)  # a retry
+    assert not store.remove_node("n1", "rm-2", 6.0)  # a new request: nothing to remove
+    with pytest.raises(RequestConflict):
+        store.remove_node("n2", "rm-1", 7.0)
+    assert [n.id for n in store.list_nodes()] == ["n2"]

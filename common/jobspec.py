@@ -1,0 +1,217 @@
+"""The bounds of a JobSpec: one table that the job-file parser (tessera.clients.jobfile) and the
+controller's SubmitJob validation (tessera.controller.core.validate) both apply, so a spec sent over
+raw gRPC meets exactly the limits a job file does (docs/job-file.md, "Limits").
+
+`spec_errors` checks everything that needs no estimator: sizes and counts of every field and of the
+whole serialized spec, names, ranges, argv and launcher templates. What a model means (a registered
+name, divisibility, the family's own rules) is the estimator library's check, which both callers run
+on top. Errors are (field, reason) with proto field paths (`hint.gpus`, `env.NAME`); the job file
+maps them to its own keys.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+from tessera.common.contract import CONTRACT_VARS
+from tessera.common.gpus import UnknownGpuError, lookup
+from tessera.v1 import common_pb2
+
+# Names: lowercase DNS-label style, so they are safe in paths, labels and terminals.
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+NAME_RULE = "1-63 lowercase letters, digits or '-', starting with a letter or digit"
+MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MODEL_NAME_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+ENV_NAME_RULE = "[A-Z_][A-Z0-9_]*, at most 128 characters"
+
+# The whole spec, serialized: a job is listed, stored and sent to every agent of its placement, so
+# its size bounds ListJobs pages and Launch calls (the gRPC limit is 16 MiB; 64 KiB leaves pages of
+# hundreds of the largest jobs).
+MAX_SPEC_BYTES = 64 * 1024
+MAX_ENV = 1024  # variables
+MAX_ENV_VALUE = 4096  # characters of one value
+MAX_ARGV = 256  # arguments of the entrypoint and of each launcher template
+MAX_ARG_LEN = 4096  # characters of one argument
+MAX_GPU_TYPES = 32  # entries of hint.gpu_types (the catalog has fewer models)
+MAX_LAUNCHER_NAME = 32
+
+MODEL_DIMS: tuple[tuple[str, int], ...] = (
+    ("hidden_size", 65_536),
+    ("num_layers", 1_024),
+    ("num_heads", 1_024),
+    ("vocab_size", 4_000_000),
+    ("seq_length", 1_048_576),
+)
+# ModelSpec's optional refinements (0 = absent) and capacity_factor.
+MODEL_REFINEMENTS = ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every", "width_factor")
+MAX_REFINEMENT = 1_048_576
+MAX_CAPACITY_FACTOR = 1000.0
+
+MAX_GLOBAL_BATCH = 1_048_576
+MAX_ITERATIONS = 1_000_000_000
+MAX_CHECKPOINT_EVERY = 1_000_000_000
+MAX_GPUS_HINT = 4096
+MAX_RETRIES = 100
+MAX_PROGRESS_TIMEOUT_S = 10**7
+
+# Launcher templates (docs/launchers.md): the placeholders the controller fills in, and the
+# built-in names (tessera.controller.core.launchers holds their argv; a test keeps the two equal).
+PYTHON = "{python}"
+ENTRYPOINT = "{entrypoint}"
+LAUNCHER_FIELDS = ("nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port", "world_size", "dp",
+                   "tp", "pp", "micro_batch", "grad_accum", "global_batch_size", "iterations", "checkpoint_dir",
+                   "world_info")
+BUILTIN_LAUNCHERS = ("deepspeed", "direct", "torchrun")
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+# argv[0] is a program, not a command line: these only make sense to a shell.
+SHELL_META = frozenset(";|&$`<>(){}*?!~\n\r\t\"' \\")
+# How much of an offending key an error repeats (a hostile key may be megabytes).
+_KEY_SHOWN = 40
+
+Errors = list[tuple[str, str]]
+
+
+def shown_key(key: str) -> str:
+    """A key as an error's field path may repeat it: printable and short."""
+    if len(key) <= _KEY_SHOWN and key.isascii() and key.isprintable():
+        return key
+    return repr(key[:_KEY_SHOWN]) + ("..." if len(key) > _KEY_SHOWN else "")
+
+
+def spec_errors(spec: common_pb2.JobSpec) -> Errors:
+    """Every bound of docs/job-file.md that `spec` breaks, as (field, reason); [] = within bounds.
+    An oversized spec is not walked: it gets the count it breaks (env, an argv), else `spec`."""
+    size = spec.ByteSize()
+    if size > MAX_SPEC_BYTES:
+        counts = [(field, f"more than {hi:,} {what} ({n:,})") for field, n, hi, what in (
+            ("env", len(spec.env), MAX_ENV, "variables"), ("entrypoint", len(spec.entrypoint), MAX_ARGV, "arguments"),
+            ("launcher.argv", len(spec.launcher.argv), MAX_ARGV, "arguments"),
+            ("launcher.head_argv", len(spec.launcher.head_argv), MAX_ARGV, "arguments")) if n > hi]
+        why = f"{size:,} bytes serialized, over the limit of {MAX_SPEC_BYTES:,} (env and argv are for settings, not data)"
+        return counts or [("spec", why)]
+    errs: Errors = []
+    if not spec.name:
+        errs.append(("name", "required"))
+    elif not NAME_RE.fullmatch(spec.name):
+        errs.append(("name", f"must be {NAME_RULE} (no paths, spaces or shell characters)"))
+    if spec.tenant and not NAME_RE.fullmatch(spec.tenant):
+        errs.append(("tenant", f"must be {NAME_RULE}"))
+    if not spec.HasField("model"):
+        errs.append(("model", "required"))
+    else:
+        errs += model_bound_errors(spec.model)
+    errs += _range("global_batch_size", spec.global_batch_size, 1, MAX_GLOBAL_BATCH)
+    errs += _range("iterations", spec.iterations, 1, MAX_ITERATIONS)
+    errs += _range("hint.gpus", spec.hint.gpus, 0, MAX_GPUS_HINT)
+    if len(spec.hint.gpu_types) > MAX_GPU_TYPES:
+        errs.append(("hint.gpu_types", f"more than {MAX_GPU_TYPES} entries"))
+    else:
+        for i, t in enumerate(spec.hint.gpu_types):
+            try:
+                lookup(t)
+            except UnknownGpuError as e:
+                errs.append((f"hint.gpu_types[{i}]", str(e)[:200]))
+    errs += argv_errors("entrypoint", spec.entrypoint, (PYTHON,), "a program path")
+    errs += env_errors(spec.env)
+    errs += launcher_errors(spec.launcher)
+    errs += _range("checkpoint_every", spec.checkpoint_every, 0, MAX_CHECKPOINT_EVERY)
+    if not -1 <= spec.progress_timeout_seconds <= MAX_PROGRESS_TIMEOUT_S:
+        errs.append(("progress_timeout_seconds",
+                     f"must be between -1 (never) and {MAX_PROGRESS_TIMEOUT_S:,} seconds (0: the controller's)"))
+    errs += _range("max_retries", spec.max_retries, 0, MAX_RETRIES)
+    return errs
+
+
+def _range(field: str, value: int, lo: int, hi: int) -> Errors:
+    if value < lo:
+        return [(field, "required, must be >= 1" if value == 0 and lo == 1 else f"must be >= {lo}, got {value}")]
+    if value > hi:
+        return [(field, f"must be <= {hi:,}, got {value:,}")]
+    return []
+
+
+def model_bound_errors(m: common_pb2.ModelSpec) -> Errors:
+    """The model's name and the ranges of its numbers (their meaning is the estimator's check)."""
+    errs: Errors = []
+    if m.name and not MODEL_NAME_RE.fullmatch(m.name):
+        errs.append(("model.name", f"must be {MODEL_NAME_RULE}"))
+    dims = [d for d, _ in MODEL_DIMS if getattr(m, d)]
+    if not dims and not m.name:
+        errs.append(("model", ("give a registered name or hidden_size, num_layers, num_heads, vocab_size and "
+                              "seq_length")))
+    elif dims:
+        for d, hi in MODEL_DIMS:
+            errs += _range(f"model.{d}", getattr(m, d), 1, hi)
+    for r in MODEL_REFINEMENTS:
+        errs += _range(f"model.{r}", getattr(m, r), 0, MAX_REFINEMENT)
+    cf = m.capacity_factor
+    if cf and not (math.isfinite(cf) and 0 < cf <= MAX_CAPACITY_FACTOR):
+        errs.append(("model.capacity_factor", f"must be a number in (0, {MAX_CAPACITY_FACTOR:g}]"))
+    return errs
+
+
+def env_errors(env: Mapping[str, str]) -> Errors:
+    items = list(env.items())
+    if len(items) > MAX_ENV:
+        return [("env", f"more than {MAX_ENV:,} variables ({len(items):,})")]
+    errs: Errors = []
+    for name, value in items:
+        field = f"env.{shown_key(name)}"
+        if not ENV_NAME_RE.fullmatch(name):
+            errs.append((field, f"invalid name: must match {ENV_NAME_RULE}"))
+        elif name in CONTRACT_VARS:
+            errs.append((field, "reserved: set by the agent for every worker (docs/worker-contract.md)"))
+        if "\0" in value:
+            errs.append((field, "must not contain a NUL character"))
+        elif len(value) > MAX_ENV_VALUE:
+            errs.append((field, f"value longer than {MAX_ENV_VALUE:,} characters"))
+    return errs
+
+
+def argv_errors(field: str, argv: Sequence[str], placeholders: tuple[str, ...], allowed: str) -> Errors:
+    """An argv is run without a shell: bounded, no NUL, and its program (argv[0]) one of the
+    `placeholders` or a path, never a command line (`allowed` says which in the error)."""
+    if len(argv) > MAX_ARGV:
+        return [(field, f"more than {MAX_ARGV} arguments")]
+    errs: Errors = []
+    for i, arg in enumerate(argv):
+        if "\0" in arg:
+            errs.append((f"{field}[{i}]", "must not contain a NUL character"))
+        elif len(arg) > MAX_ARG_LEN:
+            errs.append((f"{field}[{i}]", f"longer than {MAX_ARG_LEN:,} characters"))
+    if argv:
+        prog = argv[0]
+        if not prog or (prog not in placeholders and any(c in SHELL_META for c in prog)):
+            errs.append((f"{field}[0]", (f"must be {allowed}, not a shell command line "
+                                        "(the argv is run without a shell)")))
+    return errs
+
+
+def launcher_errors(launcher: common_pb2.Launcher) -> Errors:
+    """A launcher field: a built-in name or a template whose placeholders the controller knows."""
+    errs: Errors = []
+    if len(launcher.name) > MAX_LAUNCHER_NAME:
+        errs.append(("launcher.name", f"longer than {MAX_LAUNCHER_NAME} characters"))
+    elif launcher.name and launcher.argv:
+        errs.append(("launcher", "give a built-in name or an argv template, not both"))
+    elif launcher.name and launcher.name not in BUILTIN_LAUNCHERS:
+        errs.append(("launcher.name", (f"unknown launcher {launcher.name[:_KEY_SHOWN]!r}; built-in: "
+                                      f"{', '.join(BUILTIN_LAUNCHERS)}")))
+    for field, argv in (("launcher.argv", launcher.argv), ("launcher.head_argv", launcher.head_argv)):
+        bounded = argv_errors(field, argv, (PYTHON, ENTRYPOINT), "{python}, {entrypoint} or a program path")
+        errs += bounded
+        if bounded and bounded[0][0] == field:  # too many arguments: not walked
+            continue
+        for i, arg in enumerate(argv):
+            for name in _PLACEHOLDER.findall(arg):
+                if name not in LAUNCHER_FIELDS and f"{{{name}}}" not in (PYTHON, ENTRYPOINT):
+                    errs.append((f"{field}[{i}]", (f"unknown placeholder {{{name}}}; known: {{python}}, "
+                                                  f"{{entrypoint}}, {', '.join('{' + f + '}' for f in LAUNCHER_FIELDS)}")))
+            if ENTRYPOINT in arg and arg != ENTRYPOINT:
+                errs.append((f"{field}[{i}]", "{entrypoint} must be an argument of its own"))
+    if launcher.head_argv and not launcher.per_node:
+        errs.append(("launcher.head_argv", "only for per-node launchers"))
+    return errs

@@ -1,0 +1,122 @@
+"""The bounds of what a node says about itself (NodeStatus in Register and Heartbeat): the
+controller refuses a status outside them (INVALID_ARGUMENT naming the field, e.g.
+`status.inventory.gpus[3].model`), and the declared-inventory parser (common/inventoryfile.py)
+shares the GPU counts and memory sizes. docs/agent.md, "What a node may report", lists them.
+
+Only what the agent itself decides is checked strictly (ids, addresses, inventory, worker records'
+shape). What a job's own workers report (progress numbers, a worker's exit reason text) is bounded
+in size but not refused for its content: one job must not be able to make its node unreachable.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tessera.v1 import agent_pb2, common_pb2
+
+MAX_GPUS_PER_NODE = 64
+MAX_GPU_MEMORY_BYTES = 1024 * 10**9  # 1,024 GB, as the catalog counts GB
+MAX_HOST_MEMORY_BYTES = 2**52  # 4 PiB
+MAX_CPUS = 65_536
+MAX_WORKERS = 4096  # live and retained exited records (the agent keeps at most 2,000 exited)
+MAX_RANK = 65_535
+MAX_TEXT = 4096  # a worker's reason or log path
+
+NODE_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+NODE_ID_RULE = "[a-z0-9][a-z0-9._-]{0,62}"
+ADDRESS_RE = re.compile(r"(\[[0-9a-fA-F:.]{2,45}\]|[A-Za-z0-9][A-Za-z0-9.-]{0,252}):(\d{1,5})")
+HOSTNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# GPU model names: catalog names, or NVML's own name for a GPU the catalog lacks ("NVIDIA Foo 48GB").
+# Printable ASCII only: no control characters, no bidi overrides or other invisible characters.
+GPU_MODEL_RE = re.compile(r"[A-Za-z0-9][ -~]{0,63}")
+UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,95}")
+VERSION_RE = re.compile(r"[ -~]{0,64}")
+
+Errors = list[tuple[str, str]]
+
+
+def node_id_error(node_id: str) -> str | None:
+    if not node_id:
+        return "required"
+    if not NODE_ID_RE.fullmatch(node_id):
+        return f"must match {NODE_ID_RULE}"
+    return None
+
+
+def address_error(address: str) -> str | None:
+    m = ADDRESS_RE.fullmatch(address)
+    if m is None or not 1 <= int(m.group(2)) <= 65535:
+        return "must be host:port (a DNS name, IPv4 or [IPv6] address, port 1-65535)"
+    return None
+
+
+def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Errors:
+    """Every bound `status` breaks, as (field, reason); [] = within bounds."""
+    errs: Errors = []
+    if (why := node_id_error(status.node_id)) is not None:
+        errs.append((f"{prefix}.node_id", why))
+    if (why := address_error(status.address)) is not None:
+        errs.append((f"{prefix}.address", why))
+    if not VERSION_RE.fullmatch(status.agent_version):
+        errs.append((f"{prefix}.agent_version", "at most 64 printable ASCII characters"))
+    errs += inventory_errors(status.inventory, f"{prefix}.inventory")
+    indices = {g.index for g in status.inventory.gpus}
+    if len(status.workers) > MAX_WORKERS:
+        errs.append((f"{prefix}.workers", f"more than {MAX_WORKERS} workers"))
+        return errs
+    for i, w in enumerate(status.workers):
+        f = f"{prefix}.workers[{i}]"
+        if not JOB_ID_RE.fullmatch(w.job_id):
+            errs.append((f"{f}.job_id", "malformed"))
+        if w.attempt < 0:
+            errs.append((f"{f}.attempt", "must be >= 0"))
+        if not 0 <= w.rank <= MAX_RANK:
+            errs.append((f"{f}.rank", f"must be in 0..{MAX_RANK}"))
+        if len(w.gpu_indices) > MAX_GPUS_PER_NODE or not set(w.gpu_indices) <= indices:
+            errs.append((f"{f}.gpu_indices", "must be GPUs of this node's inventory"))
+        for name in ("reason", "log_path"):
+            text = getattr(w, name)
+            if len(text) > MAX_TEXT or "\0" in text:
+                errs.append((f"{f}.{name}", f"longer than {MAX_TEXT} characters or contains NUL"))
+    return errs
+
+
+def inventory_errors(inv: common_pb2.NodeInventory, prefix: str) -> Errors:
+    """A NodeInventory: 1..64 GPUs with unique indices in 0..63, safe names, bounded sizes."""
+    errs: Errors = []
+    if inv.source not in common_pb2.InventorySource.values():
+        errs.append((f"{prefix}.source", f"unknown inventory source {inv.source}"))
+    gpus = inv.gpus
+    if not gpus:
+        return [(f"{prefix}.gpus", "a node must report at least one GPU")]
+    if len(gpus) > MAX_GPUS_PER_NODE:
+        return [(f"{prefix}.gpus", f"more than {MAX_GPUS_PER_NODE} GPUs")]
+    seen: set[int] = set()
+    for i, g in enumerate(gpus):
+        f = f"{prefix}.gpus[{i}]"
+        if not 0 <= g.index < MAX_GPUS_PER_NODE:
+            errs.append((f"{f}.index", f"must be in 0..{MAX_GPUS_PER_NODE - 1}"))
+        elif g.index in seen:
+            errs.append((f"{f}.index", f"index {g.index} listed twice"))
+        seen.add(g.index)
+        if not GPU_MODEL_RE.fullmatch(g.model):
+            errs.append((f"{f}.model", ("must be 1-64 printable ASCII characters (no control or invisible "
+                                       "characters), starting with a letter or digit")))
+        if not UUID_RE.fullmatch(g.uuid):
+            errs.append((f"{f}.uuid", "must be 1-96 letters, digits, '.', '_', ':', '/' or '-'"))
+        if not 0 < g.memory_bytes <= MAX_GPU_MEMORY_BYTES:
+            errs.append((f"{f}.memory_bytes", f"must be in 1..{MAX_GPU_MEMORY_BYTES:,}"))
+        if not 0 <= g.foreign_used_bytes <= MAX_GPU_MEMORY_BYTES:
+            errs.append((f"{f}.foreign_used_bytes", f"must be in 0..{MAX_GPU_MEMORY_BYTES:,}"))
+        if len(g.nvlink_peers) >= MAX_GPUS_PER_NODE or any(
+                not 0 <= p < MAX_GPUS_PER_NODE or p == g.index for p in g.nvlink_peers):
+            errs.append((f"{f}.nvlink_peers", "must be other GPUs' indices"))
+    hostname = inv.hostname
+    if hostname and not HOSTNAME_RE.fullmatch(hostname):
+        errs.append((f"{prefix}.hostname", "must be 1-253 letters, digits, '.', '_' or '-'"))
+    if not 0 <= inv.cpu_count <= MAX_CPUS:
+        errs.append((f"{prefix}.cpu_count", f"must be in 0..{MAX_CPUS}"))
+    if not 0 <= inv.host_memory_bytes <= MAX_HOST_MEMORY_BYTES:
+        errs.append((f"{prefix}.host_memory_bytes", f"must be in 0..{MAX_HOST_MEMORY_BYTES:,}"))
+    return errs
