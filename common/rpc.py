@@ -92,6 +92,25 @@ def status_of(exc: BaseException, method: str, name: str,
     return grpc.StatusCode.INTERNAL, f"{method} failed; see the {name} log"
 
 
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def rewrap(handler: Any, unary: Wrap, stream: Wrap) -> Any:
+    """`handler` (a grpc.RpcMethodHandler) with its behavior wrapped: by `unary` for calls that
+    answer once, by `stream` for calls that answer with a stream (which must wrap an async
+    generator function in one, so outer interceptors still see a stream)."""
+    wrap = {"unary_unary": (unary, grpc.unary_unary_rpc_method_handler),
+            "stream_unary": (unary, grpc.stream_unary_rpc_method_handler),
+            "unary_stream": (stream, grpc.unary_stream_rpc_method_handler),
+            "stream_stream": (stream, grpc.stream_stream_rpc_method_handler)}
+    for kind, (wrapper, make) in wrap.items():
+        behavior = getattr(handler, kind)
+        if behavior is not None:
+            return make(wrapper(behavior), request_deserializer=handler.request_deserializer,
+                        response_serializer=handler.response_serializer)
+    return handler
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
     """Map what a handler raises to a status, for unary and streaming RPCs alike (see status_of).
 
@@ -107,16 +126,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED itself
         method = details.method.rpartition("/")[2]
-        wrap = {"unary_unary": (self._unary, grpc.unary_unary_rpc_method_handler),
-                "stream_unary": (self._unary, grpc.stream_unary_rpc_method_handler),
-                "unary_stream": (self._stream, grpc.unary_stream_rpc_method_handler),
-                "stream_stream": (self._stream, grpc.stream_stream_rpc_method_handler)}
-        for kind, (wrapper, make) in wrap.items():
-            behavior = getattr(handler, kind)
-            if behavior is not None:
-                return make(wrapper(method, behavior), request_deserializer=handler.request_deserializer,
-                            response_serializer=handler.response_serializer)
-        return handler
+        return rewrap(handler, lambda b: self._unary(method, b), lambda b: self._stream(method, b))
 
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
         code, message = status_of(exc, method, self.name, self.translate)

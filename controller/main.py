@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 import structlog
 
 from tessera.common import daemon, metrics, rpc
+from tessera.common.errors import TesseraError
 from tessera.controller.agents import AgentClients
+from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
 from tessera.controller.engine import Engine, EngineConfig
@@ -54,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learn-step-times", default="nvml", choices=("nvml", "all", "off"),
                    help="whose step times replace Cell estimates: nodes with NVML inventories (default), "
                         "all nodes (declared inventories too: demos and tests only), or none")
+    p.add_argument("--tokens", default="", metavar="FILE",
+                   help="tokens file of the Controller API (docs/auth.md); without it every caller is allowed "
+                        "everything (logged as a warning)")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
@@ -68,7 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def serve(args: argparse.Namespace) -> None:
+def authenticator(tokens: str) -> Authenticator:
+    """The Controller API's authenticator; TesseraError naming file, line and field for a bad file."""
+    return TokenAuthenticator(tokens) if tokens else InsecureAuthenticator()
+
+
+async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
@@ -90,10 +101,15 @@ async def serve(args: argparse.Namespace) -> None:
     server, port = rpc.aio_server(args.listen, [
         (controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
         (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine)),
-    ], name="controller", translate=translate())
+    ], interceptors=[AuthInterceptor(auth)], name="controller", translate=translate())
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]
+    if isinstance(auth, TokenAuthenticator):
+        log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
+    else:
+        log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
+                    "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
     log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
              checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
     tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop())]
@@ -110,7 +126,12 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    daemon.run("tessera-controller", args.log_level, lambda: serve(args))
+    try:
+        auth = authenticator(args.tokens)
+    except (TesseraError, OSError) as exc:  # a missing or malformed tokens file: one line, exit 1
+        print(f"tessera-controller: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    daemon.run("tessera-controller", args.log_level, lambda: serve(args, auth))
 
 
 if __name__ == "__main__":
