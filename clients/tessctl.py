@@ -307,7 +307,7 @@ def cmd_whoami(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     if args.output == "json":
         _print(out, output.dumps(output.to_dict(me)))
     else:
-        _print(out, f"PRINCIPAL   TENANT   ROLE\n{me.principal}   {me.tenant or '-'}   {me.role}")
+        _print(out, output.table(("PRINCIPAL", "TENANT", "ROLE"), [(me.principal, me.tenant or "-", me.role)]))
     return 0
 
 
