@@ -67,7 +67,7 @@ def main() -> int:
             a = start_agent(ctl.address, node_id, REPO / "examples/inventories" / inv, root / node_id)
             daemons.append(a)
             print(f"agent {node_id} on {a.address} with {inv} (declared inventory: no GPU probed, workers on CPU)")
-        with Client(ctl.address) as c:
+        with Client(ctl.address, token=ctl.token) as c:
             wait_for(lambda: sum(n.state == P.NODE_STATE_READY for n in c.nodes()) == len(NODES), 30, "nodes READY")
             show(ctl.address, "get", "nodes")
             ids = {}
