@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from tessera.common.rpc import sync_channel
 from tessera.common.tokens import TOKEN_PREFIX, hash_token, new_token
 from tessera.v1 import common_pb2 as P
 from tessera.v1 import controller_pb2, controller_pb2_grpc
-from tests.procs import REPO, Daemon, kill_strays, start_agent, start_controller, wait_for
+from tests.procs import BIN, REPO, Daemon, env, kill_strays, start_agent, start_controller, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +175,35 @@ def test_tokens_file_holds_hashes_only(ctl: Daemon) -> None:
         assert token.startswith(TOKEN_PREFIX) and token not in text and token[len(TOKEN_PREFIX):] not in text
         assert hash_token(token) in text
     assert json.loads(path.with_name(path.name.replace("-tokens.yaml", "-credentials.json")).read_text())
+
+
+def test_tessctl_calls_as_its_config_context(ctl: Daemon, tmp_path: Path) -> None:
+    (tmp_path / "alice.token").write_text(ctl.tokens["alice"] + "\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"current-context: a\ncontexts:\n  a: {{controller: {ctl.address}, token_file: alice.token}}\n"
+                      f"  b: {{controller: {ctl.address}, token: {ctl.tokens['bob']}}}\n")
+    config.chmod(0o600)
+    e = {**env(), "TESSERA_CONFIG": str(config)}
+    for var in ("TESSERA_TOKEN", "TESSERA_CONTROLLER"):
+        e.pop(var, None)
+
+    def tessctl(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "tessctl"), *args], capture_output=True, text=True, env={**e, **extra},
+                              cwd=REPO, timeout=60, check=False)
+
+    assert json.loads(tessctl("whoami", "-o", "json").stdout)["principal"] == "alice"
+    assert json.loads(tessctl("--context", "b", "whoami", "-o", "json").stdout)["tenant"] == "team-b"
+    me = tessctl("whoami", "-o", "json", TESSERA_TOKEN=ctl.tokens["admin"])  # env beats the context
+    assert json.loads(me.stdout)["role"] == "admin"
+    me = tessctl("whoami", "-o", "json", "--token", ctl.tokens["bob"], TESSERA_TOKEN=ctl.tokens["admin"])
+    assert json.loads(me.stdout)["principal"] == "bob"  # the flag beats the environment
+    jobs = json.loads(tessctl("get", "jobs", "-o", "json").stdout)["jobs"]
+    assert jobs and {j["spec"]["tenant"] for j in jobs} == {"team-a"}
+    denied = tessctl("drain", "node-a10")
+    assert denied.returncode == 1 and denied.stderr.startswith("tessctl: error: PERMISSION_DENIED: DrainNode needs "
+                                                               "role admin")
+    assert len(denied.stderr.splitlines()) == 1
+    anon = tessctl("get", "jobs", TESSERA_CONFIG=str(tmp_path / "none.yaml"), TESSERA_CONTROLLER=ctl.address)
+    assert anon.returncode == 1 and "cannot read" in anon.stderr  # an explicit config file must exist
+    anon = tessctl("--controller", ctl.address, "get", "jobs", TESSERA_CONFIG="", HOME=str(tmp_path))
+    assert anon.returncode == 1 and "UNAUTHENTICATED" in anon.stderr
