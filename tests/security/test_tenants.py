@@ -67,7 +67,9 @@ def test_missing_and_wrong_tokens_are_unauthenticated(ctl: Daemon) -> None:
     for token in (None, new_token(), "tsr_short", ctl.tokens["alice"] + "x"):
         with Client(ctl.address, token=token) as c:
             for call in (c.whoami, c.list, c.nodes, lambda: c.get("j-000000000000"),
-                         lambda: c.submit(spec("nope")), lambda: c.drain("node-a10")):
+                         lambda: c.submit(spec("nope")), lambda: c.cancel("j-000000000000"),
+                         lambda: list(c.watch("j-000000000000", timeout=10)), lambda: c.logs("j-000000000000"),
+                         lambda: c.drain("node-a10"), lambda: c.undrain("node-a10")):
                 err = refused(call)
                 assert err.code == "UNAUTHENTICATED", (token, err)
                 assert ctl.tokens["alice"] not in err.message
