@@ -87,12 +87,13 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         hb_wall = time.perf_counter() - t0
 
         ctl_stubs = [controller_pb2_grpc.ControllerStub(c) for c in channels]
+        auth = (("authorization", f"Bearer {ctl.token}"),)  # the Controller API's calls carry the admin token
         spec = common_pb2.JobSpec(name="bench", model=common_pb2.ModelSpec(name="gpt2-small"), global_batch_size=32,
                                   iterations=100, hint=common_pb2.ResourceHint(gpu_types=["H100"]))
         sub_lat: list[float] = []
         t0 = time.perf_counter()
         await asyncio.gather(*[timed(lambda i=i: ctl_stubs[i % len(ctl_stubs)].SubmitJob(
-            controller_pb2.SubmitJobRequest(request_id=f"bench-{i}", spec=spec), timeout=60), sub_lat)
+            controller_pb2.SubmitJobRequest(request_id=f"bench-{i}", spec=spec), timeout=60, metadata=auth), sub_lat)
             for i in range(args.submits)])
         sub_wall = time.perf_counter() - t0
 
@@ -103,7 +104,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             agent_pb2.HeartbeatRequest(status=sts[i], controller_epoch=epoch), timeout=60), hb2_lat)
             for i in range(args.agents)])
         hb2_wall = time.perf_counter() - t0
-        nodes = await ctl_stubs[0].ListNodes(controller_pb2.ListNodesRequest(), timeout=60)
+        nodes = await ctl_stubs[0].ListNodes(controller_pb2.ListNodesRequest(), timeout=60, metadata=auth)
         ready = sum(1 for n in nodes.nodes if n.state == common_pb2.NODE_STATE_READY)
         for c in channels:
             await c.close()

@@ -2,11 +2,13 @@
 
     from tessera.clients import Client, load_job_file
 
-    with Client("controller:50051") as c:
+    with Client("controller:50051", token=os.environ["TESSERA_TOKEN"]) as c:
         job = c.submit(load_job_file("examples/jobs/tiny.yaml"))
         done = c.wait(job.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=600)
 
-Every call is blocking and has a deadline (`timeout`, 10 s by default); streams (`watch`, `wait`)
+`token` is a bearer token of the controller's tokens file (docs/auth.md), sent with every call as
+metadata `authorization: Bearer <token>`; without one, only a controller that runs without
+authentication answers. Every call is blocking and has a deadline (`timeout`, 10 s by default); streams (`watch`, `wait`)
 take their own. Every mutating call carries a request id (a fresh uuid4 unless given), so retrying
 it with the same id is safe. gRPC failures surface as `RpcError(code, message)`, where `code` is
 the status code name ("NOT_FOUND", "INVALID_ARGUMENT", ...); `ControllerUnreachable` (a subclass,
@@ -102,11 +104,12 @@ def state_value(state: int | str) -> int:
 
 
 class Client:
-    """A blocking client of one controller at `target` (host:port)."""
+    """A blocking client of one controller at `target` (host:port), calling as `token`'s holder."""
 
-    def __init__(self, target: str, timeout: float = 10.0) -> None:
+    def __init__(self, target: str, *, token: str | None = None, timeout: float = 10.0) -> None:
         self.target = target
         self.timeout = timeout
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._channel = sync_channel(target)
         self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 
@@ -177,7 +180,7 @@ class Client:
         """The job's events after `after_seq`, then new ones as they happen, until the job ends (or
         `timeout` seconds pass: DEADLINE_EXCEEDED). Close the iterator to stop early."""
         req = controller_pb2.WatchJobEventsRequest(job_id=job_id, after_seq=after_seq)
-        stream = self._stub.WatchJobEvents(req, timeout=timeout)
+        stream = self._stub.WatchJobEvents(req, timeout=timeout, metadata=self._metadata)
         try:
             yield from stream
         except grpc.RpcError as exc:
@@ -274,11 +277,17 @@ class Client:
         req = controller_pb2.RemoveNodeRequest(request_id=request_id or _new_id(), node_id=node_id, force=force)
         return bool(self._call(self._stub.RemoveNode, req).removed)
 
+    # -- identity --------------------------------------------------------------------------------
+
+    def whoami(self) -> controller_pb2.WhoAmIResponse:
+        """Who the controller takes this client for: `.principal`, `.tenant`, `.role`."""
+        return self._call(self._stub.WhoAmI, controller_pb2.WhoAmIRequest())
+
     # -- plumbing --------------------------------------------------------------------------------
 
     def _call(self, method: Any, request: Any) -> Any:
         try:
-            return method(request, timeout=self.timeout)
+            return method(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise self._error(exc) from None
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
-from tessera.clients import output
+from tessera.clients import admin, ctlconfig, output
+from tessera.clients.config import Settings
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
 from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, RpcError, state_value
@@ -24,7 +25,6 @@ from tessera.common.errors import InvalidInput, TesseraError
 from tessera.common.yamlfile import InputFileError
 from tessera.v1 import common_pb2, controller_pb2
 
-DEFAULT_CONTROLLER = "127.0.0.1:50051"
 WATCH_POLL_S = 2.0  # table refresh of the lists that have no watch stream (all jobs, nodes)
 FOLLOW_POLL_S = 1.0  # logs --follow: the log API has no stream (see docs/cli.md)
 OUTPUTS = ("table", "wide", "json")
@@ -46,10 +46,7 @@ class _Parser(argparse.ArgumentParser):
 def _common_options() -> argparse.ArgumentParser:
     # SUPPRESS: an option given before the subcommand is not reset by the subcommand's parser.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--controller", metavar="HOST:PORT", default=argparse.SUPPRESS,
-        help=f"controller address (default: $TESSERA_CONTROLLER or {DEFAULT_CONTROLLER})",
-    )
+    ctlconfig.common_options(common)
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
                         help="output format (default: table)")
     common.add_argument("--timeout", type=_positive_float, metavar="SECONDS", default=argparse.SUPPRESS,
@@ -163,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _estimate_arguments(est, command)
 
+    command(sub, "whoami", cmd_whoami, "who the controller takes you for: principal, tenant, role")
+    ctlconfig.add_arguments(sub, command)
+    admin.add_arguments(sub, command)
     command(sub, "version", cmd_version, "print the version of tessctl")
     return parser
 
@@ -339,6 +339,15 @@ def cmd_simulate(client: Client | None, args: argparse.Namespace, out: TextIO) -
     return proc.returncode
 
 
+def cmd_whoami(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    me = client.whoami()
+    if args.output == "json":
+        _print(out, output.dumps(output.to_dict(me)))
+    else:
+        _print(out, output.table(("PRINCIPAL", "TENANT", "ROLE"), [(me.principal, me.tenant or "-", me.role)]))
+    return 0
+
+
 def cmd_version(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
     version = _version()
     if args.output == "json":
@@ -511,7 +520,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.output = getattr(args, "output", "table")
-    args.controller = getattr(args, "controller", None) or os.environ.get("TESSERA_CONTROLLER") or DEFAULT_CONTROLLER
     timeout = getattr(args, "timeout", 10.0)
     client: Client | None = None
     try:
@@ -519,9 +527,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_version(None, args, out)
         if args.command == "simulate":  # runs here, needs no controller
             return cmd_simulate(None, args, out)
-        if args.command == "estimate":  # in-process, or asks a tessera-estimator: no controller
+        if args.command in ("estimate", "config", "admin"):  # local files or the estimator: no controller
             return int(args.func(None, args, out))
-        client = Client(args.controller, timeout=timeout)
+        client = connect(ctlconfig.settings(args), timeout)
         return int(args.func(client, args, out))
     except EstimatorUnreachable as exc:
         return _fail(f"cannot reach estimator at {exc.target} ({exc.message})")
@@ -552,6 +560,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if client is not None:
             with contextlib.suppress(Exception):  # closing must not mask the result
                 client.close()
+
+
+def connect(settings: Settings, timeout: float) -> Client:
+    """The client of this command line's controller, calling with its token.
+
+    Several controllers (a context's list) are for following a standby; until the SDK follows a
+    leader itself, the first one is called. The CA (settings.ca) is for the TLS channel.
+    """
+    return Client(settings.controllers[0], token=settings.token, timeout=timeout)
 
 
 def _fail(message: str) -> int:

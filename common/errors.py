@@ -7,6 +7,8 @@
     ├── AlreadyExists                    ALREADY_EXISTS: a request id reused for something else
     ├── FailedPrecondition               FAILED_PRECONDITION: well formed, but the state refuses it
     ├── Unavailable                      UNAVAILABLE: a peer that cannot be reached
+    ├── Unauthenticated                  UNAUTHENTICATED: no credentials, or ones nobody issued
+    ├── PermissionDenied                 PERMISSION_DENIED: a known caller asking what its role forbids
     └── (tessera.clients.sdk.RpcError)   a failed call as a client sees it; code from the status
 
 Libraries raise these (or their own subclasses, which also stay ValueError where callers catch
@@ -100,3 +102,16 @@ class Unavailable(TesseraError):
     """A peer the request needs cannot be reached now; retrying later may succeed."""
 
     code = Code.UNAVAILABLE
+
+
+class Unauthenticated(TesseraError):
+    """The caller sent no credentials, or credentials the server does not know (never says which
+    token, so a peer learns nothing about the ones that exist)."""
+
+    code = Code.UNAUTHENTICATED
+
+
+class PermissionDenied(TesseraError):
+    """The caller is known, but its role or tenant does not allow the call."""
+
+    code = Code.PERMISSION_DENIED

@@ -2,6 +2,12 @@
 
 Daemons log JSON lines to a file; callers synchronise on those events (bounded waits), never on
 fixed sleeps.
+
+A controller started here authenticates its API (docs/auth.md): `start_controller` gives it a
+tokens file `STATE-tokens.yaml` beside its state dir with the tokens of CREDENTIALS (an admin of
+tenant "default", users of tenants "team-a" and "team-b"), and keeps the tokens themselves, for the
+harness only, in `STATE-credentials.json` (0600) so a restart gets the same ones. `Daemon.token` is
+the admin token; `tessctl(address, ...)` uses the admin token of the controller at that address.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tessera.common.tokens import TokenEntry, hash_token, new_token, write_private, write_tokens_file
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent  # the checkout, for relative example paths
@@ -49,6 +57,13 @@ class Daemon:
     log_path: Path
     address: str = ""
     argv: list[str] = field(default_factory=list)
+    # name -> bearer token of the callers this controller knows (empty: not a controller, or insecure).
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def token(self) -> str | None:
+        """The admin token (None when the controller runs without authentication)."""
+        return self.tokens.get("admin")
 
     def events(self) -> list[dict[str, Any]]:
         out = []
@@ -99,13 +114,43 @@ FAST_CONTROLLER = ["--round-interval", "30", "--inspect-interval", "1", "--debou
                    "--fence", "2.5", "--fence-grace", "2"]
 
 
+# The callers of a local controller: name -> (tenant, role).
+CREDENTIALS = {"admin": ("default", "admin"), "alice": ("team-a", "user"), "bob": ("team-b", "user")}
+# Admin tokens of the controllers this process started, by address: what tessctl() calls with.
+_ADMIN_TOKENS: dict[str, str] = {}
+
+
+def local_tokens(state_dir: Path) -> tuple[Path, dict[str, str]]:
+    """The tokens file for a controller of `state_dir` and the tokens in it, made on first use and
+    reused after (see the module's docstring)."""
+    tokens_file = state_dir.parent / f"{state_dir.name}-tokens.yaml"
+    creds = state_dir.parent / f"{state_dir.name}-credentials.json"
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    if creds.exists() and tokens_file.exists():
+        return tokens_file, dict(json.loads(creds.read_text()))
+    tokens = {name: new_token() for name in CREDENTIALS}
+    write_private(creds, json.dumps(tokens) + "\n")
+    write_tokens_file(tokens_file, [TokenEntry(n, t, r, hash_token(tokens[n])) for n, (t, r) in CREDENTIALS.items()])
+    return tokens_file, tokens
+
+
 def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", fast: bool = True,
-                     extra_env: Mapping[str, str] | None = None) -> Daemon:
-    """`extra_env`: e.g. TESSERA_CRASH_AT (common/crashpoints.py) for this controller only."""
+                     auth: bool = True, extra_env: Mapping[str, str] | None = None) -> Daemon:
+    """A controller with the local tokens file (auth=False, or a --tokens of the caller's in `extra`:
+    without); its address once it logged controller_started. `extra_env`: e.g. TESSERA_CRASH_AT
+    (common/crashpoints.py) for this controller only."""
     argv = [str(BIN / "tessera-controller"), "--listen", listen, "--state-dir", str(state_dir)]
+    tokens: dict[str, str] = {}
+    if auth and "--tokens" not in extra:
+        tokens_file, tokens = local_tokens(state_dir)
+        argv += ["--tokens", str(tokens_file)]
     argv += (FAST_CONTROLLER if fast else []) + list(extra)
-    return _start("controller", argv, state_dir.parent / f"{state_dir.name}-controller.log", "controller_started",
-                  "listen", extra_env)
+    d = _start("controller", argv, state_dir.parent / f"{state_dir.name}-controller.log", "controller_started",
+               "listen", extra_env)
+    d.tokens = tokens
+    if d.token:
+        _ADMIN_TOKENS[d.address] = d.token
+    return d
 
 
 def _start(name: str, argv: list[str], log_path: Path, ready_event: str, address_key: str,
@@ -135,16 +180,24 @@ def start_agent(controller: str, node_id: str, inventory: Path | str | None, wor
     return _start(f"agent {node_id}", argv, work_dir.parent / f"{node_id}-agent.log", "agent serving", "address")
 
 
-def tessctl(controller: str, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def tessctl(controller: str, *args: str, check: bool = True, timeout: float = 30,
+            token: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run tessctl against `controller`, as `token`'s holder (default: the admin of a controller this
+    process started there). The token goes through the environment, never the command line."""
+    e = env()
+    e.pop("TESSERA_TOKEN", None)
+    token = token or _ADMIN_TOKENS.get(controller)
+    if token:
+        e["TESSERA_TOKEN"] = token
     cp = subprocess.run([str(BIN / "tessctl"), "--controller", controller, *args], capture_output=True, text=True,
-                        env=env(), timeout=timeout, cwd=REPO, check=False)
+                        env=e, timeout=timeout, cwd=REPO, check=False)
     if check and cp.returncode != 0:
         raise AssertionError(f"tessctl {' '.join(args)} exited {cp.returncode}: {cp.stderr}")
     return cp
 
 
-def tessctl_json(controller: str, *args: str) -> Any:
-    return json.loads(tessctl(controller, *args, "-o", "json").stdout)
+def tessctl_json(controller: str, *args: str, token: str | None = None) -> Any:
+    return json.loads(tessctl(controller, *args, "-o", "json", token=token).stdout)
 
 
 def kill_strays(root: Path) -> int:

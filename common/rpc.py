@@ -120,6 +120,30 @@ def _refuse_undecodable(request: Any) -> None:
         raise InvalidArgument("request", "not a valid message of the method's request type (corrupt wire format)")
 
 
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def rewrap(handler: Any, unary: Wrap, stream: Wrap, tolerant: bool = False) -> Any:
+    """`handler` (a grpc.RpcMethodHandler) with its behavior wrapped: by `unary` for calls that
+    answer once, by `stream` for calls that answer with a stream (which must wrap an async
+    generator function in one, so outer interceptors still see a stream). `tolerant`: a unary
+    request is parsed before the handler runs, so a corrupt one reaches the wrapper as
+    _Undecodable, to be refused there with a status of ours."""
+    wrap = {"unary_unary": (unary, grpc.unary_unary_rpc_method_handler),
+            "stream_unary": (unary, grpc.stream_unary_rpc_method_handler),
+            "unary_stream": (stream, grpc.unary_stream_rpc_method_handler),
+            "stream_stream": (stream, grpc.stream_stream_rpc_method_handler)}
+    for kind, (wrapper, make) in wrap.items():
+        behavior = getattr(handler, kind)
+        if behavior is not None:
+            parse = handler.request_deserializer
+            if tolerant and kind.startswith("unary"):
+                parse = _tolerant(parse)
+            return make(wrapper(behavior), request_deserializer=parse,
+                        response_serializer=handler.response_serializer)
+    return handler
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
     """Map what a handler raises to a status, for unary and streaming RPCs alike (see status_of).
 
@@ -135,20 +159,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED itself
         method = details.method.rpartition("/")[2]
-        wrap = {"unary_unary": (self._unary, grpc.unary_unary_rpc_method_handler),
-                "stream_unary": (self._unary, grpc.stream_unary_rpc_method_handler),
-                "unary_stream": (self._stream, grpc.unary_stream_rpc_method_handler),
-                "stream_stream": (self._stream, grpc.stream_stream_rpc_method_handler)}
-        for kind, (wrapper, make) in wrap.items():
-            behavior = getattr(handler, kind)
-            if behavior is not None:
-                # A unary request is parsed before the handler runs: a corrupt one reaches the
-                # wrapper as _Undecodable and is refused there with a status of ours.
-                parse = _tolerant(handler.request_deserializer) if kind.startswith("unary") \
-                    else handler.request_deserializer
-                return make(wrapper(method, behavior), request_deserializer=parse,
-                            response_serializer=handler.response_serializer)
-        return handler
+        return rewrap(handler, lambda b: self._unary(method, b), lambda b: self._stream(method, b),
+                      tolerant=True)
 
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
         code, message = status_of(exc, method, self.name, self.translate)

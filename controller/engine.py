@@ -33,6 +33,7 @@ import structlog
 
 from tessera.common.crashpoints import crash_point
 from tessera.common.errors import FailedPrecondition
+from tessera.common.tokens import ANONYMOUS, Principal
 from tessera.controller import metrics, rounds, transitions
 from tessera.controller.agents import AgentCalls
 from tessera.controller.core import frenzy
@@ -149,13 +150,20 @@ class Engine:
 
     # ---------------------------------------------------------------- client API
 
-    async def submit(self, spec: common_pb2.JobSpec, request_id: str) -> tuple[JobRecord, bool]:
+    async def submit(self, spec: common_pb2.JobSpec, request_id: str,
+                     by: Principal = ANONYMOUS) -> tuple[JobRecord, bool]:
+        """Store a new job, or return the one this tenant's `request_id` created before.
+
+        Idempotency keys are per tenant: the store's key is "tenant/request_id" (a tenant never
+        holds a "/"), so one tenant's retry never returns, or collides with, another tenant's job.
+        """
         if not spec.tenant:
             spec.tenant = "default"
-        rec, event = transitions.submitted("j-" + uuid.uuid4().hex[:12], request_id, spec, self.wall())
+        key = f"{spec.tenant}/{request_id}"
+        rec, event = transitions.submitted("j-" + uuid.uuid4().hex[:12], key, spec, self.wall())
         stored, created = self.store.create_job(rec, event)
         if created:
-            log.info("job_submitted", job_id=rec.id, name=spec.name, tenant=spec.tenant)
+            log.info("job_submitted", job_id=rec.id, name=spec.name, tenant=spec.tenant, principal=by.name)
             metrics.JOBS_SUBMITTED.inc()
             await self.view.notify()
             self.kick()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 import structlog
 
 from tessera.common import daemon, metrics, rpc
+from tessera.common.errors import TesseraError
 from tessera.controller.agents import AgentClients
+from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
 from tessera.controller.engine import Engine, EngineConfig
@@ -69,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default 30 days; 0 = keep forever)")
     p.add_argument("--retention-interval", type=float, default=RetentionConfig.interval_s, metavar="SECONDS",
                    help="seconds between retention sweeps (default 600)")
+    p.add_argument("--tokens", default="", metavar="FILE",
+                   help="tokens file of the Controller API (docs/auth.md); without it every caller is allowed "
+                        "everything (logged as a warning)")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     for name in ("job_ttl", "checkpoint_ttl"):
@@ -99,7 +105,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def serve(args: argparse.Namespace) -> None:
+def authenticator(tokens: str) -> Authenticator:
+    """The Controller API's authenticator; TesseraError naming file, line and field for a bad file."""
+    return TokenAuthenticator(tokens) if tokens else InsecureAuthenticator()
+
+
+async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
@@ -123,10 +134,15 @@ async def serve(args: argparse.Namespace) -> None:
         (controller_pb2_grpc.add_ControllerServicer_to_server,
          ControllerService(engine, page_key=page_key(state / PAGE_KEY_FILE))),
         (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine)),
-    ], name="controller", translate=translate())
+    ], interceptors=[AuthInterceptor(auth)], name="controller", translate=translate())
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]
+    if isinstance(auth, TokenAuthenticator):
+        log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
+    else:
+        log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
+                    "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
     log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
              checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
     tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
@@ -167,7 +183,12 @@ def page_key(path: Path) -> bytes:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    daemon.run("tessera-controller", args.log_level, lambda: serve(args))
+    try:
+        auth = authenticator(args.tokens)
+    except (TesseraError, OSError) as exc:  # a missing or malformed tokens file: one line, exit 1
+        print(f"tessera-controller: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    daemon.run("tessera-controller", args.log_level, lambda: serve(args, auth))
 
 
 if __name__ == "__main__":

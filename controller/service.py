@@ -1,6 +1,9 @@
 """gRPC servicers of the controller: thin shells that validate and call the engine.
 
-Errors are raised, never aborted by hand: rpc.ErrorInterceptor maps them (see `translate`)."""
+Errors are raised, never aborted by hand: rpc.ErrorInterceptor maps them (see `translate`).
+Every Controller call arrives admitted by the AuthInterceptor (controller/auth.py: who, and may
+that role call this method); the handlers scope what they read and change to the caller's tenant
+(controller/access.py). A job of another tenant is NOT_FOUND, word for word as a missing one."""
 
 from __future__ import annotations
 
@@ -19,9 +22,13 @@ from tessera.common.errors import (
     Unavailable,
 )
 from tessera.common.nodespec import node_id_error, status_errors
+from tessera.common.tokens import Principal
+from tessera.controller.access import list_tenant, may_see, submit_tenant
+from tessera.controller.auth import principal_of
 from tessera.controller.convert import event_pb, job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine
+from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
 from tessera.controller.registry import fence_seconds
 from tessera.controller.store import TERMINAL, JobRecord, RequestConflict
@@ -42,8 +49,9 @@ def translate() -> dict[type[BaseException], Callable[[Any], TesseraError]]:
     """
     return {
         RequestConflict: lambda e: AlreadyExists(
-            f"request_id: {e.args[0]} was already used for a different "
-            f"{e.args[1] if len(e.args) > 1 else 'job spec'}"),
+            # A job's key is "tenant/request_id" (Engine.submit): the caller knows only its id.
+            f"request_id: {str(e.args[0]).partition('/')[2] or e.args[0]} was already used for a "
+            f"different {e.args[1] if len(e.args) > 1 else 'job spec'}"),
     }
 
 
@@ -80,28 +88,39 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self.view: EngineView = engine.view
         self.page_key = page_key or os.urandom(32)
 
+    def _visible(self, jid: str, who: Principal) -> JobRecord:
+        """The job, if `who` may see it; the same JobNotFound as for no job at all otherwise."""
+        rec = self.view.get(jid)
+        if not may_see(who, rec.spec.tenant):
+            raise JobNotFound(jid)
+        return rec
+
     def _job(self, jid: str, with_events: bool = False) -> controller_pb2.Job:
         rec = self.view.get(jid)
         return job_pb(rec, self.view.progress(jid), self.view.events(jid) if with_events else None)
 
     async def SubmitJob(self, request: controller_pb2.SubmitJobRequest, context: Any) -> controller_pb2.SubmitJobResponse:
+        who = principal_of(context)
         rid = _request_id(request.request_id)
         if not request.HasField("spec"):
             raise InvalidArgument("spec", "required")
         errors = validate_spec(request.spec)
         if errors:
             raise InvalidInput(summary(errors))  # every bad field at once, within a status's size
-        rec, created = await self.engine.submit(request.spec, rid)
+        request.spec.tenant = submit_tenant(who, request.spec.tenant)
+        rec, created = await self.engine.submit(request.spec, rid, who)
         return controller_pb2.SubmitJobResponse(job=self._job(rec.id), created=created)
 
     async def GetJob(self, request: controller_pb2.GetJobRequest, context: Any) -> controller_pb2.Job:
-        return self._job(_job_id(request.job_id), request.with_events)
+        rec = self._visible(_job_id(request.job_id), principal_of(context))
+        return self._job(rec.id, request.with_events)
 
     async def ListJobs(self, request: controller_pb2.ListJobsRequest, context: Any) -> controller_pb2.ListJobsResponse:
+        tenant = list_tenant(principal_of(context), request.tenant)
         for s in request.states:
             if s not in common_pb2.JobState.values() or s == 0:
                 raise InvalidArgument("states", f"unknown state {s}")
-        states, tenant = list(request.states), request.tenant
+        states = list(request.states)
 
         def fetch(after: tuple[float, str] | None, limit: int) -> list[JobRecord]:
             return self.view.jobs_page(states, tenant, after, limit)
@@ -111,13 +130,13 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def CancelJob(self, request: controller_pb2.CancelJobRequest, context: Any) -> controller_pb2.Job:
         _request_id(request.request_id)
-        rec = await self.engine.cancel(_job_id(request.job_id))
+        jid = self._visible(_job_id(request.job_id), principal_of(context)).id
+        rec = await self.engine.cancel(jid)
         return job_pb(rec, self.view.progress(rec.id))
 
     async def WatchJobEvents(self, request: controller_pb2.WatchJobEventsRequest,
                              context: Any) -> AsyncIterator[common_pb2.JobEvent]:
-        jid = _job_id(request.job_id)
-        self.view.get(jid)
+        jid = self._visible(_job_id(request.job_id), principal_of(context)).id
         seq = request.after_seq
         while True:
             events = self.view.events(jid, seq)
@@ -136,10 +155,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             launch_failures=n.launch_failures, unhealthy_until=n.unhealthy_until)
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
+        principal_of(context)  # admitted by the AuthInterceptor, which checked the role table
         busy = self.view.busy_gpus()
         return controller_pb2.ListNodesResponse(nodes=[self._node(n, busy) for n in self.view.node_ids()])
 
     async def DrainNode(self, request: controller_pb2.DrainNodeRequest, context: Any) -> controller_pb2.Node:
+        principal_of(context)
         _request_id(request.request_id)
         rec, unconfirmed = await self.engine.drain(_node_id(request.node_id), request.reason[:500])
         node = self._node(rec.id, self.view.busy_gpus())
@@ -147,6 +168,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return node
 
     async def UndrainNode(self, request: controller_pb2.UndrainNodeRequest, context: Any) -> controller_pb2.Node:
+        principal_of(context)
         _request_id(request.request_id)
         rec, unconfirmed = await self.engine.undrain(_node_id(request.node_id))
         node = self._node(rec.id, self.view.busy_gpus())
@@ -155,12 +177,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def RemoveNode(self, request: controller_pb2.RemoveNodeRequest,
                          context: Any) -> controller_pb2.RemoveNodeResponse:
+        principal_of(context)
         rid = _request_id(request.request_id)
         removed = await self.engine.remove_node(_node_id(request.node_id), request.force, rid)
         return controller_pb2.RemoveNodeResponse(removed=removed)
 
+    async def WhoAmI(self, request: controller_pb2.WhoAmIRequest, context: Any) -> controller_pb2.WhoAmIResponse:
+        who = principal_of(context)
+        return controller_pb2.WhoAmIResponse(principal=who.name, tenant=who.tenant, role=who.role)
+
     async def GetJobLogs(self, request: controller_pb2.GetJobLogsRequest, context: Any) -> controller_pb2.GetJobLogsResponse:
-        rec = self.view.get(_job_id(request.job_id))
+        rec = self._visible(_job_id(request.job_id), principal_of(context))
         if request.rank < 0 or request.attempt < 0 or request.tail_bytes < 0:
             raise InvalidArgument("rank, attempt, tail_bytes", "must be >= 0")
         if rec.placement is None or not rec.placement.slices:

@@ -67,7 +67,7 @@ def main() -> int:
             a = start_agent(ctl.address, node_id, REPO / "examples/inventories" / inv, root / node_id)
             daemons.append(a)
             print(f"agent {node_id} on {a.address} with {inv} (declared inventory: no GPU probed, workers on CPU)")
-        with Client(ctl.address) as c:
+        with Client(ctl.address, token=ctl.token) as c:
             wait_for(lambda: sum(n.state == P.NODE_STATE_READY for n in c.nodes()) == len(NODES), 30, "nodes READY")
             show(ctl.address, "get", "nodes")
             ids = {}
@@ -100,7 +100,11 @@ def main() -> int:
             print(f"\n{'OK' if ok else 'NOT OK'}: {sum(c.get(i).state == P.JOB_STATE_SUCCEEDED for i in running)}"
                   f"/{len(running)} jobs SUCCEEDED; huge is {P.JobState.Name(huge.state)[10:]}: {huge.reason}")
             if args.keep:
-                print(f"\ncluster left running; try: .venv/bin/tessctl --controller {ctl.address} get jobs")
+                creds = root / "controller-credentials.json"  # localcluster keeps the demo's tokens there
+                print(f"\ncluster left running; its API needs a token (docs/auth.md). Try:\n"
+                      f"  export TESSERA_TOKEN=$(.venv/bin/python -c 'import json; "
+                      f"print(json.load(open(\"{creds}\"))[\"admin\"])')\n"
+                      f"  .venv/bin/tessctl --controller {ctl.address} get jobs")
                 print("Ctrl-C to stop it")
                 try:
                     while True:

@@ -59,7 +59,7 @@ def main() -> int:
         out = lc.tessctl(ctl.address, "submit", "-f", str(REPO / "examples/jobs/tiny.yaml"), "-o", "json").stdout
         job = json.loads(out)["id"]
         state = P.JOB_STATE_UNSPECIFIED
-        with Client(ctl.address) as c:
+        with Client(ctl.address, token=ctl.token) as c:
             t0 = time.monotonic()
             while time.monotonic() - t0 < args.timeout and state not in FINAL:
                 state = c.get(job).state

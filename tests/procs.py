@@ -2,10 +2,12 @@
 
 from tessera.common.localcluster import (  # noqa: F401
     BIN,
+    CREDENTIALS,
     REPO,
     Daemon,
     env,
     kill_strays,
+    local_tokens,
     start_agent,
     start_controller,
     tessctl,

@@ -23,7 +23,11 @@ class Cluster:
     agents: dict[str, Daemon] = field(default_factory=dict)
 
     def client(self) -> Client:
-        return Client(self.controller.address)
+        return Client(self.controller.address, token=self.controller.token)
+
+    def client_as(self, name: str) -> Client:
+        """A client holding the token of `name` (localcluster.CREDENTIALS: admin, alice, bob)."""
+        return Client(self.controller.address, token=self.controller.tokens[name])
 
     def add_agent(self, node_id: str, inventory: str) -> Daemon:
         a = start_agent(self.controller.address, node_id, INVENTORIES / inventory, self.root / node_id)

@@ -24,7 +24,7 @@ def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 @pytest.fixture
 def client(ctl: Daemon) -> Iterator[Client]:
-    with Client(ctl.address) as c:
+    with Client(ctl.address, token=ctl.token) as c:
         yield c
 
 
@@ -154,12 +154,12 @@ def test_pending_reason_without_nodes(client: Client) -> None:
 
 def test_state_survives_restart(tmp_path: Path) -> None:
     d = start_controller(tmp_path / "state")
-    with Client(d.address) as c:
+    with Client(d.address, token=d.token) as c:
         job = c.submit(spec(name="durable"), request_id="dur-1")
     d.kill9()
     d2 = start_controller(tmp_path / "state")
     try:
-        with Client(d2.address) as c:
+        with Client(d2.address, token=d2.token) as c:
             assert c.get(job.id).spec.name == "durable"
             again = c.submit_ex(spec(name="durable"), request_id="dur-1")
             assert not again.created and again.job.id == job.id

@@ -14,7 +14,7 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
     d = start_controller(tmp_path / "state", "--metrics-listen", "127.0.0.1:0")
     try:
         port = d.wait_event("controller_started")["metrics_port"]
-        with Client(d.address) as c:
+        with Client(d.address, token=d.token) as c:
             c.submit(P.JobSpec(name="m", model=P.ModelSpec(name="gpt2-small"), global_batch_size=8, iterations=1))
 
         def scrape() -> str:

@@ -57,7 +57,8 @@ def run_job(tmp: Path, estimator: str, source: int, *extra: str) -> tuple[P.Job,
     agent = Agent()
     ctl = start_controller(tmp / "state", "--estimator", estimator, *extra)
     try:
-        with serve(agent) as address, sync_channel(ctl.address) as ch, Client(ctl.address) as client:
+        with serve(agent) as address, sync_channel(ctl.address) as ch, \
+                Client(ctl.address, token=ctl.token) as client:
             registry = agent_pb2_grpc.AgentRegistryStub(ch)
             status = agent_pb2.NodeStatus(node_id="gpu-node", address=address, inventory=inventory(source))
             epoch = registry.Register(agent_pb2.RegisterRequest(request_id="r1", status=status)).controller_epoch

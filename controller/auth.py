@@ -1,0 +1,187 @@
+"""Authentication of Controller API calls: bearer tokens -> Principal, and the interceptor that
+admits every call of the tessera.v1.Controller service (docs/auth.md).
+
+The check reads only the call's metadata (`authorization: Bearer <token>`), never the transport,
+so it holds the same over plaintext and over TLS. Only the Controller service is checked here: the
+AgentRegistry service that agents call is left to the transport's identities (node certificates).
+
+Tokens file reload: by modification check, not SIGHUP. At most once a second (RECHECK_S), a call
+stats the file; when its inode, size or mtime changed it is read again. A file that became
+malformed or unreadable fails closed: every call is answered UNAVAILABLE until it is fixed (a
+revoked token must not stay valid because an edit went wrong), and the error is logged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc.aio
+import structlog
+
+from tessera.common.errors import TesseraError, Unauthenticated, Unavailable
+from tessera.common.rpc import rewrap
+from tessera.common.tokens import (
+    ANONYMOUS,
+    MAX_TOKEN_CHARS,
+    Principal,
+    TokenEntry,
+    match,
+    read_tokens_file,
+)
+from tessera.controller.access import MUTATING, authorize
+
+log = structlog.get_logger("tessera.controller.auth")
+
+SERVICE = "/tessera.v1.Controller/"
+RECHECK_S = 1.0
+Metadata = Sequence[tuple[str, str | bytes]]
+
+
+class Authenticator(Protocol):
+    def authenticate(self, metadata: Metadata) -> Principal:
+        """The caller; Unauthenticated when it cannot be told."""
+        ...
+
+
+class InsecureAuthenticator:
+    """No tokens file: every caller is ANONYMOUS, allowed everything (logged loudly at start)."""
+
+    def authenticate(self, metadata: Metadata) -> Principal:
+        return ANONYMOUS
+
+
+def bearer_token(metadata: Metadata) -> str:
+    """The token of the call's one `authorization: Bearer <token>` entry; Unauthenticated otherwise."""
+    values = [v for k, v in metadata if k.lower() == "authorization"]
+    if not values:
+        raise Unauthenticated("no credentials: send metadata 'authorization: Bearer <token>' "
+                              "(tessctl: --token, $TESSERA_TOKEN or a config context)")
+    if len(values) > 1:
+        raise Unauthenticated("more than one authorization entry")
+    value = values[0]
+    scheme, _, token = value.partition(" ") if isinstance(value, str) else ("", "", "")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN_CHARS or not token.isascii():
+        raise Unauthenticated("malformed authorization: expected 'Bearer <token>'")
+    return token
+
+
+def _stamp(path: Path) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+class TokenAuthenticator:
+    """Tokens from a tokens file (tessera.common.tokens), re-read when it changes."""
+
+    def __init__(self, path: str | Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._entries: tuple[TokenEntry, ...] = read_tokens_file(self.path)  # TokensFileError: refuse to start
+        self._stamp = _stamp(self.path)
+        self._broken = ""
+        self._checked = clock()
+
+    @property
+    def entries(self) -> tuple[TokenEntry, ...]:
+        return self._entries
+
+    def refresh(self, force: bool = False) -> None:
+        now = self._clock()
+        if not force and now - self._checked < RECHECK_S:
+            return
+        self._checked = now
+        try:
+            stamp = _stamp(self.path)
+        except OSError as exc:
+            self._fail(f"{self.path}: cannot read: {exc.strerror or exc}", None)
+            return
+        if stamp == self._stamp and not self._broken:
+            return
+        try:
+            entries = read_tokens_file(self.path)
+        except TesseraError as exc:
+            self._fail(str(exc), stamp)
+            return
+        self._entries, self._stamp, self._broken = entries, stamp, ""
+        log.info("tokens_loaded", file=str(self.path), tokens=len(entries))
+
+    def _fail(self, why: str, stamp: tuple[int, int, int, int] | None) -> None:
+        if why != self._broken:
+            log.error("tokens_file_broken", file=str(self.path), error=why,
+                      effect="every Controller API call is refused until the file is fixed")
+        self._broken = why
+        if stamp is not None:
+            self._stamp = stamp
+
+    def authenticate(self, metadata: Metadata) -> Principal:
+        token = bearer_token(metadata)
+        self.refresh()
+        if self._broken:
+            raise Unavailable("the controller cannot read its tokens file; see the controller log")
+        entry = match(self._entries, token)
+        if entry is None:
+            raise Unauthenticated("unknown token")
+        return entry.principal()
+
+
+class CallContext:
+    """A call's grpc context, with the principal the AuthInterceptor admitted it as."""
+
+    def __init__(self, context: Any, principal: Principal) -> None:
+        self._context = context
+        self.principal = principal
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+def principal_of(context: Any) -> Principal:
+    """The caller of a Controller handler; Unauthenticated (fail closed) when the call did not come
+    through an AuthInterceptor."""
+    principal = getattr(context, "principal", None)
+    if not isinstance(principal, Principal):
+        raise Unauthenticated("call was not authenticated")
+    return principal
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
+    """Admit every call of tessera.v1.Controller: authenticate it, check METHOD_ROLES, and hand the
+    Principal to the handler in its context (CallContext). Errors are raised inside the wrapped
+    handler, so the outer ErrorInterceptor turns them into UNAUTHENTICATED / PERMISSION_DENIED."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self.authenticator = authenticator
+
+    async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or not details.method.startswith(SERVICE):
+            return handler
+        method = details.method[len(SERVICE):]
+        metadata = tuple(details.invocation_metadata or ())
+
+        def admit() -> Principal:
+            principal = self.authenticator.authenticate(metadata)
+            authorize(method, principal)
+            if method in MUTATING:
+                log.info("rpc_call", method=method, principal=principal.name, tenant=principal.tenant,
+                         role=principal.role)
+            return principal
+
+        def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            async def call(request: Any, context: Any) -> Any:
+                result = behavior(request, CallContext(context, admit()))
+                return await result if hasattr(result, "__await__") else result
+            return call
+
+        def stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            async def call(request: Any, context: Any) -> AsyncIterator[Any]:
+                async for response in behavior(request, CallContext(context, admit())):
+                    yield response
+            return call
+
+        return rewrap(handler, unary, stream)

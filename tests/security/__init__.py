@@ -1,0 +1,1 @@
+"""Security tests: real controller processes over real gRPC (docs/auth.md)."""
