@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.common.jobspec import NAME_RE
 from tessera.common.yamlfile import (
     MAX_BYTES,
     InputFileError,
@@ -42,9 +43,8 @@ ROLES = (USER, ADMIN)
 # The role of every caller of a controller that runs without a tokens file: allowed everything.
 INSECURE = "insecure"
 MAX_TOKEN_CHARS = 256  # a presented token longer than this is refused before it is hashed
-# The job file's tenant rule (controller/core/validate.py NAME_RE; tests/unit/test_tokens.py checks
-# that they agree): common cannot import the controller, and a tenant must never hold a "/".
-TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# The job file's tenant rule, which never admits a "/" (request ids are stored as tenant/id).
+TENANT_RE = NAME_RE
 PRINCIPAL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ENTRY_KEYS = ("name", "tenant", "role", "sha256")
@@ -147,7 +147,7 @@ def parse_tokens(doc: Any) -> tuple[TokenEntry, ...]:
 def _check_entry(e: TokenEntry, at: str) -> None:
     if not PRINCIPAL_RE.match(e.name):
         raise TokensFileError(f"{at}.name", "must match [A-Za-z0-9][A-Za-z0-9._@-]{0,62}")
-    if not TENANT_RE.match(e.tenant):
+    if not TENANT_RE.fullmatch(e.tenant):
         raise TokensFileError(f"{at}.tenant", "must match [a-z0-9][a-z0-9-]{0,62} (the job file's tenant rule)")
     if e.role not in ROLES:
         raise TokensFileError(f"{at}.role", f"must be one of {', '.join(ROLES)}, got {e.role!r}")

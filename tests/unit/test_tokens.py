@@ -22,7 +22,7 @@ from tessera.common.tokens import (
     write_tokens_file,
 )
 from tessera.common.yamlfile import load_yaml
-from tessera.controller.core.validate import NAME_RE
+from tessera.common.jobspec import NAME_RE
 
 H = "ab" * 32
 
@@ -44,7 +44,7 @@ def test_match_finds_only_the_exact_token() -> None:
 
 
 def test_tenant_rule_is_the_job_files() -> None:
-    assert TENANT_RE.pattern == NAME_RE.pattern
+    assert TENANT_RE is NAME_RE and not TENANT_RE.fullmatch("a/b")
 
 
 def parse(text: str) -> tuple[TokenEntry, ...]:
