@@ -210,3 +210,14 @@ def host_of(address: str) -> str:
     """The host part of host:port ([v6]:port included)."""
     host, _, _ = address.rpartition(":")
     return host.strip("[]") or "127.0.0.1"
+
+
+def external_aio_channel(target: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
+    """An asyncio channel to a service that is not Tessera's (etcd): its own TLS credentials, the
+    message limits and keepalive, no Tessera retry policy (the caller decides what is safe to retry)."""
+    options = _COMMON_OPTIONS + [("grpc.keepalive_time_ms", 5_000), ("grpc.keepalive_timeout_ms", 3_000),
+                                 ("grpc.initial_reconnect_backoff_ms", 100),
+                                 ("grpc.max_reconnect_backoff_ms", 1_000)]
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=options)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything Tessera needs on a fresh Debian/Ubuntu machine: system packages (systemd-analyze
 # for the unit checks), a virtual environment in .venv, the project with its dev extras
-# (torch==2.13.0 CPU for the trainer, pytest, grpcio-tools), and DeepSpeed for the launcher test.
+# (torch==2.13.0 CPU for the trainer, pytest, grpcio-tools), etcd-server, and DeepSpeed for the launcher test.
 # Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,16 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
   else
     echo "setup: systemd-analyze missing and not root: the systemd unit checks will fail" >&2
+  fi
+fi
+# etcd (Debian's etcd-server: the `etcd` binary), started by the tests of the etcd store and of
+# leader failover (tests/etcd_server.py); the controller itself only needs one with --store etcd.
+if ! command -v etcd >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+  else
+    echo "setup: etcd missing and not root: the etcd store and failover tests will skip (fail under CI)" >&2
   fi
 fi
 PY=${PYTHON:-python3}
