@@ -185,11 +185,12 @@ class EtcdStore:
         if marker is not None and known != store_id:
             _write_atomically(marker, store_id + "\n")
 
-    def _event_ops(self, job_id: str, time: float, events: Sequence[tuple[str, str]]) -> list[Any]:
+    def _event_ops(self, job_id: str, time: float, events: Sequence[tuple[str, str]], start: int = 0) -> list[Any]:
+        """Puts of `events`, numbered from `start` within their transaction (their seq's low bits)."""
         wid = uuid.uuid4().hex[:16]
         return [_put(self._k("ev", job_id, f"{wid}-{i:05d}"),
                      json.dumps({"job_id": job_id, "time": time, "kind": k, "message": m, "i": i}).encode())
-                for i, (k, m) in enumerate(events)]
+                for i, (k, m) in enumerate(events, start)]
 
     @staticmethod
     def _records(revision: int, job_id: str, time: float, events: Sequence[tuple[str, str]]) -> list[EventRecord]:
@@ -266,8 +267,10 @@ class EtcdStore:
             if not chunk:
                 continue
             compare = [_exists(self._k("job", j.id)) for j, _ in chunk]
-            success = [op for j, evs in chunk for op in (_put(self._k("job", j.id), _job_doc(j)),
-                                                          *self._event_ops(j.id, time, evs))]
+            success, n = [], 0
+            for j, evs in chunk:
+                success += [_put(self._k("job", j.id), _job_doc(j)), *self._event_ops(j.id, time, evs, n)]
+                n += len(evs)
             if not self._txn(compare, success).succeeded:
                 raise KeyError(next(j.id for j, _ in chunk if self._value(self._k("job", j.id)) is None))
 
