@@ -221,3 +221,20 @@ def external_aio_channel(target: str, credentials: grpc.ChannelCredentials | Non
     if credentials is None:
         return grpc.aio.insecure_channel(target, options=options)
     return grpc.aio.secure_channel(target, credentials, options=options)
+
+
+# Trailing metadata of an UNAVAILABLE answered by a standby controller: the leader's address
+# (docs/ha.md). Clients follow it only to an address they were configured with.
+LEADER_HINT_KEY = "tessera-leader"
+
+
+def leader_hint(exc: grpc.RpcError) -> str:
+    """The leader address a standby named in its UNAVAILABLE answer; "" when none."""
+    try:
+        md = exc.trailing_metadata() or ()
+    except Exception:  # noqa: BLE001 (a connection failure has no metadata)
+        return ""
+    for key, value in md:
+        if key == LEADER_HINT_KEY and isinstance(value, str):
+            return value
+    return ""

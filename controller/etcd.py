@@ -141,8 +141,8 @@ class EtcdClient:
 
         try:
             self.call(shut(), 5.0)
-        except Exception:  # noqa: BLE001 (closing: nothing left to save)
-            pass
+        except Exception as exc:  # noqa: BLE001 (closing: nothing left to save)
+            log.info("etcd_close_failed", error=str(exc)[:200])
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5.0)
 

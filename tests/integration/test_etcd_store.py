@@ -107,15 +107,14 @@ def test_an_emptied_or_replaced_prefix_is_refused(etcd_endpoint: str, tmp_path: 
     assert marker.read_text().strip() == first
     with leading_store(etcd_endpoint, prefix, marker=marker) as s:  # reopens: same store
         assert s.get_job("j-1") is not None
-    with pytest.raises(StateError, match="emptied"):  # a prefix with nothing in it (etcd data lost)
-        with leading_store(etcd_endpoint, _prefix(), marker=marker):
-            pass
+    # A prefix with nothing in it (etcd's data lost)
+    with pytest.raises(StateError, match="emptied"), leading_store(etcd_endpoint, _prefix(), marker=marker):
+        pass
     other = _prefix()
     with leading_store(etcd_endpoint, other):
         pass
-    with pytest.raises(StateError, match="replaced"):
-        with leading_store(etcd_endpoint, other, marker=marker):
-            pass
+    with pytest.raises(StateError, match="replaced"), leading_store(etcd_endpoint, other, marker=marker):
+        pass
 
 
 def test_the_store_opened_by_a_leader_only(etcd_endpoint: str) -> None:
