@@ -47,8 +47,9 @@ def _common_options() -> argparse.ArgumentParser:
     # SUPPRESS: an option given before the subcommand is not reset by the subcommand's parser.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--controller", metavar="HOST:PORT", default=argparse.SUPPRESS,
-        help=f"controller address (default: $TESSERA_CONTROLLER or {DEFAULT_CONTROLLER})",
+        "--controller", metavar="HOST:PORT[,HOST:PORT...]", default=argparse.SUPPRESS,
+        help=f"controller address; several, comma-separated, for a highly available controller (the "
+             f"leader is followed) (default: $TESSERA_CONTROLLER or {DEFAULT_CONTROLLER})",
     )
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
                         help="output format (default: table)")
