@@ -8,20 +8,16 @@ tests/shared_data.py), where it fails: the HA tests cannot pass by not running.
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tessera.common.localcluster import Daemon, start_etcd
 from tessera.controller.election import Leadership
 from tessera.controller.etcd import EtcdClient, EtcdConfig
 from tessera.controller.etcdstore import EtcdStore
-from tests.procs import wait_for
 from tests.shared_data import in_ci
 
 
@@ -35,51 +31,12 @@ def require_etcd() -> str:
     pytest.skip(why)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class EtcdServer:
-    proc: subprocess.Popen[bytes]
-    endpoint: str
-    log_path: Path
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
 @contextmanager
-def etcd_server(tmp: Path) -> Iterator[EtcdServer]:
-    """One etcd member on 127.0.0.1, serving clients when yielded."""
-    binary = require_etcd()
-    client, peer = free_port(), free_port()
-    data = tmp / "etcd-data"
-    log_path = tmp / "etcd.log"
-    argv = [binary, "--name", "t", "--data-dir", str(data),
-            "--listen-client-urls", f"http://127.0.0.1:{client}", "--advertise-client-urls", f"http://127.0.0.1:{client}",
-            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-cluster", f"t=http://127.0.0.1:{peer}", "--logger", "zap", "--log-outputs", "stderr",
-            # A test machine's disk is slow and shared: no snapshot or quota surprises mid-test.
-            "--quota-backend-bytes", str(1 << 30)]
-    with open(log_path, "ab") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = EtcdServer(proc, f"127.0.0.1:{client}", log_path)
+def etcd_server(tmp: Path) -> Iterator[Daemon]:
+    """One etcd member on 127.0.0.1 (common/localcluster.py), serving clients when yielded; its
+    client endpoint is `.address`."""
+    server = start_etcd(tmp, require_etcd())
     try:
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"etcd exited {proc.returncode}: {log_path.read_text()[-2000:]}")
-            return "serving client traffic" in log_path.read_text(errors="replace")
-
-        wait_for(ready, 30, "etcd serving client traffic")
         yield server
     finally:
         server.stop()
@@ -89,7 +46,7 @@ def etcd_server(tmp: Path) -> Iterator[EtcdServer]:
 def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One etcd for a test module; each test keeps to a prefix of its own (`leading_store`)."""
     with etcd_server(tmp_path_factory.mktemp("etcd")) as srv:
-        yield srv.endpoint
+        yield srv.address
 
 
 @contextmanager

@@ -40,7 +40,7 @@ def test_leader_killed_standby_leads_agent_follows_job_runs_once(tmp_path: Path)
     daemons: list[Daemon] = []
     with etcd_server(tmp_path) as etcd:
         try:
-            ha = ["--store", "etcd", "--etcd-endpoints", etcd.endpoint, "--etcd-lease-ttl", str(TTL),
+            ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
                   "--policy", "frenzy"]
             a = start_controller(tmp_path / "a", *ha)
             daemons.append(a)
@@ -91,7 +91,7 @@ def test_leader_killed_standby_leads_agent_follows_job_runs_once(tmp_path: Path)
 def test_a_clean_stop_hands_over_at_once(tmp_path: Path) -> None:
     """SIGTERM of the leader revokes its lease: the standby leads without waiting for the TTL."""
     with etcd_server(tmp_path) as etcd:
-        ha = ["--store", "etcd", "--etcd-endpoints", etcd.endpoint, "--etcd-lease-ttl", "10"]
+        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "10"]
         a = start_controller(tmp_path / "a", *ha)
         b = start_controller(tmp_path / "b", *ha)
         try:
