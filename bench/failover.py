@@ -16,6 +16,7 @@ campaign transaction + loading the state.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import statistics
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 led_before = sum(1 for e in ctl[standby].events() if e.get("event") == "controller_leading")
                 t0 = time.monotonic()
                 ctl[leader].kill9()
-                elapsed = first_submit(c, i, give_up_s=60) + 0.0
+                elapsed = first_submit(c, i, give_up_s=60)
                 took = time.monotonic() - t0
                 ev = ctl[standby].wait_event("controller_leading", 30, skip=led_before)
                 seconds.append(round(took, 3))
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             "benchmark": "failover", "runs": args.runs, "lease_ttl_s": args.ttl,
             "p50_s": round(statistics.median(seconds), 3), "p90_s": round(pct(seconds, 90), 3),
             "max_s": max(seconds), "min_s": min(seconds), "goal_s": 10.0, "seconds": seconds, "epochs": epochs,
-            "epochs_increase": all(b > a for a, b in zip(epochs, epochs[1:], strict=False)),
+            "epochs_increase": all(b > a for a, b in itertools.pairwise(epochs)),
             "measures": "SIGKILL of the leader -> first SubmitJob (fresh request id) answered by the new leader",
         }
     finally:

@@ -118,9 +118,9 @@ class Leadership:
         cur = await self.client.rpc(lambda: kv.Range(etcdrpc.RangeRequest(key=self.epoch_key), timeout=t))
         old = int(cur.kvs[0].value) if cur.kvs else 0
         mod = cur.kvs[0].mod_revision if cur.kvs else 0
+        sent = self.mono()  # before the grant: etcd's clock for the lease starts after this
         lease = await self.client.rpc(lambda: self.client.lease.LeaseGrant(
             etcdrpc.LeaseGrantRequest(TTL=self.ttl_s), timeout=t))
-        sent = self.mono()
         epoch = old + 1
         value = json.dumps({"address": self.address, "epoch": epoch}).encode()
         txn = etcdrpc.TxnRequest(
