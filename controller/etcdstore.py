@@ -225,20 +225,30 @@ class EtcdStore:
             raise RequestConflict(job.request_id)
         return old, False
 
+    def _read(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Several keys in one round trip (a transaction of reads; at most MAX_TXN_OPS keys)."""
+        if not keys:
+            return []
+        t = self.c.cfg.timeout_s
+        req = etcdrpc.TxnRequest(success=[_get(k) for k in keys])
+        resp = self.c.call(self.c.rpc(lambda: self.c.kv.Txn(req, timeout=t)))
+        return [bytes(r.response_range.kvs[0].value) if r.response_range.kvs else None for r in resp.responses]
+
     def get_job(self, job_id: str) -> JobRecord | None:
-        doc, spec = self._value(self._k("job", job_id)), self._value(self._k("spec", job_id))
+        doc, spec = self._read([self._k("job", job_id), self._k("spec", job_id)])
         return None if doc is None or spec is None else _job(doc, spec)
 
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         st = set(states)
-        specs = {bytes(kv.key)[len(self._k("spec", "")):].decode(): bytes(kv.value)
-                 for kv in self._range(self._k("spec", ""), prefix=True)}
-        out = []
-        for kv in self._range(self._k("job", ""), prefix=True):
-            d = json.loads(kv.value)
-            if (st and d["state"] not in st) or (tenant and d["tenant"] != tenant) or d["id"] not in specs:
-                continue
-            out.append(_job(bytes(kv.value), specs[d["id"]]))
+        docs = [(d["id"], bytes(kv.value)) for kv in self._range(self._k("job", ""), prefix=True)
+                if (d := json.loads(kv.value)) and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant)]
+        # The specs of a few jobs (the active ones of a round, say) by key; of many, in one range.
+        if len(docs) <= MAX_TXN_OPS // 2:
+            specs = dict(zip((i for i, _ in docs), self._read([self._k("spec", i) for i, _ in docs]), strict=True))
+        else:
+            n = len(self._k("spec", ""))
+            specs = {bytes(kv.key)[n:].decode(): bytes(kv.value) for kv in self._range(self._k("spec", ""), prefix=True)}
+        out = [_job(doc, spec) for i, doc in docs if (spec := specs.get(i)) is not None]
         return sorted(out, key=lambda j: (j.submit_time, j.id))
 
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
