@@ -121,7 +121,13 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path) -> 
 
         lead.on_lost = on_lost
         structlog.contextvars.bind_contextvars(epoch=epoch)
-        store = EtcdStore(client, lead, state / "controller.etcd.id")
+        try:
+            store = EtcdStore(client, lead, state / "controller.etcd.id")
+        except BaseException:
+            # Refused state (StateError: one line, exit 1): let a standby try at once, not after a TTL.
+            lead.resign()
+            client.close()
+            raise
         engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)
         switch.lead([(controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
                      (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine))])

@@ -5,6 +5,7 @@ and the state is all there."""
 from __future__ import annotations
 
 import collections
+import signal
 import time
 from pathlib import Path
 
@@ -104,3 +105,45 @@ def test_a_clean_stop_hands_over_at_once(tmp_path: Path) -> None:
         finally:
             b.stop()
             a.stop()
+
+
+def test_a_stalled_leader_is_deposed_and_acts_no_more(tmp_path: Path) -> None:
+    """SIGSTOP of the leader past its lease: the standby leads; when the old one resumes it refuses
+    everything and exits (systemd would restart it as a standby), having called no agent since."""
+    daemons: list[Daemon] = []
+    with etcd_server(tmp_path) as etcd:
+        try:
+            # A node lease longer than the agent's call deadline (5 s): the agent's heartbeat to the
+            # stopped leader hangs that long before it tries the other address (docs/ha.md).
+            ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
+                  "--policy", "frenzy", "--lease", "10"]
+            a = start_controller(tmp_path / "a", *ha)
+            daemons.append(a)
+            first = _leading(a)
+            b = start_controller(tmp_path / "b", *ha)
+            daemons.append(b)
+            agent = start_agent(f"{a.address},{b.address}", "node-a10", INVENTORIES / "a10-node.yaml",
+                                tmp_path / "node-a10")
+            daemons.append(agent)
+            with Client([a.address, b.address], timeout=5) as c:
+                job = c.submit(sleeper("stalled"))
+                wait_for(lambda: c.get(job.id).state == P.JOB_STATE_RUNNING, 60, "the job RUNNING")
+                a.proc.send_signal(signal.SIGSTOP)
+                second = _leading(b)
+                assert second["epoch"] > first["epoch"]
+                agent.wait_event("registered", 30, controller_epoch=second["epoch"])
+                a.proc.send_signal(signal.SIGCONT)
+                assert a.proc.wait(30) == 1
+                deposed = [e for e in a.events() if e.get("event") == "controller_deposed"]
+                assert deposed and deposed[0]["epoch"] == first["epoch"]
+                lost_at = next(i for i, e in enumerate(a.events()) if e.get("event") == "leadership_lost")
+                after = [e for e in a.events()[lost_at:] if e.get("event") in ("launch", "stop", "job_event")]
+                assert not after, after
+                got = c.get(job.id)
+                assert got.state == P.JOB_STATE_RUNNING and got.attempt == 1
+        finally:
+            for d in reversed(daemons):
+                if d.proc.poll() is None:
+                    d.proc.send_signal(signal.SIGCONT)
+                d.stop()
+            kill_strays(tmp_path)
