@@ -135,13 +135,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_etcd(root: Path, binary: str = "etcd") -> Daemon:
+def start_etcd(root: Path, binary: str = "etcd", tls: tuple[Path, Path, Path] | None = None) -> Daemon:
     """One etcd member (Debian's etcd-server) on 127.0.0.1 with free ports and its data under `root`,
-    serving clients when returned; `address` is its client endpoint."""
+    serving clients when returned; `address` is its client endpoint. `tls` = (CA, certificate, key):
+    clients over TLS, with a client certificate signed by that CA required."""
     client, peer = free_port(), free_port()
     log_path = root / "etcd.log"
-    argv = [binary, "--name", "t", "--data-dir", str(root / "etcd-data"),
-            "--listen-client-urls", f"http://127.0.0.1:{client}", "--advertise-client-urls", f"http://127.0.0.1:{client}",
+    scheme = "https" if tls else "http"
+    secure = ["--trusted-ca-file", str(tls[0]), "--cert-file", str(tls[1]), "--key-file", str(tls[2]),
+              "--client-cert-auth"] if tls else []
+    argv = [binary, "--name", "t", "--data-dir", str(root / "etcd-data"), *secure,
+            "--listen-client-urls", f"{scheme}://127.0.0.1:{client}",
+            "--advertise-client-urls", f"{scheme}://127.0.0.1:{client}",
             "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-cluster", f"t=http://127.0.0.1:{peer}", "--logger", "zap", "--log-outputs", "stderr"]
     d = _spawn("etcd", argv, log_path)

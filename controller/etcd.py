@@ -18,7 +18,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -77,7 +77,7 @@ class EtcdClient:
     def __init__(self, cfg: EtcdConfig) -> None:
         if not cfg.endpoints:
             raise InvalidInput("--etcd-endpoints: at least one endpoint is required")
-        self.cfg = cfg
+        self.cfg = replace(cfg, endpoints=parse_endpoints(",".join(cfg.endpoints)))
         self._creds = _credentials(cfg)
         self._index = 0
         self._channel: grpc.aio.Channel | None = None

@@ -32,10 +32,10 @@ def require_etcd() -> str:
 
 
 @contextmanager
-def etcd_server(tmp: Path) -> Iterator[Daemon]:
+def etcd_server(tmp: Path, tls: tuple[Path, Path, Path] | None = None) -> Iterator[Daemon]:
     """One etcd member on 127.0.0.1 (common/localcluster.py), serving clients when yielded; its
-    client endpoint is `.address`."""
-    server = start_etcd(tmp, require_etcd())
+    client endpoint is `.address`. `tls`: (CA, certificate, key), client certificates required."""
+    server = start_etcd(tmp, require_etcd(), tls)
     try:
         yield server
     finally:
@@ -51,9 +51,9 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @contextmanager
 def leading_store(endpoint: str, prefix: str, address: str = "test:1", ttl_s: int = 5,
-                  marker: Path | None = None) -> Iterator[EtcdStore]:
+                  marker: Path | None = None, cfg: EtcdConfig | None = None) -> Iterator[EtcdStore]:
     """An EtcdStore whose controller has won the election on `prefix` (its writes carry the fence)."""
-    client = EtcdClient(EtcdConfig((endpoint,), prefix=prefix))
+    client = EtcdClient(cfg or EtcdConfig((endpoint,), prefix=prefix))
     try:
         lead = Leadership(client, address, ttl_s=ttl_s)
         client.call(lead.campaign(), 30)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tessera.common.errors import Unavailable
 from tessera.controller.election import Leadership, NotLeader
 from tessera.controller.etcd import EtcdClient, EtcdConfig
 from tessera.controller.etcdstore import EtcdStore
 from tessera.controller.store import JobRecord, NodeRecord, StateError
 from tessera.v1 import common_pb2 as P
-from tests.etcd_server import etcd_endpoint, leading_store
+from tests.etcd_server import etcd_endpoint, etcd_server, leading_store
 from tests.procs import wait_for
 
 __all__ = ["etcd_endpoint"]
@@ -124,3 +127,41 @@ def test_the_store_opened_by_a_leader_only(etcd_endpoint: str) -> None:
             EtcdStore(client, Leadership(client, "x:1"))  # never campaigned: cannot even write its identity
     finally:
         client.close()
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def _sign(d: Path, name: str, ext: str) -> tuple[Path, Path]:
+    key, csr, pem, extfile = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.pem", d / f"{name}.ext"
+    extfile.write_text(ext + "\n")
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key),
+             "-out", str(csr), "-subj", f"/CN={name}")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+             "-CAcreateserial", "-out", str(pem), "-days", "1", "-extfile", str(extfile))
+    return pem, key
+
+
+def test_etcd_over_tls_with_a_client_certificate(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not found: cannot make the test certificates")
+    d = tmp_path / "pki"
+    d.mkdir()
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"), "-days", "1", "-subj", "/CN=test-etcd-ca")
+    server = _sign(d, "etcd", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth")
+    client = _sign(d, "controller", "extendedKeyUsage=clientAuth")
+    with etcd_server(tmp_path, tls=(d / "ca.pem", *server)) as etcd:
+        cfg = EtcdConfig((f"https://{etcd.address}",), prefix=_prefix(), ca=str(d / "ca.pem"),
+                         cert=str(client[0]), key=str(client[1]), timeout_s=3)
+        with leading_store(etcd.address, cfg.prefix, cfg=cfg) as s:
+            s.create_job(_job(1), ("SUBMITTED", ""))
+            assert s.get_job("j-1") is not None and s.lead.is_leader()
+        # Without a client certificate etcd refuses the connection.
+        anonymous = EtcdClient(EtcdConfig((etcd.address,), prefix=cfg.prefix, ca=str(d / "ca.pem"), timeout_s=3))
+        try:
+            with pytest.raises(Unavailable):
+                Leadership(anonymous, "x:1").current_leader()
+        finally:
+            anonymous.close()
