@@ -67,6 +67,8 @@ class Leadership:
         self._valid_until = 0.0
         self._lost = False
         self._keepalive: asyncio.Task[None] | None = None
+        # (address, epoch) of the leader as last read by the campaign (no I/O to ask it).
+        self.seen_leader: tuple[str, int] | None = None
         self.on_lost: Callable[[str], None] = lambda why: None
 
     # ------------------------------------------------------------------ reading
@@ -90,12 +92,14 @@ class Leadership:
         resp = await self.client.rpc(lambda: self.client.kv.Range(etcdrpc.RangeRequest(key=self.leader_key),
                                                                   timeout=self.client.cfg.timeout_s))
         if not resp.kvs:
+            self.seen_leader = None
             return None
         try:
             doc = json.loads(resp.kvs[0].value)
-            return str(doc["address"]), int(doc["epoch"])
+            self.seen_leader = str(doc["address"]), int(doc["epoch"])
         except (ValueError, KeyError, TypeError):
-            return "", 0
+            self.seen_leader = "", 0
+        return self.seen_leader
 
     # ------------------------------------------------------------------ campaign (on the etcd loop)
 
@@ -137,6 +141,7 @@ class Leadership:
         self._valid_until = sent + lease.TTL
         self._lost = False
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive(lease.TTL))
+        self.seen_leader = (self.address, epoch)
         log.info("leadership_taken", epoch=epoch, token=self.token, lease_ttl=lease.TTL, address=self.address)
         return epoch
 
@@ -183,6 +188,9 @@ class Leadership:
                     self._valid_until = sent + reply.TTL
                     break
             except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:  # revoked, or expired and swept
+                    self._lose("etcd says the lease is gone")
+                    return
                 log.warning("lease_keepalive_failed", code=exc.code().name)
             remaining = self._valid_until - self.mono()
             if remaining <= 0:

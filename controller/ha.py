@@ -89,9 +89,9 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path) -> 
     lead: Leadership | None = None
 
     def leader_address() -> str:
-        assert lead is not None
-        current = lead.current_leader()
-        return current[0] if current else ""
+        # As the campaign last read it: answering a standby's caller must not wait on etcd.
+        seen = lead.seen_leader if lead is not None else None
+        return seen[0] if seen and seen[0] != address else ""
 
     switch = LeaderSwitch(services, leader_address)
     server, port = rpc.aio_server(args.listen, [(lambda s, srv: srv.add_generic_rpc_handlers((s,)), switch)],

@@ -10,7 +10,6 @@ servicers (registered through `lead`, exactly as on a plain server).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,11 +35,11 @@ class _Collector:
 class LeaderSwitch(grpc.GenericRpcHandler):
     """Routes calls to the leader's servicers, or refuses them with the leader's address."""
 
-    def __init__(self, services: Sequence[Any], leader: Callable[[], str], cache_s: float = 0.5) -> None:
+    def __init__(self, services: Sequence[Any], leader: Callable[[], str]) -> None:
+        """`leader()` names the leader's address ("" when unknown) without I/O: it runs on the
+        server's loop for every refused call."""
         self._streams = {f"/{s.full_name}/{m.name}": m.server_streaming for s in services for m in s.methods}
         self._leader = leader
-        self._cache_s = cache_s
-        self._hint: tuple[float, str] = (-1e9, "")
         self._handlers: list[grpc.GenericRpcHandler] = []
 
     @property
@@ -56,17 +55,6 @@ class LeaderSwitch(grpc.GenericRpcHandler):
     def standby(self) -> None:
         self._handlers = []
 
-    def _leader_address(self) -> str:
-        # Cached: a storm of calls to a standby must not become a storm of etcd reads.
-        at, addr = self._hint
-        if time.monotonic() - at > self._cache_s:
-            try:
-                addr = self._leader()
-            except Exception:  # noqa: BLE001 (etcd unreachable: no hint, still a refusal)
-                addr = ""
-            self._hint = (time.monotonic(), addr)
-        return addr
-
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         for h in self._handlers:
             found = h.service(details)
@@ -77,7 +65,7 @@ class LeaderSwitch(grpc.GenericRpcHandler):
             return None  # unknown method: UNIMPLEMENTED
 
         def refuse(context: Any) -> NotLeader:
-            addr = self._leader_address()
+            addr = self._leader()
             # A negative pushback tells gRPC's own retry policy not to ask this standby again: the
             # caller moves to the leader instead.
             md = [("grpc-retry-pushback-ms", "-1")] + ([(LEADER_HINT_KEY, addr)] if addr else [])

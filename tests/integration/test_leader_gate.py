@@ -25,7 +25,7 @@ class Standby:
 
     def __init__(self, hint: str) -> None:
         self.hint, self.asked = hint, 0
-        self.switch = LeaderSwitch(SERVICES, self._leader, cache_s=0.0)
+        self.switch = LeaderSwitch(SERVICES, self._leader)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
