@@ -16,6 +16,7 @@ from tessera.controller.leader_gate import LeaderSwitch
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
 from tessera.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
 from tests.fake_controller import FakeController, FakeServer, seeded
+from tests.procs import tessctl
 
 SERVICES = [controller_pb2.DESCRIPTOR.services_by_name["Controller"], agent_pb2.DESCRIPTOR.services_by_name["AgentRegistry"]]
 
@@ -155,3 +156,15 @@ async def test_the_agent_moves_to_the_hint_only_when_it_is_one_of_its_addresses(
     one.failed(_Refused("b:2"))
     assert one.current == "a:1"
     await one.close()
+
+
+def test_tessctl_takes_a_list_of_controllers(leader: FakeServer) -> None:
+    sb = Standby(leader.address)
+    try:
+        out = tessctl(f"{sb.address},{leader.address}", "get", "nodes").stdout
+        assert "node-a" in out and "node-b" in out
+        refused = tessctl(sb.address, "get", "nodes", check=False)  # the standby alone: its answer, one line
+        assert refused.returncode != 0
+        assert f"UNAVAILABLE: not the leader; leader at {leader.address}" in refused.stderr
+    finally:
+        sb.stop()
