@@ -2,8 +2,8 @@
 
 The client is aetcd (PyPI, asyncio). Its high-level `aetcd.Client` dials one host:port over
 plaintext, so Tessera uses aetcd's generated etcd v3 API (`aetcd.rpc`: the KV, Lease and Watch stubs
-and their messages) over a channel built here: TLS to etcd (`--etcd-ca/--etcd-cert/--etcd-key`) and
-several endpoints, the next one tried after a failure.
+and their messages) over a channel of its own (`common/rpc.py`'s `external_aio_channel`): TLS to etcd
+(`--etcd-ca/--etcd-cert/--etcd-key`) and several endpoints, the next one tried after a failure.
 
 Why a thread: the `Store` protocol is synchronous (the engine calls it between awaits, as it calls
 SQLite), and the lease that holds leadership must be kept alive even while the controller's own loop
