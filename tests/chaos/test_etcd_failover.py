@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.clients.sdk import Client
+from tessera.clients.sdk import Client, RpcError
 from tessera.v1 import common_pb2 as P
 from tests.e2e.cluster import INVENTORIES
 from tests.etcd_server import etcd_server
@@ -147,3 +147,43 @@ def test_a_stalled_leader_is_deposed_and_acts_no_more(tmp_path: Path) -> None:
                     d.proc.send_signal(signal.SIGCONT)
                 d.stop()
             kill_strays(tmp_path)
+
+
+def test_three_controllers_one_leads_after_the_leader_dies(tmp_path: Path) -> None:
+    """Of two standbys exactly one takes over; the other keeps waiting and names the new leader."""
+    with etcd_server(tmp_path) as etcd:
+        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL)]
+        ctl = {n: start_controller(tmp_path / n, *ha) for n in ("a", "b", "c")}
+        try:
+            def leading(names: list[str]) -> list[str]:
+                return [n for n in names if any(e.get("event") == "controller_leading" for e in ctl[n].events())]
+
+            leaders = wait_for(lambda: leading(list(ctl)), 30, "a leader")
+            assert len(leaders) == 1
+            old = leaders[0]
+            first = _leading(ctl[old])
+            ctl[old].kill9()
+            rest = [n for n in ctl if n != old]
+
+            def new_leaders() -> list[str]:
+                return leading(rest)
+
+            new = wait_for(new_leaders, BOUND_S + 5, "a standby leading")[0]
+            other = next(n for n in rest if n != new)
+            assert _leading(ctl[new])["epoch"] > first["epoch"]
+
+            def names_new_leader() -> bool:
+                with Client(ctl[other].address, timeout=5) as c:
+                    try:
+                        c.nodes()
+                    except RpcError as exc:
+                        return exc.message == f"not the leader; leader at {ctl[new].address}"
+                return False
+
+            wait_for(names_new_leader, TTL + 5, "the other standby naming the new leader")
+            assert new_leaders() == [new]  # still the only one
+            with Client([ctl[n].address for n in ("a", "b", "c")], timeout=5) as c:
+                assert c.submit_ex(sleeper("three")).created and c.target == ctl[new].address
+        finally:
+            for d in ctl.values():
+                d.stop()
