@@ -34,7 +34,9 @@ def common_options(common: argparse.ArgumentParser) -> None:
     common.add_argument("--context", metavar="NAME", default=s,
                         help="context of the config file to use (default: its current-context)")
     common.add_argument("--controller", metavar="HOST:PORT[,HOST:PORT]", default=s,
-                        help=f"controller address (default: ${ENV['controller']}, the context's, {DEFAULT_CONTROLLER})")
+                        help=f"controller address; several, comma-separated, for a highly available controller "
+                             f"whose leader is followed (default: ${ENV['controller']}, the context's, "
+                             f"{DEFAULT_CONTROLLER})")
     common.add_argument("--token", metavar="TOKEN", default=s,
                         help=f"API token (default: ${ENV['token']}, the context's token or token_file); other users "
                              "can see a flag in the process list: prefer the environment or the config file")

@@ -23,7 +23,7 @@ import builtins
 import itertools
 import time
 import uuid
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -31,7 +31,7 @@ from typing import Any, Self
 import grpc
 
 from tessera.common.errors import Code, TesseraError
-from tessera.common.rpc import sync_channel
+from tessera.common.rpc import leader_hint, sync_channel
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 Job = controller_pb2.Job
@@ -103,14 +103,45 @@ def state_value(state: int | str) -> int:
         raise ValueError(f"unknown job state {state!r} (known: {known})") from None
 
 
-class Client:
-    """A blocking client of one controller at `target` (host:port), calling as `token`'s holder."""
+def split_targets(target: str | Sequence[str]) -> builtins.list[str]:
+    """`"a:1,b:2"` or `["a:1", "b:2"]` -> ["a:1", "b:2"] (blanks dropped, duplicates once)."""
+    parts = target.split(",") if isinstance(target, str) else [p for t in target for p in t.split(",")]
+    out: builtins.list[str] = []
+    for p in (p.strip() for p in parts):
+        if p and p not in out:
+            out.append(p)
+    if not out:
+        raise ValueError("no controller address given")
+    return out
 
-    def __init__(self, target: str, *, token: str | None = None, timeout: float = 10.0) -> None:
-        self.target = target
+
+class Client:
+    """A blocking client of a controller at `target` (host:port), calling as `token`'s holder.
+
+    `target` may name several controllers (a list, or "a:1,b:2"): the controllers of a highly
+    available control plane (docs/ha.md), of which one leads. A call answered UNAVAILABLE (a standby,
+    or a controller that is down) is sent again to the leader the standby named (only when it is one
+    of `target`'s addresses) or to the next address, up to twice round the list. Every call is safe
+    to send twice: reads, and mutations that carry a request id (the same id on every try).
+    """
+
+    def __init__(self, target: str | Sequence[str], *, token: str | None = None, timeout: float = 10.0) -> None:
+        self.targets = split_targets(target)
+        self.target = self.targets[0]
         self.timeout = timeout
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = sync_channel(target)
+        self._channel = sync_channel(self.target)
+        self._stub = controller_pb2_grpc.ControllerStub(self._channel)
+
+    def _move(self, hint: str) -> None:
+        """Use the hinted leader when it is one of ours, else the next address."""
+        i = self.targets.index(self.target)
+        nxt = self.targets[self.targets.index(hint)] if hint in self.targets else self.targets[(i + 1) % len(self.targets)]
+        if nxt == self.target:
+            return
+        self._channel.close()
+        self.target = nxt
+        self._channel = sync_channel(nxt)
         self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -136,12 +167,12 @@ class Client:
     def submit_ex(self, spec: common_pb2.JobSpec, request_id: str | None = None) -> SubmitResult:
         """Like submit, and also says whether this call created the job."""
         req = controller_pb2.SubmitJobRequest(request_id=request_id or _new_id(), spec=spec)
-        resp = self._call(self._stub.SubmitJob, req)
+        resp = self._call("SubmitJob", req)
         return SubmitResult(job=resp.job, created=resp.created)
 
     def get(self, job_id: str, with_events: bool = False) -> controller_pb2.Job:
         """The job with this id, with its events when with_events. NOT_FOUND if there is none."""
-        return self._call(self._stub.GetJob, controller_pb2.GetJobRequest(job_id=job_id, with_events=with_events))
+        return self._call("GetJob", controller_pb2.GetJobRequest(job_id=job_id, with_events=with_events))
 
     def list(self, states: Iterable[int | str] | None = None, tenant: str = "",
              limit: int | None = None) -> list[controller_pb2.Job]:
@@ -158,7 +189,7 @@ class Client:
                                              limit=page_size)
         seen: set[str] = set()
         while True:
-            resp = self._call(self._stub.ListJobs, req)
+            resp = self._call("ListJobs", req)
             yield from resp.jobs
             token = resp.continue_token
             if not token:
@@ -172,7 +203,7 @@ class Client:
         """Cancel a job (its workers are stopped); returns the job. Cancelling an ended job is a no-op
         or FAILED_PRECONDITION, as the controller decides."""
         req = controller_pb2.CancelJobRequest(request_id=request_id or _new_id(), job_id=job_id)
-        return self._call(self._stub.CancelJob, req)
+        return self._call("CancelJob", req)
 
     def watch(
         self, job_id: str, after_seq: int = 0, timeout: float | None = None
@@ -184,7 +215,10 @@ class Client:
         try:
             yield from stream
         except grpc.RpcError as exc:
-            raise self._error(exc) from None
+            err = self._error(exc)
+            if err.code == "UNAVAILABLE" and len(self.targets) > 1:
+                self._move(leader_hint(exc))  # wait() resumes the stream there
+            raise err from None
         finally:
             stream.cancel()
 
@@ -245,13 +279,13 @@ class Client:
         """The last `tail_bytes` (0 = 64 KiB) of a rank's log of an attempt (0 = the current or last
         one), read through the agent that ran it: `.data` (bytes), `.node_id`, `.path`."""
         req = controller_pb2.GetJobLogsRequest(job_id=job_id, rank=rank, attempt=attempt, tail_bytes=tail_bytes)
-        return self._call(self._stub.GetJobLogs, req)
+        return self._call("GetJobLogs", req)
 
     # -- nodes -----------------------------------------------------------------------------------
 
     def nodes(self) -> builtins.list[controller_pb2.Node]:
         """Every node the controller knows, in any state."""
-        return list(self._call(self._stub.ListNodes, controller_pb2.ListNodesRequest()).nodes)
+        return list(self._call("ListNodes", controller_pb2.ListNodesRequest()).nodes)
 
     def node(self, node_id: str) -> controller_pb2.Node:
         """One node by id (from ListNodes); RpcError NOT_FOUND if the controller has none."""
@@ -263,33 +297,39 @@ class Client:
     def drain(self, node_id: str, reason: str = "", request_id: str | None = None) -> controller_pb2.Node:
         """Stop placing work on a node and move its jobs away; returns the node (DRAINING/DRAINED)."""
         req = controller_pb2.DrainNodeRequest(request_id=request_id or _new_id(), node_id=node_id, reason=reason)
-        return self._call(self._stub.DrainNode, req)
+        return self._call("DrainNode", req)
 
     def undrain(self, node_id: str, request_id: str | None = None) -> controller_pb2.Node:
         """Make a drained node schedulable again; returns the node."""
         req = controller_pb2.UndrainNodeRequest(request_id=request_id or _new_id(), node_id=node_id)
-        return self._call(self._stub.UndrainNode, req)
+        return self._call("UndrainNode", req)
 
     def remove_node(self, node_id: str, force: bool = False, request_id: str | None = None) -> bool:
         """Forget a node (admin). FAILED_PRECONDITION while attempts run on it, unless `force`
         (they are requeued); NOT_FOUND for an unknown node. An agent still running comes back at
         its next heartbeat: drain it first to keep work off it."""
         req = controller_pb2.RemoveNodeRequest(request_id=request_id or _new_id(), node_id=node_id, force=force)
-        return bool(self._call(self._stub.RemoveNode, req).removed)
+        return bool(self._call("RemoveNode", req).removed)
 
     # -- identity --------------------------------------------------------------------------------
 
     def whoami(self) -> controller_pb2.WhoAmIResponse:
         """Who the controller takes this client for: `.principal`, `.tenant`, `.role`."""
-        return self._call(self._stub.WhoAmI, controller_pb2.WhoAmIRequest())
+        return self._call("WhoAmI", controller_pb2.WhoAmIRequest())
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _call(self, method: Any, request: Any) -> Any:
-        try:
-            return method(request, timeout=self.timeout, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise self._error(exc) from None
+    def _call(self, method: str, request: Any) -> Any:
+        tries = 0
+        while True:
+            try:
+                return getattr(self._stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                err = self._error(exc)
+                if err.code != "UNAVAILABLE" or len(self.targets) == 1 or tries >= 2 * len(self.targets):
+                    raise err from None
+                tries += 1
+                self._move(leader_hint(exc))
 
     def _error(self, exc: grpc.RpcError) -> RpcError:
         code_obj = exc.code() if hasattr(exc, "code") else None

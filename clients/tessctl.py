@@ -563,12 +563,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def connect(settings: Settings, timeout: float) -> Client:
-    """The client of this command line's controller, calling with its token.
-
-    Several controllers (a context's list) are for following a standby; until the SDK follows a
-    leader itself, the first one is called. The CA (settings.ca) is for the TLS channel.
+    """The client of this command line's controller(s), calling with its token: with several (a
+    context's list, or a comma-separated --controller), the SDK follows the leader (docs/ha.md).
+    The CA (settings.ca) is for the TLS channel.
     """
-    return Client(settings.controllers[0], token=settings.token, timeout=timeout)
+    return Client(settings.controllers, token=settings.token, timeout=timeout)
 
 
 def _fail(message: str) -> int:

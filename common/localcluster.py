@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -178,6 +179,42 @@ def start_agent(controller: str, node_id: str, inventory: Path | str | None, wor
     argv += ["--inventory", str(inventory)] if inventory is not None else []
     argv += ["--work-dir", str(work_dir), "--listen", listen, *extra]
     return _start(f"agent {node_id}", argv, work_dir.parent / f"{node_id}-agent.log", "agent serving", "address")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_etcd(root: Path, binary: str = "etcd", tls: tuple[Path, Path, Path] | None = None) -> Daemon:
+    """One etcd member (Debian's etcd-server) on 127.0.0.1 with free ports and its data under `root`,
+    serving clients when returned; `address` is its client endpoint. `tls` = (CA, certificate, key):
+    clients over TLS, with a client certificate signed by that CA required."""
+    client, peer = free_port(), free_port()
+    log_path = root / "etcd.log"
+    scheme = "https" if tls else "http"
+    secure = ["--trusted-ca-file", str(tls[0]), "--cert-file", str(tls[1]), "--key-file", str(tls[2]),
+              "--client-cert-auth"] if tls else []
+    argv = [binary, "--name", "t", "--data-dir", str(root / "etcd-data"), *secure,
+            "--listen-client-urls", f"{scheme}://127.0.0.1:{client}",
+            "--advertise-client-urls", f"{scheme}://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"t=http://127.0.0.1:{peer}", "--logger", "zap", "--log-outputs", "stderr"]
+    d = _spawn("etcd", argv, log_path)
+    d.address = f"127.0.0.1:{client}"
+
+    def serving() -> bool:
+        if d.proc.poll() is not None:
+            raise RuntimeError(f"etcd exited {d.proc.returncode}: {log_path.read_text()[-2000:]}")
+        return "serving client traffic" in log_path.read_text(errors="replace")
+
+    try:
+        wait_for(serving, 30, "etcd serving client traffic")
+    except BaseException:
+        d.stop()
+        raise
+    return d
 
 
 def tessctl(controller: str, *args: str, check: bool = True, timeout: float = 30,

@@ -256,3 +256,31 @@ def host_of(address: str) -> str:
     """The host part of host:port ([v6]:port included)."""
     host, _, _ = address.rpartition(":")
     return host.strip("[]") or "127.0.0.1"
+
+
+def external_aio_channel(target: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
+    """An asyncio channel to a service that is not Tessera's (etcd): its own TLS credentials, the
+    message limits and keepalive, no Tessera retry policy (the caller decides what is safe to retry)."""
+    options = _COMMON_OPTIONS + [("grpc.keepalive_time_ms", 5_000), ("grpc.keepalive_timeout_ms", 3_000),
+                                 ("grpc.initial_reconnect_backoff_ms", 100),
+                                 ("grpc.max_reconnect_backoff_ms", 1_000)]
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=options)
+
+
+# Trailing metadata of an UNAVAILABLE answered by a standby controller: the leader's address
+# (docs/ha.md). Clients follow it only to an address they were configured with.
+LEADER_HINT_KEY = "tessera-leader"
+
+
+def leader_hint(exc: grpc.RpcError) -> str:
+    """The leader address a standby named in its UNAVAILABLE answer; "" when none."""
+    try:
+        md = exc.trailing_metadata() or ()
+    except Exception:  # noqa: BLE001 (a connection failure has no metadata)
+        return ""
+    for key, value in md:
+        if key == LEADER_HINT_KEY and isinstance(value, str):
+            return value
+    return ""

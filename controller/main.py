@@ -11,12 +11,14 @@ from pathlib import Path
 import structlog
 
 from tessera.common import daemon, metrics, rpc
-from tessera.common.errors import TesseraError
+from tessera.common.errors import InvalidInput, TesseraError
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
 from tessera.controller.engine import Engine, EngineConfig
+from tessera.controller.etcd import parse_endpoints
+from tessera.controller.ha import serve_ha
 from tessera.controller.registry import LivenessConfig, default_fence, fence_problem, requeue_after
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService, translate
@@ -75,6 +77,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokens", default="", metavar="FILE",
                    help="tokens file of the Controller API (docs/auth.md); without it every caller is allowed "
                         "everything (logged as a warning)")
+    p.add_argument("--store", default="sqlite", choices=("sqlite", "etcd"),
+                   help="where the state lives: SQLite under --state-dir (default), or etcd, with leader "
+                        "election among several controllers (docs/ha.md)")
+    p.add_argument("--etcd-endpoints", default="", metavar="HOST:PORT[,HOST:PORT...]",
+                   help="etcd client endpoints (with --store etcd)")
+    p.add_argument("--etcd-prefix", default="/tessera/", help="key prefix of this cluster's state in etcd")
+    p.add_argument("--etcd-lease-ttl", type=int, default=5,
+                   help="seconds of the leader's etcd lease: a dead leader is replaced within about this")
+    p.add_argument("--etcd-ca", default="", help="CA bundle (PEM) of etcd's TLS; TLS to etcd when set")
+    p.add_argument("--etcd-cert", default="", help="client certificate (PEM) for etcd's client-cert auth")
+    p.add_argument("--etcd-key", default="", help="key (PEM) of --etcd-cert")
+    p.add_argument("--advertise", default="", metavar="HOST:PORT",
+                   help="the address standbys give clients and agents for this controller when it leads "
+                        "(default: the --listen host and bound port)")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     for name in ("job_ttl", "checkpoint_ttl"):
@@ -82,6 +98,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 0 (0 = keep forever)")
     if args.retention_interval <= 0:
         p.error("--retention-interval must be > 0")
+    if args.store == "etcd":
+        if not args.etcd_endpoints:
+            p.error("--store etcd needs --etcd-endpoints HOST:PORT[,HOST:PORT...]")
+        try:
+            parse_endpoints(args.etcd_endpoints)
+        except InvalidInput as e:
+            p.error(str(e))
+        if not 2 <= args.etcd_lease_ttl <= 60:
+            p.error("--etcd-lease-ttl must be 2..60 seconds")
+        if bool(args.etcd_cert) != bool(args.etcd_key) or (args.etcd_cert and not args.etcd_ca):
+            p.error("--etcd-cert and --etcd-key go together, with --etcd-ca")
     for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
@@ -110,15 +137,8 @@ def authenticator(tokens: str) -> Authenticator:
     return TokenAuthenticator(tokens) if tokens else InsecureAuthenticator()
 
 
-async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
-    state = Path(args.state_dir)
-    state.mkdir(parents=True, exist_ok=True)
-    ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
-    ckpt.mkdir(parents=True, exist_ok=True)
-    store = SqliteStore(state / "controller.db")
-    epoch = store.next_epoch()
-    structlog.contextvars.bind_contextvars(epoch=epoch)
-    cfg = EngineConfig(
+def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
+    return EngineConfig(
         round_interval_s=args.round_interval, inspect_interval_s=args.inspect_interval, debounce_s=args.debounce,
         stop_grace_s=args.stop_grace, checkpoint_root=str(ckpt), start_timeout_s=args.start_timeout,
         policy=args.policy, policy_mode=args.policy_mode, search_depth=args.search_depth,
@@ -127,6 +147,20 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
         learn_step_times=args.learn_step_times,
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
+
+
+async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
+    ckpt.mkdir(parents=True, exist_ok=True)
+    cfg = engine_config(args, ckpt)
+    if args.store == "etcd":
+        await serve_ha(args, cfg, state, auth)
+        return
+    store = SqliteStore(state / "controller.db")
+    epoch = store.next_epoch()
+    structlog.contextvars.bind_contextvars(epoch=epoch)
     agents = AgentClients()
     engine = Engine(store, agents, cfg, epoch)
     retention = Retention(store, str(ckpt), RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))

@@ -21,6 +21,7 @@ import structlog
 
 from tessera.common import rpc
 from tessera.nodeagent import metrics, retention
+from tessera.nodeagent.controllers import ControllerSet, split_addresses
 from tessera.nodeagent.registration import Registrar
 from tessera.nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer
 from tessera.nodeagent.state import FILE_NAME, StateFile
@@ -107,7 +108,7 @@ class Agent:
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.address = ""
-        self._channel: grpc.aio.Channel | None = None
+        self._controllers: ControllerSet | None = None
         self.registrar: Registrar | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._restoring = False
@@ -181,9 +182,9 @@ class Agent:
             controller_epoch=self.fence.epoch,
             draining=self.drain.draining,
         )
-        self._channel = rpc.aio_channel(self.config.controller)
+        self._controllers = ControllerSet(split_addresses(self.config.controller))
         self.registrar = Registrar(
-            agent_pb2_grpc.AgentRegistryStub(self._channel),
+            self._controllers,
             self.node_status,
             self.fence,
             self.wake,
@@ -258,8 +259,8 @@ class Agent:
         await self.supervisor.shutdown(
             kill_workers=self.config.kill_workers_on_exit, grace=self.config.stop_grace_on_exit
         )
-        if self._channel is not None:
-            await self._channel.close()
+        if self._controllers is not None:
+            await self._controllers.close()
         log.info(
             "agent stopped",
             workers_left_running=0 if self.config.kill_workers_on_exit else self.supervisor.running_count(),

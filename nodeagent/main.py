@@ -24,6 +24,7 @@ from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.nodeagent import inventory
 from tessera.nodeagent.agent import Agent, AgentConfig
+from tessera.nodeagent.controllers import split_addresses
 from tessera.nodeagent.retention import DEFAULT_TTL_S
 from tessera.nodeagent.version import __version__
 from tessera.v1 import common_pb2
@@ -45,7 +46,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tessera-agent", description="Tessera node agent: one per GPU server.")
-    p.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
+    p.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+                   help="the controller's gRPC address; several, comma-separated, for a highly available "
+                        "controller (the agent follows the leader: docs/ha.md)")
     p.add_argument(
         "--node-id", required=True, metavar="NAME", help="this node's name, [a-z0-9][a-z0-9._-]{0,62}"
     )
@@ -102,7 +105,11 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
     args = build_parser().parse_args(argv)
     if not NODE_ID_RE.fullmatch(args.node_id):
         raise AgentUsageError(f"--node-id: {args.node_id!r} does not match {NODE_ID_RE.pattern}")
-    _host_port(args.controller, "--controller", allow_port0=False)
+    controllers = split_addresses(args.controller)
+    if not controllers:
+        raise AgentUsageError("--controller: at least one HOST:PORT")
+    for address in controllers:
+        _host_port(address, "--controller", allow_port0=False)
     _host_port(args.listen, "--listen", allow_port0=True)
     if args.metrics_listen:
         _host_port(args.metrics_listen, "--metrics-listen", allow_port0=True)

@@ -23,6 +23,7 @@ import grpc
 import grpc.aio
 import structlog
 
+from tessera.nodeagent.controllers import ControllerSet
 from tessera.nodeagent.server import EpochFence
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 
@@ -66,7 +67,7 @@ def _interval(value: float) -> float:
 class Registrar:
     def __init__(
         self,
-        stub: agent_pb2_grpc.AgentRegistryStub,
+        stub: agent_pb2_grpc.AgentRegistryStub | ControllerSet,
         status: Callable[[], agent_pb2.NodeStatus],
         fence: EpochFence,
         wake: asyncio.Event,
@@ -75,7 +76,9 @@ class Registrar:
         max_backoff: float = 2.0,
         on_result: Callable[[bool], None] | None = None,
     ) -> None:
-        self._stub = stub
+        # One controller's stub, or the set of a highly available controller (moves on failures).
+        self._controllers = stub if isinstance(stub, ControllerSet) else None
+        self._fixed_stub = None if isinstance(stub, ControllerSet) else stub
         self._status = status
         self._fence = fence
         self._wake = wake
@@ -118,6 +121,10 @@ class Registrar:
         # in the following heartbeat, so none is lost.
         self._wake.clear()
 
+    @property
+    def _stub(self) -> agent_pb2_grpc.AgentRegistryStub:
+        return self._controllers.stub if self._controllers is not None else self._fixed_stub
+
     def _succeeded(self) -> None:
         self.last_success = time.monotonic()
         self._on_result(True)
@@ -125,6 +132,8 @@ class Registrar:
     def _failed(self, call: str, exc: grpc.RpcError) -> None:
         self.failures += 1
         self._on_result(False)
+        if self._controllers is not None:
+            self._controllers.failed(exc)
         code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
         log.warning(
             f"{call} failed",

@@ -2,25 +2,25 @@
 # Sets up everything Tessera needs on a fresh Debian/Ubuntu machine: system packages (systemd-analyze
 # for the unit checks), a virtual environment in .venv, the project with its dev extras
 # (torch==2.13.0 CPU for the trainer, pytest, hypothesis, grpcio-tools), iproute2 and iptables for the
-# chaos tests, and DeepSpeed for the launcher test.
+# chaos tests, etcd-server for the etcd store and failover tests, and DeepSpeed for the launcher test.
 # Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v systemd-analyze >/dev/null 2>&1; then
+# System packages, root only, each installed when its command is missing: systemd (systemd-analyze,
+# for the unit checks), iproute2 and iptables (ip netns, veth, DROP rules: the network-partition chaos
+# test), etcd-server (the `etcd` binary, started by the etcd store and leader failover tests; the
+# controller itself needs one only with --store etcd).
+missing=()
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
-    echo "setup: systemd-analyze missing and not root: the systemd unit checks will fail" >&2
-  fi
-fi
-# iproute2 (ip netns, veth) and iptables, for the network-partition chaos test (tests/chaos): root only.
-if ! command -v ip >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 iptables >/dev/null
-  else
-    echo "setup: ip or iptables missing and not root: the network-partition chaos test will fail" >&2
+    echo "setup: missing ${missing[*]} and not root: the tests that need them fail under CI" >&2
   fi
 fi
 PY=${PYTHON:-python3}

@@ -1,7 +1,9 @@
-"""One contract suite for every Store backend."""
+"""One contract suite for every Store backend: SQLite, memory, and etcd (a real `etcd` process,
+tests/etcd_server.py; each test on a prefix of its own, as the leader of that prefix)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,12 +11,18 @@ import pytest
 
 from tessera.controller.store import JobRecord, MemoryStore, NodeRecord, RequestConflict, SqliteStore, Store
 from tessera.v1 import common_pb2
+from tests.etcd_server import etcd_endpoint, leading_store
 
 P = common_pb2
+__all__ = ["etcd_endpoint"]  # the module-scoped etcd, a fixture
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "etcd"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "etcd":
+        with leading_store(request.getfixturevalue("etcd_endpoint"), f"/t-{uuid.uuid4().hex[:8]}/") as es:
+            yield es
+        return
     s: Store = SqliteStore(tmp_path / "state.db") if request.param == "sqlite" else MemoryStore()
     yield s
     s.close()
@@ -219,3 +227,15 @@ def test_remove_node_is_idempotent_by_request_id(store: Store) -> None:
     with pytest.raises(RequestConflict):
         store.remove_node("n2", "rm-1", 7.0)
     assert [n.id for n in store.list_nodes()] == ["n2"]
+
+
+def test_save_jobs_of_a_large_round(store: Store) -> None:
+    """More jobs than one etcd transaction holds (etcd's default --max-txn-ops is 128)."""
+    for i in range(150):
+        store.create_job(_job(i), ("SUBMITTED", ""))
+    jobs = store.list_jobs()
+    store.save_jobs([(j.with_(reason=f"r{j.id}"), [("PENDING", j.id)]) for j in jobs], 9.0)
+    assert all(j.reason == f"r{j.id}" for j in store.list_jobs())
+    assert [e.kind for e in store.events("j-149")] == ["SUBMITTED", "PENDING"]
+    seqs = [e.seq for j in jobs for e in store.events(j.id)]
+    assert len(set(seqs)) == len(seqs) == 300

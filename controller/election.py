@@ -1,0 +1,224 @@
+"""Leader election on an etcd lease; the epoch comes from etcd with the leadership.
+
+One key, `<prefix>leader`, attached to the leader's lease, names the leader (its address and epoch).
+A candidate takes it in one transaction that also raises `<prefix>meta/epoch` by one:
+
+    compare: create_revision(leader) == 0            (nobody leads)
+             mod_revision(meta/epoch) == the one read (nobody else raised it meanwhile)
+    success: put leader {address, epoch} with the lease; put meta/epoch = epoch + 1
+
+so every leader has a higher epoch than every one before it. The revision of that transaction is
+the leader key's create_revision: the fencing token. Every store write compares it
+(`Leadership.fence()`), so a deposed leader's write is refused by etcd itself, whatever the deposed
+process believes.
+
+The lease is kept alive from the etcd client's own loop (controller/etcd.py) every ttl/4 seconds.
+Locally, leadership is valid until `sent + ttl` of the last keep-alive etcd confirmed: etcd cannot
+expire the lease before that (its clock started when it received the request, after `sent`), so a
+leader that stops being renewed (partition, stall, etcd down) stops believing it leads before any
+other controller can take over. `is_leader()` reads that deadline; losing it calls `on_lost` once.
+
+Standbys wait on a watch of the leader key and campaign when it is deleted (the lease expired or
+was revoked by a leader that stopped cleanly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+import structlog
+from aetcd import rpc as etcdrpc
+
+from tessera.common.errors import Unavailable
+from tessera.controller.etcd import EtcdClient
+
+log = structlog.get_logger("tessera.controller.election")
+
+
+class NotLeader(Unavailable):
+    """This controller does not lead (any more): the call or write is refused."""
+
+
+def _put(key: bytes, value: bytes, lease: int = 0) -> Any:
+    return etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key, value=value, lease=lease))
+
+
+class Leadership:
+    """Campaign, keep-alive and the fencing token of one controller."""
+
+    def __init__(self, client: EtcdClient, address: str, ttl_s: int = 5,
+                 mono: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.address = address
+        self.ttl_s = max(2, int(ttl_s))
+        self.mono = mono
+        p = client.cfg.prefix.encode()
+        self.leader_key = p + b"leader"
+        self.epoch_key = p + b"meta/epoch"
+        self.lease_id = 0
+        self.token = 0  # create_revision of our leader key; 0 = not leading
+        self.epoch = 0
+        self._valid_until = 0.0
+        self._lost = False
+        self._keepalive: asyncio.Task[None] | None = None
+        # (address, epoch) of the leader as last read by the campaign (no I/O to ask it).
+        self.seen_leader: tuple[str, int] | None = None
+        self.on_lost: Callable[[str], None] = lambda why: None
+
+    # ------------------------------------------------------------------ reading
+
+    def is_leader(self) -> bool:
+        return self.token != 0 and not self._lost and self.mono() < self._valid_until
+
+    def fence(self) -> Any:
+        """The compare every store write carries: our leader key, as we created it, still exists.
+        NotLeader when this controller knows it does not lead."""
+        if not self.is_leader():
+            raise NotLeader(f"not the leader (epoch {self.epoch}); writes are refused")
+        return etcdrpc.Compare(key=self.leader_key, result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.CREATE,
+                               create_revision=self.token)
+
+    def current_leader(self) -> tuple[str, int] | None:
+        """(address, epoch) of whoever leads now, from etcd; None when nobody does."""
+        return self.client.call(self._read_leader())
+
+    async def _read_leader(self) -> tuple[str, int] | None:
+        resp = await self.client.rpc(lambda: self.client.kv.Range(etcdrpc.RangeRequest(key=self.leader_key),
+                                                                  timeout=self.client.cfg.timeout_s))
+        if not resp.kvs:
+            self.seen_leader = None
+            return None
+        try:
+            doc = json.loads(resp.kvs[0].value)
+            self.seen_leader = str(doc["address"]), int(doc["epoch"])
+        except (ValueError, KeyError, TypeError):
+            self.seen_leader = "", 0
+        return self.seen_leader
+
+    # ------------------------------------------------------------------ campaign (on the etcd loop)
+
+    async def campaign(self) -> int:
+        """Wait until this controller leads; returns its epoch. Runs on the etcd client's loop."""
+        while True:
+            try:
+                epoch = await self._try_take()
+                if epoch:
+                    return epoch
+                await self._wait_leader_gone()
+            except (Unavailable, grpc.aio.AioRpcError) as exc:
+                log.warning("campaign_retry", error=str(exc)[:200])
+                await asyncio.sleep(min(1.0, self.ttl_s / 4))
+
+    async def _try_take(self) -> int:
+        kv, t = self.client.kv, self.client.cfg.timeout_s
+        if await self._read_leader() is not None:
+            return 0
+        cur = await self.client.rpc(lambda: kv.Range(etcdrpc.RangeRequest(key=self.epoch_key), timeout=t))
+        old = int(cur.kvs[0].value) if cur.kvs else 0
+        mod = cur.kvs[0].mod_revision if cur.kvs else 0
+        sent = self.mono()  # before the grant: etcd's clock for the lease starts after this
+        lease = await self.client.rpc(lambda: self.client.lease.LeaseGrant(
+            etcdrpc.LeaseGrantRequest(TTL=self.ttl_s), timeout=t))
+        epoch = old + 1
+        value = json.dumps({"address": self.address, "epoch": epoch}).encode()
+        txn = etcdrpc.TxnRequest(
+            compare=[etcdrpc.Compare(key=self.leader_key, result=etcdrpc.Compare.EQUAL,
+                                     target=etcdrpc.Compare.CREATE, create_revision=0),
+                     etcdrpc.Compare(key=self.epoch_key, result=etcdrpc.Compare.EQUAL,
+                                     target=etcdrpc.Compare.MOD, mod_revision=mod)],
+            success=[_put(self.leader_key, value, lease.ID), _put(self.epoch_key, str(epoch).encode())])
+        resp = await self.client.rpc(lambda: kv.Txn(txn, timeout=t))
+        if not resp.succeeded:
+            await self._revoke(lease.ID)
+            return 0
+        self.lease_id, self.token, self.epoch = lease.ID, resp.header.revision, epoch
+        self._valid_until = sent + lease.TTL
+        self._lost = False
+        self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive(lease.TTL))
+        self.seen_leader = (self.address, epoch)
+        log.info("leadership_taken", epoch=epoch, token=self.token, lease_ttl=lease.TTL, address=self.address)
+        return epoch
+
+    async def _wait_leader_gone(self) -> None:
+        """Return once the leader key is deleted (or after a ttl, to look again)."""
+        kv, t = self.client.kv, self.client.cfg.timeout_s
+        now = await self.client.rpc(lambda: kv.Range(etcdrpc.RangeRequest(key=self.leader_key), timeout=t))
+        if not now.kvs:
+            return
+        # From the revision read on: a deletion between the read and the watch is not missed.
+        req = etcdrpc.WatchRequest(create_request=etcdrpc.WatchCreateRequest(
+            key=self.leader_key, start_revision=now.header.revision + 1))
+
+        async def requests() -> Any:
+            yield req
+            await asyncio.Event().wait()  # keep the stream open: a closed send side may end the watch
+
+        call = self.client.watch.Watch(requests())
+
+        async def deleted() -> None:
+            async for resp in call:
+                if any(ev.type == ev.DELETE for ev in resp.events):
+                    return
+
+        try:
+            await asyncio.wait_for(deleted(), self.ttl_s)
+        except TimeoutError:
+            pass
+        finally:
+            call.cancel()
+
+    # ------------------------------------------------------------------ keep-alive
+
+    async def _keep_alive(self, ttl: int) -> None:
+        period = max(0.2, ttl / 4)
+        while True:
+            sent = self.mono()
+            try:
+                async for reply in self.client.lease.LeaseKeepAlive(
+                        iter([etcdrpc.LeaseKeepAliveRequest(ID=self.lease_id)]), timeout=period):
+                    if reply.TTL <= 0:
+                        self._lose("etcd says the lease expired")
+                        return
+                    self._valid_until = sent + reply.TTL
+                    break
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:  # revoked, or expired and swept
+                    self._lose("etcd says the lease is gone")
+                    return
+                log.warning("lease_keepalive_failed", code=exc.code().name)
+            remaining = self._valid_until - self.mono()
+            if remaining <= 0:
+                self._lose(f"lease not renewed for {ttl}s")
+                return
+            await asyncio.sleep(min(period, remaining))
+
+    def _lose(self, why: str) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        log.error("leadership_lost", epoch=self.epoch, reason=why)
+        self.on_lost(why)
+
+    async def _revoke(self, lease_id: int) -> None:
+        try:
+            await self.client.lease.LeaseRevoke(etcdrpc.LeaseRevokeRequest(ID=lease_id),
+                                                timeout=self.client.cfg.timeout_s)
+        except grpc.aio.AioRpcError:
+            pass  # it expires by itself
+
+    async def _resign(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        self._lost = True
+        if self.lease_id:
+            await self._revoke(self.lease_id)
+
+    def resign(self) -> None:
+        """Stop leading now (a clean stop): the lease is revoked, a standby takes over at once."""
+        self.client.call(self._resign())

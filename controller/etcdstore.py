@@ -1,0 +1,308 @@
+"""The etcd backend of the Store protocol (controller/store.py): the state of a highly available
+controller (docs/ha.md). Same contract suite as SQLite (tests/unit/test_store_contract.py).
+
+Keys under the prefix (default `/tessera/`):
+
+    meta/store_id, meta/schema_version, meta/epoch    the store's identity, its schema, the epoch
+    leader                                            the leader (controller/election.py)
+    job/<id>       the job's mutable record (JSON)    spec/<id>   its JobSpec (written once)
+    req/<request id> -> job id                        node/<id>   a node record (JSON)
+    ev/<job id>/<write id>-<i>                        an event (JSON)
+
+Every write is one transaction whose first compare is the leader's fence
+(`Leadership.fence()`: the leader key still has the create_revision this controller gave it), so a
+deposed leader cannot write: etcd refuses it, whatever that process believes. A refused write
+raises NotLeader (UNAVAILABLE at the API).
+
+Event sequence numbers need no counter: an event's seq is the revision of the transaction that wrote
+it times 65,536 plus its index in that transaction, so seqs grow with every write, across jobs, as
+SQLite's do. The spec lives apart from the job's record so that the writes of a round (every pending
+job's reason) carry only the small mutable part. etcd limits a transaction to `--max-txn-ops` (128 by
+default): `save_jobs` of more jobs than one transaction takes is stored in several, each all-or-nothing,
+after one read has checked that every job exists (pending reasons are advisory: a round that stops
+half-way leaves some of them older, which the next round replaces).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from aetcd import rpc as etcdrpc
+
+from tessera.controller.election import Leadership, NotLeader
+from tessera.controller.etcd import EtcdClient
+from tessera.controller.store import (
+    SCHEMA_VERSION,
+    EventRecord,
+    JobRecord,
+    NodeRecord,
+    RequestConflict,
+    StateError,
+    _msg_bytes,
+    _write_atomically,
+)
+from tessera.v1 import common_pb2
+
+SEQ_SPAN = 1 << 16  # events one transaction may write
+MAX_TXN_OPS = 120  # below etcd's default --max-txn-ops of 128
+
+
+def _prefix_end(key: bytes) -> bytes:
+    return key[:-1] + bytes([key[-1] + 1])
+
+
+def _b64(m: Any | None) -> str | None:
+    b = _msg_bytes(m)
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def _unb64(cls: type, s: str | None) -> Any:
+    if s is None:
+        return None
+    msg = cls()
+    msg.ParseFromString(base64.b64decode(s))
+    return msg
+
+
+def _job_doc(job: JobRecord) -> bytes:
+    return json.dumps({
+        "id": job.id, "request_id": job.request_id, "tenant": job.spec.tenant, "state": job.state,
+        "reason": job.reason, "submit_time": job.submit_time, "attempt": job.attempt, "plan": _b64(job.plan),
+        "placement": _b64(job.placement), "progress": _b64(job.progress), "start_time": job.start_time,
+        "end_time": job.end_time, "restarts": job.restarts, "retries": job.retries,
+        "stop_requested": job.stop_requested}).encode()
+
+
+def _job(doc: bytes, spec: bytes) -> JobRecord:
+    d = json.loads(doc)
+    s = common_pb2.JobSpec()
+    s.ParseFromString(spec)
+    return JobRecord(
+        id=d["id"], request_id=d["request_id"], spec=s, state=d["state"], reason=d["reason"],
+        submit_time=d["submit_time"], attempt=d["attempt"], plan=_unb64(common_pb2.Plan, d["plan"]),
+        placement=_unb64(common_pb2.Placement, d["placement"]), progress=_unb64(common_pb2.Progress, d["progress"]),
+        start_time=d["start_time"], end_time=d["end_time"], restarts=d["restarts"], retries=d["retries"],
+        stop_requested=d["stop_requested"])
+
+
+def _node_doc(n: NodeRecord) -> bytes:
+    return json.dumps({"id": n.id, "address": n.address, "inventory": _b64(n.inventory), "drained": n.drained,
+                       "drain_reason": n.drain_reason}).encode()
+
+
+def _node(doc: bytes) -> NodeRecord:
+    d = json.loads(doc)
+    return NodeRecord(d["id"], d["address"], _unb64(common_pb2.NodeInventory, d["inventory"]), d["drained"],
+                      d["drain_reason"])
+
+
+def _put(key: bytes, value: bytes) -> Any:
+    return etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key, value=value))
+
+
+def _get(key: bytes, prefix: bool = False) -> Any:
+    return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=key, range_end=_prefix_end(key) if prefix else b""))
+
+
+def _exists(key: bytes) -> Any:
+    return etcdrpc.Compare(key=key, result=etcdrpc.Compare.GREATER, target=etcdrpc.Compare.CREATE, create_revision=0)
+
+
+def _absent(key: bytes) -> Any:
+    return etcdrpc.Compare(key=key, result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.CREATE, create_revision=0)
+
+
+class EtcdStore:
+    """Store on etcd, writing only while `leadership` leads (its fence on every transaction)."""
+
+    def __init__(self, client: EtcdClient, leadership: Leadership, marker: Path | None = None) -> None:
+        self.c = client
+        self.lead = leadership
+        self.p = client.cfg.prefix.encode()
+        self._open(marker)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _k(self, *parts: str) -> bytes:
+        return self.p + "/".join(parts).encode()
+
+    def _range(self, key: bytes, prefix: bool = False, keys_only: bool = False) -> list[Any]:
+        req = etcdrpc.RangeRequest(key=key, range_end=_prefix_end(key) if prefix else b"", keys_only=keys_only)
+        t = self.c.cfg.timeout_s
+        resp = self.c.call(self.c.rpc(lambda: self.c.kv.Range(req, timeout=t)))
+        return list(resp.kvs)
+
+    def _value(self, key: bytes) -> bytes | None:
+        kvs = self._range(key)
+        return bytes(kvs[0].value) if kvs else None
+
+    def _txn(self, compare: list[Any], success: list[Any], failure: Sequence[Any] = ()) -> Any:
+        """One fenced transaction; NotLeader when the fence compare is what failed."""
+        fence = self.lead.fence()
+        req = etcdrpc.TxnRequest(compare=[fence, *compare], success=success,
+                                 failure=[_get(self.lead.leader_key), *failure])
+        t = self.c.cfg.timeout_s
+        resp = self.c.call(self.c.rpc(lambda: self.c.kv.Txn(req, timeout=t)))
+        if not resp.succeeded:
+            leader = resp.responses[0].response_range.kvs
+            if not leader or leader[0].create_revision != fence.create_revision:
+                raise NotLeader(f"not the leader any more (epoch {self.lead.epoch}): the write was refused")
+        return resp
+
+    def _open(self, marker: Path | None) -> None:
+        """The store's identity, as SqliteStore checks its own: an emptied or replaced etcd prefix is
+        refused (StateError) when `marker` (a file in the state dir) names another store."""
+        known = marker.read_text().strip() if marker is not None and marker.exists() else None
+        where = f"etcd {','.join(self.c.cfg.endpoints)} prefix {self.c.cfg.prefix}"
+        version = self._value(self._k("meta", "schema_version"))
+        if version is not None and int(version) > SCHEMA_VERSION:
+            raise StateError(f"{where}: state was written by a newer Tessera (schema {int(version)} > "
+                             f"{SCHEMA_VERSION})")
+        got = self._value(self._k("meta", "store_id"))
+        if got is not None:
+            store_id = got.decode()
+            if known is not None and store_id != known:
+                raise StateError(f"{where} is store {store_id}, but {marker} names store {known}: the etcd "
+                                 f"data was replaced; restore it, or remove {marker} to adopt this one")
+        elif known is not None:
+            raise StateError(f"{where} has no jobs, nodes or store id of store {known} ({marker}): it was "
+                             f"emptied or etcd's data dir was lost; restore it from a snapshot, or remove "
+                             f"{marker} to start afresh (every job is forgotten)")
+        else:
+            store_id = uuid.uuid4().hex
+            key = self._k("meta", "store_id")
+            resp = self._txn([_absent(key)], [_put(key, store_id.encode()),
+                                              _put(self._k("meta", "schema_version"), str(SCHEMA_VERSION).encode())],
+                             [_get(key)])
+            if not resp.succeeded:
+                store_id = bytes(resp.responses[1].response_range.kvs[0].value).decode()
+        self.store_id = store_id
+        if marker is not None and known != store_id:
+            _write_atomically(marker, store_id + "\n")
+
+    def _event_ops(self, job_id: str, time: float, events: Sequence[tuple[str, str]], start: int = 0) -> list[Any]:
+        """Puts of `events`, numbered from `start` within their transaction (their seq's low bits)."""
+        wid = uuid.uuid4().hex[:16]
+        return [_put(self._k("ev", job_id, f"{wid}-{i:05d}"),
+                     json.dumps({"job_id": job_id, "time": time, "kind": k, "message": m, "i": i}).encode())
+                for i, (k, m) in enumerate(events, start)]
+
+    @staticmethod
+    def _records(revision: int, job_id: str, time: float, events: Sequence[tuple[str, str]]) -> list[EventRecord]:
+        return [EventRecord(revision * SEQ_SPAN + i, job_id, time, k, m) for i, (k, m) in enumerate(events)]
+
+    # ------------------------------------------------------------------ the Store protocol
+
+    def next_epoch(self) -> int:
+        key = self._k("meta", "epoch")
+        while True:
+            kvs = self._range(key)
+            old, mod = (int(kvs[0].value), kvs[0].mod_revision) if kvs else (0, 0)
+            cmp = etcdrpc.Compare(key=key, result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD,
+                                  mod_revision=mod)
+            if self._txn([cmp], [_put(key, str(old + 1).encode())]).succeeded:
+                return old + 1
+
+    def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]:
+        req, jkey = self._k("req", job.request_id), self._k("job", job.id)
+        resp = self._txn(
+            [_absent(req), _absent(jkey)],
+            [_put(jkey, _job_doc(job)), _put(self._k("spec", job.id), job.spec.SerializeToString(deterministic=True)),
+             _put(req, job.id.encode()), *self._event_ops(job.id, job.submit_time, [event])],
+            [_get(req)])
+        if resp.succeeded:
+            return job, True
+        kvs = resp.responses[1].response_range.kvs
+        if not kvs:
+            raise KeyError(f"job id {job.id} exists")
+        old = self.get_job(bytes(kvs[0].value).decode())
+        if old is None or _msg_bytes(old.spec) != _msg_bytes(job.spec):
+            raise RequestConflict(job.request_id)
+        return old, False
+
+    def _read(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Several keys in one round trip (a transaction of reads; at most MAX_TXN_OPS keys)."""
+        if not keys:
+            return []
+        t = self.c.cfg.timeout_s
+        req = etcdrpc.TxnRequest(success=[_get(k) for k in keys])
+        resp = self.c.call(self.c.rpc(lambda: self.c.kv.Txn(req, timeout=t)))
+        return [bytes(r.response_range.kvs[0].value) if r.response_range.kvs else None for r in resp.responses]
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        doc, spec = self._read([self._k("job", job_id), self._k("spec", job_id)])
+        return None if doc is None or spec is None else _job(doc, spec)
+
+    def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
+        st = set(states)
+        docs = [(d["id"], bytes(kv.value)) for kv in self._range(self._k("job", ""), prefix=True)
+                if (d := json.loads(kv.value)) and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant)]
+        # The specs of a few jobs (the active ones of a round, say) by key; of many, in one range.
+        if len(docs) <= MAX_TXN_OPS // 2:
+            specs = dict(zip((i for i, _ in docs), self._read([self._k("spec", i) for i, _ in docs]), strict=True))
+        else:
+            n = len(self._k("spec", ""))
+            specs = {bytes(kv.key)[n:].decode(): bytes(kv.value) for kv in self._range(self._k("spec", ""), prefix=True)}
+        out = [_job(doc, spec) for i, doc in docs if (spec := specs.get(i)) is not None]
+        return sorted(out, key=lambda j: (j.submit_time, j.id))
+
+    def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
+        jkey = self._k("job", job.id)
+        resp = self._txn([_exists(jkey)], [_put(jkey, _job_doc(job)), *self._event_ops(job.id, time, events)])
+        if not resp.succeeded:
+            raise KeyError(job.id)
+        return self._records(resp.header.revision, job.id, time, events)
+
+    def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None:
+        """All stored or none when they fit one transaction (see the module's docstring)."""
+        known = ({bytes(kv.key) for kv in self._range(self._k("job", ""), prefix=True, keys_only=True)}
+                 if len(updates) > 1 else None)
+        chunks: list[list[tuple[JobRecord, Sequence[tuple[str, str]]]]] = [[]]
+        ops = 0
+        for job, events in updates:
+            if known is not None and self._k("job", job.id) not in known:
+                raise KeyError(job.id)
+            n = 2 + len(events)
+            if chunks[-1] and ops + n > MAX_TXN_OPS:
+                chunks.append([])
+                ops = 0
+            chunks[-1].append((job, events))
+            ops += n
+        for chunk in chunks:
+            if not chunk:
+                continue
+            compare = [_exists(self._k("job", j.id)) for j, _ in chunk]
+            success, n = [], 0
+            for j, evs in chunk:
+                success += [_put(self._k("job", j.id), _job_doc(j)), *self._event_ops(j.id, time, evs, n)]
+                n += len(evs)
+            if not self._txn(compare, success).succeeded:
+                raise KeyError(next(j.id for j, _ in chunk if self._value(self._k("job", j.id)) is None))
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]:
+        out = []
+        for kv in self._range(self._k("ev", job_id, ""), prefix=True):
+            d = json.loads(kv.value)
+            seq = kv.create_revision * SEQ_SPAN + d["i"]
+            if seq > after_seq:
+                out.append(EventRecord(seq, job_id, d["time"], d["kind"], d["message"]))
+        return sorted(out, key=lambda e: e.seq)
+
+    def put_node(self, node: NodeRecord) -> None:
+        self._txn([], [_put(self._k("node", node.id), _node_doc(node))])
+
+    def get_node(self, node_id: str) -> NodeRecord | None:
+        doc = self._value(self._k("node", node_id))
+        return None if doc is None else _node(doc)
+
+    def list_nodes(self) -> list[NodeRecord]:
+        return sorted((_node(bytes(kv.value)) for kv in self._range(self._k("node", ""), prefix=True)),
+                      key=lambda n: n.id)
+
+    def close(self) -> None:
+        pass  # the client (and its thread) belongs to whoever made it

@@ -1,0 +1,164 @@
+"""`tessera-controller --store etcd`: one of several controllers, of which the one holding the etcd
+lease leads (docs/ha.md).
+
+    serve gRPC as a standby (UNAVAILABLE "not the leader; leader at ADDR")
+      -> campaign (controller/election.py) until this controller leads, with a new epoch
+      -> load the state from etcd (EtcdStore), build the engine, serve and run the loops
+      -> on SIGTERM: stop, revoke the lease (a standby leads at once);
+         on losing the lease: refuse every call at once, stop the loops, exit 1 (systemd restarts
+         it as a standby: nothing of the deposed leader's memory survives into its next term).
+
+Every agent call goes through `LeaderAgents`, which refuses once the local lease deadline has
+passed, and every store write carries the leader's fence, so a deposed leader acts on neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+import structlog
+
+from tessera.common import daemon, metrics, rpc
+from tessera.controller.agents import AgentClients
+from tessera.controller.auth import Authenticator, AuthInterceptor
+from tessera.controller.election import Leadership, NotLeader
+from tessera.controller.engine import Engine, EngineConfig
+from tessera.controller.etcd import EtcdClient, EtcdConfig, parse_endpoints
+from tessera.controller.etcdstore import EtcdStore
+from tessera.controller.leader_gate import LeaderSwitch
+from tessera.controller.service import ControllerService, RegistryService, translate
+from tessera.v1 import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
+
+log = structlog.get_logger("controller")
+LOST_EXIT = 1
+
+
+class LeaderAgents:
+    """AgentCalls that go out only while this controller leads (its local lease deadline)."""
+
+    def __init__(self, inner: AgentClients, lead: Leadership) -> None:
+        self.inner, self.lead = inner, lead
+
+    def _check(self) -> None:
+        if not self.lead.is_leader():
+            raise NotLeader(f"not the leader any more (epoch {self.lead.epoch}): no agent call")
+
+    async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
+        self._check()
+        return await self.inner.launch(address, req)
+
+    async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None:
+        if self.lead.is_leader():
+            await self.inner.stop(address, epoch, job_id, attempt, grace_s, reason)
+
+    async def drain(self, address: str, epoch: int, drain: bool) -> str:
+        if not self.lead.is_leader():
+            return f"not the leader any more (epoch {self.lead.epoch}): the agent was not called"
+        return await self.inner.drain(address, epoch, drain)
+
+    async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
+        self._check()
+        return await self.inner.read_log(address, req)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def etcd_config(args: argparse.Namespace) -> EtcdConfig:
+    prefix = args.etcd_prefix if args.etcd_prefix.endswith("/") else args.etcd_prefix + "/"
+    return EtcdConfig(parse_endpoints(args.etcd_endpoints), prefix=prefix, ca=args.etcd_ca, cert=args.etcd_cert,
+                      key=args.etcd_key)
+
+
+def advertised(listen: str, port: int, advertise: str) -> str:
+    if advertise:
+        return advertise
+    host = listen.rpartition(":")[0]
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = socket.gethostname()
+    return f"{host}:{port}"
+
+
+async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, auth: Authenticator) -> None:
+    client = EtcdClient(etcd_config(args))
+    services = [controller_pb2.DESCRIPTOR.services_by_name["Controller"],
+                agent_pb2.DESCRIPTOR.services_by_name["AgentRegistry"]]
+    lead: Leadership | None = None
+
+    def leader_address() -> str:
+        # As the campaign last read it: answering a standby's caller must not wait on etcd.
+        seen = lead.seen_leader if lead is not None else None
+        return seen[0] if seen and seen[0] != address else ""
+
+    switch = LeaderSwitch(services, leader_address)
+    server, port = rpc.aio_server(args.listen, [(lambda s, srv: srv.add_generic_rpc_handlers((s,)), switch)],
+                                  interceptors=[AuthInterceptor(auth)], name="controller", translate=translate())
+    address = advertised(args.listen, port, args.advertise)
+    lead = Leadership(client, address, ttl_s=args.etcd_lease_ttl)
+    await server.start()
+    mport = metrics.serve(args.metrics_listen)
+    host = args.listen.rpartition(":")[0]
+    log.info("controller_started", listen=f"{host}:{port}", role="standby", address=address,
+             etcd=",".join(client.cfg.endpoints), prefix=client.cfg.prefix, lease_ttl=lead.ttl_s,
+             metrics_port=mport, pid=os.getpid())
+    signals = asyncio.create_task(daemon.serve_until_signal(f"standby on {host}:{port}"))
+    campaign: asyncio.Future[int] = asyncio.wrap_future(client.submit(lead.campaign()))
+    first: list[asyncio.Future[object]] = [signals, campaign]  # type: ignore[list-item]
+    await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+    engine: Engine | None = None
+    agents = AgentClients()
+    tasks: list[asyncio.Task[None]] = []
+    lost = asyncio.Event()
+    if not signals.done():
+        epoch = campaign.result()
+        loop = asyncio.get_running_loop()
+
+        def on_lost(why: str) -> None:
+            loop.call_soon_threadsafe(lost.set)
+
+        lead.on_lost = on_lost
+        structlog.contextvars.bind_contextvars(epoch=epoch)
+        try:
+            store = EtcdStore(client, lead, state / "controller.etcd.id")
+        except BaseException:
+            # Refused state (StateError: one line, exit 1): let a standby try at once, not after a TTL.
+            lead.resign()
+            client.close()
+            raise
+        engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)
+        switch.lead([(controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
+                     (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine))])
+        log.info("controller_leading", epoch=epoch, address=address, jobs=len(store.list_jobs()),
+                 nodes=len(store.list_nodes()))
+        tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop())]
+        if not lead.is_leader():
+            lost.set()
+        lost_wait = asyncio.create_task(lost.wait())
+        await asyncio.wait({signals, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
+        lost_wait.cancel()
+    switch.standby()  # refuse every call from here on
+    campaign.cancel()
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await t
+    if lost.is_set():
+        log.error("controller_deposed", epoch=lead.epoch, exit_status=LOST_EXIT)
+    else:
+        log.info("controller_stopping")
+        if engine is not None:
+            with contextlib.suppress(Exception):
+                lead.resign()
+    await rpc.stop_server(server, grace=2.0)
+    await agents.close()
+    if engine is not None and engine.estimator_feed is not None:
+        await engine.estimator_feed.close()
+    client.close()
+    if lost.is_set():
+        raise SystemExit(LOST_EXIT)

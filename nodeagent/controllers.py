@@ -1,0 +1,68 @@
+"""The controllers an agent may register with: one, or the several of a highly available controller
+(`--controller a:port,b:port,c:port`, docs/ha.md).
+
+The agent talks to one at a time. When a call fails (the controller is down, or it is a standby that
+answered UNAVAILABLE "not the leader"), it moves on: to the leader a standby named in its
+`tessera-leader` trailing metadata when that is one of the configured addresses (a peer cannot send
+the agent anywhere else), else to the next address in the list. The next Register or Heartbeat goes
+there; the new leader's higher epoch is accepted by the agent's fence as any newer epoch is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+import grpc.aio
+import structlog
+
+from tessera.common import rpc
+from tessera.v1 import agent_pb2_grpc
+
+log = structlog.get_logger("tessera.nodeagent.controllers")
+
+
+def split_addresses(value: str) -> list[str]:
+    """`a:1,b:2` -> ["a:1", "b:2"], blanks dropped, order kept, duplicates once."""
+    out: list[str] = []
+    for part in value.split(","):
+        part = part.strip()
+        if part and part not in out:
+            out.append(part)
+    return out
+
+
+class ControllerSet:
+    """The AgentRegistry stub of the controller currently in use; `failed` moves to another."""
+
+    def __init__(self, addresses: Sequence[str]) -> None:
+        if not addresses:
+            raise ValueError("at least one controller address")
+        self.addresses = list(addresses)
+        self._i = 0
+        self._channel: grpc.aio.Channel = rpc.aio_channel(self.addresses[0])
+        self.stub = agent_pb2_grpc.AgentRegistryStub(self._channel)
+        self._old: list[grpc.aio.Channel] = []
+
+    @property
+    def current(self) -> str:
+        return self.addresses[self._i]
+
+    def failed(self, exc: grpc.RpcError) -> None:
+        """After a failed call: use the hinted leader, or the next address (one address: stay)."""
+        if len(self.addresses) == 1:
+            return
+        hint = rpc.leader_hint(exc)
+        target = self.addresses.index(hint) if hint in self.addresses else (self._i + 1) % len(self.addresses)
+        if target == self._i:
+            return
+        self._i = target
+        self._old.append(self._channel)  # closed in close(): a call may still be finishing on it
+        self._channel = rpc.aio_channel(self.current)
+        self.stub = agent_pb2_grpc.AgentRegistryStub(self._channel)
+        log.info("controller_switch", controller=self.current, hinted=bool(hint and hint in self.addresses))
+
+    async def close(self) -> None:
+        for ch in (*self._old, self._channel):
+            await ch.close()
+        self._old.clear()

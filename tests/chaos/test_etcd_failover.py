@@ -1,0 +1,189 @@
+"""Two controllers on one etcd (docs/ha.md): one leads; kill -9 of the leader while a job runs; the
+standby leads within the bound with a higher epoch, the agent follows it, the job keeps running once,
+and the state is all there."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tessera.clients.sdk import Client, RpcError
+from tessera.v1 import common_pb2 as P
+from tests.e2e.cluster import INVENTORIES
+from tests.etcd_server import etcd_server
+from tests.procs import Daemon, kill_strays, start_agent, start_controller, wait_for
+
+pytestmark = pytest.mark.slow
+
+TTL = 2
+# docs/ha.md: a standby leads at most TTL + etcd's expiry sweep (0.5 s) + a watch notification and a
+# campaign transaction (milliseconds) after the leader's last keep-alive; the rest is slack for this
+# loaded 2-core machine (loading the state, the log line).
+BOUND_S = TTL + 3.0
+
+
+def sleeper(name: str) -> P.JobSpec:
+    return P.JobSpec(name=name, model=P.ModelSpec(hidden_size=64, num_layers=2, num_heads=4, vocab_size=256,
+                                                  seq_length=64),
+                     global_batch_size=8, iterations=10, progress_timeout_seconds=-1,
+                     entrypoint=["{python}", "-c", "import time; time.sleep(3600)"])
+
+
+def _leading(d: Daemon) -> dict:  # type: ignore[type-arg]
+    return d.wait_event("controller_leading", 30)
+
+
+def test_leader_killed_standby_leads_agent_follows_job_runs_once(tmp_path: Path) -> None:
+    daemons: list[Daemon] = []
+    with etcd_server(tmp_path) as etcd:
+        try:
+            ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
+                  "--policy", "frenzy"]
+            a = start_controller(tmp_path / "a", *ha)
+            daemons.append(a)
+            first = _leading(a)
+            b = start_controller(tmp_path / "b", *ha)
+            daemons.append(b)
+            agent = start_agent(f"{a.address},{b.address}", "node-a10", INVENTORIES / "a10-node.yaml",
+                                tmp_path / "node-a10")
+            daemons.append(agent)
+            a.wait_event("node_registered", 30, node_id="node-a10")
+            # The client starts at the standby and is sent to the leader by its answer.
+            with Client([b.address, a.address], timeout=5) as c:
+                job = c.submit(sleeper("survivor"))
+                assert c.target == a.address
+                wait_for(lambda: c.get(job.id).state == P.JOB_STATE_RUNNING, 60, "the job RUNNING")
+                assert not [e for e in b.events() if e.get("event") == "controller_leading"]
+
+                t0 = time.monotonic()
+                a.kill9()
+                second = _leading(b)
+                took = time.monotonic() - t0
+                assert second["epoch"] > first["epoch"]
+                assert took < BOUND_S, f"the standby led {took:.1f}s after the kill (bound {BOUND_S}s)"
+                assert second["jobs"] == 1 and second["nodes"] == 1  # state reloaded from etcd
+
+                b.wait_event("node_registered", 30, node_id="node-a10")
+                agent.wait_event("registered", 30, controller_epoch=second["epoch"])
+                got = c.get(job.id)  # the client follows: a is gone, b leads
+                assert c.target == b.address
+                assert got.state == P.JOB_STATE_RUNNING and got.attempt == 1, (got.state, got.reason)
+                fresh = c.submit_ex(sleeper("after"))
+                assert fresh.created
+                assert {j.id for j in c.list()} == {job.id, fresh.job.id}
+                wait_for(lambda: c.get(job.id).state == P.JOB_STATE_RUNNING
+                         and c.get(fresh.job.id).state in (P.JOB_STATE_PENDING, P.JOB_STATE_RUNNING), 30,
+                         "both jobs there")
+            # The survivor was launched once, by the first leader, and never again.
+            launches = collections.Counter((e["job_id"], e["attempt"]) for e in agent.events()
+                                           if e.get("event") == "attempt launched")
+            assert launches[(job.id, 1)] == 1 and not [k for k in launches if k[0] == job.id and k[1] != 1]
+            assert not [e for e in b.events() if e.get("event") == "launch" and e.get("job_id") == job.id]
+        finally:
+            for d in reversed(daemons):
+                d.stop()
+            kill_strays(tmp_path)
+
+
+def test_a_clean_stop_hands_over_at_once(tmp_path: Path) -> None:
+    """SIGTERM of the leader revokes its lease: the standby leads without waiting for the TTL."""
+    with etcd_server(tmp_path) as etcd:
+        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "10"]
+        a = start_controller(tmp_path / "a", *ha)
+        b = start_controller(tmp_path / "b", *ha)
+        try:
+            first = _leading(a)
+            t0 = time.monotonic()
+            a.stop()
+            second = _leading(b)
+            assert time.monotonic() - t0 < 10, "the standby waited for the lease to expire"
+            assert second["epoch"] == first["epoch"] + 1
+        finally:
+            b.stop()
+            a.stop()
+
+
+def test_a_stalled_leader_is_deposed_and_acts_no_more(tmp_path: Path) -> None:
+    """SIGSTOP of the leader past its lease: the standby leads; when the old one resumes it refuses
+    everything and exits (systemd would restart it as a standby), having called no agent since."""
+    daemons: list[Daemon] = []
+    with etcd_server(tmp_path) as etcd:
+        try:
+            # A node lease longer than the agent's call deadline (5 s): the agent's heartbeat to the
+            # stopped leader hangs that long before it tries the other address (docs/ha.md).
+            ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
+                  "--policy", "frenzy", "--lease", "10"]
+            a = start_controller(tmp_path / "a", *ha)
+            daemons.append(a)
+            first = _leading(a)
+            b = start_controller(tmp_path / "b", *ha)
+            daemons.append(b)
+            agent = start_agent(f"{a.address},{b.address}", "node-a10", INVENTORIES / "a10-node.yaml",
+                                tmp_path / "node-a10")
+            daemons.append(agent)
+            with Client([a.address, b.address], timeout=5) as c:
+                job = c.submit(sleeper("stalled"))
+                wait_for(lambda: c.get(job.id).state == P.JOB_STATE_RUNNING, 60, "the job RUNNING")
+                a.proc.send_signal(signal.SIGSTOP)
+                second = _leading(b)
+                assert second["epoch"] > first["epoch"]
+                agent.wait_event("registered", 30, controller_epoch=second["epoch"])
+                a.proc.send_signal(signal.SIGCONT)
+                assert a.proc.wait(30) == 1
+                deposed = [e for e in a.events() if e.get("event") == "controller_deposed"]
+                assert deposed and deposed[0]["epoch"] == first["epoch"]
+                lost_at = next(i for i, e in enumerate(a.events()) if e.get("event") == "leadership_lost")
+                after = [e for e in a.events()[lost_at:] if e.get("event") in ("launch", "stop", "job_event")]
+                assert not after, after
+                got = c.get(job.id)
+                assert got.state == P.JOB_STATE_RUNNING and got.attempt == 1
+        finally:
+            for d in reversed(daemons):
+                if d.proc.poll() is None:
+                    d.proc.send_signal(signal.SIGCONT)
+                d.stop()
+            kill_strays(tmp_path)
+
+
+def test_three_controllers_one_leads_after_the_leader_dies(tmp_path: Path) -> None:
+    """Of two standbys exactly one takes over; the other keeps waiting and names the new leader."""
+    with etcd_server(tmp_path) as etcd:
+        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL)]
+        ctl = {n: start_controller(tmp_path / n, *ha) for n in ("a", "b", "c")}
+        try:
+            def leading(names: list[str]) -> list[str]:
+                return [n for n in names if any(e.get("event") == "controller_leading" for e in ctl[n].events())]
+
+            leaders = wait_for(lambda: leading(list(ctl)), 30, "a leader")
+            assert len(leaders) == 1
+            old = leaders[0]
+            first = _leading(ctl[old])
+            ctl[old].kill9()
+            rest = [n for n in ctl if n != old]
+
+            def new_leaders() -> list[str]:
+                return leading(rest)
+
+            new = wait_for(new_leaders, BOUND_S + 5, "a standby leading")[0]
+            other = next(n for n in rest if n != new)
+            assert _leading(ctl[new])["epoch"] > first["epoch"]
+
+            def names_new_leader() -> bool:
+                with Client(ctl[other].address, timeout=5) as c:
+                    try:
+                        c.nodes()
+                    except RpcError as exc:
+                        return exc.message == f"not the leader; leader at {ctl[new].address}"
+                return False
+
+            wait_for(names_new_leader, TTL + 5, "the other standby naming the new leader")
+            assert new_leaders() == [new]  # still the only one
+            with Client([ctl[n].address for n in ("a", "b", "c")], timeout=5) as c:
+                assert c.submit_ex(sleeper("three")).created and c.target == ctl[new].address
+        finally:
+            for d in ctl.values():
+                d.stop()

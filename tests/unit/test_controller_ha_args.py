@@ -1,0 +1,35 @@
+"""tessera-controller's --store etcd flags: bad values are refused with one line naming the flag."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.controller.ha import advertised, etcd_config
+from tessera.controller.main import parse_args
+
+
+def _err(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--state-dir", "/tmp/x", *argv])
+    assert exc.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_etcd_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--etcd-endpoints" in _err(capsys, "--store", "etcd")
+    assert "'nohost' is not host:port" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:1,nohost")
+    assert "'a:99999' is not host:port" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:99999")
+    assert "--etcd-lease-ttl must be 2..60" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:1",
+                                                     "--etcd-lease-ttl", "1")
+    assert "go together" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:1", "--etcd-cert", "c.pem")
+    assert "invalid choice" in _err(capsys, "--store", "zookeeper")
+
+
+def test_etcd_config_and_advertised_address() -> None:
+    args = parse_args(["--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints",
+                       "https://e1:2379, e2:2379", "--etcd-prefix", "/prod"])
+    cfg = etcd_config(args)
+    assert cfg.endpoints == ("e1:2379", "e2:2379") and cfg.prefix == "/prod/"
+    assert parse_args(["--state-dir", "/tmp/x"]).store == "sqlite"  # SQLite stays the default
+    assert advertised("127.0.0.1:0", 5051, "") == "127.0.0.1:5051"
+    assert advertised("0.0.0.0:5051", 5051, "ctl-1:5051") == "ctl-1:5051"
