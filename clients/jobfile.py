@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tessera.common import envpolicy
 from tessera.common import gpus as catalog
 from tessera.common.contract import CONTRACT_VARS
 from tessera.common.yamlfile import MAX_BYTES, InputFileError, load_yaml, parse_with_lines
@@ -62,20 +63,23 @@ class JobFileError(InputFileError):
     for a file that is not one safe YAML document; `file` and `line` where it was read from one."""
 
 
-def load_job_file(path: str | Path) -> common_pb2.JobSpec:
-    """Read and parse the job file at `path`. OSError if unreadable; JobFileError if invalid."""
+def load_job_file(path: str | Path, allowed_env: Iterable[str] = ()) -> common_pb2.JobSpec:
+    """Read and parse the job file at `path`. OSError if unreadable; JobFileError if invalid.
+    `allowed_env`: names the environment policy refuses that the caller knows its controller allows
+    (`tessctl submit --allow-env`); the controller checks them again."""
     with open(path, "rb") as f:
         raw = f.read(MAX_BYTES + 1)
-    return parse_job_yaml(raw, str(path))
+    return parse_job_yaml(raw, str(path), allowed_env)
 
 
-def parse_job_yaml(text: str | bytes, file: str = "<string>") -> common_pb2.JobSpec:
+def parse_job_yaml(text: str | bytes, file: str = "<string>", allowed_env: Iterable[str] = ()) -> common_pb2.JobSpec:
     """Parse one YAML document into a JobSpec; JobFileError (`file line N: field F: why`) on bad YAML
     or a bad field."""
-    return parse_with_lines(load_yaml(text, file, JobFileError), file, job_spec_from_dict)
+    allow = frozenset(allowed_env)
+    return parse_with_lines(load_yaml(text, file, JobFileError), file, lambda d: job_spec_from_dict(d, allow))
 
 
-def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
+def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = ()) -> common_pb2.JobSpec:
     """Build a JobSpec from a parsed mapping (the YAML document), checking every field."""
     if not isinstance(data, Mapping):
         raise JobFileError("job", "the file must be a mapping of fields (name, model, ...)")
@@ -94,7 +98,7 @@ def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
         spec.hint.gpus = _int(data, "gpus", 0, 4096, required=False, default=0)
         spec.hint.gpu_types.extend(_gpu_types(data.get("gpu_types")))
     spec.entrypoint.extend(_entrypoint(data.get("entrypoint")))
-    for key, value in _env(data.get("env")).items():
+    for key, value in _env(data.get("env"), frozenset(allowed_env)).items():
         spec.env[key] = value
     spec.checkpoint_every = _int(data, "checkpoint_every", 0, 10**9, required=False, default=0)
     spec.max_retries = _int(data, "max_retries", 0, 100, required=False, default=DEFAULT_MAX_RETRIES)
@@ -260,7 +264,7 @@ def _entrypoint(value: Any) -> list[str]:
     return list(value)
 
 
-def _env(value: Any) -> dict[str, str]:
+def _env(value: Any, allowed: frozenset[str]) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -272,6 +276,8 @@ def _env(value: Any) -> dict[str, str]:
             raise JobFileError(field, "invalid name: must match [A-Z_][A-Z0-9_]*")
         if name in CONTRACT_VARS:
             raise JobFileError(field, "reserved: set by the agent for every worker (docs/worker-contract.md)")
+        if (why := envpolicy.refusal(name, allowed)) is not None:
+            raise JobFileError(field, why)
         if isinstance(val, bool) or val is None or not isinstance(val, str | int | float):
             raise JobFileError(field, f"must be a string (quote it), got {val!r}")
         text = str(val)

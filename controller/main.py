@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from tessera.common import daemon, metrics, rpc
+from tessera.common import daemon, envpolicy, metrics, rpc
 from tessera.controller.agents import AgentClients
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="whose step times replace Cell estimates: nodes with NVML inventories (default), "
                         "all nodes (declared inventories too: demos and tests only), or none")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
+                   help="let jobs set this variable although the environment policy refuses it "
+                        "(LD_LIBRARY_PATH, PYTHONPATH, ...; docs/job-file.md); repeatable")
     args = p.parse_args(argv)
     for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
         if getattr(args, name) <= 0:
@@ -65,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--search-depth must be >= 0")
     if args.heartbeat_interval >= args.lease:
         p.error("--heartbeat-interval must be shorter than --lease")
+    for name in args.allow_env:
+        if not envpolicy.NAME_RE.match(name):
+            p.error(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
     return args
 
 
@@ -83,6 +89,7 @@ async def serve(args: argparse.Namespace) -> None:
         round_budget_s=args.round_budget, min_gain=args.min_gain,
         progress_timeout_s=args.progress_timeout, estimator=args.estimator,
         learn_step_times=args.learn_step_times,
+        allowed_env=frozenset(args.allow_env),
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
     agents = AgentClients()

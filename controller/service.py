@@ -80,7 +80,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         rid = _request_id(request.request_id)
         if not request.HasField("spec"):
             raise InvalidArgument("spec", "required")
-        errors = validate_spec(request.spec)
+        errors = validate_spec(request.spec, self.engine.cfg.allowed_env)
         if errors:
             raise InvalidInput("; ".join(map(str, errors)))  # every bad field at once
         rec, created = await self.engine.submit(request.spec, rid)

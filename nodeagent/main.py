@@ -18,12 +18,13 @@ from typing import NoReturn
 
 import structlog
 
-from tessera.common import logs
+from tessera.common import envpolicy, logs
 from tessera.common import metrics as common_metrics
 from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
-from tessera.nodeagent import inventory
+from tessera.nodeagent import inventory, users
 from tessera.nodeagent.agent import Agent, AgentConfig
+from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE
 from tessera.nodeagent.version import __version__
 from tessera.v1 import common_pb2
 
@@ -76,6 +77,39 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="OMP_NUM_THREADS of workers whose job does not set it (default: usable CPUs / GPUs)",
     )
+    p.add_argument(
+        "--worker-user",
+        action="append",
+        default=[],
+        metavar="TENANT=USER[:GROUP]",
+        help="run this tenant's workers as USER (name or uid) and GROUP; repeatable",
+    )
+    p.add_argument(
+        "--default-worker-user",
+        default=users.DEFAULT_USER,
+        metavar="USER[:GROUP]",
+        help=f"run other tenants' workers as USER (default {users.DEFAULT_USER}); never root",
+    )
+    p.add_argument(
+        "--worker-python",
+        metavar="PATH",
+        help="the interpreter {python} names for workers (default: the agent's own); the worker users must "
+        "be able to run it",
+    )
+    p.add_argument(
+        "--allow-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let a Launch set this variable although the environment policy refuses it; repeatable",
+    )
+    p.add_argument(
+        "--fence-grace",
+        type=float,
+        default=DEFAULT_FENCE_GRACE,
+        metavar="SECONDS",
+        help=f"SIGTERM to SIGKILL of workers fenced by a lapsed lease (default {DEFAULT_FENCE_GRACE:g})",
+    )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
     return p
 
@@ -114,6 +148,24 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         raise AgentUsageError(
             f"--work-dir: {work_dir} is not a writable directory: {exc.strerror or exc}"
         ) from None
+    if not 0 <= args.fence_grace <= 3600:
+        raise AgentUsageError(f"--fence-grace: must be in 0..3600 seconds, got {args.fence_grace}")
+    for name in args.allow_env:
+        if not envpolicy.NAME_RE.match(name):
+            raise AgentUsageError(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
+    worker_python = args.worker_python or sys.executable
+    try:
+        user_map = users.build(args.worker_user, args.default_worker_user)
+    except users.UserConfigError as exc:
+        raise AgentUsageError(str(exc)) from None
+    if user_map.switch:
+        for user in user_map.users():
+            why = users.probe_access(user, worker_python, str(work_dir))
+            if why is not None:
+                raise AgentUsageError(
+                    f"--work-dir/--worker-python: {why}; workers need to reach the work dir and run the "
+                    "interpreter (install Tessera where they can read it, or pass --worker-python)"
+                )
     config = AgentConfig(
         controller=args.controller,
         node_id=args.node_id,
@@ -123,6 +175,10 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         kill_workers_on_exit=args.kill_workers_on_exit,
         stop_grace_on_exit=args.stop_grace,
         worker_threads=args.worker_threads,
+        users=user_map,
+        worker_python=worker_python,
+        allowed_env=frozenset(args.allow_env),
+        fence_grace=args.fence_grace,
     )
     return config, args
 

@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tessera.common import envpolicy
 from tessera.common.contract import CONTRACT_VARS
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.controller.core import launchers
@@ -91,8 +92,9 @@ def _family_errors(dims: ModelDims) -> list[FieldError]:
                                        "Cells: tessctl estimate cells)")]
 
 
-def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
-    """All problems of a JobSpec; an empty list means it may be stored."""
+def validate_spec(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozenset()) -> list[FieldError]:
+    """All problems of a JobSpec; an empty list means it may be stored. `allowed_env`: names the
+    operator allows although the environment policy refuses them (common/envpolicy.py)."""
     errs: list[FieldError] = []
     if not spec.name:
         errs.append(FieldError("name", "required"))
@@ -127,6 +129,8 @@ def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
             errs.append(FieldError(f"env.{k}", "name must match [A-Z_][A-Z0-9_]*"))
         elif k in CONTRACT_VARS:
             errs.append(FieldError(f"env.{k}", "reserved for the worker contract"))
+        elif (why := envpolicy.refusal(k, allowed_env)) is not None:
+            errs.append(FieldError(f"env.{k}", why))
         if "\0" in v or len(v) > MAX_ARG_LEN:
             errs.append(FieldError(f"env.{k}", "value contains NUL or is too long"))
     errs += [FieldError(f, r) for f, r in launchers.check(spec.launcher)]
