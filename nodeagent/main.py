@@ -158,14 +158,6 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         user_map = users.build(args.worker_user, args.default_worker_user)
     except users.UserConfigError as exc:
         raise AgentUsageError(str(exc)) from None
-    if user_map.switch:
-        for user in user_map.users():
-            why = users.probe_access(user, worker_python, str(work_dir))
-            if why is not None:
-                raise AgentUsageError(
-                    f"--work-dir/--worker-python: {why}; workers need to reach the work dir and run the "
-                    "interpreter (install Tessera where they can read it, or pass --worker-python)"
-                )
     config = AgentConfig(
         controller=args.controller,
         node_id=args.node_id,
@@ -181,6 +173,21 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         fence_grace=args.fence_grace,
     )
     return config, args
+
+
+def check_worker_access(config: AgentConfig) -> None:
+    """Fail at start, not at every launch, when the workers' users cannot reach the work dir or run
+    the interpreter (a venv under /root, a work dir under a 0700 folder)."""
+    if config.users is None or not config.users.switch:
+        return
+    python = config.worker_python or sys.executable
+    for user in config.users.users():
+        why = users.probe_access(user, python, str(config.work_dir))
+        if why is not None:
+            raise AgentUsageError(
+                f"--work-dir/--worker-python: {why}; workers need to reach the work dir and run the "
+                "interpreter (install Tessera where they can read it, or pass --worker-python)"
+            )
 
 
 def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, bool]:
@@ -227,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, args = parse_config(argv)
         logs.configure(args.log_level)
         inv, nvml = load_inventory(args)
+        check_worker_access(config)
         if args.metrics_listen:
             try:
                 port = common_metrics.serve(args.metrics_listen)
