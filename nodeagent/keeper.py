@@ -75,6 +75,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.spec_fd < 3:
         raise UsageError(f"--spec-fd: {args.spec_fd} is not an inherited file (must be >= 3)")
+    if not 0 <= args.grace <= 3600 or not 0.01 <= args.poll <= 60:  # also refuses NaN
+        raise UsageError("--grace must be in 0..3600 and --poll in 0.01..60 seconds")
     if (args.uid is None) != (args.gid is None):
         raise UsageError("--uid and --gid go together")
     try:
@@ -88,8 +90,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             raise UsageError(f"--uid {args.uid}: only root can run a worker as another user")
     elif os.geteuid() == 0:
         raise UsageError("running as root: --uid and --gid are required (workers never run as root)")
-    if not 0 <= args.grace <= 3600 or not 0.01 <= args.poll <= 60:  # also refuses NaN
-        raise UsageError("--grace must be in 0..3600 and --poll in 0.01..60 seconds")
     return args
 
 
