@@ -177,7 +177,7 @@ class Keeper:
             # Its own process group inside the keeper's session: signals to the group reach the
             # worker's children, and the agent still counts the session's GPU memory as its own.
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, process_group=0, close_fds=True,
-            preexec_fn=_die_with_parent, **kw,
+            preexec_fn=_die_with_parent, **kw,  # noqa: PLW1509 (the keeper has one thread)
         )
 
     def check_fence(self, now: float) -> None:

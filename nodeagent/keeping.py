@@ -65,8 +65,9 @@ class Keepers:
             return []
         st = checkpoint_dir.stat()
         if self.users.switch and st.st_uid != user.uid and st.st_mode & 0o002 == 0:
-            return [f"checkpoint folder {checkpoint_dir} belongs to uid {st.st_uid}, not to "
-                    f"{user.describe()}: the worker may not be able to write it"]
+            note = (f"checkpoint folder {checkpoint_dir} belongs to uid {st.st_uid}, not to "
+                    f"{user.describe()}: the worker may not be able to write it")
+            return [note]
         return []
 
     def _make_dir(self, path: Path, user: WorkerUser, *, exist_ok: bool) -> bool:

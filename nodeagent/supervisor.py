@@ -231,8 +231,7 @@ class Supervisor:
             notes = self.keepers.prepare(cwd, Path(ckpt), user)
             fd = worklogs.open_for_append(w.log_path)
             with open(fd, "ab") as log_file:
-                for note in notes:
-                    log_file.write(f"tessera-agent: {note}\n".encode())
+                log_file.writelines(f"tessera-agent: {note}\n".encode() for note in notes)
                 log_file.flush()
                 proc = self.keepers.start(
                     job_id=req.job_id, attempt=req.attempt, rank=w.rank, attempt_dir=cwd,
@@ -546,6 +545,8 @@ class Supervisor:
                 adopted += 1
                 log.info("re-adopted worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank, pid=w.pid)
                 self._track(self._watch_adopted(att, w))
+            elif (recorded := self._recorded_exit(w)) is not None:  # its keeper said how it ended
+                self._exited(att, w, recorded[0], self._exit_reason(att, w, *recorded), notify=False)
             else:
                 self._exited(att, w, EXIT_UNKNOWN, REASON_DOWN, notify=False)
         # A stop that was waiting out its grace when the last agent went down still gets its SIGKILL.

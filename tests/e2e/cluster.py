@@ -44,8 +44,8 @@ class Cluster:
         return self.controller
 
 
-def make_cluster(root: Path, nodes: list[tuple[str, str]], policy: str) -> Cluster:
-    c = Cluster(root, start_controller(root / "state", "--policy", policy), policy=policy)
+def make_cluster(root: Path, nodes: list[tuple[str, str]], policy: str, controller_args: tuple[str, ...] = ()) -> Cluster:
+    c = Cluster(root, start_controller(root / "state", "--policy", policy, *controller_args), policy=policy)
     for node_id, inv in nodes:
         c.add_agent(node_id, inv)
     c.wait_ready(len(nodes))
@@ -56,9 +56,10 @@ def make_cluster(root: Path, nodes: list[tuple[str, str]], policy: str) -> Clust
 def cluster_factory(worker_dir: Path) -> Iterator:  # type: ignore[type-arg]
     made: list[Cluster] = []
 
-    def make(nodes: list[tuple[str, str]], policy: str = "frenzy") -> Cluster:
-        """Most tests pin Frenzy (MARP + HAS) for placements they can predict; Crius tests ask for it."""
-        c = make_cluster(worker_dir, nodes, policy)
+    def make(nodes: list[tuple[str, str]], policy: str = "frenzy", controller_args: tuple[str, ...] = ()) -> Cluster:
+        """Most tests pin Frenzy (MARP + HAS) for placements they can predict; Crius tests ask for it.
+        `controller_args` come after the fast defaults (a later flag wins: `--lease 20`)."""
+        c = make_cluster(worker_dir, nodes, policy, controller_args)
         made.append(c)
         return c
 

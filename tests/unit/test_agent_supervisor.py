@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
