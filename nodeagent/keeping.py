@@ -57,10 +57,10 @@ class Keepers:
         descriptor. An existing checkpoint folder is never taken over: its path comes from the
         Launch, and chowning a directory someone else made could hand a system folder to a tenant.
         """
-        attempt_dir.parent.mkdir(parents=True, exist_ok=True)  # jobs/<job>/ stays the agent's
+        self._make_parents(attempt_dir.parent)  # jobs/<job>/ stays the agent's
         for d in (attempt_dir, attempt_dir / "home", attempt_dir / "tmp"):
             self._make_dir(d, user, exist_ok=True)
-        checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._make_parents(checkpoint_dir.parent)
         if self._make_dir(checkpoint_dir, user, exist_ok=False):
             return []
         st = checkpoint_dir.stat()
@@ -69,6 +69,21 @@ class Keepers:
                     f"{user.describe()}: the worker may not be able to write it")
             return [note]
         return []
+
+    def _make_parents(self, path: Path) -> None:
+        """Create the missing folders up to `path`, the agent's, passable (0711) by the workers'
+        users whatever the agent's umask (a unit's UMask=0027 would lock them out) but not listable."""
+        missing = []
+        while not path.exists():
+            missing.append(path)
+            path = path.parent
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, 0o711)
+            except FileExistsError:
+                continue
+            if self.users.switch:
+                os.chmod(d, 0o711)
 
     def _make_dir(self, path: Path, user: WorkerUser, *, exist_ok: bool) -> bool:
         """mkdir + chown/chmod to the user; False when it existed and exist_ok is False (untouched)."""
