@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 # Reported by an agent for a worker that ended while the agent was not running (exit code unknown).
 EXIT_UNKNOWN = -1000
+# How an agent's status reason starts when the worker's keeper stopped it because the agent could
+# not renew its lease (docs/agent.md, "Self-fencing"): the node's fault, not the program's.
+FENCED_PREFIX = "fenced:"
 
 
 @dataclass(frozen=True)
@@ -47,14 +50,18 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
 
     - any rank that ended badly fails the attempt at once ("failed", user code) unless the controller
       had asked the attempt to stop, or the agent could not observe the exit ("interrupted");
+    - a rank its keeper fenced (the agent lost its lease) interrupts the attempt, whatever its exit
+      code: the reference trainer exits 0 after a checkpoint, and the job resumes from it;
     - all ranks exited 0: "succeeded" when rank 0 reached the job's iterations, else "stopped"
       (a cooperative stop after a checkpoint);
     - otherwise "running" once every rank is running, else "starting".
     """
     for r in sorted(ranks.values(), key=lambda x: x.rank):
-        if r.running or r.exit_code == 0:
+        if r.running or stop_requested:
             continue
-        if stop_requested:
+        if r.reason.startswith(FENCED_PREFIX):
+            return Verdict("interrupted", f"rank {r.rank}: {r.reason}", r.rank)
+        if r.exit_code == 0:
             continue
         if r.exit_code == EXIT_UNKNOWN:
             return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}", r.rank)
