@@ -141,7 +141,9 @@ def probe_access(user: WorkerUser, python: str, work_dir: str) -> str | None:
     the usual reason it cannot."""
     try:
         cp = subprocess.run(
-            [python, "-I", "-S", "-c", "pass"], cwd=work_dir, env={"PATH": os.defpath},
+            # chdir inside the probe: Popen's cwd= would be entered before the user switch, as root.
+            [python, "-I", "-S", "-c", "import os, sys; os.chdir(sys.argv[1])", work_dir], cwd="/",
+            env={"PATH": os.defpath},
             user=user.uid, group=user.gid, extra_groups=list(user.groups),
             stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False,
         )

@@ -58,6 +58,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ({"--listen": "127.0.0.1:99999"}, "--listen: '127.0.0.1:99999' is not HOST:PORT"),
         ({"--log-level": "loud"}, "--log-level: invalid choice: 'loud'"),
         ({"--controller": None}, "the following arguments are required: --controller"),
+        ({"--default-worker-user": "root"}, "--default-worker-user: 'root' is root"),
+        ({"--default-worker-user": "nobody:0"}, "workers never run as root"),
+        ({"--worker-user": "team=no-such-user"}, "--worker-user team: no user 'no-such-user'"),
+        ({"--allow-env": "ld_preload"}, "--allow-env: 'ld_preload' is not a variable name"),
+        ({"--fence-grace": "-1"}, "--fence-grace: must be in 0..3600"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(
@@ -77,6 +82,20 @@ def test_bad_arguments_exit_2_with_one_line(
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tessera-agent: error: ") and message in lines[0], lines
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root agent runs workers as another user")
+def test_a_work_dir_the_worker_user_cannot_reach_is_refused_at_start(tmp_path: Path) -> None:
+    # tmp_path lies under /tmp/pytest-of-root (0700): nobody cannot reach it, so no worker could start.
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("gpus:\n  - model: T4\n    count: 1\n")
+    result = run_cli("--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path / "w"),
+                     "--inventory", str(inv), "--worker-python", worker_python())
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("tessera-agent: error: --work-dir/--worker-python: nobody (uid 65534, gid 65534) "
+                           "cannot run"), line
+    assert "Permission denied" in line and "install Tessera where they can read it" in line
 
 
 def test_invalid_inventory_names_the_field(tmp_path: Path) -> None:
