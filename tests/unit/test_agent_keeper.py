@@ -164,3 +164,48 @@ def test_tenant_map_flags() -> None:
     # Not root: workers run as the agent, whatever the map says (a bad map is still an error).
     solo = users.build(["team-a=nobody"], is_root=False)
     assert not solo.switch and solo.for_tenant("team-a").uid == os.geteuid()
+
+
+@pytest.mark.skipif(not ROOT, reason="only root changes owners")
+def test_folders_belong_to_the_worker_and_nothing_else_is_taken_over(tmp_path: Path) -> None:
+    from tessera.nodeagent.keeping import Keepers
+
+    nobody = users.resolve("nobody", "--x")
+    keepers = Keepers(tmp_path / "fence.json", users=users.UserMap(default=nobody))
+    att = tmp_path / "jobs" / "j" / "attempt-1"
+    assert keepers.prepare(att, tmp_path / "ckpt" / "j", nobody) == []
+    for d in (att, att / "home", att / "tmp", tmp_path / "ckpt" / "j"):
+        st = d.stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o700), d
+    for d in (tmp_path / "jobs", tmp_path / "jobs" / "j", tmp_path / "ckpt"):
+        st = d.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (0, 0o711), d  # the agent's, passable
+    # Another rank's worker planted a symlink where tmp/ goes: refused, the target untouched.
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    att2 = tmp_path / "jobs" / "j" / "attempt-2"
+    att2.mkdir()
+    (att2 / "tmp").symlink_to(victim)
+    with pytest.raises(OSError):
+        keepers.prepare(att2, tmp_path / "ckpt" / "j", nobody)
+    assert (victim.stat().st_uid, victim.stat().st_mode & 0o777) == (0, 0o755)
+    # An existing checkpoint folder someone else owns is left alone, and the rank's log says so.
+    other = tmp_path / "ckpt" / "other"
+    other.mkdir(mode=0o755)
+    (note,) = keepers.prepare(tmp_path / "jobs" / "k" / "attempt-1", other, nobody)
+    assert "belongs to uid 0" in note and other.stat().st_uid == 0
+
+
+def test_rank_logs_are_never_read_or_appended_through_a_symlink(tmp_path: Path) -> None:
+    from tessera.nodeagent import worklogs
+    from tessera.nodeagent.errors import FailedPrecondition
+
+    att = tmp_path / "jobs" / "j" / "attempt-1"
+    att.mkdir(parents=True)
+    secret = tmp_path / "jobs" / "other-tenant.log"
+    secret.write_text("another tenant's log")
+    (att / "rank-0.log").symlink_to(secret)  # planted by the worker, which owns its attempt folder
+    with pytest.raises(FailedPrecondition, match="cannot read"):
+        worklogs.read_tail(tmp_path, "j", 1, 0, 100, [])
+    worklogs.append(att / "rank-0.log", "tessera-agent: note\n")
+    assert secret.read_text() == "another tenant's log"
