@@ -1,5 +1,5 @@
 """The agent's side of the keepers: prepare a worker's folders for its user, start its keeper, read
-the exit status the keeper leaves behind. docs/agent.md, "Workers run as", "Keepers" and "Fencing".
+the exit status the keeper leaves behind. docs/agent.md, "Workers run as", "Keepers" and "Self-fencing".
 
 The supervisor builds the worker's argv and environment (tessera.nodeagent.contract) and calls
 `Keepers.start`; the keeper (tessera.nodeagent.keeper) then runs the worker as the tenant's user.
@@ -16,12 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import structlog
-
 from tessera.nodeagent import cgroups, keeperfiles, process
 from tessera.nodeagent.users import UserMap, WorkerUser, build
-
-log = structlog.get_logger("tessera.nodeagent.keeping")
 
 DEFAULT_FENCE_GRACE = 10.0
 DEFAULT_KEEPER_POLL = 0.2
