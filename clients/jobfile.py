@@ -12,13 +12,12 @@ YAML itself is read by tessera.common.yamlfile (duplicate keys, aliases, nesting
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tessera.common import gpus as catalog
 from tessera.common import jobspec
-from tessera.common.contract import CONTRACT_VARS
 from tessera.common.yamlfile import MAX_BYTES, InputFileError, load_yaml, parse_with_lines
 from tessera.estimator.convert import model_dims
 from tessera.estimator.models import REGISTERED, registered
@@ -60,20 +59,23 @@ class JobFileError(InputFileError):
     for a file that is not one safe YAML document; `file` and `line` where it was read from one."""
 
 
-def load_job_file(path: str | Path) -> common_pb2.JobSpec:
-    """Read and parse the job file at `path`. OSError if unreadable; JobFileError if invalid."""
+def load_job_file(path: str | Path, allowed_env: Iterable[str] = ()) -> common_pb2.JobSpec:
+    """Read and parse the job file at `path`. OSError if unreadable; JobFileError if invalid.
+    `allowed_env`: names the environment policy refuses that the caller knows its controller allows
+    (`tessctl submit --allow-env`); the controller checks them again."""
     with open(path, "rb") as f:
         raw = f.read(MAX_BYTES + 1)
-    return parse_job_yaml(raw, str(path))
+    return parse_job_yaml(raw, str(path), allowed_env)
 
 
-def parse_job_yaml(text: str | bytes, file: str = "<string>") -> common_pb2.JobSpec:
+def parse_job_yaml(text: str | bytes, file: str = "<string>", allowed_env: Iterable[str] = ()) -> common_pb2.JobSpec:
     """Parse one YAML document into a JobSpec; JobFileError (`file line N: field F: why`) on bad YAML
     or a bad field."""
-    return parse_with_lines(load_yaml(text, file, JobFileError), file, job_spec_from_dict)
+    allow = frozenset(allowed_env)
+    return parse_with_lines(load_yaml(text, file, JobFileError), file, lambda d: job_spec_from_dict(d, allow))
 
 
-def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
+def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = ()) -> common_pb2.JobSpec:
     """Build a JobSpec from a parsed mapping (the YAML document), checking every field."""
     if not isinstance(data, Mapping):
         raise JobFileError("job", "the file must be a mapping of fields (name, model, ...)")
@@ -100,14 +102,14 @@ def job_spec_from_dict(data: Any) -> common_pb2.JobSpec:
         spec.launcher.CopyFrom(_launcher(data["launcher"]))
     spec.progress_timeout_seconds = _int(data, "progress_timeout", -1, jobspec.MAX_PROGRESS_TIMEOUT_S,
                                          required=False, default=0)
-    _check_bounds(spec, isinstance(data["model"], str))
+    _check_bounds(spec, isinstance(data["model"], str), frozenset(allowed_env))
     return spec
 
 
-def _check_bounds(spec: common_pb2.JobSpec, model_by_name: bool) -> None:
+def _check_bounds(spec: common_pb2.JobSpec, model_by_name: bool, allowed_env: frozenset[str]) -> None:
     """The bounds the controller applies on submit (tessera.common.jobspec), so a file is refused
     here exactly when SubmitJob would refuse its spec; the first problem, under the file's key."""
-    for field, reason in jobspec.spec_errors(spec):
+    for field, reason in jobspec.spec_errors(spec, allowed_env):
         for proto, key in _FILE_KEYS:
             if field == proto or field.startswith((proto + ".", proto + "[")):
                 field = key + field[len(proto):]
@@ -274,6 +276,7 @@ def _entrypoint(value: Any) -> list[str]:
 
 
 def _env(value: Any) -> dict[str, str]:
+    """The env mapping's shape; names, sizes and the environment policy are jobspec's (_check_bounds)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -283,8 +286,6 @@ def _env(value: Any) -> dict[str, str]:
         field = f"env.{name}"
         if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
             raise JobFileError(f"env.{jobspec.shown_key(str(name))}", f"invalid name: must match {jobspec.ENV_NAME_RULE}")
-        if name in CONTRACT_VARS:
-            raise JobFileError(field, "reserved: set by the agent for every worker (docs/worker-contract.md)")
         if isinstance(val, bool) or val is None or not isinstance(val, str | int | float):
             raise JobFileError(field, f"must be a string (quote it), got {val!r}")
         text = str(val)

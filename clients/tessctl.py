@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(sub, "submit", cmd_submit, "submit a job file")
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
     p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
+                   help="do not refuse this hook variable locally (LD_LIBRARY_PATH, ...): the controller's "
+                        "--allow-env decides; repeatable")
 
     get = command(sub, "get", _needs_resource, "list jobs or nodes")
     get_sub = get.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
@@ -124,15 +127,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(sub, "cancel", cmd_cancel, "cancel a job")
     p.add_argument("id", metavar="ID")
     p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
+                   help="do not refuse this hook variable locally (LD_LIBRARY_PATH, ...): the controller's "
+                        "--allow-env decides; repeatable")
 
     p = command(sub, "drain", cmd_drain, "stop placing work on a node and move its jobs away")
     p.add_argument("node", metavar="NODE")
     p.add_argument("--reason", default="", help="why (shown in the node's REASON)")
     p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
+                   help="do not refuse this hook variable locally (LD_LIBRARY_PATH, ...): the controller's "
+                        "--allow-env decides; repeatable")
 
     p = command(sub, "undrain", cmd_undrain, "make a drained node schedulable again")
     p.add_argument("node", metavar="NODE")
     p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
+    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
+                   help="do not refuse this hook variable locally (LD_LIBRARY_PATH, ...): the controller's "
+                        "--allow-env decides; repeatable")
 
     delete = command(sub, "delete", _needs_resource, "remove a node from the controller (admin)")
     delete_sub = delete.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
@@ -176,9 +188,9 @@ def _needs_resource(client: Client, args: argparse.Namespace, out: TextIO) -> in
 
 def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     if args.filename == "-":
-        spec = parse_job_yaml(sys.stdin.read(), "<stdin>")
+        spec = parse_job_yaml(sys.stdin.read(), "<stdin>", args.allow_env)
     else:
-        spec = load_job_file(args.filename)
+        spec = load_job_file(args.filename, args.allow_env)
     result = client.submit_ex(spec, request_id=args.request_id)
     if args.output == "json":
         _print(out, output.dumps({**output.to_dict(result.job), "created": result.created}))

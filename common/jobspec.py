@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+from tessera.common import envpolicy
 from tessera.common.contract import CONTRACT_VARS
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.v1 import common_pb2
@@ -81,7 +82,7 @@ def shown_key(key: str) -> str:
     return repr(key[:_KEY_SHOWN]) + ("..." if len(key) > _KEY_SHOWN else "")
 
 
-def spec_errors(spec: common_pb2.JobSpec) -> Errors:
+def spec_errors(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozenset()) -> Errors:
     """Every bound of docs/job-file.md that `spec` breaks, as (field, reason); [] = within bounds.
     An oversized spec is not walked: it gets the count it breaks (env, an argv), else `spec`."""
     size = spec.ByteSize()
@@ -115,7 +116,7 @@ def spec_errors(spec: common_pb2.JobSpec) -> Errors:
             except UnknownGpuError as e:
                 errs.append((f"hint.gpu_types[{i}]", str(e)[:200]))
     errs += argv_errors("entrypoint", spec.entrypoint, (PYTHON,), "a program path")
-    errs += env_errors(spec.env)
+    errs += env_errors(spec.env, allowed_env)
     errs += launcher_errors(spec.launcher)
     errs += _range("checkpoint_every", spec.checkpoint_every, 0, MAX_CHECKPOINT_EVERY)
     if not -1 <= spec.progress_timeout_seconds <= MAX_PROGRESS_TIMEOUT_S:
@@ -153,7 +154,9 @@ def model_bound_errors(m: common_pb2.ModelSpec) -> Errors:
     return errs
 
 
-def env_errors(env: Mapping[str, str]) -> Errors:
+def env_errors(env: Mapping[str, str], allowed: frozenset[str] = frozenset()) -> Errors:
+    """Names, sizes, the worker contract's reserved names and the environment policy
+    (common/envpolicy.py: loader and interpreter hooks, unless the operator `allowed` them)."""
     items = list(env.items())
     if len(items) > MAX_ENV:
         return [("env", f"more than {MAX_ENV:,} variables ({len(items):,})")]
@@ -164,6 +167,8 @@ def env_errors(env: Mapping[str, str]) -> Errors:
             errs.append((field, f"invalid name: must match {ENV_NAME_RULE}"))
         elif name in CONTRACT_VARS:
             errs.append((field, "reserved: set by the agent for every worker (docs/worker-contract.md)"))
+        elif (why := envpolicy.refusal(name, allowed)) is not None:
+            errs.append((field, why))
         if "\0" in value:
             errs.append((field, "must not contain a NUL character"))
         elif len(value) > MAX_ENV_VALUE:

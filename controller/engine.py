@@ -90,6 +90,8 @@ class EngineConfig:
     learn_step_times: str = "nvml"
     # host:port of a tessera-estimator that receives the step times too ("" = none).
     estimator: str = ""
+    # Environment names a job may set although common/envpolicy.py refuses them (--allow-env).
+    allowed_env: frozenset[str] = frozenset()
     step_times: StepTimeConfig = field(default_factory=StepTimeConfig)
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     backoff: BackoffConfig = field(default_factory=BackoffConfig)

@@ -72,7 +72,8 @@ def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str) -> list[tu
             request_id=f"{job.id}/{job.attempt}/{s.node_id}", controller_epoch=epoch, job_id=job.id,
             attempt=job.attempt, world_size=world, ranks=ranks, rendezvous=job.placement.rendezvous,
             plan=plan, argv=argv, env=dict(spec.env), checkpoint_dir=ckpt, iterations=spec.iterations,
-            global_batch_size=spec.global_batch_size, model=model_pb(job), checkpoint_every=spec.checkpoint_every)
+            global_batch_size=spec.global_batch_size, model=model_pb(job), checkpoint_every=spec.checkpoint_every,
+            tenant=spec.tenant)
         out.append((s.node_id, req))
     return out
 

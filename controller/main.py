@@ -10,7 +10,7 @@ from pathlib import Path
 
 import structlog
 
-from tessera.common import daemon, metrics, rpc
+from tessera.common import daemon, envpolicy, metrics, rpc
 from tessera.common.errors import InvalidInput, TesseraError
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
@@ -92,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the address standbys give clients and agents for this controller when it leads "
                         "(default: the --listen host and bound port)")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
+                   help="let jobs set this variable although the environment policy refuses it "
+                        "(LD_LIBRARY_PATH, PYTHONPATH, ...; docs/job-file.md); repeatable")
     args = p.parse_args(argv)
     for name in ("job_ttl", "checkpoint_ttl"):
         if getattr(args, name) < 0:
@@ -129,6 +132,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.down_after < requeue:
         p.error(f"--down-after ({args.down_after:g}s) must be at least lease + fence grace + 1s ({requeue:g}s): "
                 "a DOWN node's jobs have been requeued")
+    for name in args.allow_env:
+        if not envpolicy.NAME_RE.match(name):
+            p.error(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
     return args
 
 
@@ -145,6 +151,7 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         round_budget_s=args.round_budget, min_gain=args.min_gain,
         progress_timeout_s=args.progress_timeout, estimator=args.estimator,
         learn_step_times=args.learn_step_times,
+        allowed_env=frozenset(args.allow_env),
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
 

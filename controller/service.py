@@ -104,7 +104,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         rid = _request_id(request.request_id)
         if not request.HasField("spec"):
             raise InvalidArgument("spec", "required")
-        errors = validate_spec(request.spec)
+        errors = validate_spec(request.spec, self.engine.cfg.allowed_env)
         if errors:
             raise InvalidInput(summary(errors))  # every bad field at once, within a status's size
         request.spec.tenant = submit_tenant(who, request.spec.tenant)
@@ -228,7 +228,7 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
         lv = self.engine.cfg.liveness
         return agent_pb2.RegisterResponse(controller_epoch=self.engine.epoch, lease_seconds=lv.lease_s,
                                           heartbeat_interval_seconds=lv.heartbeat_interval_s,
-                                          fence_seconds=fence_seconds(lv))
+                                          fence_seconds=fence_seconds(lv), fence_grace_seconds=lv.fence_grace_s)
 
     async def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Any) -> agent_pb2.HeartbeatResponse:
         self._check(request.status)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import sys
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -20,12 +21,15 @@ import grpc.aio
 import structlog
 
 from tessera.common import rpc
-from tessera.nodeagent import metrics, retention
+from tessera.nodeagent import cgroups, metrics, retention
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
+from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_KEEPER_POLL, Keepers
 from tessera.nodeagent.registration import Registrar
+from tessera.nodeagent.selffence import SelfFence
 from tessera.nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer
 from tessera.nodeagent.state import FILE_NAME, StateFile
 from tessera.nodeagent.supervisor import Supervisor
+from tessera.nodeagent.users import UserMap, build
 from tessera.nodeagent.version import __version__
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
@@ -56,6 +60,15 @@ class AgentConfig:
     worker_threads: int | None = None
     # Exited attempts' folders and logs are removed this long after their last write (0 = never).
     attempt_ttl_seconds: float = retention.DEFAULT_TTL_S
+    # Tenant -> worker uid/gid (tessera.nodeagent.users); None = the default map (nobody when root).
+    users: UserMap | None = None
+    # The interpreter `{python}` names for workers; None = the agent's own.
+    worker_python: str | None = None
+    # Environment names a Launch may carry although the environment policy refuses them.
+    allowed_env: frozenset[str] = frozenset()
+    # SIGTERM -> SIGKILL of a fenced worker, and how often keepers read the fence file.
+    fence_grace: float = DEFAULT_FENCE_GRACE
+    keeper_poll: float = DEFAULT_KEEPER_POLL
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -96,6 +109,10 @@ class Agent:
         self.wake = asyncio.Event()
         self.fence = EpochFence(on_raise=lambda _epoch: self._persist())
         self.drain = DrainFlag(on_change=self._drain_changed)
+        self.selffence = SelfFence(config.work_dir)
+        self.keepers = Keepers(
+            self.selffence.path, users=config.users or build(), grace=config.fence_grace, poll=config.keeper_poll
+        )
         self.supervisor = Supervisor(
             config.work_dir,
             [g.index for g in inventory.gpus],
@@ -104,6 +121,10 @@ class Agent:
             persist=self._persist,
             poll_interval=config.poll_interval,
             omp_threads=config.worker_threads,
+            keepers=self.keepers,
+            worker_python=config.worker_python or sys.executable,
+            allowed_env=config.allowed_env,
+            fence=self.selffence,
         )
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -114,6 +135,11 @@ class Agent:
         self._restoring = False
 
     # --- wiring callbacks -----------------------------------------------------------------------------
+
+    def _fence_grace(self, controller_grace: float) -> None:
+        # The controller requeues lease + its grace after the last heartbeat: keepers started from
+        # now on kill a fenced worker within the shorter of the two waits.
+        self.keepers.grace = min(self.config.fence_grace, controller_grace)
 
     def _persist(self) -> None:
         if self._restoring:
@@ -166,6 +192,7 @@ class Agent:
         self.server, self.port = self._bind(servicer, state.get("port"))
         self.address = join_host_port(advertise_host(self.config), self.port)
         self.supervisor.agent_addr = join_host_port(local_host(self.config.listen), self.port)
+        self._log_worker_users()
         adopted = self.supervisor.restore(state)
         metrics.WORKERS_RUNNING.set(self.supervisor.running_count())
         await self.server.start()
@@ -191,12 +218,38 @@ class Agent:
             deadline=self.config.rpc_deadline,
             max_backoff=self.config.max_backoff,
             on_result=metrics.heartbeat_result,
+            on_renewed=self.selffence.renew,
+            on_fence_grace=self._fence_grace,
         )
         self._tasks.append(asyncio.create_task(self.registrar.run(), name="registration"))
+        self._tasks.append(asyncio.create_task(self._watch_fence(), name="fence"))
         if self._prober is not None:
             self._tasks.append(asyncio.create_task(self._refresh_inventory(), name="inventory"))
         if self.config.attempt_ttl_seconds > 0:
             self._tasks.append(asyncio.create_task(self._prune_attempts(), name="retention"))
+
+    def _log_worker_users(self) -> None:
+        """Say once who workers run as, and whether they get a cgroup."""
+        users = self.keepers.users
+        if not users.switch:
+            log.warning("the agent is not root: workers run as the agent's uid", uid=users.default.uid)
+            why = "the agent is not root"
+        else:
+            log.info(
+                "workers run as",
+                default=users.default.describe(),
+                tenants={t: u.describe() for t, u in sorted(users.tenants.items())},
+            )
+            self.keepers.scopes, why = cgroups.probe()
+        if not self.keepers.scopes:
+            log.warning("cgroups are unavailable: workers run without a scope of their own", why=why)
+
+    async def _watch_fence(self) -> None:
+        """Log a lapse of the lease once, and heartbeat at once: the keepers act on their own."""
+        while True:
+            if self.selffence.check():
+                self.wake.set()
+            await asyncio.sleep(0.5)
 
     def _bind(self, servicer: NodeAgentServicer, previous_port: object) -> tuple[grpc.aio.Server, int]:
         """Bind the NodeAgent server; raises OSError when the listen address cannot be bound.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
+from tessera.common import envpolicy
 from tessera.common.contract import CONTRACT_VARS
 from tessera.nodeagent.errors import InvalidArgument
 from tessera.v1 import agent_pb2, common_pb2
@@ -79,8 +80,11 @@ def _no_nul(value: str, field: str) -> None:
         raise InvalidArgument(field, "contains a NUL byte")
 
 
-def validate_launch(req: agent_pb2.LaunchRequest, gpu_indices: Iterable[int]) -> None:
-    """Check a LaunchRequest against the contract and this node's GPU indices.
+def validate_launch(
+    req: agent_pb2.LaunchRequest, gpu_indices: Iterable[int], allowed_env: frozenset[str] = frozenset()
+) -> None:
+    """Check a LaunchRequest against the contract and this node's GPU indices; `allowed_env` are
+    the names the agent's --allow-env lets through the environment policy (common/envpolicy.py).
 
     Raises InvalidArgument("field: reason") for the first problem. GPU *availability* (another
     attempt holding a GPU) is state, not shape, and is the supervisor's FAILED_PRECONDITION.
@@ -134,6 +138,9 @@ def validate_launch(req: agent_pb2.LaunchRequest, gpu_indices: Iterable[int]) ->
             raise InvalidArgument(
                 f"env.{name}", "is set by the agent (worker contract) and cannot be overridden"
             )
+        why = envpolicy.refusal(name, allowed_env)
+        if why is not None:
+            raise InvalidArgument(f"env.{name}", why)
         _no_nul(value, f"env.{name}")
     if req.checkpoint_dir:
         _no_nul(req.checkpoint_dir, "checkpoint_dir")
@@ -198,15 +205,22 @@ def worker_env(
     declared: bool,
     checkpoint_dir: str,
     omp_threads: int,
+    user: str = "",
+    home: str = "",
+    tmpdir: str = "",
 ) -> dict[str, str]:
     """The whole environment of one worker.
 
     The agent's own environment first (PATH, PYTHONPATH, proxies...), minus systemd's per-service
-    variables, then the job's env, then the contract variables, which always win. OMP_NUM_THREADS is
+    variables, then the worker's identity (USER, LOGNAME, HOME and TMPDIR in its attempt folder, when
+    given), then the job's env, then the contract variables, which always win. OMP_NUM_THREADS is
     `omp_threads` unless the job's env sets it (the agent's own value is not passed on).
     """
     env = {k: v for k, v in base.items() if k not in NOT_INHERITED}
     env["OMP_NUM_THREADS"] = str(omp_threads)
+    for name, value in (("USER", user), ("LOGNAME", user), ("HOME", home), ("TMPDIR", tmpdir)):
+        if value:
+            env[name] = value
     env.update(req.env)
     master_addr, master_port = split_host_port(req.rendezvous, "rendezvous")
     env.update(

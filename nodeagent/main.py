@@ -18,13 +18,14 @@ from typing import NoReturn
 
 import structlog
 
-from tessera.common import logs
+from tessera.common import envpolicy, logs
 from tessera.common import metrics as common_metrics
 from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
-from tessera.nodeagent import inventory
+from tessera.nodeagent import inventory, users
 from tessera.nodeagent.agent import Agent, AgentConfig
 from tessera.nodeagent.controllers import split_addresses
+from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE
 from tessera.nodeagent.retention import DEFAULT_TTL_S
 from tessera.nodeagent.version import __version__
 from tessera.v1 import common_pb2
@@ -88,6 +89,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="remove an exited attempt's folder and logs this long after its last write "
         "(default 7 days; 0 = keep forever)",
     )
+    p.add_argument(
+        "--worker-user",
+        action="append",
+        default=[],
+        metavar="TENANT=USER[:GROUP]",
+        help="run this tenant's workers as USER (name or uid) and GROUP; repeatable",
+    )
+    p.add_argument(
+        "--default-worker-user",
+        default=users.DEFAULT_USER,
+        metavar="USER[:GROUP]",
+        help=f"run other tenants' workers as USER (default {users.DEFAULT_USER}); never root",
+    )
+    p.add_argument(
+        "--worker-python",
+        metavar="PATH",
+        help="the interpreter {python} names for workers (default: the agent's own); the worker users must "
+        "be able to run it",
+    )
+    p.add_argument(
+        "--allow-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let a Launch set this variable although the environment policy refuses it; repeatable",
+    )
+    p.add_argument(
+        "--fence-grace",
+        type=float,
+        default=DEFAULT_FENCE_GRACE,
+        metavar="SECONDS",
+        help=f"SIGTERM to SIGKILL of workers fenced by a lapsed lease (default {DEFAULT_FENCE_GRACE:g})",
+    )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
     return p
 
@@ -132,6 +166,16 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         raise AgentUsageError(
             f"--work-dir: {work_dir} is not a writable directory: {exc.strerror or exc}"
         ) from None
+    if not 0 <= args.fence_grace <= 3600:
+        raise AgentUsageError(f"--fence-grace: must be in 0..3600 seconds, got {args.fence_grace}")
+    for name in args.allow_env:
+        if not envpolicy.NAME_RE.match(name):
+            raise AgentUsageError(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
+    worker_python = args.worker_python or sys.executable
+    try:
+        user_map = users.build(args.worker_user, args.default_worker_user)
+    except users.UserConfigError as exc:
+        raise AgentUsageError(str(exc)) from None
     config = AgentConfig(
         controller=args.controller,
         node_id=args.node_id,
@@ -142,8 +186,27 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         stop_grace_on_exit=args.stop_grace,
         worker_threads=args.worker_threads,
         attempt_ttl_seconds=args.attempt_ttl,
+        users=user_map,
+        worker_python=worker_python,
+        allowed_env=frozenset(args.allow_env),
+        fence_grace=args.fence_grace,
     )
     return config, args
+
+
+def check_worker_access(config: AgentConfig) -> None:
+    """Fail at start, not at every launch, when the workers' users cannot reach the work dir or run
+    the interpreter (a venv under /root, a work dir under a 0700 folder)."""
+    if config.users is None or not config.users.switch:
+        return
+    python = config.worker_python or sys.executable
+    for user in config.users.users():
+        why = users.probe_access(user, python, str(config.work_dir))
+        if why is not None:
+            raise AgentUsageError(
+                f"--work-dir/--worker-python: {why}; workers need to reach the work dir and run the "
+                "interpreter (install Tessera where they can read it, or pass --worker-python)"
+            )
 
 
 def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, bool]:
@@ -190,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, args = parse_config(argv)
         logs.configure(args.log_level)
         inv, nvml = load_inventory(args)
+        check_worker_access(config)
         if args.metrics_listen:
             try:
                 port = common_metrics.serve(args.metrics_listen)

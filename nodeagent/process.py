@@ -24,7 +24,7 @@ log = structlog.get_logger("tessera.nodeagent.process")
 
 
 def spawn(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_file: IO[bytes]
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_file: IO[bytes], pass_fds: Sequence[int] = ()
 ) -> subprocess.Popen[bytes]:
     """Start argv (never through a shell) as the leader of a new session and process group.
 
@@ -40,6 +40,7 @@ def spawn(
         stderr=subprocess.STDOUT,
         start_new_session=True,  # own session and process group: signals reach the worker's children
         close_fds=True,
+        pass_fds=tuple(pass_fds),
     )
 
 

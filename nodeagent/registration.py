@@ -7,7 +7,9 @@
 - The agent registers again when the controller says reregister, answers with another epoch, or
   refuses a heartbeat with NOT_FOUND / FAILED_PRECONDITION (it forgot us, or restarted).
 - An unreachable controller is retried forever with a backoff capped at `max_backoff` seconds;
-  workers keep running meanwhile. Every call carries a deadline.
+  workers keep running meanwhile, until their keepers fence them. Every call carries a deadline.
+- Every acknowledged Register or Heartbeat renews the self-fence (`on_renewed(sent, fence_seconds)`,
+  sent = the call's time.monotonic() before it went out; tessera.nodeagent.selffence).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import grpc.aio
 import structlog
 
 from tessera.nodeagent.controllers import ControllerSet
+from tessera.nodeagent.selffence import fence_seconds
 from tessera.nodeagent.server import EpochFence
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 
@@ -75,6 +78,8 @@ class Registrar:
         deadline: float = 5.0,
         max_backoff: float = 2.0,
         on_result: Callable[[bool], None] | None = None,
+        on_renewed: Callable[[float, float], None] | None = None,
+        on_fence_grace: Callable[[float], None] | None = None,
     ) -> None:
         # One controller's stub, or the set of a highly available controller (moves on failures).
         self._controllers = stub if isinstance(stub, ControllerSet) else None
@@ -85,6 +90,9 @@ class Registrar:
         self.deadline = deadline
         self._backoff = Backoff(cap=max_backoff)
         self._on_result = on_result or (lambda ok: None)
+        self._on_renewed = on_renewed or (lambda sent, seconds: None)
+        self._on_fence_grace = on_fence_grace or (lambda seconds: None)
+        self.fence_seconds = 0.0  # from the last RegisterResponse; 0 = no self-fencing
         # The epoch this agent is registered under; None = must register.
         self.epoch: int | None = None
         self.interval = DEFAULT_INTERVAL
@@ -125,9 +133,10 @@ class Registrar:
     def _stub(self) -> agent_pb2_grpc.AgentRegistryStub:
         return self._controllers.stub if self._controllers is not None else self._fixed_stub
 
-    def _succeeded(self) -> None:
+    def _succeeded(self, sent: float) -> None:
         self.last_success = time.monotonic()
         self._on_result(True)
+        self._on_renewed(sent, self.fence_seconds)
 
     def _failed(self, call: str, exc: grpc.RpcError) -> None:
         self.failures += 1
@@ -143,6 +152,7 @@ class Registrar:
 
     async def _register(self) -> Outcome:
         request = agent_pb2.RegisterRequest(request_id=str(uuid.uuid4()), status=self._status())
+        sent = time.monotonic()
         try:
             resp = await self._stub.Register(request, timeout=self.deadline)
         except grpc.RpcError as exc:
@@ -159,21 +169,28 @@ class Registrar:
         self.epoch = resp.controller_epoch
         self.interval = _interval(resp.heartbeat_interval_seconds)
         self.lease = resp.lease_seconds
+        self.fence_seconds = fence_seconds(resp.fence_seconds, resp.lease_seconds)
+        if math.isfinite(resp.fence_grace_seconds) and resp.fence_grace_seconds > 0:
+            self._on_fence_grace(resp.fence_grace_seconds)
         self.registrations += 1
         self.registered.set()
-        self._succeeded()
+        self._succeeded(sent)
         log.info(
             "registered",
             controller_epoch=self.epoch,
             heartbeat_interval=self.interval,
             lease_seconds=self.lease,
+            fence_seconds=self.fence_seconds,
             workers=len(request.status.workers),
         )
+        if not self.fence_seconds:
+            log.warning("the controller gave no lease or fence: workers are not self-fenced")
         return Outcome.OK
 
     async def _heartbeat(self) -> Outcome:
         assert self.epoch is not None
         request = agent_pb2.HeartbeatRequest(status=self._status(), controller_epoch=self.epoch)
+        sent = time.monotonic()
         try:
             resp = await self._stub.Heartbeat(request, timeout=self.deadline)
         except grpc.aio.AioRpcError as exc:
@@ -195,5 +212,5 @@ class Registrar:
             self.epoch = None
             return Outcome.REREGISTER
         self.heartbeats += 1
-        self._succeeded()
+        self._succeeded(sent)
         return Outcome.OK

@@ -6,7 +6,11 @@ for a retention period so the controller learns every outcome, even across its o
 the whole table can be exported to (and re-adopted from) <work-dir>/agent-state.json so that
 workers also survive an agent restart.
 
-Everything runs on the agent's event loop; the only blocking calls are the fork/exec of a worker,
+Each worker runs under a keeper (tessera.nodeagent.keeper, started through
+tessera.nodeagent.keeping): the pid the supervisor records, signals and re-adopts is the keeper's,
+and the keeper writes the worker's exit status where a restarted agent can read it.
+
+Everything runs on the agent's event loop; the only blocking calls are the fork/exec of a keeper,
 directory creation and small file reads and writes. The records it keeps (Worker, Attempt) are in
 tessera.nodeagent.workers.
 """
@@ -25,8 +29,10 @@ from typing import Any
 
 import structlog
 
-from tessera.nodeagent import contract, process
-from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFound
+from tessera.nodeagent import contract, keeperfiles, process, worklogs
+from tessera.nodeagent.errors import FailedPrecondition, NotFound
+from tessera.nodeagent.keeping import Keepers
+from tessera.nodeagent.selffence import SelfFence
 from tessera.nodeagent.workers import EXIT_UNKNOWN, EXITED, RUNNING, STOPPING, Attempt, Worker, describe_exit
 from tessera.v1 import agent_pb2, common_pb2
 
@@ -39,8 +45,6 @@ MAX_JOB_MARKS = 10_000
 EXIT_SPAWN_FAILED = 127  # what a shell reports for "command not found"
 REASON_DOWN = "exited while the agent was down"
 KILL_WAIT_SECONDS = 5.0
-DEFAULT_LOG_TAIL = 64 * 1024
-MAX_LOG_TAIL = 4 * 1024 * 1024
 
 
 class Supervisor:
@@ -61,8 +65,17 @@ class Supervisor:
         retention_seconds: float = RETENTION_SECONDS,
         max_exited: int = MAX_EXITED_RECORDS,
         poll_interval: float = 1.0,
+        keepers: Keepers | None = None,
+        worker_python: str = sys.executable,
+        allowed_env: frozenset[str] = frozenset(),
+        fence: SelfFence | None = None,
     ) -> None:
         self.work_dir = work_dir
+        self.keepers = keepers or Keepers(work_dir / keeperfiles.FENCE_FILE)
+        # What `{python}` in a job's argv runs: an interpreter the workers' users can execute.
+        self.worker_python = worker_python
+        self.allowed_env = allowed_env
+        self.fence = fence
         self.gpu_indices = frozenset(gpu_indices)
         self.declared = declared
         # host:port of this agent's NodeAgent service, known once the server is bound.
@@ -126,13 +139,17 @@ class Supervisor:
         InvalidArgument for a malformed request; FailedPrecondition when a GPU is held by another
         live attempt, or the attempt is older than (or as old as) one already launched or stopped.
         """
-        contract.validate_launch(req, self.gpu_indices)
+        contract.validate_launch(req, self.gpu_indices, self.allowed_env)
         existing = self._attempts.get((req.job_id, req.attempt))
         if existing is not None:
             await existing.spawned.wait()
             return False, [w.status() for w in existing.workers]
         if self._closing:
             raise FailedPrecondition("the agent is shutting down")
+        if self.fence is not None and self.fence.expired():
+            # The keeper would stop the worker at once: the controller retries once we renewed.
+            raise FailedPrecondition("this node's lease was not renewed in time: it is fenced until "
+                                     "the controller acknowledges a heartbeat")
         stopped = self._stopped.get(req.job_id, 0)
         if req.attempt <= stopped:
             raise FailedPrecondition(
@@ -190,13 +207,14 @@ class Supervisor:
     def _spawn(
         self, att: Attempt, w: Worker, req: agent_pb2.LaunchRequest, rank: agent_pb2.RankAssignment
     ) -> None:
-        """Start one worker; a failure to start becomes an EXITED worker with exit code 127."""
+        """Start one worker's keeper; a failure to start becomes an EXITED worker with exit code 127."""
         cwd = contract.attempt_dir(self.work_dir, req.job_id, req.attempt)
         if req.checkpoint_dir:
             ckpt = req.checkpoint_dir
         else:
             ckpt = str(contract.default_checkpoint_dir(self.work_dir, req.job_id))
         base = os.environ if self._base_env is None else self._base_env
+        user = self.keepers.user_for(req.tenant)
         env = contract.worker_env(
             base,
             req,
@@ -205,17 +223,25 @@ class Supervisor:
             declared=self.declared,
             checkpoint_dir=ckpt,
             omp_threads=self.omp_threads,
+            user=user.name,
+            home=str(cwd / "home"),
+            tmpdir=str(cwd / "tmp"),
         )
         try:
-            cwd.mkdir(parents=True, exist_ok=True)
-            if not req.checkpoint_dir:
-                Path(ckpt).mkdir(parents=True, exist_ok=True)
-            with open(w.log_path, "ab") as log_file:
-                argv = contract.worker_argv(req.argv, sys.executable)
-                proc = process.spawn(argv, cwd=cwd, env=env, log_file=log_file)
+            notes = self.keepers.prepare(cwd, Path(ckpt), user)
+            fd = worklogs.open_for_append(w.log_path)
+            with open(fd, "ab") as log_file:
+                log_file.writelines(f"tessera-agent: {note}\n".encode() for note in notes)
+                log_file.flush()
+                proc = self.keepers.start(
+                    job_id=req.job_id, attempt=req.attempt, rank=w.rank, attempt_dir=cwd,
+                    argv=contract.worker_argv(req.argv, self.worker_python), env=env,
+                    keeper_env={k: v for k, v in base.items() if k not in contract.NOT_INHERITED},
+                    user=user, log_file=log_file,
+                )
         except Exception as exc:  # noqa: BLE001 (any failure: the rank ends EXITED, not half-started)
             reason = f"spawn failed: {exc}"
-            self._append_log(w, f"tessera-agent: {reason}\n")
+            worklogs.append(w.log_path, f"tessera-agent: {reason}\n")
             log.warning(
                 "worker spawn failed", job_id=w.job_id, attempt=w.attempt, rank=w.rank, error=str(exc)
             )
@@ -224,14 +250,6 @@ class Supervisor:
         w.pid = proc.pid
         w.started = process.start_time(proc.pid)
         self._track(self._watch_child(att, w, proc))
-
-    def _append_log(self, w: Worker, text: str) -> None:
-        try:
-            w.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(w.log_path, "ab") as f:
-                f.write(text.encode(errors="replace"))
-        except OSError:
-            pass  # the reason is in the status anyway
 
     # --- watching -----------------------------------------------------------------------------------
 
@@ -248,28 +266,41 @@ class Supervisor:
 
     async def _watch_child(self, att: Attempt, w: Worker, proc: subprocess.Popen[bytes]) -> None:
         code = await process.wait_child(proc, self.poll_interval)
-        # Orphans the worker left in its process group (data loaders, stray ranks) would keep GPU
-        # memory: kill them. The group id cannot be reused while any member lives.
+        # The keeper killed what the worker left in its process group; anything left in the keeper's
+        # own group (it was killed itself) goes too. The group id cannot be reused while any member lives.
         if process.signal_group(w.pid, signal.SIGKILL):
-            log.info("killed leftover processes of a worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank)
-        self._exited(att, w, code, self._exit_reason(att, w, code))
+            log.info("killed leftover processes of a keeper", job_id=w.job_id, attempt=w.attempt, rank=w.rank)
+        recorded = self._recorded_exit(w)
+        if recorded is None:
+            self._exited(att, w, code, self._exit_reason(att, w, code, "keeper left no exit status"))
+        else:
+            self._exited(att, w, recorded[0], self._exit_reason(att, w, *recorded))
 
     async def _watch_adopted(self, att: Attempt, w: Worker) -> None:
         await process.wait_gone(w.pid, w.started, self.poll_interval)
+        recorded = self._recorded_exit(w)
+        if recorded is not None:
+            self._exited(att, w, recorded[0], self._exit_reason(att, w, *recorded))
+            return
         reason = "exited after the agent restarted; exit status unknown (not a child of this agent)"
         if att.stop_requested:
             reason = self._stop_prefix(att, w) + ", " + reason
         self._exited(att, w, EXIT_UNKNOWN, reason)
+
+    def _recorded_exit(self, w: Worker) -> tuple[int, str] | None:
+        return self.keepers.result(w.log_path.parent, w.rank)
 
     @staticmethod
     def _stop_prefix(att: Attempt, w: Worker) -> str:
         prefix = "stopped by controller" + (f" ({att.stop_reason})" if att.stop_reason else "")
         return prefix + (", SIGKILL after the grace period" if w.killed else "")
 
-    def _exit_reason(self, att: Attempt, w: Worker, code: int) -> str:
+    def _exit_reason(self, att: Attempt, w: Worker, code: int, why: str = "") -> str:
+        """`why`: what the keeper recorded beyond the code ("fenced: ..."), if anything."""
+        text = f"{why}, {describe_exit(code)}" if why else describe_exit(code)
         if att.stop_requested:
-            return f"{self._stop_prefix(att, w)}, {describe_exit(code)}"
-        return describe_exit(code)
+            return f"{self._stop_prefix(att, w)}, {text}"
+        return text
 
     def _exited(self, att: Attempt, w: Worker, code: int, reason: str, notify: bool = True) -> None:
         w.state = EXITED
@@ -362,6 +393,12 @@ class Supervisor:
                 log.warning(
                     "grace period over; killing worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank
                 )
+                # The keeper SIGKILLs the worker's group and still records the exit.
+                process.signal_group(w.pid, keeperfiles.KILL_NOW)
+        if await self._wait_exited(att, KILL_WAIT_SECONDS):
+            return
+        for w in att.workers:
+            if w.active:  # a keeper that does not answer: killing it kills its worker (parent-death signal)
                 process.signal_group(w.pid, signal.SIGKILL)
 
     # --- progress, checkpoints, logs ------------------------------------------------------------------
@@ -398,45 +435,8 @@ class Supervisor:
 
     def read_log(self, job_id: str, attempt: int, rank: int, tail_bytes: int) -> tuple[str, bytes]:
         """The last `tail_bytes` (default 64 KiB, at most 4 MiB) of a rank's log; attempt 0 = latest."""
-        contract.validate_job_id(job_id)
-        if attempt < 0:
-            raise InvalidArgument("attempt", f"must be >= 0 (0 = latest), got {attempt}")
-        if rank < 0:
-            raise InvalidArgument("rank", f"must be >= 0, got {rank}")
-        if tail_bytes < 0:
-            raise InvalidArgument("tail_bytes", f"must be >= 0 (0 = default), got {tail_bytes}")
-        if attempt == 0:
-            attempt = self._latest_attempt(job_id)
-        path = contract.log_path(self.work_dir, job_id, attempt, rank)
-        # The job id pattern already forbids "/" and a leading ".", but a symlink under jobs/ could
-        # still point elsewhere: resolve and require the result inside the work dir.
-        resolved = path.resolve()
-        if not resolved.is_relative_to(self.work_dir.resolve()):
-            raise FailedPrecondition(f"log path {path} leaves the work dir")
-        n = min(tail_bytes or DEFAULT_LOG_TAIL, MAX_LOG_TAIL)
-        try:
-            with open(resolved, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - n))
-                return str(path), f.read(n)
-        except FileNotFoundError:
-            raise NotFound(f"no log for job {job_id} attempt {attempt} rank {rank} on this node") from None
-        except OSError as exc:
-            raise FailedPrecondition(f"cannot read {path}: {exc}") from None
-
-    def _latest_attempt(self, job_id: str) -> int:
         known = [a.attempt for a in self._attempts.values() if a.job_id == job_id]
-        job_dir = self.work_dir / "jobs" / job_id
-        try:
-            for entry in job_dir.iterdir():
-                name = entry.name
-                if name.startswith("attempt-") and name[8:].isdigit():
-                    known.append(int(name[8:]))
-        except OSError:
-            pass
-        if not known:
-            raise NotFound(f"no attempt of job {job_id} on this node")
-        return max(known)
+        return worklogs.read_tail(self.work_dir, job_id, attempt, rank, tail_bytes, known)
 
     # --- retention ----------------------------------------------------------------------------------
 
@@ -545,6 +545,8 @@ class Supervisor:
                 adopted += 1
                 log.info("re-adopted worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank, pid=w.pid)
                 self._track(self._watch_adopted(att, w))
+            elif (recorded := self._recorded_exit(w)) is not None:  # its keeper said how it ended
+                self._exited(att, w, recorded[0], self._exit_reason(att, w, *recorded), notify=False)
             else:
                 self._exited(att, w, EXIT_UNKNOWN, REASON_DOWN, notify=False)
         # A stop that was waiting out its grace when the last agent went down still gets its SIGKILL.

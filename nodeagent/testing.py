@@ -43,6 +43,7 @@ def launch_request(
     rendezvous: str = "127.0.0.1:29500",
     checkpoint_dir: str = "",
     iterations: int = 100,
+    tenant: str = "",
 ) -> agent_pb2.LaunchRequest:
     """A valid LaunchRequest: one rank per entry of `gpus` (each the rank's GPU indices)."""
     groups = [list(g) for g in gpus]
@@ -64,6 +65,7 @@ def launch_request(
         iterations=iterations,
         global_batch_size=8 * len(groups),
         model=common_pb2.ModelSpec(name="gpt2-small"),
+        tenant=tenant,
     )
 
 
@@ -75,10 +77,11 @@ class FakeRegistry(agent_pb2_grpc.AgentRegistryServicer):  # type: ignore[misc] 
     next heartbeats one by one.
     """
 
-    def __init__(self, epoch: int = 1, interval: float = 30.0, lease: float = 90.0) -> None:
+    def __init__(self, epoch: int = 1, interval: float = 30.0, lease: float = 90.0, fence: float = 0.0) -> None:
         self.epoch = epoch
         self.interval = interval
         self.lease = lease
+        self.fence = fence  # RegisterResponse.fence_seconds (0: the agent uses lease / 2)
         self.registers: list[agent_pb2.RegisterRequest] = []
         self.heartbeats: list[agent_pb2.HeartbeatRequest] = []
         # Every NodeStatus received, registrations and heartbeats, in arrival order.
@@ -98,7 +101,8 @@ class FakeRegistry(agent_pb2_grpc.AgentRegistryServicer):  # type: ignore[misc] 
         self.registers.append(request)
         self._record(request.status)
         return agent_pb2.RegisterResponse(
-            controller_epoch=self.epoch, lease_seconds=self.lease, heartbeat_interval_seconds=self.interval
+            controller_epoch=self.epoch, lease_seconds=self.lease, heartbeat_interval_seconds=self.interval,
+            fence_seconds=self.fence,
         )
 
     async def Heartbeat(

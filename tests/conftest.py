@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.e2e.cluster"]
+pytest_plugins = ["tests.workerenv", "tests.e2e.cluster"]
 
 
 def _task_stacks(item: pytest.Item) -> str | None:

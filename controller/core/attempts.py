@@ -49,7 +49,8 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
 
     - any rank that ended badly fails the attempt at once ("failed", user code) unless the controller
       had asked the attempt to stop, or the agent could not observe the exit ("interrupted");
-    - a rank its agent fenced (reason "fenced: ...", whatever its exit) interrupts the attempt;
+    - a rank its keeper fenced (the agent lost its lease) interrupts the attempt, whatever its exit
+      code: the reference trainer exits 0 after a checkpoint, and the job resumes from it;
     - all ranks exited 0: "succeeded" when rank 0 reached the job's iterations, else "stopped"
       (a cooperative stop after a checkpoint);
     - otherwise "running" once every rank is running, else "starting".
@@ -58,8 +59,6 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
         if not r.running and not stop_requested and r.reason.split(":", 1)[0] == FENCED_REASON:
             return Verdict("interrupted", f"rank {r.rank}: {r.reason}", r.rank)
         if r.running or r.exit_code == 0:
-            continue
-        if stop_requested:
             continue
         if r.exit_code == EXIT_UNKNOWN:
             return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}", r.rank)

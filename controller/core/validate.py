@@ -65,12 +65,13 @@ def _family_errors(dims: ModelDims) -> list[FieldError]:
                                        "Cells: tessctl estimate cells)")]
 
 
-def validate_spec(spec: common_pb2.JobSpec) -> list[FieldError]:
+def validate_spec(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozenset()) -> list[FieldError]:
     """All problems of a JobSpec (at most MAX_REPORTED); an empty list means it may be stored.
 
     The bounds are tessera.common.jobspec's, the same the job-file parser applies; the model's
-    meaning is checked only once its fields are within them."""
-    bounds = jobspec.spec_errors(spec)
+    meaning is checked only once its fields are within them. `allowed_env`: names the operator
+    allows although the environment policy refuses them (common/envpolicy.py)."""
+    bounds = jobspec.spec_errors(spec, allowed_env)
     errs = [FieldError(f, r) for f, r in bounds]
     if spec.HasField("model") and not any(f == "spec" or f.startswith("model") for f, _ in bounds):
         errs += _model_errors(spec.model)

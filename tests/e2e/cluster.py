@@ -11,6 +11,7 @@ import pytest
 from tessera.clients.sdk import Client
 from tessera.v1 import common_pb2 as P
 from tests.procs import REPO, Daemon, kill_strays, start_agent, start_controller, wait_for
+from tests.workerenv import worker_python
 
 INVENTORIES = REPO / "examples" / "inventories"
 
@@ -29,8 +30,11 @@ class Cluster:
         """A client holding the token of `name` (localcluster.CREDENTIALS: admin, alice, bob)."""
         return Client(self.controller.address, token=self.controller.tokens[name])
 
-    def add_agent(self, node_id: str, inventory: str) -> Daemon:
-        a = start_agent(self.controller.address, node_id, INVENTORIES / inventory, self.root / node_id)
+    def add_agent(self, node_id: str, inventory: str, *extra: str) -> Daemon:
+        # Run as root, the agents run workers as nobody: `root` is a folder nobody can reach
+        # (worker_dir), and --worker-python an interpreter nobody can run (tests/workerenv.py).
+        a = start_agent(self.controller.address, node_id, INVENTORIES / inventory, self.root / node_id,
+                        "--worker-python", worker_python(), *extra)
         self.agents[node_id] = a
         return a
 
@@ -44,8 +48,8 @@ class Cluster:
         return self.controller
 
 
-def make_cluster(root: Path, nodes: list[tuple[str, str]], policy: str) -> Cluster:
-    c = Cluster(root, start_controller(root / "state", "--policy", policy), policy=policy)
+def make_cluster(root: Path, nodes: list[tuple[str, str]], policy: str, controller_args: tuple[str, ...] = ()) -> Cluster:
+    c = Cluster(root, start_controller(root / "state", "--policy", policy, *controller_args), policy=policy)
     for node_id, inv in nodes:
         c.add_agent(node_id, inv)
     c.wait_ready(len(nodes))
@@ -53,12 +57,13 @@ def make_cluster(root: Path, nodes: list[tuple[str, str]], policy: str) -> Clust
 
 
 @pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+def cluster_factory(worker_dir: Path) -> Iterator:  # type: ignore[type-arg]
     made: list[Cluster] = []
 
-    def make(nodes: list[tuple[str, str]], policy: str = "frenzy") -> Cluster:
-        """Most tests pin Frenzy (MARP + HAS) for placements they can predict; Crius tests ask for it."""
-        c = make_cluster(tmp_path, nodes, policy)
+    def make(nodes: list[tuple[str, str]], policy: str = "frenzy", controller_args: tuple[str, ...] = ()) -> Cluster:
+        """Most tests pin Frenzy (MARP + HAS) for placements they can predict; Crius tests ask for it.
+        `controller_args` come after the fast defaults (a later flag wins: `--lease 20`)."""
+        c = make_cluster(worker_dir, nodes, policy, controller_args)
         made.append(c)
         return c
 
@@ -67,4 +72,4 @@ def cluster_factory(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
         for a in c.agents.values():
             a.stop()
         c.controller.stop()
-    kill_strays(tmp_path)
+    kill_strays(worker_dir)

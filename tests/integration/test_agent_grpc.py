@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from tessera.nodeagent.agent import Agent, AgentConfig
 from tessera.nodeagent.inventory import host_facts, parse_declared
 from tessera.nodeagent.testing import FakeRegistry, launch_request, wait_until
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
+from tests.workerenv import worker_python
 
 RUNNING = common_pb2.WORKER_STATE_RUNNING
 EXITED = common_pb2.WORKER_STATE_EXITED
@@ -26,7 +26,7 @@ EPOCH = 5
 
 
 def py(code: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(code)]
+    return ["{python}", "-c", textwrap.dedent(code)]
 
 
 WAIT_FOR_TERM = py(
@@ -83,13 +83,14 @@ def make_agent(controller: str, work_dir: Path) -> Agent:
         rpc_deadline=2.0,
         max_backoff=0.2,
         poll_interval=0.05,
+        worker_python=worker_python(),
     )
     return Agent(config, inv)
 
 
 @pytest.fixture
-async def agent(registry: tuple[FakeRegistry, str], tmp_path: Path) -> AsyncIterator[Agent]:
-    a = make_agent(registry[1], tmp_path)
+async def agent(registry: tuple[FakeRegistry, str], worker_dir: Path) -> AsyncIterator[Agent]:
+    a = make_agent(registry[1], worker_dir)
     await a.start()
     yield a
     await a.close(grace=0)
@@ -166,11 +167,11 @@ async def test_reregisters_on_reregister_new_epoch_and_not_found(
 
 
 async def test_keeps_retrying_an_unreachable_controller(
-    registry: tuple[FakeRegistry, str], tmp_path: Path
+    registry: tuple[FakeRegistry, str], worker_dir: Path
 ) -> None:
     fake, address = registry
     fake.fail_with = grpc.StatusCode.UNAVAILABLE  # a controller that is down
-    a = make_agent(address, tmp_path)
+    a = make_agent(address, worker_dir)
     await a.start()
     channel = rpc.aio_channel(a.address)
     try:

@@ -19,9 +19,9 @@ import pytest
 
 from tessera.common import rpc
 from tessera.nodeagent import process
-from tessera.nodeagent.supervisor import EXIT_UNKNOWN
 from tessera.nodeagent.testing import FakeRegistry, launch_request, wait_until
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
+from tests.workerenv import worker_python
 
 RUNNING = common_pb2.WORKER_STATE_RUNNING
 EXITED = common_pb2.WORKER_STATE_EXITED
@@ -32,7 +32,7 @@ _SCRIPT = Path(sys.executable).parent / "tessera-agent"
 AGENT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "tessera.nodeagent.main"]
 
 WAIT_FOR_TERM = [
-    sys.executable,
+    "{python}",
     "-c",
     textwrap.dedent(
         """
@@ -58,6 +58,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ({"--listen": "127.0.0.1:99999"}, "--listen: '127.0.0.1:99999' is not HOST:PORT"),
         ({"--log-level": "loud"}, "--log-level: invalid choice: 'loud'"),
         ({"--controller": None}, "the following arguments are required: --controller"),
+        ({"--default-worker-user": "root"}, "--default-worker-user: 'root' is root"),
+        ({"--default-worker-user": "nobody:0"}, "workers never run as root"),
+        ({"--worker-user": "team=no-such-user"}, "--worker-user team: no user 'no-such-user'"),
+        ({"--allow-env": "ld_preload"}, "--allow-env: 'ld_preload' is not a variable name"),
+        ({"--fence-grace": "-1"}, "--fence-grace: must be in 0..3600"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(
@@ -77,6 +82,20 @@ def test_bad_arguments_exit_2_with_one_line(
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tessera-agent: error: ") and message in lines[0], lines
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root agent runs workers as another user")
+def test_a_work_dir_the_worker_user_cannot_reach_is_refused_at_start(tmp_path: Path) -> None:
+    # tmp_path lies under /tmp/pytest-of-root (0700): nobody cannot reach it, so no worker could start.
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("gpus:\n  - model: T4\n    count: 1\n")
+    result = run_cli("--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path / "w"),
+                     "--inventory", str(inv), "--worker-python", worker_python())
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("tessera-agent: error: --work-dir/--worker-python: nobody (uid 65534, gid 65534) "
+                           "cannot run"), line
+    assert "Permission denied" in line and "install Tessera where they can read it" in line
 
 
 def test_invalid_inventory_names_the_field(tmp_path: Path) -> None:
@@ -123,6 +142,8 @@ async def start_agent(
             str(work_dir),
             "--metrics-listen",
             "127.0.0.1:0",
+            "--worker-python",
+            worker_python(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=err,
@@ -137,10 +158,10 @@ async def stop_agent(agent: asyncio.subprocess.Process) -> tuple[int, bytes]:
 
 
 async def test_workers_outlive_the_agent_and_are_readopted(
-    registry: tuple[FakeRegistry, str], tmp_path: Path
+    registry: tuple[FakeRegistry, str], tmp_path: Path, worker_dir: Path
 ) -> None:
     fake, controller = registry
-    work_dir, inv, log = tmp_path / "work", tmp_path / "inv.yaml", tmp_path / "agent.log"
+    work_dir, inv, log = worker_dir / "work", tmp_path / "inv.yaml", tmp_path / "agent.log"
     inv.write_text("gpus:\n  - model: A100-80GB\n    count: 2\n")
     agents: list[asyncio.subprocess.Process] = []
     worker_pid = 0
@@ -191,7 +212,8 @@ async def test_workers_outlive_the_agent_and_are_readopted(
             return ws[0] if ws else None
 
         done = await wait_until(exit_reported, TIMEOUT, "exit of the re-adopted worker reported")
-        assert done.exit_code == EXIT_UNKNOWN and done.reason.startswith("stopped by controller (cancel)")
+        # The keeper recorded the real exit for the agent that did not start the worker.
+        assert (done.exit_code, done.reason) == (0, "stopped by controller (cancel), exit code 0")
         await channel.close()
         code, out = await stop_agent(agents[1])
         assert (code, out) == (0, b"")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.procs import BIN, REPO, env, start_controller
+from tests.workerenv import worker_python
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +54,14 @@ def test_controller_notifies_ready_watchdog_stopping(tmp_path: Path) -> None:
         sock.close()
 
 
-def test_agent_notifies_ready(tmp_path: Path) -> None:
+def test_agent_notifies_ready(tmp_path: Path, worker_dir: Path) -> None:
     ctl = start_controller(tmp_path / "state")
     sock, path = _listen(tmp_path)
+    # Run as root, the agent checks at start that its workers' user (nobody) can reach the work dir
+    # and run {python}: tests/workerenv.py.
     proc = _run([str(BIN / "tessera-agent"), "--controller", ctl.address, "--node-id", "n1", "--inventory",
-                 str(REPO / "examples/inventories/a10-node.yaml"), "--work-dir", str(tmp_path / "w")],
+                 str(REPO / "examples/inventories/a10-node.yaml"), "--work-dir", str(worker_dir / "w"),
+                 "--worker-python", worker_python()],
                 path, tmp_path / "a.log")
     try:
         assert any(m.startswith("READY=1") for m in _recv_until(sock, "READY=1"))

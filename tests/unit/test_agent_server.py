@@ -52,8 +52,8 @@ def test_backoff_is_bounded() -> None:
 
 
 @pytest.fixture
-def servicer(tmp_path: Path) -> NodeAgentServicer:
-    sup = Supervisor(tmp_path, range(2), declared=True, poll_interval=0.05)
+def servicer(worker_dir: Path) -> NodeAgentServicer:
+    sup = Supervisor(worker_dir, range(2), declared=True, poll_interval=0.05, allowed_env=frozenset({"LD_BIND_NOW"}))
     return NodeAgentServicer(sup, EpochFence(epoch=3), DrainFlag())
 
 
@@ -105,4 +105,18 @@ async def test_drain_refuses_new_launches_but_answers_retries(servicer: NodeAgen
     )
     assert not (await servicer.Drain(agent_pb2.DrainRequest(controller_epoch=3, drain=False), ctx)).draining
     assert (await servicer.Launch(launch_request("other", argv=["true"], gpus=[[1]], epoch=3), ctx)).started
+    await servicer.supervisor.shutdown(kill_workers=True, grace=0)
+
+
+async def test_launch_refuses_loader_and_interpreter_hooks(servicer: NodeAgentServicer) -> None:
+    """Defence in depth: a Launch sent straight to the agent meets the controller's env policy."""
+    ctx: Any = FakeContext()
+    for name in ("LD_PRELOAD", "LD_AUDIT", "PYTHONPATH", "BASH_ENV", "NODE_OPTIONS"):
+        err = await call(servicer.Launch(launch_request(env={name: "/tmp/x"}, epoch=3), ctx))
+        assert err.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.details.startswith(f"env.{name}: refused: "), err.details
+        assert f"--allow-env {name}" in err.details
+    assert servicer.supervisor.statuses() == []
+    # A name the agent's --allow-env lets through is launched.
+    assert (await servicer.Launch(launch_request(env={"LD_BIND_NOW": "1"}, epoch=3), ctx)).started
     await servicer.supervisor.shutdown(kill_workers=True, grace=0)

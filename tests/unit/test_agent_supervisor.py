@@ -1,4 +1,8 @@
-"""The worker supervisor with real child processes (`python -c ...`)."""
+"""The worker supervisor with real child processes (`{python} -c ...`, each under its keeper).
+
+Run as root, the workers run as nobody: in a folder every user can reach (`worker_dir`), with an
+interpreter nobody can run (tests/workerenv.py).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +22,7 @@ from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFou
 from tessera.nodeagent.supervisor import EXIT_UNKNOWN, REASON_DOWN, Supervisor
 from tessera.nodeagent.testing import launch_request, wait_until
 from tessera.v1 import common_pb2
+from tests.workerenv import worker_python
 
 RUNNING = common_pb2.WORKER_STATE_RUNNING
 STOPPING = common_pb2.WORKER_STATE_STOPPING
@@ -27,7 +31,7 @@ TIMEOUT = 10.0
 
 
 def py(code: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(code)]
+    return ["{python}", "-c", textwrap.dedent(code)]
 
 
 # Waits for SIGTERM after saying it is ready (so the handler is installed before anyone signals it).
@@ -43,13 +47,14 @@ WAIT_FOR_TERM = py(
 
 def make_supervisor(work_dir: Path, **kw: object) -> Supervisor:
     return Supervisor(
-        work_dir, range(4), declared=True, agent_addr="127.0.0.1:5555", poll_interval=0.05, **kw
-    )  # type: ignore[arg-type]
+        work_dir, range(4), declared=True, agent_addr="127.0.0.1:5555", poll_interval=0.05,
+        worker_python=worker_python(), **kw,  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture
-async def sup(tmp_path: Path) -> AsyncIterator[Supervisor]:
-    s = make_supervisor(tmp_path)
+async def sup(worker_dir: Path) -> AsyncIterator[Supervisor]:
+    s = make_supervisor(worker_dir)
     yield s
     await s.shutdown(kill_workers=True, grace=0.0)
 
@@ -63,9 +68,9 @@ async def ready(sup: Supervisor, ranks: int = 1, job: str = "job-1", attempt: in
     await wait_until(lambda: all((d / f"ready-{r}").exists() for r in range(ranks)), TIMEOUT, "workers ready")
 
 
-async def test_launch_sets_the_env_contract(tmp_path: Path) -> None:
+async def test_launch_sets_the_env_contract(worker_dir: Path) -> None:
     sup = Supervisor(
-        tmp_path,
+        worker_dir,
         range(4),
         declared=False,
         agent_addr="127.0.0.1:5555",
@@ -77,6 +82,7 @@ async def test_launch_sets_the_env_contract(tmp_path: Path) -> None:
         },
         poll_interval=0.05,
         omp_threads=3,
+        worker_python=worker_python(),
     )
     argv = py(
         """
@@ -104,7 +110,7 @@ async def test_launch_sets_the_env_contract(tmp_path: Path) -> None:
     assert env1["TESSERA_JOB_ID"] == "job-1" and env1["TESSERA_ATTEMPT"] == "1"
     assert env1["TESSERA_AGENT_ADDR"] == "127.0.0.1:5555"
     assert env1["TESSERA_INVENTORY_SOURCE"] == "nvml"
-    assert env1["TESSERA_CHECKPOINT_DIR"] == str(tmp_path / "jobs" / "job-1" / "checkpoints")
+    assert env1["TESSERA_CHECKPOINT_DIR"] == str(worker_dir / "jobs" / "job-1" / "checkpoints")
     assert json.loads(env1["TESSERA_PLAN"])["dp"] == 2
     assert env1["JOB_VAR"] == "x" and env1["INHERITED_VAR"] == "yes" and "NOTIFY_SOCKET" not in env1
     assert env1["PATH"] == os.environ["PATH"]
@@ -125,19 +131,19 @@ async def test_declared_node_gets_empty_cuda_visible_devices(sup: Supervisor) ->
     assert (attempt_dir(sup) / "cvd").read_text() == "''"
 
 
-async def test_python_placeholder_runs_the_agents_interpreter(sup: Supervisor) -> None:
+async def test_python_placeholder_runs_the_worker_interpreter(sup: Supervisor) -> None:
     argv = ["{python}", "-c", "import sys, pathlib; pathlib.Path('exe').write_text(sys.executable)"]
     await sup.launch(launch_request(argv=argv))
     assert await sup.wait_exited("job-1", 1, TIMEOUT)
-    assert (attempt_dir(sup) / "exe").read_text() == sys.executable
+    assert (attempt_dir(sup) / "exe").read_text() == worker_python()
 
 
 async def test_relaunch_of_same_attempt_spawns_nothing(sup: Supervisor) -> None:
     argv = py(
         """
         import os, signal, sys
-        with open("starts", "a") as f:
-            f.write(f"{os.getpid()}\\n")
+        with open("starts", "a") as f:  # the status's pid is the keeper's, the worker's parent
+            f.write(f"{os.getppid()}\\n")
         signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
         open(f"ready-{os.environ['RANK']}", "w").close()
         signal.pause()
@@ -207,8 +213,10 @@ async def test_exit_codes_are_reported(sup: Supervisor) -> None:
 
 
 async def test_spawn_failure_is_an_exit_127(sup: Supervisor) -> None:
-    started, (st,) = await sup.launch(launch_request(argv=["/nonexistent/trainer", "--x"]))
-    assert started
+    started, _ = await sup.launch(launch_request(argv=["/nonexistent/trainer", "--x"]))
+    assert started  # the keeper started; it reports that the worker could not
+    assert await sup.wait_exited("job-1", 1, TIMEOUT)
+    (st,) = sup.statuses()
     assert (st.state, st.exit_code) == (EXITED, 127)
     assert st.reason.startswith("spawn failed: ") and "/nonexistent/trainer" in st.reason
     _, data = sup.read_log("job-1", 1, 0, 0)
@@ -324,9 +332,9 @@ async def test_leftover_processes_of_an_exited_worker_are_killed(sup: Supervisor
     await wait_until(lambda: not process.is_alive(pid, None), TIMEOUT, "grandchild killed")
 
 
-async def test_retention_forgets_old_exits(tmp_path: Path) -> None:
+async def test_retention_forgets_old_exits(worker_dir: Path) -> None:
     now = [1000.0]
-    sup = make_supervisor(tmp_path, clock=lambda: now[0], retention_seconds=60.0, max_exited=3)
+    sup = make_supervisor(worker_dir, clock=lambda: now[0], retention_seconds=60.0, max_exited=3)
     for job in ("a", "b"):
         await sup.launch(launch_request(job, argv=["true"], gpus=[[0]]))
         assert await sup.wait_exited(job, 1, TIMEOUT)
@@ -341,8 +349,8 @@ async def test_retention_forgets_old_exits(tmp_path: Path) -> None:
     assert sorted({s.job_id for s in sup.statuses()}) == ["c", "d"]
 
 
-async def test_shutdown_leaves_workers_running_and_a_new_supervisor_readopts_them(tmp_path: Path) -> None:
-    first = make_supervisor(tmp_path)
+async def test_shutdown_leaves_workers_running_and_a_new_supervisor_readopts_them(worker_dir: Path) -> None:
+    first = make_supervisor(worker_dir)
     await first.launch(launch_request(argv=WAIT_FOR_TERM, gpus=[[0], [1]]))
     await ready(first, ranks=2)
     pids = [s.pid for s in first.statuses()]
@@ -351,14 +359,15 @@ async def test_shutdown_leaves_workers_running_and_a_new_supervisor_readopts_the
     state = first.export_state()
     assert all(process.is_alive(pid, None) for pid in pids)
 
-    second = make_supervisor(tmp_path)
+    second = make_supervisor(worker_dir)
     assert second.restore(state) == 2
     assert [(s.state, s.pid) for s in second.statuses()] == [(RUNNING, pids[0]), (RUNNING, pids[1])]
     with pytest.raises(FailedPrecondition, match="GPU 0 is held"):
         await second.launch(launch_request("other", argv=["true"], gpus=[[0]]))
     statuses = await second.stop("job-1", 1, grace=10.0, reason="cancel", wait=True)
-    assert [(s.state, s.exit_code) for s in statuses] == [(EXITED, EXIT_UNKNOWN)] * 2
-    assert statuses[0].reason.startswith("stopped by controller (cancel)")
+    # Not our children, but their keepers recorded how they ended (finding 7 of issue 13).
+    assert [(s.state, s.exit_code) for s in statuses] == [(EXITED, 0)] * 2
+    assert statuses[0].reason == "stopped by controller (cancel), exit code 0"
     await second.shutdown()
 
 
@@ -368,7 +377,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-async def test_restore_reports_workers_that_died_while_the_agent_was_down(tmp_path: Path) -> None:
+async def test_restore_reports_workers_that_died_while_the_agent_was_down(worker_dir: Path) -> None:
     dead_pid = _dead_pid()
     state = {
         "workers": [
@@ -381,7 +390,7 @@ async def test_restore_reports_workers_that_died_while_the_agent_was_down(tmp_pa
                 "state": int(RUNNING),
                 "pid": dead_pid,
                 "started": 1,
-                "log_path": str(tmp_path / "x.log"),
+                "log_path": str(worker_dir / "x.log"),
             },
             {
                 "job_id": "j",
@@ -391,13 +400,13 @@ async def test_restore_reports_workers_that_died_while_the_agent_was_down(tmp_pa
                 "exit_code": 4,
                 "reason": "exit code 4",
                 "exited_at": 1e12,
-                "log_path": str(tmp_path / "y.log"),
+                "log_path": str(worker_dir / "y.log"),
             },
             {"job_id": "broken"},
         ],
         "launched": {"j": 3},
     }
-    sup = make_supervisor(tmp_path)
+    sup = make_supervisor(worker_dir)
     assert sup.restore(state) == 0
     got = [(s.attempt, s.state, s.exit_code, s.reason) for s in sup.statuses()]
     assert got == [(1, EXITED, 4, "exit code 4"), (2, EXITED, EXIT_UNKNOWN, REASON_DOWN)]

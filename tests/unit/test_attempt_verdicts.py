@@ -32,6 +32,15 @@ def test_requested_stop_ignores_exit_codes() -> None:
     assert judge(2, {0: rs(0, False, -15), 1: rs(1, True)}, 10, True).kind == "starting"
 
 
+def test_a_fenced_rank_interrupts_whatever_its_exit_code() -> None:
+    # The keeper stopped it because its agent lost the lease: requeue from the checkpoint, no retry used.
+    for code in (0, -15, -9):
+        v = judge(2, {0: rs(0, False, code, 4, reason="fenced: no lease renewal for 1.6 s, exit code 0"),
+                      1: rs(1, True)}, 10, False)
+        assert (v.kind, v.rank) == ("interrupted", 0) and v.reason.startswith("rank 0: fenced: no lease renewal")
+    assert judge(1, {0: rs(0, False, 0, 4, reason="fenced: x")}, 10, True).kind == "stopped"
+
+
 def test_failed_verdict_names_the_rank() -> None:
     v = judge(2, {0: rs(0, True), 1: rs(1, False, 3)}, 10, False)
     assert v.rank == 1 and v.reason == "rank 1: exit code 3"

@@ -56,16 +56,18 @@ class RegisterRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., status: _Optional[_Union[NodeStatus, _Mapping]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("controller_epoch", "lease_seconds", "heartbeat_interval_seconds", "fence_seconds")
+    __slots__ = ("controller_epoch", "lease_seconds", "heartbeat_interval_seconds", "fence_seconds", "fence_grace_seconds")
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     FENCE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     controller_epoch: int
     lease_seconds: float
     heartbeat_interval_seconds: float
     fence_seconds: float
-    def __init__(self, controller_epoch: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., heartbeat_interval_seconds: _Optional[float] = ..., fence_seconds: _Optional[float] = ...) -> None: ...
+    fence_grace_seconds: float
+    def __init__(self, controller_epoch: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., heartbeat_interval_seconds: _Optional[float] = ..., fence_seconds: _Optional[float] = ..., fence_grace_seconds: _Optional[float] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("status", "controller_epoch")

@@ -1,0 +1,245 @@
+"""The keeper: one small process per worker, between the agent and the job's program.
+
+    python -I -m tessera.nodeagent.keeper --spec-fd N --exit-file PATH --fence-file PATH
+        [--uid UID --gid GID [--groups G,G]] [--grace S] [--poll S] [--label TEXT]
+
+The agent starts it (root when the agent is root) in a session of its own; the keeper
+
+- reads the worker's argv, environment and working directory from the inherited file `--spec-fd`
+  (JSON), never from its own environment: the keeper runs with the agent's trusted environment and
+  `python -I`, so nothing a job sets (LD_PRELOAD, PYTHONPATH...) runs with the keeper's privileges;
+- starts the worker as --uid/--gid (supplementary groups exactly --groups) in a process group of its
+  own (in the keeper's session, which the agent counts as the worker's for NVML memory), with
+  a parent-death signal so the worker dies if the keeper is killed; uid 0 is refused, and a keeper
+  running as root refuses to start without --uid;
+- forwards SIGTERM and SIGINT to the worker's process group, and on KILL_NOW (SIGUSR1, the agent's
+  "grace is over") SIGKILLs it;
+- fences: every --poll seconds it reads the agent's fence file; once time.monotonic() passes the
+  deadline there, it SIGTERMs the worker's group and SIGKILLs it --grace seconds later, whatever the
+  agent is doing (stopped, partitioned, dead). An agent renewing later cannot undo it;
+- when the worker has exited, SIGKILLs what is left of its process group and writes the exit status
+  atomically to --exit-file, then exits with the worker's status (128+N for signal N).
+
+Standard library only, and it imports nothing from Tessera but tessera.nodeagent.keeperfiles: it
+must work when the agent is stopped or gone, and start quickly for every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+from tessera.nodeagent.keeperfiles import KILL_NOW, read_fence, write_exit
+
+EXIT_USAGE = 2
+EXIT_SPAWN_FAILED = 127
+MAX_SPEC_BYTES = 64 * 1024 * 1024
+_PR_SET_PDEATHSIG = 1
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tessera-keeper", description="Start one worker, forward signals, fence it, record its exit.")
+    p.add_argument("--spec-fd", type=int, required=True, help="inherited fd holding the worker's JSON spec")
+    p.add_argument("--exit-file", required=True, help="where the exit status is written")
+    p.add_argument("--fence-file", required=True, help="the agent's fence file (monotonic deadline)")
+    p.add_argument("--uid", type=int, help="run the worker as this uid (needs root)")
+    p.add_argument("--gid", type=int, help="... and this gid")
+    p.add_argument("--groups", default="", help="supplementary gids, comma separated (default: none)")
+    p.add_argument("--grace", type=float, default=10.0, help="SIGTERM to SIGKILL when fenced, seconds")
+    p.add_argument("--poll", type=float, default=0.2, help="how often the fence file is read, seconds")
+    p.add_argument("--label", default="", help="job/attempt/rank, for messages")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse and check the arguments; UsageError with one line on any problem."""
+    args = build_parser().parse_args(argv)
+    if args.spec_fd < 3:
+        raise UsageError(f"--spec-fd: {args.spec_fd} is not an inherited file (must be >= 3)")
+    if not 0 <= args.grace <= 3600 or not 0.01 <= args.poll <= 60:  # also refuses NaN
+        raise UsageError("--grace must be in 0..3600 and --poll in 0.01..60 seconds")
+    if (args.uid is None) != (args.gid is None):
+        raise UsageError("--uid and --gid go together")
+    try:
+        args.groups = [int(g) for g in args.groups.split(",") if g.strip()]
+    except ValueError:
+        raise UsageError(f"--groups: {args.groups!r} is not a comma-separated list of gids") from None
+    if args.uid is not None:
+        if args.uid <= 0 or args.gid <= 0 or any(g <= 0 for g in args.groups):
+            raise UsageError("refusing uid or gid 0 (root) or a negative id for a worker")
+        if os.geteuid() != 0 and args.uid != os.geteuid():
+            raise UsageError(f"--uid {args.uid}: only root can run a worker as another user")
+    elif os.geteuid() == 0:
+        raise UsageError("running as root: --uid and --gid are required (workers never run as root)")
+    return args
+
+
+def read_spec(fd: int) -> tuple[list[str], dict[str, str], str]:
+    """(argv, env, cwd) from the spec file the agent passed; UsageError when malformed."""
+    chunks, size = [], 0
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > MAX_SPEC_BYTES:
+                raise UsageError("--spec-fd: spec too large")
+            chunks.append(chunk)
+    except OSError as exc:
+        raise UsageError(f"--spec-fd: cannot read: {exc.strerror}") from None
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    try:
+        spec = json.loads(b"".join(chunks))
+        argv, env, cwd = spec["argv"], spec["env"], spec["cwd"]
+    except (ValueError, KeyError, TypeError):
+        raise UsageError("--spec-fd: not a JSON object with argv, env and cwd") from None
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        raise UsageError("--spec-fd: argv must be a non-empty list of strings")
+    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise UsageError("--spec-fd: env must map strings to strings")
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        raise UsageError("--spec-fd: cwd must be an absolute path")
+    return argv, env, cwd
+
+
+def _die_with_parent() -> None:
+    # Runs in the child after it took the worker's uid (a credential change clears the setting, so
+    # it must come after): if the keeper is killed, the worker gets SIGKILL instead of running on
+    # unfenced.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def say(label: str, text: str) -> None:
+    """One line in the rank's log (the keeper's stderr is the worker's log)."""
+    try:
+        sys.stderr.write(f"tessera-keeper[{label}]: {text}\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    if pgid > 1:
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            pass
+
+
+class Keeper:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.fence_file = Path(args.fence_file)
+        self.pid = 0
+        self.pending: list[int] = []  # signals received before the worker existed
+        self.kill_at: float | None = None
+        self.fence_reason = ""
+        self.fence: tuple[float, float] | None = None  # (deadline, renewed) of the newest renewal seen
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.pid <= 0:
+            self.pending.append(signum)
+            return
+        if signum == KILL_NOW:
+            _killpg(self.pid, signal.SIGKILL)
+        else:
+            _killpg(self.pid, signum)
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+        a = self.args
+        kw: dict[str, Any] = {}
+        if a.uid is not None:
+            kw = {"user": a.uid, "group": a.gid, "extra_groups": a.groups}
+        return subprocess.Popen(
+            # Its own process group inside the keeper's session: signals to the group reach the
+            # worker's children, and the agent still counts the session's GPU memory as its own.
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, process_group=0, close_fds=True,
+            preexec_fn=_die_with_parent, **kw,  # noqa: PLW1509 (the keeper has one thread)
+        )
+
+    def check_fence(self, now: float) -> None:
+        got = read_fence(self.fence_file)
+        # A newer renewal replaces the deadline; an unreadable or older file keeps the last one, so a
+        # deleted or garbled file never lifts the fence.
+        # A renewal "after now" was written before this boot (the monotonic clock restarted): ignored.
+        if got is not None and got[1] <= now and (self.fence is None or got[1] >= self.fence[1]):
+            self.fence = got
+        if self.fence_reason or self.fence is None or now < self.fence[0]:
+            return
+        self.fence_reason = f"fenced: no lease renewal for {now - self.fence[1]:.1f} s"
+        say(self.args.label, f"{self.fence_reason}; SIGTERM to the worker, SIGKILL in {self.args.grace:g} s")
+        _killpg(self.pid, signal.SIGTERM)
+        self.kill_at = now + self.args.grace
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: str, exit_file: Path) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, KILL_NOW):
+            signal.signal(sig, self.on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        self.check_fence(time.monotonic())
+        if self.fence_reason:  # already past the deadline: never start
+            write_exit(exit_file, EXIT_SPAWN_FAILED, self.fence_reason + " before the worker started", 0)
+            return EXIT_SPAWN_FAILED
+        try:
+            proc = self.start(argv, env, cwd)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            who = f" as uid {self.args.uid}" if self.args.uid is not None else ""
+            reason = f"spawn failed: cannot run {argv[0]!r} in {cwd}{who}: {exc}"
+            say(self.args.label, reason)
+            write_exit(exit_file, EXIT_SPAWN_FAILED, reason, 0)
+            return EXIT_SPAWN_FAILED
+        self.pid = proc.pid
+        for signum in self.pending:
+            self.on_signal(signum, None)
+        while (rc := proc.poll()) is None:
+            now = time.monotonic()
+            self.check_fence(now)
+            if self.kill_at is not None and now >= self.kill_at:
+                say(self.args.label, "grace period over; SIGKILL to the worker")
+                _killpg(self.pid, signal.SIGKILL)
+                self.kill_at = None
+            time.sleep(self.args.poll)  # signal handlers still run at once (they forward the signal)
+        _killpg(self.pid, signal.SIGKILL)  # leftovers of the worker's group would hold GPU memory
+        write_exit(exit_file, rc, self.fence_reason, self.pid)
+        return rc if rc >= 0 else 128 - rc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        spec = read_spec(args.spec_fd)
+    except UsageError as exc:
+        say("?", f"error: {exc}")
+        return EXIT_USAGE
+    exit_file = Path(args.exit_file)
+    try:
+        return Keeper(args).run(*spec, exit_file)
+    except OSError as exc:  # the exit file could not be written: the agent falls back to our status
+        say(args.label, f"error: {exc}")
+        return EXIT_SPAWN_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
