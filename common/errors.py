@@ -7,6 +7,8 @@
     ├── AlreadyExists                    ALREADY_EXISTS: a request id reused for something else
     ├── FailedPrecondition               FAILED_PRECONDITION: well formed, but the state refuses it
     ├── Unavailable                      UNAVAILABLE: a peer that cannot be reached
+    ├── Unauthenticated                  UNAUTHENTICATED: no credentials (no client certificate, no token)
+    ├── PermissionDenied                 PERMISSION_DENIED: credentials that may not do this
     └── (tessera.clients.sdk.RpcError)   a failed call as a client sees it; code from the status
 
 Libraries raise these (or their own subclasses, which also stay ValueError where callers catch
@@ -100,3 +102,15 @@ class Unavailable(TesseraError):
     """A peer the request needs cannot be reached now; retrying later may succeed."""
 
     code = Code.UNAVAILABLE
+
+
+class Unauthenticated(TesseraError):
+    """The caller presented no credentials the call needs (a client certificate, a token)."""
+
+    code = Code.UNAUTHENTICATED
+
+
+class PermissionDenied(TesseraError):
+    """The caller is known, and may not make this call (another node's certificate, a user's role)."""
+
+    code = Code.PERMISSION_DENIED

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from tessera.common import daemon, metrics, rpc
+from tessera.common import daemon, metrics, rpc, tls
 from tessera.controller.agents import AgentClients
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
@@ -21,10 +21,18 @@ from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
 log = structlog.get_logger("controller")
 
+# The agents' port: AgentRegistry needs a client certificate, which gRPC can only require port-wide,
+# while users connect without one (docs/security.md).
+DEFAULT_AGENT_PORT = 50054
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tessera-controller", description=__doc__)
-    p.add_argument("--listen", default="127.0.0.1:50051", help="host:port for the client and agent APIs")
+    p.add_argument("--listen", default="127.0.0.1:50051",
+                   help="host:port of the client API (TLS; users need no certificate)")
+    p.add_argument("--agent-listen", default=None, metavar="HOST:PORT",
+                   help="host:port of the agents' API (mTLS: node certificates); default the --listen host, "
+                        f"port {DEFAULT_AGENT_PORT} (port 0 when --listen has port 0)")
     p.add_argument("--state-dir", required=True, help="directory for the SQLite state (created if missing)")
     p.add_argument("--round-interval", type=float, default=300.0, help="seconds between scheduling rounds")
     p.add_argument("--inspect-interval", type=float, default=20.0, help="seconds between running-job inspections")
@@ -55,7 +63,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="whose step times replace Cell estimates: nodes with NVML inventories (default), "
                         "all nodes (declared inventories too: demos and tests only), or none")
     p.add_argument("--log-level", default="info")
+    tls.add_arguments(p)
     args = p.parse_args(argv)
+    args.tls = tls.from_args(args, p.error)
+    if args.tls is not None and (args.tls.identity is None or args.tls.identity.kind != "controller"):
+        p.error(f"--tls-dir: {args.tls.source} holds a certificate of {args.tls.identity or 'no Tessera identity'}, "
+                "not of the controller (tessctl admin pki issue --controller)")
+    if args.agent_listen is None:
+        host, _, port = args.listen.rpartition(":")
+        args.agent_listen = f"{host}:{0 if port == '0' else DEFAULT_AGENT_PORT}"
     for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
@@ -84,18 +100,25 @@ async def serve(args: argparse.Namespace) -> None:
         progress_timeout_s=args.progress_timeout, estimator=args.estimator,
         learn_step_times=args.learn_step_times,
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after),
-        frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
-    agents = AgentClients()
+        frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls)
+    agents = AgentClients(args.tls)
     engine = Engine(store, agents, cfg, epoch)
+    insecure = args.tls is None
+    # One server, two ports: the same services on both; AgentRegistry finds a node identity only
+    # on the agent port, whose TLS requires a client certificate.
     server, port = rpc.aio_server(args.listen, [
         (controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
-        (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine)),
-    ], name="controller", translate=translate())
+        (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine, authenticate=not insecure)),
+    ], name="controller", translate=translate(), tls=args.tls, insecure=insecure, client_cert=False)
+    agent_port = rpc.add_port(server, args.agent_listen, tls=args.tls, insecure=insecure, client_cert=True)
     await server.start()
     mport = metrics.serve(args.metrics_listen)
+    tls.announce("tessera-controller", args.tls)
     host = args.listen.rpartition(":")[0]
-    log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
-             checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
+    agent_host = args.agent_listen.rpartition(":")[0]
+    log.info("controller_started", listen=f"{host}:{port}", agent_listen=f"{agent_host}:{agent_port}", epoch=epoch,
+             state_dir=str(state), checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid(),
+             transport="insecure" if insecure else "tls")
     tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop())]
     await daemon.serve_until_signal(f"serving on {host}:{port}, epoch {epoch}")
     log.info("controller_stopping")

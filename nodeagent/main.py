@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -18,18 +17,18 @@ from typing import NoReturn
 
 import structlog
 
-from tessera.common import logs
+from tessera.common import logs, tls
 from tessera.common import metrics as common_metrics
+from tessera.common import identity
 from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.nodeagent import inventory
-from tessera.nodeagent.agent import Agent, AgentConfig
+from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
 from tessera.nodeagent.version import __version__
 from tessera.v1 import common_pb2
 
 log = structlog.get_logger("tessera.nodeagent.main")
 
-NODE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -44,7 +43,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tessera-agent", description="Tessera node agent: one per GPU server.")
-    p.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
+    p.add_argument("--controller", required=True, metavar="HOST:PORT",
+                   help="the controller's agent port (its --agent-listen)")
     p.add_argument(
         "--node-id", required=True, metavar="NAME", help="this node's name, [a-z0-9][a-z0-9._-]{0,62}"
     )
@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="OMP_NUM_THREADS of workers whose job does not set it (default: usable CPUs / GPUs)",
     )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
+    tls.add_arguments(p)
     return p
 
 
@@ -91,8 +92,8 @@ def _host_port(value: str, flag: str, allow_port0: bool) -> str:
 def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Namespace]:
     """Parse and validate the command line; AgentUsageError with a one-line message on any problem."""
     args = build_parser().parse_args(argv)
-    if not NODE_ID_RE.match(args.node_id):
-        raise AgentUsageError(f"--node-id: {args.node_id!r} does not match {NODE_ID_RE.pattern}")
+    if not identity.valid_node_id(args.node_id):
+        raise AgentUsageError(f"--node-id: {args.node_id!r} does not match {identity.NODE_ID_PATTERN}")
     _host_port(args.controller, "--controller", allow_port0=False)
     _host_port(args.listen, "--listen", allow_port0=True)
     if args.metrics_listen:
@@ -103,6 +104,12 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         raise AgentUsageError(f"--worker-threads: must be >= 1, got {args.worker_threads}")
     if not args.stop_grace >= 0:
         raise AgentUsageError(f"--stop-grace: must be >= 0, got {args.stop_grace}")
+    tls_config = tls.from_args(args, build_parser().error)
+    if tls_config is not None and tls_config.identity != identity.node(args.node_id):
+        raise AgentUsageError(
+            f"--tls-dir: {tls_config.source} holds a certificate of {tls_config.identity or 'no Tessera identity'}, "
+            f"not of node {args.node_id} (tessctl admin pki issue --node {args.node_id})"
+        )
     work_dir = Path(args.work_dir).expanduser()
     try:
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -114,6 +121,11 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         raise AgentUsageError(
             f"--work-dir: {work_dir} is not a writable directory: {exc.strerror or exc}"
         ) from None
+    if len(str(socket_path(work_dir))) > MAX_SOCKET_PATH:
+        raise AgentUsageError(
+            f"--work-dir: {work_dir} is too long: the workers' socket {SOCKET_NAME} in it would pass the "
+            f"{MAX_SOCKET_PATH}-byte limit of a unix socket path"
+        )
     config = AgentConfig(
         controller=args.controller,
         node_id=args.node_id,
@@ -123,6 +135,8 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         kill_workers_on_exit=args.kill_workers_on_exit,
         stop_grace_on_exit=args.stop_grace,
         worker_threads=args.worker_threads,
+        tls=tls_config,
+        insecure=tls_config is None,
     )
     return config, args
 
@@ -148,6 +162,7 @@ async def run(config: AgentConfig, inv: common_pb2.NodeInventory, nvml: bool) ->
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    tls.announce("tessera-agent", config.tls)
     try:
         await agent.start()
     except OSError as exc:

@@ -65,8 +65,10 @@ class Supervisor:
         self.work_dir = work_dir
         self.gpu_indices = frozenset(gpu_indices)
         self.declared = declared
-        # host:port of this agent's NodeAgent service, known once the server is bound.
+        # Where workers report progress (unix:<work-dir>/agent.sock), known once the server is bound.
         self.agent_addr = agent_addr
+        # (job_id, attempt) -> the attempt's secret for ReportProgress (server.WorkerTokens).
+        self.worker_token: Callable[[str, int], str] | None = None
         self._on_change = on_change or (lambda: None)
         self._persist = persist or (lambda: None)
         self._base_env = base_env
@@ -206,6 +208,8 @@ class Supervisor:
             checkpoint_dir=ckpt,
             omp_threads=self.omp_threads,
         )
+        if self.worker_token is not None:
+            env["TESSERA_WORKER_TOKEN"] = self.worker_token(req.job_id, req.attempt)
         try:
             cwd.mkdir(parents=True, exist_ok=True)
             if not req.checkpoint_dir:
