@@ -18,6 +18,7 @@ purpose, so ``except TesseraError`` catches a failed call as it always has.
 from __future__ import annotations
 
 import builtins
+import os
 import time
 import uuid
 from collections.abc import Generator, Iterable
@@ -27,6 +28,7 @@ from typing import Any, Self
 
 import grpc
 
+from tessera.common import tls
 from tessera.common.errors import Code, TesseraError
 from tessera.common.rpc import sync_channel
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
@@ -98,12 +100,22 @@ def state_value(state: int | str) -> int:
 
 
 class Client:
-    """A blocking client of one controller at `target` (host:port)."""
+    """A blocking client of one controller at `target` (host:port), over TLS.
 
-    def __init__(self, target: str, timeout: float = 10.0) -> None:
+    `ca`: the CA certificate file that signed the controller's (default $TESSERA_CA, else the
+    system's trusted CAs); the controller's certificate must name the host dialled. `insecure`:
+    plaintext, for a controller started with --insecure.
+    """
+
+    def __init__(self, target: str, timeout: float = 10.0, *, ca: str | os.PathLike[str] | None = None,
+                 insecure: bool = False) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = sync_channel(target)
+        if insecure:
+            self._channel = sync_channel(target, insecure=True)
+        else:
+            ca = ca or os.environ.get("TESSERA_CA") or None
+            self._channel = sync_channel(target, tls=tls.load(ca) if ca else tls.TlsConfig(ca=None))
         self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 
     # -- lifecycle -------------------------------------------------------------------------------

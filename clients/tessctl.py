@@ -54,6 +54,11 @@ def _common_options() -> argparse.ArgumentParser:
                         help="output format (default: table)")
     common.add_argument("--timeout", type=_positive_float, metavar="SECONDS", default=argparse.SUPPRESS,
                         help="deadline of each call to the controller (default: 10)")
+    common.add_argument("--ca", metavar="FILE", default=argparse.SUPPRESS,
+                        help="CA certificate that signed the controller's (default: $TESSERA_CA, else the "
+                             "system's trusted CAs)")
+    common.add_argument("--insecure", action="store_true", default=argparse.SUPPRESS,
+                        help="plaintext gRPC, for a controller started with --insecure")
     return common
 
 
@@ -152,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tessera.clients.estimate import add_arguments as _estimate_arguments
 
     _estimate_arguments(est, command)
+
+    from tessera.clients.admin import add_arguments as _admin_arguments
+
+    _admin_arguments(sub, command)
 
     command(sub, "version", cmd_version, "print the version of tessctl")
     return parser
@@ -483,7 +492,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_simulate(None, args, out)
         if args.command == "estimate":  # in-process, or asks a tessera-estimator: no controller
             return int(args.func(None, args, out))
-        client = Client(args.controller, timeout=timeout)
+        if getattr(args, "local", False):  # tessctl admin pki ...: files only
+            return int(args.func(None, args, out))
+        client = Client(args.controller, timeout=timeout, ca=getattr(args, "ca", None) or None,
+                        insecure=getattr(args, "insecure", False))
         return int(args.func(client, args, out))
     except EstimatorUnreachable as exc:
         return _fail(f"cannot reach estimator at {exc.target} ({exc.message})")

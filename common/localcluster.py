@@ -2,6 +2,11 @@
 
 Daemons log JSON lines to a file; callers synchronise on those events (bounded waits), never on
 fixed sleeps.
+
+Every daemon runs with mTLS from one dev PKI (`DevPki`): `use_pki(DIR)` picks its directory (the
+tests: one per pytest session; the demo: its state root), else one is made in a temporary directory
+on first use. A node's certificate is issued when its agent first starts. `insecure=True` starts a
+daemon in plaintext (--insecure) instead.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tessera.common import identity
+from tessera.common.pki import CertificateAuthority, identity_dir_name
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent  # the checkout, for relative example paths
@@ -41,6 +49,58 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
         time.sleep(interval)
 
 
+class DevPki:
+    """A CA and the certificates of a local cluster, made on demand in `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._ca: CertificateAuthority | None = None
+
+    @property
+    def ca_file(self) -> Path:
+        self.authority()
+        return self.root / "ca.pem"
+
+    def authority(self) -> CertificateAuthority:
+        if self._ca is None:
+            exists = (self.root / "ca.key").exists()
+            self._ca = CertificateAuthority.load(self.root) if exists else CertificateAuthority.init(self.root)
+        return self._ca
+
+    def tls_dir(self, who: identity.Identity) -> Path:
+        """The --tls-dir of `who`, issued (localhost and 127.0.0.1) if it is not there yet."""
+        d = self.root / identity_dir_name(who)
+        if not (d / "key.pem").exists():
+            self.authority().issue(who, out=d)
+        return d
+
+
+_pki: DevPki | None = None
+
+
+def use_pki(root: Path) -> DevPki:
+    """Make `root` (created if missing) the PKI of the daemons started from now on, and point
+    tessctl and the SDK of this process and its children at its CA (TESSERA_CA)."""
+    global _pki
+    _pki = DevPki(root)
+    os.environ["TESSERA_CA"] = str(_pki.ca_file)
+    return _pki
+
+
+def pki() -> DevPki:
+    if _pki is None:
+        import tempfile
+
+        return use_pki(Path(tempfile.mkdtemp(prefix="tessera-pki-")))
+    return _pki
+
+
+def _tls_args(who: identity.Identity, insecure: bool, extra: tuple[str, ...]) -> list[str]:
+    if "--insecure" in extra or any(a.startswith("--tls-dir") for a in extra):
+        return []
+    return ["--insecure"] if insecure else ["--tls-dir", str(pki().tls_dir(who))]
+
+
 @dataclass
 class Daemon:
     name: str
@@ -48,6 +108,8 @@ class Daemon:
     log_path: Path
     address: str = ""
     argv: list[str] = field(default_factory=list)
+    # The controller's agent port (its --agent-listen), which agents dial.
+    agent_address: str = ""
 
     def events(self) -> list[dict[str, Any]]:
         out = []
@@ -97,11 +159,16 @@ FAST_CONTROLLER = ["--round-interval", "30", "--inspect-interval", "1", "--debou
                    "--heartbeat-interval", "0.5", "--down-after", "30", "--stop-grace", "10"]
 
 
-def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", fast: bool = True) -> Daemon:
+def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", fast: bool = True,
+                     agent_listen: str = "", insecure: bool = False) -> Daemon:
+    """`agent_listen`: its --agent-listen (default: port 0 when `listen` has port 0)."""
     argv = [str(BIN / "tessera-controller"), "--listen", listen, "--state-dir", str(state_dir)]
+    argv += ["--agent-listen", agent_listen] if agent_listen else []
+    argv += _tls_args(identity.CONTROLLER, insecure, extra)
     argv += (FAST_CONTROLLER if fast else []) + list(extra)
-    return _start("controller", argv, state_dir.parent / f"{state_dir.name}-controller.log", "controller_started",
-                  "listen")
+    d = _start("controller", argv, state_dir.parent / f"{state_dir.name}-controller.log", "controller_started",
+               "listen")
+    return d
 
 
 def _start(name: str, argv: list[str], log_path: Path, ready_event: str, address_key: str) -> Daemon:
@@ -110,20 +177,27 @@ def _start(name: str, argv: list[str], log_path: Path, ready_event: str, address
     before = sum(1 for line in log_path.read_text(errors="replace").splitlines()
                  if f'"event": "{ready_event}"' in line) if log_path.exists() else 0
     d = _spawn(name, argv, log_path)
-    d.address = d.wait_event(ready_event, 30, skip=before)[address_key]
+    ready = d.wait_event(ready_event, 30, skip=before)
+    d.address = ready[address_key]
+    d.agent_address = ready.get("agent_listen", "")
     return d
 
 
-def start_estimator(log_path: Path, *extra: str, listen: str = "127.0.0.1:0") -> Daemon:
+def start_estimator(log_path: Path, *extra: str, listen: str = "127.0.0.1:0", insecure: bool = False) -> Daemon:
     """A tessera-estimator on `listen`; its address once it logged estimator_started."""
-    argv = [str(BIN / "tessera-estimator"), "--listen", listen, *extra]
+    argv = [str(BIN / "tessera-estimator"), "--listen", listen, *_tls_args(identity.ESTIMATOR, insecure, extra),
+            *extra]
     return _start("estimator", argv, log_path, "estimator_started", "listen")
 
 
-def start_agent(controller: str, node_id: str, inventory: Path | str | None, work_dir: Path, *extra: str) -> Daemon:
-    """An agent with a declared inventory file, or reading NVML when `inventory` is None."""
-    argv = [str(BIN / "tessera-agent"), "--controller", controller, "--node-id", node_id]
+def start_agent(controller: Daemon | str, node_id: str, inventory: Path | str | None, work_dir: Path, *extra: str,
+                insecure: bool = False) -> Daemon:
+    """An agent with a declared inventory file, or reading NVML when `inventory` is None.
+    `controller`: the controller Daemon (its agent port), or the host:port to dial."""
+    target = controller if isinstance(controller, str) else controller.agent_address
+    argv = [str(BIN / "tessera-agent"), "--controller", target, "--node-id", node_id]
     argv += ["--inventory", str(inventory)] if inventory is not None else []
+    argv += _tls_args(identity.node(node_id), insecure, extra)
     argv += ["--work-dir", str(work_dir), "--listen", "127.0.0.1:0", *extra]
     return _start(f"agent {node_id}", argv, work_dir.parent / f"{node_id}-agent.log", "agent serving", "address")
 

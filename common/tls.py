@@ -47,10 +47,10 @@ class TlsError(InvalidInput):
 
 @dataclass(frozen=True)
 class TlsConfig:
-    """PEM bytes: the CA that peers' certificates must chain to, and this process's certificate
-    and key (None for a client that presents none)."""
+    """PEM bytes: the CA that peers' certificates must chain to (None: the system's trusted CAs, for
+    a client only), and this process's certificate and key (None for a client that presents none)."""
 
-    ca: bytes
+    ca: bytes | None
     cert: bytes | None = None
     key: bytes | None = None
     identity: Identity | None = None
@@ -124,8 +124,8 @@ def load_dir(directory: Path | str) -> TlsConfig:
 def server_credentials(cfg: TlsConfig, *, client_cert: bool) -> grpc.ServerCredentials:
     """`client_cert`: require a client certificate of the CA (mTLS). gRPC's Python API cannot ask for
     an optional one: without it, no client certificate is requested at all."""
-    if cfg.cert is None or cfg.key is None:
-        raise TlsError(f"{cfg.source}: a server needs a certificate and its key")
+    if cfg.cert is None or cfg.key is None or cfg.ca is None:
+        raise TlsError(f"{cfg.source}: a server needs a CA, a certificate and its key")
     return grpc.ssl_server_credentials([(cfg.key, cfg.cert)], root_certificates=cfg.ca,
                                        require_client_auth=client_cert)
 

@@ -17,9 +17,8 @@ from typing import NoReturn
 
 import structlog
 
-from tessera.common import logs, tls
+from tessera.common import identity, logs, tls
 from tessera.common import metrics as common_metrics
-from tessera.common import identity
 from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.nodeagent import inventory

@@ -49,14 +49,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def controller_only(method: str, context: object) -> None:
-    """The estimator serves the controller: its step times refit the model every round trusts, and
-    users estimate in-process (tessctl estimate) or through an --insecure estimator (docs/security.md)."""
+# Calls that change what later answers say: the fitted performance model every round trusts.
+CONTROLLER_ONLY = frozenset({"FitPerformance", "ReportStepTimes"})
+
+
+def authorize(method: str, context: object) -> None:
+    """mTLS: queries from any certificate of the CA (the controller; an operator's `tessctl estimate
+    --estimator --tls-dir`), changes to the fitted models from the controller only (docs/security.md)."""
     who = tls.peer_identity(context)
     if who is None:
-        raise Unauthenticated(f"{method}: the estimator needs a client certificate")
-    if who != CONTROLLER:
-        raise PermissionDenied(f"{method}: only the controller may call the estimator, not {who}")
+        raise Unauthenticated(f"{method}: the estimator needs a client certificate naming a Tessera identity")
+    if method in CONTROLLER_ONLY and who != CONTROLLER:
+        raise PermissionDenied(f"{method}: only the controller may call it, not {who}")
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -68,7 +72,7 @@ async def serve(args: argparse.Namespace) -> None:
     service = EstimatorService(estimator)
     insecure = args.tls is None
     server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)],
-                                  [] if insecure else [rpc.Authorize(controller_only)], name="estimator",
+                                  [] if insecure else [rpc.Authorize(authorize)], name="estimator",
                                   tls=args.tls, insecure=insecure)
     await server.start()
     mport = metrics.serve(args.metrics_listen)

@@ -26,7 +26,7 @@ class Cluster:
         return Client(self.controller.address)
 
     def add_agent(self, node_id: str, inventory: str) -> Daemon:
-        a = start_agent(self.controller.address, node_id, INVENTORIES / inventory, self.root / node_id)
+        a = start_agent(self.controller, node_id, INVENTORIES / inventory, self.root / node_id)
         self.agents[node_id] = a
         return a
 
@@ -36,7 +36,9 @@ class Cluster:
 
     def restart_controller(self) -> Daemon:
         port = self.controller.address.rpartition(":")[2]
-        self.controller = start_controller(self.root / "state", "--policy", self.policy, listen=f"127.0.0.1:{port}")
+        agent_port = self.controller.agent_address.rpartition(":")[2]
+        self.controller = start_controller(self.root / "state", "--policy", self.policy, listen=f"127.0.0.1:{port}",
+                                           agent_listen=f"127.0.0.1:{agent_port}")
         return self.controller
 
 
