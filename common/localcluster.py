@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tessera.common import identity
+from tessera.common import identity, tls
 from tessera.common.pki import CertificateAuthority, identity_dir_name
+from tessera.common.tls import TlsConfig
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent  # the checkout, for relative example paths
@@ -93,6 +94,11 @@ def pki() -> DevPki:
 
         return use_pki(Path(tempfile.mkdtemp(prefix="tessera-pki-")))
     return _pki
+
+
+def tls_config(who: identity.Identity) -> TlsConfig:
+    """The loaded certificate of `who` from the local PKI (in-process servers and channels)."""
+    return tls.load_dir(pki().tls_dir(who))
 
 
 def _tls_args(who: identity.Identity, insecure: bool, extra: tuple[str, ...]) -> list[str]:
