@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tessera.common import identity
+from tessera.common.localcluster import pki
 from tests.procs import BIN, REPO, env, start_controller
 
 pytestmark = pytest.mark.slow
@@ -39,8 +41,8 @@ def _run(argv: list[str], notify_path: str, log: Path) -> subprocess.Popen[bytes
 
 def test_controller_notifies_ready_watchdog_stopping(tmp_path: Path) -> None:
     sock, path = _listen(tmp_path)
-    proc = _run([str(BIN / "tessera-controller"), "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")],
-                path, tmp_path / "c.log")
+    proc = _run([str(BIN / "tessera-controller"), "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s"),
+                 "--tls-dir", str(pki().tls_dir(identity.CONTROLLER))], path, tmp_path / "c.log")
     try:
         msgs = _recv_until(sock, "READY=1")
         assert any(m.startswith("READY=1") for m in msgs)
@@ -56,9 +58,9 @@ def test_controller_notifies_ready_watchdog_stopping(tmp_path: Path) -> None:
 def test_agent_notifies_ready(tmp_path: Path) -> None:
     ctl = start_controller(tmp_path / "state")
     sock, path = _listen(tmp_path)
-    proc = _run([str(BIN / "tessera-agent"), "--controller", ctl.address, "--node-id", "n1", "--inventory",
-                 str(REPO / "examples/inventories/a10-node.yaml"), "--work-dir", str(tmp_path / "w")],
-                path, tmp_path / "a.log")
+    proc = _run([str(BIN / "tessera-agent"), "--controller", ctl.agent_address, "--node-id", "n1", "--inventory",
+                 str(REPO / "examples/inventories/a10-node.yaml"), "--work-dir", str(tmp_path / "w"),
+                 "--tls-dir", str(pki().tls_dir(identity.node("n1")))], path, tmp_path / "a.log")
     try:
         assert any(m.startswith("READY=1") for m in _recv_until(sock, "READY=1"))
         assert "WATCHDOG=1" in _recv_until(sock, "WATCHDOG=1")[-1]
@@ -72,7 +74,8 @@ def test_agent_notifies_ready(tmp_path: Path) -> None:
 
 def test_estimator_notifies_ready_watchdog_stopping(tmp_path: Path) -> None:
     sock, path = _listen(tmp_path)
-    proc = _run([str(BIN / "tessera-estimator"), "--listen", "127.0.0.1:0"], path, tmp_path / "e.log")
+    proc = _run([str(BIN / "tessera-estimator"), "--listen", "127.0.0.1:0", "--tls-dir",
+                 str(pki().tls_dir(identity.ESTIMATOR))], path, tmp_path / "e.log")
     try:
         msgs = _recv_until(sock, "READY=1")
         assert any(m.startswith("READY=1") and "STATUS=serving on 127.0.0.1:" in m for m in msgs)
