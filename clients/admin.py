@@ -62,9 +62,10 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
                "issue a certificate for the controller, the estimator or nodes (DIR/<who>/, a --tls-dir)")
     p.add_argument("--dir", required=True, metavar="DIR", help="the PKI directory made by `admin pki init`")
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--controller", action="store_true", help="spiffe://tessera/controller")
-    who.add_argument("--estimator", action="store_true", help="spiffe://tessera/estimator")
-    who.add_argument("--node", nargs="+", type=_node_id, metavar="ID",
+    # dest: tessctl's own `controller` attribute is the controller's address.
+    who.add_argument("--controller", dest="issue_controller", action="store_true", help="spiffe://tessera/controller")
+    who.add_argument("--estimator", dest="issue_estimator", action="store_true", help="spiffe://tessera/estimator")
+    who.add_argument("--node", dest="issue_nodes", nargs="+", type=_node_id, metavar="ID",
                      help="spiffe://tessera/node/ID, one certificate per ID")
     p.add_argument("--host", action="append", default=[], metavar="HOST",
                    help="a DNS name or IP address the daemon serves on (repeatable; default: "
@@ -88,12 +89,12 @@ def cmd_pki_init(client: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_pki_issue(client: Any, args: argparse.Namespace, out: TextIO) -> int:
-    if args.controller:
+    if args.issue_controller:
         who = [identity.CONTROLLER]
-    elif args.estimator:
+    elif args.issue_estimator:
         who = [identity.ESTIMATOR]
     else:
-        who = [identity.node(n) for n in dict.fromkeys(args.node)]
+        who = [identity.node(n) for n in dict.fromkeys(args.issue_nodes)]
     if args.out is not None and len(who) > 1:
         raise PkiError("--out: one identity only; without --out each node gets DIR/node-ID")
     ca = CertificateAuthority.load(args.dir)
