@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,8 @@ def _certs(path: Path, data: bytes) -> list[x509.Certificate]:
     return certs
 
 
-def load(ca: Path | str, cert: Path | str | None = None, key: Path | str | None = None) -> TlsConfig:
+def load(ca: str | os.PathLike[str], cert: str | os.PathLike[str] | None = None,
+         key: str | os.PathLike[str] | None = None) -> TlsConfig:
     """Read and check the files; TlsError (one line, naming the file) on any problem."""
     ca_path = Path(ca)
     ca_pem = _read(ca_path)
