@@ -16,6 +16,10 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
+# gRPC's C core logs a failed TLS handshake at INFO on stderr, before tessctl's own one line: only
+# its errors are wanted. Read once, when grpc is first imported (below).
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 from tessera.clients import output
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
@@ -468,6 +472,9 @@ def _one_line(text: str) -> str:
 
 
 def _unreachable_message(exc: ControllerUnreachable) -> str:
+    if any(w in exc.message.lower() for w in ("handshake", "certificate", "ssl")):
+        return (f"cannot reach controller at {exc.target} (TLS handshake failed: is --ca, or $TESSERA_CA, the CA "
+                "that signed its certificate, and does it name this host? --insecure for a plaintext controller)")
     cause = exc.message.rsplit(":", 1)[-1].strip(" []")
     return f"cannot reach controller at {exc.target}" + (f" ({cause})" if cause else "")
 

@@ -182,6 +182,7 @@ def test_insecure_is_explicit_and_loud(tmp_path: Path) -> None:
         assert tessctl(ctl.address, "get", "nodes", "--insecure").returncode == 0
         # Without --insecure tessctl speaks TLS, which a plaintext controller cannot answer.
         cp = tessctl(ctl.address, "get", "nodes", "--timeout", "3", check=False)
-        assert cp.returncode == 1 and cp.stderr.startswith("tessctl: error: cannot reach controller")
+        assert cp.returncode == 1 and cp.stderr.count("\n") == 1, cp.stderr
+        assert cp.stderr.startswith(f"tessctl: error: cannot reach controller at {ctl.address} (TLS handshake failed")
     finally:
         ctl.stop()
