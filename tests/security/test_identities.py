@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,10 +176,14 @@ def test_progress_needs_the_attempts_secret(cluster_factory) -> None:  # type: i
 
 
 def test_insecure_is_explicit_and_loud(tmp_path: Path) -> None:
-    ctl = start_controller(tmp_path / "state", insecure=True)
+    ctl = start_controller(tmp_path / "state", "--metrics-listen", "127.0.0.1:0", insecure=True)
     try:
         warning = ctl.wait_event("insecure_transport", 10)
         assert warning["level"] == "warning" and "--insecure" in warning["message"]
+        started = ctl.wait_event("controller_started", 10)
+        assert started["transport"] == "insecure"
+        with urllib.request.urlopen(f"http://127.0.0.1:{started['metrics_port']}/metrics", timeout=10) as resp:
+            assert "tessera_transport_insecure 1.0" in resp.read().decode()
         assert tessctl(ctl.address, "get", "nodes", "--insecure").returncode == 0
         # Without --insecure tessctl speaks TLS, which a plaintext controller cannot answer.
         cp = tessctl(ctl.address, "get", "nodes", "--timeout", "3", check=False)
