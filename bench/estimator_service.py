@@ -95,7 +95,8 @@ def in_process(model: str, batch: int, trials: int, cached: int) -> dict[str, An
 
 
 def through_service(model: str, batch: int, trials: int, cached: int, logs: Path) -> dict[str, Any]:
-    from tessera.common.localcluster import start_estimator
+    from tessera.common import identity
+    from tessera.common.localcluster import start_estimator, tls_config
     from tessera.common.rpc import sync_channel
     from tessera.v1 import estimator_pb2, estimator_pb2_grpc
 
@@ -104,7 +105,7 @@ def through_service(model: str, batch: int, trials: int, cached: int, logs: Path
     for i in range(trials):
         d = start_estimator(logs / f"estimator-{model}-{i}.log")
         try:
-            ch = sync_channel(d.address)
+            ch = sync_channel(d.address, tls=tls_config(identity.CONTROLLER), peer=identity.ESTIMATOR)
             stub = estimator_pb2_grpc.EstimatorStub(ch)
             stub.Health(estimator_pb2.HealthRequest(), timeout=30)
             t = time.perf_counter()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,9 +30,11 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from tessera.clients.sdk import RpcError
-from tessera.common.errors import TesseraError
+from tessera.common import tls
+from tessera.common.errors import InvalidInput, TesseraError
 from tessera.common.inventoryfile import InventoryError, parse_inventory
 from tessera.common.rpc import sync_channel
+from tessera.common.tls import TlsConfig
 from tessera.common.yamlfile import parse_with_lines, read_yaml
 from tessera.estimator.clusterfile import ClusterFileError, catalog_gpu, parse_node_groups, parse_pools
 from tessera.estimator.convert import execution_plan, plan_fields
@@ -138,6 +141,9 @@ def _positive_int(text: str) -> int:
 def _estimator_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimator", metavar="HOST:PORT", default=None,
                    help="ask this tessera-estimator instead of running the estimator in-process")
+    p.add_argument("--tls-dir", metavar="DIR", default=None,
+                   help="with --estimator: a certificate of the Tessera CA to present (ca.pem, cert.pem, "
+                        "key.pem; the estimator requires one); --insecure for an --insecure estimator")
 
 
 # -- backends ---------------------------------------------------------------------------------------
@@ -146,10 +152,11 @@ def _estimator_option(p: argparse.ArgumentParser) -> None:
 class EstimatorClient:
     """A blocking client of a tessera-estimator; failures are RpcError like the SDK's."""
 
-    def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S, *, tls: TlsConfig | None = None,
+                 insecure: bool = False) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = sync_channel(target)
+        self._channel = sync_channel(target, tls=tls, insecure=insecure)
         self._stub = estimator_pb2_grpc.EstimatorStub(self._channel)
 
     def close(self) -> None:
@@ -188,7 +195,15 @@ class InProcess:
 
 def _backend(args: argparse.Namespace) -> EstimatorClient | InProcess:
     if args.estimator:
-        return EstimatorClient(args.estimator, timeout=getattr(args, "timeout", DEFAULT_TIMEOUT_S))
+        timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
+        if getattr(args, "insecure", False):
+            return EstimatorClient(args.estimator, timeout, insecure=True)
+        if args.tls_dir:
+            return EstimatorClient(args.estimator, timeout, tls=tls.load_dir(args.tls_dir))
+        ca = getattr(args, "ca", None) or os.environ.get("TESSERA_CA")
+        return EstimatorClient(args.estimator, timeout, tls=tls.load(ca) if ca else tls.TlsConfig(ca=None))
+    if args.tls_dir:
+        raise InvalidInput("--tls-dir: only with --estimator")
     return InProcess()
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -30,6 +31,7 @@ from typing import Any, Self
 
 import grpc
 
+from tessera.common import tls
 from tessera.common.errors import Code, TesseraError
 from tessera.common.rpc import leader_hint, sync_channel
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
@@ -116,7 +118,11 @@ def split_targets(target: str | Sequence[str]) -> builtins.list[str]:
 
 
 class Client:
-    """A blocking client of a controller at `target` (host:port), calling as `token`'s holder.
+    """A blocking client of a controller at `target` (host:port), over TLS, calling as `token`'s holder.
+
+    `ca`: the CA certificate file that signed the controller's (default $TESSERA_CA, else the
+    system's trusted CAs); the controller's certificate must name the host dialled. `insecure`:
+    plaintext, for a controller started with --insecure.
 
     `target` may name several controllers (a list, or "a:1,b:2"): the controllers of a highly
     available control plane (docs/ha.md), of which one leads. A call answered UNAVAILABLE (a standby,
@@ -125,12 +131,15 @@ class Client:
     to send twice: reads, and mutations that carry a request id (the same id on every try).
     """
 
-    def __init__(self, target: str | Sequence[str], *, token: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, target: str | Sequence[str], timeout: float = 10.0, *, token: str | None = None,
+                 ca: str | os.PathLike[str] | None = None, insecure: bool = False) -> None:
         self.targets = split_targets(target)
         self.target = self.targets[0]
         self.timeout = timeout
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = sync_channel(self.target)
+        ca = ca or os.environ.get("TESSERA_CA") or None
+        self._tls = None if insecure else (tls.load(ca) if ca else tls.TlsConfig(ca=None))
+        self._channel = self._dial(self.target)
         self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 
     def _move(self, hint: str) -> None:
@@ -141,7 +150,10 @@ class Client:
             return
         self._channel.close()
         self.target = nxt
-        self._channel = sync_channel(nxt)
+        self._channel = self._dial(nxt)
+
+    def _dial(self, target: str) -> grpc.Channel:
+        return sync_channel(target, insecure=True) if self._tls is None else sync_channel(target, tls=self._tls)
         self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -16,6 +16,10 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
+# gRPC's C core logs a failed TLS handshake at INFO on stderr, before tessctl's own one line: only
+# its errors are wanted. Read once, when grpc is first imported (below).
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 from tessera.clients import admin, ctlconfig, output
 from tessera.clients.config import Settings
 from tessera.clients.estimate import EstimatorUnreachable
@@ -51,6 +55,8 @@ def _common_options() -> argparse.ArgumentParser:
                         help="output format (default: table)")
     common.add_argument("--timeout", type=_positive_float, metavar="SECONDS", default=argparse.SUPPRESS,
                         help="deadline of each call to the controller (default: 10)")
+    common.add_argument("--insecure", action="store_true", default=argparse.SUPPRESS,
+                        help="plaintext gRPC, for a controller started with --insecure")
     return common
 
 
@@ -518,6 +524,9 @@ def _one_line(text: str) -> str:
 
 
 def _unreachable_message(exc: ControllerUnreachable) -> str:
+    if any(w in exc.message.lower() for w in ("handshake", "certificate", "ssl")):
+        return (f"cannot reach controller at {exc.target} (TLS handshake failed: is --ca, or $TESSERA_CA, the CA "
+                "that signed its certificate, and does it name this host? --insecure for a plaintext controller)")
     cause = exc.message.rsplit(":", 1)[-1].strip(" []")
     return f"cannot reach controller at {exc.target}" + (f" ({cause})" if cause else "")
 
@@ -541,7 +550,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return cmd_simulate(None, args, out)
         if args.command in ("estimate", "config", "admin"):  # local files or the estimator: no controller
             return int(args.func(None, args, out))
-        client = connect(ctlconfig.settings(args), timeout)
+        if getattr(args, "local", False):  # files only (tessctl admin pki ...)
+            return int(args.func(None, args, out))
+        client = connect(ctlconfig.settings(args), timeout, insecure=getattr(args, "insecure", False))
         return int(args.func(client, args, out))
     except EstimatorUnreachable as exc:
         return _fail(f"cannot reach estimator at {exc.target} ({exc.message})")
@@ -574,12 +585,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 client.close()
 
 
-def connect(settings: Settings, timeout: float) -> Client:
+def connect(settings: Settings, timeout: float, insecure: bool = False) -> Client:
     """The client of this command line's controller(s), calling with its token: with several (a
     context's list, or a comma-separated --controller), the SDK follows the leader (docs/ha.md).
-    The CA (settings.ca) is for the TLS channel.
+    The CA (settings.ca: flag, $TESSERA_CA, the context's) verifies the controller; `insecure`:
+    plaintext, for a controller started with --insecure.
     """
-    return Client(settings.controllers, token=settings.token, timeout=timeout)
+    return Client(settings.controllers, timeout, token=settings.token, ca=settings.ca, insecure=insecure)
 
 
 def _fail(message: str) -> int:

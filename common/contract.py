@@ -22,6 +22,8 @@ CONTRACT_VARS: frozenset[str] = frozenset(
         "TESSERA_CHECKPOINT_DIR",
         "TESSERA_CHECKPOINT_EVERY",
         "TESSERA_AGENT_ADDR",
+        # The attempt's secret for ReportProgress (docs/security.md).
+        "TESSERA_WORKER_TOKEN",
         "CUDA_VISIBLE_DEVICES",
         "TESSERA_INVENTORY_SOURCE",
         # Not in the contract table, but the agent sets it: NVML numbers GPUs in PCI bus order while

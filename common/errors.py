@@ -7,8 +7,8 @@
     ├── AlreadyExists                    ALREADY_EXISTS: a request id reused for something else
     ├── FailedPrecondition               FAILED_PRECONDITION: well formed, but the state refuses it
     ├── Unavailable                      UNAVAILABLE: a peer that cannot be reached
-    ├── Unauthenticated                  UNAUTHENTICATED: no credentials, or ones nobody issued
-    ├── PermissionDenied                 PERMISSION_DENIED: a known caller asking what its role forbids
+    ├── Unauthenticated                  UNAUTHENTICATED: no credentials (no client certificate, no token), or ones nobody issued
+    ├── PermissionDenied                 PERMISSION_DENIED: a known caller asking what its certificate or role forbids
     └── (tessera.clients.sdk.RpcError)   a failed call as a client sees it; code from the status
 
 Libraries raise these (or their own subclasses, which also stay ValueError where callers catch
@@ -105,13 +105,14 @@ class Unavailable(TesseraError):
 
 
 class Unauthenticated(TesseraError):
-    """The caller sent no credentials, or credentials the server does not know (never says which
-    token, so a peer learns nothing about the ones that exist)."""
+    """The caller presented no credentials the call needs (a client certificate, a token), or ones
+    the server does not know (never says which token, so a peer learns nothing about those that exist)."""
 
     code = Code.UNAUTHENTICATED
 
 
 class PermissionDenied(TesseraError):
-    """The caller is known, but its role or tenant does not allow the call."""
+    """The caller is known, and may not make this call (another node's certificate, a user's role or
+    tenant)."""
 
     code = Code.PERMISSION_DENIED

@@ -8,6 +8,11 @@ tokens file `STATE-tokens.yaml` beside its state dir with the tokens of CREDENTI
 tenant "default", users of tenants "team-a" and "team-b"), and keeps the tokens themselves, for the
 harness only, in `STATE-credentials.json` (0600) so a restart gets the same ones. `Daemon.token` is
 the admin token; `tessctl(address, ...)` uses the admin token of the controller at that address.
+
+Every daemon runs with mTLS from one dev PKI (`DevPki`): `use_pki(DIR)` picks its directory (the
+tests: one per pytest session; the demo: its state root), else one is made in a temporary directory
+on first use. A node's certificate is issued when its agent first starts. `insecure=True` starts a
+daemon in plaintext (--insecure) instead.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tessera.common import identity, tls
+from tessera.common.pki import CertificateAuthority, identity_dir_name
+from tessera.common.tls import TlsConfig
 from tessera.common.tokens import TokenEntry, hash_token, new_token, write_private, write_tokens_file
 
 BIN = Path(sys.executable).parent
@@ -51,6 +59,63 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
         time.sleep(interval)
 
 
+class DevPki:
+    """A CA and the certificates of a local cluster, made on demand in `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._ca: CertificateAuthority | None = None
+
+    @property
+    def ca_file(self) -> Path:
+        self.authority()
+        return self.root / "ca.pem"
+
+    def authority(self) -> CertificateAuthority:
+        if self._ca is None:
+            exists = (self.root / "ca.key").exists()
+            self._ca = CertificateAuthority.load(self.root) if exists else CertificateAuthority.init(self.root)
+        return self._ca
+
+    def tls_dir(self, who: identity.Identity) -> Path:
+        """The --tls-dir of `who`, issued (localhost and 127.0.0.1) if it is not there yet."""
+        d = self.root / identity_dir_name(who)
+        if not (d / "key.pem").exists():
+            self.authority().issue(who, out=d)
+        return d
+
+
+_pki: DevPki | None = None
+
+
+def use_pki(root: Path) -> DevPki:
+    """Make `root` (created if missing) the PKI of the daemons started from now on, and point
+    tessctl and the SDK of this process and its children at its CA (TESSERA_CA)."""
+    global _pki
+    _pki = DevPki(root)
+    os.environ["TESSERA_CA"] = str(_pki.ca_file)
+    return _pki
+
+
+def pki() -> DevPki:
+    if _pki is None:
+        import tempfile
+
+        return use_pki(Path(tempfile.mkdtemp(prefix="tessera-pki-")))
+    return _pki
+
+
+def tls_config(who: identity.Identity) -> TlsConfig:
+    """The loaded certificate of `who` from the local PKI (in-process servers and channels)."""
+    return tls.load_dir(pki().tls_dir(who))
+
+
+def _tls_args(who: identity.Identity, insecure: bool, extra: tuple[str, ...]) -> list[str]:
+    if "--insecure" in extra or any(a.startswith("--tls-dir") for a in extra):
+        return []
+    return ["--insecure"] if insecure else ["--tls-dir", str(pki().tls_dir(who))]
+
+
 @dataclass
 class Daemon:
     name: str
@@ -65,6 +130,8 @@ class Daemon:
     def token(self) -> str | None:
         """The admin token (None when the controller runs without authentication)."""
         return self.tokens.get("admin")
+    # The controller's agent port (its --agent-listen), which agents dial.
+    agent_address: str = ""
 
     def events(self) -> list[dict[str, Any]]:
         out = []
@@ -136,11 +203,15 @@ def local_tokens(state_dir: Path) -> tuple[Path, dict[str, str]]:
 
 
 def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", fast: bool = True,
-                     auth: bool = True, extra_env: Mapping[str, str] | None = None) -> Daemon:
+                     agent_listen: str = "", insecure: bool = False, auth: bool = True,
+                     extra_env: Mapping[str, str] | None = None) -> Daemon:
     """A controller with the local tokens file (auth=False, or a --tokens of the caller's in `extra`:
-    without); its address once it logged controller_started. `extra_env`: e.g. TESSERA_CRASH_AT
+    without); its address once it logged controller_started. `agent_listen`: its --agent-listen
+    (default: port 0 when `listen` has port 0). `extra_env`: e.g. TESSERA_CRASH_AT
     (common/crashpoints.py) for this controller only."""
     argv = [str(BIN / "tessera-controller"), "--listen", listen, "--state-dir", str(state_dir)]
+    argv += ["--agent-listen", agent_listen] if agent_listen else []
+    argv += _tls_args(identity.CONTROLLER, insecure, extra)
     tokens: dict[str, str] = {}
     if auth and "--tokens" not in extra:
         tokens_file, tokens = local_tokens(state_dir)
@@ -161,22 +232,28 @@ def _start(name: str, argv: list[str], log_path: Path, ready_event: str, address
     before = sum(1 for line in log_path.read_text(errors="replace").splitlines()
                  if f'"event": "{ready_event}"' in line) if log_path.exists() else 0
     d = _spawn(name, argv, log_path, extra_env)
-    d.address = d.wait_event(ready_event, 30, skip=before)[address_key]
+    ready = d.wait_event(ready_event, 30, skip=before)
+    d.address = ready[address_key]
+    d.agent_address = ready.get("agent_listen", "")
     return d
 
 
-def start_estimator(log_path: Path, *extra: str, listen: str = "127.0.0.1:0") -> Daemon:
+def start_estimator(log_path: Path, *extra: str, listen: str = "127.0.0.1:0", insecure: bool = False) -> Daemon:
     """A tessera-estimator on `listen`; its address once it logged estimator_started."""
-    argv = [str(BIN / "tessera-estimator"), "--listen", listen, *extra]
+    argv = [str(BIN / "tessera-estimator"), "--listen", listen, *_tls_args(identity.ESTIMATOR, insecure, extra),
+            *extra]
     return _start("estimator", argv, log_path, "estimator_started", "listen")
 
 
-def start_agent(controller: str, node_id: str, inventory: Path | str | None, work_dir: Path, *extra: str,
-                listen: str = "127.0.0.1:0", wrap: Sequence[str] = ()) -> Daemon:
-    """An agent with a declared inventory file, or reading NVML when `inventory` is None; `wrap`
-    runs it under another command (the partition test's `ip netns exec NS`)."""
-    argv = [*wrap, str(BIN / "tessera-agent"), "--controller", controller, "--node-id", node_id]
+def start_agent(controller: Daemon | str, node_id: str, inventory: Path | str | None, work_dir: Path, *extra: str,
+                insecure: bool = False, listen: str = "127.0.0.1:0", wrap: Sequence[str] = ()) -> Daemon:
+    """An agent with a declared inventory file, or reading NVML when `inventory` is None.
+    `controller`: the controller Daemon (its agent port), or the host:port to dial; `wrap` runs it
+    under another command (the partition test's `ip netns exec NS`)."""
+    target = controller if isinstance(controller, str) else controller.agent_address
+    argv = [*wrap, str(BIN / "tessera-agent"), "--controller", target, "--node-id", node_id]
     argv += ["--inventory", str(inventory)] if inventory is not None else []
+    argv += _tls_args(identity.node(node_id), insecure, extra)
     argv += ["--work-dir", str(work_dir), "--listen", listen, *extra]
     return _start(f"agent {node_id}", argv, work_dir.parent / f"{node_id}-agent.log", "agent serving", "address")
 

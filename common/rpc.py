@@ -1,8 +1,11 @@
 """The one place that builds gRPC servers and channels.
 
 Every server and channel in Tessera comes from here, so message limits, keepalive, retries and
-deadlines are set once. Transport security: plaintext only for now (see docs/operations.md); bind
-the controller and agents to a management network.
+deadlines are set once, and so is transport security (docs/security.md): every port and channel is
+TLS from a `TlsConfig` (tessera.common.tls), and plaintext only when the caller says
+`insecure=True` (a daemon's --insecure); asking for neither is a ValueError. A channel that means to
+reach one identity (the controller calling node gpu-a1) names it as `peer`: the server must then
+present that identity's certificate, whatever address it was dialled at.
 
 Errors: every server built here answers through `ErrorInterceptor`, so a servicer raises and never
 aborts by hand. A `TesseraError` (tessera.common.errors) becomes its code and its message; any
@@ -23,6 +26,8 @@ import grpc.aio
 import structlog
 
 from tessera.common.errors import InvalidArgument, TesseraError
+from tessera.common.identity import Identity
+from tessera.common.tls import TlsConfig, channel_credentials, server_credentials
 
 log = structlog.get_logger(__name__)
 
@@ -202,23 +207,97 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
         return call
 
 
+class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
+    """Call `check(method, context)` before every handler runs; what it raises (Unauthenticated,
+    PermissionDenied) becomes the call's status through the ErrorInterceptor outside it.
+
+    An interceptor sees no call context, only the handler it returns does: the check wraps the
+    handler, as ErrorInterceptor does.
+    """
+
+    def __init__(self, check: Callable[[str, Any], None]) -> None:
+        self.check = check
+
+    async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        method = details.method.rpartition("/")[2]
+        check = self.check
+        for kind, make in (("unary_unary", grpc.unary_unary_rpc_method_handler),
+                           ("stream_unary", grpc.stream_unary_rpc_method_handler)):
+            behavior = getattr(handler, kind)
+            if behavior is not None:
+                async def unary(request: Any, context: Any, _b: Callable[..., Any] = behavior) -> Any:
+                    check(method, context)
+                    result = _b(request, context)
+                    return await result if inspect.isawaitable(result) else result
+
+                return make(unary, request_deserializer=handler.request_deserializer,
+                            response_serializer=handler.response_serializer)
+        for kind, make in (("unary_stream", grpc.unary_stream_rpc_method_handler),
+                           ("stream_stream", grpc.stream_stream_rpc_method_handler)):
+            behavior = getattr(handler, kind)
+            if behavior is not None:
+                async def stream(request: Any, context: Any, _b: Callable[..., Any] = behavior) -> AsyncIterator[Any]:
+                    check(method, context)
+                    result = _b(request, context)
+                    if inspect.isasyncgen(result):
+                        async for item in result:
+                            yield item
+                    else:
+                        await result
+
+                return make(stream, request_deserializer=handler.request_deserializer,
+                            response_serializer=handler.response_serializer)
+        return handler
+
+
+def _security(tls: TlsConfig | None, insecure: bool, what: str) -> None:
+    if tls is None and not insecure:
+        raise ValueError(f"{what}: TLS configuration required (plaintext only with insecure=True)")
+    if tls is not None and insecure:
+        raise ValueError(f"{what}: both TLS and insecure given")
+
+
+def add_port(server: grpc.aio.Server, listen: str, *, tls: TlsConfig | None = None, insecure: bool = False,
+             client_cert: bool = True) -> int:
+    """Bind one more address (host:port, or unix:PATH) to `server`; returns the bound port.
+
+    With `tls`, `client_cert` requires a client certificate of the CA on this port. Raises OSError
+    when the address cannot be bound.
+    """
+    _security(tls, insecure, listen)
+    try:
+        if tls is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, server_credentials(tls, client_cert=client_cert))
+    except RuntimeError as exc:  # grpc reports a failed bind as RuntimeError
+        raise OSError(f"cannot bind gRPC server to {listen!r}: {exc}") from None
+    if port == 0 and not listen.startswith("unix:"):
+        raise OSError(f"cannot bind gRPC server to {listen!r}")
+    return int(port)
+
+
 def aio_server(
     listen: str, registrations: Sequence[tuple[Any, Any]], interceptors: Sequence[Any] = (),
-    name: str = "server", translate: Translate | None = None,
+    name: str = "server", translate: Translate | None = None, *, tls: TlsConfig | None = None,
+    insecure: bool = False, client_cert: bool = True,
 ) -> tuple[grpc.aio.Server, int]:
     """Build an asyncio server on `listen` (host:port, port 0 = pick one).
 
     `registrations` is a list of (add_XServicer_to_server, servicer). Errors are mapped by an
-    ErrorInterceptor(name, translate), outermost. Returns the server, not yet started, and the
-    bound port. Raises OSError when the address cannot be bound.
+    ErrorInterceptor(name, translate), outermost. TLS from `tls` (with a required client
+    certificate unless `client_cert` is False), plaintext only with `insecure`. Returns the server,
+    not yet started, and the bound port. Raises OSError when the address cannot be bound.
     """
+    _security(tls, insecure, f"{name} server")
     chain = [ErrorInterceptor(name, translate), *interceptors]
     server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=chain)
     for add, servicer in registrations:
         add(servicer, server)
-    port = server.add_insecure_port(listen)
-    if port == 0:
-        raise OSError(f"cannot bind gRPC server to {listen!r}")
+    port = add_port(server, listen, tls=tls, insecure=insecure, client_cert=client_cert)
     return server, port
 
 
@@ -242,14 +321,30 @@ async def stop_server(server: grpc.aio.Server, grace: float) -> bool:
     return True
 
 
-def aio_channel(target: str) -> grpc.aio.Channel:
-    """An asyncio channel to host:port with Tessera's limits and retry policy."""
-    return grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+def _channel_options(peer: Identity | None) -> list[tuple[str, Any]]:
+    # gRPC checks a server certificate against a host name only: the identity's reserved name
+    # (identity.py) is what the certificate of `peer`, and no other, carries.
+    return _CHANNEL_OPTIONS + ([("grpc.ssl_target_name_override", peer.dns)] if peer is not None else [])
 
 
-def sync_channel(target: str) -> grpc.Channel:
-    """A blocking channel to host:port (SDK and CLI) with the same limits and retry policy."""
-    return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+def aio_channel(target: str, *, tls: TlsConfig | None = None, insecure: bool = False,
+                peer: Identity | None = None) -> grpc.aio.Channel:
+    """An asyncio channel to host:port with Tessera's limits and retry policy: TLS from `tls`
+    (presenting its certificate, if any), plaintext only with `insecure`. `peer`: the identity
+    the server must prove; None checks the host name dialled, as any TLS client does."""
+    _security(tls, insecure, f"channel to {target}")
+    if tls is None:
+        return grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(target, channel_credentials(tls), options=_channel_options(peer))
+
+
+def sync_channel(target: str, *, tls: TlsConfig | None = None, insecure: bool = False,
+                 peer: Identity | None = None) -> grpc.Channel:
+    """A blocking channel (SDK and CLI) with the same limits, retry policy and security rules."""
+    _security(tls, insecure, f"channel to {target}")
+    if tls is None:
+        return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+    return grpc.secure_channel(target, channel_credentials(tls), options=_channel_options(peer))
 
 
 def host_of(address: str) -> str:

@@ -1,4 +1,9 @@
-"""Calls from the controller to node agents, with the controller's epoch on every call."""
+"""Calls from the controller to node agents, with the controller's epoch on every call.
+
+Every call names the node it means (`node_id`) as well as its address: over TLS the channel checks
+that the agent answering at that address holds that node's certificate (docs/security.md), so a node
+that registered another node's address receives nothing meant for the other.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from typing import Protocol
 import grpc
 import structlog
 
+from tessera.common import identity
 from tessera.common.rpc import aio_channel
+from tessera.common.tls import TlsConfig
 from tessera.v1 import agent_pb2, agent_pb2_grpc
 
 log = structlog.get_logger("tessera.controller.agents")
@@ -22,35 +29,44 @@ class AgentCalls(Protocol):
     the call fails; `stop` and `drain` are best effort and never raise (`drain` answers why the
     agent did not confirm, "" when it did)."""
 
-    async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse: ...
+    async def launch(self, node_id: str, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse: ...
 
-    async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None: ...
+    async def stop(self, node_id: str, address: str, epoch: int, job_id: str, attempt: int, grace_s: float,
+                   reason: str) -> None: ...
 
-    async def drain(self, address: str, epoch: int, drain: bool) -> str: ...
+    async def drain(self, node_id: str, address: str, epoch: int, drain: bool) -> str: ...
 
-    async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse: ...
+    async def read_log(self, node_id: str, address: str,
+                       req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse: ...
 
 
 class AgentClients:
-    """`AgentCalls` over gRPC, one channel per agent address."""
+    """`AgentCalls` over gRPC, one channel per (node, address). `tls`: the controller's certificate,
+    presented to agents, whose own must name the node called; None = the controller's --insecure."""
 
-    def __init__(self) -> None:
-        self._stubs: dict[str, tuple[grpc.aio.Channel, agent_pb2_grpc.NodeAgentStub]] = {}
+    def __init__(self, tls: TlsConfig | None = None) -> None:
+        self.tls = tls
+        self._stubs: dict[tuple[str, str], tuple[grpc.aio.Channel, agent_pb2_grpc.NodeAgentStub]] = {}
         self._stops: dict[tuple[str, str, int], float] = {}
 
-    def stub(self, address: str) -> agent_pb2_grpc.NodeAgentStub:
-        if address not in self._stubs:
-            ch = aio_channel(address)
-            self._stubs[address] = (ch, agent_pb2_grpc.NodeAgentStub(ch))
-        return self._stubs[address][1]
+    def stub(self, node_id: str, address: str) -> agent_pb2_grpc.NodeAgentStub:
+        key = (node_id, address)
+        if key not in self._stubs:
+            if self.tls is None:
+                ch = aio_channel(address, insecure=True)
+            else:
+                ch = aio_channel(address, tls=self.tls, peer=identity.node(node_id))
+            self._stubs[key] = (ch, agent_pb2_grpc.NodeAgentStub(ch))
+        return self._stubs[key][1]
 
-    async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
-        resp: agent_pb2.LaunchResponse = await self.stub(address).Launch(req, timeout=CALL_TIMEOUT_S)
+    async def launch(self, node_id: str, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
+        resp: agent_pb2.LaunchResponse = await self.stub(node_id, address).Launch(req, timeout=CALL_TIMEOUT_S)
         log.info("launch", address=address, job_id=req.job_id, attempt=req.attempt,
                  ranks=[r.rank for r in req.ranks], started=resp.started)
         return resp
 
-    async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None:
+    async def stop(self, node_id: str, address: str, epoch: int, job_id: str, attempt: int, grace_s: float,
+                   reason: str) -> None:
         """Best effort: a node that cannot be reached has its stale workers stopped when it returns."""
         key, now = (address, job_id, attempt), time.monotonic()
         if now - self._stops.get(key, -1e9) < STOP_RESEND_S:
@@ -61,15 +77,15 @@ class AgentClients:
         req = agent_pb2.StopRequest(request_id=f"stop/{job_id}/{attempt}/{epoch}", controller_epoch=epoch,
                                     job_id=job_id, attempt=attempt, grace_seconds=grace_s, reason=reason)
         try:
-            await self.stub(address).Stop(req, timeout=CALL_TIMEOUT_S)
+            await self.stub(node_id, address).Stop(req, timeout=CALL_TIMEOUT_S)
             log.info("stop", address=address, job_id=job_id, attempt=attempt, reason=reason)
         except grpc.aio.AioRpcError as e:
             log.warning("stop_failed", address=address, job_id=job_id, attempt=attempt, code=e.code().name,
                         details=e.details())
 
-    async def drain(self, address: str, epoch: int, drain: bool) -> str:
+    async def drain(self, node_id: str, address: str, epoch: int, drain: bool) -> str:
         try:
-            await self.stub(address).Drain(agent_pb2.DrainRequest(request_id=f"drain/{drain}/{epoch}",
+            await self.stub(node_id, address).Drain(agent_pb2.DrainRequest(request_id=f"drain/{drain}/{epoch}",
                                                                   controller_epoch=epoch, drain=drain),
                                            timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as e:
@@ -77,8 +93,9 @@ class AgentClients:
             return f"{e.code().name}: {e.details()}"
         return ""
 
-    async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
-        resp: agent_pb2.ReadLogResponse = await self.stub(address).ReadLog(req, timeout=CALL_TIMEOUT_S)
+    async def read_log(self, node_id: str, address: str,
+                       req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
+        resp: agent_pb2.ReadLogResponse = await self.stub(node_id, address).ReadLog(req, timeout=CALL_TIMEOUT_S)
         return resp
 
     async def close(self) -> None:

@@ -34,6 +34,7 @@ import structlog
 from tessera.common.crashpoints import crash_point
 from tessera.common.errors import FailedPrecondition
 from tessera.common.tokens import ANONYMOUS, Principal
+from tessera.common.tls import TlsConfig
 from tessera.controller import metrics, rounds, transitions
 from tessera.controller.agents import AgentCalls
 from tessera.controller.core import frenzy
@@ -96,6 +97,8 @@ class EngineConfig:
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
     frenzy: frenzy.FrenzyConfig = field(default_factory=frenzy.FrenzyConfig)
+    # The controller's certificate for its calls to the estimator; None = the controller's --insecure.
+    tls: TlsConfig | None = None
 
 
 class Engine:
@@ -110,7 +113,7 @@ class Engine:
         self._live = LiveState()
         self.view = LiveView(store, self._live, epoch, mono, wall)
         self.learner = StepLearner(cfg.step_times, cfg.learn_step_times)
-        self.estimator_feed = EstimatorFeed(cfg.estimator) if cfg.estimator else None
+        self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
@@ -209,7 +212,7 @@ class Engine:
         if live is None or live.liveness != P.NODE_STATE_READY:
             state = P.NodeState.Name(live.liveness if live else P.NODE_STATE_UNREACHABLE)[11:]
             return rec, f"node {node_id} is {state}: its agent is told when it registers again"
-        err = await self.agents.drain(live.address, self.epoch, drained)
+        err = await self.agents.drain(live.id, live.address, self.epoch, drained)
         return rec, f"the agent did not confirm: {err}" if err else ""
 
     async def remove_node(self, node_id: str, force: bool, request_id: str) -> bool:
@@ -265,7 +268,7 @@ class Engine:
                  returned=old is not None)
         if self._live.records[node_id].drained != status.draining:
             # The admin's word, kept by the controller, wins over what the agent remembers.
-            await self.agents.drain(status.address, self.epoch, self._live.records[node_id].drained)
+            await self.agents.drain(node_id, status.address, self.epoch, self._live.records[node_id].drained)
         await self._observe(live, status)
         await self.liveness_tick()
         self.kick()
@@ -332,7 +335,7 @@ class Engine:
         for (jid, attempt), ws in live.running.items():
             stale = job is None or job.state not in ACTIVE or attempt != job.attempt
             if jid == job_id and stale and any(w.state != P.WORKER_STATE_EXITED for w in ws):
-                await self.agents.stop(live.address, self.epoch, job_id, attempt, self.cfg.stop_grace_s,
+                await self.agents.stop(live.id, live.address, self.epoch, job_id, attempt, self.cfg.stop_grace_s,
                                        "stale attempt: not the job's current attempt")
 
     async def _evaluate(self, job: JobRecord) -> None:
@@ -397,7 +400,7 @@ class Engine:
         if live is None or live.liveness != P.NODE_STATE_READY:
             return ""
         try:
-            resp = await self.agents.read_log(live.address, agent_pb2.ReadLogRequest(
+            resp = await self.agents.read_log(live.id, live.address, agent_pb2.ReadLogRequest(
                 controller_epoch=self.epoch, job_id=job.id, attempt=job.attempt, rank=rank, tail_bytes=4096))
         except grpc.aio.AioRpcError:
             return ""
@@ -416,7 +419,8 @@ class Engine:
         for s in job.placement.slices if job.placement else ():
             live = self._live.nodes.get(s.node_id)
             if live is not None and live.liveness == P.NODE_STATE_READY:
-                await self.agents.stop(live.address, self.epoch, job.id, job.attempt, self.cfg.stop_grace_s, reason)
+                await self.agents.stop(live.id, live.address, self.epoch, job.id, job.attempt, self.cfg.stop_grace_s,
+                                       reason)
 
     async def _migrate_off(self, job: JobRecord, why: str) -> None:
         job, events = transitions.migrating_off(job, why)
@@ -584,7 +588,7 @@ class Engine:
             if only_missing and (job.id, job.attempt) in live.running:
                 continue
             try:
-                await self.agents.launch(live.address, req)
+                await self.agents.launch(node_id, live.address, req)
                 crash_point("launch.answered")
             except grpc.aio.AioRpcError as e:
                 why = f"launch on {node_id} failed: {e.code().name}: {e.details()}"

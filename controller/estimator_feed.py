@@ -15,7 +15,9 @@ import grpc
 import structlog
 
 from tessera.common.gpus import CATALOG
+from tessera.common.identity import ESTIMATOR
 from tessera.common.rpc import aio_channel
+from tessera.common.tls import TlsConfig
 from tessera.controller import metrics
 from tessera.controller.core.step_times import Learned
 from tessera.controller.store import JobRecord
@@ -62,10 +64,16 @@ def step_times_request(job: JobRecord, dims: ModelDims, gpu_type: str, gpus_per_
 
 
 class EstimatorFeed:
-    def __init__(self, target: str, max_in_flight: int = 8) -> None:
+    """`tls`: the controller's certificate; the estimator must hold the estimator identity. None =
+    the controller's --insecure, and the estimator is dialled in plaintext."""
+
+    def __init__(self, target: str, max_in_flight: int = 8, *, tls: TlsConfig | None = None) -> None:
         self.target = target
         self.max_in_flight = max_in_flight
-        self._channel = aio_channel(target)
+        if tls is None:
+            self._channel = aio_channel(target, insecure=True)
+        else:
+            self._channel = aio_channel(target, tls=tls, peer=ESTIMATOR)
         self._stub = estimator_pb2_grpc.EstimatorStub(self._channel)
         self._tasks: set[asyncio.Task[None]] = set()
 

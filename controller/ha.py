@@ -19,13 +19,15 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import grpc.aio
 import structlog
 
 from tessera.common import daemon, metrics, rpc
 from tessera.controller.agents import AgentClients
-from tessera.controller.auth import Authenticator, AuthInterceptor
 from tessera.controller.election import Leadership, NotLeader
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import EtcdClient, EtcdConfig, parse_endpoints
@@ -48,22 +50,23 @@ class LeaderAgents:
         if not self.lead.is_leader():
             raise NotLeader(f"not the leader any more (epoch {self.lead.epoch}): no agent call")
 
-    async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
+    async def launch(self, node_id: str, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
         self._check()
-        return await self.inner.launch(address, req)
+        return await self.inner.launch(node_id, address, req)
 
-    async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None:
+    async def stop(self, node_id: str, address: str, epoch: int, job_id: str, attempt: int, grace_s: float,
+                   reason: str) -> None:
         if self.lead.is_leader():
-            await self.inner.stop(address, epoch, job_id, attempt, grace_s, reason)
+            await self.inner.stop(node_id, address, epoch, job_id, attempt, grace_s, reason)
 
-    async def drain(self, address: str, epoch: int, drain: bool) -> str:
+    async def drain(self, node_id: str, address: str, epoch: int, drain: bool) -> str:
         if not self.lead.is_leader():
             return f"not the leader any more (epoch {self.lead.epoch}): the agent was not called"
-        return await self.inner.drain(address, epoch, drain)
+        return await self.inner.drain(node_id, address, epoch, drain)
 
-    async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
+    async def read_log(self, node_id: str, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
         self._check()
-        return await self.inner.read_log(address, req)
+        return await self.inner.read_log(node_id, address, req)
 
     async def close(self) -> None:
         await self.inner.close()
@@ -84,7 +87,11 @@ def advertised(listen: str, port: int, advertise: str) -> str:
     return f"{host}:{port}"
 
 
-async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, auth: Authenticator) -> None:
+# Builds the controller's server from its registrations: (server, users' port, agents' port).
+ServerFactory = Callable[[list[tuple[Any, Any]]], tuple[grpc.aio.Server, int, int]]
+
+
+async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, make_server: ServerFactory) -> None:
     client = EtcdClient(etcd_config(args))
     services = [controller_pb2.DESCRIPTOR.services_by_name["Controller"],
                 agent_pb2.DESCRIPTOR.services_by_name["AgentRegistry"]]
@@ -96,14 +103,15 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, aut
         return seen[0] if seen and seen[0] != address else ""
 
     switch = LeaderSwitch(services, leader_address)
-    server, port = rpc.aio_server(args.listen, [(lambda s, srv: srv.add_generic_rpc_handlers((s,)), switch)],
-                                  interceptors=[AuthInterceptor(auth)], name="controller", translate=translate())
+    server, port, agent_port = make_server([(lambda s, srv: srv.add_generic_rpc_handlers((s,)), switch)])
     address = advertised(args.listen, port, args.advertise)
     lead = Leadership(client, address, ttl_s=args.etcd_lease_ttl)
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]
-    log.info("controller_started", listen=f"{host}:{port}", role="standby", address=address,
+    agent_host = args.agent_listen.rpartition(":")[0]
+    log.info("controller_started", listen=f"{host}:{port}", agent_listen=f"{agent_host}:{agent_port}",
+             role="standby", address=address, transport="insecure" if args.tls is None else "tls",
              etcd=",".join(client.cfg.endpoints), prefix=client.cfg.prefix, lease_ttl=lead.ttl_s,
              metrics_port=mport, pid=os.getpid())
     signals = asyncio.create_task(daemon.serve_until_signal(f"standby on {host}:{port}"))
@@ -111,7 +119,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, aut
     first: list[asyncio.Future[object]] = [signals, campaign]  # type: ignore[list-item]
     await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
     engine: Engine | None = None
-    agents = AgentClients()
+    agents = AgentClients(args.tls)
     tasks: list[asyncio.Task[None]] = []
     lost = asyncio.Event()
     if not signals.done():
@@ -132,7 +140,8 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, aut
             raise
         engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)
         switch.lead([(controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
-                     (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine))])
+                     (agent_pb2_grpc.add_AgentRegistryServicer_to_server,
+                      RegistryService(engine, authenticate=args.tls is not None))])
         log.info("controller_leading", epoch=epoch, address=address, jobs=len(store.list_jobs()),
                  nodes=len(store.list_nodes()))
         tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop())]

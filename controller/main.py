@@ -7,10 +7,12 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
+import grpc.aio
 import structlog
 
-from tessera.common import daemon, envpolicy, metrics, rpc
+from tessera.common import daemon, envpolicy, metrics, rpc, tls
 from tessera.common.errors import InvalidInput, TesseraError
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
@@ -27,10 +29,18 @@ from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
 log = structlog.get_logger("controller")
 
+# The agents' port: AgentRegistry needs a client certificate, which gRPC can only require port-wide,
+# while users connect without one (docs/security.md).
+DEFAULT_AGENT_PORT = 50054
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tessera-controller", description=__doc__)
-    p.add_argument("--listen", default="127.0.0.1:50051", help="host:port for the client and agent APIs")
+    p.add_argument("--listen", default="127.0.0.1:50051",
+                   help="host:port of the client API (TLS; users need no certificate)")
+    p.add_argument("--agent-listen", default=None, metavar="HOST:PORT",
+                   help="host:port of the agents' API (mTLS: node certificates); default the --listen host, "
+                        f"port {DEFAULT_AGENT_PORT} (port 0 when --listen has port 0)")
     p.add_argument("--state-dir", required=True, help="directory for the SQLite state (created if missing)")
     p.add_argument("--round-interval", type=float, default=300.0, help="seconds between scheduling rounds")
     p.add_argument("--inspect-interval", type=float, default=20.0, help="seconds between running-job inspections")
@@ -95,7 +105,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
                    help="let jobs set this variable although the environment policy refuses it "
                         "(LD_LIBRARY_PATH, PYTHONPATH, ...; docs/job-file.md); repeatable")
+    tls.add_arguments(p)
     args = p.parse_args(argv)
+    args.tls = tls.from_args(args, p.error)
+    if args.tls is not None and (args.tls.identity is None or args.tls.identity.kind != "controller"):
+        p.error(f"--tls-dir: {args.tls.source} holds a certificate of {args.tls.identity or 'no Tessera identity'}, "
+                "not of the controller (tessctl admin pki issue --controller)")
+    if args.agent_listen is None:
+        host, _, port = args.listen.rpartition(":")
+        args.agent_listen = f"{host}:{0 if port == '0' else DEFAULT_AGENT_PORT}"
     for name in ("job_ttl", "checkpoint_ttl"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0 (0 = keep forever)")
@@ -153,7 +171,19 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         learn_step_times=args.learn_step_times,
         allowed_env=frozenset(args.allow_env),
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
-        frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)))
+        frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls)
+
+
+def controller_server(args: argparse.Namespace, auth: Authenticator,
+                      registrations: list[tuple[Any, Any]]) -> tuple[grpc.aio.Server, int, int]:
+    """One server, two ports, the same services on both: --listen (TLS without client certificates:
+    users carry tokens) and --agent-listen (mTLS requiring a node certificate), where alone
+    AgentRegistry finds the identity it needs. Returns the server (not started) and both ports."""
+    insecure = args.tls is None
+    server, port = rpc.aio_server(args.listen, registrations, interceptors=[AuthInterceptor(auth)], name="controller",
+                                  translate=translate(), tls=args.tls, insecure=insecure, client_cert=False)
+    agent_port = rpc.add_port(server, args.agent_listen, tls=args.tls, insecure=insecure, client_cert=True)
+    return server, port, agent_port
 
 
 async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
@@ -163,29 +193,32 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     ckpt.mkdir(parents=True, exist_ok=True)
     cfg = engine_config(args, ckpt)
     if args.store == "etcd":
-        await serve_ha(args, cfg, state, auth)
+        await serve_ha(args, cfg, state, lambda regs: controller_server(args, auth, regs))
         return
     store = SqliteStore(state / "controller.db")
     epoch = store.next_epoch()
     structlog.contextvars.bind_contextvars(epoch=epoch)
-    agents = AgentClients()
+    agents = AgentClients(args.tls)
     engine = Engine(store, agents, cfg, epoch)
     retention = Retention(store, str(ckpt), RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
-    server, port = rpc.aio_server(args.listen, [
+    server, port, agent_port = controller_server(args, auth, [
         (controller_pb2_grpc.add_ControllerServicer_to_server,
          ControllerService(engine, page_key=page_key(state / PAGE_KEY_FILE))),
-        (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine)),
-    ], interceptors=[AuthInterceptor(auth)], name="controller", translate=translate())
+        (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine, authenticate=args.tls is not None)),
+    ])
     await server.start()
     mport = metrics.serve(args.metrics_listen)
+    tls.announce("tessera-controller", args.tls)
     host = args.listen.rpartition(":")[0]
     if isinstance(auth, TokenAuthenticator):
         log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
     else:
         log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
                     "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
-    log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
-             checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
+    agent_host = args.agent_listen.rpartition(":")[0]
+    log.info("controller_started", listen=f"{host}:{port}", agent_listen=f"{agent_host}:{agent_port}", epoch=epoch,
+             state_dir=str(state), checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid(),
+             transport="insecure" if args.tls is None else "tls")
     tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
                                               retention.loop(engine.view.notify))]
     await daemon.serve_until_signal(f"serving on {host}:{port}, epoch {epoch}")

@@ -18,13 +18,16 @@ from tessera.common.errors import (
     FailedPrecondition,
     InvalidArgument,
     InvalidInput,
+    PermissionDenied,
     TesseraError,
+    Unauthenticated,
     Unavailable,
 )
 from tessera.common.nodespec import node_id_error, status_errors
 from tessera.common.tokens import Principal
 from tessera.controller.access import list_tenant, may_see, submit_tenant
 from tessera.controller.auth import principal_of
+from tessera.common.tls import peer_identity
 from tessera.controller.convert import event_pb, job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine
@@ -203,15 +206,32 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         address = self.view.agent_address(node_id)
         if address is None:
             raise Unavailable(f"node {node_id} holding the log is not reachable")
-        resp = await self.engine.agents.read_log(address, agent_pb2.ReadLogRequest(
+        resp = await self.engine.agents.read_log(node_id, address, agent_pb2.ReadLogRequest(
             controller_epoch=self.engine.epoch, job_id=rec.id, attempt=request.attempt or rec.attempt,
             rank=request.rank, tail_bytes=request.tail_bytes or 65536))
         return controller_pb2.GetJobLogsResponse(node_id=node_id, path=resp.path, data=resp.data)
 
 
 class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
-    def __init__(self, engine: Engine) -> None:
+    """Register and Heartbeat speak for one node: with `authenticate` (the controller serves TLS),
+    only over the mTLS certificate of that node (docs/security.md), so nobody else can move a node's
+    address or report its workers' exits. Without it (--insecure) anyone can, as the flag says."""
+
+    def __init__(self, engine: Engine, authenticate: bool = True) -> None:
         self.engine = engine
+        self.authenticate = authenticate
+
+    def _speaks_for(self, context: Any, node_id: str) -> None:
+        if not self.authenticate:
+            return
+        who = peer_identity(context)
+        if who is None:
+            raise Unauthenticated("AgentRegistry needs the node's client certificate: connect to the "
+                                  "controller's agent port (--agent-listen) with the agent's --tls-dir")
+        if who.kind != "node" or who.name != node_id:
+            log.warning("registry_identity_refused", certificate=str(who), node_id=node_id[:80])
+            raise PermissionDenied(f"status.node_id: the certificate of {who} may not speak for node "
+                                   f"{node_id[:80]!r}")
 
     @staticmethod
     def _check(status: agent_pb2.NodeStatus) -> None:
@@ -223,6 +243,7 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
             raise InvalidInput("; ".join(f"{f}: {r}" for f, r in errors[:MAX_REPORTED]))
 
     async def Register(self, request: agent_pb2.RegisterRequest, context: Any) -> agent_pb2.RegisterResponse:
+        self._speaks_for(context, request.status.node_id)
         self._check(request.status)
         await self.engine.register(request.status)
         lv = self.engine.cfg.liveness
@@ -231,6 +252,7 @@ class RegistryService(agent_pb2_grpc.AgentRegistryServicer):
                                           fence_seconds=fence_seconds(lv), fence_grace_seconds=lv.fence_grace_s)
 
     async def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Any) -> agent_pb2.HeartbeatResponse:
+        self._speaks_for(context, request.status.node_id)
         self._check(request.status)
         ok = await self.engine.heartbeat(request.status, request.controller_epoch)
         return agent_pb2.HeartbeatResponse(reregister=not ok, controller_epoch=self.engine.epoch)

@@ -21,12 +21,13 @@ import grpc.aio
 import structlog
 
 from tessera.common import rpc
+from tessera.common.tls import TlsConfig
 from tessera.nodeagent import cgroups, metrics, retention
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_KEEPER_POLL, Keepers
 from tessera.nodeagent.registration import Registrar
 from tessera.nodeagent.selffence import SelfFence
-from tessera.nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer
+from tessera.nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer, WorkerTokens
 from tessera.nodeagent.state import FILE_NAME, StateFile
 from tessera.nodeagent.supervisor import Supervisor
 from tessera.nodeagent.users import UserMap, build
@@ -69,6 +70,19 @@ class AgentConfig:
     # SIGTERM -> SIGKILL of a fenced worker, and how often keepers read the fence file.
     fence_grace: float = DEFAULT_FENCE_GRACE
     keeper_poll: float = DEFAULT_KEEPER_POLL
+    # This node's certificate (mTLS both ways); None only with `insecure` (tessera-agent --insecure).
+    tls: TlsConfig | None = None
+    insecure: bool = False
+
+
+SOCKET_NAME = "agent.sock"
+# sun_path holds 108 bytes with its terminating NUL.
+MAX_SOCKET_PATH = 107
+
+
+def socket_path(work_dir: Path) -> Path:
+    """The unix socket where this agent's workers report progress (docs/security.md)."""
+    return work_dir / SOCKET_NAME
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -108,6 +122,7 @@ class Agent:
         self._state_file = StateFile(config.work_dir / FILE_NAME)
         self.wake = asyncio.Event()
         self.fence = EpochFence(on_raise=lambda _epoch: self._persist())
+        self.tokens = WorkerTokens.load_or_create(config.work_dir)
         self.drain = DrainFlag(on_change=self._drain_changed)
         self.selffence = SelfFence(config.work_dir)
         self.keepers = Keepers(
@@ -188,20 +203,30 @@ class Agent:
             self.drain.draining = bool(state.get("draining", False))
         finally:
             self._restoring = False
-        servicer = NodeAgentServicer(self.supervisor, self.fence, self.drain)
+        servicer = NodeAgentServicer(self.supervisor, self.fence, self.drain, tokens=self.tokens,
+                                     authenticate=not self.config.insecure)
         self.server, self.port = self._bind(servicer, state.get("port"))
         self.address = join_host_port(advertise_host(self.config), self.port)
-        self.supervisor.agent_addr = join_host_port(local_host(self.config.listen), self.port)
+        sock = socket_path(self.config.work_dir)
+        sock.unlink(missing_ok=True)  # left by an agent that was killed
+        rpc.add_port(self.server, f"unix:{sock}", insecure=True)
+        self.supervisor.agent_addr = f"unix:{sock}"
+        self.supervisor.worker_token = self.tokens.token
         self._log_worker_users()
         adopted = self.supervisor.restore(state)
         metrics.WORKERS_RUNNING.set(self.supervisor.running_count())
         await self.server.start()
+        # Workers may run as other users (unprivileged uids): anyone on the node may connect, and
+        # only the attempt's secret lets a call through.
+        sock.chmod(0o666)
         log.info(
             "agent serving",
             node_id=self.config.node_id,
             listen=join_host_port(listen_host(self.config.listen).strip("[]") or "0.0.0.0", self.port),
             address=self.address,
             controller=self.config.controller,
+            workers_socket=str(sock),
+            transport="insecure" if self.config.insecure else "tls",
             inventory_source=common_pb2.InventorySource.Name(self.inventory.source),
             gpus=len(self.inventory.gpus),
             worker_omp_threads=self.supervisor.omp_threads,
@@ -209,7 +234,7 @@ class Agent:
             controller_epoch=self.fence.epoch,
             draining=self.drain.draining,
         )
-        self._controllers = ControllerSet(split_addresses(self.config.controller))
+        self._controllers = ControllerSet(split_addresses(self.config.controller), self.config.tls)
         self.registrar = Registrar(
             self._controllers,
             self.node_status,
@@ -254,18 +279,19 @@ class Agent:
     def _bind(self, servicer: NodeAgentServicer, previous_port: object) -> tuple[grpc.aio.Server, int]:
         """Bind the NodeAgent server; raises OSError when the listen address cannot be bound.
 
-        With port 0, the port of the previous run is tried first: workers re-adopted from that run
-        still report progress to the TESSERA_AGENT_ADDR they were started with.
+        With port 0, the port of the previous run is tried first: the controller still has the
+        address of that run until the agent registers again.
         """
         registrations = [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)]
+        security: dict[str, Any] = {"tls": self.config.tls, "insecure": self.config.insecure, "client_cert": True}
         host, _, port = self.config.listen.rpartition(":")
         if port == "0" and isinstance(previous_port, int) and 0 < previous_port < 65536:
             try:
-                return rpc.aio_server(f"{host}:{previous_port}", registrations, name="agent")
+                return rpc.aio_server(f"{host}:{previous_port}", registrations, name="agent", **security)
             except (OSError, RuntimeError):
                 log.info("previous port is taken; binding a new one", port=previous_port)
         try:
-            return rpc.aio_server(self.config.listen, registrations, name="agent")
+            return rpc.aio_server(self.config.listen, registrations, name="agent", **security)
         except RuntimeError as exc:  # grpc reports a failed bind as RuntimeError
             raise OSError(str(exc)) from None
 

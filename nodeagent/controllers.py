@@ -17,6 +17,8 @@ import grpc.aio
 import structlog
 
 from tessera.common import rpc
+from tessera.common.identity import CONTROLLER
+from tessera.common.tls import TlsConfig
 from tessera.v1 import agent_pb2_grpc
 
 log = structlog.get_logger("tessera.nodeagent.controllers")
@@ -35,18 +37,26 @@ def split_addresses(value: str) -> list[str]:
 class ControllerSet:
     """The AgentRegistry stub of the controller currently in use; `failed` moves to another."""
 
-    def __init__(self, addresses: Sequence[str]) -> None:
+    def __init__(self, addresses: Sequence[str], tls: TlsConfig | None = None) -> None:
+        """`tls`: this node's certificate, verifying each controller's identity; None = plaintext
+        (tessera-agent --insecure)."""
         if not addresses:
             raise ValueError("at least one controller address")
         self.addresses = list(addresses)
+        self._tls = tls
         self._i = 0
-        self._channel: grpc.aio.Channel = rpc.aio_channel(self.addresses[0])
+        self._channel: grpc.aio.Channel = self._dial(self.addresses[0])
         self.stub = agent_pb2_grpc.AgentRegistryStub(self._channel)
         self._old: list[grpc.aio.Channel] = []
 
     @property
     def current(self) -> str:
         return self.addresses[self._i]
+
+    def _dial(self, address: str) -> grpc.aio.Channel:
+        if self._tls is None:
+            return rpc.aio_channel(address, insecure=True)
+        return rpc.aio_channel(address, tls=self._tls, peer=CONTROLLER)
 
     def failed(self, exc: grpc.RpcError) -> None:
         """After a failed call: use the hinted leader, or the next address (one address: stay)."""
@@ -58,7 +68,7 @@ class ControllerSet:
             return
         self._i = target
         self._old.append(self._channel)  # closed in close(): a call may still be finishing on it
-        self._channel = rpc.aio_channel(self.current)
+        self._channel = self._dial(self.current)
         self.stub = agent_pb2_grpc.AgentRegistryStub(self._channel)
         log.info("controller_switch", controller=self.current, hinted=bool(hint and hint in self.addresses))
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -18,12 +17,12 @@ from typing import NoReturn
 
 import structlog
 
-from tessera.common import envpolicy, logs
+from tessera.common import envpolicy, identity, logs, tls
 from tessera.common import metrics as common_metrics
 from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.nodeagent import inventory, users
-from tessera.nodeagent.agent import Agent, AgentConfig
+from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
 from tessera.nodeagent.controllers import split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE
 from tessera.nodeagent.retention import DEFAULT_TTL_S
@@ -32,7 +31,6 @@ from tessera.v1 import common_pb2
 
 log = structlog.get_logger("tessera.nodeagent.main")
 
-NODE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -48,8 +46,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tessera-agent", description="Tessera node agent: one per GPU server.")
     p.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT...]",
-                   help="the controller's gRPC address; several, comma-separated, for a highly available "
-                        "controller (the agent follows the leader: docs/ha.md)")
+                   help="the controller's agent port (its --agent-listen); several, comma-separated, for a "
+                        "highly available controller (the agent follows the leader: docs/ha.md)")
     p.add_argument(
         "--node-id", required=True, metavar="NAME", help="this node's name, [a-z0-9][a-z0-9._-]{0,62}"
     )
@@ -123,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"SIGTERM to SIGKILL of workers fenced by a lapsed lease (default {DEFAULT_FENCE_GRACE:g})",
     )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
+    tls.add_arguments(p)
     return p
 
 
@@ -137,8 +136,8 @@ def _host_port(value: str, flag: str, allow_port0: bool) -> str:
 def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Namespace]:
     """Parse and validate the command line; AgentUsageError with a one-line message on any problem."""
     args = build_parser().parse_args(argv)
-    if not NODE_ID_RE.fullmatch(args.node_id):
-        raise AgentUsageError(f"--node-id: {args.node_id!r} does not match {NODE_ID_RE.pattern}")
+    if not identity.valid_node_id(args.node_id):
+        raise AgentUsageError(f"--node-id: {args.node_id!r} does not match {identity.NODE_ID_PATTERN}")
     controllers = split_addresses(args.controller)
     if not controllers:
         raise AgentUsageError("--controller: at least one HOST:PORT")
@@ -155,6 +154,12 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         raise AgentUsageError(f"--attempt-ttl: must be >= 0 (0 = keep forever), got {args.attempt_ttl}")
     if not args.stop_grace >= 0:
         raise AgentUsageError(f"--stop-grace: must be >= 0, got {args.stop_grace}")
+    tls_config = tls.from_args(args, build_parser().error)
+    if tls_config is not None and tls_config.identity != identity.node(args.node_id):
+        raise AgentUsageError(
+            f"--tls-dir: {tls_config.source} holds a certificate of {tls_config.identity or 'no Tessera identity'}, "
+            f"not of node {args.node_id} (tessctl admin pki issue --node {args.node_id})"
+        )
     work_dir = Path(args.work_dir).expanduser()
     try:
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -176,6 +181,11 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         user_map = users.build(args.worker_user, args.default_worker_user)
     except users.UserConfigError as exc:
         raise AgentUsageError(str(exc)) from None
+    if len(str(socket_path(work_dir))) > MAX_SOCKET_PATH:
+        raise AgentUsageError(
+            f"--work-dir: {work_dir} is too long: the workers' socket {SOCKET_NAME} in it would pass the "
+            f"{MAX_SOCKET_PATH}-byte limit of a unix socket path"
+        )
     config = AgentConfig(
         controller=args.controller,
         node_id=args.node_id,
@@ -190,6 +200,8 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         worker_python=worker_python,
         allowed_env=frozenset(args.allow_env),
         fence_grace=args.fence_grace,
+        tls=tls_config,
+        insecure=tls_config is None,
     )
     return config, args
 
@@ -230,6 +242,7 @@ async def run(config: AgentConfig, inv: common_pb2.NodeInventory, nvml: bool) ->
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    tls.announce("tessera-agent", config.tls)
     try:
         await agent.start()
     except OSError as exc:

@@ -3,15 +3,29 @@
 Handlers raise the core's errors (InvalidArgument, FailedPrecondition, NotFound); the server's
 ErrorInterceptor (tessera.common.rpc) maps them to status codes and turns anything unexpected into
 INTERNAL after logging it, so no request can take the server down.
+
+Who may call what (docs/security.md): Launch, Stop, Drain and ReadLog come over TCP from the
+controller's certificate only (with `authenticate`; --insecure trusts anyone on TCP), so an epoch
+reaches the fence only from the authenticated controller. ReportProgress comes from this node's
+workers only: over the agent's unix socket, with the attempt's secret (`WorkerTokens`) in the
+metadata `tessera-worker-token`. Neither kind of call is served on the other's transport.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
+import secrets
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import structlog
 
+from tessera.common.errors import PermissionDenied, Unauthenticated
+from tessera.common.identity import CONTROLLER
+from tessera.common.tls import peer_identity, peer_is_local
 from tessera.nodeagent.errors import FailedPrecondition
 from tessera.nodeagent.supervisor import Supervisor
 from tessera.v1 import agent_pb2, agent_pb2_grpc
@@ -60,15 +74,85 @@ class DrainFlag:
                 self._on_change()
 
 
+WORKER_TOKEN_ENV = "TESSERA_WORKER_TOKEN"
+WORKER_TOKEN_METADATA = "tessera-worker-token"
+SECRET_FILE = "worker-secret"
+
+
+class WorkerTokens:
+    """The secret of each attempt, given to its workers in TESSERA_WORKER_TOKEN.
+
+    Derived, not stored: HMAC-SHA256 of "job_id\nattempt" under a random key kept in
+    <work-dir>/worker-secret (0600), so workers re-adopted by a restarted agent still hold a valid
+    token, and no table of tokens has to be persisted. One attempt's workers cannot speak for
+    another attempt's, nor guess the key from their own token.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    @classmethod
+    def load_or_create(cls, work_dir: Path) -> WorkerTokens:
+        path = work_dir / SECRET_FILE
+        try:
+            key = path.read_bytes()
+        except FileNotFoundError:
+            key = b""
+        if len(key) < 32:
+            key = secrets.token_bytes(32)
+            tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        return cls(key)
+
+    def token(self, job_id: str, attempt: int) -> str:
+        return hmac.new(self._key, f"{job_id}\n{attempt}".encode(), hashlib.sha256).hexdigest()
+
+    def check(self, job_id: str, attempt: int, presented: str | None) -> None:
+        if not presented:
+            raise Unauthenticated(f"ReportProgress needs the attempt's secret in metadata {WORKER_TOKEN_METADATA} "
+                                  f"(the worker's {WORKER_TOKEN_ENV})")
+        if not hmac.compare_digest(presented.encode(errors="replace"), self.token(job_id, attempt).encode()):
+            raise PermissionDenied(f"the worker token is not the one of job {job_id[:80]!r} attempt {attempt}")
+
+
+def _metadata(context: Any, key: str) -> str | None:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode(errors="replace")
+    return None
+
+
 class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]  # generated, untyped
-    def __init__(self, supervisor: Supervisor, fence: EpochFence, drain: DrainFlag) -> None:
+    def __init__(self, supervisor: Supervisor, fence: EpochFence, drain: DrainFlag, *,
+                 tokens: WorkerTokens | None = None, authenticate: bool = True) -> None:
         self.supervisor = supervisor
         self.fence = fence
         self.drain = drain
+        self.tokens = tokens or WorkerTokens(secrets.token_bytes(32))
+        self.authenticate = authenticate
+
+    def _from_controller(self, method: str, context: Any) -> None:
+        """Only the controller, over TCP: never a local worker, never another certificate."""
+        if peer_is_local(context):
+            raise PermissionDenied(f"{method} is not served on the workers' socket")
+        if not self.authenticate:
+            return
+        who = peer_identity(context)
+        if who is None:
+            raise Unauthenticated(f"{method} needs the controller's client certificate")
+        if who != CONTROLLER:
+            log.warning("call refused", method=method, certificate=str(who))
+            raise PermissionDenied(f"{method} is the controller's; the certificate of {who} may not call it")
 
     async def Launch(
         self, request: agent_pb2.LaunchRequest, context: Any
     ) -> agent_pb2.LaunchResponse:
+        self._from_controller("Launch", context)
         self.fence.check(request.controller_epoch)
         existing = self.supervisor.statuses_of(request.job_id, request.attempt)
         # A retried Launch of an attempt already running answers as before, even when draining.
@@ -87,6 +171,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
     async def Stop(
         self, request: agent_pb2.StopRequest, context: Any
     ) -> agent_pb2.StopResponse:
+        self._from_controller("Stop", context)
         self.fence.check(request.controller_epoch)
         workers = await self.supervisor.stop(
             request.job_id, request.attempt, request.grace_seconds, request.reason
@@ -97,6 +182,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
     async def Drain(
         self, request: agent_pb2.DrainRequest, context: Any
     ) -> agent_pb2.DrainResponse:
+        self._from_controller("Drain", context)
         self.fence.check(request.controller_epoch)
         self.drain.set(request.drain)
         return agent_pb2.DrainResponse(draining=self.drain.draining)
@@ -104,6 +190,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
     async def ReadLog(
         self, request: agent_pb2.ReadLogRequest, context: Any
     ) -> agent_pb2.ReadLogResponse:
+        self._from_controller("ReadLog", context)
         self.fence.check(request.controller_epoch)
         path, data = self.supervisor.read_log(
             request.job_id, request.attempt, request.rank, request.tail_bytes
@@ -114,6 +201,9 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
         self, request: agent_pb2.ReportProgressRequest, context: Any
     ) -> agent_pb2.ReportProgressResponse:
         # Not fenced: it comes from a local worker, which knows no controller epoch.
+        if not peer_is_local(context):
+            raise PermissionDenied("ReportProgress is served only on the agent's unix socket, to its workers")
+        self.tokens.check(request.job_id, request.attempt, _metadata(context, WORKER_TOKEN_METADATA))
         progress = request.progress if request.HasField("progress") else None
         checkpoint, stop = self.supervisor.report_progress(
             request.job_id, request.attempt, request.rank, progress

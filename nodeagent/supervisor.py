@@ -78,8 +78,10 @@ class Supervisor:
         self.fence = fence
         self.gpu_indices = frozenset(gpu_indices)
         self.declared = declared
-        # host:port of this agent's NodeAgent service, known once the server is bound.
+        # Where workers report progress (unix:<work-dir>/agent.sock), known once the server is bound.
         self.agent_addr = agent_addr
+        # (job_id, attempt) -> the attempt's secret for ReportProgress (server.WorkerTokens).
+        self.worker_token: Callable[[str, int], str] | None = None
         self._on_change = on_change or (lambda: None)
         self._persist = persist or (lambda: None)
         self._base_env = base_env
@@ -227,6 +229,8 @@ class Supervisor:
             home=str(cwd / "home"),
             tmpdir=str(cwd / "tmp"),
         )
+        if self.worker_token is not None:
+            env["TESSERA_WORKER_TOKEN"] = self.worker_token(req.job_id, req.attempt)
         try:
             notes = self.keepers.prepare(cwd, Path(ckpt), user)
             fd = worklogs.open_for_append(w.log_path)

@@ -20,12 +20,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tessera.clients.sdk import Client
+from tessera.common.identity import CONTROLLER
 from tessera.common.localcluster import (
     REPO,
     start_agent,
     start_controller,
     start_estimator,
     tessctl,
+    use_pki,
     wait_for,
 )
 from tessera.v1 import common_pb2 as P
@@ -52,6 +54,10 @@ def main() -> int:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     daemons = []
+    # Every daemon runs with mTLS from a dev PKI made here (docs/security.md); tessctl finds its
+    # CA through TESSERA_CA, which use_pki sets for this process and its children.
+    pki = use_pki(root / "pki")
+    print(f"dev PKI in {pki.root} (CA {pki.ca_file})")
     try:
         est = start_estimator(root / "estimator.log")
         daemons.append(est)
@@ -64,7 +70,7 @@ def main() -> int:
         daemons.append(ctl)
         print(f"controller on {ctl.address} (state {root / 'controller'}, log {ctl.log_path})")
         for node_id, inv in NODES:
-            a = start_agent(ctl.address, node_id, REPO / "examples/inventories" / inv, root / node_id)
+            a = start_agent(ctl, node_id, REPO / "examples/inventories" / inv, root / node_id)
             daemons.append(a)
             print(f"agent {node_id} on {a.address} with {inv} (declared inventory: no GPU probed, workers on CPU)")
         with Client(ctl.address, token=ctl.token) as c:
@@ -94,7 +100,7 @@ def main() -> int:
             show(ctl.address, "logs", ids["tiny"], "--tail", "600")
             inventories = ",".join(str(REPO / "examples/inventories" / inv) for _, inv in NODES)
             show(ctl.address, "estimate", "cells", "-f", str(REPO / "examples/jobs/medium.yaml"), "--cluster",
-                 inventories, "--best", "--estimator", est.address)
+                 inventories, "--best", "--estimator", est.address, "--tls-dir", str(pki.tls_dir(CONTROLLER)))
             ok = all(c.get(i).state == P.JOB_STATE_SUCCEEDED for i in running)
             huge = c.get(ids["huge"])
             print(f"\n{'OK' if ok else 'NOT OK'}: {sum(c.get(i).state == P.JOB_STATE_SUCCEEDED for i in running)}"
@@ -104,7 +110,7 @@ def main() -> int:
                 print(f"\ncluster left running; its API needs a token (docs/auth.md). Try:\n"
                       f"  export TESSERA_TOKEN=$(.venv/bin/python -c 'import json; "
                       f"print(json.load(open(\"{creds}\"))[\"admin\"])')\n"
-                      f"  .venv/bin/tessctl --controller {ctl.address} get jobs")
+                      f"  .venv/bin/tessctl --controller {ctl.address} --ca {pki.ca_file} get jobs")
                 print("Ctrl-C to stop it")
                 try:
                     while True:

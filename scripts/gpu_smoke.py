@@ -54,7 +54,7 @@ def main() -> int:
         daemons.append(est)
         ctl = lc.start_controller(root / "controller", "--estimator", est.address)
         daemons.append(ctl)
-        daemons.append(lc.start_agent(ctl.address, "gpu-node", None, root / "gpu-node"))  # NVML inventory
+        daemons.append(lc.start_agent(ctl, "gpu-node", None, root / "gpu-node"))  # NVML inventory
         print(lc.tessctl(ctl.address, "get", "nodes", "-o", "wide").stdout)
         out = lc.tessctl(ctl.address, "submit", "-f", str(REPO / "examples/jobs/tiny.yaml"), "-o", "json").stdout
         job = json.loads(out)["id"]

@@ -1,4 +1,5 @@
-"""Shared fixtures: the e2e and chaos suites start real clusters (tests/e2e/cluster.py).
+"""Shared fixtures: the e2e and chaos suites start real clusters (tests/e2e/cluster.py), all over
+mTLS from one dev PKI per session (`dev_pki`).
 
 When pytest-timeout stops an asyncio test, it prints the threads' stacks, which only show the event
 loop waiting; the hook below adds where every asyncio task of that test was waiting, which is the
@@ -14,7 +15,16 @@ from typing import Any
 
 import pytest
 
+from tessera.common.localcluster import DevPki, use_pki
+
 pytest_plugins = ["tests.workerenv", "tests.e2e.cluster"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def dev_pki(tmp_path_factory: pytest.TempPathFactory) -> DevPki:
+    """One CA per test session: every daemon a test starts runs with mTLS from it (localcluster),
+    and tessctl and the SDK trust it through TESSERA_CA."""
+    return use_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _task_stacks(item: pytest.Item) -> str | None:

@@ -122,8 +122,11 @@ class FakeAgents:
 
     # ------------------------------------------------------------ AgentCalls
 
-    def _node(self, address: str) -> FakeNode:
-        return next(n for n in self.nodes.values() if n.address == address)
+    def _node(self, node_id: str, address: str) -> FakeNode:
+        n = self.nodes[node_id]
+        if n.address != address:
+            self._violate(f"call meant for {node_id} sent to {address}, its address is {n.address}")
+        return n
 
     def _fence(self, epoch: int) -> None:
         if epoch < self._epoch:
@@ -134,8 +137,8 @@ class FakeAgents:
         self.violations.append(why)
         raise Violation(why)
 
-    async def launch(self, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
-        n = self._node(address)
+    async def launch(self, node_id: str, address: str, req: agent_pb2.LaunchRequest) -> agent_pb2.LaunchResponse:
+        n = self._node(node_id, address)
         self._fence(req.controller_epoch)
         self.calls.append(Call("launch", n.node_id, req.job_id, req.attempt, req.request_id))
         job = self.store.get_job(req.job_id)
@@ -165,8 +168,9 @@ class FakeAgents:
                 gpu_indices=r.gpu_indices)
         return agent_pb2.LaunchResponse(started=True)
 
-    async def stop(self, address: str, epoch: int, job_id: str, attempt: int, grace_s: float, reason: str) -> None:
-        n = self._node(address)
+    async def stop(self, node_id: str, address: str, epoch: int, job_id: str, attempt: int, grace_s: float,
+                   reason: str) -> None:
+        n = self._node(node_id, address)
         self._fence(epoch)
         self.calls.append(Call("stop", n.node_id, job_id, attempt, reason))
         job = self.store.get_job(job_id)
@@ -177,8 +181,8 @@ class FakeAgents:
             if j == job_id and (attempt == 0 or a == attempt) and w.state != P.WORKER_STATE_EXITED:
                 w.state, w.exit_code = P.WORKER_STATE_EXITED, self.stop_exit_code
 
-    async def drain(self, address: str, epoch: int, drain: bool) -> str:
-        n = self._node(address)
+    async def drain(self, node_id: str, address: str, epoch: int, drain: bool) -> str:
+        n = self._node(node_id, address)
         self._fence(epoch)
         self.calls.append(Call("drain", n.node_id, detail=str(drain)))
         rec = self.store.get_node(n.node_id)
@@ -189,8 +193,8 @@ class FakeAgents:
         n.draining = drain
         return ""
 
-    async def read_log(self, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
-        n = self._node(address)
+    async def read_log(self, node_id: str, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
+        n = self._node(node_id, address)
         self.calls.append(Call("read_log", n.node_id, req.job_id, req.attempt, str(req.rank)))
         line = self.log_lines.get((req.job_id, req.rank), "")
         return agent_pb2.ReadLogResponse(path=f"/logs/{req.job_id}/{req.rank}.log", data=line.encode())

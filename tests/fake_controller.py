@@ -15,6 +15,8 @@ import grpc
 
 from tessera.clients.jobfile import load_job_file
 from tessera.common import rpc
+from tessera.common.identity import CONTROLLER
+from tessera.common.localcluster import tls_config
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 JOBS = Path(__file__).resolve().parents[1] / "examples" / "jobs"
@@ -163,8 +165,11 @@ class FakeServer:
         return FakeController()
 
     async def _start(self) -> tuple[Any, int]:
+        # TLS like the real controller's client port: no client certificate; tessctl and the SDK
+        # trust the session's CA through TESSERA_CA (tests/conftest.py).
         server, port = rpc.aio_server(
-            "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, self.fake)]
+            "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, self.fake)],
+            tls=tls_config(CONTROLLER), client_cert=False,
         )
         await server.start()
         return server, port

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import structlog
 
-from tessera.common import daemon, metrics, rpc
+from tessera.common import daemon, metrics, rpc, tls
+from tessera.common.errors import PermissionDenied, Unauthenticated
+from tessera.common.identity import CONTROLLER, ESTIMATOR
 from tessera.estimator.service.handlers import Estimator, version
 from tessera.estimator.service.server import EstimatorService
 from tessera.estimator.service.state import EstimatorState
@@ -34,12 +36,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="keep fitted performance models and measured Cell times in DIR/estimator.db across "
                         "restarts (default: in memory only)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    tls.add_arguments(p)
     args = p.parse_args(argv)
+    args.tls = tls.from_args(args, p.error)
+    if args.tls is not None and args.tls.identity != ESTIMATOR:
+        p.error(f"--tls-dir: {args.tls.source} does not hold the estimator's certificate "
+                "(tessctl admin pki issue --estimator)")
     if ":" not in args.listen:
         p.error("--listen must be host:port")
     if args.memory_cache < 1 or args.cells_cache < 1:
         p.error("cache sizes must be >= 1")
     return args
+
+
+# Calls that change what later answers say: the fitted performance model every round trusts.
+CONTROLLER_ONLY = frozenset({"FitPerformance", "ReportStepTimes"})
+
+
+def authorize(method: str, context: object) -> None:
+    """mTLS: queries from any certificate of the CA (the controller; an operator's `tessctl estimate
+    --estimator --tls-dir`), changes to the fitted models from the controller only (docs/security.md)."""
+    who = tls.peer_identity(context)
+    if who is None:
+        raise Unauthenticated(f"{method}: the estimator needs a client certificate naming a Tessera identity")
+    if method in CONTROLLER_ONLY and who != CONTROLLER:
+        raise PermissionDenied(f"{method}: only the controller may call it, not {who}")
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -49,13 +70,17 @@ async def serve(args: argparse.Namespace) -> None:
         state = EstimatorState(Path(args.state_dir) / "estimator.db")
     estimator = Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache, state=state)
     service = EstimatorService(estimator)
+    insecure = args.tls is None
     server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)],
-                                   name="estimator")
+                                  [] if insecure else [rpc.Authorize(authorize)], name="estimator",
+                                  tls=args.tls, insecure=insecure)
     await server.start()
     mport = metrics.serve(args.metrics_listen)
+    tls.announce("tessera-estimator", args.tls)
     host = args.listen.rpartition(":")[0]
     log.info("estimator_started", listen=f"{host}:{port}", metrics_port=mport, version=version(), pid=os.getpid(),
-             state=str(state.path) if state else "memory only", fitted_models=estimator.health().fitted_models)
+             state=str(state.path) if state else "memory only", fitted_models=estimator.health().fitted_models,
+             transport="insecure" if insecure else "tls")
     await daemon.serve_until_signal(f"serving on {host}:{port}")
     log.info("estimator_stopping")
     await rpc.stop_server(server, grace=2.0)

@@ -33,7 +33,7 @@ class Cluster:
     def add_agent(self, node_id: str, inventory: str, *extra: str) -> Daemon:
         # Run as root, the agents run workers as nobody: `root` is a folder nobody can reach
         # (worker_dir), and --worker-python an interpreter nobody can run (tests/workerenv.py).
-        a = start_agent(self.controller.address, node_id, INVENTORIES / inventory, self.root / node_id,
+        a = start_agent(self.controller, node_id, INVENTORIES / inventory, self.root / node_id,
                         "--worker-python", worker_python(), *extra)
         self.agents[node_id] = a
         return a
@@ -44,7 +44,9 @@ class Cluster:
 
     def restart_controller(self) -> Daemon:
         port = self.controller.address.rpartition(":")[2]
-        self.controller = start_controller(self.root / "state", "--policy", self.policy, listen=f"127.0.0.1:{port}")
+        agent_port = self.controller.agent_address.rpartition(":")[2]
+        self.controller = start_controller(self.root / "state", "--policy", self.policy, listen=f"127.0.0.1:{port}",
+                                           agent_listen=f"127.0.0.1:{agent_port}")
         return self.controller
 
 

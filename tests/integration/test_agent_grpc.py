@@ -12,7 +12,8 @@ import grpc
 import grpc.aio
 import pytest
 
-from tessera.common import rpc
+from tessera.common import identity, rpc
+from tessera.common.localcluster import tls_config
 from tessera.nodeagent.agent import Agent, AgentConfig
 from tessera.nodeagent.inventory import host_facts, parse_declared
 from tessera.nodeagent.testing import FakeRegistry, launch_request, wait_until
@@ -45,14 +46,14 @@ REPORTS_PROGRESS = py(
     from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
     from tessera.common import rpc
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-    stub = agent_pb2_grpc.NodeAgentStub(rpc.sync_channel(os.environ["TESSERA_AGENT_ADDR"]))
+    stub = agent_pb2_grpc.NodeAgentStub(rpc.sync_channel(os.environ["TESSERA_AGENT_ADDR"], insecure=True))
     resp = stub.ReportProgress(
         agent_pb2.ReportProgressRequest(
             job_id=os.environ["TESSERA_JOB_ID"], attempt=int(os.environ["TESSERA_ATTEMPT"]),
             rank=int(os.environ["RANK"]),
             progress=common_pb2.Progress(iteration=7, loss=1.25, samples_per_second=80.0, checkpoint_iteration=-1),
         ),
-        timeout=5,
+        timeout=5, metadata=(("tessera-worker-token", os.environ["TESSERA_WORKER_TOKEN"]),),
     )
     print("reported; stop_requested =", resp.stop_requested, flush=True)
     signal.pause()
@@ -63,7 +64,8 @@ REPORTS_PROGRESS = py(
 @pytest.fixture
 async def registry() -> AsyncIterator[tuple[FakeRegistry, str]]:
     fake = FakeRegistry(epoch=EPOCH, interval=30.0)
-    server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_AgentRegistryServicer_to_server, fake)])
+    server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_AgentRegistryServicer_to_server, fake)],
+                                  tls=tls_config(identity.CONTROLLER))
     await server.start()
     yield fake, f"127.0.0.1:{port}"
     await rpc.stop_server(server, grace=0)
@@ -84,8 +86,14 @@ def make_agent(controller: str, work_dir: Path) -> Agent:
         max_backoff=0.2,
         poll_interval=0.05,
         worker_python=worker_python(),
+        tls=tls_config(identity.node("node-1")),
     )
     return Agent(config, inv)
+
+
+def controller_channel(agent: Agent) -> grpc.aio.Channel:
+    """A channel to the agent as the controller has one: its certificate, the node's identity checked."""
+    return rpc.aio_channel(agent.address, tls=tls_config(identity.CONTROLLER), peer=identity.node("node-1"))
 
 
 @pytest.fixture
@@ -98,7 +106,7 @@ async def agent(registry: tuple[FakeRegistry, str], worker_dir: Path) -> AsyncIt
 
 @pytest.fixture
 async def stub(agent: Agent) -> AsyncIterator[agent_pb2_grpc.NodeAgentStub]:
-    channel = rpc.aio_channel(agent.address)
+    channel = controller_channel(agent)
     yield agent_pb2_grpc.NodeAgentStub(channel)
     await channel.close()
 
@@ -173,7 +181,7 @@ async def test_keeps_retrying_an_unreachable_controller(
     fake.fail_with = grpc.StatusCode.UNAVAILABLE  # a controller that is down
     a = make_agent(address, worker_dir)
     await a.start()
-    channel = rpc.aio_channel(a.address)
+    channel = controller_channel(a)
     try:
         stub = agent_pb2_grpc.NodeAgentStub(channel)
         resp = await stub.Launch(launch_request(argv=WAIT_FOR_TERM, epoch=1), timeout=5)
@@ -276,19 +284,30 @@ async def test_progress_from_a_worker_reaches_the_heartbeat(
 
     w = await wait_until(progressed, TIMEOUT, "progress in a heartbeat")
     assert (w.progress.loss, w.progress.samples_per_second, w.state) == (1.25, 80.0, RUNNING)
+    # Workers report on the agent's unix socket; its TCP port refuses even the controller.
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.ReportProgress(
-            agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1, rank=5), timeout=5
+        await stub.ReportProgress(agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1, rank=0), timeout=5)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    token = (("tessera-worker-token", agent.tokens.token("job-1", 1)),)
+    local = rpc.aio_channel(agent.supervisor.agent_addr, insecure=True)
+    worker = agent_pb2_grpc.NodeAgentStub(local)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await worker.ReportProgress(
+                agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1, rank=5), timeout=5, metadata=token
+            )
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        # The same call, from the worker's side, learns that a stop was asked for.
+        await stub.Stop(
+            agent_pb2.StopRequest(controller_epoch=EPOCH, job_id="job-1", grace_seconds=10), timeout=5
         )
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    # The same call, from the worker's side, learns that a stop was asked for.
-    await stub.Stop(
-        agent_pb2.StopRequest(controller_epoch=EPOCH, job_id="job-1", grace_seconds=10), timeout=5
-    )
-    resp = await stub.ReportProgress(
-        agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1, rank=0, progress=w.progress), timeout=5
-    )
-    assert resp.stop_requested
+        resp = await worker.ReportProgress(
+            agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1, rank=0, progress=w.progress), timeout=5,
+            metadata=token,
+        )
+        assert resp.stop_requested
+    finally:
+        await local.close()
 
     async def logged() -> bytes:
         req = agent_pb2.ReadLogRequest(controller_epoch=EPOCH, job_id="job-1", rank=0)

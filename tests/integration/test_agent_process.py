@@ -17,7 +17,8 @@ from typing import IO
 
 import pytest
 
-from tessera.common import rpc
+from tessera.common import identity, rpc
+from tessera.common.localcluster import pki, tls_config
 from tessera.nodeagent import process
 from tessera.nodeagent.testing import FakeRegistry, launch_request, wait_until
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
@@ -77,7 +78,8 @@ def test_bad_arguments_exit_2_with_one_line(
         "--inventory": str(inv),
         **override,
     }
-    result = run_cli(*[x for flag, value in flags.items() if value is not None for x in (flag, value)])
+    # --insecure: these are about the other flags (tests/security checks the TLS ones).
+    result = run_cli(*[x for flag, value in flags.items() if value is not None for x in (flag, value)], "--insecure")
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -102,7 +104,8 @@ def test_invalid_inventory_names_the_field(tmp_path: Path) -> None:
     inv = tmp_path / "inv.yaml"
     inv.write_text("gpus:\n  - model: Z9000\n    count: 2\n")
     result = run_cli(
-        "--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path), "--inventory", str(inv)
+        "--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path), "--inventory", str(inv),
+        "--insecure",
     )
     assert result.returncode == 2
     assert "gpus[0].model: unknown GPU model 'Z9000'" in result.stderr
@@ -111,7 +114,8 @@ def test_invalid_inventory_names_the_field(tmp_path: Path) -> None:
 @pytest.fixture
 async def registry() -> AsyncIterator[tuple[FakeRegistry, str]]:
     fake = FakeRegistry(epoch=EPOCH, interval=30.0)
-    server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_AgentRegistryServicer_to_server, fake)])
+    server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_AgentRegistryServicer_to_server, fake)],
+                                  tls=tls_config(identity.CONTROLLER))
     await server.start()
     yield fake, f"127.0.0.1:{port}"
     await rpc.stop_server(server, grace=0)
@@ -144,6 +148,8 @@ async def start_agent(
             "127.0.0.1:0",
             "--worker-python",
             worker_python(),
+            "--tls-dir",
+            str(pki().tls_dir(identity.node("node-p"))),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=err,
@@ -171,7 +177,7 @@ async def test_workers_outlive_the_agent_and_are_readopted(
             lambda: fake.registers and fake.registers[0], TIMEOUT, "first agent registered"
         )
         assert reg.status.node_id == "node-p" and len(reg.status.inventory.gpus) == 2
-        channel = rpc.aio_channel(reg.status.address)
+        channel = rpc.aio_channel(reg.status.address, tls=tls_config(identity.CONTROLLER), peer=identity.node("node-p"))
         stub = agent_pb2_grpc.NodeAgentStub(channel)
         launched = await stub.Launch(launch_request(argv=WAIT_FOR_TERM, epoch=EPOCH), timeout=5)
         worker_pid = launched.workers[0].pid
@@ -196,10 +202,10 @@ async def test_workers_outlive_the_agent_and_are_readopted(
         ][-1]
         metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{metrics_port['port']}/metrics")
         assert "tessera_agent_registered 1.0" in metrics and "tessera_agent_workers_running 1.0" in metrics
-        # Same port as before, so the worker's TESSERA_AGENT_ADDR still reaches its agent.
+        # Same port as before (the controller knows that address until the agent registers again).
         assert reg2.status.address == reg.status.address
 
-        channel = rpc.aio_channel(reg2.status.address)
+        channel = rpc.aio_channel(reg2.status.address, tls=tls_config(identity.CONTROLLER), peer=identity.node("node-p"))
         stub = agent_pb2_grpc.NodeAgentStub(channel)
         stop = agent_pb2.StopRequest(
             controller_epoch=EPOCH, job_id="job-1", attempt=1, grace_seconds=10, reason="cancel"

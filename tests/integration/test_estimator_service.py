@@ -16,6 +16,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tessera.common import rpc
+from tessera.common.identity import CONTROLLER, ESTIMATOR
+from tessera.common.localcluster import tls_config
 from tessera.estimator import perf_model as pm
 from tessera.estimator.cells import CellEstimator, CellModel, ClusterSpec, GpuPool
 from tessera.estimator.convert import model_dims
@@ -23,6 +25,7 @@ from tessera.estimator.memory import estimate_memory
 from tessera.estimator.models import REGISTERED, ModelDims
 from tessera.estimator.plans import ExecutionPlan
 from tessera.estimator.service.handlers import Estimator, params_of, run_config
+from tessera.estimator.service.main import authorize
 from tessera.estimator.service.server import EstimatorService
 from tessera.estimator.service.state import EstimatorState, StateError
 from tessera.estimator.stage_placer import StagePlacer
@@ -40,9 +43,9 @@ class Server:
 async def _serve(estimator: Estimator) -> AsyncIterator[Server]:
     service = EstimatorService(estimator)
     server, port = rpc.aio_server("127.0.0.1:0", [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)],
-                                  name="estimator")
+                                  [rpc.Authorize(authorize)], name="estimator", tls=tls_config(ESTIMATOR))
     await server.start()
-    channel = rpc.aio_channel(f"127.0.0.1:{port}")
+    channel = rpc.aio_channel(f"127.0.0.1:{port}", tls=tls_config(CONTROLLER), peer=ESTIMATOR)
     try:
         yield Server(estimator_pb2_grpc.EstimatorStub(channel), service)
     finally:

@@ -13,11 +13,12 @@ from tessera.v1 import agent_pb2_grpc
 
 
 async def test_a_real_server_stops_within_its_grace() -> None:
-    server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_AgentRegistryServicer_to_server, FakeRegistry())])
+    server, port = rpc.aio_server("127.0.0.1:0", [(agent_pb2_grpc.add_AgentRegistryServicer_to_server, FakeRegistry())],
+                                  insecure=True)
     await server.start()
     assert await rpc.stop_server(server, grace=0)
     # Stopped for real: nothing listens on the port any more.
-    channel = rpc.aio_channel(f"127.0.0.1:{port}")
+    channel = rpc.aio_channel(f"127.0.0.1:{port}", insecure=True)
     try:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(channel.channel_ready(), timeout=0.5)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tessera.common import identity
+from tessera.common.localcluster import pki
 from tests.procs import BIN, REPO, env, start_controller
 from tests.workerenv import worker_python
 
@@ -40,8 +42,8 @@ def _run(argv: list[str], notify_path: str, log: Path) -> subprocess.Popen[bytes
 
 def test_controller_notifies_ready_watchdog_stopping(tmp_path: Path) -> None:
     sock, path = _listen(tmp_path)
-    proc = _run([str(BIN / "tessera-controller"), "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")],
-                path, tmp_path / "c.log")
+    proc = _run([str(BIN / "tessera-controller"), "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s"),
+                 "--tls-dir", str(pki().tls_dir(identity.CONTROLLER))], path, tmp_path / "c.log")
     try:
         msgs = _recv_until(sock, "READY=1")
         assert any(m.startswith("READY=1") for m in msgs)
@@ -59,9 +61,9 @@ def test_agent_notifies_ready(tmp_path: Path, worker_dir: Path) -> None:
     sock, path = _listen(tmp_path)
     # Run as root, the agent checks at start that its workers' user (nobody) can reach the work dir
     # and run {python}: tests/workerenv.py.
-    proc = _run([str(BIN / "tessera-agent"), "--controller", ctl.address, "--node-id", "n1", "--inventory",
+    proc = _run([str(BIN / "tessera-agent"), "--controller", ctl.agent_address, "--node-id", "n1", "--inventory",
                  str(REPO / "examples/inventories/a10-node.yaml"), "--work-dir", str(worker_dir / "w"),
-                 "--worker-python", worker_python()],
+                 "--worker-python", worker_python(), "--tls-dir", str(pki().tls_dir(identity.node("n1")))],
                 path, tmp_path / "a.log")
     try:
         assert any(m.startswith("READY=1") for m in _recv_until(sock, "READY=1"))
@@ -76,7 +78,8 @@ def test_agent_notifies_ready(tmp_path: Path, worker_dir: Path) -> None:
 
 def test_estimator_notifies_ready_watchdog_stopping(tmp_path: Path) -> None:
     sock, path = _listen(tmp_path)
-    proc = _run([str(BIN / "tessera-estimator"), "--listen", "127.0.0.1:0"], path, tmp_path / "e.log")
+    proc = _run([str(BIN / "tessera-estimator"), "--listen", "127.0.0.1:0", "--tls-dir",
+                 str(pki().tls_dir(identity.ESTIMATOR))], path, tmp_path / "e.log")
     try:
         msgs = _recv_until(sock, "READY=1")
         assert any(m.startswith("READY=1") and "STATUS=serving on 127.0.0.1:" in m for m in msgs)

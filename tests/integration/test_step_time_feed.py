@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tessera.clients.sdk import Client
-from tessera.common.localcluster import Daemon, start_controller, start_estimator, wait_for
+from tessera.common import identity
+from tessera.common.localcluster import Daemon, start_controller, start_estimator, tls_config, wait_for
 from tessera.common.rpc import sync_channel
 from tessera.v1 import agent_pb2, agent_pb2_grpc, estimator_pb2, estimator_pb2_grpc
 from tessera.v1 import common_pb2 as P
@@ -57,7 +58,9 @@ def run_job(tmp: Path, estimator: str, source: int, *extra: str) -> tuple[P.Job,
     agent = Agent()
     ctl = start_controller(tmp / "state", "--estimator", estimator, *extra)
     try:
-        with serve(agent) as address, sync_channel(ctl.address) as ch, \
+        node_tls = tls_config(identity.node("gpu-node"))
+        with serve(agent, node="gpu-node") as address, \
+                sync_channel(ctl.agent_address, tls=node_tls, peer=identity.CONTROLLER) as ch, \
                 Client(ctl.address, token=ctl.token) as client:
             registry = agent_pb2_grpc.AgentRegistryStub(ch)
             status = agent_pb2.NodeStatus(node_id="gpu-node", address=address, inventory=inventory(source))
@@ -85,7 +88,7 @@ def run_job(tmp: Path, estimator: str, source: int, *extra: str) -> tuple[P.Job,
 
 
 def cell_of(estimator: str, job: P.Job) -> estimator_pb2.Cell:
-    with sync_channel(estimator) as ch:
+    with sync_channel(estimator, tls=tls_config(identity.CONTROLLER), peer=identity.ESTIMATOR) as ch:
         stub = estimator_pb2_grpc.EstimatorStub(ch)
         resp = stub.GetCells(estimator_pb2.GetCellsRequest(
             model=job.spec.model, global_batch_size=job.spec.global_batch_size,

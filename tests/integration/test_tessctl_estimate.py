@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from tessera.clients import tessctl
-from tessera.common.localcluster import start_estimator
+from tessera.common.identity import CONTROLLER
+from tessera.common.localcluster import pki, start_estimator
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan
@@ -47,9 +48,15 @@ def _wait(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def _remote(address: str) -> tuple[str, ...]:
+    """Through the estimator, presenting a certificate of the CA, as an operator would (the
+    estimator requires one; docs/security.md)."""
+    return "--estimator", address, "--tls-dir", str(pki().tls_dir(CONTROLLER))
+
+
 def _both(address: str, *args: str) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
     """The same tessctl command in-process and through the estimator at `address`."""
-    local, remote = _start(*args), _start(*args, "--estimator", address)
+    local, remote = _start(*args), _start(*args, *_remote(address))
     return _wait(local), _wait(remote)
 
 
@@ -150,7 +157,7 @@ def test_errors_are_one_line_with_the_field_on_both_paths(estimator: Daemon, cap
     assert rc1 == rc2 == 1 and out1 == out2 == ""
     assert err1 == err2 == "tessctl: error: INVALID_ARGUMENT: plan.tp: model.num_heads 6 is not divisible by tp 4\n"
     cases = [
-        (("estimate", "memory", "-f", MEDIUM, "--gpu", "Z9000", "--estimator", estimator.address),
+        (("estimate", "memory", "-f", MEDIUM, "--gpu", "Z9000", *_remote(estimator.address)),
          1, "tessctl: error: INVALID_ARGUMENT: gpu: unknown GPU model 'Z9000'"),
         (("estimate", "memory", "-f", MEDIUM, "--gpu", "a100", "--plan", "dp=2", "--gpus", "4"),
          1, "tessctl: error: INVALID_ARGUMENT: num_gpus: plan dp*tp*pp = 2*1*1 = 2 does not equal num_gpus 4"),

@@ -15,13 +15,14 @@ from tessera.nodeagent.main import AgentUsageError, parse_config
 def test_parse_config_defaults(tmp_path: Path) -> None:
     work = tmp_path / "new" / "dir"
     config, args = parse_config(
-        ["--controller", "ctl:50051", "--node-id", "gpu-07.rack2", "--work-dir", str(work)]
+        ["--controller", "ctl:50051", "--node-id", "gpu-07.rack2", "--work-dir", str(work), "--insecure"]
     )
     assert work.is_dir() and config.work_dir == work.resolve()
     assert (config.listen, config.advertise, config.kill_workers_on_exit) == ("127.0.0.1:0", None, False)
     assert args.inventory is None and args.log_level == "info"
     assert config.worker_threads is None
-    config, _ = parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(work), "--worker-threads", "6"])
+    config, _ = parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(work), "--worker-threads", "6",
+                              "--insecure"])
     assert config.worker_threads == 6
 
 
@@ -37,7 +38,7 @@ def test_parse_config_defaults(tmp_path: Path) -> None:
     ],
 )
 def test_parse_config_errors(tmp_path: Path, extra: list[str], message: str) -> None:
-    argv = ["--controller", "ctl:50051", "--node-id", "n1", "--work-dir", str(tmp_path), *extra]
+    argv = ["--controller", "ctl:50051", "--node-id", "n1", "--work-dir", str(tmp_path), "--insecure", *extra]
     with pytest.raises(AgentUsageError) as err:
         parse_config(argv)
     assert str(err.value).startswith(message)
@@ -47,7 +48,7 @@ def test_unwritable_work_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(AgentUsageError, match="--work-dir: .* is not a writable directory"):
-        parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(blocker / "sub")])
+        parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(blocker / "sub"), "--insecure"])
 
 
 def config(listen: str, advertise: str | None = None) -> AgentConfig:

@@ -25,6 +25,19 @@ class Aborted(Exception):
 
 
 class FakeContext:
+    """A call over TCP (the controller's) or, with `local`, over the workers' unix socket carrying
+    `token` in its metadata."""
+
+    def __init__(self, local: bool = False, token: str = "") -> None:
+        self.local = local
+        self.token = token
+
+    def peer(self) -> str:
+        return "unix:" if self.local else "ipv4:127.0.0.1:5555"
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("tessera-worker-token", self.token),) if self.token else ()
+
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)
 
@@ -54,7 +67,8 @@ def test_backoff_is_bounded() -> None:
 @pytest.fixture
 def servicer(worker_dir: Path) -> NodeAgentServicer:
     sup = Supervisor(worker_dir, range(2), declared=True, poll_interval=0.05, allowed_env=frozenset({"LD_BIND_NOW"}))
-    return NodeAgentServicer(sup, EpochFence(epoch=3), DrainFlag())
+    # authenticate=False: the shell's own checks here; who may call is in tests/security.
+    return NodeAgentServicer(sup, EpochFence(epoch=3), DrainFlag(), authenticate=False)
 
 
 async def call(coro: Any, method: str = "Method") -> Aborted:
@@ -70,8 +84,13 @@ async def test_errors_map_to_status_codes(servicer: NodeAgentServicer) -> None:
     assert (err.code, err.details) == (grpc.StatusCode.FAILED_PRECONDITION, "stale controller epoch 2 < 3")
     err = await call(servicer.Launch(launch_request(epoch=3, argv=[]), ctx))
     assert (err.code, err.details) == (grpc.StatusCode.INVALID_ARGUMENT, "argv: must not be empty")
-    err = await call(servicer.ReportProgress(agent_pb2.ReportProgressRequest(job_id="x", attempt=1), ctx))
+    worker: Any = FakeContext(local=True, token=servicer.tokens.token("x", 1))
+    err = await call(servicer.ReportProgress(agent_pb2.ReportProgressRequest(job_id="x", attempt=1), worker))
     assert err.code == grpc.StatusCode.NOT_FOUND
+    err = await call(servicer.ReportProgress(agent_pb2.ReportProgressRequest(job_id="x", attempt=1), ctx))
+    assert err.code == grpc.StatusCode.PERMISSION_DENIED  # not over TCP
+    err = await call(servicer.Launch(launch_request(epoch=3), worker))
+    assert err.code == grpc.StatusCode.PERMISSION_DENIED  # a worker's socket launches nothing
     err = await call(
         servicer.Stop(agent_pb2.StopRequest(controller_epoch=3, job_id="j", grace_seconds=-1), ctx)
     )

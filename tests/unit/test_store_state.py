@@ -97,7 +97,7 @@ def test_the_controller_exits_with_one_line_on_an_emptied_database(tmp_path: Pat
     _filled(state / "controller.db", jobs=1)
     (state / "controller.db").write_bytes(b"")
     p = subprocess.run([sys.executable, "-m", "tessera.controller.main", "--listen", "127.0.0.1:0",
-                        "--state-dir", str(state)],
+                        "--state-dir", str(state), "--insecure"],
                        capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 1
     lines = p.stderr.strip().splitlines()

@@ -107,6 +107,22 @@ def test_required_settings(name: str) -> None:
     (exec_start,) = d["ExecStart"]
     assert exec_start.startswith(f"/usr/local/bin/{name} ")
     assert "--listen ${TESSERA_LISTEN}" in exec_start
+    # TLS from the certificate in /etc/tessera/tls/<who>/, handed over by systemd (docs/security.md).
+    assert "--tls-dir ${TESSERA_TLS_DIR}" in exec_start and "--insecure" not in exec_start
+    who = {"tessera-controller": "controller", "tessera-estimator": "estimator", "tessera-agent": "node"}[name]
+    assert d["LoadCredential"] == [f"{f}:/etc/tessera/tls/{who}/{f}" for f in ("ca.pem", "cert.pem", "key.pem")]
+    assert "TESSERA_TLS_DIR=%d" in d["Environment"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_address_defaults_to_loopback(name: str) -> None:
+    """Finding 1 of issue 13: the units listened on 0.0.0.0; now nothing is served off the host
+    until an env file says so."""
+    listens = {v.partition("=")[0]: v.partition("=")[2] for v in _directives(name)["Environment"]
+               if v.partition("=")[0] in ("TESSERA_LISTEN", "TESSERA_AGENT_LISTEN")}
+    assert listens and all(v.startswith("127.0.0.1:") for v in listens.values()), listens
+    for raw in (UNITS_DIR / f"{name}.env").read_text().splitlines():
+        assert "0.0.0.0:" not in raw.partition("#")[0], raw
 
 
 def test_controller_and_estimator_are_sandboxed() -> None:
@@ -129,9 +145,8 @@ def test_agent_keeps_gpus_and_workers() -> None:
                 "DynamicUser", "MemoryDenyWriteExecute"):
         assert key not in d, f"{key} would break GPU workers"
     exec_start = d["ExecStart"][0]
-    assert "--controller ${TESSERA_CONTROLLER} --node-id ${TESSERA_NODE_ID} --work-dir /var/lib/tessera/agent" in (
-        exec_start
-    )
+    assert ("--controller ${TESSERA_CONTROLLER} --node-id ${TESSERA_NODE_ID} --tls-dir ${TESSERA_TLS_DIR} "
+            "--work-dir /var/lib/tessera/agent") in exec_start
     assert d["LimitMEMLOCK"] == ["infinity"]
 
 

@@ -1,0 +1,198 @@
+"""A development PKI: one CA, and certificates naming Tessera identities (docs/security.md).
+
+    DIR/ca.pem, DIR/ca.key                    the CA (`tessctl admin pki init --dir DIR`)
+    DIR/<who>/ca.pem, cert.pem, key.pem       one identity (`tessctl admin pki issue`), usable as
+                                              a daemon's --tls-dir; <who> is controller, estimator
+                                              or node-<id>
+
+Keys are EC P-256 (an issue takes about a millisecond, so a benchmark can make a thousand node
+certificates in a second through `CertificateAuthority.issue`). Every certificate carries its
+identity as a URI SAN (spiffe://tessera/...), the identity's reserved DNS name (identity.py), and
+the hosts it serves on as DNS/IP SANs (localhost and 127.0.0.1 unless others are given) so clients
+that dial an address can check it. Private keys are written 0600, through a temporary file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tessera.common.errors import InvalidInput
+from tessera.common.identity import Identity, reserved_host
+
+CA_CERT = "ca.pem"
+CA_KEY = "ca.key"
+CERT = "cert.pem"
+KEY = "key.pem"
+DEFAULT_HOSTS = ("localhost", "127.0.0.1")
+CA_DAYS = 3650
+CERT_DAYS = 365
+_HOST_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?")
+# Clocks of the machines that check a certificate may lag the one that made it.
+_BACKDATE = datetime.timedelta(minutes=5)
+
+
+class PkiError(InvalidInput):
+    """A PKI operation that cannot be done: one line naming the file or the argument."""
+
+
+def identity_dir_name(identity: Identity) -> str:
+    return f"node-{identity.name}" if identity.kind == "node" else identity.kind
+
+
+def _san_hosts(hosts: Iterable[str]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    for host in hosts:
+        h = host.strip().strip("[]")
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(h)))
+            continue
+        except ValueError:
+            pass
+        if len(h) > 253 or not _HOST_RE.fullmatch(h):
+            raise PkiError(f"--host: {host!r} is not a host name or an IP address")
+        if reserved_host(h):
+            raise PkiError(f"--host: {host!r} is in the reserved identity namespace (*.id.tessera)")
+        out.append(x509.DNSName(h.lower().rstrip(".")))
+    return out
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Write through a temporary file created with `mode`: a key is never readable by others, not
+    even for a moment, and a crash leaves the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)  # the umask may have narrowed it; never widened past `mode`
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+@dataclass
+class CertificateAuthority:
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+    dir: Path
+
+    @property
+    def cert_pem(self) -> bytes:
+        return _cert_pem(self.cert)
+
+    @classmethod
+    def init(cls, directory: Path | str, *, days: int = CA_DAYS, name: str = "Tessera dev CA") -> CertificateAuthority:
+        """Make a new CA in `directory` (created 0700 if missing); refuses to replace one."""
+        d = Path(directory)
+        if (d / CA_KEY).exists() or (d / CA_CERT).exists():
+            raise PkiError(f"{d / CA_CERT}: a CA exists already; remove it first to make a new one")
+        if days < 1:
+            raise PkiError(f"--days: must be >= 1, got {days}")
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        now = _now()
+        cert = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - _BACKDATE).not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, encipher_only=False,
+                                         decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        _write(d / CA_KEY, _key_pem(key), 0o600)
+        _write(d / CA_CERT, _cert_pem(cert), 0o644)
+        return cls(cert, key, d)
+
+    @classmethod
+    def load(cls, directory: Path | str) -> CertificateAuthority:
+        d = Path(directory)
+        cert_path, key_path = d / CA_CERT, d / CA_KEY
+        for p in (cert_path, key_path):
+            if not p.is_file():
+                raise PkiError(f"{p}: no such file (make a CA first: tessctl admin pki init --dir {d})")
+        try:
+            cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        except ValueError:
+            raise PkiError(f"{cert_path}: not a PEM certificate") from None
+        try:
+            key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        except (ValueError, TypeError):
+            raise PkiError(f"{key_path}: not an unencrypted PEM private key") from None
+        if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
+            raise PkiError(f"{key_path}: this key does not belong to {cert_path}")
+        return cls(cert, key, d)
+
+    def issue(self, identity: Identity, hosts: Sequence[str] = (), *, out: Path | str | None = None,
+              days: int = CERT_DAYS) -> Path:
+        """Write ca.pem, cert.pem and key.pem for `identity` into `out` (default DIR/<who>);
+        returns that directory. An existing certificate there is replaced (rotation)."""
+        if days < 1:
+            raise PkiError(f"--days: must be >= 1, got {days}")
+        sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(identity.uri), x509.DNSName(identity.dns)]
+        sans += _san_hosts(hosts or DEFAULT_HOSTS)
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = _now()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, str(identity))]))
+            .issuer_name(self.cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - _BACKDATE).not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                         content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, encipher_only=False,
+                                         decipher_only=False), critical=True)
+            # Every identity is both: the controller calls agents, agents call the controller.
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        target = Path(out) if out is not None else self.dir / identity_dir_name(identity)
+        target.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _write(target / KEY, _key_pem(key), 0o600)
+        _write(target / CERT, _cert_pem(cert), 0o644)
+        _write(target / CA_CERT, self.cert_pem, 0o644)
+        return target
+
+
+def identities_of(cert: x509.Certificate) -> list[Identity]:
+    """The Tessera identities among a certificate's URI SANs."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    found = (Identity.parse(u) for u in san.get_values_for_type(x509.UniformResourceIdentifier))
+    return [i for i in found if i is not None]

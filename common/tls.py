@@ -1,0 +1,200 @@
+"""TLS for every daemon and client: files, credentials, and who the peer of a call is.
+
+A daemon takes `--tls-dir DIR` (DIR/ca.pem, DIR/cert.pem, DIR/key.pem, as `tessctl admin pki issue`
+writes them) or `--insecure`; with neither it refuses to start (a usage error), and `--insecure`
+says so loudly in its log and in the metric `tessera_transport_insecure`. Files are checked when
+loaded, so a wrong path, a non-PEM file, a key of another certificate or a certificate of another
+CA is one line naming the file at start, not a failed handshake later.
+
+`peer_identity(context)` is the identity (tessera.common.identity) in the verified client
+certificate of a call, None without one. gRPC puts the peer's URI SANs under `peer_uri` in the
+auth context and the whole certificate under `x509_pem_cert`; the URI list is read, the PEM only
+when a gRPC build leaves the list out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import grpc
+import structlog
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from prometheus_client import Gauge
+
+from tessera.common.errors import InvalidInput
+from tessera.common.identity import Identity
+from tessera.common.pki import identities_of
+
+log = structlog.get_logger(__name__)
+
+CA_FILE = "ca.pem"
+CERT_FILE = "cert.pem"
+KEY_FILE = "key.pem"
+
+INSECURE = Gauge("tessera_transport_insecure", "1 when this daemon was started with --insecure (plaintext gRPC)")
+
+
+class TlsError(InvalidInput):
+    """A TLS file that cannot be used: one line naming the file."""
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """PEM bytes: the CA that peers' certificates must chain to (None: the system's trusted CAs, for
+    a client only), and this process's certificate and key (None for a client that presents none)."""
+
+    ca: bytes | None
+    cert: bytes | None = None
+    key: bytes | None = None
+    identity: Identity | None = None
+    source: str = ""
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise TlsError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TlsError(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise TlsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _certs(path: Path, data: bytes) -> list[x509.Certificate]:
+    try:
+        certs = x509.load_pem_x509_certificates(data)
+    except ValueError:
+        certs = []
+    if not certs:
+        raise TlsError(f"{path}: not a PEM certificate")
+    return certs
+
+
+def load(ca: str | os.PathLike[str], cert: str | os.PathLike[str] | None = None,
+         key: str | os.PathLike[str] | None = None) -> TlsConfig:
+    """Read and check the files; TlsError (one line, naming the file) on any problem."""
+    ca_path = Path(ca)
+    ca_pem = _read(ca_path)
+    ca_certs = _certs(ca_path, ca_pem)
+    if cert is None or key is None:
+        if cert is not None or key is not None:
+            raise TlsError("a certificate needs its key, and a key its certificate")
+        return TlsConfig(ca_pem, source=str(ca_path))
+    cert_path, key_path = Path(cert), Path(key)
+    cert_pem, key_pem = _read(cert_path), _read(key_path)
+    leaf = _certs(cert_path, cert_pem)[0]
+    try:
+        private = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        raise TlsError(f"{key_path}: not an unencrypted PEM private key") from None
+    if not isinstance(private, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey) \
+            or private.public_key() != leaf.public_key():
+        raise TlsError(f"{key_path}: this key does not belong to the certificate {cert_path}")
+    if not any(_issued_by(leaf, c) for c in ca_certs):
+        raise TlsError(f"{cert_path}: not issued by the CA in {ca_path}")
+    now = datetime.datetime.now(datetime.UTC)
+    if leaf.not_valid_after_utc < now:
+        raise TlsError(f"{cert_path}: expired on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
+    ids = identities_of(leaf)
+    return TlsConfig(ca_pem, cert_pem, key_pem, ids[0] if len(ids) == 1 else None, str(cert_path.parent))
+
+
+def _issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        leaf.verify_directly_issued_by(ca)
+    except Exception:  # noqa: BLE001 (InvalidSignature, another key type: not this CA's)
+        return False
+    return True
+
+
+def load_dir(directory: Path | str) -> TlsConfig:
+    d = Path(directory)
+    if not d.is_dir():
+        raise TlsError(f"{d}: no such directory (make one with tessctl admin pki issue)")
+    return load(d / CA_FILE, d / CERT_FILE, d / KEY_FILE)
+
+
+def server_credentials(cfg: TlsConfig, *, client_cert: bool) -> grpc.ServerCredentials:
+    """`client_cert`: require a client certificate of the CA (mTLS). gRPC's Python API cannot ask for
+    an optional one: without it, no client certificate is requested at all."""
+    if cfg.cert is None or cfg.key is None or cfg.ca is None:
+        raise TlsError(f"{cfg.source}: a server needs a CA, a certificate and its key")
+    return grpc.ssl_server_credentials([(cfg.key, cfg.cert)], root_certificates=cfg.ca,
+                                       require_client_auth=client_cert)
+
+
+def channel_credentials(cfg: TlsConfig) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(root_certificates=cfg.ca, private_key=cfg.key, certificate_chain=cfg.cert)
+
+
+def peer_identity(context: Any) -> Identity | None:
+    """The identity of the verified client certificate of this call; None without one, or when it
+    names no single Tessera identity."""
+    try:
+        auth = context.auth_context()
+    except Exception:  # noqa: BLE001 (a context without one: a test double)
+        return None
+    uris = [u.decode(errors="replace") for u in auth.get("peer_uri", [])]
+    if not uris and auth.get("x509_pem_cert"):
+        try:
+            found = identities_of(x509.load_pem_x509_certificate(auth["x509_pem_cert"][0]))
+        except ValueError:
+            return None
+        return found[0] if len(found) == 1 else None
+    ids = {i for i in map(Identity.parse, uris) if i is not None}
+    return ids.pop() if len(ids) == 1 else None
+
+
+def peer_is_local(context: Any) -> bool:
+    """Whether the call came over a unix socket (a local worker), not over TCP."""
+    try:
+        peer = str(context.peer())
+    except Exception:  # noqa: BLE001
+        return False
+    return peer.startswith("unix:")
+
+
+# --- daemon command lines ---------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("transport security (one of them is required)")
+    g.add_argument("--tls-dir", metavar="DIR",
+                   help="DIR/ca.pem, DIR/cert.pem, DIR/key.pem (tessctl admin pki issue); mTLS")
+    g.add_argument("--insecure", action="store_true",
+                   help="plaintext gRPC: anyone who reaches the port is trusted (development only; logged loudly)")
+
+
+def from_args(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> TlsConfig | None:
+    """The TLS configuration the flags name; None for --insecure. `error` is the parser's (exit 2)."""
+    if args.tls_dir and args.insecure:
+        error("--tls-dir and --insecure exclude each other")
+    if not args.tls_dir and not args.insecure:
+        error("give --tls-dir DIR (certificates: tessctl admin pki) or, for development only, --insecure")
+    if args.insecure:
+        return None
+    try:
+        return load_dir(args.tls_dir)
+    except TlsError as exc:
+        error(f"--tls-dir: {exc}")
+
+
+def announce(prog: str, cfg: TlsConfig | None) -> None:
+    """Log how this daemon's gRPC is secured; a loud warning (and the metric) for plaintext."""
+    if cfg is None:
+        INSECURE.set(1)
+        log.warning("insecure_transport", daemon=prog,
+                    message=f"{prog} runs with --insecure: plaintext gRPC, no peer identities checked; "
+                            "anyone who reaches its ports can act as the controller, any node or any user")
+    else:
+        INSECURE.set(0)
+        log.info("tls_enabled", daemon=prog, identity=str(cfg.identity) if cfg.identity else None, dir=cfg.source)
