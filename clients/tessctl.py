@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 # its errors are wanted. Read once, when grpc is first imported (below).
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from tessera.clients import admin, ctlconfig, output
+from tessera.clients import admin, ctlconfig, output, terminal
 from tessera.clients.config import Settings
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
@@ -29,7 +29,6 @@ from tessera.common.errors import InvalidInput, TesseraError
 from tessera.common.yamlfile import InputFileError
 from tessera.v1 import common_pb2, controller_pb2
 
-WATCH_POLL_S = 2.0  # table refresh of the lists that have no watch stream (all jobs, nodes)
 FOLLOW_POLL_S = 1.0  # logs --follow: the log API has no stream (see docs/cli.md)
 OUTPUTS = ("table", "wide", "json")
 SIMULATOR = "tessera.controller.sim.cli"  # run as a process by `tessctl simulate`, never imported
@@ -199,9 +198,9 @@ def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         spec = load_job_file(args.filename, args.allow_env)
     result = client.submit_ex(spec, request_id=args.request_id)
     if args.output == "json":
-        _print(out, output.dumps({**output.to_dict(result.job), "created": result.created}))
+        terminal.println(out, output.dumps({**output.to_dict(result.job), "created": result.created}))
     else:
-        _print(out, output.jobs_table([result.job], time.time(), wide=args.output == "wide"))
+        terminal.println(out, output.jobs_table([result.job], time.time(), wide=args.output == "wide"))
         if not result.created:
             print(f"tessctl: request id seen before: job {output.safe(result.job.id)} was not created again",
                   file=sys.stderr)
@@ -219,13 +218,13 @@ def cmd_get_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     def table(jobs: Sequence[controller_pb2.Job], now: float, wide: bool) -> str:
         return output.jobs_table(jobs, now, wide, _gpu_models(client, jobs))
 
-    render = _renderer(out, args.output, output.jobs_json, table, "jobs")
+    render = terminal.renderer(out, args.output, output.jobs_json, table, "jobs")
     if not args.watch:
         render(fetch(), first=True)
         return 0
     if len(args.ids) == 1:
-        return _watch_one_job(client, args.ids[0], render)
-    return _poll(fetch, render, key=lambda jobs: [j.SerializeToString(deterministic=True) for j in jobs])
+        return terminal.watch_one_job(client, args.ids[0], render)
+    return terminal.poll(fetch, render, key=lambda jobs: [j.SerializeToString(deterministic=True) for j in jobs])
 
 
 def cmd_get_nodes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
@@ -249,30 +248,30 @@ def cmd_get_nodes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
             stripped.append(c.SerializeToString(deterministic=True))
         return stripped
 
-    render = _renderer(out, args.output, output.nodes_json, output.nodes_table, "nodes")
+    render = terminal.renderer(out, args.output, output.nodes_json, output.nodes_table, "nodes")
     if not args.watch:
         render(fetch(), first=True)
         return 0
-    return _poll(fetch, render, key=key)
+    return terminal.poll(fetch, render, key=key)
 
 
 def cmd_describe_job(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     job = client.get(args.id, with_events=True)
     if args.output == "json":
-        _print(out, output.dumps(output.to_dict(job)))
+        terminal.println(out, output.dumps(output.to_dict(job)))
     else:
-        _print(out, output.describe_job(job, time.time()))
+        terminal.println(out, output.describe_job(job, time.time()))
     return 0
 
 
 def cmd_describe_node(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     node = client.node(args.id)
     if args.output == "json":
-        _print(out, output.dumps(output.to_dict(node)))
+        terminal.println(out, output.dumps(output.to_dict(node)))
         return 0
     active = [s for s in common_pb2.JobState.values() if s and s not in TERMINAL_STATES]
     jobs = client.list(states=active)
-    _print(out, output.describe_node(node, time.time(), jobs))
+    terminal.println(out, output.describe_node(node, time.time(), jobs))
     return 0
 
 
@@ -308,9 +307,9 @@ def cmd_undrain(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_delete_node(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     removed = client.remove_node(args.node, force=args.force, request_id=args.request_id)
     if args.output == "json":
-        _print(out, output.dumps({"node_id": args.node, "removed": removed}))
+        terminal.println(out, output.dumps({"node_id": args.node, "removed": removed}))
     else:
-        _print(out, f"node/{output.safe(args.node)} removed")
+        terminal.println(out, f"node/{output.safe(args.node)} removed")
     return 0
 
 
@@ -319,9 +318,9 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         raise CliUsageError("--follow prints raw log text: it cannot be combined with -o json")
     resp = client.logs(args.id, rank=args.rank, attempt=args.attempt, tail_bytes=args.tail)
     if args.output == "json":
-        _print(out, output.dumps(output.to_dict(resp)))
+        terminal.println(out, output.dumps(output.to_dict(resp)))
         return 0
-    _write_bytes(out, resp.data)
+    terminal.write_bytes(out, resp.data)
     if not args.follow:
         return 0
     prev_path, prev = resp.path, bytes(resp.data)
@@ -333,9 +332,9 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         data = bytes(resp.data)
         if resp.path != prev_path:
             print(f"tessctl: now following {output.safe(resp.node_id)}:{output.safe(resp.path)}", file=sys.stderr)
-            _write_bytes(out, data)
+            terminal.write_bytes(out, data)
         else:
-            _write_bytes(out, data[_overlap(prev, data):])
+            terminal.write_bytes(out, data[terminal.overlap(prev, data):])
         prev_path, prev = resp.path, data
         if ended:
             return 0
@@ -349,7 +348,7 @@ def cmd_simulate(client: Client | None, args: argparse.Namespace, out: TextIO) -
     """
     code = f"import sys; from {SIMULATOR} import main; sys.exit(main(sys.argv[1:], prog='tessctl simulate'))"
     proc = subprocess.run([sys.executable, "-c", code, *args.sim_args], check=False,
-                          stdout=_fd_or_pipe(out), stderr=_fd_or_pipe(sys.stderr))
+                          stdout=terminal.fd_or_pipe(out), stderr=terminal.fd_or_pipe(sys.stderr))
     for stream, data in ((out, proc.stdout), (sys.stderr, proc.stderr)):
         if data:  # the child wrote into a pipe: `stream` has no file descriptor of its own
             stream.write(data.decode(errors="replace"))
@@ -360,59 +359,30 @@ def cmd_simulate(client: Client | None, args: argparse.Namespace, out: TextIO) -
 def cmd_whoami(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     me = client.whoami()
     if args.output == "json":
-        _print(out, output.dumps(output.to_dict(me)))
+        terminal.println(out, output.dumps(output.to_dict(me)))
     else:
-        _print(out, output.table(("PRINCIPAL", "TENANT", "ROLE"), [(me.principal, me.tenant or "-", me.role)]))
+        terminal.println(out, output.table(("PRINCIPAL", "TENANT", "ROLE"), [(me.principal, me.tenant or "-", me.role)]))
     return 0
 
 
 def cmd_version(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
     version = _version()
     if args.output == "json":
-        _print(out, output.dumps({"client_version": version}))
+        terminal.println(out, output.dumps({"client_version": version}))
     else:
-        _print(out, f"tessctl {version}")
+        terminal.println(out, f"tessctl {version}")
     return 0
 
 
 # -- helpers ----------------------------------------------------------------------------------------
 
 
-def _fd_or_pipe(stream: TextIO) -> int:
-    """The file descriptor behind `stream` for a child to write to directly (ordered with ours), or
-    subprocess.PIPE when it has none (a StringIO, pytest's capture)."""
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):
-        return subprocess.PIPE
-    stream.flush()
-    return fd
-
-
-def _print(out: TextIO, text: str) -> None:
-    out.write(text + "\n")
-    out.flush()
-
-
-def _write_bytes(out: TextIO, data: bytes) -> None:
-    if not data:
-        return
-    buf = getattr(out, "buffer", None)
-    if buf is not None:
-        out.flush()
-        buf.write(data)
-        buf.flush()
-    else:
-        out.write(data.decode("utf-8", errors="replace"))
-        out.flush()
-
-
 def _print_job(out: TextIO, fmt: str, job: controller_pb2.Job, client: Client | None = None) -> int:
     if fmt == "json":
-        _print(out, output.dumps(output.to_dict(job)))
+        terminal.println(out, output.dumps(output.to_dict(job)))
     else:
         models = _gpu_models(client, [job]) if client else None
-        _print(out, output.jobs_table([job], time.time(), wide=fmt == "wide", models=models))
+        terminal.println(out, output.jobs_table([job], time.time(), wide=fmt == "wide", models=models))
     return 0
 
 
@@ -428,86 +398,9 @@ def _gpu_models(client: Client, jobs: Sequence[controller_pb2.Job]) -> output.Gp
 
 def _print_node(out: TextIO, fmt: str, node: controller_pb2.Node) -> int:
     if fmt == "json":
-        _print(out, output.dumps(output.to_dict(node)))
+        terminal.println(out, output.dumps(output.to_dict(node)))
     else:
-        _print(out, output.nodes_table([node], time.time(), wide=fmt == "wide"))
-    return 0
-
-
-def _renderer(
-    out: TextIO, fmt: str, as_json: Callable[[Any], dict[str, Any]], as_table: Callable[..., str], what: str
-) -> Callable[..., None]:
-    """A function that prints one snapshot of a list: JSON (indented once, one line per snapshot
-    when watching) or a table (redrawn in place on a terminal, appended otherwise)."""
-    tty = out.isatty()
-
-    def render(items: Sequence[Any], first: bool = False, watching: bool = False) -> None:
-        if fmt == "json":
-            _print(out, output.dumps(as_json(items), compact=watching))
-            return
-        if not items:
-            if first:
-                print(f"No {what} found.", file=sys.stderr)
-            if not watching:
-                return
-        text = as_table(items, time.time(), wide=fmt == "wide")
-        if watching and tty:
-            out.write("\x1b[H\x1b[2J")  # home + clear: redraw in place
-        elif watching and not first:
-            out.write("\n")
-        _print(out, text)
-
-    return render
-
-
-def _poll(fetch: Callable[[], list[Any]], render: Callable[..., None], key: Callable[[list[Any]], Any]) -> int:
-    """--watch of a list with no watch stream: fetch every WATCH_POLL_S, print when it changed."""
-    items = fetch()
-    last = key(items)
-    render(items, first=True, watching=True)
-    while True:
-        time.sleep(WATCH_POLL_S)
-        items = fetch()
-        k = key(items)
-        if k != last:
-            last = k
-            render(items, watching=True)
-
-
-def _watch_one_job(client: Client, job_id: str, render: Callable[..., None]) -> int:
-    """--watch of one job: print it again after each of its events, until it ends."""
-    job = client.get(job_id)
-    last = job.SerializeToString(deterministic=True)
-    render([job], first=True, watching=True)
-    for _event in client.watch(job_id):
-        job = client.get(job_id)
-        k = job.SerializeToString(deterministic=True)
-        if k != last:
-            last = k
-            render([job], watching=True)
-    job = client.get(job_id)
-    if job.SerializeToString(deterministic=True) != last:
-        render([job], watching=True)
-    return 0
-
-
-def _overlap(prev: bytes, new: bytes) -> int:
-    """Length of the longest suffix of `prev` that is a prefix of `new`: the part of a re-read log
-    tail that was already printed (logs --follow)."""
-    if not prev or not new:
-        return 0
-    if new.startswith(prev):
-        return len(prev)
-    anchor = prev[-256:]
-    end = len(new)
-    while (pos := new.rfind(anchor, 0, end)) >= 0:
-        n = pos + len(anchor)
-        if prev.endswith(new[:n]):
-            return n
-        end = n - 1
-    for n in range(min(len(anchor), len(new)) - 1, 0, -1):  # an overlap shorter than the anchor
-        if prev.endswith(new[:n]):
-            return n
+        terminal.println(out, output.nodes_table([node], time.time(), wide=fmt == "wide"))
     return 0
 
 

@@ -33,6 +33,7 @@ from tessera.common import identity, tls
 from tessera.common.pki import CertificateAuthority, identity_dir_name
 from tessera.common.tls import TlsConfig
 from tessera.common.tokens import TokenEntry, hash_token, new_token, write_private, write_tokens_file
+from tessera.common.workerusers import agent_flags
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent  # the checkout, for relative example paths
@@ -254,6 +255,7 @@ def start_agent(controller: Daemon | str, node_id: str, inventory: Path | str | 
     argv = [*wrap, str(BIN / "tessera-agent"), "--controller", target, "--node-id", node_id]
     argv += ["--inventory", str(inventory)] if inventory is not None else []
     argv += _tls_args(identity.node(node_id), insecure, extra)
+    argv += agent_flags(work_dir, extra)
     argv += ["--work-dir", str(work_dir), "--listen", listen, *extra]
     return _start(f"agent {node_id}", argv, work_dir.parent / f"{node_id}-agent.log", "agent serving", "address")
 

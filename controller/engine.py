@@ -33,8 +33,8 @@ import structlog
 
 from tessera.common.crashpoints import crash_point
 from tessera.common.errors import FailedPrecondition
-from tessera.common.tokens import ANONYMOUS, Principal
 from tessera.common.tls import TlsConfig
+from tessera.common.tokens import ANONYMOUS, Principal
 from tessera.controller import metrics, rounds, transitions
 from tessera.controller.agents import AgentCalls
 from tessera.controller.core import frenzy

@@ -33,7 +33,7 @@ from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import EtcdClient, EtcdConfig, parse_endpoints
 from tessera.controller.etcdstore import EtcdStore
 from tessera.controller.leader_gate import LeaderSwitch
-from tessera.controller.service import ControllerService, RegistryService, translate
+from tessera.controller.service import ControllerService, RegistryService
 from tessera.v1 import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger("controller")

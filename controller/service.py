@@ -24,10 +24,10 @@ from tessera.common.errors import (
     Unavailable,
 )
 from tessera.common.nodespec import node_id_error, status_errors
+from tessera.common.tls import peer_identity
 from tessera.common.tokens import Principal
 from tessera.controller.access import list_tenant, may_see, submit_tenant
 from tessera.controller.auth import principal_of
-from tessera.common.tls import peer_identity
 from tessera.controller.convert import event_pb, job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine

@@ -58,7 +58,7 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
     for r in sorted(ranks.values(), key=lambda x: x.rank):
         if not r.running and not stop_requested and r.reason.split(":", 1)[0] == FENCED_REASON:
             return Verdict("interrupted", f"rank {r.rank}: {r.reason}", r.rank)
-        if r.running or r.exit_code == 0:
+        if r.running or r.exit_code == 0 or stop_requested:
             continue
         if r.exit_code == EXIT_UNKNOWN:
             return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}", r.rank)

@@ -25,8 +25,10 @@ from google.protobuf.message import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tessera.common.localcluster import start_estimator
+from tessera.common import identity
+from tessera.common.localcluster import start_estimator, tls_config
 from tessera.common.rpc import sync_channel
+from tessera.common.tls import TlsConfig
 from tessera.v1 import agent_pb2, common_pb2, controller_pb2, estimator_pb2
 from tests.e2e.cluster import INVENTORIES
 from tests.procs import Daemon, start_agent, start_controller
@@ -184,7 +186,9 @@ METHODS = (methods_of(controller_pb2, "Controller") + methods_of(agent_pb2, "Age
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Daemon]]:
     root = tmp_path_factory.mktemp("fuzz")
+    global _metadata
     ctl = start_controller(root / "state")
+    _metadata = (("authorization", f"Bearer {ctl.token}"),)
     # No controller behind this address: the agent serves, keeps retrying its registration, and no
     # fuzzed job is ever placed on it.
     agent = start_agent("127.0.0.1:1", "fuzz-node", INVENTORIES / "a10-node.yaml", root / "agent")
@@ -205,17 +209,34 @@ def harmless(m: Method, msg: Message) -> Message:
     return msg
 
 
+# Who calls each service, so that fuzzed requests get past authentication to the handlers: the
+# controller's users' port with the admin token, its agent port with the seeds' node certificate,
+# the agent as the controller, the estimator as the controller.
+CALLERS = {"Controller": None, "AgentRegistry": identity.node("fz-node"), "NodeAgent": identity.CONTROLLER,
+           "Estimator": identity.CONTROLLER}
+PEERS = {"NodeAgent": identity.node("fuzz-node"), "Estimator": identity.ESTIMATOR}
+_metadata: tuple[tuple[str, str], ...] = ()
+
+
+def channel_to(servers: dict[str, Daemon], service: str) -> grpc.Channel:
+    d = servers[service]
+    who = CALLERS[service]
+    creds = tls_config(who) if who is not None else TlsConfig(ca=tls_config(identity.CONTROLLER).ca)
+    address = d.agent_address if service == "AgentRegistry" else d.address
+    return sync_channel(address, tls=creds, peer=PEERS.get(service))
+
+
 def call(channel: grpc.Channel, m: Method, payload: bytes) -> grpc.StatusCode:
     """Send raw bytes as the request; the status code (OK when answered)."""
     try:
         if m.desc.server_streaming:
-            stream = channel.unary_stream(m.path)(payload, timeout=1.0)
+            stream = channel.unary_stream(m.path)(payload, timeout=1.0, metadata=_metadata)
             for i, _ in enumerate(stream):
                 if i >= 3:
                     stream.cancel()
                     break
         else:
-            channel.unary_unary(m.path)(payload, timeout=CALL_TIMEOUT_S)
+            channel.unary_unary(m.path)(payload, timeout=CALL_TIMEOUT_S, metadata=_metadata)
     except grpc.RpcError as e:
         code = e.code()
         if m.desc.server_streaming and code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
@@ -225,6 +246,7 @@ def call(channel: grpc.Channel, m: Method, payload: bytes) -> grpc.StatusCode:
 
 
 def assert_still_serving(d: Daemon, channel: grpc.Channel, service: str) -> None:
+    """The server answers a plain call after the fuzzing (any status but a crash or silence)."""
     assert d.proc.poll() is None, f"{d.name} exited {d.proc.returncode}"
     probe = {
         "Controller": ("/tessera.v1.Controller/ListNodes", controller_pb2.ListNodesRequest()),
@@ -233,7 +255,7 @@ def assert_still_serving(d: Daemon, channel: grpc.Channel, service: str) -> None
         "Estimator": ("/tessera.v1.Estimator/Health", estimator_pb2.HealthRequest()),
     }[service]
     try:
-        channel.unary_unary(probe[0])(probe[1].SerializeToString(), timeout=CALL_TIMEOUT_S)
+        channel.unary_unary(probe[0])(probe[1].SerializeToString(), timeout=CALL_TIMEOUT_S, metadata=_metadata)
     except grpc.RpcError as e:
         # Answering at all is the point: a stale-epoch refusal is an answer.
         assert e.code() not in FORBIDDEN | {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}, \
@@ -243,7 +265,7 @@ def assert_still_serving(d: Daemon, channel: grpc.Channel, service: str) -> None
 @pytest.mark.parametrize("m", METHODS, ids=str)
 def test_generated_requests_never_crash_a_server(servers: dict[str, Daemon], m: Method) -> None:
     d = servers[m.service]
-    with sync_channel(d.address) as channel:
+    with channel_to(servers, m.service) as channel:
 
         @profile(40)
         @given(msg=requests(m))
@@ -279,14 +301,14 @@ def test_corrupt_bytes_and_unknown_enums_get_a_status_naming_the_field(servers: 
     for service, path in (("Controller", "/tessera.v1.Controller/ListNodes"),
                           ("NodeAgent", "/tessera.v1.NodeAgent/Drain"),
                           ("Estimator", "/tessera.v1.Estimator/Health")):
-        with sync_channel(servers[service].address) as channel, pytest.raises(grpc.RpcError) as e:
-            channel.unary_unary(path)(b"\x0a\x05abc", timeout=CALL_TIMEOUT_S)  # a field cut short
+        with channel_to(servers, service) as channel, pytest.raises(grpc.RpcError) as e:
+            channel.unary_unary(path)(b"\x0a\x05abc", timeout=CALL_TIMEOUT_S, metadata=_metadata)  # cut short
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details().startswith("request:")
     req = SEEDS["Register"]
     bad = agent_pb2.RegisterRequest()
     bad.CopyFrom(req)
     bad.status.inventory.source = -1  # type: ignore[assignment]
-    with sync_channel(servers["AgentRegistry"].address) as channel, pytest.raises(grpc.RpcError) as e:
+    with channel_to(servers, "AgentRegistry") as channel, pytest.raises(grpc.RpcError) as e:
         channel.unary_unary("/tessera.v1.AgentRegistry/Register")(bad.SerializeToString(), timeout=CALL_TIMEOUT_S)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert e.value.details().startswith("status.inventory.source:")

@@ -47,5 +47,5 @@ def test_prunes_old_unkept_attempts_only(tmp_path: Path) -> None:
 
 def test_flag(tmp_path: Path) -> None:
     config, _ = parse_config(["--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path),
-                              "--attempt-ttl", "3600"])
+                              "--attempt-ttl", "3600", "--insecure"])
     assert config.attempt_ttl_seconds == 3600

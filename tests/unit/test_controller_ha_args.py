@@ -10,7 +10,7 @@ from tessera.controller.main import parse_args
 
 def _err(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     with pytest.raises(SystemExit) as exc:
-        parse_args(["--state-dir", "/tmp/x", *argv])
+        parse_args(["--insecure", "--state-dir", "/tmp/x", *argv])
     assert exc.value.code == 2
     return capsys.readouterr().err.strip().splitlines()[-1]
 
@@ -26,10 +26,10 @@ def test_etcd_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_etcd_config_and_advertised_address() -> None:
-    args = parse_args(["--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints",
+    args = parse_args(["--insecure", "--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints",
                        "https://e1:2379, e2:2379", "--etcd-prefix", "/prod"])
     cfg = etcd_config(args)
     assert cfg.endpoints == ("e1:2379", "e2:2379") and cfg.prefix == "/prod/"
-    assert parse_args(["--state-dir", "/tmp/x"]).store == "sqlite"  # SQLite stays the default
+    assert parse_args(["--insecure", "--state-dir", "/tmp/x"]).store == "sqlite"  # SQLite stays the default
     assert advertised("127.0.0.1:0", 5051, "") == "127.0.0.1:5051"
     assert advertised("0.0.0.0:5051", 5051, "ctl-1:5051") == "ctl-1:5051"

@@ -205,7 +205,7 @@ async def test_a_node_back_after_a_silence_past_the_fence_has_its_jobs_requeued_
 
 
 def test_controller_flags_validate_the_fence(capsys: pytest.CaptureFixture[str]) -> None:
-    args = parse_args(["--state-dir", "/tmp/x"])
+    args = parse_args(["--insecure", "--state-dir", "/tmp/x"])
     assert (args.fence, args.fence_grace) == (0.0, 10.0)  # 0 = derived: 10 s with lease 15, interval 5
     for argv, message in [
         (["--fence", "9"], "--fence: the fence (9s) must be at least 2 heartbeat intervals (10s)"),
@@ -215,7 +215,7 @@ def test_controller_flags_validate_the_fence(capsys: pytest.CaptureFixture[str])
         (["--down-after", "20"], "--down-after (20s) must be at least lease + fence grace + 1s (26s)"),
     ]:
         with pytest.raises(SystemExit) as exc:
-            parse_args(["--state-dir", "/tmp/x", *argv])
+            parse_args(["--insecure", "--state-dir", "/tmp/x", *argv])
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
 

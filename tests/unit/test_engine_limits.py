@@ -143,11 +143,11 @@ async def test_the_async_sweep_deletes_in_batches(tmp_path: Path) -> None:
 def test_controller_flags_and_page_key(tmp_path: Path) -> None:
     from tessera.controller.main import page_key, parse_args
 
-    args = parse_args(["--state-dir", str(tmp_path), "--job-ttl", "0", "--checkpoint-ttl", "86400"])
+    args = parse_args(["--insecure", "--state-dir", str(tmp_path), "--job-ttl", "0", "--checkpoint-ttl", "86400"])
     assert (args.job_ttl, args.checkpoint_ttl, args.retention_interval) == (0, 86400, 600)
-    assert parse_args(["--state-dir", str(tmp_path)]).job_ttl == 7 * DAY
+    assert parse_args(["--insecure", "--state-dir", str(tmp_path)]).job_ttl == 7 * DAY
     with pytest.raises(SystemExit):
-        parse_args(["--state-dir", str(tmp_path), "--job-ttl", "-1"])
+        parse_args(["--insecure", "--state-dir", str(tmp_path), "--job-ttl", "-1"])
     key = page_key(tmp_path / "page-token.key")
     assert len(key) == 32 and page_key(tmp_path / "page-token.key") == key  # kept across restarts
     assert (tmp_path / "page-token.key").stat().st_mode & 0o777 == 0o600

@@ -7,7 +7,8 @@ import io
 import pytest
 
 from tessera.clients import output
-from tessera.clients.tessctl import _overlap, build_parser, main
+from tessera.clients.terminal import overlap as _overlap
+from tessera.clients.tessctl import build_parser, main
 from tessera.v1 import common_pb2 as S
 from tessera.v1 import controller_pb2
 

@@ -1,0 +1,123 @@
+"""tessctl's terminal plumbing: writing text and bytes in order with a child's, redrawing a table
+while watching a list, following one job's events, and the overlap of re-read log tails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from tessera.clients import output
+from tessera.clients.sdk import Client
+
+WATCH_POLL_S = 2.0  # table refresh of the lists that have no watch stream (all jobs, nodes)
+
+
+def fd_or_pipe(stream: TextIO) -> int:
+    """The file descriptor behind `stream` for a child to write to directly (ordered with ours), or
+    subprocess.PIPE when it has none (a StringIO, pytest's capture)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.PIPE
+    stream.flush()
+    return fd
+
+
+def println(out: TextIO, text: str) -> None:
+    out.write(text + "\n")
+    out.flush()
+
+
+def write_bytes(out: TextIO, data: bytes) -> None:
+    if not data:
+        return
+    buf = getattr(out, "buffer", None)
+    if buf is not None:
+        out.flush()
+        buf.write(data)
+        buf.flush()
+    else:
+        out.write(data.decode("utf-8", errors="replace"))
+        out.flush()
+
+
+def renderer(
+    out: TextIO, fmt: str, as_json: Callable[[Any], dict[str, Any]], as_table: Callable[..., str], what: str
+) -> Callable[..., None]:
+    """A function that prints one snapshot of a list: JSON (indented once, one line per snapshot
+    when watching) or a table (redrawn in place on a terminal, appended otherwise)."""
+    tty = out.isatty()
+
+    def render(items: Sequence[Any], first: bool = False, watching: bool = False) -> None:
+        if fmt == "json":
+            println(out, output.dumps(as_json(items), compact=watching))
+            return
+        if not items:
+            if first:
+                print(f"No {what} found.", file=sys.stderr)
+            if not watching:
+                return
+        text = as_table(items, time.time(), wide=fmt == "wide")
+        if watching and tty:
+            out.write("\x1b[H\x1b[2J")  # home + clear: redraw in place
+        elif watching and not first:
+            out.write("\n")
+        println(out, text)
+
+    return render
+
+
+def poll(fetch: Callable[[], list[Any]], render: Callable[..., None], key: Callable[[list[Any]], Any]) -> int:
+    """--watch of a list with no watch stream: fetch every WATCH_POLL_S, print when it changed."""
+    items = fetch()
+    last = key(items)
+    render(items, first=True, watching=True)
+    while True:
+        time.sleep(WATCH_POLL_S)
+        items = fetch()
+        k = key(items)
+        if k != last:
+            last = k
+            render(items, watching=True)
+
+
+def watch_one_job(client: Client, job_id: str, render: Callable[..., None]) -> int:
+    """--watch of one job: print it again after each of its events, until it ends."""
+    job = client.get(job_id)
+    last = job.SerializeToString(deterministic=True)
+    render([job], first=True, watching=True)
+    for _event in client.watch(job_id):
+        job = client.get(job_id)
+        k = job.SerializeToString(deterministic=True)
+        if k != last:
+            last = k
+            render([job], watching=True)
+    job = client.get(job_id)
+    if job.SerializeToString(deterministic=True) != last:
+        render([job], watching=True)
+    return 0
+
+
+def overlap(prev: bytes, new: bytes) -> int:
+    """Length of the longest suffix of `prev` that is a prefix of `new`: the part of a re-read log
+    tail that was already printed (logs --follow)."""
+    if not prev or not new:
+        return 0
+    if new.startswith(prev):
+        return len(prev)
+    anchor = prev[-256:]
+    end = len(new)
+    while (pos := new.rfind(anchor, 0, end)) >= 0:
+        n = pos + len(anchor)
+        if prev.endswith(new[:n]):
+            return n
+        end = n - 1
+    for n in range(min(len(anchor), len(new)) - 1, 0, -1):  # an overlap shorter than the anchor
+        if prev.endswith(new[:n]):
+            return n
+    return 0
+
+
