@@ -92,7 +92,7 @@ def test_a_work_dir_the_worker_user_cannot_reach_is_refused_at_start(tmp_path: P
     inv = tmp_path / "inv.yaml"
     inv.write_text("gpus:\n  - model: T4\n    count: 1\n")
     result = run_cli("--controller", "127.0.0.1:1", "--node-id", "n1", "--work-dir", str(tmp_path / "w"),
-                     "--inventory", str(inv), "--worker-python", worker_python())
+                     "--inventory", str(inv), "--worker-python", worker_python(), "--insecure")
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("tessera-agent: error: --work-dir/--worker-python: nobody (uid 65534, gid 65534) "
