@@ -11,6 +11,7 @@ Keys under the prefix (default `/tessera/`):
     jobidx/<submit time, 16 hex digits>/<id>          the page index (empty value; see below)
     rmreq/<request id> -> {node_id, time}             a RemoveNode request id (the newest 10,000)
     meta/jobidx                                       "1" once every job has its index key
+    meta/page_key                                     the key of ListJobs continue tokens (shared_key)
 
 The page index: one key per job, made with the job and deleted with it, in the same transactions.
 etcd ranges come back in key order, so `jobidx/` walks the jobs in (submit_time, id) order, as
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import struct
 import uuid
 from collections.abc import Iterable, Sequence
@@ -347,6 +349,17 @@ class EtcdStore:
     def list_nodes(self) -> list[NodeRecord]:
         return sorted((_node(bytes(kv.value)) for kv in self._range(self._k("node", ""), prefix=True)),
                       key=lambda n: n.id)
+
+    def shared_key(self, name: str) -> bytes:
+        """`meta/<name>`: 32 random bytes made by the first leader that asks (in a transaction: two
+        leaders in turn cannot make two), the same for every controller after."""
+        key = self._k("meta", name)
+        got = self._value(key)
+        if got is not None:
+            return got
+        new = os.urandom(32)
+        resp = self._txn([_absent(key)], [_put(key, new)], [_get(key)])
+        return new if resp.succeeded else bytes(resp.responses[1].response_range.kvs[0].value)
 
     # ------------------------------------------------------------------ pages, retention, node removal
 

@@ -155,6 +155,11 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
     ckpt.mkdir(parents=True, exist_ok=True)
     cfg = engine_config(args, ckpt)
+    if isinstance(auth, TokenAuthenticator):
+        log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
+    else:
+        log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
+                    "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
     if args.store == "etcd":
         await serve_ha(args, cfg, state, auth)
         return
@@ -172,11 +177,6 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]
-    if isinstance(auth, TokenAuthenticator):
-        log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
-    else:
-        log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
-                    "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
     log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
              checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
     tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),

@@ -196,6 +196,17 @@ def test_node_removal_keeps_the_newest_request_ids(etcd_endpoint: str, monkeypat
         assert s.remove_node("n4", "rm-4", 9.0)  # a kept id: still a retry
 
 
+def test_the_page_key_is_made_once_and_shared_by_every_leader(etcd_endpoint: str) -> None:
+    prefix = _prefix()
+    with leading_store(etcd_endpoint, prefix, "a:1") as a:
+        key = a.shared_key("page_key")
+        assert len(key) == 32 and a.shared_key("page_key") == key
+    with leading_store(etcd_endpoint, prefix, "b:1") as b:
+        assert b.shared_key("page_key") == key
+    with leading_store(etcd_endpoint, _prefix(), "c:1") as c:  # another cluster: another key
+        assert c.shared_key("page_key") != key
+
+
 def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
