@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tessera.common.jobspec import NAME_RE
 from tessera.common.tokens import (
     TENANT_RE,
     TOKEN_PREFIX,
@@ -22,7 +23,6 @@ from tessera.common.tokens import (
     write_tokens_file,
 )
 from tessera.common.yamlfile import load_yaml
-from tessera.common.jobspec import NAME_RE
 
 H = "ab" * 32
 
