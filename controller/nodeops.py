@@ -2,29 +2,63 @@
 Register and Heartbeat. Moved out of controller/engine.py (the composition root) unchanged, as
 functions of the engine: the engine's `drain`, `undrain`, `remove_node`, `register` and `heartbeat`
 call them, and they call back into the engine's job steps (`_migrate_off`, `_requeue`, `_observe`,
-`liveness_tick`) and its live state.
+`liveness_tick`) and its live state. `NodeHost` names what they use of the engine, so this module
+does not import it (the tree has no import cycle, pyproject.toml).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import structlog
 
 from tessera.common.errors import FailedPrecondition
+from tessera.controller.agents import AgentCalls
 from tessera.controller.errors import NodeNotFound
-from tessera.controller.registry import LiveNode, fence_seconds, fenced
-from tessera.controller.store import NodeRecord
+from tessera.controller.registry import LivenessConfig, LiveNode, fence_seconds, fenced
+from tessera.controller.store import JobRecord, NodeRecord, Store
+from tessera.controller.view import LiveState, LiveView
 from tessera.v1 import agent_pb2, common_pb2
-
-if TYPE_CHECKING:
-    from tessera.controller.engine import Engine
 
 P = common_pb2
 log = structlog.get_logger("controller")
 
 
-async def drain(engine: Engine, node_id: str, reason: str) -> tuple[NodeRecord, str]:
+class _Config(Protocol):
+    @property
+    def liveness(self) -> LivenessConfig: ...
+
+
+class NodeHost(Protocol):
+    """What these functions use of the engine (controller/engine.py's Engine)."""
+
+    store: Store
+    agents: AgentCalls
+    epoch: int
+    view: LiveView
+    wall: Callable[[], float]
+    mono: Callable[[], float]
+    _live: LiveState
+    _removals: dict[str, str]
+
+    @property
+    def cfg(self) -> _Config: ...
+
+    def kick(self) -> None: ...
+
+    def _put_node(self, rec: NodeRecord) -> None: ...
+
+    async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False, stop: str = "") -> None: ...
+
+    async def _migrate_off(self, job: JobRecord, why: str) -> None: ...
+
+    async def _observe(self, live: LiveNode, status: agent_pb2.NodeStatus) -> None: ...
+
+    async def liveness_tick(self) -> None: ...
+
+
+async def drain(engine: NodeHost, node_id: str, reason: str) -> tuple[NodeRecord, str]:
     """Drain in the controller's state (no placements there, jobs moved off) whatever the agent
     says; the second value is why the agent did not confirm ("" when it did)."""
     rec, unconfirmed = await set_drain(engine, node_id, True, reason or "drained by admin")
@@ -35,14 +69,14 @@ async def drain(engine: Engine, node_id: str, reason: str) -> tuple[NodeRecord, 
     return rec, unconfirmed
 
 
-async def undrain(engine: Engine, node_id: str) -> tuple[NodeRecord, str]:
+async def undrain(engine: NodeHost, node_id: str) -> tuple[NodeRecord, str]:
     rec, unconfirmed = await set_drain(engine, node_id, False, "")
     engine.kick()
     await engine.view.notify()
     return rec, unconfirmed
 
 
-async def set_drain(engine: Engine, node_id: str, drained: bool, reason: str) -> tuple[NodeRecord, str]:
+async def set_drain(engine: NodeHost, node_id: str, drained: bool, reason: str) -> tuple[NodeRecord, str]:
     rec = engine._live.records.get(node_id)
     if rec is None:
         raise NodeNotFound(node_id)
@@ -56,7 +90,7 @@ async def set_drain(engine: Engine, node_id: str, drained: bool, reason: str) ->
     return rec, f"the agent did not confirm: {err}" if err else ""
 
 
-async def remove_node(engine: Engine, node_id: str, force: bool, request_id: str) -> bool:
+async def remove_node(engine: NodeHost, node_id: str, force: bool, request_id: str) -> bool:
     """Forget a node (RemoveNode): FailedPrecondition while attempts run on it unless `force`,
     which requeues them as for a lost node. A node that heartbeats again is told to register
     and comes back (an agent drained before keeps its drain: `register`)."""
@@ -84,7 +118,7 @@ async def remove_node(engine: Engine, node_id: str, force: bool, request_id: str
     return True
 
 
-async def register(engine: Engine, status: agent_pb2.NodeStatus) -> None:
+async def register(engine: NodeHost, status: agent_pb2.NodeStatus) -> None:
     node_id = status.node_id
     rec = engine._live.records.get(node_id)
     if rec is None or rec.address != status.address or rec.inventory != status.inventory:
@@ -110,7 +144,7 @@ async def register(engine: Engine, status: agent_pb2.NodeStatus) -> None:
     engine.kick()
 
 
-async def heartbeat(engine: Engine, status: agent_pb2.NodeStatus, epoch: int) -> bool:
+async def heartbeat(engine: NodeHost, status: agent_pb2.NodeStatus, epoch: int) -> bool:
     """Record a heartbeat; False when the agent must register again."""
     live = engine._live.nodes.get(status.node_id)
     if live is None or not live.registered or epoch != engine.epoch or live.address != status.address:
@@ -124,7 +158,7 @@ async def heartbeat(engine: Engine, status: agent_pb2.NodeStatus, epoch: int) ->
     return True
 
 
-async def back_after(engine: Engine, node_id: str, silent: float) -> None:
+async def back_after(engine: NodeHost, node_id: str, silent: float) -> None:
     """Heard from after a silence past the fence: its agent has stopped the workers of its current
     attempts, whose exits are no verdict on the job. Requeued first, not judged."""
     if not fenced(silent, engine.cfg.liveness):
