@@ -137,6 +137,14 @@ def authenticator(tokens: str) -> Authenticator:
     return TokenAuthenticator(tokens) if tokens else InsecureAuthenticator()
 
 
+def log_auth(auth: Authenticator) -> None:
+    if isinstance(auth, TokenAuthenticator):
+        log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
+    else:
+        log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
+                    "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
+
+
 def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
     return EngineConfig(
         round_interval_s=args.round_interval, inspect_interval_s=args.inspect_interval, debounce_s=args.debounce,
@@ -155,12 +163,8 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
     ckpt.mkdir(parents=True, exist_ok=True)
     cfg = engine_config(args, ckpt)
-    if isinstance(auth, TokenAuthenticator):
-        log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
-    else:
-        log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
-                    "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
     if args.store == "etcd":
+        log_auth(auth)
         await serve_ha(args, cfg, state, auth)
         return
     store = SqliteStore(state / "controller.db")
@@ -177,6 +181,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]
+    log_auth(auth)
     log.info("controller_started", listen=f"{host}:{port}", epoch=epoch, state_dir=str(state),
              checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid())
     tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
