@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tessera.clients.sdk import Client, RpcError
-from tessera.common.localcluster import Daemon, start_controller, start_etcd
+from tessera.common.localcluster import Daemon, local_tokens, start_controller, start_etcd
 from tessera.v1 import common_pb2
 
 
@@ -64,8 +64,10 @@ def first_submit(c: Client, i: int, give_up_s: float) -> float:
 def run(args: argparse.Namespace) -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix="tessera-failover-"))
     etcd = start_etcd(tmp)
+    # One tokens file for both controllers: the client's token must hold at whichever leads.
+    tokens_file, tokens = local_tokens(tmp / "cluster")
     ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(args.ttl),
-          "--round-interval", "300"]
+          "--round-interval", "300", "--tokens", str(tokens_file)]
     ctl: dict[str, Daemon] = {}
     try:
         for name in ("a", "b"):
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         ctl["a"].wait_event("controller_leading", 30)
         leader = "a"
         seconds, leading, epochs = [], [], []
-        with Client([ports["a"], ports["b"]], timeout=2) as c:
+        with Client([ports["a"], ports["b"]], token=tokens["admin"], timeout=2) as c:
             c.submit(spec(-1))
             for i in range(args.runs):
                 standby = "b" if leader == "a" else "a"

@@ -8,6 +8,7 @@ that registered another node's address receives nothing meant for the other.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 import grpc
@@ -16,7 +17,10 @@ import structlog
 from tessera.common import identity
 from tessera.common.rpc import aio_channel
 from tessera.common.tls import TlsConfig
-from tessera.v1 import agent_pb2, agent_pb2_grpc
+from tessera.controller.launches import rank_node
+from tessera.controller.registry import LiveNode
+from tessera.controller.store import JobRecord
+from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 log = structlog.get_logger("tessera.controller.agents")
 CALL_TIMEOUT_S = 5.0
@@ -38,6 +42,23 @@ class AgentCalls(Protocol):
 
     async def read_log(self, node_id: str, address: str,
                        req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse: ...
+
+
+async def last_log_line(agents: AgentCalls, nodes: Mapping[str, LiveNode], epoch: int, job: JobRecord,
+                        rank: int) -> str:
+    """The last non-empty line of a rank's log (its error, usually); empty when unavailable. (The
+    engine's `_last_log_line` before, moved here unchanged.)"""
+    node_id = rank_node(job, rank)
+    live = nodes.get(node_id) if node_id else None
+    if live is None or live.liveness != common_pb2.NODE_STATE_READY:
+        return ""
+    try:
+        resp = await agents.read_log(live.id, live.address, agent_pb2.ReadLogRequest(
+            controller_epoch=epoch, job_id=job.id, attempt=job.attempt, rank=rank, tail_bytes=4096))
+    except grpc.aio.AioRpcError:
+        return ""
+    lines = [ln.strip() for ln in resp.data.decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 class AgentClients:

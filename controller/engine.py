@@ -15,6 +15,7 @@ engine carries them out in order (store first, then agents).
 - controller/judging.py (with core/attempts.py): what an attempt's workers mean, what to do next;
 - controller/launches.py: the Launch requests of an attempt and its rendezvous port;
 - controller/registry.py: node liveness; controller/learning.py: step-time learning;
+- controller/nodeops.py: what happens to a node (drain, undrain, removal, register, heartbeat);
 - controller/view.py: the in-memory state and the read-only `EngineView` the service and metrics use.
 `run_round`, `liveness_tick` and `inspect` are the steps of the three loops: tests call them
 directly with fake clocks (tests/unit/test_engine.py).
@@ -32,11 +33,10 @@ import grpc
 import structlog
 
 from tessera.common.crashpoints import crash_point
-from tessera.common.errors import FailedPrecondition
 from tessera.common.tls import TlsConfig
 from tessera.common.tokens import ANONYMOUS, Principal
-from tessera.controller import metrics, rounds, transitions
-from tessera.controller.agents import AgentCalls
+from tessera.controller import metrics, nodeops, rounds, transitions
+from tessera.controller.agents import AgentCalls, last_log_line
 from tessera.controller.core import frenzy
 from tessera.controller.core.attempts import judge, stalled
 from tessera.controller.core.backoff import BackoffConfig, healthy, may_launch
@@ -46,13 +46,11 @@ from tessera.controller.core.step_times import StepTimeConfig
 from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
 from tessera.controller.judging import processes, rank_statuses, settle
-from tessera.controller.launches import launch_requests, rank_node, rendezvous, rendezvous_port
+from tessera.controller.launches import launch_requests, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
 from tessera.controller.registry import (
     LivenessConfig,
     LiveNode,
-    fence_seconds,
-    fenced,
     index_workers,
     lease_lost,
     liveness_at,
@@ -186,61 +184,16 @@ class Engine:
         self.kick()
         return job
 
+    # DrainNode, UndrainNode, RemoveNode: controller/nodeops.py.
+
     async def drain(self, node_id: str, reason: str) -> tuple[NodeRecord, str]:
-        """Drain in the controller's state (no placements there, jobs moved off) whatever the agent
-        says; the second value is why the agent did not confirm ("" when it did)."""
-        rec, unconfirmed = await self._set_drain(node_id, True, reason or "drained by admin")
-        for job in self.view.jobs_on(node_id):
-            if job.state != P.JOB_STATE_MIGRATING:
-                await self._migrate_off(job, f"node {node_id} is draining: {rec.drain_reason}")
-        await self.view.notify()
-        return rec, unconfirmed
+        return await nodeops.drain(self, node_id, reason)
 
     async def undrain(self, node_id: str) -> tuple[NodeRecord, str]:
-        rec, unconfirmed = await self._set_drain(node_id, False, "")
-        self.kick()
-        await self.view.notify()
-        return rec, unconfirmed
-
-    async def _set_drain(self, node_id: str, drained: bool, reason: str) -> tuple[NodeRecord, str]:
-        rec = self._live.records.get(node_id)
-        if rec is None:
-            raise NodeNotFound(node_id)
-        self._put_node(rec := rec.with_(drained=drained, drain_reason=reason))
-        live = self._live.nodes.get(node_id)
-        log.info("node_drain", node_id=node_id, drained=drained, reason=reason)
-        if live is None or live.liveness != P.NODE_STATE_READY:
-            state = P.NodeState.Name(live.liveness if live else P.NODE_STATE_UNREACHABLE)[11:]
-            return rec, f"node {node_id} is {state}: its agent is told when it registers again"
-        err = await self.agents.drain(live.id, live.address, self.epoch, drained)
-        return rec, f"the agent did not confirm: {err}" if err else ""
+        return await nodeops.undrain(self, node_id)
 
     async def remove_node(self, node_id: str, force: bool, request_id: str) -> bool:
-        """Forget a node (RemoveNode): FailedPrecondition while attempts run on it unless `force`,
-        which requeues them as for a lost node. A node that heartbeats again is told to register
-        and comes back (an agent drained before keeps its drain: `register`)."""
-        if self._removals.get(request_id) == node_id:  # a retry: the node may be back, leave it be
-            return True
-        rec = self._live.records.get(node_id)
-        if rec is not None:
-            jobs = self.view.jobs_on(node_id)
-            if jobs and not force:
-                raise FailedPrecondition(f"node {node_id} holds {len(jobs)} running attempt(s) "
-                                         f"({', '.join(j.id for j in jobs[:5])}): drain it first, or force")
-            for job in jobs:
-                await self._requeue(job, f"node {node_id} was removed by an admin", "NODE_LOST",
-                                    stop=f"node {node_id} removed")
-        if not self.store.remove_node(node_id, request_id, self.wall()):
-            raise NodeNotFound(node_id)
-        self._removals[request_id] = node_id
-        while len(self._removals) > 1024:
-            del self._removals[next(iter(self._removals))]
-        if self._live.records.pop(node_id, None) is not None:
-            self._live.nodes.pop(node_id, None)
-            log.info("node_removed", node_id=node_id, force=force)
-            await self.view.notify()
-            self.kick()
-        return True
+        return await nodeops.remove_node(self, node_id, force, request_id)
 
     def _put_node(self, rec: NodeRecord) -> None:
         self.store.put_node(rec)
@@ -248,53 +201,14 @@ class Engine:
 
     # ---------------------------------------------------------------- agents
 
+    # Register and Heartbeat: controller/nodeops.py.
+
     async def register(self, status: agent_pb2.NodeStatus) -> None:
-        node_id = status.node_id
-        rec = self._live.records.get(node_id)
-        if rec is None or rec.address != status.address or rec.inventory != status.inventory:
-            # A node new to the store (or removed) keeps the drain its agent remembers.
-            if rec is None:
-                rec = NodeRecord(node_id, status.address, drained=status.draining,
-                                 drain_reason="drained before it registered" if status.draining else "")
-            self._put_node(rec.with_(address=status.address, inventory=status.inventory))
-        now = self.mono()
-        live = LiveNode(node_id, status.address, status.inventory, status, now, self.wall(), registered=True)
-        old = self._live.nodes.get(node_id)
-        self._live.nodes[node_id] = live
-        if old is not None:
-            await self._back_after(node_id, now - old.last_seen)
-        log.info("node_registered", node_id=node_id, address=status.address, gpus=len(status.inventory.gpus),
-                 source=P.InventorySource.Name(status.inventory.source), workers=len(status.workers),
-                 returned=old is not None)
-        if self._live.records[node_id].drained != status.draining:
-            # The admin's word, kept by the controller, wins over what the agent remembers.
-            await self.agents.drain(node_id, status.address, self.epoch, self._live.records[node_id].drained)
-        await self._observe(live, status)
-        await self.liveness_tick()
-        self.kick()
+        await nodeops.register(self, status)
 
     async def heartbeat(self, status: agent_pb2.NodeStatus, epoch: int) -> bool:
         """Record a heartbeat; False when the agent must register again."""
-        live = self._live.nodes.get(status.node_id)
-        if live is None or not live.registered or epoch != self.epoch or live.address != status.address:
-            return False
-        silent = self.mono() - live.last_seen
-        live.last_seen, live.last_seen_wall, live.status = self.mono(), self.wall(), status
-        await self._back_after(live.id, silent)
-        await self._observe(live, status)
-        if live.liveness != P.NODE_STATE_READY:
-            await self.liveness_tick()
-        return True
-
-    async def _back_after(self, node_id: str, silent: float) -> None:
-        """Heard from after a silence past the fence: its agent has stopped the workers of its current
-        attempts, whose exits are no verdict on the job. Requeued first, not judged."""
-        if not fenced(silent, self.cfg.liveness):
-            return
-        why = f"node {node_id} was silent {silent:.1f}s, past the {fence_seconds(self.cfg.liveness):g}s fence"
-        for job in self.view.jobs_on(node_id):
-            if not job.stop_requested:  # a job asked to stop is settled by its exits as usual
-                await self._requeue(job, f"{why}: its agent stopped the workers", "NODE_LOST", stop=why)
+        return await nodeops.heartbeat(self, status, epoch)
 
     async def _observe(self, live: LiveNode, status: agent_pb2.NodeStatus) -> None:
         """Fold a node's reported workers into job states."""
@@ -353,7 +267,7 @@ class Engine:
             metrics.JOBS_FINISHED.labels("succeeded").inc()
             self.kick()
         elif step == "failed":
-            last = await self._last_log_line(job, verdict.rank)
+            last = await last_log_line(self.agents, self._live.nodes, self.epoch, job, verdict.rank)
             await self._attempt_failed(job, f"{why}; last log line: {last}" if last else why)
         elif step == "interrupted":
             await self._requeue(job, why, "REQUEUED", stop="another rank was interrupted")
@@ -392,20 +306,6 @@ class Engine:
         else:
             metrics.JOBS_FINISHED.labels("failed").inc()
         self.kick()
-
-    async def _last_log_line(self, job: JobRecord, rank: int) -> str:
-        """The last non-empty line of a rank's log (its error, usually); empty when unavailable."""
-        node_id = rank_node(job, rank)
-        live = self._live.nodes.get(node_id) if node_id else None
-        if live is None or live.liveness != P.NODE_STATE_READY:
-            return ""
-        try:
-            resp = await self.agents.read_log(live.id, live.address, agent_pb2.ReadLogRequest(
-                controller_epoch=self.epoch, job_id=job.id, attempt=job.attempt, rank=rank, tail_bytes=4096))
-        except grpc.aio.AioRpcError:
-            return ""
-        lines = [ln.strip() for ln in resp.data.decode(errors="replace").splitlines() if ln.strip()]
-        return lines[-1][:300] if lines else ""
 
     async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False, stop: str = "") -> None:
         """Back to PENDING; with `stop`, then stop what is left of the attempt for that reason."""

@@ -8,6 +8,18 @@ Keys under the prefix (default `/tessera/`):
     job/<id>       the job's mutable record (JSON)    spec/<id>   its JobSpec (written once)
     req/<request id> -> job id                        node/<id>   a node record (JSON)
     ev/<job id>/<write id>-<i>                        an event (JSON)
+    jobidx/<submit time, 16 hex digits>/<id>          the page index (empty value; see below)
+    rmreq/<request id> -> {node_id, time}             a RemoveNode request id (the newest 10,000)
+    meta/jobidx                                       "1" once every job has its index key
+    meta/page_key                                     the key of ListJobs continue tokens (shared_key)
+
+The page index: one key per job, made with the job and deleted with it, in the same transactions.
+etcd ranges come back in key order, so `jobidx/` walks the jobs in (submit_time, id) order, as
+SQLite's `jobs_page` index does: the time is the IEEE 754 bits of the float as an unsigned 64-bit
+number (the sign bit flipped for positive times, every bit for negative ones), 16 hex digits, so
+that byte order is numeric order, exactly (no rounding: a page's `after` key is the last job's own
+float). A job's submit_time never changes after create_job (SQLite's UPDATE leaves it too), so the
+key never moves. A store made before the index gets it at the first leader's open (meta/jobidx).
 
 Every write is one transaction whose first compare is the leader's fence
 (`Leadership.fence()`: the leader key still has the create_revision this controller gave it), so a
@@ -27,6 +39,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import struct
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,7 +51,9 @@ from aetcd import rpc as etcdrpc
 from tessera.controller.election import Leadership, NotLeader
 from tessera.controller.etcd import EtcdClient
 from tessera.controller.store import (
+    MAX_REMOVALS,
     SCHEMA_VERSION,
+    TERMINAL,
     EventRecord,
     JobRecord,
     NodeRecord,
@@ -54,6 +70,12 @@ MAX_TXN_OPS = 120  # below etcd's default --max-txn-ops of 128
 
 def _prefix_end(key: bytes) -> bytes:
     return key[:-1] + bytes([key[-1] + 1])
+
+
+def sortable_time(t: float) -> str:
+    """`t` as 16 hex digits whose byte order is the floats' numeric order (the page index's keys)."""
+    bits = struct.unpack(">Q", struct.pack(">d", t + 0.0))[0]  # + 0.0: -0.0 sorts as 0.0
+    return f"{bits ^ (0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else 1 << 63):016x}"
 
 
 def _b64(m: Any | None) -> str | None:
@@ -75,7 +97,8 @@ def _job_doc(job: JobRecord) -> bytes:
         "reason": job.reason, "submit_time": job.submit_time, "attempt": job.attempt, "plan": _b64(job.plan),
         "placement": _b64(job.placement), "progress": _b64(job.progress), "start_time": job.start_time,
         "end_time": job.end_time, "restarts": job.restarts, "retries": job.retries,
-        "stop_requested": job.stop_requested}).encode()
+        "stop_requested": job.stop_requested, "launch_failures": job.launch_failures,
+        "next_launch_time": job.next_launch_time}).encode()
 
 
 def _job(doc: bytes, spec: bytes) -> JobRecord:
@@ -87,22 +110,29 @@ def _job(doc: bytes, spec: bytes) -> JobRecord:
         submit_time=d["submit_time"], attempt=d["attempt"], plan=_unb64(common_pb2.Plan, d["plan"]),
         placement=_unb64(common_pb2.Placement, d["placement"]), progress=_unb64(common_pb2.Progress, d["progress"]),
         start_time=d["start_time"], end_time=d["end_time"], restarts=d["restarts"], retries=d["retries"],
-        stop_requested=d["stop_requested"])
+        stop_requested=d["stop_requested"], launch_failures=d.get("launch_failures", 0),
+        next_launch_time=d.get("next_launch_time", 0.0))
 
 
 def _node_doc(n: NodeRecord) -> bytes:
     return json.dumps({"id": n.id, "address": n.address, "inventory": _b64(n.inventory), "drained": n.drained,
-                       "drain_reason": n.drain_reason}).encode()
+                       "drain_reason": n.drain_reason, "launch_failures": n.launch_failures,
+                       "unhealthy_until": n.unhealthy_until}).encode()
 
 
 def _node(doc: bytes) -> NodeRecord:
     d = json.loads(doc)
     return NodeRecord(d["id"], d["address"], _unb64(common_pb2.NodeInventory, d["inventory"]), d["drained"],
-                      d["drain_reason"])
+                      d["drain_reason"], d.get("launch_failures", 0), d.get("unhealthy_until", 0.0))
 
 
 def _put(key: bytes, value: bytes) -> Any:
     return etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key, value=value))
+
+
+def _delete(key: bytes, prefix: bool = False) -> Any:
+    return etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(
+        key=key, range_end=_prefix_end(key) if prefix else b""))
 
 
 def _get(key: bytes, prefix: bool = False) -> Any:
@@ -177,13 +207,27 @@ class EtcdStore:
             store_id = uuid.uuid4().hex
             key = self._k("meta", "store_id")
             resp = self._txn([_absent(key)], [_put(key, store_id.encode()),
-                                              _put(self._k("meta", "schema_version"), str(SCHEMA_VERSION).encode())],
+                                              _put(self._k("meta", "schema_version"), str(SCHEMA_VERSION).encode()),
+                                              _put(self._k("meta", "jobidx"), b"1")],
                              [_get(key)])
             if not resp.succeeded:
                 store_id = bytes(resp.responses[1].response_range.kvs[0].value).decode()
         self.store_id = store_id
         if marker is not None and known != store_id:
             _write_atomically(marker, store_id + "\n")
+        if self._value(self._k("meta", "jobidx")) is None:
+            self._index_all()
+
+    def _index_all(self) -> None:
+        """Give every job its page index key (a store written before the index), then mark it done."""
+        ops = [_put(self._idx(d["submit_time"], d["id"]), b"")
+               for kv in self._range(self._k("job", ""), prefix=True) if (d := json.loads(kv.value))]
+        for i in range(0, len(ops), MAX_TXN_OPS):
+            self._txn([], ops[i:i + MAX_TXN_OPS])
+        self._txn([], [_put(self._k("meta", "jobidx"), b"1")])
+
+    def _idx(self, submit_time: float, job_id: str) -> bytes:
+        return self._k("jobidx", sortable_time(submit_time), job_id)
 
     def _event_ops(self, job_id: str, time: float, events: Sequence[tuple[str, str]], start: int = 0) -> list[Any]:
         """Puts of `events`, numbered from `start` within their transaction (their seq's low bits)."""
@@ -213,7 +257,8 @@ class EtcdStore:
         resp = self._txn(
             [_absent(req), _absent(jkey)],
             [_put(jkey, _job_doc(job)), _put(self._k("spec", job.id), job.spec.SerializeToString(deterministic=True)),
-             _put(req, job.id.encode()), *self._event_ops(job.id, job.submit_time, [event])],
+             _put(req, job.id.encode()), _put(self._idx(job.submit_time, job.id), b""),
+             *self._event_ops(job.id, job.submit_time, [event])],
             [_get(req)])
         if resp.succeeded:
             return job, True
@@ -226,13 +271,14 @@ class EtcdStore:
         return old, False
 
     def _read(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        """Several keys in one round trip (a transaction of reads; at most MAX_TXN_OPS keys)."""
-        if not keys:
-            return []
+        """Several keys, MAX_TXN_OPS to a round trip (a transaction of reads)."""
+        out: list[bytes | None] = []
         t = self.c.cfg.timeout_s
-        req = etcdrpc.TxnRequest(success=[_get(k) for k in keys])
-        resp = self.c.call(self.c.rpc(lambda: self.c.kv.Txn(req, timeout=t)))
-        return [bytes(r.response_range.kvs[0].value) if r.response_range.kvs else None for r in resp.responses]
+        for i in range(0, len(keys), MAX_TXN_OPS):
+            req = etcdrpc.TxnRequest(success=[_get(k) for k in keys[i:i + MAX_TXN_OPS]])
+            resp = self.c.call(self.c.rpc(lambda req=req: self.c.kv.Txn(req, timeout=t)))  # type: ignore[misc]
+            out += [bytes(r.response_range.kvs[0].value) if r.response_range.kvs else None for r in resp.responses]
+        return out
 
     def get_job(self, job_id: str) -> JobRecord | None:
         doc, spec = self._read([self._k("job", job_id), self._k("spec", job_id)])
@@ -303,6 +349,103 @@ class EtcdStore:
     def list_nodes(self) -> list[NodeRecord]:
         return sorted((_node(bytes(kv.value)) for kv in self._range(self._k("node", ""), prefix=True)),
                       key=lambda n: n.id)
+
+    def shared_key(self, name: str) -> bytes:
+        """`meta/<name>`: 32 random bytes made by the first leader that asks (in a transaction: two
+        leaders in turn cannot make two), the same for every controller after."""
+        key = self._k("meta", name)
+        got = self._value(key)
+        if got is not None:
+            return got
+        new = os.urandom(32)
+        resp = self._txn([_absent(key)], [_put(key, new)], [_get(key)])
+        return new if resp.succeeded else bytes(resp.responses[1].response_range.kvs[0].value)
+
+    # ------------------------------------------------------------------ pages, retention, node removal
+
+    def list_jobs_page(self, states: Iterable[int] = (), tenant: str = "", after: tuple[float, str] | None = None,
+                       limit: int = 500) -> list[JobRecord]:
+        """Walk the page index from `after` in key order, reading the records of each batch of index
+        keys and keeping those that match, until `limit` match (limit < 0: all) or the index ends."""
+        st = set(states)
+        base = self._k("jobidx", "")
+        start, end = (self._idx(*after) + b"\0") if after is not None else base, _prefix_end(base)
+        found: list[tuple[str, bytes]] = []
+        t = self.c.cfg.timeout_s
+        while limit < 0 or len(found) < limit:
+            # Without filters every indexed job matches: read no more keys than the page needs.
+            n = MAX_TXN_OPS if st or tenant or limit < 0 else min(MAX_TXN_OPS, limit - len(found))
+            req = etcdrpc.RangeRequest(key=start, range_end=end, limit=n, keys_only=True)
+            kvs = self.c.call(self.c.rpc(lambda req=req: self.c.kv.Range(req, timeout=t))).kvs  # type: ignore[misc]
+            ids = [bytes(kv.key).rpartition(b"/")[2].decode() for kv in kvs]
+            for job_id, doc in zip(ids, self._read([self._k("job", i) for i in ids]), strict=True):
+                if doc is None:
+                    continue  # deleted since the index was read
+                d = json.loads(doc)
+                if (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant):
+                    found.append((job_id, doc))
+            if len(kvs) < n:
+                break
+            start = bytes(kvs[-1].key) + b"\0"
+        found = found if limit < 0 else found[:limit]
+        specs = self._read([self._k("spec", i) for i, _ in found])
+        return [_job(doc, spec) for (_, doc), spec in zip(found, specs, strict=True) if spec is not None]
+
+    def delete_finished_jobs(self, ended_before: float, limit: int) -> list[str]:
+        """As the protocol says, except that etcd's limit on a transaction's operations splits more
+        than MAX_TXN_OPS / 5 jobs into several transactions: each job's keys (record, spec, request id,
+        index, events) go together, always. A job changed since it was read is left for the next sweep."""
+        old = []
+        for kv in self._range(self._k("job", ""), prefix=True):
+            d = json.loads(kv.value)
+            if d["state"] in TERMINAL and max(d["end_time"], d["submit_time"]) < ended_before:
+                old.append((d["submit_time"], d["id"], d["request_id"], kv.mod_revision))
+        old.sort()
+        gone: list[str] = []
+        per_txn = MAX_TXN_OPS // 5
+        batch = old[:max(0, limit)]
+        for i in range(0, len(batch), per_txn):
+            chunk = batch[i:i + per_txn]
+            compare = [etcdrpc.Compare(key=self._k("job", j), result=etcdrpc.Compare.EQUAL,
+                                       target=etcdrpc.Compare.MOD, mod_revision=rev) for _, j, _, rev in chunk]
+            success = [op for t, j, rid, _ in chunk
+                       for op in (_delete(self._k("job", j)), _delete(self._k("spec", j)), _delete(self._k("req", rid)),
+                                  _delete(self._idx(t, j)), _delete(self._k("ev", j, ""), prefix=True))]
+            if not self._txn(compare, success).succeeded:
+                break
+            gone += [j for _, j, _, _ in chunk]
+        return gone
+
+    def remove_node(self, node_id: str, request_id: str, time: float) -> bool:
+        rkey, nkey = self._k("rmreq", request_id), self._k("node", node_id)
+        resp = self._txn([_absent(rkey), _exists(nkey)],
+                         [_delete(nkey), _put(rkey, json.dumps({"node_id": node_id, "time": time}).encode())],
+                         [_get(rkey)])
+        if resp.succeeded:
+            self._forget_old_removals()
+            return True
+        # The fence held (else NotLeader), so the request id was used or there is no such node.
+        done = resp.responses[1].response_range.kvs
+        if not done:
+            return False
+        if json.loads(done[0].value)["node_id"] != node_id:
+            raise RequestConflict(request_id, "node removal")
+        return True
+
+    def _forget_old_removals(self) -> None:
+        """Keep the newest MAX_REMOVALS request ids (by creation revision)."""
+        base = self._k("rmreq", "")
+        t = self.c.cfg.timeout_s
+        count = etcdrpc.RangeRequest(key=base, range_end=_prefix_end(base), count_only=True)
+        extra = self.c.call(self.c.rpc(lambda: self.c.kv.Range(count, timeout=t))).count - MAX_REMOVALS
+        if extra <= 0:
+            return
+        oldest = etcdrpc.RangeRequest(key=base, range_end=_prefix_end(base), keys_only=True, limit=extra,
+                                      sort_order=etcdrpc.RangeRequest.ASCEND, sort_target=etcdrpc.RangeRequest.CREATE)
+        kvs = self.c.call(self.c.rpc(lambda: self.c.kv.Range(oldest, timeout=t))).kvs
+        ops = [_delete(bytes(kv.key)) for kv in kvs]
+        for i in range(0, len(ops), MAX_TXN_OPS):
+            self._txn([], ops[i:i + MAX_TXN_OPS])
 
     def close(self) -> None:
         pass  # the client (and its thread) belongs to whoever made it

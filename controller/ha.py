@@ -9,7 +9,13 @@ lease leads (docs/ha.md).
          it as a standby: nothing of the deposed leader's memory survives into its next term).
 
 Every agent call goes through `LeaderAgents`, which refuses once the local lease deadline has
-passed, and every store write carries the leader's fence, so a deposed leader acts on neither.
+passed, every store write carries the leader's fence, and every answer of the gRPC switch is sent
+only while that deadline holds (controller/leader_gate.py), so a deposed leader acts on none of
+them and acknowledges no heartbeat (docs/fencing.md, "Several controllers").
+
+Like `serve()` for SQLite, the leader runs the retention sweep (controller/retention.py), and signs
+ListJobs continue tokens with a key every controller of the cluster shares (`meta/page_key` in
+etcd, made by the first leader), so a client's next page survives a failover.
 """
 
 from __future__ import annotations
@@ -33,11 +39,25 @@ from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import EtcdClient, EtcdConfig, parse_endpoints
 from tessera.controller.etcdstore import EtcdStore
 from tessera.controller.leader_gate import LeaderSwitch
+from tessera.controller.registry import LivenessConfig, fence_seconds
+from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService
 from tessera.v1 import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger("controller")
 LOST_EXIT = 1
+PAGE_KEY = "page_key"  # meta/page_key: the key of ListJobs continue tokens, shared by the controllers
+# The node agent's defaults (nodeagent/agent.py rpc_deadline, registration.py max_backoff).
+AGENT_CALL_DEADLINE_S = 5.0
+AGENT_MAX_BACKOFF_S = 2.0
+
+
+def failover_gap(lv: LivenessConfig, ttl_s: int) -> float:
+    """About the longest an agent goes without an acknowledged heartbeat across a failover
+    (docs/ha.md, "Failover and the agents' fence"): its last acknowledged heartbeat came up to one
+    interval before the leader died or stalled; the new leader leads within ttl + 0.5 s of that, and
+    a heartbeat to a stalled leader hangs for the agent's call deadline; then one backoff."""
+    return lv.heartbeat_interval_s + max(AGENT_CALL_DEADLINE_S, ttl_s + 0.5) + AGENT_MAX_BACKOFF_S
 
 
 class LeaderAgents:
@@ -102,11 +122,19 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         seen = lead.seen_leader if lead is not None else None
         return seen[0] if seen and seen[0] != address else ""
 
-    switch = LeaderSwitch(services, leader_address)
+    def leading() -> bool:
+        return lead is not None and lead.is_leader()
+
+    switch = LeaderSwitch(services, leader_address, leading)
     server, port, agent_port = make_server([(lambda s, srv: srv.add_generic_rpc_handlers((s,)), switch)])
     address = advertised(args.listen, port, args.advertise)
     lead = Leadership(client, address, ttl_s=args.etcd_lease_ttl)
     await server.start()
+    gap, fence = failover_gap(cfg.liveness, lead.ttl_s), fence_seconds(cfg.liveness)
+    if fence <= gap:
+        log.warning("fence_below_failover_gap", fence=fence, failover_gap=gap,
+                    detail="agents may stop their workers during a failover (every running job then restarts "
+                    "from its checkpoint): raise --fence and --lease, or shorten --heartbeat-interval (docs/ha.md)")
     mport = metrics.serve(args.metrics_listen)
     host = args.listen.rpartition(":")[0]
     agent_host = args.agent_listen.rpartition(":")[0]
@@ -139,12 +167,16 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
             client.close()
             raise
         engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)
-        switch.lead([(controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(engine)),
+        retention = Retention(store, cfg.checkpoint_root,
+                              RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
+        switch.lead([(controller_pb2_grpc.add_ControllerServicer_to_server,
+                      ControllerService(engine, page_key=store.shared_key(PAGE_KEY))),
                      (agent_pb2_grpc.add_AgentRegistryServicer_to_server,
                       RegistryService(engine, authenticate=args.tls is not None))])
         log.info("controller_leading", epoch=epoch, address=address, jobs=len(store.list_jobs()),
                  nodes=len(store.list_nodes()))
-        tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop())]
+        tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
+                                                  retention.loop(engine.view.notify))]
         if not lead.is_leader():
             lost.set()
         lost_wait = asyncio.create_task(lost.wait())

@@ -161,6 +161,14 @@ def authenticator(tokens: str) -> Authenticator:
     return TokenAuthenticator(tokens) if tokens else InsecureAuthenticator()
 
 
+def log_auth(auth: Authenticator) -> None:
+    if isinstance(auth, TokenAuthenticator):
+        log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
+    else:
+        log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
+                    "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
+
+
 def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
     return EngineConfig(
         round_interval_s=args.round_interval, inspect_interval_s=args.inspect_interval, debounce_s=args.debounce,
@@ -193,6 +201,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     ckpt.mkdir(parents=True, exist_ok=True)
     cfg = engine_config(args, ckpt)
     if args.store == "etcd":
+        log_auth(auth)
         await serve_ha(args, cfg, state, lambda regs: controller_server(args, auth, regs))
         return
     store = SqliteStore(state / "controller.db")
@@ -210,11 +219,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     mport = metrics.serve(args.metrics_listen)
     tls.announce("tessera-controller", args.tls)
     host = args.listen.rpartition(":")[0]
-    if isinstance(auth, TokenAuthenticator):
-        log.info("tokens_loaded", file=str(auth.path), tokens=len(auth.entries))
-    else:
-        log.warning("insecure_api", detail="no --tokens file: every caller of the Controller API is "
-                    "'anonymous' and may submit, cancel and read any tenant's jobs and drain nodes")
+    log_auth(auth)
     agent_host = args.agent_listen.rpartition(":")[0]
     log.info("controller_started", listen=f"{host}:{port}", agent_listen=f"{agent_host}:{agent_port}", epoch=epoch,
              state_dir=str(state), checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid(),

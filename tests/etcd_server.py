@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.common.localcluster import Daemon, start_etcd
+from tessera.common.localcluster import Daemon, local_tokens, start_etcd
 from tessera.controller.election import Leadership
 from tessera.controller.etcd import EtcdClient, EtcdConfig
 from tessera.controller.etcdstore import EtcdStore
@@ -64,3 +64,10 @@ def leading_store(endpoint: str, prefix: str, address: str = "test:1", ttl_s: in
             lead.resign()
     finally:
         client.close()
+
+
+def cluster_tokens(root: Path) -> tuple[list[str], str]:
+    """One tokens file for every controller of a cluster (a client's token must hold at whichever
+    leads): the `--tokens FILE` arguments, and the admin token (common/localcluster.py's callers)."""
+    tokens_file, tokens = local_tokens(root / "cluster")
+    return ["--tokens", str(tokens_file)], tokens["admin"]

@@ -14,7 +14,7 @@ import pytest
 from tessera.clients.sdk import Client, RpcError
 from tessera.v1 import common_pb2 as P
 from tests.e2e.cluster import INVENTORIES
-from tests.etcd_server import etcd_server
+from tests.etcd_server import cluster_tokens, etcd_server
 from tests.procs import Daemon, kill_strays, start_agent, start_controller, wait_for
 
 pytestmark = pytest.mark.slow
@@ -24,6 +24,11 @@ TTL = 2
 # campaign transaction (milliseconds) after the leader's last keep-alive; the rest is slack for this
 # loaded 2-core machine (loading the state, the log line).
 BOUND_S = TTL + 3.0
+# A fence above the failover gap (docs/ha.md, "Failover and the agents' fence"; controller/ha.py
+# failover_gap: heartbeat interval 0.5 s + max(the agent's 5 s call deadline, TTL + 0.5 s) + a 2 s
+# backoff = 7.5 s), so that the agent never stops the job's workers during the failover: the job
+# runs on under its first launch. The node lease is above the fence, as it must be.
+NO_FENCE = ["--lease", "10", "--fence", "8"]
 
 
 def sleeper(name: str) -> P.JobSpec:
@@ -41,8 +46,9 @@ def test_leader_killed_standby_leads_agent_follows_job_runs_once(tmp_path: Path)
     daemons: list[Daemon] = []
     with etcd_server(tmp_path) as etcd:
         try:
+            auth, token = cluster_tokens(tmp_path)
             ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
-                  "--policy", "frenzy"]
+                  "--policy", "frenzy", *NO_FENCE, *auth]
             a = start_controller(tmp_path / "a", *ha)
             daemons.append(a)
             first = _leading(a)
@@ -53,7 +59,7 @@ def test_leader_killed_standby_leads_agent_follows_job_runs_once(tmp_path: Path)
             daemons.append(agent)
             a.wait_event("node_registered", 30, node_id="node-a10")
             # The client starts at the standby and is sent to the leader by its answer.
-            with Client([b.address, a.address], timeout=5) as c:
+            with Client([b.address, a.address], token=token, timeout=5) as c:
                 job = c.submit(sleeper("survivor"))
                 assert c.target == a.address
                 wait_for(lambda: c.get(job.id).state == P.JOB_STATE_RUNNING, 60, "the job RUNNING")
@@ -92,7 +98,8 @@ def test_leader_killed_standby_leads_agent_follows_job_runs_once(tmp_path: Path)
 def test_a_clean_stop_hands_over_at_once(tmp_path: Path) -> None:
     """SIGTERM of the leader revokes its lease: the standby leads without waiting for the TTL."""
     with etcd_server(tmp_path) as etcd:
-        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "10"]
+        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "10",
+              *cluster_tokens(tmp_path)[0]]
         a = start_controller(tmp_path / "a", *ha)
         b = start_controller(tmp_path / "b", *ha)
         try:
@@ -114,9 +121,11 @@ def test_a_stalled_leader_is_deposed_and_acts_no_more(tmp_path: Path) -> None:
     with etcd_server(tmp_path) as etcd:
         try:
             # A node lease longer than the agent's call deadline (5 s): the agent's heartbeat to the
-            # stopped leader hangs that long before it tries the other address (docs/ha.md).
+            # stopped leader hangs that long before it tries the other address (docs/ha.md); and a
+            # fence above the failover gap (NO_FENCE).
+            auth, token = cluster_tokens(tmp_path)
             ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
-                  "--policy", "frenzy", "--lease", "10"]
+                  "--policy", "frenzy", *NO_FENCE, *auth]
             a = start_controller(tmp_path / "a", *ha)
             daemons.append(a)
             first = _leading(a)
@@ -125,7 +134,7 @@ def test_a_stalled_leader_is_deposed_and_acts_no_more(tmp_path: Path) -> None:
             agent = start_agent(f"{a.address},{b.address}", "node-a10", INVENTORIES / "a10-node.yaml",
                                 tmp_path / "node-a10")
             daemons.append(agent)
-            with Client([a.address, b.address], timeout=5) as c:
+            with Client([a.address, b.address], token=token, timeout=5) as c:
                 job = c.submit(sleeper("stalled"))
                 wait_for(lambda: c.get(job.id).state == P.JOB_STATE_RUNNING, 60, "the job RUNNING")
                 a.proc.send_signal(signal.SIGSTOP)
@@ -150,9 +159,12 @@ def test_a_stalled_leader_is_deposed_and_acts_no_more(tmp_path: Path) -> None:
 
 
 def test_three_controllers_one_leads_after_the_leader_dies(tmp_path: Path) -> None:
-    """Of two standbys exactly one takes over; the other keeps waiting and names the new leader."""
+    """Of two standbys exactly one takes over; the other keeps waiting and names the new leader. A
+    ListJobs page begun at the old leader goes on at the new one (the continue token's key is shared
+    through etcd)."""
     with etcd_server(tmp_path) as etcd:
-        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL)]
+        auth, token = cluster_tokens(tmp_path)
+        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL), *auth]
         ctl = {n: start_controller(tmp_path / n, *ha) for n in ("a", "b", "c")}
         try:
             def leading(names: list[str]) -> list[str]:
@@ -162,6 +174,10 @@ def test_three_controllers_one_leads_after_the_leader_dies(tmp_path: Path) -> No
             assert len(leaders) == 1
             old = leaders[0]
             first = _leading(ctl[old])
+            pager = Client([ctl[n].address for n in ("a", "b", "c")], token=token, timeout=5)
+            submitted = {pager.submit(sleeper(f"page-{i}")).id for i in range(2)}  # PENDING: no nodes
+            pages = pager.iter_jobs(page_size=1)
+            seen = [next(pages).id]  # the first page, and its continue token, from the old leader
             ctl[old].kill9()
             rest = [n for n in ctl if n != old]
 
@@ -173,7 +189,7 @@ def test_three_controllers_one_leads_after_the_leader_dies(tmp_path: Path) -> No
             assert _leading(ctl[new])["epoch"] > first["epoch"]
 
             def names_new_leader() -> bool:
-                with Client(ctl[other].address, timeout=5) as c:
+                with Client(ctl[other].address, token=token, timeout=5) as c:
                     try:
                         c.nodes()
                     except RpcError as exc:
@@ -182,7 +198,10 @@ def test_three_controllers_one_leads_after_the_leader_dies(tmp_path: Path) -> No
 
             wait_for(names_new_leader, TTL + 5, "the other standby naming the new leader")
             assert new_leaders() == [new]  # still the only one
-            with Client([ctl[n].address for n in ("a", "b", "c")], timeout=5) as c:
+            seen += [j.id for j in pages]  # the next pages, from the new leader
+            assert pager.target == ctl[new].address and len(seen) == 2 and set(seen) == submitted
+            pager.close()
+            with Client([ctl[n].address for n in ("a", "b", "c")], token=token, timeout=5) as c:
                 assert c.submit_ex(sleeper("three")).created and c.target == ctl[new].address
         finally:
             for d in ctl.values():

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tessera.common.errors import Unavailable
+from tessera.controller import etcdstore
 from tessera.controller.election import Leadership, NotLeader
 from tessera.controller.etcd import EtcdClient, EtcdConfig
-from tessera.controller.etcdstore import EtcdStore
+from tessera.controller.etcdstore import EtcdStore, sortable_time
 from tessera.controller.store import JobRecord, NodeRecord, StateError
 from tessera.v1 import common_pb2 as P
 from tests.etcd_server import etcd_endpoint, etcd_server, leading_store
@@ -127,6 +128,83 @@ def test_the_store_opened_by_a_leader_only(etcd_endpoint: str) -> None:
             EtcdStore(client, Leadership(client, "x:1"))  # never campaigned: cannot even write its identity
     finally:
         client.close()
+
+
+def _keys(s: EtcdStore, *parts: str) -> list[str]:
+    return [bytes(kv.key)[len(s.p):].decode() for kv in s._range(s._k(*parts), prefix=True, keys_only=True)]
+
+
+def test_the_page_index_sorts_as_the_floats_do() -> None:
+    times = [-1e300, -2.5, -1.0, -1e-300, 0.0, 5e-324, 1e-9, 1.0, 1.0000000000000002, 2.0, 1764130000.123456,
+             1764130000.1234562, 1e300, float("inf")]
+    assert sorted(times, key=sortable_time) == times
+    assert sortable_time(-0.0) == sortable_time(0.0)
+    assert all(len(sortable_time(t)) == 16 for t in times)
+
+
+def test_pages_across_index_batches_and_deletion_takes_every_key(etcd_endpoint: str) -> None:
+    """More jobs than one batch of index keys, filtered pages, and no key of a deleted job left."""
+    with leading_store(etcd_endpoint, _prefix()) as s:
+        n = etcdstore.MAX_TXN_OPS + 30
+        for i in range(n):
+            job = _job(i).with_(submit_time=1764130000.0 + i / 7)
+            s.create_job(job if i % 3 else job.with_(spec=P.JobSpec(**{**_spec_fields(job), "tenant": "u"})),
+                         ("SUBMITTED", ""))
+        everyone = [j.id for j in s.list_jobs()]
+        for tenant, limit in (("", 7), ("u", 5), ("t", 50)):
+            got, after = [], None
+            while page := s.list_jobs_page(tenant=tenant, after=after, limit=limit):
+                assert len(page) <= limit
+                got += [j.id for j in page]
+                after = (page[-1].submit_time, page[-1].id)
+            assert got == [j for j in everyone if not tenant or s.get_job(j).spec.tenant == tenant]  # type: ignore[union-attr]
+        assert [j.id for j in s.list_jobs_page(limit=-1)] == everyone
+        done = s.get_job("j-4")
+        assert done is not None
+        s.save_job(done.with_(state=P.JOB_STATE_FAILED, end_time=10.0), 10.0, [("FAILED", "")])
+        assert s.delete_finished_jobs(ended_before=time.time() + 100, limit=10) == ["j-4"]
+        keys = [key for k in ("job", "spec", "req", "ev", "jobidx") for key in _keys(s, k, "")]
+        assert [k for k in keys if k.endswith("/j-4") or "/j-4/" in k or k == "req/r-4"] == []
+        assert len(keys) == 5 * (n - 1)  # each of the others: record, spec, request id, index, one event
+        assert "j-4" not in [j.id for j in s.list_jobs_page(limit=-1)]
+
+
+def _spec_fields(job: JobRecord) -> dict[str, object]:
+    return {"name": job.spec.name, "model": job.spec.model, "global_batch_size": 8, "iterations": 10}
+
+
+def test_a_store_without_the_page_index_gets_it_at_open(etcd_endpoint: str) -> None:
+    prefix = _prefix()
+    with leading_store(etcd_endpoint, prefix) as s:
+        for i in (3, 1, 2):
+            s.create_job(_job(i), ("SUBMITTED", ""))
+        # As the first etcd store laid it out: no index keys, no marker.
+        s._txn([], [etcdstore._delete(s._k("jobidx", ""), prefix=True), etcdstore._delete(s._k("meta", "jobidx"))])
+        assert s.list_jobs_page(limit=10) == []
+    with leading_store(etcd_endpoint, prefix) as s:
+        assert [j.id for j in s.list_jobs_page(limit=10)] == ["j-1", "j-2", "j-3"]
+        assert s._value(s._k("meta", "jobidx")) == b"1"
+
+
+def test_node_removal_keeps_the_newest_request_ids(etcd_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(etcdstore, "MAX_REMOVALS", 3)
+    with leading_store(etcd_endpoint, _prefix()) as s:
+        for i in range(5):
+            s.put_node(NodeRecord(f"n{i}", f"h:{i}"))
+            assert s.remove_node(f"n{i}", f"rm-{i}", float(i))
+        assert _keys(s, "rmreq", "") == ["rmreq/rm-2", "rmreq/rm-3", "rmreq/rm-4"]
+        assert s.remove_node("n4", "rm-4", 9.0)  # a kept id: still a retry
+
+
+def test_the_page_key_is_made_once_and_shared_by_every_leader(etcd_endpoint: str) -> None:
+    prefix = _prefix()
+    with leading_store(etcd_endpoint, prefix, "a:1") as a:
+        key = a.shared_key("page_key")
+        assert len(key) == 32 and a.shared_key("page_key") == key
+    with leading_store(etcd_endpoint, prefix, "b:1") as b:
+        assert b.shared_key("page_key") == key
+    with leading_store(etcd_endpoint, _prefix(), "c:1") as c:  # another cluster: another key
+        assert c.shared_key("page_key") != key
 
 
 def _openssl(*args: str) -> None:

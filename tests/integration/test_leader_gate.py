@@ -24,9 +24,9 @@ SERVICES = [controller_pb2.DESCRIPTOR.services_by_name["Controller"], agent_pb2.
 class Standby:
     """A server with only the LeaderSwitch, naming `hint` as the leader; counts the lookups."""
 
-    def __init__(self, hint: str) -> None:
+    def __init__(self, hint: str, leading: Any = lambda: True) -> None:
         self.hint, self.asked = hint, 0
-        self.switch = LeaderSwitch(SERVICES, self._leader)
+        self.switch = LeaderSwitch(SERVICES, self._leader, leading)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -128,6 +128,36 @@ def test_the_switch_serves_the_leaders_servicers_once_it_leads(leader: FakeServe
         with Client(sb.address, timeout=5) as c, pytest.raises(RpcError) as err:
             c.nodes()
         assert err.value.code == "UNAVAILABLE"
+    finally:
+        sb.stop()
+
+
+def test_a_leader_past_its_lease_answers_nothing_more(leader: FakeServer) -> None:
+    """docs/fencing.md: once its lease may have lapsed, a leader acknowledges nothing, not even a call
+    it had begun serving before the deadline passed (its answer is withheld), though its servicers
+    are still registered (the lost-lease handling has not switched it to standby yet)."""
+    lease = {"valid": True, "calls": 0}
+
+    class Lapsing(FakeController):
+        async def ListNodes(self, request: Any, context: Any) -> Any:
+            lease["calls"] += 1
+            if lease["calls"] == 1:
+                lease["valid"] = False  # the deadline passes while the first call is being served
+            return await super().ListNodes(request, context)
+
+    sb = Standby(leader.address, leading=lambda: lease["valid"])
+    try:
+        sb.switch.lead([(controller_pb2_grpc.add_ControllerServicer_to_server, Lapsing())])
+        with Client(sb.address, timeout=5) as c:
+            with pytest.raises(RpcError) as err:
+                c.nodes()
+            assert err.value.code == "UNAVAILABLE" and err.value.message == f"not the leader; leader at {leader.address}"
+            with pytest.raises(RpcError) as err:  # and nothing reaches the servicers any more
+                list(c.watch("j-run"))
+            assert err.value.code == "UNAVAILABLE"
+            assert lease["calls"] == 1
+            lease["valid"] = True
+            assert c.nodes() == []
     finally:
         sb.stop()
 

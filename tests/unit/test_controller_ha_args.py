@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.controller.ha import advertised, etcd_config
+from tessera.controller.ha import advertised, etcd_config, failover_gap
 from tessera.controller.main import parse_args
+from tessera.controller.registry import LivenessConfig, fence_seconds
 
 
 def _err(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -33,3 +34,15 @@ def test_etcd_config_and_advertised_address() -> None:
     assert parse_args(["--insecure", "--state-dir", "/tmp/x"]).store == "sqlite"  # SQLite stays the default
     assert advertised("127.0.0.1:0", 5051, "") == "127.0.0.1:5051"
     assert advertised("0.0.0.0:5051", 5051, "ctl-1:5051") == "ctl-1:5051"
+
+
+def test_the_failover_gap_against_the_fence() -> None:
+    """docs/ha.md, "Failover and the agents' fence": the defaults fence during a failover; the
+    suggested settings and the chaos tests' do not."""
+    default = LivenessConfig()
+    assert failover_gap(default, 5) == 12.5 > fence_seconds(default) == 10
+    suggested = LivenessConfig(lease_s=20, heartbeat_interval_s=2)
+    assert fence_seconds(suggested) == 10 > failover_gap(suggested, 5) == 9.5
+    chaos = LivenessConfig(lease_s=10, heartbeat_interval_s=0.5, fence_s=8)
+    assert fence_seconds(chaos) == 8 > failover_gap(chaos, 2) == 7.5
+

@@ -1,0 +1,169 @@
+"""What happens to a node: the admin's DrainNode, UndrainNode and RemoveNode, and an agent's
+Register and Heartbeat. Moved out of controller/engine.py (the composition root) unchanged, as
+functions of the engine: the engine's `drain`, `undrain`, `remove_node`, `register` and `heartbeat`
+call them, and they call back into the engine's job steps (`_migrate_off`, `_requeue`, `_observe`,
+`liveness_tick`) and its live state. `NodeHost` names what they use of the engine, so this module
+does not import it (the tree has no import cycle, pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+
+from tessera.common.errors import FailedPrecondition
+from tessera.controller.agents import AgentCalls
+from tessera.controller.errors import NodeNotFound
+from tessera.controller.registry import LivenessConfig, LiveNode, fence_seconds, fenced
+from tessera.controller.store import JobRecord, NodeRecord, Store
+from tessera.controller.view import LiveState, LiveView
+from tessera.v1 import agent_pb2, common_pb2
+
+P = common_pb2
+log = structlog.get_logger("controller")
+
+
+class _Config(Protocol):
+    @property
+    def liveness(self) -> LivenessConfig: ...
+
+
+class NodeHost(Protocol):
+    """What these functions use of the engine (controller/engine.py's Engine)."""
+
+    store: Store
+    agents: AgentCalls
+    epoch: int
+    view: LiveView
+    wall: Callable[[], float]
+    mono: Callable[[], float]
+    _live: LiveState
+    _removals: dict[str, str]
+
+    @property
+    def cfg(self) -> _Config: ...
+
+    def kick(self) -> None: ...
+
+    def _put_node(self, rec: NodeRecord) -> None: ...
+
+    async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False, stop: str = "") -> None: ...
+
+    async def _migrate_off(self, job: JobRecord, why: str) -> None: ...
+
+    async def _observe(self, live: LiveNode, status: agent_pb2.NodeStatus) -> None: ...
+
+    async def liveness_tick(self) -> None: ...
+
+
+async def drain(engine: NodeHost, node_id: str, reason: str) -> tuple[NodeRecord, str]:
+    """Drain in the controller's state (no placements there, jobs moved off) whatever the agent
+    says; the second value is why the agent did not confirm ("" when it did)."""
+    rec, unconfirmed = await set_drain(engine, node_id, True, reason or "drained by admin")
+    for job in engine.view.jobs_on(node_id):
+        if job.state != P.JOB_STATE_MIGRATING:
+            await engine._migrate_off(job, f"node {node_id} is draining: {rec.drain_reason}")
+    await engine.view.notify()
+    return rec, unconfirmed
+
+
+async def undrain(engine: NodeHost, node_id: str) -> tuple[NodeRecord, str]:
+    rec, unconfirmed = await set_drain(engine, node_id, False, "")
+    engine.kick()
+    await engine.view.notify()
+    return rec, unconfirmed
+
+
+async def set_drain(engine: NodeHost, node_id: str, drained: bool, reason: str) -> tuple[NodeRecord, str]:
+    rec = engine._live.records.get(node_id)
+    if rec is None:
+        raise NodeNotFound(node_id)
+    engine._put_node(rec := rec.with_(drained=drained, drain_reason=reason))
+    live = engine._live.nodes.get(node_id)
+    log.info("node_drain", node_id=node_id, drained=drained, reason=reason)
+    if live is None or live.liveness != P.NODE_STATE_READY:
+        state = P.NodeState.Name(live.liveness if live else P.NODE_STATE_UNREACHABLE)[11:]
+        return rec, f"node {node_id} is {state}: its agent is told when it registers again"
+    err = await engine.agents.drain(live.id, live.address, engine.epoch, drained)
+    return rec, f"the agent did not confirm: {err}" if err else ""
+
+
+async def remove_node(engine: NodeHost, node_id: str, force: bool, request_id: str) -> bool:
+    """Forget a node (RemoveNode): FailedPrecondition while attempts run on it unless `force`,
+    which requeues them as for a lost node. A node that heartbeats again is told to register
+    and comes back (an agent drained before keeps its drain: `register`)."""
+    if engine._removals.get(request_id) == node_id:  # a retry: the node may be back, leave it be
+        return True
+    rec = engine._live.records.get(node_id)
+    if rec is not None:
+        jobs = engine.view.jobs_on(node_id)
+        if jobs and not force:
+            raise FailedPrecondition(f"node {node_id} holds {len(jobs)} running attempt(s) "
+                                     f"({', '.join(j.id for j in jobs[:5])}): drain it first, or force")
+        for job in jobs:
+            await engine._requeue(job, f"node {node_id} was removed by an admin", "NODE_LOST",
+                                  stop=f"node {node_id} removed")
+    if not engine.store.remove_node(node_id, request_id, engine.wall()):
+        raise NodeNotFound(node_id)
+    engine._removals[request_id] = node_id
+    while len(engine._removals) > 1024:
+        del engine._removals[next(iter(engine._removals))]
+    if engine._live.records.pop(node_id, None) is not None:
+        engine._live.nodes.pop(node_id, None)
+        log.info("node_removed", node_id=node_id, force=force)
+        await engine.view.notify()
+        engine.kick()
+    return True
+
+
+async def register(engine: NodeHost, status: agent_pb2.NodeStatus) -> None:
+    node_id = status.node_id
+    rec = engine._live.records.get(node_id)
+    if rec is None or rec.address != status.address or rec.inventory != status.inventory:
+        # A node new to the store (or removed) keeps the drain its agent remembers.
+        if rec is None:
+            rec = NodeRecord(node_id, status.address, drained=status.draining,
+                             drain_reason="drained before it registered" if status.draining else "")
+        engine._put_node(rec.with_(address=status.address, inventory=status.inventory))
+    now = engine.mono()
+    live = LiveNode(node_id, status.address, status.inventory, status, now, engine.wall(), registered=True)
+    old = engine._live.nodes.get(node_id)
+    engine._live.nodes[node_id] = live
+    if old is not None:
+        await back_after(engine, node_id, now - old.last_seen)
+    log.info("node_registered", node_id=node_id, address=status.address, gpus=len(status.inventory.gpus),
+             source=P.InventorySource.Name(status.inventory.source), workers=len(status.workers),
+             returned=old is not None)
+    if engine._live.records[node_id].drained != status.draining:
+        # The admin's word, kept by the controller, wins over what the agent remembers.
+        await engine.agents.drain(node_id, status.address, engine.epoch, engine._live.records[node_id].drained)
+    await engine._observe(live, status)
+    await engine.liveness_tick()
+    engine.kick()
+
+
+async def heartbeat(engine: NodeHost, status: agent_pb2.NodeStatus, epoch: int) -> bool:
+    """Record a heartbeat; False when the agent must register again."""
+    live = engine._live.nodes.get(status.node_id)
+    if live is None or not live.registered or epoch != engine.epoch or live.address != status.address:
+        return False
+    silent = engine.mono() - live.last_seen
+    live.last_seen, live.last_seen_wall, live.status = engine.mono(), engine.wall(), status
+    await back_after(engine, live.id, silent)
+    await engine._observe(live, status)
+    if live.liveness != P.NODE_STATE_READY:
+        await engine.liveness_tick()
+    return True
+
+
+async def back_after(engine: NodeHost, node_id: str, silent: float) -> None:
+    """Heard from after a silence past the fence: its agent has stopped the workers of its current
+    attempts, whose exits are no verdict on the job. Requeued first, not judged."""
+    if not fenced(silent, engine.cfg.liveness):
+        return
+    why = f"node {node_id} was silent {silent:.1f}s, past the {fence_seconds(engine.cfg.liveness):g}s fence"
+    for job in engine.view.jobs_on(node_id):
+        if not job.stop_requested:  # a job asked to stop is settled by its exits as usual
+            await engine._requeue(job, f"{why}: its agent stopped the workers", "NODE_LOST", stop=why)
