@@ -76,14 +76,14 @@ def one_run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     try:
         ctl = start_controller(root / "state", "--policy", "frenzy")
         daemons.append(ctl)
-        a = start_agent(ctl.address, "node-a", INVENTORIES / "a10-node.yaml", root / "node-a")
+        a = start_agent(ctl, "node-a", INVENTORIES / "a10-node.yaml", root / "node-a")
         daemons.append(a)
         with Client(ctl.address) as c:
             wait_for(lambda: any(n.state == P.NODE_STATE_READY for n in c.nodes()), 30, "node-a READY")
             jid = c.submit(spec(step_log, args.iterations)).id
             c.wait(jid, {"RUNNING"}, timeout=60)
             wait_for(lambda: c.get(jid).progress.checkpoint_iteration >= 5, 60, "a first checkpoint")
-            b = start_agent(ctl.address, "node-b", INVENTORIES / "a40-node.yaml", root / "node-b")
+            b = start_agent(ctl, "node-b", INVENTORIES / "a40-node.yaml", root / "node-b")
             daemons.append(b)
             wait_for(lambda: sum(n.state == P.NODE_STATE_READY for n in c.nodes()) == 2, 30, "node-b READY")
             stopped_at = time.time()

@@ -151,10 +151,10 @@ class Client:
         self._channel.close()
         self.target = nxt
         self._channel = self._dial(nxt)
+        self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 
     def _dial(self, target: str) -> grpc.Channel:
         return sync_channel(target, insecure=True) if self._tls is None else sync_channel(target, tls=self._tls)
-        self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tessera.common import identity, tls
-from tessera.common.pki import CertificateAuthority, identity_dir_name
+import grpc
+
+from tessera.common import identity, rpc, tls
+from tessera.common.pki import DEFAULT_HOSTS, CertificateAuthority, identity_dir_name
 from tessera.common.tls import TlsConfig
 from tessera.common.tokens import TokenEntry, hash_token, new_token, write_private, write_tokens_file
 from tessera.common.workerusers import agent_flags
@@ -78,11 +80,16 @@ class DevPki:
             self._ca = CertificateAuthority.load(self.root) if exists else CertificateAuthority.init(self.root)
         return self._ca
 
-    def tls_dir(self, who: identity.Identity) -> Path:
-        """The --tls-dir of `who`, issued (localhost and 127.0.0.1) if it is not there yet."""
+    def tls_dir(self, who: identity.Identity, hosts: Sequence[str] = ()) -> Path:
+        """The --tls-dir of `who`, issued for localhost, 127.0.0.1 and `hosts` if it is not there yet
+        or does not name all of `hosts` (then issued again, for every host named so far)."""
         d = self.root / identity_dir_name(who)
-        if not (d / "key.pem").exists():
-            self.authority().issue(who, out=d)
+        named = d / "hosts"
+        known = named.read_text().split() if named.exists() else []
+        if not (d / "key.pem").exists() or not set(hosts) <= set(known):
+            known = list(dict.fromkeys([*DEFAULT_HOSTS, *known, *hosts]))
+            self.authority().issue(who, known, out=d)
+            named.write_text("\n".join(known) + "\n")
         return d
 
 
@@ -111,10 +118,14 @@ def tls_config(who: identity.Identity) -> TlsConfig:
     return tls.load_dir(pki().tls_dir(who))
 
 
-def _tls_args(who: identity.Identity, insecure: bool, extra: tuple[str, ...]) -> list[str]:
+def _tls_args(who: identity.Identity, insecure: bool, extra: tuple[str, ...], listen: str = "") -> list[str]:
+    """--tls-dir (a certificate that also names the host of `listen`, when it is not loopback, so
+    clients dialling it verify it) or --insecure; nothing when `extra` already chose."""
     if "--insecure" in extra or any(a.startswith("--tls-dir") for a in extra):
         return []
-    return ["--insecure"] if insecure else ["--tls-dir", str(pki().tls_dir(who))]
+    host = listen.rpartition(":")[0].strip("[]")
+    hosts = [host] if host and host not in (*DEFAULT_HOSTS, "0.0.0.0", "::") else []
+    return ["--insecure"] if insecure else ["--tls-dir", str(pki().tls_dir(who, hosts))]
 
 
 @dataclass
@@ -212,7 +223,7 @@ def start_controller(state_dir: Path, *extra: str, listen: str = "127.0.0.1:0", 
     (common/crashpoints.py) for this controller only."""
     argv = [str(BIN / "tessera-controller"), "--listen", listen, "--state-dir", str(state_dir)]
     argv += ["--agent-listen", agent_listen] if agent_listen else []
-    argv += _tls_args(identity.CONTROLLER, insecure, extra)
+    argv += _tls_args(identity.CONTROLLER, insecure, extra, listen)
     tokens: dict[str, str] = {}
     if auth and "--tokens" not in extra:
         tokens_file, tokens = local_tokens(state_dir)
@@ -335,3 +346,33 @@ def kill_strays(root: Path) -> int:
             except OSError:
                 pass
     return killed
+
+
+class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """Adds `authorization: Bearer TOKEN` to every call of a raw channel."""
+
+    def __init__(self, token: str) -> None:
+        self.metadata = (("authorization", f"Bearer {token}"),)
+
+    def _details(self, details: Any) -> Any:
+        return details._replace(metadata=[*(details.metadata or ()), *self.metadata])
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+
+def user_channel(controller: Daemon, token: str | None = None) -> grpc.Channel:
+    """A raw channel to the controller's users' port, over TLS, calling with `token` (default its
+    admin's): for tests that speak the API without the SDK."""
+    ch = rpc.sync_channel(controller.address, tls=TlsConfig(ca=pki().ca_file.read_bytes()))
+    return grpc.intercept_channel(ch, _Bearer(token or controller.token or ""))
+
+
+def node_channel(controller: Daemon, node_id: str) -> grpc.Channel:
+    """A raw channel to the controller's agent port with node `node_id`'s certificate (what its
+    agent would present): for tests that register or heartbeat by hand."""
+    return rpc.sync_channel(controller.agent_address, tls=tls_config(identity.node(node_id)),
+                            peer=identity.CONTROLLER)

@@ -8,9 +8,11 @@ from tessera.common.localcluster import (  # noqa: F401
     env,
     kill_strays,
     local_tokens,
+    node_channel,
     start_agent,
     start_controller,
     tessctl,
     tessctl_json,
+    user_channel,
     wait_for,
 )

@@ -54,7 +54,7 @@ def test_leader_killed_standby_leads_agent_follows_job_runs_once(tmp_path: Path)
             first = _leading(a)
             b = start_controller(tmp_path / "b", *ha)
             daemons.append(b)
-            agent = start_agent(f"{a.address},{b.address}", "node-a10", INVENTORIES / "a10-node.yaml",
+            agent = start_agent(f"{a.agent_address},{b.agent_address}", "node-a10", INVENTORIES / "a10-node.yaml",
                                 tmp_path / "node-a10")
             daemons.append(agent)
             a.wait_event("node_registered", 30, node_id="node-a10")
@@ -131,7 +131,7 @@ def test_a_stalled_leader_is_deposed_and_acts_no_more(tmp_path: Path) -> None:
             first = _leading(a)
             b = start_controller(tmp_path / "b", *ha)
             daemons.append(b)
-            agent = start_agent(f"{a.address},{b.address}", "node-a10", INVENTORIES / "a10-node.yaml",
+            agent = start_agent(f"{a.agent_address},{b.agent_address}", "node-a10", INVENTORIES / "a10-node.yaml",
                                 tmp_path / "node-a10")
             daemons.append(agent)
             with Client([a.address, b.address], token=token, timeout=5) as c:

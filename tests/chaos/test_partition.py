@@ -93,7 +93,7 @@ def test_partitioned_node_requeued_after_the_fencing_bound_and_heals(chaos_clust
         cl = chaos_cluster([], listen=f"{ns.host_ip}:0")
         addr = cl.controller.address
         steps = step_log_dir(cl.root)
-        cl.agents["node-ns"] = start_agent(addr, "node-ns", INVENTORIES / "a10-node.yaml", cl.root / "node-ns",
+        cl.agents["node-ns"] = start_agent(cl.controller, "node-ns", INVENTORIES / "a10-node.yaml", cl.root / "node-ns",
                                            listen=f"{ns.ns_ip}:0", wrap=ns.exec_prefix())
         cl.wait_ready(1)
         with cl.client() as c:

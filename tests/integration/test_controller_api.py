@@ -173,17 +173,18 @@ def test_register_answers_the_fence(tmp_path: Path) -> None:
     """The agent learns how long it may go without an acknowledged heartbeat before it stops its
     workers (tests/procs' controller: --lease 3 --heartbeat-interval 0.5 --fence 2.5). Its own
     controller: a registered node would take the other tests' pending jobs."""
-    from tessera.common.rpc import sync_channel
+    from tessera.common.localcluster import node_channel
     from tessera.v1 import agent_pb2, agent_pb2_grpc
 
     ctl = start_controller(tmp_path / "state")
 
     status = agent_pb2.NodeStatus(node_id="fence-node", address="127.0.0.1:9", inventory=P.NodeInventory(
-        source=P.INVENTORY_SOURCE_DECLARED, gpus=[P.Gpu(index=0, model="A10-24GB", memory_bytes=24 << 30)]))
+        source=P.INVENTORY_SOURCE_DECLARED, gpus=[P.Gpu(index=0, uuid="GPU-fence-0", model="A10-24GB", memory_bytes=24 << 30)]))
     try:
-        with sync_channel(ctl.address) as ch:
+        with node_channel(ctl, "fence-node") as ch:
             resp = agent_pb2_grpc.AgentRegistryStub(ch).Register(
                 agent_pb2.RegisterRequest(request_id="r-fence", status=status), timeout=10)
     finally:
         ctl.stop()
     assert (resp.lease_seconds, resp.heartbeat_interval_seconds, resp.fence_seconds) == (3.0, 0.5, 2.5)
+    assert resp.fence_grace_seconds == 2.0  # keepers kill a fenced worker within the controller's grace

@@ -12,6 +12,9 @@ import pytest
 
 from tessera.clients.sdk import Client, RpcError
 from tessera.common import rpc
+from tessera.common.identity import CONTROLLER
+from tessera.common.localcluster import pki, tls_config
+from tessera.common.tls import TlsConfig
 from tessera.controller.leader_gate import LeaderSwitch
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
 from tessera.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
@@ -38,7 +41,8 @@ class Standby:
         return self.hint
 
     async def _start(self) -> tuple[Any, int]:
-        server, port = rpc.aio_server("127.0.0.1:0", [(lambda s, srv: srv.add_generic_rpc_handlers((s,)), self.switch)])
+        server, port = rpc.aio_server("127.0.0.1:0", [(lambda s, srv: srv.add_generic_rpc_handlers((s,)), self.switch)],
+                                       tls=tls_config(CONTROLLER), client_cert=False)
         await server.start()
         return server, port
 
@@ -61,13 +65,13 @@ def leader() -> Any:
 def test_a_standby_answers_unavailable_with_the_leader_once(leader: FakeServer) -> None:
     sb = Standby(leader.address)
     try:
-        with grpc.insecure_channel(sb.address) as ch:  # a plain channel: the hint is for everyone
+        with rpc.sync_channel(sb.address, tls=TlsConfig(ca=pki().ca_file.read_bytes())) as ch:  # no retries here
             with pytest.raises(grpc.RpcError) as err:
                 controller_pb2_grpc.ControllerStub(ch).ListJobs(controller_pb2.ListJobsRequest(), timeout=5)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
             assert err.value.details() == f"not the leader; leader at {leader.address}"
             assert rpc.leader_hint(err.value) == leader.address
-        with rpc.sync_channel(sb.address) as ch:  # Tessera's channel retries UNAVAILABLE, but not this one
+        with rpc.sync_channel(sb.address, tls=TlsConfig(ca=pki().ca_file.read_bytes())) as ch:  # Tessera's channel retries UNAVAILABLE, but not this one
             before = sb.asked
             with pytest.raises(grpc.RpcError):
                 controller_pb2_grpc.ControllerStub(ch).ListNodes(controller_pb2.ListNodesRequest(), timeout=5)

@@ -13,13 +13,12 @@ import grpc
 import pytest
 
 from tessera.clients.sdk import Client, RpcError
-from tessera.common.rpc import sync_channel
 from tessera.controller.store import JobRecord, SqliteStore
 from tessera.v1 import agent_pb2 as A
 from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 from tessera.v1 import common_pb2 as P
 from tessera.v1 import controller_pb2 as C
-from tests.procs import Daemon, start_controller, tessctl, tessctl_json
+from tests.procs import Daemon, node_channel, start_controller, tessctl, tessctl_json, user_channel
 
 MANY = 2100  # three pages of the server's largest (1,000), and the default 500 too
 
@@ -33,13 +32,13 @@ def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 @pytest.fixture(scope="module")
 def client(ctl: Daemon) -> Iterator[Client]:
-    with Client(ctl.address, timeout=60) as c:
+    with Client(ctl.address, timeout=60, token=ctl.token) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def stub(ctl: Daemon) -> Iterator[controller_pb2_grpc.ControllerStub]:
-    ch = sync_channel(ctl.address)
+    ch = user_channel(ctl)
     yield controller_pb2_grpc.ControllerStub(ch)
     ch.close()
 
@@ -50,11 +49,11 @@ def spec(name: str = "j", tenant: str = "default", env: dict[str, str] | None = 
 
 
 @pytest.fixture(scope="module")
-def many(client: Client) -> list[str]:
+def many(ctl: Daemon, client: Client) -> list[str]:
     """MANY small jobs in tenants many-a/many-b, and 80 of about 60 KiB in tenant big (4.8 MB in
     all: more than one page's bytes). Submitted over a few channels at once."""
     def submit(i: int) -> str:
-        with Client(client.target, timeout=60) as c:
+        with Client(client.target, timeout=60, token=ctl.token) as c:
             if i < 80:
                 return c.submit(spec(f"big-{i}", "big", {f"V{k}": "x" * 4000 for k in range(15)})).id
             return c.submit(spec(f"m-{i}", "many-a" if i % 3 else "many-b")).id
@@ -154,24 +153,26 @@ def _status(node_id: str, gpus: int = 2, model: str = "A100-80GB") -> A.NodeStat
 
 
 def test_forged_registrations_are_refused(ctl: Daemon, client: Client) -> None:
-    ch = sync_channel(ctl.address)
-    reg = agent_pb2_grpc.AgentRegistryStub(ch)
-    try:
-        for status, field in ((_status("forged-1", gpus=20_000), "status.inventory.gpus"),
-                              (_status("forged-2", model="A100\u202e-80GB"), "status.inventory.gpus[0].model")):
-            for call in (lambda st: reg.Register(A.RegisterRequest(request_id="r", status=st), timeout=30),
-                         lambda st: reg.Heartbeat(A.HeartbeatRequest(status=st, controller_epoch=1), timeout=30)):
+    # Each node's own certificate: what is refused here is the content, not the identity
+    # (tests/security covers that).
+    for status, field in ((_status("forged-1", gpus=20_000), "status.inventory.gpus"),
+                          (_status("forged-2", model="A100\u202e-80GB"), "status.inventory.gpus[0].model")):
+        ch = node_channel(ctl, status.node_id)
+        reg = agent_pb2_grpc.AgentRegistryStub(ch)
+        try:
+            for call in (lambda st, r=reg: r.Register(A.RegisterRequest(request_id="r", status=st), timeout=30),
+                         lambda st, r=reg: r.Heartbeat(A.HeartbeatRequest(status=st, controller_epoch=1), timeout=30)):
                 with pytest.raises(grpc.RpcError) as ei:
                     call(status)
                 assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert (ei.value.details() or "").startswith(field + ":")
-    finally:
-        ch.close()
+        finally:
+            ch.close()
     assert not [n for n in client.nodes() if n.id.startswith("forged")]
 
 
 def test_remove_node(ctl: Daemon, client: Client) -> None:
-    ch = sync_channel(ctl.address)
+    ch = node_channel(ctl, "gone-1")
     reg = agent_pb2_grpc.AgentRegistryStub(ch)
     try:
         epoch = reg.Register(A.RegisterRequest(request_id="r1", status=_status("gone-1")), timeout=30).controller_epoch
@@ -214,7 +215,7 @@ def test_a_store_holding_ten_megabyte_specs_still_lists(tmp_path: Path) -> None:
         assert [j["spec"]["name"] for j in out["jobs"]] == ["legacy-0", "legacy-1"]
         assert all(j["spec_elided"] and not j["spec"]["env"] for j in out["jobs"])
         assert "legacy-0" in tessctl(d.address, "get", "jobs").stdout
-        with Client(d.address, timeout=30) as c:
+        with Client(d.address, timeout=30, token=d.token) as c:
             assert len(c.get("j-legacy0").spec.env) == 2600  # GetJob has it whole
     finally:
         d.stop()

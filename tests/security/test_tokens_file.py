@@ -36,7 +36,7 @@ def code(client: Client) -> str:
 
 def start_refused(tmp_path: Path, tokens: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / "tessera-controller"), "--listen", "127.0.0.1:0", "--state-dir",
-                           str(tmp_path / "state"), "--tokens", str(tokens)],
+                           str(tmp_path / "state"), "--tokens", str(tokens), "--insecure"],
                           capture_output=True, text=True, env=env(), timeout=60, check=False)
 
 
