@@ -19,8 +19,10 @@ the highest 5-s sample, in cores) and its resident memory.
     python bench/load_agents.py --agents 200 --rate 20 --duration 60
 
 The controller runs with --lease 30 --heartbeat-interval 10 (three heartbeats per lease) and the
-default round interval. Channels are built by `channel()` below, the one place that gets mTLS
-(common/rpc.py's channel builder) once the daemons require it.
+default round interval, over mTLS as deployed (--insecure for a plaintext comparison): every
+simulated agent has its own node certificate from a dev PKI and its own TLS connection to the
+controller's agent port, as real agents do (the controller checks that the certificate names the
+node it speaks for); submits go to the users' port over TLS with the admin's bearer token.
 """
 
 from __future__ import annotations
@@ -46,17 +48,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc
 
-from tessera.common.localcluster import Daemon, start_controller
+from tessera.common import identity, tls
+from tessera.common.localcluster import Daemon, pki, start_controller, use_pki
+from tessera.common.pki import identity_dir_name
 from tessera.common.rpc import aio_channel
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 GB = 1 << 30
-AGENTS_PER_CHANNEL = 250
 
 
-def channel(target: str) -> grpc.aio.Channel:
-    """Every channel of the benchmark (mTLS goes here, through common/rpc.py)."""
-    return aio_channel(target)
+def agent_channel(args: argparse.Namespace, node_id: str) -> grpc.aio.Channel:
+    """A simulated agent's own connection to the agent port, with its node certificate."""
+    if args.insecure:
+        return aio_channel(args.agent_target, insecure=True)
+    node_tls = tls.load_dir(Path(args.pki_dir) / identity_dir_name(identity.node(node_id)))
+    return aio_channel(args.agent_target, tls=node_tls, peer=identity.CONTROLLER)
+
+
+def user_channel(args: argparse.Namespace) -> grpc.aio.Channel:
+    """The submitters' connection to the users' port: TLS checked against the dev CA."""
+    if args.insecure:
+        return aio_channel(args.target, insecure=True)
+    return aio_channel(args.target, tls=tls.TlsConfig(ca=(Path(args.pki_dir) / "ca.pem").read_bytes()))
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -97,10 +110,10 @@ class Client:
         self.reregistered = 0
         self.lease_gaps: list[str] = []
 
-    async def call(self, kind: str, fn: Any, request: Any) -> Any:
+    async def call(self, kind: str, fn: Any, request: Any, metadata: Any = None) -> Any:
         t0 = time.perf_counter()
         try:
-            resp = await fn(request, timeout=self.args.deadline)
+            resp = await fn(request, timeout=self.args.deadline, metadata=metadata)
         except grpc.aio.AioRpcError as e:
             self.errors[f"{kind}:{e.code().name}"] += 1
             return None
@@ -133,13 +146,14 @@ class Client:
             await asyncio.sleep(interval)
 
     async def job(self, stub: controller_pb2_grpc.ControllerStub, n: int) -> None:
+        token = (("authorization", f"Bearer {self.args.token}"),) if self.args.token else None
         r = await self.call("submit", stub.SubmitJob, controller_pb2.SubmitJobRequest(
-            request_id=f"load-{self.k}-{n}-{uuid.uuid4().hex[:8]}", spec=job_spec()))
+            request_id=f"load-{self.k}-{n}-{uuid.uuid4().hex[:8]}", spec=job_spec()), token)
         if r is None:
             return
         await asyncio.sleep(self.args.job_lifetime)
         await self.call("cancel", stub.CancelJob, controller_pb2.CancelJobRequest(
-            job_id=r.job.id, request_id=str(uuid.uuid4())))
+            job_id=r.job.id, request_id=str(uuid.uuid4())), token)
 
     async def submitter(self, stub: controller_pb2_grpc.ControllerStub) -> None:
         rate = self.args.rate / self.args.procs
@@ -161,11 +175,11 @@ class Client:
 
     async def run(self) -> dict[str, Any]:
         mine = list(range(self.k, self.args.agents, self.args.procs))
-        chans = [channel(self.args.target) for _ in range(max(1, -(-len(mine) // AGENTS_PER_CHANNEL)))]
-        regs = [agent_pb2_grpc.AgentRegistryStub(c) for c in chans]
-        ctl = controller_pb2_grpc.ControllerStub(chans[0])
-        await asyncio.gather(*[self.agent(regs[j % len(regs)], i) for j, i in enumerate(mine)],
-                             self.submitter(ctl))
+        chans = [agent_channel(self.args, node_status(i).node_id) for i in mine]
+        users = user_channel(self.args)
+        chans.append(users)
+        await asyncio.gather(*[self.agent(agent_pb2_grpc.AgentRegistryStub(c), i) for c, i in zip(chans, mine)],
+                             self.submitter(controller_pb2_grpc.ControllerStub(users)))
         for c in chans:
             await c.close()
         return {"lat": self.lat, "errors": dict(self.errors), "reregistered": self.reregistered,
@@ -194,10 +208,17 @@ def _when(event: dict[str, Any]) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="tessera-load-"))
+    use_pki(tmp / "pki")
+    t_pki = time.monotonic()
+    if not args.insecure:
+        for i in range(args.agents):
+            pki().tls_dir(identity.node(node_status(i).node_id))
+    t_pki = time.monotonic() - t_pki
+    args.pki_dir = str(tmp / "pki")
     ctl: Daemon = start_controller(tmp / "state", "--lease", str(args.lease), "--heartbeat-interval",
                                    str(args.heartbeat_interval), "--debounce", "1", "--inspect-interval", "20",
-                                   fast=False)
-    args.target = ctl.address
+                                   fast=False, insecure=args.insecure)
+    args.target, args.agent_target, args.token = ctl.address, ctl.agent_address, ctl.token
     pid = ctl.proc.pid
     try:
         start_at = time.time() + 2.0  # every client process up before the clock starts
@@ -265,7 +286,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "round_seconds_max": max((r["seconds"] for r in rounds), default=None)},
         "clients_cpu_cores_mean": round(client_cpu / client_wall, 3),
         "machine_load_1min_at_start": round(load0, 2),
-        "transport": "plaintext (mTLS once the daemons require it: see channel())",
+        "transport": "plaintext (--insecure)" if args.insecure else
+                     "mTLS: one node certificate and connection per agent; users' port TLS + bearer token",
+        "node_certificates_issued_s": round(t_pki, 1),
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "note": "clients and controller share the machine's CPUs",
     }
@@ -281,6 +304,7 @@ def main() -> None:
     p.add_argument("--job-lifetime", type=float, default=5.0, help="seconds before each job is cancelled")
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--deadline", type=float, default=10.0, help="per-call deadline, seconds")
+    p.add_argument("--insecure", action="store_true", help="plaintext, for comparison (default: mTLS)")
     p.add_argument("--out", default="bench/results")
     args = p.parse_args()
     result = run(args)

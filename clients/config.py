@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tessera.common.tokens import write_private
+from tessera.common.privatefile import write_private
 from tessera.common.yamlfile import InputFileError, read_and_parse, refuse_unknown_keys
 
 DEFAULT_CONTROLLER = "127.0.0.1:50051"

@@ -33,8 +33,9 @@ import grpc
 
 from tessera.common import identity, rpc, tls
 from tessera.common.pki import DEFAULT_HOSTS, CertificateAuthority, identity_dir_name
+from tessera.common.privatefile import write_private
 from tessera.common.tls import TlsConfig
-from tessera.common.tokens import TokenEntry, hash_token, new_token, write_private, write_tokens_file
+from tessera.common.tokens import TokenEntry, hash_token, new_token, write_tokens_file
 from tessera.common.workerusers import agent_flags
 
 BIN = Path(sys.executable).parent

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.common.jobspec import NAME_RE
+from tessera.common.privatefile import write_private
 from tessera.common.yamlfile import (
     MAX_BYTES,
     InputFileError,
@@ -188,19 +189,3 @@ def render_tokens_file(entries: Sequence[TokenEntry]) -> str:
 def write_tokens_file(path: str | Path, entries: Sequence[TokenEntry]) -> None:
     """Replace the file atomically (a reader sees the old or the new file, never half), mode 0600."""
     write_private(Path(path), render_tokens_file(entries))
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically, readable and writable by the owner only (0600)."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)  # O_CREAT's mode is masked by the umask; never wider than 0600 anyway
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -14,6 +14,7 @@ import structlog
 
 from tessera.common import daemon, envpolicy, metrics, rpc, tls
 from tessera.common.errors import InvalidInput, TesseraError
+from tessera.common.privatefile import key_file
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
@@ -243,21 +244,7 @@ PAGE_KEY_FILE = "page-token.key"
 def page_key(path: Path) -> bytes:
     """The key that signs ListJobs continue tokens: kept in the state dir so tokens outlive a
     restart; made (32 random bytes, mode 0600) at the first start."""
-    try:
-        key = path.read_bytes()
-        if len(key) >= 32:
-            return key
-    except FileNotFoundError:
-        pass
-    key = os.urandom(32)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return key
+    return key_file(path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ import structlog
 
 from tessera.common.errors import PermissionDenied, Unauthenticated
 from tessera.common.identity import CONTROLLER
+from tessera.common.privatefile import key_file
 from tessera.common.tls import peer_identity, peer_is_local
 from tessera.nodeagent.errors import FailedPrecondition
 from tessera.nodeagent.supervisor import Supervisor
@@ -93,21 +93,7 @@ class WorkerTokens:
 
     @classmethod
     def load_or_create(cls, work_dir: Path) -> WorkerTokens:
-        path = work_dir / SECRET_FILE
-        try:
-            key = path.read_bytes()
-        except FileNotFoundError:
-            key = b""
-        if len(key) < 32:
-            key = secrets.token_bytes(32)
-            tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(key)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        return cls(key)
+        return cls(key_file(work_dir / SECRET_FILE))
 
     def token(self, job_id: str, attempt: int) -> str:
         return hmac.new(self._key, f"{job_id}\n{attempt}".encode(), hashlib.sha256).hexdigest()

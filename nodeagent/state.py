@@ -15,6 +15,8 @@ from typing import Any
 
 import structlog
 
+from tessera.nodeagent.keeperfiles import write_atomic
+
 log = structlog.get_logger("tessera.nodeagent.state")
 
 STATE_VERSION = 1
@@ -55,20 +57,4 @@ class StateFile:
 
     def write(self, data: dict[str, Any]) -> None:
         """Replace the file atomically with `data` (plus the version)."""
-        payload = json.dumps({"version": STATE_VERSION, **data}, separators=(",", ":"), sort_keys=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        try:
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)
+        write_atomic(self.path, {"version": STATE_VERSION, **data}, durable=True)

@@ -91,7 +91,6 @@ def test_partitioned_node_requeued_after_the_fencing_bound_and_heals(chaos_clust
     require_root_and("ip", "iptables")
     with netns() as ns:
         cl = chaos_cluster([], listen=f"{ns.host_ip}:0")
-        addr = cl.controller.address
         steps = step_log_dir(cl.root)
         cl.agents["node-ns"] = start_agent(cl.controller, "node-ns", INVENTORIES / "a10-node.yaml", cl.root / "node-ns",
                                            listen=f"{ns.ns_ip}:0", wrap=ns.exec_prefix())
