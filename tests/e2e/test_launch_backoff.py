@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 
@@ -27,9 +26,9 @@ def launch_failures(c, job_id: str) -> list[float]:  # type: ignore[no-untyped-d
     return [e.time for e in c.get(job_id, with_events=True).events if e.kind == "LAUNCH_FAILED"]
 
 
-def test_refused_launches_back_off_and_the_node_turns_unhealthy(cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_refused_launches_back_off_and_the_node_turns_unhealthy(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cl: Cluster = cluster_factory([])
-    work = tmp_path / "node-a10"
+    work = cl.root / "node-a10"  # the agent's work dir, where it keeps its epoch floor
     work.mkdir()
     (work / "agent-state.json").write_text(json.dumps({"version": 1, "controller_epoch": 10**12}))
     cl.add_agent("node-a10", "a10-node.yaml")

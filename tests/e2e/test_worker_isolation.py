@@ -53,7 +53,7 @@ def test_loader_hooks_are_refused_at_submit(cluster_factory) -> None:  # type: i
 
 def test_finding_7_a_job_finishing_while_its_agent_restarts_is_not_run_again(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     # A lease (and so a fence) long enough for an agent restart on a loaded machine.
-    cl: Cluster = cluster_factory([("node-a10", "a10-node.yaml")], controller_args=("--lease", "30"))
+    cl: Cluster = cluster_factory([("node-a10", "a10-node.yaml")], controller_args=("--lease", "30", "--down-after", "60"))
     agent = cl.agents["node-a10"]
     with cl.client() as c:
         job = c.submit(spec("short", iterations=60, TESSERA_TRAINER_MIN_STEP_SECONDS="0.1"))
