@@ -13,6 +13,7 @@ import pytest
 
 from tessera.clients.sdk import Client, RpcError
 from tessera.v1 import common_pb2 as P
+from tests.chaos.invariants import Checker
 from tests.e2e.cluster import INVENTORIES
 from tests.etcd_server import cluster_tokens, etcd_server
 from tests.procs import Daemon, kill_strays, start_agent, start_controller, wait_for
@@ -206,3 +207,45 @@ def test_three_controllers_one_leads_after_the_leader_dies(tmp_path: Path) -> No
         finally:
             for d in ctl.values():
                 d.stop()
+
+
+@pytest.mark.parametrize("point", ["round.placed", "launch.answered"])
+def test_leader_killed_mid_round_the_standby_finishes_it(tmp_path: Path, point: str) -> None:
+    """kill -9 of the leader at a named point of a round (common/crashpoints.py): the standby leads
+    from etcd's state and the invariants of every chaos test hold (tests/chaos/invariants.py): the
+    job exists once, one attempt runs, every worker is known, nothing pending is forgotten."""
+    daemons: list[Daemon] = []
+    ckpt = tmp_path / "checkpoints"  # shared by the controllers, as docs/ha.md asks
+    with etcd_server(tmp_path) as etcd:
+        try:
+            auth, token = cluster_tokens(tmp_path)
+            ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
+                  "--policy", "frenzy", "--checkpoint-root", str(ckpt), *NO_FENCE, *auth]
+            a = start_controller(tmp_path / "a", *ha, extra_env={"TESSERA_CRASH_AT": point})
+            daemons.append(a)
+            first = _leading(a)
+            b = start_controller(tmp_path / "b", *ha)
+            daemons.append(b)
+            agent = start_agent(f"{a.agent_address},{b.agent_address}", "node-a10", INVENTORIES / "a10-node.yaml",
+                                tmp_path / "node-a10")
+            daemons.append(agent)
+            a.wait_event("node_registered", 30, node_id="node-a10")
+            with Client([a.address, b.address], token=token, timeout=5) as c:
+                job = c.submit(sleeper("mid-round"))
+            assert a.proc.wait(60) == -signal.SIGKILL
+            assert [e for e in a.events() if e.get("event") == "crash_point" and e.get("point") == point]
+            second = _leading(b)
+            assert second["epoch"] > first["epoch"]
+
+            def client() -> Client:
+                return Client([b.address], token=token, timeout=5)
+
+            with client() as c:
+                wait_for(lambda: c.get(job.id).state == P.JOB_STATE_RUNNING, 60, "the job RUNNING under b")
+            Checker(client, [job.id], checkpoint_root=ckpt, agents=[agent]).check(settle=10)
+            launched = [e for e in agent.events() if e.get("event") == "attempt launched" and e.get("job_id") == job.id]
+            assert len({e["attempt"] for e in launched}) == 1, launched  # one attempt, whichever leader sent it
+        finally:
+            for d in reversed(daemons):
+                d.stop()
+            kill_strays(tmp_path)
