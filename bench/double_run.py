@@ -78,7 +78,7 @@ def one_run(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         daemons.append(ctl)
         a = start_agent(ctl, "node-a", INVENTORIES / "a10-node.yaml", root / "node-a")
         daemons.append(a)
-        with Client(ctl.address) as c:
+        with Client(ctl.address, token=ctl.token) as c:
             wait_for(lambda: any(n.state == P.NODE_STATE_READY for n in c.nodes()), 30, "node-a READY")
             jid = c.submit(spec(step_log, args.iterations)).id
             c.wait(jid, {"RUNNING"}, timeout=60)

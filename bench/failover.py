@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 epochs.append(ev["epoch"])
                 print(f"run {i + 1}: {took:.2f}s (standby led after {led:.2f}s, epoch {ev['epoch']}; "
                       f"submit retried for {elapsed:.2f}s)", file=sys.stderr, flush=True)
-                ctl[leader] = start_controller(tmp / leader, *ha, listen=ports[leader], fast=False)
+                ctl[leader] = start_controller(tmp / leader, *ha, listen=ports[leader], agent_listen="127.0.0.1:0", fast=False)
                 leader = standby
         return {
             "benchmark": "failover", "runs": args.runs, "lease_ttl_s": args.ttl,
