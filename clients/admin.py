@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from tessera.clients import output
+from tessera.clients import argtypes, output
 from tessera.common import identity
 from tessera.common.errors import InvalidInput
 from tessera.common.pki import CA_DAYS, CERT_DAYS, DEFAULT_HOSTS, CertificateAuthority, PkiError
@@ -129,14 +129,6 @@ def _node_id(text: str) -> str:
     return text
 
 
-def _days(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
-    return value
 
 
 def _pki_arguments(admin_sub: Any, command: Command) -> None:
@@ -146,7 +138,7 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
     # Files only: no controller options (and `--controller` here names the identity to issue).
     p = _local(pki_sub, "init", cmd_pki_init, "make a CA (DIR/ca.pem, DIR/ca.key)")
     p.add_argument("--dir", required=True, metavar="DIR", help="the PKI directory (created 0700)")
-    p.add_argument("--days", type=_days, default=CA_DAYS, help=f"validity of the CA (default {CA_DAYS})")
+    p.add_argument("--days", type=argtypes.positive_int, default=CA_DAYS, help=f"validity of the CA (default {CA_DAYS})")
 
     p = _local(pki_sub, "issue", cmd_pki_issue,
                "issue a certificate for the controller, the estimator or nodes (DIR/<who>/, a --tls-dir)")
@@ -162,7 +154,7 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
                         f"{' and '.join(DEFAULT_HOSTS)})")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write the files here instead of DIR/<who> (one identity only)")
-    p.add_argument("--days", type=_days, default=CERT_DAYS, help=f"validity (default {CERT_DAYS})")
+    p.add_argument("--days", type=argtypes.positive_int, default=CERT_DAYS, help=f"validity (default {CERT_DAYS})")
 
 
 def _local(parent: Any, name: str, func: Callable[..., int], help: str) -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from tessera.clients import argtypes
 from tessera.clients.sdk import RpcError
 from tessera.common import tls
 from tessera.common.errors import InvalidInput, TesseraError
@@ -90,7 +91,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
                         "unset sizes are 1 and grad_accum keeps the job's global batch (default: one GPU)")
     p.add_argument("--mode", choices=tuple(MODES), default="formula",
                    help="formula (default), marp (Frenzy) or traced (a fake-tensor torch step: needs torch)")
-    p.add_argument("--gpus", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--gpus", type=argtypes.positive_int, default=None, metavar="N",
                    help="GPU count the plan must use (default: the job's gpus hint, if any)")
     _estimator_option(p)
     p = command(sub, "cells", cmd_cells, "the Cells of a job on a cluster: best plan, iteration time, memory")
@@ -101,7 +102,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
     p.add_argument("--precision", choices=("mixed", "megatron-bf16", "megatron-fp16", "bf16", "fp32", "amp",
                                            "mixed-adafactor"), default=None,
                    help="recipe of the model-state bytes (default: mixed)")
-    p.add_argument("--max-gpus", type=_positive_int, default=0, metavar="N",
+    p.add_argument("--max-gpus", type=argtypes.positive_int, default=0, metavar="N",
                    help="largest GPU count of a Cell (default 64)")
     p.add_argument("--best", action="store_true", help="only the fastest fitting Cell per GPU type and count")
     _estimator_option(p)
@@ -110,11 +111,11 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
     p.add_argument("--stages", required=True, metavar="TYPE[,TYPE]...",
                    help="the GPU type of each pipeline stage, in any order (a type may repeat)")
-    p.add_argument("--dp", type=_positive_int, default=1, metavar="N", help="GPUs per stage (default 1)")
+    p.add_argument("--dp", type=argtypes.positive_int, default=1, metavar="N", help="GPUs per stage (default 1)")
     p.add_argument("--cluster", action="append", metavar="FILE[,FILE]",
                    help="take each type's node size, links and price from these cluster files (default: one "
                         "node of dp GPUs per stage, 100 Gb/s between nodes)")
-    p.add_argument("--microbatches", type=_positive_int, default=0, metavar="N",
+    p.add_argument("--microbatches", type=argtypes.positive_int, default=0, metavar="N",
                    help="pipeline micro-batches (default: 4 x stages, or the largest count under it that divides "
                         "the batch)")
     p.add_argument("--precision", choices=("mixed", "megatron-bf16", "megatron-fp16", "bf16", "fp32", "amp",
@@ -128,14 +129,6 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
     _estimator_option(p)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
-    return value
 
 
 def _estimator_option(p: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 # its errors are wanted. Read once, when grpc is first imported (below).
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from tessera.clients import admin, ctlconfig, output, terminal
+from tessera.clients import admin, argtypes, ctlconfig, output, terminal
 from tessera.clients.config import Settings
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
@@ -52,31 +52,15 @@ def _common_options() -> argparse.ArgumentParser:
     ctlconfig.common_options(common)
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
                         help="output format (default: table)")
-    common.add_argument("--timeout", type=_positive_float, metavar="SECONDS", default=argparse.SUPPRESS,
+    common.add_argument("--timeout", type=argtypes.positive_float, metavar="SECONDS", default=argparse.SUPPRESS,
                         help="deadline of each call to the controller (default: 10)")
     common.add_argument("--insecure", action="store_true", default=argparse.SUPPRESS,
                         help="plaintext gRPC, for a controller started with --insecure")
     return common
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-    return value
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
-    return value
 
 
 def _states(text: str) -> list[int]:
@@ -113,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", type=_states, action="append", default=[], metavar="STATE[,STATE]",
                    help="only jobs in these states (pending, running, ...); repeatable")
     p.add_argument("--tenant", default="", help="only jobs of this tenant")
-    p.add_argument("--limit", type=_non_negative_int, default=0, metavar="N",
+    p.add_argument("--limit", type=argtypes.non_negative_int, default=0, metavar="N",
                    help="at most N jobs, the oldest first (default 0: all, every page)")
     p.add_argument("-w", "--watch", action="store_true", help="print again on every change")
     p = command(get_sub, "nodes", cmd_get_nodes, "list nodes", aliases=["node"])
@@ -161,9 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(sub, "logs", cmd_logs, "print a worker's log")
     p.add_argument("id", metavar="ID")
-    p.add_argument("--rank", type=_non_negative_int, default=0, help="rank (default 0)")
-    p.add_argument("--attempt", type=_non_negative_int, default=0, help="attempt (default: the current or last)")
-    p.add_argument("--tail", type=_non_negative_int, default=0, metavar="BYTES",
+    p.add_argument("--rank", type=argtypes.non_negative_int, default=0, help="rank (default 0)")
+    p.add_argument("--attempt", type=argtypes.non_negative_int, default=0, help="attempt (default: the current or last)")
+    p.add_argument("--tail", type=argtypes.non_negative_int, default=0, metavar="BYTES",
                    help="last BYTES of the log (default: 64 KiB)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
 
