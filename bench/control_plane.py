@@ -26,9 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tessera.common import identity
-from tessera.common.localcluster import pki, start_controller, tls_config
+from tessera.common.localcluster import ca_only, start_controller, tls_config
 from tessera.common.rpc import aio_channel
-from tessera.common.tls import TlsConfig
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 GB = 1000**3
@@ -60,7 +59,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                            "--debounce", "1", "--inspect-interval", "20", fast=False)
     try:
         sts = [status(i) for i in range(args.agents)]
-        users = TlsConfig(ca=pki().ca_file.read_bytes())
+        users = ca_only()
         channels = [aio_channel(ctl.address, tls=users) for _ in range(args.channels)]
         # A node certificate speaks for its own node only: one channel per simulated agent.
         agent_channels = [aio_channel(ctl.agent_address, tls=tls_config(identity.node(st.node_id)),

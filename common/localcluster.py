@@ -114,6 +114,12 @@ def pki() -> DevPki:
     return _pki
 
 
+def ca_only() -> TlsConfig:
+    """A client's TLS that trusts the local PKI's CA and presents no certificate (users: tessctl,
+    the SDK, raw test channels to the controller's users' port)."""
+    return TlsConfig(ca=pki().ca_file.read_bytes())
+
+
 def tls_config(who: identity.Identity) -> TlsConfig:
     """The loaded certificate of `who` from the local PKI (in-process servers and channels)."""
     return tls.load_dir(pki().tls_dir(who))
@@ -368,7 +374,7 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
 def user_channel(controller: Daemon, token: str | None = None) -> grpc.Channel:
     """A raw channel to the controller's users' port, over TLS, calling with `token` (default its
     admin's): for tests that speak the API without the SDK."""
-    ch = rpc.sync_channel(controller.address, tls=TlsConfig(ca=pki().ca_file.read_bytes()))
+    ch = rpc.sync_channel(controller.address, tls=ca_only())
     return grpc.intercept_channel(ch, _Bearer(token or controller.token or ""))
 
 

@@ -13,8 +13,7 @@ import pytest
 from tessera.clients.sdk import Client, RpcError
 from tessera.common import rpc
 from tessera.common.identity import CONTROLLER
-from tessera.common.localcluster import pki, tls_config
-from tessera.common.tls import TlsConfig
+from tessera.common.localcluster import ca_only, tls_config
 from tessera.controller.leader_gate import LeaderSwitch
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
 from tessera.v1 import agent_pb2, controller_pb2, controller_pb2_grpc
@@ -65,13 +64,13 @@ def leader() -> Any:
 def test_a_standby_answers_unavailable_with_the_leader_once(leader: FakeServer) -> None:
     sb = Standby(leader.address)
     try:
-        with rpc.sync_channel(sb.address, tls=TlsConfig(ca=pki().ca_file.read_bytes())) as ch:  # no retries here
+        with rpc.sync_channel(sb.address, tls=ca_only()) as ch:  # no retries here
             with pytest.raises(grpc.RpcError) as err:
                 controller_pb2_grpc.ControllerStub(ch).ListJobs(controller_pb2.ListJobsRequest(), timeout=5)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
             assert err.value.details() == f"not the leader; leader at {leader.address}"
             assert rpc.leader_hint(err.value) == leader.address
-        with rpc.sync_channel(sb.address, tls=TlsConfig(ca=pki().ca_file.read_bytes())) as ch:  # Tessera's channel retries UNAVAILABLE, but not this one
+        with rpc.sync_channel(sb.address, tls=ca_only()) as ch:  # Tessera's channel retries UNAVAILABLE, but not this one
             before = sb.asked
             with pytest.raises(grpc.RpcError):
                 controller_pb2_grpc.ControllerStub(ch).ListNodes(controller_pb2.ListNodesRequest(), timeout=5)

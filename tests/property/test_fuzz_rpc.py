@@ -26,9 +26,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tessera.common import identity
-from tessera.common.localcluster import start_estimator, tls_config
+from tessera.common.localcluster import ca_only, start_estimator, tls_config
 from tessera.common.rpc import sync_channel
-from tessera.common.tls import TlsConfig
 from tessera.v1 import agent_pb2, common_pb2, controller_pb2, estimator_pb2
 from tests.e2e.cluster import INVENTORIES
 from tests.procs import Daemon, start_agent, start_controller
@@ -221,7 +220,7 @@ _metadata: tuple[tuple[str, str], ...] = ()
 def channel_to(servers: dict[str, Daemon], service: str) -> grpc.Channel:
     d = servers[service]
     who = CALLERS[service]
-    creds = tls_config(who) if who is not None else TlsConfig(ca=tls_config(identity.CONTROLLER).ca)
+    creds = tls_config(who) if who is not None else ca_only()
     address = d.agent_address if service == "AgentRegistry" else d.address
     return sync_channel(address, tls=creds, peer=PEERS.get(service))
 

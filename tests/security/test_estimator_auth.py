@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from tessera.common import identity, rpc
-from tessera.common.localcluster import pki, tls_config
+from tessera.common.localcluster import ca_only, tls_config
 from tessera.common.tls import TlsConfig
 from tessera.estimator.service.handlers import Estimator
 from tessera.estimator.service.main import authorize
@@ -47,7 +47,7 @@ async def test_queries_from_any_identity_changes_from_the_controller_only(addres
         grpc.StatusCode.PERMISSION_DENIED
     # The controller passes the check and meets the request's own validation.
     assert await code_of(address, controller, "ReportStepTimes", report) == grpc.StatusCode.INVALID_ARGUMENT
-    no_cert = TlsConfig(ca=pki().ca_file.read_bytes())
+    no_cert = ca_only()
     assert await code_of(address, no_cert, "Health", pb.HealthRequest()) == grpc.StatusCode.UNAVAILABLE
     # A server that is not the estimator (the controller's certificate) is not trusted as one.
     async with rpc.aio_channel(address, tls=controller, peer=identity.CONTROLLER) as ch:

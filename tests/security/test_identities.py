@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from tessera.common import identity, rpc, tls
-from tessera.common.localcluster import pki, start_controller, tls_config
+from tessera.common.localcluster import ca_only, pki, start_controller, tls_config
 from tessera.common.pki import CertificateAuthority
 from tessera.common.tls import TlsConfig
 from tessera.nodeagent.server import WorkerTokens
@@ -79,7 +79,7 @@ def test_a_node_certificate_cannot_speak_for_another_node(cluster_factory) -> No
     est = stub(cl.controller.agent_address, tls=tls_config(identity.ESTIMATOR), peer=identity.CONTROLLER)
     assert refused(lambda: est.Heartbeat(heartbeat, timeout=10)) == grpc.StatusCode.PERMISSION_DENIED
     # The users' port asks for no certificate: the registry finds no identity there.
-    anon = stub(cl.controller.address, tls=TlsConfig(ca=pki().ca_file.read_bytes()))
+    anon = stub(cl.controller.address, tls=ca_only())
     assert refused(lambda: anon.Register(register, timeout=10)) == grpc.StatusCode.UNAUTHENTICATED
     assert refused(lambda: anon.Heartbeat(heartbeat, timeout=10)) == grpc.StatusCode.UNAUTHENTICATED
     # Plaintext does not even reach a handler.

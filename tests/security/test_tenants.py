@@ -18,9 +18,8 @@ import grpc
 import pytest
 
 from tessera.clients.sdk import Client, RpcError
-from tessera.common.localcluster import pki
+from tessera.common.localcluster import ca_only
 from tessera.common.rpc import sync_channel
-from tessera.common.tls import TlsConfig
 from tessera.common.tokens import TOKEN_PREFIX, hash_token, new_token
 from tessera.v1 import common_pb2 as P
 from tessera.v1 import controller_pb2, controller_pb2_grpc
@@ -76,7 +75,7 @@ def test_missing_and_wrong_tokens_are_unauthenticated(ctl: Daemon) -> None:
                 assert err.code == "UNAUTHENTICATED", (token, err)
                 assert ctl.tokens["alice"] not in err.message
     # Not a bearer token, or two of them: refused the same way, with no detail about the tokens.
-    with sync_channel(ctl.address, tls=TlsConfig(ca=pki().ca_file.read_bytes())) as ch:
+    with sync_channel(ctl.address, tls=ca_only()) as ch:
         stub = controller_pb2_grpc.ControllerStub(ch)
         for md in ((("authorization", f"Basic {ctl.tokens['admin']}"),),
                    (("authorization", "Bearer"),),
@@ -159,7 +158,7 @@ def test_node_operations_need_admin(ctl: Daemon) -> None:
             err = refused(call)
             assert err.code == "PERMISSION_DENIED" and "admin" in err.message
         assert alice.node("node-a10").state == P.NODE_STATE_READY
-        with sync_channel(ctl.address, tls=TlsConfig(ca=pki().ca_file.read_bytes())) as ch:
+        with sync_channel(ctl.address, tls=ca_only()) as ch:
             stub = controller_pb2_grpc.ControllerStub(ch)
             with pytest.raises(grpc.RpcError) as ei:
                 stub.RemoveNode(controller_pb2.RemoveNodeRequest(request_id="rm-1", node_id="node-a10"),
