@@ -13,6 +13,12 @@ Three families (the ones the seeds evaluate):
   (GShard: every other one) replaces its MLP by ``num_experts`` expert MLPs and an ``h x E`` router;
   each token goes to its ``top_k`` experts with a ``capacity_factor``. Experts are sharded across
   DP ranks by the plan's ``ep``.
+  With ``gated=True`` it is Mixtral style (SwiGLU experts on the LLaMA-style stack; ``moe_every=1``
+  puts experts in every layer; ``capacity_factor=0`` is dropless routing, as Mixtral and torchtitan).
+- ``encoder-decoder``: T5 / mT5: ``num_layers`` encoder layers over ``seq_length`` tokens and
+  ``num_decoder_layers`` decoder layers (self- and cross-attention) over ``decoder_seq_length``
+  tokens; no biases, RMS-style LayerNorm, relative position buckets; ``gated`` picks T5 v1.1/mT5's
+  gated-GELU MLP over the original T5's ReLU MLP; per-head width ``kv_channels`` (T5's d_kv).
 - ``wresnet``: Alpa's Wide-ResNet, the Crius artifact's third family (estimator/convnets.py). Its
   fields read: ``hidden_size`` = the stem's filters, ``num_layers`` = the depth (50, 101, 152, 200),
   ``num_heads`` = 1, ``vocab_size`` = classes, ``seq_length`` = the image side, ``width_factor`` =
@@ -32,8 +38,8 @@ from typing import Literal
 from tessera.estimator.convnets import STAGE_SIZES
 from tessera.estimator.errors import PlanInputError
 
-Family = Literal["decoder", "encoder", "moe", "wresnet"]
-FAMILIES = ("decoder", "encoder", "moe", "wresnet")
+Family = Literal["decoder", "encoder", "moe", "wresnet", "encoder-decoder"]
+FAMILIES = ("decoder", "encoder", "moe", "wresnet", "encoder-decoder")
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,15 @@ class ModelDims:
     moe_every: int = 2  # every moe_every-th layer (1-based: layers moe_every-1, 2*moe_every-1, ...) is MoE
     capacity_factor: float = 1.0
     width_factor: int = 0  # wresnet only
+    # Current families (Llama 3, Mistral/Mixtral, Qwen2.5, Gemma 2, T5/mT5); every default keeps the
+    # meaning above.
+    kv_channels: int = 0  # per-head dimension; 0: hidden_size // num_heads (Gemma 2, T5 set their own)
+    qkv_bias: bool = False  # biases on the q, k, v projections only (Qwen2.5) on a bias-free model
+    num_decoder_layers: int = 0  # encoder-decoder only: decoder layers; 0 = num_layers (T5's encoder)
+    decoder_seq_length: int = 0  # encoder-decoder only: target tokens; 0 = seq_length
+    sliding_window: int = 0  # tokens a sliding-window layer attends to (Mistral: all, Gemma 2: every other)
+    logit_softcap: float = 0.0  # Gemma 2's tanh soft-capping of the final logits (extra logits-sized tensors)
+    sandwich_norm: bool = False  # Gemma 2: norms after attention and MLP as well as before
 
     @property
     def is_transformer(self) -> bool:
@@ -85,6 +100,12 @@ class ModelDims:
             extra.append(f"e{self.num_experts}k{self.top_k}m{self.moe_every}c{self.capacity_factor:g}")
         if self.family == "wresnet":
             extra.append(f"wf{self.width_factor}")
+        for key, value in (("kvc", self.kv_channels), ("qkvb", int(self.qkv_bias)),
+                           ("dl", self.num_decoder_layers), ("ds", self.decoder_seq_length),
+                           ("sw", self.sliding_window), ("cap", self.logit_softcap),
+                           ("sandwich", int(self.sandwich_norm))):
+            if value:
+                extra.append(f"{key}{value:g}")
         return "-".join([base, *extra])
 
     # Derived sizes -------------------------------------------------------------------------------
@@ -98,11 +119,27 @@ class ModelDims:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.kv_channels or self.hidden_size // self.num_heads
+
+    @property
+    def attention_width(self) -> int:
+        """num_heads x head_dim: the q projection's output (hidden_size unless kv_channels says otherwise)."""
+        return self.num_heads * self.head_dim
 
     @property
     def has_bias(self) -> bool:
-        return not self.gated
+        """GPT-2 and BERT have biases; LLaMA-style and T5 models have none (Qwen2.5's qkv_bias aside)."""
+        return not self.gated and self.family != "encoder-decoder"
+
+    @property
+    def decoder_layers(self) -> int:
+        """Encoder-decoder: the decoder's layers (num_layers counts the encoder's)."""
+        return self.num_decoder_layers or self.num_layers
+
+    @property
+    def target_length(self) -> int:
+        """Encoder-decoder: the decoder's tokens per sample."""
+        return self.decoder_seq_length or self.seq_length
 
     @property
     def has_dropout(self) -> bool:
@@ -127,13 +164,21 @@ class ModelDims:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise PlanInputError(f"model.{f}", f"must be an integer >= 1, got {v!r}")
-        for f in ("ffn_hidden", "num_kv_heads", "num_experts"):
+        for f in ("ffn_hidden", "num_kv_heads", "num_experts", "kv_channels", "num_decoder_layers",
+                  "decoder_seq_length", "sliding_window"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise PlanInputError(f"model.{f}", f"must be an integer >= 0, got {v!r}")
         if self.family not in FAMILIES:
             raise PlanInputError("model.family", f"{self.family!r} is not one of {', '.join(FAMILIES)}")
-        if self.hidden_size % self.num_heads:
+        if not isinstance(self.logit_softcap, (int, float)) or isinstance(self.logit_softcap, bool) \
+                or not self.logit_softcap >= 0:
+            raise PlanInputError("model.logit_softcap", f"must be a number >= 0, got {self.logit_softcap!r}")
+        if self.family != "encoder-decoder":
+            for f in ("num_decoder_layers", "decoder_seq_length"):
+                if getattr(self, f):
+                    raise PlanInputError(f"model.{f}", f"only the encoder-decoder family has one (family {self.family!r})")
+        if not self.kv_channels and self.hidden_size % self.num_heads:
             raise PlanInputError("model.num_heads",
                                  f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.kv_heads:
@@ -146,8 +191,9 @@ class ModelDims:
                 raise PlanInputError("model.top_k", f"must be in 1..num_experts ({self.num_experts}), got {self.top_k}")
             if self.moe_every < 1:
                 raise PlanInputError("model.moe_every", f"must be >= 1, got {self.moe_every}")
-            if not self.capacity_factor > 0:
-                raise PlanInputError("model.capacity_factor", f"must be > 0, got {self.capacity_factor}")
+            if not self.capacity_factor >= 0:
+                raise PlanInputError("model.capacity_factor", f"must be > 0, or 0 for dropless routing "
+                                                              f"(Mixtral), got {self.capacity_factor}")
         elif self.num_experts:
             raise PlanInputError("model.num_experts", f"only the moe family has experts (family {self.family!r})")
         if self.family == "wresnet":
