@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything Tessera needs on a fresh Debian/Ubuntu machine: system packages (systemd-analyze
 # for the unit checks), a virtual environment in .venv, the project with its dev extras
-# (torch==2.13.0 CPU for the trainer, pytest, hypothesis, grpcio-tools), iproute2 and iptables for the
+# (torch==2.13.0 CPU for the trainer, pytest, hypothesis, grpcio-tools; the trace extra: torchtitan,
+# transformers, peft, torchao for the traced mode on real model code), iproute2 and iptables for the
 # chaos tests, etcd-server for the etcd store and failover tests, and DeepSpeed for the launcher test.
 # Idempotent.
 set -euo pipefail
@@ -33,5 +34,5 @@ fi
 # Its setup.py imports torch: built against the torch installed above, not in an isolated build
 # environment (which would fetch a multi-GB CUDA torch). No ops are compiled (DS_BUILD_OPS unset).
 .venv/bin/python -m pip install -q --no-build-isolation 'deepspeed==0.19.8' 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import torch, grpc, tessera.v1.controller_pb2, deepspeed.launcher.launch" >/dev/null 2>&1 || {
-  echo "setup: the project's packages did not install (torch, grpc, generated protos, deepspeed)" >&2; exit 1; }
+.venv/bin/python -c "import torch, grpc, tessera.v1.controller_pb2, deepspeed.launcher.launch, transformers, peft, torchao, torchtitan.models.llama3" >/dev/null 2>&1 || {
+  echo "setup: the project's packages did not install (torch, grpc, generated protos, deepspeed, the trace extra)" >&2; exit 1; }
