@@ -205,22 +205,27 @@ def _gemma2(c: _Config) -> dict[str, Any]:
         "tied_embeddings": c.flag("tie_word_embeddings", True),
         # Gemma2Config's default head_dim is 256, whatever hidden_size / heads is
         "kv_channels": c.integer("head_dim", 256) if c.integer("head_dim", 256) * heads != h else 0,
-        "sliding_window": c.integer("sliding_window", 4096, lo=0),
-        "logit_softcap": c.number("final_logit_softcapping", 30.0), "sandwich_norm": True,
+        # absent: Gemma2Config's defaults (4,096; 30.0); null: none
+        "sliding_window": c.integer("sliding_window", 0, lo=0) if "sliding_window" in c.d else 4096,
+        "logit_softcap": c.number("final_logit_softcapping", 0.0) if "final_logit_softcapping" in c.d else 30.0,
+        "sandwich_norm": True,
     }
 
 
 def _t5(c: _Config) -> dict[str, Any]:
     h, heads, layers = c.integer("d_model", 512), c.integer("num_heads", 8), c.integer("num_layers", 6)
-    proj = c.text("feed_forward_proj", "relu")
-    if proj not in ("relu", "gated-gelu", "gated-relu", "gelu"):
-        raise c.error("feed_forward_proj", f"{proj!r} is not one of relu, gelu, gated-gelu, gated-relu")
+    # T5Config's rule: "ACT" or "gated-ACT" (relu: the original T5; gated-gelu: v1.1, Flan-T5, mT5)
+    proj = c.text("feed_forward_proj", "gated-gelu" if c.model_type == "mt5" else "relu")
+    parts = proj.split("-")
+    if not all(parts) or len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
+        raise c.error("feed_forward_proj", f"{proj!r} is not 'ACT' or 'gated-ACT' (e.g. relu, gated-gelu)")
     d = c.integer("d_kv", 64)
     return {
         "hidden_size": h, "num_layers": layers, "num_heads": heads, "vocab_size": c.integer("vocab_size", 32128),
         "seq_length": c.integer("n_positions", T5_DEFAULT_SEQ), "family": "encoder-decoder",
         "ffn_hidden": c.integer("d_ff", 2048), "gated": proj.startswith("gated-"),
-        "kv_channels": d if d * heads != h else 0, "num_decoder_layers": c.integer("num_decoder_layers", layers),
+        "kv_channels": d, "num_decoder_layers": c.integer("num_decoder_layers", layers),
+        # the published v1.1 / mT5 checkpoints say false (a separate lm_head); T5Config's default is true
         "tied_embeddings": c.flag("tie_word_embeddings", True),
     }
 
@@ -229,7 +234,8 @@ def _gpt2(c: _Config) -> dict[str, Any]:
     h = c.integer("n_embd", 768)
     return {"hidden_size": h, "num_layers": c.integer("n_layer", 12), "num_heads": c.integer("n_head", 12),
             "vocab_size": c.integer("vocab_size", 50257), "seq_length": c.seq("n_positions") if "n_positions" in c.d
-            else 1024, "ffn_hidden": c.integer("n_inner", 4 * h), "tied_embeddings": c.flag("tie_word_embeddings", True)}
+            else 1024, "ffn_hidden": _ffn(c.integer("n_inner", 4 * h), h),
+            "tied_embeddings": c.flag("tie_word_embeddings", True)}
 
 
 def _bert(c: _Config) -> dict[str, Any]:
@@ -237,7 +243,12 @@ def _bert(c: _Config) -> dict[str, Any]:
     return {"hidden_size": h, "num_layers": c.integer("num_hidden_layers", 12),
             "num_heads": c.integer("num_attention_heads", 12), "vocab_size": c.integer("vocab_size", 30522),
             "seq_length": min(c.integer("max_position_embeddings", 512), SEQ_CAP), "family": "encoder",
-            "ffn_hidden": c.integer("intermediate_size", 4 * h)}
+            "ffn_hidden": _ffn(c.integer("intermediate_size", 4 * h), h)}
+
+
+def _ffn(ffn: int, h: int) -> int:
+    """ModelDims's spelling: 0 for the default 4h MLP (so a GPT-2 or BERT config equals its registered model)."""
+    return 0 if ffn == 4 * h else ffn
 
 
 READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
