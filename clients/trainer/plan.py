@@ -60,8 +60,10 @@ def json_object(raw: str, var: str) -> dict[str, Any]:
 
 
 PP_SCHEDULES = ("gpipe", "1f1b")
-OFFLOADS = ("none", "optimizer", "optimizer+params")
-CHECKPOINTINGS = ("none", "selective", "full")
+# The estimator's values (estimator/plans.py), all parsed so that a trainer can refuse by name what it
+# cannot run ("frozen": LoRA's frozen base weights in host memory; "op": torchtitan's per-op checkpointing).
+OFFLOADS = ("none", "optimizer", "optimizer+params", "frozen")
+CHECKPOINTINGS = ("none", "selective", "op", "full")
 # The estimator's sharding names (estimator/plans.py) and the ZeRO stage each means.
 SHARDINGS = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
 _TRUE = frozenset({"1", "true", "yes", "on"})

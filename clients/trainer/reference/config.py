@@ -228,9 +228,59 @@ def pipeline_layout(per_rank: int, micro_batch: int, grad_accum: int, pp: int, s
                                           f"x {per_rank // mb} micro-batches")
 
 
+# The recipe fields of an execution plan (estimator/plans.py) this trainer does not run, each with the
+# values that ask for nothing (the proto's JSON names them LOSS_FUSED, FLOAT8_NONE, ...; "" = unset).
+# The loss is computed on fp32 logits here whatever it says: "fused" (the estimator's default, what a
+# plan without the field means) and "fp32" both run, "chunked" does not.
+_RECIPE_DEFAULTS: tuple[tuple[str, str, str, frozenset[str]], ...] = (
+    ("reshard_after_forward", "reshard_", "FSDP2's reshard_after_forward other than auto", frozenset({"", "auto"})),
+    ("loss", "loss_", "a chunked loss", frozenset({"", "fused", "fp32"})),
+    ("float8", "float8_", "Float8 training (torchao)", frozenset({"", "none"})),
+    ("base_quant", "base_quant_", "a quantized LoRA base (QLoRA)", frozenset({"", "none"})),
+)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _refuse_recipe(plan: Plan) -> None:
+    """The training recipes of PyTorch-native stacks (context parallelism, per-op checkpointing, Float8,
+    torch.compile, async TP, LoRA): Unsupported naming the field, never a silent full fine-tune."""
+    e = plan.extra
+    if plan.activation_checkpointing == "op":
+        raise Unsupported("plan checkpointing=op (per-op selective checkpointing) is not supported by the reference "
+                          "trainer (none, selective or full)")
+    if plan.offload == "frozen":
+        raise Unsupported("plan offload=frozen (LoRA's frozen base weights in host memory) is not supported by the "
+                          "reference trainer")
+    for key, what in (("cp", "context parallelism (cp > 1)"), ("checkpoint_every", ("checkpointing every n-th layer "
+                                                                                   "(checkpoint_every > 1)")),
+                      ("lora_rank", "LoRA (lora_rank > 0)")):
+        raw = e.get(key, e.get(_camel(key), 0))
+        try:
+            value = int(raw or 0)
+        except (TypeError, ValueError):
+            raise Unsupported(f"plan {key}={raw!r} is not an integer") from None
+        if value > (0 if key == "lora_rank" else 1):
+            raise Unsupported(f"plan {what} is not supported by the reference trainer: {key}={value}")
+    for key, what in (("compile", "torch.compile"), ("async_tp", "async tensor parallelism")):
+        raw = e.get(key, e.get(_camel(key), False))
+        if raw not in (False, 0, None, "", "false", "none"):
+            raise Unsupported(f"plan {key}={raw!r}: {what} is not supported by the reference trainer")
+    for key, prefix, what, fine in _RECIPE_DEFAULTS:
+        raw = e.get(key, e.get(_camel(key), ""))
+        word = str(raw or "").strip().lower()
+        word = word.removeprefix(prefix)
+        if word not in fine:
+            raise Unsupported(f"plan {key}={raw!r}: {what} is not supported by the reference trainer")
+
+
 def _refuse_unsupported_extras(plan: Plan) -> None:
     """Plan options the estimator knows (estimator/plans.py) that this trainer cannot run: Unsupported
     when they ask for something, rather than running a different plan under their name."""
+    _refuse_recipe(plan)
     e = plan.extra
     sp = e.get("sequence_parallel", e.get("sequenceParallel", False))
     if sp not in (False, 0, None, "", "false", "none"):
