@@ -190,3 +190,50 @@ def test_job_file_hf_config_relative_to_the_job_file(tmp_path: Path) -> None:
     with pytest.raises(JobFileError) as err:
         load_job_file(job)
     assert err.value.field == "model.hf_config" and "no such file" in err.value.reason
+
+
+# -- tessctl estimate --------------------------------------------------------------------------------
+
+
+def _job_file(tmp_path: Path, plan: str = "") -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text("name: ft\nmodel: llama3.1-8b\nglobal_batch_size: 8\niterations: 10\n" + plan)
+    return path
+
+
+def test_estimate_memory_takes_the_job_recipe_under_the_plan_flag(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from tessera.clients import tessctl
+
+    path = _job_file(tmp_path, "plan: {checkpointing: op, loss: fp32, sharding: fsdp}\n")
+    args = ["estimate", "memory", "-f", str(path), "--gpu", "h20", "--gpus", "8", "-o", "json",
+            "--plan", "dp=8,loss=chunked,lora_rank=8,lora_targets=qv"]
+    assert tessctl.main(args) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["dp"], plan["checkpointing"], plan["sharding"]) == (8, "op", "fsdp")  # the job's recipe
+    assert (plan["loss"], plan["lora_rank"], plan["lora_targets"]) == ("chunked", 8, "qv")  # the flag wins
+
+
+def test_estimate_hf_config_replaces_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tessera.clients import tessctl
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "t5", "d_model": 512, "d_ff": 2048, "d_kv": 64, "num_heads": 8,
+                                  "num_layers": 6, "vocab_size": 32128, "n_positions": 512}))
+    path = _job_file(tmp_path)
+    assert tessctl.main(["estimate", "memory", "-f", str(path), "--gpu", "l40s", "--hf-config", str(config),
+                         "-o", "json"]) == 0
+    assert "encoder-decoder" in json.loads(capsys.readouterr().out)["model_signature"]
+    assert tessctl.main(["estimate", "memory", "-f", str(path), "--gpu", "l40s", "--hf-config",
+                         str(tmp_path / "none.json")]) == 1
+    assert "model.hf_config" in capsys.readouterr().err
+
+
+def test_estimate_cells_says_it_does_not_model_the_job_recipe(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from tessera.clients.estimate import _cells_ignore_recipe, _job
+
+    _cells_ignore_recipe(_job(str(_job_file(tmp_path, "plan: {lora_rank: 8}\n"))))
+    assert "do not model the job file's plan: (lora_rank)" in capsys.readouterr().err
+    _cells_ignore_recipe(_job(str(_job_file(tmp_path))))
+    assert capsys.readouterr().err == ""
