@@ -221,3 +221,40 @@ def test_the_reference_trainer_refuses_a_recipe_by_name(recipe: dict[str, object
     # the defaults a scheduler's whole plan carries (LOSS_FUSED, FLOAT8_NONE, ...) ask for nothing
     plain = Plan.from_dict(json.loads(plan_json(plan_pb(choice))))
     assert resolve(ctx_for(plain, 2, 8), Options()).zero_stage == 0
+
+
+@pytest.mark.parametrize(("name", "by_name", "why"), [
+    ("llama3.1-8b", False, r"model.gated=True: a LLaMA-style"),
+    ("llama3.1-8b", True, r"model.gated=True: a LLaMA-style"),
+    ("mixtral-8x7b", True, r"model.family=moe"),
+    ("t5-small", False, r"model.family=encoder_decoder"),
+    ("mt5-base", True, r"model.family=encoder-decoder"),
+])
+def test_the_reference_trainer_refuses_a_model_it_does_not_build(name: str, by_name: bool, why: str) -> None:
+    """The model as the agent gives it (nodeagent.contract.model_json of the spec: the family fields
+    ride along), or by registered name: refused with the field named, not trained as a GPT-2."""
+    import json
+
+    from tessera.estimator.convert import model_spec
+    from tessera.estimator.models import REGISTERED
+    from tessera.nodeagent.contract import model_json
+    from tessera.v1 import common_pb2
+
+    spec = common_pb2.ModelSpec(name=name) if by_name else model_spec(REGISTERED[name])
+    model = ModelDims.from_dict(json.loads(model_json(spec)))
+    with pytest.raises(Unsupported, match=why):
+        resolve_model(model)
+
+
+def test_gpt2_style_models_still_resolve_with_their_family_fields() -> None:
+    import json
+
+    from tessera.estimator.convert import model_spec
+    from tessera.estimator.models import REGISTERED
+    from tessera.nodeagent.contract import model_json
+
+    for name in ("gpt2-small", "gpt2-medium"):
+        model = ModelDims.from_dict(json.loads(model_json(model_spec(REGISTERED[name]))))
+        assert "family" in model.extra  # the refinements travel...
+        assert resolve_model(model).hidden_size == REGISTERED[name].hidden_size  # ...and ask for nothing
+    assert resolve_model(ModelDims(name="gpt2-small")).num_layers == 12
