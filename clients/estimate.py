@@ -38,7 +38,7 @@ from tessera.common.rpc import sync_channel
 from tessera.common.tls import TlsConfig
 from tessera.common.yamlfile import parse_with_lines, read_yaml
 from tessera.estimator.clusterfile import ClusterFileError, catalog_gpu, parse_node_groups, parse_pools
-from tessera.estimator.convert import execution_plan, plan_fields
+from tessera.estimator.convert import execution_plan, merged_plan, model_spec, plan_fields
 from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
@@ -83,12 +83,16 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
     sub = estimate.add_subparsers(dest="what", metavar="WHAT", required=True)
     p = command(sub, "memory", cmd_memory, "peak memory per GPU of a job under a plan, by category")
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
+    _hf_config_option(p)
     p.add_argument("--gpu", required=True, metavar="TYPE", help="GPU type (catalog name or alias, e.g. a100-80gb)")
     p.add_argument("--plan", type=plan_arg, default=None, metavar="K=V[,K=V]",
-                   help="execution plan: dp, tp, pp, micro_batch, grad_accum, sharding (none|zero1|zero2|zero3|fsdp), "
-                        "offload (none|optimizer|optimizer+params), checkpointing (none|selective|full), "
-                        "sequence_parallel, flash_attention, precision, ep, virtual_stages, schedule (1f1b|gpipe); "
-                        "unset sizes are 1 and grad_accum keeps the job's global batch (default: one GPU)")
+                   help="execution plan: dp, tp, pp, cp, micro_batch, grad_accum, sharding (none|zero1|zero2|zero3|fsdp), "
+                        "offload (none|optimizer|optimizer+params|frozen), checkpointing (none|selective|op|full), "
+                        "checkpoint_every, reshard_after_forward (auto|always|never), loss (fused|fp32|chunked), "
+                        "float8 (none|linear|linear+allgather), compile, async_tp, lora_rank, lora_targets "
+                        "(qv|attention|all-linear), base_quant (none|nf4|int8), sequence_parallel, flash_attention, "
+                        "precision, ep, virtual_stages, schedule (1f1b|gpipe); on top of the job file's plan: "
+                        "(its recipe); unset sizes are 1 and grad_accum keeps the job's global batch (default: one GPU)")
     p.add_argument("--mode", choices=tuple(MODES), default="formula",
                    help="formula (default), marp (Frenzy) or traced (a fake-tensor torch step: needs torch)")
     p.add_argument("--gpus", type=argtypes.positive_int, default=None, metavar="N",
@@ -96,6 +100,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
     _estimator_option(p)
     p = command(sub, "cells", cmd_cells, "the Cells of a job on a cluster: best plan, iteration time, memory")
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
+    _hf_config_option(p)
     p.add_argument("--cluster", required=True, action="append", metavar="FILE[,FILE]",
                    help="cluster description: pools, declared node inventories or a simulator cluster "
                         "(repeatable; docs/estimator-service.md)")
@@ -109,6 +114,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
     p = command(sub, "stages", cmd_stages,
                 "Espresso's stage placement of a job over pipeline stages of mixed GPU types")
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
+    _hf_config_option(p)
     p.add_argument("--stages", required=True, metavar="TYPE[,TYPE]...",
                    help="the GPU type of each pipeline stage, in any order (a type may repeat)")
     p.add_argument("--dp", type=argtypes.positive_int, default=1, metavar="N", help="GPUs per stage (default 1)")
@@ -129,6 +135,13 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
     _estimator_option(p)
 
 
+
+
+def _hf_config_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hf-config", metavar="PATH", default=None,
+                   help="take the model from a local Hugging Face config.json (or its directory) instead of the "
+                        "job file's (seq_length: the job file's model.seq_length, else the config's, capped at "
+                        "8192; docs/job-file.md); never downloads")
 
 
 def _estimator_option(p: argparse.ArgumentParser) -> None:
@@ -214,8 +227,9 @@ def _ask(args: argparse.Namespace, method: str, request: Message) -> Any:
 def memory_request(spec: common_pb2.JobSpec, gpu: str, plan: common_pb2.ExecutionPlan | None, mode: str,
                    gpus: int | None) -> estimator_pb2.EstimateMemoryRequest:
     """The EstimateMemory request of a job file and the command's flags."""
+    base = spec.plan if spec.HasField("plan") else common_pb2.ExecutionPlan()
     return estimator_pb2.EstimateMemoryRequest(
-        model=spec.model, plan=plan or common_pb2.ExecutionPlan(), gpu=gpu, mode=MODES[mode],
+        model=spec.model, plan=merged_plan(base, plan) if plan is not None else base, gpu=gpu, mode=MODES[mode],
         num_gpus=spec.hint.gpus if gpus is None else gpus, global_batch_size=spec.global_batch_size)
 
 
@@ -453,17 +467,37 @@ def placement_table(title: str, p: estimator_pb2.StagePlacement, wide: bool = Fa
 # -- commands ---------------------------------------------------------------------------------------
 
 
-def _job(filename: str) -> common_pb2.JobSpec:
-    """The job file (`-` = stdin), checked as `tessctl submit` checks it."""
+def _job(filename: str, hf_config: str | None = None) -> common_pb2.JobSpec:
+    """The job file (`-` = stdin), checked as `tessctl submit` checks it; with `hf_config`, its model
+    replaced by that local config.json's (PlanInputError naming model.hf_config, as in a job file)."""
     import sys
 
     from tessera.clients.jobfile import load_job_file, parse_job_yaml
 
-    return parse_job_yaml(sys.stdin.read(), "<stdin>") if filename == "-" else load_job_file(filename)
+    spec = parse_job_yaml(sys.stdin.read(), "<stdin>") if filename == "-" else load_job_file(filename)
+    if hf_config is not None:
+        from tessera.estimator.hfconfig import load_hf_config
+
+        given = spec.model.seq_length if spec.model.hidden_size else 0
+        dims = load_hf_config(hf_config, seq_length=given,
+                              decoder_seq_length=spec.model.decoder_seq_length if given else 0)
+        spec.model.CopyFrom(model_spec(dims))
+    return spec
+
+
+def _cells_ignore_recipe(spec: common_pb2.JobSpec) -> None:
+    """The Cells do not take a job's recipe (GetCells has no plan): say so rather than answer for another
+    training program without a word."""
+    import sys
+
+    if spec.HasField("plan") and spec.plan.ListFields():
+        keys = ", ".join(d.name for d, _ in spec.plan.ListFields())
+        sys.stderr.write(f"tessctl: warning: the Cells do not model the job file's plan: ({keys}); they are "
+                         "estimated for the Cells' own recipe\n")
 
 
 def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
-    spec = _job(args.filename)
+    spec = _job(args.filename, args.hf_config)
     req = memory_request(spec, args.gpu, args.plan, args.mode, args.gpus)
     resp = _ask(args, "EstimateMemory", req)
     if args.output == "json":
@@ -474,7 +508,8 @@ def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
-    spec = _job(args.filename)
+    spec = _job(args.filename, args.hf_config)
+    _cells_ignore_recipe(spec)
     cluster = load_cluster(args.cluster)
     req = cells_request(spec, cluster, args.precision, args.max_gpus, args.best)
     resp = _ask(args, "GetCells", req)
@@ -486,7 +521,8 @@ def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_stages(client: Any, args: argparse.Namespace, out: Any) -> int:
-    spec = _job(args.filename)
+    spec = _job(args.filename, args.hf_config)
+    _cells_ignore_recipe(spec)
     cluster = load_cluster(args.cluster) if args.cluster else None
     req = stages_request(spec, args.stages, args.dp, cluster, args.microbatches, args.precision, args.exhaustive,
                          args.overlap_sync)

@@ -19,7 +19,16 @@ from typing import Any
 from tessera.common import gpus as catalog
 from tessera.common import jobspec
 from tessera.common.yamlfile import MAX_BYTES, InputFileError, load_yaml, parse_with_lines
-from tessera.estimator.convert import model_dims
+from tessera.estimator.convert import (
+    PLAN_BOOL_FIELDS,
+    PLAN_ENUM_VALUES,
+    PLAN_KEYS,
+    execution_plan,
+    model_dims,
+    model_spec,
+    plan_fields,
+)
+from tessera.estimator.hfconfig import load_hf_config
 from tessera.estimator.models import REGISTERED, registered
 from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2
@@ -42,14 +51,22 @@ _FILE_KEYS = (("hint.gpu_types", "gpu_types"), ("hint.gpus", "gpus"), ("progress
 # family and its shape. Absent = a GPT-2-style decoder, as before they existed.
 MODEL_FAMILY_KEYS = (
     "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor",
-    "tied_embeddings", "width_factor",
+    "tied_embeddings", "width_factor", "kv_channels", "qkv_bias", "num_decoder_layers", "decoder_seq_length",
+    "sliding_window", "logit_softcap", "sandwich_norm", "dropless",
 )
+# Integer refinements (>= 1 when given) and flags of a model mapping.
+MODEL_INT_KEYS = ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every", "width_factor", "kv_channels",
+                  "num_decoder_layers", "decoder_seq_length", "sliding_window")
+MODEL_FLAG_KEYS = ("gated", "tied_embeddings", "qkv_bias", "sandwich_norm", "dropless")
 FAMILIES = {"decoder": common_pb2.MODEL_FAMILY_DECODER, "encoder": common_pb2.MODEL_FAMILY_ENCODER,
-            "moe": common_pb2.MODEL_FAMILY_MOE, "wide_resnet": common_pb2.MODEL_FAMILY_WIDE_RESNET}
+            "moe": common_pb2.MODEL_FAMILY_MOE, "wide_resnet": common_pb2.MODEL_FAMILY_WIDE_RESNET,
+            "encoder_decoder": common_pb2.MODEL_FAMILY_ENCODER_DECODER}
+# `model: {hf_config: PATH}`: the dimensions come from the config; these keys may go with it.
+HF_CONFIG_KEYS = ("hf_config", "name", "seq_length", "decoder_seq_length")
 
 TOP_LEVEL_KEYS = (
     "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
-    "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout",
+    "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout", "plan",
 )
 LAUNCHER_KEYS = ("name", "argv", "per_node", "head_argv")
 
@@ -72,11 +89,15 @@ def parse_job_yaml(text: str | bytes, file: str = "<string>", allowed_env: Itera
     """Parse one YAML document into a JobSpec; JobFileError (`file line N: field F: why`) on bad YAML
     or a bad field."""
     allow = frozenset(allowed_env)
-    return parse_with_lines(load_yaml(text, file, JobFileError), file, lambda d: job_spec_from_dict(d, allow))
+    base = Path(file).parent if file not in ("<string>", "<stdin>") else None
+    return parse_with_lines(load_yaml(text, file, JobFileError), file,
+                            lambda d: job_spec_from_dict(d, allow, base_dir=base))
 
 
-def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = ()) -> common_pb2.JobSpec:
-    """Build a JobSpec from a parsed mapping (the YAML document), checking every field."""
+def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = (), *, base_dir: Path | None = None
+                       ) -> common_pb2.JobSpec:
+    """Build a JobSpec from a parsed mapping (the YAML document), checking every field. A relative
+    `model.hf_config` is read from `base_dir` (the job file's directory), else the working directory."""
     if not isinstance(data, Mapping):
         raise JobFileError("job", "the file must be a mapping of fields (name, model, ...)")
     for key in data:
@@ -87,7 +108,7 @@ def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = ()) -> common_pb2
     spec.tenant = _name(data, "tenant", required=False) or DEFAULT_TENANT
     if "model" not in data:
         raise JobFileError("model", "required")
-    spec.model.CopyFrom(_model(data["model"]))
+    spec.model.CopyFrom(_model(data["model"], base_dir))
     spec.global_batch_size = _int(data, "global_batch_size", 1, 1_048_576, required=True)
     spec.iterations = _int(data, "iterations", 1, 10**9, required=True)
     if "gpus" in data or "gpu_types" in data:
@@ -102,8 +123,40 @@ def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = ()) -> common_pb2
         spec.launcher.CopyFrom(_launcher(data["launcher"]))
     spec.progress_timeout_seconds = _int(data, "progress_timeout", -1, jobspec.MAX_PROGRESS_TIMEOUT_S,
                                          required=False, default=0)
+    if data.get("plan") is not None:
+        spec.plan.CopyFrom(_plan(data["plan"]))
     _check_bounds(spec, isinstance(data["model"], str), frozenset(allowed_env))
+    if spec.HasField("plan"):
+        try:  # the combination, as the estimator and the controller check it (sizes are the scheduler's: 1)
+            execution_plan(spec.plan).check(model=model_dims(spec.model))
+        except PlanInputError as exc:
+            raise JobFileError(exc.field, exc.reason) from None
     return spec
+
+
+def _plan(value: Any) -> common_pb2.ExecutionPlan:
+    """`plan:` the job's recipe in the library's spelling (docs/job-file.md): typed as YAML gives it
+    (integers, true/false, names), then read by the one --plan parser (estimator.convert.plan_fields)."""
+    if not isinstance(value, Mapping):
+        raise JobFileError("plan", "must be a mapping of recipe fields, e.g. {checkpointing: op, loss: fp32}")
+    texts: dict[str, str] = {}
+    for key, v in value.items():
+        field = f"plan.{key}"
+        if key not in PLAN_KEYS:
+            raise JobFileError(field, _unknown(str(key), PLAN_KEYS))
+        if key in PLAN_BOOL_FIELDS:
+            if not isinstance(v, bool):
+                raise JobFileError(field, f"must be true or false, got {v!r}")
+        elif key in PLAN_ENUM_VALUES:
+            if not isinstance(v, str):
+                raise JobFileError(field, f"must be one of {', '.join(PLAN_ENUM_VALUES[key])}, got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, int):
+            raise JobFileError(field, f"must be an integer, got {v!r}")
+        texts[key] = str(v).lower() if isinstance(v, bool) else str(v)
+    try:
+        return plan_fields(texts)
+    except PlanInputError as exc:
+        raise JobFileError(exc.field, exc.reason) from None
 
 
 def _check_bounds(spec: common_pb2.JobSpec, model_by_name: bool, allowed_env: frozenset[str]) -> None:
@@ -179,7 +232,30 @@ def _int(
     return value
 
 
-def _model(value: Any) -> common_pb2.ModelSpec:
+def _hf_model(value: Mapping[str, Any], base_dir: Path | None) -> common_pb2.ModelSpec:
+    """`model: {hf_config: PATH, seq_length: N, ...}`: a local Hugging Face config.json read into explicit
+    dimensions (estimator/hfconfig.py), so the spec carries no path the controller cannot read."""
+    for key in value:
+        if key not in HF_CONFIG_KEYS:
+            raise JobFileError(f"model.{key}", f"comes from model.hf_config; with it give only "
+                                               f"{', '.join(HF_CONFIG_KEYS)}")
+    path = value["hf_config"]
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise JobFileError("model.hf_config", "must be the path of a local config.json (or its directory)")
+    name = value.get("name") or ""
+    if not isinstance(name, str) or (name and not MODEL_NAME_RE.fullmatch(name)):
+        raise JobFileError("model.name", f"invalid model name {jobspec.shown_key(str(name))}")
+    seq = _int(value, "seq_length", 1, dict(MODEL_DIMS)["seq_length"], required=False, prefix="model.")
+    dec = _int(value, "decoder_seq_length", 1, 1_048_576, required=False, prefix="model.")
+    full = Path(path) if base_dir is None or Path(path).is_absolute() else base_dir / path
+    try:
+        dims = load_hf_config(full, seq_length=seq, decoder_seq_length=dec, name=name)
+    except PlanInputError as exc:
+        raise JobFileError(exc.field, exc.reason) from None
+    return model_spec(dims)
+
+
+def _model(value: Any, base_dir: Path | None = None) -> common_pb2.ModelSpec:
     model = common_pb2.ModelSpec()
     if isinstance(value, str):
         if not MODEL_NAME_RE.fullmatch(value):
@@ -193,8 +269,10 @@ def _model(value: Any) -> common_pb2.ModelSpec:
             "model", "must be a registered model name or a mapping of hidden_size, num_layers, "
             "num_heads, vocab_size, seq_length"
         )
+    if "hf_config" in value:
+        return _hf_model(value, base_dir)
     primary = ("name",) + tuple(k for k, _ in MODEL_DIMS)
-    known = primary + MODEL_FAMILY_KEYS
+    known = primary + MODEL_FAMILY_KEYS + ("hf_config",)
     for key in value:
         if key not in known:
             raise JobFileError(f"model.{key}", _unknown(str(key), known, primary))
@@ -221,19 +299,25 @@ def _model_family(value: Mapping[str, Any], model: common_pb2.ModelSpec) -> None
         if not isinstance(family, str) or family not in FAMILIES:
             raise JobFileError("model.family", f"must be one of {', '.join(FAMILIES)}, got {family!r}")
         model.family = FAMILIES[family]
-    for key in ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every", "width_factor"):
+    for key in MODEL_INT_KEYS:
         setattr(model, key, _int(value, key, 1, 1_048_576, required=False, default=0, prefix="model."))
-    for key in ("gated", "tied_embeddings"):
+    for key in MODEL_FLAG_KEYS:
         flag = value.get(key)
         if flag is not None and not isinstance(flag, bool):
             raise JobFileError(f"model.{key}", f"must be true or false, got {flag!r}")
     model.gated = bool(value.get("gated", False))
     model.untied_embeddings = value.get("tied_embeddings", True) is False
-    if "capacity_factor" in value:
-        cf = value["capacity_factor"]
-        if isinstance(cf, bool) or not isinstance(cf, int | float) or not 0 < cf <= 1000:
-            raise JobFileError("model.capacity_factor", f"must be a number in (0, 1000], got {cf!r}")
-        model.capacity_factor = float(cf)
+    model.qkv_bias = bool(value.get("qkv_bias", False))
+    model.sandwich_norm = bool(value.get("sandwich_norm", False))
+    model.dropless = bool(value.get("dropless", False))
+    for key in ("capacity_factor", "logit_softcap"):
+        if key in value:
+            v = value[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1000:
+                raise JobFileError(f"model.{key}", f"must be a number in (0, 1000], got {v!r}")
+            setattr(model, key, float(v))
+    if model.dropless and "capacity_factor" in value:
+        raise JobFileError("model.dropless", "dropless routing has no capacity factor: give one or the other")
     try:
         model_dims(model)
     except PlanInputError as exc:

@@ -15,6 +15,7 @@ of the FP16 rate).
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, replace
 
@@ -35,6 +36,7 @@ class GpuType:
     confirmed: bool = True
     tflops_fp32: float = 0.0  # non-tensor FP32 peak (CUDA cores), as the datasheet gives it; 0 = not known
     fp32_shares_int32: bool = False  # GA10x/AD10x: half of the FP32 lanes are the INT32 lanes
+    tflops_fp8: float = 0.0  # dense FP8 tensor peak; 0 = no FP8 tensor cores (or not known): FP8_TFLOPS
 
     @property
     def tflops_fp32_dense(self) -> float:
@@ -75,6 +77,16 @@ CATALOG: dict[str, GpuType] = {
         GpuType("RTX-4090-24GB", 24, 165.2, 1008, 0, _SRC),
         GpuType("RTX-2080TI-11GB", 11, 53.8, 616, 100, _SRC, confirmed=False),
         GpuType("P100-16GB", 16, 21.2, 732, 160, _SRC),
+        # The H100 with six HBM stacks enabled (96 GB), as in the GH200 Grace Hopper superchip: NVIDIA GH200
+        # datasheet (96 GB HBM3, 4 TB/s; the same GH100 compute as the H100 SXM5, 900 GB/s NVLink). We found
+        # no public source for an "H100 96GB HBM2e" part (the issue's name): gpus.md, unconfirmed.
+        GpuType("H100-96GB", 96, 989, 4000, 900, _SRC, confirmed=False),
+        # NVIDIA H20 (Hopper for the China market): 96 GB HBM3, 4.0 TB/s, 148 TFLOPS BF16 dense, 900 GB/s
+        # NVLink (NVIDIA's H20 product brief as reproduced by willitrunai.com and unanswered.io; gpus.md).
+        GpuType("H20-96GB", 96, 148, 4000, 900, _SRC),
+        # AMD Instinct MI300X: 192 GB HBM3, 5.3 TB/s, 1,307.4 TFLOPS BF16/FP16 dense, 896 GB/s peak aggregate
+        # Infinity Fabric between the 8 OAMs of a node (AMD Instinct MI300X data sheet; gpus.md).
+        GpuType("MI300X-192GB", 192, 1307.4, 5300, 896, _SRC),
     ]
 }
 
@@ -91,12 +103,32 @@ FP32_TFLOPS: dict[str, tuple[float, str]] = {
     "H100-80GB": (66.9, "glennklockwood.com/garden/processors/h100 (FP32 66.9); hpctech.co.jp H100 table (67)"),
     "H100-PCIE-80GB": (51.0, "archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100 (FP32 51)"),
     "H200-141GB": (66.9, "glennklockwood.com: the H200 is the H100 SXM5 with more HBM3e memory"),
+    "H100-96GB": (66.9, "the H100 SXM5's GH100 compute (glennklockwood.com, 66.9)"),
+    "H20-96GB": (44.0, "H20 figures as reported from NVIDIA's brief (zangshuxian.com: FP32 44 TFLOPS)"),
+    "MI300X-192GB": (163.4, "AMD Instinct MI300X data sheet (peak FP32 vector 163.4)"),
+}
+
+# Dense FP8 tensor peak, TFLOPS (the datasheets print sparse figures with an asterisk: halved here).
+# Hopper: twice its BF16 rate; Ada (L4, L40S, RTX 4090): FP8 tensor cores, twice the BF16 rate at the
+# same accumulate; Ampere and older have none (0). Torchao's Float8 training needs these (plan.float8).
+FP8_TFLOPS: dict[str, tuple[float, str]] = {
+    "H100-80GB": (1978.9, "glennklockwood.com/garden/processors/h100 (FP8 matrix 1978.9 dense)"),
+    "H100-PCIE-80GB": (1513, "archive-lib.hpctech.co.jp H100 table (3,026 with sparsity)"),
+    "H100-NVL-94GB": (1671, "twice the unconfirmed 835 BF16 of gpus.md (H100 NVL brief: 3,341 per GPU sparse)"),
+    "H100-96GB": (1978.9, "the H100 SXM5's GH100 compute"),
+    "H200-141GB": (1978.9, "same compute as the H100 SXM5 (lzwjava.github.io H200 table: 3,958 sparse)"),
+    "H20-96GB": (296, "H20 brief as reported (willitrunai.com: 296 INT8 TOPS; FP8 is the same rate on Hopper)"),
+    "L4-24GB": (242.5, "NVIDIA L4 datasheet (FP8 485 TFLOPS with sparsity)"),
+    "L40S-48GB": (733, "NVIDIA L40S datasheet (FP8 1,466 TFLOPS with sparsity; 733 dense)"),
+    "RTX-4090-24GB": (330.3, "NVIDIA Ada whitepaper appendix (FP8 with FP32 accumulate 330.3 dense; recalled)"),
+    "MI300X-192GB": (2614.9, "AMD Instinct MI300X data sheet (peak FP8 2,614.9 dense)"),
 }
 # Ampere GA10x and Ada AD10x parts (the A10, A40, RTX A6000/A4000, RTX 3090/4090, L4, L40S).
 FP32_SHARES_INT32 = frozenset({"A10-24GB", "A40-48GB", "RTX-A6000-48GB", "RTX-A4000-16GB", "RTX-3090-24GB",
                                "RTX-4090-24GB", "L4-24GB", "L40S-48GB"})
 CATALOG = {name: replace(g, tflops_fp32=FP32_TFLOPS[name][0] if name in FP32_TFLOPS else 0.0,
-                         fp32_shares_int32=name in FP32_SHARES_INT32)
+                         fp32_shares_int32=name in FP32_SHARES_INT32,
+                         tflops_fp8=FP8_TFLOPS[name][0] if name in FP8_TFLOPS else 0.0)
            for name, g in CATALOG.items()}
 
 
@@ -107,6 +139,8 @@ ALIASES: dict[str, str] = {
     "A6000": "RTX-A6000-48GB", "A4000": "RTX-A4000-16GB", "L4": "L4-24GB", "L40S": "L40S-48GB",
     "T4": "T4-16GB", "RTX3090": "RTX-3090-24GB", "RTX4090": "RTX-4090-24GB",
     "RTX2080TI": "RTX-2080TI-11GB", "P100": "P100-16GB",
+    "H100NVL": "H100-NVL-94GB", "H100PCIE": "H100-PCIE-80GB", "H20": "H20-96GB", "MI300X": "MI300X-192GB",
+    "H10096": "H100-96GB", "H100SXM": "H100-80GB",
 }
 
 
@@ -130,7 +164,15 @@ def lookup(name: str) -> GpuType:
     for entry in CATALOG.values():
         if entry.name.replace("-", "") == compact:
             return entry
-    raise UnknownGpuError(f"unknown GPU model {name!r}; known: {', '.join(sorted(CATALOG))}")
+    raise UnknownGpuError(f"unknown GPU model {name!r}; {_did_you_mean(compact)}known: {', '.join(sorted(CATALOG))}")
+
+
+def _did_you_mean(compact: str) -> str:
+    """The nearest catalog name or alias to a name given without separators ("H100 96G" -> H100-96GB)."""
+    candidates = {e.name.replace("-", ""): e.name for e in CATALOG.values()}
+    candidates.update({alias: target for alias, target in ALIASES.items()})
+    close = difflib.get_close_matches(compact, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean {candidates[close[0]]!r}? " if close else ""
 
 
 def from_nvml(product_name: str, memory_bytes: int) -> tuple[GpuType | None, str]:

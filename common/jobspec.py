@@ -47,9 +47,16 @@ MODEL_DIMS: tuple[tuple[str, int], ...] = (
     ("seq_length", 1_048_576),
 )
 # ModelSpec's optional refinements (0 = absent) and capacity_factor.
-MODEL_REFINEMENTS = ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every", "width_factor")
+MODEL_REFINEMENTS = ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every", "width_factor",
+                     "kv_channels", "num_decoder_layers", "decoder_seq_length", "sliding_window")
 MAX_REFINEMENT = 1_048_576
 MAX_CAPACITY_FACTOR = 1000.0
+MAX_LOGIT_SOFTCAP = 1000.0
+
+# The job's recipe (JobSpec.plan): the sizes are the scheduler's and must be unset; these bound the rest.
+PLAN_SIZES = ("dp", "tp", "pp", "cp", "micro_batch", "grad_accum", "ep", "virtual_stages")
+MAX_LORA_RANK = 65_536
+MAX_CHECKPOINT_EVERY_LAYERS = 1_024
 
 MAX_GLOBAL_BATCH = 1_048_576
 MAX_ITERATIONS = 1_000_000_000
@@ -104,6 +111,8 @@ def spec_errors(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozense
         errs.append(("model", "required"))
     else:
         errs += model_bound_errors(spec.model)
+    if spec.HasField("plan"):
+        errs += plan_bound_errors(spec.plan)
     errs += _range("global_batch_size", spec.global_batch_size, 1, MAX_GLOBAL_BATCH)
     errs += _range("iterations", spec.iterations, 1, MAX_ITERATIONS)
     errs += _range("hint.gpus", spec.hint.gpus, 0, MAX_GPUS_HINT)
@@ -151,6 +160,22 @@ def model_bound_errors(m: common_pb2.ModelSpec) -> Errors:
     cf = m.capacity_factor
     if cf and not (math.isfinite(cf) and 0 < cf <= MAX_CAPACITY_FACTOR):
         errs.append(("model.capacity_factor", f"must be a number in (0, {MAX_CAPACITY_FACTOR:g}]"))
+    cap = m.logit_softcap
+    if cap and not (math.isfinite(cap) and 0 < cap <= MAX_LOGIT_SOFTCAP):
+        errs.append(("model.logit_softcap", f"must be a number in (0, {MAX_LOGIT_SOFTCAP:g}] (0 = none)"))
+    return errs
+
+
+def plan_bound_errors(p: common_pb2.ExecutionPlan) -> Errors:
+    """The job's recipe: no parallel size (the scheduler's), enum values that exist, bounded numbers.
+    Whether the combination exists is the estimator's check (ExecutionPlan), run on top."""
+    why = "a parallel size is the scheduler's choice, not the job's (tessctl estimate --plan takes it)"
+    errs: Errors = [(f"plan.{f}", why) for f in PLAN_SIZES if getattr(p, f)]
+    for desc, value in p.ListFields():
+        if desc.enum_type is not None and desc.enum_type.values_by_number.get(value) is None:
+            errs.append((f"plan.{desc.name}", f"unknown value {value}"))
+    errs += _range("plan.lora_rank", p.lora_rank, 0, MAX_LORA_RANK)
+    errs += _range("plan.checkpoint_every", p.checkpoint_every, 0, MAX_CHECKPOINT_EVERY_LAYERS)
     return errs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tessera.controller.core.snapshot import Cell, PlanChoice, Slice
 from tessera.controller.store import EventRecord, JobRecord
-from tessera.estimator.convert import plan_message
+from tessera.estimator.convert import merged_plan, plan_message
 from tessera.v1 import common_pb2, controller_pb2
 
 
@@ -32,12 +32,17 @@ def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
     return msg
 
 
-def plan_pb(p: PlanChoice) -> common_pb2.Plan:
+def plan_pb(p: PlanChoice, recipe: common_pb2.ExecutionPlan | None = None) -> common_pb2.Plan:
+    """The launched plan: the scheduler's sizes, its whole execution plan when it gave one, and the job's
+    recipe (JobSpec.plan: checkpointing, loss, float8, LoRA, ...) on top, so the workers run, or refuse by
+    name, what the job asked for (TESSERA_PLAN)."""
     msg = common_pb2.Plan(dp=p.dp, tp=p.tp, pp=p.pp, micro_batch=p.micro_batch, grad_accum=p.grad_accum,
                           gpu_model=p.gpu_model, memory_per_gpu_bytes=p.memory_per_gpu_bytes,
                           memory_source=p.memory_source)
     if p.execution is not None:
         msg.options.CopyFrom(plan_message(p.execution))
+    if recipe is not None and recipe.ListFields():
+        msg.options.CopyFrom(merged_plan(msg.options, recipe))
     return msg
 
 

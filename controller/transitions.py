@@ -36,7 +36,8 @@ def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezv
     """The job's next attempt (plan, placement, rendezvous) as STARTING; `kind` is the event's
     (PLACED for a round's start, MIGRATED for a relaunch after a move)."""
     attempt = job.attempt + 1
-    return (job.with_(state=P.JOB_STATE_STARTING, reason=reason, attempt=attempt, plan=plan_pb(plan),
+    recipe = job.spec.plan if job.spec.HasField("plan") else None
+    return (job.with_(state=P.JOB_STATE_STARTING, reason=reason, attempt=attempt, plan=plan_pb(plan, recipe),
                       placement=placement_pb(slices, rendezvous), start_time=job.start_time or now,
                       stop_requested=False),
             [(kind, f"attempt {attempt}: {reason}")])

@@ -25,17 +25,21 @@ FAMILY_OF: dict[int, Family] = {
     pb.MODEL_FAMILY_ENCODER: "encoder",
     pb.MODEL_FAMILY_MOE: "moe",
     pb.MODEL_FAMILY_WIDE_RESNET: "wresnet",
+    pb.MODEL_FAMILY_ENCODER_DECODER: "encoder-decoder",
 }
 FAMILY_VALUE: dict[str, int] = {"decoder": pb.MODEL_FAMILY_DECODER, "encoder": pb.MODEL_FAMILY_ENCODER,
-                                "moe": pb.MODEL_FAMILY_MOE, "wresnet": pb.MODEL_FAMILY_WIDE_RESNET}
+                                "moe": pb.MODEL_FAMILY_MOE, "wresnet": pb.MODEL_FAMILY_WIDE_RESNET,
+                                "encoder-decoder": pb.MODEL_FAMILY_ENCODER_DECODER}
 
 # enum value <-> the library's spelling; UNSPECIFIED reads as the library's default.
 SHARDING: dict[int, str] = {pb.SHARDING_UNSPECIFIED: "none", pb.SHARDING_NONE: "none", pb.SHARDING_ZERO1: "zero1",
                             pb.SHARDING_ZERO2: "zero2", pb.SHARDING_ZERO3: "zero3", pb.SHARDING_FSDP: "fsdp"}
 OFFLOAD: dict[int, str] = {pb.OFFLOAD_UNSPECIFIED: "none", pb.OFFLOAD_NONE: "none",
-                           pb.OFFLOAD_OPTIMIZER: "optimizer", pb.OFFLOAD_OPTIMIZER_AND_PARAMS: "optimizer+params"}
+                           pb.OFFLOAD_OPTIMIZER: "optimizer", pb.OFFLOAD_OPTIMIZER_AND_PARAMS: "optimizer+params",
+                           pb.OFFLOAD_FROZEN: "frozen"}
 CHECKPOINTING: dict[int, str] = {pb.CHECKPOINTING_UNSPECIFIED: "none", pb.CHECKPOINTING_NONE: "none",
-                                 pb.CHECKPOINTING_SELECTIVE: "selective", pb.CHECKPOINTING_FULL: "full"}
+                                 pb.CHECKPOINTING_SELECTIVE: "selective", pb.CHECKPOINTING_FULL: "full",
+                                 pb.CHECKPOINTING_OP: "op"}
 PRECISION: dict[int, str] = {
     pb.PRECISION_FP32: "fp32", pb.PRECISION_AMP: "amp", pb.PRECISION_MIXED: "mixed",
     pb.PRECISION_MEGATRON_BF16: "megatron-bf16", pb.PRECISION_MEGATRON_FP16: "megatron-fp16",
@@ -43,9 +47,29 @@ PRECISION: dict[int, str] = {
 }
 SCHEDULE: dict[int, str] = {pb.PIPELINE_SCHEDULE_UNSPECIFIED: "1f1b", pb.PIPELINE_SCHEDULE_1F1B: "1f1b",
                             pb.PIPELINE_SCHEDULE_GPIPE: "gpipe"}
+RESHARD: dict[int, str] = {pb.RESHARD_UNSPECIFIED: "auto", pb.RESHARD_AUTO: "auto", pb.RESHARD_ALWAYS: "always",
+                           pb.RESHARD_NEVER: "never"}
+LOSS: dict[int, str] = {pb.LOSS_UNSPECIFIED: "fused", pb.LOSS_FUSED: "fused", pb.LOSS_FP32: "fp32",
+                        pb.LOSS_CHUNKED: "chunked"}
+FLOAT8: dict[int, str] = {pb.FLOAT8_UNSPECIFIED: "none", pb.FLOAT8_NONE: "none", pb.FLOAT8_LINEAR: "linear",
+                          pb.FLOAT8_LINEAR_ALLGATHER: "linear+allgather"}
+LORA_TARGETS: dict[int, str] = {pb.LORA_TARGETS_UNSPECIFIED: "all-linear", pb.LORA_TARGETS_QV: "qv",
+                                pb.LORA_TARGETS_ATTENTION: "attention", pb.LORA_TARGETS_ALL_LINEAR: "all-linear"}
+BASE_QUANT: dict[int, str] = {pb.BASE_QUANT_UNSPECIFIED: "none", pb.BASE_QUANT_NONE: "none",
+                              pb.BASE_QUANT_NF4: "nf4", pb.BASE_QUANT_INT8: "int8"}
 DEFAULT_PRECISION = "megatron-bf16"  # tessera.estimator.plans.ExecutionPlan's default
 
-PLAN_INT_FIELDS = ("dp", "tp", "pp", "micro_batch", "grad_accum", "ep", "virtual_stages")
+# Sizes: 0 in a message means 1 (grad_accum: derived from the global batch when one is given).
+PLAN_INT_FIELDS = ("dp", "tp", "pp", "micro_batch", "grad_accum", "ep", "virtual_stages", "cp", "checkpoint_every")
+# The parallel sizes a scheduler chooses; a job's recipe (JobSpec.plan) leaves them unset.
+PLAN_SIZE_FIELDS = ("dp", "tp", "pp", "cp", "micro_batch", "grad_accum", "ep", "virtual_stages")
+PLAN_BOOL_FIELDS = ("sequence_parallel", "flash_attention", "compile", "async_tp")
+# Enum fields of the message and their tables (precision aside: its UNSPECIFIED depends on the API).
+PLAN_ENUMS: dict[str, dict[int, str]] = {
+    "sharding": SHARDING, "offload": OFFLOAD, "checkpointing": CHECKPOINTING, "schedule": SCHEDULE,
+    "reshard_after_forward": RESHARD, "loss": LOSS, "float8": FLOAT8, "lora_targets": LORA_TARGETS,
+    "base_quant": BASE_QUANT,
+}
 
 
 def _inverse(table: dict[int, str]) -> dict[str, int]:
@@ -61,14 +85,17 @@ OFFLOAD_VALUE = _inverse(OFFLOAD)
 CHECKPOINTING_VALUE = _inverse(CHECKPOINTING)
 PRECISION_VALUE = _inverse(PRECISION)
 SCHEDULE_VALUE = _inverse(SCHEDULE)
+PLAN_ENUM_VALUES: dict[str, dict[str, int]] = {name: _inverse(t) for name, t in PLAN_ENUMS.items()}
+PLAN_ENUM_VALUES["precision"] = PRECISION_VALUE
 
 
 # -- models -----------------------------------------------------------------------------------------
 
 
 def model_refinements(m: pb.ModelSpec) -> dict[str, Any]:
-    """ModelDims keyword arguments of a spec's family fields (ModelSpec fields 7-16); every default
-    maps to ModelDims's own default, so a spec without them is the GPT-2-style decoder it always was."""
+    """ModelDims keyword arguments of a spec's family fields (ModelSpec fields 7-24); every default
+    maps to ModelDims's own default, so a spec without them is the GPT-2-style decoder it always was.
+    `dropless` is ModelDims's capacity_factor 0 (a 0 capacity_factor in the message means 1.0)."""
     if m.family not in FAMILY_OF:
         raise PlanInputError("model.family", f"unknown family value {m.family}")
     if not math.isfinite(m.capacity_factor) or m.capacity_factor < 0:
@@ -76,13 +103,20 @@ def model_refinements(m: pb.ModelSpec) -> dict[str, Any]:
     for f in ("top_k", "moe_every", "width_factor"):
         if getattr(m, f) < 0:
             raise PlanInputError(f"model.{f}", f"must be >= 1 (0 = 2), got {getattr(m, f)}")
+    if not math.isfinite(m.logit_softcap) or m.logit_softcap < 0:
+        raise PlanInputError("model.logit_softcap", f"must be a number >= 0 (0 = none), got {m.logit_softcap!r}")
     family = FAMILY_OF[m.family]
+    if m.dropless and family != "moe":
+        raise PlanInputError("model.dropless", f"only the moe family routes tokens (family {family!r})")
     return {
         "family": family, "ffn_hidden": m.ffn_hidden, "gated": m.gated,
         "num_kv_heads": m.num_kv_heads, "tied_embeddings": not m.untied_embeddings,
         "num_experts": m.num_experts, "top_k": m.top_k or 2, "moe_every": m.moe_every or 2,
-        "capacity_factor": m.capacity_factor or 1.0,
+        "capacity_factor": 0.0 if m.dropless else (m.capacity_factor or 1.0),
         "width_factor": (m.width_factor or 2) if family == "wresnet" else m.width_factor,
+        "kv_channels": m.kv_channels, "qkv_bias": m.qkv_bias, "num_decoder_layers": m.num_decoder_layers,
+        "decoder_seq_length": m.decoder_seq_length, "sliding_window": m.sliding_window,
+        "logit_softcap": m.logit_softcap, "sandwich_norm": m.sandwich_norm,
     }
 
 
@@ -115,8 +149,13 @@ def model_spec(d: ModelDims) -> pb.ModelSpec:
         name=d.name, hidden_size=d.hidden_size, num_layers=d.num_layers, num_heads=d.num_heads,
         vocab_size=d.vocab_size, seq_length=d.seq_length, family=FAMILY_VALUE[d.family],
         ffn_hidden=d.ffn_hidden, gated=d.gated, num_kv_heads=d.num_kv_heads, num_experts=d.num_experts,
-        top_k=d.top_k, moe_every=d.moe_every, capacity_factor=d.capacity_factor,
+        top_k=d.top_k, moe_every=d.moe_every,
+        capacity_factor=d.capacity_factor if d.family != "moe" or d.capacity_factor else 1.0,
+        dropless=d.family == "moe" and d.capacity_factor == 0,
         untied_embeddings=not d.tied_embeddings, width_factor=d.width_factor,
+        kv_channels=d.kv_channels, qkv_bias=d.qkv_bias, num_decoder_layers=d.num_decoder_layers,
+        decoder_seq_length=d.decoder_seq_length, sliding_window=d.sliding_window,
+        logit_softcap=d.logit_softcap, sandwich_norm=d.sandwich_norm,
     )
 
 
@@ -133,8 +172,9 @@ def execution_plan(p: pb.ExecutionPlan, global_batch: int = 0, default_precision
         v = getattr(p, f)
         if v < 0:
             raise PlanInputError(f"plan.{f}", f"must be an integer >= 1, got {v}")
-    for name, table in (("sharding", SHARDING), ("offload", OFFLOAD), ("checkpointing", CHECKPOINTING),
-                        ("schedule", SCHEDULE)):
+    if p.lora_rank < 0:
+        raise PlanInputError("plan.lora_rank", f"must be an integer >= 0 (0: full fine-tuning), got {p.lora_rank}")
+    for name, table in PLAN_ENUMS.items():
         if getattr(p, name) not in table:
             raise PlanInputError(f"plan.{name}", f"unknown value {getattr(p, name)}")
     if p.precision and p.precision not in PRECISION:
@@ -164,6 +204,13 @@ def execution_plan(p: pb.ExecutionPlan, global_batch: int = 0, default_precision
         precision=PRECISION.get(p.precision, default_precision),  # type: ignore[arg-type]
         ep=p.ep or 1, virtual_stages=p.virtual_stages or 1,
         schedule=SCHEDULE[p.schedule],  # type: ignore[arg-type]
+        cp=p.cp or 1, checkpoint_every=p.checkpoint_every or 1,
+        reshard_after_forward=RESHARD[p.reshard_after_forward],  # type: ignore[arg-type]
+        loss=LOSS[p.loss],  # type: ignore[arg-type]
+        float8=FLOAT8[p.float8],  # type: ignore[arg-type]
+        compile=p.compile, async_tp=p.async_tp, lora_rank=p.lora_rank,
+        lora_targets=LORA_TARGETS[p.lora_targets],  # type: ignore[arg-type]
+        base_quant=BASE_QUANT[p.base_quant],  # type: ignore[arg-type]
     )
 
 
@@ -178,37 +225,56 @@ def plan_message(plan: ExecutionPlan) -> pb.ExecutionPlan:
         precision=PRECISION_VALUE[plan.precision],
         ep=plan.ep, virtual_stages=plan.virtual_stages,
         schedule=SCHEDULE_VALUE[plan.schedule],
+        cp=plan.cp, checkpoint_every=plan.checkpoint_every,
+        reshard_after_forward=PLAN_ENUM_VALUES["reshard_after_forward"][plan.reshard_after_forward],
+        loss=PLAN_ENUM_VALUES["loss"][plan.loss], float8=PLAN_ENUM_VALUES["float8"][plan.float8],
+        compile=plan.compile, async_tp=plan.async_tp, lora_rank=plan.lora_rank,
+        lora_targets=PLAN_ENUM_VALUES["lora_targets"][plan.lora_targets],
+        base_quant=PLAN_ENUM_VALUES["base_quant"][plan.base_quant],
     )
 
 
 def plan_fields(text_pairs: dict[str, str]) -> pb.ExecutionPlan:
     """An ExecutionPlan message from `key=value` texts in the library's spelling (tessctl --plan):
-    ``dp=2,tp=2,micro_batch=4,sharding=zero2,flash_attention=false,precision=bf16``.
-    Sizes must be integers >= 1; PlanInputError naming ``plan.KEY`` otherwise."""
+    ``dp=2,tp=2,micro_batch=4,sharding=zero2,flash_attention=false,precision=bf16,lora_rank=16``.
+    Sizes must be integers >= 1 (lora_rank >= 0); PlanInputError naming ``plan.KEY`` otherwise."""
     msg = pb.ExecutionPlan()
-    tables = {"sharding": SHARDING_VALUE, "offload": OFFLOAD_VALUE, "checkpointing": CHECKPOINTING_VALUE,
-              "precision": PRECISION_VALUE, "schedule": SCHEDULE_VALUE}
     for key, raw in text_pairs.items():
         value = raw.strip()
         field = f"plan.{key}"
-        if key in PLAN_INT_FIELDS:
+        if key in PLAN_INT_FIELDS or key == "lora_rank":
+            lo = 0 if key == "lora_rank" else 1
             try:
                 n = int(value)
             except ValueError:
-                raise PlanInputError(field, f"must be an integer >= 1, got {value!r}") from None
-            if n < 1:
-                raise PlanInputError(field, f"must be an integer >= 1, got {n}")
+                raise PlanInputError(field, f"must be an integer >= {lo}, got {value!r}") from None
+            if n < lo:
+                raise PlanInputError(field, f"must be an integer >= {lo}, got {n}")
             setattr(msg, key, n)
-        elif key in tables:
-            table = tables[key]
+        elif key in PLAN_ENUM_VALUES:
+            table = PLAN_ENUM_VALUES[key]
             if value.lower() not in table:
                 raise PlanInputError(field, f"{value!r} is not one of {', '.join(table)}")
             setattr(msg, key, table[value.lower()])
-        elif key in ("sequence_parallel", "flash_attention"):
+        elif key in PLAN_BOOL_FIELDS:
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise PlanInputError(field, f"must be true or false, got {value!r}")
             setattr(msg, key, value.lower() in ("true", "1", "yes"))
         else:
-            known = (*PLAN_INT_FIELDS, *tables, "sequence_parallel", "flash_attention")
-            raise PlanInputError(field, f"unknown field; known: {', '.join(sorted(known))}")
+            raise PlanInputError(field, f"unknown field; known: {', '.join(sorted(PLAN_KEYS))}")
     return msg
+
+
+PLAN_KEYS: tuple[str, ...] = (*PLAN_INT_FIELDS, "lora_rank", *PLAN_ENUM_VALUES, *PLAN_BOOL_FIELDS)
+
+
+def merged_plan(base: pb.ExecutionPlan, override: pb.ExecutionPlan) -> pb.ExecutionPlan:
+    """`base` with every field `override` sets replaced (a job's recipe under tessctl's --plan, or under
+    the plan a scheduler chose). A field counts as set when it is non-zero, or present for the
+    optional flash_attention."""
+    out = pb.ExecutionPlan()
+    out.CopyFrom(base)
+    for desc, value in override.ListFields():
+        setattr(out, desc.name, value)
+    return out
+

@@ -29,6 +29,7 @@ from tessera.estimator.memory_terms import (
     DEFAULT_OTHER_BYTES,
     RECIPES,
     MemoryBreakdown,
+    decoder_layer_params,
     embedding_params,
     gpu_capacity,
     head_params,
@@ -87,6 +88,8 @@ def num_params(m: ModelDims) -> int:
     for i in range(m.num_layers):
         d, e = layer_params(m, i)
         total += d + e
+    if m.family == "encoder-decoder":  # num_layers counted the encoder's
+        total += m.decoder_layers * decoder_layer_params(m) + m.hidden_size  # and the decoder's final norm
     return total
 
 

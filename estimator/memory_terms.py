@@ -141,7 +141,8 @@ def local_vocab(m: ModelDims, tp: int) -> int:
 
 
 def _norm_params(m: ModelDims) -> int:
-    return m.hidden_size if m.gated else 2 * m.hidden_size
+    """RMSNorm (LLaMA style, T5) has a scale only; LayerNorm a scale and a bias."""
+    return m.hidden_size if m.gated or m.family == "encoder-decoder" else 2 * m.hidden_size
 
 
 def layer_params(m: ModelDims, index: int, tp: int = 1, ep: int = 1) -> tuple[int, int]:
@@ -151,16 +152,32 @@ def layer_params(m: ModelDims, index: int, tp: int = 1, ep: int = 1) -> tuple[in
     bias = m.has_bias
     qkv_out = (a_l + 2 * kv_l) * d
     dense = 2 * _norm_params(m) + h * qkv_out + a_l * d * h + (qkv_out + h if bias else 0)
+    if m.qkv_bias and not bias:
+        dense += qkv_out  # Qwen2.5: biases on q, k, v only
     if m.is_moe_layer(index):
         e_l = m.num_experts // ep
         dense += h * m.num_experts  # router, replicated
-        expert = e_l * (2 * h * f_l + f_l + h)
+        # GShard: a 2-matrix MLP with biases; Mixtral: SwiGLU experts without biases
+        expert = e_l * (3 * h * f_l if m.gated else 2 * h * f_l + f_l + h)
         return dense, expert
+    return dense + _mlp_params(m, f_l), 0
+
+
+def _mlp_params(m: ModelDims, f_l: int) -> int:
+    h = m.hidden_size
     if m.gated:
-        dense += 3 * h * f_l
-    else:
-        dense += 2 * h * f_l + (f_l + h if bias else 0)
-    return dense, 0
+        return 3 * h * f_l
+    return 2 * h * f_l + (f_l + h if m.has_bias else 0)
+
+
+def decoder_layer_params(m: ModelDims, tp: int = 1) -> int:
+    """Parameters of one encoder-decoder decoder layer on one rank: self-attention, cross-attention
+    (q from the decoder, k and v from the encoder output, all h x attention_width), the MLP, three
+    norms (T5: no biases)."""
+    h, d = m.hidden_size, m.head_dim
+    a_l, kv_l = m.num_heads // tp, m.kv_heads // tp
+    attention = h * (a_l + 2 * kv_l) * d + a_l * d * h
+    return 3 * _norm_params(m) + 2 * attention + _mlp_params(m, m.ffn // tp)
 
 
 def embedding_params(m: ModelDims, tp: int = 1) -> int:

@@ -148,7 +148,9 @@ class ModelDims:
 
     @property
     def learned_positions(self) -> bool:
-        return not self.gated
+        """GPT-2 and BERT learn a position table; rotary (LLaMA style) and T5's relative position
+        buckets have none."""
+        return not self.gated and self.family != "encoder-decoder"
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer i (0-based) has experts."""
@@ -214,27 +216,89 @@ class ModelDims:
 # GShard MoE: the Crius artifact's models (arena/models.json of the shared data, docs/reference/data.md;
 # its trainer uses an 8h expert MLP and untied embeddings,
 # sjtu-epcc/arena runtime/crius_worker/jax/trainer/moe_trainer.py).
-REGISTERED: dict[str, ModelDims] = {
-    m.name: m
-    for m in [
-        ModelDims(768, 12, 12, 50257, 1024, "gpt2-small"),
-        ModelDims(1024, 24, 16, 50257, 1024, "gpt2-medium"),
-        ModelDims(1280, 36, 20, 50257, 1024, "gpt2-large"),
-        ModelDims(1600, 48, 25, 50257, 1024, "gpt2-xl"),
-        ModelDims(4096, 32, 32, 32000, 4096, "llama2-7b", ffn_hidden=11008, gated=True, tied_embeddings=False),
-        ModelDims(5120, 40, 40, 32000, 4096, "llama2-13b", ffn_hidden=13824, gated=True, tied_embeddings=False),
-        ModelDims(1024, 24, 16, 30522, 512, "bert-large", family="encoder"),
-        ModelDims(768, 12, 12, 30522, 512, "bert-base", family="encoder"),
-        *(ModelDims(h, l, 16, 32000, 1024, f"moe-{size}", family="moe", num_experts=e, ffn_hidden=8 * h,
-                    tied_embeddings=False)
-          for size, h, l, e in (("690m", 768, 8, 16), ("1.3b", 768, 16, 16), ("2.4b", 1024, 16, 16),
-                                ("10b", 1536, 16, 32), ("27b", 2048, 16, 48))),
-        # Wide-ResNet: the Crius artifact's models.json (Table 2), 1,024 classes, 224 x 224 images.
-        *(ModelDims(f, d, 1, 1024, 224, f"wide-resnet-{size}", family="wresnet", width_factor=w)
-          for size, f, d, w in (("500m", 224, 50, 2), ("1b", 320, 50, 2), ("2b", 448, 50, 2), ("4b", 640, 50, 2),
-                                ("6.8b", 320, 50, 16), ("13b", 320, 101, 16))),
-    ]
-}
+_SEED_MODELS = [
+    ModelDims(768, 12, 12, 50257, 1024, "gpt2-small"),
+    ModelDims(1024, 24, 16, 50257, 1024, "gpt2-medium"),
+    ModelDims(1280, 36, 20, 50257, 1024, "gpt2-large"),
+    ModelDims(1600, 48, 25, 50257, 1024, "gpt2-xl"),
+    ModelDims(4096, 32, 32, 32000, 4096, "llama2-7b", ffn_hidden=11008, gated=True, tied_embeddings=False),
+    ModelDims(5120, 40, 40, 32000, 4096, "llama2-13b", ffn_hidden=13824, gated=True, tied_embeddings=False),
+    ModelDims(1024, 24, 16, 30522, 512, "bert-large", family="encoder"),
+    ModelDims(768, 12, 12, 30522, 512, "bert-base", family="encoder"),
+    *(ModelDims(h, l, 16, 32000, 1024, f"moe-{size}", family="moe", num_experts=e, ffn_hidden=8 * h,
+                tied_embeddings=False)
+      for size, h, l, e in (("690m", 768, 8, 16), ("1.3b", 768, 16, 16), ("2.4b", 1024, 16, 16),
+                            ("10b", 1536, 16, 32), ("27b", 2048, 16, 48))),
+    # Wide-ResNet: the Crius artifact's models.json (Table 2), 1,024 classes, 224 x 224 images.
+    *(ModelDims(f, d, 1, 1024, 224, f"wide-resnet-{size}", family="wresnet", width_factor=w)
+      for size, f, d, w in (("500m", 224, 50, 2), ("1b", 320, 50, 2), ("2b", 448, 50, 2), ("4b", 640, 50, 2),
+                            ("6.8b", 320, 50, 16), ("13b", 320, 101, 16))),
+]
+
+# Current families: each row is the model's published config.json on the Hugging Face hub (the repo
+# named per family), read as estimator/hfconfig.py reads one. seq_length is the context of the
+# model's (last) pretraining stage from its paper or card, not max_position_embeddings (Llama 3.1's
+# 131,072 is the long-context extension); a job file's model.seq_length with hf_config says otherwise.
+_CURRENT_MODELS = [
+    # meta-llama/Llama-3.1-{8B,70B,405B}: rope, SwiGLU, GQA 8 KV heads, vocab 128,256, untied; 8,192 tokens
+    # (Llama 3 paper, "The Llama 3 Herd of Models", sec. 3.4: pretraining at 8K before the long-context stage).
+    *(ModelDims(h, l, a, 128256, 8192, f"llama3.1-{size}", ffn_hidden=f, gated=True, num_kv_heads=8,
+                tied_embeddings=False)
+      for size, h, l, a, f in (("8b", 4096, 32, 32, 14336), ("70b", 8192, 80, 64, 28672),
+                               ("405b", 16384, 126, 128, 53248))),
+    # meta-llama/Llama-3.2-{1B,3B}: tied embeddings (tie_word_embeddings: true), head_dim 64 / 128.
+    ModelDims(2048, 16, 32, 128256, 8192, "llama3.2-1b", ffn_hidden=8192, gated=True, num_kv_heads=8),
+    ModelDims(3072, 28, 24, 128256, 8192, "llama3.2-3b", ffn_hidden=8192, gated=True, num_kv_heads=8),
+    # mistralai/Mistral-7B-v0.3: vocab 32,768, sliding_window null (v0.1's was 4,096); 32K context.
+    ModelDims(4096, 32, 32, 32768, 32768, "mistral-7b-v0.3", ffn_hidden=14336, gated=True, num_kv_heads=8,
+              tied_embeddings=False),
+    # mistralai/Mixtral-8x7B-v0.1 and Mixtral-8x22B-v0.1: 8 SwiGLU experts in every layer, top-2, dropless
+    # (Mixtral paper, Jiang et al. 2024: 32K context; the 8x22B card: 64K).
+    ModelDims(4096, 32, 32, 32000, 32768, "mixtral-8x7b", family="moe", ffn_hidden=14336, gated=True,
+              num_kv_heads=8, tied_embeddings=False, num_experts=8, top_k=2, moe_every=1, capacity_factor=0.0),
+    ModelDims(6144, 56, 48, 32000, 65536, "mixtral-8x22b", family="moe", ffn_hidden=16384, gated=True,
+              num_kv_heads=8, tied_embeddings=False, num_experts=8, top_k=2, moe_every=1, capacity_factor=0.0),
+    # Qwen/Qwen2.5-{0.5B,...,72B}: q/k/v biases; 0.5B-3B tie their embeddings, vocab 151,936 (7B and up
+    # 152,064, untied); 32,768 tokens (Qwen2.5 technical report: the final pretraining stage's context).
+    *(ModelDims(h, l, a, v, 32768, f"qwen2.5-{size}", ffn_hidden=f, gated=True, num_kv_heads=kv,
+                qkv_bias=True, tied_embeddings=tied)
+      for size, h, l, a, kv, f, v, tied in (
+          ("0.5b", 896, 24, 14, 2, 4864, 151936, True), ("1.5b", 1536, 28, 12, 2, 8960, 151936, True),
+          ("3b", 2048, 36, 16, 2, 11008, 151936, True), ("7b", 3584, 28, 28, 4, 18944, 152064, False),
+          ("14b", 5120, 48, 40, 8, 13824, 152064, False), ("32b", 5120, 64, 40, 8, 27648, 152064, False),
+          ("72b", 8192, 80, 64, 8, 29568, 152064, False))),
+    # google/gemma-2-{2b,9b,27b}: gated GELU MLP, head_dim 256 (27B: 128), a 4,096-token sliding window on
+    # every other layer, final logits soft-capped at 30, norms before and after each block, tied
+    # embeddings of 256,000 rows; 8,192 tokens (Gemma 2 report).
+    *(ModelDims(h, l, a, 256000, 8192, f"gemma2-{size}", ffn_hidden=f, gated=True, num_kv_heads=kv,
+                kv_channels=d, sliding_window=4096, logit_softcap=30.0, sandwich_norm=True)
+      for size, h, l, a, kv, d, f in (("2b", 2304, 26, 8, 4, 256, 9216), ("9b", 3584, 42, 16, 8, 256, 14336),
+                                      ("27b", 4608, 46, 32, 16, 128, 36864))),
+    # google-t5/t5-{small,base,large,3b,11b} (the original T5: ReLU MLP, tied embeddings, vocab 32,128,
+    # d_kv 64, or 128 for 3B/11B). 512 input and 114 target tokens: Raffel et al., sec. 3.1.4
+    # (span corruption of 512-token inputs with 15% noise gives about 114 target tokens).
+    *(ModelDims(h, l, a, 32128, 512, f"t5-{size}", family="encoder-decoder", ffn_hidden=f, kv_channels=d,
+                num_decoder_layers=l, decoder_seq_length=114)
+      for size, h, l, a, d, f in (("small", 512, 6, 8, 64, 2048), ("base", 768, 12, 12, 64, 3072),
+                                  ("large", 1024, 24, 16, 64, 4096), ("3b", 1024, 24, 32, 128, 16384),
+                                  ("11b", 1024, 24, 128, 128, 65536))),
+    # google/t5-v1_1-{base,large,xl} and google/flan-t5-{base,large,xl} (same configs): gated GELU,
+    # untied output layer, d_kv 64.
+    *(ModelDims(h, l, a, 32128, 512, f"{prefix}-{size}", family="encoder-decoder", ffn_hidden=f, gated=True,
+                kv_channels=64, tied_embeddings=False, num_decoder_layers=l, decoder_seq_length=114)
+      for prefix in ("t5-v1.1", "flan-t5")
+      for size, h, l, a, f in (("base", 768, 12, 12, 2048), ("large", 1024, 24, 16, 2816),
+                               ("xl", 2048, 24, 32, 5120))),
+    # google/mt5-{small,base,large,xl,xxl}: T5 v1.1's architecture with a 250,112-row vocabulary;
+    # 1,024 input and 229 target tokens (Xue et al. 2021, sec. 3).
+    *(ModelDims(h, l, a, 250112, 1024, f"mt5-{size}", family="encoder-decoder", ffn_hidden=f, gated=True,
+                kv_channels=64, tied_embeddings=False, num_decoder_layers=l, decoder_seq_length=229)
+      for size, h, l, a, f in (("small", 512, 8, 6, 1024), ("base", 768, 12, 12, 2048),
+                               ("large", 1024, 24, 16, 2816), ("xl", 2048, 24, 32, 5120),
+                               ("xxl", 4096, 24, 64, 10240))),
+]
+
+REGISTERED: dict[str, ModelDims] = {m.name: m for m in [*_SEED_MODELS, *_CURRENT_MODELS]}
 
 
 def registered(name: str) -> ModelDims | None:

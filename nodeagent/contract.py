@@ -183,17 +183,20 @@ def plan_json(plan: common_pb2.Plan) -> str:
 
 
 def model_json(model: common_pb2.ModelSpec) -> str:
-    """TESSERA_MODEL: fixed keys in the contract's order."""
-    return json.dumps(
-        {
-            "name": model.name,
-            "hidden_size": model.hidden_size,
-            "num_layers": model.num_layers,
-            "num_heads": model.num_heads,
-            "vocab_size": model.vocab_size,
-            "seq_length": model.seq_length,
-        }
-    )
+    """TESSERA_MODEL: fixed keys in the contract's order, then the family fields the spec sets (family,
+    gated, num_kv_heads, kv_channels, ...) as protobuf's JSON names them, so a trainer can refuse a model
+    it does not build instead of training another one under its name."""
+    out: dict[str, object] = {
+        "name": model.name,
+        "hidden_size": model.hidden_size,
+        "num_layers": model.num_layers,
+        "num_heads": model.num_heads,
+        "vocab_size": model.vocab_size,
+        "seq_length": model.seq_length,
+    }
+    refinements = json_format.MessageToDict(model, preserving_proto_field_name=True)
+    out.update({k: v for k, v in refinements.items() if k not in out})
+    return json.dumps(out)
 
 
 def worker_env(

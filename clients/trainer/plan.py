@@ -60,8 +60,10 @@ def json_object(raw: str, var: str) -> dict[str, Any]:
 
 
 PP_SCHEDULES = ("gpipe", "1f1b")
-OFFLOADS = ("none", "optimizer", "optimizer+params")
-CHECKPOINTINGS = ("none", "selective", "full")
+# The estimator's values (estimator/plans.py), all parsed so that a trainer can refuse by name what it
+# cannot run ("frozen": LoRA's frozen base weights in host memory; "op": torchtitan's per-op checkpointing).
+OFFLOADS = ("none", "optimizer", "optimizer+params", "frozen")
+CHECKPOINTINGS = ("none", "selective", "op", "full")
 # The estimator's sharding names (estimator/plans.py) and the ZeRO stage each means.
 SHARDINGS = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -211,6 +213,9 @@ class ModelDims:
     num_heads: int = 0
     vocab_size: int = 0
     seq_length: int = 0
+    # The spec's family fields (family, gated, num_kv_heads, ffn_hidden, kv_channels, qkv_bias, ...), as
+    # TESSERA_MODEL gives them, so a trainer can refuse a model it does not build.
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     _DIMS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length")
 
@@ -228,7 +233,9 @@ class ModelDims:
             if v is not None and v < 0:
                 raise ContractError(f"model.{k} must be >= 0, got {v}")
             dims[k] = v or 0
-        return cls(name=_str_field(d, ("name",)), **dims)
+        known = {"name", *cls._DIMS, *(_camel(k) for k in cls._DIMS)}
+        return cls(name=_str_field(d, ("name",)), **dims,
+                   extra=MappingProxyType({k: v for k, v in d.items() if k not in known}))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **{k: getattr(self, k) for k in self._DIMS}}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tessera.common import jobspec
 from tessera.common.gpus import lookup
-from tessera.estimator.convert import model_refinements
+from tessera.estimator.convert import execution_plan, model_refinements
 from tessera.estimator.models import REGISTERED, ModelDims, registered
 from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2
@@ -75,7 +75,19 @@ def validate_spec(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozen
     errs = [FieldError(f, r) for f, r in bounds]
     if spec.HasField("model") and not any(f == "spec" or f.startswith("model") for f, _ in bounds):
         errs += _model_errors(spec.model)
+        if spec.HasField("plan") and not errs:
+            errs += _recipe_errors(spec.plan, resolve_model(spec.model))
     return errs[:MAX_REPORTED]
+
+
+def _recipe_errors(p: common_pb2.ExecutionPlan, dims: ModelDims) -> list[FieldError]:
+    """The job's recipe as the estimator reads it (a combination that does not exist, a field that
+    would change nothing, a recipe the model cannot take), with the scheduler's sizes at 1."""
+    try:
+        execution_plan(p).check(model=dims)
+    except PlanInputError as e:
+        return [FieldError(e.field, e.reason)]
+    return []
 
 
 def summary(errors: list[FieldError]) -> str:

@@ -53,14 +53,25 @@ def to_yaml(spec: P.JobSpec) -> str:
             model.update({r: getattr(m, r) for r in jobspec.MODEL_REFINEMENTS if getattr(m, r)})
             if m.family:
                 model["family"] = {P.MODEL_FAMILY_DECODER: "decoder", P.MODEL_FAMILY_ENCODER: "encoder",
-                                   P.MODEL_FAMILY_MOE: "moe", P.MODEL_FAMILY_WIDE_RESNET: "wide_resnet"}[m.family]
-            if m.gated:
-                model["gated"] = True
+                                   P.MODEL_FAMILY_MOE: "moe", P.MODEL_FAMILY_WIDE_RESNET: "wide_resnet",
+                                   P.MODEL_FAMILY_ENCODER_DECODER: "encoder_decoder"}[m.family]
+            for flag in ("gated", "qkv_bias", "sandwich_norm", "dropless"):
+                if getattr(m, flag):
+                    model[flag] = True
             if m.untied_embeddings:
                 model["tied_embeddings"] = False
-            if m.capacity_factor:
-                model["capacity_factor"] = m.capacity_factor
+            for number in ("capacity_factor", "logit_softcap"):
+                if getattr(m, number):
+                    model[number] = getattr(m, number)
             doc["model"] = model
+    if spec.HasField("plan"):  # the library's spelling, as a file writes it
+        from tessera.estimator.convert import PLAN_ENUMS, PRECISION
+
+        plan: dict[str, Any] = {}
+        for desc, value in spec.plan.ListFields():
+            table = PRECISION if desc.name == "precision" else PLAN_ENUMS.get(desc.name)
+            plan[desc.name] = table.get(value, value) if table is not None else value
+        doc["plan"] = plan
     doc["global_batch_size"] = spec.global_batch_size
     doc["iterations"] = spec.iterations
     if spec.HasField("hint"):
@@ -94,7 +105,7 @@ def good(**kw: Any) -> P.JobSpec:
             getattr(s, k).update(v)
         elif isinstance(v, list):
             getattr(s, k).extend(v)
-        elif isinstance(v, P.ModelSpec | P.Launcher | P.ResourceHint):
+        elif isinstance(v, P.ModelSpec | P.Launcher | P.ResourceHint | P.ExecutionPlan):
             getattr(s, k).CopyFrom(v)
         else:
             setattr(s, k, v)
@@ -154,6 +165,18 @@ BAD: list[tuple[str, P.JobSpec, str]] = [
     ("progress timeout big", good(progress_timeout_seconds=10**8), "progress_timeout_seconds"),
     ("retries", good(max_retries=101), "max_retries"),
     ("retries negative", good(max_retries=-1), "max_retries"),
+    ("plan size", good(plan=P.ExecutionPlan(tp=2)), "plan.tp"),
+    ("plan cp", good(plan=P.ExecutionPlan(cp=2)), "plan.cp"),
+    ("plan selective under flash", good(plan=P.ExecutionPlan(checkpointing=P.CHECKPOINTING_SELECTIVE)),
+     "plan.checkpointing"),
+    ("plan quant without lora", good(plan=P.ExecutionPlan(base_quant=P.BASE_QUANT_NF4)), "plan.base_quant"),
+    ("plan frozen without lora", good(plan=P.ExecutionPlan(offload=P.OFFLOAD_FROZEN)), "plan.offload"),
+    ("plan lora rank big", good(plan=P.ExecutionPlan(lora_rank=100_000)), "plan.lora_rank"),
+    ("plan float8 fp32", good(plan=P.ExecutionPlan(float8=P.FLOAT8_LINEAR, precision=P.PRECISION_FP32)),
+     "plan.float8"),
+    ("softcap big", good(model=dims(gated=True, logit_softcap=5000.0)), "model.logit_softcap"),
+    ("decoder layers of a decoder", good(model=dims(num_decoder_layers=2)), "model.num_decoder_layers"),
+    ("dropless dense", good(model=dims(dropless=True)), "model.dropless"),
 ]
 
 GOOD: list[tuple[str, P.JobSpec]] = [
@@ -167,6 +190,16 @@ GOOD: list[tuple[str, P.JobSpec]] = [
     ("launcher", good(launcher=P.Launcher(argv=["{python}", "-m", "torch.distributed.run", "--nnodes={nnodes}",
                                                  "{entrypoint}"], per_node=True))),
     ("builtin launcher", good(launcher=P.Launcher(name="deepspeed"))),
+    ("recipe", good(plan=P.ExecutionPlan(sharding=P.SHARDING_FSDP, checkpointing=P.CHECKPOINTING_OP, checkpoint_every=2,
+                                         loss=P.LOSS_FP32, compile=True, lora_rank=16, lora_targets=P.LORA_TARGETS_QV,
+                                         offload=P.OFFLOAD_FROZEN))),
+    ("current families", good(model=dims(family=P.MODEL_FAMILY_ENCODER_DECODER, kv_channels=32, num_decoder_layers=3,
+                                         decoder_seq_length=16, gated=True))),
+    ("gemma-like", good(model=dims(gated=True, qkv_bias=True, sliding_window=32, logit_softcap=30.0,
+                                   sandwich_norm=True, num_kv_heads=2))),
+    ("mixtral-like", good(model=dims(family=P.MODEL_FAMILY_MOE, gated=True, num_experts=4, moe_every=1,
+                                     dropless=True))),
+    ("registered current", good(model=P.ModelSpec(name="qwen2.5-7b"))),
 ]
 
 

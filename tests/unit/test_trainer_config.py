@@ -183,3 +183,78 @@ def test_markov_data_is_a_pure_function_of_seed_and_index() -> None:
 def test_rank_slice_partitions_each_global_batch() -> None:
     assert [rank_slice(3, 8, 2, r) for r in (0, 1)] == [(24, 4), (28, 4)]
     assert rank_slice(3, 8, 1, 0) == (24, 8)
+
+
+RECIPE_REFUSALS = [
+    ({"cp": 2}, "cp=2", r"context parallelism \(cp > 1\)"),
+    ({"checkpointing": "op"}, "checkpointing=op", "per-op selective checkpointing"),
+    ({"checkpointing": "full", "checkpoint_every": 2}, "checkpoint_every=2", "every n-th layer"),
+    ({"sharding": "fsdp", "reshard_after_forward": "never"}, "reshard_after_forward='RESHARD_NEVER'", "FSDP2"),
+    ({"loss": "chunked"}, "loss='LOSS_CHUNKED'", "chunked loss"),
+    ({"float8": "linear"}, "float8='FLOAT8_LINEAR'", "Float8"),
+    ({"compile": True}, "compile=True", "torch.compile"),
+    ({"lora_rank": 16}, "lora_rank=16", r"LoRA \(lora_rank > 0\)"),
+    ({"lora_rank": 16, "offload": "frozen"}, "offload=frozen", "frozen base weights"),
+]
+
+
+@pytest.mark.parametrize(("recipe", "field", "why"), RECIPE_REFUSALS, ids=[r[1] for r in RECIPE_REFUSALS])
+def test_the_reference_trainer_refuses_a_recipe_by_name(recipe: dict[str, object], field: str, why: str) -> None:
+    """The job's recipe as the controller launches it (controller.convert.plan_pb: the scheduler's sizes,
+    the job's recipe on top), through the agent's TESSERA_PLAN (nodeagent.contract.plan_json), refused
+    by the reference trainer with the field named: never trained as a plain full fine-tune."""
+    import json
+
+    from tessera.controller.convert import plan_pb
+    from tessera.controller.core.snapshot import PlanChoice
+    from tessera.estimator.convert import plan_fields
+    from tessera.estimator.plans import ExecutionPlan
+    from tessera.nodeagent.contract import plan_json
+
+    texts = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in recipe.items()}
+    job_recipe = plan_fields(texts)
+    choice = PlanChoice(2, 1, 1, 4, 1, "A100-80GB", 0, "formula", ExecutionPlan(dp=2, micro_batch=4))
+    plan = Plan.from_dict(json.loads(plan_json(plan_pb(choice, job_recipe))))
+    with pytest.raises(Unsupported, match=why) as err:
+        resolve(ctx_for(plan, 2, 8), Options())
+    assert field in str(err.value), str(err.value)
+    # the defaults a scheduler's whole plan carries (LOSS_FUSED, FLOAT8_NONE, ...) ask for nothing
+    plain = Plan.from_dict(json.loads(plan_json(plan_pb(choice))))
+    assert resolve(ctx_for(plain, 2, 8), Options()).zero_stage == 0
+
+
+@pytest.mark.parametrize(("name", "by_name", "why"), [
+    ("llama3.1-8b", False, r"model.gated=True: a LLaMA-style"),
+    ("llama3.1-8b", True, r"model.gated=True: a LLaMA-style"),
+    ("mixtral-8x7b", True, r"model.family=moe"),
+    ("t5-small", False, r"model.family=encoder_decoder"),
+    ("mt5-base", True, r"model.family=encoder-decoder"),
+])
+def test_the_reference_trainer_refuses_a_model_it_does_not_build(name: str, by_name: bool, why: str) -> None:
+    """The model as the agent gives it (nodeagent.contract.model_json of the spec: the family fields
+    ride along), or by registered name: refused with the field named, not trained as a GPT-2."""
+    import json
+
+    from tessera.estimator.convert import model_spec
+    from tessera.estimator.models import REGISTERED
+    from tessera.nodeagent.contract import model_json
+    from tessera.v1 import common_pb2
+
+    spec = common_pb2.ModelSpec(name=name) if by_name else model_spec(REGISTERED[name])
+    model = ModelDims.from_dict(json.loads(model_json(spec)))
+    with pytest.raises(Unsupported, match=why):
+        resolve_model(model)
+
+
+def test_gpt2_style_models_still_resolve_with_their_family_fields() -> None:
+    import json
+
+    from tessera.estimator.convert import model_spec
+    from tessera.estimator.models import REGISTERED
+    from tessera.nodeagent.contract import model_json
+
+    for name in ("gpt2-small", "gpt2-medium"):
+        model = ModelDims.from_dict(json.loads(model_json(model_spec(REGISTERED[name]))))
+        assert "family" in model.extra  # the refinements travel...
+        assert resolve_model(model).hidden_size == REGISTERED[name].hidden_size  # ...and ask for nothing
+    assert resolve_model(ModelDims(name="gpt2-small")).num_layers == 12

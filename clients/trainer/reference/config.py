@@ -10,6 +10,7 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tessera.clients.trainer import ModelDims, Plan, TrainerContext
 
@@ -144,9 +145,63 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     )
 
 
+# The model structures this trainer builds: GPT-2 style decoders (model.py). Each family field of
+# TESSERA_MODEL (or of a registered name) that asks for another structure is refused by name.
+_STRUCTURE = (
+    ("gated", "a LLaMA-style (gated: SwiGLU, RMSNorm, rotary) model"),
+    ("qkv_bias", "q/k/v-only biases (qkv_bias)"),
+    ("sandwich_norm", "sandwich norms (sandwich_norm)"),
+    ("sliding_window", "sliding-window attention (sliding_window)"),
+    ("logit_softcap", "logit soft-capping (logit_softcap)"),
+    ("num_experts", "a mixture of experts (num_experts)"),
+    ("num_decoder_layers", "an encoder-decoder (num_decoder_layers)"),
+    ("decoder_seq_length", "an encoder-decoder (decoder_seq_length)"),
+)
+
+
+def _refuse_structure(model: ModelDims, by_name: bool) -> None:
+    """Unsupported naming the field when the model is not a GPT-2-style decoder (model.py builds only
+    those): never a GPT-2 trained under a Llama's, a Mixtral's or a T5's name. `by_name`: the dimensions
+    came from the registered name, whose family fields count then."""
+    fields: dict[str, Any] = dict(model.extra)
+    if by_name:
+        try:
+            from tessera.estimator.models import registered
+        except ImportError:
+            registered = None  # type: ignore[assignment]
+        known = registered(model.name) if registered is not None else None
+        if known is not None:
+            fields = {"family": known.family, "gated": known.gated, "num_kv_heads": known.num_kv_heads,
+                      "ffn_hidden": known.ffn_hidden, "kv_channels": known.kv_channels, "qkv_bias": known.qkv_bias,
+                      "sliding_window": known.sliding_window, "logit_softcap": known.logit_softcap,
+                      "sandwich_norm": known.sandwich_norm, "num_experts": known.num_experts,
+                      "num_decoder_layers": known.num_decoder_layers,
+                      "decoder_seq_length": known.decoder_seq_length}
+    who = f"model {model.name or '(unnamed)'!r}"
+    family = str(fields.get("family") or "").lower().removeprefix("model_family_")
+    if family not in ("", "decoder", "unspecified"):
+        raise Unsupported(f"{who}: model.family={family}: the reference trainer builds GPT-2-style decoders only")
+    for key, what in _STRUCTURE:
+        value = fields.get(key, fields.get(_camel(key)))
+        if value not in (None, False, 0, 0.0, "", "false"):
+            raise Unsupported(f"{who}: model.{key}={value!r}: {what} is not built by the reference trainer "
+                              "(GPT-2-style decoders only)")
+    h, heads = model.hidden_size, model.num_heads
+    for key, default in (("num_kv_heads", heads), ("ffn_hidden", 4 * h), ("kv_channels", h // heads if heads else 0)):
+        raw = fields.get(key, fields.get(_camel(key)))
+        try:
+            value = int(raw or 0)
+        except (TypeError, ValueError):
+            raise Unsupported(f"{who}: model.{key}={raw!r} is not an integer") from None
+        if value and heads and value != default:
+            raise Unsupported(f"{who}: model.{key}={value} is not built by the reference trainer (GPT-2-style: "
+                              f"{key} = {default})")
+
+
 def resolve_model(model: ModelDims) -> ModelDims:
     """Fill a registered model's missing dimensions; Unsupported if some are still missing or invalid."""
-    if not model.complete and model.name:
+    by_name = not model.complete and bool(model.name)
+    if by_name:
         known = _registered(model.name)
         if known is not None:
             model = ModelDims(
@@ -165,6 +220,7 @@ def resolve_model(model: ModelDims) -> ModelDims:
                           f"num_heads={model.num_heads}")
     if model.vocab_size < 2:
         raise Unsupported(f"model vocab_size={model.vocab_size} is too small (need >= 2)")
+    _refuse_structure(model, by_name)
     return model
 
 
@@ -228,9 +284,59 @@ def pipeline_layout(per_rank: int, micro_batch: int, grad_accum: int, pp: int, s
                                           f"x {per_rank // mb} micro-batches")
 
 
+# The recipe fields of an execution plan (estimator/plans.py) this trainer does not run, each with the
+# values that ask for nothing (the proto's JSON names them LOSS_FUSED, FLOAT8_NONE, ...; "" = unset).
+# The loss is computed on fp32 logits here whatever it says: "fused" (the estimator's default, what a
+# plan without the field means) and "fp32" both run, "chunked" does not.
+_RECIPE_DEFAULTS: tuple[tuple[str, str, str, frozenset[str]], ...] = (
+    ("reshard_after_forward", "reshard_", "FSDP2's reshard_after_forward other than auto", frozenset({"", "auto"})),
+    ("loss", "loss_", "a chunked loss", frozenset({"", "fused", "fp32"})),
+    ("float8", "float8_", "Float8 training (torchao)", frozenset({"", "none"})),
+    ("base_quant", "base_quant_", "a quantized LoRA base (QLoRA)", frozenset({"", "none"})),
+)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _refuse_recipe(plan: Plan) -> None:
+    """The training recipes of PyTorch-native stacks (context parallelism, per-op checkpointing, Float8,
+    torch.compile, async TP, LoRA): Unsupported naming the field, never a silent full fine-tune."""
+    e = plan.extra
+    if plan.activation_checkpointing == "op":
+        raise Unsupported("plan checkpointing=op (per-op selective checkpointing) is not supported by the reference "
+                          "trainer (none, selective or full)")
+    if plan.offload == "frozen":
+        raise Unsupported("plan offload=frozen (LoRA's frozen base weights in host memory) is not supported by the "
+                          "reference trainer")
+    for key, what in (("cp", "context parallelism (cp > 1)"), ("checkpoint_every", ("checkpointing every n-th layer "
+                                                                                   "(checkpoint_every > 1)")),
+                      ("lora_rank", "LoRA (lora_rank > 0)")):
+        raw = e.get(key, e.get(_camel(key), 0))
+        try:
+            value = int(raw or 0)
+        except (TypeError, ValueError):
+            raise Unsupported(f"plan {key}={raw!r} is not an integer") from None
+        if value > (0 if key == "lora_rank" else 1):
+            raise Unsupported(f"plan {what} is not supported by the reference trainer: {key}={value}")
+    for key, what in (("compile", "torch.compile"), ("async_tp", "async tensor parallelism")):
+        raw = e.get(key, e.get(_camel(key), False))
+        if raw not in (False, 0, None, "", "false", "none"):
+            raise Unsupported(f"plan {key}={raw!r}: {what} is not supported by the reference trainer")
+    for key, prefix, what, fine in _RECIPE_DEFAULTS:
+        raw = e.get(key, e.get(_camel(key), ""))
+        word = str(raw or "").strip().lower()
+        word = word.removeprefix(prefix)
+        if word not in fine:
+            raise Unsupported(f"plan {key}={raw!r}: {what} is not supported by the reference trainer")
+
+
 def _refuse_unsupported_extras(plan: Plan) -> None:
     """Plan options the estimator knows (estimator/plans.py) that this trainer cannot run: Unsupported
     when they ask for something, rather than running a different plan under their name."""
+    _refuse_recipe(plan)
     e = plan.extra
     sp = e.get("sequence_parallel", e.get("sequenceParallel", False))
     if sp not in (False, 0, None, "", "false", "none"):

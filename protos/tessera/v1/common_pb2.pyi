@@ -47,6 +47,7 @@ class ModelFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_FAMILY_ENCODER: _ClassVar[ModelFamily]
     MODEL_FAMILY_MOE: _ClassVar[ModelFamily]
     MODEL_FAMILY_WIDE_RESNET: _ClassVar[ModelFamily]
+    MODEL_FAMILY_ENCODER_DECODER: _ClassVar[ModelFamily]
 
 class Sharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -63,6 +64,7 @@ class Offload(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OFFLOAD_NONE: _ClassVar[Offload]
     OFFLOAD_OPTIMIZER: _ClassVar[Offload]
     OFFLOAD_OPTIMIZER_AND_PARAMS: _ClassVar[Offload]
+    OFFLOAD_FROZEN: _ClassVar[Offload]
 
 class Checkpointing(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -70,6 +72,42 @@ class Checkpointing(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHECKPOINTING_NONE: _ClassVar[Checkpointing]
     CHECKPOINTING_SELECTIVE: _ClassVar[Checkpointing]
     CHECKPOINTING_FULL: _ClassVar[Checkpointing]
+    CHECKPOINTING_OP: _ClassVar[Checkpointing]
+
+class Reshard(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESHARD_UNSPECIFIED: _ClassVar[Reshard]
+    RESHARD_AUTO: _ClassVar[Reshard]
+    RESHARD_ALWAYS: _ClassVar[Reshard]
+    RESHARD_NEVER: _ClassVar[Reshard]
+
+class Loss(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOSS_UNSPECIFIED: _ClassVar[Loss]
+    LOSS_FUSED: _ClassVar[Loss]
+    LOSS_FP32: _ClassVar[Loss]
+    LOSS_CHUNKED: _ClassVar[Loss]
+
+class Float8(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FLOAT8_UNSPECIFIED: _ClassVar[Float8]
+    FLOAT8_NONE: _ClassVar[Float8]
+    FLOAT8_LINEAR: _ClassVar[Float8]
+    FLOAT8_LINEAR_ALLGATHER: _ClassVar[Float8]
+
+class LoraTargets(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LORA_TARGETS_UNSPECIFIED: _ClassVar[LoraTargets]
+    LORA_TARGETS_QV: _ClassVar[LoraTargets]
+    LORA_TARGETS_ATTENTION: _ClassVar[LoraTargets]
+    LORA_TARGETS_ALL_LINEAR: _ClassVar[LoraTargets]
+
+class BaseQuant(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BASE_QUANT_UNSPECIFIED: _ClassVar[BaseQuant]
+    BASE_QUANT_NONE: _ClassVar[BaseQuant]
+    BASE_QUANT_NF4: _ClassVar[BaseQuant]
+    BASE_QUANT_INT8: _ClassVar[BaseQuant]
 
 class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -113,6 +151,7 @@ MODEL_FAMILY_DECODER: ModelFamily
 MODEL_FAMILY_ENCODER: ModelFamily
 MODEL_FAMILY_MOE: ModelFamily
 MODEL_FAMILY_WIDE_RESNET: ModelFamily
+MODEL_FAMILY_ENCODER_DECODER: ModelFamily
 SHARDING_UNSPECIFIED: Sharding
 SHARDING_NONE: Sharding
 SHARDING_ZERO1: Sharding
@@ -123,10 +162,32 @@ OFFLOAD_UNSPECIFIED: Offload
 OFFLOAD_NONE: Offload
 OFFLOAD_OPTIMIZER: Offload
 OFFLOAD_OPTIMIZER_AND_PARAMS: Offload
+OFFLOAD_FROZEN: Offload
 CHECKPOINTING_UNSPECIFIED: Checkpointing
 CHECKPOINTING_NONE: Checkpointing
 CHECKPOINTING_SELECTIVE: Checkpointing
 CHECKPOINTING_FULL: Checkpointing
+CHECKPOINTING_OP: Checkpointing
+RESHARD_UNSPECIFIED: Reshard
+RESHARD_AUTO: Reshard
+RESHARD_ALWAYS: Reshard
+RESHARD_NEVER: Reshard
+LOSS_UNSPECIFIED: Loss
+LOSS_FUSED: Loss
+LOSS_FP32: Loss
+LOSS_CHUNKED: Loss
+FLOAT8_UNSPECIFIED: Float8
+FLOAT8_NONE: Float8
+FLOAT8_LINEAR: Float8
+FLOAT8_LINEAR_ALLGATHER: Float8
+LORA_TARGETS_UNSPECIFIED: LoraTargets
+LORA_TARGETS_QV: LoraTargets
+LORA_TARGETS_ATTENTION: LoraTargets
+LORA_TARGETS_ALL_LINEAR: LoraTargets
+BASE_QUANT_UNSPECIFIED: BaseQuant
+BASE_QUANT_NONE: BaseQuant
+BASE_QUANT_NF4: BaseQuant
+BASE_QUANT_INT8: BaseQuant
 PRECISION_UNSPECIFIED: Precision
 PRECISION_FP32: Precision
 PRECISION_AMP: Precision
@@ -170,7 +231,7 @@ class NodeInventory(_message.Message):
     def __init__(self, source: _Optional[_Union[InventorySource, str]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., hostname: _Optional[str] = ..., cpu_count: _Optional[int] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
-    __slots__ = ("name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor", "untied_embeddings", "width_factor")
+    __slots__ = ("name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor", "untied_embeddings", "width_factor", "kv_channels", "qkv_bias", "num_decoder_layers", "decoder_seq_length", "sliding_window", "logit_softcap", "sandwich_norm", "dropless")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +248,14 @@ class ModelSpec(_message.Message):
     CAPACITY_FACTOR_FIELD_NUMBER: _ClassVar[int]
     UNTIED_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    KV_CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    QKV_BIAS_FIELD_NUMBER: _ClassVar[int]
+    NUM_DECODER_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    DECODER_SEQ_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SLIDING_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LOGIT_SOFTCAP_FIELD_NUMBER: _ClassVar[int]
+    SANDWICH_NORM_FIELD_NUMBER: _ClassVar[int]
+    DROPLESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     hidden_size: int
     num_layers: int
@@ -203,10 +272,18 @@ class ModelSpec(_message.Message):
     capacity_factor: float
     untied_embeddings: bool
     width_factor: int
-    def __init__(self, name: _Optional[str] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., family: _Optional[_Union[ModelFamily, str]] = ..., ffn_hidden: _Optional[int] = ..., gated: _Optional[bool] = ..., num_kv_heads: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., moe_every: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., untied_embeddings: _Optional[bool] = ..., width_factor: _Optional[int] = ...) -> None: ...
+    kv_channels: int
+    qkv_bias: bool
+    num_decoder_layers: int
+    decoder_seq_length: int
+    sliding_window: int
+    logit_softcap: float
+    sandwich_norm: bool
+    dropless: bool
+    def __init__(self, name: _Optional[str] = ..., hidden_size: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., family: _Optional[_Union[ModelFamily, str]] = ..., ffn_hidden: _Optional[int] = ..., gated: _Optional[bool] = ..., num_kv_heads: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., moe_every: _Optional[int] = ..., capacity_factor: _Optional[float] = ..., untied_embeddings: _Optional[bool] = ..., width_factor: _Optional[int] = ..., kv_channels: _Optional[int] = ..., qkv_bias: _Optional[bool] = ..., num_decoder_layers: _Optional[int] = ..., decoder_seq_length: _Optional[int] = ..., sliding_window: _Optional[int] = ..., logit_softcap: _Optional[float] = ..., sandwich_norm: _Optional[bool] = ..., dropless: _Optional[bool] = ...) -> None: ...
 
 class ExecutionPlan(_message.Message):
-    __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "sharding", "offload", "checkpointing", "sequence_parallel", "flash_attention", "precision", "ep", "virtual_stages", "schedule")
+    __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "sharding", "offload", "checkpointing", "sequence_parallel", "flash_attention", "precision", "ep", "virtual_stages", "schedule", "cp", "checkpoint_every", "reshard_after_forward", "loss", "float8", "compile", "async_tp", "lora_rank", "lora_targets", "base_quant")
     DP_FIELD_NUMBER: _ClassVar[int]
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +298,16 @@ class ExecutionPlan(_message.Message):
     EP_FIELD_NUMBER: _ClassVar[int]
     VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    CP_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
+    RESHARD_AFTER_FORWARD_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    FLOAT8_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_FIELD_NUMBER: _ClassVar[int]
+    ASYNC_TP_FIELD_NUMBER: _ClassVar[int]
+    LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    LORA_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    BASE_QUANT_FIELD_NUMBER: _ClassVar[int]
     dp: int
     tp: int
     pp: int
@@ -235,7 +322,17 @@ class ExecutionPlan(_message.Message):
     ep: int
     virtual_stages: int
     schedule: PipelineSchedule
-    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., sharding: _Optional[_Union[Sharding, str]] = ..., offload: _Optional[_Union[Offload, str]] = ..., checkpointing: _Optional[_Union[Checkpointing, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., schedule: _Optional[_Union[PipelineSchedule, str]] = ...) -> None: ...
+    cp: int
+    checkpoint_every: int
+    reshard_after_forward: Reshard
+    loss: Loss
+    float8: Float8
+    compile: bool
+    async_tp: bool
+    lora_rank: int
+    lora_targets: LoraTargets
+    base_quant: BaseQuant
+    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., sharding: _Optional[_Union[Sharding, str]] = ..., offload: _Optional[_Union[Offload, str]] = ..., checkpointing: _Optional[_Union[Checkpointing, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., precision: _Optional[_Union[Precision, str]] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., schedule: _Optional[_Union[PipelineSchedule, str]] = ..., cp: _Optional[int] = ..., checkpoint_every: _Optional[int] = ..., reshard_after_forward: _Optional[_Union[Reshard, str]] = ..., loss: _Optional[_Union[Loss, str]] = ..., float8: _Optional[_Union[Float8, str]] = ..., compile: _Optional[bool] = ..., async_tp: _Optional[bool] = ..., lora_rank: _Optional[int] = ..., lora_targets: _Optional[_Union[LoraTargets, str]] = ..., base_quant: _Optional[_Union[BaseQuant, str]] = ...) -> None: ...
 
 class ResourceHint(_message.Message):
     __slots__ = ("gpus", "gpu_types")
@@ -246,7 +343,7 @@ class ResourceHint(_message.Message):
     def __init__(self, gpus: _Optional[int] = ..., gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds")
+    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +363,7 @@ class JobSpec(_message.Message):
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
     LAUNCHER_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: ModelSpec
@@ -278,7 +376,8 @@ class JobSpec(_message.Message):
     max_retries: int
     launcher: Launcher
     progress_timeout_seconds: int
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ...) -> None: ...
+    plan: ExecutionPlan
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ...) -> None: ...
 
 class Launcher(_message.Message):
     __slots__ = ("name", "argv", "per_node", "head_argv")
