@@ -155,14 +155,14 @@ def _lora_linears(model: ModelDims, att: Attention, targets: str) -> list[tuple[
 
 
 @dataclass(frozen=True)
-class _Lora:
+class LoraOperators:
     ops: tuple[Operator, ...]
     adapter_params: tuple[float, ...]  # per operator
     adapter_fwd: tuple[float, ...]  # forward FLOPs per sample, per operator
     base_linear_params: tuple[float, ...]  # frozen linear weights per operator (QLoRA dequantizes them)
 
 
-def _lora(model: ModelDims, cm: CellModel, ops: Sequence[Operator], plan: ExecutionPlan) -> _Lora:
+def lora_operators(model: ModelDims, cm: CellModel, ops: Sequence[Operator], plan: ExecutionPlan) -> LoraOperators:
     """A frozen base computes no weight gradients: its linears cost forward + input gradient, 2/3 of
     the 3 passes; the adapters (x A^T B^T, rank r) cost 2r(in + out) per token forward, 3x that to
     train (Hu et al., LoRA, ICLR 2022; PEFT's Linear). The lm_head is frozen too (not adapted)."""
@@ -185,7 +185,7 @@ def _lora(model: ModelDims, cm: CellModel, ops: Sequence[Operator], plan: Execut
         fwd.append(ad)
         mlp = (3 if model.gated else 2) * model.hidden_size * model.ffn
         base.append(float(att.params + mlp))
-    return _Lora(tuple(new), tuple(params), tuple(fwd), tuple(base))
+    return LoraOperators(tuple(new), tuple(params), tuple(fwd), tuple(base))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
     base_ops = model_operators(cm)
     ops = base_ops
     ops_r = model_operators(replace(cm, recompute=True))
-    lora = _lora(model, cm, ops, plan) if plan.lora_rank else None
+    lora = lora_operators(model, cm, ops, plan) if plan.lora_rank else None
     if lora is not None:
         ops = lora.ops
     if plan.sequence_parallel:
