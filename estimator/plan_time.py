@@ -381,7 +381,9 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
         expert = [ops[i].expert_params / (tp * plan.ep) for i in idx]
         trained = ([lora.adapter_params[i] / tp for i in idx] if lora is not None
                    else [d + e for d, e in zip(dense, expert)])
-        pbytes = 1.0 if plan.float8 == "linear+allgather" else float(recipe.param)
+        # FSDP2's MixedPrecisionPolicy casts the parameters to the compute dtype before gathering them
+        # (torchtitan: bf16 gathers of fp32 shards); Float8 all-gather sends 1 byte per linear weight
+        pbytes = 1.0 if plan.float8 == "linear+allgather" else float(min(recipe.param, recipe.activation))
         if world > 1 and plan.zero_stage >= 3:
             ag = [ctime("all_gather", (d + e) * pbytes, world, dp_link, dp_share) for d, e in zip(dense, expert)]
             rs = [ctime("reduce_scatter", t_ * recipe.grad, world, dp_link, dp_share) for t_ in trained]
