@@ -176,6 +176,26 @@ TORCHTITAN: list[tuple[str, ModelDims, str, float, dict[str, Any], int, float]] 
        {**CF, "dp": 8 // cp, "cp": cp, "tp": 8, "pp": 8, "micro_batch": 1, "grad_accum": 8, "checkpointing": "full",
         "sequence_parallel": True, "async_tp": True}, 32768 * cp, tps)
       for cp, tps in ((1, 76), (2, 47), (4, 31), (8, 16))),
+    # async TP, June 2025 (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, table version of
+    # commit 2887250b): same Grand Teton H100s; 70B FSDP 32 x TP 8, full AC, local batch 16; 8B FSDP 8 x
+    # TP 8, per-op SAC, local batch 12; torch.compile throughout, TP with sequence parallel
+    *((f"H100 aTP {name}{' float8' if f8 else ''}{' async' if a else ''}", dims, "H100-80GB", 400.0,
+       {**TT, "compile": True, "float8": "linear" if f8 else "none", "dp": dp, "tp": 8, "micro_batch": mb,
+        "checkpointing": ac, "sequence_parallel": True, "async_tp": a}, 0, tps)
+      for name, dims, dp, mb, ac, f8, a, tps in (
+          ("70B", LLAMA31_70B, 32, 16, "full", False, False, 597.3),
+          ("70B", LLAMA31_70B, 32, 16, "full", False, True, 652.4),
+          ("70B", LLAMA31_70B, 32, 16, "full", True, False, 809.8),
+          ("70B", LLAMA31_70B, 32, 16, "full", True, True, 942.4),
+          ("8B", LLAMA31_8B, 8, 12, "op", False, False, 4378.0),
+          ("8B", LLAMA31_8B, 8, 12, "op", False, True, 4809.4),
+          ("8B", LLAMA31_8B, 8, 12, "op", True, False, 5078.1),
+          ("8B", LLAMA31_8B, 8, 12, "op", True, True, 5570.1))),
+    # H200, June 2025 (benchmarks/llama3_8b_h200_2025-06_torchtitan.md, Trainy): 8 H200 per host, 400 Gb/s
+    # per GPU; llama3_8b.toml (per-op SAC), local batch 2, compile, Float8 with FSDP Float8 all-gather
+    *((f"H200 L3-8B {n} GPUs", LLAMA31_8B, "H200-141GB", 400.0,
+       {**CF, "float8": "linear+allgather", "dp": n, "micro_batch": 2, "checkpointing": "op"}, 0, tps)
+      for n, tps in ((32, 10938.0), (64, 10753.0))),
     ("A100 L3-8B sel.layer", LLAMA31_8B, "A100-80GB", 200.0,
      {**TT, "dp": 64, "checkpointing": "full", "checkpoint_every": 2}, 0, 2904),
     ("A100 L3-8B sel.op", LLAMA31_8B, "A100-80GB", 200.0, {**TT, "dp": 64, "checkpointing": "op"}, 0, 2973),
@@ -203,7 +223,8 @@ def torchtitan_rows() -> dict[str, Any]:
                     "time_err_pct": round(100 * (tps / est - 1), 1),
                     "breakdown_s": {k: round(v, 4) for k, v in t.breakdown.items()}})
     errs = [abs(r["time_err_pct"]) / 100 for r in out]
-    by_gpu = {g: summary([r["time_err_pct"] / 100 for r in out if r["row"].startswith(g)]) for g in ("H100", "A100")}
+    by_gpu = {g: summary([r["time_err_pct"] / 100 for r in out if r["row"].startswith(g)])
+              for g in ("H100", "H200", "A100")}
     return {"source": "pytorch/torchtitan docs/performance.md (H100: 2024-12; A100: earlier version)",
             "error_of_iteration_time": {"all": summary([r["time_err_pct"] / 100 for r in out]), **by_gpu},
             "n": len(errs), "rows": out}

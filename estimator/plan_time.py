@@ -47,7 +47,7 @@ from tessera.estimator.cells import (
     pool_links,
 )
 from tessera.estimator.comm import CommModel, Link
-from tessera.estimator.compute import has_fp8, optimizer_step_time, stage_compute_time
+from tessera.estimator.compute import flash_efficiency, has_fp8, optimizer_step_time, stage_compute_time
 from tessera.estimator.layer_costs import Attention
 from tessera.estimator.memory_terms import RECIPES
 from tessera.estimator.models import ModelDims
@@ -270,6 +270,10 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
         # (the 10sbh that plain TP replicates) over the TP ranks
         ops = tuple(replace(o, traffic_sharded_bytes=o.traffic_sharded_bytes + o.traffic_bytes, traffic_bytes=0.0)
                     for o in ops)
+    if plan.float8 != "none":
+        # torchtitan's Float8 converter leaves the output projection in bf16 (filter_fqns "output"):
+        # the head's GEMMs take the bf16 rate (linear_flops 0: not split, not converted)
+        ops = tuple(replace(o, linear_flops=0.0) if o.name == "head" else o for o in ops)
     recipe = RECIPES[plan.precision]
     fp32 = recipe.activation >= 4
     tp, cp, dp, pp, v, b = plan.tp, plan.cp, plan.dp, plan.pp, plan.virtual_stages, plan.grad_accum
@@ -279,7 +283,7 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
 
     def seconds(sel: Sequence[Operator]) -> float:
         e = stage_compute_time(sel, g, 1, tp, samples, prior, fp32=fp32, float8=plan.float8 != "none",
-                               compiled=plan.compile)
+                               compiled=plan.compile, flash=plan.flash_attention)
         sources.add(e.source)
         return e.seconds
 
@@ -333,20 +337,31 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
             base = sum(lora.base_linear_params[i] for i in idx) / tp
             st.compute += passes * base * (QUANT_BYTES[plan.base_quant] + 2) / (g.bandwidth_gbps * 1e9)
 
-        # tensor parallel all-reduces (sequence parallel: reduce-scatter + all-gather, the same ring bytes)
+        if plan.float8 != "none":
+            st.compute += float8_cast_seconds(model, cm, [ops[i] for i in idx], tp, samples, g)
+
+        # tensor parallel all-reduces (sequence parallel: reduce-scatter + all-gather, the same ring bytes);
+        # half of an operator's calls are the backward's, the rest its forward and recomputed forward
         if tp > 1:
-            t = 0.0
+            fwd_t = bwd_t = fwd_lin = 0.0
             for i in idx:
                 o = ops_r[i] if i in full_layers else ops[i]
                 if o.tp_comm_bytes > 0:
                     calls = max(1, o.comm_calls)
-                    t += calls * ctime("all_reduce", o.tp_comm_bytes * samples / calls, tp, tp_link)
+                    one = ctime("all_reduce", o.tp_comm_bytes * samples / calls, tp, tp_link)
+                    back = max(1, ops[i].comm_calls) // 2
+                    fwd_t += (calls - back) * one
+                    bwd_t += back * one
+                fwd_lin += ops[i].linear_flops / 3 + (ops_r[i].linear_flops - base_ops[i].linear_flops
+                                                      if i in full_layers else 0.0)
             if plan.async_tp:
-                # micro-pipelined TP (Wang et al., ASPLOS'23; torch async TP): the collectives run in
-                # chunks under the weight GEMMs; the first chunk (1/tp) stays exposed
-                lin = seconds([Operator("linear", flops=sum(ops[i].linear_flops for i in idx))])
-                t = max(t / tp, t - lin)
-            st.tp_comm = t
+                # micro-pipelined TP (Wang et al., ASPLOS'23; PyTorch's async TP, 2024): the forward's
+                # all-gather -> matmul and matmul -> reduce-scatter run in tp chunks under the weight
+                # GEMMs, the first chunk (1/tp) exposed; the backward's collectives stay exposed (the
+                # authors report forward-pass speedups of up to 20-29% and about 8% end to end)
+                lin = seconds([Operator("linear", flops=fwd_lin, linear_flops=fwd_lin)])
+                fwd_t = max(fwd_t / tp, fwd_t - lin)
+            st.tp_comm = fwd_t + bwd_t
 
         # ring attention (Liu et al., Ring Attention, ICLR 2024): cp - 1 K/V block exchanges per layer
         # and pass, each overlapped with the attention of the block in hand
@@ -358,7 +373,9 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
                     continue
                 att = cm.attention(li)
                 kv = 2 * att.kv_width / tp * (model.seq_length / cp) * plan.micro_batch * recipe.activation
-                block = seconds([Operator("scores", flops=att.score_fwd_flops * model.seq_length)]) / cp
+                # one block pair's forward scores: this rank's seq/cp queries against seq/cp keys
+                block = (att.score_fwd_flops * model.seq_length * samples / tp / cp
+                         / (g.tflops_fp16 * 1e12 * flash_efficiency(g, prior.matmul_efficiency)))
                 fwd = (cp - 1) * max(0.0, ctime("p2p", kv, 2, cp_link, cp_share) - block)
                 bwd = (cp - 1) * max(0.0, ctime("p2p", 2 * kv, 2, cp_link, cp_share)
                                      - att.score_backward_factor * block)
@@ -441,6 +458,33 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
                        "p2p": s.p2p, "dp_per_iteration": s.dp_iter, "optimizer": s.optimizer} for s in stages)
     tokens = plan.global_batch * model.seq_length
     return PlanTime(total, breakdown, src, tokens / total if total > 0 else math.inf, per_stage)
+
+
+def float8_cast_seconds(model: ModelDims, cm: CellModel, sops: Sequence[Operator], tp: int, samples: float,
+                        gpu: GpuType) -> float:
+    """Memory-bound work of torchao's dynamic tensorwise Float8 per micro-batch (torchao float8 README;
+    torchtitan docs/float8.md: scales from max(abs) of each high-precision operand): every GEMM
+    operand is read for its amax, then read and written as FP8 (2 + 2 + 1 bytes per bf16 element) in
+    the forward (input, weight), and again transposed for the weight-gradient GEMM (2 + 1) in the
+    backward, where the output gradient is cast for both backward GEMMs (2 + 2 x 3): 8 bytes per
+    element of each linear's input and output, per token, and per weight per micro-batch. Operand
+    sizes per rank: a column-parallel linear sees its whole input and 1/tp of its output, a
+    row-parallel one the reverse."""
+    h, f = model.hidden_size, model.ffn
+    per_token = weights = 0.0
+    for op in sops:
+        li = _layer_index(op)
+        if li is None:
+            continue
+        att = cm.attention(li)
+        a, kv = att.width, att.kv_width
+        mult = model.top_k if op.expert_params else 1  # routed tokens through the expert MLPs
+        col = [(h, a, 1), (h, kv, 1), (h, kv, 1)] + [(h, f, mult)] * (2 if model.gated else 1)
+        row = [(a, h, 1), (f, h, mult)]
+        per_token += sum(k * (i + o / tp) for i, o, k in col) + sum(k * (i / tp + o) for i, o, k in row)
+        weights += sum(i * o for i, o, _ in col + row) / tp
+    nbytes = 8.0 * (per_token * samples * model.seq_length + weights)
+    return nbytes / (gpu.bandwidth_gbps * 1e9)
 
 
 # ---------------------------------------------------------------------------------------------------
