@@ -92,9 +92,8 @@ def _refuse(model: ModelDims, plan: ExecutionPlan, gpu: GpuType) -> None:
     """What this model cannot time, by field."""
     if model.family == "wresnet":
         raise PlanInputError("model.family", "a Wide-ResNet has no execution plan (Cells only: tessctl estimate cells)")
-    if model.family == "encoder-decoder":
-        raise PlanInputError("model.family", "encoder-decoder (T5) models are not timed yet: their cross-attention "
-                                             "and two sequence lengths have no operators in the time model")
+    if model.family == "encoder-decoder" and plan.cp > 1:
+        raise PlanInputError("plan.cp", "context parallelism of an encoder-decoder (two sequences) is not timed")
     if plan.float8 != "none" and not has_fp8(gpu):
         raise PlanInputError("plan.float8", f"{gpu.name} has no FP8 tensor cores (Hopper, Ada and MI300 do; "
                                             "Ampere and older do not): torchao Float8 would run slower, not faster")
@@ -131,6 +130,42 @@ def cell_model(model: ModelDims, plan: ExecutionPlan) -> CellModel:
                                    expert_group_size=group, flash_attention=plan.flash_attention)
     except CellInputError as exc:
         raise PlanInputError(f"model.{exc.field}", exc.reason) from exc
+
+
+def _cross_attention(op: Operator, att: Attention, enc_seq: int, dtype_bytes: int, recompute: bool) -> Operator:
+    """A T5 decoder layer plus its cross-attention (Raffel et al., JMLR 2020): q and o projections on
+    the decoder's tokens, k and v on the encoder's (enc_seq tokens), scores of every decoder token
+    against every encoder token (not causal), one more TP all-reduce per pass (the o projection)."""
+    s_d, rec = att.seq, 1 if recompute else 0
+    lin = s_d * 2 * 2 * att.hidden * att.width + enc_seq * 2 * 2 * att.hidden * att.kv_width
+    cross = replace(att, seq=enc_seq, causal=False)  # the keys are the encoder's
+    score = (cross.score_train_flops + rec * cross.score_fwd_flops) * s_d
+    calls = op.comm_calls + op.comm_calls // 2  # one more for every two of the self-attention layer's
+    return replace(op, flops=op.flops + (3 + rec) * lin + score, linear_flops=op.linear_flops + (3 + rec) * lin,
+                   params=op.params + 2 * att.hidden * att.width + 2 * att.hidden * att.kv_width,
+                   traffic_sharded_bytes=op.traffic_sharded_bytes
+                   + (2 * att.width * s_d + 2 * att.kv_width * enc_seq) * dtype_bytes
+                   + (0.0 if att.flash else 5.0 * att.heads * enc_seq * s_d),
+                   tp_comm_bytes=op.tp_comm_bytes / op.comm_calls * calls, comm_calls=calls)
+
+
+def plan_operators(model: ModelDims, plan: ExecutionPlan, recompute: bool = False) -> tuple[CellModel, tuple[Operator, ...]]:
+    """The plan's model and its operator chain (no recomputation unless asked). An encoder-decoder is
+    its encoder (bidirectional, seq_length tokens), then its decoder (causal, target_length tokens,
+    plus cross-attention), then the head on the decoder's tokens; layers are numbered on through."""
+    if model.family != "encoder-decoder":
+        cm = cell_model(model, plan)
+        return cm, model_operators(replace(cm, recompute=recompute))
+    enc = replace(model, family="encoder", num_decoder_layers=0, decoder_seq_length=0)
+    dec = replace(model, family="decoder", num_layers=model.decoder_layers, seq_length=model.target_length,
+                  num_decoder_layers=0, decoder_seq_length=0)
+    enc_cm = replace(cell_model(enc, plan), recompute=recompute)
+    dec_cm = replace(cell_model(dec, plan), recompute=recompute)
+    enc_ops, dec_ops = model_operators(enc_cm), model_operators(dec_cm)
+    n = model.num_layers
+    layers = [replace(_cross_attention(o, dec_cm.attention(i), model.seq_length, dec_cm.dtype_bytes, recompute),
+                      name=f"layer{n + i}") for i, o in enumerate(dec_ops[1:-1])]
+    return enc_cm, (enc_ops[0], *enc_ops[1:-1], *layers, dec_ops[-1])
 
 
 def _layer_index(op: Operator) -> int | None:
@@ -258,10 +293,9 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
         raise PlanInputError("pool", f"pool {pool.gpu} x {pool.gpus_per_node} per node does not hold the plan on "
                                      f"{g.name} x {per_node} per node")
     intra, inter = pool_links(pool, cfg.links)
-    cm = cell_model(model, plan)
-    base_ops = model_operators(cm)
+    cm, base_ops = plan_operators(model, plan)
     ops = base_ops
-    ops_r = model_operators(replace(cm, recompute=True))
+    ops_r = plan_operators(model, plan, recompute=True)[1]
     lora = lora_operators(model, cm, ops, plan) if plan.lora_rank else None
     if lora is not None:
         ops = lora.ops
@@ -294,7 +328,8 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
         return e.seconds
 
     stage_ranks = dp * cp * tp
-    layout = _stage_ops(len(ops), model.num_layers, pp, v)
+    layers = model.num_layers + (model.decoder_layers if model.family == "encoder-decoder" else 0)
+    layout = _stage_ops(len(ops), layers, pp, v)
     stages: list[_Stage] = []
     for si, idx in enumerate(layout):
         first = si * stage_ranks
@@ -456,7 +491,7 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
     per_stage = tuple({"busy": s.busy, "compute": s.compute, "recompute": s.recompute, "tp_comm": s.tp_comm,
                        "cp_comm": s.cp_comm, "ep_comm": s.ep_comm, "fsdp_per_microbatch": s.fsdp_mb,
                        "p2p": s.p2p, "dp_per_iteration": s.dp_iter, "optimizer": s.optimizer} for s in stages)
-    tokens = plan.global_batch * model.seq_length
+    tokens = plan.global_batch * (model.seq_length + (model.target_length if model.family == "encoder-decoder" else 0))
     return PlanTime(total, breakdown, src, tokens / total if total > 0 else math.inf, per_stage)
 
 
