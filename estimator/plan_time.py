@@ -11,13 +11,14 @@ changes those numbers; every rule is in docs/estimator-cells.md ("Time of one pl
 Rank layout (torchtitan's device mesh, outermost first): pp, dp, cp, tp. A stage holds
 L / (pp x virtual_stages) layers per chunk (the remainder to the first chunks), the embedding on the
 first stage and the head on the last. Per micro-batch a rank runs micro_batch samples of
-seq_length / cp tokens.
+seq_length / cp tokens. An encoder-decoder (T5) is its encoder's layers, then its decoder's with
+cross-attention (`plan_operators`).
 
 Per stage and micro-batch: compute (+ the prior's per-micro-batch overhead), recompute (the
 checkpointed layers' forward again: `full` all of it, `op` half of the weight GEMMs (torchtitan's
 per-op policy saves every second matmul output), `selective` the attention core), TP all-reduces
-(4 per layer and 2 for the head, 2 more per fully recomputed layer; async TP hides all but 1/tp of
-them behind the stage's weight GEMMs), ring attention's (cp - 1) K/V exchanges per layer overlapped
+(4 per layer and 2 for the head, 2 more per fully recomputed layer; async TP hides the forward's
+behind the forward weight GEMMs, all but 1/tp), ring attention's (cp - 1) K/V exchanges per layer overlapped
 with the block attention compute, MoE all-to-all over the ep group, and under FSDP/ZeRO-3 the
 exposed part of the per-layer all-gathers and reduce-scatters. Per iteration: the exposed gradient
 reduction of replicated parameters (DDP: overlapped with the last micro-batch's backward except
