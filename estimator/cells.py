@@ -406,12 +406,14 @@ def pool_links(pool: GpuPool, prior: LinkPrior) -> tuple[Link, Link]:
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One stage: operators [start, end), its GPUs and their (dp, tp) layout (tp ranks innermost)."""
+    """One stage: operators [start, end), its GPUs and their (dp, tp) layout (tp ranks innermost);
+    `sharding` "fsdp" when its DP ranks shard weights, gradients and optimizer (cell_fsdp.py)."""
 
     start: int
     end: int
     dp: int
     tp: int
+    sharding: str = "none"
 
     @property
     def gpus(self) -> int:
@@ -438,8 +440,11 @@ class CellPlan:
         return sum(s.gpus for s in self.stages)
 
     def describe(self) -> str:
-        parts = [f"{s.kind}{s.gpus}" if s.kind != "hybrid" else f"dp{s.dp}xtp{s.tp}" for s in self.stages]
-        return f"pp{self.num_stages}[{','.join(parts)}]xmb{self.num_microbatches}"
+        """e.g. pp2[tp4,dp2xtp2]xmb8; an FSDP stage reads fsdp8 or fsdp4xtp2."""
+        def one(s: StagePlan) -> str:
+            d = "fsdp" if s.sharding == "fsdp" else "dp"
+            return f"{d}{s.dp}" if s.tp == 1 else f"tp{s.tp}" if s.dp == 1 else f"{d}{s.dp}xtp{s.tp}"
+        return f"pp{self.num_stages}[{','.join(one(s) for s in self.stages)}]xmb{self.num_microbatches}"
 
 
 @dataclass(frozen=True)
@@ -448,9 +453,13 @@ class CellConfig:
 
     - `prior`: compute efficiency prior (compute.py);
     - `links`: link efficiency/latency prior;
-    - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; Crius Figure 10);
+    - `microbatches_per_stage`: with Ns > 1 stages, B is searched over the divisors of the batch up
+      to this x Ns (GPipe; Crius Figure 10); one stage takes the smallest B that fits
+      (estimator/cell_search.py);
     - `num_microbatches`: when > 0, B is this for every Cell instead (a runtime that fixes it: the
       Crius artifact's trainers all run 16), capped by the global batch;
+    - `fsdp_stages`: one-stage Cells may shard the model state over the DP ranks (FSDP/ZeRO-3) where
+      the unsharded layout does not fit (estimator/cell_fsdp.py);
     - `dp_shards_optimizer`: DP ranks of a stage shard the optimizer states (ZeRO-1, as Alpa's
       auto-sharding and FSDP/ZeRO trainers do); the gradient reduce-scatter + parameter all-gather
       move the same bytes as the all-reduce, so only memory and the optimizer step change;
@@ -470,6 +479,7 @@ class CellConfig:
     max_gpus: int = 64
     stage_counts: tuple[int, ...] | None = None
     balance_tolerance: float = 0.1
+    fsdp_stages: bool = True
 
     def __post_init__(self) -> None:
         if self.microbatches_per_stage < 1:
@@ -665,13 +675,16 @@ def _stage_cost(
 # The 2^Ns assembled plans and the exact best one
 
 
-def stage_options(gpus: int) -> tuple[tuple[int, int], ...]:
-    """Sec. 5.1: a stage is either data-parallel-only or tensor-parallel-only (one option on 1 GPU)."""
-    return ((gpus, 1),) if gpus == 1 else ((gpus, 1), (1, gpus))
+def stage_options(gpus: int, gpus_per_node: int | None = None, num_heads: int | None = None) -> tuple[tuple[int, int], ...]:
+    """Every (dp, tp) of a stage: DP-only, the hybrids and TP-only, tp a power of two within a node
+    that divides the heads (cell_search.stage_layouts; Sec. 5.1 had DP-only or TP-only)."""
+    from tessera.estimator.cell_search import stage_layouts
+
+    return stage_layouts(gpus, gpus_per_node, num_heads)
 
 
 def enumerate_plans(options: Sequence[Sequence[StageCost]], num_microbatches: int) -> list[PlanEstimate]:
-    """Every combination of one option per stage (2^Ns for DP-only/TP-only), memory-infeasible dropped."""
+    """Every combination of one option per stage (the product of the options' counts), memory-infeasible dropped."""
     out = []
     for combo in itertools.product(*options):
         if not all(c.fits for c in combo):
@@ -682,31 +695,11 @@ def enumerate_plans(options: Sequence[Sequence[StageCost]], num_microbatches: in
 
 
 def best_plan(options: Sequence[Sequence[StageCost]], num_microbatches: int) -> PlanEstimate | None:
-    """The fastest feasible combination, exactly, in O(|X| * |S| * sum of options).
+    """The fastest feasible combination, exactly, without enumerating them (cell_search.exact_best:
+    thresholds on max busy and max sync, then an independent choice per stage)."""
+    from tessera.estimator.cell_search import exact_best
 
-    For a fixed bound x on max busy and s on max sync, each stage independently takes its feasible
-    option with the smallest latency; trying every observed (x, s) pair finds the optimum.
-    """
-    feas = [[c for c in opts if c.fits] for opts in options]
-    if any(not f for f in feas):
-        return None
-    xs = sorted({c.busy for f in feas for c in f})
-    ss = sorted({c.sync for f in feas for c in f})
-    best: PlanEstimate | None = None
-    for x in xs:
-        for s in ss:
-            pick = []
-            for f in feas:
-                ok = [c for c in f if c.busy <= x and c.sync <= s]
-                if not ok:
-                    break
-                pick.append(min(ok, key=lambda c: (c.latency, c.plan.tp)))
-            else:
-                t = iteration_time(pick, num_microbatches)
-                if best is None or t < best.iter_time - 1e-15:
-                    best = PlanEstimate(CellPlan(tuple(c.plan for c in pick), num_microbatches), t,
-                                        tuple(pick))
-    return best
+    return exact_best(options, num_microbatches)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -781,15 +774,16 @@ def _partition(signature: str, ops: Sequence[Operator], num_gpus: int, num_stage
 
 
 def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None = None) -> ExecutionPlan | None:
-    """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp); None when the stages
-    differ or the batch does not split into whole micro-batches per rank."""
+    """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp, sharding); None when
+    the stages differ or the batch does not split into whole micro-batches per rank. An FSDP stage
+    is sharding "fsdp" (one stage: FSDP2 reshards after forward, the "auto" default)."""
     cfg = config or CellConfig()
     if model.family == "wresnet":  # the shared plan vocabulary (and tessera.estimator.memory) is for transformers
         return None
-    layouts = {(s.dp, s.tp) for s in plan.stages}
+    layouts = {(s.dp, s.tp, s.sharding) for s in plan.stages}
     if len(layouts) != 1:
         return None
-    dp, tp = layouts.pop()
+    dp, tp, sharded = layouts.pop()
     b = plan.num_microbatches
     if model.global_batch % (b * dp):
         return None
@@ -797,7 +791,7 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
     try:
         return ExecutionPlan(
             dp=dp, tp=tp, pp=plan.num_stages, micro_batch=model.global_batch // (b * dp), grad_accum=b,
-            sharding="zero1" if cfg.dp_shards_optimizer and dp > 1 else "none",
+            sharding="fsdp" if sharded == "fsdp" else "zero1" if cfg.dp_shards_optimizer and dp > 1 else "none",
             checkpointing="full" if model.recompute else "none",
             precision=model.precision if model.precision in PRECISIONS else "mixed",  # type: ignore[arg-type]
             ep=dp if experts and experts % dp == 0 else 1, schedule="1f1b", flash_attention=False)
@@ -868,7 +862,7 @@ class CellEstimator:
         options: Sequence[Sequence[tuple[int, int]]] | None = None,
         num_microbatches: int | None = None,
     ) -> tuple[list[list[StageCost]], tuple[int, ...], _Placement]:
-        """Stage options with their costs for a Cell (DP-only/TP-only unless `options` are given).
+        """Stage options with their costs for a Cell (every `stage_options` layout unless `options` are given).
 
         Returns (options per stage, GPUs per stage, placement). `num_microbatches` defaults to
         the configuration's (`_default_microbatches`).
@@ -886,7 +880,7 @@ class CellEstimator:
         first = 0
         prev: tuple[int, int] | None = None
         for i, ((start, end), g) in enumerate(zip(part.bounds, part.gpus)):
-            opts = options[i] if options is not None else stage_options(g)
+            opts = options[i] if options is not None else stage_options(g, place.per_node, model.num_heads)
             row = []
             for dp, tp in opts:
                 if dp * tp != g:
@@ -932,11 +926,8 @@ class CellEstimator:
         self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int,
         nodes: int | None = None, gpus_per_node: int | None = None,
     ) -> Cell:
-        """Estimate one Cell: the best of its 2^Ns assembled plans (memory-infeasible ones dropped).
-
-        B = microbatches_per_stage x Ns micro-batches (the paper's rule); when no assembled plan fits,
-        B is doubled (more gradient accumulation, smaller micro-batches) while it divides the batch.
-        """
+        """Estimate one Cell: the best of its assembled plans (memory-infeasible ones dropped) over
+        the micro-batch counts estimator/cell_search.py chooses for it."""
         place = self._placement(pool, num_gpus, nodes, gpus_per_node)
         key = (model.signature, pool.gpu, num_gpus, num_stages, place.nodes, place.per_node, pool)
         hit = self._cell_cache.get(key)
@@ -949,7 +940,8 @@ class CellEstimator:
         return cell
 
     def _default_microbatches(self, model: CellModel, num_stages: int) -> int:
-        """B: the configuration's fixed count, else microbatches_per_stage x Ns; at most the batch."""
+        """B of `stage_costs` when none is given: the configuration's fixed count, else
+        microbatches_per_stage x Ns (the paper's); at most the batch. Cells choose theirs (cell_search)."""
         b = self.config.num_microbatches or self.config.microbatches_per_stage * num_stages
         return min(b, model.global_batch)
 
@@ -961,31 +953,16 @@ class CellEstimator:
             where = "cluster" if unit.source == "cluster" else f"catalog:{unit.source}"
             base["cost_per_hour"] = Sourced(num_gpus * unit.per_hour, where)
             base["currency"] = unit.currency
-        b = self._default_microbatches(model, num_stages)
-        reason = ""
-        assembled = 0
-        stage_gpus: tuple[int, ...] = ()
-        while True:
-            try:
-                opts, stage_gpus, _ = self.stage_costs(model, pool, num_gpus, num_stages, place.nodes,
-                                                       place.per_node, num_microbatches=b)
-            except CellInputError as exc:
-                return Cell(**base, fits=False, reason=str(exc))
-            assembled = math.prod(len(stage_options(g)) for g in stage_gpus)
-            best = best_plan(opts, b)
-            if best is not None:
-                break
-            worst = next(i for i, row in enumerate(opts) if not any(c.fits for c in row))
-            if opts[worst]:
-                need = min(c.memory_bytes for c in opts[worst])
-                reason = (f"memory: no DP-only/TP-only plan of stage {worst} fits with {b} micro-batches "
-                          f"({need / 1e9:.1f} GB needed, {pool.gpu_type.memory_gb:g} GB per GPU)")
-            else:
-                reason = f"plan: stage {worst} has no valid (dp, tp) for {b} micro-batches"
-            if 2 * b > model.global_batch or model.global_batch % (2 * b):
-                return Cell(**base, fits=False, reason=reason, plans_assembled=assembled, stage_gpus=stage_gpus)
-            b *= 2
-        feasible = math.prod(sum(1 for c in row if c.fits) for row in opts)
+        from tessera.estimator.cell_search import search_cell
+
+        try:
+            found = search_cell(self, model, pool, num_gpus, num_stages, place)
+        except CellInputError as exc:
+            return Cell(**base, fits=False, reason=str(exc))
+        best, assembled, stage_gpus = found.best, found.assembled, found.stage_gpus
+        if best is None:
+            return Cell(**base, fits=False, reason=found.reason, plans_assembled=assembled, stage_gpus=stage_gpus)
+        feasible = found.feasible
         srcs = sorted({s.compute_source for s in best.stages} | {s.comm_source for s in best.stages})
         source = "+".join(s for s in srcs if s != "formula:none")
         mkey = (model.signature, pool.gpu, num_gpus, num_stages)
