@@ -57,6 +57,7 @@ from tessera.estimator.compute import (
     stage_compute_time,
 )
 from tessera.estimator.convnets import STAGE_SIZES, wide_resnet_operators
+from tessera.estimator.layer_costs import Attention
 from tessera.estimator.models import ModelDims
 from tessera.estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
 from tessera.estimator.plans import PRECISIONS, ExecutionPlan, PlanInputError
@@ -128,6 +129,16 @@ class CellModel:
     precision: str = "mixed"
     name: str = ""
     width_factor: int = 0
+    # Attention (estimator/layer_costs.py): kv_heads 0 = num_heads (GQA when fewer), head_dim 0 =
+    # hidden / heads (kv_channels); causal and sliding_window count only under flash_attention
+    # (unfused attention computes the whole score matrix); sliding_every 2 = Gemma 2's alternation
+    # (even layers local, HF Gemma2DecoderLayer), 1 = every layer (Mistral).
+    kv_heads: int = 0
+    head_dim: int = 0
+    causal: bool = False
+    flash_attention: bool = False
+    sliding_window: int = 0
+    sliding_every: int = 1
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -145,9 +156,17 @@ class CellModel:
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or v < 0:
                 raise CellInputError(f, f"must be >= 0, got {v!r}")
-        if self.hidden_size % self.num_heads:
+        for f in ("kv_heads", "head_dim", "sliding_window"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise CellInputError(f, f"must be an integer >= 0, got {v!r}")
+        if self.sliding_every not in (1, 2):
+            raise CellInputError("sliding_every", f"must be 1 (every layer) or 2 (every other), got {self.sliding_every!r}")
+        if not self.head_dim and self.hidden_size % self.num_heads:
             raise CellInputError(
                 "num_heads", f"{self.num_heads} heads do not divide hidden_size {self.hidden_size}")
+        if self.kv_heads and self.num_heads % self.kv_heads:
+            raise CellInputError("kv_heads", f"{self.kv_heads} does not divide num_heads {self.num_heads}")
         if self.family == "moe":
             for f in ("num_experts", "top_k", "expert_group_size", "moe_every"):
                 v = getattr(self, f)
@@ -182,7 +201,21 @@ class CellModel:
                   f"c{self.capacity_factor:g}")
         if self.family == "wresnet":
             s += f"-wf{self.width_factor}"
+        if self.kv_heads and self.kv_heads != self.num_heads:
+            s += f"-kv{self.kv_heads}"
+        if self.head_dim and self.head_dim * self.num_heads != self.hidden_size:
+            s += f"-hd{self.head_dim}"
+        if self.flash_attention:  # causal masking and windows change the costs only under flash
+            s += f"-fa{int(self.causal)}w{self.sliding_window}x{self.sliding_every}"
         return s
+
+    def attention(self, idx: int) -> Attention:
+        """Layer idx's attention (estimator/layer_costs.py)."""
+        local = self.sliding_window and (self.sliding_every == 1 or idx % self.sliding_every == 0)
+        return Attention(self.hidden_size, self.num_heads, self.kv_heads or self.num_heads,
+                         self.head_dim or self.hidden_size // self.num_heads, self.seq_length,
+                         causal=self.causal, flash=self.flash_attention,
+                         window=self.sliding_window if local else 0)
 
     @classmethod
     def wide_resnet(cls, depth: int, width_factor: int, filters: int, num_classes: int, image_size: int,
@@ -196,7 +229,8 @@ class CellModel:
 
     @classmethod
     def from_dims(cls, dims: ModelDims, global_batch: int, precision: str = "mixed", recompute: bool = True,
-                  expert_group_size: int = 2048, name: str | None = None) -> CellModel:
+                  expert_group_size: int = 2048, name: str | None = None,
+                  flash_attention: bool = False) -> CellModel:
         """From the shared ModelDims (estimator/models.py), the job's global batch and a precision recipe
         of estimator/memory.py (bytes of weights, gradients and optimizer per parameter). A Wide-ResNet
         takes the artifact's recipe (`wide_resnet`), whatever `precision` and `recompute` say."""
@@ -218,42 +252,53 @@ class CellModel:
                    moe_every=dims.moe_every, capacity_factor=dims.capacity_factor, dtype_bytes=r.activation,
                    recompute=recompute, weight_grad_bytes=float(r.param + r.grad),
                    optimizer_bytes_per_param=float(r.optimizer), precision=precision,
-                   name=dims.name if name is None else name)
+                   name=dims.name if name is None else name,
+                   kv_heads=dims.kv_heads if dims.kv_heads != dims.num_heads else 0, head_dim=dims.kv_channels,
+                   causal=dims.family in ("decoder", "moe"), flash_attention=flash_attention,
+                   sliding_window=dims.sliding_window, sliding_every=2 if dims.sandwich_norm else 1)
 
 
 def _dense_layer(m: CellModel, idx: int) -> Operator:
     h, s, a, f, d = m.hidden_size, m.seq_length, m.num_heads, m.ffn_mult, m.dtype_bytes
-    passes = 4 if m.recompute else 3  # forward, backward (2x), recomputed forward
-    fwd = 2 * (4 * h * h + 2 * f * h * h) + 4 * s * h  # per token (non-causal attention count)
+    att = m.attention(idx)
+    rec = 1 if m.recompute else 0  # the recomputed forward
+    lin = att.linear_fwd_flops + 2 * 2 * f * h * h  # per token: weight GEMMs (MLP: f x h x h twice)
     rep = 10 * h * d / 2  # Korthikanti bytes per token (written for 2-byte activations)
-    shard = (8 * h + 4 * f * h) * d / 2 + 5 * a * s
+    shard = att.sharded_traffic(d) + 2 * f * h * d + att.score_traffic
     calls = 6 if m.recompute else 4
     return Operator(
-        name=f"layer{idx}", flops=passes * fwd * s, params=4 * h * h + 2 * f * h * h + (9 + f) * h,
+        name=f"layer{idx}", flops=((3 + rec) * lin + att.score_train_flops + rec * att.score_fwd_flops) * s,
+        params=att.params + 2 * f * h * h + (9 + f) * h,
         out_bytes=s * h * d, traffic_bytes=rep * s, traffic_sharded_bytes=shard * s,
         tp_comm_bytes=calls * s * h * d, comm_calls=calls,
         stored_bytes=(s * h * d) if m.recompute else (rep + shard) * s,
         shape=LayerShape("transformer", h, a, round(f * h), s, recompute=m.recompute),
+        linear_flops=(3 + rec) * lin * s,
     )
 
 
 def _moe_layer(m: CellModel, idx: int) -> Operator:
     h, s, a, f, d = m.hidden_size, m.seq_length, m.num_heads, m.ffn_mult, m.dtype_bytes
     e, k, g, cf = m.num_experts, m.top_k, m.expert_group_size, m.capacity_factor
-    passes = 4 if m.recompute else 3
+    att = m.attention(idx)
+    rec = 1 if m.recompute else 0
     slots = cf * k * g  # E * C expert slots per group: the one-hot dispatch/combine tensors per token
-    # attention + top-k expert FFNs + gating + one-hot dispatch/combine einsums
-    fwd = 2 * 4 * h * h + 4 * s * h + k * 4 * f * h * h + 2 * h * e + 2 * 2 * h * slots
+    # attention + top-k expert FFNs + gating (weight GEMMs), one-hot dispatch/combine einsums (not)
+    lin = att.linear_fwd_flops + k * 4 * f * h * h + 2 * h * e
+    einsum = 2 * 2 * h * slots
     rep = 10 * h * d / 2 + 2 * slots * d  # + dispatch mask and combine weights per token
-    shard = (8 * h + k * 4 * f * h) * d / 2 + 5 * a * s
+    shard = att.sharded_traffic(d) + 2 * k * f * h * d + att.score_traffic
     calls = 6 if m.recompute else 4
     expert = e * (2 * f * h * h + f * h + h)
     return Operator(
-        name=f"moe{idx}", flops=passes * fwd * s, params=4 * h * h + 4 * h + h * e + expert,
+        name=f"moe{idx}",
+        flops=((3 + rec) * (lin + einsum) + att.score_train_flops + rec * att.score_fwd_flops) * s,
+        params=att.params + 4 * h + h * e + expert,
         expert_params=expert, out_bytes=s * h * d, traffic_bytes=rep * s, traffic_sharded_bytes=shard * s,
         tp_comm_bytes=calls * s * h * d, a2a_bytes=calls * cf * k * s * h * d, comm_calls=calls,
         stored_bytes=(s * h * d) if m.recompute else (rep + shard) * s,
         shape=LayerShape("moe", h, a, round(f * h), s, experts=e, top_k=k, recompute=m.recompute),
+        linear_flops=(3 + rec) * lin * s,
     )
 
 
@@ -275,7 +320,8 @@ def model_operators(m: CellModel) -> tuple[Operator, ...]:
     # logits: forward + backward matmuls (not recomputed); fp32 logits, softmax and their gradient
     ops.append(Operator("head", flops=6.0 * h * v * s, params=v * h, out_bytes=0.0,
                         traffic_sharded_bytes=3 * 4 * s * v, tp_comm_bytes=2 * s * h * d, comm_calls=2,
-                        stored_bytes=s * h * d, shape=LayerShape("head", h, seq=s, vocab=v)))
+                        stored_bytes=s * h * d, shape=LayerShape("head", h, seq=s, vocab=v),
+                        linear_flops=6.0 * h * v * s))
     return tuple(ops)
 
 

@@ -59,6 +59,8 @@ class EfficiencyPrior:
     conv_weight_traffic: float = 0.0
     gpu_scale: tuple[tuple[str, float], ...] = ()
     source: str = "prior:default"
+    # torch.compile: the memory-bound traffic term is multiplied by this (see COMPILE_TRAFFIC_SOURCE).
+    compile_traffic_factor: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("matmul_efficiency", "fp32_efficiency"):
@@ -69,6 +71,8 @@ class EfficiencyPrior:
             raise ValueError(f"traffic_multiplier: must be >= 0, got {self.traffic_multiplier}")
         if self.conv_weight_traffic < 0:
             raise ValueError(f"conv_weight_traffic: must be >= 0, got {self.conv_weight_traffic}")
+        if not 0 < self.compile_traffic_factor <= 1:
+            raise ValueError(f"compile_traffic_factor: must be in (0, 1], got {self.compile_traffic_factor}")
         if self.microbatch_overhead_s < 0:
             raise ValueError(f"microbatch_overhead_s: must be >= 0, got {self.microbatch_overhead_s}")
         for name, v in self.gpu_scale:
@@ -99,6 +103,28 @@ DEFAULT_PRIOR = EfficiencyPrior(
 )
 
 
+# torch.compile (TorchInductor) fuses chains of pointwise and reduction kernels (norms, activations,
+# residual adds, dropout, casts) into one kernel each, so an intermediate tensor is written and read
+# back once instead of once per eager kernel. The factor 0.5 on the memory-bound term is a stated
+# prior, not fitted (no compiled training run was measured here): Ansel et al., "PyTorch 2" (ASPLOS
+# 2024) report a 1.41x geometric-mean training speedup on A100 over their three benchmark suites
+# (TorchBench, HuggingFace, TIMM), of which the matmuls (unchanged by fusion) take a large part;
+# halving the pointwise traffic is the reading that matches that order on transformer layers.
+COMPILE_TRAFFIC_SOURCE = "prior:compile(traffic x0.5; Ansel et al. ASPLOS'24)"
+
+# GPUs whose tensor cores run FP8 (E4M3/E5M2) matmuls at twice their dense BF16/FP16 rate: Hopper
+# (H100/H200/H20: NVIDIA H100 whitepaper, Table 3 "FP8 Tensor Core" 2x FP16), Ada (L4, L40S, RTX 4090:
+# NVIDIA Ada whitepaper, FP8 = 2x FP16 tensor TFLOPS) and CDNA3 (MI300X: AMD datasheet, 2,615 against
+# 1,307 TFLOPS dense). Ampere (A100, A800, A10, A30, A40), Volta, Turing and Pascal have no FP8 units.
+FP8_PREFIXES = ("H100", "H200", "H20", "H800", "L4-", "L40S", "RTX-4090", "MI300X", "MI325X")
+FP8_SPEEDUP = 2.0
+
+
+def has_fp8(gpu: GpuType) -> bool:
+    """Whether the GPU's tensor cores run FP8 matmuls (at FP8_SPEEDUP x the BF16 rate)."""
+    return gpu.name.upper().startswith(FP8_PREFIXES)
+
+
 @dataclass(frozen=True)
 class ComputeEstimate:
     seconds: float
@@ -122,6 +148,8 @@ def stage_compute_time(
     micro_batch: float,
     prior: EfficiencyPrior = DEFAULT_PRIOR,
     fp32: bool = False,
+    float8: bool = False,
+    compiled: bool = False,
 ) -> ComputeEstimate:
     """Seconds for one micro-batch (forward + backward) of `ops` on one GPU of a (dp, tp) stage.
 
@@ -129,12 +157,22 @@ def stage_compute_time(
     gets micro_batch / dp of them. Expert FFNs under DP keep the same per-rank work (top-k routing
     with balanced experts), so the formula is the same; only their communication differs (comm.py).
     `fp32`: the model computes in float32 (FP32 peak and `fp32_efficiency`, see the module doc).
+    `float8`: the operators' `linear_flops` run as FP8 matmuls at FP8_SPEEDUP x the rate (a GPU with
+    FP8 tensor cores, `has_fp8`; the caller refuses the others); attention scores stay in BF16.
+    `compiled`: torch.compile, the traffic term times `prior.compile_traffic_factor`.
     """
     _check_degrees(dp, tp, micro_batch)
     samples = micro_batch / dp
     mm = sum(o.flops for o in ops) * samples / tp
+    if float8:
+        mm -= sum(o.linear_flops for o in ops) * samples / tp * (1 - 1 / FP8_SPEEDUP)
     traffic = sum(o.traffic_bytes + o.traffic_sharded_bytes / tp for o in ops) * samples
     source = f"formula:{prior.source}"
+    if float8:
+        source += f";float8(x{FP8_SPEEDUP:g} linear)"
+    if compiled:
+        traffic *= prior.compile_traffic_factor
+        source += ";" + COMPILE_TRAFFIC_SOURCE
     if fp32:
         peak = gpu.tflops_fp32_dense or gpu.tflops_fp16 / 8
         if not gpu.tflops_fp32_dense:

@@ -67,7 +67,9 @@ class Operator:
       only under recomputation, else its full activations); not divided by TP;
     - `comm_calls`: collective calls per training step behind `tp_comm_bytes` / `a2a_bytes` (for the
       per-message latency terms);
-    - `shape`: what a profiler needs to rebuild the operator (tessera.estimator.compute).
+    - `shape`: what a profiler needs to rebuild the operator (tessera.estimator.compute);
+    - `linear_flops`: the part of `flops` in weight GEMMs (linear layers, the logits): what Float8
+      linears speed up and what LoRA's frozen base skips the weight gradient of (0 = not split).
 
     `traffic_bytes + traffic_sharded_bytes` is also the operator's transient activation footprint per
     sample (Korthikanti et al.'s count), which the memory check uses.
@@ -85,6 +87,7 @@ class Operator:
     stored_bytes: float = 0.0
     comm_calls: int = 0
     shape: LayerShape | None = None
+    linear_flops: float = 0.0
 
 
 @dataclass(frozen=True)
