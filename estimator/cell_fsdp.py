@@ -37,15 +37,31 @@ option already has, so it is never needed there.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
+from tessera.common.gpus import GpuType
+from tessera.estimator.cell_types import StageCost
+from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import optimizer_step_time
 from tessera.estimator.partition import Operator
 
-if TYPE_CHECKING:
-    from tessera.estimator.cells import CellConfig, CellModel, GpuPool, StageCost, _Placement
-    from tessera.estimator.comm import CommModel
+
+@dataclass(frozen=True)
+class FsdpContext:
+    """What the FSDP variant of a stage option needs besides its unsharded cost: the DP group's link
+    (and how many groups share it), the recipe's bytes per parameter (weights in the compute dtype,
+    weights + gradients, optimizer), the GPU and its usable bytes, and whether the unsharded option
+    already shards the optimizer (ZeRO-1)."""
+
+    link: Link
+    share: int
+    weight_bytes: float
+    weight_grad_bytes: float
+    optimizer_bytes: float
+    gpu: GpuType
+    usable_bytes: float
+    shards_optimizer: bool
+    comm: CommModel
 
 
 def exposed_fsdp_comm(all_gathers: Sequence[float], reduce_scatters: Sequence[float], compute: float) -> float:
@@ -57,27 +73,19 @@ def exposed_fsdp_comm(all_gathers: Sequence[float], reduce_scatters: Sequence[fl
     return head + tail + max(0.0, total - head - tail - compute)
 
 
-def fsdp_variant(base: StageCost, ops: Sequence[Operator], model: CellModel, pool: GpuPool, place: _Placement,
-                 cfg: CellConfig, comm: CommModel, first_rank: int = 0) -> StageCost:
-    """The FSDP form of an unsharded stage option `base` (dp > 1), on ranks from `first_rank`."""
-    from tessera.estimator.cells import pool_links
-
+def fsdp_variant(base: StageCost, ops: Sequence[Operator], ctx: FsdpContext) -> StageCost:
+    """The FSDP form of an unsharded stage option `base` (dp > 1); `ops` the model's operator chain."""
     plan = base.plan
-    dp, tp, pn = plan.dp, plan.tp, place.per_node
+    dp, tp = plan.dp, plan.tp
     sops = ops[plan.start:plan.end]
-    intra, inter = pool_links(pool, cfg.links)
-    crosses = first_rank // pn != (first_rank + (dp - 1) * tp) // pn
-    link = inter if crosses else intra
-    share = min(tp, pn) if crosses else 1  # the TP groups of a node share its NIC
-    weight = float(model.dtype_bytes)  # gathered in the compute dtype
-    state_wg = model.weight_grad_bytes or 2.0 * model.dtype_bytes
+    weight, state_wg = ctx.weight_bytes, ctx.weight_grad_bytes
     grad = max(state_wg - weight, weight)  # reduce-scattered in the recipe's gradient dtype
     units = [(o.params - o.expert_params) / tp for o in sops if o.params > o.expert_params]
     sources = {base.comm_source} - {"formula:none"}
     ag, rs = [], []
     for u in units:
-        e = comm.time("all_gather", u * weight, dp, link, share)
-        r = comm.time("reduce_scatter", u * grad, dp, link, share)
+        e = ctx.comm.time("all_gather", u * weight, dp, ctx.link, ctx.share)
+        r = ctx.comm.time("reduce_scatter", u * grad, dp, ctx.link, ctx.share)
         ag.append(e.seconds)
         rs.append(r.seconds)
         sources |= {e.source, r.source}
@@ -85,13 +93,13 @@ def fsdp_variant(base: StageCost, ops: Sequence[Operator], model: CellModel, poo
 
     dense = sum(o.params - o.expert_params for o in sops) / tp
     expert = sum(o.expert_params for o in sops) / (tp * dp)
-    opt = model.optimizer_bytes_per_param
-    sync = optimizer_step_time(dense / dp + expert, pool.gpu_type, state_wg + opt)
+    opt = ctx.optimizer_bytes
+    sync = optimizer_step_time(dense / dp + expert, ctx.gpu, state_wg + opt)
     # the unsharded option holds weights + gradients whole, and the optimizer whole unless ZeRO-1
-    replicated = dense * state_wg + (0.0 if cfg.dp_shards_optimizer else dense * opt)
+    replicated = dense * state_wg + (0.0 if ctx.shards_optimizer else dense * opt)
     largest = max(units, default=0.0)
     working = largest * (2 * weight + grad)
     memory = base.memory_bytes - replicated * (1 - 1 / dp) + working
-    fits = memory <= pool.gpu_type.memory_bytes * cfg.usable_memory_fraction
     return replace(base, plan=replace(plan, sharding="fsdp"), intra_comm=base.intra_comm + exposed, sync=sync,
-                   memory_bytes=memory, fits=fits, comm_source="+".join(sorted(sources)) or "formula:none")
+                   memory_bytes=memory, fits=memory <= ctx.usable_bytes,
+                   comm_source="+".join(sorted(sources)) or "formula:none")

@@ -35,21 +35,15 @@ options sorted by sync gives every s: O(|X| * sum of options), not O(|X| * |S| *
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from tessera.estimator.cell_fsdp import fsdp_variant
+from tessera.estimator.cell_types import CellPlan, PlanEstimate, StageCost, iteration_time
 
-if TYPE_CHECKING:
-    from tessera.estimator.cells import (
-        CellEstimator,
-        CellModel,
-        GpuPool,
-        PlanEstimate,
-        StageCost,
-        _Placement,
-    )
+Layouts = Sequence[Sequence[tuple[int, int]]]
+# The costed options of every stage for some layouts at B micro-batches (CellEstimator's, with the
+# FSDP variants it offers); the search calls it once per micro-batch count it tries.
+Rows = Callable[[Layouts, int], list[list[StageCost]]]
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -100,8 +94,6 @@ def _key(c: StageCost) -> tuple[float, int, bool]:
 
 def exact_best(options: Sequence[Sequence[StageCost]], num_microbatches: int) -> PlanEstimate | None:
     """The fastest combination of one memory-feasible option per stage, exactly (module doc)."""
-    from tessera.estimator.cells import CellPlan, PlanEstimate, iteration_time
-
     feas = [[c for c in opts if c.fits] for opts in options]
     if not feas or any(not f for f in feas):
         return None
@@ -139,21 +131,7 @@ def exact_best(options: Sequence[Sequence[StageCost]], num_microbatches: int) ->
                         tuple(pick))
 
 
-def _rows(est: CellEstimator, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int, place: _Placement,
-          layouts: Sequence[Sequence[tuple[int, int]]], b: int) -> list[list[StageCost]]:
-    """The costed options of every stage at B = b; with one stage, an FSDP variant of each DP layout
-    whose unsharded form does not fit (estimator/cell_fsdp.py: offered only where needed)."""
-    rows, _, _ = est.stage_costs(model, pool, num_gpus, num_stages, place.nodes, place.per_node,
-                                 options=layouts, num_microbatches=b)
-    if num_stages == 1 and est.config.fsdp_stages:
-        ops = est.operators(model)
-        extra = [fsdp_variant(c, ops, model, pool, place, est.config, est.comm)
-                 for c in rows[0] if c.plan.dp > 1 and not c.fits]
-        rows[0] = rows[0] + extra
-    return rows
-
-
-def _whole(layouts: Sequence[Sequence[tuple[int, int]]], mb: int) -> list[list[tuple[int, int]]]:
+def _whole(layouts: Layouts, mb: int) -> list[list[tuple[int, int]]]:
     """The layouts whose DP ranks get whole samples of a micro-batch of `mb`."""
     return [[(dp, tp) for dp, tp in opts if mb % dp == 0] for opts in layouts]
 
@@ -167,50 +145,44 @@ def _why(rows: Sequence[Sequence[StageCost]], b: int, memory_gb: float) -> str:
     return f"plan: stage {worst} has no valid (dp, tp) for {b} micro-batches"
 
 
-def search_cell(est: CellEstimator, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int,
-                place: _Placement) -> CellSearch:
+def search_cell(rows: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], global_batch: int, *,
+                fixed_microbatches: int = 0, microbatches_per_stage: int = 4, memory_gb: float = 0.0) -> CellSearch:
     """The best plan of a Cell over its stage layouts and micro-batch counts (module doc).
-    CellInputError when the Cell cannot be formed (more stages than operators, ...)."""
-    from tessera.estimator.cells import _partition
 
-    cfg = est.config
-    part = _partition(model.signature, est.operators(model), num_gpus, num_stages, cfg.balance_tolerance)
-    layouts = [stage_layouts(g, place.per_node, model.num_heads) for g in part.gpus]
-    if cfg.num_microbatches:
-        return _fixed(est, model, pool, num_gpus, num_stages, place, layouts, part.gpus)
-    if num_stages == 1:
-        return _one_stage(est, model, pool, num_gpus, place, layouts[0], part.gpus)
-    return _pipelined(est, model, pool, num_gpus, num_stages, place, layouts, part.gpus)
+    `rows(layouts, b)` costs the stages' options; `layouts` are every stage's (dp, tp) candidates;
+    `fixed_microbatches` > 0 is a runtime's fixed B; `memory_gb` (per GPU) is for the reason given
+    when nothing fits."""
+    if fixed_microbatches:
+        return _fixed(rows, layouts, stage_gpus, global_batch, fixed_microbatches, memory_gb)
+    if len(stage_gpus) == 1:
+        return _one_stage(rows, layouts[0], stage_gpus, global_batch, memory_gb)
+    return _pipelined(rows, layouts, stage_gpus, global_batch, microbatches_per_stage, memory_gb)
 
 
-def _fixed(est: CellEstimator, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int, place: _Placement,
-           layouts: list[tuple[tuple[int, int], ...]], stage_gpus: tuple[int, ...]) -> CellSearch:
+def _fixed(rows_of: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], g: int, fixed: int,
+           memory_gb: float) -> CellSearch:
     """A runtime's fixed B (at most the batch), doubled while nothing fits and it divides the batch;
     a DP layout with more ranks than samples per micro-batch is left out (the runtime cannot run it)."""
-    g = model.global_batch
-    b = min(est.config.num_microbatches, g)
+    b = min(fixed, g)
     assembled = feasible = 0
     tried = []
     while True:
-        rows = _rows(est, model, pool, num_gpus, num_stages, place, layouts, b)
+        rows = rows_of(layouts, b)
         tried.append(b)
         assembled += math.prod(len(r) for r in rows)
         feasible += math.prod(sum(c.fits for c in r) for r in rows)
         best = exact_best(rows, b)
         if best is not None:
             return CellSearch(best, stage_gpus, assembled, feasible, tuple(tried))
-        reason = _why(rows, b, pool.gpu_type.memory_gb)
+        reason = _why(rows, b, memory_gb)
         if 2 * b > g or g % (2 * b):
             return CellSearch(None, stage_gpus, assembled, feasible, tuple(tried), reason)
         b *= 2
 
 
-def _one_stage(est: CellEstimator, model: CellModel, pool: GpuPool, num_gpus: int, place: _Placement,
-               layouts: tuple[tuple[int, int], ...], stage_gpus: tuple[int, ...]) -> CellSearch:
+def _one_stage(rows_of: Rows, layouts: Sequence[tuple[int, int]], stage_gpus: tuple[int, ...], g: int,
+               memory_gb: float) -> CellSearch:
     """Each layout (and its FSDP variant where offered) at its smallest fitting B; the fastest wins."""
-    from tessera.estimator.cells import CellPlan, PlanEstimate, iteration_time
-
-    g = model.global_batch
     found: dict[tuple[int, int], tuple[float, int, StageCost]] = {}  # by (dp, tp): the twin that fits
     sharded: dict[tuple[int, int], tuple[float, int, StageCost]] = {}  # FSDP variants that fit first
     assembled, tried, reason = 0, [], ""
@@ -220,7 +192,7 @@ def _one_stage(est: CellEstimator, model: CellModel, pool: GpuPool, num_gpus: in
             if len(found) == len(layouts):
                 break
             continue
-        rows = _rows(est, model, pool, num_gpus, 1, place, [todo], b)
+        rows = rows_of([todo], b)
         tried.append(b)
         assembled += len(rows[0])
         for c in rows[0]:
@@ -231,25 +203,23 @@ def _one_stage(est: CellEstimator, model: CellModel, pool: GpuPool, num_gpus: in
             if lay not in target:
                 target[lay] = (iteration_time([c], b), b, c)
         if not any(c.fits for c in rows[0]) and not found and not sharded:
-            reason = _why(rows, b, pool.gpu_type.memory_gb)
+            reason = _why(rows, b, memory_gb)
         if len(found) == len(layouts):
             break
     if not found and not sharded:
         return CellSearch(None, stage_gpus, assembled, 0, tuple(tried),
-                          reason or f"plan: no (dp, tp) of {num_gpus} GPUs splits a batch of {g}")
+                          reason or f"plan: no (dp, tp) of {stage_gpus[0]} GPUs splits a batch of {g}")
     entries = list(found.values()) + list(sharded.values())
     t, b, c = min(entries, key=lambda e: (e[0], _key(e[2])[1:]))
     best = PlanEstimate(CellPlan((c.plan,), b), t, (c,))
     return CellSearch(best, stage_gpus, assembled, len(entries), tuple(tried))
 
 
-def _pipelined(est: CellEstimator, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int,
-               place: _Placement, layouts: list[tuple[tuple[int, int], ...]],
-               stage_gpus: tuple[int, ...]) -> CellSearch:
+def _pipelined(rows_of: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], g: int, per_stage: int,
+               memory_gb: float) -> CellSearch:
     """Every divisor B of the batch up to microbatches_per_stage x Ns, the fastest feasible plan; when
     none fits, the larger divisors in order until one does."""
-    g = model.global_batch
-    upper = min(est.config.microbatches_per_stage * num_stages, g)
+    upper = min(per_stage * len(stage_gpus), g)
     assembled = feasible = 0
     tried: list[int] = []
     best: PlanEstimate | None = None
@@ -260,14 +230,14 @@ def _pipelined(est: CellEstimator, model: CellModel, pool: GpuPool, num_gpus: in
         opts = _whole(layouts, g // b)
         if any(not o for o in opts):
             continue
-        rows = _rows(est, model, pool, num_gpus, num_stages, place, opts, b)
+        rows = rows_of(opts, b)
         tried.append(b)
         assembled += math.prod(len(r) for r in rows)
         feasible += math.prod(sum(c.fits for c in r) for r in rows)
         cand = exact_best(rows, b)
         if cand is None:
             if best is None:
-                reason = _why(rows, b, pool.gpu_type.memory_gb)
+                reason = _why(rows, b, memory_gb)
             continue
         if best is None or cand.iter_time < best.iter_time * (1 - 1e-12):
             best = cand

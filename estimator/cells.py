@@ -43,9 +43,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tessera.common.errors import InvalidArgument
 from tessera.common.gpus import GpuType, UnknownGpuError, lookup
 from tessera.estimator.catalog import Price, price
+from tessera.estimator.cell_fsdp import FsdpContext, fsdp_variant
+from tessera.estimator.cell_search import CellSearch, exact_best, search_cell, stage_layouts
+from tessera.estimator.cell_types import CellInputError as CellInputError  # noqa: PLC0414 (re-exported)
+from tessera.estimator.cell_types import CellPlan as CellPlan  # noqa: PLC0414
+from tessera.estimator.cell_types import PlanEstimate as PlanEstimate  # noqa: PLC0414
+from tessera.estimator.cell_types import StageCost as StageCost  # noqa: PLC0414
+from tessera.estimator.cell_types import StagePlan as StagePlan  # noqa: PLC0414
+from tessera.estimator.cell_types import iteration_time as iteration_time  # noqa: PLC0414
+from tessera.estimator.cell_types import pipeline_latency as pipeline_latency  # noqa: PLC0414
 from tessera.estimator.clusterfile import PoolSpec, parse_pools
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import (
@@ -61,11 +69,6 @@ from tessera.estimator.layer_costs import Attention
 from tessera.estimator.models import ModelDims
 from tessera.estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
 from tessera.estimator.plans import PRECISIONS, ExecutionPlan, PlanInputError
-
-
-class CellInputError(InvalidArgument, ValueError):
-    """Bad input to the Cell estimator; `field` names the offending field, `reason` says why."""
-
 
 # ---------------------------------------------------------------------------------------------------
 # Values with their source
@@ -451,49 +454,6 @@ def pool_links(pool: GpuPool, prior: LinkPrior) -> tuple[Link, Link]:
 
 
 @dataclass(frozen=True)
-class StagePlan:
-    """One stage: operators [start, end), its GPUs and their (dp, tp) layout (tp ranks innermost);
-    `sharding` "fsdp" when its DP ranks shard weights, gradients and optimizer (cell_fsdp.py)."""
-
-    start: int
-    end: int
-    dp: int
-    tp: int
-    sharding: str = "none"
-
-    @property
-    def gpus(self) -> int:
-        return self.dp * self.tp
-
-    @property
-    def kind(self) -> str:
-        if self.tp == 1:
-            return "dp"
-        return "tp" if self.dp == 1 else "hybrid"
-
-
-@dataclass(frozen=True)
-class CellPlan:
-    stages: tuple[StagePlan, ...]
-    num_microbatches: int
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.stages)
-
-    @property
-    def num_gpus(self) -> int:
-        return sum(s.gpus for s in self.stages)
-
-    def describe(self) -> str:
-        """e.g. pp2[tp4,dp2xtp2]xmb8; an FSDP stage reads fsdp8 or fsdp4xtp2."""
-        def one(s: StagePlan) -> str:
-            d = "fsdp" if s.sharding == "fsdp" else "dp"
-            return f"{d}{s.dp}" if s.tp == 1 else f"tp{s.tp}" if s.dp == 1 else f"{d}{s.dp}xtp{s.tp}"
-        return f"pp{self.num_stages}[{','.join(one(s) for s in self.stages)}]xmb{self.num_microbatches}"
-
-
-@dataclass(frozen=True)
 class CellConfig:
     """Knobs of the Cell estimator, with their defaults and where each comes from.
 
@@ -540,76 +500,6 @@ class CellConfig:
 
 # ---------------------------------------------------------------------------------------------------
 # Stage costs
-
-
-@dataclass(frozen=True)
-class StageCost:
-    """Costs of one stage option, per micro-batch unless said otherwise (seconds, bytes)."""
-
-    plan: StagePlan
-    compute: float
-    intra_comm: float  # TP all-reduces + MoE all-to-all, on the critical path
-    inter_comm: float  # activation + gradient from/to the previous stage (overlapped in steady state)
-    sync: float  # per iteration: DP gradient all-reduce + optimizer step
-    memory_bytes: float
-    fits: bool
-    compute_source: str
-    comm_source: str
-
-    @property
-    def latency(self) -> float:
-        """T_i of Sec. 5.1: compute + intra-stage + inter-stage communication."""
-        return self.compute + self.intra_comm + self.inter_comm
-
-    @property
-    def busy(self) -> float:
-        """T_i - Tcomm_i: what the stage occupies in the steady state."""
-        return self.compute + self.intra_comm
-
-
-@dataclass(frozen=True)
-class PlanEstimate:
-    plan: CellPlan
-    iter_time: float
-    stages: tuple[StageCost, ...]
-
-    @property
-    def memory_bytes(self) -> float:
-        return max(s.memory_bytes for s in self.stages)
-
-    @property
-    def fits(self) -> bool:
-        return all(s.fits for s in self.stages)
-
-    def breakdown(self) -> dict[str, float]:
-        """Totals over the pipeline in the authors' split: computation, intra-, inter-stage comm."""
-        b = self.plan.num_microbatches
-        k = max(range(len(self.stages)), key=lambda i: self.stages[i].busy)
-        comp = sum(s.compute for s in self.stages) + (b - 1) * self.stages[k].compute
-        intra = sum(s.intra_comm for s in self.stages) + (b - 1) * self.stages[k].intra_comm
-        inter = sum(s.inter_comm for s in self.stages)
-        sync = max(s.sync for s in self.stages)
-        return {"compute": comp, "intra_comm": intra, "inter_comm": inter, "sync": sync,
-                "total": self.iter_time}
-
-
-def pipeline_latency(latencies: Sequence[float], inter_comm: Sequence[float], num_microbatches: int) -> float:
-    """Sec. 5.1: sum_i T_i + (B - 1) * max_i (T_i - Tcomm_i).
-
-    `latencies[i]` is T_i (stage compute + its communication for one micro-batch) and `inter_comm[i]`
-    the part of it spent receiving from the previous stage, overlapped in the steady state.
-    """
-    if len(latencies) != len(inter_comm) or not latencies:
-        raise CellInputError("latencies", "need one latency and one inter-stage time per stage")
-    if num_microbatches < 1:
-        raise CellInputError("num_microbatches", f"must be >= 1, got {num_microbatches}")
-    return sum(latencies) + (num_microbatches - 1) * max(t - c for t, c in zip(latencies, inter_comm))
-
-
-def iteration_time(stages: Sequence[StageCost], num_microbatches: int) -> float:
-    """Pipeline latency plus the once-per-iteration gradient sync and optimizer step (max over stages)."""
-    lat = pipeline_latency([s.latency for s in stages], [s.inter_comm for s in stages], num_microbatches)
-    return lat + max(s.sync for s in stages)
 
 
 def _node(rank: int, per_node: int) -> int:
@@ -724,8 +614,6 @@ def _stage_cost(
 def stage_options(gpus: int, gpus_per_node: int | None = None, num_heads: int | None = None) -> tuple[tuple[int, int], ...]:
     """Every (dp, tp) of a stage: DP-only, the hybrids and TP-only, tp a power of two within a node
     that divides the heads (cell_search.stage_layouts; Sec. 5.1 had DP-only or TP-only)."""
-    from tessera.estimator.cell_search import stage_layouts
-
     return stage_layouts(gpus, gpus_per_node, num_heads)
 
 
@@ -743,8 +631,6 @@ def enumerate_plans(options: Sequence[Sequence[StageCost]], num_microbatches: in
 def best_plan(options: Sequence[Sequence[StageCost]], num_microbatches: int) -> PlanEstimate | None:
     """The fastest feasible combination, exactly, without enumerating them (cell_search.exact_best:
     thresholds on max busy and max sync, then an independent choice per stage)."""
-    from tessera.estimator.cell_search import exact_best
-
     return exact_best(options, num_microbatches)
 
 
@@ -999,10 +885,8 @@ class CellEstimator:
             where = "cluster" if unit.source == "cluster" else f"catalog:{unit.source}"
             base["cost_per_hour"] = Sourced(num_gpus * unit.per_hour, where)
             base["currency"] = unit.currency
-        from tessera.estimator.cell_search import search_cell
-
         try:
-            found = search_cell(self, model, pool, num_gpus, num_stages, place)
+            found = self._search(model, pool, num_gpus, num_stages, place)
         except CellInputError as exc:
             return Cell(**base, fits=False, reason=str(exc))
         best, assembled, stage_gpus = found.best, found.assembled, found.stage_gpus
@@ -1022,6 +906,36 @@ class CellEstimator:
                     breakdown=tuple(best.breakdown().items()), plans_assembled=assembled,
                     plans_feasible=feasible, stage_gpus=stage_gpus, stage_costs=best.stages,
                     execution_plan=execution_plan(model, best.plan, self.config))
+
+    def _search(self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int,
+                place: _Placement) -> CellSearch:
+        """The Cell's best plan over its stage layouts and micro-batch counts (cell_search.py)."""
+        cfg = self.config
+        part = _partition(model.signature, self.operators(model), num_gpus, num_stages, cfg.balance_tolerance)
+        heads = math.gcd(model.num_heads, model.kv_heads or model.num_heads)  # whole query and KV heads per TP rank
+        layouts = [stage_options(g, place.per_node, heads) for g in part.gpus]
+
+        def rows(opts: Sequence[Sequence[tuple[int, int]]], b: int) -> list[list[StageCost]]:
+            out, _, _ = self.stage_costs(model, pool, num_gpus, num_stages, place.nodes, place.per_node,
+                                         options=opts, num_microbatches=b)
+            if num_stages == 1 and cfg.fsdp_stages:  # cell_fsdp.py: only where the unsharded layout does not fit
+                out[0] = out[0] + [self._fsdp(c, model, pool, place) for c in out[0] if c.plan.dp > 1 and not c.fits]
+            return out
+
+        return search_cell(rows, layouts, part.gpus, model.global_batch, fixed_microbatches=cfg.num_microbatches,
+                           microbatches_per_stage=cfg.microbatches_per_stage, memory_gb=pool.gpu_type.memory_gb)
+
+    def _fsdp(self, c: StageCost, model: CellModel, pool: GpuPool, place: _Placement) -> StageCost:
+        """The FSDP variant of a one-stage option (its DP group: ranks tp apart from rank 0)."""
+        dp, tp, pn = c.plan.dp, c.plan.tp, place.per_node
+        intra, inter = pool_links(pool, self.config.links)
+        crosses = _node(0, pn) != _node((dp - 1) * tp, pn)
+        weight_grad = model.weight_grad_bytes or 2.0 * model.dtype_bytes
+        ctx = FsdpContext(inter if crosses else intra, min(tp, pn) if crosses else 1, float(model.dtype_bytes),
+                          weight_grad, model.optimizer_bytes_per_param, pool.gpu_type,
+                          pool.gpu_type.memory_bytes * self.config.usable_memory_fraction,
+                          self.config.dp_shards_optimizer, self.comm)
+        return fsdp_variant(c, self.operators(model), ctx)
 
     # -- all Cells of a job ---------------------------------------------------------------------------
 

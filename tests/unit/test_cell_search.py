@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tessera.estimator.cell_fsdp import exposed_fsdp_comm, fsdp_variant
+from tessera.estimator.cell_fsdp import exposed_fsdp_comm
 from tessera.estimator.cell_search import divisors, exact_best, stage_layouts
 from tessera.estimator.cells import (
     CellConfig,
@@ -128,7 +128,7 @@ def test_fsdp_variant_shards_the_state_and_trades_the_all_reduce() -> None:
     model = CellModel("gpt", 2048, 4, 16, 32000, 1024, global_batch=8)
     base = est.stage_costs(model, pool, 8, 1, options=[[(8, 1)]], num_microbatches=1)[0][0][0]
     ops = est.operators(model)
-    f = fsdp_variant(base, ops, model, pool, _Placement(1, 8), est.config, est.comm)
+    f = est._fsdp(base, model, pool, _Placement(1, 8))
     dense = sum(o.params - o.expert_params for o in ops)
     layer = max(o.params for o in ops)
     wg = 2.0 * model.dtype_bytes  # mixed: 2 B weights + 2 B gradients (ZeRO-1 already shards the optimizer)
