@@ -537,7 +537,8 @@ def _stage_cost(
     if profiler is not None and all(o.shape is not None for o in sops):
         ce = profile_stage_compute(sops, dp, tp, micro_batch, profiler)
     else:
-        ce = stage_compute_time(sops, gpu, dp, tp, micro_batch, cfg.prior, fp32=model.dtype_bytes >= 4)
+        ce = stage_compute_time(sops, gpu, dp, tp, micro_batch, cfg.prior, fp32=model.dtype_bytes >= 4,
+                                flash=model.flash_attention)
     sources: set[str] = set()
 
     # groups: TP = tp consecutive ranks; DP = dp ranks with stride tp

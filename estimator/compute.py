@@ -120,6 +120,24 @@ FP8_PREFIXES = ("H100", "H200", "H20", "H800", "L4-", "L40S", "RTX-4090", "MI300
 FP8_SPEEDUP = 2.0
 
 
+# Flash attention kernels reach less of the tensor-core peak than GEMMs on Hopper: FlashAttention-2
+# "achieves only 35% utilization on H100 GPUs" (Shah et al., FlashAttention-3, NeurIPS 2024, abstract);
+# on A100 it reaches "50-73% of the theoretical maximum FLOPs/s" (Dao, FlashAttention-2, abstract),
+# the range of the fitted matmul efficiency, so other GPUs keep `matmul_efficiency` for the scores.
+# torch's SDPA flash backend and torchtitan (2024) run FlashAttention-2 kernels.
+FLASH_UTILIZATION: tuple[tuple[str, float], ...] = (("H100", 0.35), ("H200", 0.35), ("H20", 0.35),
+                                                     ("H800", 0.35))
+
+
+def flash_efficiency(gpu: GpuType, matmul_efficiency: float) -> float:
+    """Fraction of the BF16 peak that flash attention's score matmuls reach on `gpu`."""
+    name = gpu.name.upper()
+    for prefix, util in FLASH_UTILIZATION:
+        if name.startswith(prefix):
+            return min(matmul_efficiency, util)
+    return matmul_efficiency
+
+
 def has_fp8(gpu: GpuType) -> bool:
     """Whether the GPU's tensor cores run FP8 matmuls (at FP8_SPEEDUP x the BF16 rate)."""
     return gpu.name.upper().startswith(FP8_PREFIXES)
@@ -150,6 +168,7 @@ def stage_compute_time(
     fp32: bool = False,
     float8: bool = False,
     compiled: bool = False,
+    flash: bool = False,
 ) -> ComputeEstimate:
     """Seconds for one micro-batch (forward + backward) of `ops` on one GPU of a (dp, tp) stage.
 
@@ -160,6 +179,8 @@ def stage_compute_time(
     `float8`: the operators' `linear_flops` run as FP8 matmuls at FP8_SPEEDUP x the rate (a GPU with
     FP8 tensor cores, `has_fp8`; the caller refuses the others); attention scores stay in BF16.
     `compiled`: torch.compile, the traffic term times `prior.compile_traffic_factor`.
+    `flash`: the non-linear matmul FLOPs (attention scores: `flops - linear_flops` of operators that
+    split them) run as flash attention kernels, at `flash_efficiency` (FLASH_UTILIZATION).
     """
     _check_degrees(dp, tp, micro_batch)
     samples = micro_batch / dp
@@ -178,6 +199,12 @@ def stage_compute_time(
         if not gpu.tflops_fp32_dense:
             source += f";fp32=fp16/8({gpu.name})"
         t = mm / (peak * 1e12 * prior.fp32_efficiency)
+    elif flash:
+        att = sum(o.flops - o.linear_flops for o in ops if o.linear_flops > 0) * samples / tp
+        eff = flash_efficiency(gpu, prior.matmul_efficiency)
+        t = (mm - att) / (gpu.tflops_fp16 * 1e12 * prior.matmul_efficiency) + att / (gpu.tflops_fp16 * 1e12 * eff)
+        if eff != prior.matmul_efficiency:
+            source += f";flash-util={eff:g}"
     else:
         t = mm / (gpu.tflops_fp16 * 1e12 * prior.matmul_efficiency)
     t += prior.traffic_multiplier * traffic / (gpu.bandwidth_gbps * 1e9)

@@ -11,13 +11,14 @@ changes those numbers; every rule is in docs/estimator-cells.md ("Time of one pl
 Rank layout (torchtitan's device mesh, outermost first): pp, dp, cp, tp. A stage holds
 L / (pp x virtual_stages) layers per chunk (the remainder to the first chunks), the embedding on the
 first stage and the head on the last. Per micro-batch a rank runs micro_batch samples of
-seq_length / cp tokens.
+seq_length / cp tokens. An encoder-decoder (T5) is its encoder's layers, then its decoder's with
+cross-attention (`plan_operators`).
 
 Per stage and micro-batch: compute (+ the prior's per-micro-batch overhead), recompute (the
 checkpointed layers' forward again: `full` all of it, `op` half of the weight GEMMs (torchtitan's
 per-op policy saves every second matmul output), `selective` the attention core), TP all-reduces
-(4 per layer and 2 for the head, 2 more per fully recomputed layer; async TP hides all but 1/tp of
-them behind the stage's weight GEMMs), ring attention's (cp - 1) K/V exchanges per layer overlapped
+(4 per layer and 2 for the head, 2 more per fully recomputed layer; async TP hides the forward's
+behind the forward weight GEMMs, all but 1/tp), ring attention's (cp - 1) K/V exchanges per layer overlapped
 with the block attention compute, MoE all-to-all over the ep group, and under FSDP/ZeRO-3 the
 exposed part of the per-layer all-gathers and reduce-scatters. Per iteration: the exposed gradient
 reduction of replicated parameters (DDP: overlapped with the last micro-batch's backward except
@@ -47,7 +48,7 @@ from tessera.estimator.cells import (
     pool_links,
 )
 from tessera.estimator.comm import CommModel, Link
-from tessera.estimator.compute import has_fp8, optimizer_step_time, stage_compute_time
+from tessera.estimator.compute import flash_efficiency, has_fp8, optimizer_step_time, stage_compute_time
 from tessera.estimator.layer_costs import Attention
 from tessera.estimator.memory_terms import RECIPES
 from tessera.estimator.models import ModelDims
@@ -92,9 +93,8 @@ def _refuse(model: ModelDims, plan: ExecutionPlan, gpu: GpuType) -> None:
     """What this model cannot time, by field."""
     if model.family == "wresnet":
         raise PlanInputError("model.family", "a Wide-ResNet has no execution plan (Cells only: tessctl estimate cells)")
-    if model.family == "encoder-decoder":
-        raise PlanInputError("model.family", "encoder-decoder (T5) models are not timed yet: their cross-attention "
-                                             "and two sequence lengths have no operators in the time model")
+    if model.family == "encoder-decoder" and plan.cp > 1:
+        raise PlanInputError("plan.cp", "context parallelism of an encoder-decoder (two sequences) is not timed")
     if plan.float8 != "none" and not has_fp8(gpu):
         raise PlanInputError("plan.float8", f"{gpu.name} has no FP8 tensor cores (Hopper, Ada and MI300 do; "
                                             "Ampere and older do not): torchao Float8 would run slower, not faster")
@@ -131,6 +131,42 @@ def cell_model(model: ModelDims, plan: ExecutionPlan) -> CellModel:
                                    expert_group_size=group, flash_attention=plan.flash_attention)
     except CellInputError as exc:
         raise PlanInputError(f"model.{exc.field}", exc.reason) from exc
+
+
+def _cross_attention(op: Operator, att: Attention, enc_seq: int, dtype_bytes: int, recompute: bool) -> Operator:
+    """A T5 decoder layer plus its cross-attention (Raffel et al., JMLR 2020): q and o projections on
+    the decoder's tokens, k and v on the encoder's (enc_seq tokens), scores of every decoder token
+    against every encoder token (not causal), one more TP all-reduce per pass (the o projection)."""
+    s_d, rec = att.seq, 1 if recompute else 0
+    lin = s_d * 2 * 2 * att.hidden * att.width + enc_seq * 2 * 2 * att.hidden * att.kv_width
+    cross = replace(att, seq=enc_seq, causal=False)  # the keys are the encoder's
+    score = (cross.score_train_flops + rec * cross.score_fwd_flops) * s_d
+    calls = op.comm_calls + op.comm_calls // 2  # one more for every two of the self-attention layer's
+    return replace(op, flops=op.flops + (3 + rec) * lin + score, linear_flops=op.linear_flops + (3 + rec) * lin,
+                   params=op.params + 2 * att.hidden * att.width + 2 * att.hidden * att.kv_width,
+                   traffic_sharded_bytes=op.traffic_sharded_bytes
+                   + (2 * att.width * s_d + 2 * att.kv_width * enc_seq) * dtype_bytes
+                   + (0.0 if att.flash else 5.0 * att.heads * enc_seq * s_d),
+                   tp_comm_bytes=op.tp_comm_bytes / op.comm_calls * calls, comm_calls=calls)
+
+
+def plan_operators(model: ModelDims, plan: ExecutionPlan, recompute: bool = False) -> tuple[CellModel, tuple[Operator, ...]]:
+    """The plan's model and its operator chain (no recomputation unless asked). An encoder-decoder is
+    its encoder (bidirectional, seq_length tokens), then its decoder (causal, target_length tokens,
+    plus cross-attention), then the head on the decoder's tokens; layers are numbered on through."""
+    if model.family != "encoder-decoder":
+        cm = cell_model(model, plan)
+        return cm, model_operators(replace(cm, recompute=recompute))
+    enc = replace(model, family="encoder", num_decoder_layers=0, decoder_seq_length=0)
+    dec = replace(model, family="decoder", num_layers=model.decoder_layers, seq_length=model.target_length,
+                  num_decoder_layers=0, decoder_seq_length=0)
+    enc_cm = replace(cell_model(enc, plan), recompute=recompute)
+    dec_cm = replace(cell_model(dec, plan), recompute=recompute)
+    enc_ops, dec_ops = model_operators(enc_cm), model_operators(dec_cm)
+    n = model.num_layers
+    layers = [replace(_cross_attention(o, dec_cm.attention(i), model.seq_length, dec_cm.dtype_bytes, recompute),
+                      name=f"layer{n + i}") for i, o in enumerate(dec_ops[1:-1])]
+    return enc_cm, (enc_ops[0], *enc_ops[1:-1], *layers, dec_ops[-1])
 
 
 def _layer_index(op: Operator) -> int | None:
@@ -258,10 +294,9 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
         raise PlanInputError("pool", f"pool {pool.gpu} x {pool.gpus_per_node} per node does not hold the plan on "
                                      f"{g.name} x {per_node} per node")
     intra, inter = pool_links(pool, cfg.links)
-    cm = cell_model(model, plan)
-    base_ops = model_operators(cm)
+    cm, base_ops = plan_operators(model, plan)
     ops = base_ops
-    ops_r = model_operators(replace(cm, recompute=True))
+    ops_r = plan_operators(model, plan, recompute=True)[1]
     lora = lora_operators(model, cm, ops, plan) if plan.lora_rank else None
     if lora is not None:
         ops = lora.ops
@@ -270,6 +305,10 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
         # (the 10sbh that plain TP replicates) over the TP ranks
         ops = tuple(replace(o, traffic_sharded_bytes=o.traffic_sharded_bytes + o.traffic_bytes, traffic_bytes=0.0)
                     for o in ops)
+    if plan.float8 != "none":
+        # torchtitan's Float8 converter leaves the output projection in bf16 (filter_fqns "output"):
+        # the head's GEMMs take the bf16 rate (linear_flops 0: not split, not converted)
+        ops = tuple(replace(o, linear_flops=0.0) if o.name == "head" else o for o in ops)
     recipe = RECIPES[plan.precision]
     fp32 = recipe.activation >= 4
     tp, cp, dp, pp, v, b = plan.tp, plan.cp, plan.dp, plan.pp, plan.virtual_stages, plan.grad_accum
@@ -279,7 +318,7 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
 
     def seconds(sel: Sequence[Operator]) -> float:
         e = stage_compute_time(sel, g, 1, tp, samples, prior, fp32=fp32, float8=plan.float8 != "none",
-                               compiled=plan.compile)
+                               compiled=plan.compile, flash=plan.flash_attention)
         sources.add(e.source)
         return e.seconds
 
@@ -290,7 +329,8 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
         return e.seconds
 
     stage_ranks = dp * cp * tp
-    layout = _stage_ops(len(ops), model.num_layers, pp, v)
+    layers = model.num_layers + (model.decoder_layers if model.family == "encoder-decoder" else 0)
+    layout = _stage_ops(len(ops), layers, pp, v)
     stages: list[_Stage] = []
     for si, idx in enumerate(layout):
         first = si * stage_ranks
@@ -333,20 +373,31 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
             base = sum(lora.base_linear_params[i] for i in idx) / tp
             st.compute += passes * base * (QUANT_BYTES[plan.base_quant] + 2) / (g.bandwidth_gbps * 1e9)
 
-        # tensor parallel all-reduces (sequence parallel: reduce-scatter + all-gather, the same ring bytes)
+        if plan.float8 != "none":
+            st.compute += float8_cast_seconds(model, cm, [ops[i] for i in idx], tp, samples, g)
+
+        # tensor parallel all-reduces (sequence parallel: reduce-scatter + all-gather, the same ring bytes);
+        # half of an operator's calls are the backward's, the rest its forward and recomputed forward
         if tp > 1:
-            t = 0.0
+            fwd_t = bwd_t = fwd_lin = 0.0
             for i in idx:
                 o = ops_r[i] if i in full_layers else ops[i]
                 if o.tp_comm_bytes > 0:
                     calls = max(1, o.comm_calls)
-                    t += calls * ctime("all_reduce", o.tp_comm_bytes * samples / calls, tp, tp_link)
+                    one = ctime("all_reduce", o.tp_comm_bytes * samples / calls, tp, tp_link)
+                    back = max(1, ops[i].comm_calls) // 2
+                    fwd_t += (calls - back) * one
+                    bwd_t += back * one
+                fwd_lin += ops[i].linear_flops / 3 + (ops_r[i].linear_flops - base_ops[i].linear_flops
+                                                      if i in full_layers else 0.0)
             if plan.async_tp:
-                # micro-pipelined TP (Wang et al., ASPLOS'23; torch async TP): the collectives run in
-                # chunks under the weight GEMMs; the first chunk (1/tp) stays exposed
-                lin = seconds([Operator("linear", flops=sum(ops[i].linear_flops for i in idx))])
-                t = max(t / tp, t - lin)
-            st.tp_comm = t
+                # micro-pipelined TP (Wang et al., ASPLOS'23; PyTorch's async TP, 2024): the forward's
+                # all-gather -> matmul and matmul -> reduce-scatter run in tp chunks under the weight
+                # GEMMs, the first chunk (1/tp) exposed; the backward's collectives stay exposed (the
+                # authors report forward-pass speedups of up to 20-29% and about 8% end to end)
+                lin = seconds([Operator("linear", flops=fwd_lin, linear_flops=fwd_lin)])
+                fwd_t = max(fwd_t / tp, fwd_t - lin)
+            st.tp_comm = fwd_t + bwd_t
 
         # ring attention (Liu et al., Ring Attention, ICLR 2024): cp - 1 K/V block exchanges per layer
         # and pass, each overlapped with the attention of the block in hand
@@ -358,7 +409,9 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
                     continue
                 att = cm.attention(li)
                 kv = 2 * att.kv_width / tp * (model.seq_length / cp) * plan.micro_batch * recipe.activation
-                block = seconds([Operator("scores", flops=att.score_fwd_flops * model.seq_length)]) / cp
+                # one block pair's forward scores: this rank's seq/cp queries against seq/cp keys
+                block = (att.score_fwd_flops * model.seq_length * samples / tp / cp
+                         / (g.tflops_fp16 * 1e12 * flash_efficiency(g, prior.matmul_efficiency)))
                 fwd = (cp - 1) * max(0.0, ctime("p2p", kv, 2, cp_link, cp_share) - block)
                 bwd = (cp - 1) * max(0.0, ctime("p2p", 2 * kv, 2, cp_link, cp_share)
                                      - att.score_backward_factor * block)
@@ -381,7 +434,9 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
         expert = [ops[i].expert_params / (tp * plan.ep) for i in idx]
         trained = ([lora.adapter_params[i] / tp for i in idx] if lora is not None
                    else [d + e for d, e in zip(dense, expert)])
-        pbytes = 1.0 if plan.float8 == "linear+allgather" else float(recipe.param)
+        # FSDP2's MixedPrecisionPolicy casts the parameters to the compute dtype before gathering them
+        # (torchtitan: bf16 gathers of fp32 shards); Float8 all-gather sends 1 byte per linear weight
+        pbytes = 1.0 if plan.float8 == "linear+allgather" else float(min(recipe.param, recipe.activation))
         if world > 1 and plan.zero_stage >= 3:
             ag = [ctime("all_gather", (d + e) * pbytes, world, dp_link, dp_share) for d, e in zip(dense, expert)]
             rs = [ctime("reduce_scatter", t_ * recipe.grad, world, dp_link, dp_share) for t_ in trained]
@@ -437,8 +492,35 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
     per_stage = tuple({"busy": s.busy, "compute": s.compute, "recompute": s.recompute, "tp_comm": s.tp_comm,
                        "cp_comm": s.cp_comm, "ep_comm": s.ep_comm, "fsdp_per_microbatch": s.fsdp_mb,
                        "p2p": s.p2p, "dp_per_iteration": s.dp_iter, "optimizer": s.optimizer} for s in stages)
-    tokens = plan.global_batch * model.seq_length
+    tokens = plan.global_batch * (model.seq_length + (model.target_length if model.family == "encoder-decoder" else 0))
     return PlanTime(total, breakdown, src, tokens / total if total > 0 else math.inf, per_stage)
+
+
+def float8_cast_seconds(model: ModelDims, cm: CellModel, sops: Sequence[Operator], tp: int, samples: float,
+                        gpu: GpuType) -> float:
+    """Memory-bound work of torchao's dynamic tensorwise Float8 per micro-batch (torchao float8 README;
+    torchtitan docs/float8.md: scales from max(abs) of each high-precision operand): every GEMM
+    operand is read for its amax, then read and written as FP8 (2 + 2 + 1 bytes per bf16 element) in
+    the forward (input, weight), and again transposed for the weight-gradient GEMM (2 + 1) in the
+    backward, where the output gradient is cast for both backward GEMMs (2 + 2 x 3): 8 bytes per
+    element of each linear's input and output, per token, and per weight per micro-batch. Operand
+    sizes per rank: a column-parallel linear sees its whole input and 1/tp of its output, a
+    row-parallel one the reverse."""
+    h, f = model.hidden_size, model.ffn
+    per_token = weights = 0.0
+    for op in sops:
+        li = _layer_index(op)
+        if li is None:
+            continue
+        att = cm.attention(li)
+        a, kv = att.width, att.kv_width
+        mult = model.top_k if op.expert_params else 1  # routed tokens through the expert MLPs
+        col = [(h, a, 1), (h, kv, 1), (h, kv, 1)] + [(h, f, mult)] * (2 if model.gated else 1)
+        row = [(a, h, 1), (f, h, mult)]
+        per_token += sum(k * (i + o / tp) for i, o, k in col) + sum(k * (i / tp + o) for i, o, k in row)
+        weights += sum(i * o for i, o, _ in col + row) / tp
+    nbytes = 8.0 * (per_token * samples * model.seq_length + weights)
+    return nbytes / (gpu.bandwidth_gbps * 1e9)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,254 @@
+"""The time of one plan (estimator/plan_time.py) against measurements it was never fitted on.
+
+Data: the Morphling artifact's measured placements on 8 x 8 A800-80GB (data/morphling/placements,
+docs/reference/data.md): GPT-2 1.5B, LLaMA-2-7B and LLaMA-30B, Megatron 3D plans (PP, TP, DP digits)
+and, for GPT-2, DeepSpeed data-parallel plans (ga: plain DP; gc: + full activation checkpointing;
+zero-dp: ZeRO-2). Rows whose placement puts different GPU counts on its servers are left out (an
+ExecutionPlan fills whole nodes), and so are ZeRO-Offload rows (not timed: plan_time refuses them).
+
+Nothing here is fitted: the constants are CellConfig's (fitted on the Crius artifact, Alpa on
+A100/V100/A40/A10). What the artifact does not say is stated and varied instead of chosen:
+- the batch: the bench's global batch per iteration (estimator_morphling.MODELS: GPT-2 16, LLaMA-7B 8,
+  LLaMA-30B 4), one micro-batch per replica (the artifact's Megatron runs set no accumulation);
+- flash attention off and on (Megatron/DeepSpeed of 2023 ran GPT-2 without it by default);
+- the inter-server link: 12.5 GB/s (100 Gb/s) and the data README's 100 GB/s per server.
+
+    .venv/bin/python bench/estimator_plan_time.py [--data DIR]
+
+Prints JSON (mean |error|, median signed error per model and plan kind) and writes
+bench/results/estimator_plan_time.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tessera.estimator.cells import GpuPool
+from tessera.estimator.models import ModelDims, registered
+from tessera.estimator.plan_time import estimate_plan_time
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
+
+GPT2 = registered("gpt2-xl")
+LLAMA7 = registered("llama2-7b")
+assert GPT2 is not None and LLAMA7 is not None
+# LLaMA-30B (Touvron et al. 2023, Table 2): 60 layers of 6656, 52 heads, 2048 tokens, SwiGLU 17920.
+LLAMA30 = ModelDims(6656, 60, 52, 32000, 2048, "llama-30b", ffn_hidden=17920, gated=True, tied_embeddings=False)
+MODELS: dict[str, tuple[ModelDims, int]] = {"gpt2": (GPT2, 16), "llama7": (LLAMA7, 8), "llama30": (LLAMA30, 4)}
+DP_KINDS = {"ga": {}, "gc": {"checkpointing": "full"}, "zero-dp": {"sharding": "zero2"}}
+
+
+def rows(root: Path) -> list[dict[str, Any]]:
+    out = []
+    for name in MODELS:
+        with (root / "morphling" / "placements" / name / "placements.csv").open(encoding="utf-8-sig") as f:
+            for r in csv.DictReader(f):
+                out.append({"model": name, "exec_plan": r["exec_plan"], "placement": r["placement"],
+                            "measured_s": float(r["iter_time"])})
+    return out
+
+
+def plan_of(row: dict[str, Any], flash: bool) -> tuple[ExecutionPlan, int, int] | None:
+    """(plan, GPUs, GPUs per node) of a row, or None when the row is not timed (see the docstring)."""
+    batch = MODELS[row["model"]][1]
+    placement, ep = row["placement"], row["exec_plan"]
+    if len(set(placement)) != 1:
+        return None
+    per_node = int(placement[0])
+    gpus = per_node * len(placement)
+    extra: dict[str, Any] = {}
+    if ep.isdigit() and len(ep) == 3:
+        pp, tp, dp = (int(c) for c in ep)
+    elif ep in DP_KINDS:
+        pp, tp, dp = 1, 1, gpus
+        extra = dict(DP_KINDS[ep])
+    else:
+        return None
+    if batch % dp or pp * tp * dp != gpus:
+        return None
+    if extra.get("sharding") == "zero2" and dp == 1:
+        extra.pop("sharding")
+    try:
+        plan = ExecutionPlan(dp=dp, tp=tp, pp=pp, micro_batch=batch // dp, grad_accum=1, precision="mixed",
+                             flash_attention=flash, **extra)
+    except PlanInputError:
+        return None
+    return plan, gpus, per_node
+
+
+def summary(errs: list[float]) -> dict[str, Any]:
+    return {"n": len(errs), "mean_abs_pct": round(100 * statistics.fmean(abs(e) for e in errs), 1),
+            "median_signed_pct": round(100 * statistics.median(errs), 1)} if errs else {"n": 0}
+
+
+def run(root: Path) -> dict[str, Any]:
+    data = rows(root)
+    variants: dict[str, Any] = {}
+    for flash in (False, True):
+        for nic in (12.5, 100.0):
+            groups: dict[str, list[float]] = {}
+            preds = []
+            for row in data:
+                got = plan_of(row, flash)
+                if got is None:
+                    continue
+                plan, gpus, per_node = got
+                dims = MODELS[row["model"]][0]
+                pool = GpuPool("A800-80GB", gpus, per_node, "nvlink", nic_gbps=nic)
+                try:
+                    t = estimate_plan_time(dims, plan, "A800-80GB", gpus_per_node=per_node, pool=pool)
+                except PlanInputError as exc:
+                    preds.append({**row, "refused": str(exc)})
+                    continue
+                err = (t.iter_time - row["measured_s"]) / row["measured_s"]
+                kind = "3d" if row["exec_plan"].isdigit() else row["exec_plan"]
+                for g in ("all", row["model"], f"{row['model']}/{kind}"):
+                    groups.setdefault(g, []).append(err)
+                preds.append({**row, "estimate_s": round(t.iter_time, 4), "err_pct": round(100 * err, 1)})
+            variants[f"flash={int(flash)},nic={nic:g}GB/s"] = {
+                "error": {g: summary(v) for g, v in sorted(groups.items())}, "rows": preds}
+    return {"benchmark": "estimator_plan_time", "data": str(root / "morphling"), "gpu": "A800-80GB",
+            "fitted_here": False, "variants": variants}
+
+
+# ---------------------------------------------------------------------------------------------------
+# torchtitan's published throughput (pytorch/torchtitan docs/performance.md): tokens per second per GPU.
+# H100 rows: the version of 2024-12 (commit eaea6f6a; torch 1963fc8, torchao eab345c, torchtitan 9dec370):
+# Grand Teton hosts, 8 H100 (96 GB HBM2e, 2.4 TB/s, 500 W) on NVLink, 400 Gb/s RDMA per GPU. Their peak
+# is "between SXM and NVL" (the doc): we time them as H100-80GB (SXM: 989 TFLOP/s, 3.35 TB/s) and say so.
+# A100 rows: the earlier version (commit 04133643): 64 A100-80GB, FSDP2, no interconnect given (taken as
+# 8 x 200 Gb/s HDR per node, DGX A100's). Sequence 8192 (Llama 3) or 4096 (Llama 2) unless a row says.
+# "Selective" AC in torchtitan's configs of that time is the per-op policy ('op'); "selective layer"
+# is full AC of every second block (checkpoint_every=2).
+
+LLAMA31_8B = ModelDims(4096, 32, 32, 128256, 8192, "llama3.1-8b", ffn_hidden=14336, gated=True, num_kv_heads=8,
+                       tied_embeddings=False)
+LLAMA31_70B = ModelDims(8192, 80, 64, 128256, 8192, "llama3.1-70b", ffn_hidden=28672, gated=True,
+                        num_kv_heads=8, tied_embeddings=False)
+LLAMA31_405B = ModelDims(16384, 126, 128, 128256, 8192, "llama3.1-405b", ffn_hidden=53248, gated=True,
+                         num_kv_heads=8, tied_embeddings=False)
+LLAMA2_13B = ModelDims(5120, 40, 40, 32000, 4096, "llama2-13b", ffn_hidden=13824, gated=True,
+                       tied_embeddings=False)
+LLAMA2_70B = ModelDims(8192, 80, 64, 32000, 4096, "llama2-70b", ffn_hidden=28672, gated=True, num_kv_heads=8,
+                       tied_embeddings=False)
+TT = {"sharding": "fsdp", "precision": "amp", "loss": "fp32", "flash_attention": True}
+CF = {**TT, "compile": True, "float8": "linear"}
+# (table, model, gpu, nic GB/s per node, plan fields, seq override, measured tokens/s/GPU)
+TORCHTITAN: list[tuple[str, ModelDims, str, float, dict[str, Any], int, float]] = [
+    ("H100 T1 FSDP", LLAMA31_8B, "H100-80GB", 400.0, {**TT, "dp": 8, "micro_batch": 2, "checkpointing": "op"}, 0, 5762),
+    ("H100 T1 +compile", LLAMA31_8B, "H100-80GB", 400.0,
+     {**TT, "dp": 8, "micro_batch": 2, "checkpointing": "op", "compile": True}, 0, 6667),
+    ("H100 T1 +compile+float8", LLAMA31_8B, "H100-80GB", 400.0,
+     {**CF, "dp": 8, "micro_batch": 2, "checkpointing": "op"}, 0, 8532),
+    ("H100 T2 cp1 32k", LLAMA31_8B, "H100-80GB", 400.0, {**CF, "dp": 8, "checkpointing": "full"}, 32768, 3890),
+    ("H100 T2 cp2 64k", LLAMA31_8B, "H100-80GB", 400.0, {**CF, "dp": 4, "cp": 2, "checkpointing": "full"}, 65536, 2540),
+    ("H100 T2 cp4 128k", LLAMA31_8B, "H100-80GB", 400.0, {**CF, "dp": 2, "cp": 4, "checkpointing": "full"}, 131072,
+     1071),
+    ("H100 T2 cp8 256k", LLAMA31_8B, "H100-80GB", 400.0, {**CF, "dp": 1, "cp": 8, "checkpointing": "full"}, 262144,
+     548),
+    ("H100 T3 FSDP 128", LLAMA31_8B, "H100-80GB", 400.0, {**TT, "dp": 128, "micro_batch": 2, "checkpointing": "op"}, 0,
+     5605),
+    ("H100 T3 +compile", LLAMA31_8B, "H100-80GB", 400.0,
+     {**TT, "dp": 128, "micro_batch": 2, "checkpointing": "op", "compile": True}, 0, 6514),
+    ("H100 T3 +compile+float8", LLAMA31_8B, "H100-80GB", 400.0,
+     {**CF, "dp": 128, "micro_batch": 2, "checkpointing": "op"}, 0, 8380),
+    ("H100 T4 2D", LLAMA31_70B, "H100-80GB", 400.0,
+     {**CF, "dp": 32, "tp": 8, "micro_batch": 16, "checkpointing": "full", "sequence_parallel": True}, 0, 829),
+    ("H100 T4 2D+asyncTP", LLAMA31_70B, "H100-80GB", 400.0,
+     {**CF, "dp": 32, "tp": 8, "micro_batch": 16, "checkpointing": "full", "sequence_parallel": True,
+      "async_tp": True}, 0, 876),
+    ("H100 T5 1F1B", LLAMA31_405B, "H100-80GB", 400.0,
+     {**CF, "dp": 8, "tp": 8, "pp": 8, "micro_batch": 1, "grad_accum": 32, "checkpointing": "full",
+      "sequence_parallel": True, "async_tp": True}, 0, 100),
+    ("H100 T5 interleaved", LLAMA31_405B, "H100-80GB", 400.0,
+     {**CF, "dp": 8, "tp": 8, "pp": 8, "micro_batch": 1, "grad_accum": 32, "virtual_stages": 2,
+      "checkpointing": "full", "sequence_parallel": True, "async_tp": True}, 0, 128),
+    *((f"H100 T6 cp{cp}", LLAMA31_405B, "H100-80GB", 400.0,
+       {**CF, "dp": 8 // cp, "cp": cp, "tp": 8, "pp": 8, "micro_batch": 1, "grad_accum": 8, "checkpointing": "full",
+        "sequence_parallel": True, "async_tp": True}, 32768 * cp, tps)
+      for cp, tps in ((1, 76), (2, 47), (4, 31), (8, 16))),
+    # async TP, June 2025 (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, table version of
+    # commit 2887250b): same Grand Teton H100s; 70B FSDP 32 x TP 8, full AC, local batch 16; 8B FSDP 8 x
+    # TP 8, per-op SAC, local batch 12; torch.compile throughout, TP with sequence parallel
+    *((f"H100 aTP {name}{' float8' if f8 else ''}{' async' if a else ''}", dims, "H100-80GB", 400.0,
+       {**TT, "compile": True, "float8": "linear" if f8 else "none", "dp": dp, "tp": 8, "micro_batch": mb,
+        "checkpointing": ac, "sequence_parallel": True, "async_tp": a}, 0, tps)
+      for name, dims, dp, mb, ac, f8, a, tps in (
+          ("70B", LLAMA31_70B, 32, 16, "full", False, False, 597.3),
+          ("70B", LLAMA31_70B, 32, 16, "full", False, True, 652.4),
+          ("70B", LLAMA31_70B, 32, 16, "full", True, False, 809.8),
+          ("70B", LLAMA31_70B, 32, 16, "full", True, True, 942.4),
+          ("8B", LLAMA31_8B, 8, 12, "op", False, False, 4378.0),
+          ("8B", LLAMA31_8B, 8, 12, "op", False, True, 4809.4),
+          ("8B", LLAMA31_8B, 8, 12, "op", True, False, 5078.1),
+          ("8B", LLAMA31_8B, 8, 12, "op", True, True, 5570.1))),
+    # H200, June 2025 (benchmarks/llama3_8b_h200_2025-06_torchtitan.md, Trainy): 8 H200 per host, 400 Gb/s
+    # per GPU; llama3_8b.toml (per-op SAC), local batch 2, compile, Float8 with FSDP Float8 all-gather
+    *((f"H200 L3-8B {n} GPUs", LLAMA31_8B, "H200-141GB", 400.0,
+       {**CF, "float8": "linear+allgather", "dp": n, "micro_batch": 2, "checkpointing": "op"}, 0, tps)
+      for n, tps in ((32, 10938.0), (64, 10753.0))),
+    ("A100 L3-8B sel.layer", LLAMA31_8B, "A100-80GB", 200.0,
+     {**TT, "dp": 64, "checkpointing": "full", "checkpoint_every": 2}, 0, 2904),
+    ("A100 L3-8B sel.op", LLAMA31_8B, "A100-80GB", 200.0, {**TT, "dp": 64, "checkpointing": "op"}, 0, 2973),
+    ("A100 L3-70B full", LLAMA31_70B, "A100-80GB", 200.0, {**TT, "dp": 64, "checkpointing": "full"}, 0, 331),
+    ("A100 L2-13B no AC", LLAMA2_13B, "A100-80GB", 200.0, {**TT, "dp": 64, "micro_batch": 2}, 0, 2162),
+    ("A100 L2-13B sel.layer", LLAMA2_13B, "A100-80GB", 200.0,
+     {**TT, "dp": 64, "micro_batch": 2, "checkpointing": "full", "checkpoint_every": 2}, 0, 1914),
+    ("A100 L2-13B sel.op", LLAMA2_13B, "A100-80GB", 200.0,
+     {**TT, "dp": 64, "micro_batch": 2, "checkpointing": "op"}, 0, 1904),
+    ("A100 L2-70B sel.op", LLAMA2_70B, "A100-80GB", 200.0, {**TT, "dp": 64, "checkpointing": "op"}, 0, 355),
+    ("A100 L2-70B full", LLAMA2_70B, "A100-80GB", 200.0,
+     {**TT, "dp": 64, "micro_batch": 2, "checkpointing": "full"}, 0, 353),
+]
+
+
+def torchtitan_rows() -> dict[str, Any]:
+    out = []
+    for name, dims, gpu, nic, fields, seq, tps in TORCHTITAN:
+        m = replace(dims, seq_length=seq) if seq else dims
+        plan = ExecutionPlan(**fields)
+        pool = GpuPool(gpu, plan.num_gpus, min(8, plan.num_gpus), "nvlink", nic_gbps=nic)
+        t = estimate_plan_time(m, plan, gpu, gpus_per_node=min(8, plan.num_gpus), pool=pool)
+        est = t.tokens_per_second / plan.num_gpus
+        out.append({"row": name, "measured_tps_gpu": tps, "estimated_tps_gpu": round(est, 1),
+                    "time_err_pct": round(100 * (tps / est - 1), 1),
+                    "breakdown_s": {k: round(v, 4) for k, v in t.breakdown.items()}})
+    errs = [abs(r["time_err_pct"]) / 100 for r in out]
+    by_gpu = {g: summary([r["time_err_pct"] / 100 for r in out if r["row"].startswith(g)])
+              for g in ("H100", "H200", "A100")}
+    return {"source": "pytorch/torchtitan docs/performance.md (H100: 2024-12; A100: earlier version)",
+            "error_of_iteration_time": {"all": summary([r["time_err_pct"] / 100 for r in out]), **by_gpu},
+            "n": len(errs), "rows": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", help="shared data folder (default: <repo>/../shared/data)")
+    args = ap.parse_args(argv)
+    root = Path(args.data) if args.data else REPO.parent / "shared" / "data"
+    if not (root / "morphling" / "placements").is_dir():
+        raise SystemExit(f"error: Morphling data not found under {root / 'morphling'}; pass --data DIR")
+    result = run(root)
+    result["torchtitan"] = torchtitan_rows()
+    out = REPO / "bench" / "results" / "estimator_plan_time.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    shown = {**result, "variants": {k: v["error"] for k, v in result["variants"].items()}}
+    shown["torchtitan"] = {**result["torchtitan"], "rows": [
+        {k: r[k] for k in ("row", "measured_tps_gpu", "estimated_tps_gpu", "time_err_pct")}
+        for r in result["torchtitan"]["rows"]]}
+    print(json.dumps(shown, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
