@@ -17,9 +17,13 @@ The micro-batch count (`search_cell`), per Cell:
   overheads, collective latencies) over the same work. Each layout takes the smallest B that divides
   the batch into whole samples per rank and fits in memory (B = 1 when it fits: no gradient
   accumulation), and the fastest layout wins;
-- Ns > 1 stages: every divisor B of the batch up to `microbatches_per_stage` x Ns (the paper's 4 x Ns,
-  GPipe, Figure 10) is tried, each with the layouts whose DP ranks get whole samples, and the
-  fastest feasible plan is kept; when none fits, larger divisors are tried in order until one does.
+- Ns > 1 stages: every divisor B of the batch from Ns up to `microbatches_per_stage` x Ns (the
+  paper's 4 x Ns, GPipe, Figure 10, as the upper choice) is tried, each with the layouts whose DP
+  ranks get whole samples, and the fastest feasible plan is kept; when none fits, larger divisors
+  are tried in order until one does. Fewer micro-batches than stages (some stage always idle) are
+  tried only when the batch has no divisor in that range: they can win only where per-micro-batch
+  overheads outweigh the compute, where a Cell with fewer stages is the better Cell anyway, and
+  they would double the search's cost.
 Before this, B was 4 x Ns for every Cell, also with one stage, and a DP layout with more ranks than
 samples per micro-batch was dropped instead of retried with fewer micro-batches: an 8B job at
 global batch 16 on 8 GPUs never got plain DP.
@@ -217,14 +221,19 @@ def _one_stage(rows_of: Rows, layouts: Sequence[tuple[int, int]], stage_gpus: tu
 
 def _pipelined(rows_of: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], g: int, per_stage: int,
                memory_gb: float) -> CellSearch:
-    """Every divisor B of the batch up to microbatches_per_stage x Ns, the fastest feasible plan; when
-    none fits, the larger divisors in order until one does."""
-    upper = min(per_stage * len(stage_gpus), g)
+    """Every divisor B of the batch from Ns up to microbatches_per_stage x Ns (from 1 when none is in
+    that range), the fastest feasible plan; when none fits, the larger divisors in order until one does."""
+    ns = len(stage_gpus)
+    upper = min(per_stage * ns, g)
+    divs = divisors(g)
+    low = ns if any(ns <= d <= upper for d in divs) else 1
     assembled = feasible = 0
     tried: list[int] = []
     best: PlanEstimate | None = None
     reason = ""
-    for b in divisors(g):
+    for b in divs:
+        if b < low:
+            continue
         if b > upper and best is not None:
             break
         opts = _whole(layouts, g // b)

@@ -50,7 +50,7 @@ def plain_dp(est: CellEstimator, model: CellModel, pool: GpuPool, n: int) -> flo
     return None
 
 
-@profile(60)
+@profile(150)
 @given(cases())
 def test_best_cell_is_never_slower_than_plain_data_parallelism(case: tuple[CellModel, GpuPool, int, bool]) -> None:
     model, pool, n, fsdp = case

@@ -66,14 +66,18 @@ def test_one_stage_takes_the_smallest_micro_batch_count_that_fits() -> None:
         assert not rows[0] or not rows[0][0].fits
 
 
-def test_pipelines_try_every_divisor_up_to_four_per_stage() -> None:
+def test_pipelines_try_every_divisor_from_ns_up_to_four_per_stage() -> None:
     est = CellEstimator()
     pool = GpuPool("A100-40GB", 16, 4)
     c = est.cell(SMALL, pool, 8, 2)
-    assert c.plan is not None and c.iter_time is not None
-    for b in (1, 2, 4, 8):
+    assert c.plan is not None and c.iter_time is not None and c.plan.num_microbatches in (2, 4, 8)
+    for b in (2, 4, 8):
         p = best_plan(est.stage_costs(SMALL, pool, 8, 2, num_microbatches=b)[0], b)
         assert p is None or c.iter_time.value <= p.iter_time * (1 + 1e-12)
+    # a batch with no divisor from Ns to 4 x Ns (3 sequences, 4 stages): the divisors below Ns
+    tiny = CellModel("gpt", 512, 8, 8, 1000, 128, global_batch=3)
+    t = est.cell(tiny, pool, 4, 4)
+    assert t.plan is not None and t.plan.num_microbatches in (1, 3)
 
 
 def test_fixed_runtime_micro_batches_are_kept_and_cannot_split_too_far() -> None:

@@ -98,9 +98,9 @@ def test_cell_end_to_end_with_sources_and_cache() -> None:
     c = est.cell(GPT, A100, 8, 2)
     assert c.fits and c.plan is not None and c.iter_time is not None and c.memory_per_gpu is not None
     assert c.num_stages == 2 and c.stage_gpus == (4, 4) and c.nodes == 2 and c.gpus_per_node == 4
-    # B in 1, 2, 4, 8 (the divisors of 64 up to 4 x Ns), each with 3 x 3 layouts (dp4, dp2xtp2, tp4)
-    assert c.plans_assembled == 4 * 9 and 1 <= c.plans_feasible <= 36
-    assert c.plan.num_gpus == 8 and c.plan.num_microbatches in (1, 2, 4, 8)
+    # B in 2, 4, 8 (the divisors of 64 from Ns to 4 x Ns), each with 3 x 3 layouts (dp4, dp2xtp2, tp4)
+    assert c.plans_assembled == 3 * 9 and 1 <= c.plans_feasible <= 27
+    assert c.plan.num_gpus == 8 and c.plan.num_microbatches in (2, 4, 8)
     assert c.iter_time.source.startswith("formula:") and "prior:" in c.iter_time.source
     assert c.memory_per_gpu.source.startswith("formula:")
     assert 0 < c.memory_per_gpu.value < 40e9
@@ -108,7 +108,7 @@ def test_cell_end_to_end_with_sources_and_cache() -> None:
     assert b["total"] == c.iter_time.value and b["compute"] > 0
     assert est.cell(GPT, A100, 8, 2) is c and est.hits == 1
     # stages of one GPU have a single option: one plan per micro-batch count tried
-    assert est.cell(GPT, A100, 2, 2).plans_assembled == 4
+    assert est.cell(GPT, A100, 2, 2).plans_assembled == 3
 
 
 def test_more_gpus_faster_and_cross_node_tp_is_avoided() -> None:
