@@ -174,3 +174,20 @@ def test_more_gpus_can_be_slower_when_the_batch_does_not_split() -> None:
     one = est.cell(m, pool, 1, 1).iter_time
     two = [c.iter_time.value for c in (est.cell(m, pool, 2, 1), est.cell(m, pool, 2, 2)) if c.iter_time]
     assert one is not None and two and min(two) > one.value
+
+
+def test_cell_options_and_stage_messages_carry_the_search() -> None:
+    from tessera.estimator.convert import execution_plan as execution_plan_of
+    from tessera.estimator.errors import PlanInputError
+    from tessera.estimator.service.handlers import cell_config, cell_message
+    from tessera.v1 import estimator_pb2 as pb
+
+    assert cell_config(pb.CellOptions()) == CellConfig()
+    cfg = cell_config(pb.CellOptions(num_microbatches=16, fsdp=False))
+    assert (cfg.num_microbatches, cfg.fsdp_stages) == (16, False)
+    with pytest.raises(PlanInputError, match="^options.num_microbatches:"):
+        cell_config(pb.CellOptions(num_microbatches=-1))
+    model = CellModel("gpt", 4096, 32, 32, 50000, 2048, global_batch=8)
+    msg = cell_message(CellEstimator().cell(model, GpuPool("A100-40GB", 8, 8), 8, 1))
+    assert msg.plan.stages[0].sharding == "fsdp" and execution_plan_of(msg.execution_plan).sharding == "fsdp"
+    assert msg.plan.description.startswith("pp1[fsdp")
