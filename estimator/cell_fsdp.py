@@ -6,9 +6,11 @@ iteration. Its FSDP variant (PyTorch FSDP2 `fully_shard` per layer, as torchtita
 same bytes as DeepSpeed ZeRO-3) shards weights, gradients and optimizer states over the dp ranks:
 
 Memory per GPU: the model state of the stage divided by dp, plus the working set FSDP gathers: two
-layers' unsharded weights (the running layer and the prefetched next one) and one layer's unsharded
-gradient before its reduce-scatter (the same working set as tessera.estimator.memory's
-`_zero3_working_set`); activations and the reserve are the unsharded option's.
+units' unsharded weights (the running one and the prefetched next) and one unit's unsharded
+gradient before its reduce-scatter, each the stage's largest unit (a unit is one operator of the
+chain: a layer, the embedding or the head, as torchtitan wraps blocks, embedding and output
+apart; the working set of tessera.estimator.memory's `_zero3_working_set`, taken at the largest
+unit, so a large vocabulary counts); activations and the reserve are the unsharded option's.
 
 Time per micro-batch: every layer's weights are all-gathered for the forward and again for the
 backward (reshard after forward: FSDP2's default without PP) and its gradient is reduce-scattered
