@@ -128,7 +128,9 @@ def run(root: Path) -> dict[str, Any]:
 # A100 rows: the earlier version (commit 04133643): 64 A100-80GB, FSDP2, no interconnect given (taken as
 # 8 x 200 Gb/s HDR per node, DGX A100's). Sequence 8192 (Llama 3) or 4096 (Llama 2) unless a row says.
 # "Selective" AC in torchtitan's configs of that time is the per-op policy ('op'); "selective layer"
-# is full AC of every second block (checkpoint_every=2).
+# is full AC of every second block (checkpoint_every=2). Pipelines: micro-batches of 1 sample (torchtitan's
+# default micro-batch size), so local batch 32 = 32 micro-batches; "Interleaved 1F1B" taken as 2 virtual
+# stages per rank (not stated in the table).
 
 LLAMA31_8B = ModelDims(4096, 32, 32, 128256, 8192, "llama3.1-8b", ffn_hidden=14336, gated=True, num_kv_heads=8,
                        tied_embeddings=False)
