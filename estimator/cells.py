@@ -5,29 +5,33 @@ Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 A Cell is (job, GPU type, GPU count, pipeline stages). Inside a Cell the stage partition is fixed
 (partition.py: by FLOPs and inter-operator communication) and only data and tensor parallelism per
-stage remain. The Cell's estimate is the best of its 2^Ns assembled plans: every stage is either
-data-parallel-only or tensor-parallel-only, its computation comes from compute.py (analytical prior
-or one-device profiling) and its communication from comm.py (profiled table or alpha-beta). The
-pipeline latency follows Sec. 5.1:
+stage remain. The paper's estimate is the best of 2^Ns assembled plans (every stage data-parallel-only
+or tensor-parallel-only); Tessera's takes every dp x tp layout of a stage, FSDP on one-stage Cells
+where plain DP does not fit, and the number of micro-batches per Cell (cell_search.py,
+cell_fsdp.py). A stage's computation comes from compute.py (analytical prior or one-device
+profiling) and its communication from comm.py (profiled table or alpha-beta). The pipeline latency
+follows Sec. 5.1 (cell_types.py):
 
     T_iter = sum_i T_i + (B - 1) * max_i (T_i - Tcomm_i) + max_i (Tsync_i + Topt_i)
 
 with T_i = compute + intra-stage communication + the communication from the previous stage for one
-micro-batch, Tcomm_i that inter-stage part (overlapped in the steady state), B = 4 * Ns micro-batches
-(GPipe, as in the paper's Figure 10), and a last term that the paper leaves implicit: the gradient
+micro-batch, Tcomm_i that inter-stage part (overlapped in the steady state), B micro-batches (the
+paper: 4 * Ns, GPipe, Figure 10; here chosen per Cell, cell_search.py), and a last term that the paper leaves implicit: the gradient
 all-reduce of data-parallel stages and the optimizer step, once per iteration, stages in parallel.
 We read "the slowest stage" as the stage with the largest latency once its overlapped communication
 is taken off. A plan whose memory exceeds the GPU's usable memory on any stage is dropped.
 
-The best assembled plan is found exactly without enumerating 2^Ns plans (thresholds on the two max
-terms, then an independent choice per stage); `enumerate_plans` enumerates them for checks.
+The best assembled plan is found exactly without enumerating the plans (thresholds on the two max
+terms, then an independent choice per stage: cell_search.exact_best); `enumerate_plans` enumerates
+them for checks.
 
 Everything here is pure: frozen dataclasses in, frozen dataclasses out; `CellEstimator` keeps an
 in-memory cache keyed by (model signature, plan, GPU type).
 
 Why one piece (about a thousand lines): it is the one computation of Sec. 5.1, read top to bottom
 in the paper's order (the model as an operator chain, the cluster's pools and links, one stage's
-costs, the pipeline latency and the exact best of the 2^Ns plans, the Cells of a job). Its parts
+costs, the Cells of a job; the plan types, the search and the FSDP options are in cell_types.py,
+cell_search.py and cell_fsdp.py). Its parts
 share the Cell estimator's own types (`StagePlan`, `CellPlan`, `_Placement`, `CellConfig`) and one
 error type (`CellInputError`), raised by every part; tuning.py and stage_placer.py reuse them and the
 stage cost. Each part sits under its own section header. The seam to cut first, once the pools-file
@@ -459,8 +463,8 @@ class CellConfig:
 
     - `prior`: compute efficiency prior (compute.py);
     - `links`: link efficiency/latency prior;
-    - `microbatches_per_stage`: with Ns > 1 stages, B is searched over the divisors of the batch up
-      to this x Ns (GPipe; Crius Figure 10); one stage takes the smallest B that fits
+    - `microbatches_per_stage`: with Ns > 1 stages, B is searched over the divisors of the batch from
+      Ns up to this x Ns (GPipe; Crius Figure 10); one stage takes the smallest B that fits
       (estimator/cell_search.py);
     - `num_microbatches`: when > 0, B is this for every Cell instead (a runtime that fixes it: the
       Crius artifact's trainers all run 16), capped by the global batch;
@@ -609,7 +613,7 @@ def _stage_cost(
 
 
 # ---------------------------------------------------------------------------------------------------
-# The 2^Ns assembled plans and the exact best one
+# The assembled plans and the exact best one
 
 
 def stage_options(gpus: int, gpus_per_node: int | None = None, num_heads: int | None = None) -> tuple[tuple[int, int], ...]:
