@@ -1,4 +1,4 @@
-"""`tessctl estimate memory|cells`: ask the estimator about a job file (docs/estimator-service.md).
+"""`tessctl estimate memory|cells|stages|time`: ask the estimator about a job file (docs/estimator-service.md).
 
 The same request message goes either to the library in this process (tessera.estimator.service.handlers.Estimator,
 the default: no server needed) or to a `tessera-estimator` (`--estimator HOST:PORT`); the answer is
@@ -78,8 +78,9 @@ def plan_arg(text: str) -> common_pb2.ExecutionPlan:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
-    """The `estimate memory` and `estimate cells` subcommands (command(parent, name, func, help))."""
+def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> Any:
+    """The `estimate memory`, `cells` and `stages` subcommands (command(parent, name, func, help));
+    returns the subparsers, for `estimate time` (clients/estimate_time.py)."""
     sub = estimate.add_subparsers(dest="what", metavar="WHAT", required=True)
     p = command(sub, "memory", cmd_memory, "peak memory per GPU of a job under a plan, by category")
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
@@ -133,6 +134,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
                    help="score plans with Espresso's Eq. 9: a stage's gradient sync overlaps the earlier stages' "
                         "backward passes")
     _estimator_option(p)
+    return sub
 
 
 
@@ -192,7 +194,7 @@ class InProcess:
 
     def call(self, method: str, request: Message) -> Any:
         fn = {"EstimateMemory": self._est.estimate_memory, "GetCells": self._est.get_cells,
-              "PlaceStages": self._est.place_stages}[method]
+              "PlaceStages": self._est.place_stages, "EstimateTime": self._est.estimate_time}[method]
         try:
             return fn(request)  # type: ignore[operator]
         except TesseraError as exc:  # the status the service would answer

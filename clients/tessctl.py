@@ -156,10 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", add_help=False, help=SIMULATE_HELP, description=SIMULATE_HELP)
     p.set_defaults(func=cmd_simulate)
 
-    est = command(sub, "estimate", _needs_resource, "ask the estimator about a job: memory per GPU, Cells, stage placement")
+    est = command(sub, "estimate", _needs_resource,
+                  "ask the estimator about a job: memory per GPU, Cells, stage placement, the time of a plan")
     from tessera.clients.estimate import add_arguments as _estimate_arguments
+    from tessera.clients.estimate_time import add_time_command
 
-    _estimate_arguments(est, command)
+    add_time_command(_estimate_arguments(est, command), command)
 
     command(sub, "whoami", cmd_whoami, "who the controller takes you for: principal, tenant, role")
     ctlconfig.add_arguments(sub, command)

@@ -5,29 +5,33 @@ Clusters", arXiv 2024 (arXiv:2403.16125; docs/reference/papers.md).
 
 A Cell is (job, GPU type, GPU count, pipeline stages). Inside a Cell the stage partition is fixed
 (partition.py: by FLOPs and inter-operator communication) and only data and tensor parallelism per
-stage remain. The Cell's estimate is the best of its 2^Ns assembled plans: every stage is either
-data-parallel-only or tensor-parallel-only, its computation comes from compute.py (analytical prior
-or one-device profiling) and its communication from comm.py (profiled table or alpha-beta). The
-pipeline latency follows Sec. 5.1:
+stage remain. The paper's estimate is the best of 2^Ns assembled plans (every stage data-parallel-only
+or tensor-parallel-only); Tessera's takes every dp x tp layout of a stage, FSDP on one-stage Cells
+where plain DP does not fit, and the number of micro-batches per Cell (cell_search.py,
+cell_fsdp.py). A stage's computation comes from compute.py (analytical prior or one-device
+profiling) and its communication from comm.py (profiled table or alpha-beta). The pipeline latency
+follows Sec. 5.1 (cell_types.py):
 
     T_iter = sum_i T_i + (B - 1) * max_i (T_i - Tcomm_i) + max_i (Tsync_i + Topt_i)
 
 with T_i = compute + intra-stage communication + the communication from the previous stage for one
-micro-batch, Tcomm_i that inter-stage part (overlapped in the steady state), B = 4 * Ns micro-batches
-(GPipe, as in the paper's Figure 10), and a last term that the paper leaves implicit: the gradient
+micro-batch, Tcomm_i that inter-stage part (overlapped in the steady state), B micro-batches (the
+paper: 4 * Ns, GPipe, Figure 10; here chosen per Cell, cell_search.py), and a last term that the paper leaves implicit: the gradient
 all-reduce of data-parallel stages and the optimizer step, once per iteration, stages in parallel.
 We read "the slowest stage" as the stage with the largest latency once its overlapped communication
 is taken off. A plan whose memory exceeds the GPU's usable memory on any stage is dropped.
 
-The best assembled plan is found exactly without enumerating 2^Ns plans (thresholds on the two max
-terms, then an independent choice per stage); `enumerate_plans` enumerates them for checks.
+The best assembled plan is found exactly without enumerating the plans (thresholds on the two max
+terms, then an independent choice per stage: cell_search.exact_best); `enumerate_plans` enumerates
+them for checks.
 
 Everything here is pure: frozen dataclasses in, frozen dataclasses out; `CellEstimator` keeps an
 in-memory cache keyed by (model signature, plan, GPU type).
 
 Why one piece (about a thousand lines): it is the one computation of Sec. 5.1, read top to bottom
 in the paper's order (the model as an operator chain, the cluster's pools and links, one stage's
-costs, the pipeline latency and the exact best of the 2^Ns plans, the Cells of a job). Its parts
+costs, the Cells of a job; the plan types, the search and the FSDP options are in cell_types.py,
+cell_search.py and cell_fsdp.py). Its parts
 share the Cell estimator's own types (`StagePlan`, `CellPlan`, `_Placement`, `CellConfig`) and one
 error type (`CellInputError`), raised by every part; tuning.py and stage_placer.py reuse them and the
 stage cost. Each part sits under its own section header. The seam to cut first, once the pools-file
@@ -43,9 +47,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tessera.common.errors import InvalidArgument
 from tessera.common.gpus import GpuType, UnknownGpuError, lookup
 from tessera.estimator.catalog import Price, price
+from tessera.estimator.cell_fsdp import FsdpContext, fsdp_variant
+from tessera.estimator.cell_search import CellSearch, exact_best, search_cell, stage_layouts
+from tessera.estimator.cell_types import CellInputError as CellInputError  # noqa: PLC0414 (re-exported)
+from tessera.estimator.cell_types import CellPlan as CellPlan  # noqa: PLC0414
+from tessera.estimator.cell_types import PlanEstimate as PlanEstimate  # noqa: PLC0414
+from tessera.estimator.cell_types import StageCost as StageCost  # noqa: PLC0414
+from tessera.estimator.cell_types import StagePlan as StagePlan  # noqa: PLC0414
+from tessera.estimator.cell_types import iteration_time as iteration_time  # noqa: PLC0414
+from tessera.estimator.cell_types import pipeline_latency as pipeline_latency  # noqa: PLC0414
 from tessera.estimator.clusterfile import PoolSpec, parse_pools
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import (
@@ -61,11 +73,6 @@ from tessera.estimator.layer_costs import Attention
 from tessera.estimator.models import ModelDims
 from tessera.estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
 from tessera.estimator.plans import PRECISIONS, ExecutionPlan, PlanInputError
-
-
-class CellInputError(InvalidArgument, ValueError):
-    """Bad input to the Cell estimator; `field` names the offending field, `reason` says why."""
-
 
 # ---------------------------------------------------------------------------------------------------
 # Values with their source
@@ -451,52 +458,18 @@ def pool_links(pool: GpuPool, prior: LinkPrior) -> tuple[Link, Link]:
 
 
 @dataclass(frozen=True)
-class StagePlan:
-    """One stage: operators [start, end), its GPUs and their (dp, tp) layout (tp ranks innermost)."""
-
-    start: int
-    end: int
-    dp: int
-    tp: int
-
-    @property
-    def gpus(self) -> int:
-        return self.dp * self.tp
-
-    @property
-    def kind(self) -> str:
-        if self.tp == 1:
-            return "dp"
-        return "tp" if self.dp == 1 else "hybrid"
-
-
-@dataclass(frozen=True)
-class CellPlan:
-    stages: tuple[StagePlan, ...]
-    num_microbatches: int
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.stages)
-
-    @property
-    def num_gpus(self) -> int:
-        return sum(s.gpus for s in self.stages)
-
-    def describe(self) -> str:
-        parts = [f"{s.kind}{s.gpus}" if s.kind != "hybrid" else f"dp{s.dp}xtp{s.tp}" for s in self.stages]
-        return f"pp{self.num_stages}[{','.join(parts)}]xmb{self.num_microbatches}"
-
-
-@dataclass(frozen=True)
 class CellConfig:
     """Knobs of the Cell estimator, with their defaults and where each comes from.
 
     - `prior`: compute efficiency prior (compute.py);
     - `links`: link efficiency/latency prior;
-    - `microbatches_per_stage`: B = this x Ns micro-batches (GPipe; Crius Figure 10);
+    - `microbatches_per_stage`: with Ns > 1 stages, B is searched over the divisors of the batch from
+      Ns up to this x Ns (GPipe; Crius Figure 10); one stage takes the smallest B that fits
+      (estimator/cell_search.py);
     - `num_microbatches`: when > 0, B is this for every Cell instead (a runtime that fixes it: the
       Crius artifact's trainers all run 16), capped by the global batch;
+    - `fsdp_stages`: one-stage Cells may shard the model state over the DP ranks (FSDP/ZeRO-3) where
+      the unsharded layout does not fit (estimator/cell_fsdp.py);
     - `dp_shards_optimizer`: DP ranks of a stage shard the optimizer states (ZeRO-1, as Alpa's
       auto-sharding and FSDP/ZeRO trainers do); the gradient reduce-scatter + parameter all-gather
       move the same bytes as the all-reduce, so only memory and the optimizer step change;
@@ -516,6 +489,7 @@ class CellConfig:
     max_gpus: int = 64
     stage_counts: tuple[int, ...] | None = None
     balance_tolerance: float = 0.1
+    fsdp_stages: bool = True
 
     def __post_init__(self) -> None:
         if self.microbatches_per_stage < 1:
@@ -530,76 +504,6 @@ class CellConfig:
 
 # ---------------------------------------------------------------------------------------------------
 # Stage costs
-
-
-@dataclass(frozen=True)
-class StageCost:
-    """Costs of one stage option, per micro-batch unless said otherwise (seconds, bytes)."""
-
-    plan: StagePlan
-    compute: float
-    intra_comm: float  # TP all-reduces + MoE all-to-all, on the critical path
-    inter_comm: float  # activation + gradient from/to the previous stage (overlapped in steady state)
-    sync: float  # per iteration: DP gradient all-reduce + optimizer step
-    memory_bytes: float
-    fits: bool
-    compute_source: str
-    comm_source: str
-
-    @property
-    def latency(self) -> float:
-        """T_i of Sec. 5.1: compute + intra-stage + inter-stage communication."""
-        return self.compute + self.intra_comm + self.inter_comm
-
-    @property
-    def busy(self) -> float:
-        """T_i - Tcomm_i: what the stage occupies in the steady state."""
-        return self.compute + self.intra_comm
-
-
-@dataclass(frozen=True)
-class PlanEstimate:
-    plan: CellPlan
-    iter_time: float
-    stages: tuple[StageCost, ...]
-
-    @property
-    def memory_bytes(self) -> float:
-        return max(s.memory_bytes for s in self.stages)
-
-    @property
-    def fits(self) -> bool:
-        return all(s.fits for s in self.stages)
-
-    def breakdown(self) -> dict[str, float]:
-        """Totals over the pipeline in the authors' split: computation, intra-, inter-stage comm."""
-        b = self.plan.num_microbatches
-        k = max(range(len(self.stages)), key=lambda i: self.stages[i].busy)
-        comp = sum(s.compute for s in self.stages) + (b - 1) * self.stages[k].compute
-        intra = sum(s.intra_comm for s in self.stages) + (b - 1) * self.stages[k].intra_comm
-        inter = sum(s.inter_comm for s in self.stages)
-        sync = max(s.sync for s in self.stages)
-        return {"compute": comp, "intra_comm": intra, "inter_comm": inter, "sync": sync,
-                "total": self.iter_time}
-
-
-def pipeline_latency(latencies: Sequence[float], inter_comm: Sequence[float], num_microbatches: int) -> float:
-    """Sec. 5.1: sum_i T_i + (B - 1) * max_i (T_i - Tcomm_i).
-
-    `latencies[i]` is T_i (stage compute + its communication for one micro-batch) and `inter_comm[i]`
-    the part of it spent receiving from the previous stage, overlapped in the steady state.
-    """
-    if len(latencies) != len(inter_comm) or not latencies:
-        raise CellInputError("latencies", "need one latency and one inter-stage time per stage")
-    if num_microbatches < 1:
-        raise CellInputError("num_microbatches", f"must be >= 1, got {num_microbatches}")
-    return sum(latencies) + (num_microbatches - 1) * max(t - c for t, c in zip(latencies, inter_comm))
-
-
-def iteration_time(stages: Sequence[StageCost], num_microbatches: int) -> float:
-    """Pipeline latency plus the once-per-iteration gradient sync and optimizer step (max over stages)."""
-    lat = pipeline_latency([s.latency for s in stages], [s.inter_comm for s in stages], num_microbatches)
-    return lat + max(s.sync for s in stages)
 
 
 def _node(rank: int, per_node: int) -> int:
@@ -709,16 +613,17 @@ def _stage_cost(
 
 
 # ---------------------------------------------------------------------------------------------------
-# The 2^Ns assembled plans and the exact best one
+# The assembled plans and the exact best one
 
 
-def stage_options(gpus: int) -> tuple[tuple[int, int], ...]:
-    """Sec. 5.1: a stage is either data-parallel-only or tensor-parallel-only (one option on 1 GPU)."""
-    return ((gpus, 1),) if gpus == 1 else ((gpus, 1), (1, gpus))
+def stage_options(gpus: int, gpus_per_node: int | None = None, num_heads: int | None = None) -> tuple[tuple[int, int], ...]:
+    """Every (dp, tp) of a stage: DP-only, the hybrids and TP-only, tp a power of two within a node
+    that divides the heads (cell_search.stage_layouts; Sec. 5.1 had DP-only or TP-only)."""
+    return stage_layouts(gpus, gpus_per_node, num_heads)
 
 
 def enumerate_plans(options: Sequence[Sequence[StageCost]], num_microbatches: int) -> list[PlanEstimate]:
-    """Every combination of one option per stage (2^Ns for DP-only/TP-only), memory-infeasible dropped."""
+    """Every combination of one option per stage (the product of the options' counts), memory-infeasible dropped."""
     out = []
     for combo in itertools.product(*options):
         if not all(c.fits for c in combo):
@@ -729,31 +634,9 @@ def enumerate_plans(options: Sequence[Sequence[StageCost]], num_microbatches: in
 
 
 def best_plan(options: Sequence[Sequence[StageCost]], num_microbatches: int) -> PlanEstimate | None:
-    """The fastest feasible combination, exactly, in O(|X| * |S| * sum of options).
-
-    For a fixed bound x on max busy and s on max sync, each stage independently takes its feasible
-    option with the smallest latency; trying every observed (x, s) pair finds the optimum.
-    """
-    feas = [[c for c in opts if c.fits] for opts in options]
-    if any(not f for f in feas):
-        return None
-    xs = sorted({c.busy for f in feas for c in f})
-    ss = sorted({c.sync for f in feas for c in f})
-    best: PlanEstimate | None = None
-    for x in xs:
-        for s in ss:
-            pick = []
-            for f in feas:
-                ok = [c for c in f if c.busy <= x and c.sync <= s]
-                if not ok:
-                    break
-                pick.append(min(ok, key=lambda c: (c.latency, c.plan.tp)))
-            else:
-                t = iteration_time(pick, num_microbatches)
-                if best is None or t < best.iter_time - 1e-15:
-                    best = PlanEstimate(CellPlan(tuple(c.plan for c in pick), num_microbatches), t,
-                                        tuple(pick))
-    return best
+    """The fastest feasible combination, exactly, without enumerating them (cell_search.exact_best:
+    thresholds on max busy and max sync, then an independent choice per stage)."""
+    return exact_best(options, num_microbatches)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -828,15 +711,16 @@ def _partition(signature: str, ops: Sequence[Operator], num_gpus: int, num_stage
 
 
 def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None = None) -> ExecutionPlan | None:
-    """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp); None when the stages
-    differ or the batch does not split into whole micro-batches per rank."""
+    """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp, sharding); None when
+    the stages differ or the batch does not split into whole micro-batches per rank. An FSDP stage
+    is sharding "fsdp" (one stage: FSDP2 reshards after forward, the "auto" default)."""
     cfg = config or CellConfig()
     if model.family == "wresnet":  # the shared plan vocabulary (and tessera.estimator.memory) is for transformers
         return None
-    layouts = {(s.dp, s.tp) for s in plan.stages}
+    layouts = {(s.dp, s.tp, s.sharding) for s in plan.stages}
     if len(layouts) != 1:
         return None
-    dp, tp = layouts.pop()
+    dp, tp, sharded = layouts.pop()
     b = plan.num_microbatches
     if model.global_batch % (b * dp):
         return None
@@ -844,7 +728,7 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
     try:
         return ExecutionPlan(
             dp=dp, tp=tp, pp=plan.num_stages, micro_batch=model.global_batch // (b * dp), grad_accum=b,
-            sharding="zero1" if cfg.dp_shards_optimizer and dp > 1 else "none",
+            sharding="fsdp" if sharded == "fsdp" else "zero1" if cfg.dp_shards_optimizer and dp > 1 else "none",
             checkpointing="full" if model.recompute else "none",
             precision=model.precision if model.precision in PRECISIONS else "mixed",  # type: ignore[arg-type]
             ep=dp if experts and experts % dp == 0 else 1, schedule="1f1b", flash_attention=False)
@@ -915,7 +799,7 @@ class CellEstimator:
         options: Sequence[Sequence[tuple[int, int]]] | None = None,
         num_microbatches: int | None = None,
     ) -> tuple[list[list[StageCost]], tuple[int, ...], _Placement]:
-        """Stage options with their costs for a Cell (DP-only/TP-only unless `options` are given).
+        """Stage options with their costs for a Cell (every `stage_options` layout unless `options` are given).
 
         Returns (options per stage, GPUs per stage, placement). `num_microbatches` defaults to
         the configuration's (`_default_microbatches`).
@@ -933,7 +817,7 @@ class CellEstimator:
         first = 0
         prev: tuple[int, int] | None = None
         for i, ((start, end), g) in enumerate(zip(part.bounds, part.gpus)):
-            opts = options[i] if options is not None else stage_options(g)
+            opts = options[i] if options is not None else stage_options(g, place.per_node, model.num_heads)
             row = []
             for dp, tp in opts:
                 if dp * tp != g:
@@ -979,11 +863,8 @@ class CellEstimator:
         self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int,
         nodes: int | None = None, gpus_per_node: int | None = None,
     ) -> Cell:
-        """Estimate one Cell: the best of its 2^Ns assembled plans (memory-infeasible ones dropped).
-
-        B = microbatches_per_stage x Ns micro-batches (the paper's rule); when no assembled plan fits,
-        B is doubled (more gradient accumulation, smaller micro-batches) while it divides the batch.
-        """
+        """Estimate one Cell: the best of its assembled plans (memory-infeasible ones dropped) over
+        the micro-batch counts estimator/cell_search.py chooses for it."""
         place = self._placement(pool, num_gpus, nodes, gpus_per_node)
         key = (model.signature, pool.gpu, num_gpus, num_stages, place.nodes, place.per_node, pool)
         hit = self._cell_cache.get(key)
@@ -996,7 +877,8 @@ class CellEstimator:
         return cell
 
     def _default_microbatches(self, model: CellModel, num_stages: int) -> int:
-        """B: the configuration's fixed count, else microbatches_per_stage x Ns; at most the batch."""
+        """B of `stage_costs` when none is given: the configuration's fixed count, else
+        microbatches_per_stage x Ns (the paper's); at most the batch. Cells choose theirs (cell_search)."""
         b = self.config.num_microbatches or self.config.microbatches_per_stage * num_stages
         return min(b, model.global_batch)
 
@@ -1008,31 +890,14 @@ class CellEstimator:
             where = "cluster" if unit.source == "cluster" else f"catalog:{unit.source}"
             base["cost_per_hour"] = Sourced(num_gpus * unit.per_hour, where)
             base["currency"] = unit.currency
-        b = self._default_microbatches(model, num_stages)
-        reason = ""
-        assembled = 0
-        stage_gpus: tuple[int, ...] = ()
-        while True:
-            try:
-                opts, stage_gpus, _ = self.stage_costs(model, pool, num_gpus, num_stages, place.nodes,
-                                                       place.per_node, num_microbatches=b)
-            except CellInputError as exc:
-                return Cell(**base, fits=False, reason=str(exc))
-            assembled = math.prod(len(stage_options(g)) for g in stage_gpus)
-            best = best_plan(opts, b)
-            if best is not None:
-                break
-            worst = next(i for i, row in enumerate(opts) if not any(c.fits for c in row))
-            if opts[worst]:
-                need = min(c.memory_bytes for c in opts[worst])
-                reason = (f"memory: no DP-only/TP-only plan of stage {worst} fits with {b} micro-batches "
-                          f"({need / 1e9:.1f} GB needed, {pool.gpu_type.memory_gb:g} GB per GPU)")
-            else:
-                reason = f"plan: stage {worst} has no valid (dp, tp) for {b} micro-batches"
-            if 2 * b > model.global_batch or model.global_batch % (2 * b):
-                return Cell(**base, fits=False, reason=reason, plans_assembled=assembled, stage_gpus=stage_gpus)
-            b *= 2
-        feasible = math.prod(sum(1 for c in row if c.fits) for row in opts)
+        try:
+            found = self._search(model, pool, num_gpus, num_stages, place)
+        except CellInputError as exc:
+            return Cell(**base, fits=False, reason=str(exc))
+        best, assembled, stage_gpus = found.best, found.assembled, found.stage_gpus
+        if best is None:
+            return Cell(**base, fits=False, reason=found.reason, plans_assembled=assembled, stage_gpus=stage_gpus)
+        feasible = found.feasible
         srcs = sorted({s.compute_source for s in best.stages} | {s.comm_source for s in best.stages})
         source = "+".join(s for s in srcs if s != "formula:none")
         mkey = (model.signature, pool.gpu, num_gpus, num_stages)
@@ -1046,6 +911,36 @@ class CellEstimator:
                     breakdown=tuple(best.breakdown().items()), plans_assembled=assembled,
                     plans_feasible=feasible, stage_gpus=stage_gpus, stage_costs=best.stages,
                     execution_plan=execution_plan(model, best.plan, self.config))
+
+    def _search(self, model: CellModel, pool: GpuPool, num_gpus: int, num_stages: int,
+                place: _Placement) -> CellSearch:
+        """The Cell's best plan over its stage layouts and micro-batch counts (cell_search.py)."""
+        cfg = self.config
+        part = _partition(model.signature, self.operators(model), num_gpus, num_stages, cfg.balance_tolerance)
+        heads = math.gcd(model.num_heads, model.kv_heads or model.num_heads)  # whole query and KV heads per TP rank
+        layouts = [stage_options(g, place.per_node, heads) for g in part.gpus]
+
+        def rows(opts: Sequence[Sequence[tuple[int, int]]], b: int) -> list[list[StageCost]]:
+            out, _, _ = self.stage_costs(model, pool, num_gpus, num_stages, place.nodes, place.per_node,
+                                         options=opts, num_microbatches=b)
+            if num_stages == 1 and cfg.fsdp_stages:  # cell_fsdp.py: only where the unsharded layout does not fit
+                out[0] = out[0] + [self._fsdp(c, model, pool, place) for c in out[0] if c.plan.dp > 1 and not c.fits]
+            return out
+
+        return search_cell(rows, layouts, part.gpus, model.global_batch, fixed_microbatches=cfg.num_microbatches,
+                           microbatches_per_stage=cfg.microbatches_per_stage, memory_gb=pool.gpu_type.memory_gb)
+
+    def _fsdp(self, c: StageCost, model: CellModel, pool: GpuPool, place: _Placement) -> StageCost:
+        """The FSDP variant of a one-stage option (its DP group: ranks tp apart from rank 0)."""
+        dp, tp, pn = c.plan.dp, c.plan.tp, place.per_node
+        intra, inter = pool_links(pool, self.config.links)
+        crosses = _node(0, pn) != _node((dp - 1) * tp, pn)
+        weight_grad = model.weight_grad_bytes or 2.0 * model.dtype_bytes
+        ctx = FsdpContext(inter if crosses else intra, min(tp, pn) if crosses else 1, float(model.dtype_bytes),
+                          weight_grad, model.optimizer_bytes_per_param, pool.gpu_type,
+                          pool.gpu_type.memory_bytes * self.config.usable_memory_fraction,
+                          self.config.dp_shards_optimizer, self.comm)
+        return fsdp_variant(c, self.operators(model), ctx)
 
     # -- all Cells of a job ---------------------------------------------------------------------------
 

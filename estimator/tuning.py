@@ -32,6 +32,7 @@ from tessera.estimator.cells import (
     GpuPool,
     StagePlan,
     best_plan,
+    iteration_time,
 )
 
 
@@ -71,8 +72,10 @@ class TuningResult:
 
 
 def favours(plan: CellPlan) -> list[str]:
-    """Per stage: 'dp' for DP-only (and single-GPU) stages, 'tp' for TP-only ones."""
-    return ["tp" if s.tp > 1 and s.dp == 1 else "dp" for s in plan.stages]
+    """Per stage: 'tp' when its layout is past the half-hybrid point towards TP (tp^2 > GPUs: TP-only
+    and the TP-heavy hybrids the Cell estimate now also takes), else 'dp'; either pruned half then
+    holds the estimate's own layout."""
+    return ["tp" if s.tp * s.tp > s.gpus else "dp" for s in plan.stages]
 
 
 def tune_cell(
@@ -99,7 +102,8 @@ def tune_cell(
         opts, _, _ = estimator.stage_costs(model, pool, num_gpus, num_stages, cell.nodes, cell.gpus_per_node,
                                            options=spaces, num_microbatches=b)
         best = best_plan(opts, b)
-        if best is None:
+        # the pruned space holds the estimate's layouts but not its FSDP stages: never tune to slower
+        if best is None or best.iter_time > iteration_time(cell.stage_costs, b):
             return TuningResult(guide, cell.iter_time.value, cell.iter_time.source, full, pruned, pruned, guide)
         src = "+".join(sorted({s.compute_source for s in best.stages} | {s.comm_source for s in best.stages}
                               - {"formula:none"}))

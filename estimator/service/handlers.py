@@ -46,6 +46,7 @@ from tessera.estimator.convert import PRECISION, execution_plan, model_dims, pla
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.plans import PlanInputError
 from tessera.estimator.service.state import EstimatorState
+from tessera.estimator.service.time_handler import estimate_time
 from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
 from tessera.estimator.torch.traced import traced_memory
 from tessera.v1 import estimator_pb2 as pb
@@ -165,10 +166,13 @@ def cell_config(o: pb.CellOptions) -> CellConfig:
     for i, s in enumerate(o.stage_counts):
         if s < 1:
             raise PlanInputError(f"options.stage_counts[{i}]", f"must be >= 1, got {s}")
+    if o.num_microbatches < 0:
+        raise PlanInputError("options.num_microbatches", f"must be >= 1 (0 = chosen per Cell), got {o.num_microbatches}")
     base = CellConfig()
     return replace(base, max_gpus=o.max_gpus or base.max_gpus,
                    microbatches_per_stage=o.microbatches_per_stage or base.microbatches_per_stage,
-                   stage_counts=tuple(sorted(set(o.stage_counts))) or None)
+                   stage_counts=tuple(sorted(set(o.stage_counts))) or None, num_microbatches=o.num_microbatches,
+                   fsdp_stages=o.fsdp if o.HasField("fsdp") else base.fsdp_stages)
 
 
 def cell_model(req: pb.GetCellsRequest) -> CellModel:
@@ -191,7 +195,7 @@ def cell_model(req: pb.GetCellsRequest) -> CellModel:
 def stage_message(sc: StageCost) -> pb.CellStage:
     """One stage's operators, layout, times and memory per GPU."""
     return pb.CellStage(first_operator=sc.plan.start, end_operator=sc.plan.end, dp=sc.plan.dp, tp=sc.plan.tp,
-                        compute_seconds=sc.compute, intra_comm_seconds=sc.intra_comm,
+                        sharding=sc.plan.sharding, compute_seconds=sc.compute, intra_comm_seconds=sc.intra_comm,
                         inter_comm_seconds=sc.inter_comm, sync_seconds=sc.sync, memory_bytes=sc.memory_bytes)
 
 
@@ -375,6 +379,12 @@ class Estimator:
             self._memory.put(key, mem)
         return pb.EstimateMemoryResponse(memory=mem, plan=plan_message(plan), gpu=gpu, model_signature=dims.signature,
                                          num_gpus=plan.num_gpus)
+
+    # -- EstimateTime -----------------------------------------------------------------------------
+
+    def estimate_time(self, req: pb.EstimateTimeRequest) -> pb.EstimateTimeResponse:
+        """Seconds per iteration of req.plan and its memory (estimator/service/time_handler.py)."""
+        return estimate_time(req, self.estimate_memory)
 
     # -- GetCells ---------------------------------------------------------------------------------
 

@@ -51,6 +51,9 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
     async def ReportStepTimes(self, request: pb.ReportStepTimesRequest, context: Any) -> pb.ReportStepTimesResponse:
         return await self._run("ReportStepTimes", self.estimator.report_step_times, request, context)
 
+    async def EstimateTime(self, request: pb.EstimateTimeRequest, context: Any) -> pb.EstimateTimeResponse:
+        return await self._run("EstimateTime", self.estimator.estimate_time, request, context)
+
     async def Health(self, request: pb.HealthRequest, context: Any) -> pb.HealthResponse:
         REQUESTS.labels("Health", "OK").inc()
         return self.estimator.health()

@@ -98,16 +98,17 @@ def test_cell_end_to_end_with_sources_and_cache() -> None:
     c = est.cell(GPT, A100, 8, 2)
     assert c.fits and c.plan is not None and c.iter_time is not None and c.memory_per_gpu is not None
     assert c.num_stages == 2 and c.stage_gpus == (4, 4) and c.nodes == 2 and c.gpus_per_node == 4
-    assert c.plans_assembled == 4 and 1 <= c.plans_feasible <= 4
-    assert c.plan.num_gpus == 8 and c.plan.num_microbatches == 8
+    # B in 2, 4, 8 (the divisors of 64 from Ns to 4 x Ns), each with 3 x 3 layouts (dp4, dp2xtp2, tp4)
+    assert c.plans_assembled == 3 * 9 and 1 <= c.plans_feasible <= 27
+    assert c.plan.num_gpus == 8 and c.plan.num_microbatches in (2, 4, 8)
     assert c.iter_time.source.startswith("formula:") and "prior:" in c.iter_time.source
     assert c.memory_per_gpu.source.startswith("formula:")
     assert 0 < c.memory_per_gpu.value < 40e9
     b = dict(c.breakdown)
     assert b["total"] == c.iter_time.value and b["compute"] > 0
     assert est.cell(GPT, A100, 8, 2) is c and est.hits == 1
-    # stages of one GPU have a single option: 2^0 plans
-    assert est.cell(GPT, A100, 2, 2).plans_assembled == 1
+    # stages of one GPU have a single option: one plan per micro-batch count tried
+    assert est.cell(GPT, A100, 2, 2).plans_assembled == 3
 
 
 def test_more_gpus_faster_and_cross_node_tp_is_avoided() -> None:
@@ -298,7 +299,8 @@ def test_from_shared_model_dims_and_execution_plan() -> None:
     assert ep is not None and (ep.dp * ep.tp, ep.pp) == (4, 1)
     assert ep.global_batch == 64 and ep.grad_accum == c.plan.num_microbatches  # type: ignore[union-attr]
     # the Cell's quick feasibility figure is conservative against tessera.estimator.memory's fuller formula
-    # for the same plan (it keeps 12 bytes per fp32 logit for the loss), within a factor of 1.5
+    # for the same plan (it keeps 12 bytes per fp32 logit for the loss), within a factor of 1.7 (the
+    # plan is one micro-batch of 16 sequences per GPU, where the logits weigh most)
     mem = estimate_memory(registered("gpt2-medium"), ep, gpu="A100-40GB")  # type: ignore[arg-type]
     assert c.memory_per_gpu is not None
-    assert mem.total <= c.memory_per_gpu.value <= 1.5 * mem.total
+    assert mem.total <= c.memory_per_gpu.value <= 1.7 * mem.total

@@ -133,16 +133,20 @@ class ClusterSpec(_message.Message):
     def __init__(self, pools: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ...) -> None: ...
 
 class CellOptions(_message.Message):
-    __slots__ = ("max_gpus", "stage_counts", "recompute", "microbatches_per_stage")
+    __slots__ = ("max_gpus", "stage_counts", "recompute", "microbatches_per_stage", "num_microbatches", "fsdp")
     MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
     STAGE_COUNTS_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     MICROBATCHES_PER_STAGE_FIELD_NUMBER: _ClassVar[int]
+    NUM_MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    FSDP_FIELD_NUMBER: _ClassVar[int]
     max_gpus: int
     stage_counts: _containers.RepeatedScalarFieldContainer[int]
     recompute: bool
     microbatches_per_stage: int
-    def __init__(self, max_gpus: _Optional[int] = ..., stage_counts: _Optional[_Iterable[int]] = ..., recompute: _Optional[bool] = ..., microbatches_per_stage: _Optional[int] = ...) -> None: ...
+    num_microbatches: int
+    fsdp: bool
+    def __init__(self, max_gpus: _Optional[int] = ..., stage_counts: _Optional[_Iterable[int]] = ..., recompute: _Optional[bool] = ..., microbatches_per_stage: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., fsdp: _Optional[bool] = ...) -> None: ...
 
 class GetCellsRequest(_message.Message):
     __slots__ = ("model", "global_batch_size", "cluster", "precision", "options", "best_only")
@@ -169,7 +173,7 @@ class SourcedValue(_message.Message):
     def __init__(self, value: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class CellStage(_message.Message):
-    __slots__ = ("first_operator", "end_operator", "dp", "tp", "compute_seconds", "intra_comm_seconds", "inter_comm_seconds", "sync_seconds", "memory_bytes")
+    __slots__ = ("first_operator", "end_operator", "dp", "tp", "compute_seconds", "intra_comm_seconds", "inter_comm_seconds", "sync_seconds", "memory_bytes", "sharding")
     FIRST_OPERATOR_FIELD_NUMBER: _ClassVar[int]
     END_OPERATOR_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +183,7 @@ class CellStage(_message.Message):
     INTER_COMM_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SYNC_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_FIELD_NUMBER: _ClassVar[int]
     first_operator: int
     end_operator: int
     dp: int
@@ -188,7 +193,8 @@ class CellStage(_message.Message):
     inter_comm_seconds: float
     sync_seconds: float
     memory_bytes: float
-    def __init__(self, first_operator: _Optional[int] = ..., end_operator: _Optional[int] = ..., dp: _Optional[int] = ..., tp: _Optional[int] = ..., compute_seconds: _Optional[float] = ..., intra_comm_seconds: _Optional[float] = ..., inter_comm_seconds: _Optional[float] = ..., sync_seconds: _Optional[float] = ..., memory_bytes: _Optional[float] = ...) -> None: ...
+    sharding: str
+    def __init__(self, first_operator: _Optional[int] = ..., end_operator: _Optional[int] = ..., dp: _Optional[int] = ..., tp: _Optional[int] = ..., compute_seconds: _Optional[float] = ..., intra_comm_seconds: _Optional[float] = ..., inter_comm_seconds: _Optional[float] = ..., sync_seconds: _Optional[float] = ..., memory_bytes: _Optional[float] = ..., sharding: _Optional[str] = ...) -> None: ...
 
 class CellPlan(_message.Message):
     __slots__ = ("stages", "num_microbatches", "description")
@@ -519,3 +525,43 @@ class HealthResponse(_message.Message):
     fitted_models: int
     traced_available: bool
     def __init__(self, status: _Optional[str] = ..., version: _Optional[str] = ..., memory_cache_entries: _Optional[int] = ..., cell_cache_entries: _Optional[int] = ..., fitted_models: _Optional[int] = ..., traced_available: _Optional[bool] = ...) -> None: ...
+
+class EstimateTimeRequest(_message.Message):
+    __slots__ = ("model", "plan", "gpu", "gpus_per_node", "num_gpus", "global_batch_size")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    GPUS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    model: _common_pb2.ModelSpec
+    plan: _common_pb2.ExecutionPlan
+    gpu: str
+    gpus_per_node: int
+    num_gpus: int
+    global_batch_size: int
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., gpu: _Optional[str] = ..., gpus_per_node: _Optional[int] = ..., num_gpus: _Optional[int] = ..., global_batch_size: _Optional[int] = ...) -> None: ...
+
+class EstimateTimeResponse(_message.Message):
+    __slots__ = ("iter_time_seconds", "breakdown", "source", "tokens_per_second", "memory", "plan", "gpu", "model_signature", "num_gpus", "gpus_per_node")
+    ITER_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BREAKDOWN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    MODEL_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    iter_time_seconds: float
+    breakdown: _containers.RepeatedCompositeFieldContainer[TimeComponent]
+    source: str
+    tokens_per_second: float
+    memory: MemoryBreakdown
+    plan: _common_pb2.ExecutionPlan
+    gpu: str
+    model_signature: str
+    num_gpus: int
+    gpus_per_node: int
+    def __init__(self, iter_time_seconds: _Optional[float] = ..., breakdown: _Optional[_Iterable[_Union[TimeComponent, _Mapping]]] = ..., source: _Optional[str] = ..., tokens_per_second: _Optional[float] = ..., memory: _Optional[_Union[MemoryBreakdown, _Mapping]] = ..., plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., gpu: _Optional[str] = ..., model_signature: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ...) -> None: ...

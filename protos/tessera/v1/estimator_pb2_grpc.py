@@ -68,6 +68,11 @@ class EstimatorStub:
                 request_serializer=tessera_dot_v1_dot_estimator__pb2.HealthRequest.SerializeToString,
                 response_deserializer=tessera_dot_v1_dot_estimator__pb2.HealthResponse.FromString,
                 _registered_method=True)
+        self.EstimateTime = channel.unary_unary(
+                '/tessera.v1.Estimator/EstimateTime',
+                request_serializer=tessera_dot_v1_dot_estimator__pb2.EstimateTimeRequest.SerializeToString,
+                response_deserializer=tessera_dot_v1_dot_estimator__pb2.EstimateTimeResponse.FromString,
+                _registered_method=True)
 
 
 class EstimatorServicer:
@@ -120,6 +125,14 @@ class EstimatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EstimateTime(self, request, context):
+        """Seconds per iteration of one given plan (tessera.estimator.plan_time), with its breakdown and
+        the memory estimate of the same plan (as EstimateMemory answers it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EstimatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -152,6 +165,11 @@ def add_EstimatorServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=tessera_dot_v1_dot_estimator__pb2.HealthRequest.FromString,
                     response_serializer=tessera_dot_v1_dot_estimator__pb2.HealthResponse.SerializeToString,
+            ),
+            'EstimateTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.EstimateTime,
+                    request_deserializer=tessera_dot_v1_dot_estimator__pb2.EstimateTimeRequest.FromString,
+                    response_serializer=tessera_dot_v1_dot_estimator__pb2.EstimateTimeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -320,6 +338,33 @@ class Estimator:
             '/tessera.v1.Estimator/Health',
             tessera_dot_v1_dot_estimator__pb2.HealthRequest.SerializeToString,
             tessera_dot_v1_dot_estimator__pb2.HealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EstimateTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tessera.v1.Estimator/EstimateTime',
+            tessera_dot_v1_dot_estimator__pb2.EstimateTimeRequest.SerializeToString,
+            tessera_dot_v1_dot_estimator__pb2.EstimateTimeResponse.FromString,
             options,
             channel_credentials,
             insecure,
