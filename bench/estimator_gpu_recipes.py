@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -182,10 +183,14 @@ def main() -> int:
     ap.add_argument("--isolate", choices=("auto", "yes", "no"), default="auto",
                     help="one process per case (auto: on cuda yes, on cpu no)")
     ap.add_argument("--gpu", help="catalog GPU to predict time for (default: this device's entry)")
+    ap.add_argument("--torchtitan", choices=("auto", "only", "native"), default="auto",
+                    help="auto: torchtitan, or where its build fails the same recipe on torch's own APIs "
+                         "(bench/recipe_native.py); only: no stand-in; native: the stand-in alone")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--predict-only", action="store_true", help="the predictions alone: no torch, no steps")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    os.environ["TESSERA_RECIPES_TORCHTITAN"] = args.torchtitan  # read by the workers (recipe_steps)
     if args.worker:
         return _worker(args)
     todo = [c for c in cases(args.tiny) if not args.only or any(s in c.name for s in args.only)]

@@ -127,9 +127,27 @@ def build_torchtitan(case: Case, device: str, tiny: bool) -> tuple[Any, Any, Any
 def train_torchtitan(case: Case, device: str, tiny: bool, warmup: int, steps: int) -> tuple[StepRun, int, dict]:
     import torch
 
-    model, loss_fn, optimizer = build_torchtitan(case, device, tiny)
+    # TESSERA_RECIPES_TORCHTITAN (set by the driver's --torchtitan): "auto" builds with torchtitan and,
+    # should that fail (an import or an API this torch lacks), with recipe_native's stand-in;
+    # "only" never falls back; "native" skips torchtitan.
+    mode = os.environ.get("TESSERA_RECIPES_TORCHTITAN", "auto")
+    info: dict[str, Any] = {"built_with": "torchtitan"}
+    try:
+        if mode == "native":
+            raise RuntimeError("TESSERA_RECIPES_TORCHTITAN=native")
+        model, loss_fn, optimizer = build_torchtitan(case, device, tiny)
+    except Exception as exc:
+        if mode == "only":
+            raise
+        from recipe_native import build_native
+
+        info = {"built_with": "native", "torchtitan_error": f"{type(exc).__name__}: {exc}"[:600]}
+        try:
+            model, loss_fn, optimizer = build_native(case, device)
+        except Exception as native_exc:
+            raise RuntimeError(f"torchtitan: {info['torchtitan_error']}; "
+                               f"native: {type(native_exc).__name__}: {native_exc}") from native_exc
     n_params = sum(p.numel() for p in model.parameters())
-    info: dict[str, Any] = {}
     if case.needs_float8:
         f8 = [n for n, m in model.named_modules() if "Float8" in type(m).__name__]
         info["float8_linears"] = {"count": len(f8), "lm_head": any(n.endswith("lm_head") for n in f8)}

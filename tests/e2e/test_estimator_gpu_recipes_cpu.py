@@ -127,3 +127,21 @@ def test_full_size_dims_match_the_models() -> None:
         if not case.dims.qkv_bias:  # the estimator's count (it leaves Qwen2's q/k/v biases out at 32eade9)
             assert real == num_params(case.dims), (case.name, real, num_params(case.dims))
     assert {k[1] for k in seen} >= {"debugmodel", "1B", "qwen2", "llama"}
+
+
+@pytest.mark.slow
+def test_native_stand_in_for_torchtitan(tmp_path: Path) -> None:
+    """Where torchtitan cannot build (an older torch on the GPU machine), its recipes run on torch's
+    and torchao's own APIs over a transformers Llama of the same dims; the chunked loss has no stand-in."""
+    res = _run(tmp_path, "--torchtitan", "native", "--only", "tt tiny fsdp float8 op-sac",
+               "--only", "tt tiny fsdp op-sac chunked")
+    rows = {r["case"]: r for r in res["rows"]}
+    f8 = rows["tt tiny fsdp float8 op-sac"]
+    assert f8["status"] == "ok", f8.get("error")
+    info = f8["measured"]["info"]
+    assert info["built_with"] == "native" and "TESSERA_RECIPES_TORCHTITAN=native" in info["torchtitan_error"]
+    assert f8["measured"]["params_real"] == _hand_count(f8["model"])
+    # transformers' Llama keeps q, k, v apart: 7 linears per layer, and the head
+    assert info["float8_linears"] == {"count": 7 * f8["model"]["num_layers"] + 1, "lm_head": True}
+    chunked = rows["tt tiny fsdp op-sac chunked"]
+    assert chunked["status"] == "error" and "ChunkedLossWrapper" in chunked["error"]
