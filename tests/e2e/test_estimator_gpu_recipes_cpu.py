@@ -145,3 +145,23 @@ def test_native_stand_in_for_torchtitan(tmp_path: Path) -> None:
     assert info["float8_linears"] == {"count": 7 * f8["model"]["num_layers"] + 1, "lm_head": True}
     chunked = rows["tt tiny fsdp op-sac chunked"]
     assert chunked["status"] == "error" and "ChunkedLossWrapper" in chunked["error"]
+
+
+def test_compare_against_measured_figures() -> None:
+    """The errors the GPU run reports, on figures given by hand (the CPU run has no CUDA memory)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import estimator_gpu_recipes as bench
+
+    gib = 2**30
+    measured = {"memory": {"max_allocated": 10 * gib, "max_reserved": 12 * gib}, "step_median_s": 0.5,
+                "params_real": 1000}
+    pred = {"memory": {"total": 12 * gib, "other": gib, "reserved": 13 * gib}, "time": {"iter_time": 0.4},
+            "params_dims": 990}
+    c = bench.compare({"measured": measured, "predicted": pred})
+    assert c["pred_tensor_bytes"] == 11 * gib and c["alloc_err"] == 0.1
+    assert c["pred_reserved_from"] == "reserved" and c["reserved_err"] == round(1 / 12, 4)
+    assert c["reserved_over_allocated"] == 1.2 and c["time_err"] == -0.2 and c["params_err"] == -0.01
+    del pred["memory"]["reserved"]  # a library without MemoryBreakdown.reserved: its total stands in
+    c = bench.compare({"measured": measured, "predicted": pred})
+    assert c["pred_reserved_from"] == "total" and c["reserved_err"] == 0.0
+    assert bench.compare({"measured": {"memory": {"note": "cpu: no cuda memory stats"}}, "predicted": pred}) == {}
