@@ -78,6 +78,8 @@ def build_native(case: Case, device: str) -> tuple[Any, Any, Any]:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         f8 = Float8LinearConfig.from_recipe_name("rowwise")
+        # as torchtitan's Float8LinearConverter sets it for rowwise (pytorch/pytorch#150859)
+        torch._inductor.config.emulate_precision_casts = True
         if device != "cuda":  # no fp8 matmuls on a CPU: torchao's emulation (eager only)
             f8 = Float8LinearConfig(emulate=True)
         convert_to_float8_training(
