@@ -18,9 +18,17 @@ from tessera.estimator.cells import CellEstimator, CellInputError, CellModel, Gp
 MeasuredKey = tuple[str, str, int, int]
 
 
-def measured_key(job: JobView, cell: Cell) -> MeasuredKey | None:
+# The attention the jobs Tessera launches run: the reference trainer calls F.scaled_dot_product_attention
+# (is_causal=True: flash kernels on GPUs that have them) and ExecutionPlan's flash_attention defaults to
+# True; their Cells are timed so (estimator/layer_costs.py: no score traffic, causal halving, GQA) and
+# their plans say so. The Crius artifact's jobs ran Alpa without flash attention: the simulator's
+# estimator oracle over them passes False (controller/sim/oracles.py).
+JOB_FLASH_ATTENTION = True
+
+
+def measured_key(job: JobView, cell: Cell, flash_attention: bool = JOB_FLASH_ATTENTION) -> MeasuredKey | None:
     try:
-        sig = CellModel.from_dims(job.model, job.global_batch_size).signature
+        sig = CellModel.from_dims(job.model, job.global_batch_size, flash_attention=flash_attention).signature
     except CellInputError:
         return None
     return (sig, cell.gpu_type, cell.gpus, cell.stages)
@@ -30,7 +38,9 @@ class CellEstimates:
     """Estimates over the cluster's GPU pools: {type: (total GPUs, GPUs per node, NVLink)}."""
 
     def __init__(self, pools: dict[str, tuple[int, int, bool]], max_gpus: int = 64,
-                 measured: Mapping[MeasuredKey, float] | None = None) -> None:
+                 measured: Mapping[MeasuredKey, float] | None = None,
+                 flash_attention: bool = JOB_FLASH_ATTENTION) -> None:
+        self.flash_attention = flash_attention
         self.pools = {t: GpuPool(t, n, per, "nvlink" if nv else "pcie") for t, (n, per, nv) in pools.items()}
         self.est = CellEstimator()
         self.max_gpus = max_gpus
@@ -40,7 +50,7 @@ class CellEstimates:
     def record_measured(self, job: JobView, cell: Cell, seconds: float) -> MeasuredKey | None:
         """A running job's measured iteration time for its Cell: later answers for that Cell carry it
         (source "measured"). Returns the key it is kept under, None if the job's model has no Cells."""
-        key = measured_key(job, cell)
+        key = measured_key(job, cell, self.flash_attention)
         if key is not None:
             self.est.record_measured(*key, seconds)
         return key
@@ -50,7 +60,7 @@ class CellEstimates:
         if pool is None or nodes < 1 or gpus % nodes or gpus > pool.num_gpus:
             return ()
         try:
-            model = CellModel.from_dims(job.model, job.global_batch_size)
+            model = CellModel.from_dims(job.model, job.global_batch_size, flash_attention=self.flash_attention)
         except CellInputError:
             return ()
         out = []

@@ -731,7 +731,7 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
             sharding="fsdp" if sharded == "fsdp" else "zero1" if cfg.dp_shards_optimizer and dp > 1 else "none",
             checkpointing="full" if model.recompute else "none",
             precision=model.precision if model.precision in PRECISIONS else "mixed",  # type: ignore[arg-type]
-            ep=dp if experts and experts % dp == 0 else 1, schedule="1f1b", flash_attention=False)
+            ep=dp if experts and experts % dp == 0 else 1, schedule="1f1b", flash_attention=model.flash_attention)
     except PlanInputError:
         return None
 

@@ -61,6 +61,10 @@ class EfficiencyPrior:
     source: str = "prior:default"
     # torch.compile: the memory-bound traffic term is multiplied by this (see COMPILE_TRAFFIC_SOURCE).
     compile_traffic_factor: float = 0.5
+    # Fraction of the BF16 peak of flash attention's score matmuls; 0 = FLASH_UTILIZATION's table.
+    flash_utilization: float = 0.0
+    # Speed of Float8 linear GEMMs over BF16 ones; 0 = FP8_SPEEDUP (the peak ratio).
+    fp8_speedup: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("matmul_efficiency", "fp32_efficiency"):
@@ -71,6 +75,10 @@ class EfficiencyPrior:
             raise ValueError(f"traffic_multiplier: must be >= 0, got {self.traffic_multiplier}")
         if self.conv_weight_traffic < 0:
             raise ValueError(f"conv_weight_traffic: must be >= 0, got {self.conv_weight_traffic}")
+        if not 0 <= self.flash_utilization <= 1:
+            raise ValueError(f"flash_utilization: must be in [0, 1], got {self.flash_utilization}")
+        if self.fp8_speedup < 0:
+            raise ValueError(f"fp8_speedup: must be >= 0, got {self.fp8_speedup}")
         if not 0 < self.compile_traffic_factor <= 1:
             raise ValueError(f"compile_traffic_factor: must be in (0, 1], got {self.compile_traffic_factor}")
         if self.microbatch_overhead_s < 0:
@@ -129,8 +137,11 @@ FLASH_UTILIZATION: tuple[tuple[str, float], ...] = (("H100", 0.35), ("H200", 0.3
                                                      ("H800", 0.35))
 
 
-def flash_efficiency(gpu: GpuType, matmul_efficiency: float) -> float:
-    """Fraction of the BF16 peak that flash attention's score matmuls reach on `gpu`."""
+def flash_efficiency(gpu: GpuType, matmul_efficiency: float, utilization: float = 0.0) -> float:
+    """Fraction of the BF16 peak that flash attention's score matmuls reach on `gpu`: `utilization`
+    when given (> 0, a fitted constant: time_constants.py), else FLASH_UTILIZATION's."""
+    if utilization > 0:
+        return utilization
     name = gpu.name.upper()
     for prefix, util in FLASH_UTILIZATION:
         if name.startswith(prefix):
@@ -176,7 +187,8 @@ def stage_compute_time(
     gets micro_batch / dp of them. Expert FFNs under DP keep the same per-rank work (top-k routing
     with balanced experts), so the formula is the same; only their communication differs (comm.py).
     `fp32`: the model computes in float32 (FP32 peak and `fp32_efficiency`, see the module doc).
-    `float8`: the operators' `linear_flops` run as FP8 matmuls at FP8_SPEEDUP x the rate (a GPU with
+    `float8`: the operators' `linear_flops` run as FP8 matmuls at `prior.fp8_speedup` (default
+    FP8_SPEEDUP, the peak ratio) x the rate (a GPU with
     FP8 tensor cores, `has_fp8`; the caller refuses the others); attention scores stay in BF16.
     `compiled`: torch.compile, the traffic term times `prior.compile_traffic_factor`.
     `flash`: the non-linear matmul FLOPs (attention scores: `flops - linear_flops` of operators that
@@ -185,12 +197,13 @@ def stage_compute_time(
     _check_degrees(dp, tp, micro_batch)
     samples = micro_batch / dp
     mm = sum(o.flops for o in ops) * samples / tp
+    fp8 = prior.fp8_speedup or FP8_SPEEDUP
     if float8:
-        mm -= sum(o.linear_flops for o in ops) * samples / tp * (1 - 1 / FP8_SPEEDUP)
+        mm -= sum(o.linear_flops for o in ops) * samples / tp * (1 - 1 / fp8)
     traffic = sum(o.traffic_bytes + o.traffic_sharded_bytes / tp for o in ops) * samples
     source = f"formula:{prior.source}"
     if float8:
-        source += f";float8(x{FP8_SPEEDUP:g} linear)"
+        source += f";float8(x{fp8:g} linear)"
     if compiled:
         traffic *= prior.compile_traffic_factor
         source += ";" + COMPILE_TRAFFIC_SOURCE
@@ -201,7 +214,7 @@ def stage_compute_time(
         t = mm / (peak * 1e12 * prior.fp32_efficiency)
     elif flash:
         att = sum(o.flops - o.linear_flops for o in ops if o.linear_flops > 0) * samples / tp
-        eff = flash_efficiency(gpu, prior.matmul_efficiency)
+        eff = flash_efficiency(gpu, prior.matmul_efficiency, prior.flash_utilization)
         t = (mm - att) / (gpu.tflops_fp16 * 1e12 * prior.matmul_efficiency) + att / (gpu.tflops_fp16 * 1e12 * eff)
         if eff != prior.matmul_efficiency:
             source += f";flash-util={eff:g}"

@@ -46,6 +46,7 @@ from tessera.estimator.cells import (
     model_operators,
     pipeline_latency,
     pool_links,
+    with_prior,
 )
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import flash_efficiency, has_fp8, optimizer_step_time, stage_compute_time
@@ -54,6 +55,7 @@ from tessera.estimator.memory_terms import RECIPES
 from tessera.estimator.models import ModelDims
 from tessera.estimator.partition import Operator
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
+from tessera.estimator.time_constants import plan_prior
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_bubble", "optimizer")
 # HGX/DGX servers: 8 GPUs per node unless the caller says otherwise.
@@ -82,7 +84,9 @@ class PlanTime:
 # Inputs
 
 
-def _gpu(name: str) -> GpuType:
+def _gpu(name: str | GpuType) -> GpuType:
+    if isinstance(name, GpuType):
+        return name
     try:
         return lookup(name)
     except UnknownGpuError as exc:
@@ -272,19 +276,22 @@ class _Stage:
         return self.compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm + self.fsdp_mb
 
 
-def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_per_node: int | None = None,
+def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str | GpuType, *, gpus_per_node: int | None = None,
                        config: CellConfig | None = None, comm: CommModel | None = None,
                        pool: GpuPool | None = None) -> PlanTime:
     """Seconds per iteration of `plan` training `model` on GPUs of type `gpu` (see the module doc).
 
-    `gpus_per_node` (default 8, at most the plan's GPUs) places the ranks; `config` gives the compute
-    and link priors (CellConfig's defaults: fitted on the Crius artifact); `comm` a profiled table;
+    `gpu` is a catalog name, or a GpuType for a part the catalog lacks (its name must still be a
+    catalog name for the pool's links). `gpus_per_node` (default 8, at most the plan's GPUs) places
+    the ranks; `config` gives the compute and link priors: without one, CellConfig's link prior and
+    the compute constants fitted for the GPU's generation (time_constants.PLAN_TIME_CONSTANTS); with
+    one, its prior as given (a caller's own calibration). `comm` a profiled table;
     `pool` the cluster's links (NIC bandwidth, PCIe; default GpuPool's: 100 Gb/s per node). Raises
     PlanInputError naming the field for what cannot be timed.
     """
-    cfg = config or CellConfig()
-    cm_comm = comm or CommModel()
     g = _gpu(gpu)
+    cfg = config or with_prior(CellConfig(), plan_prior(g, CellConfig().prior))
+    cm_comm = comm or CommModel()
     plan.check(model=model)
     _refuse(model, plan, g)
     per_node = _per_node(plan, gpus_per_node)
@@ -411,7 +418,7 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str, *, gpus_
                 kv = 2 * att.kv_width / tp * (model.seq_length / cp) * plan.micro_batch * recipe.activation
                 # one block pair's forward scores: this rank's seq/cp queries against seq/cp keys
                 block = (att.score_fwd_flops * model.seq_length * samples / tp / cp
-                         / (g.tflops_fp16 * 1e12 * flash_efficiency(g, prior.matmul_efficiency)))
+                         / (g.tflops_fp16 * 1e12 * flash_efficiency(g, prior.matmul_efficiency, prior.flash_utilization)))
                 fwd = (cp - 1) * max(0.0, ctime("p2p", kv, 2, cp_link, cp_share) - block)
                 bwd = (cp - 1) * max(0.0, ctime("p2p", 2 * kv, 2, cp_link, cp_share)
                                      - att.score_backward_factor * block)

@@ -259,7 +259,8 @@ def cell_estimator_oracle(pools: dict[str, tuple[int, int, bool]]) -> Estimates:
     known = {t: v for t, v in pools.items() if t in CATALOG}
     if not known:
         raise OracleError(f"oracle 'estimator': no GPU type of the cluster is in the catalog ({', '.join(pools)})")
-    est: Estimates = CellEstimates(known)
+    # the artifact's jobs ran Alpa, without flash attention: their Cells stay timed as the arena's
+    est: Estimates = CellEstimates(known, flash_attention=False)
     return est
 
 
