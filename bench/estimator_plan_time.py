@@ -1,22 +1,24 @@
-"""The time of one plan (estimator/plan_time.py) against measurements it was never fitted on.
+"""The time of one plan (estimator/plan_time.py) against measured runs, and the fit of its constants.
 
-Data: the Morphling artifact's measured placements on 8 x 8 A800-80GB (data/morphling/placements,
-docs/reference/data.md): GPT-2 1.5B, LLaMA-2-7B and LLaMA-30B, Megatron 3D plans (PP, TP, DP digits)
-and, for GPT-2, DeepSpeed data-parallel plans (ga: plain DP; gc: + full activation checkpointing;
-zero-dp: ZeRO-2). Rows whose placement puts different GPU counts on its servers are left out (an
-ExecutionPlan fills whole nodes), and so are ZeRO-Offload rows (not timed: plan_time refuses them).
+1. torchtitan's published throughput (TORCHTITAN below: A100, H100 and H200 rows). The constants of
+   estimator/time_constants.py are fitted here (`--refit`) on a seeded half of these rows, split by
+   configuration; the report gives every row's half and the error per half, GPU type and recipe kind,
+   with the fitted constants and with the Crius prior (CellConfig's, fitted on Alpa's runs).
+2. The Morphling artifact's measured placements on 8 x 8 A800-80GB (data/morphling/placements,
+   docs/reference/data.md): GPT-2 1.5B, LLaMA-2-7B and LLaMA-30B, Megatron 3D plans (PP, TP, DP digits)
+   and, for GPT-2, DeepSpeed data-parallel plans (ga: plain DP; gc: + full activation checkpointing;
+   zero-dp: ZeRO-2); never fitted. Rows whose placement puts different GPU counts on its servers are
+   left out (an ExecutionPlan fills whole nodes), and so are ZeRO-Offload rows (plan_time refuses them).
+   What the artifact does not say is stated and varied instead of chosen:
+   - the batch: the bench's global batch per iteration (estimator_morphling.MODELS: GPT-2 16, LLaMA-7B
+     8, LLaMA-30B 4), one micro-batch per replica (the artifact's Megatron runs set no accumulation);
+   - flash attention off and on (Megatron/DeepSpeed of 2023 ran GPT-2 without it by default);
+   - the inter-server link: 12.5 GB/s (100 Gb/s) and the data README's 100 GB/s per server.
 
-Nothing here is fitted: the constants are CellConfig's (fitted on the Crius artifact, Alpa on
-A100/V100/A40/A10). What the artifact does not say is stated and varied instead of chosen:
-- the batch: the bench's global batch per iteration (estimator_morphling.MODELS: GPT-2 16, LLaMA-7B 8,
-  LLaMA-30B 4), one micro-batch per replica (the artifact's Megatron runs set no accumulation);
-- flash attention off and on (Megatron/DeepSpeed of 2023 ran GPT-2 without it by default);
-- the inter-server link: 12.5 GB/s (100 Gb/s) and the data README's 100 GB/s per server.
+    .venv/bin/python bench/estimator_plan_time.py [--data DIR]      # about 2 s
+    .venv/bin/python bench/estimator_plan_time.py --refit          # about 2 min; prints, writes nothing
 
-    .venv/bin/python bench/estimator_plan_time.py [--data DIR]
-
-Prints JSON (mean |error|, median signed error per model and plan kind) and writes
-bench/results/estimator_plan_time.json.
+Prints JSON and writes bench/results/estimator_plan_time.json.
 """
 
 from __future__ import annotations
@@ -222,10 +224,12 @@ TORCHTITAN: list[tuple[str, ModelDims, str, float, dict[str, Any], int, float]] 
 
 
 # Meta's Grand Teton H100 (torchtitan docs/performance.md): 96 GB HBM2e at 2.4 TB/s, 500 W. Not in the
-# catalog (plumbing's "H100-96GB" is the GH200's HBM3 part, 4 TB/s): the H100-80GB's compute and NVLink
-# with the published bandwidth and memory; the unpublished effect of the 500 W limit on the sustained
-# clock is left to the fitted Hopper efficiency (estimator/time_constants.py).
-GRAND_TETON_H100 = replace(lookup("H100-80GB"), memory_gb=96, bandwidth_gbps=2400)
+# catalog (plumbing's "H100-96GB" is the GH200's HBM3 part, 4 TB/s): the H100-80GB's NVLink with the
+# published bandwidth and memory, and a BF16 peak at the middle of the range torchtitan gives ("The
+# actual peak TFLOPs should be between SXM and NVL, and we don't know the exact value": TorchTitan,
+# arXiv:2410.06511): (989 + 835) / 2 = 912. The fitted Hopper constants are fractions of the peak
+# of a full-power part; what the 500 W limit costs beyond that reading is in them too.
+GRAND_TETON_H100 = replace(lookup("H100-80GB"), memory_gb=96, bandwidth_gbps=2400, tflops_fp16=912)
 SEED = 0
 KINDS = ("1D FSDP", "op SAC", "full AC", "compile", "float8", "CP", "TP", "async TP", "PP")
 

@@ -4,7 +4,8 @@ The Cell estimator (cells.py) searches DP-only/TP-only plans of Alpa-like runtim
 times a given `ExecutionPlan` of a PyTorch-native stack (torchtitan, Megatron, transformers + PEFT)
 with the same pieces: the operator chain (`cells.model_operators`, attention costs of
 layer_costs.py), the compute roofline (`compute.stage_compute_time` with the configured
-`EfficiencyPrior`), the communication model (`comm.CommModel` over `cells.pool_links`) and the
+`EfficiencyPrior`; without a config, the Cell prior with the constants fitted per GPU generation on
+torchtitan's runs, time_constants.py), the communication model (`comm.CommModel` over `cells.pool_links`) and the
 pipeline latency of Crius Sec. 5.1 (`cells.pipeline_latency`). What it adds is how a plan's recipe
 changes those numbers; every rule is in docs/estimator-cells.md ("Time of one plan") with its source.
 
