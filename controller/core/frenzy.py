@@ -62,9 +62,10 @@ class ResourcePlan:
         return self.dp * self.tp
 
 
-# A job's recipe goes on top of MARP's own (estimator/memory.py: Frenzy's 20 B/param is Megatron's
-# fp16 recipe; its activations count the attention scores, no flash attention, no recomputation).
-MARP_PLAN = ExecutionPlan(precision="megatron-fp16", flash_attention=False, checkpointing="none")
+# A job's recipe goes on top of MARP's bytes (Frenzy's 20 B/param is Megatron's fp16 recipe, no
+# recomputation) and of what a worker runs for a field the recipe leaves unset (flash attention:
+# ExecutionPlan's default, which the launched plan keeps).
+MARP_PLAN = ExecutionPlan(precision="megatron-fp16", checkpointing="none")
 
 
 def plan_bytes(job: JobView, dp: int, tp: int, micro_batch: int) -> tuple[int, str] | None:
