@@ -509,7 +509,8 @@ class Estimator:
         if req.HasField("model"):
             if not gpu:
                 raise PlanInputError("gpu_type", "required with model (the Cell's GPU type)")
-            cell_sig = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size)).signature
+            cell_sig = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size,
+                                                     recipe=req.recipe)).signature
         with self._lock:
             fitted = self._models.get((key, gpu))
             mode = perf_mode(req.mode) if req.mode else (fitted.mode if fitted else "tessera")

@@ -82,3 +82,18 @@ def test_tessctl_estimate_cells_sends_the_job_file_plan(tmp_path: Path, capsys: 
         else:
             assert captured.err == ""
     assert fits["full"] == 0 and fits["lora"] > 0
+
+
+async def test_a_measured_step_time_belongs_to_the_cell_of_the_job_recipe(srv: Server) -> None:
+    from tests.integration.test_estimator_service import SMALL, _config
+
+    recipe = c.ExecutionPlan(lora_rank=8)
+    cluster = pb.ClusterSpec(pools=[pb.GpuPool(gpu="A100-80GB", num_gpus=4, gpus_per_node=4)])
+    lora = pb.GetCellsRequest(model=SMALL, global_batch_size=16, cluster=cluster, recipe=recipe)
+    full = pb.GetCellsRequest(model=SMALL, global_batch_size=16, cluster=cluster)
+    await srv.stub.ReportStepTimes(pb.ReportStepTimesRequest(
+        job_id="j-lora", model_key="small", gpu_type="A100", config=_config(4, 1, 1, 1, pb.ZERO_KIND_NONE, [4]),
+        steps=[pb.StepTime(seconds=0.5, time=1.0)], model=SMALL, global_batch_size=16, recipe=recipe))
+    by_cell = {(x.num_gpus, x.num_stages): x for x in (await srv.stub.GetCells(lora)).cells}
+    assert by_cell[(4, 1)].iter_time_seconds.source == "measured"
+    assert all(x.iter_time_seconds.source != "measured" for x in (await srv.stub.GetCells(full)).cells)

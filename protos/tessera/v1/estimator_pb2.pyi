@@ -477,7 +477,7 @@ class StepTime(_message.Message):
     def __init__(self, seconds: _Optional[float] = ..., time: _Optional[float] = ..., iteration: _Optional[int] = ...) -> None: ...
 
 class ReportStepTimesRequest(_message.Message):
-    __slots__ = ("job_id", "model_key", "gpu_type", "mode", "config", "steps", "env", "model", "global_batch_size")
+    __slots__ = ("job_id", "model_key", "gpu_type", "mode", "config", "steps", "env", "model", "global_batch_size", "recipe")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_KEY_FIELD_NUMBER: _ClassVar[int]
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -487,6 +487,7 @@ class ReportStepTimesRequest(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model_key: str
     gpu_type: str
@@ -496,7 +497,8 @@ class ReportStepTimesRequest(_message.Message):
     env: PerfEnvironment
     model: _common_pb2.ModelSpec
     global_batch_size: int
-    def __init__(self, job_id: _Optional[str] = ..., model_key: _Optional[str] = ..., gpu_type: _Optional[str] = ..., mode: _Optional[_Union[PerfMode, str]] = ..., config: _Optional[_Union[PerfRunConfig, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepTime, _Mapping]]] = ..., env: _Optional[_Union[PerfEnvironment, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ...) -> None: ...
+    recipe: _common_pb2.ExecutionPlan
+    def __init__(self, job_id: _Optional[str] = ..., model_key: _Optional[str] = ..., gpu_type: _Optional[str] = ..., mode: _Optional[_Union[PerfMode, str]] = ..., config: _Optional[_Union[PerfRunConfig, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepTime, _Mapping]]] = ..., env: _Optional[_Union[PerfEnvironment, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., recipe: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ...) -> None: ...
 
 class ReportStepTimesResponse(_message.Message):
     __slots__ = ("params", "predicted_before_seconds", "predicted_seconds", "measured_seconds", "samples_used", "source")
