@@ -42,6 +42,7 @@ from tessera.estimator.cells import (
     ClusterSpec,
     GpuPool,
     StageCost,
+    check_recipe_cell,
 )
 from tessera.estimator.convert import PRECISION, execution_plan, model_dims, plan_message
 from tessera.estimator.memory import estimate_memory
@@ -425,6 +426,11 @@ class Estimator:
         if not req.stages:
             raise PlanInputError("stages", "the allocation needs at least one stage (one GpuPool per stage)")
         pools = [gpu_pool(p, f"stages[{i}]") for i, p in enumerate(req.stages)]
+        for pool in pools:  # what the recipe cannot run on (Float8 without FP8 tensor cores, ...)
+            try:
+                check_recipe_cell(model, pool.gpu_type, len(pools))
+            except CellInputError as exc:
+                raise PlanInputError(exc.field, exc.reason) from None
         if req.dp < 0 or req.num_microbatches < 0:
             raise PlanInputError("dp" if req.dp < 0 else "num_microbatches", "must be >= 0 (0 = the default)")
         try:

@@ -97,3 +97,12 @@ async def test_a_measured_step_time_belongs_to_the_cell_of_the_job_recipe(srv: S
     by_cell = {(x.num_gpus, x.num_stages): x for x in (await srv.stub.GetCells(lora)).cells}
     assert by_cell[(4, 1)].iter_time_seconds.source == "measured"
     assert all(x.iter_time_seconds.source != "measured" for x in (await srv.stub.GetCells(full)).cells)
+
+
+async def test_stages_refuse_float8_on_gpus_without_fp8(srv: Server) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await srv.stub.PlaceStages(pb.PlaceStagesRequest(
+            model=LLAMA, global_batch_size=8, stages=[pb.GpuPool(gpu="A100-80GB", num_gpus=1, gpus_per_node=1)] * 2,
+            recipe=c.ExecutionPlan(float8=c.FLOAT8_LINEAR)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (err.value.details() or "").startswith("plan.float8: A100-80GB has no FP8")
