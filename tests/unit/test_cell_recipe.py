@@ -180,3 +180,20 @@ def test_lora_8b_fits_one_24gb_gpu_where_the_full_fine_tune_does_not() -> None:
     lora = est.cell(recipe_cell_model(short, 8, _job(lora_rank=16), flash_attention=True).model, pool, 1, 1)
     assert not full.fits and "memory" in full.reason
     assert lora.fits and lora.memory_per_gpu is not None and lora.memory_per_gpu.value < 24e9
+
+
+def test_lora_under_fsdp_shards_the_frozen_base_and_reduces_only_the_adapters() -> None:
+    est = CellEstimator()
+    zero1 = _model(_job(lora_rank=4, sharding="zero1"))
+    rows, _, place = est.stage_costs(zero1, POOL, 4, 1, options=[[(4, 1)]], num_microbatches=1)
+    base = rows[0][0]
+    sharded = est._fsdp(base, _model(_job(lora_rank=4, sharding="fsdp")), POOL, place)
+    ops = model_operators(zero1)
+    frozen = sum(o.frozen_params for o in ops)
+    adapters = sum(o.params - o.frozen_params for o in ops)
+    largest = max(o.params for o in ops)
+    # mixed: frozen 2 B, adapters 2 + 2 B (weights, gradients; Adam sharded by ZeRO-1 already), 3/4 of
+    # it goes; FSDP adds two gathered units (2 B) and one unsharded gradient (2 B) of the largest unit
+    want = (2 * frozen + 4 * adapters) * (1 - 1 / 4) - largest * (2 * 2 + 2)
+    assert base.memory_bytes - sharded.memory_bytes == pytest.approx(want)
+    assert sharded.plan.sharding == "fsdp"
