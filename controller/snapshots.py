@@ -25,6 +25,7 @@ from tessera.controller.registry import LiveNode, running_gpus
 from tessera.controller.store import JobRecord, NodeRecord
 from tessera.estimator.cell_recipe import JobRecipe
 from tessera.estimator.convert import execution_plan
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.v1 import common_pb2
 
 P = common_pb2
@@ -35,7 +36,11 @@ def job_recipe(spec: common_pb2.JobSpec) -> JobRecipe | None:
     validated at submission (controller/core/validate.py reads the same plan)."""
     if not spec.HasField("plan") or not spec.plan.ListFields():
         return None
-    return JobRecipe(execution_plan(spec.plan), frozenset(d.name for d, _ in spec.plan.ListFields()))
+    given = frozenset(d.name for d, _ in spec.plan.ListFields())
+    try:
+        return JobRecipe(execution_plan(spec.plan), given)
+    except PlanInputError as exc:  # a record from an older vocabulary: its estimates refuse it by name
+        return JobRecipe(ExecutionPlan(), given, refused=(exc.field, exc.reason))
 
 
 def job_view(job: JobRecord, progress: common_pb2.Progress | None) -> JobView:

@@ -57,10 +57,15 @@ class JobRecipe:
 
     plan: ExecutionPlan
     given: frozenset[str]
+    # (field, reason) when the job's stored plan is not a valid recipe (validated at submission, so
+    # only a record from an older vocabulary): every estimate refuses it by that field
+    refused: tuple[str, str] | None = None
 
     @property
     def key(self) -> str:
         """A cache key: the set fields and their values, sorted."""
+        if self.refused is not None:
+            return f"refused:{self.refused[0]}"
         return ",".join(f"{k}={getattr(self.plan, k)}" for k in sorted(self.given))
 
     @classmethod
@@ -94,6 +99,8 @@ def recipe_cell_model(dims: ModelDims, global_batch: int, recipe: JobRecipe | Ex
     if recipe is None:
         return RecipeCells(base)
     job = recipe if isinstance(recipe, JobRecipe) else JobRecipe.of(recipe)
+    if job.refused is not None:
+        raise PlanInputError(*job.refused)
     p, given = job.plan, job.given
     if not given:
         return RecipeCells(base)
@@ -185,5 +192,7 @@ def recipe_on(recipe: JobRecipe | None, base: ExecutionPlan) -> ExecutionPlan:
     PlanInputError when the combination does not exist."""
     if recipe is None:
         return base
+    if recipe.refused is not None:
+        raise PlanInputError(*recipe.refused)
     changes = {f: getattr(recipe.plan, f) for f in recipe.given if f not in SIZES + ("cp",)}
     return replace(base, **changes)

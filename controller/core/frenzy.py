@@ -74,7 +74,7 @@ def plan_bytes(job: JobView, dp: int, tp: int, micro_batch: int) -> tuple[int, s
     """Bytes per GPU of (dp, tp, micro_batch) and their source: MARP, or, for a job whose plan sets a
     recipe (LoRA, checkpointing, precision...), the memory formula of that recipe on MARP's plan
     (estimate_memory; the reserve is Frenzy's own). None when the recipe cannot run that plan."""
-    if job.recipe is None or not job.recipe.given:
+    if job.recipe is None or (not job.recipe.given and job.recipe.refused is None):
         return marp_memory(job.model, micro_batch, tp).total_bytes, "formula:marp"
     return _recipe_bytes(job.model, job.recipe, dp, tp, micro_batch)
 

@@ -37,3 +37,21 @@ async def test_a_recipe_the_cells_cannot_express_waits_naming_the_field() -> Non
     await h.round()
     assert h.state(jid) == "PENDING"
     assert "the Cells cannot estimate the job's plan: plan.sharding" in h.job(jid).reason
+
+
+def test_job_recipe_reads_the_fields_a_job_sets_and_refuses_a_stale_plan_by_name() -> None:
+    from tessera.controller.cell_estimates import recipe_refusal
+    from tessera.controller.core.snapshot import JobView
+    from tessera.controller.snapshots import job_recipe
+    from tessera.estimator.models import registered
+
+    assert job_recipe(_llama8b("plain")) is None
+    got = job_recipe(_llama8b("lora", P.ExecutionPlan(lora_rank=16, checkpointing=P.CHECKPOINTING_OP)))
+    assert got is not None and got.given == {"lora_rank", "checkpointing"} and got.plan.checkpointing == "op"
+    # a stored plan the vocabulary no longer takes ('selective' under flash attention): refused by name
+    stale = job_recipe(_llama8b("old", P.ExecutionPlan(checkpointing=P.CHECKPOINTING_SELECTIVE)))
+    assert stale is not None and stale.refused is not None and stale.refused[0] == "plan.checkpointing"
+    dims = registered("llama3.1-8b")
+    assert dims is not None
+    assert recipe_refusal(JobView("j", 0.0, dims, 8, recipe=stale)).startswith("plan.checkpointing: ")
+    assert recipe_refusal(JobView("j", 0.0, dims, 8, recipe=got)) == ""
