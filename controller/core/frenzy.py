@@ -199,7 +199,10 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
         return PendingKind.FITS_NOWHERE, (f"no plan: global batch {job.global_batch_size} cannot be split "
                                           f"over {job.gpus_hint or total} GPUs with TP in {TP_CHOICES}")
     allowed = [x for x in snap.cluster_gpus if not job.gpu_types or x[0] in job.gpu_types]
-    biggest = max((b for _, b, _ in allowed), default=0) - cfg.reserve_bytes
+    if not allowed:  # no memory figure explains this: the types it allows are not in the cluster
+        return PendingKind.FITS_NOWHERE, (f"fits nowhere: asks for GPU types {', '.join(job.gpu_types)}; "
+                                          f"the cluster has {_cluster_text(snap)}")
+    biggest = max(b for _, b, _ in allowed) - cfg.reserve_bytes
     smallest = min(plans, key=lambda p: p.bytes_per_gpu)
     if smallest.bytes_per_gpu > biggest:
         how = "MARP" if smallest.source == "formula:marp" else "the recipe's memory formula"

@@ -47,3 +47,12 @@ def test_the_recipe_changes_frenzys_placement() -> None:
     assert decisions["plain"].pending is PendingKind.FITS_NOWHERE and "MARP" in decisions["plain"].reason
     assert decisions["lean"].action == "start" and "recipe formula" in decisions["lean"].reason
     assert decisions["lean"].plan is not None and decisions["lean"].plan.memory_source == "formula"
+
+
+def test_a_job_asking_for_types_the_cluster_lacks_is_told_so_not_a_memory_figure() -> None:
+    nodes = (node("n", "A100-80GB", 80, 4),)
+    tiny = JobView("t", 0.0, REGISTERED["gpt2-small"], 8, gpu_types=("H100-80GB",))
+    snap = Snapshot(nodes=nodes, pending=(tiny,), cluster_gpus=cluster(*nodes))
+    d = plan_round(snap).decisions[0]
+    assert d.pending is PendingKind.FITS_NOWHERE
+    assert d.reason == "fits nowhere: asks for GPU types H100-80GB; the cluster has 4 x A100-80GB (74.5 GiB)"
