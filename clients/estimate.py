@@ -107,7 +107,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> Any:
                         "(repeatable; docs/estimator-service.md)")
     p.add_argument("--precision", choices=("mixed", "megatron-bf16", "megatron-fp16", "bf16", "fp32", "amp",
                                            "mixed-adafactor"), default=None,
-                   help="recipe of the model-state bytes (default: mixed)")
+                   help="recipe of the model-state bytes where the job file's plan: sets none (default: mixed)")
     p.add_argument("--max-gpus", type=argtypes.positive_int, default=0, metavar="N",
                    help="largest GPU count of a Cell (default 64)")
     p.add_argument("--best", action="store_true", help="only the fastest fitting Cell per GPU type and count")
@@ -127,7 +127,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> Any:
                         "the batch)")
     p.add_argument("--precision", choices=("mixed", "megatron-bf16", "megatron-fp16", "bf16", "fp32", "amp",
                                            "mixed-adafactor"), default=None,
-                   help="recipe of the model-state bytes (default: mixed)")
+                   help="recipe of the model-state bytes where the job file's plan: sets none (default: mixed)")
     p.add_argument("--exhaustive", action="store_true",
                    help="also search every order and split for the optimum under the same estimate")
     p.add_argument("--overlap-sync", action="store_true",
@@ -242,7 +242,8 @@ def cells_request(spec: common_pb2.JobSpec, cluster: estimator_pb2.ClusterSpec, 
     return estimator_pb2.GetCellsRequest(
         model=spec.model, global_batch_size=spec.global_batch_size, cluster=cluster,
         precision=PRECISION_VALUE[precision] if precision else common_pb2.PRECISION_UNSPECIFIED,
-        options=estimator_pb2.CellOptions(max_gpus=max_gpus), best_only=best)
+        options=estimator_pb2.CellOptions(max_gpus=max_gpus), best_only=best,
+        recipe=spec.plan if spec.HasField("plan") else None)
 
 
 def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estimator_pb2.ClusterSpec | None,
@@ -271,7 +272,8 @@ def stages_request(spec: common_pb2.JobSpec, types: str, dp: int, cluster: estim
     return estimator_pb2.PlaceStagesRequest(
         model=spec.model, global_batch_size=spec.global_batch_size, stages=stages, dp=dp,
         num_microbatches=microbatches, exhaustive=exhaustive, overlap_sync=overlap_sync,
-        precision=PRECISION_VALUE[precision] if precision else common_pb2.PRECISION_UNSPECIFIED)
+        precision=PRECISION_VALUE[precision] if precision else common_pb2.PRECISION_UNSPECIFIED,
+        recipe=spec.plan if spec.HasField("plan") else None)
 
 
 # -- cluster files ----------------------------------------------------------------------------------
@@ -487,15 +489,12 @@ def _job(filename: str, hf_config: str | None = None) -> common_pb2.JobSpec:
     return spec
 
 
-def _cells_ignore_recipe(spec: common_pb2.JobSpec) -> None:
-    """The Cells do not take a job's recipe (GetCells has no plan): say so rather than answer for another
-    training program without a word."""
+def _recipe_warnings(warnings: Sequence[str]) -> None:
+    """What the Cells estimate of the job's recipe only in part, on stderr (the table stays clean)."""
     import sys
 
-    if spec.HasField("plan") and spec.plan.ListFields():
-        keys = ", ".join(d.name for d, _ in spec.plan.ListFields())
-        sys.stderr.write(f"tessctl: warning: the Cells do not model the job file's plan: ({keys}); they are "
-                         "estimated for the Cells' own recipe\n")
+    for w in warnings:
+        sys.stderr.write(f"tessctl: warning: {w}\n")
 
 
 def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
@@ -511,10 +510,10 @@ def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
 
 def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
     spec = _job(args.filename, args.hf_config)
-    _cells_ignore_recipe(spec)
     cluster = load_cluster(args.cluster)
     req = cells_request(spec, cluster, args.precision, args.max_gpus, args.best)
     resp = _ask(args, "GetCells", req)
+    _recipe_warnings(resp.warnings)
     if args.output == "json":
         out.write(dumps(to_json(resp)) + "\n")
     else:
@@ -524,11 +523,11 @@ def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
 
 def cmd_stages(client: Any, args: argparse.Namespace, out: Any) -> int:
     spec = _job(args.filename, args.hf_config)
-    _cells_ignore_recipe(spec)
     cluster = load_cluster(args.cluster) if args.cluster else None
     req = stages_request(spec, args.stages, args.dp, cluster, args.microbatches, args.precision, args.exhaustive,
                          args.overlap_sync)
     resp = _ask(args, "PlaceStages", req)
+    _recipe_warnings(resp.warnings)
     if args.output == "json":
         out.write(dumps(to_json(resp)) + "\n")
         return 0

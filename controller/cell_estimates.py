@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 
 from tessera.controller.core.policy import CellEstimate
 from tessera.controller.core.snapshot import Cell, JobView, PlanChoice
+from tessera.estimator.cell_recipe import recipe_cell_model
 from tessera.estimator.cells import CellEstimator, CellInputError, CellModel, GpuPool
+from tessera.estimator.plans import PlanInputError
 
 # (Cell model signature, GPU type, GPUs, stages): what a measured iteration time belongs to.
 MeasuredKey = tuple[str, str, int, int]
@@ -26,12 +28,33 @@ MeasuredKey = tuple[str, str, int, int]
 JOB_FLASH_ATTENTION = True
 
 
-def measured_key(job: JobView, cell: Cell, flash_attention: bool = JOB_FLASH_ATTENTION) -> MeasuredKey | None:
+def job_cell_model(job: JobView, flash_attention: bool = JOB_FLASH_ATTENTION) -> CellModel | None:
+    """The job's CellModel with its recipe (estimator/cell_recipe.py: the fields the job's plan sets
+    replace the Cells' own mixed precision, full recomputation and flash attention); None when the
+    Cells cannot estimate the model or the recipe (that job has no Cells: it waits with the reason the
+    policy gives, and `recipe_refusal` says which field)."""
     try:
-        sig = CellModel.from_dims(job.model, job.global_batch_size, flash_attention=flash_attention).signature
-    except CellInputError:
+        return recipe_cell_model(job.model, job.global_batch_size, job.recipe, flash_attention=flash_attention).model
+    except (CellInputError, PlanInputError):
         return None
-    return (sig, cell.gpu_type, cell.gpus, cell.stages)
+
+
+def recipe_refusal(job: JobView) -> str:
+    """Why the Cells refuse the job's recipe ("plan.cp: ..."), or "" when they take it."""
+    try:
+        recipe_cell_model(job.model, job.global_batch_size, job.recipe)
+    except PlanInputError as exc:
+        return str(exc)
+    except CellInputError:
+        return ""
+    return ""
+
+
+def measured_key(job: JobView, cell: Cell, flash_attention: bool = JOB_FLASH_ATTENTION) -> MeasuredKey | None:
+    model = job_cell_model(job, flash_attention)
+    if model is None:
+        return None
+    return (model.signature, cell.gpu_type, cell.gpus, cell.stages)
 
 
 class CellEstimates:
@@ -59,9 +82,8 @@ class CellEstimates:
         pool = self.pools.get(gpu_type)
         if pool is None or nodes < 1 or gpus % nodes or gpus > pool.num_gpus:
             return ()
-        try:
-            model = CellModel.from_dims(job.model, job.global_batch_size, flash_attention=self.flash_attention)
-        except CellInputError:
+        model = job_cell_model(job, self.flash_attention)
+        if model is None:
             return ()
         out = []
         stages = 1

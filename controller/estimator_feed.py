@@ -60,7 +60,8 @@ def step_times_request(job: JobRecord, dims: ModelDims, gpu_type: str, gpus_per_
         config=estimator_pb2.PerfRunConfig(workload=workload, plan=plan, gpus_per_node=gpus_per_node),
         steps=[estimator_pb2.StepTime(seconds=s.seconds, time=s.time, iteration=s.iteration)
                for s in learned.new_steps],
-        model=job.spec.model, global_batch_size=job.spec.global_batch_size)
+        model=job.spec.model, global_batch_size=job.spec.global_batch_size,
+        recipe=job.spec.plan if job.spec.HasField("plan") else None)
 
 
 class EstimatorFeed:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from tessera.controller.cell_estimates import recipe_refusal
 from tessera.controller.core import frenzy
 from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
@@ -54,9 +55,14 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
     """The PENDING reason to store for a job the round left waiting (or dropped); `views`: the
     snapshot's pending jobs by id."""
     why = d.reason
+    if d.pending is PendingKind.FITS_NOWHERE:
+        # A recipe the Cells cannot express leaves the job without Cells: name the field.
+        refused = recipe_refusal(views[d.job_id])
+        if refused:
+            why = f"{why}; the Cells cannot estimate the job's plan: {refused}"
     if d.pending is PendingKind.FITS_NOWHERE and policy != "frenzy":
         # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
-        # MARP's already).
+        # MARP's already, or the recipe's formula's).
         marp = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
         if marp.startswith("fits nowhere"):
             why = f"{why}; {marp}"

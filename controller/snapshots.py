@@ -23,9 +23,24 @@ from tessera.controller.core.snapshot import (
 from tessera.controller.core.validate import canonical_gpu_types, resolve_model
 from tessera.controller.registry import LiveNode, running_gpus
 from tessera.controller.store import JobRecord, NodeRecord
+from tessera.estimator.cell_recipe import JobRecipe
+from tessera.estimator.convert import execution_plan
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.v1 import common_pb2
 
 P = common_pb2
+
+
+def job_recipe(spec: common_pb2.JobSpec) -> JobRecipe | None:
+    """The job's recipe (JobSpec.plan) with the fields it sets; None when it sets none. The spec was
+    validated at submission (controller/core/validate.py reads the same plan)."""
+    if not spec.HasField("plan") or not spec.plan.ListFields():
+        return None
+    given = frozenset(d.name for d, _ in spec.plan.ListFields())
+    try:
+        return JobRecipe(execution_plan(spec.plan), given)
+    except PlanInputError as exc:  # a record from an older vocabulary: its estimates refuse it by name
+        return JobRecipe(ExecutionPlan(), given, refused=(exc.field, exc.reason))
 
 
 def job_view(job: JobRecord, progress: common_pb2.Progress | None) -> JobView:
@@ -33,7 +48,8 @@ def job_view(job: JobRecord, progress: common_pb2.Progress | None) -> JobView:
     prog = progress if progress is not None else job.progress
     return JobView(job.id, job.submit_time, resolve_model(job.spec.model), job.spec.global_batch_size,
                    job.spec.hint.gpus, canonical_gpu_types(job.spec), iterations=job.spec.iterations,
-                   done_iterations=float(prog.iteration) if prog else 0.0, restarts=job.restarts)
+                   done_iterations=float(prog.iteration) if prog else 0.0, restarts=job.restarts,
+                   recipe=job_recipe(job.spec))
 
 
 def jobs_on(active: Iterable[JobRecord], node_id: str) -> list[JobRecord]:

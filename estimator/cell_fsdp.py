@@ -64,6 +64,8 @@ class FsdpContext:
     usable_bytes: float
     shards_optimizer: bool
     comm: CommModel
+    # bytes per frozen parameter (LoRA's base: Operator.frozen_params), sharded like the weights
+    frozen_bytes: float = 0.0
 
 
 def exposed_fsdp_comm(all_gathers: Sequence[float], reduce_scatters: Sequence[float], compute: float) -> float:
@@ -83,22 +85,26 @@ def fsdp_variant(base: StageCost, ops: Sequence[Operator], ctx: FsdpContext) -> 
     weight, state_wg = ctx.weight_bytes, ctx.weight_grad_bytes
     grad = max(state_wg - weight, weight)  # reduce-scattered in the recipe's gradient dtype
     units = [(o.params - o.expert_params) / tp for o in sops if o.params > o.expert_params]
+    # what each unit reduce-scatters: its trained parameters (a frozen base has no gradients)
+    trained = [(o.params - o.expert_params - o.frozen_params) / tp for o in sops if o.params > o.expert_params]
     sources = {base.comm_source} - {"formula:none"}
     ag, rs = [], []
-    for u in units:
+    for u, t in zip(units, trained):
         e = ctx.comm.time("all_gather", u * weight, dp, ctx.link, ctx.share)
-        r = ctx.comm.time("reduce_scatter", u * grad, dp, ctx.link, ctx.share)
+        r = ctx.comm.time("reduce_scatter", t * grad, dp, ctx.link, ctx.share)
         ag.append(e.seconds)
         rs.append(r.seconds)
         sources |= {e.source, r.source}
     exposed = exposed_fsdp_comm(ag, rs, base.compute)
 
-    dense = sum(o.params - o.expert_params for o in sops) / tp
+    frozen = sum(o.frozen_params for o in sops) / tp
+    dense = sum(o.params - o.expert_params for o in sops) / tp - frozen
     expert = sum(o.expert_params for o in sops) / (tp * dp)
     opt = ctx.optimizer_bytes
     sync = optimizer_step_time(dense / dp + expert, ctx.gpu, state_wg + opt)
-    # the unsharded option holds weights + gradients whole, and the optimizer whole unless ZeRO-1
-    replicated = dense * state_wg + (0.0 if ctx.shards_optimizer else dense * opt)
+    # the unsharded option holds weights + gradients whole (and a frozen base's weights), and the
+    # optimizer whole unless ZeRO-1
+    replicated = dense * state_wg + frozen * ctx.frozen_bytes + (0.0 if ctx.shards_optimizer else dense * opt)
     largest = max(units, default=0.0)
     working = largest * (2 * weight + grad)
     memory = base.memory_bytes - replicated * (1 - 1 / dp) + working

@@ -64,12 +64,14 @@ from tessera.estimator.compute import (
     DEFAULT_PRIOR,
     EfficiencyPrior,
     OperatorProfiler,
+    has_fp8,
     optimizer_step_time,
     profile_stage_compute,
     stage_compute_time,
 )
 from tessera.estimator.convnets import STAGE_SIZES, wide_resnet_operators
 from tessera.estimator.layer_costs import Attention
+from tessera.estimator.lora_costs import lora_cell_operators
 from tessera.estimator.models import ModelDims
 from tessera.estimator.partition import LayerShape, Operator, PartitionError, StagePartition, partition_stages
 from tessera.estimator.plans import PRECISIONS, ExecutionPlan, PlanInputError
@@ -146,6 +148,26 @@ class CellModel:
     flash_attention: bool = False
     sliding_window: int = 0
     sliding_every: int = 1
+    # The job's recipe (estimator/cell_recipe.py maps an ExecutionPlan onto these; the defaults keep
+    # every earlier Cell). `checkpoint_every` n: only every n-th layer recomputes (torchtitan's
+    # ac_freq); `op_checkpoint`: those layers run torchtitan's per-op SAC instead of full recompute
+    # (needs `recompute`). LoRA: `lora_rank` adapters on `lora_targets`, the MLP linears of width
+    # `ffn_hidden` (`gated`: three of them), the frozen base held at `frozen_bytes` per parameter.
+    # `float8`/`compiled`: compute.stage_compute_time's factors. `sharding`: "" = CellConfig's
+    # (ZeRO-1, FSDP where needed), "none", "zero1" or "fsdp" (one-stage Cells shard always) with
+    # FSDP2's `reshard` (auto|always|never). `loss` "fp32" keeps the fp32 log-softmax for backward.
+    checkpoint_every: int = 1
+    op_checkpoint: bool = False
+    lora_rank: int = 0
+    lora_targets: str = "all-linear"
+    ffn_hidden: int = 0
+    gated: bool = False
+    frozen_bytes: float = 2.0
+    float8: str = "none"
+    compiled: bool = False
+    sharding: str = ""
+    reshard: str = "auto"
+    loss: str = "fused"
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -181,6 +203,7 @@ class CellModel:
                     raise CellInputError(f, f"must be a positive integer for a MoE model, got {v!r}")
             if self.top_k > self.num_experts:
                 raise CellInputError("top_k", f"{self.top_k} exceeds num_experts {self.num_experts}")
+        self._check_recipe()
         if self.family == "wresnet":
             if self.num_layers not in STAGE_SIZES:
                 raise CellInputError(
@@ -192,6 +215,55 @@ class CellModel:
                 raise CellInputError("width_factor", f"must be a positive integer for a Wide-ResNet, got {self.width_factor!r}")
         elif self.width_factor:
             raise CellInputError("width_factor", f"only the wresnet family has one (family {self.family!r})")
+
+    def _check_recipe(self) -> None:
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
+            raise CellInputError("checkpoint_every", f"must be an integer >= 1, got {self.checkpoint_every!r}")
+        if self.op_checkpoint and not self.recompute:
+            raise CellInputError("op_checkpoint", "per-op checkpointing is a recomputation: needs recompute")
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
+            raise CellInputError("lora_rank", f"must be an integer >= 0, got {self.lora_rank!r}")
+        if self.lora_rank and (self.family not in ("gpt", "bert") or self.ffn_hidden < 1):
+            raise CellInputError("lora_rank", "LoRA Cells need a dense transformer and its ffn_hidden")
+        if self.frozen_bytes < 0:
+            raise CellInputError("frozen_bytes", f"must be >= 0, got {self.frozen_bytes!r}")
+        for f, allowed in (("float8", ("none", "linear", "linear+allgather")), ("sharding", ("", "none", "zero1", "fsdp")),
+                           ("reshard", ("auto", "always", "never")), ("loss", ("fused", "fp32")),
+                           ("lora_targets", ("qv", "attention", "all-linear"))):
+            if getattr(self, f) not in allowed:
+                raise CellInputError(f, f"{getattr(self, f)!r} is not one of {', '.join(map(repr, allowed))}")
+
+    def checkpointed(self, idx: int) -> bool:
+        """Whether layer idx recomputes its forward in backward (every `checkpoint_every`-th layer)."""
+        return self.recompute and (idx + 1) % self.checkpoint_every == 0
+
+    def recompute_passes(self, idx: int) -> float:
+        """Forward passes of layer idx's weight GEMMs recomputed: 1 (full), 1/2 (per-op SAC: torchtitan's
+        policy saves every second matmul output, plan_time.py's rule) or 0."""
+        if not self.checkpointed(idx):
+            return 0.0
+        return 0.5 if self.op_checkpoint else 1.0
+
+    @property
+    def recipe_signature(self) -> str:
+        """The recipe fields off their defaults, for the signature ("" when none is)."""
+        parts = []
+        if self.checkpoint_every != 1:
+            parts.append(f"ce{self.checkpoint_every}")
+        if self.op_checkpoint:
+            parts.append(f"op{int(self.gated)}")
+        if self.lora_rank:
+            parts.append(f"lora{self.lora_rank}{self.lora_targets}f{self.ffn_hidden}g{int(self.gated)}"
+                         f"fb{self.frozen_bytes:g}")
+        if self.float8 != "none":
+            parts.append(f"f8{self.float8}")
+        if self.compiled:
+            parts.append("comp")
+        if self.sharding:
+            parts.append(f"sh{self.sharding}{self.reshard}")
+        if self.loss != "fused":
+            parts.append(f"loss{self.loss}")
+        return "-".join(parts)
 
     @property
     def state_bytes_per_param(self) -> float:
@@ -214,6 +286,8 @@ class CellModel:
             s += f"-hd{self.head_dim}"
         if self.flash_attention:  # causal masking and windows change the costs only under flash
             s += f"-fa{int(self.causal)}w{self.sliding_window}x{self.sliding_every}"
+        if self.recipe_signature:
+            s += "-" + self.recipe_signature
         return s
 
     def attention(self, idx: int) -> Attention:
@@ -265,21 +339,34 @@ class CellModel:
                    sliding_window=dims.sliding_window, sliding_every=2 if dims.sandwich_norm else 1)
 
 
+def _op_saved(m: CellModel, att: Attention, mlp: float) -> float:
+    """Bytes per token a layer keeps under torchtitan's per-op SAC (torchtitan/distributed/
+    activation_checkpoint.py, _custom_policy): its input, every second matmul output in execution order
+    (q, v, then w1 and w2 of a SwiGLU MLP, or the first MLP linear of a two-matrix one), the attention
+    output and its fp32 logsumexp (flash/efficient SDPA ops are on the save list)."""
+    h, d = m.hidden_size, m.dtype_bytes
+    return d * (h + att.width + att.kv_width + att.width + mlp) + 4 * att.heads
+
+
 def _dense_layer(m: CellModel, idx: int) -> Operator:
     h, s, a, f, d = m.hidden_size, m.seq_length, m.num_heads, m.ffn_mult, m.dtype_bytes
     att = m.attention(idx)
-    rec = 1 if m.recompute else 0  # the recomputed forward
+    ckpt = m.checkpointed(idx)
+    rec = m.recompute_passes(idx)  # the recomputed forward (of the weight GEMMs)
+    full = 1 if ckpt and not m.op_checkpoint else 0  # the attention core is recomputed too
     lin = att.linear_fwd_flops + 2 * 2 * f * h * h  # per token: weight GEMMs (MLP: f x h x h twice)
     rep = 10 * h * d / 2  # Korthikanti bytes per token (written for 2-byte activations)
     shard = att.sharded_traffic(d) + 2 * f * h * d + att.score_traffic
-    calls = 6 if m.recompute else 4
+    calls = 6 if full else 4
+    mlp = ((m.ffn_hidden or f * h / 1.5) + h) if m.gated else f * h  # the MLP outputs per-op SAC saves
+    stored = (s * h * d) if full else _op_saved(m, att, mlp) * s if ckpt else (rep + shard) * s
     return Operator(
-        name=f"layer{idx}", flops=((3 + rec) * lin + att.score_train_flops + rec * att.score_fwd_flops) * s,
+        name=f"layer{idx}", flops=((3 + rec) * lin + att.score_train_flops + full * att.score_fwd_flops) * s,
         params=att.params + 2 * f * h * h + (9 + f) * h,
         out_bytes=s * h * d, traffic_bytes=rep * s, traffic_sharded_bytes=shard * s,
         tp_comm_bytes=calls * s * h * d, comm_calls=calls,
-        stored_bytes=(s * h * d) if m.recompute else (rep + shard) * s,
-        shape=LayerShape("transformer", h, a, round(f * h), s, recompute=m.recompute),
+        stored_bytes=stored,
+        shape=LayerShape("transformer", h, a, round(f * h), s, recompute=bool(full)),
         linear_flops=(3 + rec) * lin * s,
     )
 
@@ -288,23 +375,29 @@ def _moe_layer(m: CellModel, idx: int) -> Operator:
     h, s, a, f, d = m.hidden_size, m.seq_length, m.num_heads, m.ffn_mult, m.dtype_bytes
     e, k, g, cf = m.num_experts, m.top_k, m.expert_group_size, m.capacity_factor
     att = m.attention(idx)
-    rec = 1 if m.recompute else 0
+    ckpt = m.checkpointed(idx)
+    rec = m.recompute_passes(idx)
+    full = 1 if ckpt and not m.op_checkpoint else 0
     slots = cf * k * g  # E * C expert slots per group: the one-hot dispatch/combine tensors per token
     # attention + top-k expert FFNs + gating (weight GEMMs), one-hot dispatch/combine einsums (not)
     lin = att.linear_fwd_flops + k * 4 * f * h * h + 2 * h * e
     einsum = 2 * 2 * h * slots
     rep = 10 * h * d / 2 + 2 * slots * d  # + dispatch mask and combine weights per token
     shard = att.sharded_traffic(d) + 2 * k * f * h * d + att.score_traffic
-    calls = 6 if m.recompute else 4
+    calls = 6 if full else 4
     expert = e * (2 * f * h * h + f * h + h)
+    # per-op SAC of a MoE layer: the attention's saved outputs, and every second of the routed tokens'
+    # two expert matmul outputs (the first: f x h per routed token)
+    op_saved = _op_saved(m, att, k * f * h)
+    stored = (s * h * d) if full else op_saved * s if ckpt else (rep + shard) * s
     return Operator(
         name=f"moe{idx}",
-        flops=((3 + rec) * (lin + einsum) + att.score_train_flops + rec * att.score_fwd_flops) * s,
+        flops=((3 + rec) * (lin + einsum) + att.score_train_flops + full * att.score_fwd_flops) * s,
         params=att.params + 4 * h + h * e + expert,
         expert_params=expert, out_bytes=s * h * d, traffic_bytes=rep * s, traffic_sharded_bytes=shard * s,
         tp_comm_bytes=calls * s * h * d, a2a_bytes=calls * cf * k * s * h * d, comm_calls=calls,
-        stored_bytes=(s * h * d) if m.recompute else (rep + shard) * s,
-        shape=LayerShape("moe", h, a, round(f * h), s, experts=e, top_k=k, recompute=m.recompute),
+        stored_bytes=stored,
+        shape=LayerShape("moe", h, a, round(f * h), s, experts=e, top_k=k, recompute=bool(full)),
         linear_flops=(3 + rec) * lin * s,
     )
 
@@ -324,11 +417,16 @@ def model_operators(m: CellModel) -> tuple[Operator, ...]:
             ops.append(_moe_layer(m, i))
         else:
             ops.append(_dense_layer(m, i))
-    # logits: forward + backward matmuls (not recomputed); fp32 logits, softmax and their gradient
+    # logits: forward + backward matmuls (not recomputed); fp32 logits, softmax and their gradient.
+    # An fp32 loss (torchtitan, transformers) keeps its fp32 log-softmax for backward; torchtitan's
+    # Float8 converter leaves the output projection in bf16 (filter_fqns "output": linear_flops 0).
+    kept = 4 * s * v if m.loss == "fp32" else 0.0
     ops.append(Operator("head", flops=6.0 * h * v * s, params=v * h, out_bytes=0.0,
                         traffic_sharded_bytes=3 * 4 * s * v, tp_comm_bytes=2 * s * h * d, comm_calls=2,
-                        stored_bytes=s * h * d, shape=LayerShape("head", h, seq=s, vocab=v),
-                        linear_flops=6.0 * h * v * s))
+                        stored_bytes=s * h * d + kept, shape=LayerShape("head", h, seq=s, vocab=v),
+                        linear_flops=0.0 if m.float8 != "none" else 6.0 * h * v * s))
+    if m.lora_rank:
+        return lora_cell_operators(m, tuple(ops))
     return tuple(ops)
 
 
@@ -506,6 +604,12 @@ class CellConfig:
 # Stage costs
 
 
+def shards_optimizer(model: CellModel, cfg: CellConfig) -> bool:
+    """Whether a stage's DP ranks shard the optimizer states: the recipe's sharding when it fixes one,
+    else the configuration's (ZeRO-1)."""
+    return cfg.dp_shards_optimizer if not model.sharding else model.sharding != "none"
+
+
 def _node(rank: int, per_node: int) -> int:
     return rank // per_node
 
@@ -542,7 +646,8 @@ def _stage_cost(
         ce = profile_stage_compute(sops, dp, tp, micro_batch, profiler)
     else:
         ce = stage_compute_time(sops, gpu, dp, tp, micro_batch, cfg.prior, fp32=model.dtype_bytes >= 4,
-                                flash=model.flash_attention)
+                                flash=model.flash_attention, float8=model.float8 != "none",
+                                compiled=model.compiled)
     sources: set[str] = set()
 
     # groups: TP = tp consecutive ranks; DP = dp ranks with stride tp
@@ -585,8 +690,10 @@ def _stage_cost(
             inter_t += e.seconds
             sources.add(e.source)
 
-    # per iteration: gradient all-reduce of replicated parameters, then the optimizer step
-    dense = sum(o.params - o.expert_params for o in sops)
+    # per iteration: gradient all-reduce of replicated parameters, then the optimizer step; a frozen
+    # base (LoRA) has neither gradients nor optimizer states, only its weights
+    frozen = sum(o.frozen_params for o in sops)
+    dense = sum(o.params - o.expert_params for o in sops) - frozen
     expert = sum(o.expert_params for o in sops)
     sync = 0.0
     if dp > 1:
@@ -595,7 +702,7 @@ def _stage_cost(
         sources.add(e.source)
     params_here = dense / tp + expert / (tp * dp)
     weight_bytes = model.weight_grad_bytes or 2.0 * model.dtype_bytes  # weights + gradients
-    opt_shard = dp if cfg.dp_shards_optimizer else 1
+    opt_shard = dp if shards_optimizer(model, cfg) else 1
     params_opt = dense / (tp * opt_shard) + expert / (tp * dp)  # whose optimizer states live here
     sync += optimizer_step_time(params_opt, gpu, weight_bytes + model.optimizer_bytes_per_param)
 
@@ -604,7 +711,7 @@ def _stage_cost(
     inflight = min(num_microbatches, num_stages - stage_index)
     stored = sum(o.stored_bytes for o in sops) * samples * inflight
     transient = max((o.traffic_bytes + o.traffic_sharded_bytes / tp for o in sops), default=0.0) * samples
-    states = params_here * weight_bytes + params_opt * model.optimizer_bytes_per_param
+    states = params_here * weight_bytes + params_opt * model.optimizer_bytes_per_param + frozen / tp * model.frozen_bytes
     mem = states + stored + transient + cfg.reserved_bytes
     fits = mem <= gpu.memory_bytes * cfg.usable_memory_fraction
     comm_src = "+".join(sorted(sources)) if sources else "formula:none"
@@ -725,15 +832,36 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
     if model.global_batch % (b * dp):
         return None
     experts = model.num_experts if model.family == "moe" else 0
+    if sharded == "fsdp" or model.sharding == "fsdp":
+        sharding = "fsdp"
+    else:
+        sharding = "zero1" if shards_optimizer(model, cfg) and dp > 1 else "none"
     try:
         return ExecutionPlan(
             dp=dp, tp=tp, pp=plan.num_stages, micro_batch=model.global_batch // (b * dp), grad_accum=b,
-            sharding="fsdp" if sharded == "fsdp" else "zero1" if cfg.dp_shards_optimizer and dp > 1 else "none",
-            checkpointing="full" if model.recompute else "none",
+            sharding=sharding,  # type: ignore[arg-type]
+            checkpointing=("op" if model.op_checkpoint else "full") if model.recompute else "none",
+            checkpoint_every=model.checkpoint_every if model.recompute else 1,
             precision=model.precision if model.precision in PRECISIONS else "mixed",  # type: ignore[arg-type]
             ep=dp if experts and experts % dp == 0 else 1, schedule="1f1b", flash_attention=model.flash_attention)
     except PlanInputError:
         return None
+
+
+def check_recipe_cell(model: CellModel, gpu: GpuType, num_stages: int) -> None:
+    """CellInputError, naming the recipe's field, for a Cell the recipe cannot run in: Float8 on a GPU
+    without FP8 tensor cores, FSDP2 resharding after forward under PP (the Cells hold a pipelined
+    stage's weights unsharded, cell_fsdp.py) or never resharding without PP (every weight unsharded
+    at the peak: not an option the Cells cost)."""
+    if model.float8 != "none" and not has_fp8(gpu):
+        raise CellInputError("plan.float8", f"{gpu.name} has no FP8 tensor cores: torchao Float8 would run slower, "
+                                            "not faster (plan_time.py refuses it too)")
+    if model.sharding == "fsdp" and model.reshard == "always" and num_stages > 1:
+        raise CellInputError("plan.reshard_after_forward", "'always' under pipeline stages is not costed: "
+                                                           "a pipelined Cell keeps its stage's weights unsharded")
+    if model.sharding == "fsdp" and model.reshard == "never" and num_stages == 1:
+        raise CellInputError("plan.reshard_after_forward", "'never' without pipeline stages is not costed: the "
+                                                           "one-stage FSDP option reshards after forward")
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -920,10 +1048,16 @@ class CellEstimator:
         heads = math.gcd(model.num_heads, model.kv_heads or model.num_heads)  # whole query and KV heads per TP rank
         layouts = [stage_options(g, place.per_node, heads) for g in part.gpus]
 
+        check_recipe_cell(model, pool.gpu_type, num_stages)
+        forced = model.sharding == "fsdp"  # the recipe shards: one-stage Cells take FSDP for every dp > 1
+
         def rows(opts: Sequence[Sequence[tuple[int, int]]], b: int) -> list[list[StageCost]]:
             out, _, _ = self.stage_costs(model, pool, num_gpus, num_stages, place.nodes, place.per_node,
                                          options=opts, num_microbatches=b)
-            if num_stages == 1 and cfg.fsdp_stages:  # cell_fsdp.py: only where the unsharded layout does not fit
+            if num_stages == 1 and forced:
+                out[0] = [self._fsdp(c, model, pool, place) if c.plan.dp > 1 else c for c in out[0]]
+            elif num_stages == 1 and cfg.fsdp_stages and not model.sharding:
+                # cell_fsdp.py: only where the unsharded layout does not fit
                 out[0] = out[0] + [self._fsdp(c, model, pool, place) for c in out[0] if c.plan.dp > 1 and not c.fits]
             return out
 
@@ -936,10 +1070,11 @@ class CellEstimator:
         intra, inter = pool_links(pool, self.config.links)
         crosses = _node(0, pn) != _node((dp - 1) * tp, pn)
         weight_grad = model.weight_grad_bytes or 2.0 * model.dtype_bytes
-        ctx = FsdpContext(inter if crosses else intra, min(tp, pn) if crosses else 1, float(model.dtype_bytes),
+        gathered = 1.0 if model.float8 == "linear+allgather" else float(model.dtype_bytes)  # Float8 all-gather
+        ctx = FsdpContext(inter if crosses else intra, min(tp, pn) if crosses else 1, gathered,
                           weight_grad, model.optimizer_bytes_per_param, pool.gpu_type,
                           pool.gpu_type.memory_bytes * self.config.usable_memory_fraction,
-                          self.config.dp_shards_optimizer, self.comm)
+                          shards_optimizer(model, self.config), self.comm, model.frozen_bytes)
         return fsdp_variant(c, self.operators(model), ctx)
 
     # -- all Cells of a job ---------------------------------------------------------------------------

@@ -69,7 +69,9 @@ class Operator:
       per-message latency terms);
     - `shape`: what a profiler needs to rebuild the operator (tessera.estimator.compute);
     - `linear_flops`: the part of `flops` in weight GEMMs (linear layers, the logits): what Float8
-      linears speed up and what LoRA's frozen base skips the weight gradient of (0 = not split).
+      linears speed up and what LoRA's frozen base skips the weight gradient of (0 = not split);
+    - `frozen_params`: the part of `params` that trains no gradient and keeps no optimizer state
+      (LoRA's frozen base: estimator/cell_recipe.py), held at the model's `frozen_bytes` per parameter.
 
     `traffic_bytes + traffic_sharded_bytes` is also the operator's transient activation footprint per
     sample (Korthikanti et al.'s count), which the memory check uses.
@@ -88,6 +90,7 @@ class Operator:
     comm_calls: int = 0
     shape: LayerShape | None = None
     linear_flops: float = 0.0
+    frozen_params: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ from tessera.estimator.cells import (
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import flash_efficiency, has_fp8, optimizer_step_time, stage_compute_time
 from tessera.estimator.layer_costs import Attention
+from tessera.estimator.lora_costs import LoraOperators as LoraOperators  # noqa: PLC0414 (re-exported)
+from tessera.estimator.lora_costs import layer_index as _layer_index
+from tessera.estimator.lora_costs import lora_operators as lora_operators  # noqa: PLC0414
 from tessera.estimator.memory_terms import RECIPES
 from tessera.estimator.models import ModelDims
 from tessera.estimator.partition import Operator
@@ -172,61 +175,6 @@ def plan_operators(model: ModelDims, plan: ExecutionPlan, recompute: bool = Fals
     layers = [replace(_cross_attention(o, dec_cm.attention(i), model.seq_length, dec_cm.dtype_bytes, recompute),
                       name=f"layer{n + i}") for i, o in enumerate(dec_ops[1:-1])]
     return enc_cm, (enc_ops[0], *enc_ops[1:-1], *layers, dec_ops[-1])
-
-
-def _layer_index(op: Operator) -> int | None:
-    for prefix in ("layer", "moe"):
-        if op.name.startswith(prefix) and op.name[len(prefix):].isdigit():
-            return int(op.name[len(prefix):])
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------
-# LoRA
-
-
-def _lora_linears(model: ModelDims, att: Attention, targets: str) -> list[tuple[int, int]]:
-    """(in, out) of the linears PEFT adapts per layer."""
-    h, a, kv, f = model.hidden_size, att.width, att.kv_width, model.ffn
-    q, k, v, o = (h, a), (h, kv), (h, kv), (a, h)
-    if targets == "qv":
-        return [q, v]
-    mlp = [(h, f), (h, f), (f, h)] if model.gated else [(h, f), (f, h)]
-    return [q, k, v, o] + (mlp if targets == "all-linear" else [])
-
-
-@dataclass(frozen=True)
-class LoraOperators:
-    ops: tuple[Operator, ...]
-    adapter_params: tuple[float, ...]  # per operator
-    adapter_fwd: tuple[float, ...]  # forward FLOPs per sample, per operator
-    base_linear_params: tuple[float, ...]  # frozen linear weights per operator (QLoRA dequantizes them)
-
-
-def lora_operators(model: ModelDims, cm: CellModel, ops: Sequence[Operator], plan: ExecutionPlan) -> LoraOperators:
-    """A frozen base computes no weight gradients: its linears cost forward + input gradient, 2/3 of
-    the 3 passes; the adapters (x A^T B^T, rank r) cost 2r(in + out) per token forward, 3x that to
-    train (Hu et al., LoRA, ICLR 2022; PEFT's Linear). The lm_head is frozen too (not adapted)."""
-    r, s = plan.lora_rank, model.seq_length
-    new, params, fwd, base = [], [], [], []
-    for op in ops:
-        i = _layer_index(op)
-        if i is None:
-            new.append(replace(op, flops=op.flops - op.linear_flops / 3, linear_flops=op.linear_flops * 2 / 3))
-            params.append(0.0)
-            fwd.append(0.0)
-            base.append(0.0)
-            continue
-        att = cm.attention(i)
-        lin = _lora_linears(model, att, plan.lora_targets)
-        ad = sum(2.0 * r * (a + b) for a, b in lin) * s
-        new.append(replace(op, flops=op.flops - op.linear_flops / 3 + 3 * ad,
-                           linear_flops=op.linear_flops * 2 / 3 + 3 * ad))
-        params.append(float(sum(r * (a + b) for a, b in lin)))
-        fwd.append(ad)
-        mlp = (3 if model.gated else 2) * model.hidden_size * model.ffn
-        base.append(float(att.params + mlp))
-    return LoraOperators(tuple(new), tuple(params), tuple(fwd), tuple(base))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ does not block smaller ones behind it (backfill).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from tessera.controller.core.snapshot import (
     Action,
@@ -32,7 +33,10 @@ from tessera.controller.core.snapshot import (
     Slice,
     Snapshot,
 )
-from tessera.estimator.memory import marp_memory
+from tessera.estimator.cell_recipe import JobRecipe, recipe_on
+from tessera.estimator.memory import estimate_memory, marp_memory
+from tessera.estimator.models import ModelDims
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 GIB = 1024**3
 TP_CHOICES = (1, 2, 4, 8)
@@ -52,10 +56,38 @@ class ResourcePlan:
     tp: int
     micro_batch: int
     bytes_per_gpu: int
+    # "formula:marp", or "formula" for a job with a recipe (estimate_memory of the recipe's plan)
+    source: str = "formula:marp"
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp
+
+
+# A job's recipe goes on top of MARP's bytes (Frenzy's 20 B/param is Megatron's fp16 recipe, no
+# recomputation) and of what a worker runs for a field the recipe leaves unset (flash attention:
+# ExecutionPlan's default, which the launched plan keeps).
+MARP_PLAN = ExecutionPlan(precision="megatron-fp16", checkpointing="none")
+
+
+def plan_bytes(job: JobView, dp: int, tp: int, micro_batch: int) -> tuple[int, str] | None:
+    """Bytes per GPU of (dp, tp, micro_batch) and their source: MARP, or, for a job whose plan sets a
+    recipe (LoRA, checkpointing, precision...), the memory formula of that recipe on MARP's plan
+    (estimate_memory; the reserve is Frenzy's own). None when the recipe cannot run that plan."""
+    if job.recipe is None or (not job.recipe.given and job.recipe.refused is None):
+        return marp_memory(job.model, micro_batch, tp).total_bytes, "formula:marp"
+    return _recipe_bytes(job.model, job.recipe, dp, tp, micro_batch)
+
+
+@lru_cache(maxsize=65536)
+def _recipe_bytes(model: ModelDims, recipe: JobRecipe, dp: int, tp: int, micro_batch: int) -> tuple[int, str] | None:
+    """The fuller formula costs about 0.1 ms a plan and a waiting job's reason walks every (dp, tp) of
+    the cluster each round: memoised (pure in its frozen arguments)."""
+    try:
+        plan = recipe_on(recipe, replace(MARP_PLAN, dp=dp, tp=tp, micro_batch=micro_batch))
+        return estimate_memory(model, plan, other_bytes=0).total, "formula"
+    except PlanInputError:
+        return None
 
 
 def resource_plans(job: JobView, max_gpus: int, cfg: FrenzyConfig) -> list[ResourcePlan]:
@@ -74,8 +106,9 @@ def resource_plans(job: JobView, max_gpus: int, cfg: FrenzyConfig) -> list[Resou
             if job.gpus_hint and n != job.gpus_hint:
                 continue
             mb = job.global_batch_size // dp
-            est = marp_memory(m, mb, tp)
-            plans.append(ResourcePlan(dp, tp, mb, est.total_bytes))
+            got = plan_bytes(job, dp, tp, mb)
+            if got is not None:
+                plans.append(ResourcePlan(dp, tp, mb, *got))
     plans.sort(key=lambda p: (p.gpus, p.tp))
     return plans
 
@@ -166,11 +199,15 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
         return PendingKind.FITS_NOWHERE, (f"no plan: global batch {job.global_batch_size} cannot be split "
                                           f"over {job.gpus_hint or total} GPUs with TP in {TP_CHOICES}")
     allowed = [x for x in snap.cluster_gpus if not job.gpu_types or x[0] in job.gpu_types]
-    biggest = max((b for _, b, _ in allowed), default=0) - cfg.reserve_bytes
+    if not allowed:  # no memory figure explains this: the types it allows are not in the cluster
+        return PendingKind.FITS_NOWHERE, (f"fits nowhere: asks for GPU types {', '.join(job.gpu_types)}; "
+                                          f"the cluster has {_cluster_text(snap)}")
+    biggest = max(b for _, b, _ in allowed) - cfg.reserve_bytes
     smallest = min(plans, key=lambda p: p.bytes_per_gpu)
     if smallest.bytes_per_gpu > biggest:
+        how = "MARP" if smallest.source == "formula:marp" else "the recipe's memory formula"
         why = (f"fits nowhere: needs at least {_gib(smallest.bytes_per_gpu)} per GPU "
-               f"(MARP, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
+               f"({how}, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
                f"the cluster has {_cluster_text(snap)}")
         return PendingKind.FITS_NOWHERE, why
     best = plans[0]
@@ -234,10 +271,11 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
             nodes[s.node_id] = NodeView(n.id, n.gpus, n.busy | frozenset(s.gpu_indices))
         free.invalidate()
         where = " + ".join(f"{len(s.gpu_indices)} on {s.node_id}" for s in slices)
+        how = "MARP" if plan.source == "formula:marp" else "recipe formula"
         reason = (f"HAS: plan dp={plan.dp} tp={plan.tp} micro_batch={plan.micro_batch} needs "
-                  f"{_gib(plan.bytes_per_gpu)}/GPU (MARP); {plan.gpus} x {model}: {where}"
+                  f"{_gib(plan.bytes_per_gpu)}/GPU ({how}); {plan.gpus} x {model}: {where}"
                   f"{' (best fit)' if len(slices) == 1 else ' (no single node fits: greedy multi-node)'}")
         choice = PlanChoice(plan.dp, plan.tp, 1, plan.micro_batch, 1, model,
-                            plan.bytes_per_gpu, "formula:marp")
+                            plan.bytes_per_gpu, plan.source)
         decisions.append(Decision(job.id, Action.START, reason, choice, slices))
     return RoundPlan(tuple(decisions))

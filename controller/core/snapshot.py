@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
+from tessera.estimator.cell_recipe import JobRecipe
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan
 
@@ -71,12 +72,18 @@ class JobView:
     # Absolute time (same clock as Snapshot.now) by which the job must finish; 0 = none.
     deadline: float = 0.0
     restarts: int = 0
-    # Cache key of the estimates (same key, same Cells); "" = model signature + global batch.
+    # Cache key of the estimates (same key, same Cells); "" = model signature + global batch + recipe.
     estimate_key: str = ""
+    # The job's recipe (JobSpec.plan: precision, checkpointing, LoRA, ...; estimator/cell_recipe.py):
+    # its Cells and memory are estimated with it. None = the Cells' own recipe.
+    recipe: JobRecipe | None = None
 
     @property
     def key(self) -> str:
-        return self.estimate_key or f"{self.model.signature}-b{self.global_batch_size}"
+        if self.estimate_key:
+            return self.estimate_key
+        base = f"{self.model.signature}-b{self.global_batch_size}"
+        return f"{base}-{self.recipe.key}" if self.recipe is not None and self.recipe.given else base
 
     @property
     def remaining_iterations(self) -> float:

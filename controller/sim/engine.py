@@ -355,7 +355,7 @@ class Simulator:
         if v.done_iterations != j.done or v.restarts != j.changes:
             v = JobView(v.id, v.submit_time, v.model, v.global_batch_size, v.gpus_hint, v.gpu_types,
                         v.gpu_type_hint, int(j.iters_total) if self.rules.progress == "artifact" else v.iterations,
-                        j.done, v.deadline, j.changes, v.estimate_key)
+                        j.done, v.deadline, j.changes, v.estimate_key, v.recipe)
             j.view = v
         return v
 

@@ -32,6 +32,7 @@ from typing import Generic, TypeVar
 from tessera.common.errors import FailedPrecondition, InvalidArgument, InvalidInput
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.estimator import perf_model as pm
+from tessera.estimator.cell_recipe import JobRecipe, RecipeCells, recipe_cell_model
 from tessera.estimator.cells import (
     Cell,
     CellConfig,
@@ -41,6 +42,7 @@ from tessera.estimator.cells import (
     ClusterSpec,
     GpuPool,
     StageCost,
+    check_recipe_cell,
 )
 from tessera.estimator.convert import PRECISION, execution_plan, model_dims, plan_message
 from tessera.estimator.memory import estimate_memory
@@ -176,6 +178,13 @@ def cell_config(o: pb.CellOptions) -> CellConfig:
 
 
 def cell_model(req: pb.GetCellsRequest) -> CellModel:
+    return recipe_cells(req).model
+
+
+def recipe_cells(req: pb.GetCellsRequest) -> RecipeCells:
+    """The request's CellModel: the model, its batch, the Cells' own precision (req.precision, unset =
+    mixed) and recomputation (options.recompute), with the job's recipe on top (req.recipe: the fields
+    it sets win; estimator/cell_recipe.py), and what the Cells estimate of that recipe only in part."""
     dims = model_dims(req.model)
     if req.global_batch_size < 1:
         raise PlanInputError("global_batch_size", f"required, must be >= 1, got {req.global_batch_size}")
@@ -185,9 +194,12 @@ def cell_model(req: pb.GetCellsRequest) -> CellModel:
         raise PlanInputError("precision", f"a {dims.family} model has one recipe (float32, SGD with momentum); "
                                           "leave precision unset")
     recompute = req.options.recompute if req.options.HasField("recompute") else True
+    recipe = None
+    if req.HasField("recipe") and req.recipe.ListFields():
+        recipe = JobRecipe(execution_plan(req.recipe), frozenset(d.name for d, _ in req.recipe.ListFields()))
     try:
-        return CellModel.from_dims(dims, int(req.global_batch_size), precision=PRECISION.get(req.precision, CELL_PRECISION),
-                                   recompute=recompute)
+        return recipe_cell_model(dims, int(req.global_batch_size), recipe,
+                                 precision=PRECISION.get(req.precision, CELL_PRECISION), recompute=recompute)
     except CellInputError as exc:
         raise _prefixed("model", exc) from None
 
@@ -394,29 +406,38 @@ class Estimator:
         hit = self._cells.get(key)
         if hit is not None:
             return hit
-        model = cell_model(req)
+        got = recipe_cells(req)
+        model = got.model
         cluster = cluster_spec(req.cluster)
         config = cell_config(req.options)
         est, lock = self._cell_estimator(config)
         with lock:  # computed and kept under the lock a measurement takes to update this estimator
             cells = est.best_cells(model, cluster) if req.best_only else est.cells(model, cluster)
-            resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells])
+            resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells],
+                                       warnings=got.warnings)
             self._cells.put(key, resp)
         return resp
 
     def place_stages(self, req: pb.PlaceStagesRequest) -> pb.PlaceStagesResponse:
         """Espresso's stage placement over the request's mixed stages (and the optimum if asked)."""
-        model = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size,
-                                              precision=req.precision))
+        got = recipe_cells(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size,
+                                              precision=req.precision, recipe=req.recipe))
+        model = got.model
         if not req.stages:
             raise PlanInputError("stages", "the allocation needs at least one stage (one GpuPool per stage)")
         pools = [gpu_pool(p, f"stages[{i}]") for i, p in enumerate(req.stages)]
+        for pool in pools:  # what the recipe cannot run on (Float8 without FP8 tensor cores, ...)
+            try:
+                check_recipe_cell(model, pool.gpu_type, len(pools))
+            except CellInputError as exc:
+                raise PlanInputError(exc.field, exc.reason) from None
         if req.dp < 0 or req.num_microbatches < 0:
             raise PlanInputError("dp" if req.dp < 0 else "num_microbatches", "must be >= 0 (0 = the default)")
         try:
             placer = StagePlacer(model, pools, req.dp or 1, req.num_microbatches or None, overlap_sync=req.overlap_sync)
             optimum = placer.exhaustive() if req.exhaustive else None  # first: a search too large is refused at once
-            resp = pb.PlaceStagesResponse(model_signature=model.signature, placement=placement_message(placer.place()))
+            resp = pb.PlaceStagesResponse(model_signature=model.signature, placement=placement_message(placer.place()),
+                                          warnings=got.warnings)
             if optimum is not None:
                 resp.optimum.CopyFrom(placement_message(optimum))
         except CellInputError as exc:  # the placer's pools are the request's stages
@@ -494,7 +515,8 @@ class Estimator:
         if req.HasField("model"):
             if not gpu:
                 raise PlanInputError("gpu_type", "required with model (the Cell's GPU type)")
-            cell_sig = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size)).signature
+            cell_sig = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size,
+                                                     recipe=req.recipe)).signature
         with self._lock:
             fitted = self._models.get((key, gpu))
             mode = perf_mode(req.mode) if req.mode else (fitted.mode if fitted else "tessera")

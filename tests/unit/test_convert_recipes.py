@@ -229,11 +229,15 @@ def test_estimate_hf_config_replaces_the_model(tmp_path: Path, capsys: pytest.Ca
     assert "model.hf_config" in capsys.readouterr().err
 
 
-def test_estimate_cells_says_it_does_not_model_the_job_recipe(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from tessera.clients.estimate import _cells_ignore_recipe, _job
+def test_estimate_cells_and_stages_send_the_job_recipe(tmp_path: Path) -> None:
+    from tessera.clients.estimate import _job, cells_request, stages_request
+    from tessera.v1 import estimator_pb2
 
-    _cells_ignore_recipe(_job(str(_job_file(tmp_path, "plan: {lora_rank: 8}\n"))))
-    assert "do not model the job file's plan: (lora_rank)" in capsys.readouterr().err
-    _cells_ignore_recipe(_job(str(_job_file(tmp_path))))
-    assert capsys.readouterr().err == ""
+    spec = _job(str(_job_file(tmp_path, "plan: {lora_rank: 8, checkpointing: op}\n")))
+    cells = cells_request(spec, estimator_pb2.ClusterSpec())
+    assert [d.name for d, _ in cells.recipe.ListFields()] == ["checkpointing", "lora_rank"]
+    assert cells.recipe.lora_rank == 8
+    stages = stages_request(spec, "a100-80gb", 1, None)
+    assert stages.recipe == cells.recipe
+    plain = cells_request(_job(str(_job_file(tmp_path))), estimator_pb2.ClusterSpec())
+    assert not plain.HasField("recipe")

@@ -149,20 +149,22 @@ class CellOptions(_message.Message):
     def __init__(self, max_gpus: _Optional[int] = ..., stage_counts: _Optional[_Iterable[int]] = ..., recompute: _Optional[bool] = ..., microbatches_per_stage: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., fsdp: _Optional[bool] = ...) -> None: ...
 
 class GetCellsRequest(_message.Message):
-    __slots__ = ("model", "global_batch_size", "cluster", "precision", "options", "best_only")
+    __slots__ = ("model", "global_batch_size", "cluster", "precision", "options", "best_only", "recipe")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     BEST_ONLY_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelSpec
     global_batch_size: int
     cluster: ClusterSpec
     precision: _common_pb2.Precision
     options: CellOptions
     best_only: bool
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., cluster: _Optional[_Union[ClusterSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., options: _Optional[_Union[CellOptions, _Mapping]] = ..., best_only: _Optional[bool] = ...) -> None: ...
+    recipe: _common_pb2.ExecutionPlan
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., cluster: _Optional[_Union[ClusterSpec, _Mapping]] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., options: _Optional[_Union[CellOptions, _Mapping]] = ..., best_only: _Optional[bool] = ..., recipe: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ...) -> None: ...
 
 class SourcedValue(_message.Message):
     __slots__ = ("value", "source")
@@ -257,15 +259,17 @@ class Cell(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., num_stages: _Optional[int] = ..., nodes: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., fits: _Optional[bool] = ..., reason: _Optional[str] = ..., plan: _Optional[_Union[CellPlan, _Mapping]] = ..., execution_plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., iter_time_seconds: _Optional[_Union[SourcedValue, _Mapping]] = ..., memory_per_gpu_bytes: _Optional[_Union[SourcedValue, _Mapping]] = ..., breakdown: _Optional[_Iterable[_Union[TimeComponent, _Mapping]]] = ..., plans_assembled: _Optional[int] = ..., plans_feasible: _Optional[int] = ..., stage_gpus: _Optional[_Iterable[int]] = ..., cost_per_hour: _Optional[_Union[SourcedValue, _Mapping]] = ..., cost_per_iteration: _Optional[_Union[SourcedValue, _Mapping]] = ..., currency: _Optional[str] = ...) -> None: ...
 
 class GetCellsResponse(_message.Message):
-    __slots__ = ("model_signature", "cells")
+    __slots__ = ("model_signature", "cells", "warnings")
     MODEL_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     model_signature: str
     cells: _containers.RepeatedCompositeFieldContainer[Cell]
-    def __init__(self, model_signature: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[Cell, _Mapping]]] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model_signature: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[Cell, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PlaceStagesRequest(_message.Message):
-    __slots__ = ("model", "global_batch_size", "precision", "stages", "dp", "num_microbatches", "exhaustive", "overlap_sync")
+    __slots__ = ("model", "global_batch_size", "precision", "stages", "dp", "num_microbatches", "exhaustive", "overlap_sync", "recipe")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +278,7 @@ class PlaceStagesRequest(_message.Message):
     NUM_MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTIVE_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_SYNC_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelSpec
     global_batch_size: int
     precision: _common_pb2.Precision
@@ -282,7 +287,8 @@ class PlaceStagesRequest(_message.Message):
     num_microbatches: int
     exhaustive: bool
     overlap_sync: bool
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., stages: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ..., dp: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., exhaustive: _Optional[bool] = ..., overlap_sync: _Optional[bool] = ...) -> None: ...
+    recipe: _common_pb2.ExecutionPlan
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., precision: _Optional[_Union[_common_pb2.Precision, str]] = ..., stages: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ..., dp: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., exhaustive: _Optional[bool] = ..., overlap_sync: _Optional[bool] = ..., recipe: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ...) -> None: ...
 
 class PlacedStage(_message.Message):
     __slots__ = ("gpu_type", "layers", "stage", "fits")
@@ -313,14 +319,16 @@ class StagePlacement(_message.Message):
     def __init__(self, stages: _Optional[_Iterable[_Union[PlacedStage, _Mapping]]] = ..., iter_time_seconds: _Optional[_Union[SourcedValue, _Mapping]] = ..., memory_per_gpu_bytes: _Optional[float] = ..., fits: _Optional[bool] = ..., num_microbatches: _Optional[int] = ..., description: _Optional[str] = ...) -> None: ...
 
 class PlaceStagesResponse(_message.Message):
-    __slots__ = ("model_signature", "placement", "optimum")
+    __slots__ = ("model_signature", "placement", "optimum", "warnings")
     MODEL_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     OPTIMUM_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     model_signature: str
     placement: StagePlacement
     optimum: StagePlacement
-    def __init__(self, model_signature: _Optional[str] = ..., placement: _Optional[_Union[StagePlacement, _Mapping]] = ..., optimum: _Optional[_Union[StagePlacement, _Mapping]] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model_signature: _Optional[str] = ..., placement: _Optional[_Union[StagePlacement, _Mapping]] = ..., optimum: _Optional[_Union[StagePlacement, _Mapping]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PerfWorkload(_message.Message):
     __slots__ = ("name", "params", "layers", "hidden", "seq", "global_batch", "fwd_ref_time", "fwd_ref_batch", "fwd_exponent")
@@ -469,7 +477,7 @@ class StepTime(_message.Message):
     def __init__(self, seconds: _Optional[float] = ..., time: _Optional[float] = ..., iteration: _Optional[int] = ...) -> None: ...
 
 class ReportStepTimesRequest(_message.Message):
-    __slots__ = ("job_id", "model_key", "gpu_type", "mode", "config", "steps", "env", "model", "global_batch_size")
+    __slots__ = ("job_id", "model_key", "gpu_type", "mode", "config", "steps", "env", "model", "global_batch_size", "recipe")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_KEY_FIELD_NUMBER: _ClassVar[int]
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -479,6 +487,7 @@ class ReportStepTimesRequest(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model_key: str
     gpu_type: str
@@ -488,7 +497,8 @@ class ReportStepTimesRequest(_message.Message):
     env: PerfEnvironment
     model: _common_pb2.ModelSpec
     global_batch_size: int
-    def __init__(self, job_id: _Optional[str] = ..., model_key: _Optional[str] = ..., gpu_type: _Optional[str] = ..., mode: _Optional[_Union[PerfMode, str]] = ..., config: _Optional[_Union[PerfRunConfig, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepTime, _Mapping]]] = ..., env: _Optional[_Union[PerfEnvironment, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ...) -> None: ...
+    recipe: _common_pb2.ExecutionPlan
+    def __init__(self, job_id: _Optional[str] = ..., model_key: _Optional[str] = ..., gpu_type: _Optional[str] = ..., mode: _Optional[_Union[PerfMode, str]] = ..., config: _Optional[_Union[PerfRunConfig, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepTime, _Mapping]]] = ..., env: _Optional[_Union[PerfEnvironment, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., recipe: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ...) -> None: ...
 
 class ReportStepTimesResponse(_message.Message):
     __slots__ = ("params", "predicted_before_seconds", "predicted_seconds", "measured_seconds", "samples_used", "source")
