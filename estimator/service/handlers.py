@@ -198,8 +198,11 @@ def recipe_cells(req: pb.GetCellsRequest) -> RecipeCells:
     if req.HasField("recipe") and req.recipe.ListFields():
         recipe = JobRecipe(execution_plan(req.recipe), frozenset(d.name for d, _ in req.recipe.ListFields()))
     try:
+        # Flash attention unless the recipe says otherwise: what the jobs Tessera launches run, and what
+        # the live controller's Cells assume (controller/cell_estimates.py JOB_FLASH_ATTENTION).
         return recipe_cell_model(dims, int(req.global_batch_size), recipe,
-                                 precision=PRECISION.get(req.precision, CELL_PRECISION), recompute=recompute)
+                                 precision=PRECISION.get(req.precision, CELL_PRECISION), recompute=recompute,
+                                 flash_attention=True)
     except CellInputError as exc:
         raise _prefixed("model", exc) from None
 

@@ -48,7 +48,7 @@ async def test_lora_gets_cells_on_24gb_gpus_where_the_full_fine_tune_fits_none(s
     # the service's answer is the library's: the recipe map, then the Cell estimator
     dims = registered("llama3.1-8b")
     assert dims is not None
-    model = recipe_cell_model(dims, 8, JobRecipe(ExecutionPlan(lora_rank=16), frozenset({"lora_rank"}))).model
+    model = recipe_cell_model(dims, 8, JobRecipe(ExecutionPlan(lora_rank=16), frozenset({"lora_rank"})), flash_attention=True).model
     want = CellEstimator().cells(model, ClusterSpec((GpuPool("L4-24GB", 4, 4),)))
     assert [(x.num_gpus, x.num_stages, x.fits) for x in lora.cells] == [(x.num_gpus, x.num_stages, x.fits) for x in want]
     assert [x.iter_time_seconds.value for x in fitting] == [x.iter_time.value for x in want if x.iter_time]

@@ -131,7 +131,7 @@ LIB_CLUSTER = ClusterSpec.from_mapping({"pools": [
 async def test_cells_equal_the_library(srv: Server) -> None:
     req = pb.GetCellsRequest(model=c.ModelSpec(name="gpt2-medium"), global_batch_size=64, cluster=CLUSTER)
     resp = await srv.stub.GetCells(req)
-    model = CellModel.from_dims(REGISTERED["gpt2-medium"], 64)
+    model = CellModel.from_dims(REGISTERED["gpt2-medium"], 64, flash_attention=True)
     lib = CellEstimator().cells(model, LIB_CLUSTER)
     assert resp.model_signature == model.signature
     assert len(resp.cells) == len(lib) > 20
@@ -195,7 +195,7 @@ async def test_stage_placement_equals_the_library(srv: Server) -> None:
                                 stages=[a4000, a6000, a6000], dp=2, exhaustive=True)
     resp = await srv.stub.PlaceStages(req)
     pools = [GpuPool("A4000", 8, 4, nic_gbps=0.3125), GpuPool("A6000", 8, 4, "pcie", nic_gbps=0.3125)]
-    placer = StagePlacer(CellModel.from_dims(REGISTERED["gpt2-medium"], 32), [pools[0], pools[1], pools[1]], 2)
+    placer = StagePlacer(CellModel.from_dims(REGISTERED["gpt2-medium"], 32, flash_attention=True), [pools[0], pools[1], pools[1]], 2)
     for got, want in ((resp.placement, placer.place()), (resp.optimum, placer.exhaustive())):
         assert got.description == want.describe() and got.iter_time_seconds.value == want.iter_time
         assert got.fits == want.fits and got.memory_per_gpu_bytes == want.memory_per_gpu
