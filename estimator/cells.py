@@ -49,6 +49,7 @@ from typing import Any
 
 from tessera.common.gpus import GpuType, UnknownGpuError, lookup
 from tessera.estimator.catalog import Price, price
+from tessera.estimator.cell_encdec import encoder_decoder_operators
 from tessera.estimator.cell_fsdp import FsdpContext, fsdp_variant
 from tessera.estimator.cell_search import CellSearch, exact_best, search_cell, stage_layouts
 from tessera.estimator.cell_types import CellInputError as CellInputError  # noqa: PLC0414 (re-exported)
@@ -91,10 +92,10 @@ class Sourced:
 # ---------------------------------------------------------------------------------------------------
 # Model description (local to the Cell estimator until models.py carries the family fields)
 
-FAMILIES = ("gpt", "bert", "moe", "wresnet")
+FAMILIES = ("gpt", "bert", "moe", "wresnet", "t5")
 
 
-_FAMILY_OF_DIMS = {"decoder": "gpt", "encoder": "bert", "moe": "moe", "wresnet": "wresnet"}
+_FAMILY_OF_DIMS = {"decoder": "gpt", "encoder": "bert", "moe": "moe", "wresnet": "wresnet", "encoder-decoder": "t5"}
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,11 @@ class CellModel:
     `optimizer_bytes_per_param` (12: fp32 master weights and two Adam moments, docs/reference/estimation.md
     1.2); `precision` names the recipe of estimator/memory.py they come from. Under
     `CellConfig.dp_shards_optimizer` the optimizer bytes are divided over the DP ranks (ZeRO-1).
+
+    "t5" is an encoder-decoder (T5 / mT5, estimator/cell_encdec.py): `num_layers` counts all its
+    layers, the last `decoder_layers` of them the decoder's (causal, over `target_length` tokens,
+    with cross-attention over the encoder's `seq_length` tokens); `tied_embeddings` False = T5 v1.1 /
+    mT5's untied output layer; `ffn_hidden` and `gated` give its MLP's parameters exactly.
 
     "wresnet" is Alpa's Wide-ResNet (estimator/convnets.py); build it with `CellModel.wide_resnet`.
     Its fields read: `hidden_size` = the stem's filters, `num_layers` = the ResNet depth (50, 101,
@@ -168,6 +174,10 @@ class CellModel:
     sharding: str = ""
     reshard: str = "auto"
     loss: str = "fused"
+    # Encoder-decoder ("t5" only; 0 / True for every other family).
+    decoder_layers: int = 0
+    target_length: int = 0
+    tied_embeddings: bool = True
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -204,6 +214,7 @@ class CellModel:
             if self.top_k > self.num_experts:
                 raise CellInputError("top_k", f"{self.top_k} exceeds num_experts {self.num_experts}")
         self._check_recipe()
+        self._check_encdec()
         if self.family == "wresnet":
             if self.num_layers not in STAGE_SIZES:
                 raise CellInputError(
@@ -232,6 +243,28 @@ class CellModel:
                            ("lora_targets", ("qv", "attention", "all-linear"))):
             if getattr(self, f) not in allowed:
                 raise CellInputError(f, f"{getattr(self, f)!r} is not one of {', '.join(map(repr, allowed))}")
+
+    def _check_encdec(self) -> None:
+        if self.family != "t5":
+            for f in ("decoder_layers", "target_length"):
+                if getattr(self, f):
+                    raise CellInputError(f, f"only the t5 family has one (family {self.family!r})")
+            if not self.tied_embeddings:
+                raise CellInputError("tied_embeddings", f"only the t5 family's head is counted untied (family "
+                                                        f"{self.family!r})")
+            return
+        for f in ("decoder_layers", "target_length", "ffn_hidden"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise CellInputError(f, f"must be a positive integer for an encoder-decoder, got {v!r}")
+        if self.decoder_layers >= self.num_layers:
+            raise CellInputError("decoder_layers", f"{self.decoder_layers} of num_layers {self.num_layers} leaves "
+                                                   "the encoder no layer")
+
+    @property
+    def encoder_layers(self) -> int:
+        """The layers before the decoder's (all of them but for a t5)."""
+        return self.num_layers - self.decoder_layers
 
     def checkpointed(self, idx: int) -> bool:
         """Whether layer idx recomputes its forward in backward (every `checkpoint_every`-th layer)."""
@@ -280,6 +313,10 @@ class CellModel:
                   f"c{self.capacity_factor:g}")
         if self.family == "wresnet":
             s += f"-wf{self.width_factor}"
+        if self.family == "t5":
+            s += f"-dl{self.decoder_layers}-t{self.target_length}-fh{self.ffn_hidden}g{int(self.gated)}"
+            if not self.tied_embeddings:
+                s += "-untied"
         if self.kv_heads and self.kv_heads != self.num_heads:
             s += f"-kv{self.kv_heads}"
         if self.head_dim and self.head_dim * self.num_heads != self.hidden_size:
@@ -293,9 +330,12 @@ class CellModel:
     def attention(self, idx: int) -> Attention:
         """Layer idx's attention (estimator/layer_costs.py)."""
         local = self.sliding_window and (self.sliding_every == 1 or idx % self.sliding_every == 0)
+        seq, causal = self.seq_length, self.causal
+        if self.family == "t5" and idx >= self.encoder_layers:  # a decoder layer's self-attention
+            seq, causal = self.target_length, True
         return Attention(self.hidden_size, self.num_heads, self.kv_heads or self.num_heads,
-                         self.head_dim or self.hidden_size // self.num_heads, self.seq_length,
-                         causal=self.causal, flash=self.flash_attention,
+                         self.head_dim or self.hidden_size // self.num_heads, seq,
+                         causal=causal, flash=self.flash_attention,
                          window=self.sliding_window if local else 0)
 
     @classmethod
@@ -325,8 +365,13 @@ class CellModel:
             raise CellInputError("precision", f"unknown recipe {precision!r}; known: {', '.join(RECIPES)}")
         r = RECIPES[precision]
         ffn = dims.ffn * (1.5 if dims.gated else 1.0) / dims.hidden_size
+        layers, encdec = dims.num_layers, dict[str, Any]()
+        if dims.family == "encoder-decoder":  # num_layers counts the encoder's and the decoder's
+            layers += dims.decoder_layers
+            encdec = {"decoder_layers": dims.decoder_layers, "target_length": dims.target_length,
+                      "tied_embeddings": dims.tied_embeddings, "ffn_hidden": dims.ffn, "gated": dims.gated}
         return cls(family=_FAMILY_OF_DIMS.get(dims.family, dims.family), hidden_size=dims.hidden_size,
-                   num_layers=dims.num_layers, num_heads=dims.num_heads, vocab_size=dims.vocab_size,
+                   num_layers=layers, num_heads=dims.num_heads, vocab_size=dims.vocab_size,
                    seq_length=dims.seq_length, global_batch=global_batch,
                    ffn_mult=int(ffn) if float(ffn).is_integer() else ffn,
                    num_experts=dims.num_experts, top_k=dims.top_k, expert_group_size=expert_group_size,
@@ -336,7 +381,8 @@ class CellModel:
                    name=dims.name if name is None else name,
                    kv_heads=dims.kv_heads if dims.kv_heads != dims.num_heads else 0, head_dim=dims.kv_channels,
                    causal=dims.family in ("decoder", "moe"), flash_attention=flash_attention,
-                   sliding_window=dims.sliding_window, sliding_every=2 if dims.sandwich_norm else 1)
+                   sliding_window=dims.sliding_window, sliding_every=2 if dims.sandwich_norm else 1,
+                   **encdec)
 
 
 def _op_saved(m: CellModel, att: Attention, mlp: float) -> float:
@@ -408,6 +454,15 @@ def model_operators(m: CellModel) -> tuple[Operator, ...]:
     if m.family == "wresnet":
         return wide_resnet_operators(m.num_layers, m.width_factor, m.hidden_size, m.vocab_size, m.seq_length,
                                      m.dtype_bytes, m.recompute)
+    if m.family == "t5":
+        # the encoder's layers as a BERT's, the decoder's as a GPT's over the target tokens (numbered on
+        # through: their checkpointing counts from the first encoder layer), cell_encdec.py adds the rest
+        n = m.encoder_layers
+        enc = replace(m, family="bert", num_layers=n, decoder_layers=0, target_length=0, tied_embeddings=True)
+        dec = replace(m, family="gpt", num_layers=m.decoder_layers, seq_length=m.target_length, causal=True,
+                      decoder_layers=0, target_length=0, tied_embeddings=True)
+        return encoder_decoder_operators(m, [_dense_layer(enc, i) for i in range(n)],
+                                         [_dense_layer(dec, n + j) for j in range(m.decoder_layers)], _head(dec))
     h, s, v, d = m.hidden_size, m.seq_length, m.vocab_size, m.dtype_bytes
     ops = [Operator("embedding", flops=0.0, params=v * h + s * h, out_bytes=s * h * d,
                     traffic_bytes=2 * s * h * d, stored_bytes=0.0,
@@ -417,17 +472,22 @@ def model_operators(m: CellModel) -> tuple[Operator, ...]:
             ops.append(_moe_layer(m, i))
         else:
             ops.append(_dense_layer(m, i))
+    ops.append(_head(m))
+    if m.lora_rank:
+        return lora_cell_operators(m, tuple(ops))
+    return tuple(ops)
+
+
+def _head(m: CellModel) -> Operator:
+    h, s, v, d = m.hidden_size, m.seq_length, m.vocab_size, m.dtype_bytes
     # logits: forward + backward matmuls (not recomputed); fp32 logits, softmax and their gradient.
     # An fp32 loss (torchtitan, transformers) keeps its fp32 log-softmax for backward; torchtitan's
     # Float8 converter leaves the output projection in bf16 (filter_fqns "output": linear_flops 0).
     kept = 4 * s * v if m.loss == "fp32" else 0.0
-    ops.append(Operator("head", flops=6.0 * h * v * s, params=v * h, out_bytes=0.0,
-                        traffic_sharded_bytes=3 * 4 * s * v, tp_comm_bytes=2 * s * h * d, comm_calls=2,
-                        stored_bytes=s * h * d + kept, shape=LayerShape("head", h, seq=s, vocab=v),
-                        linear_flops=0.0 if m.float8 != "none" else 6.0 * h * v * s))
-    if m.lora_rank:
-        return lora_cell_operators(m, tuple(ops))
-    return tuple(ops)
+    return Operator("head", flops=6.0 * h * v * s, params=v * h, out_bytes=0.0,
+                    traffic_sharded_bytes=3 * 4 * s * v, tp_comm_bytes=2 * s * h * d, comm_calls=2,
+                    stored_bytes=s * h * d + kept, shape=LayerShape("head", h, seq=s, vocab=v),
+                    linear_flops=0.0 if m.float8 != "none" else 6.0 * h * v * s)
 
 
 # ---------------------------------------------------------------------------------------------------

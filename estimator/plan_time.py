@@ -51,7 +51,6 @@ from tessera.estimator.cells import (
 )
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import flash_efficiency, has_fp8, optimizer_step_time, stage_compute_time
-from tessera.estimator.layer_costs import Attention
 from tessera.estimator.lora_costs import LoraOperators as LoraOperators  # noqa: PLC0414 (re-exported)
 from tessera.estimator.lora_costs import layer_index as _layer_index
 from tessera.estimator.lora_costs import lora_operators as lora_operators  # noqa: PLC0414
@@ -141,40 +140,13 @@ def cell_model(model: ModelDims, plan: ExecutionPlan) -> CellModel:
         raise PlanInputError(f"model.{exc.field}", exc.reason) from exc
 
 
-def _cross_attention(op: Operator, att: Attention, enc_seq: int, dtype_bytes: int, recompute: bool) -> Operator:
-    """A T5 decoder layer plus its cross-attention (Raffel et al., JMLR 2020): q and o projections on
-    the decoder's tokens, k and v on the encoder's (enc_seq tokens), scores of every decoder token
-    against every encoder token (not causal), one more TP all-reduce per pass (the o projection)."""
-    s_d, rec = att.seq, 1 if recompute else 0
-    lin = s_d * 2 * 2 * att.hidden * att.width + enc_seq * 2 * 2 * att.hidden * att.kv_width
-    cross = replace(att, seq=enc_seq, causal=False)  # the keys are the encoder's
-    score = (cross.score_train_flops + rec * cross.score_fwd_flops) * s_d
-    calls = op.comm_calls + op.comm_calls // 2  # one more for every two of the self-attention layer's
-    return replace(op, flops=op.flops + (3 + rec) * lin + score, linear_flops=op.linear_flops + (3 + rec) * lin,
-                   params=op.params + 2 * att.hidden * att.width + 2 * att.hidden * att.kv_width,
-                   traffic_sharded_bytes=op.traffic_sharded_bytes
-                   + (2 * att.width * s_d + 2 * att.kv_width * enc_seq) * dtype_bytes
-                   + (0.0 if att.flash else 5.0 * att.heads * enc_seq * s_d),
-                   tp_comm_bytes=op.tp_comm_bytes / op.comm_calls * calls, comm_calls=calls)
-
-
 def plan_operators(model: ModelDims, plan: ExecutionPlan, recompute: bool = False) -> tuple[CellModel, tuple[Operator, ...]]:
     """The plan's model and its operator chain (no recomputation unless asked). An encoder-decoder is
-    its encoder (bidirectional, seq_length tokens), then its decoder (causal, target_length tokens,
-    plus cross-attention), then the head on the decoder's tokens; layers are numbered on through."""
-    if model.family != "encoder-decoder":
-        cm = cell_model(model, plan)
-        return cm, model_operators(replace(cm, recompute=recompute))
-    enc = replace(model, family="encoder", num_decoder_layers=0, decoder_seq_length=0)
-    dec = replace(model, family="decoder", num_layers=model.decoder_layers, seq_length=model.target_length,
-                  num_decoder_layers=0, decoder_seq_length=0)
-    enc_cm = replace(cell_model(enc, plan), recompute=recompute)
-    dec_cm = replace(cell_model(dec, plan), recompute=recompute)
-    enc_ops, dec_ops = model_operators(enc_cm), model_operators(dec_cm)
-    n = model.num_layers
-    layers = [replace(_cross_attention(o, dec_cm.attention(i), model.seq_length, dec_cm.dtype_bytes, recompute),
-                      name=f"layer{n + i}") for i, o in enumerate(dec_ops[1:-1])]
-    return enc_cm, (enc_ops[0], *enc_ops[1:-1], *layers, dec_ops[-1])
+    the Cells' chain of family "t5" (estimator/cell_encdec.py): its encoder (bidirectional,
+    seq_length tokens), then its decoder (causal, target_length tokens, plus cross-attention), then
+    the head on the decoder's tokens; layers are numbered on through."""
+    cm = cell_model(model, plan)
+    return cm, model_operators(replace(cm, recompute=recompute))
 
 
 # ---------------------------------------------------------------------------------------------------
