@@ -87,7 +87,7 @@ class CellEstimates:
             return ()
         out = []
         stages = 1
-        while stages <= min(gpus, job.model.num_layers):
+        while stages <= min(gpus, model.num_layers):  # a t5 CellModel counts both stacks
             try:
                 c = self.est.cell(model, pool, gpus, stages, nodes=nodes, gpus_per_node=gpus // nodes)
             except CellInputError:
