@@ -55,9 +55,9 @@ def trace_real(model: ModelDims, plan: ExecutionPlan, *, stack: str = "auto", st
         from tessera.estimator.torch.realtrace import titan
 
         return titan.trace(model, plan, stage)
-    from tessera.estimator.torch.realtrace import hf
+    from tessera.estimator.torch.realtrace.hf import trace as trace_hf
 
-    return hf.trace(model, plan, stage)
+    return trace_hf(model, plan, stage)
 
 
 def trace_real_peak(model: ModelDims, plan: ExecutionPlan, *, stack: str = "auto") -> RealTrace:

@@ -75,8 +75,8 @@ def quantize_base(model: Any, kind: str, compute: Any) -> int:
     for mod in model.modules():
         if not isinstance(mod, LoraLinear):
             continue
-        base = mod.get_base_layer()
-        w = base.weight
+        base: Any = mod.get_base_layer()
+        w: Any = base.weight
         packed = torch.empty(quantized_bytes(w.numel(), w.shape[0], kind), dtype=torch.uint8, device=w.device)
         base.weight = torch.nn.Parameter(packed, requires_grad=False)
         base.forward = _dequant_forward(base, tuple(w.shape), compute)

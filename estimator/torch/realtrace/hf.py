@@ -12,6 +12,7 @@ embeddings). Attention is "sdpa" throughout (docs/estimator-memory.md, "Traced o
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from tessera.estimator.models import ModelDims
@@ -36,7 +37,7 @@ def check_plan(m: ModelDims, plan: ExecutionPlan) -> None:
 
 def config_for(m: ModelDims, seq: int) -> tuple[Any, list[str]]:
     """The transformers config for `m`, and what the mapping approximates."""
-    import transformers as tf
+    tf: Any = importlib.import_module("transformers")  # untyped use: configs take **dims
 
     notes: list[str] = []
     common: dict[str, Any] = {"vocab_size": m.vocab_size, "use_cache": False, "tie_word_embeddings": m.tied_embeddings}
@@ -129,7 +130,6 @@ def _wrap_layers(model: Any, plan: ExecutionPlan) -> str:
 def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
     session.quiet()
     import torch
-    import transformers as tf
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -145,6 +145,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
         # Built on the meta device, adapted and sharded there, then materialised as fake tensors
         # (torchtitan's flow: fully_shard on meta, then to_empty); PEFT cannot move fake parameters.
         with torch.device("meta"):
+            tf: Any = importlib.import_module("transformers")
             if m.family == "encoder-decoder":
                 # T5 adds a relative position bias to the scores: transformers runs its own attention
                 model = tf.AutoModelForSeq2SeqLM.from_config(cfg, dtype=prec.storage)

@@ -81,7 +81,7 @@ def _selective_ac() -> Any:
     import torch
     from torchtitan.distributed.activation_checkpoint import SelectiveAC
 
-    class CpuSelectiveAC(SelectiveAC):
+    class CpuSelectiveAC(SelectiveAC):  # type: ignore[misc]
         """torchtitan's op-level SAC policy, saving the CPU flash kernel as it saves the GPU ones."""
 
         def get_save_ops(self) -> set[Any]:
