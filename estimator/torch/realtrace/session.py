@@ -138,7 +138,7 @@ def _peak_tracker(model: Any, opt: Any) -> Any:
     else:
         tracker = _peak_tracker_class(MemTracker)()
 
-    class StepModTracker(ModTracker):  # type: ignore[misc]
+    class StepModTracker(ModTracker):
         """The tracker takes an FSDP module's forward with no parent module but the global one for the
         next iteration, and refuses it (it keeps per-module statistics per iteration). Within one
         step such calls are legitimate: a backward run inside a forward (torchtitan's chunked loss
@@ -147,14 +147,14 @@ def _peak_tracker(model: Any, opt: Any) -> Any:
 
         @property
         def parents(self) -> set[str]:
-            return self._parents  # type: ignore[no-any-return]
+            return self._parents
 
         @parents.setter
         def parents(self, value: set[str]) -> None:
             self._parents = set(value) | {"realtrace step"}
 
         def _get_pop_fn(self, w_mod: Any, name: str, is_bw: bool) -> Any:
-            pop = super()._get_pop_fn(w_mod, name, is_bw)
+            pop = super()._get_pop_fn(w_mod, name, is_bw)  # type: ignore[no-untyped-call]
 
             def fn(*args: Any) -> None:
                 if is_bw or name in self._parents:  # else a backward inside its forward reset the stack
