@@ -19,7 +19,7 @@ from typing import Any
 from tessera.estimator.memory_terms import stage_layers
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
-from tessera.estimator.torch.realtrace import session
+from tessera.estimator.torch.realtrace import float8, session
 from tessera.estimator.torch.realtrace.result import RealTrace
 
 CHUNKS = 8  # torchtitan's ChunkedLossWrapper.Config.num_chunks default
@@ -151,6 +151,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
                 model = build(m, len(layers), first, last)
             finally:
                 torch.set_default_dtype(torch.float32)
+            f8 = float8.convert(model, plan) if plan.float8 != "none" else "none"
             ac = apply_ac(model, plan)
             # plan 'auto' is torchtitan's 'default' (reshard without PP, and never the final norm and
             # output head, which backward needs first)
@@ -187,7 +188,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
 
             detail = {"model": "torchtitan.models.llama3.Llama3Model", "stage": stage, "pp": plan.pp,
                       "layers": len(layers), "fsdp_world": world, "tokens": [b, s], "inflight": n_in,
-                      "precision": prec.note, "checkpointing": ac,
+                      "precision": prec.note, "checkpointing": ac, "float8": f8,
                       "reshard_after_forward": policy, "loss": "torchtitan " + type(loss_fn).__name__,
                       "approximations": approximations(plan)}
             return session.measure(model, opt, step, stack="torchtitan", detail=detail)
