@@ -17,7 +17,7 @@ from typing import Any
 
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
-from tessera.estimator.torch.realtrace import adapters, session
+from tessera.estimator.torch.realtrace import adapters, float8, session
 from tessera.estimator.torch.realtrace.result import RealTrace
 
 
@@ -153,6 +153,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
                 model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=prec.storage)
         model.train()
         lora = adapters.apply(model, m, plan, prec) if plan.lora_rank else "none"
+        f8 = float8.convert(model, plan) if plan.float8 != "none" else "none"
         ac = _wrap_layers(model, plan)
         mp = MixedPrecisionPolicy(param_dtype=prec.compute, reduce_dtype=prec.reduce)
         reshard = plan.reshards_after_forward
@@ -179,7 +180,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
 
             detail = {"model": type(model).__name__, "config": type(cfg).__name__, "stage": stage,
                       "fsdp_world": world, "tokens": [b, s] if m.family != "encoder-decoder" else [b, s, t],
-                      "precision": prec.note, "checkpointing": ac, "lora": lora,
+                      "precision": prec.note, "checkpointing": ac, "lora": lora, "float8": f8,
                       "reshard_after_forward": reshard, "loss": "transformers ForCausalLMLoss (fp32 logits)",
                       "approximations": notes + adapters.notes(plan)
                       + ([f"cp={plan.cp}: traced as the per-rank shape (seq/cp tokens)"] if plan.cp > 1 else [])}
