@@ -19,7 +19,7 @@ from tessera.estimator.plans import ExecutionPlan, PlanInputError
 pytest.importorskip("torch")
 pytest.importorskip("torchtitan")
 
-from tessera.estimator.torch.realtrace import pick_stack, trace_real, trace_real_peak  # noqa: E402
+from tessera.estimator.torch.realtrace import pick_stack, trace_real, trace_real_peak
 
 TINY = ModelDims(64, 2, 4, 256, 64, name="tiny-llama3", gated=True, num_kv_heads=2, ffn_hidden=128,
                  tied_embeddings=False)
