@@ -105,8 +105,8 @@ def check_common(plan: ExecutionPlan) -> None:
         raise PlanInputError("plan.loss", "'fused' is Megatron's vocab-parallel fused cross-entropy; "
                                           "torchtitan and transformers compute 'fp32' (or torchtitan's "
                                           "'chunked'): trace one of those")
-    if plan.offload in ("optimizer", "optimizer+params"):
-        raise PlanInputError("plan.offload", "CPU offload of optimizer state is not traced on real code")
+    if plan.offload != "none":
+        raise PlanInputError("plan.offload", f"CPU offload ({plan.offload!r}) is not traced on real code")
     if plan.virtual_stages > 1:
         raise PlanInputError("plan.virtual_stages", "interleaved pipelines are not traced on real code")
     if plan.schedule == "gpipe" and plan.pp > 1:
