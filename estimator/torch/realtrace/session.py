@@ -170,23 +170,28 @@ def _peak_tracker(model: Any, opt: Any) -> Any:
 
 
 def measure(model: Any, opt: Any, step: Callable[[], None], *, stack: str, detail: dict[str, Any]) -> RealTrace:
-    """Run `step` (forwards, loss, backwards) and the optimizer step twice; measure the second.
+    """Run `step` (forwards, loss, backwards) and the optimizer step under the tracker.
 
-    The first step creates AdamW's states (lazily, at its first step), as every step after the first
-    of a real run holds them; gradients are set to None after each step (torchtitan's and HF's
-    zero_grad). The peak is the tracker's global peak over the second step.
+    AdamW creates its states lazily at its first step; every step after the first of a real run holds
+    them, so they are created first by an optimizer step on zero gradients (no forward needed).
+    Gradients are set to None after each step (torchtitan's and HF's zero_grad). The peak is the
+    tracker's global peak over the measured step.
     """
-    def one() -> None:
-        step()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    import torch
 
     t0 = time.perf_counter()
-    one()
+    with torch.no_grad():
+        for group in opt.param_groups:
+            for p in group["params"]:
+                p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
     tracker = _peak_tracker(model, opt)
     tracker.track_external(model, opt)
     with tracker:
-        one()
+        step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
     peak = tracker.get_tracker_snapshot("peak")
     dev = next(iter(peak))
     snap = {str(getattr(k, "value", k)): int(v) for k, v in peak[dev].items()}
