@@ -44,6 +44,25 @@ def test_fsdp_divides_parameters_and_optimizer_by_dp(dp: int, sharding: str) -> 
     assert tr.detail["fsdp_world"] == dp
 
 
+@pytest.mark.parametrize("sp", [True, False])
+def test_tensor_parallel_shards_over_dp_times_tp(sp: bool) -> None:
+    # torchtitan's TP plan shards every matrix over tp (embedding and head included) and replicates
+    # the RMSNorm weights (5 of 64: two per block and the final one), which FSDP then shards over dp
+    norms = 5 * 64
+    tr = trace_real(TINY, ExecutionPlan(dp=2, tp=2, sequence_parallel=sp, sharding="fsdp", loss="fp32"),
+                    stack="torchtitan")
+    raw = tr.detail["tracker_peak"]
+    assert raw["Sharded Param"] == 4 * (N - norms) // 4 + 4 * norms // 2
+    assert tr.optimizer == 8 * (N - norms) // 4 + 8 * norms // 2 + 4 * TENSORS
+    assert (tr.detail["tp"], tr.detail["sequence_parallel"]) == (2, sp)
+
+
+def test_tied_embedding_is_one_tensor() -> None:
+    tied = TINY.__class__(64, 2, 4, 256, 64, gated=True, num_kv_heads=2, ffn_hidden=128, tied_embeddings=True)
+    tr = trace_real(tied, FSDP, stack="torchtitan")
+    assert tr.optimizer == 8 * (N - 256 * 64) // 4 + 4 * (TENSORS - 1)
+
+
 def test_bf16_recipe_halves_parameters_and_optimizer() -> None:
     tr = trace_real(TINY, FSDP.with_(precision="bf16"), stack="torchtitan")
     assert tr.detail["tracker_peak"]["Sharded Param"] == 2 * N // 4
@@ -100,7 +119,7 @@ def test_float8_all_gather_halves_the_gathered_weights() -> None:
 @pytest.mark.parametrize(("model", "plan", "field"), [
     (TINY, ExecutionPlan(dp=4, sharding="fsdp"), "plan.loss"),  # fused is Megatron's
     (TINY, ExecutionPlan(dp=2, sharding="zero2", loss="fp32"), "plan.sharding"),
-    (TINY, ExecutionPlan(tp=2, loss="fp32"), "plan.tp"),
+    (TINY, ExecutionPlan(tp=2, pp=2, loss="fp32"), "plan.tp"),
     (TINY.__class__(64, 2, 4, 256, 64, gated=False), ExecutionPlan(loss="fp32"), "model.gated"),
     (TINY, ExecutionPlan(loss="fp32", precision="mixed-adafactor"), "plan.precision"),
 ])

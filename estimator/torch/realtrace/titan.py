@@ -14,6 +14,8 @@ Where the trace departs from a GPU run (docs/estimator-memory.md, "Traced on rea
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from tessera.estimator.memory_terms import stage_layers
@@ -41,16 +43,19 @@ def check_dims(m: ModelDims, plan: ExecutionPlan) -> None:
                                                       "traced (torchtitan ties them within one stage only)")
     if plan.lora_rank:
         raise PlanInputError("plan.lora_rank", "LoRA is traced through PEFT: use stack 'transformers'")
-    if plan.tp > 1:
-        raise PlanInputError("plan.tp", "tensor parallelism is not traced on torchtitan's model yet")
+    if plan.tp > 1 and plan.pp > 1:
+        raise PlanInputError("plan.tp", "TP inside pipeline stages is not traced (a later stage's input would "
+                                        "have to enter as the TP layout's DTensor)")
     if plan.loss == "chunked" and (m.seq_length // plan.cp) % CHUNKS:
         raise PlanInputError("plan.loss", f"torchtitan's ChunkedLossWrapper splits the sequence into {CHUNKS} "
                                           f"chunks: model.seq_length / cp must be divisible by {CHUNKS}")
 
 
-def build(m: ModelDims, layers: int, first: bool, last: bool) -> Any:
+def build(m: ModelDims, layers: int, first: bool, last: bool, sp: bool | None = None) -> Any:
     """torchtitan's Llama3Model with `layers` blocks; the first stage holds the embedding, the last
-    the final norm and output head (torchtitan's pipeline split sets the others to None)."""
+    the final norm and output head (torchtitan's pipeline split sets the others to None). With `sp`
+    set, the config carries torchtitan's TP sharding plan (sequence parallel or not), as
+    Llama3Model.Config.update_from_config fills it."""
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
     from torchtitan.models.common.attention import ScaledDotProductAttention
     from torchtitan.models.llama3 import Llama3Model, _build_llama3_layers
@@ -68,6 +73,10 @@ def build(m: ModelDims, layers: int, first: bool, last: bool) -> Any:
         tok_embeddings=Embedding.Config(num_embeddings=m.vocab_size, embedding_dim=m.hidden_size),
         norm=RMSNorm.Config(normalized_shape=m.hidden_size),
         lm_head=Linear.Config(in_features=m.hidden_size, out_features=m.vocab_size), layers=specs)
+    if sp is not None:
+        from torchtitan.models.llama3.sharding import set_llama3_sharding_config
+
+        set_llama3_sharding_config(cfg, enable_sp=sp)
     model = cfg.build()
     if not first:
         model.tok_embeddings = None
@@ -119,6 +128,24 @@ def apply_ac(model: Any, plan: ExecutionPlan) -> str:
     return f"torchtitan {type(policy).__name__} on {wrapped} of {len(model.layers)} blocks"
 
 
+@contextlib.contextmanager
+def _cpu_meshes() -> Iterator[None]:
+    """torchtitan builds its meshes on its module-level device type (cuda when no accelerator is
+    found) and reads the SPMD backend from a global: CPU meshes and 'partial_dtensor' (DTensor on
+    the TP axis, FSDP2 on the data axis: torchtitan's classic path) while tracing, restored after."""
+    import torchtitan.distributed.parallel_dims as pdims
+    from torchtitan.distributed.utils import get_spmd_backend, set_spmd_backend
+
+    device, backend = pdims.device_type, get_spmd_backend()
+    pdims.device_type = "cpu"
+    set_spmd_backend("partial_dtensor")
+    try:
+        yield
+    finally:
+        pdims.device_type = device
+        set_spmd_backend(backend)
+
+
 def approximations(plan: ExecutionPlan) -> list[str]:
     out = ["attention: torchtitan ScaledDotProductAttention (the CPU flash kernel) instead of FlexAttention"]
     if plan.cp > 1:
@@ -131,8 +158,8 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
     """One rank of `stage`: build, checkpoint, shard, and measure one training step."""
     session.quiet()
     import torch
-    from torch.distributed.device_mesh import init_device_mesh
     from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+    from torchtitan.distributed import ParallelDims
     from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
 
     check_dims(m, plan)
@@ -143,21 +170,30 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
     first, last = stage == 0, stage == plan.pp - 1
     b, s = plan.micro_batch, m.seq_length // plan.cp
     n_in = session.inflight(plan, stage)
-    with session.fake_world(world):
-        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
-        with session.fake_mode():
+    tp = plan.tp
+    with session.fake_world(world * tp), _cpu_meshes():
+        dims = ParallelDims(dp_replicate=1, dp_shard=world, cp=1, tp=tp, pp=1, ep=1, world_size=world * tp,
+                            spmd_backend="partial_dtensor")
+        dims.build_mesh()
+        # torchtitan's flow: build on the meta device, convert, TP-shard, checkpoint, FSDP-wrap, then
+        # materialise (here as fake tensors; DeviceMesh and FSDP's init cannot run under a fake mode)
+        with torch.device("meta"):
             torch.set_default_dtype(prec.storage)
             try:
-                model = build(m, len(layers), first, last)
+                model = build(m, len(layers), first, last, sp=plan.sequence_parallel if tp > 1 else None)
             finally:
                 torch.set_default_dtype(torch.float32)
-            f8 = float8.convert(model, plan) if plan.float8 != "none" else "none"
-            ac = apply_ac(model, plan)
-            # plan 'auto' is torchtitan's 'default' (reshard without PP, and never the final norm and
-            # output head, which backward needs first)
-            policy = {"auto": "default"}.get(plan.reshard_after_forward, plan.reshard_after_forward)
-            apply_fsdp_to_decoder(model, mesh, param_dtype=prec.compute, reduce_dtype=prec.reduce,
-                                  pp_enabled=plan.pp > 1, reshard_after_forward_policy=policy)
+        f8 = float8.convert(model, plan) if plan.float8 != "none" else "none"
+        if tp > 1:
+            model.parallelize(dims)
+        ac = apply_ac(model, plan)
+        # plan 'auto' is torchtitan's 'default' (reshard without PP, and never the final norm and
+        # output head, which backward needs first)
+        policy = {"auto": "default"}.get(plan.reshard_after_forward, plan.reshard_after_forward)
+        apply_fsdp_to_decoder(model, dims.get_mesh("fsdp"), param_dtype=prec.compute, reduce_dtype=prec.reduce,
+                              pp_enabled=plan.pp > 1, reshard_after_forward_policy=policy)
+        with session.fake_mode():
+            model.to_empty(device="cpu")
             model.train()
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
             loss_fn: Any
@@ -167,7 +203,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
                     loss_fn.set_lm_head(model.lm_head)
                     model._skip_lm_head = True
             else:
-                loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config())
+                loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config(global_vocab_size=m.vocab_size))
 
             runner = session.microbatches(model)
             loss_call = session.under_parent(loss_fn) if plan.loss == "chunked" else loss_fn
@@ -187,7 +223,8 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
                 outs.clear()
 
             detail = {"model": "torchtitan.models.llama3.Llama3Model", "stage": stage, "pp": plan.pp,
-                      "layers": len(layers), "fsdp_world": world, "tokens": [b, s], "inflight": n_in,
+                      "layers": len(layers), "fsdp_world": world, "tp": tp, "sequence_parallel": plan.sequence_parallel,
+                      "tokens": [b, s], "inflight": n_in,
                       "precision": prec.note, "checkpointing": ac, "float8": f8,
                       "reshard_after_forward": policy, "loss": "torchtitan " + type(loss_fn).__name__,
                       "approximations": approximations(plan)}
