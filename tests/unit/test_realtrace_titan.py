@@ -57,6 +57,16 @@ def test_tensor_parallel_shards_over_dp_times_tp(sp: bool) -> None:
     assert (tr.detail["tp"], tr.detail["sequence_parallel"]) == (2, sp)
 
 
+def test_tensor_parallel_inside_pipeline_stages() -> None:
+    model = ModelDims(64, 4, 4, 256, 64, gated=True, num_kv_heads=2, ffn_hidden=128, tied_embeddings=False)
+    plan = ExecutionPlan(dp=2, tp=2, pp=2, grad_accum=2, sequence_parallel=True, sharding="fsdp", loss="fp32")
+    last = trace_real(model, plan, stack="torchtitan", stage=1)
+    # the last stage: 2 blocks (2 * 36992, norms 4 * 64), final norm 64, head 16384 over dp*tp, norms over dp
+    norms = 5 * 64
+    n = 2 * 36992 + 64 + 16384
+    assert last.detail["tracker_peak"]["Sharded Param"] == 4 * (n - norms) // 4 + 4 * norms // 2
+
+
 def test_tied_embedding_is_one_tensor() -> None:
     tied = TINY.__class__(64, 2, 4, 256, 64, gated=True, num_kv_heads=2, ffn_hidden=128, tied_embeddings=True)
     tr = trace_real(tied, FSDP, stack="torchtitan")
@@ -119,7 +129,7 @@ def test_float8_all_gather_halves_the_gathered_weights() -> None:
 @pytest.mark.parametrize(("model", "plan", "field"), [
     (TINY, ExecutionPlan(dp=4, sharding="fsdp"), "plan.loss"),  # fused is Megatron's
     (TINY, ExecutionPlan(dp=2, sharding="zero2", loss="fp32"), "plan.sharding"),
-    (TINY, ExecutionPlan(tp=2, pp=2, loss="fp32"), "plan.tp"),
+    (TINY, ExecutionPlan(pp=2, loss="fp32", compile=True), "plan.compile"),
     (TINY.__class__(64, 2, 4, 256, 64, gated=False), ExecutionPlan(loss="fp32"), "model.gated"),
     (TINY, ExecutionPlan(loss="fp32", precision="mixed-adafactor"), "plan.precision"),
 ])

@@ -43,9 +43,6 @@ def check_dims(m: ModelDims, plan: ExecutionPlan) -> None:
                                                       "traced (torchtitan ties them within one stage only)")
     if plan.lora_rank:
         raise PlanInputError("plan.lora_rank", "LoRA is traced through PEFT: use stack 'transformers'")
-    if plan.tp > 1 and plan.pp > 1:
-        raise PlanInputError("plan.tp", "TP inside pipeline stages is not traced (a later stage's input would "
-                                        "have to enter as the TP layout's DTensor)")
     if plan.loss == "chunked" and (m.seq_length // plan.cp) % CHUNKS:
         raise PlanInputError("plan.loss", f"torchtitan's ChunkedLossWrapper splits the sequence into {CHUNKS} "
                                           f"chunks: model.seq_length / cp must be divisible by {CHUNKS}")
@@ -208,10 +205,20 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
             runner = session.microbatches(model)
             loss_call = session.under_parent(loss_fn) if plan.loss == "chunked" else loss_fn
 
+            def received() -> Any:
+                """A later stage's input: the previous stage's output, in the TP layout its first block takes
+                (sequence-sharded under SP, replicated otherwise), as torchtitan's stages pass it on."""
+                if tp == 1:
+                    return torch.zeros(b, s, m.hidden_size, dtype=prec.compute, requires_grad=True)
+                from torch.distributed.tensor import DTensor, Replicate, Shard
+
+                local = torch.zeros(b, s // tp if plan.sequence_parallel else s, m.hidden_size, dtype=prec.compute,
+                                    requires_grad=True)
+                return DTensor.from_local(local, dims.get_mesh("tp"),
+                                          [Shard(1) if plan.sequence_parallel else Replicate()], run_check=False)
+
             def step() -> None:
-                inputs = [torch.zeros(b, s, dtype=torch.long) if first else  # or the previous stage's output
-                          torch.zeros(b, s, m.hidden_size, dtype=prec.compute, requires_grad=True)
-                          for _ in range(n_in)]
+                inputs = [torch.zeros(b, s, dtype=torch.long) if first else received() for _ in range(n_in)]
                 outs = runner(inputs)
                 for out in outs:
                     if last:
