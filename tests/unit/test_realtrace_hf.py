@@ -119,3 +119,11 @@ def test_bert_is_refused_by_family() -> None:
     with pytest.raises(PlanInputError) as e:
         trace_real(ModelDims(**BASE, family="encoder"), PLAN)  # type: ignore[arg-type]
     assert e.value.field == "model.family"
+
+
+def test_lora_with_full_checkpointing() -> None:
+    r = 4
+    tr = trace_real(TINY, PLAN.with_(lora_rank=r, lora_targets="attention", checkpointing="full"))
+    assert tr.detail["checkpointing"] == "torchtitan FullAC on 2 layers"
+    # attention per layer r (q 64+64, k 64+32, v 64+32, o 64+64) = 448 r, 4 adapter tensors each A and B
+    assert tr.optimizer == 8 * 2 * 448 * r + 4 * 2 * 4 * 2

@@ -128,10 +128,12 @@ def _wrap_layers(model: Any, plan: ExecutionPlan) -> str:
     policy = ac_policy(plan)
     if policy is None:
         return "none"
+    import torch
+
     wrapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if not isinstance(child, type(parent)) and hasattr(child, "__len__") and len(child) and \
+            if isinstance(child, torch.nn.ModuleList) and len(child) and \
                     type(child[0]).__name__.endswith(("DecoderLayer", "Block")):
                 for i in range(len(child)):
                     if (i + 1) % plan.checkpoint_every == 0:
