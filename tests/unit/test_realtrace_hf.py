@@ -127,3 +127,13 @@ def test_lora_with_full_checkpointing() -> None:
     assert tr.detail["checkpointing"] == "torchtitan FullAC on 2 layers"
     # attention per layer r (q 64+64, k 64+32, v 64+32, o 64+64) = 448 r, 4 adapter tensors each A and B
     assert tr.optimizer == 8 * 2 * 448 * r + 4 * 2 * 4 * 2
+
+
+def test_both_stacks_build_the_same_parameters_with_kv_channels() -> None:
+    pytest.importorskip("torchtitan")
+    # kv_channels 32 on h 64: q out 4*32, k/v out 2*32; per layer wqkv 8*32*64 + wo 4*32*64 + 3*64*128 + 128
+    model = ModelDims(**BASE, **LLAMA, kv_channels=32)  # type: ignore[arg-type]
+    n = 2 * (16384 + 8192 + 24576 + 128) + 2 * 16384 + 64
+    for stack in ("torchtitan", "transformers"):
+        tr = trace_real(model, PLAN, stack=stack)
+        assert tr.detail["tracker_peak"]["Sharded Param"] == 4 * n, stack

@@ -36,6 +36,9 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", message=r".*is an Enum subclass.*")
     warnings.filterwarnings("ignore", message=r".*Expected a tensor or a traceable wrapper-subclass.*")
     warnings.filterwarnings("ignore", message=r".*torch.utils.checkpoint.*")
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*")
+    warnings.filterwarnings("ignore", message=r".*returned a view tensor.*")
+    warnings.filterwarnings("ignore", message=r".*script_method.*")
 
 
 @dataclass(frozen=True)

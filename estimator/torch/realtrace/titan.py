@@ -55,16 +55,20 @@ def build(m: ModelDims, layers: int, first: bool, last: bool, sp: bool | None = 
     Llama3Model.Config.update_from_config fills it."""
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
     from torchtitan.models.common.attention import ScaledDotProductAttention
-    from torchtitan.models.llama3 import Llama3Model, _build_llama3_layers
+    from torchtitan.models.common.config_utils import make_gqa_config
+    from torchtitan.models.llama3 import _LINEAR_INIT, Llama3Model, _build_llama3_layers, _depth_init
 
     specs = _build_llama3_layers(
         n_layers=layers, dim=m.hidden_size, n_heads=m.num_heads, n_kv_heads=m.kv_heads, hidden_dim=m.ffn,
         rope=ComplexRoPE.Config(dim=m.head_dim, max_seq_len=m.seq_length, theta=500000, scaling="llama"),
         attn_backend="flex", fuse_qkv=True)
-    for spec in specs:
+    for i, spec in enumerate(specs):
+        if m.kv_channels:  # a per-head width of its own: the same GQA config, with head_dim set
+            spec.attention = make_gqa_config(
+                dim=m.hidden_size, n_heads=m.num_heads, n_kv_heads=m.kv_heads, head_dim=m.head_dim,
+                wqkv_param_init=_LINEAR_INIT, wo_param_init=_depth_init(i), fuse_qkv=True,
+                inner_attention=ScaledDotProductAttention.Config(), rope=spec.attention.rope)
         spec.attention.inner_attention = ScaledDotProductAttention.Config()
-        if m.kv_channels:
-            spec.attention.head_dim = m.head_dim
     cfg = Llama3Model.Config(
         dim=m.hidden_size, vocab_size=m.vocab_size, enable_weight_tying=m.tied_embeddings,
         tok_embeddings=Embedding.Config(num_embeddings=m.vocab_size, embedding_dim=m.hidden_size),
