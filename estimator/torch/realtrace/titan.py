@@ -1,7 +1,10 @@
 """The torchtitan stack: torchtitan's Llama 3 model (torchtitan.models.llama3) built from ModelDims,
-with torchtitan's own activation checkpointing (FullAC / SelectiveAC), FSDP2 wrapping
-(apply_fsdp_to_decoder: per-block fully_shard, MixedPrecisionPolicy, reshard_after_forward) and loss
-(CrossEntropyLoss, or ChunkedLossWrapper for plan.loss 'chunked').
+with torchtitan's own tensor parallelism (its Llama 3 sharding plan and Module.parallelize on the
+partial_dtensor backend: DTensor on the TP axis, loss parallel), activation checkpointing (FullAC /
+SelectiveAC), FSDP2 wrapping (apply_fsdp_to_decoder: per-block fully_shard, MixedPrecisionPolicy,
+reshard_after_forward) and loss (CrossEntropyLoss, or ChunkedLossWrapper for plan.loss 'chunked'),
+in the order parallelize_llama applies them, on a model built on the meta device and materialised
+as fake tensors.
 
 Where the trace departs from a GPU run (docs/estimator-memory.md, "Traced on real model code"):
 - attention runs torchtitan's ScaledDotProductAttention module (causal SDPA) instead of its default
@@ -10,6 +13,11 @@ Where the trace departs from a GPU run (docs/estimator-memory.md, "Traced on rea
   output and the log-sum-exp, never the scores); op-level SAC saves it as it saves the GPU kernels.
 - the rotary table is sized to the trained sequence (torchtitan's registry sizes it to 131072 tokens,
   a few tens of MB of buffer the formula does not count).
+- context parallelism is traced as its per-rank shape (seq/cp tokens, FSDP over dp*cp): torch's
+  context_parallel dispatcher has no rule for the CPU flash kernel, so ring attention's K/V exchange
+  is not traced.
+- pipeline stages run their 1F1B in-flight micro-batches (forwards, then backwards), not
+  torch.distributed.pipelining's schedule objects.
 """
 
 from __future__ import annotations
