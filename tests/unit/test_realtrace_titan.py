@@ -106,10 +106,16 @@ def test_pipeline_stages_hold_their_micro_batches() -> None:
     assert trace_real_peak(model, plan, stack="torchtitan").peak == max(first.peak, last.peak)
 
 
-def test_chunked_loss_and_context_parallel_trace() -> None:
+def test_chunked_loss_and_context_parallel_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed.tensor.experimental._context_parallel import _attention
+
     chunked = trace_real(TINY, FSDP.with_(loss="chunked"), stack="torchtitan")
     assert chunked.detail["loss"] == "torchtitan ChunkedLossWrapper"
+    rings: list[int] = []
+    ring = _attention._templated_ring_attention
+    monkeypatch.setattr(_attention, "_templated_ring_attention", lambda *a, **k: rings.append(1) or ring(*a, **k))
     cp = trace_real(TINY, ExecutionPlan(dp=2, cp=2, sharding="fsdp", loss="fp32"), stack="torchtitan")
+    assert len(rings) == 2  # torch's ring attention ran in each block's forward
     # FSDP shards over dp*cp ranks, each rank holds seq/cp tokens
     assert cp.detail["fsdp_world"] == 4 and cp.detail["tokens"] == [1, 32]
     assert cp.detail["tracker_peak"]["Sharded Param"] == 4 * N // 4

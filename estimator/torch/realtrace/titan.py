@@ -7,15 +7,16 @@ in the order parallelize_llama applies them, on a model built on the meta device
 as fake tensors.
 
 Where the trace departs from a GPU run (docs/estimator-memory.md, "Traced on real model code"):
-- attention runs torchtitan's ScaledDotProductAttention module (causal SDPA) instead of its default
-  FlexAttention: flex_attention is a compiled kernel that cannot run on fake CPU tensors. On CPU the
-  SDPA call dispatches to the flash kernel for CPU, which stores what the GPU flash kernel stores (the
-  output and the log-sum-exp, never the scores); op-level SAC saves it as it saves the GPU kernels.
+- attention runs torchtitan's ScaledDotProductAttention module instead of its default FlexAttention
+  (flex_attention is a compiled kernel that cannot run on fake CPU tensors), calling the GPU
+  flash-attention op directly (_flash_attention_config): it stores the output and the log-sum-exp,
+  never the scores, as FlexAttention does; op-level SAC saves it; torch's context-parallel
+  dispatcher rings it.
 - the rotary table is sized to the trained sequence (torchtitan's registry sizes it to 131072 tokens,
   a few tens of MB of buffer the formula does not count).
-- context parallelism is traced as its per-rank shape (seq/cp tokens, FSDP over dp*cp): torch's
-  context_parallel dispatcher has no rule for the CPU flash kernel, so ring attention's K/V exchange
-  is not traced.
+- context parallelism runs through torchtitan's apply_cp_to_forward and torch's ring attention over
+  the fake process group (seq/cp tokens per rank, FSDP over dp*cp), without the positions torchtitan
+  passes for the load-balanced split (the rotary angles, not the bytes, depend on them).
 - pipeline stages run their 1F1B in-flight micro-batches (forwards, then backwards), not
   torch.distributed.pipelining's schedule objects.
 """
@@ -62,7 +63,6 @@ def build(m: ModelDims, layers: int, first: bool, last: bool, sp: bool | None = 
     set, the config carries torchtitan's TP sharding plan (sequence parallel or not), as
     Llama3Model.Config.update_from_config fills it."""
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-    from torchtitan.models.common.attention import ScaledDotProductAttention
     from torchtitan.models.common.config_utils import make_gqa_config
     from torchtitan.models.llama3 import _LINEAR_INIT, Llama3Model, _build_llama3_layers, _depth_init
 
@@ -75,8 +75,8 @@ def build(m: ModelDims, layers: int, first: bool, last: bool, sp: bool | None = 
             spec.attention = make_gqa_config(
                 dim=m.hidden_size, n_heads=m.num_heads, n_kv_heads=m.kv_heads, head_dim=m.head_dim,
                 wqkv_param_init=_LINEAR_INIT, wo_param_init=_depth_init(i), fuse_qkv=True,
-                inner_attention=ScaledDotProductAttention.Config(), rope=spec.attention.rope)
-        spec.attention.inner_attention = ScaledDotProductAttention.Config()
+                inner_attention=_flash_attention_config(), rope=spec.attention.rope)
+        spec.attention.inner_attention = _flash_attention_config()
     cfg = Llama3Model.Config(
         dim=m.hidden_size, vocab_size=m.vocab_size, enable_weight_tying=m.tied_embeddings,
         tok_embeddings=Embedding.Config(num_embeddings=m.vocab_size, embedding_dim=m.hidden_size),
@@ -93,6 +93,31 @@ def build(m: ModelDims, layers: int, first: bool, last: bool, sp: bool | None = 
         model.norm = None
         model.lm_head = None
     return model
+
+
+def _flash_attention_config() -> Any:
+    """torchtitan's ScaledDotProductAttention calling the GPU flash-attention op itself.
+
+    F.scaled_dot_product_attention on CPU tensors picks the CPU flash kernel, which torch's context
+    parallel dispatcher has no rule for; the GPU op (aten._scaled_dot_product_flash_attention, with
+    grouped-query heads natively, as FlashAttention-2) runs on fake CPU tensors through its meta
+    implementation, stores what a GPU step stores (output, log-sum-exp, RNG state) and is the op
+    context_parallel's ring attention and op-level SAC know."""
+    import torch
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+
+    class GpuFlashAttention(ScaledDotProductAttention):  # type: ignore[misc]
+        def forward(self, q: Any, k: Any, v: Any, *, attention_masks: Any = None, scale: float | None = None,
+                    enable_gqa: bool = False, is_causal: bool = True, **kwargs: Any) -> Any:
+            out = torch.ops.aten._scaled_dot_product_flash_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0.0, is_causal, scale=scale)[0]
+            return out.transpose(1, 2)
+
+    class Config(ScaledDotProductAttention.Config):  # type: ignore[misc]
+        def build(self, **kwargs: Any) -> Any:
+            return GpuFlashAttention(self)
+
+    return Config()
 
 
 def _selective_ac() -> Any:
@@ -156,10 +181,16 @@ def _cpu_meshes() -> Iterator[None]:
 
 
 def approximations(plan: ExecutionPlan) -> list[str]:
-    out = ["attention: torchtitan ScaledDotProductAttention (the CPU flash kernel) instead of FlexAttention"]
-    if plan.cp > 1:
-        out.append(f"cp={plan.cp}: traced as the per-rank shape (seq/cp tokens, FSDP over dp*cp); ring "
-                   "attention's exchanged K/V blocks are not traced")
+    attention = ("attention: torchtitan's ScaledDotProductAttention module calling the GPU flash-attention op "
+                 "(aten._scaled_dot_product_flash_attention) instead of FlexAttention, which is compiled")
+    out = [attention]
+    if plan.cp > 1 and plan.tp == 1:
+        out.append("cp: positions are not passed (rotary angles of the local chunk); the bytes do not depend "
+                   "on them")
+    if plan.cp > 1 and plan.tp > 1:
+        out.append("cp with tp: traced as the per-rank shape (seq/cp tokens, FSDP over dp*cp) without ring "
+                   "attention's K/V exchange: torchtitan's CP wrapper meets TP's local tensors in a mixed "
+                   "DTensor op on this path")
     return out
 
 
@@ -181,7 +212,9 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
     n_in = session.inflight(plan, stage)
     tp = plan.tp
     with session.fake_world(world * tp), _cpu_meshes():
-        dims = ParallelDims(dp_replicate=1, dp_shard=world, cp=1, tp=tp, pp=1, ep=1, world_size=world * tp,
+        # the FSDP mesh folds the cp ranks in (torchtitan's "fsdp" = dp_shard x cp)
+        dims = ParallelDims(dp_replicate=1, dp_shard=world // plan.cp, cp=plan.cp, tp=tp, pp=1, ep=1,
+                            world_size=world * tp,
                             spmd_backend="partial_dtensor")
         dims.build_mesh()
         # torchtitan's flow: build on the meta device, convert, TP-shard, checkpoint, FSDP-wrap, then
@@ -193,6 +226,12 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
             finally:
                 torch.set_default_dtype(torch.float32)
         f8 = float8.convert(model, plan) if plan.float8 != "none" else "none"
+        ring = plan.cp > 1 and tp == 1
+        if ring:  # before parallelize, as parallelize_llama orders them
+            from torchtitan.distributed.context_parallel import apply_cp_to_forward
+
+            apply_cp_to_forward([blk.attention.inner_attention for blk in model.layers.values()],
+                                dims.get_mesh("cp"))
         if tp > 1:
             model.parallelize(dims)
         ac = apply_ac(model, plan)
@@ -246,5 +285,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
                       "tokens": [b, s], "inflight": n_in,
                       "precision": prec.note, "checkpointing": ac, "float8": f8,
                       "reshard_after_forward": policy, "loss": "torchtitan " + type(loss_fn).__name__,
+                      "context_parallel": (f"torchtitan apply_cp_to_forward, ring attention over {plan.cp} ranks" if ring
+                                           else f"per-rank shape over {plan.cp} ranks" if plan.cp > 1 else "none"),
                       "approximations": approximations(plan)}
             return session.measure(model, opt, step, stack="torchtitan", detail=detail)
