@@ -38,6 +38,8 @@ CONFIGS: list[tuple[ModelDims, ExecutionPlan, str]] = [
     (L8B, FT.with_(dp=8), "torchtitan"),
     (L8B, FT.with_(dp=8, checkpointing="full"), "torchtitan"),
     (L8B, FT.with_(dp=4, tp=2, sequence_parallel=True), "torchtitan"),
+    (L8B.__class__(**{**L8B.__dict__, "seq_length": 32768, "name": "llama3.1-8b-32k"}),
+     FT.with_(dp=2, cp=4), "torchtitan"),
     (L70B, FT.with_(dp=64), "torchtitan"),
     (L70B, FT.with_(dp=8, tp=8, sequence_parallel=True), "torchtitan"),
     # 405B on 512 GPUs as torchtitan's recipe lays it out (TP 8, PP 8, FSDP 8): the first stage's rank
@@ -46,7 +48,7 @@ CONFIGS: list[tuple[ModelDims, ExecutionPlan, str]] = [
     (ModelDims(4096, 32, 32, 32000, 4096, name="llama2-7b", ffn_hidden=11008, gated=True, tied_embeddings=False),
      ExecutionPlan(loss="fp32", lora_rank=16, lora_targets="attention", checkpointing="full"), "transformers"),
 ]
-QUICK = [CONFIGS[0], CONFIGS[6]]
+QUICK = [CONFIGS[0], CONFIGS[-1]]
 
 
 def main() -> None:
