@@ -119,6 +119,9 @@ def test_chunked_loss_and_context_parallel_trace(monkeypatch: pytest.MonkeyPatch
     # FSDP shards over dp*cp ranks, each rank holds seq/cp tokens
     assert cp.detail["fsdp_world"] == 4 and cp.detail["tokens"] == [1, 32]
     assert cp.detail["tracker_peak"]["Sharded Param"] == 4 * N // 4
+    # without data sharding torchtitan still shards over the cp ranks
+    replicas = trace_real(TINY, ExecutionPlan(dp=2, cp=2, loss="fp32"), stack="torchtitan")
+    assert replicas.detail["tracker_peak"]["Sharded Param"] == 4 * N // 2
 
 
 def test_float8_all_gather_halves_the_gathered_weights() -> None:

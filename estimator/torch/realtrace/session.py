@@ -92,14 +92,14 @@ def fake_world(world: int) -> Iterator[None]:
 
 def fsdp_world(plan: ExecutionPlan) -> int:
     """The ranks FSDP2 shards over: dp*cp under fsdp/zero3 (torchtitan folds the cp ranks into the
-    FSDP mesh, 'dp_shard_cp'), 1 without sharding (each rank a full replica: HSDP's replicate dim
-    keeps the same bytes as a 1-rank shard group)."""
+    FSDP mesh, 'dp_shard_cp'); without sharding cp (torchtitan shards over the cp ranks even without
+    data parallelism; each data-parallel rank a full replica, the bytes of HSDP's replicate dim)."""
     if plan.sharding in ("fsdp", "zero3"):
         return plan.dp * plan.cp
     if plan.sharding in ("zero1", "zero2"):
         raise PlanInputError("plan.sharding", f"{plan.sharding!r} (ZeRO-1/2) is DeepSpeed's/Megatron's; the "
                                               "real-code trace runs FSDP2 (fsdp/zero3) or no sharding")
-    return 1
+    return plan.cp
 
 
 def check_common(plan: ExecutionPlan) -> None:
