@@ -137,3 +137,11 @@ def test_both_stacks_build_the_same_parameters_with_kv_channels() -> None:
     for stack in ("torchtitan", "transformers"):
         tr = trace_real(model, PLAN, stack=stack)
         assert tr.detail["tracker_peak"]["Sharded Param"] == 4 * n, stack
+
+
+def test_float8_converts_the_layer_linears() -> None:
+    pytest.importorskip("torchao")
+    model = ModelDims(128, 2, 4, 256, 128, **{**LLAMA, "ffn_hidden": 256})  # type: ignore[arg-type]
+    tr = trace_real(model, PLAN.with_(dp=2, sharding="fsdp", float8="linear"), stack="transformers")
+    # q, k, v, o, gate, up, down per layer; the output head stays in bf16
+    assert tr.detail["float8"] == "torchao Float8Linear (tensorwise) on 14 linears"
