@@ -119,6 +119,10 @@ def test_chunked_loss_and_context_parallel_trace(monkeypatch: pytest.MonkeyPatch
     # FSDP shards over dp*cp ranks, each rank holds seq/cp tokens
     assert cp.detail["fsdp_world"] == 4 and cp.detail["tokens"] == [1, 32]
     assert cp.detail["tracker_peak"]["Sharded Param"] == 4 * N // 4
+    # the CP dispatcher is process-wide: a TP trace after it must not be ringed
+    tp = trace_real(TINY, ExecutionPlan(dp=2, tp=2, sequence_parallel=True, sharding="fsdp", loss="fp32"),
+                    stack="torchtitan")
+    assert len(rings) == 2 and tp.peak > 0
     # without data sharding torchtitan still shards over the cp ranks
     replicas = trace_real(TINY, ExecutionPlan(dp=2, cp=2, loss="fp32"), stack="torchtitan")
     assert replicas.detail["tracker_peak"]["Sharded Param"] == 4 * N // 2

@@ -166,9 +166,12 @@ def apply_ac(model: Any, plan: ExecutionPlan) -> str:
 def _cpu_meshes() -> Iterator[None]:
     """torchtitan builds its meshes on its module-level device type (cuda when no accelerator is
     found) and reads the SPMD backend from a global: CPU meshes and 'partial_dtensor' (DTensor on
-    the TP axis, FSDP2 on the data axis: torchtitan's classic path) while tracing, restored after."""
+    the TP axis, FSDP2 on the data axis: torchtitan's classic path) while tracing, restored after,
+    and the context-parallel dispatcher switched off again."""
     import torchtitan.distributed.parallel_dims as pdims
     from torchtitan.distributed.utils import get_spmd_backend, set_spmd_backend
+
+    from torch.distributed.tensor.experimental._attention import _disable_context_parallel_dispatcher
 
     device, backend = pdims.device_type, get_spmd_backend()
     pdims.device_type = "cpu"
@@ -178,6 +181,9 @@ def _cpu_meshes() -> Iterator[None]:
     finally:
         pdims.device_type = device
         set_spmd_backend(backend)
+        # apply_cp_to_forward enables torch's CP dispatcher for every DTensor SDPA op, process-wide;
+        # left on, a later trace's TP-sharded attention would be ringed too
+        _disable_context_parallel_dispatcher()
 
 
 def approximations(plan: ExecutionPlan) -> list[str]:
