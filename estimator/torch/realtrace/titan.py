@@ -169,9 +169,8 @@ def _cpu_meshes() -> Iterator[None]:
     the TP axis, FSDP2 on the data axis: torchtitan's classic path) while tracing, restored after,
     and the context-parallel dispatcher switched off again."""
     import torchtitan.distributed.parallel_dims as pdims
-    from torchtitan.distributed.utils import get_spmd_backend, set_spmd_backend
-
     from torch.distributed.tensor.experimental._attention import _disable_context_parallel_dispatcher
+    from torchtitan.distributed.utils import get_spmd_backend, set_spmd_backend
 
     device, backend = pdims.device_type, get_spmd_backend()
     pdims.device_type = "cpu"
