@@ -43,7 +43,7 @@ CASES: list[tuple[str, ModelDims, ExecutionPlan]] = [
     ("gpt-350m bf16 mb4 plain-attn", ModelDims(1024, 24, 16, 50257, 1024, "gpt-350m"),
      ExecutionPlan(micro_batch=4, flash_attention=False)),
     ("gpt-1.3b bf16 mb4 selective", ModelDims(2048, 24, 16, 50257, 2048, "gpt-1.3b"),
-     ExecutionPlan(micro_batch=4, checkpointing="selective")),
+     ExecutionPlan(micro_batch=4, checkpointing="selective", flash_attention=False)),
 ]
 
 
