@@ -1,0 +1,493 @@
+"""The memory formula for the recipes of PyTorch-native stacks (torchtitan; transformers + PEFT):
+FSDP2, per-op selective checkpointing, context parallelism, LoRA/QLoRA, Float8, torch.compile, the
+loss implementations, and the current model families (Llama 3, Mistral/Mixtral, Qwen2.5, Gemma 2,
+T5/mT5). memory.py hands a plan here when `uses_native_stack(model, plan)`; docs/estimator-memory.md
+("PyTorch-native recipes") states every term and its measured error.
+
+The stack: a plan whose loss is 'fp32' or 'chunked', or whose sharding is 'fsdp', or that trains LoRA,
+uses Float8, compile, per-op checkpointing or context parallelism, or an encoder-decoder model, runs
+the way FSDP2 runs it (torch.distributed.fsdp.fully_shard, the one data-parallel wrapper of torchtitan
+and of transformers' FSDP2 path; without sharding, a one-rank shard group, as HSDP's replicate ranks):
+- one stored copy of each parameter, sharded over dp*cp (torchtitan folds cp into the FSDP mesh,
+  'dp_shard_cp'), in the storage dtype: fp32 for every recipe with an fp32 master (amp, mixed,
+  megatron-bf16, megatron-fp16: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan's
+  default), bf16 for 'bf16', fp32 for 'fp32'; AdamW's m and v in the storage dtype;
+- gradients sharded, in the reduce dtype, and not kept between steps (zero_grad(set_to_none=True)):
+  with one micro-batch and no pipeline they do not exist at the start of backward;
+- the all-gathered (unsharded) compute-dtype parameters of the layers in flight: reshard_after_forward
+  keeps two layers (the running one and the prefetched next), plus the output layer (torchtitan does
+  not reshard [norm, output] after forward: backward needs them at once), plus, in a layer's backward,
+  its unsharded gradient (param dtype) and the reduce-scatter input (reduce dtype); without resharding
+  (FSDP2 under PP) the stage's parameters stay unsharded and an unsharded fp32 gradient accumulates
+  over the micro-batches (FSDPParam.to_accumulated_grad_if_needed upcasts to reduce_dtype).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tessera.estimator.memory_layers import Shape, Stack, norm_saved, stored_bytes
+from tessera.estimator.memory_terms import local_vocab, rank_params, stage_layers, state_bytes
+from tessera.estimator.models import ModelDims
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
+
+# QLoRA (Dettmers et al. 2023, arXiv 2305.14314 Sec. 3): NF4 weights (4 bits) with blockwise absmax,
+# 64 weights per block, the absmax themselves quantized to 8 bits in blocks of 256 with an fp32
+# second-level constant: 8/64 + 32/(64*256) = 0.127 bits per weight.
+NF4_BYTES = 0.5 + (8 / 64 + 32 / (64 * 256)) / 8
+# LLM.int8 (bitsandbytes Linear8bitLt): 1 byte per weight plus one fp32 scale per output row.
+INT8_BYTES = 1.0
+
+LORA_LINEARS = {"qv": ("q", "v"), "attention": ("q", "k", "v", "o"),
+                "all-linear": ("q", "k", "v", "o", "w1", "w2", "w3")}
+
+
+def uses_native_stack(model: ModelDims, plan: ExecutionPlan) -> bool:
+    """Whether the plan runs the PyTorch-native recipes (module docstring) rather than Megatron's."""
+    return (plan.sharding == "fsdp" or plan.loss != "fused" or plan.lora_rank > 0 or plan.cp > 1
+            or plan.checkpointing == "op" or plan.float8 != "none" or plan.compile
+            or model.family == "encoder-decoder")
+
+
+def stack_of(model: ModelDims, plan: ExecutionPlan) -> Stack:
+    """The stack that trains this model: torchtitan trains Llama-style decoders (and Mixtral-style
+    MoE); transformers (+ PEFT) trains everything with LoRA, encoder-decoders, Gemma 2 (sandwich norms,
+    soft-capping) and the families torchtitan has no model for (GPT-2/BERT style, Qwen2.5's biases)."""
+    if plan.lora_rank or model.family == "encoder-decoder" or model.sandwich_norm or model.logit_softcap \
+            or model.qkv_bias or not model.gated or model.family == "encoder":
+        return "transformers"
+    return "torchtitan"
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    """Bytes per element: stored (master) parameter, gradient (reduce dtype), optimizer state per
+    parameter, compute (all-gathered parameters, activations)."""
+
+    storage: int
+    grad: int
+    optimizer: int
+    compute: int
+
+
+def native_dtypes(plan: ExecutionPlan) -> Dtypes:
+    if plan.precision == "fp32":
+        return Dtypes(4, 4, 8, 4)
+    if plan.precision == "bf16":
+        return Dtypes(2, 2, 4, 2)
+    if plan.precision == "mixed-adafactor":
+        raise PlanInputError("plan.precision", "the PyTorch-native recipes train with AdamW; 'mixed-adafactor' "
+                                               "is the Crius artifact's Alpa recipe")
+    return Dtypes(4, 4, 8, 2)
+
+
+def check_native(model: ModelDims, plan: ExecutionPlan) -> None:
+    """Combinations the native formula cannot mean, refused by the field."""
+    if model.family == "encoder-decoder" and plan.pp > 1:
+        raise PlanInputError("plan.pp", "pipelining an encoder-decoder (T5) is not modelled: its decoder "
+                                        "needs the encoder's output in every layer")
+    if model.family == "encoder-decoder" and plan.cp > 1:
+        raise PlanInputError("plan.cp", "context parallelism is for causal decoders (ring attention's "
+                                        "load-balanced causal split); an encoder-decoder is not modelled")
+    if plan.sharding in ("zero1", "zero2") and (plan.lora_rank or plan.loss != "fused"):
+        pass  # DeepSpeed ZeRO-1/2 with transformers: the state terms below shard the optimizer/gradients
+    if plan.offload != "none" and plan.offload != "frozen" and plan.sharding == "fsdp" and plan.pp > 1:
+        raise PlanInputError("plan.offload", "CPU offload with FSDP2 under pipelining is not modelled")
+    if model.family == "moe" and not model.gated and plan.lora_rank:
+        raise PlanInputError("plan.lora_rank", "LoRA on GShard-style MoE experts is not modelled")
+
+
+def recipe_warnings(model: ModelDims, plan: ExecutionPlan) -> tuple[str, ...]:
+    """Fields that change nothing (or nothing the formula counts) under the plan's other settings."""
+    out: list[str] = []
+    if model.sliding_window:
+        out.append("model.sliding_window: no memory change: flash attention stores no scores whatever the "
+                   "window, and plain attention masks a full s x s score matrix")
+    if plan.async_tp:
+        out.append("plan.async_tp: no memory change counted (the micro-pipelined TP overlaps the same "
+                   "all-gather/reduce-scatter buffers in chunks); it changes time only")
+    if plan.compile and not uses_native_stack(model, ExecutionPlan()) and plan.checkpointing == "full":
+        out.append("plan.compile: under full checkpointing only the recomputed layer's intermediates shrink")
+    if plan.float8 == "linear" and plan.sharding != "fsdp":
+        out.append("plan.float8: 'linear' keeps the bf16 inputs and weights for backward (torchao casts "
+                   "inside the matmul): stored activations do not change, only transient float8 copies")
+    if plan.sharding == "fsdp" and plan.dp * plan.cp == 1 and plan.reshard_after_forward != "auto":
+        out.append("plan.reshard_after_forward: one rank holds every parameter: resharding frees only the "
+                   "compute-dtype copies")
+    if plan.lora_rank and plan.checkpointing == "op":
+        out.append("plan.checkpointing: 'op' with LoRA counts the adapters' matmuls in torchtitan's "
+                   "every-second-matmul rule")
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Parameters
+
+
+def _layer_linears(m: ModelDims, tp: int, index: int, cross: bool) -> list[tuple[str, int, int, bool]]:
+    """(name, local in, local out, column-parallel) of each linear of a layer (one expert for MoE)."""
+    h, d = m.hidden_size, m.head_dim
+    a, kv, f = m.num_heads, m.kv_heads, m.ffn
+    att = [("q", h, a * d // tp, True), ("k", h, kv * d // tp, True), ("v", h, kv * d // tp, True),
+           ("o", a * d // tp, h, False)]
+    out = list(att)
+    if cross:
+        out += [("x" + n, i, o, c) for n, i, o, c in att]
+    if m.gated:
+        out += [("w1", h, f // tp, True), ("w3", h, f // tp, True), ("w2", f // tp, h, False)]
+    else:
+        out += [("w1", h, f // tp, True), ("w2", f // tp, h, False)]
+    return out
+
+
+def _encdec_layer_params(m: ModelDims, tp: int, decoder: bool, first: bool) -> int:
+    """A T5 layer on one rank: its norms (weight only), attention(s), MLP, and the first layer's
+    relative position bias (32 buckets x heads/tp)."""
+    n = sum(i * o for _, i, o, _ in _layer_linears(m, tp, 0, decoder))
+    n += (3 if decoder else 2) * m.hidden_size
+    if first:
+        n += 32 * (m.num_heads // tp)
+    return n
+
+
+def model_params(m: ModelDims, plan: ExecutionPlan, stage: int) -> tuple[int, int, int, int]:
+    """(dense, expert, largest layer, linear weights) parameters on one rank of `stage`; `largest layer`
+    is the most parameters one layer has on the rank (what FSDP2 all-gathers at once)."""
+    tp = plan.tp
+    h = m.hidden_size
+    if m.family == "encoder-decoder":
+        layers = [_encdec_layer_params(m, tp, False, i == 0) for i in range(m.num_layers)]
+        layers += [_encdec_layer_params(m, tp, True, i == 0) for i in range(m.decoder_layers)]
+        v_l = local_vocab(m, tp)
+        dense = sum(layers) + v_l * h + 2 * h + (0 if m.tied_embeddings else v_l * h)
+        linear = sum(sum(i * o for _, i, o, _ in _layer_linears(m, tp, 0, False)) for _ in range(m.num_layers)) + \
+            sum(sum(i * o for _, i, o, _ in _layer_linears(m, tp, 0, True)) for _ in range(m.decoder_layers))
+        return dense, 0, max(layers), linear
+    dense, expert, _ = rank_params(m, plan, stage)
+    idx = stage_layers(m, plan)[stage]
+    per = [sum(layer_params_native(m, i, tp, plan.ep)) for i in idx]
+    linear = 0
+    for i in idx:
+        lin = sum(a * b for _, a, b, _ in _layer_linears(m, tp, i, False))
+        if m.is_moe_layer(i):
+            lin = sum(a * b for n, a, b, _ in _layer_linears(m, tp, i, False) if n in ("q", "k", "v", "o"))
+            lin += (m.num_experts // plan.ep) * (3 if m.gated else 2) * h * (m.ffn // tp)
+        linear += lin
+    return dense, expert, max(per) if per else 0, linear
+
+
+def layer_params_native(m: ModelDims, index: int, tp: int, ep: int) -> tuple[int, int]:
+    from tessera.estimator.memory_terms import layer_params
+
+    return layer_params(m, index, tp, ep)
+
+
+def adapter_params(m: ModelDims, plan: ExecutionPlan, stage: int) -> int:
+    """LoRA adapters on one rank: r*(in + out) per targeted linear (A: r x in, B: out x r; the
+    TP-split side divided by tp, as the base linear's), for every layer (and expert) of the stage."""
+    if not plan.lora_rank:
+        return 0
+    r, targets = plan.lora_rank, LORA_LINEARS[plan.lora_targets]
+    if m.family == "encoder-decoder":
+        kinds = [False] * m.num_layers + [True] * m.decoder_layers
+        idx = list(range(len(kinds)))
+    else:
+        idx = list(stage_layers(m, plan)[stage])
+        kinds = [False] * len(idx)
+    total = 0
+    for i, cross in zip(idx, kinds):
+        for name, fan_in, fan_out, _ in _layer_linears(m, plan.tp, i, cross):
+            if name.lstrip("x") in targets:
+                copies = m.num_experts // plan.ep if (m.is_moe_layer(i) and name.startswith("w")) else 1
+                total += copies * r * (fan_in + fan_out)
+    return total
+
+
+# ------------------------------------------------------------------------------------------------
+# Resident state and FSDP2's working set
+
+
+@dataclass(frozen=True)
+class NativeState:
+    parameters: float  # sharded (stored) parameters, frozen base included
+    gradients: float  # sharded gradients after backward
+    optimizer: float
+    cpu: float
+    unsharded_params: float  # FSDP2 without resharding (PP): the stage's compute-dtype parameters
+    unsharded_grads: float  # FSDP2 without resharding: the accumulated reduce-dtype gradient
+    layer_ws: float  # a layer's all-gathered params x 2 (in flight + prefetched)
+    layer_grad_ws: float  # a layer's unsharded gradient (compute dtype) in its backward
+    layer_rs: float  # and the reduce-scatter input (reduce dtype)
+    head_ws: float  # the output layer's unsharded weight (kept from forward to backward)
+    head_grad_ws: float  # its unsharded gradient (compute dtype)
+    head_rs: float  # and its reduce-scatter input
+    opt_tmp: float  # AdamW's temporary for the largest tensor shard
+    notes: tuple[str, ...]
+
+
+def native_state(m: ModelDims, plan: ExecutionPlan, stage: int) -> NativeState:
+    dt = native_dtypes(plan)
+    dense, expert, largest_layer, linear = model_params(m, plan, stage)
+    total = dense + expert
+    if plan.sharding in ("zero1", "zero2"):  # DeepSpeed ZeRO-1/2 (transformers): the recipe's own bytes
+        p, g, o, host, _ = state_bytes(m, plan, stage)
+        zshards = plan.dp * plan.cp
+        return NativeState(p, g * (1 if plan.zero_stage < 2 else 1 / plan.cp), o / plan.cp, host, 0, 0, 0, 0, 0, 0,
+                           0, 0, 4 * _largest_tensor(m, plan) / zshards, ("ZeRO-1/2: the recipe's bytes per parameter",))
+    shards = plan.dp * plan.cp if plan.sharding in ("fsdp", "zero3") else 1
+    c = dt.compute
+    v_l = local_vocab(m, plan.tp)
+    h = m.hidden_size
+    head = v_l * h
+    notes: list[str] = []
+    params: float
+    grads: float
+    opt: float
+    cpu: float
+    if plan.lora_rank:
+        trainable = adapter_params(m, plan, stage)
+        qb = {"none": float(c), "nf4": NF4_BYTES, "int8": INT8_BYTES}[plan.base_quant]
+        base = linear * qb + (total - linear) * c  # quantized linears; embeddings, norms, head in bf16
+        params = (base + trainable * dt.storage) / shards
+        cpu = 0.0
+        if plan.offload == "frozen":  # the base weights live in host memory; a layer at a time comes over
+            cpu = base / shards
+            params = trainable * dt.storage / shards
+        grads = trainable * dt.grad / shards
+        opt = trainable * dt.optimizer / shards
+        layer_base = largest_layer * (qb if plan.base_quant != "none" else c)
+        # the layers in flight: two gathered (FSDP2 prefetch) or, offloaded, one copied over; a quantized
+        # base is dequantized to bf16 one matrix at a time
+        in_flight = 1 if plan.offload == "frozen" else 2
+        layer_ws = in_flight * layer_base if (shards > 1 or plan.offload == "frozen") else 0.0
+        if plan.base_quant != "none":
+            layer_ws += c * _largest_matrix(m, plan)
+        notes.append(f"LoRA r={plan.lora_rank} on {plan.lora_targets}: {trainable} adapter parameters train; "
+                     f"base {plan.base_quant} ({qb:.4g} B/param for linear weights)")
+        head_ws = c * head if shards > 1 else 0.0
+        return NativeState(params, grads, opt, cpu, 0, 0, layer_ws, 0, 0, head_ws, 0, 0,
+                           4 * _largest_tensor(m, plan) / shards, tuple(notes))
+    params = total * dt.storage / shards
+    grads = total * dt.grad / shards
+    opt = total * dt.optimizer / shards
+    cpu = 0.0
+    if plan.offload in ("optimizer", "optimizer+params"):  # FSDP2's CPUOffloadPolicy: params, grads, states on host
+        cpu = params + grads + opt
+        params = grads = opt = 0.0
+    w8 = 1 if plan.float8 == "linear+allgather" else c  # torchao all-gathers float8 linear weights
+    layer_gathered = largest_layer * c if w8 == c else (largest_layer * c - _layer_linear(m, plan) * (c - 1))
+    unsharded_p = unsharded_g = 0.0
+    layer_ws = layer_grad_ws = layer_rs = head_ws = head_grad_ws = head_rs = 0.0
+    if plan.sharding == "fsdp" and not plan.reshards_after_forward:
+        stage_params = total
+        unsharded_p = stage_params * c
+        unsharded_g = stage_params * dt.grad if plan.grad_accum > 1 or plan.pp > 1 else 0.0
+        layer_rs = largest_layer * dt.grad
+        notes.append("FSDP2 without resharding: the stage's parameters stay unsharded (compute dtype) and an "
+                     "unsharded reduce-dtype gradient accumulates until the last micro-batch")
+    else:
+        layer_ws = 2 * layer_gathered
+        layer_grad_ws = largest_layer * c
+        layer_rs = largest_layer * dt.grad
+        if stage == plan.pp - 1:
+            head_ws = c * head
+            head_grad_ws = c * head
+            head_rs = dt.grad * head
+        notes.append("FSDP2 resharding after forward: two layers' compute-dtype parameters in flight, the "
+                     "output layer unsharded from its forward to its backward")
+    return NativeState(params, grads, opt, cpu, unsharded_p, unsharded_g, layer_ws, layer_grad_ws, layer_rs, head_ws,
+                       head_grad_ws, head_rs, 4 * _largest_tensor(m, plan) / shards, tuple(notes))
+
+
+def _largest_matrix(m: ModelDims, plan: ExecutionPlan) -> int:
+    return max(i * o for _, i, o, _ in _layer_linears(m, plan.tp, 0, False))
+
+
+def _layer_linear(m: ModelDims, plan: ExecutionPlan) -> int:
+    return sum(i * o for _, i, o, _ in _layer_linears(m, plan.tp, 0, False))
+
+
+def _largest_tensor(m: ModelDims, plan: ExecutionPlan) -> int:
+    return max(_largest_matrix(m, plan), local_vocab(m, plan.tp) * m.hidden_size)
+
+
+# ------------------------------------------------------------------------------------------------
+# Activations
+
+
+def shape_of(m: ModelDims, plan: ExecutionPlan, stack: Stack, tokens_seq: int, enc_seq: int = 0) -> Shape:
+    dt = native_dtypes(plan)
+    s_local = tokens_seq // plan.cp
+    b = plan.micro_batch
+    lora = frozenset(LORA_LINEARS[plan.lora_targets]) if plan.lora_rank else frozenset()
+    lora_names = frozenset(f"{p}{n}" for p in ("attn.", "cross.", "mlp.") for n in lora)
+    return Shape(b * s_local, b, s_local, dt.compute, plan.tp, plan.tp if plan.sequence_parallel and plan.tp > 1 else 1,
+                 plan.flash_attention, stack, lora_names, plan.lora_rank, plan.lora_rank > 0, plan.compile,
+                 enc_seq=enc_seq)
+
+
+def _policy(plan: ExecutionPlan, index: int) -> str:
+    """The checkpointing of layer `index` (0-based): every `checkpoint_every`-th layer (torchtitan's
+    counter: layers n-1, 2n-1, ...) gets the plan's policy, the others keep everything."""
+    if plan.checkpointing in ("op", "full") and (index + 1) % plan.checkpoint_every:
+        return "none"
+    return plan.checkpointing
+
+
+def loss_terms(m: ModelDims, plan: ExecutionPlan, x: Shape, head_trains: bool) -> tuple[float, float, str]:
+    """(kept for backward, extra at the loss's peak, what was assumed) of the output layer and loss.
+
+    fused: Megatron's vocab-parallel cross-entropy keeps an fp32 softmax (4 T V/t) that becomes the
+    gradient in place; its peak adds the bf16 logits beside it.
+    fp32 (torchtitan, transformers): bf16 logits -> .float() -> log_softmax, which keeps its fp32
+    output (4 T V/t; the bf16 logits and fp32 copy are freed); backward holds the kept output, NLL's
+    fp32 gradient and log_softmax's fp32 gradient at once (8 T V/t beyond what is kept).
+    chunked (torchtitan's ChunkedLossWrapper, 8 chunks): the output layer and loss run chunk by chunk,
+    each chunk's backward at once: nothing logits-sized is kept, the peak is one chunk's (12 T V / 8t
+    beyond the detached hidden states and their accumulated gradient, 2 e T h).
+    Gemma 2's soft-capping (tanh(logits / c) * c in bf16) keeps tanh's output (e T V/t) too."""
+    n, e, v = x.tokens, x.e, local_vocab(m, plan.tp)
+    targets = 8 * n
+    cap = e * n * v if m.logit_softcap else 0.0
+    if plan.loss == "fused":
+        return 4 * n * v + targets + cap, e * n * v + cap, "fused vocab-parallel cross-entropy"
+    if plan.loss == "fp32":
+        return 4 * n * v + targets + cap, 8 * n * v + (e * n * v if m.logit_softcap else 0), "fp32 log-softmax kept"
+    chunks = 8
+    return targets + 2 * e * n * m.hidden_size, (12 + e + (2 * e if m.logit_softcap else 0)) * n * v / chunks, \
+        f"chunked loss ({chunks} chunks)"
+
+
+def layer_backward_ws(m: ModelDims, plan: ExecutionPlan, x: Shape, index: int, kind: str) -> float:
+    """The transient of one layer's backward beyond what it keeps: the incoming gradient (e T h), the
+    largest intermediate's gradient (e T f), the rebuilt tensors of a recomputed layer, CP's ring
+    buffers (one more K, V block in flight and fp32 accumulators of dq, dk, dv) and Float8's copies."""
+    n, e, h = x.tokens, x.e, m.hidden_size
+    f_l = m.ffn // x.tp
+    a_l, kv_l, d = m.num_heads // x.tp, m.kv_heads // x.tp, m.head_dim
+    work = e * n * h / x.sp + 2 * e * n * f_l
+    policy = _policy(plan, index)
+    if policy in ("op", "full"):
+        work += stored_bytes(m, x, index, "none", kind) - stored_bytes(m, x, index, policy, kind)
+    if plan.cp > 1:
+        work += 2 * e * n * kv_l * d + 4 * n * (a_l + 2 * kv_l) * d
+    if plan.float8 != "none":
+        work += n * max(h, f_l) + h * f_l  # float8 copies of the largest linear's input and weight
+    return work
+
+
+@dataclass(frozen=True)
+class NativeActivations:
+    stored: float  # kept by all in-flight micro-batches at the start of backward
+    loss_peak: float  # extra at the loss / output layer
+    layer_peak: float  # extra in the first layer's backward
+    note: str
+
+
+def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack) -> NativeActivations:
+    first, last = stage == 0, stage == plan.pp - 1
+    trains = plan.lora_rank == 0
+    if m.family == "encoder-decoder":
+        xe = shape_of(m, plan, stack, m.seq_length)
+        xd = shape_of(m, plan, stack, m.target_length, enc_seq=m.seq_length)
+        enc = sum(stored_bytes(m, xe, i, _policy(plan, i)) for i in range(m.num_layers))
+        dec = sum(stored_bytes(m, xd, i, _policy(plan, i + m.num_layers), "cross") for i in range(m.decoder_layers))
+        a_l = m.num_heads // plan.tp
+        # the encoder output (kept by every decoder layer's cross-attention K, V projections), the final
+        # norms, each stack's relative position bias (kept by the attention kernel as its additive mask;
+        # the bucket indices by the bias embedding's backward), the embeddings' token ids
+        s, t = m.seq_length, m.target_length
+        bias: float = (xe.e * a_l * (s * s + t * t) if plan.flash_attention else 0) + 8 * (s * s + t * t)
+        extra: float = xe.e * xe.tokens * m.hidden_size + bias + 8 * (xe.tokens + xd.tokens)
+        extra += sum(n.nbytes for n in norm_saved(m, xe, "enc.final", xe.tokens * m.hidden_size))
+        extra += sum(n.nbytes for n in norm_saved(m, xd, "dec.final", xd.tokens * m.hidden_size))
+        kept, peak, what = loss_terms(m, plan, xd, trains)
+        head_in = xd.e * xd.tokens * m.hidden_size if trains else 0.0
+        stored = enc + dec + extra + kept + head_in
+        layer_peak = layer_backward_ws(m, plan, xd, m.num_layers + m.decoder_layers - 1, "cross")
+        return NativeActivations(stored, peak, layer_peak, f"encoder-decoder; {what}")
+    x = shape_of(m, plan, stack, m.seq_length)
+    layers = stage_layers(m, plan)[stage]
+    per_mb = sum(stored_bytes(m, x, i, _policy(plan, i)) for i in layers)
+    if first:
+        per_mb += 8 * x.tokens if trains else 0  # token ids (the embedding's backward)
+    peak = 0.0
+    what = ""
+    if last:
+        per_mb += sum(n.nbytes for n in norm_saved(m, x, "final", x.tokens * m.hidden_size / x.sp))
+        if trains:
+            per_mb += x.e * x.tokens * m.hidden_size  # the output layer's input (gathered under SP)
+        kept, peak, what = loss_terms(m, plan, x, trains)
+        per_mb += kept
+    inflight = plan.grad_accum if plan.schedule == "gpipe" else min(plan.grad_accum, plan.pp - stage)
+    layer_peak = layer_backward_ws(m, plan, x, layers[-1], "decoder") if layers else 0.0
+    return NativeActivations(per_mb * inflight, peak, layer_peak, what)
+
+
+# ------------------------------------------------------------------------------------------------
+# The estimate
+
+
+@dataclass(frozen=True)
+class NativeEstimate:
+    parameters: int
+    gradients: int
+    optimizer: int
+    activations: int
+    comm: int  # FSDP2's all-gather / reduce-scatter buffers at the peak (in activations of MemoryBreakdown)
+    cpu: int
+    moment: str
+    notes: tuple[str, ...]
+
+
+def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack | None = None) -> NativeEstimate:
+    """Peak bytes of one rank of `stage` under the native recipes, by category, at the larger of two
+    moments: the start of backward (activations kept, the loss's or the first layer's backward
+    transient, FSDP2's working set; gradients only if they persist across micro-batches or under PP)
+    and the optimizer step (all gradients, AdamW's temporary)."""
+    check_native(m, plan)
+    stk = stack or stack_of(m, plan)
+    st = native_state(m, plan, stage)
+    act = native_activations(m, plan, stage, stk)
+    grads_persist = plan.grad_accum > 1 or plan.pp > 1 or plan.sharding in ("zero1", "zero2")
+    g0 = st.gradients if grads_persist else 0.0
+    # start of backward: the loss and the output layer's backward (its gathered weight, unsharded
+    # gradient and reduce-scatter input), or the first layer's backward (two layers gathered, its
+    # unsharded gradient and reduce-scatter input)
+    at_loss = (act.loss_peak, st.head_grad_ws, st.head_rs, 0.0)
+    at_layer = (act.layer_peak, st.layer_grad_ws, st.layer_rs, st.layer_ws)
+    peak_act, grad_ws, comm, param_ws = max(at_loss, at_layer, key=sum)
+    bwd_params = st.parameters + st.unsharded_params + st.head_ws + param_ws
+    bwd_grads = g0 + st.unsharded_grads + grad_ws
+    acts = act.stored + peak_act
+    bwd = bwd_params + bwd_grads + st.optimizer + acts + comm
+    step = st.parameters + st.unsharded_params + st.gradients + st.unsharded_grads + st.optimizer + st.opt_tmp
+    notes = (*st.notes, f"stack {stk}; {act.note}")
+    if step > bwd:
+        return NativeEstimate(int(st.parameters + st.unsharded_params), int(st.gradients + st.unsharded_grads),
+                              int(st.optimizer), int(st.opt_tmp), 0, int(st.cpu), "optimizer step", notes)
+    return NativeEstimate(int(bwd_params), int(bwd_grads), int(st.optimizer), int(acts), int(comm), int(st.cpu),
+                          "start of backward", notes)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = [
+    "INT8_BYTES",
+    "LORA_LINEARS",
+    "NF4_BYTES",
+    "adapter_params",
+    "check_native",
+    "math",
+    "model_params",
+    "native_activations",
+    "native_dtypes",
+    "native_estimate",
+    "native_state",
+    "recipe_warnings",
+    "stack_of",
+    "uses_native_stack",
+]
