@@ -1,0 +1,167 @@
+"""What every real-code trace shares: a fake process group, the precision recipe as FSDP2 runs it,
+and one measured training step under FakeTensorMode with torch's FSDP2 memory tracker.
+
+The process group is torch's "fake" backend (torch.testing._internal.distributed.fake_pg: every
+collective returns at once without touching data), so `fully_shard` and DTensor shard the model
+exactly as on `world` ranks while one process plays rank 0. The device mesh is built outside the
+fake mode (DeviceMesh reads its rank list with .tolist(), which a fake tensor cannot answer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tessera.estimator.memory_terms import RECIPES
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
+from tessera.estimator.torch.realtrace.result import RealTrace
+
+
+def quiet() -> None:
+    """Silence the import-time chatter of torchao (missing CUDA kernels, pytree Enum registrations),
+    torchtitan's info logs and transformers' offline notices; and never let transformers reach the hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for name in ("torch.utils._pytree", "torchao", "torchtitan", "root", "transformers", "peft",
+                 "torch.distributed", "torch.distributed.fsdp"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"torchao\..*")
+    warnings.filterwarnings("ignore", message=r".*is an Enum subclass.*")
+    warnings.filterwarnings("ignore", message=r".*Expected a tensor or a traceable wrapper-subclass.*")
+    warnings.filterwarnings("ignore", message=r".*torch.utils.checkpoint.*")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How FSDP2 runs a precision recipe: the dtype the (sharded) parameters and AdamW's states are
+    stored in, and MixedPrecisionPolicy's compute (param) and gradient-reduce dtypes."""
+
+    storage: Any
+    compute: Any
+    reduce: Any
+    note: str
+
+
+def precision_of(plan: ExecutionPlan) -> Precision:
+    """FSDP2 keeps one copy of each parameter, sharded: the fp32 sharded parameter is the master copy
+    and MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) all-gathers a bf16 compute copy, as
+    torchtitan's defaults (training.mixed_precision_param bf16, mixed_precision_reduce fp32) do. So the
+    recipes with 2-byte parameters and an fp32 master (mixed, megatron-bf16, megatron-fp16) and amp all
+    run as 4 B sharded params + 4 B sharded fp32 grads + 8 B AdamW states, with bf16 compute; the
+    separate 2 B copy and fp32 main-grad of Megatron's recipes do not exist under FSDP2."""
+    import torch
+
+    r = RECIPES[plan.precision]
+    if r.name == "mixed-adafactor":
+        raise PlanInputError("plan.precision", "the real-code trace runs AdamW (torchtitan, transformers); "
+                                               "Adafactor is not traced")
+    if r.name == "fp32":
+        return Precision(torch.float32, torch.float32, torch.float32, "fp32 params, grads, AdamW states")
+    if r.name == "bf16":
+        return Precision(torch.bfloat16, torch.bfloat16, torch.bfloat16,
+                         "bf16 params, grads and AdamW states (no fp32 master)")
+    return Precision(torch.float32, torch.bfloat16, torch.float32,
+                     f"{r.name} as FSDP2 runs it: fp32 sharded params (the master) and AdamW states, "
+                     "bf16 all-gathered compute params, fp32 gradient reduce")
+
+
+@contextlib.contextmanager
+def fake_world(world: int) -> Iterator[None]:
+    """A fake process group of `world` ranks with this process as rank 0, destroyed on exit."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def fsdp_world(plan: ExecutionPlan) -> int:
+    """The ranks FSDP2 shards over: dp*cp under fsdp/zero3 (torchtitan folds the cp ranks into the
+    FSDP mesh, 'dp_shard_cp'), 1 without sharding (each rank a full replica: HSDP's replicate dim
+    keeps the same bytes as a 1-rank shard group)."""
+    if plan.sharding in ("fsdp", "zero3"):
+        return plan.dp * plan.cp
+    if plan.sharding in ("zero1", "zero2"):
+        raise PlanInputError("plan.sharding", f"{plan.sharding!r} (ZeRO-1/2) is DeepSpeed's/Megatron's; the "
+                                              "real-code trace runs FSDP2 (fsdp/zero3) or no sharding")
+    return 1
+
+
+def check_common(plan: ExecutionPlan) -> None:
+    """Plan fields no stack here traces, refused by name."""
+    if plan.loss == "fused":
+        raise PlanInputError("plan.loss", "'fused' is Megatron's vocab-parallel fused cross-entropy; "
+                                          "torchtitan and transformers compute 'fp32' (or torchtitan's "
+                                          "'chunked'): trace one of those")
+    if plan.offload in ("optimizer", "optimizer+params"):
+        raise PlanInputError("plan.offload", "CPU offload of optimizer state is not traced on real code")
+    if plan.virtual_stages > 1:
+        raise PlanInputError("plan.virtual_stages", "interleaved pipelines are not traced on real code")
+    if plan.schedule == "gpipe" and plan.pp > 1:
+        raise PlanInputError("plan.schedule", "the real-code trace follows torchtitan's 1F1B schedule")
+    if plan.compile:
+        raise PlanInputError("plan.compile", "torch.compile cannot run on fake CPU tensors here; "
+                                             "trace with compile: false")
+    if plan.async_tp:
+        raise PlanInputError("plan.async_tp", "async TP is a compiler pass; not traced")
+    if plan.ep > 1:
+        raise PlanInputError("plan.ep", "expert parallelism is not traced on real code")
+
+
+def inflight(plan: ExecutionPlan, stage: int) -> int:
+    """Micro-batches a 1F1B stage holds in flight: min(m, pp - stage) (one without PP)."""
+    return 1 if plan.pp == 1 else min(plan.grad_accum, plan.pp - stage)
+
+
+def _peak_tracker(model: Any, opt: Any) -> Any:
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed.fsdp import FSDPModule
+
+    from tessera.estimator.torch.traced import _peak_tracker_class
+
+    if isinstance(model, FSDPModule):
+        return _peak_tracker_class(FSDPMemTracker)(model, opt)
+    return _peak_tracker_class(MemTracker)()
+
+
+def measure(model: Any, opt: Any, step: Callable[[], None], *, stack: str, detail: dict[str, Any]) -> RealTrace:
+    """Run `step` (forwards, loss, backwards) and the optimizer step twice; measure the second.
+
+    The first step creates AdamW's states (lazily, at its first step), as every step after the first
+    of a real run holds them; gradients are set to None after each step (torchtitan's and HF's
+    zero_grad). The peak is the tracker's global peak over the second step.
+    """
+    def one() -> None:
+        step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    one()
+    tracker = _peak_tracker(model, opt)
+    tracker.track_external(model, opt)
+    with tracker:
+        one()
+    peak = tracker.get_tracker_snapshot("peak")
+    dev = next(iter(peak))
+    snap = {str(getattr(k, "value", k)): int(v) for k, v in peak[dev].items()}
+    return RealTrace.from_snapshot(snap, stack, {**detail, "seconds": round(time.perf_counter() - t0, 3)})
+
+
+def fake_mode() -> Any:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
