@@ -128,13 +128,45 @@ def inflight(plan: ExecutionPlan, stage: int) -> int:
 def _peak_tracker(model: Any, opt: Any) -> Any:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed._tools.mod_tracker import ModTracker
     from torch.distributed.fsdp import FSDPModule
 
     from tessera.estimator.torch.traced import _peak_tracker_class
 
     if isinstance(model, FSDPModule):
-        return _peak_tracker_class(FSDPMemTracker)(model, opt)
-    return _peak_tracker_class(MemTracker)()
+        tracker = _peak_tracker_class(FSDPMemTracker)(model, opt)
+    else:
+        tracker = _peak_tracker_class(MemTracker)()
+
+    class StepModTracker(ModTracker):
+        """The tracker takes an FSDP module's forward with no parent module but the global one for the
+        next iteration, and refuses it (it keeps per-module statistics per iteration). Within one
+        step such calls are legitimate: a backward run inside a forward (torchtitan's chunked loss
+        backpropagates each chunk at once) resets the module stack, and the output head is then
+        called again. Only the global peak is read here, so a permanent parent lifts the check."""
+
+        @property
+        def parents(self) -> set[str]:
+            return self._parents
+
+        @parents.setter
+        def parents(self, value: set[str]) -> None:
+            self._parents = set(value) | {"realtrace step"}
+
+        def _get_pop_fn(self, w_mod: Any, name: str, is_bw: bool) -> Any:
+            pop = super()._get_pop_fn(w_mod, name, is_bw)  # type: ignore[no-untyped-call]
+
+            def fn(*args: Any) -> None:
+                if is_bw or name in self._parents:  # else a backward inside its forward reset the stack
+                    pop(*args)
+
+            return fn
+
+    mod_tracker = tracker._mod_tracker
+    current = mod_tracker.__dict__.pop("parents")
+    mod_tracker.__class__ = StepModTracker
+    mod_tracker.parents = current
+    return tracker
 
 
 def measure(model: Any, opt: Any, step: Callable[[], None], *, stack: str, detail: dict[str, Any]) -> RealTrace:
@@ -159,6 +191,35 @@ def measure(model: Any, opt: Any, step: Callable[[], None], *, stack: str, detai
     dev = next(iter(peak))
     snap = {str(getattr(k, "value", k)): int(v) for k, v in peak[dev].items()}
     return RealTrace.from_snapshot(snap, stack, {**detail, "seconds": round(time.perf_counter() - t0, 3)})
+
+
+def microbatches(model: Any) -> Any:
+    """A plain module running `model` on each in-flight micro-batch in one call: the memory tracker
+    takes a second call of the FSDP root in one iteration for the next iteration (and refuses it);
+    under this parent it is one pipeline stage's forwards, as a 1F1B schedule runs them."""
+    import torch
+
+    class Microbatches(torch.nn.Module):
+        def __init__(self, stage: torch.nn.Module) -> None:
+            super().__init__()
+            self.stage = stage
+
+        def forward(self, inputs: list[Any]) -> list[Any]:
+            return [self.stage(x) for x in inputs]
+
+    return Microbatches(model)
+
+
+def under_parent(fn: Callable[..., Any]) -> Any:
+    """`fn` called as the forward of a plain module: torchtitan's ChunkedLossWrapper calls the FSDP
+    output head once per chunk, which the memory tracker accepts only below a parent module."""
+    import torch
+
+    class Call(torch.nn.Module):
+        def forward(self, *args: Any) -> Any:
+            return fn(*args)
+
+    return Call()
 
 
 def fake_mode() -> Any:

@@ -168,15 +168,17 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
             else:
                 loss_fn = CrossEntropyLoss(CrossEntropyLoss.Config())
 
+            runner = session.microbatches(model)
+            loss_call = session.under_parent(loss_fn) if plan.loss == "chunked" else loss_fn
+
             def step() -> None:
-                outs = []
-                for _ in range(n_in):
-                    x = torch.zeros(b, s, dtype=torch.long) if first else \
-                        torch.zeros(b, s, m.hidden_size, dtype=prec.compute, requires_grad=True)
-                    outs.append(model(x))
+                inputs = [torch.zeros(b, s, dtype=torch.long) if first else  # or the previous stage's output
+                          torch.zeros(b, s, m.hidden_size, dtype=prec.compute, requires_grad=True)
+                          for _ in range(n_in)]
+                outs = runner(inputs)
                 for out in outs:
                     if last:
-                        loss, _ = loss_fn(out, torch.zeros(b, s, dtype=torch.long))
+                        loss, _ = loss_call(out, torch.zeros(b, s, dtype=torch.long))
                         loss.backward()
                     else:  # the gradient received from the next stage
                         out.backward(torch.ones_like(out))
