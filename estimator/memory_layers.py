@@ -60,6 +60,7 @@ class Shape:
     compile: bool = False
     kv_seq: int = 0  # cross attention: the encoder's tokens per sequence (0: self attention)
     enc_seq: int = 0  # encoder-decoder: the encoder's tokens per sequence (a decoder layer's cross attention)
+    device: str = "cuda"  # "cpu": torch's composite kernels where CUDA has fused ones (rms_norm)
 
 
 def norm_saved(m: ModelDims, x: Shape, name: str, elems: float, is_input_kept: bool = True) -> list[Saved]:
@@ -70,8 +71,14 @@ def norm_saved(m: ModelDims, x: Shape, name: str, elems: float, is_input_kept: b
     tokens = elems / m.hidden_size
     e = x.e
     trained_w = not x.frozen
+    if x.stack == "torchtitan" and x.device == "cpu" and not x.compile:
+        # torch's rms_norm off CUDA is the composite (aten rms_norm_composite): an fp32 copy of the input,
+        # the rstd, and the fp32 normalised tensor the weight's multiplication keeps (8 B/element)
+        return [Saved(f"{name}.fp32", 4 * elems), Saved(f"{name}.rstd", 4 * tokens),
+                Saved(f"{name}.normed", 4 * elems if trained_w else 0.0)]
     if x.stack == "torchtitan" or x.compile:
-        # fused kernel (or inductor's fused norm): the input and fp32 rstd (LayerNorm: mean and rstd)
+        # fused kernel (CUDA's _fused_rms_norm, or inductor's fused norm): the input and fp32 rstd
+        # (LayerNorm: mean and rstd)
         stats = 4 if m.gated or m.family == "encoder-decoder" else 8
         return [Saved(f"{name}.input", e * elems if is_input_kept else 0.0), Saved(f"{name}.stats", stats * tokens)]
     if m.family == "encoder-decoder":  # T5LayerNorm: fp32 copy (pow), bf16 input and rstd (mul), output (weight)
@@ -120,12 +127,29 @@ def attention_saved(m: ModelDims, x: Shape, prefix: str, causal_kv_tokens: int) 
                x.compile)
     _linear(kx, f"{prefix}k", kv_src_tokens * h, kv_l * d, kv_in, mm, saved, owned)
     _linear(kx, f"{prefix}v", kv_src_tokens * h, kv_l * d, kv_in, mm, saved, owned)
+    if x.stack == "torchtitan" and not x.lora:  # torchtitan's Llama 3 fuses q, k, v into one matmul (fuse_qkv)
+        mm[:3] = [Saved(f"{prefix}qkv.out", sum(s.nbytes for s in mm[:3]), "mm")]
     if x.kv_seq:  # the encoder output is kept once for all decoder layers (memory_recipes counts it)
         saved = [s for s in saved if s.name != f"{prefix}enc_out"]
     # the attention kernel keeps q, k, v (after rotary: fresh tensors), its output and logsumexp
     saved += [Saved(f"{prefix}q_rot", e * n * a_l * d), Saved(f"{prefix}k_rot", e * kv_src_tokens * kv_l * d),
               Saved(f"{prefix}v", e * kv_src_tokens * kv_l * d)]
+    if x.stack == "transformers" and x.device == "cpu" and kv_l != a_l:
+        # transformers passes SDPA an explicit mask off CUDA (below), so it repeats K and V to every
+        # head (repeat_kv) instead of enable_gqa: the kernel keeps the repeated copies
+        saved = [s for s in saved if s.name not in (f"{prefix}k_rot", f"{prefix}v")]
+        saved += [Saved(f"{prefix}k_rep", e * kv_src_tokens * a_l * d), Saved(f"{prefix}v_rep", e * kv_src_tokens * a_l * d)]
     s_q, s_k = x.seq, (x.kv_seq or causal_kv_tokens)
+    if m.family == "encoder-decoder" and not x.kv_seq:
+        # T5's self-attention adds its fp32 relative position bias to the scores: SDPA has no fused kernel
+        # for a float mask of another dtype and runs its math path in fp32, keeping fp32 q, k, v and the
+        # fp32 softmax (transformers' T5 on sdpa); the output comes back in bf16 for o
+        saved = [s for s in saved if s.name not in (f"{prefix}q_rot", f"{prefix}k_rot", f"{prefix}v")]
+        saved += [Saved(f"{prefix}q32", 4 * n * a_l * d), Saved(f"{prefix}k32", 4 * n * a_l * d),
+                  Saved(f"{prefix}v32", 4 * n * a_l * d),
+                  Saved(f"{prefix}softmax32", 4 * x.batch * a_l * s_q * s_k, "attn")]
+        _linear(x, f"{prefix}o", n * a_l * d, h, f"{prefix}attn_in", mm, saved, owned)
+        return saved, mm
     if x.flash:
         core = [Saved(f"{prefix}attn_out", e * n * a_l * d, "attn"), Saved(f"{prefix}lse", 4 * x.batch * a_l * s_q, "attn")]
     else:
@@ -138,7 +162,10 @@ def attention_saved(m: ModelDims, x: Shape, prefix: str, causal_kv_tokens: int) 
         core = [Saved(f"{prefix}attn_out", e * n * a_l * d, "attn"), Saved(f"{prefix}scores", per * scores, "attn")]
     saved += core
     _linear(x, f"{prefix}o", n * a_l * d, h, f"{prefix}attn_out", mm, saved, owned)
-    saved = [s for s in saved if s.name != f"{prefix}attn_out" or s.op == "attn"]  # the kernel's output is o's input
+    if not (x.stack == "transformers" and x.device == "cpu"):
+        # the kernel's output, laid out (b, s, heads, d), is o's input after a free transpose; the CPU
+        # kernel's is (b, heads, s, d), so transformers' .transpose(1, 2).contiguous() copies it
+        saved = [s for s in saved if s.name != f"{prefix}attn_out" or s.op == "attn"]
     return saved, mm
 
 

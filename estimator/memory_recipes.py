@@ -226,7 +226,7 @@ class NativeState:
     notes: tuple[str, ...]
 
 
-def native_state(m: ModelDims, plan: ExecutionPlan, stage: int) -> NativeState:
+def native_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack = "torchtitan") -> NativeState:
     dt = native_dtypes(plan)
     dense, expert, largest_layer, linear = model_params(m, plan, stage)
     total = dense + expert
@@ -247,15 +247,19 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int) -> NativeState:
     cpu: float
     if plan.lora_rank:
         trainable = adapter_params(m, plan, stage)
-        qb = {"none": float(c), "nf4": NF4_BYTES, "int8": INT8_BYTES}[plan.base_quant]
-        base = linear * qb + (total - linear) * c  # quantized linears; embeddings, norms, head in bf16
-        params = (base + trainable * dt.storage) / shards
+        # the frozen base in the recipe's storage dtype (pick 'bf16' for a bf16 base), its linear weights
+        # quantized under QLoRA; PEFT keeps the adapters in fp32 (autocast_adapter_dtype upcasts bf16
+        # adapters), trained with fp32 gradients and AdamW states: 4 + 4 + 8 B per adapter parameter
+        sb = float(dt.storage)
+        qb = {"none": sb, "nf4": NF4_BYTES, "int8": INT8_BYTES}[plan.base_quant]
+        base = linear * qb + (total - linear) * sb
+        params = (base + trainable * 4) / shards
         cpu = 0.0
         if plan.offload == "frozen":  # the base weights live in host memory; a layer at a time comes over
             cpu = base / shards
-            params = trainable * dt.storage / shards
-        grads = trainable * dt.grad / shards
-        opt = trainable * dt.optimizer / shards
+            params = trainable * 4 / shards
+        grads = trainable * 4 / shards
+        opt = trainable * 8 / shards
         layer_base = largest_layer * (qb if plan.base_quant != "none" else c)
         # the layers in flight: two gathered (FSDP2 prefetch) or, offloaded, one copied over; a quantized
         # base is dequantized to bf16 one matrix at a time
@@ -265,7 +269,8 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int) -> NativeState:
             layer_ws += c * _largest_matrix(m, plan)
         notes.append(f"LoRA r={plan.lora_rank} on {plan.lora_targets}: {trainable} adapter parameters train; "
                      f"base {plan.base_quant} ({qb:.4g} B/param for linear weights)")
-        head_ws = c * head if shards > 1 else 0.0
+        root = head if (stack == "torchtitan" or m.tied_embeddings) else 2 * head
+        head_ws = c * root
         return NativeState(params, grads, opt, cpu, 0, 0, layer_ws, 0, 0, head_ws, 0, 0,
                            4 * _largest_tensor(m, plan) / shards, tuple(notes))
     params = total * dt.storage / shards
@@ -282,7 +287,9 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int) -> NativeState:
     if plan.sharding == "fsdp" and not plan.reshards_after_forward:
         stage_params = total
         unsharded_p = stage_params * c
-        unsharded_g = stage_params * dt.grad if plan.grad_accum > 1 or plan.pp > 1 else 0.0
+        # the accumulated gradient exists once a micro-batch's backward has run before the peak: in 1F1B's
+        # steady state, when the stage runs more micro-batches than it holds in flight
+        unsharded_g = stage_params * dt.grad if plan.grad_accum > inflight(plan, stage) else 0.0
         layer_rs = largest_layer * dt.grad
         notes.append("FSDP2 without resharding: the stage's parameters stay unsharded (compute dtype) and an "
                      "unsharded reduce-dtype gradient accumulates until the last micro-batch")
@@ -291,13 +298,22 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int) -> NativeState:
         layer_grad_ws = largest_layer * c
         layer_rs = largest_layer * dt.grad
         if stage == plan.pp - 1:
-            head_ws = c * head
+            # torchtitan shards [norm, output] as one unit it never reshards after forward; transformers
+            # (accelerate's FSDP2) leaves the embedding, final norm and head to the root unit, which FSDP2
+            # does not reshard after forward either: all of them stay gathered until backward
+            root = head if (stack == "torchtitan" or m.tied_embeddings) else 2 * head
+            head_ws = c * root
             head_grad_ws = c * head
             head_rs = dt.grad * head
         notes.append("FSDP2 resharding after forward: two layers' compute-dtype parameters in flight, the "
                      "output layer unsharded from its forward to its backward")
     return NativeState(params, grads, opt, cpu, unsharded_p, unsharded_g, layer_ws, layer_grad_ws, layer_rs, head_ws,
                        head_grad_ws, head_rs, 4 * _largest_tensor(m, plan) / shards, tuple(notes))
+
+
+def inflight(plan: ExecutionPlan, stage: int) -> int:
+    """Micro-batches stage `stage` holds at its peak: 1F1B min(m, pp - stage), GPipe all m."""
+    return plan.grad_accum if plan.schedule == "gpipe" else min(plan.grad_accum, plan.pp - stage)
 
 
 def _largest_matrix(m: ModelDims, plan: ExecutionPlan) -> int:
@@ -316,7 +332,8 @@ def _largest_tensor(m: ModelDims, plan: ExecutionPlan) -> int:
 # Activations
 
 
-def shape_of(m: ModelDims, plan: ExecutionPlan, stack: Stack, tokens_seq: int, enc_seq: int = 0) -> Shape:
+def shape_of(m: ModelDims, plan: ExecutionPlan, stack: Stack, tokens_seq: int, enc_seq: int = 0,
+             device: str = "cuda") -> Shape:
     dt = native_dtypes(plan)
     s_local = tokens_seq // plan.cp
     b = plan.micro_batch
@@ -324,7 +341,7 @@ def shape_of(m: ModelDims, plan: ExecutionPlan, stack: Stack, tokens_seq: int, e
     lora_names = frozenset(f"{p}{n}" for p in ("attn.", "cross.", "mlp.") for n in lora)
     return Shape(b * s_local, b, s_local, dt.compute, plan.tp, plan.tp if plan.sequence_parallel and plan.tp > 1 else 1,
                  plan.flash_attention, stack, lora_names, plan.lora_rank, plan.lora_rank > 0, plan.compile,
-                 enc_seq=enc_seq)
+                 enc_seq=enc_seq, device=device)
 
 
 def _policy(plan: ExecutionPlan, index: int) -> str:
@@ -350,6 +367,10 @@ def loss_terms(m: ModelDims, plan: ExecutionPlan, x: Shape, head_trains: bool) -
     n, e, v = x.tokens, x.e, local_vocab(m, plan.tp)
     targets = 8 * n
     cap = e * n * v if m.logit_softcap else 0.0
+    if m.family == "encoder-decoder" and plan.loss == "fp32":
+        # transformers' T5 computes CrossEntropyLoss on the bf16 logits (no upcast): log_softmax keeps
+        # e T V, and backward holds NLL's and log_softmax's gradients in bf16 beside it
+        return e * n * v + targets, 2 * e * n * v, "T5's cross-entropy on bf16 logits"
     if plan.loss == "fused":
         return 4 * n * v + targets + cap, e * n * v + cap, "fused vocab-parallel cross-entropy"
     if plan.loss == "fp32":
@@ -380,17 +401,23 @@ def layer_backward_ws(m: ModelDims, plan: ExecutionPlan, x: Shape, index: int, k
 @dataclass(frozen=True)
 class NativeActivations:
     stored: float  # kept by all in-flight micro-batches at the start of backward
-    loss_peak: float  # extra at the loss / output layer
+    loss_peak: float  # extra at the loss's backward
+    head_bwd: float  # extra at the output layer's backward (beyond its weight's gradient)
     layer_peak: float  # extra in the first layer's backward
     note: str
+    # encoder-decoder: all activations at the top encoder layer's attention backward (the decoder's
+    # freed by then), and the share of the parameters whose gradients exist by then
+    enc_bwd: float = 0.0
+    enc_grad_share: float = 0.0
 
 
-def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack) -> NativeActivations:
+def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack,
+                       device: str = "cuda") -> NativeActivations:
     first, last = stage == 0, stage == plan.pp - 1
     trains = plan.lora_rank == 0
     if m.family == "encoder-decoder":
-        xe = shape_of(m, plan, stack, m.seq_length)
-        xd = shape_of(m, plan, stack, m.target_length, enc_seq=m.seq_length)
+        xe = shape_of(m, plan, stack, m.seq_length, device=device)
+        xd = shape_of(m, plan, stack, m.target_length, enc_seq=m.seq_length, device=device)
         enc = sum(stored_bytes(m, xe, i, _policy(plan, i)) for i in range(m.num_layers))
         dec = sum(stored_bytes(m, xd, i, _policy(plan, i + m.num_layers), "cross") for i in range(m.decoder_layers))
         a_l = m.num_heads // plan.tp
@@ -398,7 +425,10 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         # norms, each stack's relative position bias (kept by the attention kernel as its additive mask;
         # the bucket indices by the bias embedding's backward), the embeddings' token ids
         s, t = m.seq_length, m.target_length
-        bias: float = (xe.e * a_l * (s * s + t * t) if plan.flash_attention else 0) + 8 * (s * s + t * t)
+        # the relative-position bucket indices (int64, kept by the bias embedding's backward) of the encoder
+        # (s x s) and decoder (t x t) self-attention; the cross-attention's zero bias mask (a x t x s, bf16),
+        # which SDPA keeps; the decoder's causal mask (bool)
+        bias: float = 8 * (s * s + t * t) + xe.e * a_l * t * s + t * t
         extra: float = xe.e * xe.tokens * m.hidden_size + bias + 8 * (xe.tokens + xd.tokens)
         extra += sum(n.nbytes for n in norm_saved(m, xe, "enc.final", xe.tokens * m.hidden_size))
         extra += sum(n.nbytes for n in norm_saved(m, xd, "dec.final", xd.tokens * m.hidden_size))
@@ -406,8 +436,16 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         head_in = xd.e * xd.tokens * m.hidden_size if trains else 0.0
         stored = enc + dec + extra + kept + head_in
         layer_peak = layer_backward_ws(m, plan, xd, m.num_layers + m.decoder_layers - 1, "cross")
-        return NativeActivations(stored, peak, layer_peak, f"encoder-decoder; {what}")
-    x = shape_of(m, plan, stack, m.seq_length)
+        # the encoder's math-path attention backward: the fp32 gradient of the softmax, softmax's backward
+        # output and the relative bias's gradient (b x heads x s x s each, fp32) beside what is kept
+        enc_kept = enc + xe.e * xe.tokens * m.hidden_size + 8 * (s * s + xe.tokens) + \
+            sum(n.nbytes for n in norm_saved(m, xe, "enc.final", xe.tokens * m.hidden_size))
+        enc_bwd = enc_kept + xe.e * xe.tokens * m.hidden_size + 12 * plan.micro_batch * a_l * s * s
+        total_p, _, _, _ = model_params(m, plan, 0)
+        enc_p = sum(_encdec_layer_params(m, plan.tp, False, i == 0) for i in range(m.num_layers))
+        return NativeActivations(stored, peak, head_backward(m, plan, xd), layer_peak, f"encoder-decoder; {what}",
+                                 enc_bwd, 1 - enc_p / total_p)
+    x = shape_of(m, plan, stack, m.seq_length, device=device)
     layers = stage_layers(m, plan)[stage]
     per_mb = sum(stored_bytes(m, x, i, _policy(plan, i)) for i in layers)
     if first:
@@ -420,9 +458,17 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
             per_mb += x.e * x.tokens * m.hidden_size  # the output layer's input (gathered under SP)
         kept, peak, what = loss_terms(m, plan, x, trains)
         per_mb += kept
-    inflight = plan.grad_accum if plan.schedule == "gpipe" else min(plan.grad_accum, plan.pp - stage)
     layer_peak = layer_backward_ws(m, plan, x, layers[-1], "decoder") if layers else 0.0
-    return NativeActivations(per_mb * inflight, peak, layer_peak, what)
+    return NativeActivations(per_mb * inflight(plan, stage), peak, head_backward(m, plan, x) if last else 0.0, layer_peak, what)
+
+
+def head_backward(m: ModelDims, plan: ExecutionPlan, x: Shape) -> float:
+    """The output layer's backward: the logits' gradient in the compute dtype and the input's gradient,
+    the fp32 log-softmax (fp32 loss) freed by then; the chunked loss has run its backward already."""
+    if plan.loss == "chunked":
+        return 0.0
+    n, e, v = x.tokens, x.e, local_vocab(m, plan.tp)
+    return e * n * v + e * n * m.hidden_size - (4 * n * v if plan.loss == "fp32" else 0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -441,34 +487,53 @@ class NativeEstimate:
     notes: tuple[str, ...]
 
 
-def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack | None = None) -> NativeEstimate:
+def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack | None = None,
+                    device: str = "cuda") -> NativeEstimate:
     """Peak bytes of one rank of `stage` under the native recipes, by category, at the larger of two
     moments: the start of backward (activations kept, the loss's or the first layer's backward
     transient, FSDP2's working set; gradients only if they persist across micro-batches or under PP)
     and the optimizer step (all gradients, AdamW's temporary)."""
     check_native(m, plan)
     stk = stack or stack_of(m, plan)
-    st = native_state(m, plan, stage)
-    act = native_activations(m, plan, stage, stk)
-    grads_persist = plan.grad_accum > 1 or plan.pp > 1 or plan.sharding in ("zero1", "zero2")
+    st = native_state(m, plan, stage, stk)
+    act = native_activations(m, plan, stage, stk, device)
+    # Sharded gradients at the start of a backward: without PP, FSDP2 reduce-scatters every micro-batch,
+    # so they exist from the second one on; under PP the pipeline schedule defers gradient sync to the
+    # last micro-batch (the stage's unsharded accumulated gradient stands in: NativeState).
+    grads_persist = (plan.grad_accum > 1 and plan.pp == 1) or plan.sharding in ("zero1", "zero2")
     g0 = st.gradients if grads_persist else 0.0
-    # start of backward: the loss and the output layer's backward (its gathered weight, unsharded
-    # gradient and reduce-scatter input), or the first layer's backward (two layers gathered, its
-    # unsharded gradient and reduce-scatter input)
-    at_loss = (act.loss_peak, st.head_grad_ws, st.head_rs, 0.0)
+    # start of backward: the loss's backward, the output layer's backward (its unsharded gradient and
+    # reduce-scatter input), or the first layer's backward (two layers gathered, its unsharded gradient
+    # and reduce-scatter input)
+    at_loss = (act.loss_peak, 0.0, 0.0, 0.0)
+    at_head = (act.head_bwd, st.head_grad_ws, st.head_rs, 0.0)
     at_layer = (act.layer_peak, st.layer_grad_ws, st.layer_rs, st.layer_ws)
-    peak_act, grad_ws, comm, param_ws = max(at_loss, at_layer, key=sum)
+    peak_act, grad_ws, comm, param_ws = max(at_loss, at_head, at_layer, key=sum)
     bwd_params = st.parameters + st.unsharded_params + st.head_ws + param_ws
     bwd_grads = g0 + st.unsharded_grads + grad_ws
     acts = act.stored + peak_act
-    bwd = bwd_params + bwd_grads + st.optimizer + acts + comm
-    step = st.parameters + st.unsharded_params + st.gradients + st.unsharded_grads + st.optimizer + st.opt_tmp
     notes = (*st.notes, f"stack {stk}; {act.note}")
-    if step > bwd:
-        return NativeEstimate(int(st.parameters + st.unsharded_params), int(st.gradients + st.unsharded_grads),
-                              int(st.optimizer), int(st.opt_tmp), 0, int(st.cpu), "optimizer step", notes)
-    return NativeEstimate(int(bwd_params), int(bwd_grads), int(st.optimizer), int(acts), int(comm), int(st.cpu),
-                          "start of backward", notes)
+    cands = [NativeEstimate(int(bwd_params), int(bwd_grads), int(st.optimizer), int(acts), int(comm), int(st.cpu),
+                            "start of backward", notes)]
+    if act.enc_bwd:
+        enc_grads = st.gradients * act.enc_grad_share + st.layer_grad_ws
+        cands.append(NativeEstimate(int(st.parameters + st.layer_ws + st.head_ws), int(enc_grads), int(st.optimizer),
+                                    int(act.enc_bwd), int(st.layer_rs), int(st.cpu), "the encoder's backward", notes))
+    # after backward FSDP2 has resharded (reshard_after_backward) and reduce-scattered everything: the
+    # first stage's last backward is the embedding's: the dense gradient's fp32 accumulation and its
+    # cast (embedding_dense_backward); transformers' root unit (embedding and head) is still gathered,
+    # torchtitan's embedding is its own unit, whose unsharded gradient is separate. Then the optimizer
+    # step's temporary.
+    if stage == 0 and not plan.lora_rank and plan.sharding not in ("zero1", "zero2"):
+        c = native_dtypes(plan).compute
+        vh = local_vocab(m, plan.tp) * m.hidden_size
+        emb = (4 + c) * vh + (c * vh if stk == "torchtitan" else 0)
+        emb_params = st.head_ws if stk == "transformers" else 0.0
+        cands.append(NativeEstimate(int(st.parameters + emb_params), int(st.gradients), int(st.optimizer), int(emb), 0,
+                                    int(st.cpu), "end of backward (the embedding's)", notes))
+    cands.append(NativeEstimate(int(st.parameters), int(st.gradients), int(st.optimizer), int(st.opt_tmp), 0,
+                                int(st.cpu), "optimizer step", notes))
+    return max(cands, key=lambda e: e.parameters + e.gradients + e.optimizer + e.activations + e.comm)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -77,13 +77,18 @@ def test_lora_adapters_and_quantized_base() -> None:
     assert adapter_params(TINY, ExecutionPlan(lora_rank=r, loss="fp32"), 0) == 4 * (4 * r * 128 + 3 * r * 192)
     # QLoRA: 4-bit weights + absmax quantized to 8 bits per 64 and an fp32 constant per 256 blocks
     assert NF4_BYTES == pytest.approx(0.5 + 0.127 / 8, abs=1e-4)
-    plan = ExecutionPlan(lora_rank=r, lora_targets="qv", base_quant="nf4", loss="fp32", precision="megatron-bf16")
+    # a bf16 base ('bf16' recipe), its linear weights in nf4; fp32 adapters with fp32 grads and AdamW
+    plan = ExecutionPlan(lora_rank=r, lora_targets="qv", base_quant="nf4", loss="fp32", precision="bf16")
     st = native_state(TINY, plan, 0)
     linear = 4 * (3 * 64 * 64 + 64 * 64 + 3 * 64 * 128)
     adapters = 4 * 2 * r * 128
     assert st.parameters == pytest.approx(linear * NF4_BYTES + (TOTAL - linear) * 2 + 4 * adapters)
     assert (st.gradients, st.optimizer) == (4 * adapters, 8 * adapters)  # the frozen base trains nothing
-    off = native_state(TINY, ExecutionPlan(lora_rank=r, lora_targets="qv", offload="frozen", loss="fp32"), 0)
+    # amp: the frozen base stays in fp32 (4 B)
+    amp = native_state(TINY, ExecutionPlan(lora_rank=r, lora_targets="qv", loss="fp32", precision="amp"), 0)
+    assert amp.parameters == 4 * TOTAL + 4 * adapters
+    off = native_state(TINY, ExecutionPlan(lora_rank=r, lora_targets="qv", offload="frozen", loss="fp32",
+                                           precision="bf16"), 0)
     assert off.parameters == 4 * adapters and off.cpu == TOTAL * 2
     assert off.layer_ws == 2 * LAYER  # one layer's bf16 base weights on the GPU at a time
 
@@ -102,10 +107,13 @@ def test_layer_kept_tensors_by_policy() -> None:
     # w1, w3, silu(w1), product
     none = 2 * (e * t * h + 4 * t) + e * t * h + 3 * e * t * h + e * t * h + lse + e * t * h + 4 * e * t * f
     assert stored_bytes(TINY, x, 0, "none") == none == 66_304
-    # op (torchtitan's _save_list): the input, the attention outputs, the 1st/3rd/5th/7th matmul outputs
-    # (q, v, w1, w2)
-    op = e * t * h + (e * t * h + lse) + e * t * h + e * t * h + e * t * f + e * t * h
-    assert stored_bytes(TINY, x, 0, "op") == op == 29_184
+    # op (torchtitan's _save_list): the input, the attention outputs, the 1st/3rd/5th matmul outputs:
+    # torchtitan fuses q, k, v into one matmul (wqkv, wo, w1, w3, w2): wqkv, w1, w2
+    op = e * t * h + (e * t * h + lse) + e * t * 3 * h + e * t * f + e * t * h
+    assert stored_bytes(TINY, x, 0, "op") == op == 33_280
+    # transformers' separate q, k, v, o, gate, up, down: q, v, gate, down
+    hf = e * t * h + (e * t * h + lse) + e * t * h + e * t * h + e * t * f + e * t * h
+    assert stored_bytes(TINY, _shape(stack="transformers"), 0, "op") == hf == 29_184
     assert stored_bytes(TINY, x, 0, "full") == e * t * h
     # compile: SwiGLU fused, silu(w1) and the product recomputed
     assert stored_bytes(TINY, _shape(compile=True), 0, "none") == none - 2 * e * t * f
