@@ -376,8 +376,11 @@ def loss_terms(m: ModelDims, plan: ExecutionPlan, x: Shape, head_trains: bool) -
     if plan.loss == "fp32":
         return 4 * n * v + targets + cap, 8 * n * v + (e * n * v if m.logit_softcap else 0), "fp32 log-softmax kept"
     chunks = 8
-    return targets + 2 * e * n * m.hidden_size, (12 + e + (2 * e if m.logit_softcap else 0)) * n * v / chunks, \
-        f"chunked loss ({chunks} chunks)"
+    # the hidden states, their contiguous chunk copies and the fp32 gradient accumulator (GradAccumulator)
+    kept = targets + (2 * e + 4) * n * m.hidden_size
+    # a chunk's peak, in its backward: its bf16 logits and their fp32 copy (still referenced by the loop),
+    # the kept log-softmax, NLL's and log-softmax's fp32 gradients
+    return kept, (16 + e + (2 * e if m.logit_softcap else 0)) * n * v / chunks, f"chunked loss ({chunks} chunks)"
 
 
 def layer_backward_ws(m: ModelDims, plan: ExecutionPlan, x: Shape, index: int, kind: str) -> float:
@@ -505,7 +508,13 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
     # start of backward: the loss's backward, the output layer's backward (its unsharded gradient and
     # reduce-scatter input), or the first layer's backward (two layers gathered, its unsharded gradient
     # and reduce-scatter input)
-    at_loss = (act.loss_peak, 0.0, 0.0, 0.0)
+    # the chunked loss runs the output layer's backward per chunk, its gradient sync off until the last
+    # chunk: its unsharded gradient (compute dtype) exists at the chunk's peak
+    chunk_grads = st.head_grad_ws if plan.loss == "chunked" else 0.0
+    # transformers' layers are FSDP2 units under the root: by the loss, the last layer's all-gather
+    # (prefetched for its backward) is in flight
+    prefetch = st.layer_ws / 2 if stk == "transformers" and plan.sharding == "fsdp" and plan.dp * plan.cp > 1 else 0.0
+    at_loss = (act.loss_peak, chunk_grads, prefetch, 0.0)
     at_head = (act.head_bwd, st.head_grad_ws, st.head_rs, 0.0)
     at_layer = (act.layer_peak, st.layer_grad_ws, st.layer_rs, st.layer_ws)
     peak_act, grad_ws, comm, param_ws = max(at_loss, at_head, at_layer, key=sum)
