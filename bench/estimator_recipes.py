@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.estimator.memory_layers import Stack
-from tessera.estimator.memory_recipes import native_estimate
+from tessera.estimator.memory_recipes import native_dtypes, native_estimate
 from tessera.estimator.memory_terms import local_vocab
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
@@ -178,7 +178,8 @@ def harness_extra(m: ModelDims, plan: ExecutionPlan, stack: Stack, stage: int) -
     if stack == "torchtitan" and stage == plan.pp - 1 and plan.loss == "fp32":
         t = plan.micro_batch * m.seq_length // plan.cp
         inflight = 1 if plan.pp == 1 else min(plan.grad_accum, plan.pp - stage)
-        return 2 * t * local_vocab(m, plan.tp) * inflight, "harness keeps the bf16 logits through backward"
+        e = native_dtypes(plan).compute
+        return e * t * local_vocab(m, plan.tp) * inflight, "harness keeps the logits through backward"
     return 0, ""
 
 
@@ -228,18 +229,28 @@ def rel(a: float, b: float) -> float:
     return (a - b) / b if b else (0.0 if a == 0 else float("inf"))
 
 
-def compare(m: ModelDims, plan: ExecutionPlan, stack: Stack) -> Row:
-    from tessera.estimator.torch.realtrace import trace_real
-
+def compare(m: ModelDims, plan: ExecutionPlan, stack: Stack, reuse: dict[str, Any] | None = None) -> Row:
+    """One configuration; `reuse` (a row of an earlier run) skips the trace and re-evaluates the formula."""
     t0 = time.perf_counter()
-    best = None
-    for st in sorted({0, plan.pp - 1}):
-        tr = trace_real(m, plan, stack=stack, stage=st)
-        if best is None or tr.peak > best[1].peak:
-            best = (st, tr)
-    assert best is not None
-    stage, tr = best
-    secs = time.perf_counter() - t0
+    if reuse is not None:
+        stage, secs = reuse["stage"], reuse["trace_s"]
+        t = reuse["traced"]
+        traced = {k: t[k] for k in (*CATS, "tracker") if k in t}
+        ttot = t["peak"]
+    else:
+        from tessera.estimator.torch.realtrace import trace_real
+
+        best = None
+        for st in sorted({0, plan.pp - 1}):
+            tr = trace_real(m, plan, stack=stack, stage=st)
+            if best is None or tr.peak > best[1].peak:
+                best = (st, tr)
+        assert best is not None
+        stage, tr = best
+        secs = time.perf_counter() - t0
+        traced = {"parameters": tr.parameters, "gradients": tr.gradients, "optimizer": tr.optimizer,
+                  "activations": tr.activations + tr.other, "tracker": dict(tr.detail.get("tracker_peak", {}))}
+        ttot = tr.peak
     # The trace runs the micro-batches a stage holds in flight (all forwards, then all backwards), not
     # the steady state of 1F1B after earlier backwards: the formula is evaluated for that many.
     traced_plan = replace(plan, grad_accum=min(plan.grad_accum, plan.pp - stage)) if plan.pp > 1 else plan
@@ -247,9 +258,7 @@ def compare(m: ModelDims, plan: ExecutionPlan, stack: Stack) -> Row:
     extra, why = harness_extra(m, plan, stack, stage)
     formula = {"parameters": n.parameters, "gradients": n.gradients, "optimizer": n.optimizer,
                "activations": n.activations + n.comm + extra}
-    traced = {"parameters": tr.parameters, "gradients": tr.gradients, "optimizer": tr.optimizer,
-              "activations": tr.activations + tr.other}
-    ftot, ttot = sum(formula.values()), tr.peak
+    ftot = sum(formula.values())
     return Row(m.name, stack, plan.key, stage, {**formula, "peak": ftot}, {**traced, "peak": ttot}, rel(ftot, ttot),
                {k: rel(formula[k], traced[k]) for k in CATS}, why, round(secs, 2))
 
@@ -259,7 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="every 4th configuration")
     ap.add_argument("--only", default="", help="configurations whose model name contains this")
     ap.add_argument("--out", default="bench/results/estimator_recipes.json")
+    ap.add_argument("--reuse", default="", help="a JSON of an earlier run: re-evaluate the formula, no tracing")
     args = ap.parse_args(argv)
+    old: dict[tuple[str, str, str], Any] = {}
+    if args.reuse:
+        for r in json.loads(Path(args.reuse).read_text())["rows"]:
+            old[(r["name"], r["stack"], r["plan"])] = r
     from tessera.estimator.torch.realtrace import session
 
     session.quiet()
@@ -276,8 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':15s} {'stack':12s} {'plan':70s} {'traced GiB':>10s} {'formula':>9s} {'err':>7s}  "
           f"{'params':>7s} {'grads':>7s} {'optim':>7s} {'acts':>7s}")
     for m, plan, stack in cs:
+        if args.reuse and (m.name, stack, plan.key) not in old:
+            continue
         try:
-            r = compare(m, plan, stack)
+            r = compare(m, plan, stack, old.get((m.name, stack, plan.key)))
         except (PlanInputError, RuntimeError, ValueError, KeyError, TypeError, NotImplementedError) as e:
             # a configuration the trace refuses or fails on is reported, not hidden
             failed.append({"model": m.name, "plan": plan.key, "stack": stack, "error": f"{type(e).__name__}: {e}"})

@@ -25,7 +25,7 @@ and of transformers' FSDP2 path; without sharding, a one-rank shard group, as HS
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tessera.estimator.memory_layers import Shape, Stack, norm_saved, stored_bytes
 from tessera.estimator.memory_terms import local_vocab, rank_params, stage_layers, state_bytes
@@ -245,6 +245,8 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack = "
     grads: float
     opt: float
     cpu: float
+    head_ws: float
+    layer_ws: float
     if plan.lora_rank:
         trainable = adapter_params(m, plan, stage)
         # the frozen base in the recipe's storage dtype (pick 'bf16' for a bf16 base), its linear weights
@@ -499,6 +501,11 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
     check_native(m, plan)
     stk = stack or stack_of(m, plan)
     st = native_state(m, plan, stage, stk)
+    if stk == "torchtitan":
+        # each attention's rotary table (complex64 per position and head-dim pair), a buffer FSDP2 does not
+        # shard: sized to the trained sequence (torchtitan's model registry sizes it to its max_seq_len)
+        rope = len(stage_layers(m, plan)[stage]) * m.seq_length * (m.head_dim // 2) * 8
+        st = replace(st, parameters=st.parameters + rope)
     act = native_activations(m, plan, stage, stk, device)
     # Sharded gradients at the start of a backward: without PP, FSDP2 reduce-scatters every micro-batch,
     # so they exist from the second one on; under PP the pipeline schedule defers gradient sync to the
