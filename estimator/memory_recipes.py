@@ -414,6 +414,9 @@ class NativeActivations:
     # freed by then), and the share of the parameters whose gradients exist by then
     enc_bwd: float = 0.0
     enc_grad_share: float = 0.0
+    top_layer: float = 0.0  # what the stage's last layer keeps for one micro-batch
+    layers: int = 0  # the stage's layers
+    layer_params: int = 0  # the largest layer's parameters on the rank
 
 
 def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack,
@@ -448,8 +451,10 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         enc_bwd = enc_kept + xe.e * xe.tokens * m.hidden_size + 12 * plan.micro_batch * a_l * s * s
         total_p, _, _, _ = model_params(m, plan, 0)
         enc_p = sum(_encdec_layer_params(m, plan.tp, False, i == 0) for i in range(m.num_layers))
+        top = stored_bytes(m, xd, m.decoder_layers - 1, _policy(plan, m.num_layers + m.decoder_layers - 1), "cross")
         return NativeActivations(stored, peak, head_backward(m, plan, xd), layer_peak, f"encoder-decoder; {what}",
-                                 enc_bwd, 1 - enc_p / total_p)
+                                 enc_bwd, 1 - enc_p / total_p, top_layer=top, layers=m.decoder_layers,
+                                 layer_params=model_params(m, plan, 0)[2])
     x = shape_of(m, plan, stack, m.seq_length, device=device)
     layers = stage_layers(m, plan)[stage]
     per_mb = sum(stored_bytes(m, x, i, _policy(plan, i)) for i in layers)
@@ -464,7 +469,10 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         kept, peak, what = loss_terms(m, plan, x, trains)
         per_mb += kept
     layer_peak = layer_backward_ws(m, plan, x, layers[-1], "decoder") if layers else 0.0
-    return NativeActivations(per_mb * inflight(plan, stage), peak, head_backward(m, plan, x) if last else 0.0, layer_peak, what)
+    top = stored_bytes(m, x, layers[-1], _policy(plan, layers[-1])) if layers else 0.0
+    biggest = model_params(m, plan, stage)[2]
+    return NativeActivations(per_mb * inflight(plan, stage), peak, head_backward(m, plan, x) if last else 0.0,
+                             layer_peak, what, top_layer=top, layers=len(layers), layer_params=biggest)
 
 
 def head_backward(m: ModelDims, plan: ExecutionPlan, x: Shape) -> float:
@@ -512,25 +520,44 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
     # last micro-batch (the stage's unsharded accumulated gradient stands in: NativeState).
     grads_persist = (plan.grad_accum > 1 and plan.pp == 1) or plan.sharding in ("zero1", "zero2")
     g0 = st.gradients if grads_persist else 0.0
-    # start of backward: the loss's backward, the output layer's backward (its unsharded gradient and
-    # reduce-scatter input), or the first layer's backward (two layers gathered, its unsharded gradient
-    # and reduce-scatter input)
-    # the chunked loss runs the output layer's backward per chunk, its gradient sync off until the last
-    # chunk: its unsharded gradient (compute dtype) exists at the chunk's peak
-    chunk_grads = st.head_grad_ws if plan.loss == "chunked" else 0.0
-    # transformers' layers are FSDP2 units under the root: by the loss, the last layer's all-gather
-    # (prefetched for its backward) is in flight
-    prefetch = st.layer_ws / 2 if stk == "transformers" and plan.sharding == "fsdp" and plan.dp * plan.cp > 1 else 0.0
-    at_loss = (act.loss_peak, chunk_grads, prefetch, 0.0)
-    at_head = (act.head_bwd, st.head_grad_ws, st.head_rs, 0.0)
-    at_layer = (act.layer_peak, st.layer_grad_ws, st.layer_rs, st.layer_ws)
-    peak_act, grad_ws, comm, param_ws = max(at_loss, at_head, at_layer, key=sum)
-    bwd_params = st.parameters + st.unsharded_params + st.head_ws + param_ws
-    bwd_grads = g0 + st.unsharded_grads + grad_ws
-    acts = act.stored + peak_act
     notes = (*st.notes, f"stack {stk}; {act.note}")
-    cands = [NativeEstimate(int(bwd_params), int(bwd_grads), int(st.optimizer), int(acts), int(comm), int(st.cpu),
-                            "start of backward", notes)]
+    cands: list[NativeEstimate] = []
+
+    def cand(params: float, grads: float, acts: float, comm: float, moment: str) -> None:
+        cands.append(NativeEstimate(int(params), int(grads), int(st.optimizer), int(acts), int(comm), int(st.cpu),
+                                    moment, notes))
+
+    base_p = st.parameters + st.unsharded_params
+    base_g = g0 + st.unsharded_grads
+    sharded = plan.sharding == "fsdp" and plan.dp * plan.cp > 1
+    # The loss's backward: the output layer (with transformers the root unit) still gathered; the chunked
+    # loss runs the output layer's backward per chunk, its gradient sync off until the last chunk, so
+    # its unsharded gradient exists at the chunk's peak; transformers' layers are FSDP2 units under the
+    # root: by the loss the last layer's all-gather (prefetched for its backward) is in flight.
+    chunk_grads = st.head_grad_ws if plan.loss == "chunked" else 0.0
+    prefetch = st.layer_ws / 2 if stk == "transformers" and sharded else 0.0
+    cand(base_p + st.head_ws, base_g + chunk_grads, act.stored + act.loss_peak, prefetch, "the loss's backward")
+    # The output layer's backward: its unsharded gradient and reduce-scatter input.
+    cand(base_p + st.head_ws, base_g + st.head_grad_ws, act.stored + act.head_bwd, st.head_rs,
+         "the output layer's backward")
+    # The k-th layer's backward (counted from the top): the kept tensors of the k-1 layers above are
+    # freed and their sharded gradients exist (reduce-scattered per layer without PP); the running layer
+    # is gathered and the next one's all-gather is in flight; the previous unit's reduce-scatter input
+    # (the output layer's for k = 1) has not completed. Linear in k: k = 1, 2 and the last suffice.
+    # torchtitan reshards the output unit after its backward; transformers' root stays gathered.
+    one = st.layer_ws / 2
+    per_grad = native_dtypes(plan).grad * act.layer_params / (plan.dp * plan.cp) if sharded and plan.pp == 1 else 0.0
+    root = st.head_ws if stk == "transformers" else 0.0
+    # The last layer prefetches the embedding (torchtitan's own unit on the first stage; transformers'
+    # root is gathered already), not another layer.
+    c = native_dtypes(plan).compute
+    emb_unit = c * local_vocab(m, plan.tp) * m.hidden_size if stk == "torchtitan" and stage == 0 and sharded else 0.0
+    n = act.layers
+    for k in sorted({1, 2, n - 1, n} & set(range(1, n + 1))):
+        pending = st.head_rs if k == 1 else st.layer_rs
+        ahead = one if k < n else emb_unit
+        cand(base_p + root + one, base_g + (k - 1) * per_grad + (st.layer_grad_ws if one == 0 else 0.0),
+             act.stored - (k - 1) * act.top_layer + act.layer_peak, ahead + pending, f"layer {k}'s backward")
     if act.enc_bwd:
         enc_grads = st.gradients * act.enc_grad_share + st.layer_grad_ws
         cands.append(NativeEstimate(int(st.parameters + st.layer_ws + st.head_ws), int(enc_grads), int(st.optimizer),

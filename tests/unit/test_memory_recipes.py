@@ -160,13 +160,20 @@ def test_context_parallel_divides_tokens() -> None:
     assert (x.tokens, x.seq) == (8, 8)
 
 
-def test_start_of_backward_and_optimizer_step() -> None:
+def test_the_peak_moves_through_backward() -> None:
+    # a small vocabulary: the peak is in a layer's backward; at the k-th layer (from the top) the k-1
+    # layers above have their sharded fp32 gradients (4 B x LAYER / 4 ranks each)
+    small = ModelDims(64, 4, 4, 128, 256, ffn_hidden=128, gated=True, tied_embeddings=False)
     plan = ExecutionPlan(dp=4, sharding="fsdp", loss="fp32", precision="amp")
-    est = native_estimate(TINY, plan, 0)
-    assert est.moment == "start of backward" and est.gradients > 0  # the gathered layer's gradient
-    big = ModelDims(64, 4, 4, 128, 32, ffn_hidden=128, gated=True, tied_embeddings=False)
-    st = native_state(big, plan, 0)
-    assert est.optimizer == int(st.optimizer)
+    est = native_estimate(small, plan, 0, "torchtitan")
+    k = int(est.moment.split()[1])
+    assert est.moment.startswith("layer") and est.gradients == (k - 1) * 4 * LAYER // 4
+    # the optimizer state is the same at every moment
+    assert est.optimizer == int(native_state(small, plan, 0).optimizer)
+    # a large vocabulary with full checkpointing: the loss's backward (8 T V of fp32 gradients) dominates
+    big = ModelDims(64, 4, 4, 32000, 256, ffn_hidden=128, gated=True, tied_embeddings=False)
+    assert native_estimate(big, ExecutionPlan(dp=4, sharding="fsdp", loss="fp32", precision="amp",
+                                              checkpointing="full"), 0, "torchtitan").moment == "the loss's backward"
 
 
 def test_warnings_and_refusals() -> None:
