@@ -254,7 +254,10 @@ def compare(m: ModelDims, plan: ExecutionPlan, stack: Stack, reuse: dict[str, An
     # The trace runs the micro-batches a stage holds in flight (all forwards, then all backwards), not
     # the steady state of 1F1B after earlier backwards: the formula is evaluated for that many.
     traced_plan = replace(plan, grad_accum=min(plan.grad_accum, plan.pp - stage)) if plan.pp > 1 else plan
-    n = native_estimate(m, traced_plan, stage, stack, device="cpu")
+    # The trace's T5Config comes out with tie_word_embeddings True whatever it is given (the model it
+    # builds has 390,315,264 parameters for mT5-base, not 582,401,280): compare the model it built.
+    fm = replace(m, tied_embeddings=True) if m.family == "encoder-decoder" else m
+    n = native_estimate(fm, traced_plan, stage, stack, device="cpu")
     extra, why = harness_extra(m, plan, stack, stage)
     formula = {"parameters": n.parameters, "gradients": n.gradients, "optimizer": n.optimizer,
                "activations": n.activations + n.comm + extra}

@@ -338,6 +338,7 @@ class NativeActivations:
     top_layer: float = 0.0  # what the stage's last layer keeps for one micro-batch
     layers: int = 0  # the stage's layers
     layer_params: int = 0  # the largest layer's parameters on the rank
+    head_tokens: int = 0  # tokens of one micro-batch through the output layer
 
 
 def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack,
@@ -375,7 +376,7 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         top = stored_bytes(m, xd, m.decoder_layers - 1, _policy(plan, m.num_layers + m.decoder_layers - 1), "cross")
         return NativeActivations(stored, peak, head_backward(m, plan, xd), layer_peak, f"encoder-decoder; {what}",
                                  enc_bwd, 1 - enc_p / total_p, top_layer=top, layers=m.decoder_layers,
-                                 layer_params=model_params(m, plan, 0)[2])
+                                 layer_params=model_params(m, plan, 0)[2], head_tokens=xd.tokens)
     x = shape_of(m, plan, stack, m.seq_length, device=device)
     layers = stage_layers(m, plan)[stage]
     per_mb = sum(stored_bytes(m, x, i, _policy(plan, i)) for i in layers)
@@ -393,7 +394,8 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
     top = stored_bytes(m, x, layers[-1], _policy(plan, layers[-1])) if layers else 0.0
     biggest = model_params(m, plan, stage)[2]
     return NativeActivations(per_mb * inflight(plan, stage), peak, head_backward(m, plan, x) if last else 0.0,
-                             layer_peak, what, top_layer=top, layers=len(layers), layer_params=biggest)
+                             layer_peak, what, top_layer=top, layers=len(layers), layer_params=biggest,
+                             head_tokens=x.tokens)
 
 
 def head_backward(m: ModelDims, plan: ExecutionPlan, x: Shape) -> float:
@@ -458,9 +460,14 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
     chunk_grads = st.head_grad_ws if plan.loss == "chunked" else 0.0
     prefetch = st.layer_ws / 2 if stk == "transformers" and sharded else 0.0
     cand(base_p + st.head_ws, base_g + chunk_grads, act.stored + act.loss_peak, prefetch, "the loss's backward")
-    # The output layer's backward: its unsharded gradient and reduce-scatter input.
-    cand(base_p + st.head_ws, base_g + st.head_grad_ws, act.stored + act.head_bwd, st.head_rs,
+    # The output layer's backward: during its matmul's backward, the logits' and input's gradients
+    # beside its unsharded weight gradient; after it (FSDP2's post-backward), that gradient and its
+    # reduce-scatter input, the logits' gradient freed.
+    cand(base_p + st.head_ws, base_g + st.head_grad_ws, act.stored + act.head_bwd, 0.0,
          "the output layer's backward")
+    freed = act.head_bwd - (native_dtypes(plan).compute * act.head_tokens * (local_vocab(m, plan.tp) + m.hidden_size))
+    cand(base_p + st.head_ws, base_g + st.head_grad_ws, act.stored + freed, st.head_rs,
+         "the output layer's reduce-scatter")
     # The k-th layer's backward (counted from the top): the kept tensors of the k-1 layers above are
     # freed and their sharded gradients exist (reduce-scattered per layer without PP); the running layer
     # is gathered and the next one's all-gather is in flight; the previous unit's reduce-scatter input
