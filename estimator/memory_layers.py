@@ -186,6 +186,10 @@ def mlp_saved(m: ModelDims, x: Shape, prefix: str, ffn: int) -> tuple[list[Saved
         saved += [Saved(f"{prefix}w1.out.kept", e * n * f_l), Saved(f"{prefix}w3.out.kept", e * n * f_l)]
         if not x.compile:
             saved.append(Saved(f"{prefix}act", e * n * f_l))
+            if m.family == "encoder-decoder":
+                # T5 v1.1 / mT5's gated-gelu is transformers' NewGELUActivation, written out in elementwise
+                # ops: 0.5 x (1 + tanh(...)) keeps tanh's output, 0.5 x and 1 + tanh beside its input
+                saved.append(Saved(f"{prefix}gelu_new", 3 * e * n * f_l))
         prod = f"{prefix}prod"
         _linear(x, f"{prefix}w2", n * f_l, h, prod, mm, saved, owned)
         if x.compile:  # the product is recomputed from w1's and w3's outputs

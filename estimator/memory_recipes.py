@@ -470,8 +470,9 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
          "the output layer's reduce-scatter")
     # The k-th layer's backward (counted from the top): the kept tensors of the k-1 layers above are
     # freed and their sharded gradients exist (reduce-scattered per layer without PP); the running layer
-    # is gathered and the next one's all-gather is in flight; the previous unit's reduce-scatter input
-    # (the output layer's for k = 1) has not completed. Linear in k: k = 1, 2 and the last suffice.
+    # is gathered and the next one's all-gather is in flight; the previous layer's reduce-scatter input
+    # has not been freed yet (the output unit's has: measured on the trace). Linear in k: k = 1, 2 and
+    # the last two suffice.
     # torchtitan reshards the output unit after its backward; transformers' root stays gathered.
     one = st.layer_ws / 2
     per_grad = native_dtypes(plan).grad * act.layer_params / (plan.dp * plan.cp) if sharded and plan.pp == 1 else 0.0
@@ -482,7 +483,7 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
     emb_unit = c * local_vocab(m, plan.tp) * m.hidden_size if stk == "torchtitan" and stage == 0 and sharded else 0.0
     n = act.layers
     for k in sorted({1, 2, n - 1, n} & set(range(1, n + 1))):
-        pending = st.head_rs if k == 1 else st.layer_rs
+        pending = 0.0 if k == 1 else st.layer_rs
         ahead = one if k < n else emb_unit
         cand(base_p + root + one, base_g + (k - 1) * per_grad + (st.layer_grad_ws if one == 0 else 0.0),
              act.stored - (k - 1) * act.top_layer + act.layer_peak, ahead + pending, f"layer {k}'s backward")
