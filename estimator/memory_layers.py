@@ -61,6 +61,7 @@ class Shape:
     kv_seq: int = 0  # cross attention: the encoder's tokens per sequence (0: self attention)
     enc_seq: int = 0  # encoder-decoder: the encoder's tokens per sequence (a decoder layer's cross attention)
     device: str = "cuda"  # "cpu": torch's composite kernels where CUDA has fused ones (rms_norm)
+    storage: int = 4  # bytes of the stored parameters (T5's position bias comes out in this dtype)
 
 
 def norm_saved(m: ModelDims, x: Shape, name: str, elems: float, is_input_kept: bool = True) -> list[Saved]:
@@ -140,17 +141,22 @@ def attention_saved(m: ModelDims, x: Shape, prefix: str, causal_kv_tokens: int) 
         saved = [s for s in saved if s.name not in (f"{prefix}k_rot", f"{prefix}v")]
         saved += [Saved(f"{prefix}k_rep", e * kv_src_tokens * a_l * d), Saved(f"{prefix}v_rep", e * kv_src_tokens * a_l * d)]
     s_q, s_k = x.seq, (x.kv_seq or causal_kv_tokens)
-    if m.family == "encoder-decoder" and not x.kv_seq:
-        # T5's self-attention adds its fp32 relative position bias to the scores: SDPA has no fused kernel
-        # for a float mask of another dtype and runs its math path in fp32, keeping fp32 q, k, v and the
-        # fp32 softmax (transformers' T5 on sdpa); the output comes back in bf16 for o
+    if m.family == "encoder-decoder" and not x.kv_seq and x.storage > x.e:
+        # T5's self-attention adds its relative position bias to the scores; from fp32 parameters the bias
+        # is fp32, and SDPA, with no fused kernel for a mask of another dtype, runs its math path in fp32,
+        # keeping fp32 q, k, v and the fp32 softmax (transformers' T5 on sdpa); the output comes back in
+        # bf16 for o. From bf16 parameters the bias is bf16 and the math path stays in bf16 (below).
         saved = [s for s in saved if s.name not in (f"{prefix}q_rot", f"{prefix}k_rot", f"{prefix}v")]
         saved += [Saved(f"{prefix}q32", 4 * n * a_l * d), Saved(f"{prefix}k32", 4 * n * a_l * d),
                   Saved(f"{prefix}v32", 4 * n * a_l * d),
                   Saved(f"{prefix}softmax32", 4 * x.batch * a_l * s_q * s_k, "attn")]
         _linear(x, f"{prefix}o", n * a_l * d, h, f"{prefix}attn_in", mm, saved, owned)
         return saved, mm
-    if x.flash:
+    if m.family == "encoder-decoder" and not x.kv_seq:
+        # from bf16 parameters T5's bias is a bf16 mask: SDPA's math path in bf16 keeps the bf16 softmax
+        core = [Saved(f"{prefix}attn_out", e * n * a_l * d, "attn"),
+                Saved(f"{prefix}softmax", e * x.batch * a_l * s_q * s_k, "attn")]
+    elif x.flash:
         core = [Saved(f"{prefix}attn_out", e * n * a_l * d, "attn"), Saved(f"{prefix}lse", 4 * x.batch * a_l * s_q, "attn")]
     else:
         # plain attention: torchtitan's math SDPA keeps the bf16 softmax; transformers' eager attention the

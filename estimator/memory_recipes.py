@@ -263,7 +263,7 @@ def shape_of(m: ModelDims, plan: ExecutionPlan, stack: Stack, tokens_seq: int, e
     lora_names = frozenset(f"{p}{n}" for p in ("attn.", "cross.", "mlp.") for n in lora)
     return Shape(b * s_local, b, s_local, dt.compute, plan.tp, plan.tp if plan.sequence_parallel and plan.tp > 1 else 1,
                  plan.flash_attention, stack, lora_names, plan.lora_rank, plan.lora_rank > 0, plan.compile,
-                 enc_seq=enc_seq, device=device)
+                 enc_seq=enc_seq, device=device, storage=dt.storage)
 
 
 def _policy(plan: ExecutionPlan, index: int) -> str:
@@ -370,7 +370,10 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         # output and the relative bias's gradient (b x heads x s x s each, fp32) beside what is kept
         enc_kept = enc + xe.e * xe.tokens * m.hidden_size + 8 * (s * s + xe.tokens) + \
             sum(n.nbytes for n in norm_saved(m, xe, "enc.final", xe.tokens * m.hidden_size))
-        enc_bwd = enc_kept + xe.e * xe.tokens * m.hidden_size + 12 * plan.micro_batch * a_l * s * s
+        math = xe.storage > xe.e  # the fp32 math path (above); else SDPA's math path in bf16
+        enc_bwd = enc_kept + xe.e * xe.tokens * m.hidden_size + (12 * plan.micro_batch * a_l * s * s if math else 0)
+        if not math:  # the bf16 math path's backward: the softmax's and the bias's gradients in bf16
+            enc_bwd += 3 * xe.e * plan.micro_batch * a_l * s * s
         total_p, _, _, _ = model_params(m, plan, 0)
         enc_p = sum(_encdec_layer_params(m, plan.tp, False, i == 0) for i in range(m.num_layers))
         top = stored_bytes(m, xd, m.decoder_layers - 1, _policy(plan, m.num_layers + m.decoder_layers - 1), "cross")
