@@ -219,3 +219,14 @@ def test_encoder_decoder_keeps_the_encoder_output_once() -> None:
     assert diff == layer
     names = {s.name for s in layer_saved(t5(3), xd, 0, "cross")}
     assert "cross.enc_out" not in names and "cross.k_rot" in names
+
+
+def test_t5_attention_and_gelu_new() -> None:
+    t5 = ModelDims(64, 2, 4, 128, 32, family="encoder-decoder", ffn_hidden=128, gated=True, kv_channels=16)
+    amp = {s.name: s.nbytes for s in layer_saved(t5, _shape(stack="transformers", storage=4), 0)}
+    # fp32 parameters: the fp32 relative bias sends SDPA down its fp32 math path: fp32 q, k, v, softmax
+    assert amp["attn.softmax32"] == 4 * 1 * 4 * 32 * 32 and amp["attn.q32"] == 4 * 32 * 64
+    bf16 = {s.name: s.nbytes for s in layer_saved(t5, _shape(stack="transformers", storage=2), 0)}
+    assert bf16["attn.softmax"] == 2 * 1 * 4 * 32 * 32 and "attn.q32" not in bf16
+    # gated-gelu is NewGELUActivation: tanh's output, 0.5 x and 1 + tanh, beside its input
+    assert amp["mlp.gelu_new"] == 3 * 2 * 32 * 128
