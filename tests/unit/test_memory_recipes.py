@@ -230,3 +230,14 @@ def test_t5_attention_and_gelu_new() -> None:
     assert bf16["attn.softmax"] == 2 * 1 * 4 * 32 * 32 and "attn.q32" not in bf16
     # gated-gelu is NewGELUActivation: tanh's output, 0.5 x and 1 + tanh, beside its input
     assert amp["mlp.gelu_new"] == 3 * 2 * 32 * 128
+
+
+def test_dropless_moe_keeps_tokens_times_top_k_rows() -> None:
+    from tessera.estimator.memory_layers import moe_saved
+
+    mx = ModelDims(64, 2, 4, 128, 32, family="moe", ffn_hidden=128, gated=True, num_experts=8, top_k=2,
+                   moe_every=1, capacity_factor=0)
+    kept = {s.name: s.nbytes for s in moe_saved(mx, _shape())[0]}
+    rows = 32 * 2  # dropless: every token goes to its top-2 experts
+    assert kept["moe.rows_in"] == 2 * rows * 64 and kept["moe.w1"] == kept["moe.prod"] == 2 * rows * 128
+    assert kept["moe.probs"] == 4 * 32 * 8  # fp32 routing probabilities
