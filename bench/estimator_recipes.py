@@ -7,7 +7,7 @@ checkpoint policies, PEFT LoRA, one training step under FakeTensorMode with torc
 tracker) for the same rank; prints the relative error of the peak and of each category, their mean
 and max |error|, and writes bench/results/estimator_recipes.json.
 
-    .venv/bin/python bench/estimator_recipes.py            # all configurations (~10 min on 2 cores)
+    .venv/bin/python bench/estimator_recipes.py            # all configurations (~9 min on 2 cores)
     .venv/bin/python bench/estimator_recipes.py --quick    # every 4th
 
 The formula is evaluated for the program the trace runs on its CPU (device="cpu"): torch's composite
