@@ -43,7 +43,9 @@ from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
 MODES = {"formula": estimator_pb2.MEMORY_MODE_FORMULA, "marp": estimator_pb2.MEMORY_MODE_MARP,
-         "traced": estimator_pb2.MEMORY_MODE_TRACED}
+         "traced": estimator_pb2.MEMORY_MODE_TRACED,
+         "traced:torchtitan": estimator_pb2.MEMORY_MODE_TRACED_TORCHTITAN,
+         "traced:transformers": estimator_pb2.MEMORY_MODE_TRACED_TRANSFORMERS}
 DEFAULT_TIMEOUT_S = 300.0  # a traced-mode estimate of a large model takes a while on a cold service
 LINKS = {"": estimator_pb2.INTRA_LINK_UNSPECIFIED, "nvlink": estimator_pb2.INTRA_LINK_NVLINK,
          "pcie": estimator_pb2.INTRA_LINK_PCIE}
@@ -90,7 +92,9 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> None:
                         "sequence_parallel, flash_attention, precision, ep, virtual_stages, schedule (1f1b|gpipe); "
                         "unset sizes are 1 and grad_accum keeps the job's global batch (default: one GPU)")
     p.add_argument("--mode", choices=tuple(MODES), default="formula",
-                   help="formula (default), marp (Frenzy) or traced (a fake-tensor torch step: needs torch)")
+                   help="formula (default), marp (Frenzy), traced (a fake-tensor step of Tessera's own module: "
+                        "needs torch), traced:torchtitan or traced:transformers (a fake-tensor step of the real "
+                        "model code: torchtitan's Llama 3 or a transformers model)")
     p.add_argument("--gpus", type=argtypes.positive_int, default=None, metavar="N",
                    help="GPU count the plan must use (default: the job's gpus hint, if any)")
     _estimator_option(p)

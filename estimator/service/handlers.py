@@ -47,11 +47,14 @@ from tessera.estimator.memory import estimate_memory
 from tessera.estimator.plans import PlanInputError
 from tessera.estimator.service.state import EstimatorState
 from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
+from tessera.estimator.torch.realtrace import real_memory
 from tessera.estimator.torch.traced import traced_memory
 from tessera.v1 import estimator_pb2 as pb
 
 MODES: dict[int, str] = {pb.MEMORY_MODE_UNSPECIFIED: "formula", pb.MEMORY_MODE_FORMULA: "formula",
-                         pb.MEMORY_MODE_MARP: "marp", pb.MEMORY_MODE_TRACED: "traced"}
+                         pb.MEMORY_MODE_MARP: "marp", pb.MEMORY_MODE_TRACED: "traced",
+                         pb.MEMORY_MODE_TRACED_TORCHTITAN: "traced:torchtitan",
+                         pb.MEMORY_MODE_TRACED_TRANSFORMERS: "traced:transformers"}
 PERF_MODES: dict[int, pm.Mode] = {pb.PERF_MODE_UNSPECIFIED: "tessera", pb.PERF_MODE_MORPHLING: "morphling",
                                   pb.PERF_MODE_TESSERA: "tessera"}
 PERF_MODE_VALUE = {"morphling": pb.PERF_MODE_MORPHLING, "tessera": pb.PERF_MODE_TESSERA}
@@ -359,11 +362,14 @@ class Estimator:
         key = (dims.signature, plan.key, gpu, mode)
         mem = self._memory.get(key)
         if mem is None:
-            if mode == "traced":
-                if importlib.util.find_spec("torch") is None:
-                    raise TracedUnavailable("mode: traced mode needs torch, which this estimator cannot import")
+            if mode.startswith("traced"):
+                stack = mode.partition(":")[2]
+                for needed in ("torch", *([stack] if stack else [])):
+                    if importlib.util.find_spec(needed) is None:
+                        raise TracedUnavailable(f"mode: {mode} mode needs {needed}, which this estimator cannot import")
                 with self._traced_lock:
-                    est = traced_memory(dims, plan, gpu=gpu or None)
+                    est = real_memory(dims, plan, stack=stack, gpu=gpu or None) if stack else \
+                        traced_memory(dims, plan, gpu=gpu or None)
             else:
                 est = estimate_memory(dims, plan, mode=mode, gpu=gpu or None)
             mem = pb.MemoryBreakdown(

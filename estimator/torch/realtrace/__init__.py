@@ -15,13 +15,14 @@ Imports without torch; torch and the stacks load when a trace runs.
 
 from __future__ import annotations
 
+from tessera.estimator.memory_terms import DEFAULT_OTHER_BYTES, MemoryBreakdown, gpu_capacity
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.estimator.torch.realtrace.result import RealTrace
 
 STACKS = ("auto", "torchtitan", "transformers")
 
-__all__ = ["STACKS", "RealTrace", "pick_stack", "trace_real", "trace_real_peak"]
+__all__ = ["STACKS", "RealTrace", "pick_stack", "real_memory", "trace_real", "trace_real_peak"]
 
 
 def pick_stack(model: ModelDims, plan: ExecutionPlan, stack: str = "auto") -> str:
@@ -70,3 +71,20 @@ def trace_real_peak(model: ModelDims, plan: ExecutionPlan, *, stack: str = "auto
             best = tr
     assert best is not None
     return best
+
+
+def real_memory(model: ModelDims, plan: ExecutionPlan, *, stack: str = "auto", gpu: str | None = None,
+                num_gpus: int | None = None, other_bytes: int = DEFAULT_OTHER_BYTES) -> MemoryBreakdown:
+    """The real-code trace as a MemoryBreakdown, the traced counterpart of estimate_memory (source
+    "traced:<stack>"): the most loaded stage's categories, FSDP2's communication buffers counted
+    with the activations (transient tensors), and `other` the stated reserve no tracker sees."""
+    plan.check(num_gpus=num_gpus, model=model)
+    capacity = gpu_capacity(gpu)
+    tr = trace_real_peak(model, plan, stack=stack)
+    notes = ((f"traced on {tr.stack}'s model code ({tr.detail.get('model')}), stage {tr.detail.get('stage')} "
+             f"of {plan.pp}, in {tr.detail.get('seconds')} s (FakeTensorMode + FSDPMemTracker)"),
+             f"peak by tracker category: {tr.detail.get('tracker_peak')}",
+             *(f"approximated: {a}" for a in tr.detail.get("approximations", [])),
+             f"other = {other_bytes} B reserve (not a tensor)")
+    return MemoryBreakdown(tr.parameters, tr.gradients, tr.optimizer, tr.activations + tr.other, other_bytes,
+                           f"traced:{tr.stack}", int(tr.detail.get("stage", 0)), 0, capacity, notes)

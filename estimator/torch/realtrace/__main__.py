@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         gib = 1024**3
         for k in ("parameters", "gradients", "optimizer", "activations", "other", "peak"):
-            print(f"{k:12s} {getattr(tr, k) / gib:10.3f} GiB")
+            print(f"{k:12s} {getattr(tr, k) / gib:10.3f} GiB {getattr(tr, k):16d} B")
         print(f"stack {tr.stack}, stage {tr.detail.get('stage')}, {tr.detail.get('seconds')} s")
     return 0
 

@@ -41,7 +41,10 @@ def apply(model: Any, m: ModelDims, plan: ExecutionPlan, prec: Any) -> str:
     targets = TARGETS[plan.lora_targets][_naming(m)]
     cfg = LoraConfig(r=plan.lora_rank, lora_alpha=2 * plan.lora_rank, lora_dropout=0.0, target_modules=targets,
                      bias="none", task_type="SEQ_2_SEQ_LM" if m.family == "encoder-decoder" else "CAUSAL_LM")
-    peft_model = get_peft_model(model, cfg)
+    import torch
+
+    # PEFT's autocast_adapter_dtype keeps bf16/fp16 adapters in fp32 (the recipe's master); pure bf16 not
+    peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=prec.storage == torch.float32)
     # get_peft_model wraps `model` and injects the adapters into it in place; the wrapper's forward
     # is the model's, so the caller keeps tracing `model`.
     del peft_model

@@ -17,7 +17,7 @@ from typing import Any
 
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
-from tessera.estimator.torch.realtrace import adapters, session
+from tessera.estimator.torch.realtrace import adapters, float8, session
 from tessera.estimator.torch.realtrace.result import RealTrace
 
 
@@ -35,7 +35,7 @@ def check_plan(m: ModelDims, plan: ExecutionPlan) -> None:
                                                    "traced here; use 'op' or 'full'")
 
 
-def config_for(m: ModelDims, seq: int) -> tuple[Any, list[str]]:
+def config_for(m: ModelDims, seq: int, flash: bool = True) -> tuple[Any, list[str]]:
     """The transformers config for `m`, and what the mapping approximates."""
     tf: Any = importlib.import_module("transformers")  # untyped use: configs take **dims
 
@@ -69,8 +69,14 @@ def config_for(m: ModelDims, seq: int) -> tuple[Any, list[str]]:
             raise PlanInputError("model.num_kv_heads", "GPT-2 has plain multi-head attention")
         if not m.tied_embeddings:
             raise PlanInputError("model.tied_embeddings", "GPT-2 ties its output head to the embedding")
+        # GPT-2 trains with dropout 0.1. Under flash attention the attention dropout runs in-kernel
+        # (only its RNG state is kept); SDPA on CPU would fall back to the math kernel for it
+        # (materialised scores), so the trace runs attention without it.
         cfg = tf.GPT2Config(n_embd=m.hidden_size, n_layer=m.num_layers, n_head=m.num_heads, n_positions=seq,
-                            n_inner=m.ffn, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, **common)
+                            n_inner=m.ffn, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.0 if flash else 0.1,
+                            **common)
+        if flash:
+            notes.append("GPT-2: attention dropout off under SDPA (a flash kernel drops in-kernel)")
         return cfg, notes
     dims = {"hidden_size": m.hidden_size, "intermediate_size": m.ffn, "num_hidden_layers": m.num_layers,
             "num_attention_heads": m.num_heads, "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim,
@@ -79,11 +85,15 @@ def config_for(m: ModelDims, seq: int) -> tuple[Any, list[str]]:
         if not m.sandwich_norm:
             raise PlanInputError("model.sandwich_norm", "logit soft-capping is Gemma 2's, whose layers have "
                                                         "sandwich norms: set sandwich_norm true")
-        # Gemma 2's attention-score soft-capping forces eager attention (materialised scores) in
-        # transformers; flash-attention kernels apply it in-kernel, so the trace keeps SDPA without it.
-        notes.append("Gemma 2: attention-score soft-capping off (SDPA); final-logit soft-capping on")
-        cfg = tf.Gemma2Config(final_logit_softcapping=m.logit_softcap or None, attn_logit_softcapping=None,
+        # Gemma 2 soft-caps the attention scores at 50 (Gemma 2 report, section 2.2), which
+        # transformers computes in eager attention only (it refuses SDPA for Gemma 2); flash-attention
+        # kernels apply the cap in-kernel, storing what SDPA stores. Under plan.flash_attention the
+        # trace runs SDPA without the cap; otherwise eager attention with it.
+        cfg = tf.Gemma2Config(final_logit_softcapping=m.logit_softcap or None,
+                              attn_logit_softcapping=None if flash else 50.0,
                               sliding_window=m.sliding_window or seq, **dims, **common)
+        if flash:
+            notes.append("Gemma 2: SDPA without attention-score soft-capping (a flash kernel caps in-kernel)")
         return cfg, notes
     if m.sliding_window:
         # The window changes which scores a flash kernel computes, not what it stores.
@@ -98,11 +108,14 @@ def layer_modules(model: Any) -> list[Any]:
     """The repeated blocks (FSDP units, checkpoint units) of a transformers model."""
     import torch
 
+    def is_block(mod: Any) -> bool:  # a layer, or a layer inside a checkpoint wrapper
+        inner = getattr(mod, "_checkpoint_wrapped_module", mod)
+        return type(inner).__name__.endswith(("DecoderLayer", "Block"))
+
     blocks: list[Any] = []
     for mod in model.modules():
         for child in mod.children():
-            if isinstance(child, torch.nn.ModuleList) and len(child) and type(child[0]).__name__.endswith(
-                    ("DecoderLayer", "Block")):
+            if isinstance(child, torch.nn.ModuleList) and len(child) and is_block(child[0]):
                 blocks.extend(child)
     seen: set[int] = set()
     return [b for b in blocks if not (id(b) in seen or seen.add(id(b)))]  # type: ignore[func-returns-value]
@@ -115,10 +128,12 @@ def _wrap_layers(model: Any, plan: ExecutionPlan) -> str:
     policy = ac_policy(plan)
     if policy is None:
         return "none"
+    import torch
+
     wrapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if not isinstance(child, type(parent)) and hasattr(child, "__len__") and len(child) and \
+            if isinstance(child, torch.nn.ModuleList) and len(child) and \
                     type(child[0]).__name__.endswith(("DecoderLayer", "Block")):
                 for i in range(len(child)):
                     if (i + 1) % plan.checkpoint_every == 0:
@@ -139,20 +154,33 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
     world = session.fsdp_world(plan)
     b, s = plan.micro_batch, m.seq_length // plan.cp
     t = m.target_length // plan.cp
-    cfg, notes = config_for(m, m.seq_length)
+    cfg, notes = config_for(m, m.seq_length, plan.flash_attention)
+    # plan.flash_attention: SDPA (the CPU flash kernel, storing what a GPU flash kernel stores) or
+    # transformers' eager attention (materialised scores and probabilities)
+    attn = "sdpa" if plan.flash_attention else "eager"
+    gemma = type(cfg).__name__ == "Gemma2Config"
+    # LoRA freezes the base: it is loaded in the compute dtype, as PEFT users load it (PEFT then
+    # keeps the adapters in fp32 unless the recipe is pure bf16)
+    dtype = prec.compute if plan.lora_rank else prec.storage
     with session.fake_world(world):
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
         # Built on the meta device, adapted and sharded there, then materialised as fake tensors
         # (torchtitan's flow: fully_shard on meta, then to_empty); PEFT cannot move fake parameters.
         with torch.device("meta"):
             tf: Any = importlib.import_module("transformers")
-            if m.family == "encoder-decoder":
-                # T5 adds a relative position bias to the scores: transformers runs its own attention
-                model = tf.AutoModelForSeq2SeqLM.from_config(cfg, dtype=prec.storage)
-            else:
-                model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=prec.storage)
+            auto = tf.AutoModelForSeq2SeqLM if m.family == "encoder-decoder" else tf.AutoModelForCausalLM
+            model = auto.from_config(cfg, attn_implementation="eager" if gemma else attn, dtype=dtype)
+        if gemma and plan.flash_attention:
+            model.config._attn_implementation = "sdpa"
+        if m.family == "encoder-decoder" and not m.tied_embeddings:
+            # transformers 5's T5Config forces tie_word_embeddings (its T5 class serves T5 and T5 v1.1
+            # alike); T5 v1.1 and mT5 have an output head of their own, so the trace gives it one
+            model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight))
+            model.config.tie_word_embeddings = False
+            notes.append("T5: untied output head given its own weight (transformers 5 ties it always)")
         model.train()
         lora = adapters.apply(model, m, plan, prec) if plan.lora_rank else "none"
+        f8 = float8.convert(model, plan) if plan.float8 != "none" else "none"
         ac = _wrap_layers(model, plan)
         mp = MixedPrecisionPolicy(param_dtype=prec.compute, reduce_dtype=prec.reduce)
         reshard = plan.reshards_after_forward
@@ -179,7 +207,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
 
             detail = {"model": type(model).__name__, "config": type(cfg).__name__, "stage": stage,
                       "fsdp_world": world, "tokens": [b, s] if m.family != "encoder-decoder" else [b, s, t],
-                      "precision": prec.note, "checkpointing": ac, "lora": lora,
+                      "precision": prec.note, "checkpointing": ac, "lora": lora, "float8": f8,
                       "reshard_after_forward": reshard, "loss": "transformers ForCausalLMLoss (fp32 logits)",
                       "approximations": notes + adapters.notes(plan)
                       + ([f"cp={plan.cp}: traced as the per-rank shape (seq/cp tokens)"] if plan.cp > 1 else [])}

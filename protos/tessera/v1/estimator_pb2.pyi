@@ -14,6 +14,8 @@ class MemoryMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEMORY_MODE_FORMULA: _ClassVar[MemoryMode]
     MEMORY_MODE_MARP: _ClassVar[MemoryMode]
     MEMORY_MODE_TRACED: _ClassVar[MemoryMode]
+    MEMORY_MODE_TRACED_TORCHTITAN: _ClassVar[MemoryMode]
+    MEMORY_MODE_TRACED_TRANSFORMERS: _ClassVar[MemoryMode]
 
 class IntraLink(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -37,6 +39,8 @@ MEMORY_MODE_UNSPECIFIED: MemoryMode
 MEMORY_MODE_FORMULA: MemoryMode
 MEMORY_MODE_MARP: MemoryMode
 MEMORY_MODE_TRACED: MemoryMode
+MEMORY_MODE_TRACED_TORCHTITAN: MemoryMode
+MEMORY_MODE_TRACED_TRANSFORMERS: MemoryMode
 INTRA_LINK_UNSPECIFIED: IntraLink
 INTRA_LINK_NVLINK: IntraLink
 INTRA_LINK_PCIE: IntraLink
