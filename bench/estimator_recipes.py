@@ -14,7 +14,7 @@ The formula is evaluated for the program the trace runs on its CPU (device="cpu"
 rms_norm (the fp32 copies it keeps; CUDA runs the fused kernel, which keeps the bf16 input and the
 rstd), and transformers' explicit SDPA mask with repeated K/V and the copied attention output (on a
 GPU it passes is_causal and enable_gqa). Where the trace's harness departs from the stack it traces,
-the comparison states it and counts it (HARNESS below); nothing is fitted per configuration.
+the comparison states it and counts it (harness_extra below); nothing is fitted per configuration.
 
 Model dimensions are written here from each model's public config.json (Hugging Face hub), since
 the registered models land in another branch: hidden_size, num_hidden_layers, num_attention_heads,
@@ -136,8 +136,12 @@ def configs() -> list[tuple[ModelDims, ExecutionPlan, Stack]]:
         (Q7, P(dp=4, cp=2, checkpointing="full", **F), hf),
         (M7, P(dp=8, checkpointing="full", **F), hf),
         (M7, P(dp=8, checkpointing="op", **F), hf),
+        (G2, P(dp=4, **F), hf),
+        (G2, P(dp=8, checkpointing="full", **F), hf),
+        (G9, P(dp=8, checkpointing="op", **F), hf),
         # LoRA (PEFT): frozen base, fp32 adapters; qv / attention / all-linear; with and without FSDP2
-        # (without checkpointing: realtrace's layer wrapper indexes PEFT's ModuleDicts as lists, KeyError 0)
+        (L8B, P(lora_rank=16, lora_targets="qv", loss="fp32", precision="bf16", checkpointing="full"), hf),
+        (L8B, P(dp=8, lora_rank=64, loss="fp32", precision="bf16", checkpointing="op", sharding="fsdp"), hf),
         (seq(L8B, 2048), P(lora_rank=16, lora_targets="qv", loss="fp32", precision="bf16"), hf),
         (seq(L8B, 2048), P(lora_rank=16, lora_targets="attention", loss="fp32", precision="bf16"), hf),
         (seq(L8B, 2048), P(lora_rank=16, loss="fp32", precision="bf16"), hf),
@@ -181,30 +185,6 @@ def harness_extra(m: ModelDims, plan: ExecutionPlan, stack: Stack, stage: int) -
         e = native_dtypes(plan).compute
         return e * t * local_vocab(m, plan.tp) * inflight, "harness keeps the logits through backward"
     return 0, ""
-
-
-def _patch_hf_layer_sharding() -> None:
-    """realtrace's transformers path finds the decoder layers by class name after wrapping them for
-    checkpointing, so under 'op'/'full' it finds none and shards only the root (every parameter then
-    gathered at once). accelerate's FSDP2 plugin, like torchtitan, shards each (wrapped) layer: the
-    bench restores that by finding the wrapped layers too."""
-    import torch
-
-    from tessera.estimator.torch.realtrace import hf
-
-    def layer_modules(model: Any) -> list[Any]:
-        blocks: list[Any] = []
-        for mod in model.modules():
-            for child in mod.children():
-                if isinstance(child, torch.nn.ModuleList) and len(child):
-                    first = child[0]
-                    inner = getattr(first, "_checkpoint_wrapped_module", first)
-                    if type(inner).__name__.endswith(("DecoderLayer", "Block")):
-                        blocks.extend(child)
-        seen: set[int] = set()
-        return [b for b in blocks if not (id(b) in seen or seen.add(id(b)))]  # type: ignore[func-returns-value]
-
-    hf.layer_modules = layer_modules
 
 
 # -- the comparison ----------------------------------------------------------------------------------
@@ -254,10 +234,7 @@ def compare(m: ModelDims, plan: ExecutionPlan, stack: Stack, reuse: dict[str, An
     # The trace runs the micro-batches a stage holds in flight (all forwards, then all backwards), not
     # the steady state of 1F1B after earlier backwards: the formula is evaluated for that many.
     traced_plan = replace(plan, grad_accum=min(plan.grad_accum, plan.pp - stage)) if plan.pp > 1 else plan
-    # The trace's T5Config comes out with tie_word_embeddings True whatever it is given (the model it
-    # builds has 390,315,264 parameters for mT5-base, not 582,401,280): compare the model it built.
-    fm = replace(m, tied_embeddings=True) if m.family == "encoder-decoder" else m
-    n = native_estimate(fm, traced_plan, stage, stack, device="cpu")
+    n = native_estimate(m, traced_plan, stage, stack, device="cpu")
     extra, why = harness_extra(m, plan, stack, stage)
     formula = {"parameters": n.parameters, "gradients": n.gradients, "optimizer": n.optimizer,
                "activations": n.activations + n.comm + extra}
@@ -280,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     from tessera.estimator.torch.realtrace import session
 
     session.quiet()
-    _patch_hf_layer_sharding()
     cs = configs()
     if args.quick:
         cs = cs[::4]
