@@ -169,10 +169,10 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack = "
     layer_ws: float
     if plan.lora_rank:
         trainable = adapter_params(m, plan, stage)
-        # the frozen base in the recipe's storage dtype (pick 'bf16' for a bf16 base), its linear weights
-        # quantized under QLoRA; PEFT keeps the adapters in fp32 (autocast_adapter_dtype upcasts bf16
-        # adapters), trained with fp32 gradients and AdamW states: 4 + 4 + 8 B per adapter parameter
-        sb = float(dt.storage)
+        # the frozen base in the compute dtype (no master copy is needed for weights that never update),
+        # its linear weights quantized under QLoRA; PEFT keeps the adapters in fp32 (autocast_adapter_dtype
+        # upcasts bf16 adapters), trained with fp32 gradients and AdamW states: 4 + 4 + 8 B per adapter
+        sb = float(c)
         qb = {"none": sb, "nf4": NF4_BYTES, "int8": INT8_BYTES}[plan.base_quant]
         base = linear * qb + (total - linear) * sb
         params = (base + trainable * 4) / shards
@@ -296,7 +296,7 @@ def loss_terms(m: ModelDims, plan: ExecutionPlan, x: Shape, head_trains: bool) -
     if plan.loss == "fused":
         return 4 * n * v + targets + cap, e * n * v + cap, "fused vocab-parallel cross-entropy"
     if plan.loss == "fp32":
-        return 4 * n * v + targets + cap, 8 * n * v + (e * n * v if m.logit_softcap else 0), "fp32 log-softmax kept"
+        return 4 * n * v + targets + cap, 8 * n * v, "fp32 log-softmax kept"
     chunks = 8
     # the hidden states, their contiguous chunk copies and the fp32 gradient accumulator (GradAccumulator)
     kept = targets + (2 * e + 4) * n * m.hidden_size
