@@ -408,8 +408,13 @@ def memory_table(job: str, resp: estimator_pb2.EstimateMemoryResponse, wide: boo
     width = max(len(r[0]) for r in rows)
     lines += ["", f"{'CATEGORY':<{width}}  {'BYTES':>15}  {'GB':>9}  {'GIB':>9}"]
     lines += [f"{name:<{width}}  {n:>15}  {_gb(n):>9}  {n / GIB:>9.2f}" for name, n in rows]
+    if m.reserved:
+        lines += [f"Reserved: {_gb(m.reserved)} GB (caching allocator, predicted)"]
     if m.HasField("fits"):
-        lines += ["", f"Fits:     {'yes' if m.fits else 'no'} ({_gb(m.total)} of {_gb(m.capacity)} GB)"]
+        lines += ["", (f"Fits:     {'yes' if m.fits else 'no'} ({_gb(m.reserved + m.other if m.reserved else m.total)} "
+                      f"of {_gb(m.capacity)} GB)")]
+    for w in m.warnings:
+        lines += [f"Warning:  {w}"]
     if wide and m.notes:
         lines += ["", "Notes:"] + [f"  {n}" for n in m.notes]
     return "\n".join(lines)

@@ -20,9 +20,10 @@ its keys and values from it. The partition (partition.py), the Cells' inter-stag
 encoder output to the decoder stages.
 
 Parameters are counted as estimator/memory.py counts them (no biases, RMS-style norms of a scale
-each, no position table: T5's relative position buckets are not counted by either); per encoder
-layer: attention + MLP + 2 norms (the last one also the encoder's final norm); per decoder layer:
-self- and cross-attention + MLP + 3 norms; head: the decoder's final norm and, untied (T5 v1.1,
+each, no position table); per encoder layer: attention + MLP + 2 norms (the last one also the
+encoder's final norm), the first one also T5's relative position bias (32 buckets x heads, one table
+per stack, as Hugging Face's T5 keeps it in each stack's first block); per decoder layer: self- and
+cross-attention + MLP + 3 norms (the first one also its stack's bias table); head: the decoder's final norm and, untied (T5 v1.1,
 mT5), the output projection. A tied head (the original T5) is the embedding itself: under pipeline
 stages Megatron keeps a copy of it on the last stage, which is not counted here (as memory.num_params
 does not).
@@ -38,6 +39,10 @@ from typing import Protocol
 
 from tessera.estimator.layer_costs import Attention
 from tessera.estimator.partition import LayerShape, Operator
+
+# T5's relative attention bias: relative_attention_num_buckets = 32 (transformers' T5Config default,
+# and every published T5/mT5 config) entries per head.
+_BIAS_BUCKETS = 32
 
 
 class EncDecModel(Protocol):
@@ -127,13 +132,15 @@ def encoder_decoder_operators(m: EncDecModel, encoder: Sequence[Operator], decod
     for i, op in enumerate(encoder):
         att = m.attention(i)
         norms = 2 + (1 if i == n - 1 else 0)  # the last layer carries the encoder's final norm
-        ops.append(replace(op, params=float(att.params + mlp + norms * h), out_bytes=carry))
+        bias_table = _BIAS_BUCKETS * m.num_heads if i == 0 else 0
+        ops.append(replace(op, params=float(att.params + mlp + norms * h + bias_table), out_bytes=carry))
     for j, op in enumerate(decoder):
         idx = n + j
         att = m.attention(idx)
         full = m.checkpointed(idx) and not m.op_checkpoint
         x = cross_attention(op, att, s_e, d, m.recompute_passes(idx), full)
-        ops.append(replace(x, params=float(2 * att.params + mlp + 3 * h), out_bytes=carry,
+        bias_table = _BIAS_BUCKETS * m.num_heads if j == 0 else 0
+        ops.append(replace(x, params=float(2 * att.params + mlp + 3 * h + bias_table), out_bytes=carry,
                            stored_bytes=x.stored_bytes + _cross_stored(m, idx, att)))
     ops.append(replace(head, params=float(h + (0 if m.tied_embeddings else v * h))))
     return tuple(ops)

@@ -25,11 +25,11 @@ import math
 from dataclasses import dataclass
 
 from tessera.estimator.convnets import wide_resnet_operators
+from tessera.estimator.memory_recipes import model_params, native_estimate, recipe_warnings, uses_native_stack
 from tessera.estimator.memory_terms import (
     DEFAULT_OTHER_BYTES,
     RECIPES,
     MemoryBreakdown,
-    decoder_layer_params,
     embedding_params,
     gpu_capacity,
     head_params,
@@ -84,12 +84,12 @@ def num_params(m: ModelDims) -> int:
     if not m.is_transformer:
         return int(sum(o.params for o in wide_resnet_operators(m.num_layers, m.width_factor, m.hidden_size,
                                                                m.vocab_size, m.seq_length)))
+    if m.family == "encoder-decoder":
+        return model_params(m, ExecutionPlan(), 0)[0]
     total = embedding_params(m) + head_params(m)
     for i in range(m.num_layers):
         d, e = layer_params(m, i)
         total += d + e
-    if m.family == "encoder-decoder":  # num_layers counted the encoder's
-        total += m.decoder_layers * decoder_layer_params(m) + m.hidden_size  # and the decoder's final norm
     return total
 
 
@@ -278,9 +278,10 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
         raise PlanInputError("mode", "traced mode runs torch: call tessera.estimator.torch.traced.traced_memory")
     else:
         raise PlanInputError("mode", f"{mode!r} is not one of formula, marp, traced")
-    if capacity is not None:
+    warnings = recipe_warnings(model, plan)
+    if capacity is not None or warnings:
         est = MemoryBreakdown(est.parameters, est.gradients, est.optimizer, est.activations, est.other,
-                              est.source, est.stage, est.cpu_bytes, capacity, est.notes)
+                              est.source, est.stage, est.cpu_bytes, capacity, est.notes, warnings)
     return est
 
 
@@ -362,7 +363,25 @@ def _layer_backward_bytes(m: ModelDims, index: int, x: _ActShape, b: int) -> flo
     return work
 
 
+def _native(model: ModelDims, plan: ExecutionPlan, other_bytes: int) -> MemoryBreakdown:
+    """The PyTorch-native recipes (memory_recipes.py): the first or last stage, whichever is larger;
+    FSDP2's communication buffers at the peak count as activations (transient)."""
+    best: MemoryBreakdown | None = None
+    for st in sorted({0, plan.pp - 1}):
+        n = native_estimate(model, plan, st)
+        notes = (*n.notes, f"peak at the {n.moment}; stage {st} of {plan.pp}",
+                 f"other = {other_bytes} B reserve (CUDA context, workspaces)")
+        est = MemoryBreakdown(n.parameters, n.gradients, n.optimizer, n.activations + n.comm, other_bytes,
+                              "formula", st, n.cpu, None, notes)
+        if best is None or est.total > best.total:
+            best = est
+    assert best is not None
+    return best
+
+
 def _formula(model: ModelDims, plan: ExecutionPlan, other_bytes: int) -> MemoryBreakdown:
+    if uses_native_stack(model, plan):
+        return _native(model, plan, other_bytes)
     r = RECIPES[plan.precision]
     best: MemoryBreakdown | None = None
     stages = {0, plan.pp - 1}

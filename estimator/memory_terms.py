@@ -91,6 +91,8 @@ class MemoryBreakdown:
     cpu_bytes: int = 0
     capacity_bytes: int | None = None
     notes: tuple[str, ...] = field(default=())
+    # Plan or model fields that change nothing (or nothing counted) under the other settings.
+    warnings: tuple[str, ...] = field(default=())
 
     @property
     def total(self) -> int:
@@ -98,24 +100,57 @@ class MemoryBreakdown:
 
     @property
     def tensor_bytes(self) -> int:
-        """The total without the `other` reserve: what a tensor-level tracker counts."""
+        """The total without the `other` reserve: what a tensor-level tracker counts (the peak of
+        torch.cuda.max_memory_allocated)."""
         return self.total - self.other
 
     @property
+    def reserved(self) -> int:
+        """Predicted peak bytes the caching allocator reserves from CUDA (torch.cuda.max_memory_reserved):
+        allocator_reserved(tensor bytes, activations)."""
+        return allocator_reserved(self.tensor_bytes, self.activations)
+
+    @property
     def fits(self) -> bool | None:
-        return None if self.capacity_bytes is None else self.total <= self.capacity_bytes
+        """The reserved bytes plus the `other` reserve (CUDA context, workspaces) within the GPU."""
+        return None if self.capacity_bytes is None else self.reserved + self.other <= self.capacity_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "parameters": self.parameters, "gradients": self.gradients, "optimizer": self.optimizer,
             "activations": self.activations, "other": self.other, "total": self.total,
+            "reserved": self.reserved,
             "source": self.source, "stage": self.stage, "cpu_bytes": self.cpu_bytes,
             "capacity_bytes": self.capacity_bytes, "fits": self.fits, "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
 
 
-# CUDA context (300 MiB - 2 GiB, estimation.md 1.7), cuBLAS workspace, NCCL buffers, allocator slack:
-# one stated constant, 1 GiB, the same figure the controller reserves per GPU (docs/choices.md).
+# The PyTorch CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp) reserves whole segments and
+# keeps freed blocks cached: reserved >= allocated. Its rounding: every block to 512 B, blocks of up to
+# 1 MiB from 2 MiB segments, up to 10 MiB from 20 MiB segments, larger ones rounded up to 2 MiB; a
+# freed block can be split for a smaller request but blocks of different segments never merge, so the
+# transients of a step (activations, gradients in flight, loss buffers), allocated and freed in a
+# changing order, leave cached but unusable gaps. Resident state (parameters, gradients, optimizer
+# state) is allocated once, in large blocks, and fragments nothing measurable. So the slack is stated
+# as a fraction of the transient bytes plus a segment's rounding: ALLOCATOR_SLACK is an assumed
+# figure, not a fit (no GPU run so far recorded max_memory_reserved: bench/recorded/
+# estimator_gpu_h100_2026-11-25.json has max_memory_allocated only); with
+# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, segments grow in place and the gaps mostly vanish.
+ALLOCATOR_SLACK = 0.10
+SEGMENT_BYTES = 20 * 1024**2
+
+
+def allocator_reserved(tensor_bytes: int, transient_bytes: int, slack: float = ALLOCATOR_SLACK) -> int:
+    """Peak reserved bytes of the caching allocator for a step whose peak allocated bytes are
+    `tensor_bytes`, of which `transient_bytes` are allocated and freed within the step."""
+    raw = tensor_bytes + slack * max(0, transient_bytes) + SEGMENT_BYTES
+    return int(math.ceil(raw / (2 * 1024**2)) * (2 * 1024**2))
+
+
+# CUDA context (300 MiB - 2 GiB, estimation.md 1.7), cuBLAS workspace, NCCL buffers: one stated
+# constant, 1 GiB, the same figure the controller reserves per GPU (docs/choices.md). The allocator's
+# slack is MemoryBreakdown.reserved's (allocator_reserved).
 DEFAULT_OTHER_BYTES = 1 * GIB
 
 
@@ -151,33 +186,21 @@ def layer_params(m: ModelDims, index: int, tp: int = 1, ep: int = 1) -> tuple[in
     a_l, kv_l, f_l = m.num_heads // tp, m.kv_heads // tp, m.ffn // tp
     bias = m.has_bias
     qkv_out = (a_l + 2 * kv_l) * d
-    dense = 2 * _norm_params(m) + h * qkv_out + a_l * d * h + (qkv_out + h if bias else 0)
-    if m.qkv_bias and not bias:
-        dense += qkv_out  # Qwen2.5: biases on q, k, v only
+    norms = 4 if m.sandwich_norm else 2  # Gemma 2 normalises each block's output too
+    dense = norms * _norm_params(m) + h * qkv_out + a_l * d * h + (qkv_out + h if bias else 0)
+    if m.qkv_bias and not bias:  # Qwen2.5: biases on q, k and v only
+        dense += qkv_out
     if m.is_moe_layer(index):
         e_l = m.num_experts // ep
         dense += h * m.num_experts  # router, replicated
-        # GShard: a 2-matrix MLP with biases; Mixtral: SwiGLU experts without biases
+        # Mixtral's experts are SwiGLU without biases; GShard's are GELU MLPs with biases
         expert = e_l * (3 * h * f_l if m.gated else 2 * h * f_l + f_l + h)
         return dense, expert
-    return dense + _mlp_params(m, f_l), 0
-
-
-def _mlp_params(m: ModelDims, f_l: int) -> int:
-    h = m.hidden_size
     if m.gated:
-        return 3 * h * f_l
-    return 2 * h * f_l + (f_l + h if m.has_bias else 0)
-
-
-def decoder_layer_params(m: ModelDims, tp: int = 1) -> int:
-    """Parameters of one encoder-decoder decoder layer on one rank: self-attention, cross-attention
-    (q from the decoder, k and v from the encoder output, all h x attention_width), the MLP, three
-    norms (T5: no biases)."""
-    h, d = m.hidden_size, m.head_dim
-    a_l, kv_l = m.num_heads // tp, m.kv_heads // tp
-    attention = h * (a_l + 2 * kv_l) * d + a_l * d * h
-    return 3 * _norm_params(m) + 2 * attention + _mlp_params(m, m.ffn // tp)
+        dense += 3 * h * f_l
+    else:
+        dense += 2 * h * f_l + (f_l + h if bias else 0)
+    return dense, 0
 
 
 def embedding_params(m: ModelDims, tp: int = 1) -> int:

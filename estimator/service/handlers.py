@@ -394,7 +394,8 @@ class Estimator:
             mem = pb.MemoryBreakdown(
                 parameters=est.parameters, gradients=est.gradients, optimizer=est.optimizer,
                 activations=est.activations, other=est.other, total=est.total, capacity=est.capacity_bytes or 0,
-                source=est.source, stage=est.stage, cpu_bytes=est.cpu_bytes, notes=list(est.notes))
+                source=est.source, stage=est.stage, cpu_bytes=est.cpu_bytes, notes=list(est.notes),
+                warnings=list(est.warnings), reserved=est.reserved)
             if est.fits is not None:
                 mem.fits = est.fits
             self._memory.put(key, mem)

@@ -94,9 +94,9 @@ async def test_memory_equals_the_library(srv: Server, spec: c.ModelSpec, plan: c
     lib = estimate_memory(dims, lib_plan, mode={2: "marp"}.get(mode, "formula"), gpu="A100-80GB")
     m = resp.memory
     got = (m.parameters, m.gradients, m.optimizer, m.activations, m.other, m.total, m.capacity, m.fits, m.source,
-           m.stage, m.cpu_bytes, list(m.notes))
+           m.stage, m.cpu_bytes, list(m.notes), m.reserved, list(m.warnings))
     want = (lib.parameters, lib.gradients, lib.optimizer, lib.activations, lib.other, lib.total, lib.capacity_bytes,
-            lib.fits, lib.source, lib.stage, lib.cpu_bytes, list(lib.notes))
+            lib.fits, lib.source, lib.stage, lib.cpu_bytes, list(lib.notes), lib.reserved, list(lib.warnings))
     assert got == want
     assert resp.gpu == "A100-80GB" and resp.num_gpus == lib_plan.num_gpus
     assert resp.model_signature == dims.signature

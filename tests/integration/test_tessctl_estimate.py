@@ -62,14 +62,15 @@ def _both(address: str, *args: str) -> tuple[tuple[int, str, str], tuple[int, st
 
 def test_memory_json_is_the_same_in_process_and_through_the_service(estimator: Daemon) -> None:
     args = ("estimate", "memory", "-f", MEDIUM, "--gpu", "a100-80gb", "--plan",
-            "dp=2,tp=2,micro_batch=2,sharding=zero2,checkpointing=selective", "-o", "json")
+            "dp=2,tp=2,micro_batch=2,sharding=zero2,checkpointing=selective,flash_attention=false", "-o", "json")
     (rc1, out1, err1), (rc2, out2, err2) = _both(estimator.address, *args)
     assert (rc1, err1) == (0, "") and (rc2, err2) == (0, ""), err1 + err2
     assert out1 == out2
     doc = json.loads(out1)  # one JSON value
     mem = doc["memory"]
     lib = estimate_memory(ModelDims(192, 4, 6, 512, 128), ExecutionPlan(
-        dp=2, tp=2, micro_batch=2, grad_accum=2, sharding="zero2", checkpointing="selective"), gpu="A100-80GB")
+        dp=2, tp=2, micro_batch=2, grad_accum=2, sharding="zero2", checkpointing="selective",
+        flash_attention=False), gpu="A100-80GB")
     assert {k: mem[k] for k in ("parameters", "gradients", "optimizer", "activations", "other", "total")} == {
         "parameters": lib.parameters, "gradients": lib.gradients, "optimizer": lib.optimizer,
         "activations": lib.activations, "other": lib.other, "total": lib.total}

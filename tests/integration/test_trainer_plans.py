@@ -99,8 +99,10 @@ PLANS: dict[str, tuple[dict[str, Any], str]] = {
     "dp2-grad-accum": ({"dp": 2, "micro_batch": 2, "grad_accum": 2}, "dp=2 tp=1 pp=1 ddp"),
     "activation-checkpointing": ({"dp": 2, "micro_batch": 4, "activation_checkpointing": "full", "zero_stage": 3},
                                  "dp=2 tp=1 pp=1 zero3(fsdp2) activation-checkpointing=full"),
-    "selective-checkpointing-tp2": ({"dp": 1, "tp": 2, "micro_batch": 8, "checkpointing": "selective"},
-                                    "dp=1 tp=2 pp=1 replicated activation-checkpointing=selective"),
+    # Megatron's selective recompute needs plain attention (the estimator refuses it under flash).
+    "selective-checkpointing-tp2": ({"dp": 1, "tp": 2, "micro_batch": 8, "checkpointing": "selective",
+                                     "flash_attention": False},
+                                    "dp=1 tp=2 pp=1 replicated activation-checkpointing=selective plain-attention"),
     "offload": ({"dp": 2, "micro_batch": 4, "zero_stage": 3, "offload": "optimizer+params"},
                 "dp=2 tp=1 pp=1 zero3(fsdp2) offload=optimizer+params"),
     # Morphling's one-GPU plan: ZeRO-Offload on a single rank (a process group of one for FSDP2).

@@ -53,11 +53,12 @@ def test_tiny_t5_chain_by_hand() -> None:
     assert ops[3].comm_calls == 6 and ops[1].comm_calls == 4
     assert ops[4].flops == 6 * H * V * S_D  # the head on the decoder's tokens
     # parameters (T5: no biases, RMS norms of one scale): attention 4h^2, MLP 2hF, 2 norms; the last
-    # encoder layer also the encoder's final norm; the decoder's two attentions and 3 norms; the tied head
-    # is its final norm only
-    assert [o.params for o in ops] == [V * H, 4 * H * H + 2 * H * F + 2 * H, 4 * H * H + 2 * H * F + 3 * H,
-                                       8 * H * H + 2 * H * F + 3 * H, H]
-    assert sum(o.params for o in ops) == num_params(TINY) == 170_816
+    # encoder layer also the encoder's final norm; the decoder's two attentions and 3 norms; the first
+    # layer of each stack its relative position bias (32 buckets x A heads); the tied head is its final
+    # norm only
+    assert [o.params for o in ops] == [V * H, 4 * H * H + 2 * H * F + 2 * H + 32 * A,
+                                       4 * H * H + 2 * H * F + 3 * H, 8 * H * H + 2 * H * F + 3 * H + 32 * A, H]
+    assert sum(o.params for o in ops) == num_params(TINY) == 171_072
     # every boundary carries both sequences' hidden states (2-byte activations)
     assert [o.out_bytes for o in ops[:-1]] == [(S_E + S_D) * H * 2] * 4
 
@@ -129,7 +130,7 @@ def test_one_stage_memory_by_hand() -> None:
     # Korthikanti's 10 sbh (5 bytes per element, written for 2 bytes) replicated, Q, K, V, output, the
     # MLP's two F-wide tensors and 5 a s score bytes sharded, per token of the encoder's 8
     transient = S_E * (5 * H * 2 + 4 * H * 2 + 2 * F * 2 + 5 * A * S_E)
-    want = 170_816 * 16 + 2 * stored + 2 * transient + CellConfig().reserved_bytes
+    want = 171_072 * 16 + 2 * stored + 2 * transient + CellConfig().reserved_bytes
     assert rows[0][0].memory_bytes == pytest.approx(want)
 
 

@@ -90,6 +90,10 @@ def test_resolve_tp_pp_and_options() -> None:
     ({"sequence_parallel": True}, "sequence_parallel is not supported"),
     ({"virtualStages": 2}, r"interleaved 1F1B \(virtual_stages > 1\) is not supported"),
     ({"ep": 2}, r"expert parallelism \(ep > 1\) is not supported"),
+    # the estimator refuses Megatron's selective recompute under flash attention (its default): so does the trainer
+    ({"checkpointing": "selective"}, "under flash attention it changes nothing"),
+    ({"checkpointing": "selective", "flash_attention": True}, "under flash attention it changes nothing"),
+    ({"checkpointing": "selective", "flashAttention": "maybe"}, "is not true or false"),
 ])
 def test_resolve_refuses_estimator_options_it_cannot_run(extra: dict[str, object], why: str) -> None:
     plan = Plan.from_dict({"dp": 2, "micro_batch": 4, **extra})
@@ -99,6 +103,14 @@ def test_resolve_refuses_estimator_options_it_cannot_run(extra: dict[str, object
     plan = Plan.from_dict({"dp": 2, "micro_batch": 4, "sequence_parallel": False, "virtual_stages": 1,
                            "precision": "fp32"})
     assert "ignoring plan fields" in resolve(ctx_for(plan, 2, 8), Options()).notes[-1]
+
+
+def test_resolve_runs_selective_recompute_on_plain_attention() -> None:
+    plan = Plan.from_dict({"dp": 2, "micro_batch": 4, "checkpointing": "selective", "flash_attention": False})
+    cfg = resolve(ctx_for(plan, 2, 8), Options())
+    assert (cfg.activation_checkpointing, cfg.flash_attention, cfg.notes) == ("selective", False, ())
+    assert cfg.describe() == "dp=2 tp=1 pp=1 ddp activation-checkpointing=selective plain-attention"
+    assert resolve(ctx_for(Plan.from_dict({"dp": 2, "micro_batch": 4}), 2, 8), Options()).flash_attention
 
 
 def test_plan_reads_the_estimators_vocabulary() -> None:

@@ -8,9 +8,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # imports torch (seconds)
 
+import torch.nn.functional as F
+
 from tessera.clients.trainer import ModelDims
 from tessera.clients.trainer.reference.checkpoint import _legacy_param_order, _legacy_split, _rename_param
-from tessera.clients.trainer.reference.model import GPT, lm_loss
+from tessera.clients.trainer.reference.model import GPT, _plain_attention, lm_loss
 from tessera.clients.trainer.reference.parallel import Coords, stage_layers
 
 TINY = ModelDims("t", 32, 4, 4, 64, 16)
@@ -62,15 +64,24 @@ def test_pipeline_stages_chained_equal_the_whole_model() -> None:
 def test_activation_checkpointing_changes_no_gradient(mode: str) -> None:
     x = torch.randint(0, TINY.vocab_size, (2, TINY.seq_length + 1))
     grads = []
+    flash = mode != "selective"  # Megatron's selective recompute runs on plain attention only
     for ac in ("none", mode):
         torch.manual_seed(0)
-        m = GPT(TINY, activation_checkpointing=ac)
+        m = GPT(TINY, activation_checkpointing=ac, flash_attention=flash)
         lm_loss(m(x[:, :-1]), x[:, 1:]).backward()
         grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], msg=name)
     with pytest.raises(ValueError, match="none, selective or full"):
         GPT(TINY, activation_checkpointing="sometimes")
+    with pytest.raises(ValueError, match="flash_attention"):
+        GPT(TINY, activation_checkpointing="selective")
+
+
+def test_plain_attention_equals_sdpa() -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    torch.testing.assert_close(_plain_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 def test_checkpoint_key_helpers() -> None:

@@ -77,6 +77,8 @@ class TrainConfig:
     activation_checkpointing: str = "none"
     # "gpipe" or "1f1b" when pp > 1, else "".
     pp_schedule: str = ""
+    # The plan's flash_attention (the estimator's default True): False runs plain attention.
+    flash_attention: bool = True
 
     @property
     def per_rank_batch(self) -> int:
@@ -104,6 +106,8 @@ class TrainConfig:
             parts.append(f"offload={self.offload}")
         if self.activation_checkpointing != "none":
             parts.append(f"activation-checkpointing={self.activation_checkpointing}")
+        if not self.flash_attention:
+            parts.append("plain-attention")
         return " ".join(parts)
 
 
@@ -353,6 +357,22 @@ def _refuse_unsupported_extras(plan: Plan) -> None:
             raise Unsupported(f"plan {what} is not supported by the reference trainer: {key}={value}")
 
 
+_FLASH_KEYS = ("flash_attention", "flashAttention")
+
+
+def _flash_attention(plan: Plan) -> bool:
+    """The plan's flash_attention (absent: True, the estimator's default, estimator/plans.py)."""
+    for key in _FLASH_KEYS:
+        if key in plan.extra and plan.extra[key] is not None:
+            raw = plan.extra[key]
+            if isinstance(raw, bool) or raw in (0, 1):
+                return bool(raw)
+            if isinstance(raw, str) and raw.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+                return raw.strip().lower() in ("true", "1", "yes")
+            raise Unsupported(f"plan {key}={raw!r} is not true or false")
+    return True
+
+
 def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
     """The run this trainer will do for `ctx`, or Unsupported with the reason."""
     plan = ctx.plan
@@ -395,8 +415,15 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
             notes.append("offload=optimizer runs as FSDP2's CPUOffloadPolicy, which offloads the sharded "
                          "parameters and gradients too")
     _refuse_unsupported_extras(plan)
-    if plan.extra:
-        notes.append(f"ignoring plan fields this trainer does not use: {sorted(plan.extra)}")
+    flash = _flash_attention(plan)
+    if plan.activation_checkpointing == "selective" and flash:
+        # The estimator refuses the same plan (estimator/plans.py): under flash attention there are no
+        # scores to recompute, so 'selective' would run 'none' under another name.
+        raise Unsupported("plan activation_checkpointing 'selective' is Megatron's attention-core recompute: "
+                          "under flash attention it changes nothing; use 'full', or flash_attention: false")
+    ignored = sorted(k for k in plan.extra if k not in _FLASH_KEYS)
+    if ignored:
+        notes.append(f"ignoring plan fields this trainer does not use: {ignored}")
     return TrainConfig(
         model=model,
         plan=plan,
@@ -412,4 +439,5 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
         offload=plan.offload,
         activation_checkpointing=plan.activation_checkpointing,
         pp_schedule=schedule,
+        flash_attention=flash,
     )

@@ -25,9 +25,12 @@ from tessera.clients.trainer import ModelDims
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, hidden: int, heads: int) -> None:
+    def __init__(self, hidden: int, heads: int, flash: bool = True) -> None:
         super().__init__()
         self.recompute_core = False  # selective activation checkpointing: recompute softmax(QK^T)V
+        # flash: SDPA (flash/efficient kernels store no scores); otherwise plain attention, which keeps
+        # the softmax of the scores for backward (what Megatron's selective recomputation saves).
+        self.flash = flash
         self.head_dim = hidden // heads
         self.q = nn.Linear(hidden, hidden)
         self.k = nn.Linear(hidden, hidden)
@@ -38,18 +41,29 @@ class CausalSelfAttention(nn.Module):
         b, t, _ = x.shape
         # -1 heads: all of them, or this tensor-parallel rank's share (its q/k/v outputs are narrower).
         q, k, v = (lin(x).view(b, t, -1, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v))
+        core = F.scaled_dot_product_attention if self.flash else _plain_attention
         if self.recompute_core and torch.is_grad_enabled():
-            y = checkpoint(F.scaled_dot_product_attention, q, k, v, is_causal=True, use_reentrant=False)
+            y = checkpoint(core, q, k, v, is_causal=True, use_reentrant=False)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = core(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
+def _plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = True) -> torch.Tensor:
+    """softmax(QK^T / sqrt(d)) V with the scores materialised (no flash kernel)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        t = q.shape[-2]
+        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
 class Block(nn.Module):
-    def __init__(self, hidden: int, heads: int) -> None:
+    def __init__(self, hidden: int, heads: int, flash: bool = True) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(hidden)
-        self.attn = CausalSelfAttention(hidden, heads)
+        self.attn = CausalSelfAttention(hidden, heads, flash)
         self.ln2 = nn.LayerNorm(hidden)
         self.fc = nn.Linear(hidden, 4 * hidden)
         self.out = nn.Linear(4 * hidden, hidden)
@@ -64,19 +78,25 @@ class GPT(nn.Module):
 
     `activation_checkpointing` (torch.utils.checkpoint, non-reentrant): "full" keeps only each
     block's input and recomputes the block in the backward pass; "selective" recomputes only the
-    attention core (Megatron's selective recomputation); "none" keeps everything.
+    attention core (Megatron's selective recomputation); "none" keeps everything. `flash_attention`
+    False runs plain attention (scores materialised); "selective" needs it, as the estimator says
+    (under flash attention there are no scores to recompute, estimator/plans.py).
     """
 
-    def __init__(self, dims: ModelDims, tied_head: bool = True, activation_checkpointing: str = "none") -> None:
+    def __init__(self, dims: ModelDims, tied_head: bool = True, activation_checkpointing: str = "none",
+                 flash_attention: bool = True) -> None:
         super().__init__()
         if activation_checkpointing not in ("none", "selective", "full"):
             raise ValueError(f"activation_checkpointing must be none, selective or full, got "
                              f"{activation_checkpointing!r}")
+        if activation_checkpointing == "selective" and flash_attention:
+            raise ValueError("activation_checkpointing 'selective' recomputes the attention scores, which flash "
+                             "attention never stores: set flash_attention False")
         self.dims = dims
         self.activation_checkpointing = activation_checkpointing == "full"
         self.tok_emb: nn.Embedding | None = nn.Embedding(dims.vocab_size, dims.hidden_size)
         self.pos_emb: nn.Embedding | None = nn.Embedding(dims.seq_length, dims.hidden_size)
-        self.blocks = nn.ModuleDict({str(i): Block(dims.hidden_size, dims.num_heads)
+        self.blocks = nn.ModuleDict({str(i): Block(dims.hidden_size, dims.num_heads, flash_attention)
                                      for i in range(dims.num_layers)})
         self.ln_f: nn.LayerNorm | None = nn.LayerNorm(dims.hidden_size)
         self.head: nn.Linear | None = nn.Linear(dims.hidden_size, dims.vocab_size, bias=False)

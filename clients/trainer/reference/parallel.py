@@ -101,7 +101,8 @@ class Engine:
         # Every rank builds the whole model from the seed (identical initial weights everywhere), then
         # keeps its share.
         torch.manual_seed(opts.seed)
-        model = GPT(cfg.model, tied_head=opts.tied_head, activation_checkpointing=cfg.activation_checkpointing)
+        model = GPT(cfg.model, tied_head=opts.tied_head, activation_checkpointing=cfg.activation_checkpointing,
+                    flash_attention=cfg.flash_attention)
         self.total_params = sum(p.numel() for p in model.parameters())
         self.tied = opts.tied_head
         if cfg.pp > 1:

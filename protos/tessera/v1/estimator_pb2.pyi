@@ -69,7 +69,7 @@ class EstimateMemoryRequest(_message.Message):
     def __init__(self, model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., gpu: _Optional[str] = ..., mode: _Optional[_Union[MemoryMode, str]] = ..., num_gpus: _Optional[int] = ..., global_batch_size: _Optional[int] = ...) -> None: ...
 
 class MemoryBreakdown(_message.Message):
-    __slots__ = ("parameters", "gradients", "optimizer", "activations", "other", "total", "capacity", "fits", "source", "stage", "cpu_bytes", "notes")
+    __slots__ = ("parameters", "gradients", "optimizer", "activations", "other", "total", "capacity", "fits", "source", "stage", "cpu_bytes", "notes", "warnings", "reserved")
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     GRADIENTS_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,8 @@ class MemoryBreakdown(_message.Message):
     STAGE_FIELD_NUMBER: _ClassVar[int]
     CPU_BYTES_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
     parameters: int
     gradients: int
     optimizer: int
@@ -94,7 +96,9 @@ class MemoryBreakdown(_message.Message):
     stage: int
     cpu_bytes: int
     notes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, parameters: _Optional[int] = ..., gradients: _Optional[int] = ..., optimizer: _Optional[int] = ..., activations: _Optional[int] = ..., other: _Optional[int] = ..., total: _Optional[int] = ..., capacity: _Optional[int] = ..., fits: _Optional[bool] = ..., source: _Optional[str] = ..., stage: _Optional[int] = ..., cpu_bytes: _Optional[int] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    reserved: int
+    def __init__(self, parameters: _Optional[int] = ..., gradients: _Optional[int] = ..., optimizer: _Optional[int] = ..., activations: _Optional[int] = ..., other: _Optional[int] = ..., total: _Optional[int] = ..., capacity: _Optional[int] = ..., fits: _Optional[bool] = ..., source: _Optional[str] = ..., stage: _Optional[int] = ..., cpu_bytes: _Optional[int] = ..., notes: _Optional[_Iterable[str]] = ..., warnings: _Optional[_Iterable[str]] = ..., reserved: _Optional[int] = ...) -> None: ...
 
 class EstimateMemoryResponse(_message.Message):
     __slots__ = ("memory", "plan", "gpu", "model_signature", "num_gpus")
