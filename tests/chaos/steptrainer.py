@@ -32,6 +32,10 @@ def _log(path: str, ctx: TrainerContext, kind: str, iteration: int) -> None:
     # O_APPEND writes of one short line are atomic between the attempts that share the file.
     fd = os.open(os.path.join(path, f"{ctx.job_id}.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
+        # The worker's umask must not lock out a later attempt of the job that runs as another uid:
+        # the creator opens the file to everyone.
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o666)
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
