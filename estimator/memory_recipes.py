@@ -393,6 +393,12 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
             per_mb += x.e * x.tokens * m.hidden_size  # the output layer's input (gathered under SP)
         kept, peak, what = loss_terms(m, plan, x, trains)
         per_mb += kept
+        if plan.pp > 1 and plan.loss != "chunked":
+            # torch.distributed.pipelining keeps the last stage's output (the logits, e T V/t) in its
+            # fwd_cache until that micro-batch's backward (stage.py forward_one_chunk); without PP
+            # torchtitan's trainer drops it before loss.backward() (`del pred`). Under the chunked loss
+            # the output is the hidden states the loss wrapper keeps anyway.
+            per_mb += x.e * x.tokens * local_vocab(m, plan.tp)
     layer_peak = layer_backward_ws(m, plan, x, layers[-1], "decoder") if layers else 0.0
     top = stored_bytes(m, x, layers[-1], _policy(plan, layers[-1])) if layers else 0.0
     biggest = model_params(m, plan, stage)[2]
