@@ -13,8 +13,9 @@ and max |error|, and writes bench/results/estimator_recipes.json.
 The formula is evaluated for the program the trace runs on its CPU (device="cpu"): torch's composite
 rms_norm (the fp32 copies it keeps; CUDA runs the fused kernel, which keeps the bf16 input and the
 rstd), and transformers' explicit SDPA mask with repeated K/V and the copied attention output (on a
-GPU it passes is_causal and enable_gqa). Where the trace's harness departs from the stack it traces,
-the comparison states it and counts it (harness_extra below); nothing is fitted per configuration.
+GPU it passes is_causal and enable_gqa). The trace's step does what each stack's trainer does (e.g.
+torchtitan's `del pred` before backward), so nothing is added on either side and nothing is fitted
+per configuration.
 
 Model dimensions are written here from each model's public config.json (Hugging Face hub), since
 the registered models land in another branch: hidden_size, num_hidden_layers, num_attention_heads,
@@ -33,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.estimator.memory_layers import Stack
-from tessera.estimator.memory_recipes import native_dtypes, native_estimate
-from tessera.estimator.memory_terms import local_vocab
+from tessera.estimator.memory_recipes import native_estimate
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
@@ -122,6 +122,17 @@ def configs() -> list[tuple[ModelDims, ExecutionPlan, Stack]]:
         (L70B, P(dp=8, pp=8, grad_accum=16, checkpointing="op", **F), tt),
         (seq(L70B, 4096), P(dp=64, checkpointing="op", sharding="fsdp", loss="chunked", precision=A), tt),
         (L70B, P(dp=8, pp=8, grad_accum=8, checkpointing="full", sharding="fsdp", loss="chunked", precision=A), tt),
+        # torchtitan's tensor parallelism (its Llama 3 TP plan, sequence parallel, loss parallel) under FSDP2
+        # on the dp axis: per-rank shards of 8B and 70B, op/full SAC, and a TP x PP stage
+        (L8B, P(dp=4, tp=2, sequence_parallel=True, checkpointing="op", **F), tt),
+        (L8B, P(dp=2, tp=4, sequence_parallel=True, checkpointing="full", **F), tt),
+        (L8B, P(dp=4, tp=2, sequence_parallel=True, **F), tt),
+        (L8B, P(dp=2, tp=4, sequence_parallel=True, checkpointing="op", sharding="fsdp", loss="chunked",
+                precision=A), tt),
+        (L70B, P(dp=8, tp=8, sequence_parallel=True, checkpointing="op", **F), tt),
+        (L70B, P(dp=8, tp=8, sequence_parallel=True, checkpointing="full", **F), tt),
+        (L70B, P(dp=4, tp=8, pp=2, grad_accum=4, sequence_parallel=True, checkpointing="full", **F), tt),
+        (L70B, P(dp=2, tp=8, pp=4, grad_accum=8, sequence_parallel=True, checkpointing="op", **F), tt),
         # Llama-style on transformers: FSDP2 per decoder layer, the model's fp32 loss
         (L1B, P(dp=8, **F), hf),
         (L1B, P(dp=8, checkpointing="full", **F), hf),
@@ -170,23 +181,6 @@ def configs() -> list[tuple[ModelDims, ExecutionPlan, Stack]]:
     return c
 
 
-# -- the trace harness's departures from the stacks it traces ------------------------------------------
-def harness_extra(m: ModelDims, plan: ExecutionPlan, stack: Stack, stage: int) -> tuple[int, str]:
-    """Bytes the trace's harness holds that the stack's own trainer does not, stated per case.
-
-    torchtitan: realtrace's step keeps every micro-batch's model output in a list through its backward;
-    torchtitan's trainer deletes `pred` before `loss.backward()` (torchtitan/trainer.py,
-    forward_backward_step). With the fp32 loss that output is the bf16 logits: e*T*V/t per in-flight
-    micro-batch on the last stage (with the chunked loss it is the hidden states, which the loss
-    wrapper keeps anyway)."""
-    if stack == "torchtitan" and stage == plan.pp - 1 and plan.loss == "fp32":
-        t = plan.micro_batch * m.seq_length // plan.cp
-        inflight = 1 if plan.pp == 1 else min(plan.grad_accum, plan.pp - stage)
-        e = native_dtypes(plan).compute
-        return e * t * local_vocab(m, plan.tp) * inflight, "harness keeps the logits through backward"
-    return 0, ""
-
-
 # -- the comparison ----------------------------------------------------------------------------------
 CATS = ("parameters", "gradients", "optimizer", "activations")
 
@@ -201,7 +195,7 @@ class Row:
     traced: dict[str, int]
     err: float
     cat_err: dict[str, float]
-    harness: str
+    moment: str  # the formula's peak moment
     trace_s: float
 
 
@@ -235,12 +229,11 @@ def compare(m: ModelDims, plan: ExecutionPlan, stack: Stack, reuse: dict[str, An
     # the steady state of 1F1B after earlier backwards: the formula is evaluated for that many.
     traced_plan = replace(plan, grad_accum=min(plan.grad_accum, plan.pp - stage)) if plan.pp > 1 else plan
     n = native_estimate(m, traced_plan, stage, stack, device="cpu")
-    extra, why = harness_extra(m, plan, stack, stage)
     formula = {"parameters": n.parameters, "gradients": n.gradients, "optimizer": n.optimizer,
-               "activations": n.activations + n.comm + extra}
+               "activations": n.activations + n.comm}
     ftot = sum(formula.values())
     return Row(m.name, stack, plan.key, stage, {**formula, "peak": ftot}, {**traced, "peak": ttot}, rel(ftot, ttot),
-               {k: rel(formula[k], traced[k]) for k in CATS}, why, round(secs, 2))
+               {k: rel(formula[k], traced[k]) for k in CATS}, n.moment, round(secs, 2))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -295,6 +295,11 @@ def loss_terms(m: ModelDims, plan: ExecutionPlan, x: Shape, head_trains: bool) -
         return e * n * v + targets, 2 * e * n * v, "T5's cross-entropy on bf16 logits"
     if plan.loss == "fused":
         return 4 * n * v + targets + cap, e * n * v + cap, "fused vocab-parallel cross-entropy"
+    if plan.loss == "fp32" and plan.tp > 1 and x.stack == "torchtitan":
+        # torchtitan's loss parallel (torch.distributed.tensor.parallel.loss): nll_loss's backward handler
+        # computes (zeros_like(x) with the target's -1 + exp(x)) * grad on the kept fp32 log-softmax x,
+        # holding the zeros, exp(x) and their sum beside it (12 T V/t beyond what is kept)
+        return 4 * n * v + targets + cap, 12 * n * v, "fp32 log-softmax kept, loss parallel"
     if plan.loss == "fp32":
         return 4 * n * v + targets + cap, 8 * n * v, "fp32 log-softmax kept"
     chunks = 8
@@ -339,6 +344,13 @@ class NativeActivations:
     layers: int = 0  # the stage's layers
     layer_params: int = 0  # the largest layer's parameters on the rank
     head_tokens: int = 0  # tokens of one micro-batch through the output layer
+    # encoder-decoder: all activations at the bottom encoder layer's backward (the layers above freed,
+    # the bottom one's recomputed or kept tensors live) and that layer's parameters on the rank
+    enc_bottom: float = 0.0
+    enc_layer_params: int = 0
+    # what one micro-batch keeps for the final norm, the output layer and the loss (freed once their
+    # backward has run, before any layer's)
+    head_kept: float = 0.0
 
 
 def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack,
@@ -364,6 +376,7 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         extra += sum(n.nbytes for n in norm_saved(m, xd, "dec.final", xd.tokens * m.hidden_size))
         kept, peak, what = loss_terms(m, plan, xd, trains)
         head_in = xd.e * xd.tokens * m.hidden_size if trains else 0.0
+        dec_norm = sum(n.nbytes for n in norm_saved(m, xd, "dec.final", xd.tokens * m.hidden_size))
         stored = enc + dec + extra + kept + head_in
         layer_peak = layer_backward_ws(m, plan, xd, m.num_layers + m.decoder_layers - 1, "cross")
         # the encoder's math-path attention backward: the fp32 gradient of the softmax, softmax's backward
@@ -377,9 +390,14 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         total_p, _, _, _ = model_params(m, plan, 0)
         enc_p = sum(_encdec_layer_params(m, plan.tp, False, i == 0) for i in range(m.num_layers))
         top = stored_bytes(m, xd, m.decoder_layers - 1, _policy(plan, m.num_layers + m.decoder_layers - 1), "cross")
+        # the same attention backward in the bottom encoder layer: the layers above have freed what they
+        # kept; the bottom layer holds everything (recomputed under checkpointing)
+        enc_bottom = enc_bwd - enc + stored_bytes(m, xe, 0, "none")
         return NativeActivations(stored, peak, head_backward(m, plan, xd), layer_peak, f"encoder-decoder; {what}",
                                  enc_bwd, 1 - enc_p / total_p, top_layer=top, layers=m.decoder_layers,
-                                 layer_params=model_params(m, plan, 0)[2], head_tokens=xd.tokens)
+                                 layer_params=model_params(m, plan, 0)[2], head_tokens=xd.tokens,
+                                 enc_bottom=enc_bottom, enc_layer_params=_encdec_layer_params(m, plan.tp, False, False),
+                                 head_kept=kept + head_in + dec_norm)
     x = shape_of(m, plan, stack, m.seq_length, device=device)
     layers = stage_layers(m, plan)[stage]
     per_mb = sum(stored_bytes(m, x, i, _policy(plan, i)) for i in layers)
@@ -387,18 +405,26 @@ def native_activations(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Sta
         per_mb += 8 * x.tokens if trains else 0  # token ids (the embedding's backward)
     peak = 0.0
     what = ""
+    head_kept = 0.0
     if last:
-        per_mb += sum(n.nbytes for n in norm_saved(m, x, "final", x.tokens * m.hidden_size / x.sp))
+        head_kept += sum(n.nbytes for n in norm_saved(m, x, "final", x.tokens * m.hidden_size / x.sp))
         if trains and plan.loss != "chunked":  # the chunked loss's chunk copies are the output layer's input
-            per_mb += x.e * x.tokens * m.hidden_size  # the output layer's input (gathered under SP)
+            head_kept += x.e * x.tokens * m.hidden_size  # the output layer's input (gathered under SP)
         kept, peak, what = loss_terms(m, plan, x, trains)
-        per_mb += kept
+        head_kept += kept
+        if plan.pp > 1 and plan.loss != "chunked":
+            # torch.distributed.pipelining keeps the last stage's output (the logits, e T V/t) in its
+            # fwd_cache until that micro-batch's backward (stage.py forward_one_chunk); without PP
+            # torchtitan's trainer drops it before loss.backward() (`del pred`). Under the chunked loss
+            # the output is the hidden states the loss wrapper keeps anyway.
+            head_kept += x.e * x.tokens * local_vocab(m, plan.tp)
+        per_mb += head_kept
     layer_peak = layer_backward_ws(m, plan, x, layers[-1], "decoder") if layers else 0.0
     top = stored_bytes(m, x, layers[-1], _policy(plan, layers[-1])) if layers else 0.0
     biggest = model_params(m, plan, stage)[2]
     return NativeActivations(per_mb * inflight(plan, stage), peak, head_backward(m, plan, x) if last else 0.0,
                              layer_peak, what, top_layer=top, layers=len(layers), layer_params=biggest,
-                             head_tokens=x.tokens)
+                             head_tokens=x.tokens, head_kept=head_kept)
 
 
 def head_backward(m: ModelDims, plan: ExecutionPlan, x: Shape) -> float:
@@ -471,7 +497,8 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
     freed = act.head_bwd - (native_dtypes(plan).compute * act.head_tokens * (local_vocab(m, plan.tp) + m.hidden_size))
     cand(base_p + st.head_ws, base_g + st.head_grad_ws, act.stored + freed, st.head_rs,
          "the output layer's reduce-scatter")
-    # The k-th layer's backward (counted from the top): the kept tensors of the k-1 layers above are
+    # The k-th layer's backward (counted from the top): what the final norm, output layer and loss kept
+    # for this micro-batch is freed (their backward has run); the kept tensors of the k-1 layers above are
     # freed and their sharded gradients exist (reduce-scattered per layer without PP); the running layer
     # is gathered and the next one's all-gather is in flight; the previous layer's reduce-scatter input
     # has not been freed yet (the output unit's has: measured on the trace). Linear in k: k = 1, 2 and
@@ -489,11 +516,28 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
         pending = 0.0 if k == 1 else st.layer_rs
         ahead = one if k < n else emb_unit
         cand(base_p + root + one, base_g + (k - 1) * per_grad + (st.layer_grad_ws if one == 0 else 0.0),
-             act.stored - (k - 1) * act.top_layer + act.layer_peak, ahead + pending, f"layer {k}'s backward")
+             act.stored - act.head_kept - (k - 1) * act.top_layer + act.layer_peak, ahead + pending,
+             f"layer {k}'s backward")
     if act.enc_bwd:
         enc_grads = st.gradients * act.enc_grad_share + st.layer_grad_ws
         cands.append(NativeEstimate(int(st.parameters + st.layer_ws + st.head_ws), int(enc_grads), int(st.optimizer),
                                     int(act.enc_bwd), int(st.layer_rs), int(st.cpu), "the encoder's backward", notes))
+    if act.enc_bottom and plan.lora_rank == 0 and plan.sharding not in ("zero1", "zero2"):
+        # The bottom encoder layer's backward, the last layer backward of a T5 step: every gradient is
+        # reduce-scattered but the root unit's (embedding, head: its post-backward runs at the end of
+        # backward) and the two bottom layers' (the running one's, and the one above, whose reduce-scatter
+        # is in flight); the root holds its unsharded gradients meanwhile: the head's and the shared
+        # embedding's from the decoder's embedding backward (one accumulated gradient when tied), which the
+        # tracker counts as temporaries. The running layer is gathered, its all-gather buffer still held.
+        c = native_dtypes(plan).compute
+        g = native_dtypes(plan).grad
+        shards = plan.dp * plan.cp if plan.sharding in ("fsdp", "zero3") else 1
+        enc_one = c * act.enc_layer_params
+        root_p = st.head_ws / c
+        sharded_g = st.gradients - g * (root_p + 2 * act.enc_layer_params) / shards
+        cands.append(NativeEstimate(int(st.parameters + st.head_ws + enc_one), int(sharded_g), int(st.optimizer),
+                                    int(act.enc_bottom + c * root_p), int(enc_one + g * act.enc_layer_params),
+                                    int(st.cpu), "the bottom encoder layer's backward", notes))
     # after backward FSDP2 has resharded (reshard_after_backward) and reduce-scattered everything: the
     # first stage's last backward is the embedding's: the dense gradient's fp32 accumulation and its
     # cast (embedding_dense_backward); transformers' root unit (embedding and head) is still gathered,

@@ -11,6 +11,7 @@ from tessera.estimator.memory_recipes import (
     NF4_BYTES,
     adapter_params,
     loss_terms,
+    native_activations,
     native_estimate,
     native_state,
     shape_of,
@@ -161,9 +162,9 @@ def test_context_parallel_divides_tokens() -> None:
 
 
 def test_the_peak_moves_through_backward() -> None:
-    # a small vocabulary: the peak is in a layer's backward; at the k-th layer (from the top) the k-1
-    # layers above have their sharded fp32 gradients (4 B x LAYER / 4 ranks each)
-    small = ModelDims(64, 4, 4, 128, 256, ffn_hidden=128, gated=True, tied_embeddings=False)
+    # a small vocabulary: the peak is in a layer's backward (what the loss kept is freed by then); at the
+    # k-th layer (from the top) the k-1 layers above have their sharded fp32 gradients (4 B x LAYER / 4 ranks each)
+    small = ModelDims(64, 4, 4, 32, 256, ffn_hidden=128, gated=True, tied_embeddings=False)
     plan = ExecutionPlan(dp=4, sharding="fsdp", loss="fp32", precision="amp")
     est = native_estimate(small, plan, 0, "torchtitan")
     k = int(est.moment.split()[1].split("'")[0])
@@ -241,3 +242,36 @@ def test_dropless_moe_keeps_tokens_times_top_k_rows() -> None:
     rows = 32 * 2  # dropless: every token goes to its top-2 experts
     assert kept["moe.rows_in"] == 2 * rows * 64 and kept["moe.w1"] == kept["moe.prod"] == 2 * rows * 128
     assert kept["moe.probs"] == 4 * 32 * 8  # fp32 routing probabilities
+
+
+def test_t5_bottom_encoder_layer_moment() -> None:
+    # T5 v1.1 XL (google/t5-v1_1-xl config.json) under full checkpointing: the last layer backward of the
+    # step (the bottom encoder layer) is the peak: every sharded gradient exists but the root unit's
+    # (shared embedding + untied head) and the two bottom encoder layers'; the root holds its two
+    # unsharded bf16 gradients (head, shared embedding) as temporaries
+    xl = ModelDims(2048, 24, 32, 32128, 1024, "t5-v1_1-xl", family="encoder-decoder", ffn_hidden=5120,
+                   kv_channels=64, gated=True, tied_embeddings=False, decoder_seq_length=256)
+    plan = ExecutionPlan(dp=8, sharding="fsdp", loss="fp32", precision="amp", checkpointing="full")
+    est = native_estimate(xl, plan, 0, "transformers", device="cpu")
+    assert est.moment == "the bottom encoder layer's backward"
+    layer = 4 * 2048 * 2048 + 3 * 2048 * 5120 + 2 * 2048  # attention, gated MLP, two norm weights
+    root = 2 * 32128 * 2048
+    total = int(native_state(xl, plan, 0, "transformers").gradients) // 4 * 8
+    assert est.gradients == int(4 * (total - root - 2 * layer) / 8)
+    assert est.comm == 2 * layer + 4 * layer  # its all-gather buffer, the layer above's fp32 reduce-scatter input
+
+
+def test_loss_parallel_and_pipeline_held_logits() -> None:
+    # torchtitan's loss parallel holds 12 T V/t beside the kept log-softmax in its backward (8 T V without TP)
+    n, v = 32, 128
+    tp2 = ExecutionPlan(dp=2, tp=2, sequence_parallel=True, sharding="fsdp", loss="fp32", precision="amp")
+    x = shape_of(TINY, tp2, "torchtitan", TINY.seq_length)
+    assert loss_terms(TINY, tp2, x, True)[1] == 12 * n * v // 2
+    one = ExecutionPlan(dp=2, sharding="fsdp", loss="fp32", precision="amp")
+    assert loss_terms(TINY, one, shape_of(TINY, one, "torchtitan", TINY.seq_length), True)[1] == 8 * n * v
+    # the last pipeline stage keeps its output (the bf16 logits) until its backward; without PP it is dropped
+    pp = ExecutionPlan(dp=2, pp=2, grad_accum=1, sharding="fsdp", loss="fp32", precision="amp")
+    a_pp = native_activations(TINY, pp, 1, "torchtitan")
+    last_only = ExecutionPlan(dp=2, sharding="fsdp", loss="fp32", precision="amp")
+    a_one = native_activations(TINY, last_only, 0, "torchtitan")
+    assert a_pp.head_kept - a_one.head_kept == 2 * n * v

@@ -137,9 +137,9 @@ def _peak_tracker(model: Any, opt: Any) -> Any:
     from tessera.estimator.torch.traced import _peak_tracker_class
 
     if isinstance(model, FSDPModule):
-        tracker = _peak_tracker_class(FSDPMemTracker)(model, opt)
+        tracker = _propagation_blind(_peak_tracker_class(FSDPMemTracker))(model, opt)
     else:
-        tracker = _peak_tracker_class(MemTracker)()
+        tracker = _propagation_blind(_peak_tracker_class(MemTracker))()
 
     class StepModTracker(ModTracker):
         """The tracker takes an FSDP module's forward with no parent module but the global one for the
@@ -172,6 +172,49 @@ def _peak_tracker(model: Any, opt: Any) -> Any:
     return tracker
 
 
+_PROPAGATING = [False]
+
+
+def _propagation_blind(base: Any) -> Any:
+    """The tracker, not counting DTensor's sharding propagation.
+
+    DTensor infers an op's output metadata by running the op on fake tensors of the GLOBAL shape
+    (ShardingPropagator._propagate_tensor_meta_non_cached). The tracker skips those ops only when they
+    run under another fake mode than its own; here the whole step runs under one fake mode, which the
+    propagation reuses, so the tracker would count global-sized tensors (e.g. a TP output layer's whole
+    (V, h) weight gradient) that no GPU allocates. While propagating, its ops are passed through."""
+    from torch.distributed.tensor import DTensor
+
+    class Blind(base):  # type: ignore[misc]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if _PROPAGATING[0] and not any(t == DTensor for t in types):
+                return func(*args, **(kwargs or {}))
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+    return Blind
+
+
+@contextlib.contextmanager
+def _propagation_marked() -> Iterator[None]:
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    orig = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def marked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outer = _PROPAGATING[0]
+        _PROPAGATING[0] = True
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            _PROPAGATING[0] = outer
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = marked  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = orig  # type: ignore[method-assign]
+
+
 def measure(model: Any, opt: Any, step: Callable[[], None], *, stack: str, detail: dict[str, Any]) -> RealTrace:
     """Run `step` (forwards, loss, backwards) and the optimizer step under the tracker.
 
@@ -191,7 +234,7 @@ def measure(model: Any, opt: Any, step: Callable[[], None], *, stack: str, detai
     opt.zero_grad(set_to_none=True)
     tracker = _peak_tracker(model, opt)
     tracker.track_external(model, opt)
-    with tracker:
+    with tracker, _propagation_marked():
         step()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -18,7 +18,9 @@ Where the trace departs from a GPU run (docs/estimator-memory.md, "Traced on rea
   the fake process group (seq/cp tokens per rank, FSDP over dp*cp), without the positions torchtitan
   passes for the load-balanced split (the rotary angles, not the bytes, depend on them).
 - pipeline stages run their 1F1B in-flight micro-batches (forwards, then backwards), not
-  torch.distributed.pipelining's schedule objects.
+  torch.distributed.pipelining's schedule objects; the step does what torchtitan's trainer does with
+  the model output: without PP it is dropped before loss.backward() (`del pred`), under PP the last
+  stage's output stays referenced until its backward, as the pipelining stage's fwd_cache keeps it.
 """
 
 from __future__ import annotations
@@ -273,17 +275,27 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
                 return DTensor.from_local(local, dims.get_mesh("tp"),
                                           [Shard(1) if plan.sequence_parallel else Replicate()], run_check=False)
 
+            held: list[Any] = []
+
             def step() -> None:
                 inputs = [torch.zeros(b, s, dtype=torch.long) if first else received() for _ in range(n_in)]
                 outs = runner(inputs)
-                for out in outs:
+                while outs:
+                    out = outs.pop(0)
                     if last:
                         loss, _ = loss_call(out, torch.zeros(b, s, dtype=torch.long))
+                        if plan.pp > 1:
+                            # torch.distributed.pipelining keeps the stage's output in its fwd_cache until
+                            # that micro-batch's backward (stage.py, forward_one_chunk / backward_one_chunk)
+                            held.append(out)
+                        # else torchtitan's trainer drops `pred` before `loss.backward()`
+                        # (trainer.py, _forward_backward_body: `del pred`)
+                        del out
                         loss.backward()
+                        held.clear()
                     else:  # the gradient received from the next stage
                         out.backward(torch.ones_like(out))
-                    del out
-                outs.clear()
+                        del out
 
             detail = {"model": "torchtitan.models.llama3.Llama3Model", "stage": stage, "pp": plan.pp,
                       "layers": len(layers), "fsdp_world": world, "tp": tp, "sequence_parallel": plan.sequence_parallel,
