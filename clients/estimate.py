@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -506,28 +506,32 @@ def _recipe_warnings(warnings: Sequence[str]) -> None:
         sys.stderr.write(f"tessctl: warning: {w}\n")
 
 
-def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
-    spec = _job(args.filename, args.hf_config)
-    req = memory_request(spec, args.gpu, args.plan, args.mode, args.gpus)
-    resp = _ask(args, "EstimateMemory", req)
+def answer(args: argparse.Namespace, out: Any, method: str, req: Any, table: Callable[[Any, bool], str],
+           warnings: bool = False) -> int:
+    """Ask `method` (in-process or of the service) and print its answer: the whole message as JSON
+    with `-o json`, else `table(response, wide)`; with `warnings`, the response's on stderr first."""
+    resp = _ask(args, method, req)
+    if warnings:
+        _recipe_warnings(resp.warnings)
     if args.output == "json":
         out.write(dumps(to_json(resp)) + "\n")
     else:
-        out.write(memory_table(spec.name, resp, wide=args.output == "wide") + "\n")
+        out.write(table(resp, args.output == "wide") + "\n")
     return 0
+
+
+def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
+    spec = _job(args.filename, args.hf_config)
+    req = memory_request(spec, args.gpu, args.plan, args.mode, args.gpus)
+    return answer(args, out, "EstimateMemory", req, lambda resp, wide: memory_table(spec.name, resp, wide=wide))
 
 
 def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:
     spec = _job(args.filename, args.hf_config)
     cluster = load_cluster(args.cluster)
     req = cells_request(spec, cluster, args.precision, args.max_gpus, args.best)
-    resp = _ask(args, "GetCells", req)
-    _recipe_warnings(resp.warnings)
-    if args.output == "json":
-        out.write(dumps(to_json(resp)) + "\n")
-    else:
-        out.write(cells_table(resp, wide=args.output == "wide", iterations=spec.iterations) + "\n")
-    return 0
+    return answer(args, out, "GetCells", req,
+                  lambda resp, wide: cells_table(resp, wide=wide, iterations=spec.iterations), warnings=True)
 
 
 def cmd_stages(client: Any, args: argparse.Namespace, out: Any) -> int:
@@ -535,14 +539,11 @@ def cmd_stages(client: Any, args: argparse.Namespace, out: Any) -> int:
     cluster = load_cluster(args.cluster) if args.cluster else None
     req = stages_request(spec, args.stages, args.dp, cluster, args.microbatches, args.precision, args.exhaustive,
                          args.overlap_sync)
-    resp = _ask(args, "PlaceStages", req)
-    _recipe_warnings(resp.warnings)
-    if args.output == "json":
-        out.write(dumps(to_json(resp)) + "\n")
-        return 0
-    wide = args.output == "wide"
-    text = [f"Model:     {resp.model_signature}", placement_table("Espresso", resp.placement, wide)]
-    if resp.HasField("optimum"):
-        text.append(placement_table("Optimum", resp.optimum, wide))
-    out.write("\n".join(text) + "\n")
-    return 0
+
+    def table(resp: Any, wide: bool) -> str:
+        text = [f"Model:     {resp.model_signature}", placement_table("Espresso", resp.placement, wide)]
+        if resp.HasField("optimum"):
+            text.append(placement_table("Optimum", resp.optimum, wide))
+        return "\n".join(text)
+
+    return answer(args, out, "PlaceStages", req, table, warnings=True)

@@ -14,15 +14,13 @@ from typing import Any
 
 from tessera.clients import argtypes
 from tessera.clients.estimate import (
-    _ask,
     _estimator_option,
     _gb,
     _hf_config_option,
     _job,
     _plan_text,
-    dumps,
+    answer,
     plan_arg,
-    to_json,
 )
 from tessera.estimator.convert import merged_plan
 from tessera.v1 import common_pb2, estimator_pb2
@@ -78,9 +76,4 @@ def time_table(job: str, resp: estimator_pb2.EstimateTimeResponse, wide: bool = 
 def cmd_time(client: Any, args: argparse.Namespace, out: Any) -> int:
     spec = _job(args.filename, args.hf_config)
     req = time_request(spec, args.gpu, args.plan, args.gpus, args.gpus_per_node)
-    resp = _ask(args, "EstimateTime", req)
-    if args.output == "json":
-        out.write(dumps(to_json(resp)) + "\n")
-    else:
-        out.write(time_table(spec.name, resp, wide=args.output == "wide") + "\n")
-    return 0
+    return answer(args, out, "EstimateTime", req, lambda resp, wide: time_table(spec.name, resp, wide=wide))
