@@ -59,6 +59,22 @@ def test_full_fine_tune_fsdp_shards_state_over_dp() -> None:
     assert tr.optimizer == 8 * N // 4 + 4 * (2 * 9 + 3)  # 9 tensors per layer, embedding, norm, head
 
 
+def test_grad_accumulation_keeps_the_sharded_gradients() -> None:
+    from tessera.estimator.memory_recipes import native_estimate
+
+    # transformers' Trainer keeps .grad between accumulated micro-batches: under FSDP2 the second
+    # micro-batch runs beside the fp32 gradient shards of all N parameters, 4 N / dp bytes
+    plan = PLAN.with_(dp=4, sharding="fsdp", precision="amp", grad_accum=2)
+    tr = trace_real(TINY, plan, stack="transformers")
+    assert tr.detail["accumulated"] == 2
+    assert tr.gradients == tr.detail["tracker_peak"]["Sharded Grad"] == 4 * N // 4
+    n = native_estimate(TINY, plan, 0, "transformers", device="cpu")
+    formula = n.parameters + n.gradients + n.optimizer + n.activations + n.comm
+    assert n.gradients == tr.gradients
+    assert abs(formula - tr.peak) <= 0.02 * tr.peak, tr.to_dict()
+    assert trace_real(TINY, plan.with_(grad_accum=1), stack="transformers").gradients == 0
+
+
 def test_t5_encoder_decoder_traces() -> None:
     # h 64, 4 heads of d_kv 16, gated-GELU ffn 128, V 256, 2 encoder + 2 decoder layers, untied head:
     # encoder layer 4*64*64 + 3*64*128 + 2*64 = 41088; decoder layer 8*64*64 + 3*64*128 + 3*64 = 57536;

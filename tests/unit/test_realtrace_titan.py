@@ -106,6 +106,25 @@ def test_pipeline_stages_hold_their_micro_batches() -> None:
     assert trace_real_peak(model, plan, stack="torchtitan").peak == max(first.peak, last.peak)
 
 
+def test_grad_accumulation_runs_beside_the_first_micro_batch_gradients() -> None:
+    from tessera.estimator.memory_recipes import native_estimate
+
+    # torchtitan's trainer runs grad_accum (forward, loss, backward) pairs before one optimizer step;
+    # FSDP2 accumulates the reduce-scattered fp32 shards in param.grad, so the second micro-batch's
+    # peak holds all of them: 4 N / dp bytes. A third micro-batch repeats the second.
+    plan = FSDP.with_(precision="amp", grad_accum=2)
+    tr = trace_real(TINY, plan, stack="torchtitan")
+    assert tr.detail["accumulated"] == 2
+    assert tr.gradients == tr.detail["tracker_peak"]["Sharded Grad"] == 4 * N // 4
+    n = native_estimate(TINY, plan, 0, "torchtitan", device="cpu")
+    formula = n.parameters + n.gradients + n.optimizer + n.activations + n.comm
+    assert n.gradients == tr.gradients
+    assert abs(formula - tr.peak) <= 0.02 * tr.peak, tr.to_dict()
+    one = trace_real(TINY, plan.with_(grad_accum=1), stack="torchtitan")
+    assert one.gradients < tr.gradients and one.detail["accumulated"] == 1
+    assert trace_real(TINY, plan.with_(grad_accum=3), stack="torchtitan").peak == tr.peak
+
+
 def test_chunked_loss_and_context_parallel_trace(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.distributed.tensor.experimental._context_parallel import _attention
 

@@ -154,6 +154,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
     world = session.fsdp_world(plan)
     b, s = plan.micro_batch, m.seq_length // plan.cp
     t = m.target_length // plan.cp
+    rounds = session.accumulated(plan)  # grad_accum > 1: a second micro-batch beside the first's gradients
     cfg, notes = config_for(m, m.seq_length, plan.flash_attention)
     # plan.flash_attention: SDPA (the CPU flash kernel, storing what a GPU flash kernel stores) or
     # transformers' eager attention (materialised scores and probabilities)
@@ -194,19 +195,24 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
             trainable = [p for p in model.parameters() if p.requires_grad]
             opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=False)
 
-            def step() -> None:
-                x = torch.zeros(b, s, dtype=torch.long)
+            def forward(x: Any) -> Any:
                 if m.family == "encoder-decoder":
-                    out = model(input_ids=x, decoder_input_ids=torch.zeros(b, t, dtype=torch.long),
-                                labels=torch.zeros(b, t, dtype=torch.long))
-                else:
-                    out = model(input_ids=x, labels=x)
-                loss = out.loss
-                del out  # the Trainer keeps only the loss through backward
-                loss.backward()
+                    return model(input_ids=x, decoder_input_ids=torch.zeros(b, t, dtype=torch.long),
+                                 labels=torch.zeros(b, t, dtype=torch.long)).loss
+                return model(input_ids=x, labels=x).loss  # the Trainer keeps only the loss through backward
+
+            # the FSDP root's second forward in one step (gradient accumulation) is accepted by the
+            # tracker only below a parent module
+            run = session.under_parent(forward)
+
+            def step() -> None:
+                for _ in range(rounds):
+                    loss = run(torch.zeros(b, s, dtype=torch.long))
+                    loss.backward()
+                    del loss
 
             detail = {"model": type(model).__name__, "config": type(cfg).__name__, "stage": stage,
-                      "fsdp_world": world, "tokens": [b, s] if m.family != "encoder-decoder" else [b, s, t],
+                      "fsdp_world": world, "accumulated": rounds, "tokens": [b, s] if m.family != "encoder-decoder" else [b, s, t],
                       "precision": prec.note, "checkpointing": ac, "lora": lora, "float8": f8,
                       "reshard_after_forward": reshard, "loss": "transformers ForCausalLMLoss (fp32 logits)",
                       "approximations": notes + adapters.notes(plan)

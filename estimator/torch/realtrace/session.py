@@ -128,6 +128,15 @@ def inflight(plan: ExecutionPlan, stage: int) -> int:
     return 1 if plan.pp == 1 else min(plan.grad_accum, plan.pp - stage)
 
 
+def accumulated(plan: ExecutionPlan) -> int:
+    """Sequential (forward, loss, backward) micro-batches one step runs without PP: two when
+    plan.grad_accum > 1, one otherwise. A trainer with gradient accumulation (torchtitan's
+    gradient_accumulation_steps, transformers' Trainer) keeps the gradients between micro-batches
+    (FSDP2 accumulates the reduce-scattered shards in param.grad), so the second micro-batch runs
+    beside the first one's gradients; a third and later ones repeat the second's memory."""
+    return 1 if plan.pp > 1 else min(plan.grad_accum, 2)
+
+
 def _peak_tracker(model: Any, opt: Any) -> Any:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker

@@ -21,6 +21,9 @@ Where the trace departs from a GPU run (docs/estimator-memory.md, "Traced on rea
   torch.distributed.pipelining's schedule objects; the step does what torchtitan's trainer does with
   the model output: without PP it is dropped before loss.backward() (`del pred`), under PP the last
   stage's output stays referenced until its backward, as the pipelining stage's fwd_cache keeps it.
+- without PP, grad_accum > 1 runs two (forward, loss, backward) micro-batches before the optimizer
+  step, as torchtitan's trainer runs gradient_accumulation_steps of them: the second runs beside the
+  sharded gradients FSDP2 accumulated from the first (later ones repeat the second's memory).
 """
 
 from __future__ import annotations
@@ -217,6 +220,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
     first, last = stage == 0, stage == plan.pp - 1
     b, s = plan.micro_batch, m.seq_length // plan.cp
     n_in = session.inflight(plan, stage)
+    rounds = session.accumulated(plan)  # without PP, grad_accum > 1 runs a second micro-batch after the first
     tp = plan.tp
     with session.fake_world(world * tp), _cpu_meshes():
         # the FSDP mesh folds the cp ranks in (torchtitan's "fsdp" = dp_shard x cp)
@@ -278,6 +282,10 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
             held: list[Any] = []
 
             def step() -> None:
+                for _ in range(rounds):
+                    micro_batches()
+
+            def micro_batches() -> None:
                 inputs = [torch.zeros(b, s, dtype=torch.long) if first else received() for _ in range(n_in)]
                 outs = runner(inputs)
                 while outs:
@@ -299,7 +307,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
 
             detail = {"model": "torchtitan.models.llama3.Llama3Model", "stage": stage, "pp": plan.pp,
                       "layers": len(layers), "fsdp_world": world, "tp": tp, "sequence_parallel": plan.sequence_parallel,
-                      "tokens": [b, s], "inflight": n_in,
+                      "tokens": [b, s], "inflight": n_in, "accumulated": rounds,
                       "precision": prec.note, "checkpointing": ac, "float8": f8,
                       "reshard_after_forward": policy, "loss": "torchtitan " + type(loss_fn).__name__,
                       "context_parallel": (f"torchtitan apply_cp_to_forward, ring attention over {plan.cp} ranks" if ring
