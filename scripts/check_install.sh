@@ -64,12 +64,11 @@ grep -Eq '^CATEGORY +BYTES +GB +GIB$' "$log" && grep -Eq '^total +[0-9]+ ' "$log
   || fail "tessctl estimate memory printed no memory table"
 ok "tessctl estimate memory -f examples/jobs/tiny.yaml --gpu a100-80gb prints its table"
 
-# The README's own example (its llama.yaml and command), with the total the README prints.
-printf 'name: llama\nmodel: llama2-7b\nglobal_batch_size: 64\niterations: 1000\n' >"$tmp/llama.yaml"
-run "the README's tessctl estimate memory example" "$venv/bin/tessctl" estimate memory -f "$tmp/llama.yaml" \
-  --gpu a100-80gb --plan dp=2,tp=4,micro_batch=1,sharding=zero1,checkpointing=selective
-grep -Eq '^total +29814816768 ' "$log" || fail "the README's example printed another total than the README's"
-ok "the README's llama2-7b example prints the README's total (29814816768 B)"
+# The README's own example (its job file and command), with the total the README prints.
+run "the README's tessctl estimate memory example" "$venv/bin/tessctl" estimate memory \
+  -f "$repo/examples/estimate/llama3-8b-fsdp.yaml" --gpu h100-80gb --plan dp=8,micro_batch=1
+grep -Eq '^total +44259907584 ' "$log" || fail "the README's example printed another total than the README's"
+ok "the README's llama3.1-8b FSDP example prints the README's total (44259907584 B)"
 
 # The folders of the checkout install under tessera.*: their own names must not be importable.
 for name in controller nodeagent estimator clients common tessera_common; do
