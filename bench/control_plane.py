@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -24,6 +23,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchio import write_result
 
 from tessera.common import identity
 from tessera.common.localcluster import ca_only, start_controller, tls_config
@@ -141,10 +142,7 @@ def main() -> None:
     p.add_argument("--out", default="bench/results")
     args = p.parse_args()
     result = asyncio.run(run(args))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "control_plane.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, "control_plane.json", result)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchio import write_result
+
 from tessera.clients.sdk import Client
 from tessera.common.localcluster import REPO, Daemon, kill_strays, start_agent, start_controller, wait_for
 from tessera.v1 import common_pb2 as P
@@ -145,10 +147,7 @@ def main() -> None:
         "goal": "overlap_s.max == 0 (the stale attempt stops before the new one starts)",
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "double_run.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, "double_run.json", result)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import shutil
 import statistics
 import sys
@@ -29,6 +28,8 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchio import write_result
 
 from tessera.clients.sdk import Client, RpcError
 from tessera.common.localcluster import Daemon, local_tokens, start_controller, start_etcd
@@ -118,10 +119,7 @@ def main() -> None:
     p.add_argument("--out", default="bench/results")
     args = p.parse_args()
     result = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "failover.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, "failover.json", result)
 
 
 if __name__ == "__main__":

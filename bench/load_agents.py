@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import datetime
-import json
 import multiprocessing as mp
 import os
 import queue
@@ -47,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc
+from benchio import write_result
 
 from tessera.common import identity, tls
 from tessera.common.localcluster import Daemon, pki, start_controller, use_pki
@@ -308,10 +308,7 @@ def main() -> None:
     p.add_argument("--out", default="bench/results")
     args = p.parse_args()
     result = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "load_agents.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, "load_agents.json", result)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchio import write_result
+
 from tessera.clients.trainer.reference.local import plan_envs
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -214,10 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "morphling_seconds_per_reconfiguration": MORPHLING_SECONDS,
         "results": results,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "migration_overhead.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+    write_result(args.out, "migration_overhead.json", report)
     return 0
 
 
