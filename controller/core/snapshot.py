@@ -33,6 +33,12 @@ class NodeView:
     id: str
     gpus: tuple[GpuView, ...]
     busy: frozenset[int] = frozenset()
+    # Host resources (Morphling treats CPUs and host memory as resources next to GPUs: ZeRO-Offload
+    # needs host memory and CPU threads). 0 = not reported (the node is not limited by them).
+    cpus: int = 0
+    host_memory_bytes: int = 0
+    busy_cpus: int = 0
+    busy_host_memory_bytes: int = 0
 
     def idle(self) -> tuple[GpuView, ...]:
         return tuple(g for g in self.gpus if g.index not in self.busy)
@@ -56,6 +62,42 @@ class NodeView:
         return tuple(out)
 
 
+class Priority(StrEnum):
+    GUARANTEED = "guaranteed"
+    BEST_EFFORT = "best-effort"
+
+
+class Objective(StrEnum):
+    DEFAULT = ""  # the policy's own objective (throughput, deadlines)
+    COST = "cost"  # Espresso: the cheapest allocation that meets the job's SLO
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What a guaranteed job was promised (Morphling Sec. 4; the workload's num_gpus, num_cpus,
+    exec_plan columns): its progress must never fall behind what this gives. `gpu_type` "" = the
+    type the job runs on; `plan` is the plan's name in the estimates' own vocabulary ("zero-dp",
+    "ga", "248", an ExecutionPlan key...), "" = the best plan on those resources."""
+
+    gpus: int
+    cpus: int = 0
+    plan: str = ""
+    gpu_type: str = ""
+
+
+@dataclass(frozen=True)
+class TenantQuota:
+    """A tenant and its guaranteed GPUs per type (controller configuration). Guaranteed jobs of the
+    tenant whose promises fit in what is left of its quota are admitted at once, preempting
+    best-effort work; best-effort jobs may borrow idle quota and are the first shrunk or preempted."""
+
+    name: str
+    gpus: tuple[tuple[str, int], ...] = ()  # (GPU type, GPUs), sorted by type
+
+    def quota(self, gpu_type: str) -> int:
+        return dict(self.gpus).get(gpu_type, 0)
+
+
 @dataclass(frozen=True)
 class JobView:
     id: str
@@ -77,6 +119,15 @@ class JobView:
     # The job's recipe (JobSpec.plan: precision, checkpointing, LoRA, ...; estimator/cell_recipe.py):
     # its Cells and memory are estimated with it. None = the Cells' own recipe.
     recipe: JobRecipe | None = None
+    # Multi-tenancy (Morphling Sec. 4): the job's tenant and class. A guaranteed job may hold the
+    # promise it was given; its progress must never fall behind what the promise gives.
+    tenant: str = ""
+    priority: Priority = field(default_factory=lambda: Priority.BEST_EFFORT)
+    promise: Promise | None = None
+    # Espresso: the objective the job asks for ("" = the policy's, "cost" = cheapest allocation
+    # meeting the SLO) and its SLO: seconds within which its remaining iterations must run (0 = none).
+    objective: Objective = field(default_factory=lambda: Objective.DEFAULT)
+    slo_s: float = 0.0
 
     @property
     def key(self) -> str:
@@ -157,6 +208,11 @@ class Snapshot:
     arrivals: tuple[str, ...] | None = None
     # Jobs that left (finished, failed, cancelled) since the last round.
     departures: int = 0
+    # Tenants with quotas (controller configuration); empty = no quotas, every job best-effort.
+    tenants: tuple[TenantQuota, ...] = ()
+    # Seconds one reconfiguration (checkpoint, stop, restart) costs a job, as the caller measures or
+    # assumes it: policies that reconfigure count it (Morphling's 260 s in its artifact).
+    restart_cost_s: float = 0.0
 
 
 class Action(StrEnum):
