@@ -81,7 +81,11 @@ class StagePlacer:
     """Places one model on one allocation; stage costs are memoised per (pool, position, operator range)."""
 
     def __init__(self, model: CellModel, pools: Sequence[GpuPool], dp: int, num_microbatches: int | None = None,
-                 config: CellConfig | None = None, comm: CommModel | None = None, overlap_sync: bool = False) -> None:
+                 config: CellConfig | None = None, comm: CommModel | None = None, overlap_sync: bool = False,
+                 cache: dict[tuple[GpuPool, int, int, int], StageCost] | None = None) -> None:
+        """`cache`: a stage-cost memo to share between placers of one model, stage count, dp,
+        micro-batch count, config and comm model (the key holds only the pool, position and range):
+        the cost tree (cost_tree.py) places many allocations of one shape and reuses the costs."""
         if model.family == "wresnet":
             raise CellInputError("family", "stage placement covers transformer layers, not a Wide-ResNet")
         if not pools:
@@ -112,7 +116,7 @@ class StagePlacer:
         self.num_microbatches = b
         self.comm = comm or CommModel()
         self.ops: tuple[Operator, ...] = model_operators(model)
-        self._cache: dict[tuple[GpuPool, int, int, int], StageCost] = {}
+        self._cache: dict[tuple[GpuPool, int, int, int], StageCost] = {} if cache is None else cache
 
     # -- the estimate of one plan --------------------------------------------------------------------
 
@@ -142,6 +146,10 @@ class StagePlacer:
     def _nodes(self, pool: GpuPool) -> int:
         """Nodes a stage of dp GPUs of this pool spans."""
         return math.ceil(self.dp / min(self.dp, pool.gpus_per_node))
+
+    def transfer_time(self, prev: GpuPool, cur: GpuPool, start: int) -> float:
+        """The inter-stage time a stage starting at operator `start` on `cur` pays after `prev`."""
+        return self._p2p(prev, cur, start)
 
     def _p2p(self, prev: GpuPool, cur: GpuPool, start: int) -> float:
         """Activation forward and gradient backward between two stages on different nodes: over the

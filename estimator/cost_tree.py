@@ -1,0 +1,407 @@
+"""The cheapest mixed-GPU allocation under a time SLO: Espresso's GPU allocator (Sec. III-B, Alg. 1),
+with its stage placer (Alg. 2, stage_placer.py) at the leaves.
+
+Espresso: "Cost-Efficient Large Model Training by Exploiting GPU Heterogeneity in the Cloud", IEEE
+INFOCOM 2025 (docs/reference/papers.md). Its problem (Eq. 1-3): given GPU types t with prices c_t per
+hour and quotas Lim_t, a job of z iterations and an SLO, choose the allocation N (types and counts)
+and the stage placement G minimising C = z T_iter (sum_t c_t n_t) subject to z T_iter <= T_SLO and
+n_t <= Lim_t. An allocation here is a pipeline of k stages, each of dp GPUs of one type (Espresso's
+uniform DP size d per stage), so n_t = dp x (stages of type t); T_iter is the stage placer's estimate
+of the placement Alg. 2 builds for it (docs/estimator-stage-placer.md).
+
+The cost tree (Alg. 1): one tree per (dp, k) in the boundaries (BP: k from 1 to max_stages and the
+model's layers; dp over the divisors of the micro-batch size the placer uses for k stages, within
+the largest quota), a node fixing how many stages take each type in turn (Alg. 1 line 20), so a
+root-to-leaf path is one multiset of k stage types. All trees share one priority queue ordered by a
+lower bound on the cost of any allocation below a node, expanded best first; a node is dropped when
+its lower-bound time exceeds the SLO or its stages cannot hold the model (TCP), or when its lower-bound
+cost exceeds the cheapest feasible allocation found so far (CP). The search stops when the queue's
+least bound exceeds that allocation's cost: every allocation not scored then costs more. The bounds
+(cost_bounds.py) are derived from the same estimate that scores the leaves, so, unlike the paper's
+(whose Eq. 5 cost model is not a bound of its estimator's time, and whose published allocator misses
+cheaper plans its estimator scores), they never exceed it: the tree returns the exhaustive optimum.
+
+`exhaustive_cheapest` scores every allocation of the same space with the same placement (Espresso's
+"Optimal", Sec. V). Baselines (Sia+, Whale+, HPH+): cost_baselines.py. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from tessera.common.errors import InvalidArgument, InvalidInput
+from tessera.common.gpus import UnknownGpuError, lookup
+from tessera.estimator.cells import CellConfig, CellInputError, CellModel, GpuPool
+from tessera.estimator.cost_bounds import Shape, bound, build_shape, microbatches
+from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
+
+__all__ = ["CostInputError", "CostPlan", "CostStage", "GpuOffer", "NoFeasiblePlan", "cheapest_plan",
+           "count_allocations", "exhaustive_cheapest", "fastest_plan"]
+
+Leaf = Callable[[StagePlacer], HeteroPlan]
+# Slack on the pruning comparisons: a bound equal to a cost in exact arithmetic may round above it.
+_SLACK = 1e-9
+
+
+class CostInputError(InvalidArgument, ValueError):
+    """Bad input to the cost tree; `field` names it (``offers[1].price_per_hour``, ``slo_s``...)."""
+
+
+class NoFeasiblePlan(InvalidInput, ValueError):
+    """No allocation within the quotas meets the SLO. `best_time_s` is the least time (all the
+    iterations) any allocation reaches, inf when none holds the model in memory; `reason` says why."""
+
+    def __init__(self, best_time_s: float, reason: str) -> None:
+        super().__init__(reason)
+        self.best_time_s = best_time_s
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[NoFeasiblePlan], tuple[float, str]]:
+        return type(self), (self.best_time_s, self.reason)
+
+
+@dataclass(frozen=True)
+class GpuOffer:
+    """GPUs one can rent: `quota` of `gpu_type` (a catalog name or alias) at `price_per_hour` each.
+    `gpus_per_node` and `nic_gbps` (GB/s per direction, GpuPool's unit) say how they are wired."""
+
+    gpu_type: str
+    price_per_hour: float
+    quota: int
+    gpus_per_node: int = 8
+    nic_gbps: float = 12.5
+
+    def __post_init__(self) -> None:
+        try:
+            entry = lookup(str(self.gpu_type))
+        except UnknownGpuError as exc:
+            raise CostInputError("gpu_type", str(exc)) from exc
+        object.__setattr__(self, "gpu_type", entry.name)
+        p = self.price_per_hour
+        if p is None or isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < math.inf:
+            raise CostInputError("price_per_hour", f"must be a number >= 0, got {p!r}")
+        for f in ("quota", "gpus_per_node"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise CostInputError(f, f"must be an integer >= 1, got {v!r}")
+        n = self.nic_gbps
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 < n < math.inf:
+            raise CostInputError("nic_gbps", f"must be a number > 0, got {n!r}")
+
+
+@dataclass(frozen=True)
+class CostStage:
+    """Stage i: `dp` GPUs of `gpu_type` holding transformer layers [first_layer, first_layer + layers)."""
+
+    gpu_type: str
+    dp: int
+    first_layer: int
+    layers: int
+
+
+@dataclass(frozen=True)
+class CostPlan:
+    """An allocation, its placement and what it costs. `cost` = price x GPUs x time (Espresso Eq. 1),
+    in the offers' currency; `total_time_s` = iterations x `iter_time_s`. `explored`: nodes expanded
+    and allocations placed; `placed`: allocations scored by the stage placer; `pruned`: nodes
+    discarded by the bounds (or never expanded once the search stopped)."""
+
+    stages: tuple[CostStage, ...]
+    gpus: tuple[tuple[str, int], ...]
+    dp: int
+    num_microbatches: int
+    iter_time_s: float
+    total_time_s: float
+    cost: float
+    price_per_hour: float
+    estimate: HeteroPlan
+    explored: int = 0
+    placed: int = 0
+    pruned: int = 0
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(n for _, n in self.gpus)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    def allocation(self) -> str:
+        """e.g. "2 x RTX-A6000-48GB + 1 x RTX-3090-24GB"."""
+        return " + ".join(f"{n} x {t}" for t, n in self.gpus)
+
+    def describe(self) -> str:
+        """e.g. "[RTX-3090-24GB:9, RTX-A6000-48GB:18] dp2 mb8" (the placer's form)."""
+        return self.estimate.describe()
+
+
+@dataclass(frozen=True)
+class _Problem:
+    model: CellModel
+    offers: tuple[GpuOffer, ...]
+    iterations: int
+    slo_s: float
+    config: CellConfig
+    max_stages: int
+    overlap_sync: bool
+    shapes: tuple[Shape, ...]
+
+
+@dataclass
+class _Stats:
+    expanded: int = 0
+    placed: int = 0
+    pruned: int = 0
+
+
+def _check(model: object, offers: object, iterations: object, slo_s: object, max_stages: object,
+           cluster: Mapping[str, int] | None) -> tuple[GpuOffer, ...]:
+    if not isinstance(model, CellModel):
+        raise CostInputError("model", f"must be a CellModel, got {type(model).__name__}")
+    if model.family == "wresnet":
+        raise CostInputError("model", "the stage placer splits transformer layers, not a Wide-ResNet")
+    if isinstance(offers, (str, bytes)) or not isinstance(offers, Sequence) or not offers:
+        raise CostInputError("offers", "need at least one GPU offer")
+    seen: dict[str, int] = {}
+    for i, o in enumerate(offers):
+        if not isinstance(o, GpuOffer):
+            raise CostInputError(f"offers[{i}]", f"must be a GpuOffer, got {type(o).__name__}")
+        if o.gpu_type in seen:
+            raise CostInputError(f"offers[{i}].gpu_type", f"{o.gpu_type} is offered twice (offers[{seen[o.gpu_type]}])")
+        seen[o.gpu_type] = i
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise CostInputError("iterations", f"must be an integer >= 1, got {iterations!r}")
+    if isinstance(slo_s, bool) or not isinstance(slo_s, (int, float)) or not slo_s > 0 or math.isnan(slo_s):
+        raise CostInputError("slo_s", f"must be a number of seconds > 0, got {slo_s!r}")
+    if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
+        raise CostInputError("max_stages", f"must be an integer >= 1, got {max_stages!r}")
+    if cluster is not None:
+        have: dict[str, int] = {}
+        for name, n in cluster.items():
+            try:
+                have[lookup(name).name] = have.get(lookup(name).name, 0) + int(n)
+            except UnknownGpuError as exc:
+                raise CostInputError("cluster", str(exc)) from exc
+        for i, o in enumerate(offers):
+            if o.quota > have.get(o.gpu_type, 0):
+                raise CostInputError(f"offers[{i}].quota", f"{o.quota} x {o.gpu_type} exceeds the cluster's "
+                                                           f"{have.get(o.gpu_type, 0)}")
+    return tuple(offers)
+
+
+def _prepare(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float,
+             config: CellConfig | None, max_stages: int, cluster: Mapping[str, int] | None,
+             overlap_sync: bool) -> _Problem:
+    offs = _check(model, offers, iterations, slo_s, max_stages, cluster)
+    cfg = config or CellConfig()
+    most = max(o.quota for o in offs)
+    shapes: list[Shape] = []
+    for k in range(1, min(max_stages, model.num_layers) + 1):
+        b = microbatches(model, k, cfg)
+        per_micro = model.global_batch // b
+        # BP: dp divides the micro-batch (whole samples per rank) and fits in some quota
+        for dp in (d for d in range(1, min(per_micro, most) + 1) if per_micro % d == 0):
+            usable = [o for o in offs if o.quota >= dp]
+            if sum(o.quota // dp for o in usable) < k:
+                continue
+            # pools sized to the shape (k x dp of each type), so one placer check passes for every
+            # allocation; the quotas are enforced by the search (caps), not by the pools
+            pools = {o.gpu_type: GpuPool(o.gpu_type, k * dp, o.gpus_per_node, nic_gbps=o.nic_gbps) for o in usable}
+            try:
+                shapes.append(build_shape(model, pools, {o.gpu_type: o.price_per_hour for o in usable},
+                                          {o.gpu_type: o.quota for o in usable}, dp, k, b, cfg, overlap_sync))
+            except CellInputError as exc:
+                raise CostInputError("model", str(exc)) from exc
+    return _Problem(model, offs, iterations, float(slo_s), cfg, max_stages, overlap_sync, tuple(shapes))
+
+
+def _alloc_cost(p: _Problem, shape: Shape, counts: Mapping[str, int], iter_time: float) -> float:
+    per_hour = shape.dp * sum(n * shape.prices[t] for t, n in counts.items())
+    return p.iterations * iter_time * per_hour / 3600.0
+
+
+def _key(objective: str, cost: float, time: float, gpus: int, desc: str) -> tuple[float, float, int, str]:
+    return (cost, time, gpus, desc) if objective == "cost" else (time, cost, gpus, desc)
+
+
+def _place(p: _Problem, shape: Shape, counts: Mapping[str, int], leaf: Leaf | None) -> HeteroPlan:
+    types = [t for t, n in sorted(counts.items()) for _ in range(n)]
+    sp = shape.placer(p.model, types, p.config, p.overlap_sync)
+    return sp.place() if leaf is None else leaf(sp)
+
+
+def _order(shape: Shape) -> list[str]:
+    """The tree's branching order: types by price x per-layer time (the cheapest work first), which
+    only changes how soon good leaves are found, never which allocation wins."""
+    return sorted(shape.pools, key=lambda t: (shape.prices[t] * shape.e[t], t))
+
+
+def _search(p: _Problem, objective: str, slo_s: float, leaf: Leaf | None,
+            only: Callable[[Shape, Mapping[str, int]], bool] | None = None
+            ) -> tuple[tuple[Shape, dict[str, int], HeteroPlan] | None, _Stats]:
+    """Best-first branch and bound over every (dp, k) tree at once. `objective` "cost" or "time"."""
+    st = _Stats()
+    orders = [_order(s) for s in p.shapes]
+    heap: list[tuple[float, int, int, int, tuple[int, ...]]] = []
+    tie = itertools.count()
+    best: tuple[Shape, dict[str, int], HeteroPlan] | None = None
+    best_key: tuple[float, float, int, str] | None = None
+
+    def push(si: int, j: int, counts: tuple[int, ...]) -> None:
+        shape, order = p.shapes[si], orders[si]
+        fixed = dict(zip(order, counts, strict=False))
+        s = sum(counts)
+        rest = order[j:] if s < shape.k else []
+        bd = bound(shape, fixed, rest, p.iterations)
+        lb = bd.cost if objective == "cost" else bd.time_s
+        if (not bd.completes or not bd.holds or bd.time_s * (1 - _SLACK) > slo_s
+                or (best_key is not None and lb * (1 - _SLACK) > best_key[0])):
+            st.pruned += 1
+            return
+        heapq.heappush(heap, (lb, next(tie), si, j, counts))
+
+    for si in range(len(p.shapes)):
+        push(si, 0, ())
+    while heap:
+        lb, _, si, j, counts = heapq.heappop(heap)
+        if best_key is not None and lb * (1 - _SLACK) > best_key[0]:
+            st.pruned += 1 + len(heap)
+            break
+        shape, order = p.shapes[si], orders[si]
+        s = sum(counts)
+        if s == shape.k:  # a complete allocation: place it
+            alloc = {t: n for t, n in zip(order, counts, strict=False) if n}
+            if only is not None and not only(shape, alloc):
+                continue
+            hp = _place(p, shape, alloc, leaf)
+            st.placed += 1
+            total = p.iterations * hp.iter_time
+            if not hp.fits or total > slo_s:
+                continue
+            key = _key(objective, _alloc_cost(p, shape, alloc, hp.iter_time), total,
+                       shape.dp * shape.k, hp.describe())
+            if best_key is None or key < best_key:
+                best, best_key = (shape, alloc, hp), key
+            continue
+        st.expanded += 1
+        t = order[j]
+        for y in range(min(shape.caps[t], shape.k - s) + 1):
+            if j + 1 == len(order) and s + y < shape.k:
+                continue
+            push(si, j + 1, (*counts, y))
+    return best, st
+
+
+def _plan(p: _Problem, found: tuple[Shape, dict[str, int], HeteroPlan], st: _Stats) -> CostPlan:
+    shape, alloc, hp = found
+    stages, first = [], 0
+    for s in hp.stages:
+        stages.append(CostStage(s.pool.gpu, shape.dp, first, s.layers))
+        first += s.layers
+    gpus = tuple(sorted((t, n * shape.dp) for t, n in alloc.items()))
+    per_hour = sum(n * shape.prices[t] for t, n in gpus)
+    return CostPlan(tuple(stages), gpus, shape.dp, shape.b, hp.iter_time, p.iterations * hp.iter_time,
+                    _alloc_cost(p, shape, alloc, hp.iter_time), per_hour, hp,
+                    st.expanded + st.placed, st.placed, st.pruned)
+
+
+def _infeasible(p: _Problem, leaf: Leaf | None) -> NoFeasiblePlan:
+    fastest, _ = _search(p, "time", math.inf, leaf)
+    where = f"{len(p.offers)} GPU type(s) within their quotas, at most {p.max_stages} stages"
+    if fastest is None:
+        return NoFeasiblePlan(math.inf, f"slo_s: no allocation of {where} holds {p.model.name or 'the model'} "
+                                        "in GPU memory")
+    hp = fastest[2]
+    best = p.iterations * hp.iter_time
+    return NoFeasiblePlan(best, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
+                                f"{p.slo_s:g} s; the fastest takes {best:.1f} s ({hp.describe()})")
+
+
+def cheapest_plan(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float, *,
+                  config: CellConfig | None = None, max_stages: int = 8, cluster: Mapping[str, int] | None = None,
+                  overlap_sync: bool = False) -> CostPlan:
+    """The cheapest allocation (Alg. 1's cost tree, Alg. 2 at its leaves) whose `iterations` run within
+    `slo_s` seconds; NoFeasiblePlan when none does. `cluster` ({type: GPUs}): the quotas may not exceed it."""
+    p = _prepare(model, offers, iterations, slo_s, config, max_stages, cluster, overlap_sync)
+    return _solve(p, None)
+
+
+def _solve(p: _Problem, leaf: Leaf | None,
+           only: Callable[[Shape, Mapping[str, int]], bool] | None = None) -> CostPlan:
+    found, st = _search(p, "cost", p.slo_s, leaf, only)
+    if found is None:
+        raise _infeasible(p, leaf)
+    return _plan(p, found, st)
+
+
+def fastest_plan(model: CellModel, offers: Sequence[GpuOffer], iterations: int, *,
+                 config: CellConfig | None = None, max_stages: int = 8,
+                 cluster: Mapping[str, int] | None = None, overlap_sync: bool = False) -> CostPlan:
+    """The fastest allocation within the quotas (the same tree, ordered by time); NoFeasiblePlan
+    (best time inf) when none holds the model."""
+    p = _prepare(model, offers, iterations, math.inf, config, max_stages, cluster, overlap_sync)
+    found, st = _search(p, "time", math.inf, None)
+    if found is None:
+        raise _infeasible(p, None)
+    return _plan(p, found, st)
+
+
+def _allocations(p: _Problem) -> Iterator[tuple[Shape, dict[str, int]]]:
+    for shape in p.shapes:
+        types = sorted(shape.pools)
+        for combo in itertools.combinations_with_replacement(types, shape.k):
+            alloc = {t: combo.count(t) for t in types if t in combo}
+            if all(n <= shape.caps[t] for t, n in alloc.items()):
+                yield shape, alloc
+
+
+def count_allocations(model: CellModel, offers: Sequence[GpuOffer], *, config: CellConfig | None = None,
+                      max_stages: int = 8) -> int:
+    """How many allocations `exhaustive_cheapest` would place (to decide whether it is affordable)."""
+    p = _prepare(model, offers, 1, math.inf, config, max_stages, None, False)
+    return sum(1 for _ in _allocations(p))
+
+
+def exhaustive_cheapest(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float, *,
+                        config: CellConfig | None = None, max_stages: int = 8,
+                        cluster: Mapping[str, int] | None = None, overlap_sync: bool = False) -> CostPlan:
+    """Every allocation of the tree's space placed by Alg. 2 and costed, no pruning: the optimum the
+    tree must return. For small instances (count_allocations says how many)."""
+    p = _prepare(model, offers, iterations, slo_s, config, max_stages, cluster, overlap_sync)
+    return _exhaustive(p, None)
+
+
+def _exhaustive(p: _Problem, leaf: Leaf | None,
+                only: Callable[[Shape, Mapping[str, int]], bool] | None = None) -> CostPlan:
+    st = _Stats()
+    best: tuple[Shape, dict[str, int], HeteroPlan] | None = None
+    best_key: tuple[float, float, int, str] | None = None
+    fastest = math.inf
+    fastest_desc = ""
+    for shape, alloc in _allocations(p):
+        if only is not None and not only(shape, alloc):
+            continue
+        hp = _place(p, shape, alloc, leaf)
+        st.placed += 1
+        if not hp.fits:
+            continue
+        total = p.iterations * hp.iter_time
+        if total < fastest:
+            fastest, fastest_desc = total, hp.describe()
+        if total > p.slo_s:
+            continue
+        key = _key("cost", _alloc_cost(p, shape, alloc, hp.iter_time), total, shape.dp * shape.k, hp.describe())
+        if best_key is None or key < best_key:
+            best, best_key = (shape, alloc, hp), key
+    if best is None:
+        where = f"{len(p.offers)} GPU type(s) within their quotas, at most {p.max_stages} stages"
+        if math.isinf(fastest):
+            raise NoFeasiblePlan(math.inf, f"slo_s: no allocation of {where} holds the model in GPU memory")
+        raise NoFeasiblePlan(fastest, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
+                                      f"{p.slo_s:g} s; the fastest takes {fastest:.1f} s ({fastest_desc})")
+    return _plan(p, best, st)
