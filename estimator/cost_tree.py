@@ -310,8 +310,9 @@ def _plan(p: _Problem, found: tuple[Shape, dict[str, int], HeteroPlan], st: _Sta
                     st.expanded + st.placed, st.placed, st.pruned)
 
 
-def _infeasible(p: _Problem, leaf: Leaf | None) -> NoFeasiblePlan:
-    fastest, _ = _search(p, "time", math.inf, leaf)
+def _infeasible(p: _Problem, leaf: Leaf | None,
+                only: Callable[[Shape, Mapping[str, int]], bool] | None = None) -> NoFeasiblePlan:
+    fastest, _ = _search(p, "time", math.inf, leaf, only)
     where = f"{len(p.offers)} GPU type(s) within their quotas, at most {p.max_stages} stages"
     if fastest is None:
         return NoFeasiblePlan(math.inf, f"slo_s: no allocation of {where} holds {p.model.name or 'the model'} "
@@ -335,7 +336,7 @@ def _solve(p: _Problem, leaf: Leaf | None,
            only: Callable[[Shape, Mapping[str, int]], bool] | None = None) -> CostPlan:
     found, st = _search(p, "cost", p.slo_s, leaf, only)
     if found is None:
-        raise _infeasible(p, leaf)
+        raise _infeasible(p, leaf, only)
     return _plan(p, found, st)
 
 
