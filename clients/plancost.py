@@ -60,6 +60,9 @@ def add_arguments(sub: Any, command: Any) -> None:
     p.add_argument("--nic-gbps", type=float, default=12.5, metavar="GB/S",
                    help="network bandwidth between instances, GB/s per direction (default 12.5 = 100 Gb/s; "
                         "Espresso's 2.5 Gb/s is 0.3125)")
+    p.add_argument("--placement", choices=("espresso", "best"), default="espresso",
+                   help="stage placement at the tree's leaves: espresso (Alg. 2, the paper's; default) or best "
+                        "(the best of Alg. 2's, Whale's and HPH's for each allocation: never dearer, slower to find)")
     p.add_argument("--baselines", action="store_true",
                    help="also answer as Sia+ (one type, 2^n GPUs), Whale+ and HPH+ (Espresso Sec. V)")
 
@@ -175,7 +178,10 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
     offers = [GpuOffer(t, prices[t], int(n), args.gpus_per_node, args.nic_gbps) for t, n in sorted(quota.items())]
     model = cell_model(estimator_pb2.GetCellsRequest(model=spec.model, global_batch_size=spec.global_batch_size,
                                                      recipe=spec.plan if spec.HasField("plan") else None))
-    solvers = [("espresso", cheapest_plan)]
+    def tree(*a: Any, **kw: Any) -> CostPlan:
+        return cheapest_plan(*a, placement=args.placement, **kw)
+
+    solvers: list[tuple[str, Any]] = [(args.placement, tree)]
     if args.baselines:
         solvers += [("sia+", sia_plus), ("whale+", whale_plus), ("hph+", hph_plus)]
     answers: list[tuple[str, CostPlan | NoFeasiblePlan, float]] = []
@@ -184,7 +190,7 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
         try:
             got: CostPlan | NoFeasiblePlan = solve(model, offers, int(spec.iterations), slo, max_stages=args.max_stages)
         except NoFeasiblePlan as exc:
-            if label == "espresso":
+            if label == args.placement:
                 raise
             got = exc
         except (CostInputError, CellInputError) as exc:

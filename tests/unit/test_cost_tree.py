@@ -176,3 +176,27 @@ def test_count_allocations_counts_what_the_exhaustive_solver_places() -> None:
     offers = espresso((2, 2, 2, 2))
     n = count_allocations(MID, offers, max_stages=2)
     assert n == exhaustive_cheapest(MID, offers, 5, 1e9, max_stages=2).placed
+
+
+def test_best_placement_is_exact_too_and_never_dearer_than_any_baseline() -> None:
+    from tessera.estimator.cost_baselines import hph_plus, sia_plus, whale_plus
+
+    rng = random.Random(11)
+    for _ in range(8):
+        model, offers, z, stages = _instance(rng)
+        try:
+            slo = 1.5 * fastest_plan(model, offers, z, max_stages=stages).total_time_s
+        except NoFeasiblePlan:
+            continue
+        best = cheapest_plan(model, offers, z, slo, max_stages=stages, placement="best")
+        opt = exhaustive_cheapest(model, offers, z, slo, max_stages=stages, placement="best")
+        assert best.cost == pytest.approx(opt.cost, rel=1e-9)
+        for solve in (cheapest_plan, sia_plus, whale_plus, hph_plus):
+            try:
+                other = solve(model, offers, z, slo, max_stages=stages)
+            except NoFeasiblePlan:
+                continue
+            assert best.cost <= other.cost * (1 + 1e-9), solve.__name__
+    with pytest.raises(CostInputError) as ex:
+        cheapest_plan(SMALL, [GpuOffer("A30", 4, 2)], 10, 100.0, placement="fastest")
+    assert ex.value.field == "placement"
