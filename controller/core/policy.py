@@ -307,7 +307,8 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     ctx.guaranteed = guarantees.promises(adm)
     first = finalize(ctx, policy.plan(ctx), policy.name)
     full = RoundContext(snapshot, estimates, cfg)
-    decisions = guarantees.repair(full, adm, first.decisions, policy.name)
+    decisions = guarantees.repair(full, adm, first.decisions, policy.name,
+                                  bool(getattr(policy, "handles_guarantees", False)))
     full.estimate_calls += ctx.estimate_calls
     full.evaluations += ctx.evaluations
     full.budget_exhausted = full.budget_exhausted or ctx.budget_exhausted
