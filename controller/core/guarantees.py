@@ -91,6 +91,8 @@ class RoundView(Protocol):
 
     def max_per_node(self, gpu_type: str) -> int: ...
 
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]: ...
+
     def total_gpus(self, gpu_type: str) -> int: ...
 
 
@@ -318,11 +320,14 @@ class Guard:
             self._evict(v, job, charge)
         t = charge.gpu_type
         self.state.take(slices, t)
-        est = ctx.best(job, t, charge.gpus, len(slices))
-        cell = Cell(t, charge.gpus, est.cell.stages if est else 0)
+        n = sum(len(s.gpu_indices) for s in slices)
+        est = ctx.best(job, t, n, len(slices))
+        cell = Cell(t, n, est.cell.stages if est else 0)
         plan = synth_plan(job, est, cell)
         it = est.iteration_s if est else 0.0
-        text = (f"{self._tag(job)}: {cell} on {where(slices)} (its promise{self._plan_text(charge)}); "
+        what = (f"its promise{self._plan_text(charge)}" if n == charge.gpus else
+                f"as fast as its promise of {charge.gpus} x {t}{self._plan_text(charge)} by the estimates")
+        text = (f"{self._tag(job)}: {cell} on {where(slices)} ({what}); "
                 f"{thr_text(job, est)}{self._victims_text(set(victims))}")
         if orig is None:
             used = self.adm.used_before.get(jid, 0)
@@ -355,21 +360,27 @@ class Guard:
         return out
 
     def _search(self, job: JobView, gpu_type: str, gpus: int, t_p: float) -> tuple[tuple[Slice, ...], list[str]] | None:
-        """GPUs for the promise (fewest nodes, as fast as t_P) and the victims to free them:
-        none if the free GPUs do; else the cheapest single victim that does; else victims added
-        biggest first until they do, then any that turn out not needed given back."""
+        """GPUs as fast as the promise and the victims to free them. The layouts tried: Morphling's
+        minimum demand first (Sec. 5: "the fewest resources (possibly with a better plan) needed to
+        achieve the performance of the original"), i.e. GPU counts up to the promise's, fewest
+        first, each on the fewest nodes, more nodes only where the estimates say it is as fast.
+        Victims: none if the free GPUs do; else the cheapest single victim that does; else victims
+        added biggest first until they do, then any that turn out not needed given back."""
         cands = [jid for jid, d in self.dec.items()
                  if d.action in _PLACED and jid not in self.adm.charges and self.type_of(d) == gpu_type]
+        cap = self.ctx.max_per_node(gpu_type)
+        counts = sorted({c for c in self.ctx.gpu_counts(job, gpu_type) if 0 < c < gpus} | {gpus})
+        layouts = [(n, n // q) for n in counts for q in quotas(n, cap)
+                   if self.speed(job, gpu_type, n, n // q) <= t_p * (1 + EPS)]
+        if not layouts:
+            return None
 
         def fits(evict: Sequence[str]) -> tuple[Slice, ...] | None:
             for v in evict:
                 self.state.release(self.dec[v].slices, gpu_type)
             try:
-                # fewest nodes first; more only where the estimates say it is still as fast
-                for q in quotas(gpus, self.ctx.max_per_node(gpu_type)):
-                    if self.speed(job, gpu_type, gpus, gpus // q) > t_p * (1 + EPS):
-                        continue
-                    sl = self.state.place(gpu_type, gpus, nodes=gpus // q)
+                for n, k in layouts:
+                    sl = self.state.place(gpu_type, n, nodes=k)
                     if sl is not None:
                         return sl
                 return None

@@ -164,6 +164,12 @@ class Policy(Protocol):
     out (clock, network, randomness) other than through the context, or decide a job it was not
     given; a round over its budget (`ctx.spend()` false) still returns decisions, with direct fits
     only.
+
+    With tenants configured, the guarantee layer (controller/core/guarantees.py) runs around every
+    policy: guaranteed jobs over quota are not in the context, the admitted ones are in
+    `ctx.guaranteed`, and after the policy each admitted job is held to its promise. A policy that
+    handles guarantees itself may say so with a true `handles_guarantees` attribute: the layer then
+    lets it give guaranteed jobs more GPUs than their promise (docs/tenants.md).
     """
 
     @property

@@ -249,3 +249,14 @@ def test_a_running_guaranteed_job_keeps_its_gpus_when_the_policy_hands_them_to_a
     assert d["g1"].action is Action.KEEP and d["g1"].slices == (Slice("x0", (0, 1, 2, 3)),)
     assert d["g2"].action is Action.START and d["g2"].slices == (Slice("x1", (0, 1, 2, 3)),)
     assert "its GPUs stay with guaranteed job g1" in d["g2"].reason
+
+
+def test_fewer_gpus_as_fast_as_the_promise_are_its_minimum_demand() -> None:
+    # This model runs as fast on 2 GPUs as on 4 (Morphling's minRes): with 2 GPUs free it starts there.
+    est = TableEstimates({("k2", "X", 2): 2.0, ("k2", "X", 4): 2.0})
+    g = JobView("g", 0, M, 64, 4, (), "X", 1000, estimate_key="k2", tenant="A", priority=Priority.GUARANTEED,
+                promise=Promise(4))
+    snap = Snapshot(busy_nodes(("x0", (0, 1))), (g,), now=10, tenants=TENANTS)
+    d = {x.job_id: x for x in plan_round(snap, est, Scripted([])).decisions}
+    assert d["g"].action is Action.START and d["g"].cell == Cell("X", 2)
+    assert "as fast as its promise of 4 x X by the estimates" in d["g"].reason
