@@ -311,7 +311,9 @@ class Guard:
             elif orig is None:
                 self.dec[jid] = Decision(jid, Action.PENDING, self._no_room(job, charge),
                                          pending=PendingKind.NO_ROOM_NOW)
-            else:
+            elif not self._restore(jid, f"{why}; no room for its promise, so it keeps what it has", displace=False):
+                # Running below its promise and the policy would stop it: it keeps its GPUs unless a
+                # guaranteed job took them (a stopped job makes no progress at all).
                 self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: no best-effort "
                                                     "work holds enough GPUs to restore its promise")
             return
