@@ -66,3 +66,19 @@ def test_the_mt_tenants_cpus_and_the_promise_time() -> None:
     assert node.cpus == 96 and node.host_memory_bytes == 1600 * 1000**3
     view = JobView("g", 0.0, M, 1, 2, estimate_key="k", promise=Promise(2, 16, "zero-dp"))
     assert promise_time(view, "X", 4, Truth(EST)) == 2.0
+
+
+class _PlanOracle(TableEstimates):
+    """An oracle that times plans: iteration_time(model, placement, plan), as the Morphling oracle
+    does once it reads plans (the promised plan is slower than the best one here)."""
+
+    def iteration_time(self, model: str, placement: str, plan: str = "") -> float:
+        return 3.0 if (placement, plan) == ("2", "zero-dp") else 0.0
+
+
+def test_the_promise_time_uses_the_promised_plan_when_the_oracle_times_plans() -> None:
+    view = JobView("g", 0.0, M, 1, 2, estimate_key="k", promise=Promise(2, 16, "zero-dp"))
+    assert promise_time(view, "X", 4, Truth(_PlanOracle(EST.table))) == 3.0
+    # A plan the oracle has not measured there: the best plan on those GPUs.
+    other = JobView("g", 0.0, M, 1, 2, estimate_key="k", promise=Promise(2, 16, "ga"))
+    assert promise_time(other, "X", 4, Truth(_PlanOracle(EST.table))) == 2.0
