@@ -244,7 +244,15 @@ class Guard:
             verb = {Action.PENDING: "left it waiting", Action.STOP: "would stop it"}.get(d.action, "would drop it")
             return f"{self.name} {verb} ({d.reason}); {p}"
         gpus = sum(len(s.gpu_indices) for s in d.slices)
-        cell = d.cell or Cell(self.type_of(d), gpus)
+        dt = self.type_of(d)
+        cell = d.cell or Cell(dt, gpus)
+        if dt != charge.gpu_type:
+            # A typeless promise holds on the type the job runs on: its t_P there.
+            other = dataclasses.replace(charge.promise, gpu_type=dt)
+            t_p = promise_time(self.ctx, job, other) if not job.promise or not job.promise.gpu_type else 0.0
+            if t_p <= 0:
+                return f"{self.name} placed it on {dt}, not the {charge.gpu_type} of its promise"
+            p = f"its promise gives {t_p:.4g} s/iter on {dt}"
         got = self.decision_speed(job, d)
         if got > t_p * (1 + EPS):
             return f"{self.name}'s {d.action} to {cell} would run at {got:.4g} s/iter, slower than {p}"
@@ -254,8 +262,9 @@ class Guard:
         if d.action is Action.MIGRATE and not self.has_slack(job, t_p):
             return (f"{self.name}'s {d.change or 'move'} to {cell} would cost a restart it has no slack for "
                     f"({job.done_iterations:.0f} iterations done, {p})")
-        if not self.adm.recharge(jid, self.type_of(d)):
-            return f"{self.name} placed it on {self.type_of(d)}, where its tenant has no quota left"
+        if not self.adm.recharge(jid, dt):
+            return f"{self.name} placed it on {dt}, where its tenant has no quota left"
+        self.t_p[jid] = t_p
         return None
 
     def orig_ok(self, jid: str) -> bool:

@@ -260,3 +260,25 @@ def test_fewer_gpus_as_fast_as_the_promise_are_its_minimum_demand() -> None:
     d = {x.job_id: x for x in plan_round(snap, est, Scripted([])).decisions}
     assert d["g"].action is Action.START and d["g"].cell == Cell("X", 2)
     assert "as fast as its promise of 4 x X by the estimates" in d["g"].reason
+
+
+def test_a_promise_without_a_type_counts_against_the_type_the_job_runs_on() -> None:
+    est = TableEstimates({("k", t, n): 8.0 / n for t in ("X", "Y") for n in (1, 2, 4)})
+    nodes = (node("x0"), NodeView("y0", tuple(GpuView(i, "Y", 40 * GB) for i in range(4))))
+    tenants = (TenantQuota("A", (("Y", 4),)),)  # A's quota is on Y only
+
+    def g(jid: str) -> JobView:
+        return JobView(jid, 0, M, 64, 4, (), "", 1000, estimate_key="k", tenant="A",
+                       priority=Priority.GUARANTEED, promise=Promise(4))
+
+    # The policy starts it on X, where A has no quota: the layer moves it to Y.
+    on_x = Decision("g", Action.START, "scripted", slices=(Slice("x0", (0, 1, 2, 3)),), cell=Cell("X", 4),
+                    iteration_s=2.0)
+    d = {x.job_id: x for x in plan_round(Snapshot(nodes, (g("g"),), tenants=tenants), est,
+                                         Scripted([on_x])).decisions}
+    assert d["g"].cell == Cell("Y", 4) and "where its tenant has no quota left" in d["g"].reason
+    # A second one is over quota on every type it may use.
+    plan = plan_round(Snapshot(nodes, (g("g"), g("h")), tenants=tenants), est, make_policy("fcfs"))
+    d = {x.job_id: x for x in plan.decisions}
+    assert d["g"].cell == Cell("Y", 4) and d["h"].action is Action.PENDING
+    assert "X: quota 0, in use 0; Y: quota 4, in use 4" in d["h"].reason
