@@ -14,15 +14,19 @@ calls it and nothing changes):
    type, the quota and the use;
 2. the policy plans the round as always (it sees the admitted jobs and their promises in
    `RoundContext.guaranteed`);
-3. repair: every admitted job whose decision leaves it slower than its promise (left pending,
-   stopped, shrunk, moved to slower GPUs, or moved at all while it has no slack to pay the
-   restart) is fixed: a running one is kept where it was if that met its promise, else it gets
-   the promise's GPUs (fewest nodes) from the GPUs left free by the plan and, where those are not
-   enough, from best-effort work: the fewest victims, borrowers of quota first, jobs the policy
-   was only about to start before running ones. Running victims stop (the engine checkpoints
-   and requeues them), victims the policy was about to start wait. Decisions the policy made that
-   already hold the promise are left exactly as they are: a policy that handles guarantees itself
-   (Morphling's Algorithm 1) is never overridden unless it left a guarantee violated.
+3. repair (`Guard`, two phases): every admitted job whose decision breaks its promise (left
+   pending, stopped, slower than the promise, given more GPUs than the promise by a policy that
+   does not handle guarantees, or moved while it has no slack to pay the restart) is fixed.
+   Phase 1 keeps a running one where it was if that met its promise, whatever the policy put
+   there (a displaced guaranteed job is placed again). Phase 2 gives the others GPUs as fast as
+   the promise (its minimum demand first: fewer GPUs where the estimates say they are as fast)
+   from the GPUs left free by the plan and, where those are not enough, from best-effort work:
+   the fewest victims, borrowers of quota first, jobs the policy was only about to start before
+   running ones, a single victim halved before one preempted. Running victims stop (the engine
+   checkpoints and requeues them) or shrink (migrate to half), victims the policy was about to
+   start wait or start on half. Decisions the policy made that already hold the promise are left
+   exactly as they are: a policy that handles guarantees itself (Morphling's Algorithm 1) is
+   never overridden unless it left a guarantee broken.
 
 "At least as fast as the promise": the estimate of the decision (its `iteration_s`, else the best
 Cell on its GPUs) is at most t_P, the promise's iteration time: the estimates' own
