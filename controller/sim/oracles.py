@@ -28,7 +28,7 @@ from typing import Any
 
 from tessera.common.errors import InvalidInput
 from tessera.controller.core.policy import CellEstimate, Estimates
-from tessera.controller.core.snapshot import Cell, JobView, PlanChoice
+from tessera.controller.core.snapshot import Cell, JobView, PlanChoice, Promise
 from tessera.controller.sim.clusters import ARENA_TYPES
 from tessera.estimator.plans import ExecutionPlan
 
@@ -242,6 +242,17 @@ class MorphlingOracle:
                 out = t / (0.9 ** (servers - k))
         self._fallback[(model, key)] = out
         return out
+
+    def promise_time(self, job: JobView, promise: Promise) -> float:
+        """t_P of the SLA (controller/core/guarantees.py `PromiseTimes`): the promised plan on the
+        promised GPUs placed on the fewest servers; 0 = not measured."""
+        g = promise.gpus
+        if g <= 0:
+            return 0.0
+        k = -(-g // self.per_node)
+        if g % k:
+            return 0.0
+        return self.iteration_time(job.key, str(g // k) * k, promise.plan)
 
     def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
         if nodes <= 0 or gpus % nodes:

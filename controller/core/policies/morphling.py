@@ -47,29 +47,24 @@ class MorphlingOptions:
     offload_cpus_per_gpu: int = 0
     # A shrink or preemption of running work happens only when the job served gains this many
     # times what the shrunk jobs lose (1 = Algorithm 1's plain slope comparison).
-    preempt_factor: float = 1.0
+    preempt_factor: float = 2.0
     # Iterations assumed for a job that does not say how many it has (live jobs without a count).
     unknown_iterations: float = 1e6
     # Extra seconds of lead a guaranteed job must keep over its promise after a reconfiguration.
     guarantee_margin_s: float = 60.0
-    # Aging against starvation: a job's value is multiplied by 1 + (now - submit) / aging_s, so a
-    # long job that has waited gains on the short ones (0 = none: pure shortest-remaining-first).
-    aging_s: float = 0.0
-    # Grow a job past its most efficient point (fewest GPU-seconds to finish) only in rounds where
-    # no job is left waiting: GPUs spent on poor scaling are taken from the queue.
-    efficient_first: bool = False
-    # Starvation limit: a best-effort job in the system this long is placed at its most efficient
-    # point before the slope phase and is not preempted after (0 = none).
-    starve_s: float = 0.0
+    # Hysteresis against thrashing: a running job grows or moves only when its value (completion
+    # rate, the reconfiguration's cost included) gains this factor (1 = any gain).
+    grow_factor: float = 1.5
 
     def __post_init__(self) -> None:
-        for name in ("restart_cost_s", "cpus_per_gpu", "offload_cpus_per_gpu", "guarantee_margin_s", "aging_s",
-                     "starve_s"):
+        for name in ("restart_cost_s", "cpus_per_gpu", "offload_cpus_per_gpu", "guarantee_margin_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise MorphlingInputError(f"option {name} must be a finite number >= 0, got {v!r}")
-        if not self.preempt_factor > 0 or not math.isfinite(self.preempt_factor):
-            raise MorphlingInputError(f"option preempt_factor must be > 0, got {self.preempt_factor!r}")
+        for name in ("preempt_factor", "grow_factor"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1:
+                raise MorphlingInputError(f"option {name} must be a finite number >= 1, got {v!r}")
         if not self.unknown_iterations > 0:
             raise MorphlingInputError(f"option unknown_iterations must be > 0, got {self.unknown_iterations!r}")
 
@@ -111,8 +106,6 @@ class _Round:
         self.point: dict[str, Point] = {}
         self.changed: dict[str, bool] = {}
         self.touched: set[str] = set()  # the jobs the last `schedule` shrank or preempted
-        self._eff: dict[str, int] = {}
-        self.limit_growth = False
         self.cpu_free: dict[str, float] = {
             n.id: float(max(0, n.cpus - n.busy_cpus)) if n.cpus > 0 else math.inf for n in ctx.snap.nodes}
         for jid, a in self.b.allocs.items():
@@ -126,8 +119,7 @@ class _Round:
         """Completion rate 1 / T at point p (T: the remaining iterations there, plus the cost of a
         reconfiguration when p is not how the job runs now)."""
         t = remaining_time(job, p.it, self.o.unknown_iterations) + (self.C if changed else 0.0)
-        w = 1.0 + max(0.0, self.now - job.submit_time) / self.o.aging_s if self.o.aging_s > 0 else 1.0
-        return w / t if t > 0 else math.inf
+        return 1.0 / t if t > 0 else math.inf
 
     def cur_value(self, jid: str) -> float:
         p = self.point.get(jid)
@@ -144,15 +136,7 @@ class _Round:
             return True
         return self.cv.slack_s(job, self.now, self.C) >= self.C + self.o.guarantee_margin_s
 
-    def starving(self, job: JobView) -> bool:
-        """A best-effort job in the system for `starve_s` or more: it gets a minimum, its most
-        efficient point, like a guaranteed job's minRes (0 = never)."""
-        return (self.o.starve_s > 0 and not self.cv.guaranteed(job)
-                and self.now - job.submit_time >= self.o.starve_s)
-
     def min_gpus(self, job: JobView) -> int:
-        if self.starving(job):
-            return self.efficient_gpus(job)
         m = self.cv.min_res(job)
         return m.gpus if m is not None else 0
 
@@ -160,7 +144,6 @@ class _Round:
 
     def run(self) -> list[Decision]:
         self.privileged()
-        self.starved()
         self.by_slope()
         for jid, j in list(self.b.waiting.items()):
             if jid not in self.b.reasons:
@@ -168,50 +151,25 @@ class _Round:
         return self.b.decisions(opportunistic=False)
 
     def privileged(self) -> None:
-        if not self.ctx.snap.tenants:
-            return
-        used: dict[tuple[str, str], int] = {}
-        for jid in self.b.allocs:
-            j = self.jobs[jid]
-            m = self.cv.min_res(j)
-            if m is not None:
-                used[(j.tenant, m.gpu_type)] = used.get((j.tenant, m.gpu_type), 0) + m.gpus
-        quotas = {t.name: t for t in self.ctx.snap.tenants}
-        for j in self.ctx.pending:
-            if not self.cv.guaranteed(j):
-                continue
+        """Algorithm 1 lines 2-3: the guaranteed jobs admitted within quota this round (the
+        guarantee layer admits them and hides those over quota), in queue order, at minRes."""
+        # Largest minRes first (first-fit decreasing): small guaranteed jobs placed first would
+        # split the nodes a large one needs whole.
+        admitted = [j for j in self.ctx.pending if self.cv.guaranteed(j)]
+        admitted.sort(key=lambda j: (-(self.min_gpus(j)), j.submit_time, j.id))
+        for j in admitted:
             m = self.cv.min_res(j)
             if m is None:
-                self.b.pend(j, PendingKind.FITS_NOWHERE,
-                            f"morphling: guaranteed, but its promise cannot run on this cluster "
-                            f"(no estimate for {j.promise.gpus if j.promise else 0} GPUs)")
-                continue
-            tq = quotas.get(j.tenant)
-            left = (tq.quota(m.gpu_type) if tq else 0) - used.get((j.tenant, m.gpu_type), 0)
-            if m.gpus > left:
-                self.b.pend(j, PendingKind.WAITING,
-                            f"morphling: guaranteed job over its tenant's quota: minRes {m.gpus} x {m.gpu_type} "
-                            f"(plan {m.plan or 'best'}), {max(0, left)} left of tenant {j.tenant!r}'s quota")
-                continue
-            if self.schedule(j, m, privileged=True, gain=math.inf):
-                used[(j.tenant, m.gpu_type)] = used.get((j.tenant, m.gpu_type), 0) + m.gpus
-            else:
                 self.b.pend(j, PendingKind.NO_ROOM_NOW,
-                            f"morphling: guaranteed, minRes {m.gpus} x {m.gpu_type} within quota, but no node "
-                            f"can free that many GPUs from jobs over their minimum; {free_text(self.ctx)}")
-
-    def starved(self) -> None:
-        """Jobs waiting past `starve_s`, oldest first, at their most efficient point, shrinking
-        jobs over their minimum as a guaranteed job would (Tiresias-style starvation limit)."""
-        for j in self.ctx.pending:
-            if j.id not in self.b.waiting or j.id in self.b.reasons or not self.starving(j):
+                            "morphling: guaranteed, but no estimate of its promise on this cluster")
                 continue
-            g = self.efficient_gpus(j)
-            pts = [p for p in self.cv.hull(j) if p.gpus == g]
-            if pts and self.schedule(j, pts[0], privileged=True, gain=math.inf):
-                self.b.allocs[j.id].note += f"; waited {self.now - j.submit_time:.0f} s (starvation limit)"
+            if not self.schedule(j, m, privileged=True, gain=math.inf):
+                self.b.pend(j, PendingKind.NO_ROOM_NOW,
+                            f"morphling: guaranteed, minRes {m.gpus} x {m.gpu_type} (plan {m.plan or 'best'}), "
+                            f"but no node can free that many GPUs from jobs over their minimum; "
+                            f"{free_text(self.ctx)}")
 
-    def moves(self, jid: str) -> list[tuple[float, Point]]:
+    def moves(self, jid: str) -> list[tuple[float, Point, float]]:
         """The job's steps up its curve with a positive gain, highest slope first."""
         job = self.jobs[jid]
         if jid in self.b.suspended:
@@ -224,38 +182,18 @@ class _Round:
         if cur is not None and not self.may_pause(job):
             return []
         out = []
-        cap = self.efficient_gpus(job) if self.limit_growth else 0
+        # Hysteresis: a running job reconfigures only for `grow_factor` times its value now.
+        hold = self.o.grow_factor if self.running(jid) and not self.changed.get(jid) else 1.0
         for p in self.cv.hull(job):
-            if p.gpus <= g0 or (cap and p.gpus > max(cap, g0)):
+            if p.gpus <= g0:
                 continue
-            gain = self.value(job, p, True) - v0
+            gain = self.value(job, p, True) - v0 * hold
             if gain > 0:
-                out.append((gain / (p.gpus - g0), p))
+                out.append((gain / (p.gpus - g0), p, gain))
         out.sort(key=lambda sp: (-sp[0], sp[1].gpus))
         return out
 
-    def efficient_gpus(self, job: JobView) -> int:
-        """GPUs of the job's most efficient point: the fewest GPU-seconds to finish, one start
-        included."""
-        got = self._eff.get(job.id)
-        if got is None:
-            hull = self.cv.hull(job)
-            costs = [(p.gpus * (remaining_time(job, p.it, self.o.unknown_iterations) + self.C), p.gpus) for p in hull]
-            got = min(costs)[1] if costs else 0
-            self._eff[job.id] = got
-        return got
-
     def by_slope(self) -> None:
-        """SortBySlope. With `efficient_first`, a first pass stops every job at its most efficient
-        point, and growth past it happens only when no job is left waiting."""
-        self.limit_growth = self.o.efficient_first
-        self._by_slope()
-        if self.limit_growth and not any(j not in self.b.reasons or self.b.kinds.get(j) is not PendingKind.WAITING
-                                         for j in self.b.waiting):
-            self.limit_growth = False
-            self._by_slope()
-
-    def _by_slope(self) -> None:
         heap: list[tuple[float, float, str, int]] = []
         version: dict[str, int] = {}
 
@@ -278,10 +216,9 @@ class _Round:
             if not self.ctx.spend():
                 break
             job = self.jobs[jid]
-            v0 = self.cur_value(jid)
             done = False
-            for _slope, p in self.moves(jid):
-                if self.schedule(job, p, privileged=False, gain=self.value(job, p, True) - v0):
+            for _slope, p, gain in self.moves(jid):
+                if self.schedule(job, p, privileged=False, gain=gain):
                     done = True
                     for v in sorted(self.touched | {jid}):
                         if v not in frozen:
@@ -352,8 +289,8 @@ class _Round:
         on_node: dict[str, list[str]] = {}
         for jid, a in self.b.allocs.items():
             if a.gpu_type == p.gpu_type and jid != job.id:
-                for s in a.slices:
-                    on_node.setdefault(s.node_id, []).append(jid)
+                for sl in a.slices:
+                    on_node.setdefault(sl.node_id, []).append(jid)
         options: list[tuple[float, str, list[_Step]]] = []
         for g in pool.groups:
             if g.capacity < q:
@@ -364,38 +301,59 @@ class _Round:
                 continue
             got = self.victims(g.node_id, on_node.get(g.node_id, []), need)
             if got is not None:
-                options.append((sum(s.loss for s in got), g.node_id, got))
+                options.append((sum(stp.loss for stp in got), g.node_id, got))
         if len(options) < p.nodes:
             return None, [], None
-        options.sort(key=lambda o: (o[0], self.ctx.state.group(o[1], p.gpu_type).order))
+        if privileged:
+            # Pack guaranteed work: the node with the least room outside guaranteed minimums
+            # first, so that whole nodes stay for large guaranteed jobs; then the least loss.
+            def room(node: str) -> int:
+                grp = self.ctx.state.group(node, p.gpu_type)
+                held = sum(self.min_share(jid, node) for jid in on_node.get(node, []))
+                return grp.capacity - held
+            options.sort(key=lambda o: (room(o[1]), o[0], self.ctx.state.group(o[1], p.gpu_type).order))
+        else:
+            options.sort(key=lambda o: (o[0], self.ctx.state.group(o[1], p.gpu_type).order))
         chosen = options[:p.nodes]
-        steps: list[_Step] = []
-        seen: set[str] = set()
+        # A job asked to give GPUs on two nodes takes its deepest step (counted once).
+        merged: dict[str, _Step] = {}
         for _, _, ss in chosen:
-            for s in ss:
-                if s.jid not in seen:  # a job preempted for two nodes is counted once
-                    seen.add(s.jid)
-                    steps.append(s)
-        loss = sum(s.loss for s in steps)
+            for stp in ss:
+                had = merged.get(stp.jid)
+                if had is None or (stp.to.gpus if stp.to else 0) < (had.to.gpus if had.to else 0):
+                    merged[stp.jid] = stp
+        steps = [merged[j] for j in sorted(merged)]
+        loss = sum(stp.loss for stp in steps)
         if not privileged and not gain > self.o.preempt_factor * loss:
             return None, [], None
         # The node's free GPUs after the steps: its own free ones, then what the steps release.
-        slices = []
+        slices: list[Slice] = []
         free_cpu = math.inf
         for _, node, ss in chosen:
             grp = self.ctx.state.group(node, p.gpu_type)
             avail = list(grp.free)
-            for s in steps:
-                a = self.b.allocs[s.jid]
-                kept = {i for k in s.keep if k.node_id == node for i in k.gpu_indices}
+            for stp in steps:
+                a = self.b.allocs[stp.jid]
+                kept = {i for k in stp.keep if k.node_id == node for i in k.gpu_indices}
                 avail += [i for sl in a.slices if sl.node_id == node for i in sl.gpu_indices if i not in kept]
+            if len(avail) < q:
+                return None, [], None  # merged steps left this node short
             slices.append(Slice(node, tuple(sorted(avail)[:q])))
-            cpus = self.cpu_free[node] + sum(self._step_cpus(s, node) for s in steps)
+            cpus = self.cpu_free[node] + sum(self._step_cpus(stp, node) for stp in steps)
             free_cpu = min(free_cpu, cpus)
         pt = self.cv.with_cpus(job, p, free_cpu)
         if pt is None:
             return None, [], None
         return tuple(slices), steps, pt
+
+    def min_share(self, jid: str, node: str) -> int:
+        """GPUs a job must keep on `node`: its minimum'stp share there (0 for best-effort work)."""
+        m = self.min_gpus(self.jobs[jid])
+        a = self.b.allocs[jid]
+        if not m or not a.slices:
+            return 0
+        on = sum(len(sl.gpu_indices) for sl in a.slices if sl.node_id == node)
+        return min(on, -(-m // len(a.slices)))
 
     def _step_cpus(self, s: _Step, node: str) -> float:
         a = self.b.allocs[s.jid]
@@ -432,8 +390,8 @@ class _Round:
         return chosen
 
     def shrink_options(self, jid: str, node: str) -> list[_Step]:
-        """How a job on `node` can give GPUs there: a smaller point on the same node (single-node
-        jobs), or preemption (best-effort only). A guaranteed job keeps its minRes, its promise's
+        """How a job on `node` can give GPUs there: a smaller point on a subset of its nodes (the
+        others kept first), or preemption (best-effort only). A guaranteed job keeps its minRes, its promise's
         speed, and its lead over the promise."""
         a = self.b.allocs[jid]
         job = self.jobs[jid]
@@ -444,19 +402,24 @@ class _Round:
         guaranteed = self.cv.guaranteed(job)
         if not self.may_pause(job):
             return out
-        if cur is not None and len(a.slices) == 1:
+        if cur is not None:
             floor = self.min_gpus(job)
             tp = self.cv.promised_time(job) if guaranteed else math.inf
-            idx = a.slices[0].gpu_indices
+            # Nodes to keep: the others first, so that the shrink frees this one where it can.
+            order = [sl for sl in a.slices if sl.node_id != node] + [sl for sl in a.slices if sl.node_id == node]
             for p in self.cv.hull(job):
-                if p.gpus >= a.gpus or p.nodes != 1 or p.gpus < floor or p.it > tp:
+                if p.gpus >= a.gpus or p.gpus < floor or p.it > tp or p.gpu_type != a.gpu_type:
                     continue
-                if p.gpu_type != a.gpu_type:
+                q = p.gpus // p.nodes
+                if p.nodes > len(a.slices) or any(len(sl.gpu_indices) < q for sl in order[:p.nodes]):
                     continue
-                keep = (Slice(node, idx[:p.gpus]),)
+                keep = tuple(Slice(sl.node_id, sl.gpu_indices[:q]) for sl in order[:p.nodes])
+                freed = on - sum(len(sl.gpu_indices) for sl in keep if sl.node_id == node)
+                if freed <= 0:
+                    continue
                 loss = v0 - self.value(job, p, True)
-                out.append(_Step(jid, p, keep, a.gpus - p.gpus, max(0.0, loss)))
-        if not guaranteed and not self.starving(job):
+                out.append(_Step(jid, p, keep, freed, max(0.0, loss)))
+        if not guaranteed:
             out.append(_Step(jid, None, (), on, v0))
         return out
 

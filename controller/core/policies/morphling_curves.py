@@ -15,9 +15,10 @@ slope-based allocation serves the job that finishes soonest per GPU first, which
 JCT rewards (shortest-remaining-time first), and a reconfiguration that does not pay its cost over
 the remaining time is never a gain.
 
-Guarantees: a guaranteed job with promise P has t_P, the iteration time of P's plan on P's GPUs
-(compact), and minRes, the fewest GPUs whose best plan is at least as fast (Algorithm 1's first
-step; "possibly a better plan"); it never exceeds P's GPUs.
+Guarantees: a guaranteed job admitted within its tenant's quota (the guarantee layer's admission,
+`RoundContext.guaranteed`) with promise P has t_P, the iteration time of P's plan on P's GPUs
+(compact; the same function the layer holds it to), and minRes, the fewest GPUs whose best plan is
+at least as fast (Algorithm 1's first step; "possibly a better plan"); it never exceeds P's GPUs.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import math
 from dataclasses import dataclass
 
 from tessera.common.errors import InvalidInput
+from tessera.controller.core.guarantees import EPS, promise_time
 from tessera.controller.core.policy import CellEstimate, RoundContext
-from tessera.controller.core.snapshot import JobView, Priority
+from tessera.controller.core.snapshot import JobView, Promise
 
 OFFLOAD_PLANS = frozenset({"zero-offload"})
 
@@ -149,37 +151,23 @@ class Curves:
     # ------------------------------------------------------------------ guarantees
 
     def guaranteed(self, job: JobView) -> bool:
-        return job.priority == Priority.GUARANTEED and job.promise is not None and bool(self.ctx.snap.tenants)
+        """Admitted within its tenant's quota this round (the guarantee layer's admission,
+        controller/core/quotas.py: `RoundContext.guaranteed`)."""
+        return job.id in self.ctx.guaranteed
 
-    def promise_type(self, job: JobView) -> str:
-        pr = job.promise
-        types = [t for t in self.ctx.types() if not job.gpu_types or t in job.gpu_types]
-        if pr is not None and pr.gpu_type in types:
-            return pr.gpu_type
-        if job.gpu_type_hint in types:
-            return job.gpu_type_hint
-        return types[0] if types else ""
+    def promise(self, job: JobView) -> Promise | None:
+        return self.ctx.guaranteed.get(job.id)
 
     def promised_time(self, job: JobView) -> float:
-        """t_P: seconds per iteration of the promised plan on the promised GPUs, compact (the best
-        plan there when the promise names none or the estimates lack it); 0 = cannot run."""
+        """t_P: seconds per iteration of the promised plan on the promised GPUs, compact, as the
+        guarantee layer counts it (the estimates' `promise_time`, else the best plan there);
+        0 = not guaranteed or cannot run."""
         got = self._tp.get(job.id)
-        if got is not None:
-            return got
-        pr = job.promise
-        out = 0.0
-        if pr is not None:
-            if pr.gpus <= 0:
-                raise MorphlingInputError(f"job {job.id}: promise.gpus must be > 0, got {pr.gpus}")
-            t = self.promise_type(job)
-            k = self.ctx.ideal_nodes(t, pr.gpus) if t else 0
-            if k > 0 and pr.gpus % k == 0:
-                plans = self.plans(job, t, pr.gpus, k)
-                named = [c for c in plans if pr.plan and c.plan_name == pr.plan]
-                pick = named[0] if named else (plans[0] if plans else None)
-                out = pick.iteration_s if pick is not None else 0.0
-        self._tp[job.id] = out
-        return out
+        if got is None:
+            pr = self.promise(job)
+            got = promise_time(self.ctx, job, pr) if pr is not None and pr.gpu_type else 0.0
+            self._tp[job.id] = got
+        return got
 
     def min_res(self, job: JobView) -> Point | None:
         """Algorithm 1's minRes: the fewest GPUs (compact, any plan) at least as fast as the
@@ -188,15 +176,13 @@ class Curves:
         if job.id in self._min:
             return self._min[job.id]
         out: Point | None = None
-        pr = job.promise
-        if self.guaranteed(job) and pr is not None:
-            tp = self.promised_time(job)
-            if tp > 0:
-                t = self.promise_type(job)
-                for p in self.points(job):
-                    if p.gpu_type == t and p.gpus <= pr.gpus and p.it <= tp:
-                        out = p
-                        break
+        pr = self.promise(job)
+        tp = self.promised_time(job)
+        if pr is not None and tp > 0:
+            for p in self.points(job):
+                if p.gpu_type == pr.gpu_type and p.gpus <= pr.gpus and p.it <= tp * (1 + EPS):
+                    out = p
+                    break
         self._min[job.id] = out
         return out
 
