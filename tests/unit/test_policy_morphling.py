@@ -174,7 +174,7 @@ def test_a_guaranteed_job_preempts_best_effort_work_for_its_min_res() -> None:
     snap = Snapshot((node("n0", 2, busy=(0, 1)),), (guaranteed(),), running=(run(be, "n0", (0, 1)),),
                     now=0.0, tenants=(TenantQuota("A", (("X", 4),)), TenantQuota("B")))
     d = decide(snap, Plans(GUAR))
-    assert d["be"].action is Action.STOP and "preempted for g" in d["be"].reason
+    assert d["be"].action is Action.STOP and "preempted for g, guaranteed" in d["be"].reason
     assert (d["g"].action, d["g"].slices) == (Action.START, (Slice("n0", (0, 1)),))
 
 
@@ -240,3 +240,21 @@ def test_the_morphling_oracle_names_every_measured_plan(tmp_path: Path) -> None:
     assert o.iteration_time("gpt2", "8", "344") == 0.53  # not measured there: the best plan
     assert o.promise_time(j, Promise(8, 0, "gc")) == 0.77
     assert o.promise_time(j, Promise(4, 0, "zero-offload")) == 0.9
+
+
+def test_a_guaranteed_job_with_lead_moves_to_make_a_node_whole_for_another() -> None:
+    # s (guaranteed, 1 GPU, 1000 iterations done at 1 s each: 900 s ahead of its promise) sits on
+    # n0; o (guaranteed, just started: no lead) on n1; w (guaranteed, minRes 2 GPUs on one node)
+    # arrives. Neither node has 2 free GPUs and neither holds best-effort work: s moves to n1.
+    table: PlanTable = {"s": {1: {"dp": 1.0}}, "w": {2: {"dp": 1.0}}}
+    s = job("s", "s", 5000, done=1000.0, tenant="A", priority=Priority.GUARANTEED, promise=Promise(1, 0, "dp", "X"))
+    w = job("w", "w", 5000, t=90.0, tenant="A", priority=Priority.GUARANTEED, promise=Promise(2, 0, "dp", "X"))
+    other = job("o", "s", 10, t=100.0, tenant="A", priority=Priority.GUARANTEED, promise=Promise(1, 0, "dp", "X"))
+    snap = Snapshot((node("n0", 2, busy=(0,)), node("n1", 2, busy=(0,))), (w,),
+                    running=(run(s, "n0", (0,)), run(other, "n1", (0,))), now=100.0,
+                    tenants=(TenantQuota("A", (("X", 4),)), TenantQuota("B")))
+    d = decide(snap, Plans(table))
+    assert (d["s"].action, d["s"].change, d["s"].slices) == (Action.MIGRATE, Change.MOVE, (Slice("n1", (1,)),))
+    assert "moved for w, guaranteed within its tenant's quota" in d["s"].reason
+    assert (d["w"].action, d["w"].slices) == (Action.START, (Slice("n0", (0, 1)),))
+    assert d["o"].action is Action.KEEP

@@ -252,7 +252,7 @@ class _Round:
                 self._cpus(a, -1)
             return False
         for s in steps:
-            self.apply_step(s, job)
+            self.apply_step(s, job, privileged)
         self._commit(job, a, pt, slices)
         return True
 
@@ -323,6 +323,17 @@ class _Round:
                 if had is None or (stp.to.gpus if stp.to else 0) < (had.to.gpus if had.to else 0):
                     merged[stp.jid] = stp
         steps = [merged[j] for j in sorted(merged)]
+        chosen_nodes = {node for _, node, _ in chosen}
+        dest: set[tuple[str, int]] = set()
+        for stp in steps:
+            held = {sl.node_id for sl in self.b.allocs[stp.jid].slices}
+            for k in stp.keep:
+                if k.node_id in held:
+                    continue
+                ids = {(k.node_id, i) for i in k.gpu_indices}
+                if k.node_id in chosen_nodes or ids & dest:
+                    return None, [], None  # a move onto GPUs this placement or another move needs
+                dest |= ids
         loss = sum(stp.loss for stp in steps)
         if not privileged and not gain > self.o.preempt_factor * loss:
             return None, [], None
@@ -421,24 +432,39 @@ class _Round:
                 out.append(_Step(jid, p, keep, freed, max(0.0, loss)))
         if not guaranteed:
             out.append(_Step(jid, None, (), on, v0))
+        elif cur is not None and len(a.slices) == 1 and self.running(jid) and not self.changed.get(jid):
+            # A guaranteed job with lead enough for a restart may move to free GPUs elsewhere
+            # (defragmentation: guaranteed jobs at their minimum are otherwise never moved).
+            pool = self.ctx.state.pools[a.gpu_type]
+            room = sorted((len(g.free), g.order, g) for g in pool.groups if g.node_id != node and len(g.free) >= a.gpus)
+            if room:
+                g = room[0][2]
+                dest = (Slice(g.node_id, tuple(g.free[:a.gpus])),)
+                out.append(_Step(jid, cur, dest, on, max(0.0, v0 - self.value(job, cur, True))))
         return out
 
-    def apply_step(self, s: _Step, for_job: JobView) -> None:
+    def apply_step(self, s: _Step, for_job: JobView, privileged: bool) -> None:
         a = self.b.allocs[s.jid]
+        why = "guaranteed within its tenant's quota" if privileged else "whose slope is higher"
         self.touched.add(s.jid)
         self._cpus(a, +1)
         if s.to is None:
-            self.b.suspend(a, f"morphling: preempted for {for_job.id}, whose slope is higher",
+            self.b.suspend(a, f"morphling: preempted for {for_job.id}, {why}",
                            PendingKind.NO_ROOM_NOW)
             self.point.pop(s.jid, None)
             self.changed[s.jid] = True
             return
         kept = {(k.node_id, i) for k in s.keep for i in k.gpu_indices}
+        had = {(sl.node_id, i) for sl in a.slices for i in sl.gpu_indices}
         rel = tuple(Slice(sl.node_id, tuple(i for i in sl.gpu_indices if (sl.node_id, i) not in kept))
                     for sl in a.slices)
+        add = tuple(Slice(k.node_id, tuple(i for i in k.gpu_indices if (k.node_id, i) not in had)) for k in s.keep)
         self.ctx.state.release(tuple(r for r in rel if r.gpu_indices), a.gpu_type)
+        self.ctx.state.take(tuple(x for x in add if x.gpu_indices), a.gpu_type)
+        moved = any(x.gpu_indices for x in add)
         a.slices, a.gpus, a.est = s.keep, s.to.gpus, s.to.est
-        note = f"shrunk to {s.to.gpus} GPUs (plan {s.to.plan or 'best'}) for {for_job.id}, whose slope is higher"
+        what = "moved" if moved else f"shrunk to {s.to.gpus} GPUs (plan {s.to.plan or 'best'})"
+        note = f"{what} for {for_job.id}, {why}"
         a.note = note
         self.point[s.jid] = s.to
         self.changed[s.jid] = True
