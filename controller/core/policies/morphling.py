@@ -377,28 +377,30 @@ class _Round:
         return cpu.of(a.est, before) - new
 
     def victims(self, node: str, jids: list[str], need: int) -> list[_Step] | None:
-        """Greedy: the cheapest loss per freed GPU first, until `need` GPUs are free on the node."""
+        """Greedy: the cheapest loss per freed GPU first, until `need` GPUs are free on the node; a
+        job already asked to shrink may be asked to shrink further (its step replaced)."""
         cands: list[_Step] = []
         for jid in jids:
             cands.extend(self.shrink_options(jid, node))
-        chosen: list[_Step] = []
-        used: set[str] = set()
+        chosen: dict[str, _Step] = {}
         freed = 0
         while freed < need:
             best: _Step | None = None
             best_key = math.inf
             for s in cands:
-                if s.jid in used:
+                cur = chosen.get(s.jid)
+                more = s.freed - (cur.freed if cur else 0)
+                if more <= 0:
                     continue
-                key = s.loss / min(s.freed, need - freed)
+                key = (s.loss - (cur.loss if cur else 0.0)) / min(more, need - freed)
                 if key < best_key:
                     best, best_key = s, key
             if best is None:
                 return None
-            chosen.append(best)
-            used.add(best.jid)
-            freed += best.freed
-        return chosen
+            had = chosen.get(best.jid)
+            freed += best.freed - (had.freed if had else 0)
+            chosen[best.jid] = best
+        return [chosen[j] for j in sorted(chosen)]
 
     def shrink_options(self, jid: str, node: str) -> list[_Step]:
         """How a job on `node` can give GPUs there: a smaller point on a subset of its nodes (the
