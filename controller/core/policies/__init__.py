@@ -111,7 +111,7 @@ FACTORIES: dict[str, _Entry[Any]] = {
     "gandiva": _Entry(GandivaOptions, lambda m, o: GandivaPolicy(m)),
     "sia": _Entry(SiaOptions, lambda m, o: SiaPolicy(m)),
     # Morphling has one description (its paper and artifact agree): the mode is ignored.
-    "morphling": _Entry(MorphlingOptions, lambda m, o: MorphlingPolicy(o)),
+    "morphling": _Entry(MorphlingOptions, lambda m, o: MorphlingPolicy(o, m)),
     "elasticflow": _Entry(ElasticFlowOptions, lambda m, o: ElasticFlowPolicy(m, o.loose), {"loose": False}),
     "elasticflow-l": _Entry(ElasticFlowOptions, lambda m, o: ElasticFlowPolicy(m, o.loose), {"loose": True}),
 }

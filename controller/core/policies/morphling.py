@@ -32,7 +32,7 @@ from tessera.controller.core.policies.morphling_curves import (
     Point,
     remaining_time,
 )
-from tessera.controller.core.policy import RoundContext
+from tessera.controller.core.policy import Mode, RoundContext
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
 
 
@@ -70,8 +70,10 @@ class MorphlingOptions:
 
 
 class MorphlingPolicy:
-    def __init__(self, options: MorphlingOptions | None = None) -> None:
+    def __init__(self, options: MorphlingOptions | None = None, mode: Mode = Mode.PAPER) -> None:
         self.options = options or MorphlingOptions()
+        # Recorded like every policy's; the paper and the artifact describe the same algorithm.
+        self.mode = Mode(mode)
 
     @property
     def name(self) -> str:
@@ -479,7 +481,7 @@ class _Round:
         hull = self.cv.hull(j)
         if not hull:
             self.b.pend(j, PendingKind.FITS_NOWHERE,
-                        "morphling: no plan of this job runs on any GPU count of this cluster")
+                        "morphling: fits nowhere: no plan of this job runs on any GPU count of this cluster")
             return
         p = hull[0]
         self.b.pend(j, PendingKind.NO_ROOM_NOW,
