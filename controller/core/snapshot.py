@@ -183,6 +183,9 @@ class CellEstimate:
     plan: PlanChoice | None = None
     # Where the number comes from: "table:arena", "formula", "profiled", "measured", "fitted"...
     source: str = ""
+    # The plan's name in the estimates' own vocabulary ("zero-dp", "248", ...; a Promise's plan):
+    # "" = not named. Morphling's tables give one Cell per plan and name it here.
+    plan_name: str = ""
 
 
 @dataclass(frozen=True)

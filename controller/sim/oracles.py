@@ -7,8 +7,9 @@
   times 1.8 per size step; iteration times over 300 s or negative are infeasible. Its data-parallel
   memory filter (dp_mem.json: per-replica GB x 1.2 <= 0.8 x GPU memory) is `dp_fits`. Stage counts
   of the Cells come from iter_time_estimated.json where it has the resource.
-- `MorphlingOracle`: the Morphling artifact's measured placements (data/morphling/placements): the
-  best execution plan measured for a model on a placement (GPUs per server).
+- `MorphlingOracle`: the Morphling artifact's measured placements (data/morphling/placements): one
+  Cell per execution plan measured for a model on a placement (GPUs per server), the plan named
+  (`CellEstimate.plan_name`, `plan`); the truth and the other policies take the fastest.
 - `load_estimator_oracle(spec)`: any object with the `Estimates` protocol, e.g. the Cell estimator,
   named as `module:factory` (the factory takes the cluster's GPU type names).
 
@@ -27,8 +28,9 @@ from typing import Any
 
 from tessera.common.errors import InvalidInput
 from tessera.controller.core.policy import CellEstimate, Estimates
-from tessera.controller.core.snapshot import Cell, JobView
+from tessera.controller.core.snapshot import Cell, JobView, PlanChoice, Promise
 from tessera.controller.sim.clusters import ARENA_TYPES
+from tessera.estimator.plans import ExecutionPlan
 
 SIZES = {"wide_resnet": ["500M", "1B", "2B", "4B", "6.8B", "13B"],
          "bert": ["760M", "1.3B", "2.6B", "6.7B", "15B", "39B"],
@@ -181,6 +183,7 @@ class MorphlingOracle:
         self.per_node = per_node
         root = data_dir / "placements"
         self.best: dict[tuple[str, str], tuple[float, str]] = {}
+        self.plans: dict[tuple[str, str], dict[str, float]] = {}
         self._fallback: dict[tuple[str, str], float] = {}
         for model in ("vit", "roberta", "bert", "t5", "gpt2", "llama7", "llama30"):
             path = root / model / "placements.csv"
@@ -197,15 +200,26 @@ class MorphlingOracle:
                 if it <= 0 or not place.isdigit():
                     continue
                 k = (model, place)
+                plan = row.get("exec_plan", "").strip()
                 if k not in self.best or it < self.best[k][0]:
-                    self.best[k] = (it, row.get("exec_plan", ""))
+                    self.best[k] = (it, plan)
+                # Every measured plan, so that a policy can choose the plan (Morphling Sec. 5) and
+                # a promised plan's time is known (the SLA's t_P).
+                mine = self.plans.setdefault(k, {})
+                if plan and (plan not in mine or it < mine[plan]):
+                    mine[plan] = it
 
-    def iteration_time(self, model: str, placement: str) -> float:
-        """Measured seconds per iteration of the best plan on this placement. A placement not
-        measured takes the best measured one with the same GPUs on as many servers, else on more
-        servers (more spread, slower), else on the most servers measured below, times 0.9 per
-        extra server."""
+    def iteration_time(self, model: str, placement: str, plan: str = "") -> float:
+        """Measured seconds per iteration of `plan` ("" = the best plan) on this placement. A plan
+        not measured there answers as the best plan does (the workload names a few 3D plans the
+        table lacks). A placement not measured takes the best measured one with the same GPUs on
+        as many servers, else on more servers (more spread, slower), else on the most servers
+        measured below, times 0.9 per extra server."""
         key = "".join(sorted(placement, reverse=True))
+        if plan:
+            got_plan = self.plans.get((model, key), {}).get(plan)
+            if got_plan is not None:
+                return got_plan
         got = self.best.get((model, key))
         if got:
             return got[0]
@@ -229,13 +243,31 @@ class MorphlingOracle:
         self._fallback[(model, key)] = out
         return out
 
+    def promise_time(self, job: JobView, promise: Promise) -> float:
+        """t_P of the SLA (controller/core/guarantees.py `PromiseTimes`): the promised plan on the
+        promised GPUs placed on the fewest servers; 0 = not measured."""
+        g = promise.gpus
+        if g <= 0:
+            return 0.0
+        k = -(-g // self.per_node)
+        if g % k:
+            return 0.0
+        return self.iteration_time(job.key, str(g // k) * k, promise.plan)
+
     def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
         if nodes <= 0 or gpus % nodes:
             return ()
         per = gpus // nodes
         if per > 9:
             return ()
-        it = self.iteration_time(job.key, str(per) * nodes)
+        place = str(per) * nodes
+        measured = self.plans.get((job.key, place))
+        if measured:
+            # One Cell per measured plan, fastest first, each naming its plan.
+            return tuple(CellEstimate(Cell(gpu_type, gpus, plan_stages(p)), it, source="table:morphling",
+                                      plan=plan_choice(p, gpus, gpu_type, job.global_batch_size), plan_name=p)
+                         for p, it in sorted(measured.items(), key=lambda kv: (kv[1], kv[0])))
+        it = self.iteration_time(job.key, place)
         if it <= 0:
             return ()
         return (CellEstimate(Cell(gpu_type, gpus, 0), it, source="table:morphling"),)
@@ -246,6 +278,33 @@ class MorphlingOracle:
             if m == job.key:
                 out.add(sum(int(c) for c in place))
         return sorted(out)
+
+
+def plan_stages(name: str) -> int:
+    """Pipeline stages of a Morphling plan name: "248" (PP 2, TP 4, DP 8) -> 2; the DP family -> 1."""
+    return int(name[0]) if len(name) == 3 and name.isdigit() and name[0] != "0" else 1
+
+
+def plan_choice(name: str, gpus: int, gpu_type: str, batch: int) -> PlanChoice:
+    """A Morphling plan name as a PlanChoice with its ExecutionPlan: three digits PP,TP,DP; "ga"
+    gradient accumulation (2 steps: the table does not say how many); "gc" full activation
+    checkpointing; "zero-dp" ZeRO-2 (the paper's default ZeRO, Sec. 2.1 footnote); "zero-offload"
+    ZeRO-2 with the optimizer on the CPUs."""
+    pp, tp, dp, ga = 1, 1, max(1, gpus), 1
+    extra: dict[str, Any] = {}
+    if len(name) == 3 and name.isdigit() and "0" not in name:
+        pp, tp, dp = int(name[0]), int(name[1]), int(name[2])
+    elif name == "ga":
+        ga = 2
+    elif name == "gc":
+        extra["checkpointing"] = "full"
+    elif name == "zero-dp":
+        extra["sharding"] = "zero2"
+    elif name == "zero-offload":
+        extra.update(sharding="zero2", offload="optimizer")
+    micro = max(1, batch // (dp * ga))
+    execution = ExecutionPlan(dp=dp, tp=tp, pp=pp, micro_batch=micro, grad_accum=ga, **extra)
+    return PlanChoice(dp, tp, pp, micro, ga, gpu_type, 0, "table:morphling", execution)
 
 
 def cell_estimator_oracle(pools: dict[str, tuple[int, int, bool]]) -> Estimates:

@@ -20,13 +20,15 @@ from tessera.controller.core.policies.fcfs import FcfsOptions, FcfsPolicy
 from tessera.controller.core.policies.frenzy import FrenzyPolicy
 from tessera.controller.core.policies.gandiva import GandivaOptions, GandivaPolicy
 from tessera.controller.core.policies.gavel import GavelOptions, GavelPolicy
+from tessera.controller.core.policies.morphling import MorphlingPolicy
 from tessera.controller.core.policies.sia import SiaOptions, SiaPolicy
 from tessera.controller.core.policy import Mode
 
 
 def test_every_policy_has_an_options_type_and_takes_it() -> None:
     want = {"crius": CriusPolicy, "fcfs": FcfsPolicy, "frenzy": FrenzyPolicy, "gavel": GavelPolicy,
-            "gandiva": GandivaPolicy, "sia": SiaPolicy, "elasticflow": ElasticFlowPolicy}
+            "gandiva": GandivaPolicy, "sia": SiaPolicy, "elasticflow": ElasticFlowPolicy,
+            "morphling": MorphlingPolicy}
     assert set(OPTIONS_TYPES) == set(policy_names())
     for name in policy_names():
         for mode in Mode:

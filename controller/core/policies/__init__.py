@@ -22,16 +22,17 @@ from tessera.controller.core.policies.fcfs import FcfsOptions, FcfsPolicy
 from tessera.controller.core.policies.frenzy import FrenzyPolicy
 from tessera.controller.core.policies.gandiva import GandivaOptions, GandivaPolicy
 from tessera.controller.core.policies.gavel import GavelOptions, GavelPolicy
+from tessera.controller.core.policies.morphling import MorphlingOptions, MorphlingPolicy
 from tessera.controller.core.policies.sia import SiaOptions, SiaPolicy
 from tessera.controller.core.policy import Mode, Policy
 
 MODES = tuple(m.value for m in Mode)
 
 PolicyOptions = (CriusOptions | ElasticFlowOptions | FcfsOptions | FrenzyConfig | GandivaOptions
-                 | GavelOptions | SiaOptions)
+                 | GavelOptions | MorphlingOptions | SiaOptions)
 
 O = TypeVar("O", CriusOptions, ElasticFlowOptions, FcfsOptions, FrenzyConfig, GandivaOptions,
-            GavelOptions, SiaOptions)
+            GavelOptions, MorphlingOptions, SiaOptions)
 
 
 class UnknownPolicy(InvalidInput, ValueError):
@@ -109,6 +110,8 @@ FACTORIES: dict[str, _Entry[Any]] = {
     "gavel": _Entry(GavelOptions, lambda m, o: GavelPolicy(m)),
     "gandiva": _Entry(GandivaOptions, lambda m, o: GandivaPolicy(m)),
     "sia": _Entry(SiaOptions, lambda m, o: SiaPolicy(m)),
+    # Morphling has one description (its paper and artifact agree): the mode is ignored.
+    "morphling": _Entry(MorphlingOptions, lambda m, o: MorphlingPolicy(o, m)),
     "elasticflow": _Entry(ElasticFlowOptions, lambda m, o: ElasticFlowPolicy(m, o.loose), {"loose": False}),
     "elasticflow-l": _Entry(ElasticFlowOptions, lambda m, o: ElasticFlowPolicy(m, o.loose), {"loose": True}),
 }
