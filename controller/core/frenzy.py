@@ -13,11 +13,20 @@ the ranked plans and takes the first one the free GPUs can hold, then places it:
    GPUs, and repeat for what is left: a gang runs on one type (docs/scheduler.md, "Placement").
 A gang is placed whole or not at all. Jobs are visited in submission order; one that does not fit
 does not block smaller ones behind it (backfill).
+
+MARP models data and tensor parallelism only (Frenzy Sec. IV-A: "we primarily consider data
+parallelism and tensor parallelism"), with the data-parallel degree dividing the global batch and TP
+dividing the heads. A job that runs only with a plan outside that space (pipeline stages, ZeRO,
+offload, a TP that does not divide its heads: Morphling's LLaMA-30B on 24-48 GPUs, GPT-2's 25 heads
+on 2-8 GPUs) has no MARP plan and would wait forever although the cluster runs it. For such a job
+`plan_round` asks an optional `fallback` (the policy adapter's: the Cells of the estimates) in the
+job's turn, so it is placed in submission order like the others.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -243,7 +252,13 @@ class _FreeIndex:
         return len(xs) - bisect_left(xs, need)
 
 
-def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
+# For a job MARP has no feasible plan for: given the job and the nodes as they are now (GPUs taken this
+# round marked busy), a START (slices on those nodes), a PENDING with the reason, or None when the
+# fallback has no way to run the job either (MARP's "fits nowhere" reason stands).
+Fallback = Callable[[JobView, dict[str, NodeView], str], Decision | None]
+
+
+def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig(), fallback: Fallback | None = None) -> RoundPlan:
     """Place pending jobs in submission order with MARP + HAS; running jobs keep their GPUs."""
     nodes = {n.id: n for n in snap.nodes}
     max_gpus = sum(c for _, _, c in snap.cluster_gpus) or sum(len(n.gpus) for n in snap.nodes)
@@ -261,6 +276,15 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
                 break
         if placed is None:
             kind, why = _pending_reason(job, plans, snap, cfg)
+            other = fallback(job, nodes, why) if fallback is not None and kind is PendingKind.FITS_NOWHERE else None
+            if other is not None:
+                if other.action is Action.START:
+                    for s in other.slices:
+                        n = nodes[s.node_id]
+                        nodes[s.node_id] = NodeView(n.id, n.gpus, n.busy | frozenset(s.gpu_indices))
+                    free.invalidate()
+                decisions.append(other)
+                continue
             decisions.append(Decision(job.id, Action.PENDING, why, pending=kind))
             continue
         plan, slices = placed
