@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_plots:
         from tessera.controller.sim.plots import draw
 
-        plots = draw(results, comp, out)
+        plots = draw(results, comp, out, rules.interval_s)
     return {**doc, "plots": plots, "timing": {k: timing(v) for k, v in results.items()}}
 
 

@@ -75,6 +75,6 @@ def warning(label: str, summary: dict[str, object]) -> str:
     why = {"rounds": f"the run stopped at its round limit ({summary.get('rounds')} rounds)",
            "stuck": "nothing could change any more: the policy left them waiting on an idle cluster"}
     end = str(summary.get("end", ""))
-    return (f"warning: {label}: {n} of {summary.get('jobs_submitted')} jobs that can run on the cluster "
-            f"were never started ({why.get(end, end)}); see never_started in summary.csv and the jobs' "
-            f"last_reason in {label}/jobs.csv")
+    return (f"warning: {label}: {n} jobs that can run on the cluster were never started, of "
+            f"{summary.get('jobs_submitted')} submitted: {why.get(end, end)}; see never_started in "
+            f"summary.csv and the jobs' last_reason in {label}/jobs.csv")

@@ -46,7 +46,7 @@ def test_a_round_limit_that_leaves_a_runnable_job_waiting_is_counted_and_warned(
     s = summarize(res)
     assert (s["never_started"], s["infeasible"], s["end"]) == (1, 1, "rounds")
     line = warning("fcfs", s)
-    assert line.startswith("warning: fcfs: 1 of 3 jobs that can run on the cluster were never started")
+    assert line.startswith("warning: fcfs: 1 jobs that can run on the cluster were never started, of 3 submitted")
     assert "round limit (3 rounds)" in line
 
 
@@ -93,7 +93,7 @@ def test_cli_writes_the_counts_and_warns_on_stderr(tmp_path: Path, capsys: pytes
     assert main(["--trace", "morphling-base", "--cluster", "morphling-64", "--policies", "fcfs", "--rounds", "5",
                  "--data-dir", str(data), "--out", str(out), "--no-plots", "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "warning: fcfs: 1 of 3 jobs that can run on the cluster were never started" in err
+    assert "warning: fcfs: 1 jobs that can run on the cluster were never started, of 3 submitted" in err
     header, row = (out / "summary.csv").read_text().splitlines()
     got = dict(zip(header.split(","), row.split(","), strict=True))
     assert (got["never_started"], got["infeasible"]) == ("1", "1")
