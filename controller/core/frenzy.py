@@ -256,27 +256,60 @@ class _FreeIndex:
 # round marked busy), a START (slices on those nodes), a PENDING with the reason, or None when the
 # fallback has no way to run the job either (MARP's "fits nowhere" reason stands).
 Fallback = Callable[[JobView, dict[str, NodeView], str], Decision | None]
+# Whether the job can run on (GPU model, GPUs, nodes): MARP's memory fit is not enough where the
+# estimates know better (a model that exceeds 300 s per iteration there, a spread the measured table
+# does not cover). A HAS placement it refuses is tried again without that GPU model.
+Runs = Callable[[JobView, str, int, int], bool]
 
 
-def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig(), fallback: Fallback | None = None) -> RoundPlan:
+def _model_at(nodes: dict[str, NodeView], sl: Slice) -> str:
+    return next(g.model for g in nodes[sl.node_id].gpus if g.index == sl.gpu_indices[0])
+
+
+def _runnable_place(job: JobView, plan: ResourcePlan, nodes: dict[str, NodeView], cfg: FrenzyConfig,
+                    runs: Runs | None, models: tuple[str, ...]) -> tuple[tuple[Slice, ...] | None, bool]:
+    """HAS placement of the plan that `runs` accepts, and whether `runs` refused one."""
+    allowed = job.gpu_types
+    refused = False
+    while True:
+        slices = has_place(plan, tuple(nodes.values()), allowed, cfg)
+        if slices is None or runs is None:
+            return slices, refused
+        model = _model_at(nodes, slices[0])
+        if runs(job, model, plan.gpus, len(slices)):
+            return slices, refused
+        refused = True
+        allowed = tuple(m for m in (allowed or models) if m != model)
+        if not allowed:
+            return None, refused
+
+
+def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig(), fallback: Fallback | None = None,
+               runs: Runs | None = None) -> RoundPlan:
     """Place pending jobs in submission order with MARP + HAS; running jobs keep their GPUs."""
     nodes = {n.id: n for n in snap.nodes}
     max_gpus = sum(c for _, _, c in snap.cluster_gpus) or sum(len(n.gpus) for n in snap.nodes)
     free = _FreeIndex(cfg)
     decisions: list[Decision] = []
+    models = tuple(m for m, _, _ in snap.cluster_gpus) or tuple(sorted({g.model for n in snap.nodes for g in n.gpus}))
     for job in sorted(snap.pending, key=lambda j: (j.submit_time, j.id)):
         plans = resource_plans(job, max_gpus, cfg)
         placed = None
+        refused = False
         for plan in plans:
             if free.count_at_least(nodes, job.gpu_types, plan.bytes_per_gpu) < plan.gpus:
                 continue
-            slices = has_place(plan, tuple(nodes.values()), job.gpu_types, cfg)
+            slices, no = _runnable_place(job, plan, nodes, cfg, runs, models)
+            refused = refused or no
             if slices is not None:
                 placed = (plan, slices)
                 break
         if placed is None:
             kind, why = _pending_reason(job, plans, snap, cfg)
-            other = fallback(job, nodes, why) if fallback is not None and kind is PendingKind.FITS_NOWHERE else None
+            if refused:
+                why = f"MARP's plans fit only GPUs the estimates cannot run it on ({why})"
+            ask = fallback is not None and (kind is PendingKind.FITS_NOWHERE or refused)
+            other = fallback(job, nodes, why) if fallback is not None and ask else None
             if other is not None:
                 if other.action is Action.START:
                     for s in other.slices:
@@ -288,8 +321,7 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig(), fallback: Fal
             decisions.append(Decision(job.id, Action.PENDING, why, pending=kind))
             continue
         plan, slices = placed
-        first = slices[0]
-        model = next(g.model for g in nodes[first.node_id].gpus if g.index == first.gpu_indices[0])
+        model = _model_at(nodes, slices[0])
         for s in slices:
             n = nodes[s.node_id]
             nodes[s.node_id] = NodeView(n.id, n.gpus, n.busy | frozenset(s.gpu_indices))

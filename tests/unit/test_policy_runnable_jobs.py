@@ -26,8 +26,8 @@ GB = 1000**3
 M = ModelDims(64, 2, 4, 256, 64, "m")
 
 
-def node(nid: str, n: int = 8, busy: tuple[int, ...] = (), model: str = "X") -> NodeView:
-    return NodeView(nid, tuple(GpuView(i, model, 80 * GB) for i in range(n)), frozenset(busy))
+def node(nid: str, n: int = 8, busy: tuple[int, ...] = (), model: str = "X", mem_gb: int = 80) -> NodeView:
+    return NodeView(nid, tuple(GpuView(i, model, mem_gb * GB) for i in range(n)), frozenset(busy))
 
 
 def cluster(nodes: Sequence[NodeView]) -> tuple[tuple[str, int, int], ...]:
@@ -129,3 +129,23 @@ def test_frenzy_fallback_places_only_on_a_spread_the_estimates_cover() -> None:
     # one node holds all 8, but the estimates time 8 GPUs only on 2 nodes
     assert d.action is Action.START
     assert [len(s.gpu_indices) for s in d.slices] == [4, 4]
+
+
+def test_frenzy_does_not_place_marp_plans_where_the_estimates_cannot_run_the_job() -> None:
+    # MARP's memory fit puts the job on the type with the least memory (SMALL); the estimates (the
+    # arena table: over 300 s per iteration there, say) time it only on BIG. Before, the job held
+    # SMALL's GPU without progress to the end of the run (43 jobs in 24 h of Philly).
+    nodes = [node("s0", 2, model="SMALL", mem_gb=40), node("b0", 2, model="BIG")]
+    cl = (("BIG", 80 * GB, 2), ("SMALL", 40 * GB, 2))
+    j = JobView("J", 0.0, M, 16, 1, estimate_key="k")
+    s = Snapshot(tuple(nodes), (j,), cl, arrivals=("J",))
+    d = by_id(plan_round(s, TableEstimates({("k", "BIG", 1): 1.0}), make_policy("frenzy")).decisions)["J"]
+    assert d.action is Action.START and d.cell is not None and d.cell.gpu_type == "BIG" and d.slices[0].node_id == "b0"
+    # a job the estimates know nothing of keeps MARP's placement: HAS's least sufficient memory
+    d0 = by_id(plan_round(s, TableEstimates({}), make_policy("frenzy")).decisions)["J"]
+    assert d0.action is Action.START and d0.slices[0].node_id == "s0"
+    # the runnable type busy: the job waits for it instead of taking SMALL
+    busy = Snapshot((nodes[0], node("b0", 2, busy=(0, 1), model="BIG")), (j,), cl, arrivals=("J",))
+    w = by_id(plan_round(busy, TableEstimates({("k", "BIG", 1): 1.0}), make_policy("frenzy")).decisions)["J"]
+    assert w.action is Action.PENDING and w.pending is PendingKind.NO_ROOM_NOW
+    assert "estimates cannot run it on" in w.reason and "1 x BIG" in w.reason

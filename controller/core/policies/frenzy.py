@@ -52,7 +52,15 @@ class FrenzyPolicy:
         def fallback(job: JobView, nodes: dict[str, NodeView], why: str) -> Decision | None:
             return estimated_start(ctx, job, nodes, why)
 
-        for d in frenzy.plan_round(inner, self.cfg, fallback).decisions:
+        known: dict[str, bool] = {}
+
+        def runs(job: JobView, model: str, gpus: int, nodes: int) -> bool:
+            # A job the estimates know nothing of keeps MARP's word alone.
+            if job.id not in known:
+                known[job.id] = any(ctx.gpu_counts(job, t) for t in ctx.types())
+            return not known[job.id] or ctx.best(job, model, gpus, nodes) is not None
+
+        for d in frenzy.plan_round(inner, self.cfg, fallback, runs).decisions:
             if d.action is not Action.START or d.plan is None:
                 out.append(replace(d, reason=f"frenzy: {d.reason}"))
                 continue
