@@ -20,7 +20,10 @@ dividing the heads. A job that runs only with a plan outside that space (pipelin
 offload, a TP that does not divide its heads: Morphling's LLaMA-30B on 24-48 GPUs, GPT-2's 25 heads
 on 2-8 GPUs) has no MARP plan and would wait forever although the cluster runs it. For such a job
 `plan_round` asks an optional `fallback` (the policy adapter's: the Cells of the estimates) in the
-job's turn, so it is placed in submission order like the others.
+job's turn, so it is placed in submission order like the others. An optional `runs` check refuses a
+HAS placement the estimates cannot run (MARP's memory fit is not the whole story: a type where the
+job exceeds the time limit, a spread a measured table does not cover); HAS then tries without that
+GPU model.
 """
 
 from __future__ import annotations

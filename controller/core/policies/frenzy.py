@@ -12,7 +12,8 @@ ZeRO or offload, or its heads do not split over the TP degrees) but that the est
 takes, in its turn, a Cell of the estimates: its requested GPU count (else the fewest GPUs the
 estimates have a Cell for), on the GPU type with the least memory that has one, on the fewest
 nodes the estimates cover, best fit. Without it such jobs never started (Morphling's trace: 175 of
-406 jobs; docs/simulator.md).
+406 jobs; docs/simulator.md). And a HAS placement on a GPU type or spread where the estimates have no
+Cell for a job they know is refused (the job would hold the GPUs without progress).
 """
 
 from __future__ import annotations
