@@ -68,7 +68,19 @@ def classify(jobs: Iterable[tuple[JobView, bool]], est: Estimates, nodes: Sequen
 
 
 def warning(label: str, summary: dict[str, object]) -> str:
-    """The stderr line for a run that left runnable jobs unstarted; "" when it did not."""
+    """The stderr lines for a run that left runnable jobs unstarted, or jobs on GPUs the oracle
+    cannot run them on; "" when it did neither."""
+    lines = []
+    stuck = summary.get("jobs_placed_unrunnable", 0)
+    if isinstance(stuck, int) and stuck > 0:
+        lines.append(f"warning: {label}: {stuck} jobs were placed on GPUs the oracle cannot run them on "
+                     f"and held them without progress; see unrunnable_placements in metrics.json")
+    if unstarted := _unstarted(label, summary):
+        lines.append(unstarted)
+    return "\n".join(lines)
+
+
+def _unstarted(label: str, summary: dict[str, object]) -> str:
     n = summary.get("never_started", 0)
     if not isinstance(n, int) or n <= 0:
         return ""

@@ -57,6 +57,8 @@ def test_a_run_that_gets_stuck_says_so_and_a_complete_run_is_silent() -> None:
     s = summarize(res)
     assert (s["never_started"], s["infeasible"], s["end"]) == (1, 0, "stuck")
     assert "the policy left them waiting" in warning("fcfs", s)
+    held = warning("frenzy", {"jobs_placed_unrunnable": 2, "never_started": 0})
+    assert held.startswith("warning: frenzy: 2 jobs were placed on GPUs the oracle cannot run them on")
     ok = summarize(run([tj("a", 0.0, 4, 10, "k")], rounds=0))
     assert (ok["never_started"], ok["infeasible"], ok["end"]) == (0, 0, "done") and warning("fcfs", ok) == ""
 
