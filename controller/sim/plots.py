@@ -123,13 +123,14 @@ def figures(series: Mapping[str, Series], comparison: Mapping[str, Any], ctx: Co
          f"Average cluster throughput of {ref} / each policy's"),
     )
     for name, key, scale, ylabel, what in charts:
-        fig = Figure(figsize=(7, 4.5), dpi=120)
+        fig = Figure(figsize=(max(7.0, 1.3 * len(others)), 4.8), dpi=120)
         ax = fig.subplots()
         vals = [scale * float(comparison[k][key]) for k in others]
         bars = ax.bar(range(len(others)), vals, 0.6)
         ax.bar_label(bars, labels=[f"{v:.1f}%" if scale != 1.0 else f"{v:.2f}x" for v in vals], fontsize=8)
         ax.set_xticks(range(len(others)))
-        ax.set_xticklabels(ticks, fontsize=8)
+        ax.set_xticklabels(ticks, fontsize=8, rotation=30 if len(others) > 6 else 0,
+                           ha="right" if len(others) > 6 else "center")
         ax.set_xlabel("policy compared with (jobs it finished)")
         ax.set_ylabel(ylabel)
         ax.axhline(1.0 if scale == 1.0 else 0.0, color="black", linewidth=0.8)
