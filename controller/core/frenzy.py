@@ -13,11 +13,23 @@ the ranked plans and takes the first one the free GPUs can hold, then places it:
    GPUs, and repeat for what is left: a gang runs on one type (docs/scheduler.md, "Placement").
 A gang is placed whole or not at all. Jobs are visited in submission order; one that does not fit
 does not block smaller ones behind it (backfill).
+
+MARP models data and tensor parallelism only (Frenzy Sec. IV-A: "we primarily consider data
+parallelism and tensor parallelism"), with the data-parallel degree dividing the global batch and TP
+dividing the heads. A job that runs only with a plan outside that space (pipeline stages, ZeRO,
+offload, a TP that does not divide its heads: Morphling's LLaMA-30B on 24-48 GPUs, GPT-2's 25 heads
+on 2-8 GPUs) has no MARP plan and would wait forever although the cluster runs it. For such a job
+`plan_round` asks an optional `fallback` (the policy adapter's: the Cells of the estimates) in the
+job's turn, so it is placed in submission order like the others. An optional `runs` check refuses a
+HAS placement the estimates cannot run (MARP's memory fit is not the whole story: a type where the
+job exceeds the time limit, a spread a measured table does not cover); HAS then tries without that
+GPU model.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -243,29 +255,76 @@ class _FreeIndex:
         return len(xs) - bisect_left(xs, need)
 
 
-def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> RoundPlan:
+# For a job MARP has no feasible plan for: given the job and the nodes as they are now (GPUs taken this
+# round marked busy), a START (slices on those nodes), a PENDING with the reason, or None when the
+# fallback has no way to run the job either (MARP's "fits nowhere" reason stands).
+Fallback = Callable[[JobView, dict[str, NodeView], str], Decision | None]
+# Whether the job can run on (GPU model, GPUs, nodes): MARP's memory fit is not enough where the
+# estimates know better (a model that exceeds 300 s per iteration there, a spread the measured table
+# does not cover). A HAS placement it refuses is tried again without that GPU model.
+Runs = Callable[[JobView, str, int, int], bool]
+
+
+def _model_at(nodes: dict[str, NodeView], sl: Slice) -> str:
+    return next(g.model for g in nodes[sl.node_id].gpus if g.index == sl.gpu_indices[0])
+
+
+def _runnable_place(job: JobView, plan: ResourcePlan, nodes: dict[str, NodeView], cfg: FrenzyConfig,
+                    runs: Runs | None, models: tuple[str, ...]) -> tuple[tuple[Slice, ...] | None, bool]:
+    """HAS placement of the plan that `runs` accepts, and whether `runs` refused one."""
+    allowed = job.gpu_types
+    refused = False
+    while True:
+        slices = has_place(plan, tuple(nodes.values()), allowed, cfg)
+        if slices is None or runs is None:
+            return slices, refused
+        model = _model_at(nodes, slices[0])
+        if runs(job, model, plan.gpus, len(slices)):
+            return slices, refused
+        refused = True
+        allowed = tuple(m for m in (allowed or models) if m != model)
+        if not allowed:
+            return None, refused
+
+
+def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig(), fallback: Fallback | None = None,
+               runs: Runs | None = None) -> RoundPlan:
     """Place pending jobs in submission order with MARP + HAS; running jobs keep their GPUs."""
     nodes = {n.id: n for n in snap.nodes}
     max_gpus = sum(c for _, _, c in snap.cluster_gpus) or sum(len(n.gpus) for n in snap.nodes)
     free = _FreeIndex(cfg)
     decisions: list[Decision] = []
+    models = tuple(m for m, _, _ in snap.cluster_gpus) or tuple(sorted({g.model for n in snap.nodes for g in n.gpus}))
     for job in sorted(snap.pending, key=lambda j: (j.submit_time, j.id)):
         plans = resource_plans(job, max_gpus, cfg)
         placed = None
+        refused = False
         for plan in plans:
             if free.count_at_least(nodes, job.gpu_types, plan.bytes_per_gpu) < plan.gpus:
                 continue
-            slices = has_place(plan, tuple(nodes.values()), job.gpu_types, cfg)
+            slices, no = _runnable_place(job, plan, nodes, cfg, runs, models)
+            refused = refused or no
             if slices is not None:
                 placed = (plan, slices)
                 break
         if placed is None:
             kind, why = _pending_reason(job, plans, snap, cfg)
+            if refused:
+                why = f"MARP's plans fit only GPUs the estimates cannot run it on ({why})"
+            ask = fallback is not None and (kind is PendingKind.FITS_NOWHERE or refused)
+            other = fallback(job, nodes, why) if fallback is not None and ask else None
+            if other is not None:
+                if other.action is Action.START:
+                    for s in other.slices:
+                        n = nodes[s.node_id]
+                        nodes[s.node_id] = NodeView(n.id, n.gpus, n.busy | frozenset(s.gpu_indices))
+                    free.invalidate()
+                decisions.append(other)
+                continue
             decisions.append(Decision(job.id, Action.PENDING, why, pending=kind))
             continue
         plan, slices = placed
-        first = slices[0]
-        model = next(g.model for g in nodes[first.node_id].gpus if g.index == first.gpu_indices[0])
+        model = _model_at(nodes, slices[0])
         for s in slices:
             n = nodes[s.node_id]
             nodes[s.node_id] = NodeView(n.id, n.gpus, n.busy | frozenset(s.gpu_indices))

@@ -59,6 +59,7 @@ from tessera.controller.sim.traces import (
     philly_dims,
     split_philly_key,
 )
+from tessera.controller.sim.unstarted import warning as unstarted_warning
 
 TRACES = ("arena-philly", "arena-venus", "arena-pai", "philly", "morphling-base", "morphling-bp", "morphling-mt")
 ALIASES = {"arena-helios": "arena-venus", "helios": "arena-venus"}
@@ -264,6 +265,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for label, pol, m in policies:
         results[label] = sim.run(pol, m, rounds=args.rounds, until_done=args.until_done)
     summaries = {k: summarize(v) for k, v in results.items()}
+    for label, summ in summaries.items():
+        if line := unstarted_warning(label.replace("@", "_"), summ):
+            print(line, file=sys.stderr)
     ref = next((k for k in results if k.split("@")[0] == "crius"), next(iter(results)))
     comp = compare(results, ref)
     doc = {
@@ -290,7 +294,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_plots:
         from tessera.controller.sim.plots import draw
 
-        plots = draw(results, comp, out)
+        plots = draw(results, comp, out, rules.interval_s)
     return {**doc, "plots": plots, "timing": {k: timing(v) for k, v in results.items()}}
 
 

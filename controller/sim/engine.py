@@ -42,6 +42,7 @@ from tessera.controller.sim import tenants as tn
 from tessera.controller.sim.clusters import Cluster
 from tessera.controller.sim.oracles import ArenaOracle
 from tessera.controller.sim.traces import TraceJob
+from tessera.controller.sim.unstarted import classify
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,9 @@ class SimJob:
     sla_since: float | None = None
     sla_tp: float = 0.0
     sla_behind: bool = False
+    # At the end of the run, for a job that arrived and was never started nor dropped: "runnable"
+    # (the cluster has a Cell for it) or "infeasible" (none); see controller/sim/unstarted.py.
+    unstarted: str = ""
 
 
 @dataclass
@@ -171,6 +175,9 @@ class SimResult:
     jobs: list[SimJob]
     rounds: list[RoundRecord]
     round_seconds: list[float] = field(default_factory=list)
+    # Why the run ended: "done" (no job left), "stuck" (nothing could change any more) or "rounds"
+    # (the round limit).
+    end: str = ""
 
 
 class Simulator:
@@ -204,7 +211,7 @@ class Simulator:
         dirty: set[int] = set()
         cluster_gpus = self.cluster.cluster_gpus()
         if not self.trace:
-            return SimResult(policy.name, mode, r_.name, self.trace_name, self.cluster.name, [], [])
+            return SimResult(policy.name, mode, r_.name, self.trace_name, self.cluster.name, [], [], end="done")
         t0 = self.trace[0].submit_time
         # Arrival round of each job.
         jobs: list[SimJob] = []
@@ -236,6 +243,7 @@ class Simulator:
         records: list[RoundRecord] = []
         secs: list[float] = []
         departures = 0
+        end = "rounds"
 
         def hold(j: SimJob, on: bool) -> None:
             for s in j.slices:
@@ -268,6 +276,7 @@ class Simulator:
                 pending[j.t.id] = j
                 new_ids.append(j.t.id)
             if not running and not pending and r > last_arrival:
+                end = "done"
                 break
             # (3) decide
             for i in dirty:
@@ -370,11 +379,20 @@ class Simulator:
                                        sum(len(b) for b in busy), started, migrated, suspended, finished_now,
                                        plan.stats.choices_evaluated))
             if stuck and (until_done or not rounds):
+                end = "stuck"
                 break  # an idle cluster and no more arrivals: the waiting jobs can never start
         end_t = t0 + len(records) * interval
         for j in pending.values():
             j.queue_s += end_t - j.pending_since
-        return SimResult(policy.name, mode, r_.name, self.trace_name, self.cluster.name, jobs, records, secs)
+        horizon = len(records)
+        marks = classify(((j.view, j.arrive_round < horizon and j.first_start is None and j.state != "dropped")
+                          for j in jobs), est, nodes0)
+        for j, m in zip(jobs, marks, strict=True):
+            j.unstarted = m
+            if m == "infeasible":
+                j.reason = "infeasible: no Cell for it on any GPU type of the cluster" + (f"; last: {j.reason}" if j.reason else "")
+        return SimResult(policy.name, mode, r_.name, self.trace_name, self.cluster.name, jobs, records, secs,
+                         end if records else "done")
 
     # ------------------------------------------------------------------ helpers
 

@@ -66,6 +66,10 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "jobs_dropped": sum(1 for j in arrived if j.state == "dropped"),
         "jobs_running_at_end": sum(1 for j in arrived if j.state == "running"),
         "jobs_pending_at_end": sum(1 for j in arrived if j.state == "pending"),
+        # Never started, not dropped: could run on the cluster / could not (controller/sim/unstarted.py).
+        "never_started": sum(1 for j in arrived if j.unstarted == "runnable"),
+        "infeasible": sum(1 for j in arrived if j.unstarted == "infeasible"),
+        "end": res.end,
         "jct_avg_s": _r(statistics.fmean(jct)) if jct else 0.0,
         "jct_median_s": _r(_pct(jct, 50)),
         "jct_p99_s": _r(_pct(jct, 99)),
@@ -174,7 +178,7 @@ def write_jobs_csv(res: SimResult, path: Path) -> None:
 SUMMARY_FIELDS = ("policy", "mode", "rules", "rounds", "jobs_submitted", "jobs_finished", "jobs_dropped",
                   "jct_avg_s", "jct_median_s", "jct_p99_s", "queue_avg_s", "queue_avg_all_s", "throughput_avg",
                   "throughput_avg_busy", "throughput_peak", "makespan_s", "restarts_per_job", "launches_per_job",
-                  "sla_violations")
+                  "sla_violations", "never_started", "infeasible")
 
 
 def write_summary_csv(summaries: dict[str, dict[str, Any]], path: Path) -> None:

@@ -15,7 +15,8 @@ Crius paper compares with) loosens every deadline to 1e9 s.
   first. Waiting jobs are retried in rounds with departures; the first that fails blocks its type.
   Pending jobs past their deadline are dropped.
 - "paper": the same admission, but over the whole cluster as one pool of GPUs (any type,
-  ElasticFlow's homogeneous view), every round; a job no share of 1-16 GPUs of any type can serve
+  ElasticFlow's homogeneous view), every round, shares up to the largest type's GPUs instead of 16;
+  a job no share of any type can serve
   (data parallelism does not fit its memory, or no share meets its deadline) is declined (dropped)
   as the paper's admission control declines it, where the artifact lets it wait; a job starts at
   its minimum share on the type with the most free GPUs; once no admitted job waits, spare GPUs go
@@ -71,6 +72,10 @@ class _EF:
         self.art = pol.mode == ARTIFACT
         self.name = pol.name
         self._need: int | None = None
+        # Shares are powers of two (buddy allocation). The artifact caps them at 16 GPUs; the paper
+        # at the cluster (the largest type here: a share runs on one type), so a job that needs more
+        # than 16 GPUs (LLaMA-30B on Morphling's cluster) has a share.
+        self.max_gpus = MAX_GPUS if self.art else max((self.ctx.total_gpus(t) for t in self.ctx.types()), default=0)
 
     # ------------------------------------------------------------------ shares
 
@@ -94,7 +99,7 @@ class _EF:
         ctx = self.ctx
         cost = min(RESTART_PER_GPU * (current or job.gpus_hint or 1), RESTART_CAP)
         n = 1
-        while n <= MAX_GPUS and n <= ctx.total_gpus(t):
+        while n <= self.max_gpus and n <= ctx.total_gpus(t):
             it = self.it_dp(job, t, n)
             if it > 0 and ctx.snap.now + cost + ctx.config.interval_s + job.remaining_iterations * it \
                     <= self.deadline(job):
@@ -170,7 +175,7 @@ class _EF:
             best: tuple[float, str] | None = None
             for jid in [a.job.id for a in members] + [job.id]:
                 n = shares[jid]
-                if n > left or n >= MAX_GPUS:
+                if n > left or n >= self.max_gpus:
                     continue
                 gain = self.thr_dp(jobs[jid], t, 2 * n) - self.thr_dp(jobs[jid], t, n)
                 if best is None or gain > best[0]:
@@ -253,7 +258,7 @@ class _EF:
         if m == 0:
             # No share will ever do (memory does not shrink, the deadline only nears): declined,
             # as ElasticFlow's admission control declines a job it cannot serve.
-            b.drop(job, f"{self.name}: declined: no data-parallel share of 1-{MAX_GPUS} GPUs of any type "
+            b.drop(job, f"{self.name}: declined: no data-parallel share of 1-{self.max_gpus} GPUs of any type "
                         + ("fits its memory" if self.pol.loose else "fits its memory and meets its deadline"))
             return False
         if need + m > total:
@@ -284,7 +289,7 @@ class _EF:
             best: tuple[float, int, Alloc] | None = None
             cands = []
             for i, a in enumerate(sorted(b.allocs.values(), key=lambda a: queue_key(a.job))):
-                if 2 * a.gpus > MAX_GPUS or a.job.id in skip:
+                if 2 * a.gpus > self.max_gpus or a.job.id in skip:
                     continue
                 g = (self.thr_dp(a.job, a.gpu_type, 2 * a.gpus) - self.thr_dp(a.job, a.gpu_type, a.gpus)) / a.gpus
                 if g > 0:
@@ -300,7 +305,7 @@ class _EF:
             if best is None:
                 return
             a = best[2]
-            if 4 * a.gpus > MAX_GPUS:
+            if 4 * a.gpus > self.max_gpus:
                 skip.add(a.job.id)
             b.release(a)
             sl = b.place(a.gpu_type, 2 * a.gpus)

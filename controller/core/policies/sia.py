@@ -1,7 +1,10 @@
 """Sia (SOSP'23) as a baseline: goodput-optimised configurations per GPU type (docs/reference/baselines.md
 Sec. 5).
 
-Configurations are (GPU type, count) with count in 1, 2, 4, 8, 16 (whole nodes beyond a node).
+Configurations are (GPU type, count). "artifact": count in 1, 2, 4, 8, 16, as Crius's `SiaSched`.
+"paper": Sia's own set (sia-simulator `CONFIGS_4GPU/8GPU`): powers of two up to one node's GPUs, then
+whole nodes (2, 3, ... nodes) up to the type's total, so a job that needs more than 16 GPUs (LLaMA-30B
+on Morphling's cluster: 24 GPUs at least) has a configuration.
 A job's goodput G_ic is its throughput in configuration c (no statistical efficiency: the batch is
 the user's, as Crius keeps it), normalised by the row's smallest positive value.
 
@@ -48,6 +51,21 @@ CLIP = 3000.0
 NODE_BUDGET = 2000  # search nodes per admission
 LAMBDA = 1.1
 MAX_DONOR_TRIALS = 16  # halvings tried per waiting job and configuration (placement checks)
+
+
+def sia_counts(per_node: int, total: int) -> tuple[int, ...]:
+    """Sia's configurations of one type (sia-simulator `CONFIGS_8GPU` = 1, 2, 4, 8, 16, 24, ... 64
+    on 8-GPU nodes): powers of two up to a node, then every whole number of nodes up to `total`."""
+    out: list[int] = []
+    n = 1
+    while n <= min(per_node, total):
+        out.append(n)
+        n *= 2
+    k = 2
+    while per_node > 0 and k * per_node <= total:
+        out.append(k * per_node)
+        k += 1
+    return tuple(out)
 
 
 def _check(ok: Callable[[JobView, str, int, int], bool], job: JobView, t: str, n: int) -> Callable[[int], bool]:
@@ -113,7 +131,7 @@ class _Sia:
         for t in ctx.types():
             if job.gpu_types and t not in job.gpu_types:
                 continue
-            for n in COUNTS:
+            for n in self.counts(t):
                 if n > ctx.total_gpus(t) or (ctx.config.max_gpus_per_job and n > ctx.config.max_gpus_per_job):
                     continue
                 if self.art and not ctx.dp_fits(job, t, n):
@@ -125,6 +143,12 @@ class _Sia:
             lo = min(out.values())
             out = {k: v / lo for k, v in out.items()}
         return out
+
+    def counts(self, t: str) -> tuple[int, ...]:
+        """GPU counts of the configurations of type t (see the module's docstring)."""
+        if self.art:
+            return COUNTS
+        return sia_counts(self.ctx.max_per_node(t), self.ctx.total_gpus(t))
 
     def restart_factor(self, job: JobView) -> float:
         age = max(0.0, self.ctx.snap.now - job.submit_time)
