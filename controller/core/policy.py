@@ -7,8 +7,9 @@ only inputs are its arguments; the optional wall-clock budget reads a clock the 
 A policy is a small object behind the `Policy` protocol: it reads a `RoundContext` (the snapshot,
 a mutable copy of the free GPUs, memoised estimates, the budget) and returns decisions for the jobs
 it acts on. `plan_round` fills in the rest (running jobs kept, pending jobs with a reason), checks
-that the plan is physically possible (no GPU given twice, whole gangs, one GPU type per gang) and
-counts what the round cost.
+that the plan is physically possible (no GPU given twice, whole gangs, one GPU type per gang, or
+per pipeline stage for the cost objective's mixed-type pipelines) and counts what the round cost.
+Jobs with the cost objective are placed by controller/core/cost_objective.py before the policy runs.
 
 The `Estimates` protocol is what a round needs from the estimator: the Cells of a job on a given
 GPU type, count and node spread, with an estimated iteration time each. The simulator passes a
@@ -18,12 +19,14 @@ controller passes the Cell estimator (estimator/cells.py) behind `CachedEstimate
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from tessera.common.errors import TesseraError
+from tessera.controller.core import cost_objective
 from tessera.controller.core.placement import ClusterState
 from tessera.controller.core.snapshot import (
     Action,
@@ -291,9 +294,18 @@ def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
     """Decide one round: each job's Cell, plan and placement, and a reason for each job pending,
     scaled, moved, suspended or dropped. Pure and deterministic (see the module docstring)."""
     cfg = config or RoundConfig()
+    rest, cost_jobs, _ = cost_objective.split(snapshot)
+    if rest is snapshot:
+        ctx = RoundContext(snapshot, estimates, cfg)
+        return finalize(ctx, policy.plan(ctx), policy.name)
+    # Jobs with the cost objective are placed first, whatever the policy; the policy sees neither
+    # them nor the GPUs they hold (controller/core/cost_objective.py).
+    placed, nodes = cost_objective.place(snapshot, cost_jobs)
+    pctx = RoundContext(dataclasses.replace(rest, nodes=nodes), estimates, cfg)
+    decided = policy.plan(pctx)
     ctx = RoundContext(snapshot, estimates, cfg)
-    decided = policy.plan(ctx)
-    return finalize(ctx, decided, policy.name)
+    ctx.estimate_calls, ctx.evaluations, ctx.budget_exhausted = pctx.estimate_calls, pctx.evaluations, pctx.budget_exhausted
+    return finalize(ctx, [*decided, *placed], policy.name)
 
 
 # The actions that hold GPUs after the round.
@@ -363,7 +375,14 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
         if d.cell is not None:
             if len(gpu_ids) != d.cell.gpus:
                 raise RoundPlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for {d.cell}")
-            bad = [g for g in gpu_ids if g[0] not in nodes or nodes[g[0]].models.get(g[1]) != d.cell.gpu_type]
+            # A pipeline over mixed GPU types (the cost objective): each stage's GPUs of its type.
+            stages = d.plan.stages if d.plan is not None else ()
+            want = [st.gpu_type for st in stages for _ in range(st.gpus)] or [d.cell.gpu_type] * len(gpu_ids)
+            if len(want) != len(gpu_ids):
+                raise RoundPlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for stages of "
+                                     f"{len(want)}")
+            bad = [g for g, t in zip(gpu_ids, want, strict=True)
+                   if g[0] not in nodes or nodes[g[0]].models.get(g[1]) != t]
             if bad:
                 raise RoundPlanError(f"policy {policy_name}: {d.job_id} placed on GPUs not of type "
                                      f"{d.cell.gpu_type}: {bad[:4]}")

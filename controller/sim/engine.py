@@ -24,11 +24,21 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from tessera.controller.core.policy import CachedEstimates, Estimates, Policy, RoundConfig, plan_round
-from tessera.controller.core.snapshot import Action, Cell, JobView, NodeView, RunningView, Slice, Snapshot
+from tessera.controller.core.snapshot import (
+    Action,
+    Cell,
+    JobView,
+    NodeView,
+    Objective,
+    PlanChoice,
+    RunningView,
+    Slice,
+    Snapshot,
+)
 from tessera.controller.sim.clusters import Cluster
 from tessera.controller.sim.oracles import ArenaOracle
 from tessera.controller.sim.traces import TraceJob
@@ -129,6 +139,9 @@ class SimJob:
     suspensions: int = 0
     unrunnable: int = 0  # starts/migrations onto GPUs the truth says it cannot run on (0 s/iteration)
     reason: str = ""
+    # A pipeline over mixed GPU types (the cost objective): its plan with the stages; it runs at the
+    # cost tree's predicted iteration time (the truth has no mixed-type Cells).
+    plan: PlanChoice | None = None
 
 
 @dataclass
@@ -161,7 +174,7 @@ class SimResult:
 class Simulator:
     def __init__(self, cluster: Cluster, trace: Sequence[TraceJob], estimates: Estimates, truth: Truth,
                  rules: Rules, trace_name: str = "", round_config: RoundConfig | None = None,
-                 type_of: Callable[[str], str] | None = None) -> None:
+                 type_of: Callable[[str], str] | None = None, prices: Mapping[str, float] | None = None) -> None:
         self.cluster = cluster
         self.trace = list(trace)
         self.estimates = estimates
@@ -171,6 +184,8 @@ class Simulator:
         self.cfg = round_config or RoundConfig(interval_s=rules.interval_s)
         # Trace GPU type spelling -> cluster type name ("a40" -> "A40-48GB").
         self.type_of = type_of or (lambda s: s)
+        # Price per GPU-hour of each type, for jobs with the cost objective (Snapshot.prices).
+        self.prices = tuple(sorted((prices or {}).items()))
 
     def run(self, policy: Policy, mode: str = "", rounds: int = 0, max_rounds: int = 100_000,
             clock: Callable[[], float] = time.perf_counter, until_done: bool = False) -> SimResult:
@@ -204,7 +219,8 @@ class Simulator:
                 deadline = base + (tj.deadline - tj.submit_time) * r_.deadline_factor
             iters = max(1, tj.iterations // r_.iteration_divisor)
             view = JobView(tj.id, tj.submit_time, tj.model, tj.global_batch_size, tj.gpus, (),
-                           self.type_of(tj.gpu_type) if tj.gpu_type else "", iters, 0.0, deadline, 0, tj.model_key)
+                           self.type_of(tj.gpu_type) if tj.gpu_type else "", iters, 0.0, deadline, 0, tj.model_key,
+                           objective=Objective(tj.objective), slo_s=tj.slo_s)
             jobs.append(SimJob(tj, view, k, arrive_t, float(iters)))
         by_round: dict[int, list[SimJob]] = {}
         for j in jobs:
@@ -252,10 +268,10 @@ class Simulator:
                 node_views[i] = NodeView(n0.id, n0.gpus, frozenset(busy[i]))
             dirty.clear()
             run_views = tuple(
-                RunningView(self._view(j), j.cell, j.slices, opportunistic=j.plan_opp)  # type: ignore[arg-type]
+                RunningView(self._view(j), j.cell, j.slices, j.plan, opportunistic=j.plan_opp)  # type: ignore[arg-type]
                 for j in running.values())
             snap = Snapshot(tuple(node_views), tuple(self._view(j) for j in pending.values()), cluster_gpus,
-                            run_views, now, tuple(new_ids), departures)
+                            run_views, now, tuple(new_ids), departures, prices=self.prices)
             c0 = clock()
             plan = plan_round(snap, est, policy, self.cfg)
             secs.append(clock() - c0)
@@ -278,9 +294,10 @@ class Simulator:
                     j.cell = d.cell or Cell(self._type_at(d.slices), len(new))
                     j.slices = d.slices
                     j.plan_opp = d.opportunistic
+                    j.plan = d.plan if d.plan is not None and d.plan.stages else None
                     hold(j, True)
                     job_view = self._view(j)
-                    j.it_s = self._iter_s(job_view, j)
+                    j.it_s = d.iteration_s if j.plan is not None else self._iter_s(job_view, j)
                     if j.it_s <= 0:
                         # The policy believed it could run there; the truth says it cannot. The job
                         # holds the GPUs without progress until a policy moves it (as a real job
@@ -312,7 +329,7 @@ class Simulator:
                     j.suspensions += 1
                     j.pending_since = now
                     pending[j.t.id] = j
-                    j.slices, j.cell = (), None
+                    j.slices, j.cell, j.plan = (), None, None
                     if r_.progress == "artifact":
                         # The artifact restarts the count from what was left (exec time kept).
                         j.iters_total = max(0.0, j.iters_total - math.floor(j.exec_time / j.it_s) if j.it_s else j.iters_total)
@@ -353,9 +370,10 @@ class Simulator:
     def _view(self, j: SimJob) -> JobView:
         v = j.view
         if v.done_iterations != j.done or v.restarts != j.changes:
-            v = JobView(v.id, v.submit_time, v.model, v.global_batch_size, v.gpus_hint, v.gpu_types,
-                        v.gpu_type_hint, int(j.iters_total) if self.rules.progress == "artifact" else v.iterations,
-                        j.done, v.deadline, j.changes, v.estimate_key, v.recipe)
+            its = int(j.iters_total) if self.rules.progress == "artifact" else v.iterations
+            # An SLO of `iterations within` is the iterations left's share of it (common/objective.py).
+            slo = j.t.slo_s * max(0.0, its - j.done) / its if j.t.slo_s and its else v.slo_s
+            v = replace(v, iterations=its, done_iterations=j.done, restarts=j.changes, slo_s=slo)
             j.view = v
         return v
 
@@ -411,7 +429,10 @@ class Simulator:
         paid = {id(j) for j in paying}
         for j in running:
             assert j.cell is not None
-            thr = self.truth.throughput(j.view, j.cell.gpu_type, j.cell.gpus, len(j.slices))
+            if j.plan is not None:
+                thr = j.view.global_batch_size / j.it_s if j.it_s > 0 else 0.0
+            else:
+                thr = self.truth.throughput(j.view, j.cell.gpu_type, j.cell.gpus, len(j.slices))
             if self.rules.progress == "artifact":
                 if id(j) in paid and j.pay_now:
                     thr *= (interval - j.pay_now) / interval

@@ -45,6 +45,9 @@ class TraceJob:
     # Morphling: guaranteed (SLA) job; its initial execution plan.
     sla: bool = False
     exec_plan: str = ""
+    # The cost objective (docs/cost-objective.md): "cost", and the seconds its iterations must run within.
+    objective: str = ""
+    slo_s: float = 0.0
 
 
 def _open_rows(path: Path, required: Sequence[str]) -> tuple[list[dict[str, str]], list[int]]:
