@@ -63,7 +63,7 @@ def test_cost_job_gets_a_mixed_type_pipeline_and_an_impossible_slo_waits(cluster
         assert key in text, text
     log = tessctl(addr, "logs", cheap, "--tail", "1000000").stdout
     ls = losses(log)
-    assert len(ls) == 30 and ls[-1] < 0.8 * ls[0], (ls[:3], ls[-3:])
+    assert len(ls) == 30 and ls[-1] < 0.9 * ls[0], (ls[:3], ls[-3:])  # from ln(4096) = 8.3
     assert "pipeline stages of the plan: 0: layers 0-" in log
 
     never = tessctl_json(addr, "submit", "-f", str(tmp_path / "never.yaml"))["id"]
