@@ -63,8 +63,26 @@ MICROBATCHES_PER_STAGE = 4
 Solver = Callable[[CellModel, Sequence[GpuOffer], int, float], CostPlan]
 
 
+# Answers of the cost tree by its whole input, across rounds: a job that waits asks the same question
+# every round (same model, offers, iterations and SLO). A cache only: the answer is the solver's.
+_MEMO: dict[tuple[CellModel, tuple[GpuOffer, ...], int, float], CostPlan | NoFeasiblePlan] = {}
+_MEMO_SIZE = 512
+
+
 def default_solver(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float) -> CostPlan:
-    return cheapest_plan(model, offers, iterations, slo_s)
+    key = (model, tuple(offers), iterations, slo_s)
+    got = _MEMO.get(key)
+    if got is None:
+        try:
+            got = cheapest_plan(model, offers, iterations, slo_s)
+        except NoFeasiblePlan as exc:
+            got = exc
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        _MEMO[key] = got
+    if isinstance(got, NoFeasiblePlan):
+        raise NoFeasiblePlan(got.best_time_s, got.reason)
+    return got
 
 
 def is_cost_job(job: JobView) -> bool:

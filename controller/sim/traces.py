@@ -87,6 +87,18 @@ def _num(path: Path, line: int, row: dict[str, str], field: str, kind: Callable[
     return v
 
 
+def _objective(path: Path, line: int, row: dict[str, str]) -> tuple[str, float]:
+    """The optional columns `objective` ("" or "cost") and `slo_seconds` (> 0 with "cost": the
+    seconds its iterations must run within; docs/cost-objective.md)."""
+    objective = (row.get("objective") or "").strip().lower()
+    if objective not in ("", "cost"):
+        raise TraceError(f"{path} line {line}: field objective: must be empty or cost, got {objective!r}")
+    if not objective:
+        return "", 0.0
+    slo = _num(path, line, row, "slo_seconds", float, positive=True, allow_zero=False)
+    return objective, slo
+
+
 def _int(raw: str) -> int:
     f = float(raw)
     if f != int(f):
@@ -148,8 +160,9 @@ def load_arena(path: Path, models: dict[str, dict[str, dict[str, object]]], know
         if known_types and gtype not in known_types:
             raise TraceError(f"{path} line {ln}: field gpu_type: {gtype!r} is not in the cluster "
                              f"({', '.join(known_types)})")
+        objective, slo = _objective(path, ln, row)
         out.append(TraceJob(jid, sub, iters, key, philly_dims(family, size, models, estimator=estimator_dims), batch,
-                            gpus, gtype, ddl))
+                            gpus, gtype, ddl, objective=objective, slo_s=slo))
     out.sort(key=lambda j: j.submit_time)  # stable: file order among equal times
     return out
 
