@@ -35,6 +35,7 @@ def objective_pairs(job: controller_pb2.Job) -> list[tuple[str, str]]:
     rows = [("Objective", "cost (cheapest allocation meeting the SLO)"), ("SLO", slo_text(job.spec))]
     if job.allocation:
         rows += [("Allocation", job.allocation),
-                 ("Predicted time", f"{duration(job.predicted_seconds)} ({job.predicted_seconds:,.1f}s)"),
+                 ("Predicted time", duration(job.predicted_seconds) + (
+                     f" ({job.predicted_seconds:,.0f}s)" if job.predicted_seconds >= 60 else "")),
                  ("Predicted cost", f"{job.predicted_cost:,.4f} (at the controller's --prices)")]
     return rows

@@ -105,3 +105,15 @@ def test_trainer_takes_each_stage_layer_range() -> None:
                         ("0-3", "must be a list")):
         with pytest.raises(Unsupported, match=why):
             stage_ranges(Plan.from_dict({"pp": 2, "stages": stages}), 6)
+
+
+def test_controller_refuses_a_bad_prices_file_at_startup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tessera.controller.main import parse_args
+
+    f = tmp_path / "prices.yaml"
+    f.write_text("A10-24GB: 1.0\nA40-48GB: -2\n")
+    with pytest.raises(SystemExit):
+        parse_args(["--state-dir", str(tmp_path), "--prices", str(f)])
+    assert "prices.A40-48GB: must be > 0" in capsys.readouterr().err
+    f.write_text("A10-24GB: 1.0\n")
+    assert parse_args(["--state-dir", str(tmp_path), "--prices", str(f)]).price_table == (("A10-24GB", 1.0),)
