@@ -113,7 +113,7 @@ def test_controller_refuses_a_bad_prices_file_at_startup(tmp_path: Path, capsys:
     f = tmp_path / "prices.yaml"
     f.write_text("A10-24GB: 1.0\nA40-48GB: -2\n")
     with pytest.raises(SystemExit):
-        parse_args(["--state-dir", str(tmp_path), "--prices", str(f)])
+        parse_args(["--state-dir", str(tmp_path), "--insecure", "--prices", str(f)])
     assert "prices.A40-48GB: must be > 0" in capsys.readouterr().err
     f.write_text("A10-24GB: 1.0\n")
-    assert parse_args(["--state-dir", str(tmp_path), "--prices", str(f)]).price_table == (("A10-24GB", 1.0),)
+    assert parse_args(["--state-dir", str(tmp_path), "--insecure", "--prices", str(f)]).price_table == (("A10-24GB", 1.0),)
