@@ -165,8 +165,9 @@ class Policy(Protocol):
       no other decision carries one: the engine acts on the kind (a job that fits nowhere gets the
       memory it needs added to its reason), people read the reason.
     - `START`, `MIGRATE` and `KEEP` name their whole placement: with a `cell`, exactly `cell.gpus`
-      GPUs, all of `cell.gpu_type`; every GPU idle in the snapshot or held by a running job of this
-      round, and given to one job only.
+      GPUs, all of `cell.gpu_type` (or, for a plan with `stages`, each stage's GPUs of its own type,
+      in slice order: the cost objective's pipelines); every GPU idle in the snapshot or held by a
+      running job of this round, and given to one job only.
     A policy may read everything in the context, use `ctx.state` (its copy of the free GPUs) and the
     memoised estimates, and keep state of its own between rounds only as a cache that does not
     change its decisions (rounds must replay bit for bit). It may not change the snapshot, call
