@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 # its errors are wanted. Read once, when grpc is first imported (below).
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from tessera.clients import admin, argtypes, ctlconfig, output, terminal
+from tessera.clients import admin, argtypes, ctlconfig, output, plancost, terminal
 from tessera.clients.config import Settings
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     command(sub, "whoami", cmd_whoami, "who the controller takes you for: principal, tenant, role")
     ctlconfig.add_arguments(sub, command)
     admin.add_arguments(sub, command)
+    plancost.add_arguments(sub, command)  # tessctl plan-cost (clients/plancost.py)
     command(sub, "version", cmd_version, "print the version of tessctl")
     return parser
 

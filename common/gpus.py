@@ -16,6 +16,7 @@ of the FP16 rate).
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -152,8 +153,11 @@ def _norm(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().upper())
 
 
+@functools.lru_cache(maxsize=4096)
 def lookup(name: str) -> GpuType:
-    """The catalog entry for a name or alias (case and separators ignored); UnknownGpuError if none."""
+    """The catalog entry for a name or alias (case and separators ignored); UnknownGpuError if none.
+    Memoised (the catalog is fixed at import; errors are not cached): the estimator asks for a pool's
+    type in every stage cost, hundreds of thousands of times in one cost-tree search."""
     key = _norm(name)
     if key in CATALOG:
         return CATALOG[key]

@@ -40,7 +40,7 @@ exhaustive solver. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tessera.estimator.cells import CellConfig, CellModel, GpuPool, StageCost
 from tessera.estimator.stage_placer import StagePlacer
@@ -71,6 +71,8 @@ class Shape:
     caps: dict[str, int]  # most stages of each type (quota // dp)
     prices: dict[str, float]
     layers: int
+    sigma: dict[str, float] = field(default_factory=dict)  # least per-layer gradient sync (seconds)
+    overlap_sync: bool = False
     placers: dict[tuple[str, ...], StagePlacer] = field(default_factory=dict)
 
     def placer(self, model: CellModel, types: Sequence[str], config: CellConfig,
@@ -97,21 +99,26 @@ def build_shape(model: CellModel, pools: Mapping[str, GpuPool], prices: Mapping[
     # distinct transformer layers (operators 1..L; 0 is the embedding, L + 1 the head)
     distinct: dict[object, int] = {}
     for i in range(1, L + 1):
-        distinct.setdefault(probe.ops[i], i)
+        distinct.setdefault(replace(probe.ops[i], name=""), i)  # the names number the layers
     alike = len(distinct) == 1
     e: dict[str, float] = {}
     u: dict[str, int] = {}
+    sigma: dict[str, float] = {}
     for t in names:
         p = pools[t]
         e[t] = max(0.0, min(probe.stage_cost(p, k - 1, i, i + 1).compute - h for i in distinct.values()))
-        most = 0
-        for n in range(1, L - (k - 1) + 1):
+        # position k - 1 has one micro-batch in flight, the fewest of any position; whether some
+        # window of n layers fits only turns false as n grows (memory grows with operators), so
+        # the largest n is found by bisection
+        def fits(n: int, p: GpuPool = p) -> bool:
             starts = [1] if alike else range(1, L - n + 2)
-            # position k - 1 has one micro-batch in flight, the fewest of any position
-            if not any(probe.stage_cost(p, k - 1, a, a + n).fits for a in starts):
-                break
-            most = n
-        u[t] = most
+            return any(probe.stage_cost(p, k - 1, a, a + n).fits for a in starts)
+        lo, hi = 0, L - (k - 1)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        u[t] = lo
+        sigma[t] = _sync_per_layer(probe, p, k, L - (k - 1)) if alike else 0.0
     x: dict[tuple[str, str], float] = {}
     if k > 1:
         # a boundary after stage 0 sends the output of one of operators 1..L-1
@@ -120,7 +127,24 @@ def build_shape(model: CellModel, pools: Mapping[str, GpuPool], prices: Mapping[
             for c in names:
                 x[(a, c)] = probe.transfer_time(pools[a], pools[c], j + 1)
     caps = {t: quotas[t] // dp for t in names}
-    return Shape(dp, k, b, dict(pools), cache, e, u, x, h, caps, {t: prices[t] for t in names}, L)
+    return Shape(dp, k, b, dict(pools), cache, e, u, x, h, caps, {t: prices[t] for t in names}, L, sigma,
+                 overlap_sync)
+
+
+def _sync_per_layer(probe: StagePlacer, pool: GpuPool, k: int, most: int) -> float:
+    """sigma with sync(n layers) >= n sigma for every n: the per-iteration gradient all-reduce and
+    optimizer step of n alike layers is affine in n under the alpha-beta formula (latency + bytes /
+    bandwidth; the step is linear), so sigma = min(sync(1), sync(2) - sync(1)). Checked on a third
+    point; 0 (no bound) when it is not affine or when a profiled table prices the collective."""
+    if most < 3:
+        return 0.0
+    c1, c2, cn = (probe.stage_cost(pool, k - 1, 1, 1 + n) for n in (1, 2, most))
+    if any("profiled" in c.comm_source for c in (c1, c2, cn)):
+        return 0.0
+    step = c2.sync - c1.sync
+    if abs(c1.sync + (most - 1) * step - cn.sync) > 1e-9 * max(cn.sync, 1e-12):
+        return 0.0
+    return max(0.0, min(c1.sync, step))
 
 
 @dataclass(frozen=True)
@@ -171,6 +195,24 @@ def _least_ratio(p0: float, r0: float, prices: Mapping[str, float], rates: Mappi
     return lam
 
 
+def _sync_bound(shape: Shape, fixed: Mapping[str, int], rest: Sequence[str], r: int) -> float:
+    """A lower bound of the iteration's once-per-iteration sync term over the completions: with
+    sync_i >= n_i sigma_i, max_i sync_i >= max(L / sum 1/sigma_i, max sigma_i) as for compute; under
+    Eq. 9 (overlap_sync) only stage 0's sync is surely exposed, >= the least sigma."""
+    sig = shape.sigma
+    used = [t for t, n in fixed.items() if n > 0]
+    cand = used + (list(rest) if r else [])
+    if not cand or any(sig.get(t, 0.0) <= 0 for t in cand):
+        return 0.0
+    if shape.overlap_sync:
+        return min(sig[t] for t in cand)
+    inv = {t: 1.0 / sig[t] for t in cand}
+    inv_hi = sum(n * inv[t] for t, n in fixed.items() if n) + ((_pick(inv, shape.caps, rest, r, largest=True) or 0.0)
+                                                              if r else 0.0)
+    most = max([sig[t] for t in used] + ([min(sig[t] for t in rest)] if r else []))
+    return max(shape.layers / inv_hi, most)
+
+
 def bound(shape: Shape, fixed: Mapping[str, int], rest: Sequence[str], iterations: int) -> Bound:
     """Bounds for the allocations of `shape` whose stage counts agree with `fixed` and whose
     remaining k - sum(fixed) stages come from `rest` (within caps). See the module doc."""
@@ -192,7 +234,7 @@ def bound(shape: Shape, fixed: Mapping[str, int], rest: Sequence[str], iteration
     rate_hi = rate_fixed + ((_pick(rates, shape.caps, rest, r, largest=True) or 0.0) if r else 0.0)
     m_lb = max(L / rate_hi if rate_hi > 0 else 0.0, max_e)
     x = min((shape.x[(a, c)] for a in cand for c in cand), default=0.0) if k > 1 else 0.0
-    head = k * h + sum_e + (L - k) * min_e + (k - 1) * x + (b - 1) * h
+    head = k * h + sum_e + (L - k) * min_e + (k - 1) * x + (b - 1) * h + _sync_bound(shape, fixed, rest, r)
     t_lb = head + (b - 1) * m_lb
     price_fixed = sum(n * shape.prices[t] for t, n in fixed.items())
     price_lb = price_fixed + ((_pick(shape.prices, shape.caps, rest, r, largest=False) or 0.0) if r else 0.0)

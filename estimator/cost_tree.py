@@ -37,10 +37,11 @@ from tessera.common.errors import InvalidArgument, InvalidInput
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.estimator.cells import CellConfig, CellInputError, CellModel, GpuPool
 from tessera.estimator.cost_bounds import Shape, bound, build_shape, microbatches
+from tessera.estimator.cost_placements import best_placement
 from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
 
 __all__ = ["CostInputError", "CostPlan", "CostStage", "GpuOffer", "NoFeasiblePlan", "cheapest_plan",
-           "count_allocations", "exhaustive_cheapest", "fastest_plan"]
+           "count_allocations", "exhaustive_cheapest", "exhaustive_sweep", "fastest_plan"]
 
 Leaf = Callable[[StagePlacer], HeteroPlan]
 # Slack on the pruning comparisons: a bound equal to a cost in exact arithmetic may round above it.
@@ -313,8 +314,9 @@ def _plan(p: _Problem, found: tuple[Shape, dict[str, int], HeteroPlan], st: _Sta
                     st.expanded + st.placed, st.placed, st.pruned)
 
 
-def _infeasible(p: _Problem, leaf: Leaf | None) -> NoFeasiblePlan:
-    fastest, _ = _search(p, "time", math.inf, leaf)
+def _infeasible(p: _Problem, leaf: Leaf | None,
+                only: Callable[[Shape, Mapping[str, int]], bool] | None = None) -> NoFeasiblePlan:
+    fastest, _ = _search(p, "time", math.inf, leaf, only)
     where = f"{len(p.offers)} GPU type(s) within their quotas, at most {p.max_stages} stages"
     if fastest is None:
         return NoFeasiblePlan(math.inf, f"slo_s: no allocation of {where} holds {p.model.name or 'the model'} "
@@ -327,30 +329,42 @@ def _infeasible(p: _Problem, leaf: Leaf | None) -> NoFeasiblePlan:
 
 def cheapest_plan(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float, *,
                   config: CellConfig | None = None, max_stages: int = 8, cluster: Mapping[str, int] | None = None,
-                  overlap_sync: bool = False) -> CostPlan:
+                  overlap_sync: bool = False, placement: str = "espresso") -> CostPlan:
     """The cheapest allocation (Alg. 1's cost tree, Alg. 2 at its leaves) whose `iterations` run within
-    `slo_s` seconds; NoFeasiblePlan when none does. `cluster` ({type: GPUs}): the quotas may not exceed it."""
+    `slo_s` seconds; NoFeasiblePlan when none does. `cluster` ({type: GPUs}): the quotas may not exceed
+    it. `placement`: "espresso" (Alg. 2, the paper's) or "best" (of Alg. 2's, Whale's and HPH's)."""
+    leaf = _leaf(placement)
     p = _prepare(model, offers, iterations, slo_s, config, max_stages, cluster, overlap_sync)
-    return _solve(p, None)
+    return _solve(p, leaf)
+
+
+def _leaf(placement: str) -> Leaf | None:
+    if placement == "espresso":
+        return None
+    if placement == "best":
+        return best_placement
+    raise CostInputError("placement", f"must be 'espresso' or 'best', got {placement!r}")
 
 
 def _solve(p: _Problem, leaf: Leaf | None,
            only: Callable[[Shape, Mapping[str, int]], bool] | None = None) -> CostPlan:
     found, st = _search(p, "cost", p.slo_s, leaf, only)
     if found is None:
-        raise _infeasible(p, leaf)
+        raise _infeasible(p, leaf, only)
     return _plan(p, found, st)
 
 
 def fastest_plan(model: CellModel, offers: Sequence[GpuOffer], iterations: int, *,
                  config: CellConfig | None = None, max_stages: int = 8,
-                 cluster: Mapping[str, int] | None = None, overlap_sync: bool = False) -> CostPlan:
+                 cluster: Mapping[str, int] | None = None, overlap_sync: bool = False,
+                 placement: str = "espresso") -> CostPlan:
     """The fastest allocation within the quotas (the same tree, ordered by time); NoFeasiblePlan
     (best time inf) when none holds the model."""
+    leaf = _leaf(placement)
     p = _prepare(model, offers, iterations, math.inf, config, max_stages, cluster, overlap_sync)
-    found, st = _search(p, "time", math.inf, None)
+    found, st = _search(p, "time", math.inf, leaf)
     if found is None:
-        raise _infeasible(p, None)
+        raise _infeasible(p, leaf)
     return _plan(p, found, st)
 
 
@@ -372,39 +386,51 @@ def count_allocations(model: CellModel, offers: Sequence[GpuOffer], *, config: C
 
 def exhaustive_cheapest(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float, *,
                         config: CellConfig | None = None, max_stages: int = 8,
-                        cluster: Mapping[str, int] | None = None, overlap_sync: bool = False) -> CostPlan:
-    """Every allocation of the tree's space placed by Alg. 2 and costed, no pruning: the optimum the
-    tree must return. For small instances (count_allocations says how many)."""
-    p = _prepare(model, offers, iterations, slo_s, config, max_stages, cluster, overlap_sync)
-    return _exhaustive(p, None)
+                        cluster: Mapping[str, int] | None = None, overlap_sync: bool = False,
+                        placement: str = "espresso") -> CostPlan:
+    """Every allocation of the tree's space placed (by Alg. 2, or `placement`) and costed, no pruning:
+    the optimum the tree must return. For small instances (count_allocations says how many)."""
+    got = exhaustive_sweep(model, offers, iterations, [slo_s], config=config, max_stages=max_stages,
+                           cluster=cluster, overlap_sync=overlap_sync, placement=placement)[0]
+    if isinstance(got, NoFeasiblePlan):
+        raise got
+    return got
 
 
-def _exhaustive(p: _Problem, leaf: Leaf | None,
-                only: Callable[[Shape, Mapping[str, int]], bool] | None = None) -> CostPlan:
-    st = _Stats()
-    best: tuple[Shape, dict[str, int], HeteroPlan] | None = None
-    best_key: tuple[float, float, int, str] | None = None
-    fastest = math.inf
-    fastest_desc = ""
+def exhaustive_sweep(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slos: Sequence[float], *,
+                     config: CellConfig | None = None, max_stages: int = 8, cluster: Mapping[str, int] | None = None,
+                     overlap_sync: bool = False, placement: str = "espresso") -> list[CostPlan | NoFeasiblePlan]:
+    """`exhaustive_cheapest` for several SLOs at once: every allocation is placed once, then each SLO
+    takes the cheapest that meets it (or its NoFeasiblePlan, with the best time of all)."""
+    if isinstance(slos, (str, bytes)) or not isinstance(slos, Sequence) or not slos:
+        raise CostInputError("slos", "need at least one SLO")
+    for slo in slos:
+        _check(model, offers, iterations, slo, max_stages, cluster)
+    leaf = _leaf(placement)
+    p = _prepare(model, offers, iterations, math.inf, config, max_stages, cluster, overlap_sync)
+    scored: list[tuple[Shape, dict[str, int], HeteroPlan]] = []
     for shape, alloc in _allocations(p):
-        if only is not None and not only(shape, alloc):
-            continue
-        hp = _place(p, shape, alloc, leaf)
-        st.placed += 1
-        if not hp.fits:
-            continue
-        total = p.iterations * hp.iter_time
-        if total < fastest:
-            fastest, fastest_desc = total, hp.describe()
-        if total > p.slo_s:
-            continue
-        key = _key("cost", _alloc_cost(p, shape, alloc, hp.iter_time), total, shape.dp * shape.k, hp.describe())
-        if best_key is None or key < best_key:
-            best, best_key = (shape, alloc, hp), key
-    if best is None:
-        where = f"{len(p.offers)} GPU type(s) within their quotas, at most {p.max_stages} stages"
-        if math.isinf(fastest):
-            raise NoFeasiblePlan(math.inf, f"slo_s: no allocation of {where} holds the model in GPU memory")
-        raise NoFeasiblePlan(fastest, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
-                                      f"{p.slo_s:g} s; the fastest takes {fastest:.1f} s ({fastest_desc})")
-    return _plan(p, best, st)
+        scored.append((shape, alloc, _place(p, shape, alloc, leaf)))
+    fitting = [s for s in scored if s[2].fits]
+    fastest = min(fitting, key=lambda s: (s[2].iter_time, s[2].describe()), default=None)
+    where = f"{len(p.offers)} GPU type(s) within their quotas, at most {p.max_stages} stages"
+    out: list[CostPlan | NoFeasiblePlan] = []
+    for slo in slos:
+        best, best_key = None, None
+        for shape, alloc, hp in fitting:
+            total = p.iterations * hp.iter_time
+            if total > slo:
+                continue
+            key = _key("cost", _alloc_cost(p, shape, alloc, hp.iter_time), total, shape.dp * shape.k,
+                       hp.describe())
+            if best_key is None or key < best_key:
+                best, best_key = (shape, alloc, hp), key
+        if best is not None:
+            out.append(_plan(p, best, _Stats(placed=len(scored))))
+        elif fastest is None:
+            out.append(NoFeasiblePlan(math.inf, f"slo_s: no allocation of {where} holds the model in GPU memory"))
+        else:
+            t = p.iterations * fastest[2].iter_time
+            out.append(NoFeasiblePlan(t, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
+                                         f"{slo:g} s; the fastest takes {t:.1f} s ({fastest[2].describe()})"))
+    return out

@@ -21,6 +21,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Iterable, Sequence
@@ -117,6 +118,7 @@ class StagePlacer:
         self.comm = comm or CommModel()
         self.ops: tuple[Operator, ...] = model_operators(model)
         self._cache: dict[tuple[GpuPool, int, int, int], StageCost] = {} if cache is None else cache
+        self._scans: dict[tuple[GpuPool, int], tuple[list[int], int, list[float]]] = {}
 
     # -- the estimate of one plan --------------------------------------------------------------------
 
@@ -205,14 +207,18 @@ class StagePlacer:
         """l_m (most layers that fit at this position), or with `limit` l_c (most whose gradient sync
         takes at most `limit` seconds); 0 when not even one does."""
         k, total = len(self.pools), self.model.num_layers
-        sizes = [total] if k == 1 else range(1, total - (k - 1) + 1)
-        best = 0
-        for n in sizes:
-            c = self.stage_cost(pool, position, *self._range(position, n))
-            if not (c.fits if limit is None else c.sync <= limit):
-                break
-            best = n
-        return best
+        scan = self._scans.get((pool, position))
+        if scan is None:
+            sizes = [total] if k == 1 else list(range(1, total - (k - 1) + 1))
+            costs = [self.stage_cost(pool, position, *self._range(position, n)) for n in sizes]
+            fit = next((i for i, c in enumerate(costs) if not c.fits), len(costs))
+            # the scan stops at the first size over the limit: the first whose running maximum is
+            prefix = list(itertools.accumulate((c.sync for c in costs), max))
+            scan = (sizes, fit, prefix)
+            self._scans[(pool, position)] = scan
+        sizes, fit, prefix = scan
+        count = fit if limit is None else bisect.bisect_right(prefix, limit)
+        return sizes[count - 1] if count else 0
 
     def _backward(self, c: StageCost) -> float:
         """The last micro-batch's backward pass: 2 of the 3 forward-equivalents (3 of 4 with recomputation)."""
