@@ -39,7 +39,8 @@ def test_cost_job_gets_a_mixed_type_pipeline_and_an_impossible_slo_waits(cluster
         nodes.append((node_id, str(inv)))
     prices = tmp_path / "prices.yaml"
     prices.write_text("A10-24GB: 1.0\nA40-48GB: 2.0\nA100-80GB: 4.0\n")
-    cl: Cluster = cluster_factory(nodes, controller_args=("--prices", str(prices)))
+    # Crius, the controller's default policy: the cost objective places these jobs whatever the policy.
+    cl: Cluster = cluster_factory(nodes, policy="crius", controller_args=("--prices", str(prices)))
     addr = cl.controller.address
     (tmp_path / "cheap.yaml").write_text(JOB.format(name="cheap", iterations=30, slo="1h"))
     (tmp_path / "never.yaml").write_text(JOB.format(name="never", iterations=100000, slo="60s"))

@@ -40,3 +40,30 @@ def test_a_mixed_pipeline_is_stored_launched_and_described() -> None:
     for row in ("Objective: cost", "SLO: iterations within 1h", f"Allocation: {pred.allocation}",
                 "Predicted time: 12.2s Predicted cost: 0.0102"):
         assert row in text, text
+
+
+def test_a_cost_jobs_pending_reason_is_the_cost_trees_alone() -> None:
+    from tessera.controller.core import frenzy
+    from tessera.controller.core.snapshot import (
+        Action,
+        Decision,
+        GpuView,
+        JobView,
+        NodeView,
+        Objective,
+        PendingKind,
+        Snapshot,
+    )
+    from tessera.controller.rounds import pending_reason
+    from tessera.estimator.models import registered
+
+    big = registered("llama2-13b")
+    assert big is not None
+    small = NodeView("n", (GpuView(0, "A10-24GB", 24 * 10**9),))
+    snap = Snapshot((small,), (), (("A10-24GB", 24 * 10**9, 1),))
+    d = Decision("j", Action.PENDING, "no plan meets the SLO", pending=PendingKind.FITS_NOWHERE)
+    plain = JobView("j", 0.0, big, 64)
+    cost = JobView("j", 0.0, big, 64, objective=Objective.COST, slo_s=60.0)
+    cfg = frenzy.FrenzyConfig()
+    assert "fits nowhere" in pending_reason(d, {"j": plain}, snap, "crius", cfg)  # a policy's memory rule
+    assert pending_reason(d, {"j": cost}, snap, "crius", cfg) == "no plan meets the SLO"
