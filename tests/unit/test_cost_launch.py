@@ -67,3 +67,37 @@ def test_a_cost_jobs_pending_reason_is_the_cost_trees_alone() -> None:
     cfg = frenzy.FrenzyConfig()
     assert "fits nowhere" in pending_reason(d, {"j": plain}, snap, "crius", cfg)  # a policy's memory rule
     assert pending_reason(d, {"j": cost}, snap, "crius", cfg) == "no plan meets the SLO"
+
+
+def test_the_live_snapshot_carries_prices_slo_and_a_running_pipelines_stages() -> None:
+    from tessera.controller.core.snapshot import Objective
+    from tessera.controller.registry import LiveNode
+    from tessera.controller.snapshots import build_snapshot
+    from tessera.controller.store import NodeRecord
+    from tessera.v1 import agent_pb2
+    from tests.fake_agent_calls import inventory
+
+    records, nodes = {}, {}
+    for nid, model in (("a10", "A10-24GB"), ("a40", "A40-48GB")):
+        inv = inventory(model, 4, 24)
+        records[nid] = NodeRecord(nid, f"{nid}:1", inv)
+        nodes[nid] = LiveNode(nid, f"{nid}:1", inv, agent_pb2.NodeStatus(), 0.0, 0.0, liveness=P.NODE_STATE_READY)
+    states = dict.fromkeys(records, P.NODE_STATE_READY)
+    stages = (StageAssignment("A10-24GB", 2, 0, 5), StageAssignment("A40-48GB", 2, 5, 6))
+    pred = CostPrediction(0.12, 12.2, 0.0102, "x")
+    plan = plan_pb(PlanChoice(2, 1, 2, 1, 8, "A10-24GB+A40-48GB", 1, "cost-tree", stages=stages, prediction=pred))
+    spec = P.JobSpec(name="c", model=P.ModelSpec(hidden_size=128, num_layers=6, num_heads=4, vocab_size=4096,
+                                                 seq_length=128), global_batch_size=16, iterations=100,
+                     objective=P.OBJECTIVE_COST, slo=P.Slo(deadline=1000.0))
+    placement = P.Placement(slices=[P.NodeSlice(node_id="a10", gpu_indices=[0, 1]),
+                                    P.NodeSlice(node_id="a40", gpu_indices=[0, 1])], rendezvous="h:1")
+    running = JobRecord("j-r", "r", spec, P.JOB_STATE_RUNNING, "", 0.0, attempt=1, plan=plan, placement=placement)
+    waiting = JobRecord("j-w", "w", spec, P.JOB_STATE_PENDING, "", 0.0)
+    busy = {"a10": {0, 1}, "a40": {0, 1}}
+    snap = build_snapshot(records, nodes, states, busy, [waiting], [running], {}, 400.0, {"A10-24GB": 1.0})
+    assert snap.prices == (("A10-24GB", 1.0),)
+    (w,) = snap.pending
+    assert w.objective is Objective.COST and w.slo_s == 600.0  # the deadline's seconds left at `now`
+    (r,) = snap.running
+    assert r.plan is not None and r.plan.stages == stages and r.plan.prediction == pred
+    assert str(r.cell) == "4 x A10-24GB+A40-48GB, 2 stages" and [s.node_id for s in r.slices] == ["a10", "a40"]
