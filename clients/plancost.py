@@ -60,6 +60,9 @@ def add_arguments(sub: Any, command: Any) -> None:
     p.add_argument("--nic-gbps", type=float, default=12.5, metavar="GB/S",
                    help="network bandwidth between instances, GB/s per direction (default 12.5 = 100 Gb/s; "
                         "Espresso's 2.5 Gb/s is 0.3125)")
+    p.add_argument("--cluster", action="append", default=[], metavar="FILE[,FILE]",
+                   help="cluster files (the `pools:` format of `estimate cells`): the quotas may not exceed their "
+                        "GPUs, and each type takes its pools' GPUs per node and network instead of the flags")
     p.add_argument("--placement", choices=("espresso", "best"), default="espresso",
                    help="stage placement at the tree's leaves: espresso (Alg. 2, the paper's; default) or best "
                         "(the best of Alg. 2's, Whale's and HPH's for each allocation: never dearer, slower to find)")
@@ -175,7 +178,12 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
     missing = [t for t in quota if t not in prices]
     if missing:
         raise InvalidArgument("prices", f"no price for {', '.join(missing)} (the quota file offers it)")
-    offers = [GpuOffer(t, prices[t], int(n), args.gpus_per_node, args.nic_gbps) for t, n in sorted(quota.items())]
+    have, shape = _cluster(args.cluster) if args.cluster else ({}, {})
+    for t, n in quota.items():
+        if args.cluster and n > have.get(t, 0):
+            raise InvalidArgument(f"quota.{t}", f"{n} GPUs exceed the cluster's {have.get(t, 0)}")
+    offers = [GpuOffer(t, prices[t], int(n), *shape.get(t, (args.gpus_per_node, args.nic_gbps)))
+              for t, n in sorted(quota.items())]
     model = cell_model(estimator_pb2.GetCellsRequest(model=spec.model, global_batch_size=spec.global_batch_size,
                                                      recipe=spec.plan if spec.HasField("plan") else None))
     def tree(*a: Any, **kw: Any) -> CostPlan:
@@ -203,6 +211,19 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
     else:
         terminal.println(out, _table(spec.name, model.signature, int(spec.iterations), slo, answers))
     return 0
+
+
+def _cluster(paths: list[str]) -> tuple[dict[str, int], dict[str, tuple[int, float]]]:
+    """GPUs per type in the cluster files, and each type's (GPUs per node, NIC GB/s) from its first pool."""
+    from tessera.clients.estimate import load_cluster
+
+    have: dict[str, int] = {}
+    shape: dict[str, tuple[int, float]] = {}
+    for pool in load_cluster(paths).pools:
+        name = lookup(pool.gpu).name
+        have[name] = have.get(name, 0) + pool.num_gpus
+        shape.setdefault(name, (pool.gpus_per_node, pool.nic_gbps or 12.5))
+    return have, shape
 
 
 def _json(p: Any, solve_s: float) -> dict[str, Any]:

@@ -91,3 +91,14 @@ def test_a_job_without_an_slo_is_refused_unless_given_one(tmp_path: Path, capsys
     assert rc == 2 and "slo: the job file has no slo" in err
     rc, _, err = _run([*argv, "--slo", "3600"], capsys)
     assert rc == 0, err
+
+
+def test_quotas_over_a_given_cluster_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rental = str(Path(__file__).resolve().parents[2] / "examples" / "clusters" / "espresso-rental.yaml")
+    argv = _files(tmp_path, quota='{"A6000": 2, "A30": 20}', prices="{A6000: 6, A30: 4}")
+    rc, _, err = _run([*argv, "--cluster", rental], capsys)
+    assert rc == 2 and "quota.A30-24GB: 20 GPUs exceed the cluster's 16" in err
+    rc, out, err = _run([*_files(tmp_path, quota='{"A6000": 2, "A30": 2}', prices="{A6000: 6, A30: 4}"),
+                         "--cluster", rental, "-o", "json"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["plans"]["espresso"]["feasible"]
