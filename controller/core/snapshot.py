@@ -125,7 +125,8 @@ class JobView:
     priority: Priority = field(default_factory=lambda: Priority.BEST_EFFORT)
     promise: Promise | None = None
     # Espresso: the objective the job asks for ("" = the policy's, "cost" = cheapest allocation
-    # meeting the SLO) and its SLO: seconds within which its remaining iterations must run (0 = none).
+    # meeting the SLO) and its SLO: seconds within which its remaining iterations must run (0 = none,
+    # < 0 = its deadline has passed; common/objective.py slo_seconds).
     objective: Objective = field(default_factory=lambda: Objective.DEFAULT)
     slo_s: float = 0.0
 
