@@ -52,7 +52,7 @@ from tessera.controller.core.snapshot import (
 )
 from tessera.estimator.cell_recipe import recipe_cell_model
 from tessera.estimator.cells import CellInputError, CellModel
-from tessera.estimator.cost_tree import CostPlan, GpuOffer, NoFeasiblePlan, cheapest_plan
+from tessera.estimator.cost_tree import CostInputError, CostPlan, GpuOffer, NoFeasiblePlan, cheapest_plan
 from tessera.estimator.plans import PlanInputError
 
 # How many times a round re-solves a job whose stages did not pack onto the free nodes.
@@ -259,7 +259,16 @@ def _infeasible(job: JobView, model: CellModel, snap: Snapshot, prices: Mapping[
 
 
 def place_one(job: JobView, snap: Snapshot, free: _Free, solver: Solver) -> Decision:
-    """The decision for one pending job with the cost objective (the module docstring)."""
+    """The decision for one pending job with the cost objective (the module docstring); input the
+    cost tree refuses (a GPU type it does not know, a model it cannot split) leaves the job pending
+    with the field it names, never fails the round."""
+    try:
+        return _place_one(job, snap, free, solver)
+    except CostInputError as exc:
+        return _pending(job, f"the cost tree cannot plan the job: {exc}", PendingKind.FITS_NOWHERE)
+
+
+def _place_one(job: JobView, snap: Snapshot, free: _Free, solver: Solver) -> Decision:
     if job.slo_s == 0:
         return _pending(job, "the cost objective needs an SLO (slo: iterations_within or deadline)",
                         PendingKind.FITS_NOWHERE)

@@ -240,3 +240,11 @@ def test_batch_split_keeps_the_global_batch() -> None:
     assert co.batch_split(16, 2, 2) == (1, 8)
     assert co.batch_split(32, 1, 3) == (4, 8)
     assert co.batch_split(12, 5, 2) is None
+
+
+def test_input_the_cost_tree_refuses_leaves_the_job_pending_not_the_round_failed() -> None:
+    # A replay's cluster may name a type the catalog does not know; a price for it reaches the offers.
+    s = snap(node("x", "X", 2), prices=(("X", 1.0),))
+    (d,), _ = co.place(s, (cost_job(),))
+    assert d.action is Action.PENDING and d.pending is PendingKind.FITS_NOWHERE
+    assert d.reason.startswith("the cost tree cannot plan the job: gpu_type: ")
