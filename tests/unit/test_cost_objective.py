@@ -248,3 +248,13 @@ def test_input_the_cost_tree_refuses_leaves_the_job_pending_not_the_round_failed
     (d,), _ = co.place(s, (cost_job(),))
     assert d.action is Action.PENDING and d.pending is PendingKind.FITS_NOWHERE
     assert d.reason.startswith("the cost tree cannot plan the job: gpu_type: ")
+
+
+def test_offers_carry_the_memory_the_nodes_report() -> None:
+    full = NodeView("f", (GpuView(0, A100, 80 * GB), GpuView(1, A100, 80 * GB)))
+    assert co._offer(A100, 4.0, 2, (full,)).memory_bytes == 0  # the catalog's: not overridden
+    held = NodeView("h", (GpuView(0, A100, 80 * GB, foreign_used_bytes=30 * GB),))
+    small = NodeView("s", (GpuView(0, A10, 2 * GB),))
+    o = co._offer(A100, 4.0, 3, (full, held, small))
+    assert (o.memory_bytes, o.gpus_per_node, o.quota) == (50 * GB, 2, 3)  # the least of the type's GPUs
+    assert co._offer(A10, 1.0, 1, (full, held, small)).memory_bytes == 2 * GB
