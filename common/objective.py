@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tessera.common.errors import FailedPrecondition, InvalidArgument, InvalidInput
+from tessera.common.errors import FailedPrecondition, InvalidArgument
 from tessera.common.gpus import UnknownGpuError, lookup
-from tessera.common.yamlfile import InputFileError, read_yaml
+from tessera.common.yamlfile import InputFileError, read_and_parse
 from tessera.v1 import common_pb2
 
 # An SLO longer than ten years is a typo, not an SLO.
@@ -120,44 +120,36 @@ def slo_seconds(spec: common_pb2.JobSpec, done_iterations: float, now: float) ->
 
 
 class PricesError(InputFileError):
-    """A --prices file that cannot be used: the type named and why."""
+    """A --prices file that cannot be used: `field` is the GPU type (its key in the file) and why."""
 
 
 def parse_prices(doc: Any) -> dict[str, float]:
-    """{canonical GPU type: price per GPU-hour} from the parsed YAML; InvalidArgument naming the type."""
+    """{canonical GPU type: price per GPU-hour} from the parsed YAML; PricesError naming the type."""
     if not isinstance(doc, Mapping) or not doc:
-        raise InvalidArgument("prices", "must be a non-empty mapping {GPU type: price per GPU-hour}, e.g. "
-                                        "{A100-80GB: 3.67, A10-24GB: 1.01}")
+        raise PricesError("", "must be a non-empty mapping {GPU type: price per GPU-hour}, e.g. "
+                              "{A100-80GB: 3.67, A10-24GB: 1.01}")
     out: dict[str, float] = {}
     for key, price in doc.items():
+        field = str(key)
         try:
-            name = lookup(str(key)).name
+            name = lookup(field).name
         except UnknownGpuError as exc:
-            raise InvalidArgument(f"prices.{key}", str(exc)[:200]) from None
+            raise PricesError(field, str(exc)[:200]) from None
         if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price):
-            raise InvalidArgument(f"prices.{key}", f"must be a number (price per GPU-hour), got {price!r}")
+            raise PricesError(field, f"must be a number (price per GPU-hour), got {price!r}")
         if price <= 0:
-            raise InvalidArgument(f"prices.{key}", f"must be > 0 (price per GPU-hour), got {price!r}")
+            raise PricesError(field, f"must be > 0 (price per GPU-hour), got {price!r}")
         if price > MAX_PRICE:
-            raise InvalidArgument(f"prices.{key}", f"must be at most {MAX_PRICE:g} per GPU-hour, got {price!r}")
+            raise PricesError(field, f"must be at most {MAX_PRICE:g} per GPU-hour, got {price!r}")
         if name in out:
-            raise InvalidArgument(f"prices.{key}", f"{name} is priced twice")
+            raise PricesError(field, f"{name} is priced twice")
         out[name] = float(price)
     return dict(sorted(out.items()))
 
 
 def load_prices(path: str | Path) -> dict[str, float]:
-    """The --prices file; InvalidInput naming the file and the type on any problem."""
-    try:
-        doc = read_yaml(path, PricesError)
-    except OSError as exc:
-        raise InvalidInput(f"--prices {path}: {exc.strerror or exc}") from None
-    except InputFileError as exc:
-        raise InvalidInput(f"--prices: {exc}") from None
-    try:
-        return parse_prices(doc)
-    except InvalidArgument as exc:
-        raise InvalidInput(f"--prices {path}: {exc}") from None
+    """The --prices file; PricesError (`FILE line N: field TYPE: why`) on any problem."""
+    return read_and_parse(path, parse_prices, PricesError)
 
 
 def cost_precondition(spec: common_pb2.JobSpec, prices: Sequence[tuple[str, float]]) -> None:

@@ -162,7 +162,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     try:
         args.price_table = tuple(load_prices(args.prices).items()) if args.prices else ()
     except InvalidInput as e:
-        p.error(str(e))
+        p.error(f"--prices: {e}")
     return args
 
 

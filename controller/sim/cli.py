@@ -256,8 +256,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     cfg = RoundConfig(search_depth=args.depth, interval_s=rules.interval_s,
                       max_gpus_per_job=16 if rules.name in ("arena", "fair") else 0)
-    sim = Simulator(cluster, jobs, est, truth, rules, args.trace, cfg,
-                    type_of=lambda s: by_short.get(s, s), prices=load_prices(args.prices) if args.prices else None)
+    try:
+        prices = load_prices(args.prices) if args.prices else None
+    except InvalidInput as exc:  # a bad --prices file: one line, exit 1, like a bad trace
+        raise SimInputError(f"--prices: {exc}") from None
+    sim = Simulator(cluster, jobs, est, truth, rules, args.trace, cfg, type_of=lambda s: by_short.get(s, s),
+                    prices=prices)
     results: dict[str, SimResult] = {}
     for label, pol, m in policies:
         results[label] = sim.run(pol, m, rounds=args.rounds, until_done=args.until_done)

@@ -10,9 +10,10 @@ import pytest
 from tessera.clients.jobfile import JobFileError, parse_job_yaml
 from tessera.clients.trainer.plan import Plan
 from tessera.clients.trainer.reference.config import Unsupported, stage_ranges
-from tessera.common.errors import FailedPrecondition, InvalidArgument, InvalidInput
+from tessera.common.errors import FailedPrecondition, InvalidInput
 from tessera.common.jobspec import spec_errors
 from tessera.common.objective import (
+    PricesError,
     cost_precondition,
     load_prices,
     parse_duration,
@@ -69,19 +70,19 @@ def test_submit_bounds_and_precondition() -> None:
 
 def test_prices_file(tmp_path: Path) -> None:
     assert parse_prices({"a100": 4, "A10-24GB": 1.01}) == {"A10-24GB": 1.01, "A100-80GB": 4.0}
-    for doc, field, why in (({"A100-80GB": -1.0}, "prices.A100-80GB", "must be > 0"),
-                            ({"A100-80GB": "cheap"}, "prices.A100-80GB", "must be a number"),
-                            ({"Z9000": 1.0}, "prices.Z9000", "unknown GPU"),
-                            ({"a100": 1.0, "A100-80GB": 2.0}, "prices.A100-80GB", "priced twice"),
-                            ({}, "prices", "non-empty mapping")):
-        with pytest.raises(InvalidArgument) as e:
+    for doc, field, why in (({"A100-80GB": -1.0}, "A100-80GB", "must be > 0"),
+                            ({"A100-80GB": "cheap"}, "A100-80GB", "must be a number"),
+                            ({"Z9000": 1.0}, "Z9000", "unknown GPU"),
+                            ({"a100": 1.0, "A100-80GB": 2.0}, "A100-80GB", "priced twice"),
+                            ({}, "", "non-empty mapping")):
+        with pytest.raises(PricesError) as e:
             parse_prices(doc)
         assert e.value.field == field and why.lower() in str(e.value).lower()
     f = tmp_path / "prices.yaml"
-    f.write_text("A100-80GB: -3\n")
-    with pytest.raises(InvalidInput, match=r"--prices .*prices.A100-80GB: must be > 0"):
+    f.write_text("A10-24GB: 1.0\nA100-80GB: -3\n")
+    with pytest.raises(InvalidInput, match=r"prices.yaml line 2: field A100-80GB: must be > 0"):
         load_prices(f)
-    with pytest.raises(InvalidInput, match="--prices"):
+    with pytest.raises(InvalidInput, match="missing.yaml"):
         load_prices(tmp_path / "missing.yaml")
 
 
@@ -114,6 +115,6 @@ def test_controller_refuses_a_bad_prices_file_at_startup(tmp_path: Path, capsys:
     f.write_text("A10-24GB: 1.0\nA40-48GB: -2\n")
     with pytest.raises(SystemExit):
         parse_args(["--state-dir", str(tmp_path), "--insecure", "--prices", str(f)])
-    assert "prices.A40-48GB: must be > 0" in capsys.readouterr().err
+    assert "--prices: " in (err := capsys.readouterr().err) and "line 2: field A40-48GB: must be > 0" in err
     f.write_text("A10-24GB: 1.0\n")
     assert parse_args(["--state-dir", str(tmp_path), "--insecure", "--prices", str(f)]).price_table == (("A10-24GB", 1.0),)
