@@ -16,8 +16,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tessera.clients.jobfile_objective import objective_fields
 from tessera.common import gpus as catalog
 from tessera.common import jobspec
+from tessera.common.errors import InvalidArgument
 from tessera.common.yamlfile import MAX_BYTES, InputFileError, load_yaml, parse_with_lines
 from tessera.estimator.convert import (
     PLAN_BOOL_FIELDS,
@@ -45,7 +47,7 @@ DEFAULT_MAX_RETRIES = 2
 MODEL_DIMS = jobspec.MODEL_DIMS
 # Proto field paths of tessera.common.jobspec's errors whose key in a job file is another.
 _FILE_KEYS = (("hint.gpu_types", "gpu_types"), ("hint.gpus", "gpus"), ("progress_timeout_seconds", "progress_timeout"),
-              ("spec", "job"))
+              ("spec", "job"), ("slo.iterations_within_seconds", "slo.iterations_within"))
 
 # Optional refinements of explicit dimensions (ModelSpec fields 7-16; docs/job-file.md): the model
 # family and its shape. Absent = a GPT-2-style decoder, as before they existed.
@@ -67,6 +69,7 @@ HF_CONFIG_KEYS = ("hf_config", "name", "seq_length", "decoder_seq_length")
 TOP_LEVEL_KEYS = (
     "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
     "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout", "plan",
+    "objective", "slo",
 )
 LAUNCHER_KEYS = ("name", "argv", "per_node", "head_argv")
 
@@ -125,6 +128,10 @@ def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = (), *, base_dir: 
                                          required=False, default=0)
     if data.get("plan") is not None:
         spec.plan.CopyFrom(_plan(data["plan"]))
+    try:
+        objective_fields(data, spec)
+    except InvalidArgument as exc:
+        raise JobFileError(exc.field, exc.reason) from None
     _check_bounds(spec, isinstance(data["model"], str), frozenset(allowed_env))
     if spec.HasField("plan"):
         try:  # the combination, as the estimator and the controller check it (sizes are the scheduler's: 1)

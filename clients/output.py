@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from tessera.clients.output_objective import objective_pairs
 from tessera.v1 import common_pb2, controller_pb2
 
 REASON_WIDTH = 40
@@ -322,6 +323,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         ("Launch failures", launch_backoff(job, now)),
         ("Submitted", f"{_fmt_time(job.submit_time)} ({age(job.submit_time, now)} ago)"),
         ("Started", _fmt_time(job.start_time)), ("Ended", _fmt_time(job.end_time)),
+        *objective_pairs(job),
     ])
     if spec.env:
         lines.append("Env:")

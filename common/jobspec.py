@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from tessera.common import envpolicy
 from tessera.common.contract import CONTRACT_VARS
 from tessera.common.gpus import UnknownGpuError, lookup
+from tessera.common.objective import objective_errors
 from tessera.v1 import common_pb2
 
 # Names: lowercase DNS-label style, so they are safe in paths, labels and terminals.
@@ -132,6 +133,7 @@ def spec_errors(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozense
         errs.append(("progress_timeout_seconds",
                      f"must be between -1 (never) and {MAX_PROGRESS_TIMEOUT_S:,} seconds (0: the controller's)"))
     errs += _range("max_retries", spec.max_retries, 0, MAX_RETRIES)
+    errs += objective_errors(spec)
     return errs
 
 

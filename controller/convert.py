@@ -22,6 +22,9 @@ def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
     if j.plan is not None:
         msg.plan.CopyFrom(j.plan)
         msg.cell = str(Cell(j.plan.gpu_model, j.plan.dp * j.plan.tp * j.plan.pp, j.plan.pp))
+        if j.plan.HasField("prediction"):  # the cost objective's (docs/cost-objective.md)
+            pr = j.plan.prediction
+            msg.predicted_seconds, msg.predicted_cost, msg.allocation = pr.total_seconds, pr.cost, pr.allocation
     if j.placement is not None:
         msg.placement.CopyFrom(j.placement)
     prog = progress or j.progress
@@ -43,6 +46,12 @@ def plan_pb(p: PlanChoice, recipe: common_pb2.ExecutionPlan | None = None) -> co
         msg.options.CopyFrom(plan_message(p.execution))
     if recipe is not None and recipe.ListFields():
         msg.options.CopyFrom(merged_plan(msg.options, recipe))
+    msg.stages.extend(common_pb2.PipelineStage(gpu_model=s.gpu_type, gpus=s.gpus, layer_start=s.layer_start,
+                                               layer_end=s.layer_end) for s in p.stages)
+    if p.prediction is not None:
+        pr = p.prediction
+        msg.prediction.CopyFrom(common_pb2.CostPrediction(iteration_seconds=pr.iteration_s, total_seconds=pr.total_s,
+                                                          cost=pr.cost, allocation=pr.allocation))
     return msg
 
 

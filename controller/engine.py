@@ -97,6 +97,8 @@ class EngineConfig:
     frenzy: frenzy.FrenzyConfig = field(default_factory=frenzy.FrenzyConfig)
     # The controller's certificate for its calls to the estimator; None = the controller's --insecure.
     tls: TlsConfig | None = None
+    # Price per GPU-hour of each GPU type (--prices): the cost objective's input; empty = none.
+    prices: tuple[tuple[str, float], ...] = ()
 
 
 class Engine:
@@ -398,7 +400,7 @@ class Engine:
                    if may_launch(j.next_launch_time, now)]  # the others back off after failed launches
         placed = self.store.list_jobs(states=[P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING])
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(), pending, placed,
-                              self._live.progress, now)
+                              self._live.progress, now, dict(self.cfg.prices))
         return snap, {j.id: j for j in pending}
 
     async def run_round(self) -> None:

@@ -27,8 +27,8 @@ P = common_pb2
 def learnable(job: JobRecord, records: Mapping[str, NodeRecord], mode: str) -> tuple[str, list[int]] | None:
     """(GPU type, GPUs per node) of the job's placement when its step times may be learned from.
     `mode`: "nvml" (only GPUs NVML probed), "all" (declared inventories too) or "off"."""
-    if mode == "off" or job.plan is None or job.placement is None:
-        return None
+    if mode == "off" or job.plan is None or job.placement is None or job.plan.stages:
+        return None  # (a staged pipeline's uneven split is no Cell of the estimates)
     types: set[str] = set()
     per_node: list[int] = []
     for s in job.placement.slices:

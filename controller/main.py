@@ -14,6 +14,7 @@ import structlog
 
 from tessera.common import daemon, envpolicy, metrics, rpc, tls
 from tessera.common.errors import InvalidInput, TesseraError
+from tessera.common.objective import load_prices
 from tessera.common.privatefile import key_file
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
@@ -106,6 +107,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
                    help="let jobs set this variable although the environment policy refuses it "
                         "(LD_LIBRARY_PATH, PYTHONPATH, ...; docs/job-file.md); repeatable")
+    p.add_argument("--prices", default="", metavar="FILE",
+                   help="YAML {GPU type: price per GPU-hour}: jobs with objective cost get the cheapest mix of "
+                        "GPU types meeting their SLO at these prices (docs/cost-objective.md); without it such jobs "
+                        "are refused")
     tls.add_arguments(p)
     args = p.parse_args(argv)
     args.tls = tls.from_args(args, p.error)
@@ -154,6 +159,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in args.allow_env:
         if not envpolicy.NAME_RE.match(name):
             p.error(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
+    try:
+        args.price_table = tuple(load_prices(args.prices).items()) if args.prices else ()
+    except InvalidInput as e:
+        p.error(f"--prices: {e}")
     return args
 
 
@@ -180,7 +189,8 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         learn_step_times=args.learn_step_times,
         allowed_env=frozenset(args.allow_env),
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
-        frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls)
+        frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls,
+        prices=getattr(args, "price_table", ()))
 
 
 def controller_server(args: argparse.Namespace, auth: Authenticator,

@@ -22,7 +22,15 @@ from tessera.controller.core import frenzy
 from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
 from tessera.controller.core.policy import Mode, Policy
-from tessera.controller.core.snapshot import Action, Decision, JobView, PendingKind, RoundPlan, Snapshot
+from tessera.controller.core.snapshot import (
+    Action,
+    Decision,
+    JobView,
+    Objective,
+    PendingKind,
+    RoundPlan,
+    Snapshot,
+)
 from tessera.controller.store import JobRecord
 from tessera.controller.transitions import Change
 from tessera.controller.transitions import pending as pending_change
@@ -60,7 +68,9 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         refused = recipe_refusal(views[d.job_id])
         if refused:
             why = f"{why}; the Cells cannot estimate the job's plan: {refused}"
-    if d.pending is PendingKind.FITS_NOWHERE and policy != "frenzy":
+    view = views.get(d.job_id)
+    cost = view is not None and view.objective is Objective.COST  # its reason is the cost tree's (cost_objective.py)
+    if d.pending is PendingKind.FITS_NOWHERE and policy != "frenzy" and not cost:
         # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
         # MARP's already, or the recipe's formula's).
         marp = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)

@@ -24,6 +24,7 @@ from tessera.common.errors import (
     Unavailable,
 )
 from tessera.common.nodespec import node_id_error, status_errors
+from tessera.common.objective import cost_precondition
 from tessera.common.tls import peer_identity
 from tessera.common.tokens import Principal
 from tessera.controller.access import list_tenant, may_see, submit_tenant
@@ -110,6 +111,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         errors = validate_spec(request.spec, self.engine.cfg.allowed_env)
         if errors:
             raise InvalidInput(summary(errors))  # every bad field at once, within a status's size
+        cost_precondition(request.spec, self.engine.cfg.prices)
         request.spec.tenant = submit_tenant(who, request.spec.tenant)
         rec, created = await self.engine.submit(request.spec, rid, who)
         return controller_pb2.SubmitJobResponse(job=self._job(rec.id), created=created)

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from tessera.common.objective import slo_seconds
 from tessera.controller.core.backoff import healthy
 from tessera.controller.core.snapshot import (
     Cell,
+    CostPrediction,
     GpuView,
     JobView,
     NodeView,
+    Objective,
     PlanChoice,
     RunningView,
     Slice,
     Snapshot,
+    StageAssignment,
 )
 from tessera.controller.core.validate import canonical_gpu_types, resolve_model
 from tessera.controller.registry import LiveNode, running_gpus
@@ -43,13 +47,17 @@ def job_recipe(spec: common_pb2.JobSpec) -> JobRecipe | None:
         return JobRecipe(ExecutionPlan(), given, refused=(exc.field, exc.reason))
 
 
-def job_view(job: JobRecord, progress: common_pb2.Progress | None) -> JobView:
-    """The policy's view of a job; `progress` is the latest report (the record's when None)."""
+def job_view(job: JobRecord, progress: common_pb2.Progress | None, now: float = 0.0) -> JobView:
+    """The policy's view of a job; `progress` is the latest report (the record's when None); `now`
+    (wall time) turns an SLO deadline into seconds left."""
     prog = progress if progress is not None else job.progress
+    done = float(prog.iteration) if prog else 0.0
+    cost = job.spec.objective == P.OBJECTIVE_COST
     return JobView(job.id, job.submit_time, resolve_model(job.spec.model), job.spec.global_batch_size,
                    job.spec.hint.gpus, canonical_gpu_types(job.spec), iterations=job.spec.iterations,
-                   done_iterations=float(prog.iteration) if prog else 0.0, restarts=job.restarts,
-                   recipe=job_recipe(job.spec))
+                   done_iterations=done, restarts=job.restarts, recipe=job_recipe(job.spec),
+                   objective=Objective.COST if cost else Objective.DEFAULT,
+                   slo_s=slo_seconds(job.spec, done, now) if cost else 0.0)
 
 
 def jobs_on(active: Iterable[JobRecord], node_id: str) -> list[JobRecord]:
@@ -76,7 +84,8 @@ def busy_gpus(nodes: Mapping[str, LiveNode], active: Iterable[JobRecord],
 
 def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNode], states: Mapping[str, int],
                    busy: Mapping[str, set[int]], pending: Iterable[JobRecord], placed: Iterable[JobRecord],
-                   progress: Mapping[str, common_pb2.Progress], now: float) -> Snapshot:
+                   progress: Mapping[str, common_pb2.Progress], now: float,
+                   prices: Mapping[str, float] | None = None) -> Snapshot:
     """The round's input. `states`: each node's state (only READY nodes that are not unhealthy take
     work; controller/core/backoff.py); `pending`: the
     PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock)."""
@@ -93,10 +102,15 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
                              island=0 if g.nvlink_peers else -1) for g in live.inventory.gpus)
         gpu_type.update(((rec.id, g.index), g.model) for g in live.inventory.gpus)
         views.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ()))))
-    waiting = tuple(job_view(j, progress.get(j.id)) for j in pending)
+    waiting = tuple(job_view(j, progress.get(j.id), now) for j in pending)
     running: list[RunningView] = []
     for j in placed:
         if j.plan is None or j.placement is None:
+            continue
+        if j.plan.stages:  # a pipeline over mixed GPU types: kept as placed (controller/core/cost_objective.py)
+            mixed = staged_running(j, job_view(j, progress.get(j.id), now), gpu_type)
+            if mixed is not None:
+                running.append(mixed)
             continue
         types = {gpu_type.get((s.node_id, i)) for s in j.placement.slices for i in s.gpu_indices}
         if len(types) != 1 or None in types:
@@ -106,10 +120,28 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
         p = j.plan
         choice = PlanChoice(p.dp, p.tp, p.pp, p.micro_batch, p.grad_accum, p.gpu_model,
                             p.memory_per_gpu_bytes, p.memory_source)
-        running.append(RunningView(job_view(j, progress.get(j.id)), Cell(str(t), p.dp * p.tp * p.pp, p.pp), slices,
+        running.append(RunningView(job_view(j, progress.get(j.id), now), Cell(str(t), p.dp * p.tp * p.pp, p.pp), slices,
                                    choice, since=j.start_time))
     cluster = tuple(sorted((m, b, c) for (m, b), c in totals.items()))
-    return Snapshot(tuple(views), waiting, cluster, running=tuple(running), now=now)
+    return Snapshot(tuple(views), waiting, cluster, running=tuple(running), now=now,
+                    prices=tuple(sorted((prices or {}).items())))
+
+
+def staged_running(j: JobRecord, view: JobView, gpu_type: Mapping[tuple[str, int], str]) -> RunningView | None:
+    """A running pipeline over mixed GPU types as the round sees it: its stages in its plan; None
+    when one of its GPUs is not on a READY node (its GPUs stay busy, untouched)."""
+    assert j.plan is not None and j.placement is not None
+    if any((s.node_id, i) not in gpu_type for s in j.placement.slices for i in s.gpu_indices):
+        return None
+    p = j.plan
+    stages = tuple(StageAssignment(s.gpu_model, s.gpus, s.layer_start, s.layer_end) for s in p.stages)
+    pred = p.prediction
+    choice = PlanChoice(p.dp, p.tp, p.pp, p.micro_batch, p.grad_accum, p.gpu_model, p.memory_per_gpu_bytes,
+                        p.memory_source, stages=stages,
+                        prediction=CostPrediction(pred.iteration_seconds, pred.total_seconds, pred.cost,
+                                                  pred.allocation) if p.HasField("prediction") else None)
+    slices = tuple(Slice(s.node_id, tuple(s.gpu_indices)) for s in j.placement.slices)
+    return RunningView(view, Cell(p.gpu_model, p.dp * p.tp * p.pp, p.pp), slices, choice, since=j.start_time)
 
 
 def gpu_pools(records: Iterable[NodeRecord]) -> dict[str, tuple[int, int, bool]]:

@@ -47,7 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tessera.common.gpus import GpuType, UnknownGpuError, lookup
+from tessera.common.gpus import GB, GpuType, UnknownGpuError, lookup
 from tessera.estimator.catalog import Price, price
 from tessera.estimator.cell_encdec import encoder_decoder_operators
 from tessera.estimator.cell_fsdp import FsdpContext, fsdp_variant
@@ -503,7 +503,9 @@ class GpuPool:
     `intra_efficiency` / `network_efficiency` override the LinkPrior's achievable fraction for this
     pool's links (what a profiled table of this pool would say; None = the prior). `price_per_hour`:
     what one of these GPUs costs per hour in `currency` (an ISO 4217 code, or empty); None = the
-    catalog's public price when it has one.
+    catalog's public price when it has one. `memory_bytes`: the memory each GPU offers when it is
+    not the catalog's (what the nodes report: a declared inventory, memory other processes hold);
+    0 = the catalog's.
     """
 
     gpu: str
@@ -516,6 +518,7 @@ class GpuPool:
     network_efficiency: float | None = None
     price_per_hour: float | None = None
     currency: str = ""
+    memory_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -543,12 +546,18 @@ class GpuPool:
             raise CellInputError("price_per_hour", f"must be a number >= 0, got {self.price_per_hour}")
         if self.currency and not (len(self.currency) == 3 and self.currency.isascii() and self.currency.isupper()):
             raise CellInputError("currency", f"must be an ISO 4217 code such as USD, got {self.currency!r}")
+        mem = self.memory_bytes
+        if isinstance(mem, bool) or not isinstance(mem, int | float) or not 0 <= mem < math.inf:
+            raise CellInputError("memory_bytes", f"must be a number of bytes >= 0 (0 = the catalog's), got {mem!r}")
         if self.currency and self.price_per_hour is None:
             raise CellInputError("currency", "given without price_per_hour")
 
     @property
     def gpu_type(self) -> GpuType:
-        return lookup(self.gpu)
+        entry = lookup(self.gpu)
+        if self.memory_bytes:
+            return replace(entry, memory_gb=self.memory_bytes / GB)
+        return entry
 
     @property
     def price(self) -> Price | None:

@@ -75,6 +75,8 @@ class GpuOffer:
     quota: int
     gpus_per_node: int = 8
     nic_gbps: float = 12.5
+    # Memory of each offered GPU when not the catalog's (what the nodes report); 0 = the catalog's.
+    memory_bytes: int = 0
 
     def __post_init__(self) -> None:
         try:
@@ -212,7 +214,8 @@ def _prepare(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_
                 continue
             # pools sized to the shape (k x dp of each type), so one placer check passes for every
             # allocation; the quotas are enforced by the search (caps), not by the pools
-            pools = {o.gpu_type: GpuPool(o.gpu_type, k * dp, o.gpus_per_node, nic_gbps=o.nic_gbps) for o in usable}
+            pools = {o.gpu_type: GpuPool(o.gpu_type, k * dp, o.gpus_per_node, nic_gbps=o.nic_gbps,
+                                         memory_bytes=o.memory_bytes) for o in usable}
             try:
                 shapes.append(build_shape(model, pools, {o.gpu_type: o.price_per_hour for o in usable},
                                           {o.gpu_type: o.quota for o in usable}, dp, k, b, cfg, overlap_sync))

@@ -179,6 +179,9 @@ def plan_json(plan: common_pb2.Plan) -> str:
         for key in ("dp", "tp", "pp", "micro_batch", "grad_accum"):
             opts.pop(key, None)  # the plan's own sizes are authoritative
         out.update(opts)
+    if plan.stages:  # a pipeline over mixed GPU types: each stage's layer range (docs/worker-contract.md)
+        out["stages"] = [{"gpu_model": s.gpu_model, "gpus": s.gpus, "layer_start": s.layer_start,
+                          "layer_end": s.layer_end} for s in plan.stages]
     return json.dumps(out)
 
 

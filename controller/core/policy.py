@@ -7,8 +7,9 @@ only inputs are its arguments; the optional wall-clock budget reads a clock the 
 A policy is a small object behind the `Policy` protocol: it reads a `RoundContext` (the snapshot,
 a mutable copy of the free GPUs, memoised estimates, the budget) and returns decisions for the jobs
 it acts on. `plan_round` fills in the rest (running jobs kept, pending jobs with a reason), checks
-that the plan is physically possible (no GPU given twice, whole gangs, one GPU type per gang) and
-counts what the round cost.
+that the plan is physically possible (no GPU given twice, whole gangs, one GPU type per gang, or
+per pipeline stage for the cost objective's mixed-type pipelines) and counts what the round cost.
+Jobs with the cost objective are placed by controller/core/cost_objective.py before the policy runs.
 
 The `Estimates` protocol is what a round needs from the estimator: the Cells of a job on a given
 GPU type, count and node spread, with an estimated iteration time each. The simulator passes a
@@ -25,7 +26,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from tessera.common.errors import TesseraError
-from tessera.controller.core import guarantees
+from tessera.controller.core import cost_objective, guarantees
 from tessera.controller.core.placement import ClusterState
 from tessera.controller.core.quotas import admit
 from tessera.controller.core.snapshot import (
@@ -156,8 +157,9 @@ class Policy(Protocol):
       no other decision carries one: the engine acts on the kind (a job that fits nowhere gets the
       memory it needs added to its reason), people read the reason.
     - `START`, `MIGRATE` and `KEEP` name their whole placement: with a `cell`, exactly `cell.gpus`
-      GPUs, all of `cell.gpu_type`; every GPU idle in the snapshot or held by a running job of this
-      round, and given to one job only.
+      GPUs, all of `cell.gpu_type` (or, for a plan with `stages`, each stage's GPUs of its own type,
+      in slice order: the cost objective's pipelines); every GPU idle in the snapshot or held by a
+      running job of this round, and given to one job only.
     A policy may read everything in the context, use `ctx.state` (its copy of the free GPUs) and the
     memoised estimates, and keep state of its own between rounds only as a cache that does not
     change its decisions (rounds must replay bit for bit). It may not change the snapshot, call
@@ -297,11 +299,25 @@ def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
     """Decide one round: each job's Cell, plan and placement, and a reason for each job pending,
     scaled, moved, suspended or dropped. Pure and deterministic (see the module docstring)."""
     cfg = config or RoundConfig()
+    rest, cost_jobs, _ = cost_objective.split(snapshot)
+    if rest is snapshot:
+        return _policy_round(snapshot, estimates, policy, cfg)
+    # Jobs with the cost objective are placed first, whatever the policy; the policy (and the
+    # tenants' guarantees) see neither them nor the GPUs they hold (controller/core/cost_objective.py).
+    placed, nodes = cost_objective.place(snapshot, cost_jobs)
+    inner = _policy_round(dataclasses.replace(rest, nodes=nodes), estimates, policy, cfg)
+    ctx = RoundContext(snapshot, estimates, cfg)
+    st = inner.stats
+    ctx.estimate_calls, ctx.evaluations, ctx.budget_exhausted = st.estimate_calls, st.choices_evaluated, st.budget_exhausted
+    out = finalize(ctx, [*inner.decisions, *placed], policy.name)
+    return dataclasses.replace(out, admitted=inner.admitted)
+
+
+def _policy_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg: RoundConfig) -> RoundPlan:
     if snapshot.tenants:
         return _guarded_round(snapshot, estimates, policy, cfg)
     ctx = RoundContext(snapshot, estimates, cfg)
-    decided = policy.plan(ctx)
-    return finalize(ctx, decided, policy.name)
+    return finalize(ctx, policy.plan(ctx), policy.name)
 
 
 def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg: RoundConfig) -> RoundPlan:
@@ -388,7 +404,14 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
         if d.cell is not None:
             if len(gpu_ids) != d.cell.gpus:
                 raise RoundPlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for {d.cell}")
-            bad = [g for g in gpu_ids if g[0] not in nodes or nodes[g[0]].models.get(g[1]) != d.cell.gpu_type]
+            # A pipeline over mixed GPU types (the cost objective): each stage's GPUs of its type.
+            stages = d.plan.stages if d.plan is not None else ()
+            want = [st.gpu_type for st in stages for _ in range(st.gpus)] or [d.cell.gpu_type] * len(gpu_ids)
+            if len(want) != len(gpu_ids):
+                raise RoundPlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for stages of "
+                                     f"{len(want)}")
+            bad = [g for g, t in zip(gpu_ids, want, strict=True)
+                   if g[0] not in nodes or nodes[g[0]].models.get(g[1]) != t]
             if bad:
                 raise RoundPlanError(f"policy {policy_name}: {d.job_id} placed on GPUs not of type "
                                      f"{d.cell.gpu_type}: {bad[:4]}")

@@ -125,7 +125,8 @@ class JobView:
     priority: Priority = field(default_factory=lambda: Priority.BEST_EFFORT)
     promise: Promise | None = None
     # Espresso: the objective the job asks for ("" = the policy's, "cost" = cheapest allocation
-    # meeting the SLO) and its SLO: seconds within which its remaining iterations must run (0 = none).
+    # meeting the SLO) and its SLO: seconds within which its remaining iterations must run (0 = none,
+    # < 0 = its deadline has passed; common/objective.py slo_seconds).
     objective: Objective = field(default_factory=lambda: Objective.DEFAULT)
     slo_s: float = 0.0
 
@@ -156,6 +157,28 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class StageAssignment:
+    """One stage of a pipeline over mixed GPU types (the cost objective): `gpus` (= the plan's dp)
+    GPUs of `gpu_type` holding the transformer layers [layer_start, layer_end)."""
+
+    gpu_type: str
+    gpus: int
+    layer_start: int
+    layer_end: int
+
+
+@dataclass(frozen=True)
+class CostPrediction:
+    """What the cost objective predicted for a placement: seconds per iteration and for the
+    iterations left, the price of that time, the allocation stage by stage (for people)."""
+
+    iteration_s: float
+    total_s: float
+    cost: float
+    allocation: str
+
+
+@dataclass(frozen=True)
 class PlanChoice:
     dp: int
     tp: int
@@ -167,6 +190,11 @@ class PlanChoice:
     memory_source: str
     # The estimator's whole plan (sharding, checkpointing, schedule) when it gave one.
     execution: ExecutionPlan | None = None
+    # A pipeline over mixed GPU types, stage by stage in pipeline order (pp entries, dp GPUs each;
+    # the placement's GPUs in slice order are stage 0's, then stage 1's, ...); empty = pp stages of
+    # gpu_model, layers split evenly. `gpu_model` is then the stages' types joined by "+".
+    stages: tuple[StageAssignment, ...] = ()
+    prediction: CostPrediction | None = None
 
     @property
     def gpus(self) -> int:
@@ -228,6 +256,9 @@ class Snapshot:
     # Seconds one reconfiguration (checkpoint, stop, restart) costs a job, as the caller measures or
     # assumes it: policies that reconfigure count it (Morphling's 260 s in its artifact).
     restart_cost_s: float = 0.0
+    # Price per GPU-hour of each GPU type (controller configuration, --prices), sorted by type: the
+    # cost objective's input. Empty = no prices, no job with the cost objective is placed.
+    prices: tuple[tuple[str, float], ...] = ()
 
 
 class Action(StrEnum):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.common.errors import InvalidInput
+from tessera.common.objective import load_prices
 from tessera.controller.core.policies import UnknownPolicy, make_policy, parse_mode
 from tessera.controller.core.policy import CachedEstimates, Estimates, Mode, RoundConfig
 from tessera.controller.core.snapshot import JobView, TenantQuota
@@ -106,6 +107,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restart-cost", type=float, default=None, help="fair/morphling: seconds per restart")
     p.add_argument("--data-dir", default="", help="the shared data folder (default: $TESSERA_DATA_DIR or "
                    "../shared/data)")
+    p.add_argument("--prices", default="", help="YAML {GPU type: price per GPU-hour} for the trace's jobs with "
+                   "objective cost (docs/cost-objective.md)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no table on stdout")
@@ -259,8 +262,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     cfg = RoundConfig(search_depth=args.depth, interval_s=rules.interval_s,
                       max_gpus_per_job=16 if rules.name in ("arena", "fair") else 0)
+    try:
+        prices = load_prices(args.prices) if args.prices else None
+    except InvalidInput as exc:  # a bad --prices file: one line, exit 1, like a bad trace
+        raise SimInputError(f"--prices: {exc}") from None
     sim = Simulator(cluster, jobs, est, truth, rules, args.trace, cfg,
-                    type_of=lambda s: by_short.get(s, s), tenants=tenants)
+                    type_of=lambda s: by_short.get(s, s), tenants=tenants, prices=prices)
     results: dict[str, SimResult] = {}
     for label, pol, m in policies:
         results[label] = sim.run(pol, m, rounds=args.rounds, until_done=args.until_done)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tessera.controller.core.policy import CachedEstimates, Estimates, Policy, RoundConfig, plan_round
@@ -33,6 +33,8 @@ from tessera.controller.core.snapshot import (
     Cell,
     JobView,
     NodeView,
+    Objective,
+    PlanChoice,
     RunningView,
     Slice,
     Snapshot,
@@ -148,6 +150,9 @@ class SimJob:
     # At the end of the run, for a job that arrived and was never started nor dropped: "runnable"
     # (the cluster has a Cell for it) or "infeasible" (none); see controller/sim/unstarted.py.
     unstarted: str = ""
+    # A pipeline over mixed GPU types (the cost objective): its plan with the stages; it runs at the
+    # cost tree's predicted iteration time (the truth has no mixed-type Cells).
+    plan: PlanChoice | None = None
 
 
 @dataclass
@@ -183,7 +188,8 @@ class SimResult:
 class Simulator:
     def __init__(self, cluster: Cluster, trace: Sequence[TraceJob], estimates: Estimates, truth: Truth,
                  rules: Rules, trace_name: str = "", round_config: RoundConfig | None = None,
-                 type_of: Callable[[str], str] | None = None, tenants: tuple[TenantQuota, ...] = ()) -> None:
+                 type_of: Callable[[str], str] | None = None, tenants: tuple[TenantQuota, ...] = (),
+                 prices: Mapping[str, float] | None = None) -> None:
         self.cluster = cluster
         self.trace = list(trace)
         self.estimates = estimates
@@ -195,6 +201,8 @@ class Simulator:
         self.type_of = type_of or (lambda s: s)
         # Tenants with quotas (docs/tenants.md); empty: every job best-effort, as before tenants.
         self.tenants = tenants
+        # Price per GPU-hour of each type, for jobs with the cost objective (Snapshot.prices).
+        self.prices = tuple(sorted((prices or {}).items()))
 
     def run(self, policy: Policy, mode: str = "", rounds: int = 0, max_rounds: int = 100_000,
             clock: Callable[[], float] = time.perf_counter, until_done: bool = False) -> SimResult:
@@ -231,7 +239,8 @@ class Simulator:
             hint = self.type_of(tj.gpu_type) if tj.gpu_type else ""
             tenant, prio, promise = tn.tenancy(tj, hint)
             view = JobView(tj.id, tj.submit_time, tj.model, tj.global_batch_size, tj.gpus, (), hint, iters, 0.0,
-                           deadline, 0, tj.model_key, tenant=tenant, priority=prio, promise=promise)
+                           deadline, 0, tj.model_key, tenant=tenant, priority=prio, promise=promise,
+                           objective=Objective(tj.objective), slo_s=tj.slo_s)
             jobs.append(SimJob(tj, view, k, arrive_t, float(iters)))
         by_round: dict[int, list[SimJob]] = {}
         for j in jobs:
@@ -285,10 +294,11 @@ class Simulator:
                                          min(n0.cpus, busy_cpus[i]) if n0.cpus else 0)
             dirty.clear()
             run_views = tuple(
-                RunningView(self._view(j), j.cell, j.slices, opportunistic=j.plan_opp)  # type: ignore[arg-type]
+                RunningView(self._view(j), j.cell, j.slices, j.plan, opportunistic=j.plan_opp)  # type: ignore[arg-type]
                 for j in running.values())
             snap = Snapshot(tuple(node_views), tuple(self._view(j) for j in pending.values()), cluster_gpus,
-                            run_views, now, tuple(new_ids), departures, self.tenants, r_.fixed_cost or 0.0)
+                            run_views, now, tuple(new_ids), departures, self.tenants, r_.fixed_cost or 0.0,
+                            prices=self.prices)
             c0 = clock()
             plan = plan_round(snap, est, policy, self.cfg)
             secs.append(clock() - c0)
@@ -315,9 +325,10 @@ class Simulator:
                     j.cell = d.cell or Cell(self._type_at(d.slices), len(new))
                     j.slices = d.slices
                     j.plan_opp = d.opportunistic
+                    j.plan = d.plan if d.plan is not None and d.plan.stages else None
                     hold(j, True)
                     job_view = self._view(j)
-                    j.it_s = self._iter_s(job_view, j)
+                    j.it_s = d.iteration_s if j.plan is not None else self._iter_s(job_view, j)
                     if j.it_s <= 0:
                         # The policy believed it could run there; the truth says it cannot. The job
                         # holds the GPUs without progress until a policy moves it (as a real job
@@ -349,7 +360,7 @@ class Simulator:
                     j.suspensions += 1
                     j.pending_since = now
                     pending[j.t.id] = j
-                    j.slices, j.cell = (), None
+                    j.slices, j.cell, j.plan = (), None, None
                     if r_.progress == "artifact":
                         # The artifact restarts the count from what was left (exec time kept).
                         j.iters_total = max(0.0, j.iters_total - math.floor(j.exec_time / j.it_s) if j.it_s else j.iters_total)
@@ -399,8 +410,10 @@ class Simulator:
     def _view(self, j: SimJob) -> JobView:
         v = j.view
         if v.done_iterations != j.done or v.restarts != j.changes:
-            v = replace(v, iterations=int(j.iters_total) if self.rules.progress == "artifact" else v.iterations,
-                        done_iterations=j.done, restarts=j.changes)
+            its = int(j.iters_total) if self.rules.progress == "artifact" else v.iterations
+            # An SLO of `iterations within` is the iterations left's share of it (common/objective.py).
+            slo = j.t.slo_s * max(0.0, its - j.done) / its if j.t.slo_s and its else v.slo_s
+            v = replace(v, iterations=its, done_iterations=j.done, restarts=j.changes, slo_s=slo)
             j.view = v
         return v
 
@@ -471,7 +484,10 @@ class Simulator:
         paid = {id(j) for j in paying}
         for j in running:
             assert j.cell is not None
-            thr = self.truth.throughput(j.view, j.cell.gpu_type, j.cell.gpus, len(j.slices))
+            if j.plan is not None:
+                thr = j.view.global_batch_size / j.it_s if j.it_s > 0 else 0.0
+            else:
+                thr = self.truth.throughput(j.view, j.cell.gpu_type, j.cell.gpus, len(j.slices))
             if self.rules.progress == "artifact":
                 if id(j) in paid and j.pay_now:
                     thr *= (interval - j.pay_now) / interval

@@ -49,6 +49,9 @@ class TraceJob:
     # The job's tenant ("" = none). A job with a tenant and `sla` is guaranteed, its promise the
     # row's GPUs, CPUs and plan (docs/tenants.md); morphling-mt sets it (controller/sim/tenants.py).
     tenant: str = ""
+    # The cost objective (docs/cost-objective.md): "cost", and the seconds its iterations must run within.
+    objective: str = ""
+    slo_s: float = 0.0
 
 
 def _open_rows(path: Path, required: Sequence[str]) -> tuple[list[dict[str, str]], list[int]]:
@@ -86,6 +89,18 @@ def _num(path: Path, line: int, row: dict[str, str], field: str, kind: Callable[
     if positive and (v < 0 or (v == 0 and not allow_zero)):
         raise TraceError(f"{path} line {line}: field {field}: must be {'> 0' if not allow_zero else '>= 0'}, got {raw}")
     return v
+
+
+def _objective(path: Path, line: int, row: dict[str, str]) -> tuple[str, float]:
+    """The optional columns `objective` ("" or "cost") and `slo_seconds` (> 0 with "cost": the
+    seconds its iterations must run within; docs/cost-objective.md)."""
+    objective = (row.get("objective") or "").strip().lower()
+    if objective not in ("", "cost"):
+        raise TraceError(f"{path} line {line}: field objective: must be empty or cost, got {objective!r}")
+    if not objective:
+        return "", 0.0
+    slo = _num(path, line, row, "slo_seconds", float, positive=True, allow_zero=False)
+    return objective, slo
 
 
 def _int(raw: str) -> int:
@@ -149,8 +164,9 @@ def load_arena(path: Path, models: dict[str, dict[str, dict[str, object]]], know
         if known_types and gtype not in known_types:
             raise TraceError(f"{path} line {ln}: field gpu_type: {gtype!r} is not in the cluster "
                              f"({', '.join(known_types)})")
+        objective, slo = _objective(path, ln, row)
         out.append(TraceJob(jid, sub, iters, key, philly_dims(family, size, models, estimator=estimator_dims), batch,
-                            gpus, gtype, ddl))
+                            gpus, gtype, ddl, objective=objective, slo_s=slo))
     out.sort(key=lambda j: j.submit_time)  # stable: file order among equal times
     return out
 

@@ -188,3 +188,18 @@ def test_register_answers_the_fence(tmp_path: Path) -> None:
         ctl.stop()
     assert (resp.lease_seconds, resp.heartbeat_interval_seconds, resp.fence_seconds) == (3.0, 0.5, 2.5)
     assert resp.fence_grace_seconds == 2.0  # keepers kill a fenced worker within the controller's grace
+
+
+def test_cost_objective_needs_prices_and_a_valid_slo(client: Client) -> None:
+    before = len(client.list())
+    s = spec(objective=P.OBJECTIVE_COST)
+    s.slo.iterations_within_seconds = 3600
+    err = code_of(lambda: client.submit(s))  # this controller has no --prices
+    assert err.code == "FAILED_PRECONDITION" and "--prices" in err.message
+    s.slo.iterations_within_seconds = -5
+    err = code_of(lambda: client.submit(s))
+    assert err.code == "INVALID_ARGUMENT" and err.message.startswith("slo.iterations_within_seconds: must be > 0")
+    s = spec()
+    s.slo.deadline = 1e9  # an SLO without the cost objective: nothing reads it
+    assert code_of(lambda: client.submit(s)).message.startswith("slo: only the cost objective")
+    assert len(client.list()) == before

@@ -14,6 +14,7 @@ import yaml
 from tessera.clients.estimate import load_cluster
 from tessera.clients.jobfile import load_job_file
 from tessera.common.inventoryfile import read_inventory_file
+from tessera.common.objective import load_prices
 from tessera.common.yamlfile import InputFileError
 from tessera.controller.sim.clusters import load_cluster as sim_cluster
 from tessera.nodeagent.inventory import HostFacts, load_declared
@@ -44,6 +45,7 @@ READERS: dict[str, tuple[Path, list[Callable[[Path], object]]]] = {
                   [read_inventory_file, lambda p: load_declared(p, "n", HostFacts("h", 1, 0)),
                    lambda p: load_cluster([str(p)])]),
     "pools": (REPO / "examples/clusters/espresso-rental.yaml", [lambda p: load_cluster([str(p)])]),
+    "prices": (REPO / "examples/cost/prices.yaml", [load_prices]),
     "node_groups": (REPO / "controller/sim/clusters/frenzy-testbed.json",
                     [lambda p: load_cluster([str(p)]), lambda p: sim_cluster(str(p))]),
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.policies import make_policy
 from tessera.controller.core.policy import RoundConfig
@@ -109,3 +111,25 @@ def test_a_start_the_truth_cannot_run_is_counted() -> None:
     assert s["unrunnable_placements"] == 1 and s["jobs_placed_unrunnable"] == 1 and s["jobs_finished"] == 0
     ok = sim(trace, FAIR, {("k", "X", 1): 10.0}).run(make_policy("fcfs"))
     assert summarize(ok)["unrunnable_placements"] == 0
+
+
+def test_replay_places_cost_jobs_as_mixed_pipelines_timed_by_the_cost_tree() -> None:
+    # Three one-GPU nodes of three types whose memory holds the model only split in two (as the e2e's
+    # declared agents): the first cost job gets A10 + A40 stages, the second waits for them, then gets them.
+    cl = Cluster("mixed", (NodeGroup("a10-", 1, 1, "A10-24GB", 1.63), NodeGroup("a40-", 1, 1, "A40-48GB", 1.63),
+                           NodeGroup("a100-", 1, 1, "A100-80GB", 1.63)))
+    big = ModelDims(128, 6, 4, 4096, 128, "six")
+    trace = [TraceJob(j, 0.0, 1000, "six", big, 16, 0, "", objective="cost", slo_s=3600.0) for j in ("c1", "c2")]
+    est = TableEstimates({})
+    s = Simulator(cl, trace, est, Truth(est), FAIR, "t", RoundConfig(interval_s=300.0),
+                  prices={"A10-24GB": 1.0, "A40-48GB": 2.0, "A100-80GB": 4.0})
+    res = s.run(make_policy("fcfs"))
+    c1, c2 = res.jobs
+    assert c1.cell is not None and c1.cell.gpu_type == "A10-24GB+A40-48GB" and c1.cell.stages == 2
+    assert c1.plan is not None and [st.gpu_type for st in c1.plan.stages] == ["A10-24GB", "A40-48GB"]
+    assert [sl.node_id for sl in c1.slices] == ["a10-00", "a40-00"]
+    # Timed at the cost tree's iteration time: the restart cost, then its iterations (the fair rules: 1,000 / 5).
+    assert c1.plan.prediction is not None and c1.it_s == c1.plan.prediction.iteration_s > 0
+    assert c1.iters_total == 200 and c1.end == pytest.approx(260.0 + 200 * c1.it_s)
+    assert c2.first_start == 300.0 and c2.end is not None and "waiting for GPUs" not in c2.reason
+    assert summarize(res)["jobs_finished"] == 2

@@ -76,6 +76,19 @@ def test_arena_trace_keeps_file_order_and_keys(tmp_path: Path) -> None:
     assert jobs[1].model_key == "bert_1.3B_128" and jobs[1].model.hidden_size == 2048
 
 
+def test_arena_trace_may_carry_the_cost_objective(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    head = ARENA_HEADER.strip() + ",objective,slo_seconds\n"
+    p.write_text(head + "a,10,50,bert__1.3B,20,128,4,a40,cost,3600\nb,10,50,bert__1.3B,20,128,4,a40,,\n")
+    jobs = load_arena(p, {"bert": {"1.3B": {"hidden_size": 2048, "num_layers": 24}}})
+    assert [(j.objective, j.slo_s) for j in jobs] == [("cost", 3600.0), ("", 0.0)]
+    for row, why in (("cost,0", "slo_seconds: must be > 0"), ("cost,", "slo_seconds: not a number"),
+                     ("cheap,10", "objective: must be empty or cost")):
+        p.write_text(head + f"a,10,50,bert__1.3B,20,128,4,a40,{row}\n")
+        with pytest.raises(TraceError, match=f"line 2: field {why}"):
+            load_arena(p, {"bert": {"1.3B": {"hidden_size": 2048, "num_layers": 24}}})
+
+
 def test_philly_generator_is_seeded(tmp_path: Path) -> None:
     p = tmp_path / "philly.csv"
     p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(

@@ -79,6 +79,9 @@ class TrainConfig:
     pp_schedule: str = ""
     # The plan's flash_attention (the estimator's default True): False runs plain attention.
     flash_attention: bool = True
+    # Each pipeline stage's layers [start, end) when the plan gives them (a pipeline over mixed GPU
+    # types: uneven splits, TESSERA_PLAN "stages"); empty = as even as possible.
+    stage_ranges: tuple[tuple[int, int], ...] = ()
 
     @property
     def per_rank_batch(self) -> int:
@@ -421,7 +424,11 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
         # scores to recompute, so 'selective' would run 'none' under another name.
         raise Unsupported("plan activation_checkpointing 'selective' is Megatron's attention-core recompute: "
                           "under flash attention it changes nothing; use 'full', or flash_attention: false")
-    ignored = sorted(k for k in plan.extra if k not in _FLASH_KEYS)
+    ranges = stage_ranges(plan, model.num_layers)
+    if ranges:
+        notes.append("pipeline stages of the plan: " + ", ".join(
+            f"{s}: layers {a}-{b - 1}" + (f" ({t})" if t else "") for s, (a, b, t) in enumerate(ranges)))
+    ignored = sorted(k for k in plan.extra if k not in (*_FLASH_KEYS, "stages"))
     if ignored:
         notes.append(f"ignoring plan fields this trainer does not use: {ignored}")
     return TrainConfig(
@@ -440,4 +447,33 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
         activation_checkpointing=plan.activation_checkpointing,
         pp_schedule=schedule,
         flash_attention=flash,
+        stage_ranges=tuple((a, b) for a, b, _ in ranges),
     )
+
+
+def stage_ranges(plan: Plan, num_layers: int) -> list[tuple[int, int, str]]:
+    """The plan's `stages` (TESSERA_PLAN; a pipeline over mixed GPU types) as (start, end, GPU type),
+    checked: one per pipeline stage, contiguous, each at least one layer, covering the model; []
+    when the plan has none. Unsupported naming the stage otherwise."""
+    raw = plan.extra.get("stages")
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(s, dict) for s in raw):
+        raise Unsupported("plan stages must be a list of {layer_start, layer_end} objects")
+    if len(raw) != plan.pp:
+        raise Unsupported(f"plan stages lists {len(raw)} stages for pp={plan.pp}")
+    out: list[tuple[int, int, str]] = []
+    start = 0
+    for i, s in enumerate(raw):
+        try:
+            a, b = int(s.get("layer_start", s.get("layerStart", 0))), int(s.get("layer_end", s.get("layerEnd", 0)))
+        except (TypeError, ValueError):
+            raise Unsupported(f"plan stages[{i}]: layer_start and layer_end must be integers") from None
+        if a != start or b <= a:
+            raise Unsupported(f"plan stages[{i}]: layers [{a}, {b}) do not follow on from layer {start} with at "
+                              "least one layer")
+        out.append((a, b, str(s.get("gpu_model", s.get("gpuModel", "")))))
+        start = b
+    if start != num_layers:
+        raise Unsupported(f"plan stages cover layers 0-{start - 1}, the model has {num_layers}")
+    return out

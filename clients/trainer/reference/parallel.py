@@ -106,7 +106,9 @@ class Engine:
         self.total_params = sum(p.numel() for p in model.parameters())
         self.tied = opts.tied_head
         if cfg.pp > 1:
-            model.keep_stage(stage_layers(cfg.model.num_layers, cfg.pp, c.pp_rank), c.first_stage, c.last_stage)
+            layers = (range(*cfg.stage_ranges[c.pp_rank]) if cfg.stage_ranges
+                      else stage_layers(cfg.model.num_layers, cfg.pp, c.pp_rank))
+            model.keep_stage(layers, c.first_stage, c.last_stage)
         model.to(device)
         self.model = model
         # The tied head's copy on a last stage that is not the first (see the module docstring).

@@ -125,6 +125,11 @@ class PipelineSchedule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PIPELINE_SCHEDULE_UNSPECIFIED: _ClassVar[PipelineSchedule]
     PIPELINE_SCHEDULE_1F1B: _ClassVar[PipelineSchedule]
     PIPELINE_SCHEDULE_GPIPE: _ClassVar[PipelineSchedule]
+
+class Objective(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OBJECTIVE_UNSPECIFIED: _ClassVar[Objective]
+    OBJECTIVE_COST: _ClassVar[Objective]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_STARTING: JobState
@@ -199,6 +204,8 @@ PRECISION_MIXED_ADAFACTOR: Precision
 PIPELINE_SCHEDULE_UNSPECIFIED: PipelineSchedule
 PIPELINE_SCHEDULE_1F1B: PipelineSchedule
 PIPELINE_SCHEDULE_GPIPE: PipelineSchedule
+OBJECTIVE_UNSPECIFIED: Objective
+OBJECTIVE_COST: Objective
 
 class Gpu(_message.Message):
     __slots__ = ("index", "uuid", "model", "memory_bytes", "foreign_used_bytes", "nvlink_peers")
@@ -343,7 +350,7 @@ class ResourceHint(_message.Message):
     def __init__(self, gpus: _Optional[int] = ..., gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan")
+    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan", "objective", "slo")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +371,8 @@ class JobSpec(_message.Message):
     LAUNCHER_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
+    SLO_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: ModelSpec
@@ -377,7 +386,9 @@ class JobSpec(_message.Message):
     launcher: Launcher
     progress_timeout_seconds: int
     plan: ExecutionPlan
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ...) -> None: ...
+    objective: Objective
+    slo: Slo
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ...) -> None: ...
 
 class Launcher(_message.Message):
     __slots__ = ("name", "argv", "per_node", "head_argv")
@@ -392,7 +403,7 @@ class Launcher(_message.Message):
     def __init__(self, name: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., per_node: _Optional[bool] = ..., head_argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "gpu_model", "memory_per_gpu_bytes", "memory_source", "options")
+    __slots__ = ("dp", "tp", "pp", "micro_batch", "grad_accum", "gpu_model", "memory_per_gpu_bytes", "memory_source", "options", "stages", "prediction")
     DP_FIELD_NUMBER: _ClassVar[int]
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
@@ -402,6 +413,8 @@ class Plan(_message.Message):
     MEMORY_PER_GPU_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_FIELD_NUMBER: _ClassVar[int]
     dp: int
     tp: int
     pp: int
@@ -411,7 +424,9 @@ class Plan(_message.Message):
     memory_per_gpu_bytes: int
     memory_source: str
     options: ExecutionPlan
-    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., gpu_model: _Optional[str] = ..., memory_per_gpu_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., options: _Optional[_Union[ExecutionPlan, _Mapping]] = ...) -> None: ...
+    stages: _containers.RepeatedCompositeFieldContainer[PipelineStage]
+    prediction: CostPrediction
+    def __init__(self, dp: _Optional[int] = ..., tp: _Optional[int] = ..., pp: _Optional[int] = ..., micro_batch: _Optional[int] = ..., grad_accum: _Optional[int] = ..., gpu_model: _Optional[str] = ..., memory_per_gpu_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., options: _Optional[_Union[ExecutionPlan, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[PipelineStage, _Mapping]]] = ..., prediction: _Optional[_Union[CostPrediction, _Mapping]] = ...) -> None: ...
 
 class NodeSlice(_message.Message):
     __slots__ = ("node_id", "gpu_indices")
@@ -460,3 +475,35 @@ class Progress(_message.Message):
     time: float
     checkpoint_iteration: int
     def __init__(self, iteration: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., loss: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., time: _Optional[float] = ..., checkpoint_iteration: _Optional[int] = ...) -> None: ...
+
+class Slo(_message.Message):
+    __slots__ = ("iterations_within_seconds", "deadline")
+    ITERATIONS_WITHIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    iterations_within_seconds: float
+    deadline: float
+    def __init__(self, iterations_within_seconds: _Optional[float] = ..., deadline: _Optional[float] = ...) -> None: ...
+
+class PipelineStage(_message.Message):
+    __slots__ = ("gpu_model", "gpus", "layer_start", "layer_end")
+    GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    LAYER_START_FIELD_NUMBER: _ClassVar[int]
+    LAYER_END_FIELD_NUMBER: _ClassVar[int]
+    gpu_model: str
+    gpus: int
+    layer_start: int
+    layer_end: int
+    def __init__(self, gpu_model: _Optional[str] = ..., gpus: _Optional[int] = ..., layer_start: _Optional[int] = ..., layer_end: _Optional[int] = ...) -> None: ...
+
+class CostPrediction(_message.Message):
+    __slots__ = ("iteration_seconds", "total_seconds", "cost", "allocation")
+    ITERATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
+    iteration_seconds: float
+    total_seconds: float
+    cost: float
+    allocation: str
+    def __init__(self, iteration_seconds: _Optional[float] = ..., total_seconds: _Optional[float] = ..., cost: _Optional[float] = ..., allocation: _Optional[str] = ...) -> None: ...

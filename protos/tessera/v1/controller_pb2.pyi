@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "reason", "attempt", "plan", "placement", "progress", "submit_time", "start_time", "end_time", "restarts", "events", "cell", "launch_failures", "next_launch_time", "spec_elided")
+    __slots__ = ("id", "spec", "state", "reason", "attempt", "plan", "placement", "progress", "submit_time", "start_time", "end_time", "restarts", "events", "cell", "launch_failures", "next_launch_time", "predicted_seconds", "predicted_cost", "allocation", "spec_elided")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,9 @@ class Job(_message.Message):
     CELL_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_FAILURES_FIELD_NUMBER: _ClassVar[int]
     NEXT_LAUNCH_TIME_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_COST_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
     SPEC_ELIDED_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: _common_pb2.JobSpec
@@ -42,8 +45,11 @@ class Job(_message.Message):
     cell: str
     launch_failures: int
     next_launch_time: float
+    predicted_seconds: float
+    predicted_cost: float
+    allocation: str
     spec_elided: bool
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., cell: _Optional[str] = ..., launch_failures: _Optional[int] = ..., next_launch_time: _Optional[float] = ..., spec_elided: _Optional[bool] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., cell: _Optional[str] = ..., launch_failures: _Optional[int] = ..., next_launch_time: _Optional[float] = ..., predicted_seconds: _Optional[float] = ..., predicted_cost: _Optional[float] = ..., allocation: _Optional[str] = ..., spec_elided: _Optional[bool] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus", "launch_failures", "unhealthy_until", "agent_unconfirmed")

@@ -1,0 +1,120 @@
+"""The cost objective's inputs: job files' `objective`/`slo`, SubmitJob's bounds and precondition, the
+controller's --prices file, the SLO as seconds left, and the trainer's per-stage layer ranges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tessera.clients.jobfile import JobFileError, parse_job_yaml
+from tessera.clients.trainer.plan import Plan
+from tessera.clients.trainer.reference.config import Unsupported, stage_ranges
+from tessera.common.errors import FailedPrecondition, InvalidInput
+from tessera.common.jobspec import spec_errors
+from tessera.common.objective import (
+    PricesError,
+    cost_precondition,
+    load_prices,
+    parse_duration,
+    parse_prices,
+    slo_seconds,
+)
+from tessera.v1 import common_pb2 as P
+
+BASE = "name: j\nmodel: gpt2-small\nglobal_batch_size: 8\niterations: 100\n"
+
+
+def test_job_file_objective_and_slo() -> None:
+    spec = parse_job_yaml(BASE + "objective: cost\nslo: {iterations_within: 6h}\n")
+    assert spec.objective == P.OBJECTIVE_COST and spec.slo.iterations_within_seconds == 6 * 3600
+    spec = parse_job_yaml(BASE + "objective: cost\nslo: {deadline: 2026-11-27T06:00:00Z}\n")
+    assert spec.slo.deadline == 1795759200.0
+    spec = parse_job_yaml(BASE + "objective: cost\nslo: {deadline: '2026-11-27T07:00:00+01:00'}\n")
+    assert spec.slo.deadline == 1795759200.0
+    assert parse_duration("90m", "x") == 5400 and parse_duration("1.5d", "x") == 129600 and parse_duration(45, "x") == 45
+
+
+@pytest.mark.parametrize(("extra", "field", "why"), [
+    ("objective: cost\nslo: {iterations_within: 0s}\n", "slo.iterations_within", "must be > 0"),
+    ("objective: cost\nslo: {iterations_within: -5}\n", "slo.iterations_within", "must be > 0"),
+    ("objective: cost\nslo: {iterations_within: soon}\n", "slo.iterations_within", "duration"),
+    ("objective: cost\nslo: {deadline: tomorrow}\n", "slo.deadline", "RFC 3339"),
+    ("objective: cost\nslo: {deadline: '2026-11-27T06:00:00'}\n", "slo.deadline", "time zone"),
+    ("objective: cost\nslo: {iterations_within: 1h, deadline: 2026-11-27T06:00:00Z}\n", "slo", "exactly one"),
+    ("objective: cost\nslo: {within: 1h}\n", "slo.within", "unknown field"),
+    ("objective: cost\n", "slo", "needs exactly one"),
+    ("slo: {iterations_within: 1h}\n", "slo", "only the cost objective"),
+    ("objective: cheapest\n", "objective", "must be one of default, cost"),
+])
+def test_job_file_bad_objective_or_slo_names_the_field(extra: str, field: str, why: str) -> None:
+    with pytest.raises(JobFileError) as e:
+        parse_job_yaml(BASE + extra)
+    assert e.value.field == field and why in str(e.value)
+
+
+def test_submit_bounds_and_precondition() -> None:
+    spec = parse_job_yaml(BASE + "objective: cost\nslo: {iterations_within: 1h}\n")
+    assert spec_errors(spec) == []
+    spec.slo.iterations_within_seconds = -1.0
+    assert spec_errors(spec) == [("slo.iterations_within_seconds", "must be > 0, got -1.0")]
+    spec.slo.iterations_within_seconds = 3600.0
+    with pytest.raises(FailedPrecondition, match="--prices"):
+        cost_precondition(spec, ())
+    cost_precondition(spec, (("A100-80GB", 4.0),))
+    spec.hint.gpu_types.append("A10-24GB")
+    with pytest.raises(FailedPrecondition, match="no price for A10-24GB"):
+        cost_precondition(spec, (("A100-80GB", 4.0),))
+    cost_precondition(P.JobSpec(name="plain"), ())  # other objectives need no prices
+
+
+def test_prices_file(tmp_path: Path) -> None:
+    assert parse_prices({"a100": 4, "A10-24GB": 1.01}) == {"A10-24GB": 1.01, "A100-80GB": 4.0}
+    for doc, field, why in (({"A100-80GB": -1.0}, "A100-80GB", "must be > 0"),
+                            ({"A100-80GB": "cheap"}, "A100-80GB", "must be a number"),
+                            ({"Z9000": 1.0}, "Z9000", "unknown GPU"),
+                            ({"a100": 1.0, "A100-80GB": 2.0}, "A100-80GB", "priced twice"),
+                            ({}, "", "non-empty mapping")):
+        with pytest.raises(PricesError) as e:
+            parse_prices(doc)
+        assert e.value.field == field and why.lower() in str(e.value).lower()
+    f = tmp_path / "prices.yaml"
+    f.write_text("A10-24GB: 1.0\nA100-80GB: -3\n")
+    with pytest.raises(InvalidInput, match=r"prices.yaml line 2: field A100-80GB: must be > 0"):
+        load_prices(f)
+    with pytest.raises(InvalidInput, match="missing.yaml"):
+        load_prices(tmp_path / "missing.yaml")
+
+
+def test_slo_seconds_left() -> None:
+    spec = P.JobSpec(iterations=100, objective=P.OBJECTIVE_COST, slo=P.Slo(iterations_within_seconds=600))
+    assert slo_seconds(spec, 0, 0) == 600 and slo_seconds(spec, 50, 0) == 300
+    spec = P.JobSpec(iterations=100, objective=P.OBJECTIVE_COST, slo=P.Slo(deadline=1000))
+    assert slo_seconds(spec, 0, 400) == 600 and slo_seconds(spec, 0, 1000) == -1.0
+    assert slo_seconds(P.JobSpec(iterations=10), 0, 0) == 0.0
+
+
+def test_trainer_takes_each_stage_layer_range() -> None:
+    plan = Plan.from_dict({"dp": 1, "pp": 2, "stages": [{"layer_start": 0, "layer_end": 5, "gpu_model": "A10-24GB"},
+                                                        {"layer_start": 5, "layer_end": 6}]})
+    assert stage_ranges(plan, 6) == [(0, 5, "A10-24GB"), (5, 6, "")]
+    assert stage_ranges(Plan.from_dict({"pp": 2}), 6) == []
+    for stages, why in (([{"layer_start": 0, "layer_end": 6}], "1 stages for pp=2"),
+                        ([{"layer_start": 0, "layer_end": 3}, {"layer_start": 4, "layer_end": 6}], "follow on"),
+                        ([{"layer_start": 0, "layer_end": 3}, {"layer_start": 3, "layer_end": 3}], "follow on"),
+                        ([{"layer_start": 0, "layer_end": 2}, {"layer_start": 2, "layer_end": 5}], "cover layers 0-4"),
+                        ("0-3", "must be a list")):
+        with pytest.raises(Unsupported, match=why):
+            stage_ranges(Plan.from_dict({"pp": 2, "stages": stages}), 6)
+
+
+def test_controller_refuses_a_bad_prices_file_at_startup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tessera.controller.main import parse_args
+
+    f = tmp_path / "prices.yaml"
+    f.write_text("A10-24GB: 1.0\nA40-48GB: -2\n")
+    with pytest.raises(SystemExit):
+        parse_args(["--state-dir", str(tmp_path), "--insecure", "--prices", str(f)])
+    assert "--prices: " in (err := capsys.readouterr().err) and "line 2: field A40-48GB: must be > 0" in err
+    f.write_text("A10-24GB: 1.0\n")
+    assert parse_args(["--state-dir", str(tmp_path), "--insecure", "--prices", str(f)]).price_table == (("A10-24GB", 1.0),)
