@@ -172,3 +172,35 @@ async def test_agent_is_not_serving_until_a_controller_acknowledges_it(
 def _sync_services(address: str) -> set[str]:
     with rpc.sync_channel(address, tls=tls_config(identity.CONTROLLER), peer=identity.node("node-h")) as ch:
         return services(ch)
+
+
+# -- a highly available pair: only the leader is ready --------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_standby_controller_is_live_but_not_serving_until_it_leads(tmp_path: Path) -> None:
+    from tests.etcd_server import cluster_tokens, etcd_server
+
+    with etcd_server(tmp_path) as etcd:
+        auth, _ = cluster_tokens(tmp_path)
+        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "2", *auth]
+        a = start_controller(tmp_path / "a", *ha)
+        b: Daemon | None = None
+        try:
+            a.wait_event("controller_leading", 30)
+            b = start_controller(tmp_path / "b", *ha)
+            with rpc.sync_channel(a.address, tls=ca_only()) as ca_, rpc.sync_channel(b.address, tls=ca_only()) as cb:
+                assert check(ca_) == SERVING and check(ca_, "tessera.v1.Controller") == SERVING
+                assert check(cb) == NOT_SERVING and check(cb, "tessera.v1.AgentRegistry") == NOT_SERVING
+                assert check(cb, LIVE) == SERVING  # a liveness probe must not restart a standby
+                assert version(cb).component == "tessera-controller"  # Info answers on a standby too
+                watch = health_pb2_grpc.HealthStub(cb).Watch(health_pb2.HealthCheckRequest(service=""), timeout=60)
+                assert next(watch).status == NOT_SERVING
+                a.stop()  # SIGTERM: a resigns, b leads at once
+                assert next(watch).status == SERVING
+                watch.cancel()
+                b.wait_event("controller_leading", 30)
+        finally:
+            a.stop()
+            if b is not None:
+                b.stop()
