@@ -3,8 +3,9 @@
 - `yaml`: the JSON document as YAML (one document per snapshot, `---` between them when watching);
 - `name`: `job/ID` or `node/ID`, one per line;
 - `jsonpath=TEMPLATE`: kubectl's JSONPath subset: `{.jobs[*].id}`, `{.state}`, `{.jobs[0].spec.name}`,
-  text around the braces, `\\n` and `\\t` in it; several values are joined by a space. A template
-  without braces is taken as one expression (`jsonpath=.jobs[*].id`).
+  text around the braces and quoted literals (`{"\\t"}`), `\\n` and `\\t` in them; several values
+  are joined by a space. A template without braces is taken as one expression
+  (`jsonpath=.jobs[*].id`).
 
 Every command of tessctl writes its structured output as JSON documents through one `println`
 each; `StructuredOut` stands between the command and stdout and rewrites each document into the
@@ -132,8 +133,11 @@ def parse_template(template: str) -> list[tuple[bool, str]]:
         if end < 0:
             raise FormatError(f"jsonpath: unclosed '{{' in {template!r}")
         expr = template[start + 1:end].strip()
-        _steps(expr)  # refuse a bad expression before any call is made
-        parts.append((True, expr))
+        if len(expr) >= 2 and expr[0] == expr[-1] and expr[0] in "'\"":
+            parts.append((False, _unescape(expr[1:-1])))  # a literal, as kubectl's {"\t"}
+        else:
+            _steps(expr)  # refuse a bad expression before any call is made
+            parts.append((True, expr))
         pos = end + 1
     return parts
 

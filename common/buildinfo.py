@@ -53,15 +53,19 @@ def _is_commit(text: str) -> bool:
 
 
 def _direct_url() -> dict[str, object]:
-    try:
-        text = metadata.distribution(DIST).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return {}
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    # Every distribution of the name on the path, not the first only: a source tree on sys.path
+    # (pytest's pythonpath ".") holds a tessera.egg-info without the install's record.
+    for dist in metadata.distributions(name=DIST):
+        text = dist.read_text("direct_url.json")
+        if not text:
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
 
 
 def _git_head(folder: Path) -> str:

@@ -35,6 +35,7 @@ def test_yaml_name_and_jsonpath_render_a_json_document() -> None:
     assert formats.render(JOBS, "jsonpath={.jobs[-1].state}") == "JOB_STATE_PENDING\n"
     assert formats.render(JOBS, r"jsonpath=id={.jobs[0].id}\n") == "id=j-1\n"
     assert formats.render(JOBS, "jsonpath={.jobs[0].spec}") == '{"name":"a"}\n'
+    assert formats.render(JOBS, 'jsonpath={.jobs[0].id}{"\\t"}{.jobs[1].id}') == "j-1\tj-2\n"
 
 
 @pytest.mark.parametrize("template, why", [
