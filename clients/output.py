@@ -23,7 +23,7 @@ NONE = "-"
 JOB_COLUMNS = ("ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "REASON")
 JOB_WIDE_COLUMNS = JOB_COLUMNS[:-1] + ("PLAN(dp/tp/pp/mb/ga)", "NODES", "ATTEMPT", "LOSS", "REASON")
 NODE_COLUMNS = ("NAME", "STATE", "GPUS", "FREE", "SOURCE", "HEARTBEAT", "ADDRESS")
-NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "REASON")
+NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "VERSION", "REASON")
 EVENT_COLUMNS = ("SEQ", "AGE", "KIND", "MESSAGE")
 
 
@@ -255,6 +255,13 @@ def node_gpus(node: controller_pb2.Node) -> str:
     return gpu_summary([g.model for g in node.inventory.gpus])
 
 
+def agent_build(node: controller_pb2.Node) -> str:
+    """`describe node`'s agent line: "0.1.0 (commit 1a2b3c4d5e6f)"; "-" before the agent reported."""
+    if not node.agent_version:
+        return NONE
+    return f"{node.agent_version} (commit {node.agent_commit[:12] or 'unknown'})"
+
+
 def node_free(node: controller_pb2.Node) -> int:
     busy = set(node.busy_gpus)
     return sum(1 for g in node.inventory.gpus if g.index not in busy)
@@ -303,7 +310,7 @@ def node_row(node: controller_pb2.Node, now: float, wide: bool = False) -> list[
         inv = node.inventory
         row += [
             inv.hostname or NONE, str(inv.cpu_count) if inv.cpu_count else NONE, gib(inv.host_memory_bytes),
-            one_line(node.reason) or NONE,
+            node.agent_version or NONE, one_line(node.reason) or NONE,
         ]
     return row
 
@@ -397,6 +404,7 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
                                             if inv.source == common_pb2.INVENTORY_SOURCE_DECLARED else "")),
         ("CPUs", str(inv.cpu_count) if inv.cpu_count else NONE), ("Memory", gib(inv.host_memory_bytes)),
         ("Capacity", f"{node_gpus(node)} ({node_free(node)} free)"),
+        ("Agent", agent_build(node)),
         ("Heartbeat", f"{_fmt_time(node.last_heartbeat)} ({age(node.last_heartbeat, now)} ago)"),
         ("Launch failures", str(node.launch_failures) + (
             f" (unhealthy: no placements until {_fmt_time(node.unhealthy_until)})"

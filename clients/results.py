@@ -159,6 +159,7 @@ class NodeInfo:
     hostname: str
     gpus: tuple[GpuInfo, ...]
     last_heartbeat: dt.datetime | None
+    agent_version: str = ""  # "" until the node's agent reported
     proto: controller_pb2.Node = field(default_factory=controller_pb2.Node, repr=False, compare=False)
 
     @property
@@ -170,7 +171,7 @@ class NodeInfo:
         busy = set(n.busy_gpus)
         gpus = tuple(GpuInfo(g.index, g.model, g.memory_bytes, g.index in busy) for g in n.inventory.gpus)
         return cls(n.id, n.address, NodeState.of(n.state), n.reason, n.inventory.hostname, gpus,
-                   when(n.last_heartbeat), n)
+                   when(n.last_heartbeat), n.agent_version, n)
 
 
 @dataclass(frozen=True)

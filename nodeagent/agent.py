@@ -21,6 +21,7 @@ import grpc.aio
 import structlog
 
 from tessera.common import rpc
+from tessera.common.buildinfo import build_info
 from tessera.common.hooks import Hooks
 from tessera.common.tls import TlsConfig
 from tessera.nodeagent import cgroups, metrics, retention
@@ -203,6 +204,7 @@ class Agent:
             workers=self.supervisor.statuses(),
             draining=self.drain.draining,
             agent_version=__version__,
+            agent_commit=build_info().git_commit,
         )
 
     # --- lifecycle ----------------------------------------------------------------------------------

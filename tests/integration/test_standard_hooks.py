@@ -164,6 +164,8 @@ async def test_agent_is_not_serving_until_a_controller_acknowledges_it(
         assert db_services >= {"tessera.v1.NodeAgent", *HOOKS}
         v = await info_pb2_grpc.InfoStub(channel).GetVersion(info_pb2.GetVersionRequest(), timeout=10)
         assert v.component == "tessera-agent"
+        # Its build reaches the controller in every status (get nodes -o wide, describe node).
+        assert (fake.received[-1].agent_version, fake.received[-1].agent_commit) == (v.version, v.git_commit)
         await channel.close()
     finally:
         await agent.close(grace=0)

@@ -167,8 +167,8 @@ def test_get_nodes_json_and_table(server: FakeServer) -> None:
 
     proc = tessctl("--controller", server.address, "get", "nodes", "node-b", "-o", "wide")
     header, row = proc.stdout.splitlines()
-    assert header.split()[-4:] == ["HOSTNAME", "CPUS", "MEMORY", "REASON"]
-    assert row.split()[-4:] == ["b", "-", "-", "-"]
+    assert header.split()[-5:] == ["HOSTNAME", "CPUS", "MEMORY", "VERSION", "REASON"]
+    assert row.split()[-5:] == ["b", "-", "-", "-", "-"]
     line = one_line_error(tessctl("--controller", server.address, "get", "node", "node-z"))
     assert line == "tessctl: error: NOT_FOUND: node node-z not found"
 

@@ -179,6 +179,13 @@ def test_completion_scripts_name_the_commands_and_flags() -> None:
     assert tessctl.main(["completion", "bash"], out=buf) == 0 and buf.getvalue().strip() == bash.strip()
 
 
+def test_nodes_show_their_agent_s_version() -> None:
+    node = controller_pb2.Node(id="n", agent_version="0.1.0", agent_commit="0123456789abcdef0123")
+    assert output.nodes_table([node], 0.0, wide=True).splitlines()[1].split()[-2:] == ["0.1.0", "-"]
+    assert "\nAgent:           0.1.0 (commit 0123456789ab)\n" in output.describe_node(node, 0.0)
+    assert "\nAgent:           -\n" in output.describe_node(controller_pb2.Node(id="m"), 0.0)
+
+
 def test_gpu_type_warning_suggests_the_cluster_s_close_names() -> None:
     spec = common_pb2.JobSpec()
     spec.hint.gpu_types.append("H100-80GB")
