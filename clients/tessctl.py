@@ -424,6 +424,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     timeout = getattr(args, "timeout", 10.0)
     client: Client | None = None
     try:
+        argtypes.strip_kind_prefixes(args)
         if args.command == "simulate":  # runs here, needs no controller
             return cmd_simulate(None, args, out)
         if args.command in ("estimate", "config", "admin"):  # local files or the estimator: no controller

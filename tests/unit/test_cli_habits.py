@@ -198,3 +198,26 @@ def test_gpu_type_warning_suggests_the_cluster_s_close_names() -> None:
     spec.hint.gpu_types.append("A40-48GB")
     assert missing_types(spec, [node]) == ""  # one of the types is there
     assert missing_types(common_pb2.JobSpec(), [node]) == ""  # no type asked
+
+
+@pytest.mark.parametrize("argv, attr, value", [
+    (["cancel", "job/j-1a2b"], "id", "j-1a2b"),
+    (["describe", "job", "jobs/j-1a2b"], "id", "j-1a2b"),
+    (["get", "jobs", "job/j-1", "j-2"], "ids", ["j-1", "j-2"]),
+    (["drain", "node/gpu-1"], "node", "gpu-1"),
+    (["delete", "node", "node/gpu-1"], "node", "gpu-1"),
+    (["get", "nodes", "node/gpu-1"], "ids", ["gpu-1"]),
+    (["logs", "j-9"], "id", "j-9"),
+])
+def test_ids_take_the_kind_prefix_that_dash_o_name_prints(argv: list[str], attr: str, value: object) -> None:
+    args = tessctl.build_parser().parse_args(argv)
+    tessctl.argtypes.strip_kind_prefixes(args)
+    assert getattr(args, attr) == value
+
+
+def test_an_id_of_the_other_kind_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tessctl.main(["--controller", "127.0.0.1:1", "cancel", "node/gpu-1"]) == 2
+    assert capsys.readouterr().err.strip() == "tessctl: error: 'node/gpu-1' names a node; this command takes a job"
+    args = tessctl.build_parser().parse_args(["drain", "job/j-1"])
+    with pytest.raises(tessctl.CliUsageError, match="names a job; this command takes a node"):
+        tessctl.argtypes.strip_kind_prefixes(args)
