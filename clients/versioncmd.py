@@ -11,7 +11,7 @@ import argparse
 from typing import Any, TextIO
 
 from tessera.clients import ctlconfig, output, terminal
-from tessera.clients.sdk import Client
+from tessera.clients.sdk import Client, RpcError
 from tessera.common.buildinfo import version_info
 from tessera.v1 import info_pb2
 
@@ -26,6 +26,8 @@ def add_arguments(sub: Any, command: Any) -> None:
 
 def describe(v: info_pb2.VersionInfo) -> str:
     """`tessera-controller 0.1.0 (commit 1a2b3c4d5e6f, Python 3.11.2, grpc 1.85.1, protobuf 6.31.1)`."""
+    if not v.python_version:  # an older controller's stand-in: nothing more is known
+        return f"{v.component} {v.version}"
     commit = v.git_commit[:12] if v.git_commit else "unknown"
     return (f"{v.component} {v.version} (commit {commit}, Python {v.python_version}, grpc {v.grpc_version}, "
             f"protobuf {v.protobuf_version})")
@@ -40,7 +42,13 @@ def cmd_version(client: Client | None, args: argparse.Namespace, out: TextIO) ->
         s = ctlconfig.settings(args)
         with Client(s.controllers, getattr(args, "timeout", 10.0), token=s.token, ca=s.ca,
                     insecure=getattr(args, "insecure", False)) as c:
-            server = c.version()
+            try:
+                server = c.version()
+            except RpcError as exc:
+                if exc.code != "UNIMPLEMENTED":
+                    raise
+                # A controller from before tessera.v1.Info: it answers, it cannot say its version.
+                server = info_pb2.VersionInfo(component="tessera-controller", version="unknown (no tessera.v1.Info)")
         if args.output != "json":
             terminal.println(out, f"Server: {describe(server)} at {c.target}")
     if args.output == "json":

@@ -221,3 +221,21 @@ def test_an_id_of_the_other_kind_is_a_usage_error(capsys: pytest.CaptureFixture[
     args = tessctl.build_parser().parse_args(["drain", "job/j-1"])
     with pytest.raises(tessctl.CliUsageError, match="names a job; this command takes a node"):
         tessctl.argtypes.strip_kind_prefixes(args)
+
+
+def test_version_of_a_controller_without_the_info_service() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))  # serves no service at all
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        buf = io.StringIO()
+        assert tessctl.main(["--insecure", "--controller", f"127.0.0.1:{port}", "version"], out=buf) == 0
+        lines = buf.getvalue().splitlines()
+        assert lines[0].startswith("Client: tessctl ")
+        assert lines[1] == f"Server: tessera-controller unknown (no tessera.v1.Info) at 127.0.0.1:{port}"
+    finally:
+        server.stop(0)
