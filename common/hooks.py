@@ -2,8 +2,8 @@
 
 - `grpc.health.v1.Health` (grpcio-health-checking): Check and Watch, for grpc_health_probe,
   kubelet's gRPC probes and load balancers;
-- server reflection (grpcio-reflection, `grpc.reflection.v1alpha` and `v1`): grpcurl and
-  other tools list the services and read their schemas;
+- server reflection (grpcio-reflection: `grpc.reflection.v1alpha`, which grpcurl falls back to
+  when `v1` is not served): grpcurl and other tools list the services and read their schemas;
 - `tessera.v1.Info/GetVersion`: the daemon's version and build (tessera.common.buildinfo).
 
 rpc.aio_server registers them on every server it builds, so they share the server's ports and
@@ -70,6 +70,10 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]  # ge
         self._status: dict[str, int] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._frozen = False
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
 
     def status(self, service: str) -> int | None:
         return self._status.get(service)
@@ -166,7 +170,7 @@ class Hooks:
     def set_serving(self, serving: bool) -> None:
         """The daemon's readiness: `""` and every service of the daemon (not LIVE). Called on the
         server's loop thread; a no-op when unchanged, and once `shutdown` has begun."""
-        if serving == self._serving:
+        if serving == self._serving or self.health.frozen:
             return
         self._serving = serving
         status = SERVING if serving else NOT_SERVING

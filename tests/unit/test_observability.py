@@ -53,7 +53,7 @@ async def test_every_watcher_hears_each_change_and_a_shutdown() -> None:
     assert await pending_b == NOT_SERVING
     assert health.status(LIVE) == NOT_SERVING
     hooks.set_serving(True)  # frozen once shutting down
-    assert health.status("") == NOT_SERVING
+    assert health.status("") == NOT_SERVING and not hooks.serving
     await b.aclose()
     unknown = health.Watch(health_pb2.HealthCheckRequest(service="later"), _Ctx())
     assert await _next(unknown) == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
