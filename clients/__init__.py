@@ -8,7 +8,8 @@ The public surface is `__all__`:
         job = client.submit(load_job_file("examples/jobs/tiny.yaml"))
 
 `Client` and its errors (`RpcError`, a failed call, and `ControllerUnreachable`, an RpcError) come
-from `tessera.clients.sdk`; `TesseraError` (tessera.common.errors) is the root of every error
+from `tessera.clients.sdk`; `AsyncClient`, its asyncio twin, from `tessera.clients.aio`, returning the
+typed results of `tessera.clients.results` (`JobInfo`, `NodeInfo`, states as `JobState`/`NodeState`); `TesseraError` (tessera.common.errors) is the root of every error
 Tessera raises on purpose, these included; `load_job_file` and `JobFileError` from
 `tessera.clients.jobfile`; `TrainerContext` and `ContractError` from the trainer SDK,
 `tessera.clients.trainer`.
@@ -24,16 +25,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tessera.clients.aio import AsyncClient
     from tessera.clients.jobfile import JobFileError, load_job_file
+    from tessera.clients.results import JobInfo, JobState, NodeInfo, NodeState
     from tessera.clients.sdk import Client, ControllerUnreachable, RpcError
     from tessera.clients.trainer import ContractError, TrainerContext
     from tessera.common.errors import TesseraError
 
 __all__ = [
+    "AsyncClient",
     "Client",
     "ContractError",
     "ControllerUnreachable",
     "JobFileError",
+    "JobInfo",
+    "JobState",
+    "NodeInfo",
+    "NodeState",
     "RpcError",
     "TesseraError",
     "TrainerContext",
@@ -42,6 +50,11 @@ __all__ = [
 
 _HOME = {
     "Client": "tessera.clients.sdk",
+    "AsyncClient": "tessera.clients.aio",
+    "JobInfo": "tessera.clients.results",
+    "JobState": "tessera.clients.results",
+    "NodeInfo": "tessera.clients.results",
+    "NodeState": "tessera.clients.results",
     "TesseraError": "tessera.common.errors",
     "RpcError": "tessera.clients.sdk",
     "ControllerUnreachable": "tessera.clients.sdk",

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import TypeVar
 
+from tessera.common.errors import InvalidInput
+
 Num = TypeVar("Num", int, float)
+
+
+class UsageError(InvalidInput):
+    """A tessctl usage problem found after parsing: exit 2 (tessctl's CliUsageError)."""
 
 
 def positive_int(text: str) -> int:
@@ -35,3 +41,53 @@ def _bounded(value: int, text: str, low: int) -> int:
     if value < low:
         raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
     return value
+
+
+def jobfile_argument(p: argparse.ArgumentParser) -> None:
+    """`submit FILE` as sbatch and `kubectl apply FILE` habits have it, and `-f FILE` as before."""
+    p.add_argument("file", nargs="?", metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
+    p.add_argument("-f", "--filename", metavar="FILE", default=None, help="the job YAML, as a flag")
+
+
+def jobfile_path(args: argparse.Namespace) -> str:
+    """The one job file of `submit` (positional or -f); a usage error for none or both."""
+    if args.file is not None and args.filename is not None:
+        raise UsageError("give the job file once: FILE or -f FILE, not both")
+    path = args.file if args.file is not None else args.filename
+    if path is None:
+        raise UsageError("a job file is required: tessctl submit FILE (or -f FILE; - = stdin)")
+    return str(path)
+
+
+# Commands whose ID arguments name jobs or nodes (besides `get`/`describe`/`delete RESOURCE`).
+_JOB_COMMANDS = frozenset({"cancel", "logs", "wait"})
+_NODE_COMMANDS = frozenset({"drain", "undrain"})
+
+
+def strip_kind_prefixes(args: argparse.Namespace) -> None:
+    """Accept kubectl's `KIND/NAME` where an id is expected (`tessctl cancel job/j-1a2b`), as `-o name`
+    prints it; a prefix of the other kind is a usage error. Ids hold no "/" (common/jobspec.py,
+    nodespec.py), so the prefix is never part of one."""
+    resource = getattr(args, "resource", "") or ""
+    command = getattr(args, "command", "")
+    kind = ("job" if command in _JOB_COMMANDS or resource in ("job", "jobs") else
+            "node" if command in _NODE_COMMANDS or resource in ("node", "nodes") else "")
+    if not kind:
+        return
+    other = "node" if kind == "job" else "job"
+
+    def strip(value: str) -> str:
+        head, slash, rest = value.partition("/")
+        if not slash:
+            return value
+        if head in (kind, kind + "s"):
+            return rest
+        if head in (other, other + "s"):
+            raise UsageError(f"{value!r} names a {other}; this command takes a {kind}")
+        return value  # not a kind: left for the id's own check to refuse
+    for attr in ("id", "ids", "node"):
+        value = getattr(args, attr, None)
+        if isinstance(value, str):
+            setattr(args, attr, strip(value))
+        elif isinstance(value, list):
+            setattr(args, attr, [strip(v) if isinstance(v, str) else v for v in value])

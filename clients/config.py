@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.common.privatefile import write_private
+from tessera.common.rpc import check_address
 from tessera.common.yamlfile import InputFileError, read_and_parse, refuse_unknown_keys
 
 DEFAULT_CONTROLLER = "127.0.0.1:50051"
@@ -157,6 +158,8 @@ def resolve(flags: Mapping[str, str | None], env: Mapping[str, str], cfg: Config
 
     ctl = pick("controller", ctx.controllers if ctx else None)
     controllers = ctl if isinstance(ctl, tuple) else _split(ctl)
+    what = {"flag": "--controller", "default": "controller"}.get(sources["controller"], sources["controller"])
+    controllers = tuple(check_address(c, what) for c in controllers)
     token = pick("token", (ctx.token or ctx.token_file) if ctx else None)
     if token and ctx and sources["token"].startswith("context") and not ctx.token:
         token = read_token_file(_beside(cfg.path, ctx.token_file))

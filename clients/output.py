@@ -24,7 +24,7 @@ NONE = "-"
 JOB_COLUMNS = ("ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "REASON")
 JOB_WIDE_COLUMNS = JOB_COLUMNS[:-1] + ("PLAN(dp/tp/pp/mb/ga)", "NODES", "ATTEMPT", "LOSS", "REASON")
 NODE_COLUMNS = ("NAME", "STATE", "GPUS", "FREE", "SOURCE", "HEARTBEAT", "ADDRESS")
-NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "REASON")
+NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "VERSION", "REASON")
 EVENT_COLUMNS = ("SEQ", "AGE", "KIND", "MESSAGE")
 
 
@@ -65,7 +65,8 @@ def one_line(text: str) -> str:
 def to_dict(message: Message) -> dict[str, Any]:
     """The proto3 JSON mapping of a message: snake_case keys, enums by name, every scalar and list
     field present even when default; int64 fields are strings and bytes are base64, as the mapping
-    says; unset message fields (a pending job's plan) are absent."""
+    says; unset message fields (a pending job's plan) are absent. Points in time (`is_time`) are
+    RFC 3339 strings in UTC ("2026-11-26T10:11:23.5Z"), null when unset (0)."""
     result: dict[str, Any] = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
@@ -82,8 +83,38 @@ def _in_field_order(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
         sub = field.message_type
         if sub is not None and not sub.GetOptions().map_entry:
             v = [_in_field_order(sub, x) for x in v] if isinstance(v, list) else _in_field_order(sub, v)
+        elif is_time(descriptor.name, field.name, field.type) and isinstance(v, (int, float)):
+            v = rfc3339(float(v))
         out[field.name] = v
     return out
+
+
+# Messages whose double fields named `time` or `*_time`, and these others, are points in time
+# (seconds since the epoch). Not every message: the estimator's `iter_time`, `fwd_time` are durations.
+_TIME_MESSAGES = frozenset({"Job", "Node", "JobEvent", "Progress", "VersionInfo"})
+_TIME_FIELDS = frozenset({"last_heartbeat", "unhealthy_until"})
+_DOUBLE = 1  # FieldDescriptor.TYPE_DOUBLE
+
+
+def is_time(message: str, field: str, kind: int) -> bool:
+    return (kind == _DOUBLE and message in _TIME_MESSAGES
+            and (field == "time" or field.endswith("_time") or field in _TIME_FIELDS))
+
+
+def rfc3339(t: float) -> str | None:
+    """Seconds since the epoch as RFC 3339 in UTC, to the microsecond with trailing zeros cut;
+    None for 0 (unset) or a value no calendar holds."""
+    import datetime as dt
+
+    if not t > 0:
+        return None
+    try:
+        text = dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="microseconds")
+    except (OverflowError, OSError, ValueError):
+        return None
+    date, _, frac = text.removesuffix("+00:00").partition(".")
+    frac = frac.rstrip("0")
+    return f"{date}.{frac}Z" if frac else f"{date}Z"
 
 
 def dumps(value: Any, *, compact: bool = False) -> str:
@@ -225,6 +256,13 @@ def node_gpus(node: controller_pb2.Node) -> str:
     return gpu_summary([g.model for g in node.inventory.gpus])
 
 
+def agent_build(node: controller_pb2.Node) -> str:
+    """`describe node`'s agent line: "0.1.0 (commit 1a2b3c4d5e6f)"; "-" before the agent reported."""
+    if not node.agent_version:
+        return NONE
+    return f"{node.agent_version} (commit {node.agent_commit[:12] or 'unknown'})"
+
+
 def node_free(node: controller_pb2.Node) -> int:
     busy = set(node.busy_gpus)
     return sum(1 for g in node.inventory.gpus if g.index not in busy)
@@ -273,7 +311,7 @@ def node_row(node: controller_pb2.Node, now: float, wide: bool = False) -> list[
         inv = node.inventory
         row += [
             inv.hostname or NONE, str(inv.cpu_count) if inv.cpu_count else NONE, gib(inv.host_memory_bytes),
-            one_line(node.reason) or NONE,
+            node.agent_version or NONE, one_line(node.reason) or NONE,
         ]
     return row
 
@@ -368,6 +406,7 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
                                             if inv.source == common_pb2.INVENTORY_SOURCE_DECLARED else "")),
         ("CPUs", str(inv.cpu_count) if inv.cpu_count else NONE), ("Memory", gib(inv.host_memory_bytes)),
         ("Capacity", f"{node_gpus(node)} ({node_free(node)} free)"),
+        ("Agent", agent_build(node)),
         ("Heartbeat", f"{_fmt_time(node.last_heartbeat)} ({age(node.last_heartbeat, now)} ago)"),
         ("Launch failures", str(node.launch_failures) + (
             f" (unhealthy: no placements until {_fmt_time(node.unhealthy_until)})"

@@ -33,8 +33,8 @@ import grpc
 
 from tessera.common import tls
 from tessera.common.errors import Code, TesseraError
-from tessera.common.rpc import leader_hint, sync_channel
-from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from tessera.common.rpc import check_address, leader_hint, sync_channel
+from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc, info_pb2, info_pb2_grpc
 
 Job = controller_pb2.Job
 Node = controller_pb2.Node
@@ -111,7 +111,7 @@ def split_targets(target: str | Sequence[str]) -> builtins.list[str]:
     out: builtins.list[str] = []
     for p in (p.strip() for p in parts):
         if p and p not in out:
-            out.append(p)
+            out.append(check_address(p, "controller"))
     if not out:
         raise ValueError("no controller address given")
     return out
@@ -328,6 +328,15 @@ class Client:
     def whoami(self) -> controller_pb2.WhoAmIResponse:
         """Who the controller takes this client for: `.principal`, `.tenant`, `.role`."""
         return self._call("WhoAmI", controller_pb2.WhoAmIRequest())
+
+    def version(self) -> info_pb2.VersionInfo:
+        """The controller's version and build (tessera.v1.Info: answered without a token, by a
+        standby too): `.component`, `.version`, `.git_commit`, `.python_version`, `.grpc_version`."""
+        try:
+            return info_pb2_grpc.InfoStub(self._channel).GetVersion(
+                info_pb2.GetVersionRequest(), timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
 
     # -- plumbing --------------------------------------------------------------------------------
 

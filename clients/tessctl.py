@@ -13,34 +13,48 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
 # gRPC's C core logs a failed TLS handshake at INFO on stderr, before tessctl's own one line: only
 # its errors are wanted. Read once, when grpc is first imported (below).
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from tessera.clients import admin, argtypes, ctlconfig, output, plancost, terminal
+from tessera.clients import (
+    admin,
+    argtypes,
+    completion,
+    ctlconfig,
+    formats,
+    gpuhints,
+    output,
+    plancost,
+    terminal,
+    versioncmd,
+)
+from tessera.clients.argtypes import jobfile_argument, jobfile_path
 from tessera.clients.config import Settings
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
 from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, RpcError, state_value
-from tessera.common.errors import InvalidInput, TesseraError
+from tessera.common.errors import TesseraError
 from tessera.common.yamlfile import InputFileError
 from tessera.v1 import common_pb2, controller_pb2
 
 FOLLOW_POLL_S = 1.0  # logs --follow: the log API has no stream (see docs/cli.md)
-OUTPUTS = ("table", "wide", "json")
 SIMULATOR = "tessera.controller.sim.cli"  # run as a process by `tessctl simulate`, never imported
 SIMULATE_HELP = "replay a trace under scheduling policies, locally (tessera-sim)"
 
 
-class CliUsageError(InvalidInput):
-    """A tessctl usage problem found after parsing: exit 2."""
+CliUsageError = argtypes.UsageError  # a usage problem found after parsing: exit 2
 
 
 class _Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line: "tessctl: error: ... (see 'tessctl get --help')"."""
+    """ArgumentParser whose errors are one line: "tessctl: error: ... (see 'tessctl get --help')";
+    no abbreviated flags (`--stat` is not `--state`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"tessctl: error: {message} (see '{self.prog} --help')\n")
@@ -48,10 +62,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _common_options() -> argparse.ArgumentParser:
     # SUPPRESS: an option given before the subcommand is not reset by the subcommand's parser.
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     ctlconfig.common_options(common)
-    common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
-                        help="output format (default: table)")
+    common.add_argument("-o", "--output", type=formats.output_format, default=argparse.SUPPRESS, metavar="FORMAT",
+                        help=f"output format: {formats.CHOICES} (default: table)")
     common.add_argument("--timeout", type=argtypes.positive_float, metavar="SECONDS", default=argparse.SUPPRESS,
                         help="deadline of each call to the controller (default: 10)")
     common.add_argument("--insecure", action="store_true", default=argparse.SUPPRESS,
@@ -84,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command(sub, "submit", cmd_submit, "submit a job file")
-    p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
+    jobfile_argument(p)
     p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
     p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
                    help="do not refuse this hook variable locally (LD_LIBRARY_PATH, ...): the controller's "
@@ -167,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     ctlconfig.add_arguments(sub, command)
     admin.add_arguments(sub, command)
     plancost.add_arguments(sub, command)  # tessctl plan-cost (clients/plancost.py)
-    command(sub, "version", cmd_version, "print the version of tessctl")
+    versioncmd.add_arguments(sub, command)
+    completion.add_arguments(sub, command, parser)
     return parser
 
 
@@ -179,11 +194,13 @@ def _needs_resource(client: Client, args: argparse.Namespace, out: TextIO) -> in
 
 
 def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    args.filename = jobfile_path(args)
     if args.filename == "-":
         spec = parse_job_yaml(sys.stdin.read(), "<stdin>", args.allow_env)
     else:
         spec = load_job_file(args.filename, args.allow_env)
     result = client.submit_ex(spec, request_id=args.request_id)
+    gpuhints.warn_missing_types(client, spec)
     if args.output == "json":
         terminal.println(out, output.dumps({**output.to_dict(result.job), "created": result.created}))
     else:
@@ -352,15 +369,6 @@ def cmd_whoami(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_version(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
-    version = _version()
-    if args.output == "json":
-        terminal.println(out, output.dumps({"client_version": version}))
-    else:
-        terminal.println(out, f"tessctl {version}")
-    return 0
-
-
 # -- helpers ----------------------------------------------------------------------------------------
 
 
@@ -391,13 +399,6 @@ def _print_node(out: TextIO, fmt: str, node: controller_pb2.Node) -> int:
     return 0
 
 
-def _version() -> str:
-    try:
-        return metadata.version("tessera")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def _one_line(text: str) -> str:
     """An error message on one line; what the controller sent back (a field it echoes) made safe."""
     return output.one_line(str(text))
@@ -421,11 +422,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.output = getattr(args, "output", "table")
+    out, args.output = formats.wrap(out, args.output)
     timeout = getattr(args, "timeout", 10.0)
     client: Client | None = None
     try:
-        if args.command == "version":
-            return cmd_version(None, args, out)
+        argtypes.strip_kind_prefixes(args)
         if args.command == "simulate":  # runs here, needs no controller
             return cmd_simulate(None, args, out)
         if args.command in ("estimate", "config", "admin"):  # local files or the estimator: no controller

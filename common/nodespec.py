@@ -32,6 +32,7 @@ JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 GPU_MODEL_RE = re.compile(r"[A-Za-z0-9][ -~]{0,63}")
 UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,95}")
 VERSION_RE = re.compile(r"[ -~]{0,64}")
+COMMIT_RE = re.compile(r"[0-9a-f]{7,64}")
 
 Errors = list[tuple[str, str]]
 
@@ -60,6 +61,8 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
         errs.append((f"{prefix}.address", why))
     if not VERSION_RE.fullmatch(status.agent_version):
         errs.append((f"{prefix}.agent_version", "at most 64 printable ASCII characters"))
+    if status.agent_commit and not COMMIT_RE.fullmatch(status.agent_commit):
+        errs.append((f"{prefix}.agent_commit", "a git commit: 7 to 64 lowercase hex digits, or empty"))
     errs += inventory_errors(status.inventory, f"{prefix}.inventory")
     indices = {g.index for g in status.inventory.gpus}
     if len(status.workers) > MAX_WORKERS:

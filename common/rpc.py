@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ import grpc.aio
 import structlog
 
 from tessera.common.errors import InvalidArgument, TesseraError
+from tessera.common.hooks import Hooks
 from tessera.common.identity import Identity
 from tessera.common.tls import TlsConfig, channel_credentials, server_credentials
 
@@ -42,7 +44,8 @@ _SERVICE_CONFIG = json.dumps(
         "methodConfig": [
             {
                 "name": [{"service": "tessera.v1.Controller"}, {"service": "tessera.v1.AgentRegistry"},
-                         {"service": "tessera.v1.NodeAgent"}, {"service": "tessera.v1.Estimator"}],
+                         {"service": "tessera.v1.NodeAgent"}, {"service": "tessera.v1.Estimator"},
+                         {"service": "tessera.v1.Info"}],
                 "retryPolicy": {
                     "maxAttempts": 4,
                     "initialBackoff": "0.1s",
@@ -280,23 +283,46 @@ def add_port(server: grpc.aio.Server, listen: str, *, tls: TlsConfig | None = No
     return int(port)
 
 
+class _Recorder:
+    """The server as the generated add_*Servicer_to_server functions see it: records the names of
+    the services they register (for health and reflection), passes everything on."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self.server = server
+        self.names: list[str] = []
+
+    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+        self.names.append(service)
+        self.server.add_registered_method_handlers(service, handlers)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.server, attr)
+
+
 def aio_server(
     listen: str, registrations: Sequence[tuple[Any, Any]], interceptors: Sequence[Any] = (),
     name: str = "server", translate: Translate | None = None, *, tls: TlsConfig | None = None,
-    insecure: bool = False, client_cert: bool = True,
+    insecure: bool = False, client_cert: bool = True, hooks: Hooks | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build an asyncio server on `listen` (host:port, port 0 = pick one).
 
     `registrations` is a list of (add_XServicer_to_server, servicer). Errors are mapped by an
     ErrorInterceptor(name, translate), outermost. TLS from `tls` (with a required client
-    certificate unless `client_cert` is False), plaintext only with `insecure`. Returns the server,
-    not yet started, and the bound port. Raises OSError when the address cannot be bound.
+    certificate unless `client_cert` is False), plaintext only with `insecure`. Every server also
+    serves the standard hooks (tessera.common.hooks: health, reflection, Info): `hooks`, made by a
+    daemon that reports its readiness through them, else ones that say SERVING. The services the
+    registrations add are named to them. Returns the server, not yet started, and the bound port.
+    Raises OSError when the address cannot be bound.
     """
     _security(tls, insecure, f"{name} server")
     chain = [ErrorInterceptor(name, translate), *interceptors]
     server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=chain)
+    recorder = _Recorder(server)
     for add, servicer in registrations:
-        add(servicer, server)
+        add(servicer, recorder)
+    hooks = hooks or Hooks(name)
+    hooks.add_services(recorder.names)
+    hooks.register(server)
     port = add_port(server, listen, tls=tls, insecure=insecure, client_cert=client_cert)
     return server, port
 
@@ -345,6 +371,26 @@ def sync_channel(target: str, *, tls: TlsConfig | None = None, insecure: bool = 
     if tls is None:
         return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
     return grpc.secure_channel(target, channel_credentials(tls), options=_channel_options(peer))
+
+
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
+
+
+def check_address(address: str, what: str, example_port: int = 50051) -> str:
+    """`address` stripped, when it is host:port, [v6]:port, or a gRPC target of another scheme
+    (unix:PATH, dns:///host:port); else InvalidArgument naming `what` and saying what is expected:
+    gRPC would only answer "connection refused" for a host without a port."""
+    a = address.strip()
+    if a.startswith(("unix:", "unix-abstract:")) or "://" in a:
+        return a
+    m = _HOST_PORT.match(a)
+    if m and 0 < int(m.group(2)) < 65536:
+        return a
+    if not a:
+        raise InvalidArgument(what, "empty address: expected host:port")
+    if m is None and ":" not in a.strip("[]") or a.startswith("[") and a.endswith("]"):
+        raise InvalidArgument(what, f"{a!r} has no port: expected host:port, e.g. {a}:{example_port}")
+    raise InvalidArgument(what, f"{a!r} is not host:port (port 1-65535; IPv6 as [addr]:port)")
 
 
 def host_of(address: str) -> str:

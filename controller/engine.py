@@ -120,6 +120,7 @@ class Engine:
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
         self.started_mono = mono()
         self.rounds = 0
+        self.gpu_seconds = metrics.GpuSeconds()
         for rec in store.list_nodes():
             self._live.records[rec.id] = rec
             # Known from before a restart: unknown liveness until the agent registers again.
@@ -454,6 +455,7 @@ class Engine:
                              kind: str, migration_started: float | None = None) -> JobRecord:
         """Store the next attempt (plan, placement, rendezvous) as STARTING, then launch it."""
         head = slices[0].node_id
+        metrics.job_started(job, self.wall())
         port = rendezvous_port(job.id, job.attempt + 1, head, self.store.list_jobs(states=ACTIVE),
                                self.cfg.port_base, self.cfg.port_count)
         job, events = transitions.started(job, plan, slices, rendezvous(self._live.nodes[head].address, port),
@@ -542,7 +544,8 @@ class Engine:
             await asyncio.sleep(period)
             try:
                 await self.liveness_tick()
-                metrics.update_nodes(self.view)
+                metrics.update_nodes(self.view, self.wall())
+                self.gpu_seconds.tick(self.view.jobs(states=ACTIVE), self.mono())
             except Exception:
                 log.exception("liveness_failed")
 

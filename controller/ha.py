@@ -33,6 +33,7 @@ import grpc.aio
 import structlog
 
 from tessera.common import daemon, metrics, rpc
+from tessera.common.hooks import Hooks
 from tessera.controller.agents import AgentClients
 from tessera.controller.election import Leadership, NotLeader
 from tessera.controller.engine import Engine, EngineConfig
@@ -107,8 +108,12 @@ def advertised(listen: str, port: int, advertise: str) -> str:
     return f"{host}:{port}"
 
 
-# Builds the controller's server from its registrations: (server, users' port, agents' port).
-ServerFactory = Callable[[list[tuple[Any, Any]]], tuple[grpc.aio.Server, int, int]]
+# Builds the controller's server from its registrations and hooks: (server, users' port, agents' port).
+ServerFactory = Callable[[list[tuple[Any, Any]], Hooks], tuple[grpc.aio.Server, int, int]]
+COMPONENT = "tessera-controller"
+# What the controller serves (health statuses and reflection), in either mode.
+SERVICES = (controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name,
+            agent_pb2.DESCRIPTOR.services_by_name["AgentRegistry"].full_name)
 
 
 async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, make_server: ServerFactory) -> None:
@@ -126,7 +131,9 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         return lead is not None and lead.is_leader()
 
     switch = LeaderSwitch(services, leader_address, leading)
-    server, port, agent_port = make_server([(lambda s, srv: srv.add_generic_rpc_handlers((s,)), switch)])
+    # NOT_SERVING until this controller leads with its state loaded (docs/observability.md).
+    hooks = Hooks(COMPONENT, SERVICES, serving=False)
+    server, port, agent_port = make_server([(lambda s, srv: srv.add_generic_rpc_handlers((s,)), switch)], hooks)
     address = advertised(args.listen, port, args.advertise)
     lead = Leadership(client, address, ttl_s=args.etcd_lease_ttl)
     await server.start()
@@ -155,6 +162,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         loop = asyncio.get_running_loop()
 
         def on_lost(why: str) -> None:
+            loop.call_soon_threadsafe(hooks.set_serving, False)
             loop.call_soon_threadsafe(lost.set)
 
         lead.on_lost = on_lost
@@ -173,6 +181,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
                       ControllerService(engine, page_key=store.shared_key(PAGE_KEY))),
                      (agent_pb2_grpc.add_AgentRegistryServicer_to_server,
                       RegistryService(engine, authenticate=args.tls is not None))])
+        hooks.set_serving(True)
         log.info("controller_leading", epoch=epoch, address=address, jobs=len(store.list_jobs()),
                  nodes=len(store.list_nodes()))
         tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
@@ -183,6 +192,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         await asyncio.wait({signals, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
         lost_wait.cancel()
     switch.standby()  # refuse every call from here on
+    hooks.shutdown()
     campaign.cancel()
     for t in tasks:
         t.cancel()

@@ -12,8 +12,9 @@ from typing import Any
 import grpc.aio
 import structlog
 
-from tessera.common import daemon, envpolicy, metrics, rpc, tls
+from tessera.common import clihelp, daemon, envpolicy, metrics, rpc, tls
 from tessera.common.errors import InvalidInput, TesseraError
+from tessera.common.hooks import Hooks
 from tessera.common.objective import load_prices
 from tessera.common.privatefile import key_file
 from tessera.controller.agents import AgentClients
@@ -22,7 +23,7 @@ from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import parse_endpoints
-from tessera.controller.ha import serve_ha
+from tessera.controller.ha import COMPONENT, SERVICES, serve_ha
 from tessera.controller.registry import LivenessConfig, default_fence, fence_problem, requeue_after
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService, translate
@@ -37,7 +38,7 @@ DEFAULT_AGENT_PORT = 50054
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="tessera-controller", description=__doc__)
+    p = argparse.ArgumentParser(prog="tessera-controller", description=__doc__, **clihelp.PARSER)
     p.add_argument("--listen", default="127.0.0.1:50051",
                    help="host:port of the client API (TLS; users need no certificate)")
     p.add_argument("--agent-listen", default=None, metavar="HOST:PORT",
@@ -193,14 +194,16 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         prices=getattr(args, "price_table", ()))
 
 
-def controller_server(args: argparse.Namespace, auth: Authenticator,
-                      registrations: list[tuple[Any, Any]]) -> tuple[grpc.aio.Server, int, int]:
+def controller_server(args: argparse.Namespace, auth: Authenticator, registrations: list[tuple[Any, Any]],
+                      hooks: Hooks) -> tuple[grpc.aio.Server, int, int]:
     """One server, two ports, the same services on both: --listen (TLS without client certificates:
     users carry tokens) and --agent-listen (mTLS requiring a node certificate), where alone
-    AgentRegistry finds the identity it needs. Returns the server (not started) and both ports."""
+    AgentRegistry finds the identity it needs. Returns the server (not started) and both ports.
+    `hooks`: health, reflection and Info on both ports (docs/observability.md)."""
     insecure = args.tls is None
     server, port = rpc.aio_server(args.listen, registrations, interceptors=[AuthInterceptor(auth)], name="controller",
-                                  translate=translate(), tls=args.tls, insecure=insecure, client_cert=False)
+                                  translate=translate(), tls=args.tls, insecure=insecure, client_cert=False,
+                                  hooks=hooks)
     agent_port = rpc.add_port(server, args.agent_listen, tls=args.tls, insecure=insecure, client_cert=True)
     return server, port, agent_port
 
@@ -213,7 +216,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     cfg = engine_config(args, ckpt)
     if args.store == "etcd":
         log_auth(auth)
-        await serve_ha(args, cfg, state, lambda regs: controller_server(args, auth, regs))
+        await serve_ha(args, cfg, state, lambda regs, hooks: controller_server(args, auth, regs, hooks))
         return
     store = SqliteStore(state / "controller.db")
     epoch = store.next_epoch()
@@ -221,11 +224,12 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     agents = AgentClients(args.tls)
     engine = Engine(store, agents, cfg, epoch)
     retention = Retention(store, str(ckpt), RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
+    hooks = Hooks(COMPONENT, SERVICES)  # the store is open and the engine built: serving from the start
     server, port, agent_port = controller_server(args, auth, [
         (controller_pb2_grpc.add_ControllerServicer_to_server,
          ControllerService(engine, page_key=page_key(state / PAGE_KEY_FILE))),
         (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine, authenticate=args.tls is not None)),
-    ])
+    ], hooks)
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     tls.announce("tessera-controller", args.tls)
@@ -239,6 +243,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
                                               retention.loop(engine.view.notify))]
     await daemon.serve_until_signal(f"serving on {host}:{port}, epoch {epoch}")
     log.info("controller_stopping")
+    hooks.shutdown()
     for t in tasks:
         t.cancel()
     await rpc.stop_server(server, grace=2.0)

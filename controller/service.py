@@ -157,7 +157,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.Node(
             id=n.id, address=n.address, state=n.state, reason=n.reason, inventory=n.inventory,
             last_heartbeat=n.last_heartbeat_wall, busy_gpus=sorted(busy.get(node_id, ())),
-            launch_failures=n.launch_failures, unhealthy_until=n.unhealthy_until)
+            launch_failures=n.launch_failures, unhealthy_until=n.unhealthy_until, agent_version=n.agent_version,
+            agent_commit=n.agent_commit)
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
         principal_of(context)  # admitted by the AuthInterceptor, which checked the role table

@@ -81,6 +81,8 @@ class NodeInfo:
     heartbeat_age_s: float
     launch_failures: int = 0
     unhealthy_until: float = 0.0  # wall time; in the past = healthy
+    agent_version: str = ""  # from the agent's last status ("" before it reported one)
+    agent_commit: str = ""
 
 
 class EngineView(Protocol):
@@ -168,7 +170,8 @@ class LiveView:
                       f"{rec.unhealthy_until - self._wall():.0f}s")
         return NodeInfo(rec.id, rec.address, rec.inventory, state, reason, live.registered if live else False,
                         live.last_seen_wall if live else 0.0, self._mono() - live.last_seen if live else 0.0,
-                        rec.launch_failures, rec.unhealthy_until)
+                        rec.launch_failures, rec.unhealthy_until, live.status.agent_version if live else "",
+                        live.status.agent_commit if live else "")
 
     def agent_address(self, node_id: str) -> str | None:
         live = self._live.nodes.get(node_id)

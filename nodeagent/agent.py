@@ -21,6 +21,8 @@ import grpc.aio
 import structlog
 
 from tessera.common import rpc
+from tessera.common.buildinfo import build_info
+from tessera.common.hooks import Hooks
 from tessera.common.tls import TlsConfig
 from tessera.nodeagent import cgroups, metrics, retention
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
@@ -37,6 +39,7 @@ from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 log = structlog.get_logger("tessera.nodeagent.agent")
 
 _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
+COMPONENT = "tessera-agent"
 
 # Re-probes NVML (foreign memory, GPUs that vanished) off the event loop.
 Prober = Callable[[Collection[int]], common_pb2.NodeInventory]
@@ -148,6 +151,10 @@ class Agent:
         self.registrar: Registrar | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._restoring = False
+        # Health (docs/observability.md): NOT_SERVING until a controller acknowledged a Register or
+        # Heartbeat, and again while the last call failed or the self-fence has lapsed.
+        self.hooks = Hooks(COMPONENT, serving=False)
+        self._acknowledged = False
 
     # --- wiring callbacks -----------------------------------------------------------------------------
 
@@ -176,6 +183,14 @@ class Agent:
         metrics.WORKERS_RUNNING.set(self.supervisor.running_count())
         self.wake.set()
 
+    def _heartbeat_result(self, ok: bool) -> None:
+        metrics.heartbeat_result(ok)
+        self._acknowledged = ok
+        self._update_health()
+
+    def _update_health(self) -> None:
+        self.hooks.set_serving(self._acknowledged and not self.selffence.expired())
+
     def _drain_changed(self) -> None:
         self._persist()
         self.wake.set()
@@ -189,6 +204,7 @@ class Agent:
             workers=self.supervisor.statuses(),
             draining=self.drain.draining,
             agent_version=__version__,
+            agent_commit=build_info().git_commit,
         )
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -242,7 +258,7 @@ class Agent:
             self.wake,
             deadline=self.config.rpc_deadline,
             max_backoff=self.config.max_backoff,
-            on_result=metrics.heartbeat_result,
+            on_result=self._heartbeat_result,
             on_renewed=self.selffence.renew,
             on_fence_grace=self._fence_grace,
         )
@@ -274,6 +290,7 @@ class Agent:
         while True:
             if self.selffence.check():
                 self.wake.set()
+            self._update_health()
             await asyncio.sleep(0.5)
 
     def _bind(self, servicer: NodeAgentServicer, previous_port: object) -> tuple[grpc.aio.Server, int]:
@@ -287,11 +304,12 @@ class Agent:
         host, _, port = self.config.listen.rpartition(":")
         if port == "0" and isinstance(previous_port, int) and 0 < previous_port < 65536:
             try:
-                return rpc.aio_server(f"{host}:{previous_port}", registrations, name="agent", **security)
+                return rpc.aio_server(f"{host}:{previous_port}", registrations, name="agent", hooks=self.hooks,
+                                      **security)
             except (OSError, RuntimeError):
                 log.info("previous port is taken; binding a new one", port=previous_port)
         try:
-            return rpc.aio_server(self.config.listen, registrations, name="agent", **security)
+            return rpc.aio_server(self.config.listen, registrations, name="agent", hooks=self.hooks, **security)
         except RuntimeError as exc:  # grpc reports a failed bind as RuntimeError
             raise OSError(str(exc)) from None
 
@@ -327,6 +345,7 @@ class Agent:
 
     async def close(self, grace: float = 2.0) -> None:
         """Stop serving and registering; stop the workers only with kill_workers_on_exit."""
+        self.hooks.shutdown()
         if self.server is not None:
             await rpc.stop_server(self.server, grace)
         for task in self._tasks:

@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import structlog
 
-from tessera.common import envpolicy, identity, logs, tls
+from tessera.common import clihelp, envpolicy, identity, logs, tls
 from tessera.common import metrics as common_metrics
 from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tessera-agent", description="Tessera node agent: one per GPU server.")
+    p = _Parser(prog="tessera-agent", description="Tessera node agent: one per GPU server.", **clihelp.PARSER)
     p.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT...]",
                    help="the controller's agent port (its --agent-listen); several, comma-separated, for a "
                         "highly available controller (the agent follows the leader: docs/ha.md)")

@@ -96,4 +96,15 @@ sys.exit(0 if top_level == ["tessera"] and roots == ["tessera"] else 1)
 EOF
 ok "the distribution's top-level names are tessera only ($(cat "$log"))"
 
+# The SDK is typed (PEP 561), and the operators' habits work from the base install: the client's own
+# version (no controller) and a completion script (shtab is a base dependency).
+run "the py.typed marker" "$venv/bin/python" -c \
+  "import pathlib, tessera.clients as c; assert (pathlib.Path(c.__file__).parent / 'py.typed').is_file()"
+ok "tessera/clients/py.typed is installed"
+run "tessctl version --client" "$venv/bin/tessctl" version --client
+grep -q "^Client: tessctl " "$log" || fail "tessctl version --client printed no client line"
+run "tessctl completion bash" "$venv/bin/tessctl" completion bash
+grep -q "tessctl" "$log" || fail "tessctl completion bash printed no script"
+ok "tessctl version --client, tessctl completion bash"
+
 echo "check_install: all checks passed in $((SECONDS - start)) s"

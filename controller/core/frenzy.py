@@ -31,6 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from difflib import get_close_matches
 from functools import lru_cache
 
 from tessera.controller.core.snapshot import (
@@ -198,6 +199,16 @@ def _cluster_text(snap: Snapshot) -> str:
     return ", ".join(f"{c} x {m} ({_gib(b)})" for m, b, c in snap.cluster_gpus)
 
 
+def missing_types_reason(asked: tuple[str, ...], snap: Snapshot) -> str:
+    """Why a job whose GPU types no node has waits: those types, what the cluster has, and the
+    cluster's types closest to the names asked ("did you mean"), for a typo or a wrong family."""
+    have = [m for m, _, _ in snap.cluster_gpus]
+    close = [c for t in asked for c in get_close_matches(t, have, n=1, cutoff=0.6)]
+    hint = f"; did you mean {' or '.join(dict.fromkeys(close))}?" if close else ""
+    return (f"fits nowhere: no GPU of type {' or '.join(asked)} in the cluster "
+            f"(it has {_cluster_text(snap)}){hint}")
+
+
 def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
                     cfg: FrenzyConfig) -> tuple[PendingKind, str]:
     total = sum(c for _, _, c in snap.cluster_gpus)
@@ -212,8 +223,7 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
                                           f"over {job.gpus_hint or total} GPUs with TP in {TP_CHOICES}")
     allowed = [x for x in snap.cluster_gpus if not job.gpu_types or x[0] in job.gpu_types]
     if not allowed:  # no memory figure explains this: the types it allows are not in the cluster
-        return PendingKind.FITS_NOWHERE, (f"fits nowhere: asks for GPU types {', '.join(job.gpu_types)}; "
-                                          f"the cluster has {_cluster_text(snap)}")
+        return PendingKind.FITS_NOWHERE, missing_types_reason(job.gpu_types, snap)
     biggest = max(b for _, b, _ in allowed) - cfg.reserve_bytes
     smallest = min(plans, key=lambda p: p.bytes_per_gpu)
     if smallest.bytes_per_gpu > biggest:

@@ -328,7 +328,8 @@ def table(doc: dict[str, Any]) -> str:
 
 
 def build_parser(prog: str = "tessera-sim") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Replay a trace under several scheduling policies.")
+    p = argparse.ArgumentParser(prog=prog, description="Replay a trace under several scheduling policies.",
+                                allow_abbrev=False)
     add_arguments(p)
     return p
 

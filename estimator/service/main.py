@@ -12,8 +12,9 @@ from pathlib import Path
 
 import structlog
 
-from tessera.common import daemon, metrics, rpc, tls
+from tessera.common import clihelp, daemon, metrics, rpc, tls
 from tessera.common.errors import PermissionDenied, Unauthenticated
+from tessera.common.hooks import Hooks
 from tessera.common.identity import CONTROLLER, ESTIMATOR
 from tessera.estimator.service.handlers import Estimator, version
 from tessera.estimator.service.server import EstimatorService
@@ -26,7 +27,7 @@ DEFAULT_LISTEN = "127.0.0.1:50053"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="tessera-estimator", description=__doc__)
+    p = argparse.ArgumentParser(prog="tessera-estimator", description=__doc__, **clihelp.PARSER)
     p.add_argument("--listen", default=DEFAULT_LISTEN,
                    help=f"host:port of the Estimator API (port 0 = pick one; default {DEFAULT_LISTEN})")
     p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty)")
@@ -71,9 +72,10 @@ async def serve(args: argparse.Namespace) -> None:
     estimator = Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache, state=state)
     service = EstimatorService(estimator)
     insecure = args.tls is None
+    hooks = Hooks("tessera-estimator")  # the state is loaded: serving from the start
     server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)],
                                   [] if insecure else [rpc.Authorize(authorize)], name="estimator",
-                                  tls=args.tls, insecure=insecure)
+                                  tls=args.tls, insecure=insecure, hooks=hooks)
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     tls.announce("tessera-estimator", args.tls)
@@ -83,6 +85,7 @@ async def serve(args: argparse.Namespace) -> None:
              transport="insecure" if insecure else "tls")
     await daemon.serve_until_signal(f"serving on {host}:{port}")
     log.info("estimator_stopping")
+    hooks.shutdown()
     await rpc.stop_server(server, grace=2.0)
     if state is not None:
         state.close()

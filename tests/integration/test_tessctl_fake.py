@@ -167,8 +167,8 @@ def test_get_nodes_json_and_table(server: FakeServer) -> None:
 
     proc = tessctl("--controller", server.address, "get", "nodes", "node-b", "-o", "wide")
     header, row = proc.stdout.splitlines()
-    assert header.split()[-4:] == ["HOSTNAME", "CPUS", "MEMORY", "REASON"]
-    assert row.split()[-4:] == ["b", "-", "-", "-"]
+    assert header.split()[-5:] == ["HOSTNAME", "CPUS", "MEMORY", "VERSION", "REASON"]
+    assert row.split()[-5:] == ["b", "-", "-", "-", "-"]
     line = one_line_error(tessctl("--controller", server.address, "get", "node", "node-z"))
     assert line == "tessctl: error: NOT_FOUND: node node-z not found"
 
@@ -364,8 +364,8 @@ def test_controller_from_environment(server: FakeServer) -> None:
     "args",
     [
         ["get", "pods"],
-        ["-o", "yaml", "get", "jobs"],
-        ["get", "jobs", "-o", "yaml"],
+        ["-o", "xml", "get", "jobs"],
+        ["get", "jobs", "-o", "jsonpath={.jobs"],
         ["submit"],
         ["logs"],
         ["logs", "j-1", "--rank", "-1"],
@@ -385,11 +385,12 @@ def test_version_and_console_script() -> None:
     script = Path(sys.executable).parent / "tessctl"
     if not script.exists():
         pytest.skip("the tessctl console script is not installed in this environment")
-    proc = subprocess.run([str(script), "version"], capture_output=True, text=True, timeout=60, check=True)
-    assert proc.stdout.startswith("tessctl ")
-    proc = subprocess.run([str(script), "version", "-o", "json"], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run([str(script), "version", "--client"], capture_output=True, text=True, timeout=60,
                           check=True)
-    assert json.loads(proc.stdout)["client_version"]
+    assert proc.stdout.startswith("Client: tessctl ")
+    proc = subprocess.run([str(script), "version", "--client", "-o", "json"], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert json.loads(proc.stdout)["client"]["component"] == "tessctl"
 
 
 # -- SDK ----------------------------------------------------------------------------------------------

@@ -10,11 +10,16 @@ import sys
 import pytest
 
 import tessera.clients
-from tessera.clients import jobfile, sdk, trainer
+from tessera.clients import aio, jobfile, results, sdk, trainer
 from tessera.common import errors
 
 EXPECTED = {
     "Client": sdk.Client,
+    "AsyncClient": aio.AsyncClient,
+    "JobInfo": results.JobInfo,
+    "JobState": results.JobState,
+    "NodeInfo": results.NodeInfo,
+    "NodeState": results.NodeState,
     "TesseraError": errors.TesseraError,
     "RpcError": sdk.RpcError,
     "ControllerUnreachable": sdk.ControllerUnreachable,

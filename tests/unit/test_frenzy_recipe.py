@@ -55,4 +55,5 @@ def test_a_job_asking_for_types_the_cluster_lacks_is_told_so_not_a_memory_figure
     snap = Snapshot(nodes=nodes, pending=(tiny,), cluster_gpus=cluster(*nodes))
     d = plan_round(snap).decisions[0]
     assert d.pending is PendingKind.FITS_NOWHERE
-    assert d.reason == "fits nowhere: asks for GPU types H100-80GB; the cluster has 4 x A100-80GB (74.5 GiB)"
+    assert d.reason == ("fits nowhere: no GPU of type H100-80GB in the cluster (it has 4 x A100-80GB (74.5 GiB)); "
+                        "did you mean A100-80GB?")

@@ -88,6 +88,8 @@ def _forged(mutate: object) -> list[str]:
     (lambda s: setattr(s, "address", "10.0.0.1:99999"), "status.address"),
     (lambda s: setattr(s, "address", "host;rm -rf /:1"), "status.address"),
     (lambda s: setattr(s, "agent_version", "v\u202e1"), "status.agent_version"),
+    (lambda s: setattr(s, "agent_commit", "\x1b[2Jdeadbeef"), "status.agent_commit"),
+    (lambda s: setattr(s, "agent_commit", "f" * 65), "status.agent_commit"),
     (lambda s: s.workers.extend(A.WorkerStatus(job_id="j-1") for _ in range(5000)), "status.workers"),
     (lambda s: setattr(s.workers[0], "job_id", "../../etc"), "status.workers[0].job_id"),
     (lambda s: setattr(s.workers[0], "rank", -1), "status.workers[0].rank"),

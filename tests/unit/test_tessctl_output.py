@@ -94,7 +94,7 @@ def test_nodes_table_golden() -> None:
         "node-a   DRAINING   4xA100-80GB   3      nvml     3s          10.0.0.1:50052"
     )
     wide = output.nodes_table([_node()], NOW, wide=True).splitlines()[1]
-    assert wide.endswith("gpu-a      64     512Gi    maintenance")
+    assert wide.endswith("gpu-a      64     512Gi    -         maintenance")
 
 
 def test_json_shapes() -> None:
@@ -165,8 +165,8 @@ def test_global_options_before_survive_subcommand() -> None:
 
 def test_version_in_process() -> None:
     out = io.StringIO()
-    assert main(["version"], out=out) == 0
-    assert out.getvalue().startswith("tessctl ")
+    assert main(["version", "--client"], out=out) == 0  # no controller needed
+    assert out.getvalue().startswith("Client: tessctl ")
 
 
 @pytest.mark.parametrize(
@@ -201,12 +201,12 @@ def test_an_error_raised_on_purpose_prints_its_message_not_internal_error(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # Any TesseraError that reaches tessctl's top (not only the kinds it names) is a one-line error
     # with its own message and exit 1; only an unexpected exception reads "internal error".
-    from tessera.clients import tessctl
+    from tessera.clients import tessctl, versioncmd
     from tessera.common.errors import FailedPrecondition
 
     def refuse(*_: object) -> int:
         raise FailedPrecondition("node n1 is draining")
 
-    monkeypatch.setattr(tessctl, "cmd_version", refuse)
-    assert tessctl.main(["version"]) == 1
+    monkeypatch.setattr(versioncmd, "cmd_version", refuse)
+    assert tessctl.main(["version", "--client"]) == 1
     assert capsys.readouterr().err == "tessctl: error: node n1 is draining\n"
