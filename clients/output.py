@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from tessera.clients.features import features
 from tessera.v1 import common_pb2, controller_pb2
 
 REASON_WIDTH = 40
@@ -211,6 +212,8 @@ def job_nodes(job: controller_pb2.Job) -> str:
 
 
 def job_iter(job: controller_pb2.Job) -> str:
+    if not job.spec.iterations:  # an opaque job counts no iterations (docs/opaque-jobs.md)
+        return str(job.progress.iteration) if job.HasField("progress") else "-"
     return f"{job.progress.iteration}/{job.spec.iterations}"
 
 
@@ -307,7 +310,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
     """`describe job`: the spec, state with its reason, plan, placement, progress and events."""
     spec = job.spec
     m = spec.model
-    model = m.name if not m.hidden_size else (
+    model = "none (opaque job)" if not spec.HasField("model") else m.name if not m.hidden_size else (
         f"{m.name + ' ' if m.name else ''}hidden={m.hidden_size} layers={m.num_layers} heads={m.num_heads} "
         f"vocab={m.vocab_size} seq={m.seq_length}"
     )
@@ -323,6 +326,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         ("Submitted", f"{_fmt_time(job.submit_time)} ({age(job.submit_time, now)} ago)"),
         ("Started", _fmt_time(job.start_time)), ("Ended", _fmt_time(job.end_time)),
     ])
+    lines += ["Features:", *_kv(features(job), indent=2)]
     if spec.env:
         lines.append("Env:")
         lines += _kv(sorted(spec.env.items()), indent=2)

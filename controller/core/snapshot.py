@@ -128,6 +128,10 @@ class JobView:
     # meeting the SLO) and its SLO: seconds within which its remaining iterations must run (0 = none).
     objective: Objective = field(default_factory=lambda: Objective.DEFAULT)
     slo_s: float = 0.0
+    # An opaque job (docs/opaque-jobs.md): no model dims, so no estimator. It runs exactly
+    # `gpus_hint` GPUs of one of `gpu_types` (any type when empty); `model` is a placeholder and
+    # controller/core/opaque.py answers its one Cell (no memory check, no learned times).
+    opaque: bool = False
 
     @property
     def key(self) -> str:

@@ -257,12 +257,13 @@ def test_logs(server: FakeServer) -> None:
     proc = tessctl("--controller", server.address, "logs", "j-run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "step 1 loss 5.0\nstep 2 loss 4.0\n"
-    proc = tessctl("--controller", server.address, "logs", "j-run", "--tail", "16", "--attempt", "1")
-    assert proc.stdout == "step 2 loss 4.0\n"
+    proc = tessctl("--controller", server.address, "logs", "j-run", "--tail", "1", "--attempt", "1", "--all-ranks")
+    assert proc.stdout == "[rank 0] step 2 loss 4.0\n"  # every rank's log, each line prefixed
     req = server.call(lambda f: f.log_requests[-1])
-    assert (req.tail_bytes, req.attempt, req.rank) == (16, 1, 0)
-    out = ok_json(tessctl("--controller", server.address, "logs", "j-run", "-o", "json"))
-    assert out["node_id"] == "node-a" and out["path"].endswith("rank-0.log")
+    assert (req.tail_lines, req.attempt, req.all_ranks) == (1, 1, True)
+    out = tessctl("--controller", server.address, "logs", "j-run", "--rank", "0", "-o", "json").stdout
+    first = json.loads(out.splitlines()[0])
+    assert first == {"rank": 0, "attempt": 1, "node_id": "node-a", "line": "step 1 loss 5.0"}
     line = one_line_error(tessctl("--controller", server.address, "logs", "j-run", "--rank", "3"))
     assert line == "tessctl: error: NOT_FOUND: no log for rank 3 of job j-run"
 
@@ -373,7 +374,6 @@ def test_controller_from_environment(server: FakeServer) -> None:
         ["frobnicate"],
         [],
         ["estimate"],
-        ["logs", "j-none", "-f", "-o", "json"],
     ],
 )
 def test_usage_errors_exit_2_with_one_line(server: FakeServer, args: list[str]) -> None:
