@@ -14,6 +14,7 @@ Exit status of `wait`, `submit --wait` and `get jobs ID --watch` (the job's end 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -145,7 +146,7 @@ def updates(client: Client, job_id: str, deadline: float | None) -> Iterator[con
 def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succeeded",
                timeout: float | None = None, quiet: bool = False) -> int:
     """Print the job's state changes, events and progress until it ends; its exit status."""
-    printer = Printer(out if not quiet else _Null())
+    printer = Printer(out if not quiet else io.StringIO())  # quiet: only the ended job
     deadline = None if timeout is None else time.monotonic() + timeout
     seen_seq, state, job = 0, 0, controller_pb2.Job()
     try:
@@ -174,17 +175,6 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
         out.write(output.dumps(output.to_dict(job), compact=True) + "\n")
         out.flush()
     return end_code(job.state, wait_for)
-
-
-class _Null:
-    def write(self, _text: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
