@@ -23,7 +23,7 @@ import pytest
 from tessera.clients.jobfile import load_job_file
 from tessera.clients.sdk import Client, ControllerUnreachable, TesseraError
 from tessera.v1 import common_pb2, controller_pb2
-from tests.fake_controller import JOBS, FakeController, FakeServer, seeded
+from tests.fake_controller import JOBS, FakeController, FakeServer, running_job, seeded
 
 REPO = Path(__file__).resolve().parents[2]
 S = common_pb2
@@ -313,6 +313,24 @@ def test_get_one_job_watch_follows_its_events_until_it_ends(server: FakeServer) 
     assert proc.returncode == 0, err
     last = json.loads(rest.splitlines()[-1])
     assert last["jobs"][0]["state"] == "JOB_STATE_SUCCEEDED"
+
+
+def test_get_one_job_watch_exits_1_when_the_job_fails(server: FakeServer) -> None:
+    """Issue 16: `get jobs ID --watch` exited 0 on a FAILED job."""
+    job = running_job()
+    job.id = "j-doomed"
+    server.call(lambda f: f.add_job(job))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tessera.clients.tessctl", "--controller", server.address, "get", "jobs", "j-doomed",
+         "--watch", "-o", "json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    assert json.loads(proc.stdout.readline())["jobs"][0]["state"] == "JOB_STATE_RUNNING"
+    server.call(lambda f: f.event("j-doomed", "FAILED", "rank 0: exit code 1", state=S.JOB_STATE_FAILED))
+    rest, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    assert json.loads(rest.splitlines()[-1])["jobs"][0]["state"] == "JOB_STATE_FAILED"
 
 
 def test_get_nodes_watch_prints_changes_and_stops_on_interrupt(server: FakeServer) -> None:
