@@ -28,16 +28,16 @@ from tessera.common.tls import peer_identity
 from tessera.common.tokens import Principal
 from tessera.controller.access import list_tenant, may_see, submit_tenant
 from tessera.controller.auth import principal_of
-from tessera.controller.convert import event_pb, job_pb
+from tessera.controller.convert import job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine
 from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
 from tessera.controller.logstream import LogStream
 from tessera.controller.registry import fence_seconds
-from tessera.controller.store import TERMINAL, JobRecord, RequestConflict
+from tessera.controller.store import JobRecord, RequestConflict
 from tessera.controller.view import EngineView
-from tessera.controller.watching import watch_job, watch_jobs
+from tessera.controller.watching import watch_events, watch_job, watch_jobs
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger("tessera.controller.service")
@@ -146,15 +146,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def WatchJobEvents(self, request: controller_pb2.WatchJobEventsRequest,
                              context: Any) -> AsyncIterator[common_pb2.JobEvent]:
         jid = self._visible(_job_id(request.job_id), principal_of(context)).id
-        seq = request.after_seq
-        while True:
-            events = self.view.events(jid, seq)
-            for e in events:
-                seq = e.seq
-                yield event_pb(e)
-            if not events and self.view.get(jid).state in TERMINAL:
-                return
-            await self.view.wait_changed(5.0)
+        async for event in watch_events(self.view, jid, request.after_seq):
+            yield event
 
     # WatchJob, WatchJobs, StreamJobLogs: controller/watching.py and controller/logstream.py.
 

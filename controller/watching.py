@@ -15,10 +15,42 @@ from tessera.controller.convert import event_pb, job_pb
 from tessera.controller.listing import _listed
 from tessera.controller.store import TERMINAL
 from tessera.controller.view import EngineView
-from tessera.v1 import controller_pb2
+from tessera.v1 import common_pb2, controller_pb2
 
 # The longest a watch sleeps without looking (a missed notification costs at most this).
 IDLE_S = 5.0
+
+
+def progress_event(job_id: str, seq: int, p: common_pb2.Progress, iterations: int) -> common_pb2.JobEvent:
+    """A PROGRESS event of a report (not stored: `seq` is the last stored event's, so a client that
+    resumes after it loses nothing)."""
+    text = f"iteration {p.iteration}" + (f"/{iterations}" if iterations else "")
+    if p.loss:
+        text += f" loss {p.loss:.4g}"
+    if p.step_time_seconds > 0:
+        text += f" step {p.step_time_seconds:.3g}s"
+    return common_pb2.JobEvent(seq=seq, job_id=job_id, time=p.time, kind="PROGRESS", message=text)
+
+
+async def watch_events(view: EngineView, job_id: str, after_seq: int,
+                       idle_s: float = IDLE_S) -> AsyncIterator[common_pb2.JobEvent]:
+    """WatchJobEvents: the stored events after `after_seq`, then new ones, and a PROGRESS event for
+    each new report of rank 0 while the job is active; ends when the job has ended."""
+    seq = after_seq
+    last: common_pb2.Progress | None = None
+    while True:
+        rec = view.get(job_id)
+        events = view.events(job_id, seq)
+        for e in events:
+            seq = e.seq
+            yield event_pb(e)
+        prog = view.progress(job_id)
+        if prog is not None and rec.state not in TERMINAL and prog != last:
+            last = prog
+            yield progress_event(job_id, seq, prog, rec.spec.iterations)
+        if not events and rec.state in TERMINAL:
+            return
+        await view.wait_changed(idle_s)
 
 
 async def watch_job(view: EngineView, job_id: str, idle_s: float = IDLE_S) -> AsyncIterator[controller_pb2.JobUpdate]:

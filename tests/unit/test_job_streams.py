@@ -15,7 +15,7 @@ from tessera.clients import waiting
 from tessera.common.errors import FailedPrecondition, NotFound
 from tessera.controller.logstream import LogStream, split_lines
 from tessera.controller.store import EventRecord, JobRecord
-from tessera.controller.watching import watch_job, watch_jobs
+from tessera.controller.watching import watch_events, watch_job, watch_jobs
 from tessera.v1 import agent_pb2, controller_pb2
 from tessera.v1 import common_pb2 as P
 
@@ -155,6 +155,22 @@ async def test_watch_job_pushes_progress_and_events_and_ends() -> None:
     view.events_of["j-1"].append(EventRecord(1, "j-1", 2.0, "FAILED", "boom"))
     rest = await collect(stream)
     assert [u.job.state for u in rest] == [P.JOB_STATE_FAILED] and rest[0].events[0].kind == "FAILED"
+
+
+async def test_watch_events_carries_progress_reports() -> None:
+    view = View(running())
+    view.events_of["j-1"].append(EventRecord(4, "j-1", 1.0, "STARTED", "all ranks running"))
+    view.prog["j-1"] = P.Progress(iteration=12, loss=3.25, step_time_seconds=0.25)
+    stream = watch_events(view, "j-1", 0)
+    first = await collect(stream, 2)
+    assert [(e.seq, e.kind) for e in first] == [(4, "STARTED"), (4, "PROGRESS")]
+    assert first[1].message == "iteration 12/40 loss 3.25 step 0.25s"
+    view.prog["j-1"] = P.Progress(iteration=13)
+    (second,) = await collect(stream, 1)
+    assert second.message == "iteration 13/40"
+    view.jobs_by_id["j-1"] = view.jobs_by_id["j-1"].with_(state=P.JOB_STATE_SUCCEEDED)
+    view.events_of["j-1"].append(EventRecord(5, "j-1", 2.0, "SUCCEEDED", "done"))
+    assert [e.kind for e in await collect(stream)] == ["SUCCEEDED"]
 
 
 async def test_watch_jobs_sends_the_list_then_changes() -> None:

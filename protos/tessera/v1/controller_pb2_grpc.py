@@ -137,7 +137,9 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchJobEvents(self, request, context):
-        """Replays the job's events from after_seq, then streams new ones until the job ends.
+        """Replays the job's events from after_seq, then streams new ones until the job ends; while the
+        job runs, each new progress report of rank 0 comes as a PROGRESS event too (not stored: its seq
+        is the last stored event's).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
