@@ -31,6 +31,9 @@ MAX_TAIL_LINES = 1_000_000
 # Bytes of lines per message (the gRPC limit is far above; a client renders as they come).
 MESSAGE_BYTES = 1024 * 1024
 POLL_S = 0.5
+# all_ranks reads this many logs at most: a follow polls each one every POLL_S, and every read is a
+# call to an agent on the caller's behalf.
+MAX_ALL_RANKS = 256
 
 # (node_id, address, request) -> the agent's answer.
 ReadLog = Callable[[str, str, agent_pb2.ReadLogRequest], Awaitable[agent_pb2.ReadLogResponse]]
@@ -129,6 +132,9 @@ class LogStream:
 
     def _cursors(self, job: JobRecord, req: controller_pb2.StreamJobLogsRequest) -> list[_Cursor]:
         world = processes(job)
+        if req.all_ranks and world > MAX_ALL_RANKS:
+            raise InvalidArgument("all_ranks", f"job {job.id} has {world} ranks; all_ranks reads at most "
+                                               f"{MAX_ALL_RANKS} logs: name a rank")
         ranks = list(range(world)) if req.all_ranks else [req.rank]
         out = []
         for r in ranks:
