@@ -33,6 +33,7 @@ TERMINAL = (P.JOB_STATE_SUCCEEDED, P.JOB_STATE_FAILED, P.JOB_STATE_CANCELLED)
 # How long a watch keeps reopening while the controller is unreachable (a restart takes seconds).
 RECONNECT_S = 30.0
 BAR_WIDTH = 24
+PIPE_EVERY_S = 10.0  # piped progress lines, at most one this often
 
 
 def add_arguments(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -87,15 +88,23 @@ def bar(job: controller_pb2.Job) -> str:
 
 class Printer:
     """State changes and events as lines; progress as a bar redrawn in place on a terminal, as a
-    plain line per report when piped."""
+    plain line when piped: at most one every PIPE_EVERY_S (a log of a days-long job stays short),
+    and the latest report before any other line, so the last progress always shows."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
         self.out = out
         self.tty = out.isatty()
+        self.clock = clock
         self.bar_shown = False
         self.last_progress = ""
+        self.held = ""  # a piped progress line not printed yet
+        self.printed_at: float | None = None
 
     def line(self, text: str) -> None:
+        self._flush_held()
+        self._write(text)
+
+    def _write(self, text: str) -> None:
         if self.bar_shown:
             self.out.write("\r\x1b[K")
             self.bar_shown = False
@@ -111,10 +120,20 @@ class Printer:
             self.out.write("\r\x1b[K" + bar(job) + output.safe(text))
             self.out.flush()
             self.bar_shown = True
-        else:
-            self.line(f"{job.id} progress: {text}")
+            return
+        now = self.clock()
+        self.held = f"{job.id} progress: {text}"
+        if self.printed_at is None or now - self.printed_at >= PIPE_EVERY_S:
+            self.printed_at = now
+            self._flush_held()
+
+    def _flush_held(self) -> None:
+        held, self.held = self.held, ""
+        if held:
+            self._write(held)
 
     def close(self) -> None:
+        self._flush_held()
         if self.bar_shown:
             self.out.write("\n")
             self.out.flush()
@@ -158,11 +177,11 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
                 seen_seq = e.seq
                 if e.kind != "PROGRESS":
                     printer.line(f"{time.strftime('%H:%M:%S', time.localtime(e.time))} {job_id} {e.kind}: {e.message}")
+            printer.progress(job)  # before the state: the last report shows before SUCCEEDED
             if job.state != state:
                 state = job.state
                 why = f": {job.reason}" if job.reason else ""
                 printer.line(f"{job_id} {state_name(state)}{why}")
-            printer.progress(job)
     except RpcError as exc:
         printer.close()
         if exc.code == "DEADLINE_EXCEEDED":

@@ -217,3 +217,17 @@ def test_printer_draws_a_bar_on_a_terminal_and_lines_in_a_pipe() -> None:
         p.close()
     assert pipe.getvalue() == "j-1 progress: 10/40 (25%)  loss 3.25  2 it/s  ETA 15s\nj-1 SUCCEEDED\n"
     assert tty.getvalue().startswith("\r\x1b[K[") and tty.getvalue().endswith("\r\x1b[Kj-1 SUCCEEDED\n")
+
+
+def test_piped_progress_is_throttled_and_the_last_report_always_shows() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    p = waiting.Printer(out, clock=lambda: now[0])
+    for it in range(1, 21):  # a report a second for 20 s
+        p.progress(job(3, it))
+        now[0] += 1.0
+    p.line("j-1 SUCCEEDED")
+    lines = out.getvalue().splitlines()
+    iterations = [int(ln.split("progress: ")[1].split("/")[0]) for ln in lines if "progress: " in ln]
+    assert iterations == [1, 11, 20]  # the first, one every 10 s, and the latest before the end
+    assert lines[-1] == "j-1 SUCCEEDED"
