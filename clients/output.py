@@ -317,7 +317,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
     lines = _kv([
         ("ID", job.id), ("Name", spec.name), ("Tenant", spec.tenant), ("State", job_state(job.state)),
         ("Reason", one_line(job.reason) or NONE), ("Model", model),
-        ("Global batch", str(spec.global_batch_size)), ("Iterations", job_iter(job)),
+        ("Global batch", str(spec.global_batch_size or NONE)), ("Iterations", job_iter(job)),
         ("GPU hint", (f"{spec.hint.gpus or 'any'} of {', '.join(spec.hint.gpu_types) or 'any type'}")),
         ("Entrypoint", " ".join(spec.entrypoint) or "(reference trainer)"),
         ("Checkpoint every", str(spec.checkpoint_every or "trainer default")),
