@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TypeVar
 
+from tessera.common.durations import DurationError, parse_duration
 from tessera.common.errors import InvalidInput
 
 Num = TypeVar("Num", int, float)
@@ -28,6 +29,17 @@ def positive_float(text: str) -> float:
     if not value > 0:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
     return value
+
+
+def seconds(text: str) -> float:
+    """A positive number of seconds, or a duration: "90s", "10m", "1h30m" (tessera.common.durations)."""
+    try:
+        return positive_float(text)
+    except argparse.ArgumentTypeError as first:
+        try:
+            return parse_duration(text)
+        except DurationError:
+            raise first from None
 
 
 def _number(text: str, kind: type[Num], what: str) -> Num:

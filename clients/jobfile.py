@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tessera.clients import jobfile_opaque as opaque
 from tessera.clients.jobfile_objective import objective_fields
 from tessera.common import gpus as catalog
 from tessera.common import jobspec
@@ -47,7 +48,8 @@ DEFAULT_MAX_RETRIES = 2
 MODEL_DIMS = jobspec.MODEL_DIMS
 # Proto field paths of tessera.common.jobspec's errors whose key in a job file is another.
 _FILE_KEYS = (("hint.gpu_types", "gpu_types"), ("hint.gpus", "gpus"), ("progress_timeout_seconds", "progress_timeout"),
-              ("spec", "job"), ("slo.iterations_within_seconds", "slo.iterations_within"))
+              ("spec", "job"), ("slo.iterations_within_seconds", "slo.iterations_within"),
+              ("max_runtime_seconds", "max_runtime"))
 
 # Optional refinements of explicit dimensions (ModelSpec fields 7-16; docs/job-file.md): the model
 # family and its shape. Absent = a GPT-2-style decoder, as before they existed.
@@ -69,7 +71,7 @@ HF_CONFIG_KEYS = ("hf_config", "name", "seq_length", "decoder_seq_length")
 TOP_LEVEL_KEYS = (
     "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
     "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout", "plan",
-    "objective", "slo",
+    "objective", "slo", "cell", "workdir", "max_runtime",
 )
 LAUNCHER_KEYS = ("name", "argv", "per_node", "head_argv")
 
@@ -109,12 +111,13 @@ def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = (), *, base_dir: 
     spec = common_pb2.JobSpec()
     spec.name = _name(data, "name", required=True)
     spec.tenant = _name(data, "tenant", required=False) or DEFAULT_TENANT
-    if "model" not in data:
-        raise JobFileError("model", "required")
-    spec.model.CopyFrom(_model(data["model"], base_dir))
-    spec.global_batch_size = _int(data, "global_batch_size", 1, 1_048_576, required=True)
-    spec.iterations = _int(data, "iterations", 1, 10**9, required=True)
-    if "gpus" in data or "gpu_types" in data:
+    has_model = data.get("model") is not None  # without: an opaque job (docs/opaque-jobs.md)
+    if has_model:
+        spec.model.CopyFrom(_model(data["model"], base_dir))
+    spec.global_batch_size = _int(data, "global_batch_size", 1, 1_048_576, required=has_model)
+    if "cell" in data:
+        spec.hint.CopyFrom(opaque.cell_hint(data, JobFileError))
+    elif "gpus" in data or "gpu_types" in data:
         spec.hint.gpus = _int(data, "gpus", 0, 4096, required=False, default=0)
         spec.hint.gpu_types.extend(_gpu_types(data.get("gpu_types")))
     spec.entrypoint.extend(_entrypoint(data.get("entrypoint")))
@@ -126,13 +129,16 @@ def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = (), *, base_dir: 
         spec.launcher.CopyFrom(_launcher(data["launcher"]))
     spec.progress_timeout_seconds = _int(data, "progress_timeout", -1, jobspec.MAX_PROGRESS_TIMEOUT_S,
                                          required=False, default=0)
+    opaque.run_fields(data, spec, JobFileError)
+    own = jobspec.runs_own_program(spec)
+    spec.iterations = _int(data, "iterations", 0 if own else 1, 10**9, required=not own)
     if data.get("plan") is not None:
         spec.plan.CopyFrom(_plan(data["plan"]))
     try:
         objective_fields(data, spec)
     except InvalidArgument as exc:
         raise JobFileError(exc.field, exc.reason) from None
-    _check_bounds(spec, isinstance(data["model"], str), frozenset(allowed_env))
+    _check_bounds(spec, isinstance(data.get("model"), str), frozenset(allowed_env))
     if spec.HasField("plan"):
         try:  # the combination, as the estimator and the controller check it (sizes are the scheduler's: 1)
             execution_plan(spec.plan).check(model=model_dims(spec.model))

@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from tessera.clients.features import features
 from tessera.clients.output_objective import objective_pairs
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -243,6 +244,8 @@ def job_nodes(job: controller_pb2.Job) -> str:
 
 
 def job_iter(job: controller_pb2.Job) -> str:
+    if not job.spec.iterations:  # an opaque job counts no iterations (docs/opaque-jobs.md)
+        return str(job.progress.iteration) if job.HasField("progress") else "-"
     return f"{job.progress.iteration}/{job.spec.iterations}"
 
 
@@ -346,14 +349,14 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
     """`describe job`: the spec, state with its reason, plan, placement, progress and events."""
     spec = job.spec
     m = spec.model
-    model = m.name if not m.hidden_size else (
+    model = "none (opaque job)" if not spec.HasField("model") else m.name if not m.hidden_size else (
         f"{m.name + ' ' if m.name else ''}hidden={m.hidden_size} layers={m.num_layers} heads={m.num_heads} "
         f"vocab={m.vocab_size} seq={m.seq_length}"
     )
     lines = _kv([
         ("ID", job.id), ("Name", spec.name), ("Tenant", spec.tenant), ("State", job_state(job.state)),
         ("Reason", one_line(job.reason) or NONE), ("Model", model),
-        ("Global batch", str(spec.global_batch_size)), ("Iterations", job_iter(job)),
+        ("Global batch", str(spec.global_batch_size or NONE)), ("Iterations", job_iter(job)),
         ("GPU hint", (f"{spec.hint.gpus or 'any'} of {', '.join(spec.hint.gpu_types) or 'any type'}")),
         ("Entrypoint", " ".join(spec.entrypoint) or "(reference trainer)"),
         ("Checkpoint every", str(spec.checkpoint_every or "trainer default")),
@@ -363,6 +366,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         ("Started", _fmt_time(job.start_time)), ("Ended", _fmt_time(job.end_time)),
         *objective_pairs(job),
     ])
+    lines += ["Features:", *_kv(features(job), indent=2)]
     if spec.env:
         lines.append("Env:")
         lines += _kv(sorted(spec.env.items()), indent=2)

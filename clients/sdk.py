@@ -293,6 +293,39 @@ class Client:
         req = controller_pb2.GetJobLogsRequest(job_id=job_id, rank=rank, attempt=attempt, tail_bytes=tail_bytes)
         return self._call("GetJobLogs", req)
 
+    def watch_job(self, job_id: str, timeout: float | None = None) -> Generator[controller_pb2.JobUpdate, None, None]:
+        """The job now, then an update (`.job` with state, reason and progress; `.events`, new
+        ones) on every change until it ends (or `timeout` seconds: DEADLINE_EXCEEDED)."""
+        yield from self._stream("WatchJob", controller_pb2.WatchJobRequest(job_id=job_id), timeout)
+
+    def watch_jobs(self, states: Iterable[int | str] | None = None, tenant: str = "",
+                   timeout: float | None = None) -> Generator[controller_pb2.JobUpdate, None, None]:
+        """Every job of the list, then the changes (`.removed`: left the list); `.batch_end` after
+        each consistent set. Endless until closed or `timeout`."""
+        req = controller_pb2.WatchJobsRequest(states=[state_value(s) for s in states or ()], tenant=tenant)
+        yield from self._stream("WatchJobs", req, timeout)
+
+    def stream_logs(self, job_id: str, rank: int = 0, all_ranks: bool = False, attempt: int = 0,
+                    tail_lines: int = 0, follow: bool = False,
+                    timeout: float | None = None) -> Generator[controller_pb2.LogLines, None, None]:
+        """Whole log lines of one rank (or all ranks), the last `tail_lines` (0: all kept), then with
+        `follow` new ones until the job ends: messages of `.rank`, `.attempt`, `.lines` (bytes)."""
+        req = controller_pb2.StreamJobLogsRequest(job_id=job_id, rank=rank, all_ranks=all_ranks, attempt=attempt,
+                                                  tail_lines=tail_lines, follow=follow)
+        yield from self._stream("StreamJobLogs", req, timeout)
+
+    def _stream(self, method: str, request: Any, timeout: float | None) -> Generator[Any, None, None]:
+        stream = getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            err = self._error(exc)
+            if err.code == "UNAVAILABLE" and len(self.targets) > 1:
+                self._move(leader_hint(exc))
+            raise err from None
+        finally:
+            stream.cancel()
+
     # -- nodes -----------------------------------------------------------------------------------
 
     def nodes(self) -> builtins.list[controller_pb2.Node]:

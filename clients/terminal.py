@@ -1,5 +1,6 @@
 """tessctl's terminal plumbing: writing text and bytes in order with a child's, redrawing a table
-while watching a list, following one job's events, and the overlap of re-read log tails."""
+while watching a list, and the overlap of re-read log tails. (Watching jobs and following logs:
+tessera.clients.waiting, over the controller's streams.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from tessera.clients import output
-from tessera.clients.sdk import Client
 
 WATCH_POLL_S = 2.0  # table refresh of the lists that have no watch stream (all jobs, nodes)
 
@@ -82,23 +82,6 @@ def poll(fetch: Callable[[], list[Any]], render: Callable[..., None], key: Calla
         if k != last:
             last = k
             render(items, watching=True)
-
-
-def watch_one_job(client: Client, job_id: str, render: Callable[..., None]) -> int:
-    """--watch of one job: print it again after each of its events, until it ends."""
-    job = client.get(job_id)
-    last = job.SerializeToString(deterministic=True)
-    render([job], first=True, watching=True)
-    for _event in client.watch(job_id):
-        job = client.get(job_id)
-        k = job.SerializeToString(deterministic=True)
-        if k != last:
-            last = k
-            render([job], watching=True)
-    job = client.get(job_id)
-    if job.SerializeToString(deterministic=True) != last:
-        render([job], watching=True)
-    return 0
 
 
 def overlap(prev: bytes, new: bytes) -> int:

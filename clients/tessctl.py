@@ -1,7 +1,9 @@
 """tessctl: the admin CLI of a Tessera controller, in the habits of kubectl (docs/cli.md).
 
 Exit status: 0 on success, 1 on any error (one line on stderr, "tessctl: error: ..."), 2 on a usage
-error, 130 when interrupted (Ctrl-C ends a --watch or a logs --follow).
+error, 130 when interrupted (Ctrl-C ends a --watch or a logs --follow). `wait`, `submit --wait` and
+`get jobs ID --watch` exit with the job's end: 0 succeeded, 1 failed, 4 cancelled, 124 timed out
+(tessera.clients.waiting).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tessera.clients import (
     plancost,
     terminal,
     versioncmd,
+    waiting,
 )
 from tessera.clients.argtypes import jobfile_argument, jobfile_path
 from tessera.clients.config import Settings
@@ -40,7 +43,6 @@ from tessera.common.errors import TesseraError
 from tessera.common.yamlfile import InputFileError
 from tessera.v1 import common_pb2, controller_pb2
 
-FOLLOW_POLL_S = 1.0  # logs --follow: the log API has no stream (see docs/cli.md)
 SIMULATOR = "tessera.controller.sim.cli"  # run as a process by `tessctl simulate`, never imported
 SIMULATE_HELP = "replay a trace under scheduling policies, locally (tessera-sim)"
 
@@ -66,8 +68,9 @@ def _common_options() -> argparse.ArgumentParser:
     ctlconfig.common_options(common)
     common.add_argument("-o", "--output", type=formats.output_format, default=argparse.SUPPRESS, metavar="FORMAT",
                         help=f"output format: {formats.CHOICES} (default: table)")
-    common.add_argument("--timeout", type=argtypes.positive_float, metavar="SECONDS", default=argparse.SUPPRESS,
-                        help="deadline of each call to the controller (default: 10)")
+    common.add_argument("--timeout", type=argtypes.seconds, metavar="SECONDS", default=argparse.SUPPRESS,
+                        help="deadline of each call to the controller (default: 10); for wait: how long to wait "
+                             "(10m, 90s, 1h30m; default: until the job ends)")
     common.add_argument("--insecure", action="store_true", default=argparse.SUPPRESS,
                         help="plaintext gRPC, for a controller started with --insecure")
     return common
@@ -103,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
                    help="do not refuse this hook variable locally (LD_LIBRARY_PATH, ...): the controller's "
                         "--allow-env decides; repeatable")
+    p.add_argument("--wait", action="store_true",
+                   help="then wait for the job to end, showing its progress (exit status as tessctl wait)")
 
     get = command(sub, "get", _needs_resource, "list jobs or nodes")
     get_sub = get.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
@@ -157,13 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="remove it even while it runs work (its jobs are requeued)")
     p.add_argument("--request-id", default=None, help="idempotency key (default: a fresh uuid4)")
 
-    p = command(sub, "logs", cmd_logs, "print a worker's log")
+    p = command(sub, "logs", waiting.cmd_logs, "print the workers' logs, whole lines")
     p.add_argument("id", metavar="ID")
     p.add_argument("--rank", type=argtypes.non_negative_int, default=0, help="rank (default 0)")
+    p.add_argument("--all-ranks", action="store_true", help="every rank's log, each line prefixed [rank N]")
     p.add_argument("--attempt", type=argtypes.non_negative_int, default=0, help="attempt (default: the current or last)")
-    p.add_argument("--tail", type=argtypes.non_negative_int, default=0, metavar="BYTES",
-                   help="last BYTES of the log (default: 64 KiB)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--tail", type=argtypes.non_negative_int, default=0, metavar="LINES",
+                   help="the last LINES lines of each log (default 0: all the controller reads, up to 4 MiB)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="then stream new lines as they are written, until the job ends")
 
     # Every argument after `simulate`, --help included, goes to the simulator's own parser (see
     # cmd_simulate); no common options here: `--out` must not abbreviate `--output`.
@@ -183,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     plancost.add_arguments(sub, command)  # tessctl plan-cost (clients/plancost.py)
     versioncmd.add_arguments(sub, command)
     completion.add_arguments(sub, command, parser)
+    waiting.add_arguments(sub, command)
     return parser
 
 
@@ -208,6 +216,8 @@ def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         if not result.created:
             print(f"tessctl: request id seen before: job {output.safe(result.job.id)} was not created again",
                   file=sys.stderr)
+    if args.wait:
+        return waiting.follow_job(client, result.job.id, out, quiet=args.output == "json")
     return 0
 
 
@@ -227,8 +237,10 @@ def cmd_get_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         render(fetch(), first=True)
         return 0
     if len(args.ids) == 1:
-        return terminal.watch_one_job(client, args.ids[0], render)
-    return terminal.poll(fetch, render, key=lambda jobs: [j.SerializeToString(deterministic=True) for j in jobs])
+        return waiting.watch_one(client, args.ids[0], render)
+    if args.ids:
+        raise CliUsageError("--watch takes one job id, or none (the list)")
+    return waiting.watch_list(client, states, args.tenant, render)
 
 
 def cmd_get_nodes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
@@ -317,33 +329,6 @@ def cmd_delete_node(client: Client, args: argparse.Namespace, out: TextIO) -> in
     return 0
 
 
-def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    if args.output == "json" and args.follow:
-        raise CliUsageError("--follow prints raw log text: it cannot be combined with -o json")
-    resp = client.logs(args.id, rank=args.rank, attempt=args.attempt, tail_bytes=args.tail)
-    if args.output == "json":
-        terminal.println(out, output.dumps(output.to_dict(resp)))
-        return 0
-    terminal.write_bytes(out, resp.data)
-    if not args.follow:
-        return 0
-    prev_path, prev = resp.path, bytes(resp.data)
-    while True:
-        ended = client.get(args.id).state in TERMINAL_STATES
-        if not ended:
-            time.sleep(FOLLOW_POLL_S)
-        resp = client.logs(args.id, rank=args.rank, attempt=args.attempt, tail_bytes=args.tail)
-        data = bytes(resp.data)
-        if resp.path != prev_path:
-            print(f"tessctl: now following {output.safe(resp.node_id)}:{output.safe(resp.path)}", file=sys.stderr)
-            terminal.write_bytes(out, data)
-        else:
-            terminal.write_bytes(out, data[terminal.overlap(prev, data):])
-        prev_path, prev = resp.path, data
-        if ended:
-            return 0
-
-
 def cmd_simulate(client: Client | None, args: argparse.Namespace, out: TextIO) -> int:
     """`tessctl simulate ARGS`: tessera-sim ARGS in a child process, with its output and exit status.
 
@@ -423,7 +408,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.output = getattr(args, "output", "table")
     out, args.output = formats.wrap(out, args.output)
-    timeout = getattr(args, "timeout", 10.0)
+    # For wait, --timeout is how long to wait (tessera.clients.waiting); its calls keep the default.
+    timeout = getattr(args, "timeout", 10.0) if args.command != "wait" else 10.0
     client: Client | None = None
     try:
         argtypes.strip_kind_prefixes(args)

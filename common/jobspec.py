@@ -108,14 +108,16 @@ def spec_errors(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozense
         errs.append(("name", f"must be {NAME_RULE} (no paths, spaces or shell characters)"))
     if spec.tenant and not NAME_RE.fullmatch(spec.tenant):
         errs.append(("tenant", f"must be {NAME_RULE}"))
-    if not spec.HasField("model"):
-        errs.append(("model", "required"))
+    opaque = not spec.HasField("model")  # docs/opaque-jobs.md: resources and a program only
+    if opaque:
+        errs += opaque_errors(spec)
     else:
         errs += model_bound_errors(spec.model)
     if spec.HasField("plan"):
         errs += plan_bound_errors(spec.plan)
-    errs += _range("global_batch_size", spec.global_batch_size, 1, MAX_GLOBAL_BATCH)
-    errs += _range("iterations", spec.iterations, 1, MAX_ITERATIONS)
+    errs += _range("global_batch_size", spec.global_batch_size, 0 if opaque else 1, MAX_GLOBAL_BATCH)
+    errs += _range("iterations", spec.iterations, 0 if runs_own_program(spec) else 1, MAX_ITERATIONS)
+    errs += run_limit_errors(spec)
     errs += _range("hint.gpus", spec.hint.gpus, 0, MAX_GPUS_HINT)
     if len(spec.hint.gpu_types) > MAX_GPU_TYPES:
         errs.append(("hint.gpu_types", f"more than {MAX_GPU_TYPES} entries"))
@@ -246,4 +248,45 @@ def launcher_errors(launcher: common_pb2.Launcher) -> Errors:
                 errs.append((f"{field}[{i}]", "{entrypoint} must be an argument of its own"))
     if launcher.head_argv and not launcher.per_node:
         errs.append(("launcher.head_argv", "only for per-node launchers"))
+    return errs
+
+
+# The workers' working directory (JobSpec.workdir): an absolute path of the nodes.
+MAX_WORKDIR = 4096
+MAX_RUNTIME_S = 10**8
+
+
+def runs_own_program(spec: common_pb2.JobSpec) -> bool:
+    """Whether the job runs a program of its own rather than the reference trainer: an entrypoint,
+    or a launcher template that names none ({entrypoint} absent)."""
+    if spec.entrypoint:
+        return True
+    argv = list(spec.launcher.argv) + list(spec.launcher.head_argv)
+    return bool(argv) and ENTRYPOINT not in argv
+
+
+def opaque_errors(spec: common_pb2.JobSpec) -> Errors:
+    """A job without model dims (docs/opaque-jobs.md) runs its own program on the GPUs it asks for."""
+    errs: Errors = []
+    if not runs_own_program(spec):
+        errs.append(("model", ("required when the job runs the reference trainer (no entrypoint): give an "
+                              "entrypoint to run your own program without model dims")))
+    if spec.HasField("plan"):
+        errs.append(("plan", "a training recipe needs the model's dims (model)"))
+    return errs
+
+
+def run_limit_errors(spec: common_pb2.JobSpec) -> Errors:
+    """workdir and max_runtime_seconds (JobSpec 20, 21)."""
+    errs: Errors = []
+    wd = spec.workdir
+    if wd:
+        if "\0" in wd:
+            errs.append(("workdir", "must not contain a NUL character"))
+        elif len(wd) > MAX_WORKDIR:
+            errs.append(("workdir", f"longer than {MAX_WORKDIR:,} characters"))
+        elif not wd.startswith("/"):
+            errs.append(("workdir", f"must be an absolute path on the nodes, got {shown_key(wd)}"))
+    if not 0 <= spec.max_runtime_seconds <= MAX_RUNTIME_S:
+        errs.append(("max_runtime_seconds", f"must be between 0 (no limit) and {MAX_RUNTIME_S:,} seconds"))
     return errs

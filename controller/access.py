@@ -22,6 +22,10 @@ METHOD_ROLES: Mapping[str, str] = {
     "GetJobLogs": USER,
     "ListNodes": USER,  # nodes are shared by every tenant: seeing them is how a user reads capacity
     "WhoAmI": USER,
+    # Streams of what GetJob, ListJobs and GetJobLogs answer, under the same tenant rules.
+    "WatchJob": USER,
+    "WatchJobs": USER,
+    "StreamJobLogs": USER,
     "DrainNode": ADMIN,
     "UndrainNode": ADMIN,
     "RemoveNode": ADMIN,

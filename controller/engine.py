@@ -35,11 +35,12 @@ import structlog
 from tessera.common.crashpoints import crash_point
 from tessera.common.tls import TlsConfig
 from tessera.common.tokens import ANONYMOUS, Principal
-from tessera.controller import metrics, nodeops, rounds, transitions
+from tessera.controller import limits, metrics, nodeops, rounds, transitions
 from tessera.controller.agents import AgentCalls, last_log_line
 from tessera.controller.core import frenzy
 from tessera.controller.core.attempts import judge, stalled
 from tessera.controller.core.backoff import BackoffConfig, healthy, may_launch
+from tessera.controller.core.opaque import OpaqueAware
 from tessera.controller.core.policy import Policy, RoundConfig, plan_round
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice, Snapshot
 from tessera.controller.core.step_times import StepTimeConfig
@@ -310,6 +311,13 @@ class Engine:
             metrics.JOBS_FINISHED.labels("failed").inc()
         self.kick()
 
+    async def _fail_now(self, job: JobRecord, why: str) -> None:
+        """Fail the job without a retry (its time limit ran out), then stop its attempt."""
+        await self._save(*transitions.failed(job, why, self._progress(job), self.wall()))
+        await self._stop_attempt(job, why)
+        metrics.JOBS_FINISHED.labels("failed").inc()
+        self.kick()
+
     async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False, stop: str = "") -> None:
         """Back to PENDING; with `stop`, then stop what is left of the attempt for that reason."""
         await self._save(*transitions.requeued(job, why, kind, retry, self._progress(job)))
@@ -366,7 +374,11 @@ class Engine:
                 await self._launch(job, only_missing=True)
             # Unknown since a controller restart: the clock starts now, with a full timeout.
             clock = self._live.clocks.setdefault(job.id, AttemptClock(job.attempt, now))
-            timeout = job.spec.progress_timeout_seconds or self.cfg.progress_timeout_s
+            over = None if job.stop_requested else limits.over_runtime(job.spec, now - clock.launched)
+            if over:
+                await self._fail_now(job, over)
+                continue
+            timeout = limits.progress_timeout(job.spec, self.cfg.progress_timeout_s, clock.progress_at is not None)
             hung = None if job.stop_requested else stalled(
                 now, clock.launched, clock.progress_at, job.state == P.JOB_STATE_STARTING,
                 self.cfg.start_timeout_s, timeout)
@@ -411,7 +423,8 @@ class Engine:
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
                                time_budget_s=self.cfg.round_budget_s, clock=time.monotonic)
             if snap.cluster_gpus:
-                plan = plan_round(snap, self.learner.estimates(self._live.records.values()), self.policy, rcfg)
+                estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
+                plan = plan_round(snap, estimates, self.policy, rcfg)
             else:
                 plan = rounds.waiting_for_nodes(snap, self.policy.name)
             self.rounds += 1

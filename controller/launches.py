@@ -37,7 +37,9 @@ def rendezvous(agent_address: str, port: int) -> str:
     return f"{host_of(agent_address)}:{port}"
 
 
-def model_pb(job: JobRecord) -> common_pb2.ModelSpec:
+def model_pb(job: JobRecord) -> common_pb2.ModelSpec | None:
+    if not job.spec.HasField("model"):
+        return None  # an opaque job (docs/opaque-jobs.md)
     m = resolve_model(job.spec.model)
     return common_pb2.ModelSpec(name=m.name, hidden_size=m.hidden_size, num_layers=m.num_layers,
                                 num_heads=m.num_heads, vocab_size=m.vocab_size, seq_length=m.seq_length)
@@ -73,7 +75,7 @@ def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str) -> list[tu
             attempt=job.attempt, world_size=world, ranks=ranks, rendezvous=job.placement.rendezvous,
             plan=plan, argv=argv, env=dict(spec.env), checkpoint_dir=ckpt, iterations=spec.iterations,
             global_batch_size=spec.global_batch_size, model=model_pb(job), checkpoint_every=spec.checkpoint_every,
-            tenant=spec.tenant)
+            tenant=spec.tenant, workdir=spec.workdir)
         out.append((s.node_id, req))
     return out
 

@@ -29,6 +29,8 @@ def learnable(job: JobRecord, records: Mapping[str, NodeRecord], mode: str) -> t
     `mode`: "nvml" (only GPUs NVML probed), "all" (declared inventories too) or "off"."""
     if mode == "off" or job.plan is None or job.placement is None or job.plan.stages:
         return None  # (a staged pipeline's uneven split is no Cell of the estimates)
+    if not job.spec.HasField("model"):
+        return None  # an opaque job: no model, no Cell to learn for (docs/opaque-jobs.md)
     types: set[str] = set()
     per_node: list[int] = []
     for s in job.placement.slices:

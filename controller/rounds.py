@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tessera.controller.cell_estimates import recipe_refusal
-from tessera.controller.core import frenzy
+from tessera.controller.core import frenzy, opaque
 from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
 from tessera.controller.core.policy import Mode, Policy
@@ -63,6 +63,11 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
     """The PENDING reason to store for a job the round left waiting (or dropped); `views`: the
     snapshot's pending jobs by id."""
     why = d.reason
+    view = views.get(d.job_id)
+    if view is not None and view.opaque:
+        # No memory to name: what the job asked for and what the cluster has (docs/opaque-jobs.md).
+        nowhere = opaque.fits_nowhere(view, snap.cluster_gpus)
+        return f"{why}; {nowhere}" if nowhere else why
     if d.pending is PendingKind.FITS_NOWHERE:
         # A recipe the Cells cannot express leaves the job without Cells: name the field.
         refused = recipe_refusal(views[d.job_id])

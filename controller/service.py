@@ -29,14 +29,16 @@ from tessera.common.tls import peer_identity
 from tessera.common.tokens import Principal
 from tessera.controller.access import list_tenant, may_see, submit_tenant
 from tessera.controller.auth import principal_of
-from tessera.controller.convert import event_pb, job_pb
+from tessera.controller.convert import job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine
 from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
+from tessera.controller.logstream import LogStream
 from tessera.controller.registry import fence_seconds
-from tessera.controller.store import TERMINAL, JobRecord, RequestConflict
+from tessera.controller.store import JobRecord, RequestConflict
 from tessera.controller.view import EngineView
+from tessera.controller.watching import watch_events, watch_job, watch_jobs
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger("tessera.controller.service")
@@ -73,6 +75,13 @@ def _job_id(jid: str) -> str:
     if not JOB_ID_RE.fullmatch(jid):
         raise InvalidArgument("job_id", "malformed")
     return jid
+
+
+def _states(states: Any) -> list[int]:
+    for s in states:
+        if s not in common_pb2.JobState.values() or s == 0:
+            raise InvalidArgument("states", f"unknown state {s}")
+    return list(states)
 
 
 def _node_id(nid: str) -> str:
@@ -122,10 +131,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def ListJobs(self, request: controller_pb2.ListJobsRequest, context: Any) -> controller_pb2.ListJobsResponse:
         tenant = list_tenant(principal_of(context), request.tenant)
-        for s in request.states:
-            if s not in common_pb2.JobState.values() or s == 0:
-                raise InvalidArgument("states", f"unknown state {s}")
-        states = list(request.states)
+        states = _states(request.states)
 
         def fetch(after: tuple[float, str] | None, limit: int) -> list[JobRecord]:
             return self.view.jobs_page(states, tenant, after, limit)
@@ -142,15 +148,29 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def WatchJobEvents(self, request: controller_pb2.WatchJobEventsRequest,
                              context: Any) -> AsyncIterator[common_pb2.JobEvent]:
         jid = self._visible(_job_id(request.job_id), principal_of(context)).id
-        seq = request.after_seq
-        while True:
-            events = self.view.events(jid, seq)
-            for e in events:
-                seq = e.seq
-                yield event_pb(e)
-            if not events and self.view.get(jid).state in TERMINAL:
-                return
-            await self.view.wait_changed(5.0)
+        async for event in watch_events(self.view, jid, request.after_seq):
+            yield event
+
+    # WatchJob, WatchJobs, StreamJobLogs: controller/watching.py and controller/logstream.py.
+
+    async def WatchJob(self, request: controller_pb2.WatchJobRequest,
+                       context: Any) -> AsyncIterator[controller_pb2.JobUpdate]:
+        jid = self._visible(_job_id(request.job_id), principal_of(context)).id
+        async for update in watch_job(self.view, jid):
+            yield update
+
+    async def WatchJobs(self, request: controller_pb2.WatchJobsRequest,
+                        context: Any) -> AsyncIterator[controller_pb2.JobUpdate]:
+        tenant = list_tenant(principal_of(context), request.tenant)
+        async for update in watch_jobs(self.view, _states(request.states), tenant):
+            yield update
+
+    async def StreamJobLogs(self, request: controller_pb2.StreamJobLogsRequest,
+                            context: Any) -> AsyncIterator[controller_pb2.LogLines]:
+        jid = self._visible(_job_id(request.job_id), principal_of(context)).id
+        logs = LogStream(self.view, self.engine.agents.read_log, self.engine.epoch)
+        async for lines in logs.stream(jid, request):
+            yield lines
 
     def _node(self, node_id: str, busy: dict[str, set[int]]) -> controller_pb2.Node:
         n = self.view.node(node_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from tessera.common.objective import slo_seconds
+from tessera.controller.core import opaque
 from tessera.controller.core.backoff import healthy
 from tessera.controller.core.snapshot import (
     Cell,
@@ -51,6 +52,8 @@ def job_view(job: JobRecord, progress: common_pb2.Progress | None, now: float = 
     """The policy's view of a job; `progress` is the latest report (the record's when None); `now`
     (wall time) turns an SLO deadline into seconds left."""
     prog = progress if progress is not None else job.progress
+    if not job.spec.HasField("model"):
+        return opaque_view(job, prog)
     done = float(prog.iteration) if prog else 0.0
     cost = job.spec.objective == P.OBJECTIVE_COST
     return JobView(job.id, job.submit_time, resolve_model(job.spec.model), job.spec.global_batch_size,
@@ -58,6 +61,20 @@ def job_view(job: JobRecord, progress: common_pb2.Progress | None, now: float = 
                    done_iterations=done, restarts=job.restarts, recipe=job_recipe(job.spec),
                    objective=Objective.COST if cost else Objective.DEFAULT,
                    slo_s=slo_seconds(job.spec, done, now) if cost else 0.0)
+
+
+def opaque_view(job: JobRecord, prog: common_pb2.Progress | None) -> JobView:
+    """An opaque job (docs/opaque-jobs.md): its GPUs and types only; one nominal iteration to go
+    unless it reports iterations of its own (the policies' remaining-time sums stay positive)."""
+    types = canonical_gpu_types(job.spec)
+    done = float(prog.iteration) if prog else 0.0
+    total = job.spec.iterations or 1
+    # The first allowed type as the preference: a policy that starts from a type hint (Gandiva)
+    # then asks for one the job allows.
+    return JobView(job.id, job.submit_time, opaque.PLACEHOLDER_MODEL, 1, job.spec.hint.gpus or 1, types,
+                   types[0] if types else "", iterations=total, done_iterations=min(done, total - 1) if not job.spec.iterations else done,
+                   restarts=job.restarts, estimate_key=opaque.opaque_key(job.spec.hint.gpus or 1, types),
+                   opaque=True)
 
 
 def jobs_on(active: Iterable[JobRecord], node_id: str) -> list[JobRecord]:

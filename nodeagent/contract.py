@@ -148,6 +148,10 @@ def validate_launch(
         # find each other's checkpoints.
         if not req.checkpoint_dir.startswith("/"):
             raise InvalidArgument("checkpoint_dir", f"{req.checkpoint_dir!r} must be an absolute path")
+    if req.workdir:
+        _no_nul(req.workdir, "workdir")
+        if not req.workdir.startswith("/"):
+            raise InvalidArgument("workdir", f"{req.workdir!r} must be an absolute path")
     for name in ("iterations", "global_batch_size", "checkpoint_every"):
         if getattr(req, name) < 0:
             raise InvalidArgument(name, f"must be >= 0, got {getattr(req, name)}")

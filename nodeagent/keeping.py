@@ -108,9 +108,10 @@ class Keepers:
 
     def start(self, *, job_id: str, attempt: int, rank: int, attempt_dir: Path, argv: Sequence[str],
               env: Mapping[str, str], keeper_env: Mapping[str, str], user: WorkerUser,
-              log_file: IO[bytes]) -> subprocess.Popen[bytes]:
-        """Start the keeper of one worker; OSError/ValueError when it cannot be started."""
-        spec = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(attempt_dir)}).encode()
+              log_file: IO[bytes], workdir: str = "") -> subprocess.Popen[bytes]:
+        """Start the keeper of one worker; OSError/ValueError when it cannot be started. The worker
+        runs in `workdir` (the job's), else in the attempt's folder."""
+        spec = json.dumps({"argv": list(argv), "env": dict(env), "cwd": workdir or str(attempt_dir)}).encode()
         # The job's environment reaches the keeper through a memory file, not its own environment:
         # the keeper may be root, and nothing the job sets may act on it.
         fd = os.memfd_create("tessera-worker-spec")

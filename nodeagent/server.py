@@ -178,10 +178,11 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
     ) -> agent_pb2.ReadLogResponse:
         self._from_controller("ReadLog", context)
         self.fence.check(request.controller_epoch)
-        path, data = self.supervisor.read_log(
-            request.job_id, request.attempt, request.rank, request.tail_bytes
+        path, data, offset, size = self.supervisor.read_log_chunk(
+            request.job_id, request.attempt, request.rank, request.tail_bytes,
+            request.offset if request.from_offset else None,
         )
-        return agent_pb2.ReadLogResponse(path=path, data=data)
+        return agent_pb2.ReadLogResponse(path=path, data=data, offset=offset, size=size)
 
     async def ReportProgress(
         self, request: agent_pb2.ReportProgressRequest, context: Any

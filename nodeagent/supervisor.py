@@ -232,6 +232,10 @@ class Supervisor:
         if self.worker_token is not None:
             env["TESSERA_WORKER_TOKEN"] = self.worker_token(req.job_id, req.attempt)
         try:
+            if req.workdir and not os.path.isdir(req.workdir):
+                # The job's own directory (JobSpec.workdir) must exist here: refuse to start the rank
+                # with that reason rather than run it somewhere else.
+                raise FileNotFoundError(f"workdir {req.workdir} does not exist on this node")
             notes = self.keepers.prepare(cwd, Path(ckpt), user)
             fd = worklogs.open_for_append(w.log_path)
             with open(fd, "ab") as log_file:
@@ -241,7 +245,7 @@ class Supervisor:
                     job_id=req.job_id, attempt=req.attempt, rank=w.rank, attempt_dir=cwd,
                     argv=contract.worker_argv(req.argv, self.worker_python), env=env,
                     keeper_env={k: v for k, v in base.items() if k not in contract.NOT_INHERITED},
-                    user=user, log_file=log_file,
+                    user=user, log_file=log_file, workdir=req.workdir,
                 )
         except Exception as exc:  # noqa: BLE001 (any failure: the rank ends EXITED, not half-started)
             reason = f"spawn failed: {exc}"
@@ -441,6 +445,12 @@ class Supervisor:
         """The last `tail_bytes` (default 64 KiB, at most 4 MiB) of a rank's log; attempt 0 = latest."""
         known = [a.attempt for a in self._attempts.values() if a.job_id == job_id]
         return worklogs.read_tail(self.work_dir, job_id, attempt, rank, tail_bytes, known)
+
+    def read_log_chunk(self, job_id: str, attempt: int, rank: int, max_bytes: int,
+                       offset: int | None) -> tuple[str, bytes, int, int]:
+        """read_log with where the data starts and the log's size; `offset`: read from there on."""
+        known = [a.attempt for a in self._attempts.values() if a.job_id == job_id]
+        return worklogs.read_chunk(self.work_dir, job_id, attempt, rank, max_bytes, known, offset)
 
     # --- retention ----------------------------------------------------------------------------------
 

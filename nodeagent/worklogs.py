@@ -55,7 +55,19 @@ def latest_attempt(work_dir: Path, job_id: str, known: list[int]) -> int:
 def read_tail(work_dir: Path, job_id: str, attempt: int, rank: int, tail_bytes: int,
               known_attempts: list[int]) -> tuple[str, bytes]:
     """The last `tail_bytes` (default 64 KiB, at most 4 MiB) of a rank's log; attempt 0 = latest."""
+    path, data, _, _ = read_chunk(work_dir, job_id, attempt, rank, tail_bytes, known_attempts)
+    return path, data
+
+
+def read_chunk(work_dir: Path, job_id: str, attempt: int, rank: int, max_bytes: int, known_attempts: list[int],
+               offset: int | None = None) -> tuple[str, bytes, int, int]:
+    """(path, data, where data starts, the log's size): the last `max_bytes` (default 64 KiB, at most
+    4 MiB) of a rank's log, or with `offset` at most that many bytes from there (a follower's read:
+    each byte once). Attempt 0 = the latest."""
     contract.validate_job_id(job_id)
+    if offset is not None and offset < 0:
+        raise InvalidArgument("offset", f"must be >= 0, got {offset}")
+    tail_bytes = max_bytes
     if attempt < 0:
         raise InvalidArgument("attempt", f"must be >= 0 (0 = latest), got {attempt}")
     if rank < 0:
@@ -79,7 +91,8 @@ def read_tail(work_dir: Path, job_id: str, attempt: int, rank: int, tail_bytes: 
     with os.fdopen(fd, "rb") as f:
         try:
             size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - n))
-            return str(path), f.read(n)
+            start = max(0, size - n) if offset is None else min(offset, size)
+            f.seek(start)
+            return str(path), f.read(n), start, size
         except OSError as exc:
             raise FailedPrecondition(f"cannot read {path}: {exc.strerror or exc}") from None

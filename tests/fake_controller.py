@@ -150,6 +150,69 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         )
 
 
+    # -- the streams (controller/watching.py, controller/logstream.py), over the same state --
+
+    async def WatchJob(self, request: Any, context: Any) -> Any:
+        job = await self._job(request.job_id, context)
+        after, last = 0, b""
+        while True:
+            events = [e for e in self.events[job.id] if e.seq > after]
+            key = job.SerializeToString(deterministic=True)
+            if events or key != last:
+                after = events[-1].seq if events else after
+                last = key
+                yield controller_pb2.JobUpdate(job=job, events=events)
+            if job.state in (S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED):
+                return
+            async with self.changed:
+                await self.changed.wait()
+
+    async def WatchJobs(self, request: Any, context: Any) -> Any:
+        sent: dict[str, bytes] = {}
+        first = True
+        while True:
+            now = {j.id: j.SerializeToString(deterministic=True) for j in self.jobs.values()
+                   if not request.states or j.state in request.states}
+            changed = [self.jobs[i] for i in now if sent.get(i) != now[i]]
+            for job in changed:
+                yield controller_pb2.JobUpdate(job=job)
+            for gone in sent.keys() - now.keys():
+                yield controller_pb2.JobUpdate(job=controller_pb2.Job(id=gone), removed=True)
+            if changed or first or sent.keys() - now.keys():
+                yield controller_pb2.JobUpdate(batch_end=True)
+            sent, first = now, False
+            async with self.changed:
+                await self.changed.wait()
+
+    async def StreamJobLogs(self, request: Any, context: Any) -> Any:
+        job = await self._job(request.job_id, context)
+        self.log_requests.append(request)
+        ranks = sorted(r for (j, r) in self.logs if j == job.id) if request.all_ranks else [request.rank]
+        if not request.all_ranks and (job.id, request.rank) not in self.logs:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no log for rank {request.rank} of job {job.id}")
+        sent = {}
+        for r in ranks:
+            data = self.logs[(job.id, r)]
+            lines = data.split(b"\n")[:-1]
+            lines = lines[-request.tail_lines:] if request.tail_lines else lines
+            sent[r] = len(data)
+            yield controller_pb2.LogLines(rank=r, attempt=1, node_id="node-a", lines=lines)
+        while request.follow:
+            ended = job.state in (S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED)
+            got = False
+            for r in ranks:
+                data = self.logs[(job.id, r)]
+                if len(data) > sent[r]:
+                    got = True
+                    yield controller_pb2.LogLines(rank=r, attempt=1, node_id="node-a",
+                                                  lines=data[sent[r]:].split(b"\n")[:-1])
+                    sent[r] = len(data)
+            if ended and not got:
+                return
+            if not got:
+                await asyncio.sleep(0.05)  # tests append to a log without notifying
+
+
 class FakeServer:
     """Runs a FakeController on its own event loop thread."""
 

@@ -63,6 +63,10 @@ class FrenzyConfig:
     max_dp: int = 1024
 
 
+# The source of an opaque job's one plan (docs/opaque-jobs.md): no memory formula applies.
+OPAQUE = "opaque"
+
+
 @dataclass(frozen=True)
 class ResourcePlan:
     dp: int
@@ -104,7 +108,11 @@ def _recipe_bytes(model: ModelDims, recipe: JobRecipe, dp: int, tp: int, micro_b
 
 
 def resource_plans(job: JobView, max_gpus: int, cfg: FrenzyConfig) -> list[ResourcePlan]:
-    """MARP's ranked plans for a job: every (d, t) with d dividing the global batch, d*t <= max_gpus."""
+    """MARP's ranked plans for a job: every (d, t) with d dividing the global batch, d*t <= max_gpus.
+    An opaque job (no model dims) has one plan: the GPUs it asked for, with no memory figure."""
+    if job.opaque:
+        n = job.gpus_hint or 1
+        return [ResourcePlan(n, 1, 1, 0, OPAQUE)] if n <= max_gpus else []
     m = job.model
     plans: list[ResourcePlan] = []
     for tp in TP_CHOICES:
@@ -234,6 +242,9 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
         return PendingKind.FITS_NOWHERE, why
     best = plans[0]
     free = sum(len(n.idle()) for n in snap.nodes)
+    if best.source == OPAQUE:
+        return PendingKind.NO_ROOM_NOW, (f"waiting for GPUs: needs {best.gpus} GPUs of "
+                                         f"{'/'.join(job.gpu_types) or 'one type'}; {free} GPUs free now")
     why = (f"waiting for GPUs: smallest plan needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
            f"(dp={best.dp} tp={best.tp}); {free} GPUs free now")
     return PendingKind.NO_ROOM_NOW, why
@@ -341,7 +352,7 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig(), fallback: Fal
         free.invalidate()
         where = " + ".join(f"{len(s.gpu_indices)} on {s.node_id}" for s in slices)
         how = "MARP" if plan.source == "formula:marp" else "recipe formula"
-        reason = (f"HAS: plan dp={plan.dp} tp={plan.tp} micro_batch={plan.micro_batch} needs "
+        reason = (f"HAS: opaque job: {plan.gpus} x {model}: {where}" if plan.source == OPAQUE else f"HAS: plan dp={plan.dp} tp={plan.tp} micro_batch={plan.micro_batch} needs "
                   f"{_gib(plan.bytes_per_gpu)}/GPU ({how}); {plan.gpus} x {model}: {where}"
                   f"{' (best fit)' if len(slices) == 1 else ' (no single node fits: greedy multi-node)'}")
         choice = PlanChoice(plan.dp, plan.tp, 1, plan.micro_batch, 1, model,

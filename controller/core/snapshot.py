@@ -129,6 +129,10 @@ class JobView:
     # < 0 = its deadline has passed; common/objective.py slo_seconds).
     objective: Objective = field(default_factory=lambda: Objective.DEFAULT)
     slo_s: float = 0.0
+    # An opaque job (docs/opaque-jobs.md): no model dims, so no estimator. It runs exactly
+    # `gpus_hint` GPUs of one of `gpu_types` (any type when empty); `model` is a placeholder and
+    # controller/core/opaque.py answers its one Cell (no memory check, no learned times).
+    opaque: bool = False
 
     @property
     def key(self) -> str:

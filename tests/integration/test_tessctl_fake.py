@@ -23,7 +23,7 @@ import pytest
 from tessera.clients.jobfile import load_job_file
 from tessera.clients.sdk import Client, ControllerUnreachable, TesseraError
 from tessera.v1 import common_pb2, controller_pb2
-from tests.fake_controller import JOBS, FakeController, FakeServer, seeded
+from tests.fake_controller import JOBS, FakeController, FakeServer, running_job, seeded
 
 REPO = Path(__file__).resolve().parents[2]
 S = common_pb2
@@ -257,12 +257,13 @@ def test_logs(server: FakeServer) -> None:
     proc = tessctl("--controller", server.address, "logs", "j-run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "step 1 loss 5.0\nstep 2 loss 4.0\n"
-    proc = tessctl("--controller", server.address, "logs", "j-run", "--tail", "16", "--attempt", "1")
-    assert proc.stdout == "step 2 loss 4.0\n"
+    proc = tessctl("--controller", server.address, "logs", "j-run", "--tail", "1", "--attempt", "1", "--all-ranks")
+    assert proc.stdout == "[rank 0] step 2 loss 4.0\n"  # every rank's log, each line prefixed
     req = server.call(lambda f: f.log_requests[-1])
-    assert (req.tail_bytes, req.attempt, req.rank) == (16, 1, 0)
-    out = ok_json(tessctl("--controller", server.address, "logs", "j-run", "-o", "json"))
-    assert out["node_id"] == "node-a" and out["path"].endswith("rank-0.log")
+    assert (req.tail_lines, req.attempt, req.all_ranks) == (1, 1, True)
+    out = tessctl("--controller", server.address, "logs", "j-run", "--rank", "0", "-o", "json").stdout
+    first = json.loads(out.splitlines()[0])
+    assert first == {"rank": 0, "attempt": 1, "node_id": "node-a", "line": "step 1 loss 5.0"}
     line = one_line_error(tessctl("--controller", server.address, "logs", "j-run", "--rank", "3"))
     assert line == "tessctl: error: NOT_FOUND: no log for rank 3 of job j-run"
 
@@ -312,6 +313,24 @@ def test_get_one_job_watch_follows_its_events_until_it_ends(server: FakeServer) 
     assert proc.returncode == 0, err
     last = json.loads(rest.splitlines()[-1])
     assert last["jobs"][0]["state"] == "JOB_STATE_SUCCEEDED"
+
+
+def test_get_one_job_watch_exits_1_when_the_job_fails(server: FakeServer) -> None:
+    """Issue 16: `get jobs ID --watch` exited 0 on a FAILED job."""
+    job = running_job()
+    job.id = "j-doomed"
+    server.call(lambda f: f.add_job(job))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tessera.clients.tessctl", "--controller", server.address, "get", "jobs", "j-doomed",
+         "--watch", "-o", "json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    assert json.loads(proc.stdout.readline())["jobs"][0]["state"] == "JOB_STATE_RUNNING"
+    server.call(lambda f: f.event("j-doomed", "FAILED", "rank 0: exit code 1", state=S.JOB_STATE_FAILED))
+    rest, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    assert json.loads(rest.splitlines()[-1])["jobs"][0]["state"] == "JOB_STATE_FAILED"
 
 
 def test_get_nodes_watch_prints_changes_and_stops_on_interrupt(server: FakeServer) -> None:
@@ -373,7 +392,6 @@ def test_controller_from_environment(server: FakeServer) -> None:
         ["frobnicate"],
         [],
         ["estimate"],
-        ["logs", "j-none", "-f", "-o", "json"],
     ],
 )
 def test_usage_errors_exit_2_with_one_line(server: FakeServer, args: list[str]) -> None:

@@ -102,7 +102,7 @@ async def test_an_unexpected_exception_is_internal_not_a_crash(servicer: NodeAge
     def boom(*_: object) -> None:
         raise RuntimeError("disk on fire")
 
-    servicer.supervisor.read_log = boom  # type: ignore[method-assign,assignment]
+    servicer.supervisor.read_log_chunk = boom  # type: ignore[method-assign,assignment]
     ctx: Any = FakeContext()
     err = await call(servicer.ReadLog(agent_pb2.ReadLogRequest(controller_epoch=3, job_id="j"), ctx), "ReadLog")
     # The text of a bug stays in the agent's log; the caller learns where to look.

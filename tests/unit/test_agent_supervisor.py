@@ -282,6 +282,14 @@ async def test_read_log_tail(sup: Supervisor) -> None:
         sup.read_log("job-1", 1, 0, -1)
     with pytest.raises(InvalidArgument, match="^job_id: "):
         sup.read_log("..", 1, 0, 10)
+    # From an offset (a follower's read): where the data starts and the log's size come back.
+    size = len(whole_file)
+    _, chunk, start, total = sup.read_log_chunk("job-1", 1, 1, 20, 100)
+    assert (chunk, start, total) == (whole_file[100:120], 100, size)
+    assert sup.read_log_chunk("job-1", 1, 1, 20, size + 5)[1:] == (b"", size, size)  # past the end: nothing
+    assert sup.read_log_chunk("job-1", 1, 1, 30, None)[1:] == (whole_file[-30:], size - 30, size)
+    with pytest.raises(InvalidArgument, match="^offset: "):
+        sup.read_log_chunk("job-1", 1, 1, 20, -1)
 
 
 async def test_read_log_refuses_a_path_outside_the_work_dir(sup: Supervisor, tmp_path: Path) -> None:

@@ -38,6 +38,11 @@ GOLDEN: dict[str, common_pb2.JobSpec] = {
         name="wide", tenant="default", model=_model(64, 2, 4, 256, 64), global_batch_size=32, iterations=30,
         hint=common_pb2.ResourceHint(gpus=8), checkpoint_every=10, max_retries=2,
     ),
+    "opaque.yaml": common_pb2.JobSpec(
+        name="opaque", tenant="default", hint=common_pb2.ResourceHint(gpus=2, gpu_types=["A40-48GB"]),
+        entrypoint=["{python}", "-c", "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])"],
+        max_runtime_seconds=600, max_retries=0,
+    ),
     "huge.yaml": common_pb2.JobSpec(
         name="huge", tenant="default", model=_model(25600, 128, 160, 50257, 2048), global_batch_size=1536,
         iterations=100_000, max_retries=2,

@@ -22,7 +22,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ESTIMATE_ONLY = {"wide-resnet-500m.yaml": "model.family"}
 # jobspec/proto field path -> the job file's key.
 FILE_KEYS = {"hint.gpus": "gpus", "hint.gpu_types": "gpu_types", "progress_timeout_seconds": "progress_timeout",
-             "spec": "job"}
+             "max_runtime_seconds": "max_runtime", "spec": "job"}
 
 
 def job_files() -> list[Path]:
@@ -72,7 +72,8 @@ def to_yaml(spec: P.JobSpec) -> str:
             table = PRECISION if desc.name == "precision" else PLAN_ENUMS.get(desc.name)
             plan[desc.name] = table.get(value, value) if table is not None else value
         doc["plan"] = plan
-    doc["global_batch_size"] = spec.global_batch_size
+    if spec.global_batch_size or spec.HasField("model"):  # an opaque job has neither (docs/opaque-jobs.md)
+        doc["global_batch_size"] = spec.global_batch_size
     doc["iterations"] = spec.iterations
     if spec.HasField("hint"):
         doc["gpus"] = spec.hint.gpus
@@ -93,6 +94,10 @@ def to_yaml(spec: P.JobSpec) -> str:
                                                  ("per_node", la.per_node), ("head_argv", list(la.head_argv))) if v}
     if spec.progress_timeout_seconds:
         doc["progress_timeout"] = spec.progress_timeout_seconds
+    if spec.workdir:
+        doc["workdir"] = spec.workdir
+    if spec.max_runtime_seconds:
+        doc["max_runtime"] = spec.max_runtime_seconds
     return json.dumps(doc)
 
 
@@ -106,6 +111,20 @@ def good(**kw: Any) -> P.JobSpec:
         elif isinstance(v, list):
             getattr(s, k).extend(v)
         elif isinstance(v, P.ModelSpec | P.Launcher | P.ResourceHint | P.ExecutionPlan):
+            getattr(s, k).CopyFrom(v)
+        else:
+            setattr(s, k, v)
+    return s
+
+
+def opaque(**kw: Any) -> P.JobSpec:
+    """A job without a model: its own program (an empty `entrypoint` list removes it)."""
+    s = P.JobSpec(name="op", tenant="t", entrypoint=["/bin/true"], max_retries=2)
+    for k, v in kw.items():
+        if isinstance(v, list):
+            s.ClearField(k)
+            getattr(s, k).extend(v)
+        elif isinstance(v, P.ResourceHint | P.ExecutionPlan):
             getattr(s, k).CopyFrom(v)
         else:
             setattr(s, k, v)
@@ -177,6 +196,11 @@ BAD: list[tuple[str, P.JobSpec, str]] = [
     ("softcap big", good(model=dims(gated=True, logit_softcap=5000.0)), "model.logit_softcap"),
     ("decoder layers of a decoder", good(model=dims(num_decoder_layers=2)), "model.num_decoder_layers"),
     ("dropless dense", good(model=dims(dropless=True)), "model.dropless"),
+    # Opaque jobs (docs/opaque-jobs.md): no model needs a program of its own; workdir, max_runtime.
+    ("opaque without a program", opaque(entrypoint=[]), "model"),
+    ("opaque with a recipe", opaque(plan=P.ExecutionPlan(lora_rank=8)), "plan"),
+    ("relative workdir", opaque(workdir="data"), "workdir"),
+    ("negative max_runtime", opaque(max_runtime_seconds=-5), "max_runtime_seconds"),
 ]
 
 GOOD: list[tuple[str, P.JobSpec]] = [
@@ -200,6 +224,9 @@ GOOD: list[tuple[str, P.JobSpec]] = [
     ("mixtral-like", good(model=dims(family=P.MODEL_FAMILY_MOE, gated=True, num_experts=4, moe_every=1,
                                      dropless=True))),
     ("registered current", good(model=P.ModelSpec(name="qwen2.5-7b"))),
+    ("opaque", opaque()),
+    ("opaque cell, workdir, limit, iterations", opaque(hint=P.ResourceHint(gpus=8, gpu_types=["A100-80GB"]),
+                                                      workdir="/srv/job", max_runtime_seconds=600, iterations=5)),
 ]
 
 

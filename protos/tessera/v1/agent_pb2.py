@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tessera.v1 import common_pb2 as tessera_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tessera/v1/agent.proto\x12\ntessera.v1\x1a\x17tessera/v1/common.proto\"\xe4\x01\n\x0cWorkerStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12&\n\x05state\x18\x04 \x01(\x0e\x32\x17.tessera.v1.WorkerState\x12\x0b\n\x03pid\x18\x05 \x01(\x05\x12\x11\n\texit_code\x18\x06 \x01(\x05\x12&\n\x08progress\x18\x07 \x01(\x0b\x32\x14.tessera.v1.Progress\x12\x10\n\x08log_path\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x13\n\x0bgpu_indices\x18\n \x03(\x05\"\xc6\x01\n\nNodeStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12,\n\tinventory\x18\x03 \x01(\x0b\x32\x19.tessera.v1.NodeInventory\x12)\n\x07workers\x18\x04 \x03(\x0b\x32\x18.tessera.v1.WorkerStatus\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\x12\x15\n\ragent_version\x18\x06 \x01(\t\x12\x14\n\x0c\x61gent_commit\x18\t \x01(\t\"M\n\x0fRegisterRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x06status\x18\x02 \x01(\x0b\x32\x16.tessera.v1.NodeStatus\"\x9b\x01\n\x10RegisterResponse\x12\x18\n\x10\x63ontroller_epoch\x18\x01 \x01(\x03\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\"\n\x1aheartbeat_interval_seconds\x18\x03 \x01(\x01\x12\x15\n\rfence_seconds\x18\x04 \x01(\x01\x12\x1b\n\x13\x66\x65nce_grace_seconds\x18\x05 \x01(\x01\"T\n\x10HeartbeatRequest\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.tessera.v1.NodeStatus\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\"A\n\x11HeartbeatResponse\x12\x12\n\nreregister\x18\x01 \x01(\x08\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\"\xd3\x03\n\rLaunchRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x12\n\nworld_size\x18\x05 \x01(\x05\x12)\n\x05ranks\x18\x06 \x03(\x0b\x32\x1a.tessera.v1.RankAssignment\x12\x12\n\nrendezvous\x18\x07 \x01(\t\x12\x1e\n\x04plan\x18\x08 \x01(\x0b\x32\x10.tessera.v1.Plan\x12\x0c\n\x04\x61rgv\x18\t \x03(\t\x12/\n\x03\x65nv\x18\n \x03(\x0b\x32\".tessera.v1.LaunchRequest.EnvEntry\x12\x16\n\x0e\x63heckpoint_dir\x18\x0b \x01(\t\x12\x12\n\niterations\x18\x0c \x01(\x03\x12\x19\n\x11global_batch_size\x18\r \x01(\x03\x12$\n\x05model\x18\x0e \x01(\x0b\x32\x15.tessera.v1.ModelSpec\x12\x18\n\x10\x63heckpoint_every\x18\x0f \x01(\x03\x12\x0e\n\x06tenant\x18\x10 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"G\n\x0eRankAssignment\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nlocal_rank\x18\x02 \x01(\x05\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\"L\n\x0eLaunchResponse\x12\x0f\n\x07started\x18\x01 \x01(\x08\x12)\n\x07workers\x18\x02 \x03(\x0b\x32\x18.tessera.v1.WorkerStatus\"\x83\x01\n\x0bStopRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x15\n\rgrace_seconds\x18\x05 \x01(\x01\x12\x0e\n\x06reason\x18\x06 \x01(\t\"9\n\x0cStopResponse\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.tessera.v1.WorkerStatus\"K\n\x0c\x44rainRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\x12\r\n\x05\x64rain\x18\x03 \x01(\x08\"!\n\rDrainResponse\x12\x10\n\x08\x64raining\x18\x01 \x01(\x08\"m\n\x0eReadLogRequest\x12\x18\n\x10\x63ontroller_epoch\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x12\n\ntail_bytes\x18\x05 \x01(\x03\"-\n\x0fReadLogResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"n\n\x15ReportProgressRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12&\n\x08progress\x18\x04 \x01(\x0b\x32\x14.tessera.v1.Progress\"N\n\x16ReportProgressResponse\x12\x1c\n\x14\x63heckpoint_requested\x18\x01 \x01(\x08\x12\x16\n\x0estop_requested\x18\x02 \x01(\x08\x32\xa0\x01\n\rAgentRegistry\x12\x45\n\x08Register\x12\x1b.tessera.v1.RegisterRequest\x1a\x1c.tessera.v1.RegisterResponse\x12H\n\tHeartbeat\x12\x1c.tessera.v1.HeartbeatRequest\x1a\x1d.tessera.v1.HeartbeatResponse2\xe2\x02\n\tNodeAgent\x12?\n\x06Launch\x12\x19.tessera.v1.LaunchRequest\x1a\x1a.tessera.v1.LaunchResponse\x12\x39\n\x04Stop\x12\x17.tessera.v1.StopRequest\x1a\x18.tessera.v1.StopResponse\x12<\n\x05\x44rain\x12\x18.tessera.v1.DrainRequest\x1a\x19.tessera.v1.DrainResponse\x12\x42\n\x07ReadLog\x12\x1a.tessera.v1.ReadLogRequest\x1a\x1b.tessera.v1.ReadLogResponse\x12W\n\x0eReportProgress\x12!.tessera.v1.ReportProgressRequest\x1a\".tessera.v1.ReportProgressResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tessera/v1/agent.proto\x12\ntessera.v1\x1a\x17tessera/v1/common.proto\"\xe4\x01\n\x0cWorkerStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12&\n\x05state\x18\x04 \x01(\x0e\x32\x17.tessera.v1.WorkerState\x12\x0b\n\x03pid\x18\x05 \x01(\x05\x12\x11\n\texit_code\x18\x06 \x01(\x05\x12&\n\x08progress\x18\x07 \x01(\x0b\x32\x14.tessera.v1.Progress\x12\x10\n\x08log_path\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x13\n\x0bgpu_indices\x18\n \x03(\x05\"\xc6\x01\n\nNodeStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12,\n\tinventory\x18\x03 \x01(\x0b\x32\x19.tessera.v1.NodeInventory\x12)\n\x07workers\x18\x04 \x03(\x0b\x32\x18.tessera.v1.WorkerStatus\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\x12\x15\n\ragent_version\x18\x06 \x01(\t\x12\x14\n\x0c\x61gent_commit\x18\t \x01(\t\"M\n\x0fRegisterRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x06status\x18\x02 \x01(\x0b\x32\x16.tessera.v1.NodeStatus\"\x9b\x01\n\x10RegisterResponse\x12\x18\n\x10\x63ontroller_epoch\x18\x01 \x01(\x03\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\"\n\x1aheartbeat_interval_seconds\x18\x03 \x01(\x01\x12\x15\n\rfence_seconds\x18\x04 \x01(\x01\x12\x1b\n\x13\x66\x65nce_grace_seconds\x18\x05 \x01(\x01\"T\n\x10HeartbeatRequest\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.tessera.v1.NodeStatus\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\"A\n\x11HeartbeatResponse\x12\x12\n\nreregister\x18\x01 \x01(\x08\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\"\xe4\x03\n\rLaunchRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x12\n\nworld_size\x18\x05 \x01(\x05\x12)\n\x05ranks\x18\x06 \x03(\x0b\x32\x1a.tessera.v1.RankAssignment\x12\x12\n\nrendezvous\x18\x07 \x01(\t\x12\x1e\n\x04plan\x18\x08 \x01(\x0b\x32\x10.tessera.v1.Plan\x12\x0c\n\x04\x61rgv\x18\t \x03(\t\x12/\n\x03\x65nv\x18\n \x03(\x0b\x32\".tessera.v1.LaunchRequest.EnvEntry\x12\x16\n\x0e\x63heckpoint_dir\x18\x0b \x01(\t\x12\x12\n\niterations\x18\x0c \x01(\x03\x12\x19\n\x11global_batch_size\x18\r \x01(\x03\x12$\n\x05model\x18\x0e \x01(\x0b\x32\x15.tessera.v1.ModelSpec\x12\x18\n\x10\x63heckpoint_every\x18\x0f \x01(\x03\x12\x0e\n\x06tenant\x18\x10 \x01(\t\x12\x0f\n\x07workdir\x18\x14 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"G\n\x0eRankAssignment\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nlocal_rank\x18\x02 \x01(\x05\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\"L\n\x0eLaunchResponse\x12\x0f\n\x07started\x18\x01 \x01(\x08\x12)\n\x07workers\x18\x02 \x03(\x0b\x32\x18.tessera.v1.WorkerStatus\"\x83\x01\n\x0bStopRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x15\n\rgrace_seconds\x18\x05 \x01(\x01\x12\x0e\n\x06reason\x18\x06 \x01(\t\"9\n\x0cStopResponse\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.tessera.v1.WorkerStatus\"K\n\x0c\x44rainRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\x12\r\n\x05\x64rain\x18\x03 \x01(\x08\"!\n\rDrainResponse\x12\x10\n\x08\x64raining\x18\x01 \x01(\x08\"\x92\x01\n\x0eReadLogRequest\x12\x18\n\x10\x63ontroller_epoch\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x12\n\ntail_bytes\x18\x05 \x01(\x03\x12\x13\n\x0b\x66rom_offset\x18\x06 \x01(\x08\x12\x0e\n\x06offset\x18\x07 \x01(\x03\"K\n\x0fReadLogResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x04 \x01(\x03\"n\n\x15ReportProgressRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12&\n\x08progress\x18\x04 \x01(\x0b\x32\x14.tessera.v1.Progress\"N\n\x16ReportProgressResponse\x12\x1c\n\x14\x63heckpoint_requested\x18\x01 \x01(\x08\x12\x16\n\x0estop_requested\x18\x02 \x01(\x08\x32\xa0\x01\n\rAgentRegistry\x12\x45\n\x08Register\x12\x1b.tessera.v1.RegisterRequest\x1a\x1c.tessera.v1.RegisterResponse\x12H\n\tHeartbeat\x12\x1c.tessera.v1.HeartbeatRequest\x1a\x1d.tessera.v1.HeartbeatResponse2\xe2\x02\n\tNodeAgent\x12?\n\x06Launch\x12\x19.tessera.v1.LaunchRequest\x1a\x1a.tessera.v1.LaunchResponse\x12\x39\n\x04Stop\x12\x17.tessera.v1.StopRequest\x1a\x18.tessera.v1.StopResponse\x12<\n\x05\x44rain\x12\x18.tessera.v1.DrainRequest\x1a\x19.tessera.v1.DrainResponse\x12\x42\n\x07ReadLog\x12\x1a.tessera.v1.ReadLogRequest\x1a\x1b.tessera.v1.ReadLogResponse\x12W\n\x0eReportProgress\x12!.tessera.v1.ReportProgressRequest\x1a\".tessera.v1.ReportProgressResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,31 +47,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEATRESPONSE']._serialized_start=818
   _globals['_HEARTBEATRESPONSE']._serialized_end=883
   _globals['_LAUNCHREQUEST']._serialized_start=886
-  _globals['_LAUNCHREQUEST']._serialized_end=1353
-  _globals['_LAUNCHREQUEST_ENVENTRY']._serialized_start=1311
-  _globals['_LAUNCHREQUEST_ENVENTRY']._serialized_end=1353
-  _globals['_RANKASSIGNMENT']._serialized_start=1355
-  _globals['_RANKASSIGNMENT']._serialized_end=1426
-  _globals['_LAUNCHRESPONSE']._serialized_start=1428
-  _globals['_LAUNCHRESPONSE']._serialized_end=1504
-  _globals['_STOPREQUEST']._serialized_start=1507
-  _globals['_STOPREQUEST']._serialized_end=1638
-  _globals['_STOPRESPONSE']._serialized_start=1640
-  _globals['_STOPRESPONSE']._serialized_end=1697
-  _globals['_DRAINREQUEST']._serialized_start=1699
-  _globals['_DRAINREQUEST']._serialized_end=1774
-  _globals['_DRAINRESPONSE']._serialized_start=1776
-  _globals['_DRAINRESPONSE']._serialized_end=1809
-  _globals['_READLOGREQUEST']._serialized_start=1811
-  _globals['_READLOGREQUEST']._serialized_end=1920
-  _globals['_READLOGRESPONSE']._serialized_start=1922
-  _globals['_READLOGRESPONSE']._serialized_end=1967
-  _globals['_REPORTPROGRESSREQUEST']._serialized_start=1969
-  _globals['_REPORTPROGRESSREQUEST']._serialized_end=2079
-  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=2081
-  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=2159
-  _globals['_AGENTREGISTRY']._serialized_start=2162
-  _globals['_AGENTREGISTRY']._serialized_end=2322
-  _globals['_NODEAGENT']._serialized_start=2325
-  _globals['_NODEAGENT']._serialized_end=2679
+  _globals['_LAUNCHREQUEST']._serialized_end=1370
+  _globals['_LAUNCHREQUEST_ENVENTRY']._serialized_start=1328
+  _globals['_LAUNCHREQUEST_ENVENTRY']._serialized_end=1370
+  _globals['_RANKASSIGNMENT']._serialized_start=1372
+  _globals['_RANKASSIGNMENT']._serialized_end=1443
+  _globals['_LAUNCHRESPONSE']._serialized_start=1445
+  _globals['_LAUNCHRESPONSE']._serialized_end=1521
+  _globals['_STOPREQUEST']._serialized_start=1524
+  _globals['_STOPREQUEST']._serialized_end=1655
+  _globals['_STOPRESPONSE']._serialized_start=1657
+  _globals['_STOPRESPONSE']._serialized_end=1714
+  _globals['_DRAINREQUEST']._serialized_start=1716
+  _globals['_DRAINREQUEST']._serialized_end=1791
+  _globals['_DRAINRESPONSE']._serialized_start=1793
+  _globals['_DRAINRESPONSE']._serialized_end=1826
+  _globals['_READLOGREQUEST']._serialized_start=1829
+  _globals['_READLOGREQUEST']._serialized_end=1975
+  _globals['_READLOGRESPONSE']._serialized_start=1977
+  _globals['_READLOGRESPONSE']._serialized_end=2052
+  _globals['_REPORTPROGRESSREQUEST']._serialized_start=2054
+  _globals['_REPORTPROGRESSREQUEST']._serialized_end=2164
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=2166
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=2244
+  _globals['_AGENTREGISTRY']._serialized_start=2247
+  _globals['_AGENTREGISTRY']._serialized_end=2407
+  _globals['_NODEAGENT']._serialized_start=2410
+  _globals['_NODEAGENT']._serialized_end=2764
 # @@protoc_insertion_point(module_scope)

@@ -88,7 +88,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, reregister: _Optional[bool] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class LaunchRequest(_message.Message):
-    __slots__ = ("request_id", "controller_epoch", "job_id", "attempt", "world_size", "ranks", "rendezvous", "plan", "argv", "env", "checkpoint_dir", "iterations", "global_batch_size", "model", "checkpoint_every", "tenant")
+    __slots__ = ("request_id", "controller_epoch", "job_id", "attempt", "world_size", "ranks", "rendezvous", "plan", "argv", "env", "checkpoint_dir", "iterations", "global_batch_size", "model", "checkpoint_every", "tenant", "workdir")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,7 @@ class LaunchRequest(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     controller_epoch: int
     job_id: str
@@ -128,7 +129,8 @@ class LaunchRequest(_message.Message):
     model: _common_pb2.ModelSpec
     checkpoint_every: int
     tenant: str
-    def __init__(self, request_id: _Optional[str] = ..., controller_epoch: _Optional[int] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankAssignment, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_dir: _Optional[str] = ..., iterations: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., checkpoint_every: _Optional[int] = ..., tenant: _Optional[str] = ...) -> None: ...
+    workdir: str
+    def __init__(self, request_id: _Optional[str] = ..., controller_epoch: _Optional[int] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankAssignment, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_dir: _Optional[str] = ..., iterations: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., checkpoint_every: _Optional[int] = ..., tenant: _Optional[str] = ..., workdir: _Optional[str] = ...) -> None: ...
 
 class RankAssignment(_message.Message):
     __slots__ = ("rank", "local_rank", "gpu_indices")
@@ -187,26 +189,34 @@ class DrainResponse(_message.Message):
     def __init__(self, draining: _Optional[bool] = ...) -> None: ...
 
 class ReadLogRequest(_message.Message):
-    __slots__ = ("controller_epoch", "job_id", "attempt", "rank", "tail_bytes")
+    __slots__ = ("controller_epoch", "job_id", "attempt", "rank", "tail_bytes", "from_offset", "offset")
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     TAIL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     controller_epoch: int
     job_id: str
     attempt: int
     rank: int
     tail_bytes: int
-    def __init__(self, controller_epoch: _Optional[int] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., tail_bytes: _Optional[int] = ...) -> None: ...
+    from_offset: bool
+    offset: int
+    def __init__(self, controller_epoch: _Optional[int] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., tail_bytes: _Optional[int] = ..., from_offset: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ReadLogResponse(_message.Message):
-    __slots__ = ("path", "data")
+    __slots__ = ("path", "data", "offset", "size")
     PATH_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
     path: str
     data: bytes
-    def __init__(self, path: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+    offset: int
+    size: int
+    def __init__(self, path: _Optional[str] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
 class ReportProgressRequest(_message.Message):
     __slots__ = ("job_id", "attempt", "rank", "progress")

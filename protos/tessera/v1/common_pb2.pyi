@@ -350,7 +350,7 @@ class ResourceHint(_message.Message):
     def __init__(self, gpus: _Optional[int] = ..., gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan", "objective", "slo")
+    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan", "objective", "slo", "workdir", "max_runtime_seconds")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -373,6 +373,8 @@ class JobSpec(_message.Message):
     PLAN_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
     SLO_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: ModelSpec
@@ -388,7 +390,9 @@ class JobSpec(_message.Message):
     plan: ExecutionPlan
     objective: Objective
     slo: Slo
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ...) -> None: ...
+    workdir: str
+    max_runtime_seconds: int
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ..., workdir: _Optional[str] = ..., max_runtime_seconds: _Optional[int] = ...) -> None: ...
 
 class Launcher(_message.Message):
     __slots__ = ("name", "argv", "per_node", "head_argv")

@@ -218,3 +218,57 @@ class WhoAmIResponse(_message.Message):
     tenant: str
     role: str
     def __init__(self, principal: _Optional[str] = ..., tenant: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class JobUpdate(_message.Message):
+    __slots__ = ("job", "events", "removed", "batch_end")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_END_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    events: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobEvent]
+    removed: bool
+    batch_end: bool
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., removed: _Optional[bool] = ..., batch_end: _Optional[bool] = ...) -> None: ...
+
+class WatchJobsRequest(_message.Message):
+    __slots__ = ("states", "tenant")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
+    tenant: str
+    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class StreamJobLogsRequest(_message.Message):
+    __slots__ = ("job_id", "rank", "all_ranks", "attempt", "tail_lines", "follow")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ALL_RANKS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank: int
+    all_ranks: bool
+    attempt: int
+    tail_lines: int
+    follow: bool
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., all_ranks: _Optional[bool] = ..., attempt: _Optional[int] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class LogLines(_message.Message):
+    __slots__ = ("rank", "attempt", "node_id", "lines")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    attempt: int
+    node_id: str
+    lines: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, rank: _Optional[int] = ..., attempt: _Optional[int] = ..., node_id: _Optional[str] = ..., lines: _Optional[_Iterable[bytes]] = ...) -> None: ...

@@ -91,6 +91,21 @@ class ControllerStub:
                 request_serializer=tessera_dot_v1_dot_controller__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=tessera_dot_v1_dot_controller__pb2.WhoAmIResponse.FromString,
                 _registered_method=True)
+        self.WatchJob = channel.unary_stream(
+                '/tessera.v1.Controller/WatchJob',
+                request_serializer=tessera_dot_v1_dot_controller__pb2.WatchJobRequest.SerializeToString,
+                response_deserializer=tessera_dot_v1_dot_controller__pb2.JobUpdate.FromString,
+                _registered_method=True)
+        self.WatchJobs = channel.unary_stream(
+                '/tessera.v1.Controller/WatchJobs',
+                request_serializer=tessera_dot_v1_dot_controller__pb2.WatchJobsRequest.SerializeToString,
+                response_deserializer=tessera_dot_v1_dot_controller__pb2.JobUpdate.FromString,
+                _registered_method=True)
+        self.StreamJobLogs = channel.unary_stream(
+                '/tessera.v1.Controller/StreamJobLogs',
+                request_serializer=tessera_dot_v1_dot_controller__pb2.StreamJobLogsRequest.SerializeToString,
+                response_deserializer=tessera_dot_v1_dot_controller__pb2.LogLines.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -122,7 +137,9 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchJobEvents(self, request, context):
-        """Replays the job's events from after_seq, then streams new ones until the job ends.
+        """Replays the job's events from after_seq, then streams new ones until the job ends; while the
+        job runs, each new progress report of rank 0 comes as a PROGRESS event too (not stored: its seq
+        is the last stored event's).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -162,6 +179,31 @@ class ControllerServicer:
 
     def WhoAmI(self, request, context):
         """The caller's identity as the controller sees it: tenant and role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJob(self, request, context):
+        """--- opsjobs
+        One job as it changes: the job (state, reason, progress) and its new events, pushed on every
+        change of either (progress reports included) until the job ends; the last update is the ended job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJobs(self, request, context):
+        """The jobs of a list as they change: the whole list first (then batch_end), then each job whose
+        state, reason or progress changed, and jobs that left the list (removed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamJobLogs(self, request, context):
+        """A job's worker logs as whole lines, of one rank or all: the last tail_lines, then (follow) new
+        lines as they are written, until the job ends.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -224,6 +266,21 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=tessera_dot_v1_dot_controller__pb2.WhoAmIRequest.FromString,
                     response_serializer=tessera_dot_v1_dot_controller__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'WatchJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJob,
+                    request_deserializer=tessera_dot_v1_dot_controller__pb2.WatchJobRequest.FromString,
+                    response_serializer=tessera_dot_v1_dot_controller__pb2.JobUpdate.SerializeToString,
+            ),
+            'WatchJobs': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJobs,
+                    request_deserializer=tessera_dot_v1_dot_controller__pb2.WatchJobsRequest.FromString,
+                    response_serializer=tessera_dot_v1_dot_controller__pb2.JobUpdate.SerializeToString,
+            ),
+            'StreamJobLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamJobLogs,
+                    request_deserializer=tessera_dot_v1_dot_controller__pb2.StreamJobLogsRequest.FromString,
+                    response_serializer=tessera_dot_v1_dot_controller__pb2.LogLines.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -524,6 +581,87 @@ class Controller:
             '/tessera.v1.Controller/WhoAmI',
             tessera_dot_v1_dot_controller__pb2.WhoAmIRequest.SerializeToString,
             tessera_dot_v1_dot_controller__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tessera.v1.Controller/WatchJob',
+            tessera_dot_v1_dot_controller__pb2.WatchJobRequest.SerializeToString,
+            tessera_dot_v1_dot_controller__pb2.JobUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tessera.v1.Controller/WatchJobs',
+            tessera_dot_v1_dot_controller__pb2.WatchJobsRequest.SerializeToString,
+            tessera_dot_v1_dot_controller__pb2.JobUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tessera.v1.Controller/StreamJobLogs',
+            tessera_dot_v1_dot_controller__pb2.StreamJobLogsRequest.SerializeToString,
+            tessera_dot_v1_dot_controller__pb2.LogLines.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,257 @@
+"""tessctl wait, submit --wait, logs and the job watches, over the controller's streams (docs/cli.md).
+
+Everything here reads server-streaming RPCs (WatchJob, WatchJobs, StreamJobLogs): the controller
+pushes a job's state changes, events and progress reports as they happen; nothing polls.
+
+Exit status of `wait`, `submit --wait` and `get jobs ID --watch` (the job's end as a number):
+  0    the job SUCCEEDED (with --for done: the job ended, however)
+  1    the job FAILED (or tessctl itself failed: the message on stderr says which)
+  4    the job was CANCELLED
+  124  --timeout passed first (the job goes on)
+  130  interrupted (Ctrl-C; the job goes on)
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+from tessera.clients import output
+from tessera.clients.sdk import Client, RpcError
+from tessera.common.durations import format_duration
+from tessera.common.errors import InvalidInput
+from tessera.v1 import common_pb2, controller_pb2
+
+P = common_pb2
+EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_TIMEOUT = 0, 1, 4, 124
+TERMINAL = (P.JOB_STATE_SUCCEEDED, P.JOB_STATE_FAILED, P.JOB_STATE_CANCELLED)
+# How long a watch keeps reopening while the controller is unreachable (a restart takes seconds).
+RECONNECT_S = 30.0
+BAR_WIDTH = 24
+PIPE_EVERY_S = 10.0  # piped progress lines, at most one this often
+
+
+def add_arguments(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`tessctl wait`."""
+    p = command(sub, "wait", cmd_wait, "wait for a job to end, showing its state changes and progress "
+                                       "(--timeout DURATION: give up after that long, exit 124)")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--for", dest="wait_for", choices=("succeeded", "done"), default="succeeded",
+                   help="succeeded: exit 0 only if the job succeeds (default); done: exit 0 once it ends at all")
+
+
+def cmd_wait(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    # The global --timeout (a duration here) is how long to wait; each call's deadline is its default.
+    limit = getattr(args, "timeout", None)
+    return follow_job(client, args.id, out, args.wait_for, limit, quiet=args.output == "json")
+
+
+def end_code(state: int, wait_for: str = "succeeded") -> int:
+    """The exit status of a job that ended in `state` (module docstring)."""
+    if state == P.JOB_STATE_SUCCEEDED or (wait_for == "done" and state in TERMINAL):
+        return EXIT_OK
+    return EXIT_CANCELLED if state == P.JOB_STATE_CANCELLED else EXIT_FAILED
+
+
+def state_name(state: int) -> str:
+    return P.JobState.Name(state).removeprefix("JOB_STATE_")
+
+
+def progress_text(job: controller_pb2.Job) -> str:
+    """Iteration (of the total), loss, rate and ETA of the job's last report; "" before any."""
+    if not job.HasField("progress"):
+        return ""
+    p, total = job.progress, job.spec.iterations
+    parts = [f"{p.iteration}/{total} ({100 * p.iteration / total:.0f}%)" if total else f"iteration {p.iteration}"]
+    if p.loss:
+        parts.append(f"loss {p.loss:.4g}")
+    if p.step_time_seconds > 0:
+        rate = 1.0 / p.step_time_seconds
+        parts.append(f"{rate:.3g} it/s")
+        if total and p.iteration < total:
+            parts.append(f"ETA {format_duration(max(1.0, (total - p.iteration) / rate))}")
+    return "  ".join(parts)
+
+
+def bar(job: controller_pb2.Job) -> str:
+    total = job.spec.iterations
+    if not total or not job.HasField("progress"):
+        return ""
+    done = min(BAR_WIDTH, int(BAR_WIDTH * job.progress.iteration / total))
+    return "[" + "#" * done + "." * (BAR_WIDTH - done) + "] "
+
+
+class Printer:
+    """State changes and events as lines; progress as a bar redrawn in place on a terminal, as a
+    plain line when piped: at most one every PIPE_EVERY_S (a log of a days-long job stays short),
+    and the latest report before any other line, so the last progress always shows."""
+
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.clock = clock
+        self.bar_shown = False
+        self.last_progress = ""
+        self.held = ""  # a piped progress line not printed yet
+        self.printed_at: float | None = None
+
+    def line(self, text: str) -> None:
+        self._flush_held()
+        self._write(text)
+
+    def _write(self, text: str) -> None:
+        if self.bar_shown:
+            self.out.write("\r\x1b[K")
+            self.bar_shown = False
+        self.out.write(output.safe(text) + "\n")
+        self.out.flush()
+
+    def progress(self, job: controller_pb2.Job) -> None:
+        text = progress_text(job)
+        if not text or text == self.last_progress:
+            return
+        self.last_progress = text
+        if self.tty:
+            self.out.write("\r\x1b[K" + bar(job) + output.safe(text))
+            self.out.flush()
+            self.bar_shown = True
+            return
+        now = self.clock()
+        self.held = f"{job.id} progress: {text}"
+        if self.printed_at is None or now - self.printed_at >= PIPE_EVERY_S:
+            self.printed_at = now
+            self._flush_held()
+
+    def _flush_held(self) -> None:
+        held, self.held = self.held, ""
+        if held:
+            self._write(held)
+
+    def close(self) -> None:
+        self._flush_held()
+        if self.bar_shown:
+            self.out.write("\n")
+            self.out.flush()
+            self.bar_shown = False
+
+
+def updates(client: Client, job_id: str, deadline: float | None) -> Iterator[controller_pb2.JobUpdate]:
+    """WatchJob's updates, reopened after a broken stream (a controller restart, a leader change)."""
+    down_since: float | None = None
+    while True:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise RpcError("DEADLINE_EXCEEDED", f"job {job_id} did not end in time")
+        try:
+            for update in client.watch_job(job_id, timeout=remaining):
+                down_since = None
+                yield update
+            return
+        except RpcError as exc:
+            if exc.code != "UNAVAILABLE":
+                raise
+            now = time.monotonic()
+            down_since = down_since or now
+            if now - down_since > RECONNECT_S:
+                raise
+            time.sleep(0.5)
+
+
+def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succeeded",
+               timeout: float | None = None, quiet: bool = False) -> int:
+    """Print the job's state changes, events and progress until it ends; its exit status."""
+    printer = Printer(out if not quiet else io.StringIO())  # quiet: only the ended job
+    deadline = None if timeout is None else time.monotonic() + timeout
+    seen_seq, state, job = 0, 0, controller_pb2.Job()
+    try:
+        for update in updates(client, job_id, deadline):
+            job = update.job
+            for e in update.events:
+                if e.seq <= seen_seq:
+                    continue  # resent after a reopened stream
+                seen_seq = e.seq
+                if e.kind != "PROGRESS":
+                    printer.line(f"{time.strftime('%H:%M:%S', time.localtime(e.time))} {job_id} {e.kind}: {e.message}")
+            printer.progress(job)  # before the state: the last report shows before SUCCEEDED
+            if job.state != state:
+                state = job.state
+                why = f": {job.reason}" if job.reason else ""
+                printer.line(f"{job_id} {state_name(state)}{why}")
+    except RpcError as exc:
+        printer.close()
+        if exc.code == "DEADLINE_EXCEEDED":
+            print(f"tessctl: timed out after {format_duration(timeout or 0)}: job {job_id} is "
+                  f"{state_name(state) if state else 'not ended'}", file=sys.stderr)
+            return EXIT_TIMEOUT
+        raise
+    printer.close()
+    if quiet:
+        out.write(output.dumps(output.to_dict(job), compact=True) + "\n")
+        out.flush()
+    return end_code(job.state, wait_for)
+
+
+def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    """`tessctl logs ID [--rank N | --all-ranks] [--tail N] [-f]`: whole lines from StreamJobLogs."""
+    all_ranks = args.all_ranks
+    if all_ranks and args.rank:
+        raise InvalidInput("give --rank or --all-ranks, not both")
+    stream = client.stream_logs(args.id, rank=args.rank, all_ranks=all_ranks, attempt=args.attempt,
+                                tail_lines=args.tail, follow=args.follow)
+    attempt = 0
+    for msg in stream:
+        if msg.attempt != attempt and attempt:
+            print(f"tessctl: attempt {msg.attempt} started", file=sys.stderr)
+        attempt = msg.attempt
+        for line in msg.lines:
+            if args.output == "json":
+                rec = {"rank": msg.rank, "attempt": msg.attempt, "node_id": msg.node_id,
+                       "line": line.decode("utf-8", errors="replace")}
+                out.write(json.dumps(rec) + "\n")
+            else:
+                prefix = f"[rank {msg.rank}] ".encode() if all_ranks else b""
+                # The reference trainer prefixes its own lines when it runs several ranks: once is enough.
+                _write(out, (b"" if line.startswith(prefix) else prefix) + line + b"\n")
+        out.flush()
+    return 0
+
+
+def _write(out: TextIO, data: bytes) -> None:
+    buf = getattr(out, "buffer", None)
+    if buf is not None:
+        out.flush()
+        buf.write(data)
+        buf.flush()
+    else:
+        out.write(data.decode("utf-8", errors="replace"))
+
+
+def watch_list(client: Client, states: list[int], tenant: str, render: Callable[..., None]) -> int:
+    """`get jobs --watch`: the table again after each batch of changes WatchJobs pushes."""
+    jobs: dict[str, controller_pb2.Job] = {}
+    first = True
+    for update in client.watch_jobs(states, tenant):
+        if update.batch_end:
+            listed = sorted(jobs.values(), key=lambda j: (j.submit_time, j.id))
+            render(listed, first=first, watching=True)
+            first = False
+        elif update.removed:
+            jobs.pop(update.job.id, None)
+        else:
+            jobs[update.job.id] = update.job
+    return 0
+
+
+def watch_one(client: Client, job_id: str, render: Callable[..., None]) -> int:
+    """`get jobs ID --watch`: the row again on every change until the job ends; the job's exit status."""
+    first, job = True, controller_pb2.Job()
+    for update in updates(client, job_id, None):
+        job = update.job
+        render([job], first=first, watching=True)
+        first = False
+    return end_code(job.state)

@@ -1,0 +1,184 @@
+"""StreamJobLogs: a job's worker logs as whole lines, tailed and followed through the agents.
+
+The controller reads each rank's log with the agent's ReadLog (the only peer that may: agents
+answer the controller's certificate only) and streams lines to the client:
+- the tail: the last N lines, never starting mid-line: the read grows (64 KiB, 512 KiB, 4 MiB)
+  until it holds N whole lines or reaches the log's start; a cut first line is dropped;
+- follow: reads from the byte after the last one read (ReadLog's offset), so nothing is read or
+  sent twice; a line still being written waits for its newline; a new attempt of the job is
+  followed from its start; the stream ends once the job has ended and its logs are read to the end.
+The service checks that the caller may read the job before this runs (controller/access.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+
+from tessera.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from tessera.controller.judging import processes
+from tessera.controller.launches import rank_node
+from tessera.controller.store import TERMINAL, JobRecord
+from tessera.controller.view import EngineView
+from tessera.v1 import agent_pb2, controller_pb2
+
+TAIL_READS = (64 * 1024, 512 * 1024, 4 * 1024 * 1024)  # the agent's largest read is 4 MiB
+FOLLOW_READ = 1024 * 1024
+MAX_TAIL_LINES = 1_000_000
+# Bytes of lines per message (the gRPC limit is far above; a client renders as they come).
+MESSAGE_BYTES = 1024 * 1024
+POLL_S = 0.5
+# all_ranks reads this many logs at most: a follow polls each one every POLL_S, and every read is a
+# call to an agent on the caller's behalf.
+MAX_ALL_RANKS = 256
+
+# (node_id, address, request) -> the agent's answer.
+ReadLog = Callable[[str, str, agent_pb2.ReadLogRequest], Awaitable[agent_pb2.ReadLogResponse]]
+
+
+@dataclass
+class _Cursor:
+    rank: int
+    node_id: str
+    offset: int = 0
+    partial: bytes = b""
+
+
+def check_request(req: controller_pb2.StreamJobLogsRequest) -> None:
+    if req.rank < 0 or req.attempt < 0:
+        raise InvalidArgument("rank, attempt", "must be >= 0")
+    if not 0 <= req.tail_lines <= MAX_TAIL_LINES:
+        raise InvalidArgument("tail_lines", f"must be between 0 (all) and {MAX_TAIL_LINES:,}")
+    if req.all_ranks and req.rank:
+        raise InvalidArgument("rank", "give a rank or all_ranks, not both")
+
+
+def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
+    """Whole lines (without newlines) and the unfinished rest."""
+    cut = data.rfind(b"\n")
+    if cut < 0:
+        return [], data
+    return data[:cut].split(b"\n"), data[cut + 1:]
+
+
+def batches(rank: int, attempt: int, node_id: str, lines: list[bytes]) -> list[controller_pb2.LogLines]:
+    out: list[controller_pb2.LogLines] = []
+    cur: list[bytes] = []
+    size = 0
+    for line in lines:
+        if cur and size + len(line) > MESSAGE_BYTES:
+            out.append(controller_pb2.LogLines(rank=rank, attempt=attempt, node_id=node_id, lines=cur))
+            cur, size = [], 0
+        cur.append(line)
+        size += len(line) + 2
+    if cur:
+        out.append(controller_pb2.LogLines(rank=rank, attempt=attempt, node_id=node_id, lines=cur))
+    return out
+
+
+class LogStream:
+    """One StreamJobLogs call. `read` calls an agent; `epoch` is the controller's."""
+
+    def __init__(self, view: EngineView, read: ReadLog, epoch: int, poll_s: float = POLL_S) -> None:
+        self.view, self.read, self.epoch, self.poll_s = view, read, epoch, poll_s
+
+    async def _read(self, job: JobRecord, attempt: int, c: _Cursor, n: int,
+                    offset: int | None) -> agent_pb2.ReadLogResponse | None:
+        """The agent's answer, or None when the log is not there (yet) or its node is not reachable."""
+        address = self.view.agent_address(c.node_id)
+        if address is None:
+            return None
+        req = agent_pb2.ReadLogRequest(controller_epoch=self.epoch, job_id=job.id, attempt=attempt, rank=c.rank,
+                                       tail_bytes=n, from_offset=offset is not None, offset=offset or 0)
+        try:
+            return await self.read(c.node_id, address, req)
+        except grpc.aio.AioRpcError as e:
+            if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
+                            grpc.StatusCode.DEADLINE_EXCEEDED):
+                return None
+            raise FailedPrecondition(f"cannot read the log of rank {c.rank} on {c.node_id}: "
+                                     f"{e.code().name}: {e.details()}") from None
+
+    async def _tail(self, job: JobRecord, attempt: int, c: _Cursor, n: int, strict: bool) -> list[bytes]:
+        """The last `n` whole lines (0: all the largest read holds); the cursor moves past them."""
+        resp = None
+        lines: list[bytes] = []
+        for size in TAIL_READS if n else TAIL_READS[-1:]:
+            resp = await self._read(job, attempt, c, size, None)
+            if resp is None:
+                if strict:
+                    raise NotFound(f"no log of rank {c.rank} attempt {attempt} on node {c.node_id} (not started, "
+                                   "removed, or the node is not reachable)")
+                return []
+            lines, c.partial = split_lines(resp.data)
+            if resp.offset > 0 and lines:
+                lines = lines[1:]  # cut by the read: not a whole line
+            if not n or len(lines) >= n or resp.offset == 0:
+                break
+        assert resp is not None
+        c.offset = resp.offset + len(resp.data)
+        return lines[-n:] if n else lines
+
+    async def _follow(self, job: JobRecord, attempt: int, c: _Cursor) -> list[bytes]:
+        resp = await self._read(job, attempt, c, FOLLOW_READ, c.offset)
+        if resp is None or not resp.data:
+            return []
+        c.offset = resp.offset + len(resp.data)
+        lines, c.partial = split_lines(c.partial + resp.data)
+        return lines
+
+    def _cursors(self, job: JobRecord, req: controller_pb2.StreamJobLogsRequest) -> list[_Cursor]:
+        world = processes(job)
+        if req.all_ranks and world > MAX_ALL_RANKS:
+            raise InvalidArgument("all_ranks", f"job {job.id} has {world} ranks; all_ranks reads at most "
+                                               f"{MAX_ALL_RANKS} logs: name a rank")
+        ranks = list(range(world)) if req.all_ranks else [req.rank]
+        out = []
+        for r in ranks:
+            node = rank_node(job, r)
+            if node is None or r >= world:
+                raise InvalidArgument("rank", f"job {job.id} has no rank {r} (ranks 0..{world - 1})")
+            out.append(_Cursor(r, node))
+        return out
+
+    async def stream(self, job_id: str, req: controller_pb2.StreamJobLogsRequest) -> AsyncIterator[controller_pb2.LogLines]:
+        check_request(req)
+        job = self.view.get(job_id)
+        while job.placement is None or not job.placement.slices or job.plan is None:
+            if not req.follow or job.state in TERMINAL:
+                raise FailedPrecondition(f"job {job.id} has not been placed yet")
+            await self.view.wait_changed(self.poll_s * 10)
+            job = self.view.get(job_id)
+        attempt = req.attempt or job.attempt
+        cursors = self._cursors(job, req)
+        for c in cursors:
+            lines = await self._tail(job, attempt, c, req.tail_lines, strict=not req.follow and not req.all_ranks)
+            if not req.follow and c.partial:
+                lines.append(c.partial)  # the log as it is now, its last line unfinished
+            for msg in batches(c.rank, attempt, c.node_id, lines):
+                yield msg
+        if not req.follow:
+            return
+        while True:
+            ended = job.state in TERMINAL  # read before the last read: what it wrote is in there
+            got = False
+            for c in cursors:
+                lines = await self._follow(job, attempt, c)
+                got = got or bool(lines)
+                for msg in batches(c.rank, attempt, c.node_id, lines):
+                    yield msg
+            if ended and not got:
+                for c in cursors:  # what the workers left without a newline
+                    if c.partial:
+                        yield controller_pb2.LogLines(rank=c.rank, attempt=attempt, node_id=c.node_id,
+                                                      lines=[c.partial])
+                return
+            job = self.view.get(job_id)
+            if not req.attempt and job.attempt != attempt and job.placement is not None and job.plan is not None:
+                attempt, cursors = job.attempt, self._cursors(job, req)  # a new attempt: from its start
+                continue
+            if not got:
+                await asyncio.sleep(self.poll_s)

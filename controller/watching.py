@@ -1,0 +1,100 @@
+"""Server-streaming watches of the Controller API: one job as it changes (WatchJob), and a list of
+jobs as it changes (WatchJobs).
+
+Both are driven by the engine's change notification (EngineView.wait_changed: every stored job
+change, and the liveness pass that folds heartbeats, progress reports included, into the live
+state), never by a client polling: an update goes out only when what the caller sees changed. The
+service checks who may watch what before these run (controller/access.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+
+from tessera.controller.convert import event_pb, job_pb
+from tessera.controller.listing import _listed
+from tessera.controller.store import TERMINAL
+from tessera.controller.view import EngineView
+from tessera.v1 import common_pb2, controller_pb2
+
+# The longest a watch sleeps without looking (a missed notification costs at most this).
+IDLE_S = 5.0
+
+
+def progress_event(job_id: str, seq: int, p: common_pb2.Progress, iterations: int) -> common_pb2.JobEvent:
+    """A PROGRESS event of a report (not stored: `seq` is the last stored event's, so a client that
+    resumes after it loses nothing)."""
+    text = f"iteration {p.iteration}" + (f"/{iterations}" if iterations else "")
+    if p.loss:
+        text += f" loss {p.loss:.4g}"
+    if p.step_time_seconds > 0:
+        text += f" step {p.step_time_seconds:.3g}s"
+    return common_pb2.JobEvent(seq=seq, job_id=job_id, time=p.time, kind="PROGRESS", message=text)
+
+
+async def watch_events(view: EngineView, job_id: str, after_seq: int,
+                       idle_s: float = IDLE_S) -> AsyncIterator[common_pb2.JobEvent]:
+    """WatchJobEvents: the stored events after `after_seq`, then new ones, and a PROGRESS event for
+    each new report of rank 0 while the job is active; ends when the job has ended."""
+    seq = after_seq
+    last: common_pb2.Progress | None = None
+    while True:
+        rec = view.get(job_id)
+        events = view.events(job_id, seq)
+        for e in events:
+            seq = e.seq
+            yield event_pb(e)
+        prog = view.progress(job_id)
+        if prog is not None and rec.state not in TERMINAL and prog != last:
+            last = prog
+            yield progress_event(job_id, seq, prog, rec.spec.iterations)
+        if not events and rec.state in TERMINAL:
+            return
+        await view.wait_changed(idle_s)
+
+
+async def watch_job(view: EngineView, job_id: str, idle_s: float = IDLE_S) -> AsyncIterator[controller_pb2.JobUpdate]:
+    """The job now (with its events so far), then an update each time its state, reason, progress or
+    events change; ends after the update that shows it ended."""
+    seq = 0
+    last = b""
+    while True:
+        rec = view.get(job_id)
+        events = view.events(job_id, seq)
+        job = job_pb(rec, view.progress(job_id))
+        key = job.SerializeToString(deterministic=True)
+        if events or key != last:
+            last = key
+            if events:
+                seq = events[-1].seq
+            yield controller_pb2.JobUpdate(job=job, events=[event_pb(e) for e in events])
+        if rec.state in TERMINAL:
+            return
+        await view.wait_changed(idle_s)
+
+
+async def watch_jobs(view: EngineView, states: Iterable[int], tenant: str,
+                     idle_s: float = IDLE_S) -> AsyncIterator[controller_pb2.JobUpdate]:
+    """The jobs of `tenant` ("" = all the caller may see: the service has scoped it) in `states`
+    (all when empty): each one first, then batch_end; after every change, the jobs that changed,
+    those that left the list (removed), then batch_end. Never ends by itself."""
+    wanted = list(states)
+    sent: dict[str, bytes] = {}
+    first = True
+    while True:
+        now: dict[str, bytes] = {}
+        out: list[controller_pb2.JobUpdate] = []
+        for rec in view.jobs(wanted, tenant):
+            job = _listed(job_pb(rec, view.progress(rec.id)))
+            key = job.SerializeToString(deterministic=True)
+            now[rec.id] = key
+            if sent.get(rec.id) != key:
+                out.append(controller_pb2.JobUpdate(job=job))
+        for gone in sorted(sent.keys() - now.keys()):
+            out.append(controller_pb2.JobUpdate(job=controller_pb2.Job(id=gone), removed=True))
+        for update in out:
+            yield update
+        if out or first:
+            yield controller_pb2.JobUpdate(batch_end=True)
+        sent, first = now, False
+        await view.wait_changed(idle_s)
