@@ -162,6 +162,9 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
                 after = events[-1].seq if events else after
                 last = key
                 yield controller_pb2.JobUpdate(job=job, events=events)
+                # The job may have changed (even ended) while this handler waited at the yield:
+                # look again before waiting, or that change would go unsent.
+                continue
             if job.state in (S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED):
                 return
             async with self.changed:
