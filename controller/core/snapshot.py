@@ -129,6 +129,12 @@ class JobView:
     # < 0 = its deadline has passed; common/objective.py slo_seconds).
     objective: Objective = field(default_factory=lambda: Objective.DEFAULT)
     slo_s: float = 0.0
+    # Guaranteed jobs: when the tenants' admission (controller/core/quotas.py) first admitted it
+    # within its tenant's quota (same clock as Snapshot.now; the caller's record of
+    # RoundPlan.admitted): its SLA clock s_j. None = not recorded: a running guaranteed job then
+    # counts as admitted unless its RunningView is opportunistic (a borrower over quota), and
+    # its slack is counted from submit_time (docs/tenants.md).
+    admitted_at: float | None = None
 
     @property
     def key(self) -> str:
