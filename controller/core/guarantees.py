@@ -8,10 +8,11 @@ jobs "use free cluster resources opportunistically, and can be preempted anytime
 
 The layer, with tenants configured (Snapshot.tenants not empty; without them `plan_round` never
 calls it and nothing changes):
-1. admission (controller/core/quotas.py): running guaranteed jobs keep their charge, pending ones
-   are admitted in queue order while their promise fits what is left of their tenant's quota;
-   those over quota are hidden from the policy and wait with a reason naming the tenant, the
-   type, the quota and the use;
+1. admission (controller/core/quotas.py with admission.py's sizer): running guaranteed jobs keep
+   their charge (minRes), pending ones are admitted shortest promise first (a starvation bound
+   aside) while their minRes fits what is left of their tenant's quota and can be laid out beside
+   the admitted guaranteed jobs; the others are hidden from the policy (or, with borrowing, shown
+   as best-effort) and wait with a reason naming the tenant, the type, the quota and the use;
 2. the policy plans the round as always (it sees the admitted jobs and their promises in
    `RoundContext.guaranteed`);
 3. repair (`Guard`, two phases): every admitted job whose decision breaks its promise (left

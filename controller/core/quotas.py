@@ -22,10 +22,12 @@ With a `Sizer` (what `plan_round` passes: controller/core/admission.py builds it
 estimates), three rules replace the plain ones (docs/tenants.md, "Admission with a sizer"):
 - charge = minRes: Morphling Sec. 5, "We consider the quota usage of each job as its minimum
   demand": the fewest GPUs whose best plan is at least as fast as the promise;
-- order: the pending ones (and the borrowers: guaranteed jobs running as best-effort while over
-  quota, never admitted) shortest promise first (remaining iterations x t_P), except that a job
-  waiting longer than `starve_s` goes first, in queue order, and, if it does not fit, no job
-  behind it of its tenant is admitted that round (the bound against starvation);
+- order: first the pending jobs admitted in an earlier round and not placed yet
+  (`JobView.admitted_at` set: their SLA clock runs; never refused for their layout); then those
+  waiting longer than `starve_s`, in queue order: one that does not fit stops its tenant's later
+  admissions that round (the bound against starvation); then the rest (with `borrow`, also the
+  borrowers: guaranteed jobs running as best-effort, never admitted) shortest promise first
+  (remaining iterations x t_P);
 - placement: a job is admitted only where its minRes can be laid out on the nodes beside the
   other admitted guaranteed jobs (the sizer's `reserve`); one that cannot waits like one over
   quota (its SLA clock has not started), and both may run as best-effort meanwhile.
