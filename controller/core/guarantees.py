@@ -8,10 +8,11 @@ jobs "use free cluster resources opportunistically, and can be preempted anytime
 
 The layer, with tenants configured (Snapshot.tenants not empty; without them `plan_round` never
 calls it and nothing changes):
-1. admission (controller/core/quotas.py): running guaranteed jobs keep their charge, pending ones
-   are admitted in queue order while their promise fits what is left of their tenant's quota;
-   those over quota are hidden from the policy and wait with a reason naming the tenant, the
-   type, the quota and the use;
+1. admission (controller/core/quotas.py with admission.py's sizer): running guaranteed jobs keep
+   their charge (minRes), pending ones are admitted shortest promise first (a starvation bound
+   aside) while their minRes fits what is left of their tenant's quota and can be laid out beside
+   the admitted guaranteed jobs; the others are hidden from the policy (or, with borrowing, shown
+   as best-effort) and wait with a reason naming the tenant, the type, the quota and the use;
 2. the policy plans the round as always (it sees the admitted jobs and their promises in
    `RoundContext.guaranteed`);
 3. repair (`Guard`, two phases): every admitted job whose decision breaks its promise (left
@@ -56,6 +57,7 @@ from tessera.controller.core.snapshot import (
     Decision,
     JobView,
     PendingKind,
+    Priority,
     Promise,
     RunningView,
     Slice,
@@ -100,11 +102,20 @@ class RoundView(Protocol):
     def total_gpus(self, gpu_type: str) -> int: ...
 
 
-def policy_view(snapshot: Snapshot, adm: Admission) -> Snapshot:
-    """What the policy sees: the snapshot without the guaranteed jobs over quota."""
+def policy_view(snapshot: Snapshot, adm: Admission, borrow: bool = False) -> Snapshot:
+    """What the policy sees: the snapshot without the guaranteed jobs not admitted, or with
+    `borrow` (what `plan_round` asks), with them as best-effort jobs (no promise): they may run on
+    idle GPUs, preemptible, until admitted (docs/tenants.md, "Borrowing while not admitted")."""
     hidden = set(adm.over_quota)
     if not hidden:
         return snapshot
+    if borrow:
+        def be(j: JobView) -> JobView:
+            return dataclasses.replace(j, priority=Priority.BEST_EFFORT, promise=None) if j.id in hidden else j
+        return dataclasses.replace(
+            snapshot, pending=tuple(be(j) for j in snapshot.pending),
+            running=tuple(dataclasses.replace(r, job=be(r.job)) if r.job.id in hidden else r
+                          for r in snapshot.running))
     arr = snapshot.arrivals
     return dataclasses.replace(
         snapshot, pending=tuple(j for j in snapshot.pending if j.id not in hidden),
@@ -123,8 +134,21 @@ def repair(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], policy
     handles guarantees itself (its `handles_guarantees`); the layer then still repairs every
     guarantee it left broken, but lets it give guaranteed jobs more GPUs than their promise."""
     out = Guard(ctx, adm, policy_name, handles).repair(decisions)
+    seen = set()
+    for i, d in enumerate(out):
+        why = adm.over_quota.get(d.job_id)
+        if why is None:
+            continue
+        seen.add(d.job_id)
+        if d.action in _PLACED:
+            # Borrowing: best-effort (opportunistic: the mark that it was never admitted) until admitted.
+            out[i] = dataclasses.replace(d, reason=f"borrowing idle GPUs as best-effort until admitted ({why}): "
+                                         f"{d.reason}", opportunistic=True)
+        elif d.action is Action.PENDING:
+            out[i] = Decision(d.job_id, Action.PENDING, why, pending=PendingKind.WAITING)
     for jid, why in adm.over_quota.items():
-        out.append(Decision(jid, Action.PENDING, why, pending=PendingKind.WAITING))
+        if jid not in seen:
+            out.append(Decision(jid, Action.PENDING, why, pending=PendingKind.WAITING))
     return out
 
 
@@ -186,8 +210,11 @@ class Guard:
 
     def has_slack(self, job: JobView, t_p: float) -> bool:
         """Whether a move now (its restart included) keeps the job at or ahead of its promise:
-        done >= (now - submit) / t_P (docs/tenants.md derives it)."""
-        need = max(0.0, self.ctx.snap.now - job.submit_time) / t_p
+        done >= (now - s_j) / t_P (docs/tenants.md derives it); s_j its admission (now for a
+        borrower admitted this round), else its submission when the caller does not record it."""
+        since = self.ctx.snap.now if job.id in self.adm.borrowers else (
+            job.admitted_at if job.admitted_at is not None else job.submit_time)
+        need = max(0.0, self.ctx.snap.now - since) / t_p
         return job.done_iterations >= need * (1 - EPS)
 
     # ------------------------------------------------------------------ the ledger
@@ -260,8 +287,8 @@ class Guard:
         got = self.decision_speed(job, d)
         if got > t_p * (1 + EPS):
             return f"{self.name}'s {d.action} to {cell} would run at {got:.4g} s/iter, slower than {p}"
-        if d.action is not Action.KEEP and gpus > charge.gpus and not self.handles:
-            return (f"{self.name}'s {d.action} to {cell} would hold more than its promise's {charge.gpus} GPUs "
+        if d.action is not Action.KEEP and gpus > charge.promise.gpus and not self.handles:
+            return (f"{self.name}'s {d.action} to {cell} would hold more than its promise's {charge.promise.gpus} GPUs "
                     "(GPUs over a promise go to best-effort work)")
         if d.action is Action.MIGRATE and not self.has_slack(job, t_p):
             return (f"{self.name}'s {d.change or 'move'} to {cell} would cost a restart it has no slack for "
@@ -315,7 +342,7 @@ class Guard:
         had = d.action in _PLACED
         if had:
             self._release(jid)
-        found = self._search(job, charge.gpu_type, charge.gpus, t_p)
+        found = self._search(job, charge.gpu_type, charge.promise.gpus, t_p)
         if found is None:
             if had:
                 self.state.take(d.slices, self.type_of(d))
@@ -342,8 +369,8 @@ class Guard:
         cell = Cell(t, n, est.cell.stages if est else 0)
         plan = synth_plan(job, est, cell)
         it = est.iteration_s if est else 0.0
-        what = (f"its promise{self._plan_text(charge)}" if n == charge.gpus else
-                f"as fast as its promise of {charge.gpus} x {t}{self._plan_text(charge)} by the estimates")
+        what = (f"its promise{self._plan_text(charge)}" if n == charge.promise.gpus else
+                f"as fast as its promise of {charge.promise.gpus} x {t}{self._plan_text(charge)} by the estimates")
         text = (f"{self._tag(job)}: {cell} on {where(slices)} ({what}); "
                 f"{thr_text(job, est)}{self._victims_text(set(victims))}"
                 + (f"; shrinks best-effort {', '.join(sorted(shrunk))}" if shrunk else ""))

@@ -27,6 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from tessera.common.errors import TesseraError
 from tessera.controller.core import cost_objective, guarantees
+from tessera.controller.core.admission import RoundSizer
 from tessera.controller.core.placement import ClusterState
 from tessera.controller.core.quotas import admit
 from tessera.controller.core.snapshot import (
@@ -135,6 +136,16 @@ class RoundConfig:
     interval_s: float = 300.0
     # Upper bound of the GPUs of one job (0 = the largest node group count times the nodes).
     max_gpus_per_job: int = 0
+    # Tenants' admission (controller/core/quotas.py, docs/tenants.md): a guaranteed job waiting
+    # longer than this (seconds since submission) is admitted before shorter promises, and blocks
+    # its tenant's later ones while it does not fit (the bound against starvation of the
+    # shortest-promise-first order). A knob tuned on the Morphling MT replay (docs/tenants.md).
+    admit_starve_s: float = 8 * 3600.0
+    # Guaranteed jobs not admitted may run as best-effort (preemptible) on idle GPUs until admitted
+    # (docs/tenants.md, "Borrowing while not admitted"). Off by default: on the Morphling MT replay
+    # it made morphling's average JCT worse and left guaranteed jobs never admitted (the figures
+    # are in docs/tenants.md).
+    admit_borrow: bool = False
 
 
 class Mode(StrEnum):
@@ -324,13 +335,13 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     """A round with tenants (controller/core/guarantees.py, docs/tenants.md): admission within the
     quotas before the policy (guaranteed jobs over quota hidden from it), the policy's own round,
     then every admitted guaranteed job held to its promise."""
-    adm = admit(snapshot)
-    ctx = RoundContext(guarantees.policy_view(snapshot, adm), estimates, cfg)
+    handles = bool(getattr(policy, "handles_guarantees", False))
+    full = RoundContext(snapshot, estimates, cfg)
+    adm = admit(snapshot, RoundSizer(full, handles), cfg.admit_starve_s, cfg.admit_borrow)
+    ctx = RoundContext(guarantees.policy_view(snapshot, adm, borrow=cfg.admit_borrow), estimates, cfg)
     ctx.guaranteed = guarantees.promises(adm)
     first = finalize(ctx, policy.plan(ctx), policy.name)
-    full = RoundContext(snapshot, estimates, cfg)
-    decisions = guarantees.repair(full, adm, first.decisions, policy.name,
-                                  bool(getattr(policy, "handles_guarantees", False)))
+    decisions = guarantees.repair(full, adm, first.decisions, policy.name, handles)
     full.estimate_calls += ctx.estimate_calls
     full.evaluations += ctx.evaluations
     full.budget_exhausted = full.budget_exhausted or ctx.budget_exhausted

@@ -18,20 +18,37 @@ fit what is left of its tenant's quota on any type it may use is over quota: it 
 admitted, with a reason naming the tenant, the type(s), the quota and the use. A running job
 beyond its tenant's quota (the quota shrank under it) is not admitted and counts as best-effort.
 
+With a `Sizer` (what `plan_round` passes: controller/core/admission.py builds it from the round's
+estimates), three rules replace the plain ones (docs/tenants.md, "Admission with a sizer"):
+- charge = minRes: Morphling Sec. 5, "We consider the quota usage of each job as its minimum
+  demand": the fewest GPUs whose best plan is at least as fast as the promise;
+- order: first the pending jobs admitted in an earlier round and not placed yet
+  (`JobView.admitted_at` set: their SLA clock runs; never refused for their layout); then those
+  waiting longer than `starve_s`, in queue order: one that does not fit stops its tenant's later
+  admissions that round (the bound against starvation); then the rest (with `borrow`, also the
+  borrowers: guaranteed jobs running as best-effort, never admitted) shortest promise first
+  (remaining iterations x t_P);
+- placement: a job is admitted only where its minRes can be laid out on the nodes beside the
+  other admitted guaranteed jobs (the sizer's `reserve`); one that cannot waits like one over
+  quota (its SLA clock has not started), and both may run as best-effort meanwhile.
+
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from tessera.controller.core.snapshot import JobView, Priority, Promise, Snapshot, TenantQuota
+from tessera.controller.core.snapshot import JobView, Priority, Promise, RunningView, Snapshot, TenantQuota
 
 
 @dataclass(frozen=True)
 class Charge:
-    """An admitted guaranteed job's use of its tenant's quota: `gpus` GPUs of `gpu_type`."""
+    """An admitted guaranteed job's use of its tenant's quota: `gpus` GPUs of `gpu_type` (the
+    promise's GPUs, or its minRes with a `Sizer`)."""
 
     job_id: str
     tenant: str
@@ -54,6 +71,9 @@ class Admission:
     over_quota: dict[str, str] = field(default_factory=dict)
     # Admitted pending jobs -> (tenant's use of the charged type before them).
     used_before: dict[str, int] = field(default_factory=dict)
+    # Guaranteed jobs running as best-effort while not admitted (borrowers), and those of them
+    # admitted this round (their SLA clock starts now).
+    borrowers: set[str] = field(default_factory=set)
 
     def left(self, tenant: str, gpu_type: str) -> int:
         return self.quota.get((tenant, gpu_type), 0) - self.used.get((tenant, gpu_type), 0)
@@ -74,7 +94,7 @@ class Admission:
         self.used[(c.tenant, c.gpu_type)] -= c.gpus
         self.used[(c.tenant, gpu_type)] = self.used.get((c.tenant, gpu_type), 0) + c.gpus
         self.charges[job_id] = Charge(job_id, c.tenant, gpu_type, c.gpus,
-                                      Promise(c.gpus, c.promise.cpus, c.promise.plan, gpu_type))
+                                      Promise(c.promise.gpus, c.promise.cpus, c.promise.plan, gpu_type))
         return True
 
 
@@ -108,44 +128,127 @@ def _allowed(job: JobView, types: Sequence[str]) -> list[str]:
     return [t for t in types if not job.gpu_types or t in job.gpu_types]
 
 
-def admit(snap: Snapshot) -> Admission:
-    """Charge running guaranteed jobs, then admit pending ones in queue order while their tenant's
-    quota holds them (module docstring)."""
+class Sizer(Protocol):
+    """What admission asks of the round's estimates (controller/core/admission.py implements it)."""
+
+    def min_gpus(self, job: JobView, promise: Promise) -> int:
+        """minRes: the fewest GPUs of promise.gpu_type as fast as the promise (<= promise.gpus)."""
+        ...
+
+    def length_s(self, job: JobView, promise: Promise) -> float:
+        """Seconds its remaining iterations take at the promise's speed (inf = unknown)."""
+        ...
+
+    def hold(self, running: RunningView, charge: Charge) -> None:
+        """Count an admitted running job's GPUs as taken for the layout of the next ones."""
+        ...
+
+    def reserve(self, job: JobView, charge: Charge) -> bool:
+        """Lay the charge out on the nodes beside those held and reserved; False (nothing
+        reserved) when it cannot be."""
+        ...
+
+
+def is_borrower(r: RunningView) -> bool:
+    """A guaranteed job running as best-effort, never admitted (module docstring)."""
+    return r.job.admitted_at is None and r.opportunistic
+
+
+def admit(snap: Snapshot, sizer: Sizer | None = None, starve_s: float = math.inf, borrow: bool = False) -> Admission:
+    """Charge running guaranteed jobs, then admit pending ones (and, with `borrow`, borrowers) while
+    their tenant's quota holds them: in queue order at their promise's GPUs, or with a `sizer` at
+    minRes, shortest promise first and where the layout allows (module docstring)."""
     tenants = {t.name: t for t in snap.tenants}
     adm = Admission({(t.name, ty): n for t in snap.tenants for ty, n in t.gpus})
     if not tenants:
         return adm
     types = cluster_types(snap)
+    waiting: list[JobView] = []
     for r in sorted(snap.running, key=lambda r: (r.since, r.job.id)):
         job = r.job
         p = promised(job)
         if p is None or not is_guaranteed(job, tenants):
             continue
+        if borrow and sizer is not None and is_borrower(r):
+            adm.borrowers.add(job.id)
+            waiting.append(job)
+            continue
         t = p.gpu_type or r.cell.gpu_type
-        if adm.left(job.tenant, t) >= p.gpus:
-            _charge(adm, job, t, p)
-    for job in sorted(snap.pending, key=lambda j: (j.submit_time, j.id)):
+        gpus = sizer.min_gpus(job, _typed(p, t)) if sizer is not None else p.gpus
+        if adm.left(job.tenant, t) >= gpus:
+            _charge(adm, job, t, p, gpus)
+            if sizer is not None:
+                sizer.hold(r, adm.charges[job.id])
+    waiting += [j for j in snap.pending if is_guaranteed(j, tenants)]
+    blocked: set[str] = set()
+    for job in _order(snap, waiting, sizer, starve_s):
         p = promised(job)
-        if p is None or not is_guaranteed(job, tenants):
+        assert p is not None
+        if job.tenant in blocked:
+            adm.over_quota[job.id] = (f"waiting: its tenant {job.tenant}'s guaranteed jobs waiting longer than "
+                                      f"{starve_s:.0f} s are admitted first")
             continue
         cands = [p.gpu_type] if p.gpu_type else _allowed(job, types)
-        fit = [t for t in cands if adm.left(job.tenant, t) >= p.gpus]
+        need = {t: sizer.min_gpus(job, _typed(p, t)) if sizer is not None else p.gpus for t in cands}
+        fit = [t for t in cands if adm.left(job.tenant, t) >= need[t]]
+        starving = sizer is not None and snap.now - job.submit_time > starve_s
         if not fit:
             adm.over_quota[job.id] = over_quota_reason(adm, job, p, cands or [p.gpu_type or "any type"])
+            if starving:
+                blocked.add(job.tenant)
             continue
         if job.gpu_type_hint in fit:
             t = job.gpu_type_hint
         else:
             t = min(fit, key=lambda ty: (-adm.left(job.tenant, ty), ty))
-        adm.used_before[job.id] = adm.used.get((job.tenant, t), 0)
-        _charge(adm, job, t, p)
+        before = adm.used.get((job.tenant, t), 0)
+        _charge(adm, job, t, p, need[t])
+        if sizer is not None and not sizer.reserve(job, adm.charges[job.id]) and job.admitted_at is None:
+            _uncharge(adm, job.id)
+            adm.over_quota[job.id] = no_layout_reason(job, need[t], t)
+            if starving:
+                blocked.add(job.tenant)
+            continue
+        adm.used_before[job.id] = before
     return adm
 
 
-def _charge(adm: Admission, job: JobView, gpu_type: str, p: Promise) -> None:
+def _typed(p: Promise, gpu_type: str) -> Promise:
+    return p if p.gpu_type == gpu_type else Promise(p.gpus, p.cpus, p.plan, gpu_type)
+
+
+def _order(snap: Snapshot, jobs: Sequence[JobView], sizer: Sizer | None, starve_s: float) -> list[JobView]:
+    """Queue order (submission time, id); with a sizer: those waiting over `starve_s` first in
+    queue order, then shortest promise first (module docstring)."""
+    if sizer is None:
+        return sorted(jobs, key=lambda j: (j.submit_time, j.id))
+
+    def key(j: JobView) -> tuple[int, float, float, str]:
+        if j.admitted_at is not None:  # admitted before, not placed yet: its SLA clock runs
+            return (0, j.submit_time, 0.0, j.id)
+        if snap.now - j.submit_time > starve_s:
+            return (1, j.submit_time, 0.0, j.id)
+        p = promised(j)
+        assert p is not None
+        return (2, sizer.length_s(j, p), j.submit_time, j.id)
+    return sorted(jobs, key=key)
+
+
+def _uncharge(adm: Admission, job_id: str) -> None:
+    c = adm.charges.pop(job_id)
+    adm.used[(c.tenant, c.gpu_type)] -= c.gpus
+
+
+def _charge(adm: Admission, job: JobView, gpu_type: str, p: Promise, gpus: int) -> None:
     k = (job.tenant, gpu_type)
-    adm.used[k] = adm.used.get(k, 0) + p.gpus
-    adm.charges[job.id] = Charge(job.id, job.tenant, gpu_type, p.gpus, Promise(p.gpus, p.cpus, p.plan, gpu_type))
+    adm.used[k] = adm.used.get(k, 0) + gpus
+    adm.charges[job.id] = Charge(job.id, job.tenant, gpu_type, gpus, Promise(p.gpus, p.cpus, p.plan, gpu_type))
+
+
+def no_layout_reason(job: JobView, gpus: int, gpu_type: str) -> str:
+    return (f"waiting: within tenant {job.tenant}'s quota, but its minimum demand ({gpus} x {gpu_type} on the "
+            f"fewest nodes as fast as its promise) cannot be laid out beside the GPUs its tenant's admitted "
+            f"guaranteed jobs hold; it is admitted when they leave room")
 
 
 def over_quota_reason(adm: Admission, job: JobView, p: Promise, types: Sequence[str]) -> str:

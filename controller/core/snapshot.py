@@ -133,6 +133,12 @@ class JobView:
     # `gpus_hint` GPUs of one of `gpu_types` (any type when empty); `model` is a placeholder and
     # controller/core/opaque.py answers its one Cell (no memory check, no learned times).
     opaque: bool = False
+    # Guaranteed jobs: when the tenants' admission (controller/core/quotas.py) first admitted it
+    # within its tenant's quota (same clock as Snapshot.now; the caller's record of
+    # RoundPlan.admitted): its SLA clock s_j. None = not recorded: a running guaranteed job then
+    # counts as admitted unless its RunningView is opportunistic (a borrower over quota), and
+    # its slack is counted from submit_time (docs/tenants.md).
+    admitted_at: float | None = None
 
     @property
     def key(self) -> str:

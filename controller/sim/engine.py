@@ -409,11 +409,12 @@ class Simulator:
 
     def _view(self, j: SimJob) -> JobView:
         v = j.view
-        if v.done_iterations != j.done or v.restarts != j.changes:
+        if v.done_iterations != j.done or v.restarts != j.changes or v.admitted_at != j.sla_since:
             its = int(j.iters_total) if self.rules.progress == "artifact" else v.iterations
             # An SLO of `iterations within` is the iterations left's share of it (common/objective.py).
             slo = j.t.slo_s * max(0.0, its - j.done) / its if j.t.slo_s and its else v.slo_s
-            v = replace(v, iterations=its, done_iterations=j.done, restarts=j.changes, slo_s=slo)
+            v = replace(v, iterations=its, done_iterations=j.done, restarts=j.changes, slo_s=slo,
+                        admitted_at=j.sla_since)
             j.view = v
         return v
 

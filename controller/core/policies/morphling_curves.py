@@ -188,11 +188,13 @@ class Curves:
 
     def slack_s(self, job: JobView, now: float, restart_cost_s: float) -> float:
         """Seconds a guaranteed job is ahead of its promise (the SLA of docs/scheduler-morphling.md):
-        done x t_P - (now - submit - R); +inf when it has no promise."""
+        done x t_P - (now - s_j - R), s_j its admission (JobView.admitted_at) where the caller
+        records it, else its submission (earlier: stricter); +inf when it has no promise."""
         tp = self.promised_time(job)
         if tp <= 0:
             return math.inf
-        return job.done_iterations * tp - max(0.0, now - job.submit_time - restart_cost_s)
+        since = job.admitted_at if job.admitted_at is not None else job.submit_time
+        return job.done_iterations * tp - max(0.0, now - since - restart_cost_s)
 
 
 def remaining_time(job: JobView, it: float, unknown_iterations: float) -> float:
