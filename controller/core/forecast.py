@@ -151,8 +151,9 @@ def forecast(snap: Snapshot, estimates: Estimates, policy: Policy, round_config:
     begun = dict(started or {})
     jobs = [*(r.job for r in snap.running), *snap.pending]
     out: dict[str, JobForecast] = {}
+    placed = {r.job.id for r in snap.running}
     for j in jobs:
-        running = any(r.job.id == j.id for r in snap.running)
+        running = j.id in placed
         note = ""
         if j.opaque and j.id not in measured:
             note = NO_PROGRESS
