@@ -134,6 +134,9 @@ def main() -> int:
     ap.add_argument("--policy", default="crius")
     ap.add_argument("--overestimate", default="1.5,1", help="walltime factors of the naive forecast")
     ap.add_argument("--max-rounds", type=int, default=64)
+    ap.add_argument("--band", default="", metavar="MEASURED,ESTIMATE",
+                    help="the band's errors by source (default: ForecastConfig's 0.05,0.15; the arena oracle is a "
+                         "measured table)")
     ap.add_argument("--noise", type=float, default=0.0, help="true iteration times off the estimates by up to "
                     "this fraction, per job and type (0: the oracle is the estimates)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
@@ -154,6 +157,13 @@ def main() -> int:
     sim = Simulator(cluster, jobs, est, truth, rules, "philly", rcfg, type_of=lambda s: by_short.get(s, s))
     policy = make_policy(a.policy, "paper")
     fcfg = ForecastConfig(max_rounds=a.max_rounds, interval_s=rules.interval_s, band=True)
+    if a.band:
+        try:
+            me, ee = (float(x) for x in a.band.split(","))
+            fcfg = ForecastConfig(max_rounds=a.max_rounds, interval_s=rules.interval_s, measured_error=me,
+                                  estimate_error=ee)
+        except ValueError as exc:
+            ap.error(f"--band: two fractions in [0, 1), comma-separated ({exc})")
     per_node = {t: cluster.per_node(t) for t in cluster.gpu_types()}
     totals: dict[str, int] = defaultdict(int)
     for nv in cluster.nodes():
@@ -229,7 +239,7 @@ def main() -> int:
             e = doc["errors_min"].get(f"{who}_{k}")
             if e:
                 print(f"  {k:5s} {who:12s} {e['median']:8.1f} / {e['p90']:8.1f}  (n={e['n']})", file=sys.stderr)
-    write_result(a.out, f"forecast_accuracy_{a.policy}{f'_noise{a.noise:g}' if a.noise else ''}.json", doc)
+    write_result(a.out, f"forecast_accuracy_{a.policy}{f'_noise{a.noise:g}' if a.noise else ''}{'_band' if a.band else ''}.json", doc)
     return 0
 
 
