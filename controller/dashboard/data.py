@@ -22,7 +22,8 @@ FORECAST_NUMBERS = range(23, 27)
 
 @dataclass(frozen=True)
 class Forecast:
-    """Wall times (0 = not forecast): expected start and end, and the band around them."""
+    """Wall times (0 = not forecast): expected start and end, and the band around them; `note`: the
+    controller's word on it (why there is none, ...)."""
 
     start: float = 0.0
     end: float = 0.0
@@ -30,6 +31,7 @@ class Forecast:
     start_high: float = 0.0
     end_low: float = 0.0
     end_high: float = 0.0
+    note: str = ""
 
     @property
     def known(self) -> bool:
@@ -39,21 +41,35 @@ class Forecast:
 def forecast_fields() -> list[str]:
     """The names of the Job's forecast fields in this build (none before they were added)."""
     return [f.name for f in controller_pb2.Job.DESCRIPTOR.fields
-            if f.number in FORECAST_NUMBERS and f.type == f.TYPE_DOUBLE]
+            if f.number in FORECAST_NUMBERS and "forecast" in f.name]
+
+
+def _time(value: object) -> float:
+    t = float(value) if isinstance(value, int | float) else 0.0
+    return t if math.isfinite(t) and t > 0 else 0.0
 
 
 def forecast_of(job: controller_pb2.Job) -> Forecast:
-    """The forecast a Job carries. The band fields' names say what they bound (start or end; a band
-    that names neither bounds the end, the time users ask about)."""
+    """The forecast a Job carries: a `forecast` message (start_time, end_time, start_low/high,
+    end_low/high, note), or scalar fields named forecast_*; none when this build has neither."""
+    fields = {f.name: f for f in controller_pb2.Job.DESCRIPTOR.fields if f.number in FORECAST_NUMBERS}
+    msg = fields.get("forecast")
+    if msg is not None and msg.type == msg.TYPE_MESSAGE:
+        if not job.HasField("forecast"):
+            return Forecast()
+        fc = job.forecast
+        return Forecast(*(_time(getattr(fc, n, 0.0)) for n in ("start_time", "end_time", "start_low", "start_high",
+                                                                "end_low", "end_high")),
+                        note=str(getattr(fc, "note", "")))
     got: dict[str, float] = {}
-    for name in forecast_fields():
-        value = float(getattr(job, name, 0.0) or 0.0)
-        if not math.isfinite(value) or value <= 0:
+    for name in (n for n, f in fields.items() if f.type == f.TYPE_DOUBLE and "forecast" in n):
+        value = _time(getattr(job, name, 0.0))
+        if not value:
             continue
+        # A band field that names neither start nor end bounds the end, the time users ask about.
         low, high = "low" in name or "early" in name, "high" in name or "late" in name
         target = "start" if "start" in name else "end"
-        key = f"{target}_low" if low else f"{target}_high" if high else target
-        got[key] = value
+        got[f"{target}_low" if low else f"{target}_high" if high else target] = value
     return Forecast(**got)
 
 

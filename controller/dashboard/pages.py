@@ -89,12 +89,12 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> 
     return f'<table class="{cls}"><thead><tr>{h}</tr></thead><tbody>{b}</tbody></table>'
 
 
-def gpu_totals(nodes: Sequence[controller_pb2.Node]) -> dict[str, dict[str, int]]:
-    """Now, by type and state, as the capacity history samples it."""
+def gpu_totals(nodes: Sequence[controller_pb2.Node], now: float) -> dict[str, dict[str, int]]:
+    """Now, by type and state, as the capacity history samples it (metrics.gpu_states)."""
     out: dict[str, dict[str, int]] = {}
     for n in nodes:
         busy = set(n.busy_gpus)
-        usable = n.state == common_pb2.NODE_STATE_READY
+        usable = n.state == common_pb2.NODE_STATE_READY and n.unhealthy_until <= now
         for g in n.inventory.gpus:
             state = "allocated" if g.index in busy else "free" if usable else "unavailable"
             t = out.setdefault(g.model or "unknown", {s: 0 for s in GPU_STATES})
@@ -103,7 +103,7 @@ def gpu_totals(nodes: Sequence[controller_pb2.Node]) -> dict[str, dict[str, int]
 
 
 def cluster_page(who: Principal, capacity: CapacityHistory, nodes: Sequence[controller_pb2.Node], now: float) -> str:
-    totals = gpu_totals(nodes)
+    totals = gpu_totals(nodes, now)
     rows = [[e(t), str(sum(v.values())), *(str(v[s]) for s in GPU_STATES)] for t, v in sorted(totals.items())]
     states: dict[str, int] = {}
     for n in nodes:
@@ -220,6 +220,8 @@ def job_page(who: Principal, j: controller_pb2.Job, points: Sequence[ProgressPoi
             fc += f" ({when(f.end_low)} to {when(f.end_high)})"
     elif not forecast_fields():
         fc = "not forecast by this controller"
+    if f.note:
+        fc = f"{fc}; {e(f.note)}" if f.known else e(f.note)
     facts = [("State", f'<span class="st {job_state(j.state)}" id="state">{job_state(j.state)}</span>'),
              ("Reason", e(j.reason or "-")), ("Tenant", e(j.spec.tenant or "-")),
              ("Attempt", f"{j.attempt} (restarts {j.restarts})"), ("Cell", e(j.cell or "-")), ("Plan", _plan(j.plan)),

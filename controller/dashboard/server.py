@@ -91,7 +91,7 @@ def job_states(text: str) -> list[int]:
     states = []
     for word in filter(None, (w.strip() for w in text.split(","))):
         name = "JOB_STATE_" + word.upper()
-        if name not in common_pb2.JobState or name == "JOB_STATE_UNSPECIFIED":
+        if name not in common_pb2.JobState.DESCRIPTOR.values_by_name or name == "JOB_STATE_UNSPECIFIED":
             raise InvalidArgument("state", f"unknown state {word[:40]!r}")
         states.append(common_pb2.JobState.Value(name))
     return states
