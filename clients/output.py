@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from tessera.clients.features import features
+from tessera.clients.output_forecast import forecast_columns, forecast_pairs
 from tessera.clients.output_objective import objective_pairs
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -23,7 +24,7 @@ REASON_WIDTH = 40
 NONE = "-"
 
 JOB_COLUMNS = ("ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "REASON")
-JOB_WIDE_COLUMNS = JOB_COLUMNS[:-1] + ("PLAN(dp/tp/pp/mb/ga)", "NODES", "ATTEMPT", "LOSS", "REASON")
+JOB_WIDE_COLUMNS = JOB_COLUMNS[:-1] + ("PLAN(dp/tp/pp/mb/ga)", "NODES", "ATTEMPT", "LOSS", "START~", "END~", "REASON")
 NODE_COLUMNS = ("NAME", "STATE", "GPUS", "FREE", "SOURCE", "HEARTBEAT", "ADDRESS")
 NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "VERSION", "REASON")
 EVENT_COLUMNS = ("SEQ", "AGE", "KIND", "MESSAGE")
@@ -92,8 +93,9 @@ def _in_field_order(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
 
 # Messages whose double fields named `time` or `*_time`, and these others, are points in time
 # (seconds since the epoch). Not every message: the estimator's `iter_time`, `fwd_time` are durations.
-_TIME_MESSAGES = frozenset({"Job", "Node", "JobEvent", "Progress", "VersionInfo"})
-_TIME_FIELDS = frozenset({"last_heartbeat", "unhealthy_until"})
+_TIME_MESSAGES = frozenset({"Job", "Node", "JobEvent", "Progress", "VersionInfo", "Forecast"})
+_TIME_FIELDS = frozenset({"last_heartbeat", "unhealthy_until", "start_low", "start_high", "end_low", "end_high",
+                          "made_at"})
 _DOUBLE = 1  # FieldDescriptor.TYPE_DOUBLE
 
 
@@ -295,7 +297,8 @@ def job_row(job: controller_pb2.Job, now: float, wide: bool = False, models: Gpu
     if not wide:
         return head + [truncate(job.reason) or NONE]
     return head + [
-        job_plan(job), job_nodes(job), str(job.attempt), job_loss(job), one_line(job.reason) or NONE,
+        job_plan(job), job_nodes(job), str(job.attempt), job_loss(job), *forecast_columns(job, now),
+        one_line(job.reason) or NONE,
     ]
 
 
@@ -364,7 +367,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         ("Launch failures", launch_backoff(job, now)),
         ("Submitted", f"{_fmt_time(job.submit_time)} ({age(job.submit_time, now)} ago)"),
         ("Started", _fmt_time(job.start_time)), ("Ended", _fmt_time(job.end_time)),
-        *objective_pairs(job),
+        *objective_pairs(job), *forecast_pairs(job, now),
     ])
     lines += ["Features:", *_kv(features(job), indent=2)]
     if spec.env:

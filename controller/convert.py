@@ -13,8 +13,12 @@ def event_pb(e: EventRecord) -> common_pb2.JobEvent:
     return common_pb2.JobEvent(seq=e.seq, job_id=e.job_id, time=e.time, kind=e.kind, message=e.message)
 
 
+_FORECAST_STATES = (common_pb2.JOB_STATE_PENDING, common_pb2.JOB_STATE_STARTING, common_pb2.JOB_STATE_RUNNING)
+
+
 def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
-           events: list[EventRecord] | None = None) -> controller_pb2.Job:
+           events: list[EventRecord] | None = None,
+           forecast: controller_pb2.Forecast | None = None) -> controller_pb2.Job:
     msg = controller_pb2.Job(
         id=j.id, spec=j.spec, state=j.state, reason=j.reason, attempt=j.attempt, submit_time=j.submit_time,
         start_time=j.start_time, end_time=j.end_time, restarts=j.restarts,
@@ -33,6 +37,8 @@ def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
         msg.progress.CopyFrom(prog)
     if events:
         msg.events.extend(event_pb(e) for e in events)
+    if forecast is not None and j.state in _FORECAST_STATES:  # the last round's (docs/forecasts.md)
+        msg.forecast.CopyFrom(forecast)
     return msg
 
 

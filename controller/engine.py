@@ -40,12 +40,14 @@ from tessera.controller.agents import AgentCalls, last_log_line
 from tessera.controller.core import frenzy
 from tessera.controller.core.attempts import judge, stalled
 from tessera.controller.core.backoff import BackoffConfig, healthy, may_launch
+from tessera.controller.core.forecast import ForecastConfig
 from tessera.controller.core.opaque import OpaqueAware
-from tessera.controller.core.policy import Policy, RoundConfig, plan_round
+from tessera.controller.core.policy import Estimates, Policy, RoundConfig, plan_round
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice, Snapshot
 from tessera.controller.core.step_times import StepTimeConfig
 from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
+from tessera.controller.forecasting import Forecaster, step_seconds
 from tessera.controller.judging import processes, rank_statuses, settle
 from tessera.controller.launches import launch_requests, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
@@ -100,6 +102,9 @@ class EngineConfig:
     tls: TlsConfig | None = None
     # Price per GPU-hour of each GPU type (--prices): the cost objective's input; empty = none.
     prices: tuple[tuple[str, float], ...] = ()
+    # Forecasts of start and finish after each round (docs/forecasts.md); None = off. Rounds follow
+    # departures live (a finished job kicks a round).
+    forecast: ForecastConfig | None = field(default_factory=lambda: ForecastConfig(rounds_at_departures=True))
 
 
 class Engine:
@@ -116,6 +121,7 @@ class Engine:
         self.learner = StepLearner(cfg.step_times, cfg.learn_step_times)
         self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
+        self.forecaster = Forecaster(cfg.forecast or ForecastConfig(), enabled=cfg.forecast is not None)
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
@@ -425,6 +431,7 @@ class Engine:
             if snap.cluster_gpus:
                 estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
                 plan = plan_round(snap, estimates, self.policy, rcfg)
+                self._forecast(snap, estimates, rcfg)
             else:
                 plan = rounds.waiting_for_nodes(snap, self.policy.name)
             self.rounds += 1
@@ -453,6 +460,12 @@ class Engine:
             metrics.ROUND_SECONDS.observe(dt)
             log.info("round", round=self.rounds, policy=plan.policy, pending=len(pending),
                      started=len(plan.starts()), migrated=len(plan.migrations()), seconds=round(dt, 4))
+
+    def _forecast(self, snap: Snapshot, estimates: Estimates, rcfg: RoundConfig) -> None:
+        """Start the forecast of the round's snapshot (in a thread: the round does not wait)."""
+        placed = {j.id: j for j in self.store.list_jobs(states=[P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING])}
+        self.forecaster.after_round(snap, estimates, self.policy, rcfg, step_seconds(self._live.progress, placed),
+                                    {k: r.start_time for k, r in placed.items() if r.start_time})
 
     async def _place(self, job: JobRecord, d: Decision) -> None:
         assert d.plan is not None

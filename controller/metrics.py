@@ -27,6 +27,8 @@ MIGRATION_SECONDS = Histogram("tessera_migration_seconds", "Stop request to firs
                               buckets=(1, 2, 5, 10, 20, 40, 80, 160, 320))
 ROUND_SECONDS = Histogram("tessera_round_seconds", "Wall time of one scheduling round",
                           buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30))
+FORECAST_SECONDS = Histogram("tessera_forecast_seconds", "Wall time of one forecast (three replays) after a round",
+                             buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120))
 STEP_REPORTS = Counter("tessera_step_time_reports_total",
                        "Live step-time reports forwarded to the estimator service", ["outcome"])
 MEASURED_CELLS = Counter("tessera_measured_cell_updates_total",

@@ -110,7 +110,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     def _job(self, jid: str, with_events: bool = False) -> controller_pb2.Job:
         rec = self.view.get(jid)
-        return job_pb(rec, self.view.progress(jid), self.view.events(jid) if with_events else None)
+        return job_pb(rec, self.view.progress(jid), self.view.events(jid) if with_events else None,
+                      self.engine.forecaster.get(jid))
 
     async def SubmitJob(self, request: controller_pb2.SubmitJobRequest, context: Any) -> controller_pb2.SubmitJobResponse:
         who = principal_of(context)
@@ -137,7 +138,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             return self.view.jobs_page(states, tenant, after, limit)
 
         return list_page(fetch, self.view.progress, self.page_key, states, tenant, request.limit,
-                         request.continue_token)
+                         request.continue_token, self.engine.forecaster.get)
 
     async def CancelJob(self, request: controller_pb2.CancelJobRequest, context: Any) -> controller_pb2.Job:
         _request_id(request.request_id)

@@ -205,9 +205,11 @@ class Simulator:
         self.prices = tuple(sorted((prices or {}).items()))
 
     def run(self, policy: Policy, mode: str = "", rounds: int = 0, max_rounds: int = 100_000,
-            clock: Callable[[], float] = time.perf_counter, until_done: bool = False) -> SimResult:
+            clock: Callable[[], float] = time.perf_counter, until_done: bool = False,
+            observe: Callable[[Snapshot], None] | None = None) -> SimResult:
         """Simulate `rounds` rounds (0: the rules' default, else until every job is done). With
-        `until_done`, `rounds` is only a cap: the run ends once every job is done or none can."""
+        `until_done`, `rounds` is only a cap: the run ends once every job is done or none can.
+        `observe` sees each round's snapshot before the policy (bench/forecast_accuracy.py)."""
         r_ = self.rules
         interval = r_.interval_s
         est = self.estimates if isinstance(self.estimates, CachedEstimates) else CachedEstimates(self.estimates)
@@ -299,6 +301,8 @@ class Simulator:
             snap = Snapshot(tuple(node_views), tuple(self._view(j) for j in pending.values()), cluster_gpus,
                             run_views, now, tuple(new_ids), departures, self.tenants, r_.fixed_cost or 0.0,
                             prices=self.prices)
+            if observe is not None:
+                observe(snap)
             c0 = clock()
             plan = plan_round(snap, est, policy, self.cfg)
             secs.append(clock() - c0)

@@ -140,7 +140,7 @@ def test_get_jobs_table_and_wide(server: FakeServer) -> None:
     proc = tessctl("-o", "wide", "--controller", server.address, "get", "jobs")
     header, row = proc.stdout.splitlines()
     assert header.split() == ["ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "PLAN(dp/tp/pp/mb/ga)",
-                              "NODES", "ATTEMPT", "LOSS", "REASON"]
+                              "NODES", "ATTEMPT", "LOSS", "START~", "END~", "REASON"]
     assert row.split()[7:11] == ["2/1/1/4/2", "node-a", "1", "2.5"]
 
 

@@ -83,8 +83,8 @@ def test_jobs_table_golden() -> None:
 def test_jobs_wide_golden() -> None:
     lines = output.jobs_table([_job()], NOW, wide=True).splitlines()
     assert lines[0].split() == ["ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "PLAN(dp/tp/pp/mb/ga)",
-                                "NODES", "ATTEMPT", "LOSS", "REASON"]
-    assert lines[1].endswith("2/1/1/4/2              node-a,node-b   2         3.142   "
+                                "NODES", "ATTEMPT", "LOSS", "START~", "END~", "REASON"]
+    assert lines[1].endswith("2/1/1/4/2              node-a,node-b   2         3.142   -        -      "
                              "moved to A100-80GB: 1.8x the throughput of the A40 Cell it ran in")
 
 

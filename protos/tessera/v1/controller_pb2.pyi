@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "reason", "attempt", "plan", "placement", "progress", "submit_time", "start_time", "end_time", "restarts", "events", "cell", "launch_failures", "next_launch_time", "predicted_seconds", "predicted_cost", "allocation", "spec_elided")
+    __slots__ = ("id", "spec", "state", "reason", "attempt", "plan", "placement", "progress", "submit_time", "start_time", "end_time", "restarts", "events", "cell", "launch_failures", "next_launch_time", "predicted_seconds", "predicted_cost", "allocation", "forecast", "spec_elided")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class Job(_message.Message):
     PREDICTED_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_COST_FIELD_NUMBER: _ClassVar[int]
     ALLOCATION_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_FIELD_NUMBER: _ClassVar[int]
     SPEC_ELIDED_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: _common_pb2.JobSpec
@@ -48,8 +49,9 @@ class Job(_message.Message):
     predicted_seconds: float
     predicted_cost: float
     allocation: str
+    forecast: Forecast
     spec_elided: bool
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., cell: _Optional[str] = ..., launch_failures: _Optional[int] = ..., next_launch_time: _Optional[float] = ..., predicted_seconds: _Optional[float] = ..., predicted_cost: _Optional[float] = ..., allocation: _Optional[str] = ..., spec_elided: _Optional[bool] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., cell: _Optional[str] = ..., launch_failures: _Optional[int] = ..., next_launch_time: _Optional[float] = ..., predicted_seconds: _Optional[float] = ..., predicted_cost: _Optional[float] = ..., allocation: _Optional[str] = ..., forecast: _Optional[_Union[Forecast, _Mapping]] = ..., spec_elided: _Optional[bool] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus", "launch_failures", "unhealthy_until", "agent_version", "agent_commit", "agent_unconfirmed")
@@ -272,3 +274,23 @@ class LogLines(_message.Message):
     node_id: str
     lines: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, rank: _Optional[int] = ..., attempt: _Optional[int] = ..., node_id: _Optional[str] = ..., lines: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class Forecast(_message.Message):
+    __slots__ = ("start_time", "end_time", "start_low", "start_high", "end_low", "end_high", "note", "made_at")
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_LOW_FIELD_NUMBER: _ClassVar[int]
+    START_HIGH_FIELD_NUMBER: _ClassVar[int]
+    END_LOW_FIELD_NUMBER: _ClassVar[int]
+    END_HIGH_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    MADE_AT_FIELD_NUMBER: _ClassVar[int]
+    start_time: float
+    end_time: float
+    start_low: float
+    start_high: float
+    end_low: float
+    end_high: float
+    note: str
+    made_at: float
+    def __init__(self, start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., start_low: _Optional[float] = ..., start_high: _Optional[float] = ..., end_low: _Optional[float] = ..., end_high: _Optional[float] = ..., note: _Optional[str] = ..., made_at: _Optional[float] = ...) -> None: ...
