@@ -31,6 +31,8 @@ from tessera.v1 import common_pb2 as P
 NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml"),
          ("node-a10b", "a10-node.yaml")]
 JOBS = ["tiny", "small", "medium", "huge"]
+# Jobs of 4 GPUs each, more than the cluster holds at once: some wait, with forecasts of their start.
+QUEUED = 5
 VIEWPORT = {"width": 1280, "height": 860}
 
 
@@ -77,8 +79,24 @@ def main() -> int:
             ids = {}
             for name in JOBS:
                 ids[name] = c.submit(load_job_file(REPO / "examples" / "jobs" / f"{name}.yaml")).id
+            tiny = load_job_file(REPO / "examples" / "jobs" / "tiny.yaml")
+            for i in range(QUEUED):
+                spec = P.JobSpec()
+                spec.CopyFrom(tiny)
+                spec.name, spec.iterations = f"queued-{i + 1}", 300
+                spec.hint.gpus = 4
+                c.submit(spec)
             for name in ("tiny", "small"):
                 c.wait(ids[name], {"SUCCEEDED"}, timeout=args.timeout)
+
+        def forecast_shown() -> bool:
+            jobs = api(base, "/api/jobs?state=pending", token)["jobs"]
+            return any(j.get("forecast", {}).get("start_time") for j in jobs)
+
+        try:
+            wait_for(forecast_shown, 120, "a pending job with a forecast start", interval=1.0)
+        except TimeoutError as exc:  # a build without forecasts: the pages say so
+            print(f"dashboard_screenshots: {exc}", file=sys.stderr)
         # The job page of the finished job with the longest loss curve the dashboard sampled.
         curves = {n: len(api(base, f"/api/jobs/{ids[n]}", token)["progress_history"]) for n in ("tiny", "small")}
         shown = max(curves, key=lambda n: curves[n])

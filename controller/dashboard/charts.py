@@ -139,8 +139,8 @@ class GanttRow:
     href: str
     state: str  # the colour class: pending, running, done, failed
     start: float  # 0 = not started (and not forecast)
-    end: float  # 0 = open (runs on: drawn to `now` or to the forecast end)
-    forecast: bool  # start/end are a forecast, not what happened
+    end: float  # 0 = open (runs on: drawn to `now`)
+    forecast_from: float = 0.0  # from here on the bar is a forecast (pale, dashed); 0 = none of it
     band: tuple[float, float] | None = None  # the end's band
 
 
@@ -163,12 +163,15 @@ def gantt(title: str, rows: Sequence[GanttRow], now: float) -> str:
     for i, r in enumerate(rows):
         y = TOP + head + i * row_h
         end = r.end or now
-        cls = f"bar {r.state}" + (" forecast" if r.forecast else "")
+        split = min(max(r.forecast_from, r.start), end) if r.forecast_from else end
         body.append(f'<a href="{escape(r.href)}"><text class="tick" x="{left - 6}" y="{y + 14}" '
                     f'text-anchor="end">{escape(r.label[:22])}</text></a>')
-        body.append(f'<rect class="{cls}" x="{x(r.start)}" y="{y + 3}" width="{max(2.0, x(end) - x(r.start))}" '
-                    f'height="{row_h - 6}"><title>{escape(r.label)}: {clock(r.start, 86401)} - '
-                    f'{clock(end, 86401)}{" (forecast)" if r.forecast else ""}</title></rect>')
+        tip = f"{escape(r.label)}: {clock(r.start, 86401)} - {clock(end, 86401)}"
+        for a, b, cls, what in ((r.start, split, f"bar {r.state}", ""),
+                                (split, end, f"bar {r.state} forecast", " (forecast)")):
+            if b > a or (a == b and not what and not r.forecast_from):
+                body.append(f'<rect class="{cls}" x="{x(a)}" y="{y + 3}" width="{max(2.0, x(b) - x(a))}" '
+                            f'height="{row_h - 6}"><title>{tip}{what}</title></rect>')
         if r.band:
             lo, hi = x(r.band[0]), x(r.band[1])
             mid = y + row_h / 2

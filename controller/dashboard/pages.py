@@ -145,7 +145,7 @@ def nodes_page(who: Principal, nodes: Sequence[controller_pb2.Node], held: Mappi
     return layout("Nodes", who, body, "nodes")
 
 
-def _gantt_rows(jobs: Sequence[controller_pb2.Job]) -> list[charts.GanttRow]:
+def _gantt_rows(jobs: Sequence[controller_pb2.Job], now: float) -> list[charts.GanttRow]:
     rows = []
     for j in jobs:
         f = forecast_of(j)
@@ -153,12 +153,15 @@ def _gantt_rows(jobs: Sequence[controller_pb2.Job]) -> list[charts.GanttRow]:
         colour = "failed" if j.state in (common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED) else (
             "done" if j.state == common_pb2.JOB_STATE_SUCCEEDED else "pending" if state == "pending" else "running")
         band = (f.end_low or f.end, f.end_high or f.end) if (f.end_low or f.end_high) else None
-        if j.state == common_pb2.JOB_STATE_PENDING and f.known:
-            rows.append(charts.GanttRow(j.spec.name or j.id, f"/jobs/{j.id}", colour, f.start, f.end, True, band))
-        elif j.start_time > 0:
-            end = j.end_time if j.state in FINAL else (f.end if f.end > 0 else 0.0)
+        if j.state == common_pb2.JOB_STATE_PENDING and f.start > 0:
+            rows.append(charts.GanttRow(j.spec.name or j.id, f"/jobs/{j.id}", colour, f.start, max(f.end, f.start),
+                                        f.start, band))
+        elif j.start_time > 0 and j.state in FINAL:
+            rows.append(charts.GanttRow(j.spec.name or j.id, f"/jobs/{j.id}", colour, j.start_time, j.end_time))
+        elif j.start_time > 0:  # running: what happened up to now, then the forecast (a stale one ends at now)
+            end = max(f.end, now) if f.end > 0 else 0.0
             rows.append(charts.GanttRow(j.spec.name or j.id, f"/jobs/{j.id}", colour, j.start_time, end,
-                                        j.state not in FINAL and f.end > 0, band if j.state not in FINAL else None))
+                                        now if f.end > 0 else 0.0, band))
     return rows
 
 
@@ -180,7 +183,7 @@ def jobs_page(who: Principal, jobs: Sequence[controller_pb2.Job], state_filter: 
     note = ("Times marked ~ are the controller's forecasts." if has_forecast else
             "This controller does not forecast start and end times: the chart shows what happened.")
     body = (f'<p class="filters">State: {filters}</p><h2>Timeline</h2><p class="note">{note}</p>'
-            f'<div class="chart-box" id="gantt">{charts.gantt("jobs over time", _gantt_rows(jobs), now)}</div>'
+            f'<div class="chart-box" id="gantt">{charts.gantt("jobs over time", _gantt_rows(jobs, now), now)}</div>'
             f"<h2>Jobs ({len(jobs)})</h2>")
     body += table(["job", "name", "tenant", "state", "reason", "cell", "iterations", "submitted", "start", "end"],
                   rows, "jobs") if rows else '<p class="empty" id="no-jobs">No jobs.</p>'

@@ -231,7 +231,8 @@ class Dashboard:
         def fetch(after: tuple[float, str] | None, n: int) -> list[JobRecord]:
             return view.jobs_page(states, tenant, after, n)
 
-        return list_page(fetch, view.progress, self.page_key, states, tenant, limit, req.query.get("continue", ""))
+        return list_page(fetch, view.progress, self.page_key, states, tenant, limit, req.query.get("continue", ""),
+                         self._engine().forecaster.get)
 
     def _job(self, who: Principal, jid: str) -> controller_pb2.Job:
         if not JOB_ID_RE.fullmatch(jid):
@@ -240,7 +241,7 @@ class Dashboard:
         rec = view.get(jid)
         if not may_see(who, rec.spec.tenant):
             raise JobNotFound(jid)
-        return job_pb(rec, view.progress(jid), view.events(jid))
+        return job_pb(rec, view.progress(jid), view.events(jid), self._engine().forecaster.get(jid))
 
 
 def html(status: int, body: str) -> Response:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tessera.common.tokens import ADMIN, USER, TokenEntry, hash_token, write_tokens_file
+from tessera.common.tokens import ADMIN, ANONYMOUS, USER, TokenEntry, hash_token, write_tokens_file
 from tessera.controller.auth import InsecureAuthenticator, TokenAuthenticator
-from tessera.controller.dashboard import options
+from tessera.controller.dashboard import options, pages
 from tessera.controller.dashboard.data import Forecast, forecast_fields, forecast_of
 from tessera.controller.dashboard.history import History, ProgressHistory
 from tessera.controller.dashboard.http import Request, Response
@@ -217,3 +217,22 @@ def test_dashboard_addr_defaults_off_and_allows_loopback(tmp_path: Path) -> None
     tokens = tmp_path / "t.yaml"
     tokens.write_text("tokens: []\n")
     assert parse_args(["--state-dir", "/tmp/x", "--insecure", "--tokens", str(tokens), "--dashboard-addr", "0.0.0.0:8080"])
+
+
+def test_pages_escape_what_jobs_carry_and_draw_forecasts_apart_from_what_happened() -> None:
+    now = 2000.0
+    running = controller_pb2.Job(id="j-1", state=P.JOB_STATE_RUNNING, start_time=1000, spec=P.JobSpec(name="r"))
+    pending = controller_pb2.Job(id="j-2", state=P.JOB_STATE_PENDING, submit_time=900, spec=P.JobSpec(name="p"))
+    done = controller_pb2.Job(id="j-3", state=P.JOB_STATE_SUCCEEDED, start_time=900, end_time=1500,
+                              reason="<script>alert(1)</script>", spec=P.JobSpec(name="<b>x</b>"))
+    if "forecast" in forecast_fields():
+        running.forecast.end_time, running.forecast.end_low, running.forecast.end_high = 2500, 2400, 2700
+        pending.forecast.start_time, pending.forecast.end_time = 2500, 3000
+    html = pages.jobs_page(ANONYMOUS, [running, pending, done], "", now)
+    assert "<b>x" not in html and "<script>alert" not in html and "&lt;script&gt;alert(1)" in html
+    assert html.count('class="bar done"') == 1
+    if "forecast" in forecast_fields():
+        # The running job: solid up to now, pale and dashed after; the pending one: forecast only.
+        assert html.count('class="bar running"') == 1 and html.count('class="bar running forecast"') == 1
+        assert html.count('class="bar pending') == 1 and 'class="bar pending forecast"' in html
+        assert html.count('class="band"') == 3  # the running job's end band: a line and two ticks
