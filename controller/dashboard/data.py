@@ -1,7 +1,6 @@
 """The dashboard's data: the same messages the gRPC listing answers (convert.job_pb, listing.list_page,
-convert.node_pb), as JSON for /api/ and as inputs of the pages; and the forecast fields of a Job when
-this build's proto has them (controller.proto Job fields 23-26), read by number and name so the
-dashboard works with and without them.
+convert.node_pb), as JSON for /api/ and as inputs of the pages; and a Job's forecast
+(controller.proto Job field 23), read defensively: a Job without one shows none.
 """
 
 from __future__ import annotations
@@ -50,27 +49,14 @@ def _time(value: object) -> float:
 
 
 def forecast_of(job: controller_pb2.Job) -> Forecast:
-    """The forecast a Job carries: a `forecast` message (start_time, end_time, start_low/high,
-    end_low/high, note), or scalar fields named forecast_*; none when this build has neither."""
-    fields = {f.name: f for f in controller_pb2.Job.DESCRIPTOR.fields if f.number in FORECAST_NUMBERS}
-    msg = fields.get("forecast")
-    if msg is not None and msg.type == msg.TYPE_MESSAGE:
-        if not job.HasField("forecast"):
-            return Forecast()
-        fc = job.forecast
-        return Forecast(*(_time(getattr(fc, n, 0.0)) for n in ("start_time", "end_time", "start_low", "start_high",
-                                                                "end_low", "end_high")),
-                        note=str(getattr(fc, "note", "")))
-    got: dict[str, float] = {}
-    for name in (n for n, f in fields.items() if f.type == f.TYPE_DOUBLE and "forecast" in n):
-        value = _time(getattr(job, name, 0.0))
-        if not value:
-            continue
-        # A band field that names neither start nor end bounds the end, the time users ask about.
-        low, high = "low" in name or "early" in name, "high" in name or "late" in name
-        target = "start" if "start" in name else "end"
-        got[f"{target}_low" if low else f"{target}_high" if high else target] = value
-    return Forecast(**got)
+    """The forecast a Job carries (its `forecast` message: start_time, end_time, start_low/high,
+    end_low/high, note); none when it has none, or this build's Job has no such field."""
+    if "forecast" not in forecast_fields() or not job.HasField("forecast"):
+        return Forecast()
+    fc = job.forecast
+    return Forecast(start=_time(fc.start_time), end=_time(fc.end_time), start_low=_time(fc.start_low),
+                    start_high=_time(fc.start_high), end_low=_time(fc.end_low), end_high=_time(fc.end_high),
+                    note=str(fc.note))
 
 
 def message_json(msg: Message) -> dict[str, Any]:
