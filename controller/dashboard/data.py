@@ -74,6 +74,11 @@ def capacity_json(history: CapacityHistory) -> dict[str, Any]:
                         for s in history.samples]}
 
 
-def progress_json(points: list[ProgressPoint]) -> list[dict[str, float]]:
-    return [{"time": p.time, "iteration": p.iteration, "loss": p.loss, "samples_per_second": p.samples_per_second,
-             "step_time_seconds": p.step_time_seconds} for p in points]
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None  # a NaN loss is reported as null: JSON has no NaN
+
+
+def progress_json(points: list[ProgressPoint]) -> list[dict[str, float | None]]:
+    return [{"time": _finite(p.time), "iteration": p.iteration, "loss": _finite(p.loss),
+             "samples_per_second": _finite(p.samples_per_second), "step_time_seconds": _finite(p.step_time_seconds)}
+            for p in points]

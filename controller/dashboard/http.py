@@ -103,7 +103,10 @@ def parse_head(head: bytes) -> Request:
 
 
 def render(resp: Response, head_only: bool) -> bytes:
-    reason = HTTPStatus(resp.status).phrase if resp.status in HTTPStatus._value2member_map_ else ""
+    try:
+        reason = HTTPStatus(resp.status).phrase
+    except ValueError:
+        reason = ""
     lines = [f"HTTP/1.1 {resp.status} {reason}", f"Content-Type: {resp.content_type}",
              f"Content-Length: {len(resp.body)}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in (*SECURITY_HEADERS, *resp.headers)]

@@ -101,6 +101,10 @@ async def test_tokens_roles_and_tenants_are_the_apis(tmp_path: Path) -> None:
     assert job.status == 200
     for text in (b"SUBMITTED", b"PLACED", b"Placement", b"A10"):
         assert text in job.body, text
+    # A diverged job's NaN loss is null in the JSON (which has no NaN), not an error.
+    d.history.progress.add(ids["a"], P.Progress(iteration=3, loss=float("nan"), time=5.0))
+    curve = await d.handle(get(f"/api/jobs/{ids['a']}", token="alice-token"))
+    assert curve.status == 200 and json.loads(curve.body)["progress_history"][-1]["loss"] is None
     # Bad input: a clear 400 naming the field.
     bad = await d.handle(get("/api/jobs?state=sleeping", token="admin-token"))
     assert bad.status == 400 and "state" in json.loads(bad.body)["error"]
