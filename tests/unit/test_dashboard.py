@@ -240,3 +240,6 @@ def test_pages_escape_what_jobs_carry_and_draw_forecasts_apart_from_what_happene
         assert html.count('class="bar running"') == 1 and html.count('class="bar running forecast"') == 1
         assert html.count('class="bar pending') == 1 and 'class="bar pending forecast"' in html
         assert html.count('class="band"') == 3  # the running job's end band: a line and two ticks
+    if "forecast" in forecast_fields():
+        page = pages.job_page(ANONYMOUS, pending, [], now)
+        assert "starts ~" in page and "ends ~" in page
