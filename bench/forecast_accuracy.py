@@ -6,8 +6,9 @@ forecast (controller/core/forecast.py: the same policy and estimates, no future 
 policy decides; the arrivals' forecast start and finish are then compared with their actual start
 and finish in the same replay. Beside it, the naive forecast made from the same snapshot:
 
-- walltime of a job = its runtime on the GPUs and type it requested (the oracle's iteration time x
-  its iterations) x `--overestimate` (users ask for more than they use);
+- walltime of a job = (its runtime on the GPUs and type it requested, the oracle's iteration time x
+  its iterations, + the rules' start cost: 260 s under the fair rules) x an overestimate factor (users ask for more than they use; `--overestimate`,
+  several comma-separated: 1 = exact walltimes, the naive forecast's best case);
 - the schedule of `squeue --start` under conservative backfill: every running job holds its GPUs
   until its start + walltime; pending jobs in submission order each reserve the earliest interval
   where its requested GPUs of its requested type are free for its walltime (a later job may take an
@@ -17,7 +18,7 @@ and finish in the same replay. Beside it, the naive forecast made from the same 
 Errors are absolute (seconds; printed in minutes) over the jobs that started and finished in the
 replay: median and p90, start and finish, both forecasts; plus the forecast's cost per round.
 
-    .venv/bin/python bench/forecast_accuracy.py [--hours 3] [--policy crius] [--overestimate 1.5]
+    .venv/bin/python bench/forecast_accuracy.py [--hours 3] [--policy crius] [--overestimate 1.5,1]
 """
 
 from __future__ import annotations
@@ -46,25 +47,26 @@ from tessera.controller.sim.engine import Simulator, Truth
 class Seen:
     now: float
     forecasts: dict[str, JobForecast]
-    naive: dict[str, tuple[float, float]]
+    naive: dict[float, dict[str, tuple[float, float]]]
     seconds: float
 
 
-def walltime(truth: Truth, view: JobView, per_node: dict[str, int], factor: float, left: float) -> float:
+def walltime(truth: Truth, view: JobView, per_node: dict[str, int], factor: float, left: float,
+             start_cost: float) -> float:
     t, n = view.gpu_type_hint, max(1, view.gpus_hint)
     cap = per_node.get(t, 8)
     it = truth.iteration_s(view, t, n, 1 if n <= cap else n // cap)
-    return (it * left if it > 0 else 0.0) * factor
+    return (it * left + start_cost if it > 0 else 0.0) * factor
 
 
 def naive_schedule(snap: Snapshot, truth: Truth, per_node: dict[str, int], totals: dict[str, int],
-                   started: dict[str, float], factor: float) -> dict[str, tuple[float, float]]:
+                   started: dict[str, float], factor: float, start_cost: float) -> dict[str, tuple[float, float]]:
     """squeue --start under conservative backfill (see the module docstring), per GPU type."""
     # Per type: (time, +-GPUs) changes of the free count, from now on.
     held: dict[str, list[tuple[float, int]]] = defaultdict(list)
     busy0: dict[str, int] = defaultdict(int)
     for r in snap.running:
-        w = walltime(truth, r.job, per_node, factor, float(r.job.iterations))
+        w = walltime(truth, r.job, per_node, factor, float(r.job.iterations), start_cost)
         end = max(snap.now, started.get(r.job.id, snap.now) + w)
         busy0[r.cell.gpu_type] += r.cell.gpus
         held[r.cell.gpu_type].append((end, r.cell.gpus))
@@ -83,7 +85,7 @@ def naive_schedule(snap: Snapshot, truth: Truth, per_node: dict[str, int], total
 
     for j in sorted(snap.pending, key=lambda v: (v.submit_time, v.id)):
         t, n = j.gpu_type_hint, max(1, j.gpus_hint)
-        w = walltime(truth, j, per_node, factor, j.remaining_iterations)
+        w = walltime(truth, j, per_node, factor, j.remaining_iterations, start_cost)
         if w <= 0 or n > totals.get(t, 0):
             continue  # Slurm would reject it: no forecast
         cands = sorted({snap.now, *(e for e, _ in held[t] if e > snap.now), *(e for _, e, _ in res[t])})
@@ -110,10 +112,13 @@ def main() -> int:
     ap.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier (tessera-sim --load)")
     ap.add_argument("--cluster", default="crius-1280")
     ap.add_argument("--policy", default="crius")
-    ap.add_argument("--overestimate", type=float, default=1.5)
+    ap.add_argument("--overestimate", default="1.5,1", help="walltime factors of the naive forecast")
     ap.add_argument("--max-rounds", type=int, default=64)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     a = ap.parse_args()
+    factors = [float(x) for x in a.overestimate.split(",") if x.strip()]
+    if not factors or min(factors) <= 0:
+        ap.error("--overestimate: factors > 0, comma-separated")
     with tempfile.TemporaryDirectory() as tmp:
         args = cli.build_parser().parse_args(["--trace", "philly", "--cluster", a.cluster, "--hours", str(a.hours),
                                               "--start-hour", str(a.start_hour), "--seed", str(a.seed), "--load", str(a.load),
@@ -140,9 +145,10 @@ def main() -> int:
         c0 = time.perf_counter()
         fc = forecast(snap, est, policy, rcfg, fcfg)
         dt = time.perf_counter() - c0
-        nv = naive_schedule(snap, truth, per_node, totals, first_seen_running, a.overestimate)
+        nvs = {f: naive_schedule(snap, truth, per_node, totals, first_seen_running, f, rules.fixed_cost or 0.0)
+               for f in factors}
         seen.append(Seen(snap.now, {k: fc[k] for k in snap.arrivals if k in fc},
-                         {k: nv[k] for k in snap.arrivals if k in nv}, dt))
+                         {f: {k: nv[k] for k in snap.arrivals if k in nv} for f, nv in nvs.items()}, dt))
 
     t0 = time.perf_counter()
     res = sim.run(policy, "paper", until_done=True, observe=observe)
@@ -150,7 +156,7 @@ def main() -> int:
     actual = {j.t.id: (j.first_start, j.end) for j in res.jobs}
     errs: dict[str, list[float]] = defaultdict(list)
     inband = {"start": 0, "end": 0}
-    missing = {"tessera": 0, "naive": 0}
+    missing = {"tessera": 0, **{f"naive_x{f:g}": 0 for f in factors}}
     n = 0
     for s in seen:
         for jid, f in s.forecasts.items():
@@ -165,18 +171,19 @@ def main() -> int:
                 errs["tessera_end"].append(abs(f.end - en))
                 inband["start"] += int((f.start_low or f.start) - 1e-6 <= st <= (f.start_high or f.start) + 1e-6)
                 inband["end"] += int((f.end_low or f.end) - 1e-6 <= en <= (f.end_high or f.end) + 1e-6)
-            nv = s.naive.get(jid)
-            if nv is None:
-                missing["naive"] += 1
-            else:
-                errs["naive_start"].append(abs(nv[0] - st))
-                errs["naive_end"].append(abs(nv[1] - en))
+            for f in factors:
+                nv = s.naive[f].get(jid)
+                if nv is None:
+                    missing[f"naive_x{f:g}"] += 1
+                else:
+                    errs[f"naive_x{f:g}_start"].append(abs(nv[0] - st))
+                    errs[f"naive_x{f:g}_end"].append(abs(nv[1] - en))
     costs = [s.seconds for s in seen]
     rounds = [max((f.rounds for f in s.forecasts.values()), default=0) for s in seen]
     doc: dict[str, Any] = {
         "config": {"trace": "philly", "hours": a.hours, "start_hour": a.start_hour, "seed": a.seed, "load": a.load,
                    "cluster": a.cluster, "rules": rules.name, "interval_s": rules.interval_s, "policy": a.policy,
-                   "overestimate": a.overestimate, "max_rounds": a.max_rounds, "band": [fcfg.measured_error,
+                   "overestimate": factors, "max_rounds": a.max_rounds, "band": [fcfg.measured_error,
                                                                                        fcfg.estimate_error]},
         "jobs_compared": n, "jobs_in_trace": len(jobs), "no_forecast": missing,
         "errors_min": {k: {"median": round(statistics.median(v) / 60, 1), "p90": round(pct(v, 0.9) / 60, 1),
@@ -184,16 +191,18 @@ def main() -> int:
         "tessera_in_band": {k: round(v / max(1, len(errs["tessera_start"])), 3) for k, v in inband.items()},
         "forecast_cost": {"forecasts": len(costs), "median_s": round(statistics.median(costs), 3) if costs else 0,
                           "max_s": round(max(costs), 3) if costs else 0,
-                          "median_policy_rounds": statistics.median(rounds) if rounds else 0},
+                          "median_policy_rounds": statistics.median(rounds) if rounds else 0,
+                          # Three replays (nominal, low, high) per forecast.
+                          "ms_per_policy_round": round(1000 * sum(costs) / max(1, 3 * sum(rounds)), 1)},
         "replay_wall_s": round(wall, 1), "replay_end": res.end,
     }
     print(f"forecast accuracy, philly {a.hours:g} h on {a.cluster}, {a.policy}, {n} jobs "
           f"(absolute error, minutes: median / p90)", file=sys.stderr)
     for k in ("start", "end"):
-        for who in ("tessera", "naive"):
+        for who in ("tessera", *(f"naive_x{f:g}" for f in factors)):
             e = doc["errors_min"].get(f"{who}_{k}")
             if e:
-                print(f"  {k:5s} {who:8s} {e['median']:8.1f} / {e['p90']:8.1f}  (n={e['n']})", file=sys.stderr)
+                print(f"  {k:5s} {who:12s} {e['median']:8.1f} / {e['p90']:8.1f}  (n={e['n']})", file=sys.stderr)
     write_result(a.out, f"forecast_accuracy_{a.policy}.json", doc)
     return 0
 

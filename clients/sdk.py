@@ -186,6 +186,13 @@ class Client:
         """The job with this id, with its events when with_events. NOT_FOUND if there is none."""
         return self._call("GetJob", controller_pb2.GetJobRequest(job_id=job_id, with_events=with_events))
 
+    def forecast(self, job_id: str) -> controller_pb2.Forecast | None:
+        """The job's forecast start and finish with their band (unix seconds, 0 = none; `note` says
+        why), None when the controller has none for it (ended, or no round since it came;
+        docs/forecasts.md). The same as `get(job_id).forecast`."""
+        job = self.get(job_id)
+        return job.forecast if job.HasField("forecast") else None
+
     def list(self, states: Iterable[int | str] | None = None, tenant: str = "",
              limit: int | None = None) -> list[controller_pb2.Job]:
         """Jobs in any of `states` (all when None or empty) of `tenant` (all when empty), oldest

@@ -19,6 +19,7 @@ from tessera.common.objective import load_prices
 from tessera.common.privatefile import key_file
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
+from tessera.controller.core.forecast import ForecastConfig
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
 from tessera.controller.dashboard import options as dashboard_options
@@ -48,6 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"port {DEFAULT_AGENT_PORT} (port 0 when --listen has port 0)")
     p.add_argument("--state-dir", required=True, help="directory for the SQLite state (created if missing)")
     p.add_argument("--round-interval", type=float, default=300.0, help="seconds between scheduling rounds")
+    p.add_argument("--forecast-rounds", type=int, default=64, metavar="N",
+                   help="forecasts of start and finish after each round: at most N policy rounds per replay "
+                        "(0: no forecasts; docs/forecasts.md)")
+    p.add_argument("--forecast-horizon", type=float, default=7 * 86400.0, metavar="SECONDS",
+                   help="forecasts look this far ahead; a job not started by then has none")
     p.add_argument("--inspect-interval", type=float, default=20.0, help="seconds between running-job inspections")
     p.add_argument("--debounce", type=float, default=1.0, help="seconds a round waits after an arrival/departure")
     p.add_argument("--lease", type=float, default=15.0, help="seconds without heartbeat before UNREACHABLE")
@@ -130,6 +136,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 0 (0 = keep forever)")
     if args.retention_interval <= 0:
         p.error("--retention-interval must be > 0")
+    if args.forecast_rounds < 0:
+        p.error("--forecast-rounds must be >= 0 (0 = no forecasts)")
+    if not args.forecast_horizon > 0:
+        p.error("--forecast-horizon must be > 0 seconds")
     if args.store == "etcd":
         if not args.etcd_endpoints:
             p.error("--store etcd needs --etcd-endpoints HOST:PORT[,HOST:PORT...]")
@@ -195,7 +205,9 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         allowed_env=frozenset(args.allow_env),
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls,
-        prices=getattr(args, "price_table", ()))
+        prices=getattr(args, "price_table", ()),
+        forecast=ForecastConfig(max_rounds=args.forecast_rounds, horizon_s=args.forecast_horizon,
+                                rounds_at_departures=True) if args.forecast_rounds > 0 else None)
 
 
 def controller_server(args: argparse.Namespace, auth: Authenticator, registrations: list[tuple[Any, Any]],

@@ -71,6 +71,8 @@ def test_describe_shows_the_forecast_of_a_pending_job(cluster_factory, worker_di
         # at the holder's end, in the round its end kicks.
         both = {j["id"]: j["forecast"] for j in json.loads(tessctl(addr, "-o", "json", "get", "jobs").stdout)["jobs"]}
         assert abs(when(both[first.id]["end_time"]) - when(both[second.id]["start_time"])) < 1.0, both
+        fc = c.forecast(second.id)  # the SDK
+        assert fc is not None and fc.start_time > 0 and fc.start_low <= fc.start_time <= fc.start_high
         wide = tessctl(addr, "-o", "wide", "get", "jobs").stdout
         assert "START~" in wide.splitlines()[0]
         go.write_text("")
