@@ -109,7 +109,7 @@ def cluster_page(who: Principal, capacity: CapacityHistory, nodes: Sequence[cont
     for n in nodes:
         states[node_state(n.state)] = states.get(node_state(n.state), 0) + 1
     summary = ", ".join(f"{k} {v}" for k, v in sorted(states.items())) or "none registered"
-    parts = [f'<p id="summary">{len(nodes)} nodes ({e(summary)}).</p>', "<h2>GPUs now</h2>",
+    parts = [f'<p id="summary">{len(nodes)} node{"" if len(nodes) == 1 else "s"} ({e(summary)}).</p>', "<h2>GPUs now</h2>",
              table(["GPU type", "total", *GPU_STATES], rows, "gpus") if rows else '<p class="empty">No GPUs.</p>',
              "<h2>Capacity over time</h2>",
              ('<p class="note">One sample per scheduling round (at least every two minutes), kept in the '

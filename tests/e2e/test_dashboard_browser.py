@@ -76,7 +76,7 @@ def test_dashboard_pages_in_chromium(cluster_factory, browser, worker_dir: Path)
     page.wait_for_url(f"{base}/")
     page.evaluate("sessionStorage.setItem('tessera-autorefresh', 'off')")  # no reload in the middle of a step
     page.wait_for_selector("#summary")
-    assert "1 nodes" in page.inner_text("#summary")
+    assert page.inner_text("#summary") == "1 node (ready 1)."
     page.wait_for_selector("table.gpus")
     assert "A40" in page.inner_text("table.gpus")
 
