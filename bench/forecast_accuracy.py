@@ -24,6 +24,7 @@ replay: median and p90, start and finish, both forecasts; plus the forecast's co
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import tempfile
@@ -41,6 +42,25 @@ from tessera.controller.core.policy import RoundConfig
 from tessera.controller.core.snapshot import JobView, Snapshot
 from tessera.controller.sim import cli
 from tessera.controller.sim.engine import Simulator, Truth
+
+
+class NoisyTruth(Truth):
+    """The oracle with each job's iteration time on each GPU type off by a fixed factor drawn from
+    [1 - noise, 1 + noise] (seeded by job and type): estimates that err as the estimator's do, so
+    that the band is put to the test. The forecast still reads the unperturbed estimates."""
+
+    def __init__(self, inner: Truth, noise: float) -> None:
+        super().__init__(inner.est)
+        self.inner, self.noise = inner, noise
+
+    def factor(self, job: JobView, gpu_type: str) -> float:
+        return 1.0 + self.noise * (2.0 * random.Random(f"{job.id}/{gpu_type}").random() - 1.0)
+
+    def iteration_s(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> float:
+        return self.inner.iteration_s(job, gpu_type, gpus, nodes) * self.factor(job, gpu_type)
+
+    def throughput(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> float:
+        return self.inner.throughput(job, gpu_type, gpus, nodes) / self.factor(job, gpu_type)
 
 
 @dataclass
@@ -114,6 +134,8 @@ def main() -> int:
     ap.add_argument("--policy", default="crius")
     ap.add_argument("--overestimate", default="1.5,1", help="walltime factors of the naive forecast")
     ap.add_argument("--max-rounds", type=int, default=64)
+    ap.add_argument("--noise", type=float, default=0.0, help="true iteration times off the estimates by up to "
+                    "this fraction, per job and type (0: the oracle is the estimates)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     a = ap.parse_args()
     factors = [float(x) for x in a.overestimate.split(",") if x.strip()]
@@ -124,6 +146,10 @@ def main() -> int:
                                               "--start-hour", str(a.start_hour), "--seed", str(a.seed), "--load", str(a.load),
                                               "--out", tmp, "--quiet"])
         cluster, jobs, est, truth, rules, by_short = cli.load_inputs(args)
+    if not 0 <= a.noise < 1:
+        ap.error("--noise: a fraction in [0, 1)")
+    if a.noise:
+        truth = NoisyTruth(truth, a.noise)
     rcfg = RoundConfig(search_depth=3, interval_s=rules.interval_s, max_gpus_per_job=16)
     sim = Simulator(cluster, jobs, est, truth, rules, "philly", rcfg, type_of=lambda s: by_short.get(s, s))
     policy = make_policy(a.policy, "paper")
@@ -183,7 +209,7 @@ def main() -> int:
     doc: dict[str, Any] = {
         "config": {"trace": "philly", "hours": a.hours, "start_hour": a.start_hour, "seed": a.seed, "load": a.load,
                    "cluster": a.cluster, "rules": rules.name, "interval_s": rules.interval_s, "policy": a.policy,
-                   "overestimate": factors, "max_rounds": a.max_rounds, "band": [fcfg.measured_error,
+                   "overestimate": factors, "noise": a.noise, "max_rounds": a.max_rounds, "band": [fcfg.measured_error,
                                                                                        fcfg.estimate_error]},
         "jobs_compared": n, "jobs_in_trace": len(jobs), "no_forecast": missing,
         "errors_min": {k: {"median": round(statistics.median(v) / 60, 1), "p90": round(pct(v, 0.9) / 60, 1),
@@ -203,7 +229,7 @@ def main() -> int:
             e = doc["errors_min"].get(f"{who}_{k}")
             if e:
                 print(f"  {k:5s} {who:12s} {e['median']:8.1f} / {e['p90']:8.1f}  (n={e['n']})", file=sys.stderr)
-    write_result(a.out, f"forecast_accuracy_{a.policy}.json", doc)
+    write_result(a.out, f"forecast_accuracy_{a.policy}{f'_noise{a.noise:g}' if a.noise else ''}.json", doc)
     return 0
 
 

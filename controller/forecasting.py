@@ -59,8 +59,12 @@ class Forecaster:
             self._latest = {}
             return
         # The policy is copied here, on the event loop, so the thread never reads it while a round
-        # uses it.
-        pol = copy.deepcopy(policy)
+        # uses it. A forecast that cannot be made never fails the round.
+        try:
+            pol = copy.deepcopy(policy)
+        except Exception:
+            log.exception("forecast_failed")
+            return
         cfg = self.config if self.config.interval_s == rcfg.interval_s else \
             type(self.config)(**{**self.config.__dict__, "interval_s": rcfg.interval_s})
         self._task = asyncio.get_running_loop().create_task(
