@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tessera.controller.core.snapshot import Cell, PlanChoice, Slice
 from tessera.controller.store import EventRecord, JobRecord
+from tessera.controller.view import NodeInfo
 from tessera.estimator.convert import merged_plan, plan_message
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -65,3 +66,12 @@ def placement_pb(slices: tuple[Slice, ...], rendezvous: str) -> common_pb2.Place
     return common_pb2.Placement(
         slices=[common_pb2.NodeSlice(node_id=s.node_id, gpu_indices=list(s.gpu_indices)) for s in slices],
         rendezvous=rendezvous)
+
+
+def node_pb(n: NodeInfo, busy: dict[str, set[int]]) -> controller_pb2.Node:
+    """A node as ListNodes answers it (and the dashboard shows it); `busy`: EngineView.busy_gpus()."""
+    return controller_pb2.Node(
+        id=n.id, address=n.address, state=n.state, reason=n.reason, inventory=n.inventory,
+        last_heartbeat=n.last_heartbeat_wall, busy_gpus=sorted(busy.get(n.id, ())),
+        launch_failures=n.launch_failures, unhealthy_until=n.unhealthy_until, agent_version=n.agent_version,
+        agent_commit=n.agent_commit)

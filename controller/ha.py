@@ -35,6 +35,7 @@ import structlog
 from tessera.common import daemon, metrics, rpc
 from tessera.common.hooks import Hooks
 from tessera.controller.agents import AgentClients
+from tessera.controller.dashboard.server import Dashboard
 from tessera.controller.election import Leadership, NotLeader
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import EtcdClient, EtcdConfig, parse_endpoints
@@ -116,7 +117,9 @@ SERVICES = (controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name,
             agent_pb2.DESCRIPTOR.services_by_name["AgentRegistry"].full_name)
 
 
-async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, make_server: ServerFactory) -> None:
+async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, make_server: ServerFactory,
+                   dashboard: Dashboard | None = None) -> None:
+    """`dashboard` (--dashboard-addr) answers 503 until this controller leads, then shows its engine."""
     client = EtcdClient(etcd_config(args))
     services = [controller_pb2.DESCRIPTOR.services_by_name["Controller"],
                 agent_pb2.DESCRIPTOR.services_by_name["AgentRegistry"]]
@@ -182,6 +185,8 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
                      (agent_pb2_grpc.add_AgentRegistryServicer_to_server,
                       RegistryService(engine, authenticate=args.tls is not None))])
         hooks.set_serving(True)
+        if dashboard is not None:
+            dashboard.attach(engine)
         log.info("controller_leading", epoch=epoch, address=address, jobs=len(store.list_jobs()),
                  nodes=len(store.list_nodes()))
         tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),

@@ -22,6 +22,8 @@ from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuth
 from tessera.controller.core.forecast import ForecastConfig
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
+from tessera.controller.dashboard import options as dashboard_options
+from tessera.controller.dashboard.server import Dashboard
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import parse_endpoints
 from tessera.controller.ha import COMPONENT, SERVICES, serve_ha
@@ -118,8 +120,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="YAML {GPU type: price per GPU-hour}: jobs with objective cost get the cheapest mix of "
                         "GPU types meeting their SLO at these prices (docs/cost-objective.md); without it such jobs "
                         "are refused")
+    dashboard_options.add_arguments(p)
     tls.add_arguments(p)
     args = p.parse_args(argv)
+    dashboard_options.check(args, p.error)
     args.tls = tls.from_args(args, p.error)
     if args.tls is not None and (args.tls.identity is None or args.tls.identity.kind != "controller"):
         p.error(f"--tls-dir: {args.tls.source} holds a certificate of {args.tls.identity or 'no Tessera identity'}, "
@@ -228,7 +232,13 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     cfg = engine_config(args, ckpt)
     if args.store == "etcd":
         log_auth(auth)
-        await serve_ha(args, cfg, state, lambda regs, hooks: controller_server(args, auth, regs, hooks))
+        dashboard = await start_dashboard(args, auth, "this controller is a standby: open the leader's dashboard")
+        try:
+            await serve_ha(args, cfg, state, lambda regs, hooks: controller_server(args, auth, regs, hooks),
+                           dashboard)
+        finally:
+            if dashboard is not None:
+                await dashboard.close()
         return
     store = SqliteStore(state / "controller.db")
     epoch = store.next_epoch()
@@ -244,6 +254,9 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     ], hooks)
     await server.start()
     mport = metrics.serve(args.metrics_listen)
+    dashboard = await start_dashboard(args, auth)
+    if dashboard is not None:
+        dashboard.attach(engine)
     tls.announce("tessera-controller", args.tls)
     host = args.listen.rpartition(":")[0]
     log_auth(auth)
@@ -258,11 +271,25 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     hooks.shutdown()
     for t in tasks:
         t.cancel()
+    if dashboard is not None:
+        await dashboard.close()
     await rpc.stop_server(server, grace=2.0)
     await agents.close()
     if engine.estimator_feed is not None:
         await engine.estimator_feed.close()
     store.close()
+
+
+async def start_dashboard(args: argparse.Namespace, auth: Authenticator,
+                          standby_reason: str = "") -> Dashboard | None:
+    """The web dashboard on --dashboard-addr (None when off); its data once `attach`ed an engine."""
+    if not args.dashboard_addr:
+        return None
+    dashboard = Dashboard(auth, args.tls, standby_reason)
+    port = await dashboard.start(args.dashboard_addr)
+    log.info("dashboard_started", listen=f"{args.dashboard_addr.rpartition(':')[0]}:{port}", port=port,
+             scheme="http" if args.tls is None else "https")
+    return dashboard
 
 
 PAGE_KEY_FILE = "page-token.key"

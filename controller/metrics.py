@@ -62,23 +62,31 @@ def update_jobs(view: EngineView) -> None:
 def update_nodes(view: EngineView, now: float) -> None:
     """Nodes by state, the oldest heartbeat, and GPUs by type x state; `now` the wall time."""
     counts = {s: 0 for s in common_pb2.NodeState.values() if s}
-    gpus: Tally[tuple[str, str]] = Tally()
-    busy = view.busy_gpus()
     oldest = 0.0
     for node_id in view.node_ids():
         node = view.node(node_id)
         counts[node.state] = counts.get(node.state, 0) + 1
         if node.state == common_pb2.NODE_STATE_READY:
             oldest = max(oldest, node.heartbeat_age_s)
+    for s, n in counts.items():
+        NODES.labels(common_pb2.NodeState.Name(s)[11:].lower()).set(n)
+    HEARTBEAT_AGE.set(oldest)
+    _set_gpus(gpu_states(view, now))
+
+
+def gpu_states(view: EngineView, now: float) -> Tally[tuple[str, str]]:
+    """GPUs by (type, state), GPU_STATES' meanings; `now` the wall time. The dashboard's capacity
+    history samples the same tally as `tessera_gpus`."""
+    gpus: Tally[tuple[str, str]] = Tally()
+    busy = view.busy_gpus()
+    for node_id in view.node_ids():
+        node = view.node(node_id)
         usable = node.state == common_pb2.NODE_STATE_READY and node.unhealthy_until <= now
         held = busy.get(node_id, set())
         for g in node.inventory.gpus:
             state = "allocated" if g.index in held else "free" if usable else "unavailable"
             gpus[(g.model or "unknown", state)] += 1
-    for s, n in counts.items():
-        NODES.labels(common_pb2.NodeState.Name(s)[11:].lower()).set(n)
-    HEARTBEAT_AGE.set(oldest)
-    _set_gpus(gpus)
+    return gpus
 
 
 _gpu_types: set[str] = set()

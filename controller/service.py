@@ -29,7 +29,7 @@ from tessera.common.tls import peer_identity
 from tessera.common.tokens import Principal
 from tessera.controller.access import list_tenant, may_see, submit_tenant
 from tessera.controller.auth import principal_of
-from tessera.controller.convert import job_pb
+from tessera.controller.convert import job_pb, node_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine
 from tessera.controller.errors import JobNotFound
@@ -174,12 +174,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             yield lines
 
     def _node(self, node_id: str, busy: dict[str, set[int]]) -> controller_pb2.Node:
-        n = self.view.node(node_id)
-        return controller_pb2.Node(
-            id=n.id, address=n.address, state=n.state, reason=n.reason, inventory=n.inventory,
-            last_heartbeat=n.last_heartbeat_wall, busy_gpus=sorted(busy.get(node_id, ())),
-            launch_failures=n.launch_failures, unhealthy_until=n.unhealthy_until, agent_version=n.agent_version,
-            agent_commit=n.agent_commit)
+        return node_pb(self.view.node(node_id), busy)
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
         principal_of(context)  # admitted by the AuthInterceptor, which checked the role table

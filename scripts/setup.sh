@@ -10,12 +10,14 @@ cd "$(dirname "$0")/.."
 # System packages, root only, each installed when its command is missing: systemd (systemd-analyze,
 # for the unit checks), iproute2 and iptables (ip netns, veth, DROP rules: the network-partition chaos
 # test), etcd-server (the `etcd` binary, started by the etcd store and leader failover tests; the
-# controller itself needs one only with --store etcd).
+# controller itself needs one only with --store etcd), chromium (the dashboard's browser tests and
+# screenshots, driven by Playwright without its own browser download).
 missing=()
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq

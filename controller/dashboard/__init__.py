@@ -1,0 +1,1 @@
+"""The controller's read-only web dashboard (docs/dashboard.md)."""

@@ -1,0 +1,245 @@
+"""The dashboard without a browser: its HTTP handlers' authorization (the Controller API's tokens,
+roles and tenant rules), the HTTP layer's refusals over a real socket, the history it samples, and
+the --dashboard-addr checks. tests/e2e/test_dashboard_browser.py drives it in Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from tessera.common.tokens import ADMIN, ANONYMOUS, USER, TokenEntry, hash_token, write_tokens_file
+from tessera.controller.auth import InsecureAuthenticator, TokenAuthenticator
+from tessera.controller.dashboard import options, pages
+from tessera.controller.dashboard.data import Forecast, forecast_fields, forecast_of
+from tessera.controller.dashboard.history import History, ProgressHistory
+from tessera.controller.dashboard.http import Request, Response
+from tessera.controller.dashboard.server import Dashboard
+from tessera.controller.main import parse_args
+from tessera.v1 import common_pb2 as P
+from tessera.v1 import controller_pb2
+from tests.unit.test_engine import Harness, tiny
+
+TOKENS = {"root": ("admin-token", "default", ADMIN), "alice": ("alice-token", "team-a", USER),
+          "bob": ("bob-token", "team-b", USER)}
+
+
+def get(path: str, token: str = "", cookie: str = "") -> Request:
+    path, _, q = path.partition("?")
+    query = dict(kv.split("=", 1) for kv in q.split("&") if kv)
+    headers: list[tuple[str, str]] = []
+    if token:
+        headers.append(("authorization", f"Bearer {token}"))
+    if cookie:
+        headers.append(("cookie", f"theme=dark; tessera_token={cookie}"))
+    return Request("GET", path, query, tuple(headers))
+
+
+async def cluster(tmp_path: Path, secure: bool = True) -> tuple[Harness, Dashboard, dict[str, str]]:
+    """Two nodes, a job of team-a running and one of team-b pending."""
+    h = Harness()
+    await h.register("a", "b")
+    tokens = tmp_path / "tokens.yaml"
+    write_tokens_file(tokens, [TokenEntry(n, t, r, hash_token(tok)) for n, (tok, t, r) in TOKENS.items()])
+    d = Dashboard(TokenAuthenticator(tokens) if secure else InsecureAuthenticator())
+    d.engine = h.engine
+    ids = {}
+    spec = tiny("mine")
+    spec.tenant = "team-a"
+    ids["a"] = await h.submit(spec)
+    await h.round()
+    other = tiny("theirs", gpus=64)  # more GPUs than the cluster has: stays pending
+    other.tenant = "team-b"
+    ids["b"] = await h.submit(other)
+    return h, d, ids
+
+
+async def test_every_page_and_api_refuses_a_caller_without_a_valid_token(tmp_path: Path) -> None:
+    _, d, ids = await cluster(tmp_path)
+    for path in ("/", "/nodes", "/jobs", f"/jobs/{ids['a']}", "/api/capacity", "/api/nodes", "/api/jobs",
+                 f"/api/jobs/{ids['a']}"):
+        for req in (get(path), get(path, token="not-a-token"), get(path, cookie="not-a-token")):
+            resp = await d.handle(req)
+            assert resp.status == 401, (path, resp.status)
+            assert ids["a"].encode() not in resp.body and b"mine" not in resp.body
+            if path.startswith("/api/"):
+                assert json.loads(resp.body)["code"] == "UNAUTHENTICATED"
+            else:
+                assert b'id="token"' in resp.body  # the sign-in form
+    # Only the sign-in page and the static files answer without a token.
+    for path in ("/login", "/static/app.js", "/static/style.css"):
+        assert (await d.handle(get(path))).status == 200
+    assert (await d.handle(get("/static/../server.py"))).status == 404
+
+
+async def test_tokens_roles_and_tenants_are_the_apis(tmp_path: Path) -> None:
+    _, d, ids = await cluster(tmp_path)
+    # Admin, by header or by the sign-in cookie: everything.
+    for req in (get("/api/jobs", token="admin-token"), get("/api/jobs", cookie="admin-token")):
+        resp = await d.handle(req)
+        assert resp.status == 200 and {j["id"] for j in json.loads(resp.body)["jobs"]} == set(ids.values())
+    # A user sees its tenant's jobs only; another tenant's job is 404, word for word a missing one.
+    resp = await d.handle(get("/api/jobs", token="alice-token"))
+    assert [j["id"] for j in json.loads(resp.body)["jobs"]] == [ids["a"]]
+    page = await d.handle(get("/jobs", token="alice-token"))
+    assert page.status == 200 and ids["a"].encode() in page.body and ids["b"].encode() not in page.body
+    hidden = await d.handle(get(f"/api/jobs/{ids['b']}", token="alice-token"))
+    missing = await d.handle(get("/api/jobs/j-doesnotexist", token="alice-token"))
+    assert hidden.status == missing.status == 404
+    assert json.loads(hidden.body)["error"].replace(ids["b"], "ID") == \
+        json.loads(missing.body)["error"].replace("j-doesnotexist", "ID")
+    assert (await d.handle(get(f"/jobs/{ids['b']}", token="alice-token"))).status == 404
+    # Naming another tenant is refused, as ListJobs refuses it.
+    assert (await d.handle(get("/api/jobs?tenant=team-b", token="alice-token"))).status == 403
+    # Nodes are shared: a user reads them (ListNodes is a USER method).
+    nodes = json.loads((await d.handle(get("/api/nodes", token="bob-token"))).body)["nodes"]
+    assert {n["id"] for n in nodes} == {"a", "b"}
+    # The job page: its events, Cell and placement.
+    job = await d.handle(get(f"/jobs/{ids['a']}", token="alice-token"))
+    assert job.status == 200
+    for text in (b"SUBMITTED", b"PLACED", b"Placement", b"A10"):
+        assert text in job.body, text
+    # A diverged job's NaN loss is null in the JSON (which has no NaN), not an error.
+    d.history.progress.add(ids["a"], P.Progress(iteration=3, loss=float("nan"), time=5.0))
+    curve = await d.handle(get(f"/api/jobs/{ids['a']}", token="alice-token"))
+    assert curve.status == 200 and json.loads(curve.body)["progress_history"][-1]["loss"] is None
+    # Bad input: a clear 400 naming the field.
+    bad = await d.handle(get("/api/jobs?state=sleeping", token="admin-token"))
+    assert bad.status == 400 and "state" in json.loads(bad.body)["error"]
+    assert (await d.handle(get("/api/jobs/x%2F..", token="admin-token"))).status in (400, 404)
+
+
+async def test_without_tokens_the_dashboard_is_open_as_the_api_is(tmp_path: Path) -> None:
+    _, d, _ids = await cluster(tmp_path, secure=False)
+    resp = await d.handle(get("/api/jobs"))
+    assert resp.status == 200 and len(json.loads(resp.body)["jobs"]) == 2
+
+
+async def test_a_standby_answers_503(tmp_path: Path) -> None:
+    d = Dashboard(InsecureAuthenticator(), standby_reason="standby")
+    assert (await d.handle(get("/jobs"))).status == 503
+
+
+async def raw(port: int, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    writer.write_eof()  # a peer that sends nothing more (the server must not wait for more)
+    await writer.drain()
+    out = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return out
+
+
+async def test_the_http_layer_refuses_what_is_not_a_plain_get() -> None:
+    async def handler(req: Request) -> Response:
+        return Response(200, f"path={req.path}".encode())
+
+    d = Dashboard(InsecureAuthenticator())
+    d.server.handler = handler
+    port = await d.start("127.0.0.1:0")
+    try:
+        ok = await raw(port, b"GET /x?a=1 HTTP/1.1\r\nHost: h\r\n\r\n")
+        assert ok.startswith(b"HTTP/1.1 200") and ok.endswith(b"path=/x")
+        assert b"Content-Security-Policy: default-src 'none'; script-src 'self'" in ok
+        head = await raw(port, b"HEAD /x HTTP/1.1\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
+        post = await raw(port, b"POST /x HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi")
+        assert post.startswith(b"HTTP/1.1 405") and b"Allow: GET, HEAD" in post
+        assert (await raw(port, b"GET /x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")).startswith(b"HTTP/1.1 400")
+        assert (await raw(port, b"GET /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await raw(port, b"GET x HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await raw(port, b"nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await raw(port, b"GET /%ff HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        big = b"GET / HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n"
+        assert (await raw(port, big)).startswith(b"HTTP/1.1 431")
+        assert await raw(port, b"GET / HTTP/1.1\r\n") == b""  # closed before the head ended: no answer
+    finally:
+        await d.close()
+
+
+def test_progress_history_is_bounded_and_keeps_the_whole_curve() -> None:
+    h = ProgressHistory(max_points=10, max_jobs=2)
+    for i in range(1, 101):
+        h.add("j1", P.Progress(iteration=i, loss=1.0 / i, time=float(i)))
+    pts = h.points("j1")
+    assert len(pts) <= 10 and pts[0].iteration == 1 and pts[-1].iteration == 100
+    assert [p.iteration for p in pts] == sorted(p.iteration for p in pts)
+    # A resumed attempt (from an older checkpoint) continues the curve from there.
+    h.add("j1", P.Progress(iteration=95, loss=0.5, time=200.0))
+    assert h.points("j1")[-1].iteration == 95 and all(p.iteration <= 95 for p in h.points("j1"))
+    h.add("j2", P.Progress(iteration=1, time=1.0))
+    h.add("j3", P.Progress(iteration=1, time=1.0))
+    assert h.points("j1") == [] and h.points("j3")  # the least recently reported job forgotten
+
+
+def test_capacity_is_sampled_per_round_and_at_least_every_floor() -> None:
+    hist = History(floor_s=120)
+    calls = []
+
+    def tally() -> dict[tuple[str, str], int]:
+        calls.append(1)
+        return {("A100", "allocated"): 2, ("A100", "free"): 6}
+
+    hist.observe(1000, 1, tally, {})
+    hist.observe(1010, 1, tally, {})  # same round, within the floor: no sample
+    hist.observe(1020, 2, tally, {})  # a new round
+    hist.observe(1200, 2, tally, {})  # the floor passed
+    assert [s.time for s in hist.capacity.samples] == [1000, 1020, 1200] and len(calls) == 3
+    assert hist.capacity.samples[-1].gpus == {"A100": {"allocated": 2, "free": 6, "unavailable": 0}}
+
+
+def test_a_forecast_is_read_when_the_proto_has_one() -> None:
+    job = controller_pb2.Job(id="j")
+    assert forecast_of(job) == Forecast() and not forecast_of(job).known
+    if "forecast" not in forecast_fields():  # a build without forecasts: nothing to read, nothing shown
+        assert forecast_fields() == []
+        return
+    fc = job.forecast
+    fc.start_time, fc.end_time, fc.end_low, fc.end_high, fc.note = 1000.0, 2000.0, 1800.0, 2400.0, "replayed"
+    assert forecast_of(job) == Forecast(start=1000.0, end=2000.0, end_low=1800.0, end_high=2400.0, note="replayed")
+    fc.end_time = float("nan")  # hostile or broken values are no forecast, never an error
+    assert forecast_of(job).end == 0.0
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--dashboard-addr", "0.0.0.0:8080"], "without --tokens"),
+    (["--dashboard-addr", "nonsense"], "not HOST:PORT"),
+    (["--dashboard-addr", "127.0.0.1:99999"], "not HOST:PORT"),
+])
+def test_dashboard_addr_checks(argv: list[str], problem: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--state-dir", "/tmp/x", *argv])
+    assert problem in capsys.readouterr().err
+
+
+def test_dashboard_addr_defaults_off_and_allows_loopback(tmp_path: Path) -> None:
+    assert parse_args(["--state-dir", "/tmp/x", "--insecure"]).dashboard_addr == ""
+    assert parse_args(["--state-dir", "/tmp/x", "--insecure", "--dashboard-addr", "127.0.0.1:0"]).dashboard_addr
+    assert options.is_loopback("[::1]") and options.is_loopback("localhost") and not options.is_loopback("10.0.0.1")
+    tokens = tmp_path / "t.yaml"
+    tokens.write_text("tokens: []\n")
+    assert parse_args(["--state-dir", "/tmp/x", "--insecure", "--tokens", str(tokens), "--dashboard-addr", "0.0.0.0:8080"])
+
+
+def test_pages_escape_what_jobs_carry_and_draw_forecasts_apart_from_what_happened() -> None:
+    now = 2000.0
+    running = controller_pb2.Job(id="j-1", state=P.JOB_STATE_RUNNING, start_time=1000, spec=P.JobSpec(name="r"))
+    pending = controller_pb2.Job(id="j-2", state=P.JOB_STATE_PENDING, submit_time=900, spec=P.JobSpec(name="p"))
+    done = controller_pb2.Job(id="j-3", state=P.JOB_STATE_SUCCEEDED, start_time=900, end_time=1500,
+                              reason="<script>alert(1)</script>", spec=P.JobSpec(name="<b>x</b>"))
+    if "forecast" in forecast_fields():
+        running.forecast.end_time, running.forecast.end_low, running.forecast.end_high = 2500, 2400, 2700
+        pending.forecast.start_time, pending.forecast.end_time = 2500, 3000
+    html = pages.jobs_page(ANONYMOUS, [running, pending, done], "", now)
+    assert "<b>x" not in html and "<script>alert" not in html and "&lt;script&gt;alert(1)" in html
+    assert html.count('class="bar done"') == 1
+    if "forecast" in forecast_fields():
+        # The running job: solid up to now, pale and dashed after; the pending one: forecast only.
+        assert html.count('class="bar running"') == 1 and html.count('class="bar running forecast"') == 1
+        assert html.count('class="bar pending') == 1 and 'class="bar pending forecast"' in html
+        assert html.count('class="band"') == 3  # the running job's end band: a line and two ticks
+    if "forecast" in forecast_fields():
+        page = pages.job_page(ANONYMOUS, pending, [], now)
+        assert "starts ~" in page and "ends ~" in page
