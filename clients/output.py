@@ -303,6 +303,19 @@ def _kv(pairs: Sequence[tuple[str, str]], indent: int = 0) -> list[str]:
     return [" " * indent + f"{k + ':':<{width}}{v}".rstrip() for k, v in pairs]
 
 
+def _priority(spec: common_pb2.JobSpec) -> str:
+    """`describe job`'s Priority line: best-effort, or guaranteed with its promise (docs/tenants.md)."""
+    if spec.priority != common_pb2.PRIORITY_GUARANTEED:
+        return "best-effort"
+    g = spec.guarantee
+    parts = [f"{g.num_gpus} x {g.gpu_type or 'any type'}"]
+    if g.num_cpus:
+        parts.append(f"{g.num_cpus} CPUs")
+    if g.plan:
+        parts.append(f"plan {g.plan}")
+    return "guaranteed: " + ", ".join(parts)
+
+
 def describe_job(job: controller_pb2.Job, now: float) -> str:
     """`describe job`: the spec, state with its reason, plan, placement, progress and events."""
     spec = job.spec
@@ -312,7 +325,8 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         f"vocab={m.vocab_size} seq={m.seq_length}"
     )
     lines = _kv([
-        ("ID", job.id), ("Name", spec.name), ("Tenant", spec.tenant), ("State", job_state(job.state)),
+        ("ID", job.id), ("Name", spec.name), ("Tenant", spec.tenant), ("Priority", _priority(spec)),
+        ("State", job_state(job.state)),
         ("Reason", one_line(job.reason) or NONE), ("Model", model),
         ("Global batch", str(spec.global_batch_size)), ("Iterations", job_iter(job)),
         ("GPU hint", (f"{spec.hint.gpus or 'any'} of {', '.join(spec.hint.gpu_types) or 'any type'}")),

@@ -22,6 +22,7 @@ METHOD_ROLES: Mapping[str, str] = {
     "GetJobLogs": USER,
     "ListNodes": USER,  # nodes are shared by every tenant: seeing them is how a user reads capacity
     "WhoAmI": USER,
+    "ListTenants": USER,  # a user sees its own tenant's quota and usage, an admin every tenant's
     "DrainNode": ADMIN,
     "UndrainNode": ADMIN,
     "RemoveNode": ADMIN,

@@ -56,8 +56,9 @@ from tessera.controller.registry import (
     liveness_at,
     lost_reason,
 )
-from tessera.controller.snapshots import build_snapshot, job_view
+from tessera.controller.snapshots import build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
+from tessera.controller.tenants import TenantsSource
 from tessera.controller.view import AttemptClock, LiveState, LiveView, Move
 from tessera.v1 import agent_pb2, common_pb2
 
@@ -97,6 +98,9 @@ class EngineConfig:
     frenzy: frenzy.FrenzyConfig = field(default_factory=frenzy.FrenzyConfig)
     # The controller's certificate for its calls to the estimator; None = the controller's --insecure.
     tls: TlsConfig | None = None
+    # The tenants file (--tenants; controller/tenants.py): GPU quotas per tenant, reloaded when it
+    # changes. "" = none: no quotas, every job best-effort.
+    tenants_file: str = ""
 
 
 class Engine:
@@ -113,6 +117,7 @@ class Engine:
         self.learner = StepLearner(cfg.step_times, cfg.learn_step_times)
         self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
+        self.tenants = TenantsSource(cfg.tenants_file, wall)
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
@@ -397,13 +402,16 @@ class Engine:
         pending = [j for j in self.store.list_jobs(states=[P.JOB_STATE_PENDING])
                    if may_launch(j.next_launch_time, now)]  # the others back off after failed launches
         placed = self.store.list_jobs(states=[P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING])
+        config = self.tenants.config
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(), pending, placed,
-                              self._live.progress, now)
+                              self._live.progress, now, config.tenants if config else ())
         return snap, {j.id: j for j in pending}
 
     async def run_round(self) -> None:
         async with self._round_lock:
             t0 = time.perf_counter()
+            self.tenants.refresh()  # a changed tenants file counts from this round on
+            self.tenants.warnings({m: n for m, (n, _, _) in gpu_pools(self._live.records.values()).items()})
             snap, pending = self.snapshot()
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
                                time_budget_s=self.cfg.round_budget_s, clock=time.monotonic)

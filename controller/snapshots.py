@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from tessera.common.gpus import lookup
 from tessera.controller.core.backoff import healthy
 from tessera.controller.core.snapshot import (
     Cell,
@@ -16,9 +17,12 @@ from tessera.controller.core.snapshot import (
     JobView,
     NodeView,
     PlanChoice,
+    Priority,
+    Promise,
     RunningView,
     Slice,
     Snapshot,
+    TenantQuota,
 )
 from tessera.controller.core.validate import canonical_gpu_types, resolve_model
 from tessera.controller.registry import LiveNode, running_gpus
@@ -43,13 +47,44 @@ def job_recipe(spec: common_pb2.JobSpec) -> JobRecipe | None:
         return JobRecipe(ExecutionPlan(), given, refused=(exc.field, exc.reason))
 
 
+def job_promise(spec: common_pb2.JobSpec) -> tuple[Priority, Promise | None]:
+    """The job's class and, for a guaranteed one, its promise (JobSpec.priority/guarantee, validated
+    at submission: a guaranteed job always holds a guarantee of at least one GPU)."""
+    if spec.priority != P.PRIORITY_GUARANTEED:
+        return Priority.BEST_EFFORT, None
+    g = spec.guarantee
+    return Priority.GUARANTEED, Promise(g.num_gpus, g.num_cpus, g.plan, lookup(g.gpu_type).name if g.gpu_type else "")
+
+
 def job_view(job: JobRecord, progress: common_pb2.Progress | None) -> JobView:
     """The policy's view of a job; `progress` is the latest report (the record's when None)."""
     prog = progress if progress is not None else job.progress
+    priority, promise = job_promise(job.spec)
     return JobView(job.id, job.submit_time, resolve_model(job.spec.model), job.spec.global_batch_size,
                    job.spec.hint.gpus, canonical_gpu_types(job.spec), iterations=job.spec.iterations,
                    done_iterations=float(prog.iteration) if prog else 0.0, restarts=job.restarts,
-                   recipe=job_recipe(job.spec))
+                   recipe=job_recipe(job.spec), tenant=job.spec.tenant or "default", priority=priority,
+                   promise=promise)
+
+
+def busy_cpus(placed: Iterable[JobRecord]) -> dict[str, int]:
+    """CPUs held per node: a placed guaranteed job holds its promised CPUs, spread over its nodes in
+    proportion to its GPUs there (the first slices take the remainder). Jobs without a promise of
+    CPUs hold none that the controller counts (the agents do not meter CPUs)."""
+    out: dict[str, int] = {}
+    for j in placed:
+        cpus = j.spec.guarantee.num_cpus if j.spec.priority == P.PRIORITY_GUARANTEED else 0
+        slices = [s for s in j.placement.slices if s.gpu_indices] if j.placement else []
+        gpus = sum(len(s.gpu_indices) for s in slices)
+        if cpus <= 0 or not gpus:
+            continue
+        left = cpus
+        for i, s in enumerate(slices):
+            share = left if i == len(slices) - 1 else -(-cpus * len(s.gpu_indices) // gpus)
+            share = min(share, left)
+            out[s.node_id] = out.get(s.node_id, 0) + share
+            left -= share
+    return out
 
 
 def jobs_on(active: Iterable[JobRecord], node_id: str) -> list[JobRecord]:
@@ -76,10 +111,14 @@ def busy_gpus(nodes: Mapping[str, LiveNode], active: Iterable[JobRecord],
 
 def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNode], states: Mapping[str, int],
                    busy: Mapping[str, set[int]], pending: Iterable[JobRecord], placed: Iterable[JobRecord],
-                   progress: Mapping[str, common_pb2.Progress], now: float) -> Snapshot:
+                   progress: Mapping[str, common_pb2.Progress], now: float,
+                   tenants: tuple[TenantQuota, ...] = ()) -> Snapshot:
     """The round's input. `states`: each node's state (only READY nodes that are not unhealthy take
     work; controller/core/backoff.py); `pending`: the
-    PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock)."""
+    PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock);
+    `tenants`: the tenants file's quotas (controller/tenants.py), empty without one."""
+    placed = list(placed)
+    cpus = busy_cpus(placed)
     views: list[NodeView] = []
     totals: dict[tuple[str, int], int] = {}
     gpu_type: dict[tuple[str, int], str] = {}
@@ -92,7 +131,10 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
         gpus = tuple(GpuView(g.index, g.model, g.memory_bytes, g.foreign_used_bytes,
                              island=0 if g.nvlink_peers else -1) for g in live.inventory.gpus)
         gpu_type.update(((rec.id, g.index), g.model) for g in live.inventory.gpus)
-        views.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ()))))
+        # CPUs and host memory as the agent reports them (nodeagent/inventory.py: the OS's, or the
+        # declared inventory file's cpus/host_memory_gb).
+        views.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ())), cpus=live.inventory.cpu_count,
+                              host_memory_bytes=live.inventory.host_memory_bytes, busy_cpus=cpus.get(rec.id, 0)))
     waiting = tuple(job_view(j, progress.get(j.id)) for j in pending)
     running: list[RunningView] = []
     for j in placed:
@@ -109,7 +151,7 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
         running.append(RunningView(job_view(j, progress.get(j.id)), Cell(str(t), p.dp * p.tp * p.pp, p.pp), slices,
                                    choice, since=j.start_time))
     cluster = tuple(sorted((m, b, c) for (m, b), c in totals.items()))
-    return Snapshot(tuple(views), waiting, cluster, running=tuple(running), now=now)
+    return Snapshot(tuple(views), waiting, cluster, running=tuple(running), now=now, tenants=tenants)
 
 
 def gpu_pools(records: Iterable[NodeRecord]) -> dict[str, tuple[int, int, bool]]:

@@ -186,7 +186,8 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     (with_("max_retries", 101), "max_retries", "must be <= 100"),
     # unknown keys
     (with_("iteration", 10), "iteration", "unknown field (did you mean 'iterations'?"),
-    (with_("priority", "high"), "priority", "unknown field"),
+    (with_("urgency", "high"), "urgency", "unknown field"),
+    (with_("priority", "high"), "priority", "must be one of guaranteed, best-effort"),
 ]
 
 
@@ -282,7 +283,8 @@ FILE_BAD = [
     (VALID.replace("{WANDB_MODE: offline}", "{WANDB_MODE: offline, RANK: '1'}"), 12, "env.RANK", "reserved"),
     (VALID.replace("{WANDB_MODE: offline}", "{LR: .nan}"), 12, "env.LR", "must be a finite number, got '.nan'"),
     (VALID + "iterations: 41\n", 13, "iterations", "duplicate key (first at line 10)"),
-    (VALID + "priority: high\n", 13, "priority", "unknown field"),
+    (VALID + "urgency: high\n", 13, "urgency", "unknown field"),
+    (VALID + "priority: high\n", 13, "priority", "must be one of guaranteed, best-effort"),
     ("\n\n- name: a\n", 3, "job", "the file must be a mapping of fields"),
 ]
 

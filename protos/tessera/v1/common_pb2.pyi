@@ -125,6 +125,12 @@ class PipelineSchedule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PIPELINE_SCHEDULE_UNSPECIFIED: _ClassVar[PipelineSchedule]
     PIPELINE_SCHEDULE_1F1B: _ClassVar[PipelineSchedule]
     PIPELINE_SCHEDULE_GPIPE: _ClassVar[PipelineSchedule]
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_BEST_EFFORT: _ClassVar[Priority]
+    PRIORITY_GUARANTEED: _ClassVar[Priority]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_STARTING: JobState
@@ -199,6 +205,9 @@ PRECISION_MIXED_ADAFACTOR: Precision
 PIPELINE_SCHEDULE_UNSPECIFIED: PipelineSchedule
 PIPELINE_SCHEDULE_1F1B: PipelineSchedule
 PIPELINE_SCHEDULE_GPIPE: PipelineSchedule
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_BEST_EFFORT: Priority
+PRIORITY_GUARANTEED: Priority
 
 class Gpu(_message.Message):
     __slots__ = ("index", "uuid", "model", "memory_bytes", "foreign_used_bytes", "nvlink_peers")
@@ -343,7 +352,7 @@ class ResourceHint(_message.Message):
     def __init__(self, gpus: _Optional[int] = ..., gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan")
+    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan", "priority", "guarantee")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +373,8 @@ class JobSpec(_message.Message):
     LAUNCHER_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEE_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: ModelSpec
@@ -377,7 +388,9 @@ class JobSpec(_message.Message):
     launcher: Launcher
     progress_timeout_seconds: int
     plan: ExecutionPlan
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ...) -> None: ...
+    priority: Priority
+    guarantee: Guarantee
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., guarantee: _Optional[_Union[Guarantee, _Mapping]] = ...) -> None: ...
 
 class Launcher(_message.Message):
     __slots__ = ("name", "argv", "per_node", "head_argv")
@@ -460,3 +473,15 @@ class Progress(_message.Message):
     time: float
     checkpoint_iteration: int
     def __init__(self, iteration: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., loss: _Optional[float] = ..., step_time_seconds: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., time: _Optional[float] = ..., checkpoint_iteration: _Optional[int] = ...) -> None: ...
+
+class Guarantee(_message.Message):
+    __slots__ = ("num_gpus", "num_cpus", "gpu_type", "plan")
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CPUS_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    num_gpus: int
+    num_cpus: int
+    gpu_type: str
+    plan: str
+    def __init__(self, num_gpus: _Optional[int] = ..., num_cpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...
