@@ -169,3 +169,15 @@ def test_usage_counts_guaranteed_and_borrowed_gpus() -> None:
     assert [(q.gpu_type, q.gpus) for q in b.borrowed] == [("A100-80GB", 2)] and not b.quota
     assert (b.jobs_running, b.jobs_pending) == (1, 1)
     assert [t.name for t in tenant_rows(CFG, jobs, only="team-b")] == ["team-b"]
+
+
+def test_the_controller_refuses_to_start_with_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tessera.controller.main import parse_args
+
+    bad = write(tmp_path / "t.yaml", "tenants:\n  a:\n    quota: {A100: many}\n")
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--state-dir", str(tmp_path / "s"), "--insecure", "--tenants", str(bad)])
+    assert exit_.value.code == 2
+    assert f"--tenants: {bad} line 3: field tenants.a.quota.A100: must be a number of GPUs" in capsys.readouterr().err
+    good = write(tmp_path / "g.yaml", GOOD)
+    assert parse_args(["--state-dir", str(tmp_path / "s"), "--insecure", "--tenants", str(good)]).tenants == str(good)
