@@ -18,20 +18,22 @@ controller passes the Cell estimator (estimator/cells.py) behind `CachedEstimate
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from tessera.common.errors import TesseraError
+from tessera.controller.core import guarantees
 from tessera.controller.core.placement import ClusterState
+from tessera.controller.core.quotas import admit
 from tessera.controller.core.snapshot import (
     Action,
-    Cell,
     Decision,
     JobView,
     PendingKind,
-    PlanChoice,
+    Promise,
     RoundPlan,
     RoundStats,
     RunningView,
@@ -39,17 +41,9 @@ from tessera.controller.core.snapshot import (
     Snapshot,
 )
 
-
-@dataclass(frozen=True)
-class CellEstimate:
-    """One Cell of a job with its estimated iteration time (seconds per global batch)."""
-
-    cell: Cell
-    iteration_s: float
-    memory_per_gpu_bytes: int = 0
-    plan: PlanChoice | None = None
-    # Where the number comes from: "table:arena", "formula", "profiled", "measured", "fitted"...
-    source: str = ""
+# CellEstimate lives in snapshot.py (the guarantee layer needs it without this module); its old
+# home keeps exporting it.
+from tessera.controller.core.snapshot import CellEstimate as CellEstimate  # noqa: PLC0414
 
 
 @runtime_checkable
@@ -199,6 +193,12 @@ class RoundContext:
     budget_exhausted: bool = False
     _memo: dict[tuple[str, str, int, int], CellEstimate | None] = field(default_factory=dict)
     _t0: float = 0.0
+    # Tenants configured (Snapshot.tenants): the guaranteed jobs admitted within their tenant's
+    # quota this round, each with its promise (its GPU type filled in). After the policy, the
+    # guarantee layer (controller/core/guarantees.py) holds each of them to its promise: a policy
+    # that wants no override places them at least as fast as the promise (docs/tenants.md).
+    # Guaranteed jobs over quota are not in `pending` at all. Empty without tenants.
+    guaranteed: dict[str, Promise] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state = ClusterState.from_nodes(self.snap.nodes)
@@ -291,9 +291,27 @@ def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
     """Decide one round: each job's Cell, plan and placement, and a reason for each job pending,
     scaled, moved, suspended or dropped. Pure and deterministic (see the module docstring)."""
     cfg = config or RoundConfig()
+    if snapshot.tenants:
+        return _guarded_round(snapshot, estimates, policy, cfg)
     ctx = RoundContext(snapshot, estimates, cfg)
     decided = policy.plan(ctx)
     return finalize(ctx, decided, policy.name)
+
+
+def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg: RoundConfig) -> RoundPlan:
+    """A round with tenants (controller/core/guarantees.py, docs/tenants.md): admission within the
+    quotas before the policy (guaranteed jobs over quota hidden from it), the policy's own round,
+    then every admitted guaranteed job held to its promise."""
+    adm = admit(snapshot)
+    ctx = RoundContext(guarantees.policy_view(snapshot, adm), estimates, cfg)
+    ctx.guaranteed = guarantees.promises(adm)
+    first = finalize(ctx, policy.plan(ctx), policy.name)
+    full = RoundContext(snapshot, estimates, cfg)
+    decisions = guarantees.repair(full, adm, first.decisions, policy.name)
+    full.estimate_calls += ctx.estimate_calls
+    full.evaluations += ctx.evaluations
+    full.budget_exhausted = full.budget_exhausted or ctx.budget_exhausted
+    return dataclasses.replace(finalize(full, decisions, policy.name), admitted=tuple(sorted(adm.charges)))
 
 
 # The actions that hold GPUs after the round.

@@ -174,6 +174,18 @@ class PlanChoice:
 
 
 @dataclass(frozen=True)
+class CellEstimate:
+    """One Cell of a job with its estimated iteration time (seconds per global batch)."""
+
+    cell: Cell
+    iteration_s: float
+    memory_per_gpu_bytes: int = 0
+    plan: PlanChoice | None = None
+    # Where the number comes from: "table:arena", "formula", "profiled", "measured", "fitted"...
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Slice:
     node_id: str
     gpu_indices: tuple[int, ...]
@@ -287,6 +299,10 @@ class RoundPlan:
     decisions: tuple[Decision, ...] = field(default_factory=tuple)
     stats: RoundStats = field(default_factory=RoundStats)
     policy: str = ""
+    # Guaranteed jobs admitted within their tenant's quota this round (running or pending), sorted;
+    # empty without tenants. A guarantee's clock starts the first round that admits it
+    # (docs/tenants.md, the SLA).
+    admitted: tuple[str, ...] = ()
 
     def starts(self) -> tuple[Decision, ...]:
         return tuple(d for d in self.decisions if d.action is Action.START)

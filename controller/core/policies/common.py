@@ -3,19 +3,23 @@ and the decisions they turn into at the end (virtual allocation, applied once: C
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+# Moved to controller/core/decisions.py (the guarantee layer builds decisions too); still exported
+# here for the policies that import them from this module.
+from tessera.controller.core.decisions import change_kind as change_kind  # noqa: PLC0414
+from tessera.controller.core.decisions import synth_plan as synth_plan  # noqa: PLC0414
+from tessera.controller.core.decisions import thr_text as thr_text  # noqa: PLC0414
+from tessera.controller.core.decisions import where as where  # noqa: PLC0414
 from tessera.controller.core.placement import BEST_FIT, Group, Trial
 from tessera.controller.core.policy import CellEstimate, RoundContext, queue_key
 from tessera.controller.core.snapshot import (
     Action,
     Cell,
-    Change,
     Decision,
     JobView,
     PendingKind,
-    PlanChoice,
     RunningView,
     Slice,
 )
@@ -50,39 +54,6 @@ def free_text(ctx: RoundContext, state_free: dict[str, int] | None = None) -> st
         f = state_free[t] if state_free is not None else ctx.state.free_gpus(t)
         parts.append(f"{f}/{ctx.total_gpus(t)} {t}")
     return "free now: " + ", ".join(parts)
-
-
-def where(slices: Sequence[Slice]) -> str:
-    if len(slices) == 1:
-        return f"node {slices[0].node_id}"
-    return f"{len(slices)} nodes ({', '.join(s.node_id for s in slices[:3])}{', ...' if len(slices) > 3 else ''})"
-
-
-def thr_text(job: JobView, est: CellEstimate | None) -> str:
-    if est is None or est.iteration_s <= 0:
-        return "no estimate"
-    return f"est. {est.iteration_s:.3g} s/iter, {job.global_batch_size / est.iteration_s:.1f} samples/s"
-
-
-def synth_plan(job: JobView, est: CellEstimate | None, cell: Cell) -> PlanChoice:
-    """The estimate's plan, or a data-parallel stand-in where the estimate names none (tables)."""
-    if est is not None and est.plan is not None:
-        return est.plan
-    pp = max(1, cell.stages)
-    dp = max(1, cell.gpus // pp)
-    mb = max(1, job.global_batch_size // dp)
-    return PlanChoice(dp, 1, pp if dp * pp == cell.gpus else 1, mb, 1, cell.gpu_type,
-                      est.memory_per_gpu_bytes if est else 0, (est.source if est else "") or "unknown")
-
-
-def change_kind(prev: Cell, new: Cell) -> Change:
-    if prev.gpu_type != new.gpu_type:
-        return Change.TYPE_CHANGE
-    if new.gpus > prev.gpus:
-        return Change.SCALE_UP
-    if new.gpus < prev.gpus:
-        return Change.SCALE_DOWN
-    return Change.MOVE
 
 
 @dataclass
