@@ -117,7 +117,9 @@ class Engine:
         self.learner = StepLearner(cfg.step_times, cfg.learn_step_times)
         self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
-        self.tenants = TenantsSource(cfg.tenants_file, wall)
+        # Not strict: the file was checked at start (controller/main.py); one gone bad since (a standby
+        # taking the lead) refuses submissions instead of stopping the controller.
+        self.tenants = TenantsSource(cfg.tenants_file, wall, strict=False)
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)

@@ -27,6 +27,7 @@ from tessera.controller.registry import LivenessConfig, default_fence, fence_pro
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService, translate
 from tessera.controller.store import SqliteStore
+from tessera.controller.tenants import on_sighup
 from tessera.controller.tenantsfile import TenantsFileError, read_tenants_file
 from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
@@ -239,7 +240,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
                                               retention.loop(engine.view.notify))]
     # SIGHUP: read the tenants file again at once (a round reloads a changed file anyway).
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_tenants, engine)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_sighup, engine.tenants, engine.kick)
     await daemon.serve_until_signal(f"serving on {host}:{port}, epoch {epoch}")
     log.info("controller_stopping")
     for t in tasks:
@@ -249,12 +250,6 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     if engine.estimator_feed is not None:
         await engine.estimator_feed.close()
     store.close()
-
-
-def reload_tenants(engine: Engine) -> None:
-    log.info("sighup", action="reloading the tenants file", file=engine.tenants.path or "(none)")
-    engine.tenants.request_reload()
-    engine.kick()
 
 
 PAGE_KEY_FILE = "page-token.key"

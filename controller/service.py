@@ -125,7 +125,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidInput(summary(errors))  # every bad field at once, within a status's size
         request.spec.tenant = submit_tenant(who, request.spec.tenant)
         tenants = self._tenants()
-        refused = submit_refusal(tenants.config, tenants.path, request.spec)
+        refused = submit_refusal(tenants.config, tenants.path, request.spec, tenants.last_error)
         if refused is not None:  # nothing is stored: a job that could never be admitted here
             raise refused
         rec, created = await self.engine.submit(request.spec, rid, who)

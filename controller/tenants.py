@@ -39,7 +39,7 @@ class TenantsSource:
     best-effort). The first load raises TenantsFileError (the controller refuses to start); later
     ones keep the old config on any problem and say why in `last_error`."""
 
-    def __init__(self, path: str, wall: Callable[[], float]) -> None:
+    def __init__(self, path: str, wall: Callable[[], float], strict: bool = True) -> None:
         self.path, self.wall = path, wall
         self.config: TenantsConfig | None = None
         self.loaded_at = 0.0
@@ -47,8 +47,13 @@ class TenantsSource:
         self._stamp: tuple[int, int, int] | None = None
         self._reload = False
         self._warned: tuple[str, ...] = ()
-        if path:
+        if path and strict:
             self._load()
+        elif path:
+            # Not strict (a standby taking the lead, docs/ha.md): a file gone bad since the controller
+            # started leaves no config to keep: every submission is refused until it is fixed.
+            self._reload = True
+            self.refresh()
 
     @property
     def configured(self) -> bool:
@@ -77,9 +82,9 @@ class TenantsSource:
             self._load()
         except TenantsFileError as exc:
             self._stamp = stamp  # refused once per change of the file, not at every round
-            self.last_error = f"reload refused at {self.wall():.0f}, the config loaded before is kept: {exc}"
-            log.error("tenants_reload_refused", file=self.path, error=str(exc),
-                      kept="the config loaded before")
+            kept = "the config loaded before is kept" if self.config is not None else "no config: submissions refused"
+            self.last_error = f"reload refused at {self.wall():.0f}, {kept}: {exc}"
+            log.error("tenants_reload_refused", file=self.path, error=str(exc), kept=kept)
             return False
         return True
 
@@ -96,6 +101,13 @@ class TenantsSource:
         return out
 
 
+def on_sighup(source: TenantsSource, kick: Callable[[], None]) -> None:
+    """SIGHUP: read the tenants file again at once; `kick` asks for the round that does it."""
+    log.info("sighup", action="reloading the tenants file", file=source.path or "(none)")
+    source.request_reload()
+    kick()
+
+
 # -- admission at submit -------------------------------------------------------------------------------
 
 
@@ -106,14 +118,19 @@ def _canonical(gpu_type: str) -> str:
         return gpu_type
 
 
-def submit_refusal(config: TenantsConfig | None, path: str, spec: common_pb2.JobSpec) -> FailedPrecondition | None:
+def submit_refusal(config: TenantsConfig | None, path: str, spec: common_pb2.JobSpec,
+                   error: str = "") -> FailedPrecondition | None:
     """Why a validated spec may never be admitted here, or None (docs/tenants.md, "Live"):
+    - any job while the tenants file `path` is configured but could not be loaded (`error`);
     - a guaranteed job on a controller without a tenants file (no quota could ever admit it);
     - a job of a tenant the file does not name, while there is one;
     - a guaranteed job whose promise alone exceeds its tenant's whole quota of the type (or of every
       type it may run on). A promise within the quota but over what is left now is accepted: it
       waits, PENDING with the reason."""
     tenant = spec.tenant or "default"
+    if config is None and path and error:
+        return FailedPrecondition(f"the tenants file {path} could not be loaded, so no tenant may submit until it "
+                                  f"is fixed (it is read again when it changes, or on SIGHUP): {error}")
     if config is None:
         if jobspec.guaranteed(spec):
             return FailedPrecondition("priority: a guaranteed job needs a tenant quota, and this controller has "

@@ -103,10 +103,21 @@ def test_reload_takes_a_changed_file_and_refuses_a_bad_one(tmp_path: Path) -> No
     assert src.refresh() and src.last_error == "" and len(src.config.names) == 3
 
 
-def test_a_bad_file_at_start_is_an_error(tmp_path: Path) -> None:
+def test_a_bad_file_at_start_is_an_error_or_refuses_every_submission(tmp_path: Path) -> None:
+    bad = write(tmp_path / "t.yaml", "tenants: 3\n")
     with pytest.raises(TenantsFileError):
-        TenantsSource(str(write(tmp_path / "t.yaml", "tenants: 3\n")), lambda: 0.0)
+        TenantsSource(str(bad), lambda: 0.0)
     assert not TenantsSource("", lambda: 0.0).configured
+    # Not strict (the engine's: a standby taking the lead after the file went bad): it runs, and
+    # refuses every submission, naming the file and the problem, until the file is fixed.
+    src = TenantsSource(str(bad), lambda: 0.0, strict=False)
+    assert src.config is None and "no config: submissions refused" in src.last_error
+    refused = submit_refusal(src.config, src.path, spec("team-a"), src.last_error)
+    assert refused is not None and refused.message.startswith(f"the tenants file {bad} could not be loaded")
+    assert "field tenants: must be a mapping" in refused.message
+    write(bad, GOOD)
+    os.utime(bad, ns=(1, 10**18))
+    assert src.refresh() and src.configured
 
 
 CFG = TenantsConfig((TenantQuota("team-a", (("A100-80GB", 4),)), TenantQuota("team-b")))
