@@ -251,8 +251,12 @@ def cmd_get_tenants(client: Client, args: argparse.Namespace, out: TextIO) -> in
     resp = client.tenants()
     if args.output == "json":
         terminal.println(out, output.dumps(tenants_json(resp)))
-    else:
-        terminal.println(out, tenants_table(resp))
+        return 0
+    if not resp.tenants:
+        print("No tenants found.", file=sys.stderr)
+    text = tenants_table(resp)
+    if text:
+        terminal.println(out, text)
     return 0
 
 

@@ -138,3 +138,35 @@ def test_submit_flags_refuse_bad_input() -> None:
     with pytest.raises(JobFileError) as err:
         parse_guarantee("gpus")
     assert err.value.field == "guarantee"
+
+
+def test_tessctl_parses_the_submit_flags_and_get_tenants() -> None:
+    from tessera.clients.tessctl import build_parser
+
+    args = build_parser().parse_args(["submit", "-f", "job.yaml", "--priority", "guaranteed",
+                                      "--guarantee", "gpus=2,plan=zero-dp"])
+    assert (args.priority, args.guarantee) == ("guaranteed", "gpus=2,plan=zero-dp")
+    assert build_parser().parse_args(["get", "tenants"]).func.__name__ == "cmd_get_tenants"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["submit", "-f", "job.yaml", "--priority", "urgent"])
+
+
+def test_tenants_table_and_json() -> None:
+    from tessera.clients.tenants_output import tenants_json, tenants_table
+    from tessera.v1 import controller_pb2 as C
+
+    resp = C.ListTenantsResponse(
+        tenants=[C.Tenant(name="team-a", quota=[C.TypeGpus(gpu_type="A100-80GB", gpus=2)],
+                          guaranteed_in_use=[C.TypeGpus(gpu_type="A100-80GB", gpus=1)], jobs_running=1),
+                 C.Tenant(name="team-b", borrowed=[C.TypeGpus(gpu_type="A100-80GB", gpus=1)], jobs_running=1,
+                          jobs_pending=2)],
+        file="/etc/tessera/tenants.yaml", warnings=["quotas of A100-80GB sum to 2 GPUs\x1b[2J"])
+    assert tenants_table(resp).splitlines() == [
+        "TENANT   QUOTA           GUARANTEED      BORROWED        RUNNING   PENDING",
+        "team-a   2 x A100-80GB   1 x A100-80GB   -               1         0",
+        "team-b   -               -               1 x A100-80GB   1         2",
+        "warning: quotas of A100-80GB sum to 2 GPUs\\x1b[2J"]  # untrusted text made safe
+    out = tenants_json(resp)
+    assert out["tenants"][1]["borrowed"] == [{"gpu_type": "A100-80GB", "gpus": 1}]
+    assert out["file"] == "/etc/tessera/tenants.yaml"
+    assert tenants_table(C.ListTenantsResponse()) == "no tenants file (--tenants): no quotas, every job is best-effort"
