@@ -123,7 +123,10 @@ def read_pools_file(path: str | Path) -> tuple[PoolSpec, ...]:
 # -- node groups ------------------------------------------------------------------------------------------
 
 NODE_GROUPS_TOP_KEYS = ("node_groups", "name", "description")
-NODE_GROUP_KEYS = ("prefix", "count", "gpus", "gpu_type", "memory_gb", "nvlink_islands")
+NODE_GROUP_KEYS = ("prefix", "count", "gpus", "gpu_type", "memory_gb", "nvlink_islands", "cpus", "host_memory_gb")
+# Bounds of a node's host resources (a hostile count must be an error, not an overflow).
+MAX_CPUS_PER_NODE = 65_536
+MAX_HOST_MEMORY_GB = 1_048_576.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,10 @@ class NodeGroupSpec:
     memory_gb: float
     nvlink_islands: int = 0
     in_catalog: bool = True
+    # Host resources of each node (Morphling: CPUs and host memory are resources next to GPUs);
+    # 0 = not given (the node is not limited by them).
+    cpus: int = 0
+    host_memory_gb: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -201,7 +208,14 @@ def _node_group(field: str, g: Any) -> NodeGroupSpec:
         raise ClusterFileError(f"{field}.nvlink_islands", f"expected an integer, got {islands!r}")
     if islands < 0 or (islands and gpus % islands):
         raise ClusterFileError(f"{field}.nvlink_islands", f"must divide gpus ({gpus}), got {islands}")
-    return NodeGroupSpec(prefix, count, gpus, gpu_type, float(mem), islands, in_catalog)
+    cpus = g.get("cpus", 0)
+    if isinstance(cpus, bool) or not isinstance(cpus, int) or not 0 <= cpus <= MAX_CPUS_PER_NODE:
+        raise ClusterFileError(f"{field}.cpus", f"expected an integer from 0 to {MAX_CPUS_PER_NODE:,}, got {cpus!r}")
+    host = g.get("host_memory_gb", 0)
+    if not _is_number(host) or not 0 <= host <= MAX_HOST_MEMORY_GB:
+        raise ClusterFileError(f"{field}.host_memory_gb", f"expected a number from 0 to {MAX_HOST_MEMORY_GB:,.0f}, "
+                               f"got {host!r}")
+    return NodeGroupSpec(prefix, count, gpus, gpu_type, float(mem), islands, in_catalog, cpus, float(host))
 
 
 def read_node_groups_file(path: str | Path) -> NodeGroupsSpec:

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from tessera.controller.core.decisions import change_kind, synth_plan, thr_text, where
-from tessera.controller.core.placement import ClusterState
+from tessera.controller.core.placement import ClusterState, quotas
 from tessera.controller.core.quotas import Admission, Charge
 from tessera.controller.core.snapshot import (
     Action,
@@ -89,7 +89,9 @@ class RoundView(Protocol):
 
     def best(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> CellEstimate | None: ...
 
-    def ideal_nodes(self, gpu_type: str, gpus: int) -> int: ...
+    def max_per_node(self, gpu_type: str) -> int: ...
+
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]: ...
 
     def total_gpus(self, gpu_type: str) -> int: ...
 
@@ -110,10 +112,13 @@ def promises(adm: Admission) -> dict[str, Promise]:
     return {jid: c.promise for jid, c in adm.charges.items()}
 
 
-def repair(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], policy_name: str) -> list[Decision]:
+def repair(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], policy_name: str,
+           handles: bool = False) -> list[Decision]:
     """Step 3 of the module docstring over the policy's finalized decisions, plus the waits of the
-    guaranteed jobs over quota: a decision for every job of `ctx`."""
-    out = Guard(ctx, adm, policy_name).repair(decisions)
+    guaranteed jobs over quota: a decision for every job of `ctx`. `handles`: the policy says it
+    handles guarantees itself (its `handles_guarantees`); the layer then still repairs every
+    guarantee it left broken, but lets it give guaranteed jobs more GPUs than their promise."""
+    out = Guard(ctx, adm, policy_name, handles).repair(decisions)
     for jid, why in adm.over_quota.items():
         out.append(Decision(jid, Action.PENDING, why, pending=PendingKind.WAITING))
     return out
@@ -128,18 +133,27 @@ def promise_time(ctx: RoundView, job: JobView, promise: Promise) -> float:
             t = e.promise_time(job, promise)
             if t > 0:
                 return t
-    k = ctx.ideal_nodes(promise.gpu_type, promise.gpus)
-    b = ctx.best(job, promise.gpu_type, promise.gpus, k) if k > 0 else None
-    return b.iteration_s if b is not None else 0.0
+    # The promise's GPUs on the fewest nodes, split evenly (as ClusterState.place lays a gang out).
+    for q in quotas(promise.gpus, ctx.max_per_node(promise.gpu_type)):
+        b = ctx.best(job, promise.gpu_type, promise.gpus, promise.gpus // q)
+        if b is not None:
+            return b.iteration_s
+    return 0.0
 
 
 class Guard:
     """The repair step over a round's finalized decisions (module docstring, step 3)."""
 
-    def __init__(self, ctx: RoundView, adm: Admission, policy_name: str) -> None:
+    def __init__(self, ctx: RoundView, adm: Admission, policy_name: str, handles: bool = False) -> None:
         self.ctx = ctx
         self.adm = adm
         self.name = policy_name
+        # The policy handles guarantees itself (`handles_guarantees`): it may give a guaranteed job
+        # more GPUs than its promise (Morphling's Algorithm 1 grows jobs over their minimum).
+        self.handles = handles
+        # Admitted jobs with an estimate of their promise -> t_P; jobs displaced by phase 1 -> why.
+        self.t_p: dict[str, float] = {}
+        self.why: dict[str, str] = {}
         self.jobs = {j.id: j for j in ctx.pending}
         self.jobs.update((jid, r.job) for jid, r in ctx.running.items())
         self.models = {n.id: n.models for n in ctx.snap.nodes}
@@ -200,13 +214,131 @@ class Guard:
         self.dec = {d.job_id: d for d in decisions}
         self.state = self._ledger(decisions)
         self.borrowing = self._borrowing()
-        order = sorted((jid for jid in self.adm.charges if jid in self.ctx.running),
-                       key=lambda j: (self.ctx.running[j].since, j))
-        order += [j.id for j in self.ctx.pending if j.id in self.adm.charges]
-        for jid in order:
-            if jid in self.dec:
-                self._fix(jid)
+        for jid, c in self.adm.charges.items():
+            t = promise_time(self.ctx, self.jobs[jid], c.promise)
+            if t > 0:  # no estimate of the promise: nothing to hold the job to (docs/tenants.md)
+                self.t_p[jid] = t
+        running = sorted((j for j in self.t_p if j in self.ctx.running), key=lambda j: (self.ctx.running[j].since, j))
+        pending = [j.id for j in self.ctx.pending if j.id in self.t_p]
+        # Phase 1: a running guaranteed job whose place met its promise stays there when the policy
+        # would break the promise; whatever the policy put on those GPUs makes way (a displaced
+        # guaranteed job is placed again in phase 2).
+        for jid in running:
+            why = self.violation(jid)
+            if why is not None and self.orig_ok(jid):
+                self._restore(jid, why, displace=True)
+        # Phase 2: every admitted job still short of its promise gets its place back, or the
+        # promise's GPUs from free GPUs and best-effort work.
+        for jid in running + pending:
+            why = self.violation(jid)
+            if why is not None:
+                self._place(jid, self.why.get(jid, why))
         return list(self.dec.values())
+
+    def violation(self, jid: str) -> str | None:
+        """Why the job's decision breaks its promise (for its reason), None if it holds it. A
+        decision that holds it on another type moves the job's charge there."""
+        job, charge, d, t_p = self.jobs[jid], self.adm.charges[jid], self.dec[jid], self.t_p[jid]
+        p = f"its promise gives {t_p:.4g} s/iter"
+        if d.action not in _PLACED:
+            verb = {Action.PENDING: "left it waiting", Action.STOP: "would stop it"}.get(d.action, "would drop it")
+            return f"{self.name} {verb} ({d.reason}); {p}"
+        gpus = sum(len(s.gpu_indices) for s in d.slices)
+        cell = d.cell or Cell(self.type_of(d), gpus)
+        got = self.decision_speed(job, d)
+        if got > t_p * (1 + EPS):
+            return f"{self.name}'s {d.action} to {cell} would run at {got:.4g} s/iter, slower than {p}"
+        if d.action is not Action.KEEP and gpus > charge.gpus and not self.handles:
+            return (f"{self.name}'s {d.action} to {cell} would hold more than its promise's {charge.gpus} GPUs "
+                    "(GPUs over a promise go to best-effort work)")
+        if d.action is Action.MIGRATE and not self.has_slack(job, t_p):
+            return (f"{self.name}'s {d.change or 'move'} to {cell} would cost a restart it has no slack for "
+                    f"({job.done_iterations:.0f} iterations done, {p})")
+        if not self.adm.recharge(jid, self.type_of(d)):
+            return f"{self.name} placed it on {self.type_of(d)}, where its tenant has no quota left"
+        return None
+
+    def orig_ok(self, jid: str) -> bool:
+        """Whether the job's place before the round holds its promise."""
+        orig = self.ctx.running.get(jid)
+        if orig is None or orig.cell.gpu_type != self.adm.charges[jid].gpu_type:
+            return False
+        return self.speed(self.jobs[jid], orig.cell.gpu_type, orig.cell.gpus, len(orig.slices)) \
+            <= self.t_p[jid] * (1 + EPS)
+
+    def _restore(self, jid: str, why: str, displace: bool) -> bool:
+        """Keep a running job where it was; the policy's other jobs on those GPUs make way: best-effort
+        ones are evicted, guaranteed ones (only with `displace`) are placed again later. False, and
+        nothing changed, if a guaranteed job holds them and `displace` is off."""
+        orig = self.ctx.running[jid]
+        job, charge = self.jobs[jid], self.adm.charges[jid]
+        takers = self.holders(orig.slices) - {jid}
+        guaranteed = {h for h in takers if h in self.adm.charges}
+        if guaranteed and not displace:
+            return False
+        self._release(jid)
+        for h in sorted(guaranteed):
+            self._release(h)
+            self.why[h] = f"its GPUs stay with guaranteed job {jid}, kept where it runs"
+            self.dec[h] = (Decision(h, Action.STOP, self.why[h]) if h in self.ctx.running else
+                           Decision(h, Action.PENDING, self.why[h], pending=PendingKind.NO_ROOM_NOW))
+        for v in sorted(takers - guaranteed):
+            self._evict(v, job, charge)
+        self.state.take(orig.slices, orig.cell.gpu_type)
+        it = self.speed(job, orig.cell.gpu_type, orig.cell.gpus, len(orig.slices))
+        self.dec[jid] = Decision(jid, Action.KEEP, f"{self._tag(job)}: kept in {orig.cell}: {why}"
+                                 + self._victims_text(takers - guaranteed), orig.plan, orig.slices, orig.cell,
+                                 iteration_s=it, opportunistic=orig.opportunistic)
+        return True
+
+    def _place(self, jid: str, why: str) -> None:
+        """Its place back if that held its promise and only best-effort work took it, else the
+        promise's GPUs (fewest victims), else a wait with the reason."""
+        ctx = self.ctx
+        job, charge, d, t_p = self.jobs[jid], self.adm.charges[jid], self.dec[jid], self.t_p[jid]
+        orig = ctx.running.get(jid)
+        if orig is not None and self.orig_ok(jid) and self._restore(jid, why, displace=False):
+            return
+        had = d.action in _PLACED
+        if had:
+            self._release(jid)
+        found = self._search(job, charge.gpu_type, charge.gpus, t_p)
+        if found is None:
+            if had:
+                self.state.take(d.slices, self.type_of(d))
+                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: {why}, and no "
+                                                    "best-effort work holds enough GPUs to restore its promise")
+            elif orig is None:
+                self.dec[jid] = Decision(jid, Action.PENDING, self._no_room(job, charge),
+                                         pending=PendingKind.NO_ROOM_NOW)
+            elif not self._restore(jid, f"{why}; no room for its promise, so it keeps what it has", displace=False):
+                # Running below its promise and the policy would stop it: it keeps its GPUs unless a
+                # guaranteed job took them (a stopped job makes no progress at all).
+                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: no best-effort "
+                                                    "work holds enough GPUs to restore its promise")
+            return
+        slices, victims = found
+        for v in victims:
+            self._evict(v, job, charge)
+        t = charge.gpu_type
+        self.state.take(slices, t)
+        n = sum(len(s.gpu_indices) for s in slices)
+        est = ctx.best(job, t, n, len(slices))
+        cell = Cell(t, n, est.cell.stages if est else 0)
+        plan = synth_plan(job, est, cell)
+        it = est.iteration_s if est else 0.0
+        what = (f"its promise{self._plan_text(charge)}" if n == charge.gpus else
+                f"as fast as its promise of {charge.gpus} x {t}{self._plan_text(charge)} by the estimates")
+        text = (f"{self._tag(job)}: {cell} on {where(slices)} ({what}); "
+                f"{thr_text(job, est)}{self._victims_text(set(victims))}")
+        if orig is None:
+            used = self.adm.used_before.get(jid, 0)
+            q = self.adm.quota.get((charge.tenant, t), 0)
+            self.dec[jid] = Decision(jid, Action.START, f"{text}; admitted within quota ({used} of {q} x {t} "
+                                     f"in use before it); {why}", plan, slices, cell, iteration_s=it)
+        else:
+            self.dec[jid] = Decision(jid, Action.MIGRATE, f"{text}; {why}", plan, slices, cell, orig.cell,
+                                     change_kind(orig.cell, cell), it)
 
     def _borrowing(self) -> set[str]:
         """Best-effort jobs placed on quota: per type, those beyond the GPUs no tenant is guaranteed
@@ -229,88 +361,31 @@ class Guard:
                     out.add(jid)
         return out
 
-    def _fix(self, jid: str) -> None:
-        ctx = self.ctx
-        job = self.jobs[jid]
-        charge = self.adm.charges[jid]
-        d = self.dec[jid]
-        t_p = promise_time(ctx, job, charge.promise)
-        if t_p <= 0:
-            return  # no estimate of the promise: nothing to hold the job to (docs/tenants.md)
-        orig = ctx.running.get(jid)
-        if d.action in _PLACED:
-            dt = self.type_of(d)
-            fast = self.decision_speed(job, d) <= t_p * (1 + EPS)
-            moved = d.action is Action.MIGRATE
-            if fast and (not moved or self.has_slack(job, t_p)) and self.adm.recharge(jid, dt):
-                return
-            charge = self.adm.charges[jid]
-        why = self._what_was_wrong(job, d, t_p)
-        # A running job whose place met its promise stays there, if only best-effort work took it.
-        if orig is not None and orig.cell.gpu_type == charge.gpu_type:
-            ok = self.speed(job, orig.cell.gpu_type, orig.cell.gpus, len(orig.slices)) <= t_p * (1 + EPS)
-            takers = self.holders(orig.slices) - {jid}
-            if ok and not takers & set(self.adm.charges):
-                self._release(jid)
-                for v in sorted(takers):
-                    self._evict(v, job, charge)
-                self.state.take(orig.slices, orig.cell.gpu_type)
-                it = self.speed(job, orig.cell.gpu_type, orig.cell.gpus, len(orig.slices))
-                self.dec[jid] = Decision(jid, Action.KEEP, f"{self._tag(job)}: kept in {orig.cell}: {why}"
-                                         + self._victims_text(takers), orig.plan, orig.slices, orig.cell,
-                                         iteration_s=it, opportunistic=orig.opportunistic)
-                return
-        had = d.action in _PLACED
-        if had:
-            self._release(jid)
-        found = self._search(job, charge.gpu_type, charge.gpus, t_p)
-        if found is None:
-            if had:
-                self.state.take(d.slices, self.type_of(d))
-                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: {why}, and no "
-                                                    "best-effort work holds enough GPUs to restore its promise")
-            elif orig is None:
-                self.dec[jid] = Decision(jid, Action.PENDING, self._no_room(job, charge),
-                                         pending=PendingKind.NO_ROOM_NOW)
-            else:
-                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: no best-effort "
-                                                    "work holds enough GPUs to restore its promise")
-            return
-        slices, victims = found
-        for v in victims:
-            self._evict(v, job, charge)
-        t = charge.gpu_type
-        self.state.take(slices, t)
-        est = ctx.best(job, t, charge.gpus, len(slices))
-        cell = Cell(t, charge.gpus, est.cell.stages if est else 0)
-        plan = synth_plan(job, est, cell)
-        it = est.iteration_s if est else 0.0
-        text = (f"{self._tag(job)}: {cell} on {where(slices)} (its promise{self._plan_text(charge)}); "
-                f"{thr_text(job, est)}{self._victims_text(set(victims))}")
-        if orig is None:
-            used = self.adm.used_before.get(jid, 0)
-            q = self.adm.quota.get((charge.tenant, t), 0)
-            self.dec[jid] = Decision(jid, Action.START, f"{text}; admitted within quota ({used} of {q} x {t} "
-                                     f"in use before it); {why}", plan, slices, cell, iteration_s=it)
-        else:
-            self.dec[jid] = Decision(jid, Action.MIGRATE, f"{text}; {why}", plan, slices, cell, orig.cell,
-                                     change_kind(orig.cell, cell), it)
-
     def _search(self, job: JobView, gpu_type: str, gpus: int, t_p: float) -> tuple[tuple[Slice, ...], list[str]] | None:
-        """GPUs for the promise (fewest nodes, as fast as t_P) and the victims to free them:
-        none if the free GPUs do; else the cheapest single victim that does; else victims added
-        biggest first until they do, then any that turn out not needed given back."""
+        """GPUs as fast as the promise and the victims to free them. The layouts tried: Morphling's
+        minimum demand first (Sec. 5: "the fewest resources (possibly with a better plan) needed to
+        achieve the performance of the original"), i.e. GPU counts up to the promise's, fewest
+        first, each on the fewest nodes, more nodes only where the estimates say it is as fast.
+        Victims: none if the free GPUs do; else the cheapest single victim that does; else victims
+        added biggest first until they do, then any that turn out not needed given back."""
         cands = [jid for jid, d in self.dec.items()
                  if d.action in _PLACED and jid not in self.adm.charges and self.type_of(d) == gpu_type]
+        cap = self.ctx.max_per_node(gpu_type)
+        counts = sorted({c for c in self.ctx.gpu_counts(job, gpu_type) if 0 < c < gpus} | {gpus})
+        layouts = [(n, n // q) for n in counts for q in quotas(n, cap)
+                   if self.speed(job, gpu_type, n, n // q) <= t_p * (1 + EPS)]
+        if not layouts:
+            return None
 
         def fits(evict: Sequence[str]) -> tuple[Slice, ...] | None:
             for v in evict:
                 self.state.release(self.dec[v].slices, gpu_type)
             try:
-                sl = self.state.place(gpu_type, gpus)
-                if sl is not None and self.speed(job, gpu_type, gpus, len(sl)) > t_p * (1 + EPS):
-                    sl = None
-                return sl
+                for n, k in layouts:
+                    sl = self.state.place(gpu_type, n, nodes=k)
+                    if sl is not None:
+                        return sl
+                return None
             finally:
                 for v in evict:
                     self.state.take(self.dec[v].slices, gpu_type)
@@ -379,23 +454,6 @@ class Guard:
             return ""
         vs = sorted(victims)
         return f"; preempts best-effort {', '.join(vs[:5])}{', ...' if len(vs) > 5 else ''}"
-
-    def _what_was_wrong(self, job: JobView, d: Decision, t_p: float) -> str:
-        p = f"its promise gives {t_p:.4g} s/iter"
-        if d.action is Action.PENDING:
-            return f"{self.name} left it waiting ({d.reason}); {p}"
-        if d.action is Action.STOP:
-            return f"{self.name} would stop it ({d.reason}); {p}"
-        if d.action is Action.DROP:
-            return f"{self.name} would drop it ({d.reason}); {p}"
-        got = self.decision_speed(job, d)
-        cell = d.cell or Cell(self.type_of(d), sum(len(s.gpu_indices) for s in d.slices))
-        if got > t_p * (1 + EPS):
-            return f"{self.name}'s {d.action} to {cell} would run at {got:.4g} s/iter, slower than {p}"
-        if d.action is Action.MIGRATE:
-            return (f"{self.name}'s {d.change or 'move'} to {cell} would cost a restart it has no slack for "
-                    f"({job.done_iterations:.0f} iterations done, {p})")
-        return f"{self.name} placed it on {self.type_of(d)}, where its tenant has no quota left"
 
     def _no_room(self, job: JobView, charge: Charge) -> str:
         return (f"waiting: {self._tag(job)} within quota, needs {charge.gpus} x {charge.gpu_type} on the fewest "

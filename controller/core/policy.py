@@ -164,6 +164,12 @@ class Policy(Protocol):
     out (clock, network, randomness) other than through the context, or decide a job it was not
     given; a round over its budget (`ctx.spend()` false) still returns decisions, with direct fits
     only.
+
+    With tenants configured, the guarantee layer (controller/core/guarantees.py) runs around every
+    policy: guaranteed jobs over quota are not in the context, the admitted ones are in
+    `ctx.guaranteed`, and after the policy each admitted job is held to its promise. A policy that
+    handles guarantees itself may say so with a true `handles_guarantees` attribute: the layer then
+    lets it give guaranteed jobs more GPUs than their promise (docs/tenants.md).
     """
 
     @property
@@ -307,7 +313,8 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     ctx.guaranteed = guarantees.promises(adm)
     first = finalize(ctx, policy.plan(ctx), policy.name)
     full = RoundContext(snapshot, estimates, cfg)
-    decisions = guarantees.repair(full, adm, first.decisions, policy.name)
+    decisions = guarantees.repair(full, adm, first.decisions, policy.name,
+                                  bool(getattr(policy, "handles_guarantees", False)))
     full.estimate_calls += ctx.estimate_calls
     full.evaluations += ctx.evaluations
     full.budget_exhausted = full.budget_exhausted or ctx.budget_exhausted

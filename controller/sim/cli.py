@@ -25,7 +25,7 @@ from typing import Any
 from tessera.common.errors import InvalidInput
 from tessera.controller.core.policies import UnknownPolicy, make_policy, parse_mode
 from tessera.controller.core.policy import CachedEstimates, Estimates, Mode, RoundConfig
-from tessera.controller.core.snapshot import JobView
+from tessera.controller.core.snapshot import JobView, TenantQuota
 from tessera.controller.sim.clusters import ClusterError, builtin_names, load_cluster
 from tessera.controller.sim.engine import RULES, ArenaTruth, Rules, SimResult, Simulator, Truth
 from tessera.controller.sim.metrics import (
@@ -44,6 +44,7 @@ from tessera.controller.sim.oracles import (
     cell_estimator_oracle,
     load_estimator_oracle,
 )
+from tessera.controller.sim.tenants import morphling_mt
 from tessera.controller.sim.traces import (
     ARTIFACT_FAMILIES,
     FAMILIES,
@@ -247,6 +248,10 @@ def parse_policies(spec: str, mode: str, rules: Rules) -> list[tuple[str, str, M
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     cluster, jobs, est, truth, rules, by_short = load_inputs(args)
+    tenants: tuple[TenantQuota, ...] = ()
+    if _trace_name(args.trace) == "morphling-mt":
+        # Morphling Sec. 7's two tenants (controller/sim/tenants.py, docs/tenants.md).
+        jobs, tenants = morphling_mt(jobs, cluster.gpu_types()[0])
     specs = parse_policies(args.policies, args.mode, rules)
     policies = [(label, make_policy(name, m), m) for label, name, m in specs]
     out = Path(args.out)
@@ -254,7 +259,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = RoundConfig(search_depth=args.depth, interval_s=rules.interval_s,
                       max_gpus_per_job=16 if rules.name in ("arena", "fair") else 0)
     sim = Simulator(cluster, jobs, est, truth, rules, args.trace, cfg,
-                    type_of=lambda s: by_short.get(s, s))
+                    type_of=lambda s: by_short.get(s, s), tenants=tenants)
     results: dict[str, SimResult] = {}
     for label, pol, m in policies:
         results[label] = sim.run(pol, m, rounds=args.rounds, until_done=args.until_done)
@@ -291,13 +296,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(doc: dict[str, Any]) -> str:
     rows = [("policy", "finished", "JCT avg", "JCT p50", "JCT p99", "queue", "thr avg", "thr busy", "thr peak",
-             "restarts", "round s")]
+             "restarts", "SLA viol", "round s")]
     for label, s in doc["policies"].items():
         t = doc.get("timing", {}).get(label, {})
         rows.append((label, f"{s['jobs_finished']}/{s['jobs_submitted']}", f"{s['jct_avg_s']:.0f}",
                      f"{s['jct_median_s']:.0f}", f"{s['jct_p99_s']:.0f}", f"{s['queue_avg_s']:.0f}",
                      f"{s['throughput_avg']:.0f}", f"{s['throughput_avg_busy']:.0f}", f"{s['throughput_peak']:.0f}",
-                     f"{s['restarts_per_job']:.2f}", f"{t.get('round_s_avg', 0):.4f}"))
+                     f"{s['restarts_per_job']:.2f}", f"{s['sla_violations']}/{s['guaranteed_jobs']}",
+                     f"{t.get('round_s_avg', 0):.4f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     comp = doc.get("comparison", {})

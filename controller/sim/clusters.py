@@ -51,6 +51,8 @@ class NodeGroup:
     gpu_type: str
     memory_gb: float
     nvlink_islands: int = 0
+    cpus: int = 0  # per node; 0 = not given
+    host_memory_gb: float = 0.0  # per node; 0 = not given
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ class Cluster:
             gpus = tuple(GpuView(i, g.gpu_type, int(g.memory_gb * GB), island=(i // per if per else -1))
                          for i in range(g.gpus))
             for k in range(g.count):
-                out.append(NodeView(f"{g.prefix}{k:0{width}d}", gpus))
+                out.append(NodeView(f"{g.prefix}{k:0{width}d}", gpus, cpus=g.cpus,
+                                    host_memory_bytes=int(g.host_memory_gb * GB)))
         return tuple(out)
 
     def gpu_types(self) -> list[str]:
@@ -114,8 +117,8 @@ def load_cluster(name_or_path: str) -> Cluster:
 
 def cluster_of(spec: NodeGroupsSpec, default_name: str) -> Cluster:
     """The simulated cluster of a parsed `node_groups:` file (named `default_name` if it has no name)."""
-    groups = tuple(NodeGroup(g.prefix, g.count, g.gpus, g.gpu_type, g.memory_gb, g.nvlink_islands)
-                   for g in spec.groups)
+    groups = tuple(NodeGroup(g.prefix, g.count, g.gpus, g.gpu_type, g.memory_gb, g.nvlink_islands, g.cpus,
+                             g.host_memory_gb) for g in spec.groups)
     return Cluster(spec.name or default_name, groups, spec.description)
 
 

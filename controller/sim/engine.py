@@ -25,10 +25,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tessera.controller.core.policy import CachedEstimates, Estimates, Policy, RoundConfig, plan_round
-from tessera.controller.core.snapshot import Action, Cell, JobView, NodeView, RunningView, Slice, Snapshot
+from tessera.controller.core.snapshot import (
+    Action,
+    Cell,
+    JobView,
+    NodeView,
+    RunningView,
+    Slice,
+    Snapshot,
+    TenantQuota,
+)
+from tessera.controller.sim import tenants as tn
 from tessera.controller.sim.clusters import Cluster
 from tessera.controller.sim.oracles import ArenaOracle
 from tessera.controller.sim.traces import TraceJob
@@ -129,6 +139,11 @@ class SimJob:
     suspensions: int = 0
     unrunnable: int = 0  # starts/migrations onto GPUs the truth says it cannot run on (0 s/iteration)
     reason: str = ""
+    # Guaranteed jobs (docs/tenants.md): the round that first admitted it within quota (its SLA
+    # clock), its promise's iteration time, and whether it was ever behind its promise.
+    sla_since: float | None = None
+    sla_tp: float = 0.0
+    sla_behind: bool = False
 
 
 @dataclass
@@ -161,7 +176,7 @@ class SimResult:
 class Simulator:
     def __init__(self, cluster: Cluster, trace: Sequence[TraceJob], estimates: Estimates, truth: Truth,
                  rules: Rules, trace_name: str = "", round_config: RoundConfig | None = None,
-                 type_of: Callable[[str], str] | None = None) -> None:
+                 type_of: Callable[[str], str] | None = None, tenants: tuple[TenantQuota, ...] = ()) -> None:
         self.cluster = cluster
         self.trace = list(trace)
         self.estimates = estimates
@@ -171,6 +186,8 @@ class Simulator:
         self.cfg = round_config or RoundConfig(interval_s=rules.interval_s)
         # Trace GPU type spelling -> cluster type name ("a40" -> "A40-48GB").
         self.type_of = type_of or (lambda s: s)
+        # Tenants with quotas (docs/tenants.md); empty: every job best-effort, as before tenants.
+        self.tenants = tenants
 
     def run(self, policy: Policy, mode: str = "", rounds: int = 0, max_rounds: int = 100_000,
             clock: Callable[[], float] = time.perf_counter, until_done: bool = False) -> SimResult:
@@ -182,6 +199,7 @@ class Simulator:
         nodes0 = self.cluster.nodes()
         node_index = {n.id: i for i, n in enumerate(nodes0)}
         busy: list[set[int]] = [set() for _ in nodes0]
+        busy_cpus = [0] * len(nodes0)
         node_views: list[NodeView] = list(nodes0)
         dirty: set[int] = set()
         cluster_gpus = self.cluster.cluster_gpus()
@@ -203,8 +221,10 @@ class Simulator:
                 base = t0 + k * interval if r_.arrivals == "artifact" else tj.submit_time
                 deadline = base + (tj.deadline - tj.submit_time) * r_.deadline_factor
             iters = max(1, tj.iterations // r_.iteration_divisor)
-            view = JobView(tj.id, tj.submit_time, tj.model, tj.global_batch_size, tj.gpus, (),
-                           self.type_of(tj.gpu_type) if tj.gpu_type else "", iters, 0.0, deadline, 0, tj.model_key)
+            hint = self.type_of(tj.gpu_type) if tj.gpu_type else ""
+            tenant, prio, promise = tn.tenancy(tj, hint)
+            view = JobView(tj.id, tj.submit_time, tj.model, tj.global_batch_size, tj.gpus, (), hint, iters, 0.0,
+                           deadline, 0, tj.model_key, tenant=tenant, priority=prio, promise=promise)
             jobs.append(SimJob(tj, view, k, arrive_t, float(iters)))
         by_round: dict[int, list[SimJob]] = {}
         for j in jobs:
@@ -224,6 +244,7 @@ class Simulator:
                     busy[i].update(s.gpu_indices)
                 else:
                     busy[i].difference_update(s.gpu_indices)
+                busy_cpus[i] += (1 if on else -1) * tn.cpus_on(j.t, len(s.gpu_indices))
                 dirty.add(i)
 
         for r in range(limit):
@@ -237,6 +258,8 @@ class Simulator:
                         hold(j, False)
                         del running[j.t.id]
             departures = finished_now
+            if self.tenants:
+                self._check_sla(jobs, now)
             # (2) arrivals
             new_ids = []
             for j in by_round.get(r, ()):
@@ -249,16 +272,21 @@ class Simulator:
             # (3) decide
             for i in dirty:
                 n0 = nodes0[i]
-                node_views[i] = NodeView(n0.id, n0.gpus, frozenset(busy[i]))
+                node_views[i] = NodeView(n0.id, n0.gpus, frozenset(busy[i]), n0.cpus, n0.host_memory_bytes,
+                                         min(n0.cpus, busy_cpus[i]) if n0.cpus else 0)
             dirty.clear()
             run_views = tuple(
                 RunningView(self._view(j), j.cell, j.slices, opportunistic=j.plan_opp)  # type: ignore[arg-type]
                 for j in running.values())
             snap = Snapshot(tuple(node_views), tuple(self._view(j) for j in pending.values()), cluster_gpus,
-                            run_views, now, tuple(new_ids), departures)
+                            run_views, now, tuple(new_ids), departures, self.tenants, r_.fixed_cost or 0.0)
             c0 = clock()
             plan = plan_round(snap, est, policy, self.cfg)
             secs.append(clock() - c0)
+            for jid in plan.admitted:
+                adm = running.get(jid) or pending.get(jid)
+                if adm is not None and adm.sla_since is None:
+                    adm.sla_since = now
             # (4) apply
             started = migrated = suspended = 0
             paying: list[SimJob] = []
@@ -353,11 +381,25 @@ class Simulator:
     def _view(self, j: SimJob) -> JobView:
         v = j.view
         if v.done_iterations != j.done or v.restarts != j.changes:
-            v = JobView(v.id, v.submit_time, v.model, v.global_batch_size, v.gpus_hint, v.gpu_types,
-                        v.gpu_type_hint, int(j.iters_total) if self.rules.progress == "artifact" else v.iterations,
-                        j.done, v.deadline, j.changes, v.estimate_key, v.recipe)
+            v = replace(v, iterations=int(j.iters_total) if self.rules.progress == "artifact" else v.iterations,
+                        done_iterations=j.done, restarts=j.changes)
             j.view = v
         return v
+
+    def _check_sla(self, jobs: Iterable[SimJob], now: float) -> None:
+        """Round end `now`: every admitted guaranteed job behind its promise is marked (once)."""
+        r_ = self.rules
+        for j in jobs:
+            if j.sla_since is None or j.sla_behind or j.state in ("dropped", "future"):
+                continue
+            if not j.sla_tp:
+                p = j.view.promise
+                t = (p.gpu_type if p and p.gpu_type else "") or (j.cell.gpu_type if j.cell else "") \
+                    or j.view.gpu_type_hint or self.cluster.gpu_types()[0]
+                j.sla_tp = tn.promise_time(j.view, t, self.cluster.per_node(t), self.truth) or -1.0
+            done = j.iters_total if j.state == "done" else j.done
+            if tn.behind(done, j.iters_total, now, j.sla_since, r_.fixed_cost or 0.0, j.sla_tp):
+                j.sla_behind = True
 
     def _type_at(self, slices: Sequence[Slice]) -> str:
         if not hasattr(self, "_node_type"):

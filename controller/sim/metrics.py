@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tessera.controller.sim.engine import SimResult
+from tessera.controller.sim.engine import SimJob, SimResult
 
 # The artifact's plotter averages throughput over rounds above this (plot_cluster_thr).
 BUSY_THRESHOLD = 100.0
@@ -82,9 +82,21 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "suspensions": sum(j.suspensions for j in arrived),
         "unrunnable_placements": sum(j.unrunnable for j in arrived),
         "jobs_placed_unrunnable": sum(1 for j in arrived if j.unrunnable),
+        # Guaranteed jobs admitted within quota, and those behind their promise at some round end
+        # (docs/tenants.md); 0 and 0 without tenants.
+        "guaranteed_jobs": sum(1 for j in arrived if j.sla_since is not None),
+        # JCT of the admitted guaranteed jobs and of the others (Morphling Table 4's "Guar." and "BE").
+        "jct_avg_guaranteed_s": _mean_jct([j for j in done if j.sla_since is not None]),
+        "jct_avg_best_effort_s": _mean_jct([j for j in done if j.sla_since is None]),
+        "sla_violations": sum(1 for j in arrived if j.sla_behind),
         "gpus_used_peak": total_gpus,
         "choices_evaluated": sum(r.evaluations for r in res.rounds),
     }
+
+
+def _mean_jct(jobs: Sequence[SimJob]) -> float:
+    xs = [j.end - j.arrive_time for j in jobs if j.end is not None]
+    return _r(statistics.fmean(xs)) if xs else 0.0
 
 
 def timing(res: SimResult) -> dict[str, float]:
@@ -161,7 +173,8 @@ def write_jobs_csv(res: SimResult, path: Path) -> None:
 
 SUMMARY_FIELDS = ("policy", "mode", "rules", "rounds", "jobs_submitted", "jobs_finished", "jobs_dropped",
                   "jct_avg_s", "jct_median_s", "jct_p99_s", "queue_avg_s", "queue_avg_all_s", "throughput_avg",
-                  "throughput_avg_busy", "throughput_peak", "makespan_s", "restarts_per_job", "launches_per_job")
+                  "throughput_avg_busy", "throughput_peak", "makespan_s", "restarts_per_job", "launches_per_job",
+                  "sla_violations")
 
 
 def write_summary_csv(summaries: dict[str, dict[str, Any]], path: Path) -> None:

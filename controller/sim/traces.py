@@ -42,9 +42,13 @@ class TraceJob:
     gpus: int  # the user's request (0 = none)
     gpu_type: str  # the user's request, in the trace's own spelling ("a40"); "" = none
     deadline: float = 0.0
-    # Morphling: guaranteed (SLA) job; its initial execution plan.
+    # Morphling: guaranteed (SLA) job; its initial execution plan; the CPUs it asked for.
     sla: bool = False
     exec_plan: str = ""
+    cpus: int = 0
+    # The job's tenant ("" = none). A job with a tenant and `sla` is guaranteed, its promise the
+    # row's GPUs, CPUs and plan (docs/tenants.md); morphling-mt sets it (controller/sim/tenants.py).
+    tenant: str = ""
 
 
 def _open_rows(path: Path, required: Sequence[str]) -> tuple[list[dict[str, str]], list[int]]:
@@ -352,7 +356,8 @@ def load_morphling(path: Path) -> list[TraceJob]:
         gpus = int(_num(path, ln, row, "num_gpus", _int, positive=True, allow_zero=False))
         steps = int(_num(path, ln, row, "steps", _int, positive=True, allow_zero=False))
         sla = int(_num(path, ln, row, "is_sla", _int)) == 1
+        cpus = int(_num(path, ln, row, "num_cpus", _int, positive=True)) if row.get("num_cpus", "") else 0
         out.append(TraceJob(row["name"], sub, steps, app, MORPHLING_MODELS[app], 1, gpus, "", 0.0, sla,
-                            row["exec_plan"]))
+                            row["exec_plan"], cpus))
     out.sort(key=lambda j: j.submit_time)
     return out

@@ -69,6 +69,12 @@ class Scripted:
         return list(self.ds)
 
 
+class Handling(Scripted):
+    """A scripted policy that says it handles guarantees itself (may grow guaranteed jobs)."""
+
+    handles_guarantees = True
+
+
 def test_a_guaranteed_job_preempts_best_effort_work_and_starts_at_once() -> None:
     be = job("be", 0, 4)
     g = job("g", 5, 4, "A", guaranteed=True)
@@ -171,10 +177,13 @@ def test_a_guaranteed_job_is_never_placed_below_its_promise() -> None:
                       cell=Cell("X", 4), iteration_s=2.2)
     d = {x.job_id: x for x in plan_round(Snapshot(nodes, (g,), tenants=TENANTS), EST, Scripted([spread])).decisions}
     assert d["g"].slices == (Slice("x0", (0, 1, 2, 3)),)
-    # 8 GPUs are faster than the promise: the policy's choice stands, untouched.
+    # 8 GPUs are faster, but hold more than the promise: the 4 GPUs over it go to best-effort work...
     fast = Decision("g", Action.START, "scripted", slices=(Slice("x0", (0, 1, 2, 3)), Slice("x1", (0, 1, 2, 3))),
                     cell=Cell("X", 8), iteration_s=1.1)
     d = {x.job_id: x for x in plan_round(Snapshot(nodes, (g,), tenants=TENANTS), EST, Scripted([fast])).decisions}
+    assert d["g"].cell == Cell("X", 4) and "more than its promise's 4 GPUs" in d["g"].reason
+    # ...unless the policy handles guarantees itself: its choice stands, untouched.
+    d = {x.job_id: x for x in plan_round(Snapshot(nodes, (g,), tenants=TENANTS), EST, Handling([fast])).decisions}
     assert d["g"] == fast
 
 
@@ -195,12 +204,12 @@ def test_a_running_guaranteed_job_keeps_its_promise_and_moves_only_with_slack() 
     up = Decision("g", Action.MIGRATE, "scripted", slices=(Slice("x0", (0, 1, 2, 3)), Slice("x1", (0, 1, 2, 3))),
                   cell=Cell("X", 8), previous=Cell("X", 4), change=Change.SCALE_UP, iteration_s=1.1)
     d = {x.job_id: x for x in plan_round(Snapshot(nodes, (), running=(run,), now=1000, tenants=TENANTS), EST,
-                                         Scripted([up])).decisions}
+                                         Handling([up])).decisions}
     assert d["g"].action is Action.KEEP and "no slack" in d["g"].reason
     # Ahead of its promise (500 done >= 1000 s / 2 s): the move stands.
     ahead = running(job("g", 0, 4, "A", guaranteed=True, done=500), "x0", (0, 1, 2, 3))
     d = {x.job_id: x for x in plan_round(Snapshot(nodes, (), running=(ahead,), now=1000, tenants=TENANTS), EST,
-                                         Scripted([up])).decisions}
+                                         Handling([up])).decisions}
     assert d["g"] == up
     # The policy stops it: kept where it is.
     stop = Decision("g", Action.STOP, "scripted: opportunistic")
@@ -225,3 +234,29 @@ def test_without_tenants_the_decisions_are_the_policys_own() -> None:
         assert plan_round(snap, EST, make_policy(name)) == own
     got = [(d.job_id, d.action, d.cell, d.slices) for d in plan_round(snap, EST, make_policy("fcfs")).decisions]
     assert got == GOLDEN
+
+
+def test_a_running_guaranteed_job_keeps_its_gpus_when_the_policy_hands_them_to_another() -> None:
+    # g1 runs on x0 at its promise; the policy stops it and starts guaranteed g2 there instead.
+    tenants = (TenantQuota("A", (("X", 8),)),)
+    g1, g2 = job("g1", 0, 4, "A", guaranteed=True), job("g2", 5, 4, "A", guaranteed=True)
+    stop = Decision("g1", Action.STOP, "scripted")
+    swap = Decision("g2", Action.START, "scripted", slices=(Slice("x0", (0, 1, 2, 3)),), cell=Cell("X", 4),
+                    iteration_s=2.0)
+    snap = Snapshot(busy_nodes(("x0", (0, 1, 2, 3)), ("x1", ())), (g2,), running=(running(g1, "x0", (0, 1, 2, 3)),),
+                    now=100, tenants=tenants)
+    d = {x.job_id: x for x in plan_round(snap, EST, Scripted([stop, swap])).decisions}
+    assert d["g1"].action is Action.KEEP and d["g1"].slices == (Slice("x0", (0, 1, 2, 3)),)
+    assert d["g2"].action is Action.START and d["g2"].slices == (Slice("x1", (0, 1, 2, 3)),)
+    assert "its GPUs stay with guaranteed job g1" in d["g2"].reason
+
+
+def test_fewer_gpus_as_fast_as_the_promise_are_its_minimum_demand() -> None:
+    # This model runs as fast on 2 GPUs as on 4 (Morphling's minRes): with 2 GPUs free it starts there.
+    est = TableEstimates({("k2", "X", 2): 2.0, ("k2", "X", 4): 2.0})
+    g = JobView("g", 0, M, 64, 4, (), "X", 1000, estimate_key="k2", tenant="A", priority=Priority.GUARANTEED,
+                promise=Promise(4))
+    snap = Snapshot(busy_nodes(("x0", (0, 1))), (g,), now=10, tenants=TENANTS)
+    d = {x.job_id: x for x in plan_round(snap, est, Scripted([])).decisions}
+    assert d["g"].action is Action.START and d["g"].cell == Cell("X", 2)
+    assert "as fast as its promise of 4 x X by the estimates" in d["g"].reason
