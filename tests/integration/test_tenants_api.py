@@ -77,6 +77,8 @@ def test_get_tenants_shows_quotas_jobs_and_warnings(ctl: Daemon) -> None:
         assert g.state == P.JOB_STATE_PENDING
         mine = alice.tenants()
         assert [t.name for t in mine.tenants] == ["team-a"] and not mine.warnings  # a user sees its own
+    with Client(ctl.address) as nobody:  # guarded like every Controller method: no token, no answer
+        assert refused(nobody.tenants).code == "UNAUTHENTICATED"
     out = tessctl_json(ctl.address, "get", "tenants")
     rows = {t["name"]: t for t in out["tenants"]}
     assert sorted(rows) == ["team-a", "team-b"]

@@ -14,9 +14,9 @@ from tessera.v1 import common_pb2 as P
 from tests.unit.test_engine import Harness, run_to_running, tiny
 
 
-def harness(tmp_path: Path, policy: str = "fcfs") -> Harness:
+def harness(tmp_path: Path, policy: str = "fcfs", quota: int = 4) -> Harness:
     path = tmp_path / "tenants.yaml"
-    path.write_text("tenants:\n  team-a:\n    quota: {A10: 4}\n  team-b: {}\n")
+    path.write_text(f"tenants:\n  team-a:\n    quota: {{A10: {quota}}}\n  team-b: {{}}\n")
     h = Harness(policy=policy, nodes=("a", "b"))
     h.cfg = EngineConfig(policy=policy, tenants_file=str(path))
     h.engine = h._engine()
@@ -85,3 +85,16 @@ async def test_guaranteed_job_preempts_best_effort_then_it_resumes(tmp_path: Pat
     await h.round()
     assert h.state(be) == "STARTING" and h.job(be).attempt == 2
     assert h.job(be).progress is not None and h.job(be).progress.iteration == 20  # type: ignore[union-attr]
+
+
+async def test_a_promise_over_the_cluster_waits_saying_what_exists(tmp_path: Path) -> None:
+    """A quota over the cluster is accepted (nodes may join); a promise within it but over what is
+    registered waits, and its reason says what the cluster has."""
+    h = harness(tmp_path, quota=16)
+    await h.register("a", "b")
+    g = await h.submit(guaranteed("big", 12))
+    await h.round()
+    assert h.state(g) == "PENDING"
+    assert "its promise needs 12 x A10-24GB and the cluster has 8 registered: it waits until nodes join" \
+        in h.job(g).reason
+    assert h.engine.tenants.warnings({"A10-24GB": 8})[0].startswith("quotas of A10-24GB sum to 16 GPUs")
