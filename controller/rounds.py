@@ -60,7 +60,8 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         refused = recipe_refusal(views[d.job_id])
         if refused:
             why = f"{why}; the Cells cannot estimate the job's plan: {refused}"
-    if gap := promise_over_cluster(views[d.job_id], snap):
+    view = views.get(d.job_id)
+    if view is not None and (gap := promise_over_cluster(view, snap)):
         why = f"{why}; {gap}"
     if d.pending is PendingKind.FITS_NOWHERE and policy != "frenzy":
         # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
