@@ -34,7 +34,9 @@ def test_guaranteed_job_preempts_best_effort_which_resumes_from_its_checkpoint( 
     cl: Cluster = cluster_factory([("node-1", str(tmp_path / "node.yaml")), ("node-2", str(tmp_path / "node.yaml"))],
                                   policy="fcfs", controller_args=("--tenants", str(tmp_path / "tenants.yaml")))
     addr = cl.controller.address
-    filler = long_job("filler", iterations=40, TESSERA_TRAINER_MIN_STEP_SECONDS="0.2")
+    # Steps padded to 0.2 s: after its first checkpoint the filler still has 8 s of work, far more
+    # than the guaranteed job's submission takes to preempt it (a round, debounced 0.2 s).
+    filler = long_job("filler", iterations=50, TESSERA_TRAINER_MIN_STEP_SECONDS="0.2")
     filler.hint.gpus = 2
     urgent = long_job("urgent", iterations=20)
     urgent.hint.gpus, urgent.priority = 1, P.PRIORITY_GUARANTEED  # promised its hint: 1 GPU
@@ -55,7 +57,7 @@ def test_guaranteed_job_preempts_best_effort_which_resumes_from_its_checkpoint( 
 
         finished = bob.wait(be.id, {"SUCCEEDED", "FAILED"}, timeout=300)
         assert finished.state == P.JOB_STATE_SUCCEEDED, finished.reason
-        assert finished.progress.iteration == 40 and finished.attempt >= 2
+        assert finished.progress.iteration == 50 and finished.attempt >= 2
         p = finished.plan  # the same global batch on the attempt that finished
         assert p.dp * p.micro_batch * p.grad_accum == finished.spec.global_batch_size == 16
         events = bob.get(be.id, with_events=True).events
