@@ -403,10 +403,11 @@ class Engine:
         now = self.wall()
         pending = [j for j in self.store.list_jobs(states=[P.JOB_STATE_PENDING])
                    if may_launch(j.next_launch_time, now)]  # the others back off after failed launches
-        placed = self.store.list_jobs(states=[P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING])
+        active = self.store.list_jobs(states=ACTIVE)  # a MIGRATING job still holds its CPUs
+        placed = [j for j in active if j.state in (P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING)]
         config = self.tenants.config
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(), pending, placed,
-                              self._live.progress, now, config.tenants if config else ())
+                              self._live.progress, now, config.tenants if config else (), holding=active)
         return snap, {j.id: j for j in pending}
 
     async def run_round(self) -> None:

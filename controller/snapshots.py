@@ -112,13 +112,14 @@ def busy_gpus(nodes: Mapping[str, LiveNode], active: Iterable[JobRecord],
 def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNode], states: Mapping[str, int],
                    busy: Mapping[str, set[int]], pending: Iterable[JobRecord], placed: Iterable[JobRecord],
                    progress: Mapping[str, common_pb2.Progress], now: float,
-                   tenants: tuple[TenantQuota, ...] = ()) -> Snapshot:
+                   tenants: tuple[TenantQuota, ...] = (), holding: Iterable[JobRecord] | None = None) -> Snapshot:
     """The round's input. `states`: each node's state (only READY nodes that are not unhealthy take
     work; controller/core/backoff.py); `pending`: the
     PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock);
-    `tenants`: the tenants file's quotas (controller/tenants.py), empty without one."""
+    `tenants`: the tenants file's quotas (controller/tenants.py), empty without one; `holding`: the
+    jobs whose promised CPUs are held (MIGRATING ones too), `placed` when None."""
     placed = list(placed)
-    cpus = busy_cpus(placed)
+    cpus = busy_cpus(placed if holding is None else holding)
     views: list[NodeView] = []
     totals: dict[tuple[str, int], int] = {}
     gpu_type: dict[tuple[str, int], str] = {}
