@@ -14,15 +14,19 @@ calls it and nothing changes):
    type, the quota and the use;
 2. the policy plans the round as always (it sees the admitted jobs and their promises in
    `RoundContext.guaranteed`);
-3. repair: every admitted job whose decision leaves it slower than its promise (left pending,
-   stopped, shrunk, moved to slower GPUs, or moved at all while it has no slack to pay the
-   restart) is fixed: a running one is kept where it was if that met its promise, else it gets
-   the promise's GPUs (fewest nodes) from the GPUs left free by the plan and, where those are not
-   enough, from best-effort work: the fewest victims, borrowers of quota first, jobs the policy
-   was only about to start before running ones. Running victims stop (the engine checkpoints
-   and requeues them), victims the policy was about to start wait. Decisions the policy made that
-   already hold the promise are left exactly as they are: a policy that handles guarantees itself
-   (Morphling's Algorithm 1) is never overridden unless it left a guarantee violated.
+3. repair (`Guard`, two phases): every admitted job whose decision breaks its promise (left
+   pending, stopped, slower than the promise, given more GPUs than the promise by a policy that
+   does not handle guarantees, or moved while it has no slack to pay the restart) is fixed.
+   Phase 1 keeps a running one where it was if that met its promise, whatever the policy put
+   there (a displaced guaranteed job is placed again). Phase 2 gives the others GPUs as fast as
+   the promise (its minimum demand first: fewer GPUs where the estimates say they are as fast)
+   from the GPUs left free by the plan and, where those are not enough, from best-effort work:
+   the fewest victims, borrowers of quota first, jobs the policy was only about to start before
+   running ones, a single victim halved before one preempted. Running victims stop (the engine
+   checkpoints and requeues them) or shrink (migrate to half), victims the policy was about to
+   start wait or start on half. Decisions the policy made that already hold the promise are left
+   exactly as they are: a policy that handles guarantees itself (Morphling's Algorithm 1) is
+   never overridden unless it left a guarantee broken.
 
 "At least as fast as the promise": the estimate of the decision (its `iteration_s`, else the best
 Cell on its GPUs) is at most t_P, the promise's iteration time: the estimates' own
@@ -244,7 +248,15 @@ class Guard:
             verb = {Action.PENDING: "left it waiting", Action.STOP: "would stop it"}.get(d.action, "would drop it")
             return f"{self.name} {verb} ({d.reason}); {p}"
         gpus = sum(len(s.gpu_indices) for s in d.slices)
-        cell = d.cell or Cell(self.type_of(d), gpus)
+        dt = self.type_of(d)
+        cell = d.cell or Cell(dt, gpus)
+        if dt != charge.gpu_type:
+            # A typeless promise holds on the type the job runs on: its t_P there.
+            other = dataclasses.replace(charge.promise, gpu_type=dt)
+            t_p = promise_time(self.ctx, job, other) if not job.promise or not job.promise.gpu_type else 0.0
+            if t_p <= 0:
+                return f"{self.name} placed it on {dt}, not the {charge.gpu_type} of its promise"
+            p = f"its promise gives {t_p:.4g} s/iter on {dt}"
         got = self.decision_speed(job, d)
         if got > t_p * (1 + EPS):
             return f"{self.name}'s {d.action} to {cell} would run at {got:.4g} s/iter, slower than {p}"
@@ -254,8 +266,9 @@ class Guard:
         if d.action is Action.MIGRATE and not self.has_slack(job, t_p):
             return (f"{self.name}'s {d.change or 'move'} to {cell} would cost a restart it has no slack for "
                     f"({job.done_iterations:.0f} iterations done, {p})")
-        if not self.adm.recharge(jid, self.type_of(d)):
-            return f"{self.name} placed it on {self.type_of(d)}, where its tenant has no quota left"
+        if not self.adm.recharge(jid, dt):
+            return f"{self.name} placed it on {dt}, where its tenant has no quota left"
+        self.t_p[jid] = t_p
         return None
 
     def orig_ok(self, jid: str) -> bool:
@@ -317,9 +330,11 @@ class Guard:
                 self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: no best-effort "
                                                     "work holds enough GPUs to restore its promise")
             return
-        slices, victims = found
+        slices, victims, shrunk = found
         for v in victims:
             self._evict(v, job, charge)
+        for v, keep in shrunk.items():
+            self._shrink(v, keep, job, charge)
         t = charge.gpu_type
         self.state.take(slices, t)
         n = sum(len(s.gpu_indices) for s in slices)
@@ -330,7 +345,8 @@ class Guard:
         what = (f"its promise{self._plan_text(charge)}" if n == charge.gpus else
                 f"as fast as its promise of {charge.gpus} x {t}{self._plan_text(charge)} by the estimates")
         text = (f"{self._tag(job)}: {cell} on {where(slices)} ({what}); "
-                f"{thr_text(job, est)}{self._victims_text(set(victims))}")
+                f"{thr_text(job, est)}{self._victims_text(set(victims))}"
+                + (f"; shrinks best-effort {', '.join(sorted(shrunk))}" if shrunk else ""))
         if orig is None:
             used = self.adm.used_before.get(jid, 0)
             q = self.adm.quota.get((charge.tenant, t), 0)
@@ -361,13 +377,17 @@ class Guard:
                     out.add(jid)
         return out
 
-    def _search(self, job: JobView, gpu_type: str, gpus: int, t_p: float) -> tuple[tuple[Slice, ...], list[str]] | None:
-        """GPUs as fast as the promise and the victims to free them. The layouts tried: Morphling's
-        minimum demand first (Sec. 5: "the fewest resources (possibly with a better plan) needed to
-        achieve the performance of the original"), i.e. GPU counts up to the promise's, fewest
-        first, each on the fewest nodes, more nodes only where the estimates say it is as fast.
-        Victims: none if the free GPUs do; else the cheapest single victim that does; else victims
-        added biggest first until they do, then any that turn out not needed given back."""
+    def _search(self, job: JobView, gpu_type: str, gpus: int,
+                t_p: float) -> tuple[tuple[Slice, ...], list[str], dict[str, tuple[Slice, ...]]] | None:
+        """GPUs as fast as the promise, the victims to preempt and those to shrink (victim -> the
+        slices it keeps) to free them. The layouts tried: Morphling's minimum demand first (Sec. 5:
+        "the fewest resources (possibly with a better plan) needed to achieve the performance of the
+        original"), i.e. GPU counts up to the promise's, fewest first, each on the fewest nodes,
+        more nodes only where the estimates say it is as fast. Victims: none if the free GPUs do;
+        else the cheapest single victim that does (borrowers first, then jobs the policy was only
+        about to start, then the fewest GPUs taken from it; halving it before preempting it); else
+        victims preempted biggest first until they do, then any that turn out not needed given
+        back."""
         cands = [jid for jid, d in self.dec.items()
                  if d.action in _PLACED and jid not in self.adm.charges and self.type_of(d) == gpu_type]
         cap = self.ctx.max_per_node(gpu_type)
@@ -377,9 +397,10 @@ class Guard:
         if not layouts:
             return None
 
-        def fits(evict: Sequence[str]) -> tuple[Slice, ...] | None:
-            for v in evict:
-                self.state.release(self.dec[v].slices, gpu_type)
+        def fits(evict: Sequence[str], shrink: Mapping[str, tuple[Slice, ...]] | None = None) -> tuple[Slice, ...] | None:
+            freed = [self.dec[v].slices for v in evict] + [self._cut(v, keep) for v, keep in (shrink or {}).items()]
+            for sl_ in freed:
+                self.state.release(sl_, gpu_type)
             try:
                 for n, k in layouts:
                     sl = self.state.place(gpu_type, n, nodes=k)
@@ -387,12 +408,12 @@ class Guard:
                         return sl
                 return None
             finally:
-                for v in evict:
-                    self.state.take(self.dec[v].slices, gpu_type)
+                for sl_ in freed:
+                    self.state.take(sl_, gpu_type)
 
         sl = fits(())
         if sl is not None:
-            return sl, []
+            return sl, [], {}
         if not cands:
             return None
 
@@ -403,10 +424,16 @@ class Guard:
             # borrowers first, then jobs the policy was only about to start (they lose nothing)
             return (0 if v in self.borrowing else 1, 0 if v not in self.ctx.running else 1)
 
-        for v in sorted(cands, key=lambda v: (*cost(v), gpus_of(v), v)):
-            sl = fits((v,))
+        options: list[tuple[tuple[int, int, int, int, str], str, tuple[Slice, ...] | None]] = []
+        for v in cands:
+            keep = self._half(v, gpu_type)
+            if keep is not None:
+                options.append(((*cost(v), gpus_of(v) - sum(len(s.gpu_indices) for s in keep), 0, v), v, keep))
+            options.append(((*cost(v), gpus_of(v), 1, v), v, None))
+        for _, v, keep in sorted(options, key=lambda o: o[0]):
+            sl = fits((), {v: keep}) if keep is not None else fits((v,))
             if sl is not None:
-                return sl, [v]
+                return (sl, [], {v: keep}) if keep is not None else (sl, [v], {})
         chosen: list[str] = []
         for v in sorted(cands, key=lambda v: (*cost(v), -gpus_of(v), v)):
             chosen.append(v)
@@ -420,7 +447,52 @@ class Guard:
                 chosen = rest
         sl = fits(chosen)
         assert sl is not None
-        return sl, chosen
+        return sl, chosen, {}
+
+    def _half(self, v: str, gpu_type: str) -> tuple[Slice, ...] | None:
+        """The slices a victim keeps when halved (one node: its lower half of the GPUs; several:
+        the first half of the nodes), None if it has one GPU or cannot run on the half."""
+        d = self.dec[v]
+        if len(d.slices) == 1:
+            s = d.slices[0]
+            half = len(s.gpu_indices) // 2
+            keep: tuple[Slice, ...] = (Slice(s.node_id, s.gpu_indices[:half]),) if half else ()
+        else:
+            keep = d.slices[:len(d.slices) // 2]
+        n = sum(len(s.gpu_indices) for s in keep)
+        if n <= 0 or self.ctx.best(self.jobs[v], gpu_type, n, len(keep)) is None:
+            return None
+        return keep
+
+    def _cut(self, v: str, keep: Sequence[Slice]) -> tuple[Slice, ...]:
+        """The slices a victim gives up when it keeps `keep`."""
+        kept = {(s.node_id, i) for s in keep for i in s.gpu_indices}
+        out = []
+        for s in self.dec[v].slices:
+            rest = tuple(i for i in s.gpu_indices if (s.node_id, i) not in kept)
+            if rest:
+                out.append(Slice(s.node_id, rest))
+        return tuple(out)
+
+    def _shrink(self, v: str, keep: tuple[Slice, ...], job: JobView, charge: Charge) -> None:
+        """Halve a victim for guaranteed `job`: it goes on with the GPUs it keeps (a running one
+        restarts from its checkpoint on them)."""
+        d = self.dec[v]
+        t = self.type_of(d)
+        self.state.release(self._cut(v, keep), t)
+        vj = self.jobs[v]
+        n = sum(len(s.gpu_indices) for s in keep)
+        est = self.ctx.best(vj, t, n, len(keep))
+        cell = Cell(t, n, est.cell.stages if est else 0)
+        why = (f"shrunk: guaranteed job {job.id} of tenant {charge.tenant} reclaims {charge.gpus} x "
+               f"{charge.gpu_type} of its quota; {cell} on {where(keep)}, {thr_text(vj, est)}")
+        it = est.iteration_s if est else 0.0
+        orig = self.ctx.running.get(v)
+        if orig is None:
+            self.dec[v] = Decision(v, Action.START, why, synth_plan(vj, est, cell), keep, cell, iteration_s=it)
+        else:
+            self.dec[v] = Decision(v, Action.MIGRATE, why, synth_plan(vj, est, cell), keep, cell, orig.cell,
+                                   change_kind(orig.cell, cell), it)
 
     def _release(self, jid: str) -> None:
         d = self.dec[jid]

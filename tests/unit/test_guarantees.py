@@ -91,16 +91,20 @@ def test_a_guaranteed_job_preempts_best_effort_work_and_starts_at_once() -> None
 
 
 def test_the_fewest_and_cheapest_victims() -> None:
-    # x0: two 2-GPU jobs, x1: one 4-GPU job; a 2-GPU promise takes one 2-GPU job, never the 4-GPU one.
+    # x0: two 2-GPU jobs, x1: one 4-GPU job. A 2-GPU promise takes 2 GPUs from one job: halving the
+    # 4-GPU one (it goes on with 2) costs less than preempting a 2-GPU one.
     a, b, c = job("a", 0, 2), job("b", 1, 2), job("c", 2, 4)
     g = job("g", 5, 2, "A", guaranteed=True)
     snap = Snapshot(busy_nodes(("x0", (0, 1, 2, 3)), ("x1", (0, 1, 2, 3))), (g,),
                     running=(running(a, "x0", (0, 1)), running(b, "x0", (2, 3)), running(c, "x1", (0, 1, 2, 3))),
                     now=100, tenants=(TenantQuota("A", (("X", 8),)), TenantQuota("B")))
     d = by_id(snap)
-    stopped = sorted(k for k, x in d.items() if x.action is Action.STOP)
-    assert stopped == ["a"]  # one victim, the smallest (ties by id)
-    assert d["g"].action is Action.START and d["g"].slices == (Slice("x0", (0, 1)),)
+    assert not [k for k, x in d.items() if x.action is Action.STOP]
+    assert d["c"].action is Action.MIGRATE and d["c"].change is Change.SCALE_DOWN
+    assert d["c"].slices == (Slice("x1", (0, 1)),) and d["c"].reason.startswith(
+        "shrunk: guaranteed job g of tenant A reclaims 2 x X of its quota")
+    assert d["g"].action is Action.START and d["g"].slices == (Slice("x1", (2, 3)),)
+    assert d["a"].action is Action.KEEP and d["b"].action is Action.KEEP
     # 8 GPUs over both nodes: everything goes, but a 4-GPU promise needs only the one 4-GPU job.
     g4 = job("g", 5, 4, "A", guaranteed=True)
     d = by_id(Snapshot(snap.nodes, (g4,), running=snap.running, now=100, tenants=snap.tenants))
@@ -260,3 +264,25 @@ def test_fewer_gpus_as_fast_as_the_promise_are_its_minimum_demand() -> None:
     d = {x.job_id: x for x in plan_round(snap, est, Scripted([])).decisions}
     assert d["g"].action is Action.START and d["g"].cell == Cell("X", 2)
     assert "as fast as its promise of 4 x X by the estimates" in d["g"].reason
+
+
+def test_a_promise_without_a_type_counts_against_the_type_the_job_runs_on() -> None:
+    est = TableEstimates({("k", t, n): 8.0 / n for t in ("X", "Y") for n in (1, 2, 4)})
+    nodes = (node("x0"), NodeView("y0", tuple(GpuView(i, "Y", 40 * GB) for i in range(4))))
+    tenants = (TenantQuota("A", (("Y", 4),)),)  # A's quota is on Y only
+
+    def g(jid: str) -> JobView:
+        return JobView(jid, 0, M, 64, 4, (), "", 1000, estimate_key="k", tenant="A",
+                       priority=Priority.GUARANTEED, promise=Promise(4))
+
+    # The policy starts it on X, where A has no quota: the layer moves it to Y.
+    on_x = Decision("g", Action.START, "scripted", slices=(Slice("x0", (0, 1, 2, 3)),), cell=Cell("X", 4),
+                    iteration_s=2.0)
+    d = {x.job_id: x for x in plan_round(Snapshot(nodes, (g("g"),), tenants=tenants), est,
+                                         Scripted([on_x])).decisions}
+    assert d["g"].cell == Cell("Y", 4) and "where its tenant has no quota left" in d["g"].reason
+    # A second one is over quota on every type it may use.
+    plan = plan_round(Snapshot(nodes, (g("g"), g("h")), tenants=tenants), est, make_policy("fcfs"))
+    d = {x.job_id: x for x in plan.decisions}
+    assert d["g"].cell == Cell("Y", 4) and d["h"].action is Action.PENDING
+    assert "X: quota 0, in use 0; Y: quota 4, in use 4" in d["h"].reason
