@@ -1,9 +1,9 @@
 """A guaranteed job preempts best-effort work on a live cluster (docs/tenants.md, "Live"; issue 15,
 "Done when"): real controller and agent processes, the reference trainer on CPU (torch + gloo).
 
-Two declared agents of one A100-80GB each (few ranks: the machine running the suite is small); the
-tenants file gives team-a (alice) one guaranteed A100 and team-b (bob) none. Bob's best-effort job
-fills both GPUs and trains with checkpoints;
+A declared agent of one A100-80GB (few ranks: the machine running the suite is small; a one-GPU job
+cannot be halved, so it is preempted rather than shrunk); the tenants file gives team-a (alice) one
+guaranteed A100 and team-b (bob) none. Bob's best-effort job fills the GPU and trains with checkpoints;
 alice's guaranteed job within quota is submitted, the best-effort job is stopped with a checkpoint
 and requeued, the guaranteed job starts and succeeds; then the best-effort job starts again from its
 checkpoint with the same global batch and succeeds. Every wait is on job states and events.
@@ -31,13 +31,13 @@ def test_guaranteed_job_preempts_best_effort_which_resumes_from_its_checkpoint( 
         cluster_factory, tmp_path: Path) -> None:
     (tmp_path / "node.yaml").write_text(NODE)
     (tmp_path / "tenants.yaml").write_text(TENANTS)
-    cl: Cluster = cluster_factory([("node-1", str(tmp_path / "node.yaml")), ("node-2", str(tmp_path / "node.yaml"))],
-                                  policy="fcfs", controller_args=("--tenants", str(tmp_path / "tenants.yaml")))
+    cl: Cluster = cluster_factory([("node-1", str(tmp_path / "node.yaml"))], policy="fcfs",
+                                  controller_args=("--tenants", str(tmp_path / "tenants.yaml")))
     addr = cl.controller.address
     # Steps padded to 0.2 s: after its first checkpoint the filler still has 8 s of work, far more
     # than the guaranteed job's submission takes to preempt it (a round, debounced 0.2 s).
     filler = long_job("filler", iterations=50, TESSERA_TRAINER_MIN_STEP_SECONDS="0.2")
-    filler.hint.gpus = 2
+    filler.hint.gpus = 1
     urgent = long_job("urgent", iterations=20)
     urgent.hint.gpus, urgent.priority = 1, P.PRIORITY_GUARANTEED  # promised its hint: 1 GPU
     with cl.client_as("bob") as bob, cl.client_as("alice") as alice:
@@ -45,7 +45,7 @@ def test_guaranteed_job_preempts_best_effort_which_resumes_from_its_checkpoint( 
         bob.wait(be.id, {"RUNNING"}, timeout=120)
         wait_for(lambda: bob.get(be.id).progress.checkpoint_iteration >= 10, 120, "the filler's first checkpoint")
         (row,) = bob.tenants().tenants  # team-b has no quota: every GPU it holds is borrowed
-        assert (row.name, [(b.gpu_type, b.gpus) for b in row.borrowed]) == ("team-b", [("A100-80GB", 2)])
+        assert (row.name, [(b.gpu_type, b.gpus) for b in row.borrowed]) == ("team-b", [("A100-80GB", 1)])
 
         g = alice.submit(urgent)
         assert (g.spec.guarantee.num_gpus, g.spec.tenant) == (1, "team-a")

@@ -1,7 +1,7 @@
 """Tenants in the engine without processes (docs/tenants.md, "Live"): the round's snapshot carries
 the tenants file's quotas, the jobs' tenants, classes and promises and the nodes' CPUs; a
 guaranteed job within quota preempts a best-effort job (checkpoint, STOPPED, requeued), and the
-preempted job starts again when the guaranteed one ends. The engine harness of test_engine.py
+preempted job starts again when the guaranteed one ends; one that can halve is shrunk instead. The engine harness of test_engine.py
 (fake agents, fake clock) checks its invariants after every step."""
 
 from __future__ import annotations
@@ -55,19 +55,23 @@ async def test_snapshot_carries_tenants_promises_and_host_cpus(tmp_path: Path) -
 
 async def test_guaranteed_job_preempts_best_effort_then_it_resumes(tmp_path: Path) -> None:
     h = harness(tmp_path)
+    for n in ("a", "b"):  # one GPU each: a one-GPU job cannot be halved, only preempted
+        del h.agents.nodes[n].inventory.gpus[1:]
     await h.register("a", "b")
-    be = await h.submit(best_effort("filler", 8))
+    be1 = await h.submit(best_effort("filler-1", 1))
+    be2 = await h.submit(best_effort("filler-2", 1))
     await h.round()
-    assert h.state(be) == "STARTING" and sorted(h.nodes_of(be)) == ["a", "b"]
-    await run_to_running(h, be)
-    h.agents.report(be, 1, iteration=20)
+    for be in (be1, be2):
+        assert h.state(be) == "STARTING"
+        await run_to_running(h, be)
+        h.agents.report(be, 1, iteration=20)
     await h.heartbeat("a", "b")
 
-    g = await h.submit(guaranteed("g", 4))
-    await h.round()  # the guarantee preempts the filler: checkpoint first (stop with MIGRATING)
-    assert h.state(be) == "MIGRATING"
+    g = await h.submit(guaranteed("g", 1))
+    await h.round()  # one filler is preempted, checkpoint first
+    (be,) = [b for b in (be1, be2) if h.state(b) == "MIGRATING"]
     preempted = h.store.events(be)[-1].message
-    assert "preempted: guaranteed job " + g in preempted and "team-a reclaims 4 x A10-24GB" in preempted
+    assert f"preempted: guaranteed job {g} of tenant team-a reclaims 1 x A10-24GB" in preempted
     assert h.state(g) == "PENDING"  # its GPUs are still the filler's until it has stopped
     await h.heartbeat("a", "b")  # the filler's workers have exited: requeued
     assert h.state(be) == "PENDING" and "STOPPED" in h.kinds(be)
@@ -85,6 +89,24 @@ async def test_guaranteed_job_preempts_best_effort_then_it_resumes(tmp_path: Pat
     await h.round()
     assert h.state(be) == "STARTING" and h.job(be).attempt == 2
     assert h.job(be).progress is not None and h.job(be).progress.iteration == 20  # type: ignore[union-attr]
+
+
+async def test_guaranteed_job_shrinks_a_best_effort_job_that_can_halve(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    await h.register("a", "b")
+    be = await h.submit(best_effort("filler", 8))
+    await h.round()
+    await run_to_running(h, be)
+    g = await h.submit(guaranteed("g", 4))
+    await h.round()
+    assert h.state(be) == "MIGRATING"
+    moving = h.store.events(be)[-1].message
+    assert moving.startswith("scale-down 8 x A10-24GB, 1 stage -> 4 x A10-24GB, 1 stage: shrunk: guaranteed job "
+                             f"{g} of tenant team-a reclaims 4 x A10-24GB of its quota")
+    await h.heartbeat("a", "b")  # stopped with its checkpoint: relaunched on the half it keeps
+    assert h.state(be) == "STARTING" and h.job(be).attempt == 2 and len(h.nodes_of(be)) == 1
+    await h.round()
+    assert h.state(g) == "STARTING" and h.nodes_of(g) != h.nodes_of(be)
 
 
 async def test_a_promise_over_the_cluster_waits_saying_what_exists(tmp_path: Path) -> None:
