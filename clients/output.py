@@ -378,7 +378,9 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
         ("Reason", one_line(node.reason) or NONE), ("Hostname", inv.hostname or NONE),
         ("Inventory", source(inv.source) + (" (no GPU probed: workers run on CPU)"
                                             if inv.source == common_pb2.INVENTORY_SOURCE_DECLARED else "")),
-        ("CPUs", str(inv.cpu_count) if inv.cpu_count else NONE), ("Memory", gib(inv.host_memory_bytes)),
+        ("CPUs", (str(inv.cpu_count) if inv.cpu_count else NONE)
+         + (f" ({node.busy_cpus} promised to guaranteed jobs)" if node.busy_cpus else "")),
+        ("Memory", gib(inv.host_memory_bytes)),
         ("Capacity", f"{node_gpus(node)} ({node_free(node)} free)"),
         ("Heartbeat", f"{_fmt_time(node.last_heartbeat)} ({age(node.last_heartbeat, now)} ago)"),
         ("Launch failures", str(node.launch_failures) + (

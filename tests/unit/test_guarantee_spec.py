@@ -170,3 +170,19 @@ def test_tenants_table_and_json() -> None:
     assert out["tenants"][1]["borrowed"] == [{"gpu_type": "A100-80GB", "gpus": 1}]
     assert out["file"] == "/etc/tessera/tenants.yaml"
     assert tenants_table(C.ListTenantsResponse()) == "no tenants file (--tenants): no quotas, every job is best-effort"
+
+
+def test_describe_shows_the_priority_and_the_promised_cpus() -> None:
+    import re
+
+    from tessera.clients import output
+    from tessera.v1 import controller_pb2 as C
+
+    spec = job_spec_from_dict(doc(priority="guaranteed", guarantee={"gpus": 8, "cpus": 64, "gpu_type": "A100",
+                                                                    "plan": "zero-dp"}))
+    text = output.describe_job(C.Job(id="j-1", spec=spec, state=P.JOB_STATE_PENDING), 0.0)
+    assert re.search(r"Priority:\s+guaranteed: 8 x A100-80GB, 64 CPUs, plan zero-dp", text)
+    assert re.search(r"Priority:\s+best-effort", output.describe_job(C.Job(id="j-2", spec=job_spec_from_dict(doc())),
+                                                                     0.0))
+    node = C.Node(id="n", inventory=P.NodeInventory(cpu_count=32), busy_cpus=12)
+    assert re.search(r"CPUs:\s+32 \(12 promised to guaranteed jobs\)", output.describe_node(node, 0.0))
