@@ -6,7 +6,8 @@ cannot be halved, so it is preempted rather than shrunk); the tenants file gives
 guaranteed A100 and team-b (bob) none. Bob's best-effort job fills the GPU and trains with checkpoints;
 alice's guaranteed job within quota is submitted, the best-effort job is stopped with a checkpoint
 and requeued, the guaranteed job starts and succeeds; then the best-effort job starts again from its
-checkpoint with the same global batch and succeeds. Every wait is on job states and events.
+checkpoint with the same global batch and succeeds, under the default policy (crius). Every wait
+is on job states and events.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def test_guaranteed_job_preempts_best_effort_which_resumes_from_its_checkpoint( 
         cluster_factory, tmp_path: Path) -> None:
     (tmp_path / "node.yaml").write_text(NODE)
     (tmp_path / "tenants.yaml").write_text(TENANTS)
-    cl: Cluster = cluster_factory([("node-1", str(tmp_path / "node.yaml"))], policy="fcfs",
+    cl: Cluster = cluster_factory([("node-1", str(tmp_path / "node.yaml"))], policy="crius",
                                   controller_args=("--tenants", str(tmp_path / "tenants.yaml")))
     addr = cl.controller.address
     # Steps padded to 0.2 s: after its first checkpoint the filler still has 8 s of work, far more
