@@ -39,7 +39,9 @@ NAME_RE = jobspec.NAME_RE
 MODEL_NAME_RE = jobspec.MODEL_NAME_RE
 ENV_NAME_RE = jobspec.ENV_NAME_RE
 
-DEFAULT_TENANT = "default"
+# A job file without `tenant:` leaves it to the controller: the caller's own (docs/auth.md), "default"
+# without a tokens file. Filling "default" here made a user's file refused (another tenant's).
+DEFAULT_TENANT = ""
 DEFAULT_MAX_RETRIES = 2
 
 

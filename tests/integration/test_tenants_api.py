@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tessera.clients.jobfile import load_job_file
 from tessera.clients.sdk import Client, RpcError
 from tessera.v1 import common_pb2 as P
-from tests.procs import Daemon, start_controller, tessctl, tessctl_json, wait_for
+from tests.procs import REPO, Daemon, start_controller, tessctl, tessctl_json, wait_for
 
 TENANTS = """\
 tenants:
@@ -115,7 +116,9 @@ def test_unknown_tenant_and_over_quota_are_refused_and_nothing_is_stored(ctl: Da
             err = refused(lambda: bob.submit(spec("no-promise", guaranteed=True)))  # no guarantee, no GPU hint
             assert err.code == "INVALID_ARGUMENT" and err.message.startswith("guarantee: a guaranteed job needs")
             assert bob.submit(spec("be-b")).state == P.JOB_STATE_PENDING  # best-effort needs no quota
-        assert len(admin.list()) == before + 1
+            # A job file without `tenant:` is the caller's tenant's, not "default"'s.
+            assert bob.submit(load_job_file(REPO / "examples/jobs/tiny.yaml")).spec.tenant == "team-b"
+        assert len(admin.list()) == before + 2
 
 
 def test_reload_changed_file_sighup_and_a_bad_file(tmp_path: Path) -> None:

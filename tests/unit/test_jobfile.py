@@ -83,7 +83,7 @@ DELETE = object()
 
 def test_minimal_defaults() -> None:
     spec = job_spec_from_dict(BASE)
-    assert spec.tenant == "default"
+    assert spec.tenant == ""  # the controller's to fill: the caller's own tenant
     assert spec.max_retries == 2
     assert spec.checkpoint_every == 0
     assert not spec.HasField("hint")
