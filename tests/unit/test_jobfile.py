@@ -22,7 +22,7 @@ def _model(h: int, layers: int, heads: int, vocab: int, seq: int, name: str = ""
 
 GOLDEN: dict[str, common_pb2.JobSpec] = {
     "tiny.yaml": common_pb2.JobSpec(
-        name="tiny", tenant="default", model=_model(64, 2, 4, 256, 64), global_batch_size=16, iterations=40,
+        name="tiny", model=_model(64, 2, 4, 256, 64), global_batch_size=16, iterations=40,
         checkpoint_every=10, max_retries=2,
     ),
     "small.yaml": common_pb2.JobSpec(
@@ -30,16 +30,16 @@ GOLDEN: dict[str, common_pb2.JobSpec] = {
         checkpoint_every=10, max_retries=1, env={"PYTHONUNBUFFERED": "1"},
     ),
     "medium.yaml": common_pb2.JobSpec(
-        name="medium", tenant="default", model=_model(192, 4, 6, 512, 128), global_batch_size=8, iterations=30,
+        name="medium", model=_model(192, 4, 6, 512, 128), global_batch_size=8, iterations=30,
         hint=common_pb2.ResourceHint(gpus=0, gpu_types=["A100-80GB", "A40-48GB"]), checkpoint_every=10,
         max_retries=2,
     ),
     "wide.yaml": common_pb2.JobSpec(
-        name="wide", tenant="default", model=_model(64, 2, 4, 256, 64), global_batch_size=32, iterations=30,
+        name="wide", model=_model(64, 2, 4, 256, 64), global_batch_size=32, iterations=30,
         hint=common_pb2.ResourceHint(gpus=8), checkpoint_every=10, max_retries=2,
     ),
     "huge.yaml": common_pb2.JobSpec(
-        name="huge", tenant="default", model=_model(25600, 128, 160, 50257, 2048), global_batch_size=1536,
+        name="huge", model=_model(25600, 128, 160, 50257, 2048), global_batch_size=1536,
         iterations=100_000, max_retries=2,
     ),
 }
