@@ -286,3 +286,40 @@ def test_a_promise_without_a_type_counts_against_the_type_the_job_runs_on() -> N
     d = {x.job_id: x for x in plan.decisions}
     assert d["g"].cell == Cell("Y", 4) and d["h"].action is Action.PENDING
     assert "X: quota 0, in use 0; Y: quota 4, in use 4" in d["h"].reason
+
+
+def test_random_rounds_keep_every_admitted_promise_or_say_why() -> None:
+    """Seeded random snapshots under several policies: the plan is valid (finalize checks it), and
+    every admitted guaranteed job is placed as fast as its promise or its reason says why not."""
+    import random
+
+    rng = random.Random(7)
+    tenants = (TenantQuota("A", (("X", 8),)), TenantQuota("B"))
+    for trial in range(40):
+        nodes_free = {f"x{i}": list(range(4)) for i in range(3)}
+        run: list[RunningView] = []
+        for k in range(rng.randint(0, 5)):
+            n = rng.choice((1, 2, 4))
+            nid = rng.choice(sorted(nodes_free))
+            if len(nodes_free[nid]) < n:
+                continue
+            idx, nodes_free[nid] = nodes_free[nid][:n], nodes_free[nid][n:]
+            guar = rng.random() < 0.4
+            j = job(f"r{k}", k, n, "A" if guar else "B", guaranteed=guar, done=rng.choice((0.0, 500.0)))
+            run.append(running(j, nid, idx, since=float(k)))
+        pend = [job(f"p{k}", 10 + k, rng.choice((1, 2, 4)), rng.choice(("A", "B", "C")),
+                    guaranteed=rng.random() < 0.5) for k in range(rng.randint(0, 5))]
+        busy = tuple(node(nid, busy=[i for i in range(4) if i not in free]) for nid, free in nodes_free.items())
+        snap = Snapshot(busy, tuple(pend), running=tuple(run), now=1000.0, tenants=tenants)
+        for name in ("fcfs", "crius", "gandiva"):
+            plan = plan_round(snap, EST, make_policy(name))
+            d = {x.job_id: x for x in plan.decisions}
+            for jid in plan.admitted:
+                x = d[jid]
+                n = {j.id: j for j in (*pend, *(r.job for r in run))}[jid].promise.gpus  # type: ignore[union-attr]
+                if x.action in (Action.START, Action.KEEP, Action.MIGRATE):
+                    held = sum(len(s.gpu_indices) for s in x.slices)
+                    fast = EST.cells(job("t", 0, held), "X", held, len(x.slices))[0].iteration_s <= 8.0 / n
+                    assert fast or "no best-effort work" in x.reason or "no room" in x.reason, (trial, name, x)
+                else:
+                    assert "guaranteed" in x.reason, (trial, name, x)
