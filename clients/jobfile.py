@@ -33,6 +33,8 @@ from tessera.estimator.convert import (
 )
 from tessera.estimator.hfconfig import load_hf_config
 from tessera.estimator.models import REGISTERED, registered
+from tessera.estimator.perf_data import parse_exec_plan
+from tessera.estimator.perf_model import PerfModelInputError
 from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2
 
@@ -40,7 +42,9 @@ NAME_RE = jobspec.NAME_RE
 MODEL_NAME_RE = jobspec.MODEL_NAME_RE
 ENV_NAME_RE = jobspec.ENV_NAME_RE
 
-DEFAULT_TENANT = "default"
+# A job file without `tenant:` leaves it to the controller: the caller's own (docs/auth.md), "default"
+# without a tokens file. Filling "default" here made a user's file refused (another tenant's).
+DEFAULT_TENANT = ""
 DEFAULT_MAX_RETRIES = 2
 
 
@@ -49,7 +53,11 @@ MODEL_DIMS = jobspec.MODEL_DIMS
 # Proto field paths of tessera.common.jobspec's errors whose key in a job file is another.
 _FILE_KEYS = (("hint.gpu_types", "gpu_types"), ("hint.gpus", "gpus"), ("progress_timeout_seconds", "progress_timeout"),
               ("spec", "job"), ("slo.iterations_within_seconds", "slo.iterations_within"),
-              ("max_runtime_seconds", "max_runtime"))
+              ("max_runtime_seconds", "max_runtime"), ("guarantee.num_gpus", "guarantee.gpus"),
+              ("guarantee.num_cpus", "guarantee.cpus"))
+# `priority:` in a job file (docs/tenants.md); absent = best-effort.
+PRIORITIES = {"guaranteed": common_pb2.PRIORITY_GUARANTEED, "best-effort": common_pb2.PRIORITY_BEST_EFFORT}
+GUARANTEE_KEYS = ("gpus", "cpus", "gpu_type", "plan")
 
 # Optional refinements of explicit dimensions (ModelSpec fields 7-16; docs/job-file.md): the model
 # family and its shape. Absent = a GPT-2-style decoder, as before they existed.
@@ -71,7 +79,7 @@ HF_CONFIG_KEYS = ("hf_config", "name", "seq_length", "decoder_seq_length")
 TOP_LEVEL_KEYS = (
     "name", "tenant", "model", "global_batch_size", "iterations", "gpus", "gpu_types",
     "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout", "plan",
-    "objective", "slo", "cell", "workdir", "max_runtime",
+    "objective", "slo", "cell", "workdir", "max_runtime", "priority", "guarantee",
 )
 LAUNCHER_KEYS = ("name", "argv", "per_node", "head_argv")
 
@@ -138,13 +146,63 @@ def job_spec_from_dict(data: Any, allowed_env: Iterable[str] = (), *, base_dir: 
         objective_fields(data, spec)
     except InvalidArgument as exc:
         raise JobFileError(exc.field, exc.reason) from None
-    _check_bounds(spec, isinstance(data.get("model"), str), frozenset(allowed_env))
+    set_priority(spec, data.get("priority"), data.get("guarantee"))
+    revalidate(spec, isinstance(data.get("model"), str), frozenset(allowed_env))
+    return spec
+
+
+def revalidate(spec: common_pb2.JobSpec, model_by_name: bool = False, allowed_env: frozenset[str] = frozenset()) -> None:
+    """The checks of a whole spec, as the controller makes them on submit: its bounds, the recipe's
+    combination, the promise's plan name; the first problem as a JobFileError under the file's key."""
+    _check_bounds(spec, model_by_name, allowed_env)
     if spec.HasField("plan"):
         try:  # the combination, as the estimator and the controller check it (sizes are the scheduler's: 1)
             execution_plan(spec.plan).check(model=model_dims(spec.model))
         except PlanInputError as exc:
             raise JobFileError(exc.field, exc.reason) from None
-    return spec
+    if spec.guarantee.plan:
+        g = spec.guarantee
+        try:  # the promise's plan in the estimator's Morphling vocabulary, as the controller checks it
+            plan = parse_exec_plan(g.plan)
+        except PerfModelInputError as exc:
+            raise JobFileError("guarantee.plan", exc.reason) from None
+        if plan.kind == "3d" and plan.pp * plan.tp * plan.dp != g.num_gpus:
+            raise JobFileError("guarantee.plan", f"{g.plan} is PP{plan.pp} TP{plan.tp} DP{plan.dp} = "
+                                                 f"{plan.pp * plan.tp * plan.dp} GPUs, the guarantee has {g.num_gpus}")
+
+
+def set_priority(spec: common_pb2.JobSpec, priority: Any, guarantee: Any) -> None:
+    """`priority: guaranteed | best-effort` and `guarantee: {gpus, cpus, gpu_type, plan}` onto `spec`
+    (tessctl submit's --priority and --guarantee too). A guaranteed job without a guarantee is promised
+    its `gpus:` hint (jobspec.fill_guarantee); the bounds are checked with the rest of the spec."""
+    if priority is not None:
+        if not isinstance(priority, str) or priority not in PRIORITIES:
+            raise JobFileError("priority", f"must be one of {', '.join(PRIORITIES)}, got {priority!r}")
+        spec.priority = PRIORITIES[priority]
+    if guarantee is not None:
+        if not isinstance(guarantee, Mapping):
+            raise JobFileError("guarantee", "must be a mapping, e.g. {gpus: 8, cpus: 64, gpu_type: A100-80GB, "
+                                            "plan: zero-dp}")
+        for key in guarantee:
+            if key not in GUARANTEE_KEYS:
+                raise JobFileError(f"guarantee.{key}", _unknown(str(key), GUARANTEE_KEYS))
+        g = spec.guarantee
+        g.SetInParent()
+        g.num_gpus = _int(guarantee, "gpus", 1, jobspec.MAX_GPUS_HINT, required=True, prefix="guarantee.")
+        g.num_cpus = _int(guarantee, "cpus", 0, jobspec.MAX_GUARANTEE_CPUS, required=False, prefix="guarantee.")
+        for key in ("gpu_type", "plan"):
+            v = guarantee.get(key)
+            if v is None:
+                continue
+            if not isinstance(v, str | int) or isinstance(v, bool):
+                raise JobFileError(f"guarantee.{key}", f"must be a name, got {v!r}")
+            setattr(g, key, str(v).strip().lower() if key == "plan" else str(v))
+        if g.gpu_type:
+            try:
+                g.gpu_type = catalog.lookup(g.gpu_type).name
+            except catalog.UnknownGpuError as exc:
+                raise JobFileError("guarantee.gpu_type", str(exc)) from None
+    jobspec.fill_guarantee(spec)
 
 
 def _plan(value: Any) -> common_pb2.ExecutionPlan:

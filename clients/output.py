@@ -348,6 +348,19 @@ def _kv(pairs: Sequence[tuple[str, str]], indent: int = 0) -> list[str]:
     return [" " * indent + f"{k + ':':<{width}}{v}".rstrip() for k, v in pairs]
 
 
+def _priority(spec: common_pb2.JobSpec) -> str:
+    """`describe job`'s Priority line: best-effort, or guaranteed with its promise (docs/tenants.md)."""
+    if spec.priority != common_pb2.PRIORITY_GUARANTEED:
+        return "best-effort"
+    g = spec.guarantee
+    parts = [f"{g.num_gpus} x {g.gpu_type or 'any type'}"]
+    if g.num_cpus:
+        parts.append(f"{g.num_cpus} CPUs")
+    if g.plan:
+        parts.append(f"plan {g.plan}")
+    return "guaranteed: " + ", ".join(parts)
+
+
 def describe_job(job: controller_pb2.Job, now: float) -> str:
     """`describe job`: the spec, state with its reason, plan, placement, progress and events."""
     spec = job.spec
@@ -357,7 +370,8 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         f"vocab={m.vocab_size} seq={m.seq_length}"
     )
     lines = _kv([
-        ("ID", job.id), ("Name", spec.name), ("Tenant", spec.tenant), ("State", job_state(job.state)),
+        ("ID", job.id), ("Name", spec.name), ("Tenant", spec.tenant), ("Priority", _priority(spec)),
+        ("State", job_state(job.state)),
         ("Reason", one_line(job.reason) or NONE), ("Model", model),
         ("Global batch", str(spec.global_batch_size or NONE)), ("Iterations", job_iter(job)),
         ("GPU hint", (f"{spec.hint.gpus or 'any'} of {', '.join(spec.hint.gpu_types) or 'any type'}")),
@@ -411,7 +425,9 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
         ("Reason", one_line(node.reason) or NONE), ("Hostname", inv.hostname or NONE),
         ("Inventory", source(inv.source) + (" (no GPU probed: workers run on CPU)"
                                             if inv.source == common_pb2.INVENTORY_SOURCE_DECLARED else "")),
-        ("CPUs", str(inv.cpu_count) if inv.cpu_count else NONE), ("Memory", gib(inv.host_memory_bytes)),
+        ("CPUs", (str(inv.cpu_count) if inv.cpu_count else NONE)
+         + (f" ({node.busy_cpus} promised to guaranteed jobs)" if node.busy_cpus else "")),
+        ("Memory", gib(inv.host_memory_bytes)),
         ("Capacity", f"{node_gpus(node)} ({node_free(node)} free)"),
         ("Agent", agent_build(node)),
         ("Heartbeat", f"{_fmt_time(node.last_heartbeat)} ({age(node.last_heartbeat, now)} ago)"),

@@ -363,6 +363,14 @@ class Client:
         req = controller_pb2.RemoveNodeRequest(request_id=request_id or _new_id(), node_id=node_id, force=force)
         return bool(self._call("RemoveNode", req).removed)
 
+    # -- tenants ---------------------------------------------------------------------------------
+
+    def tenants(self) -> controller_pb2.ListTenantsResponse:
+        """Tenants with their GPU quotas and use (docs/tenants.md): `.tenants` (each with `.quota`,
+        `.guaranteed_in_use`, `.borrowed`, `.jobs_running`, `.jobs_pending`), `.file`, `.warnings`.
+        A user gets its own tenant only; an admin every one."""
+        return self._call("ListTenants", controller_pb2.ListTenantsRequest())
+
     # -- identity --------------------------------------------------------------------------------
 
     def whoami(self) -> controller_pb2.WhoAmIResponse:

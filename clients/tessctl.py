@@ -39,6 +39,8 @@ from tessera.clients.config import Settings
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
 from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, RpcError, state_value
+from tessera.clients.submit_args import add_priority_arguments, apply_priority_arguments
+from tessera.clients.tenants_output import tenants_json, tenants_table
 from tessera.common.errors import TesseraError
 from tessera.common.yamlfile import InputFileError
 from tessera.v1 import common_pb2, controller_pb2
@@ -108,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--allow-env decides; repeatable")
     p.add_argument("--wait", action="store_true",
                    help="then wait for the job to end, showing its progress (exit status as tessctl wait)")
+    add_priority_arguments(p)
 
     get = command(sub, "get", _needs_resource, "list jobs or nodes")
     get_sub = get.add_subparsers(dest="resource", metavar="RESOURCE", required=True)
@@ -119,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=argtypes.non_negative_int, default=0, metavar="N",
                    help="at most N jobs, the oldest first (default 0: all, every page)")
     p.add_argument("-w", "--watch", action="store_true", help="print again on every change")
+    command(get_sub, "tenants", cmd_get_tenants, "tenants: GPU quotas, guaranteed and borrowed GPUs, jobs",
+            aliases=["tenant"])
     p = command(get_sub, "nodes", cmd_get_nodes, "list nodes", aliases=["node"])
     p.add_argument("ids", nargs="*", metavar="ID", help="only these nodes")
     p.add_argument("-w", "--watch", action="store_true", help="print again on every change")
@@ -207,6 +212,7 @@ def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         spec = parse_job_yaml(sys.stdin.read(), "<stdin>", args.allow_env)
     else:
         spec = load_job_file(args.filename, args.allow_env)
+    apply_priority_arguments(spec, args)
     result = client.submit_ex(spec, request_id=args.request_id)
     gpuhints.warn_missing_types(client, spec)
     if args.output == "json":
@@ -269,6 +275,19 @@ def cmd_get_nodes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         render(fetch(), first=True)
         return 0
     return terminal.poll(fetch, render, key=key)
+
+
+def cmd_get_tenants(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    resp = client.tenants()
+    if args.output == "json":
+        terminal.println(out, output.dumps(tenants_json(resp)))
+        return 0
+    if not resp.tenants:
+        print("No tenants found.", file=sys.stderr)
+    text = tenants_table(resp)
+    if text:
+        terminal.println(out, text)
+    return 0
 
 
 def cmd_describe_job(client: Client, args: argparse.Namespace, out: TextIO) -> int:

@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from tessera.common import gpus as catalog
-from tessera.common.nodespec import MAX_GPU_MEMORY_BYTES, MAX_GPUS_PER_NODE
+from tessera.common.nodespec import MAX_CPUS, MAX_GPU_MEMORY_BYTES, MAX_GPUS_PER_NODE, MAX_HOST_MEMORY_BYTES
 from tessera.common.yamlfile import InputFileError, parse_with_lines, read_and_parse, refuse_unknown_keys
 
 # A node's bounds, the same the controller applies to every registration (common/nodespec.py).
 MAX_COUNT = MAX_GPUS_PER_NODE
 MAX_MEMORY_GB = MAX_GPU_MEMORY_BYTES // catalog.GB
 GROUP_KEYS = frozenset({"model", "count", "memory_gb", "nvlink"})
+TOP_KEYS = ("cpus", "gpus", "host_memory_gb")
+MAX_HOST_MEMORY_GB = MAX_HOST_MEMORY_BYTES // catalog.GB
 
 
 class InventoryError(InputFileError):
@@ -39,7 +41,12 @@ class GpuGroupSpec:
 
 @dataclass(frozen=True)
 class InventorySpec:
+    """The GPU groups, and the node's CPUs and host memory when the file declares them (0 = not
+    declared: the agent reports the machine's own)."""
+
     groups: tuple[GpuGroupSpec, ...]
+    cpus: int = 0
+    host_memory_bytes: int = 0
 
 
 def _is_int(v: object) -> TypeGuard[int]:
@@ -50,11 +57,19 @@ def parse_inventory(doc: Any) -> InventorySpec:
     """The spec of one parsed document; InventoryError naming the field (no file, no line)."""
     if not isinstance(doc, Mapping):
         raise InventoryError("inventory", "must be a mapping with a 'gpus' list")
-    refuse_unknown_keys(doc, ("gpus",), "", InventoryError, note="the file holds only 'gpus'")
+    refuse_unknown_keys(doc, TOP_KEYS, "", InventoryError)
     groups = doc.get("gpus")
     if not isinstance(groups, list) or not groups:
         raise InventoryError("gpus", "must be a non-empty list of GPU groups")
-    spec = InventorySpec(tuple(_group(f"gpus[{gi}]", group) for gi, group in enumerate(groups)))
+    cpus = doc.get("cpus", 0)
+    if "cpus" in doc and (not _is_int(cpus) or not 1 <= cpus <= MAX_CPUS):
+        raise InventoryError("cpus", f"must be an integer in 1..{MAX_CPUS}, got {cpus!r}")
+    mem = doc.get("host_memory_gb", 0)
+    if "host_memory_gb" in doc and (isinstance(mem, bool) or not isinstance(mem, int | float)
+                                    or not 0 < mem <= MAX_HOST_MEMORY_GB):
+        raise InventoryError("host_memory_gb", f"must be a number in (0, {MAX_HOST_MEMORY_GB:,}], got {mem!r}")
+    spec = InventorySpec(tuple(_group(f"gpus[{gi}]", group) for gi, group in enumerate(groups)), cpus,
+                         int(mem * catalog.GB))
     total = sum(g.count for g in spec.groups)
     if total > MAX_COUNT:
         raise InventoryError("gpus", f"{total} GPUs in all: a node has at most {MAX_COUNT}")

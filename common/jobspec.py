@@ -136,7 +136,69 @@ def spec_errors(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozense
                      f"must be between -1 (never) and {MAX_PROGRESS_TIMEOUT_S:,} seconds (0: the controller's)"))
     errs += _range("max_retries", spec.max_retries, 0, MAX_RETRIES)
     errs += objective_errors(spec)
+    errs += guarantee_errors(spec)
     return errs
+
+
+# A guarantee's plan name: the estimator's vocabulary (ga, gc, zero-dp, zero-offload, "248"); its
+# meaning is checked by the controller (controller/core/validate.py) against the estimator.
+PLAN_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+MAX_GUARANTEE_CPUS = 65_536  # common/nodespec.py's bound of one node's CPUs
+
+
+def guaranteed(spec: common_pb2.JobSpec) -> bool:
+    return bool(spec.priority == common_pb2.PRIORITY_GUARANTEED)
+
+
+def fill_guarantee(spec: common_pb2.JobSpec) -> None:
+    """A guaranteed job without a promise is promised its hint: `hint.gpus` GPUs, of its one allowed
+    type when it names exactly one. Changes nothing when the hint has no GPU count either (then
+    `guarantee_errors` names the missing field)."""
+    if not guaranteed(spec) or spec.guarantee.num_gpus or spec.hint.gpus <= 0:
+        return
+    spec.guarantee.num_gpus = spec.hint.gpus
+    if not spec.guarantee.gpu_type and len(spec.hint.gpu_types) == 1:
+        spec.guarantee.gpu_type = spec.hint.gpu_types[0]
+
+
+def guarantee_errors(spec: common_pb2.JobSpec) -> Errors:
+    """`priority` and `guarantee` (docs/tenants.md): a known priority; a guarantee only on a
+    guaranteed job, which must have one (`fill_guarantee` first gives it the hint's); numbers in
+    range; a catalog GPU type among the hint's; a plan name in the estimator's spelling."""
+    if spec.priority not in common_pb2.Priority.values():
+        return [("priority", f"unknown value {spec.priority}: guaranteed or best-effort")]
+    if not spec.HasField("guarantee"):
+        if guaranteed(spec):
+            return [("guarantee", ("a guaranteed job needs its promise: guarantee.num_gpus (or a GPU count in "
+                                  "hint.gpus, which becomes the promise)"))]
+        return []
+    g = spec.guarantee
+    if not guaranteed(spec):
+        return [("guarantee", "only a guaranteed job has a guarantee (priority: guaranteed)")]
+    errs = _range("guarantee.num_gpus", g.num_gpus, 1, MAX_GPUS_HINT)
+    errs += _range("guarantee.num_cpus", g.num_cpus, 0, MAX_GUARANTEE_CPUS)
+    if g.gpu_type:
+        try:
+            name = lookup(g.gpu_type).name
+        except UnknownGpuError as e:
+            errs.append(("guarantee.gpu_type", str(e)[:200]))
+        else:
+            allowed = {lookup(t).name for t in spec.hint.gpu_types if _known(t)}
+            if allowed and name not in allowed:
+                errs.append(("guarantee.gpu_type", (f"{name} is not among the job's hint.gpu_types "
+                                                   f"({', '.join(sorted(allowed))})")))
+    if g.plan and not PLAN_NAME_RE.fullmatch(g.plan):
+        errs.append(("guarantee.plan", ("must be a plan name: ga, gc, zero-dp, zero-offload or PP/TP/DP digits "
+                                       "such as 248")))
+    return errs
+
+
+def _known(gpu_type: str) -> bool:
+    try:
+        lookup(gpu_type)
+    except UnknownGpuError:
+        return False
+    return True
 
 
 def _range(field: str, value: int, lo: int, hi: int) -> Errors:

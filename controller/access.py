@@ -26,6 +26,7 @@ METHOD_ROLES: Mapping[str, str] = {
     "WatchJob": USER,
     "WatchJobs": USER,
     "StreamJobLogs": USER,
+    "ListTenants": USER,  # a user sees its own tenant's quota and usage, an admin every tenant's
     "DrainNode": ADMIN,
     "UndrainNode": ADMIN,
     "RemoveNode": ADMIN,

@@ -68,10 +68,11 @@ def placement_pb(slices: tuple[Slice, ...], rendezvous: str) -> common_pb2.Place
         rendezvous=rendezvous)
 
 
-def node_pb(n: NodeInfo, busy: dict[str, set[int]]) -> controller_pb2.Node:
-    """A node as ListNodes answers it (and the dashboard shows it); `busy`: EngineView.busy_gpus()."""
+def node_pb(n: NodeInfo, busy: dict[str, set[int]], cpus: dict[str, int] | None = None) -> controller_pb2.Node:
+    """A node as ListNodes answers it (and the dashboard shows it); `busy`: EngineView.busy_gpus();
+    `cpus`: CPUs promised to guaranteed jobs per node (snapshots.busy_cpus)."""
     return controller_pb2.Node(
         id=n.id, address=n.address, state=n.state, reason=n.reason, inventory=n.inventory,
         last_heartbeat=n.last_heartbeat_wall, busy_gpus=sorted(busy.get(n.id, ())),
         launch_failures=n.launch_failures, unhealthy_until=n.unhealthy_until, agent_version=n.agent_version,
-        agent_commit=n.agent_commit)
+        agent_commit=n.agent_commit, busy_cpus=(cpus or {}).get(n.id, 0))

@@ -59,8 +59,9 @@ from tessera.controller.registry import (
     liveness_at,
     lost_reason,
 )
-from tessera.controller.snapshots import build_snapshot, job_view
+from tessera.controller.snapshots import build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
+from tessera.controller.tenants import TenantsSource
 from tessera.controller.view import AttemptClock, LiveState, LiveView, Move
 from tessera.v1 import agent_pb2, common_pb2
 
@@ -105,6 +106,9 @@ class EngineConfig:
     # Forecasts of start and finish after each round (docs/forecasts.md); None = off. Rounds follow
     # departures live (a finished job kicks a round).
     forecast: ForecastConfig | None = field(default_factory=lambda: ForecastConfig(rounds_at_departures=True))
+    # The tenants file (--tenants; controller/tenants.py): GPU quotas per tenant, reloaded when it
+    # changes. "" = none: no quotas, every job best-effort.
+    tenants_file: str = ""
 
 
 class Engine:
@@ -122,6 +126,9 @@ class Engine:
         self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
         self.forecaster = Forecaster(cfg.forecast or ForecastConfig(), enabled=cfg.forecast is not None)
+        # Not strict: the file was checked at start (controller/main.py); one gone bad since (a standby
+        # taking the lead) refuses submissions instead of stopping the controller.
+        self.tenants = TenantsSource(cfg.tenants_file, wall, strict=False)
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
@@ -417,14 +424,19 @@ class Engine:
         now = self.wall()
         pending = [j for j in self.store.list_jobs(states=[P.JOB_STATE_PENDING])
                    if may_launch(j.next_launch_time, now)]  # the others back off after failed launches
-        placed = self.store.list_jobs(states=[P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING])
+        active = self.store.list_jobs(states=ACTIVE)  # a MIGRATING job still holds its CPUs
+        placed = [j for j in active if j.state in (P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING)]
+        config = self.tenants.config
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(), pending, placed,
-                              self._live.progress, now, dict(self.cfg.prices))
+                              self._live.progress, now, dict(self.cfg.prices), config.tenants if config else (),
+                              holding=active)
         return snap, {j.id: j for j in pending}
 
     async def run_round(self) -> None:
         async with self._round_lock:
             t0 = time.perf_counter()
+            self.tenants.refresh()  # a changed tenants file counts from this round on
+            self.tenants.warnings({m: n for m, (n, _, _) in gpu_pools(self._live.records.values()).items()})
             snap, pending = self.snapshot()
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
                                time_budget_s=self.cfg.round_budget_s, clock=time.monotonic)

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +45,7 @@ from tessera.controller.leader_gate import LeaderSwitch
 from tessera.controller.registry import LivenessConfig, fence_seconds
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService
+from tessera.controller.tenants import on_sighup
 from tessera.v1 import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2_grpc
 
 log = structlog.get_logger("controller")
@@ -178,6 +180,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
             client.close()
             raise
         engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)
+        loop.add_signal_handler(signal.SIGHUP, on_sighup, engine.tenants, engine.kick)  # docs/tenants.md
         retention = Retention(store, cfg.checkpoint_root,
                               RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
         switch.lead([(controller_pb2_grpc.add_ControllerServicer_to_server,

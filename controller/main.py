@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from tessera.controller.registry import LivenessConfig, default_fence, fence_pro
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService, translate
 from tessera.controller.store import SqliteStore
+from tessera.controller.tenants import on_sighup
+from tessera.controller.tenantsfile import TenantsFileError, read_tenants_file
 from tessera.v1 import agent_pb2_grpc, controller_pb2_grpc
 
 log = structlog.get_logger("controller")
@@ -98,6 +101,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokens", default="", metavar="FILE",
                    help="tokens file of the Controller API (docs/auth.md); without it every caller is allowed "
                         "everything (logged as a warning)")
+    p.add_argument("--tenants", default="", metavar="FILE",
+                   help="tenants file: GPU quotas per tenant (docs/tenants.md); reloaded on SIGHUP and when it "
+                        "changes, a bad reload refused and the config before kept. Without it: no quotas, every "
+                        "job best-effort, guaranteed jobs refused")
     p.add_argument("--store", default="sqlite", choices=("sqlite", "etcd"),
                    help="where the state lives: SQLite under --state-dir (default), or etcd, with leader "
                         "election among several controllers (docs/ha.md)")
@@ -171,6 +178,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.down_after < requeue:
         p.error(f"--down-after ({args.down_after:g}s) must be at least lease + fence grace + 1s ({requeue:g}s): "
                 "a DOWN node's jobs have been requeued")
+    if args.tenants:
+        try:
+            read_tenants_file(args.tenants)
+        except TenantsFileError as e:
+            p.error(f"--tenants: {e}")
     for name in args.allow_env:
         if not envpolicy.NAME_RE.match(name):
             p.error(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
@@ -202,7 +214,7 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         round_budget_s=args.round_budget, min_gain=args.min_gain,
         progress_timeout_s=args.progress_timeout, estimator=args.estimator,
         learn_step_times=args.learn_step_times,
-        allowed_env=frozenset(args.allow_env),
+        allowed_env=frozenset(args.allow_env), tenants_file=os.path.abspath(args.tenants) if args.tenants else "",
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls,
         prices=getattr(args, "price_table", ()),
@@ -266,6 +278,8 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
              transport="insecure" if args.tls is None else "tls")
     tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
                                               retention.loop(engine.view.notify))]
+    # SIGHUP: read the tenants file again at once (a round reloads a changed file anyway).
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_sighup, engine.tenants, engine.kick)
     await daemon.serve_until_signal(f"serving on {host}:{port}, epoch {epoch}")
     log.info("controller_stopping")
     hooks.shutdown()

@@ -75,6 +75,8 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
             why = f"{why}; the Cells cannot estimate the job's plan: {refused}"
     view = views.get(d.job_id)
     cost = view is not None and view.objective is Objective.COST  # its reason is the cost tree's (cost_objective.py)
+    if view is not None and (gap := promise_over_cluster(view, snap)):
+        why = f"{why}; {gap}"
     if d.pending is PendingKind.FITS_NOWHERE and policy != "frenzy" and not cost:
         # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
         # MARP's already, or the recipe's formula's).
@@ -82,6 +84,19 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         if marp.startswith("fits nowhere"):
             why = f"{why}; {marp}"
     return why
+
+
+def promise_over_cluster(job: JobView, snap: Snapshot) -> str:
+    """For a guaranteed job whose promise needs more GPUs of its type than the cluster has registered
+    (a quota over the cluster, docs/tenants.md "Live"): what exists, so the wait says why; else ""."""
+    p = job.promise
+    if p is None or not p.gpu_type or not snap.tenants:
+        return ""
+    have = sum(c for m, _, c in snap.cluster_gpus if m == p.gpu_type)
+    if p.gpus <= have:
+        return ""
+    return (f"its promise needs {p.gpus} x {p.gpu_type} and the cluster has {have} registered: it waits until "
+            "nodes join")
 
 
 def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Snapshot,

@@ -23,6 +23,7 @@ from tessera.common.errors import (
     Unauthenticated,
     Unavailable,
 )
+from tessera.common.jobspec import fill_guarantee
 from tessera.common.nodespec import node_id_error, status_errors
 from tessera.common.objective import cost_precondition
 from tessera.common.tls import peer_identity
@@ -36,11 +37,14 @@ from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
 from tessera.controller.logstream import LogStream
 from tessera.controller.registry import fence_seconds
-from tessera.controller.store import JobRecord, RequestConflict
+from tessera.controller.snapshots import busy_cpus
+from tessera.controller.store import ACTIVE, JobRecord, RequestConflict
+from tessera.controller.tenants import TenantsSource, submit_refusal, tenant_rows
 from tessera.controller.view import EngineView
 from tessera.controller.watching import watch_events, watch_job, watch_jobs
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
 
+P = common_pb2
 log = structlog.get_logger("tessera.controller.service")
 # Problems named in one refused registration or heartbeat, at most.
 MAX_REPORTED = 10
@@ -108,6 +112,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise JobNotFound(jid)
         return rec
 
+    def _tenants(self) -> TenantsSource:
+        """The tenants config, reloaded first if the file changed (a stat): submissions and
+        `get tenants` follow the file at once, rounds from the next one (kicked here)."""
+        src = self.engine.tenants
+        if src.refresh():
+            self.engine.kick()
+        return src
+
     def _job(self, jid: str, with_events: bool = False) -> controller_pb2.Job:
         rec = self.view.get(jid)
         return job_pb(rec, self.view.progress(jid), self.view.events(jid) if with_events else None,
@@ -118,11 +130,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         rid = _request_id(request.request_id)
         if not request.HasField("spec"):
             raise InvalidArgument("spec", "required")
+        fill_guarantee(request.spec)  # a guaranteed job without a guarantee is promised its hint
         errors = validate_spec(request.spec, self.engine.cfg.allowed_env)
         if errors:
             raise InvalidInput(summary(errors))  # every bad field at once, within a status's size
         cost_precondition(request.spec, self.engine.cfg.prices)
         request.spec.tenant = submit_tenant(who, request.spec.tenant)
+        tenants = self._tenants()
+        refused = submit_refusal(tenants.config, tenants.path, request.spec, tenants.last_error)
+        if refused is not None:  # nothing is stored: a job that could never be admitted here
+            raise refused
         rec, created = await self.engine.submit(request.spec, rid, who)
         return controller_pb2.SubmitJobResponse(job=self._job(rec.id), created=created)
 
@@ -173,13 +190,29 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         async for lines in logs.stream(jid, request):
             yield lines
 
-    def _node(self, node_id: str, busy: dict[str, set[int]]) -> controller_pb2.Node:
-        return node_pb(self.view.node(node_id), busy)
+    def _node(self, node_id: str, busy: dict[str, set[int]], cpus: dict[str, int] | None = None) -> controller_pb2.Node:
+        return node_pb(self.view.node(node_id), busy, cpus)
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
         principal_of(context)  # admitted by the AuthInterceptor, which checked the role table
         busy = self.view.busy_gpus()
-        return controller_pb2.ListNodesResponse(nodes=[self._node(n, busy) for n in self.view.node_ids()])
+        cpus = busy_cpus(self.view.jobs(ACTIVE))
+        return controller_pb2.ListNodesResponse(nodes=[self._node(n, busy, cpus) for n in self.view.node_ids()])
+
+    async def ListTenants(self, request: controller_pb2.ListTenantsRequest,
+                          context: Any) -> controller_pb2.ListTenantsResponse:
+        """Every tenant for an admin; a user's own tenant only (its usage is its own business)."""
+        who = principal_of(context)
+        only = "" if who.sees_all else (who.tenant or "default")
+        src = self._tenants()
+        rows = tenant_rows(src.config, self.view.jobs((P.JOB_STATE_PENDING, *ACTIVE)), only)
+        registered: dict[str, int] = {}
+        for nid in self.view.node_ids():
+            for g in self.view.node(nid).inventory.gpus:
+                registered[g.model] = registered.get(g.model, 0) + 1
+        return controller_pb2.ListTenantsResponse(
+            tenants=rows, file=src.path if src.configured else "", loaded_at=src.loaded_at,
+            warnings=src.warnings(registered) if who.sees_all else [])
 
     async def DrainNode(self, request: controller_pb2.DrainNodeRequest, context: Any) -> controller_pb2.Node:
         principal_of(context)

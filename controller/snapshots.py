@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from tessera.common.gpus import lookup
 from tessera.common.objective import slo_seconds
 from tessera.controller.core import opaque
 from tessera.controller.core.backoff import healthy
@@ -20,10 +21,13 @@ from tessera.controller.core.snapshot import (
     NodeView,
     Objective,
     PlanChoice,
+    Priority,
+    Promise,
     RunningView,
     Slice,
     Snapshot,
     StageAssignment,
+    TenantQuota,
 )
 from tessera.controller.core.validate import canonical_gpu_types, resolve_model
 from tessera.controller.registry import LiveNode, running_gpus
@@ -48,6 +52,15 @@ def job_recipe(spec: common_pb2.JobSpec) -> JobRecipe | None:
         return JobRecipe(ExecutionPlan(), given, refused=(exc.field, exc.reason))
 
 
+def job_promise(spec: common_pb2.JobSpec) -> tuple[Priority, Promise | None]:
+    """The job's class and, for a guaranteed one, its promise (JobSpec.priority/guarantee, validated
+    at submission: a guaranteed job always holds a guarantee of at least one GPU)."""
+    if spec.priority != P.PRIORITY_GUARANTEED:
+        return Priority.BEST_EFFORT, None
+    g = spec.guarantee
+    return Priority.GUARANTEED, Promise(g.num_gpus, g.num_cpus, g.plan, lookup(g.gpu_type).name if g.gpu_type else "")
+
+
 def job_view(job: JobRecord, progress: common_pb2.Progress | None, now: float = 0.0) -> JobView:
     """The policy's view of a job; `progress` is the latest report (the record's when None); `now`
     (wall time) turns an SLO deadline into seconds left."""
@@ -56,11 +69,13 @@ def job_view(job: JobRecord, progress: common_pb2.Progress | None, now: float = 
         return opaque_view(job, prog)
     done = float(prog.iteration) if prog else 0.0
     cost = job.spec.objective == P.OBJECTIVE_COST
+    priority, promise = job_promise(job.spec)
     return JobView(job.id, job.submit_time, resolve_model(job.spec.model), job.spec.global_batch_size,
                    job.spec.hint.gpus, canonical_gpu_types(job.spec), iterations=job.spec.iterations,
                    done_iterations=done, restarts=job.restarts, recipe=job_recipe(job.spec),
                    objective=Objective.COST if cost else Objective.DEFAULT,
-                   slo_s=slo_seconds(job.spec, done, now) if cost else 0.0)
+                   slo_s=slo_seconds(job.spec, done, now) if cost else 0.0,
+                   tenant=job.spec.tenant or "default", priority=priority, promise=promise)
 
 
 def opaque_view(job: JobRecord, prog: common_pb2.Progress | None) -> JobView:
@@ -69,12 +84,33 @@ def opaque_view(job: JobRecord, prog: common_pb2.Progress | None) -> JobView:
     types = canonical_gpu_types(job.spec)
     done = float(prog.iteration) if prog else 0.0
     total = job.spec.iterations or 1
+    priority, promise = job_promise(job.spec)
     # The first allowed type as the preference: a policy that starts from a type hint (Gandiva)
     # then asks for one the job allows.
     return JobView(job.id, job.submit_time, opaque.PLACEHOLDER_MODEL, 1, job.spec.hint.gpus or 1, types,
                    types[0] if types else "", iterations=total, done_iterations=min(done, total - 1) if not job.spec.iterations else done,
                    restarts=job.restarts, estimate_key=opaque.opaque_key(job.spec.hint.gpus or 1, types),
-                   opaque=True)
+                   opaque=True, tenant=job.spec.tenant or "default", priority=priority, promise=promise)
+
+
+def busy_cpus(placed: Iterable[JobRecord]) -> dict[str, int]:
+    """CPUs held per node: a placed guaranteed job holds its promised CPUs, spread over its nodes in
+    proportion to its GPUs there (the first slices take the remainder). Jobs without a promise of
+    CPUs hold none that the controller counts (the agents do not meter CPUs)."""
+    out: dict[str, int] = {}
+    for j in placed:
+        cpus = j.spec.guarantee.num_cpus if j.spec.priority == P.PRIORITY_GUARANTEED else 0
+        slices = [s for s in j.placement.slices if s.gpu_indices] if j.placement else []
+        gpus = sum(len(s.gpu_indices) for s in slices)
+        if cpus <= 0 or not gpus:
+            continue
+        left = cpus
+        for i, s in enumerate(slices):
+            share = left if i == len(slices) - 1 else -(-cpus * len(s.gpu_indices) // gpus)
+            share = min(share, left)
+            out[s.node_id] = out.get(s.node_id, 0) + share
+            left -= share
+    return out
 
 
 def jobs_on(active: Iterable[JobRecord], node_id: str) -> list[JobRecord]:
@@ -102,10 +138,15 @@ def busy_gpus(nodes: Mapping[str, LiveNode], active: Iterable[JobRecord],
 def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNode], states: Mapping[str, int],
                    busy: Mapping[str, set[int]], pending: Iterable[JobRecord], placed: Iterable[JobRecord],
                    progress: Mapping[str, common_pb2.Progress], now: float,
-                   prices: Mapping[str, float] | None = None) -> Snapshot:
+                   prices: Mapping[str, float] | None = None, tenants: tuple[TenantQuota, ...] = (),
+                   holding: Iterable[JobRecord] | None = None) -> Snapshot:
     """The round's input. `states`: each node's state (only READY nodes that are not unhealthy take
     work; controller/core/backoff.py); `pending`: the
-    PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock)."""
+    PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock);
+    `tenants`: the tenants file's quotas (controller/tenants.py), empty without one; `holding`: the
+    jobs whose promised CPUs are held (MIGRATING ones too), `placed` when None."""
+    placed = list(placed)
+    cpus = busy_cpus(placed if holding is None else holding)
     views: list[NodeView] = []
     totals: dict[tuple[str, int], int] = {}
     gpu_type: dict[tuple[str, int], str] = {}
@@ -118,7 +159,10 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
         gpus = tuple(GpuView(g.index, g.model, g.memory_bytes, g.foreign_used_bytes,
                              island=0 if g.nvlink_peers else -1) for g in live.inventory.gpus)
         gpu_type.update(((rec.id, g.index), g.model) for g in live.inventory.gpus)
-        views.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ()))))
+        # CPUs and host memory as the agent reports them (nodeagent/inventory.py: the OS's, or the
+        # declared inventory file's cpus/host_memory_gb).
+        views.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ())), cpus=live.inventory.cpu_count,
+                              host_memory_bytes=live.inventory.host_memory_bytes, busy_cpus=cpus.get(rec.id, 0)))
     waiting = tuple(job_view(j, progress.get(j.id), now) for j in pending)
     running: list[RunningView] = []
     for j in placed:
@@ -141,7 +185,7 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
                                    choice, since=j.start_time))
     cluster = tuple(sorted((m, b, c) for (m, b), c in totals.items()))
     return Snapshot(tuple(views), waiting, cluster, running=tuple(running), now=now,
-                    prices=tuple(sorted((prices or {}).items())))
+                    prices=tuple(sorted((prices or {}).items())), tenants=tenants)
 
 
 def staged_running(j: JobRecord, view: JobView, gpu_type: Mapping[tuple[str, int], str]) -> RunningView | None:

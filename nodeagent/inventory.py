@@ -58,8 +58,9 @@ def declared_inventory(spec: InventorySpec, node_id: str, host: HostFacts) -> co
     inv = common_pb2.NodeInventory(
         source=common_pb2.INVENTORY_SOURCE_DECLARED,
         hostname=host.hostname,
-        cpu_count=host.cpu_count,
-        host_memory_bytes=host.memory_bytes,
+        # A declared node may declare its host too (tests and demos stand in for larger machines).
+        cpu_count=spec.cpus or host.cpu_count,
+        host_memory_bytes=spec.host_memory_bytes or host.memory_bytes,
     )
     index = 0
     for group in spec.groups:

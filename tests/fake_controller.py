@@ -262,6 +262,7 @@ class FakeServer:
 
 def running_job() -> controller_pb2.Job:
     spec = load_job_file(JOBS / "tiny.yaml")
+    spec.tenant = "default"  # stored as the controller fills it (the file names none)
     return controller_pb2.Job(
         id="j-run", spec=spec, state=S.JOB_STATE_RUNNING, attempt=1, submit_time=NOW - 300, start_time=NOW - 200,
         reason="placed on 2xA100-80GB: best throughput",

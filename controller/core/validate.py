@@ -9,6 +9,8 @@ from tessera.common import jobspec
 from tessera.common.gpus import lookup
 from tessera.estimator.convert import execution_plan, model_refinements
 from tessera.estimator.models import REGISTERED, ModelDims, registered
+from tessera.estimator.perf_data import parse_exec_plan
+from tessera.estimator.perf_model import PerfModelInputError
 from tessera.estimator.plans import PlanInputError
 from tessera.v1 import common_pb2
 
@@ -77,7 +79,22 @@ def validate_spec(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozen
         errs += _model_errors(spec.model)
         if spec.HasField("plan") and not errs:
             errs += _recipe_errors(spec.plan, resolve_model(spec.model))
+    if spec.guarantee.plan and not any(f.startswith("guarantee") for f, _ in bounds):
+        errs += promise_plan_errors(spec.guarantee.plan, spec.guarantee.num_gpus)
     return errs[:MAX_REPORTED]
+
+
+def promise_plan_errors(plan: str, gpus: int) -> list[FieldError]:
+    """A guarantee's plan as the estimator's Morphling vocabulary reads it (estimator/perf_data.py):
+    a kind it knows, or PP/TP/DP digits whose product is the promised GPUs."""
+    try:
+        spec = parse_exec_plan(plan)
+    except PerfModelInputError as e:
+        return [FieldError("guarantee.plan", e.reason)]
+    if spec.kind == "3d" and spec.pp * spec.tp * spec.dp != gpus:
+        return [FieldError("guarantee.plan", f"{plan} is PP{spec.pp} TP{spec.tp} DP{spec.dp} = "
+                                             f"{spec.pp * spec.tp * spec.dp} GPUs, the guarantee has {gpus}")]
+    return []
 
 
 def _recipe_errors(p: common_pb2.ExecutionPlan, dims: ModelDims) -> list[FieldError]:

@@ -236,3 +236,12 @@ def test_probe_nvml_without_p2p_query_reads_links() -> None:
 def test_probe_nvml_unavailable() -> None:
     with pytest.raises(NvmlUnavailable, match="Driver Not Loaded"):
         probe_nvml(nvml=fake_nvml([], fail_init=True), host=HOST)  # type: ignore[arg-type]
+
+
+def test_declared_cpus_and_host_memory_replace_the_machines() -> None:
+    """A declared node may declare its host (tests stand in for larger machines); without, the OS's."""
+    doc = {"gpus": [{"model": "A100", "count": 2}], "cpus": 16, "host_memory_gb": 128}
+    inv = parse_declared(doc, "node-a", HOST)
+    assert (inv.cpu_count, inv.host_memory_bytes) == (16, 128 * 10**9)
+    plain = parse_declared({"gpus": [{"model": "A100", "count": 2}]}, "node-a", HOST)
+    assert (plain.cpu_count, plain.host_memory_bytes) == (64, 512 * 1024**3)

@@ -58,7 +58,10 @@ BAD = [
     ("gpus:\n  - model: A100\n    count: 1\n    count: 2\n", 4, "gpus[0].count", "duplicate key (first at line 3)"),
     ("\ngpus: []\n", 2, "gpus", "must be a non-empty list of GPU groups"),
     ("gpus:\n  - A100\n", 2, "gpus[0]", "must be a mapping with model and count"),
-    ("gpus:\n  - {model: A100, count: 1}\ngpu: []\n", 3, "gpu", "unknown key (the file holds only 'gpus')"),
+    ("gpus:\n  - {model: A100, count: 1}\ngpu: []\n", 3, "gpu", "unknown key (known: cpus, gpus, host_memory_gb)"),
+    ("gpus:\n  - {model: A100, count: 1}\ncpus: 0\n", 3, "cpus", "must be an integer in 1..65536, got 0"),
+    ("gpus:\n  - {model: A100, count: 1}\ncpus: 2.5\n", 3, "cpus", "must be an integer"),
+    ("gpus:\n  - {model: A100, count: 1}\nhost_memory_gb: -1\n", 3, "host_memory_gb", "must be a number in (0, "),
     ("- 1\n- 2\n", 1, "inventory", "must be a mapping with a 'gpus' list"),
 ]
 

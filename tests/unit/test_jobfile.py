@@ -22,7 +22,7 @@ def _model(h: int, layers: int, heads: int, vocab: int, seq: int, name: str = ""
 
 GOLDEN: dict[str, common_pb2.JobSpec] = {
     "tiny.yaml": common_pb2.JobSpec(
-        name="tiny", tenant="default", model=_model(64, 2, 4, 256, 64), global_batch_size=16, iterations=40,
+        name="tiny", model=_model(64, 2, 4, 256, 64), global_batch_size=16, iterations=40,
         checkpoint_every=10, max_retries=2,
     ),
     "small.yaml": common_pb2.JobSpec(
@@ -30,12 +30,12 @@ GOLDEN: dict[str, common_pb2.JobSpec] = {
         checkpoint_every=10, max_retries=1, env={"PYTHONUNBUFFERED": "1"},
     ),
     "medium.yaml": common_pb2.JobSpec(
-        name="medium", tenant="default", model=_model(192, 4, 6, 512, 128), global_batch_size=8, iterations=30,
+        name="medium", model=_model(192, 4, 6, 512, 128), global_batch_size=8, iterations=30,
         hint=common_pb2.ResourceHint(gpus=0, gpu_types=["A100-80GB", "A40-48GB"]), checkpoint_every=10,
         max_retries=2,
     ),
     "wide.yaml": common_pb2.JobSpec(
-        name="wide", tenant="default", model=_model(64, 2, 4, 256, 64), global_batch_size=32, iterations=30,
+        name="wide", model=_model(64, 2, 4, 256, 64), global_batch_size=32, iterations=30,
         hint=common_pb2.ResourceHint(gpus=8), checkpoint_every=10, max_retries=2,
     ),
     "opaque.yaml": common_pb2.JobSpec(
@@ -44,7 +44,7 @@ GOLDEN: dict[str, common_pb2.JobSpec] = {
         max_runtime_seconds=600, max_retries=0,
     ),
     "huge.yaml": common_pb2.JobSpec(
-        name="huge", tenant="default", model=_model(25600, 128, 160, 50257, 2048), global_batch_size=1536,
+        name="huge", model=_model(25600, 128, 160, 50257, 2048), global_batch_size=1536,
         iterations=100_000, max_retries=2,
     ),
 }
@@ -88,7 +88,7 @@ DELETE = object()
 
 def test_minimal_defaults() -> None:
     spec = job_spec_from_dict(BASE)
-    assert spec.tenant == "default"
+    assert spec.tenant == ""  # the controller's to fill: the caller's own tenant
     assert spec.max_retries == 2
     assert spec.checkpoint_every == 0
     assert not spec.HasField("hint")
@@ -191,7 +191,8 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     (with_("max_retries", 101), "max_retries", "must be <= 100"),
     # unknown keys
     (with_("iteration", 10), "iteration", "unknown field (did you mean 'iterations'?"),
-    (with_("priority", "high"), "priority", "unknown field"),
+    (with_("urgency", "high"), "urgency", "unknown field"),
+    (with_("priority", "high"), "priority", "must be one of guaranteed, best-effort"),
 ]
 
 
@@ -287,7 +288,8 @@ FILE_BAD = [
     (VALID.replace("{WANDB_MODE: offline}", "{WANDB_MODE: offline, RANK: '1'}"), 12, "env.RANK", "reserved"),
     (VALID.replace("{WANDB_MODE: offline}", "{LR: .nan}"), 12, "env.LR", "must be a finite number, got '.nan'"),
     (VALID + "iterations: 41\n", 13, "iterations", "duplicate key (first at line 10)"),
-    (VALID + "priority: high\n", 13, "priority", "unknown field"),
+    (VALID + "urgency: high\n", 13, "urgency", "unknown field"),
+    (VALID + "priority: high\n", 13, "priority", "must be one of guaranteed, best-effort"),
     ("\n\n- name: a\n", 3, "job", "the file must be a mapping of fields"),
 ]
 

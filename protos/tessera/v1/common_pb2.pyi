@@ -130,6 +130,12 @@ class Objective(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     OBJECTIVE_UNSPECIFIED: _ClassVar[Objective]
     OBJECTIVE_COST: _ClassVar[Objective]
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_BEST_EFFORT: _ClassVar[Priority]
+    PRIORITY_GUARANTEED: _ClassVar[Priority]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_STARTING: JobState
@@ -206,6 +212,9 @@ PIPELINE_SCHEDULE_1F1B: PipelineSchedule
 PIPELINE_SCHEDULE_GPIPE: PipelineSchedule
 OBJECTIVE_UNSPECIFIED: Objective
 OBJECTIVE_COST: Objective
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_BEST_EFFORT: Priority
+PRIORITY_GUARANTEED: Priority
 
 class Gpu(_message.Message):
     __slots__ = ("index", "uuid", "model", "memory_bytes", "foreign_used_bytes", "nvlink_peers")
@@ -350,7 +359,7 @@ class ResourceHint(_message.Message):
     def __init__(self, gpus: _Optional[int] = ..., gpu_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan", "objective", "slo", "workdir", "max_runtime_seconds")
+    __slots__ = ("name", "tenant", "model", "global_batch_size", "iterations", "hint", "entrypoint", "env", "checkpoint_every", "max_retries", "launcher", "progress_timeout_seconds", "plan", "objective", "slo", "workdir", "max_runtime_seconds", "priority", "guarantee")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -375,6 +384,8 @@ class JobSpec(_message.Message):
     SLO_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
     MAX_RUNTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEE_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: ModelSpec
@@ -392,7 +403,9 @@ class JobSpec(_message.Message):
     slo: Slo
     workdir: str
     max_runtime_seconds: int
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ..., workdir: _Optional[str] = ..., max_runtime_seconds: _Optional[int] = ...) -> None: ...
+    priority: Priority
+    guarantee: Guarantee
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., global_batch_size: _Optional[int] = ..., iterations: _Optional[int] = ..., hint: _Optional[_Union[ResourceHint, _Mapping]] = ..., entrypoint: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_every: _Optional[int] = ..., max_retries: _Optional[int] = ..., launcher: _Optional[_Union[Launcher, _Mapping]] = ..., progress_timeout_seconds: _Optional[int] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ..., objective: _Optional[_Union[Objective, str]] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ..., workdir: _Optional[str] = ..., max_runtime_seconds: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., guarantee: _Optional[_Union[Guarantee, _Mapping]] = ...) -> None: ...
 
 class Launcher(_message.Message):
     __slots__ = ("name", "argv", "per_node", "head_argv")
@@ -511,3 +524,15 @@ class CostPrediction(_message.Message):
     cost: float
     allocation: str
     def __init__(self, iteration_seconds: _Optional[float] = ..., total_seconds: _Optional[float] = ..., cost: _Optional[float] = ..., allocation: _Optional[str] = ...) -> None: ...
+
+class Guarantee(_message.Message):
+    __slots__ = ("num_gpus", "num_cpus", "gpu_type", "plan")
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CPUS_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    num_gpus: int
+    num_cpus: int
+    gpu_type: str
+    plan: str
+    def __init__(self, num_gpus: _Optional[int] = ..., num_cpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...

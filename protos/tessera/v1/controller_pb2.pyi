@@ -54,7 +54,7 @@ class Job(_message.Message):
     def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., cell: _Optional[str] = ..., launch_failures: _Optional[int] = ..., next_launch_time: _Optional[float] = ..., predicted_seconds: _Optional[float] = ..., predicted_cost: _Optional[float] = ..., allocation: _Optional[str] = ..., forecast: _Optional[_Union[Forecast, _Mapping]] = ..., spec_elided: _Optional[bool] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus", "launch_failures", "unhealthy_until", "agent_version", "agent_commit", "agent_unconfirmed")
+    __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus", "launch_failures", "unhealthy_until", "agent_version", "agent_commit", "agent_unconfirmed", "busy_cpus", "busy_host_memory_bytes")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,8 @@ class Node(_message.Message):
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     AGENT_COMMIT_FIELD_NUMBER: _ClassVar[int]
     AGENT_UNCONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    BUSY_CPUS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_HOST_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     state: _common_pb2.NodeState
@@ -79,7 +81,9 @@ class Node(_message.Message):
     agent_version: str
     agent_commit: str
     agent_unconfirmed: str
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., reason: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., busy_gpus: _Optional[_Iterable[int]] = ..., launch_failures: _Optional[int] = ..., unhealthy_until: _Optional[float] = ..., agent_version: _Optional[str] = ..., agent_commit: _Optional[str] = ..., agent_unconfirmed: _Optional[str] = ...) -> None: ...
+    busy_cpus: int
+    busy_host_memory_bytes: int
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., reason: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., busy_gpus: _Optional[_Iterable[int]] = ..., launch_failures: _Optional[int] = ..., unhealthy_until: _Optional[float] = ..., agent_version: _Optional[str] = ..., agent_commit: _Optional[str] = ..., agent_unconfirmed: _Optional[str] = ..., busy_cpus: _Optional[int] = ..., busy_host_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("request_id", "spec")
@@ -294,3 +298,43 @@ class Forecast(_message.Message):
     note: str
     made_at: float
     def __init__(self, start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., start_low: _Optional[float] = ..., start_high: _Optional[float] = ..., end_low: _Optional[float] = ..., end_high: _Optional[float] = ..., note: _Optional[str] = ..., made_at: _Optional[float] = ...) -> None: ...
+
+class ListTenantsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TypeGpus(_message.Message):
+    __slots__ = ("gpu_type", "gpus")
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    gpu_type: str
+    gpus: int
+    def __init__(self, gpu_type: _Optional[str] = ..., gpus: _Optional[int] = ...) -> None: ...
+
+class Tenant(_message.Message):
+    __slots__ = ("name", "quota", "guaranteed_in_use", "borrowed", "jobs_running", "jobs_pending")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEED_IN_USE_FIELD_NUMBER: _ClassVar[int]
+    BORROWED_FIELD_NUMBER: _ClassVar[int]
+    JOBS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    JOBS_PENDING_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    quota: _containers.RepeatedCompositeFieldContainer[TypeGpus]
+    guaranteed_in_use: _containers.RepeatedCompositeFieldContainer[TypeGpus]
+    borrowed: _containers.RepeatedCompositeFieldContainer[TypeGpus]
+    jobs_running: int
+    jobs_pending: int
+    def __init__(self, name: _Optional[str] = ..., quota: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., guaranteed_in_use: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., borrowed: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., jobs_running: _Optional[int] = ..., jobs_pending: _Optional[int] = ...) -> None: ...
+
+class ListTenantsResponse(_message.Message):
+    __slots__ = ("tenants", "file", "loaded_at", "warnings")
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LOADED_AT_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[Tenant]
+    file: str
+    loaded_at: float
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenants: _Optional[_Iterable[_Union[Tenant, _Mapping]]] = ..., file: _Optional[str] = ..., loaded_at: _Optional[float] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...

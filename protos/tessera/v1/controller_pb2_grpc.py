@@ -106,6 +106,11 @@ class ControllerStub:
                 request_serializer=tessera_dot_v1_dot_controller__pb2.StreamJobLogsRequest.SerializeToString,
                 response_deserializer=tessera_dot_v1_dot_controller__pb2.LogLines.FromString,
                 _registered_method=True)
+        self.ListTenants = channel.unary_unary(
+                '/tessera.v1.Controller/ListTenants',
+                request_serializer=tessera_dot_v1_dot_controller__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=tessera_dot_v1_dot_controller__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -209,6 +214,13 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTenants(self, request, context):
+        """Tenants, their GPU quotas and what they use now (docs/tenants.md): a user sees its own tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -281,6 +293,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.StreamJobLogs,
                     request_deserializer=tessera_dot_v1_dot_controller__pb2.StreamJobLogsRequest.FromString,
                     response_serializer=tessera_dot_v1_dot_controller__pb2.LogLines.SerializeToString,
+            ),
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=tessera_dot_v1_dot_controller__pb2.ListTenantsRequest.FromString,
+                    response_serializer=tessera_dot_v1_dot_controller__pb2.ListTenantsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -662,6 +679,33 @@ class Controller:
             '/tessera.v1.Controller/StreamJobLogs',
             tessera_dot_v1_dot_controller__pb2.StreamJobLogsRequest.SerializeToString,
             tessera_dot_v1_dot_controller__pb2.LogLines.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tessera.v1.Controller/ListTenants',
+            tessera_dot_v1_dot_controller__pb2.ListTenantsRequest.SerializeToString,
+            tessera_dot_v1_dot_controller__pb2.ListTenantsResponse.FromString,
             options,
             channel_credentials,
             insecure,

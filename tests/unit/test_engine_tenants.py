@@ -1,0 +1,122 @@
+"""Tenants in the engine without processes (docs/tenants.md, "Live"): the round's snapshot carries
+the tenants file's quotas, the jobs' tenants, classes and promises and the nodes' CPUs; a
+guaranteed job within quota preempts a best-effort job (checkpoint, STOPPED, requeued), and the
+preempted job starts again when the guaranteed one ends; one that can halve is shrunk instead. The engine harness of test_engine.py
+(fake agents, fake clock) checks its invariants after every step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tessera.controller.core.snapshot import Priority, Promise, TenantQuota
+from tessera.controller.engine import EngineConfig
+from tessera.v1 import common_pb2 as P
+from tests.unit.test_engine import Harness, run_to_running, tiny
+
+
+def harness(tmp_path: Path, policy: str = "fcfs", quota: int = 4) -> Harness:
+    path = tmp_path / "tenants.yaml"
+    path.write_text(f"tenants:\n  team-a:\n    quota: {{A10: {quota}}}\n  team-b: {{}}\n")
+    h = Harness(policy=policy, nodes=("a", "b"))
+    h.cfg = EngineConfig(policy=policy, tenants_file=str(path))
+    h.engine = h._engine()
+    for n in ("a", "b"):  # 4 x A10 each, and a host declared with 32 CPUs
+        h.agents.nodes[n].inventory.cpu_count = 32
+    return h
+
+
+def guaranteed(name: str, gpus: int, cpus: int = 0, iterations: int = 40) -> P.JobSpec:
+    s = tiny(name, iterations=iterations, gpus=gpus)
+    s.tenant, s.priority = "team-a", P.PRIORITY_GUARANTEED
+    s.guarantee.CopyFrom(P.Guarantee(num_gpus=gpus, num_cpus=cpus, gpu_type="A10-24GB"))
+    return s
+
+
+def best_effort(name: str, gpus: int, iterations: int = 40) -> P.JobSpec:
+    s = tiny(name, iterations=iterations, gpus=gpus)
+    s.tenant = "team-b"
+    return s
+
+
+async def test_snapshot_carries_tenants_promises_and_host_cpus(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    await h.register("a", "b")
+    g = await h.submit(guaranteed("g", 2, cpus=12))
+    await h.round()
+    assert h.state(g) == "STARTING"
+    snap, _ = h.engine.snapshot()
+    assert snap.tenants == (TenantQuota("team-a", (("A10-24GB", 4),)), TenantQuota("team-b"))
+    (r,) = snap.running
+    assert (r.job.tenant, r.job.priority, r.job.promise) == ("team-a", Priority.GUARANTEED,
+                                                             Promise(2, 12, "", "A10-24GB"))
+    node = next(n for n in snap.nodes if n.id == h.nodes_of(g)[0])
+    assert (node.cpus, node.busy_cpus) == (32, 12)
+
+
+async def test_guaranteed_job_preempts_best_effort_then_it_resumes(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    for n in ("a", "b"):  # one GPU each: a one-GPU job cannot be halved, only preempted
+        del h.agents.nodes[n].inventory.gpus[1:]
+    await h.register("a", "b")
+    be1 = await h.submit(best_effort("filler-1", 1))
+    be2 = await h.submit(best_effort("filler-2", 1))
+    await h.round()
+    for be in (be1, be2):
+        assert h.state(be) == "STARTING"
+        await run_to_running(h, be)
+        h.agents.report(be, 1, iteration=20)
+    await h.heartbeat("a", "b")
+
+    g = await h.submit(guaranteed("g", 1))
+    await h.round()  # one filler is preempted, checkpoint first
+    (be,) = [b for b in (be1, be2) if h.state(b) == "MIGRATING"]
+    preempted = h.store.events(be)[-1].message
+    assert f"preempted: guaranteed job {g} of tenant team-a reclaims 1 x A10-24GB" in preempted
+    assert h.state(g) == "PENDING"  # its GPUs are still the filler's until it has stopped
+    await h.heartbeat("a", "b")  # the filler's workers have exited: requeued
+    assert h.state(be) == "PENDING" and "STOPPED" in h.kinds(be)
+    await h.round()
+    assert h.state(g) == "STARTING" and h.state(be) == "PENDING"
+    assert "admitted within quota" in h.job(g).reason
+    await run_to_running(h, g)
+    await h.round()
+    assert h.state(be) == "PENDING" and h.job(be).reason  # waits, with its reason, while g runs
+
+    h.agents.report(g, 1, iteration=40)
+    h.agents.exit(g, 1)
+    await h.heartbeat(*h.nodes_of(g))
+    assert h.state(g) == "SUCCEEDED"
+    await h.round()
+    assert h.state(be) == "STARTING" and h.job(be).attempt == 2
+    assert h.job(be).progress is not None and h.job(be).progress.iteration == 20  # type: ignore[union-attr]
+
+
+async def test_guaranteed_job_shrinks_a_best_effort_job_that_can_halve(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    await h.register("a", "b")
+    be = await h.submit(best_effort("filler", 8))
+    await h.round()
+    await run_to_running(h, be)
+    g = await h.submit(guaranteed("g", 4))
+    await h.round()
+    assert h.state(be) == "MIGRATING"
+    moving = h.store.events(be)[-1].message
+    assert moving.startswith("scale-down 8 x A10-24GB, 1 stage -> 4 x A10-24GB, 1 stage: shrunk: guaranteed job "
+                             f"{g} of tenant team-a reclaims 4 x A10-24GB of its quota")
+    await h.heartbeat("a", "b")  # stopped with its checkpoint: relaunched on the half it keeps
+    assert h.state(be) == "STARTING" and h.job(be).attempt == 2 and len(h.nodes_of(be)) == 1
+    await h.round()
+    assert h.state(g) == "STARTING" and h.nodes_of(g) != h.nodes_of(be)
+
+
+async def test_a_promise_over_the_cluster_waits_saying_what_exists(tmp_path: Path) -> None:
+    """A quota over the cluster is accepted (nodes may join); a promise within it but over what is
+    registered waits, and its reason says what the cluster has."""
+    h = harness(tmp_path, quota=16)
+    await h.register("a", "b")
+    g = await h.submit(guaranteed("big", 12))
+    await h.round()
+    assert h.state(g) == "PENDING"
+    assert "its promise needs 12 x A10-24GB and the cluster has 8 registered: it waits until nodes join" \
+        in h.job(g).reason
+    assert h.engine.tenants.warnings({"A10-24GB": 8})[0].startswith("quotas of A10-24GB sum to 16 GPUs")
