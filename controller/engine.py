@@ -59,7 +59,7 @@ from tessera.controller.registry import (
     liveness_at,
     lost_reason,
 )
-from tessera.controller.snapshots import build_snapshot, gpu_pools, job_view
+from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
 from tessera.controller.tenants import TenantsSource
 from tessera.controller.view import AttemptClock, LiveState, LiveView, Move
@@ -126,6 +126,7 @@ class Engine:
         self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
         self.forecaster = Forecaster(cfg.forecast or ForecastConfig(), enabled=cfg.forecast is not None)
+        self.admissions = Admissions()  # when each guaranteed job was admitted: its SLA clock
         # Not strict: the file was checked at start (controller/main.py); one gone bad since (a standby
         # taking the lead) refuses submissions instead of stopping the controller.
         self.tenants = TenantsSource(cfg.tenants_file, wall, strict=False)
@@ -430,7 +431,7 @@ class Engine:
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(), pending, placed,
                               self._live.progress, now, dict(self.cfg.prices), config.tenants if config else (),
                               holding=active)
-        return snap, {j.id: j for j in pending}
+        return self.admissions.apply(snap), {j.id: j for j in pending}
 
     async def run_round(self) -> None:
         async with self._round_lock:
@@ -443,6 +444,7 @@ class Engine:
             if snap.cluster_gpus:
                 estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
                 plan = plan_round(snap, estimates, self.policy, rcfg)
+                self.admissions.record(plan.admitted, snap)
                 self._forecast(snap, estimates, rcfg)
             else:
                 plan = rounds.waiting_for_nodes(snap, self.policy.name)

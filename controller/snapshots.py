@@ -7,6 +7,7 @@ too, because the snapshot, placement checks and `tessctl get nodes` must agree o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from tessera.common.gpus import lookup
@@ -218,3 +219,29 @@ def gpu_pools(records: Iterable[NodeRecord]) -> dict[str, tuple[int, int, bool]]
             tot, most, nv = pools.get(m, (0, 0, False))
             pools[m] = (tot + n, max(most, n), nv or nvl[m])
     return pools
+
+
+class Admissions:
+    """When the tenants' admission first admitted each guaranteed job (RoundPlan.admitted): its SLA
+    clock, `JobView.admitted_at` (docs/tenants.md). Kept in memory: after a controller restart a job
+    counts from its submission again, which is stricter (it may be moved less), never looser."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+
+    def record(self, admitted: Iterable[str], snap: Snapshot) -> None:
+        live = {j.id for j in snap.pending} | {r.job.id for r in snap.running}
+        self.at = {k: v for k, v in self.at.items() if k in live}
+        for job_id in admitted:
+            self.at.setdefault(job_id, snap.now)
+
+    def apply(self, snap: Snapshot) -> Snapshot:
+        if not self.at:
+            return snap
+
+        def view(j: JobView) -> JobView:
+            t = self.at.get(j.id)
+            return j if t is None else dataclasses.replace(j, admitted_at=t)
+
+        return dataclasses.replace(snap, pending=tuple(view(j) for j in snap.pending),
+                                   running=tuple(dataclasses.replace(r, job=view(r.job)) for r in snap.running))
