@@ -34,8 +34,7 @@ import grpc
 import grpc.aio
 
 from tessera.clients.results import Identity, JobEvent, JobInfo, JobState, LogChunk, NodeInfo, VersionInfo
-from tessera.clients.sdk import _CONNECT_FAILURES, MAX_PAGE, ControllerUnreachable, RpcError, split_targets
-from tessera.common import tls
+from tessera.clients.sdk import _CONNECT_FAILURES, MAX_PAGE, ControllerUnreachable, RpcError, connection
 from tessera.common.rpc import aio_channel, leader_hint
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc, info_pb2, info_pb2_grpc
 
@@ -57,12 +56,9 @@ class AsyncClient:
 
     def __init__(self, target: str | Sequence[str], timeout: float = 10.0, *, token: str | None = None,
                  ca: str | os.PathLike[str] | None = None, insecure: bool = False) -> None:
-        self.targets = split_targets(target)
+        self.targets, self._metadata, self._tls = connection(target, token, ca, insecure)
         self.target = self.targets[0]
         self.timeout = timeout
-        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-        ca = ca or os.environ.get("TESSERA_CA") or None
-        self._tls = None if insecure else (tls.load(ca) if ca else tls.TlsConfig(ca=None))
         self._channel = self._dial(self.target)
         self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 

@@ -19,9 +19,7 @@ the parser knows those keys.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
-import re
 import sys
 import time
 from collections.abc import Mapping
@@ -30,10 +28,9 @@ from typing import Any
 from tessera.clients import argtypes, output, terminal
 from tessera.common.errors import InvalidArgument, TesseraError
 from tessera.common.gpus import UnknownGpuError, lookup
+from tessera.common.objective import parse_duration, slo_from_mapping
 from tessera.common.yamlfile import InputFileError, line_of, load_yaml, parse_with_lines, read_yaml
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*")
 _SET_ASIDE = ("slo", "objective")
 
 
@@ -70,41 +67,17 @@ def add_arguments(sub: Any, command: Any) -> None:
                    help="also answer as Sia+ (one type, 2^n GPUs), Whale+ and HPH+ (Espresso Sec. V)")
 
 
-def parse_duration(value: object, field: str) -> float:
-    """Seconds of `90m`, `6h`, `1.5d`, `45s` or a number of seconds; InvalidArgument(field) otherwise."""
-    if isinstance(value, bool):
-        raise InvalidArgument(field, f"must be a duration such as 90m or 6h, got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
-        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    else:
-        raise InvalidArgument(field, f"must be a duration such as 90m, 6h or 1.5d, got {value!r}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidArgument(field, f"must be > 0, got {value!r}")
-    return seconds
-
-
 def slo_of(doc: Mapping[str, Any], now: float) -> float | None:
-    """Seconds the job's iterations must run within, from its `slo:` (None when it has none)."""
-    slo = doc.get("slo")
-    if slo is None:
+    """Seconds the job's iterations must run within, from its `slo:` (None when it has none), read
+    as the controller reads job files (common/objective.py)."""
+    if doc.get("slo") is None:
         return None
-    if not isinstance(slo, Mapping) or len(slo) != 1 or next(iter(slo)) not in ("iterations_within", "deadline"):
-        raise InvalidArgument("slo", "must be one of {iterations_within: 6h} and {deadline: 2026-11-27T06:00:00Z}")
-    if "iterations_within" in slo:
-        return parse_duration(slo["iterations_within"], "slo.iterations_within")
-    value = slo["deadline"]
-    try:
-        when = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value).strip())
-    except ValueError:
-        raise InvalidArgument("slo.deadline", f"must be an RFC 3339 time such as 2026-11-27T06:00:00Z, got "
-                                              f"{value!r}") from None
-    if when.tzinfo is None:
-        raise InvalidArgument("slo.deadline", f"needs its time zone (Z or +HH:MM), got {value!r}")
-    left = when.timestamp() - now
+    slo = slo_from_mapping(doc["slo"])
+    if slo.iterations_within_seconds:
+        return slo.iterations_within_seconds
+    left = slo.deadline - now
     if left <= 0:
-        raise InvalidArgument("slo.deadline", f"{value} has passed")
+        raise InvalidArgument("slo.deadline", f"{doc['slo']['deadline']} has passed")
     return left
 
 

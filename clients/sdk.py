@@ -117,6 +117,16 @@ def split_targets(target: str | Sequence[str]) -> builtins.list[str]:
     return out
 
 
+def connection(target: str | Sequence[str], token: str | None, ca: str | os.PathLike[str] | None,
+               insecure: bool) -> tuple[builtins.list[str], tuple[tuple[str, str], ...], tls.TlsConfig | None]:
+    """What a client (this one, or clients/aio.py's) dials with: the controller addresses, the call
+    metadata carrying the token, and the TLS settings (None = plaintext; the CA from `ca`, else
+    $TESSERA_CA, else the system's)."""
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    ca = ca or os.environ.get("TESSERA_CA") or None
+    return split_targets(target), metadata, None if insecure else (tls.load(ca) if ca else tls.TlsConfig(ca=None))
+
+
 class Client:
     """A blocking client of a controller at `target` (host:port), over TLS, calling as `token`'s holder.
 
@@ -133,12 +143,9 @@ class Client:
 
     def __init__(self, target: str | Sequence[str], timeout: float = 10.0, *, token: str | None = None,
                  ca: str | os.PathLike[str] | None = None, insecure: bool = False) -> None:
-        self.targets = split_targets(target)
+        self.targets, self._metadata, self._tls = connection(target, token, ca, insecure)
         self.target = self.targets[0]
         self.timeout = timeout
-        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-        ca = ca or os.environ.get("TESSERA_CA") or None
-        self._tls = None if insecure else (tls.load(ca) if ca else tls.TlsConfig(ca=None))
         self._channel = self._dial(self.target)
         self._stub = controller_pb2_grpc.ControllerStub(self._channel)
 

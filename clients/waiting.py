@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-from tessera.clients import output
+from tessera.clients import output, terminal
 from tessera.clients.sdk import Client, RpcError
 from tessera.common.durations import format_duration
 from tessera.common.errors import InvalidInput
@@ -216,19 +216,9 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
             else:
                 prefix = f"[rank {msg.rank}] ".encode() if all_ranks else b""
                 # The reference trainer prefixes its own lines when it runs several ranks: once is enough.
-                _write(out, (b"" if line.startswith(prefix) else prefix) + line + b"\n")
+                terminal.write_bytes(out, (b"" if line.startswith(prefix) else prefix) + line + b"\n")
         out.flush()
     return 0
-
-
-def _write(out: TextIO, data: bytes) -> None:
-    buf = getattr(out, "buffer", None)
-    if buf is not None:
-        out.flush()
-        buf.write(data)
-        buf.flush()
-    else:
-        out.write(data.decode("utf-8", errors="replace"))
 
 
 def watch_list(client: Client, states: list[int], tenant: str, render: Callable[..., None]) -> int:
