@@ -39,7 +39,7 @@ GOLDEN: dict[str, common_pb2.JobSpec] = {
         hint=common_pb2.ResourceHint(gpus=8), checkpoint_every=10, max_retries=2,
     ),
     "opaque.yaml": common_pb2.JobSpec(
-        name="opaque", tenant="default", hint=common_pb2.ResourceHint(gpus=2, gpu_types=["A40-48GB"]),
+        name="opaque", hint=common_pb2.ResourceHint(gpus=2, gpu_types=["A40-48GB"]),
         entrypoint=["{python}", "-c", "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])"],
         max_runtime_seconds=600, max_retries=0,
     ),
