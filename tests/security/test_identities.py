@@ -120,7 +120,14 @@ def tls_config_of(directory: Path) -> TlsConfig:
 def test_only_the_controller_commands_an_agent(cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cl: Cluster = cluster_factory([("node-a10", "a10-node.yaml")])
     state_file = cl.root / "node-a10" / "agent-state.json"
-    floor = json.loads(state_file.read_text())["controller_epoch"]
+
+    def floor_now() -> int:
+        return int(json.loads(state_file.read_text())["controller_epoch"]) if state_file.exists() else 0
+
+    # The controller lists the node READY once it has handled the Register; the agent records the
+    # epoch of the answer just after: wait for that write, not for a time.
+    wait_for(lambda: floor_now() > 0, 30, "the agent's recorded controller epoch")
+    floor = floor_now()
     assert 0 < floor < FORGED_EPOCH
     with cl.client() as c:
         address = next(n for n in c.nodes() if n.id == "node-a10").address
