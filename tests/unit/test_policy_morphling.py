@@ -72,6 +72,10 @@ def decide(snap: Snapshot, est: Plans, **opts: object) -> dict[str, Decision]:
     return {d.job_id: d for d in plan_round(snap, est, pol, RoundConfig(interval_s=60.0)).decisions}
 
 
+# Algorithm 1 alone: the makespan guard off (its own tests below turn it on).
+ALG1 = {"critical_factor": 0.0}
+
+
 def plan_of(d: Decision) -> str:
     return d.reason.split("plan ")[-1].split(";")[0]
 
@@ -88,7 +92,7 @@ FIG8: PlanTable = {
 
 def test_fig8_two_jobs_on_four_gpus_get_unequal_shares_and_their_best_plans() -> None:
     snap = Snapshot((node("n0"),), (job("t5", "t5"), job("roberta", "roberta")), now=0.0)
-    d = decide(snap, Plans(FIG8))
+    d = decide(snap, Plans(FIG8), **ALG1)
     assert (d["t5"].action, d["t5"].cell.gpus if d["t5"].cell else 0, plan_of(d["t5"])) == (Action.START, 3, "tp-ga")
     assert (d["roberta"].action, d["roberta"].cell.gpus if d["roberta"].cell else 0,
             plan_of(d["roberta"])) == (Action.START, 1, "dp-ga")
@@ -103,7 +107,7 @@ def test_slope_choice_serves_the_steepest_curves_first() -> None:
     # Two GPUs free: b and c start, a waits.
     table: PlanTable = {"a": {1: {"dp": 10.0}}, "b": {1: {"dp": 1.0}}, "c": {1: {"dp": 2.0}}}
     snap = Snapshot((node("n0", 2),), (job("a", "a", 100), job("b", "b", 100), job("c", "c", 100)), now=0.0)
-    d = decide(snap, Plans(table))
+    d = decide(snap, Plans(table), **ALG1)
     assert [d[k].action for k in ("a", "b", "c")] == [Action.PENDING, Action.START, Action.START]
     assert d["a"].reason.startswith("morphling: waiting; its best step (1 x X, plan dp)")
 
@@ -116,11 +120,16 @@ def test_the_least_sensitive_job_is_shrunk_for_a_steeper_one() -> None:
     x, y = job("x", "x"), job("y", "y")
     snap = Snapshot((node("n0", 4, busy=(0, 1, 2, 3)),), (job("z", "z"),),
                     running=(run(x, "n0", (0, 1)), run(y, "n0", (2, 3))), now=600.0)
-    d = decide(snap, Plans(table))
+    d = decide(snap, Plans(table), **ALG1)
     assert (d["x"].action, d["x"].change, d["x"].slices) == (Action.MIGRATE, Change.SCALE_DOWN, (Slice("n0", (0,)),))
     assert d["y"].action is Action.KEEP
     assert (d["z"].action, d["z"].slices) == (Action.START, (Slice("n0", (1,)),))
     assert "shrunk to 1 GPUs (plan dp) for z" in d["x"].reason
+    # With the makespan guard: drain = (1050 + 2000 + 100) / 4 = 787.5 s (x cheapest on 1 GPU,
+    # y on 2, z on 1); x's 1050 s and y's 1000 s at their points are over 0.85 x 0.1 x 787.5, and
+    # no point of theirs ends within 787.5 s, so both keep their 2 GPUs and z waits.
+    d = decide(snap, Plans(table))
+    assert [d[k].action for k in ("x", "y", "z")] == [Action.KEEP, Action.KEEP, Action.PENDING]
 
 
 def test_a_shrink_that_loses_more_than_it_gains_is_not_made() -> None:
@@ -130,9 +139,9 @@ def test_a_shrink_that_loses_more_than_it_gains_is_not_made() -> None:
                         "z": {1: {"dp": 20.0}}}
     snap = Snapshot((node("n0", 4, busy=(0, 1, 2, 3)),), (job("z", "z"),),
                     running=(run(job("x", "x"), "n0", (0, 1)), run(job("y", "y"), "n0", (2, 3))), now=600.0)
-    d = decide(snap, Plans(table))
+    d = decide(snap, Plans(table), **ALG1)
     assert [d[k].action for k in ("x", "y", "z")] == [Action.KEEP, Action.KEEP, Action.PENDING]
-    d = decide(snap, Plans(table), preempt_factor=1.0)
+    d = decide(snap, Plans(table), preempt_factor=1.0, **ALG1)
     assert [d[k].action for k in ("x", "y", "z")] == [Action.MIGRATE, Action.KEEP, Action.START]
 
 
@@ -189,11 +198,14 @@ def test_a_reconfiguration_is_made_only_when_the_remaining_time_pays_its_cost(do
     r = job("r", "r", 1000, done=done)
     snap = Snapshot((node("n0", 4, busy=(0, 1)),), (), running=(run(r, "n0", (0, 1)),), now=0.0,
                     restart_cost_s=260.0)
-    assert decide(snap, Plans(RECONF))["r"].action is Action.KEEP
+    assert decide(snap, Plans(RECONF), **ALG1)["r"].action is Action.KEEP
     d = decide(snap, Plans(RECONF), grow_factor=1.0)["r"]
     assert d.action is action
     if action is Action.MIGRATE:
         assert d.change is Change.SCALE_UP and d.cell == Cell("X", 4, 1)
+    # The makespan guard moves a critical job to its point whenever that is faster, the cost
+    # counted, without the hysteresis: r, alone, is critical (drain = 2 x its iterations / 4 GPUs).
+    assert decide(snap, Plans(RECONF))["r"].action is action
 
 
 def test_cpus_choose_a_plan_that_fits_the_node() -> None:
@@ -212,6 +224,10 @@ def test_options_are_registered_frozen_and_checked() -> None:
     assert make_policy("morphling").name == "morphling"
     with pytest.raises(MorphlingInputError, match="preempt_factor"):
         MorphlingOptions(preempt_factor=0.5)
+    with pytest.raises(MorphlingInputError, match="critical_factor"):
+        MorphlingOptions(critical_factor=-0.5)
+    with pytest.raises(MorphlingInputError, match="critical_keep"):
+        MorphlingOptions(critical_keep=float("nan"))
     with pytest.raises(MorphlingInputError, match="restart_cost_s"):
         MorphlingOptions(restart_cost_s=-1.0)
     with pytest.raises(AttributeError):
@@ -258,3 +274,61 @@ def test_a_guaranteed_job_with_lead_moves_to_make_a_node_whole_for_another() -> 
     assert "moved for w, guaranteed within its tenant's quota" in d["s"].reason
     assert (d["w"].action, d["w"].slices) == (Action.START, (Slice("n0", (0, 1)),))
     assert d["o"].action is Action.KEEP
+
+
+# The makespan guard (docs/scheduler-morphling.md, "Critical jobs"). drain = the known work's
+# GPU-seconds at each job's most efficient point over the cluster's GPUs.
+
+
+def test_a_long_job_on_the_critical_path_starts_before_the_slope_order() -> None:
+    # The slope-choice case above: a 1000 s, b 100 s, c 200 s on 2 GPUs. drain = 1300 / 2 = 650 s,
+    # a's 1000 s >= 0.85 x 650: waiting would make it end last (at 1100 s at best), so it starts
+    # first; the slope order then serves b, and c waits. The average JCT is the same (467 s) and
+    # the last job ends at 1000 s instead of 1100 s.
+    table: PlanTable = {"a": {1: {"dp": 10.0}}, "b": {1: {"dp": 1.0}}, "c": {1: {"dp": 2.0}}}
+    snap = Snapshot((node("n0", 2),), (job("a", "a", 100), job("b", "b", 100), job("c", "c", 100)), now=0.0)
+    d = decide(snap, Plans(table))
+    assert [d[k].action for k in ("a", "b", "c")] == [Action.START, Action.START, Action.PENDING]
+    assert ("on the makespan's critical path: 1,000 s at its most efficient point, at least 0.85 x the 650 s"
+            in d["a"].reason)
+
+
+def test_a_critical_job_keeps_its_point_against_a_steeper_one() -> None:
+    # a runs with 1000 s left on the only GPU; z would finish in 10 s. Algorithm 1 preempts a
+    # (z's 0.1/s > 2 x a's 0.001/s). drain = 1010 s, and a, holding its point, stays critical while
+    # its 1000 s >= 0.85 x 0.1 x 1010: it keeps the GPU.
+    table: PlanTable = {"a": {1: {"dp": 1.0}}, "z": {1: {"dp": 0.01}}}
+    snap = Snapshot((node("n0", 1, busy=(0,)),), (job("z", "z"),),
+                    running=(run(job("a", "a", 2000, done=1000), "n0", (0,)),), now=600.0)
+    d = decide(snap, Plans(table))
+    assert [d[k].action for k in ("a", "z")] == [Action.KEEP, Action.PENDING]
+    d = decide(snap, Plans(table), **ALG1)
+    assert [d[k].action for k in ("a", "z")] == [Action.STOP, Action.START]
+
+
+LONG: PlanTable = {"x": {2: {"dp": 1.0}, 4: {"dp": 0.6}}, "L": {2: {"dp": 10.0}}}
+
+
+def test_a_critical_job_shrinks_best_effort_work_but_preempts_none() -> None:
+    # x runs on all 4 GPUs with 100 iterations left (cheapest at 2 GPUs: 200 GPU-s); L needs 2
+    # GPUs for 10,000 s (20,000 GPU-s). drain = 20,200 / 4 = 5,050 s and 10,000 >= 0.85 x 5,050:
+    # x is shrunk to 2 GPUs for L. Algorithm 1 alone leaves L waiting (its 0.0001/s is below twice
+    # what x loses).
+    snap = Snapshot((node("n0", 4, busy=(0, 1, 2, 3)),), (job("L", "L"),),
+                    running=(run(job("x", "x", done=900), "n0", (0, 1, 2, 3)),), now=600.0)
+    d = decide(snap, Plans(LONG))
+    assert (d["x"].action, d["x"].change, d["x"].cell.gpus if d["x"].cell else 0) == (
+        Action.MIGRATE, Change.SCALE_DOWN, 2)
+    assert "for L, on the makespan's critical path" in d["x"].reason
+    assert (d["L"].action, d["L"].cell.gpus if d["L"].cell else 0) == (Action.START, 2)
+    d = decide(snap, Plans(LONG), **ALG1)
+    assert [d[k].action for k in ("x", "L")] == [Action.KEEP, Action.PENDING]
+
+
+def test_a_critical_job_waits_rather_than_preempting() -> None:
+    # As above, but x runs only on 4 GPUs: freeing 2 would preempt it, which the guard never does.
+    table: PlanTable = {"x": {4: {"dp": 0.6}}, "L": LONG["L"]}
+    snap = Snapshot((node("n0", 4, busy=(0, 1, 2, 3)),), (job("L", "L"),),
+                    running=(run(job("x", "x", done=900), "n0", (0, 1, 2, 3)),), now=600.0)
+    d = decide(snap, Plans(table))
+    assert [d[k].action for k in ("x", "L")] == [Action.KEEP, Action.PENDING]

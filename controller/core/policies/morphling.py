@@ -55,9 +55,16 @@ class MorphlingOptions:
     # Hysteresis against thrashing: a running job grows or moves only when its value (completion
     # rate, the reconfiguration's cost included) gains this factor (1 = any gain).
     grow_factor: float = 1.5
+    # Makespan guard (docs/scheduler-morphling.md, "Critical jobs"): a best-effort job whose
+    # remaining time at its most efficient point is at least `critical_factor` x the drain time of
+    # all known work is placed before the slope order (0 = off); one that holds its point keeps it
+    # while that time is at least `critical_keep` x this bound. Tuned on morphling-base.
+    critical_factor: float = 0.85
+    critical_keep: float = 0.1
 
     def __post_init__(self) -> None:
-        for name in ("restart_cost_s", "cpus_per_gpu", "offload_cpus_per_gpu", "guarantee_margin_s"):
+        for name in ("restart_cost_s", "cpus_per_gpu", "offload_cpus_per_gpu", "guarantee_margin_s",
+                     "critical_factor", "critical_keep"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise MorphlingInputError(f"option {name} must be a finite number >= 0, got {v!r}")
@@ -108,6 +115,10 @@ class _Round:
         self.point: dict[str, Point] = {}
         self.changed: dict[str, bool] = {}
         self.touched: set[str] = set()  # the jobs the last `schedule` shrank or preempted
+        self.floor: dict[str, int] = {}  # critical jobs: the GPUs they keep this round
+        self.placing_critical = False  # a critical job's placement shrinks others, never preempts
+        self.critical_note = ""
+        self.kept: set[str] = set()
         self.cpu_free: dict[str, float] = {
             n.id: float(max(0, n.cpus - n.busy_cpus)) if n.cpus > 0 else math.inf for n in ctx.snap.nodes}
         for jid, a in self.b.allocs.items():
@@ -146,6 +157,7 @@ class _Round:
 
     def run(self) -> list[Decision]:
         self.privileged()
+        self.critical()
         self.by_slope()
         for jid, j in list(self.b.waiting.items()):
             if jid not in self.b.reasons:
@@ -170,6 +182,66 @@ class _Round:
                             f"morphling: guaranteed, minRes {m.gpus} x {m.gpu_type} (plan {m.plan or 'best'}), "
                             f"but no node can free that many GPUs from jobs over their minimum; "
                             f"{free_text(self.ctx)}")
+
+    def efficient(self, job: JobView) -> Point | None:
+        """The job's cheapest point in GPU-seconds per iteration (the fastest among equals)."""
+        hull = self.cv.hull(job)
+        return min(hull, key=lambda p: (p.it * p.gpus, p.it)) if hull else None
+
+    def critical(self) -> None:
+        """Makespan guard, not in Algorithm 1: its slopes serve short jobs first, and a long job
+        waits as long as anything shorter can use a GPU (LLaMA-30B jobs of morphling-base waited
+        30,000 s). drain = every known job's remaining GPU-seconds at its most efficient point over
+        the cluster's GPUs, a bound no schedule of the known work beats. A best-effort job whose own
+        remaining time there is at least `critical_factor` x drain would end last if it waited, so
+        it gets, before the slope order, its cheapest point that ends within drain (the fastest if
+        none does), shrinking best-effort jobs over their minimum but preempting none, longest
+        first; while it holds that point it keeps it (never shrunk below, never preempted) as long
+        as its time is at least `critical_keep` x the bound (drain grows with every arrival)."""
+        cf = self.o.critical_factor
+        cap = sum(self.ctx.total_gpus(t) for t in self.ctx.types())
+        if not cf or cap <= 0:
+            return
+        work = 0.0
+        cands: list[tuple[float, str]] = []
+        for jid in sorted(self.jobs):
+            job = self.jobs[jid]
+            e = self.efficient(job)
+            if e is None:
+                continue
+            t = remaining_time(job, e.it, self.o.unknown_iterations)
+            work += t * e.gpus
+            if not self.cv.guaranteed(job) and job.iterations > 0 and jid not in self.b.suspended:
+                cands.append((t, jid))
+        drain = work / cap
+        crit: list[tuple[float, str, Point]] = []
+        for t, jid in cands:
+            job = self.jobs[jid]
+            hull = self.cv.hull(job)
+            ends = [p for p in hull if remaining_time(job, p.it, self.o.unknown_iterations) <= drain]
+            want = min(ends, key=lambda p: (p.it * p.gpus, p.it)) if ends else hull[-1]
+            cur = self.point.get(jid) if jid in self.b.allocs else None
+            held = cur is not None and cur.gpus >= want.gpus
+            if t >= cf * (self.o.critical_keep if held else 1.0) * drain:
+                crit.append((t, jid, want))
+                if held:
+                    self.floor[jid] = want.gpus
+                    self.kept.add(jid)
+        crit.sort(key=lambda c: (-c[0], c[1]))
+        for t, jid, want in crit:
+            if jid in self.kept or jid in self.b.suspended:
+                continue
+            job = self.jobs[jid]
+            if jid in self.b.allocs and not self.value(job, want, True) > self.cur_value(jid):
+                continue
+            self.floor[jid] = want.gpus
+            self.critical_note = (f"on the makespan's critical path: {t:,.0f} s at its most efficient point, "
+                                  f"at least {cf:g} x the {drain:,.0f} s the cluster needs for all known work")
+            self.placing_critical = True
+            placed = self.schedule(job, want, privileged=True, gain=math.inf)
+            self.placing_critical = False
+            if not placed:
+                del self.floor[jid]
 
     def moves(self, jid: str) -> list[tuple[float, Point, float]]:
         """The job's steps up its curve with a positive gain, highest slope first."""
@@ -261,6 +333,8 @@ class _Round:
     def _commit(self, job: JobView, a: Alloc | None, pt: Point, slices: tuple[Slice, ...]) -> None:
         st = self.ctx.state
         why = f"plan {pt.plan or 'best'}"
+        if self.placing_critical:
+            why += f"; {self.critical_note}"
         if a is None:
             a = self.b.start(job, pt.gpu_type, slices, why, pt.est)
             self.changed[job.id] = True
@@ -418,7 +492,7 @@ class _Round:
         if not self.may_pause(job):
             return out
         if cur is not None:
-            floor = self.min_gpus(job)
+            floor = max(self.min_gpus(job), self.floor.get(jid, 0))
             tp = self.cv.promised_time(job) if guaranteed else math.inf
             # Nodes to keep: the others first, so that the shrink frees this one where it can.
             order = [sl for sl in a.slices if sl.node_id != node] + [sl for sl in a.slices if sl.node_id == node]
@@ -434,7 +508,7 @@ class _Round:
                     continue
                 loss = v0 - self.value(job, p, True)
                 out.append(_Step(jid, p, keep, freed, max(0.0, loss)))
-        if not guaranteed:
+        if not guaranteed and jid not in self.floor and not self.placing_critical:
             out.append(_Step(jid, None, (), on, v0))
         elif cur is not None and len(a.slices) == 1 and self.running(jid) and not self.changed.get(jid):
             # A guaranteed job with lead enough for a restart may move to free GPUs elsewhere
@@ -449,7 +523,8 @@ class _Round:
 
     def apply_step(self, s: _Step, for_job: JobView, privileged: bool) -> None:
         a = self.b.allocs[s.jid]
-        why = "guaranteed within its tenant's quota" if privileged else "whose slope is higher"
+        why = ("on the makespan's critical path" if self.placing_critical else
+               "guaranteed within its tenant's quota" if privileged else "whose slope is higher")
         self.touched.add(s.jid)
         self._cpus(a, +1)
         if s.to is None:
