@@ -83,6 +83,7 @@ class EngineConfig:
     search_depth: int = 3
     round_budget_s: float = 10.0
     min_gain: float = 0.2
+    critical_factor: float = 0.85  # morphling's makespan guard (docs/scheduler-morphling.md); 0 = off
     start_timeout_s: float = 300.0
     progress_timeout_s: float = 900.0
     port_base: int = 29500
@@ -124,7 +125,7 @@ class Engine:
         self.view = LiveView(store, self._live, epoch, mono, wall)
         self.learner = StepLearner(cfg.step_times, cfg.learn_step_times)
         self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
-        self.policy = policy or rounds.policy_from_config(cfg.policy, cfg.policy_mode, cfg.min_gain, cfg.frenzy)
+        self.policy = policy or rounds.policy_from_config(cfg)
         self.forecaster = Forecaster(cfg.forecast or ForecastConfig(), enabled=cfg.forecast is not None)
         self.admissions = Admissions()  # when each guaranteed job was admitted: its SLA clock
         # Not strict: the file was checked at start (controller/main.py); one gone bad since (a standby

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from tessera.controller.cell_estimates import recipe_refusal
 from tessera.controller.core import frenzy, opaque
 from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
-from tessera.controller.core.policy import Mode, Policy
+from tessera.controller.core.policies.morphling import MorphlingOptions
+from tessera.controller.core.policy import Policy
 from tessera.controller.core.snapshot import (
     Action,
     Decision,
@@ -39,15 +40,32 @@ from tessera.v1 import common_pb2
 P = common_pb2
 
 
-def policy_from_config(name: str, mode: Mode | str, min_gain: float, frenzy_cfg: frenzy.FrenzyConfig) -> Policy:
+class PolicyFlags(Protocol):
+    """The controller's flags that build its policy (EngineConfig's fields of the same names)."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def policy_mode(self) -> str: ...
+    @property
+    def min_gain(self) -> float: ...
+    @property
+    def frenzy(self) -> frenzy.FrenzyConfig: ...
+    @property
+    def critical_factor(self) -> float: ...
+
+
+def policy_from_config(cfg: PolicyFlags) -> Policy:
     """The controller's policy from its flags."""
     options: PolicyOptions | None = None
-    if name == "frenzy":
-        options = frenzy_cfg
-    elif name == "crius":
+    if cfg.policy == "frenzy":
+        options = cfg.frenzy
+    elif cfg.policy == "crius":
         # A restart costs real time on a live cluster: a running job moves only for a clear gain.
-        options = CriusOptions(upgrade_min_gain=min_gain)
-    return make_policy(name, mode, options)
+        options = CriusOptions(upgrade_min_gain=cfg.min_gain)
+    elif cfg.policy == "morphling":
+        options = MorphlingOptions(critical_factor=cfg.critical_factor)
+    return make_policy(cfg.policy, cfg.policy_mode, options)
 
 
 def waiting_for_nodes(snap: Snapshot, policy: str) -> RoundPlan:
