@@ -1,7 +1,7 @@
 """A one-node cluster on a GPU machine: estimator, controller, and an agent that reads its inventory
 from NVML (no --inventory); it submits examples/jobs/tiny.yaml and waits for it to end.
 
-    python scripts/gpu_smoke.py [--state DIR] [--timeout 240]
+    python scripts/gpu_smoke.py [--state DIR] [--timeout 240] [--policy crius]
 
 Runs the daemons through `sys.executable` (so it also works where the package is importable but its
 console scripts are not installed). Prints the node, the job's description and its log; exits 0
@@ -43,6 +43,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--state", default="/tmp/tessera-gpu-smoke")
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--policy", default="crius", help="the controller's --policy")
     args = ap.parse_args()
     root = Path(args.state)
     shutil.rmtree(root, ignore_errors=True)
@@ -52,10 +53,11 @@ def main() -> int:
     try:
         est = lc.start_estimator(root / "estimator.log")
         daemons.append(est)
-        ctl = lc.start_controller(root / "controller", "--estimator", est.address)
+        ctl = lc.start_controller(root / "controller", "--estimator", est.address, "--policy", args.policy)
         daemons.append(ctl)
         daemons.append(lc.start_agent(ctl, "gpu-node", None, root / "gpu-node"))  # NVML inventory
         print(lc.tessctl(ctl.address, "get", "nodes", "-o", "wide").stdout)
+        print(lc.tessctl(ctl.address, "describe", "node", "gpu-node").stdout)  # CPUs, host memory, agent version
         out = lc.tessctl(ctl.address, "submit", "-f", str(REPO / "examples/jobs/tiny.yaml"), "-o", "json").stdout
         job = json.loads(out)["id"]
         state = P.JOB_STATE_UNSPECIFIED

@@ -296,7 +296,7 @@ def test_a_long_job_on_the_critical_path_starts_before_the_slope_order() -> None
 def test_a_critical_job_keeps_its_point_against_a_steeper_one() -> None:
     # a runs with 1000 s left on the only GPU; z would finish in 10 s. Algorithm 1 preempts a
     # (z's 0.1/s > 2 x a's 0.001/s). drain = 1010 s, and a, holding its point, stays critical while
-    # its 1000 s >= 0.85 x 0.1 x 1010: it keeps the GPU.
+    # its whole length there (2000 s) is at least 0.85 x 0.1 x 1010: it keeps the GPU.
     table: PlanTable = {"a": {1: {"dp": 1.0}}, "z": {1: {"dp": 0.01}}}
     snap = Snapshot((node("n0", 1, busy=(0,)),), (job("z", "z"),),
                     running=(run(job("a", "a", 2000, done=1000), "n0", (0,)),), now=600.0)

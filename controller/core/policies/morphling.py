@@ -58,7 +58,7 @@ class MorphlingOptions:
     # Makespan guard (docs/scheduler-morphling.md, "Critical jobs"): a best-effort job whose
     # remaining time at its most efficient point is at least `critical_factor` x the drain time of
     # all known work is placed before the slope order (0 = off); one that holds its point keeps it
-    # while that time is at least `critical_keep` x this bound. Tuned on morphling-base.
+    # while its whole length there is at least `critical_keep` x this bound. Tuned on morphling-base.
     critical_factor: float = 0.85
     critical_keep: float = 0.1
 
@@ -196,14 +196,16 @@ class _Round:
         remaining time there is at least `critical_factor` x drain would end last if it waited, so
         it gets, before the slope order, its cheapest point that ends within drain (the fastest if
         none does), shrinking best-effort jobs over their minimum but preempting none, longest
-        first; while it holds that point it keeps it (never shrunk below, never preempted) as long
-        as its time is at least `critical_keep` x the bound (drain grows with every arrival)."""
+        first. While it holds that point it keeps it (never shrunk below, never preempted) as long
+        as its whole length there is at least `critical_keep` x the bound: drain grows with every
+        arrival and the job's remaining time shrinks as it runs, and a job preempted near its end
+        waited behind every shorter one again."""
         cf = self.o.critical_factor
         cap = sum(self.ctx.total_gpus(t) for t in self.ctx.types())
         if not cf or cap <= 0:
             return
         work = 0.0
-        cands: list[tuple[float, str]] = []
+        cands: list[tuple[float, str, float]] = []  # remaining and whole time at the cheapest point
         for jid in sorted(self.jobs):
             job = self.jobs[jid]
             e = self.efficient(job)
@@ -212,17 +214,17 @@ class _Round:
             t = remaining_time(job, e.it, self.o.unknown_iterations)
             work += t * e.gpus
             if not self.cv.guaranteed(job) and job.iterations > 0 and jid not in self.b.suspended:
-                cands.append((t, jid))
+                cands.append((t, jid, job.iterations * e.it))
         drain = work / cap
         crit: list[tuple[float, str, Point]] = []
-        for t, jid in cands:
+        for t, jid, whole in cands:
             job = self.jobs[jid]
             hull = self.cv.hull(job)
             ends = [p for p in hull if remaining_time(job, p.it, self.o.unknown_iterations) <= drain]
             want = min(ends, key=lambda p: (p.it * p.gpus, p.it)) if ends else hull[-1]
             cur = self.point.get(jid) if jid in self.b.allocs else None
             held = cur is not None and cur.gpus >= want.gpus
-            if t >= cf * (self.o.critical_keep if held else 1.0) * drain:
+            if (whole >= cf * self.o.critical_keep * drain) if held else (t >= cf * drain):
                 crit.append((t, jid, want))
                 if held:
                     self.floor[jid] = want.gpus
