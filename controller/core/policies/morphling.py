@@ -118,7 +118,6 @@ class _Round:
         self.floor: dict[str, int] = {}  # critical jobs: the GPUs they keep this round
         self.placing_critical = False  # a critical job's placement shrinks others, never preempts
         self.critical_note = ""
-        self.kept: set[str] = set()
         self.cpu_free: dict[str, float] = {
             n.id: float(max(0, n.cpus - n.busy_cpus)) if n.cpus > 0 else math.inf for n in ctx.snap.nodes}
         for jid, a in self.b.allocs.items():
@@ -228,11 +227,10 @@ class _Round:
                 crit.append((t, jid, want))
                 if held:
                     self.floor[jid] = want.gpus
-                    self.kept.add(jid)
         crit.sort(key=lambda c: (-c[0], c[1]))
         for t, jid, want in crit:
-            if jid in self.kept or jid in self.b.suspended:
-                continue
+            if jid in self.floor or jid in self.b.suspended:
+                continue  # holds its point already, or preempted this round
             job = self.jobs[jid]
             if jid in self.b.allocs and not self.value(job, want, True) > self.cur_value(jid):
                 continue
