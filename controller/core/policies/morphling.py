@@ -195,10 +195,11 @@ class _Round:
         remaining time there is at least `critical_factor` x drain would end last if it waited, so
         it gets, before the slope order, its cheapest point that ends within drain (the fastest if
         none does), shrinking best-effort jobs over their minimum but preempting none, longest
-        first. While it holds that point it keeps it (never shrunk below, never preempted) as long
-        as its whole length there is at least `critical_keep` x the bound: drain grows with every
-        arrival and the job's remaining time shrinks as it runs, and a job preempted near its end
-        waited behind every shorter one again."""
+        first. A best-effort job that holds that point (placed by the guard or not: no state is
+        kept between rounds) keeps it (never shrunk below, never preempted) as long as its whole
+        length there is at least `critical_keep` x the bound: drain grows with every arrival and
+        the job's remaining time shrinks as it runs, and a job preempted near its end waited behind
+        every shorter one again."""
         cf = self.o.critical_factor
         cap = sum(self.ctx.total_gpus(t) for t in self.ctx.types())
         if not cf or cap <= 0:
