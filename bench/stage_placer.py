@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tessera.estimator.cells import CellInputError, CellModel, GpuPool
-from tessera.estimator.stage_placer import HeteroPlan, HeteroStage, StagePlacer
+from tessera.estimator.cost_placements import whale_placement
+from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
 
 NIC_GBPS = 2.5 / 8  # Espresso Sec. V-A: 2.5 Gbps between instances
 TYPES = {
@@ -51,19 +52,6 @@ MODELS = {
                           seq_length=4096, global_batch=32, name="llama-3b"),
 }
 DP = 2
-
-
-def whale(sp: StagePlacer, pools: list[GpuPool]) -> HeteroPlan:
-    """Whale+: decreasing memory (ties: the faster first), layers in proportion to the FP16 rate."""
-    order = sorted(pools, key=lambda p: (-p.gpu_type.memory_gb, -p.gpu_type.tflops_fp16, p.gpu))
-    total = sp.model.num_layers
-    rate = sum(p.gpu_type.tflops_fp16 for p in order)
-    layers = [max(1, round(total * p.gpu_type.tflops_fp16 / rate)) for p in order]
-    while sum(layers) > total:
-        layers[max(range(len(layers)), key=lambda i: layers[i])] -= 1
-    while sum(layers) < total:
-        layers[min(range(len(layers)), key=lambda i: layers[i])] += 1
-    return sp.evaluate([HeteroStage(p, n) for p, n in zip(order, layers, strict=True)])
 
 
 def hph(sp: StagePlacer, pools: list[GpuPool], max_plans: int) -> HeteroPlan:
@@ -116,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 t2 = time.perf_counter()
                 t_alg += t1 - t0
                 t_opt += t2 - t1
-                wh = whale(sp, pools)
+                wh = whale_placement(sp)  # Whale+ as the cost baselines place it
                 t3 = time.perf_counter()
                 hp = hph(sp, pools, args.max_plans)
                 t_hph += time.perf_counter() - t3
