@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from tessera.clients import output, terminal
-from tessera.clients.sdk import Client, RpcError
+from tessera.clients.sdk import UNAVAILABLE_GRACE_S, Client, RpcError
 from tessera.common.durations import format_duration
 from tessera.common.errors import InvalidInput
 from tessera.v1 import common_pb2, controller_pb2
@@ -30,8 +30,6 @@ from tessera.v1 import common_pb2, controller_pb2
 P = common_pb2
 EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_TIMEOUT = 0, 1, 4, 124
 TERMINAL = (P.JOB_STATE_SUCCEEDED, P.JOB_STATE_FAILED, P.JOB_STATE_CANCELLED)
-# How long a watch keeps reopening while the controller is unreachable (a restart takes seconds).
-RECONNECT_S = 30.0
 BAR_WIDTH = 24
 PIPE_EVERY_S = 10.0  # piped progress lines, at most one this often
 
@@ -157,7 +155,7 @@ def updates(client: Client, job_id: str, deadline: float | None) -> Iterator[con
                 raise
             now = time.monotonic()
             down_since = down_since or now
-            if now - down_since > RECONNECT_S:
+            if now - down_since > UNAVAILABLE_GRACE_S:  # the SDK's own wait for a restarting controller
                 raise
             time.sleep(0.5)
 
