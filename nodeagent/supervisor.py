@@ -29,6 +29,7 @@ from typing import Any
 
 import structlog
 
+from tessera.common.contract import FENCED_REASON
 from tessera.nodeagent import contract, keeperfiles, process, worklogs
 from tessera.nodeagent.errors import FailedPrecondition, NotFound
 from tessera.nodeagent.keeping import Keepers
@@ -45,6 +46,26 @@ MAX_JOB_MARKS = 10_000
 EXIT_SPAWN_FAILED = 127  # what a shell reports for "command not found"
 REASON_DOWN = "exited while the agent was down"
 KILL_WAIT_SECONDS = 5.0
+
+
+def stop_prefix(att: Attempt, w: Worker) -> str:
+    prefix = "stopped by controller" + (f" ({att.stop_reason})" if att.stop_reason else "")
+    return prefix + (", SIGKILL after the grace period" if w.killed else "")
+
+
+def exit_reason(att: Attempt, w: Worker, code: int, why: str = "") -> str:
+    """A worker status's reason; `why`: what the keeper recorded beyond the code ("fenced: ...").
+
+    A keeper's fence comes first even when the controller also asked for a stop: the fence is how the
+    worker died, and a stop request that lands while the agent was frozen (SIGSTOP, a stalled host)
+    reaches it only after the worker had already fenced itself.
+    """
+    text = f"{why}, {describe_exit(code)}" if why else describe_exit(code)
+    if not att.stop_requested:
+        return text
+    if why.split(":", 1)[0] == FENCED_REASON:
+        return f"{text} (the controller had also asked it to stop: {att.stop_reason or 'no reason given'})"
+    return f"{stop_prefix(att, w)}, {text}"
 
 
 class Supervisor:
@@ -280,35 +301,23 @@ class Supervisor:
             log.info("killed leftover processes of a keeper", job_id=w.job_id, attempt=w.attempt, rank=w.rank)
         recorded = self._recorded_exit(w)
         if recorded is None:
-            self._exited(att, w, code, self._exit_reason(att, w, code, "keeper left no exit status"))
+            self._exited(att, w, code, exit_reason(att, w, code, "keeper left no exit status"))
         else:
-            self._exited(att, w, recorded[0], self._exit_reason(att, w, *recorded))
+            self._exited(att, w, recorded[0], exit_reason(att, w, *recorded))
 
     async def _watch_adopted(self, att: Attempt, w: Worker) -> None:
         await process.wait_gone(w.pid, w.started, self.poll_interval)
         recorded = self._recorded_exit(w)
         if recorded is not None:
-            self._exited(att, w, recorded[0], self._exit_reason(att, w, *recorded))
+            self._exited(att, w, recorded[0], exit_reason(att, w, *recorded))
             return
         reason = "exited after the agent restarted; exit status unknown (not a child of this agent)"
         if att.stop_requested:
-            reason = self._stop_prefix(att, w) + ", " + reason
+            reason = stop_prefix(att, w) + ", " + reason
         self._exited(att, w, EXIT_UNKNOWN, reason)
 
     def _recorded_exit(self, w: Worker) -> tuple[int, str] | None:
         return self.keepers.result(w.log_path.parent, w.rank)
-
-    @staticmethod
-    def _stop_prefix(att: Attempt, w: Worker) -> str:
-        prefix = "stopped by controller" + (f" ({att.stop_reason})" if att.stop_reason else "")
-        return prefix + (", SIGKILL after the grace period" if w.killed else "")
-
-    def _exit_reason(self, att: Attempt, w: Worker, code: int, why: str = "") -> str:
-        """`why`: what the keeper recorded beyond the code ("fenced: ..."), if anything."""
-        text = f"{why}, {describe_exit(code)}" if why else describe_exit(code)
-        if att.stop_requested:
-            return f"{self._stop_prefix(att, w)}, {text}"
-        return text
 
     def _exited(self, att: Attempt, w: Worker, code: int, reason: str, notify: bool = True) -> None:
         w.state = EXITED
@@ -560,7 +569,7 @@ class Supervisor:
                 log.info("re-adopted worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank, pid=w.pid)
                 self._track(self._watch_adopted(att, w))
             elif (recorded := self._recorded_exit(w)) is not None:  # its keeper said how it ended
-                self._exited(att, w, recorded[0], self._exit_reason(att, w, *recorded), notify=False)
+                self._exited(att, w, recorded[0], exit_reason(att, w, *recorded), notify=False)
             else:
                 self._exited(att, w, EXIT_UNKNOWN, REASON_DOWN, notify=False)
         # A stop that was waiting out its grace when the last agent went down still gets its SIGKILL.

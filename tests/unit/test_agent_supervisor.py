@@ -19,7 +19,8 @@ import pytest
 
 from tessera.nodeagent import process
 from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFound
-from tessera.nodeagent.supervisor import EXIT_UNKNOWN, REASON_DOWN, Supervisor
+from tessera.nodeagent.supervisor import EXIT_UNKNOWN, REASON_DOWN, Supervisor, exit_reason
+from tessera.nodeagent.workers import Attempt, Worker
 from tessera.nodeagent.testing import launch_request, wait_until
 from tessera.v1 import common_pb2
 from tests.workerenv import worker_python
@@ -432,3 +433,22 @@ async def test_shutdown_with_kill_workers_stops_them(sup: Supervisor) -> None:
     assert [(s.state, s.exit_code) for s in sup.statuses()] == [(EXITED, 0)]
     with pytest.raises(FailedPrecondition, match="shutting down"):
         await sup.launch(launch_request("late", argv=["true"], gpus=[[3]]))
+
+
+def test_a_fence_is_named_first_even_when_a_stop_arrives_after_it() -> None:
+    # The agent was frozen (SIGSTOP) past its lease: the keeper fenced the worker, and the
+    # controller's stop for the now stale attempt reached the agent only when it woke.
+    w = Worker("job-1", 1, 0, 0, (), Path("rank-0.log"))
+    att = Attempt("job-1", 1, 1, [w], stop_requested=True, stop_reason="stale attempt")
+    fenced = "fenced: no lease renewal for 2.6 s"
+    assert exit_reason(att, w, -signal.SIGKILL, fenced) == (
+        "fenced: no lease renewal for 2.6 s, killed by SIGKILL"
+        " (the controller had also asked it to stop: stale attempt)"
+    )
+    assert exit_reason(att, w, 0) == "stopped by controller (stale attempt), exit code 0"
+    w.killed = True
+    assert exit_reason(att, w, -signal.SIGKILL) == (
+        "stopped by controller (stale attempt), SIGKILL after the grace period, killed by SIGKILL"
+    )
+    att.stop_requested = False
+    assert exit_reason(att, w, 0, fenced) == "fenced: no lease renewal for 2.6 s, exit code 0"
