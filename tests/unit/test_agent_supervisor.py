@@ -20,8 +20,8 @@ import pytest
 from tessera.nodeagent import process
 from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFound
 from tessera.nodeagent.supervisor import EXIT_UNKNOWN, REASON_DOWN, Supervisor, exit_reason
-from tessera.nodeagent.workers import Attempt, Worker
 from tessera.nodeagent.testing import launch_request, wait_until
+from tessera.nodeagent.workers import Attempt, Worker
 from tessera.v1 import common_pb2
 from tests.workerenv import worker_python
 
