@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from benchio import write_result
+from morphling_bounds import bounds
 
 from tessera.controller.core.policies.morphling import MorphlingOptions, MorphlingPolicy
 from tessera.controller.core.policy import RoundConfig
@@ -32,30 +33,6 @@ from tessera.controller.sim.engine import Simulator
 from tessera.controller.sim.metrics import summarize
 from tessera.controller.sim.oracles import MorphlingOracle
 from tessera.controller.sim.tenants import morphling_mt
-from tessera.controller.sim.traces import TraceJob
-
-
-def per_gpu_count(oracle: MorphlingOracle, model: str) -> dict[int, float]:
-    """The fastest measured seconds per iteration of `model` at each GPU count."""
-    out: dict[int, float] = {}
-    for (m, place), (it, _) in oracle.best.items():
-        g = sum(int(c) for c in place)
-        if m == model and (g not in out or it < out[g]):
-            out[g] = it
-    return out
-
-
-def bounds(jobs: list[TraceJob], oracle: MorphlingOracle, gpus: int) -> dict[str, float]:
-    """The least GPU-seconds of the jobs' work and two lower bounds on the makespan (module docstring)."""
-    curves = {m: per_gpu_count(oracle, m) for m in {j.model_key for j in jobs}}
-    cheap = sorted((j.submit_time, j.iterations * min(g * it for g, it in curves[j.model_key].items()))
-                   for j in jobs)
-    fastest = max(j.submit_time + j.iterations * min(curves[j.model_key].values()) for j in jobs)
-    fluid, later = 0.0, sum(w for _, w in cheap)
-    for t, w in cheap:
-        fluid = max(fluid, t + later / gpus)
-        later -= w
-    return {"least_gpu_s": sum(w for _, w in cheap), "arrival_plus_fastest_s": fastest, "fluid_s": fluid}
 
 
 def run_sample(trace: str, share: float, seed: int) -> dict[str, Any]:

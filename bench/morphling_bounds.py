@@ -1,0 +1,194 @@
+"""How far the morphling policy's makespan on the Morphling workloads is from what any schedule can
+reach on the same oracle and rules, and what the Morphling artifact's own guarantee rule changes on
+morphling-mt (docs/scheduler-morphling.md, "How far from the bound").
+
+Lower bounds on the makespan (each job alone on the 8 x 8 A800 cluster's measured table; no packing,
+no waiting, no reconfiguration but one start):
+- arrival + fastest: the latest (arrival + all its iterations at the job's fastest GPU count);
+- fluid: max over t of (t + the least GPU-seconds of the jobs arriving at or after t / 64 GPUs),
+  the least GPU-seconds of a job being its iterations at its cheapest GPU count; "+ one start"
+  adds the rules' start cost (260 s on every GPU the job starts on: the artifact's simulator and
+  Tessera's `morphling` rules charge it on a first start too);
+- on morphling-mt, a guaranteed job's least GPU-seconds under Tessera's guarantee: every round at
+  a point at least as fast as its promise (t_P, the promised plan on the promised GPUs), so its
+  cheapest such point ("per round"); and, weaker, under the SLA metric alone, which counts
+  cumulative progress, the cheapest mix of two points whose average is t_P ("cumulative").
+
+Runs: `morphling` with its defaults on both traces; on mt also under the artifact's guarantee rule
+(its policy, sched/morphling_sched/policy/morphling.py of AlibabaPAI/reconfigurable-dl-scheduler,
+holds an SLA job to `1.5 * throughput >= sla_perf`, i.e. 2/3 of the promised throughput): the
+scheduler is given t_P x 1.5, the SLA metric stays Tessera's (the strict t_P), so `sla_violations`
+counts the guaranteed jobs that rule leaves behind their promise. Writes
+bench/results/morphling_bounds.json.
+
+    .venv/bin/python bench/morphling_bounds.py [--slack 1.5] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from benchio import write_result
+
+from tessera.controller.core.policies.morphling import MorphlingPolicy
+from tessera.controller.core.policy import CachedEstimates, RoundConfig
+from tessera.controller.core.snapshot import CellEstimate, JobView, Promise
+from tessera.controller.sim import cli
+from tessera.controller.sim.engine import Simulator
+from tessera.controller.sim.metrics import summarize
+from tessera.controller.sim.oracles import MorphlingOracle
+from tessera.controller.sim.tenants import morphling_mt, tenancy
+from tessera.controller.sim.traces import TraceJob
+
+# The Morphling artifact's own figures on these files (issue 15): average JCT and makespan, seconds.
+ARTIFACT = {"base": (3638.0, 58680.0), "mt": (4017.0, 60780.0)}
+GPUS = 64
+
+
+def per_gpu_count(oracle: MorphlingOracle, model: str) -> dict[int, float]:
+    """The fastest measured seconds per iteration of `model` at each GPU count."""
+    out: dict[int, float] = {}
+    for (m, place), (it, _) in oracle.best.items():
+        g = sum(int(c) for c in place)
+        if m == model and (g not in out or it < out[g]):
+            out[g] = it
+    return out
+
+
+def mix_cost(curve: dict[int, float], t_p: float) -> float:
+    """The least GPU-seconds per iteration at an average of at most t_P seconds per iteration, one
+    point or a share of iterations on each of two points (one faster than t_P, one slower)."""
+    fast = [(g, it) for g, it in curve.items() if it <= t_p]
+    best = min((g * it for g, it in fast), default=float("inf"))
+    for ga, ia in fast:
+        for gb, ib in curve.items():
+            if ib > t_p:
+                x = (t_p - ia) / (ib - ia)  # the share of iterations on the slower point
+                best = min(best, (1 - x) * ga * ia + x * gb * ib)
+    return best
+
+
+def fluid(work: Sequence[tuple[float, float]], gpus: int) -> float:
+    """max over t of (t + the GPU-seconds of the jobs arriving at or after t / gpus)."""
+    out, later = 0.0, sum(w for _, w in work)
+    for t, w in sorted(work):
+        out = max(out, t + later / gpus)
+        later -= w
+    return out
+
+
+def promise_time(oracle: MorphlingOracle, tj: TraceJob, gpu_type: str) -> float:
+    """t_P of a guaranteed trace job, as the SLA metric counts it (0: not guaranteed)."""
+    _, _, promise = tenancy(tj, gpu_type)
+    if promise is None:
+        return 0.0
+    view = JobView(tj.id, tj.submit_time, tj.model, tj.global_batch_size, estimate_key=tj.model_key)
+    return oracle.promise_time(view, promise)
+
+
+def bounds(jobs: Sequence[TraceJob], oracle: MorphlingOracle, gpus: int, start_s: float = 0.0,
+           gpu_type: str = "", slack: float = 1.0) -> dict[str, float]:
+    """The least GPU-seconds of the jobs' work and lower bounds on the makespan (module docstring);
+    with `gpu_type` (morphling-mt) also those under the guarantee of each guaranteed job, its
+    promise `slack` times slower."""
+    curves = {m: per_gpu_count(oracle, m) for m in {j.model_key for j in jobs}}
+    plain, started, per_round, cumulative = [], [], [], []
+    for j in jobs:
+        c = curves[j.model_key]
+        least = min(g * j.iterations * it for g, it in c.items())
+        once = min(g * (j.iterations * it + start_s) for g, it in c.items())
+        plain.append((j.submit_time, least))
+        started.append((j.submit_time, once))
+        t_p = promise_time(oracle, j, gpu_type) * slack if gpu_type else 0.0
+        if t_p > 0:
+            fast = [g * (j.iterations * it + start_s) for g, it in c.items() if it <= t_p * (1 + 1e-9)]
+            per_round.append((j.submit_time, min(fast)))
+            cumulative.append((j.submit_time, j.iterations * mix_cost(c, t_p) + start_s * min(c)))
+        else:
+            per_round.append((j.submit_time, once))
+            cumulative.append((j.submit_time, once))
+    out = {
+        "least_gpu_s": sum(w for _, w in plain),
+        "arrival_plus_fastest_s": max(j.submit_time + j.iterations * min(curves[j.model_key].values()) for j in jobs),
+        "fluid_s": fluid(plain, gpus),
+        "fluid_one_start_s": fluid(started, gpus),
+    }
+    if gpu_type:
+        out["fluid_guarantee_per_round_s"] = fluid(per_round, gpus)
+        out["fluid_guarantee_cumulative_s"] = fluid(cumulative, gpus)
+    return out
+
+
+class SlackPromises:
+    """The replay's oracle with every promise `factor` times slower for the scheduler (the
+    artifact's guarantee rule at 1.5); everything else is the oracle's."""
+
+    def __init__(self, oracle: MorphlingOracle, factor: float) -> None:
+        self.oracle = oracle
+        self.factor = factor
+
+    def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
+        return self.oracle.cells(job, gpu_type, gpus, nodes)
+
+    def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
+        return self.oracle.gpu_counts(job, gpu_type)
+
+    def promise_time(self, job: JobView, promise: Promise) -> float:
+        return self.oracle.promise_time(job, promise) * self.factor
+
+
+def run(trace: str, slack: float = 1.0) -> dict[str, Any]:
+    args = cli.build_parser().parse_args(["--trace", f"morphling-{trace}", "--cluster", "morphling-64",
+                                          "--rules", "morphling", "--out", "unused"])
+    cluster, jobs, est, truth, rules, by_short = cli.load_inputs(args)
+    assert isinstance(truth.est, MorphlingOracle)
+    tenants: tuple[Any, ...] = ()
+    gpu_type = ""
+    if trace == "mt":
+        gpu_type = cluster.gpu_types()[0]
+        jobs, tenants = morphling_mt(jobs, gpu_type)
+    if slack != 1.0:
+        est = CachedEstimates(SlackPromises(truth.est, slack))
+    sim = Simulator(cluster, jobs, est, truth, rules, f"morphling-{trace}",
+                    RoundConfig(search_depth=args.depth, interval_s=rules.interval_s),
+                    type_of=lambda s: by_short.get(s, s), tenants=tenants)
+    pol = MorphlingPolicy()
+    s = summarize(sim.run(pol, pol.mode))
+    return {"trace": trace, "promise_slack": slack, "jct_avg_s": s["jct_avg_s"], "makespan_s": s["makespan_s"],
+            "finished": s["jobs_finished"], "jobs": len(jobs), "sla_violations": s.get("sla_violations"),
+            **bounds(jobs, truth.est, cluster.total_gpus(), rules.fixed_cost or 0.0, gpu_type, slack)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--slack", type=float, default=1.5, help="the artifact's guarantee rule (t_P x this)")
+    ap.add_argument("--out", default="bench/results")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    rows = [run("base"), run("mt"), run("mt", a.slack)]
+    for r in rows:
+        art_jct, art_mk = ARTIFACT[r["trace"]]
+        rule = "Tessera's guarantee" if r["promise_slack"] == 1.0 else f"promises x {r['promise_slack']:g}"
+        tight = r.get("fluid_guarantee_per_round_s", r["fluid_one_start_s"])
+        r["tightest_bound_s"] = tight
+        print(f"morphling-{r['trace']} ({rule}): {r['finished']}/{r['jobs']} finished, JCT {r['jct_avg_s']:,.0f} s, "
+              f"makespan {r['makespan_s']:,.0f} s, sla_violations {r['sla_violations']}")
+        print(f"  bounds: arrival + fastest {r['arrival_plus_fastest_s']:,.0f} s; fluid {r['fluid_s']:,.0f} s; "
+              f"fluid + one start {r['fluid_one_start_s']:,.0f} s", end="")
+        if "fluid_guarantee_per_round_s" in r:
+            print(f"; under the guarantee ({rule}), per round {r['fluid_guarantee_per_round_s']:,.0f} s, "
+                  f"cumulative {r['fluid_guarantee_cumulative_s']:,.0f} s", end="")
+        print()
+        print(f"  makespan over the bound that holds for this rule ({tight:,.0f} s): morphling "
+              f"{r['makespan_s'] / tight - 1:+.1%}; the artifact's {art_mk:,.0f} s (JCT {art_jct:,.0f} s) "
+              f"{art_mk / tight - 1:+.1%}")
+    write_result(a.out, "morphling_bounds.json", {"rows": rows, "artifact": ARTIFACT,
+                                                   "wall_s": time.perf_counter() - t0}, show=False)
+    print(f"wrote {a.out}/morphling_bounds.json ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
