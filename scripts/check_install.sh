@@ -107,4 +107,12 @@ run "tessctl completion bash" "$venv/bin/tessctl" completion bash
 grep -q "tessctl" "$log" || fail "tessctl completion bash printed no script"
 ok "tessctl version --client, tessctl completion bash"
 
+# Data files the code reads at run time: the dashboard's page assets and the simulator's clusters.
+run "the package data" "$venv/bin/python" -c "
+import pathlib, tessera.controller as c
+root = pathlib.Path(c.__file__).parent
+assert (root / 'dashboard/static/app.js').is_file() and (root / 'dashboard/static/style.css').is_file()
+assert (root / 'sim/clusters/morphling-64.json').is_file()"
+ok "the dashboard's static files and the simulator's cluster files are installed"
+
 echo "check_install: all checks passed in $((SECONDS - start)) s"

@@ -293,6 +293,14 @@ def test_a_long_job_on_the_critical_path_starts_before_the_slope_order() -> None
             in d["a"].reason)
 
 
+def test_a_job_alone_gets_no_critical_path_note() -> None:
+    # Alone, a job is trivially its own critical path (its 1,000 s >= 0.85 x the 500 s drain on 2
+    # GPUs): the guard places it as before, but its reason does not claim "1,000 s ... the 500 s".
+    snap = Snapshot((node("n0", 2),), (job("a", "a", 100),), now=0.0)
+    d = decide(snap, Plans({"a": {1: {"dp": 10.0}}}))
+    assert d["a"].action is Action.START and "critical path" not in d["a"].reason
+
+
 def test_a_critical_job_keeps_its_point_against_a_steeper_one() -> None:
     # a runs with 1000 s left on the only GPU; z would finish in 10 s. Algorithm 1 preempts a
     # (z's 0.1/s > 2 x a's 0.001/s). drain = 1010 s, and a, holding its point, stays critical while

@@ -236,8 +236,10 @@ class _Round:
             if jid in self.b.allocs and not self.value(job, want, True) > self.cur_value(jid):
                 continue
             self.floor[jid] = want.gpus
+            # A job alone is trivially its own critical path: say nothing rather than "1 s ... 1 s".
             self.critical_note = (f"on the makespan's critical path: {t:,.0f} s at its most efficient point, "
-                                  f"at least {cf:g} x the {drain:,.0f} s the cluster needs for all known work")
+                                  f"at least {cf:g} x the {drain:,.0f} s the cluster needs for all known work"
+                                  if len(self.jobs) > 1 else "")
             self.placing_critical = True
             placed = self.schedule(job, want, privileged=True, gain=math.inf)
             self.placing_critical = False
@@ -334,7 +336,7 @@ class _Round:
     def _commit(self, job: JobView, a: Alloc | None, pt: Point, slices: tuple[Slice, ...]) -> None:
         st = self.ctx.state
         why = f"plan {pt.plan or 'best'}"
-        if self.placing_critical:
+        if self.placing_critical and self.critical_note:
             why += f"; {self.critical_note}"
         if a is None:
             a = self.b.start(job, pt.gpu_type, slices, why, pt.est)
