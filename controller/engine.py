@@ -17,6 +17,7 @@ engine carries them out in order (store first, then agents).
 - controller/registry.py: node liveness; controller/learning.py: step-time learning;
 - controller/nodeops.py: what happens to a node (drain, undrain, removal, register, heartbeat);
 - controller/view.py: the in-memory state and the read-only `EngineView` the service and metrics use.
+- controller/engine_config.py: `EngineConfig`, the settings `tessera-controller`'s flags set.
 `run_round`, `liveness_tick` and `inspect` are the steps of the three loops: tests call them
 directly with fake clocks (tests/unit/test_engine.py).
 """
@@ -27,24 +28,21 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import grpc
 import structlog
 
 from tessera.common.crashpoints import crash_point
-from tessera.common.tls import TlsConfig
 from tessera.common.tokens import ANONYMOUS, Principal
 from tessera.controller import limits, metrics, nodeops, rounds, transitions
 from tessera.controller.agents import AgentCalls, last_log_line
-from tessera.controller.core import frenzy
 from tessera.controller.core.attempts import judge, stalled
-from tessera.controller.core.backoff import BackoffConfig, healthy, may_launch
+from tessera.controller.core.backoff import healthy, may_launch
 from tessera.controller.core.forecast import ForecastConfig
 from tessera.controller.core.opaque import OpaqueAware
 from tessera.controller.core.policy import Estimates, Policy, RoundConfig, plan_round
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice, Snapshot
-from tessera.controller.core.step_times import StepTimeConfig
+from tessera.controller.engine_config import EngineConfig
 from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
 from tessera.controller.forecasting import Forecaster, step_seconds
@@ -52,7 +50,6 @@ from tessera.controller.judging import processes, rank_statuses, settle
 from tessera.controller.launches import launch_requests, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
 from tessera.controller.registry import (
-    LivenessConfig,
     LiveNode,
     index_workers,
     lease_lost,
@@ -69,47 +66,6 @@ __all__ = ["Engine", "EngineConfig", "JobNotFound", "NodeNotFound"]
 
 P = common_pb2
 log = structlog.get_logger("controller")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    round_interval_s: float = 300.0
-    inspect_interval_s: float = 20.0
-    debounce_s: float = 1.0
-    stop_grace_s: float = 30.0
-    checkpoint_root: str = "/var/lib/tessera/checkpoints"
-    policy: str = "crius"
-    policy_mode: str = "paper"
-    search_depth: int = 3
-    round_budget_s: float = 10.0
-    min_gain: float = 0.2
-    critical_factor: float = 0.85  # morphling's makespan guard (docs/scheduler-morphling.md); 0 = off
-    start_timeout_s: float = 300.0
-    progress_timeout_s: float = 900.0
-    port_base: int = 29500
-    port_count: int = 2000
-    # Whose step times the estimates learn from: "nvml" (nodes whose GPUs were probed), "all"
-    # (declared inventories too: only for demos and tests, where a CPU process stands in for the
-    # declared GPU and its step times say nothing about that GPU), or "off".
-    learn_step_times: str = "nvml"
-    # host:port of a tessera-estimator that receives the step times too ("" = none).
-    estimator: str = ""
-    # Environment names a job may set although common/envpolicy.py refuses them (--allow-env).
-    allowed_env: frozenset[str] = frozenset()
-    step_times: StepTimeConfig = field(default_factory=StepTimeConfig)
-    liveness: LivenessConfig = field(default_factory=LivenessConfig)
-    backoff: BackoffConfig = field(default_factory=BackoffConfig)
-    frenzy: frenzy.FrenzyConfig = field(default_factory=frenzy.FrenzyConfig)
-    # The controller's certificate for its calls to the estimator; None = the controller's --insecure.
-    tls: TlsConfig | None = None
-    # Price per GPU-hour of each GPU type (--prices): the cost objective's input; empty = none.
-    prices: tuple[tuple[str, float], ...] = ()
-    # Forecasts of start and finish after each round (docs/forecasts.md); None = off. Rounds follow
-    # departures live (a finished job kicks a round).
-    forecast: ForecastConfig | None = field(default_factory=lambda: ForecastConfig(rounds_at_departures=True))
-    # The tenants file (--tenants; controller/tenants.py): GPU quotas per tenant, reloaded when it
-    # changes. "" = none: no quotas, every job best-effort.
-    tenants_file: str = ""
 
 
 class Engine:
