@@ -101,6 +101,11 @@ class _Step:
     loss: float
 
 
+def cheapest(points: list[Point]) -> Point | None:
+    """The point with the fewest GPU-seconds per iteration (the fastest among equals); None if none."""
+    return min(points, key=lambda p: (p.it * p.gpus, p.it)) if points else None
+
+
 class _Round:
     def __init__(self, ctx: RoundContext, o: MorphlingOptions) -> None:
         self.ctx = ctx
@@ -184,8 +189,7 @@ class _Round:
 
     def efficient(self, job: JobView) -> Point | None:
         """The job's cheapest point in GPU-seconds per iteration (the fastest among equals)."""
-        hull = self.cv.hull(job)
-        return min(hull, key=lambda p: (p.it * p.gpus, p.it)) if hull else None
+        return cheapest(self.cv.hull(job))
 
     def critical(self) -> None:
         """Makespan guard, not in Algorithm 1: its slopes serve short jobs first, and a long job
@@ -221,7 +225,7 @@ class _Round:
             job = self.jobs[jid]
             hull = self.cv.hull(job)
             ends = [p for p in hull if remaining_time(job, p.it, self.o.unknown_iterations) <= drain]
-            want = min(ends, key=lambda p: (p.it * p.gpus, p.it)) if ends else hull[-1]
+            want = cheapest(ends) or hull[-1]
             cur = self.point.get(jid) if jid in self.b.allocs else None
             held = cur is not None and cur.gpus >= want.gpus
             if (whole >= cf * self.o.critical_keep * drain) if held else (t >= cf * drain):
