@@ -37,7 +37,8 @@ from tessera.controller.core.policies.morphling import MorphlingPolicy
 from tessera.controller.core.policy import CachedEstimates, RoundConfig
 from tessera.controller.core.snapshot import CellEstimate, JobView, Promise
 from tessera.controller.sim import cli
-from tessera.controller.sim.engine import Simulator
+from tessera.controller.sim import tenants as tn
+from tessera.controller.sim.engine import Simulator, Truth
 from tessera.controller.sim.metrics import summarize
 from tessera.controller.sim.oracles import MorphlingOracle
 from tessera.controller.sim.tenants import morphling_mt, tenancy
@@ -80,20 +81,23 @@ def fluid(work: Sequence[tuple[float, float]], gpus: int) -> float:
     return out
 
 
-def promise_time(oracle: MorphlingOracle, tj: TraceJob, gpu_type: str) -> float:
-    """t_P of a guaranteed trace job, as the SLA metric counts it (0: not guaranteed)."""
+def promise_time(truth: Truth, tj: TraceJob, gpu_type: str, per_node: int) -> float:
+    """t_P of a guaranteed trace job, by the SLA metric's own function (0: not guaranteed)."""
     _, _, promise = tenancy(tj, gpu_type)
     if promise is None:
         return 0.0
-    view = JobView(tj.id, tj.submit_time, tj.model, tj.global_batch_size, estimate_key=tj.model_key)
-    return oracle.promise_time(view, promise)
+    view = JobView(tj.id, tj.submit_time, tj.model, tj.global_batch_size, promise=promise,
+                   estimate_key=tj.model_key)
+    return tn.promise_time(view, gpu_type, per_node, truth)
 
 
-def bounds(jobs: Sequence[TraceJob], oracle: MorphlingOracle, gpus: int, start_s: float = 0.0,
-           gpu_type: str = "", slack: float = 1.0) -> dict[str, float]:
-    """The least GPU-seconds of the jobs' work and lower bounds on the makespan (module docstring);
-    with `gpu_type` (morphling-mt) also those under the guarantee of each guaranteed job, its
-    promise `slack` times slower."""
+def bounds(jobs: Sequence[TraceJob], truth: Truth, gpus: int, start_s: float = 0.0,
+           gpu_type: str = "", per_node: int = 8, slack: float = 1.0) -> dict[str, float]:
+    """The least GPU-seconds of the jobs' work and lower bounds on the makespan (module docstring),
+    on the Morphling oracle of `truth`; with `gpu_type` (morphling-mt) also those under the
+    guarantee of each guaranteed job, its promise `slack` times slower."""
+    oracle = truth.est
+    assert isinstance(oracle, MorphlingOracle)
     curves = {m: per_gpu_count(oracle, m) for m in {j.model_key for j in jobs}}
     plain, started, per_round, cumulative = [], [], [], []
     for j in jobs:
@@ -102,7 +106,7 @@ def bounds(jobs: Sequence[TraceJob], oracle: MorphlingOracle, gpus: int, start_s
         once = min(g * (j.iterations * it + start_s) for g, it in c.items())
         plain.append((j.submit_time, least))
         started.append((j.submit_time, once))
-        t_p = promise_time(oracle, j, gpu_type) * slack if gpu_type else 0.0
+        t_p = promise_time(truth, j, gpu_type, per_node) * slack if gpu_type else 0.0
         if t_p > 0:
             fast = [g * (j.iterations * it + start_s) for g, it in c.items() if it <= t_p * (1 + 1e-9)]
             per_round.append((j.submit_time, min(fast)))
@@ -159,7 +163,8 @@ def run(trace: str, slack: float = 1.0) -> dict[str, Any]:
     s = summarize(sim.run(pol, pol.mode))
     return {"trace": trace, "promise_slack": slack, "jct_avg_s": s["jct_avg_s"], "makespan_s": s["makespan_s"],
             "finished": s["jobs_finished"], "jobs": len(jobs), "sla_violations": s.get("sla_violations"),
-            **bounds(jobs, truth.est, cluster.total_gpus(), rules.fixed_cost or 0.0, gpu_type, slack)}
+            **bounds(jobs, truth, cluster.total_gpus(), rules.fixed_cost or 0.0, gpu_type,
+                     cluster.per_node(gpu_type) if gpu_type else 8, slack)}
 
 
 def main() -> None:

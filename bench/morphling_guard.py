@@ -48,7 +48,7 @@ def run_sample(trace: str, share: float, seed: int) -> dict[str, Any]:
                     type_of=lambda s: by_short.get(s, s), tenants=tenants)
     assert isinstance(truth.est, MorphlingOracle)
     row: dict[str, Any] = {"trace": trace, "share": share, "seed": seed, "jobs": len(jobs),
-                           **bounds(jobs, truth.est, cluster.total_gpus())}
+                           **bounds(jobs, truth, cluster.total_gpus())}
     for label, opts in (("off", MorphlingOptions(critical_factor=0.0)), ("on", MorphlingOptions())):
         pol = MorphlingPolicy(opts)
         held = {"gpu_s": 0.0, "t": 0.0}
