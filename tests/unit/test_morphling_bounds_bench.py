@@ -42,3 +42,16 @@ def test_mix_cost_under_a_promise() -> None:
     # Only the fastest point meets t_P = 0.3; nothing meets 0.2.
     assert b.mix_cost(curve, 0.3) == pytest.approx(1.2)
     assert b.mix_cost(curve, 0.2) == float("inf")
+
+
+def test_cumulative_gpu_seconds_pay_a_second_start_for_a_mix() -> None:
+    b = bench()
+    curve = {1: 1.0, 2: 0.8, 4: 0.3}
+    # Long job (700 iterations, 10 s starts): one point costs 880 (4 GPUs: 4 x (210 + 10)); the mix
+    # costs 700 x 7.4 / 7 + 10 x (2 + 1), its second start paid on the smallest count.
+    assert b.cumulative_gpu_s(curve, 700, 0.8, 10.0) == pytest.approx(770.0)
+    # Short job (7 iterations): the two starts cost more than the mix saves; 2 GPUs alone: 2 x 15.6.
+    assert b.cumulative_gpu_s(curve, 7, 0.8, 10.0) == pytest.approx(31.2)
+    # Free starts: the mix alone, 7 x 7.4 / 7.
+    assert b.cumulative_gpu_s(curve, 7, 0.8, 0.0) == pytest.approx(7.4)
+    assert b.cumulative_gpu_s(curve, 7, 0.2, 10.0) == float("inf")
