@@ -29,17 +29,19 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from benchio import write_result
 
 from tessera.controller.core.policies.morphling import MorphlingPolicy
-from tessera.controller.core.policy import CachedEstimates, RoundConfig
-from tessera.controller.core.snapshot import CellEstimate, JobView, Promise
+from tessera.controller.core.policy import CachedEstimates, Estimates, RoundConfig
+from tessera.controller.core.snapshot import CellEstimate, JobView, Promise, TenantQuota
 from tessera.controller.sim import cli
 from tessera.controller.sim import tenants as tn
-from tessera.controller.sim.engine import Simulator, Truth
+from tessera.controller.sim.clusters import Cluster
+from tessera.controller.sim.engine import Rules, Simulator, Truth
 from tessera.controller.sim.metrics import summarize
 from tessera.controller.sim.oracles import MorphlingOracle
 from tessera.controller.sim.tenants import morphling_mt, tenancy
@@ -156,27 +158,59 @@ class SlackPromises:
         return self.oracle.promise_time(job, promise) * self.factor
 
 
-def run(trace: str, slack: float = 1.0) -> dict[str, Any]:
+@dataclass
+class Replay:
+    """One Morphling workload as the benches replay it: 8 x 8 A800, the measured placements as the
+    oracle, the `morphling` rules; on mt, the MT trace's tenants (controller/sim/tenants.py)."""
+
+    trace: str
+    cluster: Cluster
+    jobs: list[TraceJob]
+    est: Estimates
+    truth: Truth
+    rules: Rules
+    tenants: tuple[TenantQuota, ...]
+    gpu_type: str  # the guaranteed jobs' type on mt, "" on base
+    config: RoundConfig
+    by_short: dict[str, str]
+
+    def simulator(self, est: Estimates | None = None) -> Simulator:
+        return Simulator(self.cluster, self.jobs, est or self.est, self.truth, self.rules, f"morphling-{self.trace}",
+                         self.config, type_of=lambda s: self.by_short.get(s, s), tenants=self.tenants)
+
+    def bounds(self, slack: float = 1.0) -> dict[str, float]:
+        """This workload's bounds with the rules' start cost, and on mt those under the guarantee."""
+        return bounds(self.jobs, self.truth, self.cluster.total_gpus(), self.rules.fixed_cost or 0.0, self.gpu_type,
+                      self.cluster.per_node(self.gpu_type) if self.gpu_type else 8, slack)
+
+
+def replay(trace: str, perturb: Callable[[list[TraceJob]], list[TraceJob]] | None = None) -> Replay:
+    """morphling-`trace` (base or mt), its jobs changed by `perturb` (a sample, a jitter) before
+    the tenants are set."""
     args = cli.build_parser().parse_args(["--trace", f"morphling-{trace}", "--cluster", "morphling-64",
                                           "--rules", "morphling", "--out", "unused"])
     cluster, jobs, est, truth, rules, by_short = cli.load_inputs(args)
     assert isinstance(truth.est, MorphlingOracle)
-    tenants: tuple[Any, ...] = ()
+    if perturb is not None:
+        jobs = perturb(list(jobs))
+    tenants: tuple[TenantQuota, ...] = ()
     gpu_type = ""
     if trace == "mt":
         gpu_type = cluster.gpu_types()[0]
         jobs, tenants = morphling_mt(jobs, gpu_type)
-    if slack != 1.0:
-        est = CachedEstimates(SlackPromises(truth.est, slack))
-    sim = Simulator(cluster, jobs, est, truth, rules, f"morphling-{trace}",
-                    RoundConfig(search_depth=args.depth, interval_s=rules.interval_s),
-                    type_of=lambda s: by_short.get(s, s), tenants=tenants)
+    return Replay(trace, cluster, list(jobs), est, truth, rules, tenants, gpu_type,
+                  RoundConfig(search_depth=args.depth, interval_s=rules.interval_s), dict(by_short))
+
+
+def run(trace: str, slack: float = 1.0) -> dict[str, Any]:
+    r = replay(trace)
+    assert isinstance(r.truth.est, MorphlingOracle)
+    est = CachedEstimates(SlackPromises(r.truth.est, slack)) if slack != 1.0 else None
     pol = MorphlingPolicy()
-    s = summarize(sim.run(pol, pol.mode))
+    s = summarize(r.simulator(est).run(pol, pol.mode))
     return {"trace": trace, "promise_slack": slack, "jct_avg_s": s["jct_avg_s"], "makespan_s": s["makespan_s"],
-            "finished": s["jobs_finished"], "jobs": len(jobs), "sla_violations": s.get("sla_violations"),
-            **bounds(jobs, truth, cluster.total_gpus(), rules.fixed_cost or 0.0, gpu_type,
-                     cluster.per_node(gpu_type) if gpu_type else 8, slack)}
+            "finished": s["jobs_finished"], "jobs": len(r.jobs), "sla_violations": s.get("sla_violations"),
+            **r.bounds(slack)}
 
 
 def main() -> None:

@@ -23,32 +23,20 @@ import time
 from typing import Any
 
 from benchio import write_result
-from morphling_bounds import bounds
+from morphling_bounds import bounds, replay
 
 from tessera.controller.core.policies.morphling import MorphlingOptions, MorphlingPolicy
-from tessera.controller.core.policy import RoundConfig
 from tessera.controller.core.snapshot import Snapshot
-from tessera.controller.sim import cli
-from tessera.controller.sim.engine import Simulator
 from tessera.controller.sim.metrics import summarize
-from tessera.controller.sim.oracles import MorphlingOracle
-from tessera.controller.sim.tenants import morphling_mt
 
 
 def run_sample(trace: str, share: float, seed: int) -> dict[str, Any]:
-    args = cli.build_parser().parse_args(["--trace", f"morphling-{trace}", "--cluster", "morphling-64",
-                                          "--rules", "morphling", "--out", "unused"])
-    cluster, jobs, est, truth, rules, by_short = cli.load_inputs(args)
     rng = random.Random(seed)
-    jobs = [j for j in jobs if rng.random() < share]
-    tenants: tuple[Any, ...] = ()
-    if trace == "mt":
-        jobs, tenants = morphling_mt(jobs, cluster.gpu_types()[0])
-    sim = Simulator(cluster, jobs, est, truth, rules, f"morphling-{trace}", RoundConfig(search_depth=args.depth, interval_s=rules.interval_s),
-                    type_of=lambda s: by_short.get(s, s), tenants=tenants)
-    assert isinstance(truth.est, MorphlingOracle)
+    r = replay(trace, lambda jobs: [j for j in jobs if rng.random() < share])
+    jobs, truth = r.jobs, r.truth
+    sim = r.simulator()
     row: dict[str, Any] = {"trace": trace, "share": share, "seed": seed, "jobs": len(jobs),
-                           **bounds(jobs, truth, cluster.total_gpus())}
+                           **bounds(jobs, truth, r.cluster.total_gpus())}
     for label, opts in (("off", MorphlingOptions(critical_factor=0.0)), ("on", MorphlingOptions())):
         pol = MorphlingPolicy(opts)
         held = {"gpu_s": 0.0, "t": 0.0}

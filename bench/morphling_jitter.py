@@ -26,15 +26,11 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from benchio import write_result
-from morphling_bounds import ARTIFACT, bounds
+from morphling_bounds import ARTIFACT, replay
 
 from tessera.controller.core.policies.morphling import MorphlingOptions, MorphlingPolicy
 from tessera.controller.core.policies.morphling_curves import MorphlingInputError
-from tessera.controller.core.policy import RoundConfig
-from tessera.controller.sim import cli
-from tessera.controller.sim.engine import Simulator
 from tessera.controller.sim.metrics import summarize
-from tessera.controller.sim.tenants import morphling_mt
 from tessera.controller.sim.traces import TraceJob
 
 
@@ -66,27 +62,14 @@ def options(sets: Sequence[str]) -> dict[str, float]:
     return out
 
 
-def replay(trace: str, seed: int | None, width: float, opts: dict[str, float]) -> dict[str, Any]:
+def run(trace: str, seed: int | None, width: float, opts: dict[str, float]) -> dict[str, Any]:
     """One run: the exact trace (seed None) or a jittered one."""
-    args = cli.build_parser().parse_args(["--trace", f"morphling-{trace}", "--cluster", "morphling-64",
-                                          "--rules", "morphling", "--out", "unused"])
-    cluster, jobs, est, truth, rules, by_short = cli.load_inputs(args)
-    if seed is not None:
-        jobs = jitter(jobs, seed, width)
-    tenants: tuple[Any, ...] = ()
-    gpu_type = ""
-    if trace == "mt":
-        gpu_type = cluster.gpu_types()[0]
-        jobs, tenants = morphling_mt(jobs, gpu_type)
-    sim = Simulator(cluster, jobs, est, truth, rules, f"morphling-{trace}",
-                    RoundConfig(search_depth=args.depth, interval_s=rules.interval_s),
-                    type_of=lambda s: by_short.get(s, s), tenants=tenants)
+    r = replay(trace, None if seed is None else (lambda jobs: jitter(jobs, seed, width)))
     pol = MorphlingPolicy(MorphlingOptions(**opts))  # type: ignore[arg-type]
-    s = summarize(sim.run(pol, pol.mode))
-    b = bounds(jobs, truth, cluster.total_gpus(), rules.fixed_cost or 0.0, gpu_type,
-               cluster.per_node(gpu_type) if gpu_type else 8)
+    s = summarize(r.simulator().run(pol, pol.mode))
+    b = r.bounds()
     bound = b.get("fluid_guarantee_per_round_s", b["fluid_one_start_s"])
-    return {"trace": trace, "seed": seed, "jobs": len(jobs), "finished": s["jobs_finished"],
+    return {"trace": trace, "seed": seed, "jobs": len(r.jobs), "finished": s["jobs_finished"],
             "jct_avg_s": s["jct_avg_s"], "makespan_s": s["makespan_s"], "sla_violations": s.get("sla_violations"),
             "bound_s": bound, "over_bound": s["makespan_s"] / bound - 1}
 
@@ -113,7 +96,7 @@ def main() -> None:
     t0 = time.perf_counter()
     runs = [(t, s) for t in traces for s in [None, *range(a.seeds)]]
     with ProcessPoolExecutor(max_workers=max(1, a.workers)) as ex:
-        rows = list(ex.map(replay, [t for t, _ in runs], [s for _, s in runs], [a.width] * len(runs),
+        rows = list(ex.map(run, [t for t, _ in runs], [s for _, s in runs], [a.width] * len(runs),
                            [opts] * len(runs)))
     summary: dict[str, Any] = {}
     print(f"morphling options: {opts or 'defaults'}; arrivals jittered by +-{a.width:g} s, {a.seeds} seeds")
