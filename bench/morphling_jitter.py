@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
     opts = options(a.set)
+    if not 0 <= a.width < float("inf"):
+        raise SystemExit(f"--width: want a number of seconds >= 0, got {a.width}")
     traces = [t for t in a.traces.split(",") if t]
     for t in traces:
         if t not in ARTIFACT:
