@@ -75,15 +75,21 @@ def mix_cost(curve: dict[int, float], t_p: float) -> float:
     return best
 
 
+def per_round_gpu_s(curve: dict[int, float], iterations: float, t_p: float, start_s: float) -> float:
+    """The least GPU-seconds of a guaranteed job held every round to t_P: its cheapest point as fast
+    as t_P, with its one start; inf if no point is."""
+    return min((g * (iterations * it + start_s) for g, it in curve.items() if it <= t_p), default=float("inf"))
+
+
 def cumulative_gpu_s(curve: dict[int, float], iterations: float, t_p: float, start_s: float) -> float:
     """The least GPU-seconds of a guaranteed job held only to its cumulative progress (an average of
-    at most t_P s/iteration): one point as fast as t_P with its one start, or a mix (`mix_cost`),
+    at most t_P s/iteration): one point as fast as t_P (`per_round_gpu_s`), or a mix (`mix_cost`),
     which runs on two points at least and so pays two starts, one on a point as fast as t_P."""
     fast = [g for g, it in curve.items() if it <= t_p]
     if not fast:
         return float("inf")
-    one = min(g * (iterations * curve[g] + start_s) for g in fast)
-    return min(one, iterations * mix_cost(curve, t_p) + start_s * (min(fast) + min(curve)))
+    mix = iterations * mix_cost(curve, t_p) + start_s * (min(fast) + min(curve))
+    return min(per_round_gpu_s(curve, iterations, t_p, start_s), mix)
 
 
 def fluid(work: Sequence[tuple[float, float]], gpus: int) -> float:
@@ -122,9 +128,9 @@ def bounds(jobs: Sequence[TraceJob], truth: Truth, gpus: int, start_s: float = 0
         started.append((j.submit_time, once))
         t_p = promise_time(truth, j, gpu_type, per_node) * slack if gpu_type else 0.0
         if t_p > 0:
-            fast = [g * (j.iterations * it + start_s) for g, it in c.items() if it <= t_p * (1 + 1e-9)]
-            per_round.append((j.submit_time, min(fast)))
-            cumulative.append((j.submit_time, cumulative_gpu_s(c, j.iterations, t_p * (1 + 1e-9), start_s)))
+            t_p *= 1 + 1e-9  # the promise's own point compares as fast as t_P
+            per_round.append((j.submit_time, per_round_gpu_s(c, j.iterations, t_p, start_s)))
+            cumulative.append((j.submit_time, cumulative_gpu_s(c, j.iterations, t_p, start_s)))
         else:
             per_round.append((j.submit_time, once))
             cumulative.append((j.submit_time, once))
