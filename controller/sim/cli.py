@@ -9,13 +9,15 @@ side by side in one process, and write the metrics as JSON and CSV (and PNG plot
     tessera-sim --trace morphling-base --cluster morphling-64 --rules morphling --out /tmp/morph
 
 A policy may carry a mode: `crius@artifact`, `gavel@paper`. Exit status 0, 1 on a bad input (one
-line on stderr with the file, line and field), 2 on a usage error.
+line on stderr with the file, line and field; also an --out that is no writable folder), 2 on a usage
+error (a bad flag value too: every number is checked as it is parsed, finite and in its range).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -82,6 +84,39 @@ def default_data_dir() -> Path:
     return Path("../shared/data")
 
 
+# argparse value types: a bad value is a usage error (exit 2) that names the flag and the range,
+# `tessera-sim: error: argument --load: must be a finite number > 0, got 'nan'`. (clients/argtypes.py
+# has tessctl's, which the controller may not import.)
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    return _finite(text, ">")
+
+
+def non_negative_float(text: str) -> float:
+    return _finite(text, ">=")
+
+
+def _finite(text: str, op: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and (value > 0 or (op == ">=" and value == 0))):
+        raise argparse.ArgumentTypeError(f"must be a finite number {op} 0, got {text!r}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help=f"{', '.join(TRACES)} or a CSV file in the arena format")
     p.add_argument("--cluster", default="crius-1280", help=f"{', '.join(builtin_names())} or a JSON file")
@@ -92,19 +127,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="auto", choices=["auto", "paper", "artifact"],
                    help="mode of the baselines (auto: artifact under --rules arena, else paper); crius "
                         "runs its paper mode unless written crius@artifact")
-    p.add_argument("--rounds", type=int, default=0, help="rounds to simulate (default: 2,000 under arena "
+    p.add_argument("--rounds", type=non_negative_int, default=0, help="rounds to simulate (default: 2,000 under arena "
                    "and fair rules, else until every job is done)")
     p.add_argument("--until-done", action="store_true", help="run until every job is done or none can "
                    "ever start (then --rounds, default 100,000, is only a cap)")
-    p.add_argument("--hours", type=float, default=24.0, help="philly: hours of trace")
-    p.add_argument("--start-hour", type=float, default=0.0, help="philly: hours skipped from the trace start")
-    p.add_argument("--load", type=float, default=1.0, help="philly: arrival rate multiplier")
+    p.add_argument("--hours", type=positive_float, default=24.0, help="philly: hours of trace (> 0)")
+    p.add_argument("--start-hour", type=non_negative_float, default=0.0,
+                   help="philly: hours skipped from the trace start (>= 0)")
+    p.add_argument("--load", type=positive_float, default=1.0, help="philly: arrival rate multiplier (> 0)")
     p.add_argument("--seed", type=int, default=1, help="philly: seed of the generator")
     p.add_argument("--families", default="", help=f"philly: model families drawn, comma-separated, of "
                    f"{', '.join(FAMILIES)} (default: {','.join(ARTIFACT_FAMILIES)} under --oracle arena, "
                    f"{','.join(TRANSFORMER_FAMILIES)} under the estimator)")
-    p.add_argument("--depth", type=int, default=3, help="search depth of Crius")
-    p.add_argument("--restart-cost", type=float, default=None, help="fair/morphling: seconds per restart")
+    p.add_argument("--depth", type=non_negative_int, default=3, help="search depth of Crius (>= 0; 0: no "
+                   "scaling of running jobs)")
+    p.add_argument("--restart-cost", type=non_negative_float, default=None,
+                   help="fair/morphling: seconds per restart (>= 0)")
     p.add_argument("--data-dir", default="", help="the shared data folder (default: $TESSERA_DATA_DIR or "
                    "../shared/data)")
     p.add_argument("--prices", default="", help="YAML {GPU type: price per GPU-hour} for the trace's jobs with "
@@ -258,8 +296,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         jobs, tenants = morphling_mt(jobs, cluster.gpu_types()[0])
     specs = parse_policies(args.policies, args.mode, rules)
     policies = [(label, make_policy(name, m), m) for label, name, m in specs]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(args.out)
     cfg = RoundConfig(search_depth=args.depth, interval_s=rules.interval_s,
                       max_gpus_per_job=16 if rules.name in ("arena", "fair") else 0)
     try:
@@ -288,21 +325,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "policies": summaries,
         "comparison": comp,
     }
+    try:
+        plots = write_outputs(out, doc, results, comp, rules.interval_s, plots=not args.no_plots)
+    except OSError as e:  # the folder was writable when the run started (output_folder)
+        raise SimInputError(f"--out: cannot write {e.filename or out}: {e.strerror or e}") from None
+    return {**doc, "plots": plots, "timing": {k: timing(v) for k, v in results.items()}}
+
+
+def output_folder(path: str) -> Path:
+    """--out, made if missing: a writable folder, checked before the run (a SimInputError, exit 1,
+    like a bad --prices file), not after it."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise SimInputError(f"--out: {out}: not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SimInputError(f"--out: {out}: cannot make the folder: {e.strerror or e}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise SimInputError(f"--out: {out}: folder not writable")
+    return out
+
+
+def write_outputs(out: Path, doc: dict[str, Any], results: dict[str, SimResult], comp: dict[str, Any],
+                  interval_s: float, plots: bool) -> list[str]:
+    """metrics.json, timing.json, summary.csv, per policy rounds.csv and jobs.csv, and the plots;
+    the plots' paths."""
     (out / "metrics.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     (out / "timing.json").write_text(json.dumps({k: timing(v) for k, v in results.items()}, indent=1,
                                                 sort_keys=True) + "\n")
-    write_summary_csv(summaries, out / "summary.csv")
+    write_summary_csv(doc["policies"], out / "summary.csv")
     for label, res in results.items():
         d = out / label.replace("@", "_")
         d.mkdir(exist_ok=True)
         write_rounds_csv(res, d / "rounds.csv")
         write_jobs_csv(res, d / "jobs.csv")
-    plots: list[str] = []
-    if not args.no_plots:
-        from tessera.controller.sim.plots import draw
+    if not plots:
+        return []
+    from tessera.controller.sim.plots import draw
 
-        plots = draw(results, comp, out, rules.interval_s)
-    return {**doc, "plots": plots, "timing": {k: timing(v) for k, v in results.items()}}
+    return draw(results, comp, out, interval_s)
 
 
 def table(doc: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ Morphling workloads. Every loader reports a bad file as `TraceError: FILE line N
 
 from __future__ import annotations
 
+import codecs
 import csv
 import math
 import random
@@ -56,25 +57,46 @@ class TraceJob:
 
 def _open_rows(path: Path, required: Sequence[str]) -> tuple[list[dict[str, str]], list[int]]:
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror}") from None
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0  # utf-8-sig
+    try:
+        text = data[bom:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = bom + e.start
+        line = data.count(b"\n", 0, at) + 1
+        raise TraceError(f"{path} line {line}: not UTF-8 text (byte 0x{data[at]:02x} at offset {at}); "
+                         f"a trace is a UTF-8 CSV file") from None
     lines = text.splitlines()
     if not lines:
         raise TraceError(f"{path} line 1: empty file, expected a header with {', '.join(required)}")
-    reader = csv.DictReader(lines)
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [f for f in required if f not in header]
-    if missing:
-        raise TraceError(f"{path} line 1: header lacks field(s) {', '.join(missing)} "
-                         f"(has {', '.join(header) or 'nothing'})")
-    rows, nums = [], []
-    for i, row in enumerate(reader, start=2):
-        if not any((v or "").strip() for v in row.values()):
-            continue
-        rows.append({(k or "").strip(): (v or "").strip() for k, v in row.items()})
-        nums.append(i)
+    reader = csv.DictReader(lines, restkey=_EXTRA)
+    try:
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        missing = [f for f in required if f not in header]
+        if missing:
+            raise TraceError(f"{path} line 1: header lacks field(s) {', '.join(missing)} "
+                             f"(has {', '.join(header) or 'nothing'})")
+        rows, nums = [], []
+        for row in reader:
+            # Fields past the header's: an error, but for empty ones (a trailing comma).
+            extra = row.pop(_EXTRA, [])
+            if any(v.strip() for v in extra):
+                raise TraceError(f"{path} line {reader.line_num}: {len(header) + len(extra)} fields, the "
+                                 f"header has {len(header)} (past field {header[-1]}: "
+                                 f"{', '.join(repr(v) for v in extra)})")
+            if not any((v or "").strip() for v in row.values()):
+                continue
+            rows.append({(k or "").strip(): (v or "").strip() for k, v in row.items()})
+            nums.append(reader.line_num)
+    except csv.Error as e:  # a NUL byte, a field over csv's size limit
+        raise TraceError(f"{path} line {reader.reader.line_num}: not a CSV row: {e}") from None
     return rows, nums
+
+
+# The key csv.DictReader gives a row's fields past the header's (a list).
+_EXTRA = "\0extra"
 
 
 def _num(path: Path, line: int, row: dict[str, str], field: str, kind: Callable[[str], float],
@@ -84,6 +106,8 @@ def _num(path: Path, line: int, row: dict[str, str], field: str, kind: Callable[
         v = kind(raw)
     except (TypeError, ValueError):
         raise TraceError(f"{path} line {line}: field {field}: not a number: {raw!r}") from None
+    except OverflowError:  # an integer field of inf or 1e400
+        raise TraceError(f"{path} line {line}: field {field}: not a finite number: {raw!r}") from None
     if math.isnan(v) or math.isinf(v):
         raise TraceError(f"{path} line {line}: field {field}: not a finite number: {raw!r}")
     if positive and (v < 0 or (v == 0 and not allow_zero)):
@@ -280,6 +304,10 @@ def generate_philly(path: Path, feasible: Callable[[str, str, int], float], gpu_
     its best locality, 0 if it cannot run: infeasible draws are drawn again, as the artifact does.
     `gpu_types`: the four types in the artifact's order (a100, v100, a40, a10). The model key is
     `<family>_<size>_<batch>`; `philly_dims` gives the dimensions."""
+    for name, value, low_ok in (("hours", opts.hours, False), ("start_hour", opts.start_hour, True),
+                                ("load", opts.load, False)):
+        if not (math.isfinite(value) and (value > 0 or (low_ok and value == 0))):
+            raise TraceError(f"{name}: must be a finite number {'>=' if low_ok else '>'} 0, got {value!r}")
     unknown = [f for f in opts.families if f not in FAMILIES]
     if unknown:
         raise TraceError(f"families: unknown family {unknown[0]!r} (known: {', '.join(FAMILIES)})")
@@ -317,6 +345,9 @@ def generate_philly(path: Path, feasible: Callable[[str, str, int], float], gpu_
         if ts < t0 or ts >= t1:
             continue
         sub = (ts - t0) / opts.load
+        if not math.isfinite(sub):  # a load so small that the arrival's time overflows
+            raise TraceError(f"load: {opts.load!r} puts the arrival of {path} line {ln} past any time "
+                             f"({ts - t0:.0f} s / {opts.load!r})")
         for _attempt in range(10_000):
             fam = fams[_pick(rng, p_family)]
             batch = _BATCHES[fam][_pick(rng, _P_BATCH)]
