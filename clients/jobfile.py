@@ -69,6 +69,7 @@ MODEL_FAMILY_KEYS = (
 # Integer refinements (>= 1 when given) and flags of a model mapping.
 MODEL_INT_KEYS = ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every", "width_factor", "kv_channels",
                   "num_decoder_layers", "decoder_seq_length", "sliding_window")
+REFINEMENT_MAX = dict(jobspec.MODEL_REFINEMENTS)
 MODEL_FLAG_KEYS = ("gated", "tied_embeddings", "qkv_bias", "sandwich_norm", "dropless")
 FAMILIES = {"decoder": common_pb2.MODEL_FAMILY_DECODER, "encoder": common_pb2.MODEL_FAMILY_ENCODER,
             "moe": common_pb2.MODEL_FAMILY_MOE, "wide_resnet": common_pb2.MODEL_FAMILY_WIDE_RESNET,
@@ -317,7 +318,7 @@ def _hf_model(value: Mapping[str, Any], base_dir: Path | None) -> common_pb2.Mod
     if not isinstance(name, str) or (name and not MODEL_NAME_RE.fullmatch(name)):
         raise JobFileError("model.name", f"invalid model name {jobspec.shown_key(str(name))}")
     seq = _int(value, "seq_length", 1, dict(MODEL_DIMS)["seq_length"], required=False, prefix="model.")
-    dec = _int(value, "decoder_seq_length", 1, 1_048_576, required=False, prefix="model.")
+    dec = _int(value, "decoder_seq_length", 1, REFINEMENT_MAX["decoder_seq_length"], required=False, prefix="model.")
     full = Path(path) if base_dir is None or Path(path).is_absolute() else base_dir / path
     try:
         dims = load_hf_config(full, seq_length=seq, decoder_seq_length=dec, name=name)
@@ -371,7 +372,7 @@ def _model_family(value: Mapping[str, Any], model: common_pb2.ModelSpec) -> None
             raise JobFileError("model.family", f"must be one of {', '.join(FAMILIES)}, got {family!r}")
         model.family = FAMILIES[family]
     for key in MODEL_INT_KEYS:
-        setattr(model, key, _int(value, key, 1, 1_048_576, required=False, default=0, prefix="model."))
+        setattr(model, key, _int(value, key, 1, REFINEMENT_MAX[key], required=False, default=0, prefix="model."))
     for key in MODEL_FLAG_KEYS:
         flag = value.get(key)
         if flag is not None and not isinstance(flag, bool):

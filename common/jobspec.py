@@ -47,10 +47,21 @@ MODEL_DIMS: tuple[tuple[str, int], ...] = (
     ("vocab_size", 4_000_000),
     ("seq_length", 1_048_576),
 )
-# ModelSpec's optional refinements (0 = absent) and capacity_factor.
-MODEL_REFINEMENTS = ("ffn_hidden", "num_kv_heads", "num_experts", "top_k", "moe_every", "width_factor",
-                     "kv_channels", "num_decoder_layers", "decoder_seq_length", "sliding_window")
-MAX_REFINEMENT = 1_048_576
+# ModelSpec's optional refinements (0 = absent) and their bounds: a layer count or a width bounded
+# like the dimension it refines (the estimator's work grows with the layers: the decoder's count as
+# num_layers), experts above the largest published MoE (Switch-C: 2,048), ffn_hidden 16 x hidden.
+MODEL_REFINEMENTS: tuple[tuple[str, int], ...] = (
+    ("ffn_hidden", 1_048_576),
+    ("num_kv_heads", 1_024),
+    ("num_experts", 4_096),
+    ("top_k", 4_096),
+    ("moe_every", 1_024),
+    ("width_factor", 1_024),
+    ("kv_channels", 65_536),
+    ("num_decoder_layers", 1_024),
+    ("decoder_seq_length", 1_048_576),
+    ("sliding_window", 1_048_576),
+)
 MAX_CAPACITY_FACTOR = 1000.0
 MAX_LOGIT_SOFTCAP = 1000.0
 
@@ -221,8 +232,8 @@ def model_bound_errors(m: common_pb2.ModelSpec) -> Errors:
     elif dims:
         for d, hi in MODEL_DIMS:
             errs += _range(f"model.{d}", getattr(m, d), 1, hi)
-    for r in MODEL_REFINEMENTS:
-        errs += _range(f"model.{r}", getattr(m, r), 0, MAX_REFINEMENT)
+    for r, hi in MODEL_REFINEMENTS:
+        errs += _range(f"model.{r}", getattr(m, r), 0, hi)
     cf = m.capacity_factor
     if cf and not (math.isfinite(cf) and 0 < cf <= MAX_CAPACITY_FACTOR):
         errs.append(("model.capacity_factor", f"must be a number in (0, {MAX_CAPACITY_FACTOR:g}]"))

@@ -395,6 +395,7 @@ class Engine:
             t0 = time.perf_counter()
             self.tenants.refresh()  # a changed tenants file counts from this round on
             self.tenants.warnings({m: n for m, (n, _, _) in gpu_pools(self._live.records.values()).items()})
+            await self._warm_estimates()
             snap, pending = self.snapshot()
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
                                time_budget_s=self.cfg.round_budget_s, clock=time.monotonic)
@@ -431,6 +432,16 @@ class Engine:
             metrics.ROUND_SECONDS.observe(dt)
             log.info("round", round=self.rounds, policy=plan.policy, pending=len(pending),
                      started=len(plan.starts()), migrated=len(plan.migrations()), seconds=round(dt, 4))
+
+    async def _warm_estimates(self) -> None:
+        """The pending jobs' Cells, computed in a thread before the round takes its snapshot. The
+        round runs on the event loop, where heartbeats, lease renewals and every RPC wait for it, and
+        a large model's first estimate takes up to seconds (bench/estimator_bounds.py): past the
+        agents' fence, every worker would stop. The round then finds them in the estimates' caches."""
+        snap, _ = self.snapshot()
+        if snap.pending and snap.cluster_gpus:
+            estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
+            await asyncio.to_thread(rounds.warm, estimates, snap.pending, [m for m, _, _ in snap.cluster_gpus])
 
     def _forecast(self, snap: Snapshot, estimates: Estimates, rcfg: RoundConfig) -> None:
         """Start the forecast of the round's snapshot (in a thread: the round does not wait)."""

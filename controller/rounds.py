@@ -22,7 +22,7 @@ from tessera.controller.core import frenzy, opaque
 from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
 from tessera.controller.core.policies.morphling import MorphlingOptions
-from tessera.controller.core.policy import Policy
+from tessera.controller.core.policy import Estimates, Policy
 from tessera.controller.core.snapshot import (
     Action,
     Decision,
@@ -159,3 +159,10 @@ def applies(step: RoundStep, job: JobRecord | None) -> bool:
         return False
     return bool(job.state == (P.JOB_STATE_PENDING if step.kind == "start" else P.JOB_STATE_RUNNING))
 
+
+def warm(estimates: Estimates, jobs: Sequence[JobView], gpu_types: Sequence[str]) -> None:
+    """Ask `estimates` what a round asks first of each job, its GPU counts on each type: that
+    computes its Cells into the caches (the engine runs this in a thread before the round)."""
+    for job in jobs:
+        for gpu_type in gpu_types:
+            estimates.gpu_counts(job, gpu_type)

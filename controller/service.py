@@ -11,6 +11,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import grpc
 import structlog
 
 from tessera.common.errors import (
@@ -18,6 +19,7 @@ from tessera.common.errors import (
     FailedPrecondition,
     InvalidArgument,
     InvalidInput,
+    NotFound,
     PermissionDenied,
     TesseraError,
     Unauthenticated,
@@ -258,9 +260,20 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         address = self.view.agent_address(node_id)
         if address is None:
             raise Unavailable(f"node {node_id} holding the log is not reachable")
-        resp = await self.engine.agents.read_log(node_id, address, agent_pb2.ReadLogRequest(
-            controller_epoch=self.engine.epoch, job_id=rec.id, attempt=request.attempt or rec.attempt,
-            rank=request.rank, tail_bytes=request.tail_bytes or 65536))
+        attempt = request.attempt or rec.attempt
+        if attempt > rec.attempt:
+            raise NotFound(f"job {rec.id} has no attempt {attempt} (its latest is {rec.attempt})")
+        try:
+            resp = await self.engine.agents.read_log(node_id, address, agent_pb2.ReadLogRequest(
+                controller_epoch=self.engine.epoch, job_id=rec.id, attempt=attempt, rank=request.rank,
+                tail_bytes=request.tail_bytes or 65536))
+        except grpc.aio.AioRpcError as e:  # the agent's answer, said as the caller's (never INTERNAL)
+            why = f"rank {request.rank} attempt {attempt} of job {rec.id} on node {node_id}: {e.details()}"
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                raise NotFound(f"no log of {why}") from None
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise Unavailable(f"node {node_id} holding the log did not answer ({e.code().name}) for {why}") from None
+            raise FailedPrecondition(f"cannot read the log of {why} ({e.code().name})") from None
         return controller_pb2.GetJobLogsResponse(node_id=node_id, path=resp.path, data=resp.data)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tessera.common.jobspec import model_bound_errors
 from tessera.estimator.models import REGISTERED, Family, ModelDims, registered
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.v1 import common_pb2 as pb
@@ -127,6 +128,9 @@ def model_dims(m: pb.ModelSpec) -> ModelDims:
     them. A name alone must be registered (the family fields are then ignored: the registry says).
     PlanInputError naming the field on anything else.
     """
+    bound = model_bound_errors(m)  # the bounds SubmitJob applies: they also bound this service's work
+    if bound:
+        raise PlanInputError(*bound[0])
     if not any(getattr(m, f) for f in DIM_FIELDS):
         if not m.name:
             raise PlanInputError("model", "give a registered name or hidden_size, num_layers, num_heads, "

@@ -79,6 +79,7 @@ class FakeAgents:
         self.fail_drain: dict[str, str] = {}
         self.stop_exit_code = 0
         self.log_lines: dict[tuple[str, int], str] = {}
+        self.fail_read_log: dict[str, grpc.StatusCode] = {}  # node id -> the status its ReadLog answers
         self.kill_on_launch: set[str] = set()
         self._epoch = 0
 
@@ -196,5 +197,8 @@ class FakeAgents:
     async def read_log(self, node_id: str, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
         n = self._node(node_id, address)
         self.calls.append(Call("read_log", n.node_id, req.job_id, req.attempt, str(req.rank)))
+        if n.node_id in self.fail_read_log:
+            raise grpc.aio.AioRpcError(self.fail_read_log[n.node_id], grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       details="fake agent: no such log")
         line = self.log_lines.get((req.job_id, req.rank), "")
         return agent_pb2.ReadLogResponse(path=f"/logs/{req.job_id}/{req.rank}.log", data=line.encode())

@@ -201,3 +201,14 @@ def test_memory_and_traced_refuse_a_wide_resnet_naming_the_family() -> None:
         with pytest.raises(PlanInputError) as err:
             call()
         assert err.value.field == "model.family" and "has Cells only" in err.value.reason
+
+
+def test_the_estimator_applies_the_job_specs_model_bounds() -> None:
+    # the service's requests are bounded as SubmitJob's: the estimator's work grows with them
+    m = c.ModelSpec(hidden_size=64, num_layers=2, num_heads=4, vocab_size=256, seq_length=64,
+                    family=c.MODEL_FAMILY_ENCODER_DECODER, num_decoder_layers=1_048_576)
+    with pytest.raises(PlanInputError) as err:
+        model_dims(m)
+    assert (err.value.field, err.value.reason) == ("model.num_decoder_layers", "must be <= 1,024, got 1,048,576")
+    m.num_decoder_layers = 1_024
+    assert model_dims(m).num_decoder_layers == 1_024

@@ -50,7 +50,7 @@ def to_yaml(spec: P.JobSpec) -> str:
         else:
             model: dict[str, Any] = {"name": m.name} if m.name else {}
             model.update({d: getattr(m, d) for d, _ in jobspec.MODEL_DIMS})
-            model.update({r: getattr(m, r) for r in jobspec.MODEL_REFINEMENTS if getattr(m, r)})
+            model.update({r: getattr(m, r) for r, _ in jobspec.MODEL_REFINEMENTS if getattr(m, r)})
             if m.family:
                 model["family"] = {P.MODEL_FAMILY_DECODER: "decoder", P.MODEL_FAMILY_ENCODER: "encoder",
                                    P.MODEL_FAMILY_MOE: "moe", P.MODEL_FAMILY_WIDE_RESNET: "wide_resnet",
@@ -152,6 +152,10 @@ BAD: list[tuple[str, P.JobSpec, str]] = [
     ("heads", good(model=dims(num_heads=3)), "model.hidden_size"),
     ("experts without moe", good(model=dims(num_experts=4)), "model.num_experts"),
     ("refinement big", good(model=dims(ffn_hidden=2_000_000)), "model.ffn_hidden"),
+    # the decoder's layers bounded as num_layers: 2^20 of them held a round for minutes
+    ("decoder layers big", good(model=dims(family=P.MODEL_FAMILY_ENCODER_DECODER, num_decoder_layers=1_025)),
+     "model.num_decoder_layers"),
+    ("experts big", good(model=dims(family=P.MODEL_FAMILY_MOE, num_experts=4_097, top_k=2)), "model.num_experts"),
     ("capacity", good(model=dims(family=P.MODEL_FAMILY_MOE, num_experts=4, capacity_factor=2000.0)),
      "model.capacity_factor"),
     ("batch 0", good(global_batch_size=0), "global_batch_size"),

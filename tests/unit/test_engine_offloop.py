@@ -1,0 +1,73 @@
+"""What the controller does off its event loop, and what an agent's error on a log read becomes.
+
+A job's first Cell estimates may take seconds (bench/estimator_bounds.py); the round computes them
+in a thread (`rounds.warm`) so heartbeats and RPCs are served meanwhile. GetJobLogs relays an
+agent's NOT_FOUND / UNAVAILABLE as the caller's own status, never as INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from tessera.common.errors import NotFound, Unavailable
+from tessera.common.tokens import ADMIN, Principal
+from tessera.controller import rounds
+from tessera.controller.service import ControllerService
+from tessera.v1 import controller_pb2
+from tests.unit.test_engine import Harness, run_to_running, tiny
+
+
+async def test_a_slow_first_estimate_is_computed_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness(policy="crius", nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny())
+    entered, release = threading.Event(), threading.Event()
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    real = rounds.warm
+
+    def slow(estimates, jobs, gpu_types):  # type: ignore[no-untyped-def]
+        seen.append(threading.get_ident())
+        entered.set()
+        assert release.wait(60)
+        real(estimates, jobs, gpu_types)
+
+    monkeypatch.setattr(rounds, "warm", slow)
+    task = asyncio.create_task(h.engine.run_round())
+    assert await asyncio.to_thread(entered.wait, 60)
+    await h.heartbeat("a")  # served while the estimate is being computed
+    assert not task.done()
+    release.set()
+    await task
+    assert seen and seen[0] != loop_thread
+    assert h.state(jid) == "STARTING"
+
+
+@dataclass
+class Context:
+    principal: Principal
+
+
+async def test_get_job_logs_answers_the_agents_error_as_the_callers() -> None:
+    h = Harness(policy="crius", nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny())
+    await h.round()
+    attempt = await run_to_running(h, jid)
+    svc = ControllerService(h.engine)
+    ctx = Context(Principal("ops", "default", ADMIN))
+    got = await svc.GetJobLogs(controller_pb2.GetJobLogsRequest(job_id=jid), ctx)
+    assert got.node_id == "a"
+    with pytest.raises(NotFound, match=f"job {jid} has no attempt {attempt + 1} \\(its latest is {attempt}\\)"):
+        await svc.GetJobLogs(controller_pb2.GetJobLogsRequest(job_id=jid, attempt=attempt + 1), ctx)
+    h.agents.fail_read_log["a"] = grpc.StatusCode.NOT_FOUND
+    with pytest.raises(NotFound, match=f"no log of rank 0 attempt {attempt} of job {jid} on node a"):
+        await svc.GetJobLogs(controller_pb2.GetJobLogsRequest(job_id=jid), ctx)
+    h.agents.fail_read_log["a"] = grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(Unavailable, match="node a holding the log did not answer \\(UNAVAILABLE\\)"):
+        await svc.GetJobLogs(controller_pb2.GetJobLogsRequest(job_id=jid), ctx)
