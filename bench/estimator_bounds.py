@@ -3,8 +3,9 @@ bounds), which is how long one new job can hold a controller round or an estimat
 
 Each case asks the estimator library for a model's Cells on an 80-GPU cluster (64 x A100-80GB on 8
 nodes, 16 x A40-48GB on 4), as GetCells does: the best Cell per type and count, then every Cell,
-on fresh caches. Before the stage partition ran in O(k n) per stage count (estimator/partition.py),
-a 1,024-layer model took minutes here, and the controller stood still for as long.
+on fresh caches. With the stage partition's O(k n^2) programme (before 2026-11-26,
+estimator/partition.py), a 1,024-layer model took minutes here, and the controller, which computed
+Cells in its round on the event loop, stood still for as long.
 
     .venv/bin/python bench/estimator_bounds.py [--out bench/results]
 """
@@ -33,6 +34,9 @@ CASES: dict[str, dict[str, Any]] = {
                                                             "vocab_size": dict(jobspec.MODEL_DIMS)["vocab_size"]},
     "encoder-decoder, max layers each": {**SMALL, "num_layers": LAYERS, "family": P.MODEL_FAMILY_ENCODER_DECODER,
                                          "num_decoder_layers": REFINE["num_decoder_layers"]},
+    "encoder-decoder, max layers each, max vocab": {**SMALL, "num_layers": LAYERS, "vocab_size": dict(jobspec.MODEL_DIMS)["vocab_size"],
+                                                    "family": P.MODEL_FAMILY_ENCODER_DECODER,
+                                                    "num_decoder_layers": REFINE["num_decoder_layers"]},
     "moe, max layers, max experts and top_k, every layer": {
         **SMALL, "num_layers": LAYERS, "family": P.MODEL_FAMILY_MOE, "num_experts": REFINE["num_experts"],
         "top_k": REFINE["top_k"], "moe_every": 1},

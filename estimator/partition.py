@@ -22,11 +22,14 @@ Pure: no I/O, deterministic.
 
 from __future__ import annotations
 
+import math
 import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
 
 from tessera.common.errors import InvalidArgument
 
@@ -208,6 +211,10 @@ def _float(bits: int) -> float:
     return float(struct.unpack(">d", bits.to_bytes(8, "big"))[0])
 
 
+# States of one DP row computed at once: bounds the band's memory (rows x the widest window).
+_ROWS = 256
+
+
 @lru_cache(maxsize=512)
 def _cuts(flops: tuple[float, ...], out_bytes: tuple[float, ...], k: int,
           tolerance: float) -> tuple[tuple[int, int], ...]:
@@ -224,36 +231,50 @@ def _cuts(flops: tuple[float, ...], out_bytes: tuple[float, ...], k: int,
             i += 1
         lo[j] = i
     # DP: cost[s][j] = (boundary bytes, max stage flops) of the best way to cut ops[:j] into s
-    # stages. Row s needs only the j that s stages within the limit can reach and k - s more can
-    # finish (with a margin far above the rounding of the prefix sums): a state outside is never on
-    # the chosen path, so leaving it out changes nothing but the time.
-    inf = (float("inf"), float("inf"))
-    cost: list[list[tuple[float, float]]] = [[inf] * (n + 1) for _ in range(k + 1)]
-    back = [[-1] * (n + 1) for _ in range(k + 1)]
-    cost[0][0] = (0.0, 0.0)
+    # stages, the earliest i of the last cut on ties. Row s needs only the j that s stages within
+    # the limit can reach and k - s more can finish (with a margin far above the rounding of the
+    # prefix sums): a state outside is never on the chosen path, so leaving it out changes nothing
+    # but the time. Each row is computed over its band at once (numpy: the same IEEE sums and
+    # maxima as scalar code, so the same choices).
+    pre_a = np.array(pre)
+    lo_a = np.array(lo)
+    cut = np.array((0.0,) + tuple(out_bytes[:-1]))  # cut[i]: the bytes of a boundary before ops[i]
+    cost_b = np.full(n + 1, np.inf)
+    cost_m = np.full(n + 1, np.inf)
+    cost_b[0] = cost_m[0] = 0.0
+    back = np.full((k + 1, n + 1), -1, dtype=np.int64)
     reach = limit * (1 + 1e-9)
     for s in range(1, k + 1):
-        prev_row, row, brow = cost[s - 1], cost[s], back[s]
+        row_b = np.full(n + 1, np.inf)
+        row_m = np.full(n + 1, np.inf)
         first = max(s, bisect_left(pre, pre[n] - (k - s) * reach))
         last = min(n - (k - s), bisect_right(pre, s * reach) - 1)
-        for j in range(first, last + 1):
-            best = inf
-            arg = -1
-            for i in range(max(s - 1, lo[j]), j):
-                prev = prev_row[i]
-                if prev == inf:
-                    continue
-                cand = (prev[0] + (out_bytes[i - 1] if i > 0 else 0.0), max(prev[1], pre[j] - pre[i]))
-                if cand < best:
-                    best, arg = cand, i
-            row[j] = best
-            brow[j] = arg
-    if cost[k][n] == inf:  # cannot happen with a consistent limit; kept as a guard
+        for j0 in range(first, last + 1, _ROWS):
+            js = np.arange(j0, min(last, j0 + _ROWS - 1) + 1)
+            a = np.maximum(s - 1, lo_a[js])
+            width = int((js - a).max(initial=0))
+            if width <= 0:
+                continue
+            ii = a[:, None] + np.arange(width)[None, :]
+            valid = ii < js[:, None]
+            ii = np.where(valid, ii, 0)
+            b_ = np.where(valid, cost_b[ii] + cut[ii], np.inf)
+            b_min = b_.min(axis=1)
+            m_ = np.where(valid & (b_ == b_min[:, None]), np.maximum(cost_m[ii], pre_a[js][:, None] - pre_a[ii]),
+                          np.inf)
+            m_min = m_.min(axis=1)
+            col = np.argmax(m_ == m_min[:, None], axis=1)
+            ok = np.isfinite(b_min)
+            row_b[js[ok]] = b_min[ok]
+            row_m[js[ok]] = m_min[ok]
+            back[s, js[ok]] = ii[ok, col[ok]]
+        cost_b, cost_m = row_b, row_m
+    if not math.isfinite(cost_b[n]):  # cannot happen with a consistent limit; kept as a guard
         raise PartitionError("ops", "no balanced partition found")
     bounds: list[tuple[int, int]] = []
     j = n
     for s in range(k, 0, -1):
-        i = back[s][j]
+        i = int(back[s, j])
         bounds.append((i, j))
         j = i
     bounds.reverse()
