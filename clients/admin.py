@@ -138,7 +138,8 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
     # Files only: no controller options (and `--controller` here names the identity to issue).
     p = _local(pki_sub, "init", cmd_pki_init, "make a CA (DIR/ca.pem, DIR/ca.key)")
     p.add_argument("--dir", required=True, metavar="DIR", help="the PKI directory (created 0700)")
-    p.add_argument("--days", type=argtypes.positive_int, default=CA_DAYS, help=f"validity of the CA (default {CA_DAYS})")
+    p.add_argument("--days", type=argtypes.days, default=CA_DAYS,
+                   help=f"validity of the CA, 1 to {argtypes.MAX_DAYS} days (default {CA_DAYS})")
 
     p = _local(pki_sub, "issue", cmd_pki_issue,
                "issue a certificate for the controller, the estimator or nodes (DIR/<who>/, a --tls-dir)")
@@ -154,7 +155,8 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
                         f"{' and '.join(DEFAULT_HOSTS)})")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write the files here instead of DIR/<who> (one identity only)")
-    p.add_argument("--days", type=argtypes.positive_int, default=CERT_DAYS, help=f"validity (default {CERT_DAYS})")
+    p.add_argument("--days", type=argtypes.days, default=CERT_DAYS,
+                   help=f"validity, 1 to {argtypes.MAX_DAYS} days (default {CERT_DAYS})")
 
 
 def _local(parent: Any, name: str, func: Callable[..., int], help: str) -> argparse.ArgumentParser:
@@ -164,7 +166,19 @@ def _local(parent: Any, name: str, func: Callable[..., int], help: str) -> argpa
     return p
 
 
+def _directory(path: str, flag: str) -> None:
+    """AdminUsageError when `path`, or the nearest of its parents that exists, is not a directory
+    (mkdir would say only "File exists" or "Not a directory")."""
+    for p in (Path(path), *Path(path).parents):
+        if p.exists():
+            if not p.is_dir():
+                within = "" if p == Path(path) else f"{path}: "
+                raise AdminUsageError(f"{flag}: {within}{p} exists and is not a directory")
+            return
+
+
 def cmd_pki_init(client: Any, args: argparse.Namespace, out: TextIO) -> int:
+    _directory(args.dir, "--dir")
     ca = CertificateAuthority.init(args.dir, days=args.days)
     print(f"CA written to {ca.dir / 'ca.pem'} (key {ca.dir / 'ca.key'}, mode 0600)", file=out)
     return 0
@@ -179,6 +193,9 @@ def cmd_pki_issue(client: Any, args: argparse.Namespace, out: TextIO) -> int:
         who = [identity.node(n) for n in dict.fromkeys(args.issue_nodes)]
     if args.out is not None and len(who) > 1:
         raise PkiError("--out: one identity only; without --out each node gets DIR/node-ID")
+    _directory(args.dir, "--dir")
+    if args.out is not None:
+        _directory(args.out, "--out")
     ca = CertificateAuthority.load(args.dir)
     for ident in who:
         target = ca.issue(ident, args.host, out=args.out, days=args.days)

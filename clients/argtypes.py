@@ -4,12 +4,20 @@ usage error naming it."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TypeVar
 
-from tessera.common.durations import DurationError, parse_duration
+from tessera.common.durations import MAX_SECONDS, DurationError, parse_duration
 from tessera.common.errors import InvalidInput
 
 Num = TypeVar("Num", int, float)
+
+# The largest count a flag takes: what every integer field of the API (int32) holds; a larger one
+# would fail in protobuf ("Value out of range") after parsing instead of here.
+MAX_INT = 2**31 - 1
+# Certificates (admin pki --days): a century. More is a typo, and 100,000,000 days would overflow
+# the certificate's dates (an OverflowError) instead of being refused here.
+MAX_DAYS = 36_500
 
 
 class UsageError(InvalidInput):
@@ -24,22 +32,36 @@ def non_negative_int(text: str) -> int:
     return _bounded(_number(text, int, "an integer"), text, 0)
 
 
+def days(text: str) -> int:
+    """A validity in days: 1 to MAX_DAYS."""
+    return _bounded(_number(text, int, "an integer"), text, 1, MAX_DAYS, " days")
+
+
 def positive_float(text: str) -> float:
     value = _number(text, float, "a number")
     if not value > 0:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {text!r}")
     return value
 
 
 def seconds(text: str) -> float:
-    """A positive number of seconds, or a duration: "90s", "10m", "1h30m" (tessera.common.durations)."""
+    """A positive number of seconds, or a duration: "90s", "10m", "1h30m", "2d" (tessera.common.durations);
+    finite and at most MAX_SECONDS (about three years): a gRPC deadline holds it, where `inf` or 1e12
+    would overflow into an immediate DEADLINE_EXCEEDED (or an OverflowError)."""
     try:
-        return positive_float(text)
-    except argparse.ArgumentTypeError as first:
+        value = float(text)
+    except ValueError:
         try:
             return parse_duration(text)
-        except DurationError:
-            raise first from None
+        except DurationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 0 < value <= MAX_SECONDS:  # also refuses NaN and infinity
+        raise argparse.ArgumentTypeError(
+            f"must be > 0 and at most {MAX_SECONDS:,} seconds (about 3 years; or a duration such as 10m, 2d): "
+            f"{text!r}")
+    return value
 
 
 def _number(text: str, kind: type[Num], what: str) -> Num:
@@ -49,9 +71,11 @@ def _number(text: str, kind: type[Num], what: str) -> Num:
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
 
 
-def _bounded(value: int, text: str, low: int) -> int:
+def _bounded(value: int, text: str, low: int, high: int = MAX_INT, unit: str = "") -> int:
     if value < low:
         raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
+    if value > high:
+        raise argparse.ArgumentTypeError(f"must be from {low} to {high:,}{unit}: {text!r}")
     return value
 
 

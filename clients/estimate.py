@@ -34,18 +34,18 @@ from tessera.clients.sdk import RpcError
 from tessera.common import tls
 from tessera.common.errors import InvalidInput, TesseraError
 from tessera.common.inventoryfile import InventoryError, parse_inventory
-from tessera.common.rpc import sync_channel
+from tessera.common.rpc import check_address, sync_channel
 from tessera.common.tls import TlsConfig
 from tessera.common.yamlfile import parse_with_lines, read_yaml
 from tessera.estimator.clusterfile import ClusterFileError, catalog_gpu, parse_node_groups, parse_pools
-from tessera.estimator.convert import execution_plan, merged_plan, model_spec, plan_fields
-from tessera.estimator.plans import PlanInputError
+from tessera.estimator.convert import execution_plan, merged_plan, model_spec
 from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
 MODES = {"formula": estimator_pb2.MEMORY_MODE_FORMULA, "marp": estimator_pb2.MEMORY_MODE_MARP,
          "traced": estimator_pb2.MEMORY_MODE_TRACED,
          "traced:torchtitan": estimator_pb2.MEMORY_MODE_TRACED_TORCHTITAN,
          "traced:transformers": estimator_pb2.MEMORY_MODE_TRACED_TRANSFORMERS}
+ESTIMATOR_PORT = 50053  # tessera-estimator's default --listen port (estimator/service/main.py)
 DEFAULT_TIMEOUT_S = 300.0  # a traced-mode estimate of a large model takes a while on a cold service
 LINKS = {"": estimator_pb2.INTRA_LINK_UNSPECIFIED, "nvlink": estimator_pb2.INTRA_LINK_NVLINK,
          "pcie": estimator_pb2.INTRA_LINK_PCIE}
@@ -74,10 +74,12 @@ def plan_arg(text: str) -> common_pb2.ExecutionPlan:
         if key.strip() in pairs:
             raise argparse.ArgumentTypeError(f"--plan gives {key.strip()} twice")
         pairs[key.strip()] = value
+    from tessera.clients.jobfile import checked_plan_fields
+
     try:
-        return plan_fields(pairs)
-    except PlanInputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        return checked_plan_fields(pairs)
+    except ValueError as exc:  # PlanInputError "plan.KEY: why"; anything else must not be argparse's bare
+        raise argparse.ArgumentTypeError(str(exc)) from None  # "invalid plan_arg value"
 
 
 def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> Any:
@@ -207,13 +209,15 @@ class InProcess:
 
 def _backend(args: argparse.Namespace) -> EstimatorClient | InProcess:
     if args.estimator:
+        # Checked as --controller is: gRPC would only say "connection refused" for a host without a port.
+        target = check_address(args.estimator, "--estimator", example_port=ESTIMATOR_PORT)
         timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
         if getattr(args, "insecure", False):
-            return EstimatorClient(args.estimator, timeout, insecure=True)
+            return EstimatorClient(target, timeout, insecure=True)
         if args.tls_dir:
-            return EstimatorClient(args.estimator, timeout, tls=tls.load_dir(args.tls_dir))
+            return EstimatorClient(target, timeout, tls=tls.load_dir(args.tls_dir))
         ca = getattr(args, "ca", None) or os.environ.get("TESSERA_CA")
-        return EstimatorClient(args.estimator, timeout, tls=tls.load(ca) if ca else tls.TlsConfig(ca=None))
+        return EstimatorClient(target, timeout, tls=tls.load(ca) if ca else tls.TlsConfig(ca=None))
     if args.tls_dir:
         raise InvalidInput("--tls-dir: only with --estimator")
     return InProcess()

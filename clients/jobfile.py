@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.clients import jobfile_opaque as opaque
+from tessera.clients.argtypes import MAX_INT
 from tessera.clients.jobfile_objective import objective_fields
 from tessera.common import gpus as catalog
 from tessera.common import jobspec
@@ -25,6 +26,7 @@ from tessera.common.yamlfile import MAX_BYTES, InputFileError, load_yaml, parse_
 from tessera.estimator.convert import (
     PLAN_BOOL_FIELDS,
     PLAN_ENUM_VALUES,
+    PLAN_INT_FIELDS,
     PLAN_KEYS,
     execution_plan,
     model_dims,
@@ -226,9 +228,24 @@ def _plan(value: Any) -> common_pb2.ExecutionPlan:
             raise JobFileError(field, f"must be an integer, got {v!r}")
         texts[key] = str(v).lower() if isinstance(v, bool) else str(v)
     try:
-        return plan_fields(texts)
+        return checked_plan_fields(texts)
     except PlanInputError as exc:
         raise JobFileError(exc.field, exc.reason) from None
+
+
+def checked_plan_fields(texts: dict[str, str]) -> common_pb2.ExecutionPlan:
+    """estimator.convert.plan_fields, a size too large for its field (int32) refused as PlanInputError
+    naming it, where protobuf would raise a bare "Value out of range" (the job file's plan:, --plan)."""
+    for key, value in texts.items():
+        if key in PLAN_INT_FIELDS or key == "lora_rank":
+            try:
+                n = int(value.strip())
+            except ValueError:
+                continue  # plan_fields says what is wrong
+            if n > MAX_INT:
+                lo = 0 if key == "lora_rank" else 1
+                raise PlanInputError(f"plan.{key}", f"must be an integer from {lo} to {MAX_INT:,}, got {n}")
+    return plan_fields(texts)
 
 
 def _check_bounds(spec: common_pb2.JobSpec, model_by_name: bool, allowed_env: frozenset[str]) -> None:

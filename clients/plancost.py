@@ -11,9 +11,11 @@ file GPU types to how many one may rent (YAML or JSON, `{A6000: 6, A30: 4}` and 
 layer range, the predicted iteration and total time, the cost (price x GPUs x time, in the prices'
 currency) and how long the search took. Runs here; needs neither a controller nor an estimator.
 
-The job file's `slo:` and `objective:` are read here (the same syntax as the cost objective's job
-fields) and set aside before the rest goes to the job-file parser, so this works whether or not
-the parser knows those keys.
+The job file's `objective:` and `slo:` are checked here by the rules `tessctl submit` and the
+controller apply (tessera.clients.jobfile_objective, tessera.common.objective): an objective other
+than `default` or `cost` is refused with the same message. They are set aside before the rest goes to
+the job-file parser, whose check of a cost job's SLO against the cluster's limits plan-cost does not
+need. Errors: one line, exit 2; a `-o jsonpath` that selects nothing is exit 1, as for every command.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tessera.clients import argtypes, output, terminal
+from tessera.clients.formats import FormatError
+from tessera.clients.jobfile_objective import objective_fields
 from tessera.common.errors import InvalidArgument, TesseraError
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.common.objective import parse_duration, slo_from_mapping
@@ -117,6 +121,7 @@ def _job(filename: str) -> tuple[Any, float | None]:
     rest = {k: v for k, v in doc.items() if k not in _SET_ASIDE}
     spec = parse_with_lines(doc, name, lambda _d: job_spec_from_dict(rest))
     try:
+        objective_fields({"objective": doc.get("objective")}, spec)  # refused as submit refuses it
         slo = slo_of(doc, time.time())
     except InvalidArgument as exc:
         raise JobFileError(exc.field, exc.reason, file=name, line=line_of(doc, exc.field)) from None
@@ -126,6 +131,8 @@ def _job(filename: str) -> tuple[Any, float | None]:
 def cmd_plan_cost(client: Any, args: argparse.Namespace, out: Any) -> int:
     try:
         return _plan_cost(args, out)
+    except FormatError:
+        raise  # -o jsonpath selecting nothing, -o name: exit 1 as for every command (docs/cli.md)
     except (TesseraError, OSError) as exc:
         text = str(exc) if isinstance(exc, TesseraError) else f"cannot read {exc.filename}: {exc.strerror or exc}"
         print(f"tessctl: error: {output.one_line(text)}", file=sys.stderr)

@@ -41,6 +41,7 @@ from tessera.clients.jobfile import load_job_file, parse_job_yaml
 from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, RpcError, state_value
 from tessera.clients.submit_args import add_priority_arguments, apply_priority_arguments
 from tessera.clients.tenants_output import tenants_json, tenants_table
+from tessera.common.durations import MAX_SECONDS
 from tessera.common.errors import TesseraError
 from tessera.common.yamlfile import InputFileError
 from tessera.v1 import common_pb2, controller_pb2
@@ -72,7 +73,8 @@ def _common_options() -> argparse.ArgumentParser:
                         help=f"output format: {formats.CHOICES} (default: table)")
     common.add_argument("--timeout", type=argtypes.seconds, metavar="SECONDS", default=argparse.SUPPRESS,
                         help="deadline of each call to the controller (default: 10); for wait: how long to wait "
-                             "(10m, 90s, 1h30m; default: until the job ends)")
+                             "(10m, 90s, 1h30m; default: until the job ends); > 0 and at most "
+                             f"{MAX_SECONDS:,} s")
     common.add_argument("--insecure", action="store_true", default=argparse.SUPPRESS,
                         help="plaintext gRPC, for a controller started with --insecure")
     return common

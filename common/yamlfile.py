@@ -10,12 +10,21 @@ Input is hostile: besides what SafeLoader refuses (arbitrary tags), the reader r
 keys (plain YAML keeps the last one silently), nesting deeper than MAX_DEPTH (the composer recurses,
 so a deep document would crash it), recursive aliases and documents whose aliases expand past
 MAX_NODES (a "billion laughs" would be cheap to parse but not to walk or print), NaN and infinity
-(no field of these formats wants one, and NaN slips through range checks), and files over MAX_BYTES.
+(no field of these formats wants one, and NaN slips through range checks), control characters
+(the same one-line error as bytes that are not UTF-8), and files over MAX_BYTES.
 JSON is read as YAML (flow style), so the JSON cluster files get the same checks and line numbers.
+
+Two scalars read as YAML 1.2 and JSON read them, not as PyYAML's YAML 1.1 resolver does: a number
+with an exponent and no dot or no exponent sign (`1e6`, `2.5e3`, `1E-4`) is a float, not the string
+"1e6" (a YamlFloat, which prints as written; quoted, `"1e6"` stays a string); and a timestamp
+without a time zone (`2030-01-01T00:00:00`, `2030-01-01`) is the string as written, not a naive
+datetime or date: it names no instant, and the field that wants one says so with the text as the
+user wrote it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -78,6 +87,26 @@ class YamlMap(dict[Any, Any]):
     key_lines: dict[Any, int]
 
 
+class YamlFloat(float):
+    """A number YAML 1.1 would have left a string (`1e6`, `2.5e3`): a float that prints as written,
+    so a message's `got {value!r}` and an env value (str) show the text the user wrote."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> Self:
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (float(self), self.text)
+
+
 class YamlSeq(list[Any]):
     """A sequence as read: `line` where it starts, `item_lines` of every item (1-based)."""
 
@@ -108,8 +137,9 @@ def load_yaml(text: str | bytes, file: str = "<string>", error: type[InputFileEr
         except UnicodeDecodeError as exc:
             line = raw.count(b"\n", 0, exc.start) + 1
             raise error("", f"not UTF-8 text (byte {exc.start})", file=file, line=line) from None
-    loader = _Loader(text)
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)  # refuses a control character (ReaderError) here, before any parsing
         node = loader.get_single_node()
         if node is None:
             return None
@@ -121,6 +151,9 @@ def load_yaml(text: str | bytes, file: str = "<string>", error: type[InputFileEr
         what = ", ".join(str(p) for p in (exc.context, exc.problem) if p)
         raise error("", f"not valid YAML or JSON: {what}", file=file,
                     line=mark.line + 1 if mark else None) from None
+    except yaml.reader.ReaderError as exc:
+        raise error("", f"not valid YAML or JSON: {_unacceptable(str(text), exc)}", file=file,
+                    line=_line_at(str(text), exc.position)) from None
     except yaml.YAMLError as exc:
         raise error("", f"not valid YAML or JSON: {' '.join(str(exc).split())}", file=file) from None
     except _Refused as exc:
@@ -128,7 +161,23 @@ def load_yaml(text: str | bytes, file: str = "<string>", error: type[InputFileEr
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
         raise error("", f"not valid YAML or JSON: {exc}", file=file) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _unacceptable(text: str, exc: yaml.reader.ReaderError) -> str:
+    """What ReaderError says, without its `in "<unicode string>", position N` (the line says where)."""
+    ch = exc.character
+    code = ord(ch) if isinstance(ch, str) and len(ch) == 1 else ch if isinstance(ch, int) else None
+    if code is None:
+        return " ".join(str(exc).split())
+    column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+    kind = "a control character" if code < 0x20 or 0x7F <= code < 0xA0 else "not a printable character"
+    return f"character U+{code:04X} at column {column} is not allowed ({kind})"
+
+
+def _line_at(text: str, position: int) -> int:
+    return text.count("\n", 0, max(0, position)) + 1
 
 
 def refuse_unknown_keys(doc: Mapping[Any, Any], known: Sequence[str], field: str,
@@ -250,6 +299,31 @@ def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Any:
     data.extend(loader.construct_object(item, deep=False) for item in node.value)
 
 
+# YAML 1.2's (and JSON's) floats that YAML 1.1's resolver leaves strings: an exponent without a dot
+# or without its sign. Added to _Loader alone (add_implicit_resolver copies the class's table).
+_EXP_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$")
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
+def _construct_float(loader: _Loader, node: yaml.ScalarNode) -> Any:
+    value = loader.construct_yaml_float(node)
+    if _EXP_FLOAT.match(node.value) and not _YAML11_FLOAT.match(node.value):
+        return YamlFloat(value, node.value)
+    return value
+
+
+def _construct_timestamp(loader: _Loader, node: yaml.ScalarNode) -> Any:
+    value = loader.construct_yaml_timestamp(node)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value
+    return loader.construct_scalar(node)  # no time zone: the text as written (module docstring)
+
+
+# Those YAML 1.1 reads as floats already (a dot, a signed exponent): plain floats, as before.
+_YAML11_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)[eE][-+][0-9]+$")
+_Loader.add_implicit_resolver(_FLOAT_TAG, _EXP_FLOAT, list("-+0123456789."))
+_Loader.add_constructor(_FLOAT_TAG, _construct_float)
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_seq)
 

@@ -290,6 +290,7 @@ FILE_BAD = [
     (VALID + "iterations: 41\n", 13, "iterations", "duplicate key (first at line 10)"),
     (VALID + "urgency: high\n", 13, "urgency", "unknown field"),
     (VALID + "priority: high\n", 13, "priority", "must be one of guaranteed, best-effort"),
+    (VALID + "plan: {dp: 100000000000}\n", 13, "plan.dp", "must be an integer from 1 to 2,147,483,647, got 100000000000"),
     ("\n\n- name: a\n", 3, "job", "the file must be a mapping of fields"),
 ]
 
@@ -317,8 +318,10 @@ LOL = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         ("name: " + "[" * 200 + "]" * 200 + "\n", "line 1: nested deeper than 64 levels"),
         ("model:\n  capacity_factor: .inf\n", "line 2: field model.capacity_factor: must be a finite number, got '.inf'"),
         (b"name: caf\xe9\n", "line 1: not UTF-8 text (byte 9)"),
+        ("name: x\nmodel: a\x03\n", ("line 2: not valid YAML or JSON: character U+0003 at column 9 is not allowed "
+                                     "(a control character)")),
     ],
-    ids=["alias-bomb", "recursive-alias", "deep", "inf", "latin-1"],
+    ids=["alias-bomb", "recursive-alias", "deep", "inf", "latin-1", "control-character"],
 )
 def test_hostile_files_are_refused_with_a_line(tmp_path: Path, text: str | bytes, message: str) -> None:
     path = tmp_path / "job.yaml"
@@ -339,3 +342,14 @@ def test_every_command_reports_the_same_error(tmp_path: Path, capsys: pytest.Cap
     assert capsys.readouterr().err == expected
     assert tessctl.main(["estimate", "memory", "-f", str(path), "--gpu", "a100"]) == 1
     assert capsys.readouterr().err == expected
+
+
+def test_numbers_with_an_exponent_are_numbers_and_env_keeps_them_as_written() -> None:
+    """`1e6` is a float (YAML 1.2, JSON), no longer the string "1e6"; an env value (a string made of a
+    number) keeps the text as written, as it did; a quoted "1e6" stays a string everywhere."""
+    spec = parse_job_yaml(VALID.replace("{WANDB_MODE: offline}", "{LR: 1e-4, STEPS: 1e6, Q: '2e3', F: 1.5e+3}"))
+    assert dict(spec.env) == {"LR": "1e-4", "STEPS": "1e6", "Q": "2e3", "F": "1500.0"}
+    with pytest.raises(JobFileError) as err:
+        parse_job_yaml(VALID.replace("name: ", "name: 1e6 #"), "job.yaml")
+    assert (err.value.field, err.value.line) == ("name", 1)  # a number, not a name: quote it
+    assert parse_job_yaml(VALID.replace("name: ", "name: '1e6' #")).name == "1e6"

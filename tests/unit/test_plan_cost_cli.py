@@ -102,3 +102,47 @@ def test_quotas_over_a_given_cluster_are_refused(tmp_path: Path, capsys: pytest.
                          "--cluster", rental, "-o", "json"], capsys)
     assert rc == 0, err
     assert json.loads(out)["plans"]["espresso"]["feasible"]
+
+
+@pytest.mark.parametrize(("objective", "got"), [("cheapest", "'cheapest'"), ("5", "5")])
+def test_an_invalid_objective_is_refused_as_submit_refuses_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              objective: str, got: str) -> None:
+    argv = _files(tmp_path)
+    job = tmp_path / "job.yaml"
+    job.write_text((JOB % "1h").replace("objective: cost", f"objective: {objective}"))
+    rc, out, err = _run(argv, capsys)
+    reason = f"field objective: must be one of default, cost, got {got}"
+    assert (rc, out, err) == (2, "", f"tessctl: error: {job} line 5: {reason}\n")
+    rc, _, err = _run(["submit", "--controller", "127.0.0.1:1", str(job)], capsys)
+    assert rc == 1 and err == f"tessctl: error: {job} line 5: {reason}\n"  # the same words as submit
+    job.write_text((JOB % "1h").replace("objective: cost", "objective: default"))
+    assert _run(argv, capsys)[0] == 0
+
+
+@pytest.mark.parametrize("deadline", ["2030-01-01T00:00:00", "2030-01-01"])
+def test_a_deadline_without_a_time_zone_is_named_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            deadline: str) -> None:
+    argv = _files(tmp_path)
+    job = tmp_path / "job.yaml"
+    job.write_text((JOB % "1h").replace("{iterations_within: 1h}", f"{{deadline: {deadline}}}"))
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2
+    assert err == (f"tessctl: error: {job} line 6: field slo.deadline: needs its time zone (Z or +HH:MM), "
+                   f"got '{deadline}'\n")
+
+
+def test_prices_written_with_an_exponent_are_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run([*_files(tmp_path, prices='{"A6000": 6e0, "A30": 4E0, "RTX3090": 25e-1, "A4000": 2}'),
+                         "-o", "json"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["plans"]["espresso"]["feasible"]
+    rc, _, err = _run(_files(tmp_path, prices="{A6000: -6e0, A30: 4, RTX3090: 2.5, A4000: 2}"), capsys)
+    assert rc == 2 and "A6000: must be a price per GPU-hour >= 0, got -6e0\n" in err  # as written
+
+
+def test_a_jsonpath_that_selects_nothing_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run([*_files(tmp_path), "-o", "jsonpath={.nope}"], capsys)
+    assert (rc, out) == (1, "")
+    assert err == "tessctl: error: jsonpath: .nope: no field 'nope' (fields: job, model, iterations, slo_s, plans)\n"
+    rc, out, err = _run([*_files(tmp_path), "-o", "jsonpath={.job}"], capsys)
+    assert (rc, out) == (0, "plan-me\n"), err

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import pickle
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from tessera.common.yamlfile import (
     InputFileError,
+    YamlFloat,
     YamlMap,
     YamlSeq,
     line_of,
@@ -90,6 +92,14 @@ def test_merge_keys_may_be_overridden_but_keys_not_repeated() -> None:
                               "but found another document")),
         ("a: !!python/name:os.system x\n", ("f line 1: not valid YAML or JSON: could not determine a constructor "
                                             "for the tag 'tag:yaml.org,2002:python/name:os.system'")),
+        ("name: x\x03\n", ("f line 1: not valid YAML or JSON: character U+0003 at column 8 is not allowed "
+                          "(a control character)")),
+        ("a: 1\nb: [x, \x1b]\n", ("f line 2: not valid YAML or JSON: character U+001B at column 8 is not allowed "
+                                 "(a control character)")),
+        ("a: \ufffe\n", ("f line 1: not valid YAML or JSON: character U+FFFE at column 4 is not allowed "
+                        "(not a printable character)")),
+        ("a: 1e999\n", "f line 1: field a: must be a finite number, got '1e999'"),
+        ('{"a": -1E400}', "f line 1: field a: must be a finite number, got '-1E400'"),
     ],
 )
 def test_hostile_input_is_refused(text: str, message: str) -> None:
@@ -126,3 +136,35 @@ def test_files(tmp_path: Path) -> None:
     with pytest.raises(_FormatError) as err:
         read_yaml(path, _FormatError)
     assert str(err.value) == f"{path}: larger than 4 MiB"
+
+
+def test_a_control_character_in_a_file_is_one_located_error(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_bytes(b"name: x\nmodel: y\x03\n")  # valid UTF-8: the YAML reader refuses it, not the decoder
+    with pytest.raises(_FormatError) as err:
+        read_yaml(path, _FormatError)
+    assert str(err.value) == (f"{path} line 2: not valid YAML or JSON: character U+0003 at column 9 is not "
+                              "allowed (a control character)")
+
+
+def test_numbers_with_an_exponent_are_floats_as_in_yaml_12_and_json() -> None:
+    doc = load_yaml('a: 1e6\nb: "1e6"\nc: 1.0e+6\nd: -2.5E3\ne: 1E-4\nf: .5e3\ng: 1.5e3\nh: v1e6\ni: 1e6x\n')
+    assert doc == {"a": 1e6, "b": "1e6", "c": 1e6, "d": -2500.0, "e": 1e-4, "f": 500.0, "g": 1500.0,
+                   "h": "v1e6", "i": "1e6x"}
+    assert type(doc["c"]) is float  # what YAML 1.1 read as a float already stays a plain float
+    a = doc["a"]
+    assert isinstance(a, YamlFloat) and isinstance(a, float) and a == 1e6
+    assert (repr(a), str(a), f"{a}", f"{a:g}") == ("1e6", "1e6", "1e6", "1e+06")  # as written
+    assert pickle.loads(pickle.dumps(a)) == 1e6 and repr(pickle.loads(pickle.dumps(a))) == "1e6"
+    assert load_yaml('{"A10-24GB": 1e6, "x": [2E-3]}') == {"A10-24GB": 1e6, "x": [0.002]}  # JSON
+    assert load_yaml("a: 1e6")["a"] + 1 == 1000001.0
+    import yaml
+
+    assert yaml.safe_load("a: 1e6") == {"a": "1e6"}  # PyYAML itself is left as it is
+
+
+def test_timestamps_without_a_time_zone_stay_as_written() -> None:
+    doc = load_yaml("a: 2030-01-01T00:00:00\nb: 2030-01-01\nc: 2030-01-01T00:00:00Z\nd: 2030-01-01 10:00:00 +2\n")
+    assert (doc["a"], doc["b"]) == ("2030-01-01T00:00:00", "2030-01-01")
+    assert doc["c"] == dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    assert doc["d"] == dt.datetime(2030, 1, 1, 8, tzinfo=dt.UTC)
