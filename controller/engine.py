@@ -47,7 +47,7 @@ from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
 from tessera.controller.forecasting import Forecaster, step_seconds
 from tessera.controller.judging import processes, rank_statuses, settle
-from tessera.controller.launches import launch_requests, rendezvous, rendezvous_port
+from tessera.controller.launches import launch_requests, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
 from tessera.controller.registry import (
     LiveNode,
@@ -198,7 +198,9 @@ class Engine:
                 continue
             # Rank 0 of the current attempt speaks for the job (an attempt resumed from an older
             # checkpoint may report a lower iteration than the previous attempt's last report).
-            r0 = [w for w in workers or () if w.rank == 0 and w.HasField("progress")]
+            # ... as reported by the node that runs it: another node's report of it is not the job's.
+            r0 = [w for w in workers or () if w.rank == 0 and w.HasField("progress")] \
+                if rank_node(job, 0) == live.id else []
             if r0:
                 if r0[0].progress != self._live.progress.get(job_id):
                     self._first_progress(job)
@@ -372,6 +374,9 @@ class Engine:
         current = self.store.get_job(job.id)  # as stored now: nothing else of the job may be overwritten
         if lesson.event is not None and current is not None and current.attempt == job.attempt:
             await self._save(current, [("MEASURED", lesson.event)])
+        if lesson.refused:
+            log.warning("step_times_refused", job_id=job.id, why=lesson.refused)
+            return  # nor is the estimator service told
         if self.estimator_feed is not None:
             self.estimator_feed.send(step_times_request(job, lesson.view.model, lesson.gpu_type, lesson.per_node,
                                                         lesson.learned, lesson.view.key))

@@ -12,6 +12,7 @@ from typing import Literal
 
 from tessera.controller.core import launchers
 from tessera.controller.core.attempts import RankStatus, Verdict
+from tessera.controller.launches import rank_node
 from tessera.controller.registry import LiveNode
 from tessera.controller.store import JobRecord
 from tessera.v1 import common_pb2
@@ -35,13 +36,17 @@ def processes(job: JobRecord) -> int:
 
 
 def rank_statuses(job: JobRecord, nodes: Mapping[str, LiveNode]) -> dict[int, RankStatus]:
-    """The latest reported status of each rank of the job's current attempt."""
+    """The latest reported status of each rank of the job's current attempt, each from the node the
+    placement puts it on: a node's report of another node's rank, or of a rank the attempt does not
+    have, is not the job's (a node certificate speaks for its own workers only)."""
     out: dict[int, RankStatus] = {}
     for s in job.placement.slices if job.placement else ():
         live = nodes.get(s.node_id)
         if live is None:
             continue
         for w in live.running.get((job.id, job.attempt), []):
+            if rank_node(job, w.rank) != s.node_id:
+                continue
             out[w.rank] = RankStatus(w.rank, w.state != P.WORKER_STATE_EXITED, w.exit_code, w.reason,
                                      w.progress.iteration if w.HasField("progress") else 0)
     return out

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tessera.common.gpus import CATALOG
-from tessera.controller.cell_estimates import CellEstimates, MeasuredKey
+from tessera.controller.cell_estimates import CellEstimates, MeasuredKey, measured_key
 from tessera.controller.core.policy import CachedEstimates, CellEstimate
 from tessera.controller.core.snapshot import Cell, JobView
 from tessera.controller.core.step_times import Learned, StepTimeConfig, StepTimes
@@ -56,10 +56,17 @@ def measured_text(cell: Cell, learned: Learned, before: list[CellEstimate]) -> s
     return text + "; the next rounds use the measured time"
 
 
+# A measured iteration time more than this factor off its Cell's estimate is not learned. A job's
+# workers run the user's code, and a Cell's measured time is shared by every job of the model, other
+# tenants' too: a report of 1e-300 s would otherwise make every such job's Cells look instant.
+PLAUSIBLE_FACTOR = 100.0
+
+
 @dataclass(frozen=True)
 class Lesson:
     """What one report taught: the learned median, where it ran, the MEASURED event's text (the
-    attempt's first lesson only) and whether a Cell's estimate was replaced."""
+    attempt's first lesson only) and whether a Cell's estimate was replaced. `refused`: why the
+    median was not learned (not plausible), "" when it was."""
 
     learned: Learned
     gpu_type: str
@@ -67,6 +74,7 @@ class Lesson:
     view: JobView
     event: str | None
     replaced: bool
+    refused: str = ""
 
 
 class StepLearner:
@@ -75,6 +83,9 @@ class StepLearner:
         self.step_times = StepTimes(config)
         # Cells' measured iteration times, kept across estimate rebuilds.
         self.measured: dict[MeasuredKey, float] = {}
+        # Each learned Cell's estimate before its first measurement: the measurements' yardstick,
+        # so that reports cannot walk it off step by step (after a restart: the first one seen).
+        self.reference: dict[MeasuredKey, float] = {}
         self._cache: tuple[object, CachedEstimates] | None = None
 
     def estimates(self, records: Iterable[NodeRecord]) -> CachedEstimates:
@@ -104,11 +115,16 @@ class StepLearner:
         p = job.plan
         cell = Cell(gpu_type, p.dp * p.tp * p.pp, p.pp)
         estimates = self.estimates(records.values())
-        # The estimate being replaced, for the event (a Cell computation: only the first time).
-        before = ([c for c in estimates.cells(view, gpu_type, cell.gpus, len(per_node)) if c.cell == cell]
-                  if learned.first else [])
+        # The estimate being replaced (memoised: the CachedEstimates hold it until a lesson).
+        before = [c for c in estimates.cells(view, gpu_type, cell.gpus, len(per_node)) if c.cell == cell]
         inner = estimates.inner
         assert isinstance(inner, CellEstimates)
+        mkey = measured_key(view, cell, inner.flash_attention)
+        ref = self.reference.setdefault(mkey, before[0].iteration_s) if mkey is not None and before else 0.0
+        if ref > 0 and not ref / PLAUSIBLE_FACTOR <= learned.seconds <= ref * PLAUSIBLE_FACTOR:
+            why = (f"Cell {cell}: measured {learned.seconds:.4g} s/iteration (median of {learned.samples} steps) is "
+                   f"over {PLAUSIBLE_FACTOR:g}x off its estimate {ref:.4g} s: not learned (a broken or forged report)")
+            return Lesson(learned, gpu_type, per_node, view, why if learned.first else None, False, why)
         key = inner.record_measured(view, cell, learned.seconds)
         if key is not None:
             self.measured[key] = learned.seconds

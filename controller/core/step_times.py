@@ -84,7 +84,7 @@ class StepTimes:
         cfg = self.config
         if iteration <= cur.first_iteration + cfg.warmup_steps - 1 or iteration in cur.steps:
             return None
-        sample = StepSample(iteration, seconds, time)
+        sample = StepSample(iteration, seconds, time if math.isfinite(time) and time >= 0 else 0.0)  # 0: unknown
         cur.steps[iteration] = sample
         if len(cur.steps) > cfg.window:
             del cur.steps[min(cur.steps)]

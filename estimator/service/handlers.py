@@ -514,9 +514,11 @@ class Estimator:
         cfg = _in("config", run_config, req.config)
         if not req.steps:
             raise PlanInputError("steps", "needs at least one step time")
-        for i, st in enumerate(req.steps):
+        for i, st in enumerate(req.steps):  # all checked before any is kept
             if not (math.isfinite(st.seconds) and st.seconds > 0):
                 raise PlanInputError(f"steps[{i}].seconds", f"must be a finite number > 0, got {st.seconds!r}")
+            if not (math.isfinite(st.time) and st.time >= 0):
+                raise PlanInputError(f"steps[{i}].time", f"must be a finite number >= 0 (0 = unknown), got {st.time!r}")
         gpu = canonical_gpu(req.gpu_type, "gpu_type") if req.gpu_type else ""
         key = req.model_key or cfg.workload.name
         if not key:

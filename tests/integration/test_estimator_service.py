@@ -6,6 +6,7 @@ the performance model is fitted and refitted online, and a slow call does not bl
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -374,6 +375,22 @@ async def test_report_without_a_fit_starts_from_the_prior_and_marks_the_cell_mea
     assert after[(2, 1)] == before[(2, 1)]
     health = await srv.stub.Health(pb.HealthRequest())
     assert health.status == "SERVING" and health.fitted_models == 1 and health.cell_cache_entries > 0
+
+
+
+async def test_a_refused_step_keeps_nothing_of_its_request(srv: Server) -> None:
+    job = _config(4, 1, 1, 1, pb.ZERO_KIND_NONE, [4])
+
+    def report(*steps: pb.StepTime) -> pb.ReportStepTimesRequest:
+        return pb.ReportStepTimesRequest(job_id="j-nan", model_key="small", gpu_type="A100", config=job, steps=steps)
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await srv.stub.ReportStepTimes(report(pb.StepTime(seconds=0.5, iteration=1),
+                                              pb.StepTime(seconds=0.5, iteration=2, time=math.nan)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == "steps[1].time: must be a finite number >= 0 (0 = unknown), got nan"
+    ok = await srv.stub.ReportStepTimes(report(pb.StepTime(seconds=0.25, iteration=3)))
+    assert ok.samples_used == 1 and ok.measured_seconds == 0.25  # the refused steps were not kept
 
 
 # -- the loop stays responsive ----------------------------------------------------------------------
