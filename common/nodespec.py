@@ -72,6 +72,8 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
         f = f"{prefix}.workers[{i}]"
         if not JOB_ID_RE.fullmatch(w.job_id):
             errs.append((f"{f}.job_id", "malformed"))
+        if w.state not in common_pb2.WorkerState.values():
+            errs.append((f"{f}.state", f"unknown worker state {w.state}"))
         if w.attempt < 0:
             errs.append((f"{f}.attempt", "must be >= 0"))
         if not 0 <= w.rank <= MAX_RANK:

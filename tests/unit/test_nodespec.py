@@ -93,6 +93,7 @@ def _forged(mutate: object) -> list[str]:
     (lambda s: s.workers.extend(A.WorkerStatus(job_id="j-1") for _ in range(5000)), "status.workers"),
     (lambda s: setattr(s.workers[0], "job_id", "../../etc"), "status.workers[0].job_id"),
     (lambda s: setattr(s.workers[0], "rank", -1), "status.workers[0].rank"),
+    (lambda s: setattr(s.workers[0], "state", 99), "status.workers[0].state"),
     (lambda s: s.workers[0].gpu_indices.append(7), "status.workers[0].gpu_indices"),
 ])
 def test_forged_statuses_are_refused_naming_the_field(mutate: object, field: str) -> None:
