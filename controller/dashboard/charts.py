@@ -122,6 +122,8 @@ def line_chart(title: str, xs: Sequence[float], ys: Sequence[float], xlabel: str
     lo, hi = min(y for _, y in pts), max(y for _, y in pts)
     pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.0
     f = _Frame(pts[0][0], pts[-1][0], max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
+    if not (math.isfinite(f.y1 - f.y0) and math.isfinite(f.x1 - f.x0)):  # a worker's 1e308 and -1e308
+        return f'<p class="empty">{escape(title)}: the values reported span more than a chart can show.</p>'
     step = nice_step(f.y1 - f.y0)
     yticks = [round(math.ceil(f.y0 / step) * step + i * step, 10)
               for i in range(int((f.y1 - math.ceil(f.y0 / step) * step) // step) + 1)]

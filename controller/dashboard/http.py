@@ -25,6 +25,7 @@ MAX_HEAD = 16 * 1024  # request line and headers, bytes
 HEAD_TIMEOUT_S = 10.0  # a peer that trickles its request head is cut off after this
 WRITE_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 64
+MAX_PER_PEER = 16  # one address may not hold every slot (64 trickled heads kept everyone out)
 
 # No inline script or style: the pages load /static/app.js and /static/style.css only, so an
 # escaping mistake in a page cannot become script. SVG presentation attributes are not styles.
@@ -109,7 +110,8 @@ def render(resp: Response, head_only: bool) -> bytes:
         reason = ""
     lines = [f"HTTP/1.1 {resp.status} {reason}", f"Content-Type: {resp.content_type}",
              f"Content-Length: {len(resp.body)}", "Connection: close"]
-    lines += [f"{k}: {v}" for k, v in (*SECURITY_HEADERS, *resp.headers)]
+    own = {k.lower() for k, _ in resp.headers}  # a response's own header replaces the default (Cache-Control)
+    lines += [f"{k}: {v}" for k, v in (*(h for h in SECURITY_HEADERS if h[0].lower() not in own), *resp.headers)]
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head if head_only else head + resp.body
 
@@ -123,6 +125,7 @@ class HttpServer:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._per_peer: dict[str, int] = {}
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._connection, host or "127.0.0.1", port,
@@ -137,7 +140,13 @@ class HttpServer:
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        addr = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self._per_peer[addr] = self._per_peer.get(addr, 0) + 1
         try:
+            if self._per_peer[addr] > MAX_PER_PEER:
+                await self._send(writer, Response(503, b"too many connections from this address\n"), False)
+                return
             if self._slots.locked():
                 await self._send(writer, Response(503, b"too many connections\n"), False)
                 return
@@ -146,6 +155,9 @@ class HttpServer:
         except (ConnectionError, ssl.SSLError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the peer went away or stalled: nothing to answer
         finally:
+            self._per_peer[addr] -= 1
+            if not self._per_peer[addr]:
+                del self._per_peer[addr]
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 2.0)

@@ -34,13 +34,14 @@ from tessera.common.tls import TlsConfig
 from tessera.common.tokens import Principal
 from tessera.controller import metrics
 from tessera.controller.access import authorize, list_tenant, may_see
-from tessera.controller.auth import Authenticator
+from tessera.controller.auth import Authenticator, InsecureAuthenticator
 from tessera.controller.convert import job_pb, node_pb
 from tessera.controller.core.validate import JOB_ID_RE
 from tessera.controller.dashboard import pages
 from tessera.controller.dashboard.data import capacity_json, dumps, message_json, progress_json
 from tessera.controller.dashboard.history import History
 from tessera.controller.dashboard.http import HttpServer, Request, Response
+from tessera.controller.dashboard.options import is_loopback
 from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
 from tessera.controller.store import ACTIVE, JobRecord
@@ -143,6 +144,11 @@ class Dashboard:
     # ---------------------------------------------------------------- routing
 
     async def handle(self, req: Request) -> Response:
+        if isinstance(self.auth, InsecureAuthenticator) and not all(map(loopback_host, req.header("host"))):
+            # Open (no tokens: loopback only, as main checks): a page a browser loaded from another
+            # site may point its own name at 127.0.0.1 (DNS rebinding), and then reads as a local
+            # caller; its requests still name that site in Host.
+            return Response(421, b"this dashboard answers requests for localhost only\n")
         path = req.path.rstrip("/") or "/"
         if path.startswith("/static/"):
             return self._static(path[len("/static/"):])
@@ -251,3 +257,10 @@ def html(status: int, body: str) -> Response:
 def json_response(doc: Any) -> Response:
     return Response(200, dumps(doc), "application/json")
 
+
+
+def loopback_host(host: str) -> bool:
+    """Whether a Host header (`name`, `name:port`, `[v6]:port`) names this machine's loopback."""
+    host = host.strip().lower()
+    name = host.partition("]")[0] + "]" if host.startswith("[") else host.rpartition(":")[0] if ":" in host else host
+    return is_loopback(name)

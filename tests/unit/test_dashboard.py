@@ -12,10 +12,10 @@ import pytest
 
 from tessera.common.tokens import ADMIN, ANONYMOUS, USER, TokenEntry, hash_token, write_tokens_file
 from tessera.controller.auth import InsecureAuthenticator, TokenAuthenticator
-from tessera.controller.dashboard import options, pages
+from tessera.controller.dashboard import charts, options, pages
 from tessera.controller.dashboard.data import Forecast, forecast_fields, forecast_of
 from tessera.controller.dashboard.history import History, ProgressHistory
-from tessera.controller.dashboard.http import Request, Response
+from tessera.controller.dashboard.http import MAX_PER_PEER, Request, Response
 from tessera.controller.dashboard.server import Dashboard
 from tessera.controller.main import parse_args
 from tessera.v1 import common_pb2 as P
@@ -243,3 +243,54 @@ def test_pages_escape_what_jobs_carry_and_draw_forecasts_apart_from_what_happene
     if "forecast" in forecast_fields():
         page = pages.job_page(ANONYMOUS, pending, [], now)
         assert "starts ~" in page and "ends ~" in page
+
+
+def test_a_loss_curve_spanning_every_float_is_said_not_drawn() -> None:
+    # a worker reported 1e308, then -1e308: the chart's span overflowed and the job page was a 500
+    html = charts.line_chart("Loss", [0.0, 1.0, 2.0], [1e308, -1e308, 1.0], "iteration", "loss")
+    assert "span more than a chart can show" in html
+    assert "<polyline" in charts.line_chart("Loss", [0.0, 1.0], [2.0, 1.0], "iteration", "loss")
+
+
+async def test_open_mode_answers_only_requests_for_localhost(tmp_path: Path) -> None:
+    _, d, _ids = await cluster(tmp_path, secure=False)
+    for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080"):
+        req = get("/api/jobs")
+        assert (await d.handle(Request(req.method, req.path, req.query, (("host", host),)))).status == 200
+    for host in ("attacker.example:8080", "127.0.0.1.attacker.example"):  # DNS rebinding
+        req = get("/api/jobs")
+        assert (await d.handle(Request(req.method, req.path, req.query, (("host", host),)))).status == 421
+    (tmp_path / "s").mkdir()
+    _, secure, _ = await cluster(tmp_path / "s")  # with tokens the Host is the operator's to choose
+    req = get("/api/nodes", token="admin-token")
+    assert (await secure.handle(Request(req.method, req.path, req.query,
+                                        (*req.headers, ("host", "ctl.example.com:8443"))))).status == 200
+
+
+async def test_one_address_holds_at_most_its_share_of_connections() -> None:
+    async def handler(req: Request) -> Response:
+        return Response(200, b"ok", headers=[("Cache-Control", "max-age=300")])
+
+    d = Dashboard(InsecureAuthenticator())
+    d.server.handler = handler
+    port = await d.start("127.0.0.1:0")
+    held = []
+    try:
+        for _ in range(MAX_PER_PEER):  # heads never finished
+            _r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(b"GET / HTTP/1.1\r\n")
+            await w.drain()
+            held.append(w)
+        refused = await raw(port, b"GET / HTTP/1.1\r\n\r\n")
+        assert refused.startswith(b"HTTP/1.1 503") and refused.endswith(b"too many connections from this address\n")
+        for w in held:
+            w.close()
+        for _ in range(100):  # the server sees the closes; then the address has its slots back
+            ok = await raw(port, b"GET / HTTP/1.1\r\n\r\n")
+            if ok.startswith(b"HTTP/1.1 200"):
+                break
+            await asyncio.sleep(0.05)
+        assert ok.startswith(b"HTTP/1.1 200")
+        assert ok.count(b"Cache-Control:") == 1 and b"Cache-Control: max-age=300" in ok  # the response's own
+    finally:
+        await d.close()
