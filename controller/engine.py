@@ -399,8 +399,9 @@ class Engine:
         async with self._round_lock:
             t0 = time.perf_counter()
             self.tenants.refresh()  # a changed tenants file counts from this round on
-            self.tenants.warnings({m: n for m, (n, _, _) in gpu_pools(self._live.records.values()).items()})
-            await self._warm_estimates()
+            pools = gpu_pools(self._live.records.values())
+            self.tenants.warnings({m: n for m, (n, _, _) in pools.items()})
+            await self._warm_estimates(list(pools))
             snap, pending = self.snapshot()
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
                                time_budget_s=self.cfg.round_budget_s, clock=time.monotonic)
@@ -438,15 +439,17 @@ class Engine:
             log.info("round", round=self.rounds, policy=plan.policy, pending=len(pending),
                      started=len(plan.starts()), migrated=len(plan.migrations()), seconds=round(dt, 4))
 
-    async def _warm_estimates(self) -> None:
-        """The pending jobs' Cells, computed in a thread before the round takes its snapshot. The
-        round runs on the event loop, where heartbeats, lease renewals and every RPC wait for it, and
-        a large model's first estimate takes up to seconds (bench/estimator_bounds.py): past the
-        agents' fence, every worker would stop. The round then finds them in the estimates' caches."""
-        snap, _ = self.snapshot()
-        if snap.pending and snap.cluster_gpus:
+    async def _warm_estimates(self, gpu_types: list[str]) -> None:
+        """The pending jobs' Cells on the registered GPU types, computed in a thread before the round
+        takes its snapshot. The round runs on the event loop, where heartbeats, lease renewals and
+        every RPC wait for it, and a large model's first estimate takes up to seconds
+        (bench/estimator_bounds.py): past the agents' fence, every worker would stop. The round then
+        finds them in the estimates' caches."""
+        pending = self.store.list_jobs(states=[P.JOB_STATE_PENDING]) if gpu_types else []
+        if pending:
+            views = [job_view(j, self._live.progress.get(j.id)) for j in pending]
             estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
-            await asyncio.to_thread(rounds.warm, estimates, snap.pending, [m for m, _, _ in snap.cluster_gpus])
+            await asyncio.to_thread(rounds.warm, estimates, views, gpu_types)
 
     def _forecast(self, snap: Snapshot, estimates: Estimates, rcfg: RoundConfig) -> None:
         """Start the forecast of the round's snapshot (in a thread: the round does not wait)."""

@@ -115,12 +115,16 @@ class StepLearner:
         p = job.plan
         cell = Cell(gpu_type, p.dp * p.tp * p.pp, p.pp)
         estimates = self.estimates(records.values())
-        # The estimate being replaced (memoised: the CachedEstimates hold it until a lesson).
-        before = [c for c in estimates.cells(view, gpu_type, cell.gpus, len(per_node)) if c.cell == cell]
         inner = estimates.inner
         assert isinstance(inner, CellEstimates)
         mkey = measured_key(view, cell, inner.flash_attention)
-        ref = self.reference.setdefault(mkey, before[0].iteration_s) if mkey is not None and before else 0.0
+        # The estimate being replaced, for the event (the attempt's first lesson) and as the Cell's
+        # yardstick (its first lesson): a Cell computation, so only then.
+        before = ([c for c in estimates.cells(view, gpu_type, cell.gpus, len(per_node)) if c.cell == cell]
+                  if learned.first or (mkey is not None and mkey not in self.reference) else [])
+        if mkey is not None and before:
+            self.reference.setdefault(mkey, before[0].iteration_s)
+        ref = self.reference.get(mkey, 0.0) if mkey is not None else 0.0
         if ref > 0 and not ref / PLAUSIBLE_FACTOR <= learned.seconds <= ref * PLAUSIBLE_FACTOR:
             why = (f"Cell {cell}: measured {learned.seconds:.4g} s/iteration (median of {learned.samples} steps) is "
                    f"over {PLAUSIBLE_FACTOR:g}x off its estimate {ref:.4g} s: not learned (a broken or forged report)")

@@ -258,9 +258,9 @@ def json_response(doc: Any) -> Response:
     return Response(200, dumps(doc), "application/json")
 
 
-
 def loopback_host(host: str) -> bool:
     """Whether a Host header (`name`, `name:port`, `[v6]:port`) names this machine's loopback."""
     host = host.strip().lower()
-    name = host.partition("]")[0] + "]" if host.startswith("[") else host.rpartition(":")[0] if ":" in host else host
-    return is_loopback(name)
+    if host.startswith("["):
+        return is_loopback(host.partition("]")[0] + "]")
+    return is_loopback(host.partition(":")[0])
