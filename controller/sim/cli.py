@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tessera.common.errors import InvalidInput
 from tessera.common.objective import load_prices
@@ -310,7 +310,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results[label] = sim.run(pol, m, rounds=args.rounds, until_done=args.until_done)
     summaries = {k: summarize(v) for k, v in results.items()}
     for label, summ in summaries.items():
-        if line := unstarted_warning(label.replace("@", "_"), summ):
+        if line := unstarted_warning(label.replace("@", "_"), summ, until_done=args.until_done):
             print(line, file=sys.stderr)
     ref = next((k for k in results if k.split("@")[0] == "crius"), next(iter(results)))
     comp = compare(results, ref)
@@ -389,8 +389,16 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, like the input errors (exit 2 still): the usage block above it
+    buried the line that says what was wrong."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser(prog: str = "tessera-sim") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Replay a trace under several scheduling policies.",
+    p = _Parser(prog=prog, description="Replay a trace under several scheduling policies.",
                                 allow_abbrev=False)
     add_arguments(p)
     return p

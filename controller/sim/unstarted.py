@@ -67,10 +67,18 @@ def classify(jobs: Iterable[tuple[JobView, bool]], est: Estimates, nodes: Sequen
     return out
 
 
-def warning(label: str, summary: dict[str, object]) -> str:
+def warning(label: str, summary: dict[str, object], until_done: bool = False) -> str:
     """The stderr lines for a run that left runnable jobs unstarted, or jobs on GPUs the oracle
-    cannot run them on; "" when it did neither."""
+    cannot run them on, or (`until_done`) that hit its round cap with jobs not done; "" when it did
+    none of these."""
     lines = []
+    left = sum(v for k in ("jobs_running_at_end", "jobs_pending_at_end")
+               if isinstance(v := summary.get(k, 0), int))
+    if until_done and summary.get("end") == "rounds" and left > 0:
+        # --until-done promised a finished run; a cap reached silently reads as one (a 1e300 s
+        # restart cost ran 100,000 rounds and printed a table of unfinished jobs).
+        lines.append(f"warning: {label}: the run stopped at its round cap ({summary.get('rounds')} rounds) "
+                     f"with {left} jobs not done; raise --rounds or check the restart cost and the trace")
     stuck = summary.get("jobs_placed_unrunnable", 0)
     if isinstance(stuck, int) and stuck > 0:
         lines.append(f"warning: {label}: {stuck} jobs were placed on GPUs the oracle cannot run them on "

@@ -43,9 +43,15 @@ def test_bad_flag_values_are_usage_errors(flag: str, value: str, why: str,
     with pytest.raises(SystemExit) as exc:
         cli.main(["--trace", "philly", "--out", "/nonexistent/never-made", flag, value])
     assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == f"tessera-sim: error: argument {flag}: {why}"
-    assert "Traceback" not in err
+    # One line, no usage block above it.
+    assert capsys.readouterr().err == f"tessera-sim: error: argument {flag}: {why} (see --help)\n"
+
+
+def test_an_unknown_flag_is_one_line_too(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--trace", "philly", "--out", "x", "--bogus"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == "tessera-sim: error: unrecognized arguments: --bogus (see --help)\n"
 
 
 @pytest.mark.parametrize(("flag", "value", "want"), [
@@ -166,6 +172,17 @@ def _trace(tmp_path: Path) -> Path:
     return trace
 
 
+def test_until_done_that_hits_its_round_cap_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A restart cost of 1e300 s (or a cap too low) ends an --until-done run at --rounds with jobs
+    not done: a warning, not a table that reads as a finished run."""
+    argv = _argv(tmp_path, _trace(tmp_path), tmp_path / "out")
+    assert cli.main([*argv, "--until-done", "--restart-cost", "1e300"]) == 0
+    assert capsys.readouterr().err == ("warning: fcfs: the run stopped at its round cap (1 rounds) with 1 jobs "
+                                       "not done; raise --rounds or check the restart cost and the trace\n")
+    assert cli.main(argv) == 0  # exactly --rounds 1 without --until-done: asked for, no warning
+    assert capsys.readouterr().err == ""
+
+
 def test_out_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "file"
     f.write_text("")
@@ -217,7 +234,7 @@ def test_the_command_never_prints_a_traceback(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text(ARENA_HEADER + ROW + ",extra\n")
     code = "import sys; from tessera.controller.sim.cli import main; sys.exit(main(sys.argv[1:]))"
-    bad_flag = "tessera-sim: error: argument --load: must be a finite number > 0, got 'nan'"
+    bad_flag = "tessera-sim: error: argument --load: must be a finite number > 0, got 'nan' (see --help)"
     bad_row = f"tessera-sim: error: {trace} line 2: 9 fields, the header has 8 (past field gpu_type: 'extra')"
     for extra, rc, last in ((["--load", "nan"], 2, bad_flag), ([], 1, bad_row)):
         p = subprocess.run([sys.executable, "-c", code, *_argv(tmp_path, trace, tmp_path / "out"), *extra],
