@@ -944,6 +944,9 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
+MAX_CACHED_MODELS = 256  # distinct models whose operators, stage costs and Cells a CellEstimator keeps
+
+
 @dataclass
 class CellEstimator:
     """Cells of jobs with caches; one instance per configuration (the controller keeps one).
@@ -966,6 +969,10 @@ class CellEstimator:
     def operators(self, model: CellModel) -> tuple[Operator, ...]:
         sig = model.signature
         if sig not in self._ops:
+            if len(self._ops) >= MAX_CACHED_MODELS:
+                # Models come from requests: a caller sending model after model would grow the
+                # caches without end. A cluster's working set is far smaller; starting over is cheap.
+                self.invalidate()
             self._ops[sig] = model_operators(model)
         return self._ops[sig]
 
@@ -979,6 +986,11 @@ class CellEstimator:
         self._stage_cache = {k: v for k, v in self._stage_cache.items() if k[0] != signature}
         self._cell_cache = {k: v for k, v in self._cell_cache.items() if k[0] != signature}
 
+    def forget_measured(self, signature: str, gpu: str, num_gpus: int, num_stages: int) -> None:
+        """Drop a live iteration time (the service keeps a bounded number): the Cell is estimated again."""
+        if self._measured.pop((signature, gpu, num_gpus, num_stages), None) is not None:
+            self._drop_cells(signature, gpu, num_gpus, num_stages)
+
     def record_measured(self, signature: str, gpu: str, num_gpus: int, num_stages: int, seconds: float) -> None:
         """A live iteration time for a Cell; later answers carry it with source "measured"."""
         if seconds <= 0:
@@ -988,8 +1000,11 @@ class CellEstimator:
         except UnknownGpuError as exc:
             raise CellInputError("gpu", f"{exc}") from exc
         self._measured[(signature, name, num_gpus, num_stages)] = seconds
+        self._drop_cells(signature, name, num_gpus, num_stages)
+
+    def _drop_cells(self, signature: str, gpu: str, num_gpus: int, num_stages: int) -> None:
         self._cell_cache = {k: v for k, v in self._cell_cache.items()
-                            if not (k[0] == signature and k[1] == name and k[2] == num_gpus and k[3] == num_stages)}
+                            if not (k[0] == signature and k[1] == gpu and k[2] == num_gpus and k[3] == num_stages)}
 
     # -- one Cell ------------------------------------------------------------------------------------
 

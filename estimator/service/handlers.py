@@ -25,7 +25,7 @@ import statistics
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import metadata
 from typing import Generic, TypeVar
 
@@ -47,6 +47,7 @@ from tessera.estimator.cells import (
 from tessera.estimator.convert import PRECISION, execution_plan, model_dims, plan_message
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.plans import PlanInputError
+from tessera.estimator.service.learned import MAX_FITTED, MAX_MEASURED, FittedModel, Learned
 from tessera.estimator.service.state import EstimatorState
 from tessera.estimator.service.time_handler import estimate_time
 from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
@@ -66,6 +67,8 @@ ZEROS: dict[int, pm.Zero] = {pb.ZERO_KIND_UNSPECIFIED: "none", pb.ZERO_KIND_NONE
 LINKS = {pb.INTRA_LINK_UNSPECIFIED: "", pb.INTRA_LINK_NVLINK: "nvlink", pb.INTRA_LINK_PCIE: "pcie"}
 CELL_PRECISION = "mixed"  # CellModel's default recipe
 LIVE_WINDOW = 64  # step times kept per (job, model, plan, GPU type) for the online refit
+MAX_FIT_SAMPLES = 4096  # per FitPerformance; Morphling's profiles have a few dozen per model
+MAX_MODEL_KEY = 256
 MEASURED_SOURCE_NOTE = "estimate (the Cell's time is measured)"
 
 
@@ -316,15 +319,12 @@ def params_of(m: pb.PerfParams) -> pm.Params:
     return pm.Params(m.k_bwd, m.k_sync, m.k_opt, m.k_os_offload, m.k_const, m.k_off, m.k_swap, m.k_host)
 
 
-@dataclass(frozen=True)
-class FittedModel:
-    """A performance model kept under (model key, GPU type): its parameters, mode, environment and
-    the samples it was first fitted on (the base of later online refits)."""
-
-    params: pm.Params
-    mode: pm.Mode
-    env: pm.Environment
-    samples: tuple[pm.Sample, ...] = ()
+def _model_key(key: str, named: str) -> str:
+    if not key:
+        raise PlanInputError("model_key", f"required when {named} has no name")
+    if len(key) > MAX_MODEL_KEY:  # a key is kept in memory and on disk
+        raise PlanInputError("model_key", f"at most {MAX_MODEL_KEY} characters, got {len(key):,}")
+    return key
 
 
 def _config_key(c: pm.RunConfig) -> tuple[Hashable, ...]:
@@ -345,13 +345,12 @@ class Estimator:
     """
 
     def __init__(self, memory_cache_size: int = 4096, cells_cache_size: int = 256, max_cell_configs: int = 16,
-                 max_live_windows: int = 4096, state: EstimatorState | None = None) -> None:
+                 max_live_windows: int = 4096, state: EstimatorState | None = None,
+                 max_fitted: int = MAX_FITTED, max_measured: int = MAX_MEASURED) -> None:
         self._memory: _Lru[tuple[str, str, str, str], pb.MemoryBreakdown] = _Lru(memory_cache_size)
         self._cells: _Lru[bytes, pb.GetCellsResponse] = _Lru(cells_cache_size)
         self._cell_estimators: OrderedDict[CellConfig, tuple[CellEstimator, threading.Lock]] = OrderedDict()
         self._max_cell_configs = max_cell_configs
-        self._measured: dict[tuple[str, str, int, int], float] = {}
-        self._models: dict[tuple[str, str], FittedModel] = {}
         self._live: OrderedDict[tuple[Hashable, ...], OrderedDict[str, tuple[float, float]]] = OrderedDict()
         self._seq = 0
         self._max_live = max_live_windows
@@ -359,10 +358,7 @@ class Estimator:
         self._lock = threading.Lock()
         self._traced_lock = threading.Lock()
         # What was learned before a restart (fitted models, measured Cells) comes back from `state`.
-        self._state = state
-        if state is not None:
-            fitted, self._measured = state.load()
-            self._models = {k: FittedModel(*f) for k, f in fitted.items()}
+        self._learned = Learned(state, max_fitted, max_measured)
 
     # -- EstimateMemory ---------------------------------------------------------------------------
 
@@ -462,7 +458,7 @@ class Estimator:
                 self._cell_estimators.move_to_end(config)
                 return hit
             est = CellEstimator(config)
-            for (sig, gpu, n, s), seconds in self._measured.items():
+            for (sig, gpu, n, s), seconds in self._learned.measured():
                 est.record_measured(sig, gpu, n, s, seconds)
             entry = (est, threading.Lock())
             self._cell_estimators[config] = entry
@@ -481,19 +477,17 @@ class Estimator:
                 return seen
         if not req.samples:
             raise PlanInputError("samples", "needs at least one sample")
+        if len(req.samples) > MAX_FIT_SAMPLES:  # the fit's cost grows with them (20,000: 80 s of CPU)
+            raise PlanInputError("samples", f"at most {MAX_FIT_SAMPLES:,} samples, got {len(req.samples):,}")
         samples = [_in(f"samples[{i}]", sample, s) for i, s in enumerate(req.samples)]
         mode = perf_mode(req.mode)
         env = _in("env", environment, req.env)
         gpu = canonical_gpu(req.gpu_type, "gpu_type") if req.gpu_type else ""
-        key = req.model_key or samples[0].config.workload.name
-        if not key:
-            raise PlanInputError("model_key", "required when the samples' workload has no name")
+        key = _model_key(req.model_key or samples[0].config.workload.name, "the samples' workload")
         params = pm.fit(samples, mode, env)
         err = pm.rmsle(params, samples, mode, env)
         with self._lock:
-            self._models[(key, gpu)] = FittedModel(params, mode, env, tuple(samples))
-            if self._state is not None:
-                self._state.put_fitted(key, gpu, (params, mode, env, tuple(samples)))
+            self._learned.put_fitted((key, gpu), FittedModel(params, mode, env, tuple(samples)))
         resp = pb.FitPerformanceResponse(model_key=key, gpu_type=gpu, mode=PERF_MODE_VALUE[mode],
                                          params=params_message(params), rmsle=err, num_samples=len(samples),
                                          source=f"fitted:{mode}:rmsle")
@@ -503,7 +497,7 @@ class Estimator:
 
     def fitted(self, model_key: str, gpu_type: str = "") -> FittedModel | None:
         with self._lock:
-            return self._models.get((model_key, gpu_type))
+            return self._learned.fitted((model_key, gpu_type))
 
     # -- ReportStepTimes --------------------------------------------------------------------------
 
@@ -520,9 +514,7 @@ class Estimator:
             if not (math.isfinite(st.time) and st.time >= 0):
                 raise PlanInputError(f"steps[{i}].time", f"must be a finite number >= 0 (0 = unknown), got {st.time!r}")
         gpu = canonical_gpu(req.gpu_type, "gpu_type") if req.gpu_type else ""
-        key = req.model_key or cfg.workload.name
-        if not key:
-            raise PlanInputError("model_key", "required when the workload has no name")
+        key = _model_key(req.model_key or cfg.workload.name, "the workload")
         cell_sig = None
         if req.HasField("model"):
             if not gpu:
@@ -530,7 +522,7 @@ class Estimator:
             cell_sig = cell_model(pb.GetCellsRequest(model=req.model, global_batch_size=req.global_batch_size,
                                                      recipe=req.recipe)).signature
         with self._lock:
-            fitted = self._models.get((key, gpu))
+            fitted = self._learned.fitted((key, gpu))
             mode = perf_mode(req.mode) if req.mode else (fitted.mode if fitted else "tessera")
             params = fitted.params if fitted else pm.DEFAULT_PARAMS
             if mode == "tessera" and params.k_host == 0:
@@ -553,21 +545,21 @@ class Estimator:
         new = pm.refit(params, live, mode, env, base_samples=base)
         after = pm.predict(new, cfg, mode, env)
         measured = statistics.median(s for s, _ in steps)
+        mkey = (cell_sig, gpu, cfg.plan.gpus, cfg.plan.pp) if cell_sig is not None else None
+        dropped: list[tuple[str, str, int, int]] = []
         with self._lock:
-            self._models[(key, gpu)] = FittedModel(new, mode, env, base)
+            self._learned.put_fitted((key, gpu), FittedModel(new, mode, env, base))
             estimators = list(self._cell_estimators.values())
-            if cell_sig is not None:  # estimators made from now on start with it
-                self._measured[(cell_sig, gpu, cfg.plan.gpus, cfg.plan.pp)] = measured
-            if self._state is not None:
-                self._state.put_fitted(key, gpu, (new, mode, env, base))
-                if cell_sig is not None:
-                    self._state.put_measured((cell_sig, gpu, cfg.plan.gpus, cfg.plan.pp), measured)
-        if cell_sig is not None:
+            if mkey is not None:  # estimators made from now on start with it
+                dropped = self._learned.put_measured(mkey, measured)
+        if mkey is not None:
             # Outside self._lock (a Cell computation may hold an estimator's lock for a while, and
             # Health takes self._lock on the event loop); each estimator under its own lock.
             for est, lock in estimators:
                 with lock:
-                    est.record_measured(cell_sig, gpu, cfg.plan.gpus, cfg.plan.pp, measured)
+                    est.record_measured(*mkey, measured)
+                    for d in dropped:
+                        est.forget_measured(*d)
             self._cells.clear()
         return pb.ReportStepTimesResponse(params=params_message(new), predicted_before_seconds=before,
                                           predicted_seconds=after, measured_seconds=measured,
@@ -578,7 +570,7 @@ class Estimator:
     def health(self) -> pb.HealthResponse:
         with self._lock:
             cells = sum(e.misses for e, _ in self._cell_estimators.values())
-            fitted = len(self._models)
+            fitted = self._learned.num_fitted()
         return pb.HealthResponse(status="SERVING", version=version(), memory_cache_entries=len(self._memory),
                                  cell_cache_entries=cells, fitted_models=fitted,
                                  traced_available=importlib.util.find_spec("torch") is not None)

@@ -74,11 +74,13 @@ class EstimatorState:
             raise StateError(f"{self.path}: {exc}") from exc
 
     def load(self) -> tuple[dict[tuple[str, str], Fitted], dict[MeasuredKey, float]]:
-        """Everything kept; a row that no longer decodes (written by another version) is an error
-        naming it, not silently dropped."""
+        """Everything kept, oldest write first (INSERT OR REPLACE gives a rewritten row a new rowid);
+        a row that no longer decodes (written by another version) is an error naming it, not
+        silently dropped."""
         with self._lock:
-            fitted_rows = self._db.execute("SELECT model_key, gpu, body FROM fitted").fetchall()
-            measured_rows = self._db.execute("SELECT signature, gpu, gpus, stages, seconds FROM measured").fetchall()
+            fitted_rows = self._db.execute("SELECT model_key, gpu, body FROM fitted ORDER BY rowid").fetchall()
+            measured_rows = self._db.execute("SELECT signature, gpu, gpus, stages, seconds FROM measured "
+                                             "ORDER BY rowid").fetchall()
         fitted: dict[tuple[str, str], Fitted] = {}
         for key, gpu, body in fitted_rows:
             try:
@@ -99,6 +101,14 @@ class EstimatorState:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO measured (signature, gpu, gpus, stages, seconds) "
                              "VALUES (?, ?, ?, ?, ?)", (*key, seconds))
+
+    def drop_fitted(self, model_key: str, gpu: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM fitted WHERE model_key = ? AND gpu = ?", (model_key, gpu))
+
+    def drop_measured(self, key: MeasuredKey) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM measured WHERE signature = ? AND gpu = ? AND gpus = ? AND stages = ?", key)
 
     def close(self) -> None:
         with self._lock:
