@@ -16,8 +16,10 @@ from tessera.estimator.cell_recipe import recipe_cell_model
 from tessera.estimator.cells import CellEstimator, CellInputError, CellModel, GpuPool
 from tessera.estimator.plans import PlanInputError
 
-# (Cell model signature, GPU type, GPUs, stages): what a measured iteration time belongs to.
-MeasuredKey = tuple[str, str, int, int]
+# (tenant, Cell model signature, GPU type, GPUs, stages): what a measured iteration time belongs to.
+# Per tenant: a job's workers run its tenant's code, so what they report may steer the estimates of
+# that tenant's jobs only (docs/security.md).
+MeasuredKey = tuple[str, str, str, int, int]
 
 
 # The attention the jobs Tessera launches run: the reference trainer calls F.scaled_dot_product_attention
@@ -54,7 +56,7 @@ def measured_key(job: JobView, cell: Cell, flash_attention: bool = JOB_FLASH_ATT
     model = job_cell_model(job, flash_attention)
     if model is None:
         return None
-    return (model.signature, cell.gpu_type, cell.gpus, cell.stages)
+    return (job.tenant, model.signature, cell.gpu_type, cell.gpus, cell.stages)
 
 
 class CellEstimates:
@@ -67,15 +69,15 @@ class CellEstimates:
         self.pools = {t: GpuPool(t, n, per, "nvlink" if nv else "pcie") for t, (n, per, nv) in pools.items()}
         self.est = CellEstimator()
         self.max_gpus = max_gpus
-        for (sig, gpu, n, stages), seconds in (measured or {}).items():
-            self.est.record_measured(sig, gpu, n, stages, seconds)
+        self.measured: dict[MeasuredKey, float] = dict(measured or {})
 
     def record_measured(self, job: JobView, cell: Cell, seconds: float) -> MeasuredKey | None:
-        """A running job's measured iteration time for its Cell: later answers for that Cell carry it
-        (source "measured"). Returns the key it is kept under, None if the job's model has no Cells."""
+        """A running job's measured iteration time for its Cell: later answers for that Cell, for
+        the jobs of the job's tenant, carry it (source "measured"). Returns the key it is kept under,
+        None if the job's model has no Cells."""
         key = measured_key(job, cell, self.flash_attention)
         if key is not None:
-            self.est.record_measured(*key, seconds)
+            self.measured[key] = seconds
         return key
 
     def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
@@ -97,8 +99,10 @@ class CellEstimates:
                 mem = int(c.memory_per_gpu.value) if c.memory_per_gpu else 0
                 plan = PlanChoice(ep.dp, ep.tp, ep.pp, ep.micro_batch, ep.grad_accum, gpu_type, mem,
                                   c.memory_per_gpu.source if c.memory_per_gpu else "", ep)
-                out.append(CellEstimate(Cell(gpu_type, gpus, stages), c.iter_time.value, mem, plan,
-                                        c.iter_time.source))
+                it, source = c.iter_time.value, c.iter_time.source
+                if (seen := self.measured.get((job.tenant, model.signature, gpu_type, gpus, stages))) is not None:
+                    it, source = seen, "measured"
+                out.append(CellEstimate(Cell(gpu_type, gpus, stages), it, mem, plan, source))
             stages *= 2
         return out
 

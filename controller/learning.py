@@ -57,8 +57,9 @@ def measured_text(cell: Cell, learned: Learned, before: list[CellEstimate]) -> s
 
 
 # A measured iteration time more than this factor off its Cell's estimate is not learned. A job's
-# workers run the user's code, and a Cell's measured time is shared by every job of the model, other
-# tenants' too: a report of 1e-300 s would otherwise make every such job's Cells look instant.
+# workers run the user's code, and a Cell's measured time is shared by every job of the model in the
+# tenant (only there: MeasuredKey): a report of 1e-300 s would otherwise make every such job's
+# Cells look instant.
 PLAUSIBLE_FACTOR = 100.0
 
 

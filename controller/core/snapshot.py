@@ -114,7 +114,8 @@ class JobView:
     # Absolute time (same clock as Snapshot.now) by which the job must finish; 0 = none.
     deadline: float = 0.0
     restarts: int = 0
-    # Cache key of the estimates (same key, same Cells); "" = model signature + global batch + recipe.
+    # Cache key of the estimates (same key, same Cells); "" = model signature + global batch + recipe
+    # + tenant.
     estimate_key: str = ""
     # The job's recipe (JobSpec.plan: precision, checkpointing, LoRA, ...; estimator/cell_recipe.py):
     # its Cells and memory are estimated with it. None = the Cells' own recipe.
@@ -145,7 +146,10 @@ class JobView:
         if self.estimate_key:
             return self.estimate_key
         base = f"{self.model.signature}-b{self.global_batch_size}"
-        return f"{base}-{self.recipe.key}" if self.recipe is not None and self.recipe.given else base
+        if self.recipe is not None and self.recipe.given:
+            base = f"{base}-{self.recipe.key}"
+        # A tenant's measured iteration times are its own (controller/learning.py): so are its Cells.
+        return f"{base}@{self.tenant}" if self.tenant else base
 
     @property
     def remaining_iterations(self) -> float:

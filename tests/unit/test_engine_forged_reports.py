@@ -3,11 +3,16 @@
 A node's certificate lets it report the workers it runs; a report of another node's rank, of a rank
 the attempt does not have, or of a job placed elsewhere is not the job's. A job's workers run the
 user's code, so the step times they report are learned only within PLAUSIBLE_FACTOR of the Cell's
-estimate (its measured time is shared by every job of the model)."""
+estimate, and steer the estimates of their tenant's jobs only."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from tessera.controller.core.policy import CellEstimate
+from tessera.controller.core.snapshot import JobView
 from tessera.controller.learning import PLAUSIBLE_FACTOR
+from tessera.controller.snapshots import job_view
 from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P
 from tests.unit.test_engine import Harness, run_to_running, tiny
@@ -69,3 +74,34 @@ async def test_an_implausible_step_time_is_not_learned() -> None:
     assert f"over {PLAUSIBLE_FACTOR:g}x off its estimate" in event and "not learned" in event, event
     assert h.engine.learner.measured == {}
     assert h.state(jid) == "RUNNING"
+
+
+async def test_a_tenants_step_times_steer_only_its_own_jobs_estimates() -> None:
+    """Within PLAUSIBLE_FACTOR a report is learned, but for its tenant's jobs only: another tenant's
+    job of the same model keeps the estimate (its workers run other people's code)."""
+    h = Harness(policy="crius", nodes=("a",), learn="all")
+    await h.register("a")
+    jid = await h.submit(tiny())
+    await h.round()
+    attempt = await run_to_running(h, jid)
+    for it in range(1, 7):
+        h.agents.report(jid, attempt, iteration=it, step_s=0.25)
+        await h.heartbeat("a")
+    assert list(h.engine.learner.measured.values()) == [0.25]
+    plan = h.job(jid).plan
+    assert plan is not None
+    gpus, stages = plan.dp * plan.tp * plan.pp, plan.pp
+    node = h.store.get_node("a")
+    assert node is not None
+    gpu_type = node.inventory.gpus[0].model
+    estimates = h.engine.learner.estimates(h.store.list_nodes())
+    mine = job_view(h.job(jid), None)
+    theirs = replace(mine, id="other", tenant="someone-else")
+    assert mine.tenant == "default" and mine.key != theirs.key
+
+    def cell(view: JobView) -> CellEstimate:
+        (c,) = [c for c in estimates.cells(view, gpu_type, gpus, 1) if c.cell.stages == stages]
+        return c
+
+    assert (cell(mine).iteration_s, cell(mine).source) == (0.25, "measured")
+    assert cell(theirs).source != "measured" and cell(theirs).iteration_s != 0.25
