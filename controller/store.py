@@ -350,14 +350,34 @@ class SqliteStore:
 
         def __enter__(self) -> sqlite3.Connection:
             self.s._lock.acquire()
-            self.s._db.execute("BEGIN IMMEDIATE")
+            try:
+                self.s._db.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                # A BEGIN that fails ("database is locked" past busy_timeout, an I/O error) must not
+                # keep the lock: every later call, reads too, would block the loop's thread for good.
+                self.s._lock.release()
+                raise
             return self.s._db
 
         def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
             try:
-                self.s._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+                if exc_type is not None:
+                    self._rollback()
+                    return
+                try:
+                    self.s._db.execute("COMMIT")
+                except BaseException:
+                    self._rollback()  # a failed COMMIT leaves the transaction open
+                    raise
             finally:
                 self.s._lock.release()
+
+        def _rollback(self) -> None:
+            if self.s._db.in_transaction:
+                try:
+                    self.s._db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # the error that got us here is the one the caller sees
 
     def _tx(self) -> SqliteStore._Tx:
         return SqliteStore._Tx(self)

@@ -103,3 +103,26 @@ def test_the_controller_exits_with_one_line_on_an_emptied_database(tmp_path: Pat
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tessera-controller: error: ")
     assert "emptied, truncated or deleted" in lines[0]
+
+
+@pytest.mark.timeout(30)  # the defect hung here
+def test_a_write_that_finds_the_database_locked_fails_and_the_store_keeps_working(tmp_path: Path) -> None:
+    """Another process holding the write lock past busy_timeout fails the write (an error, not a
+    hang); once it lets go, reads and writes work again. Before, the failed BEGIN kept the store's
+    lock and every later call blocked the controller's thread for good."""
+    import sqlite3
+
+    db = tmp_path / "controller.db"
+    s = SqliteStore(db)
+    s.create_job(_job(1), ("SUBMITTED", ""))
+    s._db.execute("PRAGMA busy_timeout=50")
+    other = sqlite3.connect(str(db), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # an operator's sqlite3, a backup tool, a second controller
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        s.create_job(_job(2), ("SUBMITTED", ""))
+    other.execute("ROLLBACK")
+    other.close()
+    assert s.get_job("j-1") is not None and s.get_job("j-2") is None
+    s.create_job(_job(3), ("SUBMITTED", ""))
+    assert s.get_job("j-3") is not None
+    s.close()
