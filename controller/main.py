@@ -32,6 +32,7 @@ from tessera.controller.ha import COMPONENT, SERVICES, serve_ha
 from tessera.controller.registry import LivenessConfig, default_fence, fence_problem, requeue_after
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService, translate
+from tessera.controller.statedir import StateDirLock
 from tessera.controller.store import SqliteStore
 from tessera.controller.tenants import on_sighup
 from tessera.controller.tenantsfile import TenantsFileError, read_tenants_file
@@ -259,6 +260,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
             if dashboard is not None:
                 await dashboard.close()
         return
+    lock = StateDirLock(state)  # held until the process ends
     store = SqliteStore(state / "controller.db")
     epoch = store.next_epoch()
     structlog.contextvars.bind_contextvars(epoch=epoch)
@@ -299,6 +301,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     if engine.estimator_feed is not None:
         await engine.estimator_feed.close()
     store.close()
+    lock.release()
 
 
 async def start_dashboard(args: argparse.Namespace, auth: Authenticator,

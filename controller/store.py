@@ -292,6 +292,11 @@ class SqliteStore:
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
         self._lock = threading.Lock()
+        if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.R_OK | os.W_OK)):
+            # Else SQLite's "unable to open database file" reads as a damaged database, and the
+            # advice for that (a new --state-dir) would forget every job of a healthy one.
+            raise StateError(f"{path}: this user cannot write it or its folder (SQLite keeps its WAL beside it); "
+                             "give it write access (the state in it is not touched)")
         marker = path.with_name(path.name + ".id")
         known = marker.read_text().strip() if marker.exists() else None
         try:

@@ -126,3 +126,43 @@ def test_a_write_that_finds_the_database_locked_fails_and_the_store_keeps_workin
     s.create_job(_job(3), ("SUBMITTED", ""))
     assert s.get_job("j-3") is not None
     s.close()
+
+
+def test_a_second_controller_on_the_same_state_dir_exits_with_one_line(tmp_path: Path) -> None:
+    """Two controllers on one --state-dir both served and fenced each other's launches: the second
+    now stops at start, naming the holder."""
+    import os
+
+    from tessera.controller.statedir import StateDirLock
+
+    state = tmp_path / "state"
+    state.mkdir()
+    held = StateDirLock(state)  # as a running controller holds it
+    try:
+        p = subprocess.run([sys.executable, "-m", "tessera.controller.main", "--listen", "127.0.0.1:0",
+                            "--state-dir", str(state), "--insecure"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        held.release()
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == [
+        f"tessera-controller: error: {state} is in use by another tessera-controller (pid {os.getpid()}): one "
+        "controller per --state-dir (for a standby, use --store etcd)"]
+    assert not (state / "controller.db").exists()  # refused before the database was opened
+    again = StateDirLock(state)  # released: the next holder gets it
+    again.release()
+
+
+def test_a_state_dir_this_user_cannot_write_is_not_called_damaged(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's "unable to open database file" on a read-only folder was reported as a database that
+    cannot be read, with the advice to start a new --state-dir (every job forgotten)."""
+    import os
+
+    db = tmp_path / "controller.db"
+    _filled(db, jobs=2)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == tmp_path else real(p, mode))
+    with pytest.raises(StateError) as err:
+        SqliteStore(db)
+    assert "cannot write it or its folder" in str(err.value) and "new --state-dir" not in str(err.value)

@@ -1,0 +1,47 @@
+"""One controller per state directory.
+
+SQLite lets two processes open one database, and two controllers on one `--state-dir` both serve:
+each takes an epoch, each fences the other's launches, and the second requeued a job that ran
+healthily under the first (an audit saw it within 6 s). So a controller holds an exclusive
+`flock` on `<state-dir>/controller.lock` for its whole life; the kernel drops it when the process
+ends, kill -9 included, so there is no stale lock to clean up. The file holds the holder's pid for
+the message.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from pathlib import Path
+
+from tessera.controller.store import StateError
+
+LOCK_FILE = "controller.lock"
+
+
+class StateDirLock:
+    def __init__(self, state: Path) -> None:
+        self.path = state / LOCK_FILE
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise StateError(f"{state}: cannot write the state directory ({exc.strerror}); give this user "
+                             "write access to it (the state in it is not touched)") from exc
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip()
+            os.close(self._fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise StateError(f"{state} is in use by another tessera-controller"
+                                 f"{f' (pid {holder})' if holder.isdigit() else ''}: one controller per "
+                                 "--state-dir (for a standby, use --store etcd)") from None
+            raise StateError(f"{self.path}: cannot lock: {exc.strerror}") from exc
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = -1
