@@ -145,9 +145,9 @@ def test_a_second_controller_on_the_same_state_dir_exits_with_one_line(tmp_path:
     finally:
         held.release()
     assert p.returncode == 1
-    assert p.stderr.strip().splitlines() == [
-        f"tessera-controller: error: {state} is in use by another tessera-controller (pid {os.getpid()}): one "
-        "controller per --state-dir (for a standby, use --store etcd)"]
+    want = (f"tessera-controller: error: {state} is in use by another tessera-controller (pid {os.getpid()}): "
+            "one controller per --state-dir (for a standby, use --store etcd)")
+    assert p.stderr.strip().splitlines() == [want]
     assert not (state / "controller.db").exists()  # refused before the database was opened
     again = StateDirLock(state)  # released: the next holder gets it
     again.release()
