@@ -57,7 +57,7 @@ from tessera.controller.registry import (
     lost_reason,
 )
 from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
-from tessera.controller.store import ACTIVE, TERMINAL, EventRecord, JobRecord, NodeRecord, Store
+from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, Store
 from tessera.controller.tenants import TenantsSource
 from tessera.controller.view import AttemptClock, LiveState, LiveView, Move
 from tessera.v1 import agent_pb2, common_pb2
@@ -112,8 +112,19 @@ class Engine:
     def round_requested(self) -> bool:
         return self._kick.is_set()
 
-    async def _save(self, job: JobRecord, events: list[tuple[str, str]]) -> list[EventRecord]:
-        evs = self.store.save_job(job, self.wall(), events)
+    async def _save(self, job: JobRecord, events: list[tuple[str, str]]) -> bool:
+        """Store the job and its events; False (nothing stored) when the stored record has moved on
+        past the one this write was computed from: it is terminal (terminal states are final), or
+        holds a later attempt. Every path re-reads the job after its awaits; this is the net under
+        them (a cancel answered during an agent call was overwritten by the call's outcome, and the
+        cancelled job ran again)."""
+        cur = self.store.get_job(job.id)
+        if cur is not None and ((cur.state in TERMINAL and job.state != cur.state) or job.attempt < cur.attempt):
+            log.warning("stale_job_write_dropped", job_id=job.id, stored=P.JobState.Name(cur.state),
+                        stored_attempt=cur.attempt, write=P.JobState.Name(job.state), write_attempt=job.attempt,
+                        events=[k for k, _ in events])
+            return False
+        self.store.save_job(job, self.wall(), events)
         if job.state not in ACTIVE:  # its record now holds the last progress
             self._live.clocks.pop(job.id, None)
             self._live.progress.pop(job.id, None)
@@ -121,7 +132,7 @@ class Engine:
         for kind, msg in events:
             log.info("job_event", job_id=job.id, kind=kind, message=msg, attempt=job.attempt)
         await self.view.notify()
-        return evs
+        return True
 
     def _progress(self, job: JobRecord) -> common_pb2.Progress | None:
         return self._live.progress.get(job.id, job.progress)
@@ -191,9 +202,9 @@ class Engine:
         live.running = index_workers(status)
         touched = {k[0] for k in live.running} | {k[0] for k in previous}
         for job_id in touched:
-            job = self.store.get_job(job_id)
+            await self._stop_stale(live, job_id, self.store.get_job(job_id))
+            job = self.store.get_job(job_id)  # as stored after the Stop calls (a cancel may have come)
             workers = live.running.get((job_id, job.attempt)) if job else None
-            await self._stop_stale(live, job_id, job)
             if job is None or job.state not in ACTIVE:
                 continue
             # Rank 0 of the current attempt speaks for the job (an attempt resumed from an older
@@ -206,6 +217,9 @@ class Engine:
                     self._first_progress(job)
                     await self._learn(job, r0[0].progress)
                 self._live.progress[job_id] = r0[0].progress
+                job = self.store.get_job(job_id)  # _learn may have awaited
+                if job is None:
+                    continue
             await self._evaluate(job)
 
     def _first_progress(self, job: JobRecord) -> None:
@@ -245,7 +259,10 @@ class Engine:
             self.kick()
         elif step == "failed":
             last = await last_log_line(self.agents, self._live.nodes, self.epoch, job, verdict.rank)
-            await self._attempt_failed(job, f"{why}; last log line: {last}" if last else why)
+            now = self.store.get_job(job.id)  # the log call awaited an agent: a cancel may have come
+            if now is None or (now.state, now.attempt) != (job.state, job.attempt):
+                return  # the next report judges the job as it is now
+            await self._attempt_failed(now, f"{why}; last log line: {last}" if last else why)
         elif step == "interrupted":
             await self._requeue(job, why, "REQUEUED", stop="another rank was interrupted")
         elif step == "relaunch":
@@ -476,7 +493,8 @@ class Engine:
                                self.cfg.port_base, self.cfg.port_count)
         job, events = transitions.started(job, plan, slices, rendezvous(self._live.nodes[head].address, port),
                                           reason, kind, self.wall())
-        await self._save(job, events)
+        if not await self._save(job, events):
+            return job  # cancelled meanwhile: nothing to launch
         self._live.clocks[job.id] = AttemptClock(job.attempt, self.mono(), migration_started=migration_started)
         crash_point("round.placed" if migration_started is None else "migrate.before_launch")
         await self._launch(job)
@@ -487,7 +505,9 @@ class Engine:
         decision's placement and plan (`_evaluate`, step "relaunch")."""
         self._live.moves[job.id] = Move(d, self.mono())
         job, events = transitions.migrating(job, d)
-        await self._save(job, events)
+        if not await self._save(job, events):
+            self._live.moves.pop(job.id, None)
+            return
         await self._stop_attempt(job, f"migrating: {d.reason}")
         crash_point("migrate.checkpoint_requested")
 
