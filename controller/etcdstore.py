@@ -66,6 +66,9 @@ from tessera.v1 import common_pb2
 
 SEQ_SPAN = 1 << 16  # events one transaction may write
 MAX_TXN_OPS = 120  # below etcd's default --max-txn-ops of 128
+# Keys per Range page: specs are at most 64 KiB (common/jobspec.py), so a page stays under 13 MiB,
+# within the 16 MiB a gRPC message may carry.
+RANGE_PAGE = 200
 
 
 def _prefix_end(key: bytes) -> bytes:
@@ -162,10 +165,22 @@ class EtcdStore:
         return self.p + "/".join(parts).encode()
 
     def _range(self, key: bytes, prefix: bool = False, keys_only: bool = False) -> list[Any]:
-        req = etcdrpc.RangeRequest(key=key, range_end=_prefix_end(key) if prefix else b"", keys_only=keys_only)
+        """The key, or every key under the prefix, read in pages of RANGE_PAGE keys at the first
+        page's revision (one consistent snapshot): one Range of a whole prefix outgrew the client's
+        16 MiB message limit (about 33,000 jobs' records, or 330 jobs' large specs), and then every
+        round failed and every new leader crashed reading its jobs."""
+        end = _prefix_end(key) if prefix else b""
         t = self.c.cfg.timeout_s
-        resp = self.c.call(self.c.rpc(lambda: self.c.kv.Range(req, timeout=t)))
-        return list(resp.kvs)
+        out: list[Any] = []
+        start, revision = key, 0
+        while True:
+            req = etcdrpc.RangeRequest(key=start, range_end=end, keys_only=keys_only, revision=revision,
+                                       limit=RANGE_PAGE if prefix else 0)
+            resp = self.c.call(self.c.rpc(lambda req=req: self.c.kv.Range(req, timeout=t)))  # type: ignore[misc]
+            out += resp.kvs
+            if not (prefix and resp.more and resp.kvs):
+                return out
+            start, revision = bytes(resp.kvs[-1].key) + b"\0", resp.header.revision
 
     def _value(self, key: bytes) -> bytes | None:
         kvs = self._range(key)

@@ -174,12 +174,13 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         structlog.contextvars.bind_contextvars(epoch=epoch)
         try:
             store = EtcdStore(client, lead, state / "controller.etcd.id")
+            engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)  # it reads every job
         except BaseException:
-            # Refused state (StateError: one line, exit 1): let a standby try at once, not after a TTL.
+            # Refused state (StateError: one line, exit 1), or the jobs could not be read: let a
+            # standby try at once, not after a TTL.
             lead.resign()
             client.close()
             raise
-        engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)
         loop.add_signal_handler(signal.SIGHUP, on_sighup, engine.tenants, engine.kick)  # docs/tenants.md
         retention = Retention(store, cfg.checkpoint_root,
                               RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))

@@ -169,6 +169,38 @@ def test_pages_across_index_batches_and_deletion_takes_every_key(etcd_endpoint: 
         assert "j-4" not in [j.id for j in s.list_jobs_page(limit=-1)]
 
 
+def test_whole_prefix_reads_come_in_pages_of_one_snapshot(etcd_endpoint: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole-prefix read is paged (one Range of every job outgrew the 16 MiB message limit and
+    took the cluster down): with pages of 3 keys, 70 jobs (more than MAX_TXN_OPS / 2, so the specs
+    come by prefix too) all come back, specs included, and a deletion sweep sees them all."""
+    monkeypatch.setattr(etcdstore, "RANGE_PAGE", 3)
+    with leading_store(etcd_endpoint, _prefix()) as s:
+        n = etcdstore.MAX_TXN_OPS // 2 + 10
+        for i in range(n):
+            s.create_job(_job(i), ("SUBMITTED", ""))
+        limits: list[int] = []
+        real = s.c.kv.Range
+
+        def counted(req: object, timeout: float) -> object:
+            limits.append(req.limit)  # type: ignore[attr-defined]
+            return real(req, timeout=timeout)
+
+        s.c.kv.Range = counted
+        jobs = s.list_jobs()
+        s.c.kv.Range = real
+        assert len(limits) >= 2 * n // 3 and set(limits) == {3}  # records and specs, 3 keys a call
+        assert [j.id for j in jobs] == [f"j-{i}" for i in range(n)]
+        assert {j.spec.name for j in jobs} == {f"job{i}" for i in range(n)}
+        assert len(s.list_jobs(states=[P.JOB_STATE_PENDING])) == n
+        s.save_jobs([(j.with_(reason="waiting"), []) for j in jobs], 5.0)  # reads every key, paged
+        for j in jobs[:4]:
+            s.save_job(j.with_(state=P.JOB_STATE_FAILED, end_time=1.0), 1.0, [])
+        assert sorted(s.delete_finished_jobs(ended_before=time.time() + 100, limit=100)) == \
+            sorted(f"j-{i}" for i in range(4))
+        assert len(s.list_jobs()) == n - 4
+
+
 def _spec_fields(job: JobRecord) -> dict[str, object]:
     return {"name": job.spec.name, "model": job.spec.model, "global_batch_size": 8, "iterations": 10}
 
