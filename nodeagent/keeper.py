@@ -124,6 +124,10 @@ def read_spec(fd: int) -> tuple[list[str], dict[str, str], str]:
     return argv, env, cwd
 
 
+class WorkdirError(OSError):
+    """The worker's directory cannot be entered as the worker's user."""
+
+
 def _die_with_parent() -> None:
     # Runs in the child after it took the worker's uid (a credential change clears the setting, so
     # it must come after): if the keeper is killed, the worker gets SIGKILL instead of running on
@@ -173,12 +177,38 @@ class Keeper:
         kw: dict[str, Any] = {}
         if a.uid is not None:
             kw = {"user": a.uid, "group": a.gid, "extra_groups": a.groups}
-        return subprocess.Popen(
-            # Its own process group inside the keeper's session: signals to the group reach the
-            # worker's children, and the agent still counts the session's GPU memory as its own.
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, process_group=0, close_fds=True,
-            preexec_fn=_die_with_parent, **kw,  # noqa: PLW1509 (the keeper has one thread)
-        )
+        r, w = os.pipe()
+
+        def child() -> None:
+            _die_with_parent()
+            # The directory is entered here, after the uid change, so the worker's own permissions
+            # decide: Popen's cwd= is entered as root, and a job's workdir reached folders (another
+            # tenant's checkpoint) its user could not.
+            try:
+                os.chdir(cwd)
+            except OSError as exc:
+                os.write(w, (exc.strerror or str(exc)).encode())
+                raise
+
+        try:
+            return subprocess.Popen(
+                # Its own process group inside the keeper's session: signals to the group reach the
+                # worker's children, and the agent still counts the session's GPU memory as its own.
+                argv, env=env, stdin=subprocess.DEVNULL, process_group=0, close_fds=True,
+                preexec_fn=child, **kw,  # noqa: PLW1509 (the keeper has one thread)
+            )
+        except subprocess.SubprocessError:
+            os.set_blocking(r, False)
+            try:
+                why = os.read(r, 512).decode(errors="replace")
+            except BlockingIOError:
+                why = ""
+            if why:
+                raise WorkdirError(why) from None
+            raise
+        finally:
+            os.close(r)
+            os.close(w)
 
     def check_fence(self, now: float) -> None:
         got = read_fence(self.fence_file)
@@ -206,7 +236,8 @@ class Keeper:
             proc = self.start(argv, env, cwd)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             who = f" as uid {self.args.uid}" if self.args.uid is not None else ""
-            reason = f"spawn failed: cannot run {argv[0]!r} in {cwd}{who}: {exc}"
+            reason = (f"spawn failed: cannot enter workdir {cwd}{who}: {exc}" if isinstance(exc, WorkdirError)
+                      else f"spawn failed: cannot run {argv[0]!r} in {cwd}{who}: {exc}")
             say(self.args.label, reason)
             write_exit(exit_file, EXIT_SPAWN_FAILED, reason, 0)
             return EXIT_SPAWN_FAILED

@@ -44,13 +44,18 @@ def exit_path(attempt_dir: Path, rank: int) -> Path:
 def write_atomic(path: Path, data: dict[str, Any], *, durable: bool) -> None:
     """Replace `path` with `data` as JSON; never follows a symlink planted at a temporary name."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    # 0600: only the agent and its keepers (the same user) read these; agent-state.json lists every
+    # job on the node with its pids and GPUs, which is no other tenant's business.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, json.dumps(data, separators=(",", ":")).encode())
         if durable:
             os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        os.unlink(tmp)  # a full disk left one empty temporary file per try (2 a second)
+        raise
+    os.close(fd)
     try:
         os.replace(tmp, path)
     except OSError:

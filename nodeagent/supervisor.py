@@ -253,10 +253,8 @@ class Supervisor:
         if self.worker_token is not None:
             env["TESSERA_WORKER_TOKEN"] = self.worker_token(req.job_id, req.attempt)
         try:
-            if req.workdir and not os.path.isdir(req.workdir):
-                # The job's own directory (JobSpec.workdir) must exist here: refuse to start the rank
-                # with that reason rather than run it somewhere else.
-                raise FileNotFoundError(f"workdir {req.workdir} does not exist on this node")
+            # The job's own directory (JobSpec.workdir) is checked by the keeper, as the worker's
+            # user: a check here, as root, told any tenant whether any path exists on the node.
             notes = self.keepers.prepare(cwd, Path(ckpt), user)
             fd = worklogs.open_for_append(w.log_path)
             with open(fd, "ab") as log_file:

@@ -7,7 +7,9 @@ which may be root, opens logs with O_NOFOLLOW and never through such a link.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 from tessera.nodeagent import contract
@@ -19,8 +21,26 @@ _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_for_append(path: Path) -> int:
-    """A descriptor appending to the log (created 0644); OSError for a symlink or any failure."""
-    return os.open(path, _APPEND, 0o644)
+    """A descriptor appending to the log (created 0644); OSError for a symlink, for anything but a
+    plain file with one link, or any failure.
+
+    Opened non-blocking, then checked: a worker that put a FIFO where a log goes made the agent's
+    open() wait for a reader for good (its loop hung, every job on the node was fenced), and a hard
+    link to a file of the agent's (the worker secret) would have the agent write into it."""
+    fd = os.open(path, _APPEND | os.O_NONBLOCK, 0o644)
+    try:
+        _plain_file(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _plain_file(fd: int, path: Path) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        raise OSError(errno.EINVAL, f"not a plain file with one link: {path}")
 
 
 def append(path: Path, text: str) -> None:
@@ -87,6 +107,11 @@ def read_chunk(work_dir: Path, job_id: str, attempt: int, rank: int, max_bytes: 
     except FileNotFoundError:
         raise NotFound(f"no log for job {job_id} attempt {attempt} rank {rank} on this node") from None
     except OSError as exc:
+        raise FailedPrecondition(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        _plain_file(fd, path)  # a hard link to the agent's worker secret would be read out
+    except OSError as exc:
+        os.close(fd)
         raise FailedPrecondition(f"cannot read {path}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as f:
         try:

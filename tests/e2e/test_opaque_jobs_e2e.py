@@ -96,7 +96,7 @@ def test_opaque_jobs_wait_and_logs(cluster_factory, worker_dir: Path) -> None:  
                                                "entrypoint: ['{python}', '-c', 'print(1)']\n"))
     proc = run(cl, "-o", "json", "submit", "-f", nowd, "--wait")
     assert proc.returncode == 1
-    assert "workdir /nonexistent/dir does not exist" in json.loads(proc.stdout.splitlines()[-1])["reason"]
+    assert "cannot enter workdir /nonexistent/dir" in json.loads(proc.stdout.splitlines()[-1])["reason"]
 
     # max_runtime: the attempt is stopped and the job FAILED with the limit as its reason.
     slow = job_file(worker_dir / "slow.yaml", ("name: too-slow\nmax_runtime: 2s\nworkdir: " + str(worker_dir) + "\n"

@@ -33,10 +33,11 @@ def attempt(root: Path) -> Path:
     return d
 
 
-def start(root: Path, argv: list[str], *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start(root: Path, argv: list[str], *extra: str, env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> subprocess.Popen[bytes]:
     d = root / "attempt-1"
     fd = os.memfd_create("spec")
-    os.write(fd, json.dumps({"argv": argv, "env": env or {"PATH": os.defpath}, "cwd": str(d)}).encode())
+    os.write(fd, json.dumps({"argv": argv, "env": env or {"PATH": os.defpath}, "cwd": str(cwd or d)}).encode())
     log = open(d / "rank-0.log", "ab")  # noqa: SIM115 (the keeper holds it)
     try:
         return subprocess.Popen(
@@ -133,6 +134,21 @@ def test_a_program_that_cannot_start_is_exit_127_with_the_reason(worker_dir: Pat
     code, reason = keeperfiles.read_exit(keeperfiles.exit_path(d, 0)) or (0, "")
     assert code == 127 and reason.startswith("spawn failed: cannot run '/nonexistent/trainer'")
     assert "spawn failed" in (d / "rank-0.log").read_text()
+
+
+def test_the_workdir_is_entered_as_the_worker_user(worker_dir: Path, tmp_path: Path) -> None:
+    """Popen's cwd= is entered before the uid change: a job's workdir reached folders its user could
+    not (another tenant's checkpoint). The keeper enters it as the worker."""
+    d = attempt(worker_dir)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "weights").write_text("someone else's")
+    where, why = (private, "Permission denied") if ROOT else (tmp_path / "missing", "No such file or directory")
+    assert start(worker_dir, ["/bin/cat", "weights"], cwd=where).wait(10) == 127
+    code, reason = keeperfiles.read_exit(keeperfiles.exit_path(d, 0)) or (0, "")
+    who = " as uid 65534" if ROOT else ""
+    assert (code, reason) == (127, f"spawn failed: cannot enter workdir {where}{who}: {why}")
+    assert "someone else's" not in (d / "rank-0.log").read_text()
 
 
 @pytest.mark.skipif(not ROOT, reason="only root can tell the keeper to switch users")

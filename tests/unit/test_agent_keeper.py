@@ -209,3 +209,48 @@ def test_rank_logs_are_never_read_or_appended_through_a_symlink(tmp_path: Path) 
         worklogs.read_tail(tmp_path, "j", 1, 0, 100, [])
     worklogs.append(att / "rank-0.log", "tessera-agent: note\n")
     assert secret.read_text() == "another tenant's log"
+
+
+@pytest.mark.timeout(30)  # the defect hung here
+def test_a_fifo_or_hard_link_where_a_log_goes_is_refused_at_once(tmp_path: Path) -> None:
+    """A worker owns its attempt folder: a FIFO where the next rank's log goes made the agent's
+    open() wait for a reader for good (its loop hung, every job on the node was fenced); a hard
+    link to an agent file would be written into or read out."""
+    from tessera.nodeagent import worklogs
+    from tessera.nodeagent.errors import FailedPrecondition
+
+    att = tmp_path / "jobs" / "j" / "attempt-1"
+    att.mkdir(parents=True)
+    os.mkfifo(att / "rank-1.log")
+    with pytest.raises(OSError):  # ENXIO: no reader, and no waiting for one
+        worklogs.open_for_append(att / "rank-1.log")
+    with pytest.raises(FailedPrecondition, match="cannot read"):
+        worklogs.read_tail(tmp_path, "j", 1, 1, 100, [])
+    secret = tmp_path / "worker-secret"
+    secret.write_bytes(b"k" * 32)
+    os.link(secret, att / "rank-0.log")
+    with pytest.raises(OSError, match="not a plain file"):
+        worklogs.open_for_append(att / "rank-0.log")
+    with pytest.raises(FailedPrecondition, match="cannot read"):
+        worklogs.read_tail(tmp_path, "j", 1, 0, 100, [])
+    assert secret.read_bytes() == b"k" * 32
+    fd = worklogs.open_for_append(att / "rank-2.log")  # a plain new log: blocking writes as before
+    assert os.get_blocking(fd)
+    os.close(fd)
+
+
+def test_agent_files_are_private_and_a_failed_write_leaves_no_temporary(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """agent-state.json (every job on the node, its pids and GPUs) was 0644; on a full disk each
+    failed fence renewal left an empty temporary file behind."""
+    path = tmp_path / "agent-state.json"
+    keeperfiles.write_atomic(path, {"jobs": []}, durable=True)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        keeperfiles.write_atomic(tmp_path / "fence.json", {"deadline": 1.0}, durable=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent-state.json"]
