@@ -303,6 +303,7 @@ def aio_server(
     listen: str, registrations: Sequence[tuple[Any, Any]], interceptors: Sequence[Any] = (),
     name: str = "server", translate: Translate | None = None, *, tls: TlsConfig | None = None,
     insecure: bool = False, client_cert: bool = True, hooks: Hooks | None = None,
+    max_receive_bytes: int = MAX_MESSAGE_BYTES, max_concurrent_rpcs: int | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build an asyncio server on `listen` (host:port, port 0 = pick one).
 
@@ -311,12 +312,16 @@ def aio_server(
     certificate unless `client_cert` is False), plaintext only with `insecure`. Every server also
     serves the standard hooks (tessera.common.hooks: health, reflection, Info): `hooks`, made by a
     daemon that reports its readiness through them, else ones that say SERVING. The services the
-    registrations add are named to them. Returns the server, not yet started, and the bound port.
+    registrations add are named to them. `max_receive_bytes` and `max_concurrent_rpcs` bound what
+    callers can make it hold (more concurrent calls are RESOURCE_EXHAUSTED). Returns the server, not
+    yet started, and the bound port.
     Raises OSError when the address cannot be bound.
     """
     _security(tls, insecure, f"{name} server")
     chain = [ErrorInterceptor(name, translate), *interceptors]
-    server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=chain)
+    options = [o for o in _SERVER_OPTIONS if o[0] != "grpc.max_receive_message_length"]
+    options.append(("grpc.max_receive_message_length", max_receive_bytes))
+    server = grpc.aio.server(options=options, interceptors=chain, maximum_concurrent_rpcs=max_concurrent_rpcs)
     recorder = _Recorder(server)
     for add, servicer in registrations:
         add(servicer, recorder)

@@ -79,6 +79,8 @@ class AgentConfig:
 
 
 SOCKET_NAME = "agent.sock"
+WORKER_MESSAGE_BYTES = 64 * 1024  # a ReportProgress is well under 1 KiB
+WORKER_CONCURRENT_RPCS = 256  # workers on one node, each with a call or two in flight
 # sun_path holds 108 bytes with its terminating NUL.
 MAX_SOCKET_PATH = 107
 
@@ -145,6 +147,7 @@ class Agent:
             fence=self.selffence,
         )
         self.server: grpc.aio.Server | None = None
+        self.worker_server: grpc.aio.Server | None = None
         self.port = 0
         self.address = ""
         self._controllers: ControllerSet | None = None
@@ -225,13 +228,20 @@ class Agent:
         self.address = join_host_port(advertise_host(self.config), self.port)
         sock = socket_path(self.config.work_dir)
         sock.unlink(missing_ok=True)  # left by an agent that was killed
-        rpc.add_port(self.server, f"unix:{sock}", insecure=True)
+        # The workers' socket is a server of its own with small limits: anyone on the node may
+        # connect, and the token is checked only once a whole message has arrived, so on the main
+        # server (16 MiB messages, no bound on calls) 80 calls with a wrong token held 2 GB.
+        self.worker_server, _ = rpc.aio_server(
+            f"unix:{sock}", [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)], name="agent-workers",
+            hooks=self.hooks, insecure=True, max_receive_bytes=WORKER_MESSAGE_BYTES,
+            max_concurrent_rpcs=WORKER_CONCURRENT_RPCS)
         self.supervisor.agent_addr = f"unix:{sock}"
         self.supervisor.worker_token = self.tokens.token
         self._log_worker_users()
         adopted = self.supervisor.restore(state)
         metrics.WORKERS_RUNNING.set(self.supervisor.running_count())
         await self.server.start()
+        await self.worker_server.start()
         # Workers may run as other users (unprivileged uids): anyone on the node may connect, and
         # only the attempt's secret lets a call through.
         sock.chmod(0o666)
@@ -346,8 +356,9 @@ class Agent:
     async def close(self, grace: float = 2.0) -> None:
         """Stop serving and registering; stop the workers only with kill_workers_on_exit."""
         self.hooks.shutdown()
-        if self.server is not None:
-            await rpc.stop_server(self.server, grace)
+        for server in (self.server, self.worker_server):
+            if server is not None:
+                await rpc.stop_server(server, grace)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -322,6 +322,26 @@ async def test_progress_from_a_worker_reaches_the_heartbeat(
     assert b"reported; stop_requested = False" in text
 
 
+async def test_the_worker_socket_refuses_large_messages(agent: Agent) -> None:
+    """Anyone on the node may connect to the workers' socket, and the token is checked only once a
+    whole message arrived: 80 concurrent 15 MB calls with a wrong token held 2 GB of the agent.
+    The socket is now a server of its own that takes 64 KiB a message."""
+    local = rpc.aio_channel(agent.supervisor.agent_addr, insecure=True)
+    worker = agent_pb2_grpc.NodeAgentStub(local)
+    wrong = (("tessera-worker-token", "x" * 64),)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await worker.ReportProgress(agent_pb2.ReportProgressRequest(job_id="j" * (1 << 20), attempt=1),
+                                        timeout=5, metadata=wrong)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # still serving, and still checking tokens
+            await worker.ReportProgress(agent_pb2.ReportProgressRequest(job_id="job-1", attempt=1),
+                                        timeout=5, metadata=wrong)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        await local.close()
+
+
 async def test_worker_exit_triggers_a_prompt_heartbeat(
     registry: tuple[FakeRegistry, str], agent: Agent, stub: agent_pb2_grpc.NodeAgentStub
 ) -> None:
