@@ -17,8 +17,10 @@ The agent starts it (root when the agent is root) in a session of its own; the k
 - fences: every --poll seconds it reads the agent's fence file; once time.monotonic() passes the
   deadline there, it SIGTERMs the worker's group and SIGKILLs it --grace seconds later, whatever the
   agent is doing (stopped, partitioned, dead). An agent renewing later cannot undo it;
-- when the worker has exited, SIGKILLs what is left of its process group and writes the exit status
-  atomically to --exit-file, then exits with the worker's status (128+N for signal N).
+- is a child subreaper: when the worker has exited (or its grace is over), SIGKILLs what is left
+  of its process group and every process it left outside it (they were orphaned to the keeper),
+  writes the exit status atomically to --exit-file, then exits with the worker's status (128+N
+  for signal N).
 
 Standard library only, and it imports nothing from Tessera but tessera.nodeagent.keeperfiles: it
 must work when the agent is stopped or gone, and start quickly for every rank.
@@ -45,6 +47,7 @@ EXIT_USAGE = 2
 EXIT_SPAWN_FAILED = 127
 MAX_SPEC_BYTES = 64 * 1024 * 1024
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class UsageError(Exception):
@@ -134,6 +137,49 @@ def _die_with_parent() -> None:
     # unfenced.
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _children() -> list[int]:
+    """Live processes whose parent is this one (what a subreaper inherits when they are orphaned)."""
+    me, out = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        if len(fields) > 1 and int(fields[1]) == me and fields[0] != b"Z":
+            out.append(int(entry))
+    return out
+
+
+def kill_descendants(worker: int, rounds: int = 50) -> int:
+    """SIGKILL every process left under the keeper but the worker itself, the ones that left the
+    worker's process group (setsid, a double fork) included: as a child subreaper the keeper
+    inherits them when their parents die. Killing one hands its children to the keeper, so it goes
+    round until none is left (bounded). Never reaps the worker (its status is the keeper's to
+    read). Returns how many it killed."""
+    killed: set[int] = set()
+    for _ in range(rounds):
+        alive = [pid for pid in _children() if pid != worker]
+        if not alive:
+            break
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        time.sleep(0.02)
+        for pid in alive:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+    return len(killed)
 
 
 def say(label: str, text: str) -> None:
@@ -227,6 +273,10 @@ class Keeper:
     def run(self, argv: list[str], env: dict[str, str], cwd: str, exit_file: Path) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, KILL_NOW):
             signal.signal(sig, self.on_signal)
+        # Orphans of the worker (a daemon it started with setsid and a double fork) come to the
+        # keeper rather than to init, so that they end with the worker instead of outliving a
+        # cancel unfenced (kill_descendants).
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.check_fence(time.monotonic())
         if self.fence_reason:  # already past the deadline: never start
@@ -244,17 +294,34 @@ class Keeper:
         self.pid = proc.pid
         for signum in self.pending:
             self.on_signal(signum, None)
-        while (rc := proc.poll()) is None:
+        while (rc := self._wait_worker()) is None:
             now = time.monotonic()
             self.check_fence(now)
             if self.kill_at is not None and now >= self.kill_at:
                 say(self.args.label, "grace period over; SIGKILL to the worker")
                 _killpg(self.pid, signal.SIGKILL)
+                kill_descendants(self.pid)
                 self.kill_at = None
             time.sleep(self.args.poll)  # signal handlers still run at once (they forward the signal)
+        proc.returncode = rc
         _killpg(self.pid, signal.SIGKILL)  # leftovers of the worker's group would hold GPU memory
+        if n := kill_descendants(self.pid):
+            say(self.args.label, f"killed {n} process(es) the worker left outside its process group")
         write_exit(exit_file, rc, self.fence_reason, self.pid)
         return rc if rc >= 0 else 128 - rc
+
+    def _wait_worker(self) -> int | None:
+        """The worker's exit code once it has exited (reaping the orphans the keeper inherited on
+        the way, which would stay zombies), else None."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return -signal.SIGKILL  # cannot happen while the worker is our child: never wait forever
+            if pid == 0:
+                return None
+            if pid == self.pid:
+                return os.waitstatus_to_exitcode(status)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

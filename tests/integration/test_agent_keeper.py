@@ -136,6 +136,27 @@ def test_a_program_that_cannot_start_is_exit_127_with_the_reason(worker_dir: Pat
     assert "spawn failed" in (d / "rank-0.log").read_text()
 
 
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"  # a zombie no one reaped yet
+    except FileNotFoundError:
+        return True
+
+
+def test_processes_the_worker_left_outside_its_group_end_with_it(worker_dir: Path) -> None:
+    """A daemon started with setsid and a fork (its own session, so out of the worker's process
+    group) outlived a cancel, unfenced. The keeper is a child subreaper: it inherits such orphans
+    and kills them when the worker has exited."""
+    d = attempt(worker_dir)
+    script = ("setsid -f sh -c 'echo $$ > escaped.pid; exec sleep 300'; "
+              "while [ ! -s escaped.pid ]; do sleep 0.05; done; exit 0")
+    assert start(worker_dir, ["/bin/sh", "-c", script]).wait(30) == 0
+    escaped = int((d / "escaped.pid").read_text())
+    assert _gone(escaped)
+    assert "killed 1 process(es) the worker left outside its process group" in (d / "rank-0.log").read_text()
+
+
 def test_the_workdir_is_entered_as_the_worker_user(worker_dir: Path, tmp_path: Path) -> None:
     """Popen's cwd= is entered before the uid change: a job's workdir reached folders its user could
     not (another tenant's checkpoint). The keeper enters it as the worker."""
