@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import itertools
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -34,7 +36,15 @@ import grpc
 import grpc.aio
 
 from tessera.clients.results import Identity, JobEvent, JobInfo, JobState, LogChunk, NodeInfo, VersionInfo
-from tessera.clients.sdk import _CONNECT_FAILURES, MAX_PAGE, ControllerUnreachable, RpcError, connection
+from tessera.clients.sdk import (
+    _CONNECT_FAILURES,
+    MAX_PAGE,
+    RETRY_SUBMIT,
+    SUBMIT_RETRIES,
+    ControllerUnreachable,
+    RpcError,
+    connection,
+)
 from tessera.common.rpc import aio_channel, leader_hint
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc, info_pb2, info_pb2_grpc
 
@@ -90,9 +100,17 @@ class AsyncClient:
     # -- jobs ------------------------------------------------------------------------------------
 
     async def submit(self, spec: common_pb2.JobSpec, request_id: str | None = None) -> JobInfo:
-        """Submit a job; the same request_id returns the job it first created."""
+        """Submit a job; the same request_id returns the job it first created. Retried with the
+        same request id after a timeout or UNAVAILABLE, as Client.submit_ex is."""
         req = controller_pb2.SubmitJobRequest(request_id=request_id or str(uuid.uuid4()), spec=spec)
-        return JobInfo.from_proto((await self._call("SubmitJob", req)).job)
+        for tries in itertools.count():
+            try:
+                return JobInfo.from_proto((await self._call("SubmitJob", req)).job)
+            except RpcError as err:
+                if err.code not in RETRY_SUBMIT or isinstance(err, ControllerUnreachable) or tries >= SUBMIT_RETRIES:
+                    err.request_id = req.request_id
+                    raise
+        raise AssertionError("not reached")
 
     async def get(self, job_id: str, with_events: bool = False) -> JobInfo:
         req = controller_pb2.GetJobRequest(job_id=job_id, with_events=with_events)
@@ -123,7 +141,7 @@ class AsyncClient:
         req = controller_pb2.CancelJobRequest(request_id=request_id or str(uuid.uuid4()), job_id=job_id)
         return JobInfo.from_proto(await self._call("CancelJob", req))
 
-    async def watch(self, job_id: str, after_seq: int = 0, timeout: float | None = None) -> AsyncIterator[JobEvent]:
+    async def watch(self, job_id: str, after_seq: int = 0, timeout: float | None = None) -> AsyncGenerator[JobEvent, None]:
         """The job's events after `after_seq`, then new ones until the job ends (or `timeout`:
         DEADLINE_EXCEEDED). Break out of the loop to stop early."""
         req = controller_pb2.WatchJobEventsRequest(job_id=job_id, after_seq=after_seq)
@@ -157,12 +175,15 @@ class AsyncClient:
             if remaining is not None and remaining <= 0:
                 raise RpcError("DEADLINE_EXCEEDED", f"job {job_id} did not reach {_names(wanted)} in time")
             try:
-                async for event in self.watch(job_id, after_seq=last_seq, timeout=remaining):
-                    last_seq = max(last_seq, event.seq)
-                    if event.kind != "PROGRESS":
-                        job = await self.get(job_id)
-                        if job.state in wanted or job.done:
-                            break
+                # Closed when left: a break out of `async for` leaves the stream (and its call) open
+                # until the generator is collected.
+                async with contextlib.aclosing(self.watch(job_id, after_seq=last_seq, timeout=remaining)) as events:
+                    async for event in events:
+                        last_seq = max(last_seq, event.seq)
+                        if event.kind != "PROGRESS":
+                            job = await self.get(job_id)
+                            if job.state in wanted or job.done:
+                                break
                 job = await self.get(job_id)
                 down_since = None
             except RpcError as exc:

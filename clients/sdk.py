@@ -61,11 +61,13 @@ _CONNECT_FAILURES = (
 
 class RpcError(TesseraError):
     """A failed call as a client sees it: `code` the status code (a Code, equal to its name as a
-    str: ``err.code == "NOT_FOUND"``), `message` the status details on one line."""
+    str: ``err.code == "NOT_FOUND"``), `message` the status details on one line; `request_id` the
+    submit's idempotency key when a submit failed ("" otherwise)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(" ".join(message.split()))  # always one line
         self.code = Code(code) if code in Code.__members__ else Code.UNKNOWN
+        self.request_id = ""
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
@@ -184,10 +186,20 @@ class Client:
         return self.submit_ex(spec, request_id).job
 
     def submit_ex(self, spec: common_pb2.JobSpec, request_id: str | None = None) -> SubmitResult:
-        """Like submit, and also says whether this call created the job."""
+        """Like submit, and also says whether this call created the job. A call that timed out or
+        found the controller unavailable is retried with the same request id (SUBMIT_RETRIES times):
+        the controller may have stored the job all the same, and only the same id finds it again. A
+        failure that remains carries the id as `request_id`, for a retry by hand."""
         req = controller_pb2.SubmitJobRequest(request_id=request_id or _new_id(), spec=spec)
-        resp = self._call("SubmitJob", req)
-        return SubmitResult(job=resp.job, created=resp.created)
+        for tries in itertools.count():
+            try:
+                resp = self._call("SubmitJob", req)
+                return SubmitResult(job=resp.job, created=resp.created)
+            except RpcError as err:
+                if err.code not in RETRY_SUBMIT or isinstance(err, ControllerUnreachable) or tries >= SUBMIT_RETRIES:
+                    err.request_id = req.request_id
+                    raise
+        raise AssertionError("not reached")
 
     def get(self, job_id: str, with_events: bool = False) -> controller_pb2.Job:
         """The job with this id, with its events when with_events. NOT_FOUND if there is none."""
@@ -414,6 +426,12 @@ class Client:
         if code == "UNAVAILABLE" and any(s in details.lower() for s in _CONNECT_FAILURES):
             return ControllerUnreachable(self.target, details)
         return RpcError(code, details)
+
+
+# A submit that ended so may have been stored: retried with the same request id, which finds it
+# (not when no connection was made at all: ControllerUnreachable).
+RETRY_SUBMIT = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE"})
+SUBMIT_RETRIES = 2
 
 
 def _new_id() -> str:

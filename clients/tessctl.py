@@ -418,6 +418,14 @@ def _unreachable_message(exc: ControllerUnreachable) -> str:
     return f"cannot reach controller at {exc.target}" + (f" ({cause})" if cause else "")
 
 
+def _retry_hint(exc: RpcError) -> str:
+    """A submit that timed out may have been stored: the same request id finds it, a new one
+    would make a second job."""
+    if exc.request_id and exc.code in ("DEADLINE_EXCEEDED", "UNAVAILABLE"):
+        return f" (the job may have been stored: retry with --request-id {exc.request_id})"
+    return ""
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run tessctl with `argv` (default sys.argv[1:]); returns the exit status."""
     out = out or sys.stdout
@@ -447,7 +455,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except ControllerUnreachable as exc:
         return _fail(_unreachable_message(exc))
     except RpcError as exc:
-        return _fail(str(exc))
+        return _fail(str(exc) + _retry_hint(exc))
     except InputFileError as exc:  # a job, cluster or inventory file: the message names file, line and field
         return _fail(str(exc))
     except CliUsageError as exc:

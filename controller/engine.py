@@ -128,6 +128,7 @@ class Engine:
         if job.state not in ACTIVE:  # its record now holds the last progress
             self._live.clocks.pop(job.id, None)
             self._live.progress.pop(job.id, None)
+            self._live.moves.pop(job.id, None)  # a migration it was in (cancelled while MIGRATING)
             self.learner.forget(job.id)
         for kind, msg in events:
             log.info("job_event", job_id=job.id, kind=kind, message=msg, attempt=job.attempt)
