@@ -290,7 +290,12 @@ class Agent:
                 "workers run as",
                 default=users.default.describe(),
                 tenants={t: u.describe() for t, u in sorted(users.tenants.items())},
+                tenant_uids="-".join(map(str, users.uid_range)) if users.uid_range else "off",
             )
+            if users.uid_range is None:
+                log.warning("tenants without --worker-user share one user: their workers can read, overwrite "
+                            "and kill each other's work; give --tenant-uids START-END for a uid per tenant",
+                            user=users.default.describe())
             self.keepers.scopes, why = cgroups.probe()
         if not self.keepers.scopes:
             log.warning("cgroups are unavailable: workers run without a scope of their own", why=why)

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import IO
 
 from tessera.nodeagent import cgroups, keeperfiles, process
-from tessera.nodeagent.users import UserMap, WorkerUser, build
+from tessera.nodeagent.errors import FailedPrecondition
+from tessera.nodeagent.users import UidCollision, UserMap, WorkerUser, build
 
 DEFAULT_FENCE_GRACE = 10.0
 DEFAULT_KEEPER_POLL = 0.2
@@ -42,7 +43,11 @@ class Keepers:
     scopes: bool = False
 
     def user_for(self, tenant: str) -> WorkerUser:
-        return self.users.for_tenant(tenant)
+        """FailedPrecondition for a tenant whose derived uid another tenant has (UidCollision)."""
+        try:
+            return self.users.for_tenant(tenant)
+        except UidCollision as exc:
+            raise FailedPrecondition(str(exc)) from None
 
     def prepare(self, attempt_dir: Path, checkpoint_dir: Path, user: WorkerUser) -> list[str]:
         """Create the attempt folder (with home/ and tmp/) and the checkpoint folder, owned by the

@@ -101,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"run other tenants' workers as USER (default {users.DEFAULT_USER}); never root",
     )
     p.add_argument(
+        "--tenant-uids",
+        default="",
+        metavar="START-END",
+        help="run each tenant --worker-user does not map as a uid of its own, derived from its name, in "
+        "this range (the same on every node); without it they share --default-worker-user",
+    )
+    p.add_argument(
         "--worker-python",
         metavar="PATH",
         help="the interpreter {python} names for workers (default: the agent's own); the worker users must "
@@ -178,7 +185,7 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
             raise AgentUsageError(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
     worker_python = args.worker_python or sys.executable
     try:
-        user_map = users.build(args.worker_user, args.default_worker_user)
+        user_map = users.build(args.worker_user, args.default_worker_user, tenant_uids=args.tenant_uids)
     except users.UserConfigError as exc:
         raise AgentUsageError(str(exc)) from None
     if len(str(socket_path(work_dir))) > MAX_SOCKET_PATH:

@@ -163,6 +163,7 @@ class Supervisor:
         live attempt, or the attempt is older than (or as old as) one already launched or stopped.
         """
         contract.validate_launch(req, self.gpu_indices, self.allowed_env)
+        self.keepers.user_for(req.tenant)  # a refused tenant is refused here, not at each rank's spawn
         existing = self._attempts.get((req.job_id, req.attempt))
         if existing is not None:
             await existing.spawned.wait()

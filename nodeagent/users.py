@@ -15,6 +15,7 @@ the agent says so once at start (`workers run as the agent's uid`).
 from __future__ import annotations
 
 import grp
+import hashlib
 import os
 import pwd
 import re
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 
 TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 DEFAULT_USER = "nobody"
+MAX_UID = 4294967294  # (uid_t)-1 is "no change" to setresuid
+MIN_UID_RANGE = 65536
 
 
 class UserConfigError(ValueError):
@@ -41,23 +44,67 @@ class WorkerUser:
         return f"{self.name} (uid {self.uid}, gid {self.gid})"
 
 
+class UidCollision(ValueError):
+    """Two tenants derive the same uid from --tenant-uids: the second is refused on this node."""
+
+
 @dataclass(frozen=True)
 class UserMap:
-    """Tenant -> WorkerUser. `switch` False: the agent is not root and workers run as it does."""
+    """Tenant -> WorkerUser. `switch` False: the agent is not root and workers run as it does.
+
+    `uid_range` (--tenant-uids START-END): a tenant that `tenants` does not map runs as a uid of its
+    own, derived from its name (`derived_uid`), with the same number as its gid and no supplementary
+    group, instead of the shared default user (whose workers, of every tenant, could read, overwrite
+    and kill each other's). The same name gives the same uid on every node, so files on shared
+    storage keep their owner. `_seen` refuses a second tenant that derives a uid already given to
+    another one on this node."""
 
     default: WorkerUser
     tenants: Mapping[str, WorkerUser] = field(default_factory=dict)
     switch: bool = True
+    uid_range: tuple[int, int] | None = None
+    _seen: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     def for_tenant(self, tenant: str) -> WorkerUser:
-        return self.tenants.get(tenant, self.default)
+        mapped = self.tenants.get(tenant)
+        if mapped is not None or self.uid_range is None or not self.switch or not tenant:
+            return mapped or self.default
+        uid = derived_uid(tenant, self.uid_range)
+        other = self._seen.setdefault(uid, tenant)
+        if other != tenant:
+            raise UidCollision(f"tenants {other!r} and {tenant!r} both derive uid {uid} from --tenant-uids: "
+                               f"map one of them with --worker-user on every node")
+        return WorkerUser(name=f"tenant-{tenant}", uid=uid, gid=uid)
 
     def users(self) -> list[WorkerUser]:
-        """Every distinct user a worker may run as."""
+        """Every distinct user a worker may run as (of derived uids, the first of the range: they
+        all have the same rights, none of their own)."""
         seen: dict[int, WorkerUser] = {}
-        for u in [self.default, *self.tenants.values()]:
+        derived = [WorkerUser("tenant-uids", self.uid_range[0], self.uid_range[0])] if self.uid_range else []
+        for u in [self.default, *self.tenants.values(), *derived]:
             seen.setdefault(u.uid, u)
         return list(seen.values())
+
+
+def derived_uid(tenant: str, uid_range: tuple[int, int]) -> int:
+    """A tenant's uid in [start, end]: the first 8 bytes of SHA-256 of its name, modulo the range."""
+    start, end = uid_range
+    digest = hashlib.sha256(tenant.encode()).digest()
+    return start + int.from_bytes(digest[:8], "big") % (end - start + 1)
+
+
+def parse_uid_range(text: str, flag: str = "--tenant-uids") -> tuple[int, int]:
+    """START-END -> (start, end); UserConfigError unless 1000 <= START <= END <= 4294967294 and
+    the range holds at least 65,536 uids (a smaller one makes two tenants' uids meet too often)."""
+    a, sep, b = text.partition("-")
+    if not (sep and a.isdigit() and b.isdigit()):
+        raise UserConfigError(f"{flag}: {text!r} is not START-END (two uids)")
+    start, end = int(a), int(b)
+    if not 1000 <= start <= end <= MAX_UID:
+        raise UserConfigError(f"{flag}: {text!r} must lie within 1000-{MAX_UID}, START <= END")
+    if end - start + 1 < MIN_UID_RANGE:
+        raise UserConfigError(f"{flag}: {text!r} holds {end - start + 1:,} uids, fewer than {MIN_UID_RANGE:,}")
+    return start, end
 
 
 def _id_or_name(text: str) -> int | str:
@@ -123,16 +170,18 @@ def agent_user() -> WorkerUser:
     return WorkerUser(name=name, uid=uid, gid=gid, groups=())
 
 
-def build(tenant_users: Sequence[str] = (), default: str = DEFAULT_USER, *, is_root: bool | None = None) -> UserMap:
+def build(tenant_users: Sequence[str] = (), default: str = DEFAULT_USER, *, is_root: bool | None = None,
+          tenant_uids: str = "") -> UserMap:
     """The agent's UserMap from its flags. Not root: every worker runs as the agent (switch=False),
     and the flags are still checked so that a typo is found before the agent runs as root."""
     mapping = parse_tenant_users(tenant_users)
     resolved = {t: resolve(s, f"--worker-user {t}") for t, s in mapping.items()}
     default_user = resolve(default, "--default-worker-user")
+    uid_range = parse_uid_range(tenant_uids) if tenant_uids else None
     root = os.geteuid() == 0 if is_root is None else is_root
     if not root:
         return UserMap(default=agent_user(), tenants={}, switch=False)
-    return UserMap(default=default_user, tenants=resolved, switch=True)
+    return UserMap(default=default_user, tenants=resolved, switch=True, uid_range=uid_range)
 
 
 def probe_access(user: WorkerUser, python: str, work_dir: str) -> str | None:

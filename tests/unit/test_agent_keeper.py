@@ -254,3 +254,43 @@ def test_agent_files_are_private_and_a_failed_write_leaves_no_temporary(tmp_path
     with pytest.raises(OSError, match="No space left"):
         keeperfiles.write_atomic(tmp_path / "fence.json", {"deadline": 1.0}, durable=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agent-state.json"]
+
+
+def test_tenant_uids_give_each_unmapped_tenant_a_uid_of_its_own() -> None:
+    """With one shared default user, one tenant's workers read, overwrote and killed another's.
+    --tenant-uids derives a uid per tenant from its name: the same on every node, never shared
+    silently."""
+    rng = users.parse_uid_range("2000000000-2099999999")
+    m = users.UserMap(default=users.WorkerUser("tessera-worker", 990, 990), tenants={
+        "ops": users.WorkerUser("ops", 1500, 1500)}, uid_range=rng)
+    a, b = m.for_tenant("team-a"), m.for_tenant("team-b")
+    assert a.uid != b.uid and all(2000000000 <= u.uid <= 2099999999 for u in (a, b))
+    assert (a.gid, a.groups, a.name) == (a.uid, (), "tenant-team-a")
+    assert a.uid == users.derived_uid("team-a", rng) == m.for_tenant("team-a").uid  # stable
+    assert users.derived_uid("team-a", rng) == 2000000000 + int.from_bytes(
+        __import__("hashlib").sha256(b"team-a").digest()[:8], "big") % 100000000  # the documented rule
+    assert m.for_tenant("ops").uid == 1500  # an explicit map wins
+    assert m.for_tenant("").uid == 990  # no tenant: the default user
+    assert users.UserMap(default=a, uid_range=None).for_tenant("team-b") == a  # off: shared, as before
+    # Two tenants that meet on one uid: the second is refused, naming both.
+    small = (5000, 5000 + users.MIN_UID_RANGE - 1)
+    firsts: dict[int, str] = {}
+    for i in range(100_000):
+        name = f"t{i}"
+        other = firsts.setdefault(users.derived_uid(name, small), name)
+        if other != name:
+            break
+    m2 = users.UserMap(default=a, uid_range=small)
+    m2.for_tenant(other)
+    with pytest.raises(users.UidCollision, match=f"tenants '{other}' and '{name}' both derive uid"):
+        m2.for_tenant(name)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("2000000000", "is not START-END"), ("a-b", "is not START-END"), ("0-70000", "must lie within"),
+    ("5000-4000", "must lie within"), ("5000-6000", "fewer than 65,536"),
+    ("2000000000-4294967295", "must lie within"),
+])
+def test_tenant_uid_ranges_that_cannot_work_are_refused(text: str, why: str) -> None:
+    with pytest.raises(users.UserConfigError, match=why):
+        users.build([], "nobody", is_root=True, tenant_uids=text)

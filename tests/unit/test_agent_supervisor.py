@@ -452,3 +452,35 @@ def test_a_fence_is_named_first_even_when_a_stop_arrives_after_it() -> None:
     )
     att.stop_requested = False
     assert exit_reason(att, w, 0, fenced) == "fenced: no lease renewal for 2.6 s, exit code 0"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root switches users")
+async def test_tenant_uids_run_each_tenant_as_its_own_uid(worker_dir: Path) -> None:
+    """--tenant-uids: a tenant no --worker-user maps runs as the uid its name derives, and a second
+    tenant that meets the first one's uid on this node is refused at Launch."""
+    from tessera.nodeagent import users
+    from tessera.nodeagent.keeperfiles import FENCE_FILE
+    from tessera.nodeagent.keeping import Keepers
+
+    small = (3_000_000_000, 3_000_000_000 + users.MIN_UID_RANGE - 1)
+    firsts: dict[int, str] = {}
+    for i in range(100_000):  # two tenant names that meet in this range
+        name = f"t{i}"
+        other = firsts.setdefault(users.derived_uid(name, small), name)
+        if other != name:
+            break
+    umap = users.UserMap(default=users.resolve("nobody", "--x"), uid_range=small)
+    s = make_supervisor(worker_dir, keepers=Keepers(worker_dir / FENCE_FILE, users=umap))
+    try:
+        argv = ["/bin/sh", "-c", "id -u > uid.txt"]
+        started, _ = await s.launch(launch_request("j-a", argv=argv, tenant="team-a"))
+        assert started
+        d = attempt_dir(s, "j-a")
+        await wait_until(lambda: s.statuses()[0].state == EXITED, TIMEOUT, "the worker's exit")
+        uid = users.derived_uid("team-a", small)
+        assert int((d / "uid.txt").read_text()) == uid and d.stat().st_uid == uid
+        await s.launch(launch_request("j-1", argv=["true"], gpus=[[1]], tenant=other))
+        with pytest.raises(FailedPrecondition, match=f"tenants '{other}' and '{name}' both derive uid"):
+            await s.launch(launch_request("j-2", argv=["true"], gpus=[[2]], tenant=name))
+    finally:
+        await s.shutdown(kill_workers=True, grace=0.0)
