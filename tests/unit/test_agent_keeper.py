@@ -294,3 +294,29 @@ def test_tenant_uids_give_each_unmapped_tenant_a_uid_of_its_own() -> None:
 def test_tenant_uid_ranges_that_cannot_work_are_refused(text: str, why: str) -> None:
     with pytest.raises(users.UserConfigError, match=why):
         users.build([], "nobody", is_root=True, tenant_uids=text)
+
+
+def test_a_fence_renewal_on_a_full_file_system_overwrites_the_record_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant that filled the file system made every renewal fail (a new file for each): every
+    job on the node was fenced. Records have one size, so a renewal then overwrites in place; a
+    record caught half written fails its check and is not believed."""
+    path = tmp_path / keeperfiles.FENCE_FILE
+    keeperfiles.write_fence(path, 100.0, 10.0)
+    assert path.stat().st_size == keeperfiles.FENCE_RECORD
+    real_open = os.open
+
+    def full(p: object, flags: int, *a: object) -> int:
+        if flags & os.O_CREAT:
+            raise OSError(28, "No space left on device")
+        return real_open(p, flags, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", full)
+    assert keeperfiles.write_fence(path, 105.0, 10.0) == 115.0
+    monkeypatch.undo()
+    assert keeperfiles.read_fence(path) == (115.0, 105.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [keeperfiles.FENCE_FILE]
+    # Torn: the new deadline's digits with the old check.
+    raw = path.read_bytes().replace(b'"deadline":115.0', b'"deadline":915.0')
+    path.write_bytes(raw)
+    assert keeperfiles.read_fence(path) is None
