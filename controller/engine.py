@@ -203,8 +203,9 @@ class Engine:
         live.running = index_workers(status)
         touched = {k[0] for k in live.running} | {k[0] for k in previous}
         for job_id in touched:
-            await self._stop_stale(live, job_id, self.store.get_job(job_id))
-            job = self.store.get_job(job_id)  # as stored after the Stop calls (a cancel may have come)
+            job = self.store.get_job(job_id)
+            if await self._stop_stale(live, job_id, job):
+                job = self.store.get_job(job_id)  # as stored after the Stop calls (a cancel may have come)
             workers = live.running.get((job_id, job.attempt)) if job else None
             if job is None or job.state not in ACTIVE:
                 continue
@@ -216,9 +217,9 @@ class Engine:
             if r0:
                 if r0[0].progress != self._live.progress.get(job_id):
                     self._first_progress(job)
-                    await self._learn(job, r0[0].progress)
+                    if await self._learn(job, r0[0].progress):
+                        job = self.store.get_job(job_id)  # as stored after the MEASURED event's save
                 self._live.progress[job_id] = r0[0].progress
-                job = self.store.get_job(job_id)  # _learn may have awaited
                 if job is None:
                     continue
             await self._evaluate(job)
@@ -237,12 +238,16 @@ class Engine:
         metrics.MIGRATION_SECONDS.observe(total)
         self.store.save_job(job, self.wall(), [("RESUMED", transitions.resumed_text(job.attempt, first, total))])
 
-    async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None) -> None:
+    async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None) -> bool:
+        """Stop the node's workers of the job's attempts that are not current; whether it called."""
+        called = False
         for (jid, attempt), ws in live.running.items():
             stale = job is None or job.state not in ACTIVE or attempt != job.attempt
             if jid == job_id and stale and any(w.state != P.WORKER_STATE_EXITED for w in ws):
                 await self.agents.stop(live.id, live.address, self.epoch, job_id, attempt, self.cfg.stop_grace_s,
                                        "stale attempt: not the job's current attempt")
+                called = True
+        return called
 
     async def _evaluate(self, job: JobRecord) -> None:
         if job.state not in ACTIVE or job.plan is None:
@@ -380,24 +385,27 @@ class Engine:
 
     # ---------------------------------------------------------------- rounds
 
-    async def _learn(self, job: JobRecord, progress: common_pb2.Progress) -> None:
+    async def _learn(self, job: JobRecord, progress: common_pb2.Progress) -> bool:
         """A new rank-0 report: the Cell's measured iteration time, for the next rounds' estimates
-        and, with --estimator, for the estimator service's online refit."""
+        and, with --estimator, for the estimator service's online refit. True when it stored an
+        event (an await: the caller reads the job again)."""
         lesson = self.learner.observe(job, progress, job_view(job, self._live.progress.get(job.id)),
                                       self._live.records)
         if lesson is None:
-            return
+            return False
         if lesson.replaced:
             metrics.MEASURED_CELLS.inc()
+        stored = False
         current = self.store.get_job(job.id)  # as stored now: nothing else of the job may be overwritten
         if lesson.event is not None and current is not None and current.attempt == job.attempt:
-            await self._save(current, [("MEASURED", lesson.event)])
+            stored = await self._save(current, [("MEASURED", lesson.event)])
         if lesson.refused:
             log.warning("step_times_refused", job_id=job.id, why=lesson.refused)
-            return  # nor is the estimator service told
+            return stored  # nor is the estimator service told
         if self.estimator_feed is not None:
             self.estimator_feed.send(step_times_request(job, lesson.view.model, lesson.gpu_type, lesson.per_node,
                                                         lesson.learned, lesson.view.key))
+        return stored
 
     def snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
         """The round's input, and the PENDING jobs it lists by id."""
