@@ -113,11 +113,9 @@ class Engine:
         return self._kick.is_set()
 
     async def _save(self, job: JobRecord, events: list[tuple[str, str]]) -> bool:
-        """Store the job and its events; False (nothing stored) when the stored record has moved on
-        past the one this write was computed from: it is terminal (terminal states are final), or
-        holds a later attempt. Every path re-reads the job after its awaits; this is the net under
-        them (a cancel answered during an agent call was overwritten by the call's outcome, and the
-        cancelled job ran again)."""
+        """Store the job and its events; False (nothing stored) when the stored record is terminal or
+        holds a later attempt: the net under the paths that read the job again after their awaits
+        (docs/architecture.md, "Controller state": a cancel was overwritten, the job ran again)."""
         cur = self.store.get_job(job.id)
         if cur is not None and ((cur.state in TERMINAL and job.state != cur.state) or job.attempt < cur.attempt):
             log.warning("stale_job_write_dropped", job_id=job.id, stored=P.JobState.Name(cur.state),
@@ -239,8 +237,7 @@ class Engine:
         self.store.save_job(job, self.wall(), [("RESUMED", transitions.resumed_text(job.attempt, first, total))])
 
     async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None) -> bool:
-        """Stop the node's workers of the job's attempts that are not current; whether it called."""
-        called = False
+        called = False  # whether it sent a Stop (an await)
         for (jid, attempt), ws in live.running.items():
             stale = job is None or job.state not in ACTIVE or attempt != job.attempt
             if jid == job_id and stale and any(w.state != P.WORKER_STATE_EXITED for w in ws):
@@ -387,8 +384,7 @@ class Engine:
 
     async def _learn(self, job: JobRecord, progress: common_pb2.Progress) -> bool:
         """A new rank-0 report: the Cell's measured iteration time, for the next rounds' estimates
-        and, with --estimator, for the estimator service's online refit. True when it stored an
-        event (an await: the caller reads the job again)."""
+        and, with --estimator, for the estimator service's online refit. True when it stored an event."""
         lesson = self.learner.observe(job, progress, job_view(job, self._live.progress.get(job.id)),
                                       self._live.records)
         if lesson is None:
