@@ -68,7 +68,7 @@ LINKS = {pb.INTRA_LINK_UNSPECIFIED: "", pb.INTRA_LINK_NVLINK: "nvlink", pb.INTRA
 CELL_PRECISION = "mixed"  # CellModel's default recipe
 LIVE_WINDOW = 64  # step times kept per (job, model, plan, GPU type) for the online refit
 MAX_FIT_SAMPLES = 4096  # per FitPerformance; Morphling's profiles have a few dozen per model
-MAX_MODEL_KEY = 256
+MAX_MODEL_KEY = 1024  # the controller sends its estimate key: signature, recipe and tenant
 MEASURED_SOURCE_NOTE = "estimate (the Cell's time is measured)"
 
 
