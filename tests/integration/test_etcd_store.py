@@ -201,6 +201,45 @@ def test_whole_prefix_reads_come_in_pages_of_one_snapshot(etcd_endpoint: str,
         assert len(s.list_jobs()) == n - 4
 
 
+def test_listing_by_state_reads_only_the_matching_records(etcd_endpoint: str) -> None:
+    """The leader keeps an index of job states with its own writes: list_jobs(states) reads the
+    matching records by key, never the whole prefix (every liveness tick, ListNodes and round asked
+    for the active jobs, and reading every record cost an idle leader 0.28 cores at 3,000 jobs). A
+    write that raises leaves the index unknown, and the next listing reads everything again."""
+    with leading_store(etcd_endpoint, _prefix()) as s:
+        for i in range(30):
+            s.create_job(_job(i), ("SUBMITTED", ""))
+        run = s.get_job("j-3")
+        assert run is not None
+        s.save_job(run.with_(state=P.JOB_STATE_RUNNING), 1.0)
+        s.save_jobs([(j.with_(state=P.JOB_STATE_STARTING), []) for j in (s.get_job("j-5"), s.get_job("j-6")) if j], 2.0)
+        done = s.get_job("j-7")
+        assert done is not None
+        s.save_job(done.with_(state=P.JOB_STATE_FAILED, end_time=1.0), 1.0)
+        assert s.delete_finished_jobs(ended_before=time.time() + 100, limit=10) == ["j-7"]
+        ranges: list[object] = []
+        real = s.c.kv.Range
+
+        def counted(req: object, timeout: float) -> object:
+            ranges.append(req)
+            return real(req, timeout=timeout)
+
+        s.c.kv.Range = counted
+        active = [j.id for j in s.list_jobs(states=[P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING])]
+        s.c.kv.Range = real
+        assert active == ["j-3", "j-5", "j-6"] and ranges == []  # keys read in transactions only
+        every = {j.id: j.state for j in s.list_jobs()}
+        for state in (P.JOB_STATE_PENDING, P.JOB_STATE_RUNNING, P.JOB_STATE_FAILED):
+            assert [j.id for j in s.list_jobs(states=[state])] == sorted(
+                (i for i, st in every.items() if st == state), key=lambda i: int(i[2:]))
+        # A write that fails (here: not the leader any more) forgets the index; the next read rebuilds it.
+        s.lead.is_leader = lambda: False  # type: ignore[method-assign]
+        with pytest.raises(NotLeader):
+            s.save_job(run.with_(state=P.JOB_STATE_PENDING), 3.0)
+        assert s._states is None
+        assert [j.id for j in s.list_jobs(states=[P.JOB_STATE_RUNNING])] == ["j-3"]
+
+
 def _spec_fields(job: JobRecord) -> dict[str, object]:
     return {"name": job.spec.name, "model": job.spec.model, "global_batch_size": 8, "iterations": 10}
 
