@@ -333,10 +333,11 @@ class EtcdStore:
 
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         st = set(states)
-        if st:  # the records the index names, by key (each checked again below)
-            ids = sorted(i for i, state in self._state_index().items() if state in st)
+        index = self._state_index() if st else {}
+        ids = sorted(i for i, state in index.items() if state in st)
+        if st and len(ids) * 2 <= len(index):  # a few of many: by key (each record checked again below)
             raw = [doc for doc in self._read([self._k("job", i) for i in ids]) if doc is not None]
-        else:
+        else:  # all, or most: the prefix, in pages
             raw = [bytes(kv.value) for kv in self._range(self._k("job", ""), prefix=True)]
         docs = [(d["id"], doc) for doc in raw
                 if (d := json.loads(doc)) and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant)]
