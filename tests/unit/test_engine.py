@@ -413,15 +413,22 @@ async def test_pending_reasons_without_nodes_and_for_a_job_that_fits_nowhere() -
     assert h.state(huge) == "PENDING" and "fits nowhere" in h.job(huge).reason
 
 
-async def test_step_times_replace_the_cell_estimate() -> None:
+async def reported_steps(step_s: float) -> tuple[Harness, str]:
+    """A job running on node "a" with step-time learning on, whose rank 0 reported `step_s` for
+    3 warm-up steps, then 3 samples: enough for its first lesson."""
     h = Harness(policy="crius", nodes=("a",), learn="all")
     await h.register("a")
     jid = await h.submit(tiny())
     await h.round()
     attempt = await run_to_running(h, jid)
-    for it in range(1, 7):  # 3 warm-up steps, then 3 samples: the first lesson
-        h.agents.report(jid, attempt, iteration=it, step_s=0.25)
+    for it in range(1, 7):
+        h.agents.report(jid, attempt, iteration=it, step_s=step_s)
         await h.heartbeat("a")
+    return h, jid
+
+
+async def test_step_times_replace_the_cell_estimate() -> None:
+    h, jid = await reported_steps(0.25)
     measured = [e.message for e in h.store.events(jid) if e.kind == "MEASURED"]
     assert len(measured) == 1 and "measured 0.25 s/iteration (median of 3 steps)" in measured[0]
     assert list(h.engine.learner.measured.values()) == [0.25]

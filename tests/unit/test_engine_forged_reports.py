@@ -15,7 +15,7 @@ from tessera.controller.learning import PLAUSIBLE_FACTOR
 from tessera.controller.snapshots import job_view
 from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P
-from tests.unit.test_engine import Harness, run_to_running, tiny
+from tests.unit.test_engine import Harness, reported_steps, run_to_running, tiny
 
 
 def forge(h: Harness, node: str, job_id: str, attempt: int, rank: int, **kw: object) -> None:
@@ -62,14 +62,7 @@ async def test_a_node_cannot_report_progress_of_a_job_placed_elsewhere() -> None
 
 
 async def test_an_implausible_step_time_is_not_learned() -> None:
-    h = Harness(policy="crius", nodes=("a",), learn="all")
-    await h.register("a")
-    jid = await h.submit(tiny())
-    await h.round()
-    attempt = await run_to_running(h, jid)
-    for it in range(1, 7):  # 3 warm-up steps, then 3 samples: the first lesson
-        h.agents.report(jid, attempt, iteration=it, step_s=1e-300)
-        await h.heartbeat("a")
+    h, jid = await reported_steps(1e-300)
     (event,) = [e.message for e in h.store.events(jid) if e.kind == "MEASURED"]
     assert f"over {PLAUSIBLE_FACTOR:g}x off its estimate" in event and "not learned" in event, event
     assert h.engine.learner.measured == {}
@@ -79,14 +72,7 @@ async def test_an_implausible_step_time_is_not_learned() -> None:
 async def test_a_tenants_step_times_steer_only_its_own_jobs_estimates() -> None:
     """Within PLAUSIBLE_FACTOR a report is learned, but for its tenant's jobs only: another tenant's
     job of the same model keeps the estimate (its workers run other people's code)."""
-    h = Harness(policy="crius", nodes=("a",), learn="all")
-    await h.register("a")
-    jid = await h.submit(tiny())
-    await h.round()
-    attempt = await run_to_running(h, jid)
-    for it in range(1, 7):
-        h.agents.report(jid, attempt, iteration=it, step_s=0.25)
-        await h.heartbeat("a")
+    h, jid = await reported_steps(0.25)
     assert list(h.engine.learner.measured.values()) == [0.25]
     plan = h.job(jid).plan
     assert plan is not None
