@@ -39,11 +39,10 @@ from tessera.clients.results import Identity, JobEvent, JobInfo, JobState, LogCh
 from tessera.clients.sdk import (
     _CONNECT_FAILURES,
     MAX_PAGE,
-    RETRY_SUBMIT,
-    SUBMIT_RETRIES,
     ControllerUnreachable,
     RpcError,
     connection,
+    submit_gives_up,
 )
 from tessera.common.rpc import aio_channel, leader_hint
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc, info_pb2, info_pb2_grpc
@@ -107,8 +106,7 @@ class AsyncClient:
             try:
                 return JobInfo.from_proto((await self._call("SubmitJob", req)).job)
             except RpcError as err:
-                if err.code not in RETRY_SUBMIT or isinstance(err, ControllerUnreachable) or tries >= SUBMIT_RETRIES:
-                    err.request_id = req.request_id
+                if submit_gives_up(err, tries, req.request_id):
                     raise
         raise AssertionError("not reached")
 

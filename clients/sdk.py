@@ -196,8 +196,7 @@ class Client:
                 resp = self._call("SubmitJob", req)
                 return SubmitResult(job=resp.job, created=resp.created)
             except RpcError as err:
-                if err.code not in RETRY_SUBMIT or isinstance(err, ControllerUnreachable) or tries >= SUBMIT_RETRIES:
-                    err.request_id = req.request_id
+                if submit_gives_up(err, tries, req.request_id):
                     raise
         raise AssertionError("not reached")
 
@@ -432,6 +431,14 @@ class Client:
 # (not when no connection was made at all: ControllerUnreachable).
 RETRY_SUBMIT = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE"})
 SUBMIT_RETRIES = 2
+
+
+def submit_gives_up(err: RpcError, tries: int, request_id: str) -> bool:
+    """Whether a failed submit is final after `tries` retries; a final one carries its request id."""
+    if err.code not in RETRY_SUBMIT or isinstance(err, ControllerUnreachable) or tries >= SUBMIT_RETRIES:
+        err.request_id = request_id
+        return True
+    return False
 
 
 def _new_id() -> str:

@@ -38,7 +38,14 @@ from tessera.clients.argtypes import jobfile_argument, jobfile_path
 from tessera.clients.config import Settings
 from tessera.clients.estimate import EstimatorUnreachable
 from tessera.clients.jobfile import load_job_file, parse_job_yaml
-from tessera.clients.sdk import TERMINAL_STATES, Client, ControllerUnreachable, RpcError, state_value
+from tessera.clients.sdk import (
+    RETRY_SUBMIT,
+    TERMINAL_STATES,
+    Client,
+    ControllerUnreachable,
+    RpcError,
+    state_value,
+)
 from tessera.clients.submit_args import add_priority_arguments, apply_priority_arguments
 from tessera.clients.tenants_output import tenants_json, tenants_table
 from tessera.common.durations import MAX_SECONDS
@@ -421,7 +428,7 @@ def _unreachable_message(exc: ControllerUnreachable) -> str:
 def _retry_hint(exc: RpcError) -> str:
     """A submit that timed out may have been stored: the same request id finds it, a new one
     would make a second job."""
-    if exc.request_id and exc.code in ("DEADLINE_EXCEEDED", "UNAVAILABLE"):
+    if exc.request_id and exc.code in RETRY_SUBMIT:
         return f" (the job may have been stored: retry with --request-id {exc.request_id})"
     return ""
 
