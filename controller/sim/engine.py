@@ -296,7 +296,8 @@ class Simulator:
                                          min(n0.cpus, busy_cpus[i]) if n0.cpus else 0)
             dirty.clear()
             run_views = tuple(
-                RunningView(self._view(j), j.cell, j.slices, j.plan, opportunistic=j.plan_opp)  # type: ignore[arg-type]
+                RunningView(self._view(j), j.cell, j.slices, j.plan, opportunistic=j.plan_opp,  # type: ignore[arg-type]
+                            since=j.first_start or 0.0)
                 for j in running.values())
             snap = Snapshot(tuple(node_views), tuple(self._view(j) for j in pending.values()), cluster_gpus,
                             run_views, now, tuple(new_ids), departures, self.tenants, r_.fixed_cost or 0.0,

@@ -133,3 +133,20 @@ def test_replay_places_cost_jobs_as_mixed_pipelines_timed_by_the_cost_tree() -> 
     assert c1.iters_total == 200 and c1.end == pytest.approx(260.0 + 200 * c1.it_s)
     assert c2.first_start == 300.0 and c2.end is not None and "waiting for GPUs" not in c2.reason
     assert summarize(res)["jobs_finished"] == 2
+
+
+def test_running_views_carry_the_first_start_as_live_snapshots_do() -> None:
+    # Live, RunningView.since is the job's first start (controller/snapshots.py, start_time); quota
+    # admission and gavel order running jobs by it, so a replay must give the same, not 0 for all.
+    trace = [tj("a", 0.0, 2, 5000), tj("b", 700.0, 2, 5000)]
+    seen: dict[str, set[float]] = {}
+
+    def observe(snap) -> None:  # type: ignore[no-untyped-def]
+        for r in snap.running:
+            seen.setdefault(r.job.id, set()).add(r.since)
+
+    s = sim(trace, FAIR, {("k", "X", 2): 1.0})
+    res = s.run(make_policy("fcfs"), rounds=6, observe=observe)
+    starts = {j.t.id: j.first_start for j in res.jobs}
+    assert starts["a"] == 0.0 and starts["b"] is not None and starts["b"] > 0
+    assert seen == {"a": {0.0}, "b": {starts["b"]}}
