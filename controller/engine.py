@@ -57,7 +57,7 @@ from tessera.controller.registry import (
     lost_reason,
 )
 from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
-from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, Store
+from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store
 from tessera.controller.tenants import TenantsSource
 from tessera.controller.view import AttemptClock, LiveState, LiveView, Move
 from tessera.v1 import agent_pb2, common_pb2
@@ -116,13 +116,13 @@ class Engine:
         """Store the job and its events; False (nothing stored) when the stored record is terminal or
         holds a later attempt: the net under the paths that read the job again after their awaits
         (docs/architecture.md, "Controller state": a cancel was overwritten, the job ran again)."""
-        cur = self.store.get_job(job.id)
-        if cur is not None and ((cur.state in TERMINAL and job.state != cur.state) or job.attempt < cur.attempt):
-            log.warning("stale_job_write_dropped", job_id=job.id, stored=P.JobState.Name(cur.state),
-                        stored_attempt=cur.attempt, write=P.JobState.Name(job.state), write_attempt=job.attempt,
+        try:
+            self.store.save_current(job, self.wall(), events)
+        except StaleWrite as e:
+            log.warning("stale_job_write_dropped", job_id=job.id, stored=P.JobState.Name(e.stored_state),
+                        stored_attempt=e.stored_attempt, write=P.JobState.Name(job.state), write_attempt=job.attempt,
                         events=[k for k, _ in events])
             return False
-        self.store.save_job(job, self.wall(), events)
         if job.state not in ACTIVE:  # its record now holds the last progress
             self._live.clocks.pop(job.id, None)
             self._live.progress.pop(job.id, None)

@@ -39,6 +39,20 @@ class RequestConflict(Exception):
     """A request id was reused for a different job spec."""
 
 
+class StaleWrite(Exception):
+    """`Store.save_current` refused a write: the stored record is terminal or holds a later attempt."""
+
+    def __init__(self, job_id: str, stored_state: int, stored_attempt: int) -> None:
+        super().__init__(f"job {job_id}: the stored record is newer (state {stored_state}, attempt {stored_attempt})")
+        self.job_id, self.stored_state, self.stored_attempt = job_id, stored_state, stored_attempt
+
+
+def is_stale(job: JobRecord, stored_state: int, stored_attempt: int) -> bool:
+    """A write decided from an older read: over a terminal record (a cancel, say) with another state,
+    or from an attempt older than the stored one."""
+    return (stored_state in TERMINAL and job.state != stored_state) or job.attempt < stored_attempt
+
+
 @dataclass(frozen=True)
 class JobRecord:
     id: str
@@ -98,6 +112,12 @@ class Store(Protocol):
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]: ...
     def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None: ...
+
+    def save_current(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
+        """As save_job, in one step with the check: StaleWrite (nothing stored) when `is_stale` holds
+        for the stored record; KeyError when there is none."""
+        ...
+
     def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]: ...
     def put_node(self, node: NodeRecord) -> None: ...
     def get_node(self, node_id: str) -> NodeRecord | None: ...
@@ -177,6 +197,12 @@ class MemoryStore:
             raise KeyError(job.id)
         self._jobs[job.id] = job
         return self._append(job.id, time, events)
+
+    def save_current(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
+        cur = self._jobs.get(job.id)
+        if cur is not None and is_stale(job, cur.state, cur.attempt):
+            raise StaleWrite(job.id, cur.state, cur.attempt)
+        return self.save_job(job, time, events)
 
     def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None:
         missing = [j.id for j, _ in updates if j.id not in self._jobs]
@@ -479,15 +505,23 @@ class SqliteStore:
 
     @staticmethod
     def _write(db: sqlite3.Connection, job: JobRecord, time: float,
-               events: Sequence[tuple[str, str]]) -> list[EventRecord]:
+               events: Sequence[tuple[str, str]], current: bool = False) -> list[EventRecord]:
+        # `current`: the UPDATE itself refuses a stale write (is_stale), no read before it.
+        guard = (f" AND attempt<=? AND (state NOT IN ({','.join(str(s) for s in sorted(TERMINAL))}) OR state=?)"
+                 if current else "")
         cur = db.execute(
             "UPDATE jobs SET state=?, reason=?, attempt=?, plan=?, placement=?, progress=?, start_time=?, "
-            "end_time=?, restarts=?, retries=?, stop_requested=?, launch_failures=?, next_launch_time=? WHERE id=?",
+            "end_time=?, restarts=?, retries=?, stop_requested=?, launch_failures=?, next_launch_time=? WHERE id=?"
+            + guard,
             (job.state, job.reason, job.attempt, _msg_bytes(job.plan), _msg_bytes(job.placement),
              _msg_bytes(job.progress), job.start_time, job.end_time, job.restarts, job.retries,
-             int(job.stop_requested), job.launch_failures, job.next_launch_time, job.id))
+             int(job.stop_requested), job.launch_failures, job.next_launch_time, job.id,
+             *((job.attempt, job.state) if current else ())))
         if cur.rowcount != 1:
-            raise KeyError(job.id)
+            row = db.execute("SELECT state, attempt FROM jobs WHERE id=?", (job.id,)).fetchone() if current else None
+            if row is None:
+                raise KeyError(job.id)
+            raise StaleWrite(job.id, row[0], row[1])
         out = []
         for kind, message in events:
             c = db.execute("INSERT INTO events (job_id, time, kind, message) VALUES (?,?,?,?)",
@@ -498,6 +532,10 @@ class SqliteStore:
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
         with self._tx() as db:
             return self._write(db, job, time, events)
+
+    def save_current(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
+        with self._tx() as db:
+            return self._write(db, job, time, events, current=True)
 
     def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None:
         """Several jobs in one transaction (one fsync): all stored or none."""

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tessera.controller.store import JobRecord, MemoryStore, NodeRecord, RequestConflict, SqliteStore, Store
+from tessera.controller.store import (
+    JobRecord,
+    MemoryStore,
+    NodeRecord,
+    RequestConflict,
+    SqliteStore,
+    StaleWrite,
+    Store,
+)
 from tessera.v1 import common_pb2
 from tests.etcd_server import etcd_endpoint, leading_store
 
@@ -86,6 +94,34 @@ def test_save_roundtrip_and_events(store: Store) -> None:
 def test_save_unknown_job_raises(store: Store) -> None:
     with pytest.raises(KeyError):
         store.save_job(_job(9), 1.0)
+    with pytest.raises(KeyError):
+        store.save_current(_job(9), 1.0)
+
+
+def test_save_current_refuses_writes_decided_from_an_older_read(store: Store) -> None:
+    store.create_job(_job(1), ("SUBMITTED", "x"))
+    read = store.get_job("j-1")
+    assert read is not None
+    store.save_current(read.with_(state=P.JOB_STATE_STARTING, attempt=2), 1.0, [("PLACED", "a2")])
+    # From attempt 1 (read before attempt 2 was stored): refused, nothing stored, no event.
+    with pytest.raises(StaleWrite) as e:
+        store.save_current(read.with_(state=P.JOB_STATE_RUNNING, attempt=1), 2.0, [("RUNNING", "a1")])
+    assert (e.value.stored_state, e.value.stored_attempt) == (P.JOB_STATE_STARTING, 2)
+    now = store.get_job("j-1")
+    assert now is not None and now.state == P.JOB_STATE_STARTING and now.attempt == 2
+    # A cancel, then a write of another state from before it: refused; the same terminal state again
+    # (a reason updated) is not.
+    store.save_current(now.with_(state=P.JOB_STATE_CANCELLED), 3.0, [("CANCELLED", "by user")])
+    with pytest.raises(StaleWrite):
+        store.save_current(now.with_(state=P.JOB_STATE_PENDING, reason="requeued"), 4.0, [("REQUEUED", "x")])
+    store.save_current(now.with_(state=P.JOB_STATE_CANCELLED, reason="cancelled, stopped"), 5.0)
+    got = store.get_job("j-1")
+    assert got is not None and got.state == P.JOB_STATE_CANCELLED and got.reason == "cancelled, stopped"
+    assert [e.kind for e in store.events("j-1")] == ["SUBMITTED", "PLACED", "CANCELLED"]
+    # save_job itself stays unconditional (recovery and the round's batch write through it).
+    store.save_job(got.with_(state=P.JOB_STATE_PENDING, attempt=0), 6.0)
+    back = store.get_job("j-1")
+    assert back is not None and back.state == P.JOB_STATE_PENDING and back.attempt == 0
 
 
 def test_list_filters(store: Store) -> None:
