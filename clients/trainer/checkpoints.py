@@ -161,6 +161,26 @@ def claim(checkpoint_dir: str | os.PathLike[str], attempt: int) -> int:
     return attempt
 
 
+def set_aside(checkpoint_dir: str | os.PathLike[str], iteration: int, *, attempt: int) -> Path | None:
+    """Rename the complete checkpoint of `iteration` to `step-<N>.damaged-<attempt>` (kept for a person
+    to look at, never listed, loaded or pruned), under the lock and only while `attempt` holds the
+    fence (StaleAttempt otherwise): one that cannot be loaded must not stay the newest, or every
+    later attempt trips on it again. Returns the new path; None when it was gone already."""
+    root = Path(checkpoint_dir)
+    with _locked(root):
+        _check_fence(root, attempt)
+        path = checkpoint_path(root, iteration)
+        if not path.is_dir():
+            return None
+        aside = path.with_name(f"{path.name}.damaged-{attempt}")
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(path, aside)
+        _fsync_dir(root)
+        newest = list_checkpoints(root)
+        write_text_atomic(root / LATEST_FILE, (newest[-1].path.name if newest else "") + "\n")
+        return aside
+
+
 def staging_dir(checkpoint_dir: str | os.PathLike[str], attempt: int) -> Path:
     """Where `attempt` stages its checkpoints before promotion; no other attempt touches it."""
     return Path(checkpoint_dir) / STAGING_DIR / f"attempt-{attempt}"

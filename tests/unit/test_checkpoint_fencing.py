@@ -17,6 +17,7 @@ from tessera.clients.trainer.checkpoints import (
     claim,
     prune_checkpoints,
     read_fence,
+    set_aside,
     staging_dir,
 )
 
@@ -160,3 +161,22 @@ def test_the_lock_is_released_when_its_holder_dies(tmp_path: Path) -> None:
             os._exit(0)
     os.waitpid(pid, 0)
     assert claim(tmp_path, 1) == 1  # would block forever if the lock outlived its process
+
+
+def test_set_aside_renames_a_damaged_checkpoint_only_for_the_fence_holder(tmp_path: Path) -> None:
+    c2 = ctx(tmp_path, 2)
+    write(c2, 5, "a")
+    write(c2, 10, "b")
+    claim(tmp_path, 3)
+    # A stale attempt must not rename what the current one may be reading.
+    with pytest.raises(StaleAttempt):
+        set_aside(tmp_path, 10, attempt=2)
+    assert latest_checkpoint(tmp_path).iteration == 10  # type: ignore[union-attr]
+    aside = set_aside(tmp_path, 10, attempt=3)
+    assert aside == tmp_path / "step-10.damaged-3" and (aside / "state").read_text() == "b"
+    assert latest_checkpoint(tmp_path).iteration == 5  # type: ignore[union-attr]
+    assert (tmp_path / "latest").read_text() == "step-5\n"
+    assert set_aside(tmp_path, 10, attempt=3) is None  # gone already
+    # Never pruned with the complete ones.
+    write(ctx(tmp_path, 3), 15, "c", keep=1)
+    assert aside.is_dir() and not (tmp_path / "step-5").exists()

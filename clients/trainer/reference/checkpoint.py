@@ -210,11 +210,32 @@ def load(ref: CheckpointRef, engine: Engine, dims: ModelDims, seed: int, global_
     """Load `ref` into this rank's model and optimizer (a collective: every rank calls it), restore the
     RNG states, and return where training resumes."""
     meta = check_compatible(ref, dims, seed, global_batch, engine.tied)
+    load_state(ref, meta, engine, dims)
+    restore_rng(read_rng(ref, meta))
+    return Restored(iteration=int(meta["iteration"]), loss=float(meta["loss"]), meta=meta)
+
+
+def read_rng(ref: CheckpointRef, meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    name = LEGACY_STATE_FILE if meta["format"] == LEGACY_FORMAT else TRAINER_FILE
+    rng: Mapping[str, Any] = torch.load(ref.path / name, map_location="cpu", weights_only=True)["rng"]
+    return rng
+
+
+def load_state(ref: CheckpointRef, meta: Mapping[str, Any], engine: Engine, dims: ModelDims) -> None:
+    """The model and optimizer state of `ref` into this rank's parts (a collective)."""
     if meta["format"] == LEGACY_FORMAT:
         # Rank 0 rewrites the old file as a (private, unpublished) DCP checkpoint of the whole model;
         # every rank then reads its part of it like any other checkpoint.
-        mine = str(_convert_legacy(ref.path, dims, engine.tied)) if _is_rank0() else None
+        mine: str | None = None
+        failed: Exception | None = None
+        if _is_rank0():
+            try:
+                mine = str(_convert_legacy(ref.path, dims, engine.tied))
+            except Exception as e:  # noqa: BLE001 - every rank must hear of it, not wait in the broadcast
+                mine, failed = "", e
         converted = _broadcast_path(engine, mine)
+        if not converted:
+            raise failed or RuntimeError(f"{ref.path}: rank 0 could not read {LEGACY_STATE_FILE}")
         try:
             _load_dcp(Path(converted), engine)
         finally:
@@ -222,12 +243,8 @@ def load(ref: CheckpointRef, engine: Engine, dims: ModelDims, seed: int, global_
                 dist.barrier()
             if _is_rank0():
                 shutil.rmtree(converted, ignore_errors=True)
-        rng = torch.load(ref.path / LEGACY_STATE_FILE, map_location="cpu", weights_only=True)["rng"]
     else:
         _load_dcp(ref.path, engine)
-        rng = torch.load(ref.path / TRAINER_FILE, map_location="cpu", weights_only=True)["rng"]
-    restore_rng(rng)
-    return Restored(iteration=int(meta["iteration"]), loss=float(meta["loss"]), meta=meta)
 
 
 def _is_rank0() -> bool:

@@ -289,6 +289,11 @@ class Engine:
                 total += float(torch.sum(g.detach().to(torch.float64) ** 2))
         return total
 
+    def params_finite(self) -> bool:
+        """Whether this rank's parameters are all finite (a NaN loaded from a checkpoint trains on as NaN)."""
+        with torch.no_grad():
+            return all(bool(torch.isfinite(_local(p)).all()) for p in self.model.parameters())
+
     def clip_and_step(self, grad_norm: float) -> None:
         """Scale the gradients to a global norm of at most GRAD_CLIP, then take the optimizer step."""
         coef = GRAD_CLIP / (grad_norm + 1e-6)

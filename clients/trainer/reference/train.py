@@ -14,6 +14,7 @@ import random
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -23,8 +24,13 @@ from tessera.clients.trainer.reference import checkpoint
 from tessera.clients.trainer.reference.config import TrainConfig
 from tessera.clients.trainer.reference.data import MarkovData, rank_slice
 from tessera.clients.trainer.reference.parallel import Engine
+from tessera.clients.trainer.reference.resume import resume
 
 FINAL_REPORT_TRIES = 3
+
+
+class Diverged(RuntimeError):
+    """The step's loss or gradient norm is not finite (agreed by every rank): the job stops unstepped."""
 
 
 def say(ctx: TrainerContext, msg: str) -> None:
@@ -117,15 +123,16 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
     start = 0
     last_loss = float("nan")
     last_ckpt = -1
-    ref = ctx.latest_checkpoint()
-    if ref is not None:
-        t0 = time.perf_counter()
-        restored = checkpoint.load(ref, engine, dims, opts.seed, cfg.global_batch)
+    t0 = time.perf_counter()
+    found = resume(ctx, engine, dims, opts.seed, cfg.global_batch, lambda line: say(ctx, line))
+    if found is not None:
+        restored, ref = found
         start, last_loss, last_ckpt = restored.iteration, restored.loss, restored.iteration
         say(ctx, f"resumed from step {start} ({ref.path}, {checkpoint.describe(ref)}) "
                  f"load_seconds={time.perf_counter() - t0:.3f}")
     else:
-        say(ctx, "fresh start")
+        aside = sorted(p.name for p in Path(ctx.checkpoint_dir).glob("step-*.damaged-*"))
+        say(ctx, f"fresh start (set aside as damaged: {', '.join(aside)})" if aside else "fresh start")
 
     needs_data = engine.holds_input or engine.holds_target
     it = start
@@ -162,6 +169,13 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
         loss_share = engine.forward_backward(batch)
         loss_avg, norm_sq, stop, want_ckpt = group.agree(loss_share, engine.grad_norm_sq_share(),
                                                          ctx.stop_requested, ctx.checkpoint_requested)
+        if not (math.isfinite(loss_avg) and math.isfinite(norm_sq)):
+            # Every rank sees the same sums: all stop here, before the step writes NaN into the
+            # parameters and the next checkpoint publishes them (and prunes the good ones).
+            kept = f"the last checkpoint (iteration {last_ckpt}) is kept" if last_ckpt > 0 else "no checkpoint yet"
+            raise Diverged(f"training diverged at iteration {it + 1}: loss {loss_avg:.7g}, gradient norm "
+                           f"{math.sqrt(norm_sq) if norm_sq >= 0 else norm_sq:.7g}; {kept}; nothing from this "
+                           "step was applied")
         engine.clip_and_step(math.sqrt(norm_sq))
         it += 1
         if device.type == "cuda":
