@@ -16,7 +16,7 @@ from tessera.common.gpus import CATALOG
 from tessera.controller.cell_estimates import CellEstimates, MeasuredKey, measured_key
 from tessera.controller.core.policy import CachedEstimates, CellEstimate
 from tessera.controller.core.snapshot import Cell, JobView
-from tessera.controller.core.step_times import Learned, StepTimeConfig, StepTimes
+from tessera.controller.core.step_times import PLAUSIBLE_FACTOR, Learned, StepTimeConfig, StepTimes, plausible
 from tessera.controller.snapshots import gpu_pools
 from tessera.controller.store import JobRecord, NodeRecord
 from tessera.v1 import common_pb2
@@ -55,12 +55,6 @@ def measured_text(cell: Cell, learned: Learned, before: list[CellEstimate]) -> s
         text += f"; estimated {est:.4g} s ({before[0].source}), {abs(off):.0f}% too {'high' if off > 0 else 'low'}"
     return text + "; the next rounds use the measured time"
 
-
-# A measured iteration time more than this factor off its Cell's estimate is not learned. A job's
-# workers run the user's code, and a Cell's measured time is shared by every job of the model in the
-# tenant (only there: MeasuredKey): a report of 1e-300 s would otherwise make every such job's
-# Cells look instant.
-PLAUSIBLE_FACTOR = 100.0
 
 
 @dataclass(frozen=True)
@@ -126,7 +120,7 @@ class StepLearner:
         if mkey is not None and before:
             self.reference.setdefault(mkey, before[0].iteration_s)
         ref = self.reference.get(mkey, 0.0) if mkey is not None else 0.0
-        if ref > 0 and not ref / PLAUSIBLE_FACTOR <= learned.seconds <= ref * PLAUSIBLE_FACTOR:
+        if not plausible(learned.seconds, ref):
             why = (f"Cell {cell}: measured {learned.seconds:.4g} s/iteration (median of {learned.samples} steps) is "
                    f"over {PLAUSIBLE_FACTOR:g}x off its estimate {ref:.4g} s: not learned (a broken or forged report)")
             return Lesson(learned, gpu_type, per_node, view, why if learned.first else None, False, why)

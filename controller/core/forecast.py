@@ -43,6 +43,7 @@ from tessera.controller.core.snapshot import (
     Slice,
     Snapshot,
 )
+from tessera.controller.core.step_times import plausible
 
 NO_PROGRESS = "no forecast: opaque job without progress"
 BEYOND = "no forecast: not started within the forecast's horizon"
@@ -193,8 +194,10 @@ def _cell_time(est: Estimates, job: JobView, cell: Cell, nodes: int) -> tuple[fl
 
 def _iteration_s(est: Estimates, cfg: ForecastConfig, job: JobView, cell: Cell, nodes: int, decided: float,
                  plan: PlanChoice | None, measured: Mapping[str, float], side: float) -> float:
-    """Seconds per iteration of `job` in this replay (side -1/0/+1: low/nominal/high)."""
-    if job.id in measured and measured[job.id] > 0:
+    """Seconds per iteration of `job` in this replay (side -1/0/+1: low/nominal/high). A measured
+    time far off the Cell's estimate (`plausible`) is not used: it is the job's own report."""
+    if job.id in measured and measured[job.id] > 0 and (
+            job.opaque or plausible(measured[job.id], _cell_time(est, job, cell, nodes)[0])):
         base, src = measured[job.id], "measured"
     elif job.opaque:
         return math.inf  # its "iterations" say nothing about time until it reports progress

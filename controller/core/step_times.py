@@ -17,6 +17,18 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+# A measured iteration time more than this factor off its Cell's estimate is not believed. A job's
+# workers run the user's code, and what they report reaches beyond the job: a Cell's measured time
+# is shared by every job of the model in the tenant (MeasuredKey), and the forecast of every job
+# replays the running ones at their measured speed. A report of 1e-300 s would otherwise make every
+# such Cell look instant, or move other tenants' forecast start times.
+PLAUSIBLE_FACTOR = 100.0
+
+
+def plausible(measured_s: float, estimate_s: float) -> bool:
+    """Whether a measured iteration time may be believed against its estimate (none: always)."""
+    return estimate_s <= 0 or estimate_s / PLAUSIBLE_FACTOR <= measured_s <= estimate_s * PLAUSIBLE_FACTOR
+
 
 @dataclass(frozen=True)
 class StepTimeConfig:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from tessera.controller.core.policy import CellEstimate
 from tessera.controller.core.snapshot import JobView
-from tessera.controller.learning import PLAUSIBLE_FACTOR
+from tessera.controller.core.step_times import PLAUSIBLE_FACTOR
 from tessera.controller.snapshots import job_view
 from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P

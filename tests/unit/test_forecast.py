@@ -68,6 +68,21 @@ def test_measured_step_time_wins_and_band_widens_by_source() -> None:
     assert f["b"].start_low <= f["b"].start <= f["b"].start_high  # type: ignore[operator]
 
 
+@pytest.mark.parametrize("forged", [1e-9, 1e6])
+def test_a_step_time_far_off_the_estimate_moves_no_other_jobs_forecast(forged: float) -> None:
+    """Job a's workers run its user's code: a report 100x off the Cell's estimate is not believed
+    (PLAUSIBLE_FACTOR, as for learning), so b's forecast is the honest one. Before, 1e-9 s moved b's
+    start 50 s earlier and 1e6 s left b with no forecast at all."""
+    cfg = ForecastConfig(interval_s=60.0, rounds_at_departures=True, band=False)
+    honest = forecast(two_jobs(restart=0.0), EST, FCFS, config=cfg, step_s={"a": 1.0}, started={"a": 900.0})
+    got = forecast(two_jobs(restart=0.0), EST, FCFS, config=cfg, step_s={"a": forged}, started={"a": 900.0})
+    assert honest["b"].start == pytest.approx(1050.0)
+    assert (got["b"].start, got["b"].end) == (honest["b"].start, honest["b"].end)
+    # Within the factor a measurement still wins (test_measured_step_time_wins_...): 50 x 90 s.
+    slow = forecast(two_jobs(restart=0.0), EST, FCFS, config=cfg, step_s={"a": 90.0}, started={"a": 900.0})
+    assert slow["a"].end == pytest.approx(1000.0 + 50 * 90.0)
+
+
 def test_beyond_the_horizon_has_no_forecast() -> None:
     cfg = ForecastConfig(interval_s=60.0, horizon_s=30.0, band=False)
     f = forecast(two_jobs(), EST, FCFS, config=cfg)
