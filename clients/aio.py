@@ -12,7 +12,7 @@
             done = await c.wait(job.id, {JobState.SUCCEEDED}, timeout=600)
 
 The same rules as `Client`: TLS with `ca` (default $TESSERA_CA), plaintext only with `insecure`;
-`token` sent as `authorization: Bearer`; every call has the `timeout` deadline except the streams;
+`token` (default $TESSERA_TOKEN) sent as `authorization: Bearer`; every call has the `timeout` deadline except the streams;
 every mutating call carries a request id (a fresh uuid4 unless given); several controllers (a list
 or "a:1,b:2") are followed to the leader on UNAVAILABLE; failures raise `RpcError` /
 `ControllerUnreachable`. Results are the typed dataclasses of tessera.clients.results, with job

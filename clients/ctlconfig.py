@@ -16,6 +16,7 @@ from tessera.clients.config import (
     DEFAULT_CONTROLLER,
     ENV,
     Config,
+    ConfigFileError,
     Settings,
     config_path,
     group_readable,
@@ -24,6 +25,7 @@ from tessera.clients.config import (
     resolve,
     set_current_context,
 )
+from tessera.common.errors import InvalidArgument
 
 CONFIG_HELP = "the config file and its contexts (docs/cli.md): view, get-contexts, use-context"
 
@@ -76,15 +78,21 @@ def _needs_action(client: Any, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_view(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     env = os.environ
     cfg = read_config(env)
-    s = settings(args, env)
-    doc: dict[str, Any] = {"file": cfg.path, **redacted(cfg), "effective": {
-        "context": s.context, "controller": list(s.controllers), "ca": s.ca or "",
-        "token": "REDACTED" if s.token else "", "sources": s.sources}}
+    try:
+        s = settings(args, env)
+        effective: dict[str, Any] = {
+            "context": s.context, "controller": list(s.controllers), "ca": s.ca or "",
+            "token": "REDACTED" if s.token else "", "sources": s.sources}
+    except (ConfigFileError, InvalidArgument) as exc:
+        # What `view` is for: showing the file even when the settings it gives cannot be used (a
+        # context's token file missing, say); exit 1, as every command with those settings would.
+        effective = {"error": str(exc)}
+    doc: dict[str, Any] = {"file": cfg.path, **redacted(cfg), "effective": effective}
     if args.output == "json":
         out.write(output.dumps(doc) + "\n")
     else:
         out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
-    return 0
+    return 1 if "error" in effective else 0
 
 
 def cmd_get_contexts(client: Any, args: argparse.Namespace, out: TextIO) -> int:

@@ -122,8 +122,9 @@ def split_targets(target: str | Sequence[str]) -> builtins.list[str]:
 def connection(target: str | Sequence[str], token: str | None, ca: str | os.PathLike[str] | None,
                insecure: bool) -> tuple[builtins.list[str], tuple[tuple[str, str], ...], tls.TlsConfig | None]:
     """What a client (this one, or clients/aio.py's) dials with: the controller addresses, the call
-    metadata carrying the token, and the TLS settings (None = plaintext; the CA from `ca`, else
-    $TESSERA_CA, else the system's)."""
+    metadata carrying the token (`token`, else $TESSERA_TOKEN), and the TLS settings (None = plaintext;
+    the CA from `ca`, else $TESSERA_CA, else the system's): the same variables tessctl reads."""
+    token = token or os.environ.get("TESSERA_TOKEN") or None
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     ca = ca or os.environ.get("TESSERA_CA") or None
     return split_targets(target), metadata, None if insecure else (tls.load(ca) if ca else tls.TlsConfig(ca=None))
@@ -132,8 +133,9 @@ def connection(target: str | Sequence[str], token: str | None, ca: str | os.Path
 class Client:
     """A blocking client of a controller at `target` (host:port), over TLS, calling as `token`'s holder.
 
-    `ca`: the CA certificate file that signed the controller's (default $TESSERA_CA, else the
-    system's trusted CAs); the controller's certificate must name the host dialled. `insecure`:
+    `token`: the bearer token (default $TESSERA_TOKEN). `ca`: the CA certificate file that signed the
+    controller's (default $TESSERA_CA, else the system's trusted CAs); the controller's certificate
+    must name the host dialled. `insecure`:
     plaintext, for a controller started with --insecure.
 
     `target` may name several controllers (a list, or "a:1,b:2"): the controllers of a highly

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc.aio
 import structlog
@@ -43,6 +43,12 @@ log = structlog.get_logger("controller")
 # The agents' port: AgentRegistry needs a client certificate, which gRPC can only require port-wide,
 # while users connect without one (docs/security.md).
 DEFAULT_AGENT_PORT = 50054
+
+
+def _refuse(p: argparse.ArgumentParser, message: str) -> NoReturn:
+    """A flag whose file or folder cannot be used: one line and exit 2, without the usage block
+    (p.error's), which says nothing about what is wrong inside the file."""
+    p.exit(2, f"{p.prog}: error: {message}\n")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,7 +145,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     dashboard_options.check(args, p.error)
     args.tls = tls.from_args(args, p.error)
     if args.tls is not None and (args.tls.identity is None or args.tls.identity.kind != "controller"):
-        p.error(f"--tls-dir: {args.tls.source} holds a certificate of {args.tls.identity or 'no Tessera identity'}, "
+        _refuse(p, f"--tls-dir: {args.tls.source} holds a certificate of {args.tls.identity or 'no Tessera identity'}, "
                 "not of the controller (tessctl admin pki issue --controller)")
     if args.agent_listen is None:
         host, _, port = args.listen.rpartition(":")
@@ -190,14 +196,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         try:
             read_tenants_file(args.tenants)
         except TenantsFileError as e:
-            p.error(f"--tenants: {e}")
+            _refuse(p, f"--tenants: {e}")
     for name in args.allow_env:
         if not envpolicy.NAME_RE.match(name):
             p.error(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
     try:
         args.price_table = tuple(load_prices(args.prices).items()) if args.prices else ()
     except InvalidInput as e:
-        p.error(f"--prices: {e}")
+        _refuse(p, f"--prices: {e}")
     return args
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tessera.controller.ha import advertised, etcd_config, failover_gap
@@ -46,3 +48,14 @@ def test_the_failover_gap_against_the_fence() -> None:
     chaos = LivenessConfig(lease_s=10, heartbeat_interval_s=0.5, fence_s=8)
     assert fence_seconds(chaos) == 8 > failover_gap(chaos, 2) == 7.5
 
+
+
+@pytest.mark.parametrize("flag", ["--prices", "--tenants"])
+def test_a_bad_file_is_one_line_without_the_usage_block(flag: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("x: [\n")
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--insecure", "--state-dir", "/tmp/x", flag, str(bad)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and err[0].startswith(f"tessera-controller: error: {flag}: "), err

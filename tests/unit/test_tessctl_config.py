@@ -126,6 +126,16 @@ def test_config_view_redacts_tokens(cfg_file: Path, capsys: pytest.CaptureFixtur
     assert doc["effective"]["controller"] == ["ctl-1:50051", "ctl-2:50051"]
 
 
+def test_config_view_shows_the_file_when_its_settings_cannot_be_used(cfg_file: Path) -> None:
+    """The current context's token file is missing: every command fails on it, and `view`, the way
+    to see why, failed the same way before."""
+    (cfg_file.parent / "prod.token").unlink()
+    rc, text = run("config", "view", "-o", "json")
+    doc = json.loads(text)
+    assert rc == 1 and doc["contexts"]["prod"]["token_file"] == "prod.token"
+    assert "prod.token: cannot read the token" in doc["effective"]["error"]
+
+
 def test_get_contexts_and_use_context_keep_the_rest_of_the_file(cfg_file: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     rc, text = run("config", "get-contexts")
