@@ -3,7 +3,8 @@
 
 The agent talks to one at a time. When a call fails (the controller is down, or it is a standby that
 answered UNAVAILABLE "not the leader"), it moves on: to the leader a standby named in its
-`tessera-leader` trailing metadata when that is one of the configured addresses (a peer cannot send
+`tessera-leader` trailing metadata when that is one of the configured addresses, or the one on the
+hint's host (the hint names the leader's client port, agents dial its agent port; a peer cannot send
 the agent anywhere else), else to the next address in the list. The next Register or Heartbeat goes
 there; the new leader's higher epoch is accepted by the agent's fence as any newer epoch is.
 """
@@ -34,6 +35,20 @@ def split_addresses(value: str) -> list[str]:
     return out
 
 
+def hinted(hint: str | None, addresses: Sequence[str]) -> int | None:
+    """Which of `addresses` the leader hint names: the same address, else the one address on the
+    hint's host. The hint is the leader's advertised client address (host:50051) while agents dial
+    the controllers' agent port (host:50054), so an exact match alone never happened. None: no hint,
+    or no address (or more than one: controllers sharing a host) it can be taken to name."""
+    if not hint:
+        return None
+    if hint in addresses:
+        return list(addresses).index(hint)
+    host = hint.rpartition(":")[0]
+    same = [i for i, a in enumerate(addresses) if a.rpartition(":")[0] == host]
+    return same[0] if len(same) == 1 else None
+
+
 class ControllerSet:
     """The AgentRegistry stub of the controller currently in use; `failed` moves to another."""
 
@@ -62,15 +77,15 @@ class ControllerSet:
         """After a failed call: use the hinted leader, or the next address (one address: stay)."""
         if len(self.addresses) == 1:
             return
-        hint = rpc.leader_hint(exc)
-        target = self.addresses.index(hint) if hint in self.addresses else (self._i + 1) % len(self.addresses)
+        found = hinted(rpc.leader_hint(exc), self.addresses)
+        target = found if found is not None else (self._i + 1) % len(self.addresses)
         if target == self._i:
             return
         self._i = target
         self._old.append(self._channel)  # closed in close(): a call may still be finishing on it
         self._channel = self._dial(self.current)
         self.stub = agent_pb2_grpc.AgentRegistryStub(self._channel)
-        log.info("controller_switch", controller=self.current, hinted=bool(hint and hint in self.addresses))
+        log.info("controller_switch", controller=self.current, hinted=found is not None)
 
     async def close(self) -> None:
         for ch in (*self._old, self._channel):
