@@ -21,6 +21,7 @@ from tessera.clients.trainer.checkpoints import (
     latest_checkpoint,
     list_checkpoints,
     prune_checkpoints,
+    set_aside,
 )
 from tessera.clients.trainer.context import TrainerContext
 from tessera.clients.trainer.plan import DEFAULT_MODEL, ContractError, ModelDims, Plan
@@ -37,4 +38,5 @@ __all__ = [
     "latest_checkpoint",
     "list_checkpoints",
     "prune_checkpoints",
+    "set_aside",
 ]

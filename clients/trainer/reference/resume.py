@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
-from tessera.clients.trainer import CheckpointRef, ModelDims, TrainerContext, list_checkpoints
-from tessera.clients.trainer.checkpoints import checkpoint_path, set_aside
+from tessera.clients.trainer import CheckpointRef, ModelDims, TrainerContext, list_checkpoints, set_aside
+from tessera.clients.trainer.checkpoints import checkpoint_path
 from tessera.clients.trainer.reference import checkpoint
 from tessera.clients.trainer.reference.checkpoint import IncompatibleCheckpoint, Restored
 from tessera.clients.trainer.reference.parallel import Engine
