@@ -116,13 +116,17 @@ def exact_best(options: Sequence[Sequence[StageCost]], num_microbatches: int) ->
         missing, total, k = n, 0.0, 0
         while k < len(events):
             s = events[k][0]
-            while k < len(events) and events[k][0] == s:
+            # Every event of this sync time; each pass takes at least one (a NaN time, never equal
+            # to itself, once kept this loop from ever advancing).
+            while True:
                 _, i, c = events[k]
                 k += 1
                 if c.busy <= x and c.latency < cur[i]:
                     total += c.latency - (0.0 if cur[i] == math.inf else cur[i])
                     missing -= cur[i] == math.inf
                     cur[i] = c.latency
+                if k >= len(events) or events[k][0] != s:
+                    break
             if missing == 0:
                 val = total + b1 * x + s
                 if val < bound * (1 - 1e-12):

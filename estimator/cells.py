@@ -60,7 +60,7 @@ from tessera.estimator.cell_types import StageCost as StageCost  # noqa: PLC0414
 from tessera.estimator.cell_types import StagePlan as StagePlan  # noqa: PLC0414
 from tessera.estimator.cell_types import iteration_time as iteration_time  # noqa: PLC0414
 from tessera.estimator.cell_types import pipeline_latency as pipeline_latency  # noqa: PLC0414
-from tessera.estimator.clusterfile import PoolSpec, parse_pools
+from tessera.estimator.clusterfile import MAX_GPUS_PER_NODE, MAX_NODES_PER_GROUP, PoolSpec, parse_pools
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import (
     DEFAULT_PRIOR,
@@ -527,18 +527,22 @@ class GpuPool:
         except UnknownGpuError as exc:
             raise CellInputError("gpu", f"{exc}") from exc
         object.__setattr__(self, "gpu", entry.name)
-        if self.num_gpus < 1:
-            raise CellInputError("num_gpus", f"must be >= 1, got {self.num_gpus}")
-        if self.gpus_per_node < 1:
-            raise CellInputError("gpus_per_node", f"must be >= 1, got {self.gpus_per_node}")
+        # The cluster file's bounds, here for every caller (the service's requests came without them).
+        if not 1 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
+            raise CellInputError("gpus_per_node", f"must be 1..{MAX_GPUS_PER_NODE}, got {self.gpus_per_node}")
+        if not 1 <= self.num_gpus <= MAX_NODES_PER_GROUP * self.gpus_per_node:
+            raise CellInputError("num_gpus", f"must be 1..{MAX_NODES_PER_GROUP} nodes' GPUs, got {self.num_gpus}")
         if not self.intra_link:
             object.__setattr__(self, "intra_link", "nvlink" if entry.nvlink_gbps > 0 else "pcie")
         if self.intra_link not in ("nvlink", "pcie"):
             raise CellInputError("intra_link", f"must be 'nvlink' or 'pcie', got {self.intra_link!r}")
         if self.intra_link == "nvlink" and entry.nvlink_gbps <= 0:
             raise CellInputError("intra_link", f"{entry.name} has no NVLink in the catalog")
-        if self.nic_gbps <= 0 or self.pcie_gbps <= 0:
-            raise CellInputError("nic_gbps", "link bandwidths must be > 0")
+        for f in ("nic_gbps", "pcie_gbps"):
+            # A NaN bandwidth passed `<= 0` and made the Cell search loop forever (NaN != NaN).
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+                raise CellInputError(f, f"must be a number > 0 (GB/s), got {v!r}")
         for f in ("intra_efficiency", "network_efficiency"):
             v = getattr(self, f)
             if v is not None and not 0 < v <= 1:

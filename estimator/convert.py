@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tessera.common.jobspec import model_bound_errors
+from tessera.common.jobspec import MAX_GLOBAL_BATCH, model_bound_errors
 from tessera.estimator.models import REGISTERED, Family, ModelDims, registered
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.v1 import common_pb2 as pb
@@ -174,8 +174,8 @@ def execution_plan(p: pb.ExecutionPlan, global_batch: int = 0, default_precision
     an explicit plan must keep it: dp * micro_batch * grad_accum == global_batch."""
     for f in PLAN_INT_FIELDS:
         v = getattr(p, f)
-        if v < 0:
-            raise PlanInputError(f"plan.{f}", f"must be an integer >= 1, got {v}")
+        if not 0 <= v <= MAX_GLOBAL_BATCH:
+            raise PlanInputError(f"plan.{f}", f"must be an integer 1..{MAX_GLOBAL_BATCH:,}, got {v}")
     if p.lora_rank < 0:
         raise PlanInputError("plan.lora_rank", f"must be an integer >= 0 (0: full fine-tuning), got {p.lora_rank}")
     for name, table in PLAN_ENUMS.items():
@@ -184,9 +184,12 @@ def execution_plan(p: pb.ExecutionPlan, global_batch: int = 0, default_precision
     if p.precision and p.precision not in PRECISION:
         raise PlanInputError("plan.precision", f"unknown value {p.precision}")
     dp, mb = p.dp or 1, p.micro_batch or 1
+    gpus = dp * (p.tp or 1) * (p.pp or 1) * (p.cp or 1)
+    if gpus > MAX_GLOBAL_BATCH:  # a GPU count the answers' int32 fields hold, past any cluster
+        raise PlanInputError("plan", f"dp*tp*pp*cp = {gpus:,} GPUs, over {MAX_GLOBAL_BATCH:,}")
     ga = p.grad_accum
-    if global_batch < 0:
-        raise PlanInputError("global_batch_size", f"must be >= 1, got {global_batch}")
+    if not 0 <= global_batch <= MAX_GLOBAL_BATCH:
+        raise PlanInputError("global_batch_size", f"must be 1..{MAX_GLOBAL_BATCH:,}, got {global_batch}")
     if not ga:
         if global_batch:
             if global_batch % (dp * mb):

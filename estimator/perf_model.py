@@ -80,12 +80,22 @@ def _positive(value: float, field_name: str) -> None:
     )
 
 
-def _positive_int(value: int, field_name: str) -> None:
+# Bounds on what one run may describe: the model builds per-GPU and per-server tables, and a caller
+# of the estimator service asking for 10^7 data-parallel ranks held 1.85 GB for 29 s.
+MAX_RUN_GPUS = 131_072
+MAX_SERVERS = 100_000
+MAX_GPUS_PER_SERVER = 1_024
+MAX_STEPS = 1_048_576  # accumulation steps and micro-batches, as a job's global batch
+
+
+def _positive_int(value: int, field_name: str, most: int | None = None) -> None:
     _require(
         isinstance(value, int) and not isinstance(value, bool) and value >= 1,
         field_name,
         f"must be an integer >= 1, got {value!r}",
     )
+    if most is not None:
+        _require(value <= most, field_name, f"must be at most {most:,}, got {value:,}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -267,7 +277,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "ga_steps", "micro_batches"):
-            _positive_int(getattr(self, name), f"plan.{name}")
+            _positive_int(getattr(self, name), f"plan.{name}", MAX_STEPS)
+        _require(self.gpus <= MAX_RUN_GPUS, "plan", f"dp*tp*pp = {self.gpus:,} GPUs, over {MAX_RUN_GPUS:,}")
         _require(self.zero in ZEROS, "plan.zero", f"must be one of {ZEROS}, got {self.zero!r}")
 
     @property
@@ -295,9 +306,10 @@ class Placement:
     gpus_per_node: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        _require(len(self.gpus_per_node) >= 1, "placement", "needs at least one server")
+        _require(1 <= len(self.gpus_per_node) <= MAX_SERVERS, "placement",
+                 f"needs 1..{MAX_SERVERS:,} servers, got {len(self.gpus_per_node):,}")
         for i, g in enumerate(self.gpus_per_node):
-            _positive_int(g, f"placement.gpus_per_node[{i}]")
+            _positive_int(g, f"placement.gpus_per_node[{i}]", MAX_GPUS_PER_SERVER)
 
     @classmethod
     def parse(cls, text: str) -> Placement:

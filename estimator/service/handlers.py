@@ -31,6 +31,7 @@ from typing import Generic, TypeVar
 
 from tessera.common.errors import FailedPrecondition, InvalidArgument, InvalidInput
 from tessera.common.gpus import UnknownGpuError, lookup
+from tessera.common.jobspec import MAX_GLOBAL_BATCH
 from tessera.estimator import perf_model as pm
 from tessera.estimator.cell_recipe import JobRecipe, RecipeCells, recipe_cell_model
 from tessera.estimator.cells import (
@@ -192,8 +193,9 @@ def recipe_cells(req: pb.GetCellsRequest) -> RecipeCells:
     mixed) and recomputation (options.recompute), with the job's recipe on top (req.recipe: the fields
     it sets win; estimator/cell_recipe.py), and what the Cells estimate of that recipe only in part."""
     dims = model_dims(req.model)
-    if req.global_batch_size < 1:
-        raise PlanInputError("global_batch_size", f"required, must be >= 1, got {req.global_batch_size}")
+    if not 1 <= req.global_batch_size <= MAX_GLOBAL_BATCH:
+        raise PlanInputError("global_batch_size", f"required, must be 1..{MAX_GLOBAL_BATCH:,} (a job file's bound), "
+                                                  f"got {req.global_batch_size}")
     if req.precision and req.precision not in PRECISION:
         raise PlanInputError("precision", f"unknown value {req.precision}")
     if req.precision and not dims.is_transformer:
@@ -230,11 +232,20 @@ def placement_message(p: HeteroPlan) -> pb.StagePlacement:
         fits=p.fits, num_microbatches=p.num_microbatches, description=p.describe())
 
 
+INT64_MAX = 2**63 - 1
+
+
+def i64(v: float) -> int:
+    """A count or byte total as an int64 field holds it: saturated (the largest models the bounds
+    admit reach 1.2e19 bytes, and a 64-stage Cell 5.5e19 plans assembled), never INTERNAL."""
+    return min(int(v), INT64_MAX)
+
+
 def cell_message(c: Cell) -> pb.Cell:
     """A Cell as a message; every estimated number carries its source."""
     msg = pb.Cell(gpu_type=c.gpu_type, num_gpus=c.num_gpus, num_stages=c.num_stages, nodes=c.nodes,
-                  gpus_per_node=c.gpus_per_node, fits=c.fits, reason=c.reason, plans_assembled=c.plans_assembled,
-                  plans_feasible=c.plans_feasible, stage_gpus=list(c.stage_gpus))
+                  gpus_per_node=c.gpus_per_node, fits=c.fits, reason=c.reason, plans_assembled=i64(c.plans_assembled),
+                  plans_feasible=i64(c.plans_feasible), stage_gpus=list(c.stage_gpus))
     if c.plan is not None:
         msg.plan.CopyFrom(pb.CellPlan(
             stages=[stage_message(sc) for sc in c.stage_costs],
@@ -388,10 +399,11 @@ class Estimator:
             else:
                 est = estimate_memory(dims, plan, mode=mode, gpu=gpu or None)
             mem = pb.MemoryBreakdown(
-                parameters=est.parameters, gradients=est.gradients, optimizer=est.optimizer,
-                activations=est.activations, other=est.other, total=est.total, capacity=est.capacity_bytes or 0,
-                source=est.source, stage=est.stage, cpu_bytes=est.cpu_bytes, notes=list(est.notes),
-                warnings=list(est.warnings), reserved=est.reserved)
+                parameters=i64(est.parameters), gradients=i64(est.gradients), optimizer=i64(est.optimizer),
+                activations=i64(est.activations), other=i64(est.other), total=i64(est.total),
+                capacity=i64(est.capacity_bytes or 0), source=est.source, stage=est.stage,
+                cpu_bytes=i64(est.cpu_bytes), notes=list(est.notes), warnings=list(est.warnings),
+                reserved=i64(est.reserved))
             if est.fits is not None:
                 mem.fits = est.fits
             self._memory.put(key, mem)

@@ -272,6 +272,19 @@ PLAN2 = c.ExecutionPlan(dp=2)
      "exhaustive"),
     ("FitPerformance", pb.FitPerformanceRequest(), "samples"),
     ("ReportStepTimes", pb.ReportStepTimesRequest(), "config.workload.params"),
+    # Hostile input an audit sent (2026-11-27): a NaN bandwidth looped a worker thread forever (NaN !=
+    # NaN in the Cell search), a batch of 1e16 ran a divisor search for 45 s under the configuration's
+    # lock, 10^7 data-parallel ranks held 1.85 GB.
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(pools=[pb.GpuPool(
+        gpu="H100", num_gpus=16, gpus_per_node=8, intra_link=pb.INTRA_LINK_PCIE, pcie_gbps=math.nan)])),
+     "cluster.pools[0].pcie_gbps"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(pools=[pb.GpuPool(
+        gpu="H100", num_gpus=16, gpus_per_node=8, nic_gbps=math.inf)])), "cluster.pools[0].nic_gbps"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(pools=[pb.GpuPool(
+        gpu="H100", num_gpus=2**31 - 1, gpus_per_node=2**30)])), "cluster.pools[0].gpus_per_node"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=10**16, cluster=CLUSTER), "global_batch_size"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(dp=10**7)), "plan.dp"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(dp=2**16, tp=2**16)), "plan"),
 ])
 async def test_bad_input_is_invalid_argument_naming_the_field(srv: Server, method: str, request_: object,
                                                               field: str) -> None:
@@ -279,6 +292,16 @@ async def test_bad_input_is_invalid_argument_naming_the_field(srv: Server, metho
         await getattr(srv.stub, method)(request_)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (err.value.details() or "").startswith(f"{field}: "), err.value.details()
+
+
+async def test_a_total_past_int64_is_saturated_not_internal(srv: Server) -> None:
+    """The largest MoE model a job file admits needs about 1.2e19 bytes per GPU: the answer holds
+    the int64 maximum (it does not fit anything), where the service used to fail with INTERNAL."""
+    huge = c.ModelSpec(hidden_size=65536, num_layers=1024, num_heads=1024, vocab_size=4_000_000,
+                       seq_length=1_048_576, family=c.MODEL_FAMILY_MOE, num_experts=4096, top_k=4096, moe_every=1,
+                       ffn_hidden=1_048_576)
+    got = await srv.stub.EstimateMemory(pb.EstimateMemoryRequest(model=huge, gpu="H100"))
+    assert got.memory.total == 2**63 - 1 and not got.memory.fits
 
 
 def _count(method: str, code: str) -> float:
@@ -296,7 +319,7 @@ async def test_a_bug_is_internal_without_its_text_and_every_outcome_is_counted(
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await srv.stub.GetCells(pb.GetCellsRequest(model=GPT))  # no batch size: refused by the library
     assert (err.value.code(), err.value.details()) == (
-        grpc.StatusCode.INVALID_ARGUMENT, "global_batch_size: required, must be >= 1, got 0")
+        grpc.StatusCode.INVALID_ARGUMENT, "global_batch_size: required, must be 1..1,048,576 (a job file's bound), got 0")
     monkeypatch.setattr(srv.service.estimator, "get_cells", bug)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await srv.stub.GetCells(pb.GetCellsRequest(model=GPT))
