@@ -104,6 +104,12 @@ class Unavailable(TesseraError):
     code = Code.UNAVAILABLE
 
 
+class ResourceExhausted(TesseraError):
+    """The server is too busy with calls of this kind now (a bounded lane is full); retry later."""
+
+    code = Code.RESOURCE_EXHAUSTED
+
+
 class Unauthenticated(TesseraError):
     """The caller presented no credentials the call needs (a client certificate, a token), or ones
     the server does not know (never says which token, so a peer learns nothing about those that exist)."""

@@ -54,6 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 CONTROLLER_ONLY = frozenset({"FitPerformance", "ReportStepTimes"})
 
 
+# Calls in progress at once, over every method (more are RESOURCE_EXHAUSTED): the heavy ones have
+# bounded lanes of threads (estimator/service/server.py), this bounds what waiting calls hold.
+MAX_CALLS = 256
+
+
 def authorize(method: str, context: object) -> None:
     """mTLS: queries from any certificate of the CA (the controller; an operator's `tessctl estimate
     --estimator --tls-dir`), changes to the fitted models from the controller only (docs/security.md)."""
@@ -75,7 +80,7 @@ async def serve(args: argparse.Namespace) -> None:
     hooks = Hooks("tessera-estimator")  # the state is loaded: serving from the start
     server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)],
                                   [] if insecure else [rpc.Authorize(authorize)], name="estimator",
-                                  tls=args.tls, insecure=insecure, hooks=hooks)
+                                  tls=args.tls, insecure=insecure, hooks=hooks, max_concurrent_rpcs=MAX_CALLS)
     await server.start()
     mport = metrics.serve(args.metrics_listen)
     tls.announce("tessera-estimator", args.tls)

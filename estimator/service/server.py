@@ -1,10 +1,18 @@
 """The `tessera.v1.Estimator` gRPC servicer: a thin asyncio shell over tessera.estimator.service.handlers.Estimator.
 
-Every call but Health runs the library in a worker thread (asyncio.to_thread), so a traced-mode
-estimate or a cold Cell computation never blocks the event loop: Health, the watchdog and other calls
-keep being answered. Errors are raised, and the server's ErrorInterceptor (tessera.common.rpc)
-answers them: an input error of the library is INVALID_ARGUMENT "field: reason"; traced mode
-without torch is FAILED_PRECONDITION; anything else is INTERNAL (and logged, never sent).
+Every call but Health runs the library in a worker thread, so a traced-mode estimate or a cold Cell
+computation does not block the event loop: Health, the watchdog and other calls keep being
+answered. Errors are raised, and the server's ErrorInterceptor (tessera.common.rpc) answers them:
+an input error of the library is INVALID_ARGUMENT "field: reason"; traced mode without torch is
+FAILED_PRECONDITION; anything else is INTERNAL (and logged, never sent).
+
+Threads by lane. The heavy calls (GetCells, PlaceStages, a traced EstimateMemory) run on threads of
+their own: HEAVY_THREADS for the controller, whose calls queue for them, and HEAVY_THREADS for every
+other caller (any certificate of the CA may query), whose calls beyond HEAVY_QUEUE waiting are
+answered RESOURCE_EXHAUSTED at once. The light calls keep the default executor. A thread cannot be
+stopped: a heavy call whose client gave up runs to its end, but on its lane's threads only. Before,
+one executor of six threads served every call, and six abandoned heavy calls left the service
+answering nothing but Health.
 """
 
 from __future__ import annotations
@@ -12,12 +20,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from prometheus_client import Counter, Histogram
 
-from tessera.common.errors import Code, TesseraError
-from tessera.estimator.service.handlers import Estimator
+from tessera.common import tls
+from tessera.common.errors import Code, ResourceExhausted, TesseraError
+from tessera.common.identity import CONTROLLER
+from tessera.estimator.service.handlers import MODES, Estimator
 from tessera.v1 import estimator_pb2 as pb
 from tessera.v1 import estimator_pb2_grpc
 
@@ -30,20 +41,41 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 
+HEAVY_THREADS = 2
+HEAVY_QUEUE = 8
+
+
+class _Lane:
+    """Threads for one kind of heavy caller; `queue` > 0: calls past that many waiting are refused."""
+
+    def __init__(self, name: str, queue: int) -> None:
+        self.name = name
+        self.pool = ThreadPoolExecutor(HEAVY_THREADS, thread_name_prefix=f"estimator-{name}")
+        self.queue = queue
+        self.inside = 0
+
+    def admit(self, method: str) -> None:
+        if self.queue and self.inside >= HEAVY_THREADS + self.queue:
+            raise ResourceExhausted(f"{method}: the estimator is busy with {self.inside} heavy calls of {self.name}; "
+                                    "retry later")
+
+
 class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[misc]
     """The servicer; `estimator` holds the caches and fitted models (one per process)."""
 
     def __init__(self, estimator: Estimator | None = None) -> None:
         self.estimator = estimator or Estimator()
+        self._lanes = {True: _Lane("the controller", 0), False: _Lane("other callers", HEAVY_QUEUE)}
 
     async def EstimateMemory(self, request: pb.EstimateMemoryRequest, context: Any) -> pb.EstimateMemoryResponse:
-        return await self._run("EstimateMemory", self.estimator.estimate_memory, request, context)
+        heavy = MODES.get(request.mode, "").startswith("traced")
+        return await self._run("EstimateMemory", self.estimator.estimate_memory, request, context, heavy)
 
     async def GetCells(self, request: pb.GetCellsRequest, context: Any) -> pb.GetCellsResponse:
-        return await self._run("GetCells", self.estimator.get_cells, request, context)
+        return await self._run("GetCells", self.estimator.get_cells, request, context, heavy=True)
 
     async def PlaceStages(self, request: pb.PlaceStagesRequest, context: Any) -> pb.PlaceStagesResponse:
-        return await self._run("PlaceStages", self.estimator.place_stages, request, context)
+        return await self._run("PlaceStages", self.estimator.place_stages, request, context, heavy=True)
 
     async def FitPerformance(self, request: pb.FitPerformanceRequest, context: Any) -> pb.FitPerformanceResponse:
         return await self._run("FitPerformance", self.estimator.fit_performance, request, context)
@@ -58,10 +90,20 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
         REQUESTS.labels("Health", "OK").inc()
         return self.estimator.health()
 
-    async def _run(self, method: str, fn: Callable[[Req], Resp], request: Req, context: Any) -> Resp:
+    async def _run(self, method: str, fn: Callable[[Req], Resp], request: Req, context: Any,
+                   heavy: bool = False) -> Resp:
         start = time.perf_counter()
+        lane = self._lanes[tls.peer_identity(context) == CONTROLLER] if heavy else None
         try:
-            result = await asyncio.to_thread(fn, request)
+            if lane is None:
+                result = await asyncio.to_thread(fn, request)
+            else:
+                lane.admit(method)
+                lane.inside += 1
+                try:
+                    result = await asyncio.get_running_loop().run_in_executor(lane.pool, fn, request)
+                finally:
+                    lane.inside -= 1
         except Exception as exc:  # counted here, answered by the interceptor
             code = exc.code if isinstance(exc, TesseraError) else Code.INTERNAL
             REQUESTS.labels(method, code.value).inc()

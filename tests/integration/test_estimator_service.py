@@ -39,6 +39,7 @@ from tessera.v1 import estimator_pb2_grpc
 class Server:
     stub: estimator_pb2_grpc.EstimatorStub
     service: EstimatorService
+    port: int = 0
 
 
 async def _serve(estimator: Estimator) -> AsyncIterator[Server]:
@@ -48,7 +49,7 @@ async def _serve(estimator: Estimator) -> AsyncIterator[Server]:
     await server.start()
     channel = rpc.aio_channel(f"127.0.0.1:{port}", tls=tls_config(CONTROLLER), peer=ESTIMATOR)
     try:
-        yield Server(estimator_pb2_grpc.EstimatorStub(channel), service)
+        yield Server(estimator_pb2_grpc.EstimatorStub(channel), service, port)
     finally:
         await channel.close()
         await rpc.stop_server(server, grace=0)
@@ -450,6 +451,54 @@ async def test_a_slow_call_runs_in_a_thread_and_the_loop_keeps_answering() -> No
         assert health.status == "SERVING" and cells.cells and not slow.done()
         est.release.set()
         assert (await slow).memory.total == estimate_memory(ModelDims(768, 12, 12, 50257, 1024), ExecutionPlan()).total
+
+
+class _BlockingCells(Estimator):
+    """GetCells blocks its worker thread until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = 0
+        self.release = threading.Event()
+
+    def get_cells(self, req: pb.GetCellsRequest) -> pb.GetCellsResponse:
+        self.inside += 1
+        assert self.release.wait(30)
+        return super().get_cells(req)
+
+
+async def test_heavy_calls_of_other_callers_are_bounded_and_leave_the_controller_its_threads() -> None:
+    """A node's certificate may query. Its GetCells calls run on a lane of their own: past
+    HEAVY_THREADS running and HEAVY_QUEUE waiting they are RESOURCE_EXHAUSTED at once, while the
+    controller's heavy calls and everyone's light ones are still answered. Before, six abandoned
+    heavy calls held every thread of the service."""
+    from tessera.common.identity import node
+    from tessera.estimator.service.server import HEAVY_QUEUE, HEAVY_THREADS
+
+    est = _BlockingCells()
+    req = pb.GetCellsRequest(model=SMALL, global_batch_size=16, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A40", num_gpus=2, gpus_per_node=2)]))
+    async for s in _serve(est):
+        other = rpc.aio_channel(f"127.0.0.1:{s.port}", tls=tls_config(node("n1")), peer=ESTIMATOR)
+        try:
+            stub = estimator_pb2_grpc.EstimatorStub(other)
+            held = [asyncio.ensure_future(stub.GetCells(req)) for _ in range(HEAVY_THREADS + HEAVY_QUEUE)]
+            while est.inside < HEAVY_THREADS:
+                await asyncio.sleep(0.01)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await asyncio.wait_for(stub.GetCells(req), 10)
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            light = await asyncio.wait_for(stub.EstimateMemory(pb.EstimateMemoryRequest(model=GPT)), 10)
+            assert light.memory.total > 0
+            mine = asyncio.ensure_future(s.stub.GetCells(req))  # the controller's lane
+            while est.inside < HEAVY_THREADS + 1:
+                await asyncio.sleep(0.01)
+            est.release.set()
+            assert (await mine).cells
+            assert all(got.cells for got in await asyncio.gather(*held))
+        finally:
+            est.release.set()
+            await other.close()
 
 
 async def test_traced_mode_through_the_service(srv: Server) -> None:
