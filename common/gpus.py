@@ -153,10 +153,22 @@ def _norm(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().upper())
 
 
-@functools.lru_cache(maxsize=4096)
+MAX_NAME = 64  # longer than any catalog name or NVML product string
+
+
 def lookup(name: str) -> GpuType:
     """The catalog entry for a name or alias (case and separators ignored); UnknownGpuError if none.
-    Memoised (the catalog is fixed at import; errors are not cached): the estimator asks for a pool's
+    A name over MAX_NAME characters is unknown without a search, and its message quotes its start
+    only: names come from requests, and each distinct one used to stay cached, up to 16 MiB each."""
+    if len(name) > MAX_NAME:
+        raise UnknownGpuError(f"unknown GPU model {name[:MAX_NAME]!r}... ({len(name):,} characters); "
+                              f"known: {', '.join(sorted(CATALOG))}")
+    return _lookup(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lookup(name: str) -> GpuType:
+    """Memoised (the catalog is fixed at import; errors are not cached): the estimator asks for a pool's
     type in every stage cost, hundreds of thousands of times in one cost-tree search."""
     key = _norm(name)
     if key in CATALOG:

@@ -550,7 +550,7 @@ class GpuPool:
         if self.price_per_hour is not None and not 0 <= self.price_per_hour < math.inf:
             raise CellInputError("price_per_hour", f"must be a number >= 0, got {self.price_per_hour}")
         if self.currency and not (len(self.currency) == 3 and self.currency.isascii() and self.currency.isupper()):
-            raise CellInputError("currency", f"must be an ISO 4217 code such as USD, got {self.currency!r}")
+            raise CellInputError("currency", f"must be an ISO 4217 code such as USD, got {self.currency[:16]!r}")
         mem = self.memory_bytes
         if isinstance(mem, bool) or not isinstance(mem, int | float) or not 0 <= mem < math.inf:
             raise CellInputError("memory_bytes", f"must be a number of bytes >= 0 (0 = the catalog's), got {mem!r}")

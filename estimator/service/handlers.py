@@ -68,6 +68,9 @@ ZEROS: dict[int, pm.Zero] = {pb.ZERO_KIND_UNSPECIFIED: "none", pb.ZERO_KIND_NONE
 LINKS = {pb.INTRA_LINK_UNSPECIFIED: "", pb.INTRA_LINK_NVLINK: "nvlink", pb.INTRA_LINK_PCIE: "pcie"}
 CELL_PRECISION = "mixed"  # CellModel's default recipe
 LIVE_WINDOW = 64  # step times kept per (job, model, plan, GPU type) for the online refit
+MAX_POOLS = 64  # GPU pools of one request: more than the catalog's types, with room for node sizes
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # gRPC's message limit here (tessera.common.rpc.MAX_MESSAGE_BYTES)
+MAX_CACHED_ANSWER_BYTES = 1024 * 1024  # larger answers are computed again rather than kept
 MAX_FIT_SAMPLES = 4096  # per FitPerformance; Morphling's profiles have a few dozen per model
 MAX_MODEL_KEY = 1024  # the controller sends its estimate key: signature, recipe and tenant
 MEASURED_SOURCE_NOTE = "estimate (the Cell's time is measured)"
@@ -139,6 +142,8 @@ def cluster_spec(c: pb.ClusterSpec, field: str = "cluster") -> ClusterSpec:
     """The library's ClusterSpec; errors name ``cluster.pools[i].FIELD``."""
     if not c.pools:
         raise PlanInputError(f"{field}.pools", "a cluster needs at least one GPU pool")
+    if len(c.pools) > MAX_POOLS:
+        raise PlanInputError(f"{field}.pools", f"at most {MAX_POOLS} pools, got {len(c.pools):,}")
     return ClusterSpec(tuple(gpu_pool(p, f"{field}.pools[{i}]") for i, p in enumerate(c.pools)))
 
 
@@ -330,6 +335,11 @@ def params_of(m: pb.PerfParams) -> pm.Params:
     return pm.Params(m.k_bwd, m.k_sync, m.k_opt, m.k_os_offload, m.k_const, m.k_off, m.k_swap, m.k_host)
 
 
+def _bounded_id(value: str, field: str) -> None:
+    if len(value) > MAX_MODEL_KEY:  # ids are kept as cache keys
+        raise PlanInputError(field, f"at most {MAX_MODEL_KEY} characters, got {len(value):,}")
+
+
 def _model_key(key: str, named: str) -> str:
     if not key:
         raise PlanInputError("model_key", f"required when {named} has no name")
@@ -433,7 +443,12 @@ class Estimator:
             cells = est.best_cells(model, cluster) if req.best_only else est.cells(model, cluster)
             resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells],
                                        warnings=got.warnings)
-            self._cells.put(key, resp)
+            size = resp.ByteSize()
+            if size > MAX_ANSWER_BYTES:  # gRPC would refuse to send it, after it was cached
+                raise PlanInputError("cluster", f"the answer would be {size:,} bytes, over the {MAX_ANSWER_BYTES:,} "
+                                                "a message carries: ask for fewer pools or best_only")
+            if size <= MAX_CACHED_ANSWER_BYTES:
+                self._cells.put(key, resp)
         return resp
 
     def place_stages(self, req: pb.PlaceStagesRequest) -> pb.PlaceStagesResponse:
@@ -483,6 +498,7 @@ class Estimator:
     def fit_performance(self, req: pb.FitPerformanceRequest) -> pb.FitPerformanceResponse:
         """Fit Morphling's model to req.samples (perf_model.fit) and keep it under (model key, GPU
         type). The same request id returns the first answer."""
+        _bounded_id(req.request_id, "request_id")
         if req.request_id:
             seen = self._fits.get(req.request_id)
             if seen is not None:
@@ -517,6 +533,7 @@ class Estimator:
         """Online refit (perf_model.refit) of the model kept under (model key, GPU type) from a
         running job's step times; returns the prediction for the job's configuration before and
         after. Without a fitted model the refit starts from the prior (DEFAULT_PARAMS)."""
+        _bounded_id(req.job_id, "job_id")
         cfg = _in("config", run_config, req.config)
         if not req.steps:
             raise PlanInputError("steps", "needs at least one step time")

@@ -286,6 +286,10 @@ PLAN2 = c.ExecutionPlan(dp=2)
     ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=10**16, cluster=CLUSTER), "global_batch_size"),
     ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(dp=10**7)), "plan.dp"),
     ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(dp=2**16, tp=2**16)), "plan"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(pools=[pb.GpuPool(
+        gpu="A100", num_gpus=4, gpus_per_node=4)] * 65)), "cluster.pools"),
+    ("FitPerformance", pb.FitPerformanceRequest(request_id="r" * 2000), "request_id"),
+    ("ReportStepTimes", pb.ReportStepTimesRequest(job_id="j" * 2000), "job_id"),
 ])
 async def test_bad_input_is_invalid_argument_naming_the_field(srv: Server, method: str, request_: object,
                                                               field: str) -> None:

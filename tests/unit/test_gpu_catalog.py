@@ -56,3 +56,12 @@ def test_nvml_names_of_the_new_parts() -> None:
     assert from_nvml("NVIDIA H20", 96 * 1024**3)[0].name == "H20-96GB"  # type: ignore[union-attr]
     assert from_nvml("NVIDIA H200", 141 * 10**9)[0].name == "H200-141GB"  # type: ignore[union-attr]
     assert from_nvml("NVIDIA H100 80GB HBM3", 80 * 10**9)[0].name == "H100-80GB"  # type: ignore[union-attr]
+
+
+def test_a_long_name_is_unknown_at_once_and_quoted_in_part() -> None:
+    """Names come from requests: each distinct one used to stay in lookup's cache (an audit held
+    400 MB with 100 names of 4 MB), and the whole name came back in the error."""
+    with pytest.raises(UnknownGpuError) as err:
+        lookup(" " * 4_000_000 + "H100")
+    assert len(str(err.value)) < 2_000 and "4,000,004 characters" in str(err.value)
+    assert lookup("  H100  ").name == lookup("H100").name  # short padded names still resolve
