@@ -949,6 +949,9 @@ def _pow2_upto(n: int) -> list[int]:
 
 
 MAX_CACHED_MODELS = 256  # distinct models whose operators, stage costs and Cells a CellEstimator keeps
+# Stage costs and Cells kept in all: one model asked about on many pool shapes (links, node sizes,
+# prices) grew them by about 100 MB per request of 120 pools.
+MAX_CACHED_ENTRIES = 200_000
 
 
 @dataclass
@@ -1051,6 +1054,8 @@ class CellEstimator:
                 if c is None:
                     c = _stage_cost(ops, sp, first, prev, place, gpu, intra, inter, mb, i, num_stages, b,
                                     self.config, self.comm, self.profiler, model)
+                    if len(self._stage_cache) >= MAX_CACHED_ENTRIES:
+                        self._stage_cache.clear()  # start over, as for models (cheap to rebuild)
                     self._stage_cache[key] = c
                 row.append(c)
             out.append(row)
@@ -1092,6 +1097,8 @@ class CellEstimator:
             return hit
         self.misses += 1
         cell = self._cell(model, pool, num_gpus, num_stages, place)
+        if len(self._cell_cache) >= MAX_CACHED_ENTRIES:
+            self._cell_cache.clear()
         self._cell_cache[key] = cell
         return cell
 

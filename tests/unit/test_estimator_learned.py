@@ -117,3 +117,13 @@ def test_cell_estimator_caches_start_over_past_their_model_bound(monkeypatch: py
     assert again[(4, 1)].iter_time.value == 0.5  # a measurement is not a cache: it stays
     assert [x for x in again.values() if (x.num_gpus, x.num_stages) != (4, 1)] == \
         [x for x in first if (x.num_gpus, x.num_stages) != (4, 1)]
+
+
+def test_cell_estimator_caches_start_over_past_their_entry_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One model on pool after pool of other shapes: the entries are bounded too, not only the models."""
+    monkeypatch.setattr(cells_mod, "MAX_CACHED_ENTRIES", 5)
+    est = CellEstimator()
+    model = CellModel("gpt", 128, 2, 4, 512, 64, global_batch=16)
+    for nic in (10.0, 20.0, 30.0, 40.0):
+        est.cells(model, ClusterSpec((GpuPool("A100-80GB", 8, 4, nic_gbps=nic),)))
+        assert len(est._cell_cache) <= 5 and len(est._stage_cache) <= 5
