@@ -950,8 +950,10 @@ def _pow2_upto(n: int) -> list[int]:
 
 MAX_CACHED_MODELS = 256  # distinct models whose operators, stage costs and Cells a CellEstimator keeps
 # Stage costs and Cells kept in all: one model asked about on many pool shapes (links, node sizes,
-# prices) grew them by about 100 MB per request of 120 pools.
-MAX_CACHED_ENTRIES = 200_000
+# prices) grew them by about 100 MB per request of 120 pools. A stage cost holds about 0.9 KB (seen:
+# 2,972 of them, 2.7 MB, for llama2-7b on four pools of 32-64 GPUs), so this is ~90 MB, some 30
+# such models at once.
+MAX_CACHED_ENTRIES = 100_000
 
 
 @dataclass
