@@ -55,13 +55,15 @@ def step_times_request(job: JobRecord, dims: ModelDims, gpu_type: str, gpus_per_
     workload = estimator_pb2.PerfWorkload(
         name=model_key, params=params, layers=dims.num_layers, hidden=dims.hidden_size, seq=dims.seq_length,
         global_batch=job.spec.global_batch_size, fwd_ref_time=fwd, fwd_ref_batch=1.0)
+    # Not the job's `model` (with its batch and recipe): with it the service would answer this
+    # tenant's measured time for the model's Cell to every caller, every other tenant included
+    # (its Cells are keyed by model, not tenant). The refit stays per model key, which carries the
+    # tenant; the controller keeps its own measured Cells per tenant (controller/cell_estimates.py).
     return estimator_pb2.ReportStepTimesRequest(
         job_id=job.id, model_key=model_key, gpu_type=gpu_type,
         config=estimator_pb2.PerfRunConfig(workload=workload, plan=plan, gpus_per_node=gpus_per_node),
         steps=[estimator_pb2.StepTime(seconds=s.seconds, time=s.time, iteration=s.iteration)
-               for s in learned.new_steps],
-        model=job.spec.model, global_batch_size=job.spec.global_batch_size,
-        recipe=job.spec.plan if job.spec.HasField("plan") else None)
+               for s in learned.new_steps])
 
 
 class EstimatorFeed:
