@@ -16,6 +16,9 @@ controller apply (tessera.clients.jobfile_objective, tessera.common.objective): 
 than `default` or `cost` is refused with the same message. They are set aside before the rest goes to
 the job-file parser, whose check of a cost job's SLO against the cluster's limits plan-cost does not
 need. Errors: one line, exit 2; a `-o jsonpath` that selects nothing is exit 1, as for every command.
+Limits: a price at most MAX_PRICE per GPU-hour, `--max-stages` at most the cost tree's MAX_STAGES (16),
+the job file (stdin too) at most common/yamlfile's MAX_BYTES, and the search its default budget
+(a search over it is refused as "search too large").
 """
 
 from __future__ import annotations
@@ -33,9 +36,14 @@ from tessera.clients.jobfile_objective import objective_fields
 from tessera.common.errors import InvalidArgument, TesseraError
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.common.objective import parse_duration, slo_from_mapping
-from tessera.common.yamlfile import InputFileError, line_of, load_yaml, parse_with_lines, read_yaml
+from tessera.common.yamlfile import MAX_BYTES, InputFileError, line_of, load_yaml, parse_with_lines, read_yaml
 
 _SET_ASIDE = ("slo", "objective")
+# The most a GPU-hour may cost: far above any rental price, low enough that no cost overflows to
+# infinity (which `-o json` would print as `Infinity`, not JSON).
+MAX_PRICE = 1e6
+# The cost tree's MAX_STAGES (checked here before any file is read; the tree checks it too).
+MAX_STAGES = 16
 
 
 class PlanCostFileError(InputFileError):
@@ -55,7 +63,7 @@ def add_arguments(sub: Any, command: Any) -> None:
                    help="run all the job's iterations within this (90m, 6h, 1.5d, seconds); default: the job "
                         "file's slo")
     p.add_argument("--max-stages", type=argtypes.positive_int, default=8, metavar="K",
-                   help="longest pipeline considered (default 8)")
+                   help=f"longest pipeline considered (default 8, at most {MAX_STAGES})")
     p.add_argument("--gpus-per-node", type=argtypes.positive_int, default=8, metavar="N",
                    help="GPUs per rented instance (default 8)")
     p.add_argument("--nic-gbps", type=float, default=12.5, metavar="GB/S",
@@ -104,6 +112,8 @@ def _by_type(path: str, what: str, integer: bool) -> dict[str, float]:
                     raise PlanCostFileError(str(key), f"must be a whole number of GPUs >= 1, got {v!r}")
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
                 raise PlanCostFileError(str(key), f"must be a price per GPU-hour >= 0, got {v!r}")
+            elif v > MAX_PRICE:
+                raise PlanCostFileError(str(key), f"must be a price per GPU-hour <= {MAX_PRICE:,.0f}, got {v!r}")
             out[name] = v
         return out
 
@@ -115,7 +125,10 @@ def _job(filename: str) -> tuple[Any, float | None]:
     from tessera.clients.jobfile import JobFileError, job_spec_from_dict
 
     name = "<stdin>" if filename == "-" else filename
-    doc = load_yaml(sys.stdin.read(), name, JobFileError) if filename == "-" else read_yaml(filename, JobFileError)
+    if filename == "-":  # at most one byte over the limit, as read_yaml reads a file
+        doc = load_yaml(getattr(sys.stdin, "buffer", sys.stdin).read(MAX_BYTES + 1), name, JobFileError)
+    else:
+        doc = read_yaml(filename, JobFileError)
     if not isinstance(doc, Mapping):
         raise JobFileError("job", "the file must be a mapping of fields (name, model, ...)", file=name)
     rest = {k: v for k, v in doc.items() if k not in _SET_ASIDE}
@@ -146,6 +159,8 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
     from tessera.estimator.service.handlers import cell_model
     from tessera.v1 import estimator_pb2
 
+    if args.max_stages > MAX_STAGES:
+        raise InvalidArgument("--max-stages", f"must be at most {MAX_STAGES}, got {args.max_stages}")
     spec, slo = _job(args.filename)
     if args.slo is not None:
         slo = parse_duration(args.slo, "--slo")

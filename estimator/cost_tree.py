@@ -21,6 +21,12 @@ least bound exceeds that allocation's cost: every allocation not scored then cos
 (whose Eq. 5 cost model is not a bound of its estimator's time, and whose published allocator misses
 cheaper plans its estimator scores), they never exceed it: the tree returns the exhaustive optimum.
 
+Limits, so that no input runs away (the controller asks this per job per round): k at most
+MAX_STAGES; each search at most `max_work` units of work (MAX_SEARCH_WORK by default: BOUND_WORK per
+node bounded, and per allocation placed the stage placer's steps, StagePlacer.steps), and no leaf
+whose Alg. 2 exceeds the placer's MAX_PLACE_WORK; past either, the search stops with SearchTooLarge
+(a CostInputError, field max_stages).
+
 `exhaustive_cheapest` scores every allocation of the same space with the same placement (Espresso's
 "Optimal", Sec. V). Baselines (Sia+, Whale+, HPH+): cost_baselines.py. Pure: no I/O, no clock.
 """
@@ -38,18 +44,38 @@ from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.estimator.cells import CellConfig, CellInputError, CellModel, GpuPool
 from tessera.estimator.cost_bounds import Shape, bound, build_shape, microbatches
 from tessera.estimator.cost_placements import best_placement
-from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
+from tessera.estimator.stage_placer import MAX_PLACE_WORK, HeteroPlan, StagePlacer
 
-__all__ = ["CostInputError", "CostPlan", "CostStage", "GpuOffer", "NoFeasiblePlan", "cheapest_plan",
-           "count_allocations", "exhaustive_cheapest", "exhaustive_sweep", "fastest_plan"]
+__all__ = ["MAX_SEARCH_WORK", "MAX_STAGES", "CostInputError", "CostPlan", "CostStage", "GpuOffer", "NoFeasiblePlan",
+           "SearchTooLarge", "cheapest_plan", "count_allocations", "exhaustive_cheapest", "exhaustive_sweep",
+           "fastest_plan"]
 
 Leaf = Callable[[StagePlacer], HeteroPlan]
 # Slack on the pruning comparisons: a bound equal to a cost in exact arithmetic may round above it.
 _SLACK = 1e-9
+# The longest pipeline the tree considers (`max_stages` above it is refused): the trees grow with the
+# number of multisets of k stage types, C(types + k - 1, k), and each leaf's placement with k.
+MAX_STAGES = 16
+# The work one search may take by default (`max_work`). The unit, a stage cost looked up (plus its
+# operators when computed: StagePlacer.steps), takes 0.3-3 us on one core of the project's 2-CPU
+# machine: 96 layers over 24 GPU types up to 16 stages reaches 3M in 3.3 s (171 s, 2.8 GB for the
+# first 20,000 nodes unbudgeted), 1,024 layers over 4 types up to 4 stages in 3.2 s. The largest
+# search of bench/espresso_cost.py (measured 2026-11-27) takes 362,316 units (0.8 s) with the
+# registered models, 658,541 (2.1 s) with --shapes table2; the unit tests under 3,000. Nodes alone
+# would not do: that bench's largest search by nodes expands and places 1,802 in 0.5 s.
+MAX_SEARCH_WORK = 3_000_000
+# The work charged per node bounded (pushed on the queue or pruned): a bound costs about as much as
+# 50 stage costs looked up (0.2 ms over 24 GPU types).
+BOUND_WORK = 50
 
 
 class CostInputError(InvalidArgument, ValueError):
     """Bad input to the cost tree; `field` names it (``offers[1].price_per_hour``, ``slo_s``...)."""
+
+
+class SearchTooLarge(CostInputError):
+    """The search would exceed its budget (`max_work`, or the placer's MAX_PLACE_WORK at a leaf);
+    field ``max_stages``. A CostInputError, so whoever catches those catches it."""
 
 
 class NoFeasiblePlan(InvalidInput, ValueError):
@@ -153,6 +179,7 @@ class _Problem:
     max_stages: int
     overlap_sync: bool
     shapes: tuple[Shape, ...]
+    max_work: int = MAX_SEARCH_WORK
 
 
 @dataclass
@@ -160,6 +187,7 @@ class _Stats:
     expanded: int = 0
     placed: int = 0
     pruned: int = 0
+    work: int = 0
 
 
 def _check(model: object, offers: object, iterations: object, slo_s: object, max_stages: object,
@@ -181,8 +209,8 @@ def _check(model: object, offers: object, iterations: object, slo_s: object, max
         raise CostInputError("iterations", f"must be an integer >= 1, got {iterations!r}")
     if isinstance(slo_s, bool) or not isinstance(slo_s, (int, float)) or not slo_s > 0 or math.isnan(slo_s):
         raise CostInputError("slo_s", f"must be a number of seconds > 0, got {slo_s!r}")
-    if isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1:
-        raise CostInputError("max_stages", f"must be an integer >= 1, got {max_stages!r}")
+    if isinstance(max_stages, bool) or not isinstance(max_stages, int) or not 1 <= max_stages <= MAX_STAGES:
+        raise CostInputError("max_stages", f"must be an integer from 1 to {MAX_STAGES}, got {max_stages!r}")
     if cluster is not None:
         have: dict[str, int] = {}
         for name, n in cluster.items():
@@ -199,8 +227,10 @@ def _check(model: object, offers: object, iterations: object, slo_s: object, max
 
 def _prepare(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float,
              config: CellConfig | None, max_stages: int, cluster: Mapping[str, int] | None,
-             overlap_sync: bool) -> _Problem:
+             overlap_sync: bool, max_work: int = MAX_SEARCH_WORK) -> _Problem:
     offs = _check(model, offers, iterations, slo_s, max_stages, cluster)
+    if isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 1:
+        raise CostInputError("max_work", f"must be an integer >= 1, got {max_work!r}")
     cfg = config or CellConfig()
     most = max(o.quota for o in offs)
     shapes: list[Shape] = []
@@ -221,7 +251,7 @@ def _prepare(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_
                                           {o.gpu_type: o.quota for o in usable}, dp, k, b, cfg, overlap_sync))
             except CellInputError as exc:
                 raise CostInputError("model", str(exc)) from exc
-    return _Problem(model, offs, iterations, float(slo_s), cfg, max_stages, overlap_sync, tuple(shapes))
+    return _Problem(model, offs, iterations, float(slo_s), cfg, max_stages, overlap_sync, tuple(shapes), max_work)
 
 
 def _alloc_cost(p: _Problem, shape: Shape, counts: Mapping[str, int], iter_time: float) -> float:
@@ -233,10 +263,21 @@ def _key(objective: str, cost: float, time: float, gpus: int, desc: str) -> tupl
     return (cost, time, gpus, desc) if objective == "cost" else (time, cost, gpus, desc)
 
 
-def _place(p: _Problem, shape: Shape, counts: Mapping[str, int], leaf: Leaf | None) -> HeteroPlan:
+def _place(p: _Problem, shape: Shape, counts: Mapping[str, int], leaf: Leaf | None,
+           st: _Stats | None = None) -> HeteroPlan:
+    """The leaf's placement; its placer's steps are charged to `st.work`."""
     types = [t for t, n in sorted(counts.items()) for _ in range(n)]
     sp = shape.placer(p.model, types, p.config, p.overlap_sync)
-    return sp.place() if leaf is None else leaf(sp)
+    work = sp.place_work()
+    if work > MAX_PLACE_WORK:  # the placer's own limit, checked here for every leaf (before any cost)
+        raise SearchTooLarge("max_stages", f"search too large: placing {shape.k} stages of {len(counts)} GPU type(s) "
+                                           f"over {p.model.num_layers} layers exceeds the stage placer's limit "
+                                           f"({work} > {MAX_PLACE_WORK}); lower --max-stages or offer fewer types")
+    before = sp.steps
+    hp = sp.place() if leaf is None else leaf(sp)
+    if st is not None:
+        st.work += sp.steps - before
+    return hp
 
 
 def _order(shape: Shape) -> list[str]:
@@ -262,6 +303,7 @@ def _search(p: _Problem, objective: str, slo_s: float, leaf: Leaf | None,
         s = sum(counts)
         rest = order[j:] if s < shape.k else []
         bd = bound(shape, fixed, rest, p.iterations)
+        st.work += BOUND_WORK
         lb = bd.cost if objective == "cost" else bd.time_s
         if (not bd.completes or not bd.holds or bd.time_s * (1 - _SLACK) > slo_s
                 or (best_key is not None and lb * (1 - _SLACK) > best_key[0])):
@@ -276,13 +318,18 @@ def _search(p: _Problem, objective: str, slo_s: float, leaf: Leaf | None,
         if best_key is not None and lb * (1 - _SLACK) > best_key[0]:
             st.pruned += 1 + len(heap)
             break
+        if st.work > p.max_work:
+            raise SearchTooLarge("max_stages", f"search too large: {st.expanded} nodes expanded and {st.placed} "
+                                               f"allocations placed took {st.work} units of work, over the budget of "
+                                               f"{p.max_work} ({len(p.shapes)} trees of up to {p.max_stages} stages, "
+                                               f"{len(p.offers)} GPU types); lower --max-stages or offer fewer types")
         shape, order = p.shapes[si], orders[si]
         s = sum(counts)
         if s == shape.k:  # a complete allocation: place it
             alloc = {t: n for t, n in zip(order, counts, strict=False) if n}
             if only is not None and not only(shape, alloc):
                 continue
-            hp = _place(p, shape, alloc, leaf)
+            hp = _place(p, shape, alloc, leaf, st)
             st.placed += 1
             total = p.iterations * hp.iter_time
             if not hp.fits or total > slo_s:
@@ -329,12 +376,14 @@ def _infeasible(p: _Problem, leaf: Leaf | None,
 
 def cheapest_plan(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float, *,
                   config: CellConfig | None = None, max_stages: int = 8, cluster: Mapping[str, int] | None = None,
-                  overlap_sync: bool = False, placement: str = "espresso") -> CostPlan:
+                  overlap_sync: bool = False, placement: str = "espresso",
+                  max_work: int = MAX_SEARCH_WORK) -> CostPlan:
     """The cheapest allocation (Alg. 1's cost tree, Alg. 2 at its leaves) whose `iterations` run within
     `slo_s` seconds; NoFeasiblePlan when none does. `cluster` ({type: GPUs}): the quotas may not exceed
-    it. `placement`: "espresso" (Alg. 2, the paper's) or "best" (of Alg. 2's, Whale's and HPH's)."""
+    it. `placement`: "espresso" (Alg. 2, the paper's) or "best" (of Alg. 2's, Whale's and HPH's).
+    SearchTooLarge when the search (or, with no plan, the search for the fastest) exceeds `max_work`."""
     leaf = _leaf(placement)
-    p = _prepare(model, offers, iterations, slo_s, config, max_stages, cluster, overlap_sync)
+    p = _prepare(model, offers, iterations, slo_s, config, max_stages, cluster, overlap_sync, max_work)
     return _solve(p, leaf)
 
 
@@ -357,11 +406,11 @@ def _solve(p: _Problem, leaf: Leaf | None,
 def fastest_plan(model: CellModel, offers: Sequence[GpuOffer], iterations: int, *,
                  config: CellConfig | None = None, max_stages: int = 8,
                  cluster: Mapping[str, int] | None = None, overlap_sync: bool = False,
-                 placement: str = "espresso") -> CostPlan:
+                 placement: str = "espresso", max_work: int = MAX_SEARCH_WORK) -> CostPlan:
     """The fastest allocation within the quotas (the same tree, ordered by time); NoFeasiblePlan
-    (best time inf) when none holds the model."""
+    (best time inf) when none holds the model; SearchTooLarge over `max_work`."""
     leaf = _leaf(placement)
-    p = _prepare(model, offers, iterations, math.inf, config, max_stages, cluster, overlap_sync)
+    p = _prepare(model, offers, iterations, math.inf, config, max_stages, cluster, overlap_sync, max_work)
     found, st = _search(p, "time", math.inf, leaf)
     if found is None:
         raise _infeasible(p, leaf)

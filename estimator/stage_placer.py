@@ -16,6 +16,8 @@ gradient sync fits in the window the earlier stages' backward passes leave), giv
 layers (l_f: its share of the layers by compute rate, Whale's balance), add any layers left to
 stages 1..k-1 one by one while they fit, and keep the plan of least estimated iteration time.
 `exhaustive` scores every order and every split with the same estimate, the paper's "Optimal".
+Both refuse work too large before starting it (a CellInputError naming the sizes): `place` over
+MAX_PLACE_WORK, `exhaustive` over `max_plans` plans, counted without enumerating them.
 Pure: no I/O, no clock.
 """
 
@@ -24,7 +26,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from tessera.estimator.cells import (
@@ -44,7 +47,15 @@ from tessera.estimator.cells import (
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.partition import Operator
 
-__all__ = ["HeteroPlan", "HeteroStage", "StagePlacer"]
+__all__ = ["MAX_PLACE_WORK", "HeteroPlan", "HeteroStage", "StagePlacer", "distinct_orders", "order_count"]
+
+# The most work `place` takes on, in the units of `StagePlacer.place_work` (distinct types x stages x
+# layers^2: Alg. 2 costs every layer count at every position for every type, each cost over the
+# stage's layers). On one core of the project's 2-CPU machine a unit takes 130-210 ns, so 2^24 is
+# about 3 s (256 layers x 16 stages x 16 types: 3.0 s; 512 layers, 64 stages, 8 types, 2^27: 27 s).
+# The largest in the tests and benches is under 1% of it: 156,800 (70 layers, 8 stages, 4 types,
+# bench/espresso_cost.py --shapes table2).
+MAX_PLACE_WORK = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,9 @@ class StagePlacer:
         self.ops: tuple[Operator, ...] = model_operators(model)
         self._cache: dict[tuple[GpuPool, int, int, int], StageCost] = {} if cache is None else cache
         self._scans: dict[tuple[GpuPool, int], tuple[list[int], int, list[float]]] = {}
+        # The work done so far: 1 per stage cost looked up, plus its operators when computed (the
+        # cost tree charges its search budget with it).
+        self.steps = 0
 
     # -- the estimate of one plan --------------------------------------------------------------------
 
@@ -135,7 +149,9 @@ class StagePlacer:
         """The stage's costs without the inter-stage transfer (added by `evaluate`)."""
         key = (pool, position, start, end)
         hit = self._cache.get(key)
+        self.steps += 1
         if hit is None:
+            self.steps += end - start
             per_node = min(self.dp, pool.gpus_per_node)
             place = _Placement(self._nodes(pool), per_node)
             intra, inter = pool_links(pool, self.config.links)
@@ -230,10 +246,21 @@ class StagePlacer:
         rate = sum(p.gpu_type.tflops_fp16 for p in self.pools)
         return {p.gpu: self.model.num_layers * p.gpu_type.tflops_fp16 / rate for p in self.pools}
 
-    def place(self) -> HeteroPlan:
+    def place_work(self) -> int:
+        """The work `place` takes on: distinct types x stages x layers^2 (MAX_PLACE_WORK)."""
+        return len({p.gpu for p in self.pools}) * len(self.pools) * self.model.num_layers ** 2
+
+    def place(self, max_work: int = MAX_PLACE_WORK) -> HeteroPlan:
         """Alg. 2: the plan of least estimated iteration time among those it builds; when none fits
-        in memory, the best of them anyway (its stage costs say which stage does not fit)."""
+        in memory, the best of them anyway (its stage costs say which stage does not fit). Refused
+        (CellInputError, field "stages") when `place_work` exceeds `max_work`, before any cost."""
         k = len(self.pools)
+        work = self.place_work()
+        if work > max_work:
+            nt, n = len({p.gpu for p in self.pools}), self.model.num_layers
+            raise CellInputError("stages", f"placing {k} stages of {nt} GPU type(s) over {n} layers is too large: "
+                                 f"{nt} x {k} x {n}^2 = {work} exceeds the limit {max_work}; use fewer stages, "
+                                 "GPU types or layers")
         types = {p.gpu: p for p in self.pools}
         l_m = {(t, s): self._max_layers(p, s) for t, p in types.items() for s in range(k)}
         l_f = self._balanced()
@@ -285,14 +312,17 @@ class StagePlacer:
 
     def exhaustive(self, max_plans: int = 2_000_000) -> HeteroPlan:
         """Every distinct order of the allocation's types x every split of the layers (compositions
-        into k parts >= 1), scored by `evaluate`; the fastest that fits (else the fastest)."""
+        into k parts >= 1), scored by `evaluate`; the fastest that fits (else the fastest). The plans
+        are counted first (the multinomial of the type counts x C(layers - 1, k - 1)), refused over
+        `max_plans` before any is built, and the orders enumerated lazily, in sorted order."""
         k, total = len(self.pools), self.model.num_layers
-        orders = sorted(set(itertools.permutations([p.gpu for p in self.pools])))
-        if len(orders) * math.comb(total - 1, k - 1) > max_plans:
-            raise CellInputError("exhaustive", f"{len(orders) * math.comb(total - 1, k - 1)} plans exceed "
-                                 f"max_plans {max_plans}")
+        names = [p.gpu for p in self.pools]
+        orders, splits = order_count(names), math.comb(total - 1, k - 1)
+        if orders * splits > max_plans:
+            raise CellInputError("exhaustive", f"{orders * splits} plans exceed max_plans {max_plans} ({orders} "
+                                 f"distinct order(s) of the {k} stages' types x {splits} splits of {total} layers)")
         types = {p.gpu: p for p in self.pools}
-        return _best([self.best_split([types[t] for t in order], max_plans) for order in orders])
+        return _best(self.best_split([types[t] for t in order], max_plans) for order in distinct_orders(names))
 
     def best_split(self, order: Sequence[GpuPool], max_plans: int = 2_000_000) -> HeteroPlan:
         """For one order of the stages' types, the best split of the layers (every composition)."""
@@ -302,6 +332,33 @@ class StagePlacer:
         return _best(self.evaluate([HeteroStage(p, b - a) for p, a, b in zip(order, (0, *cuts), (*cuts, total),
                                                                               strict=True)])
                      for cuts in itertools.combinations(range(1, total), k - 1))
+
+
+def order_count(names: Sequence[str]) -> int:
+    """How many distinct orders the names have: k! / prod(count_t!) over each name's count."""
+    out = math.factorial(len(names))
+    for c in Counter(names).values():
+        out //= math.factorial(c)
+    return out
+
+
+def distinct_orders(names: Sequence[str]) -> Iterator[tuple[str, ...]]:
+    """The distinct orders of `names` (a multiset), in sorted order, one at a time: the same sequence
+    as sorted(set(itertools.permutations(names))) without building it (the next lexicographic
+    permutation, which skips repeats)."""
+    a = sorted(names)
+    while True:
+        yield tuple(a)
+        i = len(a) - 2
+        while i >= 0 and a[i] >= a[i + 1]:
+            i -= 1
+        if i < 0:
+            return
+        j = len(a) - 1
+        while a[j] <= a[i]:
+            j -= 1
+        a[i], a[j] = a[j], a[i]
+        a[i + 1:] = reversed(a[i + 1:])
 
 
 def _best(plans: Iterable[HeteroPlan]) -> HeteroPlan:

@@ -52,7 +52,14 @@ from tessera.controller.core.snapshot import (
 )
 from tessera.estimator.cell_recipe import recipe_cell_model
 from tessera.estimator.cells import CellInputError, CellModel
-from tessera.estimator.cost_tree import CostInputError, CostPlan, GpuOffer, NoFeasiblePlan, cheapest_plan
+from tessera.estimator.cost_tree import (
+    CostInputError,
+    CostPlan,
+    GpuOffer,
+    NoFeasiblePlan,
+    SearchTooLarge,
+    cheapest_plan,
+)
 from tessera.estimator.plans import PlanInputError
 
 # How many times a round re-solves a job whose stages did not pack onto the free nodes.
@@ -65,7 +72,7 @@ Solver = Callable[[CellModel, Sequence[GpuOffer], int, float], CostPlan]
 
 # Answers of the cost tree by its whole input, across rounds: a job that waits asks the same question
 # every round (same model, offers, iterations and SLO). A cache only: the answer is the solver's.
-_MEMO: dict[tuple[CellModel, tuple[GpuOffer, ...], int, float], CostPlan | NoFeasiblePlan] = {}
+_MEMO: dict[tuple[CellModel, tuple[GpuOffer, ...], int, float], CostPlan | NoFeasiblePlan | SearchTooLarge] = {}
 _MEMO_SIZE = 512
 
 
@@ -75,13 +82,15 @@ def default_solver(model: CellModel, offers: Sequence[GpuOffer], iterations: int
     if got is None:
         try:
             got = cheapest_plan(model, offers, iterations, slo_s)
-        except NoFeasiblePlan as exc:
+        except (NoFeasiblePlan, SearchTooLarge) as exc:  # remembered too: seconds of search each
             got = exc
         if len(_MEMO) >= _MEMO_SIZE:
             _MEMO.clear()
         _MEMO[key] = got
     if isinstance(got, NoFeasiblePlan):
         raise NoFeasiblePlan(got.best_time_s, got.reason)
+    if isinstance(got, SearchTooLarge):
+        raise SearchTooLarge(got.field, got.reason)
     return got
 
 

@@ -68,6 +68,7 @@ ZEROS: dict[int, pm.Zero] = {pb.ZERO_KIND_UNSPECIFIED: "none", pb.ZERO_KIND_NONE
 LINKS = {pb.INTRA_LINK_UNSPECIFIED: "", pb.INTRA_LINK_NVLINK: "nvlink", pb.INTRA_LINK_PCIE: "pcie"}
 CELL_PRECISION = "mixed"  # CellModel's default recipe
 LIVE_WINDOW = 64  # step times kept per (job, model, plan, GPU type) for the online refit
+MAX_SERVICE_PLANS = 200_000  # PlaceStages(exhaustive): plans scored by one call
 MAX_POOLS = 64  # GPU pools of one request: more than the catalog's types, with room for node sizes
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # gRPC's message limit here (tessera.common.rpc.MAX_MESSAGE_BYTES)
 MAX_CACHED_ANSWER_BYTES = 1024 * 1024  # larger answers are computed again rather than kept
@@ -468,7 +469,9 @@ class Estimator:
             raise PlanInputError("dp" if req.dp < 0 else "num_microbatches", "must be >= 0 (0 = the default)")
         try:
             placer = StagePlacer(model, pools, req.dp or 1, req.num_microbatches or None, overlap_sync=req.overlap_sync)
-            optimum = placer.exhaustive() if req.exhaustive else None  # first: a search too large is refused at once
+            # First: a search too large is refused at once. At about 56 us a plan, the library's
+            # default of 2,000,000 plans is near two minutes of a service thread; here 200,000.
+            optimum = placer.exhaustive(MAX_SERVICE_PLANS) if req.exhaustive else None
             resp = pb.PlaceStagesResponse(model_signature=model.signature, placement=placement_message(placer.place()),
                                           warnings=got.warnings)
             if optimum is not None:
