@@ -24,12 +24,12 @@ import math
 import statistics
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import replace
 from importlib import metadata
 from typing import Generic, TypeVar
 
-from tessera.common.errors import FailedPrecondition, InvalidArgument, InvalidInput
+from tessera.common.errors import FailedPrecondition
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.common.jobspec import MAX_GLOBAL_BATCH
 from tessera.estimator import perf_model as pm
@@ -49,6 +49,17 @@ from tessera.estimator.convert import PRECISION, execution_plan, model_dims, pla
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.plans import PlanInputError
 from tessera.estimator.service.learned import MAX_FITTED, MAX_MEASURED, FittedModel, Learned
+from tessera.estimator.service.perfmsg import (
+    PERF_MODE_VALUE,
+    config_key,
+    environment,
+    in_field,
+    params_message,
+    perf_mode,
+    prefixed,
+    run_config,
+    sample,
+)
 from tessera.estimator.service.state import EstimatorState
 from tessera.estimator.service.time_handler import estimate_time
 from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
@@ -60,11 +71,6 @@ MODES: dict[int, str] = {pb.MEMORY_MODE_UNSPECIFIED: "formula", pb.MEMORY_MODE_F
                          pb.MEMORY_MODE_MARP: "marp", pb.MEMORY_MODE_TRACED: "traced",
                          pb.MEMORY_MODE_TRACED_TORCHTITAN: "traced:torchtitan",
                          pb.MEMORY_MODE_TRACED_TRANSFORMERS: "traced:transformers"}
-PERF_MODES: dict[int, pm.Mode] = {pb.PERF_MODE_UNSPECIFIED: "tessera", pb.PERF_MODE_MORPHLING: "morphling",
-                                  pb.PERF_MODE_TESSERA: "tessera"}
-PERF_MODE_VALUE = {"morphling": pb.PERF_MODE_MORPHLING, "tessera": pb.PERF_MODE_TESSERA}
-ZEROS: dict[int, pm.Zero] = {pb.ZERO_KIND_UNSPECIFIED: "none", pb.ZERO_KIND_NONE: "none",
-                             pb.ZERO_KIND_ZERO_DP: "zero-dp", pb.ZERO_KIND_OFFLOAD: "offload"}
 LINKS = {pb.INTRA_LINK_UNSPECIFIED: "", pb.INTRA_LINK_NVLINK: "nvlink", pb.INTRA_LINK_PCIE: "pcie"}
 CELL_PRECISION = "mixed"  # CellModel's default recipe
 LIVE_WINDOW = 64  # step times kept per (job, model, plan, GPU type) for the online refit
@@ -79,14 +85,6 @@ MEASURED_SOURCE_NOTE = "estimate (the Cell's time is measured)"
 
 class TracedUnavailable(FailedPrecondition, RuntimeError):
     """Traced mode was asked for where torch cannot be imported."""
-
-
-def _prefixed(prefix: str, exc: InvalidInput) -> PlanInputError:
-    """`exc` with its field put under `prefix`; an error without a field (an unknown GPU name) is
-    about the whole of `prefix`."""
-    if isinstance(exc, InvalidArgument):
-        return PlanInputError(f"{prefix}.{exc.field}", exc.reason)
-    return PlanInputError(prefix, str(exc))
 
 
 def canonical_gpu(name: str, field: str) -> str:
@@ -160,7 +158,7 @@ def gpu_pool(p: pb.GpuPool, where: str) -> GpuPool:
                        price_per_hour=p.price_per_hour if p.HasField("price_per_hour") else None,
                        currency=p.currency)
     except (CellInputError, UnknownGpuError) as exc:
-        raise _prefixed(where, exc) from None
+        raise prefixed(where, exc) from None
 
 
 def cluster_message(spec: ClusterSpec) -> pb.ClusterSpec:
@@ -218,7 +216,7 @@ def recipe_cells(req: pb.GetCellsRequest) -> RecipeCells:
                                  precision=PRECISION.get(req.precision, CELL_PRECISION), recompute=recompute,
                                  flash_attention=True)
     except CellInputError as exc:
-        raise _prefixed("model", exc) from None
+        raise prefixed("model", exc) from None
 
 
 def stage_message(sc: StageCost) -> pb.CellStage:
@@ -277,65 +275,6 @@ def cell_message(c: Cell) -> pb.Cell:
 # -- performance model ------------------------------------------------------------------------------
 
 
-def perf_mode(value: int, field: str = "mode") -> pm.Mode:
-    if value not in PERF_MODES:
-        raise PlanInputError(field, f"unknown value {value}")
-    return PERF_MODES[value]
-
-
-def environment(e: pb.PerfEnvironment, base: pm.Environment = pm.DEFAULT_ENV) -> pm.Environment:
-    """`base` with the message's non-zero fields; errors name ``env.FIELD``."""
-    changes: dict[str, float | int] = {}
-    for f in ("intra_node_bw", "inter_node_bw", "gpus_per_nic", "pcie_bw", "net_efficiency"):
-        v = getattr(e, f)
-        if v:
-            changes[f] = v
-    return replace(base, **changes) if changes else base  # type: ignore[arg-type]
-
-
-def run_config(c: pb.PerfRunConfig) -> pm.RunConfig:
-    """The library's RunConfig; PerfModelInputError names the field inside the config."""
-    w = c.workload
-    workload = pm.Workload(name=w.name, params=w.params, layers=w.layers, hidden=w.hidden, seq=w.seq,
-                           global_batch=int(w.global_batch), fwd_ref_time=w.fwd_ref_time,
-                           fwd_ref_batch=w.fwd_ref_batch or 1.0, fwd_exponent=w.fwd_exponent or 1.0)
-    p = c.plan
-    if p.zero not in ZEROS:
-        raise PlanInputError("plan.zero", f"unknown value {p.zero}")
-    plan = pm.Plan(dp=p.dp or 1, tp=p.tp or 1, pp=p.pp or 1, zero=ZEROS[p.zero], ga_steps=p.ga_steps or 1,
-                   checkpointing=p.checkpointing, micro_batches=p.micro_batches or 1)
-    if not c.gpus_per_node:
-        raise PlanInputError("gpus_per_node", "required: GPUs per server, e.g. [8, 8]")
-    placement = pm.Placement(tuple(c.gpus_per_node))
-    return pm.RunConfig(workload, plan, placement, cpus=c.cpus or 1, fwd_time=c.fwd_time or None)
-
-
-def sample(s: pb.PerfSample) -> pm.Sample:
-    cfg = _in("config", run_config, s.config)
-    return pm.Sample(cfg, s.iter_time, t_cc=s.t_cc or None, t_oo=s.t_oo or None, time=s.time)
-
-
-T = TypeVar("T")
-M = TypeVar("M")
-
-
-def _in(prefix: str, fn: Callable[[M], T], arg: M) -> T:
-    """fn(arg), with the field of an input error put under `prefix`."""
-    try:
-        return fn(arg)
-    except (PlanInputError, pm.PerfModelInputError, CellInputError) as exc:
-        raise _prefixed(prefix, exc) from None
-
-
-def params_message(p: pm.Params) -> pb.PerfParams:
-    return pb.PerfParams(k_bwd=p.k_bwd, k_sync=p.k_sync, k_opt=p.k_opt, k_os_offload=p.k_os_offload,
-                         k_const=p.k_const, k_off=p.k_off, k_swap=p.k_swap, k_host=p.k_host)
-
-
-def params_of(m: pb.PerfParams) -> pm.Params:
-    return pm.Params(m.k_bwd, m.k_sync, m.k_opt, m.k_os_offload, m.k_const, m.k_off, m.k_swap, m.k_host)
-
-
 def _bounded_id(value: str, field: str) -> None:
     if len(value) > MAX_MODEL_KEY:  # ids are kept as cache keys
         raise PlanInputError(field, f"at most {MAX_MODEL_KEY} characters, got {len(value):,}")
@@ -347,12 +286,6 @@ def _model_key(key: str, named: str) -> str:
     if len(key) > MAX_MODEL_KEY:  # a key is kept in memory and on disk
         raise PlanInputError("model_key", f"at most {MAX_MODEL_KEY} characters, got {len(key):,}")
     return key
-
-
-def _config_key(c: pm.RunConfig) -> tuple[Hashable, ...]:
-    p = c.plan
-    return (p.dp, p.tp, p.pp, p.zero, p.ga_steps, p.checkpointing, p.micro_batches, c.placement.gpus_per_node,
-            c.cpus)
 
 
 # -- the API ----------------------------------------------------------------------------------------
@@ -510,9 +443,9 @@ class Estimator:
             raise PlanInputError("samples", "needs at least one sample")
         if len(req.samples) > MAX_FIT_SAMPLES:  # the fit's cost grows with them (20,000: 80 s of CPU)
             raise PlanInputError("samples", f"at most {MAX_FIT_SAMPLES:,} samples, got {len(req.samples):,}")
-        samples = [_in(f"samples[{i}]", sample, s) for i, s in enumerate(req.samples)]
+        samples = [in_field(f"samples[{i}]", sample, s) for i, s in enumerate(req.samples)]
         mode = perf_mode(req.mode)
-        env = _in("env", environment, req.env)
+        env = in_field("env", environment, req.env)
         gpu = canonical_gpu(req.gpu_type, "gpu_type") if req.gpu_type else ""
         key = _model_key(req.model_key or samples[0].config.workload.name, "the samples' workload")
         params = pm.fit(samples, mode, env)
@@ -537,7 +470,7 @@ class Estimator:
         running job's step times; returns the prediction for the job's configuration before and
         after. Without a fitted model the refit starts from the prior (DEFAULT_PARAMS)."""
         _bounded_id(req.job_id, "job_id")
-        cfg = _in("config", run_config, req.config)
+        cfg = in_field("config", run_config, req.config)
         if not req.steps:
             raise PlanInputError("steps", "needs at least one step time")
         for i, st in enumerate(req.steps):  # all checked before any is kept
@@ -559,9 +492,9 @@ class Estimator:
             params = fitted.params if fitted else pm.DEFAULT_PARAMS
             if mode == "tessera" and params.k_host == 0:
                 params = replace(params, k_host=pm.DEFAULT_PARAMS.k_host)
-            env = _in("env", environment, req.env) if req.HasField("env") else (fitted.env if fitted else pm.DEFAULT_ENV)
+            env = in_field("env", environment, req.env) if req.HasField("env") else (fitted.env if fitted else pm.DEFAULT_ENV)
             base = fitted.samples if fitted else ()
-            wkey = (req.job_id or key, key, gpu, _config_key(cfg))
+            wkey = (req.job_id or key, key, gpu, config_key(cfg))
             window = self._live.setdefault(wkey, OrderedDict())
             self._live.move_to_end(wkey)
             for st in req.steps:

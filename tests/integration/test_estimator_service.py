@@ -25,8 +25,9 @@ from tessera.estimator.convert import model_dims
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.models import REGISTERED, ModelDims
 from tessera.estimator.plans import ExecutionPlan
-from tessera.estimator.service.handlers import Estimator, params_of, run_config
+from tessera.estimator.service.handlers import Estimator
 from tessera.estimator.service.main import authorize
+from tessera.estimator.service.perfmsg import params_of, run_config
 from tessera.estimator.service.server import EstimatorService
 from tessera.estimator.service.state import EstimatorState, StateError
 from tessera.estimator.stage_placer import StagePlacer
