@@ -528,10 +528,15 @@ class GpuPool:
             raise CellInputError("gpu", f"{exc}") from exc
         object.__setattr__(self, "gpu", entry.name)
         # The cluster file's bounds, here for every caller (the service's requests came without them).
-        if not 1 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
-            raise CellInputError("gpus_per_node", f"must be 1..{MAX_GPUS_PER_NODE}, got {self.gpus_per_node}")
-        if not 1 <= self.num_gpus <= MAX_NODES_PER_GROUP * self.gpus_per_node:
-            raise CellInputError("num_gpus", f"must be 1..{MAX_NODES_PER_GROUP} nodes' GPUs, got {self.num_gpus}")
+        if self.num_gpus < 1:
+            raise CellInputError("num_gpus", f"must be >= 1, got {self.num_gpus}")
+        if self.gpus_per_node < 1:
+            raise CellInputError("gpus_per_node", f"must be >= 1, got {self.gpus_per_node}")
+        if self.gpus_per_node > MAX_GPUS_PER_NODE:
+            raise CellInputError("gpus_per_node", f"must be at most {MAX_GPUS_PER_NODE}, got {self.gpus_per_node}")
+        if self.num_gpus > MAX_NODES_PER_GROUP * self.gpus_per_node:
+            raise CellInputError("num_gpus", f"must be at most {MAX_NODES_PER_GROUP:,} nodes of "
+                                             f"{self.gpus_per_node} GPUs, got {self.num_gpus:,}")
         if not self.intra_link:
             object.__setattr__(self, "intra_link", "nvlink" if entry.nvlink_gbps > 0 else "pcie")
         if self.intra_link not in ("nvlink", "pcie"):
