@@ -29,6 +29,7 @@ LATEST_FILE = "latest"
 FENCE_FILE = "FENCE"
 LOCK_FILE = ".lock"
 STAGING_DIR = "staging"
+DAMAGED = ".damaged-"  # step-<N>.damaged-<attempt>: set aside, never listed or loaded
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -172,13 +173,18 @@ def set_aside(checkpoint_dir: str | os.PathLike[str], iteration: int, *, attempt
         path = checkpoint_path(root, iteration)
         if not path.is_dir():
             return None
-        aside = path.with_name(f"{path.name}.damaged-{attempt}")
+        aside = path.with_name(f"{path.name}{DAMAGED}{attempt}")
         shutil.rmtree(aside, ignore_errors=True)
         os.rename(path, aside)
         _fsync_dir(root)
         newest = list_checkpoints(root)
         write_text_atomic(root / LATEST_FILE, (newest[-1].path.name if newest else "") + "\n")
         return aside
+
+
+def damaged_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[Path]:
+    """The checkpoints `set_aside` renamed, by name."""
+    return sorted(Path(checkpoint_dir).glob(f"step-*{DAMAGED}*"))
 
 
 def staging_dir(checkpoint_dir: str | os.PathLike[str], attempt: int) -> Path:

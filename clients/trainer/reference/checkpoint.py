@@ -206,15 +206,6 @@ def check_compatible(ref: CheckpointRef, dims: ModelDims, seed: int, global_batc
     return meta
 
 
-def load(ref: CheckpointRef, engine: Engine, dims: ModelDims, seed: int, global_batch: int) -> Restored:
-    """Load `ref` into this rank's model and optimizer (a collective: every rank calls it), restore the
-    RNG states, and return where training resumes."""
-    meta = check_compatible(ref, dims, seed, global_batch, engine.tied)
-    load_state(ref, meta, engine, dims)
-    restore_rng(read_rng(ref, meta))
-    return Restored(iteration=int(meta["iteration"]), loss=float(meta["loss"]), meta=meta)
-
-
 def read_rng(ref: CheckpointRef, meta: Mapping[str, Any]) -> Mapping[str, Any]:
     name = LEGACY_STATE_FILE if meta["format"] == LEGACY_FORMAT else TRAINER_FILE
     rng: Mapping[str, Any] = torch.load(ref.path / name, map_location="cpu", weights_only=True)["rng"]

@@ -14,12 +14,12 @@ import random
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from tessera.clients.trainer import TrainerContext
+from tessera.clients.trainer.checkpoints import damaged_checkpoints
 from tessera.clients.trainer.reference import checkpoint
 from tessera.clients.trainer.reference.config import TrainConfig
 from tessera.clients.trainer.reference.data import MarkovData, rank_slice
@@ -131,7 +131,7 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
         say(ctx, f"resumed from step {start} ({ref.path}, {checkpoint.describe(ref)}) "
                  f"load_seconds={time.perf_counter() - t0:.3f}")
     else:
-        aside = sorted(p.name for p in Path(ctx.checkpoint_dir).glob("step-*.damaged-*"))
+        aside = [p.name for p in damaged_checkpoints(ctx.checkpoint_dir)]
         say(ctx, f"fresh start (set aside as damaged: {', '.join(aside)})" if aside else "fresh start")
 
     needs_data = engine.holds_input or engine.holds_target
