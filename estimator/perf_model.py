@@ -54,6 +54,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tessera.common.errors import InvalidArgument
+from tessera.common.jobspec import MAX_GLOBAL_BATCH
+from tessera.estimator.clusterfile import MAX_GPUS_PER_NODE, MAX_NODES_PER_GROUP
 
 Mode = Literal["morphling", "tessera"]
 MODES: tuple[Mode, ...] = ("morphling", "tessera")
@@ -81,11 +83,10 @@ def _positive(value: float, field_name: str) -> None:
 
 
 # Bounds on what one run may describe: the model builds per-GPU and per-server tables, and a caller
-# of the estimator service asking for 10^7 data-parallel ranks held 1.85 GB for 29 s.
+# of the estimator service asking for 10^7 data-parallel ranks held 1.85 GB for 29 s. Servers and
+# their GPUs as a cluster file's (clusterfile.py); accumulation steps and micro-batches as a job's
+# global batch.
 MAX_RUN_GPUS = 131_072
-MAX_SERVERS = 100_000
-MAX_GPUS_PER_SERVER = 1_024
-MAX_STEPS = 1_048_576  # accumulation steps and micro-batches, as a job's global batch
 
 
 def _positive_int(value: int, field_name: str, most: int | None = None) -> None:
@@ -277,7 +278,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "ga_steps", "micro_batches"):
-            _positive_int(getattr(self, name), f"plan.{name}", MAX_STEPS)
+            _positive_int(getattr(self, name), f"plan.{name}", MAX_GLOBAL_BATCH)
         _require(self.gpus <= MAX_RUN_GPUS, "plan", f"dp*tp*pp = {self.gpus:,} GPUs, over {MAX_RUN_GPUS:,}")
         _require(self.zero in ZEROS, "plan.zero", f"must be one of {ZEROS}, got {self.zero!r}")
 
@@ -306,10 +307,10 @@ class Placement:
     gpus_per_node: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        _require(1 <= len(self.gpus_per_node) <= MAX_SERVERS, "placement",
-                 f"needs 1..{MAX_SERVERS:,} servers, got {len(self.gpus_per_node):,}")
+        _require(1 <= len(self.gpus_per_node) <= MAX_NODES_PER_GROUP, "placement",
+                 f"needs 1..{MAX_NODES_PER_GROUP:,} servers, got {len(self.gpus_per_node):,}")
         for i, g in enumerate(self.gpus_per_node):
-            _positive_int(g, f"placement.gpus_per_node[{i}]", MAX_GPUS_PER_SERVER)
+            _positive_int(g, f"placement.gpus_per_node[{i}]", MAX_GPUS_PER_NODE)
 
     @classmethod
     def parse(cls, text: str) -> Placement:
