@@ -276,15 +276,14 @@ def cell_message(c: Cell) -> pb.Cell:
 
 
 def _bounded_id(value: str, field: str) -> None:
-    if len(value) > MAX_MODEL_KEY:  # ids are kept as cache keys
+    if len(value) > MAX_MODEL_KEY:  # ids and keys are kept as cache keys (model keys on disk too)
         raise PlanInputError(field, f"at most {MAX_MODEL_KEY} characters, got {len(value):,}")
 
 
 def _model_key(key: str, named: str) -> str:
     if not key:
         raise PlanInputError("model_key", f"required when {named} has no name")
-    if len(key) > MAX_MODEL_KEY:  # a key is kept in memory and on disk
-        raise PlanInputError("model_key", f"at most {MAX_MODEL_KEY} characters, got {len(key):,}")
+    _bounded_id(key, "model_key")
     return key
 
 
