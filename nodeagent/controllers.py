@@ -44,8 +44,8 @@ def hinted(hint: str | None, addresses: Sequence[str]) -> int | None:
         return None
     if hint in addresses:
         return list(addresses).index(hint)
-    host = hint.rpartition(":")[0]
-    same = [i for i, a in enumerate(addresses) if a.rpartition(":")[0] == host]
+    host = rpc.host_of(hint)
+    same = [i for i, a in enumerate(addresses) if rpc.host_of(a) == host]
     return same[0] if len(same) == 1 else None
 
 
