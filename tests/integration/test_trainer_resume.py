@@ -8,6 +8,7 @@ before it is applied, so NaN weights are never published and the good checkpoint
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from tessera.clients.trainer.reference.local import (
     warm_forkserver,
 )
 from tests.integration.test_trainer_plans import GLOBAL_BATCH, MODEL, TIMEOUT, losses
+from tests.unit.test_checkpoint_safe_load import MkdirPayload
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +69,23 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_older_one_resumes(unin
     curve = losses(out)
     assert sorted(curve) == [3, 4, 5, 6]
     for it in curve:
+        assert curve[it] == pytest.approx(uninterrupted[it], rel=1e-4)
+
+
+def test_a_planted_metadata_is_set_aside_without_running(uninterrupted: dict[int, float], tmp_path: Path) -> None:
+    """The newest checkpoint's `.metadata` is a pickle that would create a directory when unpickled
+    (DCP's own reader unpickles it: tests/unit/test_checkpoint_safe_load.py). Nothing runs, it is
+    set aside with the reason, and the older checkpoint resumes on the uninterrupted curve."""
+    ckpt = tmp_path / "ckpt"
+    ok(run(ckpt, 4, every=2))
+    marker = tmp_path / "ran"
+    (ckpt / "step-4" / ".metadata").write_bytes(pickle.dumps(MkdirPayload(marker)))
+    out = ok(run(ckpt, STEPS, attempt=2))[0].out
+    assert not marker.exists()
+    assert "cannot resume from step 4" in out and ".metadata asks for" in out and "resumed from step 2 " in out
+    assert (ckpt / "step-4.damaged-2").is_dir()
+    curve = losses(out)
+    for it in range(3, STEPS + 1):
         assert curve[it] == pytest.approx(uninterrupted[it], rel=1e-4)
 
 

@@ -46,6 +46,7 @@ from torch.distributed.checkpoint.state_dict import (
 from tessera.clients.trainer import CheckpointRef, ModelDims, Plan, checkpoint_writer
 from tessera.clients.trainer.checkpoints import CHECKPOINT_META
 from tessera.clients.trainer.reference.parallel import Engine
+from tessera.clients.trainer.reference.safe_load import SafePlanner, SafeReader
 
 FORMAT = "tessera-reference-trainer/2"
 LEGACY_FORMAT = "tessera-reference-trainer/1"
@@ -248,7 +249,8 @@ def _load_dcp(path: Path, engine: Engine) -> None:
     if engine.head_copy:
         optim_sd = _rename_param(optim_sd, _HEAD, _TIED)
     state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(path), no_dist=not engine.distributed)
+    dcp.load(state, storage_reader=SafeReader(str(path)), planner=SafePlanner(),
+             no_dist=not engine.distributed)
     optim_sd = state["optim"]
     if engine.head_copy:
         optim_sd = _rename_param(optim_sd, _TIED, _HEAD)

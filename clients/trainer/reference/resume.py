@@ -88,6 +88,8 @@ def resume(ctx: TrainerContext, engine: Engine, dims: ModelDims, seed: int, glob
 
 
 def _short(e: BaseException) -> str:
+    if isinstance(e, CheckpointException) and e.failures:  # DCP's wrapper: the first rank's own error
+        e = next(iter(e.failures.values()))[0]
     text = f"{type(e).__name__}: {e}".splitlines()[0]
     return text[:300]
 
