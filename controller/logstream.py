@@ -5,7 +5,8 @@ answer the controller's certificate only) and streams lines to the client:
 - the tail: the last N lines, never starting mid-line: the read grows (64 KiB, 512 KiB, 4 MiB)
   until it holds N whole lines or reaches the log's start; a cut first line is dropped;
 - follow: reads from the byte after the last one read (ReadLog's offset), so nothing is read or
-  sent twice; a line still being written waits for its newline; a new attempt of the job is
+  sent twice; a line still being written waits for its newline; a log the agent's cap cut (it
+  shrank) is tailed again, after a line that says so; a new attempt of the job is
   followed from its start; the stream ends once the job has ended and its logs are read to the end.
 The service checks that the caller may read the job before this runs (controller/access.py).
 """
@@ -31,6 +32,10 @@ MAX_TAIL_LINES = 1_000_000
 # Bytes of lines per message (the gRPC limit is far above; a client renders as they come).
 MESSAGE_BYTES = 1024 * 1024
 POLL_S = 0.5
+# A followed log that shrank was cut by the agent's log cap: this line says so, then its last lines.
+CUT_NOTE = b"[tessera: this log passed the agent's --log-max-bytes and was cut to its newest part; " \
+           b"following on from its last lines, some of which may repeat]"
+CUT_TAIL_LINES = 10
 # all_ranks reads this many logs at most: a follow polls each one every POLL_S, and every read is a
 # call to an agent on the caller's behalf.
 MAX_ALL_RANKS = 256
@@ -124,6 +129,11 @@ class LogStream:
 
     async def _follow(self, job: JobRecord, attempt: int, c: _Cursor) -> list[bytes]:
         resp = await self._read(job, attempt, c, FOLLOW_READ, c.offset)
+        if resp is not None and resp.size < c.offset:
+            # The keeper cut the log to its newest part (nodeagent/logcap.py): the offset no longer
+            # points into it. Its last lines are read again, and the reader told why.
+            c.partial = b""
+            return [CUT_NOTE, *await self._tail(job, attempt, c, CUT_TAIL_LINES, strict=False)]
         if resp is None or not resp.data:
             return []
         c.offset = resp.offset + len(resp.data)

@@ -26,7 +26,7 @@ from tessera.common.hooks import Hooks
 from tessera.common.tls import TlsConfig
 from tessera.nodeagent import cgroups, metrics, retention
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
-from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_KEEPER_POLL, Keepers
+from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_KEEPER_POLL, DEFAULT_LOG_MAX_BYTES, Keepers
 from tessera.nodeagent.registration import Registrar
 from tessera.nodeagent.selffence import SelfFence
 from tessera.nodeagent.server import DrainFlag, EpochFence, NodeAgentServicer, WorkerTokens
@@ -73,6 +73,8 @@ class AgentConfig:
     # SIGTERM -> SIGKILL of a fenced worker, and how often keepers read the fence file.
     fence_grace: float = DEFAULT_FENCE_GRACE
     keeper_poll: float = DEFAULT_KEEPER_POLL
+    # Each rank's log is kept under this many bytes, its newest part (0 = no cap).
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     # This node's certificate (mTLS both ways); None only with `insecure` (tessera-agent --insecure).
     tls: TlsConfig | None = None
     insecure: bool = False
@@ -131,7 +133,8 @@ class Agent:
         self.drain = DrainFlag(on_change=self._drain_changed)
         self.selffence = SelfFence(config.work_dir)
         self.keepers = Keepers(
-            self.selffence.path, users=config.users or build(), grace=config.fence_grace, poll=config.keeper_poll
+            self.selffence.path, users=config.users or build(), grace=config.fence_grace, poll=config.keeper_poll,
+            log_max_bytes=config.log_max_bytes,
         )
         self.supervisor = Supervisor(
             config.work_dir,

@@ -1,7 +1,7 @@
 """The keeper: one small process per worker, between the agent and the job's program.
 
     python -I -m tessera.nodeagent.keeper --spec-fd N --exit-file PATH --fence-file PATH
-        [--uid UID --gid GID [--groups G,G]] [--grace S] [--poll S] [--label TEXT]
+        [--uid UID --gid GID [--groups G,G]] [--grace S] [--poll S] [--label TEXT] [--log-max-bytes N]
 
 The agent starts it (root when the agent is root) in a session of its own; the keeper
 
@@ -17,12 +17,15 @@ The agent starts it (root when the agent is root) in a session of its own; the k
 - fences: every --poll seconds it reads the agent's fence file; once time.monotonic() passes the
   deadline there, it SIGTERMs the worker's group and SIGKILLs it --grace seconds later, whatever the
   agent is doing (stopped, partitioned, dead). An agent renewing later cannot undo it;
+- with --log-max-bytes, gives the worker a pipe for its output and copies it into the rank's log
+  (its own stdout), keeping the log under that size (tessera.nodeagent.logcap);
 - is a child subreaper: when the worker has exited (or its grace is over), SIGKILLs what is left
   of its process group and every process it left outside it (they were orphaned to the keeper),
   writes the exit status atomically to --exit-file, then exits with the worker's status (128+N
   for signal N).
 
-Standard library only, and it imports nothing from Tessera but tessera.nodeagent.keeperfiles: it
+Standard library only, and it imports nothing from Tessera but tessera.nodeagent.keeperfiles and
+logcap: it
 must work when the agent is stopped or gone, and start quickly for every rank.
 """
 
@@ -42,6 +45,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from tessera.nodeagent.keeperfiles import KILL_NOW, read_fence, write_exit
+from tessera.nodeagent.logcap import MIN_MAX_BYTES, LogPump
 
 EXIT_USAGE = 2
 EXIT_SPAWN_FAILED = 127
@@ -70,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, default=10.0, help="SIGTERM to SIGKILL when fenced, seconds")
     p.add_argument("--poll", type=float, default=0.2, help="how often the fence file is read, seconds")
     p.add_argument("--label", default="", help="job/attempt/rank, for messages")
+    p.add_argument("--log-max-bytes", type=int, default=0,
+                   help="keep the log (stdout) under this size, its newest part (0 = no cap)")
     return p
 
 
@@ -80,6 +86,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise UsageError(f"--spec-fd: {args.spec_fd} is not an inherited file (must be >= 3)")
     if not 0 <= args.grace <= 3600 or not 0.01 <= args.poll <= 60:  # also refuses NaN
         raise UsageError("--grace must be in 0..3600 and --poll in 0.01..60 seconds")
+    if args.log_max_bytes and args.log_max_bytes < MIN_MAX_BYTES:
+        raise UsageError(f"--log-max-bytes must be 0 (no cap) or at least {MIN_MAX_BYTES}")
     if (args.uid is None) != (args.gid is None):
         raise UsageError("--uid and --gid go together")
     try:
@@ -208,6 +216,7 @@ class Keeper:
         self.kill_at: float | None = None
         self.fence_reason = ""
         self.fence: tuple[float, float] | None = None  # (deadline, renewed) of the newest renewal seen
+        self.pump: LogPump | None = None
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.pid <= 0:
@@ -236,6 +245,8 @@ class Keeper:
                 os.write(w, (exc.strerror or str(exc)).encode())
                 raise
 
+        if self.pump is not None:
+            kw |= {"stdout": self.pump.write_fd, "stderr": self.pump.write_fd}
         try:
             return subprocess.Popen(
                 # Its own process group inside the keeper's session: signals to the group reach the
@@ -282,6 +293,11 @@ class Keeper:
         if self.fence_reason:  # already past the deadline: never start
             write_exit(exit_file, EXIT_SPAWN_FAILED, self.fence_reason + " before the worker started", 0)
             return EXIT_SPAWN_FAILED
+        if self.args.log_max_bytes:
+            try:
+                self.pump = LogPump(sys.stdout.fileno(), self.args.log_max_bytes, self.args.label)
+            except (OSError, ValueError) as exc:
+                say(self.args.label, f"the log has no cap: {exc}")
         try:
             proc = self.start(argv, env, cwd)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -291,6 +307,9 @@ class Keeper:
             say(self.args.label, reason)
             write_exit(exit_file, EXIT_SPAWN_FAILED, reason, 0)
             return EXIT_SPAWN_FAILED
+        finally:
+            if self.pump is not None:
+                self.pump.close_writer()
         self.pid = proc.pid
         for signum in self.pending:
             self.on_signal(signum, None)
@@ -302,10 +321,18 @@ class Keeper:
                 _killpg(self.pid, signal.SIGKILL)
                 kill_descendants(self.pid)
                 self.kill_at = None
-            time.sleep(self.args.poll)  # signal handlers still run at once (they forward the signal)
+            # Signal handlers still run at once (they forward the signal).
+            if self.pump is not None:
+                self.pump.pump(self.args.poll)
+            else:
+                time.sleep(self.args.poll)
         proc.returncode = rc
         _killpg(self.pid, signal.SIGKILL)  # leftovers of the worker's group would hold GPU memory
-        if n := kill_descendants(self.pid):
+        n = kill_descendants(self.pid)
+        if self.pump is not None:
+            self.pump.drain()  # before the keeper's own last lines, which go straight to the log
+            self.pump.close()
+        if n:
             say(self.args.label, f"killed {n} process(es) the worker left outside its process group")
         write_exit(exit_file, rc, self.fence_reason, self.pid)
         return rc if rc >= 0 else 128 - rc

@@ -22,6 +22,8 @@ from tessera.nodeagent.users import UidCollision, UserMap, WorkerUser, build
 
 DEFAULT_FENCE_GRACE = 10.0
 DEFAULT_KEEPER_POLL = 0.2
+# Each rank's log is kept under this size, its newest part (nodeagent/logcap.py; 0 = no cap).
+DEFAULT_LOG_MAX_BYTES = 256 * 1024 * 1024
 KEEPER_MODULE = "tessera.nodeagent.keeper"
 
 
@@ -37,6 +39,7 @@ class Keepers:
     users: UserMap = field(default_factory=_default_users)
     grace: float = DEFAULT_FENCE_GRACE
     poll: float = DEFAULT_KEEPER_POLL
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     # The interpreter that runs the keepers: the agent's own (it has tessera installed).
     python: str = sys.executable
     # systemd-run --scope around each keeper (cgroups.probe() said yes).
@@ -106,7 +109,8 @@ class Keepers:
              scope: Sequence[str] = ()) -> list[str]:
         out = [*scope, self.python, "-I", "-m", KEEPER_MODULE, "--spec-fd", str(spec_fd),
                "--exit-file", str(exit_file), "--fence-file", str(self.fence_file),
-               "--grace", repr(self.grace), "--poll", repr(self.poll), "--label", label]
+               "--grace", repr(self.grace), "--poll", repr(self.poll), "--label", label,
+               "--log-max-bytes", str(self.log_max_bytes)]
         if self.users.switch:
             out += ["--uid", str(user.uid), "--gid", str(user.gid), "--groups", ",".join(map(str, user.groups))]
         return out

@@ -24,7 +24,8 @@ from tessera.common.notify import notify, watchdog_loop
 from tessera.nodeagent import inventory, users
 from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
 from tessera.nodeagent.controllers import split_addresses
-from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE
+from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_LOG_MAX_BYTES
+from tessera.nodeagent.logcap import MIN_MAX_BYTES
 from tessera.nodeagent.retention import DEFAULT_TTL_S
 from tessera.nodeagent.version import __version__
 from tessera.v1 import common_pb2
@@ -127,6 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"SIGTERM to SIGKILL of workers fenced by a lapsed lease (default {DEFAULT_FENCE_GRACE:g})",
     )
+    p.add_argument(
+        "--log-max-bytes",
+        type=int,
+        default=DEFAULT_LOG_MAX_BYTES,
+        metavar="BYTES",
+        help="keep each rank's log under this size, its newest part: past it the older half is dropped "
+        f"(default {DEFAULT_LOG_MAX_BYTES}; 0 = no cap)",
+    )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
     tls.add_arguments(p)
     return p
@@ -180,6 +189,9 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         ) from None
     if not 0 <= args.fence_grace <= 3600:
         raise AgentUsageError(f"--fence-grace: must be in 0..3600 seconds, got {args.fence_grace}")
+    if args.log_max_bytes and args.log_max_bytes < MIN_MAX_BYTES:
+        raise AgentUsageError(f"--log-max-bytes: must be 0 (no cap) or at least {MIN_MAX_BYTES}, "
+                              f"got {args.log_max_bytes}")
     for name in args.allow_env:
         if not envpolicy.NAME_RE.match(name):
             raise AgentUsageError(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
@@ -207,6 +219,7 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         worker_python=worker_python,
         allowed_env=frozenset(args.allow_env),
         fence_grace=args.fence_grace,
+        log_max_bytes=args.log_max_bytes,
         tls=tls_config,
         insecure=tls_config is None,
     )

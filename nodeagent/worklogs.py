@@ -17,7 +17,8 @@ from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFou
 
 DEFAULT_LOG_TAIL = 64 * 1024
 MAX_LOG_TAIL = 4 * 1024 * 1024
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+# Read-write: the keeper cuts a log past its cap in place, through this descriptor (logcap.py).
+_APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_for_append(path: Path) -> int:

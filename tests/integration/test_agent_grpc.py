@@ -16,6 +16,7 @@ from tessera.common import identity, rpc
 from tessera.common.localcluster import tls_config
 from tessera.nodeagent.agent import Agent, AgentConfig
 from tessera.nodeagent.inventory import host_facts, parse_declared
+from tessera.nodeagent.keeping import DEFAULT_LOG_MAX_BYTES
 from tessera.nodeagent.testing import FakeRegistry, launch_request, wait_until
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 from tests.workerenv import worker_python
@@ -71,7 +72,7 @@ async def registry() -> AsyncIterator[tuple[FakeRegistry, str]]:
     await rpc.stop_server(server, grace=0)
 
 
-def make_agent(controller: str, work_dir: Path) -> Agent:
+def make_agent(controller: str, work_dir: Path, log_max_bytes: int = DEFAULT_LOG_MAX_BYTES) -> Agent:
     inv = parse_declared(
         {"gpus": [{"model": "A100-80GB", "count": 4, "nvlink": True}]}, "node-1", host_facts()
     )
@@ -87,6 +88,7 @@ def make_agent(controller: str, work_dir: Path) -> Agent:
         poll_interval=0.05,
         worker_python=worker_python(),
         tls=tls_config(identity.node("node-1")),
+        log_max_bytes=log_max_bytes,
     )
     return Agent(config, inv)
 
@@ -363,3 +365,34 @@ async def test_worker_exit_triggers_a_prompt_heartbeat(
 
     w = await wait_until(exit_seen, 5.0, "a heartbeat reporting the exit well before the 30 s interval")
     assert (w.exit_code, w.reason) == (3, "exit code 3")
+
+
+async def test_a_rank_log_is_kept_under_the_agents_cap(registry: tuple[FakeRegistry, str], worker_dir: Path) -> None:
+    """The agent opens the log and hands its cap to the keeper (nodeagent/logcap.py): a worker that
+    prints 2 MB leaves a log under 64 KiB that starts with the keeper's note and ends with the
+    worker's last line, and ReadLog reads it."""
+    fake, controller = registry
+    agent = make_agent(controller, worker_dir, log_max_bytes=64 * 1024)
+    await agent.start()
+    channel = controller_channel(agent)
+    try:
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        await registered(agent)
+        argv = ["{python}", "-c", "import sys\nfor i in range(100000): print(f'line {i:08d}')\nprint('last')"]
+        await stub.Launch(launch_request(argv=argv, epoch=EPOCH), timeout=5)
+
+        def exited() -> agent_pb2.WorkerStatus | None:
+            w = worker_in(fake.last_status(), "job-1")
+            return w if w is not None and w.state == EXITED else None
+
+        w = await wait_until(exited, TIMEOUT, "the worker's exit")
+        assert w.exit_code == 0
+        log = await stub.ReadLog(agent_pb2.ReadLogRequest(controller_epoch=EPOCH, job_id="job-1", rank=0,
+                                                          tail_bytes=4 * 1024 * 1024), timeout=5)
+        assert (log.offset, log.size) == (0, len(log.data)) and log.size <= 64 * 1024
+        lines = log.data.decode().splitlines()
+        assert lines[0].startswith("tessera-keeper[job-1/1/0]: this log passed its cap of 65536 bytes;")
+        assert lines[-1] == "last" and lines[-2] == "line 00099999"
+    finally:
+        await channel.close()
+        await agent.close(grace=0)

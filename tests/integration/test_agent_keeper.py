@@ -38,7 +38,7 @@ def start(root: Path, argv: list[str], *extra: str, env: dict[str, str] | None =
     d = root / "attempt-1"
     fd = os.memfd_create("spec")
     os.write(fd, json.dumps({"argv": argv, "env": env or {"PATH": os.defpath}, "cwd": str(cwd or d)}).encode())
-    log = open(d / "rank-0.log", "ab")  # noqa: SIM115 (the keeper holds it)
+    log = open(d / "rank-0.log", "ab+")  # noqa: SIM115 (the keeper holds it; read-write, as the agent opens it)
     try:
         return subprocess.Popen(
             [sys.executable, "-I", "-m", "tessera.nodeagent.keeper", "--spec-fd", str(fd),
@@ -189,3 +189,40 @@ def test_the_worker_python_runs_as_the_worker_user(worker_dir: Path) -> None:
     code = "import os, tessera.clients.trainer; print('uid', os.getuid())"
     assert start(worker_dir, [worker_python(), "-c", code]).wait(60) == 0
     assert ("uid 65534" if ROOT else f"uid {os.getuid()}") in (d / "rank-0.log").read_text()
+
+
+def test_a_capped_log_keeps_its_newest_part(worker_dir: Path) -> None:
+    """A worker (and a child it starts) print 3 MB; with a 256 KiB cap the log holds the note and
+    the newest whole lines, ending with the worker's last line, and the exit is the worker's."""
+    d = attempt(worker_dir)
+    script = "seq 1 200000 | sed 's/^/out /'; (seq 200001 300000 | sed 's/^/child /' >&2); echo done"
+    keeper = start(worker_dir, ["/bin/sh", "-c", script], "--log-max-bytes", str(256 * 1024))
+    assert keeper.wait(60) == 0
+    data = (d / "rank-0.log").read_bytes()
+    assert len(data) <= 256 * 1024
+    note, *lines = data.decode().splitlines()
+    assert note.startswith("tessera-keeper[job/1/0]: this log passed its cap of 262144 bytes;")
+    assert lines[-1] == "done"
+    assert lines[-2] == "child 300000"
+    numbers = [int(ln.split()[1]) for ln in lines[:-1]]
+    assert numbers == list(range(numbers[0], 300001))  # nothing lost or torn inside the kept part
+    assert keeperfiles.read_exit(keeperfiles.exit_path(d, 0)) == (0, "")
+
+
+def test_a_capped_log_does_not_hold_up_signals(worker_dir: Path) -> None:
+    """A worker that prints without end is still stopped by SIGTERM, its log under the cap."""
+    d = attempt(worker_dir)
+    keeper = start(worker_dir, ["/bin/sh", "-c", "echo $$ > worker.pid; exec yes 'a long line of output'"],
+                   "--log-max-bytes", str(128 * 1024))
+    worker_pid(d)
+    wait_for(lambda: (d / "rank-0.log").stat().st_size > 64 * 1024, 10, "output in the log")
+    keeper.send_signal(signal.SIGTERM)
+    assert keeper.wait(10) == 128 + signal.SIGTERM
+    assert (d / "rank-0.log").stat().st_size <= 128 * 1024 + 512  # the keeper's own last line may follow
+
+
+def test_a_log_cap_under_the_minimum_is_a_usage_error(worker_dir: Path) -> None:
+    attempt(worker_dir)
+    keeper = start(worker_dir, ["/bin/true"], "--log-max-bytes", "100")
+    assert keeper.wait(10) == 2
+    assert "--log-max-bytes must be 0 (no cap) or at least 65536" in (worker_dir / "attempt-1" / "rank-0.log").read_text()

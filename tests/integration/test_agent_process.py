@@ -64,6 +64,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ({"--worker-user": "team=no-such-user"}, "--worker-user team: no user 'no-such-user'"),
         ({"--allow-env": "ld_preload"}, "--allow-env: 'ld_preload' is not a variable name"),
         ({"--fence-grace": "-1"}, "--fence-grace: must be in 0..3600"),
+        ({"--log-max-bytes": "100"}, "--log-max-bytes: must be 0 (no cap) or at least 65536, got 100"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(

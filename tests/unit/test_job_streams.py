@@ -13,6 +13,7 @@ import pytest
 
 from tessera.clients import waiting
 from tessera.common.errors import FailedPrecondition, NotFound
+from tessera.controller.logstream import CUT_NOTE as LOG_CUT_NOTE
 from tessera.controller.logstream import LogStream, split_lines
 from tessera.controller.store import EventRecord, JobRecord
 from tessera.controller.watching import watch_events, watch_job, watch_jobs
@@ -134,6 +135,22 @@ async def test_follow_all_ranks_reads_each_byte_once_and_ends_with_the_job() -> 
     assert [(m.rank, list(m.lines)) for m in rest] == [(0, [b"unfinished"])]
     offsets = [r.offset for r in logs.reads if r.from_offset and r.rank == 0]
     assert offsets[0] == len(b"r0 a\nr0 b\n")  # each read starts where the last ended
+
+
+async def test_follow_goes_on_after_the_agent_cut_the_log() -> None:
+    """The agent's log cap rewrote the log as a note and its newest part (nodeagent/logcap.py): the
+    follower's offset is past the end. It says so, tails the cut log and follows on from its end."""
+    view, logs = View(running(ranks=1)), Logs()
+    logs.data[(1, 0)] = b"".join(b"old %d\n" % i for i in range(100))
+    req = controller_pb2.StreamJobLogsRequest(job_id="j-1", rank=0, tail_lines=1, follow=True)
+    stream = LogStream(view, logs.read, 1, poll_s=0.01).stream("j-1", req)
+    assert [list(m.lines) for m in await collect(stream, 1)] == [[b"old 99"]]
+    logs.data[(1, 0)] = b"note: cut\n" + b"".join(b"new %d\n" % i for i in range(20))
+    (cut,) = await collect(stream, 1)
+    assert list(cut.lines) == [LOG_CUT_NOTE] + [b"new %d" % i for i in range(10, 20)]
+    logs.data[(1, 0)] += b"new 20\n"
+    (more,) = await collect(stream, 1)
+    assert list(more.lines) == [b"new 20"]
 
 
 async def test_rank_out_of_range() -> None:
