@@ -85,7 +85,8 @@ LAUNCHER_FIELDS = ("nnodes", "node_rank", "nproc_per_node", "master_addr", "mast
                    "tp", "pp", "micro_batch", "grad_accum", "global_batch_size", "iterations", "checkpoint_dir",
                    "world_info")
 BUILTIN_LAUNCHERS = ("deepspeed", "direct", "torchrun")
-_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+# A placeholder of a launcher template; every other brace of a template is literal.
+PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # argv[0] is a program, not a command line: these only make sense to a shell.
 SHELL_META = frozenset(";|&$`<>(){}*?!~\n\r\t\"' \\")
 # How much of an offending key an error repeats (a hostile key may be megabytes).
@@ -313,7 +314,7 @@ def launcher_errors(launcher: common_pb2.Launcher) -> Errors:
         if bounded and bounded[0][0] == field:  # too many arguments: not walked
             continue
         for i, arg in enumerate(argv):
-            for name in _PLACEHOLDER.findall(arg):
+            for name in PLACEHOLDER.findall(arg):
                 if name not in LAUNCHER_FIELDS and f"{{{name}}}" not in (PYTHON, ENTRYPOINT):
                     errs.append((f"{field}[{i}]", (f"unknown placeholder {{{name}}}; known: {{python}}, "
                                                   f"{{entrypoint}}, {', '.join('{' + f + '}' for f in LAUNCHER_FIELDS)}")))

@@ -39,6 +39,7 @@ from tessera.controller.agents import AgentCalls, last_log_line
 from tessera.controller.core.attempts import judge, stalled
 from tessera.controller.core.backoff import healthy, may_launch
 from tessera.controller.core.forecast import ForecastConfig
+from tessera.controller.core.launchers import LaunchTooLarge
 from tessera.controller.core.opaque import OpaqueAware
 from tessera.controller.core.policy import Estimates, Policy, RoundConfig, plan_round
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice, Snapshot
@@ -107,6 +108,16 @@ class Engine:
     def kick(self) -> None:
         """Ask for a scheduling round soon (debounced)."""
         self._kick.set()
+
+    async def round_due(self) -> None:
+        """Until a kick (debounced, to gather a burst of arrivals into one round) or the round
+        interval."""
+        try:
+            await asyncio.wait_for(self._kick.wait(), self.cfg.round_interval_s)
+            await asyncio.sleep(self.cfg.debounce_s)
+        except TimeoutError:
+            pass
+        self._kick.clear()
 
     @property
     def round_requested(self) -> bool:
@@ -305,7 +316,8 @@ class Engine:
         self.kick()
 
     async def _fail_now(self, job: JobRecord, why: str) -> None:
-        """Fail the job without a retry (its time limit ran out), then stop its attempt."""
+        """Fail the job without a retry (its time limit ran out, its launch cannot be built), then
+        stop its attempt."""
         await self._save(*transitions.failed(job, why, self._progress(job), self.wall()))
         await self._stop_attempt(job, why)
         metrics.JOBS_FINISHED.labels("failed").inc()
@@ -356,29 +368,33 @@ class Engine:
 
     async def inspect(self) -> None:
         """Periodic pass over running jobs: persist progress, relaunch missing ranks, fail hung
-        attempts, evaluate."""
+        attempts, evaluate. One job's failure is logged and the pass goes on with the others."""
         now = self.mono()
         for job in self.store.list_jobs(states=ACTIVE):
-            prog = self._live.progress.get(job.id)
-            if prog is not None and (job.progress is None or prog.iteration != job.progress.iteration):
-                job = job.with_(progress=prog)
-                self.store.save_job(job, self.wall())
-            if job.state == P.JOB_STATE_STARTING:
-                await self._launch(job, only_missing=True)
-            # Unknown since a controller restart: the clock starts now, with a full timeout.
-            clock = self._live.clocks.setdefault(job.id, AttemptClock(job.attempt, now))
-            over = None if job.stop_requested else limits.over_runtime(job.spec, now - clock.launched)
-            if over:
-                await self._fail_now(job, over)
-                continue
-            timeout = limits.progress_timeout(job.spec, self.cfg.progress_timeout_s, clock.progress_at is not None)
-            hung = None if job.stop_requested else stalled(
-                now, clock.launched, clock.progress_at, job.state == P.JOB_STATE_STARTING,
-                self.cfg.start_timeout_s, timeout)
-            if hung:
-                await self._attempt_failed(job, hung)
-                continue
-            await self._evaluate(job)
+            try:
+                await self._inspect_job(job, now)
+            except Exception:
+                log.exception("inspect_job_failed", job_id=job.id)
+
+    async def _inspect_job(self, job: JobRecord, now: float) -> None:
+        prog = self._live.progress.get(job.id)
+        if prog is not None and (job.progress is None or prog.iteration != job.progress.iteration):
+            job = job.with_(progress=prog)
+            self.store.save_job(job, self.wall())
+        if job.state == P.JOB_STATE_STARTING:
+            await self._launch(job, only_missing=True)
+        # Unknown since a controller restart: the clock starts now, with a full timeout.
+        clock = self._live.clocks.setdefault(job.id, AttemptClock(job.attempt, now))
+        over = None if job.stop_requested else limits.over_runtime(job.spec, now - clock.launched)
+        if over:
+            return await self._fail_now(job, over)
+        timeout = limits.progress_timeout(job.spec, self.cfg.progress_timeout_s, clock.progress_at is not None)
+        hung = None if job.stop_requested else stalled(
+            now, clock.launched, clock.progress_at, job.state == P.JOB_STATE_STARTING,
+            self.cfg.start_timeout_s, timeout)
+        if hung:
+            return await self._attempt_failed(job, hung)
+        await self._evaluate(job)
 
     # ---------------------------------------------------------------- rounds
 
@@ -526,7 +542,11 @@ class Engine:
         return True
 
     async def _launch(self, job: JobRecord, only_missing: bool = False) -> None:
-        for node_id, req in launch_requests(job, self.epoch, self.cfg.checkpoint_root):
+        try:
+            requests = launch_requests(job, self.epoch, self.cfg.checkpoint_root)
+        except LaunchTooLarge as e:  # the job's own doing, on every node: no retry, no node blamed
+            return await self._fail_now(job, str(e))
+        for node_id, req in requests:
             live = self._live.nodes.get(node_id)
             if live is None or live.liveness != P.NODE_STATE_READY:
                 continue
@@ -563,38 +583,3 @@ class Engine:
         await self._stop_attempt(job, why)
         metrics.REQUEUES.inc()
         self.kick()
-
-    # ---------------------------------------------------------------- loops
-
-    async def round_loop(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._kick.wait(), self.cfg.round_interval_s)
-                await asyncio.sleep(self.cfg.debounce_s)  # gather a burst of arrivals into one round
-            except TimeoutError:
-                pass
-            self._kick.clear()
-            try:
-                await self.run_round()
-            except Exception:
-                log.exception("round_failed")
-
-    async def liveness_loop(self) -> None:
-        period = max(0.2, min(1.0, self.cfg.liveness.lease_s / 4))
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await self.liveness_tick()
-                metrics.update_nodes(self.view, self.wall())
-                self.gpu_seconds.tick(self.view.jobs(states=ACTIVE), self.mono())
-            except Exception:
-                log.exception("liveness_failed")
-
-    async def inspect_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.inspect_interval_s)
-            try:
-                await self.inspect()
-                metrics.update_jobs(self.view)
-            except Exception:
-                log.exception("inspect_failed")

@@ -42,6 +42,7 @@ from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import EtcdClient, EtcdConfig, parse_endpoints
 from tessera.controller.etcdstore import EtcdStore
 from tessera.controller.leader_gate import LeaderSwitch
+from tessera.controller.loops import loops
 from tessera.controller.registry import LivenessConfig, fence_seconds
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService
@@ -193,8 +194,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
             dashboard.attach(engine)
         log.info("controller_leading", epoch=epoch, address=address, jobs=len(store.list_jobs()),
                  nodes=len(store.list_nodes()))
-        tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
-                                                  retention.loop(engine.view.notify))]
+        tasks = [asyncio.create_task(c) for c in (*loops(engine), retention.loop(engine.view.notify))]
         if not lead.is_leader():
             lost.set()
         lost_wait = asyncio.create_task(lost.wait())

@@ -29,6 +29,7 @@ from tessera.controller.dashboard.server import Dashboard
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import parse_endpoints
 from tessera.controller.ha import COMPONENT, SERVICES, serve_ha
+from tessera.controller.loops import loops
 from tessera.controller.registry import LivenessConfig, default_fence, fence_problem, requeue_after
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService, translate
@@ -254,7 +255,12 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
-    ckpt.mkdir(parents=True, exist_ok=True)
+    try:
+        ckpt.mkdir(parents=True)
+        # Passable by the workers' users but not listable: a job id is private to its tenant.
+        ckpt.chmod(0o711)
+    except FileExistsError:
+        pass  # the operator's, as they made it
     cfg = engine_config(args, ckpt)
     if args.store == "etcd":
         log_auth(auth)
@@ -291,8 +297,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     log.info("controller_started", listen=f"{host}:{port}", agent_listen=f"{agent_host}:{agent_port}", epoch=epoch,
              state_dir=str(state), checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid(),
              transport="insecure" if args.tls is None else "tls")
-    tasks = [asyncio.create_task(c) for c in (engine.round_loop(), engine.liveness_loop(), engine.inspect_loop(),
-                                              retention.loop(engine.view.notify))]
+    tasks = [asyncio.create_task(c) for c in (*loops(engine), retention.loop(engine.view.notify))]
     # SIGHUP: read the tenants file again at once (a round reloads a changed file anyway).
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_sighup, engine.tenants, engine.kick)
     await daemon.serve_until_signal(f"serving on {host}:{port}, epoch {epoch}")

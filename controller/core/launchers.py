@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-import string
+import re
 from dataclasses import dataclass
 
 from tessera.common import jobspec
@@ -70,10 +70,23 @@ def world_info(nodes: list[tuple[str, list[int]]]) -> str:
     return base64.urlsafe_b64encode(json.dumps(dict(nodes)).encode()).decode()
 
 
+# Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages), and a bound on the whole argv well
+# under the usual ARG_MAX (2 MiB with the environment): past them exec fails on every node.
+MAX_ARG_BYTES = 128 * 1024 - 1
+MAX_ARGV_BYTES = 1024 * 1024
+
+
+class LaunchTooLarge(ValueError):
+    """A template that expands past what exec takes (many {world_info} of a large placement)."""
+
+
 def expand(tpl: Template, entrypoint: list[str], values: dict[str, object], head: bool) -> list[str]:
-    """The argv of one process: {entrypoint} spliced in, every field substituted, {python} kept."""
+    """The argv of one process: {entrypoint} spliced in, each `{field}` of FIELDS replaced by its
+    value and nothing else: other braces are literal (`--config={"lr": 1}`), and so is {python}
+    inside a longer argument (the agent replaces only an argument that is exactly {python}).
+    Templates are the user's: no format mini-language (`{dp:>9999999}`, `{dp.__class__}`) is
+    evaluated. LaunchTooLarge past exec's limits."""
     argv = tpl.head_argv if head and tpl.head_argv else tpl.argv
-    formatter = string.Formatter()
     out: list[str] = []
     for arg in argv:
         if arg == ENTRYPOINT:
@@ -81,12 +94,17 @@ def expand(tpl: Template, entrypoint: list[str], values: dict[str, object], head
         elif arg == PYTHON:
             out.append(arg)
         else:
-            out.append(formatter.vformat(arg, (), _Keep(values)))
+            out.append(_substitute(arg, values))
+    total = sum(len(a.encode()) + 1 for a in out)
+    longest = max((len(a.encode()) for a in out), default=0)
+    if longest > MAX_ARG_BYTES or total > MAX_ARGV_BYTES:
+        raise LaunchTooLarge(f"the launcher's argv expands to {total:,} bytes, its longest argument {longest:,}: "
+                             f"over what exec takes ({MAX_ARG_BYTES + 1:,} an argument, {MAX_ARGV_BYTES:,} in all)")
     return out
 
 
-class _Keep(dict):  # type: ignore[type-arg]
-    """Leaves {python} as is for the agent."""
-
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
+def _substitute(arg: str, values: dict[str, object]) -> str:
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return str(values[name]) if name in values else m.group(0)
+    return jobspec.PLACEHOLDER.sub(one, arg)

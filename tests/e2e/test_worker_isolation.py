@@ -31,7 +31,8 @@ def spec(name: str, iterations: int = 10, entrypoint: tuple[str, ...] = (), **en
 def test_finding_1_the_shell_job_runs_unprivileged(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cl: Cluster = cluster_factory([("node-a10", "a10-node.yaml")])
     with cl.client() as c:
-        job = c.submit(spec("whoami", entrypoint=("/bin/sh", "-c", "id; id -u; head -1 /etc/shadow")))
+        script = 'id; id -u; ls "${TESSERA_CHECKPOINT_DIR%/*}"; head -1 /etc/shadow'
+        job = c.submit(spec("whoami", entrypoint=("/bin/sh", "-c", script)))
         done = c.wait(job.id, {"SUCCEEDED", "FAILED"}, timeout=120)
     log = tessctl(cl.controller.address, "logs", job.id).stdout
     print(log)
@@ -41,6 +42,8 @@ def test_finding_1_the_shell_job_runs_unprivileged(cluster_factory) -> None:  # 
     if ROOT:
         assert uid == 65534 and "uid=65534(nobody)" in log
         assert "cannot open '/etc/shadow' for reading: Permission denied" in log
+        # The checkpoint root lists every job's id: the workers may pass through it, not read it.
+        assert re.search(r"ls: cannot open directory '.*/checkpoints': Permission denied", log), log
 
 
 def test_loader_hooks_are_refused_at_submit(cluster_factory) -> None:  # type: ignore[no-untyped-def]

@@ -452,3 +452,52 @@ async def test_a_failed_relaunch_after_a_migration_requeues_the_job() -> None:
     h.clock.advance(1)  # the launch backoff
     await h.round()
     assert h.state(jid) == "STARTING" and h.job(jid).attempt == 3
+
+
+async def test_a_launch_that_cannot_be_built_fails_the_job_and_blames_no_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An argv past exec's limits is the job's own doing, the same on every node: FAILED at once with
+    the reason, no Launch sent, the node not counted as failing; the next job starts there."""
+    from tessera.controller.core import launchers
+
+    h = Harness(nodes=("a",))
+    await h.register("a")
+    monkeypatch.setattr(launchers, "MAX_ARGV_BYTES", 8)
+    jid = await h.submit(tiny(max_retries=3))
+    await h.round()
+    assert h.state(jid) == "FAILED" and "over what exec takes" in h.job(jid).reason
+    assert not h.agents.launches()
+    assert h.store.get_node("a").launch_failures == 0  # type: ignore[union-attr]
+    monkeypatch.undo()
+    ok = await h.submit(tiny())
+    await h.round()
+    assert h.state(ok) == "STARTING" and h.nodes_of(ok) == ["a"]
+
+
+async def test_one_jobs_failing_inspection_does_not_hold_up_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug that raises while one job is inspected used to end the whole pass: the jobs after it
+    were never checked (time limits, hangs, relaunches). The pass now goes on with the others."""
+    h = Harness(nodes=("a",))
+    await h.register("a")
+    broken = await h.submit(tiny(gpus=1))
+    limited = await h.submit(P.JobSpec(**{**_fields_of(tiny(gpus=1)), "max_runtime_seconds": 60}))
+    await h.round()
+    await h.heartbeat("a")
+    assert h.state(broken) == h.state(limited) == "RUNNING"
+    evaluate = h.engine._evaluate
+
+    async def raising(job: JobRecord) -> None:
+        if job.id == broken:
+            raise RuntimeError("a bug in one job's inspection")
+        await evaluate(job)
+
+    for _ in range(13):  # 65 s, node a beating every 5 s
+        h.clock.advance(5)
+        await h.heartbeat("a")
+    monkeypatch.setattr(h.engine, "_evaluate", raising)
+    await h.inspect()
+    assert h.state(limited) == "FAILED" and h.job(limited).reason == "max_runtime 1m exceeded"
+    assert h.state(broken) == "RUNNING"
+
+
+def _fields_of(spec: P.JobSpec) -> dict[str, object]:
+    return {f.name: v for f, v in spec.ListFields()}

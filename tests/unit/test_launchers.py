@@ -6,6 +6,8 @@ import base64
 import importlib.util
 import json
 
+import pytest
+
 from tessera.controller.core import launchers
 from tessera.controller.core.validate import validate_spec
 from tessera.v1 import common_pb2 as P
@@ -69,6 +71,30 @@ def test_bad_launchers_name_the_field() -> None:
     spec = P.JobSpec(name="j", model=P.ModelSpec(name="gpt2-small"), global_batch_size=8, iterations=1,
                      launcher=P.Launcher(name="mpirun"))
     assert next(str(e) for e in validate_spec(spec)).startswith("launcher.name: unknown launcher 'mpirun'")
+
+
+def test_only_known_placeholders_are_replaced_every_other_brace_is_literal() -> None:
+    """A template is the user's: Python's format mini-language is never evaluated. A lone brace used
+    to raise in the controller at every launch and inspection; a field width built a 160 MB argv
+    from a 66-byte argument; an attribute lookup reached Python objects."""
+    odd = ["--x={", "}", "{}", "{0}", "{dp:>17000000}", "{dp.__class__.__mro__}", "{dp!r}", "{{dp}}",
+           '--config={"lr": 3e-4}', "x{python}"]
+    tpl = launchers.Template(("run", "--dp={dp}", *odd, launchers.ENTRYPOINT))
+    assert launchers.check(P.Launcher(argv=tpl.argv)) == []
+    assert launchers.expand(tpl, ["train"], VALUES, head=False) == [
+        "run", "--dp=6", "--x={", "}", "{}", "{0}", "{dp:>17000000}", "{dp.__class__.__mro__}", "{dp!r}", "{6}",
+        '--config={"lr": 3e-4}', "x{python}", "train"]
+
+
+def test_an_argv_past_what_exec_takes_is_refused() -> None:
+    big = {**VALUES, "world_info": "w" * 10_000}
+    one = launchers.Template(("run", "{world_info}" * 14))  # 140,000 bytes in one argument
+    with pytest.raises(launchers.LaunchTooLarge, match="longest argument 140,000"):
+        launchers.expand(one, [], big, head=False)
+    many = launchers.Template(("run", *["{world_info}" * 10] * 11))  # 11 x 100,000 bytes
+    with pytest.raises(launchers.LaunchTooLarge, match="expands to 1,100,015 bytes"):
+        launchers.expand(many, [], big, head=False)
+    assert len(launchers.expand(launchers.Template(("run", *["{world_info}" * 10] * 10)), [], big, head=False)) == 11
 
 
 def _spec(**kw: object) -> P.JobSpec:
