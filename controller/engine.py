@@ -464,18 +464,24 @@ class Engine:
                 job = self.store.get_job(step.decision.job_id)
                 if job is None or not rounds.applies(step, job):
                     continue
-                d = step.decision
-                if step.kind == "migrate":
-                    await self._migrate(job, d)
-                elif step.kind == "suspend":
-                    await self._migrate_off(job, f"suspended by {plan.policy}: {d.reason}")
-                else:
-                    await self._place(job, d)
-                    crash_point("round.between_launches")
+                try:  # one job's failure must not drop the round's other steps
+                    await self._step(job, step, plan.policy)
+                except Exception:
+                    log.exception("round_step_failed", job_id=job.id, kind=step.kind)
             dt = time.perf_counter() - t0
             metrics.ROUND_SECONDS.observe(dt)
             log.info("round", round=self.rounds, policy=plan.policy, pending=len(pending),
                      started=len(plan.starts()), migrated=len(plan.migrations()), seconds=round(dt, 4))
+
+    async def _step(self, job: JobRecord, step: rounds.RoundStep, policy: str) -> None:
+        d = step.decision
+        if step.kind == "migrate":
+            await self._migrate(job, d)
+        elif step.kind == "suspend":
+            await self._migrate_off(job, f"suspended by {policy}: {d.reason}")
+        else:
+            await self._place(job, d)
+            crash_point("round.between_launches")
 
     async def _warm_estimates(self, gpu_types: list[str]) -> None:
         """The pending jobs' Cells on the registered GPU types, computed in a thread before the round

@@ -499,5 +499,22 @@ async def test_one_jobs_failing_inspection_does_not_hold_up_the_others(monkeypat
     assert h.state(broken) == "RUNNING"
 
 
+async def test_one_jobs_failing_step_does_not_drop_the_rounds_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness(nodes=("a",))
+    await h.register("a")
+    first = await h.submit(tiny(gpus=1))
+    second = await h.submit(tiny(gpus=1))
+    place = h.engine._place
+
+    async def raising(job: JobRecord, d: Decision) -> None:
+        if job.id == first:
+            raise RuntimeError("a bug in one job's placement")
+        await place(job, d)
+
+    monkeypatch.setattr(h.engine, "_place", raising)
+    await h.round()
+    assert (h.state(first), h.state(second)) == ("PENDING", "STARTING")
+
+
 def _fields_of(spec: P.JobSpec) -> dict[str, object]:
     return {f.name: v for f, v in spec.ListFields()}
