@@ -30,6 +30,11 @@ NOT_INHERITED: frozenset[str] = frozenset(
     {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
 )
 
+# The agent's own settings (TESSERA_TLS_DIR, TESSERA_CONTROLLER, a TESSERA_TOKEN an operator left in
+# its environment file...) are its own: no worker of any tenant inherits them. A worker's TESSERA_*
+# variables are the contract's and its job's.
+AGENT_SETTINGS = "TESSERA_"
+
 MAX_RANKS_PER_LAUNCH = 1024
 
 
@@ -222,11 +227,11 @@ def worker_env(
     """The whole environment of one worker.
 
     The agent's own environment first (PATH, PYTHONPATH, proxies...), minus systemd's per-service
-    variables, then the worker's identity (USER, LOGNAME, HOME and TMPDIR in its attempt folder, when
+    variables and the agent's own Tessera settings (TESSERA_*), then the worker's identity (USER, LOGNAME, HOME and TMPDIR in its attempt folder, when
     given), then the job's env, then the contract variables, which always win. OMP_NUM_THREADS is
     `omp_threads` unless the job's env sets it (the agent's own value is not passed on).
     """
-    env = {k: v for k, v in base.items() if k not in NOT_INHERITED}
+    env = {k: v for k, v in base.items() if k not in NOT_INHERITED and not k.startswith(AGENT_SETTINGS)}
     env["OMP_NUM_THREADS"] = str(omp_threads)
     for name, value in (("USER", user), ("LOGNAME", user), ("HOME", home), ("TMPDIR", tmpdir)):
         if value:
