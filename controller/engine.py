@@ -276,7 +276,8 @@ class Engine:
             now = self.store.get_job(job.id)  # the log call awaited an agent: a cancel may have come
             if now is None or (now.state, now.attempt) != (job.state, job.attempt):
                 return  # the next report judges the job as it is now
-            await self._attempt_failed(now, f"{why}; last log line: {last}" if last else why)
+            said = last.split("]: ", 1)[-1] if last.startswith("tessera-keeper[") else last  # said already?
+            await self._attempt_failed(now, f"{why}; last log line: {last}" if last and said not in why else why)
         elif step == "interrupted":
             await self._requeue(job, why, "REQUEUED", stop="another rank was interrupted")
         elif step == "relaunch":

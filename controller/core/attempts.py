@@ -29,6 +29,10 @@ class Verdict:
     rank: int = -1
 
 
+# How the keeper's reason for a worker it could not start begins (nodeagent/keeper.py).
+SPAWN_FAILED = "spawn failed: "
+
+
 def describe_exit(code: int) -> str:
     if code == EXIT_UNKNOWN:
         return "exit status unknown (worker ended while its agent was down)"
@@ -62,6 +66,8 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
             continue
         if r.exit_code == EXIT_UNKNOWN:
             return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}", r.rank)
+        if r.reason.startswith(SPAWN_FAILED):  # the keeper's own account says more than a guess from 127
+            return Verdict("failed", f"rank {r.rank}: {r.reason}", r.rank)
         detail = f"; {r.reason}" if r.reason and r.reason != describe_exit(r.exit_code) else ""
         return Verdict("failed", f"rank {r.rank}: {describe_exit(r.exit_code)}{detail}", r.rank)
     if len(ranks) == world_size and all(not r.running for r in ranks.values()):

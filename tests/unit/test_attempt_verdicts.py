@@ -24,6 +24,9 @@ def test_failures_and_signals() -> None:
     v = judge(1, {0: rs(0, False, -9)}, 10, False)
     assert v.kind == "failed" and "SIGKILL" in v.reason and "out of memory" in v.reason
     assert judge(1, {0: rs(0, False, 127)}, 10, False).reason.startswith("rank 0: exit code 127 (program not found")
+    # The keeper could not start it and says why: no guess from the 127 before that.
+    why = "spawn failed: cannot run '/tmp' in /w as uid 1001: [Errno 13] Permission denied: '/tmp', exit code 127"
+    assert judge(1, {0: rs(0, False, 127, reason=why)}, 10, False).reason == f"rank 0: {why}"
     assert judge(1, {0: rs(0, False, EXIT_UNKNOWN)}, 10, False).kind == "interrupted"
 
 

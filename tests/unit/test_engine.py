@@ -368,6 +368,23 @@ async def test_failed_attempt_is_retried_then_fails_with_its_last_log_line() -> 
     assert h.state(jid) == "FAILED" and "(after 1 retries)" in h.job(jid).reason
 
 
+async def test_a_spawn_failure_is_said_once() -> None:
+    """The keeper's reason is the worker's status reason and also the log's last line: the job's
+    reason says it once, without the guess an exit code 127 otherwise gets."""
+    h = Harness()
+    await h.register("a")
+    jid = await h.submit(tiny())
+    await h.round()
+    why = "spawn failed: cannot run '/tmp' in /w as uid 1001: [Errno 13] Permission denied: '/tmp'"
+    h.agents.log_lines[(jid, 0)] = f"tessera-keeper[{jid}/1/0]: {why}\n"
+    h.agents.exit(jid, 1, code=127)
+    for _, w in h.agents.workers(jid, 1):
+        w.reason = f"{why}, exit code 127"
+    await h.heartbeat("a")
+    assert h.state(jid) == "FAILED"
+    assert h.job(jid).reason.count("Permission denied") == 1 and "program not found" not in h.job(jid).reason
+
+
 async def test_failed_launch_requeues_and_a_hung_start_fails_the_attempt() -> None:
     h = Harness(nodes=("a",))
     await h.register("a")
