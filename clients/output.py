@@ -7,6 +7,7 @@ they are tested with literal inputs. docs/cli.md describes every column and JSON
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -144,7 +145,7 @@ def nodes_json(nodes: Sequence[controller_pb2.Node]) -> dict[str, Any]:
 
 def age(since: float, now: float) -> str:
     """kubectl-style age of a timestamp: 45s, 12m, 5h, 3d; "-" when the timestamp is unset."""
-    if since <= 0:
+    if not 0 < since < math.inf:  # unset, or a worker's own unusable time
         return NONE
     s = max(0, int(now - since))
     if s < 120:
@@ -335,11 +336,14 @@ def events_table(events: Sequence[common_pb2.JobEvent], now: float) -> str:
 
 
 def _fmt_time(t: float) -> str:
-    if t <= 0:
+    if not 0 < t < math.inf:
         return NONE
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):  # past year 9999 or the platform's time_t
+        return NONE
 
 
 def _kv(pairs: Sequence[tuple[str, str]], indent: int = 0) -> list[str]:

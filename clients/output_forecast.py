@@ -11,8 +11,12 @@ NONE = "-"
 
 
 def clock(t: float, now: float) -> str:
-    """e.g. "10:42", or "11-27 10:42" on another day than `now` (UTC)."""
-    when = dt.datetime.fromtimestamp(t, dt.UTC)
+    """e.g. "10:42", or "11-27 10:42" on another day than `now` (UTC); "-" for a time no calendar
+    shows (past year 9999, NaN)."""
+    try:
+        when = dt.datetime.fromtimestamp(t, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return "-"
     same_day = when.date() == dt.datetime.fromtimestamp(now, dt.UTC).date()
     return when.strftime("%H:%M" if same_day else "%m-%d %H:%M")
 

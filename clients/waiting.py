@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -68,7 +69,7 @@ def progress_text(job: controller_pb2.Job) -> str:
     parts = [f"{p.iteration}/{total} ({100 * p.iteration / total:.0f}%)" if total else f"iteration {p.iteration}"]
     if p.loss:
         parts.append(f"loss {p.loss:.4g}")
-    if p.step_time_seconds > 0:
+    if 0 < p.step_time_seconds < math.inf:  # the worker's own figure (common/progress.py)
         rate = 1.0 / p.step_time_seconds
         parts.append(f"{rate:.3g} it/s")
         if total and p.iteration < total:

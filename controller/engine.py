@@ -33,6 +33,7 @@ import grpc
 import structlog
 
 from tessera.common.crashpoints import crash_point
+from tessera.common.progress import sanitized
 from tessera.common.tokens import ANONYMOUS, Principal
 from tessera.controller import limits, metrics, nodeops, rounds, transitions
 from tessera.controller.agents import AgentCalls, last_log_line
@@ -224,11 +225,12 @@ class Engine:
             r0 = [w for w in workers or () if w.rank == 0 and w.HasField("progress")] \
                 if rank_node(job, 0) == live.id else []
             if r0:
-                if r0[0].progress != self._live.progress.get(job_id):
+                prog = sanitized(r0[0].progress)  # the job's own numbers: inf and NaN cleared
+                if prog != self._live.progress.get(job_id):
                     self._first_progress(job)
-                    if await self._learn(job, r0[0].progress):
+                    if await self._learn(job, prog):
                         job = self.store.get_job(job_id)  # as stored after the MEASURED event's save
-                self._live.progress[job_id] = r0[0].progress
+                self._live.progress[job_id] = prog
                 if job is None:
                     continue
             await self._evaluate(job)

@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 
 from tessera.common.contract import FENCED_REASON
+from tessera.common.progress import sanitized
 from tessera.nodeagent import contract, keeperfiles, process, worklogs
 from tessera.nodeagent.errors import FailedPrecondition, NotFound
 from tessera.nodeagent.keeping import Keepers
@@ -430,7 +431,7 @@ class Supervisor:
         if progress is None:
             return att.checkpoint_floor is not None, att.stop_requested
         w.progress = common_pb2.Progress()
-        w.progress.CopyFrom(progress)
+        w.progress.CopyFrom(sanitized(progress))
         if att.checkpoint_floor is not None and progress.checkpoint_iteration > att.checkpoint_floor:
             att.checkpoint_floor = None  # a newer checkpoint exists: the request is served
         return att.checkpoint_floor is not None, att.stop_requested

@@ -48,6 +48,10 @@ from tessera.controller.core.step_times import plausible
 NO_PROGRESS = "no forecast: opaque job without progress"
 BEYOND = "no forecast: not started within the forecast's horizon"
 DROPPED = "no forecast: the policy drops it"
+# An end further away than this is no forecast: an opaque job's own step time (any value it
+# reports) times its iterations reached 5e18 s, past what any clock or calendar shows.
+FAR_END_S = 10 * 365 * 86400.0
+FAR = "no forecast: it would end more than 10 years from now"
 # Sources whose times are measurements (a running attempt's step times, the artifacts' measured
 # tables, profiles) rather than formulas (estimator/, docs/estimator-cells.md).
 MEASURED_SOURCES = ("measured", "table", "profiled", "learned")
@@ -174,6 +178,9 @@ def forecast(snap: Snapshot, estimates: Estimates, policy: Policy, round_config:
             note = BEYOND
         if note == NO_PROGRESS:
             e0, ends = None, []
+        elif e0 is not None and not e0 - snap.now <= FAR_END_S:
+            e0, ends, note = None, [], note or FAR
+        ends = [e for e in ends if e - snap.now <= FAR_END_S]
         out[j.id] = JobForecast(j.id, s0, e0, min(starts) if s0 is not None and starts else None,
                                 max(starts) if s0 is not None and starts else None,
                                 min(ends) if e0 is not None and ends else None,

@@ -311,6 +311,8 @@ async def test_progress_is_recorded_and_answers_stop(sup: Supervisor) -> None:
     assert sup.report_progress("job-1", 1, 0, common_pb2.Progress(iteration=5, loss=2.5)) == (False, False)
     (st,) = sup.statuses()
     assert (st.progress.iteration, st.progress.loss) == (5, 2.5)
+    sup.report_progress("job-1", 1, 0, common_pb2.Progress(iteration=5, step_time_seconds=float("inf")))
+    assert sup.statuses()[0].progress.step_time_seconds == 0.0  # the worker's own number: cleared
     assert sup.request_checkpoint("job-1", 1)
     assert sup.report_progress("job-1", 1, 0, common_pb2.Progress(iteration=6, checkpoint_iteration=-1)) == (
         True,

@@ -533,5 +533,19 @@ async def test_one_jobs_failing_step_does_not_drop_the_rounds_others(monkeypatch
     assert (h.state(first), h.state(second)) == ("PENDING", "STARTING")
 
 
+async def test_a_forged_step_time_from_a_node_is_cleared_before_use() -> None:
+    """A node's heartbeat carries its workers' own numbers: inf and NaN are cleared (common/progress.py)
+    before the controller keeps, learns from or shows them."""
+    h = Harness(nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny(gpus=1))
+    await h.round()
+    await run_to_running(h, jid)
+    h.agents.report(jid, 1, 5, step_s=float("inf"), time=float("nan"))
+    await h.heartbeat("a")
+    prog = h.engine.view.progress(jid)
+    assert prog is not None and (prog.iteration, prog.step_time_seconds, prog.time) == (5, 0.0, 0.0)
+
+
 def _fields_of(spec: P.JobSpec) -> dict[str, object]:
     return {f.name: v for f, v in spec.ListFields()}

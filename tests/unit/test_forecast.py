@@ -7,6 +7,7 @@ import pytest
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.forecast import (
     BEYOND,
+    FAR,
     NO_PROGRESS,
     ForecastConfig,
     ForecastInputError,
@@ -103,6 +104,18 @@ def test_opaque_job_without_progress_gets_no_end_and_blocks_nothing_it_does_not_
     snap2 = Snapshot(snap.nodes, (), running=(RunningView(opq10, Cell("X", 1, 1), (Slice("x0", (0,)),)),))
     g = forecast(snap2, est, FCFS, config=ForecastConfig(interval_s=60.0, band=False), step_s={"o": 3.0})
     assert g["o"].note == "" and g["o"].end == pytest.approx(15.0)
+
+
+def test_an_end_past_ten_years_is_no_forecast() -> None:
+    """An opaque job's step time is its own report, whatever it is: 1e18 s per iteration made its end
+    5e18, which no clock can show (the dashboard's pages answered 500, tessctl exited 1)."""
+    est = OpaqueAware(EST)
+    opq = JobView("o", 0, M, 1, 1, ("X",), "X", 10, 5.0, estimate_key=opaque_key(1, ("X",)), opaque=True)
+    snap = Snapshot((node((0,)),), (), running=(RunningView(opq, Cell("X", 1, 1), (Slice("x0", (0,)),)),))
+    f = forecast(snap, est, FCFS, config=ForecastConfig(interval_s=60.0), step_s={"o": 1e18})
+    assert (f["o"].end, f["o"].end_low, f["o"].end_high, f["o"].note) == (None, None, None, FAR)
+    near = forecast(snap, est, FCFS, config=ForecastConfig(interval_s=60.0), step_s={"o": 3.0})
+    assert near["o"].end == pytest.approx(15.0) and near["o"].note == ""
 
 
 def test_future_arrivals_delay_a_later_job() -> None:

@@ -1,0 +1,29 @@
+"""A worker's progress report made safe to show and compute with.
+
+The report comes from the job's own program, through its agent: a rate or a time that is not a
+finite, non-negative number (inf, NaN, -1) is cleared to 0, i.e. "not reported", before anything
+divides by it or turns it into a date (tessctl's ETA divided by 1/inf, `describe job` turned a NaN
+time into an integer and stopped there). A NaN or infinite loss is kept: it says the run diverged.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tessera.v1 import common_pb2
+
+_NON_NEGATIVE = ("samples_per_second", "step_time_seconds", "time")
+
+
+def sanitized(progress: common_pb2.Progress) -> common_pb2.Progress:
+    """`progress` itself when it is sound, else a copy with its unusable fields cleared."""
+    bad = [f for f in _NON_NEGATIVE if not 0.0 <= getattr(progress, f) < math.inf]
+    if not bad and progress.iteration >= 0 and progress.peak_memory_bytes >= 0:
+        return progress
+    out = common_pb2.Progress()
+    out.CopyFrom(progress)
+    for f in bad:
+        setattr(out, f, 0.0)
+    out.iteration = max(0, out.iteration)
+    out.peak_memory_bytes = max(0, out.peak_memory_bytes)
+    return out
