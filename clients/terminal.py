@@ -4,6 +4,7 @@ tessera.clients.waiting, over the controller's streams.)"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +30,29 @@ def fd_or_pipe(stream: TextIO) -> int:
 def println(out: TextIO, text: str) -> None:
     out.write(text + "\n")
     out.flush()
+
+
+# What a worker's log may do to a terminal, and what not: text, tab, newline and carriage return
+# (progress bars) and SGR colour sequences (ESC [ ... m) are kept; every other control byte is
+# shown as a visible \xNN, and a UTF-8 C1 control as \uNNNN. So an OSC (ESC ]: window titles,
+# OSC 52 clipboard writes), a DCS or APC string, a CSI other than SGR (ESC [2J clears the screen,
+# cursor moves, device reports that type into the terminal) reaches it as plain text.
+_SGR = re.compile(rb"\x1b\[[0-9;:]*m")
+_CONTROL = re.compile(rb"\x1b\[[0-9;:]*m|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]")
+
+
+def _visible(m: re.Match[bytes]) -> bytes:
+    seq = m.group(0)
+    if _SGR.fullmatch(seq):
+        return seq
+    if seq[0] == 0xC2:
+        return b"\\u%04x" % seq[1]
+    return b"\\x%02x" % seq[0]
+
+
+def terminal_safe(data: bytes) -> bytes:
+    """A worker's log bytes as a terminal may show them (see `_CONTROL`)."""
+    return _CONTROL.sub(_visible, data)
 
 
 def write_bytes(out: TextIO, data: bytes) -> None:

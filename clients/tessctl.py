@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the last LINES lines of each log (default 0: all the controller reads, up to 4 MiB)")
     p.add_argument("-f", "--follow", action="store_true",
                    help="then stream new lines as they are written, until the job ends")
+    p.add_argument("--raw", action="store_true",
+                   help="write the log's bytes as they are even to a terminal (default there: control "
+                        "sequences other than colours shown as \\xNN)")
 
     # Every argument after `simulate`, --help included, goes to the simulator's own parser (see
     # cmd_simulate); no common options here: `--out` must not abbreviate `--output`.
@@ -332,7 +335,7 @@ def _unconfirmed(node: controller_pb2.Node, what: str) -> int:
     if not node.agent_unconfirmed:
         return 0
     print(f"tessctl: warning: node {node.id} {what} in the controller, but not confirmed by its agent: "
-          f"{' '.join(node.agent_unconfirmed.split())}", file=sys.stderr)
+          f"{output.one_line(node.agent_unconfirmed)}", file=sys.stderr)  # the agent's own words
     return EXIT_UNCONFIRMED
 
 

@@ -196,12 +196,15 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
 
 
 def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    """`tessctl logs ID [--rank N | --all-ranks] [--tail N] [-f]`: whole lines from StreamJobLogs."""
+    """`tessctl logs ID [--rank N | --all-ranks] [--tail N] [-f] [--raw]`: whole lines from StreamJobLogs."""
     all_ranks = args.all_ranks
     if all_ranks and args.rank:
         raise InvalidInput("give --rank or --all-ranks, not both")
     stream = client.stream_logs(args.id, rank=args.rank, all_ranks=all_ranks, attempt=args.attempt,
                                 tail_lines=args.tail, follow=args.follow)
+    # A worker's bytes reach a terminal only as text and colours (terminal.terminal_safe); a pipe or
+    # a file gets them as they are, as does --raw.
+    raw = args.raw or not out.isatty()
     attempt = 0
     for msg in stream:
         if msg.attempt != attempt and attempt:
@@ -215,7 +218,8 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
             else:
                 prefix = f"[rank {msg.rank}] ".encode() if all_ranks else b""
                 # The reference trainer prefixes its own lines when it runs several ranks: once is enough.
-                terminal.write_bytes(out, (b"" if line.startswith(prefix) else prefix) + line + b"\n")
+                text = (b"" if line.startswith(prefix) else prefix) + line
+                terminal.write_bytes(out, (text if raw else terminal.terminal_safe(text)) + b"\n")
         out.flush()
     return 0
 

@@ -289,6 +289,42 @@ def test_logs_follow_until_the_job_ends(server: FakeServer) -> None:
     assert rest == "step 4 loss 2.0\ndone\n"
 
 
+def _on_a_terminal(*argv: str) -> bytes:
+    """tessctl's stdout on a pseudo-terminal, as an admin's shell has it; what the terminal got."""
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "tessera.clients.tessctl", *argv], cwd=REPO, stdout=slave,
+                            stderr=subprocess.PIPE)
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+    return got
+
+
+def test_logs_on_a_terminal_keep_colours_and_show_other_controls(server: FakeServer) -> None:
+    """A worker's log is the job's program's output: on an admin's terminal its OSC 52 (clipboard
+    write), window title and screen clear are shown, not obeyed; colours stay. --raw, or a pipe,
+    gets the bytes as they are (test_logs_follow_until_the_job_ends)."""
+    evil = b"\x1b[31mred\x1b[0m \x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;OWNED\x07\x1b[2J done\n"
+    server.call(lambda f: f.logs.__setitem__(("j-run", 0), evil))
+    shown = _on_a_terminal("--controller", server.address, "logs", "j-run")
+    assert b"\x1b[31mred\x1b[0m" in shown
+    assert b"\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b]0;OWNED\\x07\\x1b[2J done" in shown
+    assert b"\x1b]" not in shown and b"\x07" not in shown and b"\x1b[2J" not in shown
+    raw = _on_a_terminal("--controller", server.address, "logs", "j-run", "--raw")
+    assert b"\x1b]52;c;cm0gLXJmIH4=\x07" in raw
+
+
 # -- watch ------------------------------------------------------------------------------------------
 
 

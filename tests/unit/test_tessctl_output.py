@@ -210,3 +210,15 @@ def test_an_error_raised_on_purpose_prints_its_message_not_internal_error(
     monkeypatch.setattr(versioncmd, "cmd_version", refuse)
     assert tessctl.main(["version", "--client"]) == 1
     assert capsys.readouterr().err == "tessctl: error: node n1 is draining\n"
+
+
+def test_an_agents_unconfirmed_drain_reason_cannot_drive_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """A node's agent answers Drain with its own text, which the controller passes on: a compromised
+    node's clipboard write (OSC 52), window title and screen clear reached an admin's stderr raw."""
+    from tessera.clients.tessctl import EXIT_UNCONFIRMED, _unconfirmed
+
+    evil = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;OWNED\x07\x1b[2J\x1b[HAll good\u202e"
+    assert _unconfirmed(controller_pb2.Node(id="node-y", agent_unconfirmed=evil), "drained") == EXIT_UNCONFIRMED
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\u202e" not in err
+    assert "\\x1b]52;c;cm0gLXJmIH4=" in err and "All good" in err
