@@ -103,11 +103,47 @@ def test_a_planted_non_tensor_entry_runs_nothing(tmp_path: Path) -> None:
     assert marker.is_dir()
 
 
+def test_an_enum_member_pickled_by_name_loads() -> None:
+    """Python 3.12+ pickles DCP's memory-format enum as getattr(_MEM_FORMAT_ENCODING, "NAME"): the
+    workers' Python wrote such checkpoints, and the first allowlist refused every one of them."""
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING, Metadata
+
+    class ByName(pickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, _MEM_FORMAT_ENCODING):
+                return getattr, (type(obj), obj.name)
+            return NotImplemented
+
+    written = _state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import io
+
+        buf = io.BytesIO()
+        from torch.distributed.checkpoint.metadata import TensorProperties
+
+        ByName(buf).dump(Metadata(state_dict_metadata={}, planner_data=TensorProperties.create_from_tensor(
+            written["model"]["0.weight"])))
+    assert b"getattr" in buf.getvalue()
+    got = read_metadata(buf.getvalue())
+    assert got.planner_data.memory_format == torch.contiguous_format
+
+
+def test_getattr_reaches_nothing_but_dcp_enum_members() -> None:
+    """A getattr on anything else is how a pickle reaches a method (PosixPath(p).write_text) to call."""
+    class Evil:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return getattr, (Path("/tmp/x"), "write_text")
+
+    with pytest.raises(UnsafeCheckpoint, match="not a member of one of DCP's enums"):
+        read_metadata(pickle.dumps(Evil()))
+
+
 @pytest.mark.parametrize("data, reason", [
     (b"", "not a DCP metadata record"),
     (b"\x80\x05garbage", "not a DCP metadata record"),
     (pickle.dumps({"state_dict_metadata": {}}), "holds a dict"),
-    (pickle.dumps(Path("/etc/passwd").read_text), "builtins.getattr|pathlib"),
+    (pickle.dumps(Path("/etc/passwd").read_text), "not a member of one of DCP's enums"),
 ])
 def test_anything_but_dcp_metadata_is_refused_with_a_reason(data: bytes, reason: str) -> None:
     with pytest.raises(UnsafeCheckpoint, match=reason):

@@ -29,13 +29,16 @@ from torch.distributed.checkpoint.planner import ReadItem
 MAX_METADATA_BYTES = 256 * 1024 * 1024
 
 # What DCP writes into `.metadata` besides the classes of torch.distributed.checkpoint.metadata,
-# found by recording every global a real checkpoint's `.metadata` asks for.
+# found by recording every global a real checkpoint's `.metadata` asks for (and `builtins.getattr`,
+# narrowed to `_enum_member`).
 _ALLOWED: frozenset[tuple[str, str]] = frozenset({
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
     ("torch", "Size"),
     ("torch.serialization", "_get_layout"),
     ("pathlib", "PosixPath"),
     ("pathlib", "PurePosixPath"),
+    ("pathlib._local", "PosixPath"),  # Python 3.13 moved the classes there
+    ("pathlib._local", "PurePosixPath"),
     ("collections", "OrderedDict"),
 })
 
@@ -49,8 +52,20 @@ def _dcp_metadata_class(name: str) -> bool:
     return isinstance(value, type) and (dataclasses.is_dataclass(value) or issubclass(value, enum.Enum))
 
 
+def _enum_member(cls: Any, name: Any) -> Any:
+    """What `builtins.getattr` may do here: Python 3.12+ pickles an enum member as
+    getattr(EnumClass, "NAME") (DCP's _MEM_FORMAT_ENCODING). Any other getattr is a way to reach a
+    method (PosixPath(...).write_text) and call it."""
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and cls.__module__ == dcp_metadata.__name__ \
+            and isinstance(name, str) and name in cls.__members__:
+        return cls[name]
+    raise UnsafeCheckpoint(".metadata asks for an attribute that is not a member of one of DCP's enums")
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
         if module == dcp_metadata.__name__ and _dcp_metadata_class(name):
             return getattr(dcp_metadata, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
