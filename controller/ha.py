@@ -148,7 +148,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         log.warning("fence_below_failover_gap", fence=fence, failover_gap=gap,
                     detail="agents may stop their workers during a failover (every running job then restarts "
                     "from its checkpoint): raise --fence and --lease, or shorten --heartbeat-interval (docs/ha.md)")
-    mport = metrics.serve(args.metrics_listen)
+    mport = metrics.serve(args.metrics_listen, args.metrics_token_file)
     host = args.listen.rpartition(":")[0]
     agent_host = args.agent_listen.rpartition(":")[0]
     log.info("controller_started", listen=f"{host}:{port}", agent_listen=f"{agent_host}:{agent_port}",

@@ -97,7 +97,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "override; <= 0 = never)")
     p.add_argument("--checkpoint-root", default="", help="shared checkpoint storage (default STATE_DIR/checkpoints)")
     p.add_argument("--gpu-reserve-gb", type=float, default=1.0, help="GiB kept free on every GPU")
-    p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty)")
+    p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty); a host "
+                   "other than loopback needs --metrics-token-file (docs/observability.md)")
+    p.add_argument("--metrics-token-file", default="", metavar="FILE",
+                   help="a bearer token every scrape of /metrics must carry (Authorization: Bearer ...; mode 600)")
     p.add_argument("--estimator", default="",
                    help="host:port of a tessera-estimator that receives running jobs' step times (online refit)")
     p.add_argument("--learn-step-times", default="nvml", choices=("nvml", "all", "off"),
@@ -205,6 +208,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.price_table = tuple(load_prices(args.prices).items()) if args.prices else ()
     except InvalidInput as e:
         _refuse(p, f"--prices: {e}")
+    try:
+        metrics.check(args.metrics_listen, args.metrics_token_file)
+    except metrics.MetricsConfigError as e:
+        if e.flag == metrics.TOKEN_FLAG:
+            _refuse(p, str(e))  # the file: one line, as --tenants and --prices
+        p.error(str(e))  # the address: as --dashboard-addr
     return args
 
 
@@ -286,7 +295,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
         (agent_pb2_grpc.add_AgentRegistryServicer_to_server, RegistryService(engine, authenticate=args.tls is not None)),
     ], hooks)
     await server.start()
-    mport = metrics.serve(args.metrics_listen)
+    mport = metrics.serve(args.metrics_listen, args.metrics_token_file)
     dashboard = await start_dashboard(args, auth)
     if dashboard is not None:
         dashboard.attach(engine)

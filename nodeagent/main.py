@@ -60,7 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--advertise", metavar="HOST", help="host reported to the controller (default: listen host)"
     )
-    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus /metrics here")
+    p.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here; a host other than loopback needs --metrics-token-file",
+    )
+    p.add_argument(
+        "--metrics-token-file",
+        metavar="FILE",
+        help="a bearer token every scrape of /metrics must carry (Authorization: Bearer ...; mode 600)",
+    )
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument(
         "--kill-workers-on-exit",
@@ -162,6 +171,10 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
     _host_port(args.listen, "--listen", allow_port0=True)
     if args.metrics_listen:
         _host_port(args.metrics_listen, "--metrics-listen", allow_port0=True)
+    try:
+        common_metrics.check(args.metrics_listen, args.metrics_token_file)
+    except common_metrics.MetricsConfigError as exc:
+        raise AgentUsageError(str(exc)) from None
     if args.advertise is not None and (not args.advertise.strip("[]") or "/" in args.advertise):
         raise AgentUsageError(f"--advertise: {args.advertise!r} is not a host name or address")
     if args.worker_threads is not None and args.worker_threads < 1:
@@ -289,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_worker_access(config)
         if args.metrics_listen:
             try:
-                port = common_metrics.serve(args.metrics_listen)
+                port = common_metrics.serve(args.metrics_listen, args.metrics_token_file)
             except OSError as exc:
                 raise AgentUsageError(f"--metrics-listen: cannot serve on {args.metrics_listen}: {exc}") from None
             log.info("metrics serving", listen=args.metrics_listen, port=port)

@@ -30,7 +30,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tessera-estimator", description=__doc__, **clihelp.PARSER)
     p.add_argument("--listen", default=DEFAULT_LISTEN,
                    help=f"host:port of the Estimator API (port 0 = pick one; default {DEFAULT_LISTEN})")
-    p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty)")
+    p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty); a host "
+                   "other than loopback needs --metrics-token-file (docs/observability.md)")
+    p.add_argument("--metrics-token-file", default="", metavar="FILE",
+                   help="a bearer token every scrape of /metrics must carry (Authorization: Bearer ...; mode 600)")
     p.add_argument("--memory-cache", type=int, default=4096, help="memory answers kept (LRU)")
     p.add_argument("--cells-cache", type=int, default=256, help="GetCells answers kept (LRU)")
     p.add_argument("--state-dir", default="",
@@ -47,6 +50,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--listen must be host:port")
     if args.memory_cache < 1 or args.cells_cache < 1:
         p.error("cache sizes must be >= 1")
+    try:
+        metrics.check(args.metrics_listen, args.metrics_token_file)
+    except metrics.MetricsConfigError as e:
+        p.error(str(e))
     return args
 
 
@@ -82,7 +89,7 @@ async def serve(args: argparse.Namespace) -> None:
                                   [] if insecure else [rpc.Authorize(authorize)], name="estimator",
                                   tls=args.tls, insecure=insecure, hooks=hooks, max_concurrent_rpcs=MAX_CALLS)
     await server.start()
-    mport = metrics.serve(args.metrics_listen)
+    mport = metrics.serve(args.metrics_listen, args.metrics_token_file)
     tls.announce("tessera-estimator", args.tls)
     host = args.listen.rpartition(":")[0]
     log.info("estimator_started", listen=f"{host}:{port}", metrics_port=mport, version=version(), pid=os.getpid(),
