@@ -13,7 +13,6 @@ from __future__ import annotations
 import hmac
 import http.server
 import io
-import ipaddress
 import os
 import socket
 import socketserver
@@ -29,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from tessera.common.errors import InvalidInput
+from tessera.common.netaddr import is_loopback
 
 log = structlog.get_logger("metrics")
 
@@ -39,7 +39,6 @@ MAX_CONNECTIONS = 16
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers; a longer head is dropped
 MAX_TOKEN_BYTES = 4096
 PATH = "/metrics"
-LOOPBACK_NAMES = ("localhost",)
 
 
 class MetricsConfigError(InvalidInput):
@@ -48,17 +47,6 @@ class MetricsConfigError(InvalidInput):
     def __init__(self, flag: str, message: str) -> None:
         super().__init__(f"{flag}: {message}")
         self.flag = flag
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost (the dashboard's rule, controller/dashboard/options.py)."""
-    host = host.strip("[]")
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def split_listen(listen: str) -> tuple[str, int]:

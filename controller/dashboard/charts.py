@@ -1,7 +1,7 @@
 """Server-rendered SVG charts of the dashboard: stacked areas over time (capacity), a line chart
 (loss curve) and a Gantt chart (jobs' runs and forecasts). Plain SVG with presentation attributes
 and classes (styled by /static/style.css): no script, so the pages' CSP needs no exception.
-Every text is escaped here; callers pass raw strings.
+Every text is escaped here (direction controls shown, text.e); callers pass raw strings.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
+
+from tessera.controller.dashboard.text import e as escape
 
 W, H = 760, 220
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 12, 34
@@ -21,7 +22,10 @@ TIME_STEPS = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 36
 def clock(t: float, span: float = 0.0) -> str:
     """UTC wall time, as short as the span allows."""
     fmt = "%m-%d %H:%M" if span > 86400 else "%H:%M:%S" if span < 300 else "%H:%M"
-    return time.strftime(fmt, time.gmtime(t))
+    try:
+        return time.strftime(fmt, time.gmtime(t))
+    except (OverflowError, OSError, ValueError):  # a time no calendar shows
+        return "-"
 
 
 def nice_step(span: float, ticks: int = 5) -> float:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 from collections.abc import Callable
 from typing import NoReturn
 
-LOOPBACK_NAMES = ("localhost",)
+from tessera.common.netaddr import is_loopback
+
+__all__ = ["add_arguments", "check", "is_loopback"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,16 +16,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve the read-only web dashboard here (docs/dashboard.md; HTTPS with the controller's "
                         "certificate under --tls-dir, the API's tokens); off when empty. A host other than loopback "
                         "needs --tokens")
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:

@@ -1,18 +1,19 @@
 """The dashboard's HTML pages, rendered on the server. Every value from a job, a node or a request
-is escaped (`e`); the pages carry no inline script or style (the CSP forbids them): behaviour is in
-/static/app.js, looks in /static/style.css.
+is escaped (`e`; `bdi` also isolates its direction: text.py); the pages carry no inline script or
+style (the CSP forbids them): behaviour is in /static/app.js, looks in /static/style.css.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from html import escape
+from urllib.parse import urlencode
 
 from tessera.common.tokens import Principal
 from tessera.controller.dashboard import charts
 from tessera.controller.dashboard.data import forecast_fields, forecast_of
 from tessera.controller.dashboard.history import CapacityHistory, ProgressPoint
+from tessera.controller.dashboard.text import bdi, e
 from tessera.controller.metrics import GPU_STATES
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -22,10 +23,6 @@ FINAL = {common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2
 MAX_EVENTS = 300  # the newest shown on a job page (GET /api/jobs/ID has them all)
 GIB = 1024 ** 3
 ON = ' class="on"'
-
-
-def e(value: object) -> str:
-    return escape(str(value), quote=True)
 
 
 def job_state(state: int) -> str:
@@ -39,7 +36,10 @@ def node_state(state: int) -> str:
 
 
 def when(t: float) -> str:
-    return time.strftime("%m-%d %H:%M:%SZ", time.gmtime(t)) if t > 0 else "-"
+    try:
+        return time.strftime("%m-%d %H:%M:%SZ", time.gmtime(t)) if t > 0 else "-"
+    except (OverflowError, OSError, ValueError):  # a time no calendar shows: a page, not a 500
+        return "-"
 
 
 def ago(now: float, t: float) -> str:
@@ -55,8 +55,8 @@ def layout(title: str, who: Principal | None, body: str, nav: str = "") -> str:
                                              ("jobs", "/jobs", "Jobs")))
     user = ""
     if who is not None:
-        tenant = f", tenant {e(who.tenant)}" if who.tenant else ""
-        user = (f'<span class="who">{e(who.name)} ({e(who.role)}{tenant}) '
+        tenant = f", tenant {bdi(who.tenant)}" if who.tenant else ""
+        user = (f'<span class="who">{bdi(who.name)} ({e(who.role)}{tenant}) '
                 f'<button type="button" id="signout">sign out</button></span>')
     refresh = (f'<label class="refresh"><input type="checkbox" id="autorefresh" checked> refresh every '
                f"{REFRESH_S} s</label>") if who is not None else ""
@@ -104,7 +104,7 @@ def gpu_totals(nodes: Sequence[controller_pb2.Node], now: float) -> dict[str, di
 
 def cluster_page(who: Principal, capacity: CapacityHistory, nodes: Sequence[controller_pb2.Node], now: float) -> str:
     totals = gpu_totals(nodes, now)
-    rows = [[e(t), str(sum(v.values())), *(str(v[s]) for s in GPU_STATES)] for t, v in sorted(totals.items())]
+    rows = [[bdi(t), str(sum(v.values())), *(str(v[s]) for s in GPU_STATES)] for t, v in sorted(totals.items())]
     states: dict[str, int] = {}
     for n in nodes:
         states[node_state(n.state)] = states.get(node_state(n.state), 0) + 1
@@ -119,7 +119,7 @@ def cluster_page(who: Principal, capacity: CapacityHistory, nodes: Sequence[cont
         times = [s.time for s in samples]
         series = [(state, COLOURS[state], [float(s.gpus.get(t, {}).get(state, 0)) for s in samples])
                   for state in GPU_STATES]
-        parts.append(f'<h3>{e(t)}</h3><div class="chart-box" id="capacity-{e(t)}">'
+        parts.append(f'<h3>{bdi(t)}</h3><div class="chart-box" id="capacity-{e(t)}">'
                      f"{charts.stacked_area(f'{t} GPUs by state', times, series, 'GPUs')}</div>")
     if not capacity.types():
         parts.append(charts.stacked_area("capacity", [], [], "GPUs"))
@@ -131,14 +131,14 @@ def nodes_page(who: Principal, nodes: Sequence[controller_pb2.Node], held: Mappi
     """`held`: node -> the (id, name) of the active jobs placed on it that the caller may see."""
     rows = []
     for n in nodes:
-        jobs = ", ".join(f'<a href="/jobs/{e(jid)}">{e(name or jid)}</a>' for jid, name in held.get(n.id, ())) or "-"
+        jobs = ", ".join(f'<a href="/jobs/{e(jid)}">{bdi(name or jid)}</a>' for jid, name in held.get(n.id, ())) or "-"
         busy = set(n.busy_gpus)
         chips = "".join(f'<span class="gpu {"busy" if g.index in busy else "idle"}" title="{e(g.model)} '
-                        f'{g.memory_bytes / GIB:.0f} GiB">{g.index}: {e(g.model)}</span>' for g in n.inventory.gpus)
+                        f'{g.memory_bytes / GIB:.0f} GiB">{g.index}: {bdi(g.model)}</span>' for g in n.inventory.gpus)
         mem = f"{n.inventory.host_memory_bytes / GIB:.0f} GiB" if n.inventory.host_memory_bytes else "-"
-        rows.append([f'<span id="node-{e(n.id)}">{e(n.id)}</span>', (f'<span class="st {node_state(n.state)}">'
-                     f"{node_state(n.state)}</span>"), e(n.reason or ""), e(n.address),
-                     chips or "-", jobs, str(n.inventory.cpu_count or "-"), mem, e(n.agent_version or "-"),
+        rows.append([f'<span id="node-{e(n.id)}">{bdi(n.id)}</span>', (f'<span class="st {node_state(n.state)}">'
+                     f"{node_state(n.state)}</span>"), bdi(n.reason or ""), bdi(n.address),
+                     chips or "-", jobs, str(n.inventory.cpu_count or "-"), mem, bdi(n.agent_version or "-"),
                      ago(now, n.last_heartbeat)])
     body = (table(["node", "state", "reason", "address", "GPUs (blue: held by a job)", "jobs", "CPUs", "memory", "agent",
                    "heartbeat"], rows, "nodes") if rows else '<p class="empty">No node has registered.</p>')
@@ -165,10 +165,20 @@ def _gantt_rows(jobs: Sequence[controller_pb2.Job], now: float) -> list[charts.G
     return rows
 
 
-def jobs_page(who: Principal, jobs: Sequence[controller_pb2.Job], state_filter: str, now: float) -> str:
+def _jobs_href(state: str, tenant: str) -> str:
+    query = urlencode([(k, v) for k, v in (("state", state), ("tenant", tenant)) if v])
+    return f"/jobs?{query}" if query else "/jobs"
+
+
+def jobs_page(who: Principal, jobs: Sequence[controller_pb2.Job], state_filter: str, now: float,
+              tenant_filter: str = "", matching: int = 0) -> str:
+    """`jobs` in the order shown (joblist.select: not finished first, newest first); `matching` > 0:
+    the list is cut, and at least that many jobs match the filters."""
     has_forecast = bool(forecast_fields())
-    filters = " ".join(f'<a href="/jobs{"?state=" + s if s else ""}"{ON if s == state_filter else ""}>'
+    filters = " ".join(f'<a href="{e(_jobs_href(s, tenant_filter))}"{ON if s == state_filter else ""}>'
                        f"{s or 'all'}</a>" for s in ("", "pending", "running", "succeeded", "failed", "cancelled"))
+    if tenant_filter:
+        filters += f' (tenant {bdi(tenant_filter)}: <a href="{e(_jobs_href(state_filter, ""))}">any tenant</a>)'
     rows = []
     for j in jobs:
         prog = f"{j.progress.iteration}/{j.spec.iterations}" if j.spec.iterations else (
@@ -176,15 +186,24 @@ def jobs_page(who: Principal, jobs: Sequence[controller_pb2.Job], state_filter: 
         f = forecast_of(j)
         start = when(j.start_time) if j.start_time else (f"~{when(f.start)}" if f.start else "-")
         end = when(j.end_time) if j.end_time else (f"~{when(f.end)}" if f.end else "-")
-        rows.append([f'<a class="job" href="/jobs/{e(j.id)}">{e(j.id)}</a>', e(j.spec.name), e(j.spec.tenant or "-"),
+        rows.append([f'<a class="job" href="/jobs/{e(j.id)}">{e(j.id)}</a>', bdi(j.spec.name),
+                     bdi(j.spec.tenant or "-"),
                      f'<span class="st {job_state(j.state)}">{job_state(j.state)}</span>',
-                     f'<span class="reason">{e(j.reason)}</span>', e(j.cell or "-"), prog,
+                     f'<span class="reason">{bdi(j.reason)}</span>', bdi(j.cell or "-"), prog,
                      *(f'<span class="nw">{t}</span>' for t in (when(j.submit_time), start, end))])
     note = ("Times marked ~ are the controller's forecasts." if has_forecast else
             "This controller does not forecast start and end times: the chart shows what happened.")
     body = (f'<p class="filters">State: {filters}</p><h2>Timeline</h2><p class="note">{note}</p>'
             f'<div class="chart-box" id="gantt">{charts.gantt("jobs over time", _gantt_rows(jobs, now), now)}</div>'
             f"<h2>Jobs ({len(jobs)})</h2>")
+    order = ("The jobs not finished come first (running, starting and migrating, then pending), then the "
+             "finished ones; the newest first in each.")
+    if matching:
+        body += (f'<p class="note cut" id="cut">Showing {len(jobs)} of at least {matching} jobs. {order} For the '
+                 "others, filter by state or tenant (<code>?state=succeeded</code>, <code>?tenant=NAME</code>), "
+                 "or use <code>tessctl get jobs</code>.</p>")
+    else:
+        body += f'<p class="note">{order}</p>'
     body += table(["job", "name", "tenant", "state", "reason", "cell", "iterations", "submitted", "start", "end"],
                   rows, "jobs") if rows else '<p class="empty" id="no-jobs">No jobs.</p>'
     return layout("Jobs", who, body, "jobs")
@@ -193,12 +212,12 @@ def jobs_page(who: Principal, jobs: Sequence[controller_pb2.Job], state_filter: 
 def _plan(p: common_pb2.Plan) -> str:
     if not p.gpu_model:
         return "-"
-    text = (f"dp {p.dp} x tp {p.tp} x pp {p.pp} on {e(p.gpu_model)}, micro-batch {p.micro_batch}, "
+    text = (f"dp {p.dp} x tp {p.tp} x pp {p.pp} on {bdi(p.gpu_model)}, micro-batch {p.micro_batch}, "
             f"grad accumulation {p.grad_accum}")
     if p.memory_per_gpu_bytes:
-        text += f", {p.memory_per_gpu_bytes / GIB:.1f} GiB per GPU ({e(p.memory_source)})"
+        text += f", {p.memory_per_gpu_bytes / GIB:.1f} GiB per GPU ({bdi(p.memory_source)})"
     if p.stages:
-        text += "; stages: " + ", ".join(f"{s.gpus} x {e(s.gpu_model)} (layers {s.layer_start}-{s.layer_end})"
+        text += "; stages: " + ", ".join(f"{s.gpus} x {bdi(s.gpu_model)} (layers {s.layer_start}-{s.layer_end})"
                                         for s in p.stages)
     return text
 
@@ -224,19 +243,19 @@ def job_page(who: Principal, j: controller_pb2.Job, points: Sequence[ProgressPoi
     elif not forecast_fields():
         fc = "not forecast by this controller"
     if f.note:
-        fc = f"{fc}; {e(f.note)}" if f.known else e(f.note)
+        fc = f"{fc}; {bdi(f.note)}" if f.known else bdi(f.note)
     facts = [("State", f'<span class="st {job_state(j.state)}" id="state">{job_state(j.state)}</span>'),
-             ("Reason", e(j.reason or "-")), ("Tenant", e(j.spec.tenant or "-")),
-             ("Attempt", f"{j.attempt} (restarts {j.restarts})"), ("Cell", e(j.cell or "-")), ("Plan", _plan(j.plan)),
+             ("Reason", bdi(j.reason or "-")), ("Tenant", bdi(j.spec.tenant or "-")),
+             ("Attempt", f"{j.attempt} (restarts {j.restarts})"), ("Cell", bdi(j.cell or "-")), ("Plan", _plan(j.plan)),
              ("Submitted", when(j.submit_time)), ("Started", when(j.start_time)), ("Ended", when(j.end_time)),
              ("Forecast", fc), ("Progress", bar)]
     if j.predicted_seconds or j.predicted_cost:
-        facts.append(("Predicted", f"{j.predicted_seconds:.0f} s, cost {j.predicted_cost:.2f} ({e(j.allocation)})"))
+        facts.append(("Predicted", f"{j.predicted_seconds:.0f} s, cost {j.predicted_cost:.2f} ({bdi(j.allocation)})"))
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
-    place = table(["node", "GPUs"], [[e(s.node_id), ", ".join(str(i) for i in s.gpu_indices)]
+    place = table(["node", "GPUs"], [[bdi(s.node_id), ", ".join(str(i) for i in s.gpu_indices)]
                                      for s in j.placement.slices], "placement") if j.placement.slices else "<p>-</p>"
     events = list(j.events)[-MAX_EVENTS:]
-    ev_rows = [[when(ev.time), f'<span class="kind">{e(ev.kind)}</span>', e(ev.message)] for ev in events]
+    ev_rows = [[when(ev.time), f'<span class="kind">{bdi(ev.kind)}</span>', bdi(ev.message)] for ev in events]
     xs = [float(p.iteration) for p in points]
     curves = ("<h3>Loss</h3>" + charts.line_chart("loss", xs, [p.loss for p in points], "iteration", "loss") +
               "<h3>Throughput</h3>" +

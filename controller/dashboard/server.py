@@ -37,7 +37,7 @@ from tessera.controller.access import authorize, list_tenant, may_see
 from tessera.controller.auth import Authenticator, InsecureAuthenticator
 from tessera.controller.convert import job_pb, node_pb
 from tessera.controller.core.validate import JOB_ID_RE
-from tessera.controller.dashboard import pages
+from tessera.controller.dashboard import joblist, pages
 from tessera.controller.dashboard.data import capacity_json, dumps, message_json, progress_json
 from tessera.controller.dashboard.history import History
 from tessera.controller.dashboard.http import HttpServer, Request, Response
@@ -195,13 +195,11 @@ class Dashboard:
             if api:
                 return json_response({"nodes": [message_json(n) for n in nodes]})
             return html(200, pages.nodes_page(who, nodes, self._held(who), self._engine().wall()))
-        if path in ("/jobs", "/api/jobs"):
+        if path == "/api/jobs":
+            return json_response(message_json(self._jobs(self._principal(req, "ListJobs"), req)))
+        if path == "/jobs":
             who = self._principal(req, "ListJobs")
-            page = self._jobs(who, req)
-            if api:
-                return json_response(message_json(page))
-            return html(200, pages.jobs_page(who, list(page.jobs), req.query.get("state", ""),
-                                             self._engine().wall()))
+            return html(200, self._jobs_page(who, req))
         m = JOB_PAGE_RE.fullmatch(path)
         if m:
             who = self._principal(req, "GetJob")
@@ -239,6 +237,16 @@ class Dashboard:
 
         return list_page(fetch, view.progress, self.page_key, states, tenant, limit, req.query.get("continue", ""),
                          self._engine().forecaster.get)
+
+    def _jobs_page(self, who: Principal, req: Request) -> str:
+        """Not the listing's first page (the oldest jobs): joblist.select's, newest first."""
+        engine = self._engine()
+        view, now = engine.view, engine.wall()
+        tenant = list_tenant(who, req.query.get("tenant", ""))
+        listed = joblist.select(view.jobs, view.jobs_page, job_states(req.query.get("state", "")), tenant, now)
+        jobs = [job_pb(r, view.progress(r.id), forecast=engine.forecaster.get(r.id)) for r in listed.jobs]
+        return pages.jobs_page(who, jobs, req.query.get("state", ""), now, req.query.get("tenant", ""),
+                               listed.matching if listed.cut else 0)
 
     def _job(self, who: Principal, jid: str) -> controller_pb2.Job:
         if not JOB_ID_RE.fullmatch(jid):

@@ -150,6 +150,10 @@ async def test_the_http_layer_refuses_what_is_not_a_plain_get() -> None:
         assert (await raw(port, b"GET /x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")).startswith(b"HTTP/1.1 400")
         assert (await raw(port, b"GET /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")).startswith(b"HTTP/1.1 400")
         assert (await raw(port, b"GET x HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        # urlsplit reads "//x/nodes" as the host x and the path /nodes: a target is one "/" and a path
+        for target in (b"//x/nodes", b"//x", b"///nodes"):
+            assert (await raw(port, b"GET " + target + b" HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400"), target
+        assert (await raw(port, b"GET /x//y HTTP/1.1\r\n\r\n")).endswith(b"path=/x//y")
         assert (await raw(port, b"nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400")
         assert (await raw(port, b"GET /%ff HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400")
         big = b"GET / HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n"
@@ -245,6 +249,26 @@ def test_pages_escape_what_jobs_carry_and_draw_forecasts_apart_from_what_happene
         assert "starts ~" in page and "ends ~" in page
 
 
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_direction_controls_from_jobs_and_nodes_cannot_reorder_the_page() -> None:
+    # U+202E (right-to-left override) reverses what follows it up to the end of the paragraph: a
+    # reason "\u202eexe.gnp" reads as "png.exe", and a name could turn its row's other cells around.
+    evil = "ok \u202eexe.gnp"
+    job = controller_pb2.Job(id="j-1", state=P.JOB_STATE_RUNNING, start_time=1000, reason=evil, cell="c\u2067",
+                             spec=P.JobSpec(name=evil, tenant="team\u202d"))
+    job.events.add(time=1000, kind="FAILED\u202e", message=evil)
+    node = controller_pb2.Node(id="n1", address="10.0.0.1\u202e", reason=evil, agent_version="1\u2066",
+                               state=P.NODE_STATE_READY)
+    for page in (pages.jobs_page(ANONYMOUS, [job], "", 2000.0), pages.job_page(ANONYMOUS, job, [], 2000.0),
+                 pages.nodes_page(ANONYMOUS, [node], {"n1": [("j-1", evil)]}, 2000.0)):
+        assert not any(c in page for c in BIDI)  # shown, not obeyed; in cells, titles and the SVG alike
+        assert "<bdi>ok [U+202E]exe.gnp</bdi>" in page  # and isolated from its neighbours
+    assert "<bdi>FAILED[U+202E]</bdi>" in pages.job_page(ANONYMOUS, job, [], 2000.0)
+    assert pages.e("\u200fHebrew \u05d0") == "\u200fHebrew \u05d0"  # marks and right-to-left letters stay
+
+
 def test_a_loss_curve_spanning_every_float_is_said_not_drawn() -> None:
     # a worker reported 1e308, then -1e308: the chart's span overflowed and the job page was a 500
     html = charts.line_chart("Loss", [0.0, 1.0, 2.0], [1e308, -1e308, 1.0], "iteration", "loss")
@@ -294,3 +318,12 @@ async def test_one_address_holds_at_most_its_share_of_connections() -> None:
         assert ok.count(b"Cache-Control:") == 1 and b"Cache-Control: max-age=300" in ok  # the response's own
     finally:
         await d.close()
+
+
+def test_a_time_no_calendar_shows_is_a_dash_not_a_500() -> None:
+    """A forecast end of 5e18 (an opaque job's own step time) made /jobs answer 500 (gmtime's
+    OverflowError); the forecast now stops at 10 years, and the pages show '-' for such a time."""
+    from tessera.controller.dashboard import charts, pages
+
+    for t in (5e18, float("inf"), float("nan")):
+        assert pages.when(t) == "-" and charts.clock(t) == "-"
