@@ -25,8 +25,8 @@ The agent starts it (root when the agent is root) in a session of its own; the k
   for signal N).
 
 Standard library only, and it imports nothing from Tessera but tessera.nodeagent.keeperfiles and
-logcap: it
-must work when the agent is stopped or gone, and start quickly for every rank.
+tessera.nodeagent.logcap: it must work when the agent is stopped or gone, and start quickly for
+every rank.
 """
 
 from __future__ import annotations

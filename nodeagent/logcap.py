@@ -5,7 +5,8 @@ and logs on the node fail with it. With `--log-max-bytes N` the worker writes in
 keeper appends what it reads to the rank's log, and when the log passes N bytes it keeps the last
 N/2 (from a line start) at the front of the same file, after one line saying how much was dropped:
 the tail, where a failure's traceback is, is what a log is read for. Kubernetes caps container
-logs the same way (its kubelet's containerLogMaxSize, 10 MiB by default).
+logs too (the kubelet's containerLogMaxSize, 10 MiB by default), by rotating files; a rotation
+here would mean making files by path in the worker's folder.
 
 Only the file descriptor the agent opened is used, never the log's path: the attempt folder belongs
 to the worker's user, and the keeper may be root. A log is rewritten in place, so a reader that
