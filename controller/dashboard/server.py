@@ -38,6 +38,7 @@ from tessera.controller.auth import Authenticator, InsecureAuthenticator
 from tessera.controller.convert import job_pb, node_pb
 from tessera.controller.core.validate import JOB_ID_RE
 from tessera.controller.dashboard import joblist, pages
+from tessera.controller.dashboard.budget import LoopBudget
 from tessera.controller.dashboard.data import capacity_json, dumps, message_json, progress_json
 from tessera.controller.dashboard.history import History
 from tessera.controller.dashboard.http import HttpServer, Request, Response
@@ -109,6 +110,7 @@ class Dashboard:
         self.page_key = os.urandom(32)  # continue tokens of /api/jobs; this process only
         self.standby_reason = standby_reason or "the controller is starting"
         self.server = HttpServer(self.handle, ssl_context(tls) if tls is not None else None)
+        self.budget = LoopBudget()
         self._sampler: asyncio.Task[None] | None = None
 
     async def start(self, listen: str) -> int:
@@ -155,6 +157,9 @@ class Dashboard:
         if path == "/login":
             return html(200, pages.login_page())
         api = path.startswith("/api/")
+        if self.budget.exhausted():
+            return Response(503, b"the dashboard is busy: try again in a second\n", headers=[("Retry-After", "1")])
+        started = self.budget.clock()
         try:
             return self._route(path, req, api)
         except TesseraError as e:
@@ -165,6 +170,8 @@ class Dashboard:
             if status == 401:
                 return html(401, pages.login_page(str(e)))
             return html(status, pages.error_page(status, str(e)))
+        finally:
+            self.budget.spend(started)
 
     def _static(self, name: str) -> Response:
         if name not in STATIC_TYPES:

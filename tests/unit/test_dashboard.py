@@ -327,3 +327,37 @@ def test_a_time_no_calendar_shows_is_a_dash_not_a_500() -> None:
 
     for t in (5e18, float("inf"), float("nan")):
         assert pages.when(t) == "-" and charts.clock(t) == "-"
+
+
+def test_the_loop_budget_refuses_once_renders_took_their_share() -> None:
+    from tessera.controller.dashboard.budget import LoopBudget
+
+    now = [100.0]
+    b = LoopBudget(share=0.25, window_s=1.0, clock=lambda: now[0])
+    for _ in range(4):  # four renders of 0.05 s within the second: 0.2 s, under 0.25 s
+        assert not b.exhausted()
+        start = now[0]
+        now[0] += 0.05
+        b.spend(start)
+    start = now[0]
+    now[0] += 0.1
+    b.spend(start)
+    assert b.exhausted()  # 0.3 s of the last second
+    now[0] += 0.95  # the first renders leave the window
+    assert not b.exhausted()
+
+
+async def test_a_dashboard_over_its_loop_budget_answers_503_at_once(tmp_path: Path) -> None:
+    """16 connections pulling /api/jobs back to back took the controller's loop (ListNodes 1 ms ->
+    721 ms); past its share a request gets 503 with Retry-After, before any render."""
+    from tessera.controller.dashboard.budget import LoopBudget
+
+    _, d, _ = await cluster(tmp_path, secure=False)
+    now = [0.0]
+    d.budget = LoopBudget(share=0.25, window_s=1.0, clock=lambda: now[0])
+    d.budget.spend(-0.3)  # a render of 0.3 s just ended
+    busy = await d.handle(get("/api/jobs"))
+    assert busy.status == 503 and ("Retry-After", "1") in busy.headers
+    assert (await d.handle(get("/static/app.js"))).status == 200  # static files cost nothing
+    now[0] = 2.0
+    assert (await d.handle(get("/api/jobs"))).status == 200
