@@ -24,7 +24,15 @@ from typing import Any, TextIO
 from tessera.clients import argtypes, output
 from tessera.common import identity
 from tessera.common.errors import InvalidInput
-from tessera.common.pki import CA_DAYS, CERT_DAYS, DEFAULT_HOSTS, CertificateAuthority, PkiError
+from tessera.common.pki import (
+    CA_CERT,
+    CA_DAYS,
+    CERT_DAYS,
+    DEFAULT_HOSTS,
+    CertificateAuthority,
+    PkiError,
+    bundle_cas,
+)
 from tessera.common.tokens import (
     PRINCIPAL_RE,
     ROLES,
@@ -67,7 +75,8 @@ def _add_token(groups: Any, command: Any) -> None:
     p.add_argument("--role", required=True, choices=ROLES, help="user: its tenant's jobs; admin: every tenant, nodes")
     p = command(ts, "list", cmd_token_list, "the names, tenants and roles in the tokens file")
     _tokens_file(p)
-    p = command(ts, "revoke", cmd_token_revoke, "remove a token from the tokens file (the controller re-reads it)")
+    p = command(ts, "revoke", cmd_token_revoke, "remove a token from the tokens file (a controller reading it in place re-reads it; "
+                "one given it as a systemd credential needs a restart)")
     _tokens_file(p)
     p.add_argument("--name", required=True, help="the token's name")
 
@@ -120,6 +129,10 @@ def cmd_token_revoke(client: Any, args: argparse.Namespace, out: TextIO) -> int:
         raise AdminUsageError(f"--name: {args.tokens_file} has no token named {args.name!r}")
     write_tokens_file(args.tokens_file, kept)
     out.write(f"token {args.name!r} removed from {args.tokens_file}\n")
+    # The controller re-reads a file it reads in place within a second, but a systemd credential
+    # (LoadCredential=, docs/auth.md) is a copy made at start: there the token stays valid until then.
+    out.write("a controller reading this file in place stops accepting it within a second; one that reads it "
+              "as a systemd credential (LoadCredential=) only after `systemctl restart tessera-controller`\n")
     return 0
 
 
@@ -200,4 +213,8 @@ def cmd_pki_issue(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     for ident in who:
         target = ca.issue(ident, args.host, out=args.out, days=args.days)
         print(f"{ident.uri}: {target}/cert.pem, key.pem, ca.pem (use as --tls-dir {target})", file=out)
+        held = len(bundle_cas(target / CA_CERT))
+        if held > 1:  # a CA rotation's middle round (docs/security.md, "Rotation")
+            print(f"  {target}/ca.pem trusts {held} CAs (the ones it held, and this one): drop the old one "
+                  "once every daemon has its new certificate", file=out)
     return 0

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tessera.common.errors import InvalidInput
 from tessera.common.identity import Identity, reserved_host
+from tessera.common.privatefile import write_private
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
@@ -68,18 +69,21 @@ def _san_hosts(hosts: Iterable[str]) -> list[x509.GeneralName]:
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
-    """Write through a temporary file created with `mode`: a key is never readable by others, not
-    even for a moment, and a crash leaves the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)  # the umask may have narrowed it; never widened past `mode`
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """A key or certificate, never readable by others, not even for a moment, and a crash leaves the
+    old file or the new one (privatefile.write_private: a random temporary name, O_EXCL|O_NOFOLLOW;
+    a predictable one let another user of the folder pre-create it and read the key)."""
+    write_private(path, data, mode)
+
+
+def _private_dir(d: Path) -> None:
+    """Create `d` (0700) and refuse it, or its parent, when another user may write in it (without
+    the sticky bit): that user could swap the folder or a file in it for one of theirs."""
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for p in (d, d.parent):
+        st = p.stat()
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise PkiError(f"{p}: other users may write in it (mode {stat.S_IMODE(st.st_mode):04o}), so a key "
+                           "written below it can be taken or swapped; chmod go-w it or choose another folder")
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -113,7 +117,7 @@ class CertificateAuthority:
             raise PkiError(f"{d / CA_CERT}: a CA exists already; remove it first to make a new one")
         if days < 1:
             raise PkiError(f"--days: must be >= 1, got {days}")
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private_dir(d)
         key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         now = _now()
@@ -181,11 +185,29 @@ class CertificateAuthority:
             .sign(self.key, hashes.SHA256())
         )
         target = Path(out) if out is not None else self.dir / identity_dir_name(identity)
-        target.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private_dir(target)
         _write(target / KEY, _key_pem(key), 0o600)
         _write(target / CERT, _cert_pem(cert), 0o644)
-        _write(target / CA_CERT, self.cert_pem, 0o644)
+        _write(target / CA_CERT, _bundle_with(target / CA_CERT, self.cert), 0o644)
         return target
+
+
+def bundle_cas(path: Path) -> list[x509.Certificate]:
+    """The certificates of a CA bundle (`ca.pem`); none when it is missing or not PEM."""
+    try:
+        return x509.load_pem_x509_certificates(path.read_bytes())
+    except (OSError, ValueError):
+        return []
+
+
+def _bundle_with(path: Path, ca: x509.Certificate) -> bytes:
+    """The CA bundle for `path`: the one there already, when it holds `ca` (a bundle of the old and
+    the new CA, in the middle of a rotation: docs/security.md), or with `ca` added to what it
+    holds, or `ca` alone."""
+    held = bundle_cas(path)
+    if ca in held:
+        return b"".join(_cert_pem(c) for c in held)
+    return b"".join(_cert_pem(c) for c in [*held, ca])
 
 
 def identities_of(cert: x509.Certificate) -> list[Identity]:

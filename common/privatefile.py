@@ -1,6 +1,7 @@
 """Files only their owner may read: the tokens file, signing keys (ListJobs continue tokens, the
-agent's worker secret). Written atomically (a temporary file, fsync, rename), mode 0600 whatever the
-umask, never through a symlink planted at the temporary name."""
+agent's worker secret), and the PKI's keys and certificates (their own mode). Written atomically (a
+temporary file, fsync, rename), of their mode whatever the umask, never through a symlink planted
+at the temporary name."""
 
 from __future__ import annotations
 
@@ -9,17 +10,29 @@ import secrets
 from pathlib import Path
 
 
-def write_private(path: Path, data: str | bytes) -> None:
-    """Replace `path` with `data`, readable and writable by the owner only (0600)."""
+def write_private(path: Path, data: str | bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data`, of `mode` (default 0600: the owner only), through a temporary file
+    of a random name made with O_EXCL and O_NOFOLLOW (another user of the folder can neither
+    pre-create nor redirect it), flushed to disk before it replaces the old one. An existing file
+    keeps its owner and group (a tokens file a non-root controller reads stays readable by it). A
+    symlink at `path` is written through, to the file it names: replacing the link left that file,
+    the one a daemon reads, unchanged (a revoked token stayed valid)."""
     raw = data.encode() if isinstance(data, str) else data
+    path = Path(os.path.realpath(path))  # through a symlink, as an editor writes: the file it names
+    try:
+        old: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        old = None
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
+            if old is not None and os.geteuid() == 0:
+                os.fchown(f.fileno(), old.st_uid, old.st_gid)
+            os.fchmod(f.fileno(), mode)  # O_CREAT's mode is masked by the umask; never wider than `mode`
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)  # O_CREAT's mode is masked by the umask; never wider than 0600 anyway
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -158,18 +158,29 @@ def _check_entry(e: TokenEntry, at: str) -> None:
 
 
 def read_tokens_file(path: str | Path) -> tuple[TokenEntry, ...]:
-    """Read and check a tokens file. Refused as well: a file that group or others may write (whoever
-    can write it can make themselves admin)."""
+    """Read and check a tokens file. Refused as well (whoever can write it, or replace it, can make
+    themselves admin): a file group or others may write, one owned by another user than root or
+    this process, and one in a folder group or others may write (without the sticky bit)."""
     file = str(path)
     try:
         with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
+            st_file = os.fstat(f.fileno())
+            mode, owner = st_file.st_mode, st_file.st_uid
             raw = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise TokensFileError("", f"cannot read: {exc.strerror or exc}", file=file) from None
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise TokensFileError("", f"writable by group or others (mode {stat.S_IMODE(mode):04o}); "
                                   "chmod 600 it", file=file)
+    if owner not in (0, os.geteuid()):
+        raise TokensFileError("", f"owned by uid {owner}, neither root nor this process (uid {os.geteuid()}): "
+                                  "whoever owns it can make themselves admin", file=file)
+    folder = os.path.dirname(os.path.realpath(path))
+    st = os.stat(folder)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        # Another user may rename their own file over this one (an audit's nobody became admin so).
+        raise TokensFileError("", f"its folder {folder} is writable by group or others "
+                                  f"(mode {stat.S_IMODE(st.st_mode):04o}): chmod go-w it", file=file)
     return parse_with_lines(load_yaml(raw, file, TokensFileError), file, parse_tokens)
 
 

@@ -17,6 +17,7 @@ import structlog
 from tessera.common import clihelp, daemon, envpolicy, metrics, rpc, tls
 from tessera.common.errors import InvalidInput, TesseraError
 from tessera.common.hooks import Hooks
+from tessera.common.netaddr import is_loopback
 from tessera.common.objective import load_prices
 from tessera.common.privatefile import key_file
 from tessera.controller.agents import AgentClients
@@ -116,7 +117,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds between retention sweeps (default 600)")
     p.add_argument("--tokens", default="", metavar="FILE",
                    help="tokens file of the Controller API (docs/auth.md); without it every caller is allowed "
-                        "everything (logged as a warning)")
+                        "everything (logged as a warning), so a --listen other than loopback needs it")
+    p.add_argument("--allow-anonymous", action="store_true",
+                   help="serve the Controller API without --tokens on an address other machines reach: every "
+                        "caller there is an anonymous admin (a closed test network only)")
     p.add_argument("--tenants", default="", metavar="FILE",
                    help="tenants file: GPU quotas per tenant (docs/tenants.md); reloaded on SIGHUP and when it "
                         "changes, a bad reload refused and the config before kept. Without it: no quotas, every "
@@ -132,6 +136,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--etcd-ca", default="", help="CA bundle (PEM) of etcd's TLS; TLS to etcd when set")
     p.add_argument("--etcd-cert", default="", help="client certificate (PEM) for etcd's client-cert auth")
     p.add_argument("--etcd-key", default="", help="key (PEM) of --etcd-cert")
+    p.add_argument("--etcd-plaintext", action="store_true",
+                   help="talk to etcd endpoints other machines reach without TLS and client certificates: "
+                        "anyone there may rewrite every job, node and the leader key (a closed network only)")
     p.add_argument("--advertise", default="", metavar="HOST:PORT",
                    help="the address standbys give clients and agents for this controller when it leads "
                         "(default: the --listen host and bound port)")
@@ -167,13 +174,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not args.etcd_endpoints:
             p.error("--store etcd needs --etcd-endpoints HOST:PORT[,HOST:PORT...]")
         try:
-            parse_endpoints(args.etcd_endpoints)
+            endpoints = parse_endpoints(args.etcd_endpoints)
         except InvalidInput as e:
             p.error(str(e))
         if not 2 <= args.etcd_lease_ttl <= 60:
             p.error("--etcd-lease-ttl must be 2..60 seconds")
         if bool(args.etcd_cert) != bool(args.etcd_key) or (args.etcd_cert and not args.etcd_ca):
             p.error("--etcd-cert and --etcd-key go together, with --etcd-ca")
+        remote = [ep for ep in endpoints if not is_loopback(ep.rpartition(":")[0])]
+        if remote and not args.etcd_cert and not args.etcd_plaintext:
+            _refuse(p, f"--etcd-endpoints: {remote[0]} is reachable from other machines, and without --etcd-ca, "
+                       "--etcd-cert and --etcd-key anyone there may read and rewrite the cluster's whole state: "
+                       "give them (docs/ha.md, \"etcd over TLS\"), or --etcd-plaintext")
     for name in ("round_interval", "inspect_interval", "lease", "heartbeat_interval", "down_after"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
@@ -196,6 +208,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.down_after < requeue:
         p.error(f"--down-after ({args.down_after:g}s) must be at least lease + fence grace + 1s ({requeue:g}s): "
                 "a DOWN node's jobs have been requeued")
+    listen_host = args.listen.rpartition(":")[0]
+    if not args.tokens and not args.allow_anonymous and not is_loopback(listen_host):
+        _refuse(p, f"--listen: {listen_host} is reachable from other machines, and without --tokens every caller "
+                   "there may submit, cancel and read any tenant's jobs and drain nodes: give --tokens "
+                   "(docs/auth.md), a loopback --listen, or --allow-anonymous")
     if args.tenants:
         try:
             read_tenants_file(args.tenants)

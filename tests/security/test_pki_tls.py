@@ -166,3 +166,74 @@ def test_daemons_refuse_to_start_without_tls_or_insecure(tmp_path: Path, ca: Cer
         parse_config([*agent, "--tls-dir", str(tmp_path / "nope")])
     config, _ = parse_config([*agent, "--tls-dir", str(ca.issue(identity.node("n2")))])
     assert config.tls is not None and config.tls.identity == identity.node("n2") and not config.insecure
+
+
+def test_a_planted_temporary_name_does_not_capture_a_key(ca: CertificateAuthority, tmp_path: Path) -> None:
+    """The key used to go through `.key.pem.<pid>.tmp`, opened without O_EXCL or O_NOFOLLOW: another
+    user of the folder pre-created it (and kept the key) or linked it to a file of root's (which
+    then held the key). The temporary name is random now, and made exclusively."""
+    import os
+
+    out = tmp_path / "node"
+    out.mkdir(mode=0o700)
+    victim = tmp_path / "victim.conf"
+    victim.write_text("root's own file\n")
+    (out / f".key.pem.{os.getpid()}.tmp").symlink_to(victim)
+    ca.issue(identity.node("gpu-a1"), out=out)
+    assert victim.read_text() == "root's own file\n"
+    key = out / "key.pem"
+    assert key.is_file() and not key.is_symlink() and stat.S_IMODE(key.stat().st_mode) == 0o600
+
+
+def test_a_key_folder_other_users_may_write_is_refused(ca: CertificateAuthority, tmp_path: Path) -> None:
+    share = tmp_path / "share"
+    share.mkdir()
+    share.chmod(0o777)  # another user could rename the key folder away and put one of theirs there
+    with pytest.raises(PkiError, match="other users may write in it"):
+        ca.issue(identity.node("gpu-a1"), out=share / "node")
+    share.chmod(0o1777)  # sticky, as /tmp: others cannot rename what they do not own
+    assert (ca.issue(identity.node("gpu-a1"), out=share / "node") / "key.pem").is_file()
+
+
+def test_rewriting_a_private_file_keeps_its_owner_and_writes_through_a_symlink(tmp_path: Path) -> None:
+    """A tokens file a non-root controller reads became root's after `tessctl admin token create` (the
+    controller then failed closed); through a symlink the link was replaced and the file it named,
+    the one the controller read, kept the revoked token."""
+    import os
+
+    from tessera.common.privatefile import write_private
+
+    f = tmp_path / "tokens.yaml"
+    f.write_text("old\n")
+    if os.geteuid() == 0:
+        os.chown(f, 65534, 65534)
+    write_private(f, "new\n")
+    assert f.read_text() == "new\n" and stat.S_IMODE(f.stat().st_mode) == 0o600
+    if os.geteuid() == 0:
+        assert (f.stat().st_uid, f.stat().st_gid) == (65534, 65534)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(f)
+    write_private(link, "through the link\n")
+    assert f.read_text() == "through the link\n" and link.is_symlink()
+
+
+def test_issuing_under_a_new_ca_keeps_the_bundle_a_rotation_put_there(tmp_path: Path) -> None:
+    """Round 2 of a CA rotation (docs/security.md): a daemon's ca.pem holds the old and the new CA;
+    issuing its new certificate must not drop the old CA, or the daemons still on old certificates
+    are refused (an audit's rotation fenced every worker). Re-issuing under the same CA changes
+    nothing; a fresh folder trusts the new CA alone."""
+    from tessera.common.pki import bundle_cas
+
+    old = CertificateAuthority.init(tmp_path / "old")
+    new = CertificateAuthority.init(tmp_path / "new")
+    out = old.issue(identity.node("gpu-a1"), out=tmp_path / "node")
+    (out / "ca.pem").write_bytes(old.cert_pem + new.cert_pem)  # round 1: both CAs, old certificate
+    new.issue(identity.node("gpu-a1"), out=out)  # round 2
+    assert bundle_cas(out / "ca.pem") == [old.cert, new.cert]
+    new.issue(identity.node("gpu-a1"), out=out)
+    assert bundle_cas(out / "ca.pem") == [old.cert, new.cert]
+    assert bundle_cas(new.issue(identity.node("gpu-a2"), out=tmp_path / "fresh") / "ca.pem") == [new.cert]
+    buf = io.StringIO()
+    assert tessctl.main(["admin", "pki", "issue", "--dir", str(tmp_path / "new"), "--node", "gpu-a1",
+                         "--out", str(out)], out=buf) == 0
+    assert "trusts 2 CAs" in buf.getvalue()

@@ -30,7 +30,7 @@ def test_etcd_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_etcd_config_and_advertised_address() -> None:
     args = parse_args(["--insecure", "--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints",
-                       "https://e1:2379, e2:2379", "--etcd-prefix", "/prod"])
+                       "https://e1:2379, e2:2379", "--etcd-prefix", "/prod", "--etcd-plaintext"])
     cfg = etcd_config(args)
     assert cfg.endpoints == ("e1:2379", "e2:2379") and cfg.prefix == "/prod/"
     assert parse_args(["--insecure", "--state-dir", "/tmp/x"]).store == "sqlite"  # SQLite stays the default
@@ -59,3 +59,29 @@ def test_a_bad_file_is_one_line_without_the_usage_block(flag: str, tmp_path: Pat
         parse_args(["--insecure", "--state-dir", "/tmp/x", flag, str(bad)])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and err[0].startswith(f"tessera-controller: error: {flag}: "), err
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:50051", "10.0.0.1:50051", "[::]:50051", "ctl-1.internal:50051"])
+def test_an_api_other_machines_reach_needs_tokens(listen: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --tokens every caller is an anonymous admin: on loopback that is the developer's own
+    machine; on a network address it was anyone's (an audit drained a node from another host)."""
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--insecure", "--state-dir", "/tmp/x", "--listen", listen])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "without --tokens every caller" in err[0], err
+    assert parse_args(["--insecure", "--state-dir", "/tmp/x", "--listen", listen, "--allow-anonymous"]).allow_anonymous
+    assert parse_args(["--insecure", "--state-dir", "/tmp/x", "--listen", listen, "--tokens", "t.yaml"]).tokens
+    assert not parse_args(["--insecure", "--state-dir", "/tmp/x", "--listen", "127.0.0.1:0"]).tokens
+
+
+def test_etcd_other_machines_reach_needs_tls_and_a_client_certificate(capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole state (job specs with their env, nodes, epochs, the leader key) lives there."""
+    base = ["--insecure", "--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints", "127.0.0.1:2379,10.0.0.2:2379"]
+    with pytest.raises(SystemExit) as exc:
+        parse_args(base)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "10.0.0.2:2379 is reachable from other machines" in err[0]
+    assert parse_args([*base, "--etcd-plaintext"]).etcd_plaintext
+    assert parse_args([*base, "--etcd-ca", "ca.pem", "--etcd-cert", "c.pem", "--etcd-key", "k.pem"]).etcd_cert
+    assert parse_args(["--insecure", "--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints",
+                       "127.0.0.1:2379,[::1]:2380,localhost:2381"]).store == "etcd"

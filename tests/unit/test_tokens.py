@@ -111,3 +111,24 @@ def test_a_file_others_may_write_is_refused(tmp_path: Path) -> None:
             read_tokens_file(path)
     path.chmod(0o644)  # readable is fine: it holds hashes only
     assert read_tokens_file(path)[0].name == "a"
+
+
+def test_a_file_another_user_owns_or_may_replace_is_refused(tmp_path: Path) -> None:
+    """An audit's nobody renamed its own 0600 file over the tokens file in a 0777 folder, and within a
+    second was admin while the real admin was UNAUTHENTICATED."""
+    import os
+
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    path = folder / "tokens.yaml"
+    write_tokens_file(path, [TokenEntry("a", "t", "user", H)])
+    folder.chmod(0o777)
+    with pytest.raises(TokensFileError, match="its folder .* is writable by group or others"):
+        read_tokens_file(path)
+    folder.chmod(0o1777)  # sticky, as /tmp: nobody cannot rename over a file it does not own
+    assert read_tokens_file(path)[0].name == "a"
+    folder.chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+        with pytest.raises(TokensFileError, match="owned by uid 65534"):
+            read_tokens_file(path)
