@@ -37,9 +37,20 @@ from aetcd import rpc as etcdrpc
 
 from tessera.common.errors import Unavailable
 from tessera.controller.etcd import EtcdClient
+from tessera.controller.store import StateError
 
 log = structlog.get_logger("tessera.controller.election")
 
+
+
+def epoch_value(raw: bytes, key: bytes) -> int:
+    """The epoch stored at `key`; StateError (one line at start, no retry) for a value Tessera never
+    writes: guessing one could hand agents an epoch they already saw, and they refuse it."""
+    text = bytes(raw).strip()
+    if not text.isdigit() or len(text) > 18:
+        raise StateError(f"etcd key {key.decode(errors='replace')} holds {bytes(raw)[:40]!r}, not an epoch: "
+                         "not written by Tessera; put the highest epoch any controller used there (or above)")
+    return int(text)
 
 class NotLeader(Unavailable):
     """This controller does not lead (any more): the call or write is refused."""
@@ -120,7 +131,7 @@ class Leadership:
         if await self._read_leader() is not None:
             return 0
         cur = await self.client.rpc(lambda: kv.Range(etcdrpc.RangeRequest(key=self.epoch_key), timeout=t))
-        old = int(cur.kvs[0].value) if cur.kvs else 0
+        old = epoch_value(cur.kvs[0].value, self.epoch_key) if cur.kvs else 0
         mod = cur.kvs[0].mod_revision if cur.kvs else 0
         sent = self.mono()  # before the grant: etcd's clock for the lease starts after this
         lease = await self.client.rpc(lambda: self.client.lease.LeaseGrant(

@@ -49,7 +49,8 @@ from typing import Any
 
 from aetcd import rpc as etcdrpc
 
-from tessera.controller.election import Leadership, NotLeader
+from tessera.controller import badrecords
+from tessera.controller.election import Leadership, NotLeader, epoch_value
 from tessera.controller.etcd import EtcdClient
 from tessera.controller.store import (
     MAX_REMOVALS,
@@ -107,8 +108,26 @@ def _job_doc(job: JobRecord) -> bytes:
         "next_launch_time": job.next_launch_time}).encode()
 
 
+def _checked_doc(raw: bytes) -> dict[str, Any]:
+    """A job's JSON document, its index fields checked; BadRecord (or json's error) otherwise."""
+    d = badrecords.doc(raw)
+    badrecords.text(d.get("id"), "id"), badrecords.text(d.get("tenant"), "tenant")
+    badrecords.integer(d.get("state"), "state"), badrecords.integer(d.get("attempt"), "attempt")
+    badrecords.number(d.get("submit_time"), "submit_time"), badrecords.number(d.get("end_time"), "end_time")
+    return d
+
+
+def _jdoc(raw: bytes) -> dict[str, Any] | None:
+    """`_checked_doc`, or None (said once) for a record no Tessera wrote: left out, never fatal."""
+    return badrecords.one(raw, _checked_doc, "job", lambda r: bytes(r[:120]).decode(errors="replace"))
+
+
+def _jobs(pairs: Iterable[tuple[bytes, bytes]]) -> list[JobRecord]:
+    return badrecords.readable(pairs, lambda p: _job(*p), "job", lambda p: bytes(p[0][:120]).decode(errors="replace"))
+
+
 def _job(doc: bytes, spec: bytes) -> JobRecord:
-    d = json.loads(doc)
+    d = _checked_doc(doc)
     s = common_pb2.JobSpec()
     s.ParseFromString(spec)
     return JobRecord(
@@ -118,6 +137,13 @@ def _job(doc: bytes, spec: bytes) -> JobRecord:
         start_time=d["start_time"], end_time=d["end_time"], restarts=d["restarts"], retries=d["retries"],
         stop_requested=d["stop_requested"], launch_failures=d.get("launch_failures", 0),
         next_launch_time=d.get("next_launch_time", 0.0))
+
+
+def _event(kv: Any, job_id: str) -> EventRecord:
+    d = badrecords.doc(kv.value)
+    return EventRecord(kv.create_revision * SEQ_SPAN + badrecords.integer(d["i"], "i"), job_id,
+                       badrecords.number(d["time"], "time"), badrecords.text(d["kind"], "kind"),
+                       badrecords.text(d["message"], "message"))
 
 
 def _copy(job: JobRecord) -> JobRecord:
@@ -139,8 +165,8 @@ def _node_doc(n: NodeRecord) -> bytes:
 
 
 def _node(doc: bytes) -> NodeRecord:
-    d = json.loads(doc)
-    return NodeRecord(d["id"], d["address"], _unb64(common_pb2.NodeInventory, d["inventory"]), d["drained"],
+    d = badrecords.doc(doc)
+    return NodeRecord(badrecords.text(d["id"], "id"), badrecords.text(d["address"], "address"), _unb64(common_pb2.NodeInventory, d["inventory"]), d["drained"],
                       d["drain_reason"], d.get("launch_failures", 0), d.get("unhealthy_until", 0.0))
 
 
@@ -232,6 +258,8 @@ class EtcdStore:
         known = marker.read_text().strip() if marker is not None and marker.exists() else None
         where = f"etcd {','.join(self.c.cfg.endpoints)} prefix {self.c.cfg.prefix}"
         version = self._value(self._k("meta", "schema_version"))
+        if version is not None and not version.strip().isdigit():
+            raise StateError(f"{where}: meta/schema_version is {version[:40]!r}, not a number: not written by Tessera")
         if version is not None and int(version) > SCHEMA_VERSION:
             raise StateError(f"{where}: state was written by a newer Tessera (schema {int(version)} > "
                              f"{SCHEMA_VERSION})")
@@ -263,7 +291,7 @@ class EtcdStore:
     def _index_all(self) -> None:
         """Give every job its page index key (a store written before the index), then mark it done."""
         ops = [_put(self._idx(d["submit_time"], d["id"]), b"")
-               for kv in self._range(self._k("job", ""), prefix=True) if (d := json.loads(kv.value))]
+               for kv in self._range(self._k("job", ""), prefix=True) if (d := _jdoc(kv.value))]
         for i in range(0, len(ops), MAX_TXN_OPS):
             self._txn([], ops[i:i + MAX_TXN_OPS])
         self._txn([], [_put(self._k("meta", "jobidx"), b"1")])
@@ -285,11 +313,11 @@ class EtcdStore:
     def _state_index(self) -> dict[str, tuple[int, int]]:
         if self._states is None:
             docs = [(d, bytes(kv.value)) for kv in self._range(self._k("job", ""), prefix=True)
-                    if (d := json.loads(kv.value))]
+                    if (d := _jdoc(kv.value))]
             open_docs = [(d["id"], doc) for d, doc in docs if d["state"] not in TERMINAL]
             specs = self._read([self._k("spec", i) for i, _ in open_docs])
-            self._open_jobs = {i: _job(doc, spec) for (i, doc), spec in zip(open_docs, specs, strict=True)
-                               if spec is not None}
+            self._open_jobs = {j.id: j for j in _jobs((doc, spec) for (_, doc), spec in zip(open_docs, specs, strict=True)
+                                                      if spec is not None)}
             self._states = {d["id"]: (d["state"], d["attempt"]) for d, _ in docs}
         return self._states
 
@@ -321,7 +349,7 @@ class EtcdStore:
         key = self._k("meta", "epoch")
         while True:
             kvs = self._range(key)
-            old, mod = (int(kvs[0].value), kvs[0].mod_revision) if kvs else (0, 0)
+            old, mod = (epoch_value(kvs[0].value, key), kvs[0].mod_revision) if kvs else (0, 0)
             cmp = etcdrpc.Compare(key=key, result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD,
                                   mod_revision=mod)
             if self._txn([cmp], [_put(key, str(old + 1).encode())]).succeeded:
@@ -361,7 +389,7 @@ class EtcdStore:
         if self._states is not None and job_id in self._open_jobs:
             return _copy(self._open_jobs[job_id])
         doc, spec = self._read([self._k("job", job_id), self._k("spec", job_id)])
-        return None if doc is None or spec is None else _job(doc, spec)
+        return None if doc is None or spec is None else next(iter(_jobs([(doc, spec)])), None)
 
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         st = set(states)
@@ -376,14 +404,14 @@ class EtcdStore:
         else:  # all, or most: the prefix, in pages
             raw = [bytes(kv.value) for kv in self._range(self._k("job", ""), prefix=True)]
         docs = [(d["id"], doc) for doc in raw
-                if (d := json.loads(doc)) and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant)]
+                if (d := _jdoc(doc)) and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant)]
         # The specs of a few jobs (the active ones of a round, say) by key; of many, in one range.
         if len(docs) <= MAX_TXN_OPS // 2:
             specs = dict(zip((i for i, _ in docs), self._read([self._k("spec", i) for i, _ in docs]), strict=True))
         else:
             n = len(self._k("spec", ""))
             specs = {bytes(kv.key)[n:].decode(): bytes(kv.value) for kv in self._range(self._k("spec", ""), prefix=True)}
-        out = [_job(doc, spec) for i, doc in docs if (spec := specs.get(i)) is not None]
+        out = _jobs((doc, spec) for i, doc in docs if (spec := specs.get(i)) is not None)
         return sorted(out, key=lambda j: (j.submit_time, j.id))
 
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
@@ -434,10 +462,9 @@ class EtcdStore:
     def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]:
         out = []
         for kv in self._range(self._k("ev", job_id, ""), prefix=True):
-            d = json.loads(kv.value)
-            seq = kv.create_revision * SEQ_SPAN + d["i"]
-            if seq > after_seq:
-                out.append(EventRecord(seq, job_id, d["time"], d["kind"], d["message"]))
+            ev = badrecords.one(kv, lambda kv: _event(kv, job_id), "event", lambda kv: bytes(kv.key).decode(errors="replace"))
+            if ev is not None and ev.seq > after_seq:
+                out.append(ev)
         return sorted(out, key=lambda e: e.seq)
 
     def put_node(self, node: NodeRecord) -> None:
@@ -445,11 +472,11 @@ class EtcdStore:
 
     def get_node(self, node_id: str) -> NodeRecord | None:
         doc = self._value(self._k("node", node_id))
-        return None if doc is None else _node(doc)
+        return None if doc is None else badrecords.one(doc, _node, "node", lambda _: node_id)
 
     def list_nodes(self) -> list[NodeRecord]:
-        return sorted((_node(bytes(kv.value)) for kv in self._range(self._k("node", ""), prefix=True)),
-                      key=lambda n: n.id)
+        return sorted(badrecords.readable((bytes(kv.value) for kv in self._range(self._k("node", ""), prefix=True)),
+                                          _node, "node", lambda d: d[:120].decode(errors="replace")), key=lambda n: n.id)
 
     def shared_key(self, name: str) -> bytes:
         """`meta/<name>`: 32 random bytes made by the first leader that asks (in a transaction: two
@@ -482,15 +509,15 @@ class EtcdStore:
             for job_id, doc in zip(ids, self._read([self._k("job", i) for i in ids]), strict=True):
                 if doc is None:
                     continue  # deleted since the index was read
-                d = json.loads(doc)
-                if (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant):
+                d = _jdoc(doc)
+                if d is not None and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant):
                     found.append((job_id, doc))
             if len(kvs) < n:
                 break
             start = bytes(kvs[-1].key) + b"\0"
         found = found if limit < 0 else found[:limit]
         specs = self._read([self._k("spec", i) for i, _ in found])
-        return [_job(doc, spec) for (_, doc), spec in zip(found, specs, strict=True) if spec is not None]
+        return _jobs((doc, spec) for (_, doc), spec in zip(found, specs, strict=True) if spec is not None)
 
     def delete_finished_jobs(self, ended_before: float, limit: int) -> list[str]:
         """As the protocol says, except that etcd's limit on a transaction's operations splits more
@@ -498,8 +525,8 @@ class EtcdStore:
         index, events) go together, always. A job changed since it was read is left for the next sweep."""
         old = []
         for kv in self._range(self._k("job", ""), prefix=True):
-            d = json.loads(kv.value)
-            if d["state"] in TERMINAL and max(d["end_time"], d["submit_time"]) < ended_before:
+            d = _jdoc(kv.value)
+            if d is not None and d["state"] in TERMINAL and max(d["end_time"], d["submit_time"]) < ended_before:
                 old.append((d["submit_time"], d["id"], d["request_id"], kv.mod_revision))
         old.sort()
         gone: list[str] = []

@@ -53,7 +53,8 @@ TENANT_GPU_SECONDS = Counter("tessera_tenant_gpu_seconds_total",
 def update_jobs(view: EngineView) -> None:
     counts = {s: 0 for s in common_pb2.JobState.values() if s}
     for j in view.jobs():
-        counts[j.state] = counts.get(j.state, 0) + 1
+        if j.state in counts:  # a state this build has no name for (a record written by another) is not counted
+            counts[j.state] += 1
     for s, n in counts.items():
         JOBS.labels(common_pb2.JobState.Name(s)[10:].lower()).set(n)
     QUEUE.set(counts.get(common_pb2.JOB_STATE_PENDING, 0))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tessera.common.errors import TesseraError
+from tessera.controller.badrecords import integer, number, one, readable, text
 from tessera.v1 import common_pb2
 
 SCHEMA_VERSION = 2
@@ -145,6 +146,10 @@ class Store(Protocol):
 
 def _msg_bytes(m: object | None) -> bytes | None:
     return None if m is None else m.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
+
+
+def _first(row: tuple) -> str:  # type: ignore[type-arg]
+    return str(row[0])
 
 
 def _parse(cls: type, data: bytes | None) -> object | None:
@@ -429,14 +434,17 @@ class SqliteStore:
 
     @staticmethod
     def _job(r: tuple) -> JobRecord:  # type: ignore[type-arg]
+        """A row as a record; BadRecord (badrecords.DECODE_ERRORS) for one the store never wrote."""
         return JobRecord(
-            id=r[0], request_id=r[1], state=r[3], reason=r[4], submit_time=r[5], attempt=r[6],
+            id=text(r[0], "id"), request_id=text(r[1], "request_id"), state=integer(r[3], "state"),
+            reason=text(r[4], "reason"), submit_time=number(r[5], "submit_time"), attempt=integer(r[6], "attempt"),
             spec=_parse(common_pb2.JobSpec, r[7]),  # type: ignore[arg-type]
             plan=_parse(common_pb2.Plan, r[8]),  # type: ignore[arg-type]
             placement=_parse(common_pb2.Placement, r[9]),  # type: ignore[arg-type]
             progress=_parse(common_pb2.Progress, r[10]),  # type: ignore[arg-type]
-            start_time=r[11], end_time=r[12], restarts=r[13], retries=r[14], stop_requested=bool(r[15]),
-            launch_failures=r[16], next_launch_time=r[17],
+            start_time=number(r[11], "start_time"), end_time=number(r[12], "end_time"),
+            restarts=integer(r[13], "restarts"), retries=integer(r[14], "retries"), stop_requested=bool(r[15]),
+            launch_failures=integer(r[16], "launch_failures"), next_launch_time=number(r[17], "next_launch_time"),
         )
 
     def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]:
@@ -455,7 +463,7 @@ class SqliteStore:
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._lock:
             row = self._db.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return None if row is None else self._job(row)
+        return None if row is None else one(row, self._job, "job", _first)
 
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         return self.list_jobs_page(states, tenant, None, -1)
@@ -476,7 +484,7 @@ class SqliteStore:
             args += after
         with self._lock:
             rows = self._db.execute(q + " ORDER BY submit_time, id LIMIT ?", [*args, limit]).fetchall()
-        return [self._job(r) for r in rows]
+        return readable(rows, self._job, "job", _first)
 
     def delete_finished_jobs(self, ended_before: float, limit: int) -> list[str]:
         terminal = sorted(TERMINAL)
@@ -556,18 +564,19 @@ class SqliteStore:
                         node.launch_failures, node.unhealthy_until))
 
     def _node(self, r: tuple) -> NodeRecord:  # type: ignore[type-arg]
-        return NodeRecord(r[0], r[1], _parse(common_pb2.NodeInventory, r[2]), bool(r[3]), r[4],  # type: ignore[arg-type]
-                          r[5], r[6])
+        return NodeRecord(text(r[0], "id"), text(r[1], "address"), _parse(common_pb2.NodeInventory, r[2]),  # type: ignore[arg-type]
+                          bool(r[3]), text(r[4], "drain_reason"), integer(r[5], "launch_failures"),
+                          number(r[6], "unhealthy_until"))
 
     def get_node(self, node_id: str) -> NodeRecord | None:
         with self._lock:
             row = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes WHERE id=?", (node_id,)).fetchone()
-        return None if row is None else self._node(row)
+        return None if row is None else one(row, self._node, "node", _first)
 
     def list_nodes(self) -> list[NodeRecord]:
         with self._lock:
             rows = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes ORDER BY id").fetchall()
-        return [self._node(r) for r in rows]
+        return readable(rows, self._node, "node", _first)
 
     def close(self) -> None:
         with self._lock:

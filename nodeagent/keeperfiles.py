@@ -100,7 +100,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # [[[[... under the size bound: the worker may write the exit file
         return None
     return data if isinstance(data, dict) else None
 

@@ -105,6 +105,8 @@ def test_exit_file_round_trip_and_bounds(tmp_path: Path) -> None:
     for data in ({"exit_code": "0"}, {"exit_code": 10**6}, {"exit_code": True}, {"exit_code": 0, "reason": 5}):
         path.write_text(json.dumps(data))
         assert keeperfiles.read_exit(path) is None, data
+    path.write_text("[" * 2000 + "]" * 2000)  # 4 KB a worker may write: json's RecursionError, once fatal
+    assert keeperfiles.read_exit(path) is None
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 

@@ -191,3 +191,16 @@ def test_every_grafana_query_names_a_metric_the_controller_exports() -> None:
             "tessera_build_info"} <= named
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_a_job_state_this_build_has_no_name_for_does_not_freeze_the_job_gauges() -> None:
+    """A record with state 99 (written by another build, or by hand) made update_jobs raise on every
+    inspection pass, and the job and queue gauges stopped moving."""
+
+    class Jobs:
+        def jobs(self) -> list[JobRecord]:
+            return [_job("t", 0).with_(state=99), _job("t", 0).with_(state=common_pb2.JOB_STATE_PENDING)]
+
+    metrics.update_jobs(Jobs())  # type: ignore[arg-type]
+    assert REGISTRY.get_sample_value("tessera_queue_length") == 1
+    assert REGISTRY.get_sample_value("tessera_jobs", {"state": "pending"}) == 1
