@@ -148,6 +148,12 @@ def _msg_bytes(m: object | None) -> bytes | None:
     return None if m is None else m.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
 
 
+def _meta_int(path: Path, key: str, value: object) -> int:
+    if not str(value).isdigit() or len(str(value)) > 18:
+        raise StateError(f"{path}: meta {key} is {str(value)[:40]!r}, not a number: not written by Tessera")
+    return int(str(value))
+
+
 def _first(row: tuple) -> str:  # type: ignore[type-arg]
     return str(row[0])
 
@@ -321,7 +327,7 @@ class SqliteStore:
     """
 
     def __init__(self, path: str | Path) -> None:
-        path = Path(path)
+        self.path = path = Path(path)
         self._lock = threading.Lock()
         if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.R_OK | os.W_OK)):
             # Else SQLite's "unable to open database file" reads as a damaged database, and the
@@ -329,7 +335,7 @@ class SqliteStore:
             raise StateError(f"{path}: this user cannot write it or its folder (SQLite keeps its WAL beside it); "
                              "give it write access (the state in it is not touched)")
         marker = path.with_name(path.name + ".id")
-        known = marker.read_text().strip() if marker.exists() else None
+        known = marker.read_bytes().decode(errors="replace").strip() if marker.exists() else None
         try:
             self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -345,12 +351,12 @@ class SqliteStore:
                 row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
                 if row is None:
                     self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif int(row[0]) > SCHEMA_VERSION:
-                    raise StateError(f"{path}: state was written by a newer Tessera "
-                                     f"(schema {row[0]} > {SCHEMA_VERSION})")
                 else:
-                    self._migrate(int(row[0]))
+                    self._migrate(_meta_int(path, "schema_version", row[0]))
                 store_id = self._identity(path, marker, known)
+        except sqlite3.OperationalError as exc:  # busy, locked, full, I/O: not a damaged database
+            raise StateError(f"{path}: cannot be used now ({exc}): another process holds it, or its disk is full "
+                             "or failing; free it and start again (the state in it is not touched)") from exc
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{path}: cannot be read as a SQLite database ({exc}); restore it from a backup, "
                              "or start with a new --state-dir") from exc
@@ -358,6 +364,8 @@ class SqliteStore:
             _write_atomically(marker, store_id + "\n")
 
     def _migrate(self, version: int) -> None:
+        if not (version == SCHEMA_VERSION or version in MIGRATIONS):  # newer, or not Tessera's
+            raise StateError(f"{self.path}: state of schema {version}; this Tessera reads 1..{SCHEMA_VERSION}")
         for v in range(version, SCHEMA_VERSION):
             for stmt in MIGRATIONS[v]:
                 self._db.execute(stmt)
@@ -421,7 +429,7 @@ class SqliteStore:
     def next_epoch(self) -> int:
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()
-            epoch = (int(row[0]) if row else 0) + 1
+            epoch = (_meta_int(self.path, "epoch", row[0]) if row else 0) + 1
             db.execute("INSERT OR REPLACE INTO meta VALUES ('epoch', ?)", (str(epoch),))
         return epoch
 

@@ -78,3 +78,51 @@ def test_an_epoch_no_tessera_wrote_is_one_line_not_a_crash_loop(etcd_endpoint: s
                                             timeout=5)))
         with pytest.raises(StateError, match="not an epoch: not written by Tessera"):
             s.next_epoch()
+
+
+@pytest.mark.parametrize("key, value, reason", [
+    ("schema_version", "abc", "meta schema_version is 'abc', not a number"),
+    ("schema_version", "99", "state of schema 99; this Tessera reads 1..2"),
+    ("schema_version", "0", "state of schema 0; this Tessera reads 1..2"),
+])
+def test_sqlite_meta_no_tessera_wrote_is_one_line(tmp_path: Path, key: str, value: str, reason: str) -> None:
+    """These were a ValueError or KeyError traceback at start."""
+    db = tmp_path / "controller.db"
+    SqliteStore(db).close()
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE meta SET value=? WHERE key=?", (value, key))
+    raw.commit()
+    raw.close()
+    with pytest.raises(StateError, match=reason):
+        SqliteStore(db)
+
+
+def test_sqlite_epoch_and_id_file_no_tessera_wrote(tmp_path: Path) -> None:
+    db = tmp_path / "controller.db"
+    s = SqliteStore(db)
+    s.next_epoch()
+    s.close()
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE meta SET value='x' WHERE key='epoch'")
+    raw.commit()
+    raw.close()
+    with pytest.raises(StateError, match="meta epoch is 'x', not a number"):
+        SqliteStore(db).next_epoch()
+    (tmp_path / "controller.db.id").write_bytes(b"\xff\xfe")  # was a UnicodeDecodeError traceback
+    with pytest.raises(StateError, match="the database\nwas replaced|was replaced"):
+        SqliteStore(db)
+
+
+def test_a_locked_database_is_not_called_damaged(tmp_path: Path) -> None:
+    """Its advice (restore, or a new --state-dir) would throw a healthy database away."""
+    db = tmp_path / "controller.db"
+    SqliteStore(db).close()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StateError, match="another process holds it") as err:
+            SqliteStore(db)
+        assert "new --state-dir" not in str(err.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
