@@ -29,7 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tessera.common.errors import InvalidInput
 from tessera.common.identity import Identity, reserved_host
-from tessera.common.privatefile import write_private
+from tessera.common.privatefile import others_may_replace, write_private
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
@@ -81,7 +81,7 @@ def _private_dir(d: Path) -> None:
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     for p in (d, d.parent):
         st = p.stat()
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        if others_may_replace(st.st_mode):
             raise PkiError(f"{p}: other users may write in it (mode {stat.S_IMODE(st.st_mode):04o}), so a key "
                            "written below it can be taken or swapped; chmod go-w it or choose another folder")
 

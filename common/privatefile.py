@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
+
+
+def others_may_replace(folder_mode: int) -> bool:
+    """Whether another user may rename or remove files in a folder of this mode: group or others
+    may write it, without the sticky bit (as /tmp has, where one may touch only one's own)."""
+    return bool(folder_mode & (stat.S_IWGRP | stat.S_IWOTH)) and not folder_mode & stat.S_ISVTX
 
 
 def write_private(path: Path, data: str | bytes, mode: int = 0o600) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.common.jobspec import NAME_RE
-from tessera.common.privatefile import write_private
+from tessera.common.privatefile import others_may_replace, write_private
 from tessera.common.yamlfile import (
     MAX_BYTES,
     InputFileError,
@@ -177,7 +177,7 @@ def read_tokens_file(path: str | Path) -> tuple[TokenEntry, ...]:
                                   "whoever owns it can make themselves admin", file=file)
     folder = os.path.dirname(os.path.realpath(path))
     st = os.stat(folder)
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+    if others_may_replace(st.st_mode):
         # Another user may rename their own file over this one (an audit's nobody became admin so).
         raise TokensFileError("", f"its folder {folder} is writable by group or others "
                                   f"(mode {stat.S_IMODE(st.st_mode):04o}): chmod go-w it", file=file)
