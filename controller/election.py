@@ -67,6 +67,7 @@ class Leadership:
                  mono: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.address = address
+        self._said_leaseless = False
         self.ttl_s = max(2, int(ttl_s))
         self.mono = mono
         p = client.cfg.prefix.encode()
@@ -162,6 +163,12 @@ class Leadership:
         now = await self.client.rpc(lambda: kv.Range(etcdrpc.RangeRequest(key=self.leader_key), timeout=t))
         if not now.kvs:
             return
+        if not now.kvs[0].lease and not self._said_leaseless:
+            # A controller's key always has its lease: this one never expires, and nobody leads
+            # until it is deleted (an audit's standby waited in silence).
+            self._said_leaseless = True
+            log.error("leader_key_without_lease", key=self.leader_key.decode(errors="replace"),
+                      detail="no controller can lead until it is deleted (etcdctl del KEY): not written by Tessera")
         # From the revision read on: a deletion between the read and the watch is not missed.
         req = etcdrpc.WatchRequest(create_request=etcdrpc.WatchCreateRequest(
             key=self.leader_key, start_revision=now.header.revision + 1))

@@ -126,3 +126,26 @@ def test_a_locked_database_is_not_called_damaged(tmp_path: Path) -> None:
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_a_leader_key_without_a_lease_is_said(etcd_endpoint: str) -> None:
+    """A key no controller wrote (every controller's has its lease) never expires: the standbys used
+    to wait in silence. It is logged once as leader_key_without_lease."""
+    from structlog.testing import capture_logs
+
+    from tessera.controller.election import Leadership
+    from tessera.controller.etcd import EtcdClient, EtcdConfig
+
+    prefix = f"/t-{uuid.uuid4().hex[:8]}/"
+    client = EtcdClient(EtcdConfig((etcd_endpoint,), prefix=prefix))
+    try:
+        lead = Leadership(client, "b:1", ttl_s=2)
+        client.call(client.rpc(lambda: client.kv.Put(etcdrpc.PutRequest(key=lead.leader_key, value=b"{}"),
+                                                     timeout=5)))
+        with capture_logs() as logs:
+            client.call(lead._wait_leader_gone(), 30)
+            client.call(lead._wait_leader_gone(), 30)
+        said = [e for e in logs if e["event"] == "leader_key_without_lease"]
+        assert len(said) == 1 and "etcdctl del" in said[0]["detail"]
+    finally:
+        client.close()
