@@ -40,6 +40,11 @@ CERT_FILE = "cert.pem"
 KEY_FILE = "key.pem"
 
 INSECURE = Gauge("tessera_transport_insecure", "1 when this daemon was started with --insecure (plaintext gRPC)")
+CERT_EXPIRY = Gauge("tessera_certificate_expiry_timestamp_seconds",
+                    "When this daemon's own certificate expires (Unix time; 0 with --insecure)")
+# A certificate closer than this to its end is said at start: a fleet issued on one day (every
+# default certificate is for 365 days) otherwise stops on one day, every handshake refused.
+EXPIRY_WARNING_DAYS = 30
 
 
 class TlsError(InvalidInput):
@@ -198,3 +203,12 @@ def announce(prog: str, cfg: TlsConfig | None) -> None:
     else:
         INSECURE.set(0)
         log.info("tls_enabled", daemon=prog, identity=str(cfg.identity) if cfg.identity else None, dir=cfg.source)
+        if cfg.cert is None:
+            return
+        ends = x509.load_pem_x509_certificate(cfg.cert).not_valid_after_utc
+        CERT_EXPIRY.set(ends.timestamp())
+        left = ends - datetime.datetime.now(datetime.UTC)
+        if left < datetime.timedelta(days=EXPIRY_WARNING_DAYS):
+            log.warning("certificate_expires_soon", daemon=prog, dir=cfg.source, expires=f"{ends:%Y-%m-%d %H:%M} UTC",
+                        days_left=round(left.total_seconds() / 86400, 1),
+                        detail="issue it again (tessctl admin pki issue) and restart: docs/security.md, Rotation")

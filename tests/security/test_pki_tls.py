@@ -237,3 +237,17 @@ def test_issuing_under_a_new_ca_keeps_the_bundle_a_rotation_put_there(tmp_path: 
     assert tessctl.main(["admin", "pki", "issue", "--dir", str(tmp_path / "new"), "--node", "gpu-a1",
                          "--out", str(out)], out=buf) == 0
     assert "trusts 2 CAs" in buf.getvalue()
+
+
+def test_a_certificate_near_its_end_is_said_at_start_and_exported(ca: CertificateAuthority) -> None:
+    from prometheus_client import REGISTRY
+    from structlog.testing import capture_logs
+
+    for days, warned in ((10, True), (365, False)):
+        cfg = tls.load_dir(ca.issue(identity.node(f"gpu-{days}"), days=days))
+        with capture_logs() as logs:
+            tls.announce("tessera-agent", cfg)
+        assert any(e["event"] == "certificate_expires_soon" for e in logs) is warned
+        assert cfg.cert is not None
+        ends = x509.load_pem_x509_certificate(cfg.cert).not_valid_after_utc.timestamp()
+        assert REGISTRY.get_sample_value("tessera_certificate_expiry_timestamp_seconds") == ends
