@@ -3,9 +3,9 @@
 SQLite lets two processes open one database, and two controllers on one `--state-dir` both serve:
 each takes an epoch, each fences the other's launches, and the second requeued a job that ran
 healthily under the first (an audit saw it within 6 s). So a controller holds an exclusive
-`flock` on `<state-dir>/controller.lock` for its whole life; the kernel drops it when the process
-ends, kill -9 included, so there is no stale lock to clean up. The file holds the holder's pid for
-the message.
+`flock` on the state directory for its whole life; the kernel drops it when the process ends, kill
+-9 included, so there is no stale lock to clean up. `<state-dir>/controller.lock` holds the
+holder's pid for the message (deleting it unlocks nothing).
 """
 
 from __future__ import annotations
@@ -24,22 +24,27 @@ class StateDirLock:
     def __init__(self, state: Path) -> None:
         self.path = state / LOCK_FILE
         try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            # The lock is on the directory itself: a lock file's could be deleted (it looks like a
+            # stale pid file), and a second controller then locked a new file of the same name.
+            self._fd = os.open(state, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            pid_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StateError(f"{state}: cannot write the state directory ({exc.strerror}); give this user "
                              "write access to it (the state in it is not touched)") from exc
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip()
+            holder = os.pread(pid_fd, 32, 0).decode(errors="replace").strip()
+            os.close(pid_fd)
             os.close(self._fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise StateError(f"{state} is in use by another tessera-controller"
                                  f"{f' (pid {holder})' if holder.isdigit() else ''}: one controller per "
                                  "--state-dir (for a standby, use --store etcd)") from None
-            raise StateError(f"{self.path}: cannot lock: {exc.strerror}") from exc
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+            raise StateError(f"{state}: cannot lock: {exc.strerror}") from exc
+        os.ftruncate(pid_fd, 0)
+        os.pwrite(pid_fd, f"{os.getpid()}\n".encode(), 0)
+        os.close(pid_fd)
 
     def release(self) -> None:
         if self._fd >= 0:

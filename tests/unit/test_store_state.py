@@ -153,6 +153,23 @@ def test_a_second_controller_on_the_same_state_dir_exits_with_one_line(tmp_path:
     again.release()
 
 
+def test_deleting_the_pid_file_does_not_let_a_second_controller_in(tmp_path: Path) -> None:
+    """controller.lock looks like a stale pid file; deleted, a second controller locked a new file
+    of that name and both served (an audit saw epochs 2 and 3 at once). The lock is the folder's."""
+    from tessera.controller.statedir import StateDirLock
+    from tessera.controller.store import StateError
+
+    state = tmp_path / "state"
+    state.mkdir()
+    held = StateDirLock(state)
+    try:
+        (state / "controller.lock").unlink()
+        with pytest.raises(StateError, match="is in use by another tessera-controller"):
+            StateDirLock(state)
+    finally:
+        held.release()
+
+
 def test_a_state_dir_this_user_cannot_write_is_not_called_damaged(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite's "unable to open database file" on a read-only folder was reported as a database that
