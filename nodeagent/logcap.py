@@ -17,7 +17,6 @@ never block on its own log. Standard library only (the keeper's rule).
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import select
@@ -98,10 +97,7 @@ class LogPump:
         """Wait up to `timeout` s for output, then copy what is there (a bounded amount)."""
         if self.eof:
             return
-        try:
-            ready, _, _ = select.select([self.read_fd], [], [], timeout)
-        except InterruptedError:
-            return
+        ready, _, _ = select.select([self.read_fd], [], [], timeout)  # retried on a signal (PEP 475)
         if ready:
             self._copy(_PUMP_BUDGET)
 
@@ -117,10 +113,6 @@ class LogPump:
                 data = os.read(self.read_fd, _CHUNK)
             except BlockingIOError:
                 break
-            except OSError as exc:
-                if exc.errno == errno.EINTR:
-                    continue
-                raise
             if not data:
                 self.eof = True
                 break
