@@ -208,9 +208,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.down_after < requeue:
         p.error(f"--down-after ({args.down_after:g}s) must be at least lease + fence grace + 1s ({requeue:g}s): "
                 "a DOWN node's jobs have been requeued")
+    # Not rpc.host_of: its "" -> 127.0.0.1 would pass ":PORT", which binds every address.
     listen_host = args.listen.rpartition(":")[0]
     if not args.tokens and not args.allow_anonymous and not is_loopback(listen_host):
-        _refuse(p, f"--listen: {listen_host} is reachable from other machines, and without --tokens every caller "
+        _refuse(p, f"--listen: {listen_host or 'every address'} is reachable from other machines, and without --tokens every caller "
                    "there may submit, cancel and read any tenant's jobs and drain nodes: give --tokens "
                    "(docs/auth.md), a loopback --listen, or --allow-anonymous")
     if args.tenants:
