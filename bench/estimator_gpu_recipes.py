@@ -15,6 +15,8 @@ it, tessera.estimator.plan_time.estimate_plan_time for the same ModelDims and Ex
     python bench/estimator_gpu_recipes.py --device cpu --tiny   # the same code paths, tiny models,
                                                                 # no memory figures (no CUDA)
     python bench/estimator_gpu_recipes.py --list                # the cases and their plans
+    python bench/estimator_gpu_recipes.py --rescore FILE        # no GPU: a recorded run's measurements
+                                                                # against this checkout's predictions
 
 Prints a table and writes bench/results/estimator_gpu_recipes.json (or FILE) after every case, so a
 run stopped at its time limit keeps what it measured. Exits 2 with --device cuda and no GPU.
@@ -43,6 +45,7 @@ from recipe_cases import Case, cases
 from tessera.estimator.memory import estimate_memory, num_params
 
 GIB = 2**30
+DEFAULT_OUT = str(REPO / "bench" / "results" / "estimator_gpu_recipes.json")
 RESULT_TAG = "RECIPE-RESULT "
 
 
@@ -178,11 +181,34 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print("memory: cpu: no cuda memory stats")
 
 
+def rescore(recorded: Path, out: Path | None) -> int:
+    """The measurements of a recorded run beside this checkout's predictions for the same model, plan and
+    GPU (each row's model and plan as recorded, so cases since renamed or removed still count)."""
+    from tessera.estimator.models import ModelDims
+    from tessera.estimator.plans import ExecutionPlan
+
+    run = json.loads(recorded.read_text())
+    rows = []
+    for r in run["rows"]:
+        case = Case(r["case"], r["stack"], r["arch"], ModelDims(**r["model"]), ExecutionPlan.from_dict(r["plan"]),
+                    r.get("recipe", ""))
+        row = {**r, "predicted": predict(case, run.get("predict_gpu"))}
+        if row.get("measured"):
+            row["compare"] = compare(row)
+        rows.append(row)
+    print(f"{recorded}: {run.get('device')}, torch {run.get('torch')}; predictions of this checkout")
+    print_table(rows)
+    if out is not None:
+        out.write_text(json.dumps({**run, "rescored": True, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny models (the CPU dry run)")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "estimator_gpu_recipes.json"))
+    ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--only", action="append", default=[], help="run the cases whose name contains this")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
@@ -197,11 +223,15 @@ def main() -> int:
                          "(bench/recipe_native.py); only: no stand-in; native: the stand-in alone")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--predict-only", action="store_true", help="the predictions alone: no torch, no steps")
+    ap.add_argument("--rescore", metavar="FILE", help="a recorded run (its JSON): predict its cases again with "
+                                                      "this checkout and compare; runs nothing")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ["TESSERA_RECIPES_TORCHTITAN"] = args.torchtitan  # read by the workers (recipe_steps)
     if args.worker:
         return _worker(args)
+    if args.rescore:
+        return rescore(Path(args.rescore), Path(args.out) if args.out != DEFAULT_OUT else None)
     todo = [c for c in cases(args.tiny) if not args.only or any(s in c.name for s in args.only)]
     if args.list:
         for c in todo:

@@ -22,10 +22,18 @@ docs/estimator-memory.md states every term.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tessera.estimator.convnets import wide_resnet_operators
-from tessera.estimator.memory_recipes import model_params, native_estimate, recipe_warnings, uses_native_stack
+from tessera.estimator.memory_recipes import (
+    NativeEstimate,
+    model_params,
+    native_candidates,
+    native_state,
+    recipe_warnings,
+    stack_of,
+    uses_native_stack,
+)
 from tessera.estimator.memory_terms import (
     DEFAULT_OTHER_BYTES,
     RECIPES,
@@ -280,8 +288,7 @@ def estimate_memory(model: ModelDims, plan: ExecutionPlan, *, mode: str = "formu
         raise PlanInputError("mode", f"{mode!r} is not one of formula, marp, traced")
     warnings = recipe_warnings(model, plan)
     if capacity is not None or warnings:
-        est = MemoryBreakdown(est.parameters, est.gradients, est.optimizer, est.activations, est.other,
-                              est.source, est.stage, est.cpu_bytes, capacity, est.notes, warnings)
+        est = replace(est, capacity_bytes=capacity, warnings=warnings)
     return est
 
 
@@ -363,16 +370,37 @@ def _layer_backward_bytes(m: ModelDims, index: int, x: _ActShape, b: int) -> flo
     return work
 
 
+def fsdp_stream_pools(model: ModelDims, plan: ExecutionPlan, stage: int, moments: list[NativeEstimate]) -> int:
+    """Bytes FSDP2's side streams hold cached but free at the peak of reserved memory, where the compute
+    stream cannot reuse them (the caching allocator keeps a pool per stream and never returns a cached
+    block unasked, so reserved memory peaks at the step's end, at the sum of its pools' highs).
+
+    FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) allocates each reduce-scatter's
+    output on its reduce-scatter stream, and the sharded gradients are views of it: that pool's high is
+    every gradient, and the compute stream's is its largest moment without them (`moments`: the
+    candidates of native_candidates). The all-gather outputs come from the all-gather stream's pool,
+    which keeps its largest use: the root unit gathered, or a layer and its prefetched successor.
+    Without resharding (FSDP2 under PP) the layers' all-gathers are not counted."""
+    if plan.sharding != "fsdp":
+        return 0
+    s = native_state(model, plan, stage, stack_of(model, plan))
+    peak = max(e.total for e in moments)
+    compute_high = max(e.total - e.gradients for e in moments)
+    return int(max(0.0, compute_high + s.gradients - peak) + max(s.layer_ws, s.head_ws))
+
+
 def _native(model: ModelDims, plan: ExecutionPlan, other_bytes: int) -> MemoryBreakdown:
     """The PyTorch-native recipes (memory_recipes.py): the first or last stage, whichever is larger;
     FSDP2's communication buffers at the peak count as activations (transient)."""
     best: MemoryBreakdown | None = None
     for st in sorted({0, plan.pp - 1}):
-        n = native_estimate(model, plan, st)
+        moments = native_candidates(model, plan, st)
+        n = max(moments, key=lambda e: e.total)
         notes = (*n.notes, f"peak at the {n.moment}; stage {st} of {plan.pp}",
                  f"other = {other_bytes} B reserve (CUDA context, workspaces)")
         est = MemoryBreakdown(n.parameters, n.gradients, n.optimizer, n.activations + n.comm, other_bytes,
-                              "formula", st, n.cpu, None, notes)
+                              "formula", st, n.cpu, None, notes,
+                              stream_pools=fsdp_stream_pools(model, plan, st, moments))
         if best is None or est.total > best.total:
             best = est
     assert best is not None

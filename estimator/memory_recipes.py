@@ -451,11 +451,22 @@ class NativeEstimate:
     moment: str
     notes: tuple[str, ...]
 
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.comm
+
 
 def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack | None = None,
                     device: str = "cuda") -> NativeEstimate:
-    """Peak bytes of one rank of `stage` under the native recipes, by category, at the larger of two
-    moments: the start of backward (activations kept, the loss's or the first layer's backward
+    """Peak bytes of one rank of `stage` under the native recipes, by category, at the largest of the
+    moments native_candidates weighs."""
+    return max(native_candidates(m, plan, stage, stack, device), key=lambda e: e.total)
+
+
+def native_candidates(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack | None = None,
+                      device: str = "cuda") -> list[NativeEstimate]:
+    """Bytes of one rank of `stage` under the native recipes, by category, at each moment that can be
+    the peak: the start of backward (activations kept, the loss's or the first layer's backward
     transient, FSDP2's working set; gradients only if they persist across micro-batches or under PP)
     and the optimizer step (all gradients, AdamW's temporary)."""
     check_native(m, plan)
@@ -552,7 +563,7 @@ def native_estimate(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack 
                                     int(st.cpu), "end of backward (the embedding's)", notes))
     cands.append(NativeEstimate(int(st.parameters), int(st.gradients), int(st.optimizer), int(st.opt_tmp), 0,
                                 int(st.cpu), "optimizer step", notes))
-    return max(cands, key=lambda e: e.parameters + e.gradients + e.optimizer + e.activations + e.comm)
+    return cands
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -568,6 +579,7 @@ __all__ = [
     "math",
     "model_params",
     "native_activations",
+    "native_candidates",
     "native_dtypes",
     "native_estimate",
     "native_state",

@@ -93,6 +93,9 @@ class MemoryBreakdown:
     notes: tuple[str, ...] = field(default=())
     # Plan or model fields that change nothing (or nothing counted) under the other settings.
     warnings: tuple[str, ...] = field(default=())
+    # Bytes free but cached at the peak in the pools of FSDP2's side streams, which the compute stream
+    # cannot reuse (fsdp_stream_pools); in `reserved`, not in the tensors.
+    stream_pools: int = 0
 
     @property
     def total(self) -> int:
@@ -107,8 +110,8 @@ class MemoryBreakdown:
     @property
     def reserved(self) -> int:
         """Predicted peak bytes the caching allocator reserves from CUDA (torch.cuda.max_memory_reserved):
-        allocator_reserved(tensor bytes, activations)."""
-        return allocator_reserved(self.tensor_bytes, self.activations)
+        allocator_reserved(tensor bytes, activations, stream pools)."""
+        return allocator_reserved(self.tensor_bytes, self.activations, self.stream_pools)
 
     @property
     def fits(self) -> bool | None:
@@ -119,7 +122,7 @@ class MemoryBreakdown:
         return {
             "parameters": self.parameters, "gradients": self.gradients, "optimizer": self.optimizer,
             "activations": self.activations, "other": self.other, "total": self.total,
-            "reserved": self.reserved,
+            "reserved": self.reserved, "stream_pools": self.stream_pools,
             "source": self.source, "stage": self.stage, "cpu_bytes": self.cpu_bytes,
             "capacity_bytes": self.capacity_bytes, "fits": self.fits, "notes": list(self.notes),
             "warnings": list(self.warnings),
@@ -133,18 +136,23 @@ class MemoryBreakdown:
 # transients of a step (activations, gradients in flight, loss buffers), allocated and freed in a
 # changing order, leave cached but unusable gaps. Resident state (parameters, gradients, optimizer
 # state) is allocated once, in large blocks, and fragments nothing measurable. So the slack is stated
-# as a fraction of the transient bytes plus a segment's rounding: ALLOCATOR_SLACK is an assumed
-# figure, not a fit (no GPU run so far recorded max_memory_reserved: bench/recorded/
-# estimator_gpu_h100_2026-11-25.json has max_memory_allocated only); with
+# as a fraction of the transient bytes plus a segment's rounding. ALLOCATOR_SLACK was assumed, then
+# checked on the first GPU run that recorded max_memory_reserved (bench/recorded/
+# estimator_gpu_recipes_h200_2026-11-27.json): on its six one-stream cases (no FSDP2) reserved minus
+# allocated was 0.04-0.18 of the predicted activations. With
 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, segments grow in place and the gaps mostly vanish.
+# The allocator also keeps one pool per stream: a block freed by one stream's allocation serves only
+# that stream again. FSDP2's side streams make such pools (fsdp_stream_pools), added here whole.
 ALLOCATOR_SLACK = 0.10
 SEGMENT_BYTES = 20 * 1024**2
 
 
-def allocator_reserved(tensor_bytes: int, transient_bytes: int, slack: float = ALLOCATOR_SLACK) -> int:
+def allocator_reserved(tensor_bytes: int, transient_bytes: int, stream_pools: int = 0,
+                       slack: float = ALLOCATOR_SLACK) -> int:
     """Peak reserved bytes of the caching allocator for a step whose peak allocated bytes are
-    `tensor_bytes`, of which `transient_bytes` are allocated and freed within the step."""
-    raw = tensor_bytes + slack * max(0, transient_bytes) + SEGMENT_BYTES
+    `tensor_bytes`, of which `transient_bytes` are allocated and freed within the step, with
+    `stream_pools` bytes cached free in other streams' pools at that peak."""
+    raw = tensor_bytes + slack * max(0, transient_bytes) + max(0, stream_pools) + SEGMENT_BYTES
     return int(math.ceil(raw / (2 * 1024**2)) * (2 * 1024**2))
 
 
