@@ -396,7 +396,7 @@ def _native(model: ModelDims, plan: ExecutionPlan, other_bytes: int) -> MemoryBr
     for st in sorted({0, plan.pp - 1}):
         moments = native_candidates(model, plan, st)
         n = max(moments, key=lambda e: e.total)
-        notes = (*n.notes, f"peak at the {n.moment}; stage {st} of {plan.pp}",
+        notes = (*n.notes, f"peak: {n.moment}; stage {st} of {plan.pp}",
                  f"other = {other_bytes} B reserve (CUDA context, workspaces)")
         est = MemoryBreakdown(n.parameters, n.gradients, n.optimizer, n.activations + n.comm, other_bytes,
                               "formula", st, n.cpu, None, notes,

@@ -203,6 +203,27 @@ def test_reserved_and_fits() -> None:
     assert est.to_dict()["reserved"] == est.reserved
 
 
+def test_fsdp_stream_pools_hold_every_gradient_and_the_largest_gather() -> None:
+    # a layer: q 64x64, k and v 64x32 (2 of 4 heads' width), o 64x64, gate/up/down 64x128, two norms of 64:
+    # 36,992; two layers, the tied 512 x 64 embedding and the final norm: 106,816 parameters on one rank
+    m = ModelDims(64, 2, 4, 512, 64, ffn_hidden=128, gated=True, num_kv_heads=2)
+    plan = ExecutionPlan(micro_batch=2, sharding="fsdp", precision="amp", loss="fp32")
+    est = estimate_memory(m, plan, num_gpus=1)
+    # the peak (the loss's backward) has no gradient alive: the reduce-scatter stream's pool keeps every
+    # fp32 gradient of the last step (4 x 106,816), the all-gather stream's a layer and its prefetch in bf16
+    assert est.gradients == 0
+    assert est.stream_pools == 4 * 106_816 + 2 * 2 * 36_992
+    assert est.reserved == allocator_reserved(est.tensor_bytes, est.activations, 4 * 106_816 + 2 * 2 * 36_992)
+    assert est.to_dict()["stream_pools"] == est.stream_pools
+    # one stream without FSDP2: no such pools
+    assert estimate_memory(m, plan.with_(sharding="none"), num_gpus=1).stream_pools == 0
+    # 8 tokens: the peak is the end of backward, every gradient alive and counted in the tensors; the
+    # compute stream's largest moment without them is that same moment, so only the gather pool is added
+    short = ModelDims(64, 2, 4, 512, 8, ffn_hidden=128, gated=True, num_kv_heads=2)
+    est = estimate_memory(short, plan.with_(micro_batch=1), num_gpus=1)
+    assert est.gradients == 4 * 106_816 and est.stream_pools == 2 * 2 * 36_992
+
+
 def test_encoder_decoder_keeps_the_encoder_output_once() -> None:
     from tessera.estimator.memory_recipes import native_activations
 
