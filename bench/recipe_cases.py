@@ -121,4 +121,9 @@ def cases(tiny: bool = False) -> list[Case]:
         Case("held-out tt 3B fsdp op-sac", "torchtitan", "3B", tt3b, fsdp.with_(checkpointing="op"), TT_RECIPE),
         Case("held-out tt 3B fsdp full-ac mb4", "torchtitan", "3B", tt3b,
              fsdp.with_(micro_batch=4, checkpointing="full"), TT_RECIPE),
+        # autocast without FSDP2 (the second held-out run): the transformers loop drops the model's
+        # output before backward since then (recipe_steps.train_transformers)
+        Case("held-out qwen2.5-0.5b full mb8", "transformers", "qwen2", qwen, full_ft.with_(micro_batch=8), HF_FULL),
+        Case("held-out llama3.2-1b-hf full mb2", "transformers", "llama", hf1b, full_ft.with_(micro_batch=2),
+             HF_FULL),
     ]

@@ -222,11 +222,13 @@ def train_transformers(case: Case, device: str, tiny: bool, warmup: int, steps: 
     def step() -> float:
         ids = torch.randint(0, v, (b, s), device=device)
         optimizer.zero_grad()
+        # As transformers' Trainer.training_step: compute_loss returns the loss alone, so the model's
+        # output (the logits) is dropped before backward. A loop that keeps it holds them too.
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
-            out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
         optimizer.step()
-        return float(out.loss.detach())
+        return float(loss.detach())
 
     return _timed(step, device, warmup, steps), n_params, info
 

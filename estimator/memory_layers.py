@@ -62,15 +62,26 @@ class Shape:
     enc_seq: int = 0  # encoder-decoder: the encoder's tokens per sequence (a decoder layer's cross attention)
     device: str = "cuda"  # "cpu": torch's composite kernels where CUDA has fused ones (rms_norm)
     storage: int = 4  # bytes of the stored parameters (T5's position bias comes out in this dtype)
+    # fp32 weights under torch.autocast, no FSDP2 (memory_recipes.uses_autocast): the residual stream and
+    # the norms stay fp32, each linear casts its weight, and its fp32 input, to the compute dtype
+    autocast: bool = False
+
+    @property
+    def r(self) -> int:
+        """Bytes per element of the residual stream: fp32 under autocast (the embedding's output is fp32,
+        and a norm returns its input's dtype), else the compute dtype."""
+        return 4 if self.autocast else self.e
 
 
 def norm_saved(m: ModelDims, x: Shape, name: str, elems: float, is_input_kept: bool = True) -> list[Saved]:
     """One RMSNorm/LayerNorm over `elems` elements (tokens * hidden) of this rank, as its stack runs it.
 
     `is_input_kept`: the norm's input is a tensor no other op keeps (the residual stream); the fused
-    kernel keeps it, the eager norms keep an fp32 copy instead."""
+    kernel keeps it, the eager norms keep an fp32 copy instead. Under autocast the input is fp32 (the
+    eager norms' upcast is then the input itself), and so is the Llama norm's normalised tensor."""
     tokens = elems / m.hidden_size
     e = x.e
+    r = x.r
     trained_w = not x.frozen
     if x.stack == "torchtitan" and x.device == "cpu" and not x.compile:
         # torch's rms_norm off CUDA is the composite (aten rms_norm_composite): an fp32 copy of the input,
@@ -81,7 +92,7 @@ def norm_saved(m: ModelDims, x: Shape, name: str, elems: float, is_input_kept: b
         # fused kernel (CUDA's _fused_rms_norm, or inductor's fused norm): the input and fp32 rstd
         # (LayerNorm: mean and rstd)
         stats = 4 if m.gated or m.family == "encoder-decoder" else 8
-        return [Saved(f"{name}.input", e * elems if is_input_kept else 0.0), Saved(f"{name}.stats", stats * tokens)]
+        return [Saved(f"{name}.input", r * elems if is_input_kept else 0.0), Saved(f"{name}.stats", stats * tokens)]
     if m.family == "encoder-decoder":  # T5LayerNorm: fp32 copy (pow), bf16 input and rstd (mul), output (weight)
         return [Saved(f"{name}.fp32", 4 * elems), Saved(f"{name}.input", e * elems), Saved(f"{name}.rstd", 4 * tokens),
                 Saved(f"{name}.normed", e * elems if trained_w else 0.0)]
@@ -89,18 +100,29 @@ def norm_saved(m: ModelDims, x: Shape, name: str, elems: float, is_input_kept: b
         return [Saved(f"{name}.fp32", 4 * elems), Saved(f"{name}.rstd", 4 * tokens),
                 Saved(f"{name}.normed", 4 * elems if trained_w else 0.0)]
     if not m.gated:  # nn.LayerNorm: its input, fp32 mean and rstd
-        return [Saved(f"{name}.input", e * elems), Saved(f"{name}.stats", 8 * tokens)]
-    # LlamaRMSNorm (Llama, Qwen2, Mistral): fp32 copy, rstd, the normalised bf16 tensor (weight's mul)
+        return [Saved(f"{name}.input", r * elems), Saved(f"{name}.stats", 8 * tokens)]
+    # LlamaRMSNorm (Llama, Qwen2, Mistral): fp32 copy, rstd, the normalised tensor (weight's mul) in the
+    # input's dtype
     return [Saved(f"{name}.fp32", 4 * elems), Saved(f"{name}.rstd", 4 * tokens),
-            Saved(f"{name}.normed", e * elems if trained_w else 0.0)]
+            Saved(f"{name}.normed", r * elems if trained_w else 0.0)]
 
 
 def _linear(x: Shape, name: str, in_elems: float, out_per_token: float, input_name: str,
             mm: list[Saved], saved: list[Saved], input_owned: dict[str, float]) -> None:
     """A linear (mm) of this rank: its output goes to `mm` (for the op policy), its input is kept once
-    per storage when its weight trains or it carries a LoRA adapter (plus lora_A's output)."""
+    per storage when its weight trains or it carries a LoRA adapter (plus lora_A's output).
+
+    Under autocast the linear keeps its weight's cast for its input's gradient (a layer checkpoint
+    recomputes it instead: stored_bytes counts it under no checkpointing only), and an input from the
+    fp32 residual stream (a norm's output) is cast at each call: every linear keeps its own copy
+    (torch.compile's graph shares one)."""
     trains = not x.frozen
     lora = name in x.lora
+    if x.autocast:
+        saved.append(Saved(f"{name}.weight_cast", x.e * in_elems / x.tokens * out_per_token))
+        fused = x.stack == "torchtitan" and not x.lora and input_name.endswith("qkv_in")  # one wqkv, one cast
+        if input_name.endswith(("qkv_in", "mlp_in")) and not (x.compile or fused):
+            input_name = f"{input_name}.{name}"
     if (trains or lora) and input_name not in input_owned:
         input_owned[input_name] = x.e * in_elems
         saved.append(Saved(f"{input_name}", x.e * in_elems))
@@ -125,7 +147,7 @@ def attention_saved(m: ModelDims, x: Shape, prefix: str, causal_kv_tokens: int) 
     _linear(x, f"{prefix}q", n * h, a_l * d, f"{prefix}qkv_in", mm, saved, owned)
     kv_in = f"{prefix}qkv_in" if not x.kv_seq else f"{prefix}enc_out"
     kx = Shape(kv_src_tokens, x.batch, x.kv_seq or x.seq, e, t, x.sp, x.flash, x.stack, x.lora, x.rank, x.frozen,
-               x.compile)
+               x.compile, autocast=x.autocast)
     _linear(kx, f"{prefix}k", kv_src_tokens * h, kv_l * d, kv_in, mm, saved, owned)
     _linear(kx, f"{prefix}v", kv_src_tokens * h, kv_l * d, kv_in, mm, saved, owned)
     if x.stack == "torchtitan" and not x.lora:  # torchtitan's Llama 3 fuses q, k, v into one matmul (fuse_qkv)
@@ -232,7 +254,7 @@ def layer_saved(m: ModelDims, x: Shape, index: int, kind: str = "decoder") -> li
     kind: "decoder" (decoder-only, or T5's encoder layer with bidirectional self attention),
     "cross" (T5's decoder layer: self attention, cross attention over the encoder output, MLP)."""
     n, h = x.tokens, m.hidden_size
-    out: list[Saved] = [Saved("input", x.e * n * h / x.sp, "input")]
+    out: list[Saved] = [Saved("input", x.r * n * h / x.sp, "input")]
     norm_elems = n * h / x.sp
 
     def block(prefix: str, kept: list[Saved]) -> None:
@@ -251,7 +273,7 @@ def layer_saved(m: ModelDims, x: Shape, index: int, kind: str = "decoder") -> li
 
 def _cross(x: Shape) -> Shape:
     return Shape(x.tokens, x.batch, x.seq, x.e, x.tp, x.sp, x.flash, x.stack, x.lora, x.rank, x.frozen,
-                 x.compile, kv_seq=x.enc_seq)
+                 x.compile, kv_seq=x.enc_seq, autocast=x.autocast)
 
 
 def mm_outputs(m: ModelDims, x: Shape, index: int, kind: str = "decoder") -> list[Saved]:

@@ -85,6 +85,12 @@ def native_dtypes(plan: ExecutionPlan) -> Dtypes:
     return Dtypes(4, 4, 8, 2)
 
 
+def uses_autocast(plan: ExecutionPlan) -> bool:
+    """PyTorch AMP without FSDP2 (one GPU, DDP): fp32 weights, torch.autocast casting each op's inputs (as
+    torchtitan's maybe_enable_amp does exactly when FSDP is off; FSDP2 casts whole units instead)."""
+    return plan.precision == "amp" and plan.sharding == "none"
+
+
 def check_native(model: ModelDims, plan: ExecutionPlan) -> None:
     """Combinations the native formula cannot mean, refused by the field."""
     if model.family == "encoder-decoder" and plan.pp > 1:
@@ -216,18 +222,22 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack = "
         notes.append("FSDP2 without resharding: the stage's parameters stay unsharded (compute dtype) and an "
                      "unsharded reduce-dtype gradient accumulates until the last micro-batch")
     else:
-        layer_ws = 2 * layer_gathered
+        autocast = uses_autocast(plan)
+        layer_ws = 0.0 if autocast else 2 * layer_gathered  # autocast: the casts are kept activations
         layer_grad_ws = largest_layer * c
         layer_rs = largest_layer * dt.grad
         if stage == plan.pp - 1:
             # torchtitan shards [norm, output] as one unit it never reshards after forward; transformers
             # (accelerate's FSDP2) leaves the embedding, final norm and head to the root unit, which FSDP2
-            # does not reshard after forward either: all of them stay gathered until backward
-            root = head if (stack == "torchtitan" or m.tied_embeddings) else 2 * head
+            # does not reshard after forward either: all of them stay gathered until backward. Under
+            # autocast the output layer's weight cast is kept likewise (the embedding reads its fp32 weight).
+            root = head if (stack == "torchtitan" or m.tied_embeddings or autocast) else 2 * head
             head_ws = c * root
             head_grad_ws = c * head
             head_rs = dt.grad * head
-        notes.append("FSDP2 resharding after forward: two layers' compute-dtype parameters in flight, the "
+        notes.append("autocast without FSDP2: fp32 residual stream and norms; every linear keeps its weight's "
+                     "cast, and its own cast of a norm's output, until its backward" if autocast else
+                     "FSDP2 resharding after forward: two layers' compute-dtype parameters in flight, the "
                      "output layer unsharded from its forward to its backward")
     return NativeState(params, grads, opt, cpu, unsharded_p, unsharded_g, layer_ws, layer_grad_ws, layer_rs, head_ws,
                        head_grad_ws, head_rs, 4 * _largest_tensor(m, plan) / shards, tuple(notes))
@@ -263,7 +273,7 @@ def shape_of(m: ModelDims, plan: ExecutionPlan, stack: Stack, tokens_seq: int, e
     lora_names = frozenset(f"{p}{n}" for p in ("attn.", "cross.", "mlp.") for n in lora)
     return Shape(b * s_local, b, s_local, dt.compute, plan.tp, plan.tp if plan.sequence_parallel and plan.tp > 1 else 1,
                  plan.flash_attention, stack, lora_names, plan.lora_rank, plan.lora_rank > 0, plan.compile,
-                 enc_seq=enc_seq, device=device, storage=dt.storage)
+                 enc_seq=enc_seq, device=device, storage=dt.storage, autocast=uses_autocast(plan))
 
 
 def _policy(plan: ExecutionPlan, index: int) -> str:
@@ -585,5 +595,6 @@ __all__ = [
     "native_state",
     "recipe_warnings",
     "stack_of",
+    "uses_autocast",
     "uses_native_stack",
 ]
