@@ -6,8 +6,8 @@ T5/mT5). memory.py hands a plan here when `uses_native_stack(model, plan)`; docs
 
 The stack: a plan whose loss is 'fp32' or 'chunked', or whose sharding is 'fsdp', or that trains LoRA,
 uses Float8, compile, per-op checkpointing or context parallelism, or an encoder-decoder model, runs
-the way FSDP2 runs it (torch.distributed.fsdp.fully_shard, the one data-parallel wrapper of torchtitan
-and of transformers' FSDP2 path; without sharding, a one-rank shard group, as HSDP's replicate ranks):
+the way FSDP2 runs it (torch.distributed.fsdp.fully_shard, the data-parallel wrapper of torchtitan and of
+transformers' FSDP2 path; unsharded, a one-rank shard group as HSDP's replicas; AMP unsharded: autocast):
 - one stored copy of each parameter, sharded over dp*cp (torchtitan folds cp into the FSDP mesh,
   'dp_shard_cp'), in the storage dtype: fp32 for every recipe with an fp32 master (amp, mixed,
   megatron-bf16, megatron-fp16: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan's
