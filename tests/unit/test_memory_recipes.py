@@ -224,6 +224,31 @@ def test_fsdp_stream_pools_hold_every_gradient_and_the_largest_gather() -> None:
     assert est.gradients == 4 * 106_816 and est.stream_pools == 2 * 2 * 36_992
 
 
+def test_amp_without_fsdp_is_autocast() -> None:
+    from tessera.estimator.memory_layers import stored_bytes
+    from tessera.estimator.memory_recipes import shape_of, uses_autocast
+
+    # one layer of 8 tokens, hidden 64: linears q 64x64, k and v 64x32, o 64x64, w1 and w3 64x128, w2 128x64
+    m = ModelDims(64, 1, 4, 512, 8, ffn_hidden=128, gated=True, num_kv_heads=2)
+    qwen = ModelDims(64, 1, 4, 512, 8, ffn_hidden=128, gated=True, num_kv_heads=2, qkv_bias=True)
+    amp = ExecutionPlan(micro_batch=1, precision="amp", loss="fp32", sharding="none")
+    fsdp = amp.with_(sharding="fsdp")
+    assert uses_autocast(amp) and not uses_autocast(fsdp) and not uses_autocast(amp.with_(precision="bf16"))
+
+    def more(model: ModelDims, stack: str, policy: str) -> float:
+        return (stored_bytes(model, shape_of(model, amp, stack, 8), 0, policy)  # type: ignore[arg-type]
+                - stored_bytes(model, shape_of(model, fsdp, stack, 8), 0, policy))  # type: ignore[arg-type]
+
+    weights = 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128)  # every weight's bf16 cast: 73,728
+    token_h = 8 * 64
+    # torchtitan: the fused norms keep an fp32 input (+2 B, twice); one cast for the fused wqkv, two for w1, w3
+    assert more(m, "torchtitan", "none") == weights + 2 * 2 * token_h + 2 * token_h
+    # transformers: LlamaRMSNorm's normalised tensor is fp32 (+2 B, twice); q, k, v and w1, w3 cast apart
+    assert more(qwen, "transformers", "none") == weights + 2 * 2 * token_h + (2 + 1) * 2 * token_h
+    # a checkpointed layer keeps its fp32 input only: the casts are recomputed in backward
+    assert more(m, "torchtitan", "full") == more(m, "torchtitan", "op") == 2 * token_h
+
+
 def test_encoder_decoder_keeps_the_encoder_output_once() -> None:
     from tessera.estimator.memory_recipes import native_activations
 
