@@ -224,7 +224,8 @@ def main() -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--predict-only", action="store_true", help="the predictions alone: no torch, no steps")
     ap.add_argument("--rescore", metavar="FILE", help="a recorded run (its JSON): predict its cases again with "
-                                                      "this checkout and compare; runs nothing")
+                                                      "this checkout and compare; runs nothing, writes only "
+                                                      "to an --out given")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ["TESSERA_RECIPES_TORCHTITAN"] = args.torchtitan  # read by the workers (recipe_steps)

@@ -87,8 +87,8 @@ def native_dtypes(plan: ExecutionPlan) -> Dtypes:
 
 def uses_autocast(plan: ExecutionPlan) -> bool:
     """PyTorch AMP without FSDP2 (one GPU, DDP): fp32 weights, torch.autocast casting each op's inputs (as
-    torchtitan's maybe_enable_amp does exactly when FSDP is off; FSDP2 casts whole units instead)."""
-    return plan.precision == "amp" and plan.sharding == "none"
+    torchtitan's maybe_enable_amp does exactly when FSDP is off). LoRA's base is stored in bf16: no casts."""
+    return plan.precision == "amp" and plan.sharding == "none" and not plan.lora_rank
 
 
 def check_native(model: ModelDims, plan: ExecutionPlan) -> None:

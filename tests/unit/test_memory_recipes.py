@@ -234,6 +234,7 @@ def test_amp_without_fsdp_is_autocast() -> None:
     amp = ExecutionPlan(micro_batch=1, precision="amp", loss="fp32", sharding="none")
     fsdp = amp.with_(sharding="fsdp")
     assert uses_autocast(amp) and not uses_autocast(fsdp) and not uses_autocast(amp.with_(precision="bf16"))
+    assert not uses_autocast(amp.with_(lora_rank=8))  # LoRA's frozen base is stored in bf16
 
     def more(model: ModelDims, stack: str, policy: str) -> float:
         return (stored_bytes(model, shape_of(model, amp, stack, 8), 0, policy)  # type: ignore[arg-type]
