@@ -17,6 +17,15 @@ def others_may_replace(folder_mode: int) -> bool:
     return bool(folder_mode & (stat.S_IWGRP | stat.S_IWOTH)) and not folder_mode & stat.S_ISVTX
 
 
+def open_to_others(st: os.stat_result) -> bool:
+    """Whether users other than the owner may read or change a private key file of this stat: any access
+    for others, or any group access but read, or group read on a file root does not own. PostgreSQL's
+    rule for its ssl_key_file: 0600, or 0640 owned by root (a key group the operating system manages)."""
+    mode = stat.S_IMODE(st.st_mode)
+    group = mode & 0o070
+    return bool(mode & 0o007) or (group != 0 and not (group == 0o040 and st.st_uid == 0))
+
+
 def write_private(path: Path, data: str | bytes, mode: int = 0o600) -> None:
     """Replace `path` with `data`, of `mode` (default 0600: the owner only), through a temporary file
     of a random name made with O_EXCL and O_NOFOLLOW (another user of the folder can neither

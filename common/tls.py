@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from prometheus_client import Gauge
 from tessera.common.errors import InvalidInput
 from tessera.common.identity import Identity
 from tessera.common.pki import identities_of
+from tessera.common.privatefile import open_to_others
 
 log = structlog.get_logger(__name__)
 
@@ -101,6 +103,10 @@ def load(ca: str | os.PathLike[str], cert: str | os.PathLike[str] | None = None,
         private = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError):
         raise TlsError(f"{key_path}: not an unencrypted PEM private key") from None
+    key_stat = key_path.stat()
+    if open_to_others(key_stat):  # as ssh and PostgreSQL refuse theirs: anyone on the host could be us
+        raise TlsError(f"{key_path}: other users may read or change this private key (mode "
+                       f"{stat.S_IMODE(key_stat.st_mode):04o}): chmod 600 it (or 640, owned by root)")
     if not isinstance(private, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey) \
             or private.public_key() != leaf.public_key():
         raise TlsError(f"{key_path}: this key does not belong to the certificate {cert_path}")

@@ -4,6 +4,7 @@ the handshake checks of rpc)."""
 from __future__ import annotations
 
 import io
+import os
 import stat
 from pathlib import Path
 
@@ -101,6 +102,26 @@ def test_load_errors_name_the_file(ca: CertificateAuthority, tmp_path: Path) -> 
         tls.load(d / "ca.pem", d / "cert.pem", other / "key.pem")
     with pytest.raises(tls.TlsError, match=f"^{other / 'cert.pem'}: not issued by the CA in {d / 'ca.pem'}$"):
         tls.load(d / "ca.pem", other / "cert.pem", other / "key.pem")
+
+
+@pytest.mark.parametrize(("mode", "root_owned", "refused"), [
+    (0o600, False, False), (0o400, False, False), (0o640, True, False),  # PostgreSQL's rule for its key
+    (0o644, False, True), (0o604, False, True), (0o640, False, True), (0o660, True, True), (0o620, True, True),
+])
+def test_a_private_key_others_may_read_is_refused(ca: CertificateAuthority, mode: int, root_owned: bool,
+                                                   refused: bool) -> None:
+    """A key.pem other users could read let any of them act as this daemon (a node, the controller)."""
+    d = ca.issue(identity.CONTROLLER)
+    key = d / "key.pem"
+    key.chmod(mode)
+    if not root_owned and os.geteuid() == 0:
+        os.chown(key, 65534, -1)  # nobody: not root, so group read is no longer excused
+    if refused:
+        with pytest.raises(tls.TlsError, match=f"^{key}: other users may read or change this private key "
+                                               f"\\(mode 0{mode:o}\\): chmod 600 it"):
+            tls.load_dir(d)
+    elif os.access(key, os.R_OK):
+        assert tls.load_dir(d).key == key.read_bytes()
 
 
 def test_servers_and_channels_need_tls_or_an_explicit_insecure() -> None:
