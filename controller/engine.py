@@ -566,7 +566,9 @@ class Engine:
                 crash_point("launch.answered")
             except grpc.aio.AioRpcError as e:
                 why = f"launch on {node_id} failed: {e.code().name}: {e.details()}"
-                await self._launch_failed(job, node_id, why)
+                # INVALID_ARGUMENT: the node answered, refusing this job's request (its env policy, say):
+                # the job backs off, the node is not blamed, else one job could sideline every node
+                await self._launch_failed(job, node_id, why, e.code() != grpc.StatusCode.INVALID_ARGUMENT)
                 return
             self._node_launched(node_id, ok=True)
         current = self.store.get_job(job.id)  # heartbeats may have moved it on during the calls
@@ -582,10 +584,11 @@ class Engine:
                         until=after.unhealthy_until)
             self._live.wake_at(after.unhealthy_until)
 
-    async def _launch_failed(self, job: JobRecord, node_id: str, why: str) -> None:
-        """Requeue with a backoff (no PLACED -> LAUNCH_FAILED loop), count it against the node, stop
-        whatever ranks did start."""
-        self._node_launched(node_id, ok=False)
+    async def _launch_failed(self, job: JobRecord, node_id: str, why: str, blame_node: bool = True) -> None:
+        """Requeue with a backoff (no PLACED -> LAUNCH_FAILED loop), count it against the node unless
+        told otherwise, stop whatever ranks did start."""
+        if blame_node:
+            self._node_launched(node_id, ok=False)
         after, events = transitions.launch_failed(job, why, self._progress(job), self.wall(), self.cfg.backoff)
         await self._save(after, events)
         self._live.wake_at(after.next_launch_time)

@@ -412,6 +412,27 @@ async def test_failed_launch_requeues_and_a_hung_start_fails_the_attempt() -> No
     assert "not every rank was running" in h.job(jid).reason
 
 
+async def test_a_launch_the_node_refuses_as_invalid_blames_the_job_not_the_node() -> None:
+    """An agent answers INVALID_ARGUMENT when this job's request breaks its rules (its own env policy,
+    say): the node is healthy. Counting it against the node let one job, relaunched with backoff, mark
+    every node it touched unhealthy for everyone."""
+    h = Harness(nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny())
+    h.agents.fail_launch["a"] = grpc.StatusCode.INVALID_ARGUMENT
+    for _ in range(6):  # past the node's unhealthy threshold had each failure counted
+        await h.round()
+        h.clock.advance(3600)
+    assert h.state(jid) == "PENDING" and "launch on a failed: INVALID_ARGUMENT" in h.job(jid).reason
+    assert h.job(jid).launch_failures >= 3
+    node = h.store.get_node("a")
+    assert node is not None and node.launch_failures == 0 and node.unhealthy_until == 0.0
+    del h.agents.fail_launch["a"]
+    other = await h.submit(tiny())
+    await h.round()
+    assert h.state(other) == "STARTING" and h.nodes_of(other) == ["a"]
+
+
 async def test_pending_reasons_without_nodes_and_for_a_job_that_fits_nowhere() -> None:
     h = Harness(policy="crius", nodes=("a",))
     jid = await h.submit(tiny())
