@@ -372,12 +372,13 @@ class Engine:
     async def inspect(self) -> None:
         """Periodic pass over running jobs: persist progress, relaunch missing ranks, fail hung
         attempts, evaluate. One job's failure is logged and the pass goes on with the others."""
-        now = self.mono()
-        for job in self.store.list_jobs(states=ACTIVE):
+        now, active = self.mono(), self.store.list_jobs(states=ACTIVE)
+        for job in active:
             try:
                 await self._inspect_job(job, now)
             except Exception:
                 log.exception("inspect_job_failed", job_id=job.id)
+        await nodeops.requeue_on_unknown_nodes(self, active, now)
 
     async def _inspect_job(self, job: JobRecord, now: float) -> None:
         prog = self._live.progress.get(job.id)

@@ -16,8 +16,9 @@ import structlog
 from tessera.common.errors import FailedPrecondition
 from tessera.controller.agents import AgentCalls
 from tessera.controller.errors import NodeNotFound
-from tessera.controller.registry import LivenessConfig, LiveNode, fence_seconds, fenced
-from tessera.controller.store import JobRecord, NodeRecord, Store
+from tessera.controller.registry import LivenessConfig, LiveNode, fence_seconds, fenced, requeue_after
+from tessera.controller.snapshots import jobs_on
+from tessera.controller.store import ACTIVE, JobRecord, NodeRecord, Store
 from tessera.controller.view import LiveState, LiveView
 from tessera.v1 import agent_pb2, common_pb2
 
@@ -167,3 +168,23 @@ async def back_after(engine: NodeHost, node_id: str, silent: float) -> None:
     for job in engine.view.jobs_on(node_id):
         if not job.stop_requested:  # a job asked to stop is settled by its exits as usual
             await engine._requeue(job, f"{why}: its agent stopped the workers", "NODE_LOST", stop=why)
+
+
+async def requeue_on_unknown_nodes(engine: NodeHost, active: list[JobRecord], now: float) -> None:
+    """Requeue the active jobs placed on a node this controller has no record of and that has not
+    registered since (its record was unreadable, or the store was restored from before it joined),
+    once it has been missing for as long as a lost node's lease and fence grace: nothing else would
+    ever end them, since only known nodes lose their lease. `now` is monotonic."""
+    since = engine._live.unknown_since
+    missing = {s.node_id for j in active if j.placement for s in j.placement.slices} - set(engine._live.nodes)
+    for node_id in set(since) - missing:
+        del since[node_id]
+    bound = requeue_after(engine.cfg.liveness)
+    for node_id in sorted(missing):
+        first = since.setdefault(node_id, now)
+        if now - first <= bound:
+            continue
+        log.warning("jobs_on_unknown_node", node_id=node_id, missing_s=round(now - first, 1))
+        for job in jobs_on(engine.store.list_jobs(states=ACTIVE), node_id):  # as they are now
+            await engine._requeue(job, f"node {node_id} is unknown to the controller (no record in its store, no "
+                                       f"registration for {now - first:.0f}s)", "NODE_LOST", stop="node unknown")

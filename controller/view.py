@@ -57,6 +57,8 @@ class LiveState:
     # Wall times at which a job's launch backoff or a node's unhealthy period ends: a round is due
     # then (rounds otherwise run only every --round-interval or on an arrival).
     wakes: set[float] = field(default_factory=set)
+    # Nodes active jobs are placed on that have no record here: when each was first seen missing (mono).
+    unknown_since: dict[str, float] = field(default_factory=dict)
 
     def wake_at(self, t: float) -> None:
         if t > 0:
