@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,12 +149,25 @@ def channel_credentials(cfg: TlsConfig) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=cfg.ca, private_key=cfg.key, certificate_chain=cfg.cert)
 
 
+@functools.lru_cache(maxsize=4096)
+def _not_after(pem: bytes) -> float:
+    """A certificate's end of validity (POSIX seconds); 0 for one that does not parse."""
+    try:
+        return x509.load_pem_x509_certificate(pem).not_valid_after_utc.timestamp()
+    except ValueError:
+        return 0.0
+
+
 def peer_identity(context: Any) -> Identity | None:
-    """The identity of the verified client certificate of this call; None without one, or when it
-    names no single Tessera identity."""
+    """The identity of the verified client certificate of this call; None without one, when it names
+    no single Tessera identity, or once it has expired: TLS checks validity at the handshake only,
+    and a connection can outlive its certificate by months."""
     try:
         auth = context.auth_context()
     except Exception:  # noqa: BLE001 (a context without one: a test double)
+        return None
+    pems = auth.get("x509_pem_cert") or []
+    if pems and _not_after(pems[0]) < time.time():
         return None
     uris = [u.decode(errors="replace") for u in auth.get("peer_uri", [])]
     if not uris and auth.get("x509_pem_cert"):

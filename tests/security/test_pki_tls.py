@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from tessera.clients import tessctl
 from tessera.common import identity, rpc, tls
@@ -272,3 +273,36 @@ def test_a_certificate_near_its_end_is_said_at_start_and_exported(ca: Certificat
         assert cfg.cert is not None
         ends = x509.load_pem_x509_certificate(cfg.cert).not_valid_after_utc.timestamp()
         assert REGISTRY.get_sample_value("tessera_certificate_expiry_timestamp_seconds") == ends
+
+
+def test_an_expired_client_certificate_names_no_identity() -> None:
+    """TLS checks a certificate's validity at the handshake only; a connection made the day before a
+    node's certificate expired kept acting as that node. Every call's identity now checks it."""
+    import datetime
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "n1")])
+
+    def pem(ends: datetime.datetime) -> bytes:
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=2))
+                .not_valid_after(ends)
+                .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier("spiffe://tessera/node/n1")]),
+                               critical=False)
+                .sign(key, hashes.SHA256()))
+        return cert.public_bytes(serialization.Encoding.PEM)
+
+    class Call:
+        def __init__(self, cert: bytes) -> None:
+            self.cert = cert
+
+        def auth_context(self) -> dict[str, list[bytes]]:  # what grpc gives a server for a verified client
+            return {"peer_uri": [b"spiffe://tessera/node/n1"], "x509_pem_cert": [self.cert]}
+
+    assert tls.peer_identity(Call(pem(now + datetime.timedelta(days=1)))) == identity.node("n1")
+    assert tls.peer_identity(Call(pem(now - datetime.timedelta(seconds=1)))) is None
+    assert tls.peer_identity(Call(b"not a certificate")) is None
