@@ -39,7 +39,7 @@ exhaustive solver. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tessera.estimator.cells import CellConfig, CellModel, GpuPool, StageCost
@@ -74,6 +74,7 @@ class Shape:
     sigma: dict[str, float] = field(default_factory=dict)  # least per-layer gradient sync (seconds)
     overlap_sync: bool = False
     placers: dict[tuple[str, ...], StagePlacer] = field(default_factory=dict)
+    work: int = 0  # the stage costs looked up to build it (StagePlacer.steps)
 
     def placer(self, model: CellModel, types: Sequence[str], config: CellConfig,
                overlap_sync: bool) -> StagePlacer:
@@ -88,9 +89,10 @@ class Shape:
 
 def build_shape(model: CellModel, pools: Mapping[str, GpuPool], prices: Mapping[str, float],
                 quotas: Mapping[str, int], dp: int, k: int, b: int, config: CellConfig,
-                overlap_sync: bool) -> Shape:
+                overlap_sync: bool, check: Callable[[int], None] | None = None) -> Shape:
     """The bound terms of one (dp, k), read off the estimate's own stage costs. `pools` must hold at
-    least k x dp GPUs each (the placer's own check; quotas are the search's business)."""
+    least k x dp GPUs each (the placer's own check; quotas are the search's business). `check` is
+    given the work done so far after each look-up of the costliest loop, and may raise to stop."""
     cache: dict[tuple[GpuPool, int, int, int], StageCost] = {}
     names = sorted(pools)
     L = model.num_layers
@@ -111,8 +113,12 @@ def build_shape(model: CellModel, pools: Mapping[str, GpuPool], prices: Mapping[
         # window of n layers fits only turns false as n grows (memory grows with operators), so
         # the largest n is found by bisection
         def fits(n: int, p: GpuPool = p) -> bool:
-            starts = [1] if alike else range(1, L - n + 2)
-            return any(probe.stage_cost(p, k - 1, a, a + n).fits for a in starts)
+            for a in [1] if alike else range(1, L - n + 2):
+                if probe.stage_cost(p, k - 1, a, a + n).fits:
+                    return True
+                if check is not None:
+                    check(probe.steps)
+            return False
         lo, hi = 0, L - (k - 1)
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -128,7 +134,7 @@ def build_shape(model: CellModel, pools: Mapping[str, GpuPool], prices: Mapping[
                 x[(a, c)] = probe.transfer_time(pools[a], pools[c], j + 1)
     caps = {t: quotas[t] // dp for t in names}
     return Shape(dp, k, b, dict(pools), cache, e, u, x, h, caps, {t: prices[t] for t in names}, L, sigma,
-                 overlap_sync)
+                 overlap_sync, work=probe.steps)
 
 
 def _sync_per_layer(probe: StagePlacer, pool: GpuPool, k: int, most: int) -> float:

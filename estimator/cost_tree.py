@@ -64,6 +64,10 @@ MAX_STAGES = 16
 # registered models, 658,541 (2.1 s) with --shapes table2; the unit tests under 3,000. Nodes alone
 # would not do: that bench's largest search by nodes expands and places 1,802 in 0.5 s.
 MAX_SEARCH_WORK = 3_000_000
+# The work laying out the trees may take (the per-(dp, k) bound terms, before the search; same unit).
+# Unbudgeted, a MoE model of 96 layers over the 24 catalog types up to 16 stages took 54 s here, inside
+# a controller round on its event loop; a dense one 1.1M units (1.5 s).
+MAX_PREPARE_WORK = 3_000_000
 # The work charged per node bounded (pushed on the queue or pruned): a bound costs about as much as
 # 50 stage costs looked up (0.2 ms over 24 GPU types).
 BOUND_WORK = 50
@@ -234,6 +238,13 @@ def _prepare(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_
     cfg = config or CellConfig()
     most = max(o.quota for o in offs)
     shapes: list[Shape] = []
+    done = 0  # laying out the trees has a budget of its own
+
+    def check(steps: int) -> None:
+        if done + steps > MAX_PREPARE_WORK:
+            raise SearchTooLarge("max_stages", f"search too large: laying out the trees took over {MAX_PREPARE_WORK} units "
+                                               f"of work ({len(shapes)} of them built; up to {max_stages} stages, "
+                                               f"{len(offs)} GPU types); lower --max-stages or offer fewer types")
     for k in range(1, min(max_stages, model.num_layers) + 1):
         b = microbatches(model, k, cfg)
         per_micro = model.global_batch // b
@@ -248,9 +259,11 @@ def _prepare(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_
                                          memory_bytes=o.memory_bytes) for o in usable}
             try:
                 shapes.append(build_shape(model, pools, {o.gpu_type: o.price_per_hour for o in usable},
-                                          {o.gpu_type: o.quota for o in usable}, dp, k, b, cfg, overlap_sync))
+                                          {o.gpu_type: o.quota for o in usable}, dp, k, b, cfg, overlap_sync, check))
             except CellInputError as exc:
                 raise CostInputError("model", str(exc)) from exc
+            done += shapes[-1].work
+            check(0)
     return _Problem(model, offs, iterations, float(slo_s), cfg, max_stages, overlap_sync, tuple(shapes), max_work)
 
 

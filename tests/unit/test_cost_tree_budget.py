@@ -64,6 +64,22 @@ def test_a_search_over_its_budget_is_refused_and_the_default_leaves_room() -> No
         fastest_plan(BIG, OFFERS, 10, max_stages=3, max_work=100)
 
 
+def test_laying_out_the_trees_has_a_budget_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound terms of every (dp, k) were computed before the search and outside its budget: a MoE
+    model over the 24 catalog types took 54 s, inside a controller round on its event loop."""
+    from tessera.estimator import cost_tree
+
+    p = _prepare(BIG, OFFERS, 10, 40.0, None, 3, None, False)
+    used = sum(s.work for s in p.shapes)
+    assert 0 < used < cost_tree.MAX_PREPARE_WORK / 100
+    monkeypatch.setattr(cost_tree, "MAX_PREPARE_WORK", used)  # exactly enough
+    assert len(_prepare(BIG, OFFERS, 10, 40.0, None, 3, None, False).shapes) == len(p.shapes)
+    monkeypatch.setattr(cost_tree, "MAX_PREPARE_WORK", used // 2)
+    with pytest.raises(SearchTooLarge, match=r"^max_stages: search too large: laying out the trees took over \d+ "
+                                             r"units of work \(\d+ of them built; up to 3 stages, 4 GPU types\)"):
+        cheapest_plan(BIG, OFFERS, 10, 40.0, max_stages=3)
+
+
 def test_the_search_for_the_fastest_plan_behind_no_feasible_plan_has_the_budget_too() -> None:
     slo = 0.5 * fastest_plan(BIG, OFFERS, 10, max_stages=3).total_time_s
     with pytest.raises(NoFeasiblePlan):
