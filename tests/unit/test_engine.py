@@ -412,61 +412,6 @@ async def test_failed_launch_requeues_and_a_hung_start_fails_the_attempt() -> No
     assert "not every rank was running" in h.job(jid).reason
 
 
-async def test_a_launch_the_node_refuses_as_invalid_blames_the_job_not_the_node() -> None:
-    """An agent answers INVALID_ARGUMENT when this job's request breaks its rules (its own env policy,
-    say): the node is healthy. Counting it against the node let one job, relaunched with backoff, mark
-    every node it touched unhealthy for everyone."""
-    h = Harness(nodes=("a",))
-    await h.register("a")
-    jid = await h.submit(tiny())
-    h.agents.fail_launch["a"] = grpc.StatusCode.INVALID_ARGUMENT
-    for _ in range(6):  # past the node's unhealthy threshold had each failure counted
-        await h.round()
-        h.clock.advance(3600)
-    assert h.state(jid) == "PENDING" and "launch on a failed: INVALID_ARGUMENT" in h.job(jid).reason
-    assert h.job(jid).launch_failures >= 3
-    node = h.store.get_node("a")
-    assert node is not None and node.launch_failures == 0 and node.unhealthy_until == 0.0
-    del h.agents.fail_launch["a"]
-    other = await h.submit(tiny())
-    await h.round()
-    assert h.state(other) == "STARTING" and h.nodes_of(other) == ["a"]
-
-
-async def test_a_job_on_a_node_the_store_does_not_know_is_requeued_after_the_lease_bound() -> None:
-    """A node record the store cannot give back (unreadable, or a restore from before the node joined)
-    left its jobs RUNNING for ever: only known nodes lose their lease. Now they are requeued once the
-    node has been missing as long as a lost node's lease and fence grace, unless it registers first."""
-    h = Harness(nodes=("a", "b"))
-    await h.register("a", "b")
-    jid = await h.submit(tiny())
-    await h.round()
-    assert await run_to_running(h, jid) == 1 and h.nodes_of(jid) == ["a"]
-    h.store._nodes.pop("a")  # its record is gone; the controller restarts
-    await h.restart()
-    await h.inspect()  # first seen missing
-    h.clock.advance(REQUEUE - 1)
-    await h.inspect()
-    assert h.state(jid) == "RUNNING"
-    h.clock.advance(2)
-    await h.inspect()
-    assert h.state(jid) == "PENDING" and h.kinds(jid)[-1] == "NODE_LOST" and h.job(jid).restarts == 1
-    assert "node a is unknown to the controller" in h.job(jid).reason
-    # a node that registers in time keeps its jobs
-    h.clock.advance(1)
-    await h.register("b")  # with the restarted controller
-    await h.round()
-    assert h.state(jid) == "STARTING" and h.nodes_of(jid) == ["b"] and await run_to_running(h, jid) == 2
-    h.store._nodes.pop("b")
-    await h.restart()
-    await h.inspect()
-    for _ in range(int(REQUEUE // 5) + 1):  # b's agent beats every 5 s: it registers with the new controller
-        h.clock.advance(5)
-        await (h.heartbeat("b") if "b" in h.engine._live.nodes else h.register("b"))
-        await h.inspect()
-    assert h.state(jid) == "RUNNING" and h.job(jid).restarts == 1 and h.engine._live.unknown_since == {}
-
-
 async def test_pending_reasons_without_nodes_and_for_a_job_that_fits_nowhere() -> None:
     h = Harness(policy="crius", nodes=("a",))
     jid = await h.submit(tiny())
