@@ -86,9 +86,9 @@ def native_dtypes(plan: ExecutionPlan) -> Dtypes:
 
 
 def uses_autocast(plan: ExecutionPlan) -> bool:
-    """PyTorch AMP without FSDP2 (one GPU, DDP): fp32 weights, torch.autocast casting each op's inputs (as
-    torchtitan's maybe_enable_amp does exactly when FSDP is off). LoRA's base is stored in bf16: no casts."""
-    return plan.precision == "amp" and plan.sharding == "none" and not plan.lora_rank
+    """PyTorch AMP without FSDP2 (one GPU, DDP): fp32 weights, torch.autocast casting each op's inputs, as
+    torchtitan's maybe_enable_amp does when FSDP (which CP turns on), TP and PP are off. Not LoRA (bf16 base)."""
+    return plan.precision == "amp" and plan.sharding == "none" and not plan.lora_rank and plan.cp == plan.tp == plan.pp == 1
 
 
 def check_native(model: ModelDims, plan: ExecutionPlan) -> None:

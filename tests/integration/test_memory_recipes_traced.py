@@ -40,6 +40,17 @@ def test_torchtitan_pipeline_stage_keeps_unsharded_params() -> None:
     assert abs(_formula(TINY, plan, "torchtitan", stage=1) - tr.peak) <= 0.01 * tr.peak
 
 
+@pytest.mark.parametrize("stack", ["torchtitan", "transformers"])
+@pytest.mark.parametrize("checkpointing", ["none", "op", "full"])
+def test_amp_without_fsdp_traces_as_autocast(stack: str, checkpointing: str) -> None:
+    """One GPU (or DDP) under AMP runs torch.autocast over fp32 weights, not FSDP2 (measured on an H200:
+    docs/estimator-gpu.md, run 3): the trace runs it so, and the formula counts the same tensors."""
+    plan = ExecutionPlan(loss="fp32", precision="amp", checkpointing=checkpointing)  # type: ignore[arg-type]
+    tr = trace_real(TINY, plan, stack=stack)  # type: ignore[arg-type]
+    assert tr.to_dict()["detail"]["precision"].startswith("amp without FSDP2: torch.autocast")
+    assert abs(_formula(TINY, plan, stack) - tr.peak) <= 0.01 * tr.peak, tr.to_dict()
+
+
 def test_transformers_lora_without_sharding() -> None:
     plan = ExecutionPlan(lora_rank=16, lora_targets="qv", loss="fp32", precision="bf16")
     tr = trace_real(TINY, plan, stack="transformers")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from tessera.estimator.memory_recipes import uses_autocast
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.estimator.torch.realtrace import adapters, float8, session
@@ -185,9 +186,11 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
         ac = _wrap_layers(model, plan)
         mp = MixedPrecisionPolicy(param_dtype=prec.compute, reduce_dtype=prec.reduce)
         reshard = plan.reshards_after_forward
-        for block in layer_modules(model):
+        amp = uses_autocast(plan)  # AMP without FSDP2: the Trainer's torch.autocast over fp32 weights
+        for block in [] if amp else layer_modules(model):
             fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+        if not amp:
+            fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         with session.fake_mode():
             model.to_empty(device="cpu")
             if m.tied_embeddings:
@@ -196,6 +199,10 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
             opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=False)
 
             def forward(x: Any) -> Any:
+                with torch.autocast("cpu", dtype=prec.compute, enabled=amp):
+                    return loss_of(x)
+
+            def loss_of(x: Any) -> Any:
                 if m.family == "encoder-decoder":
                     return model(input_ids=x, decoder_input_ids=torch.zeros(b, t, dtype=torch.long),
                                  labels=torch.zeros(b, t, dtype=torch.long)).loss
@@ -213,7 +220,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
 
             detail = {"model": type(model).__name__, "config": type(cfg).__name__, "stage": stage,
                       "fsdp_world": world, "accumulated": rounds, "tokens": [b, s] if m.family != "encoder-decoder" else [b, s, t],
-                      "precision": prec.note, "checkpointing": ac, "lora": lora, "float8": f8,
+                      "precision": session.AUTOCAST if amp else prec.note, "checkpointing": ac, "lora": lora, "float8": f8,
                       "reshard_after_forward": reshard, "loss": "transformers ForCausalLMLoss (fp32 logits)",
                       "approximations": notes + adapters.notes(plan)
                       + ([f"cp={plan.cp}: traced as the per-rank shape (seq/cp tokens)"] if plan.cp > 1 else [])}

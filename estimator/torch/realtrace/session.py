@@ -52,6 +52,11 @@ class Precision:
     note: str
 
 
+# How `precision: amp` runs without FSDP2 (memory_recipes.uses_autocast): torchtitan's maybe_enable_amp
+# and transformers' Trainer wrap the forward and the loss, not the backward, in torch.autocast.
+AUTOCAST = "amp without FSDP2: torch.autocast (bf16) over fp32 params, grads and AdamW states"
+
+
 def precision_of(plan: ExecutionPlan) -> Precision:
     """FSDP2 keeps one copy of each parameter, sharded: the fp32 sharded parameter is the master copy
     and MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) all-gathers a bf16 compute copy, as

@@ -32,6 +32,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from tessera.estimator.memory_recipes import uses_autocast
 from tessera.estimator.memory_terms import stage_layers
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
@@ -249,8 +250,10 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
         # plan 'auto' is torchtitan's 'default' (reshard without PP, and never the final norm and
         # output head, which backward needs first)
         policy = {"auto": "default"}.get(plan.reshard_after_forward, plan.reshard_after_forward)
-        apply_fsdp_to_decoder(model, dims.get_mesh("fsdp"), param_dtype=prec.compute, reduce_dtype=prec.reduce,
-                              pp_enabled=plan.pp > 1, reshard_after_forward_policy=policy)
+        amp = uses_autocast(plan)  # no FSDP2: torchtitan's maybe_enable_amp turns torch.autocast on instead
+        if not amp:
+            apply_fsdp_to_decoder(model, dims.get_mesh("fsdp"), param_dtype=prec.compute, reduce_dtype=prec.reduce,
+                                  pp_enabled=plan.pp > 1, reshard_after_forward_policy=policy)
         with session.fake_mode():
             model.to_empty(device="cpu")
             model.train()
@@ -287,11 +290,13 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
 
             def micro_batches() -> None:
                 inputs = [torch.zeros(b, s, dtype=torch.long) if first else received() for _ in range(n_in)]
-                outs = runner(inputs)
+                with torch.autocast("cpu", dtype=prec.compute, enabled=amp):
+                    outs = runner(inputs)
                 while outs:
                     out = outs.pop(0)
                     if last:
-                        loss, _ = loss_call(out, torch.zeros(b, s, dtype=torch.long))
+                        with torch.autocast("cpu", dtype=prec.compute, enabled=amp):
+                            loss, _ = loss_call(out, torch.zeros(b, s, dtype=torch.long))
                         if plan.pp > 1:
                             # torch.distributed.pipelining keeps the stage's output in its fwd_cache until
                             # that micro-batch's backward (stage.py, forward_one_chunk / backward_one_chunk)
@@ -308,7 +313,7 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
             detail = {"model": "torchtitan.models.llama3.Llama3Model", "stage": stage, "pp": plan.pp,
                       "layers": len(layers), "fsdp_world": world, "tp": tp, "sequence_parallel": plan.sequence_parallel,
                       "tokens": [b, s], "inflight": n_in, "accumulated": rounds,
-                      "precision": prec.note, "checkpointing": ac, "float8": f8,
+                      "precision": session.AUTOCAST if amp else prec.note, "checkpointing": ac, "float8": f8,
                       "reshard_after_forward": policy, "loss": "torchtitan " + type(loss_fn).__name__,
                       "context_parallel": (f"torchtitan apply_cp_to_forward, ring attention over {plan.cp} ranks" if ring
                                            else f"per-rank shape over {plan.cp} ranks" if plan.cp > 1 else "none"),
