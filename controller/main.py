@@ -34,7 +34,7 @@ from tessera.controller.loops import loops
 from tessera.controller.registry import LivenessConfig, default_fence, fence_problem, requeue_after
 from tessera.controller.retention import Retention, RetentionConfig
 from tessera.controller.service import ControllerService, RegistryService, translate
-from tessera.controller.statedir import StateDirLock
+from tessera.controller.statedir import StateDirLock, check_epoch
 from tessera.controller.store import SqliteStore
 from tessera.controller.tenants import on_sighup
 from tessera.controller.tenantsfile import TenantsFileError, read_tenants_file
@@ -302,6 +302,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     lock = StateDirLock(state)  # held until the process ends
     store = SqliteStore(state / "controller.db")
     epoch = store.next_epoch()
+    check_epoch(state, epoch, store.path)
     structlog.contextvars.bind_contextvars(epoch=epoch)
     agents = AgentClients(args.tls)
     engine = Engine(store, agents, cfg, epoch)

@@ -15,9 +15,14 @@ import fcntl
 import os
 from pathlib import Path
 
+from tessera.common.privatefile import write_private
 from tessera.controller.store import StateError
 
 LOCK_FILE = "controller.lock"
+# The epoch this state directory last ran under, kept outside the database: a database behind it has
+# lost its latest writes (a deleted controller.db-wal) or is an older copy put back without raising
+# its epoch, which the agents would fence (every launch refused as "stale controller epoch").
+EPOCH_FILE = "controller.epoch"
 
 
 class StateDirLock:
@@ -50,3 +55,22 @@ class StateDirLock:
         if self._fd >= 0:
             os.close(self._fd)  # closing drops the flock
             self._fd = -1
+
+
+def check_epoch(state: Path, epoch: int, db: Path) -> None:
+    """Refuse a database whose new `epoch` is not above the one this state directory last ran under,
+    then record `epoch` as that one (flushed to disk before any agent can see it)."""
+    marker = state / EPOCH_FILE
+    try:
+        last = int(marker.read_text().strip())
+    except FileNotFoundError:
+        last = 0  # the first start here, or a state directory from before this check
+    except (OSError, ValueError) as exc:
+        raise StateError(f"{marker}: cannot read the last epoch ({exc}); remove it to skip the check once") from exc
+    if epoch <= last:
+        raise StateError(f"{db} is behind this state directory: its epoch ({epoch - 1}) is below {last}, the "
+                         f"epoch it last ran under ({marker}). Its latest writes are lost (a deleted "
+                         f"controller.db-wal?), or it was put back from an older copy. After a restore, raise its "
+                         f"epoch to at least {last} and to the agents' highest (docs/operations.md, Restoring); to "
+                         f"accept the loss, remove {marker}")
+    write_private(marker, f"{epoch}\n", 0o644)

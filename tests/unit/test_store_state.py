@@ -183,3 +183,34 @@ def test_a_state_dir_this_user_cannot_write_is_not_called_damaged(tmp_path: Path
     with pytest.raises(StateError) as err:
         SqliteStore(db)
     assert "cannot write it or its folder" in str(err.value) and "new --state-dir" not in str(err.value)
+
+
+def test_a_database_behind_its_state_dir_is_refused_until_its_epoch_is_raised(tmp_path: Path) -> None:
+    """A controller killed with writes still in controller.db-wal, the -wal then lost: the database
+    reopened at its last checkpoint, an older epoch and older jobs, silently. An older copy put back
+    without raising its epoch (the documented restore's second step) started, and the agents refused
+    every launch. The state dir now records the last epoch outside the database."""
+    from tessera.controller.statedir import EPOCH_FILE, check_epoch
+
+    db = tmp_path / "controller.db"
+    check_epoch(tmp_path, _filled(db, jobs=2), db)  # epoch 1, checkpointed
+    # a second run takes epoch 2 and is killed before any checkpoint: epoch 2 is only in the WAL
+    code = ("import os, sys; from pathlib import Path; from tessera.controller.store import SqliteStore; "
+            "from tessera.controller.statedir import check_epoch; p = Path(sys.argv[1]); s = SqliteStore(p / "
+            "'controller.db'); check_epoch(p, s.next_epoch(), p / 'controller.db'); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    assert (tmp_path / EPOCH_FILE).read_text() == "2\n"
+    for lost in ("controller.db-wal", "controller.db-shm"):
+        (tmp_path / lost).unlink(missing_ok=True)
+    s = SqliteStore(db)
+    with pytest.raises(StateError, match=r"is behind this state directory: its epoch \(1\) is below 2, the epoch it "
+                                         r"last ran under .*raise its epoch to at least 2"):
+        check_epoch(tmp_path, s.next_epoch(), db)
+    # the restore's epoch raise (docs/operations.md) lets it start; so would removing the marker
+    s._db.execute("UPDATE meta SET value='7' WHERE key='epoch'")
+    check_epoch(tmp_path, s.next_epoch(), db)
+    assert (tmp_path / EPOCH_FILE).read_text() == "8\n"
+    s.close()
+    (tmp_path / EPOCH_FILE).write_text("not a number\n")
+    with pytest.raises(StateError, match=r"cannot read the last epoch .*remove it to skip the check once"):
+        check_epoch(tmp_path, 9, db)
