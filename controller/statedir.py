@@ -1,11 +1,12 @@
-"""One controller per state directory.
+"""One controller per state directory, and a database no older than the directory's last run.
 
 SQLite lets two processes open one database, and two controllers on one `--state-dir` both serve:
 each takes an epoch, each fences the other's launches, and the second requeued a job that ran
 healthily under the first (an audit saw it within 6 s). So a controller holds an exclusive
 `flock` on the state directory for its whole life; the kernel drops it when the process ends, kill
 -9 included, so there is no stale lock to clean up. `<state-dir>/controller.lock` holds the
-holder's pid for the message (deleting it unlocks nothing).
+holder's pid for the message (deleting it unlocks nothing). `<state-dir>/controller.epoch` holds the
+epoch of the last start (`check_epoch`).
 """
 
 from __future__ import annotations
