@@ -208,7 +208,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny models (the CPU dry run)")
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--out", help=f"where the JSON goes (default {DEFAULT_OUT}; with --rescore, nowhere)")
     ap.add_argument("--only", action="append", default=[], help="run the cases whose name contains this")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
@@ -232,7 +232,7 @@ def main() -> int:
     if args.worker:
         return _worker(args)
     if args.rescore:
-        return rescore(Path(args.rescore), Path(args.out) if args.out != DEFAULT_OUT else None)
+        return rescore(Path(args.rescore), Path(args.out) if args.out else None)
     todo = [c for c in cases(args.tiny) if not args.only or any(s in c.name for s in args.only)]
     if args.list:
         for c in todo:
@@ -248,7 +248,7 @@ def main() -> int:
     result: dict[str, Any] = {"benchmark": "estimator_gpu_recipes", **info, "run_device": args.device,
                               "tiny": args.tiny, "float8_supported": fp8, "predict_gpu": gpu,
                               "warmup": args.warmup, "steps": args.steps, "rows": []}
-    out = Path(args.out)
+    out = Path(args.out or DEFAULT_OUT)
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     broken: dict[str, str] = {}  # stack -> why it cannot run here (an import that failed)
