@@ -170,9 +170,9 @@ def peer_identity(context: Any) -> Identity | None:
     if pems and _not_after(pems[0]) < time.time():
         return None
     uris = [u.decode(errors="replace") for u in auth.get("peer_uri", [])]
-    if not uris and auth.get("x509_pem_cert"):
+    if not uris and pems:
         try:
-            found = identities_of(x509.load_pem_x509_certificate(auth["x509_pem_cert"][0]))
+            found = identities_of(x509.load_pem_x509_certificate(pems[0]))
         except ValueError:
             return None
         return found[0] if len(found) == 1 else None
