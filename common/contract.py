@@ -38,3 +38,6 @@ CONTRACT_VARS: frozenset[str] = frozenset(
 # 10.0s". Its exit (0 after a checkpoint, or a signal) is no verdict on the job: the controller
 # requeues the attempt without spending a retry.
 FENCED_REASON = "fenced"
+# How a worker's reason begins when its agent killed it for its disk use (nodeagent/diskuse.py):
+# the reason says why, where "killed by SIGKILL" alone would suggest the OOM killer.
+EVICTED_REASON = "evicted by the agent: "

@@ -24,7 +24,7 @@ from tessera.common import rpc
 from tessera.common.buildinfo import build_info
 from tessera.common.hooks import Hooks
 from tessera.common.tls import TlsConfig
-from tessera.nodeagent import cgroups, metrics, retention
+from tessera.nodeagent import cgroups, diskuse, metrics, retention
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_KEEPER_POLL, DEFAULT_LOG_MAX_BYTES, Keepers
 from tessera.nodeagent.registration import Registrar
@@ -75,6 +75,11 @@ class AgentConfig:
     keeper_poll: float = DEFAULT_KEEPER_POLL
     # Each rank's log is kept under this many bytes, its newest part (0 = no cap).
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    # A job whose files on this node pass this many bytes is evicted; under this many bytes free
+    # on the work dir's file system, the job whose files grew the most is (0 = not enforced).
+    job_disk_limit: int = 0
+    min_free_disk: int = 0
+    disk_check_seconds: float = diskuse.INTERVAL_S
     # This node's certificate (mTLS both ways); None only with `insecure` (tessera-agent --insecure).
     tls: TlsConfig | None = None
     insecure: bool = False
@@ -281,6 +286,8 @@ class Agent:
             self._tasks.append(asyncio.create_task(self._refresh_inventory(), name="inventory"))
         if self.config.attempt_ttl_seconds > 0:
             self._tasks.append(asyncio.create_task(self._prune_attempts(), name="retention"))
+        if self.config.job_disk_limit or self.config.min_free_disk:
+            self._tasks.append(asyncio.create_task(self._watch_disk(), name="disk"))
 
     def _log_worker_users(self) -> None:
         """Say once who workers run as, and whether they get a cgroup."""
@@ -360,6 +367,22 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 (a failed sweep is retried at the next one)
                 log.warning("attempt prune failed", error=str(exc))
             await asyncio.sleep(retention.INTERVAL_S)
+
+    async def _watch_disk(self) -> None:
+        """Measure each live job's files, and evict those over the disk limits (nodeagent/diskuse.py)."""
+        cfg, before = self.config, dict[str, diskuse.Usage]()
+        while True:
+            jobs = self.supervisor.live_jobs()
+            try:
+                usage = await asyncio.to_thread(diskuse.measure_jobs, cfg.work_dir, jobs)
+                free = await asyncio.to_thread(diskuse.free_bytes, cfg.work_dir) if cfg.min_free_disk else None
+            except OSError as exc:
+                log.warning("disk check failed", error=str(exc))
+            else:
+                for job, why in diskuse.evictions(usage, before, cfg.job_disk_limit, free, cfg.min_free_disk).items():
+                    self.supervisor.evict(job, why)
+                before = usage
+            await asyncio.sleep(cfg.disk_check_seconds)
 
     async def close(self, grace: float = 2.0) -> None:
         """Stop serving and registering; stop the workers only with kill_workers_on_exit."""

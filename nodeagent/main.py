@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from tessera.common import clihelp, envpolicy, identity, logs, tls
 from tessera.common import metrics as common_metrics
 from tessera.common.errors import InvalidInput
 from tessera.common.notify import notify, watchdog_loop
-from tessera.nodeagent import inventory, users
+from tessera.nodeagent import diskuse, inventory, users
 from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
 from tessera.nodeagent.controllers import split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_LOG_MAX_BYTES
@@ -145,6 +146,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep each rank's log under this size, its newest part: past it the older half is dropped "
         f"(default {DEFAULT_LOG_MAX_BYTES}; 0 = no cap)",
     )
+    p.add_argument(
+        "--job-disk-limit",
+        default="0",
+        metavar="SIZE",
+        help="kill a job's workers on this node once its files here (its folder in the work dir, logs "
+        "included, and checkpoints on the same file system) pass SIZE, e.g. 50G (default 0 = no limit)",
+    )
+    p.add_argument(
+        "--min-free-disk",
+        default="0",
+        metavar="SIZE|N%%",
+        help="below this much free on the work dir's file system, kill the workers of the job whose files "
+        "grew the most since the last check, e.g. 5%% or 20G (default 0 = not checked)",
+    )
+    p.add_argument(
+        "--disk-check-interval",
+        type=float,
+        default=diskuse.INTERVAL_S,
+        metavar="SECONDS",
+        help=f"how often the disk limits are checked (default {diskuse.INTERVAL_S:g})",
+    )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
     tls.add_arguments(p)
     return p
@@ -156,6 +178,28 @@ def _host_port(value: str, flag: str, allow_port0: bool) -> str:
     if not sep or not host.strip("[]") or not port.isdigit() or not low <= int(port) <= 65535:
         raise AgentUsageError(f"{flag}: {value!r} is not HOST:PORT with a port in {low}..65535")
     return value
+
+
+def _disk_limits(limit: str, min_free: str, work_dir: Path) -> tuple[int, int]:
+    """--job-disk-limit and --min-free-disk in bytes (a percentage of the work dir's file system)."""
+    try:
+        job = diskuse.parse_bytes(limit)
+    except ValueError as exc:
+        raise AgentUsageError(f"--job-disk-limit: {exc}") from None
+    text = min_free.strip()
+    if text.endswith("%"):
+        try:
+            pct = float(text[:-1])
+        except ValueError:
+            pct = -1.0
+        if not 0 <= pct < 100:
+            raise AgentUsageError(f"--min-free-disk: {min_free!r} is not a percentage in 0..100")
+        st = os.statvfs(work_dir)
+        return job, int(st.f_blocks * st.f_frsize * pct / 100)
+    try:
+        return job, diskuse.parse_bytes(text)
+    except ValueError as exc:
+        raise AgentUsageError(f"--min-free-disk: {exc}") from None
 
 
 def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Namespace]:
@@ -205,6 +249,9 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
     if args.log_max_bytes and args.log_max_bytes < MIN_MAX_BYTES:
         raise AgentUsageError(f"--log-max-bytes: must be 0 (no cap) or at least {MIN_MAX_BYTES}, "
                               f"got {args.log_max_bytes}")
+    job_disk_limit, min_free_disk = _disk_limits(args.job_disk_limit, args.min_free_disk, work_dir)
+    if not 0.1 <= args.disk_check_interval <= 86400:
+        raise AgentUsageError(f"--disk-check-interval: must be in 0.1..86400 seconds, got {args.disk_check_interval}")
     for name in args.allow_env:
         if not envpolicy.NAME_RE.match(name):
             raise AgentUsageError(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
@@ -233,6 +280,9 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         allowed_env=frozenset(args.allow_env),
         fence_grace=args.fence_grace,
         log_max_bytes=args.log_max_bytes,
+        job_disk_limit=job_disk_limit,
+        min_free_disk=min_free_disk,
+        disk_check_seconds=args.disk_check_interval,
         tls=tls_config,
         insecure=tls_config is None,
     )

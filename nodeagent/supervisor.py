@@ -29,13 +29,12 @@ from typing import Any
 
 import structlog
 
-from tessera.common.contract import FENCED_REASON
 from tessera.common.progress import sanitized
-from tessera.nodeagent import contract, keeperfiles, process, worklogs
+from tessera.nodeagent import contract, keeperfiles, process, workers, worklogs
 from tessera.nodeagent.errors import FailedPrecondition, NotFound
 from tessera.nodeagent.keeping import Keepers
 from tessera.nodeagent.selffence import SelfFence
-from tessera.nodeagent.workers import EXIT_UNKNOWN, EXITED, RUNNING, STOPPING, Attempt, Worker, describe_exit
+from tessera.nodeagent.workers import EXIT_UNKNOWN, EXITED, RUNNING, STOPPING, Attempt, Worker
 from tessera.v1 import agent_pb2, common_pb2
 
 log = structlog.get_logger("tessera.nodeagent.supervisor")
@@ -47,26 +46,6 @@ MAX_JOB_MARKS = 10_000
 EXIT_SPAWN_FAILED = 127  # what a shell reports for "command not found"
 REASON_DOWN = "exited while the agent was down"
 KILL_WAIT_SECONDS = 5.0
-
-
-def stop_prefix(att: Attempt, w: Worker) -> str:
-    prefix = "stopped by controller" + (f" ({att.stop_reason})" if att.stop_reason else "")
-    return prefix + (", SIGKILL after the grace period" if w.killed else "")
-
-
-def exit_reason(att: Attempt, w: Worker, code: int, why: str = "") -> str:
-    """A worker status's reason; `why`: what the keeper recorded beyond the code ("fenced: ...").
-
-    A keeper's fence comes first even when the controller also asked for a stop: the fence is how the
-    worker died, and a stop request that lands while the agent was frozen (SIGSTOP, a stalled host)
-    reaches it only after the worker had already fenced itself.
-    """
-    text = f"{why}, {describe_exit(code)}" if why else describe_exit(code)
-    if not att.stop_requested:
-        return text
-    if why.split(":", 1)[0] == FENCED_REASON:
-        return f"{text} (the controller had also asked it to stop: {att.stop_reason or 'no reason given'})"
-    return f"{stop_prefix(att, w)}, {text}"
 
 
 class Supervisor:
@@ -199,6 +178,7 @@ class Supervisor:
             job_id=req.job_id,
             attempt=req.attempt,
             world_size=req.world_size,
+            checkpoint_dir=req.checkpoint_dir,
             workers=[
                 Worker(
                     job_id=req.job_id,
@@ -301,19 +281,19 @@ class Supervisor:
             log.info("killed leftover processes of a keeper", job_id=w.job_id, attempt=w.attempt, rank=w.rank)
         recorded = self._recorded_exit(w)
         if recorded is None:
-            self._exited(att, w, code, exit_reason(att, w, code, "keeper left no exit status"))
+            self._exited(att, w, code, workers.exit_reason(att, w, code, "keeper left no exit status"))
         else:
-            self._exited(att, w, recorded[0], exit_reason(att, w, *recorded))
+            self._exited(att, w, recorded[0], workers.exit_reason(att, w, *recorded))
 
     async def _watch_adopted(self, att: Attempt, w: Worker) -> None:
         await process.wait_gone(w.pid, w.started, self.poll_interval)
         recorded = self._recorded_exit(w)
         if recorded is not None:
-            self._exited(att, w, recorded[0], exit_reason(att, w, *recorded))
+            self._exited(att, w, recorded[0], workers.exit_reason(att, w, *recorded))
             return
         reason = "exited after the agent restarted; exit status unknown (not a child of this agent)"
         if att.stop_requested:
-            reason = stop_prefix(att, w) + ", " + reason
+            reason = workers.stop_prefix(att, w) + ", " + reason
         self._exited(att, w, EXIT_UNKNOWN, reason)
 
     def _recorded_exit(self, w: Worker) -> tuple[int, str] | None:
@@ -383,6 +363,20 @@ class Supervisor:
                 await self._wait_exited(att, grace + KILL_WAIT_SECONDS)
         return [w.status() for att in atts for w in att.workers]
 
+    def evict(self, job_id: str, reason: str) -> None:
+        """Kill the job's live workers now for a reason of the agent's own (its disk limits): no
+        SIGTERM (a trainer would answer it with a checkpoint); `reason` leads their exit reasons."""
+        for att in [a for a in self._attempts.values() if a.job_id == job_id and a.active]:
+            att.evicted = att.evicted or reason
+            log.warning("evicting workers", job_id=job_id, attempt=att.attempt, reason=reason)
+            self._track(self._escalate(att, 0.0))
+            self._changed()
+
+    def live_jobs(self) -> dict[str, set[str]]:
+        """Job -> the checkpoint folders its live attempts' Launches named ("" for none)."""
+        return {a.job_id: {b.checkpoint_dir for b in self._attempts.values() if b.job_id == a.job_id and b.active}
+                for a in self._attempts.values() if a.active}
+
     async def wait_exited(self, job_id: str, attempt: int, timeout: float) -> bool:
         """Wait until every worker of the attempt has exited; False on timeout or unknown attempt."""
         att = self._attempts.get((job_id, attempt))
@@ -408,7 +402,7 @@ class Supervisor:
             if w.active:
                 w.killed = True
                 log.warning(
-                    "grace period over; killing worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank
+                    "killing worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank, grace=grace
                 )
                 # The keeper SIGKILLs the worker's group and still records the exit.
                 process.signal_group(w.pid, keeperfiles.KILL_NOW)
@@ -491,10 +485,10 @@ class Supervisor:
 
     def export_state(self) -> dict[str, Any]:
         """The supervisor's part of agent-state.json."""
-        workers = []
+        records = []
         for att in self._sorted_attempts():
             for w in att.workers:
-                workers.append(
+                records.append(
                     {
                         "job_id": w.job_id,
                         "attempt": w.attempt,
@@ -513,9 +507,11 @@ class Supervisor:
                         "stop_requested": att.stop_requested,
                         "stop_reason": att.stop_reason,
                         "stop_deadline": att.stop_deadline,
+                        "checkpoint_dir": att.checkpoint_dir,
+                        "evicted": att.evicted,
                     }
                 )
-        return {"workers": workers, "launched": dict(self._launched), "stopped": dict(self._stopped)}
+        return {"workers": records, "launched": dict(self._launched), "stopped": dict(self._stopped)}
 
     def restore(self, state: Mapping[str, Any]) -> int:
         """Rebuild the table from export_state() output of a previous agent; call on the event loop
@@ -538,6 +534,8 @@ class Supervisor:
                     )
                     att.stop_requested = bool(rec.get("stop_requested", False))
                     att.stop_reason = str(rec.get("stop_reason", ""))
+                    att.checkpoint_dir = str(rec.get("checkpoint_dir", ""))
+                    att.evicted = str(rec.get("evicted", ""))
                     deadline = rec.get("stop_deadline")
                     att.stop_deadline = float(deadline) if deadline is not None else None
                     att.spawned.set()
@@ -569,7 +567,7 @@ class Supervisor:
                 log.info("re-adopted worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank, pid=w.pid)
                 self._track(self._watch_adopted(att, w))
             elif (recorded := self._recorded_exit(w)) is not None:  # its keeper said how it ended
-                self._exited(att, w, recorded[0], exit_reason(att, w, *recorded), notify=False)
+                self._exited(att, w, recorded[0], workers.exit_reason(att, w, *recorded), notify=False)
             else:
                 self._exited(att, w, EXIT_UNKNOWN, REASON_DOWN, notify=False)
         # A stop that was waiting out its grace when the last agent went down still gets its SIGKILL.

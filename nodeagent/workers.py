@@ -11,6 +11,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tessera.common.contract import FENCED_REASON
 from tessera.v1 import agent_pb2, common_pb2
 
 RUNNING: int = common_pb2.WORKER_STATE_RUNNING
@@ -71,6 +72,10 @@ class Attempt:
     stop_deadline: float | None = None  # wall clock of the pending SIGKILL
     # checkpoint_iteration seen when a checkpoint was asked for; None = nothing asked.
     checkpoint_floor: int | None = None
+    # The Launch's checkpoint folder ("" = the job's default one, under its folder here).
+    checkpoint_dir: str = ""
+    # Why the agent itself killed the workers (diskuse.evictions); "" = it did not.
+    evicted: str = ""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -94,3 +99,25 @@ def describe_exit(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def stop_prefix(att: Attempt, w: Worker) -> str:
+    prefix = "stopped by controller" + (f" ({att.stop_reason})" if att.stop_reason else "")
+    return prefix + (", SIGKILL after the grace period" if w.killed else "")
+
+
+def exit_reason(att: Attempt, w: Worker, code: int, why: str = "") -> str:
+    """A worker status's reason; `why`: what the keeper recorded beyond the code ("fenced: ...").
+
+    A keeper's fence comes first even when the controller also asked for a stop: the fence is how the
+    worker died, and a stop request that lands while the agent was frozen (SIGSTOP, a stalled host)
+    reaches it only after the worker had already fenced itself.
+    """
+    text = f"{why}, {describe_exit(code)}" if why else describe_exit(code)
+    if att.evicted:  # the agent's own kill comes first: the controller may have asked for a stop after it
+        return f"{att.evicted}, {text}"
+    if not att.stop_requested:
+        return text
+    if why.split(":", 1)[0] == FENCED_REASON:
+        return f"{text} (the controller had also asked it to stop: {att.stop_reason or 'no reason given'})"
+    return f"{stop_prefix(att, w)}, {text}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from tessera.common.contract import FENCED_REASON
+from tessera.common.contract import EVICTED_REASON, FENCED_REASON
 
 # Reported by an agent for a worker that ended while the agent was not running (exit code unknown).
 EXIT_UNKNOWN = -1000
@@ -66,7 +66,7 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
             continue
         if r.exit_code == EXIT_UNKNOWN:
             return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}", r.rank)
-        if r.reason.startswith(SPAWN_FAILED):  # the keeper's own account says more than a guess from 127
+        if r.reason.startswith((SPAWN_FAILED, EVICTED_REASON)):  # the agent's account beats a guess from the code
             return Verdict("failed", f"rank {r.rank}: {r.reason}", r.rank)
         detail = f"; {r.reason}" if r.reason and r.reason != describe_exit(r.exit_code) else ""
         return Verdict("failed", f"rank {r.rank}: {describe_exit(r.exit_code)}{detail}", r.rank)

@@ -41,3 +41,16 @@ def test_hung_worker_is_failed_after_its_progress_timeout(cluster_factory) -> No
         assert "no progress from rank 0 for 3s since launch (hung?)" in done.reason
     # The hung process was stopped (SIGTERM, then SIGKILL after the grace).
     cl.agents["node-a10"].wait_event("worker exited", 60, job_id=job.id)
+
+
+def test_a_job_over_the_agents_disk_limit_fails_with_the_reason(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cl: Cluster = cluster_factory([])
+    cl.add_agent("node-a10", "a10-node.yaml", "--job-disk-limit", "1M", "--disk-check-interval", "0.5")
+    cl.wait_ready(1)
+    code = "import os, time; open('data.bin', 'wb').write(os.urandom(4 << 20)); time.sleep(600)"
+    with cl.client() as c:
+        job = c.submit(spec("filler", code, retries=0))
+        done = c.wait(job.id, {"SUCCEEDED", "FAILED"}, timeout=120)
+        assert done.state == P.JOB_STATE_FAILED
+        assert "rank 0: evicted by the agent: the job's files on this node hold 4." in done.reason
+        assert "over the agent's --job-disk-limit of 976.6 KiB, killed by SIGKILL" in done.reason

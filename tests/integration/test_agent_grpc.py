@@ -7,6 +7,7 @@ import re
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -72,7 +73,7 @@ async def registry() -> AsyncIterator[tuple[FakeRegistry, str]]:
     await rpc.stop_server(server, grace=0)
 
 
-def make_agent(controller: str, work_dir: Path, log_max_bytes: int = DEFAULT_LOG_MAX_BYTES) -> Agent:
+def make_agent(controller: str, work_dir: Path, log_max_bytes: int = DEFAULT_LOG_MAX_BYTES, **kw: Any) -> Agent:
     inv = parse_declared(
         {"gpus": [{"model": "A100-80GB", "count": 4, "nvlink": True}]}, "node-1", host_facts()
     )
@@ -89,6 +90,7 @@ def make_agent(controller: str, work_dir: Path, log_max_bytes: int = DEFAULT_LOG
         worker_python=worker_python(),
         tls=tls_config(identity.node("node-1")),
         log_max_bytes=log_max_bytes,
+        **kw,
     )
     return Agent(config, inv)
 
@@ -393,6 +395,47 @@ async def test_a_rank_log_is_kept_under_the_agents_cap(registry: tuple[FakeRegis
         lines = log.data.decode().splitlines()
         assert lines[0].startswith("tessera-keeper[job-1/1/0]: this log passed its cap of 65536 bytes;")
         assert lines[-1] == "last" and lines[-2] == "line 00099999"
+    finally:
+        await channel.close()
+        await agent.close(grace=0)
+
+
+async def test_a_job_over_the_disk_limit_is_killed_and_says_why(registry: tuple[FakeRegistry, str],
+                                                                worker_dir: Path) -> None:
+    """--job-disk-limit (nodeagent/diskuse.py): a worker that writes 4 MiB into its folder against a
+    2 MiB limit is SIGKILLed (its SIGTERM handler never runs) and its status says why; a job beside
+    it that writes nothing runs on."""
+    fake, controller = registry
+    agent = make_agent(controller, worker_dir, job_disk_limit=2 * 1024 * 1024, disk_check_seconds=0.1)
+    await agent.start()
+    channel = controller_channel(agent)
+    try:
+        stub = agent_pb2_grpc.NodeAgentStub(channel)
+        await registered(agent)
+        writer = py(
+            """
+            import os, pathlib, signal
+            signal.signal(signal.SIGTERM, lambda *a: pathlib.Path("got-sigterm").touch())
+            pathlib.Path("data.bin").write_bytes(os.urandom(4 * 1024 * 1024))
+            while True:
+                signal.pause()
+            """
+        )
+        await stub.Launch(launch_request(argv=writer, epoch=EPOCH), timeout=5)
+        await stub.Launch(launch_request(job_id="job-2", argv=WAIT_FOR_TERM, gpus=[[1]], epoch=EPOCH), timeout=5)
+        await ready(agent, job="job-2")
+
+        def exited() -> agent_pb2.WorkerStatus | None:
+            w = worker_in(fake.last_status(), "job-1")
+            return w if w is not None and w.state == EXITED else None
+
+        w = await wait_until(exited, TIMEOUT, "the eviction")
+        assert w.exit_code == -9
+        assert re.fullmatch(r"evicted by the agent: the job's files on this node hold 4\.\d MiB, over the agent's "
+                            r"--job-disk-limit of 2\.0 MiB, killed by SIGKILL", w.reason), w.reason
+        assert not (worker_dir / "jobs" / "job-1" / "attempt-1" / "got-sigterm").exists()
+        other = worker_in(fake.last_status(), "job-2")
+        assert other is not None and other.state == RUNNING
     finally:
         await channel.close()
         await agent.close(grace=0)

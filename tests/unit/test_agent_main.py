@@ -3,6 +3,7 @@ in tests/integration/test_agent_process.py)."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -24,6 +25,11 @@ def test_parse_config_defaults(tmp_path: Path) -> None:
     config, _ = parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(work), "--worker-threads", "6",
                               "--insecure"])
     assert config.worker_threads == 6
+    assert (config.job_disk_limit, config.min_free_disk, config.disk_check_seconds) == (0, 0, 30.0)
+    config, _ = parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(work), "--insecure",
+                              "--job-disk-limit", "50Gi", "--min-free-disk", "0.5%"])
+    total = os.statvfs(work).f_blocks * os.statvfs(work).f_frsize
+    assert (config.job_disk_limit, config.min_free_disk) == (50 * 2**30, int(total * 0.005))
 
 
 @pytest.mark.parametrize(
@@ -38,6 +44,10 @@ def test_parse_config_defaults(tmp_path: Path) -> None:
          "--metrics-token-file: /nonexistent/token: cannot read"),
         (["--metrics-token-file", "/nonexistent/token"], "--metrics-token-file: needs --metrics-listen"),
         (["--stop-grace", "-1"], "--stop-grace: must be >= 0"),
+        (["--job-disk-limit", "lots"], "--job-disk-limit: 'lots' is not a size"),
+        (["--min-free-disk", "120%"], "--min-free-disk: '120%' is not a percentage in 0..100"),
+        (["--min-free-disk=-5G"], "--min-free-disk: '-5G' is not a size"),
+        (["--disk-check-interval", "0"], "--disk-check-interval: must be in 0.1..86400 seconds"),
         (["--worker-threads", "0"], "--worker-threads: must be >= 1, got 0"),
     ],
 )

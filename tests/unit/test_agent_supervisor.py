@@ -19,9 +19,9 @@ import pytest
 
 from tessera.nodeagent import process
 from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFound
-from tessera.nodeagent.supervisor import EXIT_UNKNOWN, REASON_DOWN, Supervisor, exit_reason
+from tessera.nodeagent.supervisor import EXIT_UNKNOWN, REASON_DOWN, Supervisor
 from tessera.nodeagent.testing import launch_request, wait_until
-from tessera.nodeagent.workers import Attempt, Worker
+from tessera.nodeagent.workers import Attempt, Worker, exit_reason
 from tessera.v1 import common_pb2
 from tests.workerenv import worker_python
 
@@ -184,6 +184,34 @@ async def test_stop_escalates_to_sigkill_for_a_worker_ignoring_sigterm(sup: Supe
     assert (st.state, st.exit_code) == (EXITED, -signal.SIGKILL)
     assert (attempt_dir(sup) / "got-sigterm").exists()
     assert st.reason == "stopped by controller (migrate), SIGKILL after the grace period, killed by SIGKILL"
+
+
+async def test_evict_kills_at_once_and_its_reason_comes_first(sup: Supervisor) -> None:
+    argv = py(
+        """
+        import os, pathlib, signal
+        signal.signal(signal.SIGTERM, lambda *a: pathlib.Path("got-sigterm").touch())
+        pathlib.Path("ready-0").touch()
+        while True:
+            signal.pause()
+        """
+    )
+    await sup.launch(launch_request(argv=argv, checkpoint_dir="/ckpt/job-1"))
+    await sup.launch(launch_request(job_id="job-2", argv=WAIT_FOR_TERM, gpus=[[1]]))
+    await ready(sup)
+    await ready(sup, job="job-2")
+    assert sup.live_jobs() == {"job-1": {"/ckpt/job-1"}, "job-2": {""}}
+    sup.evict("job-1", "evicted by the agent: over its disk limit")
+    await sup.stop("job-1", 1, grace=30.0, reason="cancel")  # the controller's stop after it changes no reason
+    assert await sup.wait_exited("job-1", 1, TIMEOUT)
+    st = next(s for s in sup.statuses() if s.job_id == "job-1")
+    assert (st.exit_code, st.reason) == (-signal.SIGKILL, "evicted by the agent: over its disk limit, killed by SIGKILL")
+    assert sup.live_jobs() == {"job-2": {""}}
+    state = sup.export_state()
+    restored = make_supervisor(sup.work_dir)
+    restored.restore({**state, "workers": [w for w in state["workers"] if w["job_id"] == "job-1"]})
+    (att,) = restored._attempts.values()
+    assert (att.evicted, att.checkpoint_dir) == ("evicted by the agent: over its disk limit", "/ckpt/job-1")
 
 
 async def test_cooperative_stop_exits_zero(sup: Supervisor) -> None:

@@ -1,4 +1,4 @@
-from tessera.controller.core.attempts import EXIT_UNKNOWN, RankStatus, judge
+from tessera.controller.core.attempts import EXIT_UNKNOWN, RankStatus, Verdict, judge
 
 
 def rs(rank: int, running: bool, code: int = 0, it: int = 0, reason: str = "") -> RankStatus:
@@ -28,6 +28,9 @@ def test_failures_and_signals() -> None:
     why = "spawn failed: cannot run '/tmp' in /w as uid 1001: [Errno 13] Permission denied: '/tmp', exit code 127"
     assert judge(1, {0: rs(0, False, 127, reason=why)}, 10, False).reason == f"rank 0: {why}"
     assert judge(1, {0: rs(0, False, EXIT_UNKNOWN)}, 10, False).kind == "interrupted"
+    # The agent killed it for its disk use (nodeagent/diskuse.py): its reason, not the OOM killer's guess.
+    why = "evicted by the agent: the job's files on this node hold 4.0 MiB, over ..., killed by SIGKILL"
+    assert judge(1, {0: rs(0, False, -9, reason=why)}, 10, False) == Verdict("failed", f"rank 0: {why}", 0)
 
 
 def test_requested_stop_ignores_exit_codes() -> None:
