@@ -67,15 +67,37 @@ class TlsConfig:
     source: str = ""
 
 
-def _read(path: Path) -> bytes:
+MAX_PEM_BYTES = 1 << 20  # a certificate chain or key is a few KiB
+
+
+def _read_stat(path: Path) -> tuple[bytes, os.stat_result]:
+    """The file's bytes and the stat of the very file read (a key's mode is checked on what was
+    read, not on whatever the path names a moment later); a FIFO or device is refused, not read."""
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise TlsError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TlsError(f"{path}: is a directory, not a file") from None
     except OSError as exc:
         raise TlsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise TlsError(f"{path}: is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise TlsError(f"{path}: not a plain file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_PEM_BYTES + 1)
+    except OSError as exc:
+        raise TlsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PEM_BYTES:
+        raise TlsError(f"{path}: over {MAX_PEM_BYTES} bytes, not a PEM certificate or key")
+    return data, st
+
+
+def _read(path: Path) -> bytes:
+    return _read_stat(path)[0]
 
 
 def _certs(path: Path, data: bytes) -> list[x509.Certificate]:
@@ -99,13 +121,12 @@ def load(ca: str | os.PathLike[str], cert: str | os.PathLike[str] | None = None,
             raise TlsError("a certificate needs its key, and a key its certificate")
         return TlsConfig(ca_pem, source=str(ca_path))
     cert_path, key_path = Path(cert), Path(key)
-    cert_pem, key_pem = _read(cert_path), _read(key_path)
+    cert_pem, (key_pem, key_stat) = _read(cert_path), _read_stat(key_path)
     leaf = _certs(cert_path, cert_pem)[0]
     try:
         private = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError):
         raise TlsError(f"{key_path}: not an unencrypted PEM private key") from None
-    key_stat = key_path.stat()
     if open_to_others(key_stat):  # as ssh and PostgreSQL refuse theirs: anyone on the host could be us
         raise TlsError(f"{key_path}: other users may read or change this private key (mode "
                        f"{stat.S_IMODE(key_stat.st_mode):04o}): chmod 600 it (or 640, owned by root)")

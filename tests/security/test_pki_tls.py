@@ -103,6 +103,15 @@ def test_load_errors_name_the_file(ca: CertificateAuthority, tmp_path: Path) -> 
         tls.load(d / "ca.pem", d / "cert.pem", other / "key.pem")
     with pytest.raises(tls.TlsError, match=f"^{other / 'cert.pem'}: not issued by the CA in {d / 'ca.pem'}$"):
         tls.load(d / "ca.pem", other / "cert.pem", other / "key.pem")
+    # A FIFO or device is refused, not read: reading /dev/zero to its end never ends.
+    with pytest.raises(tls.TlsError, match="^/dev/zero: not a plain file$"):
+        tls.load(d / "ca.pem", d / "cert.pem", "/dev/zero")
+    with pytest.raises(tls.TlsError, match=f"^{d}: is a directory, not a file$"):
+        tls.load(d)
+    big = tmp_path / "big.pem"
+    big.write_bytes(b"x" * (tls.MAX_PEM_BYTES + 1))
+    with pytest.raises(tls.TlsError, match=f"^{big}: over {tls.MAX_PEM_BYTES} bytes"):
+        tls.load(big)
 
 
 @pytest.mark.parametrize(("mode", "root_owned", "refused"), [
