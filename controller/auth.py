@@ -46,12 +46,20 @@ class Authenticator(Protocol):
         """The caller; Unauthenticated when it cannot be told."""
         ...
 
+    def generation(self) -> int:
+        """Changes whenever an authentication may answer otherwise than before (a reloaded or broken
+        tokens file)."""
+        ...
+
 
 class InsecureAuthenticator:
     """No tokens file: every caller is ANONYMOUS, allowed everything (logged loudly at start)."""
 
     def authenticate(self, metadata: Metadata) -> Principal:
         return ANONYMOUS
+
+    def generation(self) -> int:
+        return 0
 
 
 def bearer_token(metadata: Metadata) -> str:
@@ -85,6 +93,7 @@ class TokenAuthenticator:
         self._stamp = _stamp(self.path)
         self._broken = ""
         self._checked = clock()
+        self._generation = 0
 
     @property
     def entries(self) -> tuple[TokenEntry, ...]:
@@ -108,15 +117,21 @@ class TokenAuthenticator:
             self._fail(str(exc), stamp)
             return
         self._entries, self._stamp, self._broken = entries, stamp, ""
+        self._generation += 1
         log.info("tokens_loaded", file=str(self.path), tokens=len(entries))
 
     def _fail(self, why: str, stamp: tuple[int, int, int, int] | None) -> None:
         if why != self._broken:
             log.error("tokens_file_broken", file=str(self.path), error=why,
                       effect="every Controller API call is refused until the file is fixed")
+            self._generation += 1
         self._broken = why
         if stamp is not None:
             self._stamp = stamp
+
+    def generation(self) -> int:
+        self.refresh()
+        return self._generation
 
     def authenticate(self, metadata: Metadata) -> Principal:
         token = bearer_token(metadata)
@@ -179,8 +194,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc
             return call
 
         def stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            # A stream (WatchJobs, logs -f) may outlive its token: once the tokens file was reloaded
+            # or broke, the call is admitted again before its next message goes out, so a revoked
+            # token, a broken file or a changed tenant or role ends it with that status.
             async def call(request: Any, context: Any) -> AsyncIterator[Any]:
-                async for response in behavior(request, CallContext(context, admit())):
+                seen = self.authenticator.generation()
+                principal = admit()
+                async for response in behavior(request, CallContext(context, principal)):
+                    if (now := self.authenticator.generation()) != seen:
+                        again = self.authenticator.authenticate(metadata)
+                        authorize(method, again)
+                        if again != principal:
+                            raise Unauthenticated("the token now names another tenant or role: call again")
+                        seen = now
                     yield response
             return call
 

@@ -7,7 +7,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tessera.clients.sdk import Client, RpcError
+from tessera.v1 import common_pb2 as P
 from tests.procs import BIN, REPO, env, start_controller, wait_for
 
 
@@ -81,6 +84,30 @@ def test_tokens_file_is_reread_when_it_changes_and_fails_closed_while_broken(tmp
             ctl.wait_event("tokens_file_broken")
             tokens.write_text(good)
             wait_for(lambda: code(root) == "OK", 20, "calls accepted again once the file is fixed")
+    finally:
+        ctl.stop()
+
+
+def test_an_open_stream_ends_when_its_token_is_revoked(tmp_path: Path) -> None:
+    """A watch opened before the revocation sends nothing after it: its next message is refused."""
+    tokens = tmp_path / "tokens.yaml"
+    admin = create_token(tokens, "root", "ops", "admin")
+    carol = create_token(tokens, "carol", "team-c", "user")
+    ctl = start_controller(tmp_path / "state", "--tokens", str(tokens))
+    spec = P.JobSpec(name="secret", tenant="team-c", model=P.ModelSpec(hidden_size=64, num_layers=2, num_heads=4,
+                     vocab_size=256, seq_length=64), global_batch_size=8, iterations=10, env={"API_KEY": "s3cr3t"})
+    try:
+        with Client(ctl.address, token=admin) as root, Client(ctl.address, token=carol) as c:
+            updates = c.watch_jobs(timeout=60)
+            while not next(updates).batch_end:
+                pass
+            cp = tessctl("admin", "token", "revoke", "--tokens-file", str(tokens), "--name", "carol")
+            assert cp.returncode == 0, cp.stderr
+            wait_for(lambda: code(c) == "UNAUTHENTICATED", 20, "carol's revoked token refused")
+            root.submit(spec)
+            with pytest.raises(RpcError) as err:
+                next(updates)
+            assert str(err.value.code) == "UNAUTHENTICATED"
     finally:
         ctl.stop()
 
