@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from tessera.controller.core.snapshot import Cell, PlanChoice, Slice
+from tessera.controller.redact import Hide
 from tessera.controller.store import EventRecord, JobRecord
 from tessera.controller.view import NodeInfo
 from tessera.estimator.convert import merged_plan, plan_message
 from tessera.v1 import common_pb2, controller_pb2
 
 
-def event_pb(e: EventRecord) -> common_pb2.JobEvent:
-    return common_pb2.JobEvent(seq=e.seq, job_id=e.job_id, time=e.time, kind=e.kind, message=e.message)
+def event_pb(e: EventRecord, hide: Hide | None = None) -> common_pb2.JobEvent:
+    """`hide`: what the reader may not see taken out of the message (controller/redact.py)."""
+    return common_pb2.JobEvent(seq=e.seq, job_id=e.job_id, time=e.time, kind=e.kind,
+                               message=e.message if hide is None else hide(e.message))
 
 
 _FORECAST_STATES = (common_pb2.JOB_STATE_PENDING, common_pb2.JOB_STATE_STARTING, common_pb2.JOB_STATE_RUNNING)
@@ -18,9 +21,9 @@ _FORECAST_STATES = (common_pb2.JOB_STATE_PENDING, common_pb2.JOB_STATE_STARTING,
 
 def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
            events: list[EventRecord] | None = None,
-           forecast: controller_pb2.Forecast | None = None) -> controller_pb2.Job:
+           forecast: controller_pb2.Forecast | None = None, hide: Hide | None = None) -> controller_pb2.Job:
     msg = controller_pb2.Job(
-        id=j.id, spec=j.spec, state=j.state, reason=j.reason, attempt=j.attempt, submit_time=j.submit_time,
+        id=j.id, spec=j.spec, state=j.state, reason=j.reason if hide is None else hide(j.reason), attempt=j.attempt, submit_time=j.submit_time,
         start_time=j.start_time, end_time=j.end_time, restarts=j.restarts,
         launch_failures=j.launch_failures, next_launch_time=j.next_launch_time,
     )
@@ -36,7 +39,7 @@ def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
     if prog is not None:
         msg.progress.CopyFrom(prog)
     if events:
-        msg.events.extend(event_pb(e) for e in events)
+        msg.events.extend(event_pb(e, hide) for e in events)
     if forecast is not None and j.state in _FORECAST_STATES:  # the last round's (docs/forecasts.md)
         msg.forecast.CopyFrom(forecast)
     return msg

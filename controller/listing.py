@@ -10,6 +10,7 @@ from tessera.common.errors import InvalidArgument
 from tessera.common.jobspec import MAX_SPEC_BYTES
 from tessera.controller.convert import job_pb
 from tessera.controller.core import pagetoken
+from tessera.controller.redact import Hide
 from tessera.controller.store import JobRecord
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -30,7 +31,8 @@ def page_limit(limit: int) -> int:
 
 def list_page(fetch: Fetch, progress: Callable[[str], common_pb2.Progress | None], key: bytes,
               states: Sequence[int], tenant: str, limit: int, token: str,
-              forecast: Callable[[str], controller_pb2.Forecast | None] | None = None) -> controller_pb2.ListJobsResponse:
+              forecast: Callable[[str], controller_pb2.Forecast | None] | None = None,
+              hide: Hide | None = None) -> controller_pb2.ListJobsResponse:
     """One page: the jobs after the token's key (`fetch(after, n)` reads the store), and a token
     when more follow. A token is checked before anything is read."""
     n = page_limit(limit)
@@ -39,7 +41,7 @@ def list_page(fetch: Fetch, progress: Callable[[str], common_pb2.Progress | None
     resp = controller_pb2.ListJobsResponse()
     size = 0
     for rec in recs[:n]:
-        job = _listed(job_pb(rec, progress(rec.id), forecast=forecast(rec.id) if forecast else None))
+        job = _listed(job_pb(rec, progress(rec.id), forecast=forecast(rec.id) if forecast else None, hide=hide))
         grown = size + job.ByteSize() + 8  # 8: the repeated field's tag and length, generously
         if resp.jobs and grown > PAGE_BYTES:
             break

@@ -38,6 +38,7 @@ from tessera.controller.engine import Engine
 from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
 from tessera.controller.logstream import LogStream
+from tessera.controller.redact import Hide, hider
 from tessera.controller.registry import fence_seconds
 from tessera.controller.snapshots import busy_cpus
 from tessera.controller.store import ACTIVE, JobRecord, RequestConflict
@@ -122,10 +123,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             self.engine.kick()
         return src
 
-    def _job(self, jid: str, with_events: bool = False) -> controller_pb2.Job:
+    def _job(self, jid: str, who: Principal, with_events: bool = False) -> controller_pb2.Job:
         rec = self.view.get(jid)
         return job_pb(rec, self.view.progress(jid), self.view.events(jid) if with_events else None,
-                      self.engine.forecaster.get(jid))
+                      self.engine.forecaster.get(jid), self._hide(who))
+
+    def _hide(self, who: Principal) -> Hide | None:
+        """Other tenants' job ids out of `who`'s texts (controller/redact.py)."""
+        return hider(who, self.view.tenant_of)
 
     async def SubmitJob(self, request: controller_pb2.SubmitJobRequest, context: Any) -> controller_pb2.SubmitJobResponse:
         who = principal_of(context)
@@ -143,46 +148,52 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         if refused is not None:  # nothing is stored: a job that could never be admitted here
             raise refused
         rec, created = await self.engine.submit(request.spec, rid, who)
-        return controller_pb2.SubmitJobResponse(job=self._job(rec.id), created=created)
+        return controller_pb2.SubmitJobResponse(job=self._job(rec.id, who), created=created)
 
     async def GetJob(self, request: controller_pb2.GetJobRequest, context: Any) -> controller_pb2.Job:
-        rec = self._visible(_job_id(request.job_id), principal_of(context))
-        return self._job(rec.id, request.with_events)
+        who = principal_of(context)
+        rec = self._visible(_job_id(request.job_id), who)
+        return self._job(rec.id, who, request.with_events)
 
     async def ListJobs(self, request: controller_pb2.ListJobsRequest, context: Any) -> controller_pb2.ListJobsResponse:
-        tenant = list_tenant(principal_of(context), request.tenant)
+        who = principal_of(context)
+        tenant = list_tenant(who, request.tenant)
         states = _states(request.states)
 
         def fetch(after: tuple[float, str] | None, limit: int) -> list[JobRecord]:
             return self.view.jobs_page(states, tenant, after, limit)
 
         return list_page(fetch, self.view.progress, self.page_key, states, tenant, request.limit,
-                         request.continue_token, self.engine.forecaster.get)
+                         request.continue_token, self.engine.forecaster.get, self._hide(who))
 
     async def CancelJob(self, request: controller_pb2.CancelJobRequest, context: Any) -> controller_pb2.Job:
         _request_id(request.request_id)
-        jid = self._visible(_job_id(request.job_id), principal_of(context)).id
+        who = principal_of(context)
+        jid = self._visible(_job_id(request.job_id), who).id
         rec = await self.engine.cancel(jid)
-        return job_pb(rec, self.view.progress(rec.id))
+        return job_pb(rec, self.view.progress(rec.id), hide=self._hide(who))
 
     async def WatchJobEvents(self, request: controller_pb2.WatchJobEventsRequest,
                              context: Any) -> AsyncIterator[common_pb2.JobEvent]:
-        jid = self._visible(_job_id(request.job_id), principal_of(context)).id
-        async for event in watch_events(self.view, jid, request.after_seq):
+        who = principal_of(context)
+        jid = self._visible(_job_id(request.job_id), who).id
+        async for event in watch_events(self.view, jid, request.after_seq, hide=self._hide(who)):
             yield event
 
     # WatchJob, WatchJobs, StreamJobLogs: controller/watching.py and controller/logstream.py.
 
     async def WatchJob(self, request: controller_pb2.WatchJobRequest,
                        context: Any) -> AsyncIterator[controller_pb2.JobUpdate]:
-        jid = self._visible(_job_id(request.job_id), principal_of(context)).id
-        async for update in watch_job(self.view, jid):
+        who = principal_of(context)
+        jid = self._visible(_job_id(request.job_id), who).id
+        async for update in watch_job(self.view, jid, hide=self._hide(who)):
             yield update
 
     async def WatchJobs(self, request: controller_pb2.WatchJobsRequest,
                         context: Any) -> AsyncIterator[controller_pb2.JobUpdate]:
-        tenant = list_tenant(principal_of(context), request.tenant)
-        async for update in watch_jobs(self.view, _states(request.states), tenant):
+        who = principal_of(context)
+        tenant = list_tenant(who, request.tenant)
+        async for update in watch_jobs(self.view, _states(request.states), tenant, hide=self._hide(who)):
             yield update
 
     async def StreamJobLogs(self, request: controller_pb2.StreamJobLogsRequest,

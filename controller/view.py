@@ -97,6 +97,10 @@ class EngineView(Protocol):
         """The job as stored; JobNotFound if there is none."""
         ...
 
+    def tenant_of(self, job_id: str) -> str | None:
+        """The job's tenant; None if there is no such job."""
+        ...
+
     def jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
 
     def jobs_page(self, states: Iterable[int], tenant: str, after: tuple[float, str] | None,
@@ -144,6 +148,10 @@ class LiveView:
         if job is None:
             raise JobNotFound(job_id)
         return job
+
+    def tenant_of(self, job_id: str) -> str | None:
+        job = self._store.get_job(job_id)
+        return None if job is None else job.spec.tenant
 
     def jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         return self._store.list_jobs(states, tenant)

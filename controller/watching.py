@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterable
 
 from tessera.controller.convert import event_pb, job_pb
 from tessera.controller.listing import _listed
+from tessera.controller.redact import Hide
 from tessera.controller.store import TERMINAL
 from tessera.controller.view import EngineView
 from tessera.v1 import common_pb2, controller_pb2
@@ -32,8 +33,8 @@ def progress_event(job_id: str, seq: int, p: common_pb2.Progress, iterations: in
     return common_pb2.JobEvent(seq=seq, job_id=job_id, time=p.time, kind="PROGRESS", message=text)
 
 
-async def watch_events(view: EngineView, job_id: str, after_seq: int,
-                       idle_s: float = IDLE_S) -> AsyncIterator[common_pb2.JobEvent]:
+async def watch_events(view: EngineView, job_id: str, after_seq: int, idle_s: float = IDLE_S,
+                       hide: Hide | None = None) -> AsyncIterator[common_pb2.JobEvent]:
     """WatchJobEvents: the stored events after `after_seq`, then new ones, and a PROGRESS event for
     each new report of rank 0 while the job is active; ends when the job has ended."""
     seq = after_seq
@@ -43,7 +44,7 @@ async def watch_events(view: EngineView, job_id: str, after_seq: int,
         events = view.events(job_id, seq)
         for e in events:
             seq = e.seq
-            yield event_pb(e)
+            yield event_pb(e, hide)
         prog = view.progress(job_id)
         if prog is not None and rec.state not in TERMINAL and prog != last:
             last = prog
@@ -53,7 +54,8 @@ async def watch_events(view: EngineView, job_id: str, after_seq: int,
         await view.wait_changed(idle_s)
 
 
-async def watch_job(view: EngineView, job_id: str, idle_s: float = IDLE_S) -> AsyncIterator[controller_pb2.JobUpdate]:
+async def watch_job(view: EngineView, job_id: str, idle_s: float = IDLE_S,
+                    hide: Hide | None = None) -> AsyncIterator[controller_pb2.JobUpdate]:
     """The job now (with its events so far), then an update each time its state, reason, progress or
     events change; ends after the update that shows it ended."""
     seq = 0
@@ -61,20 +63,20 @@ async def watch_job(view: EngineView, job_id: str, idle_s: float = IDLE_S) -> As
     while True:
         rec = view.get(job_id)
         events = view.events(job_id, seq)
-        job = job_pb(rec, view.progress(job_id))
+        job = job_pb(rec, view.progress(job_id), hide=hide)
         key = job.SerializeToString(deterministic=True)
         if events or key != last:
             last = key
             if events:
                 seq = events[-1].seq
-            yield controller_pb2.JobUpdate(job=job, events=[event_pb(e) for e in events])
+            yield controller_pb2.JobUpdate(job=job, events=[event_pb(e, hide) for e in events])
         if rec.state in TERMINAL:
             return
         await view.wait_changed(idle_s)
 
 
-async def watch_jobs(view: EngineView, states: Iterable[int], tenant: str,
-                     idle_s: float = IDLE_S) -> AsyncIterator[controller_pb2.JobUpdate]:
+async def watch_jobs(view: EngineView, states: Iterable[int], tenant: str, idle_s: float = IDLE_S,
+                     hide: Hide | None = None) -> AsyncIterator[controller_pb2.JobUpdate]:
     """The jobs of `tenant` ("" = all the caller may see: the service has scoped it) in `states`
     (all when empty): each one first, then batch_end; after every change, the jobs that changed,
     those that left the list (removed), then batch_end. Never ends by itself."""
@@ -85,7 +87,7 @@ async def watch_jobs(view: EngineView, states: Iterable[int], tenant: str,
         now: dict[str, bytes] = {}
         out: list[controller_pb2.JobUpdate] = []
         for rec in view.jobs(wanted, tenant):
-            job = _listed(job_pb(rec, view.progress(rec.id)))
+            job = _listed(job_pb(rec, view.progress(rec.id), hide=hide))
             key = job.SerializeToString(deterministic=True)
             now[rec.id] = key
             if sent.get(rec.id) != key:

@@ -45,6 +45,7 @@ from tessera.controller.dashboard.http import HttpServer, Request, Response
 from tessera.controller.dashboard.options import is_loopback
 from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
+from tessera.controller.redact import hider
 from tessera.controller.store import ACTIVE, JobRecord
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -243,7 +244,7 @@ class Dashboard:
             return view.jobs_page(states, tenant, after, n)
 
         return list_page(fetch, view.progress, self.page_key, states, tenant, limit, req.query.get("continue", ""),
-                         self._engine().forecaster.get)
+                         self._engine().forecaster.get, hider(who, view.tenant_of))
 
     def _jobs_page(self, who: Principal, req: Request) -> str:
         """Not the listing's first page (the oldest jobs): joblist.select's, newest first."""
@@ -251,7 +252,8 @@ class Dashboard:
         view, now = engine.view, engine.wall()
         tenant = list_tenant(who, req.query.get("tenant", ""))
         listed = joblist.select(view.jobs, view.jobs_page, job_states(req.query.get("state", "")), tenant, now)
-        jobs = [job_pb(r, view.progress(r.id), forecast=engine.forecaster.get(r.id)) for r in listed.jobs]
+        hide = hider(who, view.tenant_of)
+        jobs = [job_pb(r, view.progress(r.id), forecast=engine.forecaster.get(r.id), hide=hide) for r in listed.jobs]
         return pages.jobs_page(who, jobs, req.query.get("state", ""), now, req.query.get("tenant", ""),
                                listed.matching if listed.cut else 0)
 
@@ -262,7 +264,8 @@ class Dashboard:
         rec = view.get(jid)
         if not may_see(who, rec.spec.tenant):
             raise JobNotFound(jid)
-        return job_pb(rec, view.progress(jid), view.events(jid), self._engine().forecaster.get(jid))
+        return job_pb(rec, view.progress(jid), view.events(jid), self._engine().forecaster.get(jid),
+                      hider(who, view.tenant_of))
 
 
 def html(status: int, body: str) -> Response:
