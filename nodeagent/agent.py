@@ -370,7 +370,7 @@ class Agent:
 
     async def _watch_disk(self) -> None:
         """Measure each live job's files, and evict those over the disk limits (nodeagent/diskuse.py)."""
-        cfg, before = self.config, dict[str, diskuse.Usage]()
+        cfg, before, free_before = self.config, dict[str, diskuse.Usage](), None
         while True:
             jobs = self.supervisor.live_jobs()
             try:
@@ -379,9 +379,11 @@ class Agent:
             except OSError as exc:
                 log.warning("disk check failed", error=str(exc))
             else:
-                for job, why in diskuse.evictions(usage, before, cfg.job_disk_limit, free, cfg.min_free_disk).items():
+                consumed = free_before - free if free is not None and free_before is not None else None
+                for job, why in diskuse.evictions(usage, before, cfg.job_disk_limit, free, cfg.min_free_disk,
+                                                  consumed).items():
                     self.supervisor.evict(job, why)
-                before = usage
+                before, free_before = usage, free
             await asyncio.sleep(cfg.disk_check_seconds)
 
     async def close(self, grace: float = 2.0) -> None:

@@ -24,10 +24,12 @@ import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tessera.common.contract import EVICTED_REASON
 
 MAX_ENTRIES = 1_000_000
+WALKS = 3  # walks of a job whose files moved under the walk before it counts as unmeasurable
 INTERVAL_S = 30.0
 _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
           "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
@@ -37,7 +39,14 @@ _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
 class Usage:
     bytes: int
     entries: int
-    complete: bool = True  # False: the walk stopped at max_entries, or a folder could not be read
+    # Why some of the files could not be measured ("" = all were): more than max_entries, a path
+    # too long or a folder unreadable, files that kept moving. A limit then counts them as over.
+    problem: str = ""
+    racy: bool = False  # an entry vanished between its listing and its stat: worth one more walk
+
+    @property
+    def complete(self) -> bool:
+        return not self.problem
 
 
 def parse_bytes(text: str) -> int:
@@ -46,13 +55,16 @@ def parse_bytes(text: str) -> int:
     s = text.strip()
     num = s.rstrip("bBiIkKmMgGtT")
     unit = s[len(num):].lower().removesuffix("b")
+    what = "is not a size (a number >= 0, optionally with k, M, G, T, Ki, Mi, Gi or Ti)"
     try:
-        value = float(num)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a size (a number, optionally with k, M, G, T, Ki, Mi, Gi or Ti)") from None
-    if unit not in _UNITS or not value >= 0 or value == float("inf"):
-        raise ValueError(f"{text!r} is not a size (a number >= 0, optionally with k, M, G, T, Ki, Mi, Gi or Ti)")
-    return int(value * _UNITS[unit])
+        value = float(num) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise ValueError(f"{text!r} {what}") from None
+    if not 0 <= value < 2**63:  # also nan and inf
+        raise ValueError(f"{text!r} {what}")
+    if 0 < value < 1:
+        raise ValueError(f"{text!r} is under one byte (0 turns the check off)")
+    return int(value)
 
 
 def human(n: int) -> str:
@@ -62,43 +74,71 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_GONE = (FileNotFoundError, NotADirectoryError)  # renamed or removed while walking
+
+
 def measure(roots: Iterable[Path], max_entries: int = MAX_ENTRIES) -> Usage:
     """Allocated bytes and entries under `roots` (missing roots count nothing); each root stays on
-    its own file system, an inode met twice (a hard link, a root inside another) counts once."""
+    its own file system, an inode met twice (a hard link, a root inside another) counts once.
+
+    The walk goes from folder descriptor to folder descriptor (openat, fstatat), so no path length
+    limits it and a folder renamed once opened is walked all the same; it holds one descriptor per
+    level of depth, so a tree too deep for the descriptors it may open is a problem, not a crash."""
     seen: set[tuple[int, int]] = set()
     total = entries = 0
-    complete = True
+    racy = False
     for root in roots:
         try:
-            st = os.lstat(root)
-        except OSError:
+            fd = os.open(root, _DIR_FLAGS)
+        except _GONE:
             continue
-        if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        total += st.st_blocks * 512
-        dev, stack = st.st_dev, [str(root)]
-        while stack:
-            try:
-                with os.scandir(stack.pop()) as it:
-                    for entry in it:
-                        entries += 1
-                        if entries > max_entries:
-                            return Usage(total, entries - 1, complete=False)
-                        try:
-                            est = entry.stat(follow_symlinks=False)
-                        except OSError:
-                            continue  # removed while walking
-                        key = (est.st_dev, est.st_ino)
-                        if key in seen:
-                            continue
-                        seen.add(key)
-                        total += est.st_blocks * 512
-                        if stat.S_ISDIR(est.st_mode) and est.st_dev == dev:
-                            stack.append(entry.path)
-            except OSError:
-                complete = False  # unreadable (or removed) folder: counted as far as it was seen
-    return Usage(total, entries, complete)
+        except OSError as exc:
+            return Usage(total, entries, f"cannot open {root}: {exc.strerror or exc}", racy)
+        stack: list[tuple[int, Any]] = []  # (folder descriptor, its scandir iterator), one per level
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) in seen:
+                os.close(fd)
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+            dev = st.st_dev
+            stack.append((fd, os.scandir(fd)))
+            while stack:
+                parent, it = stack[-1]
+                entry = next(it, None)
+                if entry is None:
+                    stack.pop()
+                    os.close(parent)
+                    continue
+                entries += 1
+                if entries > max_entries:
+                    return Usage(total, entries - 1, f"more than {max_entries:,} files and folders", racy)
+                try:
+                    est = entry.stat(follow_symlinks=False)  # fstatat on the parent's descriptor
+                except _GONE:
+                    racy = True
+                    continue
+                key = (est.st_dev, est.st_ino)
+                if key in seen:
+                    continue
+                seen.add(key)
+                total += est.st_blocks * 512
+                if stat.S_ISDIR(est.st_mode) and est.st_dev == dev:
+                    try:
+                        child = os.open(entry.name, _DIR_FLAGS, dir_fd=parent)
+                    except _GONE:
+                        racy = True
+                        continue
+                    stack.append((child, os.scandir(child)))
+        except OSError as exc:  # unreadable folder, out of descriptors, an I/O error
+            return Usage(total, entries, f"cannot read a folder under {root}: {exc.strerror or exc}", racy)
+        finally:
+            for d, it in stack:
+                it.close()
+                os.close(d)
+    return Usage(total, entries, "", racy)
 
 
 def measure_jobs(work_dir: Path, jobs: Mapping[str, Iterable[str]], max_entries: int = MAX_ENTRIES) -> dict[str, Usage]:
@@ -115,7 +155,13 @@ def measure_jobs(work_dir: Path, jobs: Mapping[str, Iterable[str]], max_entries:
                     roots.append(Path(d))
             except OSError:
                 continue
-        out[job] = measure(roots, max_entries)
+        u = measure(roots, max_entries)
+        for _ in range(WALKS - 1):
+            if not u.racy:
+                break
+            u = measure(roots, max_entries)
+        out[job] = Usage(u.bytes, u.entries, f"its files kept moving through {WALKS} walks", True) \
+            if u.racy and not u.problem else u
     return out
 
 
@@ -126,21 +172,36 @@ def free_bytes(path: Path) -> int:
 
 
 def evictions(usage: Mapping[str, Usage], before: Mapping[str, Usage], limit: int,
-              free: int | None, min_free: int) -> dict[str, str]:
+              free: int | None, min_free: int, consumed: int | None) -> dict[str, str]:
     """Job -> why the agent kills its workers now. `usage`: this walk, per job with live workers;
-    `before`: the previous walk; `limit`, `min_free`: 0 = not enforced; `free`: None = unknown."""
+    `before`: the previous walk; `limit`, `min_free`: 0 = not enforced; `free`: bytes free now,
+    `consumed`: bytes the file system lost since the previous walk (None = unknown).
+
+    - A limit set and a job over it, or whose files could not all be measured (fail closed: a
+      job must not escape a limit by hiding its files from the walk).
+    - Under `min_free` while the file system is still filling: the job that grew the most, when
+      its growth is at least half of what the file system lost (the one filling it; a job whose
+      rank log grew a little while something else filled the disk is not). Killing does not free
+      space, so a disk that is low but no longer filling gets no eviction.
+    """
     out = {}
-    if limit:
-        for job in sorted(usage):
-            if usage[job].bytes > limit:
-                out[job] = (f"{EVICTED_REASON}the job's files on this node hold {human(usage[job].bytes)}, "
-                            f"over the agent's --job-disk-limit of {human(limit)}")
-    if min_free and free is not None and free < min_free and not out:
+    pressure = bool(min_free) and free is not None and free < min_free
+    for job in sorted(usage):
+        u = usage[job]
+        if limit and u.bytes > limit:
+            out[job] = (f"{EVICTED_REASON}the job's files on this node hold {human(u.bytes)}, "
+                        f"over the agent's --job-disk-limit of {human(limit)}")
+        elif u.problem and (limit or pressure):
+            flag = "--job-disk-limit" if limit else "--min-free-disk"
+            out[job] = (f"{EVICTED_REASON}the job's files on this node cannot all be measured ({u.problem}), "
+                        f"and the agent enforces {flag}")
+    if pressure and free is not None and not out and consumed is not None and consumed > 0:
         growth = {j: u.bytes - before[j].bytes for j, u in usage.items() if j in before}
         grown = sorted((g, j) for j, g in growth.items() if g > 0)
-        if grown:
+        if grown and grown[-1][0] * 2 >= consumed:
             g, job = grown[-1]
             out[job] = (f"{EVICTED_REASON}{human(free)} free on its work dir's file system, under its "
-                        f"--min-free-disk of {human(min_free)}, and the job's files on this node grew the most "
-                        f"since the last check (by {human(g)}, to {human(usage[job].bytes)})")
+                        f"--min-free-disk of {human(min_free)}, and the job's files on this node took "
+                        f"{human(g)} of the {human(consumed)} it lost since the last check (now "
+                        f"{human(usage[job].bytes)})")
     return out

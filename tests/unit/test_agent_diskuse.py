@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tessera.nodeagent import diskuse
 from tessera.nodeagent.diskuse import Usage, evictions, human, measure, measure_jobs, parse_bytes
+from tests.workerenv import worker_python
 
 MIB = 1024 * 1024
 
@@ -20,10 +23,15 @@ def test_sizes_parse_in_decimal_and_binary_units(text: str, value: int) -> None:
     assert parse_bytes(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "G", "-1G", "10X", "nan", "inf", "1e999", "5%"])
+@pytest.mark.parametrize("text", ["", "G", "-1G", "10X", "nan", "inf", "1e999", "1e308G", "5%", "1.5.2"])
 def test_a_bad_size_names_the_text(text: str) -> None:
     with pytest.raises(ValueError, match="is not a size"):
         parse_bytes(text)
+
+
+def test_a_size_under_one_byte_is_refused_rather_than_read_as_off() -> None:
+    with pytest.raises(ValueError, match="'0.5' is under one byte"):
+        parse_bytes("0.5")
 
 
 def test_human_sizes() -> None:
@@ -57,40 +65,96 @@ def test_a_walk_past_max_entries_stops_and_says_so(tmp_path: Path) -> None:
     for i in range(20):
         (tmp_path / f"f{i}").write_bytes(b"x")
     u = measure([tmp_path], max_entries=5)
-    assert (u.entries, u.complete) == (5, False)
+    assert (u.entries, u.complete, u.problem) == (5, False, "more than 5 files and folders")
 
 
-def test_a_job_counts_a_checkpoint_folder_on_the_same_file_system(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    _write(work / "jobs" / "j1" / "attempt-1" / "rank-0.log", MIB)
-    _write(tmp_path / "ckpt" / "j1" / "model.pt", 3 * MIB)
-    got = measure_jobs(work, {"j1": {"", str(tmp_path / "ckpt" / "j1"), "/no/such/dir"}, "j2": {""}})
-    assert 4 * MIB <= got["j1"].bytes < 4 * MIB + 64 * 1024
-    assert got["j2"] == Usage(0, 0)
+def test_files_below_paths_longer_than_path_max_are_measured(tmp_path: Path) -> None:
+    """A worker can nest folders past PATH_MAX (4,096 bytes) through folder descriptors; a walk by
+    path names could not stat below it and missed what was there."""
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(20):  # 20 x 251 bytes
+            os.mkdir("d" * 250, dir_fd=fd)
+            child = os.open("d" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        out = os.open("big.bin", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+        os.write(out, os.urandom(4 * MIB))
+        os.close(out)
+    finally:
+        os.close(fd)
+    u = measure([tmp_path])
+    assert u.complete and u.entries == 21 and 4 * MIB <= u.bytes < 4 * MIB + 256 * 1024
 
 
-def u(n: int) -> Usage:
-    return Usage(n * MIB, 1)
+def test_files_that_keep_moving_count_as_unmeasurable_after_three_walks(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    walks = []
+
+    def racy(roots: object, max_entries: int = 0) -> Usage:
+        walks.append(1)
+        return Usage(MIB, 3, racy=len(walks) < 4)
+
+    (tmp_path / "jobs").mkdir()
+    monkeypatch.setattr(diskuse, "measure", racy)
+    assert measure_jobs(tmp_path, {"j1": {""}})["j1"] == Usage(MIB, 3, "its files kept moving through 3 walks", True)
+    assert measure_jobs(tmp_path, {"j1": {""}})["j1"] == Usage(MIB, 3)  # the 4th walk was calm
+    assert len(walks) == 4
+
+
+def test_an_unreadable_folder_is_a_problem(worker_dir: Path) -> None:
+    """As an agent that is not root finds a folder its workers (its own uid) made unreadable: here the
+    walk runs as nobody, over a folder of nobody's with mode 000."""
+    job = worker_dir / "job"
+    _write(job / "locked" / "big.bin", MIB)
+    (job / "locked").chmod(0)
+    if os.geteuid() == 0:
+        for p in (job, job / "locked", job / "locked" / "big.bin"):
+            os.chown(p, 65534, 65534)
+    code = (f"from pathlib import Path; from tessera.nodeagent.diskuse import measure; "
+            f"print(measure([Path({str(job)!r})]).problem)")
+    cp = subprocess.run([worker_python(), "-c", code], capture_output=True, text=True, timeout=60, check=True,
+                        user=65534 if os.geteuid() == 0 else None)
+    assert cp.stdout.strip() == f"cannot read a folder under {job}: Permission denied"
+
+
+def u(n: int, problem: str = "") -> Usage:
+    return Usage(n * MIB, 1, problem)
 
 
 def test_a_job_over_the_limit_is_evicted_with_both_sizes() -> None:
-    got = evictions({"a": u(10), "b": u(200), "c": u(100)}, {}, limit=100 * MIB, free=None, min_free=0)
+    got = evictions({"a": u(10), "b": u(200), "c": u(100)}, {}, limit=100 * MIB, free=None, min_free=0, consumed=None)
     assert got == {"b": "evicted by the agent: the job's files on this node hold 200.0 MiB, over the agent's "
                         "--job-disk-limit of 100.0 MiB"}
 
 
-def test_under_min_free_the_job_that_grew_most_is_evicted() -> None:
+def test_a_job_whose_files_cannot_all_be_measured_counts_as_over_a_limit() -> None:
+    hidden = {"a": u(1, "more than 1,000,000 files and folders"), "b": u(1)}
+    why = ("evicted by the agent: the job's files on this node cannot all be measured (more than 1,000,000 files "
+           "and folders), and the agent enforces --job-disk-limit")
+    assert evictions(hidden, {}, limit=100 * MIB, free=None, min_free=0, consumed=None) == {"a": why}
+    assert evictions(hidden, {}, limit=0, free=None, min_free=0, consumed=None) == {}  # nothing enforced
+
+
+def test_under_min_free_the_job_filling_the_disk_is_evicted() -> None:
     before = {"a": u(50), "b": u(10), "c": u(5)}
     now = {"a": u(60), "b": u(40), "c": u(5), "new": u(900)}  # "new" has no earlier walk: no growth known
-    got = evictions(now, before, limit=0, free=100 * MIB, min_free=1024 * MIB)
+    got = evictions(now, before, limit=0, free=100 * MIB, min_free=1024 * MIB, consumed=50 * MIB)
     assert got == {"b": "evicted by the agent: 100.0 MiB free on its work dir's file system, under its "
-                        "--min-free-disk of 1.0 GiB, and the job's files on this node grew the most since the "
-                        "last check (by 30.0 MiB, to 40.0 MiB)"}
+                        "--min-free-disk of 1.0 GiB, and the job's files on this node took 30.0 MiB of the "
+                        "50.0 MiB it lost since the last check (now 40.0 MiB)"}
 
 
-def test_under_min_free_no_job_is_evicted_when_none_grew_or_one_was_over_its_limit() -> None:
+def test_under_min_free_no_job_is_evicted_that_is_not_what_fills_it() -> None:
     before = {"a": u(50), "b": u(10)}
-    assert evictions({"a": u(50), "b": u(9)}, before, limit=0, free=0, min_free=MIB) == {}
-    assert evictions({"a": u(50), "b": u(40)}, before, limit=0, free=None, min_free=MIB) == {}  # free unknown
-    assert list(evictions({"a": u(500), "b": u(40)}, before, limit=100 * MIB, free=0, min_free=MIB)) == ["a"]
-    assert evictions({"a": u(500)}, before, limit=0, free=2 * MIB, min_free=MIB) == {}  # enough free
+    grew = {"a": u(50), "b": u(11)}
+
+    def got(now: dict[str, Usage], consumed: int | None, free: int = 0, limit: int = 0) -> list[str]:
+        return list(evictions(now, before, limit=limit, free=free, min_free=MIB, consumed=consumed))
+
+    assert got({"a": u(50), "b": u(9)}, 10 * MIB) == []  # no job grew: the space went elsewhere
+    assert got(grew, 10 * MIB) == []  # b's 1 MiB (a log) is not half of the 10 MiB lost
+    assert got(grew, 2 * MIB) == ["b"]
+    assert got(grew, 0) == got(grew, None) == []  # not filling now (or unknown): killing frees nothing
+    assert got(grew, 2 * MIB, free=2 * MIB) == []  # enough free
+    assert got({"a": u(500), "b": u(40)}, 500 * MIB, limit=100 * MIB) == ["a"]  # one eviction a check
