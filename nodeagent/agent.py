@@ -380,6 +380,10 @@ class Agent:
                 log.warning("disk check failed", error=str(exc))
             else:
                 consumed = free_before - free if free is not None and free_before is not None else None
+                low = free is not None and free < cfg.min_free_disk
+                if low != (free_before is not None and free_before < cfg.min_free_disk):
+                    log.warning("work dir file system under --min-free-disk" if low else "free disk space recovered",
+                                free=free, min_free=cfg.min_free_disk)
                 for job, why in diskuse.evictions(usage, before, cfg.job_disk_limit, free, cfg.min_free_disk,
                                                   consumed).items():
                     self.supervisor.evict(job, why)

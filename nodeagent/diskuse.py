@@ -29,6 +29,9 @@ from typing import Any
 from tessera.common.contract import EVICTED_REASON
 
 MAX_ENTRIES = 1_000_000
+# Under --min-free-disk a job is killed only for growing at least this much in one check (or 1% of
+# the reserve): a rank log's few KiB or MiB never are.
+MIN_GROWTH = 64 * 1024 * 1024
 WALKS = 3  # walks of a job whose files moved under the walk before it counts as unmeasurable
 INTERVAL_S = 30.0
 _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
@@ -180,9 +183,9 @@ def evictions(usage: Mapping[str, Usage], before: Mapping[str, Usage], limit: in
     - A limit set and a job over it, or whose files could not all be measured (fail closed: a
       job must not escape a limit by hiding its files from the walk).
     - Under `min_free` while the file system is still filling: the job that grew the most, when
-      its growth is at least half of what the file system lost (the one filling it; a job whose
-      rank log grew a little while something else filled the disk is not). Killing does not free
-      space, so a disk that is low but no longer filling gets no eviction.
+      its growth is at least half of what the file system lost and at least MIN_GROWTH (or 1% of
+      `min_free`): the one filling it, not a job whose rank log grew a little meanwhile. Killing
+      does not free space, so a disk that is low but no longer filling gets no eviction.
     """
     out = {}
     pressure = bool(min_free) and free is not None and free < min_free
@@ -198,7 +201,7 @@ def evictions(usage: Mapping[str, Usage], before: Mapping[str, Usage], limit: in
     if pressure and free is not None and not out and consumed is not None and consumed > 0:
         growth = {j: u.bytes - before[j].bytes for j, u in usage.items() if j in before}
         grown = sorted((g, j) for j, g in growth.items() if g > 0)
-        if grown and grown[-1][0] * 2 >= consumed:
+        if grown and grown[-1][0] * 2 >= consumed and grown[-1][0] >= max(MIN_GROWTH, min_free // 100):
             g, job = grown[-1]
             out[job] = (f"{EVICTED_REASON}{human(free)} free on its work dir's file system, under its "
                         f"--min-free-disk of {human(min_free)}, and the job's files on this node took "

@@ -138,23 +138,26 @@ def test_a_job_whose_files_cannot_all_be_measured_counts_as_over_a_limit() -> No
 
 def test_under_min_free_the_job_filling_the_disk_is_evicted() -> None:
     before = {"a": u(50), "b": u(10), "c": u(5)}
-    now = {"a": u(60), "b": u(40), "c": u(5), "new": u(900)}  # "new" has no earlier walk: no growth known
-    got = evictions(now, before, limit=0, free=100 * MIB, min_free=1024 * MIB, consumed=50 * MIB)
+    now = {"a": u(60), "b": u(110), "c": u(5), "new": u(900)}  # "new" has no earlier walk: no growth known
+    got = evictions(now, before, limit=0, free=100 * MIB, min_free=1024 * MIB, consumed=150 * MIB)
     assert got == {"b": "evicted by the agent: 100.0 MiB free on its work dir's file system, under its "
-                        "--min-free-disk of 1.0 GiB, and the job's files on this node took 30.0 MiB of the "
-                        "50.0 MiB it lost since the last check (now 40.0 MiB)"}
+                        "--min-free-disk of 1.0 GiB, and the job's files on this node took 100.0 MiB of the "
+                        "150.0 MiB it lost since the last check (now 110.0 MiB)"}
 
 
 def test_under_min_free_no_job_is_evicted_that_is_not_what_fills_it() -> None:
-    before = {"a": u(50), "b": u(10)}
-    grew = {"a": u(50), "b": u(11)}
+    before = {"a": u(500), "b": u(100)}
+    grew = {"a": u(500), "b": u(200)}
 
-    def got(now: dict[str, Usage], consumed: int | None, free: int = 0, limit: int = 0) -> list[str]:
-        return list(evictions(now, before, limit=limit, free=free, min_free=MIB, consumed=consumed))
+    def got(now: dict[str, Usage], consumed: int | None, free: int = 0, limit: int = 0,
+            min_free: int = 1024 * MIB) -> list[str]:
+        return list(evictions(now, before, limit=limit, free=free, min_free=min_free, consumed=consumed))
 
-    assert got({"a": u(50), "b": u(9)}, 10 * MIB) == []  # no job grew: the space went elsewhere
-    assert got(grew, 10 * MIB) == []  # b's 1 MiB (a log) is not half of the 10 MiB lost
-    assert got(grew, 2 * MIB) == ["b"]
+    assert got({"a": u(500), "b": u(90)}, 100 * MIB) == []  # no job grew: the space went elsewhere
+    assert got(grew, 300 * MIB) == []  # b's 100 MiB is not half of the 300 MiB lost
+    assert got(grew, 200 * MIB) == ["b"]
+    assert got({"a": u(500), "b": u(101)}, 1 * MIB) == []  # 1 MiB (a log) is under the 64 MiB floor
+    assert got(grew, 200 * MIB, min_free=20 * 1024 * MIB) == []  # ... and 1% of a 20 GiB reserve
     assert got(grew, 0) == got(grew, None) == []  # not filling now (or unknown): killing frees nothing
-    assert got(grew, 2 * MIB, free=2 * MIB) == []  # enough free
-    assert got({"a": u(500), "b": u(40)}, 500 * MIB, limit=100 * MIB) == ["a"]  # one eviction a check
+    assert got(grew, 200 * MIB, free=2048 * MIB) == []  # enough free
+    assert got({"a": u(5000), "b": u(400)}, 5000 * MIB, limit=1000 * MIB) == ["a"]  # one eviction a check
