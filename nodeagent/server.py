@@ -26,6 +26,7 @@ from tessera.common.errors import PermissionDenied, Unauthenticated
 from tessera.common.identity import CONTROLLER
 from tessera.common.privatefile import key_file
 from tessera.common.tls import peer_identity, peer_is_local
+from tessera.nodeagent import ports
 from tessera.nodeagent.errors import FailedPrecondition
 from tessera.nodeagent.supervisor import Supervisor
 from tessera.v1 import agent_pb2, agent_pb2_grpc
@@ -144,6 +145,11 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
         # A retried Launch of an attempt already running answers as before, even when draining.
         if self.drain.draining and existing is None:
             raise FailedPrecondition("node is draining: no new launches")
+        port = request.rendezvous.rpartition(":")[2]
+        if existing is None and any(r.rank == 0 for r in request.ranks) and port.isdigit() \
+                and 0 < int(port) < 65536 and ports.held(int(port)):
+            raise FailedPrecondition(f"rendezvous port {port} is already held by another process on this node; "
+                                     "the job's next attempt gets another port")
         started, workers = await self.supervisor.launch(request)
         log.info(
             "launch",

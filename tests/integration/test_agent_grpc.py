@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -439,3 +440,25 @@ async def test_a_job_over_the_disk_limit_is_killed_and_says_why(registry: tuple[
     finally:
         await channel.close()
         await agent.close(grace=0)
+
+
+async def test_a_launch_whose_rendezvous_port_is_held_is_refused(agent: Agent,
+                                                                 stub: agent_pb2_grpc.NodeAgentStub) -> None:
+    """Another process listening on rank 0's rendezvous port (nodeagent/ports.py): rank 0's Launch is
+    refused before anything starts; a Launch of other ranks of the job, whose rank 0 is elsewhere,
+    is not checked here."""
+    await registered(agent)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        req = launch_request(argv=WAIT_FOR_TERM, epoch=EPOCH, rendezvous=f"127.0.0.1:{port}")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Launch(req, timeout=5)
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert err.value.details() == (f"rendezvous port {port} is already held by another process on this node; "
+                                       "the job's next attempt gets another port")
+        assert agent.supervisor.statuses() == []
+        other = launch_request(argv=WAIT_FOR_TERM, epoch=EPOCH, rendezvous=f"10.0.0.9:{port}", first_rank=1,
+                               world_size=2)
+        assert (await stub.Launch(other, timeout=5)).started
