@@ -99,13 +99,19 @@ class LogStream:
         req = agent_pb2.ReadLogRequest(controller_epoch=self.epoch, job_id=job.id, attempt=attempt, rank=c.rank,
                                        tail_bytes=n, from_offset=offset is not None, offset=offset or 0)
         try:
-            return await self.read(c.node_id, address, req)
+            resp = await self.read(c.node_id, address, req)
         except grpc.aio.AioRpcError as e:
             if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
                             grpc.StatusCode.DEADLINE_EXCEEDED):
                 return None
             raise FailedPrecondition(f"cannot read the log of rank {c.rank} on {c.node_id}: "
                                      f"{e.code().name}: {e.details()}") from None
+        if len(resp.data) > n:  # never more than asked, whatever the node sends: its start from an
+            # offset, its end for a tail (a node answering 15 MiB to every poll grew the controller by GBs)
+            cut = len(resp.data) - n
+            resp.data, resp.offset = (resp.data[:n], resp.offset) if offset is not None else \
+                (resp.data[cut:], resp.offset + cut)
+        return resp
 
     async def _tail(self, job: JobRecord, attempt: int, c: _Cursor, n: int, strict: bool) -> list[bytes]:
         """The last `n` whole lines (0: all the largest read holds); the cursor moves past them."""
@@ -138,6 +144,9 @@ class LogStream:
             return []
         c.offset = resp.offset + len(resp.data)
         lines, c.partial = split_lines(c.partial + resp.data)
+        while len(c.partial) > MESSAGE_BYTES:  # a line longer than a message goes out in pieces
+            lines.append(c.partial[:MESSAGE_BYTES])
+            c.partial = c.partial[MESSAGE_BYTES:]
         return lines
 
     def _cursors(self, job: JobRecord, req: controller_pb2.StreamJobLogsRequest) -> list[_Cursor]:

@@ -13,6 +13,7 @@ import pytest
 
 from tessera.clients import waiting
 from tessera.common.errors import FailedPrecondition, NotFound
+from tessera.controller import logstream
 from tessera.controller.logstream import CUT_NOTE as LOG_CUT_NOTE
 from tessera.controller.logstream import LogStream, split_lines
 from tessera.controller.store import EventRecord, JobRecord
@@ -151,6 +152,27 @@ async def test_follow_goes_on_after_the_agent_cut_the_log() -> None:
     logs.data[(1, 0)] += b"new 20\n"
     (more,) = await collect(stream, 1)
     assert list(more.lines) == [b"new 20"]
+
+
+async def test_a_node_answering_more_than_asked_or_no_newline_holds_no_more_than_a_message() -> None:
+    """A node whose every ReadLog answer is 15 MiB without a newline grew the controller by 15 MiB a
+    poll while a user followed its log: an answer is cut to what was asked, and a line longer than a
+    message goes out in pieces."""
+    view = View(running(ranks=1))
+    sent = {"n": 0}
+
+    async def flood(node_id: str, address: str, req: agent_pb2.ReadLogRequest) -> agent_pb2.ReadLogResponse:
+        sent["n"] += 1
+        return agent_pb2.ReadLogResponse(path="p", data=b"x" * (15 << 20), offset=req.offset if req.from_offset else 0,
+                                         size=sent["n"] * (15 << 20))
+
+    req = controller_pb2.StreamJobLogsRequest(job_id="j-1", rank=0, follow=True)
+    stream = LogStream(view, flood, 1, poll_s=0.01).stream("j-1", req)
+    ls = LogStream(view, flood, 1)
+    resp = await ls._read(view.get("j-1"), 1, logstream._Cursor(0, "n1"), 4096, None)
+    assert resp is not None and (len(resp.data), resp.offset) == (4096, (15 << 20) - 4096)  # a tail keeps the end
+    msgs = await collect(stream, 4)
+    assert all(sum(len(ln) for ln in m.lines) <= logstream.MESSAGE_BYTES for m in msgs)
 
 
 async def test_rank_out_of_range() -> None:
