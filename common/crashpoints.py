@@ -21,7 +21,7 @@ ENV = "TESSERA_CRASH_AT"
 POINTS: dict[str, str] = {
     "round.planned": "a round's plan with starts, moves or stops is computed, nothing of it stored yet",
     "round.placed": "a start's attempt is stored as STARTING, its Launch not sent",
-    "round.between_launches": "one Launch of a round answered and its result handled, the next not sent",
+    "round.between_launches": "one start step of a round stored as STARTING, the next not taken, no Launch sent",
     "launch.answered": "an agent answered a Launch, before the engine handles (stores) its result",
     "migrate.checkpoint_requested": "a migration is stored as MIGRATING and the Stop (checkpoint) sent",
     "migrate.old_stopped": "the migrating attempt's workers are seen stopped, nothing stored yet",

@@ -37,6 +37,7 @@ from tessera.common.progress import sanitized
 from tessera.common.tokens import ANONYMOUS, Principal
 from tessera.controller import limits, metrics, nodeops, rounds, transitions
 from tessera.controller.agents import AgentCalls, last_log_line
+from tessera.controller.concurrently import each_job
 from tessera.controller.core.attempts import judge, stalled
 from tessera.controller.core.backoff import healthy, may_launch
 from tessera.controller.core.forecast import ForecastConfig
@@ -51,13 +52,7 @@ from tessera.controller.forecasting import Forecaster, step_seconds
 from tessera.controller.judging import processes, rank_statuses, settle
 from tessera.controller.launches import launch_requests, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
-from tessera.controller.registry import (
-    LiveNode,
-    index_workers,
-    lease_lost,
-    liveness_at,
-    lost_reason,
-)
+from tessera.controller.registry import LiveNode, index_workers, lease_lost, liveness_at, lost_reason
 from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store
 from tessera.controller.tenants import TenantsSource
@@ -91,6 +86,7 @@ class Engine:
         self.tenants = TenantsSource(cfg.tenants_file, wall, strict=False)
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
+        self._deferred: list[JobRecord] | None = None  # a round's started attempts, launched at its end
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
         self.started_mono = mono()
         self.rounds = 0
@@ -373,11 +369,7 @@ class Engine:
         """Periodic pass over running jobs: persist progress, relaunch missing ranks, fail hung
         attempts, evaluate. One job's failure is logged and the pass goes on with the others."""
         now, active = self.mono(), self.store.list_jobs(states=ACTIVE)
-        for job in active:
-            try:
-                await self._inspect_job(job, now)
-            except Exception:
-                log.exception("inspect_job_failed", job_id=job.id)
+        await each_job(((job.id, self._inspect_job(job, now)) for job in active), "inspect_job_failed")
         await nodeops.requeue_on_unknown_nodes(self, active, now)
 
     async def _inspect_job(self, job: JobRecord, now: float) -> None:
@@ -464,6 +456,7 @@ class Engine:
             if updates:
                 self.store.save_jobs(updates, self.wall())
                 await self.view.notify()
+            self._deferred = []
             for step in rounds.steps(plan):
                 job = self.store.get_job(step.decision.job_id)
                 if job is None or not rounds.applies(step, job):
@@ -472,6 +465,8 @@ class Engine:
                     await self._step(job, step, plan.policy)
                 except Exception:
                     log.exception("round_step_failed", job_id=job.id, kind=step.kind)
+            started, self._deferred = self._deferred, None
+            await each_job(((j.id, self._launch(j, deferred=True)) for j in started), "round_launch_failed")
             dt = time.perf_counter() - t0
             metrics.ROUND_SECONDS.observe(dt)
             log.info("round", round=self.rounds, policy=plan.policy, pending=len(pending),
@@ -528,7 +523,10 @@ class Engine:
             return job  # cancelled meanwhile: nothing to launch
         self._live.clocks[job.id] = AttemptClock(job.attempt, self.mono(), migration_started=migration_started)
         crash_point("round.placed" if migration_started is None else "migrate.before_launch")
-        await self._launch(job)
+        if self._deferred is not None:  # in a round: its starts are launched together at its end
+            self._deferred.append(job)
+        else:
+            await self._launch(job)
         return job
 
     async def _migrate(self, job: JobRecord, d: Decision) -> None:
@@ -551,7 +549,10 @@ class Engine:
                 return False
         return True
 
-    async def _launch(self, job: JobRecord, only_missing: bool = False) -> None:
+    async def _launch(self, job: JobRecord, only_missing: bool = False, deferred: bool = False) -> None:
+        now = self.store.get_job(job.id) if deferred else job  # a round's: it may have moved on meanwhile
+        if now is None or (now.state, now.attempt) != (job.state, job.attempt):
+            return
         try:
             requests = launch_requests(job, self.epoch, self.cfg.checkpoint_root)
         except LaunchTooLarge as e:  # the job's own doing, on every node: no retry, no node blamed

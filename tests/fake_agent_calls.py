@@ -15,6 +15,7 @@ after a checkpoint). The test decides the rest: progress, exits, failed launches
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import grpc
@@ -81,6 +82,9 @@ class FakeAgents:
         self.log_lines: dict[tuple[str, int], str] = {}
         self.fail_read_log: dict[str, grpc.StatusCode] = {}  # node id -> the status its ReadLog answers
         self.kill_on_launch: set[str] = set()
+        # node id -> an event its Launches wait for (an agent slow to answer), and the most in flight at once
+        self.launch_gate: dict[str, asyncio.Event] = {}
+        self.in_flight = self.most_in_flight = 0
         self._epoch = 0
 
     # ------------------------------------------------------------ the test's side
@@ -153,6 +157,13 @@ class FakeAgents:
         if req.job_id in self.kill_on_launch:
             self.kill_on_launch.discard(req.job_id)
             raise ControllerKilled(req.request_id)
+        if n.node_id in self.launch_gate:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                await self.launch_gate[n.node_id].wait()
+            finally:
+                self.in_flight -= 1
         if n.node_id in self.fail_launch:
             raise grpc.aio.AioRpcError(self.fail_launch[n.node_id], grpc.aio.Metadata(), grpc.aio.Metadata(),
                                        details="fake agent refused")

@@ -1,7 +1,10 @@
 """The engine against node faults a node's own answers do not explain: a Launch refused as invalid
-(the job's doing, not the node's), and jobs placed on a node the store has no record of."""
+(the job's doing, not the node's), jobs placed on a node the store has no record of, and a node slow
+to answer."""
 
 from __future__ import annotations
+
+import asyncio
 
 import grpc
 
@@ -61,3 +64,21 @@ async def test_a_job_on_a_node_the_store_does_not_know_is_requeued_after_the_lea
         await (h.heartbeat("b") if "b" in h.engine._live.nodes else h.register("b"))
         await h.inspect()
     assert h.state(jid) == "RUNNING" and h.job(jid).restarts == 1 and h.engine._live.unknown_since == {}
+
+
+async def test_a_rounds_launches_go_out_together() -> None:
+    """A node answering each Launch just under the deadline held a round for one call per job, and
+    every other start behind it (controller/concurrently.py): the round's Launches now wait together."""
+    h = Harness(nodes=("a",))
+    await h.register("a")
+    jobs = [await h.submit(tiny(f"t{i}")) for i in range(4)]
+    gate = h.agents.launch_gate["a"] = asyncio.Event()
+    rnd = asyncio.create_task(h.round())
+    while h.agents.in_flight < 4:
+        await asyncio.sleep(0)
+    assert not rnd.done() and [h.state(j) for j in jobs] == ["STARTING"] * 4  # stored before any Launch
+    gate.set()
+    await rnd
+    assert h.agents.most_in_flight == 4 and sorted(c.job_id for c in h.agents.launches()) == sorted(jobs)
+    for j in jobs:
+        assert await run_to_running(h, j) == 1
