@@ -34,10 +34,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tessera.common.jobspec import MODEL_DIMS, MODEL_REFINEMENTS
 from tessera.estimator.errors import PlanInputError
 from tessera.estimator.models import ModelDims
 
@@ -54,7 +57,10 @@ def load_hf_config(path: str | Path, *, seq_length: int = 0, decoder_seq_length:
     if p.is_dir():
         p = p / "config.json"
     try:
-        with open(p, "rb") as f:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the read
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PlanInputError(FIELD, f"{p}: not a plain file")
             raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         hint = (" (hf_config reads a local config.json; Tessera never downloads: fetch the file first)"
@@ -66,8 +72,8 @@ def load_hf_config(path: str | Path, *, seq_length: int = 0, decoder_seq_length:
         raise PlanInputError(FIELD, f"{p}: larger than {MAX_CONFIG_BYTES:,} bytes: not a config.json")
     try:
         config = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PlanInputError(FIELD, f"{p}: not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8 or JSON, an integer of 4,300+ digits, deep nesting
+        raise PlanInputError(FIELD, f"{p}: not valid JSON: {str(exc)[:200]}") from None
     return dims_from_config(config, seq_length=seq_length, decoder_seq_length=decoder_seq_length, name=name,
                             source=str(p))
 
@@ -99,6 +105,9 @@ def dims_from_config(config: Any, *, seq_length: int = 0, decoder_seq_length: in
                                                              "is not)")
         kwargs["decoder_seq_length"] = decoder_seq_length
     dims = ModelDims(seq_length=seq_length, name=name or f"hf-{model_type}", **kwargs)
+    for key, hi in MODEL_DIMS + MODEL_REFINEMENTS:  # a job's model has the same bounds, checked first
+        if isinstance(v := getattr(dims, key), int) and v > hi:
+            raise PlanInputError(FIELD, f"{source}: {key} is {v:,}, over {hi:,} (the bound of a job's model.{key})")
     try:
         return dims.validate()
     except PlanInputError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,8 @@ def test_gpt2_and_bert_as_a_bonus() -> None:
     ({**T5_SMALL, "feed_forward_proj": "swish-gelu"}, "key 'feed_forward_proj' (t5)"),
     ({**GEMMA2_9B, "final_logit_softcapping": -1}, "key 'final_logit_softcapping' (gemma2): must be a number >= 0"),
     ([1, 2], "must be a JSON object"),
+    ({**LLAMA_31_8B, "hidden_size": 2**40}, ("hidden_size is 1,099,511,627,776, over 65,536 (the bound of a job's "
+                                              "model.hidden_size)")),  # it crashed the int32 conversion
 ])
 def test_bad_configs_name_model_hf_config_and_the_key(config: Any, needle: str) -> None:
     with pytest.raises(PlanInputError) as err:
@@ -151,6 +154,14 @@ def test_unreadable_files(tmp_path: Path) -> None:
         assert err.value.field == "model.hf_config" and needle in err.value.reason, err.value.reason
     with pytest.raises(PlanInputError, match="never downloads"):
         load_hf_config("meta-llama/Llama-3.1-8B")
+    # JSON Python refuses past its own limits, and a FIFO, which blocked the read for ever.
+    for text in ("[" * 200_000, '{"x": ' + "9" * 5000 + "}"):
+        (tmp_path / "odd.json").write_text(text)
+        with pytest.raises(PlanInputError, match="not valid JSON"):
+            load_hf_config(tmp_path / "odd.json")
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(PlanInputError, match="fifo.json: not a plain file"):
+        load_hf_config(tmp_path / "fifo.json")
 
 
 def test_decoder_seq_length_only_for_an_encoder_decoder() -> None:
