@@ -8,13 +8,15 @@ to carry line numbers around: the reader keeps them on every mapping and sequenc
 
 Input is hostile: besides what SafeLoader refuses (arbitrary tags), the reader refuses duplicate
 keys (plain YAML keeps the last one silently), nesting deeper than MAX_DEPTH (the composer recurses,
-so a deep document would crash it), recursive aliases and documents whose aliases expand past
-MAX_NODES (a "billion laughs" would be cheap to parse but not to walk or print), NaN and infinity
-(no field of these formats wants one, and NaN slips through range checks), control characters
-(the same one-line error as bytes that are not UTF-8), and files over MAX_BYTES.
+so a deep document would crash it), documents of more than MAX_NODES values (counted as they are
+composed, so a long flow list is refused before it is built), recursive aliases and aliases that
+expand past MAX_NODES (a "billion laughs" would be cheap to parse but not to walk or print), NaN
+and infinity (no field of these formats wants one, and NaN slips through range checks), control
+characters (the same one-line error as bytes that are not UTF-8), and files over MAX_BYTES.
 JSON is read as YAML (flow style), so the JSON cluster files get the same checks and line numbers.
 
-Two scalars read as YAML 1.2 and JSON read them, not as PyYAML's YAML 1.1 resolver does: a number
+Numbers are read as YAML 1.2 and JSON read them, not as PyYAML's YAML 1.1 resolver does: an integer
+is decimal digits (base 60 `4:16`, octal, hex, binary and `1_000` are strings); a number
 with an exponent and no dot or no exponent sign (`1e6`, `2.5e3`, `1E-4`) is a float, not the string
 "1e6" (a YamlFloat, which prints as written; quoted, `"1e6"` stays a string); and a timestamp
 without a time zone (`2030-01-01T00:00:00`, `2030-01-01`) is the string as written, not a naive
@@ -253,15 +255,18 @@ class _Loader(yaml.SafeLoader):  # type: ignore[misc]
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
-        self._depth = 0
+        self._depth = self._nodes = 0
         self.paths = {}
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
+        self._nodes += 1  # counted as they are made: a flow list of 2 million items took 47 s and 1.3 GB
         try:
             if self._depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark
                 raise _Refused("", f"nested deeper than {MAX_DEPTH} levels", mark.line + 1)
+            if self._nodes > MAX_NODES:
+                raise _Refused("", f"more than {MAX_NODES:,} values", self.peek_event().start_mark.line + 1)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -323,6 +328,21 @@ def _construct_timestamp(loader: _Loader, node: yaml.ScalarNode) -> Any:
 _YAML11_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)[eE][-+][0-9]+$")
 _Loader.add_implicit_resolver(_FLOAT_TAG, _EXP_FLOAT, list("-+0123456789."))
 _Loader.add_constructor(_FLOAT_TAG, _construct_float)
+
+# Numbers as YAML 1.2 and JSON read them: an integer is decimal digits, a float has a dot or an
+# exponent (or is .inf or .nan, which the checker refuses). YAML 1.1's base 60 (`4:16` was 256,
+# `1:30.5` 90.5), octal (`0755` was 493), binary, hex and `1_000` are strings, which a field wanting
+# a number refuses.
+_INT_TAG = "tag:yaml.org,2002:int"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()}
+_DECIMAL = re.compile(r"^[-+]?[0-9]+$")
+_FLOAT = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+                    r"|\.(?:nan|NaN|NAN))$")
+for _first in "-+0123456789.":
+    _Loader.yaml_implicit_resolvers.setdefault(_first, [])[:0] = [(_INT_TAG, _DECIMAL), (_FLOAT_TAG, _FLOAT)]
+_Loader.add_constructor(_INT_TAG, lambda loader, node: int(loader.construct_scalar(node), 10))
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_seq)
