@@ -91,6 +91,9 @@ class Sourced:
 
 
 # ---------------------------------------------------------------------------------------------------
+# The most a GPU-hour may cost (tessctl plan-cost's bound too, clients/plancost.py MAX_PRICE).
+MAX_PRICE_PER_HOUR = 1e6
+
 # Model description (local to the Cell estimator until models.py carries the family fields)
 
 FAMILIES = ("gpt", "bert", "moe", "wresnet", "t5")
@@ -552,8 +555,10 @@ class GpuPool:
             v = getattr(self, f)
             if v is not None and not 0 < v <= 1:
                 raise CellInputError(f, f"must be in (0, 1], got {v}")
-        if self.price_per_hour is not None and not 0 <= self.price_per_hour < math.inf:
-            raise CellInputError("price_per_hour", f"must be a number >= 0, got {self.price_per_hour}")
+        if self.price_per_hour is not None and not 0 <= self.price_per_hour <= MAX_PRICE_PER_HOUR:
+            # Bounded, as tessctl plan-cost bounds its prices: 1e308 made every cost inf.
+            raise CellInputError("price_per_hour", f"must be a number 0..{MAX_PRICE_PER_HOUR:,.0f} per GPU-hour, "
+                                                   f"got {self.price_per_hour}")
         if self.currency and not (len(self.currency) == 3 and self.currency.isascii() and self.currency.isupper()):
             raise CellInputError("currency", f"must be an ISO 4217 code such as USD, got {self.currency[:16]!r}")
         mem = self.memory_bytes

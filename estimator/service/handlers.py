@@ -76,6 +76,12 @@ CELL_PRECISION = "mixed"  # CellModel's default recipe
 LIVE_WINDOW = 64  # step times kept per (job, model, plan, GPU type) for the online refit
 MAX_SERVICE_PLANS = 200_000  # PlaceStages(exhaustive): plans scored by one call
 MAX_POOLS = 64  # GPU pools of one request: more than the catalog's types, with room for node sizes
+# A Cell's GPUs, and its pipeline stage counts: a request's options are part of the answer cache's
+# key and of the CellEstimator's, so unbounded lists (6 MB of stage counts a request) grew the
+# service by 80 MB a request, to 1.7 GB in 40 requests.
+MAX_CELL_GPUS = 1_024
+MAX_STAGE_COUNTS = 64
+MAX_LAYERS = 1_024  # a job model's num_layers bound (common/jobspec.py)
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # gRPC's message limit here (tessera.common.rpc.MAX_MESSAGE_BYTES)
 MAX_CACHED_ANSWER_BYTES = 1024 * 1024  # larger answers are computed again rather than kept
 MAX_FIT_SAMPLES = 4096  # per FitPerformance; Morphling's profiles have a few dozen per model
@@ -172,13 +178,16 @@ def cluster_message(spec: ClusterSpec) -> pb.ClusterSpec:
 
 
 def cell_config(o: pb.CellOptions) -> CellConfig:
-    if o.max_gpus < 0:
-        raise PlanInputError("options.max_gpus", f"must be >= 1 (0 = 64), got {o.max_gpus}")
+    if not 0 <= o.max_gpus <= MAX_CELL_GPUS:
+        raise PlanInputError("options.max_gpus", f"must be 1..{MAX_CELL_GPUS:,} (0 = 64), got {o.max_gpus:,}")
     if o.microbatches_per_stage < 0:
         raise PlanInputError("options.microbatches_per_stage", f"must be >= 1 (0 = 4), got {o.microbatches_per_stage}")
+    if len(o.stage_counts) > MAX_STAGE_COUNTS:
+        raise PlanInputError("options.stage_counts", f"at most {MAX_STAGE_COUNTS} values, got {len(o.stage_counts):,}")
     for i, s in enumerate(o.stage_counts):
-        if s < 1:
-            raise PlanInputError(f"options.stage_counts[{i}]", f"must be >= 1, got {s}")
+        if not 1 <= s <= MAX_LAYERS:
+            raise PlanInputError(f"options.stage_counts[{i}]", f"must be 1..{MAX_LAYERS:,} (a stage holds a layer "
+                                                               f"at least), got {s:,}")
     if o.num_microbatches < 0:
         raise PlanInputError("options.num_microbatches", f"must be >= 1 (0 = chosen per Cell), got {o.num_microbatches}")
     base = CellConfig()

@@ -289,6 +289,14 @@ PLAN2 = c.ExecutionPlan(dp=2)
     ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(dp=2**16, tp=2**16)), "plan"),
     ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=pb.ClusterSpec(pools=[pb.GpuPool(
         gpu="A100", num_gpus=4, gpus_per_node=4)] * 65)), "cluster.pools"),
+    # And another (the same day): 6 MB of stage counts a request grew the service to 1.7 GB in 40
+    # requests (the options are part of its caches' keys); max_gpus had no upper bound.
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=CLUSTER,
+                                    options=pb.CellOptions(stage_counts=range(1, 66))), "options.stage_counts"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=CLUSTER,
+                                    options=pb.CellOptions(stage_counts=[2, 2_000_000])), "options.stage_counts[1]"),
+    ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=CLUSTER,
+                                    options=pb.CellOptions(max_gpus=1025)), "options.max_gpus"),
     ("FitPerformance", pb.FitPerformanceRequest(request_id="r" * 2000), "request_id"),
     ("ReportStepTimes", pb.ReportStepTimesRequest(job_id="j" * 2000), "job_id"),
 ])

@@ -194,8 +194,9 @@ def test_catalog_prices_are_the_espresso_artifacts() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"price_per_hour": -1.0}, "price_per_hour: must be a number >= 0"),
-     ({"price_per_hour": math.nan}, "price_per_hour: must be a number >= 0"),
+    [({"price_per_hour": -1.0}, "price_per_hour: must be a number 0..1,000,000 per GPU-hour"),
+     ({"price_per_hour": 1e308}, "price_per_hour: must be a number 0..1,000,000 per GPU-hour"),
+     ({"price_per_hour": math.nan}, "price_per_hour: must be a number 0..1,000,000 per GPU-hour"),
      ({"price_per_hour": 1.0, "currency": "usd"}, "currency: must be an ISO 4217 code"),
      ({"currency": "USD"}, "currency: given without price_per_hour")],
 )
