@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tessera.common.jobspec import MAX_GLOBAL_BATCH, model_bound_errors
+from tessera.common.jobspec import MAX_GLOBAL_BATCH, MAX_LORA_RANK, model_bound_errors
 from tessera.estimator.models import REGISTERED, Family, ModelDims, registered
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.v1 import common_pb2 as pb
@@ -176,8 +176,9 @@ def execution_plan(p: pb.ExecutionPlan, global_batch: int = 0, default_precision
         v = getattr(p, f)
         if not 0 <= v <= MAX_GLOBAL_BATCH:
             raise PlanInputError(f"plan.{f}", f"must be an integer 1..{MAX_GLOBAL_BATCH:,}, got {v}")
-    if p.lora_rank < 0:
-        raise PlanInputError("plan.lora_rank", f"must be an integer >= 0 (0: full fine-tuning), got {p.lora_rank}")
+    if not 0 <= p.lora_rank <= MAX_LORA_RANK:  # a job file's bound (common/jobspec.py)
+        raise PlanInputError("plan.lora_rank", f"must be an integer 0..{MAX_LORA_RANK:,} (0: full fine-tuning), "
+                                               f"got {p.lora_rank:,}")
     for name, table in PLAN_ENUMS.items():
         if getattr(p, name) not in table:
             raise PlanInputError(f"plan.{name}", f"unknown value {getattr(p, name)}")

@@ -297,6 +297,8 @@ PLAN2 = c.ExecutionPlan(dp=2)
                                     options=pb.CellOptions(stage_counts=[2, 2_000_000])), "options.stage_counts[1]"),
     ("GetCells", pb.GetCellsRequest(model=GPT, global_batch_size=8, cluster=CLUSTER,
                                     options=pb.CellOptions(max_gpus=1025)), "options.max_gpus"),
+    ("EstimateMemory", pb.EstimateMemoryRequest(model=GPT, plan=c.ExecutionPlan(lora_rank=2**31 - 1)),
+     "plan.lora_rank"),  # a 316 TB "estimate"; job files stop at 65,536
     ("FitPerformance", pb.FitPerformanceRequest(request_id="r" * 2000), "request_id"),
     ("ReportStepTimes", pb.ReportStepTimesRequest(job_id="j" * 2000), "job_id"),
 ])
