@@ -46,6 +46,18 @@ WAIT_FOR_TERM = py(
 )
 
 
+# Notes a SIGTERM and goes on: only a SIGKILL ends it.
+IGNORES_SIGTERM = py(
+    """
+    import os, pathlib, signal
+    signal.signal(signal.SIGTERM, lambda *a: pathlib.Path("got-sigterm").touch())
+    pathlib.Path("ready-0").touch()
+    while True:
+        signal.pause()
+    """
+)
+
+
 def make_supervisor(work_dir: Path, **kw: object) -> Supervisor:
     return Supervisor(
         work_dir, range(4), declared=True, agent_addr="127.0.0.1:5555", poll_interval=0.05,
@@ -166,16 +178,7 @@ async def test_relaunch_of_same_attempt_spawns_nothing(sup: Supervisor) -> None:
 
 
 async def test_stop_escalates_to_sigkill_for_a_worker_ignoring_sigterm(sup: Supervisor) -> None:
-    argv = py(
-        """
-        import os, pathlib, signal
-        signal.signal(signal.SIGTERM, lambda *a: pathlib.Path("got-sigterm").touch())
-        pathlib.Path("ready-0").touch()
-        while True:
-            signal.pause()
-        """
-    )
-    await sup.launch(launch_request(argv=argv))
+    await sup.launch(launch_request(argv=IGNORES_SIGTERM))
     await ready(sup)
     statuses = await sup.stop("job-1", 1, grace=0.3, reason="migrate")
     assert [s.state for s in statuses] == [STOPPING]
@@ -187,16 +190,7 @@ async def test_stop_escalates_to_sigkill_for_a_worker_ignoring_sigterm(sup: Supe
 
 
 async def test_evict_kills_at_once_and_its_reason_comes_first(sup: Supervisor) -> None:
-    argv = py(
-        """
-        import os, pathlib, signal
-        signal.signal(signal.SIGTERM, lambda *a: pathlib.Path("got-sigterm").touch())
-        pathlib.Path("ready-0").touch()
-        while True:
-            signal.pause()
-        """
-    )
-    await sup.launch(launch_request(argv=argv, checkpoint_dir="/ckpt/job-1"))
+    await sup.launch(launch_request(argv=IGNORES_SIGTERM, checkpoint_dir="/ckpt/job-1"))
     await sup.launch(launch_request(job_id="job-2", argv=WAIT_FOR_TERM, gpus=[[1]]))
     await ready(sup)
     await ready(sup, job="job-2")
