@@ -23,9 +23,9 @@ def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
            events: list[EventRecord] | None = None,
            forecast: controller_pb2.Forecast | None = None, hide: Hide | None = None) -> controller_pb2.Job:
     msg = controller_pb2.Job(
-        id=j.id, spec=j.spec, state=j.state, reason=j.reason if hide is None else hide(j.reason), attempt=j.attempt, submit_time=j.submit_time,
-        start_time=j.start_time, end_time=j.end_time, restarts=j.restarts,
-        launch_failures=j.launch_failures, next_launch_time=j.next_launch_time,
+        id=j.id, spec=j.spec, state=j.state, reason=j.reason if hide is None else hide(j.reason),
+        attempt=j.attempt, submit_time=j.submit_time, start_time=j.start_time, end_time=j.end_time,
+        restarts=j.restarts, launch_failures=j.launch_failures, next_launch_time=j.next_launch_time,
     )
     if j.plan is not None:
         msg.plan.CopyFrom(j.plan)

@@ -41,7 +41,8 @@ def list_page(fetch: Fetch, progress: Callable[[str], common_pb2.Progress | None
     resp = controller_pb2.ListJobsResponse()
     size = 0
     for rec in recs[:n]:
-        job = _listed(job_pb(rec, progress(rec.id), forecast=forecast(rec.id) if forecast else None, hide=hide))
+        job = _listed(job_pb(rec, progress(rec.id), forecast=forecast(rec.id) if forecast else None,
+                             hide=hide))
         grown = size + job.ByteSize() + 8  # 8: the repeated field's tag and length, generously
         if resp.jobs and grown > PAGE_BYTES:
             break

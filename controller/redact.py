@@ -1,4 +1,4 @@
-"""Other tenants' job ids, taken out of what a user reads (docs/auth.md, "Tenants").
+"""Other tenants' job ids, taken out of what a user reads (docs/auth.md, "Choices").
 
 A job's reason and events may name other jobs: the guaranteed job that preempted or shrank it,
 the jobs a guaranteed job preempted, the job a policy shrank another for. A user may not learn

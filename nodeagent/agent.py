@@ -76,7 +76,7 @@ class AgentConfig:
     # Each rank's log is kept under this many bytes, its newest part (0 = no cap).
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     # A job whose files on this node pass this many bytes is evicted; under this many bytes free
-    # on the work dir's file system, the job whose files grew the most is (0 = not enforced).
+    # on the work dir's file system, the job filling it is (0 = not enforced; nodeagent/diskuse.py).
     job_disk_limit: int = 0
     min_free_disk: int = 0
     disk_check_seconds: float = diskuse.INTERVAL_S

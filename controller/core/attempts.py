@@ -66,7 +66,8 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
             continue
         if r.exit_code == EXIT_UNKNOWN:
             return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}", r.rank)
-        if r.reason.startswith((SPAWN_FAILED, EVICTED_REASON)):  # the agent's account beats a guess from the code
+        # The keeper's or the agent's own account says more than a guess from the code.
+        if r.reason.startswith((SPAWN_FAILED, EVICTED_REASON)):
             return Verdict("failed", f"rank {r.rank}: {r.reason}", r.rank)
         detail = f"; {r.reason}" if r.reason and r.reason != describe_exit(r.exit_code) else ""
         return Verdict("failed", f"rank {r.rank}: {describe_exit(r.exit_code)}{detail}", r.rank)

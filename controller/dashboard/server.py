@@ -253,7 +253,8 @@ class Dashboard:
         tenant = list_tenant(who, req.query.get("tenant", ""))
         listed = joblist.select(view.jobs, view.jobs_page, job_states(req.query.get("state", "")), tenant, now)
         hide = hider(who, view.tenant_of)
-        jobs = [job_pb(r, view.progress(r.id), forecast=engine.forecaster.get(r.id), hide=hide) for r in listed.jobs]
+        jobs = [job_pb(r, view.progress(r.id), forecast=engine.forecaster.get(r.id), hide=hide)
+                for r in listed.jobs]
         return pages.jobs_page(who, jobs, req.query.get("state", ""), now, req.query.get("tenant", ""),
                                listed.matching if listed.cut else 0)
 
