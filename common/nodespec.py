@@ -88,7 +88,8 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
 
 
 def inventory_errors(inv: common_pb2.NodeInventory, prefix: str) -> Errors:
-    """A NodeInventory: 1..64 GPUs with unique indices in 0..63, safe names, bounded sizes."""
+    """A NodeInventory: 1..64 GPUs with unique indices in 0..63 and unique UUIDs, NVLink peers among
+    the node's other GPUs, safe names, bounded sizes."""
     errs: Errors = []
     if inv.source not in common_pb2.InventorySource.values():
         errs.append((f"{prefix}.source", f"unknown inventory source {inv.source}"))
@@ -98,6 +99,8 @@ def inventory_errors(inv: common_pb2.NodeInventory, prefix: str) -> Errors:
     if len(gpus) > MAX_GPUS_PER_NODE:
         return [(f"{prefix}.gpus", f"more than {MAX_GPUS_PER_NODE} GPUs")]
     seen: set[int] = set()
+    uuids: set[str] = set()
+    indices = {g.index for g in gpus}
     for i, g in enumerate(gpus):
         f = f"{prefix}.gpus[{i}]"
         if not 0 <= g.index < MAX_GPUS_PER_NODE:
@@ -110,13 +113,17 @@ def inventory_errors(inv: common_pb2.NodeInventory, prefix: str) -> Errors:
                                        "characters), starting with a letter or digit")))
         if not UUID_RE.fullmatch(g.uuid):
             errs.append((f"{f}.uuid", "must be 1-96 letters, digits, '.', '_', ':', '/' or '-'"))
+        elif g.uuid in uuids:  # one device reported twice
+            errs.append((f"{f}.uuid", f"UUID {g.uuid} listed twice"))
+        uuids.add(g.uuid)
         if not 0 < g.memory_bytes <= MAX_GPU_MEMORY_BYTES:
             errs.append((f"{f}.memory_bytes", f"must be in 1..{MAX_GPU_MEMORY_BYTES:,}"))
         if not 0 <= g.foreign_used_bytes <= MAX_GPU_MEMORY_BYTES:
             errs.append((f"{f}.foreign_used_bytes", f"must be in 0..{MAX_GPU_MEMORY_BYTES:,}"))
-        if len(g.nvlink_peers) >= MAX_GPUS_PER_NODE or any(
-                not 0 <= p < MAX_GPUS_PER_NODE or p == g.index for p in g.nvlink_peers):
-            errs.append((f"{f}.nvlink_peers", "must be other GPUs' indices"))
+    for i, g in enumerate(gpus):  # after the indices: a peer is judged against the GPUs the node has
+        peers = list(g.nvlink_peers)
+        if len(set(peers)) != len(peers) or any(p not in indices or p == g.index for p in peers):
+            errs.append((f"{prefix}.gpus[{i}].nvlink_peers", "must be other GPUs' indices on this node, each once"))
     hostname = inv.hostname
     if hostname and not HOSTNAME_RE.fullmatch(hostname):
         errs.append((f"{prefix}.hostname", "must be 1-253 letters, digits, '.', '_' or '-'"))

@@ -77,6 +77,10 @@ def _forged(mutate: object) -> list[str]:
     (lambda s: setattr(s.inventory.gpus[0], "foreign_used_bytes", -1), "status.inventory.gpus[0].foreign_used_bytes"),
     (lambda s: setattr(s.inventory.gpus[0], "uuid", "GPU\n1"), "status.inventory.gpus[0].uuid"),
     (lambda s: s.inventory.gpus[0].nvlink_peers.append(99), "status.inventory.gpus[0].nvlink_peers"),
+    # An audit's forged node (2026-11-27): a peer the node does not have, a peer twice, a device twice.
+    (lambda s: s.inventory.gpus[0].nvlink_peers.append(40), "status.inventory.gpus[0].nvlink_peers"),
+    (lambda s: s.inventory.gpus[0].nvlink_peers.append(1), "status.inventory.gpus[0].nvlink_peers"),
+    (lambda s: setattr(s.inventory.gpus[2], "uuid", "GPU-00000000-aaaa"), "status.inventory.gpus[2].uuid"),
     (lambda s: setattr(s.inventory, "hostname", "evil\u202ehost"), "status.inventory.hostname"),
     (lambda s: setattr(s.inventory, "hostname", "h" * 300), "status.inventory.hostname"),
     (lambda s: setattr(s.inventory, "cpu_count", -2), "status.inventory.cpu_count"),
