@@ -303,8 +303,9 @@ class Estimator:
     """State behind the Estimator API: caches, Cell estimators, fitted performance models.
 
     Thread-safe: the service calls it from worker threads. Cell computations are serialised per
-    Cell configuration and traced-mode runs are serialised (torch's fake-tensor tracing is heavy
-    and process-global); formula and MARP estimates run in parallel.
+    Cell configuration (the controller's apart from other callers') and traced-mode runs are
+    serialised (torch's fake-tensor tracing is heavy and process-global); formula and MARP estimates
+    run in parallel.
     """
 
     def __init__(self, memory_cache_size: int = 4096, cells_cache_size: int = 256, max_cell_configs: int = 16,
@@ -312,7 +313,10 @@ class Estimator:
                  max_fitted: int = MAX_FITTED, max_measured: int = MAX_MEASURED) -> None:
         self._memory: _Lru[tuple[str, str, str, str], pb.MemoryBreakdown] = _Lru(memory_cache_size)
         self._cells: _Lru[bytes, pb.GetCellsResponse] = _Lru(cells_cache_size)
-        self._cell_estimators: OrderedDict[CellConfig, tuple[CellEstimator, threading.Lock]] = OrderedDict()
+        # By (the controller's?, configuration): the controller's calls never wait on an estimator's
+        # lock that another caller's computation holds (one GetCells within the bounds ran a minute).
+        self._cell_estimators: OrderedDict[tuple[bool, CellConfig], tuple[CellEstimator, threading.Lock]] = \
+            OrderedDict()
         self._max_cell_configs = max_cell_configs
         self._live: OrderedDict[tuple[Hashable, ...], OrderedDict[str, tuple[float, float]]] = OrderedDict()
         self._seq = 0
@@ -370,8 +374,9 @@ class Estimator:
 
     # -- GetCells ---------------------------------------------------------------------------------
 
-    def get_cells(self, req: pb.GetCellsRequest) -> pb.GetCellsResponse:
-        """All Cells of a job on the cluster's GPU types (or the best per type and count)."""
+    def get_cells(self, req: pb.GetCellsRequest, controller: bool = True) -> pb.GetCellsResponse:
+        """All Cells of a job on the cluster's GPU types (or the best per type and count); `controller`:
+        the caller is the controller (its Cell computations are kept apart from other callers')."""
         key = req.SerializeToString(deterministic=True)
         hit = self._cells.get(key)
         if hit is not None:
@@ -380,7 +385,7 @@ class Estimator:
         model = got.model
         cluster = cluster_spec(req.cluster)
         config = cell_config(req.options)
-        est, lock = self._cell_estimator(config)
+        est, lock = self._cell_estimator(config, controller)
         with lock:  # computed and kept under the lock a measurement takes to update this estimator
             cells = est.best_cells(model, cluster) if req.best_only else est.cells(model, cluster)
             resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells],
@@ -422,17 +427,17 @@ class Estimator:
             raise PlanInputError(field, exc.reason) from None
         return resp
 
-    def _cell_estimator(self, config: CellConfig) -> tuple[CellEstimator, threading.Lock]:
+    def _cell_estimator(self, config: CellConfig, controller: bool) -> tuple[CellEstimator, threading.Lock]:
         with self._lock:
-            hit = self._cell_estimators.get(config)
+            hit = self._cell_estimators.get((controller, config))
             if hit is not None:
-                self._cell_estimators.move_to_end(config)
+                self._cell_estimators.move_to_end((controller, config))
                 return hit
             est = CellEstimator(config)
             for (sig, gpu, n, s), seconds in self._learned.measured():
                 est.record_measured(sig, gpu, n, s, seconds)
             entry = (est, threading.Lock())
-            self._cell_estimators[config] = entry
+            self._cell_estimators[(controller, config)] = entry
             while len(self._cell_estimators) > self._max_cell_configs:
                 self._cell_estimators.popitem(last=False)
             return entry
@@ -522,17 +527,26 @@ class Estimator:
         dropped: list[tuple[str, str, int, int]] = []
         with self._lock:
             self._learned.put_fitted((key, gpu), FittedModel(new, mode, env, base))
-            estimators = list(self._cell_estimators.values())
+            estimators = list(self._cell_estimators.items())
             if mkey is not None:  # estimators made from now on start with it
                 dropped = self._learned.put_measured(mkey, measured)
         if mkey is not None:
             # Outside self._lock (a Cell computation may hold an estimator's lock for a while, and
             # Health takes self._lock on the event loop); each estimator under its own lock.
-            for est, lock in estimators:
-                with lock:
+            for (controller, config), (est, lock) in estimators:
+                # Another caller's estimator busy with a computation is dropped rather than waited
+                # for: the next call builds it again with everything learned.
+                if not lock.acquire(blocking=controller):
+                    with self._lock:
+                        if self._cell_estimators.get((controller, config), (None,))[0] is est:
+                            del self._cell_estimators[(controller, config)]
+                    continue
+                try:
                     est.record_measured(*mkey, measured)
                     for d in dropped:
                         est.forget_measured(*d)
+                finally:
+                    lock.release()
             self._cells.clear()
         return pb.ReportStepTimesResponse(params=params_message(new), predicted_before_seconds=before,
                                           predicted_seconds=after, measured_seconds=measured,

@@ -18,6 +18,7 @@ answering nothing but Health.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -72,7 +73,9 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
         return await self._run("EstimateMemory", self.estimator.estimate_memory, request, context, heavy)
 
     async def GetCells(self, request: pb.GetCellsRequest, context: Any) -> pb.GetCellsResponse:
-        return await self._run("GetCells", self.estimator.get_cells, request, context, heavy=True)
+        controller = tls.peer_identity(context) == CONTROLLER
+        return await self._run("GetCells", functools.partial(self.estimator.get_cells, controller=controller),
+                               request, context, heavy=True)
 
     async def PlaceStages(self, request: pb.PlaceStagesRequest, context: Any) -> pb.PlaceStagesResponse:
         return await self._run("PlaceStages", self.estimator.place_stages, request, context, heavy=True)

@@ -476,10 +476,10 @@ class _BlockingCells(Estimator):
         self.inside = 0
         self.release = threading.Event()
 
-    def get_cells(self, req: pb.GetCellsRequest) -> pb.GetCellsResponse:
+    def get_cells(self, req: pb.GetCellsRequest, controller: bool = True) -> pb.GetCellsResponse:
         self.inside += 1
         assert self.release.wait(30)
-        return super().get_cells(req)
+        return super().get_cells(req, controller)
 
 
 async def test_heavy_calls_of_other_callers_are_bounded_and_leave_the_controller_its_threads() -> None:

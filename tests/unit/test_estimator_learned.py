@@ -8,6 +8,7 @@ of CPU."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,32 @@ def test_a_dropped_measurement_is_forgotten_by_the_cell_estimators_too() -> None
     est.report_step_times(req)
     assert four().iter_time_seconds == formula
     assert est.health().fitted_models == 1
+
+
+def test_the_controllers_cells_never_wait_for_another_callers_computation() -> None:
+    """One GetCells within the bounds ran a minute under its estimator's lock, and the controller's
+    GetCells and ReportStepTimes of the same configuration waited for it (an audit of 2026-11-27). The
+    controller's calls have estimators of their own, and a measurement drops another caller's busy
+    estimator (rebuilt, with it, by that caller's next call) instead of waiting for it."""
+    est = Estimator()
+    req = pb.GetCellsRequest(model=SMALL, global_batch_size=16, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A100-80GB", num_gpus=4, gpus_per_node=4)]))
+    est.get_cells(req, controller=False)
+    config = next(c for ctl, c in est._cell_estimators if not ctl)
+    busy, lock = est._cell_estimator(config, False)
+    with lock:  # another caller's computation in progress
+        done = threading.Event()
+
+        def controller_calls() -> None:
+            est.get_cells(pb.GetCellsRequest(model=SMALL, global_batch_size=32, cluster=req.cluster), controller=True)
+            est.report_step_times(_report("small", 0.5))
+            done.set()
+
+        threading.Thread(target=controller_calls, daemon=True).start()
+        assert done.wait(30)
+    assert est._cell_estimator(config, False)[0] is not busy  # dropped, then built again
+    four = next(x for x in est.get_cells(req, controller=False).cells if (x.num_gpus, x.num_stages) == (4, 1))
+    assert (four.iter_time_seconds.value, four.iter_time_seconds.source) == (0.5, "measured")
 
 
 def test_fit_performance_refuses_too_many_samples_and_long_keys() -> None:
