@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -91,6 +92,14 @@ class Sourced:
 
 
 # ---------------------------------------------------------------------------------------------------
+class CellsTooSlow(Exception):
+    """`CellEstimator.cells` passed its deadline after `done` Cells (kept in its caches)."""
+
+    def __init__(self, done: int) -> None:
+        super().__init__(f"deadline passed after {done} Cells")
+        self.done = done
+
+
 # The most a GPU-hour may cost (tessctl plan-cost's bound too, clients/plancost.py MAX_PRICE).
 MAX_PRICE_PER_HOUR = 1e6
 
@@ -1189,25 +1198,30 @@ class CellEstimator:
 
     # -- all Cells of a job ---------------------------------------------------------------------------
 
-    def cells(self, model: CellModel, cluster: ClusterSpec | Iterable[GpuPool]) -> tuple[Cell, ...]:
+    def cells(self, model: CellModel, cluster: ClusterSpec | Iterable[GpuPool],
+              deadline: float | None = None) -> tuple[Cell, ...]:
         """All Cells of a job on the cluster's GPU types: power-of-two GPU counts up to
         min(max_gpus, GPUs of the type), packed onto as few nodes as possible, and pipeline stage
-        counts (powers of two by default) up to min(GPUs, layers)."""
+        counts (powers of two by default) up to min(GPUs, layers). Past `deadline` (time.monotonic)
+        CellsTooSlow, the Cells computed so far kept in the caches for the next call."""
         pools = cluster.pools if isinstance(cluster, ClusterSpec) else tuple(cluster)
-        out = []
+        out: list[Cell] = []
         for pool in pools:
             for n in _pow2_upto(min(self.config.max_gpus, pool.num_gpus)):
                 counts = self.config.stage_counts or tuple(_pow2_upto(n))
                 for s in counts:
                     if s > n or s > model.num_layers:
                         continue
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise CellsTooSlow(len(out))
                     out.append(self.cell(model, pool, n, s))
         return tuple(out)
 
-    def best_cells(self, model: CellModel, cluster: ClusterSpec | Iterable[GpuPool]) -> tuple[Cell, ...]:
+    def best_cells(self, model: CellModel, cluster: ClusterSpec | Iterable[GpuPool],
+                   deadline: float | None = None) -> tuple[Cell, ...]:
         """Per (GPU type, GPU count), the fitting Cell with the smallest iteration time."""
         best: dict[tuple[str, int], Cell] = {}
-        for c in self.cells(model, cluster):
+        for c in self.cells(model, cluster, deadline):
             if not c.fits or c.iter_time is None:
                 continue
             k = (c.gpu_type, c.num_gpus)

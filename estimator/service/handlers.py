@@ -23,13 +23,14 @@ import importlib.util
 import math
 import statistics
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import replace
 from importlib import metadata
 from typing import Generic, TypeVar
 
-from tessera.common.errors import FailedPrecondition
+from tessera.common.errors import FailedPrecondition, ResourceExhausted
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.common.jobspec import MAX_GLOBAL_BATCH
 from tessera.estimator import perf_model as pm
@@ -40,6 +41,7 @@ from tessera.estimator.cells import (
     CellEstimator,
     CellInputError,
     CellModel,
+    CellsTooSlow,
     ClusterSpec,
     GpuPool,
     StageCost,
@@ -80,6 +82,10 @@ MAX_POOLS = 64  # GPU pools of one request: more than the catalog's types, with 
 # key and of the CellEstimator's, so unbounded lists (6 MB of stage counts a request) grew the
 # service by 80 MB a request, to 1.7 GB in 40 requests.
 MAX_CELL_GPUS = 1_024
+# Seconds of Cell computation one GetCells of a caller other than the controller may take: within
+# the bounds above, the largest model on 8 pools took 57 s. The Cells computed stay cached, so the
+# same request asked again goes on from there.
+OTHER_CALLER_CELLS_S = 10.0
 MAX_STAGE_COUNTS = 64
 MAX_LAYERS = 1_024  # a job model's num_layers bound (common/jobspec.py)
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # gRPC's message limit here (tessera.common.rpc.MAX_MESSAGE_BYTES)
@@ -386,8 +392,16 @@ class Estimator:
         cluster = cluster_spec(req.cluster)
         config = cell_config(req.options)
         est, lock = self._cell_estimator(config, controller)
+        deadline = None if controller else time.monotonic() + OTHER_CALLER_CELLS_S
         with lock:  # computed and kept under the lock a measurement takes to update this estimator
-            cells = est.best_cells(model, cluster) if req.best_only else est.cells(model, cluster)
+            try:
+                cells = est.best_cells(model, cluster, deadline) if req.best_only else \
+                    est.cells(model, cluster, deadline)
+            except CellsTooSlow as exc:
+                raise ResourceExhausted(
+                    f"these Cells take over {OTHER_CALLER_CELLS_S:g} s of the service, a bound on callers other than "
+                    f"the controller; {exc.done} were computed and kept: ask again to go on, or ask for fewer "
+                    f"pools or a smaller options.max_gpus") from None
             resp = pb.GetCellsResponse(model_signature=model.signature, cells=[cell_message(c) for c in cells],
                                        warnings=got.warnings)
             size = resp.ByteSize()

@@ -113,6 +113,22 @@ def test_the_controllers_cells_never_wait_for_another_callers_computation() -> N
     assert (four.iter_time_seconds.value, four.iter_time_seconds.source) == (0.5, "measured")
 
 
+def test_another_callers_cells_have_a_time_bound_and_the_controllers_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The largest model on 8 pools ran a minute of the service for one caller: past
+    OTHER_CALLER_CELLS_S a caller other than the controller gets RESOURCE_EXHAUSTED."""
+    from tessera.common.errors import ResourceExhausted
+    from tessera.estimator.service import handlers
+
+    monkeypatch.setattr(handlers, "OTHER_CALLER_CELLS_S", -1.0)  # past the deadline before the first Cell
+    est = Estimator()
+    req = pb.GetCellsRequest(model=SMALL, global_batch_size=16, cluster=pb.ClusterSpec(
+        pools=[pb.GpuPool(gpu="A100-80GB", num_gpus=4, gpus_per_node=4)]))
+    with pytest.raises(ResourceExhausted, match="these Cells take over -1 s of the service, a bound on callers "
+                                                "other than the controller; 0 were computed and kept"):
+        est.get_cells(req, controller=False)
+    assert est.get_cells(req, controller=True).cells
+
+
 def test_fit_performance_refuses_too_many_samples_and_long_keys() -> None:
     est = Estimator()
     sample = pb.PerfSample(config=CONFIG, iter_time=0.3)
