@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -223,8 +224,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         for nid in self.view.node_ids():
             for g in self.view.node(nid).inventory.gpus:
                 registered[g.model] = registered.get(g.model, 0) + 1
+        # A user learns that quotas come from a file, not where the controller keeps it.
+        shown = (src.path if who.sees_all else Path(src.path).name) if src.configured else ""
         return controller_pb2.ListTenantsResponse(
-            tenants=rows, file=src.path if src.configured else "", loaded_at=src.loaded_at,
+            tenants=rows, file=shown, loaded_at=src.loaded_at,
             warnings=src.warnings(registered) if who.sees_all else [])
 
     async def DrainNode(self, request: controller_pb2.DrainNodeRequest, context: Any) -> controller_pb2.Node:

@@ -78,6 +78,7 @@ def test_get_tenants_shows_quotas_jobs_and_warnings(ctl: Daemon) -> None:
         assert g.state == P.JOB_STATE_PENDING
         mine = alice.tenants()
         assert [t.name for t in mine.tenants] == ["team-a"] and not mine.warnings  # a user sees its own
+        assert mine.file == "tenants.yaml"  # the file's name, not the controller's path to it
     with Client(ctl.address) as nobody:  # guarded like every Controller method: no token, no answer
         assert refused(nobody.tenants).code == "UNAUTHENTICATED"
     out = tessctl_json(ctl.address, "get", "tenants")
@@ -85,7 +86,7 @@ def test_get_tenants_shows_quotas_jobs_and_warnings(ctl: Daemon) -> None:
     assert sorted(rows) == ["team-a", "team-b"]
     assert rows["team-a"]["quota"] == [{"gpu_type": "A100-80GB", "gpus": 2}]
     assert rows["team-a"]["jobs_pending"] == 2 and rows["team-b"]["quota"] == []
-    assert out["file"].endswith("tenants.yaml")
+    assert out["file"].endswith("/tenants.yaml")  # an admin's: the whole path
     assert out["warnings"] == [("quotas of A100-80GB sum to 2 GPUs (team-a 2) but the cluster has 0 registered: "
                                "guaranteed jobs within quota may wait for GPUs until nodes join")]
     table = tessctl(ctl.address, "get", "tenants").stdout.splitlines()
