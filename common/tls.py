@@ -35,6 +35,7 @@ from prometheus_client import Gauge
 from tessera.common.errors import InvalidInput
 from tessera.common.identity import Identity
 from tessera.common.pki import identities_of
+from tessera.common.plainfile import NotPlainFile, read_plain
 from tessera.common.privatefile import open_to_others
 
 log = structlog.get_logger(__name__)
@@ -72,25 +73,17 @@ MAX_PEM_BYTES = 1 << 20  # a certificate chain or key is a few KiB
 
 def _read_stat(path: Path) -> tuple[bytes, os.stat_result]:
     """The file's bytes and the stat of the very file read (a key's mode is checked on what was
-    read, not on whatever the path names a moment later); a FIFO or device is refused, not read."""
+    read, not on whatever the path names a moment later)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data, st = read_plain(path, MAX_PEM_BYTES)
     except FileNotFoundError:
         raise TlsError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TlsError(f"{path}: is a directory, not a file") from None
+    except NotPlainFile:
+        raise TlsError(f"{path}: not a plain file") from None
     except OSError as exc:
         raise TlsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise TlsError(f"{path}: is a directory, not a file")
-        if not stat.S_ISREG(st.st_mode):
-            raise TlsError(f"{path}: not a plain file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_PEM_BYTES + 1)
-    except OSError as exc:
-        raise TlsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
     if len(data) > MAX_PEM_BYTES:
         raise TlsError(f"{path}: over {MAX_PEM_BYTES} bytes, not a PEM certificate or key")
     return data, st

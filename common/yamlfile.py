@@ -36,6 +36,7 @@ from typing import Any, Self, TypeVar
 import yaml
 
 from tessera.common.errors import InvalidInput
+from tessera.common.plainfile import read_plain
 
 MAX_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
@@ -121,9 +122,8 @@ def read_yaml(path: str | Path, error: type[InputFileError] = InputFileError) ->
     read or is not a safe, single document."""
     file = str(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as exc:
+        raw, _ = read_plain(path, MAX_BYTES)
+    except OSError as exc:  # a FIFO or device (NotPlainFile) too: it is not read
         raise error("", f"cannot read: {exc.strerror or exc}", file=file) from None
     return load_yaml(raw, file, error)
 

@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tessera.common.jobspec import MODEL_DIMS, MODEL_REFINEMENTS
+from tessera.common.plainfile import NotPlainFile, read_plain
 from tessera.estimator.errors import PlanInputError
 from tessera.estimator.models import ModelDims
 
@@ -57,11 +56,9 @@ def load_hf_config(path: str | Path, *, seq_length: int = 0, decoder_seq_length:
     if p.is_dir():
         p = p / "config.json"
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the read
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise PlanInputError(FIELD, f"{p}: not a plain file")
-            raw = f.read(MAX_CONFIG_BYTES + 1)
+        raw, _ = read_plain(p, MAX_CONFIG_BYTES)
+    except NotPlainFile:
+        raise PlanInputError(FIELD, f"{p}: not a plain file") from None
     except FileNotFoundError:
         hint = (" (hf_config reads a local config.json; Tessera never downloads: fetch the file first)"
                 if "/" in str(path) and not str(path).endswith(".json") and not Path(path).parent.exists() else "")

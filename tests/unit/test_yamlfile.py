@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,14 @@ def test_files(tmp_path: Path) -> None:
     with pytest.raises(_FormatError) as err:
         read_yaml(path, _FormatError)
     assert str(err.value) == f"{path}: larger than 4 MiB"
+    fifo = tmp_path / "fifo.yaml"  # read, it waited for a writer for ever (common/plainfile.py)
+    os.mkfifo(fifo)
+    with pytest.raises(_FormatError) as err:
+        read_yaml(fifo, _FormatError)
+    assert str(err.value) == f"{fifo}: cannot read: not a plain file (a FIFO, socket or device)"
+    with pytest.raises(_FormatError) as err:
+        read_yaml(tmp_path, _FormatError)
+    assert str(err.value) == f"{tmp_path}: cannot read: Is a directory"
 
 
 def test_a_control_character_in_a_file_is_one_located_error(tmp_path: Path) -> None:
