@@ -374,8 +374,11 @@ class Supervisor:
 
     def live_jobs(self) -> dict[str, set[str]]:
         """Job -> the checkpoint folders its live attempts' Launches named ("" for none)."""
-        return {a.job_id: {b.checkpoint_dir for b in self._attempts.values() if b.job_id == a.job_id and b.active}
-                for a in self._attempts.values() if a.active}
+        out: dict[str, set[str]] = {}
+        for a in self._attempts.values():
+            if a.active:
+                out.setdefault(a.job_id, set()).add(a.checkpoint_dir)
+        return out
 
     async def wait_exited(self, job_id: str, attempt: int, timeout: float) -> bool:
         """Wait until every worker of the attempt has exited; False on timeout or unknown attempt."""

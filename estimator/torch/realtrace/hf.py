@@ -187,9 +187,9 @@ def trace(m: ModelDims, plan: ExecutionPlan, stage: int) -> RealTrace:
         mp = MixedPrecisionPolicy(param_dtype=prec.compute, reduce_dtype=prec.reduce)
         reshard = plan.reshards_after_forward
         amp = uses_autocast(plan)  # AMP without FSDP2: the Trainer's torch.autocast over fp32 weights
-        for block in [] if amp else layer_modules(model):
-            fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         if not amp:
+            for block in layer_modules(model):
+                fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
             fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         with session.fake_mode():
             model.to_empty(device="cpu")
