@@ -32,7 +32,7 @@ from typing import Generic, TypeVar
 
 from tessera.common.errors import FailedPrecondition, ResourceExhausted
 from tessera.common.gpus import UnknownGpuError, lookup
-from tessera.common.jobspec import MAX_GLOBAL_BATCH
+from tessera.common.jobspec import MAX_GLOBAL_BATCH, MODEL_DIMS
 from tessera.estimator import perf_model as pm
 from tessera.estimator.cell_recipe import JobRecipe, RecipeCells, recipe_cell_model
 from tessera.estimator.cells import (
@@ -87,7 +87,7 @@ MAX_CELL_GPUS = 1_024
 # same request asked again goes on from there.
 OTHER_CALLER_CELLS_S = 10.0
 MAX_STAGE_COUNTS = 64
-MAX_LAYERS = 1_024  # a job model's num_layers bound (common/jobspec.py)
+MAX_LAYERS = dict(MODEL_DIMS)["num_layers"]  # a job model's bound: a stage holds a layer at least
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # gRPC's message limit here (tessera.common.rpc.MAX_MESSAGE_BYTES)
 MAX_CACHED_ANSWER_BYTES = 1024 * 1024  # larger answers are computed again rather than kept
 MAX_FIT_SAMPLES = 4096  # per FitPerformance; Morphling's profiles have a few dozen per model
