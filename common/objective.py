@@ -81,7 +81,7 @@ def slo_from_mapping(value: Any) -> common_pb2.Slo:
 
 def objective_errors(spec: common_pb2.JobSpec) -> Errors:
     """JobSpec.objective and JobSpec.slo: a known objective; the cost objective with exactly one SLO
-    bound > 0; an SLO only with the cost objective (no other objective reads it)."""
+    bound > 0 and best-effort; an SLO only with the cost objective (no other objective reads it)."""
     errs: Errors = []
     if spec.objective not in common_pb2.Objective.values():
         errs.append(("objective", f"unknown value {spec.objective}"))
@@ -98,6 +98,12 @@ def objective_errors(spec: common_pb2.JobSpec) -> Errors:
     if spec.objective == common_pb2.OBJECTIVE_COST:
         if not has_slo or (within > 0) == (deadline > 0):
             errs.append(("slo", "the cost objective needs exactly one of iterations_within_seconds and deadline > 0"))
+        if spec.priority == common_pb2.PRIORITY_GUARANTEED:
+            # The two promise different things: a guarantee holds quota for resources and a plan,
+            # an SLO buys the cheapest plan of the GPUs free now (docs/cost-objective.md).
+            errs.append(("priority", ("a job with the cost objective is best-effort (its SLO picks the cheapest "
+                                      "plan of the free GPUs and holds no quota): drop priority: guaranteed, or "
+                                      "the cost objective")))
     elif has_slo:
         errs.append(("slo", "only the cost objective reads an SLO: set objective to cost"))
     return errs

@@ -3,7 +3,9 @@ GPUs, over mixed GPU types, whose predicted time meets their SLO (docs/cost-obje
 
 `plan_round` runs this pass before the policy, whatever the policy: the policy never sees a job with
 the cost objective (pending or running), and the GPUs this pass gives are busy in the policy's
-snapshot. For each such job, in queue order (submission time, id):
+snapshot. The jobs are best-effort: with tenants, the guarantee layer may preempt them (a pipeline
+whole) or keep one from starting, for a guaranteed job within its quota (`best_effort`). For each
+such job, in queue order (submission time, id):
 
 1. offers: the free GPUs of each type the job may use (its `gpu_types`, else every type), at the
    snapshot's price per GPU-hour (`Snapshot.prices`, the controller's --prices), with the memory the
@@ -45,6 +47,7 @@ from tessera.controller.core.snapshot import (
     Objective,
     PendingKind,
     PlanChoice,
+    Priority,
     RunningView,
     Slice,
     Snapshot,
@@ -109,6 +112,16 @@ def split(snap: Snapshot) -> tuple[Snapshot, tuple[JobView, ...], tuple[RunningV
     rest = replace(snap, pending=tuple(j for j in snap.pending if not is_cost_job(j)),
                    running=tuple(r for r in snap.running if not is_cost_job(r.job)), arrivals=arrivals)
     return rest, pending, running
+
+
+def best_effort(snap: Snapshot) -> Snapshot:
+    """The snapshot with every cost job best-effort (no promise), as the guarantee layer counts
+    them: an SLO picks the cheapest plan, it reserves no quota (a guaranteed job with the cost
+    objective is refused at submission; one stored before is treated so)."""
+    def be(j: JobView) -> JobView:
+        return replace(j, priority=Priority.BEST_EFFORT, promise=None) if is_cost_job(j) else j
+    return replace(snap, pending=tuple(be(j) for j in snap.pending),
+                   running=tuple(replace(r, job=be(r.job)) for r in snap.running))
 
 
 @dataclass

@@ -56,6 +56,7 @@ from tessera.controller.core.snapshot import (
     CellEstimate,
     Decision,
     JobView,
+    Objective,
     PendingKind,
     Priority,
     Promise,
@@ -198,6 +199,24 @@ class Guard:
         s = d.slices[0]
         return self.models[s.node_id][s.gpu_indices[0]]
 
+    def parts(self, d: Decision) -> dict[str, tuple[Slice, ...]]:
+        """A decision's GPUs by type: one type, or each stage's of a cost objective's pipeline
+        over mixed types (its Cell's type names them all, joined by "+")."""
+        if d.cell is not None and "+" not in d.cell.gpu_type:
+            return {d.cell.gpu_type: tuple(d.slices)}
+        out: dict[str, list[Slice]] = {}
+        for s in d.slices:
+            by: dict[str, list[int]] = {}
+            for i in s.gpu_indices:
+                by.setdefault(self.models[s.node_id][i], []).append(i)
+            for t, ix in by.items():
+                out.setdefault(t, []).append(Slice(s.node_id, tuple(ix)))
+        return {t: tuple(v) for t, v in out.items()}
+
+    def _hold(self, d: Decision, take: bool) -> None:
+        for t, sl in self.parts(d).items():
+            (self.state.take if take else self.state.release)(sl, t)
+
     def speed(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> float:
         b = self.ctx.best(job, gpu_type, gpus, nodes)
         return b.iteration_s if b is not None else math.inf
@@ -228,7 +247,8 @@ class Guard:
         st = ClusterState.from_nodes(nodes)
         for d in decisions:
             if d.action in _PLACED:
-                st.take(d.slices, self.type_of(d))
+                for t, sl in self.parts(d).items():
+                    st.take(sl, t)
         return st
 
     def holders(self, slices: Sequence[Slice]) -> set[str]:
@@ -345,7 +365,7 @@ class Guard:
         found = self._search(job, charge.gpu_type, charge.promise.gpus, t_p)
         if found is None:
             if had:
-                self.state.take(d.slices, self.type_of(d))
+                self._hold(d, take=True)
                 self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: {why}, and no "
                                                     "best-effort work holds enough GPUs to restore its promise")
             elif orig is None:
@@ -393,8 +413,8 @@ class Guard:
                 continue
             r = self.ctx.running.get(jid)
             since = r.since if r is not None and d.action is Action.KEEP else math.inf
-            gpus = sum(len(s.gpu_indices) for s in d.slices)
-            per.setdefault(self.type_of(d), []).append((since, jid, gpus))
+            for t, sl in self.parts(d).items():
+                per.setdefault(t, []).append((since, jid, sum(len(s.gpu_indices) for s in sl)))
         for t, rows in per.items():
             free_of_quota = max(0, self.ctx.total_gpus(t) - self.adm.total_quota(t))
             used = 0
@@ -416,7 +436,7 @@ class Guard:
         victims preempted biggest first until they do, then any that turn out not needed given
         back."""
         cands = [jid for jid, d in self.dec.items()
-                 if d.action in _PLACED and jid not in self.adm.charges and self.type_of(d) == gpu_type]
+                 if d.action in _PLACED and jid not in self.adm.charges and gpu_type in self.parts(d)]
         cap = self.ctx.max_per_node(gpu_type)
         counts = sorted({c for c in self.ctx.gpu_counts(job, gpu_type) if 0 < c < gpus} | {gpus})
         layouts = [(n, n // q) for n in counts for q in quotas(n, cap)
@@ -425,9 +445,10 @@ class Guard:
             return None
 
         def fits(evict: Sequence[str], shrink: Mapping[str, tuple[Slice, ...]] | None = None) -> tuple[Slice, ...] | None:
-            freed = [self.dec[v].slices for v in evict] + [self._cut(v, keep) for v, keep in (shrink or {}).items()]
-            for sl_ in freed:
-                self.state.release(sl_, gpu_type)
+            freed = [(t, sl_) for v in evict for t, sl_ in self.parts(self.dec[v]).items()]
+            freed += [(gpu_type, self._cut(v, keep)) for v, keep in (shrink or {}).items()]
+            for t, sl_ in freed:
+                self.state.release(sl_, t)
             try:
                 for n, k in layouts:
                     sl = self.state.place(gpu_type, n, nodes=k)
@@ -435,8 +456,8 @@ class Guard:
                         return sl
                 return None
             finally:
-                for sl_ in freed:
-                    self.state.take(sl_, gpu_type)
+                for t, sl_ in freed:
+                    self.state.take(sl_, t)
 
         sl = fits(())
         if sl is not None:
@@ -445,7 +466,7 @@ class Guard:
             return None
 
         def gpus_of(v: str) -> int:
-            return sum(len(s.gpu_indices) for s in self.dec[v].slices)
+            return sum(len(s.gpu_indices) for s in self.parts(self.dec[v])[gpu_type])
 
         def cost(v: str) -> tuple[int, int]:
             # borrowers first, then jobs the policy was only about to start (they lose nothing)
@@ -480,6 +501,8 @@ class Guard:
         """The slices a victim keeps when halved (one node: its lower half of the GPUs; several:
         the first half of the nodes), None if it has one GPU or cannot run on the half."""
         d = self.dec[v]
+        if d.plan is not None and d.plan.stages:  # a pipeline over mixed types is preempted whole
+            return None
         if len(d.slices) == 1:
             s = d.slices[0]
             half = len(s.gpu_indices) // 2
@@ -524,7 +547,7 @@ class Guard:
     def _release(self, jid: str) -> None:
         d = self.dec[jid]
         if d.action in _PLACED:
-            self.state.release(d.slices, self.type_of(d))
+            self._hold(d, take=False)
 
     def _evict(self, v: str, job: JobView, charge: Charge) -> None:
         """Take a victim's GPUs for guaranteed `job`: a running victim stops (checkpointed and
@@ -535,7 +558,8 @@ class Guard:
         if v in self.ctx.running:
             self.dec[v] = Decision(v, Action.STOP, f"preempted: {what}; back to the queue from its checkpoint")
         else:
-            self.dec[v] = Decision(v, Action.PENDING, f"waiting: {self.name} would have started it, but {what}",
+            who = "the cost objective" if self.jobs[v].objective is Objective.COST else self.name
+            self.dec[v] = Decision(v, Action.PENDING, f"waiting: {who} would have started it, but {what}",
                                    pending=PendingKind.NO_ROOM_NOW)
 
     # ------------------------------------------------------------------ reasons

@@ -310,18 +310,22 @@ def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
     """Decide one round: each job's Cell, plan and placement, and a reason for each job pending,
     scaled, moved, suspended or dropped. Pure and deterministic (see the module docstring)."""
     cfg = config or RoundConfig()
-    rest, cost_jobs, _ = cost_objective.split(snapshot)
+    rest, cost_jobs, cost_running = cost_objective.split(snapshot)
     if rest is snapshot:
         return _policy_round(snapshot, estimates, policy, cfg)
-    # Jobs with the cost objective are placed first, whatever the policy; the policy (and the
-    # tenants' guarantees) see neither them nor the GPUs they hold (controller/core/cost_objective.py).
+    # Jobs with the cost objective are placed first, whatever the policy; the policy sees neither
+    # them nor the GPUs they hold (controller/core/cost_objective.py). They are best-effort work:
+    # with tenants, the guarantee layer may preempt them like any other.
     placed, nodes = cost_objective.place(snapshot, cost_jobs)
+    if snapshot.tenants:
+        cost = [*placed, *cost_objective.keep(cost_running)]
+        return _guarded_round(cost_objective.best_effort(snapshot), estimates, policy, cfg,
+                              dataclasses.replace(rest, nodes=nodes), cost)
     inner = _policy_round(dataclasses.replace(rest, nodes=nodes), estimates, policy, cfg)
     ctx = RoundContext(snapshot, estimates, cfg)
     st = inner.stats
     ctx.estimate_calls, ctx.evaluations, ctx.budget_exhausted = st.estimate_calls, st.choices_evaluated, st.budget_exhausted
-    out = finalize(ctx, [*inner.decisions, *placed], policy.name)
-    return dataclasses.replace(out, admitted=inner.admitted)
+    return finalize(ctx, [*inner.decisions, *placed], policy.name)
 
 
 def _policy_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg: RoundConfig) -> RoundPlan:
@@ -331,17 +335,20 @@ def _policy_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg:
     return finalize(ctx, policy.plan(ctx), policy.name)
 
 
-def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg: RoundConfig) -> RoundPlan:
+def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg: RoundConfig,
+                   seen: Snapshot | None = None, placed: Sequence[Decision] = ()) -> RoundPlan:
     """A round with tenants (controller/core/guarantees.py, docs/tenants.md): admission within the
     quotas before the policy (guaranteed jobs over quota hidden from it), the policy's own round,
-    then every admitted guaranteed job held to its promise."""
+    then every admitted guaranteed job held to its promise. `seen`: the part of the snapshot the
+    policy sees, when `placed` (the cost objective's decisions) holds the rest; the repair may
+    preempt those like the policy's best-effort work."""
     handles = bool(getattr(policy, "handles_guarantees", False))
     full = RoundContext(snapshot, estimates, cfg)
     adm = admit(snapshot, RoundSizer(full, handles), cfg.admit_starve_s, cfg.admit_borrow)
-    ctx = RoundContext(guarantees.policy_view(snapshot, adm, borrow=cfg.admit_borrow), estimates, cfg)
+    ctx = RoundContext(guarantees.policy_view(seen or snapshot, adm, borrow=cfg.admit_borrow), estimates, cfg)
     ctx.guaranteed = guarantees.promises(adm)
     first = finalize(ctx, policy.plan(ctx), policy.name)
-    decisions = guarantees.repair(full, adm, first.decisions, policy.name, handles)
+    decisions = guarantees.repair(full, adm, [*first.decisions, *placed], policy.name, handles)
     full.estimate_calls += ctx.estimate_calls
     full.evaluations += ctx.evaluations
     full.budget_exhausted = full.budget_exhausted or ctx.budget_exhausted

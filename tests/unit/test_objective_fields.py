@@ -46,6 +46,8 @@ def test_job_file_objective_and_slo() -> None:
     ("objective: cost\n", "slo", "needs exactly one"),
     ("slo: {iterations_within: 1h}\n", "slo", "only the cost objective"),
     ("objective: cheapest\n", "objective", "must be one of default, cost"),
+    ("objective: cost\nslo: {iterations_within: 1h}\npriority: guaranteed\nguarantee: {gpus: 2}\n",
+     "priority", "the cost objective is best-effort"),
 ])
 def test_job_file_bad_objective_or_slo_names_the_field(extra: str, field: str, why: str) -> None:
     with pytest.raises(JobFileError) as e:
