@@ -261,7 +261,7 @@ class Guard:
 
     # ------------------------------------------------------------------ repair
 
-    def repair(self, decisions: Sequence[Decision]) -> list[Decision]:
+    def _begin(self, decisions: Sequence[Decision]) -> None:
         self.dec = {d.job_id: d for d in decisions}
         self.state = self._ledger(decisions)
         self.borrowing = self._borrowing()
@@ -269,6 +269,22 @@ class Guard:
             t = promise_time(self.ctx, self.jobs[jid], c.promise)
             if t > 0:  # no estimate of the promise: nothing to hold the job to (docs/tenants.md)
                 self.t_p[jid] = t
+
+    def preplace(self, decisions: Sequence[Decision]) -> list[Decision]:
+        """Phase 2 for the admitted pending jobs only, largest charge first (whole nodes for large
+        ones), before the policy plans (preplace.py); one the search cannot place is left as it was."""
+        self._begin(decisions)
+        waiting = {j.id for j in self.ctx.pending}
+        admitted = [j for j in self.adm.charges if j in waiting and j in self.t_p]
+        for jid in sorted(admitted, key=lambda j: -self.adm.charges[j].gpus):
+            before = self.dec[jid]
+            self._place(jid, f"placed at its promise before {self.name} plans the round")
+            if self.dec[jid].action is not Action.START:
+                self.dec[jid] = before
+        return list(self.dec.values())
+
+    def repair(self, decisions: Sequence[Decision]) -> list[Decision]:
+        self._begin(decisions)
         running = sorted((j for j in self.t_p if j in self.ctx.running), key=lambda j: (self.ctx.running[j].since, j))
         pending = [j.id for j in self.ctx.pending if j.id in self.t_p]
         # Phase 1: a running guaranteed job whose place met its promise stays there when the policy

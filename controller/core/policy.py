@@ -29,6 +29,7 @@ from tessera.common.errors import TesseraError
 from tessera.controller.core import cost_objective, guarantees
 from tessera.controller.core.admission import RoundSizer
 from tessera.controller.core.placement import ClusterState
+from tessera.controller.core.preplace import preplace
 from tessera.controller.core.quotas import admit
 from tessera.controller.core.snapshot import (
     Action,
@@ -345,10 +346,15 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     handles = bool(getattr(policy, "handles_guarantees", False))
     full = RoundContext(snapshot, estimates, cfg)
     adm = admit(snapshot, RoundSizer(full, handles), cfg.admit_starve_s, cfg.admit_borrow)
-    ctx = RoundContext(guarantees.policy_view(seen or snapshot, adm, borrow=cfg.admit_borrow), estimates, cfg)
-    ctx.guaranteed = guarantees.promises(adm)
+    view, before = seen or snapshot, []
+    if not handles and not getattr(policy, "places_admitted", False):  # controller/core/preplace.py
+        view, before = preplace(full, adm, view, placed, policy.name)
+    ctx = RoundContext(guarantees.policy_view(view, adm, borrow=cfg.admit_borrow), estimates, cfg)
+    decided = {d.job_id for d in before}
+    ctx.guaranteed = {k: p for k, p in guarantees.promises(adm).items() if k not in decided}
     first = finalize(ctx, policy.plan(ctx), policy.name)
-    decisions = guarantees.repair(full, adm, [*first.decisions, *placed], policy.name, handles)
+    rest = [d for d in placed if d.job_id not in decided]
+    decisions = guarantees.repair(full, adm, [*first.decisions, *before, *rest], policy.name, handles)
     full.estimate_calls += ctx.estimate_calls
     full.evaluations += ctx.evaluations
     full.budget_exhausted = full.budget_exhausted or ctx.budget_exhausted

@@ -58,9 +58,12 @@ def by_id(snap: Snapshot, policy: str = "fcfs") -> dict[str, Decision]:
 
 
 class Scripted:
-    """A policy that returns the decisions it is given (to put a guaranteed job below its promise)."""
+    """A policy that returns the decisions it is given (to put a guaranteed job below its promise).
+    It decides for the admitted jobs itself (`places_admitted`), so that these tests check the
+    repair of a policy's decisions (controller/core/preplace.py otherwise places them first)."""
 
     name = "scripted"
+    places_admitted = True
 
     def __init__(self, decisions: Sequence[Decision]) -> None:
         self.ds = list(decisions)
@@ -129,13 +132,27 @@ def test_best_effort_borrows_idle_quota_and_a_guaranteed_job_reclaims_it() -> No
     assert d["g"].action is Action.START and d["g"].slices == (Slice("x1", (0, 1, 2, 3)),)
 
 
-def test_a_job_the_policy_would_start_waits_when_its_gpus_are_reclaimed() -> None:
-    be = job("be", 0, 4)  # earlier in the queue: FCFS starts it on the only node
+def test_an_admitted_job_is_placed_before_the_policy_plans() -> None:
+    """controller/core/preplace.py: fcfs would start `be`, earlier in its queue, on the only node;
+    the admitted guaranteed job is placed first, and fcfs plans what is left."""
+    be = job("be", 0, 4)
     g = job("g", 5, 4, "A", guaranteed=True)
     d = by_id(Snapshot(busy_nodes(("x0", ())), (be, g), now=10, tenants=TENANTS))
+    assert d["g"].action is Action.START and d["g"].reason.endswith("placed at its promise before fcfs plans the round")
+    assert d["be"].action is Action.PENDING and d["be"].reason == "fcfs: waiting for 4 x X: free now: 0/4 X"
+
+
+def test_a_job_the_policy_would_start_waits_when_its_gpus_are_reclaimed() -> None:
+    """The repair after a policy that handles guarantees (no placement before it): a job it was
+    about to start on the GPUs a guaranteed job needs waits."""
+    be = job("be", 0, 4)
+    g = job("g", 5, 4, "A", guaranteed=True)
+    policy = Handling([Decision("be", Action.START, "scripted", None, (Slice("x0", (0, 1, 2, 3)),), Cell("X", 4))])
+    plan = plan_round(Snapshot(busy_nodes(("x0", ())), (be, g), now=10, tenants=TENANTS), EST, policy)
+    d = {x.job_id: x for x in plan.decisions}
     assert d["g"].action is Action.START
     assert d["be"].action is Action.PENDING and d["be"].pending is PendingKind.NO_ROOM_NOW
-    assert d["be"].reason == ("waiting: fcfs would have started it, but guaranteed job g of tenant A reclaims "
+    assert d["be"].reason == ("waiting: scripted would have started it, but guaranteed job g of tenant A reclaims "
                               "4 x X of its quota")
 
 

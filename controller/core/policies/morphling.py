@@ -77,6 +77,10 @@ class MorphlingOptions:
 
 
 class MorphlingPolicy:
+    # Algorithm 1 places the admitted guaranteed jobs first itself (lines 2-3, at minRes), so the
+    # guarantee layer does not place them before it (controller/core/preplace.py).
+    places_admitted = True
+
     def __init__(self, options: MorphlingOptions | None = None, mode: Mode = Mode.PAPER) -> None:
         self.options = options or MorphlingOptions()
         # Recorded like every policy's; the paper and the artifact describe the same algorithm.
