@@ -346,7 +346,8 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     handles = bool(getattr(policy, "handles_guarantees", False))
     full = RoundContext(snapshot, estimates, cfg)
     adm = admit(snapshot, RoundSizer(full, handles), cfg.admit_starve_s, cfg.admit_borrow)
-    view, before = seen or snapshot, []
+    view: Snapshot = seen or snapshot
+    before: list[Decision] = []
     if not handles and not getattr(policy, "places_admitted", False):  # controller/core/preplace.py
         view, before = preplace(full, adm, view, placed, policy.name)
     ctx = RoundContext(guarantees.policy_view(view, adm, borrow=cfg.admit_borrow), estimates, cfg)
