@@ -52,7 +52,7 @@ from tessera.controller.forecasting import Forecaster, step_seconds
 from tessera.controller.judging import processes, rank_statuses, settle
 from tessera.controller.launches import launch_requests, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
-from tessera.controller.registry import LiveNode, index_workers, lease_lost, liveness_at, lost_reason
+from tessera.controller.registry import LiveNode, lease_lost, liveness_at, lost_reason, replace_workers
 from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store
 from tessera.controller.tenants import TenantsSource
@@ -204,9 +204,10 @@ class Engine:
         return await nodeops.heartbeat(self, status, epoch)
 
     async def _observe(self, live: LiveNode, status: agent_pb2.NodeStatus) -> None:
-        """Fold a node's reported workers into job states."""
-        previous = live.running
-        live.running = index_workers(status)
+        """Fold a node's reported workers into job states (GPUs they freed ask for a round)."""
+        previous, freed = replace_workers(live, status)
+        if freed:
+            self.kick()
         touched = {k[0] for k in live.running} | {k[0] for k in previous}
         for job_id in touched:
             job = self.store.get_job(job_id)

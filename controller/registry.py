@@ -14,6 +14,9 @@ from tessera.v1 import agent_pb2, common_pb2
 
 P = common_pb2
 
+# A node's reported workers by (job, attempt).
+Workers = dict[tuple[str, int], list[agent_pb2.WorkerStatus]]
+
 
 @dataclass
 class LiveNode:
@@ -26,7 +29,7 @@ class LiveNode:
     registered: bool = False
     # The liveness state the controller has acted on (READY, UNREACHABLE or DOWN).
     liveness: int = P.NODE_STATE_UNREACHABLE
-    running: dict[tuple[str, int], list[agent_pb2.WorkerStatus]] = field(default_factory=dict)
+    running: Workers = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,16 +93,28 @@ def liveness_at(node: LiveNode, now: float, cfg: LivenessConfig) -> int:
     return P.NODE_STATE_DOWN
 
 
-def index_workers(status: agent_pb2.NodeStatus) -> dict[tuple[str, int], list[agent_pb2.WorkerStatus]]:
-    out: dict[tuple[str, int], list[agent_pb2.WorkerStatus]] = {}
+def index_workers(status: agent_pb2.NodeStatus) -> Workers:
+    out: Workers = {}
     for w in status.workers:
         out.setdefault((w.job_id, w.attempt), []).append(w)
     return out
 
 
+def replace_workers(live: LiveNode, status: agent_pb2.NodeStatus) -> tuple[Workers, bool]:
+    """The node's workers as `status` reports them: the previous ones, and whether GPUs were freed
+    (a cancelled job's workers done stopping: no other event asks for the round that may use them)."""
+    previous, live.running = live.running, index_workers(status)
+    return previous, bool(held_gpus(previous) - held_gpus(live.running))
+
+
 def running_gpus(live: LiveNode, exclude: str = "") -> set[int]:
     """GPUs the node's agent reports held by workers not yet exited (all but job `exclude`'s own)."""
-    return {i for (job_id, _), ws in live.running.items() if job_id != exclude for w in ws
+    return held_gpus(live.running, exclude)
+
+
+def held_gpus(workers: Workers, exclude: str = "") -> set[int]:
+    """GPUs held by the workers not yet exited (all but job `exclude`'s own)."""
+    return {i for (job_id, _), ws in workers.items() if job_id != exclude for w in ws
             if w.state != P.WORKER_STATE_EXITED for i in w.gpu_indices}
 
 

@@ -4,7 +4,9 @@ The engine awaits agents (a Stop, a ReadLog of the failed rank's last line) betw
 and storing what it decided. A CancelJob answered during such a call was overwritten by the call's
 outcome (the failed attempt requeued the job, and the next round launched the cancelled job
 again). The engine now re-reads the job after its awaits, and `_save` refuses a write whose basis
-the store has moved past: terminal states are final, attempts never go back."""
+the store has moved past: terminal states are final, attempts never go back.
+
+Also: GPUs freed by workers exiting after their job left (a cancel) ask for a round at once."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import replace
 
 from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P
-from tests.unit.test_engine import Harness, tiny
+from tests.unit.test_engine import Harness, run_to_running, tiny
 
 
 async def test_a_cancel_during_the_failed_ranks_log_call_stays_cancelled() -> None:
@@ -66,3 +68,22 @@ async def test_a_stale_write_is_dropped_and_says_so() -> None:
     await h2.engine._save(replace(first, attempt=first.attempt + 1), [])
     assert not await h2.engine._save(replace(first, reason="late"), [])
     assert h2.job(j2).attempt == first.attempt + 1
+
+
+async def test_workers_of_a_cancelled_job_exiting_ask_for_a_round() -> None:
+    """A job cancelled while its workers stop (a checkpoint can take seconds): the round its
+    cancel asked for still saw their GPUs held, so the heartbeat that reports them exited asks
+    for the next (an audit's guaranteed job waited a whole --round-interval for a free A40)."""
+    h = Harness()
+    await h.register("a")
+    jid = await h.submit(tiny())
+    await h.round()
+    await run_to_running(h, jid)
+    await h.engine.cancel(jid)
+    await h.round()  # the round the cancel asked for (the loop clears the request when it runs it)
+    h.engine._kick.clear()
+    await h.heartbeat("a")  # the agent stopped them: exited
+    assert h.engine.round_requested
+    h.engine._kick.clear()
+    await h.heartbeat("a")  # nothing new freed: no round
+    assert not h.engine.round_requested
