@@ -27,13 +27,15 @@ def job_pb(j: JobRecord, progress: common_pb2.Progress | None = None,
         attempt=j.attempt, submit_time=j.submit_time, start_time=j.start_time, end_time=j.end_time,
         restarts=j.restarts, launch_failures=j.launch_failures, next_launch_time=j.next_launch_time,
     )
-    if j.plan is not None:
+    # A requeued job's record keeps its last attempt's plan and placement; shown as its own while it
+    # waits, they named GPUs, nodes, a pipeline and a predicted cost it no longer has.
+    if j.plan is not None and j.state != common_pb2.JOB_STATE_PENDING:
         msg.plan.CopyFrom(j.plan)
         msg.cell = str(Cell(j.plan.gpu_model, j.plan.dp * j.plan.tp * j.plan.pp, j.plan.pp))
         if j.plan.HasField("prediction"):  # the cost objective's (docs/cost-objective.md)
             pr = j.plan.prediction
             msg.predicted_seconds, msg.predicted_cost, msg.allocation = pr.total_seconds, pr.cost, pr.allocation
-    if j.placement is not None:
+    if j.placement is not None and j.state != common_pb2.JOB_STATE_PENDING:
         msg.placement.CopyFrom(j.placement)
     prog = progress or j.progress
     if prog is not None:

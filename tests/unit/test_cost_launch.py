@@ -4,6 +4,7 @@ agents of their types; TESSERA_PLAN gives the trainer the ranges; describe shows
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from tessera.clients.output import describe_job
@@ -40,6 +41,12 @@ def test_a_mixed_pipeline_is_stored_launched_and_described() -> None:
     for row in ("Objective: cost", "SLO: iterations within 1h", f"Allocation: {pred.allocation}",
                 "Predicted time: 12.2s Predicted cost: 0.0102"):
         assert row in text, text
+    # Requeued (preempted, its node lost): the record keeps the last attempt's plan and placement,
+    # but a waiting job has neither GPUs nor a pipeline, so none is shown as its own.
+    waiting = job_pb(dataclasses.replace(job, state=P.JOB_STATE_PENDING, attempt=2))
+    assert not waiting.HasField("plan") and not waiting.HasField("placement") and waiting.cell == ""
+    assert (waiting.predicted_seconds, waiting.predicted_cost, waiting.allocation) == (0.0, 0.0, "")
+    assert "Allocation:" not in describe_job(waiting, 100.0) and "Objective:" in describe_job(waiting, 100.0)
 
 
 def test_a_cost_jobs_pending_reason_is_the_cost_trees_alone() -> None:
