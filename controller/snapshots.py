@@ -68,7 +68,10 @@ def job_view(job: JobRecord, progress: common_pb2.Progress | None, now: float = 
     prog = progress if progress is not None else job.progress
     if not job.spec.HasField("model"):
         return opaque_view(job, prog)
-    done = float(prog.iteration) if prog else 0.0
+    # A waiting job's next attempt resumes from its last checkpoint, not from its last report: its
+    # SLO's share and the iterations left count from there.
+    done = 0.0 if prog is None else float(max(0, prog.checkpoint_iteration) if job.state == P.JOB_STATE_PENDING
+                                          else prog.iteration)
     cost = job.spec.objective == P.OBJECTIVE_COST
     priority, promise = job_promise(job.spec)
     return JobView(job.id, job.submit_time, resolve_model(job.spec.model), job.spec.global_batch_size,

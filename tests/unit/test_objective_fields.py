@@ -3,6 +3,7 @@ controller's --prices file, the SLO as seconds left, and the trainer's per-stage
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from tessera.common.objective import (
     parse_prices,
     slo_seconds,
 )
+from tessera.controller.snapshots import job_view
+from tessera.controller.store import JobRecord
 from tessera.v1 import common_pb2 as P
 
 BASE = "name: j\nmodel: gpt2-small\nglobal_batch_size: 8\niterations: 100\n"
@@ -94,6 +97,23 @@ def test_slo_seconds_left() -> None:
     spec = P.JobSpec(iterations=100, objective=P.OBJECTIVE_COST, slo=P.Slo(deadline=1000))
     assert slo_seconds(spec, 0, 400) == 600 and slo_seconds(spec, 0, 1000) == -1.0
     assert slo_seconds(P.JobSpec(iterations=10), 0, 0) == 0.0
+
+
+def test_a_requeued_job_counts_from_its_checkpoint() -> None:
+    """controller/snapshots.py job_view: a waiting job's next attempt resumes from its last
+    checkpoint, so its iterations left and its SLO's share count from there, not from the last
+    report (an audit's requeued job was planned for 100 iterations where 500 were left)."""
+    spec = P.JobSpec(name="c", model=P.ModelSpec(hidden_size=128, num_layers=6, num_heads=4, vocab_size=4096,
+                                                 seq_length=128), global_batch_size=16, iterations=1000,
+                     objective=P.OBJECTIVE_COST, slo=P.Slo(iterations_within_seconds=1000))
+    prog = P.Progress(iteration=900, checkpoint_iteration=500)
+    running = JobRecord("j-1", "r", spec, P.JOB_STATE_RUNNING, "", 0.0, attempt=1, progress=prog)
+    view = job_view(running, None)
+    assert (view.done_iterations, view.slo_s) == (900.0, 100.0)
+    view = job_view(dataclasses.replace(running, state=P.JOB_STATE_PENDING, attempt=2), None)
+    assert (view.done_iterations, view.remaining_iterations, view.slo_s) == (500.0, 500.0, 500.0)
+    never = dataclasses.replace(running, state=P.JOB_STATE_PENDING, progress=P.Progress(iteration=900, checkpoint_iteration=-1))
+    assert job_view(never, None).done_iterations == 0.0
 
 
 def test_trainer_takes_each_stage_layer_range() -> None:
