@@ -22,6 +22,8 @@ class Cluster:
     controller: Daemon
     policy: str = "frenzy"
     agents: dict[str, Daemon] = field(default_factory=dict)
+    # The controller's extra flags, given again on a restart (--prices, --tenants, ...).
+    controller_args: tuple[str, ...] = ()
 
     def client(self) -> Client:
         return Client(self.controller.address, token=self.controller.token)
@@ -45,13 +47,14 @@ class Cluster:
     def restart_controller(self) -> Daemon:
         port = self.controller.address.rpartition(":")[2]
         agent_port = self.controller.agent_address.rpartition(":")[2]
-        self.controller = start_controller(self.root / "state", "--policy", self.policy, listen=f"127.0.0.1:{port}",
-                                           agent_listen=f"127.0.0.1:{agent_port}")
+        self.controller = start_controller(self.root / "state", "--policy", self.policy, *self.controller_args,
+                                           listen=f"127.0.0.1:{port}", agent_listen=f"127.0.0.1:{agent_port}")
         return self.controller
 
 
 def make_cluster(root: Path, nodes: list[tuple[str, str]], policy: str, controller_args: tuple[str, ...] = ()) -> Cluster:
-    c = Cluster(root, start_controller(root / "state", "--policy", policy, *controller_args), policy=policy)
+    c = Cluster(root, start_controller(root / "state", "--policy", policy, *controller_args), policy=policy,
+                controller_args=controller_args)
     for node_id, inv in nodes:
         c.add_agent(node_id, inv)
     c.wait_ready(len(nodes))
