@@ -16,7 +16,17 @@ from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.opaque import OpaqueAware, fits_nowhere
 from tessera.controller.core.policies import make_policy, policy_names
 from tessera.controller.core.policy import plan_round
-from tessera.controller.core.snapshot import Action, GpuView, NodeView, Snapshot
+from tessera.controller.core.snapshot import (
+    Action,
+    Cell,
+    GpuView,
+    JobView,
+    NodeView,
+    RunningView,
+    Slice,
+    Snapshot,
+    TenantQuota,
+)
 from tessera.controller.launches import launch_requests
 from tessera.controller.snapshots import job_view
 from tessera.controller.store import JobRecord
@@ -91,6 +101,26 @@ def test_every_policy_places_opaque_jobs_as_asked(name: str) -> None:
     one = by_id["j-any"]
     assert one.action is Action.START and sum(len(s.gpu_indices) for s in one.slices) == 1, one.reason
     assert by_id["j-big"].action is not Action.START
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_a_guaranteed_opaque_job_preempts_a_best_effort_one_in_every_policy(name: str) -> None:
+    """Tenants (docs/tenants.md): an opaque job's one Cell times its promise (1 s per nominal
+    iteration), so a guaranteed one is held to it and preempts best-effort work; an opaque victim
+    is never halved (it runs only on the GPUs it asked for)."""
+    def view(jid: str, gpus: int, tenant: str, guaranteed: bool) -> JobView:
+        spec = opaque_spec(hint=P.ResourceHint(gpus=gpus, gpu_types=["A40-48GB"]), tenant=tenant)
+        if guaranteed:
+            spec.priority, spec.guarantee.num_gpus = P.PRIORITY_GUARANTEED, gpus
+        return job_view(record(spec, jid), None)
+
+    be, g = view("be", 4, "B", False), view("g", 2, "A", True)
+    node = NodeView("a", tuple(GpuView(i, "A40-48GB", 48 * GB) for i in range(4)), frozenset(range(4)))
+    snap = Snapshot((node,), (g,), (("A40-48GB", 48 * GB, 4),), (RunningView(be, Cell("A40-48GB", 4), (Slice("a", (0, 1, 2, 3)),)),),
+                    now=10, tenants=(TenantQuota("A", (("A40-48GB", 4),)), TenantQuota("B")))
+    by_id = {d.job_id: d for d in plan_round(snap, OpaqueAware(TableEstimates({})), make_policy(name)).decisions}
+    assert by_id["be"].action is Action.STOP, by_id["be"].reason
+    assert by_id["g"].action is Action.START and sum(len(s.gpu_indices) for s in by_id["g"].slices) == 2
 
 
 def test_why_an_opaque_job_fits_nowhere() -> None:
