@@ -35,7 +35,7 @@ import structlog
 from tessera.common.crashpoints import crash_point
 from tessera.common.progress import sanitized
 from tessera.common.tokens import ANONYMOUS, Principal
-from tessera.controller import limits, metrics, nodeops, rounds, transitions
+from tessera.controller import limits, metrics, nodeops, rounds, transitions, warming
 from tessera.controller.agents import AgentCalls, last_log_line
 from tessera.controller.concurrently import each_job
 from tessera.controller.core.attempts import judge, stalled
@@ -87,6 +87,7 @@ class Engine:
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
         self._deferred: list[JobRecord] | None = None  # a round's started attempts, launched at its end
+        self.warmer = warming.Warmer()  # new jobs' first Cell estimates, within a budget
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
         self.started_mono = mono()
         self.rounds = 0
@@ -425,9 +426,9 @@ class Engine:
         active = self.store.list_jobs(states=ACTIVE)  # a MIGRATING job still holds its CPUs
         placed = [j for j in active if j.state in (P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING)]
         config = self.tenants.config
-        snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(), pending, placed,
-                              self._live.progress, now, dict(self.cfg.prices), config.tenants if config else (),
-                              holding=active)
+        snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(),
+                              [j for j in pending if j.id not in self.warmer.cold], placed, self._live.progress, now,
+                              dict(self.cfg.prices), config.tenants if config else (), holding=active)
         return self.admissions.apply(snap), {j.id: j for j in pending}
 
     async def run_round(self) -> None:
@@ -453,7 +454,7 @@ class Engine:
             # New pending reasons of the whole round in one transaction (no await since the snapshot,
             # so the jobs are as the round saw them).
             sick = [r.id for r in self._live.records.values() if not healthy(r.unhealthy_until, self.wall())]
-            updates = rounds.pending_updates(plan, pending, snap, self.cfg.frenzy, sick)
+            updates = rounds.pending_updates(plan, pending, snap, self.cfg.frenzy, sick, self.warmer.cold)
             if updates:
                 self.store.save_jobs(updates, self.wall())
                 await self.view.notify()
@@ -484,16 +485,14 @@ class Engine:
             crash_point("round.between_launches")
 
     async def _warm_estimates(self, gpu_types: list[str]) -> None:
-        """The pending jobs' Cells on the registered GPU types, computed in a thread before the round
-        takes its snapshot. The round runs on the event loop, where heartbeats, lease renewals and
-        every RPC wait for it, and a large model's first estimate takes up to seconds
-        (bench/estimator_bounds.py): past the agents' fence, every worker would stop. The round then
-        finds them in the estimates' caches."""
+        """New jobs' Cells in a thread before the round's snapshot (a large model's take seconds), within
+        --estimate-budget (controller/warming.py); the jobs left ask for the next round at once."""
         pending = self.store.list_jobs(states=[P.JOB_STATE_PENDING]) if gpu_types else []
-        if pending:
-            views = [job_view(j, self._live.progress.get(j.id)) for j in pending]
-            estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
-            await asyncio.to_thread(rounds.warm, estimates, views, gpu_types)
+        cache = self.learner.estimates(self._live.records.values())
+        if await asyncio.to_thread(self.warmer.warm, OpaqueAware(cache), cache.known,
+                                   [job_view(j, self._live.progress.get(j.id)) for j in pending],
+                                   gpu_types, self.cfg.estimate_budget_s, time.monotonic):
+            self.kick()
 
     def _forecast(self, snap: Snapshot, estimates: Estimates, rcfg: RoundConfig) -> None:
         """Start the forecast of the round's snapshot (in a thread: the round does not wait)."""

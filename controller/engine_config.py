@@ -25,6 +25,8 @@ class EngineConfig:
     policy_mode: str = "paper"
     search_depth: int = 3
     round_budget_s: float = 10.0
+    # Seconds a round may spend on new jobs' first Cell estimates (controller/warming.py).
+    estimate_budget_s: float = 5.0
     min_gain: float = 0.2
     critical_factor: float = 0.85  # morphling's makespan guard (docs/scheduler-morphling.md); 0 = off
     start_timeout_s: float = 300.0

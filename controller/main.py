@@ -91,6 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "this share of the drain time of all known work starts before the slope order (the "
                         "makespan guard, docs/scheduler-morphling.md; 0 = Algorithm 1 alone)")
     p.add_argument("--round-budget", type=float, default=10.0, help="wall-clock seconds a round may search")
+    p.add_argument("--estimate-budget", type=float, default=5.0,
+                   help="wall-clock seconds a round may spend on new jobs' first Cell estimates (at least one job "
+                        "a round, tenants in turn; the others wait for a later round)")
     p.add_argument("--start-timeout", type=float, default=300.0,
                    help="seconds for every rank of an attempt to be running, else the attempt failed")
     p.add_argument("--progress-timeout", type=float, default=900.0,
@@ -193,6 +196,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--policy: unknown policy {args.policy!r}; use one of {', '.join(policy_names())}")
     if args.search_depth < 0:
         p.error("--search-depth must be >= 0")
+    if not (math.isfinite(args.estimate_budget) and args.estimate_budget >= 0):
+        p.error(f"--estimate-budget must be a finite number of seconds >= 0, got {args.estimate_budget!r}")
     if not (math.isfinite(args.critical_factor) and args.critical_factor >= 0):
         p.error(f"--critical-factor must be a finite number >= 0, got {args.critical_factor!r}")
     if args.heartbeat_interval >= args.lease:
@@ -253,7 +258,8 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         round_interval_s=args.round_interval, inspect_interval_s=args.inspect_interval, debounce_s=args.debounce,
         stop_grace_s=args.stop_grace, checkpoint_root=str(ckpt), start_timeout_s=args.start_timeout,
         policy=args.policy, policy_mode=args.policy_mode, search_depth=args.search_depth,
-        round_budget_s=args.round_budget, min_gain=args.min_gain, critical_factor=args.critical_factor,
+        round_budget_s=args.round_budget, estimate_budget_s=args.estimate_budget, min_gain=args.min_gain,
+        critical_factor=args.critical_factor,
         progress_timeout_s=args.progress_timeout, estimator=args.estimator,
         learn_step_times=args.learn_step_times,
         allowed_env=frozenset(args.allow_env), tenants_file=os.path.abspath(args.tenants) if args.tenants else "",

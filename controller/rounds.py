@@ -13,7 +13,7 @@ for is the decision's typed `pending` kind, never its reason text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -22,7 +22,7 @@ from tessera.controller.core import frenzy, opaque
 from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
 from tessera.controller.core.policies.morphling import MorphlingOptions
-from tessera.controller.core.policy import Estimates, Policy
+from tessera.controller.core.policy import Policy
 from tessera.controller.core.snapshot import (
     Action,
     Decision,
@@ -35,6 +35,7 @@ from tessera.controller.core.snapshot import (
 from tessera.controller.store import JobRecord
 from tessera.controller.transitions import Change
 from tessera.controller.transitions import pending as pending_change
+from tessera.controller.warming import COLD_REASON
 from tessera.v1 import common_pb2
 
 P = common_pb2
@@ -118,12 +119,15 @@ def promise_over_cluster(job: JobView, snap: Snapshot) -> str:
 
 
 def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Snapshot,
-                    frenzy_cfg: frenzy.FrenzyConfig, unhealthy: Sequence[str] = ()) -> list[Change]:
+                    frenzy_cfg: frenzy.FrenzyConfig, unhealthy: Sequence[str] = (),
+                    cold: Collection[str] = ()) -> list[Change]:
     """New reasons of the jobs the round leaves PENDING, for one transaction. A job the policy
     drops stays PENDING with the reason: the user decides whether to cancel it. `unhealthy`: the
-    nodes the round left out for their failing launches (named, as the policy never saw them)."""
+    nodes the round left out for their failing launches (named, as the policy never saw them);
+    `cold`: the jobs left out for want of Cell estimates (controller/warming.py)."""
     views = {j.id: j for j in snap.pending}
-    out = []
+    out = [pending_change(pending[j], COLD_REASON) for j in sorted(cold)
+           if j in pending and pending[j].reason != COLD_REASON]
     for d in plan.decisions:
         if d.action not in (Action.PENDING, Action.DROP) or d.job_id not in pending:
             continue
@@ -158,11 +162,3 @@ def applies(step: RoundStep, job: JobRecord | None) -> bool:
     if job is None:
         return False
     return bool(job.state == (P.JOB_STATE_PENDING if step.kind == "start" else P.JOB_STATE_RUNNING))
-
-
-def warm(estimates: Estimates, jobs: Sequence[JobView], gpu_types: Sequence[str]) -> None:
-    """Ask `estimates` what a round asks first of each job, its GPU counts on each type: that
-    computes its Cells into the caches (the engine runs this in a thread before the round)."""
-    for job in jobs:
-        for gpu_type in gpu_types:
-            estimates.gpu_counts(job, gpu_type)

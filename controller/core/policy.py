@@ -101,6 +101,10 @@ class CachedEstimates:
             self._counts[k] = got
         return got
 
+    def known(self, job: JobView, gpu_type: str) -> bool:
+        """Whether the job's GPU counts on the type are memoised (its Cells there computed)."""
+        return (job.key, gpu_type) in self._counts
+
     def forget(self, key: str) -> None:
         """Drop what is memoised for one estimate key (its inner answers changed, e.g. measured)."""
         self._cells = {k: v for k, v in self._cells.items() if k[0] != key}

@@ -1,13 +1,14 @@
 """What the controller does off its event loop, and what an agent's error on a log read becomes.
 
 A job's first Cell estimates may take seconds (bench/estimator_bounds.py); the round computes them
-in a thread (`rounds.warm`) so heartbeats and RPCs are served meanwhile. GetJobLogs relays an
+in a thread (`warming.Warmer.warm`, within --estimate-budget) so heartbeats and RPCs are served meanwhile. GetJobLogs relays an
 agent's NOT_FOUND / UNAVAILABLE as the caller's own status, never as INTERNAL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ import pytest
 
 from tessera.common.errors import NotFound, Unavailable
 from tessera.common.tokens import ADMIN, Principal
-from tessera.controller import rounds
+from tessera.controller import warming
 from tessera.controller.service import ControllerService
 from tessera.v1 import controller_pb2
 from tests.unit.test_engine import Harness, run_to_running, tiny
@@ -29,15 +30,15 @@ async def test_a_slow_first_estimate_is_computed_off_the_event_loop(monkeypatch:
     entered, release = threading.Event(), threading.Event()
     loop_thread = threading.get_ident()
     seen: list[int] = []
-    real = rounds.warm
+    real = warming.Warmer.warm
 
-    def slow(estimates, jobs, gpu_types):  # type: ignore[no-untyped-def]
+    def slow(*args):  # type: ignore[no-untyped-def]
         seen.append(threading.get_ident())
         entered.set()
         assert release.wait(60)
-        real(estimates, jobs, gpu_types)
+        return real(*args)
 
-    monkeypatch.setattr(rounds, "warm", slow)
+    monkeypatch.setattr(warming.Warmer, "warm", slow)
     task = asyncio.create_task(h.engine.run_round())
     assert await asyncio.to_thread(entered.wait, 60)
     await h.heartbeat("a")  # served while the estimate is being computed
@@ -71,3 +72,20 @@ async def test_get_job_logs_answers_the_agents_error_as_the_callers() -> None:
     h.agents.fail_read_log["a"] = grpc.StatusCode.UNAVAILABLE
     with pytest.raises(Unavailable, match="node a holding the log did not answer \\(UNAVAILABLE\\)"):
         await svc.GetJobLogs(controller_pb2.GetJobLogsRequest(job_id=jid), ctx)
+
+
+async def test_a_round_estimates_new_jobs_within_its_budget() -> None:
+    """controller/warming.py: with no budget left, a round estimates one new job (the oldest) and
+    schedules it; the other waits with the reason and is estimated and placed by the next round."""
+    h = Harness(policy="crius", nodes=("a",))
+    h.engine.cfg = dataclasses.replace(h.engine.cfg, estimate_budget_s=0.0)
+    await h.register("a")
+    first = await h.submit(tiny("first", gpus=1))
+    other = tiny("other", gpus=1)
+    other.model.hidden_size = 128  # another model: nothing of its estimates is cached
+    second = await h.submit(other)
+    await h.round()
+    assert h.state(first) == "STARTING"
+    assert h.state(second) == "PENDING" and h.job(second).reason == warming.COLD_REASON
+    await h.round()
+    assert h.state(second) == "STARTING"

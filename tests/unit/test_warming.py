@@ -1,0 +1,68 @@
+"""New jobs' first Cell estimates within a round's budget (controller/warming.py): literal jobs, a
+fake estimator that takes a set time per job on a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tessera.controller.core.snapshot import JobView
+from tessera.controller.warming import Warmer, turns
+from tessera.estimator.models import ModelDims
+
+M = ModelDims(64, 2, 4, 256, 64, "m")
+
+
+def job(jid: str, t: float, tenant: str, opaque: bool = False) -> JobView:
+    return JobView(jid, t, M, 16, estimate_key=jid, tenant=tenant, opaque=opaque)
+
+
+class Slow:
+    """Estimates: each job's GPU counts on a type take `seconds` of the clock."""
+
+    def __init__(self, seconds: float) -> None:
+        self.now, self.seconds, self.asked = 0.0, seconds, []  # type: ignore[var-annotated]
+        self.known: set[tuple[str, str]] = set()
+
+    def clock(self) -> float:
+        return self.now
+
+    def gpu_counts(self, j: JobView, gpu_type: str) -> Sequence[int]:
+        self.now += self.seconds
+        self.asked.append((j.id, gpu_type))
+        self.known.add((j.key, gpu_type))
+        return (1,)
+
+    def is_known(self, j: JobView, gpu_type: str) -> bool:
+        return (j.key, gpu_type) in self.known
+
+
+def test_tenants_take_turns_each_oldest_first() -> None:
+    jobs = [job("a1", 1, "A"), job("a2", 2, "A"), job("a3", 3, "A"), job("b1", 4, "B"), job("c1", 5, "C")]
+    assert [j.id for j in turns(jobs)] == ["a1", "b1", "c1", "a2", "a3"]
+    # The tenant whose jobs took the fewest estimation seconds goes first.
+    assert [j.id for j in turns(jobs, {"A": 9.0, "B": 1.0})] == ["c1", "b1", "a1", "a2", "a3"]
+
+
+def test_a_round_estimates_until_its_budget_is_spent_at_least_one_job() -> None:
+    # A hostile burst: tenant A's 3 large models, each 4 s to estimate; B's one job behind them.
+    est, w = Slow(4.0), Warmer()
+    jobs = [job("a1", 1, "A"), job("a2", 2, "A"), job("a3", 3, "A"), job("b1", 9, "B")]
+    assert w.warm(est, est.is_known, jobs, ["X"], 5.0, est.clock) == {"a2", "a3"} == w.cold  # type: ignore[arg-type]
+    assert [a[0] for a in est.asked] == ["a1", "b1"]  # 8 s: over 5 after the second
+    assert w.spent == {"A": 4.0, "B": 4.0}
+    # The next round goes on with what is left (known jobs cost nothing); none left: the tally is cleared.
+    assert w.warm(est, est.is_known, jobs, ["X"], 5.0, est.clock) == set()  # type: ignore[arg-type]
+    assert [a[0] for a in est.asked] == ["a1", "b1", "a2", "a3"] and w.spent == {}
+    # No budget: one job a round, never none.
+    est, w = Slow(1.0), Warmer()
+    assert w.warm(est, est.is_known, jobs, ["X", "Y"], 0.0, est.clock) == {"b1", "a2", "a3"}  # type: ignore[arg-type]
+    assert est.asked == [("a1", "X"), ("a1", "Y")]
+    # A's first job took 2 s: B's goes first in the next round, though A's is older.
+    assert w.warm(est, est.is_known, jobs, ["X", "Y"], 0.0, est.clock) == {"a2", "a3"}  # type: ignore[arg-type]
+    assert est.asked[-1] == ("b1", "Y")
+
+
+def test_opaque_jobs_need_no_estimate() -> None:
+    est = Slow(10.0)
+    assert Warmer().warm(est, est.is_known, [job("o", 1, "A", opaque=True)], ["X"], 0.0, est.clock) == set()  # type: ignore[arg-type]
+    assert est.asked == []
