@@ -6,8 +6,9 @@ A job's first Cells take from milliseconds to about 15 s for the largest model a
 them in a thread first. Unbounded, that wait let one tenant hold every tenant's scheduling: a
 burst of large distinct models (none cached) delayed each round by the sum of their estimates. So
 a round estimates new jobs until the budget is spent, at least one job a round, the tenants in
-turn (each tenant's oldest job first). The jobs left are not in that round's snapshot; they wait
-with `COLD_REASON` and are estimated by a later round, while the round schedules the others.
+turn (each tenant's oldest job first, the tenant whose jobs took the fewest seconds so far first).
+The jobs left are not in that round's snapshot: they wait with `COLD_REASON` and ask for the next
+round at once (the engine kicks it), while the round schedules the others.
 
 Pure but for the clock the caller passes.
 """
