@@ -51,6 +51,7 @@ from tessera.controller.core.decisions import change_kind, synth_plan, thr_text,
 from tessera.controller.core.placement import ClusterState, quotas
 from tessera.controller.core.quotas import Admission, Charge
 from tessera.controller.core.snapshot import (
+    PLACED,
     Action,
     Cell,
     CellEstimate,
@@ -67,7 +68,6 @@ from tessera.controller.core.snapshot import (
 
 # Relative slack on comparisons of iteration times (estimates of the same Cell compare equal).
 EPS = 1e-9
-_PLACED = (Action.START, Action.MIGRATE, Action.KEEP)
 
 
 @runtime_checkable
@@ -141,7 +141,7 @@ def repair(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], policy
         if why is None:
             continue
         seen.add(d.job_id)
-        if d.action in _PLACED:
+        if d.action in PLACED:
             # Borrowing: best-effort (opportunistic: the mark that it was never admitted) until admitted.
             out[i] = dataclasses.replace(d, reason=f"borrowing idle GPUs as best-effort until admitted ({why}): "
                                          f"{d.reason}", opportunistic=True)
@@ -246,7 +246,7 @@ class Guard:
                  for n in self.ctx.snap.nodes]
         st = ClusterState.from_nodes(nodes)
         for d in decisions:
-            if d.action in _PLACED:
+            if d.action in PLACED:
                 for t, sl in self.parts(d).items():
                     st.take(sl, t)
         return st
@@ -255,7 +255,7 @@ class Guard:
         want = {(s.node_id, i) for s in slices for i in s.gpu_indices}
         out = set()
         for jid, d in self.dec.items():
-            if d.action in _PLACED and any((s.node_id, i) in want for s in d.slices for i in s.gpu_indices):
+            if d.action in PLACED and any((s.node_id, i) in want for s in d.slices for i in s.gpu_indices):
                 out.add(jid)
         return out
 
@@ -307,7 +307,7 @@ class Guard:
         decision that holds it on another type moves the job's charge there."""
         job, charge, d, t_p = self.jobs[jid], self.adm.charges[jid], self.dec[jid], self.t_p[jid]
         p = f"its promise gives {t_p:.4g} s/iter"
-        if d.action not in _PLACED:
+        if d.action not in PLACED:
             verb = {Action.PENDING: "left it waiting", Action.STOP: "would stop it"}.get(d.action, "would drop it")
             return f"{self.name} {verb} ({d.reason}); {p}"
         gpus = sum(len(s.gpu_indices) for s in d.slices)
@@ -375,7 +375,7 @@ class Guard:
         orig = ctx.running.get(jid)
         if orig is not None and self.orig_ok(jid) and self._restore(jid, why, displace=False):
             return
-        had = d.action in _PLACED
+        had = d.action in PLACED
         if had:
             self._release(jid)
         found = self._search(job, charge.gpu_type, charge.promise.gpus, t_p)
@@ -425,7 +425,7 @@ class Guard:
         out: set[str] = set()
         per: dict[str, list[tuple[float, str, int]]] = {}
         for jid, d in self.dec.items():
-            if d.action not in _PLACED or jid in self.adm.charges:
+            if d.action not in PLACED or jid in self.adm.charges:
                 continue
             r = self.ctx.running.get(jid)
             since = r.since if r is not None and d.action is Action.KEEP else math.inf
@@ -452,7 +452,7 @@ class Guard:
         victims preempted biggest first until they do, then any that turn out not needed given
         back."""
         cands = [jid for jid, d in self.dec.items()
-                 if d.action in _PLACED and jid not in self.adm.charges and gpu_type in self.parts(d)]
+                 if d.action in PLACED and jid not in self.adm.charges and gpu_type in self.parts(d)]
         cap = self.ctx.max_per_node(gpu_type)
         counts = sorted({c for c in self.ctx.gpu_counts(job, gpu_type) if 0 < c < gpus} | {gpus})
         layouts = [(n, n // q) for n in counts for q in quotas(n, cap)
@@ -562,7 +562,7 @@ class Guard:
 
     def _release(self, jid: str) -> None:
         d = self.dec[jid]
-        if d.action in _PLACED:
+        if d.action in PLACED:
             self._hold(d, take=False)
 
     def _evict(self, v: str, job: JobView, charge: Charge) -> None:

@@ -32,6 +32,7 @@ from tessera.controller.core.placement import ClusterState
 from tessera.controller.core.preplace import preplace
 from tessera.controller.core.quotas import admit
 from tessera.controller.core.snapshot import (
+    PLACED,
     Action,
     Decision,
     JobView,
@@ -366,8 +367,6 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     return dataclasses.replace(finalize(full, decisions, policy.name), admitted=tuple(sorted(adm.charges)))
 
 
-# The actions that hold GPUs after the round.
-_PLACED = (Action.START, Action.MIGRATE, Action.KEEP)
 
 
 def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -> RoundPlan:
@@ -412,7 +411,7 @@ def finalize(ctx: RoundContext, decided: Sequence[Decision], policy_name: str) -
     jobs.update((r.job.id, r.job) for r in ctx.running.values())
     thr = 0.0
     for d in out:
-        if d.action in _PLACED and d.iteration_s > 0:
+        if d.action in PLACED and d.iteration_s > 0:
             thr += jobs[d.job_id].global_batch_size / d.iteration_s
     stats = RoundStats(ctx.estimate_calls, ctx.evaluations, ctx.budget_exhausted, thr)
     return RoundPlan(tuple(out), stats, policy_name)
@@ -425,7 +424,7 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
     held = {(s.node_id, i) for r in ctx.running.values() for s in r.slices for i in s.gpu_indices}
     used: dict[tuple[str, int], str] = {}
     for d in decisions:
-        if d.action not in _PLACED:
+        if d.action not in PLACED:
             continue
         if not d.slices:
             raise RoundPlanError(f"policy {policy_name}: {d.action} of {d.job_id} without a placement")

@@ -22,9 +22,7 @@ from collections.abc import Sequence
 
 from tessera.controller.core.guarantees import Guard, RoundView
 from tessera.controller.core.quotas import Admission
-from tessera.controller.core.snapshot import Action, Decision, Snapshot
-
-_PLACED = (Action.START, Action.MIGRATE, Action.KEEP)
+from tessera.controller.core.snapshot import PLACED, Action, Decision, Snapshot
 
 
 def preplace(full: RoundView, adm: Admission, seen: Snapshot, placed: Sequence[Decision],
@@ -44,7 +42,7 @@ def preplace(full: RoundView, adm: Admission, seen: Snapshot, placed: Sequence[D
     held: dict[str, set[int]] = {}
     for d in changed:
         for dec, into in ((base[d.job_id], freed), (d, held)):
-            if dec.action in _PLACED:
+            if dec.action in PLACED:
                 for s in dec.slices:
                     into.setdefault(s.node_id, set()).update(s.gpu_indices)
     nodes = tuple(dataclasses.replace(n, busy=frozenset((n.busy - freed.get(n.id, set())) | held.get(n.id, set())))

@@ -288,6 +288,10 @@ class Action(StrEnum):
     DROP = "drop"  # the job cannot run (infeasible, deadline missed)
 
 
+# The actions whose job holds GPUs after the round.
+PLACED = (Action.START, Action.MIGRATE, Action.KEEP)
+
+
 class Change(StrEnum):
     """How a migration changes a job's Cell; NONE ("") for every other action."""
 
