@@ -77,6 +77,13 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
+def human_over(n: int, limit: int) -> tuple[str, str]:
+    """`n` and `limit` (n > limit) as `human` gives them, or in bytes where `human` rounds both to
+    one figure: "hold 2.0 MiB, over ... 2.0 MiB" read as no excess at all."""
+    a, b = human(n), human(limit)
+    return (a, b) if a != b else (f"{n:,} B", f"{limit:,} B")
+
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _GONE = (FileNotFoundError, NotADirectoryError)  # renamed or removed while walking
 
@@ -192,8 +199,9 @@ def evictions(usage: Mapping[str, Usage], before: Mapping[str, Usage], limit: in
     for job in sorted(usage):
         u = usage[job]
         if limit and u.bytes > limit:
-            out[job] = (f"{EVICTED_REASON}the job's files on this node hold {human(u.bytes)}, "
-                        f"over the agent's --job-disk-limit of {human(limit)}")
+            held, most = human_over(u.bytes, limit)
+            out[job] = (f"{EVICTED_REASON}the job's files on this node hold {held}, "
+                        f"over the agent's --job-disk-limit of {most}")
         elif u.problem and (limit or pressure):
             flag = "--job-disk-limit" if limit else "--min-free-disk"
             out[job] = (f"{EVICTED_REASON}the job's files on this node cannot all be measured ({u.problem}), "

@@ -433,9 +433,13 @@ async def test_a_job_over_the_disk_limit_is_killed_and_says_why(registry: tuple[
         w = await wait_until(exited, TIMEOUT, "the eviction")
         assert w.exit_code == -9
         # Any size over the limit: on a loaded machine a check may land while the 4 MiB are written.
-        held = re.fullmatch(r"evicted by the agent: the job's files on this node hold ([\d.]+) MiB, over the agent's "
-                            r"--job-disk-limit of 2\.0 MiB, killed by SIGKILL", w.reason)
-        assert held is not None and 2.0 <= float(held.group(1)) <= 4.1, w.reason
+        # Just over, both would read 2.0 MiB: the reason gives bytes then (diskuse.human_over).
+        held = re.fullmatch(r"evicted by the agent: the job's files on this node hold (?:([\d.]+) MiB, over the agent's "
+                            r"--job-disk-limit of 2\.0 MiB|([\d,]+) B, over the agent's --job-disk-limit of "
+                            r"2,097,152 B), killed by SIGKILL", w.reason)
+        assert held is not None, w.reason
+        mib = float(held.group(1)) if held.group(1) else int(held.group(2).replace(",", "")) / 2**20
+        assert 2.0 <= mib <= 4.1, w.reason
         assert not (worker_dir / "jobs" / "job-1" / "attempt-1" / "got-sigterm").exists()
         other = worker_in(fake.last_status(), "job-2")
         assert other is not None and other.state == RUNNING

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tessera.nodeagent import diskuse
-from tessera.nodeagent.diskuse import Usage, evictions, human, measure, measure_jobs, parse_bytes
+from tessera.nodeagent.diskuse import Usage, evictions, human, human_over, measure, measure_jobs, parse_bytes
 from tests.workerenv import worker_python
 
 MIB = 1024 * 1024
@@ -36,6 +36,11 @@ def test_a_size_under_one_byte_is_refused_rather_than_read_as_off() -> None:
 
 def test_human_sizes() -> None:
     assert [human(n) for n in (512, 2048, 3 * MIB // 2, 5 * 2**30)] == ["512 B", "2.0 KiB", "1.5 MiB", "5.0 GiB"]
+
+
+def test_a_size_over_a_limit_that_rounds_to_the_same_figure_is_given_in_bytes() -> None:
+    assert human_over(2 * MIB + 4096, 2 * MIB) == ("2,101,248 B", "2,097,152 B")
+    assert human_over(3 * MIB, 2 * MIB) == ("3.0 MiB", "2.0 MiB")
 
 
 def _write(path: Path, n: int) -> None:
