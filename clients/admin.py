@@ -93,7 +93,7 @@ def _read(path: Path, missing_ok: bool) -> tuple[TokenEntry, ...]:
 
 
 def cmd_token_create(client: Any, args: argparse.Namespace, out: TextIO) -> int:
-    if not PRINCIPAL_RE.match(args.name):
+    if not PRINCIPAL_RE.fullmatch(args.name):
         raise AdminUsageError("--name: must match [A-Za-z0-9][A-Za-z0-9._@-]{0,62}")
     if not TENANT_RE.fullmatch(args.tenant):
         raise AdminUsageError("--tenant: must match [a-z0-9][a-z0-9-]{0,62}")

@@ -86,7 +86,7 @@ def parse_config(doc: Any, path: str = "") -> Config:
     contexts = {}
     for name, body in raw.items():
         at = f"contexts.{name}"
-        if not isinstance(name, str) or not CONTEXT_RE.match(name):
+        if not isinstance(name, str) or not CONTEXT_RE.fullmatch(name):
             raise ConfigFileError(at, "a context name must match [A-Za-z0-9][A-Za-z0-9._-]{0,62}")
         contexts[name] = _context(name, body, at)
     current = doc.get("current-context") or ""
@@ -113,7 +113,7 @@ def _context(name: str, body: Any, at: str) -> Context:
     if not isinstance(ctls, list) or not all(isinstance(c, str) for c in ctls):
         raise ConfigFileError(f"{at}.controller", "must be host:port or a list of host:port")
     for c in ctls:
-        if not ADDRESS_RE.match(c):
+        if not ADDRESS_RE.fullmatch(c):
             raise ConfigFileError(f"{at}.controller", f"{c!r} is not host:port")
     return Context(name, tuple(ctls), body.get("ca", ""), body.get("token", ""), body.get("token_file", ""))
 

@@ -37,6 +37,22 @@ COMMIT_RE = re.compile(r"[0-9a-f]{7,64}")
 Errors = list[tuple[str, str]]
 
 
+def report_text(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` as a node may report it (a worker's reason, a log path): NUL and lone surrogates
+    written as escapes, at most `limit` characters. The agent passes every reason through this, since
+    parts of them come from peers it cannot trust: a worker's own exit record, a Stop's reason, a
+    peer node's Launch error. One NUL used to make the controller refuse every heartbeat of the node
+    (a lone surrogate: the agent could not encode its status at all)."""
+    if "\0" in text or not text.isascii():
+        text = text.replace("\0", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limit:
+        text = text[:limit - len(CLIPPED)] + CLIPPED if limit > len(CLIPPED) else text[:limit]
+    return text
+
+
+CLIPPED = " [...]"
+
+
 def node_id_error(node_id: str) -> str | None:
     if not node_id:
         return "required"

@@ -388,7 +388,7 @@ def check_address(address: str, what: str, example_port: int = 50051) -> str:
     a = address.strip()
     if a.startswith(("unix:", "unix-abstract:")) or "://" in a:
         return a
-    m = _HOST_PORT.match(a)
+    m = _HOST_PORT.fullmatch(a)
     if m and 0 < int(m.group(2)) < 65536:
         return a
     if not a:

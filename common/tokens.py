@@ -146,13 +146,13 @@ def parse_tokens(doc: Any) -> tuple[TokenEntry, ...]:
 
 
 def _check_entry(e: TokenEntry, at: str) -> None:
-    if not PRINCIPAL_RE.match(e.name):
+    if not PRINCIPAL_RE.fullmatch(e.name):
         raise TokensFileError(f"{at}.name", "must match [A-Za-z0-9][A-Za-z0-9._@-]{0,62}")
     if not TENANT_RE.fullmatch(e.tenant):
         raise TokensFileError(f"{at}.tenant", "must match [a-z0-9][a-z0-9-]{0,62} (the job file's tenant rule)")
     if e.role not in ROLES:
         raise TokensFileError(f"{at}.role", f"must be one of {', '.join(ROLES)}, got {e.role!r}")
-    if not SHA256_RE.match(e.sha256):
+    if not SHA256_RE.fullmatch(e.sha256):
         raise TokensFileError(f"{at}.sha256", "must be 64 lowercase hex digits (the SHA-256 of the token, "
                                               "never the token itself)")
 

@@ -15,12 +15,21 @@ import grpc
 import structlog
 
 from tessera.common import identity
+from tessera.common.nodespec import report_text
 from tessera.common.rpc import aio_channel
 from tessera.common.tls import TlsConfig
 from tessera.controller.launches import rank_node
 from tessera.controller.registry import LiveNode
 from tessera.controller.store import JobRecord
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
+
+
+def peer_details(e: grpc.aio.AioRpcError, limit: int = 512) -> str:
+    """An agent's error text as the controller may repeat it (a job's reason, a Stop's reason, a
+    client's error): clipped, NUL and lone surrogates escaped. A node's text reached other nodes'
+    workers' reasons through the Stop of a failed launch, and 5,000 characters there made the
+    controller refuse every heartbeat of an honest node."""
+    return report_text(e.details() or "", limit)
 
 log = structlog.get_logger("tessera.controller.agents")
 CALL_TIMEOUT_S = 5.0
@@ -111,7 +120,7 @@ class AgentClients:
                                            timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as e:
             log.warning("drain_failed", address=address, code=e.code().name, details=e.details())
-            return f"{e.code().name}: {e.details()}"
+            return f"{e.code().name}: {peer_details(e)}"
         return ""
 
     async def read_log(self, node_id: str, address: str,

@@ -36,7 +36,7 @@ from tessera.common.crashpoints import crash_point
 from tessera.common.progress import sanitized
 from tessera.common.tokens import ANONYMOUS, Principal
 from tessera.controller import limits, metrics, nodeops, rounds, transitions, warming
-from tessera.controller.agents import AgentCalls, last_log_line
+from tessera.controller.agents import AgentCalls, last_log_line, peer_details
 from tessera.controller.concurrently import each_job
 from tessera.controller.core.attempts import judge, stalled
 from tessera.controller.core.backoff import healthy, may_launch
@@ -567,7 +567,7 @@ class Engine:
                 await self.agents.launch(node_id, live.address, req)
                 crash_point("launch.answered")
             except grpc.aio.AioRpcError as e:
-                why = f"launch on {node_id} failed: {e.code().name}: {e.details()}"
+                why = f"launch on {node_id} failed: {e.code().name}: {peer_details(e)}"
                 # INVALID_ARGUMENT: the node answered, refusing this job's request (its env policy, say):
                 # the job backs off, the node is not blamed, else one job could sideline every node
                 await self._launch_failed(job, node_id, why, e.code() != grpc.StatusCode.INVALID_ARGUMENT)

@@ -225,7 +225,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except TenantsFileError as e:
             _refuse(p, f"--tenants: {e}")
     for name in args.allow_env:
-        if not envpolicy.NAME_RE.match(name):
+        if not envpolicy.NAME_RE.fullmatch(name):
             p.error(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
     try:
         args.price_table = tuple(load_prices(args.prices).items()) if args.prices else ()

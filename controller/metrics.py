@@ -94,10 +94,17 @@ _gpu_types: set[str] = set()
 
 
 def _set_gpus(gpus: Tally[tuple[str, str]]) -> None:
-    """Every (type, state) of every type seen so far: a type whose last node left reads 0, not its
-    last value."""
-    _gpu_types.update(t for t, _ in gpus)
-    for t in sorted(_gpu_types):
+    """Every state of every type the known nodes have (a node down or unreachable still counts its
+    GPUs `unavailable`); the series of a type no known node has any more are removed, not left at
+    their last value. Keeping every type ever seen let a node that re-registered with new model
+    names each time grow `/metrics` and this call's time without bound."""
+    types = {t for t, _ in gpus}
+    for t in _gpu_types - types:
+        for state in GPU_STATES:
+            GPUS.remove(t, state)
+    _gpu_types.clear()
+    _gpu_types.update(types)
+    for t in sorted(types):
         for state in GPU_STATES:
             GPUS.labels(t, state).set(gpus.get((t, state), 0))
 

@@ -150,6 +150,11 @@ async def heartbeat(engine: NodeHost, status: agent_pb2.NodeStatus, epoch: int) 
     live = engine._live.nodes.get(status.node_id)
     if live is None or not live.registered or epoch != engine.epoch or live.address != status.address:
         return False
+    if not same_hardware(live.inventory, status.inventory):
+        # A GPU fell off the bus (or came back): registering again stores the new set as a first
+        # Register does. Before, the controller kept placing work on the GPU that was gone.
+        return False
+    live.inventory = status.inventory  # the foreign memory of each GPU, as the agent probes it now
     silent = engine.mono() - live.last_seen
     live.last_seen, live.last_seen_wall, live.status = engine.mono(), engine.wall(), status
     await back_after(engine, live.id, silent)
@@ -157,6 +162,23 @@ async def heartbeat(engine: NodeHost, status: agent_pb2.NodeStatus, epoch: int) 
     if live.liveness != P.NODE_STATE_READY:
         await engine.liveness_tick()
     return True
+
+
+def same_hardware(a: common_pb2.NodeInventory, b: common_pb2.NodeInventory) -> bool:
+    """The same GPUs, links and host facts: inventories that differ at most in the memory other
+    processes hold on the GPUs (`foreign_used_bytes`, which changes from one probe to the next)."""
+    if len(a.gpus) != len(b.gpus):
+        return False
+    a, b = _without_foreign(a), _without_foreign(b)
+    return a == b
+
+
+def _without_foreign(inv: common_pb2.NodeInventory) -> common_pb2.NodeInventory:
+    out = common_pb2.NodeInventory()
+    out.CopyFrom(inv)
+    for g in out.gpus:
+        g.foreign_used_bytes = 0
+    return out
 
 
 async def back_after(engine: NodeHost, node_id: str, silent: float) -> None:

@@ -32,6 +32,7 @@ from tessera.common.objective import cost_precondition
 from tessera.common.tls import peer_identity
 from tessera.common.tokens import Principal
 from tessera.controller.access import list_tenant, may_see, submit_tenant
+from tessera.controller.agents import peer_details
 from tessera.controller.auth import principal_of
 from tessera.controller.convert import job_pb, node_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
@@ -282,7 +283,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 controller_epoch=self.engine.epoch, job_id=rec.id, attempt=attempt, rank=request.rank,
                 tail_bytes=request.tail_bytes or 65536))
         except grpc.aio.AioRpcError as e:  # the agent's answer, said as the caller's (never INTERNAL)
-            why = f"rank {request.rank} attempt {attempt} of job {rec.id} on node {node_id}: {e.details()}"
+            why = f"rank {request.rank} attempt {attempt} of job {rec.id} on node {node_id}: {peer_details(e)}"
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 raise NotFound(f"no log of {why}") from None
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

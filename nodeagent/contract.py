@@ -66,7 +66,7 @@ def default_checkpoint_dir(work_dir: Path, job_id: str) -> Path:
 
 
 def validate_job_id(job_id: str, field: str = "job_id") -> None:
-    if not JOB_ID_RE.match(job_id):
+    if not JOB_ID_RE.fullmatch(job_id):
         raise InvalidArgument(field, f"{job_id!r} does not match {JOB_ID_RE.pattern}")
 
 
@@ -137,7 +137,7 @@ def validate_launch(
                 )
             gpu_owner[g] = r.rank
     for name, value in req.env.items():
-        if not ENV_NAME_RE.match(name):
+        if not ENV_NAME_RE.fullmatch(name):
             raise InvalidArgument(f"env.{name}", f"name does not match {ENV_NAME_RE.pattern}")
         if name in CONTRACT_VARS:
             raise InvalidArgument(

@@ -183,4 +183,5 @@ def read_exit(path: Path) -> tuple[int, str] | None:
         return None
     if not isinstance(reason, str):
         return None
-    return code, reason[:500]
+    # The worker's uid may write this file: no NUL or lone surrogate reaches the agent's status.
+    return code, reason[:500].replace("\0", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")

@@ -253,7 +253,7 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
     if not 0.1 <= args.disk_check_interval <= 86400:
         raise AgentUsageError(f"--disk-check-interval: must be in 0.1..86400 seconds, got {args.disk_check_interval}")
     for name in args.allow_env:
-        if not envpolicy.NAME_RE.match(name):
+        if not envpolicy.NAME_RE.fullmatch(name):
             raise AgentUsageError(f"--allow-env: {name!r} is not a variable name ([A-Z_][A-Z0-9_]*)")
     worker_python = args.worker_python or sys.executable
     try:

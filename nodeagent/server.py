@@ -24,6 +24,7 @@ import structlog
 
 from tessera.common.errors import PermissionDenied, Unauthenticated
 from tessera.common.identity import CONTROLLER
+from tessera.common.nodespec import report_text
 from tessera.common.privatefile import key_file
 from tessera.common.tls import peer_identity, peer_is_local
 from tessera.nodeagent import ports
@@ -78,6 +79,8 @@ class DrainFlag:
 WORKER_TOKEN_ENV = "TESSERA_WORKER_TOKEN"
 WORKER_TOKEN_METADATA = "tessera-worker-token"
 SECRET_FILE = "worker-secret"
+# A Stop's reason goes into every stopped worker's reason: a controller repeats peers' text there.
+STOP_REASON_MAX = 1024
 
 
 class WorkerTokens:
@@ -166,7 +169,7 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
         self._from_controller("Stop", context)
         self.fence.check(request.controller_epoch)
         workers = await self.supervisor.stop(
-            request.job_id, request.attempt, request.grace_seconds, request.reason
+            request.job_id, request.attempt, request.grace_seconds, report_text(request.reason, STOP_REASON_MAX)
         )
         log.info("stop", request_id=request.request_id, job_id=request.job_id, attempt=request.attempt)
         return agent_pb2.StopResponse(workers=workers)

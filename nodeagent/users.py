@@ -152,7 +152,7 @@ def parse_tenant_users(values: Sequence[str], flag: str = "--worker-user") -> di
         tenant, sep, spec = value.partition("=")
         if not sep or not spec:
             raise UserConfigError(f"{flag}: {value!r} is not TENANT=USER[:GROUP]")
-        if not TENANT_RE.match(tenant):
+        if not TENANT_RE.fullmatch(tenant):
             raise UserConfigError(f"{flag}: tenant {tenant!r} does not match {TENANT_RE.pattern}")
         if tenant in out:
             raise UserConfigError(f"{flag}: tenant {tenant!r} is mapped twice")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessera.common.contract import FENCED_REASON
+from tessera.common.nodespec import report_text
 from tessera.v1 import agent_pb2, common_pb2
 
 RUNNING: int = common_pb2.WORKER_STATE_RUNNING
@@ -51,8 +52,8 @@ class Worker:
             state=self.state,
             pid=self.pid,
             exit_code=self.exit_code,
-            log_path=str(self.log_path),
-            reason=self.reason,
+            log_path=report_text(str(self.log_path)),
+            reason=report_text(self.reason),
             gpu_indices=list(self.gpu_indices),
         )
         if self.progress is not None:

@@ -76,6 +76,7 @@ class FakeAgents:
         # (job, attempt, node) -> the LaunchRequest that started it: each started once.
         self.started: dict[tuple[str, int, str], agent_pb2.LaunchRequest] = {}
         self.fail_launch: dict[str, grpc.StatusCode] = {}
+        self.fail_details = "fake agent refused"  # the text a failed launch answers with
         # node id -> the error a Drain on it answers (the agent refused it, e.g. a raised epoch floor)
         self.fail_drain: dict[str, str] = {}
         self.stop_exit_code = 0
@@ -166,7 +167,7 @@ class FakeAgents:
                 self.in_flight -= 1
         if n.node_id in self.fail_launch:
             raise grpc.aio.AioRpcError(self.fail_launch[n.node_id], grpc.aio.Metadata(), grpc.aio.Metadata(),
-                                       details="fake agent refused")
+                                       details=self.fail_details)
         key = (req.job_id, req.attempt, n.node_id)
         if key in self.started:
             # A restarted controller resends the attempt's request under its own, newer epoch.

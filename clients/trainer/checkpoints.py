@@ -70,7 +70,7 @@ def list_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[CheckpointR
         return []
     found: list[CheckpointRef] = []
     for entry in entries:
-        m = _STEP_DIR.match(entry.name)
+        m = _STEP_DIR.fullmatch(entry.name)
         if m and (entry / CHECKPOINT_META).is_file():
             found.append(CheckpointRef(int(m.group(1)), entry))
     return sorted(found, key=lambda c: c.iteration)

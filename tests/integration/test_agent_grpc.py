@@ -16,6 +16,7 @@ import pytest
 
 from tessera.common import identity, rpc
 from tessera.common.localcluster import tls_config
+from tessera.common.nodespec import status_errors
 from tessera.nodeagent.agent import Agent, AgentConfig
 from tessera.nodeagent.inventory import host_facts, parse_declared
 from tessera.nodeagent.keeping import DEFAULT_LOG_MAX_BYTES
@@ -468,3 +469,25 @@ async def test_a_launch_whose_rendezvous_port_is_held_is_refused(agent: Agent,
         other = launch_request(argv=WAIT_FOR_TERM, epoch=EPOCH, rendezvous=f"10.0.0.9:{port}", first_rank=1,
                                world_size=2)
         assert (await stub.Launch(other, timeout=5)).started
+
+
+async def test_a_long_stop_reason_leaves_the_nodes_status_one_the_controller_accepts(
+    registry: tuple[FakeRegistry, str], agent: Agent, stub: agent_pb2_grpc.NodeAgentStub
+) -> None:
+    """A Stop's reason goes into each stopped worker's reason. A controller repeats peers' text
+    there (another node's Launch error): 5,000 characters of it once made the controller refuse
+    every heartbeat of this node, which then fenced all its workers."""
+    fake, _ = registry
+    await registered(agent)
+    await stub.Launch(launch_request(argv=WAIT_FOR_TERM, gpus=[[0]], epoch=EPOCH), timeout=5)
+    await ready(agent, ranks=1)
+    await stub.Stop(agent_pb2.StopRequest(request_id="s1", controller_epoch=EPOCH, job_id="job-1", attempt=1,
+                                          grace_seconds=10, reason="\0" + "X" * 5000), timeout=5)
+
+    def exited() -> agent_pb2.WorkerStatus | None:
+        w = worker_in(fake.last_status(), "job-1", 0)
+        return w if w is not None and w.state == EXITED else None
+
+    w = await wait_until(exited, TIMEOUT, "the exit in a heartbeat")
+    assert w.reason.startswith("stopped by controller (\\x00XXX") and "[...]" in w.reason, w.reason[:60]
+    assert status_errors(fake.last_status(), "status") == []

@@ -31,7 +31,7 @@ def _invalid(req: agent_pb2.LaunchRequest) -> str:
     return str(err.value)
 
 
-@pytest.mark.parametrize("job_id", ["", "../etc", "-x", ".hidden", "a/b", "x" * 129, "a b", "é"])
+@pytest.mark.parametrize("job_id", ["", "../etc", "-x", ".hidden", "a/b", "x" * 129, "a b", "é", "job-1\n"])
 def test_bad_job_ids(job_id: str) -> None:
     assert _invalid(launch_request(job_id=job_id)).startswith("job_id: ")
 
@@ -74,7 +74,7 @@ def test_env_cannot_override_contract(name: str) -> None:
     assert msg == f"env.{name}: is set by the agent (worker contract) and cannot be overridden"
 
 
-@pytest.mark.parametrize("name", ["lower", "1ABC", "A-B", ""])
+@pytest.mark.parametrize("name", ["lower", "1ABC", "A-B", "", "A\n"])
 def test_env_names_validated(name: str) -> None:
     assert _invalid(launch_request(env={name: "1"})).startswith(f"env.{name}: name does not match")
 

@@ -105,6 +105,10 @@ def test_exit_file_round_trip_and_bounds(tmp_path: Path) -> None:
     for data in ({"exit_code": "0"}, {"exit_code": 10**6}, {"exit_code": True}, {"exit_code": 0, "reason": 5}):
         path.write_text(json.dumps(data))
         assert keeperfiles.read_exit(path) is None, data
+    # The worker's uid can write the file: a NUL, once in the agent's status, made the controller
+    # refuse every heartbeat of the node; a lone surrogate kept the agent from encoding its status.
+    path.write_text(json.dumps({"exit_code": 3, "reason": "oops\0 \ud800" + "x" * 600}))
+    assert keeperfiles.read_exit(path) == (3, "oops\\x00 \\ud800" + "x" * 493)
     path.write_text("[" * 2000 + "]" * 2000)  # 4 KB a worker may write: json's RecursionError, once fatal
     assert keeperfiles.read_exit(path) is None
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -125,7 +125,17 @@ def test_gpus_by_type_and_state() -> None:
     assert (_gpus("T1-TEST", "allocated"), _gpus("T1-TEST", "free"), _gpus("T1-TEST", "unavailable")) == (4, 1, 1)
     assert (_gpus("T2-TEST", "allocated"), _gpus("T2-TEST", "free"), _gpus("T2-TEST", "unavailable")) == (0, 0, 2)
     metrics.update_nodes(_View({"a": view.nodes["a"]}), now=300.0)  # type: ignore[arg-type]
-    assert _gpus("T2-TEST", "unavailable") == 0 and _gpus("T1-TEST", "free") == 4  # gone: 0, not stale
+    assert _gpus("T2-TEST", "unavailable") is None and _gpus("T1-TEST", "free") == 4  # gone, not stale
+
+
+def test_gpu_types_of_nodes_no_longer_known_leave_no_series() -> None:
+    """A node that registers again and again with new model names keeps one type's series, not
+    every name it ever sent (which grew /metrics and update_nodes without bound)."""
+    ready = common_pb2.NODE_STATE_READY
+    for i in range(50):
+        metrics.update_nodes(_View({"a": _node("a", f"Z{i:03d}-TEST", 2, ready)}), now=0.0)  # type: ignore[arg-type]
+    names = {s.labels["type"] for m in REGISTRY.collect() if m.name == "tessera_gpus" for s in m.samples}
+    assert {n for n in names if n.startswith("Z")} == {"Z049-TEST"}
 
 
 def _job(tenant: str, gpus: int, attempt: int = 0, submit: float = 10.0) -> JobRecord:
