@@ -31,6 +31,7 @@ from tessera.controller.core.admission import RoundSizer
 from tessera.controller.core.placement import ClusterState
 from tessera.controller.core.preplace import preplace
 from tessera.controller.core.quotas import admit
+from tessera.controller.core.untimed import cap_untimed
 from tessera.controller.core.snapshot import (
     PLACED,
     Action,
@@ -360,7 +361,10 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     ctx.guaranteed = {k: p for k, p in guarantees.promises(adm).items() if k not in decided}
     first = finalize(ctx, policy.plan(ctx), policy.name)
     rest = [d for d in placed if d.job_id not in decided]
-    decisions = guarantees.repair(full, adm, [*first.decisions, *before, *rest], policy.name, handles)
+    decisions = [*first.decisions, *before, *rest]
+    if not handles:
+        decisions = cap_untimed(full, adm, decisions, policy.name)  # controller/core/untimed.py
+    decisions = guarantees.repair(full, adm, decisions, policy.name, handles)
     full.estimate_calls += ctx.estimate_calls
     full.evaluations += ctx.evaluations
     full.budget_exhausted = full.budget_exhausted or ctx.budget_exhausted

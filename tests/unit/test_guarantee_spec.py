@@ -186,3 +186,15 @@ def test_describe_shows_the_priority_and_the_promised_cpus() -> None:
                                                                      0.0))
     node = C.Node(id="n", inventory=P.NodeInventory(cpu_count=32), busy_cpus=12)
     assert re.search(r"CPUs:\s+32 \(12 promised to guaranteed jobs\)", output.describe_node(node, 0.0))
+
+
+def test_an_opaque_jobs_promise_is_its_hint() -> None:
+    """An opaque job runs on exactly hint.gpus: a smaller promise charged its tenant less than the
+    job held, past its quota."""
+    spec = P.JobSpec(name="x", entrypoint=["/bin/true"], hint=P.ResourceHint(gpus=2),
+                     priority=P.PRIORITY_GUARANTEED, guarantee=P.Guarantee(num_gpus=1))
+    errors = validate_spec(spec)
+    assert [(e.field, e.reason) for e in errors] == [
+        ("guarantee.num_gpus", "an opaque job runs on exactly its hint.gpus (2): its promise must be that many GPUs, got 1")]
+    spec.guarantee.num_gpus = 2
+    assert validate_spec(spec) == []
