@@ -426,8 +426,9 @@ class Engine:
         active = self.store.list_jobs(states=ACTIVE)  # a MIGRATING job still holds its CPUs
         placed = [j for j in active if j.state in (P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING)]
         config = self.tenants.config
+        ready = self.warmer.ready(pending, lambda j: job_view(j, self._live.progress.get(j.id)))
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(),
-                              [j for j in pending if j.id not in self.warmer.cold], placed, self._live.progress, now,
+                              ready, placed, self._live.progress, now,
                               dict(self.cfg.prices), config.tenants if config else (), holding=active)
         return self.admissions.apply(snap), {j.id: j for j in pending}
 

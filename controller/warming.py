@@ -16,12 +16,21 @@ Pure but for the clock the caller passes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from tessera.controller.core.policy import Estimates
 from tessera.controller.core.snapshot import JobView
 
 COLD_REASON = ("waiting for its first Cell estimates: each round estimates new jobs for at most the "
                "controller's --estimate-budget, tenants in turn")
+
+
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+J = TypeVar("J", bound=_HasId)
 
 
 def turns(jobs: Sequence[JobView], spent: Mapping[str, float] | None = None) -> list[JobView]:
@@ -44,13 +53,17 @@ class Warmer:
     def __init__(self) -> None:
         self.cold: set[str] = set()
         self.spent: dict[str, float] = {}
+        self.seen: set[str] = set()  # the pending jobs the last warm-up listed
+        self._known: Callable[[JobView, str], bool] = lambda j, t: True
+        self._types: Sequence[str] = ()
 
     def warm(self, estimates: Estimates, known: Callable[[JobView, str], bool], jobs: Sequence[JobView],
              gpu_types: Sequence[str], budget_s: float, clock: Callable[[], float]) -> set[str]:
         """Ask `estimates` what a round asks first of each job not `known` yet, its GPU counts on
         each type (that computes its Cells into the caches), in `turns` order, until `budget_s` has
         passed (at least one job). Returns, and keeps as `cold`, the ids left unestimated."""
-        todo = turns([j for j in jobs if not j.opaque and not all(known(j, t) for t in gpu_types)], self.spent)
+        self.seen, self._known, self._types = {j.id for j in jobs}, known, gpu_types
+        todo = turns([j for j in jobs if not self._estimated(j)], self.spent)
         t0 = clock()
         self.cold = set()
         for i, job in enumerate(todo):
@@ -64,3 +77,21 @@ class Warmer:
         if not self.cold:
             self.spent.clear()
         return self.cold
+
+    def ready(self, jobs: Sequence[J], view: Callable[[J], JobView]) -> list[J]:
+        """The pending `jobs` a round may plan: neither left cold by the warm-up nor submitted
+        during it without estimates (`view` gives a job's JobView). Those late ones join `cold`;
+        their submission's kick asks for the next round, which warms them within the budget.
+        Before, they entered the snapshot and the round computed their Cells on the event loop: a
+        burst of large models submitted while a warm-up ran held every call for 7.3 s."""
+        out = []
+        for j in jobs:
+            if j.id not in self.cold and (j.id in self.seen or self._estimated(view(j))):
+                out.append(j)
+            elif j.id not in self.cold:
+                self.cold.add(j.id)
+        return out
+
+    def _estimated(self, job: JobView) -> bool:
+        """Whether a round needs nothing computed for `job` (opaque, or known on every type)."""
+        return job.opaque or all(self._known(job, t) for t in self._types)
