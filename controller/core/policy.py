@@ -31,7 +31,6 @@ from tessera.controller.core.admission import RoundSizer
 from tessera.controller.core.placement import ClusterState
 from tessera.controller.core.preplace import preplace
 from tessera.controller.core.quotas import admit
-from tessera.controller.core.untimed import cap_untimed
 from tessera.controller.core.snapshot import (
     PLACED,
     Action,
@@ -49,6 +48,7 @@ from tessera.controller.core.snapshot import (
 # CellEstimate lives in snapshot.py (the guarantee layer needs it without this module); its old
 # home keeps exporting it.
 from tessera.controller.core.snapshot import CellEstimate as CellEstimate  # noqa: PLC0414
+from tessera.controller.core.untimed import cap_untimed
 
 
 @runtime_checkable
