@@ -98,6 +98,10 @@ def objective_errors(spec: common_pb2.JobSpec) -> Errors:
     if spec.objective == common_pb2.OBJECTIVE_COST:
         if not has_slo or (within > 0) == (deadline > 0):
             errs.append(("slo", "the cost objective needs exactly one of iterations_within_seconds and deadline > 0"))
+        elif within > 0 and spec.iterations <= 0:
+            # Else it was accepted and waited without end, its reason saying it had no SLO.
+            errs.append(("iterations", ("an SLO of iterations_within is the time for the job's iterations: "
+                                        "give iterations > 0, or a deadline")))
         if spec.priority == common_pb2.PRIORITY_GUARANTEED:
             # The two promise different things: a guarantee holds quota for resources and a plan,
             # an SLO buys the cheapest plan of the GPUs free now (docs/cost-objective.md).

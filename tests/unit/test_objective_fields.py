@@ -140,3 +140,16 @@ def test_controller_refuses_a_bad_prices_file_at_startup(tmp_path: Path, capsys:
     assert "--prices: " in (err := capsys.readouterr().err) and "line 2: field A40-48GB: must be > 0" in err
     f.write_text("A10-24GB: 1.0\n")
     assert parse_args(["--state-dir", str(tmp_path), "--insecure", "--prices", str(f)]).price_table == (("A10-24GB", 1.0),)
+
+
+def test_iterations_within_needs_the_jobs_iterations() -> None:
+    """A job running its own program may leave iterations unset; with `iterations_within` its SLO
+    then meant nothing, and it was accepted and waited forever, its reason saying it had no SLO."""
+    spec = parse_job_yaml(BASE + "objective: cost\nslo: {iterations_within: 1h}\n")
+    spec.iterations = 0
+    spec.entrypoint.append("/usr/bin/train")  # its own program: iterations may be left unset
+    assert spec_errors(spec) == [("iterations", ("an SLO of iterations_within is the time for the job's "
+                                                 "iterations: give iterations > 0, or a deadline"))]
+    spec.ClearField("slo")
+    spec.slo.deadline = 2e9
+    assert spec_errors(spec) == []
