@@ -73,15 +73,17 @@ MICROBATCHES_PER_STAGE = 4
 Solver = Callable[[CellModel, Sequence[GpuOffer], int, float], CostPlan]
 
 
-# Answers of the cost tree by its whole input, across rounds: a job that waits asks the same question
-# every round (same model, offers, iterations and SLO). A cache only: the answer is the solver's.
-_MEMO: dict[tuple[CellModel, tuple[GpuOffer, ...], int, float], CostPlan | NoFeasiblePlan | SearchTooLarge] = {}
+# Answers of the cost tree across rounds, by its input but the SLO, with the SLO they were found
+# for: a job that waits asks again every round (same model, offers and iterations), and with a
+# deadline its SLO shrinks each time. A cache only: every answer is the solver's, reused only where
+# the solver would give it again (`_reuse`).
+_MEMO: dict[tuple[CellModel, tuple[GpuOffer, ...], int], tuple[float, CostPlan | NoFeasiblePlan | SearchTooLarge]] = {}
 _MEMO_SIZE = 512
 
 
 def default_solver(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float) -> CostPlan:
-    key = (model, tuple(offers), iterations, slo_s)
-    got = _MEMO.get(key)
+    key = (model, tuple(offers), iterations)
+    got = _reuse(_MEMO.get(key), slo_s)
     if got is None:
         try:
             got = cheapest_plan(model, offers, iterations, slo_s)
@@ -89,12 +91,31 @@ def default_solver(model: CellModel, offers: Sequence[GpuOffer], iterations: int
             got = exc
         if len(_MEMO) >= _MEMO_SIZE:
             _MEMO.clear()
-        _MEMO[key] = got
+        _MEMO[key] = (slo_s, got)
     if isinstance(got, NoFeasiblePlan):
         raise NoFeasiblePlan(got.best_time_s, got.reason)
     if isinstance(got, SearchTooLarge):
         raise SearchTooLarge(got.field, got.reason)
     return got
+
+
+def _reuse(entry: tuple[float, CostPlan | NoFeasiblePlan | SearchTooLarge] | None,
+           slo_s: float) -> CostPlan | NoFeasiblePlan | SearchTooLarge | None:
+    """The remembered answer where it is the solver's for `slo_s` too, else None. The cheapest plan
+    within an SLO stays the cheapest within any tighter SLO it still meets (the plans that meet it
+    are a subset); no plan meets any SLO under the fastest plan's time; the search's size does not
+    depend on the SLO."""
+    if entry is None:
+        return None
+    at, got = entry
+    if slo_s == at or isinstance(got, SearchTooLarge):
+        return got
+    if isinstance(got, CostPlan):
+        return got if got.total_time_s <= slo_s <= at else None
+    said = f"within {at:g} s;"
+    if slo_s < got.best_time_s and said in got.reason:
+        return NoFeasiblePlan(got.best_time_s, got.reason.replace(said, f"within {slo_s:g} s;"))
+    return None
 
 
 def is_cost_job(job: JobView) -> bool:
