@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 
 from tessera.controller.core import cost_objective as co
-from tessera.controller.core.snapshot import Action, GpuView, JobView, NodeView, Objective, PendingKind, Snapshot
+from tessera.controller.core.snapshot import (
+    Action,
+    GpuView,
+    JobView,
+    NodeView,
+    Objective,
+    PendingKind,
+    Snapshot,
+)
 from tessera.estimator.models import ModelDims
 
 GB = 1000**3
