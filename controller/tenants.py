@@ -177,11 +177,14 @@ class _Usage:
     pending: int = 0
 
 
-def _held(job: JobRecord) -> tuple[str, int] | None:
-    """(GPU type, GPUs) an active job holds, from its plan."""
+def _held(job: JobRecord) -> list[tuple[str, int]]:
+    """(GPU type, GPUs) an active job holds, from its plan: one per stage of a pipeline over mixed
+    types (whose `gpu_model` names them all, "A10-24GB+A40-48GB", which is no type)."""
     if job.plan is None:
-        return None
-    return job.plan.gpu_model, job.plan.dp * job.plan.tp * job.plan.pp
+        return []
+    if job.plan.stages:
+        return [(s.gpu_model, s.gpus) for s in job.plan.stages]
+    return [(job.plan.gpu_model, job.plan.dp * job.plan.tp * job.plan.pp)]
 
 
 def _pairs(d: Mapping[str, int]) -> list[controller_pb2.TypeGpus]:
@@ -202,11 +205,9 @@ def tenant_rows(config: TenantsConfig | None, jobs: Iterable[JobRecord], only: s
         if j.state not in ACTIVE:  # a MIGRATING job still holds its GPUs
             continue
         u.running += 1
-        held = _held(j)
-        if held is None:
-            continue
         side = u.guaranteed if jobspec.guaranteed(j.spec) else u.best_effort
-        side[held[0]] = side.get(held[0], 0) + held[1]
+        for gpu_type, gpus in _held(j):
+            side[gpu_type] = side.get(gpu_type, 0) + gpus
     out = []
     for name in sorted(usage):
         if only and name != only:

@@ -193,7 +193,7 @@ def admit(snap: Snapshot, sizer: Sizer | None = None, starve_s: float = math.inf
         fit = [t for t in cands if adm.left(job.tenant, t) >= need[t]]
         starving = sizer is not None and snap.now - job.submit_time > starve_s
         if not fit:
-            adm.over_quota[job.id] = over_quota_reason(adm, job, p, cands or [p.gpu_type or "any type"])
+            adm.over_quota[job.id] = over_quota_reason(adm, job, p, cands or [p.gpu_type or "any type"], need)
             if starving:
                 blocked.add(job.tenant)
             continue
@@ -251,9 +251,15 @@ def no_layout_reason(job: JobView, gpus: int, gpu_type: str) -> str:
             f"guaranteed jobs hold; it is admitted when they leave room")
 
 
-def over_quota_reason(adm: Admission, job: JobView, p: Promise, types: Sequence[str]) -> str:
+def over_quota_reason(adm: Admission, job: JobView, p: Promise, types: Sequence[str],
+                      need: Mapping[str, int] | None = None) -> str:
     per = "; ".join(f"{t}: quota {adm.quota.get((job.tenant, t), 0)}, in use {adm.used.get((job.tenant, t), 0)}"
                     for t in types)
     what = f"{p.gpus} x {p.gpu_type}" if p.gpu_type else f"{p.gpus} GPUs"
+    if need and all(need.get(t, p.gpus) > adm.quota.get((job.tenant, t), 0) for t in types):
+        # Refused at submission; here when a reloaded tenants file cut the quota under the promise.
+        return (f"waiting: over quota for good: this guaranteed job's promise needs {what}, more than tenant "
+                f"{job.tenant}'s whole quota ({per}); it is admitted only if the tenants file raises the quota "
+                "again: cancel it, or resubmit it with a smaller promise or as best-effort")
     return (f"waiting: over quota: tenant {job.tenant}'s guaranteed jobs use its quota ({per}); this "
             f"guaranteed job's promise needs {what}; it is admitted when its tenant's use leaves room")

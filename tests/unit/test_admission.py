@@ -118,3 +118,14 @@ def test_a_waiting_guaranteed_job_borrows_as_best_effort_then_is_admitted() -> N
     d3 = {x.job_id: x for x in plan_round(snap, EST, make_policy("fcfs"), BORROW).decisions}
     assert d3["g2"].action is Action.KEEP and d3["b"].action in (Action.START, Action.PENDING)
     assert d3["b"].pending in (None, PendingKind.NO_ROOM_NOW, PendingKind.WAITING)
+
+
+def test_a_promise_over_the_whole_quota_says_it_waits_for_good() -> None:
+    """Refused at submission; a reloaded tenants file may still cut a quota under a waiting job's
+    promise, which was told it would be admitted "when its tenant's use leaves room"."""
+    big = gjob("big", 0, 4)  # "k" needs all 4 GPUs to meet a 4-GPU promise
+    snap = Snapshot(nodes((), ()), (big,), now=10, tenants=(TenantQuota("A", (("X", 2),)),))
+    why = admit(snap, RoundSizer(RoundContext(snap, EST, RoundConfig())), 1e9).over_quota["big"]
+    assert why == ("waiting: over quota for good: this guaranteed job's promise needs 4 GPUs, more than tenant A's "
+                   "whole quota (X: quota 2, in use 0); it is admitted only if the tenants file raises the quota "
+                   "again: cancel it, or resubmit it with a smaller promise or as best-effort")

@@ -182,6 +182,18 @@ def test_usage_counts_guaranteed_and_borrowed_gpus() -> None:
     assert [t.name for t in tenant_rows(CFG, jobs, only="team-b")] == ["team-b"]
 
 
+def test_a_mixed_type_pipeline_counts_each_stage_on_its_own_type() -> None:
+    """A cost job's pipeline over two types: its plan's gpu_model names both ("A10-24GB+A40-48GB"),
+    which `get tenants` showed as one type."""
+    job = rec("c1", "team-b", P.JOB_STATE_RUNNING, 2)
+    assert job.plan is not None
+    job.plan.gpu_model = "A10-24GB+A40-48GB"
+    job.plan.stages.add(gpu_model="A10-24GB", gpus=1, layer_start=0, layer_end=6)
+    job.plan.stages.add(gpu_model="A40-48GB", gpus=1, layer_start=6, layer_end=12)
+    (row,) = tenant_rows(None, [job])
+    assert [(q.gpu_type, q.gpus) for q in row.borrowed] == [("A10-24GB", 1), ("A40-48GB", 1)]
+
+
 def test_the_controller_refuses_to_start_with_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tessera.controller.main import parse_args
 
