@@ -23,6 +23,11 @@ from tessera.controller.registry import LiveNode
 from tessera.controller.store import JobRecord
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
+log = structlog.get_logger("tessera.controller.agents")
+CALL_TIMEOUT_S = 5.0
+# A Stop is repeated at most this often for the same attempt on the same node while its workers exit.
+STOP_RESEND_S = 10.0
+
 
 def peer_details(e: grpc.aio.AioRpcError, limit: int = 512) -> str:
     """An agent's error text as the controller may repeat it (a job's reason, a Stop's reason, a
@@ -30,11 +35,6 @@ def peer_details(e: grpc.aio.AioRpcError, limit: int = 512) -> str:
     workers' reasons through the Stop of a failed launch, and 5,000 characters there made the
     controller refuse every heartbeat of an honest node."""
     return report_text(e.details() or "", limit)
-
-log = structlog.get_logger("tessera.controller.agents")
-CALL_TIMEOUT_S = 5.0
-# A Stop is repeated at most this often for the same attempt on the same node while its workers exit.
-STOP_RESEND_S = 10.0
 
 
 class AgentCalls(Protocol):
