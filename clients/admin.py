@@ -16,6 +16,7 @@ connecting to a controller.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,8 +71,10 @@ def _add_token(groups: Any, command: Any) -> None:
     p = command(ts, "create", cmd_token_create,
                 "make a token, print it once and add its SHA-256 to the tokens file (created 0600 if missing)")
     _tokens_file(p)
-    p.add_argument("--name", required=True, help="who holds it: [A-Za-z0-9][A-Za-z0-9._@-]{0,62}, unique in the file")
-    p.add_argument("--tenant", required=True, help="the tenant its calls act for: [a-z0-9][a-z0-9-]{0,62}")
+    p.add_argument("--name", required=True, type=_matching(PRINCIPAL_RE, "[A-Za-z0-9][A-Za-z0-9._@-]{0,62}"),
+                   help="who holds it: [A-Za-z0-9][A-Za-z0-9._@-]{0,62}, unique in the file")
+    p.add_argument("--tenant", required=True, type=_matching(TENANT_RE, "[a-z0-9][a-z0-9-]{0,62}"),
+                   help="the tenant its calls act for: [a-z0-9][a-z0-9-]{0,62}")
     p.add_argument("--role", required=True, choices=ROLES, help="user: its tenant's jobs; admin: every tenant, nodes")
     p = command(ts, "list", cmd_token_list, "the names, tenants and roles in the tokens file")
     _tokens_file(p)
@@ -79,6 +82,16 @@ def _add_token(groups: Any, command: Any) -> None:
                 "one given it as a systemd credential needs a restart)")
     _tokens_file(p)
     p.add_argument("--name", required=True, help="the token's name")
+
+
+def _matching(pattern: re.Pattern[str], shown: str) -> Callable[[str], str]:
+    """An argparse type: the text when the whole of it matches `pattern` (a usage error otherwise,
+    exit 2, as the controller's tokens file would refuse it)."""
+    def check(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"must match {shown}: {text!r}")
+        return text
+    return check
 
 
 def _tokens_file(p: argparse.ArgumentParser) -> None:
@@ -93,10 +106,6 @@ def _read(path: Path, missing_ok: bool) -> tuple[TokenEntry, ...]:
 
 
 def cmd_token_create(client: Any, args: argparse.Namespace, out: TextIO) -> int:
-    if not PRINCIPAL_RE.fullmatch(args.name):
-        raise AdminUsageError("--name: must match [A-Za-z0-9][A-Za-z0-9._@-]{0,62}")
-    if not TENANT_RE.fullmatch(args.tenant):
-        raise AdminUsageError("--tenant: must match [a-z0-9][a-z0-9-]{0,62}")
     entries = _read(args.tokens_file, missing_ok=True)
     if any(e.name == args.name for e in entries):
         raise AdminUsageError(f"--name: {args.tokens_file} already has a token named {args.name!r} "

@@ -26,6 +26,7 @@ from tessera.clients.config import (
     set_current_context,
 )
 from tessera.common.errors import InvalidArgument
+from tessera.common.rpc import check_address
 
 CONFIG_HELP = "the config file and its contexts (docs/cli.md): view, get-contexts, use-context"
 
@@ -35,7 +36,7 @@ def common_options(common: argparse.ArgumentParser) -> None:
     s = argparse.SUPPRESS
     common.add_argument("--context", metavar="NAME", default=s,
                         help="context of the config file to use (default: its current-context)")
-    common.add_argument("--controller", metavar="HOST:PORT[,HOST:PORT]", default=s,
+    common.add_argument("--controller", type=controller_flag, metavar="HOST:PORT[,HOST:PORT]", default=s,
                         help=f"controller address; several, comma-separated, for a highly available controller "
                              f"whose leader is followed (default: ${ENV['controller']}, the context's, "
                              f"{DEFAULT_CONTROLLER})")
@@ -44,6 +45,18 @@ def common_options(common: argparse.ArgumentParser) -> None:
                              "can see a flag in the process list: prefer the environment or the config file")
     common.add_argument("--ca", metavar="FILE", default=s,
                         help=f"CA certificate of the controller (default: ${ENV['ca']}, the context's ca)")
+
+
+def controller_flag(text: str) -> str:
+    """argparse type of --controller: each address checked as resolve() checks it, so a bad one
+    is a usage error (exit 2); an address from the environment or a context is checked there (exit 1)."""
+    for address in text.split(","):
+        if address.strip():
+            try:
+                check_address(address, "--controller")
+            except InvalidArgument as exc:
+                raise argparse.ArgumentTypeError(exc.reason) from None
+    return text
 
 
 def read_config(env: Mapping[str, str]) -> Config:

@@ -32,7 +32,7 @@ from google.protobuf.message import Message
 from tessera.clients import argtypes
 from tessera.clients.sdk import RpcError
 from tessera.common import tls
-from tessera.common.errors import InvalidInput, TesseraError
+from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
 from tessera.common.inventoryfile import InventoryError, parse_inventory
 from tessera.common.rpc import check_address, sync_channel
 from tessera.common.tls import TlsConfig
@@ -82,6 +82,20 @@ def plan_arg(text: str) -> common_pb2.ExecutionPlan:
         raise argparse.ArgumentTypeError(str(exc)) from None  # "invalid plan_arg value"
 
 
+def stage_types(text: str) -> str:
+    """argparse type of --stages: the catalog names of its types, comma-separated; an unknown type
+    is a usage error (exit 2) naming its index in the list (--stages[1]) and the catalog's names."""
+    from tessera.common.gpus import UnknownGpuError, lookup
+
+    names = []
+    for i, name in enumerate(t.strip() for t in text.split(",")):
+        try:
+            names.append(lookup(name).name)
+        except UnknownGpuError as exc:
+            raise argparse.ArgumentTypeError(f"--stages[{i}]: {exc}") from None  # as the later checks name it
+    return ",".join(names)
+
+
 def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> Any:
     """The `estimate memory`, `cells` and `stages` subcommands (command(parent, name, func, help));
     returns the subparsers, for `estimate time` (clients/estimate_time.py)."""
@@ -122,7 +136,7 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> Any:
                 "Espresso's stage placement of a job over pipeline stages of mixed GPU types")
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
     _hf_config_option(p)
-    p.add_argument("--stages", required=True, metavar="TYPE[,TYPE]...",
+    p.add_argument("--stages", required=True, type=stage_types, metavar="TYPE[,TYPE]...",
                    help="the GPU type of each pipeline stage, in any order (a type may repeat)")
     p.add_argument("--dp", type=argtypes.positive_int, default=1, metavar="N", help="GPUs per stage (default 1)")
     p.add_argument("--cluster", action="append", metavar="FILE[,FILE]",
@@ -152,8 +166,17 @@ def _hf_config_option(p: argparse.ArgumentParser) -> None:
                         "8192; docs/job-file.md); never downloads")
 
 
+def estimator_address(text: str) -> str:
+    """argparse type of --estimator: host:port, checked as --controller is (a usage error, exit 2):
+    gRPC would only say "connection refused" for a host without a port."""
+    try:
+        return check_address(text, "--estimator", example_port=ESTIMATOR_PORT)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+
+
 def _estimator_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--estimator", metavar="HOST:PORT", default=None,
+    p.add_argument("--estimator", type=estimator_address, metavar="HOST:PORT", default=None,
                    help="ask this tessera-estimator instead of running the estimator in-process")
     p.add_argument("--tls-dir", metavar="DIR", default=None,
                    help="with --estimator: a certificate of the Tessera CA to present (ca.pem, cert.pem, "
@@ -209,8 +232,7 @@ class InProcess:
 
 def _backend(args: argparse.Namespace) -> EstimatorClient | InProcess:
     if args.estimator:
-        # Checked as --controller is: gRPC would only say "connection refused" for a host without a port.
-        target = check_address(args.estimator, "--estimator", example_port=ESTIMATOR_PORT)
+        target = args.estimator  # host:port, checked by its argparse type (estimator_address)
         timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
         if getattr(args, "insecure", False):
             return EstimatorClient(target, timeout, insecure=True)

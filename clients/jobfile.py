@@ -57,6 +57,9 @@ _FILE_KEYS = (("hint.gpu_types", "gpu_types"), ("hint.gpus", "gpus"), ("progress
               ("spec", "job"), ("slo.iterations_within_seconds", "slo.iterations_within"),
               ("max_runtime_seconds", "max_runtime"), ("guarantee.num_gpus", "guarantee.gpus"),
               ("guarantee.num_cpus", "guarantee.cpus"))
+# Proto field names that those errors' reasons name, under the field they come with (tessera.common.objective
+# says "needs exactly one of iterations_within_seconds and deadline" of `slo`).
+_FILE_WORDS = {"slo": (("iterations_within_seconds", "iterations_within"),)}
 # `priority:` in a job file (docs/tenants.md); absent = best-effort.
 PRIORITIES = {"guaranteed": common_pb2.PRIORITY_GUARANTEED, "best-effort": common_pb2.PRIORITY_BEST_EFFORT}
 GUARANTEE_KEYS = ("gpus", "cpus", "gpu_type", "plan")
@@ -163,15 +166,20 @@ def revalidate(spec: common_pb2.JobSpec, model_by_name: bool = False, allowed_en
             execution_plan(spec.plan).check(model=model_dims(spec.model))
         except PlanInputError as exc:
             raise JobFileError(exc.field, exc.reason) from None
-    if spec.guarantee.plan:
-        g = spec.guarantee
-        try:  # the promise's plan in the estimator's Morphling vocabulary, as the controller checks it
-            plan = parse_exec_plan(g.plan)
-        except PerfModelInputError as exc:
-            raise JobFileError("guarantee.plan", exc.reason) from None
-        if plan.kind == "3d" and plan.pp * plan.tp * plan.dp != g.num_gpus:
-            raise JobFileError("guarantee.plan", f"{g.plan} is PP{plan.pp} TP{plan.tp} DP{plan.dp} = "
-                                                 f"{plan.pp * plan.tp * plan.dp} GPUs, the guarantee has {g.num_gpus}")
+    check_guarantee_plan(spec.guarantee)
+
+
+def check_guarantee_plan(g: common_pb2.Guarantee) -> None:
+    """The promise's plan in the estimator's Morphling vocabulary, as the controller checks it."""
+    if not g.plan:
+        return
+    try:
+        plan = parse_exec_plan(g.plan)
+    except PerfModelInputError as exc:
+        raise JobFileError("guarantee.plan", exc.reason) from None
+    if plan.kind == "3d" and plan.pp * plan.tp * plan.dp != g.num_gpus:
+        raise JobFileError("guarantee.plan", f"{g.plan} is PP{plan.pp} TP{plan.tp} DP{plan.dp} = "
+                                             f"{plan.pp * plan.tp * plan.dp} GPUs, the guarantee has {g.num_gpus}")
 
 
 def set_priority(spec: common_pb2.JobSpec, priority: Any, guarantee: Any) -> None:
@@ -252,6 +260,8 @@ def _check_bounds(spec: common_pb2.JobSpec, model_by_name: bool, allowed_env: fr
     """The bounds the controller applies on submit (tessera.common.jobspec), so a file is refused
     here exactly when SubmitJob would refuse its spec; the first problem, under the file's key."""
     for field, reason in jobspec.spec_errors(spec, allowed_env):
+        for proto, key in _FILE_WORDS.get(field.partition(".")[0], ()):
+            reason = reason.replace(proto, key)
         for proto, key in _FILE_KEYS:
             if field == proto or field.startswith((proto + ".", proto + "[")):
                 field = key + field[len(proto):]

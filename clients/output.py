@@ -97,12 +97,17 @@ def _in_field_order(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
 _TIME_MESSAGES = frozenset({"Job", "Node", "JobEvent", "Progress", "VersionInfo", "Forecast"})
 _TIME_FIELDS = frozenset({"last_heartbeat", "unhealthy_until", "start_low", "start_high", "end_low", "end_high",
                           "made_at"})
+# Points in time of other messages, named one by one (an SLO's `deadline` is a wall time, its
+# `iterations_within_seconds` a duration).
+_TIME_OF = frozenset({("ListTenantsResponse", "loaded_at"), ("Slo", "deadline")})
 _DOUBLE = 1  # FieldDescriptor.TYPE_DOUBLE
 
 
 def is_time(message: str, field: str, kind: int) -> bool:
-    return (kind == _DOUBLE and message in _TIME_MESSAGES
-            and (field == "time" or field.endswith("_time") or field in _TIME_FIELDS))
+    if kind != _DOUBLE:
+        return False
+    return (message, field) in _TIME_OF or (message in _TIME_MESSAGES and (
+        field == "time" or field.endswith("_time") or field in _TIME_FIELDS))
 
 
 def rfc3339(t: float) -> str | None:

@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tessera.clients.jobfile import GUARANTEE_KEYS, PRIORITIES, JobFileError, revalidate, set_priority
+from tessera.clients.jobfile import (
+    GUARANTEE_KEYS,
+    PRIORITIES,
+    JobFileError,
+    check_guarantee_plan,
+    revalidate,
+    set_priority,
+)
 from tessera.v1 import common_pb2
 
 
@@ -14,7 +21,7 @@ def add_priority_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--priority", choices=tuple(PRIORITIES), default=None,
                    help="override the job file's priority (default: the file's, else best-effort; "
                         "best-effort drops the file's guarantee)")
-    p.add_argument("--guarantee", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
+    p.add_argument("--guarantee", type=guarantee_argument, default=None, metavar="KEY=VALUE[,KEY=VALUE]",
                    help=f"override the job file's guarantee: {', '.join(GUARANTEE_KEYS)}, e.g. "
                         "gpus=8,cpus=64,gpu_type=A100-80GB,plan=zero-dp (a guaranteed job without one is "
                         "promised its gpus hint); implies --priority guaranteed")
@@ -34,6 +41,19 @@ def parse_guarantee(text: str) -> dict[str, Any]:
             raise JobFileError(f"guarantee.{key}", "given twice")
         out[key] = int(value) if value.lstrip("-").isdigit() and key in ("gpus", "cpus") else value
     return out
+
+
+def guarantee_argument(text: str) -> str:
+    """argparse type of --guarantee: `text` once its pairs make a guarantee on their own (the flag
+    replaces the file's whole guarantee), so a bad value is a usage error naming the flag (exit 2)
+    rather than a job file's error; what depends on the file is checked when it is applied."""
+    try:
+        spec = common_pb2.JobSpec()
+        set_priority(spec, "guaranteed", parse_guarantee(text))
+        check_guarantee_plan(spec.guarantee)
+    except JobFileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def apply_priority_arguments(spec: common_pb2.JobSpec, args: argparse.Namespace) -> None:

@@ -1,9 +1,9 @@
 """tessctl: the admin CLI of a Tessera controller, in the habits of kubectl (docs/cli.md).
 
-Exit status: 0 on success, 1 on any error (one line on stderr, "tessctl: error: ..."), 2 on a usage
-error, 130 when interrupted (Ctrl-C ends a --watch or a logs --follow). `wait`, `submit --wait` and
-`get jobs ID --watch` exit with the job's end: 0 succeeded, 1 failed, 4 cancelled, 124 timed out
-(tessera.clients.waiting).
+Exit status: 0 on success (also when the reader of stdout stops early, `| head`), 1 on any error
+(one line on stderr, "tessctl: error: ..."), 2 on a usage error, 130 when interrupted (Ctrl-C ends a
+--watch or a logs --follow). `wait`, `submit --wait` and `get jobs ID --watch` exit with the job's
+end: 0 succeeded, 1 failed (or not seen to end), 4 cancelled, 124 timed out (tessera.clients.waiting).
 """
 
 from __future__ import annotations
@@ -178,8 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(sub, "logs", waiting.cmd_logs, "print the workers' logs, whole lines")
     p.add_argument("id", metavar="ID")
-    p.add_argument("--rank", type=argtypes.non_negative_int, default=0, help="rank (default 0)")
-    p.add_argument("--all-ranks", action="store_true", help="every rank's log, each line prefixed [rank N]")
+    ranks = p.add_mutually_exclusive_group()
+    ranks.add_argument("--rank", type=argtypes.non_negative_int, default=0, help="rank (default 0)")
+    ranks.add_argument("--all-ranks", action="store_true", help="every rank's log, each line prefixed [rank N]")
     p.add_argument("--attempt", type=argtypes.non_negative_int, default=0, help="attempt (default: the current or last)")
     p.add_argument("--tail", type=argtypes.non_negative_int, default=0, metavar="LINES",
                    help="the last LINES lines of each log (default 0: all the controller reads, up to 4 MiB)")
@@ -231,9 +232,11 @@ def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         terminal.println(out, output.dumps({**output.to_dict(result.job), "created": result.created}))
     else:
         terminal.println(out, output.jobs_table([result.job], time.time(), wide=args.output == "wide"))
-        if not result.created:
-            print(f"tessctl: request id seen before: job {output.safe(result.job.id)} was not created again",
-                  file=sys.stderr)
+    # -o json says it with "created": false (its stderr stays empty for scripts); yaml, name and
+    # jsonpath run as json behind a StructuredOut (formats.wrap), and a person reads those.
+    if not result.created and not (args.output == "json" and not isinstance(out, formats.StructuredOut)):
+        print(f"tessctl: request id seen before: job {output.safe(result.job.id)} was not created again",
+              file=sys.stderr)
     if args.wait:
         return waiting.follow_job(client, result.job.id, out, quiet=args.output == "json")
     return 0
@@ -323,7 +326,14 @@ def cmd_describe_node(client: Client, args: argparse.Namespace, out: TextIO) -> 
 
 
 def cmd_cancel(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    return _print_job(out, args.output, client.cancel(args.id, request_id=args.request_id), client)
+    job = client.cancel(args.id, request_id=args.request_id)
+    _print_job(out, args.output, job, client)
+    # The controller returns an ended job as it is: a cancel makes a job CANCELLED at once, so any
+    # other end was there before it. Still exit 0: what was asked (the job no longer runs) holds.
+    if job.state in (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED):
+        print(f"tessctl: job {output.safe(job.id)} had already ended ({output.job_state(job.state)}): "
+              "not cancelled", file=sys.stderr)
+    return 0
 
 
 # The controller did what was asked (it places nothing more there, or again) but the node's agent did
@@ -476,7 +486,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):  # e.g. `tessctl logs ID | head`
             _silence_stdout()
-            return 1
+            # The reader took what it wanted: a success, as for output small enough to fit the pipe;
+            # not where the exit status is the job's end, which was not seen.
+            return 1 if _reports_job_end(args) else 0
         where = f" {exc.filename}" if exc.filename else ""
         return _fail(f"cannot read{where}: {exc.strerror or exc}")
     except KeyboardInterrupt:
@@ -503,6 +515,15 @@ def connect(settings: Settings, timeout: float, insecure: bool = False) -> Clien
 def _fail(message: str) -> int:
     print(f"tessctl: error: {_one_line(message)}", file=sys.stderr)
     return 1
+
+
+def _reports_job_end(args: argparse.Namespace) -> bool:
+    """Whether the command's exit status is its job's end (wait, submit --wait, get jobs ID --watch)."""
+    if args.command == "submit":
+        return bool(args.wait)
+    if getattr(args, "func", None) is cmd_get_jobs:
+        return bool(args.watch) and len(args.ids) == 1
+    return bool(args.command == "wait")
 
 
 def _silence_stdout() -> None:

@@ -23,9 +23,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from tessera.clients import output, terminal
-from tessera.clients.sdk import UNAVAILABLE_GRACE_S, Client, RpcError
+from tessera.clients.sdk import UNAVAILABLE_GRACE_S, Client, ControllerUnreachable, RpcError
 from tessera.common.durations import format_duration
-from tessera.common.errors import InvalidInput
 from tessera.v1 import common_pb2, controller_pb2
 
 P = common_pb2
@@ -140,20 +139,32 @@ class Printer:
 
 
 def updates(client: Client, job_id: str, deadline: float | None) -> Iterator[controller_pb2.JobUpdate]:
-    """WatchJob's updates, reopened after a broken stream (a controller restart, a leader change)."""
+    """WatchJob's updates, reopened after a broken stream (a controller restart, a leader change).
+
+    A controller unreachable gets the SDK's grace for a restart or a leader change (UNAVAILABLE_GRACE_S),
+    within the deadline; one never reached ends as "cannot reach" (exit 1), never as a timeout, which
+    says the job was seen and had not ended."""
     down_since: float | None = None
+    opened = False
+    last_error: RpcError | None = None
     while True:
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
+            if not opened and last_error is not None:
+                raise last_error  # the job was never seen: why is the controller's answer
             raise RpcError("DEADLINE_EXCEEDED", f"job {job_id} did not end in time")
         try:
             for update in client.watch_job(job_id, timeout=remaining):
-                down_since = None
+                opened, down_since = True, None
                 yield update
             return
         except RpcError as exc:
+            if exc.code == "DEADLINE_EXCEEDED" and not opened:
+                # WatchJob sends the job at once: silence until the deadline is no controller answering.
+                raise ControllerUnreachable(client.target, "no answer before the --timeout") from None
             if exc.code != "UNAVAILABLE":
                 raise
+            last_error = exc
             now = time.monotonic()
             down_since = down_since or now
             if now - down_since > UNAVAILABLE_GRACE_S:  # the SDK's own wait for a restarting controller
@@ -197,9 +208,7 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
 
 def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     """`tessctl logs ID [--rank N | --all-ranks] [--tail N] [-f] [--raw]`: whole lines from StreamJobLogs."""
-    all_ranks = args.all_ranks
-    if all_ranks and args.rank:
-        raise InvalidInput("give --rank or --all-ranks, not both")
+    all_ranks = args.all_ranks  # not with --rank: argparse's group refuses both (exit 2)
     stream = client.stream_logs(args.id, rank=args.rank, all_ranks=all_ranks, attempt=args.attempt,
                                 tail_lines=args.tail, follow=args.follow)
     # A worker's bytes reach a terminal only as text and colours (terminal.terminal_safe); a pipe or

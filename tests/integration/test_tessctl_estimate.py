@@ -167,7 +167,7 @@ def test_errors_are_one_line_with_the_field_on_both_paths(estimator: Daemon, cap
         (("estimate", "cells", "-f", MEDIUM, "--cluster", str(JOBS / "missing.yaml")),
          1, f"tessctl: error: {JOBS / 'missing.yaml'}: cannot read"),
         (("estimate", "stages", "-f", MEDIUM, "--stages", "A40,Z9"),
-         1, "tessctl: error: --stages[1]: unknown GPU model 'Z9'"),
+         2, "tessctl: error: argument --stages: --stages[1]: unknown GPU model 'Z9'"),
         (("estimate", "stages", "-f", MEDIUM, "--stages", "A40,A100", "--cluster", str(INV / "a40-node.yaml")),
          1, "tessctl: error: --stages[1]: A100-80GB is not in the cluster files"),
         (("estimate", "stages", "-f", MEDIUM, "--stages", "A40,A10,A10,A40,A40"),

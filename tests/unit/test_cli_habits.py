@@ -164,9 +164,12 @@ def test_address_checks(address: str, ok: bool) -> None:
 def test_controller_without_a_port_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(InvalidArgument, match="'localhost' has no port: expected host:port, e.g. localhost:50051"):
         resolve({"controller": "localhost"}, {}, Config(""))
-    assert tessctl.main(["--controller", "localhost", "get", "jobs"]) == 1
+    with pytest.raises(SystemExit) as exit_:  # a bad flag value: argparse's usage error
+        tessctl.main(["--controller", "localhost", "get", "jobs"])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == "tessctl: error: --controller: 'localhost' has no port: expected host:port, e.g. localhost:50051"
+    assert err == ("tessctl: error: argument --controller: 'localhost' has no port: expected host:port, "
+                   "e.g. localhost:50051 (see 'tessctl --help')")
 
 
 def test_completion_scripts_name_the_commands_and_flags() -> None:

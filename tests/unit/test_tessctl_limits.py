@@ -127,13 +127,18 @@ def test_a_cluster_price_with_an_exponent_is_a_number(tmp_path: Path, capsys: py
     assert "A10-24GB" in out and "1000" in out
 
 
-def test_an_estimator_without_a_port_is_refused_as_a_controller_is(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_estimator_without_a_port_is_refused_as_a_controller_is(capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     rc, _, err = _run(["estimate", "memory", "-f", TINY, "--gpu", "a100", "--estimator", "localhost",
                        "--insecure"], capsys)
-    assert (rc, err) == (1, ("tessctl: error: --estimator: 'localhost' has no port: expected host:port, "
-                            "e.g. localhost:50053\n"))
+    assert (rc, err) == (2, ("tessctl: error: argument --estimator: 'localhost' has no port: expected host:port, "
+                            "e.g. localhost:50053 (see 'tessctl estimate memory --help')\n"))
     rc, _, err = _run(["get", "jobs", "--controller", "localhost"], capsys)
-    assert (rc, err) == (1, ("tessctl: error: --controller: 'localhost' has no port: expected host:port, "
+    assert (rc, err) == (2, ("tessctl: error: argument --controller: 'localhost' has no port: expected host:port, "
+                            "e.g. localhost:50051 (see 'tessctl get jobs --help')\n"))
+    monkeypatch.setenv("TESSERA_CONTROLLER", "localhost")  # not a flag: a setting, exit 1
+    rc, _, err = _run(["get", "jobs"], capsys)
+    assert (rc, err) == (1, ("tessctl: error: env TESSERA_CONTROLLER: 'localhost' has no port: expected host:port, "
                             "e.g. localhost:50051\n"))
 
 
