@@ -85,8 +85,9 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
     view = views.get(d.job_id)
     if view is not None and view.opaque:
         # No memory to name: what the job asked for and what the cluster has (docs/opaque-jobs.md).
+        # A policy that names the cause itself (Crius) already says it: never twice.
         nowhere = opaque.fits_nowhere(view, snap.cluster_gpus)
-        return f"{why}; {nowhere}" if nowhere else why
+        return f"{why}; {nowhere}" if nowhere and nowhere not in why else why
     if d.pending is PendingKind.FITS_NOWHERE:
         # A recipe the Cells cannot express leaves the job without Cells: name the field.
         refused = recipe_refusal(views[d.job_id])
@@ -100,7 +101,7 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
         # MARP's already, or the recipe's formula's).
         marp = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
-        if marp.startswith("fits nowhere"):
+        if marp.startswith("fits nowhere") and marp not in why:  # e.g. Crius names missing GPU types itself
             why = f"{why}; {marp}"
     return why
 

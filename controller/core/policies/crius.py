@@ -42,13 +42,15 @@ the final placement, which then may fail and fall back); the search does not mov
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from tessera.controller.core import opaque
+from tessera.controller.core.frenzy import missing_types_reason
 from tessera.controller.core.placement import BEST_FIT, Trial
 from tessera.controller.core.policies.common import Alloc, Board, free_text
 from tessera.controller.core.policies.crius_search import SHRINK, Candidates, Choice, Explorer
 from tessera.controller.core.policy import CellEstimate, Mode, RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView, PendingKind
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Snapshot
 
 PAPER = Mode.PAPER
 ARTIFACT = Mode.ARTIFACT
@@ -404,18 +406,83 @@ class _Round:
         """No Cell of the job is feasible anywhere, even on an empty cluster."""
         if job.id in self.hopeless:
             return True
-        for t, n, _ in self.target_cells(job):
+        cells = self.target_cells(job)
+        for t, n, _ in cells:
             if self.ideal_throughput(job, t, n) > 0:
                 return False
         self.hopeless.add(job.id)
-        cells = ", ".join(sorted({f"{n} x {t}" for t, n, _ in self.target_cells(job)})) or "none"
-        if self.opts.deadline_aware and job.deadline > 0:
-            self.board.drop(job, f"{self.name}: dropped: no Cell ({cells}) finishes before the deadline")
+        nowhere, why = self._no_cell(job, cells)
+        if not nowhere:
+            # It waits for nodes to come back (drained, unhealthy): it may still make its deadline.
+            self.board.pend(job, PendingKind.NO_ROOM_NOW, f"{self.name}: waiting for nodes: {why}")
+        elif self.opts.deadline_aware and job.deadline > 0:
+            ctx = self.ctx
+            if any(ctx.ideal_nodes(t, n) and ctx.best(job, t, n, ctx.ideal_nodes(t, n)) for t, n, _ in cells):
+                why = f"no Cell ({_cells_text(cells)}) finishes before the deadline"
+            self.board.drop(job, f"{self.name}: dropped: {why}")
         else:
-            self.board.pend(job, PendingKind.FITS_NOWHERE,
-                        f"{self.name}: fits nowhere: no feasible Cell among {cells} "
-                        f"(out of memory or not covered by the estimates)")
+            self.board.pend(job, PendingKind.FITS_NOWHERE, f"{self.name}: fits nowhere: {why}")
         return True
+
+    def _no_cell(self, job: JobView, cells: list[tuple[str, int, int]]) -> tuple[bool, str]:
+        """Whether the job fits nowhere (else it waits for nodes), and why none of its Cells runs:
+        the first cause that holds. Only Cells the READY nodes can hold are asked of the estimates, so
+        memory is named only where such Cells were refused (or no GPU count fits the job at all); a
+        job that fits the registered GPUs but not the READY ones waits for nodes."""
+        ctx = self.ctx
+        reg = _registered(ctx.snap)
+        have: dict[str, int] = {}
+        for m, _, c in reg:
+            have[m] = have.get(m, 0) + c
+        allowed = {m: c for m, c in have.items() if not job.gpu_types or m in job.gpu_types}
+        if job.opaque and (nowhere := opaque.fits_nowhere(job, reg)):
+            return True, nowhere
+        if not allowed:
+            missing = missing_types_reason(job.gpu_types, replace(ctx.snap, cluster_gpus=reg))
+            return True, missing.removeprefix("fits nowhere: ")
+        registered = ", ".join(f"{c} x {m}" for m, c in sorted(allowed.items()))
+        types = self.types_for(job)
+        if not types:
+            which = f" has {' or '.join(job.gpu_types)}" if job.gpu_types else ""
+            return False, f"no READY node{which} (registered: {registered})"
+        cap = ctx.config.max_gpus_per_job
+
+        def limit(n: int) -> int:
+            return min(n, cap) if cap else n
+
+        req = job.gpu_type_hint if job.gpu_type_hint in types else ""
+        if req and not self.opts.change_type:  # its Cells are of that type only (target_cells)
+            types, allowed = [req], {req: allowed[req]}
+        asked = opaque.gpus_of(job) if job.opaque else job.gpus_hint
+        need = asked if job.opaque or not self.opts.scale_count else max(1, asked // 2)
+        if asked and self.opts.mode != ARTIFACT and need > max(limit(ctx.total_gpus(t)) for t in types):
+            if job.opaque:
+                what = f"it runs on exactly {asked} GPUs of one type"
+            elif need != asked:
+                what = f"its gpus hint is {asked}: its smallest Cell (half the hint) is {need} GPUs of one type"
+            else:
+                what = f"its gpus hint is {asked}: its Cell is {need} GPUs of one type"
+            most = max(limit(c) for c in allowed.values())
+            if need <= most:
+                ready = max(limit(ctx.total_gpus(t)) for t in types)
+                return False, f"{what} and READY nodes have at most {ready} of one type (registered: {registered})"
+            if cap and need > cap:
+                return True, f"{what} and a job may have at most {cap}"
+            if need > sum(allowed.values()):
+                return True, f"{what}, more than the cluster has ({sum(allowed.values())}: {registered})"
+            return True, f"{what} and the cluster has at most {most} of one type ({registered})"
+        if cells:
+            return True, f"no feasible Cell among {_cells_text(cells)} (out of memory or not covered by the estimates)"
+        # No GPU count: its Cells come from the counts it fits on in memory (one type's in artifact mode).
+        scope = [req or types[0]] if self.opts.mode == ARTIFACT else sorted(allowed)
+        fewest = {m: cs[0] for m in scope if (cs := [c for c in ctx.gpu_counts(job, m) if c & (c - 1) == 0])}
+        if not fewest:
+            return True, f"no count of {' or '.join(scope)} GPUs fits it (out of memory or not covered by the estimates)"
+        over = " or ".join(f"{n} x {m} (registered: {allowed[m]})" for m, n in sorted(fewest.items()))
+        if all(n > limit(allowed[m]) for m, n in fewest.items()):
+            return True, f"it fits in memory on no fewer than {over}"
+        now = ", ".join(f"{ctx.total_gpus(m)} x {m}" for m in sorted(fewest))
+        return False, f"it fits in memory on no fewer than {over}; READY: {now}"
 
     def _pending_reason(self, job: JobView) -> str:
         cells = sorted({(t, n) for t, n, c in self.target_cells(job)}, key=lambda x: (x[0], x[1]))
@@ -489,3 +556,19 @@ class _Round:
                 return
             what = ("scaled up" if n > old[1] else "moved to fewer nodes") if t == old[0] else f"moved from {old[0]}"
             b.reassign(a, t, sl, f"{what}: released GPUs give +{best[0]:.1f} samples/s", already_released=True)
+
+
+def _cells_text(cells: list[tuple[str, int, int]]) -> str:
+    return ", ".join(sorted({f"{n} x {t}" for t, n, _ in cells}))
+
+
+def _registered(snap: Snapshot) -> tuple[tuple[str, int, int], ...]:
+    """The cluster's GPUs, READY or not: (model, memory bytes, count); counted from the nodes when
+    the snapshot has no `cluster_gpus` (one built by hand)."""
+    if snap.cluster_gpus:
+        return snap.cluster_gpus
+    seen: dict[tuple[str, int], int] = {}
+    for node in snap.nodes:
+        for g in node.gpus:
+            seen[(g.model, g.memory_bytes)] = seen.get((g.model, g.memory_bytes), 0) + 1
+    return tuple(sorted((m, b, c) for (m, b), c in seen.items()))
