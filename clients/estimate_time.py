@@ -68,8 +68,11 @@ def time_table(job: str, resp: estimator_pb2.EstimateTimeResponse, wide: bool = 
     m = resp.memory
     fits = "" if not m.HasField("fits") else f" (fits: {'yes' if m.fits else 'no'})"
     cap = f" of {_gb(m.capacity)}" if m.capacity else ""
-    lines += ["", (f"Memory:    {_gb(m.total)}{cap} GB on the most loaded GPU{fits}; `tessctl estimate memory` "
-                   "for the categories")]
+    # The figure `fits` judges, as `estimate memory` prints it: what the allocator reserves plus the
+    # context. The tensors alone (m.total) read "44 of 80 GB" beside a verdict made on 52.
+    need = m.reserved + m.other if m.reserved else m.total
+    lines += ["", (f"Memory:    {_gb(need)}{cap} GB reserved on the most loaded GPU, {_gb(m.total)} of it tensors"
+                   f"{fits}; `tessctl estimate memory` for the categories")]
     return "\n".join(lines)
 
 

@@ -107,3 +107,17 @@ def test_tessctl_estimate_time_in_process(capsys: pytest.CaptureFixture[str]) ->
     err = capsys.readouterr().err
     assert (rc, out) == (1, "") and err == ("tessctl: error: INVALID_ARGUMENT: gpus_per_node: the plan's 4 GPUs do "
                                             "not fill whole nodes of 3\n")
+
+
+def test_the_memory_line_prints_the_figure_its_verdict_judges() -> None:
+    """`fits` is reserved + other <= capacity; the line printed the tensors alone beside it
+    ("44.26 of 80.00 GB (fits: yes)" where `estimate memory` says 52.34)."""
+    from tessera.clients.estimate_time import time_table
+    from tessera.v1 import estimator_pb2
+
+    resp = estimator_pb2.EstimateTimeResponse(iter_time_seconds=1.0)
+    resp.memory.total, resp.memory.reserved, resp.memory.other = 44_260_000_000, 51_270_000_000, 1_070_000_000
+    resp.memory.capacity, resp.memory.fits = 80_000_000_000, True
+    (line,) = [x for x in time_table("j", resp).splitlines() if x.startswith("Memory:")]
+    assert line == ("Memory:    52.34 of 80.00 GB reserved on the most loaded GPU, 44.26 of it tensors (fits: yes); "
+                    "`tessctl estimate memory` for the categories")
