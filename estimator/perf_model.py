@@ -82,6 +82,17 @@ def _positive(value: float, field_name: str) -> None:
     )
 
 
+# An input's magnitude: the fit multiplies and divides them, and at 1e308 (or 1e-308) it made NaN
+# parameters, so the error named the answer's params.k_bwd rather than the input.
+INPUT_RANGE = (1e-12, 1e18)
+
+
+def _input(value: float, field_name: str) -> None:
+    _positive(value, field_name)
+    lo, hi = INPUT_RANGE
+    _require(lo <= value <= hi, field_name, f"must be between {lo:g} and {hi:g}, got {value!r}")
+
+
 # Bounds on what one run may describe: the model builds per-GPU and per-server tables, and a caller
 # of the estimator service asking for 10^7 data-parallel ranks held 1.85 GB for 29 s. Servers and
 # their GPUs as a cluster file's (clusterfile.py); accumulation steps and micro-batches as a job's
@@ -199,7 +210,7 @@ class Environment:
 
     def __post_init__(self) -> None:
         for name in ("intra_node_bw", "inter_node_bw", "pcie_bw", "grad_bytes", "act_bytes", "offload_bytes"):
-            _positive(getattr(self, name), f"env.{name}")
+            _input(getattr(self, name), f"env.{name}")
         _positive_int(self.gpus_per_nic, "env.gpus_per_nic")
         for name in ("intra_latency", "inter_latency"):
             v = getattr(self, name)
@@ -244,13 +255,13 @@ class Workload:
     fwd_exponent: float = 1.0
 
     def __post_init__(self) -> None:
-        _positive(self.params, "workload.params")
+        _input(self.params, "workload.params")
         _positive_int(self.layers, "workload.layers")
         _positive_int(self.hidden, "workload.hidden")
         _positive_int(self.seq, "workload.seq")
         _positive_int(self.global_batch, "workload.global_batch")
-        _positive(self.fwd_ref_time, "workload.fwd_ref_time")
-        _positive(self.fwd_ref_batch, "workload.fwd_ref_batch")
+        _input(self.fwd_ref_time, "workload.fwd_ref_time")
+        _input(self.fwd_ref_batch, "workload.fwd_ref_batch")
         _require(
             math.isfinite(self.fwd_exponent) and 0.1 <= self.fwd_exponent <= 1.5,
             "workload.fwd_exponent",

@@ -87,9 +87,12 @@ MAX_CELL_GPUS = 1_024
 # same request asked again goes on from there.
 OTHER_CALLER_CELLS_S = 10.0
 MAX_STAGE_COUNTS = 64
+MAX_MICROBATCHES_PER_STAGE = 1_024  # the paper's is 4; more only lengthens every Cell's search
 MAX_LAYERS = dict(MODEL_DIMS)["num_layers"]  # a job model's bound: a stage holds a layer at least
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # gRPC's message limit here (tessera.common.rpc.MAX_MESSAGE_BYTES)
 MAX_CACHED_ANSWER_BYTES = 1024 * 1024  # larger answers are computed again rather than kept
+# A GetCells request larger than this is answered but not kept: its bytes are the cache's key.
+MAX_CACHED_REQUEST_BYTES = 64 * 1024
 MAX_FIT_SAMPLES = 4096  # per FitPerformance; Morphling's profiles have a few dozen per model
 MAX_MODEL_KEY = 1024  # the controller sends its estimate key: signature, recipe and tenant
 MEASURED_SOURCE_NOTE = "estimate (the Cell's time is measured)"
@@ -186,8 +189,9 @@ def cluster_message(spec: ClusterSpec) -> pb.ClusterSpec:
 def cell_config(o: pb.CellOptions) -> CellConfig:
     if not 0 <= o.max_gpus <= MAX_CELL_GPUS:
         raise PlanInputError("options.max_gpus", f"must be 1..{MAX_CELL_GPUS:,} (0 = 64), got {o.max_gpus:,}")
-    if o.microbatches_per_stage < 0:
-        raise PlanInputError("options.microbatches_per_stage", f"must be >= 1 (0 = 4), got {o.microbatches_per_stage}")
+    if not 0 <= o.microbatches_per_stage <= MAX_MICROBATCHES_PER_STAGE:
+        raise PlanInputError("options.microbatches_per_stage", (f"must be 1..{MAX_MICROBATCHES_PER_STAGE:,} (0 = 4), "
+                                                                 f"got {o.microbatches_per_stage:,}"))
     if len(o.stage_counts) > MAX_STAGE_COUNTS:
         raise PlanInputError("options.stage_counts", f"at most {MAX_STAGE_COUNTS} values, got {len(o.stage_counts):,}")
     for i, s in enumerate(o.stage_counts):
@@ -383,7 +387,12 @@ class Estimator:
     def get_cells(self, req: pb.GetCellsRequest, controller: bool = True) -> pb.GetCellsResponse:
         """All Cells of a job on the cluster's GPU types (or the best per type and count); `controller`:
         the caller is the controller (its Cell computations are kept apart from other callers')."""
-        key = req.SerializeToString(deterministic=True)
+        # The key is what the answer depends on: fields this service does not know are dropped (15 MB
+        # of an unknown field per call made 256 cached keys of 15 MB each, 2 GB after 120 calls).
+        known = pb.GetCellsRequest()
+        known.CopyFrom(req)
+        known.DiscardUnknownFields()
+        key = known.SerializeToString(deterministic=True)
         hit = self._cells.get(key)
         if hit is not None:
             return hit
@@ -408,7 +417,7 @@ class Estimator:
             if size > MAX_ANSWER_BYTES:  # gRPC would refuse to send it, after it was cached
                 raise PlanInputError("cluster", f"the answer would be {size:,} bytes, over the {MAX_ANSWER_BYTES:,} "
                                                 "a message carries: ask for fewer pools or best_only")
-            if size <= MAX_CACHED_ANSWER_BYTES:
+            if size <= MAX_CACHED_ANSWER_BYTES and len(key) <= MAX_CACHED_REQUEST_BYTES:
                 self._cells.put(key, resp)
         return resp
 
@@ -419,6 +428,8 @@ class Estimator:
         model = got.model
         if not req.stages:
             raise PlanInputError("stages", "the allocation needs at least one stage (one GpuPool per stage)")
+        if len(req.stages) > model.num_layers:  # before the per-stage checks: 1,000,000 stages took 10 s
+            raise PlanInputError("stages", f"{len(req.stages)} stages for {model.num_layers} layers")
         pools = [gpu_pool(p, f"stages[{i}]") for i, p in enumerate(req.stages)]
         for pool in pools:  # what the recipe cannot run on (Float8 without FP8 tensor cores, ...)
             try:

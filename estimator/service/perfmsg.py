@@ -28,7 +28,10 @@ def prefixed(prefix: str, exc: InvalidInput) -> PlanInputError:
     """`exc` with its field put under `prefix`; an error without a field (an unknown GPU name) is
     about the whole of `prefix`."""
     if isinstance(exc, InvalidArgument):
-        return PlanInputError(f"{prefix}.{exc.field}", exc.reason)
+        # Fields the library already names from the same message ("env.intra_node_bw") once.
+        last = prefix.rsplit(".", 1)[-1]
+        field = exc.field[len(last) + 1:] if exc.field.startswith(f"{last}.") else exc.field
+        return PlanInputError(f"{prefix}.{field}" if field else prefix, exc.reason)
     return PlanInputError(prefix, str(exc))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,11 +55,24 @@ class _Lane:
         self.pool = ThreadPoolExecutor(HEAVY_THREADS, thread_name_prefix=f"estimator-{name}")
         self.queue = queue
         self.inside = 0
+        self._lock = threading.Lock()
 
-    def admit(self, method: str) -> None:
-        if self.queue and self.inside >= HEAVY_THREADS + self.queue:
-            raise ResourceExhausted(f"{method}: the estimator is busy with {self.inside} heavy calls of {self.name}; "
-                                    "retry later")
+    async def run(self, method: str, fn: Callable[[Req], Resp], request: Req) -> Resp:
+        """fn(request) on the lane's threads. A call counts until its work ends, not until its
+        caller stops waiting: a call whose client gave up runs on in its thread, and counted out
+        at the cancel it let the same client queue more work behind it than `queue` allows."""
+        with self._lock:
+            if self.queue and self.inside >= HEAVY_THREADS + self.queue:
+                raise ResourceExhausted(f"{method}: the estimator is busy with {self.inside} heavy calls of "
+                                        f"{self.name}; retry later")
+            self.inside += 1
+        work = self.pool.submit(fn, request)
+        work.add_done_callback(self._leave)  # also when cancelled before it started
+        return await asyncio.wrap_future(work)
+
+    def _leave(self, _: object) -> None:
+        with self._lock:
+            self.inside -= 1
 
 
 class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[misc]
@@ -98,18 +112,14 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
         start = time.perf_counter()
         lane = self._lanes[tls.peer_identity(context) == CONTROLLER] if heavy else None
         try:
-            if lane is None:
-                result = await asyncio.to_thread(fn, request)
-            else:
-                lane.admit(method)
-                lane.inside += 1
-                try:
-                    result = await asyncio.get_running_loop().run_in_executor(lane.pool, fn, request)
-                finally:
-                    lane.inside -= 1
+            result = await (asyncio.to_thread(fn, request) if lane is None else lane.run(method, fn, request))
         except Exception as exc:  # counted here, answered by the interceptor
             code = exc.code if isinstance(exc, TesseraError) else Code.INTERNAL
             REQUESTS.labels(method, code.value).inc()
+            SECONDS.labels(method).observe(time.perf_counter() - start)
+            raise
+        except asyncio.CancelledError:  # the client gave up (its deadline, a cancel): counted too
+            REQUESTS.labels(method, "CANCELLED").inc()
             SECONDS.labels(method).observe(time.perf_counter() - start)
             raise
         REQUESTS.labels(method, "OK").inc()

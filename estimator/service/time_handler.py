@@ -33,7 +33,9 @@ def estimate_time(req: pb.EstimateTimeRequest, memory: MemoryFn, timer: PlanTime
     plan = execution_plan(mem.plan)  # the plan as checked and completed (grad_accum) by EstimateMemory
     try:
         t = timer(dims, plan, mem.gpu, gpus_per_node=req.gpus_per_node or None)
-    except CellInputError as exc:  # the time model's own model checks
+    except CellInputError as exc:  # the time model's own checks: of the model, or of the plan's GPUs
+        if exc.field == "num_gpus":  # the pool of the plan's GPUs, not the model ("model.num_gpus" before)
+            raise PlanInputError("plan", f"its dp x tp x pp GPUs: {exc.reason}") from None
         raise PlanInputError(f"model.{exc.field}", exc.reason) from None
     per_node = min(plan.num_gpus, req.gpus_per_node or DEFAULT_GPUS_PER_NODE)
     return pb.EstimateTimeResponse(

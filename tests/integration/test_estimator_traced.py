@@ -84,3 +84,7 @@ def test_traced_refuses_what_it_does_not_simulate() -> None:
     with pytest.raises(PlanInputError) as e:
         traced_memory(GPT, ExecutionPlan(pp=2, virtual_stages=2))
     assert e.value.field == "plan.virtual_stages"
+    # GPipe keeps every micro-batch in flight and the trace runs each: a bound, not hours of tracing.
+    with pytest.raises(PlanInputError) as e:
+        traced_memory(GPT, ExecutionPlan(pp=2, schedule="gpipe", grad_accum=65))
+    assert e.value.field == "plan.grad_accum" and "at most 64" in e.value.reason
