@@ -166,12 +166,12 @@ class Engine:
             self.kick()
         return stored, created
 
-    async def cancel(self, job_id: str) -> JobRecord:
+    async def cancel(self, job_id: str, by: str = "user") -> JobRecord:
         job = self.view.get(job_id)
         if job.state in TERMINAL:
             return job
         was_active = job.state in ACTIVE
-        job, events = transitions.cancelled(job, self.wall())
+        job, events = transitions.cancelled(job, self.wall(), by)
         await self._save(job, events)
         if was_active:
             await self._stop_attempt(job, "job cancelled")

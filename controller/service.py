@@ -44,6 +44,7 @@ from tessera.controller.redact import Hide, hider
 from tessera.controller.registry import fence_seconds
 from tessera.controller.snapshots import busy_cpus
 from tessera.controller.store import ACTIVE, JobRecord, RequestConflict
+from tessera.controller.streams import StreamSlots
 from tessera.controller.tenants import TenantsSource, submit_refusal, tenant_rows
 from tessera.controller.view import EngineView
 from tessera.controller.watching import watch_events, watch_job, watch_jobs
@@ -109,6 +110,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self.engine = engine
         self.view: EngineView = engine.view
         self.page_key = page_key or os.urandom(32)
+        self.streams = StreamSlots()
 
     def _visible(self, jid: str, who: Principal) -> JobRecord:
         """The job, if `who` may see it; the same JobNotFound as for no job at all otherwise."""
@@ -146,7 +148,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         cost_precondition(request.spec, self.engine.cfg.prices)
         request.spec.tenant = submit_tenant(who, request.spec.tenant)
         tenants = self._tenants()
-        refused = submit_refusal(tenants.config, tenants.path, request.spec, tenants.last_error)
+        refused = submit_refusal(tenants.config, tenants.path, request.spec, tenants.last_error, who.sees_all)
         if refused is not None:  # nothing is stored: a job that could never be admitted here
             raise refused
         rec, created = await self.engine.submit(request.spec, rid, who)
@@ -172,15 +174,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         _request_id(request.request_id)
         who = principal_of(context)
         jid = self._visible(_job_id(request.job_id), who).id
-        rec = await self.engine.cancel(jid)
+        rec = await self.engine.cancel(jid, f"{who.name} ({who.role})")
         return job_pb(rec, self.view.progress(rec.id), hide=self._hide(who))
 
     async def WatchJobEvents(self, request: controller_pb2.WatchJobEventsRequest,
                              context: Any) -> AsyncIterator[common_pb2.JobEvent]:
         who = principal_of(context)
         jid = self._visible(_job_id(request.job_id), who).id
-        async for event in watch_events(self.view, jid, request.after_seq, hide=self._hide(who)):
-            yield event
+        with self.streams.hold(who, "WatchJobEvents"):
+            async for event in watch_events(self.view, jid, request.after_seq, hide=self._hide(who)):
+                yield event
 
     # WatchJob, WatchJobs, StreamJobLogs: controller/watching.py and controller/logstream.py.
 
@@ -188,22 +191,26 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                        context: Any) -> AsyncIterator[controller_pb2.JobUpdate]:
         who = principal_of(context)
         jid = self._visible(_job_id(request.job_id), who).id
-        async for update in watch_job(self.view, jid, hide=self._hide(who)):
-            yield update
+        with self.streams.hold(who, "WatchJob"):
+            async for update in watch_job(self.view, jid, hide=self._hide(who)):
+                yield update
 
     async def WatchJobs(self, request: controller_pb2.WatchJobsRequest,
                         context: Any) -> AsyncIterator[controller_pb2.JobUpdate]:
         who = principal_of(context)
         tenant = list_tenant(who, request.tenant)
-        async for update in watch_jobs(self.view, _states(request.states), tenant, hide=self._hide(who)):
-            yield update
+        with self.streams.hold(who, "WatchJobs"):
+            async for update in watch_jobs(self.view, _states(request.states), tenant, hide=self._hide(who)):
+                yield update
 
     async def StreamJobLogs(self, request: controller_pb2.StreamJobLogsRequest,
                             context: Any) -> AsyncIterator[controller_pb2.LogLines]:
-        jid = self._visible(_job_id(request.job_id), principal_of(context)).id
+        who = principal_of(context)
+        jid = self._visible(_job_id(request.job_id), who).id
         logs = LogStream(self.view, self.engine.agents.read_log, self.engine.epoch)
-        async for lines in logs.stream(jid, request):
-            yield lines
+        with self.streams.hold(who, "StreamJobLogs"):
+            async for lines in logs.stream(jid, request):
+                yield lines
 
     def _node(self, node_id: str, busy: dict[str, set[int]], cpus: dict[str, int] | None = None) -> controller_pb2.Node:
         return node_pb(self.view.node(node_id), busy, cpus)

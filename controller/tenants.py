@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 
@@ -119,15 +120,19 @@ def _canonical(gpu_type: str) -> str:
 
 
 def submit_refusal(config: TenantsConfig | None, path: str, spec: common_pb2.JobSpec,
-                   error: str = "") -> FailedPrecondition | None:
+                   error: str = "", operator: bool = True) -> FailedPrecondition | None:
     """Why a validated spec may never be admitted here, or None (docs/tenants.md, "Live"):
     - any job while the tenants file `path` is configured but could not be loaded (`error`);
     - a guaranteed job on a controller without a tenants file (no quota could ever admit it);
     - a job of a tenant the file does not name, while there is one;
     - a guaranteed job whose promise alone exceeds its tenant's whole quota of the type (or of every
       type it may run on). A promise within the quota but over what is left now is accepted: it
-      waits, PENDING with the reason."""
+      waits, PENDING with the reason.
+    `operator`: the caller sees all tenants (an admin); a user is told neither the file's path, nor
+    its parse error, nor the other tenants' names (as `get tenants` shows a user its own tenant only)."""
     tenant = spec.tenant or "default"
+    if not operator:
+        path, error = Path(path).name, "ask an operator" if error else ""
     if config is None and path and error:
         return FailedPrecondition(f"the tenants file {path} could not be loaded, so no tenant may submit until it "
                                   f"is fixed (it is read again when it changes, or on SIGHUP): {error}")
@@ -138,9 +143,9 @@ def submit_refusal(config: TenantsConfig | None, path: str, spec: common_pb2.Job
         return None
     quota = config.get(tenant)
     if quota is None:
-        known = ", ".join(config.names[:20]) or "none"
-        return FailedPrecondition(f"tenant: {tenant} is not a tenant of this controller (tenants file {path}; "
-                                  f"known: {known})")
+        known = f"; known: {', '.join(config.names[:20]) or 'none'}" if operator else ""
+        return FailedPrecondition(f"tenant: {tenant} is not a tenant of this controller (tenants file {path}"
+                                  f"{known})")
     if not jobspec.guaranteed(spec):
         return None
     g = spec.guarantee

@@ -22,9 +22,11 @@ def submitted(job_id: str, request_id: str, spec: common_pb2.JobSpec, now: float
     return rec, ("SUBMITTED", f"submitted by tenant {spec.tenant}")
 
 
-def cancelled(job: JobRecord, now: float) -> Change:
-    return (job.with_(state=P.JOB_STATE_CANCELLED, reason="cancelled by user", end_time=now, stop_requested=True),
-            [("CANCELLED", "cancelled by user")])
+def cancelled(job: JobRecord, now: float, by: str = "user") -> Change:
+    """`by`: who asked, "NAME (ROLE)" from the caller's token: the job's record is the audit trail of
+    who ended it (an admin's cancel read the same as its owner's)."""
+    why = f"cancelled by {by}"
+    return job.with_(state=P.JOB_STATE_CANCELLED, reason=why, end_time=now, stop_requested=True), [("CANCELLED", why)]
 
 
 def pending(job: JobRecord, why: str) -> Change:

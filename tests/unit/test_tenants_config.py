@@ -204,3 +204,16 @@ def test_the_controller_refuses_to_start_with_a_bad_file(tmp_path: Path, capsys:
     assert f"--tenants: {bad} line 3: field tenants.a.quota.A100: must be a number of GPUs" in capsys.readouterr().err
     good = write(tmp_path / "g.yaml", GOOD)
     assert parse_args(["--state-dir", str(tmp_path / "s"), "--insecure", "--tenants", str(good)]).tenants == str(good)
+
+
+def test_a_user_is_told_neither_the_files_path_nor_other_tenants() -> None:
+    """As `get tenants` shows a user its own tenant only; an admin gets the whole answer."""
+    user = submit_refusal(CFG, "/etc/tessera/t.yaml", spec("team-z"), operator=False)
+    assert user is not None and str(user) == ("tenant: team-z is not a tenant of this controller (tenants file "
+                                             "t.yaml)")
+    admin = submit_refusal(CFG, "/etc/tessera/t.yaml", spec("team-z"))
+    assert admin is not None and "/etc/tessera/t.yaml; known: team-a" in str(admin)
+    broken = submit_refusal(None, "/etc/tessera/t.yaml", spec("team-a"), "line 3: field x: bad", operator=False)
+    assert broken is not None and str(broken).endswith("t.yaml could not be loaded, so no tenant may submit until "
+                                                       "it is fixed (it is read again when it changes, or on SIGHUP): "
+                                                       "ask an operator")
