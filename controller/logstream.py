@@ -32,6 +32,7 @@ MAX_TAIL_LINES = 1_000_000
 # Bytes of lines per message (the gRPC limit is far above; a client renders as they come).
 MESSAGE_BYTES = 1024 * 1024
 POLL_S = 0.5
+IDLE_POLLS = 8  # quiet logs are read at most this many POLL_S apart
 # A followed log that shrank was cut by the agent's log cap: this line says so, then its last lines.
 CUT_NOTE = b"[tessera: this log passed the agent's --log-max-bytes and was cut to its newest part; " \
            b"following on from its last lines, some of which may repeat]"
@@ -181,8 +182,11 @@ class LogStream:
                 yield msg
         if not req.follow:
             return
+        idle = self.poll_s
         while True:
-            ended = job.state in TERMINAL  # read before the last read: what it wrote is in there
+            # Read before the last read: what it wrote is in there. An attempt asked for by number
+            # that is no longer the job's current one has ended too (such a follow never ended).
+            ended = job.state in TERMINAL or bool(req.attempt and job.attempt != req.attempt)
             got = False
             for c in cursors:
                 lines = await self._follow(job, attempt, c)
@@ -199,5 +203,8 @@ class LogStream:
             if not req.attempt and job.attempt != attempt and job.placement is not None and job.plan is not None:
                 attempt, cursors = job.attempt, self._cursors(job, req)  # a new attempt: from its start
                 continue
+            # Quiet logs are read less often, up to IDLE_POLLS x poll_s: a follow of 256 ranks read each
+            # every POLL_S, about 500 calls to the agents a second whether anything was written or not.
+            idle = self.poll_s if got else min(idle * 2, IDLE_POLLS * self.poll_s)
             if not got:
-                await asyncio.sleep(self.poll_s)
+                await asyncio.sleep(idle)

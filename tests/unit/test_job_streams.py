@@ -270,3 +270,13 @@ def test_piped_progress_is_throttled_and_the_last_report_always_shows() -> None:
     iterations = [int(ln.split("progress: ")[1].split("/")[0]) for ln in lines if "progress: " in ln]
     assert iterations == [1, 11, 20]  # the first, one every 10 s, and the latest before the end
     assert lines[-1] == "j-1 SUCCEEDED"
+
+
+async def test_a_follow_of_an_earlier_attempt_ends_when_its_log_is_read() -> None:
+    """The job runs attempt 2; a follow of attempt 1 read its log and then polled forever (it ended
+    only with the job)."""
+    view, logs = View(running(ranks=1, attempt=2)), Logs()
+    logs.data[(1, 0)] = b"first 1\nfirst 2\n"
+    req = controller_pb2.StreamJobLogsRequest(job_id="j-1", rank=0, attempt=1, follow=True)
+    got = await asyncio.wait_for(collect(LogStream(view, logs.read, 1, poll_s=0.01).stream("j-1", req)), 30)
+    assert [list(m.lines) for m in got] == [[b"first 1", b"first 2"]]
