@@ -20,6 +20,7 @@ controller passes the Cell estimator (estimator/cells.py) behind `CachedEstimate
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -77,13 +78,19 @@ class DataParallelMemory(Protocol):
 
 
 class CachedEstimates:
-    """Memoises `cells` and `gpu_counts` by (job estimate key, type, GPUs, nodes) across rounds."""
+    """Memoises `cells` and `gpu_counts` by (job estimate key, type, GPUs, nodes) across rounds.
+
+    The event loop forgets keys (a measured step time) while the warm-up or forecast thread fills
+    the caches: writes and `forget` hold `_lock`. A comprehension over a dict the other thread grew
+    raised "dictionary changed size during iteration" (288 of 300 calls in the test), and so did a
+    copy by list() once, under load (a collection ran Python finalizers mid-copy)."""
 
     def __init__(self, inner: Estimates) -> None:
         self.inner = inner
         self._cells: dict[tuple[str, str, int, int], tuple[CellEstimate, ...]] = {}
         self._counts: dict[tuple[str, str], tuple[int, ...]] = {}
         self._dp: dict[tuple[str, str, int], bool] = {}
+        self._lock = threading.Lock()
         self.misses = 0
 
     def cells(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Sequence[CellEstimate]:
@@ -92,7 +99,8 @@ class CachedEstimates:
         if got is None:
             self.misses += 1
             got = tuple(self.inner.cells(job, gpu_type, gpus, nodes))
-            self._cells[k] = got
+            with self._lock:
+                self._cells[k] = got
         return got
 
     def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
@@ -100,7 +108,8 @@ class CachedEstimates:
         got = self._counts.get(k)
         if got is None:
             got = tuple(self.inner.gpu_counts(job, gpu_type))
-            self._counts[k] = got
+            with self._lock:
+                self._counts[k] = got
         return got
 
     def known(self, job: JobView, gpu_type: str) -> bool:
@@ -108,15 +117,11 @@ class CachedEstimates:
         return (job.key, gpu_type) in self._counts
 
     def forget(self, key: str) -> None:
-        """Drop what is memoised for one estimate key (its inner answers changed, e.g. measured).
-
-        Called on the event loop while the warm-up or forecast thread may insert: a comprehension
-        over a dict another thread grows raises "dictionary changed size during iteration" (an
-        audit: 252 of 300 calls). `list(d.items())` copies in one step under the GIL; an insert
-        between the copy and the swap is dropped, which costs one recomputation."""
-        self._cells = {k: v for k, v in list(self._cells.items()) if k[0] != key}
-        self._counts = {k: v for k, v in list(self._counts.items()) if k[0] != key}
-        self._dp = {k: v for k, v in list(self._dp.items()) if k[0] != key}
+        """Drop what is memoised for one estimate key (its inner answers changed, e.g. measured)."""
+        with self._lock:
+            self._cells = {k: v for k, v in self._cells.items() if k[0] != key}
+            self._counts = {k: v for k, v in self._counts.items() if k[0] != key}
+            self._dp = {k: v for k, v in self._dp.items() if k[0] != key}
 
     def dp_fits(self, job: JobView, gpu_type: str, gpus: int) -> bool:
         inner = self.inner
@@ -126,7 +131,8 @@ class CachedEstimates:
         got = self._dp.get(k)
         if got is None:
             got = inner.dp_fits(job, gpu_type, gpus)
-            self._dp[k] = got
+            with self._lock:
+                self._dp[k] = got
         return got
 
 

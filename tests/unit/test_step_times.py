@@ -88,13 +88,18 @@ def test_forgetting_a_key_while_another_thread_memoises() -> None:
     """A measured step time makes the event loop forget a key while the warm-up or forecast
     thread fills the same caches; a comprehension over the growing dict raised in 288 of 300 calls."""
     cache = CachedEstimates(TableEstimates({}))
-    cache._cells[("kept", "X", 1, 1)] = ()
+    model = registered("gpt2-small")
+
+    def memoise(key: str) -> None:
+        cache.gpu_counts(JobView(key, 0.0, model, 8, estimate_key=key), "X")
+
+    memoise("kept")
     stop = threading.Event()
 
     def grow() -> None:
         i = 0
         while not stop.is_set():
-            cache._cells[(f"k{i}", "X", 1, 1)] = ()
+            memoise(f"k{i}")
             i += 1
 
     t = threading.Thread(target=grow)
@@ -105,4 +110,5 @@ def test_forgetting_a_key_while_another_thread_memoises() -> None:
     finally:
         stop.set()
         t.join()
-    assert ("kept", "X", 1, 1) in cache._cells and ("k5", "X", 1, 1) not in cache._cells
+    assert cache.known(JobView("kept", 0.0, model, 8, estimate_key="kept"), "X")
+    assert not cache.known(JobView("k5", 0.0, model, 8, estimate_key="k5"), "X")
