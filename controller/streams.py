@@ -1,9 +1,12 @@
-"""At most so many open streams per caller (WatchJob, WatchJobs, WatchJobEvents, StreamJobLogs).
+"""At most so many open streams per caller: list watches and log streams (WatchJobs,
+StreamJobLogs), and single-job watches (WatchJob, WatchJobEvents), counted apart.
 
 A stream costs the controller for as long as it is open: a WatchJobs wakes at every change and
 rescans its tenant's jobs, a followed log polls the agents. Nothing bounded how many one caller
 held: an audit's user opened 60 idle WatchJobs over 3,000 jobs and the controller's event loop,
-which also serves the agents' heartbeats, ran at 98% (another tenant's WhoAmI 11.7 -> 332 ms).
+which also serves the agents' heartbeats, ran at 98% (another tenant's WhoAmI 11.7 -> 332 ms). A
+single job's watch reads that job alone at a wake-up, and scripts wait on many jobs at once
+(`tessctl wait` per job): its bound is larger.
 """
 
 from __future__ import annotations
@@ -14,28 +17,34 @@ from collections.abc import Iterator
 from tessera.common.errors import ResourceExhausted
 from tessera.common.tokens import Principal
 
-STREAMS_PER_CALLER = 32
+LIST_STREAMS = 16  # WatchJobs, StreamJobLogs
+JOB_STREAMS = 256  # WatchJob, WatchJobEvents
+LIMITS = {"WatchJobs": LIST_STREAMS, "StreamJobLogs": LIST_STREAMS, "WatchJob": JOB_STREAMS,
+          "WatchJobEvents": JOB_STREAMS}
 
 
 class StreamSlots:
-    """Open streams per principal (a token's name; unauthenticated callers share one)."""
+    """Open streams per (principal, bound): a token's name (unauthenticated callers share one)."""
 
-    def __init__(self, per_caller: int = STREAMS_PER_CALLER) -> None:
-        self.per_caller = per_caller
-        self.open: dict[str, int] = {}
+    def __init__(self, limits: dict[str, int] | None = None) -> None:
+        self.limits = limits or LIMITS
+        self.open: dict[tuple[str, int], int] = {}
 
     @contextlib.contextmanager
     def hold(self, who: Principal, method: str) -> Iterator[None]:
-        n = self.open.get(who.name, 0)
-        if n >= self.per_caller:
-            raise ResourceExhausted(f"{method}: {who.name} holds {n} open streams (watches, log follows), the most "
-                                    "one caller may; close one and retry")
-        self.open[who.name] = n + 1
+        limit = self.limits[method]
+        key = (who.name, limit)
+        n = self.open.get(key, 0)
+        if n >= limit:
+            what = "list watches and log streams" if limit == LIST_STREAMS else "job watches"
+            raise ResourceExhausted(f"{method}: {who.name} holds {n} open {what}, the most one caller may; "
+                                    "close one and retry")
+        self.open[key] = n + 1
         try:
             yield
         finally:
-            left = self.open[who.name] - 1
+            left = self.open[key] - 1
             if left:
-                self.open[who.name] = left
+                self.open[key] = left
             else:
-                del self.open[who.name]
+                del self.open[key]
