@@ -19,25 +19,27 @@ from tessera.common.tokens import Principal
 
 LIST_STREAMS = 16  # WatchJobs, StreamJobLogs
 JOB_STREAMS = 256  # WatchJob, WatchJobEvents
-LIMITS = {"WatchJobs": LIST_STREAMS, "StreamJobLogs": LIST_STREAMS, "WatchJob": JOB_STREAMS,
-          "WatchJobEvents": JOB_STREAMS}
+# Each method's kind: the streams of one kind count against one bound.
+KINDS = {"WatchJobs": "list watches and log streams", "StreamJobLogs": "list watches and log streams",
+         "WatchJob": "job watches", "WatchJobEvents": "job watches"}
+LIMITS = {"list watches and log streams": LIST_STREAMS, "job watches": JOB_STREAMS}
 
 
 class StreamSlots:
-    """Open streams per (principal, bound): a token's name (unauthenticated callers share one)."""
+    """Open streams per (principal, kind): a token's name (unauthenticated callers share one)."""
 
     def __init__(self, limits: dict[str, int] | None = None) -> None:
         self.limits = limits or LIMITS
-        self.open: dict[tuple[str, int], int] = {}
+        self.open: dict[tuple[str, str], int] = {}
 
     @contextlib.contextmanager
     def hold(self, who: Principal, method: str) -> Iterator[None]:
-        limit = self.limits[method]
-        key = (who.name, limit)
+        kind = KINDS[method]
+        limit = self.limits[kind]
+        key = (who.name, kind)
         n = self.open.get(key, 0)
         if n >= limit:
-            what = "list watches and log streams" if limit == LIST_STREAMS else "job watches"
-            raise ResourceExhausted(f"{method}: {who.name} holds {n} open {what}, the most one caller may; "
+            raise ResourceExhausted(f"{method}: {who.name} holds {n} open {kind}, the most one caller may; "
                                     "close one and retry")
         self.open[key] = n + 1
         try:
