@@ -71,9 +71,9 @@ def _add_token(groups: Any, command: Any) -> None:
     p = command(ts, "create", cmd_token_create,
                 "make a token, print it once and add its SHA-256 to the tokens file (created 0600 if missing)")
     _tokens_file(p)
-    p.add_argument("--name", required=True, type=_matching(PRINCIPAL_RE, "[A-Za-z0-9][A-Za-z0-9._@-]{0,62}"),
+    p.add_argument("--name", required=True, type=_matching(PRINCIPAL_RE),
                    help="who holds it: [A-Za-z0-9][A-Za-z0-9._@-]{0,62}, unique in the file")
-    p.add_argument("--tenant", required=True, type=_matching(TENANT_RE, "[a-z0-9][a-z0-9-]{0,62}"),
+    p.add_argument("--tenant", required=True, type=_matching(TENANT_RE),
                    help="the tenant its calls act for: [a-z0-9][a-z0-9-]{0,62}")
     p.add_argument("--role", required=True, choices=ROLES, help="user: its tenant's jobs; admin: every tenant, nodes")
     p = command(ts, "list", cmd_token_list, "the names, tenants and roles in the tokens file")
@@ -84,9 +84,11 @@ def _add_token(groups: Any, command: Any) -> None:
     p.add_argument("--name", required=True, help="the token's name")
 
 
-def _matching(pattern: re.Pattern[str], shown: str) -> Callable[[str], str]:
+def _matching(pattern: re.Pattern[str]) -> Callable[[str], str]:
     """An argparse type: the text when the whole of it matches `pattern` (a usage error otherwise,
     exit 2, as the controller's tokens file would refuse it)."""
+    shown = pattern.pattern.removeprefix("^").removesuffix("$")
+
     def check(text: str) -> str:
         if not pattern.fullmatch(text):
             raise argparse.ArgumentTypeError(f"must match {shown}: {text!r}")
