@@ -398,6 +398,27 @@ def check_address(address: str, what: str, example_port: int = 50051) -> str:
     raise InvalidArgument(what, f"{a!r} is not host:port (port 1-65535; IPv6 as [addr]:port)")
 
 
+def check_listen(value: str, flag: str, example_port: int) -> str:
+    """`value` stripped, when it is an address a daemon listens on: what `check_address` takes (same
+    wording), plus what only a server binds: port 0 (any free port) and an empty host (every
+    address); a dialling target with "://" (dns:///host:port) is refused. Else InvalidArgument naming
+    `flag`. Every daemon checks its --listen flags here before anything reads the host: "localhost"
+    would otherwise pass as host "" (every address)."""
+    a = value.strip()
+    if "://" in a:  # a dialling target (dns:///...), nothing a server binds
+        raise InvalidArgument(flag, f"{a!r} is not host:port (port 0-65535; IPv6 as [addr]:port)")
+    host, sep, port = a.rpartition(":")
+    # Fillers for what check_address refuses and a server binds; a refusal then names the value as given.
+    probe = f"{host or '0.0.0.0'}:{'1' if port == '0' else port}" if sep and (port == "0" or not host) else a
+    try:
+        check_address(probe, flag, example_port)
+    except InvalidArgument as e:
+        if probe == a and "is not host:port" not in e.reason:
+            raise  # no port, or empty: its message says so with an example
+        raise InvalidArgument(flag, f"{a!r} is not host:port (port 0-65535; IPv6 as [addr]:port)") from None
+    return a
+
+
 def host_of(address: str) -> str:
     """The host part of host:port ([v6]:port included)."""
     host, _, _ = address.rpartition(":")

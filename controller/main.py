@@ -53,27 +53,6 @@ def _refuse(p: argparse.ArgumentParser, message: str) -> NoReturn:
     p.exit(2, f"{p.prog}: error: {message}\n")
 
 
-def check_listen(value: str, flag: str, example_port: int) -> str:
-    """`value` when it is an address to listen on: host:port as rpc.check_address takes the addresses
-    clients dial (same wording), plus what only a server binds: port 0 (any free port) and an empty
-    host (every address); InvalidArgument naming `flag` otherwise. Checked before anything reads the
-    host: "localhost" would otherwise pass as host "" (every address)."""
-    a = value.strip()
-    if "://" in a:  # a dialling target (dns:///...), nothing a server binds
-        raise InvalidArgument(flag, f"{a!r} is not host:port (port 0-65535; IPv6 as [addr]:port)")
-    host, sep, port = a.rpartition(":")
-    # Fillers for what rpc.check_address refuses and a server binds; a refusal then names the value
-    # as given.
-    probe = f"{host or '0.0.0.0'}:{'1' if port == '0' else port}" if sep and (port == "0" or not host) else a
-    try:
-        rpc.check_address(probe, flag, example_port)
-    except InvalidArgument as e:
-        if probe == a and "is not host:port" not in e.reason:
-            raise  # no port, or empty: its message says so with an example
-        raise InvalidArgument(flag, f"{a!r} is not host:port (port 0-65535; IPv6 as [addr]:port)") from None
-    return a
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tessera-controller", description=__doc__, **clihelp.PARSER)
     p.add_argument("--listen", default="127.0.0.1:50051",
@@ -178,11 +157,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     tls.add_arguments(p)
     args = p.parse_args(argv)
     try:
-        args.listen = check_listen(args.listen, "--listen", 50051)
+        args.listen = rpc.check_listen(args.listen, "--listen", 50051)
         if args.agent_listen is not None:
-            args.agent_listen = check_listen(args.agent_listen, "--agent-listen", DEFAULT_AGENT_PORT)
+            args.agent_listen = rpc.check_listen(args.agent_listen, "--agent-listen", DEFAULT_AGENT_PORT)
         if args.metrics_listen:
-            check_listen(args.metrics_listen, "--metrics-listen", 9451)
+            rpc.check_listen(args.metrics_listen, "--metrics-listen", 9451)
     except InvalidArgument as e:
         p.error(str(e))
     dashboard_options.check(args, p.error)

@@ -12,15 +12,15 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 import structlog
 
-from tessera.common import clihelp, envpolicy, identity, logs, tls
+from tessera.common import clihelp, envpolicy, identity, logs, rpc, tls
 from tessera.common import metrics as common_metrics
-from tessera.common.errors import InvalidInput
+from tessera.common.errors import InvalidArgument, InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.nodeagent import diskuse, inventory, users
 from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
@@ -172,12 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _host_port(value: str, flag: str, allow_port0: bool) -> str:
-    host, sep, port = value.rpartition(":")
-    low = 0 if allow_port0 else 1
-    if not sep or not host.strip("[]") or not port.isdigit() or not low <= int(port) <= 65535:
-        raise AgentUsageError(f"{flag}: {value!r} is not HOST:PORT with a port in {low}..65535")
-    return value
+def _address(check: Callable[[str, str, int], str], value: str, flag: str, example_port: int) -> str:
+    """`value` checked by rpc.check_address (an address the agent dials) or rpc.check_listen (one it
+    binds: port 0 and an empty host too), stripped; AgentUsageError "FLAG: reason" otherwise."""
+    try:
+        return check(value, flag, example_port)
+    except InvalidArgument as exc:
+        raise AgentUsageError(str(exc)) from None
 
 
 def _disk_limits(limit: str, min_free: str, work_dir: Path) -> tuple[int, int]:
@@ -210,11 +211,13 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
     controllers = split_addresses(args.controller)
     if not controllers:
         raise AgentUsageError("--controller: at least one HOST:PORT")
-    for address in controllers:
-        _host_port(address, "--controller", allow_port0=False)
-    _host_port(args.listen, "--listen", allow_port0=True)
+    for address in controllers:  # the controllers' agent port: their --agent-listen, 50054 by default
+        _address(rpc.check_address, address, "--controller", 50054)
+    args.listen = _address(rpc.check_listen, args.listen, "--listen", 7070)
+    if args.listen.startswith(("unix:", "unix-abstract:")):  # the controller dials the host:port it reports
+        raise AgentUsageError(f"--listen: {args.listen!r} is not host:port: the controller dials the agent over TCP")
     if args.metrics_listen:
-        _host_port(args.metrics_listen, "--metrics-listen", allow_port0=True)
+        _address(rpc.check_listen, args.metrics_listen, "--metrics-listen", 9452)
     try:
         common_metrics.check(args.metrics_listen, args.metrics_token_file)
     except common_metrics.MetricsConfigError as exc:

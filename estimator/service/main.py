@@ -13,7 +13,7 @@ from pathlib import Path
 import structlog
 
 from tessera.common import clihelp, daemon, metrics, rpc, tls
-from tessera.common.errors import PermissionDenied, Unauthenticated
+from tessera.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from tessera.common.hooks import Hooks
 from tessera.common.identity import CONTROLLER, ESTIMATOR
 from tessera.estimator.service.handlers import Estimator, version
@@ -46,8 +46,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.tls is not None and args.tls.identity != ESTIMATOR:
         p.error(f"--tls-dir: {args.tls.source} does not hold the estimator's certificate "
                 "(tessctl admin pki issue --estimator)")
-    if ":" not in args.listen:
-        p.error("--listen must be host:port")
+    try:
+        args.listen = rpc.check_listen(args.listen, "--listen", 50053)
+        if args.metrics_listen:
+            rpc.check_listen(args.metrics_listen, "--metrics-listen", 9453)
+    except InvalidArgument as e:
+        p.error(str(e))
     if args.memory_cache < 1 or args.cells_cache < 1:
         p.error("cache sizes must be >= 1")
     try:

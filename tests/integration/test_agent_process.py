@@ -54,9 +54,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     ("override", "message"),
     [
         ({"--node-id": "Bad_Name"}, "--node-id: 'Bad_Name' does not match"),
-        ({"--controller": "nohost"}, "--controller: 'nohost' is not HOST:PORT"),
+        ({"--controller": "nohost"}, "--controller: 'nohost' has no port: expected host:port, e.g. nohost:50054"),
         ({"--inventory": "/nonexistent.yaml"}, "--inventory: /nonexistent.yaml: cannot read"),
-        ({"--listen": "127.0.0.1:99999"}, "--listen: '127.0.0.1:99999' is not HOST:PORT"),
+        ({"--listen": "127.0.0.1:99999"}, "--listen: '127.0.0.1:99999' is not host:port (port 0-65535"),
         ({"--log-level": "loud"}, "--log-level: invalid choice: 'loud'"),
         ({"--controller": None}, "the following arguments are required: --controller"),
         ({"--default-worker-user": "root"}, "--default-worker-user: 'root' is root"),

@@ -37,8 +37,11 @@ def test_parse_config_defaults(tmp_path: Path) -> None:
     [
         (["--node-id=-bad"], "--node-id: '-bad' does not match"),
         (["--node-id", "a" * 64], "--node-id: "),
-        (["--controller", "ctl:0"], "--controller: 'ctl:0' is not HOST:PORT with a port in 1..65535"),
-        (["--metrics-listen", "nope"], "--metrics-listen: 'nope' is not HOST:PORT"),
+        (["--controller", "ctl:0"], "--controller: 'ctl:0' is not host:port (port 1-65535; IPv6 as [addr]:port)"),
+        (["--controller", "ctl:1,nohost"], "--controller: 'nohost' has no port: expected host:port, e.g. nohost:50054"),
+        (["--listen", "localhost"], "--listen: 'localhost' has no port: expected host:port, e.g. localhost:7070"),
+        (["--listen", "unix:/run/agent.sock"], "--listen: 'unix:/run/agent.sock' is not host:port: the controller"),
+        (["--metrics-listen", "nope"], "--metrics-listen: 'nope' has no port: expected host:port, e.g. nope:9452"),
         (["--metrics-listen", "0.0.0.0:9452"], "--metrics-listen: 0.0.0.0 is reachable from other machines"),
         (["--metrics-listen", "127.0.0.1:0", "--metrics-token-file", "/nonexistent/token"],
          "--metrics-token-file: /nonexistent/token: cannot read"),

@@ -1,13 +1,12 @@
-"""tessera-controller's --listen, --agent-listen and --metrics-listen: host:port is checked first, with
-the wording clients get for the addresses they dial (common/rpc.py `check_address`), before the
-loopback test or the agent port derived from --listen read the host."""
+"""tessera-controller's --listen, --agent-listen and --metrics-listen: host:port is checked first
+(common/rpc.py `check_listen`, tested in test_rpc_check_listen.py), with the wording clients get for
+the addresses they dial, before the loopback test or the agent port derived from --listen read the host."""
 
 from __future__ import annotations
 
 import pytest
 
-from tessera.common.errors import InvalidArgument
-from tessera.controller.main import check_listen, parse_args
+from tessera.controller.main import parse_args
 
 BASE = ["--insecure", "--state-dir", "/tmp/x"]
 
@@ -17,27 +16,6 @@ def _err(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         parse_args([*BASE, *argv])
     assert exc.value.code == 2
     return capsys.readouterr().err.strip().splitlines()[-1]
-
-
-@pytest.mark.parametrize("value", ["127.0.0.1:50051", "localhost:50051", "127.0.0.1:0", "[::1]:0", "[::]:50051",
-                                   ":50051", ":0", "ctl-1.internal:50051", "unix:/run/tessera.sock"])
-def test_addresses_a_server_binds_pass(value: str) -> None:
-    assert check_listen(f" {value} ", "--listen", 50051) == value
-
-
-@pytest.mark.parametrize(("value", "message"), [
-    ("127.0.0.1", "--listen: '127.0.0.1' has no port: expected host:port, e.g. 127.0.0.1:50051"),
-    ("localhost", "--listen: 'localhost' has no port: expected host:port, e.g. localhost:50051"),
-    ("", "--listen: empty address: expected host:port"),
-    ("a:99999", "--listen: 'a:99999' is not host:port (port 0-65535; IPv6 as [addr]:port)"),
-    ("a b:0", "--listen: 'a b:0' is not host:port (port 0-65535; IPv6 as [addr]:port)"),
-    (":x", "--listen: ':x' is not host:port (port 0-65535; IPv6 as [addr]:port)"),
-    ("dns:///a:1", "--listen: 'dns:///a:1' is not host:port (port 0-65535; IPv6 as [addr]:port)"),
-])
-def test_other_addresses_are_refused_naming_the_flag(value: str, message: str) -> None:
-    with pytest.raises(InvalidArgument) as exc:
-        check_listen(value, "--listen", 50051)
-    assert str(exc.value) == message
 
 
 def test_a_listen_without_port_is_a_usage_error_not_a_loopback_refusal(capsys: pytest.CaptureFixture[str]) -> None:
