@@ -125,4 +125,16 @@ def cases(tiny: bool = False) -> list[Case]:
         Case("held-out qwen2.5-0.5b full mb8", "transformers", "qwen2", qwen, full_ft.with_(micro_batch=8), HF_FULL),
         Case("held-out llama3.2-1b-hf full mb2", "transformers", "llama", hf1b, full_ft.with_(micro_batch=2),
              HF_FULL),
+        # Held out from the host floor (estimator/host_time.py, measured on tiny widths by
+        # bench/host_overhead.py): recipes and sizes on both sides of where the host binds.
+        Case("host-check qwen2.5-0.5b lora16 full-ac", "transformers", "qwen2", qwen,
+             lora.with_(checkpointing="full"), HF_LORA + "; gradient_checkpointing (non-reentrant) per decoder layer"),
+        Case("host-check qwen2.5-0.5b full mb2", "transformers", "qwen2", qwen, full_ft.with_(micro_batch=2), HF_FULL),
+        Case("host-check llama3.2-1b-hf lora16 mb8", "transformers", "llama", hf1b, lora.with_(micro_batch=8),
+             HF_LORA),
+        Case("host-check llama3.2-1b-hf full full-ac", "transformers", "llama", hf1b,
+             full_ft.with_(checkpointing="full"), HF_FULL + "; gradient_checkpointing (non-reentrant) per decoder layer"),
+        Case("host-check tt 1B fsdp float8", "torchtitan", flavor, tt1b, fsdp.with_(float8="linear"),
+             TT_RECIPE + "; Float8LinearConverter (rowwise, its default)"),
+        Case("host-check tt 3B fsdp mb1", "torchtitan", "3B", tt3b, fsdp.with_(micro_batch=1), TT_RECIPE),
     ]

@@ -25,10 +25,12 @@ exposed part of the per-layer all-gathers and reduce-scatters. Per iteration: th
 reduction of replicated parameters (DDP: overlapped with the last micro-batch's backward except
 the last bucket; ZeRO-1/2: its parameter all-gather is exposed), and the memory-bound optimizer step.
 
-    iter_time = B x busy_k + pp_bubble + max_i (dp_comm_i + optimizer_i)
+    iter_time = max(B x busy_k + pp_bubble + max_i (dp_comm_i + optimizer_i), host)
 
 with busy_k the busiest stage's per-micro-batch time, B = grad_accum and pp_bubble = (Crius's
-pipeline latency - B x busy_k) / virtual_stages. The breakdown keys add up to iter_time.
+pipeline latency - B x busy_k) / virtual_stages; host is the time the busiest rank's host takes to
+launch an eager step (host_time.py; `host_wait` is what it adds). The breakdown keys add up to
+iter_time.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from tessera.estimator.cells import (
 )
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import flash_efficiency, has_fp8, optimizer_step_time, stage_compute_time
+from tessera.estimator.host_time import host_seconds
 from tessera.estimator.lora_costs import LoraOperators as LoraOperators  # noqa: PLC0414 (re-exported)
 from tessera.estimator.lora_costs import layer_index as _layer_index
 from tessera.estimator.lora_costs import lora_operators as lora_operators  # noqa: PLC0414
@@ -60,7 +63,8 @@ from tessera.estimator.partition import Operator
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
 from tessera.estimator.time_constants import plan_prior
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_bubble", "optimizer")
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_bubble", "optimizer",
+                  "host_wait")
 # HGX/DGX servers: 8 GPUs per node unless the caller says otherwise.
 DEFAULT_GPUS_PER_NODE = 8
 # Bytes per parameter of the quantized LoRA base (QLoRA NF4: 4 bits; LLM.int8: 1 byte).
@@ -415,7 +419,13 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str | GpuType
         "cp_comm": b * busy.cp_comm, "ep_comm": b * busy.ep_comm,
         "dp_comm": b * busy.fsdp_mb + stages[j].dp_iter, "pp_bubble": bubble, "optimizer": stages[j].optimizer,
     }
-    total = sum(breakdown.values())
+    device = sum(breakdown.values())
+    # An eager rank cannot finish before its host has launched its stage's kernels (host_time.py)
+    host = host_seconds(plan, max(sum(_layer_index(ops[i]) is not None for i in idx) for idx in layout))
+    breakdown["host_wait"] = max(0.0, host[0] - device) if host else 0.0
+    total = device + breakdown["host_wait"]
+    if host:
+        sources.add(host[1])
     src = "formula:plan-time;" + ";".join(sorted(sources)) + f";{cfg.links.source}"
     per_stage = tuple({"busy": s.busy, "compute": s.compute, "recompute": s.recompute, "tp_comm": s.tp_comm,
                        "cp_comm": s.cp_comm, "ep_comm": s.ep_comm, "fsdp_per_microbatch": s.fsdp_mb,

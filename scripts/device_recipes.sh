@@ -8,6 +8,7 @@
 #   scripts/device_recipes.sh check  # HERE: the packed packages import from the tarball alone
 #   scripts/device_recipes.sh [run]  # ON THE DEVICE (the device tool's command): unpacks them,
 #                                    # lays the tessera import tree, runs the bench into $OUT
+#   scripts/device_recipes.sh host   # ON THE DEVICE: the same, then bench/host_overhead.py
 #
 # Why a tarball: the device machine reaches no package registry, its image has torch, transformers
 # and peft but not torchtitan or torchao (/work/.library/device/KINDS.md, "Python packages already
@@ -76,8 +77,9 @@ EOF
   return $rc
 }
 
-run() {
-  local out=${OUT:-bench/results}
+setup() {
+  # The tarball's packages and the tessera tree on PYTHONPATH, offline Hugging Face, versions.txt.
+  out=${OUT:-bench/results}
   local site=/tmp/tessera-devsite
   mkdir -p "$out" "$site"
   if [ -f "$TARBALL" ]; then
@@ -91,9 +93,9 @@ run() {
   export PYTHONPATH="$site:$PWD/$tree${PYTHONPATH:+:$PYTHONPATH}"
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
   export TORCHINDUCTOR_CACHE_DIR=/tmp/tessera-inductor
-  local py=${PYTHON:-python3}
+  py=${PYTHON:-python3}
   nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
-  "$py" - <<'EOF' 2>&1 | tee "$out/versions.txt"
+  "$py" - <<'EOF2' 2>&1 | tee "$out/versions.txt"
 import importlib
 for name in ("torch", "transformers", "peft", "torchtitan", "torchao", "triton"):
     try:
@@ -101,10 +103,22 @@ for name in ("torch", "transformers", "peft", "torchtitan", "torchao", "triton")
         print(name, getattr(m, "__version__", "?"), m.__file__)
     except Exception as exc:  # noqa: BLE001
         print(name, "IMPORT FAILED:", type(exc).__name__, exc)
-EOF
+EOF2
+}
+
+run() {
+  setup
   "$py" bench/estimator_gpu_recipes.py --out "$out/estimator_gpu_recipes.json" \
     --budget-s "${BUDGET_S:-330}" --case-timeout-s "${CASE_TIMEOUT_S:-200}" "$@" 2>&1 \
     | tee "$out/estimator_gpu_recipes.log"
+  return "${PIPESTATUS[0]}"
+}
+
+host() {
+  # bench/host_overhead.py: the host's launch time per recipe (docs/estimator-gpu.md, "The host floor")
+  setup
+  "$py" bench/host_overhead.py --out "$out/host_overhead.json" --budget-s "${BUDGET_S:-180}" "$@" 2>&1 \
+    | tee "$out/host_overhead.log"
   return "${PIPESTATUS[0]}"
 }
 
@@ -112,5 +126,6 @@ case "${1:-run}" in
   pack) pack ;;
   check) check ;;
   run) shift || true; run "$@" ;;
-  *) echo "usage: $0 [pack|check|run [bench args...]]" >&2; exit 2 ;;
+  host) shift; host "$@" ;;
+  *) echo "usage: $0 [pack|check|run [bench args...]|host [host_overhead args...]]" >&2; exit 2 ;;
 esac

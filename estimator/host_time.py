@@ -1,0 +1,117 @@
+"""The host's floor under a step's time: eager PyTorch launches every kernel from Python, so a step
+whose kernels are short (small models, small micro-batches, many small ops: LoRA adapters, per-op
+checkpointing, Float8's scaling) takes as long as its launching, whatever the GPU could do.
+
+A rank's step cannot end before its host has issued it:
+
+    host = grad_accum x layers_on_the_rank x per_layer + fixed
+
+with `per_layer` and `fixed` measured per recipe by bench/host_overhead.py (tiny-width models at two
+depths on a GPU server: the slope and the intercept of the median step), never fitted to a full-size
+run. The plan's time is then max(the GPU-side formula, host) (estimator/plan_time.py); the
+difference is its `host_wait` component. Recipes the table lacks are composed from the measured
+ones (a base plus what checkpointing, LoRA and Float8 add per layer); a compiled plan takes only a
+measured compiled variant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tessera.estimator.plans import ExecutionPlan
+
+# The recipes bench/host_overhead.py measures: ExecutionPlan fields beyond micro_batch=1.
+_FSDP: dict[str, Any] = {"sharding": "fsdp", "precision": "amp", "loss": "fp32"}
+_AMP: dict[str, Any] = {"precision": "amp", "loss": "fp32"}
+_LORA: dict[str, Any] = {"precision": "bf16", "loss": "fp32", "lora_rank": 16, "lora_targets": "all-linear"}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "fsdp": _FSDP,
+    "fsdp op": {**_FSDP, "checkpointing": "op"},
+    "fsdp full": {**_FSDP, "checkpointing": "full"},
+    "fsdp float8": {**_FSDP, "float8": "linear"},
+    "fsdp float8 op": {**_FSDP, "float8": "linear", "checkpointing": "op"},
+    "amp": _AMP,
+    "amp full": {**_AMP, "checkpointing": "full"},
+    "lora": _LORA,
+    "lora full": {**_LORA, "checkpointing": "full"},
+    "fsdp compile": {**_FSDP, "compile": True},
+    "fsdp op compile": {**_FSDP, "checkpointing": "op", "compile": True},
+    "fsdp float8 op compile": {**_FSDP, "float8": "linear", "checkpointing": "op", "compile": True},
+}
+
+
+@dataclass(frozen=True)
+class HostCost:
+    per_layer_s: float  # per decoder layer and micro-batch
+    fixed_s: float  # per step outside the layers
+
+
+# Measured by bench/host_overhead.py; filled from a recorded run (the source names it).
+HOST_TABLE: dict[str, HostCost] = {}
+HOST_SOURCE = ""
+
+
+def variant_of(plan: ExecutionPlan) -> str:
+    """The table's name for the plan's recipe (it may not be in the table)."""
+    sharded = plan.zero_stage >= 3
+    parts = ["fsdp lora" if sharded and plan.lora_rank else "fsdp" if sharded else "lora" if plan.lora_rank else "amp"]
+    if plan.float8 != "none":
+        parts.append("float8")
+    if plan.checkpointing == "full":
+        parts.append("full")
+    elif plan.checkpointing != "none":  # torchtitan's per-op policy; selective is priced as it
+        parts.append("op")
+    if plan.compile:
+        parts.append("compile")
+    return " ".join(parts)
+
+
+def _delta(with_: str, without: str, table: dict[str, HostCost]) -> float | None:
+    a, b = table.get(with_), table.get(without)
+    return None if a is None or b is None else a.per_layer_s - b.per_layer_s
+
+
+def host_cost(plan: ExecutionPlan, table: dict[str, HostCost] | None = None) -> tuple[HostCost, str] | None:
+    """The plan's measured host cost and how it was found ("measured VARIANT" or "composed ..."), or
+    None where the table cannot price it."""
+    t = HOST_TABLE if table is None else table
+    name = variant_of(plan)
+    if name in t:
+        return t[name], f"measured {name}"
+    if plan.compile:
+        return None  # a compiled graph's launches are not the eager ones'
+    sharded = plan.zero_stage >= 3
+    base = "fsdp" if sharded else "amp"
+    cost = t.get(base)
+    if cost is None:
+        return None
+    per_layer, used = cost.per_layer_s, [base]
+    steps: list[tuple[bool, tuple[tuple[str, str], ...]]] = [
+        (plan.lora_rank > 0, (("lora", "amp"),)),
+        (plan.float8 != "none", (("fsdp float8", "fsdp"), ("fsdp float8 op", "fsdp op"))),
+        (plan.checkpointing == "full", (("fsdp full", "fsdp"), ("amp full", "amp"), ("lora full", "lora"))),
+        (plan.checkpointing not in ("none", "full"), (("fsdp op", "fsdp"),)),
+    ]
+    for wanted, pairs in steps:
+        if not wanted:
+            continue
+        for with_, without in pairs:
+            d = _delta(with_, without, t)
+            if d is not None:
+                per_layer += d
+                used.append(f"+({with_} - {without})")
+                break
+        else:
+            return None
+    return HostCost(per_layer, cost.fixed_s), "composed " + " ".join(used)
+
+
+def host_seconds(plan: ExecutionPlan, layers_on_rank: int, table: dict[str, HostCost] | None = None) -> tuple[float, str] | None:
+    """Seconds the busiest rank's host needs to issue one step, and the source; None where unpriced."""
+    found = host_cost(plan, table)
+    if found is None:
+        return None
+    cost, how = found
+    seconds = plan.grad_accum * layers_on_rank * cost.per_layer_s + cost.fixed_s
+    return max(0.0, seconds), f"host:{how}" + (f";{HOST_SOURCE}" if HOST_SOURCE else "")
