@@ -42,15 +42,15 @@ the final placement, which then may fail and fall back); the search does not mov
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tessera.controller.core import opaque
-from tessera.controller.core.frenzy import missing_types_reason
 from tessera.controller.core.placement import BEST_FIT, Trial
+from tessera.controller.core.policies import why_not
 from tessera.controller.core.policies.common import Alloc, Board, free_text
 from tessera.controller.core.policies.crius_search import SHRINK, Candidates, Choice, Explorer
 from tessera.controller.core.policy import CellEstimate, Mode, RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Snapshot
+from tessera.controller.core.snapshot import Decision, JobView, PendingKind
 
 PAPER = Mode.PAPER
 ARTIFACT = Mode.ARTIFACT
@@ -426,60 +426,38 @@ class _Round:
 
     def _no_cell(self, job: JobView, cells: list[tuple[str, int, int]]) -> tuple[bool, str]:
         """Whether the job fits nowhere (else it waits for nodes), and why none of its Cells runs:
-        the first cause that holds. Only Cells the READY nodes can hold are asked of the estimates, so
-        memory is named only where such Cells were refused (or no GPU count fits the job at all); a
-        job that fits the registered GPUs but not the READY ones waits for nodes."""
+        the first cause that holds (why_not.py names those of the cluster). Only Cells the READY
+        nodes can hold are asked of the estimates, so memory is named only where such Cells were
+        refused (or no GPU count fits the job at all); a job that fits the registered GPUs but not
+        the READY ones waits for nodes."""
         ctx = self.ctx
-        reg = _registered(ctx.snap)
-        have: dict[str, int] = {}
-        for m, _, c in reg:
-            have[m] = have.get(m, 0) + c
-        allowed = {m: c for m, c in have.items() if not job.gpu_types or m in job.gpu_types}
-        if job.opaque and (nowhere := opaque.fits_nowhere(job, reg)):
-            return True, nowhere
-        if not allowed:
-            missing = missing_types_reason(job.gpu_types, replace(ctx.snap, cluster_gpus=reg))
-            return True, missing.removeprefix("fits nowhere: ")
-        registered = ", ".join(f"{c} x {m}" for m, c in sorted(allowed.items()))
-        types = self.types_for(job)
-        if not types:
-            which = f" has {' or '.join(job.gpu_types)}" if job.gpu_types else ""
-            return False, f"no READY node{which} (registered: {registered})"
-        cap = ctx.config.max_gpus_per_job
-
-        def limit(n: int) -> int:
-            return min(n, cap) if cap else n
-
-        req = job.gpu_type_hint if job.gpu_type_hint in types else ""
+        s = why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()}, ctx.config.max_gpus_per_job)
+        if cause := why_not.type_cause(job, ctx.snap, s):
+            return cause
+        req = job.gpu_type_hint if job.gpu_type_hint in s.ready else ""
         if req and not self.opts.change_type:  # its Cells are of that type only (target_cells)
-            types, allowed = [req], {req: allowed[req]}
+            s = s.only(req, keep_listing=True)
         asked = opaque.gpus_of(job) if job.opaque else job.gpus_hint
         need = asked if job.opaque or not self.opts.scale_count else max(1, asked // 2)
-        if asked and self.opts.mode != ARTIFACT and need > max(limit(ctx.total_gpus(t)) for t in types):
+        if asked and self.opts.mode != ARTIFACT:
             if job.opaque:
-                what = f"it runs on exactly {asked} GPUs of one type"
+                what = why_not.opaque_what(asked)
             elif need != asked:
                 what = f"its gpus hint is {asked}: its smallest Cell (half the hint) is {need} GPUs of one type"
             else:
                 what = f"its gpus hint is {asked}: its Cell is {need} GPUs of one type"
-            most = max(limit(c) for c in allowed.values())
-            if need <= most:
-                ready = max(limit(ctx.total_gpus(t)) for t in types)
-                return False, f"{what} and READY nodes have at most {ready} of one type (registered: {registered})"
-            if cap and need > cap:
-                return True, f"{what} and a job may have at most {cap}"
-            if need > sum(allowed.values()):
-                return True, f"{what}, more than the cluster has ({sum(allowed.values())}: {registered})"
-            return True, f"{what} and the cluster has at most {most} of one type ({registered})"
+            if cause := why_not.count_cause(s, need, what):
+                return cause
         if cells:
             return True, f"no feasible Cell among {_cells_text(cells)} (out of memory or not covered by the estimates)"
         # No GPU count: its Cells come from the counts it fits on in memory (one type's in artifact mode).
-        scope = [req or types[0]] if self.opts.mode == ARTIFACT else sorted(allowed)
+        allowed = s.registered
+        scope = [req or next(iter(s.ready))] if self.opts.mode == ARTIFACT else sorted(allowed)
         fewest = {m: cs[0] for m in scope if (cs := [c for c in ctx.gpu_counts(job, m) if c & (c - 1) == 0])}
         if not fewest:
             return True, f"no count of {' or '.join(scope)} GPUs fits it (out of memory or not covered by the estimates)"
         over = " or ".join(f"{n} x {m} (registered: {allowed[m]})" for m, n in sorted(fewest.items()))
-        if all(n > limit(allowed[m]) for m, n in fewest.items()):
+        if all(n > s.limit(allowed[m]) for m, n in fewest.items()):
             return True, f"it fits in memory on no fewer than {over}"
         now = ", ".join(f"{ctx.total_gpus(m)} x {m}" for m in sorted(fewest))
         return False, f"it fits in memory on no fewer than {over}; READY: {now}"
@@ -561,14 +539,3 @@ class _Round:
 def _cells_text(cells: list[tuple[str, int, int]]) -> str:
     return ", ".join(sorted({f"{n} x {t}" for t, n, _ in cells}))
 
-
-def _registered(snap: Snapshot) -> tuple[tuple[str, int, int], ...]:
-    """The cluster's GPUs, READY or not: (model, memory bytes, count); counted from the nodes when
-    the snapshot has no `cluster_gpus` (one built by hand)."""
-    if snap.cluster_gpus:
-        return snap.cluster_gpus
-    seen: dict[tuple[str, int], int] = {}
-    for node in snap.nodes:
-        for g in node.gpus:
-            seen[(g.model, g.memory_bytes)] = seen.get((g.model, g.memory_bytes), 0) + 1
-    return tuple(sorted((m, b, c) for (m, b), c in seen.items()))

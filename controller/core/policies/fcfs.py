@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER
+from tessera.controller.core.policies import why_not
 from tessera.controller.core.policies.common import Board, free_text
 from tessera.controller.core.policy import Mode, RoundContext
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind
@@ -74,7 +75,7 @@ class FcfsPolicy:
         for j in older:
             if j.id in b.waiting:
                 t, n = requested(ctx, j)
-                if t and ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0:
+                if t and why_not_as_asked(ctx, j, t, n) is None:
                     blocked.add(t)
         for j in new:
             if art:
@@ -89,29 +90,79 @@ class FcfsPolicy:
         ctx = b.ctx
         t, n = requested(ctx, job)
         if not t:
-            b.pend(job, PendingKind.FITS_NOWHERE,
-                   "fcfs: fits nowhere: no GPU type in the cluster holds the job")
+            nowhere, why = why_no_type(ctx, job)
+            self._never(b, job, nowhere, why)
             return
         if t in blocked:
             b.pend(job, PendingKind.WAITING,
                    f"fcfs: waiting behind an earlier job for {t} (FIFO, no backfill)")
             return
-        ok = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)) > 0
-        sl = None
-        if ok:
-            if self.mode == ARTIFACT:
-                sl = b.place(t, n, SCATTER) if ctx.state.fits(t, n) == ctx.ideal_nodes(t, n) else None
-            else:
-                sl = b.place(t, n, BEST_FIT)
-                if sl is not None and ctx.throughput(job, t, n, len(sl)) <= 0:
-                    sl = None
-        if not ok:
-            # Never runnable as asked: it waits with a reason but blocks nobody.
-            b.pend(job, PendingKind.FITS_NOWHERE,
-                   f"fcfs: fits nowhere: {n} x {t} is infeasible (out of memory or not covered)")
+        cause = why_not_as_asked(ctx, job, t, n)
+        if cause is not None:
+            # Never runnable as asked on the READY nodes: it waits with a reason but blocks nobody.
+            self._never(b, job, *cause)
             return
+        if self.mode == ARTIFACT:
+            sl = b.place(t, n, SCATTER) if ctx.state.fits(t, n) == ctx.ideal_nodes(t, n) else None
+        else:
+            sl = b.place(t, n, BEST_FIT)
+            if sl is not None and ctx.throughput(job, t, n, len(sl)) <= 0:
+                sl = None
         if sl is None:
             blocked.add(t)
             b.pend(job, PendingKind.NO_ROOM_NOW, f"fcfs: waiting for {n} x {t}: {free_text(ctx)}")
             return
         b.start(job, t, sl, "as requested (FIFO)")
+
+    @staticmethod
+    def _never(b: Board, job: JobView, nowhere: bool, why: str) -> None:
+        if nowhere:
+            b.pend(job, PendingKind.FITS_NOWHERE, f"fcfs: fits nowhere: {why}")
+        else:
+            b.pend(job, PendingKind.NO_ROOM_NOW, f"fcfs: waiting for nodes: {why}")
+
+
+def _supply(ctx: RoundContext, job: JobView) -> why_not.Supply:
+    return why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()}, ctx.config.max_gpus_per_job)
+
+
+def why_no_type(ctx: RoundContext, job: JobView) -> why_not.Cause:
+    """Why `requested` found no (type, count) for the job: GPU types the cluster lacks, none READY,
+    or (a job without a GPU count) no count of a READY type that fits it in memory."""
+    if cause := why_not.type_cause(job, ctx.snap, _supply(ctx, job)):
+        return cause
+    types = [t for t in ctx.types() if not job.gpu_types or t in job.gpu_types]
+    if job.gpu_type_hint in types:  # as `requested` asks
+        types = [job.gpu_type_hint]
+    return True, f"no count of {' or '.join(types)} GPUs fits it (out of memory or not covered by the estimates)"
+
+
+def why_not_as_asked(ctx: RoundContext, job: JobView, t: str, n: int) -> why_not.Cause | None:
+    """Why the job cannot run on n x t even on idle READY nodes, None when it can (with the best
+    locality): more GPUs than the cluster (or its READY nodes) has of t, more than a job may have,
+    or out of memory on n x t, naming the fewest GPUs of t it fits on."""
+    nodes = ctx.ideal_nodes(t, n)
+    cap = ctx.config.max_gpus_per_job
+    if n <= ctx.total_gpus(t) and not (cap and n > cap) and ctx.throughput(job, t, n, nodes) > 0:
+        return None  # the common case, without building the supply
+    s = _supply(ctx, job).only(t)
+    if cause := why_not.type_cause(job, ctx.snap, s):  # an opaque job the cluster cannot hold
+        return cause
+    what = why_not.opaque_what(n) if job.opaque else f"it asks for {n} x {t}"
+    if cause := why_not.count_cause(s, n, what):
+        return cause
+    if ctx.throughput(job, t, n, nodes) > 0:
+        return None
+    fits = list(ctx.gpu_counts(job, t))  # the counts of t it fits on in memory, by the estimates
+    if job.opaque:  # no memory: an opaque job's only Cell is refused when its nodes cannot share it evenly
+        return True, f"{why_not.opaque_what(n)}, which {nodes} nodes of {t} cannot split evenly"
+    if not fits:
+        return True, f"it does not fit in memory on {n} x {t}, nor on any other count of {t}"
+    if fits[0] > n:
+        return True, f"it does not fit in memory on {n} x {t}; it fits in memory on no fewer than {fits[0]} x {t}"
+    where = f"{n} x {t} on {nodes} node{'s' if nodes > 1 else ''}"
+    if n in fits:
+        return True, f"the estimates have no Cell of {where} (it fits in memory on {n} x {t})"
+    counts = ", ".join(str(c) for c in fits[:-1]) + (" or " if len(fits) > 1 else "") + str(fits[-1])
+    return True, (f"the estimates have no Cell of {where} (out of memory or not covered; it fits in memory "
+                  f"on {counts} x {t})")

@@ -1,0 +1,106 @@
+"""Why a job cannot run at all, whatever is free now: the causes that Crius (`_no_cell`) and FCFS
+(`_try`) name for a job none of whose choices the cluster ever runs. Pure: literal inputs in, a
+cause out.
+
+A cause is (nowhere, why): `nowhere` is true when the registered GPUs, READY or not, can never run
+the job (PendingKind.FITS_NOWHERE); false when the registered GPUs would but the READY ones do not
+(nodes drained or unhealthy: the job waits for nodes, PendingKind.NO_ROOM_NOW). The causes, first
+that holds: an opaque job the cluster cannot hold, GPU types the cluster lacks, no READY node of
+the allowed types (`type_cause`); more GPUs than the READY nodes have of one type, or than a job may
+have (`count_cause`). None of them holding leaves memory (or estimates that do not cover the
+choice), which each policy names against its own choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from tessera.controller.core import opaque
+from tessera.controller.core.frenzy import missing_types_reason
+from tessera.controller.core.snapshot import JobView, Snapshot
+
+Cause = tuple[bool, str]
+
+
+def registered(snap: Snapshot) -> tuple[tuple[str, int, int], ...]:
+    """The cluster's GPUs, READY or not: (model, memory bytes, count); counted from the nodes when
+    the snapshot has no `cluster_gpus` (one built by hand)."""
+    if snap.cluster_gpus:
+        return snap.cluster_gpus
+    seen: dict[tuple[str, int], int] = {}
+    for node in snap.nodes:
+        for g in node.gpus:
+            seen[(g.model, g.memory_bytes)] = seen.get((g.model, g.memory_bytes), 0) + 1
+    return tuple(sorted((m, b, c) for (m, b), c in seen.items()))
+
+
+@dataclass(frozen=True)
+class Supply:
+    """The GPUs of the types a job allows: `registered` (READY or not) and `ready` (on READY nodes,
+    in the round's order of types), by type, and the GPUs one job may have (`cap`, 0: no cap)."""
+
+    registered: Mapping[str, int]
+    ready: Mapping[str, int]
+    cap: int = 0
+    listed: str = ""  # what `text` says when not the registered GPUs (see `only`)
+
+    def limit(self, n: int) -> int:
+        return min(n, self.cap) if self.cap else n
+
+    def text(self) -> str:
+        """The registered GPUs, e.g. "8 x A100-80GB, 4 x V100-32GB"."""
+        return self.listed or ", ".join(f"{c} x {m}" for m, c in sorted(self.registered.items()))
+
+    def only(self, gpu_type: str, keep_listing: bool = False) -> Supply:
+        """The same supply narrowed to one type (a job that runs on that type only); with
+        `keep_listing`, `text` still lists every allowed type (Crius's reasons do)."""
+        return Supply({gpu_type: self.registered.get(gpu_type, 0)}, {gpu_type: self.ready.get(gpu_type, 0)},
+                      self.cap, self.text() if keep_listing else "")
+
+
+def supply(job: JobView, snap: Snapshot, ready: Mapping[str, int], cap: int = 0) -> Supply:
+    """The job's supply: `ready` is the GPUs of READY nodes by type (the round's `total_gpus`)."""
+    have: dict[str, int] = {}
+    for m, _, c in registered(snap):
+        have[m] = have.get(m, 0) + c
+    allowed = {m: c for m, c in have.items() if not job.gpu_types or m in job.gpu_types}
+    return Supply(allowed, {t: c for t, c in ready.items() if not job.gpu_types or t in job.gpu_types}, cap)
+
+
+def type_cause(job: JobView, snap: Snapshot, s: Supply) -> Cause | None:
+    """An opaque job the registered GPUs cannot hold, GPU types the cluster lacks (fits nowhere), or
+    no READY node of the allowed types (waits for nodes); None when the job has READY GPUs to ask."""
+    reg = registered(snap)
+    if job.opaque and (nowhere := opaque.fits_nowhere(job, reg)):
+        return True, nowhere
+    if not s.registered:
+        missing = missing_types_reason(job.gpu_types, replace(snap, cluster_gpus=reg))
+        return True, missing.removeprefix("fits nowhere: ")
+    if not s.ready:
+        which = f" has {' or '.join(job.gpu_types)}" if job.gpu_types else ""
+        return False, f"no READY node{which} (registered: {s.text()})"
+    return None
+
+
+def count_cause(s: Supply, need: int, what: str) -> Cause | None:
+    """Why `need` GPUs of one type do not run, `what` saying where the count comes from ("its gpus
+    hint is 16: ..."): READY nodes too few (waits for nodes), the per-job cap, the cluster too small
+    in all or of each type (fits nowhere); None when READY nodes hold `need` of one allowed type."""
+    ready = max((s.limit(c) for c in s.ready.values()), default=0)
+    if need <= ready:
+        return None
+    most = max((s.limit(c) for c in s.registered.values()), default=0)
+    if need <= most:
+        return False, f"{what} and READY nodes have at most {ready} of one type (registered: {s.text()})"
+    if s.cap and need > s.cap:
+        return True, f"{what} and a job may have at most {s.cap}"
+    total = sum(s.registered.values())
+    if need > total:
+        return True, f"{what}, more than the cluster has ({total}: {s.text()})"
+    return True, f"{what} and the cluster has at most {most} of one type ({s.text()})"
+
+
+def opaque_what(gpus: int) -> str:
+    """`count_cause`'s `what` for an opaque job: it never runs on fewer or more GPUs."""
+    return f"it runs on exactly {gpus} GPUs of one type"
