@@ -5,7 +5,9 @@
 #                                  # image lacks or has too old (grpcio >= 1.85.1 for the generated
 #                                  # code, structlog, ...) for its Python 3.12 into .devsite/wheels312
 #                                  # (ignored by git; carry .devsite)
-#   scripts/device_smoke.sh [run] [gpu_smoke args...]   # ON THE DEVICE (the device tool's command)
+#   scripts/device_smoke.sh [run] [gpu_smoke args...]   # ON THE DEVICE (the device tool's command),
+#                                  # e.g. `run --scenario preempt` (a guaranteed job preempts a
+#                                  # best-effort one, which resumes: docs/inventory.md)
 #
 # Why each step: the device reaches no package registry; run as root, the agent runs its workers
 # as `nobody` (docs/agent.md), whose probe and workers start with a bare environment (no
