@@ -65,6 +65,19 @@ def slope(depths: list[int], medians: list[float]) -> tuple[float, float]:
     return per_layer, my - per_layer * mx
 
 
+def pool(paths: list[Path]) -> dict[str, tuple[float, float, int]]:
+    """Per variant, the slope and intercept through every recorded run's (depth, median) points, and
+    how many runs measured it: what estimator/host_time.py's HOST_TABLE holds."""
+    points: dict[str, list[tuple[int, float]]] = {}
+    runs: dict[str, int] = {}
+    for path in paths:
+        for name, row in json.loads(path.read_text())["variants"].items():
+            if row.get("status") == "ok":
+                points.setdefault(name, []).extend((int(d), r["median_s"]) for d, r in row["runs"].items())
+                runs[name] = runs.get(name, 0) + 1
+    return {n: (*slope([d for d, _ in p], [m for _, m in p]), runs[n]) for n, p in points.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -75,7 +88,12 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--budget-s", type=float, default=240.0, help="start no variant after this many seconds")
+    ap.add_argument("--pool", nargs="+", metavar="FILE", help="no run: the HOST_TABLE entries pooled from recorded runs")
     args = ap.parse_args()
+    if args.pool:
+        for name, (per_layer, fixed, n) in pool([Path(p) for p in args.pool]).items():
+            print(f'    "{name}": HostCost({per_layer:.5f}, {max(0.0, fixed):.5f}),  # {n} run{"s" if n > 1 else ""}')
+        return 0
     depths = sorted({int(x) for x in args.layers.split(",")})
     if len(depths) < 2 or depths[0] < 1:
         ap.error("--layers: give at least two depths >= 1")

@@ -47,9 +47,25 @@ class HostCost:
     fixed_s: float  # per step outside the layers
 
 
-# Measured by bench/host_overhead.py; filled from a recorded run (the source names it).
-HOST_TABLE: dict[str, HostCost] = {}
-HOST_SOURCE = ""
+# Measured by bench/host_overhead.py on one H200 server (16 cores; torch 2.11.0+cu130, transformers
+# 5.17.0; the FSDP2 recipes on the native stand-in of torchtitan's): two runs of the eager variants
+# pooled, one of each compiled (`python bench/host_overhead.py --pool bench/recorded/host_overhead_h200_*`
+# prints these lines). A negative intercept is taken as 0.
+HOST_TABLE: dict[str, HostCost] = {
+    "fsdp": HostCost(0.00800, 0.00291),  # 2 runs
+    "fsdp op": HostCost(0.01114, 0.01977),  # 2 runs
+    "fsdp full": HostCost(0.01183, 0.00000),  # 2 runs
+    "fsdp float8": HostCost(0.02334, 0.00876),  # 2 runs
+    "fsdp float8 op": HostCost(0.04731, 0.00837),  # 2 runs
+    "amp": HostCost(0.00376, 0.00436),  # 2 runs
+    "amp full": HostCost(0.00692, 0.00551),  # 2 runs
+    "lora": HostCost(0.00717, 0.00265),  # 2 runs
+    "lora full": HostCost(0.01328, 0.00000),  # 2 runs
+    "fsdp compile": HostCost(0.00436, 0.00528),  # 1 run
+    "fsdp op compile": HostCost(0.00568, 0.00770),  # 1 run
+    "fsdp float8 op compile": HostCost(0.00566, 0.01496),  # 1 run
+}
+HOST_SOURCE = "measured:bench/host_overhead.py(h200,2026-11-27)"
 
 
 def variant_of(plan: ExecutionPlan) -> str:

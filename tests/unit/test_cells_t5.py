@@ -162,7 +162,8 @@ def test_one_stage_cell_time_against_plan_time(dp: int, b: int, recompute: bool)
     """The same plan (dp ranks, b micro-batches, mixed precision, ZeRO-1 over dp, flash attention) under
     the same priors: compute, recompute and the optimizer step are the same; the stated difference is
     the gradient reduction (the Cells: one whole all-reduce per iteration, Crius Sec. 5.1; plan_time:
-    ZeRO-1's reduce-scatter overlapped with the last backward, then its all-gather)."""
+    ZeRO-1's reduce-scatter overlapped with the last backward, then its all-gather). plan_time's host
+    floor (its host_wait), which the Cells do not have, is left out."""
     dims, gb = REGISTERED["t5-base"], 32
     cfg = CellConfig()
     est = CellEstimator(cfg)
@@ -176,8 +177,9 @@ def test_one_stage_cell_time_against_plan_time(dp: int, b: int, recompute: bool)
     br = pt.breakdown
     assert b * cell.compute == pytest.approx(br["compute"] + br["recompute"], rel=1e-9)
     cell_time = iteration_time([cell], b)
-    assert cell_time - pt.iter_time == pytest.approx(cell.sync - br["optimizer"] - br["dp_comm"], rel=1e-9)
+    device = pt.iter_time - br["host_wait"]
+    assert cell_time - device == pytest.approx(cell.sync - br["optimizer"] - br["dp_comm"], rel=1e-9)
     if dp == 1:
-        assert cell_time == pytest.approx(pt.iter_time, rel=1e-9)
+        assert cell_time == pytest.approx(device, rel=1e-9)
     else:
         assert 0 < br["dp_comm"] < cell.sync - br["optimizer"]  # the overlap hides part of it

@@ -44,6 +44,12 @@ def test_an_unmeasured_recipe_is_composed_from_what_each_part_adds_per_layer() -
     assert cost.per_layer_s == pytest.approx(0.004 + (0.030 - 0.012))
 
 
+def test_the_measured_table_prices_every_variant_it_was_measured_on() -> None:
+    for name in VARIANTS:
+        cost, how = host_cost(ExecutionPlan(micro_batch=1, **VARIANTS[name]))
+        assert how == f"measured {name}" and cost.per_layer_s > 0 and cost.fixed_s >= 0
+
+
 def test_what_the_table_cannot_price_has_no_floor() -> None:
     assert host_cost(ExecutionPlan(sharding="fsdp", checkpointing="op", compile=True), TABLE) is None
     assert host_cost(ExecutionPlan(sharding="fsdp"), {}) is None
@@ -63,6 +69,7 @@ def _tiny() -> ModelDims:
 
 def test_a_step_of_short_kernels_takes_as_long_as_its_host(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = ExecutionPlan(micro_batch=1, sharding="fsdp", precision="amp")
+    monkeypatch.setattr(host_time, "HOST_TABLE", {})
     without = estimate_plan_time(_tiny(), plan, "H100-80GB")
     assert without.breakdown["host_wait"] == 0.0
     monkeypatch.setattr(host_time, "HOST_TABLE", TABLE)
@@ -79,6 +86,7 @@ def test_a_step_of_short_kernels_takes_as_long_as_its_host(monkeypatch: pytest.M
 def test_a_step_of_long_kernels_is_the_gpu_formula(monkeypatch: pytest.MonkeyPatch) -> None:
     big = ModelDims(4096, 32, 32, 128256, 4096, "big", ffn_hidden=14336, gated=True, num_kv_heads=8)
     plan = ExecutionPlan(micro_batch=8, sharding="fsdp", precision="amp")
+    monkeypatch.setattr(host_time, "HOST_TABLE", {})
     before = estimate_plan_time(big, plan, "H100-80GB")
     monkeypatch.setattr(host_time, "HOST_TABLE", TABLE)
     after = estimate_plan_time(big, plan, "H100-80GB")
