@@ -105,7 +105,8 @@ class Unavailable(TesseraError):
 
 
 class ResourceExhausted(TesseraError):
-    """The server is too busy with calls of this kind now (a bounded lane is full); retry later."""
+    """A bound is reached: the server is too busy with calls of this kind now (a bounded lane is full),
+    or a tenant holds as many jobs not yet ended as it may (controller/unended.py); retry later."""
 
     code = Code.RESOURCE_EXHAUSTED
 

@@ -156,7 +156,7 @@ class Engine:
         """
         if not spec.tenant:
             spec.tenant = "default"
-        key = f"{spec.tenant}/{request_id}"
+        key = transitions.request_key(spec.tenant, request_id)
         rec, event = transitions.submitted("j-" + uuid.uuid4().hex[:12], key, spec, self.wall())
         stored, created = self.store.create_job(rec, event)
         if created:

@@ -55,3 +55,6 @@ class EngineConfig:
     # The tenants file (--tenants; controller/tenants.py): GPU quotas per tenant, reloaded when it
     # changes. "" = none: no quotas, every job best-effort.
     tenants_file: str = ""
+    # Jobs of one tenant not yet ended that SubmitJob accepts (--max-unended-jobs; controller/unended.py;
+    # a tenant's max_unended_jobs in the tenants file wins); 0 = no cap.
+    max_unended_jobs: int = 10_000

@@ -414,6 +414,17 @@ class EtcdStore:
         out = _jobs((doc, spec) for i, doc in docs if (spec := specs.get(i)) is not None)
         return sorted(out, key=lambda j: (j.submit_time, j.id))
 
+    def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
+        """Jobs not ended: counted in memory, nothing copied or read (once the index is known)."""
+        st = set(states)
+        if not st or st & TERMINAL:
+            return len(self.list_jobs(st, tenant))
+        self._state_index()
+        return sum(1 for j in self._open_jobs.values() if j.state in st and (not tenant or j.spec.tenant == tenant))
+
+    def has_request(self, request_id: str) -> bool:
+        return self._value(self._k("req", request_id)) is not None
+
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
         jkey = self._k("job", job.id)
         with self._writing():

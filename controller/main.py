@@ -128,6 +128,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="tenants file: GPU quotas per tenant (docs/tenants.md); reloaded on SIGHUP and when it "
                         "changes, a bad reload refused and the config before kept. Without it: no quotas, every "
                         "job best-effort, guaranteed jobs refused")
+    p.add_argument("--max-unended-jobs", type=int, default=EngineConfig.max_unended_jobs, metavar="N",
+                   help="the most jobs one tenant may have not yet ended (pending or running): SubmitJob answers "
+                        "one more with RESOURCE_EXHAUSTED (default 10000; 0 = no cap); a tenant's max_unended_jobs "
+                        "in the tenants file wins")
     p.add_argument("--store", default="sqlite", choices=("sqlite", "etcd"),
                    help="where the state lives: SQLite under --state-dir (default), or etcd, with leader "
                         "election among several controllers (docs/ha.md)")
@@ -177,6 +181,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 0 (0 = keep forever)")
     if args.retention_interval <= 0:
         p.error("--retention-interval must be > 0")
+    if args.max_unended_jobs < 0:
+        p.error("--max-unended-jobs must be >= 0 (0 = no cap)")
     if args.forecast_rounds < 0:
         p.error("--forecast-rounds must be >= 0 (0 = no forecasts)")
     if not args.forecast_horizon > 0:
@@ -271,6 +277,7 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         progress_timeout_s=args.progress_timeout, estimator=args.estimator,
         learn_step_times=args.learn_step_times,
         allowed_env=frozenset(args.allow_env), tenants_file=os.path.abspath(args.tenants) if args.tenants else "",
+        max_unended_jobs=args.max_unended_jobs,
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls,
         prices=getattr(args, "price_table", ()),

@@ -31,6 +31,7 @@ from tessera.common.nodespec import node_id_error, status_errors
 from tessera.common.objective import cost_precondition
 from tessera.common.tls import peer_identity
 from tessera.common.tokens import Principal
+from tessera.controller import unended
 from tessera.controller.access import list_tenant, may_see, submit_tenant
 from tessera.controller.agents import peer_details
 from tessera.controller.auth import principal_of
@@ -151,6 +152,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         refused = submit_refusal(tenants.config, tenants.path, request.spec, tenants.last_error, who.sees_all)
         if refused is not None:  # nothing is stored: a job that could never be admitted here
             raise refused
+        # The tenant's cap of jobs not yet ended; no await from here to the store's create_job.
+        capped = unended.check(self.view, request.spec.tenant or "default", rid, self.engine.cfg.max_unended_jobs,
+                               tenants.config)
+        if capped is not None:
+            raise capped
         rec, created = await self.engine.submit(request.spec, rid, who)
         return controller_pb2.SubmitJobResponse(job=self._job(rec.id, who), created=created)
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from tessera.common.errors import TesseraError
 from tessera.controller.badrecords import integer, number, one, readable, text
+from tessera.controller.sqlschema import MIGRATIONS, SCHEMA
 from tessera.v1 import common_pb2
 
 SCHEMA_VERSION = 2
@@ -111,6 +112,10 @@ class Store(Protocol):
     def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]: ...
     def get_job(self, job_id: str) -> JobRecord | None: ...
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
+    # SubmitJob's cap on a tenant's jobs not yet ended (controller/unended.py), at every submit: how
+    # many jobs list_jobs would list, without reading them; whether create_job would find `request_id`.
+    def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int: ...
+    def has_request(self, request_id: str) -> bool: ...
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]: ...
     def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None: ...
 
@@ -203,6 +208,12 @@ class MemoryStore:
         return [j for j in sorted(self._jobs.values(), key=lambda j: (j.submit_time, j.id))
                 if (not st or j.state in st) and (not tenant or j.spec.tenant == tenant)]
 
+    def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
+        return len(self.list_jobs(states, tenant))  # the tests' and the simulator's store: in memory
+
+    def has_request(self, request_id: str) -> bool:
+        return request_id in self._by_request
+
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
         if job.id not in self._jobs:
             raise KeyError(job.id)
@@ -274,38 +285,6 @@ class MemoryStore:
         pass
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-  id TEXT PRIMARY KEY, request_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, state INTEGER NOT NULL,
-  reason TEXT NOT NULL, submit_time REAL NOT NULL, attempt INTEGER NOT NULL, spec BLOB NOT NULL,
-  plan BLOB, placement BLOB, progress BLOB, start_time REAL NOT NULL, end_time REAL NOT NULL,
-  restarts INTEGER NOT NULL, retries INTEGER NOT NULL, stop_requested INTEGER NOT NULL,
-  launch_failures INTEGER NOT NULL DEFAULT 0, next_launch_time REAL NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
-CREATE INDEX IF NOT EXISTS jobs_page ON jobs(submit_time, id);
-CREATE INDEX IF NOT EXISTS jobs_tenant_page ON jobs(tenant, submit_time, id);
-CREATE TABLE IF NOT EXISTS node_removals (
-  request_id TEXT PRIMARY KEY, node_id TEXT NOT NULL, time REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS events (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, time REAL NOT NULL,
-  kind TEXT NOT NULL, message TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS events_job ON events(job_id, seq);
-CREATE TABLE IF NOT EXISTS nodes (
-  id TEXT PRIMARY KEY, address TEXT NOT NULL, inventory BLOB NOT NULL, drained INTEGER NOT NULL,
-  drain_reason TEXT NOT NULL, launch_failures INTEGER NOT NULL DEFAULT 0,
-  unhealthy_until REAL NOT NULL DEFAULT 0);
-"""
-
-# Schema migrations: MIGRATIONS[v] brings a database at version v to v + 1, inside the opening
-# transaction (a crash mid-way leaves the old version, whole).
-MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: ("ALTER TABLE jobs ADD COLUMN launch_failures INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE jobs ADD COLUMN next_launch_time REAL NOT NULL DEFAULT 0",
-        "ALTER TABLE nodes ADD COLUMN launch_failures INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE nodes ADD COLUMN unhealthy_until REAL NOT NULL DEFAULT 0"),
-}
-
 _JOB_COLS = ("id, request_id, tenant, state, reason, submit_time, attempt, spec, plan, placement, progress, "
              "start_time, end_time, restarts, retries, stop_requested, launch_failures, next_launch_time")
 _NODE_COLS = "id, address, inventory, drained, drain_reason, launch_failures, unhealthy_until"
@@ -346,7 +325,7 @@ class SqliteStore:
                 raise StateError(f"{path}: the database is corrupt ({'; '.join(problems)}); restore it from a "
                                  "backup, or start with a new --state-dir")
             with self._tx():
-                for stmt in filter(str.strip, _SCHEMA.split(";")):
+                for stmt in filter(str.strip, SCHEMA.split(";")):
                     self._db.execute(stmt)
                 row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
                 if row is None:
@@ -476,17 +455,26 @@ class SqliteStore:
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         return self.list_jobs_page(states, tenant, None, -1)
 
+    @staticmethod
+    def _where(states: Iterable[int], tenant: str) -> tuple[str, list[object]]:
+        """The filters of list_jobs as a WHERE clause, and its arguments."""
+        st: list[object] = list(states)
+        q = " WHERE 1=1" + (f" AND state IN ({','.join('?' * len(st))})" if st else "")
+        return (q + " AND tenant=?", [*st, tenant]) if tenant else (q, st)
+
+    def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
+        where, args = self._where(states, tenant)
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM jobs" + where, args).fetchone()[0])
+
+    def has_request(self, request_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM jobs WHERE request_id=?", (request_id,)).fetchone() is not None
+
     def list_jobs_page(self, states: Iterable[int] = (), tenant: str = "", after: tuple[float, str] | None = None,
                        limit: int = 500) -> list[JobRecord]:
-        st = list(states)
-        q = f"SELECT {_JOB_COLS} FROM jobs WHERE 1=1"
-        args: list[object] = []
-        if st:
-            q += f" AND state IN ({','.join('?' * len(st))})"
-            args += st
-        if tenant:
-            q += " AND tenant=?"
-            args.append(tenant)
+        where, args = self._where(states, tenant)
+        q = f"SELECT {_JOB_COLS} FROM jobs" + where
         if after is not None:
             q += " AND (submit_time, id) > (?, ?)"
             args += after

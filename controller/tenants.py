@@ -69,7 +69,8 @@ class TenantsSource:
         config = read_tenants_file(self.path)
         self.config, self._stamp, self.loaded_at, self.last_error = config, stamp, self.wall(), ""
         log.info("tenants_loaded", file=self.path, tenants=len(config.tenants),
-                 quotas={t.name: dict(t.gpus) for t in config.tenants if t.gpus})
+                 quotas={t.name: dict(t.gpus) for t in config.tenants if t.gpus},
+                 max_unended_jobs=dict(config.unended_caps))
 
     def refresh(self) -> bool:
         """Reload if asked or if the file changed; True when a new config was taken."""

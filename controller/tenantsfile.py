@@ -5,6 +5,8 @@ quotas per type, the one parser.
       team-a:
         quota: {A100-80GB: 16, H100-80GB: 8}
       team-b: {}            # a tenant without quota: best-effort only
+      team-c:
+        max_unended_jobs: 500   # its own cap of jobs not yet ended (else --max-unended-jobs; 0 = none)
 
 Pure but for `read_tenants_file`: a parsed document in, a `TenantsConfig` (the core's TenantQuota
 values) out, or a `TenantsFileError` naming the field (`FILE line N: field F: why` when read from a
@@ -26,7 +28,9 @@ from tessera.controller.core.snapshot import TenantQuota
 MAX_TENANTS = 10_000
 # GPUs of one type one tenant may be guaranteed: far above any cluster, below overflow anywhere.
 MAX_QUOTA = 1_000_000
-TENANT_KEYS = ("quota",)
+# A tenant's own cap of jobs not yet ended (controller/unended.py): 0 = none.
+MAX_UNENDED_JOBS = 100_000_000
+TENANT_KEYS = ("quota", "max_unended_jobs")
 
 
 class TenantsFileError(InputFileError):
@@ -38,6 +42,12 @@ class TenantsConfig:
     """The tenants, sorted by name; `tenants` is what a round's Snapshot.tenants holds."""
 
     tenants: tuple[TenantQuota, ...] = ()
+    # (tenant, cap) of the tenants whose entry sets max_unended_jobs, sorted by name.
+    unended_caps: tuple[tuple[str, int], ...] = ()
+
+    def max_unended(self, name: str) -> int | None:
+        """The tenant's own cap of jobs not yet ended (0 = none); None = the controller's flag."""
+        return dict(self.unended_caps).get(name)
 
     def get(self, name: str) -> TenantQuota | None:
         return next((t for t in self.tenants if t.name == name), None)
@@ -66,13 +76,20 @@ def parse_tenants(doc: Any) -> TenantsConfig:
     if len(tenants) > MAX_TENANTS:
         raise TenantsFileError("tenants", f"more than {MAX_TENANTS:,} tenants")
     out = []
+    caps: list[tuple[str, int]] = []
     for name, body in tenants.items():
         field = f"tenants.{name}"
         if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             raise TenantsFileError(f"tenants.{str(name)[:40]}", f"a tenant name must be {NAME_RULE} (as in the "
                                                                   "tokens file)")
         out.append(TenantQuota(name, _quota(field, body)))
-    return TenantsConfig(tuple(sorted(out, key=lambda t: t.name)))
+        cap = body.get("max_unended_jobs") if isinstance(body, Mapping) else None
+        if cap is not None:
+            if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= MAX_UNENDED_JOBS:
+                raise TenantsFileError(f"{field}.max_unended_jobs", f"must be a number of jobs in "
+                                       f"0..{MAX_UNENDED_JOBS:,} (0 = no cap), got {cap!r:.40}")
+            caps.append((name, cap))
+    return TenantsConfig(tuple(sorted(out, key=lambda t: t.name)), tuple(sorted(caps)))
 
 
 def _quota(field: str, body: Any) -> tuple[tuple[str, int], ...]:

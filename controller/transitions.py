@@ -16,6 +16,12 @@ Events = list[tuple[str, str]]
 Change = tuple[JobRecord, Events]
 
 
+def request_key(tenant: str, request_id: str) -> str:
+    """The store's idempotency key of a submit: "tenant/request_id" (a tenant never holds a "/"), so
+    one tenant's retry never returns, or collides with, another tenant's job."""
+    return f"{tenant or 'default'}/{request_id}"
+
+
 def submitted(job_id: str, request_id: str, spec: common_pb2.JobSpec, now: float) -> tuple[JobRecord, tuple[str, str]]:
     rec = JobRecord(id=job_id, request_id=request_id, spec=spec, state=P.JOB_STATE_PENDING,
                     reason="waiting for the next scheduling round", submit_time=now)

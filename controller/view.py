@@ -103,6 +103,14 @@ class EngineView(Protocol):
 
     def jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
 
+    def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
+        """len(jobs(states, tenant)) without reading a record (Store.count_jobs)."""
+        ...
+
+    def has_request(self, key: str) -> bool:
+        """Whether a stored job was submitted under `key` (transitions.request_key)."""
+        ...
+
     def jobs_page(self, states: Iterable[int], tenant: str, after: tuple[float, str] | None,
                   limit: int) -> list[JobRecord]:
         """Store.list_jobs_page: at most `limit` jobs after the key `after`."""
@@ -155,6 +163,12 @@ class LiveView:
 
     def jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         return self._store.list_jobs(states, tenant)
+
+    def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
+        return self._store.count_jobs(states, tenant)
+
+    def has_request(self, key: str) -> bool:
+        return self._store.has_request(key)
 
     def jobs_page(self, states: Iterable[int], tenant: str, after: tuple[float, str] | None,
                   limit: int) -> list[JobRecord]:

@@ -135,6 +135,26 @@ def test_list_filters(store: Store) -> None:
     assert [j.id for j in store.list_jobs()] == ["j-1", "j-2"]
 
 
+def test_count_jobs_is_the_length_of_the_list_and_request_ids_are_known(store: Store) -> None:
+    """SubmitJob's cap (controller/unended.py): count_jobs counts what list_jobs would list;
+    has_request is True for the request ids create_job would answer with a stored job."""
+    for i, tenant in ((1, "a"), (2, "a"), (3, "a"), (4, "b")):
+        store.create_job(_job(i, req=f"{tenant}/r-{i}", tenant=tenant), ("SUBMITTED", ""))
+    running, ended = store.get_job("j-2"), store.get_job("j-3")
+    assert running is not None and ended is not None
+    store.save_job(running.with_(state=P.JOB_STATE_RUNNING, attempt=1), 2.0)
+    store.save_job(ended.with_(state=P.JOB_STATE_CANCELLED, end_time=3.0), 3.0)
+    unended = (P.JOB_STATE_PENDING, P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING, P.JOB_STATE_MIGRATING)
+    for states, tenant in (((), ""), (unended, "a"), (unended, "b"), (unended, ""), (unended, "zz"),
+                           ((P.JOB_STATE_CANCELLED,), "a"), ((), "a"), ((P.JOB_STATE_PENDING, P.JOB_STATE_CANCELLED), "a")):
+        assert store.count_jobs(states, tenant) == len(store.list_jobs(states, tenant)), (states, tenant)
+    assert store.count_jobs(unended, "a") == 2 and store.count_jobs(unended, "b") == 1
+    assert store.has_request("a/r-1") and store.has_request("a/r-3")  # an ended job's too
+    assert not store.has_request("b/r-1") and not store.has_request("r-1")
+    assert store.delete_finished_jobs(ended_before=50.0, limit=10) == ["j-3"]
+    assert not store.has_request("a/r-3")  # removed with its job: a new submit may take it
+
+
 def test_nodes(store: Store) -> None:
     inv = P.NodeInventory(source=P.INVENTORY_SOURCE_DECLARED, gpus=[P.Gpu(index=0, model="A10-24GB")])
     store.put_node(NodeRecord("n1", "127.0.0.1:1", inv))

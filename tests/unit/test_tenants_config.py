@@ -52,6 +52,7 @@ BAD = [
     ("tenants:\n  a:\n    quota: {A100: 1, a100-80gb: 2}\n", 3, "tenants.a.quota.a100-80gb", "A100-80GB is given twice"),
     ("tenants:\n  a:\n    quota: 16\n", 3, "tenants.a.quota", "must be a mapping of GPU type"),
     ("tenants:\n  a:\n    qouta: {A100: 1}\n", 3, "tenants.a.qouta", "unknown key"),
+    ("tenants:\n  a:\n    max_unended_jobs: -1\n", 3, "tenants.a.max_unended_jobs", "must be a number of jobs in 0.."),
     ("tenants:\n  a: {}\n  a: {}\n", 3, "tenants.a", "duplicate key"),
 ]
 
