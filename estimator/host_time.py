@@ -6,9 +6,9 @@ A rank's step cannot end before its host has issued it:
 
     host = grad_accum x layers_on_the_rank x per_layer + fixed
 
-with `per_layer` and `fixed` measured per recipe by bench/host_overhead.py (tiny-width models at two
-depths on a GPU server: the slope and the intercept of the median step), never fitted to a full-size
-run. The plan's time is then max(the GPU-side formula, host) (estimator/plan_time.py); the
+with `per_layer` and `fixed` measured per recipe by bench/host_overhead.py (tiny-width models at
+several depths on a GPU server: the slope and the intercept of the median step), never fitted to a
+full-size run. The plan's time is then max(the GPU-side formula, host) (estimator/plan_time.py); the
 difference is its `host_wait` component. Recipes the table lacks are composed from the measured
 ones (a base plus what checkpointing, LoRA and Float8 add per layer); a compiled plan takes only a
 measured compiled variant.
