@@ -90,25 +90,31 @@ def _delta(with_: str, without: str, table: dict[str, HostCost]) -> float | None
 
 def host_cost(plan: ExecutionPlan, table: dict[str, HostCost] | None = None) -> tuple[HostCost, str] | None:
     """The plan's measured host cost and how it was found ("measured VARIANT" or "composed ..."), or
-    None where the table cannot price it."""
+    None where the table cannot price it. A composition takes each part's delta from the pair
+    closest to the plan: Float8's from the op-checkpointed pair under op checkpointing (the two
+    interact: the Python policy runs on every cast op), full checkpointing's from the plan's own
+    kind (fsdp, amp or LoRA) first."""
     t = HOST_TABLE if table is None else table
     name = variant_of(plan)
     if name in t:
         return t[name], f"measured {name}"
     if plan.compile:
         return None  # a compiled graph's launches are not the eager ones'
-    sharded = plan.zero_stage >= 3
-    base = "fsdp" if sharded else "amp"
+    kind = "fsdp" if plan.zero_stage >= 3 else "lora" if plan.lora_rank else "amp"
+    base = "fsdp" if kind == "fsdp" else "amp"
     cost = t.get(base)
     if cost is None:
         return None
-    per_layer, used = cost.per_layer_s, [base]
+    full = {"fsdp": ("fsdp", "amp", "lora"), "amp": ("amp", "lora", "fsdp"), "lora": ("lora", "amp", "fsdp")}[kind]
+    float8 = (("fsdp float8", "fsdp"), ("fsdp float8 op", "fsdp op"))
+    op = plan.checkpointing not in ("none", "full")
     steps: list[tuple[bool, tuple[tuple[str, str], ...]]] = [
         (plan.lora_rank > 0, (("lora", "amp"),)),
-        (plan.float8 != "none", (("fsdp float8", "fsdp"), ("fsdp float8 op", "fsdp op"))),
-        (plan.checkpointing == "full", (("fsdp full", "fsdp"), ("amp full", "amp"), ("lora full", "lora"))),
-        (plan.checkpointing not in ("none", "full"), (("fsdp op", "fsdp"),)),
+        (plan.float8 != "none", float8[::-1] if op else float8),
+        (plan.checkpointing == "full", tuple((f"{k} full", k) for k in full)),
+        (op, (("fsdp op", "fsdp"),)),
     ]
+    per_layer, used = cost.per_layer_s, [base]
     for wanted, pairs in steps:
         if not wanted:
             continue
@@ -123,11 +129,32 @@ def host_cost(plan: ExecutionPlan, table: dict[str, HostCost] | None = None) -> 
     return HostCost(per_layer, cost.fixed_s), "composed " + " ".join(used)
 
 
-def host_seconds(plan: ExecutionPlan, layers_on_rank: int, table: dict[str, HostCost] | None = None) -> tuple[float, str] | None:
-    """Seconds the busiest rank's host needs to issue one step, and the source; None where unpriced."""
+def host_seconds(plan: ExecutionPlan, layers_on_rank: int, checkpointed: int | None = None,
+                 table: dict[str, HostCost] | None = None) -> tuple[float, str] | None:
+    """Seconds the busiest rank's host needs to issue one step, and the source; None where unpriced.
+    `checkpointed` of the rank's layers (all by default) take the checkpointed recipe's cost, the
+    others the same recipe's without checkpointing (`checkpoint_every` > 1)."""
     found = host_cost(plan, table)
     if found is None:
         return None
     cost, how = found
-    seconds = plan.grad_accum * layers_on_rank * cost.per_layer_s + cost.fixed_s
+    ckpt = layers_on_rank if checkpointed is None or plan.checkpointing == "none" else min(checkpointed, layers_on_rank)
+    per_mb = ckpt * cost.per_layer_s
+    if ckpt < layers_on_rank:
+        plain = host_cost(plan.with_(checkpointing="none", checkpoint_every=1), table)
+        if plain is None:
+            return None
+        per_mb += (layers_on_rank - ckpt) * plain[0].per_layer_s
+        how += f", {layers_on_rank - ckpt} of {layers_on_rank} layers as {plain[1]}"
+    seconds = plan.grad_accum * per_mb + cost.fixed_s
     return max(0.0, seconds), f"host:{how}" + (f";{HOST_SOURCE}" if HOST_SOURCE else "")
+
+
+def extrapolation(family: str, plan: ExecutionPlan) -> str:
+    """What the source adds where the plan lies outside what was measured (one rank of a dense
+    decoder, no parallelism but FSDP2's): the floor is then the measured recipe's, carried over."""
+    outside = [w for cond, w in ((family != "decoder", family), (plan.tp > 1, f"tp {plan.tp}"),
+                                 (plan.cp > 1, f"cp {plan.cp}"), (plan.ep > 1, f"ep {plan.ep}"),
+                                 (plan.pp > 1, f"pp {plan.pp}"), (plan.zero_stage in (1, 2), f"zero{plan.zero_stage}"))
+               if cond]
+    return f";host:extrapolated to {', '.join(outside)}" if outside else ""

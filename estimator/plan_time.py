@@ -53,7 +53,7 @@ from tessera.estimator.cells import (
 )
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import flash_efficiency, has_fp8, optimizer_step_time, stage_compute_time
-from tessera.estimator.host_time import host_seconds
+from tessera.estimator.host_time import extrapolation, host_seconds
 from tessera.estimator.lora_costs import LoraOperators as LoraOperators  # noqa: PLC0414 (re-exported)
 from tessera.estimator.lora_costs import layer_index as _layer_index
 from tessera.estimator.lora_costs import lora_operators as lora_operators  # noqa: PLC0414
@@ -421,11 +421,16 @@ def estimate_plan_time(model: ModelDims, plan: ExecutionPlan, gpu: str | GpuType
     }
     device = sum(breakdown.values())
     # An eager rank cannot finish before its host has launched its stage's kernels (host_time.py)
-    host = host_seconds(plan, max(sum(_layer_index(ops[i]) is not None for i in idx) for idx in layout))
+    host: tuple[float, str] | None = None
+    for idx in layout:
+        lis = [li for i in idx if (li := _layer_index(ops[i])) is not None]
+        h = host_seconds(plan, len(lis), sum((li + 1) % plan.checkpoint_every == 0 for li in lis))
+        if h is not None and (host is None or h[0] > host[0]):
+            host = h
     breakdown["host_wait"] = max(0.0, host[0] - device) if host else 0.0
     total = device + breakdown["host_wait"]
     if host:
-        sources.add(host[1])
+        sources.add(host[1] + extrapolation(model.family, plan))
     src = "formula:plan-time;" + ";".join(sorted(sources)) + f";{cfg.links.source}"
     per_stage = tuple({"busy": s.busy, "compute": s.compute, "recompute": s.recompute, "tp_comm": s.tp_comm,
                        "cp_comm": s.cp_comm, "ep_comm": s.ep_comm, "fsdp_per_microbatch": s.fsdp_mb,
