@@ -191,3 +191,52 @@ def test_a_job_that_never_runs_on_the_ready_nodes_blocks_nobody(first: JobView) 
     assert d["big"].action == Action.PENDING and d["big"].pending in (NOWHERE, NO_ROOM)
     assert "waiting for 16" not in d["big"].reason and "waiting for 8" not in d["big"].reason
     assert d["later"].action == Action.START
+
+
+@pytest.mark.parametrize("mode", ["paper", "artifact"])
+def test_a_type_with_too_few_ready_gpus_loses_to_a_slower_one_that_has_them(mode: str) -> None:
+    # Was "fcfs: waiting for nodes: it asks for 8 x A100-80GB and READY nodes have at most 4 of one type
+    # (registered: 8 x A100-80GB)" forever, while 8 READY V100 could run it (and did with no A100 READY).
+    a, b, v1, v2 = node("a"), node("b"), node("v1", V100, 4, 32), node("v2", V100, 4, 32)
+    j = job(gpus=8, gtype="", gpu_types=(A100, V100))
+    d, _ = decide((a, v1, v2), registered(a, b, v1, v2), j, mode=mode)
+    assert d.action == Action.START and d.cell is not None and (d.cell.gpu_type, d.cell.gpus) == (V100, 8)
+    # No allowed type can run it now: the reason still names the preferred type's cause.
+    d, stored = decide((a, v1), registered(a, b, v1, v2), j, mode=mode)
+    assert d.pending is NO_ROOM
+    assert stored == d.reason == ("fcfs: waiting for nodes: it asks for 8 x A100-80GB and READY nodes have at most "
+                                  "4 of one type (registered: 8 x A100-80GB)")
+
+
+def test_out_of_memory_on_the_registered_gpus_fits_nowhere_while_nodes_are_down() -> None:
+    # Was "fcfs: waiting for nodes: it asks for 16 x A100-80GB and READY nodes have at most 4 ...", without
+    # the memory account: nodes coming back would not run it.
+    more = registered(A, node("b"), node("c"), node("d"))
+    d, stored = decide((A,), more, job(gpus=16, key="none", model=BIG))
+    assert d.pending is NOWHERE
+    assert d.reason == ("fcfs: fits nowhere: it does not fit in memory on 16 x A100-80GB, nor on any other count "
+                        "of A100-80GB")
+    assert stored.startswith(d.reason + "; fits nowhere: needs at least ")
+    k16 = TableEstimates({("k16", A100, 16): 1.0})
+    d, _ = decide((A,), more, job(gpus=8, key="k16"), k16)
+    assert d.pending is NOWHERE
+    assert d.reason == ("fcfs: fits nowhere: it does not fit in memory on 8 x A100-80GB; it fits in memory on no "
+                        "fewer than 16 x A100-80GB")
+    d, _ = decide((A,), more, job(gpus=16, key="k16"), k16)  # fits in memory: it waits for the nodes
+    assert d.pending is NO_ROOM and d.reason.startswith("fcfs: waiting for nodes: it asks for 16 x A100-80GB")
+
+
+def test_a_job_without_a_gpu_count_is_told_the_fewest_it_fits_on_not_what_it_asks() -> None:
+    # Was "it asks for 8 x A100-80GB, ...": the job asked for no count.
+    b = node("b")
+    d, stored = decide((A,), registered(A), job(key="k8"))
+    assert d.pending is NOWHERE
+    assert stored == d.reason == ("fcfs: fits nowhere: it fits in memory on no fewer than 8 x A100-80GB, more than "
+                                  "the cluster has (4: 4 x A100-80GB)")
+    d, _ = decide((A, b), registered(A, b), job(key="k8"), cfg=RoundConfig(max_gpus_per_job=4))
+    assert d.pending is NOWHERE
+    assert d.reason == "fcfs: fits nowhere: it fits in memory on no fewer than 8 x A100-80GB and a job may have at most 4"
+    d, _ = decide((A,), registered(A, b), job(key="k8"))
+    assert d.pending is NO_ROOM
+    assert d.reason == ("fcfs: waiting for nodes: it fits in memory on no fewer than 8 x A100-80GB and READY nodes "
+                        "have at most 4 of one type (registered: 8 x A100-80GB)")

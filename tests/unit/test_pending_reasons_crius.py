@@ -186,3 +186,29 @@ def test_a_snapshot_without_cluster_gpus_counts_the_ready_nodes() -> None:
     d, _ = decide((A,), (), job(gpu_types=("H100-80GB",)))
     assert d.reason == ("crius: fits nowhere: no GPU of type H100-80GB in the cluster (it has 4 x A100-80GB "
                         "(74.5 GiB)); did you mean A100-80GB?")
+
+
+def test_out_of_memory_on_the_registered_gpus_fits_nowhere_while_nodes_are_down() -> None:
+    # Was "crius: waiting for nodes: its gpus hint is 16: ... READY nodes have at most 4 of one type ...",
+    # without the memory account: nodes coming back would not run it.
+    d, stored = decide((A,), registered(A, node("b"), node("c"), node("d")), job(gpus=16, key="none", model=BIG))
+    assert d.pending is NOWHERE
+    assert d.reason == ("crius: fits nowhere: no count of A100-80GB GPUs fits it (out of memory or not covered by "
+                        "the estimates)")
+    assert stored.startswith(d.reason + "; fits nowhere: needs at least ")
+    d, stored = decide((A,), registered(A, node("b")), job(gpus=16, key="k16"))
+    assert d.pending is NOWHERE
+    assert stored == d.reason == "crius: fits nowhere: it fits in memory on no fewer than 16 x A100-80GB (registered: 8)"
+    # It fits in memory on the registered GPUs: it waits for the nodes.
+    d, _ = decide((A,), registered(A, node("b"), node("c"), node("d")), job(gpus=16, key="k16"))
+    assert d.pending is NO_ROOM and d.reason.startswith("crius: waiting for nodes: its gpus hint is 16")
+
+
+def test_the_fewest_gpus_a_job_fits_on_over_the_per_job_cap_names_the_cap() -> None:
+    # Was "crius: fits nowhere: it fits in memory on no fewer than 16 x A100-80GB (registered: 16)".
+    nodes = (A, node("b"), node("c"), node("d"))
+    snap = Snapshot(nodes, (job(key="k16"),), registered(*nodes))
+    plan = plan_round(snap, EST, make_policy("crius"), RoundConfig(max_gpus_per_job=8))
+    assert plan.decisions[0].pending is NOWHERE
+    assert plan.decisions[0].reason == ("crius: fits nowhere: it fits in memory on no fewer than 16 x A100-80GB "
+                                        "(registered: 16); a job may have at most 8")

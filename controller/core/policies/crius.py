@@ -428,8 +428,8 @@ class _Round:
         """Whether the job fits nowhere (else it waits for nodes), and why none of its Cells runs:
         the first cause that holds (why_not.py names those of the cluster). Only Cells the READY
         nodes can hold are asked of the estimates, so memory is named only where such Cells were
-        refused (or no GPU count fits the job at all); a job that fits the registered GPUs but not
-        the READY ones waits for nodes."""
+        refused (or no GPU count fits the job at all); a job that fits the registered GPUs, in
+        memory too, but not the READY ones waits for nodes."""
         ctx = self.ctx
         s = why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()}, ctx.config.max_gpus_per_job)
         if cause := why_not.type_cause(job, ctx.snap, s):
@@ -446,21 +446,44 @@ class _Round:
                 what = f"its gpus hint is {asked}: its smallest Cell (half the hint) is {need} GPUs of one type"
             else:
                 what = f"its gpus hint is {asked}: its Cell is {need} GPUs of one type"
-            if cause := why_not.count_cause(s, need, what):
+            counts = {need, asked, 2 * asked} if self.opts.scale_count else {asked}  # its Cells' (target_cells)
+            oom = "" if job.opaque else self._out_of_memory(job, s, self._fewest(job, sorted(s.registered)), counts)
+            if cause := why_not.count_cause(s, need, what, oom):
                 return cause
         if cells:
             return True, f"no feasible Cell among {_cells_text(cells)} (out of memory or not covered by the estimates)"
         # No GPU count: its Cells come from the counts it fits on in memory (one type's in artifact mode).
-        allowed = s.registered
-        scope = [req or next(iter(s.ready))] if self.opts.mode == ARTIFACT else sorted(allowed)
-        fewest = {m: cs[0] for m in scope if (cs := [c for c in ctx.gpu_counts(job, m) if c & (c - 1) == 0])}
-        if not fewest:
-            return True, f"no count of {' or '.join(scope)} GPUs fits it (out of memory or not covered by the estimates)"
-        over = " or ".join(f"{n} x {m} (registered: {allowed[m]})" for m, n in sorted(fewest.items()))
-        if all(n > s.limit(allowed[m]) for m, n in fewest.items()):
-            return True, f"it fits in memory on no fewer than {over}"
+        scope = [req or next(iter(s.ready))] if self.opts.mode == ARTIFACT else sorted(s.registered)
+        fewest = self._fewest(job, scope, pow2=True)
+        if oom := self._out_of_memory(job, s, fewest, scope=scope):
+            return True, oom
+        over = why_not.fewest_text(s, fewest)
         now = ", ".join(f"{ctx.total_gpus(m)} x {m}" for m in sorted(fewest))
-        return False, f"it fits in memory on no fewer than {over}; READY: {now}"
+        return False, f"{over}; READY: {now}"
+
+    def _fewest(self, job: JobView, scope: list[str], pow2: bool = False) -> dict[str, int]:
+        """The fewest GPUs of each type in `scope` the job fits on in memory, by the estimates (a
+        type absent: none); `pow2`: of the counts a job without a GPU count gets Cells of."""
+        return {m: cs[0] for m in scope
+                if (cs := [c for c in self.ctx.gpu_counts(job, m) if not pow2 or c & (c - 1) == 0])}
+
+    def _out_of_memory(self, job: JobView, s: why_not.Supply, fewest: dict[str, int],
+                       counts: set[int] | None = None, scope: list[str] | None = None) -> str:
+        """Why the job fits in memory on no count of its types (`scope`, else the supply's) that the
+        registered GPUs could give it within the per-job cap, whatever nodes come back: `fewest`
+        (`_fewest`) over them all; "" when it may. `counts`: its Cells' GPU counts, any of which
+        the estimates run on READY nodes says it may (a count between those `gpu_counts` tries)."""
+        ctx = self.ctx
+        scope = scope or sorted(s.registered)
+        if any(n <= s.limit(s.registered.get(m, 0)) for m, n in fewest.items()):
+            return ""
+        for m in scope:
+            if any(0 < c <= s.limit(s.registered.get(m, 0)) and (nodes := ctx.ideal_nodes(m, c))
+                   and ctx.throughput(job, m, c, nodes) > 0 for c in counts or ()):
+                return ""
+        if not fewest:
+            return f"no count of {' or '.join(scope)} GPUs fits it (out of memory or not covered by the estimates)"
+        return why_not.fewest_text(s, fewest)
 
     def _pending_reason(self, job: JobView) -> str:
         cells = sorted({(t, n) for t, n, c in self.target_cells(job)}, key=lambda x: (x[0], x[1]))

@@ -11,7 +11,8 @@ gangs, the GPU type and count the user asked for, no backfill, no scaling, no pr
   relaxed locality when the best one does not fit.
 
 Simplifies: a job without a GPU count asks for the smallest count that fits in memory; a job
-without a GPU type asks for the type where that count is fastest.
+without a GPU type asks for the type where that count is fastest among those whose READY nodes can
+run it as asked (the fastest of all when none can: its reason names that type's cause).
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ ARTIFACT = Mode.ARTIFACT
 
 
 def requested(ctx: RoundContext, job: JobView) -> tuple[str, int]:
-    """The (GPU type, GPUs) a job asks for; ("", 0) when nothing in the cluster matches."""
+    """The (GPU type, GPUs) a job asks for; ("", 0) when nothing in the cluster matches. Of the
+    allowed types, the fastest whose READY nodes can run the job as asked (`runs_as_asked`): a
+    type with too few READY GPUs for the count loses to a slower one that has them; the fastest of
+    all when none can."""
     types = [t for t in ctx.types() if not job.gpu_types or t in job.gpu_types]
     if job.gpu_type_hint in types:
         types = [job.gpu_type_hint]
-    best: tuple[float, str, int] | None = None
+    best: tuple[bool, float, str, int] | None = None
     for t in types:
         n = job.gpus_hint
         if not n:
@@ -42,11 +46,20 @@ def requested(ctx: RoundContext, job: JobView) -> tuple[str, int]:
                 continue
             n = cs[0]
         thr = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
-        if best is None or thr > best[0]:
-            best = (thr, t, n)
+        runs = runs_as_asked(ctx, job, t, n)
+        if best is None or (runs, thr) > best[:2]:
+            best = (runs, thr, t, n)
     if best is None:
         return ("", 0)
-    return (best[1], best[2])
+    return (best[2], best[3])
+
+
+def runs_as_asked(ctx: RoundContext, job: JobView, t: str, n: int) -> bool:
+    """Whether n x t runs the job on idle READY nodes with the best locality (`why_not_as_asked`
+    is None): no more GPUs than the READY nodes have of t or than a job may have, and a Cell."""
+    cap = ctx.config.max_gpus_per_job
+    return (0 < n <= ctx.total_gpus(t) and not (cap and n > cap)
+            and ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)) > 0)
 
 
 @dataclass(frozen=True)
@@ -141,28 +154,44 @@ def why_not_as_asked(ctx: RoundContext, job: JobView, t: str, n: int) -> why_not
     """Why the job cannot run on n x t even on idle READY nodes, None when it can (with the best
     locality): more GPUs than the cluster (or its READY nodes) has of t, more than a job may have,
     or out of memory on n x t, naming the fewest GPUs of t it fits on."""
-    nodes = ctx.ideal_nodes(t, n)
-    cap = ctx.config.max_gpus_per_job
-    if n <= ctx.total_gpus(t) and not (cap and n > cap) and ctx.throughput(job, t, n, nodes) > 0:
+    if runs_as_asked(ctx, job, t, n):
         return None  # the common case, without building the supply
+    nodes = ctx.ideal_nodes(t, n)
     s = _supply(ctx, job).only(t)
     if cause := why_not.type_cause(job, ctx.snap, s):  # an opaque job the cluster cannot hold
         return cause
-    what = why_not.opaque_what(n) if job.opaque else f"it asks for {n} x {t}"
-    if cause := why_not.count_cause(s, n, what):
+    if job.opaque:
+        what = why_not.opaque_what(n)
+    elif job.gpus_hint:
+        what = f"it asks for {n} x {t}"
+    else:  # no GPU count: `requested` took the fewest GPUs of t it fits on in memory
+        what = f"it fits in memory on no fewer than {n} x {t}"
+    oom = _out_of_memory(ctx, job, t, n)
+    if cause := why_not.count_cause(s, n, what, oom):
         return cause
     if ctx.throughput(job, t, n, nodes) > 0:
         return None
-    fits = list(ctx.gpu_counts(job, t))  # the counts of t it fits on in memory, by the estimates
     if job.opaque:  # no memory: an opaque job's only Cell is refused when its nodes cannot share it evenly
         return True, f"{why_not.opaque_what(n)}, which {nodes} nodes of {t} cannot split evenly"
-    if not fits:
-        return True, f"it does not fit in memory on {n} x {t}, nor on any other count of {t}"
-    if fits[0] > n:
-        return True, f"it does not fit in memory on {n} x {t}; it fits in memory on no fewer than {fits[0]} x {t}"
+    if oom:
+        return True, oom
+    fits = list(ctx.gpu_counts(job, t))  # the counts of t it fits on in memory, by the estimates
     where = f"{n} x {t} on {nodes} node{'s' if nodes > 1 else ''}"
     if n in fits:
         return True, f"the estimates have no Cell of {where} (it fits in memory on {n} x {t})"
     counts = ", ".join(str(c) for c in fits[:-1]) + (" or " if len(fits) > 1 else "") + str(fits[-1])
     return True, (f"the estimates have no Cell of {where} (out of memory or not covered; it fits in memory "
                   f"on {counts} x {t})")
+
+
+def _out_of_memory(ctx: RoundContext, job: JobView, t: str, n: int) -> str:
+    """Why n x t never holds the job in memory, whatever nodes come back ("" when it may, or for an
+    opaque job): the estimates have no Cell of n x t and no count of t it fits on is n or fewer."""
+    if job.opaque or ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)) > 0:
+        return ""
+    fits = ctx.gpu_counts(job, t)  # the counts of t it fits on in memory (on the registered GPUs)
+    if not fits:
+        return f"it does not fit in memory on {n} x {t}, nor on any other count of {t}"
+    if fits[0] > n:
+        return f"it does not fit in memory on {n} x {t}; it fits in memory on no fewer than {fits[0]} x {t}"
+    return ""

@@ -6,9 +6,11 @@ A cause is (nowhere, why): `nowhere` is true when the registered GPUs, READY or 
 the job (PendingKind.FITS_NOWHERE); false when the registered GPUs would but the READY ones do not
 (nodes drained or unhealthy: the job waits for nodes, PendingKind.NO_ROOM_NOW). The causes, first
 that holds: an opaque job the cluster cannot hold, GPU types the cluster lacks, no READY node of
-the allowed types (`type_cause`); more GPUs than the READY nodes have of one type, or than a job may
-have (`count_cause`). None of them holding leaves memory (or estimates that do not cover the
-choice), which each policy names against its own choices.
+the allowed types (`type_cause`); more GPUs than the READY nodes have of one type (unless no count
+the registered GPUs could give the job fits it in memory: then the policy's memory cause, fits
+nowhere, as nodes coming back would not run it), or than a job may have (`count_cause`). None of
+them holding leaves memory (or estimates that do not cover the choice), which each policy names
+against its own choices.
 """
 
 from __future__ import annotations
@@ -83,15 +85,20 @@ def type_cause(job: JobView, snap: Snapshot, s: Supply) -> Cause | None:
     return None
 
 
-def count_cause(s: Supply, need: int, what: str) -> Cause | None:
+def count_cause(s: Supply, need: int, what: str, memory: str = "") -> Cause | None:
     """Why `need` GPUs of one type do not run, `what` saying where the count comes from ("its gpus
     hint is 16: ..."): READY nodes too few (waits for nodes), the per-job cap, the cluster too small
-    in all or of each type (fits nowhere); None when READY nodes hold `need` of one allowed type."""
+    in all or of each type (fits nowhere); None when READY nodes hold `need` of one allowed type.
+    `memory`: the caller's cause when the job fits in memory on no count the registered GPUs could
+    give it ("" when one may, or memory is not known): nodes coming back would not run it, so that
+    cause, fits nowhere, replaces "waits for nodes"."""
     ready = max((s.limit(c) for c in s.ready.values()), default=0)
     if need <= ready:
         return None
     most = max((s.limit(c) for c in s.registered.values()), default=0)
     if need <= most:
+        if memory:
+            return True, memory
         return False, f"{what} and READY nodes have at most {ready} of one type (registered: {s.text()})"
     if s.cap and need > s.cap:
         return True, f"{what} and a job may have at most {s.cap}"
@@ -99,6 +106,14 @@ def count_cause(s: Supply, need: int, what: str) -> Cause | None:
     if need > total:
         return True, f"{what}, more than the cluster has ({total}: {s.text()})"
     return True, f"{what} and the cluster has at most {most} of one type ({s.text()})"
+
+
+def fewest_text(s: Supply, fewest: Mapping[str, int]) -> str:
+    """"it fits in memory on no fewer than 16 x A100-80GB (registered: 8)": the fewest GPUs of each
+    type the job fits on, naming the per-job cap where that, not the registered GPUs, is what limits."""
+    over = " or ".join(f"{n} x {m} (registered: {s.registered.get(m, 0)})" for m, n in sorted(fewest.items()))
+    capped = s.cap and any(s.cap < n <= s.registered.get(m, 0) for m, n in fewest.items())
+    return f"it fits in memory on no fewer than {over}" + (f"; a job may have at most {s.cap}" if capped else "")
 
 
 def opaque_what(gpus: int) -> str:
