@@ -378,7 +378,8 @@ def sync_channel(target: str, *, tls: TlsConfig | None = None, insecure: bool = 
     return grpc.secure_channel(target, channel_credentials(tls), options=_channel_options(peer))
 
 
-_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
+# ASCII digits only: `\d` would take "５００５１" (fullwidth), which no server binds.
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})$")
 
 
 def check_address(address: str, what: str, example_port: int = 50051) -> str:
@@ -400,23 +401,31 @@ def check_address(address: str, what: str, example_port: int = 50051) -> str:
 
 def check_listen(value: str, flag: str, example_port: int) -> str:
     """`value` stripped, when it is an address a daemon listens on: what `check_address` takes (same
-    wording), plus what only a server binds: port 0 (any free port) and an empty host (every
-    address); a dialling target with "://" (dns:///host:port) is refused. Else InvalidArgument naming
-    `flag`. Every daemon checks its --listen flags here before anything reads the host: "localhost"
-    would otherwise pass as host "" (every address)."""
+    wording), plus port 0 (any free port; "00000" too, returned as 0); a dialling target with "://"
+    (dns:///host:port) is refused, and so is an empty host (":50051"), which gRPC does not bind ("host
+    must not be empty"): the reason names 0.0.0.0:PORT and [::]:PORT instead. Else InvalidArgument
+    naming `flag`. Every daemon checks its --listen flags here before anything reads the host or opens
+    its state: "localhost" would otherwise pass as host "" (every address)."""
     a = value.strip()
     if "://" in a:  # a dialling target (dns:///...), nothing a server binds
         raise InvalidArgument(flag, f"{a!r} is not host:port (port 0-65535; IPv6 as [addr]:port)")
+    if a.startswith(("unix:", "unix-abstract:")):
+        return a  # a socket path, no port
     host, sep, port = a.rpartition(":")
-    # Fillers for what check_address refuses and a server binds; a refusal then names the value as given.
-    probe = f"{host or '0.0.0.0'}:{'1' if port == '0' else port}" if sep and (port == "0" or not host) else a
+    zero = bool(sep) and re.fullmatch("0{1,5}", port) is not None
+    if sep and not host and re.fullmatch("[0-9]{1,5}", port) and int(port) < 65536:
+        shown = 0 if zero else port
+        raise InvalidArgument(flag, f"{a!r} has an empty host: give 0.0.0.0:{shown} (every IPv4 address), "
+                                    f"[::]:{shown} (every address) or 127.0.0.1:{shown} (this machine only)")
+    # A filler port for what check_address refuses and a server binds; a refusal then names the value as given.
+    probe = f"{host}:1" if zero else a
     try:
         check_address(probe, flag, example_port)
     except InvalidArgument as e:
         if probe == a and "is not host:port" not in e.reason:
             raise  # no port, or empty: its message says so with an example
         raise InvalidArgument(flag, f"{a!r} is not host:port (port 0-65535; IPv6 as [addr]:port)") from None
-    return a
+    return f"{host}:0" if zero else a
 
 
 def host_of(address: str) -> str:

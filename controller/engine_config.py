@@ -58,3 +58,6 @@ class EngineConfig:
     # Jobs of one tenant not yet ended that SubmitJob accepts (--max-unended-jobs; controller/unended.py;
     # a tenant's max_unended_jobs in the tenants file wins); 0 = no cap.
     max_unended_jobs: int = 10_000
+    # Jobs not yet ended over all tenants that SubmitJob accepts (--max-unended-jobs-total): what bounds
+    # them where tenants are free-form (no tenants file, anonymous or admin callers); 0 = no cap.
+    max_unended_jobs_total: int = 100_000

@@ -132,6 +132,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the most jobs one tenant may have not yet ended (pending or running): SubmitJob answers "
                         "one more with RESOURCE_EXHAUSTED (default 10000; 0 = no cap); a tenant's max_unended_jobs "
                         "in the tenants file wins")
+    p.add_argument("--max-unended-jobs-total", type=int, default=EngineConfig.max_unended_jobs_total, metavar="N",
+                   help="the most jobs all tenants together may have not yet ended: SubmitJob answers one more with "
+                        "RESOURCE_EXHAUSTED (default 100000; 0 = no cap); what holds where tenants are free-form "
+                        "(no tenants file, anonymous or admin callers)")
     p.add_argument("--store", default="sqlite", choices=("sqlite", "etcd"),
                    help="where the state lives: SQLite under --state-dir (default), or etcd, with leader "
                         "election among several controllers (docs/ha.md)")
@@ -165,7 +169,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.agent_listen is not None:
             args.agent_listen = rpc.check_listen(args.agent_listen, "--agent-listen", DEFAULT_AGENT_PORT)
         if args.metrics_listen:
-            rpc.check_listen(args.metrics_listen, "--metrics-listen", 9451)
+            args.metrics_listen = rpc.check_listen(args.metrics_listen, "--metrics-listen", 9451)
     except InvalidArgument as e:
         p.error(str(e))
     dashboard_options.check(args, p.error)
@@ -183,6 +187,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--retention-interval must be > 0")
     if args.max_unended_jobs < 0:
         p.error("--max-unended-jobs must be >= 0 (0 = no cap)")
+    if args.max_unended_jobs_total < 0:
+        p.error("--max-unended-jobs-total must be >= 0 (0 = no cap)")
     if args.forecast_rounds < 0:
         p.error("--forecast-rounds must be >= 0 (0 = no forecasts)")
     if not args.forecast_horizon > 0:
@@ -277,7 +283,7 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         progress_timeout_s=args.progress_timeout, estimator=args.estimator,
         learn_step_times=args.learn_step_times,
         allowed_env=frozenset(args.allow_env), tenants_file=os.path.abspath(args.tenants) if args.tenants else "",
-        max_unended_jobs=args.max_unended_jobs,
+        max_unended_jobs=args.max_unended_jobs, max_unended_jobs_total=args.max_unended_jobs_total,
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls,
         prices=getattr(args, "price_table", ()),

@@ -152,9 +152,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         refused = submit_refusal(tenants.config, tenants.path, request.spec, tenants.last_error, who.sees_all)
         if refused is not None:  # nothing is stored: a job that could never be admitted here
             raise refused
-        # The tenant's cap of jobs not yet ended; no await from here to the store's create_job.
+        # The caps on unended jobs (the tenant's, all tenants'); no await from here to the store's create_job.
         capped = unended.check(self.view, request.spec.tenant or "default", rid, self.engine.cfg.max_unended_jobs,
-                               tenants.config)
+                               tenants.config, self.engine.cfg.max_unended_jobs_total)
         if capped is not None:
             raise capped
         rec, created = await self.engine.submit(request.spec, rid, who)

@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _address(check: Callable[[str, str, int], str], value: str, flag: str, example_port: int) -> str:
     """`value` checked by rpc.check_address (an address the agent dials) or rpc.check_listen (one it
-    binds: port 0 and an empty host too), stripped; AgentUsageError "FLAG: reason" otherwise."""
+    binds: port 0 too; an empty host refused), stripped; AgentUsageError "FLAG: reason" otherwise."""
     try:
         return check(value, flag, example_port)
     except InvalidArgument as exc:
@@ -217,7 +217,7 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
     if args.listen.startswith(("unix:", "unix-abstract:")):  # the controller dials the host:port it reports
         raise AgentUsageError(f"--listen: {args.listen!r} is not host:port: the controller dials the agent over TCP")
     if args.metrics_listen:
-        _address(rpc.check_listen, args.metrics_listen, "--metrics-listen", 9452)
+        args.metrics_listen = _address(rpc.check_listen, args.metrics_listen, "--metrics-listen", 9452)
     try:
         common_metrics.check(args.metrics_listen, args.metrics_token_file)
     except common_metrics.MetricsConfigError as exc:

@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     try:
         args.listen = rpc.check_listen(args.listen, "--listen", 50053)
         if args.metrics_listen:
-            rpc.check_listen(args.metrics_listen, "--metrics-listen", 9453)
+            args.metrics_listen = rpc.check_listen(args.metrics_listen, "--metrics-listen", 9453)
     except InvalidArgument as e:
         p.error(str(e))
     if args.memory_cache < 1 or args.cells_cache < 1:

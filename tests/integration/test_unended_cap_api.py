@@ -1,6 +1,7 @@
-"""The cap on a tenant's jobs not yet ended (controller/unended.py; docs/operations.md, "Limits") on
-a real tessera-controller process over real gRPC on loopback: `--max-unended-jobs 3`, and team-b's
-own `max_unended_jobs: 1` in the tenants file.
+"""The caps on jobs not yet ended (controller/unended.py; docs/operations.md, "Limits") on a real
+tessera-controller process over real gRPC on loopback: `--max-unended-jobs 3`, and team-b's own
+`max_unended_jobs: 1` in the tenants file; on another, `--max-unended-jobs-total 3` over all tenants
+(no tenants file: tenants free-form, an admin may name any).
 
 No agents: jobs stay PENDING until cancelled. The callers are localcluster's: alice (team-a), bob
 (team-b), admin (tenant default).
@@ -87,3 +88,45 @@ def test_the_fourth_unended_job_of_a_tenant_is_refused_until_one_ends(ctl: Daemo
         again = alice.submit_ex(spec("a1"), request_id="a1")
         assert not again.created and again.job.id == first.job.id and again.job.state == P.JOB_STATE_CANCELLED
         assert len(alice.list()) == 4 and len(alice.list(states=["pending"])) == 3
+
+
+@pytest.fixture(scope="module")
+def total_ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = start_controller(tmp_path_factory.mktemp("unended-total") / "state", "--max-unended-jobs-total", "3")
+    yield d
+    d.stop()
+
+
+TOTAL = ("the controller holds 3 jobs not yet ended (pending or running) over all tenants, and may hold at most 3 "
+         "(the controller's --max-unended-jobs-total): the job was not stored; cancel some jobs or wait for some "
+         "to end, then submit it again")
+
+
+def test_the_fourth_unended_job_overall_is_refused_whatever_the_tenant(total_ctl: Daemon) -> None:
+    tokens = total_ctl.tokens
+    with Client(total_ctl.address, token=tokens["alice"]) as alice, \
+            Client(total_ctl.address, token=tokens["bob"]) as bob, \
+            Client(total_ctl.address, token=tokens["admin"]) as admin:
+        first = alice.submit_ex(spec("a1"), request_id="a1")
+        assert first.created
+        assert bob.submit_ex(spec("b1"), request_id="b1").created
+        assert admin.submit_ex(spec("d1"), request_id="d1").created  # tenant default: three tenants, three jobs
+
+        err = refused(alice, "a2", "a2")  # alice has 1 of her 10,000, but the controller 3 of 3
+        assert err.code == "RESOURCE_EXHAUSTED" and err.message == TOTAL
+        assert refused(bob, "b2").message == TOTAL
+        rotated = spec("x1")
+        rotated.tenant = "t-new"  # an admin naming a tenant never seen: the same total
+        with pytest.raises(RpcError) as ei:
+            admin.submit(rotated)
+        assert ei.value.code == "RESOURCE_EXHAUSTED" and ei.value.message == TOTAL
+        assert len(admin.list(tenant="")) == 3  # nothing stored
+
+        # a retry of a stored job is answered with it, at the total cap as below it
+        again = alice.submit_ex(spec("a1"), request_id="a1")
+        assert not again.created and again.job.id == first.job.id
+
+        # one ends: a submit is taken again (any tenant's), and the next one refused again
+        assert alice.cancel(first.job.id).state == P.JOB_STATE_CANCELLED
+        assert bob.submit_ex(spec("b2"), request_id="b2").created
+        assert refused(alice, "a2").message == TOTAL
