@@ -20,7 +20,6 @@ from tessera.controller.core.policy import CellEstimate, Estimates, RoundConfig,
 from tessera.controller.core.snapshot import (
     Action,
     Decision,
-    GpuView,
     JobView,
     NodeView,
     PendingKind,
@@ -28,8 +27,8 @@ from tessera.controller.core.snapshot import (
 )
 from tessera.controller.rounds import pending_reason
 from tessera.estimator.models import ModelDims
+from tests.unit.test_pending_reasons_crius import node, registered
 
-GB = 1000**3
 M = ModelDims(1024, 24, 16, 32000, 1024, "m")
 BIG = ModelDims(8192, 80, 64, 128256, 4096, "big")  # 70B-like: MARP fits it on no count of 80 GB here
 A100, V100 = "A100-80GB", "V100-32GB"
@@ -40,18 +39,6 @@ EST = TableEstimates({("k", t, n): 8.0 / n for t in (A100, V100) for n in (1, 2,
                      | {("gap", A100, n): 1.0 for n in (1, 2, 8)})
 NOWHERE, NO_ROOM = PendingKind.FITS_NOWHERE, PendingKind.NO_ROOM_NOW
 
-
-def node(nid: str, model: str = A100, n: int = 4, mem_gb: int = 80) -> NodeView:
-    return NodeView(nid, tuple(GpuView(i, model, mem_gb * GB) for i in range(n)))
-
-
-def registered(*nodes: NodeView) -> tuple[tuple[str, int, int], ...]:
-    """The snapshot's cluster_gpus: every registered node's GPUs, READY or not."""
-    seen: dict[tuple[str, int], int] = {}
-    for nd in nodes:
-        for g in nd.gpus:
-            seen[(g.model, g.memory_bytes)] = seen.get((g.model, g.memory_bytes), 0) + 1
-    return tuple(sorted((m, b, c) for (m, b), c in seen.items()))
 
 
 def job(gpus: int = 0, gtype: str = A100, key: str = "k", model: ModelDims = M,
