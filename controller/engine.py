@@ -15,8 +15,10 @@ engine carries them out in order (store first, then agents).
 - controller/judging.py (with core/attempts.py): what an attempt's workers mean, what to do next;
 - controller/launches.py: the Launch requests of an attempt and its rendezvous port;
 - controller/registry.py: node liveness; controller/learning.py: step-time learning;
-- controller/nodeops.py: what happens to a node (drain, undrain, removal, register, heartbeat);
+- controller/nodeops.py: what happens to a node (drain, undrain, removal, register, heartbeat,
+  the liveness pass);
 - controller/view.py: the in-memory state and the read-only `EngineView` the service and metrics use.
+- controller/changes.py: the change counts of the job watches; the engine's store counts its job writes.
 - controller/engine_config.py: `EngineConfig`, the settings `tessera-controller`'s flags set.
 `run_round`, `liveness_tick` and `inspect` are the steps of the three loops: tests call them
 directly with fake clocks (tests/unit/test_engine.py).
@@ -52,7 +54,7 @@ from tessera.controller.forecasting import Forecaster, step_seconds
 from tessera.controller.judging import processes, rank_statuses, settle
 from tessera.controller.launches import launch_requests, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
-from tessera.controller.registry import LiveNode, lease_lost, liveness_at, lost_reason, replace_workers
+from tessera.controller.registry import LiveNode, replace_workers
 from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store
 from tessera.controller.tenants import TenantsSource
@@ -72,10 +74,10 @@ class Engine:
     def __init__(self, store: Store, agents: AgentCalls, cfg: EngineConfig, epoch: int,
                  wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
                  policy: Policy | None = None) -> None:
-        self.store, self.agents, self.cfg, self.epoch = store, agents, cfg, epoch
-        self.wall, self.mono = wall, mono
+        self.agents, self.cfg, self.epoch, self.wall, self.mono = agents, cfg, epoch, wall, mono
         self._live = LiveState()
         self.view = LiveView(store, self._live, epoch, mono, wall)
+        self.store = self.view.store  # `store`, its job writes counted for the watches (controller/changes.py)
         self.learner = StepLearner(cfg.step_times, cfg.learn_step_times)
         self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg)
@@ -228,7 +230,7 @@ class Engine:
                     self._first_progress(job)
                     if await self._learn(job, prog):
                         job = self.store.get_job(job_id)  # as stored after the MEASURED event's save
-                self._live.progress[job_id] = prog
+                self.view.set_progress(job_id, prog)  # counted: the next liveness pass wakes the watches
                 if job is None:
                     continue
             await self._evaluate(job)
@@ -349,23 +351,8 @@ class Engine:
 
     async def liveness_tick(self) -> None:
         """Move each node to the liveness its last heartbeat allows; requeue the jobs of nodes past
-        their lease."""
-        if self._live.due(self.wall()):
-            self.kick()  # a job's launch backoff or a node's unhealthy period ran out
-        now = self.mono()
-        for live in list(self._live.nodes.values()):
-            new = liveness_at(live, now, self.cfg.liveness)
-            if new != live.liveness:
-                old, live.liveness = live.liveness, new
-                log.info("node_liveness", node_id=live.id, old=P.NodeState.Name(old), new=P.NodeState.Name(new))
-                if new == P.NODE_STATE_READY:
-                    self.kick()
-            if not lease_lost(live, new, now, self.cfg.liveness):
-                continue
-            for job in self.view.jobs_on(live.id):
-                await self._requeue(job, lost_reason(live.id, new, self.cfg.liveness), "NODE_LOST",
-                                    stop=f"node {live.id} lost")
-        await self.view.notify()
+        their lease; wake the watches if something changed (controller/nodeops.py)."""
+        await nodeops.liveness_tick(self)
 
     async def inspect(self) -> None:
         """Periodic pass over running jobs: persist progress, relaunch missing ranks, fail hung

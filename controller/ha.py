@@ -183,7 +183,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
             client.close()
             raise
         loop.add_signal_handler(signal.SIGHUP, on_sighup, engine.tenants, engine.kick)  # docs/tenants.md
-        retention = Retention(store, cfg.checkpoint_root,
+        retention = Retention(engine.store, cfg.checkpoint_root,  # its deletions counted: controller/changes.py
                               RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
         switch.lead([(controller_pb2_grpc.add_ControllerServicer_to_server,
                       ControllerService(engine, page_key=store.shared_key(PAGE_KEY))),

@@ -333,7 +333,9 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     structlog.contextvars.bind_contextvars(epoch=epoch)
     agents = AgentClients(args.tls)
     engine = Engine(store, agents, cfg, epoch)
-    retention = Retention(store, str(ckpt), RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
+    # Through the engine's store: the jobs it deletes count for the watches (controller/changes.py).
+    retention = Retention(engine.store, str(ckpt),
+                          RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
     hooks = Hooks(COMPONENT, SERVICES)  # the store is open and the engine built: serving from the start
     server, port, agent_port = controller_server(args, auth, [
         (controller_pb2_grpc.add_ControllerServicer_to_server,

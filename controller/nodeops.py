@@ -1,9 +1,9 @@
-"""What happens to a node: the admin's DrainNode, UndrainNode and RemoveNode, and an agent's
-Register and Heartbeat. Moved out of controller/engine.py (the composition root) unchanged, as
-functions of the engine: the engine's `drain`, `undrain`, `remove_node`, `register` and `heartbeat`
-call them, and they call back into the engine's job steps (`_migrate_off`, `_requeue`, `_observe`,
-`liveness_tick`) and its live state. `NodeHost` names what they use of the engine, so this module
-does not import it (the tree has no import cycle, pyproject.toml).
+"""What happens to a node: the admin's DrainNode, UndrainNode and RemoveNode, an agent's Register
+and Heartbeat, and the liveness pass. Moved out of controller/engine.py (the composition root) as
+functions of the engine: the engine's `drain`, `undrain`, `remove_node`, `register`, `heartbeat` and
+`liveness_tick` call them, and they call back into the engine's job steps (`_migrate_off`,
+`_requeue`, `_observe`, `liveness_tick`) and its live state. `NodeHost` names what they use of the
+engine, so this module does not import it (the tree has no import cycle, pyproject.toml).
 """
 
 from __future__ import annotations
@@ -16,7 +16,16 @@ import structlog
 from tessera.common.errors import FailedPrecondition
 from tessera.controller.agents import AgentCalls
 from tessera.controller.errors import NodeNotFound
-from tessera.controller.registry import LivenessConfig, LiveNode, fence_seconds, fenced, requeue_after
+from tessera.controller.registry import (
+    LivenessConfig,
+    LiveNode,
+    fence_seconds,
+    fenced,
+    lease_lost,
+    liveness_at,
+    lost_reason,
+    requeue_after,
+)
 from tessera.controller.snapshots import jobs_on
 from tessera.controller.store import ACTIVE, JobRecord, NodeRecord, Store
 from tessera.controller.view import LiveState, LiveView
@@ -162,6 +171,29 @@ async def heartbeat(engine: NodeHost, status: agent_pb2.NodeStatus, epoch: int) 
     if live.liveness != P.NODE_STATE_READY:
         await engine.liveness_tick()
     return True
+
+
+async def liveness_tick(engine: NodeHost) -> None:
+    """Move each node to the liveness its last heartbeat allows; requeue the jobs of nodes past
+    their lease. Then wake the watches if something changed that no notification announced yet: a
+    node's liveness, or the heartbeats' new progress reports since the last pass (counted, not
+    announced, as they came: controller/view.py); a pass with nothing new wakes no one."""
+    if engine._live.due(engine.wall()):
+        engine.kick()  # a job's launch backoff or a node's unhealthy period ran out
+    now, moved = engine.mono(), False
+    for live in list(engine._live.nodes.values()):
+        new = liveness_at(live, now, engine.cfg.liveness)
+        if new != live.liveness:
+            old, live.liveness, moved = live.liveness, new, True
+            log.info("node_liveness", node_id=live.id, old=P.NodeState.Name(old), new=P.NodeState.Name(new))
+            if new == P.NODE_STATE_READY:
+                engine.kick()
+        if not lease_lost(live, new, now, engine.cfg.liveness):
+            continue
+        for job in engine.view.jobs_on(live.id):
+            await engine._requeue(job, lost_reason(live.id, new, engine.cfg.liveness), "NODE_LOST",
+                                  stop=f"node {live.id} lost")
+    await (engine.view.notify() if moved else engine.view.flush())
 
 
 def same_hardware(a: common_pb2.NodeInventory, b: common_pb2.NodeInventory) -> bool:

@@ -1,10 +1,11 @@
 """At most so many open streams per caller: list watches and log streams (WatchJobs,
 StreamJobLogs), and single-job watches (WatchJob, WatchJobEvents), counted apart.
 
-A stream costs the controller for as long as it is open: a WatchJobs wakes at every change and
-rescans its tenant's jobs, a followed log polls the agents. Nothing bounded how many one caller
-held: an audit's user opened 60 idle WatchJobs over 3,000 jobs and the controller's event loop,
-which also serves the agents' heartbeats, ran at 98% (another tenant's WhoAmI 11.7 -> 332 ms). A
+A stream costs the controller for as long as it is open: a WatchJobs re-reads its tenant's jobs at
+every change of one of them (controller/changes.py), a followed log polls the agents. Nothing
+bounded how many one caller held: an audit's user opened 60 idle WatchJobs over 3,000 jobs and the
+controller's event loop, which also serves the agents' heartbeats, ran at 98% (another tenant's
+WhoAmI 11.7 -> 332 ms; then every liveness pass woke every watch to a rescan). A
 single job's watch reads that job alone at a wake-up, and scripts wait on many jobs at once
 (`tessctl wait` per job): its bound is larger.
 """

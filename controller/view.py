@@ -4,6 +4,12 @@ the gRPC service, the metrics and the engine itself use.
 In memory (lost on a controller restart, rebuilt from registrations and heartbeats): the live node
 table, the latest progress of each active job, the clocks of active attempts and the migrations
 under way. Everything durable is in the store.
+
+Change notification: the watches (controller/watching.py) wait in `wait_changed` and look again
+only when the change counts they last saw moved (controller/changes.py). A stored job change wakes
+them at once (`notify`); a heartbeat's new progress only counts (`set_progress`), and the next
+liveness pass (at most 1 s later) wakes them once for all the reports since (`flush`), so a burst of
+heartbeats costs one wake-up and a pass with nothing new costs none.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tessera.controller.changes import Changes, CountedStore
 from tessera.controller.core.backoff import healthy
 from tessera.controller.core.snapshot import Decision
 from tessera.controller.errors import JobNotFound, NodeNotFound
@@ -134,8 +141,18 @@ class EngineView(Protocol):
 
     def busy_gpus(self, exclude: str = "") -> dict[str, set[int]]: ...
 
-    async def wait_changed(self, timeout: float) -> None:
-        """Return when a job or node changed, or after `timeout` seconds."""
+    def generation(self, tenant: str = "") -> int:
+        """The count of the latest change of what the job messages (convert.job_pb) of `tenant`
+        show ("": of any job): it moves whenever one may have changed, or a job left the store."""
+        ...
+
+    def job_generation(self, job_id: str) -> int:
+        """As `generation`, for the job's message alone (and jobs leaving the store)."""
+        ...
+
+    async def wait_changed(self, timeout: float, since: int | None = None) -> None:
+        """Return when a job or node changed, or after `timeout` seconds; at once when `generation()`
+        is no longer `since` (a change came while the caller was not waiting)."""
         ...
 
 
@@ -145,7 +162,11 @@ class LiveView:
     def __init__(self, store: Store, live: LiveState, epoch: int, mono: Callable[[], float],
                  wall: Callable[[], float] = time.time) -> None:
         self._store, self._live, self._epoch, self._mono, self._wall = store, live, epoch, mono, wall
-        self._changed = asyncio.Condition()
+        self.changes = Changes()
+        # What the engine writes through: every job write counts (controller/changes.py).
+        self.store: Store = CountedStore(store, self.changes)
+        self._wake = asyncio.Event()  # set, and replaced, by each notify
+        self._notified = 0  # the change count at the last notify
 
     @property
     def epoch(self) -> int:
@@ -179,6 +200,21 @@ class LiveView:
 
     def progress(self, job_id: str) -> common_pb2.Progress | None:
         return self._live.progress.get(job_id)
+
+    def set_progress(self, job_id: str, progress: common_pb2.Progress) -> None:
+        """An active job's latest report; a new one counts as a change of the job (woken by `flush`)."""
+        if self._live.progress.get(job_id) == progress:
+            return
+        self._live.progress[job_id] = progress
+        tenant = self.changes.tenant_of(job_id) or self.tenant_of(job_id)
+        if tenant is not None:
+            self.changes.job(job_id, tenant)
+
+    def generation(self, tenant: str = "") -> int:
+        return self.changes.of_tenant(tenant)
+
+    def job_generation(self, job_id: str) -> int:
+        return self.changes.of_job(job_id)
 
     def node_ids(self) -> list[str]:
         return sorted(self._live.records)
@@ -220,12 +256,20 @@ class LiveView:
         return busy_gpus(self._live.nodes, self._store.list_jobs(states=ACTIVE), targets, exclude)
 
     async def notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        """Wake every `wait_changed` now."""
+        self._notified = self.changes.count
+        self._wake.set()
+        self._wake = asyncio.Event()
 
-    async def wait_changed(self, timeout: float) -> None:
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
-            except TimeoutError:
-                pass
+    async def flush(self) -> None:
+        """Wake the waiters if a change counted since the last `notify` (a heartbeat's progress)."""
+        if self.changes.count != self._notified:
+            await self.notify()
+
+    async def wait_changed(self, timeout: float, since: int | None = None) -> None:
+        if since is not None and self.changes.count != since:
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass

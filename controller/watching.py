@@ -1,10 +1,13 @@
-"""Server-streaming watches of the Controller API: one job as it changes (WatchJob), and a list of
-jobs as it changes (WatchJobs).
+"""Server-streaming watches of the Controller API: one job as it changes (WatchJob, WatchJobEvents),
+and a list of jobs as it changes (WatchJobs).
 
-Both are driven by the engine's change notification (EngineView.wait_changed: every stored job
-change, and the liveness pass that folds heartbeats, progress reports included, into the live
-state), never by a client polling: an update goes out only when what the caller sees changed. The
-service checks who may watch what before these run (controller/access.py).
+They are driven by the engine's change notification (EngineView.wait_changed), never by a client
+polling, and look again only when what they show may have changed: the view counts every change of
+a job's message (its stored record, its live progress, jobs leaving the store: controller/changes.py)
+and a watch compares the counts it last looked at (EngineView.generation, job_generation). A wake-up
+with nothing new to a watch costs it O(1); a list watch with something new re-reads its tenant's
+jobs and serializes only those whose own count moved. An update goes out only when what the caller
+sees changed. The service checks who may watch what before these run (controller/access.py).
 """
 
 from __future__ import annotations
@@ -39,19 +42,23 @@ async def watch_events(view: EngineView, job_id: str, after_seq: int, idle_s: fl
     each new report of rank 0 while the job is active; ends when the job has ended."""
     seq = after_seq
     last: common_pb2.Progress | None = None
+    seen: int | None = None  # the job's change count when it was last read
     while True:
-        rec = view.get(job_id)
-        events = view.events(job_id, seq)
-        for e in events:
-            seq = e.seq
-            yield event_pb(e, hide)
-        prog = view.progress(job_id)
-        if prog is not None and rec.state not in TERMINAL and prog != last:
-            last = prog
-            yield progress_event(job_id, seq, prog, rec.spec.iterations)
-        if not events and rec.state in TERMINAL:
-            return
-        await view.wait_changed(idle_s)
+        everything, mine = view.generation(), view.job_generation(job_id)
+        if mine != seen:
+            seen = mine
+            rec = view.get(job_id)
+            events = view.events(job_id, seq)
+            for e in events:
+                seq = e.seq
+                yield event_pb(e, hide)
+            prog = view.progress(job_id)
+            if prog is not None and rec.state not in TERMINAL and prog != last:
+                last = prog
+                yield progress_event(job_id, seq, prog, rec.spec.iterations)
+            if not events and rec.state in TERMINAL:
+                return
+        await view.wait_changed(idle_s, everything)
 
 
 async def watch_job(view: EngineView, job_id: str, idle_s: float = IDLE_S,
@@ -60,43 +67,57 @@ async def watch_job(view: EngineView, job_id: str, idle_s: float = IDLE_S,
     events change; ends after the update that shows it ended."""
     seq = 0
     last = b""
+    seen: int | None = None  # the job's change count when it was last read
     while True:
-        rec = view.get(job_id)
-        events = view.events(job_id, seq)
-        job = job_pb(rec, view.progress(job_id), hide=hide)
-        key = job.SerializeToString(deterministic=True)
-        if events or key != last:
-            last = key
-            if events:
-                seq = events[-1].seq
-            yield controller_pb2.JobUpdate(job=job, events=[event_pb(e, hide) for e in events])
-        if rec.state in TERMINAL:
-            return
-        await view.wait_changed(idle_s)
+        everything, mine = view.generation(), view.job_generation(job_id)
+        if mine != seen:
+            seen = mine
+            rec = view.get(job_id)
+            events = view.events(job_id, seq)
+            job = job_pb(rec, view.progress(job_id), hide=hide)
+            key = job.SerializeToString(deterministic=True)
+            if events or key != last:
+                last = key
+                if events:
+                    seq = events[-1].seq
+                yield controller_pb2.JobUpdate(job=job, events=[event_pb(e, hide) for e in events])
+            if rec.state in TERMINAL:
+                return
+        await view.wait_changed(idle_s, everything)
 
 
 async def watch_jobs(view: EngineView, states: Iterable[int], tenant: str, idle_s: float = IDLE_S,
                      hide: Hide | None = None) -> AsyncIterator[controller_pb2.JobUpdate]:
     """The jobs of `tenant` ("" = all the caller may see: the service has scoped it) in `states`
     (all when empty): each one first, then batch_end; after every change, the jobs that changed,
-    those that left the list (removed), then batch_end. Never ends by itself."""
+    those that left the list (removed), then batch_end. Never ends by itself.
+
+    A wake-up reads the jobs only when the tenant's change count moved, and serializes only the jobs
+    whose own count moved since they were last sent (or that are new to the list)."""
     wanted = list(states)
-    sent: dict[str, bytes] = {}
-    first = True
+    sent: dict[str, tuple[int, bytes]] = {}  # job id -> its change count and its message, as last sent
+    seen: int | None = None  # the tenant's change count at the last read
     while True:
-        now: dict[str, bytes] = {}
-        out: list[controller_pb2.JobUpdate] = []
-        for rec in view.jobs(wanted, tenant):
-            job = _listed(job_pb(rec, view.progress(rec.id), hide=hide))
-            key = job.SerializeToString(deterministic=True)
-            now[rec.id] = key
-            if sent.get(rec.id) != key:
-                out.append(controller_pb2.JobUpdate(job=job))
-        for gone in sorted(sent.keys() - now.keys()):
-            out.append(controller_pb2.JobUpdate(job=controller_pb2.Job(id=gone), removed=True))
-        for update in out:
-            yield update
-        if out or first:
-            yield controller_pb2.JobUpdate(batch_end=True)
-        sent, first = now, False
-        await view.wait_changed(idle_s)
+        everything, mine = view.generation(), view.generation(tenant)
+        if mine != seen:
+            first, seen = seen is None, mine
+            now: dict[str, tuple[int, bytes]] = {}
+            out: list[controller_pb2.JobUpdate] = []
+            for rec in view.jobs(wanted, tenant):
+                count, before = view.job_generation(rec.id), sent.get(rec.id)
+                if before is not None and before[0] == count:
+                    now[rec.id] = before  # unchanged since it was sent
+                    continue
+                job = _listed(job_pb(rec, view.progress(rec.id), hide=hide))
+                key = job.SerializeToString(deterministic=True)
+                now[rec.id] = (count, key)
+                if before is None or before[1] != key:
+                    out.append(controller_pb2.JobUpdate(job=job))
+            for gone in sorted(sent.keys() - now.keys()):
+                out.append(controller_pb2.JobUpdate(job=controller_pb2.Job(id=gone), removed=True))
+            sent = now
+            for update in out:
+                yield update
+            if out or first:
+                yield controller_pb2.JobUpdate(batch_end=True)
+        await view.wait_changed(idle_s, everything)

@@ -31,13 +31,23 @@ def running(jid: str = "j-1", ranks: int = 2, attempt: int = 1) -> JobRecord:
 
 
 class View:
-    """The EngineView methods the streams use; `change()` wakes them as the engine's notify does."""
+    """The EngineView methods the streams use. The tests change its dicts between reads without
+    counting the changes: every generation is new, so a watch looks again at every wake-up (the
+    counts themselves: tests/unit/test_watch_changes.py)."""
 
     def __init__(self, *jobs: JobRecord) -> None:
         self.jobs_by_id = {j.id: j for j in jobs}
         self.events_of: dict[str, list[EventRecord]] = {j.id: [] for j in jobs}
         self.prog: dict[str, P.Progress] = {}
         self.waits = 0
+        self.count = 0
+
+    def generation(self, tenant: str = "") -> int:
+        self.count += 1
+        return self.count
+
+    def job_generation(self, jid: str) -> int:
+        return self.generation()
 
     def get(self, jid: str) -> JobRecord:
         return self.jobs_by_id[jid]
@@ -54,7 +64,7 @@ class View:
     def agent_address(self, node_id: str) -> str | None:
         return "n1:1"
 
-    async def wait_changed(self, timeout: float) -> None:
+    async def wait_changed(self, timeout: float, since: int | None = None) -> None:
         # The tests change the view between reads: a wake-up that looks again is all a watch needs.
         self.waits += 1
         await asyncio.sleep(0)
