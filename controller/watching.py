@@ -56,8 +56,11 @@ async def watch_events(view: EngineView, job_id: str, after_seq: int, idle_s: fl
             if prog is not None and rec.state not in TERMINAL and prog != last:
                 last = prog
                 yield progress_event(job_id, seq, prog, rec.spec.iterations)
-            if not events and rec.state in TERMINAL:
-                return
+            if rec.state in TERMINAL:
+                if not events:
+                    return
+                seen = None  # it ends on a read that finds no new events: read again now
+                continue
         await view.wait_changed(idle_s, everything)
 
 

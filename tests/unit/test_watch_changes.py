@@ -127,6 +127,25 @@ async def test_each_change_comes_once_and_only_the_changed_job_is_read_again(mon
     await pending.close()
 
 
+async def test_the_event_watch_of_an_ended_job_ends_after_its_events() -> None:
+    """WatchJobEvents ends on a read that finds no new events of an ended job, whether the job ended
+    before the watch (its events all in the first read) or while it ran (the CANCELLED event last)."""
+    h, ids = await harness(2)
+    await h.engine.cancel(ids[0])
+    ended = await asyncio.wait_for(_kinds(watch_events(h.engine.view, ids[0], 0, idle_s=30)), 5)
+    assert ended[0] == "SUBMITTED" and ended[-1] == "CANCELLED"
+    live = asyncio.create_task(_kinds(watch_events(h.engine.view, ids[1], 0, idle_s=30)))
+    await settle()
+    assert not live.done()
+    await h.engine.cancel(ids[1])
+    kinds = await asyncio.wait_for(live, 5)
+    assert kinds[-1] == "CANCELLED" and kinds.count("CANCELLED") == 1
+
+
+async def _kinds(stream: AsyncIterator[P.JobEvent]) -> list[str]:
+    return [e.kind async for e in stream]
+
+
 async def test_a_progress_report_wakes_the_watches_at_the_next_liveness_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     h = Harness()
     await h.register("a", "b")
