@@ -9,7 +9,7 @@ from typing import Any
 from tessera.clients.output import NONE, safe, table, to_dict
 from tessera.v1 import controller_pb2
 
-TENANT_COLUMNS = ("TENANT", "QUOTA", "GUARANTEED", "BORROWED", "RUNNING", "PENDING")
+TENANT_COLUMNS = ("TENANT", "QUOTA", "GUARANTEED", "BORROWED", "RUNNING", "PENDING", "MAX-UNENDED")
 
 
 def gpus_text(pairs: Sequence[controller_pb2.TypeGpus]) -> str:
@@ -21,7 +21,8 @@ def tenants_table(resp: controller_pb2.ListTenantsResponse) -> str:
     """The tenants, then where the quotas come from and the warnings (over the cluster, a refused
     reload), one per line."""
     rows = [[t.name, gpus_text(t.quota), gpus_text(t.guaranteed_in_use), gpus_text(t.borrowed),
-             str(t.jobs_running), str(t.jobs_pending)] for t in resp.tenants]
+             str(t.jobs_running), str(t.jobs_pending), f"{t.max_unended_jobs:,}" if t.max_unended_jobs else NONE]
+            for t in resp.tenants]
     lines = [table(TENANT_COLUMNS, rows)] if rows else []
     if not resp.file:
         lines.append("no tenants file (--tenants): no quotas, every job is best-effort")

@@ -233,7 +233,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         who = principal_of(context)
         only = "" if who.sees_all else (who.tenant or "default")
         src = self._tenants()
-        rows = tenant_rows(src.config, self.view.jobs((P.JOB_STATE_PENDING, *ACTIVE)), only)
+        rows = tenant_rows(src.config, self.view.jobs((P.JOB_STATE_PENDING, *ACTIVE)), only,
+                           self.engine.cfg.max_unended_jobs)
         registered: dict[str, int] = {}
         for nid in self.view.node_ids():
             for g in self.view.node(nid).inventory.gpus:

@@ -197,10 +197,12 @@ def _pairs(d: Mapping[str, int]) -> list[controller_pb2.TypeGpus]:
     return [controller_pb2.TypeGpus(gpu_type=t, gpus=n) for t, n in sorted(d.items()) if n]
 
 
-def tenant_rows(config: TenantsConfig | None, jobs: Iterable[JobRecord], only: str = "") -> list[controller_pb2.Tenant]:
+def tenant_rows(config: TenantsConfig | None, jobs: Iterable[JobRecord], only: str = "",
+                default_cap: int = 0) -> list[controller_pb2.Tenant]:
     """Per tenant (the file's, and any other that holds active jobs, e.g. one removed from the file):
     its quota, the GPUs its guaranteed jobs hold, the GPUs its best-effort jobs hold beyond what is
-    left of its quota (borrowed), its running and pending jobs. `only`: that tenant alone."""
+    left of its quota (borrowed), its running and pending jobs, and its cap of jobs not yet ended
+    (the file's max_unended_jobs, else `default_cap`: --max-unended-jobs). `only`: that tenant alone."""
     usage: dict[str, _Usage] = {t: _Usage({}, {}) for t in (config.names if config else ())}
     for j in jobs:
         tenant = j.spec.tenant or "default"
@@ -222,6 +224,8 @@ def tenant_rows(config: TenantsConfig | None, jobs: Iterable[JobRecord], only: s
         quota = config.get(name) if config else None
         q = dict(quota.gpus) if quota else {}
         borrowed = {t: max(0, n - max(0, q.get(t, 0) - u.guaranteed.get(t, 0))) for t, n in u.best_effort.items()}
+        own = config.max_unended(name) if config else None
         out.append(controller_pb2.Tenant(name=name, quota=_pairs(q), guaranteed_in_use=_pairs(u.guaranteed),
-                                         borrowed=_pairs(borrowed), jobs_running=u.running, jobs_pending=u.pending))
+                                         borrowed=_pairs(borrowed), jobs_running=u.running, jobs_pending=u.pending,
+                                         max_unended_jobs=default_cap if own is None else own))
     return out

@@ -90,8 +90,9 @@ def test_get_tenants_shows_quotas_jobs_and_warnings(ctl: Daemon) -> None:
     assert out["warnings"] == [("quotas of A100-80GB sum to 2 GPUs (team-a 2) but the cluster has 0 registered: "
                                "guaranteed jobs within quota may wait for GPUs until nodes join")]
     table = tessctl(ctl.address, "get", "tenants").stdout.splitlines()
-    assert table[0].split() == ["TENANT", "QUOTA", "GUARANTEED", "BORROWED", "RUNNING", "PENDING"]
-    assert table[1].split() == ["team-a", "2", "x", "A100-80GB", "-", "-", "0", "2"]
+    assert table[0].split() == ["TENANT", "QUOTA", "GUARANTEED", "BORROWED", "RUNNING", "PENDING", "MAX-UNENDED"]
+    assert table[1].split() == ["team-a", "2", "x", "A100-80GB", "-", "-", "0", "2", "10,000"]
+    assert rows["team-a"]["max_unended_jobs"] == 10_000  # the controller's --max-unended-jobs
     assert table[-1].startswith("warning: quotas of A100-80GB sum to 2 GPUs")
     described = tessctl(ctl.address, "describe", "job", g.id).stdout
     assert "Priority:" in described and "guaranteed: 2 x A100-80GB" in described

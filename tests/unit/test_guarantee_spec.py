@@ -157,14 +157,15 @@ def test_tenants_table_and_json() -> None:
 
     resp = C.ListTenantsResponse(
         tenants=[C.Tenant(name="team-a", quota=[C.TypeGpus(gpu_type="A100-80GB", gpus=2)],
-                          guaranteed_in_use=[C.TypeGpus(gpu_type="A100-80GB", gpus=1)], jobs_running=1),
+                          guaranteed_in_use=[C.TypeGpus(gpu_type="A100-80GB", gpus=1)], jobs_running=1,
+                          max_unended_jobs=10_000),
                  C.Tenant(name="team-b", borrowed=[C.TypeGpus(gpu_type="A100-80GB", gpus=1)], jobs_running=1,
                           jobs_pending=2)],
         file="/etc/tessera/tenants.yaml", warnings=["quotas of A100-80GB sum to 2 GPUs\x1b[2J"])
     assert tenants_table(resp).splitlines() == [
-        "TENANT   QUOTA           GUARANTEED      BORROWED        RUNNING   PENDING",
-        "team-a   2 x A100-80GB   1 x A100-80GB   -               1         0",
-        "team-b   -               -               1 x A100-80GB   1         2",
+        "TENANT   QUOTA           GUARANTEED      BORROWED        RUNNING   PENDING   MAX-UNENDED",
+        "team-a   2 x A100-80GB   1 x A100-80GB   -               1         0         10,000",
+        "team-b   -               -               1 x A100-80GB   1         2         -",
         "warning: quotas of A100-80GB sum to 2 GPUs\\x1b[2J"]  # untrusted text made safe
     out = tenants_json(resp)
     assert out["tenants"][1]["borrowed"] == [{"gpu_type": "A100-80GB", "gpus": 1}]

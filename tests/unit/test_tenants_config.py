@@ -183,6 +183,14 @@ def test_usage_counts_guaranteed_and_borrowed_gpus() -> None:
     assert [t.name for t in tenant_rows(CFG, jobs, only="team-b")] == ["team-b"]
 
 
+def test_each_row_has_the_tenants_cap_of_jobs_not_yet_ended() -> None:
+    cfg = parse_tenants({"tenants": {"team-a": {"max_unended_jobs": 50}, "team-b": {}, "team-c": {"max_unended_jobs": 0}}})
+    rows = {t.name: t.max_unended_jobs for t in tenant_rows(cfg, [], default_cap=10_000)}
+    assert rows == {"team-a": 50, "team-b": 10_000, "team-c": 0}  # the file's, else the flag's; 0 = none
+    (row,) = tenant_rows(None, [rec("o1", "solo", P.JOB_STATE_PENDING)], default_cap=7)
+    assert row.max_unended_jobs == 7
+
+
 def test_a_mixed_type_pipeline_counts_each_stage_on_its_own_type() -> None:
     """A cost job's pipeline over two types: its plan's gpu_model names both ("A10-24GB+A40-48GB"),
     which `get tenants` showed as one type."""

@@ -312,20 +312,22 @@ class TypeGpus(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., gpus: _Optional[int] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "quota", "guaranteed_in_use", "borrowed", "jobs_running", "jobs_pending")
+    __slots__ = ("name", "quota", "guaranteed_in_use", "borrowed", "jobs_running", "jobs_pending", "max_unended_jobs")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUOTA_FIELD_NUMBER: _ClassVar[int]
     GUARANTEED_IN_USE_FIELD_NUMBER: _ClassVar[int]
     BORROWED_FIELD_NUMBER: _ClassVar[int]
     JOBS_RUNNING_FIELD_NUMBER: _ClassVar[int]
     JOBS_PENDING_FIELD_NUMBER: _ClassVar[int]
+    MAX_UNENDED_JOBS_FIELD_NUMBER: _ClassVar[int]
     name: str
     quota: _containers.RepeatedCompositeFieldContainer[TypeGpus]
     guaranteed_in_use: _containers.RepeatedCompositeFieldContainer[TypeGpus]
     borrowed: _containers.RepeatedCompositeFieldContainer[TypeGpus]
     jobs_running: int
     jobs_pending: int
-    def __init__(self, name: _Optional[str] = ..., quota: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., guaranteed_in_use: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., borrowed: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., jobs_running: _Optional[int] = ..., jobs_pending: _Optional[int] = ...) -> None: ...
+    max_unended_jobs: int
+    def __init__(self, name: _Optional[str] = ..., quota: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., guaranteed_in_use: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., borrowed: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., jobs_running: _Optional[int] = ..., jobs_pending: _Optional[int] = ..., max_unended_jobs: _Optional[int] = ...) -> None: ...
 
 class ListTenantsResponse(_message.Message):
     __slots__ = ("tenants", "file", "loaded_at", "warnings")
