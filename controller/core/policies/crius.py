@@ -431,7 +431,7 @@ class _Round:
         refused (or no GPU count fits the job at all); a job that fits the registered GPUs, in
         memory too, but not the READY ones waits for nodes."""
         ctx = self.ctx
-        s = why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()}, ctx.config.max_gpus_per_job)
+        s = why_not.round_supply(ctx, job)
         if cause := why_not.type_cause(job, ctx.snap, s):
             return cause
         req = job.gpu_type_hint if job.gpu_type_hint in s.ready else ""

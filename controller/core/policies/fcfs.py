@@ -88,7 +88,7 @@ class FcfsPolicy:
         for j in older:
             if j.id in b.waiting:
                 t, n = requested(ctx, j)
-                if t and why_not_as_asked(ctx, j, t, n) is None:
+                if t and runs_as_asked(ctx, j, t, n):
                     blocked.add(t)
         for j in new:
             if art:
@@ -135,14 +135,10 @@ class FcfsPolicy:
             b.pend(job, PendingKind.NO_ROOM_NOW, f"fcfs: waiting for nodes: {why}")
 
 
-def _supply(ctx: RoundContext, job: JobView) -> why_not.Supply:
-    return why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()}, ctx.config.max_gpus_per_job)
-
-
 def why_no_type(ctx: RoundContext, job: JobView) -> why_not.Cause:
     """Why `requested` found no (type, count) for the job: GPU types the cluster lacks, none READY,
     or (a job without a GPU count) no count of a READY type that fits it in memory."""
-    if cause := why_not.type_cause(job, ctx.snap, _supply(ctx, job)):
+    if cause := why_not.type_cause(job, ctx.snap, why_not.round_supply(ctx, job)):
         return cause
     types = [t for t in ctx.types() if not job.gpu_types or t in job.gpu_types]
     if job.gpu_type_hint in types:  # as `requested` asks
@@ -157,7 +153,7 @@ def why_not_as_asked(ctx: RoundContext, job: JobView, t: str, n: int) -> why_not
     if runs_as_asked(ctx, job, t, n):
         return None  # the common case, without building the supply
     nodes = ctx.ideal_nodes(t, n)
-    s = _supply(ctx, job).only(t)
+    s = why_not.round_supply(ctx, job).only(t)
     if cause := why_not.type_cause(job, ctx.snap, s):  # an opaque job the cluster cannot hold
         return cause
     if job.opaque:
@@ -169,8 +165,7 @@ def why_not_as_asked(ctx: RoundContext, job: JobView, t: str, n: int) -> why_not
     oom = _out_of_memory(ctx, job, t, n)
     if cause := why_not.count_cause(s, n, what, oom):
         return cause
-    if ctx.throughput(job, t, n, nodes) > 0:
-        return None
+    # Within the READY GPUs and the cap (count_cause): what refuses it is its Cell of n x t.
     if job.opaque:  # no memory: an opaque job's only Cell is refused when its nodes cannot share it evenly
         return True, f"{why_not.opaque_what(n)}, which {nodes} nodes of {t} cannot split evenly"
     if oom:

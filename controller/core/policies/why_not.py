@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from tessera.controller.core import opaque
 from tessera.controller.core.frenzy import missing_types_reason
+from tessera.controller.core.policy import RoundContext
 from tessera.controller.core.snapshot import JobView, Snapshot
 
 Cause = tuple[bool, str]
@@ -68,6 +69,11 @@ def supply(job: JobView, snap: Snapshot, ready: Mapping[str, int], cap: int = 0)
         have[m] = have.get(m, 0) + c
     allowed = {m: c for m, c in have.items() if not job.gpu_types or m in job.gpu_types}
     return Supply(allowed, {t: c for t, c in ready.items() if not job.gpu_types or t in job.gpu_types}, cap)
+
+
+def round_supply(ctx: RoundContext, job: JobView) -> Supply:
+    """`supply` in a round: its READY GPUs by type and its per-job cap."""
+    return supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()}, ctx.config.max_gpus_per_job)
 
 
 def type_cause(job: JobView, snap: Snapshot, s: Supply) -> Cause | None:
