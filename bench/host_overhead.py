@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 import traceback
@@ -58,11 +59,8 @@ def probe_case(variant: str, layers: int) -> Case:
 
 def slope(depths: list[int], medians: list[float]) -> tuple[float, float]:
     """Least squares (seconds per layer, seconds outside the layers) through (depth, median step)."""
-    n = len(depths)
-    mx, my = sum(depths) / n, sum(medians) / n
-    sxx = sum((x - mx) ** 2 for x in depths)
-    per_layer = sum((x - mx) * (y - my) for x, y in zip(depths, medians)) / sxx
-    return per_layer, my - per_layer * mx
+    fit = statistics.linear_regression(depths, medians)
+    return fit.slope, fit.intercept
 
 
 def pool(paths: list[Path]) -> dict[str, tuple[float, float, int]]:
