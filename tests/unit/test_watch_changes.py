@@ -74,6 +74,14 @@ class Scans:
         monkeypatch.setattr(h.engine.view, "jobs", jobs)
 
 
+def serializations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the jobs the watches serialize (watching.job_pb), in order, from now on."""
+    seen: list[str] = []
+    real = watching.job_pb
+    monkeypatch.setattr(watching, "job_pb", lambda rec, *a, **kw: seen.append(rec.id) or real(rec, *a, **kw))
+    return seen
+
+
 async def harness(jobs: int = 3) -> tuple[Harness, list[str]]:
     h = Harness()
     await h.register("a", "b")
@@ -85,9 +93,7 @@ async def harness(jobs: int = 3) -> tuple[Harness, list[str]]:
 async def test_an_idle_list_watch_never_scans_again(monkeypatch: pytest.MonkeyPatch) -> None:
     h, ids = await harness()
     scans = Scans(h, "default", monkeypatch)
-    serialized: list[str] = []
-    real_job_pb = watching.job_pb
-    monkeypatch.setattr(watching, "job_pb", lambda rec, *a, **kw: serialized.append(rec.id) or real_job_pb(rec, *a, **kw))
+    serialized = serializations(monkeypatch)
     reader = Reader(watch_jobs(h.engine.view, [], "default", idle_s=0.001))
     first = await reader.take()
     assert shown(first) == [(i, "PENDING", False) for i in ids] + [("", "", True)]
@@ -103,9 +109,7 @@ async def test_an_idle_list_watch_never_scans_again(monkeypatch: pytest.MonkeyPa
 async def test_each_change_comes_once_and_only_the_changed_job_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
     h, ids = await harness()
     scans = Scans(h, "default", monkeypatch)
-    serialized: list[str] = []
-    real_job_pb = watching.job_pb
-    monkeypatch.setattr(watching, "job_pb", lambda rec, *a, **kw: serialized.append(rec.id) or real_job_pb(rec, *a, **kw))
+    serialized = serializations(monkeypatch)
     everything = Reader(watch_jobs(h.engine.view, [], "default"))
     pending = Reader(watch_jobs(h.engine.view, [P.JOB_STATE_PENDING], "default"))
     await everything.take(), await pending.take()
