@@ -164,16 +164,12 @@ class Run:
 
 def node_gpu_type(c: Client, run: Run) -> str:
     """The GPU model of the READY node with one GPU (as `get nodes` shows it)."""
-    while True:
-        nodes = [n for n in c.nodes() if n.state == P.NODE_STATE_READY]
-        if nodes:
-            models = sorted({g.model for n in nodes for g in n.inventory.gpus})
-            if len(models) != 1:
-                raise ScenarioError(f"the node's GPUs must be of one type, got {models or 'none'}")
-            return str(models[0])
-        if time.monotonic() > run.deadline:
-            raise ScenarioError("timed out waiting for the node to be READY")
-        time.sleep(POLL_S)
+    nodes = lc.wait_for(lambda: [n for n in c.nodes() if n.state == P.NODE_STATE_READY],
+                        max(0.0, run.deadline - time.monotonic()), "the node to be READY", POLL_S)
+    models = sorted({g.model for n in nodes for g in n.inventory.gpus})
+    if len(models) != 1:
+        raise ScenarioError(f"the node's GPUs must be of one type, got {models or 'none'}")
+    return str(models[0])
 
 
 def give_quota(ctl: lc.Daemon, tenants: Path, gpu_type: str) -> None:
