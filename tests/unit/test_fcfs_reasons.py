@@ -90,6 +90,24 @@ def test_no_ready_node_waits_for_nodes() -> None:
     assert stored == d.reason == "fcfs: waiting for nodes: no READY node has V100-32GB (registered: 4 x V100-32GB)"
 
 
+def test_no_ready_node_and_nothing_registered_that_runs_it_fits_nowhere() -> None:
+    # Were "waiting for nodes: no READY node": its node coming back would not run it either.
+    d, stored = decide((), registered(A), job(gpus=16))
+    assert d.pending is NOWHERE
+    assert stored == d.reason == "fcfs: fits nowhere: it asks for 16 GPUs of one type, more than the cluster has (4: 4 x A100-80GB)"
+    b = node("b")
+    d, _ = decide((), registered(A, b), job(gpus=4, key="k8"))
+    assert d.pending is NOWHERE
+    assert d.reason == ("fcfs: fits nowhere: it asks for 4 GPUs; it fits in memory on no fewer than 8 x A100-80GB "
+                        "(registered: 8)")
+    d, _ = decide((), registered(A), job(key="none", model=BIG))
+    assert d.pending is NOWHERE
+    assert d.reason == "fcfs: fits nowhere: no count of A100-80GB GPUs fits it (out of memory or not covered by the estimates)"
+    # On 8 x A100 registered it runs on its 8 once they are back.
+    d, _ = decide((), registered(A, b), job(gpus=8, key="k8"))
+    assert d.pending is NO_ROOM and d.reason == "fcfs: waiting for nodes: no READY node (registered: 8 x A100-80GB)"
+
+
 def test_a_gpu_type_the_cluster_lacks_is_the_whole_reason_once() -> None:
     d, stored = decide((A,), registered(A), job(gpus=2, gtype="", gpu_types=("H100-80GB",)))
     assert d.pending is NOWHERE

@@ -102,6 +102,28 @@ def test_a_requeued_job_with_no_ready_node_waits_for_nodes() -> None:
     assert stored == d.reason == "crius: waiting for nodes: no READY node (registered: 4 x A100-80GB)"
 
 
+def test_no_ready_node_and_no_count_that_holds_it_in_memory_fits_nowhere() -> None:
+    # Was "waiting for nodes: no READY node": its node coming back would not run it either.
+    d, stored = decide((), registered(A), job(key="k16"))
+    assert d.pending is NOWHERE
+    assert stored == d.reason == ("crius: fits nowhere: it fits in memory on no fewer than 16 x A100-80GB "
+                                  "(registered: 4)")
+    d, _ = decide((), registered(A), job(key="none", model=BIG))
+    assert d.pending is NOWHERE
+    assert d.reason == "crius: fits nowhere: no count of A100-80GB GPUs fits it (out of memory or not covered by the estimates)"
+    # The same with 16 A100 registered: it waits for them.
+    four = tuple(node(f"n{i}") for i in range(4))
+    d, _ = decide((), registered(*four), job(key="k16"))
+    assert d.pending is NO_ROOM and d.reason == "crius: waiting for nodes: no READY node (registered: 16 x A100-80GB)"
+
+
+def test_no_ready_node_and_a_hint_over_the_registered_gpus_fits_nowhere() -> None:
+    d, stored = decide((), registered(A), job(gpus=64))
+    assert d.pending is NOWHERE
+    assert stored == d.reason == ("crius: fits nowhere: its gpus hint is 64: its smallest Cell (half the hint) is 32 "
+                                  "GPUs of one type, more than the cluster has (4: 4 x A100-80GB)")
+
+
 def test_a_hint_the_ready_nodes_cannot_hold_but_the_registered_can_waits_for_nodes() -> None:
     d, stored = decide((A,), registered(A, node("b")), job(gpus=16))
     assert d.pending is NO_ROOM

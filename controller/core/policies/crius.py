@@ -432,58 +432,57 @@ class _Round:
         memory too, but not the READY ones waits for nodes."""
         ctx = self.ctx
         s = why_not.round_supply(ctx, job)
-        if cause := why_not.type_cause(job, ctx.snap, s):
+        asked = opaque.gpus_of(job) if job.opaque else job.gpus_hint
+        need = asked if job.opaque or not self.opts.scale_count else max(1, asked // 2)
+        if job.opaque:
+            what = why_not.opaque_what(asked)
+        elif need != asked:
+            what = f"its gpus hint is {asked}: its smallest Cell (half the hint) is {need} GPUs of one type"
+        else:
+            what = f"its gpus hint is {asked}: its Cell is {need} GPUs of one type"
+        counted = bool(asked) and self.opts.mode != ARTIFACT
+
+        def never() -> str:  # nodes coming back would not run it either
+            if counted and (why := why_not.over_registered(s, need, what)):
+                return why
+            return "" if job.opaque else why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered), not asked))
+
+        if cause := why_not.type_cause(job, ctx.snap, s, never):
             return cause
         req = job.gpu_type_hint if job.gpu_type_hint in s.ready else ""
         if req and not self.opts.change_type:  # its Cells are of that type only (target_cells)
             s = s.only(req, keep_listing=True)
-        asked = opaque.gpus_of(job) if job.opaque else job.gpus_hint
-        need = asked if job.opaque or not self.opts.scale_count else max(1, asked // 2)
-        if asked and self.opts.mode != ARTIFACT:
-            if job.opaque:
-                what = why_not.opaque_what(asked)
-            elif need != asked:
-                what = f"its gpus hint is {asked}: its smallest Cell (half the hint) is {need} GPUs of one type"
-            else:
-                what = f"its gpus hint is {asked}: its Cell is {need} GPUs of one type"
+        if counted:
             counts = {need, asked, 2 * asked} if self.opts.scale_count else {asked}  # its Cells' (target_cells)
-            oom = "" if job.opaque else self._out_of_memory(job, s, self._fewest(job, sorted(s.registered)), counts)
+            oom = "" if job.opaque else self._out_of_memory(job, s, why_not.fewest(ctx, job, sorted(s.registered)), counts)
             if cause := why_not.count_cause(s, need, what, oom):
                 return cause
         if cells:
             return True, f"no feasible Cell among {_cells_text(cells)} (out of memory or not covered by the estimates)"
         # No GPU count: its Cells come from the counts it fits on in memory (one type's in artifact mode).
         scope = [req or next(iter(s.ready))] if self.opts.mode == ARTIFACT else sorted(s.registered)
-        fewest = self._fewest(job, scope, pow2=True)
+        fewest = why_not.fewest(ctx, job, scope, pow2=True)
         if oom := self._out_of_memory(job, s, fewest, scope=scope):
             return True, oom
         over = why_not.fewest_text(s, fewest)
         now = ", ".join(f"{ctx.total_gpus(m)} x {m}" for m in sorted(fewest))
         return False, f"{over}; READY: {now}"
 
-    def _fewest(self, job: JobView, scope: list[str], pow2: bool = False) -> dict[str, int]:
-        """The fewest GPUs of each type in `scope` the job fits on in memory, by the estimates (a
-        type absent: none); `pow2`: of the counts a job without a GPU count gets Cells of."""
-        return {m: cs[0] for m in scope
-                if (cs := [c for c in self.ctx.gpu_counts(job, m) if not pow2 or c & (c - 1) == 0])}
-
     def _out_of_memory(self, job: JobView, s: why_not.Supply, fewest: dict[str, int],
                        counts: set[int] | None = None, scope: list[str] | None = None) -> str:
         """Why the job fits in memory on no count of its types (`scope`, else the supply's) that the
         registered GPUs could give it within the per-job cap, whatever nodes come back: `fewest`
-        (`_fewest`) over them all; "" when it may. `counts`: its Cells' GPU counts, any of which
+        (why_not.fewest) over them all; "" when it may. `counts`: its Cells' GPU counts, any of which
         the estimates run on READY nodes says it may (a count between those `gpu_counts` tries)."""
         ctx = self.ctx
         scope = scope or sorted(s.registered)
-        if any(n <= s.limit(s.registered.get(m, 0)) for m, n in fewest.items()):
+        if not (oom := why_not.memory_cause(s, fewest, scope=scope)):
             return ""
         for m in scope:
             if any(0 < c <= s.limit(s.registered.get(m, 0)) and (nodes := ctx.ideal_nodes(m, c))
                    and ctx.throughput(job, m, c, nodes) > 0 for c in counts or ()):
                 return ""
-        if not fewest:
-            return f"no count of {' or '.join(scope)} GPUs fits it (out of memory or not covered by the estimates)"
-        return why_not.fewest_text(s, fewest)
+        return oom
 
     def _pending_reason(self, job: JobView) -> str:
         cells = sorted({(t, n) for t, n, c in self.target_cells(job)}, key=lambda x: (x[0], x[1]))

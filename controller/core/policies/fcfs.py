@@ -138,7 +138,8 @@ class FcfsPolicy:
 def why_no_type(ctx: RoundContext, job: JobView) -> why_not.Cause:
     """Why `requested` found no (type, count) for the job: GPU types the cluster lacks, none READY,
     or (a job without a GPU count) no count of a READY type that fits it in memory."""
-    if cause := why_not.type_cause(job, ctx.snap, why_not.round_supply(ctx, job)):
+    s = why_not.round_supply(ctx, job)
+    if cause := why_not.type_cause(job, ctx.snap, s, None if job.opaque else lambda: _never_fits(ctx, job, s)):
         return cause
     types = [t for t in ctx.types() if not job.gpu_types or t in job.gpu_types]
     if job.gpu_type_hint in types:  # as `requested` asks
@@ -177,6 +178,15 @@ def why_not_as_asked(ctx: RoundContext, job: JobView, t: str, n: int) -> why_not
     counts = ", ".join(str(c) for c in fits[:-1]) + (" or " if len(fits) > 1 else "") + str(fits[-1])
     return True, (f"the estimates have no Cell of {where} (out of memory or not covered; it fits in memory "
                   f"on {counts} x {t})")
+
+
+def _never_fits(ctx: RoundContext, job: JobView, s: why_not.Supply) -> str:
+    """Why nothing the registered GPUs could give the job runs it ("" when something may): a job
+    with a GPU count runs on that many of one type, which must hold it in memory."""
+    n = job.gpus_hint
+    if n and (why := why_not.over_registered(s, n, f"it asks for {n} GPUs of one type")):
+        return why
+    return why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered)), n)
 
 
 def _out_of_memory(ctx: RoundContext, job: JobView, t: str, n: int) -> str:

@@ -15,7 +15,7 @@ against its own choices.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from tessera.controller.core import opaque
@@ -76,9 +76,13 @@ def round_supply(ctx: RoundContext, job: JobView) -> Supply:
     return supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()}, ctx.config.max_gpus_per_job)
 
 
-def type_cause(job: JobView, snap: Snapshot, s: Supply) -> Cause | None:
+def type_cause(job: JobView, snap: Snapshot, s: Supply, never: Callable[[], str] | None = None) -> Cause | None:
     """An opaque job the registered GPUs cannot hold, GPU types the cluster lacks (fits nowhere), or
-    no READY node of the allowed types (waits for nodes); None when the job has READY GPUs to ask."""
+    no READY node of the allowed types (waits for nodes); None when the job has READY GPUs to ask.
+    `never` (asked only when no READY node has its types): the caller's cause when nothing the
+    registered GPUs could give the job runs it, its count (`over_registered`) or its memory
+    (`memory_cause`); "" when something may. Nodes coming back would not run it then, and that
+    cause, fits nowhere, replaces "waits for nodes"."""
     reg = registered(snap)
     if job.opaque and (nowhere := opaque.fits_nowhere(job, reg)):
         return True, nowhere
@@ -86,6 +90,8 @@ def type_cause(job: JobView, snap: Snapshot, s: Supply) -> Cause | None:
         missing = missing_types_reason(job.gpu_types, replace(snap, cluster_gpus=reg))
         return True, missing.removeprefix("fits nowhere: ")
     if not s.ready:
+        if never is not None and (why := never()):
+            return True, why
         which = f" has {' or '.join(job.gpu_types)}" if job.gpu_types else ""
         return False, f"no READY node{which} (registered: {s.text()})"
     return None
@@ -112,6 +118,31 @@ def count_cause(s: Supply, need: int, what: str, memory: str = "") -> Cause | No
     if need > total:
         return True, f"{what}, more than the cluster has ({total}: {s.text()})"
     return True, f"{what} and the cluster has at most {most} of one type ({s.text()})"
+
+
+def fewest(ctx: RoundContext, job: JobView, types: Iterable[str], pow2: bool = False) -> dict[str, int]:
+    """The fewest GPUs of each type the job fits on in memory, by the estimates (a type absent:
+    none); `pow2`: of the power-of-two counts only (those a job without a GPU count gets Cells of)."""
+    return {m: cs[0] for m in types if (cs := [c for c in ctx.gpu_counts(job, m) if not pow2 or c & (c - 1) == 0])}
+
+
+def memory_cause(s: Supply, fewest: Mapping[str, int], most: int = 0, scope: Iterable[str] = ()) -> str:
+    """Why the job fits in memory on no count of its types that the registered GPUs could give it
+    within the per-job cap, READY or not ("" when one may); `fewest` as `fewest` gives it over the
+    types in `scope` (default: the supply's), `most`: the job runs on at most that many GPUs (0: any
+    count)."""
+    if any(n <= s.limit(s.registered.get(m, 0)) and (not most or n <= most) for m, n in fewest.items()):
+        return ""
+    if not fewest:
+        return f"no count of {' or '.join(scope or sorted(s.registered))} GPUs fits it (out of memory or not covered by the estimates)"
+    return (f"it asks for {most} GPUs; " if most else "") + fewest_text(s, fewest)
+
+
+def over_registered(s: Supply, need: int, what: str) -> str:
+    """`count_cause`'s cause where `need` GPUs of one type are more than the registered GPUs, READY
+    or not, or a job, may have ("" when they are not): no node coming back would run it."""
+    cause = count_cause(replace(s, ready=s.registered), need, what)
+    return cause[1] if cause else ""
 
 
 def fewest_text(s: Supply, fewest: Mapping[str, int]) -> str:
