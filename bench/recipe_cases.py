@@ -137,4 +137,13 @@ def cases(tiny: bool = False) -> list[Case]:
         Case("host-check tt 1B fsdp float8", "torchtitan", flavor, tt1b, fsdp.with_(float8="linear"),
              TT_RECIPE + "; Float8LinearConverter (rowwise, its default)"),
         Case("host-check tt 3B fsdp mb1", "torchtitan", "3B", tt3b, fsdp.with_(micro_batch=1), TT_RECIPE),
+    ] + [
+        # Per-op SAC over the micro-batch, beside the same recipe without checkpointing: whether the
+        # host's launching and the GPU's work overlap (the step flat until the GPU binds, as the
+        # host floor's maximum assumes) or add up (the step growing from the smallest batch on).
+        Case(f"sac-sweep tt {name} fsdp{' op-sac' if op else ''} mb{mb}", "torchtitan", flav, dims,
+             fsdp.with_(micro_batch=mb, checkpointing="op" if op else "none"), TT_RECIPE)
+        for name, flav, dims, op, mbs in (("1B", flavor, tt1b, True, (1, 2, 4, 8)), ("1B", flavor, tt1b, False, (1, 8)),
+                                          ("3B", "3B", tt3b, True, (1, 2)))
+        for mb in mbs
     ]
