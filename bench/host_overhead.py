@@ -10,7 +10,7 @@ the Python loop). Nothing is fitted to a full-size run: the estimator's host flo
 (tessera.estimator.host_time) is read from these numbers, and docs/estimator-gpu.md compares its
 predictions with full-size runs measured apart.
 
-    python bench/host_overhead.py [--out FILE] [--layers 2,10] [--budget-s 240] [--device cuda]
+    python bench/host_overhead.py [--out FILE] [--layers 2,10] [--width 128] [--budget-s 240] [--device cuda]
 
 All variants run in this one process (the host's cost does not depend on what ran before; the
 compile variants last, as they take longest). Writes bench/results/host_overhead.json (or FILE)
@@ -42,16 +42,24 @@ from tessera.estimator.plans import ExecutionPlan
 DEFAULT_OUT = REPO / "bench" / "results" / "host_overhead.json"
 
 
-def probe_dims(layers: int) -> ModelDims:
-    """Narrow enough that every kernel is shorter than its launch; Float8's rowwise GEMMs need
-    dimensions that are multiples of 16."""
-    return ModelDims(128, layers, 4, 512, 64, f"host-probe-{layers}", ffn_hidden=256, gated=True, num_kv_heads=2)
+# Layer shapes by hidden width: (heads, KV heads, FFN width). 128: the default probe, narrow enough
+# that every kernel is shorter than its launch (Float8's rowwise GEMMs need multiples of 16);
+# 2048 and 3072: Llama 3.2 1B's and 3B's layers (bench/recipe_cases.py). With 64 tokens their
+# kernels are still a few microseconds, so the step stays the host's, at the full-size layer's
+# tensor sizes, op for op.
+WIDTHS = {128: (4, 2, 256), 2048: (32, 8, 8192), 3072: (24, 8, 8192)}
 
 
-def probe_case(variant: str, layers: int) -> Case:
+def probe_dims(layers: int, width: int = 128) -> ModelDims:
+    heads, kv, ffn = WIDTHS[width]
+    return ModelDims(width, layers, heads, 512, 64, f"host-probe-{layers}" + (f"-h{width}" if width != 128 else ""),
+                     ffn_hidden=ffn, gated=True, num_kv_heads=kv)
+
+
+def probe_case(variant: str, layers: int, width: int = 128) -> Case:
     """The bench case of one host-time variant at `layers` decoder layers."""
     plan = ExecutionPlan(micro_batch=1, **VARIANTS[variant])
-    dims = probe_dims(layers)
+    dims = probe_dims(layers, width)
     if plan.sharding == "fsdp":
         return Case(f"{variant} L{layers}", "torchtitan", "native", dims, plan, TT_RECIPE)
     return Case(f"{variant} L{layers}", "transformers", "llama", dims, plan, HF_LORA if plan.lora_rank else HF_FULL)
@@ -80,8 +88,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--width", type=int, choices=sorted(WIDTHS), default=128,
+                    help="the layers' hidden width (default 128; 2048, 3072: Llama 3.2 1B's, 3B's layers)")
     ap.add_argument("--layers", default="2,10", help="the depths measured, comma-separated (at least two)")
     ap.add_argument("--only", action="append", default=[], help="variants whose name contains this")
+    ap.add_argument("--variants", help="exactly these variants, comma-separated (instead of --only)")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile variants")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--steps", type=int, default=12)
@@ -108,12 +119,15 @@ def main() -> int:
     result: dict[str, Any] = {
         "benchmark": "host_overhead", "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
-        "python": platform.python_version(), "depths": depths, "warmup": args.warmup, "steps": args.steps,
+        "python": platform.python_version(), "width": args.width, "depths": depths, "warmup": args.warmup, "steps": args.steps,
         "variants": {}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    names = [v for v in VARIANTS if (not args.only or any(s in v for s in args.only))
+    exact = args.variants.split(",") if args.variants else []
+    if unknown := [v for v in exact if v not in VARIANTS]:
+        ap.error(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
+    names = [v for v in VARIANTS if (v in exact if exact else not args.only or any(s in v for s in args.only))
              and not (args.no_compile and VARIANTS[v].get("compile"))]
     names.sort(key=lambda v: VARIANTS[v].get("compile", False))
     for name in names:
@@ -127,7 +141,7 @@ def main() -> int:
             try:
                 medians, runs = [], {}
                 for depth in depths:
-                    case = probe_case(name, depth)
+                    case = probe_case(name, depth, args.width)
                     train = train_torchtitan if case.stack == "torchtitan" else train_transformers
                     torch.manual_seed(0)
                     run, _, info = train(case, args.device, False, args.warmup, args.steps)
