@@ -21,7 +21,10 @@ def duration(seconds: float) -> str:
 
 def slo_text(spec: common_pb2.JobSpec) -> str:
     if spec.slo.deadline > 0:
-        when = dt.datetime.fromtimestamp(spec.slo.deadline, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            when = dt.datetime.fromtimestamp(spec.slo.deadline, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (OverflowError, OSError, ValueError):  # one stored before the controller bounded it
+            when = f"unix time {spec.slo.deadline:g}"
         return f"done by {when}"
     if spec.slo.iterations_within_seconds > 0:
         return f"iterations within {duration(spec.slo.iterations_within_seconds)}"

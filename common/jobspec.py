@@ -202,10 +202,12 @@ def guarantee_errors(spec: common_pb2.JobSpec) -> Errors:
     if g.plan and not PLAN_NAME_RE.fullmatch(g.plan):
         errs.append(("guarantee.plan", ("must be a plan name: ga, gc, zero-dp, zero-offload or PP/TP/DP digits "
                                        "such as 248")))
-    if not spec.HasField("model") and spec.hint.gpus and g.num_gpus and g.num_gpus != spec.hint.gpus:
+    runs_on = spec.hint.gpus or 1  # an opaque job without hint.gpus runs on one GPU (controller/snapshots.py)
+    if not spec.HasField("model") and g.num_gpus and g.num_gpus != runs_on:
         # Its tenant would be charged the promise while the job holds its hint's GPUs.
-        errs.append(("guarantee.num_gpus", (f"an opaque job runs on exactly its hint.gpus ({spec.hint.gpus}): "
-                                           f"its promise must be that many GPUs, got {g.num_gpus}")))
+        errs.append(("guarantee.num_gpus", (f"an opaque job runs on exactly its hint.gpus ({runs_on}"
+                                           f"{'' if spec.hint.gpus else ': none given is 1'}): its promise must "
+                                           f"be that many GPUs, got {g.num_gpus}")))
     return errs
 
 

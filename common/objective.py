@@ -22,6 +22,9 @@ from tessera.v1 import common_pb2
 
 # An SLO longer than ten years is a typo, not an SLO.
 MAX_SLO_S = 10 * 365 * 86400.0
+# The latest deadline accepted (2100-01-01T00:00:00Z): any real one is far earlier, and every
+# platform's time_t and Python's datetime can show it (1e308 was stored and broke `describe job`).
+MAX_DEADLINE = 4102444800.0
 # A price per GPU-hour above this is a typo (the dearest cloud GPU is a few tens of dollars).
 MAX_PRICE = 1e6
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -95,6 +98,8 @@ def objective_errors(spec: common_pb2.JobSpec) -> Errors:
         return errs
     if within > MAX_SLO_S:
         errs.append(("slo.iterations_within_seconds", "must be at most 10 years"))
+    if deadline > MAX_DEADLINE:
+        errs.append(("slo.deadline", f"must be a Unix time before 2100-01-01T00:00:00Z ({MAX_DEADLINE:.0f}), got {deadline}"))
     if spec.objective == common_pb2.OBJECTIVE_COST:
         if not has_slo or (within > 0) == (deadline > 0):
             errs.append(("slo", "the cost objective needs exactly one of iterations_within_seconds and deadline > 0"))

@@ -199,3 +199,10 @@ def test_an_opaque_jobs_promise_is_its_hint() -> None:
         ("guarantee.num_gpus", "an opaque job runs on exactly its hint.gpus (2): its promise must be that many GPUs, got 1")]
     spec.guarantee.num_gpus = 2
     assert validate_spec(spec) == []
+    # Without hint.gpus it runs on one GPU: a promise of two charged its tenant a GPU it never held.
+    spec.hint.gpus = 0
+    assert [(e.field, e.reason) for e in validate_spec(spec)] == [
+        ("guarantee.num_gpus", ("an opaque job runs on exactly its hint.gpus (1: none given is 1): its promise must be "
+                               "that many GPUs, got 2"))]
+    spec.guarantee.num_gpus = 1
+    assert validate_spec(spec) == []

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tessera.clients.jobfile import JobFileError, parse_job_yaml
+from tessera.clients.output_objective import slo_text
 from tessera.clients.trainer.plan import Plan
 from tessera.clients.trainer.reference.config import Unsupported, stage_ranges
 from tessera.common.errors import FailedPrecondition, InvalidInput
@@ -153,3 +154,14 @@ def test_iterations_within_needs_the_jobs_iterations() -> None:
     spec.ClearField("slo")
     spec.slo.deadline = 2e9
     assert spec_errors(spec) == []
+
+
+def test_a_deadline_past_2100_is_refused_and_describe_survives_an_old_one() -> None:
+    """1e308 was stored (finite, > 0) and `describe job` then failed with OverflowError."""
+    spec = parse_job_yaml(BASE + "objective: cost\nslo: {deadline: 2099-12-31T23:59:59Z}\n")
+    assert spec_errors(spec) == []
+    spec.slo.deadline = 1e308
+    assert spec_errors(spec) == [("slo.deadline", ("must be a Unix time before 2100-01-01T00:00:00Z (4102444800), "
+                                                  "got 1e+308"))]
+    # One stored before the bound still describes.
+    assert slo_text(spec) == "done by unix time 1e+308"
