@@ -47,19 +47,21 @@ class HostCost:
     fixed_s: float  # per step outside the layers
 
 
-# Measured by bench/host_overhead.py on one H200 server (16 cores; torch 2.11.0+cu130, transformers
-# 5.17.0; the FSDP2 recipes on the native stand-in of torchtitan's): two runs of the eager variants
-# pooled, one of each compiled (`python bench/host_overhead.py --pool bench/recorded/host_overhead_h200_*`
-# prints these lines). A negative intercept is taken as 0.
+# Measured by bench/host_overhead.py on lent H200 servers (16 cores; torch 2.11.0+cu130, transformers
+# 5.17.0; the FSDP2 recipes on the native stand-in of torchtitan's): every recorded run of a variant
+# pooled, the probe's hidden width 128 and, for five variants, Llama 3.2 1B's and 3B's layer shapes
+# (`--width 2048/3072`, 64 tokens), which gave no higher cost per layer but for plain FSDP2's
+# (docs/estimator-gpu.md, "Run 5"). `python bench/host_overhead.py --pool bench/recorded/host_overhead_h200_*`
+# prints these lines. A negative intercept is taken as 0.
 HOST_TABLE: dict[str, HostCost] = {
-    "fsdp": HostCost(0.00800, 0.00291),  # 2 runs
-    "fsdp op": HostCost(0.01114, 0.01977),  # 2 runs
-    "fsdp full": HostCost(0.01183, 0.00000),  # 2 runs
+    "fsdp": HostCost(0.00826, 0.00375),  # 5 runs
+    "fsdp op": HostCost(0.01270, 0.01398),  # 5 runs
+    "fsdp full": HostCost(0.01131, 0.00417),  # 4 runs
     "fsdp float8": HostCost(0.02334, 0.00876),  # 2 runs
     "fsdp float8 op": HostCost(0.04731, 0.00837),  # 2 runs
-    "amp": HostCost(0.00376, 0.00436),  # 2 runs
+    "amp": HostCost(0.00383, 0.00495),  # 4 runs
     "amp full": HostCost(0.00692, 0.00551),  # 2 runs
-    "lora": HostCost(0.00717, 0.00265),  # 2 runs
+    "lora": HostCost(0.00642, 0.00440),  # 4 runs
     "lora full": HostCost(0.01328, 0.00000),  # 2 runs
     "fsdp compile": HostCost(0.00436, 0.00528),  # 1 run
     "fsdp op compile": HostCost(0.00568, 0.00770),  # 1 run
