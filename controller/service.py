@@ -229,12 +229,21 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def ListTenants(self, request: controller_pb2.ListTenantsRequest,
                           context: Any) -> controller_pb2.ListTenantsResponse:
-        """Every tenant for an admin; a user's own tenant only (its usage is its own business)."""
+        """Every tenant for an admin; a user's own tenant only (its usage is its own business).
+
+        A user's call reads no other tenant's job: its own active jobs (their plans: the GPUs they
+        hold), and a count of its pending ones from the store's index, as SubmitJob's cap does. An
+        admin's reads every tenant's pending and active jobs (a tenant outside the file may hold
+        pending jobs only, and still has its row)."""
         who = principal_of(context)
         only = "" if who.sees_all else (who.tenant or "default")
         src = self._tenants()
-        rows = tenant_rows(src.config, self.view.jobs((P.JOB_STATE_PENDING, *ACTIVE)), only,
-                           self.engine.cfg.max_unended_jobs)
+        cap = self.engine.cfg.max_unended_jobs
+        if only:
+            pending = {only: self.view.count_jobs((P.JOB_STATE_PENDING,), only)}
+            rows = tenant_rows(src.config, self.view.jobs(ACTIVE, only), only, cap, pending)
+        else:
+            rows = tenant_rows(src.config, self.view.jobs((P.JOB_STATE_PENDING, *ACTIVE)), only, cap)
         registered: dict[str, int] = {}
         for nid in self.view.node_ids():
             for g in self.view.node(nid).inventory.gpus:

@@ -198,12 +198,17 @@ def _pairs(d: Mapping[str, int]) -> list[controller_pb2.TypeGpus]:
 
 
 def tenant_rows(config: TenantsConfig | None, jobs: Iterable[JobRecord], only: str = "",
-                default_cap: int = 0) -> list[controller_pb2.Tenant]:
+                default_cap: int = 0, pending: Mapping[str, int] | None = None) -> list[controller_pb2.Tenant]:
     """Per tenant (the file's, and any other that holds active jobs, e.g. one removed from the file):
     its quota, the GPUs its guaranteed jobs hold, the GPUs its best-effort jobs hold beyond what is
     left of its quota (borrowed), its running and pending jobs, and its cap of jobs not yet ended
-    (the file's max_unended_jobs, else `default_cap`: --max-unended-jobs). `only`: that tenant alone."""
+    (the file's max_unended_jobs, else `default_cap`: --max-unended-jobs). `only`: that tenant alone.
+    `pending`: the tenants' counts of pending jobs where the caller counted them in the store rather
+    than read them (a user's `get tenants`: ListTenants); `jobs` then holds no pending job."""
     usage: dict[str, _Usage] = {t: _Usage({}, {}) for t in (config.names if config else ())}
+    for tenant, n in (pending or {}).items():
+        if n:
+            usage.setdefault(tenant, _Usage({}, {})).pending += n
     for j in jobs:
         tenant = j.spec.tenant or "default"
         u = usage.setdefault(tenant, _Usage({}, {}))
