@@ -21,7 +21,9 @@ from tessera.controller.core.snapshot import Action, Decision, PendingKind
 def cap_untimed(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], policy_name: str) -> list[Decision]:
     """`decisions` with every START or MIGRATE of an admitted job whose promise has no estimate
     onto more GPUs than its promise undone: a pending job waits, a running one keeps its place (or
-    stops, where the round gave its GPUs to another job)."""
+    stops, where the round gave its GPUs to another job). A move of a running job onto no more GPUs
+    than it holds stands: it brings the job no further from its promise, and refusing the policy's
+    shrink stopped the guaranteed job while best-effort work started on its GPUs."""
     jobs = {j.id: j for j in ctx.pending} | {k: r.job for k, r in ctx.running.items()}
     taken = {(s.node_id, i) for d in decisions if d.action in (Action.START, Action.MIGRATE, Action.KEEP)
              for s in d.slices for i in s.gpu_indices}
@@ -30,6 +32,7 @@ def cap_untimed(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], p
         c = adm.charges.get(d.job_id)
         gpus = sum(len(s.gpu_indices) for s in d.slices)
         if (c is None or d.action not in (Action.START, Action.MIGRATE) or gpus <= c.promise.gpus
+                or (d.action is Action.MIGRATE and gpus <= _held(ctx, d.job_id))
                 or promise_time(ctx, jobs[d.job_id], c.promise) > 0):
             out.append(d)
             continue
@@ -47,3 +50,7 @@ def cap_untimed(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], p
         else:
             out.append(Decision(d.job_id, Action.STOP, f"stopped: {why}"))
     return out
+
+
+def _held(ctx: RoundView, job_id: str) -> int:
+    return sum(len(s.gpu_indices) for s in ctx.running[job_id].slices)

@@ -51,3 +51,17 @@ def test_a_timed_promise_and_a_start_within_the_promise_are_left_to_the_guarante
           Decision("gB", Action.START, "scripted", slices=(Slice("x0", (1,)),), cell=Cell("X", 1))]
     d = {x.job_id: x for x in plan_round(snap, EST, Scripted(ds)).decisions}
     assert d["gA"].action is Action.START and d["gB"].action is Action.START
+
+
+def test_a_shrink_towards_an_untimed_promise_stands() -> None:
+    """gA holds 4 GPUs against a promise of 1 (placed before its tenant's quota said so); the policy
+    halves it to start best-effort work on the other half. Refusing the halving (2 GPUs is still over
+    the promise) stopped gA, a guaranteed job, while the best-effort job started on its GPUs."""
+    g, b = untimed("gA", 1), job("b", 2, 2, "B")
+    snap = Snapshot((node("x0", busy=(0, 1, 2, 3)),), (b,), running=(running(g, "x0", (0, 1, 2, 3)),),  # type: ignore[arg-type]
+                    now=10, tenants=TENANTS)
+    ds = [Decision("gA", Action.MIGRATE, "scripted", slices=(Slice("x0", (0, 1)),), cell=Cell("X", 2)),
+          Decision("b", Action.START, "scripted", slices=(Slice("x0", (2, 3)),), cell=Cell("X", 2))]
+    d = {x.job_id: x for x in plan_round(snap, EST, Scripted(ds)).decisions}
+    assert d["gA"].action is Action.MIGRATE and d["gA"].slices == (Slice("x0", (0, 1)),)
+    assert d["b"].action is Action.START
