@@ -438,6 +438,16 @@ def _unreachable_message(exc: ControllerUnreachable) -> str:
     return f"cannot reach controller at {exc.target}" + (f" ({cause})" if cause else "")
 
 
+def _estimator_unreachable_message(exc: EstimatorUnreachable, args: argparse.Namespace) -> str:
+    """Without --tls-dir tessctl presents no certificate, and a TLS estimator (which requires one)
+    closes the connection: gRPC says only "Socket closed" (or, without --ca, that the estimator's
+    certificate could not be verified), so say what is missing."""
+    message = f"cannot reach estimator at {exc.target} ({exc.message})"
+    if not getattr(args, "tls_dir", None) and not getattr(args, "insecure", False):
+        message += "; a TLS estimator needs --tls-dir DIR (a certificate of its CA), an --insecure one --insecure"
+    return message
+
+
 def _retry_hint(exc: RpcError) -> str:
     """A submit that timed out may have been stored: the same request id finds it, a new one
     would make a second job."""
@@ -471,7 +481,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         client = connect(ctlconfig.settings(args), timeout, insecure=getattr(args, "insecure", False))
         return int(args.func(client, args, out))
     except EstimatorUnreachable as exc:
-        return _fail(f"cannot reach estimator at {exc.target} ({exc.message})")
+        return _fail(_estimator_unreachable_message(exc, args))
     except ControllerUnreachable as exc:
         return _fail(_unreachable_message(exc))
     except RpcError as exc:

@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--min-free-disk",
         default="0",
-        metavar="SIZE|N%%",
+        metavar="SIZE|N%",
         help="below this much free on the work dir's file system, kill the workers of the job whose files "
         "grew the most since the last check, e.g. 5%% or 20G (default 0 = not checked)",
     )

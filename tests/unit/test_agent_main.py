@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tessera.nodeagent.agent import AgentConfig, advertise_host, join_host_port, local_host
-from tessera.nodeagent.main import AgentUsageError, parse_config
+from tessera.nodeagent.main import AgentUsageError, build_parser, parse_config
 
 
 def test_parse_config_defaults(tmp_path: Path) -> None:
@@ -79,3 +79,10 @@ def test_addresses() -> None:
     assert join_host_port("::1", 7070) == "[::1]:7070" and join_host_port("h", 1) == "h:1"
     assert local_host("0.0.0.0:0") == "127.0.0.1" and local_host("[::]:0") == "::1"
     assert local_host("10.0.0.7:0") == "10.0.0.7" and local_host("[fd00::1]:0") == "fd00::1"
+
+
+def test_help_shows_percent_signs_once() -> None:
+    """argparse %-formats help strings but not metavars: `%%` in a metavar would show as `%%`."""
+    text = " ".join(build_parser().format_help().split())
+    assert "--min-free-disk SIZE|N%" in text and "e.g. 5% or 20G" in text
+    assert "%%" not in text

@@ -95,6 +95,8 @@ def test_reload_takes_a_changed_file_and_refuses_a_bad_one(tmp_path: Path) -> No
     assert [e["event"] for e in logs] == ["tenants_reload_refused"]
     assert src.config.get("team-a").quota("A100-80GB") == 8  # type: ignore[union-attr]  # the old config kept
     assert "field tenants.team-a.quota.A100: must be a number of GPUs" in src.last_error
+    # The time as tessctl shows every other (UTC, to the second), not raw seconds since the epoch.
+    assert src.last_error.startswith("reload refused at 1970-01-01T00:01:42Z, the config loaded before is kept: ")
     assert src.last_error in src.warnings({"A100-80GB": 8})
     path.unlink()  # a removed file is refused the same way
     assert not src.refresh() and src.config.names == ("team-a",)
