@@ -152,6 +152,62 @@ def rewrap(handler: Any, unary: Wrap, stream: Wrap, tolerant: bool = False) -> A
     return handler
 
 
+async def _one_request(requests: Any) -> Any:
+    """The one request of a unary call served by a stream-request handler (read_after)."""
+    try:
+        request = await requests.__anext__()
+    except StopAsyncIteration:
+        raise InvalidArgument("request", "the call carried no request message") from None
+    _refuse_undecodable(request)
+    return request
+
+
+def read_after(handler: Any, check: Callable[[Any], None]) -> Any:
+    """`handler` with `check(context)` run before anything of the request is read: what it raises is
+    the call's answer (through the ErrorInterceptor), and the request is then never received nor
+    parsed, whatever its size. gRPC receives a unary request before the handler starts, so a
+    unary-request handler becomes a stream-request one here (the wire does not tell them apart: a
+    unary call is a stream of one message), which starts at once and reads its one request after
+    the check, parsed as ErrorInterceptor's `tolerant` (a corrupt one is INVALID_ARGUMENT)."""
+    kind = ("stream_" if handler.request_streaming else "unary_") + ("stream" if handler.response_streaming else "unary")
+    behavior = getattr(handler, kind)
+    parse = handler.request_deserializer if handler.request_streaming else _tolerant(handler.request_deserializer)
+
+    async def start(requests: Any, context: Any) -> Any:
+        """The behavior's result (a value, a coroutine or an async generator), once `check` passed."""
+        check(context)
+        return behavior(requests if handler.request_streaming else await _one_request(requests), context)
+
+    if handler.response_streaming:
+        async def stream(requests: Any, context: Any) -> AsyncIterator[Any]:
+            result = await start(requests, context)
+            if inspect.isasyncgen(result):
+                async for response in result:
+                    yield response
+            elif inspect.isawaitable(result):
+                await result  # a coroutine that writes with context.write
+
+        return grpc.stream_stream_rpc_method_handler(stream, request_deserializer=parse,
+                                                     response_serializer=handler.response_serializer)
+
+    async def unary(requests: Any, context: Any) -> Any:
+        result = await start(requests, context)
+        return await result if inspect.isawaitable(result) else result
+
+    return grpc.stream_unary_rpc_method_handler(unary, request_deserializer=parse,
+                                                response_serializer=handler.response_serializer)
+
+
+def refusal(handler: Any, error: BaseException) -> Any:
+    """A handler for `handler`'s method that answers `error` (through the ErrorInterceptor) at once,
+    without receiving or parsing the request (read_after): a caller refused on its metadata alone
+    makes the server hold nothing of what it sent."""
+    def refuse(context: Any) -> None:
+        raise error
+
+    return read_after(handler, refuse)
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
     """Map what a handler raises to a status, for unary and streaming RPCs alike (see status_of).
 
@@ -304,6 +360,7 @@ def aio_server(
     name: str = "server", translate: Translate | None = None, *, tls: TlsConfig | None = None,
     insecure: bool = False, client_cert: bool = True, hooks: Hooks | None = None,
     max_receive_bytes: int = MAX_MESSAGE_BYTES, max_concurrent_rpcs: int | None = None,
+    grow_windows: bool = True,
 ) -> tuple[grpc.aio.Server, int]:
     """Build an asyncio server on `listen` (host:port, port 0 = pick one).
 
@@ -313,14 +370,20 @@ def aio_server(
     serves the standard hooks (tessera.common.hooks: health, reflection, Info): `hooks`, made by a
     daemon that reports its readiness through them, else ones that say SERVING. The services the
     registrations add are named to them. `max_receive_bytes` and `max_concurrent_rpcs` bound what
-    callers can make it hold (more concurrent calls are RESOURCE_EXHAUSTED). Returns the server, not
-    yet started, and the bound port.
+    callers can make it hold (more concurrent calls are RESOURCE_EXHAUSTED). `grow_windows=False`
+    keeps HTTP/2's receive windows from growing past their initial size (no BDP probing): a server that refuses
+    calls without reading their requests (rpc.refusal) then buffers little of what the callers send
+    meanwhile (BDP-grown windows had it hold 190 MB of 128 refused 15 MiB requests), at the price
+    of slower uploads of large requests over long round trips. Returns the server, not yet started,
+    and the bound port.
     Raises OSError when the address cannot be bound.
     """
     _security(tls, insecure, f"{name} server")
     chain = [ErrorInterceptor(name, translate), *interceptors]
     options = [o for o in _SERVER_OPTIONS if o[0] != "grpc.max_receive_message_length"]
     options.append(("grpc.max_receive_message_length", max_receive_bytes))
+    if not grow_windows:
+        options.append(("grpc.http2.bdp_probe", 0))
     server = grpc.aio.server(options=options, interceptors=chain, maximum_concurrent_rpcs=max_concurrent_rpcs)
     recorder = _Recorder(server)
     for add, servicer in registrations:

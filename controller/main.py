@@ -46,6 +46,22 @@ log = structlog.get_logger("controller")
 # while users connect without one (docs/security.md).
 DEFAULT_AGENT_PORT = 50054
 
+# What the controller's server (both ports: one server) lets one request be. Users' requests are
+# small: SubmitJob's spec is at most 64 KiB serialized (common/jobspec.py MAX_SPEC_BYTES), the rest
+# ids, names and page tokens. The largest request is an agent's Heartbeat/Register: a NodeStatus of
+# up to 2,000 exited and the live workers (nodeagent/supervisor.py MAX_EXITED_RECORDS), a few hundred
+# bytes each with their reasons, under 1 MiB in practice. 4 MiB leaves that room; gRPC's default
+# 16 MiB (rpc.MAX_MESSAGE_BYTES) let anyone make the controller hold 16 MiB a call.
+API_MESSAGE_BYTES = 4 * 1024 * 1024
+# No cap on the calls in progress at once (gRPC's maximum_concurrent_rpcs): an open stream holds its
+# place for as long as it is open, and health watches need no credentials, so anyone could fill a
+# cap and the agents' heartbeats, served by this same server, would be refused (nodes UNREACHABLE,
+# their jobs requeued). What a caller without credentials makes the controller hold stays small
+# without one: its requests are never read (controller/auth.py), and the windows below stay small.
+# The server's HTTP/2 receive windows do not grow (rpc.aio_server grow_windows=False): the
+# requests here are small, and the audit's refused 15 MiB requests were otherwise buffered by the
+# windows gRPC grows: the audit's repro peaked at 274 MB with them grown, 91 MB without (86 MB idle).
+
 
 def _refuse(p: argparse.ArgumentParser, message: str) -> NoReturn:
     """A flag whose file or folder cannot be used: one line and exit 2, without the usage block
@@ -298,9 +314,11 @@ def controller_server(args: argparse.Namespace, auth: Authenticator, registratio
     AgentRegistry finds the identity it needs. Returns the server (not started) and both ports.
     `hooks`: health, reflection and Info on both ports (docs/observability.md)."""
     insecure = args.tls is None
-    server, port = rpc.aio_server(args.listen, registrations, interceptors=[AuthInterceptor(auth)], name="controller",
+    # With TLS, an AgentRegistry call without a certificate is refused before its request is read.
+    interceptor = AuthInterceptor(auth, certificates=not insecure)
+    server, port = rpc.aio_server(args.listen, registrations, interceptors=[interceptor], name="controller",
                                   translate=translate(), tls=args.tls, insecure=insecure, client_cert=False,
-                                  hooks=hooks)
+                                  hooks=hooks, max_receive_bytes=API_MESSAGE_BYTES, grow_windows=False)
     agent_port = rpc.add_port(server, args.agent_listen, tls=args.tls, insecure=insecure, client_cert=True)
     return server, port, agent_port
 
