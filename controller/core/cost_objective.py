@@ -245,18 +245,29 @@ def plan_batch(plan: CostPlan, global_batch: int) -> tuple[int, int] | None:
     return batch_split(global_batch, dp, len(plan.stages))
 
 
-def _offer(t: str, price: float, quota: int, nodes: Sequence[NodeView]) -> GpuOffer:
+def _offer(t: str, price: float, quota: int, nodes: Sequence[NodeView]) -> GpuOffer | None:
     """An offer of `quota` GPUs of type t, wired as the nodes are (the most of that type on one node)
     with the memory they report (the least of any GPU of the type, less what other processes hold;
-    a stage may land on any of them)."""
-    per_node, memory = 0, 0
+    a stage may land on any of them); None when that least is 0 (no stage fits: the type offers no
+    GPUs). No GPU of the type in the nodes: the catalog's memory."""
+    per_node, memory = 0, None
     for n in nodes:
         mine = [g for g in n.gpus if g.model == t]
         per_node = max(per_node, len(mine))
         for g in mine:
             have = max(0, g.memory_bytes - g.foreign_used_bytes)
-            memory = have if memory == 0 else min(memory, have)
-    return GpuOffer(t, price, quota, max(1, per_node), memory_bytes=memory if memory != _catalog_bytes(t) else 0)
+            memory = have if memory is None else min(memory, have)
+    if memory == 0:
+        return None
+    if memory is None or memory == _catalog_bytes(t):
+        memory = 0  # GpuOffer's "the catalog's"
+    return GpuOffer(t, price, quota, max(1, per_node), memory_bytes=memory)
+
+
+def _offers(counts: Mapping[str, int], prices: Mapping[str, float], nodes: Sequence[NodeView]) -> list[GpuOffer]:
+    """The offers of the types with GPUs to offer, by type name."""
+    out = [_offer(t, prices[t], n, nodes) for t, n in sorted(counts.items()) if n > 0]
+    return [o for o in out if o is not None]
 
 
 def _catalog_bytes(t: str) -> int:
@@ -283,8 +294,12 @@ def _infeasible(job: JobView, model: CellModel, snap: Snapshot, prices: Mapping[
     for m, _, n in snap.cluster_gpus:
         totals[m] = totals.get(m, 0) + n
     usable, _ = _priced(job, sorted(totals), prices)
-    offers = [_offer(t, prices[t], totals[t], snap.nodes) for t in usable if totals[t] > 0]
+    offers = _offers({t: totals[t] for t in usable}, prices, snap.nodes)
     slo = f"{job.slo_s:,.0f} s"
+    if not offers and any(totals[t] > 0 for t in usable):
+        full = ", ".join(t for t in usable if totals[t] > 0)
+        return _pending(job, f"waiting for GPUs: other processes hold all the memory of a GPU of {full}",
+                        PendingKind.NO_ROOM_NOW)
     try:
         whole = solver(model, offers, iterations, job.slo_s) if offers else None
     except NoFeasiblePlan as exc:
@@ -333,7 +348,7 @@ def _place_one(job: JobView, snap: Snapshot, free: _Free, solver: Solver) -> Dec
     quota = {t: free.count(t) for t in _priced(job, free.types(), prices)[0]}
     last: NoFeasiblePlan | None = None
     for _ in range(MAX_PACK_TRIES):
-        offers = [_offer(t, prices[t], n, snap.nodes) for t, n in sorted(quota.items()) if n > 0]
+        offers = _offers(quota, prices, snap.nodes)
         if not offers:
             break
         try:

@@ -29,7 +29,7 @@ from typing import Protocol, runtime_checkable
 from tessera.common.errors import TesseraError
 from tessera.controller.core import cost_objective, guarantees
 from tessera.controller.core.admission import RoundSizer
-from tessera.controller.core.placement import ClusterState
+from tessera.controller.core.placement import ClusterState, quotas
 from tessera.controller.core.preplace import preplace
 from tessera.controller.core.quotas import admit
 from tessera.controller.core.snapshot import (
@@ -285,10 +285,20 @@ class RoundContext:
         return pool.max_cap if pool else 0
 
     def ideal_nodes(self, gpu_type: str, gpus: int) -> int:
-        cap = self.max_per_node(gpu_type)
-        if cap <= 0:
+        """Nodes of the fewest-node even layout of the gang that the type's nodes hold when idle (the
+        largest per-node share of placement.quotas, as ClusterState.place lays a gang out): 3 GPUs on
+        three 2-GPU nodes are 3 x 1, not an uneven 2 + 1. When the nodes hold no even layout (5 GPUs on
+        two 4-GPU nodes) the fewest nodes by count, an uneven split no Cell covers. 0: no such type."""
+        pool = self.state.pools.get(gpu_type)
+        cap = pool.max_cap if pool else 0
+        if pool is None or cap <= 0:
             return 0
-        return 1 if gpus <= cap else -(-gpus // cap)
+        if gpus <= cap:
+            return 1
+        for q in quotas(gpus, cap):
+            if sum(1 for g in pool.groups if g.capacity >= q) >= gpus // q:
+                return gpus // q
+        return -(-gpus // cap)
 
     def total_gpus(self, gpu_type: str) -> int:
         pool = self.state.pools.get(gpu_type)

@@ -252,9 +252,31 @@ def test_input_the_cost_tree_refuses_leaves_the_job_pending_not_the_round_failed
 
 def test_offers_carry_the_memory_the_nodes_report() -> None:
     full = NodeView("f", (GpuView(0, A100, 80 * GB), GpuView(1, A100, 80 * GB)))
-    assert co._offer(A100, 4.0, 2, (full,)).memory_bytes == 0  # the catalog's: not overridden
+    o = co._offer(A100, 4.0, 2, (full,))
+    assert o is not None and o.memory_bytes == 0  # the catalog's: not overridden
     held = NodeView("h", (GpuView(0, A100, 80 * GB, foreign_used_bytes=30 * GB),))
     small = NodeView("s", (GpuView(0, A10, 2 * GB),))
     o = co._offer(A100, 4.0, 3, (full, held, small))
-    assert (o.memory_bytes, o.gpus_per_node, o.quota) == (50 * GB, 2, 3)  # the least of the type's GPUs
-    assert co._offer(A10, 1.0, 1, (full, held, small)).memory_bytes == 2 * GB
+    assert o is not None and (o.memory_bytes, o.gpus_per_node, o.quota) == (50 * GB, 2, 3)  # the least
+    o = co._offer(A10, 1.0, 1, (full, held, small))
+    assert o is not None and o.memory_bytes == 2 * GB
+
+
+def test_a_type_with_a_gpu_whose_memory_others_hold_entirely_offers_no_gpus() -> None:
+    gone = GpuView(0, A100, 80 * GB, foreign_used_bytes=80 * GB)
+    assert co._offer(A100, 4.0, 1, (NodeView("z", (gone,)),)) is None  # not the catalog's 80 GB
+    mixed = NodeView("m", (gone, GpuView(1, A100, 40 * GB)))
+    assert co._offer(A100, 4.0, 2, (mixed,)) is None  # the least is 0, whatever the order
+    assert co._offer(A100, 4.0, 2, (NodeView("r", (mixed.gpus[1], gone)),)) is None
+    one = co._offer(A100, 4.0, 1, (NodeView("o", (GpuView(0, A100, 80 * GB, foreign_used_bytes=80 * GB - 1),)),))
+    assert one is not None and one.memory_bytes == 1
+    # End to end: the job is not started on the full GPU; it waits for memory.
+    s = Snapshot((NodeView("z", (gone,)),), (), ((A100, 80 * GB, 1),), prices=((A100, 1.0),))
+    (d,), _ = co.place(s, (cost_job(slo_s=1e9),))
+    assert d.action is Action.PENDING and d.pending is PendingKind.NO_ROOM_NOW
+    assert d.reason == f"waiting for GPUs: other processes hold all the memory of a GPU of {A100}"
+    # The solver is not asked with no offers; with A10s free too, only they are offered.
+    solver = Recorder(NoFeasiblePlan(float("inf"), "none fits"))
+    s = snap(NodeView("z", (gone,)), node("a10", A10, 2))
+    co.place(s, (cost_job(),), solver)
+    assert [[o.gpu_type for o in offers] for offers in solver.offers] == [[A10], [A10]]

@@ -137,3 +137,25 @@ def test_sia_paper_places_a_job_only_on_node_counts_it_can_run_on() -> None:
                     running=(run(d_, "X", (Slice("x2", (0, 1)),)),), arrivals=("B",))
     d = by_id(plan_round(snap, est, make_policy("sia", "paper")).decisions)
     assert d["B"].action == "start" and d["B"].slices == (Slice("x1", (0, 1)),)
+
+
+def test_gandiva_paper_starts_a_job_that_only_another_type_than_the_first_runs() -> None:
+    # The job has no type: it does not run on A (the first type), only on B, which is idle.
+    est = TableEstimates({("k", "B", 1): 1.0})
+    j = JobView("J", 0.0, M, 100, 1, estimate_key="k")
+    snap = Snapshot((node("a", "A", 1), node("b", "B", 1)), (j,), arrivals=("J",))
+    d = by_id(plan_round(snap, est, make_policy("gandiva", "paper")).decisions)
+    assert d["J"].action == "start" and d["J"].cell == Cell("B", 1)
+    # Only when no type it may use runs it is it "fits nowhere".
+    only_a = Snapshot(snap.nodes, (JobView("J", 0.0, M, 100, 1, ("A",), estimate_key="k"),), arrivals=("J",))
+    d = by_id(plan_round(only_a, est, make_policy("gandiva", "paper")).decisions)
+    assert d["J"].action == "pending" and d["J"].pending == "fits_nowhere"
+
+
+def test_gandiva_keeps_a_job_to_the_types_it_may_use() -> None:
+    est = TableEstimates({("k", "A", 1): 1.0, ("k", "B", 1): 1.0})
+    j = JobView("J", 0.0, M, 100, 1, ("B",), estimate_key="k")
+    snap = Snapshot((node("a", "A", 1), node("b", "B", 1)), (j,), arrivals=("J",))
+    for mode in ("paper", "artifact"):
+        d = by_id(plan_round(snap, est, make_policy("gandiva", mode)).decisions)
+        assert d["J"].action == "start" and d["J"].cell == Cell("B", 1), mode

@@ -54,17 +54,22 @@ class _Gandiva:
         self.ctx = b.ctx
         self.art = art
 
+    def allowed(self, job: JobView) -> list[str]:
+        """The ready GPU types the job may use (its `gpu_types`, else every type)."""
+        return [t for t in self.ctx.types() if not job.gpu_types or t in job.gpu_types]
+
     def request(self, job: JobView) -> tuple[str, int]:
         ctx = self.ctx
+        types = self.allowed(job)
         n = job.gpus_hint
-        t = job.gpu_type_hint if job.gpu_type_hint in ctx.types() else ""
+        t = job.gpu_type_hint if job.gpu_type_hint in types else ""
         if not n:
-            for tt in ([t] if t else ctx.types()):
+            for tt in ([t] if t else types):
                 cs = ctx.gpu_counts(job, tt)
                 if cs:
                     n, t = cs[0], t or tt
                     break
-        return t or (ctx.types()[0] if ctx.types() else ""), n
+        return t or (types[0] if types else ""), n
 
     def round(self) -> None:
         ctx, b = self.ctx, self.b
@@ -85,7 +90,11 @@ class _Gandiva:
             self.grow(blocked | {self.request(j)[0] for j in b.waiting.values()})
 
     def _feasible(self, job: JobView, t: str, n: int) -> bool:
-        return self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0
+        """Whether n GPUs of t run the job; in paper mode (heterogeneity-blind: `find` may place it
+        on any type), of any type it may use."""
+        ctx = self.ctx
+        types = ([t] if t else []) if self.art else self.allowed(job)
+        return any(ctx.throughput(job, tt, n, ctx.ideal_nodes(tt, n)) > 0 for tt in types)
 
     def try_start(self, job: JobView, blocked: set[str]) -> None:
         b = self.b
@@ -113,10 +122,10 @@ class _Gandiva:
             return place_as_requested(b, job, t, n, SCATTER, True,
                                       lambda k: ctx.throughput(job, t, n, k) > 0), t
         # Affinity: a node already running jobs of the same size, least loaded first; then an empty
-        # node; then any node with room, over every GPU type (heterogeneity-blind).
+        # node; then any node with room, over every GPU type the job may use (heterogeneity-blind).
         same = {s.node_id for a in b.allocs.values() if a.gpus == n for s in a.slices}
         best: tuple[tuple[int, int, int], tuple[Slice, ...], str] | None = None
-        for tt in ctx.types():
+        for tt in self.allowed(job):
             if ctx.throughput(job, tt, n, ctx.ideal_nodes(tt, n)) <= 0:
                 continue
             sl = ctx.state.place(tt, n, 1, BEST_FIT)
