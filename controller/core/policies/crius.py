@@ -171,13 +171,15 @@ class _Round:
 
     # ------------------------------------------------------------------ Cells of a job
 
-    def target_cells(self, job: JobView) -> list[tuple[str, int, int]]:
-        """(GPU type, GPUs, scaling steps it costs) of the job's Cells."""
+    def target_cells(self, job: JobView, pools: dict[str, int] | None = None) -> list[tuple[str, int, int]]:
+        """(GPU type, GPUs, scaling steps it costs) of the job's Cells; `pools`: the most GPUs of each
+        type a Cell may have (default: the READY nodes', within the per-job cap)."""
         o = self.opts
-        types = self.types_for(job)
+        cap = self.ctx.max_gpus()
+        pools = {t: min(cap, self.ctx.total_gpus(t)) for t in self.types_for(job)} if pools is None else pools
+        types = list(pools)
         req = job.gpu_type_hint if job.gpu_type_hint in types else ""
         out: list[tuple[str, int, int]] = []
-        cap = self.ctx.max_gpus()
         if o.mode == ARTIFACT:
             n0 = job.gpus_hint or self._smallest_count(job, req or (types[0] if types else ""))
             if n0 <= 0:
@@ -204,7 +206,7 @@ class _Round:
                 feas = [c for c in self.ctx.gpu_counts(job, t) if c & (c - 1) == 0]
                 counts = feas[:3] if o.scale_count else feas[:1]
             for n in counts:
-                if 0 < n <= min(cap, self.ctx.total_gpus(t)):
+                if 0 < n <= pools[t]:
                     out.append((t, n, 0))
         return out
 
@@ -445,7 +447,11 @@ class _Round:
         def never() -> str:  # nodes coming back would not run it either
             if counted and (why := why_not.over_registered(s, need, what)):
                 return why
-            return "" if job.opaque else why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered), not asked))
+            if job.opaque:
+                return ""
+            most = (2 * asked if self.opts.scale_count else asked) if counted else asked  # its largest Cell
+            asks = f"its gpus hint is {asked}: its largest Cell is {most} GPUs"
+            return why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered), not asked), most, asks=asks)
 
         if cause := why_not.type_cause(job, ctx.snap, s, never):
             return cause
@@ -458,6 +464,10 @@ class _Round:
             if cause := why_not.count_cause(s, need, what, oom):
                 return cause
         if cells:
+            # A Cell the registered GPUs hold, the READY ones not, that fits in memory: it waits for nodes.
+            if back := why_not.if_back(ctx, job, s, ((t, n) for t, n, _ in self.target_cells(
+                    job, {m: s.limit(c) for m, c in s.registered.items()}))):
+                return False, f"no Cell on the READY nodes ({_cells_text(cells)}); {why_not.back_text(ctx, s, back)}"
             return True, f"no feasible Cell among {_cells_text(cells)} (out of memory or not covered by the estimates)"
         # No GPU count: its Cells come from the counts it fits on in memory (one type's in artifact mode).
         scope = [req or next(iter(s.ready))] if self.opts.mode == ARTIFACT else sorted(s.registered)

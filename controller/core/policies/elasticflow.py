@@ -18,7 +18,8 @@ Crius paper compares with) loosens every deadline to 1e9 s.
   ElasticFlow's homogeneous view), every round, shares up to the largest type's GPUs instead of 16;
   a job no share of any type can serve
   (data parallelism does not fit its memory, or no share meets its deadline) is declined (dropped)
-  as the paper's admission control declines it, where the artifact lets it wait; a job starts at
+  as the paper's admission control declines it, where the artifact lets it wait (one whose share
+  only registered nodes that are not READY hold waits for them, in both modes); a job starts at
   its minimum share on the type with the most free GPUs; once no admitted job waits, spare GPUs go
   to the largest marginal throughput per GPU, one doubling at a time; placement by Tessera's rules
   (fewest nodes, best fit), running jobs kept where they are unless their share changes.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tessera.controller.core.policies import why_not
 from tessera.controller.core.policies.common import Alloc, Board
 from tessera.controller.core.policy import Mode, RoundContext, queue_key
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
@@ -144,8 +146,14 @@ class _EF:
     def fit(self, job: JobView) -> bool:
         b = self.b
         t = self.type_of(job)
-        if not t:
-            b.pend(job, PendingKind.FITS_NOWHERE, f"{self.name}: fits nowhere: no GPU type in the cluster")
+        if not t:  # no READY node
+            s = self.registered()
+            if back := self.waits_for(job, s):
+                b.pend(job, PendingKind.NO_ROOM_NOW, f"{self.name}: waiting for nodes: no READY node; {back}")
+            else:
+                why = (f"no data-parallel share of the registered GPUs fits its memory ({s.text()})" if s.registered
+                       else "no GPU type in the cluster")
+                b.pend(job, PendingKind.FITS_NOWHERE, f"{self.name}: fits nowhere: {why}")
             return False
         if self.art:
             return self._fit_type(job, t)
@@ -255,9 +263,14 @@ class _EF:
             mm = self.min_share(job, t, 0)
             if mm and (m == 0 or mm < m):
                 m = mm
+        if m == 0 and (back := self.waits_for(job, self.registered())):
+            b.pend(job, PendingKind.NO_ROOM_NOW, f"{self.name}: waiting for nodes: no share of the READY nodes "
+                                                 f"serves it; {back}")
+            return False
         if m == 0:
-            # No share will ever do (memory does not shrink, the deadline only nears): declined,
-            # as ElasticFlow's admission control declines a job it cannot serve.
+            # No share will ever do (memory does not shrink, the deadline only nears, and no registered
+            # node, once back, holds a share that fits): declined, as ElasticFlow's admission control
+            # declines a job it cannot serve.
             b.drop(job, f"{self.name}: declined: no data-parallel share of 1-{self.max_gpus} GPUs of any type "
                         + ("fits its memory" if self.pol.loose else "fits its memory and meets its deadline"))
             return False
@@ -279,6 +292,28 @@ class _EF:
         b.pend(job, PendingKind.NO_ROOM_NOW,
                f"{self.name}: admitted (minimum share {m}) but no type has {m} free GPUs together")
         return False
+
+    def registered(self) -> why_not.Supply:
+        """The cluster's GPUs by type, READY or not; shares up to 16 GPUs in the artifact's mode."""
+        reg: dict[str, int] = {}
+        for m, _, c in why_not.registered(self.ctx.snap):
+            reg[m] = reg.get(m, 0) + c
+        return why_not.Supply(reg, {}, MAX_GPUS if self.art else 0)
+
+    def waits_for(self, job: JobView, s: why_not.Supply) -> str:
+        """What the job waits for where no share of the READY nodes serves it: the smallest share of
+        each registered type (the one it asks for in the artifact's mode) that the READY nodes cannot
+        hold, the registered ones can, and that fits its memory (data-parallel too), by the estimates,
+        which cover the registered pools; "" when none. Whether it meets a deadline takes READY nodes
+        to time, so such a job waits rather than being declined."""
+        ctx = self.ctx
+        types = [job.gpu_type_hint] if self.art and job.gpu_type_hint in s.registered else sorted(s.registered)
+        shares = [1 << k for k in range(max(s.registered.values(), default=0).bit_length())]
+        first: dict[str, int] = {}
+        for t, n in why_not.if_back(ctx, job, s, ((t, n) for t in types for n in shares)):
+            if t not in first and ctx.dp_fits(job, t, n):
+                first[t] = n
+        return why_not.back_text(ctx, s, first.items()) if first else ""
 
     def _grow(self) -> None:
         """Spare GPUs to the largest marginal return per GPU, one doubling at a time; a job whose

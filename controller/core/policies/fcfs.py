@@ -2,10 +2,11 @@
 gangs, the GPU type and count the user asked for, no backfill, no scaling, no preemption.
 
 - "artifact" (Crius `FCFSSched`): a new job whose request is infeasible even with the best locality
-  is dropped; a new job starts only if no job of its GPU type waits and a gang with the best
-  locality (per node min(n, node size)) fits, on the nodes with the most idle GPUs first; waiting
-  jobs are retried only in rounds with departures, in FIFO order, and the first that does not fit
-  blocks its type for the round.
+  is dropped (unless registered nodes, once back, would run it: it waits for them); a new job
+  starts only if no job of its GPU type waits and a gang with the best locality (per node
+  min(n, node size)) fits, on the nodes with the most idle GPUs first; waiting jobs are retried
+  only in rounds with departures, in FIFO order, and the first that does not fit blocks its type
+  for the round.
 - "paper" (FCFS as Kubernetes / YARN queues run it): every round, waiting jobs in FIFO order, the
   first that does not fit blocks its type; placement is Tessera's (fewest nodes, best fit), with
   relaxed locality when the best one does not fit.
@@ -93,7 +94,7 @@ class FcfsPolicy:
         for j in new:
             if art:
                 t, n = requested(ctx, j)
-                if not t or ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) <= 0:
+                if (not t or ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) <= 0) and not waits_for(ctx, j):
                     b.drop(j, f"fcfs: dropped: {n} x {t or 'any GPU'} is infeasible even with the best locality")
                     continue
             self._try(b, j, blocked)
@@ -129,6 +130,8 @@ class FcfsPolicy:
 
     @staticmethod
     def _never(b: Board, job: JobView, nowhere: bool, why: str) -> None:
+        if nowhere and (back := waits_for(b.ctx, job)):  # nodes coming back would run it
+            nowhere, why = False, f"{why}; {back}"
         if nowhere:
             b.pend(job, PendingKind.FITS_NOWHERE, f"fcfs: fits nowhere: {why}")
         else:
@@ -178,6 +181,18 @@ def why_not_as_asked(ctx: RoundContext, job: JobView, t: str, n: int) -> why_not
     counts = ", ".join(str(c) for c in fits[:-1]) + (" or " if len(fits) > 1 else "") + str(fits[-1])
     return True, (f"the estimates have no Cell of {where} (out of memory or not covered; it fits in memory "
                   f"on {counts} x {t})")
+
+
+def waits_for(ctx: RoundContext, job: JobView) -> str:
+    """What the job waits for where no READY node runs it as asked but registered ones, READY or
+    not, would (why_not.if_back): its count (the fewest it fits on without one) of an allowed type,
+    the one it asks for when registered (as `requested` would ask, nodes back); "" when none would."""
+    if job.opaque:
+        return ""
+    s = why_not.round_supply(ctx, job)
+    types = [job.gpu_type_hint] if job.gpu_type_hint in s.registered else sorted(s.registered)
+    back = why_not.if_back(ctx, job, s, ((t, job.gpus_hint or min(ctx.gpu_counts(job, t), default=0)) for t in types))
+    return why_not.back_text(ctx, s, back) if back else ""
 
 
 def _never_fits(ctx: RoundContext, job: JobView, s: why_not.Supply) -> str:

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from tessera.controller.core import frenzy
 from tessera.controller.core.placement import quotas
+from tessera.controller.core.policies import why_not
 from tessera.controller.core.policy import Mode, RoundContext
 from tessera.controller.core.snapshot import (
     Action,
@@ -56,9 +57,11 @@ class FrenzyPolicy:
         known: dict[str, bool] = {}
 
         def runs(job: JobView, model: str, gpus: int, nodes: int) -> bool:
-            # A job the estimates know nothing of keeps MARP's word alone.
+            # A job the estimates know nothing of keeps MARP's word alone; known on any registered
+            # type, READY or not (a job whose only type is down is no less known).
             if job.id not in known:
-                known[job.id] = any(ctx.gpu_counts(job, t) for t in ctx.types())
+                types = {m for m, _, _ in why_not.registered(snap)} | set(ctx.types())
+                known[job.id] = any(ctx.gpu_counts(job, t) for t in sorted(types))
             return not known[job.id] or ctx.best(job, model, gpus, nodes) is not None
 
         for d in frenzy.plan_round(inner, self.cfg, fallback, runs).decisions:
@@ -75,20 +78,26 @@ class FrenzyPolicy:
 
 def estimated_start(ctx: RoundContext, job: JobView, nodes: dict[str, NodeView], why: str) -> Decision | None:
     """A START on a Cell of the estimates for a job MARP has no plan for; a PENDING when the
-    estimates have Cells but none fits the free GPUs now; None when they have none either."""
+    estimates have Cells but none fits the free GPUs now (or only registered nodes that are not
+    READY hold them: it waits for nodes); None when they have none either."""
     mem = {m: b for m, b, _ in ctx.snap.cluster_gpus}
-    types = sorted((t for t in ctx.types() if not job.gpu_types or t in job.gpu_types),
+    reg: dict[str, int] = {}  # the registered GPUs by type, READY or not
+    for m, _, c in why_not.registered(ctx.snap):
+        reg[m] = reg.get(m, 0) + c
+    types = sorted((t for t in set(ctx.types()) | set(reg) if not job.gpu_types or t in job.gpu_types),
                    key=lambda t: (mem.get(t, 0), t))
     options: list[tuple[int, str]] = []
     for t in types:
         for n in ctx.gpu_counts(job, t):
-            if n <= ctx.total_gpus(t) and (not job.gpus_hint or n == job.gpus_hint):
+            if n <= max(ctx.total_gpus(t), reg.get(t, 0)) and (not job.gpus_hint or n == job.gpus_hint):
                 options.append((n, t))
     if not options:
         return None
     # fewest GPUs first (MARP's ranking), then the least GPU memory (HAS's order)
     options.sort(key=lambda o: (o[0], types.index(o[1])))
     for n, t in options:
+        if n > ctx.total_gpus(t):  # only registered nodes that are not READY hold it
+            continue
         sl = _place(ctx, job, t, n, nodes)
         if sl is None:
             continue
@@ -99,6 +108,10 @@ def estimated_start(ctx: RoundContext, job: JobView, nodes: dict[str, NodeView],
                         f"no MARP plan ({why}); the estimates run it on {n} x {t}: {where}",
                         slices=sl, cell=est.cell, iteration_s=est.iteration_s)
     counts = ", ".join(sorted({f"{n} x {t}" for n, t in options}))
+    if all(n > ctx.total_gpus(t) for n, t in options):  # nodes coming back would run it
+        ready = ", ".join(f"{ctx.total_gpus(t)} x {t}" for t in sorted({t for _, t in options}))
+        return Decision(job.id, Action.PENDING, f"waiting for nodes: no MARP plan ({why}); the estimates run it on "
+                        f"{counts}, more than READY nodes have ({ready})", pending=PendingKind.NO_ROOM_NOW)
     return Decision(job.id, Action.PENDING,
                     f"waiting for GPUs: no MARP plan ({why}); the estimates run it on {counts}; not free now",
                     pending=PendingKind.NO_ROOM_NOW)

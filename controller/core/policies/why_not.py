@@ -126,16 +126,34 @@ def fewest(ctx: RoundContext, job: JobView, types: Iterable[str], pow2: bool = F
     return {m: cs[0] for m in types if (cs := [c for c in ctx.gpu_counts(job, m) if not pow2 or c & (c - 1) == 0])}
 
 
-def memory_cause(s: Supply, fewest: Mapping[str, int], most: int = 0, scope: Iterable[str] = ()) -> str:
+def memory_cause(s: Supply, fewest: Mapping[str, int], most: int = 0, scope: Iterable[str] = (),
+                 asks: str = "") -> str:
     """Why the job fits in memory on no count of its types that the registered GPUs could give it
     within the per-job cap, READY or not ("" when one may); `fewest` as `fewest` gives it over the
     types in `scope` (default: the supply's), `most`: the job runs on at most that many GPUs (0: any
-    count)."""
+    count), which `asks` words (default "it asks for {most} GPUs")."""
     if any(n <= s.limit(s.registered.get(m, 0)) and (not most or n <= most) for m, n in fewest.items()):
         return ""
     if not fewest:
         return f"no count of {' or '.join(scope or sorted(s.registered))} GPUs fits it (out of memory or not covered by the estimates)"
-    return (f"it asks for {most} GPUs; " if most else "") + fewest_text(s, fewest)
+    return (f"{asks or f'it asks for {most} GPUs'}; " if most else "") + fewest_text(s, fewest)
+
+
+def if_back(ctx: RoundContext, job: JobView, s: Supply, choices: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Of `choices` (GPU type, count), those nodes coming back would run: more GPUs of the type than
+    the READY nodes have, no more than the registered ones (and the per-job cap) hold, and no fewer
+    than the fewest the job fits on in memory by the estimates (`gpu_counts` covers the registered
+    pools; timing a Cell needs READY nodes, so memory is all that is asked)."""
+    return sorted({(t, n) for t, n in choices if ctx.total_gpus(t) < n <= s.limit(s.registered.get(t, 0))
+                   and (cs := ctx.gpu_counts(job, t)) and cs[0] <= n})
+
+
+def back_text(ctx: RoundContext, s: Supply, back: Iterable[tuple[str, int]]) -> str:
+    """What a job waits for (`if_back`'s choices): "it fits in memory on 16 x A100-80GB (registered:
+    16 x A100-80GB; READY: 8 x A100-80GB)"."""
+    back = sorted(back)
+    now = ", ".join(f"{ctx.total_gpus(m)} x {m}" for m in sorted({t for t, _ in back}))
+    return f"it fits in memory on {' or '.join(f'{n} x {t}' for t, n in back)} (registered: {s.text()}; READY: {now})"
 
 
 def over_registered(s: Supply, need: int, what: str) -> str:
