@@ -7,7 +7,8 @@ user asked for (docs/reference/baselines.md Sec. 3).
   changing type, maximise the sum of (data-parallel-profiled) throughputs. Jobs whose type changed
   are re-placed (best locality, then relaxed, nodes with most idle GPUs first); if any does not fit,
   the admission fails and the job waits. Waiting jobs are retried in rounds with departures, and
-  the first that fails blocks its requested type.
+  the first that fails blocks its requested type. A job whose request only registered nodes that
+  are not READY run waits for them (in both modes), neither dropped nor "fits nowhere".
 - "paper" (max-sum-throughput policy, `max_sum_throughput.py`): each round the LP
   max sum T_mj X_mj, sum_j X_mj <= 1, sum_m s_m X_mj <= n_j over all active jobs is solved through its
   dual (one price per GPU type, exact coordinate descent over the breakpoints); each job goes to the
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER
+from tessera.controller.core.policies import why_not
 from tessera.controller.core.policies.common import Alloc, Board, place_as_requested
 from tessera.controller.core.policy import Mode, RoundContext, queue_key
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind
@@ -60,14 +62,29 @@ class GavelPolicy:
         return b.decisions(opportunistic=False)
 
 
-def _count(ctx: RoundContext, job: JobView) -> int:
+def _count(ctx: RoundContext, job: JobView, types: list[str] | None = None) -> int:
+    """The GPUs Gavel asks for: the job's hint, else the fewest it fits on of the first of `types`
+    (default: the READY ones) it fits on."""
     if job.gpus_hint:
         return job.gpus_hint
-    for t in ctx.types():
+    for t in ctx.types() if types is None else types:
         cs = ctx.gpu_counts(job, t)
         if cs:
             return cs[0]
     return 0
+
+
+WAITS = "gavel: waiting for nodes: no READY GPU type runs its request; "
+
+
+def _waits_for(ctx: RoundContext, job: JobView) -> str:
+    """What the job waits for where its request runs on no READY type but registered nodes, once
+    back, would run it (why_not.if_back): the count `_count` asks for over the registered types, on
+    each of them; "" when none would."""
+    s = why_not.round_supply(ctx, job)
+    n = _count(ctx, job, sorted(s.registered))
+    back = why_not.if_back(ctx, job, s, ((t, n) for t in s.registered)) if n else []
+    return why_not.back_text(ctx, s, back) if back else ""
 
 
 class _Artifact:
@@ -100,14 +117,20 @@ class _Artifact:
             if j.id not in ctx.arrivals:
                 continue
             n = _count(ctx, j)
-            if not any(n and ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in self.types):
+            if self.runs_nowhere(j, n) and not _waits_for(ctx, j):
                 b.drop(j, f"gavel: dropped: {n} GPUs of no type can run it")
                 continue
             self.fit(j)
 
+    def runs_nowhere(self, job: JobView, n: int) -> bool:
+        return not any(n and self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0 for t in self.types)
+
     def fit(self, job: JobView) -> bool:
         ctx, b = self.ctx, self.b
         n = _count(ctx, job)
+        if self.runs_nowhere(job, n) and (back := _waits_for(ctx, job)):
+            b.pend(job, PendingKind.NO_ROOM_NOW, WAITS + back)
+            return False
         running = sorted(b.allocs.values(), key=lambda a: (a.orig.since if a.orig else 1e18, queue_key(a.job)))
         sol = self.solve(running, job, n)
         if sol is None:
@@ -233,6 +256,8 @@ class _Paper:
             n = _count(ctx, j)
             if n:
                 jobs.append((j, n, None))
+            elif back := _waits_for(ctx, j):  # no count on a READY type
+                b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
         thr = [{t: ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) if n <= ctx.total_gpus(t) else 0.0
                 for t in self.types} for j, n, _ in jobs]
         price = self.prices(jobs, thr)
@@ -240,7 +265,9 @@ class _Paper:
         for i, (j, n, cur) in enumerate(jobs):
             red = {t: thr[i][t] - price[t] * n for t in self.types if thr[i][t] > 0}
             if not red:
-                if cur is None:
+                if cur is None and (back := _waits_for(ctx, j)):
+                    b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
+                elif cur is None:
                     b.pend(j, PendingKind.FITS_NOWHERE, "gavel: fits nowhere: no GPU type runs its request")
                 continue
             t = max(self.types, key=lambda x: (red.get(x, -1e18), -self.types.index(x)))

@@ -24,6 +24,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
+from tessera.controller.core.policies import why_not
 from tessera.controller.core.policies.common import Alloc, Board, free_text
 from tessera.controller.core.policies.morphling_curves import (
     CpuNeed,
@@ -564,10 +565,15 @@ class _Round:
     # ------------------------------------------------------------------ reasons
 
     def pend_reason(self, j: JobView) -> None:
-        hull = self.cv.hull(j)
-        if not hull:
-            self.b.pend(j, PendingKind.FITS_NOWHERE,
-                        "morphling: fits nowhere: no plan of this job runs on any GPU count of this cluster")
+        hull, ctx = self.cv.hull(j), self.ctx
+        if not hull:  # nodes coming back (a count of a registered type) may run it: it waits for them
+            s = why_not.round_supply(ctx, j)
+            if back := why_not.if_back(ctx, j, s, ((t, g) for t in s.registered for g in ctx.gpu_counts(j, t))):
+                self.b.pend(j, PendingKind.NO_ROOM_NOW, "morphling: waiting for nodes: no plan of this job runs on "
+                            f"the READY nodes; {why_not.back_text(ctx, s, back)}")
+            else:
+                self.b.pend(j, PendingKind.FITS_NOWHERE,
+                            "morphling: fits nowhere: no plan of this job runs on any GPU count of this cluster")
             return
         p = hull[0]
         self.b.pend(j, PendingKind.NO_ROOM_NOW,

@@ -17,6 +17,9 @@ the user's, as Crius keeps it), normalised by the row's smallest positive value.
   allocated. Changed jobs are placed again (best locality, then relaxed, most idle nodes first);
   waiting jobs are retried in rounds with departures, with the data-parallel memory check, and
   block nothing; a new job no type can run is dropped.
+- In both modes a job whose configurations only registered nodes that are not READY hold waits for
+  them, neither dropped nor "fits nowhere" (the configurations of a type whose nodes are all down:
+  powers of two up to its registered GPUs).
 - "paper" (Sia Eq. 1 at p = -0.5, lambda = 1.1): every round, minimise sum_i G_i^p over allocated
   jobs plus lambda per unallocated job, with the same restart factor; waiting jobs start on their
   smallest configuration, on the fewest nodes the estimates cover; one that does not fit starts on
@@ -32,10 +35,11 @@ not a MILP solver; restart costs come from the rules of the simulation, not Sia'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER, quotas
+from tessera.controller.core.policies import why_not
 from tessera.controller.core.policies.common import Alloc, Board, place_as_requested
 from tessera.controller.core.policy import Mode, RoundContext, queue_key
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
@@ -50,6 +54,7 @@ BRANCH = 12
 CLIP = 3000.0
 NODE_BUDGET = 2000  # search nodes per admission
 LAMBDA = 1.1
+WAITS = "sia: waiting for nodes: no configuration is feasible on the READY nodes; "
 MAX_DONOR_TRIALS = 16  # halvings tried per waiting job and configuration (placement checks)
 
 
@@ -150,6 +155,15 @@ class _Sia:
             return COUNTS
         return sia_counts(self.ctx.max_per_node(t), self.ctx.total_gpus(t))
 
+    def waits_for(self, job: JobView, counts: Callable[[str, int], Iterable[int]] | int) -> str:
+        """What the job waits for where registered nodes, once back, would run it (why_not.if_back):
+        its configurations `counts(type, registered GPUs)` of each registered type (an int: that
+        count of each); "" when none."""
+        s = why_not.round_supply(self.ctx, job)
+        of = (lambda t, c: (counts,)) if isinstance(counts, int) else counts
+        back = why_not.if_back(self.ctx, job, s, ((t, n) for t, c in s.registered.items() for n in of(t, c)))
+        return why_not.back_text(self.ctx, s, back) if back else ""
+
     def restart_factor(self, job: JobView) -> float:
         age = max(0.0, self.ctx.snap.now - job.submit_time)
         return max(0.0, (age - job.restarts * S_RESTART) / (age + S_RESTART)) if age + S_RESTART > 0 else 0.0
@@ -166,7 +180,8 @@ class _Sia:
             if j.id not in ctx.arrivals:
                 continue
             n = j.gpus_hint or 1
-            if not any(ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in ctx.types()):
+            if (not any(ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in ctx.types())
+                    and not self.waits_for(j, n)):
                 b.drop(j, f"sia: dropped: {n} GPUs of no type can run it")
                 continue
             self.admit(j, dp_check=False)
@@ -222,6 +237,9 @@ class _Sia:
         positive.sort(key=lambda m: (-m[0], m[1], m[2]))
         max_pos = positive[0][0] if positive else 0.0
         newtab = self.goodputs(job, self.realloc_factor(job, False))
+        if not newtab and (back := self.waits_for(job, lambda t, c: COUNTS)):
+            b.pend(job, PendingKind.NO_ROOM_NOW, WAITS + back)
+            return False
         if not newtab:
             b.pend(job, PendingKind.FITS_NOWHERE, "sia: fits nowhere: no configuration is feasible")
             return False
@@ -390,6 +408,9 @@ class _Sia:
         donors: dict[str, list[tuple[float, str]]] = {}
         for j in list(ctx.pending):
             tab = self.configs(j)
+            if not tab and (back := self.waits_for(j, lambda t, c: sia_counts(ctx.max_per_node(t) or c, c))):
+                b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
+                continue
             if not tab:
                 b.pend(j, PendingKind.FITS_NOWHERE, "sia: fits nowhere: no configuration is feasible")
                 continue
