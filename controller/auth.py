@@ -206,8 +206,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc
         method = details.method[len(SERVICE):]
         metadata = tuple(details.invocation_metadata or ())
         # Read before authenticating: a reload between the two makes the stream check again.
-        seen = self.authenticator.generation() if handler.response_streaming else 0
         try:
+            seen = self.authenticator.generation() if handler.response_streaming else 0
             principal = self.authenticator.authenticate(metadata)
             authorize(method, principal)
         except Exception as exc:  # noqa: BLE001 - a TesseraError is the answer; anything else INTERNAL, as before

@@ -248,16 +248,21 @@ def plan_batch(plan: CostPlan, global_batch: int) -> tuple[int, int] | None:
 def _offer(t: str, price: float, quota: int, nodes: Sequence[NodeView]) -> GpuOffer | None:
     """An offer of `quota` GPUs of type t, wired as the nodes are (the most of that type on one node)
     with the memory they report (the least of any GPU of the type, less what other processes hold;
-    a stage may land on any of them); None when that least is 0 (no stage fits: the type offers no
-    GPUs). No GPU of the type in the nodes: the catalog's memory."""
-    per_node, memory = 0, None
+    a stage may land on any of them). A GPU whose memory other processes hold entirely holds no
+    stage: it is left out of the least and of the quota (which may have counted it free), and None
+    when that leaves none (a full one's 0 was once read as "the catalog's"). No GPU of the type in
+    the nodes: the catalog's memory."""
+    per_node, memory, full = 0, None, 0
     for n in nodes:
         mine = [g for g in n.gpus if g.model == t]
         per_node = max(per_node, len(mine))
         for g in mine:
-            have = max(0, g.memory_bytes - g.foreign_used_bytes)
-            memory = have if memory is None else min(memory, have)
-    if memory == 0:
+            if (have := g.memory_bytes - g.foreign_used_bytes) > 0:
+                memory = have if memory is None else min(memory, have)
+            else:
+                full += 1
+    quota -= full
+    if quota <= 0 or (memory is None and full):
         return None
     if memory is None or memory == _catalog_bytes(t):
         memory = 0  # GpuOffer's "the catalog's"

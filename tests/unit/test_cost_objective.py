@@ -266,8 +266,11 @@ def test_a_type_with_a_gpu_whose_memory_others_hold_entirely_offers_no_gpus() ->
     gone = GpuView(0, A100, 80 * GB, foreign_used_bytes=80 * GB)
     assert co._offer(A100, 4.0, 1, (NodeView("z", (gone,)),)) is None  # not the catalog's 80 GB
     mixed = NodeView("m", (gone, GpuView(1, A100, 40 * GB)))
-    assert co._offer(A100, 4.0, 2, (mixed,)) is None  # the least is 0, whatever the order
-    assert co._offer(A100, 4.0, 2, (NodeView("r", (mixed.gpus[1], gone)),)) is None
+    # The full one holds no stage: out of the quota and of the least, whatever the order.
+    for n in (mixed, NodeView("r", (mixed.gpus[1], gone))):
+        o = co._offer(A100, 4.0, 2, (n,))
+        assert o is not None and (o.quota, o.memory_bytes) == (1, 40 * GB)
+        assert co._offer(A100, 4.0, 1, (n,)) is None
     one = co._offer(A100, 4.0, 1, (NodeView("o", (GpuView(0, A100, 80 * GB, foreign_used_bytes=80 * GB - 1),)),))
     assert one is not None and one.memory_bytes == 1
     # End to end: the job is not started on the full GPU; it waits for memory.

@@ -6,10 +6,17 @@ nodes is down."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tessera.controller.core.snapshot import Action
-from tests.unit.test_pending_nodes_back import A100, NO_ROOM, NOWHERE, V100, A, B, V, decide, job
+from tessera.controller.core.estimates import TableEstimates
+from tessera.controller.core.opaque import OpaqueAware
+from tessera.controller.core.policies import make_policy
+from tessera.controller.core.policy import plan_round
+from tessera.controller.core.snapshot import Action, JobView, Snapshot
+from tests.unit.test_pending_nodes_back import A100, NO_ROOM, NOWHERE, V100, A, B, M, V, decide, job
+from tests.unit.test_pending_reasons_crius import registered
 
 REG = "registered: 4 x A100-80GB, 4 x V100-32GB; READY: 0 x V100-32GB"
 ON_V = f"it fits in memory on 1 x V100-32GB or 2 x V100-32GB or 4 x V100-32GB ({REG})"
@@ -80,3 +87,29 @@ def test_morphling_a_job_that_fits_only_a_type_whose_nodes_are_down_waits_for_no
     d = decide("morphling", (A,), (A,), job("v"), mode)  # nothing registered runs it: as before
     assert d.pending is NOWHERE
     assert d.reason == "morphling: fits nowhere: no plan of this job runs on any GPU count of this cluster"
+
+
+def test_gavel_artifact_a_job_waiting_for_nodes_blocks_no_later_job() -> None:
+    """In a round with a departure the waiting jobs are retried in FIFO order and one that does not
+    fit blocks its type; one that waits for its down nodes blocked every later job without a hint,
+    though the READY A100 node was idle and ran them (review)."""
+    est = TableEstimates({("v", V100, 1): 4.0, ("k", A100, 1): 4.0})
+    waiting = job("v", 1)
+    later = dataclasses.replace(job("k", 1), id="later", submit_time=1.0)
+    snap = Snapshot((A,), (waiting, later), registered(A, V), arrivals=(), departures=1, now=10.0)
+    d = {x.job_id: x for x in plan_round(snap, est, make_policy("gavel", "artifact")).decisions}
+    assert d["j"].pending is NO_ROOM
+    assert d["later"].action == Action.START
+
+
+@pytest.mark.parametrize(("name", "mode"), [("elasticflow", "paper"), ("sia", "paper"), ("sia", "artifact")])
+def test_an_opaque_job_waits_for_nodes_only_for_its_exact_count(name: str, mode: str) -> None:
+    """A 3-GPU opaque job runs on 3, never on a power-of-two share of 4 or 8: with one of two 4-GPU
+    nodes down it was told it "fits in memory on 8 x A100" and waited for nodes; it is what it is
+    with both READY (declined, or fits nowhere), as before."""
+    est = OpaqueAware(TableEstimates({}))
+    j = JobView("j", 0.0, M, 1, 3, iterations=1, opaque=True, estimate_key="opaque-3-any")
+    for ready in ((A,), (A, B)):
+        (d,) = plan_round(Snapshot(ready, (j,), registered(A, B), arrivals=("j",)), est,
+                          make_policy(name, mode)).decisions
+        assert d.pending is not NO_ROOM, d.reason

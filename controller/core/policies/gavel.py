@@ -111,7 +111,7 @@ class _Artifact:
                 if req in blocked:
                     b.pend(j, PendingKind.WAITING, f"gavel: waiting behind an earlier job asking for {req}")
                     continue
-                if not self.fit(j):
+                if self.fit(j) is False:  # one waiting for nodes of its type to come back blocks nobody
                     blocked.add(req)
         for j in ctx.pending:
             if j.id not in ctx.arrivals:
@@ -125,12 +125,13 @@ class _Artifact:
     def runs_nowhere(self, job: JobView, n: int) -> bool:
         return not any(n and self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0 for t in self.types)
 
-    def fit(self, job: JobView) -> bool:
+    def fit(self, job: JobView) -> bool | None:
+        """Whether the job started; None when it waits for registered nodes to come back."""
         ctx, b = self.ctx, self.b
         n = _count(ctx, job)
         if self.runs_nowhere(job, n) and (back := _waits_for(ctx, job)):
             b.pend(job, PendingKind.NO_ROOM_NOW, WAITS + back)
-            return False
+            return None
         running = sorted(b.allocs.values(), key=lambda a: (a.orig.since if a.orig else 1e18, queue_key(a.job)))
         sol = self.solve(running, job, n)
         if sol is None:

@@ -143,9 +143,10 @@ def if_back(ctx: RoundContext, job: JobView, s: Supply, choices: Iterable[tuple[
     """Of `choices` (GPU type, count), those nodes coming back would run: more GPUs of the type than
     the READY nodes have, no more than the registered ones (and the per-job cap) hold, and no fewer
     than the fewest the job fits on in memory by the estimates (`gpu_counts` covers the registered
-    pools; timing a Cell needs READY nodes, so memory is all that is asked)."""
+    pools; timing a Cell needs READY nodes, so memory is all that is asked). An opaque job runs on
+    exactly its count (its `gpu_counts`), never on more."""
     return sorted({(t, n) for t, n in choices if ctx.total_gpus(t) < n <= s.limit(s.registered.get(t, 0))
-                   and (cs := ctx.gpu_counts(job, t)) and cs[0] <= n})
+                   and (cs := ctx.gpu_counts(job, t)) and (n in cs if job.opaque else cs[0] <= n)})
 
 
 def back_text(ctx: RoundContext, s: Supply, back: Iterable[tuple[str, int]]) -> str:
