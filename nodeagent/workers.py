@@ -20,6 +20,14 @@ STOPPING: int = common_pb2.WORKER_STATE_STOPPING
 EXITED: int = common_pb2.WORKER_STATE_EXITED
 EXIT_UNKNOWN = -1000  # the worker was not our child when it ended: its exit status is lost
 
+# A reported reason's characters: a heartbeat carries up to 2,000 exited workers
+# (supervisor.MAX_EXITED_RECORDS), and at nodespec's 4,096 characters of two-byte text theirs made a
+# 16.6 MB message, over the controller's 8 MiB (controller/main.py API_MESSAGE_BYTES): one tenant's
+# worker writing such reasons would cost its node every heartbeat. At 512, even of four-byte
+# characters, such a message is under 4.5 MB. The agent's own record of the worker (its state
+# file) keeps the whole reason.
+MAX_REPORTED_REASON = 512
+
 
 @dataclass(eq=False)
 class Worker:
@@ -53,7 +61,7 @@ class Worker:
             pid=self.pid,
             exit_code=self.exit_code,
             log_path=report_text(str(self.log_path)),
-            reason=report_text(self.reason),
+            reason=report_text(self.reason, MAX_REPORTED_REASON),
             gpu_indices=list(self.gpu_indices),
         )
         if self.progress is not None:

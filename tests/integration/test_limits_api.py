@@ -63,7 +63,7 @@ def many(ctl: Daemon, client: Client) -> list[str]:
 
 
 def test_ten_megabyte_submits_are_refused_and_listing_keeps_working(ctl: Daemon, client: Client) -> None:
-    # finding 5: two submits with about 10 MB of env each: over the API's 4 MiB messages, gRPC's own
+    # finding 5: two submits with about 10 MB of env each: over the API's 8 MiB messages, gRPC's own
     # RESOURCE_EXHAUSTED (controller/main.py API_MESSAGE_BYTES); about 3 MB each, within them, the field
     for env in ({f"V{i}": "x" * 4000 for i in range(2600)}, {"BLOB": "x" * 10_000_000}):
         with pytest.raises(RpcError) as ei:

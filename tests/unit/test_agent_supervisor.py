@@ -508,3 +508,20 @@ async def test_tenant_uids_run_each_tenant_as_its_own_uid(worker_dir: Path) -> N
             await s.launch(launch_request("j-2", argv=["true"], gpus=[[2]], tenant=name))
     finally:
         await s.shutdown(kill_workers=True, grace=0.0)
+
+
+def test_a_reported_reason_is_clipped_so_a_full_heartbeat_stays_under_the_controllers_limit() -> None:
+    """2,000 exited workers with 4,096-character two-byte reasons made a 16.6 MB heartbeat, over the
+    controller's 8 MiB: a worker writing such a reason would cost its node every heartbeat."""
+    from tessera.controller.main import API_MESSAGE_BYTES
+    from tessera.nodeagent.supervisor import MAX_EXITED_RECORDS
+    from tessera.nodeagent.workers import MAX_REPORTED_REASON
+    from tessera.v1 import agent_pb2
+
+    long = "\U0001F600" * 5000
+    w = Worker("j-aaaaaaaaaaaa", 99, 0, 0, tuple(range(8)), Path("/var/lib/tessera/agent/jobs/j/attempt-99/rank-0.log"),
+               state=common_pb2.WORKER_STATE_EXITED, exit_code=-9, reason=long)
+    st = w.status()
+    assert len(st.reason) == MAX_REPORTED_REASON and st.reason.endswith(" [...]") and w.reason == long
+    status = agent_pb2.NodeStatus(node_id="n" * 63, address="h" * 200, workers=[st] * MAX_EXITED_RECORDS)
+    assert agent_pb2.HeartbeatRequest(status=status).ByteSize() < API_MESSAGE_BYTES
