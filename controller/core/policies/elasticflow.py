@@ -295,10 +295,7 @@ class _EF:
 
     def registered(self) -> why_not.Supply:
         """The cluster's GPUs by type, READY or not; shares up to 16 GPUs in the artifact's mode."""
-        reg: dict[str, int] = {}
-        for m, _, c in why_not.registered(self.ctx.snap):
-            reg[m] = reg.get(m, 0) + c
-        return why_not.Supply(reg, {}, MAX_GPUS if self.art else 0)
+        return why_not.Supply(why_not.by_type(self.ctx.snap), {}, MAX_GPUS if self.art else 0)
 
     def waits_for(self, job: JobView, s: why_not.Supply) -> str:
         """What the job waits for where no share of the READY nodes serves it: the smallest share of

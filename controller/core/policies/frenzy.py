@@ -60,7 +60,7 @@ class FrenzyPolicy:
             # A job the estimates know nothing of keeps MARP's word alone; known on any registered
             # type, READY or not (a job whose only type is down is no less known).
             if job.id not in known:
-                types = {m for m, _, _ in why_not.registered(snap)} | set(ctx.types())
+                types = set(why_not.by_type(snap)) | set(ctx.types())
                 known[job.id] = any(ctx.gpu_counts(job, t) for t in sorted(types))
             return not known[job.id] or ctx.best(job, model, gpus, nodes) is not None
 
@@ -81,9 +81,7 @@ def estimated_start(ctx: RoundContext, job: JobView, nodes: dict[str, NodeView],
     estimates have Cells but none fits the free GPUs now (or only registered nodes that are not
     READY hold them: it waits for nodes); None when they have none either."""
     mem = {m: b for m, b, _ in ctx.snap.cluster_gpus}
-    reg: dict[str, int] = {}  # the registered GPUs by type, READY or not
-    for m, _, c in why_not.registered(ctx.snap):
-        reg[m] = reg.get(m, 0) + c
+    reg = why_not.by_type(ctx.snap)  # the registered GPUs by type, READY or not
     types = sorted((t for t in set(ctx.types()) | set(reg) if not job.gpu_types or t in job.gpu_types),
                    key=lambda t: (mem.get(t, 0), t))
     options: list[tuple[int, str]] = []

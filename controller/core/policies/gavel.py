@@ -117,19 +117,27 @@ class _Artifact:
             if j.id not in ctx.arrivals:
                 continue
             n = _count(ctx, j)
-            if self.runs_nowhere(j, n) and not _waits_for(ctx, j):
+            back = self.back(j, n)
+            if back == "":
                 b.drop(j, f"gavel: dropped: {n} GPUs of no type can run it")
-                continue
-            self.fit(j)
+            elif back:
+                b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
+            else:
+                self.fit(j)
 
     def runs_nowhere(self, job: JobView, n: int) -> bool:
         return not any(n and self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0 for t in self.types)
+
+    def back(self, job: JobView, n: int) -> str | None:
+        """None when a READY type runs its n GPUs; else what it waits for (`_waits_for`), "" when
+        registered nodes coming back would not run it either."""
+        return _waits_for(self.ctx, job) if self.runs_nowhere(job, n) else None
 
     def fit(self, job: JobView) -> bool | None:
         """Whether the job started; None when it waits for registered nodes to come back."""
         ctx, b = self.ctx, self.b
         n = _count(ctx, job)
-        if self.runs_nowhere(job, n) and (back := _waits_for(ctx, job)):
+        if back := self.back(job, n):
             b.pend(job, PendingKind.NO_ROOM_NOW, WAITS + back)
             return None
         running = sorted(b.allocs.values(), key=lambda a: (a.orig.since if a.orig else 1e18, queue_key(a.job)))

@@ -62,12 +62,17 @@ class Supply:
                       self.cap, self.text() if keep_listing else "")
 
 
-def supply(job: JobView, snap: Snapshot, ready: Mapping[str, int], cap: int = 0) -> Supply:
-    """The job's supply: `ready` is the GPUs of READY nodes by type (the round's `total_gpus`)."""
+def by_type(snap: Snapshot) -> dict[str, int]:
+    """The registered GPUs (`registered`) by type, READY or not, whatever their memory."""
     have: dict[str, int] = {}
     for m, _, c in registered(snap):
         have[m] = have.get(m, 0) + c
-    allowed = {m: c for m, c in have.items() if not job.gpu_types or m in job.gpu_types}
+    return have
+
+
+def supply(job: JobView, snap: Snapshot, ready: Mapping[str, int], cap: int = 0) -> Supply:
+    """The job's supply: `ready` is the GPUs of READY nodes by type (the round's `total_gpus`)."""
+    allowed = {m: c for m, c in by_type(snap).items() if not job.gpu_types or m in job.gpu_types}
     return Supply(allowed, {t: c for t, c in ready.items() if not job.gpu_types or t in job.gpu_types}, cap)
 
 
