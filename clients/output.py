@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from tessera.clients.features import features
 from tessera.clients.output_forecast import forecast_columns, forecast_pairs
 from tessera.clients.output_objective import objective_pairs
+from tessera.common.utctime import utc_text
 from tessera.v1 import common_pb2, controller_pb2
 
 REASON_WIDTH = 40
@@ -341,14 +342,7 @@ def events_table(events: Sequence[common_pb2.JobEvent], now: float) -> str:
 
 
 def _fmt_time(t: float) -> str:
-    if not 0 < t < math.inf:
-        return NONE
-    import datetime as dt
-
-    try:
-        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (OverflowError, OSError, ValueError):  # past year 9999 or the platform's time_t
-        return NONE
+    return (utc_text(t) or NONE) if 0 < t < math.inf else NONE
 
 
 def _kv(pairs: Sequence[tuple[str, str]], indent: int = 0) -> list[str]:

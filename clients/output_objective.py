@@ -3,8 +3,7 @@ controller predicted for the allocation it chose."""
 
 from __future__ import annotations
 
-import datetime as dt
-
+from tessera.common.utctime import utc_text
 from tessera.v1 import common_pb2, controller_pb2
 
 
@@ -21,11 +20,8 @@ def duration(seconds: float) -> str:
 
 def slo_text(spec: common_pb2.JobSpec) -> str:
     if spec.slo.deadline > 0:
-        try:
-            when = dt.datetime.fromtimestamp(spec.slo.deadline, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        except (OverflowError, OSError, ValueError):  # one stored before the controller bounded it
-            when = f"unix time {spec.slo.deadline:g}"
-        return f"done by {when}"
+        # One stored before the controller bounded deadlines may not be shown as a date.
+        return f"done by {utc_text(spec.slo.deadline) or f'unix time {spec.slo.deadline:g}'}"
     if spec.slo.iterations_within_seconds > 0:
         return f"iterations within {duration(spec.slo.iterations_within_seconds)}"
     return "<none>"

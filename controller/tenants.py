@@ -9,7 +9,6 @@ admission rules (`submit_refusal`) and the usage (`tenant_rows`) are pure.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import structlog
 from tessera.common import jobspec
 from tessera.common.errors import FailedPrecondition
 from tessera.common.gpus import UnknownGpuError, lookup
+from tessera.common.utctime import utc_text
 from tessera.controller.store import ACTIVE, JobRecord
 from tessera.controller.tenantsfile import TenantsConfig, TenantsFileError, over_cluster, read_tenants_file
 from tessera.v1 import common_pb2, controller_pb2
@@ -34,14 +34,6 @@ def _stamp(path: str) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def _utc(t: float) -> str:
-    """`t` as tessctl shows times in its tables (YYYY-MM-DDTHH:MM:SSZ): this text reaches users as is."""
-    try:
-        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (OverflowError, OSError, ValueError):  # a clock past what the platform can convert
-        return f"{t:.0f}"
 
 
 class TenantsSource:
@@ -94,7 +86,8 @@ class TenantsSource:
         except TenantsFileError as exc:
             self._stamp = stamp  # refused once per change of the file, not at every round
             kept = "the config loaded before is kept" if self.config is not None else "no config: submissions refused"
-            self.last_error = f"reload refused at {_utc(self.wall())}, {kept}: {exc}"
+            now = self.wall()
+            self.last_error = f"reload refused at {utc_text(now) or f'{now:.0f}'}, {kept}: {exc}"
             log.error("tenants_reload_refused", file=self.path, error=str(exc), kept=kept)
             return False
         return True
