@@ -32,7 +32,7 @@ def cap_untimed(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], p
         c = adm.charges.get(d.job_id)
         gpus = sum(len(s.gpu_indices) for s in d.slices)
         if (c is None or d.action not in (Action.START, Action.MIGRATE) or gpus <= c.promise.gpus
-                or (d.action is Action.MIGRATE and gpus <= _held(ctx, d.job_id))
+                or (d.action is Action.MIGRATE and gpus <= ctx.running[d.job_id].cell.gpus)
                 or promise_time(ctx, jobs[d.job_id], c.promise) > 0):
             out.append(d)
             continue
@@ -50,7 +50,3 @@ def cap_untimed(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], p
         else:
             out.append(Decision(d.job_id, Action.STOP, f"stopped: {why}"))
     return out
-
-
-def _held(ctx: RoundView, job_id: str) -> int:
-    return sum(len(s.gpu_indices) for s in ctx.running[job_id].slices)
