@@ -111,6 +111,12 @@ class ResourceExhausted(TesseraError):
     code = Code.RESOURCE_EXHAUSTED
 
 
+class DeadlineExceeded(TesseraError):
+    """The call took longer than the server allows it (a request that did not arrive in time)."""
+
+    code = Code.DEADLINE_EXCEEDED
+
+
 class Unauthenticated(TesseraError):
     """The caller presented no credentials the call needs (a client certificate, a token), or ones
     the server does not know (never says which token, so a peer learns nothing about those that exist)."""

@@ -20,16 +20,19 @@ import inspect
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
 import structlog
 
-from tessera.common.errors import InvalidArgument, TesseraError
+from tessera.common.errors import DeadlineExceeded, InvalidArgument, TesseraError
 from tessera.common.hooks import Hooks
 from tessera.common.identity import Identity
 from tessera.common.tls import TlsConfig, channel_credentials, server_credentials
+
+if TYPE_CHECKING:
+    from tessera.common.opencalls import OpenCallBounds
 
 log = structlog.get_logger(__name__)
 
@@ -152,23 +155,27 @@ def rewrap(handler: Any, unary: Wrap, stream: Wrap, tolerant: bool = False) -> A
     return handler
 
 
-async def _one_request(requests: Any) -> Any:
+async def _one_request(requests: Any, within_s: float | None) -> Any:
     """The one request of a unary call served by a stream-request handler (read_after)."""
     try:
-        request = await requests.__anext__()
+        request = await asyncio.wait_for(requests.__anext__(), within_s)
     except StopAsyncIteration:
         raise InvalidArgument("request", "the call carried no request message") from None
+    except TimeoutError:
+        raise DeadlineExceeded(f"the request did not arrive within {within_s:g} s") from None
     _refuse_undecodable(request)
     return request
 
 
-def read_after(handler: Any, check: Callable[[Any], None]) -> Any:
+def read_after(handler: Any, check: Callable[[Any], None], read_within_s: float | None = None) -> Any:
     """`handler` with `check(context)` run before anything of the request is read: what it raises is
     the call's answer (through the ErrorInterceptor), and the request is then never received nor
     parsed, whatever its size. gRPC receives a unary request before the handler starts, so a
     unary-request handler becomes a stream-request one here (the wire does not tell them apart: a
     unary call is a stream of one message), which starts at once and reads its one request after
-    the check, parsed as ErrorInterceptor's `tolerant` (a corrupt one is INVALID_ARGUMENT)."""
+    the check, parsed as ErrorInterceptor's `tolerant` (a corrupt one is INVALID_ARGUMENT).
+    `read_within_s`: a unary request that has not arrived that long after the check is
+    DEADLINE_EXCEEDED (a caller that sends slowly does not hold the call's place for ever)."""
     kind = ("stream_" if handler.request_streaming else "unary_") + ("stream" if handler.response_streaming else "unary")
     behavior = getattr(handler, kind)
     parse = handler.request_deserializer if handler.request_streaming else _tolerant(handler.request_deserializer)
@@ -176,7 +183,7 @@ def read_after(handler: Any, check: Callable[[Any], None]) -> Any:
     async def start(requests: Any, context: Any) -> Any:
         """The behavior's result (a value, a coroutine or an async generator), once `check` passed."""
         check(context)
-        return behavior(requests if handler.request_streaming else await _one_request(requests), context)
+        return behavior(requests if handler.request_streaming else await _one_request(requests, read_within_s), context)
 
     if handler.response_streaming:
         async def stream(requests: Any, context: Any) -> AsyncIterator[Any]:
@@ -360,7 +367,7 @@ def aio_server(
     name: str = "server", translate: Translate | None = None, *, tls: TlsConfig | None = None,
     insecure: bool = False, client_cert: bool = True, hooks: Hooks | None = None,
     max_receive_bytes: int = MAX_MESSAGE_BYTES, max_concurrent_rpcs: int | None = None,
-    grow_windows: bool = True,
+    grow_windows: bool = True, open_calls: OpenCallBounds | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build an asyncio server on `listen` (host:port, port 0 = pick one).
 
@@ -374,12 +381,15 @@ def aio_server(
     keeps HTTP/2's receive windows from growing past their initial size (no BDP probing): a server that refuses
     calls without reading their requests (rpc.refusal) then buffers little of what the callers send
     meanwhile (BDP-grown windows had it hold 190 MB of 128 refused 15 MiB requests), at the price
-    of slower uploads of large requests over long round trips. Returns the server, not yet started,
-    and the bound port.
+    of slower uploads of large requests over long round trips. The hooks, which need no
+    credentials, are admitted within `open_calls` (tessera.common.opencalls; its defaults when
+    None). Returns the server, not yet started, and the bound port.
     Raises OSError when the address cannot be bound.
     """
     _security(tls, insecure, f"{name} server")
-    chain = [ErrorInterceptor(name, translate), *interceptors]
+    from tessera.common.opencalls import OpenCallLimit  # it builds on read_after, above
+
+    chain = [ErrorInterceptor(name, translate), OpenCallLimit(open_calls), *interceptors]
     options = [o for o in _SERVER_OPTIONS if o[0] != "grpc.max_receive_message_length"]
     options.append(("grpc.max_receive_message_length", max_receive_bytes))
     if not grow_windows:

@@ -20,13 +20,23 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tessera.common import identity, rpc
 from tessera.common.hooks import Hooks
 from tessera.common.localcluster import ca_only, local_tokens, tls_config
+from tessera.common.opencalls import OpenCallBounds
 from tessera.controller import main
 from tessera.controller.auth import NO_CERTIFICATE, TokenAuthenticator, bearer_token, principal_of
-from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
+from tessera.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    common_pb2,
+    controller_pb2,
+    controller_pb2_grpc,
+    info_pb2,
+    info_pb2_grpc,
+)
 
 MIB = 1024 * 1024
 BIG = 3 * MIB  # under the controller's limit: only the early refusal keeps it from being parsed
@@ -209,3 +219,100 @@ async def test_agent_registry_reads_a_request_only_from_a_certificate(h: Harness
         err = await refused(stub.Heartbeat(over, timeout=60))
         assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert h.ran == Counter(Heartbeat=1)
+
+
+# -- health, reflection and Info: no credentials, so bounded (tessera.common.opencalls) ------------
+
+
+async def watching(stub: health_pb2_grpc.HealthStub, n: int) -> list[Any]:
+    """`n` health Watch streams, each open on the server: its first status has arrived."""
+    calls = [stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=60) for _ in range(n)]
+    for call in calls:
+        assert (await call.read()).status == health_pb2.HealthCheckResponse.SERVING
+    return calls
+
+
+async def until_admitted(call: Callable[[], Any]) -> Any:
+    """`call()` again until the server admits it: a cancelled call's place is given back by the
+    server's done-callback, which runs after the client's cancel returns."""
+    async def again() -> Any:
+        while True:
+            try:
+                return await call()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                await asyncio.sleep(0.05)
+    return await asyncio.wait_for(again(), 30)
+
+
+async def test_open_calls_from_one_host_are_bounded_and_calls_with_credentials_are_not(h: Harness) -> None:
+    share = OpenCallBounds().per_peer
+    check = health_pb2.HealthCheckRequest(service="")
+    async with h.user_channel() as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        watches = await watching(health, share)
+        err = await refused(health.Check(check, timeout=60))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert err.details() == f"ipv4:127.0.0.1 already has {share} calls of health, reflection and Info open " \
+                                "on this server; end one first"
+        err = await refused(info_pb2_grpc.InfoStub(ch).GetVersion(info_pb2.GetVersionRequest(), timeout=60))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # A user's and an agent's calls are not counted.
+        me = await controller_pb2_grpc.ControllerStub(ch).WhoAmI(controller_pb2.WhoAmIRequest(),
+                                                                  metadata=h.bearer("bob"), timeout=60)
+        assert me.principal == "bob"
+        async with h.node_channel() as node:
+            beat = agent_pb2.HeartbeatRequest(status=agent_pb2.NodeStatus(node_id="node-a"))
+            assert (await agent_pb2_grpc.AgentRegistryStub(node).Heartbeat(beat, timeout=60)).controller_epoch == 1
+        watches[0].cancel()
+        answer = await until_admitted(lambda: health.Check(check, timeout=60))
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        for w in watches[1:]:
+            w.cancel()
+
+
+async def test_short_and_stream_calls_have_their_own_bounds_and_a_slow_request_ends() -> None:
+    bounds = OpenCallBounds(max_unary=1, max_streams=2, per_peer=10, read_within_s=0.5)
+    server, port = rpc.aio_server("127.0.0.1:0", [], insecure=True, open_calls=bounds)
+    await server.start()
+    try:
+        async with rpc.aio_channel(f"127.0.0.1:{port}", insecure=True) as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            check = health_pb2.HealthCheckRequest(service="")
+            watches = await watching(health, 2)
+            err = await refused(watching(health, 1))
+            assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "limit of 2 open streams" in err.details()
+            assert (await health.Check(check, timeout=60)).status == health_pb2.HealthCheckResponse.SERVING
+
+            # A Check whose request never comes holds the one short-call place until read_within_s.
+            never = asyncio.Event()
+
+            async def nothing() -> AsyncIterator[bytes]:
+                await never.wait()
+                yield b""
+
+            slow = ch.stream_unary("/grpc.health.v1.Health/Check")(nothing(), timeout=60)
+            await until_taken(health, check)
+            err = await refused(slow)
+            assert (err.code(), err.details()) == (grpc.StatusCode.DEADLINE_EXCEEDED,
+                                                   "the request did not arrive within 0.5 s")
+            answer = await until_admitted(lambda: health.Check(check, timeout=60))
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            for w in watches:
+                w.cancel()
+    finally:
+        await server.stop(None)
+
+
+async def until_taken(health: health_pb2_grpc.HealthStub, check: Any) -> None:
+    """Until a Check is refused for the short-call bound: the slow call holds the place."""
+    async def again() -> None:
+        while True:
+            try:
+                await health.Check(check, timeout=60)
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "limit of 1 short calls" in exc.details()
+                return
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(again(), 30)
