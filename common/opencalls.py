@@ -10,7 +10,7 @@ server hold as much as they chose.
 So each server admits at most `max_unary` short calls (Check, GetVersion) and `max_streams` open
 streams (Watch, reflection) of the hooks at once, and at most `per_peer` of both from one host
 (the peer's address without its port). A call over a bound is RESOURCE_EXHAUSTED before its
-request is read (rpc.read_after), and a call whose one request (Check, GetVersion, Watch) has not
+request is read (handlerwrap.read_after), and a call whose one request (Check, GetVersion, Watch) has not
 arrived within `read_within_s` is DEADLINE_EXCEEDED, so a caller that sends slowly frees its slot. The hooks are
 kept apart: a flood of open calls can make a health probe wait or fail, never an authenticated
 call of the daemon's own services (heartbeats, the Controller API), which these bounds do not
@@ -27,7 +27,7 @@ from typing import Any
 import grpc.aio
 
 from tessera.common.errors import ResourceExhausted
-from tessera.common.rpc import read_after
+from tessera.common.handlerwrap import read_after
 
 # Services of the hooks (tessera.common.hooks); grpcurl asks for either reflection version.
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",

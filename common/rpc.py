@@ -20,19 +20,18 @@ import inspect
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 import grpc.aio
 import structlog
 
-from tessera.common.errors import DeadlineExceeded, InvalidArgument, TesseraError
+from tessera.common.errors import InvalidArgument, TesseraError
+from tessera.common.handlerwrap import refuse_undecodable, rewrap
 from tessera.common.hooks import Hooks
 from tessera.common.identity import Identity
+from tessera.common.opencalls import OpenCallBounds, OpenCallLimit
 from tessera.common.tls import TlsConfig, channel_credentials, server_credentials
-
-if TYPE_CHECKING:
-    from tessera.common.opencalls import OpenCallBounds
 
 log = structlog.get_logger(__name__)
 
@@ -105,116 +104,6 @@ def status_of(exc: BaseException, method: str, name: str,
     return grpc.StatusCode.INTERNAL, f"{method} failed; see the {name} log"
 
 
-class _Undecodable:
-    """A request whose bytes are not the method's message: gRPC would answer UNKNOWN with the
-    parser's exception; the handler wrapper answers INVALID_ARGUMENT instead."""
-
-    def __init__(self, error: str) -> None:
-        self.error = error
-
-
-def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    if deserializer is None:
-        return None
-
-    def parse(data: bytes) -> Any:
-        try:
-            return deserializer(data)
-        except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, or anything a parser raises
-            return _Undecodable(type(exc).__name__)
-
-    return parse
-
-
-def _refuse_undecodable(request: Any) -> None:
-    if isinstance(request, _Undecodable):
-        raise InvalidArgument("request", "not a valid message of the method's request type (corrupt wire format)")
-
-
-Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
-
-
-def rewrap(handler: Any, unary: Wrap, stream: Wrap, tolerant: bool = False) -> Any:
-    """`handler` (a grpc.RpcMethodHandler) with its behavior wrapped: by `unary` for calls that
-    answer once, by `stream` for calls that answer with a stream (which must wrap an async
-    generator function in one, so outer interceptors still see a stream). `tolerant`: a unary
-    request is parsed before the handler runs, so a corrupt one reaches the wrapper as
-    _Undecodable, to be refused there with a status of ours."""
-    wrap = {"unary_unary": (unary, grpc.unary_unary_rpc_method_handler),
-            "stream_unary": (unary, grpc.stream_unary_rpc_method_handler),
-            "unary_stream": (stream, grpc.unary_stream_rpc_method_handler),
-            "stream_stream": (stream, grpc.stream_stream_rpc_method_handler)}
-    for kind, (wrapper, make) in wrap.items():
-        behavior = getattr(handler, kind)
-        if behavior is not None:
-            parse = handler.request_deserializer
-            if tolerant and kind.startswith("unary"):
-                parse = _tolerant(parse)
-            return make(wrapper(behavior), request_deserializer=parse,
-                        response_serializer=handler.response_serializer)
-    return handler
-
-
-async def _one_request(requests: Any, within_s: float | None) -> Any:
-    """The one request of a unary call served by a stream-request handler (read_after)."""
-    try:
-        request = await asyncio.wait_for(requests.__anext__(), within_s)
-    except StopAsyncIteration:
-        raise InvalidArgument("request", "the call carried no request message") from None
-    except TimeoutError:
-        raise DeadlineExceeded(f"the request did not arrive within {within_s:g} s") from None
-    _refuse_undecodable(request)
-    return request
-
-
-def read_after(handler: Any, check: Callable[[Any], None], read_within_s: float | None = None) -> Any:
-    """`handler` with `check(context)` run before anything of the request is read: what it raises is
-    the call's answer (through the ErrorInterceptor), and the request is then never received nor
-    parsed, whatever its size. gRPC receives a unary request before the handler starts, so a
-    unary-request handler becomes a stream-request one here (the wire does not tell them apart: a
-    unary call is a stream of one message), which starts at once and reads its one request after
-    the check, parsed as ErrorInterceptor's `tolerant` (a corrupt one is INVALID_ARGUMENT).
-    `read_within_s`: a unary request that has not arrived that long after the check is
-    DEADLINE_EXCEEDED (a caller that sends slowly does not hold the call's place for ever)."""
-    kind = ("stream_" if handler.request_streaming else "unary_") + ("stream" if handler.response_streaming else "unary")
-    behavior = getattr(handler, kind)
-    parse = handler.request_deserializer if handler.request_streaming else _tolerant(handler.request_deserializer)
-
-    async def start(requests: Any, context: Any) -> Any:
-        """The behavior's result (a value, a coroutine or an async generator), once `check` passed."""
-        check(context)
-        return behavior(requests if handler.request_streaming else await _one_request(requests, read_within_s), context)
-
-    if handler.response_streaming:
-        async def stream(requests: Any, context: Any) -> AsyncIterator[Any]:
-            result = await start(requests, context)
-            if inspect.isasyncgen(result):
-                async for response in result:
-                    yield response
-            elif inspect.isawaitable(result):
-                await result  # a coroutine that writes with context.write
-
-        return grpc.stream_stream_rpc_method_handler(stream, request_deserializer=parse,
-                                                     response_serializer=handler.response_serializer)
-
-    async def unary(requests: Any, context: Any) -> Any:
-        result = await start(requests, context)
-        return await result if inspect.isawaitable(result) else result
-
-    return grpc.stream_unary_rpc_method_handler(unary, request_deserializer=parse,
-                                                response_serializer=handler.response_serializer)
-
-
-def refusal(handler: Any, error: BaseException) -> Any:
-    """A handler for `handler`'s method that answers `error` (through the ErrorInterceptor) at once,
-    without receiving or parsing the request (read_after): a caller refused on its metadata alone
-    makes the server hold nothing of what it sent."""
-    def refuse(context: Any) -> None:
-        raise error
-
-    return read_after(handler, refuse)
-
-
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
     """Map what a handler raises to a status, for unary and streaming RPCs alike (see status_of).
 
@@ -244,7 +133,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
     def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
-                _refuse_undecodable(request)
+                refuse_undecodable(request)
                 result = behavior(request, context)
                 return await result if inspect.isawaitable(result) else result
             except grpc.aio.AbortError:
@@ -261,7 +150,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
-                _refuse_undecodable(request)
+                refuse_undecodable(request)
                 async for response in behavior(request, context):
                     yield response
             except grpc.aio.AbortError:
@@ -379,7 +268,7 @@ def aio_server(
     registrations add are named to them. `max_receive_bytes` and `max_concurrent_rpcs` bound what
     callers can make it hold (more concurrent calls are RESOURCE_EXHAUSTED). `grow_windows=False`
     keeps HTTP/2's receive windows from growing past their initial size (no BDP probing): a server that refuses
-    calls without reading their requests (rpc.refusal) then buffers little of what the callers send
+    calls without reading their requests (handlerwrap.refusal) then buffers little of what the callers send
     meanwhile (BDP-grown windows had it hold 190 MB of 128 refused 15 MiB requests), at the price
     of slower uploads of large requests over long round trips. The hooks, which need no
     credentials, are admitted within `open_calls` (tessera.common.opencalls; its defaults when
@@ -387,8 +276,6 @@ def aio_server(
     Raises OSError when the address cannot be bound.
     """
     _security(tls, insecure, f"{name} server")
-    from tessera.common.opencalls import OpenCallLimit  # it builds on read_after, above
-
     chain = [ErrorInterceptor(name, translate), OpenCallLimit(open_calls), *interceptors]
     options = [o for o in _SERVER_OPTIONS if o[0] != "grpc.max_receive_message_length"]
     options.append(("grpc.max_receive_message_length", max_receive_bytes))

@@ -29,7 +29,7 @@ import grpc.aio
 import structlog
 
 from tessera.common.errors import TesseraError, Unauthenticated, Unavailable
-from tessera.common.rpc import read_after, refusal, rewrap
+from tessera.common.handlerwrap import read_after, refusal, rewrap
 from tessera.common.tls import peer_identity
 from tessera.common.tokens import (
     ANONYMOUS,
@@ -184,12 +184,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc
     """Admit every call of tessera.v1.Controller: authenticate it, check METHOD_ROLES, and hand the
     Principal to the handler in its context (CallContext). Both checks read the metadata alone and
     run here, before gRPC receives the request: a refused call gets a handler that raises the error
-    without reading the request (rpc.refusal), so the outer ErrorInterceptor turns it into
+    without reading the request (handlerwrap.refusal), so the outer ErrorInterceptor turns it into
     UNAUTHENTICATED / PERMISSION_DENIED / UNAVAILABLE with the same message as ever.
 
     `certificates` (the controller serves TLS, and RegistryService checks node certificates): an
     AgentRegistry call is read only once it showed a certificate naming a Tessera identity
-    (rpc.read_after); without one it is UNAUTHENTICATED, as RegistryService answers."""
+    (handlerwrap.read_after); without one it is UNAUTHENTICATED, as RegistryService answers."""
 
     def __init__(self, authenticator: Authenticator, certificates: bool = False) -> None:
         self.authenticator = authenticator
