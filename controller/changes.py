@@ -115,6 +115,9 @@ class CountedStore:
     def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
         return self.inner.count_jobs(states, tenant)
 
+    def count_jobs_by_tenant(self, states: Iterable[int] = ()) -> dict[str, int]:
+        return self.inner.count_jobs_by_tenant(states)
+
     def has_request(self, request_id: str) -> bool:
         return self.inner.has_request(request_id)
 

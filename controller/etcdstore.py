@@ -32,17 +32,18 @@ SQLite's do. The spec lives apart from the job's record so that the writes of a 
 job's reason) carry only the small mutable part. etcd limits a transaction to `--max-txn-ops` (128 by
 default): `save_jobs` of more jobs than one transaction takes is stored in several, each all-or-nothing,
 after one read has checked that every job exists (pending reasons are advisory: a round that stops
-half-way leaves some of them older, which the next round replaces).
+half-way leaves some of them older, which the next round replaces). The values' documents, and the
+records read back from them: controller/etcddocs.py.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
 import struct
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,16 @@ from aetcd import rpc as etcdrpc
 from tessera.controller import badrecords
 from tessera.controller.election import Leadership, NotLeader, epoch_value
 from tessera.controller.etcd import EtcdClient
+from tessera.controller.etcddocs import (
+    SEQ_SPAN,
+    copy_job,
+    event_record,
+    job_doc,
+    job_fields,
+    job_records,
+    node_doc,
+    node_record,
+)
 from tessera.controller.store import (
     MAX_REMOVALS,
     SCHEMA_VERSION,
@@ -66,9 +77,7 @@ from tessera.controller.store import (
     _write_atomically,
     is_stale,
 )
-from tessera.v1 import common_pb2
 
-SEQ_SPAN = 1 << 16  # events one transaction may write
 MAX_TXN_OPS = 120  # below etcd's default --max-txn-ops of 128
 # Keys per Range page: specs are at most 64 KiB (common/jobspec.py), so a page stays under 13 MiB,
 # within the 16 MiB a gRPC message may carry.
@@ -83,91 +92,6 @@ def sortable_time(t: float) -> str:
     """`t` as 16 hex digits whose byte order is the floats' numeric order (the page index's keys)."""
     bits = struct.unpack(">Q", struct.pack(">d", t + 0.0))[0]  # + 0.0: -0.0 sorts as 0.0
     return f"{bits ^ (0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else 1 << 63):016x}"
-
-
-def _b64(m: Any | None) -> str | None:
-    b = _msg_bytes(m)
-    return None if b is None else base64.b64encode(b).decode()
-
-
-def _unb64(cls: type, s: str | None) -> Any:
-    if s is None:
-        return None
-    msg = cls()
-    msg.ParseFromString(base64.b64decode(s))
-    return msg
-
-
-def _job_doc(job: JobRecord) -> bytes:
-    return json.dumps({
-        "id": job.id, "request_id": job.request_id, "tenant": job.spec.tenant, "state": job.state,
-        "reason": job.reason, "submit_time": job.submit_time, "attempt": job.attempt, "plan": _b64(job.plan),
-        "placement": _b64(job.placement), "progress": _b64(job.progress), "start_time": job.start_time,
-        "end_time": job.end_time, "restarts": job.restarts, "retries": job.retries,
-        "stop_requested": job.stop_requested, "launch_failures": job.launch_failures,
-        "next_launch_time": job.next_launch_time}).encode()
-
-
-def _checked_doc(raw: bytes) -> dict[str, Any]:
-    """A job's JSON document, its index fields checked; BadRecord (or json's error) otherwise."""
-    d = badrecords.doc(raw)
-    badrecords.text(d.get("id"), "id"), badrecords.text(d.get("tenant"), "tenant")
-    badrecords.integer(d.get("state"), "state"), badrecords.integer(d.get("attempt"), "attempt")
-    badrecords.number(d.get("submit_time"), "submit_time"), badrecords.number(d.get("end_time"), "end_time")
-    return d
-
-
-def _jdoc(raw: bytes) -> dict[str, Any] | None:
-    """`_checked_doc`, or None (said once) for a record no Tessera wrote: left out, never fatal."""
-    return badrecords.one(raw, _checked_doc, "job", lambda r: bytes(r[:120]).decode(errors="replace"))
-
-
-def _jobs(pairs: Iterable[tuple[bytes, bytes]]) -> list[JobRecord]:
-    return badrecords.readable(pairs, lambda p: _job(*p), "job", lambda p: bytes(p[0][:120]).decode(errors="replace"))
-
-
-def _job(doc: bytes, spec: bytes) -> JobRecord:
-    d = _checked_doc(doc)
-    s = common_pb2.JobSpec()
-    s.ParseFromString(spec)
-    return JobRecord(
-        id=d["id"], request_id=d["request_id"], spec=s, state=d["state"], reason=d["reason"],
-        submit_time=d["submit_time"], attempt=d["attempt"], plan=_unb64(common_pb2.Plan, d["plan"]),
-        placement=_unb64(common_pb2.Placement, d["placement"]), progress=_unb64(common_pb2.Progress, d["progress"]),
-        start_time=d["start_time"], end_time=d["end_time"], restarts=d["restarts"], retries=d["retries"],
-        stop_requested=d["stop_requested"], launch_failures=d.get("launch_failures", 0),
-        next_launch_time=d.get("next_launch_time", 0.0))
-
-
-def _event(kv: Any, job_id: str) -> EventRecord:
-    d = badrecords.doc(kv.value)
-    return EventRecord(kv.create_revision * SEQ_SPAN + badrecords.integer(d["i"], "i"), job_id,
-                       badrecords.number(d["time"], "time"), badrecords.text(d["kind"], "kind"),
-                       badrecords.text(d["message"], "message"))
-
-
-def _copy(job: JobRecord) -> JobRecord:
-    def fresh(m: Any) -> Any:
-        if m is None:
-            return None
-        out = type(m)()
-        out.CopyFrom(m)
-        return out
-
-    return job.with_(spec=fresh(job.spec), plan=fresh(job.plan), placement=fresh(job.placement),
-                     progress=fresh(job.progress))
-
-
-def _node_doc(n: NodeRecord) -> bytes:
-    return json.dumps({"id": n.id, "address": n.address, "inventory": _b64(n.inventory), "drained": n.drained,
-                       "drain_reason": n.drain_reason, "launch_failures": n.launch_failures,
-                       "unhealthy_until": n.unhealthy_until}).encode()
-
-
-def _node(doc: bytes) -> NodeRecord:
-    d = badrecords.doc(doc)
-    return NodeRecord(badrecords.text(d["id"], "id"), badrecords.text(d["address"], "address"), _unb64(common_pb2.NodeInventory, d["inventory"]), d["drained"],
-                      d["drain_reason"], d.get("launch_failures", 0), d.get("unhealthy_until", 0.0))
 
 
 def _put(key: bytes, value: bytes) -> Any:
@@ -291,7 +215,7 @@ class EtcdStore:
     def _index_all(self) -> None:
         """Give every job its page index key (a store written before the index), then mark it done."""
         ops = [_put(self._idx(d["submit_time"], d["id"]), b"")
-               for kv in self._range(self._k("job", ""), prefix=True) if (d := _jdoc(kv.value))]
+               for kv in self._range(self._k("job", ""), prefix=True) if (d := job_fields(kv.value))]
         for i in range(0, len(ops), MAX_TXN_OPS):
             self._txn([], ops[i:i + MAX_TXN_OPS])
         self._txn([], [_put(self._k("meta", "jobidx"), b"1")])
@@ -313,10 +237,10 @@ class EtcdStore:
     def _state_index(self) -> dict[str, tuple[int, int]]:
         if self._states is None:
             docs = [(d, bytes(kv.value)) for kv in self._range(self._k("job", ""), prefix=True)
-                    if (d := _jdoc(kv.value))]
+                    if (d := job_fields(kv.value))]
             open_docs = [(d["id"], doc) for d, doc in docs if d["state"] not in TERMINAL]
             specs = self._read([self._k("spec", i) for i, _ in open_docs])
-            self._open_jobs = {j.id: j for j in _jobs((doc, spec) for (_, doc), spec in zip(open_docs, specs, strict=True)
+            self._open_jobs = {j.id: j for j in job_records((doc, spec) for (_, doc), spec in zip(open_docs, specs, strict=True)
                                                       if spec is not None)}
             self._states = {d["id"]: (d["state"], d["attempt"]) for d, _ in docs}
         return self._states
@@ -341,7 +265,7 @@ class EtcdStore:
             if job is None or job.state in TERMINAL:
                 self._open_jobs.pop(job_id, None)
             else:
-                self._open_jobs[job_id] = _copy(job)
+                self._open_jobs[job_id] = copy_job(job)
 
     # ------------------------------------------------------------------ the Store protocol
 
@@ -360,7 +284,7 @@ class EtcdStore:
         with self._writing():
             resp = self._txn(
                 [_absent(req), _absent(jkey)],
-                [_put(jkey, _job_doc(job)), _put(self._k("spec", job.id), job.spec.SerializeToString(deterministic=True)),
+                [_put(jkey, job_doc(job)), _put(self._k("spec", job.id), job.spec.SerializeToString(deterministic=True)),
                  _put(req, job.id.encode()), _put(self._idx(job.submit_time, job.id), b""),
                  *self._event_ops(job.id, job.submit_time, [event])],
                 [_get(req)])
@@ -387,15 +311,15 @@ class EtcdStore:
 
     def get_job(self, job_id: str) -> JobRecord | None:
         if self._states is not None and job_id in self._open_jobs:
-            return _copy(self._open_jobs[job_id])
+            return copy_job(self._open_jobs[job_id])
         doc, spec = self._read([self._k("job", job_id), self._k("spec", job_id)])
-        return None if doc is None or spec is None else next(iter(_jobs([(doc, spec)])), None)
+        return None if doc is None or spec is None else next(iter(job_records([(doc, spec)])), None)
 
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]:
         st = set(states)
         index = self._state_index() if st else {}
         if st and not st & TERMINAL:  # jobs not ended only: all in memory
-            got = [_copy(j) for j in self._open_jobs.values()
+            got = [copy_job(j) for j in self._open_jobs.values()
                    if j.state in st and (not tenant or j.spec.tenant == tenant)]
             return sorted(got, key=lambda j: (j.submit_time, j.id))
         ids = sorted(i for i, (state, _) in index.items() if state in st)
@@ -404,14 +328,14 @@ class EtcdStore:
         else:  # all, or most: the prefix, in pages
             raw = [bytes(kv.value) for kv in self._range(self._k("job", ""), prefix=True)]
         docs = [(d["id"], doc) for doc in raw
-                if (d := _jdoc(doc)) and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant)]
+                if (d := job_fields(doc)) and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant)]
         # The specs of a few jobs (the active ones of a round, say) by key; of many, in one range.
         if len(docs) <= MAX_TXN_OPS // 2:
             specs = dict(zip((i for i, _ in docs), self._read([self._k("spec", i) for i, _ in docs]), strict=True))
         else:
             n = len(self._k("spec", ""))
             specs = {bytes(kv.key)[n:].decode(): bytes(kv.value) for kv in self._range(self._k("spec", ""), prefix=True)}
-        out = _jobs((doc, spec) for i, doc in docs if (spec := specs.get(i)) is not None)
+        out = job_records((doc, spec) for i, doc in docs if (spec := specs.get(i)) is not None)
         return sorted(out, key=lambda j: (j.submit_time, j.id))
 
     def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
@@ -422,13 +346,22 @@ class EtcdStore:
         self._state_index()
         return sum(1 for j in self._open_jobs.values() if j.state in st and (not tenant or j.spec.tenant == tenant))
 
+    def count_jobs_by_tenant(self, states: Iterable[int] = ()) -> dict[str, int]:
+        """As count_jobs, per tenant. Jobs not ended: in memory. Ended ones: their records (no key
+        holds a job's tenant or state: nothing cheaper to read), as count_jobs reads them."""
+        st = set(states)
+        if not st or st & TERMINAL:
+            return dict(Counter(j.spec.tenant for j in self.list_jobs(st)))
+        self._state_index()
+        return dict(Counter(j.spec.tenant for j in self._open_jobs.values() if j.state in st))
+
     def has_request(self, request_id: str) -> bool:
         return self._value(self._k("req", request_id)) is not None
 
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]:
         jkey = self._k("job", job.id)
         with self._writing():
-            resp = self._txn([_exists(jkey)], [_put(jkey, _job_doc(job)), *self._event_ops(job.id, time, events)])
+            resp = self._txn([_exists(jkey)], [_put(jkey, job_doc(job)), *self._event_ops(job.id, time, events)])
         if not resp.succeeded:
             raise KeyError(job.id)
         self._indexed(job.id, job)
@@ -460,7 +393,7 @@ class EtcdStore:
             compare = [_exists(self._k("job", j.id)) for j, _ in chunk]
             success, n = [], 0
             for j, evs in chunk:
-                success += [_put(self._k("job", j.id), _job_doc(j)), *self._event_ops(j.id, time, evs, n)]
+                success += [_put(self._k("job", j.id), job_doc(j)), *self._event_ops(j.id, time, evs, n)]
                 n += len(evs)
             with self._writing():
                 resp = self._txn(compare, success)
@@ -473,21 +406,21 @@ class EtcdStore:
     def events(self, job_id: str, after_seq: int = 0) -> list[EventRecord]:
         out = []
         for kv in self._range(self._k("ev", job_id, ""), prefix=True):
-            ev = badrecords.one(kv, lambda kv: _event(kv, job_id), "event", lambda kv: bytes(kv.key).decode(errors="replace"))
+            ev = badrecords.one(kv, lambda kv: event_record(kv, job_id), "event", lambda kv: bytes(kv.key).decode(errors="replace"))
             if ev is not None and ev.seq > after_seq:
                 out.append(ev)
         return sorted(out, key=lambda e: e.seq)
 
     def put_node(self, node: NodeRecord) -> None:
-        self._txn([], [_put(self._k("node", node.id), _node_doc(node))])
+        self._txn([], [_put(self._k("node", node.id), node_doc(node))])
 
     def get_node(self, node_id: str) -> NodeRecord | None:
         doc = self._value(self._k("node", node_id))
-        return None if doc is None else badrecords.one(doc, _node, "node", lambda _: node_id)
+        return None if doc is None else badrecords.one(doc, node_record, "node", lambda _: node_id)
 
     def list_nodes(self) -> list[NodeRecord]:
         return sorted(badrecords.readable((bytes(kv.value) for kv in self._range(self._k("node", ""), prefix=True)),
-                                          _node, "node", lambda d: d[:120].decode(errors="replace")), key=lambda n: n.id)
+                                          node_record, "node", lambda d: d[:120].decode(errors="replace")), key=lambda n: n.id)
 
     def shared_key(self, name: str) -> bytes:
         """`meta/<name>`: 32 random bytes made by the first leader that asks (in a transaction: two
@@ -520,7 +453,7 @@ class EtcdStore:
             for job_id, doc in zip(ids, self._read([self._k("job", i) for i in ids]), strict=True):
                 if doc is None:
                     continue  # deleted since the index was read
-                d = _jdoc(doc)
+                d = job_fields(doc)
                 if d is not None and (not st or d["state"] in st) and (not tenant or d["tenant"] == tenant):
                     found.append((job_id, doc))
             if len(kvs) < n:
@@ -528,7 +461,7 @@ class EtcdStore:
             start = bytes(kvs[-1].key) + b"\0"
         found = found if limit < 0 else found[:limit]
         specs = self._read([self._k("spec", i) for i, _ in found])
-        return _jobs((doc, spec) for (_, doc), spec in zip(found, specs, strict=True) if spec is not None)
+        return job_records((doc, spec) for (_, doc), spec in zip(found, specs, strict=True) if spec is not None)
 
     def delete_finished_jobs(self, ended_before: float, limit: int) -> list[str]:
         """As the protocol says, except that etcd's limit on a transaction's operations splits more
@@ -536,7 +469,7 @@ class EtcdStore:
         index, events) go together, always. A job changed since it was read is left for the next sweep."""
         old = []
         for kv in self._range(self._k("job", ""), prefix=True):
-            d = _jdoc(kv.value)
+            d = job_fields(kv.value)
             if d is not None and d["state"] in TERMINAL and max(d["end_time"], d["submit_time"]) < ended_before:
                 old.append((d["submit_time"], d["id"], d["request_id"], kv.mod_revision))
         old.sort()

@@ -3,8 +3,8 @@
 `SCHEMA` runs at every open (every statement IF NOT EXISTS): an index added here is made at the next
 start, in the opening transaction. A new column needs a migration: `MIGRATIONS[v]` brings a database
 at schema version v to v + 1 (store.SCHEMA_VERSION is the newest). `jobs_tenant_state` answers
-`count_jobs` (SubmitJob's cap on a tenant's jobs not yet ended, controller/unended.py) from the index
-alone, without reading a row.
+`count_jobs` (SubmitJob's cap on a tenant's jobs not yet ended, controller/unended.py) and
+`count_jobs_by_tenant` (ListTenants' pending counts) from the index alone, without reading a row.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import os
 import sqlite3
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Protocol
 
 from tessera.common.errors import TesseraError
 from tessera.controller.badrecords import integer, number, one, readable, text
+from tessera.controller.sqlitetx import WriteTx
 from tessera.controller.sqlschema import MIGRATIONS, SCHEMA
 from tessera.v1 import common_pb2
 
@@ -115,6 +117,8 @@ class Store(Protocol):
     # SubmitJob's cap on a tenant's jobs not yet ended (controller/unended.py), at every submit: how
     # many jobs list_jobs would list, without reading them; whether create_job would find `request_id`.
     def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int: ...
+    # An admin's ListTenants: count_jobs of every tenant that has such jobs, by the tenant as stored.
+    def count_jobs_by_tenant(self, states: Iterable[int] = ()) -> dict[str, int]: ...
     def has_request(self, request_id: str) -> bool: ...
     def save_job(self, job: JobRecord, time: float, events: Sequence[tuple[str, str]] = ()) -> list[EventRecord]: ...
     def save_jobs(self, updates: Sequence[tuple[JobRecord, Sequence[tuple[str, str]]]], time: float) -> None: ...
@@ -210,6 +214,9 @@ class MemoryStore:
 
     def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
         return len(self.list_jobs(states, tenant))  # the tests' and the simulator's store: in memory
+
+    def count_jobs_by_tenant(self, states: Iterable[int] = ()) -> dict[str, int]:
+        return dict(Counter(j.spec.tenant for j in self.list_jobs(states)))
 
     def has_request(self, request_id: str) -> bool:
         return request_id in self._by_request
@@ -367,43 +374,8 @@ class SqliteStore:
         self._db.execute("INSERT INTO meta VALUES ('store_id', ?)", (store_id,))
         return store_id
 
-    class _Tx:
-        def __init__(self, store: SqliteStore) -> None:
-            self.s = store
-
-        def __enter__(self) -> sqlite3.Connection:
-            self.s._lock.acquire()
-            try:
-                self.s._db.execute("BEGIN IMMEDIATE")
-            except BaseException:
-                # A BEGIN that fails ("database is locked" past busy_timeout, an I/O error) must not
-                # keep the lock: every later call, reads too, would block the loop's thread for good.
-                self.s._lock.release()
-                raise
-            return self.s._db
-
-        def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-            try:
-                if exc_type is not None:
-                    self._rollback()
-                    return
-                try:
-                    self.s._db.execute("COMMIT")
-                except BaseException:
-                    self._rollback()  # a failed COMMIT leaves the transaction open
-                    raise
-            finally:
-                self.s._lock.release()
-
-        def _rollback(self) -> None:
-            if self.s._db.in_transaction:
-                try:
-                    self.s._db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass  # the error that got us here is the one the caller sees
-
-    def _tx(self) -> SqliteStore._Tx:
-        return SqliteStore._Tx(self)
+    def _tx(self) -> WriteTx:
+        return WriteTx(self._lock, self._db)
 
     def next_epoch(self) -> int:
         with self._tx() as db:
@@ -466,6 +438,19 @@ class SqliteStore:
         where, args = self._where(states, tenant)
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM jobs" + where, args).fetchone()[0])
+
+    def count_jobs_by_tenant(self, states: Iterable[int] = ()) -> dict[str, int]:
+        """From `jobs_tenant_state` alone, two seeks per tenant: its name after the last, then its
+        count. A GROUP BY read a row per matching job, or all of the index: 28 to 100 ms for 20,000
+        pending jobs among 320,000, against 1 to 4 ms so."""
+        st = list(states)
+        match = f" AND state IN ({','.join('?' * len(st))})" if st else ""
+        q = ("WITH RECURSIVE t(name) AS (SELECT MIN(tenant) FROM jobs UNION ALL SELECT (SELECT MIN(tenant) "
+             "FROM jobs WHERE tenant > t.name) FROM t WHERE t.name IS NOT NULL) "
+             f"SELECT name, (SELECT COUNT(*) FROM jobs WHERE tenant = t.name{match}) FROM t WHERE name IS NOT NULL")
+        with self._lock:
+            rows = self._db.execute(q, st).fetchall()
+        return {str(name): int(n) for name, n in rows if n}
 
     def has_request(self, request_id: str) -> bool:
         with self._lock:

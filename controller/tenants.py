@@ -206,11 +206,12 @@ def tenant_rows(config: TenantsConfig | None, jobs: Iterable[JobRecord], only: s
     left of its quota (borrowed), its running and pending jobs, and its cap of jobs not yet ended
     (the file's max_unended_jobs, else `default_cap`: --max-unended-jobs). `only`: that tenant alone.
     `pending`: the tenants' counts of pending jobs where the caller counted them in the store rather
-    than read them (a user's `get tenants`: ListTenants); `jobs` then holds no pending job."""
+    than read them (ListTenants: Store.count_jobs_by_tenant's keys, "" as "default" like a job's);
+    `jobs` then holds no pending job."""
     usage: dict[str, _Usage] = {t: _Usage({}, {}) for t in (config.names if config else ())}
     for tenant, n in (pending or {}).items():
         if n:
-            usage.setdefault(tenant, _Usage({}, {})).pending += n
+            usage.setdefault(tenant or "default", _Usage({}, {})).pending += n
     for j in jobs:
         tenant = j.spec.tenant or "default"
         u = usage.setdefault(tenant, _Usage({}, {}))

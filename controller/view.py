@@ -114,6 +114,10 @@ class EngineView(Protocol):
         """len(jobs(states, tenant)) without reading a record (Store.count_jobs)."""
         ...
 
+    def count_jobs_by_tenant(self, states: Iterable[int] = ()) -> dict[str, int]:
+        """count_jobs of each tenant that has such jobs, by the tenant as stored (Store's)."""
+        ...
+
     def has_request(self, key: str) -> bool:
         """Whether a stored job was submitted under `key` (transitions.request_key)."""
         ...
@@ -187,6 +191,9 @@ class LiveView:
 
     def count_jobs(self, states: Iterable[int] = (), tenant: str = "") -> int:
         return self._store.count_jobs(states, tenant)
+
+    def count_jobs_by_tenant(self, states: Iterable[int] = ()) -> dict[str, int]:
+        return self._store.count_jobs_by_tenant(states)
 
     def has_request(self, key: str) -> bool:
         return self._store.has_request(key)
