@@ -125,7 +125,10 @@ def test_no_ready_node_and_a_hint_over_the_registered_gpus_fits_nowhere() -> Non
 
 
 def test_a_hint_the_ready_nodes_cannot_hold_but_the_registered_can_waits_for_nodes() -> None:
-    d, stored = decide((A,), registered(A, node("b")), job(gpus=16))
+    # Its Cell of 8 x A100 is covered by the estimates: it runs once b is back. (Under EST it has no
+    # Cell of 8 and fits nowhere, as with b READY: tests/unit/test_pending_nodes_back_cells.py.)
+    est = TableEstimates(EST.table | {("k", A100, 8): 1.0})
+    d, stored = decide((A,), registered(A, node("b")), job(gpus=16), est)
     assert d.pending is NO_ROOM
     assert stored == d.reason == ("crius: waiting for nodes: its gpus hint is 16: its smallest Cell (half the hint) "
                                   "is 8 GPUs of one type and READY nodes have at most 4 of one type "

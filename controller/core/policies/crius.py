@@ -430,10 +430,22 @@ class _Round:
         """Whether the job fits nowhere (else it waits for nodes), and why none of its Cells runs:
         the first cause that holds (why_not.py names those of the cluster). Only Cells the READY
         nodes can hold are asked of the estimates, so memory is named only where such Cells were
-        refused (or no GPU count fits the job at all); a job that fits the registered GPUs, in
-        memory too, but not the READY ones waits for nodes."""
+        refused (or no GPU count fits the job at all). A job the READY nodes cannot run waits for
+        nodes only when one of its Cells on the registered GPUs, READY or not, is more than the READY
+        nodes hold and covered by the estimates (`back`, why_not.if_back); else it fits nowhere, as
+        it does with every node READY (`no_cell`)."""
         ctx = self.ctx
         s = why_not.round_supply(ctx, job)
+        reg = self.target_cells(job, {m: s.limit(c) for m, c in s.registered.items()})  # with every node back
+        back = why_not.if_back(ctx, job, s, ((t, n) for t, n, _ in reg))
+        no_cell = f"no feasible Cell among {_cells_text(reg or cells)} (out of memory or not covered by the estimates)"
+        nowhere, why = self._first_cause(job, s, cells, back, no_cell)
+        return (nowhere, why) if nowhere or back or job.opaque else (True, no_cell)
+
+    def _first_cause(self, job: JobView, s: why_not.Supply, cells: list[tuple[str, int, int]],
+                     back: list[tuple[str, int]], no_cell: str) -> tuple[bool, str]:
+        """`_no_cell`'s first cause, `back` and `no_cell` as it computes them."""
+        ctx = self.ctx
         asked = opaque.gpus_of(job) if job.opaque else job.gpus_hint
         need = asked if job.opaque or not self.opts.scale_count else max(1, asked // 2)
         if job.opaque:
@@ -464,11 +476,9 @@ class _Round:
             if cause := why_not.count_cause(s, need, what, oom):
                 return cause
         if cells:
-            # A Cell the registered GPUs hold, the READY ones not, that fits in memory: it waits for nodes.
-            if back := why_not.if_back(ctx, job, s, ((t, n) for t, n, _ in self.target_cells(
-                    job, {m: s.limit(c) for m, c in s.registered.items()}))):
+            if back:  # a Cell the registered GPUs hold, the READY ones not, that the estimates cover
                 return False, f"no Cell on the READY nodes ({_cells_text(cells)}); {why_not.back_text(ctx, s, back)}"
-            return True, f"no feasible Cell among {_cells_text(cells)} (out of memory or not covered by the estimates)"
+            return True, no_cell
         # No GPU count: its Cells come from the counts it fits on in memory (one type's in artifact mode).
         scope = [req or next(iter(s.ready))] if self.opts.mode == ARTIFACT else sorted(s.registered)
         fewest = why_not.fewest(ctx, job, scope, pow2=True)

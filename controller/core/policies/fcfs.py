@@ -130,8 +130,12 @@ class FcfsPolicy:
 
     @staticmethod
     def _never(b: Board, job: JobView, nowhere: bool, why: str) -> None:
-        if nowhere and (back := waits_for(b.ctx, job)):  # nodes coming back would run it
+        back = "" if job.opaque else waits_for(b.ctx, job)
+        if nowhere and back:  # nodes coming back would run it
             nowhere, why = False, f"{why}; {back}"
+        elif not nowhere and not job.opaque and not back:  # nor would they: no Cell covers its count
+            asked = " or ".join(f"{n} x {t}" for t, n in _asks(b.ctx, job, why_not.round_supply(b.ctx, job)) if n)
+            nowhere, why = True, f"{why}; the estimates have no Cell of {asked or 'it'} on the registered nodes"
         if nowhere:
             b.pend(job, PendingKind.FITS_NOWHERE, f"fcfs: fits nowhere: {why}")
         else:
@@ -190,9 +194,15 @@ def waits_for(ctx: RoundContext, job: JobView) -> str:
     if job.opaque:
         return ""
     s = why_not.round_supply(ctx, job)
-    types = [job.gpu_type_hint] if job.gpu_type_hint in s.registered else sorted(s.registered)
-    back = why_not.if_back(ctx, job, s, ((t, job.gpus_hint or min(ctx.gpu_counts(job, t), default=0)) for t in types))
+    back = why_not.if_back(ctx, job, s, _asks(ctx, job, s))
     return why_not.back_text(ctx, s, back) if back else ""
+
+
+def _asks(ctx: RoundContext, job: JobView, s: why_not.Supply) -> list[tuple[str, int]]:
+    """What the job asks for with every registered node back (as `requested` asks, on the registered
+    types): its count (the fewest it fits on without one) of each allowed type, or of the one it names."""
+    types = [job.gpu_type_hint] if job.gpu_type_hint in s.registered else sorted(s.registered)
+    return [(t, job.gpus_hint or min(ctx.gpu_counts(job, t), default=0)) for t in types]
 
 
 def _never_fits(ctx: RoundContext, job: JobView, s: why_not.Supply) -> str:

@@ -10,7 +10,9 @@ the allowed types (`type_cause`); more GPUs than the READY nodes have of one typ
 the registered GPUs could give the job fits it in memory: then the policy's memory cause, fits
 nowhere, as nodes coming back would not run it), or than a job may have (`count_cause`). None of
 them holding leaves memory (or estimates that do not cover the choice), which each policy names
-against its own choices.
+against its own choices. What nodes coming back would run is `if_back`: a choice only where a Cell
+of the job covers it on the registered GPUs, so a job no Cell covers fits nowhere rather than
+waiting for nodes forever.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from tessera.controller.core import opaque
 from tessera.controller.core.frenzy import missing_types_reason
+from tessera.controller.core.placement import quotas
 from tessera.controller.core.policy import RoundContext
 from tessera.controller.core.snapshot import JobView, Snapshot
 
@@ -146,12 +149,23 @@ def memory_cause(s: Supply, fewest: Mapping[str, int], most: int = 0, scope: Ite
 
 def if_back(ctx: RoundContext, job: JobView, s: Supply, choices: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     """Of `choices` (GPU type, count), those nodes coming back would run: more GPUs of the type than
-    the READY nodes have, no more than the registered ones (and the per-job cap) hold, and no fewer
-    than the fewest the job fits on in memory by the estimates (`gpu_counts` covers the registered
-    pools; timing a Cell needs READY nodes, so memory is all that is asked). An opaque job runs on
+    the READY nodes have, no more than the registered ones (and the per-job cap) hold, no fewer than
+    the fewest the job fits on in memory by the estimates (`gpu_counts` covers the registered
+    pools), and a Cell of the job on them (`covers`): a count no Cell covers (3 GPUs where the
+    estimates have powers of two only) never runs, whatever nodes come back. An opaque job runs on
     exactly its count (its `gpu_counts`), never on more."""
     return sorted({(t, n) for t, n in choices if ctx.total_gpus(t) < n <= s.limit(s.registered.get(t, 0))
-                   and (cs := ctx.gpu_counts(job, t)) and (n in cs if job.opaque else cs[0] <= n)})
+                   and (cs := ctx.gpu_counts(job, t)) and (n in cs if job.opaque else cs[0] <= n)
+                   and covers(ctx, job, t, n)})
+
+
+def covers(ctx: RoundContext, job: JobView, gpu_type: str, n: int) -> bool:
+    """Whether a Cell of the job runs `n` GPUs of the type once registered nodes come back, judged as
+    the policies judge one on READY nodes (`ctx.throughput` > 0 on an even layout, `ctx.ideal_nodes`).
+    The snapshot counts the registered GPUs but not the nodes down, whose sizes it does not know: any
+    even split (placement.quotas, fewest nodes first) may be theirs, so the first with a Cell covers
+    it, and a count none covers is one no nodes coming back run."""
+    return any(ctx.throughput(job, gpu_type, n, n // q) > 0 for q in quotas(n, n))
 
 
 def back_text(ctx: RoundContext, s: Supply, back: Iterable[tuple[str, int]]) -> str:
