@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tessera.common.gpus import GB, GpuType, UnknownGpuError, lookup
-from tessera.estimator import partition
+from tessera.estimator import clusterfile, partition
 from tessera.estimator.catalog import Price, price
 from tessera.estimator.cell_encdec import encoder_decoder_operators
 from tessera.estimator.cell_fsdp import FsdpContext, fsdp_variant
@@ -512,7 +512,8 @@ class GpuPool:
     """The GPUs of one type in the cluster and how they are wired.
 
     `intra_link`: "nvlink" or "pcie" between GPUs of one node; `nic_gbps`: the node's network
-    bandwidth in GB/s per direction (100 Gb/s InfiniBand = 12.5); `pcie_gbps` per direction.
+    bandwidth in GB/s per direction (100 Gb/s InfiniBand = 12.5); `pcie_gbps` per direction (both
+    0.0125..10,000: clusterfile.MIN_LINK_GBPS, MAX_LINK_GBPS).
     `intra_efficiency` / `network_efficiency` override the LinkPrior's achievable fraction for this
     pool's links (what a profiled table of this pool would say; None = the prior). `price_per_hour`:
     what one of these GPUs costs per hour in `currency` (an ISO 4217 code, or empty); None = the
@@ -557,9 +558,9 @@ class GpuPool:
             raise CellInputError("intra_link", f"{entry.name} has no NVLink in the catalog")
         for f in ("nic_gbps", "pcie_gbps"):
             # A NaN bandwidth passed `<= 0` and made the Cell search loop forever (NaN != NaN).
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
-                raise CellInputError(f, f"must be a number > 0 (GB/s), got {v!r}")
+            why = clusterfile.link_gbps_refusal(getattr(self, f))
+            if why:
+                raise CellInputError(f, why)
         for f in ("intra_efficiency", "network_efficiency"):
             v = getattr(self, f)
             if v is not None and not 0 < v <= 1:

@@ -35,6 +35,19 @@ class ClusterFileError(InputFileError):
 # so a hostile count must be an error, not an exhausted memory or an overflow.
 MAX_NODES_PER_GROUP = 100_000
 MAX_GPUS_PER_NODE = 1_024
+# A link's bandwidth, GB/s per node and direction (GpuPool's unit): 0.1 Gb/s, a tenth of 1 Gb/s
+# Ethernet, to 80 Tb/s, ten times a node of 8 x 800 Gb/s NICs. At 1e-300 every transfer took ~1e297 s
+# (the Cells' iteration times and costs with it); a link past either end is a typo.
+MIN_LINK_GBPS = 0.0125
+MAX_LINK_GBPS = 10_000.0
+
+
+def link_gbps_refusal(v: object) -> str | None:
+    """Why `v` is not a link bandwidth (NaN and inf are not), or None when it is one."""
+    if isinstance(v, int | float) and not isinstance(v, bool) and MIN_LINK_GBPS <= v <= MAX_LINK_GBPS:
+        return None
+    return (f"must be a number {MIN_LINK_GBPS:g}..{MAX_LINK_GBPS:,.0f} (GB/s per direction: 0.1 Gb/s to "
+            f"80 Tb/s), got {v!r}")
 
 
 # -- pools ----------------------------------------------------------------------------------------------
@@ -95,8 +108,9 @@ def _pool(field: str, p: Any) -> PoolSpec:
     for key in ("nic_gbps", "pcie_gbps"):
         if key in p:
             v = p[key]
-            if not _is_number(v) or not 0 < v < math.inf:
-                raise ClusterFileError(f"{field}.{key}", f"must be a number > 0 (GB/s), got {v!r}")
+            why = link_gbps_refusal(v)
+            if why:
+                raise ClusterFileError(f"{field}.{key}", why)
             speeds[key] = float(v)
     price = None
     if "price_per_hour" in p:

@@ -429,8 +429,8 @@ class Supervisor:
             return att.checkpoint_floor is not None, att.stop_requested
         w.progress = common_pb2.Progress()
         w.progress.CopyFrom(sanitized(progress))
-        if att.checkpoint_floor is not None and progress.checkpoint_iteration > att.checkpoint_floor:
-            att.checkpoint_floor = None  # a newer checkpoint exists: the request is served
+        if att.checkpoint_floor is not None and w.progress.checkpoint_iteration > att.checkpoint_floor:
+            att.checkpoint_floor = None  # a newer checkpoint, at most the reported iteration: served
         return att.checkpoint_floor is not None, att.stop_requested
 
     def request_checkpoint(self, job_id: str, attempt: int) -> bool:

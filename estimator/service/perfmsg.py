@@ -64,7 +64,11 @@ def run_config(c: pb.PerfRunConfig) -> pm.RunConfig:
                    checkpointing=p.checkpointing, micro_batches=p.micro_batches or 1)
     if not c.gpus_per_node:
         raise PlanInputError("gpus_per_node", "required: GPUs per server, e.g. [8, 8]")
-    placement = pm.Placement(tuple(c.gpus_per_node))
+    try:
+        placement = pm.Placement(tuple(c.gpus_per_node))
+    except pm.PerfModelInputError as exc:  # the library's "placement.gpus_per_node[0]" is this message's field
+        raise PlanInputError("gpus_per_node" + exc.field.removeprefix("placement").removeprefix(".gpus_per_node"),
+                             exc.reason) from None
     return pm.RunConfig(workload, plan, placement, cpus=c.cpus or 1, fwd_time=c.fwd_time or None)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tessera.estimator.cells import CellInputError
+from tessera.estimator.clusterfile import MAX_GPUS_PER_NODE
 from tessera.estimator.convert import execution_plan, model_dims
 from tessera.estimator.errors import PlanInputError
 from tessera.estimator.plan_time import DEFAULT_GPUS_PER_NODE, PlanTime, estimate_plan_time
@@ -25,8 +26,11 @@ def estimate_time(req: pb.EstimateTimeRequest, memory: MemoryFn, timer: PlanTime
     """Seconds per iteration of req.plan (with its breakdown and source) and its memory estimate."""
     if not req.gpu:
         raise PlanInputError("gpu", "required: the GPU type to time the plan on (a catalog name such as H100-80GB)")
-    if req.gpus_per_node < 0:
-        raise PlanInputError("gpus_per_node", f"must be >= 1 (0 = {DEFAULT_GPUS_PER_NODE}), got {req.gpus_per_node}")
+    # The node's size, as a cluster file's pools give it (1..1,024), not the plan's: a plan smaller
+    # than a node runs inside one, so the answer's gpus_per_node is at most the plan's GPUs.
+    if not 0 <= req.gpus_per_node <= MAX_GPUS_PER_NODE:
+        raise PlanInputError("gpus_per_node", f"must be 1..{MAX_GPUS_PER_NODE:,} (0 = {DEFAULT_GPUS_PER_NODE}), "
+                                              f"got {req.gpus_per_node:,}")
     mem = memory(pb.EstimateMemoryRequest(model=req.model, plan=req.plan, gpu=req.gpu, num_gpus=req.num_gpus,
                                           global_batch_size=req.global_batch_size))
     dims = model_dims(req.model)
