@@ -154,6 +154,7 @@ def cmd_plan_cost(client: Any, args: argparse.Namespace, out: Any) -> int:
 
 def _plan_cost(args: argparse.Namespace, out: Any) -> int:
     from tessera.estimator.cells import CellInputError
+    from tessera.estimator.clusterfile import link_gbps_refusal
     from tessera.estimator.cost_baselines import hph_plus, sia_plus, whale_plus
     from tessera.estimator.cost_tree import CostInputError, CostPlan, GpuOffer, NoFeasiblePlan, cheapest_plan
     from tessera.estimator.service.handlers import cell_model
@@ -166,8 +167,8 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
         slo = parse_duration(args.slo, "--slo")
     if slo is None:
         raise InvalidArgument("slo", "the job file has no slo: {iterations_within: 6h}; give one or --slo")
-    if not 0 < args.nic_gbps < math.inf:
-        raise InvalidArgument("--nic-gbps", f"must be > 0, got {args.nic_gbps}")
+    if why := link_gbps_refusal(args.nic_gbps):
+        raise InvalidArgument("--nic-gbps", why)
     prices = _by_type(args.prices, "price per GPU-hour", integer=False)
     quota = _by_type(args.quota, "GPUs", integer=True)
     missing = [t for t in quota if t not in prices]

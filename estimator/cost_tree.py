@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from tessera.common.errors import InvalidArgument, InvalidInput
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.estimator.cells import CellConfig, CellInputError, CellModel, GpuPool
+from tessera.estimator.clusterfile import link_gbps_refusal
 from tessera.estimator.cost_bounds import Shape, bound, build_shape, microbatches
 from tessera.estimator.cost_placements import best_placement
 from tessera.estimator.stage_placer import MAX_PLACE_WORK, HeteroPlan, StagePlacer
@@ -121,9 +122,8 @@ class GpuOffer:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise CostInputError(f, f"must be an integer >= 1, got {v!r}")
-        n = self.nic_gbps
-        if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 < n < math.inf:
-            raise CostInputError("nic_gbps", f"must be a number > 0, got {n!r}")
+        if why := link_gbps_refusal(self.nic_gbps):  # the pools' bounds: refused here, not in a leaf
+            raise CostInputError("nic_gbps", why)
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,8 @@ def test_bad_input_names_the_field(kwargs: dict[str, object], field: str) -> Non
     (("A30", 4.0, 0), "quota", ">= 1"),
     (("A30", 4.0, -3), "quota", ">= 1"),
     (("A3O", 4.0, 2), "gpu_type", "did you mean"),
+    (("A30", 4.0, 2, 8, 1e-300), "nic_gbps", "0.0125..10,000"),  # the pools' bounds, not just > 0
+    (("A30", 4.0, 2, 8, float("nan")), "nic_gbps", "nan"),
 ])
 def test_bad_offers_name_the_field(args: tuple[object, ...], field: str, words: str) -> None:
     with pytest.raises(CostInputError) as ex:

@@ -100,3 +100,13 @@ def test_a_search_too_large_is_one_line_and_exit_2(tmp_path: Path, capsys: pytes
     assert (rc, out) == (2, "") and err.count("\n") == 1
     assert err.startswith("tessctl: error: max_stages: search too large: ")
     assert err.endswith("; lower --max-stages or offer fewer types\n")
+
+
+@pytest.mark.parametrize("nic", ["1e-300", "0.001", "1e6"])
+def test_a_nic_outside_the_pools_bounds_is_refused_as_the_flag(nic: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: anything > 0 passed the flag's check, and 1e-300 failed later inside a GpuPool,
+    # named as its field (nic_gbps) rather than the flag.
+    rc, out, err = _run([*_files(tmp_path), "--nic-gbps", nic], capsys)
+    assert (rc, out) == (2, "") and err.count("\n") == 1
+    assert err.startswith("tessctl: error: --nic-gbps: must be a number 0.0125..10,000 (GB/s")
