@@ -5,8 +5,8 @@ estimator.proto) by calling the library: tessera.estimator.memory.estimate_memor
 (CellEstimator), tessera.estimator.perf_model (fit, refit, predict). The gRPC servicer (estimator/service/server.py)
 and `tessctl estimate` without `--estimator` both call it, so both answer the same.
 
-No grpc and no asyncio here; torch only through tessera.estimator.torch.traced, on a traced-mode request. Bad
-input raises the library's errors (PlanInputError, CellInputError, PerfModelInputError), each an
+No grpc and no asyncio here, and no torch: a traced-mode request runs in a child process under a
+budget (estimator/service/traced_child.py). Bad input raises the library's errors (PlanInputError, CellInputError, PerfModelInputError), each an
 InvalidArgument (tessera.common.errors) whose `field` is a request path; the server's interceptor
 answers them as INVALID_ARGUMENT "field: reason".
 
@@ -30,7 +30,7 @@ from dataclasses import replace
 from importlib import metadata
 from typing import Generic, TypeVar
 
-from tessera.common.errors import FailedPrecondition, ResourceExhausted
+from tessera.common.errors import ResourceExhausted
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.common.jobspec import MAX_GLOBAL_BATCH, MODEL_DIMS
 from tessera.estimator import perf_model as pm
@@ -64,9 +64,13 @@ from tessera.estimator.service.perfmsg import (
 )
 from tessera.estimator.service.state import EstimatorState
 from tessera.estimator.service.time_handler import estimate_time
+from tessera.estimator.service.traced_child import (  # TracedUnavailable: an error of this API
+    TRACED_BUDGET_S,
+    TracedJob,
+    TracedRunner,
+    TracedUnavailable,  # noqa: F401
+)
 from tessera.estimator.stage_placer import HeteroPlan, StagePlacer
-from tessera.estimator.torch.realtrace import real_memory
-from tessera.estimator.torch.traced import traced_memory
 from tessera.v1 import estimator_pb2 as pb
 
 MODES: dict[int, str] = {pb.MEMORY_MODE_UNSPECIFIED: "formula", pb.MEMORY_MODE_FORMULA: "formula",
@@ -96,10 +100,6 @@ MAX_CACHED_REQUEST_BYTES = 64 * 1024
 MAX_FIT_SAMPLES = 4096  # per FitPerformance; Morphling's profiles have a few dozen per model
 MAX_MODEL_KEY = 1024  # the controller sends its estimate key: signature, recipe and tenant
 MEASURED_SOURCE_NOTE = "estimate (the Cell's time is measured)"
-
-
-class TracedUnavailable(FailedPrecondition, RuntimeError):
-    """Traced mode was asked for where torch cannot be imported."""
 
 
 def canonical_gpu(name: str, field: str) -> str:
@@ -314,13 +314,14 @@ class Estimator:
 
     Thread-safe: the service calls it from worker threads. Cell computations are serialised per
     Cell configuration (the controller's apart from other callers') and traced-mode runs are
-    serialised (torch's fake-tensor tracing is heavy and process-global); formula and MARP estimates
-    run in parallel.
+    serialised, each in a child process killed past `traced_budget_s` seconds (traced_child.py);
+    formula and MARP estimates run in parallel.
     """
 
     def __init__(self, memory_cache_size: int = 4096, cells_cache_size: int = 256, max_cell_configs: int = 16,
                  max_live_windows: int = 4096, state: EstimatorState | None = None,
-                 max_fitted: int = MAX_FITTED, max_measured: int = MAX_MEASURED) -> None:
+                 max_fitted: int = MAX_FITTED, max_measured: int = MAX_MEASURED,
+                 traced_budget_s: float = TRACED_BUDGET_S) -> None:
         self._memory: _Lru[tuple[str, str, str, str], pb.MemoryBreakdown] = _Lru(memory_cache_size)
         self._cells: _Lru[bytes, pb.GetCellsResponse] = _Lru(cells_cache_size)
         # By (the controller's?, configuration): the controller's calls never wait on an estimator's
@@ -333,14 +334,16 @@ class Estimator:
         self._max_live = max_live_windows
         self._fits: _Lru[str, pb.FitPerformanceResponse] = _Lru(1024)
         self._lock = threading.Lock()
-        self._traced_lock = threading.Lock()
+        self._traced = TracedRunner(traced_budget_s)
         # What was learned before a restart (fitted models, measured Cells) comes back from `state`.
         self._learned = Learned(state, max_fitted, max_measured)
 
     # -- EstimateMemory ---------------------------------------------------------------------------
 
-    def estimate_memory(self, req: pb.EstimateMemoryRequest) -> pb.EstimateMemoryResponse:
-        """Peak bytes per GPU of req.plan for req.model (tessera.estimator.memory.estimate_memory)."""
+    def estimate_memory(self, req: pb.EstimateMemoryRequest,
+                        cancel: threading.Event | None = None) -> pb.EstimateMemoryResponse:
+        """Peak bytes per GPU of req.plan for req.model (tessera.estimator.memory.estimate_memory);
+        `cancel` set: a traced estimate's child is killed (the caller gave up)."""
         dims = model_dims(req.model)
         dims.require_transformer("the memory estimate")
         plan = execution_plan(req.plan, int(req.global_batch_size))
@@ -355,13 +358,7 @@ class Estimator:
         mem = self._memory.get(key)
         if mem is None:
             if mode.startswith("traced"):
-                stack = mode.partition(":")[2]
-                for needed in ("torch", *([stack] if stack else [])):
-                    if importlib.util.find_spec(needed) is None:
-                        raise TracedUnavailable(f"mode: {mode} mode needs {needed}, which this estimator cannot import")
-                with self._traced_lock:
-                    est = real_memory(dims, plan, stack=stack, gpu=gpu or None) if stack else \
-                        traced_memory(dims, plan, gpu=gpu or None)
+                est = self._traced.run(TracedJob(dims, plan, mode.partition(":")[2], gpu or None), mode, cancel)
             else:
                 est = estimate_memory(dims, plan, mode=mode, gpu=gpu or None)
             mem = pb.MemoryBreakdown(

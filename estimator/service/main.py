@@ -7,6 +7,7 @@ stdout stays empty; logs go to stderr (structlog: JSON when stderr is not a term
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tessera.common.identity import CONTROLLER, ESTIMATOR
 from tessera.estimator.service.handlers import Estimator, version
 from tessera.estimator.service.server import EstimatorService
 from tessera.estimator.service.state import EstimatorState
+from tessera.estimator.service.traced_child import TRACED_BUDGET_S
 from tessera.v1 import estimator_pb2_grpc
 
 log = structlog.get_logger("estimator")
@@ -39,6 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--state-dir", default="",
                    help="keep fitted performance models and measured Cell times in DIR/estimator.db across "
                         "restarts (default: in memory only)")
+    p.add_argument("--traced-budget", type=float, default=TRACED_BUDGET_S, metavar="SECONDS",
+                   help="wall-clock seconds one traced-mode memory estimate may take, torch's import included "
+                        "(then RESOURCE_EXHAUSTED; a real 32-layer hidden-4,096 model took 10 s, the largest the "
+                        f"request bounds admit 148 s; default {TRACED_BUDGET_S:g})")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     tls.add_arguments(p)
     args = p.parse_args(argv)
@@ -54,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(str(e))
     if args.memory_cache < 1 or args.cells_cache < 1:
         p.error("cache sizes must be >= 1")
+    if not (math.isfinite(args.traced_budget) and args.traced_budget > 0):
+        p.error(f"--traced-budget: must be a number of seconds > 0, got {args.traced_budget:g}")
     try:
         metrics.check(args.metrics_listen, args.metrics_token_file)
     except metrics.MetricsConfigError as e:
@@ -85,7 +93,8 @@ async def serve(args: argparse.Namespace) -> None:
     if args.state_dir:
         Path(args.state_dir).mkdir(parents=True, exist_ok=True)
         state = EstimatorState(Path(args.state_dir) / "estimator.db")
-    estimator = Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache, state=state)
+    estimator = Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache, state=state,
+                          traced_budget_s=args.traced_budget)
     service = EstimatorService(estimator)
     insecure = args.tls is None
     hooks = Hooks("tessera-estimator")  # the state is loaded: serving from the start

@@ -12,7 +12,9 @@ other caller (any certificate of the CA may query), whose calls beyond HEAVY_QUE
 answered RESOURCE_EXHAUSTED at once. The light calls keep the default executor. A thread cannot be
 stopped: a heavy call whose client gave up runs to its end, but on its lane's threads only. Before,
 one executor of six threads served every call, and six abandoned heavy calls left the service
-answering nothing but Health.
+answering nothing but Health. A traced estimate is the exception: it runs in a child process
+(estimator/service/traced_child.py), killed past its budget or as soon as its caller gives up (a
+cancel, its deadline, the server stopping), which frees its thread too.
 """
 
 from __future__ import annotations
@@ -83,8 +85,11 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
         self._lanes = {True: _Lane("the controller", 0), False: _Lane("other callers", HEAVY_QUEUE)}
 
     async def EstimateMemory(self, request: pb.EstimateMemoryRequest, context: Any) -> pb.EstimateMemoryResponse:
-        heavy = MODES.get(request.mode, "").startswith("traced")
-        return await self._run("EstimateMemory", self.estimator.estimate_memory, request, context, heavy)
+        if not MODES.get(request.mode, "").startswith("traced"):
+            return await self._run("EstimateMemory", self.estimator.estimate_memory, request, context)
+        cancel = threading.Event()  # set when the caller gives up: the trace's child is killed
+        return await self._run("EstimateMemory", functools.partial(self.estimator.estimate_memory, cancel=cancel),
+                               request, context, heavy=True, cancel=cancel)
 
     async def GetCells(self, request: pb.GetCellsRequest, context: Any) -> pb.GetCellsResponse:
         controller = tls.peer_identity(context) == CONTROLLER
@@ -108,7 +113,7 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
         return self.estimator.health()
 
     async def _run(self, method: str, fn: Callable[[Req], Resp], request: Req, context: Any,
-                   heavy: bool = False) -> Resp:
+                   heavy: bool = False, cancel: threading.Event | None = None) -> Resp:
         start = time.perf_counter()
         lane = self._lanes[tls.peer_identity(context) == CONTROLLER] if heavy else None
         try:
@@ -119,6 +124,8 @@ class EstimatorService(estimator_pb2_grpc.EstimatorServicer):  # type: ignore[mi
             SECONDS.labels(method).observe(time.perf_counter() - start)
             raise
         except asyncio.CancelledError:  # the client gave up (its deadline, a cancel): counted too
+            if cancel is not None:
+                cancel.set()
             REQUESTS.labels(method, "CANCELLED").inc()
             SECONDS.labels(method).observe(time.perf_counter() - start)
             raise
