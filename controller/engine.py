@@ -39,6 +39,7 @@ from tessera.common.progress import sanitized
 from tessera.common.tokens import ANONYMOUS, Principal
 from tessera.controller import limits, metrics, nodeops, rounds, transitions, warming
 from tessera.controller.agents import AgentCalls, last_log_line, peer_details
+from tessera.controller.churnguard import ChurnGuard
 from tessera.controller.concurrently import each_job
 from tessera.controller.core.attempts import judge, stalled
 from tessera.controller.core.backoff import healthy, may_launch
@@ -83,6 +84,7 @@ class Engine:
         self.policy = policy or rounds.policy_from_config(cfg)
         self.forecaster = Forecaster(cfg.forecast or ForecastConfig(), enabled=cfg.forecast is not None)
         self.admissions = Admissions()  # when each guaranteed job was admitted: its SLA clock
+        self.churn = ChurnGuard(cfg.churn)  # tenants' quick preempting ends, in memory (docs/tenants.md)
         # Not strict: the file was checked at start (controller/main.py); one gone bad since (a standby
         # taking the lead) refuses submissions instead of stopping the controller.
         self.tenants = TenantsSource(cfg.tenants_file, wall, strict=False)
@@ -417,7 +419,7 @@ class Engine:
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(),
                               ready, placed, self._live.progress, now,
                               dict(self.cfg.prices), config.tenants if config else (), holding=active)
-        return self.admissions.apply(snap), {j.id: j for j in pending}
+        return self.churn.apply(self.admissions.apply(snap), self.store.get_job), {j.id: j for j in pending}
 
     async def run_round(self) -> None:
         async with self._round_lock:
@@ -433,6 +435,7 @@ class Engine:
                 estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
                 plan = plan_round(snap, estimates, self.policy, rcfg)
                 self.admissions.record(plan.admitted, snap)
+                plan = self.churn.after_round(plan, snap)
                 self._forecast(snap, estimates, rcfg)
             else:
                 plan = rounds.waiting_for_nodes(snap, self.policy.name)

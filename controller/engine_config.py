@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from tessera.common.tls import TlsConfig
 from tessera.controller.core import frenzy
 from tessera.controller.core.backoff import BackoffConfig
+from tessera.controller.core.churn import ChurnConfig
 from tessera.controller.core.forecast import ForecastConfig
 from tessera.controller.core.step_times import StepTimeConfig
 from tessera.controller.registry import LivenessConfig
@@ -61,3 +62,6 @@ class EngineConfig:
     # Jobs not yet ended over all tenants that SubmitJob accepts (--max-unended-jobs-total): what bounds
     # them where tenants are free-form (no tenants file, anonymous or admin callers); 0 = no cap.
     max_unended_jobs_total: int = 100_000
+    # The churn guard (--churn-limit, --churn-window, --churn-quick, --churn-cooloff; controller/core/churn.py):
+    # a tenant whose preempting guaranteed jobs keep ending quickly may not preempt for a while.
+    churn: ChurnConfig = field(default_factory=ChurnConfig)

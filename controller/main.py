@@ -15,6 +15,7 @@ import grpc.aio
 import structlog
 
 from tessera.common import clihelp, daemon, envpolicy, metrics, rpc, tls
+from tessera.common.durations import MAX_SECONDS
 from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
 from tessera.common.hooks import Hooks
 from tessera.common.netaddr import is_loopback
@@ -22,6 +23,7 @@ from tessera.common.objective import load_prices
 from tessera.common.privatefile import key_file
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
+from tessera.controller.core.churn import ChurnConfig
 from tessera.controller.core.forecast import ForecastConfig
 from tessera.controller.core.frenzy import GIB, FrenzyConfig
 from tessera.controller.core.policies import ALIASES, policy_names
@@ -154,6 +156,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the most jobs all tenants together may have not yet ended: SubmitJob answers one more with "
                         "RESOURCE_EXHAUSTED (default 100000; 0 = no cap); what holds where tenants are free-form "
                         "(no tenants file, anonymous or admin callers)")
+    churn = ChurnConfig()
+    p.add_argument("--churn-limit", type=int, default=churn.limit, metavar="N",
+                   help="churn guard (docs/tenants.md): a tenant with N guaranteed jobs that preempted others and "
+                        "ended within --churn-quick of their start, within --churn-window, may not preempt for "
+                        "--churn-cooloff (default 3; 0 = off)")
+    p.add_argument("--churn-window", type=float, default=churn.window_s, metavar="SECONDS",
+                   help="churn guard: the window its events are counted in (default 3600)")
+    p.add_argument("--churn-quick", type=float, default=churn.quick_s, metavar="SECONDS",
+                   help="churn guard: a preempting guaranteed job ending this soon after its start is an event "
+                        "(default 600)")
+    p.add_argument("--churn-cooloff", type=float, default=churn.cooloff_s, metavar="SECONDS",
+                   help="churn guard: how long a tenant may not preempt after its last event (default 3600)")
     p.add_argument("--store", default="sqlite", choices=("sqlite", "etcd"),
                    help="where the state lives: SQLite under --state-dir (default), or etcd, with leader "
                         "election among several controllers (docs/ha.md)")
@@ -207,6 +221,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--max-unended-jobs must be >= 0 (0 = no cap)")
     if args.max_unended_jobs_total < 0:
         p.error("--max-unended-jobs-total must be >= 0 (0 = no cap)")
+    if not 0 <= args.churn_limit <= 1_000_000:
+        p.error(f"--churn-limit must be a number of events in 0..1,000,000 (0 = off), got {args.churn_limit}")
+    for name in ("churn_window", "churn_quick", "churn_cooloff"):
+        if not 0 < getattr(args, name) <= MAX_SECONDS:  # NaN too
+            p.error(f"--{name.replace('_', '-')} must be seconds in (0, {MAX_SECONDS:,}], got {getattr(args, name)}")
     if args.forecast_rounds < 0:
         p.error("--forecast-rounds must be >= 0 (0 = no forecasts)")
     if not args.forecast_horizon > 0:
@@ -302,6 +321,7 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         learn_step_times=args.learn_step_times,
         allowed_env=frozenset(args.allow_env), tenants_file=os.path.abspath(args.tenants) if args.tenants else "",
         max_unended_jobs=args.max_unended_jobs, max_unended_jobs_total=args.max_unended_jobs_total,
+        churn=ChurnConfig(args.churn_limit, args.churn_window, args.churn_quick, args.churn_cooloff),
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls,
         prices=getattr(args, "price_table", ()),

@@ -1,0 +1,52 @@
+"""The churn guard in the live controller (controller/core/churn.py; docs/tenants.md, "Churn guard"):
+the engine's ledger of preemptor starts, churn events and cool-offs, fed from the store.
+
+Kept in the engine's memory, like the admissions record: a controller restart or a failover to a
+standby forgets it, and every tenant starts with a clean slate (a churning tenant gets `limit`
+more events before it cools off again). Nothing is stored, so the guard costs no write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from tessera.controller.core.churn import ChurnConfig, Ledger, Seen, after_round, demote
+from tessera.controller.core.snapshot import RoundPlan, Snapshot
+from tessera.controller.store import TERMINAL, JobRecord
+from tessera.v1 import common_pb2
+
+log = structlog.get_logger("controller")
+
+
+def seen(rec: JobRecord | None) -> Seen | None:
+    """What the ledger needs of a stored job: when it ended, whether it is pending."""
+    if rec is None:
+        return None
+    return Seen(rec.end_time if rec.state in TERMINAL else None, rec.state == common_pb2.JOB_STATE_PENDING)
+
+
+class ChurnGuard:
+    """`apply` before a round's policy (the jobs it tracks read again from the store, the pending
+    guaranteed jobs of cooling tenants shown as best-effort), `after_round` after it."""
+
+    def __init__(self, cfg: ChurnConfig) -> None:
+        self.ledger = Ledger(cfg)
+        self._notes: dict[str, str] = {}
+
+    def apply(self, snap: Snapshot, lookup: Callable[[str], JobRecord | None]) -> Snapshot:
+        self._notes = {}
+        if not snap.tenants or not self.ledger.cfg.enabled:
+            return snap
+        before = dict(self.ledger.cooling_off)
+        self.ledger.observe({j: seen(lookup(j)) for j in self.ledger.watched()}, snap.now)
+        for tenant, c in self.ledger.cooling_off.items():
+            if before.get(tenant) != c:
+                log.warning("tenant_cooling_off", tenant=tenant, until=c.until, events=c.events, last_event=c.last)
+        snap, self._notes = demote(snap, self.ledger)
+        return snap
+
+    def after_round(self, plan: RoundPlan, snap: Snapshot) -> RoundPlan:
+        """The round's starts recorded; the plan with the demoted jobs' reasons saying why."""
+        return after_round(self.ledger, plan, snap, self._notes)

@@ -1,0 +1,222 @@
+"""The churn guard: a tenant whose guaranteed jobs keep preempting others and then end at once
+cools off, and its pending guaranteed jobs preempt nobody meanwhile (docs/tenants.md, "Churn guard").
+
+Without it, a tenant could churn everyone else's best-effort work: submit a guaranteed job (it
+preempts or shrinks others' jobs, each paying a checkpoint, a stop and a restart), cancel it (or
+let it fail or finish) right after, and again, for ever.
+
+- A **preemptor start**: the round decided to START a guaranteed job of tenant T and, in the same
+  round, to stop or shrink (migrate to fewer GPUs) a running job of another tenant. Attribution
+  is conservative: every guaranteed job of T started in such a round counts, whoever's guarantee
+  the stop served. A later START of the same job while it is tracked moves its start (the round
+  that preempted may have found the victim's GPUs still held, and the job starts the round
+  after).
+- A **churn event**: a preemptor job ended (cancelled, failed, succeeded) within `quick_s` of its
+  last start; its time is the job's end.
+- **Cooling off**: when T has at least `limit` events within `window_s` (up to its latest one), T
+  cools off until `cooloff_s` after that event. Its PENDING guaranteed jobs are then shown to the
+  policy as best-effort (no promise): they may start on free GPUs, preemptible, and stay
+  best-effort while they run, until they are next pending. Running guaranteed jobs keep theirs.
+- `limit` 0 disables the guard; without tenants it never acts.
+
+Pure: no I/O, no clock; the caller gives the times (the engine's wall clock) and what became of
+the jobs it tracks (`Seen`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tessera.common.durations import format_duration
+from tessera.common.utctime import utc_text
+from tessera.controller.core.quotas import is_guaranteed
+from tessera.controller.core.snapshot import (
+    Action,
+    Decision,
+    JobView,
+    Priority,
+    RoundPlan,
+    RunningView,
+    Slice,
+    Snapshot,
+)
+
+
+@dataclass(frozen=True)
+class ChurnConfig:
+    """The guard's numbers (the controller's --churn-* flags)."""
+
+    limit: int = 3  # churn events within window_s that start a cool-off; 0 = the guard is off
+    window_s: float = 3600.0
+    quick_s: float = 600.0  # a preemptor ending this soon after its last start is an event
+    cooloff_s: float = 3600.0  # counted from the event that reached the limit
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit > 0
+
+
+@dataclass(frozen=True)
+class Cooling:
+    """Tenant `tenant` may not preempt until `until`: `events` churn events within the window up
+    to the one at `last`."""
+
+    tenant: str
+    until: float
+    events: int
+    last: float
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What became of a tracked job, as stored: `ended_at` (None = not ended), `pending` (PENDING)."""
+
+    ended_at: float | None = None
+    pending: bool = False
+
+
+@dataclass
+class Ledger:
+    """The guard's memory: preemptor starts, churn events and cool-offs per tenant, and the jobs
+    started as best-effort while their tenant cooled off."""
+
+    cfg: ChurnConfig = field(default_factory=ChurnConfig)
+    starts: dict[str, tuple[str, float]] = field(default_factory=dict)  # job -> (tenant, last start)
+    events: dict[str, list[float]] = field(default_factory=dict)  # tenant -> event times, sorted
+    cooling_off: dict[str, Cooling] = field(default_factory=dict)
+    demoted: set[str] = field(default_factory=set)
+
+    def started(self, job_id: str, tenant: str, at: float, preempting: bool) -> None:
+        """A START decision of a guaranteed job at `at`: a preemptor from now on if `preempting`;
+        a job tracked already moves its last start."""
+        if preempting or job_id in self.starts:
+            self.starts[job_id] = (tenant, at)
+
+    def ended(self, job_id: str, at: float) -> bool:
+        """A tracked job ended at `at`; True when that is a churn event (then counted)."""
+        tracked = self.starts.pop(job_id, None)
+        if tracked is None or not self.cfg.enabled:
+            return False
+        tenant, start = tracked
+        if at - start > self.cfg.quick_s:
+            return False
+        times = self.events.setdefault(tenant, [])
+        times.append(at)
+        times.sort()  # the rounds see ends late, not always in order
+        self._cool(tenant)
+        return True
+
+    def _cool(self, tenant: str) -> None:
+        times = self.events[tenant]
+        for last in times:
+            n = sum(1 for t in times if last - self.cfg.window_s <= t <= last)
+            old = self.cooling_off.get(tenant)
+            if n >= self.cfg.limit and (old is None or last + self.cfg.cooloff_s > old.until):
+                self.cooling_off[tenant] = Cooling(tenant, last + self.cfg.cooloff_s, n, last)
+
+    def observe(self, seen: Mapping[str, Seen | None], now: float) -> None:
+        """What became of the tracked jobs (None: no longer stored) at `now`: ends are counted, jobs
+        no longer able to end quickly are forgotten, and so are old events and past cool-offs."""
+        for job_id in list(self.starts):
+            s = seen.get(job_id)
+            if s is None:
+                self.starts.pop(job_id)
+            elif s.ended_at is not None:
+                self.ended(job_id, s.ended_at)
+            elif now - self.starts[job_id][1] > self.cfg.quick_s:
+                self.starts.pop(job_id)
+        self.demoted = {j for j in self.demoted if (s := seen.get(j)) is not None and s.ended_at is None
+                        and not s.pending}
+        # Events only matter within a window of a later one; two windows keep those seen late.
+        for tenant in list(self.events):
+            self.events[tenant] = [t for t in self.events[tenant] if t >= now - 2 * self.cfg.window_s]
+            if not self.events[tenant]:
+                del self.events[tenant]
+        self.cooling_off = {t: c for t, c in self.cooling_off.items() if c.until > now}
+
+    def watched(self) -> set[str]:
+        """The jobs whose fate `observe` needs."""
+        return set(self.starts) | self.demoted
+
+    def cooling(self, tenant: str, now: float) -> Cooling | None:
+        c = self.cooling_off.get(tenant)
+        return c if c is not None and c.until > now and self.cfg.enabled else None
+
+
+def note(c: Cooling, cfg: ChurnConfig) -> str:
+    """Why a cooling tenant's guaranteed job preempts nobody (its reason in `describe job`)."""
+    until = utc_text(c.until) or f"{c.until:.0f}"
+    last = utc_text(c.last) or f"{c.last:.0f}"
+    return (f"guaranteed, but tenant {c.tenant} may not preempt until {until}: {c.events} of its guaranteed "
+            f"jobs that preempted others ended within {format_duration(cfg.quick_s)} of their start in the "
+            f"{format_duration(cfg.window_s)} up to {last} (churn guard)")
+
+
+def _best_effort(j: JobView) -> JobView:
+    return dataclasses.replace(j, priority=Priority.BEST_EFFORT, promise=None)
+
+
+def demote(snap: Snapshot, ledger: Ledger) -> tuple[Snapshot, dict[str, str]]:
+    """The snapshot the policy sees: the pending guaranteed jobs of cooling tenants, and the running
+    jobs started so, as best-effort; and the notes of those pending jobs (job id -> why)."""
+    if not snap.tenants or not ledger.cfg.enabled:
+        return snap, {}
+    tenants = {t.name: t for t in snap.tenants}
+    notes: dict[str, str] = {}
+    pending = []
+    for j in snap.pending:
+        c = ledger.cooling(j.tenant, snap.now) if is_guaranteed(j, tenants) else None
+        if c is not None:
+            notes[j.id] = note(c, ledger.cfg)
+            j = _best_effort(j)
+        pending.append(j)
+    running = tuple(dataclasses.replace(r, job=_best_effort(r.job)) if r.job.id in ledger.demoted else r
+                    for r in snap.running)
+    if not notes and running == snap.running:
+        return snap, {}
+    return dataclasses.replace(snap, pending=tuple(pending), running=running), notes
+
+
+def _gpus(slices: Sequence[Slice]) -> int:
+    return sum(len(s.gpu_indices) for s in slices)
+
+
+def cut_tenants(plan: RoundPlan, running: Mapping[str, RunningView]) -> set[str]:
+    """The tenants of the running jobs the plan stops or shrinks (migrates to fewer GPUs)."""
+    out = set()
+    for d in plan.decisions:
+        r = running.get(d.job_id)
+        if r is None:
+            continue
+        if d.action is Action.STOP or (d.action is Action.MIGRATE and _gpus(d.slices) < _gpus(r.slices)):
+            out.add(r.job.tenant)
+    return out
+
+
+def after_round(ledger: Ledger, plan: RoundPlan, snap: Snapshot, notes: Mapping[str, str]) -> RoundPlan:
+    """Record the round's starts of guaranteed jobs (preemptors where another tenant's running job
+    was stopped or shrunk) and of demoted ones; the plan with the demoted jobs' reasons saying why."""
+    if not snap.tenants or not ledger.cfg.enabled:
+        return plan
+    tenants = {t.name: t for t in snap.tenants}
+    views = {j.id: j for j in snap.pending}
+    cut = cut_tenants(plan, {r.job.id: r for r in snap.running})
+    for d in plan.starts():
+        j = views.get(d.job_id)
+        if j is None:
+            continue
+        if d.job_id in notes:
+            ledger.demoted.add(d.job_id)
+        elif is_guaranteed(j, tenants):
+            ledger.started(j.id, j.tenant, snap.now, preempting=bool(cut - {j.tenant}))
+    if not notes:
+        return plan
+    decisions = tuple(_noted(d, notes[d.job_id]) if d.job_id in notes else d for d in plan.decisions)
+    return dataclasses.replace(plan, decisions=decisions)
+
+
+def _noted(d: Decision, why: str) -> Decision:
+    what = "started as best-effort on free GPUs" if d.action is Action.START else "meanwhile best-effort"
+    return dataclasses.replace(d, reason=f"{why}; {what}: {d.reason}")
