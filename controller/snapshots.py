@@ -227,7 +227,10 @@ def gpu_pools(records: Iterable[NodeRecord]) -> dict[str, tuple[int, int, bool]]
 class Admissions:
     """When the tenants' admission first admitted each guaranteed job (RoundPlan.admitted): its SLA
     clock, `JobView.admitted_at` (docs/tenants.md). Kept in memory: after a controller restart a job
-    counts from its submission again, which is stricter (it may be moved less), never looser."""
+    counts from its submission again, which is stricter (it may be moved less), never looser. A job
+    first seen admitted while it runs (placed by an earlier leader, or admitted after it started
+    on borrowed quota) counts from its submission too: the round's time would give it less
+    progress to keep than its promise owes it since it was really admitted."""
 
     def __init__(self) -> None:
         self.at: dict[str, float] = {}
@@ -235,8 +238,9 @@ class Admissions:
     def record(self, admitted: Iterable[str], snap: Snapshot) -> None:
         live = {j.id for j in snap.pending} | {r.job.id for r in snap.running}
         self.at = {k: v for k, v in self.at.items() if k in live}
+        running = {r.job.id: r.job.submit_time for r in snap.running}
         for job_id in admitted:
-            self.at.setdefault(job_id, snap.now)
+            self.at.setdefault(job_id, running.get(job_id, snap.now))
 
     def apply(self, snap: Snapshot) -> Snapshot:
         if not self.at:
