@@ -17,9 +17,11 @@ Crius paper compares with) loosens every deadline to 1e9 s.
 - "paper": the same admission, but over the whole cluster as one pool of GPUs (any type,
   ElasticFlow's homogeneous view), every round, shares up to the largest type's GPUs instead of 16;
   a job no share of any type can serve
-  (data parallelism does not fit its memory, or no share meets its deadline) is declined (dropped)
-  as the paper's admission control declines it, where the artifact lets it wait (one whose share
-  only registered nodes that are not READY hold waits for them, in both modes); a job starts at
+  (data parallelism does not fit its memory, the estimates have no Cell of a share that fits, or no
+  share meets its deadline: the reason names which) is declined (dropped) as the paper's admission
+  control declines it, where the artifact lets it wait (one whose share only registered nodes that
+  are not READY hold waits for them, in both modes; with no READY node, one that no registered node
+  would serve gets what it gets with every node READY: declined, or not admitted); a job starts at
   its minimum share on the type with the most free GPUs; once no admitted job waits, spare GPUs go
   to the largest marginal throughput per GPU, one doubling at a time; placement by Tessera's rules
   (fewest nodes, best fit), running jobs kept where they are unless their share changes.
@@ -150,10 +152,10 @@ class _EF:
             s = self.registered()
             if back := self.waits_for(job, s):
                 b.pend(job, PendingKind.NO_ROOM_NOW, f"{self.name}: waiting for nodes: no READY node; {back}")
+            elif not s.registered:
+                b.pend(job, PendingKind.FITS_NOWHERE, f"{self.name}: fits nowhere: no GPU type in the cluster")
             else:
-                why = (f"no data-parallel share of the registered GPUs fits its memory ({s.text()})" if s.registered
-                       else "no GPU type in the cluster")
-                b.pend(job, PendingKind.FITS_NOWHERE, f"{self.name}: fits nowhere: {why}")
+                self._never(job, s)
             return False
         if self.art:
             return self._fit_type(job, t)
@@ -171,7 +173,13 @@ class _EF:
         for _, _, j, cur in order:
             m = self.min_share(j, t, cur)
             if m == 0 or m > total:
-                why = "no share meets its deadline" if m == 0 else f"the minimum shares exceed the {ctx.total_gpus(t)} {t}"
+                if m == 0 and j is job and (back := self.waits_for(job, self.registered())):
+                    b.pend(job, PendingKind.NO_ROOM_NOW, f"{self.name}: waiting for nodes: no share of the READY "
+                                                         f"{t} serves it; {back}")
+                    return False
+                why = (f"the minimum shares exceed the {ctx.total_gpus(t)} {t}" if m
+                       else self.no_share(self.ready_shares(job, t), min(self.max_gpus, ctx.total_gpus(t))) if j is job
+                       else "no share meets its deadline")
                 b.pend(job, PendingKind.NO_ROOM_NOW, f"{self.name}: not admitted on {t}: {why}")
                 return False
             shares[j.id] = m
@@ -271,8 +279,8 @@ class _EF:
             # No share will ever do (memory does not shrink, the deadline only nears, and no registered
             # node, once back, holds a share that fits): declined, as ElasticFlow's admission control
             # declines a job it cannot serve.
-            b.drop(job, f"{self.name}: declined: no data-parallel share of 1-{self.max_gpus} GPUs of any type "
-                        + ("fits its memory" if self.pol.loose else "fits its memory and meets its deadline"))
+            why = self.no_share([x for t in types for x in self.ready_shares(job, t)], self.max_gpus)
+            b.drop(job, f"{self.name}: declined: {why}")
             return False
         if need + m > total:
             b.pend(job, PendingKind.NO_ROOM_NOW,
@@ -293,6 +301,46 @@ class _EF:
                f"{self.name}: admitted (minimum share {m}) but no type has {m} free GPUs together")
         return False
 
+    def ready_shares(self, job: JobView, t: str) -> list[tuple[int, str]]:
+        """The shares of t that `min_share` tries on the READY nodes, each with what it does (`share`)."""
+        top = min(self.max_gpus, self.ctx.total_gpus(t))
+        return [(n, self.share(job, t, n, self.it_dp(job, t, n) > 0)) for n in _powers(top)]
+
+    def share(self, job: JobView, t: str, n: int, runs: bool) -> str:
+        """What n GPUs of t do for the job: "runs" (a data-parallel Cell of it: only its deadline may
+        refuse it), "memory" (its replica does not fit, or the estimates fit it in memory on more GPUs
+        only), "cell" (the estimates have no Cell of it)."""
+        if runs:
+            return "runs"
+        fewest = self.ctx.gpu_counts(job, t)
+        return "memory" if not self.ctx.dp_fits(job, t, n) or (fewest and n < fewest[0]) else "cell"
+
+    def no_share(self, tried: list[tuple[int, str]], most: int) -> str:
+        """Why none of the shares `tried` (`share`'s, of at most `most` GPUs) serves the job, the first
+        that holds of some share: one runs but misses its deadline; the estimates have no Cell of one;
+        none fits in memory."""
+        span = f"1-{most} GPUs" + ("" if self.art else " of any type")
+        did = {what for _, what in tried}
+        if "runs" in did:
+            return f"no data-parallel share of {span} meets its deadline"
+        if "cell" in did:
+            return f"the estimates have no Cell of a data-parallel share of {span}"
+        return f"no data-parallel share of {span} fits its memory"
+
+    def _never(self, job: JobView, s: why_not.Supply) -> None:
+        """No READY node and no registered one that, back, would serve the job (`waits_for`): what it
+        gets with every registered node READY, declined (paper) or not admitted on its type (the
+        artifact lets it wait). A share with a Cell that fits is one `waits_for` waits for: none runs."""
+        types = [job.gpu_type_hint if job.gpu_type_hint in s.registered else min(s.registered)] if self.art \
+            else sorted(s.registered)
+        most = {t: s.limit(s.registered[t]) for t in types}
+        why = self.no_share([(n, self.share(job, t, n, False)) for t in types for n in _powers(most[t])],
+                            max(most.values()))
+        if self.art:
+            self.b.pend(job, PendingKind.NO_ROOM_NOW, f"{self.name}: not admitted on {types[0]}: {why}")
+        else:
+            self.b.drop(job, f"{self.name}: declined: {why}")
+
     def registered(self) -> why_not.Supply:
         """The cluster's GPUs by type, READY or not; shares up to 16 GPUs in the artifact's mode."""
         return why_not.Supply(why_not.by_type(self.ctx.snap), {}, MAX_GPUS if self.art else 0)
@@ -305,7 +353,7 @@ class _EF:
         to time, so such a job waits rather than being declined."""
         ctx = self.ctx
         types = [job.gpu_type_hint] if self.art and job.gpu_type_hint in s.registered else sorted(s.registered)
-        shares = [1 << k for k in range(max(s.registered.values(), default=0).bit_length())]
+        shares = _powers(max(s.registered.values(), default=0))
         first: dict[str, int] = {}
         for t, n in why_not.if_back(ctx, job, s, ((t, n) for t in types for n in shares)):
             if t not in first and ctx.dp_fits(job, t, n):
@@ -345,3 +393,8 @@ class _EF:
                 ctx.state.take(a.slices, a.gpu_type)
                 return
             b.reassign(a, a.gpu_type, sl, "scaled up by ElasticFlow's marginal-return doubling", already_released=True)
+
+
+def _powers(most: int) -> list[int]:
+    """The power-of-two shares of at most `most` GPUs: 1, 2, 4, ..."""
+    return [1 << k for k in range(most.bit_length())]

@@ -14,6 +14,11 @@ grow-shrink (docs/reference/baselines.md Sec. 2).
   loaded first; then an empty node; then any node); no time-slicing and no packing: both rest on
   suspending and co-locating jobs at mini-batch boundaries, which large-model jobs (that fill a
   GPU's memory and compute) do not allow; we state that instead of modelling it.
+
+Nodes down (registered, not READY): a request that no READY node runs, or that asks for more GPUs
+than the READY nodes have, waits for nodes when the registered ones, READY or not, would run it
+(why_not.if_back: a Cell of its count of the type it names, else of a type it may use); otherwise it
+gets what it gets with every node READY ("fits nowhere as requested", or waiting for GPUs).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER
+from tessera.controller.core.policies import why_not
 from tessera.controller.core.policies.common import Board, place_as_requested
 from tessera.controller.core.policy import Mode, RoundContext, queue_key
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
@@ -100,7 +106,11 @@ class _Gandiva:
         b = self.b
         t, n = self.request(job)
         if not n or not self._feasible(job, t, n):
-            b.pend(job, PendingKind.FITS_NOWHERE, "gandiva: fits nowhere as requested")
+            if back := self.waits_for(job):  # registered nodes, READY or not, would run it
+                b.pend(job, PendingKind.NO_ROOM_NOW, f"gandiva: waiting for nodes: no READY node runs it as "
+                                                     f"requested; {back}")
+            else:
+                b.pend(job, PendingKind.FITS_NOWHERE, "gandiva: fits nowhere as requested")
             return
         if self.art and t in blocked:
             b.pend(job, PendingKind.WAITING, f"gandiva: waiting behind an earlier job of {t}")
@@ -111,10 +121,27 @@ class _Gandiva:
             sl, where = self.find(job, t, n)
         if sl is None:
             blocked.add(t)
-            b.pend(job, PendingKind.NO_ROOM_NOW,
-                   f"gandiva: waiting for {n} GPUs ({'of ' + t if self.art else 'any type'})")
+            asked = f"{n} GPUs ({'of ' + t if self.art else 'any type'})"
+            more = n > max((self.ctx.total_gpus(tt) for tt in ([t] if self.art else self.allowed(job))), default=0)
+            if more and (back := self.waits_for(job)):  # more than the READY nodes have: they wait for nodes
+                b.pend(job, PendingKind.NO_ROOM_NOW, f"gandiva: waiting for nodes: {asked} are more than the "
+                                                     f"READY nodes have; {back}")
+            else:
+                b.pend(job, PendingKind.NO_ROOM_NOW, f"gandiva: waiting for {asked}")
             return
         b.start(job, where, sl, "as requested" if self.art else f"affinity placement on {where}")
+
+    def waits_for(self, job: JobView) -> str:
+        """What the job waits for where the READY nodes do not run its request but registered ones,
+        READY or not, would (why_not.if_back): what it would ask for with every registered node READY,
+        its count (the fewest it fits on without one) of the type it names, else of each type it may
+        use; "" when none would. Gandiva has no per-job cap."""
+        ctx = self.ctx
+        s = why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()})
+        types = [job.gpu_type_hint] if job.gpu_type_hint in s.registered else sorted(s.registered)
+        asks = [(t, job.gpus_hint or min(ctx.gpu_counts(job, t), default=0)) for t in types]
+        back = why_not.if_back(ctx, job, s, asks)
+        return why_not.back_text(ctx, s, back) if back else ""
 
     def find(self, job: JobView, t: str, n: int) -> tuple[tuple[Slice, ...] | None, str]:
         ctx, b = self.ctx, self.b
