@@ -131,3 +131,12 @@ def test_elasticflow_names_the_deadline_when_a_share_runs_but_too_slowly(mode: s
         assert d.action == Action.DROP and d.reason == f"elasticflow: declined: {why}"
     else:
         assert d.pending is NO_ROOM and d.reason == f"elasticflow: not admitted on A100-80GB: {why}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gandiva_calls_a_request_larger_than_its_type_fits_nowhere(mode: str) -> None:
+    # The estimates time a Cell of 16 A100 where the cluster registers 8: it waited "for 16 GPUs" for ever.
+    est = TableEstimates({("x16", A100, 16): 1.0, ("x16", A100, 8): 2.0})
+    d = decide_with("gandiva", FULL[0], FULL[1], job("x16", 16), mode, est)
+    assert (d.action, d.pending, d.reason) == (Action.PENDING, NOWHERE, "gandiva: fits nowhere as requested")
+    assert decide_with("gandiva", FULL[0], FULL[1], job("x16", 8), mode, est).action == Action.START

@@ -97,10 +97,12 @@ class _Gandiva:
 
     def _feasible(self, job: JobView, t: str, n: int) -> bool:
         """Whether n GPUs of t run the job; in paper mode (heterogeneity-blind: `find` may place it
-        on any type), of any type it may use."""
+        on any type), of any type it may use. The cluster must register n GPUs of the type: the
+        estimates time a Cell of any size, and a request larger than the type waited for ever."""
         ctx = self.ctx
+        have = why_not.by_type(ctx.snap)
         types = ([t] if t else []) if self.art else self.allowed(job)
-        return any(ctx.throughput(job, tt, n, ctx.ideal_nodes(tt, n)) > 0 for tt in types)
+        return any(n <= have.get(tt, 0) and ctx.throughput(job, tt, n, ctx.ideal_nodes(tt, n)) > 0 for tt in types)
 
     def try_start(self, job: JobView, blocked: set[str]) -> None:
         b = self.b
