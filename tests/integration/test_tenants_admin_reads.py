@@ -19,13 +19,12 @@ from tessera.common import rpc
 from tessera.common.identity import CONTROLLER
 from tessera.common.localcluster import local_tokens, tls_config
 from tessera.controller.auth import AuthInterceptor, TokenAuthenticator
-from tessera.controller.engine import EngineConfig
 from tessera.controller.service import ControllerService, translate
 from tessera.controller.store import ACTIVE, JobRecord, SqliteStore
 from tessera.controller.tenants import tenant_rows
 from tessera.v1 import common_pb2 as P
 from tessera.v1 import controller_pb2, controller_pb2_grpc
-from tests.integration.test_tenants_reads import TENANTS, Reads, job
+from tests.integration.test_tenants_reads import Reads, engine_over, job
 from tests.unit.test_engine import Harness
 
 WAITING = 25  # team-z's pending jobs, large specs
@@ -52,12 +51,8 @@ async def cluster(tmp_path: Path) -> tuple[Harness, StateReads]:
     """2 nodes of 4 x A10: team-a runs a guaranteed job (2 GPUs) and a best-effort one (4: 2
     borrowed), team-b and team-r a best-effort one each (1); then team-a has 2 jobs pending and
     team-z WAITING, all too large to place."""
-    (tmp_path / "tenants.yaml").write_text(TENANTS)
-    h = Harness(policy="fcfs")
     store = StateReads(SqliteStore(tmp_path / "state.db"))
-    h.store = h.agents.store = store  # type: ignore[assignment]
-    h.cfg = EngineConfig(policy="fcfs", tenants_file=str(tmp_path / "tenants.yaml"))
-    h.engine = h._engine()
+    h = engine_over(tmp_path, store)
     await h.register("a", "b")
     runs = [await h.submit(job("g", "team-a", 2, guaranteed=True)), await h.submit(job("be-a", "team-a", 4)),
             await h.submit(job("be-b", "team-b", 1)), await h.submit(job("be-r", "team-r", 1))]

@@ -13,7 +13,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tessera.clients.sdk import Client
 from tessera.common import rpc
@@ -57,6 +57,9 @@ class Reads:
         return self._read(self.inner.list_jobs_page(*args, **kw))
 
 
+R = TypeVar("R", bound=Reads)
+
+
 def job(name: str, tenant: str, gpus: int, guaranteed: bool = False) -> P.JobSpec:
     s = tiny(name, gpus=gpus)
     s.tenant = tenant
@@ -66,15 +69,21 @@ def job(name: str, tenant: str, gpus: int, guaranteed: bool = False) -> P.JobSpe
     return s
 
 
-async def cluster(tmp_path: Path) -> tuple[Harness, Reads]:
-    """2 nodes of 4 x A10: team-a runs a guaranteed job (2 GPUs) and a best-effort one (4: 2
-    borrowed), team-b a best-effort one (1) and has CROWD large jobs pending, team-a 2 pending."""
+def engine_over(tmp_path: Path, store: R) -> Harness:
+    """An fcfs engine over `store` (a wrapper of SQLite in tmp_path) with TENANTS, nodes a and b."""
     (tmp_path / "tenants.yaml").write_text(TENANTS)
     h = Harness(policy="fcfs")
-    store = Reads(SqliteStore(tmp_path / "state.db"))
     h.store = h.agents.store = store  # type: ignore[assignment]
     h.cfg = EngineConfig(policy="fcfs", tenants_file=str(tmp_path / "tenants.yaml"))
     h.engine = h._engine()
+    return h
+
+
+async def cluster(tmp_path: Path) -> tuple[Harness, Reads]:
+    """2 nodes of 4 x A10: team-a runs a guaranteed job (2 GPUs) and a best-effort one (4: 2
+    borrowed), team-b a best-effort one (1) and has CROWD large jobs pending, team-a 2 pending."""
+    store = Reads(SqliteStore(tmp_path / "state.db"))
+    h = engine_over(tmp_path, store)
     await h.register("a", "b")
     runs = [await h.submit(job("g", "team-a", 2, guaranteed=True)), await h.submit(job("be-a", "team-a", 4)),
             await h.submit(job("be-b", "team-b", 1))]

@@ -4,31 +4,17 @@ tests/unit/test_store_contract.py). It is count_jobs of each tenant that has suc
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tessera.controller.store import TERMINAL, JobRecord, MemoryStore, SqliteStore, Store
+from tessera.controller.store import TERMINAL, JobRecord, SqliteStore, Store
 from tessera.v1 import common_pb2 as P
-from tests.etcd_server import etcd_endpoint, leading_store
+from tests.etcd_server import etcd_endpoint
+from tests.unit.test_store_contract import store
 
-__all__ = ["etcd_endpoint"]  # the module-scoped etcd, a fixture
+__all__ = ["etcd_endpoint", "store"]  # fixtures: the module-scoped etcd, and each store over it, SQLite, memory
 
 UNENDED = (P.JOB_STATE_PENDING, P.JOB_STATE_STARTING, P.JOB_STATE_RUNNING, P.JOB_STATE_MIGRATING)
-
-
-@pytest.fixture(params=["sqlite", "memory", "etcd"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "etcd":
-        with leading_store(request.getfixturevalue("etcd_endpoint"), f"/c-{uuid.uuid4().hex[:8]}/") as es:
-            yield es
-        return
-    s: Store = SqliteStore(tmp_path / "state.db") if request.param == "sqlite" else MemoryStore()
-    yield s
-    s.close()
 
 
 def _stored(store: Store, i: int, tenant: str, state: int) -> None:
