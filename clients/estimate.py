@@ -118,6 +118,9 @@ def add_arguments(estimate: argparse.ArgumentParser, command: Any) -> Any:
                         "model code: torchtitan's Llama 3 or a transformers model)")
     p.add_argument("--gpus", type=argtypes.positive_int, default=None, metavar="N",
                    help="GPU count the plan must use (default: the job's gpus hint, if any)")
+    p.add_argument("--traced-budget", type=argtypes.seconds, default=None, metavar="SECONDS",
+                   help="wall-clock time a traced mode may take here (default 120 s; with --estimator the "
+                        "service's own --traced-budget holds)")
     _estimator_option(p)
     p = command(sub, "cells", cmd_cells, "the Cells of a job on a cluster: best plan, iteration time, memory")
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
@@ -213,10 +216,11 @@ class EstimatorClient:
 class InProcess:
     """The library in this process, answering as the service does (errors included)."""
 
-    def __init__(self) -> None:
+    def __init__(self, traced_budget_s: float | None = None) -> None:
         from tessera.estimator.service.handlers import Estimator
+        from tessera.estimator.service.traced_child import TRACED_BUDGET_S
 
-        self._est = Estimator()
+        self._est = Estimator(traced_budget_s=traced_budget_s or TRACED_BUDGET_S)
 
     def close(self) -> None:
         pass
@@ -231,6 +235,8 @@ class InProcess:
 
 
 def _backend(args: argparse.Namespace) -> EstimatorClient | InProcess:
+    if args.estimator and getattr(args, "traced_budget", None):
+        raise InvalidInput("--traced-budget: only without --estimator (the service's own --traced-budget holds)")
     if args.estimator:
         target = args.estimator  # host:port, checked by its argparse type (estimator_address)
         timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
@@ -242,7 +248,7 @@ def _backend(args: argparse.Namespace) -> EstimatorClient | InProcess:
         return EstimatorClient(target, timeout, tls=tls.load(ca) if ca else tls.TlsConfig(ca=None))
     if args.tls_dir:
         raise InvalidInput("--tls-dir: only with --estimator")
-    return InProcess()
+    return InProcess(getattr(args, "traced_budget", None))
 
 
 def _ask(args: argparse.Namespace, method: str, request: Message) -> Any:

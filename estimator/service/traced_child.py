@@ -116,8 +116,8 @@ class TracedRunner:
                 if cancel is not None and cancel.is_set():
                     raise TracedCancelled(f"mode: the {mode} estimate was cancelled")
                 if time.monotonic() >= deadline:
-                    raise TracedTooSlow(f"mode: {mode} estimate exceeded its {self.budget_s:g} s budget (the "
-                                        "estimator's --traced-budget); the formula modes answer at once")
+                    raise TracedTooSlow(f"mode: {mode} estimate exceeded its {self.budget_s:g} s budget "
+                                        "(--traced-budget); the formula modes answer at once")
         finally:
             if proc.returncode is None:
                 _kill(proc)

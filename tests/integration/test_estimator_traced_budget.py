@@ -250,3 +250,19 @@ def test_the_child_dies_with_a_killed_estimator() -> None:
         parent.kill()
         assert parent.stdin is not None
         parent.stdin.close()  # a child that survived reads EOF and exits
+
+
+def test_tessctl_takes_the_budget_in_process_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    from tessera.clients.tessctl import main
+    from tests.procs import REPO
+
+    job = str(REPO / "examples" / "jobs" / "medium.yaml")
+    argv = ["estimate", "memory", "-f", job, "--gpu", "a100", "--mode", "traced"]
+    assert main([*argv, "--traced-budget", "0.2"]) == 1  # not even torch's import fits
+    err = capsys.readouterr().err
+    assert err == ("tessctl: error: RESOURCE_EXHAUSTED: mode: traced estimate exceeded its 0.2 s budget "
+                   "(--traced-budget); the formula modes answer at once\n")
+    assert not _traced_children()
+    assert main([*argv, "--traced-budget", "10m", "--estimator", "127.0.0.1:1"]) == 1  # as --tls-dir without it
+    assert "--traced-budget: only without --estimator" in capsys.readouterr().err
