@@ -5,12 +5,13 @@ Without it, a tenant could churn everyone else's best-effort work: submit a guar
 preempts or shrinks others' jobs, each paying a checkpoint, a stop and a restart), cancel it (or
 let it fail or finish) right after, and again, for ever.
 
-- A **preemptor start**: the round decided to START a guaranteed job of tenant T and, in the same
-  round, to stop or shrink (migrate to fewer GPUs) a running job of another tenant. Attribution
-  is conservative: every guaranteed job of T started in such a round counts, whoever's guarantee
-  the stop served. A later START of the same job while it is tracked moves its start (the round
-  that preempted may have found the victim's GPUs still held, and the job starts the round
-  after).
+- A **preemptor start**: the round decided to START a guaranteed job of tenant T on GPUs that, in
+  the same round, it took from a running job of another tenant (stopped, or shrunk: migrated to
+  fewer GPUs). Whichever layer decided the stop (the guarantees' or the policy's own), the job
+  that lands on the freed GPUs is the one it served; a guaranteed job that starts on free GPUs
+  in the same round is no preemptor. A later START of the same job while it is tracked moves its
+  start (the round that preempted may have found the victim's GPUs still held, and the job
+  starts the round after).
 - A **churn event**: a preemptor job ended (cancelled, failed, succeeded) within `quick_s` of its
   last start; its time is the job's end.
 - **Cooling off**: when T has at least `limit` events within `window_s` (up to its latest one), T
@@ -179,19 +180,27 @@ def demote(snap: Snapshot, ledger: Ledger) -> tuple[Snapshot, dict[str, str]]:
     return dataclasses.replace(snap, pending=tuple(pending), running=running), notes
 
 
-def _gpus(slices: Sequence[Slice]) -> int:
-    return sum(len(s.gpu_indices) for s in slices)
+def _gpus(slices: Sequence[Slice]) -> set[tuple[str, int]]:
+    return {(sl.node_id, g) for sl in slices for g in sl.gpu_indices}
 
 
-def cut_tenants(plan: RoundPlan, running: Mapping[str, RunningView]) -> set[str]:
-    """The tenants of the running jobs the plan stops or shrinks (migrates to fewer GPUs)."""
-    out = set()
+def freed_gpus(plan: RoundPlan, running: Mapping[str, RunningView]) -> dict[tuple[str, int], set[str]]:
+    """The GPUs the plan takes from running jobs it stops or shrinks (migrates to fewer GPUs), each
+    with the tenants whose jobs held them."""
+    out: dict[tuple[str, int], set[str]] = {}
     for d in plan.decisions:
         r = running.get(d.job_id)
         if r is None:
             continue
-        if d.action is Action.STOP or (d.action is Action.MIGRATE and _gpus(d.slices) < _gpus(r.slices)):
-            out.add(r.job.tenant)
+        held = _gpus(r.slices)
+        if d.action is Action.STOP:
+            lost = held
+        elif d.action is Action.MIGRATE and len(_gpus(d.slices)) < len(held):
+            lost = held - _gpus(d.slices)
+        else:
+            continue
+        for g in lost:
+            out.setdefault(g, set()).add(r.job.tenant)
     return out
 
 
@@ -202,7 +211,7 @@ def after_round(ledger: Ledger, plan: RoundPlan, snap: Snapshot, notes: Mapping[
         return plan
     tenants = {t.name: t for t in snap.tenants}
     views = {j.id: j for j in snap.pending}
-    cut = cut_tenants(plan, {r.job.id: r for r in snap.running})
+    freed = freed_gpus(plan, {r.job.id: r for r in snap.running})
     for d in plan.starts():
         j = views.get(d.job_id)
         if j is None:
@@ -210,7 +219,8 @@ def after_round(ledger: Ledger, plan: RoundPlan, snap: Snapshot, notes: Mapping[
         if d.job_id in notes:
             ledger.demoted.add(d.job_id)
         elif is_guaranteed(j, tenants):
-            ledger.started(j.id, j.tenant, snap.now, preempting=bool(cut - {j.tenant}))
+            took = any(freed.get(g, set()) - {j.tenant} for g in _gpus(d.slices))  # another tenant's GPUs
+            ledger.started(j.id, j.tenant, snap.now, preempting=took)
     if not notes:
         return plan
     decisions = tuple(_noted(d, notes[d.job_id]) if d.job_id in notes else d for d in plan.decisions)

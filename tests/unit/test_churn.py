@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.controller.core.churn import ChurnConfig, Ledger, Seen, after_round, cut_tenants, demote
+from tessera.controller.core.churn import ChurnConfig, Ledger, Seen, after_round, demote, freed_gpus
 from tessera.controller.core.snapshot import (
     Action,
     Cell,
@@ -130,28 +130,37 @@ def test_a_cooling_tenants_pending_guaranteed_jobs_are_shown_as_best_effort() ->
     assert demote(Snapshot((), (mine,), now=3900.0, tenants=TENANTS), ledger)[1] == {}  # recovered
 
 
-def test_preemptor_starts_are_those_of_rounds_that_stop_or_shrink_another_tenants_job() -> None:
-    victims = {"a1": running(view("a1", "team-a", guaranteed=False)),
-               "a2": running(view("a2", "team-a", guaranteed=False)),
-               "b1": running(view("b1", "team-b", guaranteed=False))}
-    half = (Slice("n1", (0, 1, 2, 3)),)
-    whole = (Slice("n2", tuple(range(8))),)
-    assert cut_tenants(RoundPlan((Decision("a1", Action.STOP, "preempted"),)), victims) == {"team-a"}
-    assert cut_tenants(RoundPlan((Decision("a1", Action.MIGRATE, "shrunk", slices=half),)), victims) == {"team-a"}
-    assert cut_tenants(RoundPlan((Decision("a1", Action.MIGRATE, "moved", slices=whole),
-                                  Decision("a2", Action.KEEP, "kept"))), victims) == set()
+def test_preemptor_starts_are_those_that_take_another_tenants_stopped_or_shrunk_gpus() -> None:
+    def on(node: str, *gpus: int) -> tuple[Slice, ...]:
+        return (Slice(node, gpus),)
+
+    victims = {"a1": RunningView(view("a1", "team-a", guaranteed=False), Cell("A10-24GB", 4), on("n1", 0, 1, 2, 3)),
+               "a2": RunningView(view("a2", "team-a", guaranteed=False), Cell("A10-24GB", 4), on("n2", 0, 1, 2, 3)),
+               "b1": RunningView(view("b1", "team-b", guaranteed=False), Cell("A10-24GB", 4), on("n3", 0, 1, 2, 3))}
+    assert freed_gpus(RoundPlan((Decision("a1", Action.STOP, "preempted"),)), victims) == {
+        ("n1", g): {"team-a"} for g in range(4)}
+    shrink = RoundPlan((Decision("a1", Action.MIGRATE, "shrunk", slices=on("n1", 0, 1)),))
+    assert freed_gpus(shrink, victims) == {("n1", 2): {"team-a"}, ("n1", 3): {"team-a"}}
+    moved = RoundPlan((Decision("a1", Action.MIGRATE, "moved", slices=on("n4", 0, 1, 2, 3)),
+                       Decision("a2", Action.KEEP, "kept")))
+    assert freed_gpus(moved, victims) == {}
 
     tenants = (TenantQuota("team-a", (("A10-24GB", 8),)), TenantQuota("team-b", (("A10-24GB", 8),)))
-    snap = Snapshot((), (view("g1"), view("g2", "team-a")), now=50.0, running=tuple(victims.values()),
+    snap = Snapshot((), (view("g1"), view("g2", "team-a"), view("g3")), now=50.0, running=tuple(victims.values()),
                     tenants=tenants)
-    own = RoundPlan((Decision("g1", Action.START, "guaranteed"), Decision("b1", Action.STOP, "preempted")))
+    own = RoundPlan((Decision("g1", Action.START, "guaranteed", slices=on("n3", 0, 1, 2, 3)),
+                     Decision("b1", Action.STOP, "preempted")))
     ledger = Ledger(ChurnConfig())
     assert after_round(ledger, own, snap, {}) is own
-    assert ledger.starts == {}  # it stopped its own tenant's job only
-    both = RoundPlan((Decision("g1", Action.START, "guaranteed"), Decision("g2", Action.START, "guaranteed"),
-                      Decision("a1", Action.MIGRATE, "shrunk", slices=half)))
+    assert ledger.starts == {}  # it took its own tenant's GPUs only
+    # g1 lands on the GPUs a1's shrink gave up; g3, of the same tenant, starts on free GPUs (n5) and
+    # g2 on its own tenant's: neither is a preemptor (a bystander is not charged for another's stop).
+    both = RoundPlan((Decision("g1", Action.START, "guaranteed", slices=on("n1", 2, 3)),
+                      Decision("g2", Action.START, "guaranteed", slices=on("n1", 2, 3)),
+                      Decision("g3", Action.START, "guaranteed", slices=on("n5", 0, 1)),
+                      Decision("a1", Action.MIGRATE, "shrunk", slices=on("n1", 0, 1))))
     after_round(ledger, both, snap, {})
-    assert ledger.starts == {"g1": ("team-b", 50.0)}  # g2 is team-a's: it shrank its own tenant's job
+    assert ledger.starts == {"g1": ("team-b", 50.0)}
 
 
 def test_a_demoted_start_stays_best_effort_and_says_why() -> None:
