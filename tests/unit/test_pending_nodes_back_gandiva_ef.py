@@ -140,3 +140,15 @@ def test_gandiva_calls_a_request_larger_than_its_type_fits_nowhere(mode: str) ->
     d = decide_with("gandiva", FULL[0], FULL[1], job("x16", 16), mode, est)
     assert (d.action, d.pending, d.reason) == (Action.PENDING, NOWHERE, "gandiva: fits nowhere as requested")
     assert decide_with("gandiva", FULL[0], FULL[1], job("x16", 8), mode, est).action == Action.START
+
+
+def test_gandiva_paper_waits_for_any_type_it_may_use_not_only_the_named_one() -> None:
+    # Heterogeneity-blind: a job naming V100 whose V100 node is READY but too small, and whose A100
+    # nodes are down, runs on A100 once they are back: it waits for them (was "fits nowhere").
+    ready, registered = (V,), (A, B, V)
+    d = decide_with("gandiva", ready, registered, job("q", 6, hint=V100), "paper", EST)
+    assert d.pending is NO_ROOM and d.reason.startswith("gandiva: waiting for nodes: no READY node runs it as "
+                                                        "requested; it fits in memory on 6 x A100-80GB")
+    assert decide_with("gandiva", registered, registered, job("q", 6, hint=V100), "paper", EST).action == Action.START
+    d = decide_with("gandiva", ready, registered, job("q", 6, hint=V100), "artifact", EST)
+    assert (d.pending, d.reason) == (NOWHERE, "gandiva: fits nowhere as requested")  # the artifact keeps V100

@@ -17,7 +17,7 @@ grow-shrink (docs/reference/baselines.md Sec. 2).
 
 Nodes down (registered, not READY): a request that no READY node runs, or that asks for more GPUs
 than the READY nodes have, waits for nodes when the registered ones, READY or not, would run it
-(why_not.if_back: a Cell of its count of the type it names, else of a type it may use); otherwise it
+(why_not.if_back: a Cell of its count of a type it may use; the artifact: of the type it names); otherwise it
 gets what it gets with every node READY ("fits nowhere as requested", or waiting for GPUs).
 """
 
@@ -136,11 +136,12 @@ class _Gandiva:
     def waits_for(self, job: JobView) -> str:
         """What the job waits for where the READY nodes do not run its request but registered ones,
         READY or not, would (why_not.if_back): what it would ask for with every registered node READY,
-        its count (the fewest it fits on without one) of the type it names, else of each type it may
-        use; "" when none would. Gandiva has no per-job cap."""
+        its count (the fewest it fits on without one) of each type it may use (the artifact: of the
+        type it names, when registered); "" when none would. Gandiva has no per-job cap."""
         ctx = self.ctx
         s = why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()})
-        types = [job.gpu_type_hint] if job.gpu_type_hint in s.registered else sorted(s.registered)
+        # Paper mode is heterogeneity-blind (`find` places on any type it may use); the artifact keeps the named one.
+        types = [job.gpu_type_hint] if self.art and job.gpu_type_hint in s.registered else sorted(s.registered)
         asks = [(t, job.gpus_hint or min(ctx.gpu_counts(job, t), default=0)) for t in types]
         back = why_not.if_back(ctx, job, s, asks)
         return why_not.back_text(ctx, s, back) if back else ""
