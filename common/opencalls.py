@@ -67,7 +67,7 @@ class OpenCalls:
         if (self.streams if stream else self.unary) >= (b.max_streams if stream else b.max_unary):
             what = f"{b.max_streams} open streams" if stream else f"{b.max_unary} short calls"
             raise ResourceExhausted(f"this server is at its limit of {what} of health, reflection and Info at "
-                                    "once; try again later (calls with credentials are not counted)")
+                                    "once; try again later (calls of the daemon's own services are not counted)")
         if self.by_peer[host] >= b.per_peer:
             raise ResourceExhausted(f"{host} already has {b.per_peer} calls of health, reflection and Info "
                                     "open on this server; end one first")

@@ -150,3 +150,13 @@ def test_power_of_two_shares_no_cell_covers_are_not_waited_for(policy: str) -> N
     d = decide_with(policy, *DOWN, JobView("j", 0.0, M, 64, 0, iterations=100, estimate_key="s8"), est=est)
     assert d.pending is NO_ROOM and d.reason.endswith("it fits in memory on 8 x A100-80GB (registered: "
                                                       "8 x A100-80GB; READY: 4 x A100-80GB)"), d.reason
+
+
+def test_crius_artifact_waits_for_nodes_for_a_job_whose_fewest_is_not_a_power_of_two() -> None:
+    # No GPU count, fewest 3: the artifact's Cells halve from the fewest count (3, then 6 scaled up),
+    # so nodes coming back run it; with them down it was "fits nowhere" (powers of two only were asked).
+    est = TableEstimates({("t3", A100, 3): 1.0, ("t3", A100, 6): 0.5})
+    free = JobView("j", 0.0, M, 64, 0, iterations=100, estimate_key="t3")
+    d = decide_with("crius", (), (A, B), free, "artifact", est)
+    assert (d.pending, d.reason) == (NO_ROOM, "crius: waiting for nodes: no READY node (registered: 8 x A100-80GB)")
+    assert decide_with("crius", (A, B), (A, B), free, "artifact", est).action == Action.START

@@ -463,7 +463,8 @@ class _Round:
                 return ""
             most = (2 * asked if self.opts.scale_count else asked) if counted else asked  # its largest Cell
             asks = f"its gpus hint is {asked}: its largest Cell is {most} GPUs"
-            return why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered), not asked), most, asks=asks)
+            pow2 = not asked and self.opts.mode != ARTIFACT  # the artifact's Cells halve from the fewest, any count
+            return why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered), pow2), most, asks=asks)
 
         if cause := why_not.type_cause(job, ctx.snap, s, never):
             return cause
@@ -481,7 +482,7 @@ class _Round:
             return True, no_cell
         # No GPU count: its Cells come from the counts it fits on in memory (one type's in artifact mode).
         scope = [req or next(iter(s.ready))] if self.opts.mode == ARTIFACT else sorted(s.registered)
-        fewest = why_not.fewest(ctx, job, scope, pow2=True)
+        fewest = why_not.fewest(ctx, job, scope, pow2=self.opts.mode != ARTIFACT)
         if oom := self._out_of_memory(job, s, fewest, scope=scope):
             return True, oom
         over = why_not.fewest_text(s, fewest)
