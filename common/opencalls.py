@@ -45,7 +45,8 @@ class OpenCallBounds:
 
 
 def peer_host(peer: str) -> str:
-    """`ipv4:10.0.0.5:41234` -> `ipv4:10.0.0.5`, `ipv6:[::1]:5` -> `ipv6:[::1]`; a unix socket as is."""
+    """`ipv4:10.0.0.5:41234` -> `ipv4:10.0.0.5`, `ipv6:%5B::1%5D:5` -> `ipv6:%5B::1%5D` (grpcio's
+    escaped brackets; plain ones alike); a unix socket as is."""
     kind, _, rest = peer.partition(":")
     if kind in ("ipv4", "ipv6") and ":" in rest:
         return f"{kind}:{rest.rpartition(':')[0]}"

@@ -11,6 +11,7 @@ from tessera.common.opencalls import OpenCallBounds, OpenCalls, peer_host
 @pytest.mark.parametrize(("peer", "host"), [
     ("ipv4:10.0.0.5:41234", "ipv4:10.0.0.5"),
     ("ipv6:[::1]:5", "ipv6:[::1]"),
+    ("ipv6:%5B::1%5D:41234", "ipv6:%5B::1%5D"),  # as grpcio 1.85 writes an IPv6 peer
     ("ipv6:[fe80::1%eth0]:443", "ipv6:[fe80::1%eth0]"),
     ("unix:/run/tessera/agent.sock", "unix:/run/tessera/agent.sock"),
     ("", ""),
