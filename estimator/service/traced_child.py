@@ -99,13 +99,13 @@ class TracedRunner:
             self._lock.release()
 
     def _run(self, job: TracedJob, mode: str, cancel: threading.Event | None) -> MemoryBreakdown:
+        data: bytes | None = pickle.dumps(job)  # before the child exists: nothing to clean up if it fails
         deadline = time.monotonic() + self.budget_s
         # Its own session: the kill reaches whatever it started, and a signal meant for the daemon's
         # group is the daemon's to handle.
         proc = subprocess.Popen([sys.executable, "-P", "-m", MODULE, str(os.getpid())], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.last_pid = proc.pid
-        data: bytes | None = pickle.dumps(job)
         try:
             while True:
                 try:
