@@ -21,10 +21,11 @@ log = structlog.get_logger("controller")
 
 
 def seen(rec: JobRecord | None) -> Seen | None:
-    """What the ledger needs of a stored job: when it ended, whether it is pending."""
+    """What the ledger needs of a stored job: when it ended, whether it is pending, whether it succeeded."""
     if rec is None:
         return None
-    return Seen(rec.end_time if rec.state in TERMINAL else None, rec.state == common_pb2.JOB_STATE_PENDING)
+    return Seen(rec.end_time if rec.state in TERMINAL else None, rec.state == common_pb2.JOB_STATE_PENDING,
+                rec.state == common_pb2.JOB_STATE_SUCCEEDED)
 
 
 class ChurnGuard:

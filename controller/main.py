@@ -159,7 +159,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     churn = ChurnConfig()
     p.add_argument("--churn-limit", type=int, default=churn.limit, metavar="N",
                    help="churn guard (docs/tenants.md): a tenant with N guaranteed jobs that preempted others and "
-                        "ended within --churn-quick of their start, within --churn-window, may not preempt for "
+                        "were cancelled or failed within --churn-quick of their start, within --churn-window, may not preempt for "
                         "--churn-cooloff (default 3; 0 = off)")
     p.add_argument("--churn-window", type=float, default=churn.window_s, metavar="SECONDS",
                    help="churn guard: the window its events are counted in (default 3600)")

@@ -12,8 +12,12 @@ let it fail or finish) right after, and again, for ever.
   in the same round is no preemptor. A later START of the same job while it is tracked moves its
   start (the round that preempted may have found the victim's GPUs still held, and the job
   starts the round after).
-- A **churn event**: a preemptor job ended (cancelled, failed, succeeded) within `quick_s` of its
-  last start; its time is the job's end.
+- A **churn event**: a preemptor job was cancelled or failed within `quick_s` of its last start;
+  its time is the job's end. One that succeeded did the work it was submitted for: a tenant's
+  short guaranteed jobs (an evaluation of a few minutes) use its quota as designed, and nothing
+  tells them from churn by their shape (a review cooled off a tenant whose short jobs reclaimed
+  its own quota from a borrower), so they are not counted. The hole that leaves: a tenant that
+  submits jobs of a few iterations each, which succeed, is not held back (docs/tenants.md).
 - **Cooling off**: when T has at least `limit` events within `window_s` (up to its latest one), T
   cools off until `cooloff_s` after that event. Its PENDING guaranteed jobs are then shown to the
   policy as best-effort (no promise): they may start on free GPUs, preemptible, and stay
@@ -72,10 +76,12 @@ class Cooling:
 
 @dataclass(frozen=True)
 class Seen:
-    """What became of a tracked job, as stored: `ended_at` (None = not ended), `pending` (PENDING)."""
+    """What became of a tracked job, as stored: `ended_at` (None = not ended), `pending` (PENDING),
+    `succeeded` (it ended having done its iterations: no churn, see the module's text)."""
 
     ended_at: float | None = None
     pending: bool = False
+    succeeded: bool = False
 
 
 @dataclass
@@ -122,7 +128,7 @@ class Ledger:
         no longer able to end quickly are forgotten, and so are old events and past cool-offs."""
         for job_id in list(self.starts):
             s = seen.get(job_id)
-            if s is None:
+            if s is None or (s.ended_at is not None and s.succeeded):  # gone, or its work done: no churn
                 self.starts.pop(job_id)
             elif s.ended_at is not None:
                 self.ended(job_id, s.ended_at)
@@ -151,7 +157,7 @@ def note(c: Cooling, cfg: ChurnConfig) -> str:
     until = utc_text(c.until) or f"{c.until:.0f}"
     last = utc_text(c.last) or f"{c.last:.0f}"
     return (f"guaranteed, but tenant {c.tenant} may not preempt until {until}: {c.events} of its guaranteed "
-            f"jobs that preempted others ended within {format_duration(cfg.quick_s)} of their start in the "
+            f"jobs that preempted others were cancelled or failed within {format_duration(cfg.quick_s)} of their start in the "
             f"{format_duration(cfg.window_s)} up to {last} (churn guard)")
 
 

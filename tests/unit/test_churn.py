@@ -84,12 +84,13 @@ def test_the_window_slides_then_the_tenant_cools_off_and_recovers() -> None:
 
 def test_observe_counts_ends_and_forgets_what_cannot_end_quickly() -> None:
     ledger = Ledger(ChurnConfig())
-    for j in ("cancelled", "gone", "long", "young"):
+    for j in ("cancelled", "done", "gone", "long", "young"):
         ledger.started(j, "team-b", 0.0, preempting=True)
     ledger.demoted |= {"d-running", "d-pending", "d-ended"}
-    ledger.observe({"cancelled": Seen(ended_at=30.0), "gone": None, "long": Seen(), "young": Seen(),
-                    "d-running": Seen(), "d-pending": Seen(pending=True), "d-ended": Seen(ended_at=5.0)}, 601.0)
-    assert ledger.events == {"team-b": [30.0]}
+    ledger.observe({"cancelled": Seen(ended_at=30.0), "done": Seen(ended_at=40.0, succeeded=True), "gone": None,
+                    "long": Seen(), "young": Seen(), "d-running": Seen(), "d-pending": Seen(pending=True),
+                    "d-ended": Seen(ended_at=5.0)}, 601.0)
+    assert ledger.events == {"team-b": [30.0]}  # "done" succeeded: its work, not churn
     assert set(ledger.starts) == set()  # long and young both started 601 s ago: past quick_s
     assert ledger.demoted == {"d-running"}  # best-effort until next pending
     ledger.started("young", "team-b", 600.0, preempting=True)
@@ -124,7 +125,7 @@ def test_a_cooling_tenants_pending_guaranteed_jobs_are_shown_as_best_effort() ->
         ("be", Priority.BEST_EFFORT, None)]
     assert shown.running == (run,)
     assert notes == {"gb": "guaranteed, but tenant team-b may not preempt until 1970-01-01T01:05:00Z: 3 of its "
-                           "guaranteed jobs that preempted others ended within 10m of their start in the 1h up "
+                           "guaranteed jobs that preempted others were cancelled or failed within 10m of their start in the 1h up "
                            "to 1970-01-01T00:05:00Z (churn guard)"}
     assert demote(Snapshot((), (mine,), now=400.0), ledger) == (Snapshot((), (mine,), now=400.0), {})  # no tenants
     assert demote(Snapshot((), (mine,), now=3900.0, tenants=TENANTS), ledger)[1] == {}  # recovered
