@@ -48,6 +48,10 @@ class ChurnGuard:
         snap, self._notes = demote(snap, self.ledger)
         return snap
 
-    def after_round(self, plan: RoundPlan, snap: Snapshot) -> RoundPlan:
-        """The round's starts recorded; the plan with the demoted jobs' reasons saying why."""
+    def after_round(self, plan: RoundPlan, snap: Snapshot, wake_at: Callable[[float], None]) -> RoundPlan:
+        """The round's starts recorded; the plan with the demoted jobs' reasons saying why. `wake_at`
+        gets each cool-off's end: a round then, not up to a round interval later, lets its tenant's
+        guaranteed jobs preempt again."""
+        for c in self.ledger.cooling_off.values():
+            wake_at(c.until)
         return after_round(self.ledger, plan, snap, self._notes)

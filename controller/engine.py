@@ -435,7 +435,7 @@ class Engine:
                 estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
                 plan = plan_round(snap, estimates, self.policy, rcfg)
                 self.admissions.record(plan.admitted, snap)
-                plan = self.churn.after_round(plan, snap)
+                plan = self.churn.after_round(plan, snap, self._live.wake_at)  # a cool-off's end asks a round
                 self._forecast(snap, estimates, rcfg)
             else:
                 plan = rounds.waiting_for_nodes(snap, self.policy.name)

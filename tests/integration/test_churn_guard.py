@@ -79,6 +79,8 @@ async def test_a_tenant_that_keeps_preempting_and_cancelling_cools_off(tmp_path:
 
     await h.round()
     assert h.state(be) == "RUNNING" and h.job(g).reason == why  # still cooling off
+    # Its end asks for a round (a heartbeat's liveness pass then kicks one), not a round interval later.
+    assert h.engine.churn.ledger.cooling_off["team-b"].until in h.engine._live.wakes
     for _ in range(60):  # the cool-off passes, the node's heartbeats coming in
         h.clock.advance(5)
         await h.heartbeat("a")
