@@ -50,3 +50,12 @@ def test_json_times_are_rfc3339() -> None:
     d = output.to_dict(job)
     assert d["forecast"]["start_time"] == "2026-11-26T10:42:00Z"
     assert d["forecast"]["start_low"] == "2026-11-26T10:38:00Z" and d["forecast"]["made_at"] == "2026-11-26T10:00:00Z"
+
+
+def test_an_end_already_past_says_the_job_outran_its_forecast() -> None:
+    # A live audit read "Forecast: ends ~00:50" at 00:51 for a running job slower than its estimate.
+    job = C.Job(id="j4", state=P.JOB_STATE_RUNNING,
+                forecast=C.Forecast(end_time=at(9, 50), made_at=at(9, 45)))
+    assert forecast_text(job, NOW) == "ends ~09:50, overdue (forecast of 09:45)"
+    assert forecast_text(C.Job(id="j5", state=P.JOB_STATE_RUNNING, forecast=C.Forecast(end_time=at(9, 50))),
+                         NOW) == "ends ~09:50, overdue"
