@@ -596,5 +596,5 @@ class Guard:
 
     def _no_room(self, job: JobView, charge: Charge) -> str:
         return (f"waiting: {self._tag(job)} within quota, needs {charge.gpus} x {charge.gpu_type} on the fewest "
-                f"nodes as fast as its promise; the free GPUs and the best-effort work on {charge.gpu_type} "
-                f"are not enough (other GPUs are held by guaranteed jobs or unavailable)")
+                f"nodes as fast as its promise; the free GPUs and the best-effort work on {charge.gpu_type} are "
+                f"not enough (others are held by guaranteed jobs, by jobs checkpointing to stop, or unavailable)")
