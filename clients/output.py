@@ -100,7 +100,7 @@ _TIME_FIELDS = frozenset({"last_heartbeat", "unhealthy_until", "start_low", "sta
                           "made_at"})
 # Points in time of other messages, named one by one (an SLO's `deadline` is a wall time, its
 # `iterations_within_seconds` a duration).
-_TIME_OF = frozenset({("ListTenantsResponse", "loaded_at"), ("Slo", "deadline")})
+_TIME_OF = frozenset({("ListTenantsResponse", "loaded_at"), ("Tenant", "no_preempt_until"), ("Slo", "deadline")})
 _DOUBLE = 1  # FieldDescriptor.TYPE_DOUBLE
 
 

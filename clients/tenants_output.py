@@ -18,12 +18,13 @@ def gpus_text(pairs: Sequence[controller_pb2.TypeGpus]) -> str:
 
 
 def tenants_table(resp: controller_pb2.ListTenantsResponse) -> str:
-    """The tenants, then where the quotas come from and the warnings (over the cluster, a refused
-    reload), one per line."""
+    """The tenants, the tenants the churn guard keeps from preempting and why, then where the quotas
+    come from and the warnings (over the cluster, a refused reload), one per line."""
     rows = [[t.name, gpus_text(t.quota), gpus_text(t.guaranteed_in_use), gpus_text(t.borrowed),
              str(t.jobs_running), str(t.jobs_pending), f"{t.max_unended_jobs:,}" if t.max_unended_jobs else NONE]
             for t in resp.tenants]
     lines = [table(TENANT_COLUMNS, rows)] if rows else []
+    lines += [f"churn guard: {safe(t.no_preempt_reason)}" for t in resp.tenants if t.no_preempt_reason]
     if not resp.file:
         lines.append("no tenants file (--tenants): no quotas, every job is best-effort")
     lines += [f"warning: {safe(w)}" for w in resp.warnings]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import structlog
 
-from tessera.controller.core.churn import ChurnConfig, Ledger, Seen, after_round, demote
+from tessera.controller.core.churn import ChurnConfig, Ledger, Seen, after_round, demote, note
 from tessera.controller.core.snapshot import RoundPlan, Snapshot
 from tessera.controller.store import TERMINAL, JobRecord
 from tessera.v1 import common_pb2
@@ -55,3 +55,8 @@ class ChurnGuard:
         for c in self.ledger.cooling_off.values():
             wake_at(c.until)
         return after_round(self.ledger, plan, snap, self._notes)
+
+    def cooling(self, tenant: str, now: float) -> tuple[float, str]:
+        """Until when the tenant may not preempt, and why (ListTenants); (0.0, "") when it may."""
+        c = self.ledger.cooling(tenant, now)
+        return (c.until, note(c, self.ledger.cfg)) if c is not None else (0.0, "")

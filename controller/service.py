@@ -243,6 +243,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         waiting = (P.JOB_STATE_PENDING,)
         pending = {only: self.view.count_jobs(waiting, only)} if only else self.view.count_jobs_by_tenant(waiting)
         rows = tenant_rows(src.config, self.view.jobs(ACTIVE, only), only, cap, pending)
+        for row in rows:  # the churn guard's cool-offs (in the engine's memory)
+            row.no_preempt_until, row.no_preempt_reason = self.engine.churn.cooling(row.name, self.engine.wall())
         registered: dict[str, int] = {}
         for nid in self.view.node_ids():
             for g in self.view.node(nid).inventory.gpus:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tessera.clients.output import rfc3339
+from tessera.clients.tenants_output import tenants_json, tenants_table
 from tessera.controller.core.churn import ChurnConfig
 from tessera.controller.engine import EngineConfig
 from tessera.controller.store import SqliteStore
 from tessera.v1 import common_pb2 as P
+from tests.integration.test_tenants_reads import tenants_api
 from tests.unit.test_engine import Harness, run_to_running, tiny
 
 
@@ -79,6 +82,15 @@ async def test_a_tenant_that_keeps_preempting_and_cancelling_cools_off(tmp_path:
 
     await h.round()
     assert h.state(be) == "RUNNING" and h.job(g).reason == why  # still cooling off
+    async with tenants_api(h, tmp_path) as tenants:  # `tessctl get tenants` says so too
+        shown = await tenants("admin")
+    rows = {t.name: t for t in shown.tenants}
+    until = h.engine.churn.ledger.cooling_off["team-b"].until
+    assert (rows["team-b"].no_preempt_until, rows["team-a"].no_preempt_until) == (until, 0.0)
+    assert why.startswith(rows["team-b"].no_preempt_reason) and "churn guard" in rows["team-b"].no_preempt_reason
+    assert f"churn guard: {rows['team-b'].no_preempt_reason}" in tenants_table(shown).splitlines()
+    as_json = {t["name"]: t for t in tenants_json(shown)["tenants"]}
+    assert as_json["team-b"]["no_preempt_until"] == rfc3339(until) and as_json["team-a"].get("no_preempt_until") is None
     # Its end asks for a round (a heartbeat's liveness pass then kicks one), not a round interval later.
     assert h.engine.churn.ledger.cooling_off["team-b"].until in h.engine._live.wakes
     for _ in range(60):  # the cool-off passes, the node's heartbeats coming in

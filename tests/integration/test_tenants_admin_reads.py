@@ -10,21 +10,13 @@ gets its row, default (in the file) has none."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from pathlib import Path
 
-from tessera.clients.sdk import Client
-from tessera.common import rpc
-from tessera.common.identity import CONTROLLER
-from tessera.common.localcluster import local_tokens, tls_config
-from tessera.controller.auth import AuthInterceptor, TokenAuthenticator
-from tessera.controller.service import ControllerService, translate
 from tessera.controller.store import ACTIVE, JobRecord, SqliteStore
 from tessera.controller.tenants import tenant_rows
 from tessera.v1 import common_pb2 as P
-from tessera.v1 import controller_pb2, controller_pb2_grpc
-from tests.integration.test_tenants_reads import Reads, engine_over, job
+from tests.integration.test_tenants_reads import Reads, engine_over, job, tenants_api
 from tests.unit.test_engine import Harness
 
 WAITING = 25  # team-z's pending jobs, large specs
@@ -71,23 +63,12 @@ async def cluster(tmp_path: Path) -> tuple[Harness, StateReads]:
 
 async def test_an_admins_get_tenants_reads_no_pending_job_and_its_rows_are_as_before(tmp_path: Path) -> None:
     h, store = await cluster(tmp_path)
-    tokens_file, tokens = local_tokens(tmp_path / "state")
-    server, port = rpc.aio_server(
-        "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(h.engine))],
-        interceptors=[AuthInterceptor(TokenAuthenticator(tokens_file))], name="controller", translate=translate(),
-        tls=tls_config(CONTROLLER), client_cert=False)
-    await server.start()
-
-    def call(who: str) -> controller_pb2.ListTenantsResponse:
-        with Client(f"127.0.0.1:{port}", token=tokens[who], timeout=30) as c:
-            return c.tenants()
-
-    try:
+    async with tenants_api(h, tmp_path) as tenants:
         everything = store.inner.list_jobs((P.JOB_STATE_PENDING, *ACTIVE))  # uncounted
         before = tenant_rows(h.engine.tenants.config, everything, "", h.engine.cfg.max_unended_jobs)
         store.records.clear()
         store.states.clear()
-        admin = await asyncio.to_thread(call, "admin")  # the server answers on this loop meanwhile
+        admin = await tenants("admin")
 
         assert list(admin.tenants) == before
         rows = {t.name: (t.jobs_running, t.jobs_pending) for t in admin.tenants}
@@ -96,8 +77,6 @@ async def test_an_admins_get_tenants_reads_no_pending_job_and_its_rows_are_as_be
         assert store.states[P.JOB_STATE_PENDING] == 0, "no pending record read"
         assert store.records == {"team-a": 2, "team-b": 1, "team-r": 1}, "the active jobs, nothing of team-z"
         assert store.counted == [frozenset({P.JOB_STATE_PENDING})]
-    finally:
-        await rpc.stop_server(server, grace=0)
         store.inner.close()
 
 

@@ -10,8 +10,9 @@ The callers are localcluster's: admin (tenant default), alice (team-a), bob (tea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ from tessera.v1 import common_pb2 as P
 from tessera.v1 import controller_pb2, controller_pb2_grpc
 from tests.unit.test_engine import Harness, tiny
 
+ListTenants = controller_pb2.ListTenantsResponse
 TENANTS = "tenants:\n  default: {}\n  team-a:\n    quota: {A10: 4}\n  team-b: {}\n"
 CROWD = 60  # team-b's pending jobs, large specs
 
@@ -99,26 +101,37 @@ async def cluster(tmp_path: Path) -> tuple[Harness, Reads]:
     return h, store
 
 
-async def test_a_users_get_tenants_reads_only_its_own_active_jobs(tmp_path: Path) -> None:
-    h, store = await cluster(tmp_path)
+@contextlib.asynccontextmanager
+async def tenants_api(h: Harness, tmp_path: Path) -> AsyncIterator[Callable[[str], Awaitable[ListTenants]]]:
+    """The engine's Controller API over real gRPC on loopback (TLS, tokens of local_tokens): yields
+    `tenants(who)`, ListTenants as that user, answered by the server on this loop meanwhile."""
     tokens_file, tokens = local_tokens(tmp_path / "state")
-    svc = ControllerService(h.engine)
     server, port = rpc.aio_server(
-        "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, svc)],
+        "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(h.engine))],
         interceptors=[AuthInterceptor(TokenAuthenticator(tokens_file))], name="controller", translate=translate(),
         tls=tls_config(CONTROLLER), client_cert=False)
     await server.start()
 
-    async def tenants(who: str) -> tuple[controller_pb2.ListTenantsResponse, Counter[str]]:
-        def call() -> controller_pb2.ListTenantsResponse:
+    async def tenants(who: str) -> ListTenants:
+        def call() -> ListTenants:
             with Client(f"127.0.0.1:{port}", token=tokens[who], timeout=30) as c:
                 return c.tenants()
 
-        store.records.clear()
-        resp = await asyncio.to_thread(call)  # the server answers on this loop meanwhile
-        return resp, Counter(store.records)
+        return await asyncio.to_thread(call)
 
     try:
+        yield tenants
+    finally:
+        await rpc.stop_server(server, grace=0)
+
+
+async def test_a_users_get_tenants_reads_only_its_own_active_jobs(tmp_path: Path) -> None:
+    h, store = await cluster(tmp_path)
+    async with tenants_api(h, tmp_path) as ask:
+        async def tenants(who: str) -> tuple[ListTenants, Counter[str]]:
+            store.records.clear()
+            return await ask(who), Counter(store.records)
+
         config = h.engine.tenants.config
         everything = store.inner.list_jobs((P.JOB_STATE_PENDING, *ACTIVE))  # uncounted
         cap = h.engine.cfg.max_unended_jobs
@@ -143,6 +156,4 @@ async def test_a_users_get_tenants_reads_only_its_own_active_jobs(tmp_path: Path
                                                                                              "team-b"]
         assert list(alice.tenants) == [t for t in admin.tenants if t.name == "team-a"]
         assert list(bob.tenants) == [t for t in admin.tenants if t.name == "team-b"]
-    finally:
-        await rpc.stop_server(server, grace=0)
-        store.inner.close()
+    store.inner.close()

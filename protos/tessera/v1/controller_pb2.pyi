@@ -312,7 +312,7 @@ class TypeGpus(_message.Message):
     def __init__(self, gpu_type: _Optional[str] = ..., gpus: _Optional[int] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "quota", "guaranteed_in_use", "borrowed", "jobs_running", "jobs_pending", "max_unended_jobs")
+    __slots__ = ("name", "quota", "guaranteed_in_use", "borrowed", "jobs_running", "jobs_pending", "max_unended_jobs", "no_preempt_until", "no_preempt_reason")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUOTA_FIELD_NUMBER: _ClassVar[int]
     GUARANTEED_IN_USE_FIELD_NUMBER: _ClassVar[int]
@@ -320,6 +320,8 @@ class Tenant(_message.Message):
     JOBS_RUNNING_FIELD_NUMBER: _ClassVar[int]
     JOBS_PENDING_FIELD_NUMBER: _ClassVar[int]
     MAX_UNENDED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    NO_PREEMPT_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    NO_PREEMPT_REASON_FIELD_NUMBER: _ClassVar[int]
     name: str
     quota: _containers.RepeatedCompositeFieldContainer[TypeGpus]
     guaranteed_in_use: _containers.RepeatedCompositeFieldContainer[TypeGpus]
@@ -327,7 +329,9 @@ class Tenant(_message.Message):
     jobs_running: int
     jobs_pending: int
     max_unended_jobs: int
-    def __init__(self, name: _Optional[str] = ..., quota: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., guaranteed_in_use: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., borrowed: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., jobs_running: _Optional[int] = ..., jobs_pending: _Optional[int] = ..., max_unended_jobs: _Optional[int] = ...) -> None: ...
+    no_preempt_until: float
+    no_preempt_reason: str
+    def __init__(self, name: _Optional[str] = ..., quota: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., guaranteed_in_use: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., borrowed: _Optional[_Iterable[_Union[TypeGpus, _Mapping]]] = ..., jobs_running: _Optional[int] = ..., jobs_pending: _Optional[int] = ..., max_unended_jobs: _Optional[int] = ..., no_preempt_until: _Optional[float] = ..., no_preempt_reason: _Optional[str] = ...) -> None: ...
 
 class ListTenantsResponse(_message.Message):
     __slots__ = ("tenants", "file", "loaded_at", "warnings")
