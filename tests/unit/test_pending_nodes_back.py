@@ -11,7 +11,7 @@ import pytest
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.policies import make_policy
 from tessera.controller.core.policy import Estimates, plan_round
-from tessera.controller.core.snapshot import Action, Decision, JobView, NodeView, PendingKind, Snapshot
+from tessera.controller.core.snapshot import Action, Cell, Decision, JobView, NodeView, PendingKind, Snapshot
 from tessera.estimator.models import REGISTERED, ModelDims
 from tests.unit.test_pending_reasons_crius import node, registered
 
@@ -34,6 +34,17 @@ def decide(policy: str, ready: tuple[NodeView, ...], reg: tuple[NodeView, ...], 
     return d
 
 
+def waits_then_starts(policy: str, ready: tuple[NodeView, ...], reg: tuple[NodeView, ...], j: JobView,
+                      reason: str, mode: str = "paper") -> Cell:
+    """`j` waits for nodes with `reason` while only `ready` are READY, and starts once every node of
+    `reg` is: the Cell it starts on."""
+    d = decide(policy, ready, reg, j, mode)
+    assert (d.action, d.pending, d.reason) == (Action.PENDING, NO_ROOM, reason)
+    up = decide(policy, reg, reg, j, mode)
+    assert up.action == Action.START and up.cell is not None
+    return up.cell
+
+
 def test_crius_a_hint_whose_cells_never_fit_in_memory_fits_nowhere_with_no_ready_node() -> None:
     # Hint 4: Cells of 2, 4 and 8 GPUs; it fits in memory on 16 only. Was "waiting for nodes: no READY
     # node (registered: 16 x A100-80GB)": 16 fit the registered GPUs, but no Cell of the job has 16.
@@ -50,12 +61,10 @@ def test_crius_a_hint_whose_cells_never_fit_in_memory_fits_nowhere_with_no_ready
 def test_crius_a_cell_only_the_registered_gpus_hold_waits_for_nodes() -> None:
     # Hint 4: Cells 2 and 4 x A100 on the READY node (out of memory), 8 x A100 once b is back. Was
     # "fits nowhere: no feasible Cell among 2 x A100-80GB, 4 x A100-80GB (out of memory ...)".
-    d = decide("crius", (A,), (A, B), job("k8", 4))
-    assert d.pending is NO_ROOM
-    assert d.reason == ("crius: waiting for nodes: no Cell on the READY nodes (2 x A100-80GB, 4 x A100-80GB); it "
-                        "fits in memory on 8 x A100-80GB (registered: 8 x A100-80GB; READY: 4 x A100-80GB)")
-    up = decide("crius", (A, B), (A, B), job("k8", 4))
-    assert up.action == Action.START and up.cell is not None and up.cell.gpus == 8
+    cell = waits_then_starts("crius", (A,), (A, B), job("k8", 4), (
+        "crius: waiting for nodes: no Cell on the READY nodes (2 x A100-80GB, 4 x A100-80GB); it fits in memory "
+        "on 8 x A100-80GB (registered: 8 x A100-80GB; READY: 4 x A100-80GB)"))
+    assert cell.gpus == 8
     # Nothing registered holds 8: it fits nowhere, as before.
     assert decide("crius", (A,), (A,), job("k8", 4)).pending is NOWHERE
 
@@ -86,18 +95,15 @@ def test_crius_ddl_does_not_drop_a_job_that_a_node_down_would_run() -> None:
 def test_fcfs_a_job_that_fits_only_a_type_whose_nodes_are_down_waits_for_nodes(mode: str) -> None:
     # Was "fcfs: fits nowhere: it does not fit in memory on 1 x A100-80GB, nor on any other count of
     # A100-80GB" (paper) and "fcfs: dropped: ... infeasible even with the best locality" (artifact).
-    d = decide("fcfs", (A,), (A, V), job("v", 1), mode)
-    assert d.action == Action.PENDING and d.pending is NO_ROOM
-    assert d.reason == ("fcfs: waiting for nodes: it does not fit in memory on 1 x A100-80GB, nor on any other count "
-                        "of A100-80GB; it fits in memory on 1 x V100-32GB (registered: 4 x A100-80GB, 4 x V100-32GB; "
-                        "READY: 0 x V100-32GB)")
+    cell = waits_then_starts("fcfs", (A,), (A, V), job("v", 1), (
+        "fcfs: waiting for nodes: it does not fit in memory on 1 x A100-80GB, nor on any other count of A100-80GB; "
+        "it fits in memory on 1 x V100-32GB (registered: 4 x A100-80GB, 4 x V100-32GB; READY: 0 x V100-32GB)"), mode)
+    assert cell.gpu_type == V100
     d = decide("fcfs", (A,), (A, V), job("v"), mode)  # no count: the fewest it fits on
     assert d.pending is NO_ROOM and d.reason == (
         "fcfs: waiting for nodes: no count of A100-80GB GPUs fits it (out of memory or not covered by the "
         "estimates); it fits in memory on 1 x V100-32GB (registered: 4 x A100-80GB, 4 x V100-32GB; READY: "
         "0 x V100-32GB)")
-    up = decide("fcfs", (A, V), (A, V), job("v", 1), mode)
-    assert up.action == Action.START and up.cell is not None and up.cell.gpu_type == V100
     d = decide("fcfs", (A,), (A,), job("v", 1), mode)  # nothing registered runs it
     assert d.action == Action.DROP if mode == "artifact" else d.pending is NOWHERE
 

@@ -15,11 +15,32 @@ from tessera.controller.core.opaque import OpaqueAware
 from tessera.controller.core.policies import make_policy
 from tessera.controller.core.policy import plan_round
 from tessera.controller.core.snapshot import Action, JobView, Snapshot
-from tests.unit.test_pending_nodes_back import A100, NO_ROOM, NOWHERE, V100, A, B, M, V, decide, job
+from tests.unit.test_pending_nodes_back import (
+    A100,
+    NO_ROOM,
+    NOWHERE,
+    V100,
+    A,
+    B,
+    M,
+    V,
+    decide,
+    job,
+    waits_then_starts,
+)
 from tests.unit.test_pending_reasons_crius import registered
 
 REG = "registered: 4 x A100-80GB, 4 x V100-32GB; READY: 0 x V100-32GB"
 ON_V = f"it fits in memory on 1 x V100-32GB or 2 x V100-32GB or 4 x V100-32GB ({REG})"
+
+
+def as_before(policy: str, mode: str, nowhere: str) -> None:
+    """A 1-GPU V100 job on a cluster that registers no V100: dropped by the artifact, else `nowhere`."""
+    d = decide(policy, (A,), (A,), job("v", 1), mode)
+    if mode == "artifact":
+        assert d.action == Action.DROP and d.reason == f"{policy}: dropped: 1 GPUs of no type can run it"
+    else:
+        assert d.pending is NOWHERE and d.reason == nowhere
 
 
 @pytest.mark.parametrize("mode", ["paper", "artifact"])
@@ -27,63 +48,45 @@ ON_V = f"it fits in memory on 1 x V100-32GB or 2 x V100-32GB or 4 x V100-32GB ({
 def test_gavel_a_job_that_fits_only_a_type_whose_nodes_are_down_waits_for_nodes(mode: str, gpus: int) -> None:
     # Was "gavel: fits nowhere: no GPU type runs its request" (paper; a job without a count was
     # "gavel: waiting") and "gavel: dropped: 1 GPUs of no type can run it" (artifact).
-    d = decide("gavel", (A,), (A, V), job("v", gpus), mode)
-    assert d.action == Action.PENDING and d.pending is NO_ROOM
-    assert d.reason == ("gavel: waiting for nodes: no READY GPU type runs its request; it fits in memory on "
-                        f"1 x V100-32GB ({REG})")
-    up = decide("gavel", (A, V), (A, V), job("v", gpus), mode)
-    assert up.action == Action.START and up.cell is not None and (up.cell.gpu_type, up.cell.gpus) == (V100, 1)
-    d = decide("gavel", (A,), (A,), job("v", 1), mode)  # nothing registered runs it: as before
-    if mode == "artifact":
-        assert d.action == Action.DROP and d.reason == "gavel: dropped: 1 GPUs of no type can run it"
-    else:
-        assert d.pending is NOWHERE and d.reason == "gavel: fits nowhere: no GPU type runs its request"
+    cell = waits_then_starts("gavel", (A,), (A, V), job("v", gpus), (
+        f"gavel: waiting for nodes: no READY GPU type runs its request; it fits in memory on 1 x V100-32GB ({REG})"),
+        mode)
+    assert (cell.gpu_type, cell.gpus) == (V100, 1)
+    as_before("gavel", mode, "gavel: fits nowhere: no GPU type runs its request")
 
 
 def test_gavel_a_request_only_the_registered_gpus_of_its_type_hold_waits_for_nodes() -> None:
     # 8 x A100 asked, 4 READY, 8 registered: was "gavel: fits nowhere: no GPU type runs its request".
-    d = decide("gavel", (A,), (A, B), job("k8", 8))
-    assert d.pending is NO_ROOM
-    assert d.reason == ("gavel: waiting for nodes: no READY GPU type runs its request; it fits in memory on "
-                        "8 x A100-80GB (registered: 8 x A100-80GB; READY: 4 x A100-80GB)")
-    up = decide("gavel", (A, B), (A, B), job("k8", 8))
-    assert up.action == Action.START and up.cell is not None and (up.cell.gpu_type, up.cell.gpus) == (A100, 8)
+    cell = waits_then_starts("gavel", (A,), (A, B), job("k8", 8), (
+        "gavel: waiting for nodes: no READY GPU type runs its request; it fits in memory on 8 x A100-80GB "
+        "(registered: 8 x A100-80GB; READY: 4 x A100-80GB)"))
+    assert (cell.gpu_type, cell.gpus) == (A100, 8)
 
 
 @pytest.mark.parametrize("mode", ["paper", "artifact"])
 def test_sia_a_job_that_fits_only_a_type_whose_nodes_are_down_waits_for_nodes(mode: str) -> None:
     # Was "sia: fits nowhere: no configuration is feasible" (paper) and "sia: dropped: 1 GPUs of no
     # type can run it" (artifact).
-    d = decide("sia", (A,), (A, V), job("v", 1), mode)
-    assert d.action == Action.PENDING and d.pending is NO_ROOM
-    assert d.reason == f"sia: waiting for nodes: no configuration is feasible on the READY nodes; {ON_V}"
-    up = decide("sia", (A, V), (A, V), job("v", 1), mode)
-    assert up.action == Action.START and up.cell is not None and up.cell.gpu_type == V100
-    d = decide("sia", (A,), (A,), job("v", 1), mode)  # nothing registered runs it: as before
-    if mode == "artifact":
-        assert d.action == Action.DROP and d.reason == "sia: dropped: 1 GPUs of no type can run it"
-    else:
-        assert d.pending is NOWHERE and d.reason == "sia: fits nowhere: no configuration is feasible"
+    cell = waits_then_starts("sia", (A,), (A, V), job("v", 1),
+                             f"sia: waiting for nodes: no configuration is feasible on the READY nodes; {ON_V}", mode)
+    assert cell.gpu_type == V100
+    as_before("sia", mode, "sia: fits nowhere: no configuration is feasible")
 
 
 def test_sia_paper_counts_the_configurations_of_the_registered_gpus() -> None:
     # Sia's configurations of A100 with one 4-GPU node READY are 1, 2 and 4; with both back, 8 too.
-    d = decide("sia", (A,), (A, B), job("k8"))
-    assert d.pending is NO_ROOM
-    assert d.reason == ("sia: waiting for nodes: no configuration is feasible on the READY nodes; it fits in "
-                        "memory on 8 x A100-80GB (registered: 8 x A100-80GB; READY: 4 x A100-80GB)")
-    up = decide("sia", (A, B), (A, B), job("k8"))
-    assert up.action == Action.START and up.cell is not None and (up.cell.gpu_type, up.cell.gpus) == (A100, 8)
+    cell = waits_then_starts("sia", (A,), (A, B), job("k8"), (
+        "sia: waiting for nodes: no configuration is feasible on the READY nodes; it fits in memory on "
+        "8 x A100-80GB (registered: 8 x A100-80GB; READY: 4 x A100-80GB)"))
+    assert (cell.gpu_type, cell.gpus) == (A100, 8)
 
 
 @pytest.mark.parametrize("mode", ["paper", "artifact"])  # one algorithm, the mode recorded only
 def test_morphling_a_job_that_fits_only_a_type_whose_nodes_are_down_waits_for_nodes(mode: str) -> None:
     # Was "morphling: fits nowhere: no plan of this job runs on any GPU count of this cluster".
-    d = decide("morphling", (A,), (A, V), job("v"), mode)
-    assert d.action == Action.PENDING and d.pending is NO_ROOM
-    assert d.reason == f"morphling: waiting for nodes: no plan of this job runs on the READY nodes; {ON_V}"
-    up = decide("morphling", (A, V), (A, V), job("v"), mode)
-    assert up.action == Action.START and up.cell is not None and up.cell.gpu_type == V100
+    cell = waits_then_starts("morphling", (A,), (A, V), job("v"),
+                             f"morphling: waiting for nodes: no plan of this job runs on the READY nodes; {ON_V}", mode)
+    assert cell.gpu_type == V100
     d = decide("morphling", (A,), (A,), job("v"), mode)  # nothing registered runs it: as before
     assert d.pending is NOWHERE
     assert d.reason == "morphling: fits nowhere: no plan of this job runs on any GPU count of this cluster"
