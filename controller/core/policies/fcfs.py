@@ -134,7 +134,8 @@ class FcfsPolicy:
         if nowhere and back:  # nodes coming back would run it
             nowhere, why = False, f"{why}; {back}"
         elif not nowhere and not job.opaque and not back:  # nor would they: no Cell covers its count
-            asked = " or ".join(f"{n} x {t}" for t, n in _asks(b.ctx, job, why_not.round_supply(b.ctx, job)) if n)
+            asks = why_not.asks(b.ctx, job, why_not.round_supply(b.ctx, job))
+            asked = " or ".join(f"{n} x {t}" for t, n in asks if n)
             nowhere, why = True, f"{why}; the estimates have no Cell of {asked or 'it'} on the registered nodes"
         if nowhere:
             b.pend(job, PendingKind.FITS_NOWHERE, f"fcfs: fits nowhere: {why}")
@@ -194,15 +195,8 @@ def waits_for(ctx: RoundContext, job: JobView) -> str:
     if job.opaque:
         return ""
     s = why_not.round_supply(ctx, job)
-    back = why_not.if_back(ctx, job, s, _asks(ctx, job, s))
+    back = why_not.if_back(ctx, job, s, why_not.asks(ctx, job, s))
     return why_not.back_text(ctx, s, back) if back else ""
-
-
-def _asks(ctx: RoundContext, job: JobView, s: why_not.Supply) -> list[tuple[str, int]]:
-    """What the job asks for with every registered node back (as `requested` asks, on the registered
-    types): its count (the fewest it fits on without one) of each allowed type, or of the one it names."""
-    types = [job.gpu_type_hint] if job.gpu_type_hint in s.registered else sorted(s.registered)
-    return [(t, job.gpus_hint or min(ctx.gpu_counts(job, t), default=0)) for t in types]
 
 
 def _never_fits(ctx: RoundContext, job: JobView, s: why_not.Supply) -> str:

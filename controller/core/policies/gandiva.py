@@ -141,9 +141,7 @@ class _Gandiva:
         ctx = self.ctx
         s = why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()})
         # Paper mode is heterogeneity-blind (`find` places on any type it may use); the artifact keeps the named one.
-        types = [job.gpu_type_hint] if self.art and job.gpu_type_hint in s.registered else sorted(s.registered)
-        asks = [(t, job.gpus_hint or min(ctx.gpu_counts(job, t), default=0)) for t in types]
-        back = why_not.if_back(ctx, job, s, asks)
+        back = why_not.if_back(ctx, job, s, why_not.asks(ctx, job, s, named=self.art))
         return why_not.back_text(ctx, s, back) if back else ""
 
     def find(self, job: JobView, t: str, n: int) -> tuple[tuple[Slice, ...] | None, str]:

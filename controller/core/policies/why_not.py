@@ -159,6 +159,14 @@ def if_back(ctx: RoundContext, job: JobView, s: Supply, choices: Iterable[tuple[
                    and covers(ctx, job, t, n)})
 
 
+def asks(ctx: RoundContext, job: JobView, s: Supply, named: bool = True) -> list[tuple[str, int]]:
+    """What the job asks for with every registered node READY, as a request-as-is policy (fcfs,
+    gandiva) asks: its count (the fewest it fits on without one) of the type it names when that type
+    is registered and `named`, else of each registered type it may use."""
+    types = [job.gpu_type_hint] if named and job.gpu_type_hint in s.registered else sorted(s.registered)
+    return [(t, job.gpus_hint or min(ctx.gpu_counts(job, t), default=0)) for t in types]
+
+
 def covers(ctx: RoundContext, job: JobView, gpu_type: str, n: int) -> bool:
     """Whether a Cell of the job runs `n` GPUs of the type once registered nodes come back, judged as
     the policies judge one on READY nodes (`ctx.throughput` > 0 on an even layout, `ctx.ideal_nodes`).
