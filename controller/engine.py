@@ -407,7 +407,8 @@ class Engine:
         return stored
 
     def snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
-        """The round's input, and the PENDING jobs it lists by id."""
+        """The round's input, and the PENDING jobs it lists by id; reads only (the churn ledger is fed
+        by run_round, so a look at the snapshot changes no state)."""
         states = {node_id: self.view.node_state(node_id)[0] for node_id in self._live.records}
         now = self.wall()
         pending = [j for j in self.store.list_jobs(states=[P.JOB_STATE_PENDING])
@@ -419,7 +420,7 @@ class Engine:
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(),
                               ready, placed, self._live.progress, now,
                               dict(self.cfg.prices), config.tenants if config else (), holding=active)
-        return self.churn.apply(self.admissions.apply(snap), self.store.get_job), {j.id: j for j in pending}
+        return self.admissions.apply(snap), {j.id: j for j in pending}
 
     async def run_round(self) -> None:
         async with self._round_lock:
@@ -429,6 +430,7 @@ class Engine:
             self.tenants.warnings({m: n for m, (n, _, _) in pools.items()})
             await self._warm_estimates(list(pools))
             snap, pending = self.snapshot()
+            snap = self.churn.apply(snap, self.store.get_job)
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
                                time_budget_s=self.cfg.round_budget_s, clock=time.monotonic)
             if snap.cluster_gpus:

@@ -109,3 +109,23 @@ async def test_a_limit_of_0_lets_every_guaranteed_job_preempt(tmp_path: Path) ->
     be = await started_be(h)
     for i in range(4):
         await preempt_and_cancel(h, be, i)
+
+
+async def test_a_look_at_the_snapshot_feeds_no_churn_ledger(tmp_path: Path) -> None:
+    """Only a round observes the ledger: a look at `Engine.snapshot()` (tests and tools read it) once
+    counted the cancels it saw and cooled a tenant off with no round run."""
+    h = cluster(tmp_path, ChurnConfig(cooloff_s=300.0))
+    be = await started_be(h)
+    for i in range(2):
+        await preempt_and_cancel(h, be, i)
+    g = await h.submit(spec("g2", "team-b", guaranteed=True))
+    await h.round()
+    await h.heartbeat("a")
+    await h.round()
+    await run_to_running(h, g)
+    await h.engine.cancel(g)  # the third churn event, not yet seen by a round
+    h.engine.snapshot()
+    h.engine.snapshot()
+    assert h.engine.churn.ledger.cooling_off == {}
+    await h.round()
+    assert "team-b" in h.engine.churn.ledger.cooling_off
