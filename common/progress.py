@@ -6,7 +6,8 @@ divides by it or turns it into a date (tessctl's ETA divided by 1/inf, `describe
 time into an integer and stopped there). A NaN or infinite loss is kept: it says the run diverged.
 
 `checkpoint_iteration` is the last iteration with a complete checkpoint, -1 = none yet (the trainer
-SDK's default; the reference trainer checkpoints at the iteration it then reports). It is kept in
+SDK's default; the reference trainer checkpoints at the iteration it then reports); a report that
+leaves it unset (a client built without the SDK) has none, not one at iteration 0. It is kept in
 -1..iteration: a checkpoint newer than the work done does not exist, and the agent serves a pending
 checkpoint request on a newer one, so a rank that reported 2**62 cleared it without checkpointing.
 """
@@ -25,9 +26,10 @@ def sanitized(progress: common_pb2.Progress) -> common_pb2.Progress:
     """`progress` itself when it is sound, else a copy with its unusable fields cleared."""
     bad = [f for f in _NON_NEGATIVE if not 0.0 <= getattr(progress, f) < math.inf]
     iteration = max(0, progress.iteration)
-    checkpoint = min(max(NO_CHECKPOINT, progress.checkpoint_iteration), iteration)
+    said = progress.HasField("checkpoint_iteration")
+    checkpoint = min(max(NO_CHECKPOINT, progress.checkpoint_iteration), iteration) if said else NO_CHECKPOINT
     if (not bad and progress.iteration == iteration and progress.peak_memory_bytes >= 0
-            and progress.checkpoint_iteration == checkpoint):
+            and said and progress.checkpoint_iteration == checkpoint):
         return progress
     out = common_pb2.Progress()
     out.CopyFrom(progress)

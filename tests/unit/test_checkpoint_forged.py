@@ -1,5 +1,6 @@
 """A rank's checkpoint_iteration is its own number: kept in -1 (none yet)..iteration by
-common/progress.py, so a forged one cannot serve the agent's pending checkpoint request.
+common/progress.py, so a forged one cannot serve the agent's pending checkpoint request; a report
+that leaves it unset claims none.
 
 Before: the supervisor compared the raw report with the request's floor, and nothing bounded it, so
 any rank reporting checkpoint_iteration=2**62 cleared its job's request without checkpointing.
@@ -52,3 +53,15 @@ def test_a_forged_checkpoint_does_not_serve_a_pending_request(tmp_path: Path) ->
     assert sup.report_progress("job-1", 1, 0, None) == (True, False)
     # a real checkpoint past the floor (at the iteration reported) serves it
     assert sup.report_progress("job-1", 1, 0, P.Progress(iteration=6, checkpoint_iteration=6)) == (False, False)
+
+
+def test_a_report_that_does_not_say_claims_no_checkpoint(tmp_path: Path) -> None:
+    """Before: an unset field read as proto3's 0, i.e. a checkpoint at iteration 0, so the first
+    report of a client built without the SDK served a checkpoint request no rank had answered."""
+    assert sanitized(P.Progress(iteration=5)).checkpoint_iteration == -1
+    assert sanitized(P.Progress(iteration=5, checkpoint_iteration=0)).checkpoint_iteration == 0  # said: kept
+    sup = _running(tmp_path)
+    assert sup.request_checkpoint("job-1", 1)  # no rank has reported: the floor is -1
+    assert sup.report_progress("job-1", 1, 0, P.Progress(iteration=5)) == (True, False)  # before: (False, False)
+    assert sup.statuses()[0].progress.checkpoint_iteration == -1
+    assert sup.report_progress("job-1", 1, 0, P.Progress(iteration=5, checkpoint_iteration=0)) == (False, False)
