@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.policies import make_policy
-from tessera.controller.core.policy import CellEstimate, plan_round
+from tessera.controller.core.policy import CellEstimate, RoundConfig, plan_round
 from tessera.controller.core.snapshot import (
     Cell,
     Decision,
@@ -75,6 +75,17 @@ def test_elasticflow_paper_declines_a_job_no_data_parallel_share_can_run() -> No
     # The artifact's ElasticFlowSched lets it wait instead.
     art = by_id(plan_round(snap, est, make_policy("elasticflow-l", "artifact")).decisions)
     assert art["BIG"].action == "pending"
+
+
+def test_elasticflow_paper_keeps_shares_within_the_rounds_per_job_cap() -> None:
+    """Before: paper mode capped shares at the cluster's largest type only, so a lone job doubled to
+    8 GPUs where the round allows 4 per job."""
+    est = TableEstimates({("a", "X", n): 8.0 / n for n in (1, 2, 4, 8)})
+    snap = Snapshot((node("x", "X", 8),), (job("A", "a", 0, 1, "X"),), arrivals=("A",))
+    free = by_id(plan_round(snap, est, make_policy("elasticflow-l", "paper")).decisions)
+    assert free["A"].cell == Cell("X", 8)
+    capped = by_id(plan_round(snap, est, make_policy("elasticflow-l", "paper"), RoundConfig(max_gpus_per_job=4)).decisions)
+    assert capped["A"].action == "start" and capped["A"].cell == Cell("X", 4)
 
 
 def test_gandiva_grows_onto_idle_gpus_of_its_node_after_departures() -> None:

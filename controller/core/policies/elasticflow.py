@@ -77,9 +77,9 @@ class _EF:
         self.name = pol.name
         self._need: int | None = None
         # Shares are powers of two (buddy allocation). The artifact caps them at 16 GPUs; the paper
-        # at the cluster (the largest type here: a share runs on one type), so a job that needs more
-        # than 16 GPUs (LLaMA-30B on Morphling's cluster) has a share.
-        self.max_gpus = MAX_GPUS if self.art else max((self.ctx.total_gpus(t) for t in self.ctx.types()), default=0)
+        # at the round's per-job cap, else the cluster (the largest type here: a share runs on one
+        # type), so a job that needs more than 16 GPUs (LLaMA-30B on Morphling's cluster) has a share.
+        self.max_gpus = MAX_GPUS if self.art else self.ctx.max_gpus()
 
     # ------------------------------------------------------------------ shares
 
