@@ -9,7 +9,10 @@ server hold as much as they chose.
 
 So each server admits at most `max_unary` short calls (Check, GetVersion) and `max_streams` open
 streams (Watch, reflection) of the hooks at once, and at most `per_peer` of both from one host
-(the peer's address without its port). A call over a bound is RESOURCE_EXHAUSTED before its
+(the peer's address without its port). Callers on the server's own machine (loopback, a unix
+socket) have `local_reserve` more places of each kind beyond those bounds: a probe run by systemd or
+a local monitor still gets through while remote hosts hold every other place, which a few of them
+could do (4 hosts x 16). A call over a bound is RESOURCE_EXHAUSTED before its
 request is read (handlerwrap.read_after), and a call whose one request (Check, GetVersion, Watch) has not
 arrived within `read_within_s` is DEADLINE_EXCEEDED, so a caller that sends slowly frees its slot. The hooks are
 kept apart: a flood of open calls can make a health probe wait or fail, never an authenticated
@@ -19,6 +22,7 @@ count.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -42,6 +46,7 @@ class OpenCallBounds:
     max_streams: int = 64
     per_peer: int = 16
     read_within_s: float = 10.0
+    local_reserve: int = 8
 
 
 def peer_host(peer: str) -> str:
@@ -51,6 +56,23 @@ def peer_host(peer: str) -> str:
     if kind in ("ipv4", "ipv6") and ":" in rest:
         return f"{kind}:{rest.rpartition(':')[0]}"
     return peer
+
+
+def is_local(host: str) -> bool:
+    """Whether a peer host (peer_host's form) is this machine: a loopback address, an IPv4 one
+    mapped into IPv6 included, or a unix socket."""
+    kind, _, addr = host.partition(":")
+    if kind in ("unix", "unix-abstract"):
+        return True
+    if kind not in ("ipv4", "ipv6"):
+        return False
+    addr = addr.replace("%5B", "[").replace("%5D", "]").strip("[]").partition("%")[0]
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return False
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 class OpenCalls:
@@ -65,8 +87,10 @@ class OpenCalls:
     def take(self, host: str, stream: bool) -> None:
         """Count a call in; ResourceExhausted (nothing counted) when a bound is reached."""
         b = self.bounds
-        if (self.streams if stream else self.unary) >= (b.max_streams if stream else b.max_unary):
+        reserve = b.local_reserve if is_local(host) else 0
+        if (self.streams if stream else self.unary) >= (b.max_streams if stream else b.max_unary) + reserve:
             what = f"{b.max_streams} open streams" if stream else f"{b.max_unary} short calls"
+            what += f" (and {reserve} more for callers on its own machine)" if reserve else ""
             raise ResourceExhausted(f"this server is at its limit of {what} of health, reflection and Info at "
                                     "once; try again later (calls of the daemon's own services are not counted)")
         if self.by_peer[host] >= b.per_peer:
