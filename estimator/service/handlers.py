@@ -321,7 +321,7 @@ class Estimator:
     def __init__(self, memory_cache_size: int = 4096, cells_cache_size: int = 256, max_cell_configs: int = 16,
                  max_live_windows: int = 4096, state: EstimatorState | None = None,
                  max_fitted: int = MAX_FITTED, max_measured: int = MAX_MEASURED,
-                 traced_budget_s: float = TRACED_BUDGET_S) -> None:
+                 traced_budget_s: float = TRACED_BUDGET_S, traced_spare: bool = False) -> None:
         self._memory: _Lru[tuple[str, str, str, str], pb.MemoryBreakdown] = _Lru(memory_cache_size)
         self._cells: _Lru[bytes, pb.GetCellsResponse] = _Lru(cells_cache_size)
         # By (the controller's?, configuration): the controller's calls never wait on an estimator's
@@ -334,7 +334,7 @@ class Estimator:
         self._max_live = max_live_windows
         self._fits: _Lru[str, pb.FitPerformanceResponse] = _Lru(1024)
         self._lock = threading.Lock()
-        self._traced = TracedRunner(traced_budget_s)
+        self._traced = TracedRunner(traced_budget_s, spare=traced_spare)  # the service keeps a spare
         # What was learned before a restart (fitted models, measured Cells) comes back from `state`.
         self._learned = Learned(state, max_fitted, max_measured)
 
@@ -575,6 +575,9 @@ class Estimator:
                                           samples_used=len(live), source=f"fitted:{mode}:refit")
 
     # -- Health -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._traced.close()
 
     def health(self) -> pb.HealthResponse:
         with self._lock:

@@ -7,6 +7,7 @@ stdout stays empty; logs go to stderr (structlog: JSON when stderr is not a term
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import os
 from pathlib import Path
@@ -94,7 +95,7 @@ async def serve(args: argparse.Namespace) -> None:
         Path(args.state_dir).mkdir(parents=True, exist_ok=True)
         state = EstimatorState(Path(args.state_dir) / "estimator.db")
     estimator = Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache, state=state,
-                          traced_budget_s=args.traced_budget)
+                          traced_budget_s=args.traced_budget, traced_spare=True)
     service = EstimatorService(estimator)
     insecure = args.tls is None
     hooks = Hooks("tessera-estimator")  # the state is loaded: serving from the start
@@ -112,6 +113,7 @@ async def serve(args: argparse.Namespace) -> None:
     log.info("estimator_stopping")
     hooks.shutdown()
     await rpc.stop_server(server, grace=2.0)
+    await asyncio.to_thread(estimator.close)  # waits for a traced estimate the stop is ending
     if state is not None:
         state.close()
 
