@@ -71,7 +71,7 @@ def progress_text(job: controller_pb2.Job) -> str:
     if 0 < p.step_time_seconds < math.inf:  # the worker's own figure (common/progress.py)
         rate = 1.0 / p.step_time_seconds
         parts.append(f"{rate:.3g} it/s")
-        if total and p.iteration < total:
+        if total and p.iteration < total and job.state not in TERMINAL:  # an ended job has no ETA
             parts.append(f"ETA {format_duration(max(1.0, (total - p.iteration) / rate))}")
     return "  ".join(parts)
 
@@ -181,17 +181,20 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
     try:
         for update in updates(client, job_id, deadline):
             job = update.job
+            printer.progress(job)  # before the update's lines: the last report shows before SUCCEEDED
+            said = set()
             for e in update.events:
                 if e.seq <= seen_seq:
                     continue  # resent after a reopened stream
                 seen_seq = e.seq
                 if e.kind != "PROGRESS":
+                    said.add(e.kind)
                     printer.line(f"{time.strftime('%H:%M:%S', time.localtime(e.time))} {job_id} {e.kind}: {e.message}")
-            printer.progress(job)  # before the state: the last report shows before SUCCEEDED
             if job.state != state:
                 state = job.state
                 why = f": {job.reason}" if job.reason else ""
-                printer.line(f"{job_id} {state_name(state)}{why}")
+                if state_name(state) not in said:  # an event of this update said it, with its time
+                    printer.line(f"{job_id} {state_name(state)}{why}")
     except RpcError as exc:
         printer.close()
         if exc.code == "DEADLINE_EXCEEDED":

@@ -7,6 +7,7 @@ with 0."""
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,28 @@ def test_a_silent_controller_is_not_a_timeout_of_the_job(capsys: pytest.CaptureF
     fake = FakeClient(streams=[_then_fail([running], RpcError("DEADLINE_EXCEEDED", "Deadline Exceeded"))])
     assert waiting.follow_job(fake, "j-1", io.StringIO(), timeout=5) == 124  # type: ignore[arg-type]
     assert capsys.readouterr().err == "tessctl: timed out after 5s: job j-1 is RUNNING\n"
+
+
+def test_wait_prints_the_last_progress_then_the_end_once_and_no_eta_for_an_ended_job() -> None:
+    """Before: the update that ended the job printed its SUCCEEDED event, then the last progress,
+    then SUCCEEDED again from the state change; a cancelled job's last line had an ETA."""
+    when = 1_700_000_000.0
+    clock = time.strftime("%H:%M:%S", time.localtime(when))
+    spec = P.JobSpec(iterations=40)
+    progress = P.Progress(iteration=40, loss=1.0, step_time_seconds=0.04)
+    running = C.JobUpdate(job=C.Job(id="j-1", state=P.JOB_STATE_RUNNING, spec=spec))
+    done = C.JobUpdate(job=C.Job(id="j-1", state=P.JOB_STATE_SUCCEEDED, reason="all 2 ranks exited 0", spec=spec,
+                                 progress=progress),
+                       events=[P.JobEvent(seq=1, time=when, kind="SUCCEEDED", message="all 2 ranks exited 0")])
+    out = io.StringIO()
+    assert waiting.follow_job(FakeClient(streams=[[running, done]]), "j-1", out, timeout=5) == 0  # type: ignore[arg-type]
+    assert out.getvalue().splitlines() == ["j-1 RUNNING", "j-1 progress: 40/40 (100%)  loss 1  25 it/s",
+                                           f"{clock} j-1 SUCCEEDED: all 2 ranks exited 0"]
+    cancelled = C.Job(id="j-1", state=P.JOB_STATE_CANCELLED, spec=P.JobSpec(iterations=3000),
+                      progress=P.Progress(iteration=288, step_time_seconds=0.25))
+    assert waiting.progress_text(cancelled) == "288/3000 (10%)  4 it/s"
+    cancelled.state = P.JOB_STATE_RUNNING
+    assert waiting.progress_text(cancelled) == "288/3000 (10%)  4 it/s  ETA 11m18s"
 
 
 def _then_fail(updates: list[C.JobUpdate], exc: Exception) -> Iterator[C.JobUpdate]:
