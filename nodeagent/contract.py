@@ -25,9 +25,12 @@ JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 # Inherited from the agent's own environment but meaningless (or harmful) for a worker: a worker
-# must not ping the agent's systemd watchdog or claim its sockets.
+# must not ping the agent's systemd watchdog or claim its sockets, and the shell's PWD, OLDPWD and
+# `_` describe the agent's start (an audit saw a worker told PWD=/tmp/... while it ran in its
+# attempt folder).
 NOT_INHERITED: frozenset[str] = frozenset(
-    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
+    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES",
+     "PWD", "OLDPWD", "_"}
 )
 
 # The agent's own settings (TESSERA_TLS_DIR, TESSERA_CONTROLLER, a TESSERA_TOKEN an operator left in

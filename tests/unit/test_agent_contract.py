@@ -97,7 +97,8 @@ def test_worker_env_nvml_node() -> None:
         gpus=[[0, 1], [2, 3]], env={"MY_FLAG": "on"}, rendezvous="10.0.0.5:29400", world_size=4
     )
     base = {"PATH": "/usr/bin", "NOTIFY_SOCKET": "/run/systemd/notify", "RANK": "99", "WATCHDOG_USEC": "1",
-            "TESSERA_TLS_DIR": "/etc/tessera/tls", "TESSERA_TOKEN": "admin-secret"}
+            "TESSERA_TLS_DIR": "/etc/tessera/tls", "TESSERA_TOKEN": "admin-secret",
+            "PWD": "/tmp/where-the-agent-started", "OLDPWD": "/root", "_": "/usr/bin/nohup"}
     env = contract.worker_env(
         base,
         req,
@@ -109,6 +110,7 @@ def test_worker_env_nvml_node() -> None:
     )
     assert env["PATH"] == "/usr/bin" and env["MY_FLAG"] == "on"
     assert "NOTIFY_SOCKET" not in env and "WATCHDOG_USEC" not in env
+    assert not {"PWD", "OLDPWD", "_"} & env.keys()  # the agent shell's, wrong in the attempt folder
     assert "TESSERA_TLS_DIR" not in env and "TESSERA_TOKEN" not in env  # the agent's, not the worker's
     expected = {
         "TESSERA_JOB_ID": "job-1",
