@@ -430,12 +430,16 @@ def _one_line(text: str) -> str:
     return output.one_line(str(text))
 
 
-def _unreachable_message(exc: ControllerUnreachable) -> str:
+def _unreachable_message(exc: ControllerUnreachable, insecure: bool = False) -> str:
     if any(w in exc.message.lower() for w in ("handshake", "certificate", "ssl")):
         return (f"cannot reach controller at {exc.target} (TLS handshake failed: is --ca, or $TESSERA_CA, the CA "
                 "that signed its certificate, and does it name this host? --insecure for a plaintext controller)")
     cause = exc.message.rsplit(":", 1)[-1].strip(" []")
-    return f"cannot reach controller at {exc.target}" + (f" ({cause})" if cause else "")
+    message = f"cannot reach controller at {exc.target}" + (f" ({cause})" if cause else "")
+    if insecure and cause.lower() in ("socket closed", "connection reset by peer"):
+        # A TLS server closes a plaintext connection; gRPC says no more than that.
+        message += "; with --insecure tessctl speaks plaintext: a TLS controller closes the connection (drop --insecure)"
+    return message
 
 
 def _estimator_unreachable_message(exc: EstimatorUnreachable, args: argparse.Namespace) -> str:
@@ -483,7 +487,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except EstimatorUnreachable as exc:
         return _fail(_estimator_unreachable_message(exc, args))
     except ControllerUnreachable as exc:
-        return _fail(_unreachable_message(exc))
+        return _fail(_unreachable_message(exc, getattr(args, "insecure", False)))
     except RpcError as exc:
         return _fail(str(exc) + _retry_hint(exc))
     except InputFileError as exc:  # a job, cluster or inventory file: the message names file, line and field
