@@ -253,7 +253,7 @@ def no_layout_reason(job: JobView, gpus: int, gpu_type: str) -> str:
 
 def over_quota_reason(adm: Admission, job: JobView, p: Promise, types: Sequence[str],
                       need: Mapping[str, int] | None = None) -> str:
-    per = "; ".join(f"{t}: quota {adm.quota.get((job.tenant, t), 0)}, in use {adm.used.get((job.tenant, t), 0)}"
+    per = "; ".join(f"{t}: quota {adm.quota.get((job.tenant, t), 0)}, charged {adm.used.get((job.tenant, t), 0)}"
                     for t in types)
     what = f"{p.gpus} x {p.gpu_type}" if p.gpu_type else f"{p.gpus} GPUs"
     if need and all(need.get(t, p.gpus) > adm.quota.get((job.tenant, t), 0) for t in types):

@@ -127,5 +127,5 @@ def test_a_promise_over_the_whole_quota_says_it_waits_for_good() -> None:
     snap = Snapshot(nodes((), ()), (big,), now=10, tenants=(TenantQuota("A", (("X", 2),)),))
     why = admit(snap, RoundSizer(RoundContext(snap, EST, RoundConfig())), 1e9).over_quota["big"]
     assert why == ("waiting: over quota for good: this guaranteed job's promise needs 4 GPUs, more than tenant A's "
-                   "whole quota (X: quota 2, in use 0); it is admitted only if the tenants file raises the quota "
+                   "whole quota (X: quota 2, charged 0); it is admitted only if the tenants file raises the quota "
                    "again: cancel it, or resubmit it with a smaller promise or as best-effort")

@@ -167,12 +167,12 @@ def test_a_guaranteed_job_over_quota_waits_with_the_reason() -> None:
     # 4 GPUs are free, but A's guaranteed jobs use its whole quota: g2 waits, not run best-effort.
     assert d["g2"].action is Action.PENDING and d["g2"].pending is PendingKind.WAITING
     assert d["g2"].reason.startswith("waiting: over quota: tenant A's guaranteed jobs use its quota "
-                                     "(X: quota 4, in use 4); this guaranteed job's promise needs 2 GPUs")
+                                     "(X: quota 4, charged 4); this guaranteed job's promise needs 2 GPUs")
     assert plan.admitted == ("g1",)
     # A tenant with no quota at all: every guaranteed job of it waits.
     gb = job("gb", 0, 1, "B", guaranteed=True)
     d = by_id(Snapshot(busy_nodes(("x0", ())), (gb,), tenants=TENANTS))
-    assert d["gb"].action is Action.PENDING and "X: quota 0, in use 0" in d["gb"].reason
+    assert d["gb"].action is Action.PENDING and "X: quota 0, charged 0" in d["gb"].reason
 
 
 def test_an_unknown_tenant_is_best_effort() -> None:
@@ -302,7 +302,7 @@ def test_a_promise_without_a_type_counts_against_the_type_the_job_runs_on() -> N
     plan = plan_round(Snapshot(nodes, (g("g"), g("h")), tenants=tenants), est, make_policy("fcfs"))
     d = {x.job_id: x for x in plan.decisions}
     assert d["g"].cell == Cell("Y", 4) and d["h"].action is Action.PENDING
-    assert "X: quota 0, in use 0; Y: quota 4, in use 4" in d["h"].reason
+    assert "X: quota 0, charged 0; Y: quota 4, charged 4" in d["h"].reason
 
 
 def test_random_rounds_keep_every_admitted_promise_or_say_why() -> None:
