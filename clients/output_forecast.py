@@ -40,7 +40,7 @@ def forecast_text(job: controller_pb2.Job, now: float) -> str:
     if f.end_time > 0:
         parts.append("ends " + _span(f.end_time, f.end_low, f.end_high, now))
         if f.end_time < now:  # the job outran its forecast: say so rather than show a past end as news
-            parts.append(f"overdue (forecast of {clock(f.made_at, now)})" if f.made_at > 0 else "overdue")
+            parts.append(f"overdue (forecast made at {clock(f.made_at, now)})" if f.made_at > 0 else "overdue")
     text = ", ".join(parts)
     if f.note:
         text = f"{text}; {f.note}" if text else f.note

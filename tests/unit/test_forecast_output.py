@@ -56,6 +56,6 @@ def test_an_end_already_past_says_the_job_outran_its_forecast() -> None:
     # A live audit read "Forecast: ends ~00:50" at 00:51 for a running job slower than its estimate.
     job = C.Job(id="j4", state=P.JOB_STATE_RUNNING,
                 forecast=C.Forecast(end_time=at(9, 50), made_at=at(9, 45)))
-    assert forecast_text(job, NOW) == "ends ~09:50, overdue (forecast of 09:45)"
+    assert forecast_text(job, NOW) == "ends ~09:50, overdue (forecast made at 09:45)"
     assert forecast_text(C.Job(id="j5", state=P.JOB_STATE_RUNNING, forecast=C.Forecast(end_time=at(9, 50))),
                          NOW) == "ends ~09:50, overdue"
