@@ -24,9 +24,11 @@ def features(job: controller_pb2.Job) -> list[tuple[str, str]]:
             f"opaque: no model dims: runs its program on exactly {gpus} x {types}")]
     no_dims = "no: no model dims (add model: to the job file)"
     out.append(("Memory-aware placement", "yes: Cells and plans from the estimator" if model else no_dims))
-    out.append(("Learned step times", "yes, from rank 0's reports" if model else no_dims))
+    out.append(("Learned step times", _learned(job, own) if model else no_dims))
     if not model:
-        out.append(("Migration", "stop and restart from scratch (no model dims: never moved to scale)"))
+        # TESSERA_CHECKPOINT_DIR is the job's, the same on every attempt: a script that saves there resumes.
+        out.append(("Migration", ("stop and restart (no model dims: never moved to scale); resumes only if "
+                                  "the script saves to and loads from $TESSERA_CHECKPOINT_DIR")))
     elif own:
         out.append(("Migration", ("stop and restart; resumes only if your program checkpoints to "
                                  "$TESSERA_CHECKPOINT_DIR")))
@@ -48,3 +50,16 @@ def features(job: controller_pb2.Job) -> list[tuple[str, str]]:
     out.append(("Time limit", f"max_runtime {format_duration(spec.max_runtime_seconds)} per attempt"
                 if spec.max_runtime_seconds else "none"))
     return out
+
+
+def _learned(job: controller_pb2.Job, own: bool) -> str:
+    """What the controller learns from a model-aware job's step times (controller/learning.py
+    `learnable`). Its --learn-step-times and the nodes' inventory sources are not in the Job: the
+    rule is said, not assumed met, unless a MEASURED event shows it was."""
+    if any(e.kind == "MEASURED" for e in job.events):
+        return "yes: learned from rank 0's step times (see the MEASURED event)"
+    if job.plan.stages:
+        return "no: a staged pipeline's uneven split is no Cell of the estimates"
+    reports = "rank 0's step-time reports (trainer SDK)" if own else "rank 0's step-time reports"
+    return (f"from {reports} on nodes whose GPUs NVML probed (the controller's default, --learn-step-times "
+            "nvml; declared inventories only with all, never with off)")

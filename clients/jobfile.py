@@ -58,8 +58,11 @@ _FILE_KEYS = (("hint.gpu_types", "gpu_types"), ("hint.gpus", "gpus"), ("progress
               ("max_runtime_seconds", "max_runtime"), ("guarantee.num_gpus", "guarantee.gpus"),
               ("guarantee.num_cpus", "guarantee.cpus"))
 # Proto field names that those errors' reasons name, under the field they come with (tessera.common.objective
-# says "needs exactly one of iterations_within_seconds and deadline" of `slo`).
-_FILE_WORDS = {"slo": (("iterations_within_seconds", "iterations_within"),)}
+# says "needs exactly one of iterations_within_seconds and deadline" of `slo`, tessera.common.jobspec
+# "not among the job's hint.gpu_types" of `guarantee.gpu_type`).
+_FILE_WORDS = {"slo": (("iterations_within_seconds", "iterations_within"),),
+               "guarantee": (("hint.gpu_types", "gpu_types"), ("hint.gpus", "gpus"),
+                             ("guarantee.num_gpus", "guarantee.gpus"))}
 # `priority:` in a job file (docs/tenants.md); absent = best-effort.
 PRIORITIES = {"guaranteed": common_pb2.PRIORITY_GUARANTEED, "best-effort": common_pb2.PRIORITY_BEST_EFFORT}
 GUARANTEE_KEYS = ("gpus", "cpus", "gpu_type", "plan")

@@ -91,15 +91,16 @@ def objective_errors(spec: common_pb2.JobSpec) -> Errors:
         return errs
     has_slo = spec.HasField("slo")
     within, deadline = spec.slo.iterations_within_seconds, spec.slo.deadline
-    for name, v in (("slo.iterations_within_seconds", within), ("slo.deadline", deadline)):
-        if not math.isfinite(v) or v < 0:
-            errs.append((name, f"must be > 0, got {v}"))
-    if errs:
-        return errs
-    if within > MAX_SLO_S:
-        errs.append(("slo.iterations_within_seconds", "must be at most 10 years"))
-    if deadline > MAX_DEADLINE:
-        errs.append(("slo.deadline", f"must be a Unix time before 2100-01-01T00:00:00Z ({MAX_DEADLINE:.0f}), got {deadline}"))
+    # One reason for every value out of the field's range, inf and nan too (was "must be > 0, got inf").
+    for name, v, top, bounds in (
+            ("slo.iterations_within_seconds", within, MAX_SLO_S,
+             f"a finite number of seconds from 0 (none) to 10 years ({MAX_SLO_S:.0f})"),
+            ("slo.deadline", deadline, MAX_DEADLINE,
+             f"a Unix time from 0 (none) to 2100-01-01T00:00:00Z ({MAX_DEADLINE:.0f})")):
+        if not (math.isfinite(v) and 0 <= v <= top):
+            errs.append((name, f"must be {bounds}, got {v}"))
+    if not all(math.isfinite(v) and v >= 0 for v in (within, deadline)):
+        return errs  # the cost objective's checks below compare them with 0
     if spec.objective == common_pb2.OBJECTIVE_COST:
         if not has_slo or (within > 0) == (deadline > 0):
             errs.append(("slo", "the cost objective needs exactly one of iterations_within_seconds and deadline > 0"))

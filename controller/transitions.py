@@ -51,17 +51,25 @@ def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezv
             [(kind, f"attempt {attempt}: {reason}")])
 
 
+def stopping_text(job: JobRecord) -> str:
+    """How the attempt is stopped: an opaque job's program gets SIGTERM and saves what it will, if
+    anything (docs/opaque-jobs.md); Tessera takes no checkpoint of it."""
+    if not job.spec.HasField("model"):
+        return f"stopping attempt {job.attempt} (SIGTERM; its program may save to $TESSERA_CHECKPOINT_DIR)"
+    return f"stopping attempt {job.attempt} with a checkpoint"
+
+
 def migrating(job: JobRecord, d: Decision) -> Change:
     """A round moves the running job: stop it with a checkpoint, relaunch on `d` once stopped."""
     what = f"{d.change or 'move'} {d.previous or ''} -> {d.cell or ''}".replace("  ", " ")
     return (job.with_(state=P.JOB_STATE_MIGRATING, reason=f"migrating: {d.reason}", stop_requested=True),
-            [("MIGRATING", f"{what}: {d.reason}; stopping attempt {job.attempt} with a checkpoint")])
+            [("MIGRATING", f"{what}: {d.reason}; {stopping_text(job)}")])
 
 
 def migrating_off(job: JobRecord, why: str) -> Change:
     """Off its node (drain) or suspended by the policy: stopped with a checkpoint, then requeued."""
     return (job.with_(state=P.JOB_STATE_MIGRATING, reason=why, stop_requested=True),
-            [("MIGRATING", f"{why}: stopping attempt {job.attempt} with a checkpoint")])
+            [("MIGRATING", f"{why}: {stopping_text(job)}")])
 
 
 def requeued(job: JobRecord, why: str, kind: str, retry: bool, progress: common_pb2.Progress | None) -> Change:
@@ -72,7 +80,7 @@ def requeued(job: JobRecord, why: str, kind: str, retry: bool, progress: common_
 
 def running(job: JobRecord, world: int, progress: common_pb2.Progress | None) -> Change:
     return (job.with_(state=P.JOB_STATE_RUNNING, reason="training", progress=progress),
-            [("RUNNING", f"all {world} ranks running (attempt {job.attempt})")])
+            [("RUNNING", f"{'its 1 rank' if world == 1 else f'all {world} ranks'} running (attempt {job.attempt})")])
 
 
 def succeeded(job: JobRecord, why: str, progress: common_pb2.Progress | None, now: float) -> Change:
@@ -91,7 +99,7 @@ def attempt_failed(job: JobRecord, reason: str, progress: common_pb2.Progress | 
         return requeued(job, why, "ATTEMPT_FAILED", True, progress)
     why = f"attempt {job.attempt} failed: {reason}"
     if job.spec.max_retries:
-        why += f" (after {job.retries} retries)"
+        why += f" (after {job.retries} {'retry' if job.retries == 1 else 'retries'})"
     return failed(job, why, progress, now)
 
 

@@ -74,7 +74,10 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
     if len(ranks) == world_size and all(not r.running for r in ranks.values()):
         r0 = ranks.get(0)
         if not stop_requested and r0 is not None and r0.exit_code == 0 and r0.iteration >= iterations:
-            return Verdict("succeeded", f"all {world_size} ranks exited 0 after {r0.iteration} iterations")
+            who = "its 1 rank" if world_size == 1 else f"all {world_size} ranks"
+            # A job that counts no iterations and reported none (an opaque script): no count to give.
+            after = f" after {r0.iteration} iteration{'' if r0.iteration == 1 else 's'}" if r0.iteration > 0 else ""
+            return Verdict("succeeded", f"{who} exited 0{after}")
         return Verdict("stopped", "all ranks stopped" + (" on request" if stop_requested else " before the end"))
     if len(ranks) == world_size and all(r.running for r in ranks.values()):
         return Verdict("running")

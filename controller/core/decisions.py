@@ -22,6 +22,12 @@ def thr_text(job: JobView, est: CellEstimate | None) -> str:
     return f"est. {est.iteration_s:.3g} s/iter, {job.global_batch_size / est.iteration_s:.1f} samples/s"
 
 
+def thr_part(job: JobView, est: CellEstimate | None, sep: str = "; ") -> str:
+    """`sep` and `thr_text` for a reason, "" for an opaque job: its Cell's 1 s/iteration is a
+    placeholder for the policies (controller/core/opaque.py), no estimate to show."""
+    return "" if job.opaque else sep + thr_text(job, est)
+
+
 def synth_plan(job: JobView, est: CellEstimate | None, cell: Cell) -> PlanChoice:
     """The estimate's plan, or a data-parallel stand-in where the estimate names none (tables)."""
     if est is not None and est.plan is not None:

@@ -47,7 +47,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from tessera.controller.core.decisions import change_kind, synth_plan, thr_text, where
+from tessera.controller.core.decisions import change_kind, synth_plan, thr_part, where
 from tessera.controller.core.placement import ClusterState, quotas
 from tessera.controller.core.quotas import Admission, Charge
 from tessera.controller.core.snapshot import (
@@ -407,8 +407,8 @@ class Guard:
         it = est.iteration_s if est else 0.0
         what = (f"its promise{self._plan_text(charge)}" if n == charge.promise.gpus else
                 f"as fast as its promise of {charge.promise.gpus} x {t}{self._plan_text(charge)} by the estimates")
-        text = (f"{self._tag(job)}: {cell} on {where(slices)} ({what}); "
-                f"{thr_text(job, est)}{self._victims_text(set(victims))}"
+        text = (f"{self._tag(job)}: {cell} on {where(slices)} ({what})"
+                f"{thr_part(job, est)}{self._victims_text(set(victims))}"
                 + (f"; shrinks best-effort {', '.join(sorted(shrunk))}" if shrunk else ""))
         if orig is None:
             used = self.adm.used_before.get(jid, 0)
@@ -551,7 +551,7 @@ class Guard:
         est = self.ctx.best(vj, t, n, len(keep))
         cell = Cell(t, n, est.cell.stages if est else 0)
         why = (f"shrunk: guaranteed job {job.id} of tenant {charge.tenant} reclaims {charge.gpus} x "
-               f"{charge.gpu_type} of its quota; {cell} on {where(keep)}, {thr_text(vj, est)}")
+               f"{charge.gpu_type} of its quota; {cell} on {where(keep)}{thr_part(vj, est, ', ')}")
         it = est.iteration_s if est else 0.0
         orig = self.ctx.running.get(v)
         if orig is None:

@@ -27,7 +27,7 @@ def test_crash_is_retried_then_failed_with_the_programs_last_words(cluster_facto
         assert done.state == P.JOB_STATE_FAILED
         assert done.reason.startswith("attempt 2 failed: rank 0: exit code 1")
         assert "last log line: config error: no such dataset tiny-shakespear" in done.reason
-        assert "(after 1 retries)" in done.reason
+        assert "(after 1 retry)" in done.reason
         kinds = [e.kind for e in c.get(job.id, with_events=True).events]
         assert kinds.count("PLACED") == 2 and kinds.count("ATTEMPT_FAILED") == 1 and kinds[-1] == "FAILED"
 

@@ -365,7 +365,7 @@ async def test_failed_attempt_is_retried_then_fails_with_its_last_log_line() -> 
     await run_to_running(h, jid)
     h.agents.exit(jid, 2, code=1)
     await h.heartbeat("a")
-    assert h.state(jid) == "FAILED" and "(after 1 retries)" in h.job(jid).reason
+    assert h.state(jid) == "FAILED" and h.job(jid).reason.endswith("(after 1 retry)")
 
 
 async def test_a_spawn_failure_is_said_once() -> None:

@@ -20,8 +20,10 @@ from tessera.v1 import common_pb2 as P
 
 
 def job(state: int = P.JOB_STATE_RUNNING, retries: int = 0, max_retries: int = 0, stop: bool = False,
-        node: str = "a", gpus: tuple[int, ...] = (0,), port: int = 29500, job_id: str = "j-1") -> JobRecord:
-    return JobRecord(id=job_id, request_id="r", spec=P.JobSpec(iterations=10, max_retries=max_retries), state=state,
+        node: str = "a", gpus: tuple[int, ...] = (0,), port: int = 29500, job_id: str = "j-1",
+        model: P.ModelSpec | None = None) -> JobRecord:
+    spec = P.JobSpec(iterations=10, max_retries=max_retries, model=model)
+    return JobRecord(id=job_id, request_id="r", spec=spec, state=state,
                      reason="why", submit_time=1.0, attempt=1, plan=P.Plan(dp=len(gpus), tp=1, pp=1),
                      placement=P.Placement(slices=[P.NodeSlice(node_id=node, gpu_indices=list(gpus))],
                                            rendezvous=f"10.0.0.1:{port}"),
@@ -71,6 +73,13 @@ def test_attempt_failed_retries_within_max_retries_then_fails() -> None:
     rec, ev = transitions.attempt_failed(job(max_retries=2, retries=2), "rank 0: exit code 1", None, 5.0)
     assert rec.state == P.JOB_STATE_FAILED and rec.end_time == 5.0
     assert ev == [("FAILED", "attempt 1 failed: rank 0: exit code 1 (after 2 retries)")]
+    _, ev = transitions.attempt_failed(job(max_retries=1, retries=1), "rank 0: exit code 1", None, 5.0)
+    assert ev == [("FAILED", "attempt 1 failed: rank 0: exit code 1 (after 1 retry)")]  # was "1 retries"
+
+
+def test_running_counts_its_ranks() -> None:
+    assert transitions.running(job(), 1, None)[1] == [("RUNNING", "its 1 rank running (attempt 1)")]
+    assert transitions.running(job(), 4, None)[1] == [("RUNNING", "all 4 ranks running (attempt 1)")]
 
 
 def test_started_and_migrating_records() -> None:
@@ -81,9 +90,20 @@ def test_started_and_migrating_records() -> None:
     assert rec.placement is not None and rec.placement.rendezvous == "10.0.0.2:29600"
     assert ev == [("PLACED", "attempt 2: placed")]
     d = Decision("j-1", "migrate", "faster", plan, (Slice("b", (2,)),), Cell("A10-24GB", 1), Cell("A10-24GB", 1), "move")
-    rec, ev = transitions.migrating(job(), d)
+    rec, ev = transitions.migrating(job(model=P.ModelSpec(name="gpt2-small")), d)
     assert rec.state == P.JOB_STATE_MIGRATING and rec.stop_requested
     assert ev == [("MIGRATING", "move 1 x A10-24GB -> 1 x A10-24GB: faster; stopping attempt 1 with a checkpoint")]
+
+
+def test_an_opaque_jobs_stop_promises_no_checkpoint() -> None:
+    """Tessera takes no checkpoint of an opaque job: its program gets SIGTERM and may save itself."""
+    d = Decision("j-1", "migrate", "faster", None, (Slice("b", (2,)),), Cell("A10-24GB", 1), Cell("A10-24GB", 1),
+                 "move")
+    sigterm = "stopping attempt 1 (SIGTERM; its program may save to $TESSERA_CHECKPOINT_DIR)"
+    assert transitions.migrating(job(), d)[1] == [("MIGRATING", f"move 1 x A10-24GB -> 1 x A10-24GB: faster; {sigterm}")]
+    assert transitions.migrating_off(job(), "node a drained")[1] == [("MIGRATING", f"node a drained: {sigterm}")]
+    aware = transitions.migrating_off(job(model=P.ModelSpec(name="gpt2-small")), "node a drained")[1]
+    assert aware == [("MIGRATING", "node a drained: stopping attempt 1 with a checkpoint")]
 
 
 def live(last_seen: float, registered: bool = True, liveness: int = P.NODE_STATE_READY,

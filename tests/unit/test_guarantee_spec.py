@@ -79,7 +79,8 @@ BAD = [
     (doc(priority="guaranteed", guarantee={"gpus": 2, "plna": "ga"}), "guarantee.plna", "unknown field"),
     (doc(priority="guaranteed", guarantee=[2]), "guarantee", "must be a mapping"),
     (doc(priority="guaranteed", gpu_types=["A10"], guarantee={"gpus": 2, "gpu_type": "A100"}), "guarantee.gpu_type",
-     "A100-80GB is not among the job's hint.gpu_types"),
+     "A100-80GB is not among the job's gpu_types (A10-24GB)"),  # the file's key, not hint.gpu_types
+    (doc(priority="guaranteed"), "guarantee", "guarantee.gpus (or a GPU count in gpus, which becomes the promise)"),
 ]
 
 
@@ -102,6 +103,9 @@ RAW_BAD = [
      "must be a plan name"),
     ({"priority": P.PRIORITY_GUARANTEED, "guarantee": P.Guarantee(num_gpus=2, plan="hyper")}, "guarantee.plan",
      "expects ga, gc"),
+    ({"priority": P.PRIORITY_GUARANTEED, "hint": P.ResourceHint(gpu_types=["A10"]),
+      "guarantee": P.Guarantee(num_gpus=2, gpu_type="A100")}, "guarantee.gpu_type",
+     "A100-80GB is not among the job's hint.gpu_types (A10-24GB)"),  # gRPC callers keep the proto's name
 ]
 
 
@@ -135,6 +139,12 @@ def test_submit_flags_refuse_bad_input() -> None:
     with pytest.raises(JobFileError) as err:
         apply_priority_arguments(spec, _args(guarantee="gpus=-3"))
     assert err.value.field == "guarantee.gpus"
+    # --guarantee on a file that says gpu_types: the reason names what the file wrote.
+    spec = job_spec_from_dict(doc(gpu_types=["A10"]))
+    with pytest.raises(JobFileError) as err:
+        apply_priority_arguments(spec, _args(guarantee="gpus=2,gpu_type=A40-48GB"))
+    assert (err.value.field, err.value.reason) == ("guarantee.gpu_type",
+                                                   "A40-48GB is not among the job's gpu_types (A10-24GB)")
     with pytest.raises(JobFileError) as err:
         parse_guarantee("gpus")
     assert err.value.field == "guarantee"

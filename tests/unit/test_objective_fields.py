@@ -63,7 +63,16 @@ def test_submit_bounds_and_precondition() -> None:
     spec = parse_job_yaml(BASE + "objective: cost\nslo: {iterations_within: 1h}\n")
     assert spec_errors(spec) == []
     spec.slo.iterations_within_seconds = -1.0
-    assert spec_errors(spec) == [("slo.iterations_within_seconds", "must be > 0, got -1.0")]
+    within = "must be a finite number of seconds from 0 (none) to 10 years (315360000), got"
+    assert spec_errors(spec) == [("slo.iterations_within_seconds", f"{within} -1.0")]
+    for bad in (float("inf"), float("nan"), 4e8):  # inf read "must be > 0, got inf"
+        spec.slo.iterations_within_seconds = bad
+        assert spec_errors(spec) == [("slo.iterations_within_seconds", f"{within} {bad}")]
+    spec.slo.iterations_within_seconds = 0.0
+    spec.slo.deadline = float("inf")
+    assert spec_errors(spec) == [("slo.deadline", ("must be a Unix time from 0 (none) to 2100-01-01T00:00:00Z "
+                                                   "(4102444800), got inf"))]
+    spec.slo.deadline = 0.0
     spec.slo.iterations_within_seconds = 3600.0
     with pytest.raises(FailedPrecondition, match="--prices"):
         cost_precondition(spec, ())
@@ -161,7 +170,7 @@ def test_a_deadline_past_2100_is_refused_and_describe_survives_an_old_one() -> N
     spec = parse_job_yaml(BASE + "objective: cost\nslo: {deadline: 2099-12-31T23:59:59Z}\n")
     assert spec_errors(spec) == []
     spec.slo.deadline = 1e308
-    assert spec_errors(spec) == [("slo.deadline", ("must be a Unix time before 2100-01-01T00:00:00Z (4102444800), "
-                                                  "got 1e+308"))]
+    assert spec_errors(spec) == [("slo.deadline", ("must be a Unix time from 0 (none) to 2100-01-01T00:00:00Z "
+                                                  "(4102444800), got 1e+308"))]
     # One stored before the bound still describes.
     assert slo_text(spec) == "done by unix time 1e+308"

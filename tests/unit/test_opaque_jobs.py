@@ -11,7 +11,7 @@ from tessera.clients.jobfile import JobFileError, parse_job_yaml
 from tessera.common.durations import DurationError, format_duration, parse_duration
 from tessera.common.jobspec import spec_errors
 from tessera.controller import limits
-from tessera.controller.core.attempts import RankStatus, judge
+from tessera.controller.core.attempts import RankStatus, Verdict, judge
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.opaque import OpaqueAware, fits_nowhere
 from tessera.controller.core.policies import make_policy, policy_names
@@ -100,6 +100,8 @@ def test_every_policy_places_opaque_jobs_as_asked(name: str) -> None:
     assert (h.plan.dp, h.plan.tp, h.plan.pp, h.plan.memory_source) == (2, 1, 1, "opaque")
     one = by_id["j-any"]
     assert one.action is Action.START and sum(len(s.gpu_indices) for s in one.slices) == 1, one.reason
+    # The nominal 1 s/iteration is no estimate: no figures in the PLACED reason ("est. 1 s/iter, 1.0 samples/s").
+    assert not any(w in d.reason for d in (h, one) for w in ("s/iter", "samples/s", "estimate")), (h.reason, one.reason)
     assert by_id["j-big"].action is not Action.START
 
 
@@ -121,6 +123,7 @@ def test_a_guaranteed_opaque_job_preempts_a_best_effort_one_in_every_policy(name
     by_id = {d.job_id: d for d in plan_round(snap, OpaqueAware(TableEstimates({})), make_policy(name)).decisions}
     assert by_id["be"].action is Action.STOP, by_id["be"].reason
     assert by_id["g"].action is Action.START and sum(len(s.gpu_indices) for s in by_id["g"].slices) == 2
+    assert "s/iter" not in by_id["g"].reason and "samples/s" not in by_id["g"].reason, by_id["g"].reason
 
 
 def test_why_an_opaque_job_fits_nowhere() -> None:
@@ -136,7 +139,12 @@ def test_why_an_opaque_job_fits_nowhere() -> None:
 
 def test_success_is_every_rank_exiting_zero_without_iterations() -> None:
     ranks = {0: RankStatus(0, False, 0), 1: RankStatus(1, False, 0)}
-    assert judge(2, ranks, 0, False).kind == "succeeded"
+    assert judge(2, ranks, 0, False) == Verdict("succeeded", "all 2 ranks exited 0")  # not "after 0 iterations"
+    assert judge(1, {0: RankStatus(0, False, 0)}, 0, False).reason == "its 1 rank exited 0"
+    counted = {0: RankStatus(0, False, 0, "", 1)}
+    assert judge(1, counted, 1, False).reason == "its 1 rank exited 0 after 1 iteration"
+    assert judge(2, {0: RankStatus(0, False, 0, "", 7), 1: RankStatus(1, False, 0)}, 0, False).reason == (
+        "all 2 ranks exited 0 after 7 iterations")  # no count asked, but rank 0 reported some
     assert judge(2, {**ranks, 1: RankStatus(1, False, 1)}, 0, False).kind == "failed"
     assert judge(2, ranks, 10, False).kind == "stopped"  # a job that counts iterations must reach them
 
@@ -168,10 +176,25 @@ def test_describe_names_the_features_and_why() -> None:
     opaque = dict(features(controller_pb2.Job(spec=opaque_spec(hint=P.ResourceHint(gpus=2)))))
     assert opaque["Kind"] == "opaque: no model dims: runs its program on exactly 2 x any type"
     assert opaque["Memory-aware placement"].startswith("no: no model dims")
-    assert opaque["Migration"].startswith("stop and restart from scratch")
+    # TESSERA_CHECKPOINT_DIR is the same on every attempt: a script that saves and loads there resumes.
+    assert opaque["Migration"] == ("stop and restart (no model dims: never moved to scale); resumes only if the "
+                                   "script saves to and loads from $TESSERA_CHECKPOINT_DIR")
+    assert opaque["Learned step times"].startswith("no: no model dims")
     assert opaque["Success"] == "every rank exits 0"
     assert opaque["Hang detection"].startswith("off until it reports progress")
     model = P.ModelSpec(name="gpt2-small")
-    aware = dict(features(controller_pb2.Job(spec=P.JobSpec(name="m", model=model, iterations=40))))
+    aware_spec = P.JobSpec(name="m", model=model, iterations=40)
+    aware = dict(features(controller_pb2.Job(spec=aware_spec)))
     assert aware["Kind"] == "model-aware (the reference trainer)" and aware["Forecasts"] == "yes"
     assert aware["Migration"].startswith("yes: from the reference trainer's last checkpoint")
+    # The controller learns only on nodes NVML probed (--learn-step-times nvml, its default), which
+    # the Job does not say: the rule, not a plain "yes, from rank 0's reports".
+    assert aware["Learned step times"] == ("from rank 0's step-time reports on nodes whose GPUs NVML probed (the "
+                                           "controller's default, --learn-step-times nvml; declared inventories "
+                                           "only with all, never with off)")
+    own = dict(features(controller_pb2.Job(spec=P.JobSpec(name="m", model=model, entrypoint=["t.py"]))))
+    assert own["Learned step times"].startswith("from rank 0's step-time reports (trainer SDK) on nodes whose")
+    staged = controller_pb2.Job(spec=aware_spec, plan=P.Plan(stages=[P.PipelineStage()]))
+    assert dict(features(staged))["Learned step times"].startswith("no: a staged pipeline")
+    measured = controller_pb2.Job(spec=aware_spec, events=[P.JobEvent(kind="MEASURED", message="Cell ...")])
+    assert dict(features(measured))["Learned step times"].startswith("yes: learned")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 # here for the policies that import them from this module.
 from tessera.controller.core.decisions import change_kind as change_kind  # noqa: PLC0414
 from tessera.controller.core.decisions import synth_plan as synth_plan  # noqa: PLC0414
+from tessera.controller.core.decisions import thr_part
 from tessera.controller.core.decisions import thr_text as thr_text  # noqa: PLC0414
 from tessera.controller.core.decisions import where as where  # noqa: PLC0414
 from tessera.controller.core.placement import BEST_FIT, Group, Trial
@@ -186,7 +187,7 @@ class Board:
             it = a.est.iteration_s if a.est else 0.0
             plan = synth_plan(a.job, a.est, cell)
             if a.orig is None:
-                why = f"{self.name}: Cell {cell} on {where(a.slices)}; {thr_text(a.job, a.est)}"
+                why = f"{self.name}: Cell {cell} on {where(a.slices)}{thr_part(a.job, a.est)}"
                 if a.note:
                     why += f"; {a.note}"
                 if opp:
@@ -199,7 +200,7 @@ class Board:
                                     opportunistic=opp and a.orig.opportunistic))
             else:
                 kind = change_kind(a.orig.cell, cell)
-                why = f"{self.name}: {kind} from {a.orig.cell} to {cell} on {where(a.slices)}; {thr_text(a.job, a.est)}"
+                why = f"{self.name}: {kind} from {a.orig.cell} to {cell} on {where(a.slices)}{thr_part(a.job, a.est)}"
                 if a.note:
                     why += f"; {a.note}"
                 out.append(Decision(a.job.id, Action.MIGRATE, why, plan, a.slices, cell, a.orig.cell, kind,
