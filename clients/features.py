@@ -7,6 +7,7 @@ features, and `describe` names what is on and what is missing for the rest.
 
 from __future__ import annotations
 
+from tessera.common import jobspec
 from tessera.common.durations import format_duration
 from tessera.v1 import controller_pb2
 
@@ -15,7 +16,7 @@ def features(job: controller_pb2.Job) -> list[tuple[str, str]]:
     """(feature, "yes/no: why") lines for the job's spec and what it has reported."""
     spec = job.spec
     model = spec.HasField("model")
-    own = bool(spec.entrypoint) or (bool(spec.launcher.argv) and "{entrypoint}" not in spec.launcher.argv)
+    own = jobspec.own_program(spec)
     iters = spec.iterations
     reports = job.HasField("progress")
     gpus = spec.hint.gpus or (1 if not model else 0)

@@ -162,6 +162,12 @@ def guaranteed(spec: common_pb2.JobSpec) -> bool:
     return bool(spec.priority == common_pb2.PRIORITY_GUARANTEED)
 
 
+def own_program(spec: common_pb2.JobSpec) -> bool:
+    """Whether the job runs its own program (an entrypoint, or a launcher without the reference
+    trainer's `{entrypoint}`): whether it checkpoints is up to that program, not Tessera's trainer."""
+    return bool(spec.entrypoint) or (bool(spec.launcher.argv) and "{entrypoint}" not in spec.launcher.argv)
+
+
 def fill_guarantee(spec: common_pb2.JobSpec) -> None:
     """A guaranteed job without a promise is promised its hint: `hint.gpus` GPUs, of its one allowed
     type when it names exactly one. Changes nothing when the hint has no GPU count either (then

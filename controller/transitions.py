@@ -5,6 +5,7 @@ before it makes the agent calls that act on it (the crash-safety rule of control
 
 from __future__ import annotations
 
+from tessera.common import jobspec
 from tessera.controller.convert import placement_pb, plan_pb
 from tessera.controller.core.backoff import BackoffConfig, job_delay, node_unhealthy_for
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice
@@ -52,9 +53,10 @@ def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezv
 
 
 def stopping_text(job: JobRecord) -> str:
-    """How the attempt is stopped: an opaque job's program gets SIGTERM and saves what it will, if
-    anything (docs/opaque-jobs.md); Tessera takes no checkpoint of it."""
-    if not job.spec.HasField("model"):
+    """How the attempt is stopped: the reference trainer checkpoints on SIGTERM; a program of the
+    job's own (opaque or not) gets SIGTERM and saves what it will, if anything
+    (docs/opaque-jobs.md); Tessera takes no checkpoint of it."""
+    if not job.spec.HasField("model") or jobspec.own_program(job.spec):
         return f"stopping attempt {job.attempt} (SIGTERM; its program may save to $TESSERA_CHECKPOINT_DIR)"
     return f"stopping attempt {job.attempt} with a checkpoint"
 

@@ -104,6 +104,9 @@ def test_an_opaque_jobs_stop_promises_no_checkpoint() -> None:
     assert transitions.migrating_off(job(), "node a drained")[1] == [("MIGRATING", f"node a drained: {sigterm}")]
     aware = transitions.migrating_off(job(model=P.ModelSpec(name="gpt2-small")), "node a drained")[1]
     assert aware == [("MIGRATING", "node a drained: stopping attempt 1 with a checkpoint")]
+    own = job(model=P.ModelSpec(name="gpt2-small"))
+    own.spec.entrypoint.extend(["{python}", "my_train.py"])  # its own program: its checkpoints are its own
+    assert transitions.migrating_off(own, "node a drained")[1] == [("MIGRATING", f"node a drained: {sigterm}")]
 
 
 def live(last_seen: float, registered: bool = True, liveness: int = P.NODE_STATE_READY,
