@@ -8,6 +8,12 @@ answer the controller's certificate only) and streams lines to the client:
   sent twice; a line still being written waits for its newline; a log the agent's cap cut (it
   shrank) is tailed again, after a line that says so; a new attempt of the job is
   followed from its start; the stream ends once the job has ended and its logs are read to the end.
+- where: the current attempt's ranks are on the nodes of the job's placement (launches.rank_node);
+  an earlier attempt's are found by asking the agents (controller/logplaces.py).
+- a log that cannot be read (none there, its node unreachable) ends the stream with an error that
+  names each such rank and why, after the lines of the logs that were read: all_ranks never ends
+  with success while a rank's log went unread (before, it sent nothing and ended OK). A follow
+  says so when it ends: until then a log not yet there may still come.
 The service checks that the caller may read the job before this runs (controller/access.py).
 """
 
@@ -22,6 +28,7 @@ import grpc
 from tessera.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from tessera.controller.judging import processes
 from tessera.controller.launches import rank_node
+from tessera.controller.logplaces import Gap, Locator, Reply, node_words, unread
 from tessera.controller.store import TERMINAL, JobRecord
 from tessera.controller.view import EngineView
 from tessera.v1 import agent_pb2, controller_pb2
@@ -51,6 +58,8 @@ class _Cursor:
     node_id: str
     offset: int = 0
     partial: bytes = b""
+    read: bool = False  # a ReadLog of it answered: the log is there
+    gap: Gap | None = None  # why the last read got nothing
 
 
 def check_request(req: controller_pb2.StreamJobLogsRequest) -> None:
@@ -93,20 +102,29 @@ class LogStream:
 
     async def _read(self, job: JobRecord, attempt: int, c: _Cursor, n: int,
                     offset: int | None) -> agent_pb2.ReadLogResponse | None:
-        """The agent's answer, or None when the log is not there (yet) or its node is not reachable."""
+        """The agent's answer, or None when the log is not there (yet) or its node is not reachable
+        (`c.gap` says which)."""
+        ran = f"rank {c.rank} of attempt {attempt} ran on node {c.node_id}"
         address = self.view.agent_address(c.node_id)
         if address is None:
+            c.gap = Gap(c.rank, f"{ran}, which is {node_words(self.view, c.node_id)}", unreachable=True)
             return None
         req = agent_pb2.ReadLogRequest(controller_epoch=self.epoch, job_id=job.id, attempt=attempt, rank=c.rank,
                                        tail_bytes=n, from_offset=offset is not None, offset=offset or 0)
         try:
             resp = await self.read(c.node_id, address, req)
         except grpc.aio.AioRpcError as e:
-            if e.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
-                            grpc.StatusCode.DEADLINE_EXCEEDED):
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                c.gap = Gap(c.rank, f"no log of rank {c.rank} attempt {attempt} on node {c.node_id} (not started "
+                                    "yet, or the agent removed it after its --attempt-ttl)")
+                return None
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                c.gap = Gap(c.rank, f"{ran}, whose agent did not answer ({e.code().name}); the node is "
+                                    f"{node_words(self.view, c.node_id)}", unreachable=True)
                 return None
             raise FailedPrecondition(f"cannot read the log of rank {c.rank} on {c.node_id}: "
                                      f"{e.code().name}: {e.details()}") from None
+        c.read, c.gap = True, None
         if len(resp.data) > n:  # never more than asked, whatever the node sends: its start from an
             # offset, its end for a tail (a node answering 15 MiB to every poll grew the controller by GBs)
             cut = len(resp.data) - n
@@ -114,16 +132,13 @@ class LogStream:
                 (resp.data[cut:], resp.offset + cut)
         return resp
 
-    async def _tail(self, job: JobRecord, attempt: int, c: _Cursor, n: int, strict: bool) -> list[bytes]:
+    async def _tail(self, job: JobRecord, attempt: int, c: _Cursor, n: int) -> list[bytes]:
         """The last `n` whole lines (0: all the largest read holds); the cursor moves past them."""
         resp = None
         lines: list[bytes] = []
         for size in TAIL_READS if n else TAIL_READS[-1:]:
             resp = await self._read(job, attempt, c, size, None)
             if resp is None:
-                if strict:
-                    raise NotFound(f"no log of rank {c.rank} attempt {attempt} on node {c.node_id} (not started, "
-                                   "removed, or the node is not reachable)")
                 return []
             lines, c.partial = split_lines(resp.data)
             if resp.offset > 0 and lines:
@@ -140,7 +155,7 @@ class LogStream:
             # The keeper cut the log to its newest part (nodeagent/logcap.py): the offset no longer
             # points into it. Its last lines are read again, and the reader told why.
             c.partial = b""
-            return [CUT_NOTE, *await self._tail(job, attempt, c, CUT_TAIL_LINES, strict=False)]
+            return [CUT_NOTE, *await self._tail(job, attempt, c, CUT_TAIL_LINES)]
         if resp is None or not resp.data:
             return []
         c.offset = resp.offset + len(resp.data)
@@ -151,6 +166,7 @@ class LogStream:
         return lines
 
     def _cursors(self, job: JobRecord, req: controller_pb2.StreamJobLogsRequest) -> list[_Cursor]:
+        """The current attempt's logs asked for, on the nodes of the job's placement."""
         world = processes(job)
         if req.all_ranks and world > MAX_ALL_RANKS:
             raise InvalidArgument("all_ranks", f"job {job.id} has {world} ranks; all_ranks reads at most "
@@ -164,6 +180,54 @@ class LogStream:
             out.append(_Cursor(r, node))
         return out
 
+    async def _has(self, job: JobRecord, attempt: int, node_id: str, rank: int) -> Reply:
+        """Whether the node's agent has the rank's log of the attempt (a ReadLog of its last byte)."""
+        address = self.view.agent_address(node_id)
+        if address is None:
+            return Reply(failed=f"is {node_words(self.view, node_id)}")
+        req = agent_pb2.ReadLogRequest(controller_epoch=self.epoch, job_id=job.id, attempt=attempt, rank=rank,
+                                       tail_bytes=1)
+        try:
+            await self.read(node_id, address, req)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                return Reply()
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return Reply(failed=f"did not answer ({e.code().name})")
+            return Reply(failed=f"answered {e.code().name}: {(e.details() or '')[:200]}")
+        return Reply(has=True)
+
+    async def _earlier(self, job: JobRecord, attempt: int,
+                       req: controller_pb2.StreamJobLogsRequest) -> tuple[list[_Cursor], list[Gap]]:
+        """An earlier attempt's logs asked for, on the nodes whose agents have them (the store keeps
+        only the current placement: controller/logplaces.py), and the ranks found nowhere."""
+        assert job.placement is not None
+        where = Locator(self.view, lambda n, r: self._has(job, attempt, n, r),
+                        [s.node_id for s in job.placement.slices])
+        if not req.all_ranks:
+            node, gap = await where.find(req.rank, f"the log of rank {req.rank} of attempt {attempt}")
+            return ([_Cursor(req.rank, node)] if node else []), ([gap] if gap else [])
+        cursors: list[_Cursor] = []
+        while True:  # ranks 0, 1, ... up to the first no node has
+            r = len(cursors)
+            what = f"the log of rank {r} of attempt {attempt}" + (" (or of a later rank)" if r else "")
+            node, gap = await where.find(r, what, hint=cursors[-1].node_id if cursors else "", more=r > 0)
+            if node is None:
+                return cursors, [gap] if gap else []
+            if r == MAX_ALL_RANKS:
+                raise InvalidArgument("all_ranks", f"attempt {attempt} of job {job.id} has more than {MAX_ALL_RANKS} "
+                                                   f"ranks; all_ranks reads at most {MAX_ALL_RANKS} logs: name a rank")
+            cursors.append(_Cursor(r, node))
+
+    @staticmethod
+    def _all_read(job_id: str, attempt: int, cursors: list[_Cursor], gaps: list[Gap]) -> None:
+        """Raise the error naming every log asked for that was not read (none, with all_ranks, was
+        an empty success before)."""
+        missing = gaps + [c.gap or Gap(c.rank, f"rank {c.rank} of attempt {attempt}: not read")
+                          for c in cursors if not c.read]
+        if missing:
+            raise unread(job_id, attempt, missing, sum(c.read for c in cursors))
+
     async def stream(self, job_id: str, req: controller_pb2.StreamJobLogsRequest) -> AsyncIterator[controller_pb2.LogLines]:
         check_request(req)
         job = self.view.get(job_id)
@@ -173,14 +237,21 @@ class LogStream:
             await self.view.wait_changed(self.poll_s * 10)
             job = self.view.get(job_id)
         attempt = req.attempt or job.attempt
-        cursors = self._cursors(job, req)
+        if attempt > job.attempt:
+            raise NotFound(f"job {job.id} has no attempt {attempt} (its latest is {job.attempt})")
+        gaps: list[Gap] = []
+        if attempt == job.attempt:
+            cursors = self._cursors(job, req)
+        else:
+            cursors, gaps = await self._earlier(job, attempt, req)
         for c in cursors:
-            lines = await self._tail(job, attempt, c, req.tail_lines, strict=not req.follow and not req.all_ranks)
+            lines = await self._tail(job, attempt, c, req.tail_lines)
             if not req.follow and c.partial:
                 lines.append(c.partial)  # the log as it is now, its last line unfinished
             for msg in batches(c.rank, attempt, c.node_id, lines):
                 yield msg
         if not req.follow:
+            self._all_read(job.id, attempt, cursors, gaps)
             return
         idle = self.poll_s
         while True:
@@ -198,10 +269,12 @@ class LogStream:
                     if c.partial:
                         yield controller_pb2.LogLines(rank=c.rank, attempt=attempt, node_id=c.node_id,
                                                       lines=[c.partial])
+                self._all_read(job.id, attempt, cursors, gaps)
                 return
             job = self.view.get(job_id)
             if not req.attempt and job.attempt != attempt and job.placement is not None and job.plan is not None:
-                attempt, cursors = job.attempt, self._cursors(job, req)  # a new attempt: from its start
+                # A new attempt: from its start (the last one's logs not read are not said: it is over).
+                attempt, cursors = job.attempt, self._cursors(job, req)
                 continue
             # Quiet logs are read less often, up to IDLE_POLLS x poll_s: a follow of 256 ranks read each
             # every POLL_S, about 500 calls to the agents a second whether anything was written or not.
