@@ -219,6 +219,17 @@ class LogStream:
                                                    f"ranks; all_ranks reads at most {MAX_ALL_RANKS} logs: name a rank")
             cursors.append(_Cursor(r, node))
 
+    async def node_of(self, job: JobRecord, attempt: int, rank: int) -> str:
+        """The node that holds (or held) the rank's log of the attempt, for GetJobLogs: the current
+        placement's for the current attempt, else found as StreamJobLogs finds it; the same errors."""
+        req = controller_pb2.StreamJobLogsRequest(job_id=job.id, rank=rank, attempt=attempt)
+        if attempt == job.attempt:
+            return self._cursors(job, req)[0].node_id
+        cursors, gaps = await self._earlier(job, attempt, req)
+        if not cursors:
+            raise unread(job.id, attempt, gaps, 0)
+        return cursors[0].node_id
+
     @staticmethod
     def _all_read(job_id: str, attempt: int, cursors: list[_Cursor], gaps: list[Gap]) -> None:
         """Raise the error naming every log asked for that was not read (none, with all_ranks, was

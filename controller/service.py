@@ -24,7 +24,6 @@ from tessera.common.errors import (
     PermissionDenied,
     TesseraError,
     Unauthenticated,
-    Unavailable,
 )
 from tessera.common.jobspec import fill_guarantee
 from tessera.common.nodespec import node_id_error, status_errors
@@ -288,20 +287,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             raise InvalidArgument("rank, attempt, tail_bytes", "must be >= 0")
         if rec.placement is None or not rec.placement.slices:
             raise FailedPrecondition(f"job {rec.id} has not been placed yet")
-        rank, node_id = request.rank, ""
-        for s in rec.placement.slices:
-            if rank < len(s.gpu_indices):
-                node_id = s.node_id
-                break
-            rank -= len(s.gpu_indices)
-        if not node_id:
-            raise InvalidArgument("rank", f"job {rec.id} has no rank {request.rank}")
-        address = self.view.agent_address(node_id)
-        if address is None:
-            raise Unavailable(f"node {node_id} holding the log is not reachable")
         attempt = request.attempt or rec.attempt
         if attempt > rec.attempt:
             raise NotFound(f"job {rec.id} has no attempt {attempt} (its latest is {rec.attempt})")
+        # The rank's node as StreamJobLogs finds it: a launcher of one process per node, an earlier
+        # attempt on other nodes (before: ranks counted by GPU on the current placement only).
+        logs = LogStream(self.view, self.engine.agents.read_log, self.engine.epoch)
+        node_id = await logs.node_of(rec, attempt, request.rank)
+        address = self.view.agent_address(node_id)
+        if address is None:  # not UNAVAILABLE: the SDK would take it for this controller's and go elsewhere
+            raise FailedPrecondition(f"node {node_id} holding the log is not reachable")
         try:
             resp = await self.engine.agents.read_log(node_id, address, agent_pb2.ReadLogRequest(
                 controller_epoch=self.engine.epoch, job_id=rec.id, attempt=attempt, rank=request.rank,
@@ -311,7 +306,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 raise NotFound(f"no log of {why}") from None
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise Unavailable(f"node {node_id} holding the log did not answer ({e.code().name}) for {why}") from None
+                raise FailedPrecondition(f"node {node_id} holding the log did not answer ({e.code().name}) "
+                                         f"for {why}") from None
             raise FailedPrecondition(f"cannot read the log of {why} ({e.code().name})") from None
         return controller_pb2.GetJobLogsResponse(node_id=node_id, path=resp.path, data=resp.data)
 

@@ -338,3 +338,25 @@ async def test_a_follow_moves_to_the_next_attempt_and_says_at_its_end_what_it_co
         (e,) = await follow.take(1)
         assert isinstance(e, RpcError) and e.code == "FAILED_PRECONDITION"
         assert f"rank 0 of attempt 1 ran on node {node}, whose agent did not answer" in e.message
+
+
+async def test_get_job_logs_reads_an_earlier_attempt_where_it_ran(tmp_path: Path) -> None:
+    """The SDK's `logs()` (GetJobLogs) finds the node as StreamJobLogs does. Before: it read attempt 1
+    on attempt 2's node (NOT_FOUND), and answered UNAVAILABLE for a node whose agent did not answer,
+    which the SDK takes for its controller's failure and tries another."""
+    h = cluster({"node-a10": 4, "node-a40": 4})
+    jid, first, second = await drained_once(h)
+    async with api(h, tmp_path) as where:
+        def get(**kw: Any) -> tuple[str, bytes]:
+            with Client(where[0], token=where[1], timeout=30) as c:
+                r = c.logs(jid, **kw)
+                return r.node_id, r.data
+
+        assert await asyncio.to_thread(get, attempt=1) == (first, b"".join(
+            f"{first} attempt 1 rank 0 line {i}\n".encode() for i in (1, 2)))
+        assert (await asyncio.to_thread(get))[0] == second
+        h.agents.down.add(second)
+        with pytest.raises(RpcError) as e:
+            await asyncio.to_thread(get)
+        assert e.value.code == "FAILED_PRECONDITION" and f"node {second} holding the log did not answer " \
+            "(UNAVAILABLE)" in e.value.message

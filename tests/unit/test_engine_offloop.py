@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from tessera.common.errors import NotFound, Unavailable
+from tessera.common.errors import FailedPrecondition, NotFound
 from tessera.common.tokens import ADMIN, Principal
 from tessera.controller import warming
 from tessera.controller.service import ControllerService
@@ -70,7 +70,7 @@ async def test_get_job_logs_answers_the_agents_error_as_the_callers() -> None:
     with pytest.raises(NotFound, match=f"no log of rank 0 attempt {attempt} of job {jid} on node a"):
         await svc.GetJobLogs(controller_pb2.GetJobLogsRequest(job_id=jid), ctx)
     h.agents.fail_read_log["a"] = grpc.StatusCode.UNAVAILABLE
-    with pytest.raises(Unavailable, match="node a holding the log did not answer \\(UNAVAILABLE\\)"):
+    with pytest.raises(FailedPrecondition, match="node a holding the log did not answer \\(UNAVAILABLE\\)"):
         await svc.GetJobLogs(controller_pb2.GetJobLogsRequest(job_id=jid), ctx)
 
 
