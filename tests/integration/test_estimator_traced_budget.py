@@ -226,6 +226,14 @@ def _running(pid: int) -> bool:
         return False
 
 
+def until_gone(pid: int, what: str) -> None:
+    """Polls until the process is gone (or a zombie); the limit only bounds a failure."""
+    end = time.monotonic() + 60
+    while _running(pid):
+        assert time.monotonic() < end, what
+        time.sleep(0.05)
+
+
 def test_the_child_dies_with_a_killed_estimator() -> None:
     # The estimator's stand-in starts the child as TracedRunner does and is SIGKILLed: it cannot
     # kill its child itself. The child waits for its job on a pipe this test holds open, so only its
@@ -242,10 +250,7 @@ def test_the_child_dies_with_a_killed_estimator() -> None:
         (child,) = children
         parent.kill()
         parent.wait()
-        end = time.monotonic() + 60
-        while _running(child):
-            assert time.monotonic() < end, "the trace's child outlived its estimator"
-            time.sleep(0.05)
+        until_gone(child, "the trace's child outlived its estimator")
     finally:
         parent.kill()
         assert parent.stdin is not None

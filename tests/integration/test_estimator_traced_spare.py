@@ -20,7 +20,13 @@ from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan
 from tessera.estimator.service.traced_child import MODULE, TracedJob, TracedRunner
 from tessera.v1 import estimator_pb2_grpc
-from tests.integration.test_estimator_traced_budget import TINY_REQ, _children_of, _running, _traced_children
+from tests.integration.test_estimator_traced_budget import (
+    TINY_REQ,
+    _children_of,
+    _running,
+    _traced_children,
+    until_gone,
+)
 from tests.procs import BIN, env
 
 pytestmark = [pytest.mark.slow,
@@ -90,9 +96,6 @@ def test_the_daemon_keeps_a_spare_and_ends_it_when_it_stops(tmp_path: Path) -> N
         assert _running(spare)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-        end = time.monotonic() + 60
-        while _running(spare):
-            assert time.monotonic() < end, "the spare outlived its estimator"
-            time.sleep(0.05)
+        until_gone(spare, "the spare outlived its estimator")
     finally:
         proc.kill()

@@ -23,15 +23,11 @@ import pytest
 
 from tessera.clients import tessctl
 from tessera.clients.sdk import Client, RpcError
-from tessera.common import rpc
-from tessera.common.identity import CONTROLLER
-from tessera.common.localcluster import local_tokens, tls_config
-from tessera.controller.auth import AuthInterceptor, TokenAuthenticator
 from tessera.controller.core.policy import RoundContext
 from tessera.controller.core.snapshot import Decision, Slice
-from tessera.controller.service import ControllerService, translate
-from tessera.v1 import agent_pb2, controller_pb2_grpc
+from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P
+from tests.engine_api import serve_engine
 from tests.fake_agent_calls import Call, FakeAgents, inventory
 from tests.unit.test_engine import Harness, ScriptedMoves, run_to_running, tiny
 
@@ -102,16 +98,8 @@ def cluster(nodes: dict[str, int], shrinks: bool = False) -> Harness:
 @contextlib.asynccontextmanager
 async def api(h: Harness, tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
     """The engine's Controller API over real gRPC on loopback (TLS, tokens): (address, admin's token)."""
-    tokens_file, tokens = local_tokens(tmp_path / "state")
-    server, port = rpc.aio_server(
-        "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(h.engine))],
-        interceptors=[AuthInterceptor(TokenAuthenticator(tokens_file))], name="controller", translate=translate(),
-        tls=tls_config(CONTROLLER), client_cert=False)
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}", tokens["admin"]
-    finally:
-        await rpc.stop_server(server, grace=0)
+    async with serve_engine(h.engine, tmp_path) as (address, tokens):
+        yield address, tokens["admin"]
 
 
 async def logs(where: tuple[str, str], job_id: str, **kw: Any) -> list[tuple[int, int, str, str]]:

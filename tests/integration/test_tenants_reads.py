@@ -17,16 +17,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tessera.clients.sdk import Client
-from tessera.common import rpc
-from tessera.common.identity import CONTROLLER
-from tessera.common.localcluster import local_tokens, tls_config
-from tessera.controller.auth import AuthInterceptor, TokenAuthenticator
 from tessera.controller.engine import EngineConfig
-from tessera.controller.service import ControllerService, translate
 from tessera.controller.store import ACTIVE, JobRecord, SqliteStore
 from tessera.controller.tenants import tenant_rows
 from tessera.v1 import common_pb2 as P
-from tessera.v1 import controller_pb2, controller_pb2_grpc
+from tessera.v1 import controller_pb2
+from tests.engine_api import serve_engine
 from tests.unit.test_engine import Harness, tiny
 
 ListTenants = controller_pb2.ListTenantsResponse
@@ -105,24 +101,15 @@ async def cluster(tmp_path: Path) -> tuple[Harness, Reads]:
 async def tenants_api(h: Harness, tmp_path: Path) -> AsyncIterator[Callable[[str], Awaitable[ListTenants]]]:
     """The engine's Controller API over real gRPC on loopback (TLS, tokens of local_tokens): yields
     `tenants(who)`, ListTenants as that user, answered by the server on this loop meanwhile."""
-    tokens_file, tokens = local_tokens(tmp_path / "state")
-    server, port = rpc.aio_server(
-        "127.0.0.1:0", [(controller_pb2_grpc.add_ControllerServicer_to_server, ControllerService(h.engine))],
-        interceptors=[AuthInterceptor(TokenAuthenticator(tokens_file))], name="controller", translate=translate(),
-        tls=tls_config(CONTROLLER), client_cert=False)
-    await server.start()
+    async with serve_engine(h.engine, tmp_path) as (address, tokens):
+        async def tenants(who: str) -> ListTenants:
+            def call() -> ListTenants:
+                with Client(address, token=tokens[who], timeout=30) as c:
+                    return c.tenants()
 
-    async def tenants(who: str) -> ListTenants:
-        def call() -> ListTenants:
-            with Client(f"127.0.0.1:{port}", token=tokens[who], timeout=30) as c:
-                return c.tenants()
+            return await asyncio.to_thread(call)
 
-        return await asyncio.to_thread(call)
-
-    try:
         yield tenants
-    finally:
-        await rpc.stop_server(server, grace=0)
 
 
 async def test_a_users_get_tenants_reads_only_its_own_active_jobs(tmp_path: Path) -> None:
