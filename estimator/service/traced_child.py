@@ -11,12 +11,14 @@ when the caller gives up (`cancel`: its cancel, its deadline, the server stoppin
 counts from the child's start, torch's import (about 3 s) included.
 
 A fresh child pays seconds before any trace of its own (the interpreter, torch's import, and a
-first trace's one-time warm-up: 1.9 s, where the same tiny model's later traces take 0.2 s). With `spare`, which the estimator service sets (tessctl's one-shot in-process runs do
-not), the runner starts the next child as soon as one ends: it imports torch and traces a tiny model
-while it waits on its stdin, so the next estimate pays only its own trace. The budget then counts
-from the hand-over (bench/traced_spare.py: a tiny model's estimate 2.33 s, 0.28 s with the spare).
-The spare costs an idle process with torch loaded, from the first traced estimate on; `close` ends
-it, and it dies with the estimator like any child.
+first trace's one-time warm-up: 1.9 s, where the same tiny model's later traces take 0.2 s). With
+`spare`, which the estimator service sets (tessctl's one-shot in-process runs do not), the runner
+starts the next child as soon as one ends: it imports torch and traces a tiny model while it waits
+on its stdin, so the next estimate pays only its own trace. The budget then counts from the
+hand-over (bench/traced_spare.py: a tiny model's estimate 2.33 s, 0.28 s with the spare). The spare
+costs an idle process with torch loaded, from the first traced estimate on; `close` ends it, and it
+dies with the estimator like any child (its parent-death signal fires when the thread that started
+it ends, too: a spare found dead is replaced by a fresh child, so only its head start is lost).
 
 The wire: the parent writes a pickle of a TracedJob on the child's stdin; the child writes a pickle
 of ("ok", MemoryBreakdown) or ("error", exception, its traceback) on its stdout (a copy of fd 1
