@@ -98,14 +98,17 @@ class TracedRunner:
         self._lock = threading.Lock()
         self.last_pid: int | None = None  # the latest child's (tests check that it is gone)
         self._spare: subprocess.Popen[bytes] | None = None  # warming up for the next estimate
+        # Guards `spare` and `_spare` only, so that close does not wait for a running estimate (up
+        # to the budget: longer than systemd's stop timeout), which its caller's cancel ends.
+        self._spare_lock = threading.Lock()
 
     def close(self) -> None:
         """End the spare child, if any (the estimator stopping); later runs start fresh ones."""
-        with self._lock:
+        with self._spare_lock:
             self.spare = False
-            if self._spare is not None:
-                _kill(self._spare)
-                self._spare = None
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            _kill(spare)
 
     def _child(self, warm: bool) -> subprocess.Popen[bytes]:
         # Its own session: the kill reaches whatever it started, and a signal meant for the daemon's
@@ -124,14 +127,20 @@ class TracedRunner:
         try:
             return self._run(job, mode, cancel)
         finally:
-            if self.spare:
-                self._spare = self._child(warm=True)
-            self._lock.release()
+            try:
+                with self._spare_lock:
+                    if self.spare:
+                        self._spare = self._child(warm=True)
+            except OSError:  # no process to spare now (fork refused, no fds): the next run starts one
+                pass
+            finally:
+                self._lock.release()
 
     def _run(self, job: TracedJob, mode: str, cancel: threading.Event | None) -> MemoryBreakdown:
         data: bytes | None = pickle.dumps(job)  # before the child exists: nothing to clean up if it fails
         deadline = time.monotonic() + self.budget_s
-        proc, self._spare = self._spare, None
+        with self._spare_lock:
+            proc, self._spare = self._spare, None
         if proc is None or proc.poll() is not None:  # none yet, or it died waiting (killed by hand)
             if proc is not None:
                 proc.communicate()

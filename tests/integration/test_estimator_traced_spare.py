@@ -61,6 +61,25 @@ def test_a_spare_that_died_waiting_is_replaced_by_a_fresh_child() -> None:
     runner.close()
 
 
+def test_a_spare_that_cannot_be_started_costs_neither_the_answer_nor_the_lock() -> None:
+    """Before: the spare's Popen raised in run()'s finally, before the lock was released: the
+    estimate's answer was lost and every later run (and close) waited for ever."""
+    pytest.importorskip("torch")
+    runner = TracedRunner(spare=True)
+    real = runner._child
+
+    def child(warm: bool) -> subprocess.Popen[bytes]:
+        if warm:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return real(warm)
+
+    runner._child = child  # type: ignore[method-assign]
+    assert runner.run(JOB, "traced").total > 0
+    assert not runner._lock.locked() and runner._spare is None
+    assert runner.run(JOB, "traced").total > 0
+    runner.close()
+
+
 def test_the_in_process_runner_keeps_no_spare() -> None:
     pytest.importorskip("torch")
     runner = TracedRunner()
