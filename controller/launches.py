@@ -83,7 +83,7 @@ def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str) -> list[tu
 def rank_node(job: JobRecord, rank: int) -> str | None:
     """The node running `rank` of the job's current placement (a per-node launcher runs one
     process, rank = node rank, per node); None when there is no such rank. Only the current
-    attempt's: the store keeps no earlier placement (logs of those: controller/logplaces.py)."""
+    attempt's (an earlier attempt's nodes: Placement.earlier, controller/logstream.py)."""
     if rank < 0 or job.placement is None:
         return None
     per_node = launchers.template_of(job.spec.launcher).per_node

@@ -8,8 +8,10 @@ answer the controller's certificate only) and streams lines to the client:
   sent twice; a line still being written waits for its newline; a log the agent's cap cut (it
   shrank) is tailed again, after a line that says so; a new attempt of the job is
   followed from its start; the stream ends once the job has ended and its logs are read to the end.
-- where: the current attempt's ranks are on the nodes of the job's placement (launches.rank_node);
-  an earlier attempt's are found by asking the agents (controller/logplaces.py).
+- where: the current attempt's ranks are on the nodes of the job's placement (launches.rank_node),
+  an earlier attempt's on the nodes its placement recorded (Placement.earlier, the last 32
+  attempts: controller/transitions.py); an attempt with no record (older, or placed before the
+  record was kept) is FAILED_PRECONDITION, not looked for node by node.
 - a log that cannot be read (none there, its node unreachable) ends the stream with an error that
   names each such rank and why, after the lines of the logs that were read: all_ranks never ends
   with success while a rank's log went unread (before, it sent nothing and ended OK). A follow
@@ -28,10 +30,11 @@ import grpc
 from tessera.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from tessera.controller.judging import processes
 from tessera.controller.launches import rank_node
-from tessera.controller.logplaces import Gap, Locator, Reply, node_words, unread
+from tessera.controller.loggaps import Gap, node_words, unread
 from tessera.controller.store import TERMINAL, JobRecord
+from tessera.controller.transitions import EARLIER_KEPT
 from tessera.controller.view import EngineView
-from tessera.v1 import agent_pb2, controller_pb2
+from tessera.v1 import agent_pb2, common_pb2, controller_pb2
 
 TAIL_READS = (64 * 1024, 512 * 1024, 4 * 1024 * 1024)  # the agent's largest read is 4 MiB
 FOLLOW_READ = 1024 * 1024
@@ -165,77 +168,48 @@ class LogStream:
             c.partial = c.partial[MESSAGE_BYTES:]
         return lines
 
-    def _cursors(self, job: JobRecord, req: controller_pb2.StreamJobLogsRequest) -> list[_Cursor]:
-        """The current attempt's logs asked for, on the nodes of the job's placement."""
+    def _cursors(self, job: JobRecord, req: controller_pb2.StreamJobLogsRequest, what: str = "") -> list[_Cursor]:
+        """The logs asked for, on the nodes of the job's placement (`what` names it: the job, or
+        an earlier attempt of it)."""
+        what = what or f"job {job.id}"
         world = processes(job)
         if req.all_ranks and world > MAX_ALL_RANKS:
-            raise InvalidArgument("all_ranks", f"job {job.id} has {world} ranks; all_ranks reads at most "
+            raise InvalidArgument("all_ranks", f"{what} has {world} ranks; all_ranks reads at most "
                                                f"{MAX_ALL_RANKS} logs: name a rank")
         ranks = list(range(world)) if req.all_ranks else [req.rank]
         out = []
         for r in ranks:
             node = rank_node(job, r)
             if node is None or r >= world:
-                raise InvalidArgument("rank", f"job {job.id} has no rank {r} (ranks 0..{world - 1})")
+                raise InvalidArgument("rank", f"{what} has no rank {r} (ranks 0..{world - 1})")
             out.append(_Cursor(r, node))
         return out
 
-    async def _has(self, job: JobRecord, attempt: int, node_id: str, rank: int) -> Reply:
-        """Whether the node's agent has the rank's log of the attempt (a ReadLog of its last byte)."""
-        address = self.view.agent_address(node_id)
-        if address is None:
-            return Reply(failed=f"is {node_words(self.view, node_id)}")
-        req = agent_pb2.ReadLogRequest(controller_epoch=self.epoch, job_id=job.id, attempt=attempt, rank=rank,
-                                       tail_bytes=1)
-        try:
-            await self.read(node_id, address, req)
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.NOT_FOUND:
-                return Reply()
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                return Reply(failed=f"did not answer ({e.code().name})")
-            return Reply(failed=f"answered {e.code().name}: {(e.details() or '')[:200]}")
-        return Reply(has=True)
-
-    async def _earlier(self, job: JobRecord, attempt: int,
-                       req: controller_pb2.StreamJobLogsRequest) -> tuple[list[_Cursor], list[Gap]]:
-        """An earlier attempt's logs asked for, on the nodes whose agents have them (the store keeps
-        only the current placement: controller/logplaces.py), and the ranks found nowhere."""
+    def _earlier(self, job: JobRecord, attempt: int, req: controller_pb2.StreamJobLogsRequest) -> list[_Cursor]:
+        """An earlier attempt's logs asked for, on the nodes its placement recorded."""
         assert job.placement is not None
-        where = Locator(self.view, lambda n, r: self._has(job, attempt, n, r),
-                        [s.node_id for s in job.placement.slices])
-        if not req.all_ranks:
-            node, gap = await where.find(req.rank, f"the log of rank {req.rank} of attempt {attempt}")
-            return ([_Cursor(req.rank, node)] if node else []), ([gap] if gap else [])
-        cursors: list[_Cursor] = []
-        while True:  # ranks 0, 1, ... up to the first no node has
-            r = len(cursors)
-            what = f"the log of rank {r} of attempt {attempt}" + (" (or of a later rank)" if r else "")
-            node, gap = await where.find(r, what, hint=cursors[-1].node_id if cursors else "", more=r > 0)
-            if node is None:
-                return cursors, [gap] if gap else []
-            if r == MAX_ALL_RANKS:
-                raise InvalidArgument("all_ranks", f"attempt {attempt} of job {job.id} has more than {MAX_ALL_RANKS} "
-                                                   f"ranks; all_ranks reads at most {MAX_ALL_RANKS} logs: name a rank")
-            cursors.append(_Cursor(r, node))
+        past = next((e for e in job.placement.earlier if e.attempt == attempt), None)
+        if past is None:
+            raise FailedPrecondition(f"where attempt {attempt} of job {job.id} ran is not recorded: the controller "
+                                     f"keeps the nodes of a job's last {EARLIER_KEPT} attempts, recorded since "
+                                     "Tessera 0.1 (an agent keeps the log for its --attempt-ttl)")
+        # Its own slices and processes (one per GPU, or per node): the job's plan is the current one.
+        then = job.with_(placement=common_pb2.Placement(slices=past.slices),
+                         plan=common_pb2.Plan(dp=past.world_size, tp=1, pp=1))
+        return self._cursors(then, req, f"attempt {attempt} of job {job.id}")
 
     async def node_of(self, job: JobRecord, attempt: int, rank: int) -> str:
         """The node that holds (or held) the rank's log of the attempt, for GetJobLogs: the current
         placement's for the current attempt, else found as StreamJobLogs finds it; the same errors."""
         req = controller_pb2.StreamJobLogsRequest(job_id=job.id, rank=rank, attempt=attempt)
-        if attempt == job.attempt:
-            return self._cursors(job, req)[0].node_id
-        cursors, gaps = await self._earlier(job, attempt, req)
-        if not cursors:
-            raise unread(job.id, attempt, gaps, 0)
+        cursors = self._cursors(job, req) if attempt == job.attempt else self._earlier(job, attempt, req)
         return cursors[0].node_id
 
     @staticmethod
-    def _all_read(job_id: str, attempt: int, cursors: list[_Cursor], gaps: list[Gap]) -> None:
+    def _all_read(job_id: str, attempt: int, cursors: list[_Cursor]) -> None:
         """Raise the error naming every log asked for that was not read (none, with all_ranks, was
         an empty success before)."""
-        missing = gaps + [c.gap or Gap(c.rank, f"rank {c.rank} of attempt {attempt}: not read")
-                          for c in cursors if not c.read]
+        missing = [c.gap or Gap(c.rank, f"rank {c.rank} of attempt {attempt}: not read") for c in cursors if not c.read]
         if missing:
             raise unread(job_id, attempt, missing, sum(c.read for c in cursors))
 
@@ -250,11 +224,10 @@ class LogStream:
         attempt = req.attempt or job.attempt
         if attempt > job.attempt:
             raise NotFound(f"job {job.id} has no attempt {attempt} (its latest is {job.attempt})")
-        gaps: list[Gap] = []
         if attempt == job.attempt:
             cursors = self._cursors(job, req)
         else:
-            cursors, gaps = await self._earlier(job, attempt, req)
+            cursors = self._earlier(job, attempt, req)
         for c in cursors:
             lines = await self._tail(job, attempt, c, req.tail_lines)
             if not req.follow and c.partial:
@@ -262,7 +235,7 @@ class LogStream:
             for msg in batches(c.rank, attempt, c.node_id, lines):
                 yield msg
         if not req.follow:
-            self._all_read(job.id, attempt, cursors, gaps)
+            self._all_read(job.id, attempt, cursors)
             return
         idle = self.poll_s
         while True:
@@ -280,7 +253,7 @@ class LogStream:
                     if c.partial:
                         yield controller_pb2.LogLines(rank=c.rank, attempt=attempt, node_id=c.node_id,
                                                       lines=[c.partial])
-                self._all_read(job.id, attempt, cursors, gaps)
+                self._all_read(job.id, attempt, cursors)
                 return
             job = self.view.get(job_id)
             if not req.attempt and job.attempt != attempt and job.placement is not None and job.plan is not None:

@@ -9,10 +9,12 @@ from tessera.common import jobspec
 from tessera.controller.convert import placement_pb, plan_pb
 from tessera.controller.core.backoff import BackoffConfig, job_delay, node_unhealthy_for
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice
+from tessera.controller.judging import processes
 from tessera.controller.store import JobRecord, NodeRecord
 from tessera.v1 import common_pb2
 
 P = common_pb2
+EARLIER_KEPT = 32  # earlier attempts whose nodes a job's placement keeps (Placement.earlier)
 Events = list[tuple[str, str]]
 Change = tuple[JobRecord, Events]
 
@@ -43,12 +45,16 @@ def pending(job: JobRecord, why: str) -> Change:
 def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezvous: str, reason: str, kind: str,
             now: float) -> Change:
     """The job's next attempt (plan, placement, rendezvous) as STARTING; `kind` is the event's
-    (PLACED for a round's start, MIGRATED for a relaunch after a move)."""
+    (PLACED for a round's start, MIGRATED for a relaunch after a move). The placement keeps where
+    the earlier attempts ran (the last EARLIER_KEPT), for their logs."""
     attempt = job.attempt + 1
     recipe = job.spec.plan if job.spec.HasField("plan") else None
+    placement = placement_pb(slices, rendezvous)
+    if job.placement is not None and job.plan is not None and job.attempt > 0:
+        placement.earlier.extend(list(job.placement.earlier)[-(EARLIER_KEPT - 1):])
+        placement.earlier.add(attempt=job.attempt, slices=job.placement.slices, world_size=processes(job))
     return (job.with_(state=P.JOB_STATE_STARTING, reason=reason, attempt=attempt, plan=plan_pb(plan, recipe),
-                      placement=placement_pb(slices, rendezvous), start_time=job.start_time or now,
-                      stop_requested=False),
+                      placement=placement, start_time=job.start_time or now, stop_requested=False),
             [(kind, f"attempt {attempt}: {reason}")])
 
 

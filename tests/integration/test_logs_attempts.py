@@ -1,6 +1,7 @@
 """`tessctl logs` of earlier attempts and of unreachable nodes: StreamJobLogs over real gRPC on
 loopback (the controller's servicer, auth interceptor and tokens) on an engine over in-memory
-agents whose logs live on the node that ran each rank (controller/logstream.py, logplaces.py).
+agents whose logs live on the node that ran each rank (controller/logstream.py; where an earlier
+attempt ran is recorded in the job's placement, controller/transitions.py).
 
 Before: `--attempt 1` after a drain read the current node and answered NOT_FOUND; a job shrunk from
 4 ranks to 2 refused `--attempt 1 --rank 3`; `--all-ranks` whose logs could not be read printed
@@ -161,10 +162,9 @@ async def test_an_earlier_attempt_is_read_on_the_node_that_ran_it(tmp_path: Path
         assert e.code == "NOT_FOUND" and f"job {jid} has no attempt 3 (its latest is 2)" in e.message
         # A follow of the earlier attempt reads its log to the end, then ends.
         assert await logs(where, jid, attempt=1, follow=True) == lines(first, 1, 0)
-        # A rank the earlier attempt never had: no node has its log, all of them asked.
+        # A rank the earlier attempt never had: refused up front, as for the current attempt.
         e = await refused(where, jid, attempt=1, rank=1)
-        assert e.code == "NOT_FOUND" and "the log of rank 1 of attempt 1 is on none of the 2 node(s) (all asked" \
-            in e.message
+        assert e.code == "INVALID_ARGUMENT" and f"attempt 1 of job {jid} has no rank 1 (ranks 0..0)" in e.message
 
 
 async def test_an_earlier_attempt_with_more_ranks_than_now(tmp_path: Path) -> None:
@@ -191,8 +191,9 @@ async def test_an_earlier_attempt_with_more_ranks_than_now(tmp_path: Path) -> No
 
 
 async def test_an_earlier_attempt_over_two_nodes(tmp_path: Path) -> None:
-    """Attempt 1 ran over two nodes, attempt 2 on a third: its ranks are found node by node, each
-    rank asked first of the node of the rank before."""
+    """Attempt 1 ran over two nodes, attempt 2 on a third: its ranks are read where it recorded they
+    ran, one call each; no node is asked whether it has them (a first version looked for them on
+    every node: a call per node and rank, and a rank on a removed node went missing silently)."""
     h = cluster({"node-x": 2, "node-y": 2, "node-z": 4}, shrinks=True)
     await h.register("node-x", "node-y")
     jid = await h.submit(tiny(gpus=4))
@@ -211,10 +212,13 @@ async def test_an_earlier_attempt_over_two_nodes(tmp_path: Path) -> None:
         assert await logs(where, jid, attempt=1, all_ranks=True) == \
             lines(first[0], 1, 0, 1) + lines(first[1], 1, 2, 3)
         asked = [(c.node_id, int(c.detail)) for c in h.agents.calls if c.kind == "read_log"]
-        # rank 0: z (current), then x and y; ranks 1..3 first where the rank before was; rank 4: nowhere
-        probes = asked[:-4]  # the last 4: the tails of ranks 0..3
-        assert len(probes) == 3 + 1 + 3 + 1 + 3, probes
-        assert probes[3:5] == [(first[0], 1), (first[0], 2)] and probes[7] == (first[1], 3)
+        assert asked == [(first[0], 0), (first[0], 1), (first[1], 2), (first[1], 3)]
+        # The second node is removed: its ranks are named, not dropped from an OK answer.
+        assert await h.engine.remove_node(first[1], False, "rm-1")
+        e = await refused(where, jid, attempt=1, all_ranks=True)
+        assert e.code == "FAILED_PRECONDITION" and f"job {jid} attempt 1: 2 rank log(s) read, not rank 2, 3: " \
+            f"rank 2 of attempt 1 ran on node {first[1]}, which is no longer known to the controller (removed)" \
+            in e.message
 
 
 async def test_a_node_that_does_not_answer_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -231,17 +235,14 @@ async def test_a_node_that_does_not_answer_is_named(tmp_path: Path, capsys: pyte
         rc, out = await cli(where, jid, "--all-ranks")
         assert (rc, out) == (1, "")
         assert f"ran on node {second}" in capsys.readouterr().err
-        # Past its lease the node is UNREACHABLE; attempt 1's node is too now: neither is asked, and
-        # the error says the log may be on them.
+        # Past its lease the node is UNREACHABLE; attempt 1's node is too now: the error names it.
         h.agents.down.add(first)
         h.clock.advance(20)
         await h.engine.liveness_tick()
         assert h.engine.view.node(first).state == P.NODE_STATE_UNREACHABLE
         e = await refused(where, jid, attempt=1)
-        assert e.code == "FAILED_PRECONDITION"
-        assert e.message.startswith("the log of rank 0 of attempt 1 is on none of the 0 node(s) asked; not asked: ")
-        assert f"{first} is UNREACHABLE (no heartbeat for 20s)" in e.message
-        assert f"{second} did not answer (UNAVAILABLE)" in e.message
+        assert e.code == "FAILED_PRECONDITION" and e.message.startswith(f"rank 0 of attempt 1 ran on node {first}")
+        assert "UNREACHABLE (no heartbeat for 20s)" in e.message
         e = await refused(where, jid)
         assert f"rank 0 of attempt 2 ran on node {second}, whose agent did not answer (UNAVAILABLE); the " \
                "node is UNREACHABLE (no heartbeat for 20s)" in e.message
@@ -348,3 +349,22 @@ async def test_get_job_logs_reads_an_earlier_attempt_where_it_ran(tmp_path: Path
             await asyncio.to_thread(get)
         assert e.value.code == "FAILED_PRECONDITION" and f"node {second} holding the log did not answer " \
             "(UNAVAILABLE)" in e.value.message
+
+
+async def test_an_attempt_whose_nodes_were_not_recorded_is_refused_by_name(tmp_path: Path) -> None:
+    """A job placed before the record was kept (or past the last 32 attempts): no search, a clear
+    refusal."""
+    h = cluster({"node-a10": 4, "node-a40": 4})
+    jid, _, _ = await drained_once(h)
+    rec = h.store.get_job(jid)
+    assert rec is not None and rec.placement is not None and [e.attempt for e in rec.placement.earlier] == [1]
+    bare = P.Placement()
+    bare.CopyFrom(rec.placement)
+    del bare.earlier[:]
+    h.store.save_job(rec.with_(placement=bare), h.clock())
+    async with api(h, tmp_path) as where:
+        h.agents.calls.clear()
+        e = await refused(where, jid, attempt=1)
+        assert e.code == "FAILED_PRECONDITION" and e.message.startswith(
+            f"where attempt 1 of job {jid} ran is not recorded: the controller keeps the nodes of a job's last 32")
+        assert not [c for c in h.agents.calls if c.kind == "read_log"]

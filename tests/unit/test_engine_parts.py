@@ -89,6 +89,12 @@ def test_started_and_migrating_records() -> None:
     assert (rec.state, rec.attempt, rec.start_time, rec.stop_requested) == (P.JOB_STATE_STARTING, 2, 9.0, False)
     assert rec.placement is not None and rec.placement.rendezvous == "10.0.0.2:29600"
     assert ev == [("PLACED", "attempt 2: placed")]
+    # Where attempt 1 ran is kept for its logs (its node, GPUs and processes), the last 32 attempts.
+    assert [(e.attempt, [x.node_id for x in e.slices], list(e.slices[0].gpu_indices), e.world_size)
+            for e in rec.placement.earlier] == [(1, ["a"], [0], 1)]
+    for _ in range(40):
+        rec, _ = transitions.started(rec, plan, (Slice("b", (2,)),), "10.0.0.2:29600", "placed", "PLACED", 9.0)
+    assert [e.attempt for e in rec.placement.earlier] == list(range(10, 42)) and rec.attempt == 42
     d = Decision("j-1", "migrate", "faster", plan, (Slice("b", (2,)),), Cell("A10-24GB", 1), Cell("A10-24GB", 1), "move")
     rec, ev = transitions.migrating(job(model=P.ModelSpec(name="gpt2-small")), d)
     assert rec.state == P.JOB_STATE_MIGRATING and rec.stop_requested

@@ -24,10 +24,12 @@ from tessera.v1 import common_pb2 as P
 
 def running(jid: str = "j-1", ranks: int = 2, attempt: int = 1) -> JobRecord:
     spec = P.JobSpec(name="x", entrypoint=["a"], iterations=40, hint=P.ResourceHint(gpus=ranks))
+    slice_ = P.NodeSlice(node_id="n1", gpu_indices=list(range(ranks)))
     return JobRecord(jid, "r", spec, P.JOB_STATE_RUNNING, "", 1.0, attempt=attempt,
                      plan=P.Plan(dp=ranks, tp=1, pp=1, micro_batch=1, grad_accum=1, gpu_model="A40-48GB"),
-                     placement=P.Placement(slices=[P.NodeSlice(node_id="n1", gpu_indices=list(range(ranks)))],
-                                           rendezvous="h:1"))
+                     placement=P.Placement(slices=[slice_], rendezvous="h:1",  # earlier attempts: the same node
+                                           earlier=[P.EarlierPlacement(attempt=a, slices=[slice_], world_size=ranks)
+                                                    for a in range(1, attempt)]))
 
 
 class View:

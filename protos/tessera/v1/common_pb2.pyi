@@ -454,12 +454,24 @@ class NodeSlice(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Placement(_message.Message):
-    __slots__ = ("slices", "rendezvous")
+    __slots__ = ("slices", "rendezvous", "earlier")
     SLICES_FIELD_NUMBER: _ClassVar[int]
     RENDEZVOUS_FIELD_NUMBER: _ClassVar[int]
+    EARLIER_FIELD_NUMBER: _ClassVar[int]
     slices: _containers.RepeatedCompositeFieldContainer[NodeSlice]
     rendezvous: str
-    def __init__(self, slices: _Optional[_Iterable[_Union[NodeSlice, _Mapping]]] = ..., rendezvous: _Optional[str] = ...) -> None: ...
+    earlier: _containers.RepeatedCompositeFieldContainer[EarlierPlacement]
+    def __init__(self, slices: _Optional[_Iterable[_Union[NodeSlice, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., earlier: _Optional[_Iterable[_Union[EarlierPlacement, _Mapping]]] = ...) -> None: ...
+
+class EarlierPlacement(_message.Message):
+    __slots__ = ("attempt", "slices", "world_size")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SLICES_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    slices: _containers.RepeatedCompositeFieldContainer[NodeSlice]
+    world_size: int
+    def __init__(self, attempt: _Optional[int] = ..., slices: _Optional[_Iterable[_Union[NodeSlice, _Mapping]]] = ..., world_size: _Optional[int] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("seq", "job_id", "time", "kind", "message")
