@@ -182,18 +182,18 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
         for update in updates(client, job_id, deadline):
             job = update.job
             printer.progress(job)  # before the update's lines: the last report shows before SUCCEEDED
-            said = set()
+            last = ""  # the kind of the update's last event printed
             for e in update.events:
                 if e.seq <= seen_seq:
                     continue  # resent after a reopened stream
                 seen_seq = e.seq
                 if e.kind != "PROGRESS":
-                    said.add(e.kind)
+                    last = e.kind
                     printer.line(f"{time.strftime('%H:%M:%S', time.localtime(e.time))} {job_id} {e.kind}: {e.message}")
             if job.state != state:
                 state = job.state
                 why = f": {job.reason}" if job.reason else ""
-                if state_name(state) not in said:  # an event of this update said it, with its time
+                if state_name(state) != last:  # the update's last event said it, with its time
                     printer.line(f"{job_id} {state_name(state)}{why}")
     except RpcError as exc:
         printer.close()

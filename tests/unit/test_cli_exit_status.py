@@ -136,6 +136,15 @@ def test_wait_prints_the_last_progress_then_the_end_once_and_no_eta_for_an_ended
     assert waiting.follow_job(FakeClient(streams=[[running, done]]), "j-1", out, timeout=5) == 0  # type: ignore[arg-type]
     assert out.getvalue().splitlines() == ["j-1 RUNNING", "j-1 progress: 40/40 (100%)  loss 1  25 it/s",
                                            f"{clock} j-1 SUCCEEDED: all 2 ranks exited 0"]
+    # A first update carries the job's history: an old PENDING event does not hide the state now.
+    history = C.JobUpdate(job=C.Job(id="j-1", state=P.JOB_STATE_PENDING, reason="requeued: node a lost"),
+                          events=[P.JobEvent(seq=1, time=when, kind="PENDING", message="submitted"),
+                                  P.JobEvent(seq=2, time=when, kind="RUNNING", message="its 1 rank running"),
+                                  P.JobEvent(seq=3, time=when, kind="REQUEUED", message="node a lost")])
+    ended = C.JobUpdate(job=C.Job(id="j-1", state=P.JOB_STATE_CANCELLED))
+    out = io.StringIO()
+    assert waiting.follow_job(FakeClient(streams=[[history, ended]]), "j-1", out, timeout=5) == 4  # type: ignore[arg-type]
+    assert out.getvalue().splitlines()[-2:] == ["j-1 PENDING: requeued: node a lost", "j-1 CANCELLED"]
     cancelled = C.Job(id="j-1", state=P.JOB_STATE_CANCELLED, spec=P.JobSpec(iterations=3000),
                       progress=P.Progress(iteration=288, step_time_seconds=0.25))
     assert waiting.progress_text(cancelled) == "288/3000 (10%)  4 it/s"
