@@ -17,6 +17,7 @@ from typing import Any
 
 from tessera.common.errors import FailedPrecondition, InvalidArgument
 from tessera.common.gpus import UnknownGpuError, lookup
+from tessera.common.utctime import utc_text
 from tessera.common.yamlfile import InputFileError, read_and_parse
 from tessera.v1 import common_pb2
 
@@ -166,6 +167,17 @@ def parse_prices(doc: Any) -> dict[str, float]:
 def load_prices(path: str | Path) -> dict[str, float]:
     """The --prices file; PricesError (`FILE line N: field TYPE: why`) on any problem."""
     return read_and_parse(path, parse_prices, PricesError)
+
+
+def deadline_passed(spec: common_pb2.JobSpec, now: float) -> InvalidArgument | None:
+    """SubmitJob: an SLO deadline already past when the job arrives is a mistake to say at once (it
+    would wait for ever, no plan meeting it); None otherwise. A deadline that passes while the job
+    waits leaves it pending with that reason (controller/core/cost_objective.py)."""
+    d = spec.slo.deadline
+    if not (spec.HasField("slo") and 0 < d <= now):
+        return None
+    return InvalidArgument("slo.deadline", f"{utc_text(d)} has passed (the controller's clock reads {utc_text(now)}): "
+                                           "no plan can meet it")
 
 
 def cost_precondition(spec: common_pb2.JobSpec, prices: Sequence[tuple[str, float]]) -> None:

@@ -27,7 +27,7 @@ from tessera.common.errors import (
 )
 from tessera.common.jobspec import fill_guarantee
 from tessera.common.nodespec import node_id_error, status_errors
-from tessera.common.objective import cost_precondition
+from tessera.common.objective import cost_precondition, deadline_passed
 from tessera.common.tls import peer_identity
 from tessera.common.tokens import Principal
 from tessera.controller import unended
@@ -46,6 +46,7 @@ from tessera.controller.snapshots import busy_cpus
 from tessera.controller.store import ACTIVE, JobRecord, RequestConflict
 from tessera.controller.streams import StreamSlots
 from tessera.controller.tenants import TenantsSource, submit_refusal, tenant_rows
+from tessera.controller.transitions import request_key
 from tessera.controller.view import EngineView
 from tessera.controller.watching import watch_events, watch_job, watch_jobs
 from tessera.v1 import agent_pb2, agent_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
@@ -151,6 +152,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         refused = submit_refusal(tenants.config, tenants.path, request.spec, tenants.last_error, who.sees_all)
         if refused is not None:  # nothing is stored: a job that could never be admitted here
             raise refused
+        passed = deadline_passed(request.spec, self.engine.wall())
+        if passed is not None and not self.view.has_request(request_key(request.spec.tenant or "default", rid)):
+            raise passed  # a retry of a stored job gets the job, as below
         # The caps on unended jobs (the tenant's, all tenants'); no await from here to the store's create_job.
         capped = unended.check(self.view, request.spec.tenant or "default", rid, self.engine.cfg.max_unended_jobs,
                                tenants.config, self.engine.cfg.max_unended_jobs_total)
