@@ -258,7 +258,11 @@ class LogStream:
             job = self.view.get(job_id)
             if not req.attempt and job.attempt != attempt and job.placement is not None and job.plan is not None:
                 # A new attempt: from its start (the last one's logs not read are not said: it is over).
-                attempt, cursors = job.attempt, self._cursors(job, req)
+                try:
+                    attempt, cursors = job.attempt, self._cursors(job, req)
+                except InvalidArgument as e:  # the request was sound: the new attempt has other ranks
+                    raise FailedPrecondition(f"the follow ends: attempt {job.attempt} of job {job.id} started "
+                                             f"without what it followed ({e.reason})") from None
                 continue
             # Quiet logs are read less often, up to IDLE_POLLS x poll_s: a follow of 256 ranks read each
             # every POLL_S, about 500 calls to the agents a second whether anything was written or not.

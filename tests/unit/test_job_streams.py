@@ -292,3 +292,17 @@ async def test_a_follow_of_an_earlier_attempt_ends_when_its_log_is_read() -> Non
     req = controller_pb2.StreamJobLogsRequest(job_id="j-1", rank=0, attempt=1, follow=True)
     got = await asyncio.wait_for(collect(LogStream(view, logs.read, 1, poll_s=0.01).stream("j-1", req)), 30)
     assert [list(m.lines) for m in got] == [[b"first 1", b"first 2"]]
+
+
+async def test_a_follow_ends_clearly_when_the_next_attempt_lacks_its_rank() -> None:
+    """Shrunk from 2 ranks to 1: a follow of rank 1 ends FAILED_PRECONDITION saying why. Before: an
+    INVALID_ARGUMENT mid-stream, as if the request had been malformed."""
+    view, logs = View(running(ranks=2)), Logs()
+    logs.data[(1, 1)] = b"one\n"
+    req = controller_pb2.StreamJobLogsRequest(job_id="j-1", rank=1, follow=True)
+    stream = LogStream(view, logs.read, 1, poll_s=0.01).stream("j-1", req)
+    assert [list(m.lines) for m in await collect(stream, 1)] == [[b"one"]]
+    view.jobs_by_id["j-1"] = running(ranks=1, attempt=2)
+    with pytest.raises(FailedPrecondition, match=r"^the follow ends: attempt 2 of job j-1 started without what it "
+                                                 r"followed \(job j-1 has no rank 1 \(ranks 0\.\.0\)\)$"):
+        await collect(stream)
