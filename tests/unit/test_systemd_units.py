@@ -110,7 +110,7 @@ def test_required_settings(name: str) -> None:
     # TLS from the certificate in /etc/tessera/tls/<who>/, handed over by systemd (docs/security.md).
     assert "--tls-dir ${TESSERA_TLS_DIR}" in exec_start and "--insecure" not in exec_start
     who = {"tessera-controller": "controller", "tessera-estimator": "estimator", "tessera-agent": "node"}[name]
-    assert d["LoadCredential"] == [f"{f}:/etc/tessera/tls/{who}/{f}" for f in ("ca.pem", "cert.pem", "key.pem")]
+    assert d["LoadCredential"][:3] == [f"{f}:/etc/tessera/tls/{who}/{f}" for f in ("ca.pem", "cert.pem", "key.pem")]
     assert "TESSERA_TLS_DIR=%d" in d["Environment"]
 
 
@@ -136,6 +136,15 @@ def test_controller_and_estimator_are_sandboxed() -> None:
         assert d["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
         assert d["CapabilityBoundingSet"] == [""]
     assert "--state-dir /var/lib/tessera/controller" in _directives("tessera-controller")["ExecStart"][0]
+
+
+def test_the_controller_unit_requires_its_tokens_and_reloads_on_sighup() -> None:
+    """An operator audit: the stock unit ran without --tokens, so every caller on the controller's
+    host (a training worker of a node with an agent included) was an anonymous admin."""
+    d = _directives("tessera-controller")
+    assert "tokens.yaml:/etc/tessera/tokens.yaml" in d["LoadCredential"]
+    assert " --tokens %d/tokens.yaml " in d["ExecStart"][0] and "--allow-anonymous" not in d["ExecStart"][0]
+    assert d["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
 
 
 def test_agent_keeps_gpus_and_workers() -> None:
