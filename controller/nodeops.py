@@ -110,8 +110,13 @@ async def remove_node(engine: NodeHost, node_id: str, force: bool, request_id: s
     if rec is not None:
         jobs = engine.view.jobs_on(node_id)
         if jobs and not force:
-            raise FailedPrecondition(f"node {node_id} holds {len(jobs)} running attempt(s) "
-                                     f"({', '.join(j.id for j in jobs[:5])}): drain it first, or force")
+            ids = ", ".join(j.id for j in jobs[:5])
+            if rec.drained:  # "drain it first" read as if the drain had not been asked
+                raise FailedPrecondition(f"node {node_id} is draining: {len(jobs)} attempt(s) on it have not "
+                                         f"stopped yet ({ids}); wait until it is DRAINED (tessctl get nodes), "
+                                         "or force (requeues them)")
+            raise FailedPrecondition(f"node {node_id} holds {len(jobs)} running attempt(s) ({ids}): drain it "
+                                     "first, or force")
         for job in jobs:
             await engine._requeue(job, f"node {node_id} was removed by an admin", "NODE_LOST",
                                   stop=f"node {node_id} removed")

@@ -2,9 +2,12 @@
 folders of finished (or forgotten) jobs leave --checkpoint-root after theirs (docs/operations.md,
 "Retention"). A TTL of 0 keeps forever.
 
-The controller owns --checkpoint-root; inside a job's folder the layout is the trainer's and the
-fencing code's business: a sweep only ever removes a whole `<root>/<job id>` folder, never follows a
-symbolic link, and never touches a folder of a job that is not finished.
+The controller makes --checkpoint-root (when missing); each agent makes `<root>/<job id>` as the
+worker's user, mode 0700, and inside it the layout is the trainer's and the fencing code's business.
+A sweep only ever removes a whole `<root>/<job id>` folder, never follows a symbolic link, and never
+touches a folder of a job that is not finished. Removing a folder the workers' users own needs more
+than the shipped unit's dynamic user has (docs/operations.md, "Retention"): such a failure lasts, so
+each folder's is logged once, not at every sweep.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from tessera.controller.store import TERMINAL, Store
 log = structlog.get_logger("controller.retention")
 
 DAY = 86400.0
+PRUNE_HINT = ("job folders belong to the workers' users (mode 0700, made by the agents): the controller needs "
+              "CAP_DAC_OVERRIDE or root to remove them, or set --checkpoint-ttl 0 and prune on the storage "
+              "side (docs/operations.md, \"Retention\")")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,9 @@ class Retention:
     def __init__(self, store: Store, checkpoint_root: str, cfg: RetentionConfig,
                  wall: Callable[[], float] = time.time) -> None:
         self.store, self.root, self.cfg, self.wall = store, Path(checkpoint_root), cfg, wall
+        # Expired folders the last sweep could not remove: their failure was logged, and is not again
+        # while it lasts (one warning per folder every --retention-interval buried the log).
+        self._failing: set[Path] = set()
 
     def sweep_jobs(self) -> list[str]:
         """Delete the finished jobs past the job TTL; their ids."""
@@ -84,13 +93,18 @@ class Retention:
         return out
 
     def sweep_checkpoints(self) -> list[Path]:
-        removed = []
+        removed, failing = [], set()
         for path in self.expired_checkpoints():
             try:
                 shutil.rmtree(path)  # unlinks symbolic links inside, never follows them
                 removed.append(path)
             except OSError as exc:
-                log.warning("checkpoint_prune_failed", path=str(path), error=str(exc))
+                failing.add(path)
+                if path not in self._failing:
+                    hint = {"hint": PRUNE_HINT} if isinstance(exc, PermissionError) else {}
+                    log.warning("checkpoint_prune_failed", path=str(path), error=str(exc),
+                                detail="logged once per folder; retried at every sweep", **hint)
+        self._failing = failing  # a folder removed or gone meanwhile is logged again if it fails again
         return removed
 
     async def sweep(self) -> tuple[list[str], list[Path]]:

@@ -288,6 +288,18 @@ def _priced(job: JobView, types: Sequence[str], prices: Mapping[str, float]) -> 
     return [t for t in allowed if t in prices], [t for t in allowed if t not in prices]
 
 
+def unpriced_reason(unpriced: Sequence[str], priced: Sequence[str]) -> str:
+    """Why a job waits while a GPU type of the cluster it may use has no price. The controller reads
+    --prices at start only, so the remedy is a restart; and where types it may use are priced, the
+    reason names them: the job could run on those alone, given gpu_types limited to them."""
+    it = "it" if len(unpriced) == 1 else "them"
+    why = (f"no price for GPU type {', '.join(unpriced)} in the controller's --prices, and the job may use {it}, "
+           "so it waits (--prices is read at start only: add the price and restart the controller)")
+    if priced:
+        why += f"; priced: {', '.join(priced)} (a job with gpu_types limited to those can run on them)"
+    return why
+
+
 def _pending(job: JobView, why: str, kind: PendingKind) -> Decision:
     return Decision(job.id, Action.PENDING, why, pending=kind)
 
@@ -345,10 +357,9 @@ def _place_one(job: JobView, snap: Snapshot, free: _Free, solver: Solver) -> Dec
     except (CellInputError, PlanInputError) as exc:
         return _pending(job, f"the cost model cannot estimate the job: {exc}", PendingKind.FITS_NOWHERE)
     cluster_types = sorted({m for m, _, _ in snap.cluster_gpus})
-    _, unpriced = _priced(job, cluster_types, prices)
+    priced, unpriced = _priced(job, cluster_types, prices)
     if unpriced:
-        return _pending(job, f"no price for GPU type {', '.join(unpriced)} in the controller's --prices",
-                        PendingKind.FITS_NOWHERE)
+        return _pending(job, unpriced_reason(unpriced, priced), PendingKind.FITS_NOWHERE)
     iterations = max(1, math.ceil(job.remaining_iterations))
     quota = {t: free.count(t) for t in _priced(job, free.types(), prices)[0]}
     last: NoFeasiblePlan | None = None

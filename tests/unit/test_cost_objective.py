@@ -192,6 +192,12 @@ def test_bad_input_missing_price_no_slo_deadline_passed_no_prices() -> None:
     solver = Recorder(MIXED)
     (d,), _ = co.place(snap(*nodes, prices=((A100, 4.0),)), (cost_job(),), solver)
     assert d.action is Action.PENDING and f"no price for GPU type {A10}" in d.reason
+    # It says that --prices is read at start only, and which types it may use are priced (it could
+    # run on those alone, given gpu_types), so it does not read as if the job could never run.
+    assert "read at start only" in d.reason and "restart the controller" in d.reason
+    assert f"priced: {A100} (a job with gpu_types limited to those can run on them)" in d.reason
+    (d,), _ = co.place(snap(*nodes, prices=(("H100-80GB", 4.0),)), (cost_job(),), solver)
+    assert f"no price for GPU type {A10}, {A100}" in d.reason and "priced:" not in d.reason
     # A job restricted to the priced type is fine.
     (d,), _ = co.place(snap(*nodes, prices=((A100, 4.0),)), (cost_job(gpu_types=(A100,)),),
                        Recorder(FakePlan((FakeStage(A100, 1, 0, 12),), 1.0, 100.0, 0.1)))

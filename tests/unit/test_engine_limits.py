@@ -16,6 +16,21 @@ from tessera.v1 import common_pb2 as P
 from tests.unit.test_engine import Harness, run_to_running, tiny
 
 
+async def test_remove_node_on_a_node_still_draining_says_to_wait() -> None:
+    """Drained, its attempt still stopping: the refusal says to wait, not to drain (an operator
+    audit read `drain it first` after draining)."""
+    h = Harness()
+    await h.register("a", "b")
+    jid = await h.submit(tiny())
+    await h.round()
+    await run_to_running(h, jid)
+    await h.engine.drain(h.nodes_of(jid)[0], "maintenance")
+    node = h.nodes_of(jid)[0]
+    with pytest.raises(FailedPrecondition, match=f"^node {node} is draining: 1 attempt\\(s\\) on it have not "
+                                                 f"stopped yet \\({jid}\\); wait until it is DRAINED"):
+        await h.engine.remove_node(node, False, "rm-1")
+
+
 async def test_remove_node_refused_while_it_runs_work_then_forced() -> None:
     h = Harness()
     await h.register("a", "b")
