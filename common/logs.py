@@ -7,6 +7,10 @@ import sys
 
 import structlog
 
+# The names every daemon's --log-level takes (argparse choices): one list, so a name one daemon
+# accepts the others do too (the controller once took any word, silently as info).
+LEVELS = ("debug", "info", "warning", "error")
+
 
 def configure(level: str = "info", json: bool | None = None) -> None:
     """Configure structlog and the stdlib root logger once per process."""

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import grpc.aio
 import structlog
 
-from tessera.common import clihelp, daemon, envpolicy, metrics, rpc, tls
+from tessera.common import clihelp, daemon, envpolicy, logs, metrics, rpc, tls
 from tessera.common.durations import MAX_SECONDS
 from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
 from tessera.common.hooks import Hooks
@@ -47,7 +47,6 @@ log = structlog.get_logger("controller")
 # The agents' port: AgentRegistry needs a client certificate, which gRPC can only require port-wide,
 # while users connect without one (docs/security.md).
 DEFAULT_AGENT_PORT = 50054
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # What the controller's server (both ports: one server) lets one request be. Users' requests are
 # small: SubmitJob's spec is at most 64 KiB serialized (common/jobspec.py MAX_SPEC_BYTES), the rest
@@ -186,8 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--advertise", default="", metavar="HOST:PORT",
                    help="the address standbys give clients and agents for this controller when it leads "
                         "(default: the --listen host and bound port)")
-    # The agent's and the estimator's choices: an unknown name (a typo) was taken as info, silently.
-    p.add_argument("--log-level", default="info", choices=LOG_LEVELS,
+    p.add_argument("--log-level", default="info", choices=logs.LEVELS,
                    help="the least severe level logged")
     p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
                    help="let jobs set this variable although the environment policy refuses it "

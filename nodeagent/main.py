@@ -33,8 +33,6 @@ from tessera.v1 import common_pb2
 
 log = structlog.get_logger("tessera.nodeagent.main")
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
 
 class AgentUsageError(InvalidInput):
     """A bad tessera-agent command line: reported as one line, exit status 2."""
@@ -71,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a bearer token every scrape of /metrics must carry (Authorization: Bearer ...; mode 600)",
     )
-    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    p.add_argument("--log-level", default="info", choices=logs.LEVELS)
     p.add_argument(
         "--kill-workers-on-exit",
         action="store_true",

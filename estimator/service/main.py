@@ -14,7 +14,7 @@ from pathlib import Path
 
 import structlog
 
-from tessera.common import clihelp, daemon, metrics, rpc, tls
+from tessera.common import clihelp, daemon, logs, metrics, rpc, tls
 from tessera.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from tessera.common.hooks import Hooks
 from tessera.common.identity import CONTROLLER, ESTIMATOR
@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="wall-clock seconds one traced-mode memory estimate may take, torch's import included "
                         "(then RESOURCE_EXHAUSTED; a real 32-layer hidden-4,096 model took 10 s, the largest the "
                         f"request bounds admit 148 s; default {TRACED_BUDGET_S:g})")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", default="info", choices=logs.LEVELS)
     tls.add_arguments(p)
     args = p.parse_args(argv)
     args.tls = tls.from_args(args, p.error)
