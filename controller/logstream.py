@@ -168,11 +168,12 @@ class LogStream:
             c.partial = c.partial[MESSAGE_BYTES:]
         return lines
 
-    def _cursors(self, job: JobRecord, req: controller_pb2.StreamJobLogsRequest, what: str = "") -> list[_Cursor]:
-        """The logs asked for, on the nodes of the job's placement (`what` names it: the job, or
-        an earlier attempt of it)."""
+    def _cursors(self, job: JobRecord, req: controller_pb2.StreamJobLogsRequest, what: str = "",
+                 world: int | None = None) -> list[_Cursor]:
+        """The logs asked for, on the nodes of the job's placement (`what` names it and `world`
+        counts its processes: the job's current attempt by default, or an earlier one)."""
         what = what or f"job {job.id}"
-        world = processes(job)
+        world = processes(job) if world is None else world
         if req.all_ranks and world > MAX_ALL_RANKS:
             raise InvalidArgument("all_ranks", f"{what} has {world} ranks; all_ranks reads at most "
                                                f"{MAX_ALL_RANKS} logs: name a rank")
@@ -193,10 +194,9 @@ class LogStream:
             raise FailedPrecondition(f"where attempt {attempt} of job {job.id} ran is not recorded: the controller "
                                      f"keeps the nodes of a job's last {EARLIER_KEPT} attempts, recorded since "
                                      "Tessera 0.1 (an agent keeps the log for its --attempt-ttl)")
-        # Its own slices and processes (one per GPU, or per node): the job's plan is the current one.
-        then = job.with_(placement=common_pb2.Placement(slices=past.slices),
-                         plan=common_pb2.Plan(dp=past.world_size, tp=1, pp=1))
-        return self._cursors(then, req, f"attempt {attempt} of job {job.id}")
+        # Its own slices and process count: the job's plan is the current attempt's.
+        then = job.with_(placement=common_pb2.Placement(slices=past.slices))
+        return self._cursors(then, req, f"attempt {attempt} of job {job.id}", past.world_size)
 
     async def node_of(self, job: JobRecord, attempt: int, rank: int) -> str:
         """The node that holds (or held) the rank's log of the attempt, for GetJobLogs: the current
