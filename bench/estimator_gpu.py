@@ -10,7 +10,7 @@
    (profile_stage_compute, fp16 for the transformers and float32 for the Wide-ResNet stage, forward
    + backward + recomputation).
 
-    python bench/estimator_gpu.py [--out FILE]
+    python bench/estimator_gpu.py [--out FILE] [--no-tf32]
     python bench/estimator_gpu.py --rescore FILE   # no GPU: a recorded run's profiled stage times
                                                    # against this checkout's analytical prior
 
@@ -161,16 +161,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "estimator_gpu.json"))
     ap.add_argument("--rescore", metavar="FILE", help="re-score a recorded run's stage times; no GPU needed")
+    ap.add_argument("--no-tf32", action="store_true",
+                    help="float32 convolutions in true FP32 (cudnn.allow_tf32 = False), not PyTorch's TF32 default")
     args = ap.parse_args()
     if args.rescore:
         return rescore(Path(args.rescore))
     import torch
 
+    if args.no_tf32:
+        torch.backends.cudnn.allow_tf32 = False
+
     if not torch.cuda.is_available():
         print("estimator_gpu: no CUDA device here", file=sys.stderr)
         return 2
+    # PyTorch's defaults, kept as they are: float32 convolutions may use TF32 (cudnn), float32
+    # matmuls may not; the Wide-ResNet stage is timed as a user running it unchanged would get it.
     result: dict[str, Any] = {"benchmark": "estimator_gpu", "device": torch.cuda.get_device_name(0),
-                              "torch": torch.__version__}
+                              "torch": torch.__version__,
+                              "tf32": {"cudnn": torch.backends.cudnn.allow_tf32,
+                                       "matmul": torch.backends.cuda.matmul.allow_tf32}}
     try:
         result["nvml"] = inventory()
         gpus = result["nvml"]["inventory"].get("gpus", [])

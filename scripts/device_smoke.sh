@@ -8,6 +8,8 @@
 #   scripts/device_smoke.sh [run] [gpu_smoke args...]   # ON THE DEVICE (the device tool's command),
 #                                  # e.g. `run --scenario preempt` (a guaranteed job preempts a
 #                                  # best-effort one, which resumes: docs/inventory.md)
+#   scripts/device_smoke.sh bench NAME [args...]   # ON THE DEVICE: bench/NAME.py in the same
+#                                  # environment, e.g. `bench estimator_gpu --out $OUT/estimator_gpu.json`
 #
 # Why each step: the device reaches no package registry; run as root, the agent runs its workers
 # as `nobody` (docs/agent.md), whose probe and workers start with a bare environment (no
@@ -26,9 +28,8 @@ pack() {
     "${PKGS[@]}" && ls "$WHEELS"
 }
 
-run() {
-  local out=${OUT:-bench/results} site=/tmp/tessera-devsite tree pth
-  mkdir -p "$out"
+setup() {
+  local site=/tmp/tessera-devsite tree pth
   python3 -m pip install -q --no-index --no-deps --upgrade --target "$site" "$WHEELS"/*.whl >/dev/null || {
     echo "device_smoke: no wheels in $WHEELS (run 'scripts/device_smoke.sh pack' here and carry .devsite)" >&2
     return 1
@@ -39,13 +40,29 @@ run() {
   chmod -R o+rX "$site" "$PWD"
   local d=$PWD
   while [ "$d" != / ]; do chmod o+x "$d"; d=$(dirname "$d"); done
+}
+
+run() {
+  local out=${OUT:-bench/results}
+  mkdir -p "$out"
+  setup || return 1
   nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1 || true
   python3 scripts/gpu_smoke.py "$@" 2>&1 | tee "$out/gpu_smoke.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+bench() {
+  local out=${OUT:-bench/results} name=${1:?bench needs a name under bench/}
+  shift
+  mkdir -p "$out"
+  setup || return 1
+  PYTHONUNBUFFERED=1 python3 "bench/$name.py" "$@" 2>&1 | tee "$out/$name.log"
   return "${PIPESTATUS[0]}"
 }
 
 case "${1:-run}" in
   pack) pack ;;
   run) shift || true; run "$@" ;;
-  *) echo "usage: $0 [pack|run [gpu_smoke args...]]" >&2; exit 2 ;;
+  bench) shift; bench "$@" ;;
+  *) echo "usage: $0 [pack|run [gpu_smoke args...]|bench NAME [args...]]" >&2; exit 2 ;;
 esac
