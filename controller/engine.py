@@ -432,12 +432,14 @@ class Engine:
             snap, pending = self.snapshot()
             snap = self.churn.apply(snap, self.store.get_job)
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
-                               time_budget_s=self.cfg.round_budget_s, clock=time.monotonic)
+                               time_budget_s=self.cfg.round_budget_s, clock=time.monotonic, min_run_s=self.cfg.min_run_s)
             if snap.cluster_gpus:
                 estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
                 plan = plan_round(snap, estimates, self.policy, rcfg)
                 self.admissions.record(plan.admitted, snap)
                 plan = self.churn.after_round(plan, snap, self._live.wake_at)  # a cool-off's end asks a round
+                for t in plan.wakes:  # a minimum run time's end under a waiting guaranteed job
+                    self._live.wake_at(t)
                 self._forecast(snap, estimates, rcfg)
             else:
                 plan = rounds.waiting_for_nodes(snap, self.policy.name)

@@ -65,3 +65,6 @@ class EngineConfig:
     # The churn guard (--churn-limit, --churn-window, --churn-quick, --churn-cooloff; controller/core/churn.py):
     # a tenant whose preempting guaranteed jobs keep ending quickly may not preempt for a while.
     churn: ChurnConfig = field(default_factory=ChurnConfig)
+    # --min-run: a best-effort job placed less than this long ago (seconds) is not restarted by a
+    # round (controller/core/minrun.py); 0 = off.
+    min_run_s: float = 0.0

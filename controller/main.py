@@ -168,6 +168,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default 600)")
     p.add_argument("--churn-cooloff", type=float, default=churn.cooloff_s, metavar="SECONDS",
                    help="churn guard: how long a tenant may not preempt after its last event (default 3600)")
+    p.add_argument("--min-run", type=float, default=EngineConfig.min_run_s, metavar="SECONDS",
+                   help="a best-effort job placed (started or moved) less than SECONDS ago is not preempted, "
+                        "shrunk, moved or suspended by a round, as Slurm's PreemptExemptTime; guaranteed jobs may "
+                        "wait that long for quota best-effort work borrowed (docs/tenants.md; default 0 = off)")
     p.add_argument("--store", default="sqlite", choices=("sqlite", "etcd"),
                    help="where the state lives: SQLite under --state-dir (default), or etcd, with leader "
                         "election among several controllers (docs/ha.md)")
@@ -227,6 +231,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("churn_window", "churn_quick", "churn_cooloff"):
         if not 0 < getattr(args, name) <= MAX_SECONDS:  # NaN too
             p.error(f"--{name.replace('_', '-')} must be seconds in (0, {MAX_SECONDS:,}], got {getattr(args, name)}")
+    if not 0 <= args.min_run <= MAX_SECONDS:  # NaN too
+        p.error(f"--min-run must be seconds in [0, {MAX_SECONDS:,}] (0 = off), got {args.min_run}")
     if args.forecast_rounds < 0:
         p.error("--forecast-rounds must be >= 0 (0 = no forecasts)")
     if not args.forecast_horizon > 0:
@@ -323,6 +329,7 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
         allowed_env=frozenset(args.allow_env), tenants_file=os.path.abspath(args.tenants) if args.tenants else "",
         max_unended_jobs=args.max_unended_jobs, max_unended_jobs_total=args.max_unended_jobs_total,
         churn=ChurnConfig(args.churn_limit, args.churn_window, args.churn_quick, args.churn_cooloff),
+        min_run_s=args.min_run,
         liveness=LivenessConfig(args.lease, args.heartbeat_interval, args.down_after, args.fence, args.fence_grace),
         frenzy=FrenzyConfig(reserve_bytes=int(args.gpu_reserve_gb * GIB)), tls=args.tls,
         prices=getattr(args, "price_table", ()),

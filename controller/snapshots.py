@@ -186,7 +186,7 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
         choice = PlanChoice(p.dp, p.tp, p.pp, p.micro_batch, p.grad_accum, p.gpu_model,
                             p.memory_per_gpu_bytes, p.memory_source)
         running.append(RunningView(job_view(j, progress.get(j.id), now), Cell(str(t), p.dp * p.tp * p.pp, p.pp), slices,
-                                   choice, since=j.start_time))
+                                   choice, since=j.start_time, placed_at=j.placement.placed_at or None))
     cluster = tuple(sorted((m, b, c) for (m, b), c in totals.items()))
     return Snapshot(tuple(views), waiting, cluster, running=tuple(running), now=now,
                     prices=tuple(sorted((prices or {}).items())), tenants=tenants)
@@ -206,7 +206,8 @@ def staged_running(j: JobRecord, view: JobView, gpu_type: Mapping[tuple[str, int
                         prediction=CostPrediction(pred.iteration_seconds, pred.total_seconds, pred.cost,
                                                   pred.allocation) if p.HasField("prediction") else None)
     slices = tuple(Slice(s.node_id, tuple(s.gpu_indices)) for s in j.placement.slices)
-    return RunningView(view, Cell(p.gpu_model, p.dp * p.tp * p.pp, p.pp), slices, choice, since=j.start_time)
+    return RunningView(view, Cell(p.gpu_model, p.dp * p.tp * p.pp, p.pp), slices, choice, since=j.start_time,
+                       placed_at=j.placement.placed_at or None)
 
 
 def gpu_pools(records: Iterable[NodeRecord]) -> dict[str, tuple[int, int, bool]]:

@@ -50,6 +50,7 @@ def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezv
     attempt = job.attempt + 1
     recipe = job.spec.plan if job.spec.HasField("plan") else None
     placement = placement_pb(slices, rendezvous)
+    placement.placed_at = now
     if job.placement is not None and job.plan is not None and job.attempt > 0:
         placement.earlier.extend(list(job.placement.earlier)[-(EARLIER_KEPT - 1):])
         placement.earlier.add(attempt=job.attempt, slices=job.placement.slices, world_size=processes(job))

@@ -128,6 +128,7 @@ class _Run:
     it_s: float  # seconds per iteration in this replay; inf = never finishes (opaque, no progress)
     blocked: float  # start cost still to pay
     since: float
+    placed_at: float | None  # when its placement was made: a minimum run time counts from it (minrun.py)
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ def _replay(snap: Snapshot, est: CachedEstimates, policy0: Policy, rcfg: RoundCo
         it = _iteration_s(est, cfg, r.job, r.cell, nn, 0.0, r.plan, measured, side)
         if r.plan is not None and r.plan.stages and r.plan.prediction is not None and r.job.id not in measured:
             it = r.plan.prediction.iteration_s * (1.0 + side * cfg.estimate_error)
-        running[r.job.id] = _Run(r.job, r.cell, r.slices, r.plan, r.opportunistic, it, 0.0, r.since)
+        running[r.job.id] = _Run(r.job, r.cell, r.slices, r.plan, r.opportunistic, it, 0.0, r.since, r.placed_at)
     pending: dict[str, JobView] = {j.id: j for j in snap.pending}
     future = sorted((j for j in cfg.arrivals if j.id not in pending and j.id not in running),
                     key=lambda j: (j.submit_time, j.id))
@@ -252,14 +253,14 @@ def _replay(snap: Snapshot, est: CachedEstimates, policy0: Policy, rcfg: RoundCo
             arrivals = tuple(j.id for j in came)
         views = tuple(NodeView(n.id, n.gpus, frozenset(busy[n.id]), n.cpus, n.host_memory_bytes, n.busy_cpus,
                                n.busy_host_memory_bytes) for n in nodes.values())
-        run_views = tuple(RunningView(r.view, r.cell, r.slices, r.plan, r.opportunistic, r.since)
+        run_views = tuple(RunningView(r.view, r.cell, r.slices, r.plan, r.opportunistic, r.since, r.placed_at)
                           for r in running.values())
         rs = dataclasses.replace(snap, nodes=views, pending=tuple(pending.values()), running=run_views, now=t,
                                  arrivals=arrivals, departures=departures)
         plan = plan_round(rs, est, policy, rcfg)
         rounds += 1
         changed = _apply(plan.decisions, running, pending, busy, start, dropped, est, cfg, measured, side, t, cost)
-        nxt = _next_round(running, future, t, interval, changed, cfg.rounds_at_departures)
+        nxt = _next_round(running, future, t, interval, changed, cfg.rounds_at_departures, plan.wakes)
         if nxt is None:
             break  # nothing will ever change: the rest wait forever
         departures = _progress(running, busy, end, t, nxt)
@@ -271,12 +272,13 @@ def _replay(snap: Snapshot, est: CachedEstimates, policy0: Policy, rcfg: RoundCo
 
 
 def _next_round(running: Mapping[str, _Run], future: Sequence[JobView], t: float, interval: float,
-                changed: bool, at_departures: bool) -> float | None:
-    """When the next round runs: the next boundary; right at the next finish or arrival when rounds
-    follow departures; after a round that changed nothing, the first round past the next finish or
-    arrival (quiet rounds skipped). None: nothing will ever happen again."""
+                changed: bool, at_departures: bool, wakes: Sequence[float] = ()) -> float | None:
+    """When the next round runs: the next boundary; right at the next finish or arrival (or a
+    wake the round asked for) when rounds follow departures; after a round that changed nothing,
+    the first round past the next of those (quiet rounds skipped). None: nothing will ever happen
+    again."""
     fin = [t + r.blocked + r.view.remaining_iterations * r.it_s for r in running.values() if math.isfinite(r.it_s)]
-    wake = min([*fin, *(j.submit_time for j in future)], default=math.inf)
+    wake = min([*fin, *(j.submit_time for j in future), *(w for w in wakes if w > t)], default=math.inf)
     if at_departures:
         nxt = min(wake, t + interval) if changed else wake
         return None if not math.isfinite(nxt) else nxt
@@ -311,7 +313,7 @@ def _apply(decisions: Sequence[Decision], running: dict[str, _Run], pending: dic
             it = _iteration_s(est, cfg, view, cell, nn, d.iteration_s, d.plan, measured if view.opaque else {}, side)
             for s in d.slices:
                 busy[s.node_id].update(s.gpu_indices)
-            running[d.job_id] = _Run(view, cell, d.slices, d.plan, d.opportunistic, it, cost, t)
+            running[d.job_id] = _Run(view, cell, d.slices, d.plan, d.opportunistic, it, cost, t, t)
             start.setdefault(d.job_id, t)
             changed = True
         elif d.action is Action.STOP and d.job_id in running:

@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from tessera.common.errors import TesseraError
-from tessera.controller.core import cost_objective, guarantees
+from tessera.controller.core import cost_objective, guarantees, minrun
 from tessera.controller.core.admission import RoundSizer
 from tessera.controller.core.placement import ClusterState, quotas
 from tessera.controller.core.preplace import preplace
@@ -164,6 +164,9 @@ class RoundConfig:
     # it made morphling's average JCT worse and left guaranteed jobs never admitted (the figures
     # are in docs/tenants.md).
     admit_borrow: bool = False
+    # A best-effort job placed less than this long ago (seconds) is not restarted by the round:
+    # not preempted, shrunk, moved or suspended (controller/core/minrun.py, --min-run). 0 = off.
+    min_run_s: float = 0.0
 
 
 class Mode(StrEnum):
@@ -338,6 +341,10 @@ def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
     """Decide one round: each job's Cell, plan and placement, and a reason for each job pending,
     scaled, moved, suspended or dropped. Pure and deterministic (see the module docstring)."""
     cfg = config or RoundConfig()
+    unexempt, exempt = minrun.split(snapshot, cfg.min_run_s)
+    if exempt:
+        return minrun.merge(plan_round(unexempt, estimates, policy, dataclasses.replace(cfg, min_run_s=0.0)),
+                            exempt, snapshot, cfg.min_run_s)
     rest, cost_jobs, cost_running = cost_objective.split(snapshot)
     if rest is snapshot:
         return _policy_round(snapshot, estimates, policy, cfg)

@@ -247,7 +247,11 @@ class RunningView:
     # Started by opportunistic execution ahead of an earlier job still pending: it may be suspended
     # when that job can start (Crius Sec. 6.1).
     opportunistic: bool = False
+    # The job's first start (wall seconds): the admission order of running guaranteed jobs.
     since: float = 0.0
+    # When its present placement was made (started or moved; Placement.placed_at), None = unknown:
+    # the minimum run time before a round may restart it (controller/core/minrun.py).
+    placed_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -355,6 +359,9 @@ class RoundPlan:
     # empty without tenants. A guarantee's clock starts the first round that admits it
     # (docs/tenants.md, the SLA).
     admitted: tuple[str, ...] = ()
+    # Wall times at which the plan may change by itself with nothing else changing (a minimum run
+    # time ending under a guaranteed job that waits): the live engine plans a round then.
+    wakes: tuple[float, ...] = ()
 
     def starts(self) -> tuple[Decision, ...]:
         return tuple(d for d in self.decisions if d.action is Action.START)

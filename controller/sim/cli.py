@@ -141,6 +141,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"{','.join(TRANSFORMER_FAMILIES)} under the estimator)")
     p.add_argument("--depth", type=non_negative_int, default=3, help="search depth of Crius (>= 0; 0: no "
                    "scaling of running jobs)")
+    p.add_argument("--min-run", type=non_negative_float, default=0.0, metavar="SECONDS",
+                   help="a best-effort job placed less than SECONDS ago is not restarted by a round, as the "
+                        "controller's --min-run (default 0 = off)")
     p.add_argument("--restart-cost", type=non_negative_float, default=None,
                    help="fair/morphling: seconds per restart (>= 0)")
     p.add_argument("--data-dir", default="", help="the shared data folder (default: $TESSERA_DATA_DIR or "
@@ -298,7 +301,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     policies = [(label, make_policy(name, m), m) for label, name, m in specs]
     out = output_folder(args.out)
     cfg = RoundConfig(search_depth=args.depth, interval_s=rules.interval_s,
-                      max_gpus_per_job=16 if rules.name in ("arena", "fair") else 0)
+                      max_gpus_per_job=16 if rules.name in ("arena", "fair") else 0, min_run_s=args.min_run)
     try:
         prices = load_prices(args.prices) if args.prices else None
     except InvalidInput as exc:  # a bad --prices file: one line, exit 1, like a bad trace
@@ -319,6 +322,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    "rules": rules.name, "interval_s": rules.interval_s, "rounds": args.rounds,
                    "until_done": args.until_done,
                    "seed": args.seed, "hours": args.hours, "load": args.load, "depth": args.depth,
+                   **({"min_run_s": args.min_run} if args.min_run else {}),
                    "jobs_in_trace": len(jobs),
                    **({"families": list(philly_families(args.families, args.oracle or "arena"))}
                       if _trace_name(args.trace) == "philly" else {})},

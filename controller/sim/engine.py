@@ -136,6 +136,7 @@ class SimJob:
     queue_s: float = 0.0
     pending_since: float = 0.0
     first_start: float | None = None
+    placed_at: float | None = None  # its present placement's start or move (controller/core/minrun.py)
     end: float | None = None
     launches: int = 0  # GPU-set changes that paid a cost (first start included)
     changes: int = 0  # GPU-set changes after the first start (restarts)
@@ -297,7 +298,7 @@ class Simulator:
             dirty.clear()
             run_views = tuple(
                 RunningView(self._view(j), j.cell, j.slices, j.plan, opportunistic=j.plan_opp,  # type: ignore[arg-type]
-                            since=j.first_start or 0.0)
+                            since=j.first_start or 0.0, placed_at=j.placed_at)
                 for j in running.values())
             snap = Snapshot(tuple(node_views), tuple(self._view(j) for j in pending.values()), cluster_gpus,
                             run_views, now, tuple(new_ids), departures, self.tenants, r_.fixed_cost or 0.0,
@@ -353,6 +354,7 @@ class Simulator:
                     else:
                         migrated += 1
                         j.changes += 1
+                    j.placed_at = now
                     if pays:
                         paying.append(j)
                     j.reason = d.reason

@@ -6,6 +6,7 @@ preempted job starts again when the guaranteed one ends; one that can halve is s
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -123,3 +124,32 @@ async def test_a_promise_over_the_cluster_waits_saying_what_exists(tmp_path: Pat
     assert "its promise needs 12 x A10-24GB and the cluster has 8 registered: it waits until nodes join" \
         in h.job(g).reason
     assert h.engine.tenants.warnings({"A10-24GB": 8})[0].startswith("quotas of A10-24GB sum to 16 GPUs")
+
+
+async def test_with_min_run_a_guaranteed_job_waits_for_young_best_effort_work_across_a_restart(tmp_path: Path) -> None:
+    """--min-run (controller/core/minrun.py): the preemption waits until the best-effort jobs have
+    run that long since their placement (stored, so a restarted controller holds it too), says so,
+    and asks for a round at its end."""
+    h = harness(tmp_path)
+    h.cfg = dataclasses.replace(h.cfg, min_run_s=600.0)
+    h.engine = h._engine()
+    for n in ("a", "b"):
+        del h.agents.nodes[n].inventory.gpus[1:]
+    await h.register("a", "b")
+    fillers = [await h.submit(best_effort(f"filler-{i}", 1)) for i in (1, 2)]
+    await h.round()
+    placed = h.clock.now
+    for be in fillers:
+        await run_to_running(h, be)
+        assert h.job(be).placement.placed_at == placed  # type: ignore[union-attr]
+    g = await h.submit(guaranteed("g", 1))
+    await h.restart()  # the placements' times come from the store
+    await h.register("a", "b")
+    await h.round()
+    assert [h.state(be) for be in fillers] == ["RUNNING", "RUNNING"] and h.state(g) == "PENDING"
+    assert f"may not be preempted yet: {', '.join(sorted(fillers))} (2 x A10-24GB)" in h.job(g).reason
+    assert placed + 600 in h.engine._live.wakes
+
+    h.clock.advance(placed + 600 - h.clock.now)
+    await h.round()
+    assert sorted(h.state(be) for be in fillers) == ["MIGRATING", "RUNNING"]

@@ -25,6 +25,8 @@ ROW = "a,100,500,bert__760M,0,128,2,a40"
     ("--restart-cost", "-1000", "must be a finite number >= 0, got '-1000'"),
     ("--restart-cost", "nan", "must be a finite number >= 0, got 'nan'"),
     ("--restart-cost", "inf", "must be a finite number >= 0, got 'inf'"),
+    ("--min-run", "-1", "must be a finite number >= 0, got '-1'"),
+    ("--min-run", "nan", "must be a finite number >= 0, got 'nan'"),
     ("--load", "nan", "must be a finite number > 0, got 'nan'"),
     ("--load", "0", "must be a finite number > 0, got '0'"),
     ("--load", "-2", "must be a finite number > 0, got '-2'"),
@@ -57,6 +59,7 @@ def test_an_unknown_flag_is_one_line_too(capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.parametrize(("flag", "value", "want"), [
     ("--restart-cost", "0", 0.0), ("--restart-cost", "260", 260.0), ("--load", "0.5", 0.5),
     ("--start-hour", "0", 0.0), ("--hours", "1.5", 1.5), ("--rounds", "0", 0), ("--depth", "0", 0),
+    ("--min-run", "600", 600.0),
 ])
 def test_good_flag_values_still_parse(flag: str, value: str, want: float) -> None:
     args = cli.build_parser().parse_args(["--trace", "philly", "--out", "x", flag, value])
