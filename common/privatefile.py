@@ -1,7 +1,8 @@
 """Files only their owner may read: the tokens file, signing keys (ListJobs continue tokens, the
 agent's worker secret), and the PKI's keys and certificates (their own mode). Written atomically (a
 temporary file, fsync, rename), of their mode whatever the umask, never through a symlink planted
-at the temporary name."""
+at the temporary name. Also the daemons' state folders and SQLite databases, which a daemon run
+outside systemd (no UMask=) made world-readable under the usual umask 022 (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,47 @@ def key_file(path: Path, size: int = 32) -> bytes:
     key = secrets.token_bytes(size)
     write_private(path, key)
     return key
+
+
+def make_dir(path: Path, mode: int = 0o700) -> None:
+    """Make the folder `path` of exactly `mode` whatever the umask, when it is missing (its missing
+    parents as `mkdir -p` makes them). mkdir's mode is masked by the umask, so the folder is never
+    wider than `mode`; chmod then gives back what the umask took (the x of 0711 under a unit's
+    UMask=0027). A folder already there is left as it is: the operator's, as they made it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def private_database(path: Path) -> None:
+    """Ready `path` for SQLite to open, private. Missing, it is made empty (a valid empty database),
+    0600 whatever the umask: SQLite makes a new database 0644 less the umask, and its -wal, -shm and
+    -journal of the database's mode (umask aside), so these are 0600 too. Already there and open to
+    other users (made by an older version under umask 022), it and its side files lose the others'
+    access, best effort (a file of another owner is left as it is); the group's is the operator's."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        try:
+            os.fchmod(fd, 0o600)  # a umask such as 0277 would leave it unwritable
+        finally:
+            os.close(fd)
+    for side in ("", "-wal", "-shm", "-journal"):
+        p = path.with_name(path.name + side)
+        try:
+            st = os.stat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o007:
+                os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o007)
+        except OSError:
+            continue

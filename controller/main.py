@@ -20,7 +20,7 @@ from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
 from tessera.common.hooks import Hooks
 from tessera.common.netaddr import is_loopback
 from tessera.common.objective import load_prices
-from tessera.common.privatefile import key_file
+from tessera.common.privatefile import key_file, make_dir
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
 from tessera.controller.core.churn import ChurnConfig
@@ -355,14 +355,13 @@ def controller_server(args: argparse.Namespace, auth: Authenticator, registratio
 
 async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     state = Path(args.state_dir)
-    state.mkdir(parents=True, exist_ok=True)
     ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
-    try:
-        ckpt.mkdir(parents=True)
-        # Passable by the workers' users but not listable: a job id is private to its tenant.
-        ckpt.chmod(0o711)
-    except FileExistsError:
-        pass  # the operator's, as they made it
+    # Its files are 0600 whatever the umask; the folder 0700, or 0711 (passable, not listable) when
+    # the checkpoint root is below it, as by default: the workers' users reach their job's folder there.
+    make_dir(state, 0o711 if ckpt.is_relative_to(state.resolve()) else 0o700)
+    # Passable by the workers' users but not listable: a job id is private to its tenant. One already
+    # there is the operator's, as they made it.
+    make_dir(ckpt, 0o711)
     cfg = engine_config(args, ckpt)
     if args.store == "etcd":
         log_auth(auth)

@@ -74,4 +74,4 @@ def check_epoch(state: Path, epoch: int, db: Path) -> None:
                          f"controller.db-wal?), or it was put back from an older copy. After a restore, raise its "
                          f"epoch to at least {last} and to the agents' highest (docs/operations.md, Restoring); to "
                          f"accept the loss, remove {marker}")
-    write_private(marker, f"{epoch}\n", 0o644)
+    write_private(marker, f"{epoch}\n")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tessera.common.errors import TesseraError
+from tessera.common.privatefile import private_database, write_private
 from tessera.controller.badrecords import integer, number, one, readable, text
 from tessera.controller.sqlitetx import WriteTx
 from tessera.controller.sqlschema import MIGRATIONS, SCHEMA
@@ -323,6 +324,11 @@ class SqliteStore:
         marker = path.with_name(path.name + ".id")
         known = marker.read_bytes().decode(errors="replace").strip() if marker.exists() else None
         try:
+            private_database(path)  # every job's spec, its env included: 0600, and so its -wal and -shm
+        except OSError as exc:
+            raise StateError(f"{path}: cannot be created ({exc.strerror or exc}); fix that and start again "
+                             "(the state in its folder is not touched)") from exc
+        try:
             self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -565,9 +571,4 @@ class SqliteStore:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_private(path, text)  # the `.id` markers, 0600 like everything of the state dir

@@ -22,6 +22,7 @@ from tessera.common import clihelp, envpolicy, identity, logs, rpc, tls
 from tessera.common import metrics as common_metrics
 from tessera.common.errors import InvalidArgument, InvalidInput
 from tessera.common.notify import notify, watchdog_loop
+from tessera.common.privatefile import make_dir
 from tessera.nodeagent import diskuse, inventory, users
 from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
 from tessera.nodeagent.controllers import split_addresses
@@ -236,7 +237,9 @@ def parse_config(argv: Sequence[str] | None) -> tuple[AgentConfig, argparse.Name
         )
     work_dir = Path(args.work_dir).expanduser()
     try:
-        work_dir.mkdir(parents=True, exist_ok=True)
+        # 0711 whatever the umask: the workers' users pass it to their attempt folders and to
+        # agent.sock, but may not list it; what the agent keeps in it is 0600 (docs/agent.md).
+        make_dir(work_dir, 0o711)
         work_dir = work_dir.resolve()
         probe = work_dir / ".write-test"
         probe.write_bytes(b"")

@@ -27,7 +27,10 @@ def open_for_append(path: Path) -> int:
 
     Opened non-blocking, then checked: a worker that put a FIFO where a log goes made the agent's
     open() wait for a reader for good (its loop hung, every job on the node was fenced), and a hard
-    link to a file of the agent's (the worker secret) would have the agent write into it."""
+    link to a file of the agent's (the worker secret) would have the agent write into it.
+
+    0644, not 0600: it holds the worker's own output, which the worker's user may read back; the
+    attempt folder above it (0700, that user's) keeps every other user out."""
     fd = os.open(path, _APPEND | os.O_NONBLOCK, 0o644)
     try:
         _plain_file(fd, path)

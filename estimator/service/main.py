@@ -18,6 +18,7 @@ from tessera.common import clihelp, daemon, logs, metrics, rpc, tls
 from tessera.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from tessera.common.hooks import Hooks
 from tessera.common.identity import CONTROLLER, ESTIMATOR
+from tessera.common.privatefile import make_dir
 from tessera.estimator.service.handlers import Estimator, version
 from tessera.estimator.service.server import EstimatorService
 from tessera.estimator.service.state import EstimatorState
@@ -92,7 +93,7 @@ def authorize(method: str, context: object) -> None:
 async def serve(args: argparse.Namespace) -> None:
     state = None
     if args.state_dir:
-        Path(args.state_dir).mkdir(parents=True, exist_ok=True)
+        make_dir(Path(args.state_dir))  # 0700 whatever the umask: what it learned is no other user's
         state = EstimatorState(Path(args.state_dir) / "estimator.db")
     estimator = Estimator(memory_cache_size=args.memory_cache, cells_cache_size=args.cells_cache, state=state,
                           traced_budget_s=args.traced_budget, traced_spare=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tessera.common.errors import TesseraError
+from tessera.common.privatefile import private_database
 from tessera.estimator import perf_model as pm
 
 # (Cell model signature, GPU type, GPUs, stages)
@@ -66,11 +67,12 @@ class EstimatorState:
         self.path = Path(path)
         self._lock = threading.Lock()
         try:
+            private_database(self.path)  # 0600 whatever the umask, and so its -wal and -shm
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StateError(f"{self.path}: {exc}") from exc
 
     def load(self) -> tuple[dict[tuple[str, str], Fitted], dict[MeasuredKey, float]]:
