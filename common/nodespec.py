@@ -19,6 +19,9 @@ MAX_GPU_MEMORY_BYTES = 1024 * 10**9  # 1,024 GB, as the catalog counts GB
 MAX_HOST_MEMORY_BYTES = 2**52  # 4 PiB
 MAX_CPUS = 65_536
 MAX_WORKERS = 4096  # live and retained exited records (the agent keeps at most 2,000 exited)
+# Jobs whose highest launched or stopped attempt a Register carries: the newest the agent ran
+# (it remembers 10,000). The controller keeps them per node, so a bound on its memory too.
+MAX_ATTEMPT_MARKS = 1_000
 MAX_RANK = 65_535
 MAX_TEXT = 4096  # a worker's reason or log path
 
@@ -84,6 +87,14 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
     if len(status.workers) > MAX_WORKERS:
         errs.append((f"{prefix}.workers", f"more than {MAX_WORKERS} workers"))
         return errs
+    if len(status.attempt_marks) > MAX_ATTEMPT_MARKS:
+        errs.append((f"{prefix}.attempt_marks", f"more than {MAX_ATTEMPT_MARKS} jobs"))
+    else:
+        for i, m in enumerate(status.attempt_marks):
+            if not JOB_ID_RE.fullmatch(m.job_id):
+                errs.append((f"{prefix}.attempt_marks[{i}].job_id", "malformed"))
+            if m.attempt < 0:
+                errs.append((f"{prefix}.attempt_marks[{i}].attempt", "must be >= 0"))
     for i, w in enumerate(status.workers):
         f = f"{prefix}.workers[{i}]"
         if not JOB_ID_RE.fullmatch(w.job_id):

@@ -55,7 +55,7 @@ from tessera.controller.forecasting import Forecaster, step_seconds
 from tessera.controller.judging import processes, rank_statuses, settle
 from tessera.controller.launches import launch_requests, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
-from tessera.controller.registry import LiveNode, replace_workers
+from tessera.controller.registry import LiveNode, attempt_floor, replace_workers
 from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store
 from tessera.controller.tenants import TenantsSource
@@ -509,6 +509,9 @@ class Engine:
                              kind: str, migration_started: float | None = None) -> JobRecord:
         """Store the next attempt (plan, placement, rendezvous) as STARTING, then launch it."""
         head = slices[0].node_id
+        on = [self._live.nodes[n] for n in {s.node_id for s in slices} if n in self._live.nodes]
+        if (floor := attempt_floor(on, job.id, job.attempt)) > job.attempt:
+            job = job.with_(attempt=floor)  # restored from an older copy: never relaunch a number agents used
         metrics.job_started(job, self.wall())
         port = rendezvous_port(job.id, job.attempt + 1, head, self.store.list_jobs(states=ACTIVE),
                                self.cfg.port_base, self.cfg.port_count)

@@ -143,7 +143,8 @@ async def register(engine: NodeHost, status: agent_pb2.NodeStatus) -> None:
                              drain_reason="drained before it registered" if status.draining else "")
         engine._put_node(rec.with_(address=status.address, inventory=status.inventory))
     now = engine.mono()
-    live = LiveNode(node_id, status.address, status.inventory, status, now, engine.wall(), registered=True)
+    live = LiveNode(node_id, status.address, status.inventory, status, now, engine.wall(), registered=True,
+                    marks={m.job_id: m.attempt for m in status.attempt_marks})
     old = engine._live.nodes.get(node_id)
     engine._live.nodes[node_id] = live
     if old is not None:

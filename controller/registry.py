@@ -7,7 +7,7 @@ lease (plus the fence grace) to register again before its jobs are considered lo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tessera.v1 import agent_pb2, common_pb2
@@ -30,6 +30,8 @@ class LiveNode:
     # The liveness state the controller has acted on (READY, UNREACHABLE or DOWN).
     liveness: int = P.NODE_STATE_UNREACHABLE
     running: Workers = field(default_factory=dict)
+    # Per job, the highest attempt the agent launched or stopped, as its last Register said.
+    marks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,22 @@ def replace_workers(live: LiveNode, status: agent_pb2.NodeStatus) -> tuple[Worke
     (a cancelled job's workers done stopping: no other event asks for the round that may use them)."""
     previous, live.running = live.running, index_workers(status)
     return previous, bool(held_gpus(previous) - held_gpus(live.running))
+
+
+# The most attempt numbers a relaunch skips on the agents' word: a node may speak for the jobs it
+# runs, but must not be able to push a job's attempt number towards the int32 limit.
+MAX_ATTEMPT_SKIP = 10_000
+
+
+def attempt_floor(nodes: Iterable[LiveNode], job_id: str, attempt: int) -> int:
+    """The attempt number to launch the job's next attempt above: `attempt`, or the highest that
+    the given nodes (the ones it will run on) launched, stopped or report workers of, at most
+    MAX_ATTEMPT_SKIP higher. Above `attempt` only after a restore from an older copy of the
+    state (docs/operations.md, "Restoring"): an agent refuses a Launch of an attempt as old as one
+    it ran, or answers with that attempt's workers, long exited."""
+    ran = max((a for n in nodes for a in (n.marks.get(job_id, 0), *(a for (j, a) in n.running if j == job_id))),
+              default=0)
+    return min(max(attempt, ran), attempt + MAX_ATTEMPT_SKIP)
 
 
 def running_gpus(live: LiveNode, exclude: str = "") -> set[int]:

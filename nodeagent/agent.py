@@ -20,7 +20,7 @@ from typing import Any
 import grpc.aio
 import structlog
 
-from tessera.common import rpc
+from tessera.common import nodespec, rpc
 from tessera.common.buildinfo import build_info
 from tessera.common.hooks import Hooks
 from tessera.common.tls import TlsConfig
@@ -218,6 +218,15 @@ class Agent:
             agent_commit=build_info().git_commit,
         )
 
+    def attempt_marks(self) -> list[agent_pb2.AttemptMark]:
+        """Per job, the highest attempt launched or stopped here, newest jobs first (Register)."""
+        state = self.supervisor.export_state()
+        marks = dict(state["launched"])
+        for job, n in state["stopped"].items():
+            marks[job] = max(n, marks.get(job, 0))
+        newest = list(reversed(marks.items()))[:nodespec.MAX_ATTEMPT_MARKS]
+        return [agent_pb2.AttemptMark(job_id=j, attempt=n) for j, n in newest]
+
     # --- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -279,6 +288,7 @@ class Agent:
             on_result=self._heartbeat_result,
             on_renewed=self.selffence.renew,
             on_fence_grace=self._fence_grace,
+            marks=self.attempt_marks,
         )
         self._tasks.append(asyncio.create_task(self.registrar.run(), name="registration"))
         self._tasks.append(asyncio.create_task(self._watch_fence(), name="fence"))

@@ -18,7 +18,7 @@ import asyncio
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 
 import grpc
@@ -80,11 +80,13 @@ class Registrar:
         on_result: Callable[[bool], None] | None = None,
         on_renewed: Callable[[float, float], None] | None = None,
         on_fence_grace: Callable[[float], None] | None = None,
+        marks: Callable[[], Iterable[agent_pb2.AttemptMark]] | None = None,
     ) -> None:
         # One controller's stub, or the set of a highly available controller (moves on failures).
         self._controllers = stub if isinstance(stub, ControllerSet) else None
         self._fixed_stub = None if isinstance(stub, ControllerSet) else stub
         self._status = status
+        self._marks = marks or (lambda: ())  # sent in Register only (NodeStatus.attempt_marks)
         self._fence = fence
         self._wake = wake
         self.deadline = deadline
@@ -151,7 +153,9 @@ class Registrar:
         )
 
     async def _register(self) -> Outcome:
-        request = agent_pb2.RegisterRequest(request_id=str(uuid.uuid4()), status=self._status())
+        status = self._status()
+        status.attempt_marks.extend(self._marks())
+        request = agent_pb2.RegisterRequest(request_id=str(uuid.uuid4()), status=status)
         sent = time.monotonic()
         try:
             resp = await self._stub.Register(request, timeout=self.deadline)

@@ -491,3 +491,19 @@ async def test_a_long_stop_reason_leaves_the_nodes_status_one_the_controller_acc
     w = await wait_until(exited, TIMEOUT, "the exit in a heartbeat")
     assert w.reason.startswith("stopped by controller (\\x00XXX") and "[...]" in w.reason, w.reason[:60]
     assert status_errors(fake.last_status(), "status") == []
+
+
+async def test_a_register_says_which_attempts_this_agent_ran(
+    registry: tuple[FakeRegistry, str], agent: Agent, stub: agent_pb2_grpc.NodeAgentStub
+) -> None:
+    """NodeStatus.attempt_marks, in Register only: what a controller restored from an older copy
+    needs to relaunch a job above the attempts this node ran (docs/operations.md, "Restoring")."""
+    fake, _ = registry
+    fake.interval = 0.05
+    await registered(agent)
+    assert not fake.registers[0].status.attempt_marks
+    await stub.Launch(launch_request("job-7", argv=["true"], attempt=3, epoch=EPOCH), timeout=5)
+    fake.reregister_next = True
+    await wait_until(lambda: len(fake.registers) == 2, TIMEOUT, "re-registration")
+    assert list(fake.registers[1].status.attempt_marks) == [agent_pb2.AttemptMark(job_id="job-7", attempt=3)]
+    assert not any(hb.status.attempt_marks for hb in fake.heartbeats)

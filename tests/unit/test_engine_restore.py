@@ -1,0 +1,62 @@
+"""A controller restored from an older copy of its state (docs/operations.md, "Restoring"): a job
+whose attempts moved on after the copy is relaunched under an attempt number no agent has used,
+never one whose workers an agent already ran (the agent would answer with those, exited, and the
+attempt would count as failed). The engine harness of test_engine.py (fake agents, fake clock)."""
+
+from __future__ import annotations
+
+from tests.unit.test_engine import Harness, run_to_running, tiny
+
+
+async def test_a_relaunch_after_a_restore_skips_the_attempts_the_agents_ran() -> None:
+    h = Harness(policy="fcfs", nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny(max_retries=3))
+    await h.round()
+    await run_to_running(h, jid)
+    backup = h.job(jid)  # the copy an operator takes: attempt 1, RUNNING
+    h.agents.exit(jid, 1, code=1)  # after the copy: attempt 1 fails, attempt 2 runs
+    await h.heartbeat("a")
+    await h.round()
+    assert await run_to_running(h, jid) == 2
+    h.agents.exit(jid, 2, code=1)  # and fails too, so the restored controller relaunches
+    h.store._jobs[jid] = backup  # the restore (the fake store's internals: the copy put back)
+    # The harness's invariant (no agent ran an attempt past the stored one) is what a restore breaks:
+    # the engine is driven directly until the relaunch has restored it.
+    h.engine = h._engine()
+    await h.engine.register(h.agents.status("a"))
+    assert await h.engine.heartbeat(h.agents.status("a"), h.engine.epoch)  # attempt 1 exited: failed
+    await h.engine.run_round()
+    assert h.state(jid) == "STARTING"
+    h.check()
+    assert h.job(jid).attempt == 3 and not h.agents.violations
+    assert await run_to_running(h, jid) == 3
+
+
+async def test_past_the_agents_retention_its_register_still_says_which_attempts_it_ran() -> None:
+    """An hour after they exited the agent forgets an attempt's workers, not that it ran it: its
+    Register carries the highest attempt per job (NodeStatus.attempt_marks), and the relaunch goes
+    above it (the real agent would refuse one as old: FAILED_PRECONDITION, the node blamed)."""
+    h = Harness(policy="fcfs", nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny(max_retries=3))
+    await h.round()
+    await run_to_running(h, jid)
+    backup = h.job(jid)
+    h.agents.exit(jid, 1, code=1)
+    await h.heartbeat("a")
+    await h.round()
+    assert await run_to_running(h, jid) == 2
+    h.agents.exit(jid, 2, code=1)
+    node = h.agents.nodes["a"]
+    for key in [k for k in node.workers if k[0] == jid and k[1] == 2]:
+        del node.workers[key]  # retention passed: attempt 2's workers are no longer reported
+    h.store._jobs[jid] = backup
+    h.engine = h._engine()
+    status = h.agents.status("a")
+    status.attempt_marks.add(job_id=jid, attempt=2)
+    await h.engine.register(status)
+    assert await h.engine.heartbeat(h.agents.status("a"), h.engine.epoch)
+    await h.engine.run_round()
+    assert h.state(jid) == "STARTING" and h.job(jid).attempt == 3 and not h.agents.violations
+    h.check()
