@@ -10,7 +10,9 @@ docs/security.md).
     tessctl admin pki issue --dir DIR --estimator          DIR/estimator/...
 
 Each group is one function under `add_arguments`. tessctl runs every `admin` command without
-connecting to a controller.
+connecting to a controller. Every one prints one JSON object with `-o json` (docs/cli.md); a bad
+value of a flag, found from the command line alone, is a usage error (exit 2), while what depends
+on the files (a taken name, a missing CA) is an error (exit 1).
 """
 
 from __future__ import annotations
@@ -22,17 +24,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from tessera.clients import argtypes, output
+from tessera.clients import argtypes, formats, output
 from tessera.common import identity
 from tessera.common.errors import InvalidInput
 from tessera.common.pki import (
     CA_CERT,
     CA_DAYS,
+    CA_KEY,
+    CERT,
     CERT_DAYS,
     DEFAULT_HOSTS,
+    KEY,
     CertificateAuthority,
     PkiError,
     bundle_cas,
+    san_hosts,  # the one check of a --host, as issue() makes it
 )
 from tessera.common.tokens import (
     PRINCIPAL_RE,
@@ -139,11 +145,15 @@ def cmd_token_revoke(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     if len(kept) == len(entries):
         raise AdminUsageError(f"--name: {args.tokens_file} has no token named {args.name!r}")
     write_tokens_file(args.tokens_file, kept)
-    out.write(f"token {args.name!r} removed from {args.tokens_file}\n")
     # The controller re-reads a file it reads in place within a second, but a systemd credential
     # (LoadCredential=, docs/auth.md) is a copy made at start: there the token stays valid until then.
-    out.write("a controller reading this file in place stops accepting it within a second; one that reads it "
-              "as a systemd credential (LoadCredential=) only after `systemctl restart tessera-controller`\n")
+    note = ("a controller reading this file in place stops accepting it within a second; one that reads it "
+            "as a systemd credential (LoadCredential=) only after `systemctl restart tessera-controller`")
+    if args.output == "json":
+        out.write(output.dumps({"name": args.name, "tokens_file": str(args.tokens_file), "removed": True}) + "\n")
+        print(f"tessctl: {note}", file=sys.stderr)  # stdout holds the one JSON object
+        return 0
+    out.write(f"token {args.name!r} removed from {args.tokens_file}\n{note}\n")
     return 0
 
 
@@ -153,6 +163,13 @@ def _node_id(text: str) -> str:
     return text
 
 
+def _host(text: str) -> str:
+    """argparse type of --host: refused before the CA is read (exit 2), in pki's own words."""
+    try:
+        san_hosts([text])
+    except PkiError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--host: ")) from None
+    return text
 
 
 def _pki_arguments(admin_sub: Any, command: Command) -> None:
@@ -174,7 +191,7 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
     who.add_argument("--estimator", dest="issue_estimator", action="store_true", help="spiffe://tessera/estimator")
     who.add_argument("--node", dest="issue_nodes", nargs="+", type=_node_id, metavar="ID",
                      help="spiffe://tessera/node/ID, one certificate per ID")
-    p.add_argument("--host", action="append", default=[], metavar="HOST",
+    p.add_argument("--host", action="append", default=[], metavar="HOST", type=_host,
                    help="a DNS name or IP address the daemon serves on (repeatable; default: "
                         f"{' and '.join(DEFAULT_HOSTS)})")
     p.add_argument("--out", metavar="DIR", default=None,
@@ -184,8 +201,11 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
 
 
 def _local(parent: Any, name: str, func: Callable[..., int], help: str) -> argparse.ArgumentParser:
-    """A command that works on files only: tessctl runs it without a controller."""
+    """A command that works on files only: tessctl runs it without a controller. It takes -o but
+    none of the connection flags (`--controller` of `pki issue` names the identity to issue)."""
     p: argparse.ArgumentParser = parent.add_parser(name, help=help, description=help)
+    p.add_argument("-o", "--output", type=formats.output_format, default=argparse.SUPPRESS, metavar="FORMAT",
+                   help=f"output format: {formats.CHOICES} (default: table)")
     p.set_defaults(func=func, local=True)
     return p
 
@@ -204,7 +224,10 @@ def _directory(path: str, flag: str) -> None:
 def cmd_pki_init(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     _directory(args.dir, "--dir")
     ca = CertificateAuthority.init(args.dir, days=args.days)
-    print(f"CA written to {ca.dir / 'ca.pem'} (key {ca.dir / 'ca.key'}, mode 0600)", file=out)
+    if args.output == "json":
+        out.write(output.dumps({"ca": str(ca.dir / CA_CERT), "key": str(ca.dir / CA_KEY), "days": args.days}) + "\n")
+    else:
+        print(f"CA written to {ca.dir / CA_CERT} (key {ca.dir / CA_KEY}, mode 0600)", file=out)
     return 0
 
 
@@ -216,16 +239,25 @@ def cmd_pki_issue(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     else:
         who = [identity.node(n) for n in dict.fromkeys(args.issue_nodes)]
     if args.out is not None and len(who) > 1:
-        raise PkiError("--out: one identity only; without --out each node gets DIR/node-ID")
+        raise argtypes.UsageError(f"argument --out: one identity only, not {len(who)} nodes; without --out each "
+                                  "node gets DIR/node-ID (see 'tessctl admin pki issue --help')")
     _directory(args.dir, "--dir")
     if args.out is not None:
         _directory(args.out, "--out")
     ca = CertificateAuthority.load(args.dir)
+    json_out = args.output == "json"
+    issued = []
     for ident in who:
         target = ca.issue(ident, args.host, out=args.out, days=args.days)
-        print(f"{ident.uri}: {target}/cert.pem, key.pem, ca.pem (use as --tls-dir {target})", file=out)
         held = len(bundle_cas(target / CA_CERT))
-        if held > 1:  # a CA rotation's middle round (docs/security.md, "Rotation")
-            print(f"  {target}/ca.pem trusts {held} CAs (the ones it held, and this one): drop the old one "
-                  "once every daemon has its new certificate", file=out)
+        issued.append({"identity": ident.uri, "dir": str(target), "cert": str(target / CERT),
+                       "key": str(target / KEY), "ca": str(target / CA_CERT), "cas_trusted": held})
+        if not json_out:
+            print(f"{ident.uri}: {target}/cert.pem, key.pem, ca.pem (use as --tls-dir {target})", file=out)
+        if held > 1:  # a CA rotation's middle round (docs/security.md, "Rotation"); -o json: on stderr
+            print(f"{'tessctl: ' if json_out else '  '}{target}/ca.pem trusts {held} CAs (the ones it held, and "
+                  "this one): drop the old one once every daemon has its new certificate",
+                  file=sys.stderr if json_out else out)
+    if json_out:
+        out.write(output.dumps({"certificates": issued}) + "\n")
     return 0

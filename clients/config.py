@@ -68,6 +68,7 @@ class Settings:
     ca: str | None
     context: str
     sources: dict[str, str]
+    token_file: str = ""  # the file the token was read from ("" when it came from no file)
 
 
 def config_path(env: Mapping[str, str]) -> Path:
@@ -161,12 +162,15 @@ def resolve(flags: Mapping[str, str | None], env: Mapping[str, str], cfg: Config
     what = {"flag": "--controller", "default": "controller"}.get(sources["controller"], sources["controller"])
     controllers = tuple(check_address(c, what) for c in controllers)
     token = pick("token", (ctx.token or ctx.token_file) if ctx else None)
+    token_file = ""
     if token and ctx and sources["token"].startswith("context") and not ctx.token:
-        token = read_token_file(_beside(cfg.path, ctx.token_file))
+        token_file = str(_beside(cfg.path, ctx.token_file))
+        token = read_token_file(Path(token_file))
     ca = pick("ca", ctx.ca if ctx else None)
     if ca and sources["ca"].startswith("context"):
         ca = str(_beside(cfg.path, ca))
-    return Settings(controllers or (DEFAULT_CONTROLLER,), token or None, ca or None, name or "", sources)
+    return Settings(controllers or (DEFAULT_CONTROLLER,), token or None, ca or None, name or "", sources,
+                    token_file)
 
 
 def _beside(config: str, path: str) -> Path:
@@ -187,12 +191,14 @@ def read_token_file(path: Path) -> str:
     return token
 
 
-def group_readable(path: Path) -> bool:
-    """Whether others than the owner may read `path` (a file that holds a token should not)."""
+def readable_mode(path: Path) -> int | None:
+    """The permission bits of `path` when others than the owner may read it (a file that holds a
+    token should not), else None (also when it cannot be stat'ed: reading it says why)."""
     try:
-        return bool(os.stat(path).st_mode & (stat.S_IRGRP | stat.S_IROTH))
+        mode = stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
-        return False
+        return None
+    return mode if mode & (stat.S_IRGRP | stat.S_IROTH) else None
 
 
 def set_current_context(path: Path, name: str) -> None:

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
@@ -19,8 +20,8 @@ from tessera.clients.config import (
     ConfigFileError,
     Settings,
     config_path,
-    group_readable,
     load_config,
+    readable_mode,
     redacted,
     resolve,
     set_current_context,
@@ -62,16 +63,28 @@ def controller_flag(text: str) -> str:
 def read_config(env: Mapping[str, str]) -> Config:
     path = config_path(env)
     cfg = load_config(path, explicit=bool(env.get("TESSERA_CONFIG")))
-    if any(c.token for c in cfg.contexts.values()) and group_readable(path):
-        print(f"tessctl: warning: {path} holds a token and others may read it; chmod 600 it", file=sys.stderr)
+    if any(c.token for c in cfg.contexts.values()):
+        warn_if_readable(path, f"{path} holds a token and others may read it")
     return cfg
 
 
-def settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
-    """The controller(s), token and CA of this command line."""
+def warn_if_readable(path: Path, what: str) -> None:
+    """As ssh does for a key file: one warning on stderr when others than the owner may read `path`;
+    the command goes on (the owner may have reasons, and refusing would lock scripts out)."""
+    mode = readable_mode(path)
+    if mode is not None:
+        print(f"tessctl: warning: {what} (mode {mode:04o}); chmod 600 {path}", file=sys.stderr)
+
+
+def settings(args: argparse.Namespace, env: Mapping[str, str] | None = None, cfg: Config | None = None) -> Settings:
+    """The controller(s), token and CA of this command line; `cfg`: the config file when already
+    read (so its warnings are said once). Warns when the token file read is readable by others."""
     env = os.environ if env is None else env
     flags = {k: getattr(args, k, None) for k in ("context", "controller", "token", "ca")}
-    return resolve(flags, env, read_config(env))
+    s = resolve(flags, env, read_config(env) if cfg is None else cfg)
+    if s.token_file:
+        warn_if_readable(Path(s.token_file), f"token file {s.token_file} (context {s.context}): others may read it")
+    return s
 
 
 def add_arguments(sub: Any, command: Any) -> None:
@@ -92,7 +105,7 @@ def cmd_view(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     env = os.environ
     cfg = read_config(env)
     try:
-        s = settings(args, env)
+        s = settings(args, env, cfg)
         effective: dict[str, Any] = {
             "context": s.context, "controller": list(s.controllers), "ca": s.ca or "",
             "token": "REDACTED" if s.token else "", "sources": s.sources}

@@ -17,6 +17,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from tessera.clients.features import features
+from tessera.clients.nodejobs import unlisted_rows
 from tessera.clients.output_forecast import forecast_columns, forecast_pairs
 from tessera.clients.output_objective import objective_pairs
 from tessera.common.utctime import utc_text
@@ -421,7 +422,8 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
 
 
 def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controller_pb2.Job] = ()) -> str:
-    """`describe node`: state with its reason, inventory, each GPU, and the jobs placed on it."""
+    """`describe node`: state with its reason, inventory, each GPU, and the jobs placed on it (a row
+    for its busy GPUs that no job of `jobs` holds, saying why: clients/nodejobs.py)."""
     inv = node.inventory
     lines = _kv([
         ("Name", node.id), ("Address", node.address or NONE), ("State", node_status(node, now)),
@@ -452,10 +454,12 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
         lines.append("  <none>")
     lines.append("Jobs:")
     placed = [j for j in jobs if any(s.node_id == node.id for s in j.placement.slices)]
-    if placed:
-        jrows = [[j.id, j.spec.name, job_state(j.state),
-                  ",".join(",".join(map(str, s.gpu_indices)) for s in j.placement.slices if s.node_id == node.id)]
-                 for j in placed]
+    jrows = [[j.id, j.spec.name, job_state(j.state),
+              ",".join(",".join(map(str, s.gpu_indices)) for s in j.placement.slices if s.node_id == node.id)]
+             for j in placed]
+    for label, gpus in unlisted_rows(node, jobs):
+        jrows.append([label, NONE, NONE, ",".join(map(str, gpus))])
+    if jrows:
         lines += ["  " + line for line in table(("ID", "NAME", "STATE", "GPUS"), jrows).splitlines()]
     else:
         lines.append("  <none>")

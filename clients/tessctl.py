@@ -28,6 +28,7 @@ from tessera.clients import (
     ctlconfig,
     formats,
     gpuhints,
+    named,
     output,
     plancost,
     terminal,
@@ -245,17 +246,17 @@ def cmd_submit(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_get_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     states = [s for group in args.state for s in group]
 
-    def fetch() -> list[controller_pb2.Job]:
-        if args.ids:
-            return [client.get(i) for i in args.ids]
-        return client.list(states=states, tenant=args.tenant, limit=args.limit or None)
-
     def table(jobs: Sequence[controller_pb2.Job], now: float, wide: bool) -> str:
         return output.jobs_table(jobs, now, wide, _gpu_models(client, jobs))
 
     render = terminal.renderer(out, args.output, output.jobs_json, table, "jobs")
+    if not args.watch and args.ids:
+        jobs, missing = named.fetch_named(args.ids, client.get)
+        if jobs:  # none found: the error lines say it all
+            render(jobs, first=True)
+        return named.report_missing(missing)
     if not args.watch:
-        render(fetch(), first=True)
+        render(client.list(states=states, tenant=args.tenant, limit=args.limit or None), first=True)
         return 0
     if len(args.ids) == 1:
         return waiting.watch_one(client, args.ids[0], render)
@@ -265,15 +266,9 @@ def cmd_get_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_get_nodes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    def fetch() -> list[controller_pb2.Node]:
+    def fetch() -> tuple[list[controller_pb2.Node], list[RpcError]]:
         nodes = client.nodes()
-        if not args.ids:
-            return nodes
-        by_id = {n.id: n for n in nodes}
-        missing = [i for i in args.ids if i not in by_id]
-        if missing:
-            raise RpcError("NOT_FOUND", f"node {missing[0]} not found")
-        return [by_id[i] for i in args.ids]
+        return named.fetch_named(args.ids, named.lookup(nodes, "node")) if args.ids else (nodes, [])
 
     def key(nodes: list[controller_pb2.Node]) -> list[bytes]:
         # A heartbeat alone is no change worth printing.
@@ -287,9 +282,15 @@ def cmd_get_nodes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 
     render = terminal.renderer(out, args.output, output.nodes_json, output.nodes_table, "nodes")
     if not args.watch:
-        render(fetch(), first=True)
-        return 0
-    return terminal.poll(fetch, render, key=key)
+        nodes, missing = fetch()
+        if nodes or not args.ids:  # none of the names found: the error lines say it all
+            render(nodes, first=True)
+        return named.report_missing(missing)
+    if args.ids:  # the names not found are said once; the watch goes on with the others
+        nodes, missing = fetch()
+        if named.report_missing(missing) and not nodes:
+            return 1
+    return terminal.poll(lambda: fetch()[0], render, key=key)
 
 
 def cmd_get_tenants(client: Client, args: argparse.Namespace, out: TextIO) -> int:

@@ -51,7 +51,7 @@ def identity_dir_name(identity: Identity) -> str:
     return f"node-{identity.name}" if identity.kind == "node" else identity.kind
 
 
-def _san_hosts(hosts: Iterable[str]) -> list[x509.GeneralName]:
+def san_hosts(hosts: Iterable[str]) -> list[x509.GeneralName]:
     out: list[x509.GeneralName] = []
     for host in hosts:
         h = host.strip().strip("[]")
@@ -163,7 +163,7 @@ class CertificateAuthority:
         if days < 1:
             raise PkiError(f"--days: must be >= 1, got {days}")
         sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(identity.uri), x509.DNSName(identity.dns)]
-        sans += _san_hosts(hosts or DEFAULT_HOSTS)
+        sans += san_hosts(hosts or DEFAULT_HOSTS)
         key = ec.generate_private_key(ec.SECP256R1())
         now = _now()
         cert = (

@@ -42,7 +42,7 @@ from tessera.controller.listing import list_page
 from tessera.controller.logstream import LogStream
 from tessera.controller.redact import Hide, hider
 from tessera.controller.registry import fence_seconds
-from tessera.controller.snapshots import busy_cpus
+from tessera.controller.snapshots import busy_cpus, unseen_gpus
 from tessera.controller.store import ACTIVE, JobRecord, RequestConflict
 from tessera.controller.streams import StreamSlots
 from tessera.controller.tenants import TenantsSource, submit_refusal, tenant_rows
@@ -225,10 +225,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return node_pb(self.view.node(node_id), busy, cpus)
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
-        principal_of(context)  # admitted by the AuthInterceptor, which checked the role table
+        who = principal_of(context)  # admitted by the AuthInterceptor, which checked the role table
         busy = self.view.busy_gpus()
-        cpus = busy_cpus(self.view.jobs(ACTIVE))
-        return controller_pb2.ListNodesResponse(nodes=[self._node(n, busy, cpus) for n in self.view.node_ids()])
+        active = self.view.jobs(ACTIVE)
+        cpus = busy_cpus(active)
+        nodes = [self._node(n, busy, cpus) for n in self.view.node_ids()]
+        if not who.sees_all:  # the GPUs of jobs it may not list, so describe node can say why they are busy
+            hidden = unseen_gpus(active, lambda tenant: may_see(who, tenant))
+            for node in nodes:
+                node.hidden_gpus.extend(sorted(hidden.get(node.id, set()) & set(node.busy_gpus)))
+        return controller_pb2.ListNodesResponse(nodes=nodes)
 
     async def ListTenants(self, request: controller_pb2.ListTenantsRequest,
                           context: Any) -> controller_pb2.ListTenantsResponse:

@@ -8,7 +8,7 @@ too, because the snapshot, placement checks and `tessctl get nodes` must agree o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from tessera.common.gpus import lookup
 from tessera.common.objective import slo_seconds
@@ -120,6 +120,16 @@ def busy_cpus(placed: Iterable[JobRecord]) -> dict[str, int]:
 def jobs_on(active: Iterable[JobRecord], node_id: str) -> list[JobRecord]:
     """The jobs among `active` placed (at least partly) on `node_id`."""
     return [j for j in active if j.placement and any(s.node_id == node_id for s in j.placement.slices)]
+
+
+def unseen_gpus(active: Iterable[JobRecord], sees: Callable[[str], bool]) -> dict[str, set[int]]:
+    """GPUs per node held by the placements of active jobs whose tenant `sees` says no to."""
+    out: dict[str, set[int]] = {}
+    for job in active:
+        if not sees(job.spec.tenant):
+            for s in job.placement.slices if job.placement else ():
+                out.setdefault(s.node_id, set()).update(s.gpu_indices)
+    return out
 
 
 def busy_gpus(nodes: Mapping[str, LiveNode], active: Iterable[JobRecord],

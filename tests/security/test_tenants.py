@@ -182,6 +182,7 @@ def test_tokens_file_holds_hashes_only(ctl: Daemon) -> None:
 
 def test_tessctl_calls_as_its_config_context(ctl: Daemon, tmp_path: Path) -> None:
     (tmp_path / "alice.token").write_text(ctl.tokens["alice"] + "\n")
+    (tmp_path / "alice.token").chmod(0o600)  # readable by others: tessctl warns on stderr (docs/cli.md)
     config = tmp_path / "config.yaml"
     config.write_text(f"current-context: a\ncontexts:\n  a: {{controller: {ctl.address}, token_file: alice.token}}\n"
                       f"  b: {{controller: {ctl.address}, token: {ctl.tokens['bob']}}}\n")

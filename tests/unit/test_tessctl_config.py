@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tessera.clients import tessctl
 from tessera.clients.config import (
     DEFAULT_CONTROLLER,
     Config,
     ConfigFileError,
+    Settings,
     load_config,
     resolve,
 )
@@ -41,6 +43,7 @@ def cfg_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.write_text(CONFIG)
     path.chmod(0o600)
     (tmp_path / "prod.token").write_text("tsr_prodtoken\n")
+    (tmp_path / "prod.token").chmod(0o600)
     monkeypatch.setenv("TESSERA_CONFIG", str(path))
     for var in ("TESSERA_CONTROLLER", "TESSERA_TOKEN", "TESSERA_CA"):
         monkeypatch.delenv(var, raising=False)
@@ -158,3 +161,52 @@ def test_a_readable_config_with_an_inline_token_warns(cfg_file: Path, capsys: py
     assert run("config", "get-contexts")[0] == 0
     assert "holds a token and others may read it" in capsys.readouterr().err
 
+
+def test_a_token_file_others_may_read_warns_once_and_still_works(cfg_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """As ssh with a key file: one warning naming the file, its mode and the fix; the token is used.
+    Before: no warning at all (only an inline token in the config file was checked)."""
+    token = cfg_file.parent / "prod.token"
+    token.chmod(0o644)
+    used: list[str | None] = []
+
+    class Fake:
+        def nodes(self) -> list[object]:
+            return []
+
+        def close(self) -> None:
+            pass
+
+    def connect(settings: Settings, *_: object, **__: object) -> Fake:
+        used.append(settings.token)
+        return Fake()
+
+    monkeypatch.setattr(tessctl, "connect", connect)
+    assert run("get", "nodes", "-o", "json") == (0, '{\n  "nodes": []\n}\n') and used == ["tsr_prodtoken"]
+    assert capsys.readouterr().err == (f"tessctl: warning: token file {token} (context prod): others may read it "
+                                       f"(mode 0644); chmod 600 {token}\n")
+    rc, text = run("config", "view", "-o", "json")
+    assert rc == 0 and json.loads(text)["effective"]["token"] == "REDACTED"
+    assert capsys.readouterr().err == (f"tessctl: warning: token file {token} (context prod): others may read it "
+                                       f"(mode 0644); chmod 600 {token}\n")
+    token.chmod(0o640)
+    assert run("config", "view")[0] == 0
+    assert capsys.readouterr().err.count("(mode 0640); chmod 600") == 1
+    token.chmod(0o600)
+    assert run("config", "view")[0] == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_token_file_not_used_is_not_checked(cfg_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (cfg_file.parent / "prod.token").chmod(0o644)
+    assert run("config", "view", "--token", "tsr_flag")[0] == 0
+    assert run("config", "view", "--context", "bare")[0] == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_the_config_files_own_warning_is_said_once(cfg_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`config view` read the file twice and said its warning twice."""
+    cfg_file.chmod(0o604)
+    assert run("config", "view", "--context", "dev")[0] == 0
+    assert capsys.readouterr().err == (f"tessctl: warning: {cfg_file} holds a token and others may read it "
+                                       f"(mode 0604); chmod 600 {cfg_file}\n")
