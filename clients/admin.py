@@ -18,6 +18,7 @@ on the files (a taken name, a missing CA) is an error (exit 1).
 from __future__ import annotations
 
 import argparse
+import datetime
 import re
 import sys
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from tessera.common.pki import (
     CA_CERT,
     CA_DAYS,
     CA_KEY,
+    CA_WARNING_DAYS,
     CERT,
     CERT_DAYS,
     DEFAULT_HOSTS,
@@ -38,6 +40,7 @@ from tessera.common.pki import (
     CertificateAuthority,
     PkiError,
     bundle_cas,
+    expires,
     san_hosts,  # the one check of a --host, as issue() makes it
 )
 from tessera.common.tokens import (
@@ -196,8 +199,10 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
                         f"{' and '.join(DEFAULT_HOSTS)})")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write the files here instead of DIR/<who> (one identity only)")
-    p.add_argument("--days", type=argtypes.days, default=CERT_DAYS,
-                   help=f"validity, 1 to {argtypes.MAX_DAYS} days (default {CERT_DAYS})")
+    # None: the default, which a CA ending sooner cuts (with a warning); a --days given is refused then.
+    p.add_argument("--days", type=argtypes.days, default=None,
+                   help=f"validity, 1 to {argtypes.MAX_DAYS} days, never past the CA's end "
+                        f"(default {CERT_DAYS}, cut to the CA's end when it ends sooner)")
 
 
 def _local(parent: Any, name: str, func: Callable[..., int], help: str) -> argparse.ArgumentParser:
@@ -245,19 +250,49 @@ def cmd_pki_issue(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     if args.out is not None:
         _directory(args.out, "--out")
     ca = CertificateAuthority.load(args.dir)
+    days, fit = (CERT_DAYS, True) if args.days is None else (args.days, False)
+    now = datetime.datetime.now(datetime.UTC)
+    ends = ca.validity_end(days, fit=fit, now=now)  # refused before anything is written
+    _say_ca_end(ca, now, cut=ends < now + datetime.timedelta(days=days))
     json_out = args.output == "json"
     issued = []
     for ident in who:
-        target = ca.issue(ident, args.host, out=args.out, days=args.days)
+        target = ca.issue(ident, args.host, out=args.out, days=days, fit=fit)
         held = len(bundle_cas(target / CA_CERT))
+        until = expires(target / CERT)
         issued.append({"identity": ident.uri, "dir": str(target), "cert": str(target / CERT),
-                       "key": str(target / KEY), "ca": str(target / CA_CERT), "cas_trusted": held})
+                       "key": str(target / KEY), "ca": str(target / CA_CERT), "cas_trusted": held,
+                       "expires": _rfc3339(until)})
         if not json_out:
-            print(f"{ident.uri}: {target}/cert.pem, key.pem, ca.pem (use as --tls-dir {target})", file=out)
+            print(f"{ident.uri}: {target}/cert.pem, key.pem, ca.pem, valid until {until:%Y-%m-%d %H:%M} UTC "
+                  f"(use as --tls-dir {target})", file=out)
         if held > 1:  # a CA rotation's middle round (docs/security.md, "Rotation"); -o json: on stderr
             print(f"{'tessctl: ' if json_out else '  '}{target}/ca.pem trusts {held} CAs (the ones it held, and "
                   "this one): drop the old one once every daemon has its new certificate",
                   file=sys.stderr if json_out else out)
     if json_out:
-        out.write(output.dumps({"certificates": issued}) + "\n")
+        out.write(output.dumps({"certificates": issued, "ca_expires": _rfc3339(ca.expires)}) + "\n")
     return 0
+
+
+def _rfc3339(t: datetime.datetime) -> str:
+    return output.rfc3339(t.timestamp()) or ""
+
+
+def _say_ca_end(ca: CertificateAuthority, now: datetime.datetime, cut: bool) -> None:
+    """A warning on stderr (every -o) when the CA ends within CA_WARNING_DAYS: when it does, every
+    certificate it signed stops working at once, whatever their own dates, and a rotation takes
+    three rounds of restarts (docs/security.md). `cut`: the default life was cut to the CA's end."""
+    left = ca.expires - now
+    if left >= datetime.timedelta(days=CA_WARNING_DAYS):
+        return
+    when = f"the CA {ca.dir / CA_CERT} expires on {ca.expires:%Y-%m-%d %H:%M} UTC (in {_days(left)})"
+    what = (f"these certificates end with it, not in {CERT_DAYS} days" if cut else
+            "every certificate it signed stops working then")
+    print(f"tessctl: warning: {when}: {what}; make a new CA and rotate to it (docs/security.md, Rotation)",
+          file=sys.stderr)
+
+
+def _days(left: datetime.timedelta) -> str:
+    n = left // datetime.timedelta(days=1)
+    return f"{n} day{'s' if n != 1 else ''}" if n else "less than a day"

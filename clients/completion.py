@@ -24,7 +24,9 @@ HELP = "print a shell completion script (bash or zsh): source <(tessctl completi
 def add_arguments(sub: Any, command: Any, root: argparse.ArgumentParser) -> None:
     p = command(sub, "completion", cmd_completion, HELP)
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
-    p.set_defaults(local=True, completion_root=root)
+    # Shell text by nature: JSON or YAML of it would be of use to nobody, so -o is refused (tessctl.py).
+    p.set_defaults(local=True, completion_root=root,
+                   one_form="`tessctl completion` prints a shell script to source, which has no other form")
 
 
 def script(parser: argparse.ArgumentParser, shell: str) -> str:

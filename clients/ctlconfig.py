@@ -140,5 +140,8 @@ def cmd_get_contexts(client: Any, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_use_context(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     path = config_path(os.environ)
     set_current_context(path, args.name)
-    out.write(f"current context is now {args.name} ({path})\n")
+    if args.output == "json":  # the keys of get-contexts and view
+        out.write(output.dumps({"current-context": args.name, "file": str(path)}) + "\n")
+    else:
+        out.write(f"current context is now {args.name} ({path})\n")
     return 0

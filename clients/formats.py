@@ -110,7 +110,8 @@ def _names(value: Any) -> Iterator[str]:
 
 # -- JSONPath ---------------------------------------------------------------------------------------
 
-_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\*|-?\d+)\]|\.\*")
+# A field may hold a hyphen, as kubectl's do: `{.current-context}` of `config get-contexts`.
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\*|-?\d+)\]|\.\*")
 
 
 def parse_template(template: str) -> list[tuple[bool, str]]:

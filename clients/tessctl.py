@@ -56,6 +56,8 @@ from tessera.v1 import common_pb2, controller_pb2
 
 SIMULATOR = "tessera.controller.sim.cli"  # run as a process by `tessctl simulate`, never imported
 SIMULATE_HELP = "replay a trace under scheduling policies, locally (tessera-sim)"
+SIMULATE_ONE_FORM = ("`tessctl simulate` prints the simulator's own table; its results as JSON are files "
+                     "in its --out DIR (metrics.json)")
 
 
 CliUsageError = argtypes.UsageError  # a usage problem found after parsing: exit 2
@@ -194,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Every argument after `simulate`, --help included, goes to the simulator's own parser (see
     # cmd_simulate); no common options here: `--out` must not abbreviate `--output`.
     p = sub.add_parser("simulate", add_help=False, help=SIMULATE_HELP, description=SIMULATE_HELP)
-    p.set_defaults(func=cmd_simulate)
+    p.set_defaults(func=cmd_simulate, one_form=SIMULATE_ONE_FORM)
 
     est = command(sub, "estimate", _needs_resource,
                   "ask the estimator about a job: memory per GPU, Cells, stage placement, the time of a plan")
@@ -470,12 +472,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         args.sim_args = extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    given = getattr(args, "output", None)  # before the default: an -o given
     args.output = getattr(args, "output", "table")
     out, args.output = formats.wrap(out, args.output)
     # For wait, --timeout is how long to wait (tessera.clients.waiting); its calls keep the default.
     timeout = getattr(args, "timeout", 10.0) if args.command != "wait" else 10.0
     client: Client | None = None
     try:
+        _refuse_other_forms(args, given)
         argtypes.strip_kind_prefixes(args)
         if args.command == "simulate":  # runs here, needs no controller
             return cmd_simulate(None, args, out)
@@ -516,6 +520,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if client is not None:
             with contextlib.suppress(Exception):  # closing must not mask the result
                 client.close()
+
+
+def _refuse_other_forms(args: argparse.Namespace, given: str | None) -> None:
+    """A command whose output has one form (`one_form`: a shell script, the simulator's table) refuses
+    any other -o (exit 2, saying why), rather than printing text where a script waits for JSON."""
+    why = getattr(args, "one_form", None)
+    shown = None if given in (None, "table") else f"-o {given}"
+    # `tessctl simulate ARGS`: an -o after `simulate` is among the simulator's arguments.
+    sim = list(getattr(args, "sim_args", ()))
+    at = next((i for i, a in enumerate(sim) if a.startswith(("-o", "--output"))), None)
+    if shown is None and at is not None:
+        shown = " ".join(sim[at:at + 2]) if sim[at] in ("-o", "--output") else sim[at]
+    if why is not None and shown is not None:
+        raise CliUsageError(f"argument -o/--output: {shown}: {why}")
 
 
 def connect(settings: Settings, timeout: float, insecure: bool = False) -> Client:

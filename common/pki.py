@@ -10,6 +10,10 @@ certificates in a second through `CertificateAuthority.issue`). Every certificat
 identity as a URI SAN (spiffe://tessera/...), the identity's reserved DNS name (identity.py), and
 the hosts it serves on as DNS/IP SANs (localhost and 127.0.0.1 unless others are given) so clients
 that dial an address can check it. Private keys are written 0600, through a temporary file.
+
+No certificate outlives the CA that signs it (`CertificateAuthority.validity_end`): past the CA's
+end every handshake fails whatever the certificate's own date says, and that date is what the
+daemons warn and export by (tls.announce), so a later one would hide the real end.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ KEY = "key.pem"
 DEFAULT_HOSTS = ("localhost", "127.0.0.1")
 CA_DAYS = 3650
 CERT_DAYS = 365
+# A CA closer than this to its end is said by `tessctl admin pki issue`: from then on a certificate of
+# the default life is cut to the CA's end, and rotating a CA takes three rounds of restarts.
+CA_WARNING_DAYS = CERT_DAYS
+_DAY = datetime.timedelta(days=1)
 _HOST_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?")
 # Clocks of the machines that check a certificate may lag the one that made it.
 _BACKDATE = datetime.timedelta(minutes=5)
@@ -109,6 +117,31 @@ class CertificateAuthority:
     def cert_pem(self) -> bytes:
         return _cert_pem(self.cert)
 
+    @property
+    def expires(self) -> datetime.datetime:
+        return self.cert.not_valid_after_utc
+
+    def validity_end(self, days: int, *, fit: bool = False,
+                     now: datetime.datetime | None = None) -> datetime.datetime:
+        """When a certificate issued `now` for `days` ends. One that would outlive the CA is cut to
+        the CA's end with `fit` (for a default life nobody asked for: smallstep/certificates#381),
+        and refused otherwise, naming the CA's end and the most --days that fits (a --days asked
+        for is not silently shortened: Vault's leaf_not_after_behavior=err, its default); a CA past
+        its end issues nothing."""
+        now = now or _now()
+        path, ends = self.dir / CA_CERT, self.expires
+        if ends <= now:
+            raise PkiError(f"{path}: the CA expired on {ends:%Y-%m-%d %H:%M} UTC and can sign nothing that "
+                           "works: make a new one and rotate to it (docs/security.md, Rotation)")
+        wanted = now + datetime.timedelta(days=days)
+        if wanted <= ends or fit:
+            return min(wanted, ends)
+        most = (ends - now) // _DAY
+        fits = (f"--days {most} at most, or rotate the CA first" if most else
+                "no --days fits (it ends in less than a day): rotate the CA first")
+        raise PkiError(f"--days {days}: the certificate would outlive the CA that signs it ({path}, "
+                       f"valid until {ends:%Y-%m-%d %H:%M} UTC): {fits} (docs/security.md, Rotation)")
+
     @classmethod
     def init(cls, directory: Path | str, *, days: int = CA_DAYS, name: str = "Tessera dev CA") -> CertificateAuthority:
         """Make a new CA in `directory` (created 0700 if missing); refuses to replace one."""
@@ -157,21 +190,23 @@ class CertificateAuthority:
         return cls(cert, key, d)
 
     def issue(self, identity: Identity, hosts: Sequence[str] = (), *, out: Path | str | None = None,
-              days: int = CERT_DAYS) -> Path:
+              days: int = CERT_DAYS, fit: bool = False) -> Path:
         """Write ca.pem, cert.pem and key.pem for `identity` into `out` (default DIR/<who>);
-        returns that directory. An existing certificate there is replaced (rotation)."""
+        returns that directory. An existing certificate there is replaced (rotation). `days` past
+        the CA's end: cut to it with `fit`, else PkiError before anything is written."""
         if days < 1:
             raise PkiError(f"--days: must be >= 1, got {days}")
+        now = _now()
+        ends = self.validity_end(days, fit=fit, now=now)
         sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(identity.uri), x509.DNSName(identity.dns)]
         sans += san_hosts(hosts or DEFAULT_HOSTS)
         key = ec.generate_private_key(ec.SECP256R1())
-        now = _now()
         cert = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, str(identity))]))
             .issuer_name(self.cert.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _BACKDATE).not_valid_after(now + datetime.timedelta(days=days))
+            .not_valid_before(now - _BACKDATE).not_valid_after(ends)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
                                          content_commitment=False, key_encipherment=False,
@@ -190,6 +225,11 @@ class CertificateAuthority:
         _write(target / CERT, _cert_pem(cert), 0o644)
         _write(target / CA_CERT, _bundle_with(target / CA_CERT, self.cert), 0o644)
         return target
+
+
+def expires(path: Path) -> datetime.datetime:
+    """When the certificate in `path` (the first of a bundle) ends."""
+    return x509.load_pem_x509_certificate(path.read_bytes()).not_valid_after_utc
 
 
 def bundle_cas(path: Path) -> list[x509.Certificate]:

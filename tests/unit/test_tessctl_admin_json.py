@@ -30,6 +30,12 @@ def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[dict[str
     return doc, err
 
 
+def _dated(cert: object) -> dict[str, object]:
+    """A certificate's JSON without its "expires" (an RFC 3339 time in UTC: test_pki_ca_expiry.py)."""
+    assert isinstance(cert, dict) and str(cert["expires"]).endswith("Z")
+    return {k: v for k, v in cert.items() if k != "expires"}
+
+
 def test_token_commands_print_one_json_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tokens = str(tmp_path / "tokens.yaml")
     made, _ = _json(["admin", "token", "create", "--tokens-file", tokens, "--name", "ci", "--tenant", "t",
@@ -62,16 +68,18 @@ def test_pki_init_and_issue_print_one_json_object(where: str, tmp_path: Path,
     def argv(*cmd: str) -> list[str]:
         return ["-o", "json", *cmd] if where == "before" else [*cmd, "-o", "json"]
 
-    made, err = _json(argv("admin", "pki", "init", "--dir", str(pki), "--days", "30"), capsys)
-    assert made == {"ca": str(pki / "ca.pem"), "key": str(pki / "ca.key"), "days": 30} and err == ""
+    made, err = _json(argv("admin", "pki", "init", "--dir", str(pki), "--days", "400"), capsys)
+    assert made == {"ca": str(pki / "ca.pem"), "key": str(pki / "ca.key"), "days": 400} and err == ""
     issued, err = _json(argv("admin", "pki", "issue", "--dir", str(pki), "--node", "n1", "n2"), capsys)
     assert err == ""
+    assert list(issued) == ["certificates", "ca_expires"]
     certs = issued["certificates"]
     assert isinstance(certs, list) and [c["identity"] for c in certs] == ["spiffe://tessera/node/n1",
                                                                           "spiffe://tessera/node/n2"]
-    assert certs[0] == {"identity": "spiffe://tessera/node/n1", "dir": str(pki / "node-n1"),
-                        "cert": str(pki / "node-n1" / "cert.pem"), "key": str(pki / "node-n1" / "key.pem"),
-                        "ca": str(pki / "node-n1" / "ca.pem"), "cas_trusted": 1}
+    n1 = pki / "node-n1"
+    assert _dated(certs[0]) == {"identity": "spiffe://tessera/node/n1", "dir": str(n1), "cert": str(n1 / "cert.pem"),
+                                "key": str(n1 / "key.pem"), "ca": str(n1 / "ca.pem"), "cas_trusted": 1}
+    assert str(certs[0]["expires"]) < str(issued["ca_expires"])  # RFC 3339 in UTC: ordered as text
     assert all(Path(c[k]).is_file() for c in certs for k in ("cert", "key", "ca"))
 
 
@@ -90,9 +98,11 @@ def test_a_rotation_note_goes_to_stderr_with_json(tmp_path: Path, capsys: pytest
     assert _run(["admin", "pki", "issue", "--dir", str(tmp_path / "old"), "--controller", "--out", out_dir], capsys)[0] == 0
     doc, err = _json(["admin", "pki", "issue", "--dir", str(tmp_path / "new"), "--controller", "--out", out_dir,
                       "-o", "json"], capsys)
-    assert doc["certificates"] == [{"identity": "spiffe://tessera/controller", "dir": out_dir,
-                                    "cert": f"{out_dir}/cert.pem", "key": f"{out_dir}/key.pem",
-                                    "ca": f"{out_dir}/ca.pem", "cas_trusted": 2}]
+    certs = doc["certificates"]
+    assert isinstance(certs, list)
+    assert [_dated(c) for c in certs] == [{"identity": "spiffe://tessera/controller", "dir": out_dir,
+                                          "cert": f"{out_dir}/cert.pem", "key": f"{out_dir}/key.pem",
+                                          "ca": f"{out_dir}/ca.pem", "cas_trusted": 2}]
     assert err.startswith(f"tessctl: {out_dir}/ca.pem trusts 2 CAs")
 
 
