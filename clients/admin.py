@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from tessera.clients import argtypes, formats, output
+from tessera.clients import argtypes, capassphrase, formats, output
 from tessera.common import identity
 from tessera.common.errors import InvalidInput
 from tessera.common.pki import (
@@ -184,6 +184,11 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
     p.add_argument("--dir", required=True, metavar="DIR", help="the PKI directory (created 0700)")
     p.add_argument("--days", type=argtypes.days, default=CA_DAYS,
                    help=f"validity of the CA, 1 to {argtypes.MAX_DAYS} days (default {CA_DAYS})")
+    secret = p.add_mutually_exclusive_group()
+    secret.add_argument("--passphrase-file", metavar="FILE", default=None,
+                        help="encrypt ca.key under the passphrase on FILE's first line (at least 8 characters)")
+    secret.add_argument("--encrypt", action="store_true",
+                        help="encrypt ca.key under a passphrase typed at the terminal (twice)")
 
     p = _local(pki_sub, "issue", cmd_pki_issue,
                "issue a certificate for the controller, the estimator or nodes (DIR/<who>/, a --tls-dir)")
@@ -199,6 +204,9 @@ def _pki_arguments(admin_sub: Any, command: Command) -> None:
                         f"{' and '.join(DEFAULT_HOSTS)})")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write the files here instead of DIR/<who> (one identity only)")
+    p.add_argument("--passphrase-file", metavar="FILE", default=None,
+                   help="the passphrase of an encrypted ca.key, on FILE's first line (default: asked at the "
+                        "terminal when ca.key is encrypted)")
     # None: the default, which a CA ending sooner cuts (with a warning); a --days given is refused then.
     p.add_argument("--days", type=argtypes.days, default=None,
                    help=f"validity, 1 to {argtypes.MAX_DAYS} days, never past the CA's end "
@@ -228,7 +236,8 @@ def _directory(path: str, flag: str) -> None:
 
 def cmd_pki_init(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     _directory(args.dir, "--dir")
-    ca = CertificateAuthority.init(args.dir, days=args.days)
+    ca = CertificateAuthority.init(args.dir, days=args.days,
+                                   passphrase=capassphrase.for_init(args.passphrase_file, args.encrypt))
     if args.output == "json":
         out.write(output.dumps({"ca": str(ca.dir / CA_CERT), "key": str(ca.dir / CA_KEY), "days": args.days}) + "\n")
     else:
@@ -249,7 +258,7 @@ def cmd_pki_issue(client: Any, args: argparse.Namespace, out: TextIO) -> int:
     _directory(args.dir, "--dir")
     if args.out is not None:
         _directory(args.out, "--out")
-    ca = CertificateAuthority.load(args.dir)
+    ca = CertificateAuthority.load(args.dir, capassphrase.for_issue(args.dir, args.passphrase_file))
     days, fit = (CERT_DAYS, True) if args.days is None else (args.days, False)
     now = datetime.datetime.now(datetime.UTC)
     ends = ca.validity_end(days, fit=fit, now=now)  # refused before anything is written

@@ -94,9 +94,12 @@ def _private_dir(d: Path) -> None:
                            "written below it can be taken or swapped; chmod go-w it or choose another folder")
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+def _key_pem(key: ec.EllipticCurvePrivateKey, passphrase: bytes | None = None) -> bytes:
+    """PKCS#8 PEM; encrypted under `passphrase` when given (the library's best available scheme,
+    AES-256-CBC under a PBKDF2-derived key), as a CA key kept on an admin's machine should be."""
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
 
 
 def _cert_pem(cert: x509.Certificate) -> bytes:
@@ -143,8 +146,10 @@ class CertificateAuthority:
                        f"valid until {ends:%Y-%m-%d %H:%M} UTC): {fits} (docs/security.md, Rotation)")
 
     @classmethod
-    def init(cls, directory: Path | str, *, days: int = CA_DAYS, name: str = "Tessera dev CA") -> CertificateAuthority:
-        """Make a new CA in `directory` (created 0700 if missing); refuses to replace one."""
+    def init(cls, directory: Path | str, *, days: int = CA_DAYS, name: str = "Tessera dev CA",
+             passphrase: bytes | None = None) -> CertificateAuthority:
+        """Make a new CA in `directory` (created 0700 if missing); refuses to replace one. With
+        `passphrase`, ca.key is encrypted under it: a copy of the file alone signs nothing."""
         d = Path(directory)
         if (d / CA_KEY).exists() or (d / CA_CERT).exists():
             raise PkiError(f"{d / CA_CERT}: a CA exists already; remove it first to make a new one")
@@ -166,12 +171,14 @@ class CertificateAuthority:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
-        _write(d / CA_KEY, _key_pem(key), 0o600)
+        _write(d / CA_KEY, _key_pem(key, passphrase), 0o600)
         _write(d / CA_CERT, _cert_pem(cert), 0o644)
         return cls(cert, key, d)
 
     @classmethod
-    def load(cls, directory: Path | str) -> CertificateAuthority:
+    def load(cls, directory: Path | str, passphrase: bytes | None = None) -> CertificateAuthority:
+        """The CA of `directory`; `passphrase` opens an encrypted ca.key (`is_encrypted` says whether
+        one is needed)."""
         d = Path(directory)
         cert_path, key_path = d / CA_CERT, d / CA_KEY
         for p in (cert_path, key_path):
@@ -181,10 +188,16 @@ class CertificateAuthority:
             cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
         except ValueError:
             raise PkiError(f"{cert_path}: not a PEM certificate") from None
+        pem = key_path.read_bytes()
+        encrypted = _encrypted(pem)
+        if encrypted and not passphrase:
+            raise PkiError(f"{key_path}: the CA key is encrypted: give its passphrase (--passphrase-file FILE, "
+                           "or type it when asked)")
         try:
-            key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+            key = serialization.load_pem_private_key(pem, password=passphrase if encrypted else None)
         except (ValueError, TypeError):
-            raise PkiError(f"{key_path}: not an unencrypted PEM private key") from None
+            raise PkiError(f"{key_path}: wrong passphrase" if encrypted else
+                           f"{key_path}: not a PEM private key") from None
         if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
             raise PkiError(f"{key_path}: this key does not belong to {cert_path}")
         return cls(cert, key, d)
@@ -225,6 +238,18 @@ class CertificateAuthority:
         _write(target / CERT, _cert_pem(cert), 0o644)
         _write(target / CA_CERT, _bundle_with(target / CA_CERT, self.cert), 0o644)
         return target
+
+
+def _encrypted(pem: bytes) -> bool:
+    return b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in pem or b"Proc-Type: 4,ENCRYPTED" in pem
+
+
+def is_encrypted(directory: Path | str) -> bool:
+    """Whether DIR/ca.key is encrypted (False when it is missing or unreadable: `load` says why)."""
+    try:
+        return _encrypted((Path(directory) / CA_KEY).read_bytes())
+    except OSError:
+        return False
 
 
 def expires(path: Path) -> datetime.datetime:
