@@ -419,7 +419,8 @@ class Engine:
         ready = self.warmer.ready(pending, lambda j: job_view(j, self._live.progress.get(j.id)))
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(),
                               ready, placed, self._live.progress, now,
-                              dict(self.cfg.prices), config.tenants if config else (), holding=active)
+                              dict(self.cfg.prices), config.tenants if config else (), holding=active,
+                              releasing=self.view.releasing_gpus())
         return self.admissions.apply(snap), {j.id: j for j in pending}
 
     async def run_round(self) -> None:
@@ -498,10 +499,12 @@ class Engine:
     async def _place(self, job: JobRecord, d: Decision) -> None:
         assert d.plan is not None
         if not self._target_free(job, d.slices):
-            # GPUs the policy counted on (e.g. of a job whose move was skipped) are held.
-            why = "placement conflict: its GPUs are still held; the next round decides again"
-            await self._save(*transitions.pending(job, why))
-            self.kick()
+            # GPUs the policy counted on (e.g. of a job whose move was skipped) are held; or given to a
+            # guaranteed job while their preempted holder checkpoints: their exit asks for the round.
+            stopping = self.view.stopping_on(job.id, d.slices)
+            await self._save(*transitions.pending(job, transitions.held_text(stopping)))
+            if not stopping:
+                self.kick()
             return
         await self._start_attempt(job, d.plan, d.slices, d.reason, "PLACED")
 
@@ -509,14 +512,14 @@ class Engine:
                              kind: str, migration_started: float | None = None) -> JobRecord:
         """Store the next attempt (plan, placement, rendezvous) as STARTING, then launch it."""
         head = slices[0].node_id
+        # Restored from an older copy: never relaunch an attempt number the agents have used.
         on = [self._live.nodes[n] for n in {s.node_id for s in slices} if n in self._live.nodes]
-        if (floor := attempt_floor(on, job.id, job.attempt)) > job.attempt:
-            job = job.with_(attempt=floor)  # restored from an older copy: never relaunch a number agents used
+        floor = attempt_floor(on, job.id, job.attempt)
         metrics.job_started(job, self.wall())
-        port = rendezvous_port(job.id, job.attempt + 1, head, self.store.list_jobs(states=ACTIVE),
+        port = rendezvous_port(job.id, floor + 1, head, self.store.list_jobs(states=ACTIVE),
                                self.cfg.port_base, self.cfg.port_count)
         job, events = transitions.started(job, plan, slices, rendezvous(self._live.nodes[head].address, port),
-                                          reason, kind, self.wall())
+                                          reason, kind, self.wall(), floor)
         if not await self._save(job, events):
             return job  # cancelled meanwhile: nothing to launch
         self._live.clocks[job.id] = AttemptClock(job.attempt, self.mono(), migration_started=migration_started)

@@ -400,7 +400,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     agent_host = args.agent_listen.rpartition(":")[0]
     log.info("controller_started", listen=f"{host}:{port}", agent_listen=f"{agent_host}:{agent_port}", epoch=epoch,
              state_dir=str(state), checkpoint_root=str(ckpt), metrics_port=mport, pid=os.getpid(),
-             transport="insecure" if args.tls is None else "tls")
+             transport="insecure" if args.tls is None else "tls", policy=args.policy, min_run_s=args.min_run)
     tasks = [asyncio.create_task(c) for c in (*loops(engine), retention.loop(engine.view.notify))]
     # SIGHUP: read the tenants file again at once (a round reloads a changed file anyway).
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_sighup, engine.tenants, engine.kick)

@@ -132,6 +132,20 @@ def unseen_gpus(active: Iterable[JobRecord], sees: Callable[[str], bool]) -> dic
     return out
 
 
+def releasing_gpus(active: Iterable[JobRecord], move_targets: Mapping[str, tuple[Slice, ...]]) -> dict[str, set[int]]:
+    """GPUs per node of MIGRATING jobs (checkpointing to stop: requeued, or relaunched on a move's
+    target) that no move's target takes again: free once their workers exit."""
+    out: dict[str, set[int]] = {}
+    for job in active:
+        if job.state == common_pb2.JOB_STATE_MIGRATING and job.placement is not None:
+            for s in job.placement.slices:
+                out.setdefault(s.node_id, set()).update(s.gpu_indices)
+    for slices in move_targets.values():
+        for sl in slices:
+            out.get(sl.node_id, set()).difference_update(sl.gpu_indices)
+    return out
+
+
 def busy_gpus(nodes: Mapping[str, LiveNode], active: Iterable[JobRecord],
               move_targets: Mapping[str, tuple[Slice, ...]], exclude: str = "") -> dict[str, set[int]]:
     """GPUs held per node: by active attempts' placements, by the targets of migrations under way,
@@ -153,7 +167,8 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
                    busy: Mapping[str, set[int]], pending: Iterable[JobRecord], placed: Iterable[JobRecord],
                    progress: Mapping[str, common_pb2.Progress], now: float,
                    prices: Mapping[str, float] | None = None, tenants: tuple[TenantQuota, ...] = (),
-                   holding: Iterable[JobRecord] | None = None) -> Snapshot:
+                   holding: Iterable[JobRecord] | None = None,
+                   releasing: Mapping[str, set[int]] | None = None) -> Snapshot:
     """The round's input. `states`: each node's state (only READY nodes that are not unhealthy take
     work; controller/core/backoff.py); `pending`: the
     PENDING jobs; `placed`: the STARTING and RUNNING ones; `now`: wall time (deadlines' clock);
@@ -175,8 +190,10 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
         gpu_type.update(((rec.id, g.index), g.model) for g in live.inventory.gpus)
         # CPUs and host memory as the agent reports them (nodeagent/inventory.py: the OS's, or the
         # declared inventory file's cpus/host_memory_gb).
-        views.append(NodeView(rec.id, gpus, frozenset(busy.get(rec.id, ())), cpus=live.inventory.cpu_count,
-                              host_memory_bytes=live.inventory.host_memory_bytes, busy_cpus=cpus.get(rec.id, 0)))
+        held = frozenset(busy.get(rec.id, ()))
+        views.append(NodeView(rec.id, gpus, held, cpus=live.inventory.cpu_count,
+                              host_memory_bytes=live.inventory.host_memory_bytes, busy_cpus=cpus.get(rec.id, 0),
+                              releasing=held & frozenset((releasing or {}).get(rec.id, ()))))
     waiting = tuple(job_view(j, progress.get(j.id), now) for j in pending)
     running: list[RunningView] = []
     for j in placed:

@@ -43,11 +43,12 @@ def pending(job: JobRecord, why: str) -> Change:
 
 
 def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezvous: str, reason: str, kind: str,
-            now: float) -> Change:
+            now: float, floor: int = 0) -> Change:
     """The job's next attempt (plan, placement, rendezvous) as STARTING; `kind` is the event's
     (PLACED for a round's start, MIGRATED for a relaunch after a move). The placement keeps where
-    the earlier attempts ran (the last EARLIER_KEPT), for their logs."""
-    attempt = job.attempt + 1
+    the earlier attempts ran (the last EARLIER_KEPT), for their logs. `floor`: an attempt number
+    the agents have used (controller/registry.py attempt_floor): the new one is above it too."""
+    attempt = max(job.attempt, floor) + 1
     recipe = job.spec.plan if job.spec.HasField("plan") else None
     placement = placement_pb(slices, rendezvous)
     placement.placed_at = now
@@ -57,6 +58,14 @@ def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezv
     return (job.with_(state=P.JOB_STATE_STARTING, reason=reason, attempt=attempt, plan=plan_pb(plan, recipe),
                       placement=placement, start_time=job.start_time or now, stop_requested=False),
             [(kind, f"attempt {attempt}: {reason}")])
+
+
+def held_text(stopping: list[str]) -> str:
+    """Why a start the round decided waits: its GPUs are still held (by jobs checkpointing to stop)."""
+    if stopping:
+        return (f"waiting for {', '.join(stopping)} to checkpoint and stop: it starts on their GPUs once they "
+                "are free")
+    return "placement conflict: its GPUs are still held; the next round decides again"
 
 
 def stopping_text(job: JobRecord) -> str:

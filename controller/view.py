@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tessera.controller.changes import Changes, CountedStore
 from tessera.controller.core.backoff import healthy
-from tessera.controller.core.snapshot import Decision
+from tessera.controller.core.snapshot import Decision, Slice
 from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.registry import LiveNode, running_gpus
 from tessera.controller.registry import node_state as derive_node_state
-from tessera.controller.snapshots import busy_gpus, jobs_on
+from tessera.controller.snapshots import busy_gpus, jobs_on, releasing_gpus
 from tessera.controller.store import ACTIVE, EventRecord, JobRecord, NodeRecord, Store
 from tessera.v1 import common_pb2
 
@@ -261,6 +261,21 @@ class LiveView:
     def busy_gpus(self, exclude: str = "") -> dict[str, set[int]]:
         targets = {job_id: m.decision.slices for job_id, m in self._live.moves.items()}
         return busy_gpus(self._live.nodes, self._store.list_jobs(states=ACTIVE), targets, exclude)
+
+    def releasing_gpus(self) -> dict[str, set[int]]:
+        targets = {job_id: m.decision.slices for job_id, m in self._live.moves.items()}
+        return releasing_gpus(self._store.list_jobs(states=ACTIVE), targets)
+
+    def stopping_on(self, job_id: str, slices: Sequence[Slice]) -> list[str]:
+        """The jobs checkpointing to stop on `slices`' GPUs when those are all that hold them (the
+        job waits for them to exit: `Engine._place`), else [] (another holds one)."""
+        busy, releasing = self.busy_gpus(exclude=job_id), self.releasing_gpus()
+        want = {(s.node_id, i) for s in slices for i in s.gpu_indices}
+        held = {g for g in want if g[1] in busy.get(g[0], set())}
+        if not held or any(g[1] not in releasing.get(g[0], set()) for g in held):
+            return []
+        return sorted(j.id for j in self._store.list_jobs(states=[P.JOB_STATE_MIGRATING]) if j.placement
+                      and any((s.node_id, i) in held for s in j.placement.slices for i in s.gpu_indices))
 
     async def notify(self) -> None:
         """Wake every `wait_changed` now."""

@@ -48,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from tessera.controller.core.decisions import change_kind, synth_plan, thr_part, where
+from tessera.controller.core.guarantee_texts import no_room, plan_text, tag, victims_text
 from tessera.controller.core.placement import ClusterState, quotas
 from tessera.controller.core.quotas import Admission, Charge
 from tessera.controller.core.snapshot import (
@@ -242,7 +243,7 @@ class Guard:
         """Free GPUs after the plan: idle ones (not busy for a reason outside the round) less every
         placed decision's."""
         held = {(s.node_id, i) for r in self.ctx.running.values() for s in r.slices for i in s.gpu_indices}
-        nodes = [dataclasses.replace(n, busy=frozenset(i for i in n.busy if (n.id, i) not in held))
+        nodes = [dataclasses.replace(n, busy=frozenset(i for i in n.busy if (n.id, i) not in held and i not in n.releasing))
                  for n in self.ctx.snap.nodes]
         st = ClusterState.from_nodes(nodes)
         for d in decisions:
@@ -362,8 +363,8 @@ class Guard:
             self._evict(v, job, charge)
         self.state.take(orig.slices, orig.cell.gpu_type)
         it = self.speed(job, orig.cell.gpu_type, orig.cell.gpus, len(orig.slices))
-        self.dec[jid] = Decision(jid, Action.KEEP, f"{self._tag(job)}: kept in {orig.cell}: {why}"
-                                 + self._victims_text(takers - guaranteed), orig.plan, orig.slices, orig.cell,
+        self.dec[jid] = Decision(jid, Action.KEEP, f"{tag(job)}: kept in {orig.cell}: {why}"
+                                 + victims_text(takers - guaranteed), orig.plan, orig.slices, orig.cell,
                                  iteration_s=it, opportunistic=orig.opportunistic)
         return True
 
@@ -382,15 +383,15 @@ class Guard:
         if found is None:
             if had:
                 self._hold(d, take=True)
-                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: {why}, and no "
+                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {tag(job)}: {why}, and no "
                                                     "best-effort work holds enough GPUs to restore its promise")
             elif orig is None:
-                self.dec[jid] = Decision(jid, Action.PENDING, self._no_room(job, charge),
+                self.dec[jid] = Decision(jid, Action.PENDING, no_room(job, charge),
                                          pending=PendingKind.NO_ROOM_NOW)
             elif not self._restore(jid, f"{why}; no room for its promise, so it keeps what it has", displace=False):
                 # Running below its promise and the policy would stop it: it keeps its GPUs unless a
                 # guaranteed job took them (a stopped job makes no progress at all).
-                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {self._tag(job)}: no best-effort "
+                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {tag(job)}: no best-effort "
                                                     "work holds enough GPUs to restore its promise")
             return
         slices, victims, shrunk = found
@@ -405,10 +406,10 @@ class Guard:
         cell = Cell(t, n, est.cell.stages if est else 0)
         plan = synth_plan(job, est, cell)
         it = est.iteration_s if est else 0.0
-        what = (f"its promise{self._plan_text(charge)}" if n == charge.promise.gpus else
-                f"as fast as its promise of {charge.promise.gpus} x {t}{self._plan_text(charge)} by the estimates")
-        text = (f"{self._tag(job)}: {cell} on {where(slices)} ({what})"
-                f"{thr_part(job, est)}{self._victims_text(set(victims))}"
+        what = (f"its promise{plan_text(charge)}" if n == charge.promise.gpus else
+                f"as fast as its promise of {charge.promise.gpus} x {t}{plan_text(charge)} by the estimates")
+        text = (f"{tag(job)}: {cell} on {where(slices)} ({what})"
+                f"{thr_part(job, est)}{victims_text(set(victims))}"
                 + (f"; shrinks best-effort {', '.join(sorted(shrunk))}" if shrunk else ""))
         if orig is None:
             used = self.adm.used_before.get(jid, 0)
@@ -446,11 +447,13 @@ class Guard:
         slices it keeps) to free them. The layouts tried: Morphling's minimum demand first (Sec. 5:
         "the fewest resources (possibly with a better plan) needed to achieve the performance of the
         original"), i.e. GPU counts up to the promise's, fewest first, each on the fewest nodes,
-        more nodes only where the estimates say it is as fast. Victims: none if the free GPUs do;
-        else the cheapest single victim that does (borrowers first, then jobs the policy was only
-        about to start, then the fewest GPUs taken from it; halving it before preempting it); else
-        victims preempted biggest first until they do, then any that turn out not needed given
-        back."""
+        more nodes only where the estimates say it is as fast. Victims: none if the free GPUs do,
+        or with them those being freed (`NodeView.releasing`: a victim of an earlier round still
+        checkpointing; the job starts once they are free; a live audit saw a second victim
+        preempted for one job while the first stopped); else the cheapest single victim that does
+        (borrowers first, then jobs the policy was only about to start, then the fewest GPUs taken
+        from it; halving it before preempting it); else victims preempted biggest first until they
+        do, then any that turn out not needed given back."""
         cands = [jid for jid, d in self.dec.items()
                  if d.action in PLACED and jid not in self.adm.charges and gpu_type in self.parts(d)]
         cap = self.ctx.max_per_node(gpu_type)
@@ -460,9 +463,13 @@ class Guard:
         if not layouts:
             return None
 
-        def fits(evict: Sequence[str], shrink: Mapping[str, tuple[Slice, ...]] | None = None) -> tuple[Slice, ...] | None:
+        def fits(evict: Sequence[str], shrink: Mapping[str, tuple[Slice, ...]] | None = None,
+                 releasing: bool = True) -> tuple[Slice, ...] | None:
             freed = [(t, sl_) for v in evict for t, sl_ in self.parts(self.dec[v]).items()]
             freed += [(gpu_type, self._cut(v, keep)) for v, keep in (shrink or {}).items()]
+            held = [] if releasing else self._releasing(gpu_type)  # the GPUs free now alone, first
+            for sl_ in held:
+                self.state.take(sl_, gpu_type)
             for t, sl_ in freed:
                 self.state.release(sl_, t)
             try:
@@ -474,8 +481,10 @@ class Guard:
             finally:
                 for t, sl_ in freed:
                     self.state.take(sl_, t)
+                for sl_ in held:
+                    self.state.release(sl_, gpu_type)
 
-        sl = fits(())
+        sl = fits((), releasing=False) or fits(())
         if sl is not None:
             return sl, [], {}
         if not cands:
@@ -512,6 +521,13 @@ class Guard:
         sl = fits(chosen)
         assert sl is not None
         return sl, chosen, {}
+
+    def _releasing(self, gpu_type: str) -> list[tuple[Slice, ...]]:
+        """The GPUs of `gpu_type` being freed (`NodeView.releasing`: free in the ledger, but not yet
+        on the node) that no decision of the round holds."""
+        held = {(s.node_id, i) for d in self.dec.values() if d.action in PLACED for s in d.slices for i in s.gpu_indices}
+        return [(Slice(n.id, ix),) for n in self.ctx.snap.nodes if (ix := tuple(
+            i for i in sorted(n.releasing) if n.models.get(i) == gpu_type and (n.id, i) not in held))]
 
     def _half(self, v: str, gpu_type: str) -> tuple[Slice, ...] | None:
         """The slices a victim keeps when halved (one node: its lower half of the GPUs; several:
@@ -577,24 +593,3 @@ class Guard:
             who = "the cost objective" if self.jobs[v].objective is Objective.COST else self.name
             self.dec[v] = Decision(v, Action.PENDING, f"waiting: {who} would have started it, but {what}",
                                    pending=PendingKind.NO_ROOM_NOW)
-
-    # ------------------------------------------------------------------ reasons
-
-    def _tag(self, job: JobView) -> str:
-        return f"guaranteed (tenant {job.tenant})"
-
-    @staticmethod
-    def _plan_text(charge: Charge) -> str:
-        return f", plan {charge.promise.plan}" if charge.promise.plan else ""
-
-    @staticmethod
-    def _victims_text(victims: set[str]) -> str:
-        if not victims:
-            return ""
-        vs = sorted(victims)
-        return f"; preempts best-effort {', '.join(vs[:5])}{', ...' if len(vs) > 5 else ''}"
-
-    def _no_room(self, job: JobView, charge: Charge) -> str:
-        return (f"waiting: {self._tag(job)} within quota, needs {charge.gpus} x {charge.gpu_type} on the fewest "
-                f"nodes as fast as its promise; the free GPUs and the best-effort work on {charge.gpu_type} are "
-                f"not enough (others are held by guaranteed jobs, by jobs checkpointing to stop, or unavailable)")

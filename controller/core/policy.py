@@ -341,10 +341,9 @@ def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
     """Decide one round: each job's Cell, plan and placement, and a reason for each job pending,
     scaled, moved, suspended or dropped. Pure and deterministic (see the module docstring)."""
     cfg = config or RoundConfig()
-    unexempt, exempt = minrun.split(snapshot, cfg.min_run_s)
-    if exempt:
-        return minrun.merge(plan_round(unexempt, estimates, policy, dataclasses.replace(cfg, min_run_s=0.0)),
-                            exempt, snapshot, cfg.min_run_s)
+    if cfg.min_run_s > 0:  # some running best-effort jobs are out of the round (controller/core/minrun.py)
+        once = dataclasses.replace(cfg, min_run_s=0.0)
+        return minrun.plan(snapshot, cfg.min_run_s, lambda s: plan_round(s, estimates, policy, once))
     rest, cost_jobs, cost_running = cost_objective.split(snapshot)
     if rest is snapshot:
         return _policy_round(snapshot, estimates, policy, cfg)
@@ -382,8 +381,9 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     adm = admit(snapshot, RoundSizer(full, handles), cfg.admit_starve_s, cfg.admit_borrow)
     view: Snapshot = seen or snapshot
     before: list[Decision] = []
-    if not handles and not getattr(policy, "places_admitted", False):  # controller/core/preplace.py
-        view, before = preplace(full, adm, view, placed, policy.name)
+    # controller/core/preplace.py: a policy that places admitted jobs itself only on GPUs being freed
+    own = handles or bool(getattr(policy, "places_admitted", False))
+    view, before = preplace(full, adm, view, placed, policy.name, releasing_only=own)
     ctx = RoundContext(guarantees.policy_view(view, adm, borrow=cfg.admit_borrow), estimates, cfg)
     decided = {d.job_id for d in before}
     ctx.guaranteed = {k: p for k, p in guarantees.promises(adm).items() if k not in decided}
@@ -477,7 +477,7 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
                                      f"{d.cell.gpu_type}: {bad[:4]}")
         for gid in gpu_ids:
             node = nodes.get(gid[0])
-            idle = node is not None and gid[1] in node.models and gid[1] not in node.busy
+            idle = node is not None and gid[1] in node.models and (gid[1] not in node.busy or gid[1] in node.releasing)
             if not idle and gid not in held:
                 raise RoundPlanError(f"policy {policy_name}: {d.job_id} placed on GPU {gid}, which is not free")
             if gid in used:

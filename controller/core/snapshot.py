@@ -39,6 +39,10 @@ class NodeView:
     host_memory_bytes: int = 0
     busy_cpus: int = 0
     busy_host_memory_bytes: int = 0
+    # Of `busy`, the GPUs of jobs checkpointing to stop (a preemption, a move's old place): free
+    # once their workers exit. Policies see them busy; the guarantee layer may give them to a
+    # guaranteed job, which then starts when they are free (controller/core/guarantees.py).
+    releasing: frozenset[int] = frozenset()
 
     def idle(self) -> tuple[GpuView, ...]:
         return tuple(g for g in self.gpus if g.index not in self.busy)

@@ -10,6 +10,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+import pytest
+
 from tessera.controller.core.snapshot import Priority, Promise, TenantQuota
 from tessera.controller.engine import EngineConfig
 from tessera.v1 import common_pb2 as P
@@ -153,3 +155,34 @@ async def test_with_min_run_a_guaranteed_job_waits_for_young_best_effort_work_ac
     h.clock.advance(placed + 600 - h.clock.now)
     await h.round()
     assert sorted(h.state(be) for be in fillers) == ["MIGRATING", "RUNNING"]
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "crius", "morphling", "sia"])
+async def test_one_victim_per_guaranteed_job_while_the_first_checkpoints(tmp_path: Path, policy: str) -> None:
+    """A live audit: the round after a preemption, 0.2 s later, saw the victim's GPU still held (it
+    was checkpointing) and preempted a second best-effort job for the same guaranteed one. The GPUs
+    being freed (NodeView.releasing) are now the guaranteed job's: it waits for them, and the other
+    best-effort job keeps running."""
+    h = harness(tmp_path, policy)
+    for n in ("a", "b"):
+        del h.agents.nodes[n].inventory.gpus[1:]
+    await h.register("a", "b")
+    fillers = [await h.submit(best_effort(f"filler-{i}", 1)) for i in (1, 2)]
+    await h.round()
+    for be in fillers:
+        await run_to_running(h, be)
+    g = await h.submit(guaranteed("g", 1))
+    await h.round()
+    (victim,) = [b for b in fillers if h.state(b) == "MIGRATING"]
+    (other,) = [b for b in fillers if b != victim]
+    assert h.state(g) == "PENDING"
+    assert h.job(g).reason == f"waiting for {victim} to checkpoint and stop: it starts on their GPUs once they are free"
+    h.engine._kick.clear()
+    for _ in range(3):  # rounds before the victim has stopped: nobody else is preempted
+        await h.round()
+        assert h.state(other) == "RUNNING" and h.state(victim) == "MIGRATING" and h.state(g) == "PENDING"
+    assert not h.engine.round_requested  # the wait asks for no round: the victim's exit does
+    await h.heartbeat("a", "b")  # the victim's workers have exited: requeued, its GPU free
+    assert h.state(victim) == "PENDING"
+    await h.round()
+    assert h.state(g) == "STARTING" and h.nodes_of(g) == h.nodes_of(victim) and h.state(other) == "RUNNING"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tessera.controller.core import minrun
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.forecast import ForecastConfig, forecast
 from tessera.controller.core.policies import make_policy
@@ -110,12 +111,13 @@ def test_a_throughput_policy_neither_grows_nor_moves_a_young_job() -> None:
     _, free = decide(s, 0.0, "crius")
     assert free["be"].action is Action.MIGRATE
     plan, held = decide(s, 600.0, "crius")
-    assert held["be"].action is Action.KEEP and plan.wakes == ()  # nobody waits: no round asked
+    # Nobody waits, but the plan may change when the exemption ends (crius grows it): a round then.
+    assert held["be"].action is Action.KEEP and plan.wakes == (NOW + 540,)
 
 
 def test_best_effort_jobs_waiting_are_not_told_about_it() -> None:
-    plan, d = decide(snap([best_effort_on_all(NOW - 60)], [job("b2", 4)]), 600.0)
-    assert d["b2"].action is Action.PENDING and "--min-run" not in d["b2"].reason and plan.wakes == ()
+    _, d = decide(snap([best_effort_on_all(NOW - 60)], [job("b2", 4)]), 600.0)
+    assert d["b2"].action is Action.PENDING and "--min-run" not in d["b2"].reason
 
 
 def test_the_forecast_starts_the_guaranteed_job_when_the_minimum_run_ends() -> None:
@@ -145,3 +147,23 @@ def test_the_flag_reaches_the_engine_and_bad_values_are_refused(capsys: pytest.C
             parse_args([*base, "--min-run", value])
         assert exc.value.code == 2
         assert "--min-run must be seconds in [0, 100,000,000] (0 = off)" in capsys.readouterr().err
+
+
+def test_a_placement_dated_ahead_of_the_clock_is_not_exempt() -> None:
+    # Another controller's clock, or one stepped back: an hour ahead would have exempted it 600 s + 1 h.
+    _, d = decide(snap([best_effort_on_all(NOW + 3600)], [job("g", 4, "A", guaranteed=True)]), 600.0)
+    assert d["be"].action is Action.STOP and d["g"].action is Action.START
+    _, exempt = minrun.split(snap([best_effort_on_all(NOW + 30)], []), 600.0)
+    assert [e.run.job.id for e in exempt] == ["be"]  # within the tolerated skew
+
+
+def test_a_waiting_job_is_told_only_of_exempt_jobs_on_types_it_may_use() -> None:
+    g = job("g", 4, "A", guaranteed=True)
+    assert minrun._usable(g, "X") and minrun._usable(g, "Y")
+    assert not minrun._usable(dataclasses.replace(g, gpu_types=("Y",)), "X")
+    assert not minrun._usable(dataclasses.replace(g, promise=Promise(4, 0, "", "Y")), "X")
+
+
+def test_large_settings_read_as_given() -> None:
+    assert (minrun._secs(600.0), minrun._secs(1234567.0), minrun._secs(1e8), minrun._secs(0.5)) == \
+        ("600 s", "1,234,567 s", "100,000,000 s", "0.5 s")
