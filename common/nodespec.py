@@ -19,9 +19,9 @@ MAX_GPU_MEMORY_BYTES = 1024 * 10**9  # 1,024 GB, as the catalog counts GB
 MAX_HOST_MEMORY_BYTES = 2**52  # 4 PiB
 MAX_CPUS = 65_536
 MAX_WORKERS = 4096  # live and retained exited records (the agent keeps at most 2,000 exited)
-# Jobs whose highest launched or stopped attempt a Register carries: the newest the agent ran
-# (it remembers 10,000). The controller keeps them per node, so a bound on its memory too.
-MAX_ATTEMPT_MARKS = 1_000
+# Jobs whose highest launched or stopped attempt a Register carries: the agent's newest 1,000 of
+# each (it remembers 10,000). The controller keeps them per node, so a bound on its memory too.
+MAX_ATTEMPT_MARKS = 2_000
 MAX_RANK = 65_535
 MAX_TEXT = 4096  # a worker's reason or log path
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from tessera.controller.core import launchers
-from tessera.controller.core.attempts import RankStatus, Verdict
+from tessera.controller.core.attempts import EXIT_UNKNOWN, RankStatus, Verdict
 from tessera.controller.launches import rank_node
 from tessera.controller.registry import LiveNode
 from tessera.controller.store import JobRecord
@@ -38,17 +38,26 @@ def processes(job: JobRecord) -> int:
 def rank_statuses(job: JobRecord, nodes: Mapping[str, LiveNode]) -> dict[int, RankStatus]:
     """The latest reported status of each rank of the job's current attempt, each from the node the
     placement puts it on: a node's report of another node's rank, or of a rank the attempt does not
-    have, is not the job's (a node certificate speaks for its own workers only)."""
+    have, is not the job's (a node certificate speaks for its own workers only). A node that reports
+    none of the attempt's workers but ran a later attempt of the job (its Register's marks: a
+    controller restored from an older copy, past the agent's retention) has ended this one: its
+    ranks there are reported gone, not awaited until the progress timeout."""
     out: dict[int, RankStatus] = {}
     for s in job.placement.slices if job.placement else ():
         live = nodes.get(s.node_id)
         if live is None:
             continue
-        for w in live.running.get((job.id, job.attempt), []):
+        workers = live.running.get((job.id, job.attempt), [])
+        for w in workers:
             if rank_node(job, w.rank) != s.node_id:
                 continue
             out[w.rank] = RankStatus(w.rank, w.state != P.WORKER_STATE_EXITED, w.exit_code, w.reason,
-                                     w.progress.iteration if w.HasField("progress") else 0)
+                                     w.progress.iteration if w.HasField("progress") else 0, w.stop_requested)
+        if not workers and (later := live.marks.get(job.id, 0)) > job.attempt:
+            gone = f"node {s.node_id} has run attempt {later} of the job since: this one is over there"
+            for rank in range(processes(job)):
+                if rank_node(job, rank) == s.node_id:
+                    out[rank] = RankStatus(rank, False, EXIT_UNKNOWN, gone)
     return out
 
 

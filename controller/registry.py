@@ -109,9 +109,11 @@ def replace_workers(live: LiveNode, status: agent_pb2.NodeStatus) -> tuple[Worke
     return previous, bool(held_gpus(previous) - held_gpus(live.running))
 
 
-# The most attempt numbers a relaunch skips on the agents' word: a node may speak for the jobs it
-# runs, but must not be able to push a job's attempt number towards the int32 limit.
+# The most attempt numbers a relaunch skips on the agents' word, and the highest it skips to: a
+# node may speak for the jobs it runs, but must not be able to push a job's attempt number to the
+# int32 limit (the API's), whatever it says at each relaunch.
 MAX_ATTEMPT_SKIP = 10_000
+MAX_ATTEMPT_FLOOR = 1_000_000_000
 
 
 def attempt_floor(nodes: Iterable[LiveNode], job_id: str, attempt: int) -> int:
@@ -122,7 +124,7 @@ def attempt_floor(nodes: Iterable[LiveNode], job_id: str, attempt: int) -> int:
     it ran, or answers with that attempt's workers, long exited."""
     ran = max((a for n in nodes for a in (n.marks.get(job_id, 0), *(a for (j, a) in n.running if j == job_id))),
               default=0)
-    return min(max(attempt, ran), attempt + MAX_ATTEMPT_SKIP)
+    return max(attempt, min(ran, attempt + MAX_ATTEMPT_SKIP, MAX_ATTEMPT_FLOOR))
 
 
 def running_gpus(live: LiveNode, exclude: str = "") -> set[int]:

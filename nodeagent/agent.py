@@ -219,13 +219,15 @@ class Agent:
         )
 
     def attempt_marks(self) -> list[agent_pb2.AttemptMark]:
-        """Per job, the highest attempt launched or stopped here, newest jobs first (Register)."""
+        """Per job, the highest attempt launched or stopped here (Register): the newest jobs of each
+        table (each is in the order its jobs were last marked), at most MAX_ATTEMPT_MARKS in all."""
         state = self.supervisor.export_state()
-        marks = dict(state["launched"])
-        for job, n in state["stopped"].items():
-            marks[job] = max(n, marks.get(job, 0))
-        newest = list(reversed(marks.items()))[:nodespec.MAX_ATTEMPT_MARKS]
-        return [agent_pb2.AttemptMark(job_id=j, attempt=n) for j, n in newest]
+        half = nodespec.MAX_ATTEMPT_MARKS // 2
+        marks: dict[str, int] = {}
+        for table in (state["launched"], state["stopped"]):
+            for job, n in list(table.items())[-half:]:
+                marks[job] = max(n, marks.get(job, 0))
+        return [agent_pb2.AttemptMark(job_id=j, attempt=n) for j, n in marks.items()]
 
     # --- lifecycle ----------------------------------------------------------------------------------
 

@@ -106,12 +106,12 @@ class Supervisor:
     def statuses(self) -> list[agent_pb2.WorkerStatus]:
         """Every retained worker (running, stopping, exited within retention), by job, attempt, rank."""
         self.prune()
-        return [w.status() for att in self._sorted_attempts() for w in att.workers]
+        return [w.status(att.stop_requested) for att in self._sorted_attempts() for w in att.workers]
 
     def statuses_of(self, job_id: str, attempt: int) -> list[agent_pb2.WorkerStatus] | None:
         """The statuses of one attempt, None when this node has no record of it."""
         att = self._attempts.get((job_id, attempt))
-        return None if att is None else [w.status() for w in att.workers]
+        return None if att is None else [w.status(att.stop_requested) for w in att.workers]
 
     def running_count(self) -> int:
         return sum(1 for att in self._attempts.values() for w in att.workers if w.active)

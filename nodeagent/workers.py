@@ -52,7 +52,8 @@ class Worker:
     def active(self) -> bool:
         return self.state != EXITED
 
-    def status(self) -> agent_pb2.WorkerStatus:
+    def status(self, stop_requested: bool = False) -> agent_pb2.WorkerStatus:
+        """`stop_requested`: its attempt's (a controller's Stop asked it to end)."""
         st = agent_pb2.WorkerStatus(
             job_id=self.job_id,
             attempt=self.attempt,
@@ -63,6 +64,7 @@ class Worker:
             log_path=report_text(str(self.log_path)),
             reason=report_text(self.reason, MAX_REPORTED_REASON),
             gpu_indices=list(self.gpu_indices),
+            stop_requested=stop_requested,
         )
         if self.progress is not None:
             st.progress.CopyFrom(self.progress)

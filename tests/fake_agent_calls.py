@@ -192,7 +192,7 @@ class FakeAgents:
                           f"{P.JobState.Name(job.state)} attempt")
         for (j, a, _), w in n.workers.items():
             if j == job_id and (attempt == 0 or a == attempt) and w.state != P.WORKER_STATE_EXITED:
-                w.state, w.exit_code = P.WORKER_STATE_EXITED, self.stop_exit_code
+                w.state, w.exit_code, w.stop_requested = P.WORKER_STATE_EXITED, self.stop_exit_code, True
 
     async def drain(self, node_id: str, address: str, epoch: int, drain: bool) -> str:
         n = self._node(node_id, address)

@@ -18,6 +18,8 @@ class RankStatus:
     exit_code: int = 0
     reason: str = ""
     iteration: int = 0
+    # The agent's word that a controller asked the attempt to stop (WorkerStatus.stop_requested).
+    stop_requested: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,13 +61,20 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
       (a cooperative stop after a checkpoint);
     - otherwise "running" once every rank is running, else "starting".
     """
+    ended = [r for r in ranks.values() if not r.running]
+    if not stop_requested and ended and all(r.stop_requested for r in ended):
+        # A stop this controller's record does not know of (a restore from an older copy): the
+        # attempt was ended on request, as after any stop, not by its program.
+        r = min(ended, key=lambda x: x.rank)
+        return Verdict("interrupted", f"rank {r.rank}: {r.reason or 'stopped'} (a stop this state does not record)",
+                       r.rank)
     for r in sorted(ranks.values(), key=lambda x: x.rank):
         if not r.running and not stop_requested and r.reason.split(":", 1)[0] == FENCED_REASON:
             return Verdict("interrupted", f"rank {r.rank}: {r.reason}", r.rank)
         if r.running or r.exit_code == 0 or stop_requested:
             continue
-        if r.exit_code == EXIT_UNKNOWN:
-            return Verdict("interrupted", f"rank {r.rank}: {describe_exit(r.exit_code)}", r.rank)
+        if r.exit_code == EXIT_UNKNOWN:  # the agent's account, when it has one, says why
+            return Verdict("interrupted", f"rank {r.rank}: {r.reason or describe_exit(r.exit_code)}", r.rank)
         # The keeper's or the agent's own account says more than a guess from the code.
         if r.reason.startswith((SPAWN_FAILED, EVICTED_REASON)):
             return Verdict("failed", f"rank {r.rank}: {r.reason}", r.rank)

@@ -3,7 +3,7 @@ what the nodes it will run on ran, by a bounded amount."""
 
 from __future__ import annotations
 
-from tessera.controller.registry import MAX_ATTEMPT_SKIP, LiveNode, attempt_floor
+from tessera.controller.registry import MAX_ATTEMPT_FLOOR, MAX_ATTEMPT_SKIP, LiveNode, attempt_floor
 from tessera.v1 import agent_pb2, common_pb2
 
 
@@ -25,3 +25,23 @@ def test_the_highest_of_marks_and_reported_workers() -> None:
 
 def test_a_node_cannot_push_it_more_than_the_bound() -> None:
     assert attempt_floor([node({"j": 2**31 - 1})], "j", 3) == 3 + MAX_ATTEMPT_SKIP
+    # Relaunch after relaunch, it stops at MAX_ATTEMPT_FLOOR (a review: else past int32 after 214,727).
+    assert attempt_floor([node({"j": 2**31 - 1})], "j", MAX_ATTEMPT_FLOOR - 5) == MAX_ATTEMPT_FLOOR
+    assert attempt_floor([node({"j": 2**31 - 1})], "j", MAX_ATTEMPT_FLOOR) == MAX_ATTEMPT_FLOOR
+    assert attempt_floor([node({"j": 2**31 - 1})], "j", MAX_ATTEMPT_FLOOR + 7) == MAX_ATTEMPT_FLOOR + 7
+
+
+def test_a_register_carries_the_newest_jobs_of_both_tables() -> None:
+    """A review: copying `launched` then appending the jobs only in `stopped` sent the oldest of
+    those and none of the newest launched once a node had run more than the cap."""
+    from types import SimpleNamespace
+
+    from tessera.common.nodespec import MAX_ATTEMPT_MARKS
+    from tessera.nodeagent.agent import Agent
+
+    launched = {f"j{i:05d}": 1 for i in range(20_000)}
+    stopped = {f"s{i:05d}": 2 for i in range(5_000)} | {"j19999": 3}
+    sup = SimpleNamespace(export_state=lambda: {"workers": [], "launched": launched, "stopped": stopped})
+    marks = {m.job_id: m.attempt for m in Agent.attempt_marks(SimpleNamespace(supervisor=sup))}  # type: ignore[arg-type]
+    assert len(marks) <= MAX_ATTEMPT_MARKS and marks["j19999"] == 3 and "s04999" in marks
+    assert "j00000" not in marks and "s00000" not in marks

@@ -60,3 +60,76 @@ async def test_past_the_agents_retention_its_register_still_says_which_attempts_
     await h.engine.run_round()
     assert h.state(jid) == "STARTING" and h.job(jid).attempt == 3 and not h.agents.violations
     h.check()
+
+
+async def test_the_earlier_attempt_is_recorded_under_its_own_number() -> None:
+    """A review: the floor, applied to the record before the new attempt was made, filed the old
+    placement (for its logs) under the skipped-to number."""
+    h = Harness(policy="fcfs", nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny(max_retries=3))
+    await h.round()
+    await run_to_running(h, jid)
+    backup = h.job(jid)
+    h.agents.exit(jid, 1, code=1)
+    await h.heartbeat("a")
+    await h.round()
+    await run_to_running(h, jid)
+    h.agents.exit(jid, 2, code=1)
+    h.store._jobs[jid] = backup
+    h.engine = h._engine()
+    await h.engine.register(h.agents.status("a"))
+    assert await h.engine.heartbeat(h.agents.status("a"), h.engine.epoch)
+    await h.engine.run_round()
+    placement = h.job(jid).placement
+    assert placement is not None and h.job(jid).attempt == 3
+    assert [e.attempt for e in placement.earlier] == [1]
+
+
+async def test_an_attempt_stopped_after_the_copy_is_interrupted_not_failed() -> None:
+    """A live audit: the copy's attempt, stopped by a drain after the copy was taken, exited 0 before
+    its iterations; the restored controller, whose record did not ask for that stop, counted it a
+    failure, and a job without retries FAILED. The agent says a stop was asked
+    (WorkerStatus.stop_requested): the attempt is interrupted, and the job runs on."""
+    h = Harness(policy="fcfs", nodes=("a", "b"))
+    await h.register("a", "b")
+    jid = await h.submit(tiny(max_retries=0))
+    await h.round()
+    await run_to_running(h, jid)
+    backup, first = h.job(jid), h.nodes_of(jid)[0]
+    await h.engine.drain(first, "maintenance")  # after the copy: stopped with a checkpoint, requeued
+    await h.heartbeat("a", "b")
+    await h.engine.undrain(first)
+    await h.round()
+    assert await run_to_running(h, jid) == 2
+    h.store._jobs[jid] = backup
+    h.engine = h._engine()
+    for n in ("a", "b"):
+        await h.engine.register(h.agents.status(n))
+    await h.engine.inspect()
+    assert h.state(jid) != "FAILED" and h.job(jid).retries == 0
+    assert "interrupted" in h.job(jid).reason and "a stop this state does not record" in h.job(jid).reason
+
+
+async def test_past_the_retention_an_attempt_a_node_ran_past_is_over_at_once() -> None:
+    """A live audit: with the copy's attempt's workers forgotten by the agent, the restored job sat
+    RUNNING with no workers until the progress timeout, then spent a retry as hung. The node's
+    Register says it ran a later attempt: the copy's is over there, and the job is requeued."""
+    h = Harness(policy="fcfs", nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny(max_retries=0))
+    await h.round()
+    await run_to_running(h, jid)
+    backup = h.job(jid)
+    node = h.agents.nodes["a"]
+    node.workers.clear()  # the agent ran attempts 2 and 3 since, and forgot them all (retention)
+    h.store._jobs[jid] = backup
+    h.engine = h._engine()
+    status = h.agents.status("a")
+    status.attempt_marks.add(job_id=jid, attempt=3)
+    await h.engine.register(status)
+    await h.engine.inspect()
+    assert h.state(jid) == "PENDING" and h.job(jid).retries == 0
+    assert "node a has run attempt 3 of the job since: this one is over there" in h.job(jid).reason
+    await h.engine.run_round()
+    assert h.job(jid).attempt == 4

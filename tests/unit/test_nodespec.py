@@ -99,7 +99,7 @@ def _forged(mutate: object) -> list[str]:
     (lambda s: setattr(s.workers[0], "rank", -1), "status.workers[0].rank"),
     (lambda s: setattr(s.workers[0], "state", 99), "status.workers[0].state"),
     (lambda s: s.workers[0].gpu_indices.append(7), "status.workers[0].gpu_indices"),
-    (lambda s: s.attempt_marks.extend(A.AttemptMark(job_id=f"j-{i}", attempt=1) for i in range(1001)),
+    (lambda s: s.attempt_marks.extend(A.AttemptMark(job_id=f"j-{i}", attempt=1) for i in range(2001)),
      "status.attempt_marks"),
     (lambda s: s.attempt_marks.add(job_id="../x", attempt=1), "status.attempt_marks[0].job_id"),
     (lambda s: s.attempt_marks.add(job_id="j-1", attempt=-4), "status.attempt_marks[0].attempt"),

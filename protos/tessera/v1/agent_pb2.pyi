@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("job_id", "attempt", "rank", "state", "pid", "exit_code", "progress", "log_path", "reason", "gpu_indices")
+    __slots__ = ("job_id", "attempt", "rank", "state", "pid", "exit_code", "progress", "log_path", "reason", "gpu_indices", "stop_requested")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class WorkerStatus(_message.Message):
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    STOP_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     attempt: int
     rank: int
@@ -29,7 +30,8 @@ class WorkerStatus(_message.Message):
     log_path: str
     reason: str
     gpu_indices: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.WorkerState, str]] = ..., pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., log_path: _Optional[str] = ..., reason: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+    stop_requested: bool
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.WorkerState, str]] = ..., pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., log_path: _Optional[str] = ..., reason: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., stop_requested: _Optional[bool] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
     __slots__ = ("node_id", "address", "inventory", "workers", "draining", "agent_version", "agent_commit", "attempt_marks")
