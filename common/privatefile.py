@@ -6,6 +6,7 @@ outside systemd (no UMask=) made world-readable under the usual umask 022 (docs/
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -71,22 +72,26 @@ def key_file(path: Path, size: int = 32) -> bytes:
 
 
 def make_dir(path: Path, mode: int = 0o700) -> None:
-    """Make the folder `path` of exactly `mode` whatever the umask, when it is missing (its missing
-    parents as `mkdir -p` makes them). mkdir's mode is masked by the umask, so the folder is never
-    wider than `mode`; chmod then gives back what the umask took (the x of 0711 under a unit's
-    UMask=0027). A folder already there is left as it is: the operator's, as they made it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        if not path.is_dir():
-            raise
-        return
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
+    """Make the folder `path`, and those of its parents that are missing, of exactly `mode` whatever
+    the umask (parents too: a checkpoint root's new parents of 0750 under a unit's UMask=0027 kept
+    the workers out of it). mkdir's mode is masked by the umask, so a folder is never wider than
+    `mode`; chmod then gives back what the umask took (the x of 0711). A folder already there is
+    left as it is: the operator's, as they made it."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, mode)
+        except FileExistsError:
+            if not p.is_dir():
+                raise
+            continue  # made meanwhile by another: theirs
+        fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    if not path.is_dir():
+        raise FileExistsError(errno.EEXIST, "File exists", str(path))
 
 
 def private_database(path: Path) -> None:
@@ -94,7 +99,10 @@ def private_database(path: Path) -> None:
     0600 whatever the umask: SQLite makes a new database 0644 less the umask, and its -wal, -shm and
     -journal of the database's mode (umask aside), so these are 0600 too. Already there and open to
     other users (made by an older version under umask 022), it and its side files lose the others'
-    access, best effort (a file of another owner is left as it is); the group's is the operator's."""
+    access, best effort (a file of another owner is left as it is); the group's is the operator's.
+    A symlink is followed first: SQLite opens the file it names, which must be made so too (a
+    dangling one had SQLite create it, and its -wal and -shm, 0644)."""
+    path = path.resolve()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:

@@ -40,6 +40,7 @@ def test_make_dir_gives_exactly_its_mode_whatever_the_umask(tmp_path: Path) -> N
     finally:
         os.umask(old)
     assert mode(tmp_path / "a" / "work") == 0o711
+    assert mode(tmp_path / "a") == 0o711  # a new parent too: 0750 kept the workers out (a review)
     assert mode(tmp_path / "state") == 0o700
     (tmp_path / "mine").mkdir(mode=0o755)
     make_dir(tmp_path / "mine")  # the operator's, as they made it
@@ -85,3 +86,16 @@ def test_the_estimator_database_is_0600_under_umask_022(tmp_path: Path, umask022
         assert {n: oct(mode(tmp_path / n)) for n in names} == {n: oct(0o600) for n in names}
     finally:
         state.close()
+
+
+def test_a_database_path_that_is_a_dangling_symlink_makes_its_target_private(tmp_path: Path, umask022: None) -> None:
+    """A review: SQLite followed the link and made the target, and its -wal and -shm, 0644."""
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "controller.db").symlink_to(tmp_path / "disk" / "controller.db")
+    store = SqliteStore(tmp_path / "controller.db")
+    try:
+        store.next_epoch()
+        names = ["controller.db", "controller.db-wal", "controller.db-shm"]
+        assert {n: oct(mode(tmp_path / "disk" / n)) for n in names} == {n: oct(0o600) for n in names}
+    finally:
+        store.close()
