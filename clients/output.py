@@ -17,7 +17,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from tessera.clients.features import features
-from tessera.clients.nodejobs import unlisted_rows
+from tessera.clients.nodejobs import on_node, unlisted_rows
 from tessera.clients.output_forecast import forecast_columns, forecast_pairs
 from tessera.clients.output_objective import objective_pairs
 from tessera.common.utctime import utc_text
@@ -453,7 +453,7 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
     else:
         lines.append("  <none>")
     lines.append("Jobs:")
-    placed = [j for j in jobs if any(s.node_id == node.id for s in j.placement.slices)]
+    placed = on_node(node, jobs)
     jrows = [[j.id, j.spec.name, job_state(j.state),
               ",".join(",".join(map(str, s.gpu_indices)) for s in j.placement.slices if s.node_id == node.id)]
              for j in placed]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tessera.clients import nodejobs, tessctl
+from tessera.clients import nodejobs, output, tessctl
 from tessera.clients.sdk import RpcError
 from tessera.v1 import common_pb2 as P
 from tessera.v1 import controller_pb2 as C
@@ -164,3 +164,13 @@ def test_nothing_unlisted_adds_no_row(monkeypatch: pytest.MonkeyPatch, capsys: p
 def test_only_this_nodes_slices_account_for_its_gpus() -> None:
     node = _node("n1", busy=(0, 2))
     assert nodejobs.unlisted_rows(node, [_job("j-1", "n1", (0,)), _job("j-2", "n2", (2,))]) == [(nodejobs.NO_JOB, [2])]
+
+
+def test_a_pending_jobs_last_placement_holds_nothing() -> None:
+    """A review: a requeued job keeps its last attempt's placement; its GPUs, another tenant's by
+    now, were shown as the pending job's instead of hidden."""
+    node = _node("n1", busy=(0, 1, 2, 3), hidden=(0, 1, 2, 3))
+    mine = _job("j-1", "n1", (0, 1))
+    mine.state = P.JOB_STATE_PENDING
+    assert nodejobs.unlisted_rows(node, [mine]) == [(nodejobs.HIDDEN, [0, 1, 2, 3])]
+    assert "j-1" not in output.describe_node(node, time.time(), [mine]).split("Jobs:")[1]
