@@ -39,7 +39,9 @@ def cancelled(job: JobRecord, now: float, by: str = "user") -> Change:
 
 
 def pending(job: JobRecord, why: str) -> Change:
-    return job.with_(reason=why), [("PENDING", why)]
+    """Still PENDING, for `why`: an event when the reason is new (a start that waits for a victim's
+    checkpoint is decided again each round until then)."""
+    return job.with_(reason=why), [] if job.reason == why else [("PENDING", why)]
 
 
 def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezvous: str, reason: str, kind: str,

@@ -186,3 +186,19 @@ async def test_one_victim_per_guaranteed_job_while_the_first_checkpoints(tmp_pat
     assert h.state(victim) == "PENDING"
     await h.round()
     assert h.state(g) == "STARTING" and h.nodes_of(g) == h.nodes_of(victim) and h.state(other) == "RUNNING"
+
+
+async def test_the_wait_for_a_victim_is_one_event_however_many_rounds(tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    for n in ("a", "b"):
+        del h.agents.nodes[n].inventory.gpus[1:]
+    await h.register("a", "b")
+    fillers = [await h.submit(best_effort(f"filler-{i}", 1)) for i in (1, 2)]
+    await h.round()
+    for be in fillers:
+        await run_to_running(h, be)
+    g = await h.submit(guaranteed("g", 1))
+    for _ in range(4):
+        await h.round()
+    waits = [e for e in h.store.events(g) if e.kind == "PENDING" and "to checkpoint and stop" in e.message]
+    assert len(waits) == 1
