@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc.aio
 import structlog
@@ -24,7 +25,7 @@ from tessera.common import nodespec, rpc
 from tessera.common.buildinfo import build_info
 from tessera.common.hooks import Hooks
 from tessera.common.tls import TlsConfig
-from tessera.nodeagent import cgroups, diskuse, metrics, retention
+from tessera.nodeagent import cgroups, diskuse, gpuguard, metrics, retention
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_KEEPER_POLL, DEFAULT_LOG_MAX_BYTES, Keepers
 from tessera.nodeagent.registration import Registrar
@@ -42,7 +43,10 @@ _WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 COMPONENT = "tessera-agent"
 
 # Re-probes NVML (foreign memory, GPUs that vanished) off the event loop.
-Prober = Callable[[Collection[int]], common_pb2.NodeInventory]
+class Prober(Protocol):
+    """inventory.probe_nvml: the node's inventory; `sessions` gets the workers seen on each GPU."""
+
+    def __call__(self, own_pids: Collection[int], *, sessions: dict[int, set[int]]) -> common_pb2.NodeInventory: ...
 
 
 @dataclass(frozen=True)
@@ -356,7 +360,8 @@ class Agent:
         assert self._prober is not None
         while True:
             try:
-                inv = await asyncio.to_thread(self._prober, self.supervisor.own_pids())
+                seen: dict[int, set[int]] = {}
+                inv = await asyncio.to_thread(functools.partial(self._prober, sessions=seen), self.supervisor.own_pids())
             except Exception as exc:  # noqa: BLE001 (any NVML failure: keep the last good inventory)
                 log.warning("inventory refresh failed", error=str(exc))
                 await asyncio.sleep(self.config.inventory_refresh_seconds)
@@ -368,6 +373,8 @@ class Agent:
                 self.supervisor.gpu_indices = frozenset(g.index for g in inv.gpus)
                 self.wake.set()
             self.inventory = inv
+            for job, why in gpuguard.trespasses(self.supervisor.statuses(), seen).items():
+                self.supervisor.evict(job, why)
             await asyncio.sleep(self.config.inventory_refresh_seconds)
 
     async def _prune_attempts(self) -> None:

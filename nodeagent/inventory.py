@@ -118,8 +118,16 @@ def _same_session(pid: int, own_pids: Collection[int]) -> bool:
         return False
 
 
-def _foreign_used(nv: Any, handle: Any, own_pids: Collection[int]) -> int:
-    """Bytes held on one GPU by processes the agent does not manage."""
+def _session(pid: int) -> int:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return -1
+
+
+def _foreign_used(nv: Any, handle: Any, own_pids: Collection[int], mine: set[int] | None = None) -> int:
+    """Bytes held on one GPU by processes the agent does not manage; `mine` gets the session leaders
+    (workers) of the agent's processes seen on it (nodeagent/gpuguard.py)."""
     used: dict[int, int] = {}
     for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
         fn = getattr(nv, query, None)
@@ -131,6 +139,8 @@ def _foreign_used(nv: Any, handle: Any, own_pids: Collection[int]) -> int:
             log.debug("nvml process query failed", query=query, error=str(exc))
             continue
         for proc in procs:
+            if mine is not None and _same_session(proc.pid, own_pids):
+                mine.add(proc.pid if proc.pid in own_pids else _session(proc.pid))
             mem = getattr(proc, "usedGpuMemory", None)
             # None (or NVML's "not available" sentinel) when the driver hides per-process memory.
             if isinstance(mem, int) and 0 <= mem < 1 << 62 and not _same_session(proc.pid, own_pids):
@@ -187,12 +197,13 @@ def _nvlink_peers(nv: Any, handles: list[Any]) -> list[list[int]]:
 
 
 def probe_nvml(
-    own_pids: Collection[int] = frozenset(), nvml: ModuleType | None = None, host: HostFacts | None = None
+    own_pids: Collection[int] = frozenset(), nvml: ModuleType | None = None, host: HostFacts | None = None,
+    sessions: dict[int, set[int]] | None = None,
 ) -> common_pb2.NodeInventory:
     """Probe the node's GPUs through NVML.
 
     `own_pids` are the session leaders of the agent's workers: memory their sessions hold is not
-    foreign. Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
+    foreign; `sessions` gets, per GPU index, those of them seen on it (nodeagent/gpuguard.py). Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
     a warning is logged) rather than being guessed. Raises NvmlUnavailable when NVML cannot start.
     """
     nv: Any = nvml if nvml is not None else _import_pynvml()
@@ -234,7 +245,8 @@ def probe_nvml(
                     uuid=uuid,
                     model=model,
                     memory_bytes=total,
-                    foreign_used_bytes=_foreign_used(nv, h, own_pids),
+                    foreign_used_bytes=_foreign_used(nv, h, own_pids,
+                                                     None if sessions is None else sessions.setdefault(i, set())),
                 )
             )
         for gpu, peers in zip(inv.gpus, _nvlink_peers(nv, handles), strict=True):

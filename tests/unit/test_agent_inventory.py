@@ -214,6 +214,9 @@ def test_probe_nvml_maps_names_peers_and_foreign_memory() -> None:
     assert inv.gpus[0].memory_bytes == 80 * gb
     assert (inv.hostname, inv.cpu_count) == ("gpu-a", 64)
     assert nv.calls == ["init", "shutdown"]
+    seen: dict[int, set[int]] = {}
+    probe_nvml(own_pids={4242}, nvml=nv, host=HOST, sessions=seen)  # type: ignore[arg-type]
+    assert seen == {0: {4242}, 1: set(), 2: set()}  # the workers seen on each GPU (nodeagent/gpuguard.py)
 
 
 def test_probe_nvml_without_p2p_query_reads_links() -> None:
