@@ -106,6 +106,12 @@ class CountedStore:
     def next_epoch(self) -> int:
         return self.inner.next_epoch()
 
+    def get_meta(self, key: str) -> str | None:
+        return self.inner.get_meta(key)
+
+    def put_meta(self, key: str, value: str) -> None:
+        self.inner.put_meta(key, value)
+
     def get_job(self, job_id: str) -> JobRecord | None:
         return self.inner.get_job(job_id)
 

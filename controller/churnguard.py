@@ -1,9 +1,11 @@
 """The churn guard in the live controller (controller/core/churn.py; docs/tenants.md, "Churn guard"):
 the engine's ledger of preemptor starts, churn events and cool-offs, fed from the store.
 
-Kept in the engine's memory, like the admissions record: a controller restart or a failover to a
-standby forgets it, and every tenant starts with a clean slate (a churning tenant gets `limit`
-more events before it cools off again). Nothing is stored, so the guard costs no write.
+The ledger is stored (`Store.put_meta("churn", ...)`, one small JSON document, written after a
+round that changed it), so a controller restart or a failover to a standby keeps it: before, it
+was forgotten, and a churning tenant got `limit` more events each time. One that cannot be read is
+logged and the guard starts afresh; one that cannot be written is logged and tried again after
+the next round.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from collections.abc import Callable
 
 import structlog
 
-from tessera.controller.core.churn import ChurnConfig, Ledger, Seen, after_round, demote, note
+from tessera.controller.core.churn import ChurnConfig, Ledger, Seen, after_round, demote, dump, load, note
 from tessera.controller.core.snapshot import RoundPlan, Snapshot
-from tessera.controller.store import TERMINAL, JobRecord
+from tessera.controller.store import TERMINAL, JobRecord, Store
+
+KEY = "churn"
 from tessera.v1 import common_pb2
 
 log = structlog.get_logger("controller")
@@ -32,9 +36,18 @@ class ChurnGuard:
     """`apply` before a round's policy (the jobs it tracks read again from the store, the pending
     guaranteed jobs of cooling tenants shown as best-effort), `after_round` after it."""
 
-    def __init__(self, cfg: ChurnConfig) -> None:
+    def __init__(self, cfg: ChurnConfig, store: Store | None = None) -> None:
         self.ledger = Ledger(cfg)
         self._notes: dict[str, str] = {}
+        self._store = store
+        self._saved = dump(self.ledger)
+        text = None
+        try:
+            text = store.get_meta(KEY) if store is not None else None
+            if text is not None:
+                self.ledger, self._saved = load(cfg, text), text
+        except Exception as exc:  # noqa: BLE001 - an unreadable ledger costs its memory, not the controller
+            log.warning("churn_ledger_unreadable", error=str(exc)[:200], stored=(text or "")[:200])
 
     def apply(self, snap: Snapshot, lookup: Callable[[str], JobRecord | None]) -> Snapshot:
         self._notes = {}
@@ -54,7 +67,20 @@ class ChurnGuard:
         guaranteed jobs preempt again."""
         for c in self.ledger.cooling_off.values():
             wake_at(c.until)
-        return after_round(self.ledger, plan, snap, self._notes)
+        out = after_round(self.ledger, plan, snap, self._notes)
+        self._save()
+        return out
+
+    def _save(self) -> None:
+        text = dump(self.ledger)
+        if self._store is None or text == self._saved:
+            return
+        try:
+            self._store.put_meta(KEY, text)
+        except Exception as exc:  # noqa: BLE001 - the next round writes it again
+            log.warning("churn_ledger_not_saved", error=str(exc)[:200])
+            return
+        self._saved = text
 
     def cooling(self, tenant: str, now: float) -> tuple[float, str]:
         """Until when the tenant may not preempt, and why (ListTenants); (0.0, "") when it may."""

@@ -84,7 +84,7 @@ class Engine:
         self.policy = policy or rounds.policy_from_config(cfg)
         self.forecaster = Forecaster(cfg.forecast or ForecastConfig(), enabled=cfg.forecast is not None)
         self.admissions = Admissions()  # when each guaranteed job was admitted: its SLA clock
-        self.churn = ChurnGuard(cfg.churn)  # tenants' quick preempting ends, in memory (docs/tenants.md)
+        self.churn = ChurnGuard(cfg.churn, self.store)  # tenants' quick preempting ends, stored (docs/tenants.md)
         # Not strict: the file was checked at start (controller/main.py); one gone bad since (a standby
         # taking the lead) refuses submissions instead of stopping the controller.
         self.tenants = TenantsSource(cfg.tenants_file, wall, strict=False)

@@ -12,6 +12,8 @@ Keys under the prefix (default `/tessera/`):
     rmreq/<request id> -> {node_id, time}             a RemoveNode request id (the newest 10,000)
     meta/jobidx                                       "1" once every job has its index key
     meta/page_key                                     the key of ListJobs continue tokens (shared_key)
+    meta/doc:<name>                                   a document of the controller's (put_meta: the
+                                                      churn guard's ledger, controller/churnguard.py)
 
 The page index: one key per job, made with the job and deleted with it, in the same transactions.
 etcd ranges come back in key order, so `jobidx/` walks the jobs in (submit_time, id) order, as
@@ -278,6 +280,13 @@ class EtcdStore:
                                   mod_revision=mod)
             if self._txn([cmp], [_put(key, str(old + 1).encode())]).succeeded:
                 return old + 1
+
+    def get_meta(self, key: str) -> str | None:
+        kvs = self._range(self._k("meta", f"doc:{key}"))
+        return bytes(kvs[0].value).decode(errors="replace") if kvs else None
+
+    def put_meta(self, key: str, value: str) -> None:
+        self._txn([], [_put(self._k("meta", f"doc:{key}"), value.encode())])  # fenced: the leader's alone
 
     def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]:
         req, jkey = self._k("req", job.request_id), self._k("job", job.id)

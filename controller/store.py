@@ -112,6 +112,9 @@ class NodeRecord:
 
 class Store(Protocol):
     def next_epoch(self) -> int: ...
+    # A small document of the controller's own (the churn guard's ledger), kept across restarts.
+    def get_meta(self, key: str) -> str | None: ...
+    def put_meta(self, key: str, value: str) -> None: ...
     def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]: ...
     def get_job(self, job_id: str) -> JobRecord | None: ...
     def list_jobs(self, states: Iterable[int] = (), tenant: str = "") -> list[JobRecord]: ...
@@ -181,6 +184,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._epoch = 0
+        self._meta: dict[str, str] = {}
         self._jobs: dict[str, JobRecord] = {}
         self._by_request: dict[str, str] = {}
         self._events: list[EventRecord] = []
@@ -191,6 +195,12 @@ class MemoryStore:
     def next_epoch(self) -> int:
         self._epoch += 1
         return self._epoch
+
+    def get_meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    def put_meta(self, key: str, value: str) -> None:
+        self._meta[key] = value
 
     def create_job(self, job: JobRecord, event: tuple[str, str]) -> tuple[JobRecord, bool]:
         if job.request_id in self._by_request:
@@ -389,6 +399,15 @@ class SqliteStore:
             epoch = (_meta_int(self.path, "epoch", row[0]) if row else 0) + 1
             db.execute("INSERT OR REPLACE INTO meta VALUES ('epoch', ?)", (str(epoch),))
         return epoch
+
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key=?", (f"doc:{key}",)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put_meta(self, key: str, value: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"doc:{key}", value))
 
     @staticmethod
     def _row(job: JobRecord) -> tuple[object, ...]:

@@ -31,6 +31,8 @@ the jobs it tracks (`Seen`).
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -150,6 +152,51 @@ class Ledger:
     def cooling(self, tenant: str, now: float) -> Cooling | None:
         c = self.cooling_off.get(tenant)
         return c if c is not None and c.until > now and self.cfg.enabled else None
+
+
+def dump(ledger: Ledger) -> str:
+    """The ledger as JSON, stored so that a restart or failover keeps it (controller/churnguard.py)."""
+    return json.dumps({"starts": {j: [t, at] for j, (t, at) in sorted(ledger.starts.items())},
+                       "events": {t: v for t, v in sorted(ledger.events.items())},
+                       "cooling_off": {t: [c.until, c.events, c.last] for t, c in sorted(ledger.cooling_off.items())},
+                       "demoted": sorted(ledger.demoted)}, separators=(",", ":"))
+
+
+def load(cfg: ChurnConfig, text: str) -> Ledger:
+    """A ledger `dump` wrote; ValueError naming what is not so (the caller starts afresh)."""
+    doc = json.loads(text)
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")  # noqa: TRY004 - one error type for the caller
+
+    def num(x: object, what: str) -> float:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+            raise ValueError(f"{what}: not a finite number")
+        return float(x)
+
+    def table(name: str) -> dict[str, object]:
+        t = doc.get(name, {})
+        if not isinstance(t, dict) or not all(isinstance(k, str) for k in t):
+            raise ValueError(f"{name}: not a map")
+        return t
+
+    out = Ledger(cfg)
+    for job, v in table("starts").items():
+        if not isinstance(v, list) or len(v) != 2 or not isinstance(v[0], str):
+            raise ValueError(f"starts.{job}: not [tenant, time]")
+        out.starts[job] = (v[0], num(v[1], f"starts.{job}"))
+    for tenant, v in table("events").items():
+        if not isinstance(v, list):
+            raise ValueError(f"events.{tenant}: not a list")  # noqa: TRY004 - one error type for the caller
+        out.events[tenant] = sorted(num(x, f"events.{tenant}") for x in v)
+    for tenant, v in table("cooling_off").items():
+        if not isinstance(v, list) or len(v) != 3:
+            raise ValueError(f"cooling_off.{tenant}: not [until, events, last]")
+        out.cooling_off[tenant] = Cooling(tenant, num(v[0], "until"), int(num(v[1], "events")), num(v[2], "last"))
+    demoted = doc.get("demoted", [])
+    if not isinstance(demoted, list) or not all(isinstance(j, str) for j in demoted):
+        raise ValueError("demoted: not a list of job ids")
+    out.demoted = set(demoted)
+    return out
 
 
 def note(c: Cooling, cfg: ChurnConfig) -> str:

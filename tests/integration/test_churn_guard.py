@@ -129,3 +129,26 @@ async def test_a_look_at_the_snapshot_feeds_no_churn_ledger(tmp_path: Path) -> N
     assert h.engine.churn.ledger.cooling_off == {}
     await h.round()
     assert "team-b" in h.engine.churn.ledger.cooling_off
+
+
+async def test_a_restart_keeps_the_cool_off(tmp_path: Path) -> None:
+    """The ledger is stored with the jobs (Store.put_meta): before, a restart or a failover forgot
+    it, and a churning tenant got three more preemptions each time."""
+    h = cluster(tmp_path, ChurnConfig(cooloff_s=300.0))
+    be = await started_be(h)
+    for i in range(3):
+        await preempt_and_cancel(h, be, i)
+    cooling = h.engine.churn.ledger.cooling_off["team-b"]
+    await h.restart()
+    await h.register("a")
+    assert h.engine.churn.ledger.cooling_off == {"team-b": cooling}
+    g = await h.submit(spec("g3", "team-b", guaranteed=True))
+    await h.round()
+    assert h.state(be) == "RUNNING" and h.job(g).reason.startswith("guaranteed, but tenant team-b may not preempt")
+
+
+async def test_an_unreadable_ledger_starts_afresh(tmp_path: Path) -> None:
+    h = cluster(tmp_path, ChurnConfig())
+    h.store.put_meta("churn", '{"events": {"team-b": ["soon"]}}')
+    await h.restart()
+    assert h.engine.churn.ledger.events == {} and h.engine.churn.ledger.cooling_off == {}

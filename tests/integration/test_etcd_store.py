@@ -62,6 +62,8 @@ def test_a_deposed_leader_cannot_write(etcd_endpoint: str) -> None:
                 a.put_node(NodeRecord("n1", "127.0.0.1:1"))
             with pytest.raises(NotLeader):
                 a.next_epoch()
+            with pytest.raises(NotLeader):
+                a.put_meta("churn", "{}")
             # Nothing of it landed; the new leader reads and writes the same state.
             got = b.get_job("j-1")
             assert got is not None and got.state == P.JOB_STATE_PENDING
@@ -102,6 +104,15 @@ def test_epochs_grow_across_leaders(etcd_endpoint: str) -> None:
             epochs.append(s.lead.epoch)
             epochs.append(s.next_epoch())
     assert epochs == sorted(epochs) and len(set(epochs)) == len(epochs)
+
+
+def test_the_churn_ledger_document_outlives_its_leader(etcd_endpoint: str) -> None:
+    prefix = _prefix()
+    with leading_store(etcd_endpoint, prefix, "a:1") as a:
+        assert a.get_meta("churn") is None
+        a.put_meta("churn", '{"demoted":["j-1"]}')
+    with leading_store(etcd_endpoint, prefix, "b:1") as b:
+        assert b.get_meta("churn") == '{"demoted":["j-1"]}'
 
 
 def test_an_emptied_or_replaced_prefix_is_refused(etcd_endpoint: str, tmp_path: Path) -> None:

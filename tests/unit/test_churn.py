@@ -198,3 +198,21 @@ def test_the_flags_reach_the_engine_config_and_bad_ones_are_refused(capsys: pyte
             parse_args(_args(flag, value))
         assert exc.value.code == 2
         assert said in capsys.readouterr().err
+
+
+def test_the_ledger_round_trips_through_its_stored_form_and_bad_ones_are_refused() -> None:
+    from tessera.controller.core.churn import Cooling, dump, load
+
+    cfg = ChurnConfig()
+    ledger = Ledger(cfg)
+    ledger.starts = {"j-1": ("team-b", 100.0)}
+    ledger.events = {"team-b": [10.0, 50.5]}
+    ledger.cooling_off = {"team-b": Cooling("team-b", 3650.5, 3, 50.5)}
+    ledger.demoted = {"j-2"}
+    back = load(cfg, dump(ledger))
+    assert (back.starts, back.events, back.cooling_off, back.demoted) == \
+        (ledger.starts, ledger.events, ledger.cooling_off, ledger.demoted)
+    for bad in ("[]", '{"starts": {"j": ["t"]}}', '{"events": {"t": ["soon"]}}', '{"events": {"t": [NaN]}}',
+                '{"cooling_off": {"t": [1, 2]}}', '{"demoted": [1]}', "{", '{"events": {"t": [true]}}'):
+        with pytest.raises(ValueError):
+            load(cfg, bad)

@@ -48,6 +48,15 @@ def test_epoch_grows(store: Store) -> None:
     assert b == a + 1
 
 
+def test_a_meta_document_is_kept_apart_from_the_epoch(store: Store) -> None:
+    assert store.get_meta("churn") is None
+    epoch = store.next_epoch()
+    store.put_meta("churn", '{"demoted":[]}')
+    store.put_meta("churn", '{"demoted":["j-1"]}')
+    assert store.get_meta("churn") == '{"demoted":["j-1"]}' and store.get_meta("epoch") is None
+    assert store.next_epoch() == epoch + 1
+
+
 def test_create_is_idempotent_on_request_id(store: Store) -> None:
     _j, created = store.create_job(_job(1), ("SUBMITTED", "x"))
     assert created
