@@ -53,9 +53,9 @@ from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
 from tessera.controller.forecasting import Forecaster, step_seconds
 from tessera.controller.judging import processes, rank_statuses, settle
-from tessera.controller.launches import launch_requests, rank_node, rendezvous, rendezvous_port
+from tessera.controller.launches import launch_requests, placed_on, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
-from tessera.controller.registry import LiveNode, attempt_floor, replace_workers
+from tessera.controller.registry import LiveNode, attempt_floor, replace_workers, requeue_after
 from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store
 from tessera.controller.tenants import TenantsSource
@@ -254,10 +254,10 @@ class Engine:
     async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None) -> bool:
         called = False  # whether it sent a Stop (an await)
         for (jid, attempt), ws in live.running.items():
-            stale = job is None or job.state not in ACTIVE or attempt != job.attempt
+            stale = job is None or job.state not in ACTIVE or attempt != job.attempt or live.id not in placed_on(job)
             if jid == job_id and stale and any(w.state != P.WORKER_STATE_EXITED for w in ws):
                 await self.agents.stop(live.id, live.address, self.epoch, job_id, attempt, self.cfg.stop_grace_s,
-                                       "stale attempt: not the job's current attempt")
+                                       "stale attempt: not the job's current attempt on this node")
                 called = True
         return called
 
@@ -301,7 +301,7 @@ class Engine:
         still free, else requeue."""
         d = move.decision
         stopped_in = self.mono() - move.requested
-        if d.plan is not None and self._target_free(job, d.slices):
+        if d.plan is not None and self.view.target_free(job.id, d.slices, self.wall()):
             await self._start_attempt(job.with_(restarts=job.restarts + 1), d.plan, d.slices,
                                       f"{d.reason} (attempt {job.attempt} stopped in {stopped_in:.1f}s)", "MIGRATED",
                                       migration_started=move.requested)
@@ -498,7 +498,14 @@ class Engine:
 
     async def _place(self, job: JobRecord, d: Decision) -> None:
         assert d.plan is not None
-        if not self._target_free(job, d.slices):
+        grace = self.started_mono + requeue_after(self.cfg.liveness) - self.mono()
+        if job.attempt > 0 and grace > 0 and (unheard := self.view.unheard()):
+            # After a (re)start, a node not yet back may run an attempt the store does not know of
+            # (a restore from an older copy): the number is chosen once every node has spoken.
+            await self._save(*transitions.pending(job, transitions.unheard_text(unheard)))
+            self._live.wake_at(self.wall() + grace)
+            return
+        if not self.view.target_free(job.id, d.slices, self.wall()):
             # GPUs the policy counted on (e.g. of a job whose move was skipped) are held; or given to a
             # guaranteed job while their preempted holder checkpoints: their exit asks for the round.
             stopping = self.view.stopping_on(job.id, d.slices)
@@ -514,7 +521,7 @@ class Engine:
         head = slices[0].node_id
         # Restored from an older copy: never relaunch an attempt number the agents have used.
         on = [self._live.nodes[n] for n in {s.node_id for s in slices} if n in self._live.nodes]
-        floor = attempt_floor(on, job.id, job.attempt)
+        floor = attempt_floor(on, job.id, job.attempt, self._live.nodes.values())
         metrics.job_started(job, self.wall())
         port = rendezvous_port(job.id, floor + 1, head, self.store.list_jobs(states=ACTIVE),
                                self.cfg.port_base, self.cfg.port_count)
@@ -540,15 +547,6 @@ class Engine:
             return
         await self._stop_attempt(job, f"migrating: {d.reason}")
         crash_point("migrate.checkpoint_requested")
-
-    def _target_free(self, job: JobRecord, slices: tuple[Slice, ...]) -> bool:
-        busy, now = self.view.busy_gpus(exclude=job.id), self.wall()
-        for s in slices:
-            if self.view.node_state(s.node_id)[0] != P.NODE_STATE_READY or busy.get(s.node_id, set()) & set(s.gpu_indices):
-                return False
-            if not healthy(self._live.records[s.node_id].unhealthy_until, now):
-                return False
-        return True
 
     async def _launch(self, job: JobRecord, only_missing: bool = False, deferred: bool = False) -> None:
         now = self.store.get_job(job.id) if deferred else job  # a round's: it may have moved on meanwhile

@@ -80,6 +80,11 @@ def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str) -> list[tu
     return out
 
 
+def placed_on(job: JobRecord) -> set[str]:
+    """The nodes of the job's current placement: its current attempt runs there and nowhere else."""
+    return {s.node_id for s in job.placement.slices} if job.placement is not None else set()
+
+
 def rank_node(job: JobRecord, rank: int) -> str | None:
     """The node running `rank` of the job's current placement (a per-node launcher runs one
     process, rank = node rank, per node); None when there is no such rank. Only the current

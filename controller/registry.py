@@ -116,14 +116,17 @@ MAX_ATTEMPT_SKIP = 10_000
 MAX_ATTEMPT_FLOOR = 1_000_000_000
 
 
-def attempt_floor(nodes: Iterable[LiveNode], job_id: str, attempt: int) -> int:
+def attempt_floor(nodes: Iterable[LiveNode], job_id: str, attempt: int,
+                  everywhere: Iterable[LiveNode] = ()) -> int:
     """The attempt number to launch the job's next attempt above: `attempt`, or the highest that
-    the given nodes (the ones it will run on) launched, stopped or report workers of, at most
-    MAX_ATTEMPT_SKIP higher. Above `attempt` only after a restore from an older copy of the
-    state (docs/operations.md, "Restoring"): an agent refuses a Launch of an attempt as old as one
-    it ran, or answers with that attempt's workers, long exited."""
-    ran = max((a for n in nodes for a in (n.marks.get(job_id, 0), *(a for (j, a) in n.running if j == job_id))),
-              default=0)
+    the given nodes (the ones it will run on) launched or stopped, or any node (`everywhere`)
+    reports workers of, at most MAX_ATTEMPT_SKIP higher. Above `attempt` only after a restore from
+    an older copy of the state (docs/operations.md, "Restoring"): an agent refuses a Launch of an
+    attempt as old as one it ran, or answers with that attempt's workers, long exited; and a node
+    still running a later attempt would run a second copy under the same number."""
+    marks = (n.marks.get(job_id, 0) for n in nodes)
+    workers = (a for n in (*nodes, *everywhere) for (j, a) in n.running if j == job_id)
+    ran = max((*marks, *workers), default=0)
     return max(attempt, min(ran, attempt + MAX_ATTEMPT_SKIP, MAX_ATTEMPT_FLOOR))
 
 

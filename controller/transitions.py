@@ -62,6 +62,14 @@ def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezv
             [(kind, f"attempt {attempt}: {reason}")])
 
 
+def unheard_text(nodes: list[str]) -> str:
+    """Why a start waits after the controller's (re)start (Engine._place)."""
+    shown = ", ".join(nodes[:5]) + (", ..." if len(nodes) > 5 else "")
+    return (f"waiting for node{'s' if len(nodes) > 1 else ''} {shown} to report after the controller's start: "
+            "a node may still run an attempt of this job the state does not record (restored from an older "
+            "copy), so the next attempt's number is chosen once every node has reported or its lease has passed")
+
+
 def held_text(stopping: list[str]) -> str:
     """Why a start the round decided waits: its GPUs are still held (by jobs checkpointing to stop)."""
     if stopping:

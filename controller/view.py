@@ -266,6 +266,20 @@ class LiveView:
         targets = {job_id: m.decision.slices for job_id, m in self._live.moves.items()}
         return releasing_gpus(self._store.list_jobs(states=ACTIVE), targets)
 
+    def target_free(self, job_id: str, slices: Sequence[Slice], now: float) -> bool:
+        """Whether `slices` are on READY, healthy nodes, held by no job but `job_id`."""
+        busy = self.busy_gpus(exclude=job_id)
+        for s in slices:
+            if self.node_state(s.node_id)[0] != P.NODE_STATE_READY or busy.get(s.node_id, set()) & set(s.gpu_indices):
+                return False
+            if not healthy(self._live.records[s.node_id].unhealthy_until, now):
+                return False
+        return True
+
+    def unheard(self) -> list[str]:
+        """The nodes of the store that have not registered since this controller started."""
+        return sorted(n for n, live in self._live.nodes.items() if not live.registered)
+
     def stopping_on(self, job_id: str, slices: Sequence[Slice]) -> list[str]:
         """The jobs checkpointing to stop on `slices`' GPUs when those are all that hold them (the
         job waits for them to exit: `Engine._place`), else [] (another holds one)."""

@@ -187,7 +187,8 @@ class FakeAgents:
         self._fence(epoch)
         self.calls.append(Call("stop", n.node_id, job_id, attempt, reason))
         job = self.store.get_job(job_id)
-        if job is not None and job.state in ACTIVE and job.attempt == attempt and not job.stop_requested:
+        placed = job is not None and job.placement is not None and n.node_id in {s.node_id for s in job.placement.slices}
+        if job is not None and job.state in ACTIVE and job.attempt == attempt and not job.stop_requested and placed:
             self._violate(f"stop of {job_id} attempt {attempt} ({reason}) while stored as its current "
                           f"{P.JobState.Name(job.state)} attempt")
         for (j, a, _), w in n.workers.items():

@@ -5,7 +5,7 @@ attempt would count as failed). The engine harness of test_engine.py (fake agent
 
 from __future__ import annotations
 
-from tests.unit.test_engine import Harness, run_to_running, tiny
+from tests.unit.test_engine import REQUEUE, Harness, run_to_running, tiny
 
 
 async def test_a_relaunch_after_a_restore_skips_the_attempts_the_agents_ran() -> None:
@@ -133,3 +133,53 @@ async def test_past_the_retention_an_attempt_a_node_ran_past_is_over_at_once() -
     assert "node a has run attempt 3 of the job since: this one is over there" in h.job(jid).reason
     await h.engine.run_round()
     assert h.job(jid).attempt == 4
+
+
+async def test_no_attempt_number_is_chosen_before_every_node_has_reported() -> None:
+    """A live audit: restored, the controller relaunched a job as attempt 2 on the first node back,
+    while the second, not yet back, still ran attempt 2 of it: two copies of one attempt shared a
+    checkpoint folder, and one failed the job. A job that ran before now waits until every node of
+    the store has reported (or its lease since the start has passed), and goes above what they run;
+    a node running the current attempt outside its placement is told to stop it."""
+    h = Harness(policy="fcfs", nodes=("a", "b"))
+    await h.register("a", "b")
+    jid = await h.submit(tiny(max_retries=0))
+    await h.round()
+    await run_to_running(h, jid)
+    backup, first = h.job(jid), h.nodes_of(jid)[0]
+    second = "b" if first == "a" else "a"
+    await h.engine.drain(first, "maintenance")
+    await h.heartbeat("a", "b")
+    await h.round()
+    assert await run_to_running(h, jid) == 2 and h.nodes_of(jid) == [second]
+    await h.engine.undrain(first)
+    h.store._jobs[jid] = backup
+    h.engine = h._engine()
+    await h.engine.register(h.agents.status(first))  # the second node is not back yet
+    await h.engine.inspect()
+    assert h.state(jid) == "PENDING"  # the copy's attempt 1 stopped on the first node: interrupted
+    await h.engine.run_round()
+    assert h.state(jid) == "PENDING" and h.job(jid).attempt == 1
+    assert h.job(jid).reason.startswith(f"waiting for node {second} to report after the controller's start")
+    await h.engine.register(h.agents.status(second))  # still running attempt 2: stopped as stale
+    assert ("stop", second, jid, 2) in [(c.kind, c.node_id, c.job_id, c.attempt) for c in h.agents.stops()]
+    await h.engine.run_round()
+    assert h.state(jid) == "STARTING" and h.job(jid).attempt == 3 and not h.agents.violations
+
+
+async def test_a_node_that_never_comes_back_holds_no_start_past_its_lease() -> None:
+    h = Harness(policy="fcfs", nodes=("a", "b"))
+    await h.register("a", "b")
+    jid = await h.submit(tiny(max_retries=1))
+    await h.round()
+    await run_to_running(h, jid)
+    h.agents.exit(jid, 1, code=1)
+    await h.heartbeat("a", "b")  # attempt 1 failed: pending again, attempt 1 recorded
+    await h.restart()
+    await h.register(h.nodes_of(jid)[0])  # the other node is gone for good
+    await h.round()
+    assert h.state(jid) == "PENDING" and "to report after the controller's start" in h.job(jid).reason
+    assert h.engine._live.wakes  # the round when the wait ends is asked for
+    h.clock.advance(REQUEUE)
+    await h.round()
+    assert h.state(jid) == "STARTING" and h.job(jid).attempt == 2
