@@ -475,7 +475,7 @@ class Engine:
         if step.kind == "migrate":
             await self._migrate(job, d)
         elif step.kind == "suspend":
-            await self._migrate_off(job, f"suspended by {policy}: {d.reason}")
+            await self._migrate_off(job, f"suspended by {policy}: {d.reason.removeprefix(f'{policy}: ')}")
         else:
             await self._place(job, d)
             crash_point("round.between_launches")

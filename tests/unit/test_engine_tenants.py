@@ -176,6 +176,7 @@ async def test_one_victim_per_guaranteed_job_while_the_first_checkpoints(tmp_pat
     (victim,) = [b for b in fillers if h.state(b) == "MIGRATING"]
     (other,) = [b for b in fillers if b != victim]
     assert h.state(g) == "PENDING"
+    assert f"{policy}: {policy}:" not in h.store.events(victim)[-1].message  # said once (a live audit)
     assert h.job(g).reason == f"waiting for {victim} to checkpoint and stop: it starts on their GPUs once they are free"
     h.engine._kick.clear()
     for _ in range(3):  # rounds before the victim has stopped: nobody else is preempted
