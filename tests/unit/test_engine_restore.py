@@ -5,10 +5,12 @@ attempt would count as failed). The engine harness of test_engine.py (fake agent
 
 from __future__ import annotations
 
+from tessera.controller.store import JobRecord
 from tests.unit.test_engine import REQUEUE, Harness, run_to_running, tiny
 
 
-async def test_a_relaunch_after_a_restore_skips_the_attempts_the_agents_ran() -> None:
+async def copied_then_failed_twice() -> tuple[Harness, str, JobRecord]:
+    """One node; a job whose copy is taken at attempt 1, which then fails, and attempt 2 too."""
     h = Harness(policy="fcfs", nodes=("a",))
     await h.register("a")
     jid = await h.submit(tiny(max_retries=3))
@@ -20,6 +22,11 @@ async def test_a_relaunch_after_a_restore_skips_the_attempts_the_agents_ran() ->
     await h.round()
     assert await run_to_running(h, jid) == 2
     h.agents.exit(jid, 2, code=1)  # and fails too, so the restored controller relaunches
+    return h, jid, backup
+
+
+async def test_a_relaunch_after_a_restore_skips_the_attempts_the_agents_ran() -> None:
+    h, jid, backup = await copied_then_failed_twice()
     h.store._jobs[jid] = backup  # the restore (the fake store's internals: the copy put back)
     # The harness's invariant (no agent ran an attempt past the stored one) is what a restore breaks:
     # the engine is driven directly until the relaunch has restored it.
@@ -37,17 +44,7 @@ async def test_past_the_agents_retention_its_register_still_says_which_attempts_
     """An hour after they exited the agent forgets an attempt's workers, not that it ran it: its
     Register carries the highest attempt per job (NodeStatus.attempt_marks), and the relaunch goes
     above it (the real agent would refuse one as old: FAILED_PRECONDITION, the node blamed)."""
-    h = Harness(policy="fcfs", nodes=("a",))
-    await h.register("a")
-    jid = await h.submit(tiny(max_retries=3))
-    await h.round()
-    await run_to_running(h, jid)
-    backup = h.job(jid)
-    h.agents.exit(jid, 1, code=1)
-    await h.heartbeat("a")
-    await h.round()
-    assert await run_to_running(h, jid) == 2
-    h.agents.exit(jid, 2, code=1)
+    h, jid, backup = await copied_then_failed_twice()
     node = h.agents.nodes["a"]
     for key in [k for k in node.workers if k[0] == jid and k[1] == 2]:
         del node.workers[key]  # retention passed: attempt 2's workers are no longer reported
@@ -65,17 +62,7 @@ async def test_past_the_agents_retention_its_register_still_says_which_attempts_
 async def test_the_earlier_attempt_is_recorded_under_its_own_number() -> None:
     """A review: the floor, applied to the record before the new attempt was made, filed the old
     placement (for its logs) under the skipped-to number."""
-    h = Harness(policy="fcfs", nodes=("a",))
-    await h.register("a")
-    jid = await h.submit(tiny(max_retries=3))
-    await h.round()
-    await run_to_running(h, jid)
-    backup = h.job(jid)
-    h.agents.exit(jid, 1, code=1)
-    await h.heartbeat("a")
-    await h.round()
-    await run_to_running(h, jid)
-    h.agents.exit(jid, 2, code=1)
+    h, jid, backup = await copied_then_failed_twice()
     h.store._jobs[jid] = backup
     h.engine = h._engine()
     await h.engine.register(h.agents.status("a"))

@@ -42,6 +42,18 @@ def best_effort(name: str, gpus: int, iterations: int = 40) -> P.JobSpec:
     return s
 
 
+async def two_fillers(h: Harness) -> list[str]:
+    """Nodes a and b cut to one GPU each, each running one of team-b's best-effort jobs."""
+    for n in ("a", "b"):
+        del h.agents.nodes[n].inventory.gpus[1:]
+    await h.register("a", "b")
+    fillers = [await h.submit(best_effort(f"filler-{i}", 1)) for i in (1, 2)]
+    await h.round()
+    for be in fillers:
+        await run_to_running(h, be)
+    return fillers
+
+
 async def test_snapshot_carries_tenants_promises_and_host_cpus(tmp_path: Path) -> None:
     h = harness(tmp_path)
     await h.register("a", "b")
@@ -164,13 +176,7 @@ async def test_one_victim_per_guaranteed_job_while_the_first_checkpoints(tmp_pat
     being freed (NodeView.releasing) are now the guaranteed job's: it waits for them, and the other
     best-effort job keeps running."""
     h = harness(tmp_path, policy)
-    for n in ("a", "b"):
-        del h.agents.nodes[n].inventory.gpus[1:]
-    await h.register("a", "b")
-    fillers = [await h.submit(best_effort(f"filler-{i}", 1)) for i in (1, 2)]
-    await h.round()
-    for be in fillers:
-        await run_to_running(h, be)
+    fillers = await two_fillers(h)
     g = await h.submit(guaranteed("g", 1))
     await h.round()
     (victim,) = [b for b in fillers if h.state(b) == "MIGRATING"]
@@ -191,13 +197,7 @@ async def test_one_victim_per_guaranteed_job_while_the_first_checkpoints(tmp_pat
 
 async def test_the_wait_for_a_victim_is_one_event_however_many_rounds(tmp_path: Path) -> None:
     h = harness(tmp_path)
-    for n in ("a", "b"):
-        del h.agents.nodes[n].inventory.gpus[1:]
-    await h.register("a", "b")
-    fillers = [await h.submit(best_effort(f"filler-{i}", 1)) for i in (1, 2)]
-    await h.round()
-    for be in fillers:
-        await run_to_running(h, be)
+    await two_fillers(h)
     g = await h.submit(guaranteed("g", 1))
     for _ in range(4):
         await h.round()
