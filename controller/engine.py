@@ -439,7 +439,7 @@ class Engine:
                 plan = plan_round(snap, estimates, self.policy, rcfg)
                 self.admissions.record(plan.admitted, snap)
                 plan = self.churn.after_round(plan, snap, self._live.wake_at)  # a cool-off's end asks a round
-                for t in plan.wakes:  # a minimum run time's end under a waiting guaranteed job
+                for t in plan.wakes:  # a minimum run time's end (controller/core/minrun.py)
                     self._live.wake_at(t)
                 self._forecast(snap, estimates, rcfg)
             else:
