@@ -420,7 +420,7 @@ class Engine:
         snap = build_snapshot(self._live.records, self._live.nodes, states, self.view.busy_gpus(),
                               ready, placed, self._live.progress, now,
                               dict(self.cfg.prices), config.tenants if config else (), holding=active,
-                              releasing=self.view.releasing_gpus())
+                              releasing=self.view.releasing_gpus(active))
         return self.admissions.apply(snap), {j.id: j for j in pending}
 
     async def run_round(self) -> None:

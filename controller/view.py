@@ -258,13 +258,17 @@ class LiveView:
     def jobs_on(self, node_id: str) -> list[JobRecord]:
         return jobs_on(self._store.list_jobs(states=ACTIVE), node_id)
 
-    def busy_gpus(self, exclude: str = "") -> dict[str, set[int]]:
-        targets = {job_id: m.decision.slices for job_id, m in self._live.moves.items()}
-        return busy_gpus(self._live.nodes, self._store.list_jobs(states=ACTIVE), targets, exclude)
+    def move_targets(self) -> dict[str, tuple[Slice, ...]]:
+        """The placements the migrations under way relaunch on, by job."""
+        return {job_id: m.decision.slices for job_id, m in self._live.moves.items()}
 
-    def releasing_gpus(self) -> dict[str, set[int]]:
-        targets = {job_id: m.decision.slices for job_id, m in self._live.moves.items()}
-        return releasing_gpus(self._store.list_jobs(states=ACTIVE), targets)
+    def busy_gpus(self, exclude: str = "") -> dict[str, set[int]]:
+        return busy_gpus(self._live.nodes, self._store.list_jobs(states=ACTIVE), self.move_targets(), exclude)
+
+    def releasing_gpus(self, active: Iterable[JobRecord] | None = None) -> dict[str, set[int]]:
+        """GPUs of jobs checkpointing to stop; `active`: the active jobs when already read."""
+        jobs = self._store.list_jobs(states=ACTIVE) if active is None else active
+        return releasing_gpus(jobs, self.move_targets())
 
     def target_free(self, job_id: str, slices: Sequence[Slice], now: float) -> bool:
         """Whether `slices` are on READY, healthy nodes, held by no job but `job_id`."""

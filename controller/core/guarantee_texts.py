@@ -6,6 +6,9 @@ from __future__ import annotations
 from tessera.controller.core.quotas import Charge
 from tessera.controller.core.snapshot import JobView
 
+# Why a guaranteed job is left short of its promise's GPUs; controller/core/minrun.py looks for it.
+NO_ROOM_RUNNING = "no best-effort work holds enough GPUs to restore its promise"
+
 
 def tag(job: JobView) -> str:
     return f"guaranteed (tenant {job.tenant})"

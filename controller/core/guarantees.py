@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from tessera.controller.core.decisions import change_kind, synth_plan, thr_part, where
-from tessera.controller.core.guarantee_texts import no_room, plan_text, tag, victims_text
+from tessera.controller.core.guarantee_texts import NO_ROOM_RUNNING, no_room, plan_text, tag, victims_text
 from tessera.controller.core.placement import ClusterState, quotas
 from tessera.controller.core.quotas import Admission, Charge
 from tessera.controller.core.snapshot import (
@@ -383,16 +383,14 @@ class Guard:
         if found is None:
             if had:
                 self._hold(d, take=True)
-                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {tag(job)}: {why}, and no "
-                                                    "best-effort work holds enough GPUs to restore its promise")
+                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {tag(job)}: {why}, and {NO_ROOM_RUNNING}")
             elif orig is None:
                 self.dec[jid] = Decision(jid, Action.PENDING, no_room(job, charge),
                                          pending=PendingKind.NO_ROOM_NOW)
             elif not self._restore(jid, f"{why}; no room for its promise, so it keeps what it has", displace=False):
                 # Running below its promise and the policy would stop it: it keeps its GPUs unless a
                 # guaranteed job took them (a stopped job makes no progress at all).
-                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {tag(job)}: no best-effort "
-                                                    "work holds enough GPUs to restore its promise")
+                self.dec[jid] = dataclasses.replace(d, reason=f"{d.reason}; {tag(job)}: {NO_ROOM_RUNNING}")
             return
         slices, victims, shrunk = found
         for v in victims:

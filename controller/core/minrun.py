@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tessera.common.utctime import utc_text
+from tessera.controller.core.guarantee_texts import NO_ROOM_RUNNING
 from tessera.controller.core.snapshot import (
     Action,
     Decision,
@@ -50,9 +51,6 @@ from tessera.controller.core.snapshot import (
 
 SHOWN = 3  # exempt jobs a waiting job's reason names
 MAX_SKEW_S = 60.0  # a placement dated further ahead of the round's clock is of unknown time
-# The guarantee layer's reason for a guaranteed job it could not give its promise's GPUs
-# (controller/core/guarantees.py): exempt jobs may be why.
-NO_ROOM_RUNNING = "no best-effort work holds enough GPUs to restore its promise"
 
 
 @dataclass(frozen=True)
