@@ -13,7 +13,7 @@ import functools
 import socket
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +25,7 @@ from tessera.common import nodespec, rpc
 from tessera.common.buildinfo import build_info
 from tessera.common.hooks import Hooks
 from tessera.common.tls import TlsConfig
-from tessera.nodeagent import cgroups, diskuse, gpuguard, metrics, retention
+from tessera.nodeagent import cgroups, devicefilter, diskuse, gpuguard, metrics, retention
 from tessera.nodeagent.controllers import ControllerSet, split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_KEEPER_POLL, DEFAULT_LOG_MAX_BYTES, Keepers
 from tessera.nodeagent.registration import Registrar
@@ -84,6 +84,9 @@ class AgentConfig:
     job_disk_limit: int = 0
     min_free_disk: int = 0
     disk_check_seconds: float = diskuse.INTERVAL_S
+    # GPU index -> NVIDIA minor number: each worker may open only its rank's GPUs (device cgroups,
+    # nodeagent/devicefilter.py; tessera-agent --device-isolation); None = not enforced.
+    gpu_minors: Mapping[int, int] | None = None
     # This node's certificate (mTLS both ways); None only with `insecure` (tessera-agent --insecure).
     tls: TlsConfig | None = None
     insecure: bool = False
@@ -143,7 +146,7 @@ class Agent:
         self.selffence = SelfFence(config.work_dir)
         self.keepers = Keepers(
             self.selffence.path, users=config.users or build(), grace=config.fence_grace, poll=config.keeper_poll,
-            log_max_bytes=config.log_max_bytes,
+            log_max_bytes=config.log_max_bytes, gpu_minors=config.gpu_minors,
         )
         self.supervisor = Supervisor(
             config.work_dir,
@@ -325,6 +328,13 @@ class Agent:
             self.keepers.scopes, why = cgroups.probe()
         if not self.keepers.scopes:
             log.warning("cgroups are unavailable: workers run without a scope of their own", why=why)
+        if self.config.gpu_minors is None and self.inventory.source == common_pb2.INVENTORY_SOURCE_NVML:
+            log.warning("GPU isolation by detection only: a worker that changes CUDA_VISIBLE_DEVICES can open "
+                        "any GPU of the node until the next NVML probe sees it (--device-isolation)")
+        elif self.config.gpu_minors is not None:
+            devicefilter.prune()
+            log.info("workers may open only their own GPUs (device cgroups)",
+                     minors={str(k): v for k, v in sorted(self.config.gpu_minors.items())})
 
     async def _watch_fence(self) -> None:
         """Log a lapse of the lease once, and heartbeat at once: the keepers act on their own."""
@@ -385,6 +395,8 @@ class Agent:
                                         self.config.attempt_ttl_seconds, keep, time.time())
             except Exception as exc:  # noqa: BLE001 (a failed sweep is retried at the next one)
                 log.warning("attempt prune failed", error=str(exc))
+            if self.config.gpu_minors is not None:  # cgroups of keepers killed before they removed theirs
+                await asyncio.to_thread(devicefilter.prune)
             await asyncio.sleep(retention.INTERVAL_S)
 
     async def _watch_disk(self) -> None:

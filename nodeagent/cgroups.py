@@ -36,7 +36,9 @@ def probe() -> tuple[bool, str]:
     return True, ""
 
 
-def scope_prefix(job_id: str, attempt: int, rank: int) -> list[str]:
-    """argv prefix that runs the rest in a transient scope of its own."""
+def scope_prefix(job_id: str, attempt: int, rank: int, *, delegate: bool = False) -> list[str]:
+    """argv prefix that runs the rest in a transient scope of its own; `delegate`: the keeper may
+    make a cgroup inside it (device isolation, nodeagent/devicefilter.py), which systemd then leaves alone."""
     unit = _UNIT_UNSAFE.sub("_", f"tessera-{job_id}-a{attempt}-r{rank}-{os.urandom(3).hex()}")
-    return [SYSTEMD_RUN, "--scope", "--quiet", "--collect", f"--unit={unit}.scope", "--"]
+    return [SYSTEMD_RUN, "--scope", "--quiet", "--collect", f"--unit={unit}.scope",
+            *(["--property=Delegate=yes"] if delegate else []), "--"]

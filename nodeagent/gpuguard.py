@@ -6,8 +6,9 @@ The NVML re-probe (nodeagent/inventory.py, every 10 s: AgentConfig.inventory_ref
 the processes on each GPU; those of the agent's workers (their sessions) are matched here against
 the GPUs their attempt was given on this node, and an attempt found on another GPU is evicted: its workers are
 killed, and the controller counts the attempt failed, as its program's doing. It is detection
-after the fact, within a refresh: isolation by device cgroups is not done. Where NVML hides the
-processes (a container without the host's PID namespace) nothing is seen.
+after the fact, within a refresh, beside the prevention of nodeagent/devicefilter.py (which needs
+a root agent and cgroup v2). Where NVML hides the processes (a container without the host's PID
+namespace) nothing is seen.
 
 Pure: statuses and the probe's findings in, evictions out.
 """

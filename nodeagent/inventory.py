@@ -24,7 +24,7 @@ from tessera.common.inventoryfile import InventoryError, InventorySpec, parse_in
 from tessera.v1 import common_pb2
 
 __all__ = ["HostFacts", "InventoryError", "NvmlUnavailable", "declared_inventory", "host_facts", "load_declared",
-           "parse_declared", "probe_nvml"]
+           "minor_numbers", "parse_declared", "probe_nvml"]
 
 log = structlog.get_logger("tessera.nodeagent.inventory")
 
@@ -252,6 +252,30 @@ def probe_nvml(
         for gpu, peers in zip(inv.gpus, _nvlink_peers(nv, handles), strict=True):
             gpu.nvlink_peers.extend(peers)
         return inv
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except nv.NVMLError:
+            pass
+
+
+def minor_numbers(inv: common_pb2.NodeInventory, nvml: ModuleType | None = None) -> dict[int, int]:
+    """GPU index -> the minor number of its /dev/nvidiaN (device isolation, nodeagent/devicefilter.py).
+
+    A declared inventory has no devices: its indices stand for minors, so tests can check the filter
+    on device nodes of their own. NvmlUnavailable when NVML cannot say for every GPU.
+    """
+    if inv.source != common_pb2.INVENTORY_SOURCE_NVML:
+        return {g.index: g.index for g in inv.gpus}
+    nv: Any = nvml if nvml is not None else _import_pynvml()
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as exc:
+        raise NvmlUnavailable(f"NVML is not available: {exc}") from None
+    try:
+        return {g.index: int(nv.nvmlDeviceGetMinorNumber(nv.nvmlDeviceGetHandleByIndex(g.index))) for g in inv.gpus}
+    except nv.NVMLError as exc:
+        raise NvmlUnavailable(f"NVML cannot give the GPUs' minor numbers: {exc}") from None
     finally:
         try:
             nv.nvmlShutdown()

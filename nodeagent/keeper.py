@@ -2,6 +2,7 @@
 
     python -I -m tessera.nodeagent.keeper --spec-fd N --exit-file PATH --fence-file PATH
         [--uid UID --gid GID [--groups G,G]] [--grace S] [--poll S] [--label TEXT] [--log-max-bytes N]
+        [--gpu-minors M,M]
 
 The agent starts it (root when the agent is root) in a session of its own; the keeper
 
@@ -17,6 +18,8 @@ The agent starts it (root when the agent is root) in a session of its own; the k
 - fences: every --poll seconds it reads the agent's fence file; once time.monotonic() passes the
   deadline there, it SIGTERMs the worker's group and SIGKILLs it --grace seconds later, whatever the
   agent is doing (stopped, partitioned, dead). An agent renewing later cannot undo it;
+- with --gpu-minors, starts the worker in a cgroup of its own where only those NVIDIA GPUs can be
+  opened (tessera.nodeagent.devicefilter), and removes it, with anything left in it, at the end;
 - with --log-max-bytes, gives the worker a pipe for its output and copies it into the rank's log
   (its own stdout), keeping the log under that size (tessera.nodeagent.logcap);
 - is a child subreaper: when the worker has exited (or its grace is over), SIGKILLs what is left
@@ -24,9 +27,9 @@ The agent starts it (root when the agent is root) in a session of its own; the k
   writes the exit status atomically to --exit-file, then exits with the worker's status (128+N
   for signal N).
 
-Standard library only, and it imports nothing from Tessera but tessera.nodeagent.keeperfiles and
-tessera.nodeagent.logcap: it must work when the agent is stopped or gone, and start quickly for
-every rank.
+Standard library only, and it imports nothing from Tessera but tessera.nodeagent.keeperfiles,
+tessera.nodeagent.logcap and tessera.nodeagent.devicefilter: it must work when the agent is stopped
+or gone, and start quickly for every rank.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from tessera.nodeagent.devicefilter import Confinement, DeviceFilterError
 from tessera.nodeagent.keeperfiles import KILL_NOW, read_fence, write_exit
 from tessera.nodeagent.logcap import MIN_MAX_BYTES, LogPump
 
@@ -76,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default="", help="job/attempt/rank, for messages")
     p.add_argument("--log-max-bytes", type=int, default=0,
                    help="keep the log (stdout) under this size, its newest part (0 = no cap)")
+    p.add_argument("--gpu-minors", metavar="M,M",
+                   help="the worker may open only these NVIDIA GPUs (minor numbers; '' = none) of the node")
     return p
 
 
@@ -88,6 +94,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise UsageError("--grace must be in 0..3600 and --poll in 0.01..60 seconds")
     if args.log_max_bytes and args.log_max_bytes < MIN_MAX_BYTES:
         raise UsageError(f"--log-max-bytes must be 0 (no cap) or at least {MIN_MAX_BYTES}")
+    if args.gpu_minors is not None:
+        try:
+            args.gpu_minors = [int(m) for m in args.gpu_minors.split(",") if m.strip()]
+        except ValueError:
+            raise UsageError(f"--gpu-minors: {args.gpu_minors!r} is not a comma-separated list of minors") from None
+        if any(not 0 <= m < 1 << 20 for m in args.gpu_minors):
+            raise UsageError("--gpu-minors: a minor number is in 0..2^20")
     if (args.uid is None) != (args.gid is None):
         raise UsageError("--uid and --gid go together")
     try:
@@ -217,6 +230,7 @@ class Keeper:
         self.fence_reason = ""
         self.fence: tuple[float, float] | None = None  # (deadline, renewed) of the newest renewal seen
         self.pump: LogPump | None = None
+        self.confinement: Confinement | None = None
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.pid <= 0:
@@ -267,6 +281,21 @@ class Keeper:
             os.close(r)
             os.close(w)
 
+    def confine(self) -> None:
+        """With --gpu-minors, move into a cgroup of our own that lets the worker we start open only
+        its GPUs (DeviceFilterError when it cannot be made: the worker never runs unconfined)."""
+        if self.args.gpu_minors is not None:
+            confinement = Confinement.create(self.args.gpu_minors)
+            confinement.join()
+            self.confinement = confinement
+
+    def unconfine(self) -> None:
+        if self.confinement is not None:
+            note = self.confinement.release()
+            self.confinement = None
+            if note:
+                say(self.args.label, note)
+
     def check_fence(self, now: float) -> None:
         got = read_fence(self.fence_file)
         # A newer renewal replaces the deadline; an unreadable or older file keeps the last one, so a
@@ -299,12 +328,18 @@ class Keeper:
             except (OSError, ValueError) as exc:
                 say(self.args.label, f"the log has no cap: {exc}")
         try:
+            self.confine()
             proc = self.start(argv, env, cwd)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        except (OSError, ValueError, subprocess.SubprocessError, DeviceFilterError) as exc:
             who = f" as uid {self.args.uid}" if self.args.uid is not None else ""
-            reason = (f"spawn failed: cannot enter workdir {cwd}{who}: {exc}" if isinstance(exc, WorkdirError)
-                      else f"spawn failed: cannot run {argv[0]!r} in {cwd}{who}: {exc}")
+            if isinstance(exc, DeviceFilterError):
+                reason = f"spawn failed: GPU isolation: {exc}"
+            elif isinstance(exc, WorkdirError):
+                reason = f"spawn failed: cannot enter workdir {cwd}{who}: {exc}"
+            else:
+                reason = f"spawn failed: cannot run {argv[0]!r} in {cwd}{who}: {exc}"
             say(self.args.label, reason)
+            self.unconfine()
             write_exit(exit_file, EXIT_SPAWN_FAILED, reason, 0)
             return EXIT_SPAWN_FAILED
         finally:
@@ -329,6 +364,7 @@ class Keeper:
         proc.returncode = rc
         _killpg(self.pid, signal.SIGKILL)  # leftovers of the worker's group would hold GPU memory
         n = kill_descendants(self.pid)
+        self.unconfine()
         if self.pump is not None:
             self.pump.drain()  # before the keeper's own last lines, which go straight to the log
             self.pump.close()

@@ -44,6 +44,9 @@ class Keepers:
     python: str = sys.executable
     # systemd-run --scope around each keeper (cgroups.probe() said yes).
     scopes: bool = False
+    # GPU index -> NVIDIA minor number: each worker may open only its rank's GPUs
+    # (nodeagent/devicefilter.py); None = no device isolation.
+    gpu_minors: Mapping[int, int] | None = None
 
     def user_for(self, tenant: str) -> WorkerUser:
         """FailedPrecondition for a tenant whose derived uid another tenant has (UidCollision)."""
@@ -106,20 +109,26 @@ class Keepers:
         return True
 
     def argv(self, spec_fd: int, exit_file: Path, user: WorkerUser, label: str,
-             scope: Sequence[str] = ()) -> list[str]:
+             scope: Sequence[str] = (), gpus: Sequence[int] = ()) -> list[str]:
         out = [*scope, self.python, "-I", "-m", KEEPER_MODULE, "--spec-fd", str(spec_fd),
                "--exit-file", str(exit_file), "--fence-file", str(self.fence_file),
                "--grace", repr(self.grace), "--poll", repr(self.poll), "--label", label,
                "--log-max-bytes", str(self.log_max_bytes)]
+        if self.gpu_minors is not None:
+            unknown = sorted(set(gpus) - set(self.gpu_minors))
+            if unknown:  # GPUs the agent did not see at start: never a worker left unconfined
+                raise ValueError(f"GPU isolation: no minor number is known for GPU {unknown[0]} of this node")
+            out += ["--gpu-minors", ",".join(str(self.gpu_minors[g]) for g in gpus)]
         if self.users.switch:
             out += ["--uid", str(user.uid), "--gid", str(user.gid), "--groups", ",".join(map(str, user.groups))]
         return out
 
     def start(self, *, job_id: str, attempt: int, rank: int, attempt_dir: Path, argv: Sequence[str],
               env: Mapping[str, str], keeper_env: Mapping[str, str], user: WorkerUser,
-              log_file: IO[bytes], workdir: str = "") -> subprocess.Popen[bytes]:
+              log_file: IO[bytes], workdir: str = "", gpus: Sequence[int] = ()) -> subprocess.Popen[bytes]:
         """Start the keeper of one worker; OSError/ValueError when it cannot be started. The worker
-        runs in `workdir` (the job's), else in the attempt's folder."""
+        runs in `workdir` (the job's), else in the attempt's folder, and with device isolation may
+        open only the GPUs `gpus` (indices)."""
         spec = json.dumps({"argv": list(argv), "env": dict(env), "cwd": workdir or str(attempt_dir)}).encode()
         # The job's environment reaches the keeper through a memory file, not its own environment:
         # the keeper may be root, and nothing the job sets may act on it.
@@ -128,10 +137,11 @@ class Keepers:
             view = memoryview(spec)
             while view:
                 view = view[os.write(fd, view):]
-            scope = cgroups.scope_prefix(job_id, attempt, rank) if self.scopes else []
+            isolated = self.gpu_minors is not None
+            scope = cgroups.scope_prefix(job_id, attempt, rank, delegate=isolated) if self.scopes else []
             label = f"{job_id}/{attempt}/{rank}"
             exit_file = keeperfiles.exit_path(attempt_dir, rank)
-            return process.spawn(self.argv(fd, exit_file, user, label, scope), cwd=attempt_dir,
+            return process.spawn(self.argv(fd, exit_file, user, label, scope, gpus), cwd=attempt_dir,
                                  env=keeper_env, log_file=log_file, pass_fds=(fd,))
         finally:
             os.close(fd)

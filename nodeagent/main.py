@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -23,7 +24,7 @@ from tessera.common import metrics as common_metrics
 from tessera.common.errors import InvalidArgument, InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.common.privatefile import make_dir
-from tessera.nodeagent import diskuse, inventory, users
+from tessera.nodeagent import devicefilter, diskuse, inventory, users
 from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
 from tessera.nodeagent.controllers import split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_LOG_MAX_BYTES
@@ -165,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=diskuse.INTERVAL_S,
         metavar="SECONDS",
         help=f"how often the disk limits are checked (default {diskuse.INTERVAL_S:g})",
+    )
+    p.add_argument(
+        "--device-isolation",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="each worker may open only its own GPUs' device files (a cgroup with an eBPF device program; "
+        "needs root and cgroup v2): on = refuse to start without it, auto (default) = where possible",
     )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
     tls.add_arguments(p)
@@ -323,6 +331,23 @@ def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, 
         ) from None
 
 
+def gpu_minors(mode: str, inv: common_pb2.NodeInventory) -> dict[int, int] | None:
+    """--device-isolation: the GPUs' minor numbers when workers are to be confined to their own, else
+    None; AgentUsageError when `on` cannot be had."""
+    if mode == "off":
+        return None
+    ok, why = devicefilter.probe()
+    if ok:
+        try:
+            return inventory.minor_numbers(inv)
+        except inventory.NvmlUnavailable as exc:
+            ok, why = False, str(exc)
+    if mode == "on":
+        raise AgentUsageError(f"--device-isolation on: {why}")
+    log.warning("device isolation is unavailable: workers can open every GPU of the node", why=why)
+    return None
+
+
 async def run(config: AgentConfig, inv: common_pb2.NodeInventory, nvml: bool) -> int:
     agent = Agent(config, inv, prober=inventory.probe_nvml if nvml else None)
     stop = asyncio.Event()
@@ -354,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.configure(args.log_level)
         inv, nvml = load_inventory(args)
         check_worker_access(config)
+        config = dataclasses.replace(config, gpu_minors=gpu_minors(args.device_isolation, inv))
         if args.metrics_listen:
             try:
                 port = common_metrics.serve(args.metrics_listen, args.metrics_token_file)

@@ -246,7 +246,7 @@ class Supervisor:
                     job_id=req.job_id, attempt=req.attempt, rank=w.rank, attempt_dir=cwd,
                     argv=contract.worker_argv(req.argv, self.worker_python), env=env,
                     keeper_env={k: v for k, v in base.items() if k not in contract.NOT_INHERITED},
-                    user=user, log_file=log_file, workdir=req.workdir,
+                    user=user, log_file=log_file, workdir=req.workdir, gpus=list(rank.gpu_indices),
                 )
         except Exception as exc:  # noqa: BLE001 (any failure: the rank ends EXITED, not half-started)
             reason = f"spawn failed: {exc}"
