@@ -84,8 +84,8 @@ class AgentConfig:
     job_disk_limit: int = 0
     min_free_disk: int = 0
     disk_check_seconds: float = diskuse.INTERVAL_S
-    # GPU index -> NVIDIA minor number: each worker may open only its rank's GPUs (device cgroups,
-    # nodeagent/devicefilter.py; tessera-agent --device-isolation); None = not enforced.
+    # GPU index -> NVIDIA minor number: each worker may open only its attempt's GPUs here (device
+    # cgroups, nodeagent/devicefilter.py; tessera-agent --device-isolation); None = not enforced.
     gpu_minors: Mapping[int, int] | None = None
     # This node's certificate (mTLS both ways); None only with `insecure` (tessera-agent --insecure).
     tls: TlsConfig | None = None

@@ -226,6 +226,7 @@ def worker_env(
     user: str = "",
     home: str = "",
     tmpdir: str = "",
+    confined: bool = False,
 ) -> dict[str, str]:
     """The whole environment of one worker.
 
@@ -233,6 +234,8 @@ def worker_env(
     variables and the agent's own Tessera settings (TESSERA_*), then the worker's identity (USER, LOGNAME, HOME and TMPDIR in its attempt folder, when
     given), then the job's env, then the contract variables, which always win. OMP_NUM_THREADS is
     `omp_threads` unless the job's env sets it (the agent's own value is not passed on).
+    `confined`: the worker may open only its attempt's GPUs on this node (device cgroups), so CUDA
+    sees those alone, numbered from 0 in PCI order, and CUDA_VISIBLE_DEVICES names the rank's so.
     """
     env = {k: v for k, v in base.items() if k not in NOT_INHERITED and not k.startswith(AGENT_SETTINGS)}
     env["OMP_NUM_THREADS"] = str(omp_threads)
@@ -260,12 +263,32 @@ def worker_env(
             "TESSERA_CHECKPOINT_EVERY": str(req.checkpoint_every),
             "TESSERA_AGENT_ADDR": agent_addr,
             # Declared GPUs do not exist: an empty list hides any real GPU so the worker runs on CPU.
-            "CUDA_VISIBLE_DEVICES": "" if declared else ",".join(str(g) for g in rank.gpu_indices),
+            "CUDA_VISIBLE_DEVICES": "" if declared else visible_devices(rank.gpu_indices,
+                                                                        node_gpus(req) if confined else None),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "TESSERA_INVENTORY_SOURCE": "declared" if declared else "nvml",
         }
     )
     return env
+
+
+def node_gpus(req: agent_pb2.LaunchRequest) -> list[int]:
+    """The GPUs of all the attempt's ranks on this node: what each of its workers may open under
+    device isolation (NCCL's peer-to-peer copies between local ranks open the peer's GPU too)."""
+    return sorted({g for r in req.ranks for g in r.gpu_indices})
+
+
+def visible_devices(gpus: Iterable[int], confined_to: Iterable[int] | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES for a rank's GPUs (NVML indices, PCI order). Without device cgroups CUDA
+    enumerates every GPU of the node, so the indices are named as they are. In a device cgroup that
+    lets it open `confined_to` only, CUDA enumerates those alone, from 0 (as under Slurm's
+    ConstrainDevices or LSF's GPU enforcement): each GPU is named by its place among them, the
+    rank's order kept."""
+    given = list(gpus)
+    if confined_to is None:
+        return ",".join(map(str, given))
+    place = {g: i for i, g in enumerate(sorted(set(confined_to)))}
+    return ",".join(str(place[g]) for g in given)
 
 
 # argv[0] placeholder for "the Python this agent runs on", so the controller's default entrypoint

@@ -1,12 +1,13 @@
 """Device isolation: each worker in a cgroup whose eBPF device program lets it open only the NVIDIA
-GPUs its rank was given (docs/agent.md, "GPU isolation").
+GPUs its attempt was given on the node (docs/agent.md, "GPU isolation").
 
 CUDA_VISIBLE_DEVICES is advice a worker can ignore. With isolation on, the keeper, still root, makes
 a cgroup of its own below its current one on the unified (v2) hierarchy, attaches a
 BPF_PROG_TYPE_CGROUP_DEVICE program to it and moves itself in before it starts the worker: the
 worker and all it starts inherit the cgroup, and a process that is not root cannot leave it. The
 kernel then refuses (EPERM) to open a character device of major 195 (/dev/nvidiaN is 195:N, N the
-GPU's minor number) whose minor is under 254 and not given; nvidia-modeset and nvidiactl (195:254,
+GPU's minor number) whose minor is under 254 and not given (the attempt's local ranks share
+theirs: NCCL's peer-to-peer copies open the peer's GPU); nvidia-modeset and nvidiactl (195:254,
 195:255), nvidia-uvm and every other device stay open, as CUDA needs them. Slurm's ConstrainDevices
 does the same on cgroup v2. The program is attached with BPF_F_ALLOW_MULTI, so programs above (a
 systemd unit's DevicePolicy) still apply. It works on a hybrid hierarchy too (v1 controllers, v2

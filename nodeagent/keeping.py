@@ -44,7 +44,7 @@ class Keepers:
     python: str = sys.executable
     # systemd-run --scope around each keeper (cgroups.probe() said yes).
     scopes: bool = False
-    # GPU index -> NVIDIA minor number: each worker may open only its rank's GPUs
+    # GPU index -> NVIDIA minor number: each worker may open only its attempt's GPUs here
     # (nodeagent/devicefilter.py); None = no device isolation.
     gpu_minors: Mapping[int, int] | None = None
 
@@ -128,7 +128,7 @@ class Keepers:
               log_file: IO[bytes], workdir: str = "", gpus: Sequence[int] = ()) -> subprocess.Popen[bytes]:
         """Start the keeper of one worker; OSError/ValueError when it cannot be started. The worker
         runs in `workdir` (the job's), else in the attempt's folder, and with device isolation may
-        open only the GPUs `gpus` (indices)."""
+        open only the GPUs `gpus` (indices: the attempt's on this node, contract.node_gpus)."""
         spec = json.dumps({"argv": list(argv), "env": dict(env), "cwd": workdir or str(attempt_dir)}).encode()
         # The job's environment reaches the keeper through a memory file, not its own environment:
         # the keeper may be root, and nothing the job sets may act on it.

@@ -228,7 +228,7 @@ class Supervisor:
             declared=self.declared,
             checkpoint_dir=ckpt,
             omp_threads=self.omp_threads,
-            user=user.name,
+            user=user.name, confined=self.keepers.gpu_minors is not None,
             home=str(cwd / "home"),
             tmpdir=str(cwd / "tmp"),
         )
@@ -246,7 +246,7 @@ class Supervisor:
                     job_id=req.job_id, attempt=req.attempt, rank=w.rank, attempt_dir=cwd,
                     argv=contract.worker_argv(req.argv, self.worker_python), env=env,
                     keeper_env={k: v for k, v in base.items() if k not in contract.NOT_INHERITED},
-                    user=user, log_file=log_file, workdir=req.workdir, gpus=list(rank.gpu_indices),
+                    user=user, log_file=log_file, workdir=req.workdir, gpus=contract.node_gpus(req),
                 )
         except Exception as exc:  # noqa: BLE001 (any failure: the rank ends EXITED, not half-started)
             reason = f"spawn failed: {exc}"

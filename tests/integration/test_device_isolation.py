@@ -20,6 +20,8 @@ import pytest
 
 from tessera.nodeagent import devicefilter, keeperfiles
 from tessera.nodeagent.agent import Agent
+from tessera.nodeagent.keeping import Keepers
+from tessera.nodeagent.supervisor import Supervisor
 from tessera.nodeagent.testing import FakeRegistry, launch_request, wait_until
 from tessera.v1 import agent_pb2_grpc, common_pb2
 from tests.integration.test_agent_grpc import (
@@ -159,7 +161,7 @@ async def isolated(registry: tuple[FakeRegistry, str], worker_dir: Path) -> Asyn
     await a.close(grace=0)
 
 
-async def test_an_agent_launch_confines_each_rank_to_the_gpus_it_was_given(
+async def test_an_agent_launch_confines_each_rank_to_its_attempts_gpus_on_the_node(
         registry: tuple[FakeRegistry, str], isolated: Agent, nodes: Path) -> None:
     fake, _ = registry
     await registered(isolated)
@@ -180,7 +182,26 @@ async def test_an_agent_launch_confines_each_rank_to_the_gpus_it_was_given(
         w = worker_in(fake.last_status(), "job-1", r)
         assert w is not None and w.exit_code == 0, w
         results.append(opened(Path(w.log_path).read_text())[0])
-    assert results[0] == {"nvidia0": "ENXIO", "nvidia1": "EPERM", "nvidia2": "EPERM", "nvidia3": "EPERM",
-                          "nvidiactl": "ENXIO"}
-    assert results[1] == {"nvidia0": "EPERM", "nvidia1": "EPERM", "nvidia2": "ENXIO", "nvidia3": "ENXIO",
-                          "nvidiactl": "ENXIO"}
+    # Each rank may open every GPU of its attempt on this node (NCCL's peer-to-peer between local
+    # ranks opens the peer's), and no other.
+    assert results[0] == results[1] == {"nvidia0": "ENXIO", "nvidia1": "EPERM", "nvidia2": "ENXIO",
+                                        "nvidia3": "ENXIO", "nvidiactl": "ENXIO"}
+
+
+async def test_on_an_nvml_node_a_confined_rank_reads_its_gpus_numbered_as_its_cgroup_shows_them(
+        worker_dir: Path, nodes: Path) -> None:
+    # declared=False: the environment a GPU node gives (minors here are the node's own device nodes).
+    keepers = Keepers(worker_dir / keeperfiles.FENCE_FILE, gpu_minors={0: 0, 1: 1, 2: 2, 3: 3})
+    sup = Supervisor(worker_dir, range(4), declared=False, keepers=keepers, poll_interval=0.05,
+                     worker_python=worker_python())
+    code = PROBE + "print(os.environ['CUDA_VISIBLE_DEVICES'])\n"
+    req = launch_request("job-1", argv=[worker_python(), "-c", code, *(str(p) for p in sorted(nodes.iterdir()))],
+                         gpus=[[3, 2]])  # one rank: the attempt's GPUs here are its own
+    await sup.launch(req)
+    assert await sup.wait_exited("job-1", 1, TIMEOUT)
+    log = Path(sup.statuses()[0].log_path).read_text()
+    result, _ = opened(log)
+    assert result == {"nvidia0": "EPERM", "nvidia1": "EPERM", "nvidia2": "ENXIO", "nvidia3": "ENXIO",
+                      "nvidiactl": "ENXIO"}
+    # CUDA would enumerate nvidia2 as 0 and nvidia3 as 1: the rank's order (3, 2) is "1,0".
+    assert [x for x in log.splitlines() if not x.startswith("tessera-")][2] == "1,0"

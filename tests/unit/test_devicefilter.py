@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from tessera.nodeagent import cgroups, devicefilter, inventory, keeper, main
+from tessera.nodeagent import cgroups, contract, devicefilter, inventory, keeper, main
 from tessera.nodeagent.inventory import HostFacts, parse_declared
 from tessera.nodeagent.keeping import Keepers
+from tessera.nodeagent.testing import launch_request
 from tessera.nodeagent.users import build
 from tessera.v1 import common_pb2
 
@@ -150,3 +151,15 @@ def test_device_isolation_modes(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(main.AgentUsageError, match="--device-isolation: invalid choice: 'yes'"):
         main.build_parser().parse_args(["--controller", "c:1", "--node-id", "n", "--work-dir", "/w",
                                         "--device-isolation", "yes"])
+
+
+def test_a_confined_rank_names_its_gpus_as_cuda_numbers_them_in_its_cgroup() -> None:
+    assert contract.visible_devices([2, 3]) == "2,3"
+    assert contract.visible_devices([2, 3], confined_to=[2, 3]) == "0,1"
+    assert contract.visible_devices([5, 1, 3], confined_to=[1, 3, 5]) == "2,0,1"  # the rank's order kept
+    # The cgroup lets every local rank of the attempt open all of the attempt's GPUs here (NCCL's
+    # peer-to-peer): the second rank's GPU 6 is CUDA's device 2 in it.
+    req = launch_request(gpus=[[1, 3], [6]])
+    assert contract.node_gpus(req) == [1, 3, 6]
+    assert contract.visible_devices([6], confined_to=contract.node_gpus(req)) == "2"
+    assert contract.visible_devices([], confined_to=[]) == ""
