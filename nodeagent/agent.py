@@ -332,7 +332,8 @@ class Agent:
             log.warning("GPU isolation by detection only: a worker that changes CUDA_VISIBLE_DEVICES can open "
                         "any GPU of the node until the next NVML probe sees it (--device-isolation)")
         elif self.config.gpu_minors is not None:
-            devicefilter.prune()
+            if not self.keepers.scopes:  # in scopes, systemd removes a keeper's cgroup with its scope
+                devicefilter.prune()
             log.info("workers may open only their own GPUs (device cgroups)",
                      minors={str(k): v for k, v in sorted(self.config.gpu_minors.items())})
 
@@ -395,7 +396,7 @@ class Agent:
                                         self.config.attempt_ttl_seconds, keep, time.time())
             except Exception as exc:  # noqa: BLE001 (a failed sweep is retried at the next one)
                 log.warning("attempt prune failed", error=str(exc))
-            if self.config.gpu_minors is not None:  # cgroups of keepers killed before they removed theirs
+            if self.config.gpu_minors is not None and not self.keepers.scopes:  # of keepers SIGKILLed
                 await asyncio.to_thread(devicefilter.prune)
             await asyncio.sleep(retention.INTERVAL_S)
 

@@ -14,14 +14,20 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 
 SYSTEMD_RUN = "systemd-run"
 _UNIT_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
+def systemd_runs() -> bool:
+    """systemd is the init system (sd_booted(3))."""
+    return os.path.isdir("/run/systemd/system")
+
+
 def probe() -> tuple[bool, str]:
     """(available, why not)."""
-    if not os.path.isdir("/run/systemd/system"):
+    if not systemd_runs():
         return False, "systemd is not the init system here (no /run/systemd/system)"
     exe = shutil.which(SYSTEMD_RUN)
     if exe is None:
@@ -42,3 +48,18 @@ def scope_prefix(job_id: str, attempt: int, rank: int, *, delegate: bool = False
     unit = _UNIT_UNSAFE.sub("_", f"tessera-{job_id}-a{attempt}-r{rank}-{os.urandom(3).hex()}")
     return [SYSTEMD_RUN, "--scope", "--quiet", "--collect", f"--unit={unit}.scope",
             *(["--property=Delegate=yes"] if delegate else []), "--"]
+
+
+def run_delegated(argv: Sequence[str]) -> tuple[bool, str]:
+    """Run `argv` in a transient scope that systemd delegates to it (it may make cgroups below):
+    (exited 0, its last line of output)."""
+    exe = shutil.which(SYSTEMD_RUN)
+    if exe is None:
+        return False, "systemd-run is not installed"
+    try:
+        cp = subprocess.run([exe, "--scope", "--quiet", "--collect", "--property=Delegate=yes", "--", *argv],
+                            capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"systemd-run --scope failed: {exc}"
+    lines = (cp.stdout + cp.stderr).decode(errors="replace").strip().splitlines()
+    return cp.returncode == 0, lines[-1][:300] if lines else f"exit status {cp.returncode}"

@@ -9,8 +9,10 @@ kernel then refuses (EPERM) to open a character device of major 195 (/dev/nvidia
 GPU's minor number) whose minor is under 254 and not given (the attempt's local ranks share
 theirs: NCCL's peer-to-peer copies open the peer's GPU); nvidia-modeset and nvidiactl (195:254,
 195:255), nvidia-uvm and every other device stay open, as CUDA needs them. Slurm's ConstrainDevices
-does the same on cgroup v2. The program is attached with BPF_F_ALLOW_MULTI, so programs above (a
-systemd unit's DevicePolicy) still apply. It works on a hybrid hierarchy too (v1 controllers, v2
+does the same on cgroup v2. The program is attached with BPF_F_ALLOW_MULTI, so programs above
+attached so too (a systemd unit's DevicePolicy) still apply; one above attached with
+BPF_F_ALLOW_OVERRIDE would not. Isolation holds between users: where Yama allows ptrace, a worker
+can drive another process of its uid in another cgroup to open that one's GPUs. It works on a hybrid hierarchy too (v1 controllers, v2
 mounted at /sys/fs/cgroup/unified): device programs hang on the v2 cgroup of every process.
 
 Standard library only: the keeper imports it.
@@ -24,6 +26,7 @@ import os
 import platform
 import signal
 import struct
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -74,22 +77,32 @@ def _bpf(cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
     return ret
 
 
-def load(allowed: Iterable[int]) -> int:
-    """Load the program; its file descriptor (the caller closes it)."""
-    code = program(allowed)
+def _load(code: bytes, log_bytes: int) -> int:
     insns = ctypes.create_string_buffer(code, len(code))
     license_ = ctypes.create_string_buffer(b"Apache-2.0")
-    verifier_log = ctypes.create_string_buffer(4096)
+    verifier_log = ctypes.create_string_buffer(max(1, log_bytes))
     attr = ctypes.create_string_buffer(_ATTR_BYTES)
     struct.pack_into("<IIQQIIQII16sII", attr, 0, _BPF_PROG_TYPE_CGROUP_DEVICE, len(code) // 8,
-                     ctypes.addressof(insns), ctypes.addressof(license_), 1, len(verifier_log),
-                     ctypes.addressof(verifier_log), 0, 0, b"tessera_gpus", 0, _BPF_CGROUP_DEVICE)
+                     ctypes.addressof(insns), ctypes.addressof(license_), 1 if log_bytes else 0, log_bytes,
+                     ctypes.addressof(verifier_log) if log_bytes else 0, 0, 0, b"tessera_gpus", 0,
+                     _BPF_CGROUP_DEVICE)
     try:
         return _bpf(_BPF_PROG_LOAD, attr)
     except OSError as exc:
-        said = verifier_log.value.decode(errors="replace").strip().splitlines()[-1:]
+        said = verifier_log.value.decode(errors="replace").strip().splitlines()[-1:] if log_bytes else []
         raise DeviceFilterError(f"cannot load the device program: {exc.strerror}{': ' + said[0] if said else ''}"
                                 ) from None
+
+
+def load(allowed: Iterable[int]) -> int:
+    """Load the program; its file descriptor (the caller closes it)."""
+    code = program(allowed)
+    try:
+        # No verifier log: the kernel fails a load whose log outgrew its buffer at any point (ENOSPC),
+        # which a 4 KiB buffer did from 27 GPUs on. The log is asked for only to explain a failure.
+        return _load(code, 0)
+    except DeviceFilterError:
+        return _load(code, 1 << 20)
 
 
 def attach(cgroup: Path, prog_fd: int) -> None:
@@ -163,16 +176,12 @@ class Confinement:
 
     @classmethod
     def create(cls, allowed: Iterable[int], name: str | None = None) -> Confinement:
+        """A new cgroup below this process's own (named after it, never one that exists) with the
+        device program for `allowed` attached; DeviceFilterError when it cannot be had."""
         home = own_dir()
-        path = home / (name or f"{CGROUP_PREFIX}{os.getpid()}")
+        path = home / (name or f"{CGROUP_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
         try:
             os.mkdir(path, 0o755)
-        except FileExistsError:  # a keeper of the same pid was killed before it removed its own
-            try:
-                os.rmdir(path)
-                os.mkdir(path, 0o755)
-            except OSError as exc:
-                raise DeviceFilterError(f"cannot make the cgroup {path}: {exc.strerror}") from None
         except OSError as exc:
             raise DeviceFilterError(f"cannot make the cgroup {path}: {exc.strerror}") from None
         made = cls(path, home)
@@ -200,11 +209,12 @@ class Confinement:
         could not be removed."""
         try:
             (self.home / "cgroup.procs").write_text(str(os.getpid()))
+            left = ""
         except OSError as exc:
-            return f"cannot leave the cgroup {self.path}: {exc.strerror}"
+            left = f"cannot leave the cgroup {self.path}: {exc.strerror}; "
         deadline = time.monotonic() + wait_s
         while True:
-            left = self._kill_members()
+            kill_members(self.path, whole=not left)
             try:
                 os.rmdir(self.path)
                 return ""
@@ -212,20 +222,8 @@ class Confinement:
                 return ""
             except OSError as exc:
                 if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
-                    return f"cannot remove the cgroup {self.path} ({left} process(es) left): {exc.strerror}"
+                    return f"{left}cannot remove the cgroup {self.path}: {exc.strerror}"
             time.sleep(0.02)
-
-    def _kill_members(self) -> int:
-        try:
-            pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return 0
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        return len(pids)
 
     def remove(self) -> None:
         try:
@@ -234,20 +232,42 @@ class Confinement:
             pass
 
 
+def kill_members(cgroup: Path, *, whole: bool = True) -> None:
+    """SIGKILL every process in `cgroup`: at once through cgroup.kill (Linux 5.14) when `whole`,
+    else (or without it) each one listed but this process."""
+    if whole:
+        try:
+            (cgroup / "cgroup.kill").write_text("1")
+            return
+        except OSError:
+            pass
+    try:
+        pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def probe() -> tuple[bool, str]:
     """(available, why not): a device program can be loaded and attached to a cgroup made below this
     process's own, which is removed again."""
     if os.geteuid() != 0:
         return False, "the agent is not root"
     try:
-        Confinement.create([], name=f"{CGROUP_PREFIX}probe-{os.getpid()}").remove()
+        Confinement.create([], name=f"{CGROUP_PREFIX}{os.getpid()}-probe").remove()
     except DeviceFilterError as exc:
         return False, str(exc)
     return True, ""
 
 
 def prune(home: Path | None = None) -> list[Path]:
-    """Remove the empty cgroups of keepers that are gone (killed before they removed their own)."""
+    """Remove the cgroups of keepers that are gone (SIGKILLed before they removed their own), first
+    killing what their workers left in them; the ones removed."""
     try:
         home = home or own_dir()
         entries = [e for e in os.scandir(home) if e.name.startswith(CGROUP_PREFIX) and e.is_dir()]
@@ -255,12 +275,19 @@ def prune(home: Path | None = None) -> list[Path]:
         return []
     removed = []
     for entry in entries:
-        pid = entry.name[len(CGROUP_PREFIX):]
-        if pid.isdigit() and Path(f"/proc/{pid}").exists():
-            continue
+        keeper = entry.name[len(CGROUP_PREFIX):].split("-")[0]
+        if keeper.isdigit() and Path(f"/proc/{keeper}").exists():
+            continue  # its keeper lives (or its pid was reused: kept until a later sweep)
+        kill_members(Path(entry.path))
         try:
             os.rmdir(entry.path)
             removed.append(Path(entry.path))
         except OSError:
-            continue
+            continue  # still emptying: the next sweep
     return removed
+
+
+if __name__ == "__main__":  # the agent's probe inside a delegated systemd scope (nodeagent/main.py)
+    available, why_not = probe()
+    print(why_not or "device programs can be attached here")
+    sys.exit(0 if available else 1)

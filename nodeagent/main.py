@@ -24,7 +24,7 @@ from tessera.common import metrics as common_metrics
 from tessera.common.errors import InvalidArgument, InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.common.privatefile import make_dir
-from tessera.nodeagent import devicefilter, diskuse, inventory, users
+from tessera.nodeagent import cgroups, devicefilter, diskuse, inventory, users
 from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
 from tessera.nodeagent.controllers import split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_LOG_MAX_BYTES
@@ -331,13 +331,40 @@ def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, 
         ) from None
 
 
+def isolation_available() -> tuple[bool, str]:
+    """Whether keepers can make cgroups with device programs where they will run: under systemd
+    only in a transient scope it delegates (systemd's cgroups are its own), else below the agent's."""
+    if os.geteuid() != 0:
+        return False, "the agent is not root"
+    if not cgroups.systemd_runs():
+        return devicefilter.probe()
+    scopes, why = cgroups.probe()
+    if not scopes:
+        return False, (f"systemd runs this machine but keepers get no scope of their own ({why}), and the "
+                       "agent's cgroup is systemd's")
+    return cgroups.run_delegated([sys.executable, "-I", "-m", "tessera.nodeagent.devicefilter"])
+
+
+def ptrace_open(path: str = "/proc/sys/kernel/yama/ptrace_scope") -> bool:
+    """Whether any process may ptrace another of its uid (Yama's scope 0, or no Yama)."""
+    try:
+        with open(path) as f:
+            return f.read().strip() == "0"
+    except OSError:
+        return True
+
+
 def gpu_minors(mode: str, inv: common_pb2.NodeInventory) -> dict[int, int] | None:
     """--device-isolation: the GPUs' minor numbers when workers are to be confined to their own, else
     None; AgentUsageError when `on` cannot be had."""
     if mode == "off":
         return None
-    ok, why = devicefilter.probe()
+    ok, why = isolation_available()
     if ok:
+        if ptrace_open():
+            log.warning("device isolation holds between users: kernel.yama.ptrace_scope is 0 (or there is no "
+                        "Yama), so a worker can ptrace another process of its uid in another cgroup and open "
+                        "that one's GPUs; give tenants users of their own (--tenant-uids) or raise ptrace_scope")
         try:
             return inventory.minor_numbers(inv)
         except inventory.NvmlUnavailable as exc:

@@ -138,12 +138,12 @@ def test_minor_numbers_come_from_nvml_and_a_declared_inventory_uses_its_indices(
 
 def test_device_isolation_modes(monkeypatch: pytest.MonkeyPatch) -> None:
     declared = parse_declared({"gpus": [{"model": "A100-80GB", "count": 2}]}, "n", HostFacts("h", 8, 1 << 30))
-    monkeypatch.setattr(devicefilter, "probe", lambda: (False, "the agent is not root"))
+    monkeypatch.setattr(main, "isolation_available", lambda: (False, "the agent is not root"))
     assert main.gpu_minors("off", declared) is None
     assert main.gpu_minors("auto", declared) is None
     with pytest.raises(main.AgentUsageError, match="--device-isolation on: the agent is not root"):
         main.gpu_minors("on", declared)
-    monkeypatch.setattr(devicefilter, "probe", lambda: (True, ""))
+    monkeypatch.setattr(main, "isolation_available", lambda: (True, ""))
     assert main.gpu_minors("on", declared) == main.gpu_minors("auto", declared) == {0: 0, 1: 1}
     assert main.gpu_minors("off", declared) is None
     args = main.build_parser().parse_args(["--controller", "c:1", "--node-id", "n", "--work-dir", "/w"])
@@ -163,3 +163,31 @@ def test_a_confined_rank_names_its_gpus_as_cuda_numbers_them_in_its_cgroup() -> 
     assert contract.node_gpus(req) == [1, 3, 6]
     assert contract.visible_devices([6], confined_to=contract.node_gpus(req)) == "2"
     assert contract.visible_devices([], confined_to=[]) == ""
+
+
+def test_under_systemd_the_probe_runs_in_a_delegated_scope_and_never_below_the_agents_unit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(main.os, "geteuid", lambda: 0)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(cgroups, "run_delegated", lambda argv: (ran.append(list(argv)), (True, "ok"))[1])
+    monkeypatch.setattr(devicefilter, "probe", lambda: (True, "probed in the agent's own cgroup"))
+    monkeypatch.setattr(cgroups, "systemd_runs", lambda: False)
+    assert main.isolation_available() == (True, "probed in the agent's own cgroup") and not ran
+    monkeypatch.setattr(cgroups, "systemd_runs", lambda: True)
+    monkeypatch.setattr(cgroups, "probe", lambda: (False, "systemd-run --scope failed: Access denied"))
+    ok, why = main.isolation_available()
+    assert not ok and "keepers get no scope of their own (systemd-run --scope failed: Access denied)" in why
+    assert not ran
+    monkeypatch.setattr(cgroups, "probe", lambda: (True, ""))
+    assert main.isolation_available() == (True, "ok")
+    assert ran[0][1:] == ["-I", "-m", "tessera.nodeagent.devicefilter"]
+    monkeypatch.setattr(main.os, "geteuid", lambda: 1000)
+    assert main.isolation_available() == (False, "the agent is not root")
+
+
+def test_ptrace_across_a_users_processes_is_told_from_yamas_scope(tmp_path: Path) -> None:
+    scope = tmp_path / "ptrace_scope"
+    assert main.ptrace_open(str(scope))  # no Yama: any process may trace another of its uid
+    for text, open_ in (("0\n", True), ("1\n", False), ("3\n", False)):
+        scope.write_text(text)
+        assert main.ptrace_open(str(scope)) is open_
