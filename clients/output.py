@@ -276,6 +276,18 @@ def agent_build(node: controller_pb2.Node) -> str:
     return f"{node.agent_version} (commit {node.agent_commit[:12] or 'unknown'})"
 
 
+def gpu_isolation(node: controller_pb2.Node) -> str:
+    """`describe node`'s line on what keeps workers off GPUs they were not given (docs/agent.md)."""
+    why = f" (device cgroups off: {one_line(node.gpu_isolation_note)})" if node.gpu_isolation_note else ""
+    if node.gpu_isolation == common_pb2.GPU_ISOLATION_DEVICE_CGROUPS:
+        return "device cgroups: a worker can open only its attempt's GPUs here"
+    if node.gpu_isolation == common_pb2.GPU_ISOLATION_DETECTION:
+        return "NVML detection only: a job found on a GPU it was not given is evicted within a refresh" + why
+    if node.gpu_isolation == common_pb2.GPU_ISOLATION_NONE:
+        return "none: a declared inventory has no GPUs to guard" + why
+    return "unknown (the agent has not said)"
+
+
 def node_free(node: controller_pb2.Node) -> int:
     busy = set(node.busy_gpus)
     return sum(1 for g in node.inventory.gpus if g.index not in busy)
@@ -435,6 +447,7 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
         ("Memory", gib(inv.host_memory_bytes)),
         ("Capacity", f"{node_gpus(node)} ({node_free(node)} free)"),
         ("Agent", agent_build(node)),
+        ("GPU isolation", gpu_isolation(node)),
         ("Heartbeat", f"{_fmt_time(node.last_heartbeat)} ({age(node.last_heartbeat, now)} ago)"),
         ("Launch failures", str(node.launch_failures) + (
             f" (unhealthy: no placements until {_fmt_time(node.unhealthy_until)})"

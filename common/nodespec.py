@@ -36,6 +36,7 @@ GPU_MODEL_RE = re.compile(r"[A-Za-z0-9][ -~]{0,63}")
 UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,95}")
 VERSION_RE = re.compile(r"[ -~]{0,64}")
 COMMIT_RE = re.compile(r"[0-9a-f]{7,64}")
+NOTE_RE = re.compile(r"[ -~]{0,300}")  # printable ASCII: an agent's one-line note shown to operators
 
 Errors = list[tuple[str, str]]
 
@@ -82,6 +83,10 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
         errs.append((f"{prefix}.agent_version", "at most 64 printable ASCII characters"))
     if status.agent_commit and not COMMIT_RE.fullmatch(status.agent_commit):
         errs.append((f"{prefix}.agent_commit", "a git commit: 7 to 64 lowercase hex digits, or empty"))
+    if status.gpu_isolation not in common_pb2.GpuIsolation.values():
+        errs.append((f"{prefix}.gpu_isolation", f"unknown value {status.gpu_isolation}"))
+    if not NOTE_RE.fullmatch(status.gpu_isolation_note):
+        errs.append((f"{prefix}.gpu_isolation_note", "at most 300 printable ASCII characters"))
     errs += inventory_errors(status.inventory, f"{prefix}.inventory")
     indices = {g.index for g in status.inventory.gpus}
     if len(status.workers) > MAX_WORKERS:

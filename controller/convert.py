@@ -80,4 +80,5 @@ def node_pb(n: NodeInfo, busy: dict[str, set[int]], cpus: dict[str, int] | None 
         id=n.id, address=n.address, state=n.state, reason=n.reason, inventory=n.inventory,
         last_heartbeat=n.last_heartbeat_wall, busy_gpus=sorted(busy.get(n.id, ())),
         launch_failures=n.launch_failures, unhealthy_until=n.unhealthy_until, agent_version=n.agent_version,
-        agent_commit=n.agent_commit, busy_cpus=(cpus or {}).get(n.id, 0))
+        agent_commit=n.agent_commit, busy_cpus=(cpus or {}).get(n.id, 0), gpu_isolation=n.gpu_isolation,
+        gpu_isolation_note=n.gpu_isolation_note)

@@ -87,6 +87,8 @@ class AgentConfig:
     # GPU index -> NVIDIA minor number: each worker may open only its attempt's GPUs here (device
     # cgroups, nodeagent/devicefilter.py; tessera-agent --device-isolation); None = not enforced.
     gpu_minors: Mapping[int, int] | None = None
+    # Why they are off, for operators (printable ASCII, at most 300 characters; "" when on).
+    gpu_isolation_note: str = ""
     # This node's certificate (mTLS both ways); None only with `insecure` (tessera-agent --insecure).
     tls: TlsConfig | None = None
     insecure: bool = False
@@ -223,6 +225,9 @@ class Agent:
             draining=self.drain.draining,
             agent_version=__version__,
             agent_commit=build_info().git_commit,
+            gpu_isolation=gpuguard.isolation(self.config.gpu_minors is not None,
+                                             self.inventory.source == common_pb2.INVENTORY_SOURCE_NVML),
+            gpu_isolation_note=self.config.gpu_isolation_note,
         )
 
     def attempt_marks(self) -> list[agent_pb2.AttemptMark]:

@@ -45,3 +45,10 @@ def trespasses(statuses: Iterable[agent_pb2.WorkerStatus],
                            f"to it (its GPUs here: {mine}); GPUs are given by CUDA_VISIBLE_DEVICES, which the "
                            "job must not change")
     return out
+
+
+def isolation(device_cgroups: bool, nvml: bool) -> common_pb2.GpuIsolation.ValueType:
+    """What keeps this node's workers off GPUs they were not given, as its status reports it."""
+    if device_cgroups:
+        return common_pb2.GPU_ISOLATION_DEVICE_CGROUPS
+    return common_pb2.GPU_ISOLATION_DETECTION if nvml else common_pb2.GPU_ISOLATION_NONE

@@ -354,11 +354,11 @@ def ptrace_open(path: str = "/proc/sys/kernel/yama/ptrace_scope") -> bool:
         return True
 
 
-def gpu_minors(mode: str, inv: common_pb2.NodeInventory) -> dict[int, int] | None:
+def gpu_minors(mode: str, inv: common_pb2.NodeInventory) -> tuple[dict[int, int] | None, str]:
     """--device-isolation: the GPUs' minor numbers when workers are to be confined to their own, else
-    None; AgentUsageError when `on` cannot be had."""
+    None and why not (for the node's status); AgentUsageError when `on` cannot be had."""
     if mode == "off":
-        return None
+        return None, "--device-isolation off"
     ok, why = isolation_available()
     if ok:
         if ptrace_open():
@@ -366,13 +366,18 @@ def gpu_minors(mode: str, inv: common_pb2.NodeInventory) -> dict[int, int] | Non
                         "Yama), so a worker can ptrace another process of its uid in another cgroup and open "
                         "that one's GPUs; give tenants users of their own (--tenant-uids) or raise ptrace_scope")
         try:
-            return inventory.minor_numbers(inv)
+            return inventory.minor_numbers(inv), ""
         except inventory.NvmlUnavailable as exc:
             ok, why = False, str(exc)
     if mode == "on":
         raise AgentUsageError(f"--device-isolation on: {why}")
     log.warning("device isolation is unavailable: workers can open every GPU of the node", why=why)
-    return None
+    return None, printable(why)[:300]
+
+
+def printable(text: str) -> str:
+    """`text` on one line of printable ASCII (the status's note is checked so by the controller)."""
+    return "".join(c if " " <= c <= "~" else "?" for c in " ".join(text.split()))
 
 
 async def run(config: AgentConfig, inv: common_pb2.NodeInventory, nvml: bool) -> int:
@@ -406,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.configure(args.log_level)
         inv, nvml = load_inventory(args)
         check_worker_access(config)
-        config = dataclasses.replace(config, gpu_minors=gpu_minors(args.device_isolation, inv))
+        minors, note = gpu_minors(args.device_isolation, inv)
+        config = dataclasses.replace(config, gpu_minors=minors, gpu_isolation_note=note)
         if args.metrics_listen:
             try:
                 port = common_metrics.serve(args.metrics_listen, args.metrics_token_file)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tessera.nodeagent.main import isolation_available
 from tessera.v1 import common_pb2 as P
 from tests.e2e.cluster import Cluster
 from tests.procs import tessctl
@@ -43,3 +44,6 @@ def test_a_user_is_told_which_busy_gpus_hold_another_tenants_job(cluster_factory
     assert job_rows(as_alice.stdout) == [["ID", "NAME", "STATE", "GPUS"],
                                          ["(hidden: another tenant's job)", "-", "-", gpus]]
     assert job_rows(as_admin.stdout) == [["ID", "NAME", "STATE", "GPUS"], [job.id, "bobs", "RUNNING", gpus]]
+    # The agent's isolation reaches describe node through the controller (docs/agent.md, "GPU isolation").
+    expected = "device cgroups: " if isolation_available()[0] else "none: a declared inventory"
+    assert re.search(rf"^GPU isolation:\s+{expected}", as_admin.stdout, re.MULTILINE), as_admin.stdout

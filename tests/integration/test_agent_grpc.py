@@ -153,6 +153,7 @@ async def test_registers_with_inventory_then_heartbeats(
     assert (st.node_id, st.address, st.draining) == ("node-1", agent.address, False)
     assert st.address == f"127.0.0.1:{agent.port}" and st.agent_version
     assert st.inventory.source == common_pb2.INVENTORY_SOURCE_DECLARED
+    assert st.gpu_isolation == common_pb2.GPU_ISOLATION_NONE  # declared, and no device cgroups asked for
     assert [g.uuid for g in st.inventory.gpus] == [f"DECLARED-node-1-{i}" for i in range(4)]
     assert list(st.inventory.gpus[0].nvlink_peers) == [1, 2, 3]
     hb = fake.heartbeats[-1]

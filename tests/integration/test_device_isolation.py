@@ -173,6 +173,8 @@ async def test_an_agent_launch_confines_each_rank_to_its_attempts_gpus_on_the_no
         registry: tuple[FakeRegistry, str], isolated: Agent, nodes: Path) -> None:
     fake, _ = registry
     await registered(isolated)
+    status = fake.last_status()
+    assert status is not None and status.gpu_isolation == common_pb2.GPU_ISOLATION_DEVICE_CGROUPS
     channel = controller_channel(isolated)
     try:
         req = launch_request("job-1", argv=argv(nodes), gpus=[[0], [2, 3]], epoch=EPOCH)

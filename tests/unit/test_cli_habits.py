@@ -189,6 +189,20 @@ def test_nodes_show_their_agent_s_version() -> None:
     assert "\nAgent:           -\n" in output.describe_node(controller_pb2.Node(id="m"), 0.0)
 
 
+def test_describe_node_says_how_the_node_keeps_workers_off_other_gpus() -> None:
+    def line(**kw: object) -> str:
+        text = output.describe_node(controller_pb2.Node(id="n", **kw), 0.0)  # type: ignore[arg-type]
+        return next(x for x in text.splitlines() if x.startswith("GPU isolation:")).split(":", 1)[1].strip()
+
+    assert line(gpu_isolation=common_pb2.GPU_ISOLATION_DEVICE_CGROUPS) == (
+        "device cgroups: a worker can open only its attempt's GPUs here")
+    assert line(gpu_isolation=common_pb2.GPU_ISOLATION_DETECTION, gpu_isolation_note="the agent is not root") == (
+        "NVML detection only: a job found on a GPU it was not given is evicted within a refresh "
+        "(device cgroups off: the agent is not root)")
+    assert line(gpu_isolation=common_pb2.GPU_ISOLATION_NONE).startswith("none: a declared inventory")
+    assert line() == "unknown (the agent has not said)"
+
+
 def test_gpu_type_warning_suggests_the_cluster_s_close_names() -> None:
     spec = common_pb2.JobSpec()
     spec.hint.gpu_types.append("H100-80GB")

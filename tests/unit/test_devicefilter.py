@@ -139,13 +139,15 @@ def test_minor_numbers_come_from_nvml_and_a_declared_inventory_uses_its_indices(
 def test_device_isolation_modes(monkeypatch: pytest.MonkeyPatch) -> None:
     declared = parse_declared({"gpus": [{"model": "A100-80GB", "count": 2}]}, "n", HostFacts("h", 8, 1 << 30))
     monkeypatch.setattr(main, "isolation_available", lambda: (False, "the agent is not root"))
-    assert main.gpu_minors("off", declared) is None
-    assert main.gpu_minors("auto", declared) is None
+    assert main.gpu_minors("off", declared) == (None, "--device-isolation off")
+    assert main.gpu_minors("auto", declared) == (None, "the agent is not root")
     with pytest.raises(main.AgentUsageError, match="--device-isolation on: the agent is not root"):
         main.gpu_minors("on", declared)
+    monkeypatch.setattr(main, "isolation_available", lambda: (False, "no cgroup2\nmount \x1b here"))
+    assert main.gpu_minors("auto", declared) == (None, "no cgroup2 mount ? here")  # one printable line
     monkeypatch.setattr(main, "isolation_available", lambda: (True, ""))
-    assert main.gpu_minors("on", declared) == main.gpu_minors("auto", declared) == {0: 0, 1: 1}
-    assert main.gpu_minors("off", declared) is None
+    assert main.gpu_minors("on", declared) == main.gpu_minors("auto", declared) == ({0: 0, 1: 1}, "")
+    assert main.gpu_minors("off", declared) == (None, "--device-isolation off")
     args = main.build_parser().parse_args(["--controller", "c:1", "--node-id", "n", "--work-dir", "/w"])
     assert args.device_isolation == "auto"
     with pytest.raises(main.AgentUsageError, match="--device-isolation: invalid choice: 'yes'"):

@@ -33,6 +33,13 @@ class InventorySource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVENTORY_SOURCE_NVML: _ClassVar[InventorySource]
     INVENTORY_SOURCE_DECLARED: _ClassVar[InventorySource]
 
+class GpuIsolation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GPU_ISOLATION_UNSPECIFIED: _ClassVar[GpuIsolation]
+    GPU_ISOLATION_NONE: _ClassVar[GpuIsolation]
+    GPU_ISOLATION_DETECTION: _ClassVar[GpuIsolation]
+    GPU_ISOLATION_DEVICE_CGROUPS: _ClassVar[GpuIsolation]
+
 class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     WORKER_STATE_UNSPECIFIED: _ClassVar[WorkerState]
@@ -153,6 +160,10 @@ NODE_STATE_DOWN: NodeState
 INVENTORY_SOURCE_UNSPECIFIED: InventorySource
 INVENTORY_SOURCE_NVML: InventorySource
 INVENTORY_SOURCE_DECLARED: InventorySource
+GPU_ISOLATION_UNSPECIFIED: GpuIsolation
+GPU_ISOLATION_NONE: GpuIsolation
+GPU_ISOLATION_DETECTION: GpuIsolation
+GPU_ISOLATION_DEVICE_CGROUPS: GpuIsolation
 WORKER_STATE_UNSPECIFIED: WorkerState
 WORKER_STATE_RUNNING: WorkerState
 WORKER_STATE_EXITED: WorkerState

@@ -54,7 +54,7 @@ class Job(_message.Message):
     def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., submit_time: _Optional[float] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., restarts: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.JobEvent, _Mapping]]] = ..., cell: _Optional[str] = ..., launch_failures: _Optional[int] = ..., next_launch_time: _Optional[float] = ..., predicted_seconds: _Optional[float] = ..., predicted_cost: _Optional[float] = ..., allocation: _Optional[str] = ..., forecast: _Optional[_Union[Forecast, _Mapping]] = ..., spec_elided: _Optional[bool] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus", "launch_failures", "unhealthy_until", "agent_version", "agent_commit", "agent_unconfirmed", "busy_cpus", "busy_host_memory_bytes", "hidden_gpus")
+    __slots__ = ("id", "address", "state", "reason", "inventory", "last_heartbeat", "busy_gpus", "launch_failures", "unhealthy_until", "agent_version", "agent_commit", "agent_unconfirmed", "busy_cpus", "busy_host_memory_bytes", "hidden_gpus", "gpu_isolation", "gpu_isolation_note")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,8 @@ class Node(_message.Message):
     BUSY_CPUS_FIELD_NUMBER: _ClassVar[int]
     BUSY_HOST_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPU_ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    GPU_ISOLATION_NOTE_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     state: _common_pb2.NodeState
@@ -85,7 +87,9 @@ class Node(_message.Message):
     busy_cpus: int
     busy_host_memory_bytes: int
     hidden_gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., reason: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., busy_gpus: _Optional[_Iterable[int]] = ..., launch_failures: _Optional[int] = ..., unhealthy_until: _Optional[float] = ..., agent_version: _Optional[str] = ..., agent_commit: _Optional[str] = ..., agent_unconfirmed: _Optional[str] = ..., busy_cpus: _Optional[int] = ..., busy_host_memory_bytes: _Optional[int] = ..., hidden_gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    gpu_isolation: _common_pb2.GpuIsolation
+    gpu_isolation_note: str
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., reason: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., last_heartbeat: _Optional[float] = ..., busy_gpus: _Optional[_Iterable[int]] = ..., launch_failures: _Optional[int] = ..., unhealthy_until: _Optional[float] = ..., agent_version: _Optional[str] = ..., agent_commit: _Optional[str] = ..., agent_unconfirmed: _Optional[str] = ..., busy_cpus: _Optional[int] = ..., busy_host_memory_bytes: _Optional[int] = ..., hidden_gpus: _Optional[_Iterable[int]] = ..., gpu_isolation: _Optional[_Union[_common_pb2.GpuIsolation, str]] = ..., gpu_isolation_note: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("request_id", "spec")
