@@ -24,6 +24,8 @@ CONTRACT_VARS: frozenset[str] = frozenset(
         "TESSERA_AGENT_ADDR",
         # The attempt's secret for ReportProgress (docs/security.md).
         "TESSERA_WORKER_TOKEN",
+        # The attempt's key for signing its rendezvous store's values (docs/security.md).
+        "TESSERA_RENDEZVOUS_KEY",
         "CUDA_VISIBLE_DEVICES",
         "TESSERA_INVENTORY_SOURCE",
         # Not in the contract table, but the agent sets it: NVML numbers GPUs in PCI bus order while
@@ -41,3 +43,5 @@ FENCED_REASON = "fenced"
 # How a worker's reason begins when its agent killed it for its disk use (nodeagent/diskuse.py):
 # the reason says why, where "killed by SIGKILL" alone would suggest the OOM killer.
 EVICTED_REASON = "evicted by the agent: "
+# The size of an attempt's rendezvous key (LaunchRequest.rendezvous_key, TESSERA_RENDEZVOUS_KEY in hex).
+RENDEZVOUS_KEY_BYTES = 32

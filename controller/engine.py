@@ -553,7 +553,7 @@ class Engine:
         if now is None or (now.state, now.attempt) != (job.state, job.attempt):
             return
         try:
-            requests = launch_requests(job, self.epoch, self.cfg.checkpoint_root)
+            requests = launch_requests(job, self.epoch, self.cfg.checkpoint_root, self.cfg.rendezvous_key)
         except LaunchTooLarge as e:  # the job's own doing, on every node: no retry, no node blamed
             return await self._fail_now(job, str(e))
         for node_id, req in requests:

@@ -12,6 +12,7 @@ Keys under the prefix (default `/tessera/`):
     rmreq/<request id> -> {node_id, time}             a RemoveNode request id (the newest 10,000)
     meta/jobidx                                       "1" once every job has its index key
     meta/page_key                                     the key of ListJobs continue tokens (shared_key)
+    meta/rendezvous_key                               the key attempts' rendezvous keys derive from (shared_key)
     meta/doc:<name>                                   a document of the controller's (put_meta: the
                                                       churn guard's ledger, controller/churnguard.py)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -52,6 +53,7 @@ from tessera.v1 import agent_pb2, agent_pb2_grpc, controller_pb2, controller_pb2
 log = structlog.get_logger("controller")
 LOST_EXIT = 1
 PAGE_KEY = "page_key"  # meta/page_key: the key of ListJobs continue tokens, shared by the controllers
+RENDEZVOUS_KEY = "rendezvous_key"  # meta/rendezvous_key: the attempts' rendezvous keys derive from it
 # The node agent's defaults (nodeagent/agent.py rpc_deadline, registration.py max_backoff).
 AGENT_CALL_DEADLINE_S = 5.0
 AGENT_MAX_BACKOFF_S = 2.0
@@ -175,6 +177,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         structlog.contextvars.bind_contextvars(epoch=epoch)
         try:
             store = EtcdStore(client, lead, state / "controller.etcd.id")
+            cfg = dataclasses.replace(cfg, rendezvous_key=store.shared_key(RENDEZVOUS_KEY))
             engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)  # it reads every job
         except BaseException:
             # Refused state (StateError: one line, exit 1), or the jobs could not be read: let a

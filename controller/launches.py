@@ -8,6 +8,7 @@ requests (same request ids), which the agents treat as no-ops.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Iterable
 
 from tessera.common.rpc import host_of
@@ -45,9 +46,20 @@ def model_pb(job: JobRecord) -> common_pb2.ModelSpec | None:
                                 num_heads=m.num_heads, vocab_size=m.vocab_size, seq_length=m.seq_length)
 
 
-def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str) -> list[tuple[str, agent_pb2.LaunchRequest]]:
+def attempt_key(key: bytes, job_id: str, attempt: int) -> bytes:
+    """The attempt's rendezvous key: HMAC-SHA256 of (job, attempt) under the controller's key, so
+    every Launch of the attempt, resent or after a restart, carries the same one, and no two
+    attempts share one. b"" without a key."""
+    if not key:
+        return b""
+    return hmac.new(key, f"tessera rendezvous/{job_id}/{attempt}".encode(), hashlib.sha256).digest()
+
+
+def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str,
+                    rendezvous_key: bytes = b"") -> list[tuple[str, agent_pb2.LaunchRequest]]:
     """One Launch per node of the placement: its ranks (or one process, for a per-node
-    launcher) and the argv of the job's launcher template with the plan substituted."""
+    launcher) and the argv of the job's launcher template with the plan substituted; each carries
+    the attempt's key for signing its rendezvous (derived from `rendezvous_key`)."""
     assert job.plan is not None and job.placement is not None
     spec, plan, slices = job.spec, job.plan, job.placement.slices
     tpl = launchers.template_of(spec.launcher)
@@ -75,7 +87,8 @@ def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str) -> list[tu
             attempt=job.attempt, world_size=world, ranks=ranks, rendezvous=job.placement.rendezvous,
             plan=plan, argv=argv, env=dict(spec.env), checkpoint_dir=ckpt, iterations=spec.iterations,
             global_batch_size=spec.global_batch_size, model=model_pb(job), checkpoint_every=spec.checkpoint_every,
-            tenant=spec.tenant, workdir=spec.workdir)
+            tenant=spec.tenant, workdir=spec.workdir,
+            rendezvous_key=attempt_key(rendezvous_key, job.id, job.attempt))
         out.append((s.node_id, req))
     return out
 

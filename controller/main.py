@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import math
 import os
 import signal
@@ -379,7 +380,8 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     check_epoch(state, epoch, store.path)
     structlog.contextvars.bind_contextvars(epoch=epoch)
     agents = AgentClients(args.tls)
-    engine = Engine(store, agents, cfg, epoch)
+    engine = Engine(store, agents, dataclasses.replace(cfg, rendezvous_key=key_file(state / RENDEZVOUS_KEY_FILE)),
+                    epoch)
     # Through the engine's store: the jobs it deletes count for the watches (controller/changes.py).
     retention = Retention(engine.store, str(ckpt),
                           RetentionConfig(args.job_ttl, args.checkpoint_ttl, args.retention_interval))
@@ -432,6 +434,7 @@ async def start_dashboard(args: argparse.Namespace, auth: Authenticator,
 
 
 PAGE_KEY_FILE = "page-token.key"
+RENDEZVOUS_KEY_FILE = "rendezvous.key"  # attempts' rendezvous keys derive from it (controller/launches.py)
 
 
 def page_key(path: Path) -> bytes:

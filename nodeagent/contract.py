@@ -15,7 +15,7 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from tessera.common import envpolicy
-from tessera.common.contract import CONTRACT_VARS
+from tessera.common.contract import CONTRACT_VARS, RENDEZVOUS_KEY_BYTES
 from tessera.nodeagent.errors import InvalidArgument
 from tessera.v1 import agent_pb2, common_pb2
 
@@ -113,6 +113,9 @@ def validate_launch(
     if len(req.ranks) > min(req.world_size, MAX_RANKS_PER_LAUNCH):
         raise InvalidArgument("ranks", f"{len(req.ranks)} ranks for world_size {req.world_size}")
     split_host_port(req.rendezvous, "rendezvous")
+    if len(req.rendezvous_key) not in (0, RENDEZVOUS_KEY_BYTES):
+        raise InvalidArgument("rendezvous_key", f"must be {RENDEZVOUS_KEY_BYTES} bytes or empty, got "
+                                                f"{len(req.rendezvous_key)}")
     known = set(gpu_indices)
     seen_ranks: set[int] = set()
     seen_local: set[int] = set()
@@ -255,6 +258,7 @@ def worker_env(
             "MASTER_ADDR": master_addr,
             "MASTER_PORT": str(master_port),
             "TESSERA_RENDEZVOUS": req.rendezvous,
+            "TESSERA_RENDEZVOUS_KEY": req.rendezvous_key.hex(),
             "TESSERA_PLAN": plan_json(req.plan),
             "TESSERA_MODEL": model_json(req.model),
             "TESSERA_ITERATIONS": str(req.iterations),

@@ -19,6 +19,7 @@ from typing import Any, Self
 
 from tessera.clients.trainer.checkpoints import CheckpointRef, checkpoint_writer, claim, latest_checkpoint
 from tessera.clients.trainer.plan import DEFAULT_MODEL, ContractError, ModelDims, Plan, json_object
+from tessera.common.contract import RENDEZVOUS_KEY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,18 @@ def _env_float(e: Mapping[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise ContractError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _env_key(e: Mapping[str, str]) -> bytes:
+    """TESSERA_RENDEZVOUS_KEY: 32 bytes in hex, or b"" when unset or empty."""
+    raw = e.get("TESSERA_RENDEZVOUS_KEY", "").strip()
+    try:
+        key = bytes.fromhex(raw)
+    except ValueError:
+        key = b"?"
+    if raw and len(key) != RENDEZVOUS_KEY_BYTES:
+        raise ContractError(f"TESSERA_RENDEZVOUS_KEY must be {2 * RENDEZVOUS_KEY_BYTES} hex digits")
+    return key
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -85,6 +98,7 @@ class TrainerContext:
         checkpoint_every: int = 0,
         agent_addr: str = "",
         worker_token: str = "",
+        rendezvous_key: bytes = b"",
         inventory_source: str = "",
         cuda_visible_devices: str | None = None,
         in_tessera: bool = False,
@@ -109,6 +123,8 @@ class TrainerContext:
         self.checkpoint_every = checkpoint_every
         self.agent_addr = agent_addr
         self.worker_token = worker_token
+        # Signs the rendezvous store's values (reference/rendezvous.py); b"" = an unsigned store.
+        self.rendezvous_key = rendezvous_key
         self.inventory_source = inventory_source
         self.cuda_visible_devices = cuda_visible_devices
         self.in_tessera = in_tessera
@@ -186,6 +202,7 @@ class TrainerContext:
             "checkpoint_every": _env_int(e, "TESSERA_CHECKPOINT_EVERY", 0),
             "agent_addr": e.get("TESSERA_AGENT_ADDR", "").strip(),
             "worker_token": e.get("TESSERA_WORKER_TOKEN", "").strip(),
+            "rendezvous_key": _env_key(e),
             "inventory_source": e.get("TESSERA_INVENTORY_SOURCE", "").strip().lower(),
             "cuda_visible_devices": e.get("CUDA_VISIBLE_DEVICES"),
             "in_tessera": bool(e.get("TESSERA_JOB_ID")),

@@ -172,12 +172,14 @@ def test_single_process_learns_checkpoints_and_reports(reference: tuple[Run, Fak
 
 
 def test_dp2_on_gloo_matches_single_process(reference: tuple[Run, FakeAgent, Path], tmp_path: Path) -> None:
-    """DP=2, micro_batch 2 x grad_accum 2 per rank = the reference's global batch of 8."""
+    """DP=2, micro_batch 2 x grad_accum 2 per rank = the reference's global batch of 8; the ranks
+    meet through a store whose values they sign with the attempt's key (reference/rendezvous.py)."""
     port = free_port()
     ckpt = tmp_path / "ckpt"
     procs = []
     for rank in (0, 1):
-        env = _contract_env(ckpt, {"micro_batch": 2, "grad_accum": 2}, world_size=2, rank=rank, port=port)
+        env = _contract_env(ckpt, {"micro_batch": 2, "grad_accum": 2}, world_size=2, rank=rank, port=port,
+                            TESSERA_RENDEZVOUS_KEY="5a" * 32)
         procs.append(subprocess.Popen(ARGV, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     runs = []
@@ -186,6 +188,7 @@ def test_dp2_on_gloo_matches_single_process(reference: tuple[Run, FakeAgent, Pat
         runs.append(Run(p.returncode, out, err))
     for r in runs:
         assert r.rc == 0, r.err
+        assert "rendezvous=signed" in r.out
     ref_losses = reference[0].losses
     for r in runs:  # both ranks print the all-reduced loss
         assert sorted(r.losses) == sorted(ref_losses)

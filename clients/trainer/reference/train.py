@@ -24,6 +24,7 @@ from tessera.clients.trainer.reference import checkpoint
 from tessera.clients.trainer.reference.config import TrainConfig
 from tessera.clients.trainer.reference.data import MarkovData, rank_slice
 from tessera.clients.trainer.reference.parallel import Engine
+from tessera.clients.trainer.reference.rendezvous import init_process_group
 from tessera.clients.trainer.reference.resume import resume
 
 FINAL_REPORT_TRIES = 3
@@ -64,8 +65,7 @@ class Dist:
         os.environ["RANK"] = str(ctx.rank)
         os.environ["WORLD_SIZE"] = str(ctx.world_size)
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, init_method="env://", rank=ctx.rank,
-                                world_size=ctx.world_size, timeout=timedelta(seconds=timeout_s))
+        init_process_group(ctx, backend, timedelta(seconds=timeout_s))
 
     def agree(self, loss_share: float, norm_sq_share: float, stop: bool, ckpt: bool) -> tuple[float, float, bool, bool]:
         """Sum over ranks of (loss share, squared-norm share), any rank wants to stop, any rank wants a
@@ -118,7 +118,8 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
     data = MarkovData(dims.vocab_size, dims.seq_length, opts.seed)
     c = engine.coords
     say(ctx, f"parallel: pp_rank={c.pp_rank} dp_rank={c.dp_rank} tp_rank={c.tp_rank} "
-             f"parameters local={engine.local_params} total={engine.total_params}")
+             f"parameters local={engine.local_params} total={engine.total_params}"
+             + (f" rendezvous={'signed' if ctx.rendezvous_key else 'unsigned'}" if group.enabled else ""))
 
     start = 0
     last_loss = float("nan")

@@ -104,7 +104,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, reregister: _Optional[bool] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class LaunchRequest(_message.Message):
-    __slots__ = ("request_id", "controller_epoch", "job_id", "attempt", "world_size", "ranks", "rendezvous", "plan", "argv", "env", "checkpoint_dir", "iterations", "global_batch_size", "model", "checkpoint_every", "tenant", "workdir")
+    __slots__ = ("request_id", "controller_epoch", "job_id", "attempt", "world_size", "ranks", "rendezvous", "plan", "argv", "env", "checkpoint_dir", "iterations", "global_batch_size", "model", "checkpoint_every", "tenant", "workdir", "rendezvous_key")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class LaunchRequest(_message.Message):
     CHECKPOINT_EVERY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    RENDEZVOUS_KEY_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     controller_epoch: int
     job_id: str
@@ -146,7 +147,8 @@ class LaunchRequest(_message.Message):
     checkpoint_every: int
     tenant: str
     workdir: str
-    def __init__(self, request_id: _Optional[str] = ..., controller_epoch: _Optional[int] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankAssignment, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_dir: _Optional[str] = ..., iterations: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., checkpoint_every: _Optional[int] = ..., tenant: _Optional[str] = ..., workdir: _Optional[str] = ...) -> None: ...
+    rendezvous_key: bytes
+    def __init__(self, request_id: _Optional[str] = ..., controller_epoch: _Optional[int] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankAssignment, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., plan: _Optional[_Union[_common_pb2.Plan, _Mapping]] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., checkpoint_dir: _Optional[str] = ..., iterations: _Optional[int] = ..., global_batch_size: _Optional[int] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., checkpoint_every: _Optional[int] = ..., tenant: _Optional[str] = ..., workdir: _Optional[str] = ..., rendezvous_key: _Optional[bytes] = ...) -> None: ...
 
 class RankAssignment(_message.Message):
     __slots__ = ("rank", "local_rank", "gpu_indices")
