@@ -130,15 +130,17 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
 def unified_mount(mountinfo: str | None = None) -> Path | None:
     """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a
     hybrid system); None when it is not."""
-    if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return None
-    for line in mountinfo.splitlines():
+    for line in (_read("/proc/self/mountinfo") if mountinfo is None else mountinfo).splitlines():
         left, sep, right = line.partition(" - ")
         fields = left.split()
         if sep and right.split()[:1] == ["cgroup2"] and len(fields) >= 5:
@@ -149,12 +151,7 @@ def unified_mount(mountinfo: str | None = None) -> Path | None:
 def current_cgroup(proc_cgroup: str | None = None) -> str | None:
     """This process's cgroup on the unified hierarchy ("/system.slice/x.service"), from the
     "0::PATH" line of /proc/self/cgroup."""
-    if proc_cgroup is None:
-        try:
-            proc_cgroup = Path("/proc/self/cgroup").read_text()
-        except OSError:
-            return None
-    for line in proc_cgroup.splitlines():
+    for line in (_read("/proc/self/cgroup") if proc_cgroup is None else proc_cgroup).splitlines():
         if line.startswith("0::/"):
             return line[3:].removesuffix(" (deleted)")
     return None

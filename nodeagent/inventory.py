@@ -9,9 +9,10 @@ GPUs lack NVLink or process queries.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -106,6 +107,24 @@ def _import_pynvml() -> ModuleType:
         raise NvmlUnavailable(f"nvidia-ml-py is not installed: {exc}") from None
     module: ModuleType = pynvml
     return module
+
+
+@contextlib.contextmanager
+def _nvml(nvml: ModuleType | None) -> Iterator[Any]:
+    """NVML started (the given module, else nvidia-ml-py) and shut down again; NvmlUnavailable when
+    it cannot start."""
+    nv: Any = nvml if nvml is not None else _import_pynvml()
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as exc:
+        raise NvmlUnavailable(f"NVML is not available: {exc}") from None
+    try:
+        yield nv
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except nv.NVMLError:
+            pass
 
 
 def _same_session(pid: int, own_pids: Collection[int]) -> bool:
@@ -206,12 +225,7 @@ def probe_nvml(
     foreign; `sessions` gets, per GPU index, those of them seen on it (nodeagent/gpuguard.py). Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
     a warning is logged) rather than being guessed. Raises NvmlUnavailable when NVML cannot start.
     """
-    nv: Any = nvml if nvml is not None else _import_pynvml()
-    try:
-        nv.nvmlInit()
-    except nv.NVMLError as exc:
-        raise NvmlUnavailable(f"NVML is not available: {exc}") from None
-    try:
+    with _nvml(nvml) as nv:
         facts = host or host_facts()
         inv = common_pb2.NodeInventory(
             source=common_pb2.INVENTORY_SOURCE_NVML,
@@ -252,11 +266,6 @@ def probe_nvml(
         for gpu, peers in zip(inv.gpus, _nvlink_peers(nv, handles), strict=True):
             gpu.nvlink_peers.extend(peers)
         return inv
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except nv.NVMLError:
-            pass
 
 
 def minor_numbers(inv: common_pb2.NodeInventory, nvml: ModuleType | None = None) -> dict[int, int]:
@@ -267,17 +276,9 @@ def minor_numbers(inv: common_pb2.NodeInventory, nvml: ModuleType | None = None)
     """
     if inv.source != common_pb2.INVENTORY_SOURCE_NVML:
         return {g.index: g.index for g in inv.gpus}
-    nv: Any = nvml if nvml is not None else _import_pynvml()
-    try:
-        nv.nvmlInit()
-    except nv.NVMLError as exc:
-        raise NvmlUnavailable(f"NVML is not available: {exc}") from None
-    try:
-        return {g.index: int(nv.nvmlDeviceGetMinorNumber(nv.nvmlDeviceGetHandleByIndex(g.index))) for g in inv.gpus}
-    except nv.NVMLError as exc:
-        raise NvmlUnavailable(f"NVML cannot give the GPUs' minor numbers: {exc}") from None
-    finally:
+    with _nvml(nvml) as nv:
         try:
-            nv.nvmlShutdown()
-        except nv.NVMLError:
-            pass
+            return {g.index: int(nv.nvmlDeviceGetMinorNumber(nv.nvmlDeviceGetHandleByIndex(g.index)))
+                    for g in inv.gpus}
+        except nv.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML cannot give the GPUs' minor numbers: {exc}") from None
