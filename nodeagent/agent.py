@@ -333,10 +333,7 @@ class Agent:
             self.keepers.scopes, why = cgroups.probe()
         if not self.keepers.scopes:
             log.warning("cgroups are unavailable: workers run without a scope of their own", why=why)
-        if self.config.gpu_minors is None and self.inventory.source == common_pb2.INVENTORY_SOURCE_NVML:
-            log.warning("GPU isolation by detection only: a worker that changes CUDA_VISIBLE_DEVICES can open "
-                        "any GPU of the node until the next NVML probe sees it (--device-isolation)")
-        elif self.config.gpu_minors is not None:
+        if self.config.gpu_minors is not None:  # (tessera-agent's start said why not, otherwise)
             if not self.keepers.scopes:  # in scopes, systemd removes a keeper's cgroup with its scope
                 devicefilter.prune()
             log.info("workers may open only their own GPUs (device cgroups)",

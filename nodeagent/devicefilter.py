@@ -9,10 +9,12 @@ kernel then refuses (EPERM) to open a character device of major 195 (/dev/nvidia
 GPU's minor number) whose minor is under 254 and not given (the attempt's local ranks share
 theirs: NCCL's peer-to-peer copies open the peer's GPU); nvidia-modeset and nvidiactl (195:254,
 195:255), nvidia-uvm and every other device stay open, as CUDA needs them. Slurm's ConstrainDevices
-does the same on cgroup v2. The program is attached with BPF_F_ALLOW_MULTI, so programs above
-attached so too (a systemd unit's DevicePolicy) still apply; one above attached with
-BPF_F_ALLOW_OVERRIDE would not. Isolation holds between users: where Yama allows ptrace, a worker
-can drive another process of its uid in another cgroup to open that one's GPUs. It works on a hybrid hierarchy too (v1 controllers, v2
+does the same on cgroup v2.
+
+The program is attached with BPF_F_ALLOW_MULTI, so programs above attached so too (a systemd
+unit's DevicePolicy) still apply; one above attached with BPF_F_ALLOW_OVERRIDE would not. Isolation
+holds between users: where Yama allows ptrace, a worker can drive another process of its uid in
+another cgroup to open that one's GPUs. It works on a hybrid hierarchy too (v1 controllers, v2
 mounted at /sys/fs/cgroup/unified): device programs hang on the v2 cgroup of every process.
 
 Standard library only: the keeper imports it.

@@ -371,7 +371,11 @@ def gpu_minors(mode: str, inv: common_pb2.NodeInventory) -> tuple[dict[int, int]
             ok, why = False, str(exc)
     if mode == "on":
         raise AgentUsageError(f"--device-isolation on: {why}")
-    log.warning("device isolation is unavailable: workers can open every GPU of the node", why=why)
+    if inv.source == common_pb2.INVENTORY_SOURCE_NVML:
+        log.warning("device isolation is unavailable: a worker that changes CUDA_VISIBLE_DEVICES can open "
+                    "any GPU of the node until the next NVML probe sees it", why=why)
+    else:
+        log.info("device isolation is off (a declared inventory: no GPU to guard)", why=why)
     return None, printable(why)[:300]
 
 
