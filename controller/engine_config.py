@@ -70,4 +70,4 @@ class EngineConfig:
     min_run_s: float = 0.0
     # Signs each attempt's rendezvous key (controller/launches.py attempt_key): STATE_DIR/rendezvous.key,
     # or etcd meta/rendezvous_key shared by the controllers; b"" = attempts get no key.
-    rendezvous_key: bytes = b""
+    rendezvous_key: bytes = field(default=b"", repr=False)  # a secret: never in a printed config

@@ -41,4 +41,4 @@ def test_crius_scales_a_running_job_down_for_an_arrival(cluster_factory) -> None
     assert d["cell"] == "2 x A100-80GB, 1 stage" and d["reason"].startswith("all 2 ranks exited 0")
     log = tessctl(addr, "logs", b.id, "--tail", "1000000").stdout
     assert "resumed from step" in log
-    assert "rendezvous=signed" in log  # the attempt's key reached the ranks (docs/security.md, "Rendezvous")
+    assert "rendezvous=sealed" in log  # the attempt's key reached the ranks (docs/security.md, "Rendezvous")

@@ -173,7 +173,7 @@ def test_single_process_learns_checkpoints_and_reports(reference: tuple[Run, Fak
 
 def test_dp2_on_gloo_matches_single_process(reference: tuple[Run, FakeAgent, Path], tmp_path: Path) -> None:
     """DP=2, micro_batch 2 x grad_accum 2 per rank = the reference's global batch of 8; the ranks
-    meet through a store whose values they sign with the attempt's key (reference/rendezvous.py)."""
+    meet through a store whose values they seal with the attempt's key (reference/rendezvous.py)."""
     port = free_port()
     ckpt = tmp_path / "ckpt"
     procs = []
@@ -188,7 +188,7 @@ def test_dp2_on_gloo_matches_single_process(reference: tuple[Run, FakeAgent, Pat
         runs.append(Run(p.returncode, out, err))
     for r in runs:
         assert r.rc == 0, r.err
-        assert "rendezvous=signed" in r.out
+        assert "rendezvous=sealed" in r.out
     ref_losses = reference[0].losses
     for r in runs:  # both ranks print the all-reduced loss
         assert sorted(r.losses) == sorted(ref_losses)
@@ -205,6 +205,23 @@ def test_dp2_on_gloo_matches_single_process(reference: tuple[Run, FakeAgent, Pat
     assert sorted(run.losses) == list(range(21, ITERATIONS + 1))
     for it, loss in run.losses.items():
         assert loss == pytest.approx(ref_losses[it], rel=DP_RTOL), f"iteration {it}"
+
+
+def test_a_rank_without_the_key_and_one_with_it_fail_at_once_not_at_the_timeout(tmp_path: Path) -> None:
+    """A rolling upgrade places an attempt on an agent that passes the key and on one that does not:
+    both meet under the same key names, so the rank with the key reads a value it cannot open and
+    says so, instead of each waiting for keys the other never writes (the timeout is 60 s here)."""
+    port = free_port()
+    procs = []
+    for rank, key in ((0, {"TESSERA_RENDEZVOUS_KEY": "5a" * 32}), (1, {})):
+        env = _contract_env(tmp_path / "ckpt", {"micro_batch": 2, "grad_accum": 2}, world_size=2, rank=rank,
+                            port=port, **key)
+        procs.append(subprocess.Popen(ARGV, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=PROC_TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] != [0, 0]
+    assert "is not sealed with this attempt's key" in outs[0][1], outs[0][1][-2000:]
+    assert "wait timeout" not in outs[0][1]
 
 
 def _read_lines(stream, q: queue.Queue[str | None]) -> None:

@@ -1,71 +1,74 @@
-"""torch.distributed's rendezvous with signed store values (docs/security.md, "Rendezvous").
+"""torch.distributed's rendezvous with sealed store values (docs/security.md, "Rendezvous").
 
 Rank 0's TCPStore takes connections from anyone who reaches its port, and torch.distributed trusts
-what it reads there: the addresses gloo and NCCL connect their ranks through. A process of another
-tenant could put its own address under a rank's key, and receive the job's gradients or send it
-its own. With the attempt's key (TESSERA_RENDEZVOUS_KEY, from the controller through the agent,
-readable only by the job's own user), every value is stored with an HMAC-SHA256 of the key name and
-the value, and a value read without a valid one fails the rendezvous, naming the key. What stays
-open: anyone who reaches the port can read the values (the ranks' addresses) and delete or
-overwrite them, which fails the attempt; counters (`add`) are not signed; and gloo's own
-connections between ranks, which the addresses lead to, have no authentication.
+what it reads there: the addresses through which gloo and NCCL connect the ranks, and NCCL's
+bootstrap id (its address and the "magic" NCCL's bootstrap checks peers with). A process of another
+tenant could read those, or put its own address under a rank's key and receive the job's gradients
+or send it its own. With the attempt's key (TESSERA_RENDEZVOUS_KEY, from the controller through the
+agent), every value is stored sealed: AES-SIV with the key name as associated data, so a value
+cannot be read, forged or moved under another key, and the same value always seals the same way
+(compare_set still works). A value that does not open fails the rendezvous, naming the key. What
+stays open: anyone who reaches the port can delete or overwrite values, which fails the attempt;
+counters (`add`) are not sealed; and gloo's own connections between ranks have no authentication.
 
 A script of its own can use `init_process_group(ctx, backend, timeout)` as the reference trainer does.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Sequence
 from datetime import timedelta
 
 import torch.distributed as dist
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from tessera.clients.trainer.context import TrainerContext
 
-MAC_BYTES = 32
+# The prefix torch gives the default group's keys when it makes the store itself (env:// without a
+# store): with it, a rank of an older agent (no key) and a rank with one read each other's keys and
+# fail at once, rather than each waiting for keys the other never writes until the timeout.
+DEFAULT_PG_PREFIX = "default_pg"
 # The Python side of each store handed to torch: torch keeps only the C++ half, and a group made
 # later (new_group, DeviceMesh) through a store whose Python object was collected fails in its
-# first `set` with "Not implemented" (pybind finds no override to call).
-_KEPT: list[SignedStore] = []
+# first `set` with "Not implemented" (pybind finds no override to call). One per process group init.
+_KEPT: list[SealedStore] = []
 
 
 class ForgedValue(RuntimeError):
-    """A rendezvous value without a valid signature: another process wrote it, or it was damaged."""
+    """A rendezvous value that does not open with the attempt's key: another process wrote it, or
+    it was damaged."""
 
 
-class SignedStore(dist.Store):
-    """A store whose `set` values carry an HMAC of (key, value) that `get` checks."""
+class SealedStore(dist.Store):
+    """A store whose values are sealed with AES-SIV under the attempt's key, the key name bound in."""
 
     def __init__(self, inner: dist.Store, key: bytes) -> None:
         super().__init__()
         self.inner, self.key = inner, key
+        self._siv = AESSIV(key)
 
-    def _mac(self, name: str, value: bytes) -> bytes:
-        return hmac.new(self.key, name.encode() + b"\0" + value, hashlib.sha256).digest()
-
-    def _sign(self, name: str, value: str | bytes) -> bytes:
+    def _seal(self, name: str, value: str | bytes) -> bytes:
         raw = value.encode() if isinstance(value, str) else bytes(value)
-        return self._mac(name, raw) + raw
+        return self._siv.encrypt(raw, [name.encode()])
 
-    def _open(self, name: str, signed: bytes) -> bytes:
-        mac, value = signed[:MAC_BYTES], signed[MAC_BYTES:]
-        if len(mac) != MAC_BYTES or not hmac.compare_digest(mac, self._mac(name, value)):
-            raise ForgedValue(f"rendezvous: the value of {name!r} is not signed with this attempt's key "
-                              "(another process wrote it to the store, or it was damaged)")
-        return value
+    def _open(self, name: str, sealed: bytes) -> bytes:
+        try:
+            return self._siv.decrypt(sealed, [name.encode()])
+        except InvalidTag:
+            raise ForgedValue(f"rendezvous: the value of {name!r} is not sealed with this attempt's key "
+                              "(another process wrote it to the store, or it was damaged)") from None
 
     def set(self, key: str, value: str | bytes) -> None:
-        self.inner.set(key, self._sign(key, value))  # type: ignore[arg-type]  # (stubs say str; bytes work)
+        self.inner.set(key, self._seal(key, value))  # type: ignore[arg-type]  # (stubs say str; bytes work)
 
     def get(self, key: str) -> bytes:
         return self._open(key, self.inner.get(key))
 
     def compare_set(self, key: str, expected: str | bytes, desired: str | bytes) -> bytes:
-        # HMACs are deterministic, so the stored form of `expected` is known; b"" means "absent".
-        want = self._sign(key, expected) if expected else b""
-        got = self.inner.compare_set(key, want, self._sign(key, desired))  # type: ignore[arg-type]
+        # AES-SIV is deterministic, so the stored form of `expected` is known; b"" means "absent".
+        want = self._seal(key, expected) if expected else b""
+        got = self.inner.compare_set(key, want, self._seal(key, desired))  # type: ignore[arg-type]
         return self._open(key, got) if got else got
 
     def multi_get(self, keys: Sequence[str]) -> list[bytes]:
@@ -96,22 +99,22 @@ class SignedStore(dist.Store):
     def set_timeout(self, timeout: timedelta) -> None:
         self.inner.set_timeout(timeout)
 
-    def clone(self) -> SignedStore:
-        twin = SignedStore(self.inner.clone(), self.key)  # type: ignore[attr-defined]  # (not in the stubs)
+    def clone(self) -> SealedStore:
+        twin = SealedStore(self.inner.clone(), self.key)  # type: ignore[attr-defined]  # (not in the stubs)
         _KEPT.append(twin)
         return twin
 
 
 def init_process_group(ctx: TrainerContext, backend: str, timeout: timedelta) -> None:
     """The default process group of this rank, from torch's env:// rendezvous (MASTER_ADDR and
-    MASTER_PORT set): its store wrapped in a SignedStore when the agent gave the attempt a key."""
+    MASTER_PORT set): its store wrapped in a SealedStore when the agent gave the attempt a key."""
     if not ctx.rendezvous_key:
         dist.init_process_group(backend=backend, init_method="env://", rank=ctx.rank, world_size=ctx.world_size,
                                 timeout=timeout)
         return
-    # torch's own env:// store (MASTER_ADDR, MASTER_PORT; under torchrun, its agent's store), signed.
+    # torch's own env:// store (under torchrun, its agent's store), under the default group's prefix.
     store, _, _ = next(dist.rendezvous("env://", rank=ctx.rank, world_size=ctx.world_size, timeout=timeout))
-    signed = SignedStore(store, ctx.rendezvous_key)
-    _KEPT.append(signed)
-    dist.init_process_group(backend=backend, store=signed, rank=ctx.rank, world_size=ctx.world_size,
+    sealed = SealedStore(dist.PrefixStore(DEFAULT_PG_PREFIX, store), ctx.rendezvous_key)
+    _KEPT.append(sealed)
+    dist.init_process_group(backend=backend, store=sealed, rank=ctx.rank, world_size=ctx.world_size,
                             timeout=timeout)

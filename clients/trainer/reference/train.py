@@ -119,7 +119,7 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
     c = engine.coords
     say(ctx, f"parallel: pp_rank={c.pp_rank} dp_rank={c.dp_rank} tp_rank={c.tp_rank} "
              f"parameters local={engine.local_params} total={engine.total_params}"
-             + (f" rendezvous={'signed' if ctx.rendezvous_key else 'unsigned'}" if group.enabled else ""))
+             + (f" rendezvous={'sealed' if ctx.rendezvous_key else 'plain'}" if group.enabled else ""))
 
     start = 0
     last_loss = float("nan")

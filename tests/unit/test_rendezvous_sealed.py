@@ -1,6 +1,6 @@
-"""Signed rendezvous (clients/trainer/reference/rendezvous.py, controller/launches.py attempt_key):
-the attempt's key from the controller to the worker's environment, and the store that signs and
-checks every value, over torch's in-process HashStore and a real TCPStore on loopback with a
+"""Sealed rendezvous (clients/trainer/reference/rendezvous.py, controller/launches.py attempt_key):
+the attempt's key from the controller to the worker's environment, and the store that seals and
+opens every value, over torch's in-process HashStore and a real TCPStore on loopback with a
 process of another tenant writing to it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch.distributed as dist
 
 from tessera.clients.trainer import ContractError, TrainerContext
-from tessera.clients.trainer.reference.rendezvous import ForgedValue, SignedStore
+from tessera.clients.trainer.reference.rendezvous import ForgedValue, SealedStore
 from tessera.controller.launches import attempt_key, launch_requests
 from tessera.controller.store import JobRecord
 from tessera.nodeagent import contract
@@ -60,21 +60,22 @@ def test_the_agent_hands_the_key_to_the_worker_in_hex_and_refuses_a_malformed_on
             TrainerContext.from_env({"TESSERA_RENDEZVOUS_KEY": bad})
 
 
-def test_values_are_signed_and_checked_for_their_own_key() -> None:
+def test_values_are_sealed_unreadable_and_opened_only_under_their_own_key() -> None:
     inner = dist.HashStore()
-    s = SignedStore(inner, KEY)
+    s = SealedStore(inner, KEY)
     s.set("addr/0", b"\x00\x01binary")
     s.set("addr/1", "text")
     assert s.get("addr/0") == b"\x00\x01binary" and s.get("addr/1") == b"text"
+    assert b"text" not in inner.get("addr/1") and b"binary" not in inner.get("addr/0")  # unreadable in the store
     assert s.multi_get(["addr/0", "addr/1"]) == [b"\x00\x01binary", b"text"]
-    inner.set("addr/2", inner.get("addr/0"))  # a signed value moved under another key
-    with pytest.raises(ForgedValue, match="the value of 'addr/2' is not signed with this attempt's key"):
+    inner.set("addr/2", inner.get("addr/0"))  # a sealed value moved under another key
+    with pytest.raises(ForgedValue, match="the value of 'addr/2' is not sealed with this attempt's key"):
         s.get("addr/2")
     inner.set("addr/3", b"short")
     with pytest.raises(ForgedValue, match="'addr/3'"):
         s.get("addr/3")
     with pytest.raises(ForgedValue):
-        SignedStore(inner, b"y" * 32).get("addr/0")  # another attempt's key
+        SealedStore(inner, b"y" * 32).get("addr/0")  # another attempt's key
     assert s.compare_set("cas", "", "first") == b"first"  # absent: set
     assert s.compare_set("cas", "first", "second") == b"second"
     assert s.compare_set("cas", "nope", "third") == b"second"  # no match: the current value
@@ -92,10 +93,10 @@ def _port() -> int:
 def test_a_value_another_process_writes_to_the_tcp_store_fails_the_rendezvous() -> None:
     port, timeout = _port(), datetime.timedelta(seconds=10)
     master = dist.TCPStore("127.0.0.1", port, 3, True, timeout=timeout, wait_for_workers=False)
-    rank = SignedStore(dist.TCPStore("127.0.0.1", port, 3, False, timeout=timeout), KEY)
+    rank = SealedStore(dist.TCPStore("127.0.0.1", port, 3, False, timeout=timeout), KEY)
     intruder = dist.TCPStore("127.0.0.1", port, 3, False, timeout=timeout)  # anyone who reaches the port
     rank.set("0//cpu//0/0", b"10.0.0.5:41234 seq 1")
-    assert SignedStore(master, KEY).get("0//cpu//0/0") == b"10.0.0.5:41234 seq 1"
+    assert SealedStore(master, KEY).get("0//cpu//0/0") == b"10.0.0.5:41234 seq 1"
     intruder.set("0//cpu//0/1", b"10.9.9.9:4444 seq 1")  # its own address under a rank's key
     with pytest.raises(ForgedValue, match="'0//cpu//0/1'"):
         rank.get("0//cpu//0/1")
