@@ -24,7 +24,7 @@ CONTRACT_VARS: frozenset[str] = frozenset(
         "TESSERA_AGENT_ADDR",
         # The attempt's secret for ReportProgress (docs/security.md).
         "TESSERA_WORKER_TOKEN",
-        # The attempt's key for signing its rendezvous store's values (docs/security.md).
+        # The attempt's key for sealing its rendezvous store's values (docs/security.md).
         "TESSERA_RENDEZVOUS_KEY",
         "CUDA_VISIBLE_DEVICES",
         "TESSERA_INVENTORY_SOURCE",

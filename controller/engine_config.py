@@ -68,6 +68,6 @@ class EngineConfig:
     # --min-run: a best-effort job placed less than this long ago (seconds) is not restarted by a
     # round (controller/core/minrun.py); 0 = off.
     min_run_s: float = 0.0
-    # Signs each attempt's rendezvous key (controller/launches.py attempt_key): STATE_DIR/rendezvous.key,
+    # Each attempt's rendezvous key derives from it (controller/launches.py attempt_key): STATE_DIR/rendezvous.key,
     # or etcd meta/rendezvous_key shared by the controllers; b"" = attempts get no key.
     rendezvous_key: bytes = field(default=b"", repr=False)  # a secret: never in a printed config

@@ -59,7 +59,7 @@ def launch_requests(job: JobRecord, epoch: int, checkpoint_root: str,
                     rendezvous_key: bytes = b"") -> list[tuple[str, agent_pb2.LaunchRequest]]:
     """One Launch per node of the placement: its ranks (or one process, for a per-node
     launcher) and the argv of the job's launcher template with the plan substituted; each carries
-    the attempt's key for signing its rendezvous (derived from `rendezvous_key`)."""
+    the attempt's key for sealing its rendezvous store's values (derived from `rendezvous_key`)."""
     assert job.plan is not None and job.placement is not None
     spec, plan, slices = job.spec, job.plan, job.placement.slices
     tpl = launchers.template_of(spec.launcher)

@@ -123,7 +123,7 @@ class TrainerContext:
         self.checkpoint_every = checkpoint_every
         self.agent_addr = agent_addr
         self.worker_token = worker_token
-        # Signs the rendezvous store's values (reference/rendezvous.py); b"" = an unsigned store.
+        # Seals the rendezvous store's values (reference/rendezvous.py); b"" = a plain store.
         self.rendezvous_key = rendezvous_key
         self.inventory_source = inventory_source
         self.cuda_visible_devices = cuda_visible_devices
