@@ -240,7 +240,8 @@ class LiveView:
         return NodeInfo(rec.id, rec.address, rec.inventory, state, reason, live.registered if live else False,
                         live.last_seen_wall if live else 0.0, self._mono() - live.last_seen if live else 0.0,
                         rec.launch_failures, rec.unhealthy_until, live.status.agent_version if live else "",
-                        live.status.agent_commit if live else "", live.status.gpu_isolation if live else common_pb2.GPU_ISOLATION_UNSPECIFIED,
+                        live.status.agent_commit if live else "",
+                        live.status.gpu_isolation if live else common_pb2.GPU_ISOLATION_UNSPECIFIED,
                         live.status.gpu_isolation_note if live else "")
 
     def agent_address(self, node_id: str) -> str | None:
