@@ -20,6 +20,7 @@ from tessera.clients.features import features
 from tessera.clients.nodejobs import on_node, unlisted_rows
 from tessera.clients.output_forecast import forecast_columns, forecast_pairs
 from tessera.clients.output_objective import objective_pairs
+from tessera.common.nodespec import ISOLATION_WORDS
 from tessera.common.utctime import utc_text
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -29,7 +30,7 @@ NONE = "-"
 JOB_COLUMNS = ("ID", "NAME", "TENANT", "STATE", "GPUS", "ITER", "AGE", "REASON")
 JOB_WIDE_COLUMNS = JOB_COLUMNS[:-1] + ("PLAN(dp/tp/pp/mb/ga)", "NODES", "ATTEMPT", "LOSS", "START~", "END~", "REASON")
 NODE_COLUMNS = ("NAME", "STATE", "GPUS", "FREE", "SOURCE", "HEARTBEAT", "ADDRESS")
-NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "VERSION", "REASON")
+NODE_WIDE_COLUMNS = NODE_COLUMNS + ("HOSTNAME", "CPUS", "MEMORY", "ISOLATION", "VERSION", "REASON")
 EVENT_COLUMNS = ("SEQ", "AGE", "KIND", "MESSAGE")
 
 
@@ -337,7 +338,7 @@ def node_row(node: controller_pb2.Node, now: float, wide: bool = False) -> list[
         inv = node.inventory
         row += [
             inv.hostname or NONE, str(inv.cpu_count) if inv.cpu_count else NONE, gib(inv.host_memory_bytes),
-            node.agent_version or NONE, one_line(node.reason) or NONE,
+            ISOLATION_WORDS.get(node.gpu_isolation, NONE), node.agent_version or NONE, one_line(node.reason) or NONE,
         ]
     return row
 

@@ -37,6 +37,9 @@ UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,95}")
 VERSION_RE = re.compile(r"[ -~]{0,64}")
 COMMIT_RE = re.compile(r"[0-9a-f]{7,64}")
 NOTE_RE = re.compile(r"[ -~]{0,300}")  # printable ASCII: an agent's one-line note shown to operators
+# One word per GpuIsolation value, for tables (`get nodes -o wide`, the dashboard's nodes).
+ISOLATION_WORDS = {common_pb2.GPU_ISOLATION_DEVICE_CGROUPS: "cgroups", common_pb2.GPU_ISOLATION_DETECTION: "detection",
+                   common_pb2.GPU_ISOLATION_NONE: "none"}
 
 Errors = list[tuple[str, str]]
 

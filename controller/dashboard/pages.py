@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlencode
 
+from tessera.common.nodespec import ISOLATION_WORDS
 from tessera.common.tokens import Principal
 from tessera.controller.dashboard import charts
 from tessera.controller.dashboard.data import forecast_fields, forecast_of
@@ -138,10 +139,12 @@ def nodes_page(who: Principal, nodes: Sequence[controller_pb2.Node], held: Mappi
         mem = f"{n.inventory.host_memory_bytes / GIB:.0f} GiB" if n.inventory.host_memory_bytes else "-"
         rows.append([f'<span id="node-{e(n.id)}">{bdi(n.id)}</span>', (f'<span class="st {node_state(n.state)}">'
                      f"{node_state(n.state)}</span>"), bdi(n.reason or ""), bdi(n.address),
-                     chips or "-", jobs, str(n.inventory.cpu_count or "-"), mem, bdi(n.agent_version or "-"),
+                     chips or "-", jobs, str(n.inventory.cpu_count or "-"), mem,
+                     e(ISOLATION_WORDS.get(n.gpu_isolation, "-")), bdi(n.agent_version or "-"),
                      ago(now, n.last_heartbeat)])
-    body = (table(["node", "state", "reason", "address", "GPUs (blue: held by a job)", "jobs", "CPUs", "memory", "agent",
-                   "heartbeat"], rows, "nodes") if rows else '<p class="empty">No node has registered.</p>')
+    body = (table(["node", "state", "reason", "address", "GPUs (blue: held by a job)", "jobs", "CPUs", "memory",
+                   "GPU isolation", "agent", "heartbeat"], rows, "nodes")
+            if rows else '<p class="empty">No node has registered.</p>')
     return layout("Nodes", who, body, "nodes")
 
 

@@ -167,8 +167,8 @@ def test_get_nodes_json_and_table(server: FakeServer) -> None:
 
     proc = tessctl("--controller", server.address, "get", "nodes", "node-b", "-o", "wide")
     header, row = proc.stdout.splitlines()
-    assert header.split()[-5:] == ["HOSTNAME", "CPUS", "MEMORY", "VERSION", "REASON"]
-    assert row.split()[-5:] == ["b", "-", "-", "-", "-"]
+    assert header.split()[-6:] == ["HOSTNAME", "CPUS", "MEMORY", "ISOLATION", "VERSION", "REASON"]
+    assert row.split()[-6:] == ["b", "-", "-", "-", "-", "-"]  # an agent that has not said how it isolates
     line = one_line_error(tessctl("--controller", server.address, "get", "node", "node-z"))
     assert line == "tessctl: error: NOT_FOUND: node node-z not found"
 

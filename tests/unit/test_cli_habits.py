@@ -201,6 +201,10 @@ def test_describe_node_says_how_the_node_keeps_workers_off_other_gpus() -> None:
         "(device cgroups off: the agent is not root)")
     assert line(gpu_isolation=common_pb2.GPU_ISOLATION_NONE).startswith("none: a declared inventory")
     assert line() == "unknown (the agent has not said)"
+    wide = output.nodes_table([controller_pb2.Node(id="n", gpu_isolation=common_pb2.GPU_ISOLATION_DEVICE_CGROUPS),
+                               controller_pb2.Node(id="m", gpu_isolation=common_pb2.GPU_ISOLATION_DETECTION)],
+                              0.0, wide=True).splitlines()
+    assert [r.split()[-3] for r in wide] == ["ISOLATION", "cgroups", "detection"]
 
 
 def test_gpu_type_warning_suggests_the_cluster_s_close_names() -> None:

@@ -361,3 +361,11 @@ async def test_a_dashboard_over_its_loop_budget_answers_503_at_once(tmp_path: Pa
     assert (await d.handle(get("/static/app.js"))).status == 200  # static files cost nothing
     now[0] = 2.0
     assert (await d.handle(get("/api/jobs"))).status == 200
+
+
+def test_the_nodes_page_says_how_each_node_isolates_gpus() -> None:
+    nodes = [controller_pb2.Node(id="n1", gpu_isolation=P.GPU_ISOLATION_DEVICE_CGROUPS),
+             controller_pb2.Node(id="n2")]
+    html = pages.nodes_page(ANONYMOUS, nodes, {}, 2000.0)
+    assert "GPU isolation</th>" in html
+    assert "<td>cgroups</td>" in html and html.count("<td>-</td>") >= 1

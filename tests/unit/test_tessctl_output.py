@@ -94,7 +94,7 @@ def test_nodes_table_golden() -> None:
         "node-a   DRAINING   4xA100-80GB   3      nvml     3s          10.0.0.1:50052"
     )
     wide = output.nodes_table([_node()], NOW, wide=True).splitlines()[1]
-    assert wide.endswith("gpu-a      64     512Gi    -         maintenance")
+    assert wide.endswith("gpu-a      64     512Gi    -           -         maintenance")  # ISOLATION unknown
 
 
 def test_json_shapes() -> None:
