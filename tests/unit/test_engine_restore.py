@@ -25,12 +25,31 @@ async def copied_then_failed_twice() -> tuple[Harness, str, JobRecord]:
     return h, jid, backup
 
 
+async def copied_then_drained() -> tuple[Harness, str, JobRecord, str]:
+    """Two nodes; a job without retries whose copy is taken at attempt 1, after which the node it
+    runs on (returned) is drained: the attempt stops with a checkpoint and the job is requeued."""
+    h = Harness(policy="fcfs", nodes=("a", "b"))
+    await h.register("a", "b")
+    jid = await h.submit(tiny(max_retries=0))
+    await h.round()
+    await run_to_running(h, jid)
+    backup, first = h.job(jid), h.nodes_of(jid)[0]
+    await h.engine.drain(first, "maintenance")
+    await h.heartbeat("a", "b")
+    return h, jid, backup, first
+
+
+def restore(h: Harness, jid: str, backup: JobRecord) -> None:
+    """The restore: the copy put back (the fake store's internals) under a controller started on it.
+    The harness's invariant (no agent ran an attempt past the stored one) is what a restore breaks:
+    the tests drive the engine directly until the relaunch has restored it."""
+    h.store._jobs[jid] = backup
+    h.engine = h._engine()
+
+
 async def test_a_relaunch_after_a_restore_skips_the_attempts_the_agents_ran() -> None:
     h, jid, backup = await copied_then_failed_twice()
-    h.store._jobs[jid] = backup  # the restore (the fake store's internals: the copy put back)
-    # The harness's invariant (no agent ran an attempt past the stored one) is what a restore breaks:
-    # the engine is driven directly until the relaunch has restored it.
-    h.engine = h._engine()
+    restore(h, jid, backup)
     await h.engine.register(h.agents.status("a"))
     assert await h.engine.heartbeat(h.agents.status("a"), h.engine.epoch)  # attempt 1 exited: failed
     await h.engine.run_round()
@@ -48,8 +67,7 @@ async def test_past_the_agents_retention_its_register_still_says_which_attempts_
     node = h.agents.nodes["a"]
     for key in [k for k in node.workers if k[0] == jid and k[1] == 2]:
         del node.workers[key]  # retention passed: attempt 2's workers are no longer reported
-    h.store._jobs[jid] = backup
-    h.engine = h._engine()
+    restore(h, jid, backup)
     status = h.agents.status("a")
     status.attempt_marks.add(job_id=jid, attempt=2)
     await h.engine.register(status)
@@ -63,8 +81,7 @@ async def test_the_earlier_attempt_is_recorded_under_its_own_number() -> None:
     """A review: the floor, applied to the record before the new attempt was made, filed the old
     placement (for its logs) under the skipped-to number."""
     h, jid, backup = await copied_then_failed_twice()
-    h.store._jobs[jid] = backup
-    h.engine = h._engine()
+    restore(h, jid, backup)
     await h.engine.register(h.agents.status("a"))
     assert await h.engine.heartbeat(h.agents.status("a"), h.engine.epoch)
     await h.engine.run_round()
@@ -78,19 +95,11 @@ async def test_an_attempt_stopped_after_the_copy_is_interrupted_not_failed() -> 
     its iterations; the restored controller, whose record did not ask for that stop, counted it a
     failure, and a job without retries FAILED. The agent says a stop was asked
     (WorkerStatus.stop_requested): the attempt is interrupted, and the job runs on."""
-    h = Harness(policy="fcfs", nodes=("a", "b"))
-    await h.register("a", "b")
-    jid = await h.submit(tiny(max_retries=0))
-    await h.round()
-    await run_to_running(h, jid)
-    backup, first = h.job(jid), h.nodes_of(jid)[0]
-    await h.engine.drain(first, "maintenance")  # after the copy: stopped with a checkpoint, requeued
-    await h.heartbeat("a", "b")
+    h, jid, backup, first = await copied_then_drained()
     await h.engine.undrain(first)
     await h.round()
     assert await run_to_running(h, jid) == 2
-    h.store._jobs[jid] = backup
-    h.engine = h._engine()
+    restore(h, jid, backup)
     for n in ("a", "b"):
         await h.engine.register(h.agents.status(n))
     await h.engine.inspect()
@@ -110,8 +119,7 @@ async def test_past_the_retention_an_attempt_a_node_ran_past_is_over_at_once() -
     backup = h.job(jid)
     node = h.agents.nodes["a"]
     node.workers.clear()  # the agent ran attempts 2 and 3 since, and forgot them all (retention)
-    h.store._jobs[jid] = backup
-    h.engine = h._engine()
+    restore(h, jid, backup)
     status = h.agents.status("a")
     status.attempt_marks.add(job_id=jid, attempt=3)
     await h.engine.register(status)
@@ -128,20 +136,12 @@ async def test_no_attempt_number_is_chosen_before_every_node_has_reported() -> N
     checkpoint folder, and one failed the job. A job that ran before now waits until every node of
     the store has reported (or its lease since the start has passed), and goes above what they run;
     a node running the current attempt outside its placement is told to stop it."""
-    h = Harness(policy="fcfs", nodes=("a", "b"))
-    await h.register("a", "b")
-    jid = await h.submit(tiny(max_retries=0))
-    await h.round()
-    await run_to_running(h, jid)
-    backup, first = h.job(jid), h.nodes_of(jid)[0]
+    h, jid, backup, first = await copied_then_drained()
     second = "b" if first == "a" else "a"
-    await h.engine.drain(first, "maintenance")
-    await h.heartbeat("a", "b")
     await h.round()
     assert await run_to_running(h, jid) == 2 and h.nodes_of(jid) == [second]
     await h.engine.undrain(first)
-    h.store._jobs[jid] = backup
-    h.engine = h._engine()
+    restore(h, jid, backup)
     await h.engine.register(h.agents.status(first))  # the second node is not back yet
     await h.engine.inspect()
     assert h.state(jid) == "PENDING"  # the copy's attempt 1 stopped on the first node: interrupted
