@@ -7,7 +7,9 @@ at points as fast as its promise.
 
 Prints per trace the split in cluster-seconds (GPU-seconds over the cluster's GPUs, so the parts add
 up to about the run's length), per model and class (guaranteed or best-effort), and the jobs that
-held most over their least, with their restarts. Writes bench/results/morphling_waste.json.
+held most over their least, with their restarts. Also: the GPU-seconds charged for restarts
+after the jobs' first starts, the GPU-seconds from each job's end to its round's (the rules free
+GPUs at rounds), and the time from which no GPU sat idle while nothing waited. Writes bench/results/morphling_waste.json.
 
     .venv/bin/python bench/morphling_waste.py [--traces base,mt] [--top 10]
 """
@@ -15,6 +17,7 @@ held most over their least, with their restarts. Writes bench/results/morphling_
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections import defaultdict
 from typing import Any
@@ -48,13 +51,23 @@ def split(trace: str, top: int) -> dict[str, Any]:
     res = r.simulator().run(pol, pol.mode, observe=observe)
     s = summarize(res)
     interval = r.rules.interval_s
+    t0 = res.rounds[0].time if res.rounds else 0.0
+    round_ends = 0.0
     for j in res.jobs:
         if j.end is not None and j.cell is not None:
             held[j.t.id] += interval * j.cell.gpus  # its last round: GPUs free at the next one
+            freed = t0 + math.ceil((j.end - t0) / interval) * interval
+            round_ends += (freed - j.end) * j.cell.gpus
     # The records are taken after each round's decisions: exact GPUs in use and jobs waiting.
     idle = {"waiting": 0.0, "none_waiting": 0.0}
     for rec in res.rounds:
         idle["waiting" if rec.pending else "none_waiting"] += interval * (gpus - rec.gpus_used)
+    # From `busy_from` to the run's end (its last jobs draining aside) no GPU was idle while nothing
+    # waited: the run's length after it is the GPU-time held after it, over the cluster's GPUs.
+    busy_from = 0.0
+    for k, rec in enumerate(res.rounds):
+        if not rec.pending and rec.gpus_used < gpus and any(x.pending for x in res.rounds[k + 1:]):
+            busy_from = rec.time + interval
     curves: dict[str, dict[int, float]] = {}
     groups: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     jobs = []
@@ -70,11 +83,13 @@ def split(trace: str, top: int) -> dict[str, Any]:
         g[2] += least
         jobs.append({"job": tj.id, "held_s": held[tj.id] / gpus, "least_s": least / gpus,
                      "over_s": (held[tj.id] - least) / gpus, "restarts": j.changes})
+    restarts = sum(j.restart_gpu_s for j in res.jobs) / gpus
     total_held = sum(v[1] for v in groups.values()) / gpus
     total_least = sum(v[2] for v in groups.values()) / gpus
     jobs.sort(key=lambda x: -x["over_s"])
     return {"trace": trace, "jct_avg_s": s["jct_avg_s"], "makespan_s": s["makespan_s"],
-            "least_s": total_least, "held_over_least_s": total_held - total_least,
+            "least_s": total_least, "held_over_least_s": total_held - total_least, "restarts_s": restarts,
+            "round_ends_s": round_ends / gpus, "busy_from_s": busy_from - t0,
             "idle_while_waiting_s": idle["waiting"] / gpus, "idle_none_waiting_s": idle["none_waiting"] / gpus,
             "groups": {k: {"jobs": int(v[0]), "held_s": v[1] / gpus, "least_s": v[2] / gpus}
                        for k, v in sorted(groups.items(), key=lambda kv: kv[1][2] - kv[1][1])},
@@ -94,6 +109,10 @@ def main() -> None:
         print(f"morphling-{r['trace']}: JCT {r['jct_avg_s']:,.0f} s, makespan {r['makespan_s']:,.0f} s; in cluster-seconds: "
               f"least work {r['least_s']:,.0f} + held over it {r['held_over_least_s']:,.0f} + idle while jobs waited "
               f"{r['idle_while_waiting_s']:,.0f} + idle, none waiting {r['idle_none_waiting_s']:,.0f} = {parts:,.0f}")
+        rest = r["held_over_least_s"] - r["restarts_s"] - r["round_ends_s"]
+        print(f"  held over the least: restarts after the first start {r['restarts_s']:,.0f}, from the jobs' ends "
+              f"to their rounds' {r['round_ends_s']:,.0f}, dearer points {rest:,.0f}; no GPU idle while nothing "
+              f"waited from {r['busy_from_s']:,.0f} s on")
         for k, v in r["groups"].items():
             print(f"  {k:24} {v['jobs']:4} jobs  held {v['held_s']:8,.0f}  least {v['least_s']:8,.0f}  "
                   f"over {v['held_s'] - v['least_s']:+7,.0f}")

@@ -140,6 +140,7 @@ class SimJob:
     end: float | None = None
     launches: int = 0  # GPU-set changes that paid a cost (first start included)
     changes: int = 0  # GPU-set changes after the first start (restarts)
+    restart_gpu_s: float = 0.0  # GPU-seconds charged for the paid ones (bench/morphling_waste.py)
     suspensions: int = 0
     unrunnable: int = 0  # starts/migrations onto GPUs the truth says it cannot run on (0 s/iteration)
     reason: str = ""
@@ -383,7 +384,10 @@ class Simulator:
                     j.reason = d.reason
             for j in paying:
                 j.launches += 1
-                cost = r_.cost(policy.name, len([i for s in j.slices for i in s.gpu_indices]))
+                gpus = len([i for s in j.slices for i in s.gpu_indices])
+                cost = r_.cost(policy.name, gpus)
+                if j.launches > 1:
+                    j.restart_gpu_s += cost * gpus
                 if r_.progress == "artifact":
                     self._artifact_cost(j, cost, interval)
                 else:

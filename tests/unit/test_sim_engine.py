@@ -6,7 +6,8 @@ import pytest
 
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.policies import make_policy
-from tessera.controller.core.policy import RoundConfig
+from tessera.controller.core.policy import RoundConfig, RoundContext
+from tessera.controller.core.snapshot import Action, Cell, Decision, Slice
 from tessera.controller.sim.clusters import Cluster, NodeGroup
 from tessera.controller.sim.engine import ARENA, FAIR, Rules, Simulator, Truth
 from tessera.controller.sim.metrics import compare, summarize
@@ -150,3 +151,24 @@ def test_running_views_carry_the_first_start_as_live_snapshots_do() -> None:
     starts = {j.t.id: j.first_start for j in res.jobs}
     assert starts["a"] == 0.0 and starts["b"] is not None and starts["b"] > 0
     assert seen == {"a": {0.0}, "b": {starts["b"]}}
+
+
+class _GrowOnce:
+    """Starts the job on 1 GPU, moves it onto 2 one round later, then keeps it."""
+
+    name = "grow-once"
+
+    def plan(self, ctx: RoundContext) -> list[Decision]:
+        if ctx.pending:
+            return [Decision(j.id, Action.START, "one", slices=(Slice("x-00", (0,)),), cell=Cell("X", 1))
+                    for j in ctx.pending]
+        return [Decision(r.job.id, Action.MIGRATE, "two", slices=(Slice("x-00", (0, 1)),), cell=Cell("X", 2))
+                for r in ctx.running.values() if r.cell.gpus == 1]
+
+
+def test_restarts_are_charged_in_gpu_seconds_the_first_start_is_not() -> None:
+    res = sim([tj("a", 0.0, 1, 5000)], FAIR, {("k", "X", 1): 10.0, ("k", "X", 2): 5.0}).run(_GrowOnce())
+    a = res.jobs[0]
+    # The first start pays 260 s on 1 GPU, the move 260 s on 2: only the move is a restart.
+    assert a.launches == 2 and a.changes == 1
+    assert a.restart_gpu_s == 260.0 * 2
