@@ -466,6 +466,11 @@ def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controll
                   table(("INDEX", "MODEL", "MEMORY", "FOREIGN", "NVLINK", "USE", "UUID"), rows).splitlines()]
     else:
         lines.append("  <none>")
+    if inv.left_out:
+        lines.append("Left out (not scheduled):")
+        lines += ["  " + line for line in table(
+            ("INDEX", "MODEL", "UUID", "WHY"),
+            [[str(g.index), g.model or "?", g.uuid or NONE, one_line(g.reason)] for g in inv.left_out]).splitlines()]
     lines.append("Jobs:")
     placed = on_node(node, jobs)
     jrows = [[j.id, j.spec.name, job_state(j.state),

@@ -124,7 +124,8 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
 
 def inventory_errors(inv: common_pb2.NodeInventory, prefix: str) -> Errors:
     """A NodeInventory: 1..64 GPUs with unique indices in 0..63 and unique UUIDs, NVLink peers among
-    the node's other GPUs, safe names, bounded sizes."""
+    the node's other GPUs, safe names, bounded sizes; the GPUs left out likewise, on indices and
+    UUIDs of their own."""
     errs: Errors = []
     if inv.source not in common_pb2.InventorySource.values():
         errs.append((f"{prefix}.source", f"unknown inventory source {inv.source}"))
@@ -159,6 +160,7 @@ def inventory_errors(inv: common_pb2.NodeInventory, prefix: str) -> Errors:
         peers = list(g.nvlink_peers)
         if len(set(peers)) != len(peers) or any(p not in indices or p == g.index for p in peers):
             errs.append((f"{prefix}.gpus[{i}].nvlink_peers", "must be other GPUs' indices on this node, each once"))
+    errs += _left_out_errors(inv, prefix, seen, uuids)
     hostname = inv.hostname
     if hostname and not HOSTNAME_RE.fullmatch(hostname):
         errs.append((f"{prefix}.hostname", "must be 1-253 letters, digits, '.', '_' or '-'"))
@@ -166,4 +168,30 @@ def inventory_errors(inv: common_pb2.NodeInventory, prefix: str) -> Errors:
         errs.append((f"{prefix}.cpu_count", f"must be in 0..{MAX_CPUS}"))
     if not 0 <= inv.host_memory_bytes <= MAX_HOST_MEMORY_BYTES:
         errs.append((f"{prefix}.host_memory_bytes", f"must be in 0..{MAX_HOST_MEMORY_BYTES:,}"))
+    return errs
+
+
+def _left_out_errors(inv: common_pb2.NodeInventory, prefix: str, indices: set[int], uuids: set[str]) -> Errors:
+    """GPUs found but not offered (NodeInventory.left_out): indices and UUIDs the offered GPUs do not
+    use, each once, safe names and a one-line reason."""
+    errs: Errors = []
+    if len(inv.left_out) > MAX_GPUS_PER_NODE:
+        return [(f"{prefix}.left_out", f"more than {MAX_GPUS_PER_NODE} GPUs")]
+    indices, uuids = set(indices), set(uuids)
+    for i, g in enumerate(inv.left_out):
+        f = f"{prefix}.left_out[{i}]"
+        if not 0 <= g.index < MAX_GPUS_PER_NODE:
+            errs.append((f"{f}.index", f"must be in 0..{MAX_GPUS_PER_NODE - 1}"))
+        elif g.index in indices:
+            errs.append((f"{f}.index", f"index {g.index} listed twice"))
+        indices.add(g.index)
+        if not GPU_MODEL_RE.fullmatch(g.model):
+            errs.append((f"{f}.model", "must be 1-64 printable ASCII characters, starting with a letter or digit"))
+        if not UUID_RE.fullmatch(g.uuid):
+            errs.append((f"{f}.uuid", "must be 1-96 letters, digits, '.', '_', ':', '/' or '-'"))
+        elif g.uuid in uuids:
+            errs.append((f"{f}.uuid", f"UUID {g.uuid} listed twice"))
+        uuids.add(g.uuid)
+        if not g.reason or not NOTE_RE.fullmatch(g.reason):
+            errs.append((f"{f}.reason", "must be 1-300 printable ASCII characters"))
     return errs

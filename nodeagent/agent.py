@@ -382,7 +382,8 @@ class Agent:
             before = [(g.index, g.uuid) for g in self.inventory.gpus]
             after = [(g.index, g.uuid) for g in inv.gpus]
             if before != after:
-                log.error("GPU set changed", before=[u for _, u in before], after=[u for _, u in after])
+                log.error("GPU set changed", before=[u for _, u in before], after=[u for _, u in after],
+                          left_out={g.uuid: g.reason for g in inv.left_out})
                 self.supervisor.gpu_indices = frozenset(g.index for g in inv.gpus)
                 self.wake.set()
             self.inventory = inv

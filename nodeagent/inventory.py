@@ -223,7 +223,8 @@ def probe_nvml(
 
     `own_pids` are the session leaders of the agent's workers: memory their sessions hold is not
     foreign; `sessions` gets, per GPU index, those of them seen on it (nodeagent/gpuguard.py). Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
-    a warning is logged) rather than being guessed. Raises NvmlUnavailable when NVML cannot start.
+    a warning is logged) rather than being guessed. A GPU in MIG mode goes to `left_out`, not
+    `gpus` (MIG_REASON). Raises NvmlUnavailable when NVML cannot start.
     """
     with _nvml(nvml) as nv:
         facts = host or host_facts()
@@ -253,6 +254,9 @@ def probe_nvml(
                 model = entry.name
                 if note:
                     log.info("GPU mapped to the nearest catalog entry", index=i, note=note)
+            if _mig_on(nv, h):
+                inv.left_out.append(common_pb2.LeftOutGpu(index=i, uuid=uuid, model=model, reason=MIG_REASON))
+                continue
             inv.gpus.append(
                 common_pb2.Gpu(
                     index=i,
@@ -263,9 +267,30 @@ def probe_nvml(
                                                      None if sessions is None else sessions.setdefault(i, set())),
                 )
             )
-        for gpu, peers in zip(inv.gpus, _nvlink_peers(nv, handles), strict=True):
-            gpu.nvlink_peers.extend(peers)
+        kept = {g.index for g in inv.gpus}
+        peers = _nvlink_peers(nv, handles)
+        for gpu in inv.gpus:
+            gpu.nvlink_peers.extend(p for p in peers[gpu.index] if p in kept)
         return inv
+
+
+# Why a GPU in MIG mode is left out: CUDA lets a process enumerate a single MIG device ("CUDA Device
+# Enumeration" in NVIDIA's MIG user guide), so a rank given the card would get one slice of it, and
+# ranks cannot train across slices; the estimator sizes jobs for whole cards.
+MIG_REASON = ("MIG mode is on: CUDA gives a process one MIG slice, not the card, and Tessera schedules "
+              "whole GPUs (nvidia-smi -i INDEX -mig 0 turns it off)")
+
+
+def _mig_on(nv: Any, handle: Any) -> bool:
+    """Whether the GPU is in MIG mode now (a pending change counts from the GPU's next reset)."""
+    query = getattr(nv, "nvmlDeviceGetMigMode", None)
+    if query is None:
+        return False
+    try:
+        current, _pending = query(handle)
+    except nv.NVMLError:
+        return False  # no MIG on this GPU (before Ampere: Not Supported), or a driver without the call
+    return bool(current == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
 
 
 def minor_numbers(inv: common_pb2.NodeInventory, nvml: ModuleType | None = None) -> dict[int, int]:

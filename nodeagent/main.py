@@ -324,11 +324,18 @@ def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, 
         except inventory.InventoryError as exc:
             raise AgentUsageError(f"--inventory: {exc}") from None
     try:
-        return inventory.probe_nvml(), True
+        inv = inventory.probe_nvml()
     except inventory.NvmlUnavailable as exc:
         raise AgentUsageError(
             f"{exc}; on a node without NVML pass --inventory FILE (see docs/inventory.md)"
         ) from None
+    for g in inv.left_out:
+        log.warning("GPU left out: not offered for scheduling", index=g.index, uuid=g.uuid, model=g.model,
+                    why=g.reason)
+    if not inv.gpus:
+        found = "; ".join(f"GPU {g.index}: {g.reason}" for g in inv.left_out[:2]) or "NVML lists none"
+        raise AgentUsageError(f"no GPU to offer ({found})")
+    return inv, True
 
 
 def isolation_available() -> tuple[bool, str]:

@@ -136,13 +136,15 @@ def nodes_page(who: Principal, nodes: Sequence[controller_pb2.Node], held: Mappi
         busy = set(n.busy_gpus)
         chips = "".join(f'<span class="gpu {"busy" if g.index in busy else "idle"}" title="{e(g.model)} '
                         f'{g.memory_bytes / GIB:.0f} GiB">{g.index}: {bdi(g.model)}</span>' for g in n.inventory.gpus)
+        chips += "".join(f'<span class="gpu out" title="left out: {e(g.reason)}">{g.index}: {bdi(g.model)}</span>'
+                         for g in n.inventory.left_out)
         mem = f"{n.inventory.host_memory_bytes / GIB:.0f} GiB" if n.inventory.host_memory_bytes else "-"
         rows.append([f'<span id="node-{e(n.id)}">{bdi(n.id)}</span>', (f'<span class="st {node_state(n.state)}">'
                      f"{node_state(n.state)}</span>"), bdi(n.reason or ""), bdi(n.address),
                      chips or "-", jobs, str(n.inventory.cpu_count or "-"), mem,
                      e(ISOLATION_WORDS.get(n.gpu_isolation, "-")), bdi(n.agent_version or "-"),
                      ago(now, n.last_heartbeat)])
-    body = (table(["node", "state", "reason", "address", "GPUs (blue: held by a job)", "jobs", "CPUs", "memory",
+    body = (table(["node", "state", "reason", "address", "GPUs (blue: held by a job; struck out: not offered)", "jobs", "CPUs", "memory",
                    "GPU isolation", "agent", "heartbeat"], rows, "nodes")
             if rows else '<p class="empty">No node has registered.</p>')
     return layout("Nodes", who, body, "nodes")

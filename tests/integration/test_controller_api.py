@@ -204,3 +204,29 @@ def test_cost_objective_needs_prices_and_a_valid_slo(client: Client) -> None:
     s.slo.deadline = 1e9  # an SLO without the cost objective: nothing reads it
     assert code_of(lambda: client.submit(s)).message.startswith("slo: only the cost objective")
     assert len(client.list()) == before
+
+
+def test_gpus_left_out_reach_the_node_and_survive_a_restart(tmp_path: Path) -> None:
+    """A node's GPUs in MIG mode (NodeInventory.left_out) are shown with the node, from its Register
+    and from the store after a restart, and offer nothing to schedule."""
+    from tessera.common.localcluster import node_channel
+    from tessera.v1 import agent_pb2, agent_pb2_grpc
+
+    inv = P.NodeInventory(source=P.INVENTORY_SOURCE_DECLARED,
+                          gpus=[P.Gpu(index=0, uuid="GPU-mig-0", model="A100-80GB", memory_bytes=80 << 30)],
+                          left_out=[P.LeftOutGpu(index=1, uuid="GPU-mig-1", model="A100-80GB", reason="MIG mode is on")])
+    status = agent_pb2.NodeStatus(node_id="mig-node", address="127.0.0.1:9", inventory=inv)
+    ctl = start_controller(tmp_path / "state")
+    try:
+        with node_channel(ctl, "mig-node") as ch:
+            agent_pb2_grpc.AgentRegistryStub(ch).Register(agent_pb2.RegisterRequest(request_id="r-mig", status=status),
+                                                          timeout=10)
+        with Client(ctl.address, token=ctl.token) as c:
+            assert c.node("mig-node").inventory == inv
+        ctl.kill9()
+        ctl = start_controller(tmp_path / "state")
+        with Client(ctl.address, token=ctl.token) as c:
+            node = c.node("mig-node")
+        assert list(node.inventory.left_out) == list(inv.left_out) and len(node.inventory.gpus) == 1
+    finally:
+        ctl.stop()

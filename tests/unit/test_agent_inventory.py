@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
+from tessera.common import nodespec
 from tessera.nodeagent.inventory import (
     HostFacts,
     InventoryError,
@@ -248,3 +249,39 @@ def test_declared_cpus_and_host_memory_replace_the_machines() -> None:
     assert (inv.cpu_count, inv.host_memory_bytes) == (16, 128 * 10**9)
     plain = parse_declared({"gpus": [{"model": "A100", "count": 2}]}, "node-a", HOST)
     assert (plain.cpu_count, plain.host_memory_bytes) == (64, 512 * 1024**3)
+
+
+def test_probe_nvml_leaves_out_gpus_in_mig_mode() -> None:
+    """CUDA gives a process one MIG slice of such a card, never the card: it is not offered, and
+    says why; NVLink peers name only offered GPUs."""
+    gb = 10**9
+    nv = fake_nvml([("NVIDIA A100-SXM4-80GB", 80 * gb)] * 3, p2p={frozenset((0, 1)), frozenset((1, 2))})
+    modes = {0: [0, 0], 1: [1, 1], 2: [0, 1]}  # (current, pending): GPU 2 turns MIG on at its next reset
+
+    def mig_mode(h: int) -> list[int]:
+        return modes[h]
+
+    nv.nvmlDeviceGetMigMode = mig_mode
+    nv.NVML_DEVICE_MIG_ENABLE = 1
+    seen: dict[int, set[int]] = {}
+    inv = probe_nvml(nvml=nv, host=HOST, sessions=seen)  # type: ignore[arg-type]
+    assert [g.index for g in inv.gpus] == [0, 2]
+    assert [list(g.nvlink_peers) for g in inv.gpus] == [[], []]
+    assert [(g.index, g.uuid, g.model) for g in inv.left_out] == [(1, "GPU-0001", "A100-80GB")]
+    assert inv.left_out[0].reason.startswith("MIG mode is on")
+    assert set(seen) == {0, 2}
+    assert nodespec.inventory_errors(inv, "inventory") == []
+
+
+def test_probe_nvml_counts_gpus_without_mig_support_as_whole() -> None:
+    """Before Ampere the query is Not Supported; an old nvidia-ml-py lacks it."""
+    nv = fake_nvml([("Tesla V100-SXM2-32GB", 32 * 10**9)] * 2)
+
+    def unsupported(h: int) -> list[int]:
+        raise FakeNVMLError("Not Supported")
+
+    nv.nvmlDeviceGetMigMode = unsupported
+    assert [g.index for g in probe_nvml(nvml=nv, host=HOST).gpus] == [0, 1]  # type: ignore[arg-type]
+    del nv.nvmlDeviceGetMigMode
+    inv = probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]
+    assert [g.index for g in inv.gpus] == [0, 1] and not inv.left_out

@@ -3,6 +3,7 @@ in tests/integration/test_agent_process.py)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 from pathlib import Path
@@ -86,3 +87,19 @@ def test_help_shows_percent_signs_once() -> None:
     text = " ".join(build_parser().format_help().split())
     assert "--min-free-disk SIZE|N%" in text and "e.g. 5% or 20G" in text
     assert "%%" not in text
+
+
+def test_a_node_whose_gpus_are_all_left_out_does_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML finds GPUs but every one is in MIG mode: the agent says so at start instead of
+    registering a node the controller refuses (a node reports at least one GPU)."""
+    from tessera.nodeagent import inventory, main
+    from tessera.v1 import common_pb2
+
+    inv = common_pb2.NodeInventory(source=common_pb2.INVENTORY_SOURCE_NVML)
+    inv.left_out.add(index=0, uuid="GPU-0", model="A100-80GB", reason=inventory.MIG_REASON)
+    monkeypatch.setattr(inventory, "probe_nvml", lambda: inv)
+    args = argparse.Namespace(inventory=None)  # no --inventory: NVML
+    with pytest.raises(AgentUsageError, match="no GPU to offer \\(GPU 0: MIG mode is on"):
+        main.load_inventory(args)
+    inv.gpus.add(index=1, uuid="GPU-1", model="A100-80GB", memory_bytes=80 * 10**9)
+    assert main.load_inventory(args) == (inv, True)

@@ -369,3 +369,11 @@ def test_the_nodes_page_says_how_each_node_isolates_gpus() -> None:
     html = pages.nodes_page(ANONYMOUS, nodes, {}, 2000.0)
     assert "GPU isolation</th>" in html
     assert "<td>cgroups</td>" in html and html.count("<td>-</td>") >= 1
+
+
+def test_the_nodes_page_shows_gpus_left_out_struck_out_with_why() -> None:
+    inv = P.NodeInventory(gpus=[P.Gpu(index=0, model="A100-80GB", memory_bytes=80 * 2**30)],
+                          left_out=[P.LeftOutGpu(index=1, uuid="GPU-1", model="A100-80GB", reason="MIG mode is on: <b>")])
+    html = pages.nodes_page(ANONYMOUS, [controller_pb2.Node(id="n1", inventory=inv)], {}, 2000.0)
+    assert '<span class="gpu idle"' in html
+    assert '<span class="gpu out" title="left out: MIG mode is on: &lt;b&gt;">1: <bdi>A100-80GB</bdi></span>' in html

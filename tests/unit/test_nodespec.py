@@ -47,6 +47,13 @@ def test_nvml_style_names_pass() -> None:
     assert nodespec.status_errors(st) == []
 
 
+def test_gpus_left_out_pass_beside_the_offered_ones() -> None:
+    st = status()
+    st.inventory.left_out.add(index=5, uuid="GPU-00000005-aaaa", model="A100-80GB",
+                              reason="MIG mode is on: CUDA gives a process one MIG slice")
+    assert nodespec.status_errors(st) == []
+
+
 def test_worker_reports_are_bounded_not_judged() -> None:
     # progress numbers and reasons come from the job's own workers: refusing them would let a job
     # make its node unreachable; only their size is bounded
@@ -86,6 +93,21 @@ def _forged(mutate: object) -> list[str]:
     (lambda s: setattr(s.inventory, "cpu_count", -2), "status.inventory.cpu_count"),
     (lambda s: setattr(s.inventory, "host_memory_bytes", 2**62), "status.inventory.host_memory_bytes"),
     (lambda s: s.inventory.ClearField("gpus"), "status.inventory.gpus"),
+    # GPUs left out (MIG mode): indices and UUIDs of their own, a one-line reason, bounded in number.
+    (lambda s: s.inventory.left_out.add(index=2, uuid="GPU-x", model="A100-80GB", reason="MIG"),
+     "status.inventory.left_out[0].index"),
+    (lambda s: s.inventory.left_out.add(index=64, uuid="GPU-x", model="A100-80GB", reason="MIG"),
+     "status.inventory.left_out[0].index"),
+    (lambda s: s.inventory.left_out.add(index=5, uuid="GPU-00000001-aaaa", model="A100-80GB", reason="MIG"),
+     "status.inventory.left_out[0].uuid"),
+    (lambda s: s.inventory.left_out.add(index=5, uuid="GPU-x", model="A100\x1b[2J", reason="MIG"),
+     "status.inventory.left_out[0].model"),
+    (lambda s: s.inventory.left_out.add(index=5, uuid="GPU-x", model="A100-80GB", reason=""),
+     "status.inventory.left_out[0].reason"),
+    (lambda s: s.inventory.left_out.add(index=5, uuid="GPU-x", model="A100-80GB", reason="MIG\nforged line"),
+     "status.inventory.left_out[0].reason"),
+    (lambda s: s.inventory.left_out.extend(S.LeftOutGpu(index=i, uuid=f"L{i}", model="A100-80GB", reason="MIG")
+                                           for i in range(4, 100)), "status.inventory.left_out"),
     (lambda s: setattr(s, "node_id", "Node A"), "status.node_id"),
     (lambda s: setattr(s, "node_id", ""), "status.node_id"),
     (lambda s: setattr(s, "address", "10.0.0.1"), "status.address"),

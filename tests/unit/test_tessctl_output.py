@@ -123,6 +123,17 @@ def test_describe_texts() -> None:
     assert "4xA100-80GB (3 free)" in node and "j-000001" in node and "j-000002" not in node
 
 
+def test_describe_node_lists_gpus_left_out_with_why() -> None:
+    node = _node()
+    assert "Left out" not in output.describe_node(node, NOW)
+    node.inventory.left_out.add(index=4, uuid="GPU-4", model="A100-80GB", reason="MIG mode is on: one slice")
+    lines = output.describe_node(node, NOW).splitlines()
+    at = lines.index("Left out (not scheduled):")
+    assert [ln.split(None, 3) for ln in lines[at + 1:at + 3]] == [
+        ["INDEX", "MODEL", "UUID", "WHY"], ["4", "A100-80GB", "GPU-4", "MIG mode is on: one slice"]]
+    assert "4xA100-80GB (3 free)" in "\n".join(lines)  # offered GPUs only
+
+
 def test_launch_failures_and_unhealthy_nodes_are_shown() -> None:
     job = _pending()
     assert "Launch failures:  0\n" in output.describe_job(job, NOW)

@@ -243,19 +243,33 @@ class Gpu(_message.Message):
     nvlink_peers: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., foreign_used_bytes: _Optional[int] = ..., nvlink_peers: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class LeftOutGpu(_message.Message):
+    __slots__ = ("index", "uuid", "model", "reason")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    model: str
+    reason: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., model: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class NodeInventory(_message.Message):
-    __slots__ = ("source", "gpus", "hostname", "cpu_count", "host_memory_bytes")
+    __slots__ = ("source", "gpus", "hostname", "cpu_count", "host_memory_bytes", "left_out")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
     HOST_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LEFT_OUT_FIELD_NUMBER: _ClassVar[int]
     source: InventorySource
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
     hostname: str
     cpu_count: int
     host_memory_bytes: int
-    def __init__(self, source: _Optional[_Union[InventorySource, str]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., hostname: _Optional[str] = ..., cpu_count: _Optional[int] = ..., host_memory_bytes: _Optional[int] = ...) -> None: ...
+    left_out: _containers.RepeatedCompositeFieldContainer[LeftOutGpu]
+    def __init__(self, source: _Optional[_Union[InventorySource, str]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., hostname: _Optional[str] = ..., cpu_count: _Optional[int] = ..., host_memory_bytes: _Optional[int] = ..., left_out: _Optional[_Iterable[_Union[LeftOutGpu, _Mapping]]] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
     __slots__ = ("name", "hidden_size", "num_layers", "num_heads", "vocab_size", "seq_length", "family", "ffn_hidden", "gated", "num_kv_heads", "num_experts", "top_k", "moe_every", "capacity_factor", "untied_embeddings", "width_factor", "kv_channels", "qkv_bias", "num_decoder_layers", "decoder_seq_length", "sliding_window", "logit_softcap", "sandwich_norm", "dropless")
