@@ -223,8 +223,8 @@ def probe_nvml(
 
     `own_pids` are the session leaders of the agent's workers: memory their sessions hold is not
     foreign; `sessions` gets, per GPU index, those of them seen on it (nodeagent/gpuguard.py). Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
-    a warning is logged) rather than being guessed. A GPU in MIG mode goes to `left_out`, not
-    `gpus` (MIG_REASON). Raises NvmlUnavailable when NVML cannot start.
+    a warning is logged) rather than being guessed. A GPU in MIG mode or in the Prohibited compute
+    mode goes to `left_out`, not `gpus`, with why. Raises NvmlUnavailable when NVML cannot start.
     """
     with _nvml(nvml) as nv:
         facts = host or host_facts()
@@ -254,8 +254,9 @@ def probe_nvml(
                 model = entry.name
                 if note:
                     log.info("GPU mapped to the nearest catalog entry", index=i, note=note)
-            if _mig_on(nv, h):
-                inv.left_out.append(common_pb2.LeftOutGpu(index=i, uuid=uuid, model=model, reason=MIG_REASON))
+            why = _left_out_why(nv, h)
+            if why:
+                inv.left_out.append(common_pb2.LeftOutGpu(index=i, uuid=uuid, model=model, reason=why))
                 continue
             inv.gpus.append(
                 common_pb2.Gpu(
@@ -279,6 +280,23 @@ def probe_nvml(
 # ranks cannot train across slices; the estimator sizes jobs for whole cards.
 MIG_REASON = ("MIG mode is on: CUDA gives a process one MIG slice, not the card, and Tessera schedules "
               "whole GPUs (nvidia-smi -i INDEX -mig 0 turns it off)")
+
+
+PROHIBITED_REASON = ("compute mode is Prohibited: no process may use the GPU "
+                     "(nvidia-smi -i INDEX -c DEFAULT allows it)")
+
+
+def _left_out_why(nv: Any, handle: Any) -> str:
+    """Why the GPU cannot be offered ("" when it can): MIG mode, or a compute mode that lets no
+    process make a CUDA context on it."""
+    if _mig_on(nv, handle):
+        return MIG_REASON
+    query = getattr(nv, "nvmlDeviceGetComputeMode", None)
+    try:
+        prohibited = query is not None and query(handle) == getattr(nv, "NVML_COMPUTEMODE_PROHIBITED", 2)
+    except nv.NVMLError:
+        prohibited = False
+    return PROHIBITED_REASON if prohibited else ""
 
 
 def _mig_on(nv: Any, handle: Any) -> bool:

@@ -285,3 +285,15 @@ def test_probe_nvml_counts_gpus_without_mig_support_as_whole() -> None:
     del nv.nvmlDeviceGetMigMode
     inv = probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]
     assert [g.index for g in inv.gpus] == [0, 1] and not inv.left_out
+
+
+def test_probe_nvml_leaves_out_gpus_no_process_may_use() -> None:
+    """Compute mode Prohibited: no CUDA context can be made on the GPU. Exclusive-process still runs
+    one rank, so it is offered."""
+    nv = fake_nvml([("NVIDIA H100 80GB HBM3", 80 * 10**9)] * 3)
+    modes = {0: 0, 1: 2, 2: 3}  # default, prohibited, exclusive-process
+    nv.nvmlDeviceGetComputeMode = lambda h: modes[h]
+    nv.NVML_COMPUTEMODE_PROHIBITED = 2
+    inv = probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]
+    assert [g.index for g in inv.gpus] == [0, 2]
+    assert [(g.index, g.reason.split(":")[0]) for g in inv.left_out] == [(1, "compute mode is Prohibited")]
