@@ -22,6 +22,7 @@ import structlog
 from tessera.common import gpus as catalog
 from tessera.common.errors import FailedPrecondition
 from tessera.common.inventoryfile import InventoryError, InventorySpec, parse_inventory, read_inventory_file
+from tessera.nodeagent import leftout
 from tessera.v1 import common_pb2
 
 __all__ = ["HostFacts", "InventoryError", "NvmlUnavailable", "declared_inventory", "host_facts", "load_declared",
@@ -223,8 +224,8 @@ def probe_nvml(
 
     `own_pids` are the session leaders of the agent's workers: memory their sessions hold is not
     foreign; `sessions` gets, per GPU index, those of them seen on it (nodeagent/gpuguard.py). Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
-    a warning is logged) rather than being guessed. A GPU in MIG mode or in the Prohibited compute
-    mode goes to `left_out`, not `gpus`, with why. Raises NvmlUnavailable when NVML cannot start.
+    a warning is logged) rather than being guessed. A GPU in MIG mode, in the Prohibited compute
+    mode or waiting for a recovery action goes to `left_out`, not `gpus`, with why. Raises NvmlUnavailable when NVML cannot start.
     """
     with _nvml(nvml) as nv:
         facts = host or host_facts()
@@ -254,7 +255,7 @@ def probe_nvml(
                 model = entry.name
                 if note:
                     log.info("GPU mapped to the nearest catalog entry", index=i, note=note)
-            why = _left_out_why(nv, h)
+            why = leftout.why(nv, h)
             if why:
                 inv.left_out.append(common_pb2.LeftOutGpu(index=i, uuid=uuid, model=model, reason=why))
                 continue
@@ -273,42 +274,6 @@ def probe_nvml(
         for gpu in inv.gpus:
             gpu.nvlink_peers.extend(p for p in peers[gpu.index] if p in kept)
         return inv
-
-
-# Why a GPU in MIG mode is left out: CUDA lets a process enumerate a single MIG device ("CUDA Device
-# Enumeration" in NVIDIA's MIG user guide), so a rank given the card would get one slice of it, and
-# ranks cannot train across slices; the estimator sizes jobs for whole cards.
-MIG_REASON = ("MIG mode is on: CUDA gives a process one MIG slice, not the card, and Tessera schedules "
-              "whole GPUs (nvidia-smi -i INDEX -mig 0 turns it off)")
-
-
-PROHIBITED_REASON = ("compute mode is Prohibited: no process may use the GPU "
-                     "(nvidia-smi -i INDEX -c DEFAULT allows it)")
-
-
-def _left_out_why(nv: Any, handle: Any) -> str:
-    """Why the GPU cannot be offered ("" when it can): MIG mode, or a compute mode that lets no
-    process make a CUDA context on it."""
-    if _mig_on(nv, handle):
-        return MIG_REASON
-    query = getattr(nv, "nvmlDeviceGetComputeMode", None)
-    try:
-        prohibited = query is not None and query(handle) == getattr(nv, "NVML_COMPUTEMODE_PROHIBITED", 2)
-    except nv.NVMLError:
-        prohibited = False
-    return PROHIBITED_REASON if prohibited else ""
-
-
-def _mig_on(nv: Any, handle: Any) -> bool:
-    """Whether the GPU is in MIG mode now (a pending change counts from the GPU's next reset)."""
-    query = getattr(nv, "nvmlDeviceGetMigMode", None)
-    if query is None:
-        return False
-    try:
-        current, _pending = query(handle)
-    except nv.NVMLError:
-        return False  # no MIG on this GPU (before Ampere: Not Supported), or a driver without the call
-    return bool(current == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
 
 
 def minor_numbers(inv: common_pb2.NodeInventory, nvml: ModuleType | None = None) -> dict[int, int]:

@@ -297,3 +297,24 @@ def test_probe_nvml_leaves_out_gpus_no_process_may_use() -> None:
     inv = probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]
     assert [g.index for g in inv.gpus] == [0, 2]
     assert [(g.index, g.reason.split(":")[0]) for g in inv.left_out] == [(1, "compute mode is Prohibited")]
+
+
+def test_probe_nvml_leaves_out_gpus_that_need_a_recovery_action() -> None:
+    """After a fault NVML names what the GPU needs before new work (a reset, a reboot); a field the
+    driver does not know, or NONE, leaves it offered."""
+    nv = fake_nvml([("NVIDIA H100 80GB HBM3", 80 * 10**9)] * 4)
+    actions = {0: (0, 0), 1: (0, 1), 2: (0, 2), 3: (3, 1)}  # (field's nvmlReturn, action); 3: NOT_SUPPORTED
+
+    def fields(h: int, ids: list[int]) -> list[types.SimpleNamespace]:
+        assert ids == [230]
+        ret, action = actions[h]
+        return [types.SimpleNamespace(nvmlReturn=ret, value=types.SimpleNamespace(uiVal=action))]
+
+    nv.nvmlDeviceGetFieldValues = fields
+    nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+    inv = probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]
+    assert [g.index for g in inv.gpus] == [0, 3]
+    assert [(g.index, g.reason) for g in inv.left_out] == [
+        (1, "NVML says the GPU needs a GPU reset before it takes new work (recovery action 1)"),
+        (2, "NVML says the GPU needs a reboot of the node before it takes new work (recovery action 2)")]
+    assert nodespec.inventory_errors(inv, "inventory") == []

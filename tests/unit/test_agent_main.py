@@ -92,11 +92,11 @@ def test_help_shows_percent_signs_once() -> None:
 def test_a_node_whose_gpus_are_all_left_out_does_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """NVML finds GPUs but every one is in MIG mode: the agent says so at start instead of
     registering a node the controller refuses (a node reports at least one GPU)."""
-    from tessera.nodeagent import inventory, main
+    from tessera.nodeagent import inventory, leftout, main
     from tessera.v1 import common_pb2
 
     inv = common_pb2.NodeInventory(source=common_pb2.INVENTORY_SOURCE_NVML)
-    inv.left_out.add(index=0, uuid="GPU-0", model="A100-80GB", reason=inventory.MIG_REASON)
+    inv.left_out.add(index=0, uuid="GPU-0", model="A100-80GB", reason=leftout.MIG_REASON)
     monkeypatch.setattr(inventory, "probe_nvml", lambda: inv)
     args = argparse.Namespace(inventory=None)  # no --inventory: NVML
     with pytest.raises(AgentUsageError, match="no GPU to offer \\(GPU 0: MIG mode is on"):
