@@ -225,7 +225,8 @@ def probe_nvml(
     `own_pids` are the session leaders of the agent's workers: memory their sessions hold is not
     foreign; `sessions` gets, per GPU index, those of them seen on it (nodeagent/gpuguard.py). Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
     a warning is logged) rather than being guessed. A GPU in MIG mode, in the Prohibited compute
-    mode or waiting for a recovery action goes to `left_out`, not `gpus`, with why. Raises NvmlUnavailable when NVML cannot start.
+    mode or waiting for a recovery action goes to `left_out`, not `gpus`, with why (nodeagent/leftout.py).
+    Raises NvmlUnavailable when NVML cannot start.
     """
     with _nvml(nvml) as nv:
         facts = host or host_facts()
@@ -279,14 +280,16 @@ def probe_nvml(
 def minor_numbers(inv: common_pb2.NodeInventory, nvml: ModuleType | None = None) -> dict[int, int]:
     """GPU index -> the minor number of its /dev/nvidiaN (device isolation, nodeagent/devicefilter.py).
 
-    A declared inventory has no devices: its indices stand for minors, so tests can check the filter
-    on device nodes of their own. NvmlUnavailable when NVML cannot say for every GPU.
+    GPUs left out count too: one that clears (a GPU reset ends its recovery action) is offered again
+    while the agent runs, and a worker placed on it must be confined to it, not refused. A declared
+    inventory has no devices: its indices stand for minors, so tests can check the filter on device
+    nodes of their own. NvmlUnavailable when NVML cannot say for every GPU.
     """
     if inv.source != common_pb2.INVENTORY_SOURCE_NVML:
         return {g.index: g.index for g in inv.gpus}
     with _nvml(nvml) as nv:
         try:
             return {g.index: int(nv.nvmlDeviceGetMinorNumber(nv.nvmlDeviceGetHandleByIndex(g.index)))
-                    for g in inv.gpus}
+                    for g in [*inv.gpus, *inv.left_out]}
         except nv.NVMLError as exc:
             raise NvmlUnavailable(f"NVML cannot give the GPUs' minor numbers: {exc}") from None

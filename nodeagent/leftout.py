@@ -13,7 +13,6 @@ from typing import Any
 MIG_REASON = ("MIG mode is on: CUDA gives a process one MIG slice, not the card, and Tessera schedules "
               "whole GPUs (nvidia-smi -i INDEX -mig 0 turns it off)")
 
-
 PROHIBITED_REASON = ("compute mode is Prohibited: no process may use the GPU "
                      "(nvidia-smi -i INDEX -c DEFAULT allows it)")
 

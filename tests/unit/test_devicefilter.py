@@ -132,6 +132,9 @@ def test_minor_numbers_come_from_nvml_and_a_declared_inventory_uses_its_indices(
                                       gpus=[common_pb2.Gpu(index=0), common_pb2.Gpu(index=1)])
     nv: Any = FakeNvml({0: 2, 1: 0})
     assert inventory.minor_numbers(probed, nv) == {0: 2, 1: 0}
+    # A GPU left out now (a recovery action) is offered again once it clears: its minor is known.
+    probed.left_out.add(index=2, uuid="GPU-2", model="A100-80GB", reason="NVML says the GPU needs a GPU reset")
+    assert inventory.minor_numbers(probed, FakeNvml({0: 2, 1: 0, 2: 1})) == {0: 2, 1: 0, 2: 1}  # type: ignore[arg-type]
     with pytest.raises(inventory.NvmlUnavailable, match="cannot give the GPUs' minor numbers: Not Supported"):
         inventory.minor_numbers(probed, FakeNvml({}, fail=True))  # type: ignore[arg-type]
 
