@@ -91,7 +91,6 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
     if not NOTE_RE.fullmatch(status.gpu_isolation_note):
         errs.append((f"{prefix}.gpu_isolation_note", "at most 300 printable ASCII characters"))
     errs += inventory_errors(status.inventory, f"{prefix}.inventory")
-    indices = {g.index for g in status.inventory.gpus}
     if len(status.workers) > MAX_WORKERS:
         errs.append((f"{prefix}.workers", f"more than {MAX_WORKERS} workers"))
         return errs
@@ -113,8 +112,11 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
             errs.append((f"{f}.attempt", "must be >= 0"))
         if not 0 <= w.rank <= MAX_RANK:
             errs.append((f"{f}.rank", f"must be in 0..{MAX_RANK}"))
-        if len(w.gpu_indices) > MAX_GPUS_PER_NODE or not set(w.gpu_indices) <= indices:
-            errs.append((f"{f}.gpu_indices", "must be GPUs of this node's inventory"))
+        # Any index a node may have, not only those it offers now: a GPU that left the inventory
+        # (MIG turned on, a recovery action, off the bus) is still in the records of the workers
+        # that ran on it, kept an hour, and refusing them refused the node's every heartbeat.
+        if len(w.gpu_indices) > MAX_GPUS_PER_NODE or not all(0 <= g < MAX_GPUS_PER_NODE for g in w.gpu_indices):
+            errs.append((f"{f}.gpu_indices", f"at most {MAX_GPUS_PER_NODE} indices in 0..{MAX_GPUS_PER_NODE - 1}"))
         for name in ("reason", "log_path"):
             text = getattr(w, name)
             if len(text) > MAX_TEXT or "\0" in text:

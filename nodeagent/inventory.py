@@ -243,20 +243,26 @@ def probe_nvml(
         handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         for i, h in enumerate(handles):
             name = _text(nv.nvmlDeviceGetName(h))
-            total = int(nv.nvmlDeviceGetMemoryInfo(h).total)
             try:
                 uuid = _text(nv.nvmlDeviceGetUUID(h))
             except nv.NVMLError:
                 uuid = f"UNKNOWN-UUID-{i}"
-            entry, note = catalog.from_nvml(name, total)
+            why = leftout.why(nv, h)
+            try:
+                total = int(nv.nvmlDeviceGetMemoryInfo(h).total)
+            except nv.NVMLError as exc:
+                if not why:
+                    raise NvmlUnavailable(f"NVML cannot read the memory of GPU {i}: {exc}") from None
+                total = 0  # in MIG mode only a privileged caller reads the card's memory (NVML's reference)
+            entry, note = catalog.from_nvml(name, total) if total else (None, "")
             if entry is None:
-                log.warning("GPU model not in the catalog; reporting NVML's name", index=i, nvml_name=name)
+                if total:  # (without its memory a GPU left out keeps NVML's name: no nearest guess)
+                    log.warning("GPU model not in the catalog; reporting NVML's name", index=i, nvml_name=name)
                 model = name
             else:
                 model = entry.name
                 if note:
                     log.info("GPU mapped to the nearest catalog entry", index=i, note=note)
-            why = leftout.why(nv, h)
             if why:
                 inv.left_out.append(common_pb2.LeftOutGpu(index=i, uuid=uuid, model=model, reason=why))
                 continue
@@ -270,10 +276,10 @@ def probe_nvml(
                                                      None if sessions is None else sessions.setdefault(i, set())),
                 )
             )
-        kept = {g.index for g in inv.gpus}
-        peers = _nvlink_peers(nv, handles)
-        for gpu in inv.gpus:
-            gpu.nvlink_peers.extend(p for p in peers[gpu.index] if p in kept)
+        # Among the offered GPUs only: a query failing on one left out would drop every GPU's answer.
+        offered = [g.index for g in inv.gpus]
+        for gpu, peers in zip(inv.gpus, _nvlink_peers(nv, [handles[i] for i in offered]), strict=True):
+            gpu.nvlink_peers.extend(offered[p] for p in peers)
         return inv
 
 

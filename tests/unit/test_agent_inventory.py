@@ -318,3 +318,30 @@ def test_probe_nvml_leaves_out_gpus_that_need_a_recovery_action() -> None:
         (1, "NVML says the GPU needs a GPU reset before it takes new work (recovery action 1)"),
         (2, "NVML says the GPU needs a reboot of the node before it takes new work (recovery action 2)")]
     assert nodespec.inventory_errors(inv, "inventory") == []
+
+
+def test_a_mig_card_nvml_says_little_about_leaves_the_others_whole() -> None:
+    """In MIG mode NVML may refuse the card's memory (only a privileged caller reads it) and its
+    peer-to-peer status: the card is still left out by name, the offered GPUs keep their NVLink
+    peers (a review: the probe failed, or every GPU lost its peers)."""
+    gb = 10**9
+    nv = fake_nvml([("NVIDIA H100 80GB HBM3", 80 * gb)] * 3, p2p={frozenset((0, 2))})
+    nv.nvmlDeviceGetMigMode = lambda h: [1, 1] if h == 1 else [0, 0]
+    nv.NVML_DEVICE_MIG_ENABLE = 1
+    memory, p2p = nv.nvmlDeviceGetMemoryInfo, nv.nvmlDeviceGetP2PStatus
+
+    def refused_on_1(f):  # type: ignore[no-untyped-def]
+        def call(h, *rest):  # type: ignore[no-untyped-def]
+            if 1 in (h, *rest[:1]):
+                raise FakeNVMLError("Insufficient Permissions")
+            return f(h, *rest)
+        return call
+
+    nv.nvmlDeviceGetMemoryInfo, nv.nvmlDeviceGetP2PStatus = refused_on_1(memory), refused_on_1(p2p)
+    inv = probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]
+    assert [(g.index, list(g.nvlink_peers)) for g in inv.gpus] == [(0, [2]), (2, [0])]
+    assert [(g.index, g.model) for g in inv.left_out] == [(1, "NVIDIA H100 80GB HBM3")]
+    assert nodespec.inventory_errors(inv, "inventory") == []
+    nv.nvmlDeviceGetMigMode = lambda h: [0, 0]
+    with pytest.raises(NvmlUnavailable, match="cannot read the memory of GPU 1: Insufficient Permissions"):
+        probe_nvml(nvml=nv, host=HOST)  # type: ignore[arg-type]  # an offered GPU: no inventory

@@ -54,6 +54,21 @@ def test_gpus_left_out_pass_beside_the_offered_ones() -> None:
     assert nodespec.status_errors(st) == []
 
 
+def test_workers_on_gpus_no_longer_offered_are_kept() -> None:
+    """A GPU left out since (MIG turned on, a recovery action) or off the bus is still in the records
+    of the workers that ran on it, kept an hour: the node's status must not be refused for them
+    (a review: every heartbeat was, and the node was lost)."""
+    st = status()
+    del st.inventory.gpus[3]
+    st.inventory.gpus[0].ClearField("nvlink_peers")
+    st.inventory.gpus[1].ClearField("nvlink_peers")
+    st.inventory.gpus[2].ClearField("nvlink_peers")
+    st.inventory.left_out.add(index=3, uuid="GPU-left", model="A100-80GB", reason="MIG mode is on")
+    st.workers[0].gpu_indices[:] = [3]
+    st.workers.add(job_id="j-0123456789ac", attempt=1, rank=0, gpu_indices=[9])  # off the bus
+    assert nodespec.status_errors(st) == []
+
+
 def test_worker_reports_are_bounded_not_judged() -> None:
     # progress numbers and reasons come from the job's own workers: refusing them would let a job
     # make its node unreachable; only their size is bounded
@@ -123,7 +138,8 @@ def _forged(mutate: object) -> list[str]:
     (lambda s: setattr(s.workers[0], "job_id", "../../etc"), "status.workers[0].job_id"),
     (lambda s: setattr(s.workers[0], "rank", -1), "status.workers[0].rank"),
     (lambda s: setattr(s.workers[0], "state", 99), "status.workers[0].state"),
-    (lambda s: s.workers[0].gpu_indices.append(7), "status.workers[0].gpu_indices"),
+    (lambda s: s.workers[0].gpu_indices.append(64), "status.workers[0].gpu_indices"),
+    (lambda s: s.workers[0].gpu_indices.append(-1), "status.workers[0].gpu_indices"),
     (lambda s: s.attempt_marks.extend(A.AttemptMark(job_id=f"j-{i}", attempt=1) for i in range(2001)),
      "status.attempt_marks"),
     (lambda s: s.attempt_marks.add(job_id="../x", attempt=1), "status.attempt_marks[0].job_id"),
