@@ -383,7 +383,8 @@ class Agent:
             after = [(g.index, g.uuid) for g in inv.gpus]
             if before != after:
                 log.error("GPU set changed", before=[u for _, u in before], after=[u for _, u in after],
-                          left_out={g.uuid: g.reason for g in inv.left_out})
+                          left_out={g.uuid: g.reason for g in inv.left_out},
+                          note="" if inv.gpus else "no GPU left to offer: the controller refuses this node")
                 self.supervisor.gpu_indices = frozenset(g.index for g in inv.gpus)
                 self.wake.set()
             self.inventory = inv
