@@ -218,14 +218,15 @@ def _nvlink_peers(nv: Any, handles: list[Any]) -> list[list[int]]:
 
 def probe_nvml(
     own_pids: Collection[int] = frozenset(), nvml: ModuleType | None = None, host: HostFacts | None = None,
-    sessions: dict[int, set[int]] | None = None,
+    sessions: dict[int, set[int]] | None = None, recovery_check: bool = True,
 ) -> common_pb2.NodeInventory:
     """Probe the node's GPUs through NVML.
 
     `own_pids` are the session leaders of the agent's workers: memory their sessions hold is not
     foreign; `sessions` gets, per GPU index, those of them seen on it (nodeagent/gpuguard.py). Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
     a warning is logged) rather than being guessed. A GPU in MIG mode, in the Prohibited compute
-    mode or waiting for a recovery action goes to `left_out`, not `gpus`, with why (nodeagent/leftout.py).
+    mode or waiting for a recovery action (unless not `recovery_check`) goes to `left_out`, not
+    `gpus`, with why (nodeagent/leftout.py).
     Raises NvmlUnavailable when NVML cannot start.
     """
     with _nvml(nvml) as nv:
@@ -247,7 +248,7 @@ def probe_nvml(
                 uuid = _text(nv.nvmlDeviceGetUUID(h))
             except nv.NVMLError:
                 uuid = f"UNKNOWN-UUID-{i}"
-            why = leftout.why(nv, h)
+            why = leftout.why(nv, h, recovery_check)
             try:
                 total = int(nv.nvmlDeviceGetMemoryInfo(h).total)
             except nv.NVMLError as exc:

@@ -25,9 +25,10 @@ RECOVERY_ACTIONS = {1: "a GPU reset", 2: "a reboot of the node", 3: "its peer-to
                     7: "a reboot of the system"}
 
 
-def why(nv: Any, handle: Any) -> str:
+def why(nv: Any, handle: Any, recovery_check: bool = True) -> str:
     """Why the GPU cannot be offered ("" when it can): MIG mode, a compute mode that lets no process
-    make a CUDA context on it, or a fault after which NVML says it needs a recovery action."""
+    make a CUDA context on it, or (with `recovery_check`: `tessera-agent --gpu-recovery-check`) a
+    fault after which NVML says it needs a recovery action."""
     if _mig_on(nv, handle):
         return MIG_REASON
     query = getattr(nv, "nvmlDeviceGetComputeMode", None)
@@ -37,7 +38,7 @@ def why(nv: Any, handle: Any) -> str:
         prohibited = False
     if prohibited:
         return PROHIBITED_REASON
-    action = _recovery_action(nv, handle)
+    action = _recovery_action(nv, handle) if recovery_check else 0
     if action:
         need = RECOVERY_ACTIONS.get(action, f"recovery action {action}")
         return f"NVML says the GPU needs {need} before it takes new work (recovery action {action})"

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
 import sys
@@ -25,7 +26,7 @@ from tessera.common.errors import InvalidArgument, InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.common.privatefile import make_dir
 from tessera.nodeagent import cgroups, devicefilter, diskuse, inventory, users
-from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, socket_path
+from tessera.nodeagent.agent import MAX_SOCKET_PATH, SOCKET_NAME, Agent, AgentConfig, Prober, socket_path
 from tessera.nodeagent.controllers import split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_LOG_MAX_BYTES
 from tessera.nodeagent.logcap import MIN_MAX_BYTES
@@ -173,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="each worker may open only its own GPUs' device files (a cgroup with an eBPF device program; "
         "needs root and cgroup v2): on = refuse to start without it, auto (default) = where possible",
+    )
+    p.add_argument(
+        "--gpu-recovery-check",
+        choices=("on", "off"),
+        default="on",
+        help="on (default): a GPU for which NVML names a recovery action (a reset, a reboot) is not "
+        "offered until it clears; off: offered anyway, for a driver that names one on healthy GPUs",
     )
     p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
     tls.add_arguments(p)
@@ -324,7 +332,7 @@ def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, 
         except inventory.InventoryError as exc:
             raise AgentUsageError(f"--inventory: {exc}") from None
     try:
-        inv = inventory.probe_nvml()
+        inv = inventory.probe_nvml(recovery_check=args.gpu_recovery_check == "on")
     except inventory.NvmlUnavailable as exc:
         raise AgentUsageError(
             f"{exc}; on a node without NVML pass --inventory FILE (see docs/inventory.md)"
@@ -391,8 +399,8 @@ def printable(text: str) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in " ".join(text.split()))
 
 
-async def run(config: AgentConfig, inv: common_pb2.NodeInventory, nvml: bool) -> int:
-    agent = Agent(config, inv, prober=inventory.probe_nvml if nvml else None)
+async def run(config: AgentConfig, inv: common_pb2.NodeInventory, prober: Prober | None) -> int:
+    agent = Agent(config, inv, prober=prober)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -434,7 +442,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tessera-agent: error: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(run(config, inv, nvml))
+        recovery_check = args.gpu_recovery_check == "on"
+        return asyncio.run(run(config, inv, functools.partial(inventory.probe_nvml, recovery_check=recovery_check)
+                               if nvml else None))
     except KeyboardInterrupt:
         return 0
 

@@ -318,6 +318,8 @@ def test_probe_nvml_leaves_out_gpus_that_need_a_recovery_action() -> None:
         (1, "NVML says the GPU needs a GPU reset before it takes new work (recovery action 1)"),
         (2, "NVML says the GPU needs a reboot of the node before it takes new work (recovery action 2)")]
     assert nodespec.inventory_errors(inv, "inventory") == []
+    # tessera-agent --gpu-recovery-check off: for a driver that names an action on healthy GPUs
+    assert [g.index for g in probe_nvml(nvml=nv, host=HOST, recovery_check=False).gpus] == [0, 1, 2, 3]  # type: ignore[arg-type]
 
 
 def test_a_mig_card_nvml_says_little_about_leaves_the_others_whole() -> None:

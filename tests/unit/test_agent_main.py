@@ -21,7 +21,7 @@ def test_parse_config_defaults(tmp_path: Path) -> None:
     )
     assert work.is_dir() and config.work_dir == work.resolve()
     assert (config.listen, config.advertise, config.kill_workers_on_exit) == ("127.0.0.1:0", None, False)
-    assert args.inventory is None and args.log_level == "info"
+    assert args.inventory is None and args.log_level == "info" and args.gpu_recovery_check == "on"
     assert config.worker_threads is None
     config, _ = parse_config(["--controller", "c:1", "--node-id", "n", "--work-dir", str(work), "--worker-threads", "6",
                               "--insecure"])
@@ -97,8 +97,8 @@ def test_a_node_whose_gpus_are_all_left_out_does_not_start(monkeypatch: pytest.M
 
     inv = common_pb2.NodeInventory(source=common_pb2.INVENTORY_SOURCE_NVML)
     inv.left_out.add(index=0, uuid="GPU-0", model="A100-80GB", reason=leftout.MIG_REASON)
-    monkeypatch.setattr(inventory, "probe_nvml", lambda: inv)
-    args = argparse.Namespace(inventory=None)  # no --inventory: NVML
+    monkeypatch.setattr(inventory, "probe_nvml", lambda recovery_check: inv)
+    args = argparse.Namespace(inventory=None, gpu_recovery_check="on")  # no --inventory: NVML
     with pytest.raises(AgentUsageError, match="no GPU to offer \\(GPU 0: MIG mode is on"):
         main.load_inventory(args)
     inv.gpus.add(index=1, uuid="GPU-1", model="A100-80GB", memory_bytes=80 * 10**9)
