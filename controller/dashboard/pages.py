@@ -144,7 +144,7 @@ def nodes_page(who: Principal, nodes: Sequence[controller_pb2.Node], held: Mappi
                      chips or "-", jobs, str(n.inventory.cpu_count or "-"), mem,
                      e(ISOLATION_WORDS.get(n.gpu_isolation, "-")), bdi(n.agent_version or "-"),
                      ago(now, n.last_heartbeat)])
-    body = (table(["node", "state", "reason", "address", "GPUs (blue: held by a job; struck out: not offered)", "jobs", "CPUs", "memory",
+    body = (table(["node", "state", "reason", "address", "GPUs (blue: held by a job)", "jobs", "CPUs", "memory",
                    "GPU isolation", "agent", "heartbeat"], rows, "nodes")
             if rows else '<p class="empty">No node has registered.</p>')
     return layout("Nodes", who, body, "nodes")
