@@ -141,19 +141,7 @@ def inventory_errors(inv: common_pb2.NodeInventory, prefix: str) -> Errors:
     indices = {g.index for g in gpus}
     for i, g in enumerate(gpus):
         f = f"{prefix}.gpus[{i}]"
-        if not 0 <= g.index < MAX_GPUS_PER_NODE:
-            errs.append((f"{f}.index", f"must be in 0..{MAX_GPUS_PER_NODE - 1}"))
-        elif g.index in seen:
-            errs.append((f"{f}.index", f"index {g.index} listed twice"))
-        seen.add(g.index)
-        if not GPU_MODEL_RE.fullmatch(g.model):
-            errs.append((f"{f}.model", ("must be 1-64 printable ASCII characters (no control or invisible "
-                                       "characters), starting with a letter or digit")))
-        if not UUID_RE.fullmatch(g.uuid):
-            errs.append((f"{f}.uuid", "must be 1-96 letters, digits, '.', '_', ':', '/' or '-'"))
-        elif g.uuid in uuids:  # one device reported twice
-            errs.append((f"{f}.uuid", f"UUID {g.uuid} listed twice"))
-        uuids.add(g.uuid)
+        errs += _identity_errors(f, g, seen, uuids)
         if not 0 < g.memory_bytes <= MAX_GPU_MEMORY_BYTES:
             errs.append((f"{f}.memory_bytes", f"must be in 1..{MAX_GPU_MEMORY_BYTES:,}"))
         if not 0 <= g.foreign_used_bytes <= MAX_GPU_MEMORY_BYTES:
@@ -182,18 +170,27 @@ def _left_out_errors(inv: common_pb2.NodeInventory, prefix: str, indices: set[in
     indices, uuids = set(indices), set(uuids)
     for i, g in enumerate(inv.left_out):
         f = f"{prefix}.left_out[{i}]"
-        if not 0 <= g.index < MAX_GPUS_PER_NODE:
-            errs.append((f"{f}.index", f"must be in 0..{MAX_GPUS_PER_NODE - 1}"))
-        elif g.index in indices:
-            errs.append((f"{f}.index", f"index {g.index} listed twice"))
-        indices.add(g.index)
-        if not GPU_MODEL_RE.fullmatch(g.model):
-            errs.append((f"{f}.model", "must be 1-64 printable ASCII characters, starting with a letter or digit"))
-        if not UUID_RE.fullmatch(g.uuid):
-            errs.append((f"{f}.uuid", "must be 1-96 letters, digits, '.', '_', ':', '/' or '-'"))
-        elif g.uuid in uuids:
-            errs.append((f"{f}.uuid", f"UUID {g.uuid} listed twice"))
-        uuids.add(g.uuid)
+        errs += _identity_errors(f, g, indices, uuids)
         if not g.reason or not NOTE_RE.fullmatch(g.reason):
             errs.append((f"{f}.reason", "must be 1-300 printable ASCII characters"))
+    return errs
+
+
+def _identity_errors(f: str, g: common_pb2.Gpu | common_pb2.LeftOutGpu, indices: set[int], uuids: set[str]) -> Errors:
+    """One GPU's index, model and UUID, offered or left out: each index and UUID once on the node
+    (`indices` and `uuids` get this GPU's), safe names."""
+    errs: Errors = []
+    if not 0 <= g.index < MAX_GPUS_PER_NODE:
+        errs.append((f"{f}.index", f"must be in 0..{MAX_GPUS_PER_NODE - 1}"))
+    elif g.index in indices:
+        errs.append((f"{f}.index", f"index {g.index} listed twice"))
+    indices.add(g.index)
+    if not GPU_MODEL_RE.fullmatch(g.model):
+        errs.append((f"{f}.model", ("must be 1-64 printable ASCII characters (no control or invisible "
+                                   "characters), starting with a letter or digit")))
+    if not UUID_RE.fullmatch(g.uuid):
+        errs.append((f"{f}.uuid", "must be 1-96 letters, digits, '.', '_', ':', '/' or '-'"))
+    elif g.uuid in uuids:  # one device reported twice
+        errs.append((f"{f}.uuid", f"UUID {g.uuid} listed twice"))
+    uuids.add(g.uuid)
     return errs
