@@ -64,10 +64,9 @@ def split(trace: str, top: int) -> dict[str, Any]:
         idle["waiting" if rec.pending else "none_waiting"] += interval * (gpus - rec.gpus_used)
     # From `busy_from` to the run's end (its last jobs draining aside) no GPU was idle while nothing
     # waited: the run's length after it is the GPU-time held after it, over the cluster's GPUs.
-    busy_from = 0.0
-    for k, rec in enumerate(res.rounds):
-        if not rec.pending and rec.gpus_used < gpus and any(x.pending for x in res.rounds[k + 1:]):
-            busy_from = rec.time + interval
+    last_wait = max((k for k, rec in enumerate(res.rounds) if rec.pending), default=-1)
+    busy_from = max((rec.time + interval for rec in res.rounds[:last_wait]
+                     if not rec.pending and rec.gpus_used < gpus), default=t0)
     curves: dict[str, dict[int, float]] = {}
     groups: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     jobs = []
