@@ -90,6 +90,9 @@ class CachedEstimates:
         self._cells: dict[tuple[str, str, int, int], tuple[CellEstimate, ...]] = {}
         self._counts: dict[tuple[str, str], tuple[int, ...]] = {}
         self._dp: dict[tuple[str, str, int], bool] = {}
+        # Checked once: isinstance against a runtime-checkable Protocol reads its attributes every
+        # time (gavel asked two million times a round).
+        self._inner_dp: DataParallelMemory | None = inner if isinstance(inner, DataParallelMemory) else None
         self._lock = threading.Lock()
         self.misses = 0
 
@@ -124,8 +127,8 @@ class CachedEstimates:
             self._dp = {k: v for k, v in self._dp.items() if k[0] != key}
 
     def dp_fits(self, job: JobView, gpu_type: str, gpus: int) -> bool:
-        inner = self.inner
-        if not isinstance(inner, DataParallelMemory):
+        inner = self._inner_dp
+        if inner is None:
             return True
         k = (job.key, gpu_type, gpus)
         got = self._dp.get(k)
@@ -232,6 +235,10 @@ class RoundContext:
     evaluations: int = 0
     budget_exhausted: bool = False
     _memo: dict[tuple[str, str, int, int], CellEstimate | None] = field(default_factory=dict)
+    # ideal_nodes by (type, GPUs): it reads every node of the type, and sia asks millions of times.
+    _ideal: dict[tuple[str, int], int] = field(default_factory=dict)
+    # The estimates when they answer dp_fits, checked once (see CachedEstimates._inner_dp).
+    _dp_est: DataParallelMemory | None = None
     _t0: float = 0.0
     # Tenants configured (Snapshot.tenants): the guaranteed jobs admitted within their tenant's
     # quota this round, each with its promise (its GPU type filled in). After the policy, the
@@ -246,6 +253,7 @@ class RoundContext:
         self.pending = sorted(self.snap.pending, key=queue_key)
         ids = [j.id for j in self.pending]
         self.arrivals = frozenset(ids if self.snap.arrivals is None else self.snap.arrivals)
+        self._dp_est = self.estimates if isinstance(self.estimates, DataParallelMemory) else None
         if self.config.clock is not None:
             self._t0 = self.config.clock()
 
@@ -270,10 +278,7 @@ class RoundContext:
         return job.global_batch_size / b.iteration_s if b else 0.0
 
     def dp_fits(self, job: JobView, gpu_type: str, gpus: int) -> bool:
-        est = self.estimates
-        if isinstance(est, DataParallelMemory):
-            return est.dp_fits(job, gpu_type, gpus)
-        return True
+        return self._dp_est.dp_fits(job, gpu_type, gpus) if self._dp_est is not None else True
 
     def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
         return self.estimates.gpu_counts(job, gpu_type)
@@ -292,6 +297,12 @@ class RoundContext:
         largest per-node share of placement.quotas, as ClusterState.place lays a gang out): 3 GPUs on
         three 2-GPU nodes are 3 x 1, not an uneven 2 + 1. When the nodes hold no even layout (5 GPUs on
         two 4-GPU nodes) the fewest nodes by count, an uneven split no Cell covers. 0: no such type."""
+        got = self._ideal.get((gpu_type, gpus))
+        if got is None:
+            got = self._ideal[gpu_type, gpus] = self._layout_nodes(gpu_type, gpus)
+        return got
+
+    def _layout_nodes(self, gpu_type: str, gpus: int) -> int:
         pool = self.state.pools.get(gpu_type)
         cap = pool.max_cap if pool else 0
         if pool is None or cap <= 0:

@@ -112,6 +112,7 @@ class _Sia:
         # Jobs of one model, batch and type restriction share their table (a long queue holds
         # thousands of jobs but few distinct models); read-only, valid for this round.
         self._configs: dict[tuple[str, int, tuple[str, ...]], tuple[dict[Config, float], list[Config]]] = {}
+        self._raw: dict[tuple[str, int], dict[Config, float]] = {}  # goodputs' throughputs, likewise
 
     def _table(self, job: JobView) -> tuple[dict[Config, float], list[Config]]:
         k = (job.key, job.global_batch_size, job.gpu_types)
@@ -190,14 +191,16 @@ class _Sia:
         """The artifact's `_gen_goodput_matrix` and factors: N_min x G / min G, times the reallocation
         factor, to the power p, clipped at 3,000."""
         ctx = self.ctx
-        raw: dict[Config, float] = {}
-        for t in ctx.types():
-            for n in COUNTS:
-                if n > ctx.total_gpus(t):
-                    continue
-                g = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
-                if g > 0:
-                    raw[(t, n)] = g
+        raw = self._raw.get((job.key, job.global_batch_size))
+        if raw is None:
+            raw = self._raw[job.key, job.global_batch_size] = {}
+            for t in ctx.types():
+                for n in COUNTS:
+                    if n > ctx.total_gpus(t):
+                        continue
+                    g = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
+                    if g > 0:
+                        raw[(t, n)] = g
         if not raw:
             return {}
         lo = min(raw.values())
