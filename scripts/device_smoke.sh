@@ -47,6 +47,7 @@ run() {
   mkdir -p "$out"
   setup || return 1
   nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1 || true
+  python3 scripts/nvml_facts.py >"$out/nvml_facts.json" 2>&1 || true  # what the probe leaves out, and why
   python3 scripts/gpu_smoke.py "$@" 2>&1 | tee "$out/gpu_smoke.txt"
   return "${PIPESTATUS[0]}"
 }
