@@ -226,8 +226,8 @@ def probe_nvml(
     foreign; `sessions` gets, per GPU index, those of them seen on it (nodeagent/gpuguard.py). Names map to the catalog with catalog.from_nvml; an unknown GPU keeps NVML's name (and
     a warning is logged) rather than being guessed. A GPU in MIG mode, in the Prohibited compute
     mode or waiting for a recovery action (unless not `recovery_check`) goes to `left_out`, not
-    `gpus`, with why (nodeagent/leftout.py).
-    Raises NvmlUnavailable when NVML cannot start.
+    `gpus`, with why (nodeagent/leftout.py). Raises NvmlUnavailable when NVML cannot start or
+    cannot read the memory of a GPU it would offer.
     """
     with _nvml(nvml) as nv:
         facts = host or host_facts()
@@ -287,16 +287,23 @@ def probe_nvml(
 def minor_numbers(inv: common_pb2.NodeInventory, nvml: ModuleType | None = None) -> dict[int, int]:
     """GPU index -> the minor number of its /dev/nvidiaN (device isolation, nodeagent/devicefilter.py).
 
-    GPUs left out count too: one that clears (a GPU reset ends its recovery action) is offered again
-    while the agent runs, and a worker placed on it must be confined to it, not refused. A declared
-    inventory has no devices: its indices stand for minors, so tests can check the filter on device
-    nodes of their own. NvmlUnavailable when NVML cannot say for every GPU.
+    GPUs left out count too, where NVML answers for them (a faulted GPU may not): one that clears (a
+    GPU reset ends its recovery action) is offered again while the agent runs, and a worker placed on
+    it must be confined to it, not refused. A declared inventory has no devices: its indices stand for
+    minors, so tests can check the filter on device nodes of their own. NvmlUnavailable when NVML
+    cannot say for every GPU offered.
     """
     if inv.source != common_pb2.INVENTORY_SOURCE_NVML:
         return {g.index: g.index for g in inv.gpus}
     with _nvml(nvml) as nv:
+        def minor(index: int) -> int:
+            return int(nv.nvmlDeviceGetMinorNumber(nv.nvmlDeviceGetHandleByIndex(index)))
+
         try:
-            return {g.index: int(nv.nvmlDeviceGetMinorNumber(nv.nvmlDeviceGetHandleByIndex(g.index)))
-                    for g in [*inv.gpus, *inv.left_out]}
+            out = {g.index: minor(g.index) for g in inv.gpus}
         except nv.NVMLError as exc:
             raise NvmlUnavailable(f"NVML cannot give the GPUs' minor numbers: {exc}") from None
+        for g in inv.left_out:
+            with contextlib.suppress(nv.NVMLError):
+                out[g.index] = minor(g.index)
+        return out

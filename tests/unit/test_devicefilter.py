@@ -109,8 +109,8 @@ class FakeNvml:
     class NVMLError(Exception):
         pass
 
-    def __init__(self, minors: dict[int, int], fail: bool = False) -> None:
-        self.minors, self.fail = minors, fail
+    def __init__(self, minors: dict[int, int], fail: bool = False, missing_fails: bool = False) -> None:
+        self.minors, self.fail, self.missing_fails = minors, fail, missing_fails
 
     def nvmlInit(self) -> None: ...
 
@@ -120,7 +120,7 @@ class FakeNvml:
         return i
 
     def nvmlDeviceGetMinorNumber(self, h: int) -> int:
-        if self.fail:
+        if self.fail or (self.missing_fails and h not in self.minors):
             raise self.NVMLError("Not Supported")
         return self.minors[h]
 
@@ -135,6 +135,8 @@ def test_minor_numbers_come_from_nvml_and_a_declared_inventory_uses_its_indices(
     # A GPU left out now (a recovery action) is offered again once it clears: its minor is known.
     probed.left_out.add(index=2, uuid="GPU-2", model="A100-80GB", reason="NVML says the GPU needs a GPU reset")
     assert inventory.minor_numbers(probed, FakeNvml({0: 2, 1: 0, 2: 1})) == {0: 2, 1: 0, 2: 1}  # type: ignore[arg-type]
+    # One NVML cannot answer for (a faulted GPU) is left without: isolation stays on for the others.
+    assert inventory.minor_numbers(probed, FakeNvml({0: 2, 1: 0}, missing_fails=True)) == {0: 2, 1: 0}  # type: ignore[arg-type]
     with pytest.raises(inventory.NvmlUnavailable, match="cannot give the GPUs' minor numbers: Not Supported"):
         inventory.minor_numbers(probed, FakeNvml({}, fail=True))  # type: ignore[arg-type]
 
