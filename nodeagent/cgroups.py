@@ -10,6 +10,7 @@ cgroups are unavailable and runs keepers without one (containers, CI machines, n
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -25,8 +26,10 @@ def systemd_runs() -> bool:
     return os.path.isdir("/run/systemd/system")
 
 
+@functools.cache
 def probe() -> tuple[bool, str]:
-    """(available, why not)."""
+    """(available, why not). Once per process: the agent asks at start for device isolation
+    (nodeagent/main.py) and again for its keepers' scopes, and each ask ran `systemd-run`."""
     if not systemd_runs():
         return False, "systemd is not the init system here (no /run/systemd/system)"
     exe = shutil.which(SYSTEMD_RUN)

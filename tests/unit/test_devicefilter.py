@@ -198,3 +198,25 @@ def test_ptrace_across_a_users_processes_is_told_from_yamas_scope(tmp_path: Path
     for text, open_ in (("0\n", True), ("1\n", False), ("3\n", False)):
         scope.write_text(text)
         assert main.ptrace_open(str(scope)) is open_
+
+
+def test_the_systemd_scope_probe_runs_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent asks at start for isolation and again for its keepers' scopes: one systemd-run."""
+    runs: list[list[str]] = []
+
+    class Done:
+        returncode, stderr = 0, b""
+
+    def run(argv: list[str], **_: Any) -> Done:
+        runs.append(argv)
+        return Done()
+
+    monkeypatch.setattr(cgroups, "systemd_runs", lambda: True)
+    monkeypatch.setattr(cgroups.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(cgroups.subprocess, "run", run)
+    cgroups.probe.cache_clear()
+    try:
+        assert cgroups.probe() == (True, "") and cgroups.probe() == (True, "")
+        assert len(runs) == 1 and runs[0][:2] == ["/usr/bin/systemd-run", "--scope"]
+    finally:
+        cgroups.probe.cache_clear()  # the next test's process state, not this fake's
