@@ -81,6 +81,15 @@ def per_round_gpu_s(curve: dict[int, float], iterations: float, t_p: float, star
     return min((g * (iterations * it + start_s) for g, it in curve.items() if it <= t_p), default=float("inf"))
 
 
+def least_gpu_s(curve: dict[int, float], iterations: float, t_p: float, start_s: float) -> float:
+    """A job's least GPU-seconds with its one start: at its cheapest point, or for a guaranteed job
+    (t_p > 0) held every round to t_P, at its cheapest point as fast as that (the promise's own point
+    compares as fast as t_P)."""
+    if t_p > 0:
+        return per_round_gpu_s(curve, iterations, t_p * (1 + 1e-9), start_s)
+    return min(g * (iterations * it + start_s) for g, it in curve.items())
+
+
 def cumulative_gpu_s(curve: dict[int, float], iterations: float, t_p: float, start_s: float) -> float:
     """The least GPU-seconds of a guaranteed job held only to its cumulative progress (an average of
     at most t_P s/iteration): one point as fast as t_P (`per_round_gpu_s`), or a mix (`mix_cost`),
@@ -124,14 +133,13 @@ def bounds(jobs: Sequence[TraceJob], truth: Truth, gpus: int, start_s: float = 0
     for j in jobs:
         c = curves[j.model_key]
         least = min(g * j.iterations * it for g, it in c.items())
-        once = min(g * (j.iterations * it + start_s) for g, it in c.items())
+        once = least_gpu_s(c, j.iterations, 0.0, start_s)
         plain.append((j.submit_time, least))
         started.append((j.submit_time, once))
         t_p = promise_time(truth, j, gpu_type, per_node) * slack if gpu_type else 0.0
         if t_p > 0:
-            t_p *= 1 + 1e-9  # the promise's own point compares as fast as t_P
-            per_round.append((j.submit_time, per_round_gpu_s(c, j.iterations, t_p, start_s)))
-            cumulative.append((j.submit_time, cumulative_gpu_s(c, j.iterations, t_p, start_s)))
+            per_round.append((j.submit_time, least_gpu_s(c, j.iterations, t_p, start_s)))
+            cumulative.append((j.submit_time, cumulative_gpu_s(c, j.iterations, t_p * (1 + 1e-9), start_s)))
             if cumulative[-1][1] < per_round[-1][1]:
                 mix_saves.append((per_round[-1][1] - cumulative[-1][1], j.id))
         else:

@@ -23,7 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 from benchio import write_result
-from morphling_bounds import per_gpu_count, per_round_gpu_s, promise_time, replay
+from morphling_bounds import least_gpu_s, per_gpu_count, promise_time, replay
 
 from tessera.controller.core.policies.morphling import MorphlingPolicy
 from tessera.controller.core.snapshot import Snapshot
@@ -74,8 +74,7 @@ def split(trace: str, top: int) -> dict[str, Any]:
         tj = j.t
         c = curves.setdefault(tj.model_key, per_gpu_count(r.truth.est, tj.model_key))
         t_p = promise_time(r.truth, tj, r.gpu_type, r.cluster.per_node(r.gpu_type)) if r.gpu_type else 0.0
-        least = (per_round_gpu_s(c, tj.iterations, t_p, start_s) if t_p > 0
-                 else min(g * (tj.iterations * it + start_s) for g, it in c.items()))
+        least = least_gpu_s(c, tj.iterations, t_p, start_s)
         g = groups[f"{tj.model_key} {'guaranteed' if t_p > 0 else 'best-effort'}"]
         g[0] += 1
         g[1] += held[tj.id]
