@@ -324,15 +324,17 @@ def check_worker_access(config: AgentConfig) -> None:
             )
 
 
-def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, bool]:
-    """The declared file when given, else NVML; (inventory, probe again later?)."""
+def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, Prober | None]:
+    """The declared file when given, else NVML; (inventory, the probe the agent runs again later:
+    None for a declared file)."""
     if args.inventory:
         try:
-            return inventory.load_declared(args.inventory, args.node_id), False
+            return inventory.load_declared(args.inventory, args.node_id), None
         except inventory.InventoryError as exc:
             raise AgentUsageError(f"--inventory: {exc}") from None
+    probe = functools.partial(inventory.probe_nvml, recovery_check=args.gpu_recovery_check == "on")
     try:
-        inv = inventory.probe_nvml(recovery_check=args.gpu_recovery_check == "on")
+        inv = probe()
     except inventory.NvmlUnavailable as exc:
         raise AgentUsageError(
             f"{exc}; on a node without NVML pass --inventory FILE (see docs/inventory.md)"
@@ -343,7 +345,7 @@ def load_inventory(args: argparse.Namespace) -> tuple[common_pb2.NodeInventory, 
     if not inv.gpus:
         found = "; ".join(f"GPU {g.index}: {g.reason}" for g in inv.left_out[:2]) or "NVML lists none"
         raise AgentUsageError(f"no GPU to offer ({found})")
-    return inv, True
+    return inv, probe
 
 
 def isolation_available() -> tuple[bool, str]:
@@ -428,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config, args = parse_config(argv)
         logs.configure(args.log_level)
-        inv, nvml = load_inventory(args)
+        inv, prober = load_inventory(args)
         check_worker_access(config)
         minors, note = gpu_minors(args.device_isolation, inv)
         config = dataclasses.replace(config, gpu_minors=minors, gpu_isolation_note=note)
@@ -442,9 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tessera-agent: error: {exc}", file=sys.stderr)
         return 2
     try:
-        recovery_check = args.gpu_recovery_check == "on"
-        return asyncio.run(run(config, inv, functools.partial(inventory.probe_nvml, recovery_check=recovery_check)
-                               if nvml else None))
+        return asyncio.run(run(config, inv, prober))
     except KeyboardInterrupt:
         return 0
 

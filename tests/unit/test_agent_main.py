@@ -102,4 +102,6 @@ def test_a_node_whose_gpus_are_all_left_out_does_not_start(monkeypatch: pytest.M
     with pytest.raises(AgentUsageError, match="no GPU to offer \\(GPU 0: MIG mode is on"):
         main.load_inventory(args)
     inv.gpus.add(index=1, uuid="GPU-1", model="A100-80GB", memory_bytes=80 * 10**9)
-    assert main.load_inventory(args) == (inv, True)
+    got, prober = main.load_inventory(args)
+    assert got == inv and prober is not None
+    assert prober() == inv  # the agent's later probes: the same NVML probe, with the same flag
