@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tessera.controller.core.policy import CellEstimate
 from tessera.controller.core.snapshot import Cell, JobView, PlanChoice
@@ -52,6 +53,17 @@ def recipe_refusal(job: JobView) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class MemoryNeed:
+    """The least memory per GPU any plan the Cells consider needs on `gpus` GPUs of a type (in
+    `stages` pipeline stages), where none fits: what a job that fits nowhere is told."""
+
+    gpu_type: str
+    gpus: int
+    stages: int
+    bytes_per_gpu: float
+
+
 def measured_key(job: JobView, cell: Cell, flash_attention: bool = JOB_FLASH_ATTENTION) -> MeasuredKey | None:
     model = job_cell_model(job, flash_attention)
     if model is None:
@@ -70,6 +82,9 @@ class CellEstimates:
         self.est = CellEstimator()
         self.max_gpus = max_gpus
         self.measured: dict[MeasuredKey, float] = dict(measured or {})
+        self._needs: dict[tuple[str, str, int], MemoryNeed | None] = {}
+        # Its own estimator: the round's event loop asks while a forecast thread may use `est`.
+        self._need_est: CellEstimator | None = None
 
     def record_measured(self, job: JobView, cell: Cell, seconds: float) -> MeasuredKey | None:
         """A running job's measured iteration time for its Cell: later answers for that Cell, for
@@ -118,3 +133,49 @@ class CellEstimates:
                 out.append(n)
             n *= 2
         return out
+
+    def least_need(self, job: JobView) -> tuple[MemoryNeed, ...]:
+        """Per GPU type the job may use, the least memory per GPU its plans need on the most GPUs it
+        may have there (its `gpus` hint, else the largest count the Cells consider), over every
+        stage count, when no plan of that count fits; () when the Cells cannot estimate the job.
+        Memoised: the round asks again for every job that fits nowhere."""
+        model = job_cell_model(job, self.flash_attention)
+        if model is None:
+            return ()
+        out = []
+        for t, pool in sorted(self.pools.items()):
+            if job.gpu_types and t not in job.gpu_types:
+                continue
+            n = min(pool.num_gpus, self.max_gpus)
+            if job.gpus_hint:
+                n = min(n, job.gpus_hint)
+            n = 1 << (n.bit_length() - 1) if n > 0 else 0  # the Cells' counts are powers of two
+            while n > 1 and n % math.ceil(n / pool.gpus_per_node):
+                n //= 2
+            if n < 1:
+                continue
+            k = (model.signature, t, n)
+            if k not in self._needs:
+                self._needs[k] = self._need(model, pool, n)
+            got = self._needs[k]
+            if got is not None:
+                out.append(got)
+        return tuple(out)
+
+    def _need(self, model: CellModel, pool: GpuPool, gpus: int) -> MemoryNeed | None:
+        nodes = math.ceil(gpus / pool.gpus_per_node)
+        est = self._need_est = self._need_est or CellEstimator()
+        best: MemoryNeed | None = None
+        stages = 1
+        while stages <= min(gpus, model.num_layers):
+            try:
+                c = est.cell(model, pool, gpus, stages, nodes=nodes, gpus_per_node=gpus // nodes)
+            except CellInputError:
+                c = None
+            if c is not None and c.fits:
+                return None  # memory is not why it waits
+            if c is not None and c.memory_needed_per_gpu > 0 and (
+                    best is None or c.memory_needed_per_gpu < best.bytes_per_gpu):
+                best = MemoryNeed(pool.gpu, gpus, stages, c.memory_needed_per_gpu)
+            stages *= 2
+        return best

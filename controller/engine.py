@@ -450,7 +450,8 @@ class Engine:
             # New pending reasons of the whole round in one transaction (no await since the snapshot,
             # so the jobs are as the round saw them).
             sick = [r.id for r in self._live.records.values() if not healthy(r.unhealthy_until, self.wall())]
-            updates = rounds.pending_updates(plan, pending, snap, self.cfg.frenzy, sick, self.warmer.cold)
+            updates = rounds.pending_updates(plan, pending, snap, self.cfg.frenzy, sick, self.warmer.cold,
+                                             self.learner.least_need)
             if updates:
                 self.store.save_jobs(updates, self.wall())
                 await self.view.notify()

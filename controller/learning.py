@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tessera.common.gpus import CATALOG
-from tessera.controller.cell_estimates import CellEstimates, MeasuredKey, measured_key
+from tessera.controller.cell_estimates import CellEstimates, MeasuredKey, MemoryNeed, measured_key
 from tessera.controller.core.policy import CachedEstimates, CellEstimate
 from tessera.controller.core.snapshot import Cell, JobView
 from tessera.controller.core.step_times import PLAUSIBLE_FACTOR, Learned, StepTimeConfig, StepTimes, plausible
@@ -91,6 +91,14 @@ class StepLearner:
             known = {m: v for m, v in pools.items() if m in CATALOG}
             self._cache = (key, CachedEstimates(CellEstimates(known, measured=self.measured)))
         return self._cache[1]
+
+    def least_need(self, job: JobView) -> tuple[MemoryNeed, ...]:
+        """What memory per GPU the job's plans need where none fits (CellEstimates.least_need), on the
+        pools of the last round's estimates; () before any round."""
+        if self._cache is None:
+            return ()
+        inner = self._cache[1].inner
+        return inner.least_need(job) if isinstance(inner, CellEstimates) else ()
 
     def forget(self, job_id: str) -> None:
         self.step_times.forget(job_id)

@@ -13,11 +13,11 @@ for is the decision's typed `pending` kind, never its reason text.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from tessera.controller.cell_estimates import recipe_refusal
+from tessera.controller.cell_estimates import MemoryNeed, recipe_refusal
 from tessera.controller.core import frenzy, opaque
 from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
@@ -77,8 +77,12 @@ def waiting_for_nodes(snap: Snapshot, policy: str) -> RoundPlan:
                      policy=policy)
 
 
+# What memory per GPU a job's plans need where none fits (the live Cells': StepLearner.least_need).
+Needs = Callable[[JobView], Sequence[MemoryNeed]]
+
+
 def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, policy: str,
-                   frenzy_cfg: frenzy.FrenzyConfig) -> str:
+                   frenzy_cfg: frenzy.FrenzyConfig, needs: Needs | None = None) -> str:
     """The PENDING reason to store for a job the round left waiting (or dropped); `views`: the
     snapshot's pending jobs by id."""
     why = d.reason
@@ -99,11 +103,25 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         why = f"{why}; {gap}"
     if d.pending is PendingKind.FITS_NOWHERE and policy != "frenzy" and not cost:
         # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
-        # MARP's already, or the recipe's formula's).
-        marp = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
+        # MARP's already, or the recipe's formula's). The Cells' figure first: MARP's plans have no
+        # pipeline stages, ZeRO or gradient accumulation, and overstate a large model's need by far.
+        need = needs_text(needs(views[d.job_id]), snap) if needs is not None else ""
+        marp = need or frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
         if marp.startswith("fits nowhere") and marp not in why:  # e.g. Crius names missing GPU types itself
             why = f"{why}; {marp}"
     return why
+
+
+def needs_text(needs: Sequence[MemoryNeed], snap: Snapshot) -> str:
+    """"fits nowhere: its plans need at least ... per GPU on ..." from the Cells' least needs, or ""."""
+    if not needs:
+        return ""
+    gib = 1 << 30
+    parts = [f"{n.bytes_per_gpu / gib:,.1f} GiB on {n.gpus} x {n.gpu_type} ({n.stages} stage{'s' * (n.stages > 1)})"
+             for n in sorted(needs, key=lambda n: n.bytes_per_gpu)]
+    return (f"fits nowhere: its plans need at least {parts[0].replace(' on ', ' per GPU on ', 1)}"
+            f"{''.join(', ' + p for p in parts[1:])} (pipeline stages, TP, ZeRO and gradient accumulation "
+            f"considered); the cluster has {frenzy.cluster_text(snap)}")
 
 
 def promise_over_cluster(job: JobView, snap: Snapshot) -> str:
@@ -121,18 +139,19 @@ def promise_over_cluster(job: JobView, snap: Snapshot) -> str:
 
 def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Snapshot,
                     frenzy_cfg: frenzy.FrenzyConfig, unhealthy: Sequence[str] = (),
-                    cold: Collection[str] = ()) -> list[Change]:
+                    cold: Collection[str] = (), needs: Needs | None = None) -> list[Change]:
     """New reasons of the jobs the round leaves PENDING, for one transaction. A job the policy
     drops stays PENDING with the reason: the user decides whether to cancel it. `unhealthy`: the
     nodes the round left out for their failing launches (named, as the policy never saw them);
-    `cold`: the jobs left out for want of Cell estimates (controller/warming.py)."""
+    `cold`: the jobs left out for want of Cell estimates (controller/warming.py); `needs`: the
+    memory a job's plans need, for one that fits nowhere (pending_reason)."""
     views = {j.id: j for j in snap.pending}
     out = [pending_change(pending[j], COLD_REASON) for j in sorted(cold)
            if j in pending and pending[j].reason != COLD_REASON]
     for d in plan.decisions:
         if d.action not in (Action.PENDING, Action.DROP) or d.job_id not in pending:
             continue
-        why = pending_reason(d, views, snap, plan.policy, frenzy_cfg)
+        why = pending_reason(d, views, snap, plan.policy, frenzy_cfg, needs)
         if unhealthy:
             why += f"; left out as unhealthy (launches failing): {', '.join(unhealthy)}"
         if pending[d.job_id].reason != why:

@@ -81,7 +81,9 @@ def stage_layouts(gpus: int, gpus_per_node: int | None = None, num_heads: int | 
 class CellSearch:
     """What the search of one Cell found: the best plan (None: nothing fits), the stage GPU counts,
     how many assembled plans it formed and how many of them fit (closed form, over every micro-batch
-    count tried), the counts tried, and why nothing fits when nothing does."""
+    count tried), the counts tried, and why nothing fits when nothing does. `need_bytes`, when nothing
+    fits for memory: the least per-GPU memory of a stage none of whose layouts fits, over the counts
+    tried (no plan of the Cell needs less on its most loaded GPU); 0 otherwise."""
 
     best: PlanEstimate | None
     stage_gpus: tuple[int, ...]
@@ -89,6 +91,7 @@ class CellSearch:
     feasible: int
     tried: tuple[int, ...]
     reason: str = ""
+    need_bytes: float = 0.0
 
 
 def _key(c: StageCost) -> tuple[float, int, bool]:
@@ -144,13 +147,15 @@ def _whole(layouts: Layouts, mb: int) -> list[list[tuple[int, int]]]:
     return [[(dp, tp) for dp, tp in opts if mb % dp == 0] for opts in layouts]
 
 
-def _why(rows: Sequence[Sequence[StageCost]], b: int, memory_gb: float) -> str:
+def _why(rows: Sequence[Sequence[StageCost]], b: int, memory_gb: float, least: float) -> tuple[str, float]:
+    """Why no plan of `b` micro-batches fits, and the least of `least` and what its first stage with
+    no fitting layout needs per GPU (`least` when it is not memory)."""
     worst = next(i for i, row in enumerate(rows) if not any(c.fits for c in row))
     if rows[worst]:
         need = min(c.memory_bytes for c in rows[worst])
         return (f"memory: no layout of stage {worst} fits with {b} micro-batches "
-                f"({need / 1e9:.1f} GB needed, {memory_gb:g} GB per GPU)")
-    return f"plan: stage {worst} has no valid (dp, tp) for {b} micro-batches"
+                f"({need / 1e9:.1f} GB needed, {memory_gb:g} GB per GPU)"), min(need, least) if least else need
+    return f"plan: stage {worst} has no valid (dp, tp) for {b} micro-batches", least
 
 
 def search_cell(rows: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], global_batch: int, *,
@@ -174,6 +179,7 @@ def _fixed(rows_of: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], g: int,
     b = min(fixed, g)
     assembled = feasible = 0
     tried = []
+    need = 0.0
     while True:
         rows = rows_of(layouts, b)
         tried.append(b)
@@ -182,9 +188,9 @@ def _fixed(rows_of: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], g: int,
         best = exact_best(rows, b)
         if best is not None:
             return CellSearch(best, stage_gpus, assembled, feasible, tuple(tried))
-        reason = _why(rows, b, memory_gb)
+        reason, need = _why(rows, b, memory_gb, need)
         if 2 * b > g or g % (2 * b):
-            return CellSearch(None, stage_gpus, assembled, feasible, tuple(tried), reason)
+            return CellSearch(None, stage_gpus, assembled, feasible, tuple(tried), reason, need)
         b *= 2
 
 
@@ -193,7 +199,7 @@ def _one_stage(rows_of: Rows, layouts: Sequence[tuple[int, int]], stage_gpus: tu
     """Each layout (and its FSDP variant where offered) at its smallest fitting B; the fastest wins."""
     found: dict[tuple[int, int], tuple[float, int, StageCost]] = {}  # by (dp, tp): the twin that fits
     sharded: dict[tuple[int, int], tuple[float, int, StageCost]] = {}  # FSDP variants that fit first
-    assembled, tried, reason = 0, [], ""
+    assembled, tried, reason, need = 0, [], "", 0.0
     for b in divisors(g):
         todo = [lay for lay in _whole([layouts], g // b)[0] if lay not in found]
         if not todo:
@@ -211,12 +217,12 @@ def _one_stage(rows_of: Rows, layouts: Sequence[tuple[int, int]], stage_gpus: tu
             if lay not in target:
                 target[lay] = (iteration_time([c], b), b, c)
         if not any(c.fits for c in rows[0]) and not found and not sharded:
-            reason = _why(rows, b, memory_gb)
+            reason, need = _why(rows, b, memory_gb, need)
         if len(found) == len(layouts):
             break
     if not found and not sharded:
         return CellSearch(None, stage_gpus, assembled, 0, tuple(tried),
-                          reason or f"plan: no (dp, tp) of {stage_gpus[0]} GPUs splits a batch of {g}")
+                          reason or f"plan: no (dp, tp) of {stage_gpus[0]} GPUs splits a batch of {g}", need)
     entries = list(found.values()) + list(sharded.values())
     t, b, c = min(entries, key=lambda e: (e[0], _key(e[2])[1:]))
     best = PlanEstimate(CellPlan((c.plan,), b), t, (c,))
@@ -234,7 +240,7 @@ def _pipelined(rows_of: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], g: 
     assembled = feasible = 0
     tried: list[int] = []
     best: PlanEstimate | None = None
-    reason = ""
+    reason, need = "", 0.0
     for b in divs:
         if b < low:
             continue
@@ -250,13 +256,13 @@ def _pipelined(rows_of: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], g: 
         cand = exact_best(rows, b)
         if cand is None:
             if best is None:
-                reason = _why(rows, b, memory_gb)
+                reason, need = _why(rows, b, memory_gb, need)
             continue
         if best is None or cand.iter_time < best.iter_time * (1 - 1e-12):
             best = cand
     if best is None:
         return CellSearch(None, stage_gpus, assembled, feasible, tuple(tried),
                           reason or f"plan: no micro-batch count gives every stage whole samples per DP rank "
-                                    f"(batch {g})")
+                                    f"(batch {g})", need)
     return CellSearch(best, stage_gpus, assembled, feasible, tuple(tried))
 

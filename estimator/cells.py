@@ -877,6 +877,9 @@ class Cell:
     currency: str = ""
     # The best plan's stages: times per micro-batch (compute, intra, inter) and per iteration (sync).
     stage_costs: tuple[StageCost, ...] = ()
+    # When no plan fits for memory: the least memory (bytes) a plan would need on its most loaded
+    # GPU (cell_search.CellSearch.need_bytes); 0 otherwise.
+    memory_needed_per_gpu: float = 0.0
 
     @property
     def key(self) -> tuple[str, str, int, int, int, int]:
@@ -1144,7 +1147,8 @@ class CellEstimator:
             return Cell(**base, fits=False, reason=str(exc))
         best, assembled, stage_gpus = found.best, found.assembled, found.stage_gpus
         if best is None:
-            return Cell(**base, fits=False, reason=found.reason, plans_assembled=assembled, stage_gpus=stage_gpus)
+            return Cell(**base, fits=False, reason=found.reason, plans_assembled=assembled, stage_gpus=stage_gpus,
+                        memory_needed_per_gpu=found.need_bytes)
         feasible = found.feasible
         srcs = sorted({s.compute_source for s in best.stages} | {s.comm_source for s in best.stages})
         source = "+".join(s for s in srcs if s != "formula:none")

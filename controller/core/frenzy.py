@@ -201,7 +201,8 @@ def _gib(b: float) -> str:
     return f"{b / GIB:.1f} GiB"
 
 
-def _cluster_text(snap: Snapshot) -> str:
+def cluster_text(snap: Snapshot) -> str:
+    """The cluster's GPUs as a reason names them: "8 x A10-24GB (22.4 GiB), ..." (usable memory)."""
     if not snap.cluster_gpus:
         return "no GPUs registered"
     return ", ".join(f"{c} x {m} ({_gib(b)})" for m, b, c in snap.cluster_gpus)
@@ -214,7 +215,7 @@ def missing_types_reason(asked: tuple[str, ...], snap: Snapshot) -> str:
     close = [c for t in asked for c in get_close_matches(t, have, n=1, cutoff=0.6)]
     hint = f"; did you mean {' or '.join(dict.fromkeys(close))}?" if close else ""
     return (f"fits nowhere: no GPU of type {' or '.join(asked)} in the cluster "
-            f"(it has {_cluster_text(snap)}){hint}")
+            f"(it has {cluster_text(snap)}){hint}")
 
 
 def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
@@ -225,7 +226,7 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
     # This and the next two never run on the GPUs the cluster has; only the third says "fits nowhere".
     if job.gpus_hint and job.gpus_hint > total:
         return (PendingKind.FITS_NOWHERE,
-                f"asks for {job.gpus_hint} GPUs; the cluster has {total}: {_cluster_text(snap)}")
+                f"asks for {job.gpus_hint} GPUs; the cluster has {total}: {cluster_text(snap)}")
     if not plans:
         return PendingKind.FITS_NOWHERE, (f"no plan: global batch {job.global_batch_size} cannot be split "
                                           f"over {job.gpus_hint or total} GPUs with TP in {TP_CHOICES}")
@@ -238,7 +239,7 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
         how = "MARP" if smallest.source == "formula:marp" else "the recipe's memory formula"
         why = (f"fits nowhere: needs at least {_gib(smallest.bytes_per_gpu)} per GPU "
                f"({how}, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
-               f"the cluster has {_cluster_text(snap)}")
+               f"the cluster has {cluster_text(snap)}")
         return PendingKind.FITS_NOWHERE, why
     best = plans[0]
     free = sum(len(n.idle()) for n in snap.nodes)
