@@ -310,6 +310,8 @@ class Agent:
             self._tasks.append(asyncio.create_task(self._refresh_inventory(), name="inventory"))
         if self.config.attempt_ttl_seconds > 0:
             self._tasks.append(asyncio.create_task(self._prune_attempts(), name="retention"))
+        if self.config.gpu_minors is not None and not self.keepers.scopes:  # (scopes: systemd removes them)
+            self._tasks.append(asyncio.create_task(self._prune_device_cgroups(), name="device-cgroups"))
         if self.config.job_disk_limit or self.config.min_free_disk:
             self._tasks.append(asyncio.create_task(self._watch_disk(), name="disk"))
 
@@ -400,9 +402,14 @@ class Agent:
                                         self.config.attempt_ttl_seconds, keep, time.time())
             except Exception as exc:  # noqa: BLE001 (a failed sweep is retried at the next one)
                 log.warning("attempt prune failed", error=str(exc))
-            if self.config.gpu_minors is not None and not self.keepers.scopes:  # of keepers SIGKILLed
-                await asyncio.to_thread(devicefilter.prune)
             await asyncio.sleep(retention.INTERVAL_S)
+
+    async def _prune_device_cgroups(self) -> None:
+        """The cgroups of keepers SIGKILLed since start's sweep, every retention interval (with
+        --attempt-ttl 0 too; start swept once already)."""
+        while True:
+            await asyncio.sleep(retention.INTERVAL_S)
+            await asyncio.to_thread(devicefilter.prune)
 
     async def _watch_disk(self) -> None:
         """Measure each live job's files, and evict those over the disk limits (nodeagent/diskuse.py)."""
