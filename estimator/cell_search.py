@@ -153,8 +153,9 @@ def _why(rows: Sequence[Sequence[StageCost]], b: int, memory_gb: float, least: f
     worst = next(i for i, row in enumerate(rows) if not any(c.fits for c in row))
     if rows[worst]:
         need = min(c.memory_bytes for c in rows[worst])
-        return (f"memory: no layout of stage {worst} fits with {b} micro-batches "
-                f"({need / 1e9:.1f} GB needed, {memory_gb:g} GB per GPU)"), min(need, least) if least else need
+        # The figures first: a table cuts the reason at 40 characters (tessctl estimate cells).
+        return (f"memory: needs {need / 1e9:.1f} GB per GPU, has {memory_gb:g} (no layout of stage {worst} "
+                f"fits with {b} micro-batches)"), min(need, least) if least else need
     return f"plan: stage {worst} has no valid (dp, tp) for {b} micro-batches", least
 
 

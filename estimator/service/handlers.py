@@ -279,6 +279,8 @@ def cell_message(c: Cell) -> pb.Cell:
         msg.iter_time_seconds.CopyFrom(pb.SourcedValue(value=c.iter_time.value, source=c.iter_time.source))
     if c.memory_per_gpu is not None:
         msg.memory_per_gpu_bytes.CopyFrom(pb.SourcedValue(value=c.memory_per_gpu.value, source=c.memory_per_gpu.source))
+    elif c.memory_needed_per_gpu > 0:
+        msg.memory_needed_per_gpu_bytes.CopyFrom(pb.SourcedValue(value=c.memory_needed_per_gpu, source="formula:cells-memory"))
     for name, v in (("cost_per_hour", c.cost_per_hour), ("cost_per_iteration", c.cost_per_iteration)):
         if v is not None:
             getattr(msg, name).CopyFrom(pb.SourcedValue(value=v.value, source=v.source))

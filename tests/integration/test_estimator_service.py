@@ -215,8 +215,13 @@ async def test_cells_that_do_not_fit_say_why(srv: Server) -> None:
         pools=[pb.GpuPool(gpu="A10", num_gpus=4, gpus_per_node=2)]), options=pb.CellOptions(max_gpus=2))
     resp = await srv.stub.GetCells(req)
     assert resp.cells and not any(x.fits for x in resp.cells)
-    assert all(x.reason.startswith("memory:") for x in resp.cells)
+    assert all(x.reason.startswith("memory: needs ") for x in resp.cells)
     assert not any(x.HasField("iter_time_seconds") for x in resp.cells)
+    # The least a plan needs, as the reason says it (to its 0.1 GB) and more than an A10 holds.
+    for x in resp.cells:
+        need = x.memory_needed_per_gpu_bytes
+        assert need.source == "formula:cells-memory" and not x.HasField("memory_per_gpu_bytes")
+        assert 24e9 < need.value and f"needs {need.value / 1e9:.1f} GB per GPU" in x.reason
 
 
 # -- bad input --------------------------------------------------------------------------------------

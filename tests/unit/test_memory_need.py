@@ -30,7 +30,9 @@ def test_a_cell_that_fits_nowhere_says_the_least_its_plans_need() -> None:
     assert model is not None
     c = CellEstimator().cell(model, GpuPool("A10-24GB", 8, 4), 8, 2, nodes=2, gpus_per_node=4)
     assert not c.fits
-    shown = float(re.search(r"\(([0-9.]+) GB needed", c.reason).group(1))  # type: ignore[union-attr]
+    # The figures lead the reason (a table shows its first 40 characters).
+    assert c.reason.startswith("memory: needs ") and c.reason.split(" (")[0].endswith("GB per GPU, has 24")
+    shown = float(re.search(r"needs ([0-9.]+) GB per GPU", c.reason).group(1))  # type: ignore[union-attr]
     # The least over the micro-batch counts tried: at most the last count's figure the reason shows.
     assert 24 * GB < c.memory_needed_per_gpu <= (shown + 0.05) * GB
     # 16 bytes per parameter (fp16 weights and gradients, fp32 Adam), sharded 8 ways, at the least.

@@ -227,7 +227,7 @@ class TimeComponent(_message.Message):
     def __init__(self, name: _Optional[str] = ..., seconds: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Cell(_message.Message):
-    __slots__ = ("gpu_type", "num_gpus", "num_stages", "nodes", "gpus_per_node", "fits", "reason", "plan", "execution_plan", "iter_time_seconds", "memory_per_gpu_bytes", "breakdown", "plans_assembled", "plans_feasible", "stage_gpus", "cost_per_hour", "cost_per_iteration", "currency")
+    __slots__ = ("gpu_type", "num_gpus", "num_stages", "nodes", "gpus_per_node", "fits", "reason", "plan", "execution_plan", "iter_time_seconds", "memory_per_gpu_bytes", "breakdown", "plans_assembled", "plans_feasible", "stage_gpus", "cost_per_hour", "cost_per_iteration", "currency", "memory_needed_per_gpu_bytes")
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
     NUM_STAGES_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +246,7 @@ class Cell(_message.Message):
     COST_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
     COST_PER_ITERATION_FIELD_NUMBER: _ClassVar[int]
     CURRENCY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_NEEDED_PER_GPU_BYTES_FIELD_NUMBER: _ClassVar[int]
     gpu_type: str
     num_gpus: int
     num_stages: int
@@ -264,7 +265,8 @@ class Cell(_message.Message):
     cost_per_hour: SourcedValue
     cost_per_iteration: SourcedValue
     currency: str
-    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., num_stages: _Optional[int] = ..., nodes: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., fits: _Optional[bool] = ..., reason: _Optional[str] = ..., plan: _Optional[_Union[CellPlan, _Mapping]] = ..., execution_plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., iter_time_seconds: _Optional[_Union[SourcedValue, _Mapping]] = ..., memory_per_gpu_bytes: _Optional[_Union[SourcedValue, _Mapping]] = ..., breakdown: _Optional[_Iterable[_Union[TimeComponent, _Mapping]]] = ..., plans_assembled: _Optional[int] = ..., plans_feasible: _Optional[int] = ..., stage_gpus: _Optional[_Iterable[int]] = ..., cost_per_hour: _Optional[_Union[SourcedValue, _Mapping]] = ..., cost_per_iteration: _Optional[_Union[SourcedValue, _Mapping]] = ..., currency: _Optional[str] = ...) -> None: ...
+    memory_needed_per_gpu_bytes: SourcedValue
+    def __init__(self, gpu_type: _Optional[str] = ..., num_gpus: _Optional[int] = ..., num_stages: _Optional[int] = ..., nodes: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., fits: _Optional[bool] = ..., reason: _Optional[str] = ..., plan: _Optional[_Union[CellPlan, _Mapping]] = ..., execution_plan: _Optional[_Union[_common_pb2.ExecutionPlan, _Mapping]] = ..., iter_time_seconds: _Optional[_Union[SourcedValue, _Mapping]] = ..., memory_per_gpu_bytes: _Optional[_Union[SourcedValue, _Mapping]] = ..., breakdown: _Optional[_Iterable[_Union[TimeComponent, _Mapping]]] = ..., plans_assembled: _Optional[int] = ..., plans_feasible: _Optional[int] = ..., stage_gpus: _Optional[_Iterable[int]] = ..., cost_per_hour: _Optional[_Union[SourcedValue, _Mapping]] = ..., cost_per_iteration: _Optional[_Union[SourcedValue, _Mapping]] = ..., currency: _Optional[str] = ..., memory_needed_per_gpu_bytes: _Optional[_Union[SourcedValue, _Mapping]] = ...) -> None: ...
 
 class GetCellsResponse(_message.Message):
     __slots__ = ("model_signature", "cells", "warnings")
