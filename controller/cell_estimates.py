@@ -62,6 +62,10 @@ class MemoryNeed:
     gpus: int
     stages: int
     bytes_per_gpu: float
+    usable_bytes: float  # what a GPU of the type gives a plan: the Cells' usable fraction of its memory
+
+
+FITS = object()  # (least_need's memo: a plan of that count fits)
 
 
 def measured_key(job: JobView, cell: Cell, flash_attention: bool = JOB_FLASH_ATTENTION) -> MeasuredKey | None:
@@ -82,7 +86,7 @@ class CellEstimates:
         self.est = CellEstimator()
         self.max_gpus = max_gpus
         self.measured: dict[MeasuredKey, float] = dict(measured or {})
-        self._needs: dict[tuple[str, str, int], MemoryNeed | None] = {}
+        self._needs: dict[tuple[str, str, int], MemoryNeed | object | None] = {}
         # Its own estimator: the round's event loop asks while a forecast thread may use `est`.
         self._need_est: CellEstimator | None = None
 
@@ -134,37 +138,50 @@ class CellEstimates:
             n *= 2
         return out
 
-    def least_need(self, job: JobView) -> tuple[MemoryNeed, ...]:
+    def least_need(self, job: JobView) -> tuple[MemoryNeed, ...] | None:
         """Per GPU type the job may use, the least memory per GPU its plans need on the most GPUs it
         may have there (its `gpus` hint, else the largest count the Cells consider), over every
-        stage count, when no plan of that count fits; () when the Cells cannot estimate the job.
-        Memoised: the round asks again for every job that fits nowhere."""
+        stage count, where no plan of that count fits. () when memory is not why it waits (a plan
+        fits on a type, or no type has its hint's GPUs); None when the Cells cannot estimate the
+        job. Memoised: the round asks again for every job that fits nowhere."""
         model = job_cell_model(job, self.flash_attention)
         if model is None:
-            return ()
+            return None
         out = []
         for t, pool in sorted(self.pools.items()):
             if job.gpu_types and t not in job.gpu_types:
                 continue
-            n = min(pool.num_gpus, self.max_gpus)
-            if job.gpus_hint:
-                n = min(n, job.gpus_hint)
-            n = 1 << (n.bit_length() - 1) if n > 0 else 0  # the Cells' counts are powers of two
-            while n > 1 and n % math.ceil(n / pool.gpus_per_node):
-                n //= 2
+            n = self._count(job, pool)
             if n < 1:
-                continue
+                continue  # its hint is more than this type has: the count, not memory
             k = (model.signature, t, n)
             if k not in self._needs:
                 self._needs[k] = self._need(model, pool, n)
             got = self._needs[k]
-            if got is not None:
+            if got is FITS:
+                return ()
+            if isinstance(got, MemoryNeed):
                 out.append(got)
         return tuple(out)
 
-    def _need(self, model: CellModel, pool: GpuPool, gpus: int) -> MemoryNeed | None:
+    def _count(self, job: JobView, pool: GpuPool) -> int:
+        """The most GPUs of the pool the job may have in one Cell: its hint (0 when the pool cannot
+        lay it out), else the largest power of two the Cells offer."""
+        most = min(pool.num_gpus, self.max_gpus)
+        if job.gpus_hint:
+            n = job.gpus_hint
+            return n if n <= most and n % math.ceil(n / pool.gpus_per_node) == 0 else 0
+        n = 1 << (most.bit_length() - 1) if most > 0 else 0
+        while n > 1 and n % math.ceil(n / pool.gpus_per_node):
+            n //= 2
+        return n
+
+    def _need(self, model: CellModel, pool: GpuPool, gpus: int) -> MemoryNeed | object | None:
+        """The least need over the stage counts of `gpus` GPUs; FITS when a plan fits, None when no
+        Cell of that count could be formed."""
         nodes = math.ceil(gpus / pool.gpus_per_node)
         est = self._need_est = self._need_est or CellEstimator()
+        usable = pool.gpu_type.memory_bytes * est.config.usable_memory_fraction
         best: MemoryNeed | None = None
         stages = 1
         while stages <= min(gpus, model.num_layers):
@@ -173,9 +190,9 @@ class CellEstimates:
             except CellInputError:
                 c = None
             if c is not None and c.fits:
-                return None  # memory is not why it waits
+                return FITS
             if c is not None and c.memory_needed_per_gpu > 0 and (
                     best is None or c.memory_needed_per_gpu < best.bytes_per_gpu):
-                best = MemoryNeed(pool.gpu, gpus, stages, c.memory_needed_per_gpu)
+                best = MemoryNeed(pool.gpu, gpus, stages, c.memory_needed_per_gpu, usable)
             stages *= 2
         return best

@@ -92,13 +92,13 @@ class StepLearner:
             self._cache = (key, CachedEstimates(CellEstimates(known, measured=self.measured)))
         return self._cache[1]
 
-    def least_need(self, job: JobView) -> tuple[MemoryNeed, ...]:
+    def least_need(self, job: JobView) -> tuple[MemoryNeed, ...] | None:
         """What memory per GPU the job's plans need where none fits (CellEstimates.least_need), on the
-        pools of the last round's estimates; () before any round."""
+        pools of the last round's estimates; None before any round."""
         if self._cache is None:
-            return ()
+            return None
         inner = self._cache[1].inner
-        return inner.least_need(job) if isinstance(inner, CellEstimates) else ()
+        return inner.least_need(job) if isinstance(inner, CellEstimates) else None
 
     def forget(self, job_id: str) -> None:
         self.step_times.forget(job_id)

@@ -77,8 +77,9 @@ def waiting_for_nodes(snap: Snapshot, policy: str) -> RoundPlan:
                      policy=policy)
 
 
-# What memory per GPU a job's plans need where none fits (the live Cells': StepLearner.least_need).
-Needs = Callable[[JobView], Sequence[MemoryNeed]]
+# What memory per GPU a job's plans need where none fits (the live Cells': StepLearner.least_need):
+# () when memory is not why it waits, None when the Cells cannot estimate the job.
+Needs = Callable[[JobView], Sequence[MemoryNeed] | None]
 
 
 def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, policy: str,
@@ -105,8 +106,8 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
         # MARP's already, or the recipe's formula's). The Cells' figure first: MARP's plans have no
         # pipeline stages, ZeRO or gradient accumulation, and overstate a large model's need by far.
-        need = needs_text(needs(views[d.job_id]), snap) if needs is not None else ""
-        marp = need or frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
+        got = needs(views[d.job_id]) if needs is not None else None
+        marp = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg) if got is None else needs_text(got, snap)
         if marp.startswith("fits nowhere") and marp not in why:  # e.g. Crius names missing GPU types itself
             why = f"{why}; {marp}"
     return why
@@ -117,8 +118,8 @@ def needs_text(needs: Sequence[MemoryNeed], snap: Snapshot) -> str:
     if not needs:
         return ""
     gib = 1 << 30
-    parts = [f"{n.bytes_per_gpu / gib:,.1f} GiB on {n.gpus} x {n.gpu_type} ({n.stages} stage{'s' * (n.stages > 1)})"
-             for n in sorted(needs, key=lambda n: n.bytes_per_gpu)]
+    parts = [f"{n.bytes_per_gpu / gib:,.1f} GiB on {n.gpus} x {n.gpu_type} ({n.stages} stage{'s' * (n.stages > 1)}; "
+             f"{n.usable_bytes / gib:,.1f} GiB usable)" for n in sorted(needs, key=lambda n: n.bytes_per_gpu)]
     return (f"fits nowhere: its plans need at least {parts[0].replace(' on ', ' per GPU on ', 1)}"
             f"{''.join(', ' + p for p in parts[1:])} (pipeline stages, TP, ZeRO and gradient accumulation "
             f"considered); the cluster has {frenzy.cluster_text(snap)}")

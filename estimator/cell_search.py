@@ -154,7 +154,7 @@ def _why(rows: Sequence[Sequence[StageCost]], b: int, memory_gb: float, least: f
     if rows[worst]:
         need = min(c.memory_bytes for c in rows[worst])
         # The figures first: a table cuts the reason at 40 characters (tessctl estimate cells).
-        return (f"memory: needs {need / 1e9:.1f} GB per GPU, has {memory_gb:g} (no layout of stage {worst} "
+        return (f"memory: needs {need / 1e9:.1f} GB per GPU, {memory_gb:.1f} usable (no layout of stage {worst} "
                 f"fits with {b} micro-batches)"), min(need, least) if least else need
     return f"plan: stage {worst} has no valid (dp, tp) for {b} micro-batches", least
 
@@ -164,8 +164,8 @@ def search_cell(rows: Rows, layouts: Layouts, stage_gpus: tuple[int, ...], globa
     """The best plan of a Cell over its stage layouts and micro-batch counts (module doc).
 
     `rows(layouts, b)` costs the stages' options; `layouts` are every stage's (dp, tp) candidates;
-    `fixed_microbatches` > 0 is a runtime's fixed B; `memory_gb` (per GPU) is for the reason given
-    when nothing fits."""
+    `fixed_microbatches` > 0 is a runtime's fixed B; `memory_gb` (what a GPU gives a plan: the
+    usable fraction of its memory) is for the reason given when nothing fits."""
     if fixed_microbatches:
         return _fixed(rows, layouts, stage_gpus, global_batch, fixed_microbatches, memory_gb)
     if len(stage_gpus) == 1:

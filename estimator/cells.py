@@ -1186,7 +1186,8 @@ class CellEstimator:
             return out
 
         return search_cell(rows, layouts, part.gpus, model.global_batch, fixed_microbatches=cfg.num_microbatches,
-                           microbatches_per_stage=cfg.microbatches_per_stage, memory_gb=pool.gpu_type.memory_gb)
+                           microbatches_per_stage=cfg.microbatches_per_stage,
+                           memory_gb=pool.gpu_type.memory_gb * cfg.usable_memory_fraction)
 
     def _fsdp(self, c: StageCost, model: CellModel, pool: GpuPool, place: _Placement) -> StageCost:
         """The FSDP variant of a one-stage option (its DP group: ranks tp apart from rank 0)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tessera.controller.cell_estimates import CellEstimates, MemoryNeed, job_cell_model
 from tessera.controller.core.frenzy import FrenzyConfig
 from tessera.controller.core.policies import make_policy
@@ -31,7 +33,7 @@ def test_a_cell_that_fits_nowhere_says_the_least_its_plans_need() -> None:
     c = CellEstimator().cell(model, GpuPool("A10-24GB", 8, 4), 8, 2, nodes=2, gpus_per_node=4)
     assert not c.fits
     # The figures lead the reason (a table shows its first 40 characters).
-    assert c.reason.startswith("memory: needs ") and c.reason.split(" (")[0].endswith("GB per GPU, has 24")
+    assert c.reason.startswith("memory: needs ") and c.reason.split(" (")[0].endswith("GB per GPU, 22.8 usable")
     shown = float(re.search(r"needs ([0-9.]+) GB per GPU", c.reason).group(1))  # type: ignore[union-attr]
     # The least over the micro-batch counts tried: at most the last count's figure the reason shows.
     assert 24 * GB < c.memory_needed_per_gpu <= (shown + 0.05) * GB
@@ -53,19 +55,41 @@ def test_least_need_per_type_on_the_most_gpus_the_job_may_have() -> None:
     each = [CellEstimator().cell(model, GpuPool("A10-24GB", 8, 4), 8, s, nodes=2, gpus_per_node=4)
             for s in (1, 2, 4, 8)]
     assert needs["A10-24GB"].bytes_per_gpu == min(c.memory_needed_per_gpu for c in each)
-    # A gpus hint bounds the count; gpu_types the types; a type where a plan fits is not named.
-    hinted = est.least_need(JobView("j", 0.0, HUGE, 1536, 2, ("A10-24GB",)))
-    assert [(n.gpu_type, n.gpus) for n in hinted] == [("A10-24GB", 2)]
+    # What a GPU gives a plan: the Cells' usable fraction of its memory (0.95).
+    assert needs["A10-24GB"].usable_bytes == pytest.approx(0.95 * 24 * GB)
+    # A gpus hint is the count, whatever it is (6: the Cells' 2 x 3); gpu_types bound the types.
+    hinted = est.least_need(JobView("j", 0.0, HUGE, 1536, 6, ("A10-24GB",)))
+    assert hinted is not None and [(n.gpu_type, n.gpus) for n in hinted] == [("A10-24GB", 6)]
     assert hinted[0].bytes_per_gpu > needs["A10-24GB"].bytes_per_gpu
+    # A hint over every type's GPUs: the count is why it waits, not memory.
+    assert est.least_need(JobView("j", 0.0, HUGE, 1536, 16)) == ()
+    # A job some type runs: memory is not why it waits, on any type.
     assert est.least_need(JobView("s", 0.0, SMALL, 8)) == ()
+    assert est.least_need(JobView("s", 0.0, SMALL, 8, 8)) == ()  # 8 x A10 holds it; 8 x A100 do not exist
+    # Nothing to say where the Cells cannot estimate the job.
+    assert est.least_need(JobView("o", 0.0, ModelDims(100, 2, 3, 50, 16, "odd"), 8)) is None  # 100 / 3 heads
+
+
+def test_a_hint_is_taken_as_it_is_not_rounded_to_a_power_of_two() -> None:
+    # (An audit: a hint of 6 was named as 4 GPUs, whose need is more than 6 GPUs': not a lower bound.)
+    m = ModelDims(8192, 24, 64, 32000, 2048, "m")
+    est = CellEstimates({"A100-80GB": (8, 4, True)})
+    six, four = est.least_need(JobView("j", 0.0, m, 48, 6)), est.least_need(JobView("j", 0.0, m, 48, 4))
+    assert six is not None and four is not None
+    assert [(n.gpus, n.stages) for n in six] == [(6, 4)] and [n.gpus for n in four] == [4]
+    assert six[0].bytes_per_gpu < four[0].bytes_per_gpu
+    # Without a hint it may have 8, on which a plan fits: memory is not why it would wait.
+    assert est.least_need(JobView("j", 0.0, m, 48)) == ()
 
 
 def test_needs_text_names_the_least_first_and_the_cluster() -> None:
     snap = Snapshot((), (), (("A10-24GB", 24 * GB, 8), ("A100-80GB", 80 * GB, 4)))
-    got = needs_text((MemoryNeed("A100-80GB", 4, 1, 4000 * GIB), MemoryNeed("A10-24GB", 8, 2, 2000.25 * GIB)), snap)
-    assert got == ("fits nowhere: its plans need at least 2,000.2 GiB per GPU on 8 x A10-24GB (2 stages), "
-                   "4,000.0 GiB on 4 x A100-80GB (1 stage) (pipeline stages, TP, ZeRO and gradient accumulation "
-                   "considered); the cluster has 8 x A10-24GB (22.4 GiB), 4 x A100-80GB (74.5 GiB)")
+    got = needs_text((MemoryNeed("A100-80GB", 4, 1, 4000 * GIB, 70.75 * GIB),
+                      MemoryNeed("A10-24GB", 8, 2, 2000.25 * GIB, 21.25 * GIB)), snap)
+    assert got == ("fits nowhere: its plans need at least 2,000.2 GiB per GPU on 8 x A10-24GB (2 stages; 21.2 GiB "
+                   "usable), 4,000.0 GiB on 4 x A100-80GB (1 stage; 70.8 GiB usable) (pipeline stages, TP, ZeRO and "
+                   "gradient accumulation considered); the cluster has 8 x A10-24GB (22.4 GiB), 4 x A100-80GB "
+                   "(74.5 GiB)")
     assert needs_text((), snap) == ""
 
 
@@ -82,13 +106,15 @@ def test_the_stored_reason_takes_the_cells_figure_over_marps() -> None:
     marp = pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig())
     cells = pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig(), est.least_need)
     assert "(MARP, dp=" in marp and "(MARP" not in cells
-    need = re.search(r"its plans need at least ([0-9,.]+) GiB per GPU on 8 x A10-24GB \(2 stages\)", cells)
+    need = re.search(r"its plans need at least ([0-9,.]+) GiB per GPU on 8 x A10-24GB \(2 stages;", cells)
     was = re.search(r"needs at least ([0-9.]+) GiB per GPU \(MARP", marp)
     assert need is not None and was is not None
     # MARP's DP x TP plans overstate it some fifty times.
     assert float(was.group(1)) > 20 * float(need.group(1).replace(",", ""))
-    # A job whose model the Cells cannot estimate keeps MARP's account.
-    assert pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig(), lambda j: ()) == marp
+    # A job whose model the Cells cannot estimate keeps MARP's account; one they say fits somewhere
+    # gets no memory account at all (MARP's would contradict them).
+    assert pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig(), lambda j: None) == marp
+    assert pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig(), lambda j: ()) == d.reason
 
 
 async def test_the_controller_stores_the_cells_figure_for_a_job_that_fits_nowhere() -> None:
@@ -100,5 +126,6 @@ async def test_the_controller_stores_the_cells_figure_for_a_job_that_fits_nowher
     jid = await h.submit(spec)
     await h.round()
     assert h.state(jid) == "PENDING"
-    assert "fits nowhere: its plans need at least 1,894.7 GiB per GPU on 8 x A10-24GB (2 stages) (pipeline " \
-           "stages, TP, ZeRO and gradient accumulation considered); the cluster has 8 x A10-24GB" in h.job(jid).reason
+    assert "fits nowhere: its plans need at least 1,894.7 GiB per GPU on 8 x A10-24GB (2 stages; 21.2 GiB usable) " \
+           "(pipeline stages, TP, ZeRO and gradient accumulation considered); the cluster has 8 x A10-24GB" \
+           in h.job(jid).reason
