@@ -241,13 +241,30 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
                f"({how}, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
                f"the cluster has {cluster_text(snap)}")
         return PendingKind.FITS_NOWHERE, why
-    best = plans[0]
-    free = sum(len(n.idle()) for n in snap.nodes)
+    # A gang runs on one GPU type (docs/scheduler.md, "Placement"): a plan runs where one type has
+    # its GPUs, each with room for its bytes. Before, a plan was quoted whatever GPUs could hold it,
+    # and a job asking for more GPUs than any one type has waited on "N GPUs free now".
+    def holds(p: ResourcePlan, usable: int) -> bool:
+        return p.source == OPAQUE or usable >= p.bytes_per_gpu
+
+    room = [(b - cfg.reserve_bytes, c) for _, b, c in allowed]
+    runnable = [p for p in plans if any(c >= p.gpus and holds(p, u) for u, c in room)]
+    if not runnable:
+        fit = min((p for p in plans if any(holds(p, u) for u, _ in room)), key=lambda p: (p.gpus, p.tp))
+        most = max(c for u, c in room if holds(fit, u))
+        what = (f"it runs on {fit.gpus} GPUs of one type, and no type it may use has more than {most}"
+                if fit.source == OPAQUE else
+                f"its smallest plan that fits in memory needs {fit.gpus} x {_gib(fit.bytes_per_gpu)} "
+                f"(dp={fit.dp} tp={fit.tp}) of one GPU type, and no type that holds it has more than {most}")
+        return PendingKind.FITS_NOWHERE, f"fits nowhere: {what}: the cluster has {cluster_text(snap)}"
+    best = runnable[0]
+    free = sum(1 for n in snap.nodes for g in n.idle()
+               if (not job.gpu_types or g.model in job.gpu_types) and holds(best, _usable(g, cfg)))
     if best.source == OPAQUE:
         return PendingKind.NO_ROOM_NOW, (f"waiting for GPUs: needs {best.gpus} GPUs of "
-                                         f"{'/'.join(job.gpu_types) or 'one type'}; {free} GPUs free now")
-    why = (f"waiting for GPUs: smallest plan needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
-           f"(dp={best.dp} tp={best.tp}); {free} GPUs free now")
+                                         f"{'/'.join(job.gpu_types) or 'one type'}; {free} of them free now")
+    why = (f"waiting for GPUs: its smallest plan that fits needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
+           f"(dp={best.dp} tp={best.tp}) of one GPU type; {free} free GPUs could hold it now")
     return PendingKind.NO_ROOM_NOW, why
 
 
