@@ -384,7 +384,7 @@ def _infeasible(p: _Problem, leaf: Leaf | None,
     hp = fastest[2]
     best = p.iterations * hp.iter_time
     return NoFeasiblePlan(best, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
-                                f"{p.slo_s:g} s; the fastest takes {best:.1f} s ({hp.describe()})")
+                                f"{p.slo_s:,.0f} s; the fastest takes {best:,.1f} s ({hp.describe()})")
 
 
 def cheapest_plan(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float, *,
@@ -494,5 +494,5 @@ def exhaustive_sweep(model: CellModel, offers: Sequence[GpuOffer], iterations: i
         else:
             t = p.iterations * fastest[2].iter_time
             out.append(NoFeasiblePlan(t, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
-                                         f"{slo:g} s; the fastest takes {t:.1f} s ({fastest[2].describe()})"))
+                                         f"{slo:,.0f} s; the fastest takes {t:,.1f} s ({fastest[2].describe()})"))
     return out

@@ -202,3 +202,12 @@ def test_best_placement_is_exact_too_and_never_dearer_than_any_baseline() -> Non
     with pytest.raises(CostInputError) as ex:
         cheapest_plan(SMALL, [GpuOffer("A30", 4, 2)], 10, 100.0, placement="fastest")
     assert ex.value.field == "placement"
+
+
+def test_an_slo_no_plan_meets_is_written_in_whole_seconds() -> None:
+    # 14 days read "1.2096e+06 s" beside the controller's "1,209,600 s" for the same SLO (an audit).
+    m = CellModel("gpt", hidden_size=128, num_layers=6, num_heads=4, vocab_size=4096, seq_length=128,
+                  global_batch=16, name="tiny")
+    with pytest.raises(NoFeasiblePlan) as e:
+        cheapest_plan(m, [GpuOffer("A10-24GB", 0.75, 1, 4, 12.5)], 100_000_000, 14 * 86400.0)
+    assert "runs 100000000 iterations within 1,209,600 s; the fastest takes " in e.value.reason
