@@ -406,11 +406,14 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         lines += _kv(sorted(spec.env.items()), indent=2)
     if job.HasField("plan"):
         p = job.plan
+        mem = gb(p.memory_per_gpu_bytes)
+        if p.memory_per_gpu_bytes:  # in GiB too: the reasons (PLACED, PENDING) give memory in GiB
+            mem += f" = {p.memory_per_gpu_bytes / 2**30:.1f} GiB"
         lines.append("Plan:")
         lines += _kv([
             ("Cell", job.cell or NONE), ("GPU model", p.gpu_model or NONE), ("dp/tp/pp", f"{p.dp}/{p.tp}/{p.pp}"),
             ("Micro batch", str(p.micro_batch)), ("Grad accum", str(p.grad_accum)),
-            ("Memory/GPU", f"{gb(p.memory_per_gpu_bytes)} ({p.memory_source or 'unknown source'})"),
+            ("Memory/GPU", f"{mem} ({p.memory_source or 'unknown source'})"),
         ], indent=2)
     if job.placement.slices:
         lines.append("Placement:")

@@ -121,6 +121,10 @@ def test_describe_texts() -> None:
     assert "1     10s   PLACED   on node-a" in output.describe_job(job, NOW)
     node = output.describe_node(_node(), NOW, [_job(), _pending()])
     assert "4xA100-80GB (3 free)" in node and "j-000001" in node and "j-000002" not in node
+    # Memory in GB as GPUs are named, and in GiB as the reasons give it.
+    job.plan.memory_per_gpu_bytes, job.plan.memory_source = 6_800_000_000, "formula:marp"
+    assert "Memory/GPU:  6.8GB = 6.3 GiB (formula:marp)" in output.describe_job(job, NOW)
+    assert "Memory/GPU:  - (unknown source)" in output.describe_job(_job(), NOW)
 
 
 def test_describe_node_lists_gpus_left_out_with_why() -> None:
