@@ -129,3 +129,22 @@ async def test_the_controller_stores_the_cells_figure_for_a_job_that_fits_nowher
     assert "fits nowhere: its plans need at least 1,894.7 GiB per GPU on 8 x A10-24GB (2 stages; 21.2 GiB usable) " \
            "(pipeline stages, TP, ZeRO and gradient accumulation considered); the cluster has 8 x A10-24GB" \
            in h.job(jid).reason
+
+
+def test_every_policy_says_why_a_job_that_fits_nowhere_waits_and_what_it_needs() -> None:
+    # gavel's paper mode left such a job on "gavel: waiting" (no kind, no memory figure).
+    nodes = (NodeView("a", tuple(GpuView(i, "A100-80GB", 80 * GB) for i in range(4))),
+             NodeView("b", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(4))),
+             NodeView("c", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(4))))
+    job = JobView("j", 0.0, HUGE, 1536)
+    snap = Snapshot(nodes, (job,), (("A10-24GB", 24 * GB, 8), ("A100-80GB", 80 * GB, 4)))
+    est = CellEstimates(POOLS)
+    for name in ("crius", "fcfs", "gavel", "gandiva", "sia", "morphling"):
+        plan = plan_round(snap, est, make_policy(name))
+        (d,) = plan.decisions
+        stored = pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig(), est.least_need)
+        assert d.pending is PendingKind.FITS_NOWHERE, (name, d.reason)
+        assert stored.startswith(f"{name}: fits nowhere") and "its plans need at least 1,894.7 GiB" in stored
+    (d,) = plan_round(snap, est, make_policy("gavel")).decisions
+    assert d.reason == ("gavel: fits nowhere: no count of A10-24GB or A100-80GB GPUs fits it (out of memory or not "
+                        "covered by the estimates)")

@@ -119,7 +119,7 @@ class _Artifact:
             n = _count(ctx, j)
             back = self.back(j, n)
             if back == "":
-                b.drop(j, f"gavel: dropped: {n} GPUs of no type can run it")
+                b.drop(j, f"gavel: dropped: {f'{n} GPUs' if n else 'no count'} of no type can run it")
             elif back:
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
             else:
@@ -267,6 +267,9 @@ class _Paper:
                 jobs.append((j, n, None))
             elif back := _waits_for(ctx, j):  # no count on a READY type
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
+            else:  # (it read "gavel: waiting", which said neither why nor for what)
+                s = why_not.round_supply(ctx, j)
+                b.pend(j, PendingKind.FITS_NOWHERE, f"gavel: fits nowhere: {why_not.memory_cause(s, {})}")
         thr = [{t: ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) if n <= ctx.total_gpus(t) else 0.0
                 for t in self.types} for j, n, _ in jobs]
         price = self.prices(jobs, thr)
