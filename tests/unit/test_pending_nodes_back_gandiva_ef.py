@@ -152,3 +152,10 @@ def test_gandiva_paper_waits_for_any_type_it_may_use_not_only_the_named_one() ->
     assert decide_with("gandiva", registered, registered, job("q", 6, hint=V100), "paper", EST).action == Action.START
     d = decide_with("gandiva", ready, registered, job("q", 6, hint=V100), "artifact", EST)
     assert (d.pending, d.reason) == (NOWHERE, "gandiva: fits nowhere as requested")  # the artifact keeps V100
+
+
+def test_elasticflow_on_one_gpu_says_one_gpu() -> None:
+    # (It read "a data-parallel share of 1-1 GPUs".)
+    one = NodeView("one", A.gpus[:1])
+    d = decide("elasticflow", ((one,), (one,)), job("zz", 1))
+    assert d.reason == "elasticflow: declined: the estimates have no Cell of a data-parallel share of 1 GPU of any type"

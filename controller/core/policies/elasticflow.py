@@ -319,7 +319,7 @@ class _EF:
         """Why none of the shares `tried` (`share`'s, of at most `most` GPUs) serves the job, the first
         that holds of some share: one runs but misses its deadline; the estimates have no Cell of one;
         none fits in memory."""
-        span = f"1-{most} GPUs" + ("" if self.art else " of any type")
+        span = (f"1-{most} GPUs" if most > 1 else "1 GPU") + ("" if self.art else " of any type")
         did = {what for _, what in tried}
         if "runs" in did:
             return f"no data-parallel share of {span} meets its deadline"
