@@ -29,7 +29,7 @@ def _span(t: float, low: float, high: float, now: float) -> str:
 
 
 def forecast_text(job: controller_pb2.Job, now: float) -> str:
-    """"starts ~10:42 (10:38-10:50), ends ~12:10 (11:55-12:30)"; a running job: "ends ~..."; "" when
+    """"starts ~10:42 (10:38-10:50), ends ~12:10 (11:55-12:30) UTC"; a running job: "ends ~..."; "" when
     the job has no forecast at all (ended, or none made yet)."""
     if not job.HasField("forecast"):
         return ""
@@ -39,8 +39,10 @@ def forecast_text(job: controller_pb2.Job, now: float) -> str:
         parts.append("starts " + _span(f.start_time, f.start_low, f.start_high, now))
     if f.end_time > 0:
         parts.append("ends " + _span(f.end_time, f.end_low, f.end_high, now))
-        if f.end_time < now:  # the job outran its forecast: say so rather than show a past end as news
-            parts.append(f"overdue (forecast made at {clock(f.made_at, now)})" if f.made_at > 0 else "overdue")
+    if parts:
+        parts[-1] += " UTC"  # (tessctl wait and describe's times are UTC too)
+    if f.end_time > 0 and f.end_time < now:  # the job outran its forecast: say so rather than show a past end as news
+        parts.append(f"overdue (forecast made at {clock(f.made_at, now)})" if f.made_at > 0 else "overdue")
     text = ", ".join(parts)
     if f.note:
         text = f"{text}; {f.note}" if text else f.note

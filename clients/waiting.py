@@ -189,7 +189,7 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
                 seen_seq = e.seq
                 if e.kind != "PROGRESS":
                     last = e.kind
-                    printer.line(f"{time.strftime('%H:%M:%S', time.localtime(e.time))} {job_id} {e.kind}: {e.message}")
+                    printer.line(f"{time.strftime('%H:%M:%SZ', time.gmtime(e.time))} {job_id} {e.kind}: {e.message}")
             if job.state != state:
                 state = job.state
                 why = f": {job.reason}" if job.reason else ""

@@ -125,7 +125,7 @@ def test_wait_prints_the_last_progress_then_the_end_once_and_no_eta_for_an_ended
     """Before: the update that ended the job printed its SUCCEEDED event, then the last progress,
     then SUCCEEDED again from the state change; a cancelled job's last line had an ETA."""
     when = 1_700_000_000.0
-    clock = time.strftime("%H:%M:%S", time.localtime(when))
+    clock = time.strftime("%H:%M:%SZ", time.gmtime(when))
     spec = P.JobSpec(iterations=40)
     progress = P.Progress(iteration=40, loss=1.0, step_time_seconds=0.04)
     running = C.JobUpdate(job=C.Job(id="j-1", state=P.JOB_STATE_RUNNING, spec=spec))
@@ -279,3 +279,12 @@ def test_logs_into_a_closed_pipe_exits_0(monkeypatch: pytest.MonkeyPatch, capsys
         P.JobEvent(seq=1, time=1.0, kind="PLACED", message="a"), P.JobEvent(seq=2, time=2.0, kind="STARTED")])
     _use(monkeypatch, FakeClient(streams=[[running]]))
     assert _run(["wait", "j-1"], capsys, out=ClosedAfterOneWrite())[0] == 1
+
+
+def test_wait_prints_event_times_in_utc() -> None:
+    # As describe's dates and the forecasts; it printed local time, unmarked.
+    done = C.JobUpdate(job=C.Job(id="j-1", state=P.JOB_STATE_SUCCEEDED), events=[
+        P.JobEvent(seq=1, time=1_700_000_003.0, kind="SUCCEEDED", message="all 2 ranks exited 0")])
+    out = io.StringIO()
+    assert waiting.follow_job(FakeClient(streams=[[done]]), "j-1", out, timeout=5) == 0  # type: ignore[arg-type]
+    assert out.getvalue().splitlines()[0] == "22:13:23Z j-1 SUCCEEDED: all 2 ranks exited 0"
