@@ -102,19 +102,24 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
     cost = view is not None and view.objective is Objective.COST  # its reason is the cost tree's (cost_objective.py)
     if view is not None and (gap := promise_over_cluster(view, snap)):
         why = f"{why}; {gap}"
-    if d.pending is PendingKind.FITS_NOWHERE and policy != "frenzy" and not cost:
-        # Say what memory the job needs and what exists, whatever the policy (Frenzy's reasons are
-        # MARP's already, or the recipe's formula's). The Cells' figure first: MARP's plans have no
-        # pipeline stages, ZeRO or gradient accumulation, and overstate a large model's need by far.
+    if d.pending is PendingKind.FITS_NOWHERE and not cost:
+        # Say what memory the job needs and what exists, whatever the policy. The Cells' figure
+        # first: MARP's plans have no pipeline stages, ZeRO or gradient accumulation, and overstate
+        # a large model's need by far. Frenzy's reasons are MARP's (or the recipe formula's) already;
+        # its fallback runs the Cells, whose figure follows.
         got = needs(views[d.job_id]) if needs is not None else None
-        marp = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg) if got is None else needs_text(got, snap)
+        if got is None:
+            marp = "" if policy == "frenzy" else frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
+        else:
+            marp = needs_text(got, snap, cluster="the cluster has" not in why)
         if marp.startswith("fits nowhere") and marp not in why:  # e.g. Crius names missing GPU types itself
             why = f"{why}; {marp}"
     return why
 
 
-def needs_text(needs: Sequence[MemoryNeed], snap: Snapshot) -> str:
-    """"fits nowhere: its plans need at least ... per GPU on ..." from the Cells' least needs, or ""."""
+def needs_text(needs: Sequence[MemoryNeed], snap: Snapshot, cluster: bool = True) -> str:
+    """"fits nowhere: its plans need at least ... per GPU on ..." from the Cells' least needs, or "";
+    `cluster`: with "the cluster has ..." (which a reason may have said already)."""
     if not needs:
         return ""
     gib = 1 << 30
@@ -122,7 +127,7 @@ def needs_text(needs: Sequence[MemoryNeed], snap: Snapshot) -> str:
              f"{n.usable_bytes / gib:,.1f} GiB usable)" for n in sorted(needs, key=lambda n: n.bytes_per_gpu)]
     return (f"fits nowhere: its plans need at least {parts[0].replace(' on ', ' per GPU on ', 1)}"
             f"{''.join(', ' + p for p in parts[1:])} (pipeline stages, TP, ZeRO and gradient accumulation "
-            f"considered); the cluster has {frenzy.cluster_text(snap)}")
+            f"considered)" + (f"; the cluster has {frenzy.cluster_text(snap)}" if cluster else ""))
 
 
 def promise_over_cluster(job: JobView, snap: Snapshot) -> str:

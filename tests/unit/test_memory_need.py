@@ -148,3 +148,19 @@ def test_every_policy_says_why_a_job_that_fits_nowhere_waits_and_what_it_needs()
     (d,) = plan_round(snap, est, make_policy("gavel")).decisions
     assert d.reason == ("gavel: fits nowhere: no count of A10-24GB or A100-80GB GPUs fits it (out of memory or not "
                         "covered by the estimates)")
+
+
+def test_frenzys_reason_keeps_marps_figure_and_adds_the_cells() -> None:
+    # Its fallback runs the Cells: what they need is said after MARP's, the cluster named once.
+    nodes = (NodeView("a", tuple(GpuView(i, "A100-80GB", 80 * GB) for i in range(4))),
+             NodeView("b", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(8))))
+    job = JobView("j", 0.0, HUGE, 1536)
+    snap = Snapshot(nodes, (job,), (("A10-24GB", 24 * GB, 8), ("A100-80GB", 80 * GB, 4)))
+    est = CellEstimates(POOLS)
+    plan = plan_round(snap, est, make_policy("frenzy"))
+    (d,) = plan.decisions
+    stored = pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig(), est.least_need)
+    assert stored.startswith(d.reason) and "(MARP, dp=" in d.reason
+    assert stored[len(d.reason):].startswith("; fits nowhere: its plans need at least 1,894.7 GiB per GPU on 8 x A10")
+    assert stored.count("the cluster has") == 1
+    assert pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig()) == d.reason
