@@ -202,7 +202,8 @@ def _gib(b: float) -> str:
 
 
 def cluster_text(snap: Snapshot) -> str:
-    """The cluster's GPUs as a reason names them: "8 x A10-24GB (22.4 GiB), ..." (usable memory)."""
+    """The cluster's GPUs as a reason names them: "8 x A10-24GB (22.4 GiB), ..." (the memory each
+    reports, before any reserve)."""
     if not snap.cluster_gpus:
         return "no GPUs registered"
     return ", ".join(f"{c} x {m} ({_gib(b)})" for m, b, c in snap.cluster_gpus)
@@ -241,30 +242,39 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
                f"({how}, dp={smallest.dp} tp={smallest.tp}, +{_gib(cfg.reserve_bytes)} reserve); "
                f"the cluster has {cluster_text(snap)}")
         return PendingKind.FITS_NOWHERE, why
-    # A gang runs on one GPU type (docs/scheduler.md, "Placement"): a plan runs where one type has
-    # its GPUs, each with room for its bytes. Before, a plan was quoted whatever GPUs could hold it,
-    # and a job asking for more GPUs than any one type has waited on "N GPUs free now".
+    # A gang runs on one GPU model (docs/scheduler.md, "Placement"): a plan runs where one model has
+    # its GPUs, each with room for its bytes (a model's GPUs may report memories a little apart: one
+    # row each in cluster_gpus). Before, a plan was quoted whatever GPUs could hold it, and a job
+    # asking for more GPUs than any one type has waited on "N GPUs free now".
     def holds(p: ResourcePlan, usable: int) -> bool:
         return p.source == OPAQUE or usable >= p.bytes_per_gpu
 
-    room = [(b - cfg.reserve_bytes, c) for _, b, c in allowed]
-    runnable = [p for p in plans if any(c >= p.gpus and holds(p, u) for u, c in room)]
+    def most(p: ResourcePlan) -> dict[str, int]:
+        """The GPUs of each allowed model that hold the plan's bytes."""
+        out: dict[str, int] = {}
+        for m, b, c in allowed:
+            if holds(p, b - cfg.reserve_bytes):
+                out[m] = out.get(m, 0) + c
+        return out
+
+    runnable = [p for p in plans if max(most(p).values(), default=0) >= p.gpus]
     if not runnable:
-        fit = min((p for p in plans if any(holds(p, u) for u, _ in room)), key=lambda p: (p.gpus, p.tp))
-        most = max(c for u, c in room if holds(fit, u))
-        what = (f"it runs on {fit.gpus} GPUs of one type, and no type it may use has more than {most}"
+        fit = min((p for p in plans if most(p)), key=lambda p: (p.gpus, p.tp))
+        top = max(most(fit).values())
+        what = (f"it runs on {fit.gpus} GPUs of one type, and no type it may use has more than {top}"
                 if fit.source == OPAQUE else
                 f"its smallest plan that fits in memory needs {fit.gpus} x {_gib(fit.bytes_per_gpu)} "
-                f"(dp={fit.dp} tp={fit.tp}) of one GPU type, and no type that holds it has more than {most}")
+                f"(dp={fit.dp} tp={fit.tp}) of one GPU type, and no type that holds it has more than {top}")
         return PendingKind.FITS_NOWHERE, f"fits nowhere: {what}: the cluster has {cluster_text(snap)}"
     best = runnable[0]
-    free = sum(1 for n in snap.nodes for g in n.idle()
-               if (not job.gpu_types or g.model in job.gpu_types) and holds(best, _usable(g, cfg)))
+    models = {m for m, n in most(best).items() if n >= best.gpus}  # those that could take the gang
+    free = sum(1 for n in snap.nodes for g in n.idle() if g.model in models and holds(best, _usable(g, cfg)))
+    gpus = "GPU" if free == 1 else "GPUs"
     if best.source == OPAQUE:
         return PendingKind.NO_ROOM_NOW, (f"waiting for GPUs: needs {best.gpus} GPUs of "
                                          f"{'/'.join(job.gpu_types) or 'one type'}; {free} of them free now")
     why = (f"waiting for GPUs: its smallest plan that fits needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
-           f"(dp={best.dp} tp={best.tp}) of one GPU type; {free} free GPUs could hold it now")
+           f"(dp={best.dp} tp={best.tp}) of one GPU type; {free} free {gpus} could hold it now")
     return PendingKind.NO_ROOM_NOW, why
 
 

@@ -31,7 +31,7 @@ def test_the_plan_quoted_is_the_smallest_that_fits_a_gpu() -> None:
     busy = (node("a", A100, 4, 80, frozenset({0, 1, 2, 3})), node("b", A100, 4, 80, frozenset({0, 1, 2})))
     assert decide(busy, ((A100, 80 * GB, 8),), job) == (
         PendingKind.NO_ROOM_NOW, ("waiting for GPUs: its smallest plan that fits needs 8 x 67.2 GiB (dp=8 tp=1) of "
-                                 "one GPU type; 1 free GPUs could hold it now"))
+                                 "one GPU type; 1 free GPU could hold it now"))
 
 
 def test_free_gpus_are_counted_among_the_types_it_may_use() -> None:
@@ -57,3 +57,22 @@ def test_a_gang_no_one_type_can_take_fits_nowhere() -> None:
     # On 8 of one type it places at once.
     d = plan_round(Snapshot((node("c", A10, 8, 24),), (JobView("j", 0.0, SMALL, 8, 8),), ((A10, 24 * GB, 8),)))
     assert [x.action.value for x in d.decisions] == ["start"]
+
+
+def test_one_model_reporting_two_memories_is_still_one_type() -> None:
+    # cluster_gpus has a row per (model, memory): 4 + 4 A100 whose NVML totals differ by 512 MiB
+    # were two types of 4, and a gang of 8 that waits for one busy GPU "fit nowhere" (a review).
+    a, b = node("a", A100, 4, 80, frozenset({0})), NodeView("b", tuple(GpuView(i, A100, 80 * GB - 2**29) for i in range(4)))
+    cluster = ((A100, 80 * GB - 2**29, 4), (A100, 80 * GB, 4))
+    kind, why = decide((a, b), cluster, JobView("j", 0.0, SMALL, 8, 8))
+    assert kind is PendingKind.NO_ROOM_NOW and why.endswith("of one GPU type; 7 free GPUs could hold it now")
+
+
+def test_free_gpus_of_a_type_too_small_for_the_gang_are_not_counted() -> None:
+    nodes = (node("a", A100, 4, 80), node("b", A10, 8, 24, frozenset(range(8))))
+    cluster = ((A10, 24 * GB, 8), (A100, 80 * GB, 4))
+    kind, why = decide(nodes, cluster, JobView("j", 0.0, SMALL, 8, 8))
+    assert kind is PendingKind.NO_ROOM_NOW and why.endswith("of one GPU type; 0 free GPUs could hold it now")
+    kind, why = decide((node("a", A100, 4, 80, frozenset({0, 1, 2})),), ((A100, 80 * GB, 4),),
+                       JobView("j", 0.0, SMALL, 8, 4))
+    assert why.endswith("; 1 free GPU could hold it now")
