@@ -142,18 +142,22 @@ class CellEstimates:
         """Per GPU type the job may use, the least memory per GPU its plans need on the most GPUs it
         may have there (its `gpus` hint, else the largest count the Cells consider), over every
         stage count, where no plan of that count fits. () when memory is not why it waits (a plan
-        fits on a type, or no type has its hint's GPUs); None when the Cells cannot estimate the
-        job. Memoised: the round asks again for every job that fits nowhere."""
+        fits on a type, or no type has its hint's GPUs); None when the Cells give no figure (they
+        cannot estimate the job, or lay out its count). Memoised: the round asks again for every
+        job that fits nowhere."""
         model = job_cell_model(job, self.flash_attention)
         if model is None:
             return None
         out = []
-        for t, pool in sorted(self.pools.items()):
-            if job.gpu_types and t not in job.gpu_types:
+        over = 0  # types its hint is larger than: the count is why, not memory
+        pools = [(t, pool) for t, pool in sorted(self.pools.items()) if not job.gpu_types or t in job.gpu_types]
+        for t, pool in pools:
+            if job.gpus_hint > pool.num_gpus:
+                over += 1
                 continue
             n = self._count(job, pool)
             if n < 1:
-                continue  # its hint is more than this type has: the count, not memory
+                continue
             k = (model.signature, t, n)
             if k not in self._needs:
                 self._needs[k] = self._need(model, pool, n)
@@ -162,11 +166,14 @@ class CellEstimates:
                 return ()
             if isinstance(got, MemoryNeed):
                 out.append(got)
+        if not out and not (pools and over == len(pools)):
+            return None  # no figure of the Cells (no pool, a count past their cap or layout): MARP's stands
         return tuple(out)
 
     def _count(self, job: JobView, pool: GpuPool) -> int:
-        """The most GPUs of the pool the job may have in one Cell: its hint (0 when the pool cannot
-        lay it out), else the largest power of two the Cells offer."""
+        """The most GPUs of the pool the job may have in one Cell: its hint (0 when the Cells would
+        not lay it out: past their cap, or no even share per node), else the largest power of two
+        the Cells offer."""
         most = min(pool.num_gpus, self.max_gpus)
         if job.gpus_hint:
             n = job.gpus_hint

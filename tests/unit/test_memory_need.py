@@ -66,8 +66,15 @@ def test_least_need_per_type_on_the_most_gpus_the_job_may_have() -> None:
     # A job some type runs: memory is not why it waits, on any type.
     assert est.least_need(JobView("s", 0.0, SMALL, 8)) == ()
     assert est.least_need(JobView("s", 0.0, SMALL, 8, 8)) == ()  # 8 x A10 holds it; 8 x A100 do not exist
-    # Nothing to say where the Cells cannot estimate the job.
+    # Nothing to say where the Cells cannot estimate the job, or give no Cell of its count (a review:
+    # these said "memory is not why", and MARP's figure was left out too).
     assert est.least_need(JobView("o", 0.0, ModelDims(100, 2, 3, 50, 16, "odd"), 8)) is None  # 100 / 3 heads
+    assert est.least_need(JobView("j", 0.0, HUGE, 1536, 3, ("A100-80GB",))) is not None  # 3 x 1 on one node
+    assert est.least_need(JobView("j", 0.0, HUGE, 1536, 6, ("A10-24GB",))) is not None
+    assert est.least_need(JobView("j", 0.0, HUGE, 1536, 5, ("A10-24GB",))) is None  # no even share of 4-GPU nodes
+    big = CellEstimates({"A10-24GB": (128, 8, False)})  # the Cells stop at 64 GPUs
+    assert big.least_need(JobView("j", 0.0, HUGE, 1536, 128)) is None
+    assert CellEstimates({}).least_need(JobView("j", 0.0, HUGE, 1536)) is None  # no type the catalog knows
 
 
 def test_a_hint_is_taken_as_it_is_not_rounded_to_a_power_of_two() -> None:
