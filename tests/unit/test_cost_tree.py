@@ -211,3 +211,6 @@ def test_an_slo_no_plan_meets_is_written_in_whole_seconds() -> None:
     with pytest.raises(NoFeasiblePlan) as e:
         cheapest_plan(m, [GpuOffer("A10-24GB", 0.75, 1, 4, 12.5)], 100_000_000, 14 * 86400.0)
     assert "runs 100000000 iterations within 1,209,600 s; the fastest takes " in e.value.reason
+    with pytest.raises(NoFeasiblePlan) as e:
+        cheapest_plan(m, [GpuOffer("A10-24GB", 0.75, 1, 4, 12.5)], 1000, 0.2)
+    assert "within 0.2 s; the fastest takes " in e.value.reason
