@@ -119,7 +119,8 @@ class _Artifact:
             n = _count(ctx, j)
             back = self.back(j, n)
             if back == "":
-                b.drop(j, f"gavel: dropped: {f'{n} GPUs' if n else 'no count'} of no type can run it")
+                b.drop(j, f"gavel: dropped: {n} GPUs of no type can run it" if n else
+                       "gavel: dropped: no count of any type runs it")
             elif back:
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
             else:
