@@ -156,7 +156,8 @@ def test_every_policy_says_why_a_job_that_fits_nowhere_waits_and_what_it_needs()
     assert d.reason == ("gavel: fits nowhere: no count of A10-24GB or A100-80GB GPUs fits it (out of memory or not "
                         "covered by the estimates)")
     (d,) = plan_round(snap, est, make_policy("gavel", "artifact")).decisions
-    assert d.reason == "gavel: dropped: no count of any type runs it"  # (was "0 GPUs of no type can run it")
+    assert d.reason == ("gavel: dropped: no count of A10-24GB or A100-80GB GPUs fits it (out of memory or not "
+                        "covered by the estimates)")  # (was "0 GPUs of no type can run it")
 
 
 def test_frenzys_reason_keeps_marps_figure_and_adds_the_cells() -> None:

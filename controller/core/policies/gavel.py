@@ -62,12 +62,19 @@ class GavelPolicy:
         return b.decisions(opportunistic=False)
 
 
+def _allowed(job: JobView, t: str) -> bool:
+    """Whether the job may run on GPU type t (its `gpu_types`; any when it names none)."""
+    return not job.gpu_types or t in job.gpu_types
+
+
 def _count(ctx: RoundContext, job: JobView, types: list[str] | None = None) -> int:
     """The GPUs Gavel asks for: the job's hint, else the fewest it fits on of the first of `types`
-    (default: the READY ones) it fits on."""
+    (default: the READY ones) it may use and fits on."""
     if job.gpus_hint:
         return job.gpus_hint
     for t in ctx.types() if types is None else types:
+        if not _allowed(job, t):
+            continue
         cs = ctx.gpu_counts(job, t)
         if cs:
             return cs[0]
@@ -75,6 +82,14 @@ def _count(ctx: RoundContext, job: JobView, types: list[str] | None = None) -> i
 
 
 WAITS = "gavel: waiting for nodes: no READY GPU type runs its request; "
+
+
+def _nowhere(ctx: RoundContext, job: JobView) -> str:
+    """Why no count of any type runs the job: the types it asks for are not in the cluster, or none
+    of its types holds it in memory."""
+    s = why_not.round_supply(ctx, job)
+    cause = why_not.type_cause(job, ctx.snap, s)
+    return cause[1] if cause is not None and cause[0] else why_not.memory_cause(s, {})
 
 
 def _waits_for(ctx: RoundContext, job: JobView) -> str:
@@ -120,14 +135,15 @@ class _Artifact:
             back = self.back(j, n)
             if back == "":
                 b.drop(j, f"gavel: dropped: {n} GPUs of no type can run it" if n else
-                       "gavel: dropped: no count of any type runs it")
+                       f"gavel: dropped: {_nowhere(ctx, j)}")
             elif back:
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
             else:
                 self.fit(j)
 
     def runs_nowhere(self, job: JobView, n: int) -> bool:
-        return not any(n and self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0 for t in self.types)
+        return not any(n and _allowed(job, t) and self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0
+                       for t in self.types)
 
     def back(self, job: JobView, n: int) -> str | None:
         """None when a READY type runs its n GPUs; else what it waits for (`_waits_for`), "" when
@@ -184,7 +200,7 @@ class _Artifact:
         return lambda nodes: self._ok(job, t, n, nodes)
 
     def _ok(self, job: JobView, t: str, n: int, nodes: int) -> bool:
-        return self.ctx.dp_fits(job, t, n) and self.ctx.throughput(job, t, n, nodes) > 0
+        return _allowed(job, t) and self.ctx.dp_fits(job, t, n) and self.ctx.throughput(job, t, n, nodes) > 0
 
     def solve(self, running: list[Alloc], job: JobView, n: int) -> tuple[str, list[tuple[Alloc, str]]] | None:
         """max sum T over (running jobs + job) x type, totals per type, <= 3 running jobs moved."""
@@ -200,7 +216,7 @@ class _Artifact:
         positive: list[tuple[float, int, str]] = []
         for i, (a, tv) in enumerate(rows):
             for t in self.types:
-                if t == a.gpu_type:
+                if t == a.gpu_type or not _allowed(a.job, t):
                     continue
                 g = tv[t] - tv[a.gpu_type]
                 moves_from[a.gpu_type].append((g, i, t))
@@ -240,7 +256,7 @@ class _Artifact:
 
         base = sum(tv[a.gpu_type] for a, tv in rows)
         for t in sorted(self.types, key=lambda t: -tnew[t]):
-            if n > cap[t]:
+            if n > cap[t] or not _allowed(job, t):
                 continue
             use2 = dict(use)
             use2[t] += n
@@ -269,9 +285,8 @@ class _Paper:
             elif back := _waits_for(ctx, j):  # no count on a READY type
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
             else:  # (it read "gavel: waiting", which said neither why nor for what)
-                s = why_not.round_supply(ctx, j)
-                b.pend(j, PendingKind.FITS_NOWHERE, f"gavel: fits nowhere: {why_not.memory_cause(s, {})}")
-        thr = [{t: ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) if n <= ctx.total_gpus(t) else 0.0
+                b.pend(j, PendingKind.FITS_NOWHERE, f"gavel: fits nowhere: {_nowhere(ctx, j)}")
+        thr = [{t: ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) if n <= ctx.total_gpus(t) and _allowed(j, t) else 0.0
                 for t in self.types} for j, n, _ in jobs]
         price = self.prices(jobs, thr)
         want: list[tuple[float, int, str]] = []
