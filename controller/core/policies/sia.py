@@ -181,7 +181,8 @@ class _Sia:
             if j.id not in ctx.arrivals:
                 continue
             n = j.gpus_hint or 1
-            if (not any(ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in ctx.types())
+            if (not any(ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in ctx.types()
+                        if not j.gpu_types or t in j.gpu_types)
                     and not self.waits_for(j, n)):
                 b.drop(j, f"sia: dropped: {n} GPUs of no type can run it")
                 continue
@@ -201,6 +202,8 @@ class _Sia:
                     g = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
                     if g > 0:
                         raw[(t, n)] = g
+        if job.gpu_types:  # (the cache spans every type; a review found a job moved to one it does not name)
+            raw = {c: v for c, v in raw.items() if c[0] in job.gpu_types}
         if not raw:
             return {}
         lo = min(raw.values())
