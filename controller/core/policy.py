@@ -465,6 +465,7 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
     held by running jobs of this round's plan."""
     nodes = {n.id: n for n in ctx.snap.nodes}
     held = {(s.node_id, i) for r in ctx.running.values() for s in r.slices for i in s.gpu_indices}
+    named = {j.id: j.gpu_types for j in ctx.snap.pending} | {k: r.job.gpu_types for k, r in ctx.running.items()}
     used: dict[tuple[str, int], str] = {}
     for d in decisions:
         if d.action not in PLACED:
@@ -478,6 +479,9 @@ def _check(ctx: RoundContext, decisions: Sequence[Decision], policy_name: str) -
             # A pipeline over mixed GPU types (the cost objective): each stage's GPUs of its type.
             stages = d.plan.stages if d.plan is not None else ()
             want = [st.gpu_type for st in stages for _ in range(st.gpus)] or [d.cell.gpu_type] * len(gpu_ids)
+            if (types := named.get(d.job_id)) and not set(want) <= set(types):
+                raise RoundPlanError(f"policy {policy_name}: {d.job_id} placed on {', '.join(sorted(set(want)))}; "
+                                     f"it names {', '.join(types)}")
             if len(want) != len(gpu_ids):
                 raise RoundPlanError(f"policy {policy_name}: {d.job_id} has {len(gpu_ids)} GPUs for stages of "
                                      f"{len(want)}")

@@ -164,3 +164,13 @@ def test_decisions_keep_their_plain_strings_and_refuse_unknown_ones() -> None:
         from_strings("j", "strat")
     with pytest.raises(ValueError, match="grow"):
         from_strings("j", "migrate", change="grow")
+
+
+def test_the_round_refuses_a_placement_on_a_type_the_job_does_not_name() -> None:
+    # (gavel, elasticflow and sia once did so: the plan check now catches any policy that does.)
+    snap = Snapshot((node("a", 2),), (JobView("p", 0.0, M, 100, 1, ("Y",), "Y", 1000, estimate_key="a"),))
+    start = Decision("p", Action.START, "", slices=(Slice("a", (0,)),), cell=Cell("X", 1))
+    with pytest.raises(RoundPlanError, match="p placed on X; it names Y"):
+        plan_round(snap, EST, _Fixed([start]))
+    snap = Snapshot((node("a", 2),), (JobView("p", 0.0, M, 100, 1, ("X", "Y"), "X", 1000, estimate_key="a"),))
+    assert [d.action for d in plan_round(snap, EST, _Fixed([start])).decisions] == [Action.START]
