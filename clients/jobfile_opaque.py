@@ -22,7 +22,8 @@ Err = Callable[[str, str], Exception]
 
 
 def cell_hint(data: Mapping[str, Any], error: Err) -> common_pb2.ResourceHint:
-    """`cell: "8 x A100-80GB"`: exactly that many GPUs of that type (gpus + gpu_types in one key)."""
+    """`cell: "8 x A100-80GB"`: gpus + gpu_types in one key (exactly those GPUs for an opaque job; for
+    a job with a model, a hint as `gpus` is)."""
     if "gpus" in data or "gpu_types" in data:
         raise error("cell", "give either cell or gpus/gpu_types, not both")
     value = data["cell"]
