@@ -78,7 +78,7 @@ def waiting_for_nodes(snap: Snapshot, policy: str) -> RoundPlan:
 
 
 # What memory per GPU a job's plans need where none fits (the live Cells': StepLearner.least_need):
-# () when memory is not why it waits, None when the Cells cannot estimate the job.
+# () when memory is not why it waits, None when the Cells give no figure (MARP's account stands).
 Needs = Callable[[JobView], Sequence[MemoryNeed] | None]
 
 
@@ -109,11 +109,11 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         # its fallback runs the Cells, whose figure follows.
         got = needs(views[d.job_id]) if needs is not None else None
         if got is None:
-            marp = "" if policy == "frenzy" else frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
+            memory = "" if policy == "frenzy" else frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
         else:
-            marp = needs_text(got, snap, cluster="the cluster has" not in why)
-        if marp.startswith("fits nowhere") and marp not in why:  # e.g. Crius names missing GPU types itself
-            why = f"{why}; {marp}"
+            memory = needs_text(got, snap, cluster="the cluster has" not in why)
+        if memory.startswith("fits nowhere") and memory not in why:  # e.g. Crius names missing GPU types itself
+            why = f"{why}; {memory}"
     return why
 
 
