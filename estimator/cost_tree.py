@@ -389,8 +389,11 @@ def _infeasible(p: _Problem, leaf: Leaf | None,
 
 def _seconds(x: float) -> str:
     """An SLO as its reasons write it: whole seconds as such (1,209,600), else to the tenth, as the
-    fastest time beside it (an SLO of 2.7 s rounded to 3 read as met by 2.8 s)."""
-    return f"{x:,.0f}" if math.isfinite(x) and x == int(x) else f"{x:,.1f}"
+    fastest time beside it (an SLO of 2.7 s rounded to 3 read as met by 2.8 s), and under 0.1 s to
+    three figures."""
+    if math.isfinite(x) and x == int(x):
+        return f"{x:,.0f}"
+    return f"{x:,.1f}" if x >= 0.1 else f"{x:.3g}"  # (a test's SLO of 1 ms read "0.0 s")
 
 
 def cheapest_plan(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_s: float, *,
