@@ -27,6 +27,15 @@ SMALL = ModelDims(768, 12, 12, 50257, 1024, "small")
 POOLS = {"A100-80GB": (4, 4, True), "A10-24GB": (8, 4, False)}
 
 
+def huge_on_pools() -> tuple[JobView, Snapshot, CellEstimates]:
+    """The huge job pending on POOLS' GPUs (4 x A100-80GB, 8 x A10-24GB on two nodes), all idle."""
+    nodes = (NodeView("a", tuple(GpuView(i, "A100-80GB", 80 * GB) for i in range(4))),
+             NodeView("b", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(4))),
+             NodeView("c", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(4))))
+    job = JobView("j", 0.0, HUGE, 1536)
+    return job, Snapshot(nodes, (job,), (("A10-24GB", 24 * GB, 8), ("A100-80GB", 80 * GB, 4))), CellEstimates(POOLS)
+
+
 def test_a_cell_that_fits_nowhere_says_the_least_its_plans_need() -> None:
     model = job_cell_model(JobView("j", 0.0, HUGE, 1536))
     assert model is not None
@@ -101,12 +110,7 @@ def test_needs_text_names_the_least_first_and_the_cluster() -> None:
 
 
 def test_the_stored_reason_takes_the_cells_figure_over_marps() -> None:
-    nodes = (NodeView("a", tuple(GpuView(i, "A100-80GB", 80 * GB) for i in range(4))),
-             NodeView("b", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(4))),
-             NodeView("c", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(4))))
-    job = JobView("j", 0.0, HUGE, 1536)
-    snap = Snapshot(nodes, (job,), (("A10-24GB", 24 * GB, 8), ("A100-80GB", 80 * GB, 4)))
-    est = CellEstimates(POOLS)
+    job, snap, est = huge_on_pools()
     plan = plan_round(snap, est, make_policy("crius"))
     (d,) = plan.decisions
     assert d.pending is PendingKind.FITS_NOWHERE
@@ -140,12 +144,7 @@ async def test_the_controller_stores_the_cells_figure_for_a_job_that_fits_nowher
 
 def test_every_policy_says_why_a_job_that_fits_nowhere_waits_and_what_it_needs() -> None:
     # gavel's paper mode left such a job on "gavel: waiting" (no kind, no memory figure).
-    nodes = (NodeView("a", tuple(GpuView(i, "A100-80GB", 80 * GB) for i in range(4))),
-             NodeView("b", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(4))),
-             NodeView("c", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(4))))
-    job = JobView("j", 0.0, HUGE, 1536)
-    snap = Snapshot(nodes, (job,), (("A10-24GB", 24 * GB, 8), ("A100-80GB", 80 * GB, 4)))
-    est = CellEstimates(POOLS)
+    job, snap, est = huge_on_pools()
     for name in ("crius", "fcfs", "gavel", "gandiva", "sia", "morphling"):
         plan = plan_round(snap, est, make_policy(name))
         (d,) = plan.decisions
@@ -162,11 +161,7 @@ def test_every_policy_says_why_a_job_that_fits_nowhere_waits_and_what_it_needs()
 
 def test_frenzys_reason_keeps_marps_figure_and_adds_the_cells() -> None:
     # Its fallback runs the Cells: what they need is said after MARP's, the cluster named once.
-    nodes = (NodeView("a", tuple(GpuView(i, "A100-80GB", 80 * GB) for i in range(4))),
-             NodeView("b", tuple(GpuView(i, "A10-24GB", 24 * GB) for i in range(8))))
-    job = JobView("j", 0.0, HUGE, 1536)
-    snap = Snapshot(nodes, (job,), (("A10-24GB", 24 * GB, 8), ("A100-80GB", 80 * GB, 4)))
-    est = CellEstimates(POOLS)
+    job, snap, est = huge_on_pools()
     plan = plan_round(snap, est, make_policy("frenzy"))
     (d,) = plan.decisions
     stored = pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig(), est.least_need)
