@@ -91,7 +91,7 @@ class Engine:
         self._kick = asyncio.Event()
         self._round_lock = asyncio.Lock()
         self._deferred: list[JobRecord] | None = None  # a round's started attempts, launched at its end
-        self.warmer = warming.Warmer()  # new jobs' first Cell estimates, within a budget
+        self.warmer = warming.Warmer(self.learner.least_need)  # new jobs' first Cells, within a budget
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
         self.started_mono = mono()
         self.rounds = 0

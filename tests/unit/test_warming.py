@@ -81,3 +81,16 @@ def test_jobs_submitted_during_the_warm_up_wait_for_the_next_round_unless_known(
     assert w.cold == {"b1"}
     assert w.warm(est, est.is_known, seen + late, ["X"], 5.0, est.clock) == set()  # type: ignore[arg-type]
     assert [j.id for j in w.ready(seen + late, lambda j: j)] == ["a1", "b1", "known", "o"]
+
+
+def test_a_job_with_no_cell_on_any_type_has_its_memory_need_found_in_the_warm_up() -> None:
+    # So the round's reason finds it memoised (it took 0.3-0.5 s for a large model, on the event loop).
+    class NoCells(Slow):
+        def gpu_counts(self, j: JobView, gpu_type: str) -> Sequence[int]:
+            super().gpu_counts(j, gpu_type)
+            return () if j.id.startswith("big") else (1,)
+
+    asked: list[str] = []
+    est, w = NoCells(1.0), Warmer(lambda j: asked.append(j.id))
+    w.warm(est, est.is_known, [job("big1", 1, "A"), job("small", 2, "A")], ["X", "Y"], 60.0, est.clock)  # type: ignore[arg-type]
+    assert asked == ["big1"]
