@@ -270,7 +270,7 @@ class _Round:
         out = []
         # Hysteresis: a running job reconfigures only for `grow_factor` times its value now.
         hold = self.o.grow_factor if self.running(jid) and not self.changed.get(jid) else 1.0
-        for p in self.cv.hull(job):
+        for p in self.cv.steps(job):
             if p.gpus <= g0:
                 continue
             gain = self.value(job, p, True) - v0 * hold

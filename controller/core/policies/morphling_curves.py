@@ -83,6 +83,7 @@ class Curves:
         self.cpu = cpu
         self._all: dict[str, list[Point]] = {}
         self._hull: dict[str, list[Point]] = {}
+        self._steps: dict[str, list[Point]] = {}
         self._tp: dict[str, float] = {}
         self._min: dict[str, Point | None] = {}
 
@@ -129,6 +130,22 @@ class Curves:
             if not out or p.it < out[-1].it:
                 out.append(p)
         self._hull[job.id] = out
+        return out
+
+    def steps(self, job: JobView) -> list[Point]:
+        """Every type's sensitivity curve (points strictly faster than every smaller count of that
+        type), ascending GPUs: where the fastest type's point does not fit, a slower type's may (a
+        job waited on busy A100s while every A10 was idle). One type: the hull."""
+        got = self._steps.get(job.id)
+        if got is not None:
+            return got
+        out: list[Point] = []
+        best: dict[str, float] = {}
+        for p in self.points(job):
+            if p.it < best.get(p.gpu_type, math.inf):
+                best[p.gpu_type] = p.it
+                out.append(p)
+        self._steps[job.id] = out
         return out
 
     def at(self, job: JobView, gpu_type: str, gpus: int, nodes: int) -> Point | None:
