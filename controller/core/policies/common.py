@@ -175,7 +175,11 @@ class Board:
     # ------------------------------------------------------------------ the end of the round
 
     def earliest_waiting(self) -> tuple[float, str] | None:
-        keys = [queue_key(j) for j in self.waiting.values() if j.id not in self.dropped]
+        """The queue key of the first job left waiting that could start some day: one that fits
+        nowhere makes no later job opportunistic (every placement read "opportunistic: an earlier job
+        is still waiting" behind a job too large for any GPU; a live audit)."""
+        keys = [queue_key(j) for j in self.waiting.values()
+                if j.id not in self.dropped and self.kinds.get(j.id) is not PendingKind.FITS_NOWHERE]
         return min(keys) if keys else None
 
     def decisions(self, opportunistic: bool = True) -> list[Decision]:
