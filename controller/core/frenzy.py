@@ -362,6 +362,13 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig(), fallback: Fal
                 why = f"MARP's plans fit only GPUs the estimates cannot run it on ({why})"
             ask = fallback is not None and (kind is PendingKind.FITS_NOWHERE or refused)
             other = fallback(job, nodes, why) if fallback is not None and ask else None
+            if refused and ask and other is None:
+                # The estimates know the job (they refused its placements) and have no Cell of its
+                # count on any type: no GPU will ever run it (a `gpus: 3` job waited for ever on an
+                # idle cluster, "waiting for GPUs"; a live audit).
+                count = f"{job.gpus_hint} GPUs" if job.gpus_hint else "any count"
+                kind, why = PendingKind.FITS_NOWHERE, (f"fits nowhere: the estimates run none of MARP's plans "
+                                                       f"and have no Cell of {count} on any GPU type it may use")
             if other is not None:
                 if other.action is Action.START:
                     for s in other.slices:

@@ -7,7 +7,10 @@ GPU holds 366 GiB; "8 GPUs free now" where the 8 were of a type the job may not 
 
 from __future__ import annotations
 
+from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.frenzy import plan_round
+from tessera.controller.core.policies import make_policy
+from tessera.controller.core.policy import plan_round as policy_round
 from tessera.controller.core.snapshot import GpuView, JobView, NodeView, PendingKind, Snapshot
 from tessera.estimator.models import ModelDims
 
@@ -76,3 +79,18 @@ def test_free_gpus_of_a_type_too_small_for_the_gang_are_not_counted() -> None:
     kind, why = decide((node("a", A100, 4, 80, frozenset({0, 1, 2})),), ((A100, 80 * GB, 4),),
                        JobView("j", 0.0, SMALL, 8, 4))
     assert why.endswith("; 1 free GPU could hold it now")
+
+
+def test_a_hint_the_estimates_have_no_cell_of_fits_nowhere_not_waiting() -> None:
+    # (A live audit: a `gpus: 3` job waited for ever on an idle cluster, "waiting for GPUs".)
+    est = TableEstimates({("k", A10, n): 1.0 / n for n in (1, 2, 4, 8)})
+    nodes = (node("a", A10, 4, 24), node("b", A10, 4, 24))
+    snap = Snapshot(nodes, (JobView("j", 0.0, SMALL, 48, 3, estimate_key="k"),), ((A10, 24 * GB, 8),))
+    (d,) = policy_round(snap, est, make_policy("frenzy")).decisions
+    assert d.pending is PendingKind.FITS_NOWHERE
+    assert d.reason == ("frenzy: fits nowhere: the estimates run none of MARP's plans and have no Cell of 3 GPUs on "
+                        "any GPU type it may use")
+    # A count they have runs at once.
+    snap = Snapshot(nodes, (JobView("j", 0.0, SMALL, 48, 4, estimate_key="k"),), ((A10, 24 * GB, 8),))
+    (d,) = policy_round(snap, est, make_policy("frenzy")).decisions
+    assert d.action.value == "start"
