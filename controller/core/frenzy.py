@@ -367,8 +367,9 @@ def plan_round(snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig(), fallback: Fal
                 # count on any type: no GPU will ever run it (a `gpus: 3` job waited for ever on an
                 # idle cluster, "waiting for GPUs"; a live audit).
                 count = f"{job.gpus_hint} GPUs" if job.gpus_hint else "any count"
-                kind, why = PendingKind.FITS_NOWHERE, (f"fits nowhere: the estimates run none of MARP's plans "
-                                                       f"and have no Cell of {count} on any GPU type it may use")
+                kind, why = PendingKind.FITS_NOWHERE, (f"fits nowhere: the estimates run none of MARP's plans, "
+                                                       f"and no GPU type it may use runs a Cell of {count} laid "
+                                                       "out evenly over its nodes")
             if other is not None:
                 if other.action is Action.START:
                     for s in other.slices:

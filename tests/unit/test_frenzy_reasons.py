@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.frenzy import plan_round
+from tessera.controller.core.opaque import OpaqueAware
 from tessera.controller.core.policies import make_policy
 from tessera.controller.core.policy import plan_round as policy_round
 from tessera.controller.core.snapshot import GpuView, JobView, NodeView, PendingKind, Snapshot
@@ -88,9 +89,23 @@ def test_a_hint_the_estimates_have_no_cell_of_fits_nowhere_not_waiting() -> None
     snap = Snapshot(nodes, (JobView("j", 0.0, SMALL, 48, 3, estimate_key="k"),), ((A10, 24 * GB, 8),))
     (d,) = policy_round(snap, est, make_policy("frenzy")).decisions
     assert d.pending is PendingKind.FITS_NOWHERE
-    assert d.reason == ("frenzy: fits nowhere: the estimates run none of MARP's plans and have no Cell of 3 GPUs on "
-                        "any GPU type it may use")
+    assert d.reason == ("frenzy: fits nowhere: the estimates run none of MARP's plans, and no GPU type it may use "
+                        "runs a Cell of 3 GPUs laid out evenly over its nodes")
     # A count they have runs at once.
     snap = Snapshot(nodes, (JobView("j", 0.0, SMALL, 48, 4, estimate_key="k"),), ((A10, 24 * GB, 8),))
     (d,) = policy_round(snap, est, make_policy("frenzy")).decisions
+    assert d.action.value == "start"
+
+
+
+def test_an_opaque_count_no_node_layout_holds_fits_nowhere() -> None:
+    # 5 GPUs on two nodes of 4: no even layout, so never (it read "waiting for GPUs ... not free now").
+    nodes = (node("a", A10, 4, 24), node("b", A10, 4, 24))
+    opaque = JobView("o", 0.0, SMALL, 1, 5, (A10,), opaque=True)
+    (d,) = policy_round(Snapshot(nodes, (opaque,), ((A10, 24 * GB, 8),)), OpaqueAware(TableEstimates({})),
+                        make_policy("frenzy")).decisions
+    assert d.pending is PendingKind.FITS_NOWHERE and d.reason.startswith("frenzy: fits nowhere: "), d.reason
+    six = JobView("o", 0.0, SMALL, 1, 6, (A10,), opaque=True)  # 3 + 3 runs
+    (d,) = policy_round(Snapshot(nodes, (six,), ((A10, 24 * GB, 8),)), OpaqueAware(TableEstimates({})),
+                        make_policy("frenzy")).decisions
     assert d.action.value == "start"

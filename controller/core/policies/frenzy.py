@@ -88,7 +88,11 @@ def estimated_start(ctx: RoundContext, job: JobView, nodes: dict[str, NodeView],
     for t in types:
         for n in ctx.gpu_counts(job, t):
             if n <= max(ctx.total_gpus(t), reg.get(t, 0)) and (not job.gpus_hint or n == job.gpus_hint):
-                options.append((n, t))
+                # A count the READY nodes of the type cannot lay out evenly never runs there (5 GPUs
+                # on nodes of 4 waited for ever, "not free now"; a live audit).
+                k = ctx.ideal_nodes(t, n) if t in ctx.types() else 1
+                if k > 0 and n % k == 0:
+                    options.append((n, t))
     if not options:
         return None
     # fewest GPUs first (MARP's ranking), then the least GPU memory (HAS's order)
