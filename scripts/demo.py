@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,9 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the jobs")
     p.add_argument("--policy", default="crius", help="the controller's scheduling policy (default crius)")
     args = p.parse_args()
+    # SIGTERM (kill, a supervisor) stops the daemons too, as Ctrl-C does: by default it ended this
+    # process alone and left the estimator, controller and agents running (a live audit).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = Path(args.state).resolve()
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
