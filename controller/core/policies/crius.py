@@ -175,6 +175,7 @@ class _Round:
         """(GPU type, GPUs, scaling steps it costs) of the job's Cells; `pools`: the most GPUs of each
         type a Cell may have (default: the READY nodes', within the per-job cap)."""
         o = self.opts
+        scale = o.scale_count and not job.opaque  # an opaque job runs on exactly what it asked for
         cap = self.ctx.max_gpus()
         pools = {t: min(cap, self.ctx.total_gpus(t)) for t in self.types_for(job)} if pools is None else pools
         types = list(pools)
@@ -190,7 +191,7 @@ class _Round:
                     continue
                 n, c = n0, 0
                 while n >= 1:
-                    if c and not o.scale_count:
+                    if c and not scale:
                         break
                     out.append((t, n, tc + c))
                     n //= 2
@@ -201,10 +202,10 @@ class _Round:
                 continue
             if job.gpus_hint:
                 n = job.gpus_hint
-                counts = sorted({max(1, n // 2), n, 2 * n}) if o.scale_count else [n]
+                counts = sorted({max(1, n // 2), n, 2 * n}) if scale else [n]
             else:
                 feas = [c for c in self.ctx.gpu_counts(job, t) if c & (c - 1) == 0]
-                counts = feas[:3] if o.scale_count else feas[:1]
+                counts = feas[:3] if scale else feas[:1]
             for n in counts:
                 if 0 < n <= pools[t]:
                     out.append((t, n, 0))
@@ -438,7 +439,8 @@ class _Round:
         s = why_not.round_supply(ctx, job)
         reg = self.target_cells(job, {m: s.limit(c) for m, c in s.registered.items()})  # with every node back
         back = why_not.if_back(ctx, job, s, ((t, n) for t, n, _ in reg))
-        no_cell = f"no feasible Cell among {_cells_text(reg or cells)} (out of memory or not covered by the estimates)"
+        no_cell = (f"no node layout holds {_cells_text(reg or cells)} evenly" if job.opaque else  # (no memory figure)
+                   f"no feasible Cell among {_cells_text(reg or cells)} (out of memory or not covered by the estimates)")
         nowhere, why = self._first_cause(job, s, cells, back, no_cell)
         return (nowhere, why) if nowhere or back or job.opaque else (True, no_cell)
 
