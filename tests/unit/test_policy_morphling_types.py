@@ -25,3 +25,9 @@ def test_a_job_whose_fastest_type_is_busy_starts_on_the_idle_one() -> None:
     free = Snapshot((A, H_BUSY.__class__("h", H_BUSY.gpus)), (job,), CLUSTER)
     (d,) = plan_round(free, EST, make_policy("morphling")).decisions
     assert d.cell is not None and d.cell.gpu_type == H100
+
+
+def test_the_critical_path_note_keeps_small_times() -> None:
+    # (A live demo read "1 s at its most efficient point, at least 0.85 x the 0 s the cluster needs".)
+    from tessera.controller.core.policies.morphling import _secs
+    assert (_secs(13_968.4), _secs(10.0), _secs(0.44)) == ("13,968", "10", "0.4")

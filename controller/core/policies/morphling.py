@@ -106,6 +106,11 @@ class _Step:
     loss: float
 
 
+def _secs(x: float) -> str:
+    """Seconds as the reasons write them: 13,968; under 10, to the tenth (a live demo read "the 0 s")."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
+
+
 def cheapest(points: list[Point]) -> Point | None:
     """The point with the fewest GPU-seconds per iteration (the fastest among equals); None if none."""
     return min(points, key=lambda p: (p.it * p.gpus, p.it)) if points else None
@@ -246,8 +251,8 @@ class _Round:
                 continue
             self.floor[jid] = want.gpus
             # A job alone is trivially its own critical path: say nothing rather than "1 s ... 1 s".
-            self.critical_note = (f"on the makespan's critical path: {t:,.0f} s at its most efficient point, "
-                                  f"at least {cf:g} x the {drain:,.0f} s the cluster needs for all known work"
+            self.critical_note = (f"on the makespan's critical path: {_secs(t)} s at its most efficient point, "
+                                  f"at least {cf:g} x the {_secs(drain)} s the cluster needs for all known work"
                                   if len(self.jobs) > 1 else "")
             self.placing_critical = True
             placed = self.schedule(job, want, privileged=True, gain=math.inf)
