@@ -284,7 +284,7 @@ def _catalog_bytes(t: str) -> int:
 
 def _priced(job: JobView, types: Sequence[str], prices: Mapping[str, float]) -> tuple[list[str], list[str]]:
     """(types the job may use that have a price, those that have none)."""
-    allowed = [t for t in types if not job.gpu_types or t in job.gpu_types]
+    allowed = [t for t in types if job.may_use(t)]
     return [t for t in allowed if t in prices], [t for t in allowed if t not in prices]
 
 

@@ -231,7 +231,7 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
     if not plans:
         return PendingKind.FITS_NOWHERE, (f"no plan: global batch {job.global_batch_size} cannot be split "
                                           f"over {job.gpus_hint or total} GPUs with TP in {TP_CHOICES}")
-    allowed = [x for x in snap.cluster_gpus if not job.gpu_types or x[0] in job.gpu_types]
+    allowed = [x for x in snap.cluster_gpus if job.may_use(x[0])]
     if not allowed:  # no memory figure explains this: the types it allows are not in the cluster
         return PendingKind.FITS_NOWHERE, missing_types_reason(job.gpu_types, snap)
     biggest = max(b for _, b, _ in allowed) - cfg.reserve_bytes

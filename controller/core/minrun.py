@@ -122,7 +122,7 @@ def _short(plan: RoundPlan, snap: Snapshot) -> list[JobView]:
 def _usable(job: JobView, gpu_type: str) -> bool:
     """Whether `job` may run on `gpu_type` (its allowed types, and its promise's type if it names one)."""
     promised = job.promise.gpu_type if job.promise is not None else ""
-    return (not job.gpu_types or gpu_type in job.gpu_types) and (not promised or promised == gpu_type)
+    return job.may_use(gpu_type) and (not promised or promised == gpu_type)
 
 
 def _note(exempt: Sequence[Exempt], min_run_s: float) -> str:

@@ -36,7 +36,7 @@ def opaque_key(gpus: int, gpu_types: Sequence[str]) -> str:
 
 def opaque_cell(job: JobView, gpu_type: str, gpus: int) -> CellEstimate | None:
     """The one Cell of an opaque job on this type and count, None when it is not what the job asked."""
-    if gpus != gpus_of(job) or (job.gpu_types and gpu_type not in job.gpu_types):
+    if gpus != gpus_of(job) or not job.may_use(gpu_type):
         return None
     plan = PlanChoice(gpus, 1, 1, 1, 1, gpu_type, 0, SOURCE)
     return CellEstimate(Cell(gpu_type, gpus, 1), NOMINAL_ITERATION_S, 0, plan, SOURCE)
@@ -77,7 +77,7 @@ def fits_nowhere(job: JobView, cluster: Sequence[tuple[str, int, int]]) -> str:
     pools: dict[str, int] = {}
     for model, _mem, count in cluster:
         pools[model] = pools.get(model, 0) + count
-    allowed = [t for t in pools if not job.gpu_types or t in job.gpu_types]
+    allowed = [t for t in pools if job.may_use(t)]
     if not allowed:
         want = ", ".join(job.gpu_types)
         have = ", ".join(sorted(pools)) or "none"

@@ -125,7 +125,7 @@ def cluster_types(snap: Snapshot) -> list[str]:
 
 
 def _allowed(job: JobView, types: Sequence[str]) -> list[str]:
-    return [t for t in types if not job.gpu_types or t in job.gpu_types]
+    return [t for t in types if job.may_use(t)]
 
 
 class Sizer(Protocol):

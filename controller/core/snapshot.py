@@ -159,6 +159,10 @@ class JobView:
     def remaining_iterations(self) -> float:
         return max(0.0, self.iterations - self.done_iterations)
 
+    def may_use(self, gpu_type: str) -> bool:
+        """Whether the job may run on GPUs of this type: one it names in `gpu_types`, any if none."""
+        return not self.gpu_types or gpu_type in self.gpu_types
+
 
 @dataclass(frozen=True)
 class Cell:

@@ -143,7 +143,7 @@ class _Round:
 
     def types_for(self, job: JobView) -> list[str]:
         ts = self.ctx.types()
-        return [t for t in ts if not job.gpu_types or t in job.gpu_types]
+        return [t for t in ts if job.may_use(t)]
 
     def ddl_ok(self, job: JobView, est: CellEstimate | None, restart: bool) -> bool:
         if not self.opts.deadline_aware or job.deadline <= 0 or est is None:
@@ -541,7 +541,7 @@ class _Round:
                 opts: list[tuple[str, int]] = []
                 if o.change_type:
                     opts += [(t, a.gpus) for t in types if t != a.gpu_type
-                             and (not a.job.gpu_types or t in a.job.gpu_types)]
+                             and a.job.may_use(t)]
                 if o.scale_count and 2 * a.gpus <= ctx.max_gpus():
                     opts.append((a.gpu_type, 2 * a.gpus))
                 if a.nodes > ctx.ideal_nodes(a.gpu_type, a.gpus):

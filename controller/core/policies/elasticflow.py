@@ -90,7 +90,7 @@ class _EF:
 
     def it_dp(self, job: JobView, t: str, n: int) -> float:
         ctx = self.ctx
-        if (job.gpu_types and t not in job.gpu_types) or not ctx.dp_fits(job, t, n):
+        if not job.may_use(t) or not ctx.dp_fits(job, t, n):
             return 0.0  # (a type it does not name: never a share of it; a review found it started there)
         e = ctx.best(job, t, n, ctx.ideal_nodes(t, n))
         return e.iteration_s if e else 0.0
@@ -114,7 +114,7 @@ class _EF:
     def type_of(self, job: JobView) -> str:
         if job.gpu_type_hint in self.ctx.types():
             return job.gpu_type_hint
-        types = [t for t in self.ctx.types() if not job.gpu_types or t in job.gpu_types]
+        types = [t for t in self.ctx.types() if job.may_use(t)]
         return types[0] if types else ""
 
     # ------------------------------------------------------------------ the round

@@ -35,7 +35,7 @@ def requested(ctx: RoundContext, job: JobView) -> tuple[str, int]:
     allowed types, the fastest whose READY nodes can run the job as asked (`runs_as_asked`): a
     type with too few READY GPUs for the count loses to a slower one that has them; the fastest of
     all when none can."""
-    types = [t for t in ctx.types() if not job.gpu_types or t in job.gpu_types]
+    types = [t for t in ctx.types() if job.may_use(t)]
     if job.gpu_type_hint in types:
         types = [job.gpu_type_hint]
     best: tuple[bool, float, str, int] | None = None
@@ -149,7 +149,7 @@ def why_no_type(ctx: RoundContext, job: JobView) -> why_not.Cause:
     s = why_not.round_supply(ctx, job)
     if cause := why_not.type_cause(job, ctx.snap, s, None if job.opaque else lambda: _never_fits(ctx, job, s)):
         return cause
-    types = [t for t in ctx.types() if not job.gpu_types or t in job.gpu_types]
+    types = [t for t in ctx.types() if job.may_use(t)]
     if job.gpu_type_hint in types:  # as `requested` asks
         types = [job.gpu_type_hint]
     return True, f"no count of {' or '.join(types)} GPUs fits it (out of memory or not covered by the estimates)"

@@ -82,7 +82,7 @@ def estimated_start(ctx: RoundContext, job: JobView, nodes: dict[str, NodeView],
     READY hold them: it waits for nodes); None when they have none either."""
     mem = {m: b for m, b, _ in ctx.snap.cluster_gpus}
     reg = why_not.by_type(ctx.snap)  # the registered GPUs by type, READY or not
-    types = sorted((t for t in set(ctx.types()) | set(reg) if not job.gpu_types or t in job.gpu_types),
+    types = sorted((t for t in set(ctx.types()) | set(reg) if job.may_use(t)),
                    key=lambda t: (mem.get(t, 0), t))
     options: list[tuple[int, str]] = []
     for t in types:

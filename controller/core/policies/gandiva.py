@@ -62,7 +62,7 @@ class _Gandiva:
 
     def allowed(self, job: JobView) -> list[str]:
         """The ready GPU types the job may use (its `gpu_types`, else every type)."""
-        return [t for t in self.ctx.types() if not job.gpu_types or t in job.gpu_types]
+        return [t for t in self.ctx.types() if job.may_use(t)]
 
     def request(self, job: JobView) -> tuple[str, int]:
         ctx = self.ctx

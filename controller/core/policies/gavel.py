@@ -62,18 +62,13 @@ class GavelPolicy:
         return b.decisions(opportunistic=False)
 
 
-def _allowed(job: JobView, t: str) -> bool:
-    """Whether the job may run on GPU type t (its `gpu_types`; any when it names none)."""
-    return not job.gpu_types or t in job.gpu_types
-
-
 def _count(ctx: RoundContext, job: JobView, types: list[str] | None = None) -> int:
     """The GPUs Gavel asks for: the job's hint, else the fewest it fits on of the first of `types`
     (default: the READY ones) it may use and fits on."""
     if job.gpus_hint:
         return job.gpus_hint
     for t in ctx.types() if types is None else types:
-        if not _allowed(job, t):
+        if not job.may_use(t):
             continue
         cs = ctx.gpu_counts(job, t)
         if cs:
@@ -142,7 +137,7 @@ class _Artifact:
                 self.fit(j)
 
     def runs_nowhere(self, job: JobView, n: int) -> bool:
-        return not any(n and _allowed(job, t) and self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0
+        return not any(n and job.may_use(t) and self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0
                        for t in self.types)
 
     def back(self, job: JobView, n: int) -> str | None:
@@ -200,7 +195,7 @@ class _Artifact:
         return lambda nodes: self._ok(job, t, n, nodes)
 
     def _ok(self, job: JobView, t: str, n: int, nodes: int) -> bool:
-        return _allowed(job, t) and self.ctx.dp_fits(job, t, n) and self.ctx.throughput(job, t, n, nodes) > 0
+        return job.may_use(t) and self.ctx.dp_fits(job, t, n) and self.ctx.throughput(job, t, n, nodes) > 0
 
     def solve(self, running: list[Alloc], job: JobView, n: int) -> tuple[str, list[tuple[Alloc, str]]] | None:
         """max sum T over (running jobs + job) x type, totals per type, <= 3 running jobs moved."""
@@ -216,7 +211,7 @@ class _Artifact:
         positive: list[tuple[float, int, str]] = []
         for i, (a, tv) in enumerate(rows):
             for t in self.types:
-                if t == a.gpu_type or not _allowed(a.job, t):
+                if t == a.gpu_type or not a.job.may_use(t):
                     continue
                 g = tv[t] - tv[a.gpu_type]
                 moves_from[a.gpu_type].append((g, i, t))
@@ -256,7 +251,7 @@ class _Artifact:
 
         base = sum(tv[a.gpu_type] for a, tv in rows)
         for t in sorted(self.types, key=lambda t: -tnew[t]):
-            if n > cap[t] or not _allowed(job, t):
+            if n > cap[t] or not job.may_use(t):
                 continue
             use2 = dict(use)
             use2[t] += n
@@ -286,7 +281,7 @@ class _Paper:
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
             else:  # (it read "gavel: waiting", which said neither why nor for what)
                 b.pend(j, PendingKind.FITS_NOWHERE, f"gavel: fits nowhere: {_nowhere(ctx, j)}")
-        thr = [{t: ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) if n <= ctx.total_gpus(t) and _allowed(j, t) else 0.0
+        thr = [{t: ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) if n <= ctx.total_gpus(t) and j.may_use(t) else 0.0
                 for t in self.types} for j, n, _ in jobs]
         price = self.prices(jobs, thr)
         want: list[tuple[float, int, str]] = []

@@ -102,7 +102,7 @@ class Curves:
         out: list[Point] = []
         cap = self.ctx.max_gpus()
         for t in self.ctx.types():
-            if job.gpu_types and t not in job.gpu_types:
+            if not job.may_use(t):
                 continue
             per = self.ctx.max_per_node(t)
             for g in self.ctx.gpu_counts(job, t):

@@ -135,7 +135,7 @@ class _Sia:
         ctx = self.ctx
         out: dict[Config, float] = {}
         for t in ctx.types():
-            if job.gpu_types and t not in job.gpu_types:
+            if not job.may_use(t):
                 continue
             for n in self.counts(t):
                 if n > ctx.total_gpus(t) or (ctx.config.max_gpus_per_job and n > ctx.config.max_gpus_per_job):
@@ -181,8 +181,7 @@ class _Sia:
             if j.id not in ctx.arrivals:
                 continue
             n = j.gpus_hint or 1
-            if (not any(ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in ctx.types()
-                        if not j.gpu_types or t in j.gpu_types)
+            if (not any(ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) > 0 for t in ctx.types() if j.may_use(t))
                     and not self.waits_for(j, n)):
                 b.drop(j, f"sia: dropped: {n} GPUs of no type can run it")
                 continue
@@ -203,7 +202,7 @@ class _Sia:
                     if g > 0:
                         raw[(t, n)] = g
         if job.gpu_types:  # (the cache spans every type; a review found a job moved to one it does not name)
-            raw = {c: v for c, v in raw.items() if c[0] in job.gpu_types}
+            raw = {c: v for c, v in raw.items() if job.may_use(c[0])}
         if not raw:
             return {}
         lo = min(raw.values())

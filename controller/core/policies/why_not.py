@@ -75,8 +75,8 @@ def by_type(snap: Snapshot) -> dict[str, int]:
 
 def supply(job: JobView, snap: Snapshot, ready: Mapping[str, int], cap: int = 0) -> Supply:
     """The job's supply: `ready` is the GPUs of READY nodes by type (the round's `total_gpus`)."""
-    allowed = {m: c for m, c in by_type(snap).items() if not job.gpu_types or m in job.gpu_types}
-    return Supply(allowed, {t: c for t, c in ready.items() if not job.gpu_types or t in job.gpu_types}, cap)
+    allowed = {m: c for m, c in by_type(snap).items() if job.may_use(m)}
+    return Supply(allowed, {t: c for t, c in ready.items() if job.may_use(t)}, cap)
 
 
 def round_supply(ctx: RoundContext, job: JobView) -> Supply:
