@@ -140,7 +140,10 @@ def test_a_cgroup_that_cannot_be_made_is_an_error_and_a_program_for_every_gpu_lo
 
 
 def test_prune_removes_the_cgroups_of_keepers_that_are_gone_and_kills_what_they_left() -> None:
-    home = devicefilter.own_dir()
+    # A home of this test's own: a real agent's sweep (or a second run of this suite) on the same host
+    # would prune cgroups of the prefix below the shared one, and a race lost there failed CI once.
+    home = devicefilter.own_dir() / f"tessera-test-{os.getpid()}-{os.urandom(4).hex()}"
+    home.mkdir()
     dead = home / f"{devicefilter.CGROUP_PREFIX}999999999-0a1b"
     left = home / f"{devicefilter.CGROUP_PREFIX}999999998-2c3d"
     alive = home / f"{devicefilter.CGROUP_PREFIX}{os.getpid()}-4e5f"
@@ -155,7 +158,7 @@ def test_prune_removes_the_cgroups_of_keepers_that_are_gone_and_kills_what_they_
         assert not dead.exists() and not left.exists() and alive.exists()
     finally:
         orphan.kill()
-        for p in (dead, left, alive):
+        for p in (dead, left, alive, home):
             if p.exists():
                 p.rmdir()
 
