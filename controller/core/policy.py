@@ -376,8 +376,20 @@ def plan_round(snapshot: Snapshot, estimates: Estimates, policy: Policy,
 def _policy_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg: RoundConfig) -> RoundPlan:
     if snapshot.tenants:
         return _guarded_round(snapshot, estimates, policy, cfg)
-    ctx = RoundContext(snapshot, estimates, cfg)
+    ctx = RoundContext(releasing_free(snapshot), estimates, cfg)
     return finalize(ctx, policy.plan(ctx), policy.name)
+
+
+def releasing_free(snap: Snapshot) -> Snapshot:
+    """The snapshot as a policy plans on it: the GPUs being freed (`NodeView.releasing`) free. A start
+    the policy places on them waits for their holder's checkpoint (`Engine._place`). Seen busy, they
+    made a job already given them look short: crius halved a second running job for a job waiting
+    on the first one's checkpoint, and the first one's GPUs then sat idle (a live audit)."""
+    if not any(n.releasing for n in snap.nodes):
+        return snap
+    return dataclasses.replace(snap, nodes=tuple(
+        dataclasses.replace(n, busy=n.busy - n.releasing, releasing=frozenset()) if n.releasing else n
+        for n in snap.nodes))
 
 
 def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg: RoundConfig,
@@ -395,7 +407,7 @@ def _guarded_round(snapshot: Snapshot, estimates: Estimates, policy: Policy, cfg
     # controller/core/preplace.py: a policy that places admitted jobs itself only on GPUs being freed
     own = handles or bool(getattr(policy, "places_admitted", False))
     view, before = preplace(full, adm, view, placed, policy.name, releasing_only=own)
-    ctx = RoundContext(guarantees.policy_view(view, adm, borrow=cfg.admit_borrow), estimates, cfg)
+    ctx = RoundContext(guarantees.policy_view(releasing_free(view), adm, borrow=cfg.admit_borrow), estimates, cfg)
     decided = {d.job_id for d in before}
     ctx.guaranteed = {k: p for k, p in guarantees.promises(adm).items() if k not in decided}
     first = finalize(ctx, policy.plan(ctx), policy.name)

@@ -50,7 +50,8 @@ def preplace(full: RoundView, adm: Admission, seen: Snapshot, placed: Sequence[D
             if dec.action in PLACED:
                 for s in dec.slices:
                     into.setdefault(s.node_id, set()).update(s.gpu_indices)
-    nodes = tuple(dataclasses.replace(n, busy=frozenset((n.busy - freed.get(n.id, set())) | held.get(n.id, set())))
+    nodes = tuple(dataclasses.replace(n, busy=frozenset((n.busy - freed.get(n.id, set())) | held.get(n.id, set())),
+                                      releasing=n.releasing - held.get(n.id, set()))
                   if n.id in freed or n.id in held else n for n in seen.nodes)
     gone = {d.job_id for d in changed}
     arr = seen.arrivals

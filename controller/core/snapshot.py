@@ -40,8 +40,9 @@ class NodeView:
     busy_cpus: int = 0
     busy_host_memory_bytes: int = 0
     # Of `busy`, the GPUs of jobs checkpointing to stop (a preemption, a move's old place): free
-    # once their workers exit. Policies see them busy; the guarantee layer may give them to a
-    # guaranteed job, which then starts when they are free (controller/core/guarantees.py).
+    # once their workers exit. Policies see them free (policy.py `releasing_free`); the guarantee
+    # layer gives them to a guaranteed job first (controller/core/guarantees.py, preplace.py). A
+    # job started on them starts when they are free.
     releasing: frozenset[int] = frozenset()
 
     def idle(self) -> tuple[GpuView, ...]:
