@@ -102,6 +102,18 @@ def test_a_requeued_job_with_no_ready_node_waits_for_nodes() -> None:
     assert stored == d.reason == "crius: waiting for nodes: no READY node (registered: 4 x A100-80GB)"
 
 
+def test_a_gpus_hint_too_small_for_memory_says_how_many_gpus_the_job_needs() -> None:
+    # Was "no feasible Cell among 1 x A100-80GB, 2 x A100-80GB, 4 x A100-80GB (out of memory or not
+    # covered by the estimates)": true, but the cluster has the 16 GPUs it fits on.
+    four = tuple(node(f"n{i}") for i in range(4))
+    d, _ = decide(four, registered(*four), job(gpus=2, key="k16"))
+    assert d.pending is NOWHERE
+    assert d.reason == ("crius: fits nowhere: its gpus hint is 2: its largest Cell is 4 GPUs; it fits in memory "
+                        "on no fewer than 16 x A100-80GB (registered: 16)")
+    d, _ = decide(four, registered(*four), job(gpus=8, key="k16"))  # a hint whose 2N is 16: it runs
+    assert d.action == Action.START and d.cell is not None and d.cell.gpus == 16
+
+
 def test_no_ready_node_and_no_count_that_holds_it_in_memory_fits_nowhere() -> None:
     # Was "waiting for nodes: no READY node": its node coming back would not run it either.
     d, stored = decide((), registered(A), job(key="k16"))

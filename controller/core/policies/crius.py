@@ -211,6 +211,13 @@ class _Round:
                     out.append((t, n, 0))
         return out
 
+    def count_range(self, job: JobView) -> tuple[int, int]:
+        """The fewest and most GPUs scaling may give a running job: its Cells' (half and twice its
+        gpus hint) in paper mode; the artifact halves and doubles without bounds."""
+        if job.gpus_hint and self.opts.mode != ARTIFACT:
+            return max(1, job.gpus_hint // 2), 2 * job.gpus_hint
+        return 1, self.ctx.max_gpus()
+
     def _smallest_count(self, job: JobView, gpu_type: str) -> int:
         if not gpu_type:
             return 0
@@ -220,8 +227,8 @@ class _Round:
     # ------------------------------------------------------------------ search
 
     def _shrink_list(self, gpu_type: str, exclude: set[str]) -> Candidates:
-        allocs = [a for a in self.board.allocs.values() if a.gpu_type == gpu_type and a.gpus > 1
-                  and a.job.id not in exclude]
+        allocs = [a for a in self.board.allocs.values() if a.gpu_type == gpu_type
+                  and a.gpus // 2 >= self.count_range(a.job)[0] and a.job.id not in exclude]
         if self.opts.mode == ARTIFACT and allocs:
             # The artifact prefers the largest jobs: only those with at least half the largest count.
             top = max(a.gpus for a in allocs)
@@ -478,6 +485,11 @@ class _Round:
             oom = "" if job.opaque else self._out_of_memory(job, s, why_not.fewest(ctx, job, sorted(s.registered)), counts)
             if cause := why_not.count_cause(s, need, what, oom):
                 return cause
+            if not job.opaque and (few := why_not.fewest(ctx, job, sorted(s.registered))):
+                most = max(counts)  # a hint too small: say how many GPUs the job needs, not only that
+                asks = f"its gpus hint is {asked}: its largest Cell is {most} GPUs"
+                if small := why_not.memory_cause(s, few, most, asks=asks):
+                    return True, small
         if cells:
             if back:  # a Cell the registered GPUs hold, the READY ones not, that the estimates cover
                 return False, f"no Cell on the READY nodes ({_cells_text(cells)}); {why_not.back_text(ctx, s, back)}"
