@@ -211,13 +211,6 @@ class _Round:
                     out.append((t, n, 0))
         return out
 
-    def count_range(self, job: JobView) -> tuple[int, int]:
-        """The fewest and most GPUs scaling may give a running job: its Cells' (half and twice its
-        gpus hint) in paper mode; the artifact halves and doubles without bounds."""
-        if job.gpus_hint and self.opts.mode != ARTIFACT:
-            return max(1, job.gpus_hint // 2), 2 * job.gpus_hint
-        return 1, self.ctx.max_gpus()
-
     def _smallest_count(self, job: JobView, gpu_type: str) -> int:
         if not gpu_type:
             return 0
@@ -227,8 +220,8 @@ class _Round:
     # ------------------------------------------------------------------ search
 
     def _shrink_list(self, gpu_type: str, exclude: set[str]) -> Candidates:
-        allocs = [a for a in self.board.allocs.values() if a.gpu_type == gpu_type
-                  and a.gpus // 2 >= self.count_range(a.job)[0] and a.job.id not in exclude]
+        allocs = [a for a in self.board.allocs.values() if a.gpu_type == gpu_type and a.gpus > 1
+                  and a.job.id not in exclude]
         if self.opts.mode == ARTIFACT and allocs:
             # The artifact prefers the largest jobs: only those with at least half the largest count.
             top = max(a.gpus for a in allocs)
