@@ -457,14 +457,14 @@ class _Round:
         else:
             what = f"its gpus hint is {asked}: its Cell is {need} GPUs of one type"
         counted = bool(asked) and self.opts.mode != ARTIFACT
+        most = (2 * asked if self.opts.scale_count else asked) if counted else asked  # its largest Cell
+        asks = f"its gpus hint is {asked}: its largest Cell is {most} GPUs"
 
         def never() -> str:  # nodes coming back would not run it either
             if counted and (why := why_not.over_registered(s, need, what)):
                 return why
             if job.opaque:
                 return ""
-            most = (2 * asked if self.opts.scale_count else asked) if counted else asked  # its largest Cell
-            asks = f"its gpus hint is {asked}: its largest Cell is {most} GPUs"
             pow2 = not asked and self.opts.mode != ARTIFACT  # the artifact's Cells halve from the fewest, any count
             return why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered), pow2), most, asks=asks)
 
@@ -478,11 +478,10 @@ class _Round:
             oom = "" if job.opaque else self._out_of_memory(job, s, why_not.fewest(ctx, job, sorted(s.registered)), counts)
             if cause := why_not.count_cause(s, need, what, oom):
                 return cause
-            if not job.opaque and (few := why_not.fewest(ctx, job, sorted(s.registered))):
-                most = max(counts)  # a hint too small: say how many GPUs the job needs, not only that
-                asks = f"its gpus hint is {asked}: its largest Cell is {most} GPUs"
-                if small := why_not.memory_cause(s, few, most, asks=asks):
-                    return True, small
+            # A hint too small for memory: say how many GPUs the job fits on, not only that it does not.
+            if not job.opaque and (few := why_not.fewest(ctx, job, sorted(s.registered))) and (
+                    small := why_not.memory_cause(s, few, most, asks=asks)):
+                return True, small
         if cells:
             if back:  # a Cell the registered GPUs hold, the READY ones not, that the estimates cover
                 return False, f"no Cell on the READY nodes ({_cells_text(cells)}); {why_not.back_text(ctx, s, back)}"
