@@ -112,8 +112,7 @@ class Engine:
         self._kick.set()
 
     async def round_due(self) -> None:
-        """Until a kick (debounced, to gather a burst of arrivals into one round) or the round
-        interval."""
+        """Until a kick (debounced: a burst of arrivals makes one round) or the round interval."""
         try:
             await asyncio.wait_for(self._kick.wait(), self.cfg.round_interval_s)
             await asyncio.sleep(self.cfg.debounce_s)
@@ -126,9 +125,8 @@ class Engine:
         return self._kick.is_set()
 
     async def _save(self, job: JobRecord, events: list[tuple[str, str]]) -> bool:
-        """Store the job and its events; False (nothing stored) when the stored record is terminal or
-        holds a later attempt: the net under the paths that read the job again after their awaits
-        (docs/architecture.md, "Controller state": a cancel was overwritten, the job ran again)."""
+        """Store the job and its events; False (nothing stored) when the stored record is terminal or holds
+        a later attempt: the net under the paths that read the job again after their awaits (docs/architecture.md)."""
         try:
             self.store.save_current(job, self.wall(), events)
         except StaleWrite as e:
@@ -298,7 +296,7 @@ class Engine:
 
     async def _relaunch(self, job: JobRecord, move: Move) -> None:
         """A migration's old attempt has stopped: start the new one on the round's target if it is
-        still free, else requeue."""
+        free; wait while jobs checkpointing to stop hold it (policies place on such GPUs); else requeue."""
         d = move.decision
         stopped_in = self.mono() - move.requested
         if d.plan is not None and self.view.target_free(job.id, d.slices, self.wall()):
@@ -306,8 +304,10 @@ class Engine:
                                       f"{d.reason} (attempt {job.attempt} stopped in {stopped_in:.1f}s)", "MIGRATED",
                                       migration_started=move.requested)
             metrics.MIGRATIONS.inc()
-            return
-        await self._requeue(job, f"migration target no longer free after {stopped_in:.1f}s", "STOPPED")
+        elif d.plan is not None and self.view.stopping_on(job.id, d.slices):
+            self._live.moves[job.id] = move  # tried again at the job's next report, as a start waits
+        else:
+            await self._requeue(job, f"migration target no longer free after {stopped_in:.1f}s", "STOPPED")
 
     async def _attempt_failed(self, job: JobRecord, reason: str) -> None:
         """Retry within max_retries, else fail the job; then stop what is left of the attempt."""
