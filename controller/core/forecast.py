@@ -46,6 +46,10 @@ from tessera.controller.core.snapshot import (
 from tessera.controller.core.step_times import plausible
 
 NO_PROGRESS = "no forecast: opaque job without progress"
+# A job with its own entrypoint may state no iterations (it succeeds when every rank exits 0): its
+# end is unknown, and in the replay it holds its GPUs (it had ended "now", and so did the GPUs'
+# hold on the forecasts of the jobs queued behind it).
+NO_ITERATIONS = "no forecast: the job states no iterations"
 BEYOND = "no forecast: not started within the forecast's horizon"
 DROPPED = "no forecast: the policy drops it"
 # An end further away than this is no forecast: an opaque job's own step time (any value it
@@ -163,6 +167,8 @@ def forecast(snap: Snapshot, estimates: Estimates, policy: Policy, round_config:
         note = ""
         if j.opaque and j.id not in measured:
             note = NO_PROGRESS
+        elif j.iterations <= 0:
+            note = NO_ITERATIONS
         elif j.id in nominal.dropped:
             note = DROPPED
         starts: list[float]
@@ -177,7 +183,7 @@ def forecast(snap: Snapshot, estimates: Estimates, policy: Policy, round_config:
         e0 = nominal.end.get(j.id)
         if s0 is None and not note:
             note = BEYOND
-        if note == NO_PROGRESS:
+        if note in (NO_PROGRESS, NO_ITERATIONS):
             e0, ends = None, []
         elif e0 is not None and not e0 - snap.now <= FAR_END_S:
             e0, ends, note = None, [], note or FAR
@@ -204,6 +210,8 @@ def _iteration_s(est: Estimates, cfg: ForecastConfig, job: JobView, cell: Cell, 
                  plan: PlanChoice | None, measured: Mapping[str, float], side: float) -> float:
     """Seconds per iteration of `job` in this replay (side -1/0/+1: low/nominal/high). A measured
     time far off the Cell's estimate (`plausible`) is not used: it is the job's own report."""
+    if job.iterations <= 0:
+        return math.inf  # no iterations stated: it ends when its ranks exit, at no time the replay knows
     if job.id in measured and measured[job.id] > 0 and (
             job.opaque or plausible(measured[job.id], _cell_time(est, job, cell, nodes)[0])):
         base, src = measured[job.id], "measured"

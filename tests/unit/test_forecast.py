@@ -8,6 +8,7 @@ from tessera.controller.core.estimates import TableEstimates
 from tessera.controller.core.forecast import (
     BEYOND,
     FAR,
+    NO_ITERATIONS,
     NO_PROGRESS,
     ForecastConfig,
     ForecastInputError,
@@ -104,6 +105,18 @@ def test_opaque_job_without_progress_gets_no_end_and_blocks_nothing_it_does_not_
     snap2 = Snapshot(snap.nodes, (), running=(RunningView(opq10, Cell("X", 1, 1), (Slice("x0", (0,)),)),))
     g = forecast(snap2, est, FCFS, config=ForecastConfig(interval_s=60.0, band=False), step_s={"o": 3.0})
     assert g["o"].note == "" and g["o"].end == pytest.approx(15.0)
+
+
+def test_a_job_that_states_no_iterations_gets_no_end_and_holds_its_gpus() -> None:
+    """A job with its own entrypoint and `iterations: 0` (it succeeds when its ranks exit): its
+    forecast ended "now" (a live audit: "ends ~16:45 UTC, overdue" 17 s after its start), and the
+    job waiting for its GPUs was forecast to start at once."""
+    cfg = ForecastConfig(interval_s=60.0, rounds_at_departures=True, band=False)
+    run = RunningView(job("a", 0, 2, iters=0), Cell("X", 2), (Slice("x0", (0, 1)),))
+    snap = Snapshot((node((0, 1)),), (job("b", 10, 2, iters=200),), running=(run,), now=1000.0, arrivals=())
+    f = forecast(snap, EST, FCFS, config=cfg, started={"a": 900.0})
+    assert f["a"].end is None and f["a"].note == NO_ITERATIONS
+    assert f["b"].start is None and f["b"].note == BEYOND
 
 
 def test_an_end_past_ten_years_is_no_forecast() -> None:
