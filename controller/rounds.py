@@ -112,8 +112,11 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
             memory = "" if policy == "frenzy" else frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
         else:
             memory = needs_text(got, snap, cluster="the cluster has" not in why)
-        if memory.startswith("fits nowhere") and memory not in why:  # e.g. Crius names missing GPU types itself
-            why = f"{why}; {memory}"
+        if memory.startswith("fits nowhere: "):
+            if "fits nowhere" in why:  # said once (a live audit: "fits nowhere: ...; fits nowhere: ...")
+                memory = memory.removeprefix("fits nowhere: ")
+            if memory not in why:  # e.g. Crius names missing GPU types itself
+                why = f"{why}; {memory}"
     return why
 
 

@@ -137,7 +137,7 @@ async def test_the_controller_stores_the_cells_figure_for_a_job_that_fits_nowher
     jid = await h.submit(spec)
     await h.round()
     assert h.state(jid) == "PENDING"
-    assert "fits nowhere: its plans need at least 1,894.7 GiB per GPU on 8 x A10-24GB (2 stages; 21.2 GiB usable) " \
+    assert "; its plans need at least 1,894.7 GiB per GPU on 8 x A10-24GB (2 stages; 21.2 GiB usable) " \
            "(pipeline stages, TP, ZeRO and gradient accumulation considered); the cluster has 8 x A10-24GB" \
            in h.job(jid).reason
 
@@ -166,6 +166,6 @@ def test_frenzys_reason_keeps_marps_figure_and_adds_the_cells() -> None:
     (d,) = plan.decisions
     stored = pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig(), est.least_need)
     assert stored.startswith(d.reason) and "(MARP, dp=" in d.reason
-    assert stored[len(d.reason):].startswith("; fits nowhere: its plans need at least 1,894.7 GiB per GPU on 8 x A10")
+    assert stored[len(d.reason):].startswith("; its plans need at least 1,894.7 GiB per GPU on 8 x A10")
     assert stored.count("the cluster has") == 1
     assert pending_reason(d, {"j": job}, snap, plan.policy, FrenzyConfig()) == d.reason

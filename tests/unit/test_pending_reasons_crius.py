@@ -183,7 +183,7 @@ def test_memory_is_named_where_cells_the_cluster_holds_are_refused() -> None:
     assert d.pending is NOWHERE
     assert d.reason == ("crius: fits nowhere: no feasible Cell among 1 x A100-80GB, 2 x A100-80GB, 4 x A100-80GB "
                         "(out of memory or not covered by the estimates)")
-    assert stored == d.reason + ("; fits nowhere: needs at least 16739.7 GiB per GPU (MARP, dp=2 tp=1, +1.0 GiB "
+    assert stored == d.reason + ("; needs at least 16739.7 GiB per GPU (MARP, dp=2 tp=1, +1.0 GiB "
                                  "reserve); the cluster has 4 x A100-80GB (74.5 GiB)")
     d, _ = decide((A,), registered(A), job(key="none", model=BIG))
     assert d.reason == ("crius: fits nowhere: no count of A100-80GB GPUs fits it (out of memory or not covered by "
@@ -232,7 +232,7 @@ def test_out_of_memory_on_the_registered_gpus_fits_nowhere_while_nodes_are_down(
     assert d.pending is NOWHERE
     assert d.reason == ("crius: fits nowhere: no count of A100-80GB GPUs fits it (out of memory or not covered by "
                         "the estimates)")
-    assert stored.startswith(d.reason + "; fits nowhere: needs at least ")
+    assert stored.startswith(d.reason + "; needs at least ")
     d, stored = decide((A,), registered(A, node("b")), job(gpus=16, key="k16"))
     assert d.pending is NOWHERE
     assert stored == d.reason == "crius: fits nowhere: it fits in memory on no fewer than 16 x A100-80GB (registered: 8)"
