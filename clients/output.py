@@ -165,6 +165,18 @@ def age(since: float, now: float) -> str:
     return f"{s // 86400}d"
 
 
+def _state_options(p: common_pb2.Plan) -> list[tuple[str, str]]:
+    """How the plan keeps model state and activations, which its memory figure assumes (plain data
+    parallelism of the same plan may need far more: a reader took it for a plan that cannot fit)."""
+    if not p.HasField("options"):
+        return []
+    o = p.options
+    return [("Sharding", common_pb2.Sharding.Name(o.sharding).removeprefix("SHARDING_").lower()
+             if o.sharding else "none"),
+            ("Checkpointing", common_pb2.Checkpointing.Name(o.checkpointing).removeprefix("CHECKPOINTING_").lower()
+             if o.checkpointing else "none")]
+
+
 def job_state(state: int) -> str:
     return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_") if state else "UNKNOWN"
 
@@ -391,7 +403,8 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         ("State", job_state(job.state)),
         ("Reason", one_line(job.reason) or NONE), ("Model", model),
         ("Global batch", str(spec.global_batch_size or NONE)), ("Iterations", job_iter(job)),
-        ("GPU hint", (f"{spec.hint.gpus or 'any'} of {', '.join(spec.hint.gpu_types) or 'any type'}")),
+        ("GPU hint", (f"{spec.hint.gpus or 'any count'} of {', '.join(spec.hint.gpu_types) or 'any type'}"
+                      if spec.hint.gpus or spec.hint.gpu_types else NONE)),
         ("Entrypoint", " ".join(spec.entrypoint) or "(reference trainer)"),
         ("Checkpoint every", str(spec.checkpoint_every or "trainer default")),
         ("Max retries", str(spec.max_retries)), ("Attempt", str(job.attempt)), ("Restarts", str(job.restarts)),
@@ -413,6 +426,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         lines += _kv([
             ("Cell", job.cell or NONE), ("GPU model", p.gpu_model or NONE), ("dp/tp/pp", f"{p.dp}/{p.tp}/{p.pp}"),
             ("Micro batch", str(p.micro_batch)), ("Grad accum", str(p.grad_accum)),
+            *_state_options(p),
             ("Memory/GPU", f"{mem} ({p.memory_source or 'unknown source'})"),
         ], indent=2)
     if job.placement.slices:

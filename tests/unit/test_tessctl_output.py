@@ -125,6 +125,15 @@ def test_describe_texts() -> None:
     job.plan.memory_per_gpu_bytes, job.plan.memory_source = 6_800_000_000, "formula:marp"
     assert "Memory/GPU:  6.8GB = 6.3 GiB (formula:marp)" in output.describe_job(job, NOW)
     assert "Memory/GPU:  - (unknown source)" in output.describe_job(_job(), NOW)
+    # The sharding and checkpointing the memory figure assumes (a live audit read an FSDP plan's
+    # 62.9 GiB on 80 GB GPUs as a plan that cannot fit: plain data parallelism needs 104.6).
+    assert "Sharding:" not in output.describe_job(job, NOW)  # no options: nothing to say
+    job.plan.options.sharding, job.plan.options.checkpointing = S.SHARDING_FSDP, S.CHECKPOINTING_FULL
+    text = output.describe_job(job, NOW)
+    assert "Sharding:      fsdp" in text and "Checkpointing: full" in text
+    assert "GPU hint:         -" in text  # neither a count nor types: was "any of any type"
+    job.spec.hint.gpus = 8
+    assert "GPU hint:         8 of any type" in output.describe_job(job, NOW)
 
 
 def test_describe_node_lists_gpus_left_out_with_why() -> None:
