@@ -245,3 +245,17 @@ def test_a_job_without_a_gpu_count_is_told_the_fewest_it_fits_on_not_what_it_ask
     assert d.pending is NO_ROOM
     assert d.reason == ("fcfs: waiting for nodes: it fits in memory on no fewer than 8 x A100-80GB and READY nodes "
                         "have at most 4 of one type (registered: 8 x A100-80GB)")
+
+
+def test_a_job_no_type_runs_as_asked_is_told_of_the_type_closest_to_running_it() -> None:
+    # A live audit: `gpus: 1` for a 7B model, any type, was told "it fits in memory on no fewer than
+    # 8 x A10-24GB" (the first type by name) where 2 x A100-80GB hold it. Here V100 holds it on 2.
+    est = TableEstimates({("fit", A100, 8): 1.0, ("fit", V100, 2): 1.0})
+    ready = (node("a", n=8), node("v", V100, n=8, mem_gb=32))
+    d, _ = decide(ready, registered(*ready), job(gpus=1, gtype="", key="fit"), est)
+    assert d.pending is NOWHERE
+    assert "it does not fit in memory on 1 x V100-32GB; it fits in memory on no fewer than 2 x V100-32GB" in d.reason
+    # No count of any type holds a 16-GPU request: the type with the most GPUs is named.
+    ready = (node("a", n=4), node("v", V100, n=8, mem_gb=32))
+    d, _ = decide(ready, registered(*ready), job(gpus=16, gtype="", key="k"))
+    assert "16 x V100-32GB, more than the cluster has (8" in d.reason

@@ -18,6 +18,7 @@ run it as asked (the fastest of all when none can: its reason names that type's 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER
@@ -34,25 +35,30 @@ def requested(ctx: RoundContext, job: JobView) -> tuple[str, int]:
     """The (GPU type, GPUs) a job asks for; ("", 0) when nothing in the cluster matches. Of the
     allowed types, the fastest whose READY nodes can run the job as asked (`runs_as_asked`): a
     type with too few READY GPUs for the count loses to a slower one that has them; the fastest of
-    all when none can."""
+    all when none can, and of equally fast ones the closest to running it."""
     types = [t for t in ctx.types() if job.may_use(t)]
     if job.gpu_type_hint in types:
         types = [job.gpu_type_hint]
-    best: tuple[bool, float, str, int] | None = None
+    best: tuple[tuple[bool, float, float, int], str, int] | None = None
     for t in types:
-        n = job.gpus_hint
+        cs = ctx.gpu_counts(job, t) if not job.gpus_hint else ()
+        n = job.gpus_hint or (cs[0] if cs else 0)
         if not n:
-            cs = ctx.gpu_counts(job, t)
-            if not cs:
-                continue
-            n = cs[0]
-        thr = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
+            continue
         runs = runs_as_asked(ctx, job, t, n)
-        if best is None or (runs, thr) > best[:2]:
-            best = (runs, thr, t, n)
+        key = (runs, ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)), 0.0, 0)
+        if not runs:
+            # Among types that cannot run it, equally fast (often: not at all), the one closest to
+            # running it, whose reason then helps: the fewest GPUs it fits on, then the most GPUs (a
+            # live audit: `gpus: 1` for a 7B model was told it fits on no fewer than 8 x A10-24GB,
+            # the first type by name, where 2 x A100-80GB hold it).
+            fits = cs or ctx.gpu_counts(job, t)
+            key = (*key[:2], -(fits[0] if fits else math.inf), ctx.total_gpus(t))
+        if best is None or key > best[0]:
+            best = (key, t, n)
     if best is None:
         return ("", 0)
-    return (best[2], best[3])
+    return (best[1], best[2])
 
 
 def runs_as_asked(ctx: RoundContext, job: JobView, t: str, n: int) -> bool:
