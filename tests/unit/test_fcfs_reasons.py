@@ -259,3 +259,15 @@ def test_a_job_no_type_runs_as_asked_is_told_of_the_type_closest_to_running_it()
     ready = (node("a", n=4), node("v", V100, n=8, mem_gb=32))
     d, _ = decide(ready, registered(*ready), job(gpus=16, gtype="", key="k"))
     assert "16 x V100-32GB, more than the cluster has (8" in d.reason
+
+
+def test_free_now_in_a_reason_is_what_the_round_leaves() -> None:
+    # A waits for the busy A100s; B, queued after it, takes every V100 in the same round. A's reason
+    # said "free now: ... 4/4 V100-32GB" (counted before B's start) until the next round.
+    busy = NodeView("a", node("a").gpus, frozenset(range(4)))
+    ready = (busy, node("v", V100, n=4, mem_gb=32))
+    a, b = job(gpus=2, gtype=A100, jid="A", t=0.0), job(gpus=4, gtype=V100, jid="B", t=1.0)
+    plan = plan_round(Snapshot(ready, (a, b), registered(*ready)), EST, make_policy("fcfs"))
+    d = {x.job_id: x for x in plan.decisions}
+    assert d["B"].action == Action.START
+    assert d["A"].reason == "fcfs: waiting for 2 x A100-80GB: free now: 0/4 A100-80GB, 0/4 V100-32GB"

@@ -3,6 +3,7 @@ and the decisions they turn into at the end (virtual allocation, applied once: C
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,6 +48,9 @@ class Alloc:
     def thr(self) -> float:
         e = self.est
         return self.job.global_batch_size / e.iteration_s if e and e.iteration_s > 0 else 0.0
+
+
+FREE_NOW = re.compile(r"free now: [^;]*")  # free_text's part of a reason, up to the next clause
 
 
 def free_text(ctx: RoundContext, state_free: dict[str, int] | None = None) -> str:
@@ -213,11 +217,14 @@ class Board:
             out.append(Decision(jid, Action.STOP, why))
         for jid, why in self.dropped.items():
             out.append(Decision(jid, Action.DROP, why))
+        # A reason written early in the round counted GPUs that later starts took (a live audit: "free
+        # now: 8/8 A10-24GB" beside a job that had just taken all 8): all say what the round leaves.
+        left = free_text(self.ctx)
         for jid in self.waiting:
             if jid in self.dropped:
                 continue
-            out.append(Decision(jid, Action.PENDING, self.reasons.get(jid, f"{self.name}: waiting"),
-                                pending=self.kinds.get(jid, PendingKind.WAITING)))
+            why = FREE_NOW.sub(left, self.reasons.get(jid, f"{self.name}: waiting"))
+            out.append(Decision(jid, Action.PENDING, why, pending=self.kinds.get(jid, PendingKind.WAITING)))
         return out
 
 
