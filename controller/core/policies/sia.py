@@ -20,6 +20,8 @@ the user's, as Crius keeps it), normalised by the row's smallest positive value.
 - In both modes a job whose configurations only registered nodes that are not READY hold waits for
   them, neither dropped nor "fits nowhere" (the configurations of a type whose nodes are all down:
   powers of two up to its registered GPUs).
+- In both modes an opaque job (docs/opaque-jobs.md) has one configuration per type it allows: the GPUs
+  it asked for, whatever the mode's counts (3 GPUs is none of them), so it is never scaled.
 - "paper" (Sia Eq. 1 at p = -0.5, lambda = 1.1): every round, minimise sum_i G_i^p over allocated
   jobs plus lambda per unallocated job, with the same restart factor; waiting jobs start on their
   smallest configuration, on the fewest nodes the estimates cover; one that does not fit starts on
@@ -35,12 +37,13 @@ not a MILP solver; restart costs come from the rules of the simulation, not Sia'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from tessera.controller.core import opaque
 from tessera.controller.core.placement import BEST_FIT, SCATTER, quotas
 from tessera.controller.core.policies import why_not
-from tessera.controller.core.policies.common import Alloc, Board, place_as_requested
+from tessera.controller.core.policies.common import Alloc, Board, free_text, place_as_requested
 from tessera.controller.core.policy import Mode, RoundContext, queue_key
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
 
@@ -71,6 +74,20 @@ def sia_counts(per_node: int, total: int) -> tuple[int, ...]:
         out.append(k * per_node)
         k += 1
     return tuple(out)
+
+
+def _asked(job: JobView) -> int:
+    """The count an opaque job asked for (its only configuration), 0 for any other job."""
+    return opaque.gpus_of(job) if job.opaque else 0
+
+
+def _counts_text(counts: list[int], t: str) -> str:
+    """"1, 2, 4 or 8 x A100-80GB" ("" for none); a long list keeps its ends: "1, 2, ... or 160 x T"."""
+    if not counts:
+        return ""
+    head = counts[:2] if len(counts) > 5 else counts[:-1]
+    more = ", ..." if len(counts) > 5 else ""
+    return (f"{', '.join(map(str, head))}{more} or " if head else "") + f"{counts[-1]} x {t}"
 
 
 def _check(ok: Callable[[JobView, str, int, int], bool], job: JobView, t: str, n: int) -> Callable[[int], bool]:
@@ -110,12 +127,16 @@ class _Sia:
         self.art = art
         self.p = 0.5 if art else -0.5
         # Jobs of one model, batch and type restriction share their table (a long queue holds
-        # thousands of jobs but few distinct models); read-only, valid for this round.
-        self._configs: dict[tuple[str, int, tuple[str, ...]], tuple[dict[Config, float], list[Config]]] = {}
-        self._raw: dict[tuple[str, int], dict[Config, float]] = {}  # goodputs' throughputs, likewise
+        # thousands of jobs but few distinct models); read-only, valid for this round. An opaque
+        # job's count is in the key: its configurations are that count only, and a JobView built
+        # without `opaque_key` shares its placeholder model's key with every other opaque job.
+        self._configs: dict[tuple[str, int, tuple[str, ...], int], tuple[dict[Config, float], list[Config]]] = {}
+        self._raw: dict[tuple[str, int, int], dict[Config, float]] = {}  # goodputs' throughputs, likewise
+        self._nowhere: dict[tuple[str, int, tuple[str, ...], int], str] = {}  # reasons' causes, likewise
+        self._waiting: dict[tuple[str, int, tuple[str, ...], int], str] = {}
 
     def _table(self, job: JobView) -> tuple[dict[Config, float], list[Config]]:
-        k = (job.key, job.global_batch_size, job.gpu_types)
+        k = (job.key, job.global_batch_size, job.gpu_types, _asked(job))
         got = self._configs.get(k)
         if got is None:
             tab = self._configs_of(job)
@@ -137,7 +158,7 @@ class _Sia:
         for t in ctx.types():
             if not job.may_use(t):
                 continue
-            for n in self.counts(t):
+            for n in self.counts_of(job, t):
                 if n > ctx.total_gpus(t) or (ctx.config.max_gpus_per_job and n > ctx.config.max_gpus_per_job):
                     continue
                 if self.art and not ctx.dp_fits(job, t, n):
@@ -156,14 +177,88 @@ class _Sia:
             return COUNTS
         return sia_counts(self.ctx.max_per_node(t), self.ctx.total_gpus(t))
 
-    def waits_for(self, job: JobView, counts: Callable[[str, int], Iterable[int]] | int) -> str:
+    def counts_of(self, job: JobView, t: str, registered: int | None = None) -> tuple[int, ...]:
+        """The job's configurations' GPU counts on type t: `counts`, or the count an opaque job asked
+        for. `registered`: those once the type's registered GPUs (READY or not) are all back, its
+        nodes as large as its READY ones (as the registered GPUs when none is READY)."""
+        if job.opaque:
+            return (opaque.gpus_of(job),)
+        if self.art:
+            return COUNTS
+        if registered is not None:
+            return sia_counts(self.ctx.max_per_node(t) or registered, registered)
+        return self.counts(t)
+
+    def waits_for(self, job: JobView, count: int = 0) -> str:
         """What the job waits for where registered nodes, once back, would run it (why_not.if_back):
-        its configurations `counts(type, registered GPUs)` of each registered type (an int: that
-        count of each); "" when none."""
+        its configurations of each registered type (`counts_of` with its registered GPUs; `count`:
+        that count of each); "" when none."""
         s = why_not.round_supply(self.ctx, job)
-        of = (lambda t, c: (counts,)) if isinstance(counts, int) else counts
-        back = why_not.if_back(self.ctx, job, s, ((t, n) for t, c in s.registered.items() for n in of(t, c)))
+        back = why_not.if_back(self.ctx, job, s, ((t, n) for t, c in s.registered.items()
+                                                  for n in ((count,) if count else self.counts_of(job, t, c))))
         return why_not.back_text(self.ctx, s, back) if back else ""
+
+    def nowhere(self, job: JobView) -> str:
+        """"fits nowhere: no configuration is feasible", with the cause where one is known: the
+        cluster's (why_not: types missing, an opaque count more than a type or a job may have), an
+        opaque count no layout of its type's nodes splits evenly, or memory (the fewest GPUs it fits
+        on, when no configuration holds that many or the estimates have no Cell of them). A job the
+        estimates fit on no count of its types gets the bare reason: nothing more is known."""
+        k = (job.key, job.global_batch_size, job.gpu_types, _asked(job))
+        why = self._nowhere.get(k)
+        if why is None:
+            why = self._nowhere[k] = self._nowhere_cause(job)
+        return "sia: fits nowhere: no configuration is feasible" + (f"; {why}" if why else "")
+
+    def _nowhere_cause(self, job: JobView) -> str:
+        ctx = self.ctx
+        s = why_not.round_supply(ctx, job)
+        cause = why_not.type_cause(job, ctx.snap, s)
+        if cause and cause[0]:
+            return cause[1]
+        types = [t for t in ctx.types() if job.may_use(t)]
+        if job.opaque:
+            n = opaque.gpus_of(job)
+            what = why_not.opaque_what(n)
+            cause = why_not.count_cause(s, n, what)
+            if cause and cause[0]:
+                return cause[1]
+            # READY GPUs of a type hold its count (count_cause): its one Cell needs an even split.
+            uneven = [f"{ctx.ideal_nodes(t, n)} nodes of {t}" for t in types if n <= s.limit(ctx.total_gpus(t))]
+            return f"{what}, which {' or '.join(uneven)} cannot split evenly" if uneven else ""
+        few = why_not.fewest(ctx, job, sorted(s.registered))
+        if not few:
+            return ""
+        if memory := why_not.memory_cause(s, few):
+            return memory
+        # Within the registered GPUs on some type (memory_cause): its configurations there have no Cell.
+        cap = 0 if self.art else ctx.config.max_gpus_per_job
+        tried = [_counts_text([n for n in self.counts_of(job, t) if n <= ctx.total_gpus(t) and not (cap and n > cap)], t)
+                 for t in types if t in few]
+        no_cell = f"the estimates have no Cell of {' or '.join(x for x in tried if x)}; " if any(tried) else ""
+        return no_cell + why_not.fewest_text(s, few)
+
+    def waiting(self, job: JobView) -> str:
+        """Why a waiting job did not start this round (paper): a job starts only on its smallest
+        configurations (the fewest GPUs of any type), none of which fits the free GPUs, and no halving
+        of a running job both pays for one (Eq. 1) and makes room for it."""
+        k = (job.key, job.global_batch_size, job.gpu_types, _asked(job))
+        head = self._waiting.get(k)
+        if head is None:
+            small = self.smallest(job)
+            on = {t for t, _ in small}
+            least: dict[str, int] = {}
+            for t, n in self.configs(job):
+                if t not in on:
+                    least[t] = min(least.get(t, n), n)
+            others = [f"{t}: {f'{least[t]} GPUs at least' if t in least else 'none'}"
+                      for t in self.ctx.types() if job.may_use(t) and t not in on]
+            head = self._waiting[k] = (
+                f"sia: waiting for its smallest configuration {' or '.join(f'{n} x {t}' for t, n in small)}, "
+                f"the only {'ones' if len(small) > 1 else 'one'} it starts on"
+                + (f" ({'; '.join(others)})" if others else "")
+                + ": it does not fit the free GPUs, and no halving of a running job that pays for it makes room")
+        return f"{head}; {free_text(self.ctx)}"
 
     def restart_factor(self, job: JobView) -> float:
         age = max(0.0, self.ctx.snap.now - job.submit_time)
@@ -191,11 +286,11 @@ class _Sia:
         """The artifact's `_gen_goodput_matrix` and factors: N_min x G / min G, times the reallocation
         factor, to the power p, clipped at 3,000."""
         ctx = self.ctx
-        raw = self._raw.get((job.key, job.global_batch_size))
+        raw = self._raw.get((job.key, job.global_batch_size, _asked(job)))
         if raw is None:
-            raw = self._raw[job.key, job.global_batch_size] = {}
+            raw = self._raw[job.key, job.global_batch_size, _asked(job)] = {}
             for t in ctx.types():
-                for n in COUNTS:
+                for n in self.counts_of(job, t):
                     if n > ctx.total_gpus(t):
                         continue
                     g = ctx.throughput(job, t, n, ctx.ideal_nodes(t, n))
@@ -242,11 +337,11 @@ class _Sia:
         positive.sort(key=lambda m: (-m[0], m[1], m[2]))
         max_pos = positive[0][0] if positive else 0.0
         newtab = self.goodputs(job, self.realloc_factor(job, False))
-        if not newtab and (back := self.waits_for(job, lambda t, c: COUNTS)):
+        if not newtab and (back := self.waits_for(job)):
             b.pend(job, PendingKind.NO_ROOM_NOW, WAITS + back)
             return False
         if not newtab:
-            b.pend(job, PendingKind.FITS_NOWHERE, "sia: fits nowhere: no configuration is feasible")
+            b.pend(job, PendingKind.FITS_NOWHERE, self.nowhere(job))
             return False
         best: list[tuple[float, Config, list[tuple[int, str]]]] = []
         visits = [0]
@@ -413,11 +508,11 @@ class _Sia:
         donors: dict[str, list[tuple[float, str]]] = {}
         for j in list(ctx.pending):
             tab = self.configs(j)
-            if not tab and (back := self.waits_for(j, lambda t, c: sia_counts(ctx.max_per_node(t) or c, c))):
+            if not tab and (back := self.waits_for(j)):
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
                 continue
             if not tab:
-                b.pend(j, PendingKind.FITS_NOWHERE, "sia: fits nowhere: no configuration is feasible")
+                b.pend(j, PendingKind.FITS_NOWHERE, self.nowhere(j))
                 continue
             for t, n in self.smallest(j):
                 sl = self.place(j, t, n, full)
@@ -429,7 +524,7 @@ class _Sia:
                 if t_room:
                     full = {c for c in full if c[0] != t_room}  # a shrink gave GPUs of this type back
                 else:
-                    b.pend(j, PendingKind.NO_ROOM_NOW, "sia: waiting: no smallest configuration fits now")
+                    b.pend(j, PendingKind.NO_ROOM_NOW, self.waiting(j))
         # 2) one pass of improvements, best first: double (at most 2x per round) or change type.
         cands: list[tuple[float, str, Config]] = []
         for a in b.allocs.values():
