@@ -93,7 +93,8 @@ def test_an_opaque_job_waits_for_its_nodes_with_its_count(mode: str) -> None:
     # Both A10 nodes down: its 3 x A10 runs once they are back. Was "fits nowhere".
     d = decide(Snapshot(demo(a10_up=0), (opaque("o", 3, (A10,)),), REGISTERED), mode)["o"]
     assert d.pending is PendingKind.NO_ROOM_NOW
-    assert d.reason == ("sia: waiting for nodes: no configuration is feasible on the READY nodes; it fits in memory "
+    # "runs on", not "fits in memory on": an opaque job has no memory figure (why_not.back_text).
+    assert d.reason == ("sia: waiting for nodes: no configuration is feasible on the READY nodes; it runs "
                         "on 3 x A10-24GB (registered: 8 x A10-24GB; READY: 0 x A10-24GB)")
 
 

@@ -50,6 +50,7 @@ class Supply:
     ready: Mapping[str, int]
     cap: int = 0
     listed: str = ""  # what `text` says when not the registered GPUs (see `only`)
+    opaque: bool = False  # an opaque job's: no memory to speak of (docs/opaque-jobs.md)
 
     def limit(self, n: int) -> int:
         return min(n, self.cap) if self.cap else n
@@ -62,7 +63,7 @@ class Supply:
         """The same supply narrowed to one type (a job that runs on that type only); with
         `keep_listing`, `text` still lists every allowed type (Crius's reasons do)."""
         return Supply({gpu_type: self.registered.get(gpu_type, 0)}, {gpu_type: self.ready.get(gpu_type, 0)},
-                      self.cap, self.text() if keep_listing else "")
+                      self.cap, self.text() if keep_listing else "", self.opaque)
 
 
 def by_type(snap: Snapshot) -> dict[str, int]:
@@ -76,7 +77,7 @@ def by_type(snap: Snapshot) -> dict[str, int]:
 def supply(job: JobView, snap: Snapshot, ready: Mapping[str, int], cap: int = 0) -> Supply:
     """The job's supply: `ready` is the GPUs of READY nodes by type (the round's `total_gpus`)."""
     allowed = {m: c for m, c in by_type(snap).items() if job.may_use(m)}
-    return Supply(allowed, {t: c for t, c in ready.items() if job.may_use(t)}, cap)
+    return Supply(allowed, {t: c for t, c in ready.items() if job.may_use(t)}, cap, opaque=job.opaque)
 
 
 def round_supply(ctx: RoundContext, job: JobView) -> Supply:
@@ -178,10 +179,11 @@ def covers(ctx: RoundContext, job: JobView, gpu_type: str, n: int) -> bool:
 
 def back_text(ctx: RoundContext, s: Supply, back: Iterable[tuple[str, int]]) -> str:
     """What a job waits for (`if_back`'s choices): "it fits in memory on 16 x A100-80GB (registered:
-    16 x A100-80GB; READY: 8 x A100-80GB)"."""
+    16 x A100-80GB; READY: 8 x A100-80GB)"; an opaque job "runs on" them (it has no memory figure)."""
     back = sorted(back)
     now = ", ".join(f"{ctx.total_gpus(m)} x {m}" for m in sorted({t for t, _ in back}))
-    return f"it fits in memory on {' or '.join(f'{n} x {t}' for t, n in back)} (registered: {s.text()}; READY: {now})"
+    verb = "runs on" if s.opaque else "fits in memory on"
+    return f"it {verb} {' or '.join(f'{n} x {t}' for t, n in back)} (registered: {s.text()}; READY: {now})"
 
 
 def over_registered(s: Supply, need: int, what: str) -> str:
