@@ -52,7 +52,7 @@ def test_gavel_a_job_that_fits_only_a_type_whose_nodes_are_down_waits_for_nodes(
         f"gavel: waiting for nodes: no READY GPU type runs its request; it fits in memory on 1 x V100-32GB ({REG})"),
         mode)
     assert (cell.gpu_type, cell.gpus) == (V100, 1)
-    as_before("gavel", mode, "gavel: fits nowhere: no GPU type runs its request")
+    as_before("gavel", mode, "gavel: fits nowhere: no count of A100-80GB GPUs fits it (out of memory or not covered by the estimates)")
 
 
 def test_gavel_a_request_only_the_registered_gpus_of_its_type_hold_waits_for_nodes() -> None:

@@ -1,5 +1,8 @@
 """Gavel (OSDI'20) as a baseline: heterogeneity-aware allocation over GPU types at the GPU count the
-user asked for (docs/reference/baselines.md Sec. 3).
+user asked for (docs/reference/baselines.md Sec. 3). A job without one gets, on each type it may use,
+the fewest GPUs it fits on there (its scale factor s_mj per type, where Gavel's s_m is one per job):
+a single count, such as the first type's, would rule out every type with fewer GPUs than that. A
+running job keeps its count on any type it moves to.
 
 - "artifact" (Crius `GavelSched`): no time fractions. A new job is dropped when no GPU type can run
   its request; otherwise it is admitted by a binary program over all running jobs plus itself:
@@ -10,11 +13,15 @@ user asked for (docs/reference/baselines.md Sec. 3).
   the first that fails blocks its requested type. A job whose request only registered nodes that
   are not READY run waits for them (in both modes), neither dropped nor "fits nowhere".
 - "paper" (max-sum-throughput policy, `max_sum_throughput.py`): each round the LP
-  max sum T_mj X_mj, sum_j X_mj <= 1, sum_m s_m X_mj <= n_j over all active jobs is solved through its
+  max sum T_mj X_mj, sum_j X_mj <= 1, sum_m s_mj X_mj <= n_j over all active jobs is solved through its
   dual (one price per GPU type, exact coordinate descent over the breakpoints); each job goes to the
-  type of its largest reduced profit T_mj - price_j s_m. Running jobs move when their type changes
+  type of its largest reduced profit T_mj - price_j s_mj. Running jobs move when their type changes
   and there is room; waiting jobs start in order of reduced profit, and a large job never blocks a
-  smaller one.
+  smaller one. A running opaque job (docs/opaque-jobs.md) stays where it runs, its GPUs off the LP:
+  its throughput is nominal, below any real job's, so the LP counted its GPUs as free to others.
+  A job that fits nowhere names why, as fcfs does (why_not.py): GPU types the cluster lacks, more
+  GPUs than it has of one type, no count that holds it in memory, else no Cell of its count on
+  each type (the artifact drops it: "N GPUs of no type can run it", the cause for one without a count).
 
 Simplifies: the binary program is solved by a bounded branch and bound over at most 3 moves (the
 12 best moves per level), not CPLEX; the paper mode has no time-slicing between rounds (Gavel's
@@ -62,38 +69,68 @@ class GavelPolicy:
         return b.decisions(opportunistic=False)
 
 
-def _count(ctx: RoundContext, job: JobView, types: list[str] | None = None) -> int:
-    """The GPUs Gavel asks for: the job's hint, else the fewest it fits on of the first of `types`
-    (default: the READY ones) it may use and fits on."""
+def _counts(ctx: RoundContext, job: JobView, types: list[str] | None = None) -> dict[str, int]:
+    """The GPUs Gavel gives the job on each of `types` (default: the READY ones) it may use, its
+    scale factor there: its hint on every type, else the fewest it fits on in memory there (none
+    where it fits on no count). The first type's count for all kept a 7B model that runs on 2 x
+    A100 or 8 x A10 off 4 idle A100 (8 > 4)."""
+    ts = [t for t in (ctx.types() if types is None else types) if job.may_use(t)]
     if job.gpus_hint:
-        return job.gpus_hint
-    for t in ctx.types() if types is None else types:
-        if not job.may_use(t):
-            continue
-        cs = ctx.gpu_counts(job, t)
-        if cs:
-            return cs[0]
-    return 0
+        return dict.fromkeys(ts, job.gpus_hint)
+    return why_not.fewest(ctx, job, ts)
 
 
 WAITS = "gavel: waiting for nodes: no READY GPU type runs its request; "
 
 
 def _nowhere(ctx: RoundContext, job: JobView) -> str:
-    """Why no count of any type runs the job: the types it asks for are not in the cluster, or none
-    of its types holds it in memory."""
+    """Why no READY type runs the job and no registered node coming back would: an opaque job the
+    cluster cannot hold or types it lacks (why_not.type_cause), more GPUs than the cluster has of
+    one type, no count the cluster has that holds it in memory, else no Cell of its count on each
+    type (`_no_cells`)."""
     s = why_not.round_supply(ctx, job)
     cause = why_not.type_cause(job, ctx.snap, s)
-    return cause[1] if cause is not None and cause[0] else why_not.memory_cause(s, {})
+    if cause is not None and cause[0]:
+        return cause[1]
+    n = job.gpus_hint
+    if n and (why := why_not.over_registered(s, n, why_not.opaque_what(n) if job.opaque
+                                             else f"it asks for {n} GPUs of one type")):
+        return why
+    if not job.opaque and (why := why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered)), n)):
+        return why
+    return _no_cells(ctx, job, s)
+
+
+def _no_cells(ctx: RoundContext, job: JobView, s: why_not.Supply) -> str:
+    """Per registered type the job may use, why its count there (`_counts`) runs nowhere: more than
+    the type has or a job may have, else no Cell of it (on the READY nodes' layout, nor on any even
+    layout of the registered ones: why_not.if_back), naming the counts it fits on in memory."""
+    out = []
+    for t, n in sorted(_counts(ctx, job, sorted(s.registered)).items()):
+        reg = s.registered.get(t, 0)
+        fits = list(ctx.gpu_counts(job, t))
+        if n > reg:
+            out.append(f"{n} x {t} is more than the cluster has ({reg})")
+        elif n > s.limit(reg):
+            out.append(f"{n} x {t} is more than a job may have ({s.cap})")
+        elif job.opaque:
+            out.append(f"{why_not.opaque_what(n)}, which the nodes of {t} cannot split evenly")
+        elif n in fits:
+            out.append(f"the estimates have no Cell of {n} x {t} (it fits in memory on {n} x {t})")
+        else:
+            listed = f"{', '.join(map(str, fits[:-1]))} or {fits[-1]}" if len(fits) > 1 else "".join(map(str, fits))
+            out.append(f"the estimates have no Cell of {n} x {t} (out of memory or not covered; it fits in memory "
+                       f"on {f'{listed} x {t}' if fits else f'no count of {t}'})")
+    return "; ".join(out) or "no GPU type runs its request"
 
 
 def _waits_for(ctx: RoundContext, job: JobView) -> str:
     """What the job waits for where its request runs on no READY type but registered nodes, once
-    back, would run it (why_not.if_back): the count `_count` asks for over the registered types, on
-    each of them; "" when none would."""
+    back, would run it (why_not.if_back): its count on each registered type (`_counts`); "" when
+    none would."""
     s = why_not.round_supply(ctx, job)
-    n = _count(ctx, job, sorted(s.registered))
-    back = why_not.if_back(ctx, job, s, ((t, n) for t in s.registered)) if n else []
+    counts = _counts(ctx, job, sorted(s.registered))
+    back = why_not.if_back(ctx, job, s, counts.items()) if counts else []
     return why_not.back_text(ctx, s, back) if back else ""
 
 
@@ -126,39 +163,40 @@ class _Artifact:
         for j in ctx.pending:
             if j.id not in ctx.arrivals:
                 continue
-            n = _count(ctx, j)
-            back = self.back(j, n)
+            back = self.back(j, _counts(ctx, j))
             if back == "":
-                b.drop(j, f"gavel: dropped: {n} GPUs of no type can run it" if n else
+                b.drop(j, f"gavel: dropped: {j.gpus_hint} GPUs of no type can run it" if j.gpus_hint else
                        f"gavel: dropped: {_nowhere(ctx, j)}")
             elif back:
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
             else:
                 self.fit(j)
 
-    def runs_nowhere(self, job: JobView, n: int) -> bool:
-        return not any(n and job.may_use(t) and self.ctx.throughput(job, t, n, self.ctx.ideal_nodes(t, n)) > 0
-                       for t in self.types)
+    def runs_nowhere(self, job: JobView, counts: dict[str, int]) -> bool:
+        ctx = self.ctx
+        return not any(n <= ctx.total_gpus(t) and ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)) > 0
+                       for t, n in counts.items())
 
-    def back(self, job: JobView, n: int) -> str | None:
-        """None when a READY type runs its n GPUs; else what it waits for (`_waits_for`), "" when
-        registered nodes coming back would not run it either."""
-        return _waits_for(self.ctx, job) if self.runs_nowhere(job, n) else None
+    def back(self, job: JobView, counts: dict[str, int]) -> str | None:
+        """None when a READY type runs its count there (`_counts`); else what it waits for
+        (`_waits_for`), "" when registered nodes coming back would not run it either."""
+        return _waits_for(self.ctx, job) if self.runs_nowhere(job, counts) else None
 
     def fit(self, job: JobView) -> bool | None:
         """Whether the job started; None when it waits for registered nodes to come back."""
         ctx, b = self.ctx, self.b
-        n = _count(ctx, job)
-        if back := self.back(job, n):
+        counts = _counts(ctx, job)
+        if back := self.back(job, counts):
             b.pend(job, PendingKind.NO_ROOM_NOW, WAITS + back)
             return None
         running = sorted(b.allocs.values(), key=lambda a: (a.orig.since if a.orig else 1e18, queue_key(a.job)))
-        sol = self.solve(running, job, n)
+        sol = self.solve(running, job, counts)
         if sol is None:
             b.pend(job, PendingKind.NO_ROOM_NOW,
                    "gavel: not admitted: the GPUs of each type are all allocated (binary program infeasible)")
             return False
         new_t, moves = sol
+        n = counts[new_t]
         saved = [(a, a.gpu_type, a.slices) for a, _ in moves]
         for a, _ in moves:
             b.release(a)
@@ -197,8 +235,10 @@ class _Artifact:
     def _ok(self, job: JobView, t: str, n: int, nodes: int) -> bool:
         return job.may_use(t) and self.ctx.dp_fits(job, t, n) and self.ctx.throughput(job, t, n, nodes) > 0
 
-    def solve(self, running: list[Alloc], job: JobView, n: int) -> tuple[str, list[tuple[Alloc, str]]] | None:
-        """max sum T over (running jobs + job) x type, totals per type, <= 3 running jobs moved."""
+    def solve(self, running: list[Alloc], job: JobView,
+              counts: dict[str, int]) -> tuple[str, list[tuple[Alloc, str]]] | None:
+        """max sum T over (running jobs + job) x type, totals per type, <= 3 running jobs moved; the
+        job on type t takes counts[t] GPUs."""
         ctx = self.ctx
         cap = {t: ctx.total_gpus(t) for t in self.types}
         use = dict.fromkeys(self.types, 0)
@@ -221,7 +261,7 @@ class _Artifact:
             lst.sort(key=lambda x: (-x[0], x[1], x[2]))
         positive.sort(key=lambda x: (-x[0], x[1], x[2]))
         max_pos = positive[0][0] if positive else 0.0
-        tnew = {t: self.thr_dp(job, t, n) for t in self.types}
+        tnew = {t: self.thr_dp(job, t, counts[t]) if t in counts else INFEASIBLE for t in self.types}
         best: list[tuple[float, str, list[tuple[int, str]]]] = []
 
         def dfs(use: dict[str, int], value: float, moves: list[tuple[int, str]], t_new: str) -> None:
@@ -251,10 +291,10 @@ class _Artifact:
 
         base = sum(tv[a.gpu_type] for a, tv in rows)
         for t in sorted(self.types, key=lambda t: -tnew[t]):
-            if n > cap[t] or not job.may_use(t):
+            if t not in counts or counts[t] > cap[t]:
                 continue
             use2 = dict(use)
-            use2[t] += n
+            use2[t] += counts[t]
             dfs(use2, base + tnew[t], [], t)
         if not best:
             return None
@@ -270,35 +310,43 @@ class _Paper:
 
     def round(self) -> None:
         ctx, b = self.ctx, self.b
-        jobs: list[tuple[JobView, int, Alloc | None]] = []
+        # (job, its GPUs on each type, its allocation): a running job keeps its count on any type.
+        jobs: list[tuple[JobView, dict[str, int], Alloc | None]] = []
+        # A running opaque job stays put, its GPUs off the LP: its throughput is nominal (1 iteration/s),
+        # so every real job outbid it and the price of its type counted its GPUs as free for them.
+        pinned: dict[str, int] = {}
         for a in b.allocs.values():
-            jobs.append((a.job, a.gpus, a))
+            if a.job.opaque:
+                pinned[a.gpu_type] = pinned.get(a.gpu_type, 0) + a.gpus
+            else:
+                jobs.append((a.job, dict.fromkeys(self.types, a.gpus), a))
         for j in ctx.pending:
-            n = _count(ctx, j)
-            if n:
-                jobs.append((j, n, None))
+            if counts := _counts(ctx, j):
+                jobs.append((j, counts, None))
             elif back := _waits_for(ctx, j):  # no count on a READY type
                 b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
             else:  # (it read "gavel: waiting", which said neither why nor for what)
                 b.pend(j, PendingKind.FITS_NOWHERE, f"gavel: fits nowhere: {_nowhere(ctx, j)}")
-        thr = [{t: ctx.throughput(j, t, n, ctx.ideal_nodes(t, n)) if n <= ctx.total_gpus(t) and j.may_use(t) else 0.0
-                for t in self.types} for j, n, _ in jobs]
-        price = self.prices(jobs, thr)
+        thr = [{t: ctx.throughput(j, t, ns[t], ctx.ideal_nodes(t, ns[t]))
+                if t in ns and ns[t] <= ctx.total_gpus(t) and j.may_use(t) else 0.0 for t in self.types}
+               for j, ns, _ in jobs]
+        price = self.prices(jobs, thr, pinned)
         want: list[tuple[float, int, str]] = []
-        for i, (j, n, cur) in enumerate(jobs):
-            red = {t: thr[i][t] - price[t] * n for t in self.types if thr[i][t] > 0}
+        for i, (j, ns, cur) in enumerate(jobs):
+            red = {t: thr[i][t] - price[t] * ns[t] for t in self.types if thr[i][t] > 0}
             if not red:
                 if cur is None and (back := _waits_for(ctx, j)):
                     b.pend(j, PendingKind.NO_ROOM_NOW, WAITS + back)
                 elif cur is None:
-                    b.pend(j, PendingKind.FITS_NOWHERE, "gavel: fits nowhere: no GPU type runs its request")
+                    b.pend(j, PendingKind.FITS_NOWHERE, f"gavel: fits nowhere: {_nowhere(ctx, j)}")
                 continue
             t = max(self.types, key=lambda x: (red.get(x, -1e18), -self.types.index(x)))
             want.append((red[t], i, t))
         # Running jobs move first (they free GPUs), then waiting jobs start; each by reduced profit.
         want.sort(key=lambda w: (jobs[w[1]][2] is None, -w[0], queue_key(jobs[w[1]][0])))
         for profit, i, t in want:
-            j, n, held = jobs[i]
+            j, counts, held = jobs[i]
+            n = counts[t]
             if held is not None:
                 a = held
                 if a.gpu_type == t:
@@ -320,21 +368,22 @@ class _Paper:
                     continue
                 b.start(j, t, sl, f"Gavel's max-sum-throughput share (reduced profit {profit:.1f})")
 
-    def prices(self, jobs: list[tuple[JobView, int, Alloc | None]], thr: list[dict[str, float]]) -> dict[str, float]:
+    def prices(self, jobs: list[tuple[JobView, dict[str, int], Alloc | None]],
+               thr: list[dict[str, float]], pinned: dict[str, int]) -> dict[str, float]:
         ctx = self.ctx
         lam = dict.fromkeys(self.types, 0.0)
         for _ in range(30):
             changed = False
             for t in self.types:
-                cap = ctx.total_gpus(t)
+                cap = ctx.total_gpus(t) - pinned.get(t, 0)
                 bps = []
-                for i, (_, n, _) in enumerate(jobs):
+                for i, (_, ns, _) in enumerate(jobs):
                     if thr[i][t] <= 0:
                         continue
-                    alt = max([0.0] + [thr[i][u] - lam[u] * n for u in self.types if u != t and thr[i][u] > 0])
-                    bp = (thr[i][t] - alt) / n
+                    alt = max([0.0] + [thr[i][u] - lam[u] * ns[u] for u in self.types if u != t and thr[i][u] > 0])
+                    bp = (thr[i][t] - alt) / ns[t]
                     if bp > 0:
-                        bps.append((bp, n))
+                        bps.append((bp, ns[t]))
                 bps.sort(key=lambda x: -x[0])
                 new, used = 0.0, 0
                 for bp, n in bps:
