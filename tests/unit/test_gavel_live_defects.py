@@ -131,3 +131,17 @@ def test_a_running_opaque_job_is_not_priced_as_free_gpus() -> None:
     d = plan(cluster(a100_busy=(0, 1)), waiting, est=OpaqueAware(EST), running=(held,))
     assert d["o"].action == Action.KEEP
     assert (d["g1"].cell, d["g2"].cell, d["g3"].cell) == (Cell(A100, 1), Cell(A100, 1), Cell(A40, 1)), d["g3"].reason
+
+
+def test_paper_identical_jobs_tied_between_two_types_fill_both() -> None:
+    """The LP leaves the reduced profits of jobs it splits over A100 and A40 equal: five identical
+    1-GPU jobs all wanted the first type by name, four ran on the A100 and the fifth waited while
+    both A40 sat idle (a live audit, with examples/jobs/medium.yaml)."""
+    est = TableEstimates({("med", A100, 1): 0.10, ("med", A40, 1): 0.11})
+    jobs = tuple(JobView(f"m{i}", float(i), M, 64, 1, (A100, A40), estimate_key="med") for i in range(5))
+    nodes = (node("a100", A100, 4, 80), node("a40", A40, 2, 48))
+    plan = plan_round(Snapshot(nodes, jobs, registered(*nodes), arrivals=tuple(j.id for j in jobs)), est,
+                      make_policy("gavel"))
+    started = [d for d in plan.decisions if d.action == Action.START]
+    assert len(started) == 5, [d.reason for d in plan.decisions if d.action != Action.START]
+    assert sorted(d.cell.gpu_type for d in started if d.cell) == [A100] * 4 + [A40]

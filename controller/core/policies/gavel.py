@@ -331,7 +331,7 @@ class _Paper:
                 if t in ns and ns[t] <= ctx.total_gpus(t) and j.may_use(t) else 0.0 for t in self.types}
                for j, ns, _ in jobs]
         price = self.prices(jobs, thr, pinned)
-        want: list[tuple[float, int, str]] = []
+        want: list[tuple[float, int, list[str]]] = []
         for i, (j, ns, cur) in enumerate(jobs):
             red = {t: thr[i][t] - price[t] * ns[t] for t in self.types if thr[i][t] > 0}
             if not red:
@@ -340,12 +340,17 @@ class _Paper:
                 elif cur is None:
                     b.pend(j, PendingKind.FITS_NOWHERE, f"gavel: fits nowhere: {_nowhere(ctx, j)}")
                 continue
-            t = max(self.types, key=lambda x: (red.get(x, -1e18), -self.types.index(x)))
-            want.append((red[t], i, t))
+            # The LP leaves a job's reduced profit equal on the types it would split its time over:
+            # a job whose first such type is full starts on the next (five identical jobs all went
+            # to the 4 A100, the fifth waiting while 2 A40 sat idle: a live audit).
+            order = sorted(red, key=lambda x: (-red[x], self.types.index(x)))
+            top = red[order[0]]
+            want.append((top, i, [x for x in order if red[x] >= top - 1e-6 * max(1.0, abs(top))]))
         # Running jobs move first (they free GPUs), then waiting jobs start; each by reduced profit.
         want.sort(key=lambda w: (jobs[w[1]][2] is None, -w[0], queue_key(jobs[w[1]][0])))
-        for profit, i, t in want:
+        for profit, i, ties in want:
             j, counts, held = jobs[i]
+            t = ties[0]
             n = counts[t]
             if held is not None:
                 a = held
@@ -360,8 +365,15 @@ class _Paper:
                 b.reassign(a, t, sl, f"Gavel's allocation moves it from {old} (price-adjusted gain)",
                            already_released=True)
             else:
-                sl = b.place(t, n, BEST_FIT)
-                if sl is None or ctx.throughput(j, t, n, len(sl)) <= 0:
+                for t in ties:
+                    n = counts[t]
+                    sl = b.place(t, n, BEST_FIT)
+                    if sl is not None and ctx.throughput(j, t, n, len(sl)) > 0:
+                        break
+                else:
+                    t, n = ties[0], counts[ties[0]]
+                    sl = None
+                if sl is None:
                     b.pend(j, PendingKind.NO_ROOM_NOW,
                            f"gavel: its share is {n} x {t} (price {price[t]:.2f}/GPU) and that does not "
                            f"fit now; smaller jobs may pass it")
