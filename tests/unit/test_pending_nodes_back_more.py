@@ -70,7 +70,8 @@ def test_sia_a_job_that_fits_only_a_type_whose_nodes_are_down_waits_for_nodes(mo
     cell = waits_then_starts("sia", (A,), (A, V), job("v", 1),
                              f"sia: waiting for nodes: no configuration is feasible on the READY nodes; {ON_V}", mode)
     assert cell.gpu_type == V100
-    as_before("sia", mode, "sia: fits nowhere: no configuration is feasible")
+    as_before("sia", mode, "sia: fits nowhere: no configuration is feasible; no count of A100-80GB GPUs fits it "
+              "(out of memory or not covered by the estimates)")
 
 
 def test_sia_paper_counts_the_configurations_of_the_registered_gpus() -> None:

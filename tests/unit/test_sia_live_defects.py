@@ -136,7 +136,8 @@ def test_a_waiting_opaque_job_names_its_count_on_each_type() -> None:
     ("big", "; it fits in memory on no fewer than 16 x A100-80GB (registered: 4)"),
     ("six", ("; the estimates have no Cell of 1, 2, 4 or 8 x A10-24GB; it fits in memory on no fewer than "
              "6 x A10-24GB (registered: 8)")),
-    ("none", ""),  # the estimates fit it on no count: nothing more is known
+    ("none", ("; no count of A10-24GB or A100-80GB or A40-48GB GPUs fits it (out of memory or not covered by "
+              "the estimates)")),  # as gavel says it
 ])
 def test_fits_nowhere_says_why_where_it_is_known(key: str, why: str) -> None:
     d = decide(Snapshot(demo(), (job(key),), REGISTERED))["j"]

@@ -202,8 +202,8 @@ class _Sia:
         """"fits nowhere: no configuration is feasible", with the cause where one is known: the
         cluster's (why_not: types missing, an opaque count more than a type or a job may have), an
         opaque count no layout of its type's nodes splits evenly, or memory (the fewest GPUs it fits
-        on, when no configuration holds that many or the estimates have no Cell of them). A job the
-        estimates fit on no count of its types gets the bare reason: nothing more is known."""
+        on, when no configuration holds that many or the estimates have no Cell of them; or that no
+        count of its types does)."""
         k = (job.key, job.global_batch_size, job.gpu_types, _asked(job))
         why = self._nowhere.get(k)
         if why is None:
@@ -227,8 +227,8 @@ class _Sia:
             uneven = [f"{ctx.ideal_nodes(t, n)} nodes of {t}" for t in types if n <= s.limit(ctx.total_gpus(t))]
             return f"{what}, which {' or '.join(uneven)} cannot split evenly" if uneven else ""
         few = why_not.fewest(ctx, job, sorted(s.registered))
-        if not few:
-            return ""
+        if not few:  # "no count of A100-80GB GPUs fits it (out of memory or ...)", as gavel says
+            return why_not.memory_cause(s, few)
         if memory := why_not.memory_cause(s, few):
             return memory
         # Within the registered GPUs on some type (memory_cause): its configurations there have no Cell.
