@@ -93,8 +93,7 @@ class Engine:
         self._deferred: list[JobRecord] | None = None  # a round's started attempts, launched at its end
         self.warmer = warming.Warmer(self.learner.least_need)  # new jobs' first Cells, within a budget
         self._removals: dict[str, str] = {}  # recent RemoveNode request ids (the store keeps them too)
-        self.started_mono = mono()
-        self.rounds = 0
+        self.started_mono, self.rounds = mono(), 0
         self.gpu_seconds = metrics.GpuSeconds()
         for rec in store.list_nodes():
             self._live.records[rec.id] = rec
@@ -180,8 +179,6 @@ class Engine:
         self.kick()
         return job
 
-    # DrainNode, UndrainNode, RemoveNode: controller/nodeops.py.
-
     async def drain(self, node_id: str, reason: str) -> tuple[NodeRecord, str]:
         return await nodeops.drain(self, node_id, reason)
 
@@ -196,8 +193,6 @@ class Engine:
         self._live.records[rec.id] = rec
 
     # ---------------------------------------------------------------- agents
-
-    # Register and Heartbeat: controller/nodeops.py.
 
     async def register(self, status: agent_pb2.NodeStatus) -> None:
         await nodeops.register(self, status)
@@ -360,16 +355,22 @@ class Engine:
         """Periodic pass over running jobs: persist progress, relaunch missing ranks, fail hung
         attempts, evaluate. One job's failure is logged and the pass goes on with the others."""
         now, active = self.mono(), self.store.list_jobs(states=ACTIVE)
-        await each_job(((job.id, self._inspect_job(job, now)) for job in active), "inspect_job_failed")
+        await each_job(((job.id, self._inspect_job(job.id, now)) for job in active), "inspect_job_failed")
         await nodeops.requeue_on_unknown_nodes(self, active, now)
 
-    async def _inspect_job(self, job: JobRecord, now: float) -> None:
+    async def _inspect_job(self, job_id: str, now: float) -> None:
+        # As stored now, not as the pass listed it: a heartbeat handled meanwhile may have moved the job
+        # on, and its old record written back (progress, below) made a RUNNING job STARTING again.
+        job = self.store.get_job(job_id)
+        if job is None or job.state not in ACTIVE:
+            return
         prog = self._live.progress.get(job.id)
         if prog is not None and (job.progress is None or prog.iteration != job.progress.iteration):
             job = job.with_(progress=prog)
             self.store.save_job(job, self.wall())
         if job.state == P.JOB_STATE_STARTING:
             await self._launch(job, only_missing=True)
+            job = self.store.get_job(job_id) or job  # (the launch awaited agents)
         # Unknown since a controller restart: the clock starts now, with a full timeout.
         clock = self._live.clocks.setdefault(job.id, AttemptClock(job.attempt, now))
         over = None if job.stop_requested else limits.over_runtime(job.spec, now - clock.launched)
