@@ -83,8 +83,10 @@ def test_a_job_without_a_count_takes_the_faster_type_at_its_own_count(mode: str)
 def test_a_job_with_a_count_keeps_it_on_every_type() -> None:
     d = decide(job("llama", 8), nodes=cluster(a10_busy=(0, 1, 2, 3)))
     assert d.pending is NO_ROOM
-    assert d.reason == ("gavel: its share is 8 x A10-24GB (price 0.00/GPU) and that does not fit now; smaller "
-                        "jobs may pass it")
+    # With what is free (a live audit found the reason terse) and its price in words.
+    assert d.reason == ("gavel: its share is 8 x A10-24GB (the allocation's price per A10-24GB GPU: 0.00) and that "
+                        "does not fit now; smaller jobs may pass it; free now: 0/8 A10-24GB, 4/4 A100-80GB, "
+                        "2/2 A40-48GB")
     assert decide(job("llama", 2), nodes=cluster(a10_busy=(0, 1, 2, 3))).cell == Cell(A100, 2)
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER
 from tessera.controller.core.policies import why_not
-from tessera.controller.core.policies.common import Alloc, Board, place_as_requested
+from tessera.controller.core.policies.common import Alloc, Board, free_text, place_as_requested
 from tessera.controller.core.policy import Mode, RoundContext, queue_key
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind
 
@@ -375,8 +375,8 @@ class _Paper:
                     sl = None
                 if sl is None:
                     b.pend(j, PendingKind.NO_ROOM_NOW,
-                           f"gavel: its share is {n} x {t} (price {price[t]:.2f}/GPU) and that does not "
-                           f"fit now; smaller jobs may pass it")
+                           f"gavel: its share is {n} x {t} (the allocation's price per {t} GPU: "
+                           f"{price[t]:.2f}) and that does not fit now; smaller jobs may pass it; {free_text(ctx)}")
                     continue
                 b.start(j, t, sl, f"Gavel's max-sum-throughput share (reduced profit {profit:.1f})")
 
