@@ -15,6 +15,12 @@ grow-shrink (docs/reference/baselines.md Sec. 2).
   suspending and co-locating jobs at mini-batch boundaries, which large-model jobs (that fill a
   GPU's memory and compute) do not allow; we state that instead of modelling it.
 
+A job without a GPU count asks, on each type it may use, for the fewest GPUs it fits on there (the
+artifact: on the type it names, else the first it fits on), and that count is its request when
+grow-shrink shrinks it back. An opaque job (docs/opaque-jobs.md) never grows nor shrinks. A waiting
+job's reason names the types and counts it waits for and what is free (paper); "fits nowhere as
+requested" names the cause where one is known (why_not.py, as gavel names it).
+
 Nodes down (registered, not READY): a request that no READY node runs, or that asks for more GPUs
 than the READY nodes have, waits for nodes when the registered ones, READY or not, would run it
 (why_not.if_back: a Cell of its count of a type it may use; the artifact: of the type it names); otherwise it
@@ -27,7 +33,7 @@ from dataclasses import dataclass
 
 from tessera.controller.core.placement import BEST_FIT, SCATTER
 from tessera.controller.core.policies import why_not
-from tessera.controller.core.policies.common import Board, place_as_requested
+from tessera.controller.core.policies.common import Alloc, Board, free_text, place_as_requested
 from tessera.controller.core.policy import Mode, RoundContext, queue_key
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
 
@@ -65,6 +71,7 @@ class _Gandiva:
         return [t for t in self.ctx.types() if job.may_use(t)]
 
     def request(self, job: JobView) -> tuple[str, int]:
+        """The artifact's request: the type it names, else the first it fits on, at its count there."""
         ctx = self.ctx
         types = self.allowed(job)
         n = job.gpus_hint
@@ -76,6 +83,38 @@ class _Gandiva:
                     n, t = cs[0], t or tt
                     break
         return t or (types[0] if types else ""), n
+
+    def counts(self, job: JobView, types: list[str] | None = None) -> dict[str, int]:
+        """The GPUs the job asks for on each of `types` (default: the READY ones) it may use: its
+        hint, else the fewest it fits on there. The first type's count for all kept a 7B model that
+        runs on 2 x A100 or 8 x A10 off idle A100 (8 > 4; a live audit)."""
+        ts = [t for t in (self.ctx.types() if types is None else types) if job.may_use(t)]
+        return dict.fromkeys(ts, job.gpus_hint) if job.gpus_hint else why_not.fewest(self.ctx, job, ts)
+
+    def asks(self, job: JobView) -> dict[str, int]:
+        """What the job asks for, by type: the artifact's one request, else (heterogeneity-blind: `find`
+        places it on any type it may use) its count on each type."""
+        if self.art:
+            t, n = self.request(job)
+            return {t: n} if t and n else {}
+        return self.counts(job)
+
+    def runs(self, job: JobView) -> dict[str, int]:
+        """Of `asks`, the types whose count runs the job: the cluster registers that many GPUs of the
+        type (the estimates time a Cell of any size, and a request larger than the type waited for
+        ever) and the estimates have a Cell of them."""
+        ctx = self.ctx
+        have = why_not.by_type(ctx.snap)
+        return {t: n for t, n in self.asks(job).items()
+                if n <= have.get(t, 0) and ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)) > 0}
+
+    def asked_of(self, a: Alloc) -> int:
+        """A running job's request on its type (grow-shrink shrinks it back to that, never below): its
+        hint, else the fewest it fits on there (taking its count for its request left a job without
+        a hint grown for ever; a live audit); an opaque job's is what it runs on."""
+        if a.job.opaque:
+            return a.gpus
+        return a.job.gpus_hint or self.counts(a.job, [a.gpu_type]).get(a.gpu_type, a.gpus)
 
     def round(self) -> None:
         ctx, b = self.ctx, self.b
@@ -93,43 +132,42 @@ class _Gandiva:
             if j.id in ctx.arrivals:
                 self.try_start(j, blocked)
         if departures or not self.art:
-            self.grow(blocked | {self.request(j)[0] for j in b.waiting.values()})
-
-    def _feasible(self, job: JobView, t: str, n: int) -> bool:
-        """Whether n GPUs of t run the job; in paper mode (heterogeneity-blind: `find` may place it
-        on any type), of any type it may use. The cluster must register n GPUs of the type: the
-        estimates time a Cell of any size, and a request larger than the type waited for ever."""
-        ctx = self.ctx
-        have = why_not.by_type(ctx.snap)
-        types = ([t] if t else []) if self.art else self.allowed(job)
-        return any(n <= have.get(tt, 0) and ctx.throughput(job, tt, n, ctx.ideal_nodes(tt, n)) > 0 for tt in types)
+            # Nobody grows onto a type a waiting job may run on (paper: any it may use); one that fits
+            # nowhere waits for no type.
+            self.grow(blocked | {t for j in b.waiting.values() if b.kinds.get(j.id) is not PendingKind.FITS_NOWHERE
+                                 for t in (set(self.runs(j)) or {self.request(j)[0]})})
 
     def try_start(self, job: JobView, blocked: set[str]) -> None:
         b = self.b
-        t, n = self.request(job)
-        if not n or not self._feasible(job, t, n):
+        runs = self.runs(job)
+        if not runs:
             if back := self.waits_for(job):  # registered nodes, READY or not, would run it
                 b.pend(job, PendingKind.NO_ROOM_NOW, f"gandiva: waiting for nodes: no READY node runs it as "
                                                      f"requested; {back}")
             else:
-                b.pend(job, PendingKind.FITS_NOWHERE, "gandiva: fits nowhere as requested")
+                why = self.nowhere(job)
+                b.pend(job, PendingKind.FITS_NOWHERE, "gandiva: fits nowhere as requested" + (f": {why}" if why else ""))
             return
+        t, n = next(iter(runs.items()))  # the artifact's one request
         if self.art and t in blocked:
             b.pend(job, PendingKind.WAITING, f"gandiva: waiting behind an earlier job of {t}")
             return
-        sl, where = self.find(job, t, n)
+        sl, where = self.find(job, runs)
         if sl is None:
-            self.shrink_grown(t if self.art else "", n)
-            sl, where = self.find(job, t, n)
+            self.shrink_grown(runs)
+            sl, where = self.find(job, runs)
         if sl is None:
-            blocked.add(t)
-            asked = f"{n} GPUs ({'of ' + t if self.art else 'any type'})"
-            more = n > max((self.ctx.total_gpus(tt) for tt in ([t] if self.art else self.allowed(job))), default=0)
+            blocked.update(runs)
+            # The types it waits for, each at its count (it read "3 GPUs (any type)" for a job allowed A100 only).
+            asked = f"{n} GPUs (of {t})" if self.art else " or ".join(f"{c} x {tt}" for tt, c in runs.items())
+            more = all(c > self.ctx.total_gpus(tt) for tt, c in runs.items())
             if more and (back := self.waits_for(job)):  # more than the READY nodes have: they wait for nodes
                 b.pend(job, PendingKind.NO_ROOM_NOW, f"gandiva: waiting for nodes: {asked} are more than the "
                                                      f"READY nodes have; {back}")
-            else:
+            elif self.art:
                 b.pend(job, PendingKind.NO_ROOM_NOW, f"gandiva: waiting for {asked}")
+            else:
+                b.pend(job, PendingKind.NO_ROOM_NOW, f"gandiva: waiting for {asked}; {free_text(self.ctx)}")
             return
         b.start(job, where, sl, "as requested" if self.art else f"affinity placement on {where}")
 
@@ -144,27 +182,63 @@ class _Gandiva:
         back = why_not.if_back(ctx, job, s, why_not.asks(ctx, job, s, named=self.art))
         return why_not.back_text(ctx, s, back) if back else ""
 
-    def find(self, job: JobView, t: str, n: int) -> tuple[tuple[Slice, ...] | None, str]:
+    def nowhere(self, job: JobView) -> str:
+        """Why no registered node, READY or not, runs its request (as gavel names it, why_not.py): an
+        opaque job the cluster cannot hold or types it lacks, more GPUs than the cluster has of one
+        type, no count that holds it in memory, else per type why its count there runs nowhere; the
+        artifact judges the type it asks for only. "" when none is known."""
+        ctx = self.ctx
+        s = why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()})
+        cause = why_not.type_cause(job, ctx.snap, s)
+        if cause is not None and cause[0]:
+            return cause[1]
+        if self.art and (t := self.request(job)[0]) in s.registered:
+            s = s.only(t)
+        n = job.gpus_hint
+        of = f"of {next(iter(s.registered))}" if self.art and len(s.registered) == 1 else "of one type"
+        if n and (why := why_not.over_registered(s, n, why_not.opaque_what(n) if job.opaque
+                                                 else f"it asks for {n} GPUs {of}")):
+            return why
+        if not job.opaque and (why := why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered)), n)):
+            return why
+        return "; ".join(self.no_cell(job, tt, c, s) for tt, c in sorted(self.counts(job, sorted(s.registered)).items()))
+
+    def no_cell(self, job: JobView, t: str, n: int, s: why_not.Supply) -> str:
+        """Why n GPUs of t run nowhere, within the memory the job needs (`nowhere`): more than the type
+        has, an opaque count the nodes cannot split evenly, else no Cell of them (on the READY nodes'
+        layout nor on any even layout of the registered ones: why_not.if_back)."""
+        reg, fits = s.registered.get(t, 0), list(self.ctx.gpu_counts(job, t))
+        if n > reg:
+            return f"{n} x {t} is more than the cluster has ({reg})"
+        if job.opaque:
+            return f"{why_not.opaque_what(n)}, which the nodes of {t} cannot split evenly"
+        if n in fits:
+            return f"the estimates have no Cell of {n} x {t} (it fits in memory on {n} x {t})"
+        listed = f"{', '.join(map(str, fits[:-1]))} or {fits[-1]}" if len(fits) > 1 else "".join(map(str, fits))
+        return (f"the estimates have no Cell of {n} x {t} (out of memory or not covered; it fits in memory on "
+                f"{f'{listed} x {t}' if fits else f'no count of {t}'})")
+
+    def find(self, job: JobView, runs: dict[str, int]) -> tuple[tuple[Slice, ...] | None, str]:
         ctx, b = self.ctx, self.b
         if self.art:
+            t, n = next(iter(runs.items()))
             return place_as_requested(b, job, t, n, SCATTER, True,
                                       lambda k: ctx.throughput(job, t, n, k) > 0), t
         # Affinity: a node already running jobs of the same size, least loaded first; then an empty
-        # node; then any node with room, over every GPU type the job may use (heterogeneity-blind).
-        same = {s.node_id for a in b.allocs.values() if a.gpus == n for s in a.slices}
+        # node; then any node with room, over every GPU type the job may use (heterogeneity-blind),
+        # each at the job's count there.
         best: tuple[tuple[int, int, int], tuple[Slice, ...], str] | None = None
-        for tt in self.allowed(job):
-            if ctx.throughput(job, tt, n, ctx.ideal_nodes(tt, n)) <= 0:
-                continue
+        for tt, n in runs.items():
             sl = ctx.state.place(tt, n, 1, BEST_FIT)
             if sl is None:
                 continue
             g = ctx.state.group(sl[0].node_id, tt)
-            rank = 0 if sl[0].node_id in same else (1 if len(g.free) == g.capacity else 2)
+            same = any(a.gpus == n and s.node_id == sl[0].node_id for a in b.allocs.values() for s in a.slices)
+            rank = 0 if same else (1 if len(g.free) == g.capacity else 2)
             key = (rank, -len(g.free), ctx.types().index(tt))
             if best is None or key < best[0]:
                 best = (key, sl, tt)
-        return (best[1], best[2]) if best else (None, t)
+        return (best[1], best[2]) if best else (None, "")
 
     def migrate(self) -> None:
         """Move jobs spread over more nodes than needed onto fewer nodes, when room allows."""
@@ -183,22 +257,29 @@ class _Gandiva:
                     continue
                 b.reassign(a, a.gpu_type, sl, "migrated to fewer nodes (locality)", already_released=True)
 
-    def shrink_grown(self, t: str, need: int) -> None:
+    def shrink_grown(self, need: dict[str, int]) -> None:
+        """Halve jobs grown past their request (`asked_of`), largest first, until a type holds the
+        waiting job's count there. The artifact shrinks jobs of the type it asks for only; paper
+        mode (heterogeneity-blind: grown jobs yield to demand) jobs of any type, a type the job does
+        not run on counting its smallest count: the room goes to whoever runs there (restricting it
+        to the job's types finished 712 jobs in place of 723 on arena-philly, fair rules, 2,000 rounds)."""
         ctx, b = self.ctx, self.b
+        least = min(need.values())
         for a in sorted(b.allocs.values(), key=lambda a: (-a.gpus, queue_key(a.job))):
-            if t and a.gpu_type != t:
+            if self.art and a.gpu_type not in need:
                 continue
-            asked = a.job.gpus_hint or a.gpus
-            while a.gpus > asked and ctx.state.fits(a.gpu_type, need) == 0:
+            n, asked = need.get(a.gpu_type, least), self.asked_of(a)
+            while a.gpus % 2 == 0 and a.gpus // 2 >= asked and ctx.state.fits(a.gpu_type, n) == 0:
                 b.shrink(a, "shrunk back toward its request to make room (grow-shrink)")
-            if ctx.state.fits(t or a.gpu_type, need):
+            if ctx.state.fits(a.gpu_type, n):
                 return
 
     def grow(self, wanted: set[str]) -> None:
-        """Double single-node jobs onto idle GPUs of their node while their throughput rises."""
+        """Double single-node jobs onto idle GPUs of their node while their throughput rises; an opaque
+        job runs on the GPUs it asked for, no more."""
         ctx, b = self.ctx, self.b
         for a in sorted(b.allocs.values(), key=lambda a: queue_key(a.job)):
-            if a.gpu_type in wanted or a.nodes != 1:
+            if a.gpu_type in wanted or a.nodes != 1 or a.job.opaque:
                 continue
             while True:
                 g = ctx.state.group(a.slices[0].node_id, a.gpu_type)
