@@ -122,10 +122,11 @@ def test_elasticflow_waits_for_a_node_that_is_down_instead_of_declining(name: st
     assert d.pending is NO_ROOM
     assert d.reason == (f"{name}: waiting for nodes: no READY node; it fits in memory on 1 x V100-32GB (registered: "
                         "4 x A100-80GB, 4 x V100-32GB; READY: 0 x V100-32GB)")
-    # Nothing registered serves it: declined, as with the node READY (was "fits nowhere: ...").
+    # Nothing registered serves it: declined, as with the node READY (was "fits nowhere: ..."), for
+    # memory, as fcfs says it (was "the estimates have no Cell of a data-parallel share of 1-4 GPUs").
     d = decide(name, (), (A,), job("v", 1))
-    assert (d.action, d.reason) == (Action.DROP, (f"{name}: declined: the estimates have no Cell of a data-parallel "
-                                                 "share of 1-4 GPUs of any type"))
+    assert (d.action, d.reason) == (Action.DROP, (f"{name}: declined: no count of A100-80GB GPUs fits it (out of "
+                                                 "memory or not covered by the estimates)"))
     assert d.reason == decide(name, (A,), (A,), job("v", 1)).reason
 
 

@@ -23,6 +23,7 @@ Nodes = tuple[tuple[NodeView, ...], tuple[NodeView, ...]]  # (ready, registered)
 FULL, DOWN, NONE = ((A, B), (A, B)), ((A,), (A, B)), ((), (A, B))
 V_FULL, V_DOWN, V_NONE = ((A, V), (A, V)), ((A,), (A, V)), ((), (A, V))
 MODES = ["paper", "artifact"]
+NO_COUNT = "no count of A100-80GB GPUs fits it (out of memory or not covered by the estimates)"
 
 
 def job(key: str, gpus: int, hint: str = A100, deadline: float = 0.0, types: tuple[str, ...] = ()) -> JobView:
@@ -44,14 +45,14 @@ def outcome(d: Decision) -> tuple[str, object, str]:
 def test_gandiva_waits_for_nodes_that_would_run_a_6_gpu_job(mode: str) -> None:
     # Was "gandiva: fits nowhere as requested" with no READY node, "waiting for 6 GPUs (...)" with b down.
     assert decide("gandiva", FULL, job("q", 6), mode).action == Action.START
-    asked = "of A100-80GB" if mode == "artifact" else "any type"
+    asked = "6 GPUs (of A100-80GB)" if mode == "artifact" else "6 x A100-80GB"  # paper: was "6 GPUs (any type)"
     d = decide("gandiva", NONE, job("q", 6), mode)
     assert d.pending is NO_ROOM
     assert d.reason == ("gandiva: waiting for nodes: no READY node runs it as requested; it fits in memory on "
                         "6 x A100-80GB (registered: 8 x A100-80GB; READY: 0 x A100-80GB)")
     d = decide("gandiva", DOWN, job("q", 6), mode)
     assert d.pending is NO_ROOM
-    assert d.reason == (f"gandiva: waiting for nodes: 6 GPUs ({asked}) are more than the READY nodes have; it fits "
+    assert d.reason == (f"gandiva: waiting for nodes: {asked} are more than the READY nodes have; it fits "
                         "in memory on 6 x A100-80GB (registered: 8 x A100-80GB; READY: 4 x A100-80GB)")
 
 
@@ -70,11 +71,15 @@ def test_gandiva_waits_for_the_type_whose_nodes_are_down(mode: str, nodes: Nodes
 def test_gandiva_a_job_no_registered_node_runs_gets_its_outcome_with_every_node_ready(mode: str) -> None:
     # No Cell of 6 ("p"), none at all ("zz"), or only on V100, which the job may not use ("v"): fits
     # nowhere with the nodes down as with all of them READY.
+    # The reason names the cause (it read "gandiva: fits nowhere as requested" alone).
     only_a100 = job("v", 1, types=(A100,))
-    for j, nodes, full in [(job("p", 6), (DOWN, NONE), FULL), (job("zz", 2), (DOWN, NONE), FULL),
-                           (only_a100, (V_DOWN, V_NONE), V_FULL)]:
+    no_count = "no count of A100-80GB GPUs fits it (out of memory or not covered by the estimates)"
+    no_six = ("the estimates have no Cell of 6 x A100-80GB (out of memory or not covered; it fits in memory on "
+              "2, 4 or 8 x A100-80GB)")
+    for j, nodes, full, why in [(job("p", 6), (DOWN, NONE), FULL, no_six), (job("zz", 2), (DOWN, NONE), FULL, no_count),
+                                (only_a100, (V_DOWN, V_NONE), V_FULL, no_count)]:
         up = decide("gandiva", full, j, mode)
-        assert up.pending is NOWHERE and up.reason == "gandiva: fits nowhere as requested"
+        assert up.pending is NOWHERE and up.reason == f"gandiva: fits nowhere as requested: {why}"
         for n in nodes:
             assert outcome(decide("gandiva", n, j, mode)) == outcome(up), (j.estimate_key, n)
     # Against it: "q" has a Cell of 6, which b coming back runs (was "fits nowhere as requested").
@@ -87,7 +92,9 @@ def test_gandiva_a_job_no_registered_node_runs_gets_its_outcome_with_every_node_
 def test_elasticflow_paper_declines_with_no_ready_node_what_it_declines_with_every_node_ready(name: str) -> None:
     # "zz" has no Cell, "big" no data-parallel share that fits. Was "fits nowhere: no data-parallel share
     # of the registered GPUs fits its memory (8 x A100-80GB)" with no READY node, dropped with both READY.
-    for key, why in [("zz", "the estimates have no Cell of a data-parallel share of 1-8 GPUs of any type"),
+    # "zz" fits on no count at all: memory (or estimates that do not cover it), as gavel and sia say it;
+    # it read "the estimates have no Cell of a data-parallel share of 1-8 GPUs of any type".
+    for key, why in [("zz", NO_COUNT),
                      ("big", "no data-parallel share of 1-8 GPUs of any type fits its memory")]:
         full = decide(name, FULL, job(key, 2))
         assert full.action == Action.DROP and full.reason == f"{name}: declined: {why}"
@@ -101,8 +108,7 @@ def test_elasticflow_paper_declines_with_no_ready_node_what_it_declines_with_eve
 def test_elasticflow_artifact_keeps_waiting_with_no_ready_node_as_with_every_node_ready(name: str) -> None:
     # The artifact lets a job no share serves wait ("not admitted"). Was "fits nowhere: ..." with no
     # READY node; and "not admitted on A100-80GB: no share meets its deadline" whatever the cause.
-    for key, why in [("zz", "the estimates have no Cell of a data-parallel share of 1-8 GPUs"),
-                     ("big", "no data-parallel share of 1-8 GPUs fits its memory")]:
+    for key, why in [("zz", NO_COUNT), ("big", "no data-parallel share of 1-8 GPUs fits its memory")]:
         full = decide(name, FULL, job(key, 2), "artifact")
         assert full.pending is NO_ROOM and full.reason == f"{name}: not admitted on A100-80GB: {why}"
         assert outcome(decide(name, NONE, job(key, 2), "artifact")) == outcome(full)
@@ -138,7 +144,9 @@ def test_gandiva_calls_a_request_larger_than_its_type_fits_nowhere(mode: str) ->
     # The estimates time a Cell of 16 A100 where the cluster registers 8: it waited "for 16 GPUs" for ever.
     est = TableEstimates({("x16", A100, 16): 1.0, ("x16", A100, 8): 2.0})
     d = decide_with("gandiva", FULL[0], FULL[1], job("x16", 16), mode, est)
-    assert (d.action, d.pending, d.reason) == (Action.PENDING, NOWHERE, "gandiva: fits nowhere as requested")
+    of = "A100-80GB" if mode == "artifact" else "one type"
+    assert (d.action, d.pending, d.reason) == (Action.PENDING, NOWHERE, (
+        f"gandiva: fits nowhere as requested: it asks for 16 GPUs of {of}, more than the cluster has (8: 8 x A100-80GB)"))
     assert decide_with("gandiva", FULL[0], FULL[1], job("x16", 8), mode, est).action == Action.START
 
 
@@ -151,11 +159,12 @@ def test_gandiva_paper_waits_for_any_type_it_may_use_not_only_the_named_one() ->
                                                         "requested; it fits in memory on 6 x A100-80GB")
     assert decide_with("gandiva", registered, registered, job("q", 6, hint=V100), "paper", EST).action == Action.START
     d = decide_with("gandiva", ready, registered, job("q", 6, hint=V100), "artifact", EST)
-    assert (d.pending, d.reason) == (NOWHERE, "gandiva: fits nowhere as requested")  # the artifact keeps V100
+    assert (d.pending, d.reason) == (NOWHERE, ("gandiva: fits nowhere as requested: it asks for 6 GPUs of V100-32GB, "
+                                               "more than the cluster has (4: 4 x V100-32GB)"))  # the artifact keeps V100
 
 
 def test_elasticflow_on_one_gpu_says_one_gpu() -> None:
     # (It read "a data-parallel share of 1-1 GPUs".)
     one = NodeView("one", A.gpus[:1])
-    d = decide("elasticflow", ((one,), (one,)), job("zz", 1))
-    assert d.reason == "elasticflow: declined: the estimates have no Cell of a data-parallel share of 1 GPU of any type"
+    d = decide("elasticflow", ((one,), (one,)), job("big", 1))
+    assert d.reason == "elasticflow: declined: no data-parallel share of 1 GPU of any type fits its memory"
