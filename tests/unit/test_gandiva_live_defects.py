@@ -17,7 +17,6 @@ from tessera.controller.core.snapshot import (
     Action,
     Cell,
     Decision,
-    GpuView,
     JobView,
     NodeView,
     PendingKind,
@@ -25,24 +24,12 @@ from tessera.controller.core.snapshot import (
     Slice,
     Snapshot,
 )
+from tests.unit.demo_cluster import A10, A40, A100, LLAMA_AND_SMALL, cluster
 from tests.unit.test_pending_reasons_crius import M, registered
 
-GB = 1000**3
-A100, A40, A10 = "A100-80GB", "A40-48GB", "A10-24GB"
-TABLE = ({("llama", A100, 2): 1.0, ("llama", A100, 4): 0.6, ("llama", A10, 8): 1.5}
-         | {("small", t, n): 1.0 / n for t, ns in ((A100, (1, 2, 4)), (A10, (1, 2, 4, 8)), (A40, (1, 2))) for n in ns})
-EST = OpaqueAware(TableEstimates(TABLE))
+EST = OpaqueAware(TableEstimates(LLAMA_AND_SMALL))
 NOWHERE, NO_ROOM = PendingKind.FITS_NOWHERE, PendingKind.NO_ROOM_NOW
 MODES = ["paper", "artifact"]
-
-
-def node(nid: str, model: str, n: int, mem_gb: int, busy: tuple[int, ...] = ()) -> NodeView:
-    return NodeView(nid, tuple(GpuView(i, model, mem_gb * GB) for i in range(n)), frozenset(busy))
-
-
-def cluster(a10_busy: tuple[int, ...] = (), a100_busy: tuple[int, ...] = ()) -> tuple[NodeView, ...]:
-    return (node("a100", A100, 4, 80, a100_busy), node("a40", A40, 2, 48),
-            node("a10", A10, 4, 24, a10_busy), node("a10b", A10, 4, 24, a10_busy))
 
 
 DEMO = cluster()
@@ -92,7 +79,7 @@ def test_paper_a_job_with_a_count_keeps_it_on_every_type() -> None:
 ])
 def test_paper_a_waiting_job_names_the_types_and_counts_it_waits_for_and_what_is_free(j: JobView, asked: str) -> None:
     # One A100 free, the A10 busy; "small" has a Cell of 3 x A100 here.
-    est = TableEstimates(TABLE | {("small", A100, 3): 1.0})
+    est = TableEstimates(LLAMA_AND_SMALL | {("small", A100, 3): 1.0})
     d = plan_round(Snapshot(cluster(ALL, (0, 1, 2)), (j,), registered(*DEMO)), est, make_policy("gandiva")).decisions[0]
     assert (d.pending, d.reason) == (NO_ROOM, (f"gandiva: waiting for {asked}; free now: 0/8 A10-24GB, "
                                                "1/4 A100-80GB, 2/2 A40-48GB"))

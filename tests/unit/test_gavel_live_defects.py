@@ -16,7 +16,6 @@ from tessera.controller.core.snapshot import (
     Action,
     Cell,
     Decision,
-    GpuView,
     JobView,
     NodeView,
     PendingKind,
@@ -24,27 +23,15 @@ from tessera.controller.core.snapshot import (
     Slice,
     Snapshot,
 )
+from tests.unit.demo_cluster import A10, A40, A100, LLAMA_AND_SMALL, cluster, node
 from tests.unit.test_pending_reasons_crius import M, registered
 
-GB = 1000**3
-A100, A40, A10 = "A100-80GB", "A40-48GB", "A10-24GB"
-EST = TableEstimates({("llama", A100, 2): 1.0, ("llama", A100, 4): 0.6, ("llama", A10, 8): 1.5}
-                     | {("small", t, n): 1.0 / n for t, ns in ((A100, (1, 2, 4)), (A10, (1, 2, 4, 8)), (A40, (1, 2)))
-                        for n in ns}
+EST = TableEstimates(LLAMA_AND_SMALL
                      # 1 GPU each, A100 faster than A40 by 200, 167 and 91 samples/s
                      | {(k, t, 1): it for k, its in (("g1", (0.1, 0.125)), ("g2", (0.1, 0.12)), ("g3", (0.1, 0.11)))
                         for t, it in zip((A100, A40), its, strict=True)})
 NOWHERE, NO_ROOM = PendingKind.FITS_NOWHERE, PendingKind.NO_ROOM_NOW
 MODES = ["paper", "artifact"]
-
-
-def node(nid: str, model: str, n: int, mem_gb: int, busy: tuple[int, ...] = ()) -> NodeView:
-    return NodeView(nid, tuple(GpuView(i, model, mem_gb * GB) for i in range(n)), frozenset(busy))
-
-
-def cluster(a10_busy: tuple[int, ...] = (), a100_busy: tuple[int, ...] = ()) -> tuple[NodeView, ...]:
-    return (node("a100", A100, 4, 80, a100_busy), node("a40", A40, 2, 48),
-            node("a10", A10, 4, 24, a10_busy), node("a10b", A10, 4, 24, a10_busy))
 
 
 DEMO = cluster()

@@ -16,7 +16,6 @@ from tessera.controller.core.snapshot import (
     Action,
     Cell,
     Decision,
-    GpuView,
     JobView,
     NodeView,
     PendingKind,
@@ -25,9 +24,8 @@ from tessera.controller.core.snapshot import (
     Snapshot,
 )
 from tessera.estimator.models import ModelDims
+from tests.unit.demo_cluster import A10, A40, A100, GB, node
 
-GB = 1 << 30
-A100, A40, A10 = "A100-80GB", "A40-48GB", "A10-24GB"
 REGISTERED = ((A100, 80 * GB, 4), (A40, 48 * GB, 2), (A10, 24 * GB, 8))
 M = ModelDims(1024, 24, 16, 32000, 1024, "m")
 # "k": 2 or 4 x A100, 8 x A10 (none on A40); "r": 4 x A100; "big": 16 x A100; "six": 6 x A10 only;
@@ -35,10 +33,6 @@ M = ModelDims(1024, 24, 16, 32000, 1024, "m")
 EST = OpaqueAware(TableEstimates({("k", A100, 2): 2.0, ("k", A100, 4): 1.2, ("k", A10, 8): 3.0, ("r", A100, 4): 1.0,
                                   ("big", A100, 16): 1.0, ("six", A10, 6): 1.0}))
 FREE = "free now: 8/8 A10-24GB, 0/4 A100-80GB, 2/2 A40-48GB"
-
-
-def node(nid: str, model: str, n: int, mem: int, busy: tuple[int, ...] = ()) -> NodeView:
-    return NodeView(nid, tuple(GpuView(i, model, mem * GB) for i in range(n)), frozenset(busy))
 
 
 def demo(a100_busy: tuple[int, ...] = (), a10_up: int = 2) -> tuple[NodeView, ...]:
