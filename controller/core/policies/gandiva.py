@@ -201,22 +201,8 @@ class _Gandiva:
             return why
         if not job.opaque and (why := why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered)), n)):
             return why
-        return "; ".join(self.no_cell(job, tt, c, s) for tt, c in sorted(self.counts(job, sorted(s.registered)).items()))
-
-    def no_cell(self, job: JobView, t: str, n: int, s: why_not.Supply) -> str:
-        """Why n GPUs of t run nowhere, within the memory the job needs (`nowhere`): more than the type
-        has, an opaque count the nodes cannot split evenly, else no Cell of them (on the READY nodes'
-        layout nor on any even layout of the registered ones: why_not.if_back)."""
-        reg, fits = s.registered.get(t, 0), list(self.ctx.gpu_counts(job, t))
-        if n > reg:
-            return f"{n} x {t} is more than the cluster has ({reg})"
-        if job.opaque:
-            return f"{why_not.opaque_what(n)}, which the nodes of {t} cannot split evenly"
-        if n in fits:
-            return f"the estimates have no Cell of {n} x {t} (it fits in memory on {n} x {t})"
-        listed = f"{', '.join(map(str, fits[:-1]))} or {fits[-1]}" if len(fits) > 1 else "".join(map(str, fits))
-        return (f"the estimates have no Cell of {n} x {t} (out of memory or not covered; it fits in memory on "
-                f"{f'{listed} x {t}' if fits else f'no count of {t}'})")
+        counts = self.counts(job, sorted(s.registered))
+        return "; ".join(why_not.no_cell(ctx, job, tt, c, s) for tt, c in sorted(counts.items()))
 
     def find(self, job: JobView, runs: dict[str, int]) -> tuple[tuple[Slice, ...] | None, str]:
         ctx, b = self.ctx, self.b

@@ -105,22 +105,7 @@ def _no_cells(ctx: RoundContext, job: JobView, s: why_not.Supply) -> str:
     """Per registered type the job may use, why its count there (`_counts`) runs nowhere: more than
     the type has or a job may have, else no Cell of it (on the READY nodes' layout, nor on any even
     layout of the registered ones: why_not.if_back), naming the counts it fits on in memory."""
-    out = []
-    for t, n in sorted(_counts(ctx, job, sorted(s.registered)).items()):
-        reg = s.registered.get(t, 0)
-        fits = list(ctx.gpu_counts(job, t))
-        if n > reg:
-            out.append(f"{n} x {t} is more than the cluster has ({reg})")
-        elif n > s.limit(reg):
-            out.append(f"{n} x {t} is more than a job may have ({s.cap})")
-        elif job.opaque:
-            out.append(f"{why_not.opaque_what(n)}, which the nodes of {t} cannot split evenly")
-        elif n in fits:
-            out.append(f"the estimates have no Cell of {n} x {t} (it fits in memory on {n} x {t})")
-        else:
-            listed = f"{', '.join(map(str, fits[:-1]))} or {fits[-1]}" if len(fits) > 1 else "".join(map(str, fits))
-            out.append(f"the estimates have no Cell of {n} x {t} (out of memory or not covered; it fits in memory "
-                       f"on {f'{listed} x {t}' if fits else f'no count of {t}'})")
+    out = [why_not.no_cell(ctx, job, t, n, s) for t, n in sorted(_counts(ctx, job, sorted(s.registered)).items())]
     return "; ".join(out) or "no GPU type runs its request"
 
 

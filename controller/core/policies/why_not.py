@@ -204,3 +204,22 @@ def fewest_text(s: Supply, fewest: Mapping[str, int]) -> str:
 def opaque_what(gpus: int) -> str:
     """`count_cause`'s `what` for an opaque job: it never runs on fewer or more GPUs."""
     return f"it runs on exactly {gpus} GPUs of one type"
+
+
+def no_cell(ctx: RoundContext, job: JobView, t: str, n: int, s: Supply) -> str:
+    """Why n GPUs of t run the job nowhere, its memory aside (the caller names that first): more than
+    the type has or a job may have, an opaque count the nodes cannot split evenly, else no Cell of
+    them (on the READY nodes' layout, nor on any even layout of the registered ones: `if_back`),
+    naming the counts of t it fits on in memory."""
+    reg, fits = s.registered.get(t, 0), list(ctx.gpu_counts(job, t))
+    if n > reg:
+        return f"{n} x {t} is more than the cluster has ({reg})"
+    if n > s.limit(reg):
+        return f"{n} x {t} is more than a job may have ({s.cap})"
+    if job.opaque:
+        return f"{opaque_what(n)}, which the nodes of {t} cannot split evenly"
+    if n in fits:
+        return f"the estimates have no Cell of {n} x {t} (it fits in memory on {n} x {t})"
+    listed = f"{', '.join(map(str, fits[:-1]))} or {fits[-1]}" if len(fits) > 1 else "".join(map(str, fits))
+    return (f"the estimates have no Cell of {n} x {t} (out of memory or not covered; it fits in memory on "
+            f"{f'{listed} x {t}' if fits else f'no count of {t}'})")
