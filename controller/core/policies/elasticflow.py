@@ -345,12 +345,7 @@ class _EF:
         if t:
             s = s.only(t)
         if job.opaque:
-            n = opaque.gpus_of(job)
-            what = why_not.opaque_what(n)
-            if (cause := why_not.count_cause(s, n, what)) and cause[0]:
-                return cause[1]
-            uneven = [f"{ctx.ideal_nodes(u, n)} nodes of {u}" for u in sorted(s.ready) if n <= s.limit(s.ready[u])]
-            return f"{what}, which {' or '.join(uneven)} cannot split evenly" if uneven else f"{what}: no READY node holds it"
+            return why_not.opaque_cause(ctx, job, s) or f"{why_not.opaque_what(opaque.gpus_of(job))}: no READY node holds it"
         few = why_not.fewest(ctx, job, sorted(s.registered))
         if memory := why_not.memory_cause(s, few):
             return memory

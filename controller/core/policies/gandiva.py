@@ -189,20 +189,10 @@ class _Gandiva:
         artifact judges the type it asks for only. "" when none is known."""
         ctx = self.ctx
         s = why_not.supply(job, ctx.snap, {t: ctx.total_gpus(t) for t in ctx.types()})
-        cause = why_not.type_cause(job, ctx.snap, s)
-        if cause is not None and cause[0]:
-            return cause[1]
-        if self.art and (t := self.request(job)[0]) in s.registered:
+        if self.art and (t := self.request(job)[0]) in s.registered:  # (type_cause's "fits nowhere" is the same)
             s = s.only(t)
-        n = job.gpus_hint
         of = f"of {next(iter(s.registered))}" if self.art and len(s.registered) == 1 else "of one type"
-        if n and (why := why_not.over_registered(s, n, why_not.opaque_what(n) if job.opaque
-                                                 else f"it asks for {n} GPUs {of}")):
-            return why
-        if not job.opaque and (why := why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered)), n)):
-            return why
-        counts = self.counts(job, sorted(s.registered))
-        return "; ".join(why_not.no_cell(ctx, job, tt, c, s) for tt, c in sorted(counts.items()))
+        return why_not.request_cause(ctx, job, s, self.counts(job, sorted(s.registered)), of)
 
     def find(self, job: JobView, runs: dict[str, int]) -> tuple[tuple[Slice, ...] | None, str]:
         ctx, b = self.ctx, self.b

@@ -84,29 +84,11 @@ WAITS = "gavel: waiting for nodes: no READY GPU type runs its request; "
 
 
 def _nowhere(ctx: RoundContext, job: JobView) -> str:
-    """Why no READY type runs the job and no registered node coming back would: an opaque job the
-    cluster cannot hold or types it lacks (why_not.type_cause), more GPUs than the cluster has of
-    one type, no count the cluster has that holds it in memory, else no Cell of its count on each
-    type (`_no_cells`)."""
+    """Why no READY type runs the job and no registered node coming back would (why_not.request_cause,
+    over its count on each registered type)."""
     s = why_not.round_supply(ctx, job)
-    cause = why_not.type_cause(job, ctx.snap, s)
-    if cause is not None and cause[0]:
-        return cause[1]
-    n = job.gpus_hint
-    if n and (why := why_not.over_registered(s, n, why_not.opaque_what(n) if job.opaque
-                                             else f"it asks for {n} GPUs of one type")):
-        return why
-    if not job.opaque and (why := why_not.memory_cause(s, why_not.fewest(ctx, job, sorted(s.registered)), n)):
-        return why
-    return _no_cells(ctx, job, s)
-
-
-def _no_cells(ctx: RoundContext, job: JobView, s: why_not.Supply) -> str:
-    """Per registered type the job may use, why its count there (`_counts`) runs nowhere: more than
-    the type has or a job may have, else no Cell of it (on the READY nodes' layout, nor on any even
-    layout of the registered ones: why_not.if_back), naming the counts it fits on in memory."""
-    out = [why_not.no_cell(ctx, job, t, n, s) for t, n in sorted(_counts(ctx, job, sorted(s.registered)).items())]
-    return "; ".join(out) or "no GPU type runs its request"
+    return why_not.request_cause(ctx, job, s, _counts(ctx, job, sorted(s.registered))) or \
+        "no GPU type runs its request"
 
 
 def _waits_for(ctx: RoundContext, job: JobView) -> str:

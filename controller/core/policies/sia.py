@@ -218,14 +218,7 @@ class _Sia:
             return cause[1]
         types = [t for t in ctx.types() if job.may_use(t)]
         if job.opaque:
-            n = opaque.gpus_of(job)
-            what = why_not.opaque_what(n)
-            cause = why_not.count_cause(s, n, what)
-            if cause and cause[0]:
-                return cause[1]
-            # READY GPUs of a type hold its count (count_cause): its one Cell needs an even split.
-            uneven = [f"{ctx.ideal_nodes(t, n)} nodes of {t}" for t in types if n <= s.limit(ctx.total_gpus(t))]
-            return f"{what}, which {' or '.join(uneven)} cannot split evenly" if uneven else ""
+            return why_not.opaque_cause(ctx, job, s)
         few = why_not.fewest(ctx, job, sorted(s.registered))
         if not few:  # "no count of A100-80GB GPUs fits it (out of memory or ...)", as gavel says
             return why_not.memory_cause(s, few)

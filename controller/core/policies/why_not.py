@@ -223,3 +223,31 @@ def no_cell(ctx: RoundContext, job: JobView, t: str, n: int, s: Supply) -> str:
     listed = f"{', '.join(map(str, fits[:-1]))} or {fits[-1]}" if len(fits) > 1 else "".join(map(str, fits))
     return (f"the estimates have no Cell of {n} x {t} (out of memory or not covered; it fits in memory on "
             f"{f'{listed} x {t}' if fits else f'no count of {t}'})")
+
+
+def opaque_cause(ctx: RoundContext, job: JobView, s: Supply) -> str:
+    """Why an opaque job's count runs on no READY node of `s`: more GPUs than a type has or a job may
+    have (`count_cause`), else the types whose READY nodes hold that many but cannot split them
+    evenly (its one Cell needs an even split); "" when no READY type holds its count."""
+    n = opaque.gpus_of(job)
+    what = opaque_what(n)
+    if (cause := count_cause(s, n, what)) and cause[0]:
+        return cause[1]
+    uneven = [f"{ctx.ideal_nodes(t, n)} nodes of {t}" for t in sorted(s.ready) if n <= s.limit(s.ready[t])]
+    return f"{what}, which {' or '.join(uneven)} cannot split evenly" if uneven else ""
+
+
+def request_cause(ctx: RoundContext, job: JobView, s: Supply, counts: Mapping[str, int], of: str = "of one type") -> str:
+    """Why no registered node, READY or not, runs a job asking for `counts` (its GPUs on each type of
+    `s`), the first that holds: an opaque job the cluster cannot hold or types it lacks (`type_cause`),
+    more GPUs than the cluster has of one type ("it asks for 16 GPUs {of}"), no count that holds it
+    in memory, else per type why its count there runs nowhere (`no_cell`); "" when there is none."""
+    cause = type_cause(job, ctx.snap, s)
+    if cause is not None and cause[0]:
+        return cause[1]
+    n = job.gpus_hint
+    if n and (why := over_registered(s, n, opaque_what(n) if job.opaque else f"it asks for {n} GPUs {of}")):
+        return why
+    if not job.opaque and (why := memory_cause(s, fewest(ctx, job, sorted(s.registered)), n)):
+        return why
+    return "; ".join(no_cell(ctx, job, t, c, s) for t, c in sorted(counts.items()))
