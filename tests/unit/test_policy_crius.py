@@ -41,17 +41,23 @@ def by_id(plan: RoundPlan) -> dict[str, Decision]:
     return {d.job_id: d for d in plan.decisions}
 
 
-def test_fig3a_scaling_homogeneous_gpus_between_jobs() -> None:
-    # One 4-GPU node held by job A; B arrives asking for 2. A scales sublinearly, so halving A and
-    # giving B two GPUs raises the cluster throughput: 62.5 + 62.5 > 100 samples/s.
-    est = TableEstimates({("a", "X", 4): 1.0, ("a", "X", 2): 1.6, ("a", "X", 1): 3.0,
-                          ("b", "X", 4): 1.0, ("b", "X", 2): 1.6, ("b", "X", 1): 3.0})
-    a = job("A", "a", t=0, gpus=4, gtype="X")
+# Fig. 3a's jobs: both scale sublinearly over 1, 2 and 4 GPUs of X.
+FIG3A = TableEstimates({(k, "X", n): it for k in ("a", "b") for n, it in ((4, 1.0), (2, 1.6), (1, 3.0))})
+
+
+def fig3a(a_gpus: int) -> Snapshot:
+    """One 4-GPU node held by job A (its gpus hint `a_gpus`); B arrives asking for 2."""
+    a = job("A", "a", t=0, gpus=a_gpus, gtype="X")
     b = job("B", "b", t=1, gpus=2, gtype="X")
-    snap = Snapshot((node("n0", "X", 4, busy=(0, 1, 2, 3)),), (b,),
+    return Snapshot((node("n0", "X", 4, busy=(0, 1, 2, 3)),), (b,),
                     running=(running(a, "X", (Slice("n0", (0, 1, 2, 3)),)),), arrivals=("B",))
+
+
+def test_fig3a_scaling_homogeneous_gpus_between_jobs() -> None:
+    # A scales sublinearly, so halving A and giving B two GPUs raises the cluster throughput:
+    # 62.5 + 62.5 > 100 samples/s.
     for mode in ("paper", "artifact"):
-        d = by_id(plan_round(snap, est, make_policy("crius", mode)))
+        d = by_id(plan_round(fig3a(4), FIG3A, make_policy("crius", mode)))
         assert d["A"].action == "migrate" and d["A"].change == "scale-down"
         assert d["A"].cell == Cell("X", 2) and d["A"].slices == (Slice("n0", (0, 1)),)
         assert d["B"].action == "start" and d["B"].slices == (Slice("n0", (2, 3)),)
@@ -63,14 +69,8 @@ def test_a_running_job_is_halved_below_half_its_hint_when_that_pays() -> None:
     # halve it again for B. The Cells bound where a job starts, not how far scaling shrinks it: a
     # floor at half the hint (tried after a live audit saw a `gpus: 16` job on 4) doubled crius's
     # average JCT on morphling-base (4,607 -> 9,116 s) and cost a job on arena-philly.
-    est = TableEstimates({("a", "X", 4): 1.0, ("a", "X", 2): 1.6, ("a", "X", 1): 3.0,
-                          ("b", "X", 4): 1.0, ("b", "X", 2): 1.6, ("b", "X", 1): 3.0})
-    a = job("A", "a", t=0, gpus=8, gtype="X")
-    b = job("B", "b", t=1, gpus=2, gtype="X")
-    snap = Snapshot((node("n0", "X", 4, busy=(0, 1, 2, 3)),), (b,),
-                    running=(running(a, "X", (Slice("n0", (0, 1, 2, 3)),)),), arrivals=("B",))
     for mode in ("paper", "artifact"):
-        d = by_id(plan_round(snap, est, make_policy("crius", mode)))
+        d = by_id(plan_round(fig3a(8), FIG3A, make_policy("crius", mode)))
         assert d["A"].action == "migrate" and d["A"].cell == Cell("X", 2) and d["B"].action == "start"
 
 
