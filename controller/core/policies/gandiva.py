@@ -65,6 +65,7 @@ class _Gandiva:
         self.b = b
         self.ctx = b.ctx
         self.art = art
+        self._runs: dict[str, dict[str, int]] = {}  # `runs` by job: asked at its start and for growth
 
     def allowed(self, job: JobView) -> list[str]:
         """The ready GPU types the job may use (its `gpu_types`, else every type)."""
@@ -103,10 +104,13 @@ class _Gandiva:
         """Of `asks`, the types whose count runs the job: the cluster registers that many GPUs of the
         type (the estimates time a Cell of any size, and a request larger than the type waited for
         ever) and the estimates have a Cell of them."""
-        ctx = self.ctx
-        have = why_not.by_type(ctx.snap)
-        return {t: n for t, n in self.asks(job).items()
-                if n <= have.get(t, 0) and ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)) > 0}
+        got = self._runs.get(job.id)
+        if got is None:
+            ctx = self.ctx
+            have = why_not.by_type(ctx.snap)
+            got = self._runs[job.id] = {t: n for t, n in self.asks(job).items()
+                                        if n <= have.get(t, 0) and ctx.throughput(job, t, n, ctx.ideal_nodes(t, n)) > 0}
+        return got
 
     def asked_of(self, a: Alloc) -> int:
         """A running job's request on its type (grow-shrink shrinks it back to that, never below): its
