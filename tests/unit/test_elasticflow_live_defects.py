@@ -178,3 +178,13 @@ def test_the_artifact_waits_for_any_type_that_runs_an_opaque_count_with_its_node
     assert (d.pending, d.reason) == (PendingKind.NO_ROOM_NOW, (
         f"{name}: waiting for nodes: no READY node; it runs on 3 x A10-24GB (registered: 8 x A10-24GB, 2 x A40-48GB; "
         "READY: 0 x A10-24GB)"))
+
+
+def test_the_deadline_check_charges_the_rules_restart_cost() -> None:
+    # "fast" on 1 x A100: 100 iterations x 2 s. From now (0), one round (300 s) and the rules' 10 s
+    # restart, it ends at 510 s, within its 540 s deadline. Charged the artifact's 150 s per GPU
+    # (650 s on 1, 550 s on 2, no Cell of 4), it was declined.
+    j = JobView("d", 0.0, M, 64, 1, iterations=100, estimate_key="fast", deadline=540.0)
+    snap = Snapshot(demo(), (j,), REGISTERED, restart_cost_s=10.0)
+    d = decide(snap, "elasticflow")["d"]
+    assert d.action == Action.START and d.cell is not None and d.cell.gpu_type == A100, d.reason

@@ -6,7 +6,8 @@ Crius paper compares with) loosens every deadline to 1e9 s.
 
 - "artifact" (Crius `ElasticFlowSched`): pools per GPU type, each job stays on the type it asked
   for. A job's minimum satisfactory share is the smallest power of two (1..16) whose data-parallel
-  iteration time meets its deadline from now, counting one round and the restart cost (under LS:
+  iteration time meets its deadline from now, counting one round and the restart cost (the rules'
+  `Snapshot.restart_cost_s` where set, else the artifact's 150 s per GPU up to 600 s; under LS:
   the smallest count where data parallelism fits in memory). Admission: the minimum shares of the
   type's jobs, earliest deadline first, must fit in the type's GPUs; otherwise the job waits (not
   declined). Allocation: every job of the type gets its minimum share, then the job with the
@@ -112,7 +113,7 @@ class _EF:
         ctx = self.ctx
         if job.opaque:
             return self.opaque_share(job, t)
-        cost = restart_s(current or job.gpus_hint or 1)
+        cost = ctx.snap.restart_cost_s or restart_s(current or job.gpus_hint or 1)
         n = 1
         while n <= self.max_gpus and n <= ctx.total_gpus(t):
             it = self.it_dp(job, t, n)
