@@ -8,6 +8,9 @@
 #   scripts/device_smoke.sh [run] [gpu_smoke args...]   # ON THE DEVICE (the device tool's command),
 #                                  # e.g. `run --scenario preempt` (a guaranteed job preempts a
 #                                  # best-effort one, which resumes: docs/inventory.md)
+#   scripts/device_smoke.sh isolation [--out FILE]   # ON THE DEVICE: scripts/device_isolation_check.py
+#                                  # (device cgroups against the real driver, NCCL through the sealed
+#                                  # rendezvous store; docs/agent.md "GPU isolation")
 #   scripts/device_smoke.sh bench NAME [args...]   # ON THE DEVICE: bench/NAME.py in the same
 #                                  # environment, e.g. `bench estimator_gpu --out $OUT/estimator_gpu.json`
 #
@@ -52,6 +55,11 @@ run() {
   return "${PIPESTATUS[0]}"
 }
 
+isolation() {
+  setup || return 1
+  PYTHONUNBUFFERED=1 python3 scripts/device_isolation_check.py "$@"
+}
+
 bench() {
   local out=${OUT:-bench/results} name=${1:?bench needs a name under bench/}
   shift
@@ -64,6 +72,7 @@ bench() {
 case "${1:-run}" in
   pack) pack ;;
   run) shift || true; run "$@" ;;
+  isolation) shift; isolation "$@" ;;
   bench) shift; bench "$@" ;;
-  *) echo "usage: $0 [pack|run [gpu_smoke args...]|bench NAME [args...]]" >&2; exit 2 ;;
+  *) echo "usage: $0 [pack|run [gpu_smoke args...]|isolation [--out FILE]|bench NAME [args...]]" >&2; exit 2 ;;
 esac
