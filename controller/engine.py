@@ -432,12 +432,13 @@ class Engine:
             self.tenants.warnings({m: n for m, (n, _, _) in pools.items()})
             await self._warm_estimates(list(pools))
             snap, pending = self.snapshot()
+            seen = {i: self.view.changes.of_job(i) for i in pending}  # each job as the round saw it
             snap = self.churn.apply(snap, self.store.get_job)
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
                                time_budget_s=self.cfg.round_budget_s, clock=time.monotonic, min_run_s=self.cfg.min_run_s)
             if snap.cluster_gpus:
                 estimates = OpaqueAware(self.learner.estimates(self._live.records.values()))
-                plan = plan_round(snap, estimates, self.policy, rcfg)
+                plan = await asyncio.to_thread(plan_round, snap, estimates, self.policy, rcfg)  # (rounds.py: why)
                 self.admissions.record(plan.admitted, snap)
                 plan = self.churn.after_round(plan, snap, self._live.wake_at)  # a cool-off's end asks a round
                 for t in plan.wakes:  # a minimum run time's end (controller/core/minrun.py)
@@ -448,12 +449,11 @@ class Engine:
             self.rounds += 1
             if rounds.steps(plan):  # a round that decided to act, not an idle one
                 crash_point("round.planned")
-            # New pending reasons of the whole round in one transaction (no await since the snapshot,
-            # so the jobs are as the round saw them).
+            # New pending reasons in one transaction, of jobs no one wrote since the snapshot (one cancelled keeps its end).
             sick = [r.id for r in self._live.records.values() if not healthy(r.unhealthy_until, self.wall())]
-            updates = rounds.pending_updates(plan, pending, snap, self.cfg.frenzy, sick, self.warmer.cold,
-                                             self.learner.least_need)
-            if updates:
+            updates = await asyncio.to_thread(rounds.pending_updates, plan, pending, snap, self.cfg.frenzy, sick,
+                                              self.warmer.cold, self.learner.least_need)
+            if updates := [u for u in updates if self.view.changes.of_job(u[0].id) == seen[u[0].id]]:
                 self.store.save_jobs(updates, self.wall())
                 await self.view.notify()
             self._deferred = []

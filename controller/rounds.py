@@ -1,11 +1,13 @@
 """A scheduling round of the live controller, as values: which policy, what it decides, and what
 the engine must store and do for each decision, in order.
 
-Pure. The engine snapshots (controller/snapshots.py), runs `plan_round` (controller/core/policy.py),
-stores `pending_updates` in one transaction, then carries out `steps` one at a time: before each it
-reads the job again and skips the step unless `applies` (a job may be cancelled while an earlier
-launch of the round is awaited), stores the step's transition (controller/transitions.py) and only
-then calls the agents.
+Pure. The engine snapshots (controller/snapshots.py), runs `plan_round` (controller/core/policy.py)
+and `pending_updates` in a thread (over 10,000 pending jobs they took seconds, which heartbeats
+waited out on the event loop, long enough to fence the workers of other tenants), stores the
+updates of the jobs no one wrote meanwhile in one transaction, then carries out `steps` one at a
+time: before each it reads the job again and skips the step unless `applies` (a job may be
+cancelled while the round planned or an earlier launch of the round is awaited), stores the step's
+transition (controller/transitions.py) and only then calls the agents.
 
 Policies are built by the one factory (`make_policy(name, mode, options)`); what a waiting job waits
 for is the decision's typed `pending` kind, never its reason text.

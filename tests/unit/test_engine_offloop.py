@@ -89,3 +89,39 @@ async def test_a_round_estimates_new_jobs_within_its_budget() -> None:
     assert h.state(second) == "PENDING" and h.job(second).reason == warming.COLD_REASON
     await h.round()
     assert h.state(second) == "STARTING"
+
+
+async def test_a_round_plans_off_the_event_loop_and_keeps_what_was_written_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 10,000 pending jobs made a round take seconds on the loop, and heartbeats waited it out long
+    # enough to fence other tenants' workers. Now the plan and the pending reasons are computed in
+    # a thread; a job cancelled meanwhile stays cancelled (its pending reason is not written back).
+    from tessera.controller import engine as engine_mod
+
+    h = Harness(policy="crius", nodes=("a",))
+    await h.register("a")
+    runs, waits, gone = await h.submit(tiny()), await h.submit(tiny("big", gpus=64)), await h.submit(tiny("x", gpus=64))
+    entered, release = threading.Event(), threading.Event()
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    real = engine_mod.plan_round
+
+    def slow(*args):  # type: ignore[no-untyped-def]
+        seen.append(threading.get_ident())
+        entered.set()
+        assert release.wait(30)
+        return real(*args)
+
+    monkeypatch.setattr(engine_mod, "plan_round", slow)
+    task = asyncio.create_task(h.engine.run_round())
+    assert await asyncio.to_thread(entered.wait, 30)
+    await h.heartbeat("a")  # served while the round plans
+    await h.engine.cancel(gone)
+    assert not task.done()
+    release.set()
+    await task
+    h.check()
+    assert seen and seen[0] != loop_thread
+    assert (h.state(runs), h.state(waits), h.state(gone)) == ("STARTING", "PENDING", "CANCELLED")
+    assert h.job(waits).reason.startswith("crius"), h.job(waits).reason
+    assert not h.job(gone).reason.startswith("crius"), h.job(gone).reason
