@@ -15,8 +15,7 @@ engine carries them out in order (store first, then agents).
 - controller/judging.py (with core/attempts.py): what an attempt's workers mean, what to do next;
 - controller/launches.py: the Launch requests of an attempt and its rendezvous port;
 - controller/registry.py: node liveness; controller/learning.py: step-time learning;
-- controller/nodeops.py: what happens to a node (drain, undrain, removal, register, heartbeat,
-  the liveness pass);
+- controller/nodeops.py: what happens to a node (drain, undrain, removal, register, heartbeat, liveness);
 - controller/view.py: the in-memory state and the read-only `EngineView` the service and metrics use.
 - controller/changes.py: the change counts of the job watches; the engine's store counts its job writes.
 - controller/engine_config.py: `EngineConfig`, the settings `tessera-controller`'s flags set.
@@ -52,7 +51,7 @@ from tessera.controller.engine_config import EngineConfig
 from tessera.controller.errors import JobNotFound, NodeNotFound
 from tessera.controller.estimator_feed import EstimatorFeed, step_times_request
 from tessera.controller.forecasting import Forecaster, step_seconds
-from tessera.controller.judging import processes, rank_statuses, settle
+from tessera.controller.judging import processes, rank_statuses, settle, silent_peer
 from tessera.controller.launches import launch_requests, placed_on, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
 from tessera.controller.registry import LiveNode, attempt_floor, replace_workers, requeue_after
@@ -261,7 +260,8 @@ class Engine:
         verdict = judge(world, rank_statuses(job, self._live.nodes), job.spec.iterations, job.stop_requested)
         prog = self._progress(job)
         move = self._live.moves.pop(job.id, None) if verdict.kind == "stopped" else None
-        step, why = settle(job, verdict, move is not None)
+        step, why = settle(job, verdict, move is not None,
+                           silent_peer(job, self._live.nodes, verdict, self.mono(), self.cfg.liveness))
         if step == "running":
             await self._save(*transitions.running(job, world, prog))
         elif step == "succeeded":

@@ -13,7 +13,7 @@ from typing import Literal
 from tessera.controller.core import launchers
 from tessera.controller.core.attempts import EXIT_UNKNOWN, RankStatus, Verdict
 from tessera.controller.launches import rank_node
-from tessera.controller.registry import LiveNode
+from tessera.controller.registry import LivenessConfig, LiveNode
 from tessera.controller.store import JobRecord
 from tessera.v1 import common_pb2
 
@@ -61,10 +61,32 @@ def rank_statuses(job: JobRecord, nodes: Mapping[str, LiveNode]) -> dict[int, Ra
     return out
 
 
-def settle(job: JobRecord, verdict: Verdict, move_pending: bool) -> tuple[Step, str]:
+def silent_peer(job: JobRecord, nodes: Mapping[str, LiveNode], verdict: Verdict, now: float,
+                liveness: LivenessConfig) -> str:
+    """For a "failed" verdict, a node of the job's placement other than the failed rank's that is
+    not READY or has missed a heartbeat (silent 1.5 heartbeat intervals at monotonic `now`), else
+    "". Its workers may have been
+    fenced, and then `rank` failed in a collective with them: the node's loss, not the program's.
+    The engine leaves such a failure unjudged: liveness requeues the job (NODE_LOST, no retry
+    spent) or the node comes back and reports its fenced ranks (interrupted). A live audit saw a
+    killed agent's pipeline charged a retry (`rank 1: exit code 1 ... Connection closed by peer`)."""
+    if verdict.kind != "failed":
+        return ""
+    here, after_s = rank_node(job, verdict.rank) if verdict.rank >= 0 else "", 1.5 * liveness.heartbeat_interval_s
+    for s in job.placement.slices if job.placement else ():
+        live = nodes.get(s.node_id)
+        if s.node_id != here and (live is None or live.liveness != P.NODE_STATE_READY or now - live.last_seen > after_s):
+            return s.node_id
+    return ""
+
+
+def settle(job: JobRecord, verdict: Verdict, move_pending: bool, silent: str = "") -> tuple[Step, str]:
     """The engine's next step for an active job and the reason to record. `move_pending`: a round's
-    migration of this job is waiting for its old attempt to stop."""
+    migration of this job is waiting for its old attempt to stop; `silent`: a node of the job that
+    missed a heartbeat (`silent_peer`), under which a failure is not judged yet."""
     kind = verdict.kind
+    if kind == "failed" and silent:
+        return "wait", ""
     if kind == "running":
         return ("running", "") if job.state == P.JOB_STATE_STARTING else ("wait", "")
     if kind == "succeeded":

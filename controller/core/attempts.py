@@ -53,10 +53,11 @@ def describe_exit(code: int) -> str:
 def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_requested: bool) -> Verdict:
     """Verdict for an attempt from the latest status of each rank.
 
+    - a rank its keeper fenced (the agent lost its lease) interrupts the attempt, whatever its exit
+      code (the reference trainer exits 0 after a checkpoint, and the job resumes from it) and
+      whatever the other ranks' codes: a rank whose peer was fenced fails in its collective;
     - any rank that ended badly fails the attempt at once ("failed", user code) unless the controller
       had asked the attempt to stop, or the agent could not observe the exit ("interrupted");
-    - a rank its keeper fenced (the agent lost its lease) interrupts the attempt, whatever its exit
-      code: the reference trainer exits 0 after a checkpoint, and the job resumes from it;
     - all ranks exited 0: "succeeded" when rank 0 reached the job's iterations, else "stopped"
       (a cooperative stop after a checkpoint);
     - otherwise "running" once every rank is running, else "starting".
@@ -71,6 +72,7 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
     for r in sorted(ranks.values(), key=lambda x: x.rank):
         if not r.running and not stop_requested and r.reason.split(":", 1)[0] == FENCED_REASON:
             return Verdict("interrupted", f"rank {r.rank}: {r.reason}", r.rank)
+    for r in sorted(ranks.values(), key=lambda x: x.rank):
         if r.running or r.exit_code == 0 or stop_requested:
             continue
         if r.exit_code == EXIT_UNKNOWN:  # the agent's account, when it has one, says why
