@@ -3,6 +3,7 @@ controller predicted for the allocation it chose."""
 
 from __future__ import annotations
 
+from tessera.common.objective import cost_text
 from tessera.common.utctime import utc_text
 from tessera.v1 import common_pb2, controller_pb2
 
@@ -36,5 +37,5 @@ def objective_pairs(job: controller_pb2.Job) -> list[tuple[str, str]]:
         rows += [("Allocation", job.allocation),
                  ("Predicted time", duration(job.predicted_seconds) + (
                      f" ({job.predicted_seconds:,.0f}s)" if job.predicted_seconds >= 60 else "")),
-                 ("Predicted cost", f"{job.predicted_cost:,.4f} (at the controller's --prices)")]
+                 ("Predicted cost", f"{cost_text(job.predicted_cost)} (at the controller's --prices)")]
     return rows

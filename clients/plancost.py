@@ -11,14 +11,16 @@ file GPU types to how many one may rent (YAML or JSON, `{A6000: 6, A30: 4}` and 
 layer range, the predicted iteration and total time, the cost (price x GPUs x time, in the prices'
 currency) and how long the search took. Runs here; needs neither a controller nor an estimator.
 
-The job file's `objective:` and `slo:` are checked here by the rules `tessctl submit` and the
-controller apply (tessera.clients.jobfile_objective, tessera.common.objective): an objective other
-than `default` or `cost` is refused with the same message. They are set aside before the rest goes to
-the job-file parser, whose check of a cost job's SLO against the cluster's limits plan-cost does not
-need. Errors: one line, exit 2; a `-o jsonpath` that selects nothing is exit 1, as for every command.
-Limits: a price at most MAX_PRICE per GPU-hour, `--max-stages` at most the cost tree's MAX_STAGES (16),
-the job file (stdin too) at most common/yamlfile's MAX_BYTES, and the search its default budget
-(a search over it is refused as "search too large").
+The job file is read by the job-file parser `tessctl submit` uses (clients/jobfile.py, which applies
+the controller's bounds, tessera.common.jobspec and tessera.common.objective) and a deadline already
+past is refused as SubmitJob refuses it, so plan-cost and submit accept and refuse the same files with
+the same field and reason; `--slo` then stands in for the file's SLO. The job's `gpu_types` limit the
+types offered, as the controller limits them, and each must have a price (submit's rule). The prices
+file is read by the controller's --prices parser (tessera.common.objective.parse_prices: prices > 0,
+at most its MAX_PRICE). Errors: one line, exit 2; a `-o jsonpath` that selects nothing is exit 1, as
+for every command. Limits: `--max-stages` at most the cost tree's MAX_STAGES (16), the job file
+(stdin too) at most common/yamlfile's MAX_BYTES, and the search its default budget (a search over it
+is refused as "search too large").
 """
 
 from __future__ import annotations
@@ -28,26 +30,32 @@ import math
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tessera.clients import argtypes, output, terminal
 from tessera.clients.formats import FormatError
-from tessera.clients.jobfile_objective import objective_fields
-from tessera.common.errors import InvalidArgument, TesseraError
+from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
 from tessera.common.gpus import UnknownGpuError, lookup
-from tessera.common.objective import parse_duration, slo_from_mapping
-from tessera.common.yamlfile import MAX_BYTES, InputFileError, line_of, load_yaml, parse_with_lines, read_yaml
+from tessera.common.objective import cost_text, deadline_passed, load_prices, parse_duration
+from tessera.common.yamlfile import (
+    MAX_BYTES,
+    InputFileError,
+    line_of,
+    load_yaml,
+    parse_with_lines,
+    read_yaml,
+    require_name_keys,
+)
+from tessera.v1 import common_pb2
 
-_SET_ASIDE = ("slo", "objective")
-# The most a GPU-hour may cost: far above any rental price, low enough that no cost overflows to
-# infinity (which `-o json` would print as `Infinity`, not JSON).
-MAX_PRICE = 1e6
 # The cost tree's MAX_STAGES (checked here before any file is read; the tree checks it too).
 MAX_STAGES = 16
 
 
 class PlanCostFileError(InputFileError):
-    """A prices or quota file (or the job file's SLO) that cannot be used: the field and why."""
+    """A quota file that cannot be used: the field and why (a prices file's is common.objective's
+    PricesError, as the controller's --prices)."""
 
 
 def add_arguments(sub: Any, command: Any) -> None:
@@ -57,7 +65,8 @@ def add_arguments(sub: Any, command: Any) -> None:
                 "needed (Espresso's cost tree)")
     p.set_defaults(local=True)
     p.add_argument("-f", "--filename", required=True, metavar="FILE", help="job YAML (docs/job-file.md); - = stdin")
-    p.add_argument("--prices", required=True, metavar="FILE", help="YAML/JSON {GPU type: price per GPU-hour}")
+    p.add_argument("--prices", required=True, metavar="FILE",
+                   help="YAML/JSON {GPU type: price per GPU-hour > 0}, read as the controller's --prices")
     p.add_argument("--quota", required=True, metavar="FILE", help="YAML/JSON {GPU type: GPUs one may rent}")
     p.add_argument("--slo", default=None, metavar="DURATION",
                    help="run all the job's iterations within this (90m, 6h, 1.5d, seconds); default: the job "
@@ -79,27 +88,30 @@ def add_arguments(sub: Any, command: Any) -> None:
                    help="also answer as Sia+ (one type, 2^n GPUs), Whale+ and HPH+ (Espresso Sec. V)")
 
 
-def slo_of(doc: Mapping[str, Any], now: float) -> float | None:
-    """Seconds the job's iterations must run within, from its `slo:` (None when it has none), read
-    as the controller reads job files (common/objective.py)."""
-    if doc.get("slo") is None:
+def _slo_of(spec: common_pb2.JobSpec, now: float) -> float | None:
+    """Seconds the job's iterations must run within, from its validated SLO (None when it has
+    none): `iterations_within`, or a deadline's time left from `now`."""
+    if not spec.HasField("slo"):
         return None
-    slo = slo_from_mapping(doc["slo"])
-    if slo.iterations_within_seconds:
-        return slo.iterations_within_seconds
-    left = slo.deadline - now
-    if left <= 0:
-        raise InvalidArgument("slo.deadline", f"{doc['slo']['deadline']} has passed")
-    return left
+    if spec.slo.iterations_within_seconds:
+        return spec.slo.iterations_within_seconds
+    return spec.slo.deadline - now
 
 
-def _by_type(path: str, what: str, integer: bool) -> dict[str, float]:
+def _prices(path: str) -> dict[str, float]:
+    """The prices file, read as the controller reads its --prices (load_prices): its bound on a
+    price (MAX_PRICE) also keeps every cost finite, so `-o json` never prints `Infinity`."""
+    return load_prices(path)
+
+
+def _quota(path: str) -> dict[str, int]:
     doc = read_yaml(path, PlanCostFileError)
+    require_name_keys(doc, path, PlanCostFileError)
 
-    def parse(d: Any) -> dict[str, float]:
+    def parse(d: Any) -> dict[str, int]:
         if not isinstance(d, Mapping) or not d:
-            raise PlanCostFileError("", f"must be a non-empty mapping {{GPU type: {what}}}")
-        out: dict[str, float] = {}
+            raise PlanCostFileError("", "must be a non-empty mapping {GPU type: GPUs}")
+        out: dict[str, int] = {}
         for key, v in d.items():
             try:
                 name = lookup(str(key)).name
@@ -107,21 +119,17 @@ def _by_type(path: str, what: str, integer: bool) -> dict[str, float]:
                 raise PlanCostFileError(str(key), str(exc)) from None
             if name in out:
                 raise PlanCostFileError(str(key), f"{name} is given twice")
-            if integer:
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise PlanCostFileError(str(key), f"must be a whole number of GPUs >= 1, got {v!r}")
-            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-                raise PlanCostFileError(str(key), f"must be a price per GPU-hour >= 0, got {v!r}")
-            elif v > MAX_PRICE:
-                raise PlanCostFileError(str(key), f"must be a price per GPU-hour <= {MAX_PRICE:,.0f}, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise PlanCostFileError(str(key), f"must be a whole number of GPUs >= 1, got {v!r}")
             out[name] = v
         return out
 
     return parse_with_lines(doc, path, parse)
 
 
-def _job(filename: str) -> tuple[Any, float | None]:
-    """The job file's JobSpec (checked as `tessctl submit` checks it) and its SLO in seconds."""
+def _job(filename: str) -> tuple[common_pb2.JobSpec, float | None]:
+    """The job file's JobSpec, accepted and refused as `tessctl submit` and SubmitJob accept and
+    refuse it, and its SLO in seconds."""
     from tessera.clients.jobfile import JobFileError, job_spec_from_dict
 
     name = "<stdin>" if filename == "-" else filename
@@ -129,16 +137,30 @@ def _job(filename: str) -> tuple[Any, float | None]:
         doc = load_yaml(getattr(sys.stdin, "buffer", sys.stdin).read(MAX_BYTES + 1), name, JobFileError)
     else:
         doc = read_yaml(filename, JobFileError)
-    if not isinstance(doc, Mapping):
-        raise JobFileError("job", "the file must be a mapping of fields (name, model, ...)", file=name)
-    rest = {k: v for k, v in doc.items() if k not in _SET_ASIDE}
-    spec = parse_with_lines(doc, name, lambda _d: job_spec_from_dict(rest))
-    try:
-        objective_fields({"objective": doc.get("objective")}, spec)  # refused as submit refuses it
-        slo = slo_of(doc, time.time())
-    except InvalidArgument as exc:
-        raise JobFileError(exc.field, exc.reason, file=name, line=line_of(doc, exc.field)) from None
-    return spec, slo
+    base = None if filename == "-" else Path(filename).parent  # a relative hf_config, as submit reads it
+    spec = parse_with_lines(doc, name, lambda d: job_spec_from_dict(d, base_dir=base))
+    now = time.time()
+    passed = deadline_passed(spec, now)
+    if passed is not None:  # SubmitJob's refusal; the clock is this machine's, not a controller's
+        raise JobFileError(passed.field, passed.reason.replace("the controller's clock", "the clock here"),
+                           file=name, line=line_of(doc, "slo.deadline"))
+    return spec, _slo_of(spec, now)
+
+
+def _allowed_offers(spec: common_pb2.JobSpec, prices: Mapping[str, float], quota: Mapping[str, int]) -> list[str]:
+    """The quota's types the job may use: its `gpu_types` (each priced, as submit requires of the
+    controller's --prices), else every type."""
+    allowed = [lookup(t).name for t in spec.hint.gpu_types]
+    if not allowed:
+        return sorted(quota)
+    missing = [t for t in allowed if t not in prices]
+    if missing:
+        raise InvalidArgument("gpu_types", f"no price for {', '.join(missing)} in the prices file (--prices)")
+    usable = sorted(t for t in quota if t in allowed)
+    if not usable:
+        raise InvalidArgument("gpu_types", f"the quota file offers none of the types the job may use "
+                                           f"({', '.join(allowed)}); it offers {', '.join(sorted(quota))}")
+    return usable
 
 
 def cmd_plan_cost(client: Any, args: argparse.Namespace, out: Any) -> int:
@@ -169,8 +191,8 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
         raise InvalidArgument("slo", "the job file has no slo: {iterations_within: 6h}; give one or --slo")
     if why := link_gbps_refusal(args.nic_gbps):
         raise InvalidArgument("--nic-gbps", why)
-    prices = _by_type(args.prices, "price per GPU-hour", integer=False)
-    quota = _by_type(args.quota, "GPUs", integer=True)
+    prices = _prices(args.prices)
+    quota = _quota(args.quota)
     missing = [t for t in quota if t not in prices]
     if missing:
         raise InvalidArgument("prices", f"no price for {', '.join(missing)} (the quota file offers it)")
@@ -178,8 +200,8 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
     for t, n in quota.items():
         if args.cluster and n > have.get(t, 0):
             raise InvalidArgument(f"quota.{t}", f"{n} GPUs exceed the cluster's {have.get(t, 0)}")
-    offers = [GpuOffer(t, prices[t], int(n), *shape.get(t, (args.gpus_per_node, args.nic_gbps)))
-              for t, n in sorted(quota.items())]
+    offers = [GpuOffer(t, prices[t], quota[t], *shape.get(t, (args.gpus_per_node, args.nic_gbps)))
+              for t in _allowed_offers(spec, prices, quota)]
     model = cell_model(estimator_pb2.GetCellsRequest(model=spec.model, global_batch_size=spec.global_batch_size,
                                                      recipe=spec.plan if spec.HasField("plan") else None))
     def tree(*a: Any, **kw: Any) -> CostPlan:
@@ -195,7 +217,7 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
             got: CostPlan | NoFeasiblePlan = solve(model, offers, int(spec.iterations), slo, max_stages=args.max_stages)
         except NoFeasiblePlan as exc:
             if label == args.placement:
-                raise
+                raise InvalidInput(_no_plan(exc)) from None
             got = exc
         except (CostInputError, CellInputError) as exc:
             raise InvalidArgument(exc.field, exc.reason) from None
@@ -227,7 +249,7 @@ def _json(p: Any, solve_s: float) -> dict[str, Any]:
 
     if isinstance(p, NoFeasiblePlan):
         return {"feasible": False, "best_time_s": None if math.isinf(p.best_time_s) else p.best_time_s,
-                "reason": p.reason, "solve_s": round(solve_s, 4)}
+                "reason": _no_plan(p), "solve_s": round(solve_s, 4)}
     return {
         "feasible": True,
         "allocation": {t: n for t, n in p.gpus}, "num_gpus": p.num_gpus, "dp": p.dp,
@@ -238,6 +260,11 @@ def _json(p: Any, solve_s: float) -> dict[str, Any]:
         "price_per_hour": p.price_per_hour, "solve_s": round(solve_s, 4),
         "search": {"explored": p.explored, "placed": p.placed, "pruned": p.pruned},
     }
+
+
+def _no_plan(p: Any) -> str:
+    """A NoFeasiblePlan's reason; one of memory without the cost tree's `slo_s:`, which no SLO helps."""
+    return p.reason if math.isfinite(p.best_time_s) else p.reason.removeprefix("slo_s: ")
 
 
 def _hours(s: float) -> str:
@@ -252,14 +279,16 @@ def _table(job: str, model: str, iterations: int, slo: float, answers: list[tupl
     for label, p, solve_s in answers:
         lines.append("")
         if isinstance(p, NoFeasiblePlan):
-            lines.append(f"{label}: no plan ({output.one_line(p.reason)})")
+            lines.append(f"{label}: no plan ({output.one_line(_no_plan(p))})")
             continue
-        lines += [f"{label}: {p.allocation()}  ({p.num_gpus} GPUs, {p.price_per_hour:g} per hour)",
+        gpus = f"{p.num_gpus} GPU{'' if p.num_gpus == 1 else 's'}"
+        lines += [(f"{label}: {p.allocation()}  ({gpus}, {p.price_per_hour:g} per hour: the prices file's price "
+                  "per GPU-hour x GPUs)"),
                   f"  Iteration:  {p.iter_time_s:.3f} s; {iterations} iterations: {_hours(p.total_time_s)}",
-                  f"  Cost:       {p.cost:.4f}",
+                  f"  Cost:       {cost_text(p.cost)} (price per GPU-hour x GPUs x hours, in the prices file's currency)",
                   (f"  Search:     {solve_s:.2f} s, {p.placed} allocations placed, {p.explored} nodes explored, "
                   f"{p.pruned} pruned"),
-                  f"  {'STAGE':<6} {'GPU':<16} {'DP':>3}  LAYERS"]
+                  f"  {'STAGE':<6} {'GPU':<16} {'DP':>3}  LAYERS (first-last)"]
         lines += [f"  {i:<6} {s.gpu_type:<16} {s.dp:>3}  {s.first_layer}-{s.first_layer + s.layers - 1}"
                   for i, s in enumerate(p.stages)]
     return "\n".join(lines)

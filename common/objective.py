@@ -18,7 +18,7 @@ from typing import Any
 from tessera.common.errors import FailedPrecondition, InvalidArgument
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.common.utctime import utc_text
-from tessera.common.yamlfile import InputFileError, read_and_parse
+from tessera.common.yamlfile import InputFileError, parse_with_lines, read_yaml, require_name_keys
 from tessera.v1 import common_pb2
 
 # An SLO longer than ten years is a typo, not an SLO.
@@ -140,6 +140,12 @@ class PricesError(InputFileError):
     """A --prices file that cannot be used: `field` is the GPU type (its key in the file) and why."""
 
 
+def cost_text(cost: float) -> str:
+    """A cost (price per GPU-hour x GPUs x hours, in the prices' currency) as every text prints it:
+    to four decimals, where two read a cheap plan's 0.0037 as 0.00."""
+    return f"{cost:,.4f}"
+
+
 def parse_prices(doc: Any) -> dict[str, float]:
     """{canonical GPU type: price per GPU-hour} from the parsed YAML; PricesError naming the type."""
     if not isinstance(doc, Mapping) or not doc:
@@ -147,7 +153,9 @@ def parse_prices(doc: Any) -> dict[str, float]:
                               "{A100-80GB: 3.67, A10-24GB: 1.01}")
     out: dict[str, float] = {}
     for key, price in doc.items():
-        field = str(key)
+        if not isinstance(key, str):  # YAML reads `~:` as null, which str() made the GPU model 'None'
+            raise PricesError("", f"a GPU type name must be a string, got {'null' if key is None else repr(key)}")
+        field = key
         try:
             name = lookup(field).name
         except UnknownGpuError as exc:
@@ -166,7 +174,9 @@ def parse_prices(doc: Any) -> dict[str, float]:
 
 def load_prices(path: str | Path) -> dict[str, float]:
     """The --prices file; PricesError (`FILE line N: field TYPE: why`) on any problem."""
-    return read_and_parse(path, parse_prices, PricesError)
+    doc = read_yaml(path, PricesError)
+    require_name_keys(doc, str(path), PricesError)
+    return parse_with_lines(doc, str(path), parse_prices)
 
 
 def deadline_passed(spec: common_pb2.JobSpec, now: float) -> InvalidArgument | None:

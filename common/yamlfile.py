@@ -202,6 +202,17 @@ def parse_with_lines(doc: Any, file: str, parse: Callable[[Any], _T]) -> _T:
         raise exc.at(file, line_of(doc, exc.field)) from None
 
 
+def require_name_keys(doc: Any, path: str, error: type[InputFileError]) -> None:
+    """Every key of a {GPU type: ...} mapping a name, or `error` at the key's line: YAML reads `~:`
+    as null and `1.5:` as a number, which str() made GPU models 'None' and '1.5'."""
+    if not isinstance(doc, YamlMap):
+        return
+    for key in doc:
+        if not isinstance(key, str):
+            got = "null" if key is None else repr(key)
+            raise error("", f"a GPU type name must be a string, got {got}", file=path, line=doc.key_lines.get(key))
+
+
 def read_and_parse(path: str | Path, parse: Callable[[Any], _T], error: type[InputFileError]) -> _T:
     """read_yaml, then parse_with_lines: the usual way a command reads a file of one format."""
     return parse_with_lines(read_yaml(path, error), str(path), parse)

@@ -16,7 +16,7 @@ such job, in queue order (submission time, id):
    layer range each, the iteration and total time, the cost; `NoFeasiblePlan` when no allocation
    of the free GPUs meets the SLO, in which case the same question over the whole cluster says
    whether the job waits for GPUs (NO_ROOM_NOW) or no plan can ever meet it (FITS_NOWHERE), with
-   the best time a plan reaches in the reason;
+   the best time a plan reaches in the reason, or that no plan holds the model in memory;
 3. packing: each stage on GPUs of its type, on nodes of its own (different types are different
    nodes; the stage placer's estimate sends activations between stages over the network) except
    that a stage may continue on the node where the previous stage ended (its ranks follow on, so a
@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tessera.common.gpus import UnknownGpuError, lookup
+from tessera.common.objective import cost_text
 from tessera.controller.core.snapshot import (
     Action,
     Cell,
@@ -300,6 +301,12 @@ def unpriced_reason(unpriced: Sequence[str], priced: Sequence[str]) -> str:
     return why
 
 
+def memory_reason(exc: NoFeasiblePlan) -> str:
+    """The cost tree's reason for a plan that fits in no GPU's memory, without the `slo_s:` it
+    puts before every reason: no SLO would help."""
+    return exc.reason.removeprefix("slo_s: ")
+
+
 def _pending(job: JobView, why: str, kind: PendingKind) -> Decision:
     return Decision(job.id, Action.PENDING, why, pending=kind)
 
@@ -320,17 +327,21 @@ def _infeasible(job: JobView, model: CellModel, snap: Snapshot, prices: Mapping[
     try:
         whole = solver(model, offers, iterations, job.slo_s) if offers else None
     except NoFeasiblePlan as exc:
-        best = f"{exc.best_time_s:,.0f} s" if math.isfinite(exc.best_time_s) else "none fits in memory"
+        if not math.isfinite(exc.best_time_s):
+            return _pending(job, f"no plan fits in memory, even on the whole cluster: {memory_reason(exc)}",
+                            PendingKind.FITS_NOWHERE)
         return _pending(job, f"no plan meets the SLO ({slo} for {iterations:,} iterations) even on the whole "
-                             f"cluster: the best any plan reaches is {best} ({exc.reason})", PendingKind.FITS_NOWHERE)
+                             f"cluster: the best any plan reaches is {exc.best_time_s:,.0f} s ({exc.reason})",
+                        PendingKind.FITS_NOWHERE)
     if whole is None:
         return _pending(job, "no priced GPU type it may use exists in the cluster", PendingKind.FITS_NOWHERE)
     free_best = ""
-    if now is not None and math.isfinite(now.best_time_s):
-        free_best = f"; the free GPUs reach {now.best_time_s:,.0f} s at best"
+    if now is not None:
+        free_best = (f"; the free GPUs reach {now.best_time_s:,.0f} s at best" if math.isfinite(now.best_time_s)
+                     else "; no allocation of the free GPUs holds the model in memory")
     return _pending(job, f"waiting for GPUs: no allocation of the free GPUs meets the SLO ({slo} for "
                          f"{iterations:,} iterations){free_best}; the whole cluster would "
-                         f"({whole.total_time_s:,.0f} s at {whole.cost:,.2f})", PendingKind.NO_ROOM_NOW)
+                         f"({whole.total_time_s:,.0f} s at {cost_text(whole.cost)})", PendingKind.NO_ROOM_NOW)
 
 
 def place_one(job: JobView, snap: Snapshot, free: _Free, solver: Solver) -> Decision:
@@ -399,7 +410,7 @@ def _start(job: JobView, plan: CostPlan, stages: tuple[StageAssignment, ...], sl
     choice = PlanChoice(dp, 1, pp, batch[0], batch[1], kind, int(plan.estimate.memory_per_gpu), "cost-tree",
                         stages=stages, prediction=pred)
     why = (f"cost objective: {alloc}; predicted {plan.total_time_s:,.0f} s for {job.remaining_iterations:,.0f} "
-           f"iterations (SLO {job.slo_s:,.0f} s), cost {plan.cost:,.2f}")
+           f"iterations (SLO {job.slo_s:,.0f} s), cost {cost_text(plan.cost)}")
     return Decision(job.id, Action.START, why, choice, slices, Cell(kind, dp * pp, pp), iteration_s=plan.iter_time_s)
 
 

@@ -99,6 +99,10 @@ def test_prices_file(tmp_path: Path) -> None:
         load_prices(f)
     with pytest.raises(InvalidInput, match="missing.yaml"):
         load_prices(tmp_path / "missing.yaml")
+    # A key YAML reads as null named the GPU model 'None' ("field None: unknown GPU model").
+    f.write_text("A10-24GB: 1.0\n~: 2\n")
+    with pytest.raises(InvalidInput, match=r"prices.yaml line 2: a GPU type name must be a string, got null"):
+        load_prices(f)
 
 
 def test_slo_seconds_left() -> None:

@@ -63,7 +63,7 @@ def test_plan_cost_table_and_slo_flag(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 @pytest.mark.parametrize(("change", "words"), [
-    ({"prices": "{A6000: -6, A30: 4, RTX3090: 2.5, A4000: 2}"}, "A6000: must be a price per GPU-hour >= 0"),
+    ({"prices": "{A6000: -6, A30: 4, RTX3090: 2.5, A4000: 2}"}, "A6000: must be > 0 (price per GPU-hour), got -6"),
     ({"prices": "{A6000: 6, A30: 4}"}, "prices: no price for RTX-3090-24GB, RTX-A4000-16GB"),
     ({"prices": "{A6000: 6, A3O: 4}"}, "did you mean"),
     ({"quota": '{"A6000": 0}'}, "A6000: must be a whole number of GPUs >= 1"),
@@ -116,7 +116,9 @@ def test_an_invalid_objective_is_refused_as_submit_refuses_it(tmp_path: Path, ca
     rc, _, err = _run(["submit", "--controller", "127.0.0.1:1", str(job)], capsys)
     assert rc == 1 and err == f"tessctl: error: {job} line 5: {reason}\n"  # the same words as submit
     job.write_text((JOB % "1h").replace("objective: cost", "objective: default"))
-    assert _run(argv, capsys)[0] == 0
+    rc, _, err = _run(argv, capsys)  # an SLO without the cost objective: refused, as submit refuses it
+    assert (rc, err) == (2, (f"tessctl: error: {job} line 6: field slo: only the cost objective reads an SLO: "
+                            "set objective to cost\n"))
 
 
 @pytest.mark.parametrize("deadline", ["2030-01-01T00:00:00", "2030-01-01"])
@@ -137,7 +139,7 @@ def test_prices_written_with_an_exponent_are_numbers(tmp_path: Path, capsys: pyt
     assert rc == 0, err
     assert json.loads(out)["plans"]["espresso"]["feasible"]
     rc, _, err = _run(_files(tmp_path, prices="{A6000: -6e0, A30: 4, RTX3090: 2.5, A4000: 2}"), capsys)
-    assert rc == 2 and "A6000: must be a price per GPU-hour >= 0, got -6e0\n" in err  # as written
+    assert rc == 2 and "A6000: must be > 0 (price per GPU-hour), got -6e0\n" in err  # as written
 
 
 def test_a_jsonpath_that_selects_nothing_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,7 +49,7 @@ def _strict(text: str) -> object:
 def test_a_price_over_the_limit_is_refused_naming_the_type(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = _run([*_files(tmp_path, prices="{A6000: 1.7976931348623157e308, A30: 4}"), "-o", "json"], capsys)
     assert (rc, out) == (2, "") and err.count("\n") == 1
-    assert err.startswith("tessctl: error: ") and "A6000: must be a price per GPU-hour <= 1,000,000, got " in err
+    assert err.startswith("tessctl: error: ") and "A6000: must be at most 1e+06 per GPU-hour, got " in err
     rc, out, err = _run([*_files(tmp_path, prices="{A6000: 1000000, A30: 1e6}"), "-o", "json"], capsys)
     assert rc == 0, err
     assert _strict(out)["plans"]["espresso"]["feasible"]  # type: ignore[index]

@@ -40,7 +40,7 @@ def _files(tmp: Path, **files: str) -> dict[str, str]:
 
 def _plan_cost(tmp: Path) -> list[str]:
     f = _files(tmp, **{"job.yaml": Path(TINY).read_text()
-                       + "slo: {iterations_within: 1h}\n",
+                       + "objective: cost\nslo: {iterations_within: 1h}\n",
                        "prices.yaml": "{A6000: 6, A30: 4}\n", "quota.yaml": "{A6000: 2, A30: 2}\n"})
     return ["-f", f["job.yaml"], "--prices", f["prices.yaml"], "--quota", f["quota.yaml"],
             "--max-stages", "2"]
