@@ -292,11 +292,27 @@ def aio_server(
     return server, port
 
 
+class ServerGroup:
+    """Servers started and stopped as one: a daemon's ports that need different limits (the
+    controller's users' and agents' ports) are servers of their own, since gRPC's limits are per
+    server."""
+
+    def __init__(self, *servers: grpc.aio.Server) -> None:
+        self.servers = servers
+
+    async def start(self) -> None:
+        for s in self.servers:
+            await s.start()
+
+    async def stop(self, grace: float | None) -> None:
+        await asyncio.gather(*(s.stop(grace) for s in self.servers))
+
+
 # How long past its grace a server may take to finish shutting down before we stop waiting.
 STOP_OVERRUN_S = 5.0
 
 
-async def stop_server(server: grpc.aio.Server, grace: float) -> bool:
+async def stop_server(server: grpc.aio.Server | ServerGroup, grace: float) -> bool:
     """Stop `server`, giving in-flight calls `grace` seconds; False if gRPC never said it finished.
 
     grpc.aio's shutdown waits for a completion from gRPC core; if that never comes (the most likely

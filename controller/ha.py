@@ -31,7 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import grpc.aio
 import structlog
 
 from tessera.common import daemon, metrics, rpc
@@ -115,7 +114,7 @@ def advertised(listen: str, port: int, advertise: str) -> str:
 
 
 # Builds the controller's server from its registrations and hooks: (server, users' port, agents' port).
-ServerFactory = Callable[[list[tuple[Any, Any]], Hooks], tuple[grpc.aio.Server, int, int]]
+ServerFactory = Callable[[list[tuple[Any, Any]], Hooks], tuple[rpc.ServerGroup, int, int]]
 COMPONENT = "tessera-controller"
 # What the controller serves (health statuses and reflection), in either mode.
 SERVICES = (controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name,

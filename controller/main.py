@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-import grpc.aio
 import structlog
 
 from tessera.common import clihelp, daemon, envpolicy, logs, metrics, rpc, tls
@@ -49,15 +48,18 @@ log = structlog.get_logger("controller")
 # while users connect without one (docs/security.md).
 DEFAULT_AGENT_PORT = 50054
 
-# What the controller's server (both ports: one server) lets one request be. Users' requests are
-# small: SubmitJob's spec is at most 64 KiB serialized (common/jobspec.py MAX_SPEC_BYTES), the rest
-# ids, names and page tokens. The largest request is an agent's Heartbeat/Register: a NodeStatus of
-# up to 2,000 exited and the live workers (nodeagent/supervisor.py MAX_EXITED_RECORDS), a few hundred
-# bytes each with their reasons, under 1 MiB in practice; 2,000 exited workers with the longest
-# (fenced, stopped) reasons measured 3.45 MB. 8 MiB leaves room over that (a heartbeat refused is a
-# node lost); gRPC's default 16 MiB (rpc.MAX_MESSAGE_BYTES) let anyone make the controller hold
+# What the agents' port lets one request be. The largest is an agent's Heartbeat/Register: a
+# NodeStatus of up to 2,000 exited and the live workers (nodeagent/supervisor.py MAX_EXITED_RECORDS),
+# a few hundred bytes each with their reasons, under 1 MiB in practice; 2,000 exited workers with the
+# longest (fenced, stopped) reasons measured 3.45 MB. 8 MiB leaves room over that (a heartbeat refused
+# is a node lost); gRPC's default 16 MiB (rpc.MAX_MESSAGE_BYTES) let anyone make the controller hold
 # 16 MiB a call, before credentials were checked before the read (controller/auth.py).
 API_MESSAGE_BYTES = 8 * 1024 * 1024
+# What the users' port lets one request be: SubmitJob's spec is at most 64 KiB serialized
+# (common/jobspec.py MAX_SPEC_BYTES), the rest ids, names and page tokens. With the agents' 8 MiB
+# there, 150 SubmitJob calls at once of 7 MiB each, under a user's token, took the controller to
+# 3.1 GB before each was refused (a hostile-peer audit): the two ports are two servers.
+CLIENT_MESSAGE_BYTES = 256 * 1024
 # No cap on the calls in progress at once (gRPC's maximum_concurrent_rpcs): an open stream holds its
 # place for as long as it is open, and health watches need no credentials, so anyone could fill a
 # cap and the agents' heartbeats, served by this same server, would be refused (nodes UNREACHABLE,
@@ -339,19 +341,22 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
 
 
 def controller_server(args: argparse.Namespace, auth: Authenticator, registrations: list[tuple[Any, Any]],
-                      hooks: Hooks) -> tuple[grpc.aio.Server, int, int]:
-    """One server, two ports, the same services on both: --listen (TLS without client certificates:
-    users carry tokens) and --agent-listen (mTLS requiring a node certificate), where alone
-    AgentRegistry finds the identity it needs. Returns the server (not started) and both ports.
-    `hooks`: health, reflection and Info on both ports (docs/observability.md)."""
+                      hooks: Hooks) -> tuple[rpc.ServerGroup, int, int]:
+    """Two servers with the same services: --listen (TLS without client certificates: users carry
+    tokens; requests of at most CLIENT_MESSAGE_BYTES) and --agent-listen (mTLS requiring a node
+    certificate, where alone AgentRegistry finds the identity it needs; API_MESSAGE_BYTES). Returns
+    them as one group (not started) and both ports. `hooks`: health, reflection and Info on both
+    (docs/observability.md)."""
     insecure = args.tls is None
     # With TLS, an AgentRegistry call without a certificate is refused before its request is read.
     interceptor = AuthInterceptor(auth, certificates=not insecure)
-    server, port = rpc.aio_server(args.listen, registrations, interceptors=[interceptor], name="controller",
-                                  translate=translate(), tls=args.tls, insecure=insecure, client_cert=False,
-                                  hooks=hooks, max_receive_bytes=API_MESSAGE_BYTES, grow_windows=False)
-    agent_port = rpc.add_port(server, args.agent_listen, tls=args.tls, insecure=insecure, client_cert=True)
-    return server, port, agent_port
+    servers = []
+    for listen, limit, client_cert in ((args.listen, CLIENT_MESSAGE_BYTES, False),
+                                       (args.agent_listen, API_MESSAGE_BYTES, True)):
+        servers.append(rpc.aio_server(listen, registrations, interceptors=[interceptor], name="controller",
+                                      translate=translate(), tls=args.tls, insecure=insecure, client_cert=client_cert,
+                                      hooks=hooks, max_receive_bytes=limit, grow_windows=False))
+    return rpc.ServerGroup(*(s for s, _ in servers)), servers[0][1], servers[1][1]
 
 
 async def serve(args: argparse.Namespace, auth: Authenticator) -> None:

@@ -41,6 +41,7 @@ from tessera.v1 import (
 MIB = 1024 * 1024
 BIG = 3 * MIB  # under the controller's limit: only the early refusal keeps it from being parsed
 HUGE = 15 * MIB  # the audit's size: over the limit
+USER_BIG = 240 * 1024  # under the users' port's limit (main.CLIENT_MESSAGE_BYTES)
 
 
 class Controller(controller_pb2_grpc.ControllerServicer):
@@ -156,7 +157,7 @@ def no_credentials_message() -> str:
 async def test_calls_refused_on_their_metadata_never_have_their_request_parsed(h: Harness) -> None:
     async with h.user_channel() as ch:
         stub = controller_pb2_grpc.ControllerStub(ch)
-        for size in (BIG, HUGE):
+        for size in (USER_BIG, BIG, HUGE):
             big = controller_pb2.SubmitJobRequest(request_id="x" * size)
             err = await refused(stub.SubmitJob(big, timeout=60))
             assert (err.code(), err.details()) == (grpc.StatusCode.UNAUTHENTICATED, no_credentials_message())
@@ -169,14 +170,14 @@ async def test_calls_refused_on_their_metadata_never_have_their_request_parsed(h
         watch = stub.WatchJobEvents(controller_pb2.WatchJobEventsRequest(job_id="j" * BIG), timeout=60)
         err = await refused(watch.read())
         assert err.code() == grpc.StatusCode.UNAUTHENTICATED
-        drain = controller_pb2.DrainNodeRequest(node_id="n" * BIG)
+        drain = controller_pb2.DrainNodeRequest(node_id="n" * USER_BIG)
         err = await refused(stub.DrainNode(drain, metadata=h.bearer("alice"), timeout=60))
         assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "needs role admin" in err.details()
         assert h.parsed == Counter() and h.ran == Counter(), "no refused request was parsed or served"
 
         # The same requests with a token that may make them are parsed and served as ever.
-        ok = await stub.SubmitJob(controller_pb2.SubmitJobRequest(request_id="x" * BIG), metadata=h.bearer("alice"),
-                                  timeout=60)
+        ok = await stub.SubmitJob(controller_pb2.SubmitJobRequest(request_id="x" * USER_BIG),
+                                  metadata=h.bearer("alice"), timeout=60)
         assert ok.job.id == "j-000000000001"
         assert (await stub.DrainNode(drain, metadata=h.bearer("admin"), timeout=60)).id == drain.node_id
         me = await stub.WhoAmI(controller_pb2.WhoAmIRequest(), metadata=h.bearer("bob"), timeout=60)
@@ -187,12 +188,15 @@ async def test_calls_refused_on_their_metadata_never_have_their_request_parsed(h
 async def test_an_authenticated_request_over_the_limit_is_resource_exhausted(h: Harness) -> None:
     async with h.user_channel() as ch:
         stub = controller_pb2_grpc.ControllerStub(ch)
-        over = controller_pb2.SubmitJobRequest(request_id="x" * main.API_MESSAGE_BYTES)
-        err = await refused(stub.SubmitJob(over, metadata=h.bearer("admin"), timeout=60))
-        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # The users' port takes at most CLIENT_MESSAGE_BYTES, not the agents' 8 MiB: 150 calls at
+        # once of 7 MiB each, under a user's token, took the controller to 3.1 GB.
+        for size in (main.CLIENT_MESSAGE_BYTES, 7 << 20):
+            over = controller_pb2.SubmitJobRequest(request_id="x" * size)
+            err = await refused(stub.SubmitJob(over, metadata=h.bearer("admin"), timeout=60))
+            assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert h.parsed == Counter() and h.ran == Counter()
         # The biggest spec SubmitJob takes (64 KiB, common/jobspec.py) is far under it.
-        under = controller_pb2.SubmitJobRequest(request_id="x" * (main.API_MESSAGE_BYTES - 1024))
+        under = controller_pb2.SubmitJobRequest(request_id="x" * (main.CLIENT_MESSAGE_BYTES - 1024))
         assert (await stub.SubmitJob(under, metadata=h.bearer("admin"), timeout=60)).job.id
         assert h.ran == Counter(SubmitJob=1)
 
