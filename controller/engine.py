@@ -5,10 +5,8 @@ once its attempt is stored as STARTING, a Stop once the job's next state is stor
 migrating, requeued or failed), so a controller killed at any point restarts into a state it can
 reconcile: a job marked STARTING whose workers never appeared is launched again under the same
 attempt number, which agents treat as a no-op if they had already started it; workers of a job no
-longer active are stopped as stale when their agent reports them.
-
-The engine is the composition root: the decisions are pure functions in their own modules and the
-engine carries them out in order (store first, then agents).
+longer active are stopped as stale when their agent reports them. The engine is the composition
+root: the decisions are pure functions in their own modules, carried out in order (store, then agents).
 - controller/snapshots.py: the round's Snapshot and the GPUs held;
 - controller/rounds.py: the policy, the round's pending reasons and its steps in order;
 - controller/transitions.py: each job state change as a record and its events;
@@ -316,8 +314,7 @@ class Engine:
         self.kick()
 
     async def _fail_now(self, job: JobRecord, why: str) -> None:
-        """Fail the job without a retry (its time limit ran out, its launch cannot be built), then
-        stop its attempt."""
+        """Fail the job without a retry (time limit out, launch cannot be built), then stop its attempt."""
         await self._save(*transitions.failed(job, why, self._progress(job), self.wall()))
         await self._stop_attempt(job, why)
         metrics.JOBS_FINISHED.labels("failed").inc()
@@ -589,7 +586,10 @@ class Engine:
 
     async def _launch_failed(self, job: JobRecord, node_id: str, why: str, blame_node: bool = True) -> None:
         """Requeue with a backoff (no PLACED -> LAUNCH_FAILED loop), count it against the node unless
-        told otherwise, stop whatever ranks did start."""
+        told otherwise, stop whatever ranks did start; nothing when a concurrent launch of the attempt
+        (the round's, the inspection's re-send) failed it first (the node was blamed twice)."""
+        if (now := self.store.get_job(job.id)) is None or (now.state, now.attempt) != (job.state, job.attempt):
+            return
         if blame_node:
             self._node_launched(node_id, ok=False)
         after, events = transitions.launch_failed(job, why, self._progress(job), self.wall(), self.cfg.backoff)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import grpc
+
 from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P
 from tests.unit.test_engine import Harness, run_to_running, tiny
@@ -87,3 +89,24 @@ async def test_workers_of_a_cancelled_job_exiting_ask_for_a_round() -> None:
     h.engine._kick.clear()
     await h.heartbeat("a")  # nothing new freed: no round
     assert not h.engine.round_requested
+
+
+async def test_two_launches_of_one_attempt_that_fail_blame_the_node_once() -> None:
+    # The round's launch and the inspection's re-send of the same attempt were both in flight and
+    # both failed: two LAUNCH_FAILED events, the node blamed twice (a hostile-peer audit's log).
+    h = Harness(policy="frenzy", nodes=("a",))
+    await h.register("a")
+    jid = await h.submit(tiny())
+    gate = h.agents.launch_gate["a"] = asyncio.Event()
+    h.agents.fail_launch["a"] = grpc.StatusCode.UNAVAILABLE
+    calls = [asyncio.create_task(h.engine.run_round())]
+    while h.agents.in_flight < 1:
+        await asyncio.sleep(0)
+    calls.append(asyncio.create_task(h.engine.inspect()))  # re-sends the launch not yet answered
+    while h.agents.in_flight < 2:
+        await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(*calls)
+    h.check()
+    assert h.kinds(jid).count("LAUNCH_FAILED") == 1, h.kinds(jid)
+    assert h.engine._live.records["a"].launch_failures == 1

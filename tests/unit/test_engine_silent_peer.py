@@ -74,3 +74,4 @@ async def test_the_silent_node_back_with_its_ranks_fenced_interrupts_the_attempt
     h.check()
     assert h.state(jid) == "PENDING" and h.kinds(jid)[-1] == "REQUEUED", h.kinds(jid)
     assert h.job(jid).retries == 0
+
