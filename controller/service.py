@@ -45,7 +45,7 @@ from tessera.controller.registry import fence_seconds
 from tessera.controller.snapshots import busy_cpus, unseen_gpus
 from tessera.controller.store import ACTIVE, JobRecord, RequestConflict
 from tessera.controller.streams import StreamSlots
-from tessera.controller.tenants import TenantsSource, submit_refusal, tenant_rows
+from tessera.controller.tenants import TenantsSource, submit_refusal, tenant_rows, unguarded_warnings
 from tessera.controller.transitions import request_key
 from tessera.controller.view import EngineView
 from tessera.controller.watching import watch_events, watch_job, watch_jobs
@@ -251,7 +251,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         cap = self.engine.cfg.max_unended_jobs
         waiting = (P.JOB_STATE_PENDING,)
         pending = {only: self.view.count_jobs(waiting, only)} if only else self.view.count_jobs_by_tenant(waiting)
-        rows = tenant_rows(src.config, self.view.jobs(ACTIVE, only), only, cap, pending)
+        active = self.view.jobs(ACTIVE, only)
+        rows = tenant_rows(src.config, active, only, cap, pending)
         for row in rows:  # the churn guard's cool-offs (in the engine's memory)
             row.no_preempt_until, row.no_preempt_reason = self.engine.churn.cooling(row.name, self.engine.wall())
         registered: dict[str, int] = {}
@@ -262,7 +263,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         shown = (src.path if who.sees_all else Path(src.path).name) if src.configured else ""
         return controller_pb2.ListTenantsResponse(
             tenants=rows, file=shown, loaded_at=src.loaded_at,
-            warnings=src.warnings(registered) if who.sees_all else [])
+            # A user reads the warnings of its own jobs only: those its quota no longer covers.
+            warnings=(src.warnings(registered) if who.sees_all else [])
+            + unguarded_warnings(src.config, active, self.engine.admissions.unguarded))
 
     async def DrainNode(self, request: controller_pb2.DrainNodeRequest, context: Any) -> controller_pb2.Node:
         principal_of(context)

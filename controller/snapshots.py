@@ -14,6 +14,7 @@ from tessera.common.gpus import lookup
 from tessera.common.objective import slo_seconds
 from tessera.controller.core import opaque
 from tessera.controller.core.backoff import healthy
+from tessera.controller.core.quotas import is_borrower, is_guaranteed
 from tessera.controller.core.snapshot import (
     Cell,
     CostPrediction,
@@ -262,13 +263,20 @@ class Admissions:
 
     def __init__(self) -> None:
         self.at: dict[str, float] = {}
+        # The running guaranteed jobs the last round did not admit (their tenant's quota no longer
+        # covers them: they run as best-effort), for `get tenants`'s warnings.
+        self.unguarded: frozenset[str] = frozenset()
 
     def record(self, admitted: Iterable[str], snap: Snapshot) -> None:
+        admitted = set(admitted)
         live = {j.id for j in snap.pending} | {r.job.id for r in snap.running}
         self.at = {k: v for k, v in self.at.items() if k in live}
         running = {r.job.id: r.job.submit_time for r in snap.running}
         for job_id in admitted:
             self.at.setdefault(job_id, running.get(job_id, snap.now))
+        tenants = {t.name: t for t in snap.tenants}
+        self.unguarded = frozenset(r.job.id for r in snap.running if r.job.id not in admitted
+                                   and is_guaranteed(r.job, tenants) and not is_borrower(r))
 
     def apply(self, snap: Snapshot) -> Snapshot:
         if not self.at:

@@ -10,7 +10,7 @@ admission rules (`submit_refusal`) and the usage (`tenant_rows`) are pure.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,4 +236,25 @@ def tenant_rows(config: TenantsConfig | None, jobs: Iterable[JobRecord], only: s
         out.append(controller_pb2.Tenant(name=name, quota=_pairs(q), guaranteed_in_use=_pairs(u.guaranteed),
                                          borrowed=_pairs(borrowed), jobs_running=u.running, jobs_pending=u.pending,
                                          max_unended_jobs=default_cap if own is None else own))
+    return out
+
+
+def unguarded_warnings(config: TenantsConfig | None, jobs: Iterable[JobRecord], unguarded: Collection[str]) -> list[str]:
+    """One line per running guaranteed job that the last round did not admit (`unguarded`:
+    controller/snapshots.py `Admissions`): its tenant's quota no longer covers it (a reloaded file
+    cut it), so it runs as best-effort and may be preempted (docs/tenants.md). Before, `get
+    tenants` showed QUOTA 1 beside GUARANTEED 2 and nothing else (a live audit)."""
+    out = []
+    for j in sorted(jobs, key=lambda j: j.id):
+        if j.id not in unguarded or j.state not in ACTIVE:
+            continue
+        tenant = j.spec.tenant or "default"
+        held = _held(j)
+        t = _canonical(j.spec.guarantee.gpu_type) if j.spec.guarantee.gpu_type else held[0][0] if held else "?"
+        promised = j.spec.guarantee.num_gpus or sum(n for _, n in held)
+        quota = config.get(tenant) if config else None
+        q = quota.quota(t) if quota else 0
+        out.append(f"tenant {tenant}'s quota ({q} x {t}) no longer covers its running guaranteed job {j.id} "
+                   f"(promised {promised} x {t}): it runs as best-effort, and may be preempted, until the quota "
+                   "covers it again")
     return out

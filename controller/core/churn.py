@@ -21,7 +21,9 @@ let it fail or finish) right after, and again, for ever.
 - **Cooling off**: when T has at least `limit` events within `window_s` (up to its latest one), T
   cools off until `cooloff_s` after that event. Its PENDING guaranteed jobs are then shown to the
   policy as best-effort (no promise): they may start on free GPUs, preemptible, and stay
-  best-effort while they run, until they are next pending. Running guaranteed jobs keep theirs.
+  best-effort while they run, until they are next pending. A start of one on GPUs the round takes
+  from a running job is undone (`hold_back`): it preempts, shrinks or moves nobody. Running
+  guaranteed jobs keep theirs.
 - `limit` 0 disables the guard; without tenants it never acts.
 
 Pure: no I/O, no clock; the caller gives the times (the engine's wall clock) and what became of
@@ -33,16 +35,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tessera.common.durations import format_duration
 from tessera.common.utctime import utc_text
 from tessera.controller.core.quotas import is_guaranteed
 from tessera.controller.core.snapshot import (
+    PLACED,
     Action,
     Decision,
     JobView,
+    PendingKind,
     Priority,
     RoundPlan,
     RunningView,
@@ -259,9 +263,11 @@ def freed_gpus(plan: RoundPlan, running: Mapping[str, RunningView]) -> dict[tupl
 
 def after_round(ledger: Ledger, plan: RoundPlan, snap: Snapshot, notes: Mapping[str, str]) -> RoundPlan:
     """Record the round's starts of guaranteed jobs (preemptors where another tenant's running job
-    was stopped or shrunk) and of demoted ones; the plan with the demoted jobs' reasons saying why."""
+    was stopped or shrunk) and of demoted ones; the plan with the demoted jobs' reasons saying why,
+    none of them started on GPUs taken from a running job (`hold_back`)."""
     if not snap.tenants or not ledger.cfg.enabled:
         return plan
+    plan = hold_back(plan, snap, notes)
     tenants = {t.name: t for t in snap.tenants}
     views = {j.id: j for j in snap.pending}
     freed = freed_gpus(plan, {r.job.id: r for r in snap.running})
@@ -278,6 +284,56 @@ def after_round(ledger: Ledger, plan: RoundPlan, snap: Snapshot, notes: Mapping[
         return plan
     decisions = tuple(_noted(d, notes[d.job_id]) if d.job_id in notes else d for d in plan.decisions)
     return dataclasses.replace(plan, decisions=decisions)
+
+
+def hold_back(plan: RoundPlan, snap: Snapshot, demoted: Collection[str]) -> RoundPlan:
+    """The plan without the starts of `demoted` jobs (a cooling tenant's pending guaranteed jobs,
+    shown to the policy as best-effort) on GPUs the round takes from running jobs: such a job
+    preempts, shrinks or moves nobody (docs/tenants.md, "Churn guard"). Shown as best-effort, a
+    policy may make room for it as for any best-effort job (a live audit: crius shrank another
+    tenant's job for it at once, morphling for its slope), so each such start waits instead, and
+    a job stopped or migrated for it keeps its GPUs (KEEP) unless the plan places another job on
+    some of them. After the policy, whatever it is: the policies need not know the guard."""
+    running = {r.job.id: r for r in snap.running}
+    lost = _taken_from(plan, running)
+    held = {d.job_id: _gpus(d.slices) & lost.keys() for d in plan.starts() if d.job_id in demoted}
+    held = {j: g for j, g in held.items() if g}
+    if not held:
+        return plan
+    taken = set().union(*held.values())
+    # The GPUs of each decision that stays: a victim another job lands on stays a victim.
+    stays = {d.job_id: _gpus(d.slices) for d in plan.decisions if d.action in PLACED and d.job_id not in held}
+    by = plan.policy or "the policy"
+    out = []
+    for d in plan.decisions:
+        r = running.get(d.job_id)
+        if d.job_id in held:
+            how = " and ".join(f"{verb} {job}" for job, verb in sorted({lost[g] for g in held[d.job_id]}))
+            what = f" on {d.cell}" if d.cell is not None else ""
+            out.append(Decision(d.job_id, Action.PENDING, f"waiting: {by} would have started it{what} by {how}, but "
+                                "while its tenant cools off it starts on free GPUs only", pending=PendingKind.NO_ROOM_NOW))
+        elif (r is not None and d.action in (Action.STOP, Action.MIGRATE) and _gpus(r.slices) & taken
+              and not any(_gpus(r.slices) & g for j, g in stays.items() if j != d.job_id)):
+            out.append(Decision(r.job.id, Action.KEEP, f"{by}: running in {r.cell}", r.plan, r.slices, r.cell,
+                                opportunistic=r.opportunistic))
+        else:
+            out.append(d)
+    return dataclasses.replace(plan, decisions=tuple(out))
+
+
+def _taken_from(plan: RoundPlan, running: Mapping[str, RunningView]) -> dict[tuple[str, int], tuple[str, str]]:
+    """The GPUs the plan takes from running jobs (stopped, or migrated off them: shrunk or moved),
+    each with the job and how ("preempting", "shrinking", "moving")."""
+    out: dict[tuple[str, int], tuple[str, str]] = {}
+    for d in plan.decisions:
+        r = running.get(d.job_id)
+        if r is None or d.action not in (Action.STOP, Action.MIGRATE):
+            continue
+        held, kept = _gpus(r.slices), _gpus(d.slices)
+        how = ("preempting" if d.action is Action.STOP else "shrinking" if len(kept) < len(held) else "moving")
+        for g in held - kept:
+            out[g] = (d.job_id, how)
+    return out
 
 
 def _noted(d: Decision, why: str) -> Decision:

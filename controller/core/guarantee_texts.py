@@ -18,14 +18,29 @@ def plan_text(charge: Charge) -> str:
     return f", plan {charge.promise.plan}" if charge.promise.plan else ""
 
 
+def jobs_text(ids: set[str]) -> str:
+    """"job j-1" or "jobs j-1, j-2" (five at most): with the noun, a hidden id still reads
+    (controller/redact.py: "job (another tenant's)")."""
+    vs = sorted(ids)
+    return f"job{'s' * (len(vs) > 1)} {', '.join(vs[:5])}{', ...' if len(vs) > 5 else ''}"
+
+
 def victims_text(victims: set[str]) -> str:
-    if not victims:
-        return ""
-    vs = sorted(victims)
-    return f"; preempts best-effort {', '.join(vs[:5])}{', ...' if len(vs) > 5 else ''}"
+    return f"; preempts best-effort {jobs_text(victims)}" if victims else ""
 
 
 def no_room(job: JobView, charge: Charge) -> str:
     return (f"waiting: {tag(job)} within quota, needs {charge.gpus} x {charge.gpu_type} on the fewest "
             f"nodes as fast as its promise; the free GPUs and the best-effort work on {charge.gpu_type} are "
             f"not enough (others are held by guaranteed jobs, by jobs checkpointing to stop, or unavailable)")
+
+
+def reclaims(job: JobView, charge: Charge, gives: int, unguarded: str = "") -> str:
+    """What a victim of guaranteed `job` reads: what its tenant reclaims and, where this victim
+    gives up less, how much of it comes from this one (a victim of 1 GPU read "reclaims 2 x ...",
+    the other being free: a live audit); `unguarded`: why the victim, guaranteed, ran as
+    best-effort (quotas.unguarded_reason), so that it does not read as a guarantee broken."""
+    part = f", {gives} of them from this job" if 0 < gives < charge.gpus else ""
+    why = f" ({unguarded.replace('running as best-effort: ', 'it ran as best-effort: ', 1)})" if unguarded else ""
+    return (f"guaranteed job {job.id} of tenant {charge.tenant} reclaims {charge.gpus} x {charge.gpu_type} of its "
+            f"quota{part}{why}")

@@ -48,7 +48,16 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from tessera.controller.core.decisions import change_kind, synth_plan, thr_part, where
-from tessera.controller.core.guarantee_texts import NO_ROOM_RUNNING, no_room, plan_text, tag, victims_text
+from tessera.controller.core.guarantee_notes import finish
+from tessera.controller.core.guarantee_texts import (
+    NO_ROOM_RUNNING,
+    jobs_text,
+    no_room,
+    plan_text,
+    reclaims,
+    tag,
+    victims_text,
+)
 from tessera.controller.core.placement import ClusterState, quotas
 from tessera.controller.core.quotas import Admission, Charge
 from tessera.controller.core.snapshot import (
@@ -135,23 +144,10 @@ def repair(ctx: RoundView, adm: Admission, decisions: Sequence[Decision], policy
     guaranteed jobs over quota: a decision for every job of `ctx`. `handles`: the policy says it
     handles guarantees itself (its `handles_guarantees`); the layer then still repairs every
     guarantee it left broken, but lets it give guaranteed jobs more GPUs than their promise."""
-    out = Guard(ctx, adm, policy_name, handles).repair(decisions)
-    seen = set()
-    for i, d in enumerate(out):
-        why = adm.over_quota.get(d.job_id)
-        if why is None:
-            continue
-        seen.add(d.job_id)
-        if d.action in PLACED:
-            # Borrowing: best-effort (opportunistic: the mark that it was never admitted) until admitted.
-            out[i] = dataclasses.replace(d, reason=f"borrowing idle GPUs as best-effort until admitted ({why}): "
-                                         f"{d.reason}", opportunistic=True)
-        elif d.action is Action.PENDING:
-            out[i] = Decision(d.job_id, Action.PENDING, why, pending=PendingKind.WAITING)
-    for jid, why in adm.over_quota.items():
-        if jid not in seen:
-            out.append(Decision(jid, Action.PENDING, why, pending=PendingKind.WAITING))
-    return out
+    guard = Guard(ctx, adm, policy_name, handles)
+    # The reasons of what it leaves as decided: waits over quota, jobs the quota no longer covers,
+    # admitted jobs the policy started (guarantee_notes.py).
+    return finish(ctx.snap, adm, guard.repair(decisions), guard.t_p)
 
 
 def promise_time(ctx: RoundView, job: JobView, promise: Promise) -> float:
@@ -408,7 +404,7 @@ class Guard:
                 f"as fast as its promise of {charge.promise.gpus} x {t}{plan_text(charge)} by the estimates")
         text = (f"{tag(job)}: {cell} on {where(slices)} ({what})"
                 f"{thr_part(job, est)}{victims_text(set(victims))}"
-                + (f"; shrinks best-effort {', '.join(sorted(shrunk))}" if shrunk else ""))
+                + (f"; shrinks best-effort {jobs_text(set(shrunk))}" if shrunk else ""))
         if orig is None:
             used = self.adm.used_before.get(jid, 0)
             q = self.adm.quota.get((charge.tenant, t), 0)
@@ -564,8 +560,9 @@ class Guard:
         n = sum(len(s.gpu_indices) for s in keep)
         est = self.ctx.best(vj, t, n, len(keep))
         cell = Cell(t, n, est.cell.stages if est else 0)
-        why = (f"shrunk: guaranteed job {job.id} of tenant {charge.tenant} reclaims {charge.gpus} x "
-               f"{charge.gpu_type} of its quota; {cell} on {where(keep)}{thr_part(vj, est, ', ')}")
+        gives = sum(len(s.gpu_indices) for s in self._cut(v, keep))
+        why = (f"shrunk: {reclaims(job, charge, gives, self.adm.unguarded.get(v, ''))}; {cell} on {where(keep)}"
+               f"{thr_part(vj, est, ', ')}")
         it = est.iteration_s if est else 0.0
         orig = self.ctx.running.get(v)
         if orig is None:
@@ -582,9 +579,9 @@ class Guard:
     def _evict(self, v: str, job: JobView, charge: Charge) -> None:
         """Take a victim's GPUs for guaranteed `job`: a running victim stops (checkpointed and
         requeued by the engine), one the policy was about to start waits."""
+        gives = sum(len(s.gpu_indices) for s in self.parts(self.dec[v]).get(charge.gpu_type, ()))
         self._release(v)
-        what = (f"guaranteed job {job.id} of tenant {charge.tenant} reclaims {charge.gpus} x "
-                f"{charge.gpu_type} of its quota")
+        what = reclaims(job, charge, gives, self.adm.unguarded.get(v, ""))
         if v in self.ctx.running:
             self.dec[v] = Decision(v, Action.STOP, f"preempted: {what}; back to the queue from its checkpoint")
         else:

@@ -16,7 +16,8 @@ Admission order: running guaranteed jobs first (oldest placement first: RunningV
 id), then pending ones in queue order (submission time, id). A pending job whose promise does not
 fit what is left of its tenant's quota on any type it may use is over quota: it waits, not
 admitted, with a reason naming the tenant, the type(s), the quota and the use. A running job
-beyond its tenant's quota (the quota shrank under it) is not admitted and counts as best-effort.
+beyond its tenant's quota (the quota shrank under it) is not admitted and counts as best-effort
+(`Admission.unguarded` says so: its reasons and those of its preemption name the quota).
 
 With a `Sizer` (what `plan_round` passes: controller/core/admission.py builds it from the round's
 estimates), three rules replace the plain ones (docs/tenants.md, "Admission with a sizer"):
@@ -74,6 +75,9 @@ class Admission:
     # Guaranteed jobs running as best-effort while not admitted (borrowers), and those of them
     # admitted this round (their SLA clock starts now).
     borrowers: set[str] = field(default_factory=set)
+    # Running guaranteed jobs beyond their tenant's quota (a reloaded tenants file cut it under
+    # them), neither borrowers nor admitted -> why they run as best-effort, for their reasons.
+    unguarded: dict[str, str] = field(default_factory=dict)
 
     def left(self, tenant: str, gpu_type: str) -> int:
         return self.quota.get((tenant, gpu_type), 0) - self.used.get((tenant, gpu_type), 0)
@@ -179,6 +183,8 @@ def admit(snap: Snapshot, sizer: Sizer | None = None, starve_s: float = math.inf
             _charge(adm, job, t, p, gpus)
             if sizer is not None:
                 sizer.hold(r, adm.charges[job.id])
+        else:
+            adm.unguarded[job.id] = unguarded_reason(adm, job, t, p, gpus)
     waiting += [j for j in snap.pending if is_guaranteed(j, tenants)]
     blocked: set[str] = set()
     for job in _order(snap, waiting, sizer, starve_s):
@@ -205,7 +211,7 @@ def admit(snap: Snapshot, sizer: Sizer | None = None, starve_s: float = math.inf
         _charge(adm, job, t, p, need[t])
         if sizer is not None and not sizer.reserve(job, adm.charges[job.id]) and job.admitted_at is None:
             _uncharge(adm, job.id)
-            adm.over_quota[job.id] = no_layout_reason(job, need[t], t)
+            adm.over_quota[job.id] = no_layout_reason(adm, snap, job, need[t], t)
             if starving:
                 blocked.add(job.tenant)
             continue
@@ -245,10 +251,40 @@ def _charge(adm: Admission, job: JobView, gpu_type: str, p: Promise, gpus: int) 
     adm.charges[job.id] = Charge(job.id, job.tenant, gpu_type, gpus, Promise(p.gpus, p.cpus, p.plan, gpu_type))
 
 
-def no_layout_reason(job: JobView, gpus: int, gpu_type: str) -> str:
-    return (f"waiting: within tenant {job.tenant}'s quota, but its minimum demand ({gpus} x {gpu_type} on the "
-            f"fewest nodes as fast as its promise) cannot be laid out beside the GPUs its tenant's admitted "
-            f"guaranteed jobs hold; it is admitted when they leave room")
+def unguarded_reason(adm: Admission, job: JobView, gpu_type: str, p: Promise, gpus: int) -> str:
+    """Why a running guaranteed job runs as best-effort: its tenant's quota no longer covers it."""
+    q, used = adm.quota.get((job.tenant, gpu_type), 0), adm.used.get((job.tenant, gpu_type), 0)
+    before = f", {used} of them charged to its guaranteed jobs placed before it" if used else ""
+    need = f"its promise ({p.gpus} x {gpu_type})" if gpus == p.gpus else \
+        f"its promise's minimum demand ({gpus} x {gpu_type})"
+    return f"running as best-effort: tenant {job.tenant}'s quota ({q} x {gpu_type}{before}) no longer covers {need}"
+
+
+def registered(snap: Snapshot, gpu_type: str) -> int:
+    """GPUs of the type the cluster has, READY or not."""
+    return (sum(n for m, _, n in snap.cluster_gpus if m == gpu_type)
+            or sum(1 for node in snap.nodes for g in node.gpus if g.model == gpu_type))
+
+
+def no_layout_reason(adm: Admission, snap: Snapshot, job: JobView, gpus: int, gpu_type: str) -> str:
+    """Why a job within quota is not admitted: the layout check (module docstring) found no room for
+    its minRes beside the GPUs that the admitted guaranteed jobs, of every tenant, hold or were
+    laid out on. Whose they are: a live audit read "its tenant's" where only another tenant's job
+    held the GPUs (quotas of the type summing to more than the cluster has); no job is named."""
+    tenants = {c.tenant for c in adm.charges.values() if c.gpu_type == gpu_type}
+    own, others = job.tenant in tenants, bool(tenants - {job.tenant})
+    have = registered(snap, gpu_type)
+    whose = ("its tenant's and other tenants'" if own and others else "other tenants'" if others
+             else "its tenant's" if own else "")
+    text = (f"waiting: within tenant {job.tenant}'s quota, but its minimum demand ({gpus} x {gpu_type} on the fewest "
+            "nodes as fast as its promise) cannot be laid out ")
+    text += (f"beside the GPUs {whose} admitted guaranteed jobs hold" if whose else
+             f"on the cluster's {have} x {gpu_type} as they are now")
+    total = adm.total_quota(gpu_type)
+    if others and total > have:
+        text += (f"; the tenants' quotas of {gpu_type} sum to {total}, more than the {have} the cluster has "
+                 "(oversubscribed): a job within its tenant's quota may wait for other tenants' guaranteed jobs")
+    return text + ("; it is admitted when they leave room" if whose else "; it is admitted when the nodes have room")
 
 
 def over_quota_reason(adm: Admission, job: JobView, p: Promise, types: Sequence[str],

@@ -64,7 +64,7 @@ def test_a_guaranteed_job_within_quota_preempts_a_running_cost_pipeline_whole(po
                                "back to the queue from its checkpoint")
     g = out["g"]
     assert g.action is Action.START and g.slices == (Slice("a100", (0, 1)),)
-    assert "preempts best-effort c" in g.reason
+    assert "preempts best-effort job c" in g.reason
 
 
 def test_without_a_guaranteed_claim_the_cost_pipeline_keeps_running() -> None:

@@ -3,6 +3,7 @@ snapshots, a literal table of iteration times."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from tessera.controller.core.estimates import TableEstimates
@@ -203,9 +204,11 @@ def test_a_guaranteed_job_is_never_placed_below_its_promise() -> None:
                     cell=Cell("X", 8), iteration_s=1.1)
     d = {x.job_id: x for x in plan_round(Snapshot(nodes, (g,), tenants=TENANTS), EST, Scripted([fast])).decisions}
     assert d["g"].cell == Cell("X", 4) and "more than its promise's 4 GPUs" in d["g"].reason
-    # ...unless the policy handles guarantees itself: its choice stands, untouched.
+    # ...unless the policy handles guarantees itself: its choice stands, untouched but for its reason,
+    # which says the job is guaranteed (controller/core/guarantee_notes.py).
     d = {x.job_id: x for x in plan_round(Snapshot(nodes, (g,), tenants=TENANTS), EST, Handling([fast])).decisions}
-    assert d["g"] == fast
+    assert d["g"] == dataclasses.replace(fast, reason="scripted; guaranteed (tenant A): over its promise of 4 x X; "
+                                         "admitted within quota (0 of 4 x X in use before it)")
 
 
 def test_a_running_guaranteed_job_keeps_its_promise_and_moves_only_with_slack() -> None:

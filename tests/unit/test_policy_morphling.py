@@ -124,7 +124,7 @@ def test_the_least_sensitive_job_is_shrunk_for_a_steeper_one() -> None:
     assert (d["x"].action, d["x"].change, d["x"].slices) == (Action.MIGRATE, Change.SCALE_DOWN, (Slice("n0", (0,)),))
     assert d["y"].action is Action.KEEP
     assert (d["z"].action, d["z"].slices) == (Action.START, (Slice("n0", (1,)),))
-    assert "shrunk to 1 GPUs (plan dp) for z" in d["x"].reason
+    assert d["x"].reason.endswith("shrunk to 1 GPU (plan dp) for z, whose slope is higher")
     # With the makespan guard: drain = (1050 + 2000 + 100) / 4 = 787.5 s (x cheapest on 1 GPU,
     # y on 2, z on 1); x's 1050 s and y's 1000 s at their points are over 0.85 x 0.1 x 787.5, and
     # no point of theirs ends within 787.5 s, so both keep their 2 GPUs and z waits.
@@ -183,7 +183,10 @@ def test_a_guaranteed_job_preempts_best_effort_work_for_its_min_res() -> None:
     snap = Snapshot((node("n0", 2, busy=(0, 1)),), (guaranteed(),), running=(run(be, "n0", (0, 1)),),
                     now=0.0, tenants=(TenantQuota("A", (("X", 4),)), TenantQuota("B")))
     d = decide(snap, Plans(GUAR))
-    assert d["be"].action is Action.STOP and "preempted for g, guaranteed" in d["be"].reason
+    # In the tenants' words (docs/tenants.md, "Reasons"), as every other policy's victims read.
+    assert d["be"].action is Action.STOP and d["be"].reason == (
+        "morphling: preempted: guaranteed job g of tenant A reclaims 2 x X of its quota; back to the queue from "
+        "its checkpoint")
     assert (d["g"].action, d["g"].slices) == (Action.START, (Slice("n0", (0, 1)),))
 
 
@@ -271,7 +274,7 @@ def test_a_guaranteed_job_with_lead_moves_to_make_a_node_whole_for_another() -> 
                     tenants=(TenantQuota("A", (("X", 4),)), TenantQuota("B")))
     d = decide(snap, Plans(table))
     assert (d["s"].action, d["s"].change, d["s"].slices) == (Action.MIGRATE, Change.MOVE, (Slice("n1", (1,)),))
-    assert "moved for w, guaranteed within its tenant's quota" in d["s"].reason
+    assert d["s"].reason.endswith("moved to make room for guaranteed job w of tenant A (2 x X within its quota)")
     assert (d["w"].action, d["w"].slices) == (Action.START, (Slice("n0", (0, 1)),))
     assert d["o"].action is Action.KEEP
 

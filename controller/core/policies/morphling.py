@@ -33,6 +33,7 @@ from tessera.controller.core.policies.morphling_curves import (
     Point,
     remaining_time,
 )
+from tessera.controller.core.policies.morphling_texts import gpus, held_at_minimum, victim
 from tessera.controller.core.policy import Mode, RoundContext
 from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
 
@@ -133,6 +134,7 @@ class _Round:
         self.floor: dict[str, int] = {}  # critical jobs: the GPUs they keep this round
         self.placing_critical = False  # a critical job's placement shrinks others, never preempts
         self.critical_note = ""
+        self._held: dict[str, list[str]] = {}  # pend_reason: per GPU type, the jobs none of which gives a GPU
         self.cpu_free: dict[str, float] = {
             n.id: float(max(0, n.cpus - n.busy_cpus)) if n.cpus > 0 else math.inf for n in ctx.snap.nodes}
         for jid, a in self.b.allocs.items():
@@ -343,7 +345,7 @@ class _Round:
                 self._cpus(a, -1)
             return False
         for s in steps:
-            self.apply_step(s, job, privileged)
+            self.apply_step(s, job, p if privileged and not self.placing_critical else None)
         self._commit(job, a, pt, slices)
         return True
 
@@ -538,14 +540,14 @@ class _Round:
                 out.append(_Step(jid, cur, dest, on, max(0.0, v0 - self.value(job, cur, True))))
         return out
 
-    def apply_step(self, s: _Step, for_job: JobView, privileged: bool) -> None:
+    def apply_step(self, s: _Step, for_job: JobView, reclaimed: Point | None) -> None:
+        """`reclaimed`: the point of a guaranteed job within quota the step makes room for."""
         a = self.b.allocs[s.jid]
-        why = ("on the makespan's critical path" if self.placing_critical else
-               "guaranteed within its tenant's quota" if privileged else "whose slope is higher")
+        gives = a.gpus - (s.to.gpus if s.to is not None else 0)
         self.touched.add(s.jid)
         self._cpus(a, +1)
         if s.to is None:
-            self.b.suspend(a, f"morphling: preempted for {for_job.id}, {why}",
+            self.b.suspend(a, f"morphling: {victim('preempted', for_job, reclaimed, self.placing_critical, gives)}",
                            PendingKind.NO_ROOM_NOW)
             self.point.pop(s.jid, None)
             self.changed[s.jid] = True
@@ -559,9 +561,8 @@ class _Round:
         self.ctx.state.take(tuple(x for x in add if x.gpu_indices), a.gpu_type)
         moved = any(x.gpu_indices for x in add)
         a.slices, a.gpus, a.est = s.keep, s.to.gpus, s.to.est
-        what = "moved" if moved else f"shrunk to {s.to.gpus} GPUs (plan {s.to.plan or 'best'})"
-        note = f"{what} for {for_job.id}, {why}"
-        a.note = note
+        what = "moved" if moved else f"shrunk to {gpus(s.to.gpus)} (plan {s.to.plan or 'best'})"
+        a.note = victim(what, for_job, reclaimed, self.placing_critical, gives)
         self.point[s.jid] = s.to
         self.changed[s.jid] = True
         self.b.version += 1
@@ -581,6 +582,17 @@ class _Round:
                             "morphling: fits nowhere: no plan of this job runs on any GPU count of this cluster")
             return
         p = hull[0]
-        self.b.pend(j, PendingKind.NO_ROOM_NOW,
-                    f"morphling: waiting; its best step ({p.gpus} x {p.gpu_type}, plan {p.plan or 'best'}) "
-                    f"gains less than shrinking running jobs would lose; {free_text(self.ctx)}")
+        held = self.held(p.gpu_type)
+        why = (held_at_minimum(p, all(self.cv.guaranteed(self.jobs[h]) for h in held)) if held else
+               f"morphling: waiting; its best step ({p.gpus} x {p.gpu_type}, plan {p.plan or 'best'}) "
+               "gains less than shrinking running jobs would lose")
+        self.b.pend(j, PendingKind.NO_ROOM_NOW, f"{why}; {free_text(self.ctx)}")
+
+    def held(self, gpu_type: str) -> list[str]:
+        """The jobs on `gpu_type` when none of them may give up a GPU (shrink, preemption or move:
+        `shrink_options`), else []; once per type, after the round's steps."""
+        if gpu_type not in self._held:
+            on = [(jid, sl.node_id) for jid, a in sorted(self.b.allocs.items()) if a.gpu_type == gpu_type
+                  for sl in a.slices]
+            self._held[gpu_type] = [] if any(self.shrink_options(j, n) for j, n in on) else sorted({j for j, _ in on})
+        return self._held[gpu_type]
