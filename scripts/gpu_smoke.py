@@ -218,8 +218,8 @@ def check_preempt(admin: Client, be_id: str, g_id: str, first_ckpt: int, on_gpu:
         missing.append(f"the best-effort job ended {P.JobState.Name(be.state)} at iteration {be.progress.iteration} "
                        f"({be.reason})")
     kinds = [e.kind for e in be.events]
-    # The policy's words differ (crius: "preempted: guaranteed job J of tenant team-a reclaims ...",
-    # morphling: "preempted for J, guaranteed ..."); both name the guaranteed job to the admin.
+    # Every policy's words name the guaranteed job to the admin ("preempted: guaranteed job J of
+    # tenant team-a reclaims ...", morphling's too since 2026-11-28).
     preempted = [e for e in be.events if e.kind == "MIGRATING" and "preempted" in e.message and g_id in e.message]
     placed = [e for e in be.events if e.kind == "PLACED"]
     stopped = [i for i, k in enumerate(kinds) if k in ("STOPPED", "REQUEUED")]
