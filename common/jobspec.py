@@ -140,6 +140,7 @@ def spec_errors(spec: common_pb2.JobSpec, allowed_env: frozenset[str] = frozense
             except UnknownGpuError as e:
                 errs.append((f"hint.gpu_types[{i}]", str(e)[:200]))
     errs += argv_errors("entrypoint", spec.entrypoint, (PYTHON,), "a program path")
+    errs += entrypoint_launcher_errors(spec)
     errs += env_errors(spec.env, allowed_env)
     errs += launcher_errors(spec.launcher)
     errs += _range("checkpoint_every", spec.checkpoint_every, 0, MAX_CHECKPOINT_EVERY)
@@ -308,6 +309,19 @@ def argv_errors(field: str, argv: Sequence[str], placeholders: tuple[str, ...], 
             errs.append((f"{field}[0]", (f"must be {allowed}, not a shell command line "
                                         "(the argv is run without a shell)")))
     return errs
+
+
+# Built-in launchers that run the entrypoint as `<their python> -u <entrypoint>`: a {python} first
+# became `python -u /path/to/python train.py`, which fails on every node (docs/launchers.md).
+RUNS_ITS_OWN_PYTHON = ("deepspeed", "torchrun")
+
+
+def entrypoint_launcher_errors(spec: common_pb2.JobSpec) -> Errors:
+    """An entrypoint that its launcher cannot run: {python} first under torchrun or deepspeed."""
+    if spec.launcher.name in RUNS_ITS_OWN_PYTHON and spec.entrypoint[:1] == [PYTHON]:
+        return [("entrypoint[0]", (f"{spec.launcher.name} runs the entrypoint with its own Python: give the "
+                                   "script (or -m module) without {python}, e.g. [train.py, --lr, '3e-4']"))]
+    return []
 
 
 def launcher_errors(launcher: common_pb2.Launcher) -> Errors:

@@ -295,14 +295,13 @@ def visible_devices(gpus: Iterable[int], confined_to: Iterable[int] | None = Non
     return ",".join(str(place[g]) for g in given)
 
 
-# argv[0] placeholder for "the Python this agent runs on", so the controller's default entrypoint
-# (the reference trainer) needs no knowledge of each node's interpreter path.
+# "The Python this agent runs on", so the controller's default entrypoint (the reference trainer)
+# and a template such as `/usr/bin/env {python} {entrypoint}` need no knowledge of each node's
+# interpreter path.
 PYTHON_PLACEHOLDER = "{python}"
 
 
 def worker_argv(argv: Iterable[str], python: str) -> list[str]:
-    """The argv to exec: the placeholder as argv[0] becomes the agent's own interpreter."""
-    out = list(argv)
-    if out and out[0] == PYTHON_PLACEHOLDER:
-        out[0] = python
-    return out
+    """The argv to exec: every argument that is exactly the placeholder becomes the agent's
+    interpreter, wherever it stands (docs/launchers.md); one that merely contains it is literal."""
+    return [python if a == PYTHON_PLACEHOLDER else a for a in argv]

@@ -1,8 +1,8 @@
 """Launchers as data: how a job's workers are started, as argv templates with the plan substituted.
 
-A job names a built-in template or brings its own (`JobSpec.launcher`). Templates are expanded by
-the controller per node; the agent only replaces `{python}` (its own interpreter). See
-docs/launchers.md.
+A job names a built-in template or brings its own (`JobSpec.launcher`). Templates and the job's
+entrypoint are expanded by the controller per node; the agent only replaces `{python}` (its own
+interpreter). See docs/launchers.md.
 """
 
 from __future__ import annotations
@@ -82,15 +82,18 @@ class LaunchTooLarge(ValueError):
 
 def expand(tpl: Template, entrypoint: list[str], values: dict[str, object], head: bool) -> list[str]:
     """The argv of one process: {entrypoint} spliced in, each `{field}` of FIELDS replaced by its
-    value and nothing else: other braces are literal (`--config={"lr": 1}`), and so is {python}
-    inside a longer argument (the agent replaces only an argument that is exactly {python}).
-    Templates are the user's: no format mini-language (`{dp:>9999999}`, `{dp.__class__}`) is
-    evaluated. LaunchTooLarge past exec's limits."""
+    value, in the template and in the entrypoint alike, and nothing else: other braces are literal
+    (`--config={"lr": 1}`, an entrypoint's `{epoch}`), and so is {python} inside a longer argument
+    (the agent replaces every argument that is exactly {python}). Templates are the user's: no
+    format mini-language (`{dp:>9999999}`, `{dp.__class__}`) is evaluated. LaunchTooLarge past
+    exec's limits, entrypoint included."""
     argv = tpl.head_argv if head and tpl.head_argv else tpl.argv
     out: list[str] = []
     for arg in argv:
         if arg == ENTRYPOINT:
-            out.extend(entrypoint)
+            # An opaque script learns where its checkpoints outlive the attempt only from its argv
+            # ({checkpoint_dir}): left literal, each attempt saved under its own folder and resumed nothing.
+            out.extend(_substitute(a, values) for a in entrypoint)
         elif arg == PYTHON:
             out.append(arg)
         else:

@@ -183,14 +183,16 @@ def test_cpu_threads_per_gpu(cpus: int, gpus: int, threads: int) -> None:
     assert contract.cpu_threads_per_gpu(cpus, gpus) == threads
 
 
-def test_python_placeholder_is_replaced_only_as_argv0() -> None:
+def test_python_placeholder_is_replaced_as_every_argument_of_its_own() -> None:
+    # docs/launchers.md: "{python} is replaced only as an argument of its own", wherever it stands.
     assert contract.worker_argv(["{python}", "-m", "x", "{python}"], "/venv/bin/python") == [
         "/venv/bin/python",
         "-m",
         "x",
-        "{python}",
+        "/venv/bin/python",
     ]
-    assert contract.worker_argv(["torchrun", "{python}"], "/p") == ["torchrun", "{python}"]
+    assert contract.worker_argv(["/usr/bin/env", "{python}"], "/p") == ["/usr/bin/env", "/p"]
+    assert contract.worker_argv(["x{python}", "{python} ", "{PYTHON}"], "/p") == ["x{python}", "{python} ", "{PYTHON}"]
     assert contract.worker_argv([], "/p") == []
 
 
