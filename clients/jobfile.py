@@ -452,6 +452,10 @@ def _entrypoint(value: Any) -> list[str]:
     if not isinstance(value, list):
         raise JobFileError("entrypoint", "must be a list of arguments (argv)")
     for i, arg in enumerate(value):
+        if isinstance(arg, Mapping) and len(arg) == 1 and next(iter(arg.values())) is None:
+            # YAML reads an unquoted {checkpoint_dir} as a mapping: the placeholder was meant.
+            raise JobFileError(f"entrypoint[{i}]", f"must be a string: quote placeholders, "
+                                                   f"'{{{next(iter(arg))}}}' (YAML read a mapping)")
         if not isinstance(arg, str):
             raise JobFileError(f"entrypoint[{i}]", f"must be a string (quote numbers), got {arg!r}")
         if "\0" in arg:

@@ -128,3 +128,13 @@ async def test_a_worker_started_through_env_gets_its_interpreter_and_checkpoint_
     finally:
         await sup.shutdown(kill_workers=True, grace=0.0)
     assert seen == {"argv": [str(worker_dir / "ckpt" / "j-1"), "0", worker_python()], "python": worker_python()}
+
+
+def test_an_unquoted_placeholder_in_a_job_file_says_to_quote_it() -> None:
+    # YAML reads `{checkpoint_dir}` unquoted as a mapping: the error said "quote numbers".
+    import pytest
+
+    from tessera.clients.jobfile import JobFileError, parse_job_yaml
+
+    with pytest.raises(JobFileError, match=r"entrypoint\[2\]: must be a string: quote placeholders, '\{checkpoint_dir\}'"):
+        parse_job_yaml("name: x\nlauncher: torchrun\nentrypoint: [/x/train.py, --ckpt, {checkpoint_dir}]\n")
