@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tessera.clients.jobfile import JobFileError, parse_job_yaml
 from tessera.common.jobspec import spec_errors
 from tessera.controller.core import launchers
 from tessera.controller.launches import launch_requests
@@ -132,9 +133,5 @@ async def test_a_worker_started_through_env_gets_its_interpreter_and_checkpoint_
 
 def test_an_unquoted_placeholder_in_a_job_file_says_to_quote_it() -> None:
     # YAML reads `{checkpoint_dir}` unquoted as a mapping: the error said "quote numbers".
-    import pytest
-
-    from tessera.clients.jobfile import JobFileError, parse_job_yaml
-
     with pytest.raises(JobFileError, match=r"entrypoint\[2\]: must be a string: quote placeholders, '\{checkpoint_dir\}'"):
         parse_job_yaml("name: x\nlauncher: torchrun\nentrypoint: [/x/train.py, --ckpt, {checkpoint_dir}]\n")
