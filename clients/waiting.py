@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-from tessera.clients import output, terminal
+from tessera.clients import logcut, output, terminal
 from tessera.clients.sdk import UNAVAILABLE_GRACE_S, Client, ControllerUnreachable, RpcError
 from tessera.common.durations import format_duration
 from tessera.v1 import common_pb2, controller_pb2
@@ -211,29 +211,48 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
 
 def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     """`tessctl logs ID [--rank N | --all-ranks] [--tail N] [-f] [--raw]`: whole lines from StreamJobLogs."""
-    all_ranks = args.all_ranks  # not with --rank: argparse's group refuses both (exit 2)
-    stream = client.stream_logs(args.id, rank=args.rank, all_ranks=all_ranks, attempt=args.attempt,
+    # --all-ranks is not with --rank: argparse's group refuses both (exit 2)
+    stream = client.stream_logs(args.id, rank=args.rank, all_ranks=args.all_ranks, attempt=args.attempt,
                                 tail_lines=args.tail, follow=args.follow)
     # A worker's bytes reach a terminal only as text and colours (terminal.terminal_safe); a pipe or
     # a file gets them as they are, as does --raw.
     raw = args.raw or not out.isatty()
+    check = logcut.TailCheck(args.tail, args.follow)  # tails cut at the controller's 4 MiB: said on stderr
+    try:
+        _print_logs(client, args, out, stream, raw, check)
+    except RpcError:  # a log not read: the ones read were printed, and said if cut
+        _say_cuts(client, args.id, check, check.open_tails())
+        raise
+    _say_cuts(client, args.id, check, check.open_tails())
+    return 0
+
+
+def _print_logs(client: Client, args: argparse.Namespace, out: TextIO, stream: Iterator[controller_pb2.LogLines],
+                raw: bool, check: logcut.TailCheck) -> None:
     attempt = 0
     for msg in stream:
         if msg.attempt != attempt and attempt:
             print(f"tessctl: attempt {msg.attempt} started", file=sys.stderr)
         attempt = msg.attempt
+        ended = check.add(msg)
         for line in msg.lines:
             if args.output == "json":
                 rec = {"rank": msg.rank, "attempt": msg.attempt, "node_id": msg.node_id,
                        "line": line.decode("utf-8", errors="replace")}
                 out.write(json.dumps(rec) + "\n")
             else:
-                prefix = f"[rank {msg.rank}] ".encode() if all_ranks else b""
+                prefix = f"[rank {msg.rank}] ".encode() if args.all_ranks else b""
                 # The reference trainer prefixes its own lines when it runs several ranks: once is enough.
                 text = (b"" if line.startswith(prefix) else prefix) + line
                 terminal.write_bytes(out, (text if raw else terminal.terminal_safe(text)) + b"\n")
         out.flush()
-    return 0
+        _say_cuts(client, args.id, check, [ended] if ended is not None else [])
+
+
+def _say_cuts(client: Client, job_id: str, check: logcut.TailCheck, tails: list[logcut.Tail]) -> None:
+    for t in tails:
+        if line := logcut.notice(client, job_id, check, t):
+            print(line, file=sys.stderr, flush=True)
 
 
 def watch_list(client: Client, states: list[int], tenant: str, render: Callable[..., None]) -> int:

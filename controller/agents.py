@@ -18,6 +18,7 @@ from tessera.common import identity
 from tessera.common.nodespec import report_text
 from tessera.common.rpc import aio_channel
 from tessera.common.tls import TlsConfig
+from tessera.controller.failure_line import failure_line
 from tessera.controller.launches import rank_node
 from tessera.controller.registry import LiveNode
 from tessera.controller.store import JobRecord
@@ -27,6 +28,9 @@ log = structlog.get_logger("tessera.controller.agents")
 CALL_TIMEOUT_S = 5.0
 # A Stop is repeated at most this often for the same attempt on the same node while its workers exit.
 STOP_RESEND_S = 10.0
+# How much of a failed rank's log is read for its error: torchrun's summary and its own traceback
+# (2-3 KiB) come after the rank's error, and other ranks' tracebacks may too.
+FAILURE_TAIL_BYTES = 32 * 1024
 
 
 def peer_details(e: grpc.aio.AioRpcError, limit: int = 512) -> str:
@@ -55,19 +59,19 @@ class AgentCalls(Protocol):
 
 async def last_log_line(agents: AgentCalls, nodes: Mapping[str, LiveNode], epoch: int, job: JobRecord,
                         rank: int) -> str:
-    """The last non-empty line of a rank's log (its error, usually); empty when unavailable. (The
-    engine's `_last_log_line` before, moved here unchanged.)"""
+    """The line of a failed rank's log that says why (controller/failure_line.py: its last line
+    that is not a rule or a border, or for a torchrun log its root cause's rank and error line);
+    empty when unavailable."""
     node_id = rank_node(job, rank)
     live = nodes.get(node_id) if node_id else None
     if live is None or live.liveness != common_pb2.NODE_STATE_READY:
         return ""
     try:
         resp = await agents.read_log(live.id, live.address, agent_pb2.ReadLogRequest(
-            controller_epoch=epoch, job_id=job.id, attempt=job.attempt, rank=rank, tail_bytes=4096))
+            controller_epoch=epoch, job_id=job.id, attempt=job.attempt, rank=rank, tail_bytes=FAILURE_TAIL_BYTES))
     except grpc.aio.AioRpcError:
         return ""
-    lines = [ln.strip() for ln in resp.data.decode(errors="replace").splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
+    return failure_line(resp.data.decode(errors="replace"))
 
 
 class AgentClients:

@@ -32,7 +32,69 @@ def processes(job: JobRecord) -> int:
     assert job.plan is not None and job.placement is not None
     if launchers.template_of(job.spec.launcher).per_node:
         return len(job.placement.slices)
+    return world_ranks(job)
+
+
+def world_ranks(job: JobRecord) -> int:
+    """The job's ranks: its plan's dp x tp x pp, whatever starts them (a per-node launcher starts
+    them itself)."""
+    assert job.plan is not None
     return int(job.plan.dp * job.plan.tp * job.plan.pp)
+
+
+def launcher_name(job: JobRecord) -> str:
+    """The per-node launcher that runs each of the job's processes ("torchrun", "deepspeed",
+    "launcher" for a template of the job's own); "" when a process is a rank."""
+    if not launchers.template_of(job.spec.launcher).per_node:
+        return ""
+    return job.spec.launcher.name if job.spec.launcher.name in launchers.BUILTIN else "launcher"
+
+
+def processes_text(job: JobRecord, n: int) -> str:
+    """"its 1 rank", "all 4 ranks"; a per-node launcher's processes are launchers, each starting
+    ranks ("its 1 torchrun launcher (2 ranks)"): a live audit read `its 1 rank running` of a
+    torchrun job of 2 ranks."""
+    name = launcher_name(job)
+    if not name:
+        return "its 1 rank" if n == 1 else f"all {n} ranks"
+    ranks = world_ranks(job)
+    of = f" ({ranks} rank{'s' * (ranks != 1)})"
+    unit = "launcher" if name == "launcher" else f"{name} launcher"
+    return f"its 1 {unit}{of}" if n == 1 else f"all {n} {unit}s{of}"
+
+
+def process_text(job: JobRecord, index: int) -> str:
+    """"rank 3"; a per-node launcher's process is its node's rank, not a global rank ("node rank 0
+    (torchrun on node-c)"): a torchrun job whose global rank 1 failed read `rank 0: exit code 1`."""
+    name = launcher_name(job)
+    if not name:
+        return f"rank {index}"
+    return f"node rank {index} ({name} on {rank_node(job, index) or 'an unknown node'})"
+
+
+def in_launcher_words(job: JobRecord, text: str, verdict: Verdict) -> str:
+    """`text` of a verdict (controller/core/attempts.py words processes as ranks) as it is true of
+    the job's processes."""
+    if not launcher_name(job):
+        return text
+    world = processes(job)
+    said = "its 1 rank" if world == 1 else f"all {world} ranks"
+    if text.startswith(said):
+        return processes_text(job, world) + text[len(said):]
+    if verdict.rank >= 0 and text.startswith(rank := f"rank {verdict.rank}:"):
+        return f"{process_text(job, verdict.rank)}:{text[len(rank):]}"
+    return text
+
+
+def killed_text(job: JobRecord, killed: tuple[tuple[int, str], ...]) -> str:
+    """"rank 0 did not exit within the 10 s grace after SIGTERM, killed by SIGKILL", of the ranks a
+    stop's SIGKILL ended (Verdict.killed; the first's words for all)."""
+    shown, more = [r for r, _ in killed[:4]], f" and {len(killed) - 4} more" if len(killed) > 4 else ""
+    if launcher_name(job):
+        who = ", ".join(process_text(job, r) for r in shown)
+    else:
+        who = f"rank{'s' * (len(killed) > 1)} {', '.join(str(r) for r in shown)}"
+    return f"{who}{more} {killed[0][1]}"
 
 
 def rank_statuses(job: JobRecord, nodes: Mapping[str, LiveNode]) -> dict[int, RankStatus]:
@@ -90,17 +152,20 @@ def settle(job: JobRecord, verdict: Verdict, move_pending: bool, silent: str = "
     if kind == "running":
         return ("running", "") if job.state == P.JOB_STATE_STARTING else ("wait", "")
     if kind == "succeeded":
-        return "succeeded", verdict.reason
+        return "succeeded", in_launcher_words(job, verdict.reason, verdict)
     if kind == "failed":
-        return "failed", verdict.reason
+        return "failed", in_launcher_words(job, verdict.reason, verdict)
     if kind == "interrupted":
-        return "interrupted", f"attempt {job.attempt} interrupted: {verdict.reason}"
+        return "interrupted", f"attempt {job.attempt} interrupted: {in_launcher_words(job, verdict.reason, verdict)}"
     if kind != "stopped":
         return "wait", ""
     if move_pending and job.state == P.JOB_STATE_MIGRATING:
         return "relaunch", ""
     if job.state == P.JOB_STATE_MIGRATING or job.stop_requested:
-        return "requeue", job.reason or "stopped for migration"
+        # What the stop did to a program that ignored its SIGTERM (the agent's account), said here:
+        # before, only the agent's own log said it.
+        killed = f"; {killed_text(job, verdict.killed)}" if verdict.killed else ""
+        return "requeue", (job.reason or "stopped for migration") + killed
     if job.retries < job.spec.max_retries:
         return "retry", f"attempt {job.attempt} exited 0 before iteration {job.spec.iterations}"
     return "give_up", f"program exited 0 before reaching {job.spec.iterations} iterations"

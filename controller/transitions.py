@@ -9,7 +9,7 @@ from tessera.common import jobspec
 from tessera.controller.convert import placement_pb, plan_pb
 from tessera.controller.core.backoff import BackoffConfig, job_delay, node_unhealthy_for
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice
-from tessera.controller.judging import processes
+from tessera.controller.judging import processes, processes_text
 from tessera.controller.store import JobRecord, NodeRecord
 from tessera.v1 import common_pb2
 
@@ -106,9 +106,23 @@ def requeued(job: JobRecord, why: str, kind: str, retry: bool, progress: common_
             [(kind, why)])
 
 
+# The reason of a RUNNING job of its own program that counts no iterations and has reported no
+# progress (an opaque script): "training" was said of it, which nothing it reported says.
+NO_PROGRESS = "running (the program reports no progress)"
+
+
+def running_reason(job: JobRecord, progress: common_pb2.Progress | None) -> str:
+    """"training" for the reference trainer, a job that counts iterations or one that has
+    reported; NO_PROGRESS for a program of its own that does neither (docs/opaque-jobs.md)."""
+    if progress is not None or job.spec.iterations or not jobspec.runs_own_program(job.spec):
+        return "training"
+    return NO_PROGRESS
+
+
 def running(job: JobRecord, world: int, progress: common_pb2.Progress | None) -> Change:
-    return (job.with_(state=P.JOB_STATE_RUNNING, reason="training", progress=progress),
-            [("RUNNING", f"{'its 1 rank' if world == 1 else f'all {world} ranks'} running (attempt {job.attempt})")])
+    """`world`: the processes of the attempt (judging.processes): ranks, or per-node launchers."""
+    return (job.with_(state=P.JOB_STATE_RUNNING, reason=running_reason(job, progress), progress=progress),
+            [("RUNNING", f"{processes_text(job, world)} running (attempt {job.attempt})")])
 
 
 def succeeded(job: JobRecord, why: str, progress: common_pb2.Progress | None, now: float) -> Change:

@@ -403,7 +403,7 @@ class Supervisor:
             return
         for w in att.workers:
             if w.active:
-                w.killed = True
+                w.killed, w.grace = True, grace
                 log.warning(
                     "killing worker", job_id=w.job_id, attempt=w.attempt, rank=w.rank, grace=grace
                 )

@@ -45,6 +45,7 @@ class Worker:
     progress: common_pb2.Progress | None = None
     exited_at: float | None = None  # wall clock, so retention survives an agent restart
     killed: bool = False  # the stop escalated to SIGKILL
+    grace: float | None = None  # the grace after SIGTERM it was killed after (None: not known)
     adopted: bool = False  # re-adopted after an agent restart: not our child
     exited: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -113,8 +114,14 @@ def describe_exit(code: int) -> str:
 
 
 def stop_prefix(att: Attempt, w: Worker) -> str:
+    """"stopped by controller (R)", and for a worker that ignored its SIGTERM "; did not exit within
+    the 10 s grace after SIGTERM" (the controller repeats it from "did not exit within" on:
+    controller/core/attempts.py killed_after_grace), which the exit's "killed by SIGKILL" follows."""
     prefix = "stopped by controller" + (f" ({att.stop_reason})" if att.stop_reason else "")
-    return prefix + (", SIGKILL after the grace period" if w.killed else "")
+    if not w.killed:
+        return prefix
+    grace = f"{w.grace:g} s grace" if w.grace is not None else "grace period"
+    return f"{prefix}; did not exit within the {grace} after SIGTERM"
 
 
 def exit_reason(att: Attempt, w: Worker, code: int, why: str = "") -> str:

@@ -29,10 +29,29 @@ class Verdict:
     reason: str = ""
     # The rank whose exit decided a "failed" or "interrupted" verdict.
     rank: int = -1
+    # Of a "stopped" verdict: the ranks the agent SIGKILLed after the stop's grace (a program that
+    # ignores SIGTERM), each with the agent's words from "did not exit within ..." on.
+    killed: tuple[tuple[int, str], ...] = ()
 
 
 # How the keeper's reason for a worker it could not start begins (nodeagent/keeper.py).
 SPAWN_FAILED = "spawn failed: "
+
+
+# How an agent's reason says that its stop's SIGKILL came after the grace (nodeagent/workers.py
+# stop_prefix), and an agent's before it said so.
+KILLED_AFTER_GRACE = "did not exit within the "
+_KILLED_BEFORE = ", SIGKILL after the grace period"
+
+
+def killed_after_grace(reason: str) -> str:
+    """From an exit reason, what the agent said of a SIGKILL after the stop's grace ("did not exit
+    within the 10 s grace after SIGTERM, killed by SIGKILL"); "" when it did not kill."""
+    if (at := reason.rfind(KILLED_AFTER_GRACE)) >= 0:
+        return reason[at:]
+    if (at := reason.rfind(_KILLED_BEFORE)) >= 0:
+        return f"{KILLED_AFTER_GRACE}grace period after SIGTERM{reason[at + len(_KILLED_BEFORE):]}"
+    return ""
 
 
 def describe_exit(code: int) -> str:
@@ -89,7 +108,10 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
             # A job that counts no iterations and reported none (an opaque script): no count to give.
             after = f" after {r0.iteration} iteration{'' if r0.iteration == 1 else 's'}" if r0.iteration > 0 else ""
             return Verdict("succeeded", f"{who} exited 0{after}")
-        return Verdict("stopped", "all ranks stopped" + (" on request" if stop_requested else " before the end"))
+        killed = tuple((r.rank, k) for r in sorted(ranks.values(), key=lambda x: x.rank)
+                       if (k := killed_after_grace(r.reason)))
+        return Verdict("stopped", "all ranks stopped" + (" on request" if stop_requested else " before the end"),
+                       killed=killed)
     if len(ranks) == world_size and all(r.running for r in ranks.values()):
         return Verdict("running")
     return Verdict("starting")

@@ -44,3 +44,10 @@ def reclaims(job: JobView, charge: Charge, gives: int, unguarded: str = "") -> s
     why = f" ({unguarded.replace('running as best-effort: ', 'it ran as best-effort: ', 1)})" if unguarded else ""
     return (f"guaranteed job {job.id} of tenant {charge.tenant} reclaims {charge.gpus} x {charge.gpu_type} of its "
             f"quota{part}{why}")
+
+
+def requeue_text(job: JobView) -> str:
+    """Where a preempted victim goes: an opaque job (docs/opaque-jobs.md) has no checkpoint Tessera
+    takes or knows of (whether its program saves one on SIGTERM is its own: the MIGRATING event's
+    stop says so), and "from its checkpoint" was said of one that had none (a live audit)."""
+    return "back to the queue" if job.opaque else "back to the queue from its checkpoint"

@@ -55,6 +55,7 @@ from tessera.controller.core.guarantee_texts import (
     no_room,
     plan_text,
     reclaims,
+    requeue_text,
     tag,
     victims_text,
 )
@@ -583,7 +584,7 @@ class Guard:
         self._release(v)
         what = reclaims(job, charge, gives, self.adm.unguarded.get(v, ""))
         if v in self.ctx.running:
-            self.dec[v] = Decision(v, Action.STOP, f"preempted: {what}; back to the queue from its checkpoint")
+            self.dec[v] = Decision(v, Action.STOP, f"preempted: {what}; {requeue_text(self.jobs[v])}")
         else:
             who = "the cost objective" if self.jobs[v].objective is Objective.COST else self.name
             self.dec[v] = Decision(v, Action.PENDING, f"waiting: {who} would have started it, but {what}",

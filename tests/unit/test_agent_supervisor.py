@@ -186,7 +186,8 @@ async def test_stop_escalates_to_sigkill_for_a_worker_ignoring_sigterm(sup: Supe
     (st,) = sup.statuses()
     assert (st.state, st.exit_code) == (EXITED, -signal.SIGKILL)
     assert (attempt_dir(sup) / "got-sigterm").exists()
-    assert st.reason == "stopped by controller (migrate), SIGKILL after the grace period, killed by SIGKILL"
+    assert st.reason == ("stopped by controller (migrate); did not exit within the 0.3 s grace after SIGTERM, "
+                         "killed by SIGKILL")
 
 
 async def test_evict_kills_at_once_and_its_reason_comes_first(sup: Supervisor) -> None:
@@ -472,7 +473,7 @@ def test_a_fence_is_named_first_even_when_a_stop_arrives_after_it() -> None:
     assert exit_reason(att, w, 0) == "stopped by controller (stale attempt), exit code 0"
     w.killed = True
     assert exit_reason(att, w, -signal.SIGKILL) == (
-        "stopped by controller (stale attempt), SIGKILL after the grace period, killed by SIGKILL"
+        "stopped by controller (stale attempt); did not exit within the grace period after SIGTERM, killed by SIGKILL"
     )
     att.stop_requested = False
     assert exit_reason(att, w, 0, fenced) == "fenced: no lease renewal for 2.6 s, exit code 0"
