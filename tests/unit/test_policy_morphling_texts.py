@@ -6,8 +6,11 @@ Texts only: the decisions are the policy's own (bench/sim_morphling.py prints th
 
 from __future__ import annotations
 
-from tessera.controller.core.snapshot import Action, Slice, Snapshot, TenantQuota
+from tessera.controller.core.policies.morphling_curves import Point
+from tessera.controller.core.policies.morphling_texts import victim
+from tessera.controller.core.snapshot import Action, Cell, CellEstimate, Slice, Snapshot, TenantQuota
 from tests.unit.test_policy_morphling import ALG1, GUAR, Plans, decide, guaranteed, job, node, run
+from tests.unit.test_sia_live_defects import opaque
 
 TENANTS = (TenantQuota("A", (("X", 4),)), TenantQuota("B"))
 TABLE = {**GUAR, "one": {1: {"dp": 1.0}}}
@@ -41,3 +44,13 @@ def test_a_job_waiting_behind_a_guaranteed_job_at_its_minimum_says_so() -> None:
     snap = Snapshot(snap.nodes, snap.pending, running=(run(job("b2", "be", 10, tenant="B"), "n0", (0, 1)),),
                     now=10.0, tenants=TENANTS)
     assert "gains less than shrinking running jobs would lose" in decide(snap, Plans(TABLE), **ALG1)["be"].reason
+
+
+def test_an_opaque_victim_goes_back_to_the_queue_from_no_checkpoint_of_tesseras() -> None:
+    # Tessera takes no checkpoint of an opaque job (docs/opaque-jobs.md); morphling said "from its
+    # checkpoint" of one, as the guarantee layer did before.
+    point = Point("X", 2, 1, CellEstimate(Cell("X", 2, 1), 1.0))
+    said = victim("preempted", guaranteed(), point, False, 1, opaque("o", 1))
+    assert said.endswith("1 of them from this job; back to the queue"), said
+    assert victim("preempted", guaranteed(), point, False, 1, job("be", "one", 10, tenant="B")).endswith(
+        "back to the queue from its checkpoint")

@@ -547,8 +547,8 @@ class _Round:
         self.touched.add(s.jid)
         self._cpus(a, +1)
         if s.to is None:
-            self.b.suspend(a, f"morphling: {victim('preempted', for_job, reclaimed, self.placing_critical, gives)}",
-                           PendingKind.NO_ROOM_NOW)
+            why = victim("preempted", for_job, reclaimed, self.placing_critical, gives, a.job)
+            self.b.suspend(a, f"morphling: {why}", PendingKind.NO_ROOM_NOW)
             self.point.pop(s.jid, None)
             self.changed[s.jid] = True
             return

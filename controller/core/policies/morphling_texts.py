@@ -10,6 +10,7 @@ would lose", though no running job could be shrunk at all. Texts only: no decisi
 
 from __future__ import annotations
 
+from tessera.controller.core.guarantee_texts import requeue_text
 from tessera.controller.core.policies.morphling_curves import Point
 from tessera.controller.core.snapshot import JobView
 
@@ -20,11 +21,13 @@ def gpus(n: int) -> str:
     return f"{n} GPU{'s' * (n != 1)}"
 
 
-def victim(what: str, for_job: JobView, reclaimed: Point | None, critical: bool, gives: int) -> str:
-    """`what` ("preempted", "shrunk to ...", "moved") said of a job that makes room for `for_job`:
+def victim(what: str, for_job: JobView, reclaimed: Point | None, critical: bool, gives: int,
+           job: JobView | None = None) -> str:
+    """`what` ("preempted", "shrunk to ...", "moved") said of `job`, which makes room for `for_job`:
     with `reclaimed` (the point a guaranteed job within quota is placed at, Algorithm 1 lines 2-3)
     as the guarantee layer says it (guarantee_texts.reclaims): what its tenant reclaims and, where
-    this job gives up less, how much of it comes from this one."""
+    this job gives up less, how much of it comes from this one; a preempted job goes back to the
+    queue as guarantee_texts.requeue_text says (an opaque job from no checkpoint of Tessera's)."""
     if reclaimed is None:
         return f"{what} for {for_job.id}, {CRITICAL if critical else 'whose slope is higher'}"
     if what == "moved":  # a guaranteed job with lead, moved off a node a larger one needs whole
@@ -33,7 +36,8 @@ def victim(what: str, for_job: JobView, reclaimed: Point | None, critical: bool,
     part = f", {gives} of them from this job" if 0 < gives < reclaimed.gpus else ""
     text = (f"{what}: guaranteed job {for_job.id} of tenant {for_job.tenant} reclaims {reclaimed.gpus} x "
             f"{reclaimed.gpu_type} of its quota{part}")
-    return f"{text}; back to the queue from its checkpoint" if what == "preempted" else text
+    back = requeue_text(job) if job is not None else "back to the queue from its checkpoint"
+    return f"{text}; {back}" if what == "preempted" else text
 
 
 def held_at_minimum(best: Point, guaranteed_only: bool) -> str:
