@@ -363,7 +363,7 @@ class Engine:
             return
         prog = self._live.progress.get(job.id)
         if prog is not None and (job.progress is None or prog.iteration != job.progress.iteration):
-            job = job.with_(progress=prog)
+            job = transitions.progressed(job, prog)
             self.store.save_job(job, self.wall())
         if job.state == P.JOB_STATE_STARTING:
             await self._launch(job, only_missing=True)

@@ -119,6 +119,12 @@ def running_reason(job: JobRecord, progress: common_pb2.Progress | None) -> str:
     return NO_PROGRESS
 
 
+def progressed(job: JobRecord, progress: common_pb2.Progress) -> JobRecord:
+    """The record with its latest progress; a job that read NO_PROGRESS reads "training" once its
+    program reports (it kept the no-progress reason for good)."""
+    return job.with_(progress=progress, reason="training" if job.reason == NO_PROGRESS else job.reason)
+
+
 def running(job: JobRecord, world: int, progress: common_pb2.Progress | None) -> Change:
     """`world`: the processes of the attempt (judging.processes): ranks, or per-node launchers."""
     return (job.with_(state=P.JOB_STATE_RUNNING, reason=running_reason(job, progress), progress=progress),

@@ -144,6 +144,13 @@ async def test_a_script_that_reports_nothing_is_running_not_training() -> None:
     await h.heartbeat("a")
     assert h.state(jid) == "RUNNING" and h.job(jid).reason == "running (the program reports no progress)"
     assert h.store.events(jid)[-1].message == "its 1 rank running (attempt 1)"
+    # Once the program reports, the inspection that stores its progress says it trains (the
+    # no-progress reason stayed for good).
+    h.agents.report(jid, h.job(jid).attempt, iteration=3)
+    await h.heartbeat("a")
+    await h.inspect()
+    assert h.job(jid).progress is not None and h.job(jid).progress.iteration == 3
+    assert h.job(jid).reason == "training"
 
 
 async def test_a_rank_killed_after_the_grace_is_said_when_the_job_is_requeued() -> None:
