@@ -121,8 +121,7 @@ class Engine:
         return self._kick.is_set()
 
     async def _save(self, job: JobRecord, events: list[tuple[str, str]]) -> bool:
-        """Store the job and its events; False (nothing stored) when the stored record is terminal or holds
-        a later attempt: the net under the paths that read the job again after their awaits (docs/architecture.md)."""
+        """Store the job and its events; False (nothing stored) over a terminal record or a later attempt."""
         try:
             self.store.save_current(job, self.wall(), events)
         except StaleWrite as e:
@@ -450,7 +449,8 @@ class Engine:
             sick = [r.id for r in self._live.records.values() if not healthy(r.unhealthy_until, self.wall())]
             updates = await asyncio.to_thread(rounds.pending_updates, plan, pending, snap, self.cfg.frenzy, sick,
                                               self.warmer.cold, self.learner.least_need)
-            if updates := [u for u in updates if self.view.changes.of_job(u[0].id) == seen[u[0].id]]:
+            updates = [u for u in updates if self.view.changes.of_job(u[0].id) == seen[u[0].id]]
+            if updates := updates + rounds.kept_notes(plan, snap, self.store.get_job):
                 self.store.save_jobs(updates, self.wall())
                 await self.view.notify()
             self._deferred = []

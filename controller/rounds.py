@@ -25,12 +25,14 @@ from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
 from tessera.controller.core.policies.morphling import MorphlingOptions
 from tessera.controller.core.policy import Policy
+from tessera.controller.core.quotas import UNGUARDED
 from tessera.controller.core.snapshot import (
     Action,
     Decision,
     JobView,
     Objective,
     PendingKind,
+    Priority,
     RoundPlan,
     Snapshot,
 )
@@ -167,6 +169,25 @@ def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Sna
             why += f"; left out as unhealthy (launches failing): {', '.join(unhealthy)}"
         if pending[d.job_id].reason != why:
             out.append(pending_change(pending[d.job_id], why))
+    return out
+
+
+def kept_notes(plan: RoundPlan, snap: Snapshot, get: Callable[[str], JobRecord | None]) -> list[Change]:
+    """The stored reasons of running guaranteed jobs the round keeps, where what it says of them
+    changed: one its tenant's quota no longer covers runs as best-effort (quotas.UNGUARDED), and says
+    so until the quota covers it again. Before, `describe job` read "training" while `get tenants`
+    warned of it (a live audit). `get`: the job as stored now (no await before the save)."""
+    guaranteed = {r.job.id for r in snap.running if r.job.priority is Priority.GUARANTEED}
+    out: list[Change] = []
+    for d in plan.of(Action.KEEP):
+        job = get(d.job_id) if d.job_id in guaranteed else None
+        if job is None or job.state != P.JOB_STATE_RUNNING:
+            continue
+        base = job.reason.split(f"; {UNGUARDED}", 1)[0]
+        note = d.reason[d.reason.find(UNGUARDED):] if UNGUARDED in d.reason else ""
+        reason = f"{base}; {note}" if note else base
+        if reason != job.reason:
+            out.append((job.with_(reason=reason), []))
     return out
 
 

@@ -251,13 +251,18 @@ def _charge(adm: Admission, job: JobView, gpu_type: str, p: Promise, gpus: int) 
     adm.charges[job.id] = Charge(job.id, job.tenant, gpu_type, gpus, Promise(p.gpus, p.cpus, p.plan, gpu_type))
 
 
+# How the reason of a running guaranteed job its tenant's quota no longer covers begins (the engine
+# stores it as the job's reason: controller/rounds.py `kept_notes`).
+UNGUARDED = "running as best-effort: "
+
+
 def unguarded_reason(adm: Admission, job: JobView, gpu_type: str, p: Promise, gpus: int) -> str:
     """Why a running guaranteed job runs as best-effort: its tenant's quota no longer covers it."""
     q, used = adm.quota.get((job.tenant, gpu_type), 0), adm.used.get((job.tenant, gpu_type), 0)
     before = f", {used} of them charged to its guaranteed jobs placed before it" if used else ""
     need = f"its promise ({p.gpus} x {gpu_type})" if gpus == p.gpus else \
         f"its promise's minimum demand ({gpus} x {gpu_type})"
-    return f"running as best-effort: tenant {job.tenant}'s quota ({q} x {gpu_type}{before}) no longer covers {need}"
+    return f"{UNGUARDED}tenant {job.tenant}'s quota ({q} x {gpu_type}{before}) no longer covers {need}"
 
 
 def registered(snap: Snapshot, gpu_type: str) -> int:

@@ -32,3 +32,26 @@ async def test_get_tenants_warns_of_a_guaranteed_job_its_quota_no_longer_covers(
         assert said in (await tenants("admin")).warnings
         assert list((await tenants("bob")).warnings) == []  # not its job
     store.inner.close()
+
+
+async def test_a_running_guaranteed_job_its_quota_no_longer_covers_says_so_in_its_reason(tmp_path: Path) -> None:
+    # describe job read "training" while get tenants warned of it (the engine stored no reason for a
+    # job the round keeps); once the quota covers it again, the note goes.
+    store = Reads(SqliteStore(tmp_path / "state.db"))
+    h = engine_over(tmp_path, store)
+    await h.register("a", "b")
+    g = await h.submit(job("g", "team-a", 2, guaranteed=True))
+    await h.round()
+    await h.heartbeat(*h.nodes_of(g))
+    assert (h.state(g), h.job(g).reason) == ("RUNNING", "training")
+    before = (tmp_path / "tenants.yaml").read_text()
+    (tmp_path / "tenants.yaml").write_text(CUT)
+    h.engine.tenants.request_reload()
+    await h.round()
+    assert h.job(g).reason.startswith("training; running as best-effort: tenant team-a's quota (1 x A10-24GB) "
+                                      "no longer covers its promise"), h.job(g).reason
+    (tmp_path / "tenants.yaml").write_text(before)
+    h.engine.tenants.request_reload()
+    await h.round()
+    assert (h.state(g), h.job(g).reason) == ("RUNNING", "training")
+    store.inner.close()
