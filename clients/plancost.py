@@ -35,7 +35,7 @@ from typing import Any
 
 from tessera.clients import argtypes, output, terminal
 from tessera.clients.formats import FormatError
-from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
+from tessera.common.errors import InvalidArgument, TesseraError
 from tessera.common.gpus import UnknownGpuError, lookup
 from tessera.common.objective import cost_text, deadline_passed, load_prices, parse_duration
 from tessera.common.yamlfile import (
@@ -217,7 +217,7 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
             got: CostPlan | NoFeasiblePlan = solve(model, offers, int(spec.iterations), slo, max_stages=args.max_stages)
         except NoFeasiblePlan as exc:
             if label == args.placement:
-                raise InvalidInput(_no_plan(exc)) from None
+                raise
             got = exc
         except (CostInputError, CellInputError) as exc:
             raise InvalidArgument(exc.field, exc.reason) from None
@@ -249,7 +249,7 @@ def _json(p: Any, solve_s: float) -> dict[str, Any]:
 
     if isinstance(p, NoFeasiblePlan):
         return {"feasible": False, "best_time_s": None if math.isinf(p.best_time_s) else p.best_time_s,
-                "reason": _no_plan(p), "solve_s": round(solve_s, 4)}
+                "reason": p.reason, "solve_s": round(solve_s, 4)}
     return {
         "feasible": True,
         "allocation": {t: n for t, n in p.gpus}, "num_gpus": p.num_gpus, "dp": p.dp,
@@ -260,11 +260,6 @@ def _json(p: Any, solve_s: float) -> dict[str, Any]:
         "price_per_hour": p.price_per_hour, "solve_s": round(solve_s, 4),
         "search": {"explored": p.explored, "placed": p.placed, "pruned": p.pruned},
     }
-
-
-def _no_plan(p: Any) -> str:
-    """A NoFeasiblePlan's reason; one of memory without the cost tree's `slo_s:`, which no SLO helps."""
-    return p.reason if math.isfinite(p.best_time_s) else p.reason.removeprefix("slo_s: ")
 
 
 def _hours(s: float) -> str:
@@ -279,7 +274,7 @@ def _table(job: str, model: str, iterations: int, slo: float, answers: list[tupl
     for label, p, solve_s in answers:
         lines.append("")
         if isinstance(p, NoFeasiblePlan):
-            lines.append(f"{label}: no plan ({output.one_line(_no_plan(p))})")
+            lines.append(f"{label}: no plan ({output.one_line(p.reason)})")
             continue
         gpus = f"{p.num_gpus} GPU{'' if p.num_gpus == 1 else 's'}"
         lines += [(f"{label}: {p.allocation()}  ({gpus}, {p.price_per_hour:g} per hour: the prices file's price "

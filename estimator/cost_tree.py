@@ -379,8 +379,9 @@ def _infeasible(p: _Problem, leaf: Leaf | None,
     fastest, _ = _search(p, "time", math.inf, leaf, only)
     where = f"{len(p.offers)} GPU type(s) within their quotas, at most {p.max_stages} stages"
     if fastest is None:
-        return NoFeasiblePlan(math.inf, f"slo_s: no allocation of {where} holds {p.model.name or 'the model'} "
-                                        "in GPU memory")
+        # No field: no SLO would help (a memory failure read "slo_s: ...", which plan-cost and the
+        # controller each stripped).
+        return NoFeasiblePlan(math.inf, f"no allocation of {where} holds {p.model.name or 'the model'} in GPU memory")
     hp = fastest[2]
     best = p.iterations * hp.iter_time
     return NoFeasiblePlan(best, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "

@@ -301,12 +301,6 @@ def unpriced_reason(unpriced: Sequence[str], priced: Sequence[str]) -> str:
     return why
 
 
-def memory_reason(exc: NoFeasiblePlan) -> str:
-    """The cost tree's reason for a plan that fits in no GPU's memory, without the `slo_s:` it
-    puts before every reason: no SLO would help."""
-    return exc.reason.removeprefix("slo_s: ")
-
-
 def _pending(job: JobView, why: str, kind: PendingKind) -> Decision:
     return Decision(job.id, Action.PENDING, why, pending=kind)
 
@@ -328,7 +322,7 @@ def _infeasible(job: JobView, model: CellModel, snap: Snapshot, prices: Mapping[
         whole = solver(model, offers, iterations, job.slo_s) if offers else None
     except NoFeasiblePlan as exc:
         if not math.isfinite(exc.best_time_s):
-            return _pending(job, f"no plan fits in memory, even on the whole cluster: {memory_reason(exc)}",
+            return _pending(job, f"no plan fits in memory, even on the whole cluster: {exc.reason}",
                             PendingKind.FITS_NOWHERE)
         return _pending(job, f"no plan meets the SLO ({slo} for {iterations:,} iterations) even on the whole "
                              f"cluster: the best any plan reaches is {exc.best_time_s:,.0f} s ({exc.reason})",

@@ -26,7 +26,7 @@ GB = 1000**3
 A100, A10 = "A100-80GB", "A10-24GB"
 TINY = ModelDims(64, 12, 4, 256, 64, "tiny")
 # The cost tree's own words for a model no allocation holds (estimator/cost_tree.py).
-NO_MEMORY = "slo_s: no allocation of 2 GPU type(s) within their quotas, at most 8 stages holds tiny in GPU memory"
+NO_MEMORY = "no allocation of 2 GPU type(s) within their quotas, at most 8 stages holds tiny in GPU memory"
 
 
 @dataclass(frozen=True)
