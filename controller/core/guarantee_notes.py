@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from tessera.controller.core.guarantee_texts import tag
-from tessera.controller.core.quotas import Admission
+from tessera.controller.core.quotas import Admission, registered
 from tessera.controller.core.snapshot import PLACED, Action, Decision, JobView, PendingKind, Snapshot
 
 
@@ -59,8 +59,7 @@ def admitted_note(snap: Snapshot, adm: Admission, job: JobView, d: Decision, t_p
     t, want = c.gpu_type, c.promise.gpus
     n = sum(len(s.gpu_indices) for s in d.slices)
     if job.id not in t_p:  # no estimate of the promise: charged and admitted, not held to a speed
-        have = sum(k for m, _, k in snap.cluster_gpus if m == t) or \
-            sum(1 for node in snap.nodes for g in node.gpus if g.model == t)
+        have = registered(snap, t)
         short = f" (the cluster has {have} registered)" if have < want else ""
         what = (f"below its promise of {want} x {t}{short}" if n < want else f"its promise's {want} x {t}") + \
             ", not held to a speed: no estimate of its promise"

@@ -3,7 +3,7 @@ its victims' and its wait say (`describe job`, docs/tenants.md)."""
 
 from __future__ import annotations
 
-from tessera.controller.core.quotas import Charge
+from tessera.controller.core.quotas import UNGUARDED, Charge
 from tessera.controller.core.snapshot import JobView
 
 # Why a guaranteed job is left short of its promise's GPUs; controller/core/minrun.py looks for it.
@@ -40,10 +40,15 @@ def reclaims(job: JobView, charge: Charge, gives: int, unguarded: str = "") -> s
     gives up less, how much of it comes from this one (a victim of 1 GPU read "reclaims 2 x ...",
     the other being free: a live audit); `unguarded`: why the victim, guaranteed, ran as
     best-effort (quotas.unguarded_reason), so that it does not read as a guarantee broken."""
-    part = f", {gives} of them from this job" if 0 < gives < charge.gpus else ""
-    why = f" ({unguarded.replace('running as best-effort: ', 'it ran as best-effort: ', 1)})" if unguarded else ""
-    return (f"guaranteed job {job.id} of tenant {charge.tenant} reclaims {charge.gpus} x {charge.gpu_type} of its "
-            f"quota{part}{why}")
+    return reclaims_of(job, charge.tenant, charge.gpus, charge.gpu_type, gives, unguarded)
+
+
+def reclaims_of(job: JobView, tenant: str, gpus: int, gpu_type: str, gives: int, unguarded: str = "") -> str:
+    """`reclaims` from the guaranteed job's tenant and need as plain values (morphling's victims
+    know its point, not a Charge)."""
+    part = f", {gives} of them from this job" if 0 < gives < gpus else ""
+    why = f" ({unguarded.replace(UNGUARDED, 'it ran as best-effort: ', 1)})" if unguarded else ""
+    return f"guaranteed job {job.id} of tenant {tenant} reclaims {gpus} x {gpu_type} of its quota{part}{why}"
 
 
 def requeue_text(job: JobView) -> str:

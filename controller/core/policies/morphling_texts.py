@@ -10,7 +10,7 @@ would lose", though no running job could be shrunk at all. Texts only: no decisi
 
 from __future__ import annotations
 
-from tessera.controller.core.guarantee_texts import requeue_text
+from tessera.controller.core.guarantee_texts import reclaims_of, requeue_text
 from tessera.controller.core.policies.morphling_curves import Point
 from tessera.controller.core.snapshot import JobView
 
@@ -33,9 +33,7 @@ def victim(what: str, for_job: JobView, reclaimed: Point | None, critical: bool,
     if what == "moved":  # a guaranteed job with lead, moved off a node a larger one needs whole
         return (f"moved to make room for guaranteed job {for_job.id} of tenant {for_job.tenant} ({reclaimed.gpus} x "
                 f"{reclaimed.gpu_type} within its quota)")
-    part = f", {gives} of them from this job" if 0 < gives < reclaimed.gpus else ""
-    text = (f"{what}: guaranteed job {for_job.id} of tenant {for_job.tenant} reclaims {reclaimed.gpus} x "
-            f"{reclaimed.gpu_type} of its quota{part}")
+    text = f"{what}: {reclaims_of(for_job, for_job.tenant, reclaimed.gpus, reclaimed.gpu_type, gives)}"
     back = requeue_text(job) if job is not None else "back to the queue from its checkpoint"
     return f"{text}; {back}" if what == "preempted" else text
 
