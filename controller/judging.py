@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from tessera.controller.core import launchers
-from tessera.controller.core.attempts import EXIT_UNKNOWN, RankStatus, Verdict
+from tessera.controller.core.attempts import EXIT_UNKNOWN, RankStatus, Verdict, ranks_text
 from tessera.controller.launches import rank_node
 from tessera.controller.registry import LivenessConfig, LiveNode
 from tessera.controller.store import JobRecord
@@ -56,7 +56,7 @@ def processes_text(job: JobRecord, n: int) -> str:
     torchrun job of 2 ranks."""
     name = launcher_name(job)
     if not name:
-        return "its 1 rank" if n == 1 else f"all {n} ranks"
+        return ranks_text(n)
     ranks = world_ranks(job)
     of = f" ({ranks} rank{'s' * (ranks != 1)})"
     unit = "launcher" if name == "launcher" else f"{name} launcher"
@@ -78,7 +78,7 @@ def in_launcher_words(job: JobRecord, text: str, verdict: Verdict) -> str:
     if not launcher_name(job):
         return text
     world = processes(job)
-    said = "its 1 rank" if world == 1 else f"all {world} ranks"
+    said = ranks_text(world)
     if text.startswith(said):
         return processes_text(job, world) + text[len(said):]
     if verdict.rank >= 0 and text.startswith(rank := f"rank {verdict.rank}:"):

@@ -54,6 +54,12 @@ def killed_after_grace(reason: str) -> str:
     return ""
 
 
+def ranks_text(n: int) -> str:
+    """"its 1 rank", "all 4 ranks": how a verdict counts an attempt's processes (controller/judging.py
+    words them as launchers where a per-node launcher starts the ranks)."""
+    return "its 1 rank" if n == 1 else f"all {n} ranks"
+
+
 def describe_exit(code: int) -> str:
     if code == EXIT_UNKNOWN:
         return "exit status unknown (worker ended while its agent was down)"
@@ -104,7 +110,7 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
     if len(ranks) == world_size and all(not r.running for r in ranks.values()):
         r0 = ranks.get(0)
         if not stop_requested and r0 is not None and r0.exit_code == 0 and r0.iteration >= iterations:
-            who = "its 1 rank" if world_size == 1 else f"all {world_size} ranks"
+            who = ranks_text(world_size)
             # A job that counts no iterations and reported none (an opaque script): no count to give.
             after = f" after {r0.iteration} iteration{'' if r0.iteration == 1 else 's'}" if r0.iteration > 0 else ""
             return Verdict("succeeded", f"{who} exited 0{after}")
