@@ -54,7 +54,7 @@ from tessera.controller.launches import launch_requests, placed_on, rank_node, r
 from tessera.controller.learning import StepLearner
 from tessera.controller.registry import LiveNode, attempt_floor, replace_workers, requeue_after
 from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
-from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store, moved_on
+from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store, still
 from tessera.controller.tenants import TenantsSource
 from tessera.controller.view import AttemptClock, LiveState, LiveView, Move
 from tessera.v1 import agent_pb2, common_pb2
@@ -267,8 +267,8 @@ class Engine:
             self.kick()
         elif step == "failed":
             last = await last_log_line(self.agents, self._live.nodes, self.epoch, job, verdict.rank)
-            now = self.store.get_job(job.id)  # the log call awaited an agent: a cancel may have come
-            if moved_on(now, job):
+            now = still(self.store.get_job(job.id), job)  # the log call awaited an agent: a cancel may have come
+            if now is None:
                 return  # the next report judges the job as it is now
             said = last.split("]: ", 1)[-1] if last.startswith("tessera-keeper[") else last  # said already?
             await self._attempt_failed(now, f"{why}; last log line: {last}" if last and said not in why else why)
@@ -548,8 +548,7 @@ class Engine:
         crash_point("migrate.checkpoint_requested")
 
     async def _launch(self, job: JobRecord, only_missing: bool = False, deferred: bool = False) -> None:
-        now = self.store.get_job(job.id) if deferred else job  # a round's: it may have moved on meanwhile
-        if moved_on(now, job):
+        if deferred and still(self.store.get_job(job.id), job) is None:  # a round's: it may have moved on meanwhile
             return
         try:
             requests = launch_requests(job, self.epoch, self.cfg.checkpoint_root, self.cfg.rendezvous_key)
@@ -588,7 +587,7 @@ class Engine:
         """Requeue with a backoff (no PLACED -> LAUNCH_FAILED loop), count it against the node unless
         told otherwise, stop whatever ranks did start; nothing when a concurrent launch of the attempt
         (the round's, the inspection's re-send) failed it first (the node was blamed twice)."""
-        if moved_on(self.store.get_job(job.id), job):
+        if still(self.store.get_job(job.id), job) is None:
             return
         if blame_node:
             self._node_launched(node_id, ok=False)

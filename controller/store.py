@@ -58,10 +58,11 @@ def is_stale(job: JobRecord, stored_state: int, stored_attempt: int) -> bool:
     return (stored_state in TERMINAL and job.state != stored_state) or job.attempt < stored_attempt
 
 
-def moved_on(stored: JobRecord | None, job: JobRecord) -> bool:
-    """Whether the job as stored is no longer in `job`'s state and attempt: a path that awaited
-    since it read `job` (an agent call, a concurrent launch) leaves it to whoever moved it."""
-    return stored is None or (stored.state, stored.attempt) != (job.state, job.attempt)
+def still(stored: JobRecord | None, job: JobRecord) -> JobRecord | None:
+    """The job as stored while it is still in `job`'s state and attempt, else None: a path that
+    awaited since it read `job` (an agent call, a concurrent launch) leaves it to whoever moved it."""
+    same = stored is not None and (stored.state, stored.attempt) == (job.state, job.attempt)
+    return stored if same else None
 
 
 @dataclass(frozen=True)
