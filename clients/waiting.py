@@ -217,24 +217,13 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     # A worker's bytes reach a terminal only as text and colours (terminal.terminal_safe); a pipe or
     # a file gets them as they are, as does --raw.
     raw = args.raw or not out.isatty()
-    check = logcut.TailCheck(args.tail, args.follow)  # tails cut at the controller's 4 MiB: said on stderr
-    try:
-        _print_logs(client, args, out, stream, raw, check)
-    except RpcError:  # a log not read: the ones read were printed, and said if cut
-        _say_cuts(client, args.id, check, check.open_tails())
-        raise
-    _say_cuts(client, args.id, check, check.open_tails())
-    return 0
-
-
-def _print_logs(client: Client, args: argparse.Namespace, out: TextIO, stream: Iterator[controller_pb2.LogLines],
-                raw: bool, check: logcut.TailCheck) -> None:
+    count = logcut.TailCount(args.tail)  # tails cut at the controller's 4 MiB: said on stderr
     attempt = 0
     for msg in stream:
         if msg.attempt != attempt and attempt:
             print(f"tessctl: attempt {msg.attempt} started", file=sys.stderr)
         attempt = msg.attempt
-        ended = check.add(msg)
+        notice = count.add(msg)
         for line in msg.lines:
             if args.output == "json":
                 rec = {"rank": msg.rank, "attempt": msg.attempt, "node_id": msg.node_id,
@@ -246,13 +235,9 @@ def _print_logs(client: Client, args: argparse.Namespace, out: TextIO, stream: I
                 text = (b"" if line.startswith(prefix) else prefix) + line
                 terminal.write_bytes(out, (text if raw else terminal.terminal_safe(text)) + b"\n")
         out.flush()
-        _say_cuts(client, args.id, check, [ended] if ended is not None else [])
-
-
-def _say_cuts(client: Client, job_id: str, check: logcut.TailCheck, tails: list[logcut.Tail]) -> None:
-    for t in tails:
-        if line := logcut.notice(client, job_id, check, t):
-            print(line, file=sys.stderr, flush=True)
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
+    return 0
 
 
 def watch_list(client: Client, states: list[int], tenant: str, render: Callable[..., None]) -> int:

@@ -3,7 +3,8 @@
 The controller reads each rank's log with the agent's ReadLog (the only peer that may: agents
 answer the controller's certificate only) and streams lines to the client:
 - the tail: the last N lines, never starting mid-line: the read grows (64 KiB, 512 KiB, 4 MiB)
-  until it holds N whole lines or reaches the log's start; a cut first line is dropped;
+  until it holds N whole lines or reaches the log's start; a cut first line is dropped; a tail
+  that lacks earlier lines it asked for says so on its last message (LogLines.cut, with the path);
 - follow: reads from the byte after the last one read (ReadLog's offset), so nothing is read or
   sent twice; a line still being written waits for its newline; a log the agent's cap cut (it
   shrank) is tailed again, after a line that says so; a new attempt of the job is
@@ -63,6 +64,7 @@ class _Cursor:
     partial: bytes = b""
     read: bool = False  # a ReadLog of it answered: the log is there
     gap: Gap | None = None  # why the last read got nothing
+    cut: str = ""  # the agent's path of a log whose tail lacks earlier lines it asked for
 
 
 def check_request(req: controller_pb2.StreamJobLogsRequest) -> None:
@@ -150,6 +152,7 @@ class LogStream:
                 break
         assert resp is not None
         c.offset = resp.offset + len(resp.data)
+        c.cut = (resp.path or "?") if resp.offset > 0 and (not n or len(lines) < n) else ""
         return lines[-n:] if n else lines
 
     async def _follow(self, job: JobRecord, attempt: int, c: _Cursor) -> list[bytes]:
@@ -232,7 +235,12 @@ class LogStream:
             lines = await self._tail(job, attempt, c, req.tail_lines)
             if not req.follow and c.partial:
                 lines.append(c.partial)  # the log as it is now, its last line unfinished
-            for msg in batches(c.rank, attempt, c.node_id, lines):
+            msgs = batches(c.rank, attempt, c.node_id, lines)
+            if c.cut:  # said after the tail's lines, where a reader sees it
+                if not msgs:
+                    msgs = [controller_pb2.LogLines(rank=c.rank, attempt=attempt, node_id=c.node_id)]
+                msgs[-1].cut, msgs[-1].path = True, c.cut
+            for msg in msgs:
                 yield msg
         if not req.follow:
             self._all_read(job.id, attempt, cursors)

@@ -274,16 +274,20 @@ class StreamJobLogsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., all_ranks: _Optional[bool] = ..., attempt: _Optional[int] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class LogLines(_message.Message):
-    __slots__ = ("rank", "attempt", "node_id", "lines")
+    __slots__ = ("rank", "attempt", "node_id", "lines", "cut", "path")
     RANK_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LINES_FIELD_NUMBER: _ClassVar[int]
+    CUT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     rank: int
     attempt: int
     node_id: str
     lines: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, rank: _Optional[int] = ..., attempt: _Optional[int] = ..., node_id: _Optional[str] = ..., lines: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    cut: bool
+    path: str
+    def __init__(self, rank: _Optional[int] = ..., attempt: _Optional[int] = ..., node_id: _Optional[str] = ..., lines: _Optional[_Iterable[bytes]] = ..., cut: _Optional[bool] = ..., path: _Optional[str] = ...) -> None: ...
 
 class Forecast(_message.Message):
     __slots__ = ("start_time", "end_time", "start_low", "start_high", "end_low", "end_high", "note", "made_at")
