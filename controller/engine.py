@@ -277,7 +277,7 @@ class Engine:
         elif step == "relaunch":
             assert move is not None
             crash_point("migrate.old_stopped")
-            await self._relaunch(job, move)
+            await self._relaunch(job, move, why)
         elif step == "requeue":
             await self._requeue(job, why, "STOPPED")
         elif step == "retry":
@@ -286,20 +286,21 @@ class Engine:
             await self._save(*transitions.failed(job, why, prog, self.wall()))
             self.kick()
 
-    async def _relaunch(self, job: JobRecord, move: Move) -> None:
-        """A migration's old attempt has stopped: start the new one on the round's target if it is
-        free; wait while jobs checkpointing to stop hold it (policies place on such GPUs); else requeue."""
+    async def _relaunch(self, job: JobRecord, move: Move, killed: str) -> None:
+        """A migration's old attempt has stopped (`killed`: "; ..." of ranks SIGKILLed after the grace):
+        start the new one on the round's target if it is free; wait while jobs checkpointing to stop
+        hold it (policies place on such GPUs); else requeue."""
         d = move.decision
         stopped_in = self.mono() - move.requested
         if d.plan is not None and self.view.target_free(job.id, d.slices, self.wall()):
             await self._start_attempt(job.with_(restarts=job.restarts + 1), d.plan, d.slices,
-                                      f"{d.reason} (attempt {job.attempt} stopped in {stopped_in:.1f}s)", "MIGRATED",
+                                      f"{d.reason} (attempt {job.attempt} stopped in {stopped_in:.1f}s{killed})", "MIGRATED",
                                       migration_started=move.requested)
             metrics.MIGRATIONS.inc()
         elif d.plan is not None and self.view.stopping_on(job.id, d.slices):
             self._live.moves[job.id] = move  # tried again at the job's next report, as a start waits
         else:
-            await self._requeue(job, f"migration target no longer free after {stopped_in:.1f}s", "STOPPED")
+            await self._requeue(job, f"migration target no longer free after {stopped_in:.1f}s{killed}", "STOPPED")
 
     async def _attempt_failed(self, job: JobRecord, reason: str) -> None:
         """Retry within max_retries, else fail the job; then stop what is left of the attempt."""

@@ -143,9 +143,10 @@ def silent_peer(job: JobRecord, nodes: Mapping[str, LiveNode], verdict: Verdict,
 
 
 def settle(job: JobRecord, verdict: Verdict, move_pending: bool, silent: str = "") -> tuple[Step, str]:
-    """The engine's next step for an active job and the reason to record. `move_pending`: a round's
-    migration of this job is waiting for its old attempt to stop; `silent`: a node of the job that
-    missed a heartbeat (`silent_peer`), under which a failure is not judged yet."""
+    """The engine's next step for an active job and the reason to record (for "relaunch", what the
+    stop killed, or ""). `move_pending`: a round's migration of this job is waiting for its old
+    attempt to stop; `silent`: a node of the job that missed a heartbeat (`silent_peer`), under which
+    a failure is not judged yet."""
     kind = verdict.kind
     if kind == "failed" and silent:
         return "wait", ""
@@ -159,12 +160,12 @@ def settle(job: JobRecord, verdict: Verdict, move_pending: bool, silent: str = "
         return "interrupted", f"attempt {job.attempt} interrupted: {in_launcher_words(job, verdict.reason, verdict)}"
     if kind != "stopped":
         return "wait", ""
+    # What the stop did to a program that ignored its SIGTERM (the agent's account), said here:
+    # before, only the agent's own log said it.
+    killed = f"; {killed_text(job, verdict.killed)}" if verdict.killed else ""
     if move_pending and job.state == P.JOB_STATE_MIGRATING:
-        return "relaunch", ""
+        return "relaunch", killed
     if job.state == P.JOB_STATE_MIGRATING or job.stop_requested:
-        # What the stop did to a program that ignored its SIGTERM (the agent's account), said here:
-        # before, only the agent's own log said it.
-        killed = f"; {killed_text(job, verdict.killed)}" if verdict.killed else ""
         return "requeue", (job.reason or "stopped for migration") + killed
     if job.retries < job.spec.max_retries:
         return "retry", f"attempt {job.attempt} exited 0 before iteration {job.spec.iterations}"

@@ -6,9 +6,10 @@ said in the STOPPED event. Each test fails on the code before."""
 
 from __future__ import annotations
 
+from tessera.controller.core.snapshot import Slice
 from tessera.controller.failure_line import failure_line
 from tessera.v1 import common_pb2 as P
-from tests.unit.test_engine import Harness
+from tests.unit.test_engine import Harness, ScriptedMoves
 
 # `python -m torch.distributed.run --nnodes=1 --node-rank=0 --nproc-per-node=2 ... crash.py` with torch
 # 2.13.0+cpu, where crash.py's rank 1 raises after init_process_group("gloo") and rank 0 waits in a
@@ -189,3 +190,27 @@ async def test_an_older_agents_words_for_the_kill_are_said_too() -> None:
     assert h.store.events(jid)[-1].message == (
         "node a is draining: maintenance; node rank 0 (torchrun on a) did not exit within the grace period after "
         "SIGTERM, killed by SIGKILL")
+
+
+async def test_a_rank_killed_after_the_grace_is_said_when_the_job_migrates() -> None:
+    """A move's MIGRATED read `... (attempt 1 stopped in 12.0s)` only: that the old attempt was
+    SIGKILLed (so its checkpoint may be older than its last step) was in the agent's log alone."""
+    h = Harness(scripted=True)
+    await h.register("a", "b")
+    jid = await h.submit(script("deaf-mover"))
+    await h.round()
+    await h.heartbeat("a", "b")
+    h.agents.report(jid, 1, iteration=20)
+    assert isinstance(h.policy, ScriptedMoves)
+    h.policy.move[jid] = (Slice("b", (2,)),)
+    await h.round()
+    assert h.state(jid) == "MIGRATING"
+    h.agents.stop_exit_code = -9
+    for _, w in h.agents.workers(jid, 1):
+        w.reason = ("stopped by controller (migrate); did not exit within the 10 s grace after SIGTERM, "
+                    "killed by SIGKILL")
+    h.clock.advance(12)
+    await h.heartbeat("a")
+    assert h.state(jid) == "STARTING" and h.kinds(jid)[-1] == "MIGRATED"
+    assert h.job(jid).reason.endswith(
+        "(attempt 1 stopped in 12.0s; rank 0 did not exit within the 10 s grace after SIGTERM, killed by SIGKILL)")
