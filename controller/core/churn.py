@@ -267,7 +267,9 @@ def after_round(ledger: Ledger, plan: RoundPlan, snap: Snapshot, notes: Mapping[
     none of them started on GPUs taken from a running job (`hold_back`)."""
     if not snap.tenants or not ledger.cfg.enabled:
         return plan
-    plan = hold_back(plan, snap, notes)
+    growing = {r.job.id for r in snap.running
+               if r.job.id in ledger.demoted and ledger.cooling(r.job.tenant, snap.now) is not None}
+    plan = hold_back(plan, snap, notes, growing)
     tenants = {t.name: t for t in snap.tenants}
     views = {j.id: j for j in snap.pending}
     freed = freed_gpus(plan, {r.job.id: r for r in snap.running})
@@ -286,23 +288,33 @@ def after_round(ledger: Ledger, plan: RoundPlan, snap: Snapshot, notes: Mapping[
     return dataclasses.replace(plan, decisions=decisions)
 
 
-def hold_back(plan: RoundPlan, snap: Snapshot, demoted: Collection[str]) -> RoundPlan:
+def hold_back(plan: RoundPlan, snap: Snapshot, demoted: Collection[str], growing: Collection[str] = ()) -> RoundPlan:
     """The plan without the starts of `demoted` jobs (a cooling tenant's pending guaranteed jobs,
     shown to the policy as best-effort) on GPUs the round takes from running jobs: such a job
     preempts, shrinks or moves nobody (docs/tenants.md, "Churn guard"). Shown as best-effort, a
     policy may make room for it as for any best-effort job (a live audit: crius shrank another
     tenant's job for it at once, morphling for its slope), so each such start waits instead, and
     a job stopped or migrated for it keeps its GPUs (KEEP) unless the plan places another job on
-    some of them. After the policy, whatever it is: the policies need not know the guard."""
+    some of them. So too a move (a growth) of a `growing` job (one of those started so, still
+    running while its tenant cools off) onto such GPUs: it keeps its own, unless the plan places
+    another job on them. After the policy, whatever it is: the policies need not know the guard."""
     running = {r.job.id: r for r in snap.running}
     lost = _taken_from(plan, running)
     held = {d.job_id: _gpus(d.slices) & lost.keys() for d in plan.starts() if d.job_id in demoted}
     held = {j: g for j, g in held.items() if g}
+    placed = [(d.job_id, _gpus(d.slices)) for d in plan.decisions if d.action in PLACED and d.job_id not in held]
+    for d in plan.decisions:
+        r = running.get(d.job_id)
+        if d.job_id in growing and d.action is Action.MIGRATE and r is not None:
+            onto, own = (_gpus(d.slices) - _gpus(r.slices)) & lost.keys(), _gpus(r.slices)
+            if onto and not any(own & g for j, g in placed if j != d.job_id):
+                held[d.job_id] = onto
     if not held:
         return plan
     taken = set().union(*held.values())
-    # The GPUs of each decision that stays: a victim another job lands on stays a victim.
-    stays = {d.job_id: _gpus(d.slices) for d in plan.decisions if d.action in PLACED and d.job_id not in held}
+    # The GPUs of each decision that stays (a grower held keeps its own): a victim another job lands
+    # on stays a victim.
+    stays = {j: _gpus(running[j].slices) if j in held else g for j, g in placed}
     by = plan.policy or "the policy"
     out = []
     for d in plan.decisions:
@@ -310,6 +322,12 @@ def hold_back(plan: RoundPlan, snap: Snapshot, demoted: Collection[str]) -> Roun
         if d.job_id in held:
             how = " and ".join(f"{verb} {job}" for job, verb in sorted({lost[g] for g in held[d.job_id]}))
             what = f" on {d.cell}" if d.cell is not None else ""
+            if r is not None:
+                went = "grown" if len(_gpus(d.slices)) > len(_gpus(r.slices)) else "moved"
+                out.append(Decision(r.job.id, Action.KEEP, f"{by}: running in {r.cell}; it would have {went} to "
+                                    f"{d.cell or 'other GPUs'} by {how}, but while its tenant cools off it grows and "
+                                    "moves onto free GPUs only", r.plan, r.slices, r.cell, opportunistic=r.opportunistic))
+                continue
             out.append(Decision(d.job_id, Action.PENDING, f"waiting: {by} would have started it{what} by {how}, but "
                                 "while its tenant cools off it starts on free GPUs only", pending=PendingKind.NO_ROOM_NOW))
         elif (r is not None and d.action in (Action.STOP, Action.MIGRATE) and _gpus(r.slices) & taken

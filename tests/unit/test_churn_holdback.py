@@ -117,3 +117,41 @@ def test_a_start_on_free_gpus_goes_ahead_and_says_so() -> None:
     assert out.decisions[0].reason.endswith("(churn guard); started as best-effort on free GPUs: crius: Cell 2 x X on node n1")
     assert ledger.demoted == {"g"}
     assert dataclasses.replace(out, decisions=plan.decisions) == plan
+
+
+def test_a_running_job_started_while_cooling_grows_onto_free_gpus_only() -> None:
+    """A cooling tenant's job that started as best-effort on free GPUs could then grow by shrinking
+    another tenant's job the next round: the guard held back only starts."""
+    ledger = cooling()
+    ledger.demoted.add("g")
+    runs = {"g": RunningView(job("g", "A", False, gpus=1), Cell("X", 1), on("n1", 0)),
+            "b": RunningView(job("b", "B", False), Cell("X", 2), on("n1", 1, 2)),
+            "h": RunningView(job("h", "A", False, gpus=1), Cell("X", 1), on("n2", 0))}
+    snap = Snapshot((), (), now=100.0, running=tuple(runs.values()), tenants=TENANTS)
+    plan = RoundPlan((
+        Decision("b", Action.MIGRATE, "halved", slices=on("n1", 1), cell=Cell("X", 1)),
+        Decision("g", Action.MIGRATE, "grown", slices=on("n1", 0, 2), cell=Cell("X", 2)),
+        Decision("h", Action.MIGRATE, "grown", slices=on("n2", 0, 1), cell=Cell("X", 2))), policy="morphling")
+    out = {d.job_id: d for d in after_round(ledger, plan, snap, {}).decisions}
+    assert (out["g"].action, out["g"].slices, out["g"].cell) == (Action.KEEP, runs["g"].slices, Cell("X", 1))
+    assert out["g"].reason == ("morphling: running in 1 x X; it would have grown to 2 x X by shrinking b, but while "
+                               "its tenant cools off it grows and moves onto free GPUs only")
+    assert (out["b"].action, out["b"].slices) == (Action.KEEP, runs["b"].slices)
+    assert out["h"] == plan.decisions[2]  # not started while cooling; onto a free GPU anyway
+    # Once the tenant has cooled off, it is best-effort work as any other.
+    later = dataclasses.replace(snap, now=4_000.0)
+    assert after_round(ledger, plan, later, {}) == plan
+
+
+def test_a_held_grower_whose_gpus_another_job_takes_is_not_held() -> None:
+    """Keeping it would place two jobs on one GPU: the plan goes ahead as decided."""
+    ledger = cooling()
+    ledger.demoted.add("g")
+    runs = (RunningView(job("g", "A", False, gpus=1), Cell("X", 1), on("n1", 0)),
+            RunningView(job("b", "B", False), Cell("X", 2), on("n1", 1, 2)))
+    snap = Snapshot((), (job("x", "B", False, gpus=1),), now=100.0, running=runs, tenants=TENANTS)
+    plan = RoundPlan((
+        Decision("b", Action.MIGRATE, "halved", slices=on("n1", 1), cell=Cell("X", 1)),
+        Decision("g", Action.MIGRATE, "moved", slices=on("n1", 2), cell=Cell("X", 1)),
+        Decision("x", Action.START, "fcfs", slices=on("n1", 0), cell=Cell("X", 1))), policy="fcfs")
+    assert after_round(ledger, plan, snap, {}) == plan
