@@ -22,6 +22,7 @@ from typing import Any, TextIO, cast
 
 import yaml
 
+from tessera.clients.argtypes import UsageError
 from tessera.common.errors import InvalidInput
 
 BASIC = ("table", "wide", "json")
@@ -32,6 +33,12 @@ CHOICES = "table, wide, json, yaml, name, jsonpath=TEMPLATE"
 
 class FormatError(InvalidInput):
     """A document this format cannot show (`-o name` of a whoami), or a JSONPath that selects nothing."""
+
+
+class NoNames(FormatError, UsageError):
+    """`-o name` for a command whose output names no job or node: a bad option value, so a usage
+    error (exit 2, docs/cli.md), as `completion` and `simulate` refuse an -o; a JSONPath that
+    selects nothing in what came back stays exit 1."""
 
 
 def output_format(text: str) -> str:
@@ -105,7 +112,7 @@ def _names(value: Any) -> Iterator[str]:
         if "node_id" in value and "removed" in value:
             yield f"node/{value['node_id']}"
             return
-    raise FormatError("-o name: this command's output names no job or node (use -o json or yaml)")
+    raise NoNames("-o name: this command's output names no job or node (use -o json or yaml)")
 
 
 # -- JSONPath ---------------------------------------------------------------------------------------

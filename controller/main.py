@@ -20,6 +20,7 @@ from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
 from tessera.common.hooks import Hooks
 from tessera.common.netaddr import is_loopback
 from tessera.common.objective import load_prices
+from tessera.common.passable import NotPassable, open_for_workers
 from tessera.common.privatefile import key_file, make_dir
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
@@ -340,6 +341,16 @@ def engine_config(args: argparse.Namespace, ckpt: Path) -> EngineConfig:
                                 rounds_at_departures=True) if args.forecast_rounds > 0 else None)
 
 
+def open_checkpoint_path(state: Path, ckpt: Path) -> None:
+    """Make the folders from the state dir down to the checkpoint root below it passable by the
+    workers' users: a state dir made by hand 0700 (or restored so) failed every attempt of every
+    job with "Permission denied" on its checkpoint folder. NotPassable for one the controller does
+    not own and others cannot pass: main() says it and exits 2."""
+    for w in open_for_workers(state, ckpt):
+        log.warning("folder_made_passable", path=str(w.path), old_mode=f"{w.old:04o}", new_mode=f"{w.new:04o}",
+                    detail="the checkpoint root is below it: the workers' users must pass it (not list it)")
+
+
 def controller_server(args: argparse.Namespace, auth: Authenticator, registrations: list[tuple[Any, Any]],
                       hooks: Hooks) -> tuple[rpc.ServerGroup, int, int]:
     """Two servers with the same services: --listen (TLS without client certificates: users carry
@@ -364,9 +375,12 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     ckpt = Path(args.checkpoint_root or state / "checkpoints").resolve()
     # Its files are 0600 whatever the umask; the folder 0700, or 0711 (passable, not listable) when
     # the checkpoint root is below it, as by default: the workers' users reach their job's folder there.
-    make_dir(state, 0o711 if ckpt.is_relative_to(state.resolve()) else 0o700)
+    below = ckpt.is_relative_to(state.resolve())
+    make_dir(state, 0o711 if below else 0o700)
+    if below:  # before making anything in a folder that would refuse the start
+        open_checkpoint_path(state.resolve(), ckpt)
     # Passable by the workers' users but not listable: a job id is private to its tenant. One already
-    # there is the operator's, as they made it.
+    # there is the operator's, as they made it (below the state dir: made passable just above).
     make_dir(ckpt, 0o711)
     cfg = engine_config(args, ckpt)
     if args.store == "etcd":
@@ -455,7 +469,11 @@ def main(argv: list[str] | None = None) -> None:
     except (TesseraError, OSError) as exc:  # a missing or malformed tokens file: one line, exit 1
         print(f"tessera-controller: error: {exc}", file=sys.stderr)
         sys.exit(1)
-    daemon.run("tessera-controller", args.log_level, lambda: serve(args, auth))
+    try:
+        daemon.run("tessera-controller", args.log_level, lambda: serve(args, auth))
+    except NotPassable as exc:  # a folder to fix before any job can keep a checkpoint: as a bad flag
+        print(f"tessera-controller: error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from tessera.nodeagent.errors import FailedPrecondition, InvalidArgument, NotFou
 
 DEFAULT_LOG_TAIL = 64 * 1024
 MAX_LOG_TAIL = 4 * 1024 * 1024
+LOG_MODE = 0o644
 # Read-write: the keeper cuts a log past its cap in place, through this descriptor (logcap.py).
 _APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -30,10 +31,20 @@ def open_for_append(path: Path) -> int:
     link to a file of the agent's (the worker secret) would have the agent write into it.
 
     0644, not 0600: it holds the worker's own output, which the worker's user may read back; the
-    attempt folder above it (0700, that user's) keeps every other user out."""
-    fd = os.open(path, _APPEND | os.O_NONBLOCK, 0o644)
+    attempt folder above it (0700, that user's) keeps every other user out. 0644 whatever the
+    umask: O_CREAT's mode is masked by it, and the agent unit's UMask=0027 made logs 0640 root:root
+    that the worker's user could not read. Only a log made here is changed: a file already there may
+    be one of the agent's that the worker renamed into the log's place."""
+    try:
+        fd = os.open(path, _APPEND | os.O_EXCL | os.O_NONBLOCK, LOG_MODE)
+        made = True
+    except FileExistsError:
+        fd = os.open(path, (_APPEND & ~os.O_CREAT) | os.O_NONBLOCK)
+        made = False
     try:
         _plain_file(fd, path)
+        if made:
+            os.fchmod(fd, LOG_MODE)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

@@ -138,6 +138,15 @@ def test_controller_and_estimator_are_sandboxed() -> None:
     assert "--state-dir /var/lib/tessera/controller" in _directives("tessera-controller")["ExecStart"][0]
 
 
+def test_only_the_agent_goes_without_protect_clock_and_says_why() -> None:
+    for name in ("tessera-controller", "tessera-estimator"):  # no GPU there: the device rule costs nothing
+        assert _directives(name)["ProtectClock"] == ["yes"], name
+    text = (UNITS_DIR / "tessera-agent.service").read_text()
+    assert "No ProtectClock" in text and "systemd/systemd#25075" in text
+    agent_section = (UNITS_DIR.parents[1] / "docs" / "systemd.md").read_text().partition("## The agent")[2]
+    assert "**no** `ProtectClock`" in agent_section and "`ProtectClock=yes`" not in agent_section
+
+
 def test_the_controller_unit_requires_its_tokens_and_reloads_on_sighup() -> None:
     """An operator audit: the stock unit ran without --tokens, so every caller on the controller's
     host (a training worker of a node with an agent included) was an anonymous admin."""
@@ -150,8 +159,10 @@ def test_the_controller_unit_requires_its_tokens_and_reloads_on_sighup() -> None
 def test_agent_keeps_gpus_and_workers() -> None:
     d = _directives("tessera-agent")
     assert d["KillMode"] == ["process"]  # workers survive an agent restart and are re-adopted
-    for key in ("PrivateDevices", "DevicePolicy", "DeviceAllow", "RestrictAddressFamilies", "PrivateTmp",
-                "DynamicUser", "MemoryDenyWriteExecute"):
+    # ProtectClock implies DeviceAllow=char-rtc r, which (DevicePolicy=auto) limits the device cgroup
+    # to the listed devices on systemd without systemd/systemd#25075: /dev/nvidia* hidden (an audit).
+    for key in ("PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock", "RestrictAddressFamilies",
+                "PrivateTmp", "DynamicUser", "MemoryDenyWriteExecute"):
         assert key not in d, f"{key} would break GPU workers"
     exec_start = d["ExecStart"][0]
     assert ("--controller ${TESSERA_CONTROLLER} --node-id ${TESSERA_NODE_ID} --tls-dir ${TESSERA_TLS_DIR} "
