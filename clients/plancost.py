@@ -167,7 +167,7 @@ def cmd_plan_cost(client: Any, args: argparse.Namespace, out: Any) -> int:
     try:
         return _plan_cost(args, out)
     except FormatError:
-        raise  # -o jsonpath selecting nothing, -o name: exit 1 as for every command (docs/cli.md)
+        raise  # -o jsonpath selecting nothing (exit 1), -o name (a usage error, exit 2): as for every command (docs/cli.md)
     except (TesseraError, OSError) as exc:
         text = str(exc) if isinstance(exc, TesseraError) else f"cannot read {exc.filename}: {exc.strerror or exc}"
         print(f"tessctl: error: {output.one_line(text)}", file=sys.stderr)
