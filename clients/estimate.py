@@ -38,7 +38,7 @@ from tessera.common.rpc import check_address, sync_channel
 from tessera.common.tls import TlsConfig
 from tessera.common.yamlfile import parse_with_lines, read_yaml
 from tessera.estimator.clusterfile import ClusterFileError, catalog_gpu, parse_node_groups, parse_pools
-from tessera.estimator.convert import execution_plan, merged_plan, model_spec
+from tessera.estimator.convert import PlanOverride, execution_plan, model_spec
 from tessera.v1 import common_pb2, estimator_pb2, estimator_pb2_grpc
 
 MODES = {"formula": estimator_pb2.MEMORY_MODE_FORMULA, "marp": estimator_pb2.MEMORY_MODE_MARP,
@@ -62,8 +62,9 @@ class EstimatorUnreachable(RpcError):
 # -- arguments --------------------------------------------------------------------------------------
 
 
-def plan_arg(text: str) -> common_pb2.ExecutionPlan:
-    """argparse type of --plan: ``dp=2,tp=2,pp=1,micro_batch=4,sharding=zero2,...``."""
+def plan_arg(text: str) -> PlanOverride:
+    """argparse type of --plan: ``dp=2,tp=2,pp=1,micro_batch=4,sharding=zero2,...``, with the keys it
+    writes, so ``lora_rank=0`` or ``compile=false`` overrides the job file's plan (merged_plan)."""
     pairs: dict[str, str] = {}
     for part in text.split(","):
         if not part.strip():
@@ -77,7 +78,7 @@ def plan_arg(text: str) -> common_pb2.ExecutionPlan:
     from tessera.clients.jobfile import checked_plan_fields
 
     try:
-        return checked_plan_fields(pairs)
+        return PlanOverride(checked_plan_fields(pairs), frozenset(pairs))
     except ValueError as exc:  # PlanInputError "plan.KEY: why"; anything else must not be argparse's bare
         raise argparse.ArgumentTypeError(str(exc)) from None  # "invalid plan_arg value"
 
@@ -262,12 +263,12 @@ def _ask(args: argparse.Namespace, method: str, request: Message) -> Any:
 # -- requests ---------------------------------------------------------------------------------------
 
 
-def memory_request(spec: common_pb2.JobSpec, gpu: str, plan: common_pb2.ExecutionPlan | None, mode: str,
+def memory_request(spec: common_pb2.JobSpec, gpu: str, plan: PlanOverride | None, mode: str,
                    gpus: int | None) -> estimator_pb2.EstimateMemoryRequest:
     """The EstimateMemory request of a job file and the command's flags."""
     base = spec.plan if spec.HasField("plan") else common_pb2.ExecutionPlan()
     return estimator_pb2.EstimateMemoryRequest(
-        model=spec.model, plan=merged_plan(base, plan) if plan is not None else base, gpu=gpu, mode=MODES[mode],
+        model=spec.model, plan=plan.on(base) if plan is not None else base, gpu=gpu, mode=MODES[mode],
         num_gpus=spec.hint.gpus if gpus is None else gpus, global_batch_size=spec.global_batch_size)
 
 

@@ -22,7 +22,7 @@ from tessera.clients.estimate import (
     answer,
     plan_arg,
 )
-from tessera.estimator.convert import merged_plan
+from tessera.estimator.convert import PlanOverride
 from tessera.v1 import common_pb2, estimator_pb2
 
 
@@ -43,13 +43,13 @@ def add_time_command(sub: Any, command: Any) -> None:
     _estimator_option(p)
 
 
-def time_request(spec: common_pb2.JobSpec, gpu: str, plan: common_pb2.ExecutionPlan | None, gpus: int | None,
+def time_request(spec: common_pb2.JobSpec, gpu: str, plan: PlanOverride | None, gpus: int | None,
                  gpus_per_node: int = 0) -> estimator_pb2.EstimateTimeRequest:
     """The EstimateTime request of a job file and the command's flags: the job file's `plan:` (its
     recipe) with `--plan` on top, as for `estimate memory`."""
     base = spec.plan if spec.HasField("plan") else common_pb2.ExecutionPlan()
     return estimator_pb2.EstimateTimeRequest(
-        model=spec.model, plan=merged_plan(base, plan) if plan is not None else base, gpu=gpu,
+        model=spec.model, plan=plan.on(base) if plan is not None else base, gpu=gpu,
         gpus_per_node=gpus_per_node,
         num_gpus=spec.hint.gpus if gpus is None else gpus, global_batch_size=spec.global_batch_size)
 

@@ -11,6 +11,8 @@ Errors are `PlanInputError(field, reason)` (tessera.estimator.plans), with the f
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from tessera.common.jobspec import MAX_GLOBAL_BATCH, MAX_LORA_RANK, model_bound_errors
@@ -276,13 +278,36 @@ def plan_fields(text_pairs: dict[str, str]) -> pb.ExecutionPlan:
 PLAN_KEYS: tuple[str, ...] = (*PLAN_INT_FIELDS, "lora_rank", *PLAN_ENUM_VALUES, *PLAN_BOOL_FIELDS)
 
 
-def merged_plan(base: pb.ExecutionPlan, override: pb.ExecutionPlan) -> pb.ExecutionPlan:
+def merged_plan(base: pb.ExecutionPlan, override: pb.ExecutionPlan, given: Collection[str] = ()) -> pb.ExecutionPlan:
     """`base` with every field `override` sets replaced (a job's recipe under tessctl's --plan, or under
-    the plan a scheduler chose). A field counts as set when it is non-zero, or present for the
-    optional flash_attention."""
+    the plan a scheduler chose). A field counts as set when it is non-zero, present for the optional
+    flash_attention, or named in `given`: proto3 keeps no presence for a 0 or false, so a caller that
+    knows which keys were written (PlanOverride) names them, and ``lora_rank=0`` or ``compile=false``
+    replaces the base's value instead of vanishing."""
+    unknown = sorted(set(given) - set(PLAN_KEYS))
+    if unknown:
+        raise PlanInputError(f"plan.{unknown[0]}", f"unknown field; known: {', '.join(sorted(PLAN_KEYS))}")
     out = pb.ExecutionPlan()
     out.CopyFrom(base)
     for desc, value in override.ListFields():
         setattr(out, desc.name, value)
+    for name in given:
+        setattr(out, name, getattr(override, name))
     return out
 
+
+@dataclass(frozen=True)
+class PlanOverride:
+    """Fields written on top of a plan (tessctl's --plan): the message and the keys written, so a
+    written 0 or false, which the message cannot tell from unset, still overrides (merged_plan)."""
+
+    plan: pb.ExecutionPlan
+    given: frozenset[str]
+
+    def on(self, base: pb.ExecutionPlan) -> pb.ExecutionPlan:
+        return merged_plan(base, self.plan, self.given)
+
+
+def plan_override(text_pairs: dict[str, str]) -> PlanOverride:
+    """plan_fields with the keys it was given (`key=value` texts in the library's spelling)."""
+    return PlanOverride(plan_fields(text_pairs), frozenset(text_pairs))

@@ -184,6 +184,10 @@ class _Problem:
     overlap_sync: bool
     shapes: tuple[Shape, ...]
     max_work: int = MAX_SEARCH_WORK
+    # The most GPUs (dp x k) of any tree, and of any had the global batch not bounded dp (BP's
+    # divisors): when the first is less, the batch, not the quotas, bounds the allocations searched.
+    batch_gpus: int = 0
+    quota_gpus: int = 0
 
 
 @dataclass
@@ -264,7 +268,34 @@ def _prepare(model: CellModel, offers: Sequence[GpuOffer], iterations: int, slo_
                 raise CostInputError("model", str(exc)) from exc
             done += shapes[-1].work
             check(0)
-    return _Problem(model, offs, iterations, float(slo_s), cfg, max_stages, overlap_sync, tuple(shapes), max_work)
+    return _Problem(model, offs, iterations, float(slo_s), cfg, max_stages, overlap_sync, tuple(shapes), max_work,
+                    max((s.dp * s.k for s in shapes), default=0), _quota_gpus(offs, min(max_stages, model.num_layers)))
+
+
+def _quota_gpus(offs: Sequence[GpuOffer], most_k: int) -> int:
+    """The most GPUs dp x k of k stages of dp GPUs each (one type per stage) the quotas hold, any dp."""
+    best = 0
+    for k in range(1, most_k + 1):
+        lo, hi = 0, max(o.quota for o in offs)  # the largest dp with k stages: stages(dp) falls as dp grows
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if sum(o.quota // mid for o in offs) >= k else (lo, mid - 1)
+        best = max(best, lo * k)
+    return best
+
+
+def _memory_reason(p: _Problem) -> str:
+    """Why no allocation searched holds the model: memory, or, when the global batch kept the search
+    below the GPUs the quotas hold, that bound first (more GPUs shard the model further)."""
+    where = f"{len(p.offers)} GPU type(s) within their quotas, at most {p.max_stages} stages"
+    name = p.model.name or "the model"
+    if p.batch_gpus >= p.quota_gpus:
+        return f"no allocation of {where} holds {name} in GPU memory"
+    return (f"the global batch of {p.model.global_batch:,} bounds data parallelism: each stage's dp must divide "
+            f"the samples of one micro-batch (global batch / micro-batches, {p.config.microbatches_per_stage} "
+            f"per stage), so at most {p.batch_gpus:,} of the {p.quota_gpus:,} GPUs the quotas hold were searched "
+            f"(dp x stages), and no allocation of {where} on them holds {name} in GPU memory; a larger global "
+            f"batch would admit more GPUs")
 
 
 def _alloc_cost(p: _Problem, shape: Shape, counts: Mapping[str, int], iter_time: float) -> float:
@@ -381,7 +412,7 @@ def _infeasible(p: _Problem, leaf: Leaf | None,
     if fastest is None:
         # No field: no SLO would help (a memory failure read "slo_s: ...", which plan-cost and the
         # controller each stripped).
-        return NoFeasiblePlan(math.inf, f"no allocation of {where} holds {p.model.name or 'the model'} in GPU memory")
+        return NoFeasiblePlan(math.inf, _memory_reason(p))
     hp = fastest[2]
     best = p.iterations * hp.iter_time
     return NoFeasiblePlan(best, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
@@ -500,7 +531,7 @@ def exhaustive_sweep(model: CellModel, offers: Sequence[GpuOffer], iterations: i
         if best is not None:
             out.append(_plan(p, best, _Stats(placed=len(scored))))
         elif fastest is None:
-            out.append(NoFeasiblePlan(math.inf, f"slo_s: no allocation of {where} holds the model in GPU memory"))
+            out.append(NoFeasiblePlan(math.inf, f"slo_s: {_memory_reason(p)}"))
         else:
             t = p.iterations * fastest[2].iter_time
             out.append(NoFeasiblePlan(t, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "

@@ -175,19 +175,19 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack = "
     layer_ws: float
     if plan.lora_rank:
         trainable = adapter_params(m, plan, stage)
-        # the frozen base in the compute dtype (no master copy is needed for weights that never update),
-        # its linear weights quantized under QLoRA; PEFT keeps the adapters in fp32 (autocast_adapter_dtype
-        # upcasts bf16 adapters), trained with fp32 gradients and AdamW states: 4 + 4 + 8 B per adapter
+        # the frozen base in the compute dtype (no master copy for weights that never update), QLoRA's linears
+        # quantized; adapters train as the recipe's weights: fp32 under fp32/mixed (PEFT's autocast_adapter_dtype),
+        # 4 + 4 + 8 B; bf16 under pure bf16 (autocast off, as realtrace/adapters.py builds them), 2 + 2 + 4 B
         sb = float(c)
         qb = {"none": sb, "nf4": NF4_BYTES, "int8": INT8_BYTES}[plan.base_quant]
         base = linear * qb + (total - linear) * sb
-        params = (base + trainable * 4) / shards
+        params = (base + trainable * dt.storage) / shards
         cpu = 0.0
         if plan.offload == "frozen":  # the base weights live in host memory; a layer at a time comes over
             cpu = base / shards
-            params = trainable * 4 / shards
-        grads = trainable * 4 / shards
-        opt = trainable * 8 / shards
+            params = trainable * dt.storage / shards
+        grads = trainable * dt.grad / shards
+        opt = trainable * dt.optimizer / shards
         layer_base = largest_layer * (qb if plan.base_quant != "none" else c)
         # the layers in flight: two gathered (FSDP2 prefetch) or, offloaded, one copied over; a quantized
         # base is dequantized to bf16 one matrix at a time

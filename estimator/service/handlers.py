@@ -51,6 +51,7 @@ from tessera.estimator.convert import PRECISION, execution_plan, model_dims, pla
 from tessera.estimator.memory import estimate_memory
 from tessera.estimator.plans import PlanInputError
 from tessera.estimator.service.learned import MAX_FITTED, MAX_MEASURED, FittedModel, Learned
+from tessera.estimator.service.memory_message import i64, memory_message
 from tessera.estimator.service.perfmsg import (
     PERF_MODE_VALUE,
     config_key,
@@ -255,15 +256,6 @@ def placement_message(p: HeteroPlan) -> pb.StagePlacement:
         fits=p.fits, num_microbatches=p.num_microbatches, description=p.describe())
 
 
-INT64_MAX = 2**63 - 1
-
-
-def i64(v: float) -> int:
-    """A count or byte total as an int64 field holds it: saturated (the largest models the bounds
-    admit reach 1.2e19 bytes, and a 64-stage Cell 5.5e19 plans assembled), never INTERNAL."""
-    return min(int(v), INT64_MAX)
-
-
 def cell_message(c: Cell) -> pb.Cell:
     """A Cell as a message; every estimated number carries its source."""
     msg = pb.Cell(gpu_type=c.gpu_type, num_gpus=c.num_gpus, num_stages=c.num_stages, nodes=c.nodes,
@@ -363,14 +355,7 @@ class Estimator:
                 est = self._traced.run(TracedJob(dims, plan, mode.partition(":")[2], gpu or None), mode, cancel)
             else:
                 est = estimate_memory(dims, plan, mode=mode, gpu=gpu or None)
-            mem = pb.MemoryBreakdown(
-                parameters=i64(est.parameters), gradients=i64(est.gradients), optimizer=i64(est.optimizer),
-                activations=i64(est.activations), other=i64(est.other), total=i64(est.total),
-                capacity=i64(est.capacity_bytes or 0), source=est.source, stage=est.stage,
-                cpu_bytes=i64(est.cpu_bytes), notes=list(est.notes), warnings=list(est.warnings),
-                reserved=i64(est.reserved))
-            if est.fits is not None:
-                mem.fits = est.fits
+            mem = memory_message(est)  # a figure past int64 saturated and said (memory_message.py)
             self._memory.put(key, mem)
         return pb.EstimateMemoryResponse(memory=mem, plan=plan_message(plan), gpu=gpu, model_signature=dims.signature,
                                          num_gpus=plan.num_gpus)

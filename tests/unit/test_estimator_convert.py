@@ -60,8 +60,8 @@ def test_plan_defaults_and_the_global_batch() -> None:
 
 def test_plan_flag() -> None:
     msg = plan_arg("dp=2, tp=2,micro_batch=4,sharding=zero2,flash_attention=false,precision=mixed-adafactor")
-    assert execution_plan(msg) == ExecutionPlan(dp=2, tp=2, micro_batch=4, sharding="zero2", flash_attention=False,
-                                                precision="mixed-adafactor")
+    assert execution_plan(msg.plan) == ExecutionPlan(dp=2, tp=2, micro_batch=4, sharding="zero2", flash_attention=False,
+                                                     precision="mixed-adafactor")
     for bad, text in (("dp=0", "plan.dp: must be an integer >= 1"), ("sharding=zero9", "plan.sharding: 'zero9'"),
                       ("dp", "key=value"), ("dp=1,dp=2", "twice"), ("mb=2", "plan.mb: unknown field")):
         with pytest.raises(argparse.ArgumentTypeError, match=text):
