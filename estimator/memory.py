@@ -422,7 +422,7 @@ def _formula(model: ModelDims, plan: ExecutionPlan, other_bytes: int) -> MemoryB
         opt_tmp = 0 if plan.offload != "none" else shard * (state_elem + (4 if r.cast_grad else 0))
         acts = max(acts, opt_tmp)
         notes = (f"recipe {r.name}: {r.description}", f"stage {st} of {plan.pp}",
-                 f"other = {other_bytes} B reserve (CUDA context, workspaces, allocator slack)")
+                 f"other = {other_bytes} B reserve (CUDA context, workspaces)")
         est = MemoryBreakdown(params, grads, opt, int(acts), other_bytes, "formula", st, cpu, None, notes)
         if best is None or est.total > best.total:
             best = est

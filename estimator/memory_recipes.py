@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, replace
 
 from tessera.estimator.memory_layers import Shape, Stack, norm_saved, stored_bytes
+from tessera.estimator.memory_lora import INT8_BYTES, NF4_BYTES, largest_tensor, lora_state
 from tessera.estimator.memory_params import (
     LORA_LINEARS,
     _encdec_layer_params,
@@ -39,12 +40,6 @@ from tessera.estimator.memory_terms import local_vocab, stage_layers, state_byte
 from tessera.estimator.models import ModelDims
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
-# QLoRA (Dettmers et al. 2023, arXiv 2305.14314 Sec. 3): NF4 weights (4 bits) with blockwise absmax,
-# 64 weights per block, the absmax themselves quantized to 8 bits in blocks of 256 with an fp32
-# second-level constant: 8/64 + 32/(64*256) = 0.127 bits per weight.
-NF4_BYTES = 0.5 + (8 / 64 + 32 / (64 * 256)) / 8
-# LLM.int8 (bitsandbytes Linear8bitLt): 1 byte per weight plus one fp32 scale per output row.
-INT8_BYTES = 1.0
 
 def uses_native_stack(model: ModelDims, plan: ExecutionPlan) -> bool:
     """Whether the plan runs the PyTorch-native recipes (module docstring) rather than Megatron's."""
@@ -99,8 +94,6 @@ def check_native(model: ModelDims, plan: ExecutionPlan) -> None:
     if model.family == "encoder-decoder" and plan.cp > 1:
         raise PlanInputError("plan.cp", "context parallelism is for causal decoders (ring attention's "
                                         "load-balanced causal split); an encoder-decoder is not modelled")
-    if plan.sharding in ("zero1", "zero2") and (plan.lora_rank or plan.loss != "fused"):
-        pass  # DeepSpeed ZeRO-1/2 with transformers: the state terms below shard the optimizer/gradients
     if plan.offload != "none" and plan.offload != "frozen" and plan.sharding == "fsdp" and plan.pp > 1:
         raise PlanInputError("plan.offload", "CPU offload with FSDP2 under pipelining is not modelled")
     if model.family == "moe" and not model.gated and plan.lora_rank:
@@ -154,13 +147,17 @@ class NativeState:
 
 def native_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack = "torchtitan") -> NativeState:
     dt = native_dtypes(plan)
-    dense, expert, largest_layer, linear = model_params(m, plan, stage)
+    dense, expert, largest_layer, _ = model_params(m, plan, stage)
     total = dense + expert
-    if plan.sharding in ("zero1", "zero2"):  # DeepSpeed ZeRO-1/2 (transformers): the recipe's own bytes
+    if plan.lora_rank:  # only the adapters train, under every sharding (memory_lora.py)
+        ls = lora_state(m, plan, stage, stack, dt.storage, dt.grad, dt.optimizer, dt.compute)
+        return NativeState(ls.parameters, ls.gradients, ls.optimizer, ls.cpu, 0, 0, ls.layer_ws, 0, 0, ls.head_ws, 0,
+                           0, ls.opt_tmp, ls.notes)
+    if plan.sharding in ("zero1", "zero2"):  # DeepSpeed ZeRO-1/2 (transformers), full fine-tuning: the recipe's bytes
         p, g, o, host, _ = state_bytes(m, plan, stage)
         zshards = plan.dp * plan.cp
         return NativeState(p, g * (1 if plan.zero_stage < 2 else 1 / plan.cp), o / plan.cp, host, 0, 0, 0, 0, 0, 0,
-                           0, 0, 4 * _largest_tensor(m, plan) / zshards, ("ZeRO-1/2: the recipe's bytes per parameter",))
+                           0, 0, 4 * largest_tensor(m, plan) / zshards, ("ZeRO-1/2: the recipe's bytes per parameter",))
     shards = plan.dp * plan.cp if plan.sharding in ("fsdp", "zero3") else 1
     c = dt.compute
     v_l = local_vocab(m, plan.tp)
@@ -173,34 +170,6 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack = "
     cpu: float
     head_ws: float
     layer_ws: float
-    if plan.lora_rank:
-        trainable = adapter_params(m, plan, stage)
-        # the frozen base in the compute dtype (no master copy for weights that never update), QLoRA's linears
-        # quantized; adapters train as the recipe's weights: fp32 under fp32/mixed (PEFT's autocast_adapter_dtype),
-        # 4 + 4 + 8 B; bf16 under pure bf16 (autocast off, as realtrace/adapters.py builds them), 2 + 2 + 4 B
-        sb = float(c)
-        qb = {"none": sb, "nf4": NF4_BYTES, "int8": INT8_BYTES}[plan.base_quant]
-        base = linear * qb + (total - linear) * sb
-        params = (base + trainable * dt.storage) / shards
-        cpu = 0.0
-        if plan.offload == "frozen":  # the base weights live in host memory; a layer at a time comes over
-            cpu = base / shards
-            params = trainable * dt.storage / shards
-        grads = trainable * dt.grad / shards
-        opt = trainable * dt.optimizer / shards
-        layer_base = largest_layer * (qb if plan.base_quant != "none" else c)
-        # the layers in flight: two gathered (FSDP2 prefetch) or, offloaded, one copied over; a quantized
-        # base is dequantized to bf16 one matrix at a time
-        in_flight = 1 if plan.offload == "frozen" else 2
-        layer_ws = in_flight * layer_base if (shards > 1 or plan.offload == "frozen") else 0.0
-        if plan.base_quant != "none":
-            layer_ws += c * _largest_matrix(m, plan)
-        notes.append(f"LoRA r={plan.lora_rank} on {plan.lora_targets}: {trainable} adapter parameters train; "
-                     f"base {plan.base_quant} ({qb:.4g} B/param for linear weights)")
-        root = head if (stack == "torchtitan" or m.tied_embeddings) else 2 * head
-        head_ws = c * root
-        return NativeState(params, grads, opt, cpu, 0, 0, layer_ws, 0, 0, head_ws, 0, 0,
-                           4 * _largest_tensor(m, plan) / shards, tuple(notes))
     params = total * dt.storage / shards
     grads = total * dt.grad / shards
     opt = total * dt.optimizer / shards
@@ -240,7 +209,7 @@ def native_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack = "
                      "FSDP2 resharding after forward: two layers' compute-dtype parameters in flight, the "
                      "output layer unsharded from its forward to its backward")
     return NativeState(params, grads, opt, cpu, unsharded_p, unsharded_g, layer_ws, layer_grad_ws, layer_rs, head_ws,
-                       head_grad_ws, head_rs, 4 * _largest_tensor(m, plan) / shards, tuple(notes))
+                       head_grad_ws, head_rs, 4 * largest_tensor(m, plan) / shards, tuple(notes))
 
 
 def inflight(plan: ExecutionPlan, stage: int) -> int:
@@ -248,16 +217,8 @@ def inflight(plan: ExecutionPlan, stage: int) -> int:
     return plan.grad_accum if plan.schedule == "gpipe" else min(plan.grad_accum, plan.pp - stage)
 
 
-def _largest_matrix(m: ModelDims, plan: ExecutionPlan) -> int:
-    return max(i * o for _, i, o, _ in _layer_linears(m, plan.tp, 0, False))
-
-
 def _layer_linear(m: ModelDims, plan: ExecutionPlan) -> int:
     return sum(i * o for _, i, o, _ in _layer_linears(m, plan.tp, 0, False))
-
-
-def _largest_tensor(m: ModelDims, plan: ExecutionPlan) -> int:
-    return max(_largest_matrix(m, plan), local_vocab(m, plan.tp) * m.hidden_size)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -77,8 +77,9 @@ class MemoryBreakdown:
 
     `activations` is everything transient at the peak (stored activations of the in-flight
     micro-batches, loss and backward temporaries, the optimizer step's temporaries when that is the
-    peak). `other` is the stated reserve for the CUDA context, cuBLAS/NCCL workspaces and allocator
-    slack, which no tensor-level count sees. `cpu_bytes` is host memory for offloaded state.
+    peak). `other` is the stated reserve for the CUDA context and cuBLAS/NCCL workspaces, which no
+    tensor-level count sees; the caching allocator's slack is not in it but in `reserved`
+    (allocator_reserved). `cpu_bytes` is host memory for offloaded state.
     """
 
     parameters: int
