@@ -13,7 +13,8 @@ from typing import Any
 # ones, for a module without FSDP) -> the formula's categories. FSDP2's all-gather outputs and
 # reduce-scatter inputs are communication staging buffers, neither a parameter nor a gradient copy the
 # formula keeps: they go to `other`, which is therefore a measured tensor figure here, not the
-# formula's 1 GiB reserve for the CUDA context and allocator slack (which no tensor tracker sees).
+# formula's 1 GiB reserve for the CUDA context and workspaces (which no tensor tracker sees; the
+# formula's allocator slack is in `reserved`).
 CATEGORY_OF: dict[str, str] = {
     "Sharded Param": "parameters",
     "Unsharded Param": "parameters",
