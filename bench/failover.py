@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     etcd = start_etcd(tmp)
     # One tokens file for both controllers: the client's token must hold at whichever leads.
     tokens_file, tokens = local_tokens(tmp / "cluster")
-    ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(args.ttl),
+    ha = ["--checkpoint-root", str(tmp / "ckpt"),
+          "--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(args.ttl),
           "--round-interval", "300", "--tokens", str(tokens_file)]
     ctl: dict[str, Daemon] = {}
     try:

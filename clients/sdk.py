@@ -51,6 +51,10 @@ MAX_PAGE = 1000
 # How long wait() keeps resuming while the controller is unreachable (a restart takes seconds).
 UNAVAILABLE_GRACE_S = 30.0
 
+# Trailing metadata of a controller's refusal before any of its servicers ran: a standby's "not
+# the leader" (controller/leader_gate.py UNSERVED_KEY). Nothing of such a call was done.
+UNSERVED_KEY = "tessera-unserved"
+
 # Details that gRPC core gives when no connection could be made (as opposed to a server that
 # answered UNAVAILABLE itself).
 _CONNECT_FAILURES = (
@@ -62,12 +66,15 @@ _CONNECT_FAILURES = (
 class RpcError(TesseraError):
     """A failed call as a client sees it: `code` the status code (a Code, equal to its name as a
     str: ``err.code == "NOT_FOUND"``), `message` the status details on one line; `request_id` the
-    submit's idempotency key when a submit failed ("" otherwise)."""
+    submit's idempotency key when a submit failed and may have been stored ("" otherwise);
+    `unserved`: the controller refused the call before doing any of it (a standby's "not the
+    leader")."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(" ".join(message.split()))  # always one line
         self.code = Code(code) if code in Code.__members__ else Code.UNKNOWN
         self.request_id = ""
+        self.unserved = False
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
@@ -191,14 +198,18 @@ class Client:
         """Like submit, and also says whether this call created the job. A call that timed out or
         found the controller unavailable is retried with the same request id (SUBMIT_RETRIES times):
         the controller may have stored the job all the same, and only the same id finds it again. A
-        failure that remains carries the id as `request_id`, for a retry by hand."""
+        failure that remains carries the id as `request_id`, for a retry by hand, unless no try
+        can have stored it (every one refused unserved, or never connected)."""
         req = controller_pb2.SubmitJobRequest(request_id=request_id or _new_id(), spec=spec)
+        failures: builtins.list[RpcError] = []
         for tries in itertools.count():
             try:
-                resp = self._call("SubmitJob", req)
+                resp = self._call("SubmitJob", req, failures)
                 return SubmitResult(job=resp.job, created=resp.created)
             except RpcError as err:
                 if submit_gives_up(err, tries, req.request_id):
+                    if not may_have_run(failures):
+                        err.request_id = ""
                     raise
         raise AssertionError("not reached")
 
@@ -342,16 +353,32 @@ class Client:
         yield from self._stream("StreamJobLogs", req, timeout)
 
     def _stream(self, method: str, request: Any, timeout: float | None) -> Generator[Any, None, None]:
-        stream = getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
-        try:
-            yield from stream
-        except grpc.RpcError as exc:
-            err = self._error(exc)
-            if err.code == "UNAVAILABLE" and len(self.targets) > 1:
+        """The stream's messages. Refused UNAVAILABLE before its first message (a standby, a
+        controller down), it is opened again at the hinted leader or the next address, as `_call`
+        does; broken after one, the client moves there too and the error is raised: only the caller
+        knows how to go on without repeating what it got (tessctl's watches and logs do,
+        clients/waiting.py)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        tries = 0
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            stream = getattr(self._stub, method)(request, timeout=left, metadata=self._metadata)
+            got = False
+            try:
+                for msg in stream:
+                    got = True
+                    yield msg
+                return
+            except grpc.RpcError as exc:
+                err = self._error(exc)
+                if err.code != "UNAVAILABLE" or len(self.targets) == 1:
+                    raise err from None
                 self._move(leader_hint(exc))
-            raise err from None
-        finally:
-            stream.cancel()
+                if got or tries >= 2 * len(self.targets):
+                    raise err from None
+                tries += 1
+            finally:
+                stream.cancel()
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -408,13 +435,16 @@ class Client:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _call(self, method: str, request: Any) -> Any:
+    def _call(self, method: str, request: Any, failures: builtins.list[RpcError] | None = None) -> Any:
+        """`failures`: every failed try is added to it."""
         tries = 0
         while True:
             try:
                 return getattr(self._stub, method)(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
                 err = self._error(exc)
+                if failures is not None:
+                    failures.append(err)
                 if err.code != "UNAVAILABLE" or len(self.targets) == 1 or tries >= 2 * len(self.targets):
                     raise err from None
                 tries += 1
@@ -426,7 +456,24 @@ class Client:
         details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
         if code == "UNAVAILABLE" and any(s in details.lower() for s in _CONNECT_FAILURES):
             return ControllerUnreachable(self.target, details)
-        return RpcError(code, details)
+        err = RpcError(code, details)
+        err.unserved = code == "UNAVAILABLE" and _unserved(exc)
+        return err
+
+
+def _unserved(exc: grpc.RpcError) -> bool:
+    trailing = getattr(exc, "trailing_metadata", None)
+    try:
+        md = trailing() if callable(trailing) else ()
+    except Exception:  # noqa: BLE001 (a call with no metadata to read: nothing says unserved)
+        return False
+    return any(k == UNSERVED_KEY for k, _ in md or ())
+
+
+def may_have_run(failures: Iterable[RpcError]) -> bool:
+    """Whether a call that failed so many times may have been carried out by one of its tries: one
+    refused unserved, or that never reached a controller, did nothing."""
+    return any(not (f.unserved or isinstance(f, ControllerUnreachable)) for f in failures)
 
 
 # A submit that ended so may have been stored: retried with the same request id, which finds it

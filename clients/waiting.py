@@ -1,7 +1,10 @@
 """tessctl wait, submit --wait, logs and the job watches, over the controller's streams (docs/cli.md).
 
 Everything here reads server-streaming RPCs (WatchJob, WatchJobs, StreamJobLogs): the controller
-pushes a job's state changes, events and progress reports as they happen; nothing polls.
+pushes a job's state changes, events and progress reports as they happen; nothing polls. A stream
+broken by a failover (or a restart) is opened again at the controller that leads (docs/ha.md,
+"Agents and clients follow the leader"): a watch from the whole list or the job again, `logs -f`
+from after the last lines it printed (`LogPrinter`).
 
 Exit status of `wait`, `submit --wait` and `get jobs ID --watch` (the job's end as a number):
   0    the job SUCCEEDED (with --for done: the job ended, however)
@@ -19,7 +22,9 @@ import json
 import math
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from tessera.clients import logcut, output, terminal
@@ -209,51 +214,180 @@ def follow_job(client: Client, job_id: str, out: TextIO, wait_for: str = "succee
     return end_code(job.state, wait_for)
 
 
-def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    """`tessctl logs ID [--rank N | --all-ranks] [--tail N] [-f] [--raw]`: whole lines from StreamJobLogs."""
-    # --all-ranks is not with --rank: argparse's group refuses both (exit 2)
-    stream = client.stream_logs(args.id, rank=args.rank, all_ranks=args.all_ranks, attempt=args.attempt,
-                                tail_lines=args.tail, follow=args.follow)
-    # A worker's bytes reach a terminal only as text and colours (terminal.terminal_safe); a pipe or
-    # a file gets them as they are, as does --raw.
-    raw = args.raw or not out.isatty()
-    count = logcut.TailCount(args.tail)  # tails cut at the controller's 4 MiB: said on stderr
-    attempt = 0
-    for msg in stream:
-        if msg.attempt != attempt and attempt:
+# A followed log resumed after a failover: the new stream's tail of each log (this many lines at
+# most) is searched for the last MATCH_LINES lines printed, and only what follows them is printed.
+RESUME_TAIL_LINES = 5000
+MATCH_LINES = 32
+
+
+class Reopen:
+    """When a broken stream of `get jobs --watch` or `logs -f` is opened again: at once, then every
+    0.5 s while it keeps failing, for the SDK's grace (a failover takes seconds). A controller never
+    reached (ControllerUnreachable before any message) is an error at once, as for any other call."""
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+
+    def ok(self) -> None:
+        self.down_since = None
+
+    def again(self, exc: RpcError, opened: bool) -> bool:
+        if exc.code != "UNAVAILABLE" or (not opened and isinstance(exc, ControllerUnreachable)):
+            return False
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+            return True
+        if now - self.down_since > UNAVAILABLE_GRACE_S:
+            return False
+        time.sleep(0.5)
+        return True
+
+
+@dataclass
+class _Resync:
+    """A log whose resumed tail is being matched against the last lines printed of it."""
+
+    attempt: int
+    target: list[bytes]
+    window: deque[bytes] = field(default_factory=deque)
+    held: list[bytes] = field(default_factory=list)  # tail lines not matched yet
+    started: bool = False  # the new stream sent a message of it
+    node_id: str = ""
+
+
+class LogPrinter:
+    """`tessctl logs` output, keeping the last lines printed of each rank for a resumed follow."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self.args, self.out = args, out
+        # A worker's bytes reach a terminal only as text and colours (terminal.terminal_safe); a pipe
+        # or a file gets them as they are, as does --raw.
+        self.raw = args.raw or not out.isatty()
+        self.count = logcut.TailCount(args.tail)  # tails cut at the controller's 4 MiB: said on stderr
+        self.attempt = 0
+        self.recent: dict[int, tuple[int, deque[bytes]]] = {}  # rank -> (attempt, last lines printed)
+        self.resync: dict[int, _Resync] = {}
+        self.resumed = False
+        self.got = False
+
+    def resume(self) -> None:
+        """The stream broke: print each log of the next one from after the lines printed of it."""
+        self.resumed = True
+        self.resync = {r: _Resync(a, list(lines), deque(maxlen=len(lines))) for r, (a, lines) in self.recent.items()}
+
+    def add(self, msg: controller_pb2.LogLines) -> None:
+        self.got = True
+        for rank in [q for q, rs in self.resync.items() if q != msg.rank and (msg.rank > q or rs.started)]:
+            self._give_up(rank, "its tail in the new stream ended")  # tails come one rank after another
+        if msg.attempt != self.attempt and self.attempt:
             print(f"tessctl: attempt {msg.attempt} started", file=sys.stderr)
-        attempt = msg.attempt
-        notice = count.add(msg)
-        for line in msg.lines:
-            if args.output == "json":
-                rec = {"rank": msg.rank, "attempt": msg.attempt, "node_id": msg.node_id,
-                       "line": line.decode("utf-8", errors="replace")}
-                out.write(json.dumps(rec) + "\n")
-            else:
-                prefix = f"[rank {msg.rank}] ".encode() if args.all_ranks else b""
-                # The reference trainer prefixes its own lines when it runs several ranks: once is enough.
-                text = (b"" if line.startswith(prefix) else prefix) + line
-                terminal.write_bytes(out, (text if raw else terminal.terminal_safe(text)) + b"\n")
-        out.flush()
+        self.attempt = msg.attempt
+        lines = list(msg.lines)
+        rs = self.resync.get(msg.rank)
+        if rs is not None and rs.attempt != msg.attempt:
+            self._give_up(msg.rank, f"attempt {msg.attempt} started meanwhile")
+        elif rs is not None:
+            rs.started, rs.node_id = True, msg.node_id
+            lines = self._match(msg.rank, rs, lines)
+            if msg.rank in self.resync and (msg.cut or len(rs.held) >= RESUME_TAIL_LINES):
+                self._give_up(msg.rank, f"not among its last {len(rs.held):,} lines")
+        notice = "" if self.resumed else self.count.add(msg)  # the cut of a resumed tail is not the user's
+        self._print(msg.rank, msg.attempt, msg.node_id, lines)
         if notice:
             print(notice, file=sys.stderr, flush=True)
-    return 0
+
+    def end(self) -> None:
+        for rank in list(self.resync):
+            self._give_up(rank, "the stream ended first")
+
+    def _match(self, rank: int, rs: _Resync, lines: list[bytes]) -> list[bytes]:
+        """The lines after the last ones printed (the first place the new tail repeats them);
+        none while they have not been found."""
+        for i, line in enumerate(lines):
+            rs.window.append(line)
+            rs.held.append(line)
+            if list(rs.window) == rs.target:
+                del self.resync[rank]
+                return lines[i + 1:]
+        return []
+
+    def _give_up(self, rank: int, why: str) -> None:
+        rs = self.resync.pop(rank)
+        print(f"tessctl: rank {rank}'s log: the lines printed before the controller changed were not found "
+              f"again ({why}): lines written meanwhile may be missing, or printed twice", file=sys.stderr)
+        self._print(rank, rs.attempt, rs.node_id, rs.held)
+
+    def _print(self, rank: int, attempt: int, node_id: str, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        was, recent = self.recent.get(rank, (attempt, deque(maxlen=MATCH_LINES)))
+        if was != attempt:
+            recent = deque(maxlen=MATCH_LINES)
+        self.recent[rank] = (attempt, recent)
+        for line in lines:
+            recent.append(line)
+            if self.args.output == "json":
+                rec = {"rank": rank, "attempt": attempt, "node_id": node_id, "line": line.decode("utf-8", errors="replace")}
+                self.out.write(json.dumps(rec) + "\n")
+            else:
+                prefix = f"[rank {rank}] ".encode() if self.args.all_ranks else b""
+                # The reference trainer prefixes its own lines when it runs several ranks: once is enough.
+                text = (b"" if line.startswith(prefix) else prefix) + line
+                terminal.write_bytes(self.out, (text if self.raw else terminal.terminal_safe(text)) + b"\n")
+        self.out.flush()
+
+
+def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    """`tessctl logs ID [--rank N | --all-ranks] [--tail N] [-f] [--raw]`: whole lines from StreamJobLogs.
+    A follow broken by a failover goes on at the new leader without printing a line twice."""
+    # --all-ranks is not with --rank: argparse's group refuses both (exit 2)
+    printer = LogPrinter(args, out)
+    reopen, tail = Reopen(), args.tail
+    while True:
+        fresh = False  # this stream sent something: it broke, rather than being refused
+        try:
+            for msg in client.stream_logs(args.id, rank=args.rank, all_ranks=args.all_ranks, attempt=args.attempt,
+                                          tail_lines=tail, follow=args.follow):
+                fresh = True
+                reopen.ok()
+                printer.add(msg)
+            printer.end()
+            return 0
+        except RpcError as exc:
+            if not args.follow or not reopen.again(exc, printer.got):
+                raise
+            if fresh:
+                print(f"tessctl: the log stream broke ({exc}): following on at the leader, after the last line "
+                      "printed", file=sys.stderr, flush=True)
+            if printer.recent:
+                printer.resume()
+                tail = RESUME_TAIL_LINES
 
 
 def watch_list(client: Client, states: list[int], tenant: str, render: Callable[..., None]) -> int:
-    """`get jobs --watch`: the table again after each batch of changes WatchJobs pushes."""
+    """`get jobs --watch`: the table again after each batch of changes WatchJobs pushes; after a
+    failover, from the whole list the new leader sends."""
     jobs: dict[str, controller_pb2.Job] = {}
-    first = True
-    for update in client.watch_jobs(states, tenant):
-        if update.batch_end:
-            listed = sorted(jobs.values(), key=lambda j: (j.submit_time, j.id))
-            render(listed, first=first, watching=True)
-            first = False
-        elif update.removed:
-            jobs.pop(update.job.id, None)
-        else:
-            jobs[update.job.id] = update.job
-    return 0
+    first, opened, reopen = True, False, Reopen()
+    while True:
+        try:
+            for update in client.watch_jobs(states, tenant):
+                opened = True
+                reopen.ok()
+                if update.batch_end:
+                    listed = sorted(jobs.values(), key=lambda j: (j.submit_time, j.id))
+                    render(listed, first=first, watching=True)
+                    first = False
+                elif update.removed:
+                    jobs.pop(update.job.id, None)
+                else:
+                    jobs[update.job.id] = update.job
+            return 0
+        except RpcError as exc:
+            if not reopen.again(exc, opened):
+                raise
+            jobs = {}  # the new stream sends every job again, then a batch_end
 
 
 def watch_one(client: Client, job_id: str, render: Callable[..., None]) -> int:

@@ -1,6 +1,8 @@
 """Leader election on an etcd lease; the epoch comes from etcd with the leadership.
 
-One key, `<prefix>leader`, attached to the leader's lease, names the leader (its address and epoch).
+One key, `<prefix>leader`, attached to the leader's lease, names the leader (its address, epoch and
+instance: the host and state dir of the process, which tells a controller's own earlier run, whose
+lease has not expired yet, from another controller given the same --advertise).
 A candidate takes it in one transaction that also raises `<prefix>meta/epoch` by one:
 
     compare: create_revision(leader) == 0            (nobody leads)
@@ -19,7 +21,8 @@ leader that stops being renewed (partition, stall, etcd down) stops believing it
 other controller can take over. `is_leader()` reads that deadline; losing it calls `on_lost` once.
 
 Standbys wait on a watch of the leader key and campaign when it is deleted (the lease expired or
-was revoked by a leader that stopped cleanly).
+was revoked by a leader that stopped cleanly). Every read of the leader key is kept (`seen_leader`):
+a standby names that leader in its answers without asking etcd per call.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import structlog
 from aetcd import rpc as etcdrpc
 
 from tessera.common.errors import Unavailable
-from tessera.controller.etcd import EtcdClient
+from tessera.controller.etcd import EtcdClient, error_fields
 from tessera.controller.store import StateError
 
 log = structlog.get_logger("tessera.controller.election")
@@ -64,9 +67,10 @@ class Leadership:
     """Campaign, keep-alive and the fencing token of one controller."""
 
     def __init__(self, client: EtcdClient, address: str, ttl_s: int = 5,
-                 mono: Callable[[], float] = time.monotonic) -> None:
+                 mono: Callable[[], float] = time.monotonic, instance: str = "") -> None:
         self.client = client
         self.address = address
+        self.instance = instance  # this process's host and state dir ("": not said)
         self._said_leaseless = False
         self.ttl_s = max(2, int(ttl_s))
         self.mono = mono
@@ -79,8 +83,11 @@ class Leadership:
         self._valid_until = 0.0
         self._lost = False
         self._keepalive: asyncio.Task[None] | None = None
-        # (address, epoch) of the leader as last read by the campaign (no I/O to ask it).
+        # (address, epoch) of the leader as last read by the campaign (no I/O to ask it), and its
+        # instance ("" when its key names none: written by an older Tessera).
         self.seen_leader: tuple[str, int] | None = None
+        self.seen_instance = ""
+        self._said_taken = -1  # the epoch of the last leader logged as holding our --advertise
         self.on_lost: Callable[[str], None] = lambda why: None
 
     # ------------------------------------------------------------------ reading
@@ -96,6 +103,25 @@ class Leadership:
         return etcdrpc.Compare(key=self.leader_key, result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.CREATE,
                                create_revision=self.token)
 
+    def time_left(self) -> float:
+        """Seconds until the local lease deadline (<= 0: this controller does not lead)."""
+        return self._valid_until - self.mono() if self.token and not self._lost else 0.0
+
+    def address_taken(self) -> bool:
+        """The leader key names this controller's --advertise, written by another process: two
+        controllers were given the same --advertise."""
+        seen = self.seen_leader
+        return (seen is not None and seen[0] == self.address and bool(self.instance) and bool(self.seen_instance)
+                and self.seen_instance != self.instance)
+
+    def leader_hint(self) -> str:
+        """The leader's address for a standby's answers: "" when unknown, or when the key names this
+        controller itself (a lease of its own that lapsed, or of its earlier run, not expired yet)."""
+        seen = self.seen_leader
+        if not seen or not seen[0] or (seen[0] == self.address and not self.address_taken()):
+            return ""
+        return seen[0]
+
     def current_leader(self) -> tuple[str, int] | None:
         """(address, epoch) of whoever leads now, from etcd; None when nobody does."""
         return self.client.call(self._read_leader())
@@ -103,15 +129,31 @@ class Leadership:
     async def _read_leader(self) -> tuple[str, int] | None:
         resp = await self.client.rpc(lambda: self.client.kv.Range(etcdrpc.RangeRequest(key=self.leader_key),
                                                                   timeout=self.client.cfg.timeout_s))
-        if not resp.kvs:
-            self.seen_leader = None
+        return self._record(resp.kvs)
+
+    def _record(self, kvs: Any) -> tuple[str, int] | None:
+        """Keep the leader key as read. Every read: a standby that read the key to watch it and kept
+        nothing said "no leader elected yet" for up to a TTL while a leader served (an audit)."""
+        if not kvs:
+            self.seen_leader, self.seen_instance = None, ""
             return None
         try:
-            doc = json.loads(resp.kvs[0].value)
+            doc = json.loads(kvs[0].value)
             self.seen_leader = str(doc["address"]), int(doc["epoch"])
-        except (ValueError, KeyError, TypeError):
-            self.seen_leader = "", 0
+            self.seen_instance = str(doc.get("instance", ""))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            self.seen_leader, self.seen_instance = ("", 0), ""
         return self.seen_leader
+
+    def _say_if_taken(self) -> None:
+        """Log, once per leader, a leader key naming this --advertise written by another controller
+        (at start, ha_settings refuses it instead)."""
+        if self.address_taken() and self.seen_leader and self._said_taken != self.seen_leader[1]:
+            self._said_taken = self.seen_leader[1]
+            log.error("advertise_in_use", address=self.address, leader_epoch=self.seen_leader[1],
+                      leader_instance=self.seen_instance, instance=self.instance,
+                      detail="another controller leads under this controller's --advertise: clients and agents "
+                      "sent there reach only one of them; each controller needs its own --advertise (docs/ha.md)")
 
     # ------------------------------------------------------------------ campaign (on the etcd loop)
 
@@ -124,12 +166,13 @@ class Leadership:
                     return epoch
                 await self._wait_leader_gone()
             except (Unavailable, grpc.aio.AioRpcError) as exc:
-                log.warning("campaign_retry", error=str(exc)[:200])
+                log.warning("campaign_retry", **error_fields(exc, tls=bool(self.client.cfg.ca)))
                 await asyncio.sleep(min(1.0, self.ttl_s / 4))
 
     async def _try_take(self) -> int:
         kv, t = self.client.kv, self.client.cfg.timeout_s
         if await self._read_leader() is not None:
+            self._say_if_taken()
             return 0
         cur = await self.client.rpc(lambda: kv.Range(etcdrpc.RangeRequest(key=self.epoch_key), timeout=t))
         old = epoch_value(cur.kvs[0].value, self.epoch_key) if cur.kvs else 0
@@ -138,7 +181,10 @@ class Leadership:
         lease = await self.client.rpc(lambda: self.client.lease.LeaseGrant(
             etcdrpc.LeaseGrantRequest(TTL=self.ttl_s), timeout=t))
         epoch = old + 1
-        value = json.dumps({"address": self.address, "epoch": epoch}).encode()
+        doc: dict[str, Any] = {"address": self.address, "epoch": epoch}
+        if self.instance:
+            doc["instance"] = self.instance
+        value = json.dumps(doc).encode()
         txn = etcdrpc.TxnRequest(
             compare=[etcdrpc.Compare(key=self.leader_key, result=etcdrpc.Compare.EQUAL,
                                      target=etcdrpc.Compare.CREATE, create_revision=0),
@@ -153,7 +199,7 @@ class Leadership:
         self._valid_until = sent + lease.TTL
         self._lost = False
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive(lease.TTL))
-        self.seen_leader = (self.address, epoch)
+        self.seen_leader, self.seen_instance = (self.address, epoch), self.instance
         log.info("leadership_taken", epoch=epoch, token=self.token, lease_ttl=lease.TTL, address=self.address)
         return epoch
 
@@ -161,6 +207,8 @@ class Leadership:
         """Return once the leader key is deleted (or after a ttl, to look again)."""
         kv, t = self.client.kv, self.client.cfg.timeout_s
         now = await self.client.rpc(lambda: kv.Range(etcdrpc.RangeRequest(key=self.leader_key), timeout=t))
+        self._record(now.kvs)  # the leader that won, when this campaign's transaction lost
+        self._say_if_taken()
         if not now.kvs:
             return
         if not now.kvs[0].lease and not self._said_leaseless:

@@ -61,6 +61,37 @@ def parse_endpoints(value: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# Words of gRPC's details when the TLS handshake with etcd failed (a CA that did not sign etcd's
+# certificate, a client certificate etcd refused, TLS against a plaintext etcd).
+_TLS_WORDS = ("handshake", "tsi_", "ssl", "certificate", "x509", "wrong_version_number")
+TLS_HINT = ("the TLS handshake with etcd failed: check --etcd-ca (the CA that signed etcd's server certificate), "
+            "--etcd-cert and --etcd-key (a client certificate signed by a CA etcd's --trusted-ca-file names), "
+            "or drop them for an etcd that serves plaintext")
+PLAINTEXT_HINT = ("etcd closed the connection: an etcd that serves TLS needs --etcd-ca (and, with "
+                  "--client-cert-auth, --etcd-cert and --etcd-key)")
+
+
+def error_fields(exc: BaseException, tls: bool) -> dict[str, str]:
+    """A failed etcd call as one log line's fields: `code`, `error` (one line: str() of an
+    AioRpcError is gRPC's multi-line debug text), and `hint` naming the flags to check when the
+    failure looks like TLS (`tls`: --etcd-ca given)."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        code, text = exc.code().name, one_line(exc.details() or "")
+    else:
+        code, text = ("UNAVAILABLE" if isinstance(exc, Unavailable) else type(exc).__name__), one_line(str(exc))
+    out = {"code": code, "error": text[:300]}
+    low = text.lower()
+    if any(w in low for w in _TLS_WORDS):
+        out["hint"] = TLS_HINT if tls else PLAINTEXT_HINT
+    elif not tls and ("socket closed" in low or "connection reset" in low):
+        out["hint"] = PLAINTEXT_HINT
+    return out
+
+
 def _credentials(cfg: EtcdConfig) -> grpc.ChannelCredentials | None:
     if not cfg.ca:
         return None
@@ -118,7 +149,7 @@ class EtcdClient:
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 if len(self.cfg.endpoints) > 1:
                     await self._next_endpoint()
-                raise EtcdUnavailable(f"etcd at {self.endpoint} unavailable: {exc.details()}") from None
+                raise EtcdUnavailable(f"etcd at {self.endpoint} unavailable: {one_line(exc.details() or '')}") from None
             raise
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

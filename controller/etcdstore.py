@@ -15,6 +15,8 @@ Keys under the prefix (default `/tessera/`):
     meta/rendezvous_key                               the key attempts' rendezvous keys derive from (shared_key)
     meta/doc:<name>                                   a document of the controller's (put_meta: the
                                                       churn guard's ledger, controller/churnguard.py)
+    meta/settings                                     the settings of the last leader that every controller
+                                                      must share (controller/ha_settings.py)
 
 The page index: one key per job, made with the job and deleted with it, in the same transactions.
 etcd ranges come back in key order, so `jobidx/` walks the jobs in (submit_time, id) order, as
@@ -47,9 +49,9 @@ import os
 import struct
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aetcd import rpc as etcdrpc
 
@@ -81,6 +83,7 @@ from tessera.controller.store import (
     is_stale,
 )
 
+T = TypeVar("T")
 MAX_TXN_OPS = 120  # below etcd's default --max-txn-ops of 128
 # Keys per Range page: specs are at most 64 KiB (common/jobspec.py), so a page stays under 13 MiB,
 # within the 16 MiB a gRPC message may carry.
@@ -144,6 +147,17 @@ class EtcdStore:
     def _k(self, *parts: str) -> bytes:
         return self.p + "/".join(parts).encode()
 
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro` on the etcd loop, waited for at most until the lease deadline (and the client's
+        timeout): the store is synchronous, so a stalled etcd blocked the controller's loop for the
+        5 s timeout, past the deadline after which every call must be answered UNAVAILABLE, and
+        clients got DEADLINE_EXCEEDED instead (docs/ha.md, "A leader that loses its lease")."""
+        left = self.lead.time_left()
+        if left <= 0 and not self.lead.is_leader():  # (the tests make a deposed leader believe it leads)
+            coro.close()
+            raise NotLeader(f"not the leader (epoch {self.lead.epoch}): its lease deadline passed")
+        return self.c.call(coro, min(self.c.cfg.timeout_s, left) if left > 0 else None)
+
     def _range(self, key: bytes, prefix: bool = False, keys_only: bool = False) -> list[Any]:
         """The key, or every key under the prefix, read in pages of RANGE_PAGE keys at the first
         page's revision (one consistent snapshot): one Range of a whole prefix outgrew the client's
@@ -156,7 +170,7 @@ class EtcdStore:
         while True:
             req = etcdrpc.RangeRequest(key=start, range_end=end, keys_only=keys_only, revision=revision,
                                        limit=RANGE_PAGE if prefix else 0)
-            resp = self.c.call(self.c.rpc(lambda req=req: self.c.kv.Range(req, timeout=t)))  # type: ignore[misc]
+            resp = self._call(self.c.rpc(lambda req=req: self.c.kv.Range(req, timeout=t)))  # type: ignore[misc]
             out += resp.kvs
             if not (prefix and resp.more and resp.kvs):
                 return out
@@ -172,7 +186,7 @@ class EtcdStore:
         req = etcdrpc.TxnRequest(compare=[fence, *compare], success=success,
                                  failure=[_get(self.lead.leader_key), *failure])
         t = self.c.cfg.timeout_s
-        resp = self.c.call(self.c.rpc(lambda: self.c.kv.Txn(req, timeout=t)))
+        resp = self._call(self.c.rpc(lambda: self.c.kv.Txn(req, timeout=t)))
         if not resp.succeeded:
             leader = resp.responses[0].response_range.kvs
             if not leader or leader[0].create_revision != fence.create_revision:
@@ -315,7 +329,7 @@ class EtcdStore:
         t = self.c.cfg.timeout_s
         for i in range(0, len(keys), MAX_TXN_OPS):
             req = etcdrpc.TxnRequest(success=[_get(k) for k in keys[i:i + MAX_TXN_OPS]])
-            resp = self.c.call(self.c.rpc(lambda req=req: self.c.kv.Txn(req, timeout=t)))  # type: ignore[misc]
+            resp = self._call(self.c.rpc(lambda req=req: self.c.kv.Txn(req, timeout=t)))  # type: ignore[misc]
             out += [bytes(r.response_range.kvs[0].value) if r.response_range.kvs else None for r in resp.responses]
         return out
 
@@ -458,7 +472,7 @@ class EtcdStore:
             # Without filters every indexed job matches: read no more keys than the page needs.
             n = MAX_TXN_OPS if st or tenant or limit < 0 else min(MAX_TXN_OPS, limit - len(found))
             req = etcdrpc.RangeRequest(key=start, range_end=end, limit=n, keys_only=True)
-            kvs = self.c.call(self.c.rpc(lambda req=req: self.c.kv.Range(req, timeout=t))).kvs  # type: ignore[misc]
+            kvs = self._call(self.c.rpc(lambda req=req: self.c.kv.Range(req, timeout=t))).kvs  # type: ignore[misc]
             ids = [bytes(kv.key).rpartition(b"/")[2].decode() for kv in kvs]
             for job_id, doc in zip(ids, self._read([self._k("job", i) for i in ids]), strict=True):
                 if doc is None:
@@ -523,12 +537,12 @@ class EtcdStore:
         base = self._k("rmreq", "")
         t = self.c.cfg.timeout_s
         count = etcdrpc.RangeRequest(key=base, range_end=_prefix_end(base), count_only=True)
-        extra = self.c.call(self.c.rpc(lambda: self.c.kv.Range(count, timeout=t))).count - MAX_REMOVALS
+        extra = self._call(self.c.rpc(lambda: self.c.kv.Range(count, timeout=t))).count - MAX_REMOVALS
         if extra <= 0:
             return
         oldest = etcdrpc.RangeRequest(key=base, range_end=_prefix_end(base), keys_only=True, limit=extra,
                                       sort_order=etcdrpc.RangeRequest.ASCEND, sort_target=etcdrpc.RangeRequest.CREATE)
-        kvs = self.c.call(self.c.rpc(lambda: self.c.kv.Range(oldest, timeout=t))).kvs
+        kvs = self._call(self.c.rpc(lambda: self.c.kv.Range(oldest, timeout=t))).kvs
         ops = [_delete(bytes(kv.key)) for kv in kvs]
         for i in range(0, len(ops), MAX_TXN_OPS):
             self._txn([], ops[i:i + MAX_TXN_OPS])

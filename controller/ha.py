@@ -1,8 +1,11 @@
 """`tessera-controller --store etcd`: one of several controllers, of which the one holding the etcd
 lease leads (docs/ha.md).
 
-    serve gRPC as a standby (UNAVAILABLE "not the leader; leader at ADDR")
+    refuse to start (exit 2) when etcd says this controller's settings cannot be the cluster's
+    (another --checkpoint-root, another controller's --advertise: controller/ha_settings.py)
+      -> serve gRPC as a standby (UNAVAILABLE "not the leader; leader at ADDR")
       -> campaign (controller/election.py) until this controller leads, with a new epoch
+      -> check and record its settings (a checkpoint root not the cluster's: resign, exit 2)
       -> load the state from etcd (EtcdStore), build the engine, serve and run the loops
       -> on SIGTERM: stop, revoke the lease (a standby leads at once);
          on losing the lease: refuse every call at once, stop the loops, exit 1 (systemd restarts
@@ -27,9 +30,10 @@ import dataclasses
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -41,6 +45,7 @@ from tessera.controller.election import Leadership, NotLeader
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import EtcdClient, EtcdConfig, parse_endpoints
 from tessera.controller.etcdstore import EtcdStore
+from tessera.controller.ha_settings import REFUSED_EXIT, check_at_start, settings_of, take_over
 from tessera.controller.leader_gate import LeaderSwitch
 from tessera.controller.loops import loops
 from tessera.controller.registry import LivenessConfig, fence_seconds
@@ -98,6 +103,12 @@ class LeaderAgents:
         await self.inner.close()
 
 
+def _refuse(message: str) -> NoReturn:
+    """One line on stderr and exit 2, as a bad flag's (the logs go to stderr too)."""
+    print(f"tessera-controller: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(REFUSED_EXIT)
+
+
 def etcd_config(args: argparse.Namespace) -> EtcdConfig:
     prefix = args.etcd_prefix if args.etcd_prefix.endswith("/") else args.etcd_prefix + "/"
     return EtcdConfig(parse_endpoints(args.etcd_endpoints), prefix=prefix, ca=args.etcd_ca, cert=args.etcd_cert,
@@ -131,8 +142,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
 
     def leader_address() -> str:
         # As the campaign last read it: answering a standby's caller must not wait on etcd.
-        seen = lead.seen_leader if lead is not None else None
-        return seen[0] if seen and seen[0] != address else ""
+        return lead.leader_hint() if lead is not None else ""
 
     def leading() -> bool:
         return lead is not None and lead.is_leader()
@@ -142,7 +152,22 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
     hooks = Hooks(COMPONENT, SERVICES, serving=False)
     server, port, agent_port = make_server([(lambda s, srv: srv.add_generic_rpc_handlers((s,)), switch)], hooks)
     address = advertised(args.listen, port, args.advertise)
-    lead = Leadership(client, address, ttl_s=args.etcd_lease_ttl)
+    # Tells this controller's own earlier run (its lease not expired yet) from another controller
+    # given the same --advertise.
+    lead = Leadership(client, address, ttl_s=args.etcd_lease_ttl,
+                      instance=f"{socket.gethostname()}:{state.resolve()}")
+    mine = settings_of(cfg)
+    refusal = check_at_start(client, lead, mine)
+    if refusal and lead.address_taken():
+        # The key of a process that died (its machine or pod replaced under a new host name) goes
+        # within a TTL; a live leader's stays.
+        log.warning("advertise_in_use_waiting", address=address, leader_instance=lead.seen_instance,
+                    seconds=lead.ttl_s + 1)
+        await asyncio.sleep(lead.ttl_s + 1)
+        refusal = check_at_start(client, lead, mine)
+    if refusal:
+        client.close()
+        _refuse(refusal)
     await server.start()
     gap, fence = failover_gap(cfg.liveness, lead.ttl_s), fence_seconds(cfg.liveness)
     if fence <= gap:
@@ -175,12 +200,15 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         lead.on_lost = on_lost
         structlog.contextvars.bind_contextvars(epoch=epoch)
         try:
+            refusal = take_over(client, lead, mine)
+            if refusal:
+                _refuse(refusal)  # the lease is revoked below: a standby leads at once
             store = EtcdStore(client, lead, state / "controller.etcd.id")
             cfg = dataclasses.replace(cfg, rendezvous_key=store.shared_key(RENDEZVOUS_KEY))
             engine = Engine(store, LeaderAgents(agents, lead), cfg, epoch)  # it reads every job
         except BaseException:
-            # Refused state (StateError: one line, exit 1), or the jobs could not be read: let a
-            # standby try at once, not after a TTL.
+            # Refused state (StateError: one line, exit 1), settings (exit 2), or the jobs could not
+            # be read: let a standby try at once, not after a TTL.
             lead.resign()
             client.close()
             raise

@@ -13,6 +13,10 @@ leader whose lease may have lapsed acknowledges nothing more, a heartbeat or a r
 all (docs/fencing.md, "Several controllers"), even before its lost-lease handling has switched the
 server to standby: a heartbeat that arrives after the deadline, or whose handling outlasted it, is
 answered UNAVAILABLE, which the agent does not count as an acknowledgement.
+
+A call refused before it reached a servicer also carries `tessera-unserved: 1` in its trailing
+metadata: nothing of it was done, so a client need not wonder whether its submit was stored (a
+call refused after it was served, its answer withheld, carries no such word).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import grpc
 
 from tessera.common.rpc import LEADER_HINT_KEY
 from tessera.controller.election import NotLeader
+
+# Trailing metadata of a refusal before any servicer ran (clients/sdk.py reads it by this name).
+UNSERVED_KEY = "tessera-unserved"
 
 
 class _Collector:
@@ -78,11 +85,12 @@ class LeaderSwitch(grpc.GenericRpcHandler):
             return None
         return self._refusal(streaming)
 
-    def _refuse(self, context: Any) -> NotLeader:
+    def _refuse(self, context: Any, served: bool = False) -> NotLeader:
         addr = self._leader()
         # A negative pushback tells gRPC's own retry policy not to ask this standby again: the
         # caller moves to the leader instead.
         md = [("grpc-retry-pushback-ms", "-1")] + ([(LEADER_HINT_KEY, addr)] if addr else [])
+        md += [] if served else [(UNSERVED_KEY, "1")]
         context.set_trailing_metadata(tuple(md))
         return NotLeader(f"not the leader; leader at {addr}" if addr else "not the leader; no leader elected yet")
 
@@ -96,7 +104,7 @@ class LeaderSwitch(grpc.GenericRpcHandler):
             async def stream(request: Any, context: Any) -> Any:
                 async for msg in inner_stream(request, context):
                     if not self._leading():
-                        raise self._refuse(context)
+                        raise self._refuse(context, served=True)
                     yield msg
 
             return grpc.unary_stream_rpc_method_handler(stream, h.request_deserializer, h.response_serializer)
@@ -105,7 +113,7 @@ class LeaderSwitch(grpc.GenericRpcHandler):
         async def unary(request: Any, context: Any) -> Any:
             answer = await inner(request, context)
             if not self._leading():
-                raise self._refuse(context)
+                raise self._refuse(context, served=True)
             return answer
 
         return grpc.unary_unary_rpc_method_handler(unary, h.request_deserializer, h.response_serializer)

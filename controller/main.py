@@ -33,6 +33,7 @@ from tessera.controller.dashboard.server import Dashboard
 from tessera.controller.engine import Engine, EngineConfig
 from tessera.controller.etcd import parse_endpoints
 from tessera.controller.ha import COMPONENT, SERVICES, serve_ha
+from tessera.controller.ha_settings import checkpoint_root_problem
 from tessera.controller.loops import loops
 from tessera.controller.registry import LivenessConfig, default_fence, fence_problem, requeue_after
 from tessera.controller.retention import Retention, RetentionConfig
@@ -123,7 +124,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--progress-timeout", type=float, default=900.0,
                    help="seconds without progress from rank 0 before an attempt counts as hung (jobs may "
                         "override; <= 0 = never)")
-    p.add_argument("--checkpoint-root", default="", help="shared checkpoint storage (default STATE_DIR/checkpoints)")
+    p.add_argument("--checkpoint-root", default="", help="shared checkpoint storage (default STATE_DIR/checkpoints; required with --store etcd: the "
+                   "same shared folder for every controller, docs/ha.md)")
     p.add_argument("--gpu-reserve-gb", type=float, default=1.0, help="GiB kept free on every GPU")
     p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty); a host "
                    "other than loopback needs --metrics-token-file (docs/observability.md)")
@@ -250,6 +252,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(str(e))
         if not 2 <= args.etcd_lease_ttl <= 60:
             p.error("--etcd-lease-ttl must be 2..60 seconds")
+        if problem := checkpoint_root_problem(args.store, args.checkpoint_root):
+            p.error(problem)
         if bool(args.etcd_cert) != bool(args.etcd_key) or (args.etcd_cert and not args.etcd_ca):
             p.error("--etcd-cert and --etcd-key go together, with --etcd-ca")
         remote = [ep for ep in endpoints if not is_loopback(ep.rpartition(":")[0])]

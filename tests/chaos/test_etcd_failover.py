@@ -67,7 +67,8 @@ def leader_and_standby(tmp_path: Path, *extra: str, leader_env: dict[str, str] |
     with etcd_server(tmp_path) as etcd:
         try:
             auth, token = cluster_tokens(tmp_path)
-            ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
+            ha = ["--checkpoint-root", str(tmp_path / "shared-ckpt"),
+                  "--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL),
                   "--policy", "frenzy", *NO_FENCE, *auth, *extra]
             a = start_controller(tmp_path / "a", *ha, extra_env=leader_env)
             daemons.append(a)
@@ -126,7 +127,8 @@ def test_leader_killed_standby_leads_agent_follows_job_runs_once(tmp_path: Path)
 def test_a_clean_stop_hands_over_at_once(tmp_path: Path) -> None:
     """SIGTERM of the leader revokes its lease: the standby leads without waiting for the TTL."""
     with etcd_server(tmp_path) as etcd:
-        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "10",
+        ha = ["--checkpoint-root", str(tmp_path / "shared-ckpt"),
+              "--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "10",
               *cluster_tokens(tmp_path)[0]]
         a = start_controller(tmp_path / "a", *ha)
         b = start_controller(tmp_path / "b", *ha)
@@ -174,7 +176,8 @@ def test_three_controllers_one_leads_after_the_leader_dies(tmp_path: Path) -> No
     through etcd)."""
     with etcd_server(tmp_path) as etcd:
         auth, token = cluster_tokens(tmp_path)
-        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL), *auth]
+        ha = ["--checkpoint-root", str(tmp_path / "shared-ckpt"),
+              "--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", str(TTL), *auth]
         ctl = {n: start_controller(tmp_path / n, *ha) for n in ("a", "b", "c")}
         try:
             def leading(names: list[str]) -> list[str]:

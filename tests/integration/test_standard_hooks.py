@@ -185,7 +185,8 @@ def test_a_standby_controller_is_live_but_not_serving_until_it_leads(tmp_path: P
 
     with etcd_server(tmp_path) as etcd:
         auth, _ = cluster_tokens(tmp_path)
-        ha = ["--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "2", *auth]
+        ha = ["--checkpoint-root", str(tmp_path / "shared-ckpt"),
+              "--store", "etcd", "--etcd-endpoints", etcd.address, "--etcd-lease-ttl", "2", *auth]
         a = start_controller(tmp_path / "a", *ha)
         b: Daemon | None = None
         try:

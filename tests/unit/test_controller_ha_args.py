@@ -24,12 +24,14 @@ def test_etcd_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
     assert "'a:99999' is not host:port" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:99999")
     assert "--etcd-lease-ttl must be 2..60" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:1",
                                                      "--etcd-lease-ttl", "1")
-    assert "go together" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:1", "--etcd-cert", "c.pem")
+    assert "go together" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:1", "--checkpoint-root", "/c",
+                                 "--etcd-cert", "c.pem")
+    assert "--store etcd needs --checkpoint-root DIR" in _err(capsys, "--store", "etcd", "--etcd-endpoints", "a:1")
     assert "invalid choice" in _err(capsys, "--store", "zookeeper")
 
 
 def test_etcd_config_and_advertised_address() -> None:
-    args = parse_args(["--insecure", "--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints",
+    args = parse_args(["--insecure", "--state-dir", "/tmp/x", "--checkpoint-root", "/shared/ckpt", "--store", "etcd", "--etcd-endpoints",
                        "https://e1:2379, e2:2379", "--etcd-prefix", "/prod", "--etcd-plaintext"])
     cfg = etcd_config(args)
     assert cfg.endpoints == ("e1:2379", "e2:2379") and cfg.prefix == "/prod/"
@@ -76,12 +78,12 @@ def test_an_api_other_machines_reach_needs_tokens(listen: str, capsys: pytest.Ca
 
 def test_etcd_other_machines_reach_needs_tls_and_a_client_certificate(capsys: pytest.CaptureFixture[str]) -> None:
     """The whole state (job specs with their env, nodes, epochs, the leader key) lives there."""
-    base = ["--insecure", "--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints", "127.0.0.1:2379,10.0.0.2:2379"]
+    base = ["--insecure", "--state-dir", "/tmp/x", "--checkpoint-root", "/shared/ckpt", "--store", "etcd", "--etcd-endpoints", "127.0.0.1:2379,10.0.0.2:2379"]
     with pytest.raises(SystemExit) as exc:
         parse_args(base)
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and "10.0.0.2:2379 is reachable from other machines" in err[0]
     assert parse_args([*base, "--etcd-plaintext"]).etcd_plaintext
     assert parse_args([*base, "--etcd-ca", "ca.pem", "--etcd-cert", "c.pem", "--etcd-key", "k.pem"]).etcd_cert
-    assert parse_args(["--insecure", "--state-dir", "/tmp/x", "--store", "etcd", "--etcd-endpoints",
+    assert parse_args(["--insecure", "--state-dir", "/tmp/x", "--checkpoint-root", "/shared/ckpt", "--store", "etcd", "--etcd-endpoints",
                        "127.0.0.1:2379,[::1]:2380,localhost:2381"]).store == "etcd"
