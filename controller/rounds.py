@@ -97,7 +97,10 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         # A policy that names the cause itself (Crius) already says it: never twice.
         nowhere = opaque.fits_nowhere(view, snap.cluster_gpus)
         return f"{why}; {nowhere}" if nowhere and nowhere not in why else why
-    if d.pending is PendingKind.FITS_NOWHERE:
+    # A policy that declines (drops) a job has no pending kind: a decline for want of memory gets the
+    # figures too (elasticflow's had none; a live audit), one for a deadline none (`needs` below).
+    drop = d.action is Action.DROP and view is not None
+    if d.pending is PendingKind.FITS_NOWHERE or drop:
         # A recipe the Cells cannot express leaves the job without Cells: name the field.
         refused = recipe_refusal(views[d.job_id])
         if refused:
@@ -106,14 +109,17 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
     cost = view is not None and view.objective is Objective.COST  # its reason is the cost tree's (cost_objective.py)
     if view is not None and (gap := promise_over_cluster(view, snap)):
         why = f"{why}; {gap}"
-    if d.pending is PendingKind.FITS_NOWHERE and not cost:
+    if (d.pending is PendingKind.FITS_NOWHERE or drop) and not cost:
         # Say what memory the job needs and what exists, whatever the policy. The Cells' figure
         # first: MARP's plans have no pipeline stages, ZeRO or gradient accumulation, and overstate
         # a large model's need by far. Frenzy's reasons are MARP's (or the recipe formula's) already;
-        # its fallback runs the Cells, whose figure follows.
+        # its fallback runs the Cells, whose figure follows. The Cells' () says memory is not why (a
+        # decline for a deadline, or a count); without their figure, MARP's could read as the cause
+        # of declining a job with a deadline: it gets none.
         got = needs(views[d.job_id]) if needs is not None else None
         if got is None:
-            memory = "" if policy == "frenzy" else frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg)
+            marp = policy != "frenzy" and not (drop and views[d.job_id].deadline > 0)
+            memory = frenzy.memory_reason(views[d.job_id], snap, frenzy_cfg) if marp else ""
         else:
             memory = needs_text(got, snap, cluster="the cluster has" not in why)
         if memory.startswith("fits nowhere: "):

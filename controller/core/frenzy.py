@@ -198,7 +198,8 @@ def _greedy(groups: list[_Group], plan: ResourcePlan) -> tuple[Slice, ...] | Non
 
 
 def _gib(b: float) -> str:
-    return f"{b / GIB:.1f} GiB"
+    """Bytes as a reason quotes them: GiB, or MiB under 1 GiB (a small job's plan read "8 x 0.0 GiB")."""
+    return f"{b / GIB:.1f} GiB" if b >= GIB else f"{b / (1 << 20):.1f} MiB"
 
 
 def cluster_text(snap: Snapshot) -> str:
@@ -249,10 +250,10 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
     def holds(p: ResourcePlan, usable: int) -> bool:
         return p.source == OPAQUE or usable >= p.bytes_per_gpu
 
-    def most(p: ResourcePlan) -> dict[str, int]:
-        """The GPUs of each allowed model that hold the plan's bytes."""
+    def most(p: ResourcePlan, rows: list[tuple[str, int, int]] = allowed) -> dict[str, int]:
+        """The GPUs of each model (of `rows`, default the allowed ones) that hold the plan's bytes."""
         out: dict[str, int] = {}
-        for m, b, c in allowed:
+        for m, b, c in rows:
             if holds(p, b - cfg.reserve_bytes):
                 out[m] = out.get(m, 0) + c
         return out
@@ -261,10 +262,13 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
     if not runnable:
         fit = min((p for p in plans if most(p)), key=lambda p: (p.gpus, p.tp))
         top = max(most(fit).values())
+        # A type it may not use would take it: its gpu_types are why, not the cluster (a live audit).
+        barred = max(most(fit, list(snap.cluster_gpus)).values()) >= fit.gpus
+        which = f"it may use (its gpu_types: {', '.join(job.gpu_types)})" if barred else "that holds it"
         what = (f"it runs on {fit.gpus} GPUs of one type, and no type it may use has more than {top}"
                 if fit.source == OPAQUE else
                 f"its smallest plan that fits in memory needs {fit.gpus} x {_gib(fit.bytes_per_gpu)} "
-                f"(dp={fit.dp} tp={fit.tp}) of one GPU type, and no type that holds it has more than {top}")
+                f"(dp={fit.dp} tp={fit.tp}) of one GPU type, and no type {which} has more than {top}")
         return PendingKind.FITS_NOWHERE, f"fits nowhere: {what}: the cluster has {cluster_text(snap)}"
     best = runnable[0]
     models = {m for m, n in most(best).items() if n >= best.gpus}  # those that could take the gang

@@ -22,7 +22,8 @@ the best feasible one is applied virtually. The search is a depth-first walk wit
 (a choice cannot gain more than the job's own throughput plus the best positive step per level),
 on a virtual overlay of free-GPU counts (controller/core/placement.py `Trial`), so trying a choice
 costs microseconds; it lives in crius_search.py (`Explorer`), whose docstring spells out the terms
-(scaling step, shrink, type change, throughput).
+(scaling step, shrink, type change, throughput) and, in paper mode with `upgrade_min_gain` (the
+controller's --min-gain), the margin the restarts of a choice's scaling steps must pay.
 
 Two modes:
 - "paper": Cells from the hint (N/2, N, 2N) on every GPU type, or from the memory-feasible range
@@ -66,7 +67,8 @@ class CriusOptions:
     change_type: bool = True  # heterogeneity scaling (off: Crius-NH)
     opportunistic: bool = True
     upgrade_steps: int = 10
-    # Relative throughput gain a running job's scale-up / type change / move needs.
+    # Relative throughput gain a running job's scale-up / type change / move needs; in paper mode, when
+    # > 0, also the margin a choice's scaling steps (restarts) must pay (crius_search.py, "Restarts").
     upgrade_min_gain: float = 0.0
     # Restart cost assumed by the deadline check (s).
     restart_s: float = 40.0
@@ -288,13 +290,7 @@ class _Round:
             return None
         cells.sort(key=lambda c: (-c[0], c[3], c[1], c[2]))
         ex = Explorer(self, job, exclude)
-        # Direct fits first: an incumbent that bounds the search of the cells that need room.
-        for ideal, t, n, cost in cells:
-            nodes = base.fits(t, n)
-            if nodes:
-                v = self.throughput(job, t, n, nodes)
-                if v > 0 and (ex.best is None or v > ex.best.value):
-                    ex.best = Choice(v, t, n, nodes, [])
+        ex.seed(cells, base)
         for ideal, t, n, cost in cells:
             if not self.ctx.spend():
                 direct_only = True
@@ -302,7 +298,7 @@ class _Round:
             if steps_left > 0 and base.free_gpus(t) + ex.freeable(t, steps_left) < n:
                 continue  # even the largest steps cannot free n GPUs of this type
             ex.target(t, n, ideal, steps_left)
-            if ex.best is not None and ideal + steps_left * ex.best_step_gain <= ex.best.value:
+            if ex.cut(ideal + steps_left * ex.best_step_gain, 1):  # (its direct fit was tried above)
                 continue
             ex.explore(base.copy(), [], 0.0, steps_left)
         return ex.best

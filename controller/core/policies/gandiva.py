@@ -35,10 +35,29 @@ from tessera.controller.core.placement import BEST_FIT, SCATTER
 from tessera.controller.core.policies import why_not
 from tessera.controller.core.policies.common import Alloc, Board, free_text, place_as_requested
 from tessera.controller.core.policy import Mode, RoundContext, queue_key
-from tessera.controller.core.snapshot import Decision, JobView, PendingKind, Slice
+from tessera.controller.core.snapshot import CellEstimate, Decision, JobView, PendingKind, Slice
 
 PAPER = Mode.PAPER
 ARTIFACT = Mode.ARTIFACT
+SHRUNK = "shrunk back toward its request to make room (grow-shrink)"
+GROWN = "grown onto idle GPUs of its node (grow-shrink)"
+
+
+@dataclass(frozen=True)
+class _Before:
+    """A job as it was before grow-shrink halved it, to undo that."""
+
+    alloc: Alloc
+    slices: tuple[Slice, ...]
+    est: CellEstimate | None
+    note: str
+
+
+def _once(had: str, note: str) -> str:
+    """A job's note with `note` added once, whatever times the step applied in the round."""
+    if note in had.split("; "):
+        return had
+    return f"{had}; {note}" if had else note
 
 
 @dataclass(frozen=True)
@@ -158,8 +177,10 @@ class _Gandiva:
             return
         sl, where = self.find(job, runs)
         if sl is None:
-            self.shrink_grown(runs)
+            made, undo = self.shrink_grown(runs)
             sl, where = self.find(job, runs)
+            if sl is None and made in runs:  # room on its type, yet no placement (the artifact's locality)
+                self.unshrink(undo)
         if sl is None:
             blocked.update(runs)
             # The types it waits for, each at its count (it read "3 GPUs (any type)" for a job allowed A100 only).
@@ -237,22 +258,41 @@ class _Gandiva:
                     continue
                 b.reassign(a, a.gpu_type, sl, "migrated to fewer nodes (locality)", already_released=True)
 
-    def shrink_grown(self, need: dict[str, int]) -> None:
+    def shrink_grown(self, need: dict[str, int]) -> tuple[str, list[_Before]]:
         """Halve jobs grown past their request (`asked_of`), largest first, until a type holds the
         waiting job's count there. The artifact shrinks jobs of the type it asks for only; paper
         mode (heterogeneity-blind: grown jobs yield to demand) jobs of any type, a type the job does
         not run on counting its smallest count: the room goes to whoever runs there (restricting it
-        to the job's types finished 712 jobs in place of 723 on arena-philly, fair rules, 2,000 rounds)."""
+        to the job's types finished 712 jobs in place of 723 on arena-philly, fair rules, 2,000 rounds).
+        Returns the type that holds it and the jobs as they were before; when no type does, the
+        shrinks are undone: each restarts a job, for nothing (a live audit: a job grown to 2 x A40 was
+        halved for a 2 x A40 job, which still waited on the one freed GPU)."""
         ctx, b = self.ctx, self.b
         least = min(need.values())
+        undo: list[_Before] = []
         for a in sorted(b.allocs.values(), key=lambda a: (-a.gpus, queue_key(a.job))):
             if self.art and a.gpu_type not in need:
                 continue
             n, asked = need.get(a.gpu_type, least), self.asked_of(a)
+            before = _Before(a, a.slices, a.est, a.note)
             while a.gpus % 2 == 0 and a.gpus // 2 >= asked and ctx.state.fits(a.gpu_type, n) == 0:
-                b.shrink(a, "shrunk back toward its request to make room (grow-shrink)")
+                b.shrink(a, SHRUNK)
+                a.note = _once(before.note, SHRUNK)  # (halved twice: said once)
+            if a.slices != before.slices:
+                undo.append(before)
             if ctx.state.fits(a.gpu_type, n):
-                return
+                return a.gpu_type, undo
+        self.unshrink(undo)
+        return "", []
+
+    def unshrink(self, undo: list[_Before]) -> None:
+        """Give shrunk jobs back the GPUs they held (`shrink_grown`'s record), as if never shrunk."""
+        for x in reversed(undo):
+            a = x.alloc
+            self.b.release(a)
+            self.ctx.state.take(x.slices, a.gpu_type)
+            a.slices, a.est, a.note = x.slices, x.est, x.note
+            a.gpus = sum(len(s.gpu_indices) for s in x.slices)
 
     def grow(self, wanted: set[str]) -> None:
         """Double single-node jobs onto idle GPUs of their node while their throughput rises; an opaque
@@ -269,5 +309,7 @@ class _Gandiva:
                 if gain <= 0:
                     break
                 sl = (Slice(g.node_id, tuple(sorted(a.slices[0].gpu_indices + tuple(g.free[:a.gpus])))),)
+                had = a.note
                 b.release(a)
-                b.reassign(a, a.gpu_type, sl, "grown onto idle GPUs of its node (grow-shrink)", already_released=True)
+                b.reassign(a, a.gpu_type, sl, GROWN, already_released=True)
+                a.note = _once(had, GROWN)  # (doubled twice: said once)
