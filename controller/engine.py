@@ -53,7 +53,7 @@ from tessera.controller.judging import processes, rank_statuses, settle, silent_
 from tessera.controller.launches import launch_requests, placed_on, rank_node, rendezvous, rendezvous_port
 from tessera.controller.learning import StepLearner
 from tessera.controller.registry import LiveNode, attempt_floor, replace_workers, requeue_after
-from tessera.controller.snapshots import Admissions, build_snapshot, gpu_pools, job_view
+from tessera.controller.snapshots import Admissions, RoundCursor, build_snapshot, gpu_pools, job_view
 from tessera.controller.store import ACTIVE, TERMINAL, JobRecord, NodeRecord, StaleWrite, Store, still
 from tessera.controller.tenants import TenantsSource
 from tessera.controller.view import AttemptClock, LiveState, LiveView, Move
@@ -80,7 +80,7 @@ class Engine:
         self.estimator_feed = EstimatorFeed(cfg.estimator, tls=cfg.tls) if cfg.estimator else None
         self.policy = policy or rounds.policy_from_config(cfg)
         self.forecaster = Forecaster(cfg.forecast or ForecastConfig(), enabled=cfg.forecast is not None)
-        self.admissions = Admissions()  # when each guaranteed job was admitted: its SLA clock
+        self.admissions, self.cursor = Admissions(), RoundCursor()  # SLA clocks; arrivals and departures
         self.churn = ChurnGuard(cfg.churn, self.store)  # tenants' quick preempting ends, stored (docs/tenants.md)
         # Not strict: the file was checked at start (controller/main.py); one gone bad since (a standby
         # taking the lead) refuses submissions instead of stopping the controller.
@@ -295,7 +295,7 @@ class Engine:
         if d.plan is not None and self.view.target_free(job.id, d.slices, self.wall()):
             await self._start_attempt(job.with_(restarts=job.restarts + 1), d.plan, d.slices,
                                       f"{d.reason} (attempt {job.attempt} stopped in {stopped_in:.1f}s{killed})", "MIGRATED",
-                                      migration_started=move.requested)
+                                      migration_started=move.requested, opportunistic=d.opportunistic)
             metrics.MIGRATIONS.inc()
         elif d.plan is not None and self.view.stopping_on(job.id, d.slices):
             self._live.moves[job.id] = move  # tried again at the job's next report, as a start waits
@@ -430,7 +430,7 @@ class Engine:
             await self._warm_estimates(list(pools))
             snap, pending = self.snapshot()
             seen = {i: self.view.changes.of_job(i) for i in pending}  # each job as the round saw it
-            snap = self.churn.apply(snap, self.store.get_job)
+            snap = self.churn.apply(self.cursor.mark(snap, self.store.get_job), self.store.get_job)
             rcfg = RoundConfig(search_depth=self.cfg.search_depth, interval_s=self.cfg.round_interval_s,
                                time_budget_s=self.cfg.round_budget_s, clock=time.monotonic, min_run_s=self.cfg.min_run_s)
             if snap.cluster_gpus:
@@ -513,10 +513,10 @@ class Engine:
             if not stopping:
                 self.kick()
             return
-        await self._start_attempt(job, d.plan, d.slices, d.reason, "PLACED")
+        await self._start_attempt(job, d.plan, d.slices, d.reason, "PLACED", opportunistic=d.opportunistic)
 
     async def _start_attempt(self, job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], reason: str,
-                             kind: str, migration_started: float | None = None) -> JobRecord:
+                             kind: str, migration_started: float | None = None, opportunistic: bool = False) -> JobRecord:
         """Store the next attempt (plan, placement, rendezvous) as STARTING, then launch it."""
         head = slices[0].node_id
         # Restored from an older copy: never relaunch an attempt number the agents have used.
@@ -526,7 +526,7 @@ class Engine:
         port = rendezvous_port(job.id, floor + 1, head, self.store.list_jobs(states=ACTIVE),
                                self.cfg.port_base, self.cfg.port_count)
         job, events = transitions.started(job, plan, slices, rendezvous(self._live.nodes[head].address, port),
-                                          reason, kind, self.wall(), floor)
+                                          reason, kind, self.wall(), floor, opportunistic)
         if not await self._save(job, events):
             return job  # cancelled meanwhile: nothing to launch
         self._live.clocks[job.id] = AttemptClock(job.attempt, self.mono(), migration_started=migration_started)

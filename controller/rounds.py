@@ -179,21 +179,34 @@ def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Sna
 
 
 def kept_notes(plan: RoundPlan, snap: Snapshot, get: Callable[[str], JobRecord | None]) -> list[Change]:
-    """The stored reasons of running guaranteed jobs the round keeps, where what it says of them
-    changed: one its tenant's quota no longer covers runs as best-effort (quotas.UNGUARDED), and says
-    so until the quota covers it again. Before, `describe job` read "training" while `get tenants`
-    warned of it (a live audit). `get`: the job as stored now (no await before the save)."""
+    """The running jobs the round keeps, where what it says of them changed:
+    - the stored reason of a guaranteed job: one its tenant's quota no longer covers runs as
+      best-effort (quotas.UNGUARDED), and says so until the quota covers it again. Before,
+      `describe job` read "training" while `get tenants` warned of it (a live audit);
+    - the placement's opportunistic mark (Placement.opportunistic), as the simulator keeps it: the
+      next round reads it back (crius suspends such a job for the earlier one; a borrower is
+      charged as one). Before, the live controller kept none, so crius never suspended an
+      opportunistic job and the job it had jumped waited until it ended (a live audit).
+    `get`: the job as stored now (no await before the save)."""
     guaranteed = {r.job.id for r in snap.running if r.job.priority is Priority.GUARANTEED}
+    marked = {r.job.id: r.opportunistic for r in snap.running}
     out: list[Change] = []
     for d in plan.of(Action.KEEP):
-        job = get(d.job_id) if d.job_id in guaranteed else None
-        if job is None or job.state != P.JOB_STATE_RUNNING:
+        if d.job_id not in guaranteed and marked.get(d.job_id, d.opportunistic) == d.opportunistic:
             continue
-        base = job.reason.split(f"; {UNGUARDED}", 1)[0]
-        note = d.reason[d.reason.find(UNGUARDED):] if UNGUARDED in d.reason else ""
-        reason = f"{base}; {note}" if note else base
-        if reason != job.reason:
-            out.append((job.with_(reason=reason), []))
+        job = get(d.job_id)
+        if job is None or job.state != P.JOB_STATE_RUNNING or job.placement is None:
+            continue
+        reason = job.reason
+        if d.job_id in guaranteed:
+            base = job.reason.split(f"; {UNGUARDED}", 1)[0]
+            note = d.reason[d.reason.find(UNGUARDED):] if UNGUARDED in d.reason else ""
+            reason = f"{base}; {note}" if note else base
+        if reason != job.reason or job.placement.opportunistic != d.opportunistic:
+            placement = common_pb2.Placement()
+            placement.CopyFrom(job.placement)
+            placement.opportunistic = d.opportunistic
+            out.append((job.with_(reason=reason, placement=placement), []))
     return out
 
 

@@ -33,7 +33,7 @@ from tessera.controller.core.snapshot import (
 )
 from tessera.controller.core.validate import canonical_gpu_types, resolve_model
 from tessera.controller.registry import LiveNode, running_gpus
-from tessera.controller.store import JobRecord, NodeRecord
+from tessera.controller.store import TERMINAL, JobRecord, NodeRecord
 from tessera.estimator.cell_recipe import JobRecipe
 from tessera.estimator.convert import execution_plan
 from tessera.estimator.plans import ExecutionPlan, PlanInputError
@@ -214,7 +214,8 @@ def build_snapshot(records: Mapping[str, NodeRecord], nodes: Mapping[str, LiveNo
         choice = PlanChoice(p.dp, p.tp, p.pp, p.micro_batch, p.grad_accum, p.gpu_model,
                             p.memory_per_gpu_bytes, p.memory_source)
         running.append(RunningView(job_view(j, progress.get(j.id), now), Cell(str(t), p.dp * p.tp * p.pp, p.pp), slices,
-                                   choice, since=j.start_time, placed_at=j.placement.placed_at or None))
+                                   choice, j.placement.opportunistic, since=j.start_time,
+                                   placed_at=j.placement.placed_at or None))
     cluster = tuple(sorted((m, b, c) for (m, b), c in totals.items()))
     return Snapshot(tuple(views), waiting, cluster, running=tuple(running), now=now,
                     prices=tuple(sorted((prices or {}).items())), tenants=tenants)
@@ -234,8 +235,8 @@ def staged_running(j: JobRecord, view: JobView, gpu_type: Mapping[tuple[str, int
                         prediction=CostPrediction(pred.iteration_seconds, pred.total_seconds, pred.cost,
                                                   pred.allocation) if p.HasField("prediction") else None)
     slices = tuple(Slice(s.node_id, tuple(s.gpu_indices)) for s in j.placement.slices)
-    return RunningView(view, Cell(p.gpu_model, p.dp * p.tp * p.pp, p.pp), slices, choice, since=j.start_time,
-                       placed_at=j.placement.placed_at or None)
+    return RunningView(view, Cell(p.gpu_model, p.dp * p.tp * p.pp, p.pp), slices, choice, j.placement.opportunistic,
+                       since=j.start_time, placed_at=j.placement.placed_at or None)
 
 
 def gpu_pools(records: Iterable[NodeRecord]) -> dict[str, tuple[int, int, bool]]:
@@ -288,3 +289,36 @@ class Admissions:
 
         return dataclasses.replace(snap, pending=tuple(view(j) for j in snap.pending),
                                    running=tuple(dataclasses.replace(r, job=view(r.job)) for r in snap.running))
+
+
+class RoundCursor:
+    """What changed since the last round's snapshot: the arrivals (pending jobs no earlier round
+    saw) and departures that Algorithm 1 and the baselines read (Snapshot.arrivals, .departures),
+    as the simulator gives them. Before, the live controller gave neither, so every pending job was
+    new at every round: crius never tried its waiting jobs with reclaim, and never suspended a job
+    it had started ahead of one of them (a live audit: a 4-GPU job waited until the 2-GPU job that
+    had jumped it ended). A departure is a job that ended; so is, for the policies that retry
+    their older jobs only after departures (artifact mode), GPUs freed another way (a node back,
+    a job stopped): one counts when the free GPUs grew and no job ended. The first round after a
+    start sees every pending job as new, as before. Only `run_round` marks: a look at the snapshot
+    changes nothing."""
+
+    def __init__(self) -> None:
+        self.seen: frozenset[str] | None = None
+        self.free = 0
+
+    def mark(self, snap: Snapshot, get: Callable[[str], JobRecord | None]) -> Snapshot:
+        ids = {j.id for j in snap.pending} | {r.job.id for r in snap.running}
+        free = sum(len(n.gpus) - len(n.busy) for n in snap.nodes)
+        seen, freed = self.seen, free > self.free
+        self.free = free
+        if seen is None:
+            self.seen = frozenset(ids)
+            return snap
+        gone = [(i, get(i)) for i in seen - ids]
+        # Out of this snapshot but not ended (checkpointing to stop, backing off): still seen.
+        kept = {i for i, j in gone if j is not None and j.state not in TERMINAL}
+        self.seen = frozenset(ids | kept)
+        ended = len(gone) - len(kept)
+        arrivals = tuple(j.id for j in snap.pending if j.id not in seen)
+        return dataclasses.replace(snap, arrivals=arrivals, departures=ended or int(freed))

@@ -45,15 +45,16 @@ def pending(job: JobRecord, why: str) -> Change:
 
 
 def started(job: JobRecord, plan: PlanChoice, slices: tuple[Slice, ...], rendezvous: str, reason: str, kind: str,
-            now: float, floor: int = 0) -> Change:
+            now: float, floor: int = 0, opportunistic: bool = False) -> Change:
     """The job's next attempt (plan, placement, rendezvous) as STARTING; `kind` is the event's
     (PLACED for a round's start, MIGRATED for a relaunch after a move). The placement keeps where
     the earlier attempts ran (the last EARLIER_KEPT), for their logs. `floor`: an attempt number
-    the agents have used (controller/registry.py attempt_floor): the new one is above it too."""
+    the agents have used (controller/registry.py attempt_floor): the new one is above it too.
+    `opportunistic`: the decision's mark (Placement.opportunistic), which the next rounds read back."""
     attempt = max(job.attempt, floor) + 1
     recipe = job.spec.plan if job.spec.HasField("plan") else None
     placement = placement_pb(slices, rendezvous)
-    placement.placed_at = now
+    placement.placed_at, placement.opportunistic = now, opportunistic
     if job.placement is not None and job.plan is not None and job.attempt > 0:
         placement.earlier.extend(list(job.placement.earlier)[-(EARLIER_KEPT - 1):])
         placement.earlier.add(attempt=job.attempt, slices=job.placement.slices, world_size=processes(job))

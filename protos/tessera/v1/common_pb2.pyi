@@ -479,16 +479,18 @@ class NodeSlice(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Placement(_message.Message):
-    __slots__ = ("slices", "rendezvous", "earlier", "placed_at")
+    __slots__ = ("slices", "rendezvous", "earlier", "placed_at", "opportunistic")
     SLICES_FIELD_NUMBER: _ClassVar[int]
     RENDEZVOUS_FIELD_NUMBER: _ClassVar[int]
     EARLIER_FIELD_NUMBER: _ClassVar[int]
     PLACED_AT_FIELD_NUMBER: _ClassVar[int]
+    OPPORTUNISTIC_FIELD_NUMBER: _ClassVar[int]
     slices: _containers.RepeatedCompositeFieldContainer[NodeSlice]
     rendezvous: str
     earlier: _containers.RepeatedCompositeFieldContainer[EarlierPlacement]
     placed_at: float
-    def __init__(self, slices: _Optional[_Iterable[_Union[NodeSlice, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., earlier: _Optional[_Iterable[_Union[EarlierPlacement, _Mapping]]] = ..., placed_at: _Optional[float] = ...) -> None: ...
+    opportunistic: bool
+    def __init__(self, slices: _Optional[_Iterable[_Union[NodeSlice, _Mapping]]] = ..., rendezvous: _Optional[str] = ..., earlier: _Optional[_Iterable[_Union[EarlierPlacement, _Mapping]]] = ..., placed_at: _Optional[float] = ..., opportunistic: _Optional[bool] = ...) -> None: ...
 
 class EarlierPlacement(_message.Message):
     __slots__ = ("attempt", "slices", "world_size")
