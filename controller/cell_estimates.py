@@ -3,6 +3,12 @@
 
 Only Cells whose best plan has one (dp, tp) layout in every stage are offered: that is what a worker
 can run from a single `Plan` (dp x tp x pp ranks, global batch = micro_batch x grad_accum x dp).
+
+The Cells' memory is a quick figure (estimator/cells.py), below tessera.estimator.memory's for some
+plans (pipelined stages above all: docs/estimator-cells.md, "Cell memory against the formula"). So a
+Cell is offered only when the plan the worker is launched with (the Cell's plan with the job's recipe
+on top) also fits by the memory formula, and its memory is the larger of the two figures: a Cell
+marked as fitting never launches a plan the formula says runs out of memory.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from dataclasses import dataclass
 
 from tessera.controller.core.policy import CellEstimate
 from tessera.controller.core.snapshot import Cell, JobView, PlanChoice
-from tessera.estimator.cell_recipe import recipe_cell_model
+from tessera.estimator.cell_recipe import recipe_cell_model, recipe_on
+from tessera.estimator.cells import Cell as EstimatedCell
 from tessera.estimator.cells import CellEstimator, CellInputError, CellModel, GpuPool
-from tessera.estimator.plans import PlanInputError
+from tessera.estimator.memory import estimate_memory
+from tessera.estimator.plans import ExecutionPlan, PlanInputError
 
 # (tenant, Cell model signature, GPU type, GPUs, stages): what a measured iteration time belongs to.
 # Per tenant: a job's workers run its tenant's code, so what they report may steer the estimates of
@@ -43,20 +51,39 @@ def job_cell_model(job: JobView, flash_attention: bool = JOB_FLASH_ATTENTION) ->
 
 
 def recipe_refusal(job: JobView) -> str:
-    """Why the Cells refuse the job's recipe ("plan.cp: ..."), or "" when they take it."""
+    """Why the Cells cannot estimate the job: the recipe field they refuse ("plan.cp: ...") or the
+    model field ("model.capacity_factor: ..."), or "" when they take it. Without it a job the Cells
+    refuse waits on "fits nowhere" with no cause (a live audit: dropless MoE)."""
     try:
         recipe_cell_model(job.model, job.global_batch_size, job.recipe)
     except PlanInputError as exc:
         return str(exc)
-    except CellInputError:
-        return ""
+    except CellInputError as exc:
+        return f"model.{exc.field}: {exc.reason}"
     return ""
+
+
+# What the memory formula says of a launched plan: (fits, bytes per GPU incl. its reserve), or None
+# when the formula does not cover the plan (then the Cells' figure stands alone).
+FormulaFit = tuple[bool, int] | None
+MAX_FORMULA_CHECKS = 20_000  # (model, plan, GPU type) answers kept; a round asks the same again
+
+
+def formula_fit(job: JobView, plan: ExecutionPlan, gpu_type: str) -> FormulaFit:
+    """tessera.estimator.memory's verdict on the plan the job's workers would run on `gpu_type`: the
+    Cell's plan with the job's recipe on top (controller/convert.py plan_pb launches it so)."""
+    try:
+        m = estimate_memory(job.model, recipe_on(job.recipe, plan), gpu=gpu_type)
+    except PlanInputError:
+        return None
+    return bool(m.fits), m.reserved + m.other
 
 
 @dataclass(frozen=True)
 class MemoryNeed:
     """The least memory per GPU any plan the Cells consider needs on `gpus` GPUs of a type (in
-    `stages` pipeline stages), where none fits: what a job that fits nowhere is told."""
+    `stages` pipeline stages), where none fits: what a job that fits nowhere is told (the memory
+    formula's figure for a plan that fits by the Cells' alone)."""
 
     gpu_type: str
     gpus: int
@@ -80,13 +107,17 @@ class CellEstimates:
 
     def __init__(self, pools: dict[str, tuple[int, int, bool]], max_gpus: int = 64,
                  measured: Mapping[MeasuredKey, float] | None = None,
-                 flash_attention: bool = JOB_FLASH_ATTENTION) -> None:
+                 flash_attention: bool = JOB_FLASH_ATTENTION, formula_check: bool | None = None) -> None:
         self.flash_attention = flash_attention
+        # The formula checks the plans Tessera launches (PyTorch stacks with flash attention); the
+        # simulator's replay of the Crius artifact (flash_attention False) ran Alpa, which it does not model.
+        self.formula_check = flash_attention if formula_check is None else formula_check
+        self._formula: dict[tuple[object, ...], FormulaFit] = {}
         self.pools = {t: GpuPool(t, n, per, "nvlink" if nv else "pcie") for t, (n, per, nv) in pools.items()}
         self.est = CellEstimator()
         self.max_gpus = max_gpus
         self.measured: dict[MeasuredKey, float] = dict(measured or {})
-        self._needs: dict[tuple[str, str, int], MemoryNeed | object | None] = {}
+        self._needs: dict[tuple[object, ...], MemoryNeed | object | None] = {}
         # Its own estimator: the round's event loop asks while a forecast thread may use `est`.
         self._need_est: CellEstimator | None = None
 
@@ -113,17 +144,43 @@ class CellEstimates:
                 c = self.est.cell(model, pool, gpus, stages, nodes=nodes, gpus_per_node=gpus // nodes)
             except CellInputError:
                 c = None
-            if c is not None and c.fits and c.execution_plan is not None and c.iter_time is not None:
-                ep = c.execution_plan
-                mem = int(c.memory_per_gpu.value) if c.memory_per_gpu else 0
-                plan = PlanChoice(ep.dp, ep.tp, ep.pp, ep.micro_batch, ep.grad_accum, gpu_type, mem,
-                                  c.memory_per_gpu.source if c.memory_per_gpu else "", ep)
+            ep = c.execution_plan if c is not None and c.iter_time is not None else None
+            got = self._checked(job, c) if c is not None and ep is not None else None
+            if c is not None and c.iter_time is not None and ep is not None and got is not None:
+                mem, mem_source = got
+                plan = PlanChoice(ep.dp, ep.tp, ep.pp, ep.micro_batch, ep.grad_accum, gpu_type, mem, mem_source,
+                                  ep)
                 it, source = c.iter_time.value, c.iter_time.source
                 if (seen := self.measured.get((job.tenant, model.signature, gpu_type, gpus, stages))) is not None:
                     it, source = seen, "measured"
                 out.append(CellEstimate(Cell(gpu_type, gpus, stages), it, mem, plan, source))
             stages *= 2
         return out
+
+    def _checked(self, job: JobView, c: EstimatedCell) -> tuple[int, str] | None:
+        """(memory per GPU, its source) of a fitting Cell with a plan that also fits by the memory
+        formula (`formula_fit`), the larger figure of the two; None when either says it does not fit."""
+        if not c.fits or c.execution_plan is None:
+            return None
+        mem = int(c.memory_per_gpu.value) if c.memory_per_gpu else 0
+        source = c.memory_per_gpu.source if c.memory_per_gpu else ""
+        verdict = self._formula_fit(job, c.execution_plan, c.gpu_type)
+        if verdict is None:
+            return mem, source
+        fits, need = verdict
+        if not fits:
+            return None
+        return (need, "formula") if need > mem else (mem, source)
+
+    def _formula_fit(self, job: JobView, plan: ExecutionPlan, gpu_type: str) -> FormulaFit:
+        if not self.formula_check:
+            return None
+        key = (job.model, job.recipe.key if job.recipe is not None else "", plan, gpu_type)
+        if key not in self._formula:
+            if len(self._formula) >= MAX_FORMULA_CHECKS:
+                self._formula.clear()
+            self._formula[key] = formula_fit(job, plan, gpu_type)
+        return self._formula[key]
 
     def gpu_counts(self, job: JobView, gpu_type: str) -> Sequence[int]:
         pool = self.pools.get(gpu_type)
@@ -158,9 +215,9 @@ class CellEstimates:
             n = self._count(job, pool)
             if n < 1:
                 continue
-            k = (model.signature, t, n)
+            k = (model.signature, job.model, job.recipe.key if job.recipe is not None else "", t, n)
             if k not in self._needs:
-                self._needs[k] = self._need(model, pool, n)
+                self._needs[k] = self._need(job, model, pool, n)
             got = self._needs[k]
             if got is FITS:
                 return ()
@@ -183,9 +240,10 @@ class CellEstimates:
             n //= 2
         return n
 
-    def _need(self, model: CellModel, pool: GpuPool, gpus: int) -> MemoryNeed | object | None:
-        """The least need over the stage counts of `gpus` GPUs; FITS when a plan fits, None when no
-        Cell of that count could be formed."""
+    def _need(self, job: JobView, model: CellModel, pool: GpuPool, gpus: int) -> MemoryNeed | object | None:
+        """The least need over the stage counts of `gpus` GPUs; FITS when a plan fits (by the Cells and
+        by the memory formula, as `cells` offers it), None when no Cell of that count could be formed.
+        A Cell the formula refuses needs what the formula says."""
         nodes = math.ceil(gpus / pool.gpus_per_node)
         est = self._need_est = self._need_est or CellEstimator()
         usable = pool.gpu_type.memory_bytes * est.config.usable_memory_fraction
@@ -196,10 +254,13 @@ class CellEstimates:
                 c = est.cell(model, pool, gpus, stages, nodes=nodes, gpus_per_node=gpus // nodes)
             except CellInputError:
                 c = None
+            need = c.memory_needed_per_gpu if c is not None else 0.0
             if c is not None and c.fits:
-                return FITS
-            if c is not None and c.memory_needed_per_gpu > 0 and (
-                    best is None or c.memory_needed_per_gpu < best.bytes_per_gpu):
-                best = MemoryNeed(pool.gpu, gpus, stages, c.memory_needed_per_gpu, usable)
+                if c.execution_plan is None or self._checked(job, c) is not None:
+                    return FITS
+                verdict = self._formula_fit(job, c.execution_plan, c.gpu_type)
+                need = float(verdict[1]) if verdict is not None else 0.0
+            if need > 0 and (best is None or need < best.bytes_per_gpu):
+                best = MemoryNeed(pool.gpu, gpus, stages, need, usable)
             stages *= 2
         return best

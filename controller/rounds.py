@@ -104,7 +104,7 @@ def pending_reason(d: Decision, views: Mapping[str, JobView], snap: Snapshot, po
         # A recipe the Cells cannot express leaves the job without Cells: name the field.
         refused = recipe_refusal(views[d.job_id])
         if refused:
-            why = f"{why}; the Cells cannot estimate the job's plan: {refused}"
+            why = f"{why}; the Cells cannot estimate the job: {refused}"
     view = views.get(d.job_id)
     cost = view is not None and view.objective is Objective.COST  # its reason is the cost tree's (cost_objective.py)
     if view is not None and (gap := promise_over_cluster(view, snap)):

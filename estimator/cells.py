@@ -19,7 +19,8 @@ micro-batch, Tcomm_i that inter-stage part (overlapped in the steady state), B m
 paper: 4 * Ns, GPipe, Figure 10; here chosen per Cell, cell_search.py), and a last term that the paper leaves implicit: the gradient
 all-reduce of data-parallel stages and the optimizer step, once per iteration, stages in parallel.
 We read "the slowest stage" as the stage with the largest latency once its overlapped communication
-is taken off. A plan whose memory exceeds the GPU's usable memory on any stage is dropped.
+is taken off. A plan whose memory exceeds the GPU's usable memory on any stage is dropped (a
+pipelined stage's memory is also taken on the even layer splits a worker runs: cell_worker.py).
 
 The best assembled plan is found exactly without enumerating the plans (thresholds on the two max
 terms, then an independent choice per stage: cell_search.exact_best); `enumerate_plans` enumerates
@@ -61,6 +62,7 @@ from tessera.estimator.cell_types import StageCost as StageCost  # noqa: PLC0414
 from tessera.estimator.cell_types import StagePlan as StagePlan  # noqa: PLC0414
 from tessera.estimator.cell_types import iteration_time as iteration_time  # noqa: PLC0414
 from tessera.estimator.cell_types import pipeline_latency as pipeline_latency  # noqa: PLC0414
+from tessera.estimator.cell_worker import recipe_plan_fields, with_memory_of, worker_op_ranges
 from tessera.estimator.clusterfile import MAX_GPUS_PER_NODE, MAX_NODES_PER_GROUP, PoolSpec, parse_pools
 from tessera.estimator.comm import CommModel, Link
 from tessera.estimator.compute import (
@@ -378,6 +380,14 @@ class CellModel:
             raise CellInputError("precision", f"unknown recipe {precision!r}; known: {', '.join(RECIPES)}")
         r = RECIPES[precision]
         ffn = dims.ffn * (1.5 if dims.gated else 1.0) / dims.hidden_size
+        capacity = dims.capacity_factor
+        if dims.family == "moe" and capacity == 0:
+            # Dropless (Mixtral, torchtitan): every token reaches its top-k experts. Timed and sized as
+            # balanced routing, capacity 1.0 (each expert gets its k x tokens / E rows); a gated one
+            # routes by index (no GShard one-hot dispatch/combine: groups of one token), as
+            # plan_time.cell_model times it.
+            capacity = 1.0
+            expert_group_size = 1 if dims.gated else expert_group_size
         layers, encdec = dims.num_layers, dict[str, Any]()
         if dims.family == "encoder-decoder":  # num_layers counts the encoder's and the decoder's
             layers += dims.decoder_layers
@@ -388,7 +398,7 @@ class CellModel:
                    seq_length=dims.seq_length, global_batch=global_batch,
                    ffn_mult=int(ffn) if float(ffn).is_integer() else ffn,
                    num_experts=dims.num_experts, top_k=dims.top_k, expert_group_size=expert_group_size,
-                   moe_every=dims.moe_every, capacity_factor=dims.capacity_factor, dtype_bytes=r.activation,
+                   moe_every=dims.moe_every, capacity_factor=capacity, dtype_bytes=r.activation,
                    recompute=recompute, weight_grad_bytes=float(r.param + r.grad),
                    optimizer_bytes_per_param=float(r.optimizer), precision=precision,
                    name=dims.name if name is None else name,
@@ -794,23 +804,43 @@ def _stage_cost(
         e = comm.time("all_reduce", dense / tp * model.dtype_bytes, dp, dp_link, dp_share)
         sync += e.seconds
         sources.add(e.source)
-    params_here = dense / tp + expert / (tp * dp)
     weight_bytes = model.weight_grad_bytes or 2.0 * model.dtype_bytes  # weights + gradients
     opt_shard = dp if shards_optimizer(model, cfg) else 1
     params_opt = dense / (tp * opt_shard) + expert / (tp * dp)  # whose optimizer states live here
     sync += optimizer_step_time(params_opt, gpu, weight_bytes + model.optimizer_bytes_per_param)
 
-    # memory: model states + stored activations of the in-flight micro-batches (1F1B) + one
-    # operator's transient activations
-    inflight = min(num_microbatches, num_stages - stage_index)
-    stored = sum(o.stored_bytes for o in sops) * samples * inflight
-    transient = max((o.traffic_bytes + o.traffic_sharded_bytes / tp for o in sops), default=0.0) * samples
-    states = params_here * weight_bytes + params_opt * model.optimizer_bytes_per_param + frozen / tp * model.frozen_bytes
-    mem = states + stored + transient + cfg.reserved_bytes
+    mem = _stage_memory(sops, dp, tp, samples, stage_index, num_stages, num_microbatches, cfg, model)
     fits = mem <= gpu.memory_bytes * cfg.usable_memory_fraction
     comm_src = "+".join(sorted(sources)) if sources else "formula:none"
     compute_t = ce.seconds + cfg.prior.microbatch_overhead_s
     return StageCost(plan, compute_t, intra_t, inter_t, sync, mem, fits, ce.source, comm_src)
+
+
+def _stage_memory(sops: Sequence[Operator], dp: int, tp: int, samples: float, stage_index: int, num_stages: int,
+                  num_microbatches: int, cfg: CellConfig, model: CellModel) -> float:
+    """Bytes per GPU of a stage holding operators `sops` in a (dp, tp) layout: model states + stored
+    activations of the in-flight micro-batches (1F1B) + one operator's transient activations + the
+    reserve."""
+    frozen = sum(o.frozen_params for o in sops)
+    dense = sum(o.params - o.expert_params for o in sops) - frozen
+    expert = sum(o.expert_params for o in sops)
+    params_here = dense / tp + expert / (tp * dp)
+    weight_bytes = model.weight_grad_bytes or 2.0 * model.dtype_bytes  # weights + gradients
+    opt_shard = dp if shards_optimizer(model, cfg) else 1
+    params_opt = dense / (tp * opt_shard) + expert / (tp * dp)  # whose optimizer states live here
+    inflight = min(num_microbatches, num_stages - stage_index)
+    stored = sum(o.stored_bytes for o in sops) * samples * inflight
+    transient = max((o.traffic_bytes + o.traffic_sharded_bytes / tp for o in sops), default=0.0) * samples
+    states = params_here * weight_bytes + params_opt * model.optimizer_bytes_per_param + frozen / tp * model.frozen_bytes
+    if num_stages > 1 and model.sharding == "fsdp" and not frozen:
+        # FSDP2 under PP (torchtitan: no resharding after forward, pipelining's no reshard after
+        # backward): the fp32 state sharded over the DP ranks, plus the stage's unsharded compute-dtype
+        # weights and, once a micro-batch's backward ran before the peak, its unsharded reduce-dtype
+        # gradient (tessera.estimator.memory's native formula); ZeRO-1's bytes fell 2-28 % short
+        grad = (2.0 if model.precision == "bf16" else 4.0) if num_microbatches > inflight else 0.0
+        states = (dense / (tp * dp) + expert / (tp * dp)) * model.state_bytes_per_param + params_here * (
+            model.dtype_bytes + grad)
+    return states + stored + transient + cfg.reserved_bytes
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -917,9 +947,11 @@ def _partition(signature: str, ops: Sequence[Operator], num_gpus: int, num_stage
 
 
 def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None = None) -> ExecutionPlan | None:
-    """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp, sharding); None when
-    the stages differ or the batch does not split into whole micro-batches per rank. An FSDP stage
-    is sharding "fsdp" (one stage: FSDP2 reshards after forward, the "auto" default)."""
+    """The shared ExecutionPlan of a Cell plan whose stages share one (dp, tp, sharding), with the
+    model's recipe (cell_worker.py); None when the stages differ, the batch does not split into whole
+    micro-batches per rank, a MoE's experts do not shard evenly over the DP ranks (the Cells hold
+    1/dp of them per rank: no ep expresses that) or the recipe has no plan at that layout. An FSDP
+    stage is sharding "fsdp" (one stage: FSDP2 reshards after forward, the "auto" default)."""
     cfg = config or CellConfig()
     if model.family == "wresnet":  # the shared plan vocabulary (and tessera.estimator.memory) is for transformers
         return None
@@ -931,6 +963,8 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
     if model.global_batch % (b * dp):
         return None
     experts = model.num_experts if model.family == "moe" else 0
+    if experts and experts % dp:
+        return None
     if sharded == "fsdp" or model.sharding == "fsdp":
         sharding = "fsdp"
     else:
@@ -939,10 +973,8 @@ def execution_plan(model: CellModel, plan: CellPlan, config: CellConfig | None =
         return ExecutionPlan(
             dp=dp, tp=tp, pp=plan.num_stages, micro_batch=model.global_batch // (b * dp), grad_accum=b,
             sharding=sharding,  # type: ignore[arg-type]
-            checkpointing=("op" if model.op_checkpoint else "full") if model.recompute else "none",
-            checkpoint_every=model.checkpoint_every if model.recompute else 1,
             precision=model.precision if model.precision in PRECISIONS else "mixed",  # type: ignore[arg-type]
-            ep=dp if experts and experts % dp == 0 else 1, schedule="1f1b", flash_attention=model.flash_attention)
+            ep=dp if experts else 1, schedule="1f1b", **recipe_plan_fields(model, sharding))
     except PlanInputError:
         return None
 
@@ -1063,6 +1095,8 @@ class CellEstimator:
         out: list[list[StageCost]] = []
         first = 0
         prev: tuple[int, int] | None = None
+        # the layer ranges a worker may run each stage on (cell_worker.py): memory holds for them too
+        worker = worker_op_ranges(len(ops), model.num_layers, num_stages) if model.family != "wresnet" else ()
         for i, ((start, end), g) in enumerate(zip(part.bounds, part.gpus)):
             opts = options[i] if options is not None else stage_options(g, place.per_node, model.num_heads)
             row = []
@@ -1079,6 +1113,11 @@ class CellEstimator:
                 if c is None:
                     c = _stage_cost(ops, sp, first, prev, place, gpu, intra, inter, mb, i, num_stages, b,
                                     self.config, self.comm, self.profiler, model)
+                    if worker:
+                        usable = gpu.memory_bytes * self.config.usable_memory_fraction
+                        c = with_memory_of(c, [
+                            _stage_memory(ops[a:z], dp, tp, mb / dp, i, num_stages, b, self.config, model)
+                            for a, z in worker[i] if (a, z) != (start, end)], usable)
                     if len(self._stage_cache) >= MAX_CACHED_ENTRIES:
                         self._stage_cache.clear()  # start over, as for models (cheap to rebuild)
                     self._stage_cache[key] = c

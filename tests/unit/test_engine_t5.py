@@ -33,4 +33,4 @@ async def test_a_t5_recipe_the_cells_cannot_express_waits_naming_the_field() -> 
     jid = await h.submit(_flan_large("lora", P.ExecutionPlan(lora_rank=8)))
     await h.round()
     assert h.state(jid) == "PENDING"
-    assert "the Cells cannot estimate the job's plan: plan.lora_rank" in h.job(jid).reason
+    assert "the Cells cannot estimate the job: plan.lora_rank" in h.job(jid).reason
