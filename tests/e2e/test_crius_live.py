@@ -15,7 +15,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_crius_scales_a_running_job_down_for_an_arrival(cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    cl: Cluster = cluster_factory([("node-a100", "a100-node.yaml"), ("node-a10", "a10-node.yaml")], policy="crius")
+    # One node: with idle A10s beside it, crius (at the live --min-gain 0.2) rightly places the arrival
+    # there rather than halve the blocker for a few percent (docs/scheduler.md, crius).
+    cl: Cluster = cluster_factory([("node-a100", "a100-node.yaml")], policy="crius")
     addr = cl.controller.address
     with cl.client() as c:
         blocker = long_job("blocker", iterations=80)
