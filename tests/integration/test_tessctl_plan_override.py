@@ -5,15 +5,12 @@ the flag's 0 and false in it (tessctl merges, the request carries the merged pla
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tessera.common.identity import CONTROLLER
-from tessera.common.localcluster import pki, start_estimator
-from tests.procs import BIN, REPO, Daemon, env
+from tests.integration.test_tessctl_estimate_time import _both, estimator  # noqa: F401 (the fixture)
+from tests.procs import Daemon
 
 pytestmark = pytest.mark.slow
 
@@ -21,28 +18,9 @@ JOB = ("name: ov\nmodel: llama3.1-8b\nglobal_batch_size: 8\niterations: 10\n"
        "plan: {lora_rank: 16, compile: true, sequence_parallel: true, checkpointing: full, sharding: fsdp}\n")
 
 
-@pytest.fixture(scope="module")
-def estimator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = start_estimator(tmp_path_factory.mktemp("est") / "estimator.log")
-    try:
-        yield d
-    finally:
-        d.stop()
-
-
-def _both(address: str, *args: str) -> list[tuple[int, str, str]]:
-    remote = ("--estimator", address, "--tls-dir", str(pki().tls_dir(CONTROLLER)))
-    procs = [subprocess.Popen([str(BIN / "tessctl"), *a], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env(), cwd=REPO) for a in (args, (*args, *remote))]
-    out = []
-    for p in procs:
-        o, e = p.communicate(timeout=120)
-        out.append((p.returncode, o, e))
-    return out
-
-
 @pytest.mark.parametrize("command", ["memory", "time"])
-def test_zero_and_false_override_the_job_file_on_both_paths(estimator: Daemon, tmp_path: Path, command: str) -> None:
+def test_zero_and_false_override_the_job_file_on_both_paths(estimator: Daemon, tmp_path: Path,  # noqa: F811
+                                                            command: str) -> None:
     job = tmp_path / "ov.yaml"
     job.write_text(JOB)
     (rc1, out1, err1), (rc2, out2, err2) = _both(
