@@ -6,9 +6,7 @@ whole list); and a submit a standby refused says no "may have been stored"."""
 
 from __future__ import annotations
 
-import asyncio
 import io
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,41 +17,12 @@ import pytest
 from tessera.clients import sdk, tessctl, waiting
 from tessera.clients.sdk import Client
 from tessera.common import rpc
-from tessera.common.identity import CONTROLLER
-from tessera.common.localcluster import tls_config
 from tessera.controller import leader_gate
-from tessera.controller.leader_gate import LeaderSwitch
-from tessera.v1 import agent_pb2, common_pb2, controller_pb2, controller_pb2_grpc
+from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 from tests.fake_controller import FakeController, FakeServer, seeded
+from tests.integration.test_leader_gate import Standby
 
-SERVICES = [controller_pb2.DESCRIPTOR.services_by_name["Controller"], agent_pb2.DESCRIPTOR.services_by_name["AgentRegistry"]]
 LOG = b"".join(f"step {i}\n".encode() for i in range(1, 6))
-
-
-class Standby:
-    """A server with only the LeaderSwitch, naming `hint` as the leader."""
-
-    def __init__(self, hint: str, leading: Any = lambda: True) -> None:
-        self.switch = LeaderSwitch(SERVICES, lambda: hint, leading)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server, port = self.run(self._start())
-        self.address = f"127.0.0.1:{port}"
-
-    async def _start(self) -> tuple[Any, int]:
-        server, port = rpc.aio_server("127.0.0.1:0", [(lambda s, srv: srv.add_generic_rpc_handlers((s,)), self.switch)],
-                                       tls=tls_config(CONTROLLER), client_cert=False)
-        await server.start()
-        return server, port
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
-
-    def stop(self) -> None:
-        self.run(rpc.stop_server(self.server, grace=0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
 
 
 class Dying(FakeController):
