@@ -42,7 +42,9 @@ from tessera.clients.sdk import (
     ControllerUnreachable,
     RpcError,
     connection,
+    may_have_run,
     submit_gives_up,
+    unserved,
 )
 from tessera.common.rpc import aio_channel, leader_hint
 from tessera.v1 import common_pb2, controller_pb2, controller_pb2_grpc, info_pb2, info_pb2_grpc
@@ -102,11 +104,14 @@ class AsyncClient:
         """Submit a job; the same request_id returns the job it first created. Retried with the
         same request id after a timeout or UNAVAILABLE, as Client.submit_ex is."""
         req = controller_pb2.SubmitJobRequest(request_id=request_id or str(uuid.uuid4()), spec=spec)
+        failures: builtins.list[RpcError] = []
         for tries in itertools.count():
             try:
-                return JobInfo.from_proto((await self._call("SubmitJob", req)).job)
+                return JobInfo.from_proto((await self._call("SubmitJob", req, failures)).job)
             except RpcError as err:
                 if submit_gives_up(err, tries, req.request_id):
+                    if not may_have_run(failures):  # every try refused unserved or unconnected
+                        err.request_id = ""
                     raise
         raise AssertionError("not reached")
 
@@ -229,13 +234,16 @@ class AsyncClient:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    async def _call(self, method: str, request: Any) -> Any:
+    async def _call(self, method: str, request: Any, failures: builtins.list[RpcError] | None = None) -> Any:
+        """`failures`: every failed try is added to it (Client._call's)."""
         tries = 0
         while True:
             try:
                 return await getattr(self._stub, method)(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
                 err = self._error(exc)
+                if failures is not None:
+                    failures.append(err)
                 if err.code != "UNAVAILABLE" or len(self.targets) == 1 or tries >= 2 * len(self.targets):
                     raise err from None
                 tries += 1
@@ -247,7 +255,9 @@ class AsyncClient:
         details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
         if code == "UNAVAILABLE" and any(s in details.lower() for s in _CONNECT_FAILURES):
             return ControllerUnreachable(self.target, details)
-        return RpcError(code, details)
+        err = RpcError(code, details)
+        err.unserved = code == "UNAVAILABLE" and unserved(exc)
+        return err
 
 
 def _names(states: set[JobState]) -> str:

@@ -457,11 +457,11 @@ class Client:
         if code == "UNAVAILABLE" and any(s in details.lower() for s in _CONNECT_FAILURES):
             return ControllerUnreachable(self.target, details)
         err = RpcError(code, details)
-        err.unserved = code == "UNAVAILABLE" and _unserved(exc)
+        err.unserved = code == "UNAVAILABLE" and unserved(exc)
         return err
 
 
-def _unserved(exc: grpc.RpcError) -> bool:
+def unserved(exc: grpc.RpcError) -> bool:
     trailing = getattr(exc, "trailing_metadata", None)
     try:
         md = trailing() if callable(trailing) else ()

@@ -6,6 +6,7 @@ whole list); and a submit a standby refused says no "may have been stored"."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import grpc
 import pytest
 
 from tessera.clients import sdk, tessctl, waiting
+from tessera.clients.aio import AsyncClient
 from tessera.clients.sdk import Client
 from tessera.common import rpc
 from tessera.controller import leader_gate
@@ -161,3 +163,20 @@ def test_a_submit_whose_answer_was_withheld_may_have_been_stored(leader: FakeSer
 def seeded_spec(srv: FakeServer) -> common_pb2.JobSpec:
     with Client(srv.address, timeout=5) as c:
         return c.get("j-run").spec
+
+
+def test_the_async_client_reads_the_unserved_mark_too() -> None:
+    sb = Standby("")  # no leader elected yet: every try refused before it ran
+    spec = common_pb2.JobSpec(name="nightly")
+
+    async def submit() -> sdk.RpcError:
+        async with AsyncClient(sb.address, timeout=5) as c:
+            with pytest.raises(sdk.RpcError) as err:
+                await c.submit(spec, request_id="rid-9")
+        return err.value
+
+    try:
+        err = asyncio.run(submit())
+        assert err.code == "UNAVAILABLE" and err.unserved and err.request_id == ""
+    finally:
+        sb.stop()
