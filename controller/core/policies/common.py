@@ -61,6 +61,14 @@ def free_text(ctx: RoundContext, state_free: dict[str, int] | None = None) -> st
     return "free now: " + ", ".join(parts)
 
 
+def with_note(had: str, note: str) -> str:
+    """A job's round note with `note` added once, however many times a step applies to it in the
+    round (gandiva's notes read "grown ...; grown ..." when it doubled a job twice: a live audit)."""
+    if note in had.split("; "):
+        return had
+    return f"{had}; {note}" if had else note
+
+
 @dataclass
 class Board:
     """The round's working allocation over `ctx.state` (running jobs' GPUs held)."""
@@ -142,7 +150,7 @@ class Board:
         a.slices = slices
         a.gpus = sum(len(s.gpu_indices) for s in slices)
         a.est = self.ctx.best(a.job, gpu_type, a.gpus, len(slices))
-        a.note = note if not a.note else f"{a.note}; {note}"
+        a.note = with_note(a.note, note)
         self.version += 1
 
     def shrink(self, a: Alloc, note: str, released: bool = False) -> None:
@@ -153,7 +161,7 @@ class Board:
         a.slices = keep
         a.gpus = sum(len(s.gpu_indices) for s in keep)
         a.est = self.ctx.best(a.job, a.gpu_type, a.gpus, len(keep))
-        a.note = note if not a.note else f"{a.note}; {note}"
+        a.note = with_note(a.note, note)
         self.version += 1
 
     def suspend(self, a: Alloc, reason: str, kind: PendingKind = PendingKind.WAITING) -> None:

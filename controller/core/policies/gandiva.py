@@ -53,13 +53,6 @@ class _Before:
     note: str
 
 
-def _once(had: str, note: str) -> str:
-    """A job's note with `note` added once, whatever times the step applied in the round."""
-    if note in had.split("; "):
-        return had
-    return f"{had}; {note}" if had else note
-
-
 @dataclass(frozen=True)
 class GandivaOptions:
     """Gandiva has no options besides the mode."""
@@ -276,8 +269,7 @@ class _Gandiva:
             n, asked = need.get(a.gpu_type, least), self.asked_of(a)
             before = _Before(a, a.slices, a.est, a.note)
             while a.gpus % 2 == 0 and a.gpus // 2 >= asked and ctx.state.fits(a.gpu_type, n) == 0:
-                b.shrink(a, SHRUNK)
-                a.note = _once(before.note, SHRUNK)  # (halved twice: said once)
+                b.shrink(a, SHRUNK)  # (halved twice: said once, Board's with_note)
             if a.slices != before.slices:
                 undo.append(before)
             if ctx.state.fits(a.gpu_type, n):
@@ -309,7 +301,5 @@ class _Gandiva:
                 if gain <= 0:
                     break
                 sl = (Slice(g.node_id, tuple(sorted(a.slices[0].gpu_indices + tuple(g.free[:a.gpus])))),)
-                had = a.note
                 b.release(a)
-                b.reassign(a, a.gpu_type, sl, GROWN, already_released=True)
-                a.note = _once(had, GROWN)  # (doubled twice: said once)
+                b.reassign(a, a.gpu_type, sl, GROWN, already_released=True)  # (doubled twice: said once)
