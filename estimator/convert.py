@@ -306,8 +306,3 @@ class PlanOverride:
 
     def on(self, base: pb.ExecutionPlan) -> pb.ExecutionPlan:
         return merged_plan(base, self.plan, self.given)
-
-
-def plan_override(text_pairs: dict[str, str]) -> PlanOverride:
-    """plan_fields with the keys it was given (`key=value` texts in the library's spelling)."""
-    return PlanOverride(plan_fields(text_pairs), frozenset(text_pairs))

@@ -12,7 +12,7 @@ import pytest
 
 from tessera.clients import tessctl
 from tessera.clients.estimate import plan_arg
-from tessera.estimator.convert import execution_plan, merged_plan, plan_fields, plan_override
+from tessera.estimator.convert import execution_plan, merged_plan, plan_fields
 from tessera.estimator.plans import PlanInputError
 
 RECIPE = {"lora_rank": "16", "compile": "true", "sequence_parallel": "true", "async_tp": "true",
@@ -29,7 +29,7 @@ def test_a_written_zero_or_false_replaces_the_base() -> None:
     assert execution_plan(merged).lora_rank == 0
     # without the keys a 0/false message still means "unset": a scheduler's plan under a job's recipe
     assert merged_plan(base, flag.plan).lora_rank == 16
-    assert plan_override({"compile": "false"}).given == frozenset({"compile"})
+    assert plan_arg("compile=false").given == frozenset({"compile"})
     with pytest.raises(PlanInputError, match="plan.bogus"):
         merged_plan(base, flag.plan, ("bogus",))
 
