@@ -35,7 +35,7 @@ from tessera.common.errors import Unavailable
 from tessera.controller.core.policies import ALIASES
 from tessera.controller.election import Leadership, NotLeader
 from tessera.controller.engine_config import EngineConfig
-from tessera.controller.etcd import EtcdClient
+from tessera.controller.etcd import EtcdClient, one_line
 
 log = structlog.get_logger("tessera.controller.ha_settings")
 
@@ -143,7 +143,7 @@ def check_at_start(client: EtcdClient, lead: Leadership, mine: Settings) -> str:
         recorded = read_settings(client)
         lead.current_leader()
     except (Unavailable, grpc.aio.AioRpcError) as exc:
-        log.info("start_checks_skipped", reason=" ".join(str(exc).split())[:200])
+        log.info("start_checks_skipped", reason=one_line(str(exc))[:200])
         return ""
     return root_refusal(recorded, mine, client.cfg.prefix) or advertise_refusal(lead)
 
