@@ -7,6 +7,10 @@ job's retries were spent, and nothing said why at start (docs/operations.md, `--
 
 The controller, at start, widens those it owns between its state dir and a checkpoint root below
 it, and refuses to start on one it does not own that others cannot pass (`open_for_workers`).
+The folders above those (all of them, for a root outside the state dir) are not its to change:
+one of root's that others cannot pass stops the start, since workers never run as root (the
+systemd unit's default root lay under `/var/lib/private`, mode 0700: every job failed), and
+one of another user's is a warning, since the workers may run as that user (`closed_above`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,23 @@ def verdict(mode: int, owner: int, me: int) -> Literal["ok", "widen", "blocked"]
         return "widen"
     # Not ours: others' search bit is what lets the workers through; the group's is its owner's.
     return "ok" if mode & stat.S_IXOTH else "blocked"
+
+
+def closed_above(bottom: Path, below: Path | None = None) -> list[tuple[Path, int, int]]:
+    """The existing folders from `/` down to `bottom` that others cannot pass (no S_IXOTH), as
+    (path, mode, owner uid); from `below` down they are `open_for_workers`'s, and skipped. Paths
+    are taken as given: resolve them first."""
+    out: list[tuple[Path, int, int]] = []
+    for path in (bottom, *bottom.parents)[::-1]:
+        if below is not None and path.is_relative_to(below):
+            break
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            break
+        if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IXOTH:
+            out.append((path, stat.S_IMODE(st.st_mode), st.st_uid))
+    return out
 
 
 def open_for_workers(top: Path, bottom: Path, me: int | None = None) -> list[Widened]:

@@ -20,7 +20,7 @@ from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
 from tessera.common.hooks import Hooks
 from tessera.common.netaddr import is_loopback
 from tessera.common.objective import load_prices
-from tessera.common.passable import NotPassable, open_for_workers
+from tessera.common.passable import NotPassable, closed_above, open_for_workers
 from tessera.common.privatefile import key_file, make_dir
 from tessera.controller.agents import AgentClients
 from tessera.controller.auth import Authenticator, AuthInterceptor, InsecureAuthenticator, TokenAuthenticator
@@ -356,6 +356,21 @@ def open_checkpoint_path(state: Path, ckpt: Path) -> None:
                     detail="the checkpoint root is below it: the workers' users must pass it (not list it)")
 
 
+def check_checkpoint_ancestors(ckpt: Path, below: Path | None, me: int | None = None) -> None:
+    """The folders above what open_checkpoint_path handles (every one above a root outside the
+    state dir) are not the controller's to change. One of root's that others cannot pass is
+    NotPassable (workers never run as root: under the systemd unit's DynamicUser the default root
+    lay below /var/lib/private, 0700, and every job failed); one of another user's is a warning,
+    as the workers may run as that user (a single-user development machine)."""
+    me = os.geteuid() if me is None else me
+    for path, mode, owner in closed_above(ckpt, below):
+        if owner == 0 and me != 0:
+            raise NotPassable(path, mode, owner, ckpt)
+        log.warning("checkpoint_root_not_passable", path=str(path), mode=f"{mode:04o}", owner=owner,
+                    checkpoint_root=str(ckpt),
+                    detail="workers running as users other than its owner cannot reach their checkpoint folders")
+
+
 def controller_server(args: argparse.Namespace, auth: Authenticator, registrations: list[tuple[Any, Any]],
                       hooks: Hooks) -> tuple[rpc.ServerGroup, int, int]:
     """Two servers with the same services: --listen (TLS without client certificates: users carry
@@ -381,8 +396,10 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     # Its files are 0600 whatever the umask; the folder 0700, or 0711 (passable, not listable) when
     # the checkpoint root is below it, as by default: the workers' users reach their job's folder there.
     below = ckpt.is_relative_to(state.resolve())
+    # Before making anything in a folder that would refuse the start.
+    check_checkpoint_ancestors(ckpt, state.resolve() if below else None)
     make_dir(state, 0o711 if below else 0o700)
-    if below:  # before making anything in a folder that would refuse the start
+    if below:
         open_checkpoint_path(state.resolve(), ckpt)
     # Passable by the workers' users but not listable: a job id is private to its tenant. One already
     # there is the operator's, as they made it (below the state dir: made passable just above).

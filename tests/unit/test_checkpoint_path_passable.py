@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from tessera.common.passable import NotPassable, Widened, open_for_workers, verdict
-from tessera.controller.main import open_checkpoint_path
+from tessera.common.passable import NotPassable, Widened, closed_above, open_for_workers, verdict
+from tessera.controller.main import check_checkpoint_ancestors, open_checkpoint_path
 from tests.procs import BIN
 
 ME = os.geteuid()
@@ -91,3 +91,47 @@ def test_a_state_dir_of_another_owner_is_a_start_error_exit_2(tmp_path: Path) ->
     assert line.startswith(f"tessera-controller: error: {state} (mode 0700, owner uid 65534)")
     assert f"chmod o+x {state}: mode 0701" in line
     assert mode(state) == 0o700 and list(state.iterdir()) == []  # nothing made in it
+
+
+def test_the_folders_above_are_listed_when_others_cannot_pass_them(tmp_path: Path) -> None:
+    top = made(tmp_path / "top", 0o711)
+    shut = made(top / "shut", 0o750)
+    state = made(shut / "state", 0o700)
+    above = [p for p, _, _ in closed_above(state / "checkpoints")]
+    assert above[-2:] == [shut, state] and top not in above
+    # Below the state dir the folders are open_for_workers's: the walk stops at it.
+    assert [p for p, _, _ in closed_above(state / "checkpoints", state)][-1:] == [shut]
+    assert (shut, 0o750, ME) in closed_above(state, state)
+
+
+def test_a_checkpoint_root_below_a_closed_folder_of_roots_is_a_start_error(tmp_path: Path) -> None:
+    # The systemd unit's default: DynamicUser's state dir lies below /var/lib/private, root's 0700.
+    private = made(tmp_path / "private", 0o700)
+    state = private / "tessera" / "controller"
+    if os.stat(private).st_uid != 0:
+        pytest.skip("needs a folder of root's")
+    with pytest.raises(NotPassable) as exc:
+        check_checkpoint_ancestors(state / "checkpoints", state, me=OTHER)
+    # The first such folder from / down (pytest's own may come first): one line naming it.
+    assert exc.value.owner == 0 and exc.value.path in (private, *private.parents)
+    assert "choose a --checkpoint-root outside it" in str(exc.value) and "\n" not in str(exc.value)
+    private.chmod(0o701)
+    tmp_path.chmod(0o711)
+    closed = [p for p, _, _ in closed_above(state / "checkpoints", state)]
+    assert private not in closed and tmp_path not in closed
+    with capture_logs():  # root itself may pass anything: its own folders are only a warning
+        check_checkpoint_ancestors(state / "checkpoints", state, me=0)
+
+
+def test_a_closed_folder_of_another_user_above_the_root_is_a_warning(tmp_path: Path) -> None:
+    shut = made(tmp_path / "shut", 0o700)
+    ckpt = shut / "ckpt"
+    with capture_logs() as logs:
+        check_checkpoint_ancestors(ckpt, None, me=ME)  # its owner's workers may pass it
+    said = [(e["event"], e["path"], e["mode"]) for e in logs if e["path"] == str(shut)]
+    assert said == [("checkpoint_root_not_passable", str(shut), "0700")]
+    assert mode(shut) == 0o700  # not the controller's to change
+    shut.chmod(0o701)
+    with capture_logs() as logs:
+        check_checkpoint_ancestors(ckpt, None, me=ME)
+    assert all(e["path"] != str(shut) for e in logs)
