@@ -79,11 +79,20 @@ def lora_state(m: ModelDims, plan: ExecutionPlan, stage: int, stack: Stack, stor
             cpu += opt + (grads if plan.zero_stage == 2 else 0.0)
             opt = opt_tmp = 0.0
             grads = 0.0 if plan.zero_stage == 2 else grads
+    elif plan.offload in ("optimizer", "optimizer+params"):
+        # FSDP2's CPUOffloadPolicy, as for a full fine-tune (memory_recipes.native_state): every sharded
+        # parameter, frozen base included, its gradient and state on the host; the step runs there
+        cpu += params + grads + opt
+        params = grads = opt = opt_tmp = 0.0
+        notes.append(f"offload {plan.offload}: FSDP2's CPUOffloadPolicy keeps the base, the adapters, their "
+                     f"gradients and optimizer states in host memory; two layers at a time come over")
     # the layers in flight: two gathered (FSDP2 prefetch) or, offloaded, one copied over; a quantized
     # base is dequantized to bf16 one matrix at a time
     layer_base = largest_layer * (qb if plan.base_quant != "none" else c)
     in_flight = 1 if plan.offload == "frozen" else 2
-    layer_ws = in_flight * layer_base if (p_shards > 1 or plan.offload == "frozen") else 0.0
+    # from the host, a layer at a time: an offloaded base, or (not under DeepSpeed) CPUOffloadPolicy's state
+    copied_over = plan.offload == "frozen" or (plan.offload != "none" and not deepspeed)
+    layer_ws = in_flight * layer_base if (p_shards > 1 or copied_over) else 0.0
     if plan.base_quant != "none":
         layer_ws += c * largest_matrix(m, plan)
     head = local_vocab(m, plan.tp) * m.hidden_size

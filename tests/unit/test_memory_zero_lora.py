@@ -82,3 +82,18 @@ def test_other_is_not_the_allocator_slack() -> None:
     est = estimate_memory(TINY, ExecutionPlan(dp=4, sharding="zero1"))
     assert est.source == "formula" and not any("slack" in n for n in est.notes)
     assert "slack is not in it but in `reserved`" in " ".join((MemoryBreakdown.__doc__ or "").split())
+
+
+@pytest.mark.parametrize(("sharding", "shards"), [("none", 1), ("zero3", 4), ("fsdp", 4)])
+def test_fsdp2_cpu_offload_with_lora_moves_base_adapters_and_their_state_to_the_host(sharding: str,
+                                                                                    shards: int) -> None:
+    # Before, `offload: optimizer` under these shardings changed nothing: the GPU held it all.
+    plan = LORA.with_(sharding=sharding)
+    on = native_state(TINY, plan, 0, "transformers")
+    off = native_state(TINY, plan.with_(offload="optimizer"), 0, "transformers")
+    assert (off.parameters, off.gradients, off.optimizer, off.opt_tmp) == (0, 0, 0, 0)
+    assert off.cpu == pytest.approx(on.parameters + on.gradients + on.optimizer)
+    assert on.cpu == 0 and off.cpu == pytest.approx((2 * TOTAL + 16 * ADAPTERS) / shards)
+    # the base's layers come over from the host two at a time (running + prefetched), bf16
+    assert off.layer_ws == 2 * 2 * 41_088
+    assert estimate_memory(TINY, plan.with_(offload="optimizer")).total < estimate_memory(TINY, plan).total
