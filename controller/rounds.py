@@ -156,6 +156,22 @@ def promise_over_cluster(job: JobView, snap: Snapshot) -> str:
             "nodes join")
 
 
+SUSPENDED = "requeued: suspended by "
+SINCE = "; waiting since it was "
+
+
+def suspension(reason: str) -> str:
+    """What a policy said when it suspended a job now pending ("suspended by crius: its GPUs went to
+    j-..."), read from the job's stored reason: the requeue's words the round after, then the tail
+    each later reason carries (SINCE), until the job starts again; "" for one never suspended. Before,
+    the next round's reason ("waiting: no room now") replaced it, and only the job's STOPPED event
+    named the job that took its GPUs."""
+    if reason.startswith(SUSPENDED):
+        return reason.removeprefix("requeued: ")
+    at = reason.find(SINCE)
+    return reason[at + len(SINCE):] if at >= 0 else ""
+
+
 def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Snapshot,
                     frenzy_cfg: frenzy.FrenzyConfig, unhealthy: Sequence[str] = (),
                     cold: Collection[str] = (), needs: Needs | None = None) -> list[Change]:
@@ -173,6 +189,8 @@ def pending_updates(plan: RoundPlan, pending: Mapping[str, JobRecord], snap: Sna
         why = pending_reason(d, views, snap, plan.policy, frenzy_cfg, needs)
         if unhealthy:
             why += f"; left out as unhealthy (launches failing): {', '.join(unhealthy)}"
+        if was := suspension(pending[d.job_id].reason):
+            why += f"{SINCE}{was}"
         if pending[d.job_id].reason != why:
             out.append(pending_change(pending[d.job_id], why))
     return out

@@ -66,6 +66,28 @@ def test_pending_updates_write_only_changed_reasons() -> None:
     assert [(r.id, r.reason, ev) for r, ev in updates] == [("j-2", "too late", [("PENDING", "too late")])]
 
 
+def test_a_suspended_jobs_later_reasons_keep_what_suspended_it() -> None:
+    # Before, the round after the suspension replaced it with the policy's "waiting" reason, and only
+    # the STOPPED event named the job that took the GPUs.
+    waiting = job(P.JOB_STATE_PENDING)
+    first = waiting.with_(reason="requeued: suspended by crius: suspended (opportunistic execution): its GPUs "
+                                 "went to j-9, queued before it")
+    plan = RoundPlan((Decision(waiting.id, "pending", "crius: waiting: no room now"),), policy="crius")
+    (after, _), = rounds.pending_updates(plan, {waiting.id: first}, Snapshot((), ()), FrenzyConfig())
+    assert after.reason == ("crius: waiting: no room now; waiting since it was suspended by crius: suspended "
+                            "(opportunistic execution): its GPUs went to j-9, queued before it")
+    # Carried round after round, written only when the policy's own words change.
+    assert rounds.pending_updates(plan, {waiting.id: after}, Snapshot((), ()), FrenzyConfig()) == []
+    plan2 = RoundPlan((Decision(waiting.id, "pending", "crius: waiting behind j-3"),), policy="crius")
+    (again, _), = rounds.pending_updates(plan2, {waiting.id: after}, Snapshot((), ()), FrenzyConfig())
+    assert again.reason.startswith("crius: waiting behind j-3; waiting since it was suspended by crius: ")
+    assert again.reason.endswith("its GPUs went to j-9, queued before it")
+    # A job requeued for another cause carries nothing.
+    other = waiting.with_(reason="requeued: node a lost its lease")
+    (plain, _), = rounds.pending_updates(plan, {waiting.id: other}, Snapshot((), ()), FrenzyConfig())
+    assert plain.reason == "crius: waiting: no room now"
+
+
 def test_attempt_failed_retries_within_max_retries_then_fails() -> None:
     rec, ev = transitions.attempt_failed(job(max_retries=2, retries=1), "rank 0: exit code 1", None, 5.0)
     assert rec.state == P.JOB_STATE_PENDING and rec.retries == 2 and rec.restarts == 1

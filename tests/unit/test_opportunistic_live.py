@@ -54,6 +54,9 @@ async def test_crius_suspends_the_opportunistic_job_for_the_one_it_jumped() -> N
     assert h.state(late) == "PENDING"
     await h.round()
     assert h.state(wide) == "STARTING"
+    # While it waits, its reason still names the job that took its GPUs (before: only its STOPPED event).
+    why = h.job(late).reason
+    assert h.state(late) == "PENDING" and "; waiting since it was suspended by crius: " in why and wide in why
 
 
 async def test_a_kept_jobs_mark_is_stored_when_the_round_changes_it() -> None:
