@@ -14,8 +14,7 @@ root: the decisions are pure functions in their own modules, carried out in orde
 - controller/launches.py: the Launch requests of an attempt and its rendezvous port;
 - controller/registry.py: node liveness; controller/learning.py: step-time learning;
 - controller/nodeops.py: what happens to a node (drain, undrain, removal, register, heartbeat, liveness);
-- controller/view.py: the in-memory state and the read-only `EngineView` the service and metrics use.
-- controller/changes.py: the change counts of the job watches; the engine's store counts its job writes.
+- controller/view.py: the in-memory state, the read-only `EngineView`; controller/changes.py: the watches' counts.
 - controller/engine_config.py: `EngineConfig`, the settings `tessera-controller`'s flags set.
 `run_round`, `liveness_tick` and `inspect` are the steps of the three loops: tests call them
 directly with fake clocks (tests/unit/test_engine.py).
@@ -26,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import grpc
 import structlog
@@ -34,7 +33,7 @@ import structlog
 from tessera.common.crashpoints import crash_point
 from tessera.common.progress import sanitized
 from tessera.common.tokens import ANONYMOUS, Principal
-from tessera.controller import limits, metrics, nodeops, rounds, transitions, warming
+from tessera.controller import limits, metrics, nodeops, registry, rounds, transitions, warming
 from tessera.controller.agents import AgentCalls, last_log_line, peer_details
 from tessera.controller.churnguard import ChurnGuard
 from tessera.controller.concurrently import each_job
@@ -202,10 +201,10 @@ class Engine:
         previous, freed = replace_workers(live, status)
         if freed:
             self.kick()
-        touched = {k[0] for k in live.running} | {k[0] for k in previous}
-        for job_id in touched:
+        mine = registry.by_job(live.running)
+        for job_id in registry.to_look_at(previous, mine, {*self._live.clocks, *self._live.moves}):
             job = self.store.get_job(job_id)
-            if await self._stop_stale(live, job_id, job):
+            if await self._stop_stale(live, job_id, job, mine.get(job_id, ())):
                 job = self.store.get_job(job_id)  # as stored after the Stop calls (a cancel may have come)
             workers = live.running.get((job_id, job.attempt)) if job else None
             if job is None or job.state not in ACTIVE:
@@ -240,11 +239,12 @@ class Engine:
         metrics.MIGRATION_SECONDS.observe(total)
         self.store.save_job(job, self.wall(), [("RESUMED", transitions.resumed_text(job.attempt, first, total))])
 
-    async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None) -> bool:
-        called = False  # whether it sent a Stop (an await)
-        for (jid, attempt), ws in live.running.items():
+    async def _stop_stale(self, live: LiveNode, job_id: str, job: JobRecord | None,
+                          reported: Iterable[tuple[int, list[agent_pb2.WorkerStatus]]]) -> bool:
+        called = False  # whether it sent a Stop (an await); `reported`: the node's (attempt, workers) of the job
+        for attempt, ws in reported:
             stale = job is None or job.state not in ACTIVE or attempt != job.attempt or live.id not in placed_on(job)
-            if jid == job_id and stale and any(w.state != P.WORKER_STATE_EXITED for w in ws):
+            if stale and any(w.state != P.WORKER_STATE_EXITED for w in ws):
                 await self.agents.stop(live.id, live.address, self.epoch, job_id, attempt, self.cfg.stop_grace_s,
                                        "stale attempt: not the job's current attempt on this node")
                 called = True
@@ -519,9 +519,9 @@ class Engine:
                              kind: str, migration_started: float | None = None, opportunistic: bool = False) -> JobRecord:
         """Store the next attempt (plan, placement, rendezvous) as STARTING, then launch it."""
         head = slices[0].node_id
-        # Restored from an older copy: never relaunch an attempt number the agents have used.
-        on = [self._live.nodes[n] for n in {s.node_id for s in slices} if n in self._live.nodes]
-        floor = attempt_floor(on, job.id, job.attempt, self._live.nodes.values())
+        # Restored from an older copy: never reuse an attempt number of its targets' or last placement's agents.
+        on, last = [self._live.nodes[n] for n in {s.node_id for s in slices} if n in self._live.nodes], placed_on(job)
+        floor = attempt_floor(on, job.id, job.attempt, [n for n in self._live.nodes.values() if n.id in last])
         metrics.job_started(job, self.wall())
         port = rendezvous_port(job.id, floor + 1, head, self.store.list_jobs(states=ACTIVE),
                                self.cfg.port_base, self.cfg.port_count)

@@ -356,16 +356,23 @@ def open_checkpoint_path(state: Path, ckpt: Path) -> None:
                     detail="the checkpoint root is below it: the workers' users must pass it (not list it)")
 
 
-def check_checkpoint_ancestors(ckpt: Path, below: Path | None, me: int | None = None) -> None:
+def check_checkpoint_ancestors(ckpt: Path, below: Path | None, me: int | None = None) -> list[tuple[Path, int, int]]:
     """The folders above what open_checkpoint_path handles (every one above a root outside the
     state dir) are not the controller's to change. One of root's that others cannot pass is
     NotPassable (workers never run as root: under the systemd unit's DynamicUser the default root
-    lay below /var/lib/private, 0700, and every job failed); one of another user's is a warning,
-    as the workers may run as that user (a single-user development machine)."""
+    lay below /var/lib/private, 0700, and every job failed). The others that others cannot pass are
+    returned, for warn_closed_above once the state is open (their workers may run as their owner,
+    as on a single-user machine; a start that fails on its state says that alone)."""
     me = os.geteuid() if me is None else me
-    for path, mode, owner in closed_above(ckpt, below):
+    closed = closed_above(ckpt, below)
+    for path, mode, owner in closed:
         if owner == 0 and me != 0:
             raise NotPassable(path, mode, owner, ckpt)
+    return closed
+
+
+def warn_closed_above(closed: list[tuple[Path, int, int]], ckpt: Path) -> None:
+    for path, mode, owner in closed:
         log.warning("checkpoint_root_not_passable", path=str(path), mode=f"{mode:04o}", owner=owner,
                     checkpoint_root=str(ckpt),
                     detail="workers running as users other than its owner cannot reach their checkpoint folders")
@@ -397,7 +404,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     # the checkpoint root is below it, as by default: the workers' users reach their job's folder there.
     below = ckpt.is_relative_to(state.resolve())
     # Before making anything in a folder that would refuse the start.
-    check_checkpoint_ancestors(ckpt, state.resolve() if below else None)
+    closed = check_checkpoint_ancestors(ckpt, state.resolve() if below else None)
     make_dir(state, 0o711 if below else 0o700)
     if below:
         open_checkpoint_path(state.resolve(), ckpt)
@@ -406,6 +413,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     make_dir(ckpt, 0o711)
     cfg = engine_config(args, ckpt)
     if args.store == "etcd":
+        warn_closed_above(closed, ckpt)
         log_auth(auth)
         dashboard = await start_dashboard(args, auth, "this controller is a standby: open the leader's dashboard")
         try:
@@ -420,6 +428,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator) -> None:
     epoch = store.next_epoch()
     check_epoch(state, epoch, store.path)
     structlog.contextvars.bind_contextvars(epoch=epoch)
+    warn_closed_above(closed, ckpt)
     agents = AgentClients(args.tls)
     engine = Engine(store, agents, dataclasses.replace(cfg, rendezvous_key=key_file(state / RENDEZVOUS_KEY_FILE)),
                     epoch)

@@ -171,15 +171,16 @@ def test_the_key_of_a_dead_instance_under_this_advertise_is_waited_out(etcd_endp
     prefix = _prefix()
     client = EtcdClient(EtcdConfig((etcd_endpoint,), prefix=prefix))
     try:
-        dead = Leadership(client, "127.0.0.1:1", ttl_s=2, instance="gone:/var/lib/c")
+        # Leases long enough to outlive the new controller's start on a busy machine (2 s did not).
+        dead = Leadership(client, "127.0.0.1:1", ttl_s=8, instance="gone:/var/lib/c")
         client.call(dead.campaign(), 30)
         client.loop.call_soon_threadsafe(dead._keepalive.cancel)  # type: ignore[union-attr]  # it died
         auth, _ = cluster_tokens(tmp_path)
         e = start_controller(tmp_path / "e", "--store", "etcd", "--etcd-endpoints", etcd_endpoint, "--etcd-prefix",
-                             prefix, "--etcd-lease-ttl", "2", "--advertise", "127.0.0.1:1", "--checkpoint-root",
+                             prefix, "--etcd-lease-ttl", "8", "--advertise", "127.0.0.1:1", "--checkpoint-root",
                              str(tmp_path / "ckpt"), *auth)
         try:
-            assert e.wait_event("advertise_in_use_waiting", 5)["leader_instance"] == "gone:/var/lib/c"
+            assert e.wait_event("advertise_in_use_waiting", 8)["leader_instance"] == "gone:/var/lib/c"
             e.wait_event("controller_leading", 30)
         finally:
             e.stop()
