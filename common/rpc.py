@@ -27,7 +27,7 @@ import grpc.aio
 import structlog
 
 from tessera.common.errors import InvalidArgument, TesseraError
-from tessera.common.handlerwrap import refuse_undecodable, rewrap
+from tessera.common.handlerwrap import read_after, refuse_undecodable, rewrap
 from tessera.common.hooks import Hooks
 from tessera.common.identity import Identity
 from tessera.common.opencalls import OpenCallBounds, OpenCallLimit
@@ -163,8 +163,11 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grp
 
 
 class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
-    """Call `check(method, context)` before every handler runs; what it raises (Unauthenticated,
-    PermissionDenied) becomes the call's status through the ErrorInterceptor outside it.
+    """Call `check(method, context)` before every handler runs, and before its request is read
+    (handlerwrap.read_after): what it raises (Unauthenticated, PermissionDenied) becomes the call's
+    status through the ErrorInterceptor outside it, and a refused caller's request is never received
+    nor parsed. Before, the check ran in the handler, after gRPC had taken the whole request: 32
+    refused 15 MiB calls held 670 MB of the estimator's memory, 48 the agent's 720 MB (a live audit).
 
     An interceptor sees no call context, only the handler it returns does: the check wraps the
     handler, as ErrorInterceptor does.
@@ -179,33 +182,7 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio i
             return None
         method = details.method.rpartition("/")[2]
         check = self.check
-        for kind, make in (("unary_unary", grpc.unary_unary_rpc_method_handler),
-                           ("stream_unary", grpc.stream_unary_rpc_method_handler)):
-            behavior = getattr(handler, kind)
-            if behavior is not None:
-                async def unary(request: Any, context: Any, _b: Callable[..., Any] = behavior) -> Any:
-                    check(method, context)
-                    result = _b(request, context)
-                    return await result if inspect.isawaitable(result) else result
-
-                return make(unary, request_deserializer=handler.request_deserializer,
-                            response_serializer=handler.response_serializer)
-        for kind, make in (("unary_stream", grpc.unary_stream_rpc_method_handler),
-                           ("stream_stream", grpc.stream_stream_rpc_method_handler)):
-            behavior = getattr(handler, kind)
-            if behavior is not None:
-                async def stream(request: Any, context: Any, _b: Callable[..., Any] = behavior) -> AsyncIterator[Any]:
-                    check(method, context)
-                    result = _b(request, context)
-                    if inspect.isasyncgen(result):
-                        async for item in result:
-                            yield item
-                    else:
-                        await result
-
-                return make(stream, request_deserializer=handler.request_deserializer,
-                            response_serializer=handler.response_serializer)
-        return handler
+        return read_after(handler, lambda context: check(method, context))
 
 
 def _security(tls: TlsConfig | None, insecure: bool, what: str) -> None:

@@ -356,7 +356,10 @@ class Agent:
         address of that run until the agent registers again.
         """
         registrations = [(agent_pb2_grpc.add_NodeAgentServicer_to_server, servicer)]
-        security: dict[str, Any] = {"tls": self.config.tls, "insecure": self.config.insecure, "client_cert": True}
+        # Callers refused before their requests are read, with HTTP/2 windows that do not grow: a
+        # refused caller's upload is not taken in (rpc.aio_server's `grow_windows`).
+        security: dict[str, Any] = {"tls": self.config.tls, "insecure": self.config.insecure, "client_cert": True,
+                                    "interceptors": [rpc.Authorize(servicer.check_call)], "grow_windows": False}
         host, _, port = self.config.listen.rpartition(":")
         if port == "0" and isinstance(previous_port, int) and 0 < previous_port < 65536:
             try:

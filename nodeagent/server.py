@@ -117,6 +117,10 @@ def _metadata(context: Any, key: str) -> str | None:
     return None
 
 
+# NodeAgent's methods that only the controller may call.
+CONTROLLER_METHODS = frozenset({"Launch", "Stop", "Drain", "ReadLog"})
+
+
 class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]  # generated, untyped
     def __init__(self, supervisor: Supervisor, fence: EpochFence, drain: DrainFlag, *,
                  tokens: WorkerTokens | None = None, authenticate: bool = True) -> None:
@@ -138,6 +142,16 @@ class NodeAgentServicer(agent_pb2_grpc.NodeAgentServicer):  # type: ignore[misc]
         if who != CONTROLLER:
             log.warning("call refused", method=method, certificate=str(who))
             raise PermissionDenied(f"{method} is the controller's; the certificate of {who} may not call it")
+
+    def check_call(self, method: str, context: Any) -> None:
+        """The TCP server's check of a call before its request is read (rpc.Authorize): the
+        controller's methods from the controller's certificate only, ReportProgress never (it is the
+        workers' socket's). A refused caller's request is then never taken in: before, 48 refused
+        15 MiB Launches held 720 MB of the agent's memory (a live audit). The handlers check again."""
+        if method == "ReportProgress":
+            raise PermissionDenied("ReportProgress is served only on the agent's unix socket, to its workers")
+        if method in CONTROLLER_METHODS:
+            self._from_controller(method, context)
 
     async def Launch(
         self, request: agent_pb2.LaunchRequest, context: Any

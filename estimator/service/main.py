@@ -102,7 +102,8 @@ async def serve(args: argparse.Namespace) -> None:
     hooks = Hooks("tessera-estimator")  # the state is loaded: serving from the start
     server, port = rpc.aio_server(args.listen, [(estimator_pb2_grpc.add_EstimatorServicer_to_server, service)],
                                   [] if insecure else [rpc.Authorize(authorize)], name="estimator",
-                                  tls=args.tls, insecure=insecure, hooks=hooks, max_concurrent_rpcs=MAX_CALLS)
+                                  tls=args.tls, insecure=insecure, hooks=hooks, max_concurrent_rpcs=MAX_CALLS,
+                                  grow_windows=False)  # a refused caller's upload is not taken in (rpc.Authorize)
     await server.start()
     mport = metrics.serve(args.metrics_listen, args.metrics_token_file)
     tls.announce("tessera-estimator", args.tls)

@@ -54,3 +54,22 @@ async def test_queries_from_any_identity_changes_from_the_controller_only(addres
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await estimator_pb2_grpc.EstimatorStub(ch).Health(pb.HealthRequest(), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_a_refused_caller_is_answered_before_its_request_is_read(address: str) -> None:
+    """The check runs before gRPC takes the request in (rpc.Authorize over handlerwrap.read_after):
+    a corrupt body from a certificate that may not call the method is PERMISSION_DENIED, not the
+    parser's INVALID_ARGUMENT (before: the whole request was received and parsed first, and 32
+    refused 15 MiB calls held 670 MB of the estimator; a live audit)."""
+    async with rpc.aio_channel(address, tls=tls_config(identity.node("gpu-a1")), peer=identity.ESTIMATOR) as ch:
+        raw = ch.unary_unary("/tessera.v1.Estimator/FitPerformance", request_serializer=None,
+                             response_deserializer=None)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await raw(b"\xff\xff\xff", timeout=5)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    async with rpc.aio_channel(address, tls=tls_config(identity.CONTROLLER), peer=identity.ESTIMATOR) as ch:
+        raw = ch.unary_unary("/tessera.v1.Estimator/FitPerformance", request_serializer=None,
+                             response_deserializer=None)
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # allowed: then read, and refused as corrupt
+            await raw(b"\xff\xff\xff", timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

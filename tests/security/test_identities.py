@@ -146,6 +146,12 @@ def test_only_the_controller_commands_an_agent(cluster_factory, tmp_path: Path) 
             assert refused(lambda: getattr(stub, method)(request, timeout=5)) in want, (name, method)  # noqa: B023
     assert json.loads(state_file.read_text())["controller_epoch"] == floor
     assert not list(cl.root.rglob("pwned"))
+    # Refused before its request is read (rpc.Authorize): a corrupt body is PERMISSION_DENIED, not the
+    # parser's INVALID_ARGUMENT (before, 48 refused 15 MiB Launches held 720 MB of the agent; a live audit).
+    node_b = rpc.sync_channel(address, tls=tls_config(identity.node("node-b")), peer=identity.node("node-a10"))
+    raw = node_b.unary_unary("/tessera.v1.NodeAgent/Launch", request_serializer=None, response_deserializer=None)
+    assert refused(lambda: raw(b"\xff\xff\xff", timeout=5)) == grpc.StatusCode.PERMISSION_DENIED
+    node_b.close()
     # The real controller is not locked out: a drain reaches the agent.
     tessctl_json(cl.controller.address, "drain", "node-a10", "--reason", "after the attack")
     cl.agents["node-a10"].wait_event("drain changed", 30, draining=True)
