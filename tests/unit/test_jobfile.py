@@ -43,6 +43,19 @@ GOLDEN: dict[str, common_pb2.JobSpec] = {
         entrypoint=["{python}", "-c", "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])"],
         max_runtime_seconds=600, max_retries=0,
     ),
+    "llama-tiny.yaml": common_pb2.JobSpec(
+        name="llama-tiny", model=common_pb2.ModelSpec(
+            hidden_size=64, num_layers=2, num_heads=4, vocab_size=256, seq_length=64, ffn_hidden=96, gated=True,
+            num_kv_heads=2, untied_embeddings=True),
+        global_batch_size=16, iterations=40, checkpoint_every=10, max_retries=2,
+    ),
+    "moe-tiny.yaml": common_pb2.JobSpec(
+        name="moe-tiny", model=common_pb2.ModelSpec(
+            hidden_size=64, num_layers=2, num_heads=4, vocab_size=256, seq_length=64,
+            family=common_pb2.MODEL_FAMILY_MOE, ffn_hidden=96, gated=True, num_kv_heads=2, num_experts=4, top_k=2,
+            moe_every=1, untied_embeddings=True, dropless=True),
+        global_batch_size=16, iterations=40, checkpoint_every=10, max_retries=2,
+    ),
     "huge.yaml": common_pb2.JobSpec(
         name="huge", model=_model(25600, 128, 160, 50257, 2048), global_batch_size=1536,
         iterations=100_000, max_retries=2,

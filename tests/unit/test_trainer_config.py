@@ -16,6 +16,7 @@ from tessera.clients.trainer.reference.config import (
     parse_options,
     resolve,
     resolve_model,
+    resolve_model_arch,
 )
 from tessera.clients.trainer.reference.data import MarkovData, rank_slice
 
@@ -235,16 +236,9 @@ def test_the_reference_trainer_refuses_a_recipe_by_name(recipe: dict[str, object
     assert resolve(ctx_for(plain, 2, 8), Options()).zero_stage == 0
 
 
-@pytest.mark.parametrize(("name", "by_name", "why"), [
-    ("llama3.1-8b", False, r"model.gated=True: a LLaMA-style"),
-    ("llama3.1-8b", True, r"model.gated=True: a LLaMA-style"),
-    ("mixtral-8x7b", True, r"model.family=moe"),
-    ("t5-small", False, r"model.family=encoder_decoder"),
-    ("mt5-base", True, r"model.family=encoder-decoder"),
-])
-def test_the_reference_trainer_refuses_a_model_it_does_not_build(name: str, by_name: bool, why: str) -> None:
-    """The model as the agent gives it (nodeagent.contract.model_json of the spec: the family fields
-    ride along), or by registered name: refused with the field named, not trained as a GPT-2."""
+def _contract_model(name: str, by_name: bool) -> ModelDims:
+    """The model as the agent gives it (nodeagent.contract.model_json of the spec: the family fields ride
+    along), or by registered name."""
     import json
 
     from tessera.estimator.convert import model_spec
@@ -253,9 +247,97 @@ def test_the_reference_trainer_refuses_a_model_it_does_not_build(name: str, by_n
     from tessera.v1 import common_pb2
 
     spec = common_pb2.ModelSpec(name=name) if by_name else model_spec(REGISTERED[name])
-    model = ModelDims.from_dict(json.loads(model_json(spec)))
+    return ModelDims.from_dict(json.loads(model_json(spec)))
+
+
+@pytest.mark.parametrize(("name", "by_name", "why"), [
+    ("t5-small", False, r"model.family=encoder_decoder"),
+    ("mt5-base", True, r"model.family=encoder_decoder"),
+    ("bert-base", True, r"model.family=encoder"),
+    ("gemma2-2b", True, r"model.sandwich_norm=True: sandwich norms"),
+    ("gemma2-2b", False, r"model.sandwich_norm=True: sandwich norms"),
+    ("moe-690m", True, r"model.family=moe without model.gated: GShard-style"),
+    ("moe-690m", False, r"model.family=moe without model.gated: GShard-style"),
+])
+def test_the_reference_trainer_refuses_a_model_it_does_not_build(name: str, by_name: bool, why: str) -> None:
+    """Refused with the field named, not trained as another model under its name."""
     with pytest.raises(Unsupported, match=why):
-        resolve_model(model)
+        resolve_model(_contract_model(name, by_name))
+
+
+@pytest.mark.parametrize(("name", "by_name"), [
+    ("llama3.1-8b", False), ("llama3.1-8b", True), ("llama3.2-1b", True), ("mixtral-8x7b", True),
+    ("mixtral-8x7b", False), ("qwen2.5-0.5b", True), ("qwen2.5-7b", False), ("mistral-7b-v0.3", True),
+    ("llama2-7b", True),
+])
+def test_registered_llama_and_mixtral_models_resolve_with_their_real_structure(name: str, by_name: bool) -> None:
+    """A registered LLaMA / Mixtral / Qwen2.5 name (or its spec with the family fields) is built as that
+    architecture, with its real dimensions: GQA, MLP width, head width, q/k/v biases, tied or not, experts."""
+    from tessera.estimator.models import REGISTERED
+
+    known = REGISTERED[name]
+    model, arch = resolve_model_arch(_contract_model(name, by_name))
+    assert (model.hidden_size, model.num_layers, model.num_heads, model.vocab_size, model.seq_length) == (
+        known.hidden_size, known.num_layers, known.num_heads, known.vocab_size, known.seq_length)
+    assert arch.gated
+    assert (arch.kv_heads, arch.head_dim, arch.ffn, arch.qkv_bias, arch.tied_embeddings) == (
+        known.kv_heads, known.head_dim, known.ffn, known.qkv_bias, known.tied_embeddings)
+    assert (arch.num_experts, arch.moe) == (known.num_experts, known.family == "moe")
+    if arch.moe:
+        assert (arch.top_k, arch.moe_every) == (known.top_k, known.moe_every)
+        assert all(arch.is_moe_layer(i) == known.is_moe_layer(i) for i in range(known.num_layers))
+
+
+GATED = {"gated": True, "num_kv_heads": 2, "ffn_hidden": 48}
+MOE = {**GATED, "family": "MODEL_FAMILY_MOE", "num_experts": 4, "top_k": 2, "moe_every": 1, "dropless": True}
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"num_kv_heads": 2}, r"model.num_kv_heads=2 is not built for a GPT-2-style model"),
+    ({"ffn_hidden": 48}, r"model.ffn_hidden=48 is not built for a GPT-2-style model"),
+    ({**GATED, "num_kv_heads": 3}, r"model.num_kv_heads=3 does not divide num_heads=4"),
+    ({**GATED, "kv_channels": 7}, r"head width 7 .* is odd"),
+    ({**GATED, "num_experts": 4}, r"model.num_experts=4: only the moe family has experts"),
+    ({**MOE, "dropless": False}, r"model.dropless=false: routing with a capacity factor"),
+    ({**MOE, "top_k": 5}, r"model.top_k=5 is more than num_experts=4"),
+    ({**MOE, "moe_every": 3}, r"model.moe_every=3 puts experts in none of the 2 layers"),
+    ({**GATED, "sliding_window": 8}, r"model.sliding_window=8: sliding-window attention"),
+    ({**GATED, "logit_softcap": 30.0}, r"model.logit_softcap=30.0: logit soft-capping"),
+])
+def test_structures_not_built_are_refused_by_field(fields: dict[str, object], why: str) -> None:
+    with pytest.raises(Unsupported, match=why):
+        resolve_model(ModelDims.from_dict({**MODEL4, **fields}))
+
+
+MODEL4 = {"name": "t", "hidden_size": 32, "num_layers": 2, "num_heads": 4, "vocab_size": 64, "seq_length": 16}
+
+
+def test_gated_and_moe_fields_resolve_to_what_is_built() -> None:
+    _, arch = resolve_model_arch(ModelDims.from_dict({**MODEL4, **GATED, "qkv_bias": True, "untiedEmbeddings": True}))
+    assert (arch.kind, arch.kv_heads, arch.head_dim, arch.ffn, arch.qkv_bias, arch.tied_embeddings, arch.moe) == (
+        "llama", 2, 8, 48, True, False, False)
+    assert arch.describe() == "llama-kv2-d8-f48-qkvbias-untied"
+    # common.proto's defaults: top_k 0 = 2, moe_every 0 = 2; a hand-written capacity_factor 0 is dropless too.
+    _, arch = resolve_model_arch(ModelDims.from_dict({**MODEL4, **MOE, "top_k": 0, "moe_every": 0, "dropless": False,
+                                                      "capacity_factor": 0, "kv_channels": 16,
+                                                      "tied_embeddings": False}))
+    assert (arch.num_experts, arch.top_k, arch.moe_every, arch.head_dim, arch.tied_embeddings) == (4, 2, 2, 16, False)
+    assert [arch.is_moe_layer(i) for i in range(2)] == [False, True]
+    # A GPT-2-style model with untied embeddings is built untied (it was trained tied before).
+    _, arch = resolve_model_arch(ModelDims.from_dict({**MODEL4, "untied_embeddings": True}))
+    assert (arch.kind, arch.tied_embeddings) == ("gpt2", False)
+
+
+def test_tensor_parallelism_must_split_whole_kv_heads_and_mlp_columns() -> None:
+    model = ModelDims.from_dict({**MODEL4, **GATED})
+    with pytest.raises(Unsupported, match=r"plan tp=4 does not divide the model's num_kv_heads=2"):
+        resolve(ctx_for(Plan(dp=1, tp=4, micro_batch=4), 4, 4, model), Options())
+    odd = ModelDims.from_dict({**MODEL4, **GATED, "ffn_hidden": 45})
+    with pytest.raises(Unsupported, match=r"plan tp=2 does not divide the model's ffn_hidden=45"):
+        resolve(ctx_for(Plan(dp=1, tp=2, micro_batch=4), 2, 4, odd), Options())
+    cfg = resolve(ctx_for(Plan(dp=1, tp=2, micro_batch=4), 2, 4, model), Options())
+    assert cfg.structure.kv_heads == 2 and cfg.arch is not None and cfg.arch.gated
+    assert resolve(ctx_for(Plan(dp=1, micro_batch=4), 1, 4), Options()).structure.kind == "gpt2"
 
 
 def test_gpt2_style_models_still_resolve_with_their_family_fields() -> None:

@@ -1,4 +1,5 @@
-"""Tessera's reference trainer: a small GPT in torch that runs the plans Tessera schedules.
+"""Tessera's reference trainer: GPT-2-style, LLaMA-style and Mixtral-style decoders in torch that run the
+plans Tessera schedules.
 
 Run it as `python -m tessera.clients.trainer.reference` under a node agent (or by hand: it falls back to the
 trainer SDK's defaults). See docs/trainer.md. Importing this package does not import torch; only

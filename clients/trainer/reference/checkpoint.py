@@ -45,6 +45,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from tessera.clients.trainer import CheckpointRef, ModelDims, Plan, checkpoint_writer
 from tessera.clients.trainer.checkpoints import CHECKPOINT_META
+from tessera.clients.trainer.reference.architecture import Arch
 from tessera.clients.trainer.reference.parallel import Engine
 from tessera.clients.trainer.reference.safe_load import SafePlanner, SafeReader
 
@@ -104,6 +105,7 @@ def save(
         "seed": seed,
         "global_batch": global_batch,
         "tied_head": engine.tied,
+        "arch": engine.arch.to_dict(),
     }
     final = Path(checkpoint_dir) / f"step-{iteration}"
     state = _state_to_save(engine)
@@ -183,8 +185,10 @@ def restore_rng(rng: Mapping[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------- load
 
 
-def check_compatible(ref: CheckpointRef, dims: ModelDims, seed: int, global_batch: int, tied_head: bool) -> dict[str, Any]:
-    """meta.json of `ref` if this job can resume from it, else IncompatibleCheckpoint with the reason."""
+def check_compatible(ref: CheckpointRef, dims: ModelDims, seed: int, global_batch: int, tied_head: bool,
+                     arch: Arch | None = None) -> dict[str, Any]:
+    """meta.json of `ref` if this job can resume from it, else IncompatibleCheckpoint with the reason.
+    `arch` None: GPT-2 style, as is every checkpoint written without an "arch" (before gated models)."""
     meta = ref.meta()
     fmt = meta.get("format")
     if fmt not in (FORMAT, LEGACY_FORMAT):
@@ -194,6 +198,12 @@ def check_compatible(ref: CheckpointRef, dims: ModelDims, seed: int, global_batc
             dims.hidden_size, dims.num_layers, dims.num_heads, dims.vocab_size, dims.seq_length):
         raise IncompatibleCheckpoint(f"{ref.path} was written for model {saved.to_dict()}, this job runs "
                                      f"{dims.to_dict()}")
+    mine = (arch or Arch.gpt2(dims)).to_dict()
+    theirs = Arch.from_dict(meta["arch"]).to_dict() if "arch" in meta else Arch.gpt2(saved).to_dict()
+    theirs["tied_embeddings"] = mine["tied_embeddings"]  # the effective tying is checked below, as tied_head
+    if theirs != mine:
+        raise IncompatibleCheckpoint(f"{ref.path} was written for a model built as {theirs}, this job builds "
+                                     f"{mine}")
     if meta.get("seed") != seed:
         raise IncompatibleCheckpoint(f"{ref.path} was written with seed {meta.get('seed')}, this run uses {seed}")
     if meta.get("tied_head", True) != tied_head:

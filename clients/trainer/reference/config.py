@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.clients.trainer import ModelDims, Plan, TrainerContext
+from tessera.clients.trainer.reference.architecture import (
+    Arch,
+    Unsupported,
+    registered_fields,
+    resolve_arch,
+    tp_divides,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -26,10 +33,6 @@ DEFAULT_WEIGHT_DECAY = 0.01
 DEFAULT_CHECKPOINT_EVERY = 10
 DEFAULT_KEEP_CHECKPOINTS = 2
 DEFAULT_DIST_TIMEOUT_S = 300.0
-
-
-class Unsupported(Exception):
-    """This configuration cannot be run by the reference trainer; str(e) is the one-line reason."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,12 @@ class TrainConfig:
     # Each pipeline stage's layers [start, end) when the plan gives them (a pipeline over mixed GPU
     # types: uneven splits, TESSERA_PLAN "stages"); empty = as even as possible.
     stage_ranges: tuple[tuple[int, int], ...] = ()
+    # The structure built for the model (architecture.py); None: GPT-2 style.
+    arch: Arch | None = None
+
+    @property
+    def structure(self) -> Arch:
+        return self.arch if self.arch is not None else Arch.gpt2(self.model)
 
     @property
     def per_rank_batch(self) -> int:
@@ -118,7 +127,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     """Options from argv flags and the environment (flags win). Raises SystemExit(2) on bad flags."""
     e = os.environ if env is None else env
     p = argparse.ArgumentParser(prog="python -m tessera.clients.trainer.reference",
-                                description="Tessera's reference trainer (a small GPT on synthetic data). "
+                                description="Tessera's reference trainer (GPT-2, LLaMA or Mixtral style, on synthetic data). "
                                             "Everything else comes from the worker contract's environment.")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="model init and data seed")
     p.add_argument("--lr", type=float, default=DEFAULT_LR, help="AdamW learning rate (constant)")
@@ -152,62 +161,18 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     )
 
 
-# The model structures this trainer builds: GPT-2 style decoders (model.py). Each family field of
-# TESSERA_MODEL (or of a registered name) that asks for another structure is refused by name.
-_STRUCTURE = (
-    ("gated", "a LLaMA-style (gated: SwiGLU, RMSNorm, rotary) model"),
-    ("qkv_bias", "q/k/v-only biases (qkv_bias)"),
-    ("sandwich_norm", "sandwich norms (sandwich_norm)"),
-    ("sliding_window", "sliding-window attention (sliding_window)"),
-    ("logit_softcap", "logit soft-capping (logit_softcap)"),
-    ("num_experts", "a mixture of experts (num_experts)"),
-    ("num_decoder_layers", "an encoder-decoder (num_decoder_layers)"),
-    ("decoder_seq_length", "an encoder-decoder (decoder_seq_length)"),
-)
-
-
-def _refuse_structure(model: ModelDims, by_name: bool) -> None:
-    """Unsupported naming the field when the model is not a GPT-2-style decoder (model.py builds only
-    those): never a GPT-2 trained under a Llama's, a Mixtral's or a T5's name. `by_name`: the dimensions
-    came from the registered name, whose family fields count then."""
-    fields: dict[str, Any] = dict(model.extra)
-    if by_name:
-        try:
-            from tessera.estimator.models import registered
-        except ImportError:
-            registered = None  # type: ignore[assignment]
-        known = registered(model.name) if registered is not None else None
-        if known is not None:
-            fields = {"family": known.family, "gated": known.gated, "num_kv_heads": known.num_kv_heads,
-                      "ffn_hidden": known.ffn_hidden, "kv_channels": known.kv_channels, "qkv_bias": known.qkv_bias,
-                      "sliding_window": known.sliding_window, "logit_softcap": known.logit_softcap,
-                      "sandwich_norm": known.sandwich_norm, "num_experts": known.num_experts,
-                      "num_decoder_layers": known.num_decoder_layers,
-                      "decoder_seq_length": known.decoder_seq_length}
-    who = f"model {model.name or '(unnamed)'!r}"
-    family = str(fields.get("family") or "").lower().removeprefix("model_family_")
-    if family not in ("", "decoder", "unspecified"):
-        raise Unsupported(f"{who}: model.family={family}: the reference trainer builds GPT-2-style decoders only")
-    for key, what in _STRUCTURE:
-        value = fields.get(key, fields.get(_camel(key)))
-        if value not in (None, False, 0, 0.0, "", "false"):
-            raise Unsupported(f"{who}: model.{key}={value!r}: {what} is not built by the reference trainer "
-                              "(GPT-2-style decoders only)")
-    h, heads = model.hidden_size, model.num_heads
-    for key, default in (("num_kv_heads", heads), ("ffn_hidden", 4 * h), ("kv_channels", h // heads if heads else 0)):
-        raw = fields.get(key, fields.get(_camel(key)))
-        try:
-            value = int(raw or 0)
-        except (TypeError, ValueError):
-            raise Unsupported(f"{who}: model.{key}={raw!r} is not an integer") from None
-        if value and heads and value != default:
-            raise Unsupported(f"{who}: model.{key}={value} is not built by the reference trainer (GPT-2-style: "
-                              f"{key} = {default})")
-
-
 def resolve_model(model: ModelDims) -> ModelDims:
-    """Fill a registered model's missing dimensions; Unsupported if some are still missing or invalid."""
+    """Fill a registered model's missing dimensions; Unsupported if some are still missing or invalid, or
+    if the model is not one this trainer builds (architecture.py)."""
+    return resolve_model_arch(model)[0]
+
+
+def resolve_model_arch(model: ModelDims) -> tuple[ModelDims, Arch]:
+    """The model's dimensions (a registered name's filling those left at 0) and the structure to build
+    for it: the registered name's family fields when its dimensions came from the registry, else the
+    family fields TESSERA_MODEL carries. Unsupported with the reason otherwise."""
     by_name = not model.complete and bool(model.name)
+    fields: dict[str, Any] = dict(model.extra)
     if by_name:
         known = _registered(model.name)
         if known is not None:
@@ -218,17 +183,15 @@ def resolve_model(model: ModelDims) -> ModelDims:
                 num_heads=model.num_heads or known.num_heads,
                 vocab_size=model.vocab_size or known.vocab_size,
                 seq_length=model.seq_length or known.seq_length,
+                extra=model.extra,
             )
+            fields = registered_fields(model.name) or fields
     if not model.complete:
         raise Unsupported(f"model {model.name or '(unnamed)'!r} has missing dimensions and is not a registered "
                           f"name: {model.to_dict()}")
-    if model.hidden_size % model.num_heads:
-        raise Unsupported(f"model hidden_size={model.hidden_size} is not divisible by "
-                          f"num_heads={model.num_heads}")
     if model.vocab_size < 2:
         raise Unsupported(f"model vocab_size={model.vocab_size} is too small (need >= 2)")
-    _refuse_structure(model, by_name)
-    return model
+    return model, resolve_arch(model, fields)
 
 
 def _registered(name: str) -> ModelDims | None:
@@ -386,10 +349,8 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
                           f"not match WORLD_SIZE={ctx.world_size}")
     if ctx.iterations < 0:
         raise Unsupported(f"iterations must be >= 0, got {ctx.iterations}")
-    model = resolve_model(ctx.model)
-    if plan.tp > 1 and model.num_heads % plan.tp:
-        raise Unsupported(f"plan tp={plan.tp} does not divide the model's num_heads={model.num_heads} "
-                          f"(tensor parallelism splits whole attention heads)")
+    model, arch = resolve_model_arch(ctx.model)
+    tp_divides(arch, model, plan.tp)
     if plan.pp > model.num_layers:
         raise Unsupported(f"plan pp={plan.pp} has more pipeline stages than the model has layers "
                           f"({model.num_layers})")
@@ -433,6 +394,7 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
         notes.append(f"ignoring plan fields this trainer does not use: {ignored}")
     return TrainConfig(
         model=model,
+        arch=arch,
         plan=plan,
         world_size=ctx.world_size,
         iterations=ctx.iterations,

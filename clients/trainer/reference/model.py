@@ -68,6 +68,11 @@ class Block(nn.Module):
         self.fc = nn.Linear(hidden, 4 * hidden)
         self.out = nn.Linear(4 * hidden, hidden)
 
+    def tp_plan(self) -> dict[str, str]:
+        """Tensor-parallel style of each linear (parallel.py): whole heads and MLP columns per rank."""
+        return {"attn.q": "colwise", "attn.k": "colwise", "attn.v": "colwise", "attn.proj": "rowwise",
+                "fc": "colwise", "out": "rowwise"}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))

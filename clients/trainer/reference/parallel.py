@@ -14,7 +14,8 @@ the optimizer, and one training step.
 | offload (optimizer,       | FSDP2 `CPUOffloadPolicy`: sharded parameters, gradients and the          |
 |   optimizer+params)       | optimizer state live in CPU memory; the optimizer steps on the CPU       |
 | tp > 1                    | DTensor tensor parallelism over "tp": ColwiseParallel on attention       |
-|                           | q/k/v and MLP fc, RowwiseParallel on attention proj and MLP out          |
+|                           | q/k/v and MLP fc (SwiGLU w1/w3, each expert's w1/w3), RowwiseParallel on |
+|                           | attention proj and MLP out (w2); MoE routers replicated                  |
 | pp > 1                    | torch.distributed.pipelining: PipelineStage over "pp", ScheduleGPipe or  |
 |                           | Schedule1F1B with `grad_accum` micro-batches                             |
 | activation_checkpointing  | torch.utils.checkpoint (non-reentrant) around every block ("full") or    |
@@ -41,7 +42,8 @@ import torch.distributed as dist
 from torch import nn
 
 from tessera.clients.trainer.reference.config import TrainConfig
-from tessera.clients.trainer.reference.model import GPT, lm_loss, param_groups
+from tessera.clients.trainer.reference.model import GPT, Block, lm_loss, param_groups
+from tessera.clients.trainer.reference.model_llama import Llama, LlamaBlock
 
 GRAD_CLIP = 1.0
 
@@ -73,6 +75,17 @@ class Coords:
         return self.pp_rank == self.pp - 1
 
 
+def build_model(cfg: TrainConfig, tied_head: bool) -> GPT | Llama:
+    """The whole model of `cfg` (GPT-2 style, or LLaMA style / Mixtral MoE when the Arch is gated), from
+    the current RNG state."""
+    arch = cfg.structure
+    if arch.gated:
+        return Llama(cfg.model, arch, tied_head=tied_head, activation_checkpointing=cfg.activation_checkpointing,
+                     flash_attention=cfg.flash_attention)
+    return GPT(cfg.model, tied_head=tied_head, activation_checkpointing=cfg.activation_checkpointing,
+               flash_attention=cfg.flash_attention)
+
+
 def stage_layers(num_layers: int, pp: int, stage: int) -> range:
     """The contiguous blocks of pipeline stage `stage`: as even as possible, later stages take the
     remainder (the first stage also holds the embeddings)."""
@@ -101,10 +114,15 @@ class Engine:
         # Every rank builds the whole model from the seed (identical initial weights everywhere), then
         # keeps its share.
         torch.manual_seed(opts.seed)
-        model = GPT(cfg.model, tied_head=opts.tied_head, activation_checkpointing=cfg.activation_checkpointing,
-                    flash_attention=cfg.flash_attention)
+        self.arch = cfg.structure
+        # --untied-head unties any model; a model with untied_embeddings is untied whatever the flag.
+        self.tied = opts.tied_head and self.arch.tied_embeddings
+        model = build_model(cfg, self.tied)
         self.total_params = sum(p.numel() for p in model.parameters())
-        self.tied = opts.tied_head
+        if isinstance(model, Llama):
+            # The LM loss's gradient per micro-batch: divided here by the micro-batch count, or by the
+            # pipeline schedule after the backward passes (scale_grads).
+            model.set_aux_grad_scale(1.0 if cfg.pp > 1 else 1.0 / cfg.grad_accum)
         if cfg.pp > 1:
             layers = (range(*cfg.stage_ranges[c.pp_rank]) if cfg.stage_ranges
                       else stage_layers(cfg.model.num_layers, cfg.pp, c.pp_rank))
@@ -163,12 +181,10 @@ class Engine:
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         tp_mesh = self.mesh["tp"]
+        styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
         for block in self.model.blocks.values():
-            parallelize_module(block, tp_mesh, {
-                "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-                "attn.proj": RowwiseParallel(),
-                "fc": ColwiseParallel(), "out": RowwiseParallel(),
-            })
+            assert isinstance(block, (Block, LlamaBlock))
+            parallelize_module(block, tp_mesh, {name: styles[style]() for name, style in block.tp_plan().items()})
 
     def _fully_shard(self) -> None:
         from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard

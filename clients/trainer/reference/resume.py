@@ -54,7 +54,7 @@ def resume(ctx: TrainerContext, engine: Engine, dims: ModelDims, seed: int, glob
         ref = CheckpointRef(pick, checkpoint_path(ctx.checkpoint_dir, pick))
         mine, why, meta, rng = OK, "", None, None
         try:
-            meta = checkpoint.check_compatible(ref, dims, seed, global_batch, engine.tied)
+            meta = checkpoint.check_compatible(ref, dims, seed, global_batch, engine.tied, engine.arch)
         except IncompatibleCheckpoint as e:
             mine, why = INCOMPATIBLE, str(e)
         except Exception as e:  # noqa: BLE001 - unreadable or missing here: damaged for this rank

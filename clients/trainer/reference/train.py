@@ -109,7 +109,8 @@ def _train(ctx: TrainerContext, cfg: TrainConfig, device: torch.device, group: D
         say(ctx, f"note: {note}")
     say(ctx, f"reference trainer: job={ctx.job_id} attempt={ctx.attempt} rank={ctx.rank}/{ctx.world_size} "
              f"device={device} model=h{dims.hidden_size}-l{dims.num_layers}-a{dims.num_heads}-"
-             f"v{dims.vocab_size}-s{dims.seq_length} global_batch={cfg.global_batch} plan={cfg.describe()} "
+             f"v{dims.vocab_size}-s{dims.seq_length} arch={cfg.structure.describe()} global_batch={cfg.global_batch} "
+             f"plan={cfg.describe()} "
              f"micro_batch={cfg.micro_batch} grad_accum={cfg.grad_accum} iterations={cfg.iterations} "
              f"checkpoint_every={cfg.checkpoint_every} checkpoint_dir={ctx.checkpoint_dir}")
 
