@@ -14,8 +14,10 @@ currency) and how long the search took. Runs here; needs neither a controller no
 The job file is read by the job-file parser `tessctl submit` uses (clients/jobfile.py, which applies
 the controller's bounds, tessera.common.jobspec and tessera.common.objective) and a deadline already
 past is refused as SubmitJob refuses it, so plan-cost and submit accept and refuse the same files with
-the same field and reason; `--slo` then stands in for the file's SLO. The job's `gpu_types` limit the
-types offered, as the controller limits them, and each must have a price (submit's rule). The prices
+the same field and reason; `--slo` stands in for the file's SLO (a file with `objective: cost` and no
+`slo:` is read as if it said `slo: {iterations_within: <--slo>}`). The job's `gpu_types` limit the
+types offered, as the controller limits them, and each must have a price (submit's rule); the prices
+file needs a price for each type the job may use, not for the quota's others. The prices
 file is read by the controller's --prices parser (tessera.common.objective.parse_prices: prices > 0,
 at most its MAX_PRICE). Errors: one line, exit 2; a `-o jsonpath` that selects nothing is exit 1, as
 for every command. Limits: `--max-stages` at most the cost tree's MAX_STAGES (16), the job file
@@ -30,6 +32,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ from tessera.common.objective import cost_text, deadline_passed, load_prices, pa
 from tessera.common.yamlfile import (
     MAX_BYTES,
     InputFileError,
+    YamlMap,
     line_of,
     load_yaml,
     parse_with_lines,
@@ -127,9 +131,26 @@ def _quota(path: str) -> dict[str, int]:
     return parse_with_lines(doc, path, parse)
 
 
-def _job(filename: str) -> tuple[common_pb2.JobSpec, float | None]:
+def _with_slo(doc: Any, slo: float | None) -> Any:
+    """The job document with `--slo` (seconds) as its SLO where it says `objective: cost` and gives
+    none: submit's check of such a file ("the cost objective needs exactly one of iterations_within
+    and deadline") ran before `--slo` was read, so the flag could not give the SLO its help promised.
+    A file's own `slo:` is checked as submit checks it, then `--slo` overrides it."""
+    if slo is None or not isinstance(doc, Mapping) or doc.get("objective") != "cost" or doc.get("slo") is not None:
+        return doc
+    if not isinstance(doc, YamlMap):
+        return {**doc, "slo": {"iterations_within": slo}}
+    filled = YamlMap(doc)  # its errors keep the file's lines; an SLO's at `slo: ~`, else the top
+    filled["slo"] = {"iterations_within": slo}
+    filled.line = doc.line
+    filled.key_lines = {**doc.key_lines, "slo": doc.key_lines.get("slo", doc.line)}
+    return filled
+
+
+def _job(filename: str, slo: float | None = None) -> tuple[common_pb2.JobSpec, float | None]:
     """The job file's JobSpec, accepted and refused as `tessctl submit` and SubmitJob accept and
-    refuse it, and its SLO in seconds."""
+    refuse it (with `slo`, `--slo`'s seconds, standing in for a missing SLO: `_with_slo`), and its
+    SLO in seconds."""
     from tessera.clients.jobfile import JobFileError, job_spec_from_dict
 
     name = "<stdin>" if filename == "-" else filename
@@ -138,7 +159,7 @@ def _job(filename: str) -> tuple[common_pb2.JobSpec, float | None]:
     else:
         doc = read_yaml(filename, JobFileError)
     base = None if filename == "-" else Path(filename).parent  # a relative hf_config, as submit reads it
-    spec = parse_with_lines(doc, name, lambda d: job_spec_from_dict(d, base_dir=base))
+    spec = parse_with_lines(_with_slo(doc, slo), name, lambda d: job_spec_from_dict(d, base_dir=base))
     now = time.time()
     passed = deadline_passed(spec, now)
     if passed is not None:  # SubmitJob's refusal; the clock is this machine's, not a controller's
@@ -184,16 +205,20 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
 
     if args.max_stages > MAX_STAGES:
         raise InvalidArgument("--max-stages", f"must be at most {MAX_STAGES}, got {args.max_stages}")
-    spec, slo = _job(args.filename)
-    if args.slo is not None:
-        slo = parse_duration(args.slo, "--slo")
+    flag = None if args.slo is None else parse_duration(args.slo, "--slo")
+    spec, slo = _job(args.filename, flag)
+    if flag is not None:
+        slo = flag
     if slo is None:
         raise InvalidArgument("slo", "the job file has no slo: {iterations_within: 6h}; give one or --slo")
     if why := link_gbps_refusal(args.nic_gbps):
         raise InvalidArgument("--nic-gbps", why)
     prices = _prices(args.prices)
     quota = _quota(args.quota)
-    missing = [t for t in quota if t not in prices]
+    # Only the types the job may use need a price: one with `gpu_types: [A40]` was refused for the
+    # quota's H100, which it never plans over.
+    usable = _allowed_offers(spec, prices, quota)
+    missing = [t for t in usable if t not in prices]
     if missing:
         raise InvalidArgument("prices", f"no price for {', '.join(missing)} (the quota file offers it)")
     have, shape = _cluster(args.cluster) if args.cluster else ({}, {})
@@ -201,7 +226,7 @@ def _plan_cost(args: argparse.Namespace, out: Any) -> int:
         if args.cluster and n > have.get(t, 0):
             raise InvalidArgument(f"quota.{t}", f"{n} GPUs exceed the cluster's {have.get(t, 0)}")
     offers = [GpuOffer(t, prices[t], quota[t], *shape.get(t, (args.gpus_per_node, args.nic_gbps)))
-              for t in _allowed_offers(spec, prices, quota)]
+              for t in usable]
     model = cell_model(estimator_pb2.GetCellsRequest(model=spec.model, global_batch_size=spec.global_batch_size,
                                                      recipe=spec.plan if spec.HasField("plan") else None))
     def tree(*a: Any, **kw: Any) -> CostPlan:
@@ -262,6 +287,13 @@ def _json(p: Any, solve_s: float) -> dict[str, Any]:
     }
 
 
+def per_hour_text(x: float) -> str:
+    """A price per hour in plain decimals, as the costs beside it (`4,000,000`, `2.5`; `:g` printed
+    `4e+06`): four decimals at most, trailing zeros dropped, three figures for a price under that."""
+    text = f"{x:,.4f}".rstrip("0").rstrip(".")
+    return text if text != "0" else format(Decimal(f"{x:.3g}"), "f")
+
+
 def _hours(s: float) -> str:
     return f"{s:.0f} s ({s / 3600:.2f} h)"
 
@@ -277,7 +309,7 @@ def _table(job: str, model: str, iterations: int, slo: float, answers: list[tupl
             lines.append(f"{label}: no plan ({output.one_line(p.reason)})")
             continue
         gpus = f"{p.num_gpus} GPU{'' if p.num_gpus == 1 else 's'}"
-        lines += [(f"{label}: {p.allocation()}  ({gpus}, {p.price_per_hour:g} per hour: the prices file's price "
+        lines += [(f"{label}: {p.allocation()}  ({gpus}, {per_hour_text(p.price_per_hour)} per hour: the prices file's price "
                   "per GPU-hour x GPUs)"),
                   f"  Iteration:  {p.iter_time_s:.3f} s; {iterations} iterations: {_hours(p.total_time_s)}",
                   f"  Cost:       {cost_text(p.cost)} (price per GPU-hour x GPUs x hours, in the prices file's currency)",

@@ -158,8 +158,8 @@ def parse_prices(doc: Any) -> dict[str, float]:
         field = key
         try:
             name = lookup(field).name
-        except UnknownGpuError as exc:
-            raise PricesError(field, str(exc)[:200]) from None
+        except UnknownGpuError as exc:  # whole: the catalog's names it ends with are what users type
+            raise PricesError(field, str(exc)) from None
         if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price):
             raise PricesError(field, f"must be a number (price per GPU-hour), got {price!r}")
         if price <= 0:

@@ -416,10 +416,10 @@ def _infeasible(p: _Problem, leaf: Leaf | None,
     hp = fastest[2]
     best = p.iterations * hp.iter_time
     return NoFeasiblePlan(best, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
-                                f"{_seconds(p.slo_s)} s; the fastest takes {best:,.1f} s ({hp.describe()})")
+                                f"{seconds_text(p.slo_s)} s; the fastest takes {best:,.1f} s ({hp.describe()})")
 
 
-def _seconds(x: float) -> str:
+def seconds_text(x: float) -> str:
     """An SLO as its reasons write it: whole seconds as such (1,209,600), else to the tenth, as the
     fastest time beside it (an SLO of 2.7 s rounded to 3 read as met by 2.8 s), and under 0.1 s to
     three figures."""
@@ -535,5 +535,5 @@ def exhaustive_sweep(model: CellModel, offers: Sequence[GpuOffer], iterations: i
         else:
             t = p.iterations * fastest[2].iter_time
             out.append(NoFeasiblePlan(t, f"slo_s: no allocation of {where} runs {p.iterations} iterations within "
-                                         f"{_seconds(slo)} s; the fastest takes {t:,.1f} s ({fastest[2].describe()})"))
+                                         f"{seconds_text(slo)} s; the fastest takes {t:,.1f} s ({fastest[2].describe()})"))
     return out

@@ -84,9 +84,14 @@ class HeteroPlan:
         return max(c.memory_bytes for c in self.stage_costs)
 
     def describe(self) -> str:
-        """e.g. "[A30-24GB:10, RTX-A6000-48GB:14] dp2 mb8"."""
-        inner = ", ".join(f"{s.pool.gpu}:{s.layers}" for s in self.stages)
-        return f"[{inner}] dp{self.dp} mb{self.num_microbatches}"
+        """e.g. "[2 x A30-24GB: layers 0-9, 2 x RTX-A6000-48GB: layers 10-23] dp2 mb8": each stage's
+        GPUs, type and inclusive layer range, as `describe job` and plan-cost write stages (it read
+        "[A30-24GB:10, ...]", Espresso's "[GPU type : #num]" notation, whose number counts GPUs)."""
+        parts, first = [], 0
+        for s in self.stages:
+            parts.append(f"{self.dp} x {s.pool.gpu}: layers {first}-{first + s.layers - 1}")
+            first += s.layers
+        return f"[{', '.join(parts)}] dp{self.dp} mb{self.num_microbatches}"
 
 
 class StagePlacer:

@@ -10,13 +10,15 @@ such job, in queue order (submission time, id):
 1. offers: the free GPUs of each type the job may use (its `gpu_types`, else every type), at the
    snapshot's price per GPU-hour (`Snapshot.prices`, the controller's --prices), with the memory the
    nodes report for them (declared or probed, less what other processes hold; the least of the
-   type's GPUs); a type without a price leaves the job pending with a reason naming it;
+   type's GPUs); a type of the READY nodes without a price leaves the job pending with a reason
+   naming it (one only on nodes not READY does not: they take no work);
 2. `estimator.cost_tree.cheapest_plan` (Espresso Alg. 1 over Alg. 2's stage placer) gives the
    stages: GPU type, data-parallel GPUs (one dp for all stages, as in Espresso's cost trees) and
    layer range each, the iteration and total time, the cost; `NoFeasiblePlan` when no allocation
-   of the free GPUs meets the SLO, in which case the same question over the whole cluster says
-   whether the job waits for GPUs (NO_ROOM_NOW) or no plan can ever meet it (FITS_NOWHERE), with
-   the best time a plan reaches in the reason, or that no plan holds the model in memory;
+   of the free GPUs meets the SLO or no GPU it may use is free, in which case the same question
+   over the whole cluster (every registered GPU, READY or not, at the memory its records declare)
+   says whether the job waits for GPUs (NO_ROOM_NOW) or no plan can ever meet it (FITS_NOWHERE),
+   with the best time a plan reaches in the reason, or that no plan holds the model in memory;
 3. packing: each stage on GPUs of its type, on nodes of its own (different types are different
    nodes; the stage placer's estimate sends activations between stages over the network) except
    that a stage may continue on the node where the previous stage ended (its ranks follow on, so a
@@ -63,6 +65,7 @@ from tessera.estimator.cost_tree import (
     NoFeasiblePlan,
     SearchTooLarge,
     cheapest_plan,
+    seconds_text,
 )
 from tessera.estimator.plans import PlanInputError
 
@@ -113,9 +116,11 @@ def _reuse(entry: tuple[float, CostPlan | NoFeasiblePlan | SearchTooLarge] | Non
         return got
     if isinstance(got, CostPlan):
         return got if got.total_time_s <= slo_s <= at else None
-    said = f"within {at:g} s;"
+    if not math.isfinite(got.best_time_s):  # no plan holds the model in memory: no SLO changes that
+        return got
+    said = f"within {seconds_text(at)} s;"
     if slo_s < got.best_time_s and said in got.reason:
-        return NoFeasiblePlan(got.best_time_s, got.reason.replace(said, f"within {slo_s:g} s;"))
+        return NoFeasiblePlan(got.best_time_s, got.reason.replace(said, f"within {seconds_text(slo_s)} s;", 1))
     return None
 
 
@@ -246,13 +251,16 @@ def plan_batch(plan: CostPlan, global_batch: int) -> tuple[int, int] | None:
     return batch_split(global_batch, dp, len(plan.stages))
 
 
-def _offer(t: str, price: float, quota: int, nodes: Sequence[NodeView]) -> GpuOffer | None:
+def _offer(t: str, price: float, quota: int, nodes: Sequence[NodeView], declared: int | None = None
+           ) -> GpuOffer | None:
     """An offer of `quota` GPUs of type t, wired as the nodes are (the most of that type on one node)
     with the memory they report (the least of any GPU of the type, less what other processes hold;
     a stage may land on any of them). A GPU whose memory other processes hold entirely holds no
     stage: it is left out of the least and of the quota (which may have counted it free), and None
-    when that leaves none (a full one's 0 was once read as "the catalog's"). No GPU of the type in
-    the nodes: the catalog's memory."""
+    when that leaves none (a full one's 0 was once read as "the catalog's"). `declared`: the least
+    memory the registered records declare for the type, READY or not (the whole cluster's question:
+    the catalog's 48 GB once stood for an A40 declared with 1.63 GB while its node was down). No
+    GPU of the type in the nodes and none declared: the catalog's memory."""
     per_node, memory, full = 0, None, 0
     for n in nodes:
         mine = [g for g in n.gpus if g.model == t]
@@ -263,6 +271,8 @@ def _offer(t: str, price: float, quota: int, nodes: Sequence[NodeView]) -> GpuOf
             else:
                 full += 1
     quota -= full
+    if declared:
+        memory = declared if memory is None else min(memory, declared)
     if quota <= 0 or (memory is None and full):
         return None
     if memory is None or memory == _catalog_bytes(t):
@@ -305,18 +315,29 @@ def _pending(job: JobView, why: str, kind: PendingKind) -> Decision:
     return Decision(job.id, Action.PENDING, why, pending=kind)
 
 
-def _infeasible(job: JobView, model: CellModel, snap: Snapshot, prices: Mapping[str, float], iterations: int,
-                solver: Solver, now: NoFeasiblePlan | None) -> Decision:
-    """No allocation of the free GPUs meets the SLO: whether one of the whole cluster would."""
+def _whole_cluster(job: JobView, snap: Snapshot, prices: Mapping[str, float]) -> tuple[list[GpuOffer], list[str]]:
+    """The offers of every registered GPU the job may use, free or not, READY or not (`cluster_gpus`,
+    with the memory the records declare), and the priced types it may use that have GPUs."""
     totals: dict[str, int] = {}
-    for m, _, n in snap.cluster_gpus:
+    declared: dict[str, int] = {}
+    for m, b, n in snap.cluster_gpus:
         totals[m] = totals.get(m, 0) + n
-    usable, _ = _priced(job, sorted(totals), prices)
-    offers = _offers({t: totals[t] for t in usable}, prices, snap.nodes)
+        if b > 0:
+            declared[m] = min(declared.get(m, b), b)
+    usable = [t for t in _priced(job, sorted(totals), prices)[0] if totals[t] > 0]
+    offers = [_offer(t, prices[t], totals[t], snap.nodes, declared.get(t)) for t in usable]
+    return [o for o in offers if o is not None], usable
+
+
+def _infeasible(job: JobView, model: CellModel, snap: Snapshot, prices: Mapping[str, float], iterations: int,
+                solver: Solver, now: NoFeasiblePlan | None, none_free: bool = False) -> Decision:
+    """No allocation of the free GPUs meets the SLO (`none_free`: no GPU it may use is free): whether
+    one of the whole cluster would. Asked every round a job waits; the solver's memo answers it
+    again without a search while the cluster's shape and the job's model stay the same."""
+    offers, usable = _whole_cluster(job, snap, prices)
     slo = f"{job.slo_s:,.0f} s"
-    if not offers and any(totals[t] > 0 for t in usable):
-        full = ", ".join(t for t in usable if totals[t] > 0)
-        return _pending(job, f"waiting for GPUs: other processes hold all the memory of a GPU of {full}",
+    if not offers and usable:
+        return _pending(job, f"waiting for GPUs: other processes hold all the memory of a GPU of {', '.join(usable)}",
                         PendingKind.NO_ROOM_NOW)
     try:
         whole = solver(model, offers, iterations, job.slo_s) if offers else None
@@ -329,13 +350,16 @@ def _infeasible(job: JobView, model: CellModel, snap: Snapshot, prices: Mapping[
                         PendingKind.FITS_NOWHERE)
     if whole is None:
         return _pending(job, "no priced GPU type it may use exists in the cluster", PendingKind.FITS_NOWHERE)
+    would = f"the whole cluster would ({whole.total_time_s:,.0f} s at {cost_text(whole.cost)})"
+    if none_free:
+        return _pending(job, f"waiting for GPUs: none of the types it may use is free; {would}",
+                        PendingKind.NO_ROOM_NOW)
     free_best = ""
     if now is not None:
         free_best = (f"; the free GPUs reach {now.best_time_s:,.0f} s at best" if math.isfinite(now.best_time_s)
                      else "; no allocation of the free GPUs holds the model in memory")
     return _pending(job, f"waiting for GPUs: no allocation of the free GPUs meets the SLO ({slo} for "
-                         f"{iterations:,} iterations){free_best}; the whole cluster would "
-                         f"({whole.total_time_s:,.0f} s at {cost_text(whole.cost)})", PendingKind.NO_ROOM_NOW)
+                         f"{iterations:,} iterations){free_best}; {would}", PendingKind.NO_ROOM_NOW)
 
 
 def place_one(job: JobView, snap: Snapshot, free: _Free, solver: Solver) -> Decision:
@@ -361,8 +385,11 @@ def _place_one(job: JobView, snap: Snapshot, free: _Free, solver: Solver) -> Dec
         model = recipe_cell_model(job.model, job.global_batch_size, job.recipe).model
     except (CellInputError, PlanInputError) as exc:
         return _pending(job, f"the cost model cannot estimate the job: {exc}", PendingKind.FITS_NOWHERE)
-    cluster_types = sorted({m for m, _, _ in snap.cluster_gpus})
-    priced, unpriced = _priced(job, cluster_types, prices)
+    # The types of the nodes that take work (READY, not backing off): a type only on nodes down,
+    # unreachable or draining does not hold the job (it blocked every unrestricted cost job until its
+    # node was deleted); when such a node is back, the job still pending waits for its price then.
+    ready_types = sorted({g.model for n in snap.nodes for g in n.gpus})
+    priced, unpriced = _priced(job, ready_types, prices)
     if unpriced:
         return _pending(job, unpriced_reason(unpriced, priced), PendingKind.FITS_NOWHERE)
     iterations = max(1, math.ceil(job.remaining_iterations))
@@ -390,9 +417,7 @@ def _place_one(job: JobView, snap: Snapshot, free: _Free, solver: Solver) -> Dec
             continue
         free.take(slices)
         return _start(job, plan, stages, slices, split_)
-    if last is None and not quota:
-        return _pending(job, "waiting for GPUs: none of the types it may use is free", PendingKind.NO_ROOM_NOW)
-    return _infeasible(job, model, snap, prices, iterations, solver, last)
+    return _infeasible(job, model, snap, prices, iterations, solver, last, none_free=last is None and not quota)
 
 
 def _start(job: JobView, plan: CostPlan, stages: tuple[StageAssignment, ...], slices: tuple[Slice, ...],

@@ -4,6 +4,8 @@ round, and each round searched again (0.1-0.4 s per waiting job, on the event lo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.controller.core import cost_objective as co
@@ -61,3 +63,53 @@ def test_a_job_left_pending_by_the_reused_answer_says_it_fits_nowhere(monkeypatc
     (d,), _ = co.place(SNAP, (job,))
     (again,), _ = co.place(SNAP, (job,))
     assert d.pending is again.pending is PendingKind.FITS_NOWHERE and d.reason == again.reason
+
+
+def test_an_slo_no_plan_meets_is_reused_as_the_tree_writes_its_slo() -> None:
+    # The tree writes 3,600 and 1,200.5 (estimator.cost_tree.seconds_text); the memo looked for "3600"
+    # and "1200.5", so from 1,000 s, and for any SLO with a fraction, it searched again each round.
+    why = ("slo_s: no allocation of 2 GPU type(s) within their quotas, at most 8 stages runs 100000 iterations "
+           "within 3,600 s; the fastest takes 12,174.3 s (x)")
+    got = co._reuse((3600.0, co.NoFeasiblePlan(12174.3, why)), 1200.5)
+    assert isinstance(got, co.NoFeasiblePlan) and got.best_time_s == 12174.3
+    assert got.reason == why.replace("within 3,600 s;", "within 1,200.5 s;")
+    assert co._reuse((3600.0, co.NoFeasiblePlan(12174.3, why)), 12175.0) is None  # a plan may meet that
+
+
+def test_a_model_no_gpu_holds_is_reused_whatever_the_slo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(co, "_MEMO", {})
+    calls: list[float] = []
+
+    def none_fits(model: object, offers: object, iterations: int, slo_s: float) -> object:
+        calls.append(slo_s)
+        raise co.NoFeasiblePlan(float("inf"), "no allocation of 2 GPU type(s) ... holds tiny in GPU memory")
+
+    monkeypatch.setattr(co, "cheapest_plan", none_fits)
+    # A deadline's SLO shrinks every round; memory does not depend on it. The whole cluster's
+    # question, asked each round such a job waits, searched again every round.
+    reasons = set()
+    for slo_s in (3600.0, 3599.25, 3000.0):
+        job = JobView("c", 0.0, TINY, 16, iterations=1000, objective=Objective.COST, slo_s=slo_s)
+        (d,), _ = co.place(SNAP, (job,))
+        assert d.pending is PendingKind.FITS_NOWHERE
+        reasons.add(d.reason)
+    assert len(reasons) == 1 and len(calls) == 1
+
+
+def test_the_reused_reason_is_the_one_the_tree_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(co, "_MEMO", {})
+    real, calls = co.cheapest_plan, []
+
+    def counted(*a: object) -> object:
+        calls.append(a)
+        return real(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(co, "cheapest_plan", counted)
+    job = JobView("c", 0.0, TINY, 16, iterations=10**8, objective=Objective.COST, slo_s=5000.0)
+    co.place(SNAP, (job,))
+    (again,), _ = co.place(SNAP, (replace(job, slo_s=4321.5),))
+    assert len(calls) == 1  # the free GPUs are the whole cluster here: one question
+    model, offers, iterations, _ = calls[0]
+    with pytest.raises(co.NoFeasiblePlan) as fresh:
+        real(model, offers, iterations, 4321.5)  # type: ignore[arg-type]
+    assert "within 4,321.5 s;" in fresh.value.reason and fresh.value.reason in again.reason

@@ -35,7 +35,10 @@ def test_a_plan_puts_the_embedding_first_the_head_last_and_sends_between_stages(
     assert all((c.plan.dp, c.plan.tp) == (2, 1) for c in plan.stage_costs)
     assert plan.iter_time == iteration_time(plan.stage_costs, 4)
     assert plan.fits and plan.memory_per_gpu == max(c.memory_bytes for c in plan.stage_costs)
-    assert plan.describe() == "[RTX-A4000-16GB:2, A100-40GB:4, RTX-A4000-16GB:2] dp2 mb4"
+    # Each stage's GPUs, type and inclusive layers: "[A100-40GB:4]" read as four A100s (Espresso's
+    # "[GPU type : #num]" counts GPUs), where the 4 counted layers.
+    assert plan.describe() == ("[2 x RTX-A4000-16GB: layers 0-1, 2 x A100-40GB: layers 2-5, "
+                               "2 x RTX-A4000-16GB: layers 6-7] dp2 mb4")
     # The front stage keeps more micro-batches in flight (1F1B): the same layers cost it more memory.
     front = sp.stage_cost(A100, 0, 1, 3)
     back = sp.stage_cost(A100, 1, 1, 3)
