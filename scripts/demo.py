@@ -35,7 +35,7 @@ from tessera.v1 import common_pb2 as P
 
 NODES = [("node-a100", "a100-node.yaml"), ("node-a40", "a40-node.yaml"), ("node-a10", "a10-node.yaml"),
          ("node-a10b", "a10-node.yaml")]
-JOBS = ["tiny", "small", "medium", "wide", "huge"]
+JOBS = ["tiny", "small", "medium", "wide", "llama-tiny", "moe-tiny", "huge"]
 FINAL = {P.JOB_STATE_SUCCEEDED, P.JOB_STATE_FAILED, P.JOB_STATE_CANCELLED}
 
 
