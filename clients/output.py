@@ -20,6 +20,7 @@ from tessera.clients.features import features
 from tessera.clients.nodejobs import on_node, unlisted_rows
 from tessera.clients.output_forecast import forecast_columns, forecast_pairs
 from tessera.clients.output_objective import objective_pairs
+from tessera.common import jobspec
 from tessera.common.nodespec import ISOLATION_WORDS
 from tessera.common.utctime import utc_text
 from tessera.v1 import common_pb2, controller_pb2
@@ -405,8 +406,7 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
         ("Global batch", str(spec.global_batch_size or NONE)), ("Iterations", job_iter(job)),
         ("GPU hint", (f"{spec.hint.gpus or 'any count'} of {', '.join(spec.hint.gpu_types) or 'any type'}"
                       if spec.hint.gpus or spec.hint.gpu_types else NONE)),
-        ("Entrypoint", " ".join(spec.entrypoint) or "(reference trainer)"),
-        ("Checkpoint every", str(spec.checkpoint_every or "trainer default")),
+        *program_pairs(spec),
         ("Max retries", str(spec.max_retries)), ("Attempt", str(job.attempt)), ("Restarts", str(job.restarts)),
         ("Launch failures", launch_backoff(job, now)),
         ("Submitted", f"{_fmt_time(job.submit_time)} ({age(job.submit_time, now)} ago)"),
@@ -449,6 +449,30 @@ def describe_job(job: controller_pb2.Job, now: float) -> str:
     else:
         lines.append("  <none>")
     return "\n".join(lines)
+
+
+def program_pairs(spec: common_pb2.JobSpec) -> list[tuple[str, str]]:
+    """`describe job`'s lines of what runs: the entrypoint, the launcher whole (a built-in's name,
+    or a template's argv, per rank or per node, and its head's), and the checkpoint interval. A
+    live audit read `Entrypoint: (reference trainer)` of a template that runs a script of its own,
+    and no launcher at all."""
+    la, own = spec.launcher, jobspec.runs_own_program(spec)
+    entry = " ".join(spec.entrypoint) or ("(the launcher template's program)" if own else "(reference trainer)")
+    if spec.entrypoint and jobspec.template_runs_own_program(la):  # stored before submit refused it
+        entry += " (never run: the launcher template has no {entrypoint})"
+    if la.argv:
+        launcher = f"{' '.join(la.argv)} (template, one process per {'node' if la.per_node else 'rank'})"
+    elif la.name and la.name != "direct":
+        launcher = f"{la.name} (one process per node, starting its ranks)"
+    else:
+        launcher = f"direct ({'' if la.name else 'default: '}one process per rank)"
+    pairs = [("Entrypoint", entry), ("Launcher", launcher)]
+    if la.argv and la.head_argv:
+        pairs.append(("Launcher head", f"{' '.join(la.head_argv)} (node rank 0)"))
+    # TESSERA_CHECKPOINT_EVERY = 0 means "the trainer's default" only where Tessera's trainer runs.
+    every = str(spec.checkpoint_every) if spec.checkpoint_every else (
+        "not set (the program decides)" if own else "trainer default")
+    return [*pairs, ("Checkpoint every", every)]
 
 
 def describe_node(node: controller_pb2.Node, now: float, jobs: Sequence[controller_pb2.Job] = ()) -> str:

@@ -317,11 +317,24 @@ RUNS_ITS_OWN_PYTHON = ("deepspeed", "torchrun")
 
 
 def entrypoint_launcher_errors(spec: common_pb2.JobSpec) -> Errors:
-    """An entrypoint that its launcher cannot run: {python} first under torchrun or deepspeed."""
+    """An entrypoint that its launcher cannot run: {python} first under torchrun or deepspeed, or
+    any entrypoint under a template without {entrypoint}, which would run the template's program
+    and never the entrypoint (a live audit saw one accepted, and `describe job` show the dropped
+    entrypoint as the job's)."""
+    if spec.entrypoint and template_runs_own_program(spec.launcher):
+        return [("entrypoint", ("the launcher template has no {entrypoint}, so the entrypoint would never run; "
+                                "drop it or put {entrypoint} in launcher.argv"))]
     if spec.launcher.name in RUNS_ITS_OWN_PYTHON and spec.entrypoint[:1] == [PYTHON]:
         return [("entrypoint[0]", (f"{spec.launcher.name} runs the entrypoint with its own Python: give the "
                                    "script (or -m module) without {python}, e.g. [train.py, --lr, '3e-4']"))]
     return []
+
+
+def template_runs_own_program(launcher: common_pb2.Launcher) -> bool:
+    """Whether a launcher template runs a program of its own: it has an argv (without one, the
+    controller runs "direct", head_argv or not: controller/core/launchers.template_of) and names no
+    {entrypoint}, in argv or head_argv, so no entrypoint, the job's or the reference trainer, runs."""
+    return bool(launcher.argv) and ENTRYPOINT not in (*launcher.argv, *launcher.head_argv)
 
 
 def launcher_errors(launcher: common_pb2.Launcher) -> Errors:
@@ -359,10 +372,7 @@ MAX_RUNTIME_S = 10**8
 def runs_own_program(spec: common_pb2.JobSpec) -> bool:
     """Whether the job runs a program of its own rather than the reference trainer: an entrypoint,
     or a launcher template that names none ({entrypoint} absent)."""
-    if spec.entrypoint:
-        return True
-    argv = list(spec.launcher.argv) + list(spec.launcher.head_argv)
-    return bool(argv) and ENTRYPOINT not in argv
+    return bool(spec.entrypoint) or template_runs_own_program(spec.launcher)
 
 
 def opaque_errors(spec: common_pb2.JobSpec) -> Errors:

@@ -167,6 +167,16 @@ def settle(job: JobRecord, verdict: Verdict, move_pending: bool, silent: str = "
         return "relaunch", killed
     if job.state == P.JOB_STATE_MIGRATING or job.stop_requested:
         return "requeue", (job.reason or "stopped for migration") + killed
+    return early_exit(job)
+
+
+def early_exit(job: JobRecord) -> tuple[Step, str]:
+    """All ranks exited 0 before rank 0 reported the job's iterations: retried, else failed, with the
+    retries said as every final failure says them (transitions.attempt_failed). A live audit saw a
+    plain script of an opaque job with `iterations: 5` fail so on every attempt, its reason silent
+    on why: only the trainer SDK's progress reports count iterations."""
+    why = f"before reaching {job.spec.iterations} iterations: only progress reports (the trainer SDK's) count them"
     if job.retries < job.spec.max_retries:
-        return "retry", f"attempt {job.attempt} exited 0 before iteration {job.spec.iterations}"
-    return "give_up", f"program exited 0 before reaching {job.spec.iterations} iterations"
+        return "retry", f"attempt {job.attempt} exited 0 {why}; retry {job.retries + 1} of {job.spec.max_retries}"
+    tail = f" (after {job.retries} {'retry' if job.retries == 1 else 'retries'})" if job.spec.max_retries else ""
+    return "give_up", f"program exited 0 {why}{tail}"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import grpc
 
 from tessera.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from tessera.controller.judging import processes
+from tessera.controller.judging import launcher_name, processes
 from tessera.controller.launches import rank_node
 from tessera.controller.loggaps import Gap, node_words, unread
 from tessera.controller.store import TERMINAL, JobRecord
@@ -54,6 +54,18 @@ MAX_ALL_RANKS = 256
 
 # (node_id, address, request) -> the agent's answer.
 ReadLog = Callable[[str, str, agent_pb2.ReadLogRequest], Awaitable[agent_pb2.ReadLogResponse]]
+
+
+def no_rank_text(job: JobRecord, what: str, rank: int, world: int) -> str:
+    """Why `rank` names no log of `what` (of `world` processes). Under a per-node launcher a log is
+    a node's and the rank asked for a node rank: a live audit read `has no rank 1 (ranks 0..0)` of
+    a torchrun job whose events counted 2 ranks."""
+    name = launcher_name(job)
+    if not name:
+        return f"{what} has no rank {rank} (ranks 0..{world - 1})"
+    unit = "launcher" if name == "launcher" else f"{name} launcher"
+    return (f"{what} has no node rank {rank}: under its per-node {unit} a rank is a node rank "
+            f"(0..{world - 1}), whose log holds the ranks it starts")
 
 
 @dataclass
@@ -185,7 +197,7 @@ class LogStream:
         for r in ranks:
             node = rank_node(job, r)
             if node is None or r >= world:
-                raise InvalidArgument("rank", f"{what} has no rank {r} (ranks 0..{world - 1})")
+                raise InvalidArgument("rank", no_rank_text(job, what, r, world))
             out.append(_Cursor(r, node))
         return out
 

@@ -236,12 +236,17 @@ def worker_env(
     The agent's own environment first (PATH, PYTHONPATH, proxies...), minus systemd's per-service
     variables and the agent's own Tessera settings (TESSERA_*), then the worker's identity (USER, LOGNAME, HOME and TMPDIR in its attempt folder, when
     given), then the job's env, then the contract variables, which always win. OMP_NUM_THREADS is
-    `omp_threads` unless the job's env sets it (the agent's own value is not passed on).
+    `omp_threads` and PYTHONUNBUFFERED is 1 unless the job's env sets them (the agent's own values
+    are not passed on).
     `confined`: the worker may open only its attempt's GPUs on this node (device cgroups), so CUDA
     sees those alone, numbered from 0 in PCI order, and CUDA_VISIBLE_DEVICES names the rank's so.
     """
     env = {k: v for k, v in base.items() if k not in NOT_INHERITED and not k.startswith(AGENT_SETTINGS)}
     env["OMP_NUM_THREADS"] = str(omp_threads)
+    # A Python worker's stdout into its log pipe is block-buffered: `tessctl logs -f` showed nothing
+    # for minutes, and a worker SIGKILLed (the OOM killer) lost its last lines, which its failure
+    # reason quotes. torchrun and deepspeed run theirs with `python -u`; this covers `direct`.
+    env["PYTHONUNBUFFERED"] = "1"
     for name, value in (("USER", user), ("LOGNAME", user), ("HOME", home), ("TMPDIR", tmpdir)):
         if value:
             env[name] = value

@@ -60,19 +60,28 @@ def ranks_text(n: int) -> str:
     return "its 1 rank" if n == 1 else f"all {n} ranks"
 
 
-def describe_exit(code: int) -> str:
+def exit_words(code: int) -> str:
+    """How an exit is said without a hint: "exit code 1", "killed by SIGKILL", as the agent says
+    it (nodeagent/workers.py describe_exit)."""
     if code == EXIT_UNKNOWN:
-        return "exit status unknown (worker ended while its agent was down)"
+        return "exit status unknown"
     if code < 0:
         try:
-            name = signal.Signals(-code).name
+            return f"killed by {signal.Signals(-code).name}"
         except ValueError:
-            name = f"signal {-code}"
-        extra = " (out of memory? the kernel OOM killer sends SIGKILL)" if -code == signal.SIGKILL else ""
-        return f"killed by {name}{extra}"
-    if code == 127:
-        return "exit code 127 (program not found or not executable)"
+            return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def describe_exit(code: int) -> str:
+    """`exit_words` with what the code most likely means."""
+    if code == EXIT_UNKNOWN:
+        return f"{exit_words(code)} (worker ended while its agent was down)"
+    if code == -signal.SIGKILL:
+        return f"{exit_words(code)} (out of memory? the kernel OOM killer sends SIGKILL)"
+    if code == 127:
+        return f"{exit_words(code)} (program not found or not executable)"
+    return exit_words(code)
 
 
 def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_requested: bool) -> Verdict:
@@ -105,7 +114,10 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
         # The keeper's or the agent's own account says more than a guess from the code.
         if r.reason.startswith((SPAWN_FAILED, EVICTED_REASON)):
             return Verdict("failed", f"rank {r.rank}: {r.reason}", r.rank)
-        detail = f"; {r.reason}" if r.reason and r.reason != describe_exit(r.exit_code) else ""
+        # The agent's reason is the code's words when it knows no more: said once (a live audit read
+        # "killed by SIGKILL (out of memory? ...); killed by SIGKILL").
+        said = (describe_exit(r.exit_code), exit_words(r.exit_code))
+        detail = f"; {r.reason}" if r.reason and r.reason not in said else ""
         return Verdict("failed", f"rank {r.rank}: {describe_exit(r.exit_code)}{detail}", r.rank)
     if len(ranks) == world_size and all(not r.running for r in ranks.values()):
         r0 = ranks.get(0)

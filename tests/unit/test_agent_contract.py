@@ -176,6 +176,23 @@ def test_omp_threads_default_and_who_overrides_it() -> None:
     assert omp({"OMP_NUM_THREADS": "64"}, {"OMP_NUM_THREADS": "16"}) == "16"  # the job's env wins
 
 
+def test_workers_are_unbuffered_unless_the_job_says_otherwise() -> None:
+    """A live audit: a `direct` script's prints sat in its stdio buffer (`logs -f` showed nothing,
+    an OOM kill lost its last lines); the demo and e2e tests never saw it, their agents inheriting
+    PYTHONUNBUFFERED=1 from the local cluster. The parent environments here are literal."""
+    def unbuffered(base: dict[str, str], job_env: dict[str, str]) -> str | None:
+        req = launch_request(gpus=[[0]], env=job_env)
+        env = contract.worker_env(
+            base, req, req.ranks[0], agent_addr="a:1", declared=False, checkpoint_dir="/c", omp_threads=1
+        )
+        return env.get("PYTHONUNBUFFERED")
+
+    assert unbuffered({"PATH": "/usr/bin"}, {}) == "1"  # the agent's rule, not its environment's
+    assert unbuffered({"PYTHONUNBUFFERED": ""}, {}) == "1"  # nor the agent's own value
+    assert unbuffered({"PYTHONUNBUFFERED": "1"}, {"PYTHONUNBUFFERED": ""}) == ""  # the job's env wins
+    assert unbuffered({}, {"PYTHONUNBUFFERED": "x"}) == "x"
+
+
 @pytest.mark.parametrize(
     ("cpus", "gpus", "threads"), [(64, 8, 8), (96, 8, 12), (20, 8, 2), (2, 4, 1), (16, 0, 16), (0, 8, 1)]
 )

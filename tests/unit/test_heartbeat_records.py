@@ -10,7 +10,6 @@ from __future__ import annotations
 from tessera.controller.registry import Workers, by_job, to_look_at
 from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P
-from tests.fake_agent_calls import inventory
 from tests.unit.test_engine import Harness, run_to_running, tiny
 
 RUN, EXITED = P.WORKER_STATE_RUNNING, P.WORKER_STATE_EXITED

@@ -194,6 +194,18 @@ async def test_rank_out_of_range() -> None:
                                                                                                      rank=5)))
 
 
+async def test_rank_out_of_range_under_a_per_node_launcher_is_a_node_rank() -> None:
+    """One node, torchrun starting its 2 ranks: one log, node rank 0. A live audit read `has no rank
+    1 (ranks 0..0)` while the job's events counted 2 ranks."""
+    job = running(ranks=2)
+    job.spec.launcher.name = "torchrun"
+    view, logs = View(job), Logs()
+    with pytest.raises(Exception, match=r"job j-1 has no node rank 1: under its per-node torchrun launcher a rank "
+                                        r"is a node rank \(0\.\.0\)"):
+        await collect(LogStream(view, logs.read, 1).stream("j-1", controller_pb2.StreamJobLogsRequest(job_id="j-1",
+                                                                                                     rank=1)))
+
+
 async def test_watch_job_pushes_progress_and_events_and_ends() -> None:
     view = View(running())
     stream = watch_job(view, "j-1")
