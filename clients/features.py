@@ -16,7 +16,7 @@ def features(job: controller_pb2.Job) -> list[tuple[str, str]]:
     """(feature, "yes/no: why") lines for the job's spec and what it has reported."""
     spec = job.spec
     model = spec.HasField("model")
-    own = jobspec.own_program(spec)
+    own = jobspec.runs_own_program(spec)
     iters = spec.iterations
     reports = job.HasField("progress")
     gpus = spec.hint.gpus or (1 if not model else 0)

@@ -163,12 +163,6 @@ def guaranteed(spec: common_pb2.JobSpec) -> bool:
     return bool(spec.priority == common_pb2.PRIORITY_GUARANTEED)
 
 
-def own_program(spec: common_pb2.JobSpec) -> bool:
-    """Whether the job runs its own program (an entrypoint, or a launcher without the reference
-    trainer's `{entrypoint}`): whether it checkpoints is up to that program, not Tessera's trainer."""
-    return bool(spec.entrypoint) or (bool(spec.launcher.argv) and "{entrypoint}" not in spec.launcher.argv)
-
-
 def fill_guarantee(spec: common_pb2.JobSpec) -> None:
     """A guaranteed job without a promise is promised its hint: `hint.gpus` GPUs, of its one allowed
     type when it names exactly one. Changes nothing when the hint has no GPU count either (then
@@ -361,6 +355,9 @@ def launcher_errors(launcher: common_pb2.Launcher) -> Errors:
                 errs.append((f"{field}[{i}]", "{entrypoint} must be an argument of its own"))
     if launcher.head_argv and not launcher.per_node:
         errs.append(("launcher.head_argv", "only for per-node launchers"))
+    elif launcher.head_argv and not launcher.argv:
+        # The controller runs "direct" for a template without argv: head_argv alone never ran.
+        errs.append(("launcher.head_argv", "needs launcher.argv, the other nodes' command"))
     return errs
 
 
@@ -371,7 +368,8 @@ MAX_RUNTIME_S = 10**8
 
 def runs_own_program(spec: common_pb2.JobSpec) -> bool:
     """Whether the job runs a program of its own rather than the reference trainer: an entrypoint,
-    or a launcher template that names none ({entrypoint} absent)."""
+    or a launcher template that names none ({entrypoint} absent). Whether it checkpoints is then up
+    to that program, not Tessera's trainer."""
     return bool(spec.entrypoint) or template_runs_own_program(spec.launcher)
 
 

@@ -83,7 +83,7 @@ def stopping_text(job: JobRecord) -> str:
     """How the attempt is stopped: the reference trainer checkpoints on SIGTERM; a program of the
     job's own (opaque or not) gets SIGTERM and saves what it will, if anything
     (docs/opaque-jobs.md); Tessera takes no checkpoint of it."""
-    if not job.spec.HasField("model") or jobspec.own_program(job.spec):
+    if not job.spec.HasField("model") or jobspec.runs_own_program(job.spec):
         return f"stopping attempt {job.attempt} (SIGTERM; its program may save to $TESSERA_CHECKPOINT_DIR)"
     return f"stopping attempt {job.attempt} with a checkpoint"
 

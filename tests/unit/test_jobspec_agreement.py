@@ -182,6 +182,9 @@ BAD: list[tuple[str, P.JobSpec, str]] = [
     ("launcher shell", good(launcher=P.Launcher(argv=["sh -c x"])), "launcher.argv[0]"),
     ("launcher placeholder", good(launcher=P.Launcher(argv=["run", "--n={gpus}"])), "launcher.argv[1]"),
     ("head without per_node", good(launcher=P.Launcher(argv=["run"], head_argv=["h"])), "launcher.head_argv"),
+    # The controller runs "direct" for a template without argv: its head_argv never ran (a review).
+    ("head without argv", good(launcher=P.Launcher(per_node=True, head_argv=["{python}", "{entrypoint}"])),
+     "launcher.head_argv"),
     ("template drops the entrypoint", good(entrypoint=["/tmp/a.py"], launcher=P.Launcher(
         argv=["{python}", "/tmp/x/envdump.py"], per_node=True)), "entrypoint"),
     ("checkpoint_every", good(checkpoint_every=2**40), "checkpoint_every"),
