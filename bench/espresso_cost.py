@@ -116,11 +116,19 @@ def timed(fn: Any, *a: Any, **kw: Any) -> tuple[CostPlan | NoFeasiblePlan, float
     return got, time.perf_counter() - w0, time.process_time() - c0
 
 
+def gpu_label(catalog_name: str) -> str:
+    """The short name of a catalog type: RTX-3090-24GB -> 3090, A30-24GB -> A30."""
+    parts = catalog_name.split("-")
+    return parts[1] if parts[0] == "RTX" and len(parts) > 1 else parts[0]
+
+
 def short(r: dict[str, Any]) -> str:
+    """`21.40 (16 x A30 + 4 x 3090, 163 s)`: the cost, the GPU mix, the time; the counts apart from
+    the names (`16A30+43090` read as 43,090 GPUs)."""
     if not r["feasible"]:
         return "N/A"
-    alloc = "+".join(f"{n}{t.split('-')[1] if t.startswith('RTX') else t.split('-')[0]}" for t, n in r["allocation"].items())
-    return f"{r['cost']:.2f} ({alloc}, {r['total_time_s']:.0f}s)"
+    alloc = " + ".join(f"{n} x {gpu_label(t)}" for t, n in r["allocation"].items())
+    return f"{r['cost']:.2f} ({alloc}, {r['total_time_s']:.0f} s)"
 
 
 def main(argv: list[str] | None = None) -> int:

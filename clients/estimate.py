@@ -30,6 +30,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from tessera.clients import argtypes
+from tessera.clients.estimate_checks import fits_figure, fits_term, marp_warning, require_transformer
 from tessera.clients.sdk import RpcError
 from tessera.common import tls
 from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
@@ -444,8 +445,7 @@ def memory_table(job: str, resp: estimator_pb2.EstimateMemoryResponse, wide: boo
     if m.reserved:
         lines += [f"Reserved: {_gb(m.reserved)} GB (caching allocator, predicted)"]
     if m.HasField("fits"):
-        lines += ["", (f"Fits:     {'yes' if m.fits else 'no'} ({_gb(m.reserved + m.other if m.reserved else m.total)} "
-                      f"of {_gb(m.capacity)} GB)")]
+        lines += ["", f"Fits:     {'yes' if m.fits else 'no'} ({fits_figure(m)} of {_gb(m.capacity)} GB: {fits_term(m)})"]
     for w in m.warnings:
         lines += [f"Warning:  {w}"]
     if wide and m.notes:
@@ -540,12 +540,15 @@ def _recipe_warnings(warnings: Sequence[str]) -> None:
 
 
 def answer(args: argparse.Namespace, out: Any, method: str, req: Any, table: Callable[[Any, bool], str],
-           warnings: bool = False) -> int:
+           warnings: bool = False, note: Callable[[Any], str] | None = None) -> int:
     """Ask `method` (in-process or of the service) and print its answer: the whole message as JSON
-    with `-o json`, else `table(response, wide)`; with `warnings`, the response's on stderr first."""
+    with `-o json`, else `table(response, wide)`; with `warnings`, the response's on stderr first,
+    and `note(response)` if it says anything."""
     resp = _ask(args, method, req)
     if warnings:
         _recipe_warnings(resp.warnings)
+    if note is not None and (line := note(resp)):
+        _recipe_warnings([line])
     if args.output == "json":
         out.write(dumps(to_json(resp)) + "\n")
     else:
@@ -555,8 +558,10 @@ def answer(args: argparse.Namespace, out: Any, method: str, req: Any, table: Cal
 
 def cmd_memory(client: Any, args: argparse.Namespace, out: Any) -> int:
     spec = _job(args.filename, args.hf_config)
+    require_transformer(spec.model, "memory")
     req = memory_request(spec, args.gpu, args.plan, args.mode, args.gpus)
-    return answer(args, out, "EstimateMemory", req, lambda resp, wide: memory_table(spec.name, resp, wide=wide))
+    return answer(args, out, "EstimateMemory", req, lambda resp, wide: memory_table(spec.name, resp, wide=wide),
+                  note=(lambda resp: marp_warning(resp.plan)) if args.mode == "marp" else None)
 
 
 def cmd_cells(client: Any, args: argparse.Namespace, out: Any) -> int:

@@ -22,6 +22,7 @@ from tessera.clients.estimate import (
     answer,
     plan_arg,
 )
+from tessera.clients.estimate_checks import fits_figure, fits_term, require_transformer
 from tessera.estimator.convert import PlanOverride
 from tessera.v1 import common_pb2, estimator_pb2
 
@@ -68,15 +69,15 @@ def time_table(job: str, resp: estimator_pb2.EstimateTimeResponse, wide: bool = 
     m = resp.memory
     fits = "" if not m.HasField("fits") else f" (fits: {'yes' if m.fits else 'no'})"
     cap = f" of {_gb(m.capacity)}" if m.capacity else ""
-    # The figure `fits` judges, as `estimate memory` prints it: what the allocator reserves plus the
-    # context. The tensors alone (m.total) read "44 of 80 GB" beside a verdict made on 52.
-    need = m.reserved + m.other if m.reserved else m.total
-    lines += ["", (f"Memory:    {_gb(need)}{cap} GB reserved on the most loaded GPU, {_gb(m.total)} of it tensors"
-                   f"{fits}; `tessctl estimate memory` for the categories")]
+    # The figure `fits` judges, as `estimate memory` prints and names it: what the allocator reserves
+    # plus `other` (the context). The tensors alone (m.total) read "44 of 80 GB" beside a verdict made on 52.
+    lines += ["", (f"Memory:    {fits_figure(m)}{cap} GB: {fits_term(m)} on the most loaded GPU, {_gb(m.total)} of "
+                   f"it tensors{fits}; `tessctl estimate memory` for the categories")]
     return "\n".join(lines)
 
 
 def cmd_time(client: Any, args: argparse.Namespace, out: Any) -> int:
     spec = _job(args.filename, args.hf_config)
+    require_transformer(spec.model, "time")
     req = time_request(spec, args.gpu, args.plan, args.gpus, args.gpus_per_node)
     return answer(args, out, "EstimateTime", req, lambda resp, wide: time_table(spec.name, resp, wide=wide))

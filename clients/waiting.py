@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from tessera.clients import logcut, output, terminal
+from tessera.clients.progress_rate import RateMeter
 from tessera.clients.sdk import UNAVAILABLE_GRACE_S, Client, ControllerUnreachable, RpcError
 from tessera.common.durations import format_duration
 from tessera.v1 import common_pb2, controller_pb2
@@ -65,16 +66,20 @@ def state_name(state: int) -> str:
     return P.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
-def progress_text(job: controller_pb2.Job) -> str:
-    """Iteration (of the total), loss, rate and ETA of the job's last report; "" before any."""
+def progress_text(job: controller_pb2.Job, rate: float | None = None) -> str:
+    """Iteration (of the total), loss, rate and ETA of the job's last report; "" before any.
+
+    `rate` is the iterations per second over the reports seen (progress_rate.RateMeter); without
+    one (a single report), the last report's step time stands in for it."""
     if not job.HasField("progress"):
         return ""
     p, total = job.progress, job.spec.iterations
     parts = [f"{p.iteration}/{total} ({100 * p.iteration / total:.0f}%)" if total else f"iteration {p.iteration}"]
     if p.loss:
         parts.append(f"loss {p.loss:.4g}")
-    if 0 < p.step_time_seconds < math.inf:  # the worker's own figure (common/progress.py)
+    if rate is None and 0 < p.step_time_seconds < math.inf:  # the worker's own figure (common/progress.py)
         rate = 1.0 / p.step_time_seconds
+    if rate is not None and 0 < rate < math.inf:
         parts.append(f"{rate:.3g} it/s")
         if total and p.iteration < total and job.state not in TERMINAL:  # an ended job has no ETA
             parts.append(f"ETA {format_duration(max(1.0, (total - p.iteration) / rate))}")
@@ -102,6 +107,7 @@ class Printer:
         self.last_progress = ""
         self.held = ""  # a piped progress line not printed yet
         self.printed_at: float | None = None
+        self.meter = RateMeter()
 
     def line(self, text: str) -> None:
         self._flush_held()
@@ -115,7 +121,7 @@ class Printer:
         self.out.flush()
 
     def progress(self, job: controller_pb2.Job) -> None:
-        text = progress_text(job)
+        text = progress_text(job, self.meter.observe(job, self.clock()))
         if not text or text == self.last_progress:
             return
         self.last_progress = text

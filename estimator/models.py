@@ -74,11 +74,16 @@ class ModelDims:
     def is_transformer(self) -> bool:
         return self.family != "wresnet"
 
+    @property
+    def family_word(self) -> str:
+        """The family as a job file writes it (`model.family: wide_resnet`), for messages."""
+        return "wide_resnet" if self.family == "wresnet" else self.family
+
     def require_transformer(self, what: str) -> None:
         """PlanInputError naming ``model.family`` when `what` (a memory formula, a trace...) is asked of a
         family it does not cover."""
         if not self.is_transformer:
-            raise PlanInputError("model.family", f"{what} covers transformers; a {self.family} model has Cells "
+            raise PlanInputError("model.family", f"{what} covers transformers; a {self.family_word} model has Cells "
                                                  "only (GetCells / tessctl estimate cells)")
 
     @property

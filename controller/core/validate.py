@@ -62,7 +62,7 @@ def _model_errors(m: common_pb2.ModelSpec) -> list[FieldError]:
 def _family_errors(dims: ModelDims) -> list[FieldError]:
     if dims.is_transformer:
         return []
-    return [FieldError("model.family", f"a {dims.family} job cannot run on this control plane: its plans, memory "
+    return [FieldError("model.family", f"a {dims.family_word} job cannot run on this control plane: its plans, memory "
                                        "checks and workers are for transformers (the estimator answers its "
                                        "Cells: tessctl estimate cells)")]
 

@@ -18,10 +18,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tessera.controller.sim.engine import SimJob, SimResult
+from tessera.controller.sim.engine import RoundRecord, SimJob, SimResult
 
-# The artifact's plotter averages throughput over rounds above this (plot_cluster_thr).
+# Busy rounds, which `throughput_avg_busy` averages over (docs/simulator.md, "Metrics per policy").
+# Under the rules that count samples/s (arena, fair): rounds above BUSY_THRESHOLD, the cut of the
+# artifact's plotter (plot_cluster_thr), which leaves out the idle start and the drained end. The
+# morphling rules count iterations/s (~13 on morphling-64), so no round passed 100 and the average
+# read 0; a cut in iterations/s would sort rounds by which jobs run (their rates differ a
+# hundredfold), not by load: there a round is busy when a job is left waiting at its end.
 BUSY_THRESHOLD = 100.0
+ITERATION_RULES = frozenset({"morphling"})
+
+
+def busy_rounds_are(rules: str) -> str:
+    """What makes a round busy under `rules`: the label of the busy figures."""
+    if rules in ITERATION_RULES:
+        return "a job left waiting"
+    return f"throughput > {BUSY_THRESHOLD:g} samples/s"
+
+
+def is_busy(rules: str, r: RoundRecord) -> bool:
+    return r.pending > 0 if rules in ITERATION_RULES else r.throughput > BUSY_THRESHOLD
 
 
 def _pct(xs: Sequence[float], p: float) -> float:
@@ -50,7 +67,7 @@ def summarize(res: SimResult) -> dict[str, Any]:
     started = [j for j in arrived if j.first_start is not None]
     kept = [j.queue_s for j in arrived if j.state != "dropped"]
     thr = [r.throughput for r in res.rounds]
-    busy = [x for x in thr if x > BUSY_THRESHOLD]
+    busy = [r.throughput for r in res.rounds if is_busy(res.rules, r)]
     total_gpus = max((r.gpus_used for r in res.rounds), default=0)
     first = min((j.arrive_time for j in arrived), default=0.0)
     last_end = max((j.end for j in done if j.end is not None), default=first)
@@ -78,6 +95,7 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "queue_avg_all_s": _r(statistics.fmean(kept)) if kept else 0.0,
         "throughput_avg": _r(statistics.fmean(thr)) if thr else 0.0,
         "throughput_avg_busy": _r(statistics.fmean(busy)) if busy else 0.0,
+        "busy_rounds": len(busy),
         "throughput_peak": _r(max(thr, default=0.0)),
         "makespan_s": _r(last_end - first) if done else 0.0,
         "all_finished": len(done) == len(arrived),

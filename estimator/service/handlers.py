@@ -223,7 +223,7 @@ def recipe_cells(req: pb.GetCellsRequest) -> RecipeCells:
     if req.precision and req.precision not in PRECISION:
         raise PlanInputError("precision", f"unknown value {req.precision}")
     if req.precision and not dims.is_transformer:
-        raise PlanInputError("precision", f"a {dims.family} model has one recipe (float32, SGD with momentum); "
+        raise PlanInputError("precision", f"a {dims.family_word} model has one recipe (float32, SGD with momentum); "
                                           "leave precision unset")
     recompute = req.options.recompute if req.options.HasField("recompute") else True
     recipe = None

@@ -188,7 +188,7 @@ async def test_wide_resnet_cells_equal_the_library_and_its_memory_is_refused(srv
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await srv.stub.GetCells(pb.GetCellsRequest(model=req.model, global_batch_size=256, cluster=CLUSTER,
                                                    precision=c.PRECISION_MIXED))
-    assert (err.value.details() or "").startswith("precision: a wresnet model has one recipe")
+    assert (err.value.details() or "").startswith("precision: a wide_resnet model has one recipe")
 
 
 async def test_stage_placement_equals_the_library(srv: Server) -> None:

@@ -61,7 +61,7 @@ def test_tessctl_simulate_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert rc == 1 and "line 2: field num_gpu: not a number: 'four'" in err
     p = subprocess.run([sys.executable, "-m", "tessera.controller.sim.cli", "--trace", "arena-pai", "--cluster", "nope",
                         "--out", str(tmp_path / "u")], capture_output=True, text=True, check=False)
-    assert p.returncode == 1 and "unknown cluster 'nope'" in p.stderr
+    assert p.returncode == 2 and "argument --cluster: unknown cluster 'nope'" in p.stderr  # a bad flag value
 
 
 def test_the_cell_estimator_can_be_the_oracle(tmp_path: Path) -> None:

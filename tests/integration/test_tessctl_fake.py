@@ -557,7 +557,7 @@ def test_simulate_runs_the_simulator_as_a_process(tmp_path: Path) -> None:
     assert _heavy(modules) == []
     rc, modules, proc = tessctl_modules("simulate", "--trace", "arena-pai", "--cluster", "nope",
                                         "--out", str(tmp_path / "out"))
-    assert rc == 1 and proc.stderr.startswith("tessctl simulate: error: ") and "unknown cluster 'nope'" in proc.stderr
+    assert rc == 2 and proc.stderr.startswith("tessctl simulate: error: ") and "unknown cluster 'nope'" in proc.stderr
     assert _heavy(modules) == []
     rc, _, proc = tessctl_modules("simulate", "--out", str(tmp_path / "out"))
     assert rc == 2 and "the following arguments are required: --trace" in proc.stderr

@@ -119,5 +119,5 @@ def test_the_memory_line_prints_the_figure_its_verdict_judges() -> None:
     resp.memory.total, resp.memory.reserved, resp.memory.other = 44_260_000_000, 51_270_000_000, 1_070_000_000
     resp.memory.capacity, resp.memory.fits = 80_000_000_000, True
     (line,) = [x for x in time_table("j", resp).splitlines() if x.startswith("Memory:")]
-    assert line == ("Memory:    52.34 of 80.00 GB reserved on the most loaded GPU, 44.26 of it tensors (fits: yes); "
+    assert line == ("Memory:    52.34 of 80.00 GB: reserved + other on the most loaded GPU, 44.26 of it tensors (fits: yes); "
                     "`tessctl estimate memory` for the categories")

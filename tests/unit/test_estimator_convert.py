@@ -170,7 +170,7 @@ def test_wide_resnet_through_the_shared_vocabulary() -> None:
 
 
 def test_a_wide_resnet_job_is_refused_by_the_controller_with_the_field() -> None:
-    want = [("model.family: a wresnet job cannot run on this control plane: its plans, memory checks and workers "
+    want = [("model.family: a wide_resnet job cannot run on this control plane: its plans, memory checks and workers "
              "are for transformers (the estimator answers its Cells: tessctl estimate cells)")]
     named = c.JobSpec(name="w", model=c.ModelSpec(name="wide-resnet-500m"), global_batch_size=256, iterations=1)
     assert [str(e) for e in validate_spec(named)] == want
