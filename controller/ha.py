@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 
 import structlog
 
-from tessera.common import daemon, metrics, rpc
+from tessera.common import daemon, logs, metrics, rpc, tls
 from tessera.common.hooks import Hooks
 from tessera.controller.agents import AgentClients
 from tessera.controller.dashboard.server import Dashboard
@@ -175,6 +175,9 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
                     detail="agents may stop their workers during a failover (every running job then restarts "
                     "from its checkpoint): raise --fence and --lease, or shorten --heartbeat-interval (docs/ha.md)")
     mport = metrics.serve(args.metrics_listen, args.metrics_token_file)
+    # The transport and certificate, as a controller on SQLite says them (the insecure_transport
+    # warning and gauge, the certificate's expiry): before, a controller on etcd said neither.
+    tls.announce("tessera-controller", args.tls)
     host = args.listen.rpartition(":")[0]
     agent_host = args.agent_listen.rpartition(":")[0]
     log.info("controller_started", listen=f"{host}:{port}", agent_listen=f"{agent_host}:{agent_port}",
@@ -198,7 +201,7 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
             loop.call_soon_threadsafe(lost.set)
 
         lead.on_lost = on_lost
-        structlog.contextvars.bind_contextvars(epoch=epoch)
+        logs.bind_process(epoch=epoch)  # also the lines of the server's tasks, started as a standby
         try:
             refusal = take_over(client, lead, mine)
             if refusal:
