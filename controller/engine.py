@@ -129,6 +129,8 @@ class Engine:
                         events=[k for k, _ in events])
             return False
         if job.state not in ACTIVE:  # its record now holds the last progress
+            if job.state in TERMINAL:  # every end counted once, cancels and give-ups included (a live audit)
+                metrics.JOBS_FINISHED.labels(P.JobState.Name(job.state).removeprefix("JOB_STATE_").lower()).inc()
             self._live.clocks.pop(job.id, None)
             self._live.progress.pop(job.id, None)
             self._live.moves.pop(job.id, None)  # a migration it was in (cancelled while MIGRATING)
@@ -263,7 +265,6 @@ class Engine:
             await self._save(*transitions.running(job, world, prog))
         elif step == "succeeded":
             await self._save(*transitions.succeeded(job, why, prog, self.wall()))
-            metrics.JOBS_FINISHED.labels("succeeded").inc()
             self.kick()
         elif step == "failed":
             last = await last_log_line(self.agents, self._live.nodes, self.epoch, job, verdict.rank)
@@ -309,15 +310,12 @@ class Engine:
         await self._stop_attempt(job, "another rank failed")
         if after.state == P.JOB_STATE_PENDING:
             metrics.REQUEUES.inc()
-        else:
-            metrics.JOBS_FINISHED.labels("failed").inc()
         self.kick()
 
     async def _fail_now(self, job: JobRecord, why: str) -> None:
         """Fail the job without a retry (time limit out, launch cannot be built), then stop its attempt."""
         await self._save(*transitions.failed(job, why, self._progress(job), self.wall()))
         await self._stop_attempt(job, why)
-        metrics.JOBS_FINISHED.labels("failed").inc()
         self.kick()
 
     async def _requeue(self, job: JobRecord, why: str, kind: str, retry: bool = False, stop: str = "") -> None:

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 JOBS_SUBMITTED = Counter("tessera_jobs_submitted_total", "Jobs accepted by SubmitJob")
 JOBS_FINISHED = Counter("tessera_jobs_finished_total", "Jobs that reached a final state", ["outcome"])
-REQUEUES = Counter("tessera_job_requeues_total", "Attempts requeued (node lost, migration, retry)")
-MIGRATIONS = Counter("tessera_migrations_total", "Running jobs moved to a new Cell or placement")
+REQUEUES = Counter("tessera_job_requeues_total", "Attempts requeued (node lost, drain, preemption, retry, failed launch)")
+MIGRATIONS = Counter("tessera_migrations_total", "Running jobs a round moved to a new Cell or placement "
+                     "(stopped, then relaunched on its target); a drain's or a preemption's stop is a requeue")
 MIGRATION_SECONDS = Histogram("tessera_migration_seconds", "Stop request to first progress of the new attempt",
                               buckets=(1, 2, 5, 10, 20, 40, 80, 160, 320))
 ROUND_SECONDS = Histogram("tessera_round_seconds", "Wall time of one scheduling round",
