@@ -111,7 +111,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--search-depth", type=int, default=3, help="Crius: scaling steps one choice may make")
     p.add_argument("--min-gain", type=float, default=0.2,
                    help="Crius: relative throughput gain a running job's scale-up or move must bring, and that "
-                        "halving running jobs for a newcomer must bring over its best placement on free GPUs")
+                        "halving running jobs for a newcomer must bring over its best placement on free GPUs; "
+                        "gavel: the gain a running job's move to another type must bring")
     p.add_argument("--critical-factor", type=float, default=0.85,
                    help="morphling: a best-effort job whose remaining time at its most efficient point is at least "
                         "this share of the drain time of all known work starts before the slope order (the "

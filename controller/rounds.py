@@ -23,6 +23,7 @@ from tessera.controller.cell_estimates import MemoryNeed, recipe_refusal
 from tessera.controller.core import frenzy, opaque
 from tessera.controller.core.policies import PolicyOptions, make_policy
 from tessera.controller.core.policies.crius import CriusOptions
+from tessera.controller.core.policies.gavel import GavelOptions
 from tessera.controller.core.policies.morphling import MorphlingOptions
 from tessera.controller.core.policy import Policy
 from tessera.controller.core.quotas import UNGUARDED
@@ -68,6 +69,8 @@ def policy_from_config(cfg: PolicyFlags) -> Policy:
     elif cfg.policy == "crius":
         # A restart costs real time on a live cluster: a running job moves only for a clear gain.
         options = CriusOptions(upgrade_min_gain=cfg.min_gain)
+    elif cfg.policy == "gavel":
+        options = GavelOptions(move_min_gain=cfg.min_gain)
     elif cfg.policy == "morphling":
         options = MorphlingOptions(critical_factor=cfg.critical_factor)
     return make_policy(cfg.policy, cfg.policy_mode, options)

@@ -107,7 +107,7 @@ FACTORIES: dict[str, _Entry[Any]] = {
     "crius-no": _crius(opportunistic=False),
     "fcfs": _Entry(FcfsOptions, lambda m, o: FcfsPolicy(m)),
     "frenzy": _Entry(FrenzyConfig, lambda m, o: FrenzyPolicy(o, mode=m)),
-    "gavel": _Entry(GavelOptions, lambda m, o: GavelPolicy(m)),
+    "gavel": _Entry(GavelOptions, lambda m, o: GavelPolicy(m, o)),
     "gandiva": _Entry(GandivaOptions, lambda m, o: GandivaPolicy(m)),
     "sia": _Entry(SiaOptions, lambda m, o: SiaPolicy(m)),
     # Morphling has one description (its paper and artifact agree): the mode is ignored.
