@@ -15,6 +15,7 @@ The module tree is laid out for every plan the trainer runs:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -131,9 +132,7 @@ class GPT(nn.Module):
         `first`, the final LayerNorm and head only if `last`. A tied head on a last stage that is not
         also the first keeps its own copy of the embedding weight (the trainer keeps the two copies
         equal by summing their gradients)."""
-        for key in list(self.blocks.keys()):
-            if int(key) not in layers:
-                del self.blocks[key]
+        keep_blocks(self, layers)
         if not first:
             self.tok_emb = None
             self.pos_emb = None
@@ -152,15 +151,31 @@ class GPT(nn.Module):
             x = self.tok_emb(idx) + self.pos_emb(torch.arange(t, device=idx.device))
         else:
             x = idx
-        for block in self.blocks.values():
-            if self.activation_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
-        if self.head is None:
-            return x
-        assert self.ln_f is not None
-        return self.head(self.ln_f(x))
+        return blocks_and_head(self, x)
+
+
+def keep_blocks(model: Any, layers: range) -> None:
+    """Delete the blocks of `model.blocks` outside `layers` (a pipeline stage's cut); the others keep
+    their keys, hence their checkpoint names."""
+    for key in list(model.blocks.keys()):
+        if int(key) not in layers:
+            del model.blocks[key]
+
+
+def blocks_and_head(model: Any, x: torch.Tensor) -> torch.Tensor:
+    """`model`'s blocks over hidden states x (each under a non-reentrant checkpoint with full
+    activation checkpointing), then its final norm and head, or x itself on a stage without a head:
+    the same for every model this trainer builds (GPT, Llama)."""
+    for block in model.blocks.values():
+        if model.activation_checkpointing and torch.is_grad_enabled():
+            x = checkpoint(block, x, use_reentrant=False)
+        else:
+            x = block(x)
+    if model.head is None:
+        return x
+    assert model.ln_f is not None
+    out: torch.Tensor = model.head(model.ln_f(x))
+    return out
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tessera.clients.trainer import ModelDims
 from tessera.clients.trainer.reference.architecture import RMS_NORM_EPS, ROUTER_AUX_LOSS_COEF, Arch
-from tessera.clients.trainer.reference.model import _plain_attention
+from tessera.clients.trainer.reference.model import _plain_attention, blocks_and_head, keep_blocks
 from tessera.clients.trainer.reference.model_moe import SparseMoE, SwiGLU
 
 
@@ -169,9 +169,7 @@ class Llama(nn.Module):
     def keep_stage(self, layers: range, first: bool, last: bool) -> None:
         """As model.GPT.keep_stage: keep the blocks in `layers`, the embedding if `first`, the final norm
         and head if `last`."""
-        for key in list(self.blocks.keys()):
-            if int(key) not in layers:
-                del self.blocks[key]
+        keep_blocks(self, layers)
         if not first:
             self.tok_emb = None
         if not last:
@@ -187,12 +185,4 @@ class Llama(nn.Module):
             x = self.tok_emb(idx)
         else:
             x = idx
-        for block in self.blocks.values():
-            if self.activation_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
-        if self.head is None:
-            return x
-        assert self.ln_f is not None
-        return self.head(self.ln_f(x))
+        return blocks_and_head(self, x)
