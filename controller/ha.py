@@ -144,6 +144,9 @@ async def serve_ha(args: argparse.Namespace, cfg: EngineConfig, state: Path, mak
         # As the campaign last read it: answering a standby's caller must not wait on etcd.
         return lead.leader_hint() if lead is not None else ""
 
+    if dashboard is not None:
+        dashboard.leader = leader_address  # its 503 names the leader, as the gRPC refusal does
+
     def leading() -> bool:
         return lead is not None and lead.is_leader()
 

@@ -40,9 +40,9 @@ from tessera.controller.engine import Engine
 from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
 from tessera.controller.logstream import LogStream
+from tessera.controller.node_listing import list_nodes
 from tessera.controller.redact import Hide, hider
 from tessera.controller.registry import fence_seconds
-from tessera.controller.snapshots import busy_cpus, unseen_gpus
 from tessera.controller.store import ACTIVE, JobRecord, RequestConflict
 from tessera.controller.streams import StreamSlots
 from tessera.controller.tenants import TenantsSource, submit_refusal, tenant_rows, unguarded_warnings
@@ -221,20 +221,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             async for lines in logs.stream(jid, request):
                 yield lines
 
-    def _node(self, node_id: str, busy: dict[str, set[int]], cpus: dict[str, int] | None = None) -> controller_pb2.Node:
-        return node_pb(self.view.node(node_id), busy, cpus)
+    def _node(self, node_id: str, busy: dict[str, set[int]]) -> controller_pb2.Node:
+        return node_pb(self.view.node(node_id), busy)
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
         who = principal_of(context)  # admitted by the AuthInterceptor, which checked the role table
-        busy = self.view.busy_gpus()
-        active = self.view.jobs(ACTIVE)
-        cpus = busy_cpus(active)
-        nodes = [self._node(n, busy, cpus) for n in self.view.node_ids()]
-        if not who.sees_all:  # the GPUs of jobs it may not list, so describe node can say why they are busy
-            hidden = unseen_gpus(active, lambda tenant: may_see(who, tenant))
-            for node in nodes:
-                node.hidden_gpus.extend(sorted(hidden.get(node.id, set()) & set(node.busy_gpus)))
-        return controller_pb2.ListNodesResponse(nodes=nodes)
+        return controller_pb2.ListNodesResponse(nodes=list_nodes(self.view, who))
 
     async def ListTenants(self, request: controller_pb2.ListTenantsRequest,
                           context: Any) -> controller_pb2.ListTenantsResponse:

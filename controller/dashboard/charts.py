@@ -143,7 +143,7 @@ def line_chart(title: str, xs: Sequence[float], ys: Sequence[float], xlabel: str
 class GanttRow:
     label: str
     href: str
-    state: str  # the colour class: pending, running, done, failed
+    state: str  # the colour class: pending, running, done, failed, cancelled (pages.BAR_CLASS)
     start: float  # 0 = not started (and not forecast)
     end: float  # 0 = open (runs on: drawn to `now`)
     forecast_from: float = 0.0  # from here on the bar is a forecast (pale, dashed); 0 = none of it

@@ -1,5 +1,5 @@
 """The dashboard's data: the same messages the gRPC listing answers (convert.job_pb, listing.list_page,
-convert.node_pb), as JSON for /api/ and as inputs of the pages; and a Job's forecast
+node_listing.list_nodes), as JSON for /api/ and as inputs of the pages; and a Job's forecast
 (controller.proto Job field 23), read defensively: a Job without one shows none.
 """
 

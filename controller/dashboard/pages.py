@@ -24,6 +24,22 @@ FINAL = {common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2
 MAX_EVENTS = 300  # the newest shown on a job page (GET /api/jobs/ID has them all)
 GIB = 1024 ** 3
 ON = ' class="on"'
+# The words of `tessctl describe node` (clients/nodejobs.py, which the controller may not import) for
+# a busy GPU that no job listed on the node holds.
+HIDDEN = "(hidden: another tenant's job)"
+NO_JOB = "(no job: workers ending, or a move's target)"
+UNLISTED = {"hidden": HIDDEN, "nojob": NO_JOB}  # a GPU chip's class for each
+# The nodes page's GPU colours (style.css `.gpu.*`), said in its header when some GPU shows one.
+GPU_KEY = (("busy", "blue: held by a job listed"), ("hidden", "purple: another tenant's job"),
+           ("nojob", "amber: no job, workers ending or a move's target"))
+# (job id, name, its GPUs on the node) of an active job the caller may see.
+HeldJob = tuple[str, str, tuple[int, ...]]
+# A job's bar on the timeline, by state: cancelled is not failed (an audit saw both red).
+BAR_CLASS = {common_pb2.JOB_STATE_PENDING: "pending", common_pb2.JOB_STATE_SUCCEEDED: "done",
+             common_pb2.JOB_STATE_FAILED: "failed", common_pb2.JOB_STATE_CANCELLED: "cancelled"}
+# The timeline's colour classes (style.css `.bar.*`, `.key.*`) and what each means.
+GANTT_KEY = (("running", "running"), ("pending", "pending (forecast)"), ("done", "succeeded"),
+             ("failed", "failed"), ("cancelled", "cancelled"))
 
 
 def job_state(state: int) -> str:
@@ -127,24 +143,50 @@ def cluster_page(who: Principal, capacity: CapacityHistory, nodes: Sequence[cont
     return layout("Cluster", who, "".join(parts), "cluster")
 
 
-def nodes_page(who: Principal, nodes: Sequence[controller_pb2.Node], held: Mapping[str, Sequence[tuple[str, str]]],
+def unlisted_gpus(n: controller_pb2.Node, jobs: Sequence[HeldJob]) -> tuple[set[int], set[int]]:
+    """The node's busy GPUs that none of `jobs` holds, as describe node splits them: those of jobs
+    the caller may not list (`hidden_gpus`), and the rest (workers ending, or a move's target)."""
+    rest = set(n.busy_gpus) - {g for _, _, gpus in jobs for g in gpus}
+    hidden = rest & set(n.hidden_gpus)
+    return hidden, rest - hidden
+
+
+def _gpu_list(gpus: set[int]) -> str:
+    return f"GPU{'' if len(gpus) == 1 else 's'} {', '.join(str(g) for g in sorted(gpus))}"
+
+
+def nodes_page(who: Principal, nodes: Sequence[controller_pb2.Node], held: Mapping[str, Sequence[HeldJob]],
                now: float) -> str:
-    """`held`: node -> the (id, name) of the active jobs placed on it that the caller may see."""
-    rows = []
+    """`held`: node -> the active jobs placed on it that the caller may see. A busy GPU none of them
+    holds is said as describe node says it (HIDDEN, NO_JOB), never as held by a job listed here."""
+    rows, shown = [], {"busy"}
     for n in nodes:
-        jobs = ", ".join(f'<a href="/jobs/{e(jid)}">{bdi(name or jid)}</a>' for jid, name in held.get(n.id, ())) or "-"
+        here = held.get(n.id, ())
+        hidden, no_job = unlisted_gpus(n, here)
+        jobs = [f'<a href="/jobs/{e(jid)}">{bdi(name or jid)}</a>' for jid, name, _ in here]
+        jobs += [f'<span class="unlisted">{e(words)} {_gpu_list(gpus)}</span>'
+                 for words, gpus in ((HIDDEN, hidden), (NO_JOB, no_job)) if gpus]
         busy = set(n.busy_gpus)
-        chips = "".join(f'<span class="gpu {"busy" if g.index in busy else "idle"}" title="{e(g.model)} '
-                        f'{g.memory_bytes / GIB:.0f} GiB">{g.index}: {bdi(g.model)}</span>' for g in n.inventory.gpus)
+        chips = ""
+        for g in n.inventory.gpus:
+            cls = ("hidden" if g.index in hidden else "nojob" if g.index in no_job else
+                   "busy" if g.index in busy else "idle")
+            shown.add(cls)
+            why = f": {UNLISTED[cls]}" if cls in UNLISTED else ""
+            chips += (f'<span class="gpu {cls}" title="{e(g.model)} {g.memory_bytes / GIB:.0f} GiB{e(why)}">'
+                      f"{g.index}: {bdi(g.model)}</span>")
         chips += "".join(f'<span class="gpu out" title="left out: {e(g.reason)}">{g.index}: {bdi(g.model)}</span>'
                          for g in n.inventory.left_out)
         mem = f"{n.inventory.host_memory_bytes / GIB:.0f} GiB" if n.inventory.host_memory_bytes else "-"
+        cpus = str(n.inventory.cpu_count or "-") + (f" ({n.busy_cpus} promised to guaranteed jobs)"
+                                                    if n.busy_cpus else "")
         rows.append([f'<span id="node-{e(n.id)}">{bdi(n.id)}</span>', (f'<span class="st {node_state(n.state)}">'
                      f"{node_state(n.state)}</span>"), bdi(n.reason or ""), bdi(n.address),
-                     chips or "-", jobs, str(n.inventory.cpu_count or "-"), mem,
+                     chips or "-", ", ".join(jobs) or "-", cpus, mem,
                      e(ISOLATION_WORDS.get(n.gpu_isolation, "-")), bdi(n.agent_version or "-"),
                      ago(now, n.last_heartbeat)])
-    body = (table(["node", "state", "reason", "address", "GPUs (blue: held by a job)", "jobs", "CPUs", "memory",
+    key = "; ".join(words for cls, words in GPU_KEY if cls in shown)
+    body = (table(["node", "state", "reason", "address", f"GPUs ({key})", "jobs", "CPUs", "memory",
                    "GPU isolation", "agent", "heartbeat"], rows, "nodes")
             if rows else '<p class="empty">No node has registered.</p>')
     return layout("Nodes", who, body, "nodes")
@@ -154,9 +196,7 @@ def _gantt_rows(jobs: Sequence[controller_pb2.Job], now: float) -> list[charts.G
     rows = []
     for j in jobs:
         f = forecast_of(j)
-        state = job_state(j.state)
-        colour = "failed" if j.state in (common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED) else (
-            "done" if j.state == common_pb2.JOB_STATE_SUCCEEDED else "pending" if state == "pending" else "running")
+        colour = BAR_CLASS.get(j.state, "running")  # starting and migrating too
         band = (f.end_low or f.end, f.end_high or f.end) if (f.end_low or f.end_high) else None
         if j.state == common_pb2.JOB_STATE_PENDING and f.start > 0:
             rows.append(charts.GanttRow(j.spec.name or j.id, f"/jobs/{j.id}", colour, f.start, max(f.end, f.start),
@@ -198,7 +238,9 @@ def jobs_page(who: Principal, jobs: Sequence[controller_pb2.Job], state_filter: 
                      *(f'<span class="nw">{t}</span>' for t in (when(j.submit_time), start, end))])
     note = ("Times marked ~ are the controller's forecasts." if has_forecast else
             "This controller does not forecast start and end times: the chart shows what happened.")
+    legend = "".join(f'<span class="key {cls}"></span>{e(words)} ' for cls, words in GANTT_KEY)
     body = (f'<p class="filters">State: {filters}</p><h2>Timeline</h2><p class="note">{note}</p>'
+            f'<p class="note legend" id="gantt-key">{legend.strip()}</p>'
             f'<div class="chart-box" id="gantt">{charts.gantt("jobs over time", _gantt_rows(jobs, now), now)}</div>'
             f"<h2>Jobs ({len(jobs)})</h2>")
     order = ("The jobs not finished come first (running, starting and migrating, then pending), then the "

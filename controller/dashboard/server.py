@@ -16,6 +16,7 @@ import os
 import re
 import ssl
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,12 +31,13 @@ from tessera.common.errors import (
     Unauthenticated,
     Unavailable,
 )
+from tessera.common.jobspec import NAME_RULE
 from tessera.common.tls import TlsConfig
-from tessera.common.tokens import Principal
+from tessera.common.tokens import TENANT_RE, Principal
 from tessera.controller import metrics
 from tessera.controller.access import authorize, list_tenant, may_see
 from tessera.controller.auth import Authenticator, InsecureAuthenticator
-from tessera.controller.convert import job_pb, node_pb
+from tessera.controller.convert import job_pb
 from tessera.controller.core.validate import JOB_ID_RE
 from tessera.controller.dashboard import joblist, pages
 from tessera.controller.dashboard.budget import LoopBudget
@@ -43,8 +45,10 @@ from tessera.controller.dashboard.data import capacity_json, dumps, message_json
 from tessera.controller.dashboard.history import History
 from tessera.controller.dashboard.http import HttpServer, Request, Response
 from tessera.controller.dashboard.options import is_loopback
+from tessera.controller.dashboard.pages import HeldJob
 from tessera.controller.errors import JobNotFound
 from tessera.controller.listing import list_page
+from tessera.controller.node_listing import list_nodes
 from tessera.controller.redact import hider
 from tessera.controller.store import ACTIVE, JobRecord
 from tessera.v1 import common_pb2, controller_pb2
@@ -100,12 +104,33 @@ def job_states(text: str) -> list[int]:
     return states
 
 
+def tenant_filter(who: Principal, text: str) -> str:
+    """`?tenant=` as ListJobs takes it (access.list_tenant), once it is a tenant's name at all (the
+    job file's rule, which SubmitJob and the tokens file apply): a well-formed name of no tenant
+    lists no job, as ListJobs does (a tenant has no record beyond its jobs and the tenants file)."""
+    if text and not TENANT_RE.fullmatch(text):
+        raise InvalidArgument("tenant", f"must be a tenant's name: {NAME_RULE}")
+    return list_tenant(who, text)
+
+
+class Standby(Unavailable):
+    """No engine here; `leader`: the leader's address as the gRPC refusal names it ("" = unknown)."""
+
+    def __init__(self, message: str, leader: str = "") -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
 class Dashboard:
     """Serves the pages and /api/ of the engine `attach` gave (none yet, or a standby that lost
-    its lead: 503)."""
+    its lead: 503). `leader` names the leader's address without I/O ("" when unknown), as the gRPC
+    gate's (leader_gate.LeaderSwitch): a standby's 503 says it; set it after construction when the
+    election starts later."""
 
-    def __init__(self, auth: Authenticator, tls: TlsConfig | None = None, standby_reason: str = "") -> None:
+    def __init__(self, auth: Authenticator, tls: TlsConfig | None = None, standby_reason: str = "",
+                 leader: Callable[[], str] = lambda: "") -> None:
         self.auth = auth
+        self.leader = leader
         self.engine: Engine | None = None
         self.history = History()
         self.page_key = os.urandom(32)  # continue tokens of /api/jobs; this process only
@@ -166,8 +191,10 @@ class Dashboard:
         except TesseraError as e:
             status = next((s for cls, s in STATUS.items() if isinstance(e, cls)), 500)
             if api:
-                return Response(status, dumps({"error": str(e), "code": e.code.value}),
-                                "application/json")
+                doc = {"error": str(e), "code": e.code.value}
+                if isinstance(e, Standby) and e.leader:
+                    doc["leader"] = e.leader
+                return Response(status, dumps(doc), "application/json")
             if status == 401:
                 return html(401, pages.login_page(str(e)))
             return html(status, pages.error_page(status, str(e)))
@@ -187,19 +214,21 @@ class Dashboard:
 
     def _engine(self) -> Engine:
         if self.engine is None:
-            raise Unavailable(f"no data here: {self.standby_reason}")
+            leader = self.leader()
+            where = f"; leader at {leader}" if leader else ""
+            raise Standby(f"no data here: {self.standby_reason}{where}", leader)
         return self.engine
 
     def _route(self, path: str, req: Request, api: bool) -> Response:
         if path in ("/", "/api/capacity"):
             who = self._principal(req, "ListNodes")
-            nodes = self._nodes()
+            nodes = list_nodes(self._engine().view, who)
             if api:
                 return json_response(capacity_json(self.history.capacity))
             return html(200, pages.cluster_page(who, self.history.capacity, nodes, self._engine().wall()))
         if path in ("/nodes", "/api/nodes"):
             who = self._principal(req, "ListNodes")
-            nodes = self._nodes()
+            nodes = list_nodes(self._engine().view, who)  # ListNodes's own answer to `who`
             if api:
                 return json_response({"nodes": [message_json(n) for n in nodes]})
             return html(200, pages.nodes_page(who, nodes, self._held(who), self._engine().wall()))
@@ -218,22 +247,17 @@ class Dashboard:
             return html(200, pages.job_page(who, job, points, self._engine().wall()))
         raise NotFound(f"no page {path[:200]}")
 
-    def _nodes(self) -> list[controller_pb2.Node]:
-        view = self._engine().view
-        busy = view.busy_gpus()
-        return [node_pb(view.node(n), busy) for n in view.node_ids()]
-
-    def _held(self, who: Principal) -> dict[str, list[tuple[str, str]]]:
-        held: dict[str, list[tuple[str, str]]] = {}
+    def _held(self, who: Principal) -> dict[str, list[HeldJob]]:
+        held: dict[str, list[HeldJob]] = {}
         for j in self._engine().view.jobs(states=ACTIVE):
             if may_see(who, j.spec.tenant) and j.placement is not None:
                 for s in j.placement.slices:
-                    held.setdefault(s.node_id, []).append((j.id, j.spec.name))
+                    held.setdefault(s.node_id, []).append((j.id, j.spec.name, tuple(s.gpu_indices)))
         return held
 
     def _jobs(self, who: Principal, req: Request) -> controller_pb2.ListJobsResponse:
         view = self._engine().view
-        tenant = list_tenant(who, req.query.get("tenant", ""))
+        tenant = tenant_filter(who, req.query.get("tenant", ""))
         states = job_states(req.query.get("state", ""))
         try:
             limit = int(req.query.get("limit", "0"))
@@ -250,7 +274,7 @@ class Dashboard:
         """Not the listing's first page (the oldest jobs): joblist.select's, newest first."""
         engine = self._engine()
         view, now = engine.view, engine.wall()
-        tenant = list_tenant(who, req.query.get("tenant", ""))
+        tenant = tenant_filter(who, req.query.get("tenant", ""))
         listed = joblist.select(view.jobs, view.jobs_page, job_states(req.query.get("state", "")), tenant, now)
         hide = hider(who, view.tenant_of)
         jobs = [job_pb(r, view.progress(r.id), forecast=engine.forecaster.get(r.id), hide=hide)

@@ -42,3 +42,36 @@ def test_a_leader_on_etcd_announces_its_transport_and_logs_its_epoch(etcd_endpoi
         assert ctl.wait_event("rpc_call", 5, method="SubmitJob")["epoch"] == epoch
     finally:
         ctl.stop()
+
+
+def test_a_standbys_dashboard_names_the_leader(etcd_endpoint: str, tmp_path: Path) -> None:
+    """Its 503 says where the leader is, as a standby's gRPC refusal does (serve_ha hands the
+    dashboard the campaign's leader hint)."""
+    import json
+    import ssl
+    import urllib.error
+
+    auth, admin = cluster_tokens(tmp_path)
+    common = ("--store", "etcd", "--etcd-endpoints", etcd_endpoint, "--etcd-prefix", f"/t-{uuid.uuid4().hex[:8]}",
+              "--checkpoint-root", str(tmp_path / "ckpt"), *auth)
+    leader = start_controller(tmp_path / "a", *common)
+    try:
+        leader.wait_event("controller_leading", 60)
+        standby = start_controller(tmp_path / "b", *common, "--dashboard-addr", "127.0.0.1:0")
+        try:
+            started = standby.wait_event("dashboard_started", 30)
+            standby.wait_event("controller_started", 30)
+            ctx = ssl.create_default_context()
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # the dev PKI's certificate
+            req = urllib.request.Request(f"{started['scheme']}://127.0.0.1:{started['port']}/api/jobs",
+                                         headers={"Authorization": f"Bearer {admin}"})
+            try:
+                urllib.request.urlopen(req, timeout=10, context=ctx)
+                raise AssertionError("a standby served the API")
+            except urllib.error.HTTPError as err:
+                assert err.code == 503
+                assert json.loads(err.read())["leader"] == leader.address
+        finally:
+            standby.stop()
+    finally:
+        leader.stop()

@@ -262,7 +262,7 @@ def test_direction_controls_from_jobs_and_nodes_cannot_reorder_the_page() -> Non
     node = controller_pb2.Node(id="n1", address="10.0.0.1\u202e", reason=evil, agent_version="1\u2066",
                                state=P.NODE_STATE_READY)
     for page in (pages.jobs_page(ANONYMOUS, [job], "", 2000.0), pages.job_page(ANONYMOUS, job, [], 2000.0),
-                 pages.nodes_page(ANONYMOUS, [node], {"n1": [("j-1", evil)]}, 2000.0)):
+                 pages.nodes_page(ANONYMOUS, [node], {"n1": [("j-1", evil, (0,))]}, 2000.0)):
         assert not any(c in page for c in BIDI)  # shown, not obeyed; in cells, titles and the SVG alike
         assert "<bdi>ok [U+202E]exe.gnp</bdi>" in page  # and isolated from its neighbours
     assert "<bdi>FAILED[U+202E]</bdi>" in pages.job_page(ANONYMOUS, job, [], 2000.0)
