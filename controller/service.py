@@ -34,7 +34,7 @@ from tessera.controller import unended
 from tessera.controller.access import list_tenant, may_see, submit_tenant
 from tessera.controller.agents import peer_details
 from tessera.controller.auth import principal_of
-from tessera.controller.convert import job_pb, node_pb
+from tessera.controller.convert import job_pb
 from tessera.controller.core.validate import JOB_ID_RE, REQUEST_ID_RE, summary, validate_spec
 from tessera.controller.engine import Engine
 from tessera.controller.errors import JobNotFound
@@ -221,8 +221,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             async for lines in logs.stream(jid, request):
                 yield lines
 
-    def _node(self, node_id: str, busy: dict[str, set[int]]) -> controller_pb2.Node:
-        return node_pb(self.view.node(node_id), busy)
+    def _node(self, node_id: str, who: Principal) -> controller_pb2.Node:
+        """One node as ListNodes answers it to `who` (its busy CPUs included)."""
+        return next(n for n in list_nodes(self.view, who) if n.id == node_id)
 
     async def ListNodes(self, request: controller_pb2.ListNodesRequest, context: Any) -> controller_pb2.ListNodesResponse:
         who = principal_of(context)  # admitted by the AuthInterceptor, which checked the role table
@@ -260,18 +261,18 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             + unguarded_warnings(src.config, active, self.engine.admissions.unguarded))
 
     async def DrainNode(self, request: controller_pb2.DrainNodeRequest, context: Any) -> controller_pb2.Node:
-        principal_of(context)
+        who = principal_of(context)
         _request_id(request.request_id)
         rec, unconfirmed = await self.engine.drain(_node_id(request.node_id), request.reason[:500])
-        node = self._node(rec.id, self.view.busy_gpus())
+        node = self._node(rec.id, who)
         node.agent_unconfirmed = unconfirmed
         return node
 
     async def UndrainNode(self, request: controller_pb2.UndrainNodeRequest, context: Any) -> controller_pb2.Node:
-        principal_of(context)
+        who = principal_of(context)
         _request_id(request.request_id)
         rec, unconfirmed = await self.engine.undrain(_node_id(request.node_id))
-        node = self._node(rec.id, self.view.busy_gpus())
+        node = self._node(rec.id, who)
         node.agent_unconfirmed = unconfirmed
         return node
 

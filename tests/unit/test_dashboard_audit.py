@@ -139,3 +139,17 @@ async def test_a_standbys_503_says_where_the_leader_is() -> None:
     api = await d.handle(get("/api/nodes"))
     assert api.status == 503 and json.loads(api.body) == {"error": "no data here: this controller is a standby",
                                                           "code": "UNAVAILABLE"}
+
+
+async def test_drain_and_undrain_answer_the_node_as_list_nodes_does(tmp_path: Path) -> None:
+    # They answered their Node without the CPUs promised to guaranteed jobs (a review after the audit).
+    h, _d, jid = await guaranteed_cluster(tmp_path)
+    svc = ControllerService(h.engine)
+    (node,) = h.nodes_of(jid)
+    admin = next(w for w in WHO.values() if w.sees_all)
+    drained = await svc.DrainNode(controller_pb2.DrainNodeRequest(node_id=node, request_id="r-1"),
+                                  CallContext(object(), admin))
+    assert drained.busy_cpus == 12
+    back = await svc.UndrainNode(controller_pb2.UndrainNodeRequest(node_id=node, request_id="r-2"),
+                                 CallContext(object(), admin))
+    assert back.busy_cpus == 12 and back.id == node
