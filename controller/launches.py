@@ -15,6 +15,7 @@ from tessera.common.rpc import host_of
 from tessera.controller.core import launchers
 from tessera.controller.core.validate import resolve_model
 from tessera.controller.store import JobRecord
+from tessera.estimator.convert import model_spec
 from tessera.v1 import agent_pb2, common_pb2
 
 
@@ -39,11 +40,16 @@ def rendezvous(agent_address: str, port: int) -> str:
 
 
 def model_pb(job: JobRecord) -> common_pb2.ModelSpec | None:
+    """The model the workers build (TESSERA_MODEL): its dimensions (a registered name's filled in) and
+    every family field (gated, kv heads, experts, ...). Before, only the six dimensions went out: a
+    LLaMA or Mixtral job trained as a GPT-2 of those dimensions, and said `arch=gpt2` (a live audit)."""
     if not job.spec.HasField("model"):
         return None  # an opaque job (docs/opaque-jobs.md)
-    m = resolve_model(job.spec.model)
-    return common_pb2.ModelSpec(name=m.name, hidden_size=m.hidden_size, num_layers=m.num_layers,
-                                num_heads=m.num_heads, vocab_size=m.vocab_size, seq_length=m.seq_length)
+    m = model_spec(resolve_model(job.spec.model))
+    if m.family != common_pb2.MODEL_FAMILY_MOE:  # the routing defaults say nothing of a dense model
+        for f in ("top_k", "moe_every", "capacity_factor", "dropless"):
+            m.ClearField(f)
+    return m
 
 
 def attempt_key(key: bytes, job_id: str, attempt: int) -> bytes:
