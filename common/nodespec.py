@@ -35,6 +35,10 @@ JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 GPU_MODEL_RE = re.compile(r"[A-Za-z0-9][ -~]{0,63}")
 UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,95}")
 VERSION_RE = re.compile(r"[ -~]{0,64}")
+# NodeStatus.features: what an agent can do that an older one cannot ("rendezvous-key").
+FEATURE_RE = re.compile(r"[a-z0-9-]{1,64}")
+MAX_FEATURES = 16
+RENDEZVOUS_KEY_FEATURE = "rendezvous-key"
 COMMIT_RE = re.compile(r"[0-9a-f]{7,64}")
 NOTE_RE = re.compile(r"[ -~]{0,300}")  # printable ASCII: an agent's one-line note shown to operators
 # One word per GpuIsolation value, for tables (`get nodes -o wide`, the dashboard's nodes).
@@ -90,6 +94,8 @@ def status_errors(status: agent_pb2.NodeStatus, prefix: str = "status") -> Error
         errs.append((f"{prefix}.gpu_isolation", f"unknown value {status.gpu_isolation}"))
     if not NOTE_RE.fullmatch(status.gpu_isolation_note):
         errs.append((f"{prefix}.gpu_isolation_note", "at most 300 printable ASCII characters"))
+    if len(status.features) > MAX_FEATURES or not all(FEATURE_RE.fullmatch(f) for f in status.features):
+        errs.append((f"{prefix}.features", f"at most {MAX_FEATURES} names of [a-z0-9-], 1 to 64 characters"))
     errs += inventory_errors(status.inventory, f"{prefix}.inventory")
     if len(status.workers) > MAX_WORKERS:
         errs.append((f"{prefix}.workers", f"more than {MAX_WORKERS} workers"))

@@ -33,7 +33,7 @@ import structlog
 from tessera.common.crashpoints import crash_point
 from tessera.common.progress import sanitized
 from tessera.common.tokens import ANONYMOUS, Principal
-from tessera.controller import limits, metrics, nodeops, registry, rounds, transitions, warming
+from tessera.controller import launches, limits, metrics, nodeops, registry, rounds, transitions, warming
 from tessera.controller.agents import AgentCalls, last_log_line, peer_details
 from tessera.controller.churnguard import ChurnGuard
 from tessera.controller.concurrently import each_job
@@ -550,7 +550,9 @@ class Engine:
         if deferred and still(self.store.get_job(job.id), job) is None:  # a round's: it may have moved on meanwhile
             return
         try:
-            requests = launch_requests(job, self.epoch, self.cfg.checkpoint_root, self.cfg.rendezvous_key)
+            features = {i: n.status.features for i, n in self._live.nodes.items()}  # old agents' workers do not seal
+            key = launches.sealing_key(self.cfg.rendezvous_key, placed_on(job), features)
+            requests = launch_requests(job, self.epoch, self.cfg.checkpoint_root, key)
         except LaunchTooLarge as e:  # the job's own doing, on every node: no retry, no node blamed
             return await self._fail_now(job, str(e))
         for node_id, req in requests:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
+from tessera.common.nodespec import RENDEZVOUS_KEY_FEATURE
 from tessera.common.rpc import host_of
 from tessera.controller.core import launchers
 from tessera.controller.core.validate import resolve_model
@@ -50,6 +51,14 @@ def model_pb(job: JobRecord) -> common_pb2.ModelSpec | None:
         for f in ("top_k", "moe_every", "capacity_factor", "dropless"):
             m.ClearField(f)
     return m
+
+
+def sealing_key(key: bytes, nodes: Iterable[str], features: Mapping[str, Collection[str]]) -> bytes:
+    """`key` when every node of the attempt says its workers seal their rendezvous (NodeStatus.features),
+    else b"": a rollout (docs/operations.md, "Upgrading") placed attempts over old agents, whose
+    workers do not seal, and new ones, whose workers do, and every such attempt failed its rendezvous
+    and spent a retry, until the job FAILED (a live audit)."""
+    return key if all(RENDEZVOUS_KEY_FEATURE in features.get(n, ()) for n in nodes) else b""
 
 
 def attempt_key(key: bytes, job_id: str, attempt: int) -> bytes:

@@ -228,6 +228,7 @@ class Agent:
             gpu_isolation=gpuguard.isolation(self.config.gpu_minors is not None,
                                              self.inventory.source == common_pb2.INVENTORY_SOURCE_NVML),
             gpu_isolation_note=self.config.gpu_isolation_note,
+            features=[nodespec.RENDEZVOUS_KEY_FEATURE],  # its workers seal with the attempt's key
         )
 
     def attempt_marks(self) -> list[agent_pb2.AttemptMark]:

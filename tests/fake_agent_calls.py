@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from tessera.common.nodespec import RENDEZVOUS_KEY_FEATURE
 from tessera.controller.store import ACTIVE, Store
 from tessera.v1 import agent_pb2, common_pb2
 
@@ -51,6 +52,8 @@ class FakeNode:
     inventory: common_pb2.NodeInventory
     workers: dict[tuple[str, int, int], agent_pb2.WorkerStatus] = field(default_factory=dict)
     draining: bool = False
+    # NodeStatus.features, a current agent's (an older one's: [])
+    features: list[str] = field(default_factory=lambda: [RENDEZVOUS_KEY_FEATURE])
 
 
 def inventory(model: str, count: int, memory_gb: int, source: int = P.INVENTORY_SOURCE_DECLARED) -> common_pb2.NodeInventory:
@@ -98,7 +101,7 @@ class FakeAgents:
     def status(self, node_id: str) -> agent_pb2.NodeStatus:
         n = self.nodes[node_id]
         return agent_pb2.NodeStatus(node_id=n.node_id, address=n.address, inventory=n.inventory,
-                                    workers=list(n.workers.values()), draining=n.draining)
+                                    workers=list(n.workers.values()), draining=n.draining, features=n.features)
 
     def workers(self, job_id: str, attempt: int | None = None) -> list[tuple[str, agent_pb2.WorkerStatus]]:
         return [(n.node_id, w) for n in self.nodes.values() for (j, a, _), w in sorted(n.workers.items())

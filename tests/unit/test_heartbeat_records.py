@@ -7,6 +7,10 @@ it, pushed its attempt number up by 10,000 at each relaunch."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from tessera.controller.registry import Workers, by_job, to_look_at
 from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P
@@ -77,3 +81,18 @@ async def test_the_last_placements_node_still_counts() -> None:
     await h.heartbeat(home)
     await h.round()
     assert h.nodes_of(job) != [home] and h.job(job).attempt == 8
+
+
+@pytest.mark.parametrize(("old_b", "key_bytes"), [(True, 0), (False, 32)])
+async def test_an_attempt_over_an_old_agent_is_launched_without_a_key(old_b: bool, key_bytes: int) -> None:
+    """A rollout: node b's agent predates sealed rendezvous (no "rendezvous-key" feature): the
+    attempt over both nodes gets no key, where it failed its rendezvous on every retry."""
+    h = Harness(nodes=("a", "b"))
+    h.engine.cfg = dataclasses.replace(h.engine.cfg, rendezvous_key=bytes(32))
+    if old_b:
+        h.agents.nodes["b"].features = []
+    await h.register("a", "b")
+    both = await h.submit(tiny("both", gpus=8))  # 4 + 4: one attempt over both nodes
+    await h.round()
+    keys = {node: len(req.rendezvous_key) for (jid, _, node), req in h.agents.started.items() if jid == both}
+    assert keys == {"a": key_bytes, "b": key_bytes}

@@ -152,3 +152,9 @@ def test_forged_statuses_are_refused_naming_the_field(mutate: object, field: str
 def test_inventory_files_share_the_node_bounds() -> None:
     with pytest.raises(InventoryError, match="at most 64"):
         parse_inventory({"gpus": [{"model": "A100", "count": 64}, {"model": "A40", "count": 1}]})
+
+
+def test_features_are_bounded_names() -> None:
+    assert nodespec.status_errors(status(features=["rendezvous-key", "x-1"])) == []
+    for bad in (["Rendezvous"], [""], ["a" * 65], ["ok"] * 17, ["semi;colon"]):
+        assert [f for f, _ in nodespec.status_errors(status(features=bad))] == ["status.features"], bad

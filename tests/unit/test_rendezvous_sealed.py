@@ -13,7 +13,8 @@ import torch.distributed as dist
 
 from tessera.clients.trainer import ContractError, TrainerContext
 from tessera.clients.trainer.reference.rendezvous import ForgedValue, SealedStore
-from tessera.controller.launches import attempt_key, launch_requests
+from tessera.common.nodespec import RENDEZVOUS_KEY_FEATURE
+from tessera.controller.launches import attempt_key, launch_requests, sealing_key
 from tessera.controller.store import JobRecord
 from tessera.nodeagent import contract
 from tessera.nodeagent.errors import InvalidArgument
@@ -30,6 +31,15 @@ def running_job() -> JobRecord:
                      placement=P.Placement(slices=[P.NodeSlice(node_id="a", gpu_indices=[0, 1]),
                                                    P.NodeSlice(node_id="b", gpu_indices=[0, 1])],
                                            rendezvous="10.0.0.1:29500"))
+
+
+def test_an_attempt_over_an_agent_that_does_not_seal_gets_no_key() -> None:
+    # A rollout (docs/operations.md, "Upgrading"): an attempt over an old agent, whose workers do not
+    # seal, and a new one, whose workers do, failed its rendezvous on every retry until the job FAILED.
+    new = {"a": [RENDEZVOUS_KEY_FEATURE], "b": [RENDEZVOUS_KEY_FEATURE, "later"], "old": []}
+    assert sealing_key(KEY, ["a", "b"], new) == KEY
+    assert sealing_key(KEY, ["a", "old"], new) == b"" and sealing_key(KEY, ["a", "gone"], new) == b""
+    assert sealing_key(b"", ["a"], new) == b""
 
 
 def test_the_attempts_key_is_derived_the_same_each_time_and_differs_per_attempt() -> None:

@@ -34,7 +34,7 @@ class WorkerStatus(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.WorkerState, str]] = ..., pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., log_path: _Optional[str] = ..., reason: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., stop_requested: _Optional[bool] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "address", "inventory", "workers", "draining", "agent_version", "agent_commit", "attempt_marks", "gpu_isolation", "gpu_isolation_note")
+    __slots__ = ("node_id", "address", "inventory", "workers", "draining", "agent_version", "agent_commit", "attempt_marks", "gpu_isolation", "gpu_isolation_note", "features")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class NodeStatus(_message.Message):
     ATTEMPT_MARKS_FIELD_NUMBER: _ClassVar[int]
     GPU_ISOLATION_FIELD_NUMBER: _ClassVar[int]
     GPU_ISOLATION_NOTE_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     inventory: _common_pb2.NodeInventory
@@ -55,7 +56,8 @@ class NodeStatus(_message.Message):
     attempt_marks: _containers.RepeatedCompositeFieldContainer[AttemptMark]
     gpu_isolation: _common_pb2.GpuIsolation
     gpu_isolation_note: str
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., draining: _Optional[bool] = ..., agent_version: _Optional[str] = ..., agent_commit: _Optional[str] = ..., attempt_marks: _Optional[_Iterable[_Union[AttemptMark, _Mapping]]] = ..., gpu_isolation: _Optional[_Union[_common_pb2.GpuIsolation, str]] = ..., gpu_isolation_note: _Optional[str] = ...) -> None: ...
+    features: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., inventory: _Optional[_Union[_common_pb2.NodeInventory, _Mapping]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., draining: _Optional[bool] = ..., agent_version: _Optional[str] = ..., agent_commit: _Optional[str] = ..., attempt_marks: _Optional[_Iterable[_Union[AttemptMark, _Mapping]]] = ..., gpu_isolation: _Optional[_Union[_common_pb2.GpuIsolation, str]] = ..., gpu_isolation_note: _Optional[str] = ..., features: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AttemptMark(_message.Message):
     __slots__ = ("job_id", "attempt")
