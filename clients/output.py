@@ -283,6 +283,15 @@ def node_gpus(node: controller_pb2.Node) -> str:
     return gpu_summary([g.model for g in node.inventory.gpus])
 
 
+def wide_version(node: controller_pb2.Node) -> str:
+    """`get nodes -o wide`'s VERSION: "0.1.0+1a2b3c4" (the commit's first 7 digits when the agent
+    reported one). The version alone has read 0.1.0 on every build so far: a rollout's progress
+    did not show in the column the upgrade steps tell operators to watch (an upgrade audit)."""
+    if not node.agent_version:
+        return NONE
+    return f"{node.agent_version}+{node.agent_commit[:7]}" if node.agent_commit else node.agent_version
+
+
 def agent_build(node: controller_pb2.Node) -> str:
     """`describe node`'s agent line: "0.1.0 (commit 1a2b3c4d5e6f)"; "-" before the agent reported."""
     if not node.agent_version:
@@ -351,7 +360,7 @@ def node_row(node: controller_pb2.Node, now: float, wide: bool = False) -> list[
         inv = node.inventory
         row += [
             inv.hostname or NONE, str(inv.cpu_count) if inv.cpu_count else NONE, gib(inv.host_memory_bytes),
-            ISOLATION_WORDS.get(node.gpu_isolation, NONE), node.agent_version or NONE, one_line(node.reason) or NONE,
+            ISOLATION_WORDS.get(node.gpu_isolation, NONE), wide_version(node), one_line(node.reason) or NONE,
         ]
     return row
 

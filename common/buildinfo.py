@@ -118,3 +118,10 @@ def version_info(component: str, start_time: float = 0.0) -> info_pb2.VersionInf
     return info_pb2.VersionInfo(component=component, version=b.version, git_commit=b.git_commit,
                                 python_version=b.python_version, grpc_version=b.grpc_version,
                                 protobuf_version=b.protobuf_version, start_time=start_time)
+
+
+def version_line() -> str:
+    """A daemon's --version: "0.1.0 (commit 1a2b3c4d5e6f)", or the version alone when the commit is
+    unknown: the version has not changed between builds, the commit tells them apart."""
+    info = build_info()
+    return f"{info.version} (commit {info.git_commit[:12]})" if info.git_commit else info.version

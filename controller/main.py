@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import structlog
 
 from tessera.common import clihelp, daemon, envpolicy, logs, metrics, rpc, tls
+from tessera.common.buildinfo import version_line
 from tessera.common.durations import MAX_SECONDS
 from tessera.common.errors import InvalidArgument, InvalidInput, TesseraError
 from tessera.common.hooks import Hooks
@@ -80,6 +81,7 @@ def _refuse(p: argparse.ArgumentParser, message: str) -> NoReturn:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tessera-controller", description=__doc__, **clihelp.PARSER)
+    p.add_argument("--version", action="version", version=f"tessera-controller {version_line()}")
     p.add_argument("--listen", default="127.0.0.1:50051",
                    help="host:port of the client API (TLS; users need no certificate)")
     p.add_argument("--agent-listen", default=None, metavar="HOST:PORT",

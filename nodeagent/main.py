@@ -22,6 +22,7 @@ import structlog
 
 from tessera.common import clihelp, envpolicy, identity, logs, rpc, tls
 from tessera.common import metrics as common_metrics
+from tessera.common.buildinfo import version_line
 from tessera.common.errors import InvalidArgument, InvalidInput
 from tessera.common.notify import notify, watchdog_loop
 from tessera.common.privatefile import make_dir
@@ -31,7 +32,6 @@ from tessera.nodeagent.controllers import split_addresses
 from tessera.nodeagent.keeping import DEFAULT_FENCE_GRACE, DEFAULT_LOG_MAX_BYTES
 from tessera.nodeagent.logcap import MIN_MAX_BYTES
 from tessera.nodeagent.retention import DEFAULT_TTL_S
-from tessera.nodeagent.version import __version__
 from tessera.v1 import common_pb2
 
 log = structlog.get_logger("tessera.nodeagent.main")
@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="on (default): a GPU for which NVML names a recovery action (a reset, a reboot) is not "
         "offered until it clears; off: offered anyway, for a driver that names one on healthy GPUs",
     )
-    p.add_argument("--version", action="version", version=f"tessera-agent {__version__}")
+    p.add_argument("--version", action="version", version=f"tessera-agent {version_line()}")
     tls.add_arguments(p)
     return p
 

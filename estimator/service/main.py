@@ -15,6 +15,7 @@ from pathlib import Path
 import structlog
 
 from tessera.common import clihelp, daemon, logs, metrics, rpc, tls
+from tessera.common.buildinfo import version_line
 from tessera.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from tessera.common.hooks import Hooks
 from tessera.common.identity import CONTROLLER, ESTIMATOR
@@ -32,6 +33,7 @@ DEFAULT_LISTEN = "127.0.0.1:50053"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="tessera-estimator", description=__doc__, **clihelp.PARSER)
+    p.add_argument("--version", action="version", version=f"tessera-estimator {version_line()}")
     p.add_argument("--listen", default=DEFAULT_LISTEN,
                    help=f"host:port of the Estimator API (port 0 = pick one; default {DEFAULT_LISTEN})")
     p.add_argument("--metrics-listen", default="", help="host:port for Prometheus /metrics (off when empty); a host "
