@@ -184,7 +184,7 @@ def test_completion_scripts_name_the_commands_and_flags() -> None:
 
 def test_nodes_show_their_agent_s_version() -> None:
     node = controller_pb2.Node(id="n", agent_version="0.1.0", agent_commit="0123456789abcdef0123")
-    assert output.nodes_table([node], 0.0, wide=True).splitlines()[1].split()[-2:] == ["0.1.0", "-"]
+    assert output.nodes_table([node], 0.0, wide=True).splitlines()[1].split()[-2:] == ["0.1.0+0123456", "-"]
     assert "\nAgent:           0.1.0 (commit 0123456789ab)\n" in output.describe_node(node, 0.0)
     assert "\nAgent:           -\n" in output.describe_node(controller_pb2.Node(id="m"), 0.0)
 
