@@ -457,9 +457,11 @@ def _estimator_unreachable_message(exc: EstimatorUnreachable, args: argparse.Nam
 
 def _retry_hint(exc: RpcError) -> str:
     """A submit that timed out may have been stored: the same request id finds it, a new one
-    would make a second job."""
+    would make a second job. A call the controller does not know: an older controller."""
     if exc.request_id and exc.code in RETRY_SUBMIT:
         return f" (the job may have been stored: retry with --request-id {exc.request_id})"
+    if exc.code == "UNIMPLEMENTED":  # gRPC's bare "Method not found!" (an upgrade audit)
+        return " (the controller does not serve this call: it is older than this tessctl; `tessctl version` shows both)"
     return ""
 
 

@@ -29,3 +29,13 @@ def test_every_daemon_says_its_build(module: str, prog: str) -> None:
     info = build_info()
     want = f"{prog} {info.version}" + (f" (commit {info.git_commit[:12]})" if info.git_commit else "")
     assert out == want
+
+
+def test_a_call_an_older_controller_does_not_serve_says_so() -> None:
+    # tessctl printed gRPC's bare "UNIMPLEMENTED: Method not found!" against an older controller.
+    from tessera.clients.sdk import RpcError
+    from tessera.clients.tessctl import _retry_hint
+
+    hint = _retry_hint(RpcError("UNIMPLEMENTED", "Method not found!"))
+    assert "older than this tessctl" in hint and "tessctl version" in hint
+    assert _retry_hint(RpcError("NOT_FOUND", "no job")) == ""
