@@ -35,18 +35,22 @@ def no_room(job: JobView, charge: Charge) -> str:
             f"not enough (others are held by guaranteed jobs, by jobs checkpointing to stop, or unavailable)")
 
 
-def reclaims(job: JobView, charge: Charge, gives: int, unguarded: str = "") -> str:
+def reclaims(job: JobView, charge: Charge, gives: int, unguarded: str = "", held: bool = True) -> str:
     """What a victim of guaranteed `job` reads: what its tenant reclaims and, where this victim
     gives up less, how much of it comes from this one (a victim of 1 GPU read "reclaims 2 x ...",
     the other being free: a live audit); `unguarded`: why the victim, guaranteed, ran as
-    best-effort (quotas.unguarded_reason), so that it does not read as a guarantee broken."""
-    return reclaims_of(job, charge.tenant, charge.gpus, charge.gpu_type, gives, unguarded)
+    best-effort (quotas.unguarded_reason), so that it does not read as a guarantee broken; `held`
+    False: a victim the policy was only about to start holds nothing yet, and reads "where it
+    would have run" (a live audit read "1 of them from this job" of a job already stopped)."""
+    return reclaims_of(job, charge.tenant, charge.gpus, charge.gpu_type, gives, unguarded, held)
 
 
-def reclaims_of(job: JobView, tenant: str, gpus: int, gpu_type: str, gives: int, unguarded: str = "") -> str:
+def reclaims_of(job: JobView, tenant: str, gpus: int, gpu_type: str, gives: int, unguarded: str = "",
+                held: bool = True) -> str:
     """`reclaims` from the guaranteed job's tenant and need as plain values (morphling's victims
     know its point, not a Charge)."""
-    part = f", {gives} of them from this job" if 0 < gives < gpus else ""
+    whose = "from this job" if held else "where it would have run"
+    part = f", {gives} of them {whose}" if 0 < gives < gpus else ""
     why = f" ({unguarded.replace(UNGUARDED, 'it ran as best-effort: ', 1)})" if unguarded else ""
     return f"guaranteed job {job.id} of tenant {tenant} reclaims {gpus} x {gpu_type} of its quota{part}{why}"
 

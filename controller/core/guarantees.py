@@ -582,7 +582,7 @@ class Guard:
         requeued by the engine), one the policy was about to start waits."""
         gives = sum(len(s.gpu_indices) for s in self.parts(self.dec[v]).get(charge.gpu_type, ()))
         self._release(v)
-        what = reclaims(job, charge, gives, self.adm.unguarded.get(v, ""))
+        what = reclaims(job, charge, gives, self.adm.unguarded.get(v, ""), held=v in self.ctx.running)
         if v in self.ctx.running:
             self.dec[v] = Decision(v, Action.STOP, f"preempted: {what}; {requeue_text(self.jobs[v])}")
         else:

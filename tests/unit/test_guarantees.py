@@ -157,6 +157,19 @@ def test_a_job_the_policy_would_start_waits_when_its_gpus_are_reclaimed() -> Non
                               "4 x X of its quota")
 
 
+def test_a_job_the_policy_would_start_reads_where_it_would_have_run_not_from_this_job() -> None:
+    """It holds nothing yet: "1 of them from this job" was said of a job stopped the round before
+    (a live audit, under gandiva)."""
+    be = job("be", 0, 1)
+    g = job("g", 5, 2, "A", guaranteed=True)
+    policy = Handling([Decision("be", Action.START, "scripted", None, (Slice("x0", (0,)),), Cell("X", 1))])
+    plan = plan_round(Snapshot(busy_nodes(("x0", (2, 3))), (be, g), now=10, tenants=TENANTS), EST, policy)
+    d = {x.job_id: x for x in plan.decisions}
+    assert d["g"].action is Action.START
+    assert d["be"].reason == ("waiting: scripted would have started it, but guaranteed job g of tenant A reclaims "
+                              "2 x X of its quota, 1 of them where it would have run")
+
+
 def test_a_guaranteed_job_over_quota_waits_with_the_reason() -> None:
     g1 = job("g1", 0, 4, "A", guaranteed=True)
     g2 = job("g2", 5, 2, "A", guaranteed=True)
