@@ -90,7 +90,7 @@ def test_resolve_tp_pp_and_options() -> None:
 @pytest.mark.parametrize(("extra", "why"), [
     ({"sequence_parallel": True}, "sequence_parallel is not supported"),
     ({"virtualStages": 2}, r"interleaved 1F1B \(virtual_stages > 1\) is not supported"),
-    ({"ep": 2}, r"expert parallelism \(ep > 1\) is not supported"),
+    ({"ep": 2}, r"ep=2: expert parallelism needs a mixture of experts"),
     # the estimator refuses Megatron's selective recompute under flash attention (its default): so does the trainer
     ({"checkpointing": "selective"}, "under flash attention it changes nothing"),
     ({"checkpointing": "selective", "flash_attention": True}, "under flash attention it changes nothing"),
@@ -352,3 +352,18 @@ def test_gpt2_style_models_still_resolve_with_their_family_fields() -> None:
         assert "family" in model.extra  # the refinements travel...
         assert resolve_model(model).hidden_size == REGISTERED[name].hidden_size  # ...and ask for nothing
     assert resolve_model(ModelDims(name="gpt2-small")).num_layers == 12
+
+
+MOE_DIMS = ModelDims("m", 64, 2, 4, 96, 16, extra={"family": "MODEL_FAMILY_MOE", "gated": True, "num_kv_heads": 2,
+                                                  "ffn_hidden": 96, "num_experts": 4, "top_k": 2, "moe_every": 1,
+                                                  "dropless": True})
+
+
+def test_expert_parallelism_runs_with_every_expert_on_every_rank() -> None:
+    # The Cells give a MoE ep = dp; it exited 3, and every such job failed all its attempts (a live audit).
+    cfg = resolve(ctx_for(Plan.from_dict({"dp": 2, "micro_batch": 4, "ep": 2}), 2, 8, MOE_DIMS), Options())
+    assert any(n.startswith("ep=2 runs with every expert on every data-parallel rank") for n in cfg.notes)
+    assert not any("ignoring plan fields" in n and "ep" in n for n in cfg.notes)
+    with pytest.raises(Unsupported, match="ep=4 does not divide dp=2"):
+        resolve(ctx_for(Plan.from_dict({"dp": 2, "micro_batch": 4, "ep": 4}), 2, 8, MOE_DIMS), Options())
+

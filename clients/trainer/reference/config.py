@@ -312,15 +312,34 @@ def _refuse_unsupported_extras(plan: Plan) -> None:
     if sp not in (False, 0, None, "", "false", "none"):
         raise Unsupported("plan sequence_parallel is not supported by the reference trainer (tensor parallelism "
                           "without sequence parallelism only)")
-    for key, camel, what in (("virtual_stages", "virtualStages", "interleaved 1F1B (virtual_stages > 1)"),
-                             ("ep", "ep", "expert parallelism (ep > 1)")):
-        raw = e.get(key, e.get(camel, 1))
-        try:
-            value = int(raw or 1)
-        except (TypeError, ValueError):
-            raise Unsupported(f"plan {key}={raw!r} is not an integer") from None
-        if value > 1:
-            raise Unsupported(f"plan {what} is not supported by the reference trainer: {key}={value}")
+    if _plan_int(plan, "virtual_stages", "virtualStages") > 1:
+        raise Unsupported("plan interleaved 1F1B (virtual_stages > 1) is not supported by the reference trainer: "
+                          f"virtual_stages={_plan_int(plan, 'virtual_stages', 'virtualStages')}")
+
+
+def _plan_int(plan: Plan, key: str, camel: str) -> int:
+    raw = plan.extra.get(key, plan.extra.get(camel, 1))
+    try:
+        return int(raw or 1)
+    except (TypeError, ValueError):
+        raise Unsupported(f"plan {key}={raw!r} is not an integer") from None
+
+
+def _expert_parallel_note(plan: Plan, arch: Arch) -> str:
+    """The plan's ep (the Cells choose ep = dp for a MoE: the experts over the data-parallel ranks),
+    run with every expert on every rank: with dropless routing each token meets the same experts and
+    the gradients are the same averages, so only the memory per rank differs (higher than the
+    plan's), as ZeRO-1 runs as ZeRO-2. Before, ep > 1 exited 3, and every MoE job the scheduler
+    gave two data-parallel GPUs failed all its attempts (a live audit). "" for ep 1."""
+    ep = _plan_int(plan, "ep", "ep")
+    if ep <= 1:
+        return ""
+    if not arch.moe:
+        raise Unsupported(f"plan ep={ep}: expert parallelism needs a mixture of experts (model.family: moe)")
+    if plan.dp % ep:
+        raise Unsupported(f"plan ep={ep} does not divide dp={plan.dp}: experts are split over data-parallel ranks")
+    return (f"ep={ep} runs with every expert on every data-parallel rank (no expert parallelism): dropless "
+            "routing makes the arithmetic the same; the memory per rank is higher than the plan's")
 
 
 _FLASH_KEYS = ("flash_attention", "flashAttention")
@@ -379,6 +398,8 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
             notes.append("offload=optimizer runs as FSDP2's CPUOffloadPolicy, which offloads the sharded "
                          "parameters and gradients too")
     _refuse_unsupported_extras(plan)
+    if note := _expert_parallel_note(plan, arch):
+        notes.append(note)
     flash = _flash_attention(plan)
     if plan.activation_checkpointing == "selective" and flash:
         # The estimator refuses the same plan (estimator/plans.py): under flash attention there are no
@@ -389,7 +410,7 @@ def resolve(ctx: TrainerContext, options: Options) -> TrainConfig:
     if ranges:
         notes.append("pipeline stages of the plan: " + ", ".join(
             f"{s}: layers {a}-{b - 1}" + (f" ({t})" if t else "") for s, (a, b, t) in enumerate(ranges)))
-    ignored = sorted(k for k in plan.extra if k not in (*_FLASH_KEYS, "stages"))
+    ignored = sorted(k for k in plan.extra if k not in (*_FLASH_KEYS, "stages", "ep"))
     if ignored:
         notes.append(f"ignoring plan fields this trainer does not use: {ignored}")
     return TrainConfig(
