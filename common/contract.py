@@ -35,6 +35,10 @@ CONTRACT_VARS: frozenset[str] = frozenset(
     }
 )
 
+# The reference trainer's exit status for a job it cannot run as configured (a model structure or a plan
+# option it does not build, named in its last line; docs/trainer.md): retrying the same launch cannot help.
+TRAINER_REFUSED_EXIT = 3
+
 # The first word of WorkerStatus.reason for a worker the agent's own fence stopped (no heartbeat
 # acknowledged for fence_seconds; docs/fencing.md), e.g. "fenced: no heartbeat acknowledged for
 # 10.0s". Its exit (0 after a checkpoint, or a signal) is no verdict on the job: the controller

@@ -272,7 +272,7 @@ class Engine:
             if now is None:
                 return  # the next report judges the job as it is now
             said = last.split("]: ", 1)[-1] if last.startswith("tessera-keeper[") else last  # said already?
-            await self._attempt_failed(now, f"{why}; last log line: {last}" if last and said not in why else why)
+            await self._attempt_failed(now, f"{why}; last log line: {last}" if said not in why else why, verdict.exit_code)
         elif step == "interrupted":
             await self._requeue(job, why, "REQUEUED", stop="another rank was interrupted")
         elif step == "relaunch":
@@ -303,9 +303,9 @@ class Engine:
         else:
             await self._requeue(job, f"migration target no longer free after {stopped_in:.1f}s{killed}", "STOPPED")
 
-    async def _attempt_failed(self, job: JobRecord, reason: str) -> None:
+    async def _attempt_failed(self, job: JobRecord, reason: str, exit_code: int | None = None) -> None:
         """Retry within max_retries, else fail the job; then stop what is left of the attempt."""
-        after, events = transitions.attempt_failed(job, reason, self._progress(job), self.wall())
+        after, events = transitions.attempt_failed(job, reason, self._progress(job), self.wall(), exit_code)
         await self._save(after, events)
         await self._stop_attempt(job, "another rank failed")
         if after.state == P.JOB_STATE_PENDING:

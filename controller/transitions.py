@@ -6,6 +6,7 @@ before it makes the agent calls that act on it (the crash-safety rule of control
 from __future__ import annotations
 
 from tessera.common import jobspec
+from tessera.common.contract import TRAINER_REFUSED_EXIT
 from tessera.controller.convert import placement_pb, plan_pb
 from tessera.controller.core.backoff import BackoffConfig, job_delay, node_unhealthy_for
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice
@@ -141,8 +142,14 @@ def failed(job: JobRecord, why: str, progress: common_pb2.Progress | None, now: 
     return job.with_(state=P.JOB_STATE_FAILED, reason=why, end_time=now, progress=progress), [("FAILED", why)]
 
 
-def attempt_failed(job: JobRecord, reason: str, progress: common_pb2.Progress | None, now: float) -> Change:
-    """User code failed the attempt: requeued for a retry within max_retries, else the job failed."""
+def attempt_failed(job: JobRecord, reason: str, progress: common_pb2.Progress | None, now: float,
+                   exit_code: int | None = None) -> Change:
+    """User code failed the attempt: requeued for a retry within max_retries, else the job failed.
+    The reference trainer's refusal (TRAINER_REFUSED_EXIT: a model or plan it does not build) fails
+    the job at once: each retry was placed, launched and refused the same way (a live audit)."""
+    if exit_code == TRAINER_REFUSED_EXIT and not jobspec.runs_own_program(job.spec):
+        return failed(job, f"attempt {job.attempt} failed: {reason} (the reference trainer refuses the job as "
+                           "configured: no retry)", progress, now)
     if job.retries < job.spec.max_retries:
         why = f"attempt {job.attempt} failed: {reason}; retry {job.retries + 1} of {job.spec.max_retries}"
         return requeued(job, why, "ATTEMPT_FAILED", True, progress)

@@ -32,6 +32,8 @@ class Verdict:
     # Of a "stopped" verdict: the ranks the agent SIGKILLed after the stop's grace (a program that
     # ignores SIGTERM), each with the agent's words from "did not exit within ..." on.
     killed: tuple[tuple[int, str], ...] = ()
+    # Of a "failed" verdict decided by a rank's exit: its exit status.
+    exit_code: int | None = None
 
 
 # How the keeper's reason for a worker it could not start begins (nodeagent/keeper.py).
@@ -118,7 +120,7 @@ def judge(world_size: int, ranks: dict[int, RankStatus], iterations: int, stop_r
         # "killed by SIGKILL (out of memory? ...); killed by SIGKILL").
         said = (describe_exit(r.exit_code), exit_words(r.exit_code))
         detail = f"; {r.reason}" if r.reason and r.reason not in said else ""
-        return Verdict("failed", f"rank {r.rank}: {describe_exit(r.exit_code)}{detail}", r.rank)
+        return Verdict("failed", f"rank {r.rank}: {describe_exit(r.exit_code)}{detail}", r.rank, exit_code=r.exit_code)
     if len(ranks) == world_size and all(not r.running for r in ranks.values()):
         r0 = ranks.get(0)
         if not stop_requested and r0 is not None and r0.exit_code == 0 and r0.iteration >= iterations:

@@ -188,3 +188,17 @@ def test_rank_node_counts_ranks_per_gpu_or_per_node() -> None:
     assert [rank_node(rec, r) for r in (-1, 0, 1, 2, 3, 4)] == [None, "a", "a", "b", "b", None]
     torchrun = rec.with_(spec=P.JobSpec(launcher=P.Launcher(name="torchrun")))
     assert [rank_node(torchrun, r) for r in (0, 1, 2)] == ["a", "b", None]
+
+
+def test_the_reference_trainers_refusal_fails_the_job_without_a_retry() -> None:
+    # A model or plan option it does not build (exit 3, named in its last line): each retry was placed,
+    # launched and refused the same way (a live audit: three launches of a GShard MoE).
+    why = "rank 0: exit code 3; last log line: model.family=moe without model.gated"
+    trainer = job(max_retries=2, model=P.ModelSpec(hidden_size=64, num_layers=2, num_heads=4, vocab_size=64,
+                                                   seq_length=16))
+    rec, ev = transitions.attempt_failed(trainer, why, None, 5.0, exit_code=3)
+    assert rec.state == P.JOB_STATE_FAILED and ev[0][0] == "FAILED" and "no retry" in ev[0][1]
+    # A program of its own (an entrypoint) decides what its 3 means: retried as any failure.
+    own = trainer.with_(spec=P.JobSpec(entrypoint=["/bin/false"], max_retries=2))
+    assert transitions.attempt_failed(own, why, None, 5.0, exit_code=3)[0].state == P.JOB_STATE_PENDING
+    assert transitions.attempt_failed(trainer, why, None, 5.0, exit_code=1)[0].state == P.JOB_STATE_PENDING

@@ -20,12 +20,13 @@ from tessera.clients.trainer.reference.architecture import (
     resolve_arch,
     tp_divides,
 )
+from tessera.common.contract import TRAINER_REFUSED_EXIT
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 # The configuration cannot be run by this trainer (plan kind, batch layout, model): retrying the same
 # launch cannot help.
-EXIT_UNSUPPORTED = 3
+EXIT_UNSUPPORTED = TRAINER_REFUSED_EXIT  # the controller fails such a job without a retry
 
 DEFAULT_SEED = 1234
 DEFAULT_LR = 3e-3
