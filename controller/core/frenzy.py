@@ -273,13 +273,20 @@ def _pending_reason(job: JobView, plans: list[ResourcePlan], snap: Snapshot,
     best = runnable[0]
     models = {m for m, n in most(best).items() if n >= best.gpus}  # those that could take the gang
     free = sum(1 for n in snap.nodes for g in n.idle() if g.model in models and holds(best, _usable(g, cfg)))
-    gpus = "GPU" if free == 1 else "GPUs"
     if best.source == OPAQUE:
         return PendingKind.NO_ROOM_NOW, (f"waiting for GPUs: needs {best.gpus} GPUs of "
                                          f"{'/'.join(job.gpu_types) or 'one type'}; {free} of them free now")
-    why = (f"waiting for GPUs: its smallest plan that fits needs {best.gpus} x {_gib(best.bytes_per_gpu)} "
-           f"(dp={best.dp} tp={best.tp}) of one GPU type; {free} free {gpus} could hold it now")
-    return PendingKind.NO_ROOM_NOW, why
+    need = f"its smallest plan that fits needs {best.gpus} x {_gib(best.bytes_per_gpu)} (dp={best.dp} tp={best.tp})"
+    # The cluster's GPUs include nodes not READY (drained, unreachable, down): those that could take
+    # the gang now are the READY nodes'. A drained node's job read "4 free GPUs could hold it now" of
+    # a plan of 8, which it could not (a live audit).
+    ready = {m: sum(1 for n in snap.nodes for g in n.gpus if g.model == m and holds(best, _usable(g, cfg)))
+             for m in models}
+    if max(ready.values(), default=0) < best.gpus:
+        return PendingKind.NO_ROOM_NOW, (f"waiting for nodes: {need} of one GPU type; the READY nodes have "
+                                         f"{max(ready.values(), default=0)} of a type that holds it, the others "
+                                         "are on nodes drained, unreachable or down")
+    return PendingKind.NO_ROOM_NOW, f"waiting for GPUs: {need} of one GPU type; {free} of them free now"
 
 
 def memory_reason(job: JobView, snap: Snapshot, cfg: FrenzyConfig = FrenzyConfig()) -> str:

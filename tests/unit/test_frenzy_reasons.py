@@ -35,14 +35,14 @@ def test_the_plan_quoted_is_the_smallest_that_fits_a_gpu() -> None:
     busy = (node("a", A100, 4, 80, frozenset({0, 1, 2, 3})), node("b", A100, 4, 80, frozenset({0, 1, 2})))
     assert decide(busy, ((A100, 80 * GB, 8),), job) == (
         PendingKind.NO_ROOM_NOW, ("waiting for GPUs: its smallest plan that fits needs 8 x 67.2 GiB (dp=8 tp=1) of "
-                                 "one GPU type; 1 free GPU could hold it now"))
+                                 "one GPU type; 1 of them free now"))
 
 
 def test_free_gpus_are_counted_among_the_types_it_may_use() -> None:
     nodes = (node("a", A100, 4, 80, frozenset({0, 1, 2, 3})), node("b", A10, 8, 24))
     cluster = ((A10, 24 * GB, 8), (A100, 80 * GB, 4))
     kind, why = decide(nodes, cluster, JobView("j", 0.0, SMALL, 8, 2, (A100,)))
-    assert kind is PendingKind.NO_ROOM_NOW and why.endswith("; 0 free GPUs could hold it now")
+    assert kind is PendingKind.NO_ROOM_NOW and why.endswith("; 0 of them free now")
 
 
 def test_a_gang_no_one_type_can_take_fits_nowhere() -> None:
@@ -69,17 +69,17 @@ def test_one_model_reporting_two_memories_is_still_one_type() -> None:
     a, b = node("a", A100, 4, 80, frozenset({0})), NodeView("b", tuple(GpuView(i, A100, 80 * GB - 2**29) for i in range(4)))
     cluster = ((A100, 80 * GB - 2**29, 4), (A100, 80 * GB, 4))
     kind, why = decide((a, b), cluster, JobView("j", 0.0, SMALL, 8, 8))
-    assert kind is PendingKind.NO_ROOM_NOW and why.endswith("of one GPU type; 7 free GPUs could hold it now")
+    assert kind is PendingKind.NO_ROOM_NOW and why.endswith("of one GPU type; 7 of them free now")
 
 
 def test_free_gpus_of_a_type_too_small_for_the_gang_are_not_counted() -> None:
     nodes = (node("a", A100, 4, 80), node("b", A10, 8, 24, frozenset(range(8))))
     cluster = ((A10, 24 * GB, 8), (A100, 80 * GB, 4))
     kind, why = decide(nodes, cluster, JobView("j", 0.0, SMALL, 8, 8))
-    assert kind is PendingKind.NO_ROOM_NOW and why.endswith("of one GPU type; 0 free GPUs could hold it now")
+    assert kind is PendingKind.NO_ROOM_NOW and why.endswith("of one GPU type; 0 of them free now")
     kind, why = decide((node("a", A100, 4, 80, frozenset({0, 1, 2})),), ((A100, 80 * GB, 4),),
                        JobView("j", 0.0, SMALL, 8, 4))
-    assert why.endswith("; 1 free GPU could hold it now")
+    assert why.endswith("; 1 of them free now")
 
 
 def test_a_hint_the_estimates_have_no_cell_of_fits_nowhere_not_waiting() -> None:
@@ -109,3 +109,13 @@ def test_an_opaque_count_no_node_layout_holds_fits_nowhere() -> None:
     (d,) = policy_round(Snapshot(nodes, (six,), ((A10, 24 * GB, 8),)), OpaqueAware(TableEstimates({})),
                         make_policy("frenzy")).decisions
     assert d.action.value == "start"
+
+
+def test_a_gang_the_ready_nodes_cannot_take_waits_for_nodes() -> None:
+    # 8 x A10 registered, 4 on a drained node (not in the snapshot's READY nodes): it read "4 free GPUs
+    # could hold it now" of a plan of 8 (a live audit).
+    kind, why = decide((node("a", A10, 4, 24),), ((A10, 24 * GB, 8),), JobView("j", 0.0, SMALL, 8, 8))
+    assert kind is PendingKind.NO_ROOM_NOW
+    assert why.startswith("waiting for nodes: its smallest plan that fits needs 8 x ")
+    assert why.endswith("the READY nodes have 4 of a type that holds it, the others are on nodes drained, "
+                        "unreachable or down")
