@@ -92,12 +92,7 @@ class GPT(nn.Module):
     def __init__(self, dims: ModelDims, tied_head: bool = True, activation_checkpointing: str = "none",
                  flash_attention: bool = True) -> None:
         super().__init__()
-        if activation_checkpointing not in ("none", "selective", "full"):
-            raise ValueError(f"activation_checkpointing must be none, selective or full, got "
-                             f"{activation_checkpointing!r}")
-        if activation_checkpointing == "selective" and flash_attention:
-            raise ValueError("activation_checkpointing 'selective' recomputes the attention scores, which flash "
-                             "attention never stores: set flash_attention False")
+        check_checkpointing(activation_checkpointing, flash_attention)
         self.dims = dims
         self.activation_checkpointing = activation_checkpointing == "full"
         self.tok_emb: nn.Embedding | None = nn.Embedding(dims.vocab_size, dims.hidden_size)
@@ -152,6 +147,16 @@ class GPT(nn.Module):
         else:
             x = idx
         return blocks_and_head(self, x)
+
+
+def check_checkpointing(activation_checkpointing: str, flash_attention: bool) -> None:
+    """ValueError for an activation checkpointing the models cannot mean ("selective" recomputes the
+    attention scores, which flash attention never stores)."""
+    if activation_checkpointing not in ("none", "selective", "full"):
+        raise ValueError(f"activation_checkpointing must be none, selective or full, got {activation_checkpointing!r}")
+    if activation_checkpointing == "selective" and flash_attention:
+        raise ValueError("activation_checkpointing 'selective' recomputes the attention scores, which flash "
+                         "attention never stores: set flash_attention False")
 
 
 def keep_blocks(model: Any, layers: range) -> None:

@@ -26,7 +26,12 @@ from torch.utils.checkpoint import checkpoint
 
 from tessera.clients.trainer import ModelDims
 from tessera.clients.trainer.reference.architecture import RMS_NORM_EPS, ROUTER_AUX_LOSS_COEF, Arch
-from tessera.clients.trainer.reference.model import _plain_attention, blocks_and_head, keep_blocks
+from tessera.clients.trainer.reference.model import (
+    _plain_attention,
+    blocks_and_head,
+    check_checkpointing,
+    keep_blocks,
+)
 from tessera.clients.trainer.reference.model_moe import SparseMoE, SwiGLU
 
 
@@ -119,12 +124,7 @@ class Llama(nn.Module):
     def __init__(self, dims: ModelDims, arch: Arch, tied_head: bool = True, activation_checkpointing: str = "none",
                  flash_attention: bool = True) -> None:
         super().__init__()
-        if activation_checkpointing not in ("none", "selective", "full"):
-            raise ValueError(f"activation_checkpointing must be none, selective or full, got "
-                             f"{activation_checkpointing!r}")
-        if activation_checkpointing == "selective" and flash_attention:
-            raise ValueError("activation_checkpointing 'selective' recomputes the attention scores, which flash "
-                             "attention never stores: set flash_attention False")
+        check_checkpointing(activation_checkpointing, flash_attention)
         if not arch.gated:
             raise ValueError("Llama builds gated (LLaMA-style) models; model.GPT builds GPT-2-style ones")
         self.dims = dims
