@@ -17,9 +17,6 @@ MARP_TAKES = ("dp", "tp", "micro_batch", "grad_accum")
 
 GB = 1e9
 
-# The job file's word for the estimator's families where the two differ.
-FAMILY_WORDS = {"wresnet": "wide_resnet"}
-
 
 def marp_ignored(plan: common_pb2.ExecutionPlan) -> list[str]:
     """`field=value` of every field of `plan` that MARP leaves out and that is not the default."""
@@ -44,10 +41,9 @@ def require_transformer(model: common_pb2.ModelSpec, command: str) -> None:
     dims = model_dims(model)
     if dims.is_transformer:
         return
-    family = FAMILY_WORDS.get(dims.family, dims.family)
     what = ("`estimate time` covers transformers (the iteration time and the memory of the plan)"
             if command == "time" else f"`estimate {command}` covers transformers")
-    raise PlanInputError("model.family", f"{what}; a {family} model has Cells only: `tessctl estimate cells "
+    raise PlanInputError("model.family", f"{what}; a {dims.family_word} model has Cells only: `tessctl estimate cells "
                                          "-f FILE --cluster FILE` gives its iteration times")
 
 
