@@ -42,12 +42,18 @@ class CausalSelfAttention(nn.Module):
         b, t, _ = x.shape
         # -1 heads: all of them, or this tensor-parallel rank's share (its q/k/v outputs are narrower).
         q, k, v = (lin(x).view(b, t, -1, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v))
-        core = F.scaled_dot_product_attention if self.flash else _plain_attention
-        if self.recompute_core and torch.is_grad_enabled():
-            y = checkpoint(core, q, k, v, is_causal=True, use_reentrant=False)
-        else:
-            y = core(q, k, v, is_causal=True)
+        y = attention_core(q, k, v, self.flash, self.recompute_core)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
+
+
+def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flash: bool, recompute: bool) -> torch.Tensor:
+    """Causal attention of (batch, heads, seq, head_dim) q, k, v: SDPA under `flash`, else plain attention
+    (scores materialised); `recompute`: Megatron's selective recomputation of this core in backward."""
+    core = F.scaled_dot_product_attention if flash else _plain_attention
+    if recompute and torch.is_grad_enabled():
+        out: torch.Tensor = checkpoint(core, q, k, v, is_causal=True, use_reentrant=False)
+        return out
+    return core(q, k, v, is_causal=True)
 
 
 def _plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = True) -> torch.Tensor:

@@ -20,14 +20,12 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from tessera.clients.trainer import ModelDims
 from tessera.clients.trainer.reference.architecture import RMS_NORM_EPS, ROUTER_AUX_LOSS_COEF, Arch
 from tessera.clients.trainer.reference.model import (
-    _plain_attention,
+    attention_core,
     blocks_and_head,
     check_checkpointing,
     keep_blocks,
@@ -76,11 +74,7 @@ class GQAttention(nn.Module):
         groups = q.shape[1] // k.shape[1]
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        core = F.scaled_dot_product_attention if self.flash else _plain_attention
-        if self.recompute_core and torch.is_grad_enabled():
-            y = checkpoint(core, q, k, v, is_causal=True, use_reentrant=False)
-        else:
-            y = core(q, k, v, is_causal=True)
+        y = attention_core(q, k, v, self.flash, self.recompute_core)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
