@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pytest
 
@@ -31,6 +30,7 @@ from tessera.estimator.cost_tree import GpuOffer, NoFeasiblePlan
 from tessera.estimator.models import ModelDims
 from tessera.v1 import agent_pb2
 from tessera.v1 import common_pb2 as P
+from tests.unit.test_cost_objective_texts import Plan, Stage
 
 A10, A40, A100, T4 = "A10-24GB", "A40-48GB", "A100-80GB", "T4-16GB"
 DECLARED = 1_630_000_000  # the e2e's inventories: memory_gb 1.63
@@ -39,30 +39,8 @@ PRICES = ((A10, 1.0), (A40, 2.0), (A100, 4.0))
 WHY = "slo_s: no allocation of 2 GPU type(s) runs 100 iterations within 10 s; the fastest takes 812.0 s (x)"
 
 
-@dataclass(frozen=True)
-class Stage:
-    gpu_type: str = A10
-    dp: int = 1
-    first_layer: int = 0
-    layers: int = 12
-
-
-@dataclass(frozen=True)
-class Estimate:
-    memory_per_gpu: float = 1e9
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the pass reads of a CostPlan: one A10 stage of the whole model."""
-
-    stages: tuple[Stage, ...] = (Stage(),)
-    iter_time_s: float = 0.5
-    total_time_s: float = 50.0
-    cost: float = 0.07
-    num_microbatches: int = 4
-    estimate: Estimate = Estimate()
-    dp: int = 1
+# One A10 stage of the whole model, whose whole run takes 50 s at 0.07 (the reasons below quote it).
+WHOLE = Plan((Stage(A10, 1, 0, 12),), iter_time_s=0.5, total_time_s=50.0, cost=0.07)
 
 
 class Asked:
@@ -101,7 +79,7 @@ def test_with_every_gpu_busy_an_slo_no_plan_meets_is_said_at_once() -> None:
 
 
 def test_with_every_gpu_busy_a_job_the_cluster_could_run_waits_saying_what_it_would_reach() -> None:
-    (d,), _ = co.place(_busy_snap(), (_job(slo_s=3600.0),), Asked(Plan()))
+    (d,), _ = co.place(_busy_snap(), (_job(slo_s=3600.0),), Asked(WHOLE))
     assert d.pending is PendingKind.NO_ROOM_NOW
     assert d.reason == "waiting for GPUs: none of the types it may use is free; the whole cluster would (50 s at 0.0700)"
 
@@ -130,12 +108,12 @@ def test_a_type_only_on_nodes_not_ready_needs_no_price() -> None:
     # A down T4 without a price held every unrestricted cost job until the node was deleted.
     nodes = (NodeView("a10", tuple(GpuView(i, A10, 24 * 10**9) for i in range(2))),)
     snap = Snapshot(nodes, (), ((A10, 24 * 10**9, 2), (T4, 16 * 10**9, 4)), (), prices=((A10, 1.0),))
-    (d,), _ = co.place(snap, (_job(slo_s=3600.0),), Asked(Plan()))
+    (d,), _ = co.place(snap, (_job(slo_s=3600.0),), Asked(WHOLE))
     assert d.action is Action.START, d.reason
     # On a READY node it still does: the job may use it, and without a price no plan can weigh it.
     ready = Snapshot((*nodes, NodeView("t4", (GpuView(0, T4, 16 * 10**9),))), (), snap.cluster_gpus, (),
                      prices=((A10, 1.0),))
-    (d,), _ = co.place(ready, (_job(slo_s=3600.0),), Asked(Plan()))
+    (d,), _ = co.place(ready, (_job(slo_s=3600.0),), Asked(WHOLE))
     assert d.pending is PendingKind.FITS_NOWHERE and d.reason.startswith(f"no price for GPU type {T4}")
 
 
