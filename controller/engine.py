@@ -550,8 +550,8 @@ class Engine:
         if deferred and still(self.store.get_job(job.id), job) is None:  # a round's: it may have moved on meanwhile
             return
         try:
-            features = {i: n.status.features for i, n in self._live.nodes.items()}  # old agents' workers do not seal
-            key = launches.sealing_key(self.cfg.rendezvous_key, placed_on(job), features)
+            on = {n: self._live.nodes[n].status.features for n in placed_on(job) if n in self._live.nodes}
+            key = launches.sealing_key(self.cfg.rendezvous_key, placed_on(job), on)  # old agents' workers do not seal
             requests = launch_requests(job, self.epoch, self.cfg.checkpoint_root, key)
         except LaunchTooLarge as e:  # the job's own doing, on every node: no retry, no node blamed
             return await self._fail_now(job, str(e))
