@@ -177,6 +177,13 @@ def early_exit(job: JobRecord) -> tuple[Step, str]:
     on why: only the trainer SDK's progress reports count iterations."""
     why = f"before reaching {job.spec.iterations} iterations: only progress reports (the trainer SDK's) count them"
     if job.retries < job.spec.max_retries:
-        return "retry", f"attempt {job.attempt} exited 0 {why}; retry {job.retries + 1} of {job.spec.max_retries}"
-    tail = f" (after {job.retries} {'retry' if job.retries == 1 else 'retries'})" if job.spec.max_retries else ""
-    return "give_up", f"program exited 0 {why}{tail}"
+        return "retry", f"attempt {job.attempt} exited 0 {why}{retries_text(job)}"
+    return "give_up", f"program exited 0 {why}{retries_text(job)}"
+
+
+def retries_text(job: JobRecord) -> str:
+    """What a failed attempt's reason ends with: "; retry N of M" when the job has a retry left,
+    else " (after N retries)" (nothing without retries): the same words for every failure."""
+    if job.retries < job.spec.max_retries:
+        return f"; retry {job.retries + 1} of {job.spec.max_retries}"
+    return f" (after {job.retries} {'retry' if job.retries == 1 else 'retries'})" if job.spec.max_retries else ""

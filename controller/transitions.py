@@ -10,7 +10,7 @@ from tessera.common.contract import TRAINER_REFUSED_EXIT
 from tessera.controller.convert import placement_pb, plan_pb
 from tessera.controller.core.backoff import BackoffConfig, job_delay, node_unhealthy_for
 from tessera.controller.core.snapshot import Decision, PlanChoice, Slice
-from tessera.controller.judging import processes, processes_text
+from tessera.controller.judging import processes, processes_text, retries_text
 from tessera.controller.store import JobRecord, NodeRecord
 from tessera.v1 import common_pb2
 
@@ -150,12 +150,9 @@ def attempt_failed(job: JobRecord, reason: str, progress: common_pb2.Progress | 
     if exit_code == TRAINER_REFUSED_EXIT and not jobspec.runs_own_program(job.spec):
         return failed(job, f"attempt {job.attempt} failed: {reason} (the reference trainer refuses the job as "
                            "configured: no retry)", progress, now)
+    why = f"attempt {job.attempt} failed: {reason}{retries_text(job)}"
     if job.retries < job.spec.max_retries:
-        why = f"attempt {job.attempt} failed: {reason}; retry {job.retries + 1} of {job.spec.max_retries}"
         return requeued(job, why, "ATTEMPT_FAILED", True, progress)
-    why = f"attempt {job.attempt} failed: {reason}"
-    if job.spec.max_retries:
-        why += f" (after {job.retries} {'retry' if job.retries == 1 else 'retries'})"
     return failed(job, why, progress, now)
 
 
